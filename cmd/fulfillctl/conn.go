@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+)
+
+// conn holds how to reach fulfillmentd.
+type conn struct {
+	addr, tokenFile, caFile string
+	tls                     bool
+}
+
+// client dials fulfillmentd and returns a context carrying the token.
+func (c *conn) client(ctx context.Context) (fulfillmentv1.FulfillmentServiceClient, context.Context, func(), error) {
+	token := os.Getenv("FULFILLCTL_TOKEN")
+	if c.tokenFile != "" {
+		b, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("reading token: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	if token == "" {
+		return nil, nil, nil, errors.New("no token: pass --token-file or set FULFILLCTL_TOKEN")
+	}
+	creds := insecure.NewCredentials()
+	if c.tls {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if c.caFile != "" {
+			pem, err := os.ReadFile(c.caFile)
+			if err != nil {
+				return nil, nil, nil, fmt.Errorf("reading CA file: %w", err)
+			}
+			cfg.RootCAs = x509.NewCertPool()
+			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, nil, nil, fmt.Errorf("no certificate in %s", c.caFile)
+			}
+		}
+		creds = credentials.NewTLS(cfg)
+	}
+	cc, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("connecting to %s: %w", c.addr, err)
+	}
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	return fulfillmentv1.NewFulfillmentServiceClient(cc), ctx, func() { cc.Close() }, nil
+}

@@ -1,0 +1,46 @@
+// Command fulfillctl is the admin CLI of the fulfillment service. It talks
+// gRPC to fulfillmentd with a bearer token.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRootCmd().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "fulfillctl:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCmd() *cobra.Command {
+	var c conn
+	root := &cobra.Command{
+		Use:           "fulfillctl",
+		Short:         "Administer the fulfillment service",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	f := root.PersistentFlags()
+	f.StringVar(&c.addr, "addr", envOr("FULFILLCTL_ADDR", "127.0.0.1:9090"), "gRPC address of fulfillmentd ($FULFILLCTL_ADDR)")
+	f.StringVar(&c.tokenFile, "token-file", os.Getenv("FULFILLCTL_TOKEN_FILE"), "file holding the bearer token ($FULFILLCTL_TOKEN_FILE; or set $FULFILLCTL_TOKEN)")
+	f.BoolVar(&c.tls, "tls", false, "connect with TLS")
+	f.StringVar(&c.caFile, "ca-file", "", "PEM file of the CA that signed the server certificate (with --tls; default: system roots)")
+	root.AddCommand(newOrdersCmd(&c))
+	return root
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+)
+
+func newOrdersCmd(c *conn) *cobra.Command {
+	cmd := &cobra.Command{Use: "orders", Short: "Create, show and list orders"}
+
+	var file string
+	create := &cobra.Command{
+		Use:   "create --file ORDER.json",
+		Short: "Create an order from a JSON CreateOrderRequest (- reads standard input)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var raw []byte
+			var err error
+			if file == "-" {
+				raw, err = io.ReadAll(cmd.InOrStdin())
+			} else {
+				raw, err = os.ReadFile(file)
+			}
+			if err != nil {
+				return fmt.Errorf("reading order: %w", err)
+			}
+			req := &fulfillmentv1.CreateOrderRequest{}
+			if err := protojson.Unmarshal(raw, req); err != nil {
+				return fmt.Errorf("parsing order: %w", err)
+			}
+			client, ctx, done, err := c.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			resp, err := client.CreateOrder(ctx, req)
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), resp)
+		},
+	}
+	create.Flags().StringVar(&file, "file", "", "JSON file with the order (- for standard input)")
+	_ = create.MarkFlagRequired("file")
+
+	get := &cobra.Command{
+		Use:   "get ORDER_ID",
+		Short: "Show one order",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, ctx, done, err := c.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			resp, err := client.GetOrder(ctx, &fulfillmentv1.GetOrderRequest{OrderId: args[0]})
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), resp.GetOrder())
+		},
+	}
+
+	req := &fulfillmentv1.ListOrdersRequest{}
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List orders, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client, ctx, done, err := c.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			resp, err := client.ListOrders(ctx, req)
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), resp)
+		},
+	}
+	lf := list.Flags()
+	lf.StringVar(&req.OrgId, "org", "", "only this org")
+	lf.StringVar(&req.Environment, "environment", "", "only live or test")
+	lf.StringVar(&req.State, "state", "", "only this state")
+	lf.StringVar(&req.MerchantOrderId, "merchant-order-id", "", "only this merchant order id")
+	lf.Int32Var(&req.PageSize, "page-size", 0, "orders per page (default 50)")
+	lf.StringVar(&req.PageToken, "page-token", "", "continue from a previous next_page_token")
+
+	cmd.AddCommand(create, get, list)
+	return cmd
+}
+
+func printJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true, UseProtoNames: true}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
+}

@@ -1,0 +1,177 @@
+// Command pgrun runs a command against a throwaway PostgreSQL server.
+//
+//	go run ./cmd/pgrun [--dir DIR] [--durable] [--keep] -- COMMAND ARGS...
+//
+// If DATABASE_URL is set, the command runs as is. Otherwise pgrun starts a
+// cluster from the local PostgreSQL server binaries (see internal/pgcluster),
+// runs the command with DATABASE_URL (database "fulfillment") and
+// PGRUN_ADMIN_URL (database "postgres") set, stops the cluster and exits
+// with the command's exit code. Without --dir the cluster lives in a new
+// temporary folder, deleted afterwards unless --keep is given.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/fulfillplatform/fulfillment/internal/pgcluster"
+)
+
+// exitCode is returned by run to exit with a given status, silently.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx)
+	stop()
+	var code exitCode
+	switch {
+	case err == nil:
+	case errors.As(err, &code):
+		os.Exit(int(code))
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "pgrun:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
+	flags := flag.NewFlagSet("pgrun", flag.ContinueOnError)
+	flags.Usage = func() {
+		fmt.Fprintln(flags.Output(), "usage: pgrun [--dir DIR] [--durable] [--keep] -- COMMAND ARGS...")
+		flags.PrintDefaults()
+	}
+	dir := flags.String("dir", "", "cluster folder, kept between runs (default: a new temporary folder)")
+	durable := flags.Bool("durable", false, "keep PostgreSQL's crash-safe defaults (fsync etc.)")
+	keep := flags.Bool("keep", false, "keep the temporary cluster folder afterwards")
+	if err := flags.Parse(os.Args[1:]); err != nil {
+		return flag.ErrHelp
+	}
+	args := flags.Args()
+	if len(args) == 0 {
+		flags.Usage()
+		return flag.ErrHelp
+	}
+
+	// Subscribe now, so a signal arriving after the cluster is up but before
+	// the command starts is still forwarded to it.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	if os.Getenv("DATABASE_URL") != "" {
+		return runCommand(args, nil, sigs)
+	}
+
+	clusterDir, cleanup, err := chooseDir(*dir, *keep)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: clusterDir, Durable: *durable})
+	if err != nil {
+		return err
+	}
+	if ctx.Err() != nil { // interrupted as the cluster came up
+		return errors.Join(errors.New("interrupted"), c.Stop())
+	}
+	fmt.Fprintf(os.Stderr, "pgrun: PostgreSQL %s on 127.0.0.1:%d (data: %s)\n", c.Version(), c.Port(), clusterDir)
+	runErr := runCommand(args, []string{
+		"DATABASE_URL=" + c.URL("fulfillment"),
+		"PGRUN_ADMIN_URL=" + c.URL("postgres"),
+	}, sigs)
+	if err := c.Stop(); err != nil && runErr == nil {
+		return err
+	}
+	return runErr
+}
+
+// chooseDir returns the cluster folder and a function removing it when it
+// is temporary. A --dir the postgres user cannot reach (say, a checkout in a
+// private folder) is replaced by a stable folder under os.TempDir(), so its
+// data is still reused from run to run.
+func chooseDir(dir string, keep bool) (string, func(), error) {
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "pgrun-")
+		if err != nil {
+			return "", nil, fmt.Errorf("creating cluster folder: %w", err)
+		}
+		cleanup := func() {
+			if keep {
+				fmt.Fprintf(os.Stderr, "pgrun: keeping %s\n", tmp)
+				return
+			}
+			if err := os.RemoveAll(tmp); err != nil {
+				fmt.Fprintf(os.Stderr, "pgrun: removing %s: %v\n", tmp, err)
+			}
+		}
+		// MkdirTemp makes it private; the server's OS user must enter it.
+		if err := os.Chmod(tmp, 0o755); err != nil {
+			cleanup()
+			return "", nil, fmt.Errorf("opening cluster folder: %w", err)
+		}
+		return tmp, cleanup, nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", nil, fmt.Errorf("resolving %s: %w", dir, err)
+	}
+	if !pgcluster.Accessible(abs) {
+		sum := sha256.Sum256([]byte(abs))
+		fallback := filepath.Join(os.TempDir(), "pgrun-"+hex.EncodeToString(sum[:6]))
+		fmt.Fprintf(os.Stderr, "pgrun: %s is not reachable by the postgres OS user; using %s instead\n", abs, fallback)
+		abs = fallback
+	}
+	return abs, func() {}, nil
+}
+
+// runCommand runs args with our standard streams and extra environment
+// variables, forwarding the signals received on sigs to it, and returns its
+// exit status as an exitCode.
+func runCommand(args, env []string, sigs <-chan os.Signal) error {
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), env...)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("running %s: %w", args[0], err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for {
+		select {
+		case sig := <-sigs:
+			// A Ctrl-C in a terminal already reached the command, which
+			// shares our process group; sending it again would count as a
+			// second Ctrl-C for programs that treat that as "quit now".
+			if sig == os.Interrupt && terminalForeground() {
+				continue
+			}
+			_ = cmd.Process.Signal(sig)
+		case err := <-done:
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+					return exitCode(128 + int(ws.Signal()))
+				}
+				return exitCode(ee.ExitCode())
+			}
+			if err != nil {
+				return fmt.Errorf("running %s: %w", args[0], err)
+			}
+			return nil
+		}
+	}
+}

@@ -1,0 +1,367 @@
+// Package config loads the service configuration: one YAML file, then
+// environment overrides. Secrets are only ever referenced (an environment
+// variable or a file), resolved at load time, and never printed.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Scopes a bearer token can hold. ScopeAdmin implies every other scope.
+const (
+	ScopeOrdersWrite         = "orders:write"
+	ScopeOrdersRead          = "orders:read"
+	ScopeReconciliationRead  = "reconciliation:read"
+	ScopeReconciliationWrite = "reconciliation:write"
+	ScopeIngest              = "ingest"
+	ScopeAdmin               = "admin"
+)
+
+// AllScopes lists every known scope.
+var AllScopes = []string{
+	ScopeOrdersWrite, ScopeOrdersRead, ScopeReconciliationRead,
+	ScopeReconciliationWrite, ScopeIngest, ScopeAdmin,
+}
+
+// AllOrgs in a token's orgs list allows every org.
+const AllOrgs = "*"
+
+// Config is the whole service configuration.
+type Config struct {
+	Listen   Listen   `yaml:"listen"`
+	TLS      *TLS     `yaml:"tls"`
+	Database Database `yaml:"database"`
+	Auth     Auth     `yaml:"auth"`
+	Log      Log      `yaml:"log"`
+}
+
+// Listen holds the listener addresses (host:port).
+type Listen struct {
+	GRPC   string `yaml:"grpc"`
+	HTTP   string `yaml:"http"`
+	Ingest string `yaml:"ingest"`
+}
+
+// TLS enables TLS on the gRPC and HTTP listeners.
+type TLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// Database configures PostgreSQL. The connection URL may hold a password, so
+// it is referenced like every other secret; DATABASE_URL wins when set.
+type Database struct {
+	URLEnv  string `yaml:"url_env"`
+	URLFile string `yaml:"url_file"`
+	// MaxConns caps the connection pool (0: pgx's default).
+	MaxConns int32 `yaml:"max_conns"`
+	// Migrate applies pending migrations when serve starts.
+	Migrate bool `yaml:"migrate"`
+	// ConnectTimeout bounds each new connection (default 2s).
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+
+	// URL is resolved at load time. It is never logged.
+	URL string `yaml:"-"`
+}
+
+// Auth lists the bearer tokens callers authenticate with.
+type Auth struct {
+	Tokens []Token `yaml:"tokens"`
+}
+
+// Token is one caller credential.
+type Token struct {
+	Name      string   `yaml:"name"`
+	TokenEnv  string   `yaml:"token_env"`
+	TokenFile string   `yaml:"token_file"`
+	Scopes    []string `yaml:"scopes"`
+	Orgs      []string `yaml:"orgs"`
+
+	// Secret is the token value, resolved at load time. It is never logged.
+	Secret string `yaml:"-"`
+}
+
+// Log configures logging.
+type Log struct {
+	// Level is debug, info, warn or error (default info).
+	Level string `yaml:"level"`
+}
+
+// Defaults used for keys the file leaves out.
+const (
+	DefaultGRPC   = "127.0.0.1:9090"
+	DefaultHTTP   = "127.0.0.1:8080"
+	DefaultIngest = "127.0.0.1:8081"
+)
+
+// Env names read by Load.
+const (
+	EnvConfig          = "FULFILLMENT_CONFIG"
+	EnvDatabaseURL     = "DATABASE_URL"
+	EnvListenGRPC      = "FULFILLMENT_LISTEN_GRPC"
+	EnvListenHTTP      = "FULFILLMENT_LISTEN_HTTP"
+	EnvListenIngest    = "FULFILLMENT_LISTEN_INGEST"
+	EnvLogLevel        = "FULFILLMENT_LOG_LEVEL"
+	EnvDatabaseMigrate = "FULFILLMENT_DATABASE_MIGRATE"
+)
+
+// Load reads the file at path (empty: no file, defaults only), applies
+// environment overrides from getenv, resolves secrets and validates the
+// result. Every error is one line naming the offending key.
+func Load(path string, getenv func(string) string) (*Config, error) {
+	var data []byte
+	if path != "" {
+		var err error
+		if data, err = os.ReadFile(path); err != nil {
+			return nil, fmt.Errorf("config: reading %w", unwrapPathError(err))
+		}
+	}
+	cfg, err := parse(data, getenv)
+	if err != nil {
+		if path != "" {
+			return nil, fmt.Errorf("config %s: %w", path, err)
+		}
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return cfg, nil
+}
+
+// Parse is Load for a file's content.
+func Parse(data []byte, getenv func(string) string) (*Config, error) {
+	cfg, err := parse(data, getenv)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return cfg, nil
+}
+
+func parse(data []byte, getenv func(string) string) (*Config, error) {
+	cfg := &Config{}
+	if len(bytes.TrimSpace(data)) > 0 {
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(cfg); err != nil {
+			return nil, errors.New(yamlMessage(err))
+		}
+	}
+	if err := cfg.applyEnv(getenv); err != nil {
+		return nil, err
+	}
+	if err := cfg.resolve(getenv); err != nil {
+		return nil, err
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+func (c *Config) applyEnv(getenv func(string) string) error {
+	set := func(dst *string, env string) {
+		if v := getenv(env); v != "" {
+			*dst = v
+		}
+	}
+	set(&c.Listen.GRPC, EnvListenGRPC)
+	set(&c.Listen.HTTP, EnvListenHTTP)
+	set(&c.Listen.Ingest, EnvListenIngest)
+	set(&c.Log.Level, EnvLogLevel)
+	if v := getenv(EnvDatabaseMigrate); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%s: must be true or false", EnvDatabaseMigrate)
+		}
+		c.Database.Migrate = b
+	}
+	if c.Listen.GRPC == "" {
+		c.Listen.GRPC = DefaultGRPC
+	}
+	if c.Listen.HTTP == "" {
+		c.Listen.HTTP = DefaultHTTP
+	}
+	if c.Listen.Ingest == "" {
+		c.Listen.Ingest = DefaultIngest
+	}
+	if c.Log.Level == "" {
+		c.Log.Level = "info"
+	}
+	if c.Database.ConnectTimeout == 0 {
+		c.Database.ConnectTimeout = 2 * time.Second
+	}
+	return nil
+}
+
+func (c *Config) resolve(getenv func(string) string) error {
+	if url := getenv(EnvDatabaseURL); url != "" {
+		c.Database.URL = url
+	} else if c.Database.URLEnv != "" || c.Database.URLFile != "" {
+		url, err := secret("database", "url", c.Database.URLEnv, c.Database.URLFile, getenv)
+		if err != nil {
+			return err
+		}
+		c.Database.URL = url
+	}
+	for i := range c.Auth.Tokens {
+		t := &c.Auth.Tokens[i]
+		key := fmt.Sprintf("auth.tokens[%d]", i)
+		if t.TokenEnv == "" && t.TokenFile == "" {
+			return fmt.Errorf("%s: set token_env or token_file (tokens are never written in the file)", key)
+		}
+		s, err := secret(key, "token", t.TokenEnv, t.TokenFile, getenv)
+		if err != nil {
+			return err
+		}
+		t.Secret = s
+	}
+	return nil
+}
+
+// secret reads a referenced secret: exactly one of env and file is set.
+func secret(key, prefix, env, file string, getenv func(string) string) (string, error) {
+	switch {
+	case env != "" && file != "":
+		return "", fmt.Errorf("%s: set only one of %s_env and %s_file", key, prefix, prefix)
+	case env != "":
+		v := getenv(env)
+		if v == "" {
+			return "", fmt.Errorf("%s.%s_env: environment variable %s is not set", key, prefix, env)
+		}
+		return v, nil
+	default:
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("%s.%s_file: %v", key, prefix, unwrapPathError(err))
+		}
+		v := strings.TrimSpace(string(b))
+		if v == "" {
+			return "", fmt.Errorf("%s.%s_file: %s is empty", key, prefix, file)
+		}
+		return v, nil
+	}
+}
+
+var tokenName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+
+func (c *Config) validate() error {
+	for _, l := range []struct{ key, addr string }{
+		{"listen.grpc", c.Listen.GRPC},
+		{"listen.http", c.Listen.HTTP},
+		{"listen.ingest", c.Listen.Ingest},
+	} {
+		if err := checkAddr(l.addr); err != nil {
+			return fmt.Errorf("%s: %q is not a valid host:port address: %v", l.key, l.addr, err)
+		}
+	}
+	if c.Listen.GRPC == c.Listen.HTTP || c.Listen.GRPC == c.Listen.Ingest || c.Listen.HTTP == c.Listen.Ingest {
+		return errors.New("listen: grpc, http and ingest must use different addresses")
+	}
+	if t := c.TLS; t != nil {
+		if t.CertFile == "" || t.KeyFile == "" {
+			return errors.New("tls: set both cert_file and key_file")
+		}
+		for key, f := range map[string]string{"tls.cert_file": t.CertFile, "tls.key_file": t.KeyFile} {
+			if _, err := os.Stat(f); err != nil {
+				return fmt.Errorf("%s: %v", key, unwrapPathError(err))
+			}
+		}
+	}
+	if c.Database.MaxConns < 0 {
+		return errors.New("database.max_conns: must not be negative")
+	}
+	if c.Database.ConnectTimeout < 0 {
+		return errors.New("database.connect_timeout: must not be negative")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log.level: %q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	names := map[string]bool{}
+	secrets := map[string]string{}
+	for i, t := range c.Auth.Tokens {
+		key := fmt.Sprintf("auth.tokens[%d]", i)
+		if !tokenName.MatchString(t.Name) {
+			return fmt.Errorf("%s.name: required, letters, digits and _ . - only", key)
+		}
+		if names[t.Name] {
+			return fmt.Errorf("%s.name: %q is used twice", key, t.Name)
+		}
+		names[t.Name] = true
+		if other, ok := secrets[t.Secret]; ok {
+			return fmt.Errorf("%s: same token value as %q: each caller needs its own token", key, other)
+		}
+		secrets[t.Secret] = t.Name
+		if len(t.Secret) < 16 {
+			return fmt.Errorf("%s: the token must be at least 16 characters", key)
+		}
+		if len(t.Scopes) == 0 {
+			return fmt.Errorf("%s.scopes: at least one scope is required", key)
+		}
+		for j, s := range t.Scopes {
+			if !slices.Contains(AllScopes, s) {
+				return fmt.Errorf("%s.scopes[%d]: unknown scope %q (known: %s)", key, j, s, strings.Join(AllScopes, ", "))
+			}
+		}
+		if len(t.Orgs) == 0 {
+			return fmt.Errorf("%s.orgs: list the orgs this token may act for, or \"*\" for all", key)
+		}
+		for j, o := range t.Orgs {
+			if o == "" || (o == AllOrgs && len(t.Orgs) > 1) {
+				return fmt.Errorf("%s.orgs[%d]: an org id, or \"*\" alone", key, j)
+			}
+		}
+	}
+	return nil
+}
+
+func checkAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host != "" && net.ParseIP(host) == nil && host != "localhost" {
+		if _, err := net.LookupHost(host); err != nil {
+			return fmt.Errorf("unknown host %q", host)
+		}
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q must be a number from 0 to 65535", port)
+	}
+	return nil
+}
+
+// yamlMessage turns a yaml.v3 error into one line naming the key.
+func yamlMessage(err error) string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		msgs := make([]string, len(te.Errors))
+		for i, m := range te.Errors {
+			msgs[i] = unknownField.ReplaceAllString(m, `unknown key "$1"`)
+		}
+		return strings.Join(msgs, "; ")
+	}
+	return strings.TrimPrefix(err.Error(), "yaml: ")
+}
+
+var unknownField = regexp.MustCompile(`field (\S+) not found in type \S+`)
+
+// unwrapPathError drops the path an *os.PathError repeats, keeping the cause.
+func unwrapPathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", pe.Path, pe.Err)
+	}
+	return err
+}

@@ -1,0 +1,61 @@
+// Package fulfillment holds the domain of the fulfillment service: orders,
+// their lines and expected settlement, the rules that validate them and the
+// errors every layer speaks. It does no I/O: storage, transport and workers
+// depend on it, never the reverse.
+package fulfillment
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrNotFound means the requested object does not exist (or is not visible to
+// the caller).
+var ErrNotFound = errors.New("not found")
+
+// ErrConflict means an idempotency key was reused with different content: the
+// existing object was left unchanged.
+var ErrConflict = errors.New("conflict")
+
+// ErrUnavailable means a dependency (the database) cannot be reached right
+// now; the caller should retry.
+var ErrUnavailable = errors.New("unavailable")
+
+// FieldViolation names one invalid field of a request and says why.
+type FieldViolation struct {
+	// Field is the request field path, e.g. "lines[0].quantity".
+	Field string
+	// Description says what is wrong in words a person can act on.
+	Description string
+}
+
+// ValidationError is a request that breaks one or more input rules. Nothing
+// was changed.
+type ValidationError struct {
+	Violations []FieldViolation
+}
+
+// Error lists the violations.
+func (e *ValidationError) Error() string {
+	parts := make([]string, len(e.Violations))
+	for i, v := range e.Violations {
+		parts[i] = fmt.Sprintf("%s: %s", v.Field, v.Description)
+	}
+	return "invalid argument: " + strings.Join(parts, "; ")
+}
+
+// violations collects field violations while a request is checked.
+type violations []FieldViolation
+
+func (vs *violations) add(field, format string, args ...any) {
+	*vs = append(*vs, FieldViolation{Field: field, Description: fmt.Sprintf(format, args...)})
+}
+
+// err returns a *ValidationError, or nil when nothing was added.
+func (vs violations) err() error {
+	if len(vs) == 0 {
+		return nil
+	}
+	return &ValidationError{Violations: vs}
+}

@@ -1,0 +1,246 @@
+package fulfillment
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"regexp"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/shopspring/decimal"
+)
+
+// Input limits. They bound what one request may store, and every one of them
+// is checked before anything is written.
+const (
+	MaxIDLen       = 128 // org, merchant order, checkout session, sku, account ids
+	MaxLines       = 100
+	MaxQuantity    = 1_000_000
+	MaxTokenLen    = 16
+	MaxNetworkLen  = 32
+	MaxDecimalInt  = 20 // digits before the decimal point
+	MaxDecimalFrac = 18 // digits after the decimal point
+)
+
+var (
+	orgIDPattern    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]*$`)
+	currencyPattern = regexp.MustCompile(`^[A-Z]{3}$`)
+	symbolPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+	decimalPattern  = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
+)
+
+// OrderDraft is an order as a caller submits it, before validation. Decimal
+// amounts are still text.
+type OrderDraft struct {
+	OrgID             string
+	Environment       string
+	MerchantOrderID   string
+	CheckoutSessionID string
+	Lines             []LineDraft
+	// Settlement is nil when the caller states no expected settlement.
+	Settlement *SettlementDraft
+}
+
+// LineDraft is an order line as submitted.
+type LineDraft struct {
+	SKU        string
+	Kind       string
+	Quantity   int64
+	Currency   string
+	MinorUnits int64
+	AccountRef string
+}
+
+// SettlementDraft is an expected settlement as submitted.
+type SettlementDraft struct {
+	Token     string
+	Network   string
+	Amount    string
+	Tolerance string
+}
+
+// Validate checks every input rule and returns the order's content, or a
+// *ValidationError listing every violation at once.
+func (d OrderDraft) Validate() (OrderSpec, error) {
+	var vs violations
+	checkOrgID(&vs, "org_id", d.OrgID)
+	env := Environment(d.Environment)
+	if !env.Valid() {
+		vs.add("environment", "must be %q or %q", EnvLive, EnvTest)
+	}
+	checkText(&vs, "merchant_order_id", d.MerchantOrderID, true)
+	checkText(&vs, "checkout_session_id", d.CheckoutSessionID, false)
+
+	spec := OrderSpec{
+		OrgID:             d.OrgID,
+		Environment:       env,
+		MerchantOrderID:   d.MerchantOrderID,
+		CheckoutSessionID: d.CheckoutSessionID,
+	}
+	switch {
+	case len(d.Lines) == 0:
+		vs.add("lines", "must have at least one line")
+	case len(d.Lines) > MaxLines:
+		vs.add("lines", "must have at most %d lines", MaxLines)
+	default:
+		spec.Lines = validateLines(&vs, d.Lines)
+	}
+	if d.Settlement != nil {
+		spec.Settlement = validateSettlement(&vs, *d.Settlement)
+	}
+	if err := vs.err(); err != nil {
+		return OrderSpec{}, err
+	}
+	return spec, nil
+}
+
+func validateLines(vs *violations, drafts []LineDraft) []Line {
+	lines := make([]Line, len(drafts))
+	var currency string
+	var total uint64
+	for i, l := range drafts {
+		f := func(name string) string { return fmt.Sprintf("lines[%d].%s", i, name) }
+		checkText(vs, f("sku"), l.SKU, true)
+		kind := LineKind(l.Kind)
+		if !kind.Valid() {
+			vs.add(f("kind"), "must be %q, %q or %q", KindLicense, KindBalanceCredit, KindExternal)
+		}
+		if l.Quantity <= 0 || l.Quantity > MaxQuantity {
+			vs.add(f("quantity"), "must be between 1 and %d", MaxQuantity)
+		}
+		if !currencyPattern.MatchString(l.Currency) {
+			vs.add(f("unit_price.currency"), "must be a three-letter ISO 4217 code in capitals, e.g. USD")
+		} else if currency == "" {
+			currency = l.Currency
+		} else if l.Currency != currency {
+			vs.add(f("unit_price.currency"), "must equal the first line's currency %s: an order is paid in one currency", currency)
+		}
+		if l.MinorUnits <= 0 {
+			vs.add(f("unit_price.minor_units"), "must be greater than zero")
+		} else if l.Quantity > 0 && l.Quantity <= MaxQuantity {
+			hi, lo := bits.Mul64(uint64(l.MinorUnits), uint64(l.Quantity))
+			sum, carry := bits.Add64(total, lo, 0)
+			if hi != 0 || carry != 0 || sum > math.MaxInt64 {
+				vs.add(f("unit_price.minor_units"), "makes the order total exceed %d minor units", int64(math.MaxInt64))
+			} else {
+				total = sum
+			}
+		}
+		switch {
+		case kind == KindBalanceCredit:
+			checkText(vs, f("account_ref"), l.AccountRef, true)
+		case l.AccountRef != "":
+			vs.add(f("account_ref"), "is only allowed on %q lines", KindBalanceCredit)
+		}
+		lines[i] = Line{
+			SKU:        l.SKU,
+			Kind:       kind,
+			Quantity:   l.Quantity,
+			UnitPrice:  Money{Currency: l.Currency, MinorUnits: l.MinorUnits},
+			AccountRef: l.AccountRef,
+		}
+	}
+	return lines
+}
+
+func validateSettlement(vs *violations, d SettlementDraft) *Settlement {
+	s := &Settlement{Token: d.Token, Network: d.Network}
+	checkSymbol(vs, "settlement.token", d.Token, MaxTokenLen)
+	checkSymbol(vs, "settlement.network", d.Network, MaxNetworkLen)
+	if amount, ok := parseDecimal(vs, "settlement.amount", d.Amount, true); ok {
+		if amount.IsZero() {
+			vs.add("settlement.amount", "must be greater than zero")
+		}
+		s.Amount = amount
+	}
+	if tol, ok := parseDecimal(vs, "settlement.tolerance", d.Tolerance, false); ok {
+		if !s.Amount.IsZero() && tol.GreaterThan(s.Amount) {
+			vs.add("settlement.tolerance", "must not exceed settlement.amount")
+		}
+		s.Tolerance = tol
+	}
+	return s
+}
+
+// parseDecimal accepts a plain non-negative decimal ("25", "25.000000"):
+// no sign, exponent, spaces or more digits than a numeric column keeps.
+func parseDecimal(vs *violations, field, v string, required bool) (decimal.Decimal, bool) {
+	if v == "" {
+		if required {
+			vs.add(field, "is required: a decimal string such as \"25.000000\"")
+			return decimal.Decimal{}, false
+		}
+		return decimal.Zero, true
+	}
+	if !decimalPattern.MatchString(v) {
+		vs.add(field, "must be a non-negative decimal string such as \"25.000000\" (digits, one optional point)")
+		return decimal.Decimal{}, false
+	}
+	intPart, frac := v, ""
+	for i := range len(v) {
+		if v[i] == '.' {
+			intPart, frac = v[:i], v[i+1:]
+			break
+		}
+	}
+	if len(intPart) > MaxDecimalInt || len(frac) > MaxDecimalFrac {
+		vs.add(field, "must have at most %d digits before and %d after the decimal point", MaxDecimalInt, MaxDecimalFrac)
+		return decimal.Decimal{}, false
+	}
+	d, err := decimal.NewFromString(v)
+	if err != nil {
+		vs.add(field, "must be a decimal string such as \"25.000000\"")
+		return decimal.Decimal{}, false
+	}
+	return d, true
+}
+
+func checkOrgID(vs *violations, field, v string) {
+	switch {
+	case v == "":
+		vs.add(field, "is required")
+	case len(v) > MaxIDLen:
+		vs.add(field, "must be at most %d bytes", MaxIDLen)
+	case !orgIDPattern.MatchString(v):
+		vs.add(field, "may contain only letters, digits and _ . : - (and must start with a letter or digit)")
+	}
+}
+
+// checkText accepts printable UTF-8 without leading or trailing spaces.
+func checkText(vs *violations, field, v string, required bool) {
+	switch {
+	case v == "":
+		if required {
+			vs.add(field, "is required")
+		}
+	case len(v) > MaxIDLen:
+		vs.add(field, "must be at most %d bytes", MaxIDLen)
+	case !utf8.ValidString(v):
+		vs.add(field, "must be valid UTF-8")
+	case !printable(v):
+		vs.add(field, "must be printable text without control characters or surrounding spaces")
+	}
+}
+
+func checkSymbol(vs *violations, field, v string, max int) {
+	switch {
+	case v == "":
+		vs.add(field, "is required")
+	case len(v) > max:
+		vs.add(field, "must be at most %d characters", max)
+	case !symbolPattern.MatchString(v):
+		vs.add(field, "may contain only letters, digits and _ . -")
+	}
+}
+
+func printable(v string) bool {
+	for _, r := range v {
+		if !unicode.IsPrint(r) && r != ' ' {
+			return false
+		}
+	}
+	first, _ := utf8.DecodeRuneInString(v)
+	last, _ := utf8.DecodeLastRuneInString(v)
+	return !unicode.IsSpace(first) && !unicode.IsSpace(last)
+}

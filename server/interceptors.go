@@ -1,0 +1,132 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"runtime/debug"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// requestIDHeader carries a request id from the caller (or the REST gateway)
+// into the service and back.
+const requestIDHeader = "x-request-id"
+
+// callRecord collects what the log line of one call reports.
+type callRecord struct {
+	principal string
+}
+
+type callKey struct{}
+
+// newRequestID returns 16 random hex characters.
+func newRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// requestIDFrom returns the caller's request id when it is a sane token,
+// or a new one.
+func requestIDFrom(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(requestIDHeader); len(v) > 0 && validRequestID(v[0]) {
+		return v[0]
+	}
+	return newRequestID()
+}
+
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// logUnary writes one structured line per call: method, code, duration,
+// request id and caller. It never logs request or response bodies.
+func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		id := requestIDFrom(ctx)
+		_ = grpc.SetHeader(ctx, metadata.Pairs(requestIDHeader, id))
+		rec := &callRecord{}
+		ctx = context.WithValue(ctx, callKey{}, rec)
+		ctx = withLogAttrs(ctx, slog.String("request_id", id))
+		resp, err := handler(ctx, req)
+		code := status.Code(err)
+		level := slog.LevelInfo
+		switch code {
+		case codes.Internal, codes.Unknown, codes.DataLoss:
+			level = slog.LevelError
+		case codes.Unavailable:
+			level = slog.LevelWarn
+		}
+		attrs := []slog.Attr{
+			slog.String("method", info.FullMethod),
+			slog.String("code", code.String()),
+			slog.Duration("duration", time.Since(start)),
+		}
+		if rec.principal != "" {
+			attrs = append(attrs, slog.String("caller", rec.principal))
+		}
+		log.LogAttrs(ctx, level, "rpc", attrs...)
+		return resp, err
+	}
+}
+
+// recoverUnary turns a panic into INTERNAL and logs its stack, so that one
+// bad request cannot take the process down.
+func recoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				log.ErrorContext(ctx, "panic in handler", "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
+				err = status.Error(codes.Internal, "internal error")
+			}
+		}()
+		return handler(ctx, req)
+	}
+}
+
+// Log attributes travelling with the context, added to every line logged with
+// it through contextHandler.
+type logAttrsKey struct{}
+
+func withLogAttrs(ctx context.Context, attrs ...slog.Attr) context.Context {
+	prev, _ := ctx.Value(logAttrsKey{}).([]slog.Attr)
+	return context.WithValue(ctx, logAttrsKey{}, append(prev[:len(prev):len(prev)], attrs...))
+}
+
+// ContextHandler wraps a slog.Handler so that records logged with a context
+// carry that context's request id.
+type ContextHandler struct{ slog.Handler }
+
+// Handle adds the context's attributes to r.
+func (h ContextHandler) Handle(ctx context.Context, r slog.Record) error {
+	if attrs, ok := ctx.Value(logAttrsKey{}).([]slog.Attr); ok {
+		r.AddAttrs(attrs...)
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// WithAttrs keeps the wrapper.
+func (h ContextHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return ContextHandler{h.Handler.WithAttrs(attrs)}
+}
+
+// WithGroup keeps the wrapper.
+func (h ContextHandler) WithGroup(name string) slog.Handler {
+	return ContextHandler{h.Handler.WithGroup(name)}
+}

@@ -1,0 +1,178 @@
+// Package server is the gRPC FulfillmentService and its REST gateway:
+// proto ↔ domain translation, authentication, logging and recovery
+// interceptors, and the one table mapping errors to status codes.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/fulfillplatform/fulfillment/config"
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+)
+
+// Store is what the server needs from storage.
+type Store interface {
+	fulfillment.OrderStore
+	Readiness
+}
+
+// Server runs the gRPC API and the HTTP gateway until its context ends.
+type Server struct {
+	cfg   *config.Config
+	store Store
+	log   *slog.Logger
+
+	grpcLis, httpLis net.Listener
+	ready            chan struct{}
+}
+
+// New prepares a server; listeners open in Listen.
+func New(cfg *config.Config, store Store, log *slog.Logger) *Server {
+	return &Server{cfg: cfg, store: store, log: log, ready: make(chan struct{})}
+}
+
+// Listen opens the gRPC and HTTP listeners, so that a caller (a test) can
+// learn the bound addresses before Run.
+func (s *Server) Listen() error {
+	var err error
+	if s.grpcLis, err = net.Listen("tcp", s.cfg.Listen.GRPC); err != nil {
+		return fmt.Errorf("listening for gRPC on %s: %w", s.cfg.Listen.GRPC, err)
+	}
+	if s.httpLis, err = net.Listen("tcp", s.cfg.Listen.HTTP); err != nil {
+		s.grpcLis.Close()
+		return fmt.Errorf("listening for HTTP on %s: %w", s.cfg.Listen.HTTP, err)
+	}
+	return nil
+}
+
+// GRPCAddr is the bound gRPC address (after Listen).
+func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
+
+// HTTPAddr is the bound HTTP address (after Listen).
+func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
+
+// Run serves until ctx ends, then stops gracefully: health turns
+// NOT_SERVING, in-flight calls finish (bounded by shutdownGrace).
+func (s *Server) Run(ctx context.Context) error {
+	if s.grpcLis == nil {
+		if err := s.Listen(); err != nil {
+			return err
+		}
+	}
+	var tlsCfg *tls.Config
+	if t := s.cfg.TLS; t != nil {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return fmt.Errorf("loading TLS key pair: %w", err)
+		}
+		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+
+	auth := NewAuthenticator(s.cfg.Auth.Tokens)
+	opts := []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(recoverUnary(s.log), logUnary(s.log), auth.UnaryInterceptor),
+		grpc.ChainStreamInterceptor(auth.StreamInterceptor),
+	}
+	grpcSrv := grpc.NewServer(opts...)
+	fulfillmentv1.RegisterFulfillmentServiceServer(grpcSrv, NewOrderService(s.store, s.log))
+	healthSrv := health.NewServer()
+	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
+	reflection.Register(grpcSrv)
+
+	// The gateway reaches gRPC in memory: same interceptors, no TLS to
+	// ourselves, no extra TCP hop.
+	inproc := bufconn.Listen(1 << 20)
+	conn, err := grpc.NewClient("passthrough:///inproc",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return inproc.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("connecting gateway: %w", err)
+	}
+	defer conn.Close()
+	handler, err := newHTTPHandler(ctx, conn, s.store, s.log)
+	if err != nil {
+		return fmt.Errorf("building gateway: %w", err)
+	}
+	httpSrv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+
+	grpcLis, httpLis := s.grpcLis, s.httpLis
+	if tlsCfg != nil {
+		grpcLis = tlsListener(grpcLis, tlsCfg, "h2")
+		httpLis = tls.NewListener(httpLis, tlsCfg.Clone())
+	}
+
+	errc := make(chan error, 3)
+	var wg sync.WaitGroup
+	serve := func(name string, fn func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+				errc <- fmt.Errorf("serving %s: %w", name, err)
+			}
+		}()
+	}
+	serve("gRPC", func() error { return grpcSrv.Serve(grpcLis) })
+	serve("gateway", func() error { return grpcSrv.Serve(inproc) })
+	serve("HTTP", func() error { return httpSrv.Serve(httpLis) })
+	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	healthSrv.SetServingStatus(fulfillmentv1.FulfillmentService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "tls", tlsCfg != nil)
+	close(s.ready)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	s.log.Info("shutting down")
+	healthSrv.Shutdown()
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer cancel()
+	_ = httpSrv.Shutdown(shutdownCtx)
+	stopped := make(chan struct{})
+	go func() { grpcSrv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-shutdownCtx.Done():
+		grpcSrv.Stop()
+	}
+	wg.Wait()
+	return runErr
+}
+
+// Ready is closed once Run serves.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// shutdownGrace bounds how long in-flight calls may finish after a signal.
+const shutdownGrace = 10 * time.Second
+
+// tlsListener terminates TLS on the gRPC listener only (the in-memory
+// gateway connection stays plain), advertising h2 through ALPN as gRPC
+// clients require.
+func tlsListener(l net.Listener, cfg *tls.Config, protos ...string) net.Listener {
+	c := cfg.Clone()
+	c.NextProtos = protos
+	return tls.NewListener(l, c)
+}

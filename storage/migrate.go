@@ -1,0 +1,76 @@
+package storage
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/tern/v2/migrate"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// versionTable records the applied migration version.
+const versionTable = "schema_version"
+
+// Migrations returns the embedded migration files (for tests that build a
+// template database from them).
+func Migrations() fs.FS {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		panic(err) // the embedded folder always exists
+	}
+	return sub
+}
+
+// Migrate applies every pending migration to the database at url. Tern holds
+// an advisory lock while it migrates, so replicas starting together apply
+// each migration once.
+func Migrate(ctx context.Context, url string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("connecting to migrate: %w", interpret(err))
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	m, err := newMigrator(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if err := m.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrating: %w", err)
+	}
+	return nil
+}
+
+// SchemaVersion reports the applied and the embedded (latest) migration
+// versions. The schema is current when they are equal.
+func (s *Store) SchemaVersion(ctx context.Context) (applied, latest int32, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("acquiring connection: %w", interpret(err))
+	}
+	defer conn.Release()
+	m, err := newMigrator(ctx, conn.Conn())
+	if err != nil {
+		return 0, 0, err
+	}
+	applied, err = m.GetCurrentVersion(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading schema version: %w", interpret(err))
+	}
+	return applied, int32(len(m.Migrations)), nil
+}
+
+func newMigrator(ctx context.Context, conn *pgx.Conn) (*migrate.Migrator, error) {
+	m, err := migrate.NewMigrator(ctx, conn, versionTable)
+	if err != nil {
+		return nil, fmt.Errorf("preparing migrator: %w", interpret(err))
+	}
+	if err := m.LoadMigrations(Migrations()); err != nil {
+		return nil, fmt.Errorf("loading migrations: %w", err)
+	}
+	return m, nil
+}

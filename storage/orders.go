@@ -1,0 +1,242 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+// orderColumns are the orders columns scanOrder reads, in its order.
+const orderColumns = `id, org_id, environment, merchant_order_id, coalesce(checkout_session_id, ''),
+	state, settlement_token, settlement_network, settlement_amount::text, settlement_tolerance::text,
+	fingerprint, created_at, updated_at`
+
+// OrderCreate implements fulfillment.OrderStore. The unique key on
+// (org_id, environment, merchant_order_id) decides which of several
+// concurrent identical requests creates the order; the others wait for its
+// commit, insert nothing and return the committed order.
+func (s *Store) OrderCreate(ctx context.Context, spec fulfillment.OrderSpec) (fulfillment.Order, bool, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return fulfillment.Order{}, false, fmt.Errorf("generating order id: %w", err)
+	}
+	fingerprint := spec.Fingerprint()
+	created := false
+	err = s.withTx(ctx, func(tx pgx.Tx) error {
+		total := spec.Total()
+		var token, network, amount, tolerance *string
+		if st := spec.Settlement; st != nil {
+			a, t := st.Amount.String(), st.Tolerance.String()
+			token, network, amount, tolerance = &st.Token, &st.Network, &a, &t
+		}
+		tag, err := tx.Exec(ctx, `
+			INSERT INTO orders (id, org_id, environment, merchant_order_id, checkout_session_id, state,
+				total_currency, total_minor_units,
+				settlement_token, settlement_network, settlement_amount, settlement_tolerance, fingerprint)
+			VALUES ($1, $2, $3, $4, nullif($5, ''), $6, $7, $8, $9, $10, $11::numeric, $12::numeric, $13)
+			ON CONFLICT (org_id, environment, merchant_order_id) DO NOTHING`,
+			id, spec.OrgID, spec.Environment, spec.MerchantOrderID, spec.CheckoutSessionID,
+			fulfillment.StatePendingPayment, total.Currency, total.MinorUnits,
+			token, network, amount, tolerance, fingerprint)
+		if err != nil {
+			if constraintName(err) == "orders_checkout_session_key" {
+				return fmt.Errorf("%w: checkout session %q already pays another order",
+					fulfillment.ErrConflict, spec.CheckoutSessionID)
+			}
+			return fmt.Errorf("inserting order: %w", interpret(err))
+		}
+		if tag.RowsAffected() == 0 {
+			return nil // the key exists: compare content below
+		}
+		rows := make([][]any, len(spec.Lines))
+		for i, l := range spec.Lines {
+			var accountRef *string
+			if l.AccountRef != "" {
+				accountRef = &l.AccountRef
+			}
+			rows[i] = []any{id, i, l.SKU, string(l.Kind), l.Quantity, l.UnitPrice.Currency, l.UnitPrice.MinorUnits, accountRef}
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"order_lines"},
+			[]string{"order_id", "line_no", "sku", "kind", "quantity", "currency", "unit_minor_units", "account_ref"},
+			pgx.CopyFromRows(rows)); err != nil {
+			return fmt.Errorf("inserting order lines: %w", interpret(err))
+		}
+		created = true
+		return nil
+	})
+	if err != nil {
+		return fulfillment.Order{}, false, err
+	}
+	if created {
+		order, err := s.OrderGet(ctx, id.String())
+		return order, true, err
+	}
+
+	// A new statement sees the committed winner of the race.
+	order, storedFingerprint, err := s.orderGetWhere(ctx,
+		"org_id = $1 AND environment = $2 AND merchant_order_id = $3",
+		spec.OrgID, spec.Environment, spec.MerchantOrderID)
+	if err != nil {
+		return fulfillment.Order{}, false, err
+	}
+	if storedFingerprint != fingerprint {
+		return fulfillment.Order{}, false, fmt.Errorf(
+			"%w: order %s already exists for merchant_order_id %q with different content",
+			fulfillment.ErrConflict, order.ID, spec.MerchantOrderID)
+	}
+	return order, false, nil
+}
+
+// OrderGet implements fulfillment.OrderStore.
+func (s *Store) OrderGet(ctx context.Context, id string) (fulfillment.Order, error) {
+	order, _, err := s.orderGetWhere(ctx, "id = $1", id)
+	return order, err
+}
+
+func (s *Store) orderGetWhere(ctx context.Context, where string, args ...any) (fulfillment.Order, string, error) {
+	row := s.pool.QueryRow(ctx, "SELECT "+orderColumns+" FROM orders WHERE "+where, args...)
+	order, fingerprint, err := scanOrder(row)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fulfillment.Order{}, "", fmt.Errorf("order %w", fulfillment.ErrNotFound)
+	}
+	if err != nil {
+		return fulfillment.Order{}, "", fmt.Errorf("reading order: %w", interpret(err))
+	}
+	orders := []*fulfillment.Order{&order}
+	if err := s.loadLines(ctx, orders); err != nil {
+		return fulfillment.Order{}, "", err
+	}
+	return order, fingerprint, nil
+}
+
+// OrderList implements fulfillment.OrderStore.
+func (s *Store) OrderList(ctx context.Context, p fulfillment.OrderListParams) ([]fulfillment.Order, error) {
+	var (
+		conds []string
+		args  []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	f := p.Filter
+	if f.VisibleOrgs != nil {
+		conds = append(conds, "org_id = ANY("+arg(f.VisibleOrgs)+")")
+	}
+	if f.OrgID != "" {
+		conds = append(conds, "org_id = "+arg(f.OrgID))
+	}
+	if f.Environment != "" {
+		conds = append(conds, "environment = "+arg(string(f.Environment)))
+	}
+	if f.State != "" {
+		conds = append(conds, "state = "+arg(string(f.State)))
+	}
+	if f.MerchantOrderID != "" {
+		conds = append(conds, "merchant_order_id = "+arg(f.MerchantOrderID))
+	}
+	if p.BeforeID != "" {
+		conds = append(conds, "id < "+arg(p.BeforeID))
+	}
+	query := "SELECT " + orderColumns + " FROM orders"
+	if len(conds) > 0 {
+		query += " WHERE " + strings.Join(conds, " AND ")
+	}
+	query += " ORDER BY id DESC LIMIT " + arg(p.Limit)
+
+	rows, err := s.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing orders: %w", interpret(err))
+	}
+	defer rows.Close()
+	var orders []fulfillment.Order
+	for rows.Next() {
+		order, _, err := scanOrder(rows)
+		if err != nil {
+			return nil, fmt.Errorf("reading order: %w", interpret(err))
+		}
+		orders = append(orders, order)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing orders: %w", interpret(err))
+	}
+	ptrs := make([]*fulfillment.Order, len(orders))
+	for i := range orders {
+		ptrs[i] = &orders[i]
+	}
+	if err := s.loadLines(ctx, ptrs); err != nil {
+		return nil, err
+	}
+	return orders, nil
+}
+
+// loadLines fills in the lines of orders with one query.
+func (s *Store) loadLines(ctx context.Context, orders []*fulfillment.Order) error {
+	if len(orders) == 0 {
+		return nil
+	}
+	byID := make(map[string]*fulfillment.Order, len(orders))
+	ids := make([]string, len(orders))
+	for i, o := range orders {
+		byID[o.ID] = o
+		ids[i] = o.ID
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT order_id, sku, kind, quantity, currency, unit_minor_units, coalesce(account_ref, '')
+		FROM order_lines WHERE order_id = ANY($1::uuid[]) ORDER BY order_id, line_no`, ids)
+	if err != nil {
+		return fmt.Errorf("reading order lines: %w", interpret(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			orderID uuid.UUID
+			l       fulfillment.Line
+		)
+		if err := rows.Scan(&orderID, &l.SKU, &l.Kind, &l.Quantity, &l.UnitPrice.Currency,
+			&l.UnitPrice.MinorUnits, &l.AccountRef); err != nil {
+			return fmt.Errorf("reading order line: %w", interpret(err))
+		}
+		o := byID[orderID.String()]
+		o.Lines = append(o.Lines, l)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("reading order lines: %w", interpret(err))
+	}
+	return nil
+}
+
+// scanOrder reads orderColumns; it returns the stored content fingerprint too.
+func scanOrder(row pgx.Row) (fulfillment.Order, string, error) {
+	var (
+		o                                 fulfillment.Order
+		id                                uuid.UUID
+		token, network, amount, tolerance *string
+		fingerprint                       string
+	)
+	err := row.Scan(&id, &o.OrgID, &o.Environment, &o.MerchantOrderID, &o.CheckoutSessionID,
+		&o.State, &token, &network, &amount, &tolerance, &fingerprint, &o.CreatedAt, &o.UpdatedAt)
+	if err != nil {
+		return fulfillment.Order{}, "", err
+	}
+	o.ID = id.String()
+	if token != nil {
+		st := &fulfillment.Settlement{Token: *token, Network: *network}
+		if st.Amount, err = decimal.NewFromString(*amount); err != nil {
+			return fulfillment.Order{}, "", fmt.Errorf("parsing settlement amount: %w", err)
+		}
+		if st.Tolerance, err = decimal.NewFromString(*tolerance); err != nil {
+			return fulfillment.Order{}, "", fmt.Errorf("parsing settlement tolerance: %w", err)
+		}
+		o.Settlement = st
+	}
+	return o, fingerprint, nil
+}

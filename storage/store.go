@@ -1,0 +1,121 @@
+// Package storage keeps the service's state in PostgreSQL through pgx v5:
+// embedded migrations, queries next to the methods that run them, and the one
+// place where driver errors become domain errors.
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+// Store is the PostgreSQL implementation of the domain's stores.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var _ fulfillment.OrderStore = (*Store)(nil)
+
+// Options tunes the connection pool.
+type Options struct {
+	// MaxConns caps the pool; 0 keeps pgx's default (4 or the number of CPUs).
+	MaxConns int32
+	// ConnectTimeout bounds every new connection, so that a database outage
+	// fails requests quickly instead of hanging them. Default 2s.
+	ConnectTimeout time.Duration
+}
+
+// Open connects a pool to the database at url and checks it answers.
+func Open(ctx context.Context, url string, o Options) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// The URL may hold a password: never echo it.
+		return nil, errors.New("parsing database URL: malformed connection string")
+	}
+	if o.MaxConns > 0 {
+		cfg.MaxConns = o.MaxConns
+	}
+	cfg.ConnConfig.ConnectTimeout = o.ConnectTimeout
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating connection pool: %w", err)
+	}
+	return &Store{pool: pool}, nil
+}
+
+// Close closes every connection of the pool.
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping checks the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	return interpret(s.pool.Ping(ctx))
+}
+
+// withTx runs fn in one transaction: committed when fn returns nil, rolled
+// back otherwise (and on panic).
+func (s *Store) withTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("beginning transaction: %w", interpret(err))
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // no-op after Commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("committing transaction: %w", interpret(err))
+	}
+	return nil
+}
+
+// SQLSTATE codes the store reacts to.
+const (
+	sqlstateUniqueViolation = "23505"
+)
+
+// interpret turns driver errors into domain sentinels. It is the only place
+// that knows about pgx error types; everything else wraps what it returns.
+func interpret(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: %w", fulfillment.ErrNotFound, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == sqlstateUniqueViolation:
+			return fmt.Errorf("%w: %w", fulfillment.ErrConflict, err)
+		case pgErr.Code[:2] == "08", // connection exception
+			pgErr.Code[:2] == "57", // operator intervention: shutdown, cancel
+			pgErr.Code[:2] == "53": // insufficient resources
+			return fmt.Errorf("%w: %w", fulfillment.ErrUnavailable, err)
+		}
+		return err
+	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) || pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", fulfillment.ErrUnavailable, err)
+	}
+	return err
+}
+
+// constraintName returns the name of the constraint a database error broke.
+func constraintName(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.ConstraintName
+	}
+	return ""
+}
