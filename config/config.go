@@ -326,14 +326,10 @@ func (c *Config) validate() error {
 }
 
 func checkAddr(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
+	// Host names are resolved when listening; no DNS lookups at load time.
+	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return err
-	}
-	if host != "" && net.ParseIP(host) == nil && host != "localhost" {
-		if _, err := net.LookupHost(host); err != nil {
-			return fmt.Errorf("unknown host %q", host)
-		}
 	}
 	n, err := strconv.Atoi(port)
 	if err != nil || n < 0 || n > 65535 {

@@ -49,9 +49,11 @@ func testConfig() *config.Config {
 
 // testServer is a real server on loopback ports, on its own database.
 type testServer struct {
-	httpURL string
-	client  fulfillmentv1.FulfillmentServiceClient
-	logs    *syncBuffer
+	httpURL  string
+	grpcAddr string
+	conn     *grpc.ClientConn // plain-text connection; nil with TLS
+	client   fulfillmentv1.FulfillmentServiceClient
+	logs     *syncBuffer
 }
 
 func startServer(t *testing.T, mutate func(*config.Config)) *testServer {
@@ -85,13 +87,14 @@ func startServer(t *testing.T, mutate func(*config.Config)) *testServer {
 	case err := <-done:
 		t.Fatalf("server did not start: %v", err)
 	}
-	ts := &testServer{httpURL: "http://" + srv.HTTPAddr(), logs: logs}
+	ts := &testServer{httpURL: "http://" + srv.HTTPAddr(), grpcAddr: srv.GRPCAddr(), logs: logs}
 	if cfg.TLS == nil {
 		conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { conn.Close() })
+		ts.conn = conn
 		ts.client = fulfillmentv1.NewFulfillmentServiceClient(conn)
 	}
 	return ts

@@ -1,0 +1,138 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(vars map[string]string) func(string) string {
+	return func(k string) string { return vars[k] }
+}
+
+const goodYAML = `
+listen: { grpc: "127.0.0.1:9090", http: "127.0.0.1:8080", ingest: "127.0.0.1:8081" }
+auth:
+  tokens:
+    - { name: checkout, token_env: CHECKOUT_TOKEN, scopes: [orders:write, orders:read], orgs: [org_a] }
+    - { name: ops, token_file: OPS_FILE, scopes: [admin], orgs: ["*"] }
+`
+
+func TestLoadValid(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	opsFile := filepath.Join(dir, "ops_token")
+	if err := os.WriteFile(opsFile, []byte("ops-secret-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(path, []byte(strings.Replace(goodYAML, "OPS_FILE", opsFile, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(path, env(map[string]string{
+		"CHECKOUT_TOKEN":          "checkout-secret-0123456789",
+		"DATABASE_URL":            "postgres://localhost/db",
+		"FULFILLMENT_LISTEN_HTTP": "127.0.0.1:18080",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Auth.Tokens[0].Secret; got != "checkout-secret-0123456789" {
+		t.Errorf("token from env = %q", got)
+	}
+	if got := cfg.Auth.Tokens[1].Secret; got != "ops-secret-0123456789" {
+		t.Errorf("token from file = %q (newline must be trimmed)", got)
+	}
+	if cfg.Listen.HTTP != "127.0.0.1:18080" || cfg.Listen.GRPC != "127.0.0.1:9090" {
+		t.Errorf("listen = %+v: env override not applied", cfg.Listen)
+	}
+	if cfg.Database.URL != "postgres://localhost/db" {
+		t.Errorf("database URL = %q", cfg.Database.URL)
+	}
+	if cfg.Database.ConnectTimeout != 2*time.Second || cfg.Log.Level != "info" {
+		t.Errorf("defaults not applied: %+v %+v", cfg.Database, cfg.Log)
+	}
+}
+
+func TestLoadDefaultsWithoutFile(t *testing.T) {
+	t.Parallel()
+	cfg, err := Load("", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen.GRPC != DefaultGRPC || cfg.Listen.HTTP != DefaultHTTP || cfg.Listen.Ingest != DefaultIngest {
+		t.Errorf("listen = %+v", cfg.Listen)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"CHECKOUT_TOKEN": "checkout-secret-0123456789", "OTHER": "other-secret-0123456789"}
+	token := `auth: { tokens: [ { name: checkout, token_env: CHECKOUT_TOKEN, scopes: [orders:read], orgs: [org_a] } ] }`
+	cases := []struct {
+		name, yaml string
+		env        map[string]string
+		want       string // the one line must contain this
+	}{
+		{"unknown top-level key", "listne: {}\n", vars, `unknown key "listne"`},
+		{"unknown nested key", "listen: { grcp: \":1\" }\n", vars, `unknown key "grcp"`},
+		{"bad yaml", "listen: [\n", vars, "line"},
+		{"bad address", "listen: { grpc: \"localhost\" }\n", vars, "listen.grpc"},
+		{"bad port", "listen: { http: \"127.0.0.1:99999\" }\n", vars, "listen.http"},
+		{"same address twice", "listen: { grpc: \"127.0.0.1:1\", http: \"127.0.0.1:1\" }\n", vars, "different addresses"},
+		{"missing env secret", token, map[string]string{}, "auth.tokens[0].token_env: environment variable CHECKOUT_TOKEN is not set"},
+		{"missing file secret", `auth: { tokens: [ { name: a, token_file: /nonexistent/tok, scopes: [admin], orgs: ["*"] } ] }`, vars, "auth.tokens[0].token_file"},
+		{"inline secret", `auth: { tokens: [ { name: a, token: abc, scopes: [admin], orgs: ["*"] } ] }`, vars, `unknown key "token"`},
+		{"no secret reference", `auth: { tokens: [ { name: a, scopes: [admin], orgs: ["*"] } ] }`, vars, "auth.tokens[0]: set token_env or token_file"},
+		{"both references", `auth: { tokens: [ { name: a, token_env: OTHER, token_file: /x, scopes: [admin], orgs: ["*"] } ] }`, vars, "only one"},
+		{"unknown scope", `auth: { tokens: [ { name: a, token_env: OTHER, scopes: [orders:delete], orgs: ["*"] } ] }`, vars, `auth.tokens[0].scopes[0]: unknown scope "orders:delete"`},
+		{"no scopes", `auth: { tokens: [ { name: a, token_env: OTHER, orgs: ["*"] } ] }`, vars, "auth.tokens[0].scopes"},
+		{"no orgs", `auth: { tokens: [ { name: a, token_env: OTHER, scopes: [admin] } ] }`, vars, "auth.tokens[0].orgs"},
+		{"star with others", `auth: { tokens: [ { name: a, token_env: OTHER, scopes: [admin], orgs: ["*", org_a] } ] }`, vars, "auth.tokens[0].orgs[0]"},
+		{"short token", `auth: { tokens: [ { name: a, token_env: SHORT, scopes: [admin], orgs: ["*"] } ] }`, map[string]string{"SHORT": "abc"}, "at least 16"},
+		{"duplicate name", `auth: { tokens: [ { name: a, token_env: OTHER, scopes: [admin], orgs: ["*"] }, { name: a, token_env: CHECKOUT_TOKEN, scopes: [admin], orgs: ["*"] } ] }`, vars, `auth.tokens[1].name: "a" is used twice`},
+		{"shared token value", `auth: { tokens: [ { name: a, token_env: OTHER, scopes: [admin], orgs: ["*"] }, { name: b, token_env: OTHER, scopes: [admin], orgs: ["*"] } ] }`, vars, "auth.tokens[1]: same token value"},
+		{"bad log level", "log: { level: loud }\n", vars, "log.level"},
+		{"bad migrate override", "", map[string]string{"FULFILLMENT_DATABASE_MIGRATE": "maybe"}, "FULFILLMENT_DATABASE_MIGRATE"},
+		{"tls half set", "tls: { cert_file: /x }\n", vars, "tls: set both"},
+		{"tls missing file", "tls: { cert_file: /nonexistent/c, key_file: /nonexistent/k }\n", vars, "tls."},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "config.yaml")
+			if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(path, env(tc.env))
+			if err == nil {
+				t.Fatal("Load succeeded, want an error")
+			}
+			msg := err.Error()
+			if strings.Contains(msg, "\n") {
+				t.Errorf("error spans lines: %q", msg)
+			}
+			if !strings.HasPrefix(msg, "config "+path+": ") {
+				t.Errorf("error %q does not name the file", msg)
+			}
+			if !strings.Contains(msg, tc.want) {
+				t.Errorf("error %q does not contain %q", msg, tc.want)
+			}
+			for _, secret := range tc.env {
+				if strings.Contains(msg, secret) {
+					t.Errorf("error %q reveals a secret", msg)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	t.Parallel()
+	_, err := Load("/nonexistent/config.yaml", env(nil))
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/config.yaml") {
+		t.Errorf("Load(missing) = %v", err)
+	}
+}
