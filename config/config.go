@@ -39,11 +39,69 @@ const AllOrgs = "*"
 
 // Config is the whole service configuration.
 type Config struct {
-	Listen   Listen   `yaml:"listen"`
-	TLS      *TLS     `yaml:"tls"`
-	Database Database `yaml:"database"`
-	Auth     Auth     `yaml:"auth"`
-	Log      Log      `yaml:"log"`
+	Listen    Listen     `yaml:"listen"`
+	TLS       *TLS       `yaml:"tls"`
+	Database  Database   `yaml:"database"`
+	Auth      Auth       `yaml:"auth"`
+	Log       Log        `yaml:"log"`
+	Endpoints []Endpoint `yaml:"endpoints"`
+	Ingest    Ingest     `yaml:"ingest"`
+	Worker    Worker     `yaml:"worker"`
+}
+
+// Endpoint is one webhook receiver: POST /webhooks/{id} on the ingest
+// listener. It fixes the provider, org and environment of what it receives.
+type Endpoint struct {
+	ID          string   `yaml:"id"`
+	Provider    string   `yaml:"provider"`
+	Org         string   `yaml:"org"`
+	Environment string   `yaml:"environment"`
+	Secrets     []Secret `yaml:"secrets"`
+}
+
+// Secret references one signing secret; several are accepted at once during
+// a rotation.
+type Secret struct {
+	Env  string `yaml:"env"`
+	File string `yaml:"file"`
+
+	// Value is resolved at load time. It is never logged.
+	Value []byte `yaml:"-"`
+}
+
+// Ingest tunes the webhook gateway.
+type Ingest struct {
+	// MaxBodyBytes caps a webhook body (default 256 KiB); larger is 413.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// Timeout bounds storing one event; past it the provider gets 503 and
+	// retries (default 2s).
+	Timeout time.Duration `yaml:"timeout"`
+	// Upstream is the FulfillmentService that `fulfillmentd ingest` forwards
+	// to; `serve` calls its own service in-process and ignores it.
+	Upstream Upstream `yaml:"upstream"`
+}
+
+// Upstream is a remote FulfillmentService.
+type Upstream struct {
+	Addr      string `yaml:"addr"`
+	TokenEnv  string `yaml:"token_env"`
+	TokenFile string `yaml:"token_file"`
+	TLS       bool   `yaml:"tls"`
+	CAFile    string `yaml:"ca_file"`
+
+	// Token is resolved at load time. It is never logged.
+	Token string `yaml:"-"`
+}
+
+// Worker tunes the inbox processor (see worker.InboxConfig for defaults).
+type Worker struct {
+	Workers     int           `yaml:"workers"`
+	Batch       int           `yaml:"batch"`
+	Lease       time.Duration `yaml:"lease"`
+	Poll        time.Duration `yaml:"poll"`
+	MaxAttempts int           `yaml:"max_attempts"`
+	BaseBackoff time.Duration `yaml:"base_backoff"`
+	MaxBackoff  time.Duration `yaml:"max_backoff"`
 }
 
 // Listen holds the listener addresses (host:port).
@@ -199,6 +257,12 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	if c.Database.ConnectTimeout == 0 {
 		c.Database.ConnectTimeout = 2 * time.Second
 	}
+	if c.Ingest.MaxBodyBytes == 0 {
+		c.Ingest.MaxBodyBytes = 256 << 10
+	}
+	if c.Ingest.Timeout == 0 {
+		c.Ingest.Timeout = 2 * time.Second
+	}
 	return nil
 }
 
@@ -224,28 +288,56 @@ func (c *Config) resolve(getenv func(string) string) error {
 		}
 		t.Secret = s
 	}
+	for i := range c.Endpoints {
+		ep := &c.Endpoints[i]
+		for j := range ep.Secrets {
+			sec := &ep.Secrets[j]
+			key := fmt.Sprintf("endpoints[%d].secrets[%d]", i, j)
+			if sec.Env == "" && sec.File == "" {
+				return fmt.Errorf("%s: set env or file (secrets are never written in the file)", key)
+			}
+			v, err := secret(key, "", sec.Env, sec.File, getenv)
+			if err != nil {
+				return err
+			}
+			sec.Value = []byte(v)
+		}
+	}
+	if u := &c.Ingest.Upstream; u.TokenEnv != "" || u.TokenFile != "" {
+		v, err := secret("ingest.upstream", "token", u.TokenEnv, u.TokenFile, getenv)
+		if err != nil {
+			return err
+		}
+		u.Token = v
+	}
 	return nil
 }
 
 // secret reads a referenced secret: exactly one of env and file is set.
+// The keys are named prefix_env and prefix_file (env and file when prefix is
+// empty).
 func secret(key, prefix, env, file string, getenv func(string) string) (string, error) {
+	envKey, fileKey := "env", "file"
+	if prefix != "" {
+		envKey, fileKey = prefix+"_env", prefix+"_file"
+	}
 	switch {
 	case env != "" && file != "":
-		return "", fmt.Errorf("%s: set only one of %s_env and %s_file", key, prefix, prefix)
+		return "", fmt.Errorf("%s: set only one of %s and %s", key, envKey, fileKey)
 	case env != "":
 		v := getenv(env)
 		if v == "" {
-			return "", fmt.Errorf("%s.%s_env: environment variable %s is not set", key, prefix, env)
+			return "", fmt.Errorf("%s.%s: environment variable %s is not set", key, envKey, env)
 		}
 		return v, nil
 	default:
 		b, err := os.ReadFile(file)
 		if err != nil {
-			return "", fmt.Errorf("%s.%s_file: %v", key, prefix, unwrapPathError(err))
+			return "", fmt.Errorf("%s.%s: %v", key, fileKey, unwrapPathError(err))
 		}
 		v := strings.TrimSpace(string(b))
 		if v == "" {
-			return "", fmt.Errorf("%s.%s_file: %s is empty", key, prefix, file)
+			return "", fmt.Errorf("%s.%s: %s is empty", key, fileKey, file)
 		}
 		return v, nil
 	}
@@ -287,6 +379,16 @@ func (c *Config) validate() error {
 	default:
 		return fmt.Errorf("log.level: %q is not one of debug, info, warn, error", c.Log.Level)
 	}
+	if err := c.validateEndpoints(); err != nil {
+		return err
+	}
+	if c.Ingest.MaxBodyBytes < 0 || c.Ingest.Timeout < 0 {
+		return errors.New("ingest: max_body_bytes and timeout must not be negative")
+	}
+	w := c.Worker
+	if w.Workers < 0 || w.Batch < 0 || w.Lease < 0 || w.Poll < 0 || w.MaxAttempts < 0 || w.BaseBackoff < 0 || w.MaxBackoff < 0 {
+		return errors.New("worker: values must not be negative")
+	}
 	names := map[string]bool{}
 	secrets := map[string]string{}
 	for i, t := range c.Auth.Tokens {
@@ -319,6 +421,39 @@ func (c *Config) validate() error {
 		for j, o := range t.Orgs {
 			if o == "" || (o == AllOrgs && len(t.Orgs) > 1) {
 				return fmt.Errorf("%s.orgs[%d]: an org id, or \"*\" alone", key, j)
+			}
+		}
+	}
+	return nil
+}
+
+// Providers with a webhook adapter.
+var knownProviders = []string{"yolfi"}
+
+var endpointID = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+
+func (c *Config) validateEndpoints() error {
+	ids := map[string]bool{}
+	for i, ep := range c.Endpoints {
+		key := fmt.Sprintf("endpoints[%d]", i)
+		switch {
+		case !endpointID.MatchString(ep.ID):
+			return fmt.Errorf("%s.id: required; lowercase letters, digits, _ and - (it is the URL path /webhooks/{id})", key)
+		case ids[ep.ID]:
+			return fmt.Errorf("%s.id: %q is used twice", key, ep.ID)
+		case !slices.Contains(knownProviders, ep.Provider):
+			return fmt.Errorf("%s.provider: %q is not one of %s", key, ep.Provider, strings.Join(knownProviders, ", "))
+		case ep.Org == "" || ep.Org == AllOrgs:
+			return fmt.Errorf("%s.org: the org this endpoint receives events for is required", key)
+		case ep.Environment != "live" && ep.Environment != "test":
+			return fmt.Errorf("%s.environment: must be live or test", key)
+		case len(ep.Secrets) == 0:
+			return fmt.Errorf("%s.secrets: at least one signing secret is required", key)
+		}
+		ids[ep.ID] = true
+		for j, sec := range ep.Secrets {
+			if len(sec.Value) < 16 {
+				return fmt.Errorf("%s.secrets[%d]: a signing secret must be at least 16 characters", key, j)
 			}
 		}
 	}

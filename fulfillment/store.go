@@ -18,6 +18,10 @@ type OrderStore interface {
 	OrderCreate(ctx context.Context, spec OrderSpec) (order Order, created bool, err error)
 	// OrderGet returns one order, or an error wrapping ErrNotFound.
 	OrderGet(ctx context.Context, id string) (Order, error)
+	// OrderDetail returns one order with its payment attempts,
+	// entitlements, ledger entries and event timeline, or an error wrapping
+	// ErrNotFound.
+	OrderDetail(ctx context.Context, id string) (OrderDetail, error)
 	// OrderList returns up to p.Limit orders matching p.Filter with ids below
 	// p.BeforeID (when set), newest first.
 	OrderList(ctx context.Context, p OrderListParams) ([]Order, error)

@@ -37,12 +37,19 @@ func (p *Principal) AllowsOrg(org string) bool {
 // VisibleOrgs returns the orgs p may see, nil meaning all.
 func (p *Principal) VisibleOrgs() []string { return p.orgs }
 
+// OwnsOrg reports whether p was given org by name: a token for every org
+// ("*") administers orgs but does not own them, and so does not see their
+// secrets (license keys).
+func (p *Principal) OwnsOrg(org string) bool { return slices.Contains(p.orgs, org) }
+
 // methodScopes says which scope each RPC needs. An RPC missing here is
 // refused: a new method cannot be exposed by forgetting to list it.
 var methodScopes = map[string]string{
-	fulfillmentv1.FulfillmentService_CreateOrder_FullMethodName: config.ScopeOrdersWrite,
-	fulfillmentv1.FulfillmentService_GetOrder_FullMethodName:    config.ScopeOrdersRead,
-	fulfillmentv1.FulfillmentService_ListOrders_FullMethodName:  config.ScopeOrdersRead,
+	fulfillmentv1.FulfillmentService_CreateOrder_FullMethodName:             config.ScopeOrdersWrite,
+	fulfillmentv1.FulfillmentService_GetOrder_FullMethodName:                config.ScopeOrdersRead,
+	fulfillmentv1.FulfillmentService_ListOrders_FullMethodName:              config.ScopeOrdersRead,
+	fulfillmentv1.FulfillmentService_RecordEvent_FullMethodName:             config.ScopeIngest,
+	fulfillmentv1.FulfillmentService_ListReconciliationItems_FullMethodName: config.ScopeReconciliationRead,
 }
 
 // publicServices need no token: health checks and reflection.

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"strconv"
+
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -68,6 +70,57 @@ func orderToProto(o fulfillment.Order) *fulfillmentv1.Order {
 			Amount:    s.Amount.String(),
 			Tolerance: s.Tolerance.String(),
 		}
+	}
+	return pb
+}
+
+// orderDetailToProto renders an order with its history. License keys and
+// other entitlement values are shown only to tokens that own the org.
+func orderDetailToProto(d fulfillment.OrderDetail, showSecrets bool) *fulfillmentv1.Order {
+	pb := orderToProto(d.Order)
+	for _, a := range d.Attempts {
+		pa := &fulfillmentv1.PaymentAttempt{
+			Provider:    string(a.Provider),
+			ProviderRef: a.AttemptRef,
+			State:       string(a.State),
+			Token:       a.Token,
+			Network:     a.Network,
+			CreateTime:  timestamppb.New(a.CreatedAt),
+		}
+		if a.HasAmount {
+			pa.Amount = a.Amount.String()
+		}
+		pb.PaymentAttempts = append(pb.PaymentAttempts, pa)
+	}
+	for _, e := range d.Entitlements {
+		pe := &fulfillmentv1.Entitlement{
+			Id:         strconv.FormatInt(e.ID, 10),
+			Kind:       string(e.Kind),
+			Sku:        e.SKU,
+			Unit:       int64(e.Unit),
+			CreateTime: timestamppb.New(e.CreatedAt),
+		}
+		if showSecrets {
+			pe.Value = e.Value
+		}
+		pb.Entitlements = append(pb.Entitlements, pe)
+	}
+	for _, l := range d.Ledger {
+		pb.LedgerEntries = append(pb.LedgerEntries, &fulfillmentv1.LedgerEntry{
+			Id:         strconv.FormatInt(l.ID, 10),
+			AccountRef: l.AccountRef,
+			Movement:   l.Movement,
+			Amount:     &fulfillmentv1.Money{Currency: l.Amount.Currency, MinorUnits: l.Amount.MinorUnits},
+			CreateTime: timestamppb.New(l.CreatedAt),
+		})
+	}
+	for _, e := range d.Events {
+		pb.Events = append(pb.Events, &fulfillmentv1.OrderEvent{
+			EventId:     e.EventID,
+			Type:        e.Type,
+			ReceiveTime: timestamppb.New(e.ReceivedAt),
+			Decision:    string(e.Decision),
+		})
 	}
 	return pb
 }

@@ -26,7 +26,7 @@ type Readiness interface {
 // newHTTPHandler serves the REST gateway (translating to gRPC over conn, so
 // that REST calls pass the same interceptors: auth, logging, recovery), the
 // OpenAPI document, and the health endpoints.
-func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, ready Readiness, log *slog.Logger) (http.Handler, error) {
+func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, ready Readiness, metrics http.Handler, log *slog.Logger) (http.Handler, error) {
 	gw := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
 			MarshalOptions: protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
@@ -49,6 +49,9 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, ready Readiness,
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", gw)
 	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

@@ -5,26 +5,29 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 )
 
-// OrderService implements the order RPCs of fulfillment.v1.FulfillmentService.
+// OrderService implements fulfillment.v1.FulfillmentService.
 type OrderService struct {
 	fulfillmentv1.UnimplementedFulfillmentServiceServer
 
 	store fulfillment.OrderStore
+	inbox fulfillment.InboxStore
+	recon fulfillment.ReconStore
 	log   *slog.Logger
 }
 
 var _ fulfillmentv1.FulfillmentServiceServer = (*OrderService)(nil)
 
 // NewOrderService returns the service backed by store.
-func NewOrderService(store fulfillment.OrderStore, log *slog.Logger) *OrderService {
-	return &OrderService{store: store, log: log}
+func NewOrderService(store Store, log *slog.Logger) *OrderService {
+	return &OrderService{store: store, inbox: store, recon: store, log: log}
 }
 
 // CreateOrder implements fulfillmentv1.FulfillmentServiceServer.
@@ -48,14 +51,15 @@ func (s *OrderService) GetOrder(ctx context.Context, req *fulfillmentv1.GetOrder
 	if err := fulfillment.ValidateOrderID("order_id", req.GetOrderId()); err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	order, err := s.store.OrderGet(ctx, req.GetOrderId())
+	detail, err := s.store.OrderDetail(ctx, req.GetOrderId())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	if err := requireOrg(principalFrom(ctx), order.OrgID); err != nil {
+	p := principalFrom(ctx)
+	if err := requireOrg(p, detail.OrgID); err != nil {
 		return nil, err
 	}
-	return &fulfillmentv1.GetOrderResponse{Order: orderToProto(order)}, nil
+	return &fulfillmentv1.GetOrderResponse{Order: orderDetailToProto(detail, p.OwnsOrg(detail.OrgID))}, nil
 }
 
 // ListOrders implements fulfillmentv1.FulfillmentServiceServer.
@@ -80,11 +84,14 @@ func (s *OrderService) ListOrders(ctx context.Context, req *fulfillmentv1.ListOr
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
+	digest := pageDigest(filter.OrgID, string(filter.Environment), string(filter.State), filter.MerchantOrderID, filter.VisibleOrgs)
 	params := fulfillment.OrderListParams{Filter: filter, Limit: limit + 1}
 	if req.GetPageToken() != "" {
-		if params.BeforeID, err = decodePageToken(req.GetPageToken(), filter); err != nil {
-			return nil, toStatus(ctx, s.log, err)
+		before, err := decodePageToken(req.GetPageToken(), digest)
+		if err != nil || fulfillment.ValidateOrderID("page_token", before) != nil {
+			return nil, toStatus(ctx, s.log, badPageToken())
 		}
+		params.BeforeID = before
 	}
 	orders, err := s.store.OrderList(ctx, params)
 	if err != nil {
@@ -93,7 +100,7 @@ func (s *OrderService) ListOrders(ctx context.Context, req *fulfillmentv1.ListOr
 	resp := &fulfillmentv1.ListOrdersResponse{}
 	if len(orders) > limit {
 		orders = orders[:limit]
-		resp.NextPageToken = encodePageToken(orders[limit-1].ID, filter)
+		resp.NextPageToken = encodePageToken(orders[limit-1].ID, digest)
 	}
 	resp.Orders = make([]*fulfillmentv1.Order, len(orders))
 	for i, o := range orders {
@@ -102,37 +109,45 @@ func (s *OrderService) ListOrders(ctx context.Context, req *fulfillmentv1.ListOr
 	return resp, nil
 }
 
-// pageToken continues a listing. It is bound to the filter it was issued
+// pageToken continues a listing. It is bound to the filters it was issued
 // for, so that a token cannot be replayed with other filters (or by a caller
 // who sees other orgs).
 type pageToken struct {
-	BeforeID string `json:"b"`
-	Filter   string `json:"f"`
+	Before string `json:"b"`
+	Filter string `json:"f"`
 }
 
-func filterDigest(f fulfillment.OrderFilter) string {
-	parts := append([]string{f.OrgID, string(f.Environment), string(f.State), f.MerchantOrderID}, f.VisibleOrgs...)
-	sum := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+// pageDigest identifies a listing's filters and the caller's visible orgs.
+func pageDigest(parts ...any) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%q", parts))
 	return base64.RawURLEncoding.EncodeToString(sum[:12])
 }
 
-func encodePageToken(beforeID string, f fulfillment.OrderFilter) string {
-	b, _ := json.Marshal(pageToken{BeforeID: beforeID, Filter: filterDigest(f)})
+func encodePageToken(before, digest string) string {
+	b, _ := json.Marshal(pageToken{Before: before, Filter: digest})
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func decodePageToken(token string, f fulfillment.OrderFilter) (string, error) {
-	bad := &fulfillment.ValidationError{Violations: []fulfillment.FieldViolation{{
+// decodePageToken returns the position a token continues from, or an error
+// when it was not issued for these filters.
+func decodePageToken(token, digest string) (string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil {
+		return "", err
+	}
+	var t pageToken
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return "", err
+	}
+	if t.Filter != digest || t.Before == "" {
+		return "", errors.New("page token issued for other filters")
+	}
+	return t.Before, nil
+}
+
+func badPageToken() error {
+	return &fulfillment.ValidationError{Violations: []fulfillment.FieldViolation{{
 		Field:       "page_token",
 		Description: "is not a token from a previous response with the same filters; start again without page_token",
 	}}}
-	raw, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil {
-		return "", bad
-	}
-	var t pageToken
-	if json.Unmarshal(raw, &t) != nil || t.Filter != filterDigest(f) || fulfillment.ValidateOrderID("page_token", t.BeforeID) != nil {
-		return "", bad
-	}
-	return t.BeforeID, nil
 }

@@ -29,6 +29,8 @@ import (
 // Store is what the server needs from storage.
 type Store interface {
 	fulfillment.OrderStore
+	fulfillment.InboxStore
+	fulfillment.ReconStore
 	Readiness
 }
 
@@ -38,14 +40,49 @@ type Server struct {
 	store Store
 	log   *slog.Logger
 
+	opts             Options
 	grpcLis, httpLis net.Listener
 	ready            chan struct{}
+
+	grpcSrv *grpc.Server
+	inproc  *bufconn.Listener
+	local   *grpc.ClientConn
+}
+
+// Options adds optional parts to the server.
+type Options struct {
+	// Metrics, when set, is served at GET /metrics on the HTTP listener.
+	Metrics http.Handler
 }
 
 // New prepares a server; listeners open in Listen.
-func New(cfg *config.Config, store Store, log *slog.Logger) *Server {
-	return &Server{cfg: cfg, store: store, log: log, ready: make(chan struct{})}
+func New(cfg *config.Config, store Store, log *slog.Logger, opts Options) (*Server, error) {
+	s := &Server{cfg: cfg, store: store, log: log, opts: opts, ready: make(chan struct{})}
+	auth := NewAuthenticator(cfg.Auth.Tokens)
+	s.grpcSrv = grpc.NewServer(
+		grpc.ChainUnaryInterceptor(recoverUnary(log), logUnary(log), auth.UnaryInterceptor),
+		grpc.ChainStreamInterceptor(auth.StreamInterceptor),
+	)
+	fulfillmentv1.RegisterFulfillmentServiceServer(s.grpcSrv, NewOrderService(store, log))
+	reflection.Register(s.grpcSrv)
+
+	// In-process callers (the REST gateway, the webhook gateway in serve
+	// mode) reach gRPC in memory: same interceptors, no TLS to ourselves, no
+	// TCP hop.
+	s.inproc = bufconn.Listen(1 << 20)
+	var err error
+	s.local, err = grpc.NewClient("passthrough:///inproc",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return s.inproc.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("connecting in-process client: %w", err)
+	}
+	return s, nil
 }
+
+// LocalConn is an in-process connection to the gRPC service, valid while
+// Run serves.
+func (s *Server) LocalConn() *grpc.ClientConn { return s.local }
 
 // Listen opens the gRPC and HTTP listeners, so that a caller (a test) can
 // learn the bound addresses before Run.
@@ -84,28 +121,11 @@ func (s *Server) Run(ctx context.Context) error {
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 
-	auth := NewAuthenticator(s.cfg.Auth.Tokens)
-	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(recoverUnary(s.log), logUnary(s.log), auth.UnaryInterceptor),
-		grpc.ChainStreamInterceptor(auth.StreamInterceptor),
-	}
-	grpcSrv := grpc.NewServer(opts...)
-	fulfillmentv1.RegisterFulfillmentServiceServer(grpcSrv, NewOrderService(s.store, s.log))
+	grpcSrv, inproc := s.grpcSrv, s.inproc
+	defer s.local.Close()
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
-	reflection.Register(grpcSrv)
-
-	// The gateway reaches gRPC in memory: same interceptors, no TLS to
-	// ourselves, no extra TCP hop.
-	inproc := bufconn.Listen(1 << 20)
-	conn, err := grpc.NewClient("passthrough:///inproc",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return inproc.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return fmt.Errorf("connecting gateway: %w", err)
-	}
-	defer conn.Close()
-	handler, err := newHTTPHandler(ctx, conn, s.store, s.log)
+	handler, err := newHTTPHandler(ctx, s.local, s.store, s.opts.Metrics, s.log)
 	if err != nil {
 		return fmt.Errorf("building gateway: %w", err)
 	}

@@ -69,7 +69,10 @@ func startServer(t *testing.T, mutate func(*config.Config)) *testServer {
 	}
 	logs := &syncBuffer{}
 	log := slog.New(server.ContextHandler{Handler: slog.NewJSONHandler(logs, nil)})
-	srv := server.New(cfg, store, log)
+	srv, err := server.New(cfg, store, log, server.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := srv.Listen(); err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/shopspring/decimal"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
@@ -228,15 +227,8 @@ func scanOrder(row pgx.Row) (fulfillment.Order, string, error) {
 		return fulfillment.Order{}, "", err
 	}
 	o.ID = id.String()
-	if token != nil {
-		st := &fulfillment.Settlement{Token: *token, Network: *network}
-		if st.Amount, err = decimal.NewFromString(*amount); err != nil {
-			return fulfillment.Order{}, "", fmt.Errorf("parsing settlement amount: %w", err)
-		}
-		if st.Tolerance, err = decimal.NewFromString(*tolerance); err != nil {
-			return fulfillment.Order{}, "", fmt.Errorf("parsing settlement tolerance: %w", err)
-		}
-		o.Settlement = st
+	if o.Settlement, err = settlementFrom(token, network, amount, tolerance); err != nil {
+		return fulfillment.Order{}, "", err
 	}
 	return o, fingerprint, nil
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +20,7 @@ import (
 // Store is the PostgreSQL implementation of the domain's stores.
 type Store struct {
 	pool *pgxpool.Pool
+	log  *slog.Logger
 }
 
 var _ fulfillment.OrderStore = (*Store)(nil)
@@ -30,6 +32,8 @@ type Options struct {
 	// ConnectTimeout bounds every new connection, so that a database outage
 	// fails requests quickly instead of hanging them. Default 2s.
 	ConnectTimeout time.Duration
+	// Logger receives the store's own warnings (nil: discarded).
+	Logger *slog.Logger
 }
 
 // Open connects a pool to the database at url and checks it answers.
@@ -50,7 +54,11 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating connection pool: %w", err)
 	}
-	return &Store{pool: pool}, nil
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Store{pool: pool, log: log}, nil
 }
 
 // Close closes every connection of the pool.

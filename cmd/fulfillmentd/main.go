@@ -1,10 +1,11 @@
-// Command fulfillmentd is the fulfillment service: `serve` runs the gRPC API
-// and its REST gateway, `migrate` applies database migrations.
+// Command fulfillmentd is the fulfillment service. `serve` runs everything:
+// the gRPC API and its REST gateway, the webhook gateway and the inbox
+// processor; `ingest` runs only the webhook gateway against a remote
+// service; `migrate` applies database migrations.
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fulfillplatform/fulfillment/config"
+	"github.com/fulfillplatform/fulfillment/internal/app"
 	"github.com/fulfillplatform/fulfillment/server"
 	"github.com/fulfillplatform/fulfillment/storage"
 )
@@ -57,7 +59,7 @@ func newRootCmd() *cobra.Command {
 			if cmd.Flags().Changed("migrate") {
 				cfg.Database.Migrate = migrate
 			}
-			return runServe(cmd.Context(), cfg)
+			return runServe(cmd.Context(), cfg, newLogger(cfg.Log.Level))
 		},
 	}
 	serve.Flags().BoolVar(&migrate, "migrate", false, "apply pending migrations before serving (default: database.migrate)")
@@ -72,7 +74,7 @@ func newRootCmd() *cobra.Command {
 				return err
 			}
 			if cfg.Database.URL == "" {
-				return errNoDatabase
+				return app.ErrNoDatabase
 			}
 			if err := storage.Migrate(cmd.Context(), cfg.Database.URL); err != nil {
 				return err
@@ -81,32 +83,20 @@ func newRootCmd() *cobra.Command {
 			return nil
 		},
 	}
-	root.AddCommand(serve, migrateCmd)
+	ingestCmd := &cobra.Command{
+		Use:   "ingest",
+		Short: "Serve only the webhook gateway, forwarding to a remote FulfillmentService",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := load()
+			if err != nil {
+				return err
+			}
+			return runIngest(cmd.Context(), cfg, newLogger(cfg.Log.Level))
+		},
+	}
+	root.AddCommand(serve, migrateCmd, ingestCmd)
 	return root
-}
-
-var errNoDatabase = errors.New("config: database: set DATABASE_URL (or database.url_env / database.url_file)")
-
-func runServe(ctx context.Context, cfg *config.Config) error {
-	log := newLogger(cfg.Log.Level)
-	if cfg.Database.URL == "" {
-		return errNoDatabase
-	}
-	if cfg.Database.Migrate {
-		if err := storage.Migrate(ctx, cfg.Database.URL); err != nil {
-			return err
-		}
-		log.Info("migrations applied")
-	}
-	store, err := storage.Open(ctx, cfg.Database.URL, storage.Options{
-		MaxConns:       cfg.Database.MaxConns,
-		ConnectTimeout: cfg.Database.ConnectTimeout,
-	})
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	return server.New(cfg, store, log).Run(ctx)
 }
 
 func newLogger(level string) *slog.Logger {

@@ -1140,6 +1140,693 @@ func (x *ListOrdersResponse) GetNextPageToken() string {
 	return ""
 }
 
+// EventPayment is the normalized payment content of a provider event.
+// Empty strings mean "not in the event".
+type EventPayment struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Provider's payment attempt (Yolfi invoice, else payment, else checkout session).
+	AttemptRef string `protobuf:"bytes,1,opt,name=attempt_ref,json=attemptRef,proto3" json:"attempt_ref,omitempty"`
+	// Provider payment id.
+	PaymentId string `protobuf:"bytes,2,opt,name=payment_id,json=paymentId,proto3" json:"payment_id,omitempty"`
+	// Provider invoice id.
+	InvoiceId string `protobuf:"bytes,3,opt,name=invoice_id,json=invoiceId,proto3" json:"invoice_id,omitempty"`
+	// Checkout session the payment belongs to.
+	CheckoutSessionId string `protobuf:"bytes,4,opt,name=checkout_session_id,json=checkoutSessionId,proto3" json:"checkout_session_id,omitempty"`
+	// Merchant's order id, when the provider carries it.
+	MerchantOrderId string `protobuf:"bytes,5,opt,name=merchant_order_id,json=merchantOrderId,proto3" json:"merchant_order_id,omitempty"`
+	// Reusable payment link; never identifies an order on its own.
+	PaylinkId string `protobuf:"bytes,6,opt,name=paylink_id,json=paylinkId,proto3" json:"paylink_id,omitempty"`
+	// Subscription the event belongs to.
+	SubscriptionId string `protobuf:"bytes,7,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	// Amount the merchant receives, decimal string in token units; empty when absent.
+	Amount string `protobuf:"bytes,8,opt,name=amount,proto3" json:"amount,omitempty"`
+	// Token of the amount.
+	Token string `protobuf:"bytes,9,opt,name=token,proto3" json:"token,omitempty"`
+	// Network of the amount.
+	Network string `protobuf:"bytes,10,opt,name=network,proto3" json:"network,omitempty"`
+	// Transaction hash; informative only.
+	TxHash        string `protobuf:"bytes,11,opt,name=tx_hash,json=txHash,proto3" json:"tx_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventPayment) Reset() {
+	*x = EventPayment{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventPayment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventPayment) ProtoMessage() {}
+
+func (x *EventPayment) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventPayment.ProtoReflect.Descriptor instead.
+func (*EventPayment) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *EventPayment) GetAttemptRef() string {
+	if x != nil {
+		return x.AttemptRef
+	}
+	return ""
+}
+
+func (x *EventPayment) GetPaymentId() string {
+	if x != nil {
+		return x.PaymentId
+	}
+	return ""
+}
+
+func (x *EventPayment) GetInvoiceId() string {
+	if x != nil {
+		return x.InvoiceId
+	}
+	return ""
+}
+
+func (x *EventPayment) GetCheckoutSessionId() string {
+	if x != nil {
+		return x.CheckoutSessionId
+	}
+	return ""
+}
+
+func (x *EventPayment) GetMerchantOrderId() string {
+	if x != nil {
+		return x.MerchantOrderId
+	}
+	return ""
+}
+
+func (x *EventPayment) GetPaylinkId() string {
+	if x != nil {
+		return x.PaylinkId
+	}
+	return ""
+}
+
+func (x *EventPayment) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
+func (x *EventPayment) GetAmount() string {
+	if x != nil {
+		return x.Amount
+	}
+	return ""
+}
+
+func (x *EventPayment) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *EventPayment) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *EventPayment) GetTxHash() string {
+	if x != nil {
+		return x.TxHash
+	}
+	return ""
+}
+
+// RecordEventRequest is a verified provider event, normalized by the
+// gateway's provider adapter.
+type RecordEventRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Provider, e.g. "yolfi".
+	Provider string `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	// Webhook endpoint that received the event.
+	EndpointId string `protobuf:"bytes,2,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// Org of the endpoint (never taken from the payload).
+	OrgId string `protobuf:"bytes,3,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	// Environment of the endpoint: "live" or "test".
+	Environment string `protobuf:"bytes,4,opt,name=environment,proto3" json:"environment,omitempty"`
+	// Provider's signed event id.
+	EventId string `protobuf:"bytes,5,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// Provider's event type, e.g. "payment.confirmed".
+	Type string `protobuf:"bytes,6,opt,name=type,proto3" json:"type,omitempty"`
+	// What the type means to an order: "attempt_created", "payment_confirmed",
+	// "attempt_expired", "attempt_cancelled" or "other".
+	Kind string `protobuf:"bytes,7,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Provider test-mode event.
+	TestMode bool `protobuf:"varint,8,opt,name=test_mode,json=testMode,proto3" json:"test_mode,omitempty"`
+	// When the provider says the event happened.
+	OccurTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=occur_time,json=occurTime,proto3" json:"occur_time,omitempty"`
+	// Payment content.
+	Payment *EventPayment `protobuf:"bytes,10,opt,name=payment,proto3" json:"payment,omitempty"`
+	// The verified raw request body, kept as evidence.
+	RawBody       []byte `protobuf:"bytes,11,opt,name=raw_body,json=rawBody,proto3" json:"raw_body,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordEventRequest) Reset() {
+	*x = RecordEventRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordEventRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordEventRequest) ProtoMessage() {}
+
+func (x *RecordEventRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordEventRequest.ProtoReflect.Descriptor instead.
+func (*RecordEventRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RecordEventRequest) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *RecordEventRequest) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *RecordEventRequest) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
+func (x *RecordEventRequest) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+func (x *RecordEventRequest) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *RecordEventRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *RecordEventRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *RecordEventRequest) GetTestMode() bool {
+	if x != nil {
+		return x.TestMode
+	}
+	return false
+}
+
+func (x *RecordEventRequest) GetOccurTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OccurTime
+	}
+	return nil
+}
+
+func (x *RecordEventRequest) GetPayment() *EventPayment {
+	if x != nil {
+		return x.Payment
+	}
+	return nil
+}
+
+func (x *RecordEventRequest) GetRawBody() []byte {
+	if x != nil {
+		return x.RawBody
+	}
+	return nil
+}
+
+// RecordEventResponse acknowledges a committed event.
+type RecordEventResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when the event was stored before (a redelivery).
+	Duplicate bool `protobuf:"varint,1,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	// Inbox state: "pending", "processed", "ignored", "unmatched" or "failed".
+	State         string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordEventResponse) Reset() {
+	*x = RecordEventResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordEventResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordEventResponse) ProtoMessage() {}
+
+func (x *RecordEventResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordEventResponse.ProtoReflect.Descriptor instead.
+func (*RecordEventResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RecordEventResponse) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
+}
+
+func (x *RecordEventResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+// ReconciliationItem is a situation a person must look at.
+type ReconciliationItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Item id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// "extra_payment", "amount_mismatch", "overpayment", "unmatched_payment",
+	// "uncertain_delivery", "paid_not_fulfilled", "failed_event" or
+	// "refund_after_fulfillment".
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// "open" or "resolved".
+	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// Org concerned.
+	OrgId string `protobuf:"bytes,4,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	// "live" or "test".
+	Environment string `protobuf:"bytes,5,opt,name=environment,proto3" json:"environment,omitempty"`
+	// Order concerned, when known.
+	OrderId string `protobuf:"bytes,6,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	// Provider event that opened the item, when any.
+	EventId string `protobuf:"bytes,7,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// Provider concerned.
+	Provider string `protobuf:"bytes,8,opt,name=provider,proto3" json:"provider,omitempty"`
+	// Payment attempt concerned.
+	AttemptRef string `protobuf:"bytes,9,opt,name=attempt_ref,json=attemptRef,proto3" json:"attempt_ref,omitempty"`
+	// Payment concerned.
+	PaymentId string `protobuf:"bytes,10,opt,name=payment_id,json=paymentId,proto3" json:"payment_id,omitempty"`
+	// Amount received, decimal string in token units.
+	Amount string `protobuf:"bytes,11,opt,name=amount,proto3" json:"amount,omitempty"`
+	// Amount expected, decimal string in token units.
+	ExpectedAmount string `protobuf:"bytes,12,opt,name=expected_amount,json=expectedAmount,proto3" json:"expected_amount,omitempty"`
+	// Token of the amounts.
+	Token string `protobuf:"bytes,13,opt,name=token,proto3" json:"token,omitempty"`
+	// Network of the amounts.
+	Network string `protobuf:"bytes,14,opt,name=network,proto3" json:"network,omitempty"`
+	// What happened, in words.
+	Detail string `protobuf:"bytes,15,opt,name=detail,proto3" json:"detail,omitempty"`
+	// When the item was opened.
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When it was resolved.
+	ResolveTime *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=resolve_time,json=resolveTime,proto3" json:"resolve_time,omitempty"`
+	// Who resolved it.
+	ResolvedBy string `protobuf:"bytes,18,opt,name=resolved_by,json=resolvedBy,proto3" json:"resolved_by,omitempty"`
+	// Why, as the resolver wrote it.
+	ResolutionNote string `protobuf:"bytes,19,opt,name=resolution_note,json=resolutionNote,proto3" json:"resolution_note,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ReconciliationItem) Reset() {
+	*x = ReconciliationItem{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconciliationItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconciliationItem) ProtoMessage() {}
+
+func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconciliationItem.ProtoReflect.Descriptor instead.
+func (*ReconciliationItem) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ReconciliationItem) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetOrderId() string {
+	if x != nil {
+		return x.OrderId
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetAttemptRef() string {
+	if x != nil {
+		return x.AttemptRef
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetPaymentId() string {
+	if x != nil {
+		return x.PaymentId
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetAmount() string {
+	if x != nil {
+		return x.Amount
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetExpectedAmount() string {
+	if x != nil {
+		return x.ExpectedAmount
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *ReconciliationItem) GetResolveTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ResolveTime
+	}
+	return nil
+}
+
+func (x *ReconciliationItem) GetResolvedBy() string {
+	if x != nil {
+		return x.ResolvedBy
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetResolutionNote() string {
+	if x != nil {
+		return x.ResolutionNote
+	}
+	return ""
+}
+
+// ListReconciliationItemsRequest filters and pages items. Empty filters match
+// everything the caller may see.
+type ListReconciliationItemsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only items of this kind.
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Only items in this state.
+	State string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	// Only items about this order.
+	OrderId string `protobuf:"bytes,3,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	// Only items of this org.
+	OrgId string `protobuf:"bytes,4,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	// Maximum number of items to return: default 50, at most 500.
+	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token from a previous response's next_page_token, with the same filters.
+	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReconciliationItemsRequest) Reset() {
+	*x = ListReconciliationItemsRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReconciliationItemsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReconciliationItemsRequest) ProtoMessage() {}
+
+func (x *ListReconciliationItemsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReconciliationItemsRequest.ProtoReflect.Descriptor instead.
+func (*ListReconciliationItemsRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListReconciliationItemsRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ListReconciliationItemsRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ListReconciliationItemsRequest) GetOrderId() string {
+	if x != nil {
+		return x.OrderId
+	}
+	return ""
+}
+
+func (x *ListReconciliationItemsRequest) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
+func (x *ListReconciliationItemsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListReconciliationItemsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListReconciliationItemsResponse is one page of items.
+type ListReconciliationItemsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Items, newest first.
+	Items []*ReconciliationItem `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	// Token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReconciliationItemsResponse) Reset() {
+	*x = ListReconciliationItemsResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReconciliationItemsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReconciliationItemsResponse) ProtoMessage() {}
+
+func (x *ListReconciliationItemsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReconciliationItemsResponse.ProtoReflect.Descriptor instead.
+func (*ListReconciliationItemsResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListReconciliationItemsResponse) GetItems() []*ReconciliationItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *ListReconciliationItemsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_fulfillment_v1_fulfillment_proto protoreflect.FileDescriptor
 
 const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
@@ -1241,12 +1928,85 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"page_token\x18\x06 \x01(\tR\tpageToken\"k\n" +
 	"\x12ListOrdersResponse\x12-\n" +
 	"\x06orders\x18\x01 \x03(\v2\x15.fulfillment.v1.OrderR\x06orders\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\x90\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xf2\x02\n" +
+	"\fEventPayment\x12\x1f\n" +
+	"\vattempt_ref\x18\x01 \x01(\tR\n" +
+	"attemptRef\x12\x1d\n" +
+	"\n" +
+	"payment_id\x18\x02 \x01(\tR\tpaymentId\x12\x1d\n" +
+	"\n" +
+	"invoice_id\x18\x03 \x01(\tR\tinvoiceId\x12.\n" +
+	"\x13checkout_session_id\x18\x04 \x01(\tR\x11checkoutSessionId\x12*\n" +
+	"\x11merchant_order_id\x18\x05 \x01(\tR\x0fmerchantOrderId\x12\x1d\n" +
+	"\n" +
+	"paylink_id\x18\x06 \x01(\tR\tpaylinkId\x12'\n" +
+	"\x0fsubscription_id\x18\a \x01(\tR\x0esubscriptionId\x12\x16\n" +
+	"\x06amount\x18\b \x01(\tR\x06amount\x12\x14\n" +
+	"\x05token\x18\t \x01(\tR\x05token\x12\x18\n" +
+	"\anetwork\x18\n" +
+	" \x01(\tR\anetwork\x12\x17\n" +
+	"\atx_hash\x18\v \x01(\tR\x06txHash\"\xf8\x02\n" +
+	"\x12RecordEventRequest\x12\x1a\n" +
+	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x1f\n" +
+	"\vendpoint_id\x18\x02 \x01(\tR\n" +
+	"endpointId\x12\x15\n" +
+	"\x06org_id\x18\x03 \x01(\tR\x05orgId\x12 \n" +
+	"\venvironment\x18\x04 \x01(\tR\venvironment\x12\x19\n" +
+	"\bevent_id\x18\x05 \x01(\tR\aeventId\x12\x12\n" +
+	"\x04type\x18\x06 \x01(\tR\x04type\x12\x12\n" +
+	"\x04kind\x18\a \x01(\tR\x04kind\x12\x1b\n" +
+	"\ttest_mode\x18\b \x01(\bR\btestMode\x129\n" +
+	"\n" +
+	"occur_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\toccurTime\x126\n" +
+	"\apayment\x18\n" +
+	" \x01(\v2\x1c.fulfillment.v1.EventPaymentR\apayment\x12\x19\n" +
+	"\braw_body\x18\v \x01(\fR\arawBody\"I\n" +
+	"\x13RecordEventResponse\x12\x1c\n" +
+	"\tduplicate\x18\x01 \x01(\bR\tduplicate\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\"\xe8\x04\n" +
+	"\x12ReconciliationItem\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x15\n" +
+	"\x06org_id\x18\x04 \x01(\tR\x05orgId\x12 \n" +
+	"\venvironment\x18\x05 \x01(\tR\venvironment\x12\x19\n" +
+	"\border_id\x18\x06 \x01(\tR\aorderId\x12\x19\n" +
+	"\bevent_id\x18\a \x01(\tR\aeventId\x12\x1a\n" +
+	"\bprovider\x18\b \x01(\tR\bprovider\x12\x1f\n" +
+	"\vattempt_ref\x18\t \x01(\tR\n" +
+	"attemptRef\x12\x1d\n" +
+	"\n" +
+	"payment_id\x18\n" +
+	" \x01(\tR\tpaymentId\x12\x16\n" +
+	"\x06amount\x18\v \x01(\tR\x06amount\x12'\n" +
+	"\x0fexpected_amount\x18\f \x01(\tR\x0eexpectedAmount\x12\x14\n" +
+	"\x05token\x18\r \x01(\tR\x05token\x12\x18\n" +
+	"\anetwork\x18\x0e \x01(\tR\anetwork\x12\x16\n" +
+	"\x06detail\x18\x0f \x01(\tR\x06detail\x12;\n" +
+	"\vcreate_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12=\n" +
+	"\fresolve_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\vresolveTime\x12\x1f\n" +
+	"\vresolved_by\x18\x12 \x01(\tR\n" +
+	"resolvedBy\x12'\n" +
+	"\x0fresolution_note\x18\x13 \x01(\tR\x0eresolutionNote\"\xb8\x01\n" +
+	"\x1eListReconciliationItemsRequest\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x19\n" +
+	"\border_id\x18\x03 \x01(\tR\aorderId\x12\x15\n" +
+	"\x06org_id\x18\x04 \x01(\tR\x05orgId\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\"\x83\x01\n" +
+	"\x1fListReconciliationItemsResponse\x128\n" +
+	"\x05items\x18\x01 \x03(\v2\".fulfillment.v1.ReconciliationItemR\x05items\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xe4\x03\n" +
 	"\x12FulfillmentService\x12V\n" +
 	"\vCreateOrder\x12\".fulfillment.v1.CreateOrderRequest\x1a#.fulfillment.v1.CreateOrderResponse\x12M\n" +
 	"\bGetOrder\x12\x1f.fulfillment.v1.GetOrderRequest\x1a .fulfillment.v1.GetOrderResponse\x12S\n" +
 	"\n" +
-	"ListOrders\x12!.fulfillment.v1.ListOrdersRequest\x1a\".fulfillment.v1.ListOrdersResponseBIZGgithub.com/fulfillplatform/fulfillment/gen/fulfillment/v1;fulfillmentv1b\x06proto3"
+	"ListOrders\x12!.fulfillment.v1.ListOrdersRequest\x1a\".fulfillment.v1.ListOrdersResponse\x12V\n" +
+	"\vRecordEvent\x12\".fulfillment.v1.RecordEventRequest\x1a#.fulfillment.v1.RecordEventResponse\x12z\n" +
+	"\x17ListReconciliationItems\x12..fulfillment.v1.ListReconciliationItemsRequest\x1a/.fulfillment.v1.ListReconciliationItemsResponseBIZGgithub.com/fulfillplatform/fulfillment/gen/fulfillment/v1;fulfillmentv1b\x06proto3"
 
 var (
 	file_fulfillment_v1_fulfillment_proto_rawDescOnce sync.Once
@@ -1260,36 +2020,42 @@ func file_fulfillment_v1_fulfillment_proto_rawDescGZIP() []byte {
 	return file_fulfillment_v1_fulfillment_proto_rawDescData
 }
 
-var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
-	(*Money)(nil),                 // 0: fulfillment.v1.Money
-	(*OrderLine)(nil),             // 1: fulfillment.v1.OrderLine
-	(*Settlement)(nil),            // 2: fulfillment.v1.Settlement
-	(*PaymentAttempt)(nil),        // 3: fulfillment.v1.PaymentAttempt
-	(*Entitlement)(nil),           // 4: fulfillment.v1.Entitlement
-	(*LedgerEntry)(nil),           // 5: fulfillment.v1.LedgerEntry
-	(*OrderEvent)(nil),            // 6: fulfillment.v1.OrderEvent
-	(*Order)(nil),                 // 7: fulfillment.v1.Order
-	(*CreateOrderRequest)(nil),    // 8: fulfillment.v1.CreateOrderRequest
-	(*CreateOrderResponse)(nil),   // 9: fulfillment.v1.CreateOrderResponse
-	(*GetOrderRequest)(nil),       // 10: fulfillment.v1.GetOrderRequest
-	(*GetOrderResponse)(nil),      // 11: fulfillment.v1.GetOrderResponse
-	(*ListOrdersRequest)(nil),     // 12: fulfillment.v1.ListOrdersRequest
-	(*ListOrdersResponse)(nil),    // 13: fulfillment.v1.ListOrdersResponse
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*Money)(nil),                           // 0: fulfillment.v1.Money
+	(*OrderLine)(nil),                       // 1: fulfillment.v1.OrderLine
+	(*Settlement)(nil),                      // 2: fulfillment.v1.Settlement
+	(*PaymentAttempt)(nil),                  // 3: fulfillment.v1.PaymentAttempt
+	(*Entitlement)(nil),                     // 4: fulfillment.v1.Entitlement
+	(*LedgerEntry)(nil),                     // 5: fulfillment.v1.LedgerEntry
+	(*OrderEvent)(nil),                      // 6: fulfillment.v1.OrderEvent
+	(*Order)(nil),                           // 7: fulfillment.v1.Order
+	(*CreateOrderRequest)(nil),              // 8: fulfillment.v1.CreateOrderRequest
+	(*CreateOrderResponse)(nil),             // 9: fulfillment.v1.CreateOrderResponse
+	(*GetOrderRequest)(nil),                 // 10: fulfillment.v1.GetOrderRequest
+	(*GetOrderResponse)(nil),                // 11: fulfillment.v1.GetOrderResponse
+	(*ListOrdersRequest)(nil),               // 12: fulfillment.v1.ListOrdersRequest
+	(*ListOrdersResponse)(nil),              // 13: fulfillment.v1.ListOrdersResponse
+	(*EventPayment)(nil),                    // 14: fulfillment.v1.EventPayment
+	(*RecordEventRequest)(nil),              // 15: fulfillment.v1.RecordEventRequest
+	(*RecordEventResponse)(nil),             // 16: fulfillment.v1.RecordEventResponse
+	(*ReconciliationItem)(nil),              // 17: fulfillment.v1.ReconciliationItem
+	(*ListReconciliationItemsRequest)(nil),  // 18: fulfillment.v1.ListReconciliationItemsRequest
+	(*ListReconciliationItemsResponse)(nil), // 19: fulfillment.v1.ListReconciliationItemsResponse
+	(*timestamppb.Timestamp)(nil),           // 20: google.protobuf.Timestamp
 }
 var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
 	0,  // 0: fulfillment.v1.OrderLine.unit_price:type_name -> fulfillment.v1.Money
-	14, // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
-	14, // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
+	20, // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
+	20, // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 3: fulfillment.v1.LedgerEntry.amount:type_name -> fulfillment.v1.Money
-	14, // 4: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
-	14, // 5: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
+	20, // 4: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
+	20, // 5: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
 	1,  // 6: fulfillment.v1.Order.lines:type_name -> fulfillment.v1.OrderLine
 	0,  // 7: fulfillment.v1.Order.total:type_name -> fulfillment.v1.Money
 	2,  // 8: fulfillment.v1.Order.settlement:type_name -> fulfillment.v1.Settlement
-	14, // 9: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
-	14, // 10: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
+	20, // 9: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
+	20, // 10: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
 	3,  // 11: fulfillment.v1.Order.payment_attempts:type_name -> fulfillment.v1.PaymentAttempt
 	4,  // 12: fulfillment.v1.Order.entitlements:type_name -> fulfillment.v1.Entitlement
 	5,  // 13: fulfillment.v1.Order.ledger_entries:type_name -> fulfillment.v1.LedgerEntry
@@ -1299,17 +2065,26 @@ var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
 	7,  // 17: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
 	7,  // 18: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
 	7,  // 19: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
-	8,  // 20: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
-	10, // 21: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
-	12, // 22: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
-	9,  // 23: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
-	11, // 24: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
-	13, // 25: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
-	23, // [23:26] is the sub-list for method output_type
-	20, // [20:23] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	20, // 20: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
+	14, // 21: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
+	20, // 22: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
+	20, // 23: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
+	17, // 24: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
+	8,  // 25: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
+	10, // 26: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
+	12, // 27: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
+	15, // 28: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
+	18, // 29: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
+	9,  // 30: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
+	11, // 31: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
+	13, // 32: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
+	16, // 33: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
+	19, // 34: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
+	30, // [30:35] is the sub-list for method output_type
+	25, // [25:30] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_fulfillment_v1_fulfillment_proto_init() }
@@ -1323,7 +2098,7 @@ func file_fulfillment_v1_fulfillment_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fulfillment_v1_fulfillment_proto_rawDesc), len(file_fulfillment_v1_fulfillment_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

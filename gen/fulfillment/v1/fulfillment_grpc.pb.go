@@ -19,9 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	FulfillmentService_CreateOrder_FullMethodName = "/fulfillment.v1.FulfillmentService/CreateOrder"
-	FulfillmentService_GetOrder_FullMethodName    = "/fulfillment.v1.FulfillmentService/GetOrder"
-	FulfillmentService_ListOrders_FullMethodName  = "/fulfillment.v1.FulfillmentService/ListOrders"
+	FulfillmentService_CreateOrder_FullMethodName             = "/fulfillment.v1.FulfillmentService/CreateOrder"
+	FulfillmentService_GetOrder_FullMethodName                = "/fulfillment.v1.FulfillmentService/GetOrder"
+	FulfillmentService_ListOrders_FullMethodName              = "/fulfillment.v1.FulfillmentService/ListOrders"
+	FulfillmentService_RecordEvent_FullMethodName             = "/fulfillment.v1.FulfillmentService/RecordEvent"
+	FulfillmentService_ListReconciliationItems_FullMethodName = "/fulfillment.v1.FulfillmentService/ListReconciliationItems"
 )
 
 // FulfillmentServiceClient is the client API for FulfillmentService service.
@@ -44,6 +46,14 @@ type FulfillmentServiceClient interface {
 	GetOrder(ctx context.Context, in *GetOrderRequest, opts ...grpc.CallOption) (*GetOrderResponse, error)
 	// ListOrders lists orders the caller may see, newest first.
 	ListOrders(ctx context.Context, in *ListOrdersRequest, opts ...grpc.CallOption) (*ListOrdersResponse, error)
+	// RecordEvent durably stores a verified, normalized provider event in the
+	// inbox. It returns only once the event is committed, and succeeds with
+	// duplicate = true for an event stored before. Called by the ingest
+	// gateway (scope "ingest"); processing happens asynchronously.
+	RecordEvent(ctx context.Context, in *RecordEventRequest, opts ...grpc.CallOption) (*RecordEventResponse, error)
+	// ListReconciliationItems lists situations a person must look at, newest
+	// first.
+	ListReconciliationItems(ctx context.Context, in *ListReconciliationItemsRequest, opts ...grpc.CallOption) (*ListReconciliationItemsResponse, error)
 }
 
 type fulfillmentServiceClient struct {
@@ -84,6 +94,26 @@ func (c *fulfillmentServiceClient) ListOrders(ctx context.Context, in *ListOrder
 	return out, nil
 }
 
+func (c *fulfillmentServiceClient) RecordEvent(ctx context.Context, in *RecordEventRequest, opts ...grpc.CallOption) (*RecordEventResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecordEventResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_RecordEvent_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) ListReconciliationItems(ctx context.Context, in *ListReconciliationItemsRequest, opts ...grpc.CallOption) (*ListReconciliationItemsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReconciliationItemsResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_ListReconciliationItems_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FulfillmentServiceServer is the server API for FulfillmentService service.
 // All implementations must embed UnimplementedFulfillmentServiceServer
 // for forward compatibility.
@@ -104,6 +134,14 @@ type FulfillmentServiceServer interface {
 	GetOrder(context.Context, *GetOrderRequest) (*GetOrderResponse, error)
 	// ListOrders lists orders the caller may see, newest first.
 	ListOrders(context.Context, *ListOrdersRequest) (*ListOrdersResponse, error)
+	// RecordEvent durably stores a verified, normalized provider event in the
+	// inbox. It returns only once the event is committed, and succeeds with
+	// duplicate = true for an event stored before. Called by the ingest
+	// gateway (scope "ingest"); processing happens asynchronously.
+	RecordEvent(context.Context, *RecordEventRequest) (*RecordEventResponse, error)
+	// ListReconciliationItems lists situations a person must look at, newest
+	// first.
+	ListReconciliationItems(context.Context, *ListReconciliationItemsRequest) (*ListReconciliationItemsResponse, error)
 	mustEmbedUnimplementedFulfillmentServiceServer()
 }
 
@@ -122,6 +160,12 @@ func (UnimplementedFulfillmentServiceServer) GetOrder(context.Context, *GetOrder
 }
 func (UnimplementedFulfillmentServiceServer) ListOrders(context.Context, *ListOrdersRequest) (*ListOrdersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListOrders not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) RecordEvent(context.Context, *RecordEventRequest) (*RecordEventResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecordEvent not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) ListReconciliationItems(context.Context, *ListReconciliationItemsRequest) (*ListReconciliationItemsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReconciliationItems not implemented")
 }
 func (UnimplementedFulfillmentServiceServer) mustEmbedUnimplementedFulfillmentServiceServer() {}
 func (UnimplementedFulfillmentServiceServer) testEmbeddedByValue()                            {}
@@ -198,6 +242,42 @@ func _FulfillmentService_ListOrders_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FulfillmentService_RecordEvent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecordEventRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).RecordEvent(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_RecordEvent_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).RecordEvent(ctx, req.(*RecordEventRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_ListReconciliationItems_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReconciliationItemsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).ListReconciliationItems(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_ListReconciliationItems_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).ListReconciliationItems(ctx, req.(*ListReconciliationItemsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // FulfillmentService_ServiceDesc is the grpc.ServiceDesc for FulfillmentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -216,6 +296,14 @@ var FulfillmentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListOrders",
 			Handler:    _FulfillmentService_ListOrders_Handler,
+		},
+		{
+			MethodName: "RecordEvent",
+			Handler:    _FulfillmentService_RecordEvent_Handler,
+		},
+		{
+			MethodName: "ListReconciliationItems",
+			Handler:    _FulfillmentService_ListReconciliationItems_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+
+	"github.com/fulfillplatform/fulfillment/config"
+	"github.com/fulfillplatform/fulfillment/internal/app"
+	"github.com/fulfillplatform/fulfillment/server"
+)
+
+// runServe runs everything in one process.
+func runServe(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	a, err := app.New(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+// runIngest runs only the webhook gateway, forwarding to a remote
+// FulfillmentService (ingest.upstream).
+func runIngest(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	up := cfg.Ingest.Upstream
+	if up.Addr == "" || up.Token == "" {
+		return errors.New("config: ingest.upstream: set addr and token_env or token_file for fulfillmentd ingest")
+	}
+	creds, err := clientCredentials(up)
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient(up.Addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return fmt.Errorf("connecting to %s: %w", up.Addr, err)
+	}
+	defer conn.Close()
+	reg := prometheus.NewRegistry()
+	gateway, err := app.NewGateway(cfg, server.NewEventRecorder(conn, up.Token), reg, log)
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", cfg.Listen.Ingest)
+	if err != nil {
+		return fmt.Errorf("listening for webhooks on %s: %w", cfg.Listen.Ingest, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", gateway.Handler())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return app.ServeHTTP(ctx, "webhooks", lis, mux, cfg.TLS, log)
+}

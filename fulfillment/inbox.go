@@ -1,0 +1,129 @@
+package fulfillment
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+// ErrLeaseLost means a worker tried to complete an inbox event whose lease
+// it no longer holds (it expired and another worker claimed the event). The
+// worker must drop the event: the new owner processes it.
+var ErrLeaseLost = errors.New("inbox lease lost")
+
+// InboxState is where a stored provider event is in its processing.
+type InboxState string
+
+// Inbox states.
+const (
+	InboxPending   InboxState = "pending"
+	InboxProcessed InboxState = "processed"
+	InboxIgnored   InboxState = "ignored"
+	InboxUnmatched InboxState = "unmatched"
+	InboxFailed    InboxState = "failed"
+)
+
+// InboxStateFor is the state an event ends in after its decision.
+func InboxStateFor(d Decision) InboxState {
+	switch d {
+	case DecisionTestModeIgnored, DecisionIgnoredType:
+		return InboxIgnored
+	case DecisionUnmatched:
+		return InboxUnmatched
+	}
+	return InboxProcessed
+}
+
+// InboxReceipt is the answer to storing a provider event.
+type InboxReceipt struct {
+	ID    int64
+	State InboxState
+	// Duplicate is true when the event was stored before (a redelivery).
+	Duplicate bool
+}
+
+// InboxStore durably records verified provider events.
+type InboxStore interface {
+	// InboxInsert stores ev with its raw body unless an event with the same
+	// (provider, org, environment, event id) exists, and returns only once
+	// the row is committed. Test-mode events on a live endpoint are stored
+	// already ignored.
+	InboxInsert(ctx context.Context, ev ProviderEvent, rawBody []byte) (InboxReceipt, error)
+}
+
+// InboxWork is what inbox workers need from storage.
+type InboxWork interface {
+	// InboxClaim leases up to limit due pending events to owner for lease.
+	// Events leased to others are skipped, not waited for. Each claim counts
+	// as an attempt.
+	InboxClaim(ctx context.Context, owner string, limit int, lease time.Duration) ([]InboxClaim, error)
+	// InboxProcess decides and applies one event in one transaction holding
+	// the order row lock: attempt, state change, grants, reconciliation item
+	// and the event's decision commit together. It returns ErrLeaseLost when
+	// owner no longer holds the event.
+	InboxProcess(ctx context.Context, id int64, owner string) (Outcome, error)
+	// InboxRetry records a failed processing attempt: the event is retried at
+	// next, or, when it has used maxAttempts, marked failed with a
+	// failed_event reconciliation item. It returns ErrLeaseLost when owner no
+	// longer holds the event.
+	InboxRetry(ctx context.Context, id int64, owner string, cause string, next time.Time, maxAttempts int) (failed bool, err error)
+	// InboxListen calls wake whenever events are inserted, until ctx ends.
+	InboxListen(ctx context.Context, wake func()) error
+}
+
+// InboxClaim is one leased event.
+type InboxClaim struct {
+	ID int64
+	// Attempts counts the claims of the event, this one included.
+	Attempts int
+}
+
+// PaymentAttempt is one attempt to pay an order, as last reported.
+type PaymentAttempt struct {
+	Provider   Provider
+	AttemptRef string
+	State      AttemptState
+	Amount     decimal.Decimal
+	HasAmount  bool
+	Token      string
+	Network    string
+	CreatedAt  time.Time
+}
+
+// Entitlement is something granted for one unit of an order line.
+type Entitlement struct {
+	ID        int64
+	Kind      LineKind
+	SKU       string
+	Unit      int
+	Value     string
+	CreatedAt time.Time
+}
+
+// LedgerEntry is one balance movement caused by an order.
+type LedgerEntry struct {
+	ID         int64
+	AccountRef string
+	Movement   string
+	Amount     Money
+	CreatedAt  time.Time
+}
+
+// TimelineEvent is one processed provider event of an order.
+type TimelineEvent struct {
+	EventID    string
+	Type       string
+	ReceivedAt time.Time
+	Decision   Decision
+}
+
+// OrderDetail is an order with everything recorded about it.
+type OrderDetail struct {
+	Order
+	Attempts     []PaymentAttempt
+	Entitlements []Entitlement
+	Ledger       []LedgerEntry
+	Events       []TimelineEvent
+}

@@ -1,0 +1,211 @@
+package fulfillment
+
+import "fmt"
+
+// Decision names what a provider event did. It is recorded on the event and
+// shown in the order's timeline.
+type Decision string
+
+// Decisions.
+const (
+	// DecisionFulfilled: a confirmed payment paid the order; its lines were granted.
+	DecisionFulfilled Decision = "fulfilled"
+	// DecisionAttemptRecorded: a payment attempt was recorded; nothing paid yet.
+	DecisionAttemptRecorded Decision = "attempt_recorded"
+	// DecisionAttemptExpired: an unpaid attempt expired; the order still awaits payment.
+	DecisionAttemptExpired Decision = "attempt_expired"
+	// DecisionAttemptCancelled: an unpaid attempt was cancelled; the order still awaits payment.
+	DecisionAttemptCancelled Decision = "attempt_cancelled"
+	// DecisionAlreadyApplied: the payment that paid the order, announced
+	// again under another event id. No effect.
+	DecisionAlreadyApplied Decision = "already_applied"
+	// DecisionDuplicatePayment: another payment for an order already paid.
+	// Nothing granted; an extra_payment item asks for a refund review.
+	DecisionDuplicatePayment Decision = "duplicate_payment"
+	// DecisionStaleIgnored: an event older than the order's state (an invoice
+	// event after confirmation). The order does not move back.
+	DecisionStaleIgnored Decision = "stale_ignored"
+	// DecisionUnmatched: no order matches the event.
+	DecisionUnmatched Decision = "unmatched"
+	// DecisionAmountMismatch: the payment does not cover the expected
+	// settlement (or is in another token or network); the order is on hold.
+	DecisionAmountMismatch Decision = "amount_mismatch"
+	// DecisionTestModeIgnored: a provider test event on a live endpoint.
+	DecisionTestModeIgnored Decision = "test_mode_ignored"
+	// DecisionIgnoredType: an event type that does not concern orders.
+	DecisionIgnoredType Decision = "ignored_type"
+)
+
+// AttemptState is what is known of one payment attempt.
+type AttemptState string
+
+// Attempt states. Confirmed is final: nothing moves an attempt out of it.
+const (
+	AttemptCreated   AttemptState = "created"
+	AttemptConfirmed AttemptState = "confirmed"
+	AttemptExpired   AttemptState = "expired"
+	AttemptCancelled AttemptState = "cancelled"
+)
+
+// NextAttemptState merges a reported attempt state into the stored one:
+// a confirmed attempt stays confirmed, a created report never undoes an
+// expiry or cancellation.
+func NextAttemptState(stored, reported AttemptState) AttemptState {
+	switch {
+	case stored == "":
+		return reported
+	case stored == AttemptConfirmed || reported == AttemptConfirmed:
+		return AttemptConfirmed
+	case reported == AttemptCreated:
+		return stored
+	}
+	return reported
+}
+
+// ReconKind names a situation a person must look at.
+type ReconKind string
+
+// Reconciliation kinds.
+const (
+	ReconExtraPayment       ReconKind = "extra_payment"
+	ReconAmountMismatch     ReconKind = "amount_mismatch"
+	ReconOverpayment        ReconKind = "overpayment"
+	ReconUnmatchedPayment   ReconKind = "unmatched_payment"
+	ReconUncertainDelivery  ReconKind = "uncertain_delivery"
+	ReconPaidNotFulfilled   ReconKind = "paid_not_fulfilled"
+	ReconFailedEvent        ReconKind = "failed_event"
+	ReconRefundAfterFulfill ReconKind = "refund_after_fulfillment"
+)
+
+// Valid reports whether k is a known kind.
+func (k ReconKind) Valid() bool {
+	switch k {
+	case ReconExtraPayment, ReconAmountMismatch, ReconOverpayment, ReconUnmatchedPayment,
+		ReconUncertainDelivery, ReconPaidNotFulfilled, ReconFailedEvent, ReconRefundAfterFulfill:
+		return true
+	}
+	return false
+}
+
+// PaidOrder is the part of a stored order the state machine reads.
+type PaidOrder struct {
+	State      State
+	Settlement *Settlement
+	// HasExternalLines: fulfilled by another service, so a paid order waits
+	// in "fulfilling" for that delivery.
+	HasExternalLines bool
+	// PaidAttemptRef and PaidPaymentID identify the confirmation that paid
+	// the order; both empty while unpaid.
+	PaidAttemptRef string
+	PaidPaymentID  string
+}
+
+// paid reports whether a confirmation was already applied to the order.
+func (o PaidOrder) paid() bool { return o.PaidAttemptRef != "" || o.PaidPaymentID != "" }
+
+// Outcome is everything an event does, decided without I/O. Storage applies
+// it in one transaction with the order row locked.
+type Outcome struct {
+	Decision Decision
+	// Reason explains the decision in words, for the timeline and reviewers.
+	Reason string
+	// NewState is the order's next state; empty leaves it unchanged.
+	NewState State
+	// MarkPaid records the event's attempt and payment as the ones that paid
+	// the order.
+	MarkPaid bool
+	// Grant creates the order's entitlements and ledger credits.
+	Grant bool
+	// Attempt is the state to record for the event's payment attempt; empty
+	// records nothing.
+	Attempt AttemptState
+	// Item opens a reconciliation item of this kind; empty opens none.
+	Item ReconKind
+}
+
+// Decide applies one provider event to an order. order is nil when no order
+// matches the event. Transitions are monotonic: no event moves an order back,
+// and only a confirmed payment of the expected settlement fulfills.
+func Decide(ev ProviderEvent, order *PaidOrder) Outcome {
+	if ev.TestMode && ev.Environment == EnvLive {
+		return Outcome{Decision: DecisionTestModeIgnored, Reason: "provider test-mode event on a live endpoint"}
+	}
+	if ev.Kind == EventOther || ev.Kind == "" {
+		return Outcome{Decision: DecisionIgnoredType, Reason: fmt.Sprintf("event type %q does not concern orders", ev.Type)}
+	}
+	if order == nil {
+		out := Outcome{Decision: DecisionUnmatched, Reason: "no order matches the event's merchant order id or checkout session"}
+		if ev.Kind == EventPaymentConfirmed {
+			out.Item = ReconUnmatchedPayment
+		}
+		return out
+	}
+
+	switch ev.Kind {
+	case EventAttemptCreated:
+		if order.State != StatePendingPayment {
+			return Outcome{Decision: DecisionStaleIgnored, Attempt: AttemptCreated,
+				Reason: fmt.Sprintf("attempt created while the order is %s", order.State)}
+		}
+		return Outcome{Decision: DecisionAttemptRecorded, Attempt: AttemptCreated, Reason: "payment attempt recorded"}
+
+	case EventAttemptExpired, EventAttemptCancelled:
+		attempt, decision := AttemptExpired, DecisionAttemptExpired
+		if ev.Kind == EventAttemptCancelled {
+			attempt, decision = AttemptCancelled, DecisionAttemptCancelled
+		}
+		if order.State != StatePendingPayment {
+			return Outcome{Decision: DecisionStaleIgnored, Attempt: attempt,
+				Reason: fmt.Sprintf("attempt %s while the order is %s: the order does not move back", attempt, order.State)}
+		}
+		return Outcome{Decision: decision, Attempt: attempt, Reason: "the order still awaits payment"}
+
+	case EventPaymentConfirmed:
+		return decideConfirmed(ev.Payment, *order)
+	}
+	return Outcome{Decision: DecisionIgnoredType, Reason: fmt.Sprintf("event kind %q does not concern orders", ev.Kind)}
+}
+
+func decideConfirmed(p PaymentInfo, order PaidOrder) Outcome {
+	if order.paid() {
+		if order.PaidAttemptRef == p.AttemptRef && order.PaidPaymentID == p.PaymentID {
+			return Outcome{Decision: DecisionAlreadyApplied, Attempt: AttemptConfirmed,
+				Reason: "this payment already paid the order"}
+		}
+		return Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment,
+			Reason: fmt.Sprintf("the order was already paid by attempt %s; this payment needs a refund review", order.PaidAttemptRef)}
+	}
+	if order.State != StatePendingPayment {
+		// Cancelled or expired orders (and anything not awaiting payment).
+		return Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment,
+			Reason: fmt.Sprintf("payment for an order that is %s", order.State)}
+	}
+
+	hold := func(reason string) Outcome {
+		return Outcome{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true,
+			Attempt: AttemptConfirmed, Item: ReconAmountMismatch, Reason: reason}
+	}
+	s := order.Settlement
+	switch {
+	case s == nil:
+		return hold("the order states no expected settlement to compare the payment with")
+	case !p.HasAmount:
+		return hold("the confirmation carries no amount")
+	case p.Token != s.Token || p.Network != s.Network:
+		return hold(fmt.Sprintf("paid in %s on %s, expected %s on %s", p.Token, p.Network, s.Token, s.Network))
+	case p.Amount.LessThan(s.Amount.Sub(s.Tolerance)):
+		return hold(fmt.Sprintf("received %s %s, expected %s (tolerance %s)", p.Amount, p.Token, s.Amount, s.Tolerance))
+	}
+
+	out := Outcome{Decision: DecisionFulfilled, NewState: StateFulfilled, MarkPaid: true, Grant: true,
+		Attempt: AttemptConfirmed, Reason: "confirmed payment of the expected settlement"}
+	if order.HasExternalLines {
+		out.NewState = StateFulfilling
+		out.Reason += "; external lines await delivery"
+	}
+	if p.Amount.GreaterThan(s.Amount) {
+		out.Item = ReconOverpayment
+		out.Reason = fmt.Sprintf("received %s %s, more than the expected %s: fulfilled, overpayment flagged", p.Amount, p.Token, s.Amount)
+	}
+	return out
+}

@@ -1,0 +1,199 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+// Recorder stores a verified event durably and returns once it is
+// committed. Errors wrap fulfillment.ErrUnavailable when the event cannot be
+// stored now, or are a *fulfillment.ValidationError when it is refused.
+type Recorder interface {
+	RecordEvent(ctx context.Context, ev fulfillment.ProviderEvent, rawBody []byte) (fulfillment.InboxReceipt, error)
+}
+
+// Endpoint is one configured webhook receiver.
+type Endpoint struct {
+	fulfillment.Endpoint
+	// Secrets verify signatures; any one is accepted (rotation).
+	Secrets [][]byte
+	// Adapter speaks the provider's language.
+	Adapter Adapter
+}
+
+// Options tunes the gateway.
+type Options struct {
+	// MaxBodyBytes caps a request body; larger is 413 (default 256 KiB).
+	MaxBodyBytes int64
+	// Timeout bounds storing one event; past it the provider gets 503 and
+	// retries (default 2s).
+	Timeout time.Duration
+	// Registerer receives the gateway's metrics (nil: not registered).
+	Registerer prometheus.Registerer
+}
+
+// Gateway is the webhook HTTP handler: POST /webhooks/{endpoint_id}.
+type Gateway struct {
+	endpoints map[string]Endpoint
+	rec       Recorder
+	opts      Options
+	log       *slog.Logger
+	// rejectLog keeps a flood of forged requests from flooding the log;
+	// the counter still counts every one.
+	rejectLog *rate.Limiter
+	requests  *prometheus.CounterVec
+}
+
+// Outcomes of a webhook request, as counted in metrics and logs.
+const (
+	outcomeAccepted        = "accepted"
+	outcomeDuplicate       = "duplicate"
+	outcomeUnknownEndpoint = "unknown_endpoint"
+	outcomeTooLarge        = "too_large"
+	outcomeBadSignature    = "bad_signature"
+	outcomeInvalid         = "invalid_payload"
+	outcomeOrgMismatch     = "org_mismatch"
+	outcomeUnavailable     = "unavailable"
+	outcomeMethod          = "method_not_allowed"
+)
+
+// NewGateway returns the handler for endpoints, storing through rec.
+func NewGateway(endpoints []Endpoint, rec Recorder, opts Options, log *slog.Logger) *Gateway {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 256 << 10
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 2 * time.Second
+	}
+	g := &Gateway{
+		endpoints: make(map[string]Endpoint, len(endpoints)),
+		rec:       rec,
+		opts:      opts,
+		log:       log,
+		rejectLog: rate.NewLimiter(rate.Limit(5), 20),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fulfillment_webhook_requests_total",
+			Help: "Webhook requests by endpoint and outcome.",
+		}, []string{"endpoint", "outcome"}),
+	}
+	for _, ep := range endpoints {
+		g.endpoints[ep.ID] = ep
+	}
+	if opts.Registerer != nil {
+		opts.Registerer.MustRegister(g.requests)
+	}
+	return g
+}
+
+// Handler routes POST /webhooks/{endpoint_id} to the gateway and answers
+// /healthz for load balancers.
+func (g *Gateway) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/webhooks/{endpoint_id}", g.serveWebhook)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
+	})
+	return mux
+}
+
+func (g *Gateway) serveWebhook(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("endpoint_id")
+	ep, ok := g.endpoints[id]
+	if !ok {
+		g.reject(w, r, nil, id, http.StatusNotFound, outcomeUnknownEndpoint, "unknown webhook endpoint", nil)
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		g.reject(w, r, ep.Adapter, id, http.StatusMethodNotAllowed, outcomeMethod, "webhooks are POSTed", nil)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.opts.MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			g.reject(w, r, ep.Adapter, id, http.StatusRequestEntityTooLarge, outcomeTooLarge,
+				"body exceeds "+strconv.FormatInt(g.opts.MaxBodyBytes, 10)+" bytes", nil)
+			return
+		}
+		g.reject(w, r, ep.Adapter, id, http.StatusBadRequest, outcomeInvalid, "could not read the body", err)
+		return
+	}
+
+	// Verify before parsing: nothing of an unsigned body is interpreted.
+	if err := ep.Adapter.Verify(r.Header, body, ep.Secrets); err != nil {
+		g.reject(w, r, ep.Adapter, id, http.StatusUnauthorized, outcomeBadSignature, "invalid signature", err)
+		return
+	}
+	ev, err := ep.Adapter.Parse(ep.Endpoint, r.Header, body)
+	switch {
+	case errors.Is(err, ErrOrgMismatch):
+		g.reject(w, r, ep.Adapter, id, http.StatusBadRequest, outcomeOrgMismatch, "the event names another org than this endpoint's", err)
+		return
+	case err != nil:
+		g.reject(w, r, ep.Adapter, id, http.StatusBadRequest, outcomeInvalid, err.Error(), err)
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(r.Context(), g.opts.Timeout)
+	defer cancel()
+	receipt, err := g.rec.RecordEvent(ctx, ev, body)
+	if err != nil {
+		var ve *fulfillment.ValidationError
+		if errors.As(err, &ve) {
+			g.reject(w, r, ep.Adapter, id, http.StatusBadRequest, outcomeInvalid, ve.Error(), err)
+			return
+		}
+		// Not stored: the provider must retry.
+		w.Header().Set("Retry-After", "5")
+		g.reject(w, r, ep.Adapter, id, http.StatusServiceUnavailable, outcomeUnavailable, "temporarily unable to store the event; retry", err)
+		return
+	}
+	outcome := outcomeAccepted
+	if receipt.Duplicate {
+		outcome = outcomeDuplicate
+	}
+	g.requests.WithLabelValues(id, outcome).Inc()
+	ep.Adapter.Acknowledge(w)
+}
+
+// reject answers a refused request, counts it, and logs it when the log
+// budget allows — with the endpoint, outcome and cause, never the body or a
+// secret.
+func (g *Gateway) reject(w http.ResponseWriter, r *http.Request, a Adapter, endpoint string, status int, outcome, reason string, cause error) {
+	label := endpoint
+	if outcome == outcomeUnknownEndpoint {
+		label = "unknown" // do not let callers invent label values
+	}
+	g.requests.WithLabelValues(label, outcome).Inc()
+	if g.rejectLog.Allow() {
+		attrs := []any{"endpoint", label, "outcome", outcome, "status", status, "remote", r.RemoteAddr}
+		if cause != nil {
+			attrs = append(attrs, "cause", cause.Error())
+		}
+		level := slog.LevelWarn
+		if outcome == outcomeUnavailable {
+			level = slog.LevelError
+		}
+		g.log.Log(r.Context(), level, "webhook rejected", attrs...)
+	}
+	if a == nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": reason})
+		return
+	}
+	a.Reject(w, status, reason)
+}

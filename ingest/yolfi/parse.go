@@ -1,0 +1,371 @@
+package yolfi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/ingest"
+)
+
+// Parse validates a verified native Yolfi body and normalizes it for the
+// endpoint ep. Provider, endpoint, org and environment come from ep, never
+// from the payload; customer data and payer metadata are never read.
+//
+// It returns an error wrapping ingest.ErrInvalidPayload when the body is not
+// a valid Yolfi event (or its X-Yolfi-Event-ID header disagrees with it), and
+// one wrapping ingest.ErrOrgMismatch when it names another org than ep's.
+// Error messages never quote the body.
+func (Adapter) Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfillment.ProviderEvent, error) {
+	var p Payload
+	if err := decode(body, &p); err != nil {
+		return fulfillment.ProviderEvent{}, err
+	}
+
+	var bad problems
+	bad.text("id", p.ID, maxEventIDLen, code, true)
+	bad.text("type", p.Type, maxTypeLen, code, true)
+	var occurred time.Time
+	if p.CreatedAt != "" {
+		t, err := time.Parse(time.RFC3339, p.CreatedAt)
+		if err != nil {
+			bad.add(`createdAt must be an RFC 3339 time such as "2026-11-29T10:15:30Z"`)
+		} else {
+			occurred = t.UTC()
+		}
+	}
+	bad.text("orgId", p.OrgID, maxIDLen, label, false)
+	if err := bad.err(); err != nil {
+		return fulfillment.ProviderEvent{}, err
+	}
+
+	// The header is an unsigned convenience copy of the id: a disagreement
+	// means the request was tampered with or mangled on its way.
+	if ids := h.Values(EventIDHeader); len(ids) > 1 {
+		return fulfillment.ProviderEvent{}, invalid("more than one " + EventIDHeader + " header")
+	} else if len(ids) == 1 && ids[0] != p.ID {
+		return fulfillment.ProviderEvent{}, invalid("the " + EventIDHeader + " header does not match the body's id")
+	}
+	if p.OrgID != "" && p.OrgID != ep.OrgID {
+		return fulfillment.ProviderEvent{}, fmt.Errorf("%w: the event's orgId is not the org of endpoint %q", ingest.ErrOrgMismatch, ep.ID)
+	}
+
+	var info fulfillment.PaymentInfo
+	for _, f := range dataFields {
+		v := f.wire(&p.Data)
+		bad.text(f.path, v, f.max, f.text, false)
+		*f.place(&info) = v
+	}
+	if a := amountOf(&p.Data); a != "" {
+		d, err := parseAmount(a)
+		if err != nil {
+			bad.add(amountPath + " must be a plain decimal string such as \"25.000000\" (" + err.Error() + ")")
+		} else {
+			info.Amount, info.HasAmount = d, true
+		}
+	}
+	info.AttemptRef = attemptRef(&info)
+
+	kind := kindOf(p.Type)
+	if kind == fulfillment.EventPaymentConfirmed {
+		if amountOf(&p.Data) == "" {
+			bad.add(amountPath + " is required for " + TypePaymentConfirmed)
+		}
+		if info.Token == "" {
+			bad.add("data.token is required for " + TypePaymentConfirmed)
+		}
+		if info.Network == "" {
+			bad.add("data.network is required for " + TypePaymentConfirmed)
+		}
+		if !anyNonEmpty(orderRefs(&info)) {
+			bad.add(TypePaymentConfirmed + " needs at least one of " + orderRefNames)
+		}
+	}
+	if err := bad.err(); err != nil {
+		return fulfillment.ProviderEvent{}, err
+	}
+
+	livemode := p.Livemode == nil || *p.Livemode
+	return fulfillment.ProviderEvent{
+		Provider:    ep.Provider,
+		EndpointID:  ep.ID,
+		OrgID:       ep.OrgID,
+		Environment: ep.Environment,
+		EventID:     p.ID,
+		Type:        p.Type,
+		Kind:        kind,
+		TestMode:    !livemode || strings.HasPrefix(p.ID, TestEventIDPrefix),
+		OccurredAt:  occurred,
+		Payment:     info,
+	}, nil
+}
+
+func anyNonEmpty(ss []string) bool {
+	for _, s := range ss {
+		if s != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// invalid returns an error wrapping ingest.ErrInvalidPayload.
+func invalid(reason string) error {
+	return fmt.Errorf("%w: %s", ingest.ErrInvalidPayload, reason)
+}
+
+// problems collects what is wrong with a payload, so that one answer lists
+// everything to fix.
+type problems []string
+
+func (ps *problems) add(reason string) { *ps = append(*ps, reason) }
+
+// text checks a string field: required or not, its length in bytes and its
+// characters.
+func (ps *problems) text(path, v string, maxLen int, kind textKind, required bool) {
+	switch {
+	case v == "":
+		if required {
+			ps.add(path + " is required")
+		}
+	case len(v) > maxLen:
+		ps.add(fmt.Sprintf("%s must be at most %d bytes long", path, maxLen))
+	case kind == code && !isCode(v):
+		ps.add(path + " must be printable ASCII without spaces")
+	case kind == label && !isLabel(v):
+		ps.add(path + " must not contain control or invisible characters")
+	}
+}
+
+func (ps problems) err() error {
+	if len(ps) == 0 {
+		return nil
+	}
+	return invalid(strings.Join(ps, "; "))
+}
+
+func isCode(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func isLabel(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// parseAmount reads a plain non-negative decimal: digits, optionally a point
+// followed by digits. No sign, exponent, spaces or thousands separators.
+func parseAmount(s string) (decimal.Decimal, error) {
+	intPart, frac, hasPoint := strings.Cut(s, ".")
+	switch {
+	case !allDigits(intPart) || !allDigits(frac):
+		return decimal.Decimal{}, errors.New("only digits and one decimal point are allowed: no sign, exponent, spaces or separators")
+	case intPart == "":
+		return decimal.Decimal{}, errors.New("a digit is needed before the decimal point")
+	case hasPoint && frac == "":
+		return decimal.Decimal{}, errors.New("a digit is needed after the decimal point")
+	case len(intPart) > maxAmountIntDigits:
+		return decimal.Decimal{}, fmt.Errorf("at most %d digits are allowed before the decimal point", maxAmountIntDigits)
+	case len(frac) > maxAmountFracDigits:
+		return decimal.Decimal{}, fmt.Errorf("at most %d digits are allowed after the decimal point", maxAmountFracDigits)
+	}
+	return decimal.NewFromString(s)
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// maxDepth bounds the nesting of a body (payer metadata included).
+const maxDepth = 64
+
+// Modeled member names, from the one wire definition.
+var (
+	topNames  = jsonNames(reflect.TypeFor[Payload]())
+	dataNames = jsonNames(reflect.TypeFor[PayloadData]())
+)
+
+func jsonNames(t reflect.Type) []string {
+	names := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		names = append(names, name)
+	}
+	return names
+}
+
+// decode reads body into p. Beyond what encoding/json checks, it insists on
+// exactly one JSON object of valid UTF-8, with no member named twice (a
+// parser could take either value) and no member name that matches a modeled
+// field only case-insensitively (encoding/json would silently take it).
+// Unknown members are allowed: the provider adds fields.
+func decode(body []byte, p *Payload) error {
+	if err := checkJSON(body); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(body, p); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return invalid(typeMessage(te.Field))
+		}
+		return invalid("the body is not a valid Yolfi event")
+	}
+	return nil
+}
+
+// typeMessage says what a member of the wrong JSON type should be.
+func typeMessage(path string) string {
+	switch path {
+	case "livemode":
+		return "livemode must be true or false"
+	case "data":
+		return "data must be an object"
+	case amountPath:
+		return amountPath + ` must be a decimal string such as "25.000000"`
+	case "":
+		return "the body must be a JSON object"
+	}
+	return path + " must be a string"
+}
+
+type jsonFrame struct {
+	object  bool
+	wantKey bool
+	key     string
+	names   map[string]struct{}
+	known   []string // modeled names at this level, nil elsewhere
+	top     bool
+}
+
+func checkJSON(body []byte) error {
+	if !utf8.Valid(body) {
+		return invalid("the body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var stack []*jsonFrame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return syntaxProblem(err, dec)
+		}
+		var parent *jsonFrame
+		if len(stack) > 0 {
+			parent = stack[len(stack)-1]
+		}
+		if parent == nil && tok != json.Delim('{') {
+			return invalid("the body must be a JSON object")
+		}
+		if parent != nil && parent.object && parent.wantKey {
+			// Decoder.Token only returns a string or '}' here.
+			if tok == json.Delim('}') {
+				stack = stack[:len(stack)-1]
+			} else {
+				key, _ := tok.(string)
+				if err := parent.name(key); err != nil {
+					return err
+				}
+				parent.key, parent.wantKey = key, false
+				continue
+			}
+		} else {
+			switch tok {
+			case json.Delim('{'), json.Delim('['):
+				if len(stack) >= maxDepth {
+					return invalid(fmt.Sprintf("the body nests deeper than %d levels", maxDepth))
+				}
+				f := &jsonFrame{object: tok == json.Delim('{'), wantKey: true}
+				switch {
+				case parent == nil:
+					f.top, f.known = true, topNames
+				case parent.top && parent.key == "data":
+					f.known = dataNames
+				}
+				if f.object {
+					f.names = make(map[string]struct{})
+				}
+				stack = append(stack, f)
+				continue
+			case json.Delim(']'):
+				stack = stack[:len(stack)-1]
+			}
+		}
+		// A value just ended (a scalar or a closed container).
+		if len(stack) == 0 {
+			break
+		}
+		if top := stack[len(stack)-1]; top.object {
+			top.wantKey = true
+		}
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return invalid("the body has more data after the JSON object")
+	}
+	return nil
+}
+
+// name records a member name of an object.
+func (f *jsonFrame) name(key string) error {
+	if _, dup := f.names[key]; dup {
+		return invalid(fmt.Sprintf("a member name appears twice in the same object (%s)", f.where()))
+	}
+	f.names[key] = struct{}{}
+	for _, k := range f.known {
+		if key != k && strings.EqualFold(key, k) {
+			return invalid(fmt.Sprintf("member name must be spelled exactly %q", f.prefix()+k))
+		}
+	}
+	return nil
+}
+
+func (f *jsonFrame) where() string {
+	switch {
+	case f.top:
+		return "top level"
+	case f.known != nil:
+		return "data"
+	}
+	return "nested object"
+}
+
+func (f *jsonFrame) prefix() string {
+	if f.top {
+		return ""
+	}
+	return "data."
+}
+
+func syntaxProblem(err error, dec *json.Decoder) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return invalid("the body is empty or ends before the JSON object is complete")
+	}
+	return invalid(fmt.Sprintf("the body is not valid JSON (error near byte %d)", dec.InputOffset()))
+}

@@ -1,0 +1,151 @@
+package yolfi
+
+import (
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+// Yolfi event types (the payload's "type").
+const (
+	TypeInvoiceCreated        = "invoice.created"
+	TypePaymentConfirmed      = "payment.confirmed"
+	TypeInvoiceOverdue        = "invoice.overdue"
+	TypeInvoiceCancelled      = "invoice.cancelled"
+	TypeSubscriptionOverdue   = "subscription.overdue"
+	TypeSubscriptionCancelled = "subscription.cancelled"
+)
+
+// TestEventIDPrefix starts the ids of the dashboard's test events. Such an
+// event is a test event even when it says livemode:true.
+const TestEventIDPrefix = "evt_test_"
+
+// Payload is the native Yolfi webhook body as this service models it: the
+// one definition of the wire shape, used by Parse to read deliveries and by
+// fulfillctl (and tests) to build them. Empty strings and absent fields are
+// the same thing ("not in the event").
+//
+// Fields the provider adds later are accepted and ignored.
+type Payload struct {
+	// ID is the signed event id; redeliveries share it.
+	ID string `json:"id"`
+	// Type is the event type, e.g. "payment.confirmed".
+	Type string `json:"type"`
+	// Livemode is false for test events; absent means true.
+	Livemode *bool `json:"livemode,omitempty"`
+	// OrgID, when present, must be the receiving endpoint's org.
+	OrgID string `json:"orgId,omitempty"`
+	// CreatedAt is when the event happened, RFC 3339.
+	CreatedAt string      `json:"createdAt,omitempty"`
+	Data      PayloadData `json:"data,omitzero"`
+}
+
+// PayloadData is the "data" object of a Payload.
+//
+// The documented "customer" and "metadata" members are deliberately not
+// modeled: they may carry personal data, and payer-supplied metadata never
+// decides tenant or entitlement, so they are never read.
+type PayloadData struct {
+	InvoiceID         string `json:"invoiceId,omitempty"`
+	PaymentID         string `json:"paymentId,omitempty"`
+	CheckoutSessionID string `json:"checkoutSessionId,omitempty"`
+	MerchantOrderID   string `json:"merchantOrderId,omitempty"`
+	// PaylinkID identifies a reusable link, never an order on its own.
+	PaylinkID      string `json:"paylinkId,omitempty"`
+	SubscriptionID string `json:"subscriptionId,omitempty"`
+	// Amount is what the merchant receives in Token units on Network, as a
+	// plain decimal string such as "25.000000".
+	Amount  string `json:"amount,omitempty"`
+	Token   string `json:"token,omitempty"`
+	Network string `json:"network,omitempty"`
+	// TxHash is informative: one transaction may hold several transfers.
+	TxHash string `json:"txHash,omitempty"`
+}
+
+// kinds maps a Yolfi event type onto what it means to an order. Any type not
+// listed (subscription events, types the provider adds later) is
+// fulfillment.EventOther: stored, acknowledged, no effect.
+var kinds = map[string]fulfillment.EventKind{
+	TypeInvoiceCreated:   fulfillment.EventAttemptCreated,
+	TypePaymentConfirmed: fulfillment.EventPaymentConfirmed,
+	TypeInvoiceOverdue:   fulfillment.EventAttemptExpired,
+	TypeInvoiceCancelled: fulfillment.EventAttemptCancelled,
+}
+
+func kindOf(eventType string) fulfillment.EventKind {
+	if k, ok := kinds[eventType]; ok {
+		return k
+	}
+	return fulfillment.EventOther
+}
+
+// Limits of the wire fields.
+const (
+	maxEventIDLen = 128
+	maxTypeLen    = 64
+	maxIDLen      = 128
+	maxTokenLen   = 16
+	maxNetworkLen = 32
+	// Digits of data.amount before and after the decimal point.
+	maxAmountIntDigits  = 20
+	maxAmountFracDigits = 18
+)
+
+// textKind says which characters a string field may hold.
+type textKind int
+
+const (
+	// code: printable ASCII without spaces (tokens, networks).
+	code textKind = iota
+	// label: printable Unicode, e.g. a merchant's own order id.
+	label
+)
+
+// dataField maps one string member of "data" onto its place in the
+// normalized PaymentInfo, with its limits.
+type dataField struct {
+	path  string // as named in error messages
+	wire  func(*PayloadData) string
+	place func(*fulfillment.PaymentInfo) *string
+	max   int
+	text  textKind
+}
+
+// dataFields is THE field→place mapping of the adapter (apart from
+// data.amount, which becomes a decimal, and the attempt reference below):
+// correct a field's position or limit here and nowhere else.
+var dataFields = []dataField{
+	{"data.invoiceId", func(d *PayloadData) string { return d.InvoiceID }, func(p *fulfillment.PaymentInfo) *string { return &p.InvoiceID }, maxIDLen, label},
+	{"data.paymentId", func(d *PayloadData) string { return d.PaymentID }, func(p *fulfillment.PaymentInfo) *string { return &p.PaymentID }, maxIDLen, label},
+	{"data.checkoutSessionId", func(d *PayloadData) string { return d.CheckoutSessionID }, func(p *fulfillment.PaymentInfo) *string { return &p.CheckoutSessionID }, maxIDLen, label},
+	{"data.merchantOrderId", func(d *PayloadData) string { return d.MerchantOrderID }, func(p *fulfillment.PaymentInfo) *string { return &p.MerchantOrderID }, maxIDLen, label},
+	{"data.paylinkId", func(d *PayloadData) string { return d.PaylinkID }, func(p *fulfillment.PaymentInfo) *string { return &p.PaylinkID }, maxIDLen, label},
+	{"data.subscriptionId", func(d *PayloadData) string { return d.SubscriptionID }, func(p *fulfillment.PaymentInfo) *string { return &p.SubscriptionID }, maxIDLen, label},
+	{"data.token", func(d *PayloadData) string { return d.Token }, func(p *fulfillment.PaymentInfo) *string { return &p.Token }, maxTokenLen, code},
+	{"data.network", func(d *PayloadData) string { return d.Network }, func(p *fulfillment.PaymentInfo) *string { return &p.Network }, maxNetworkLen, code},
+	{"data.txHash", func(d *PayloadData) string { return d.TxHash }, func(p *fulfillment.PaymentInfo) *string { return &p.TxHash }, maxIDLen, label},
+}
+
+// amountPath names data.amount in error messages.
+const amountPath = "data.amount"
+
+// amountOf returns the wire amount of data.
+func amountOf(d *PayloadData) string { return d.Amount }
+
+// attemptRef picks the payment attempt reference: the invoice id, else the
+// payment id, else the checkout session id.
+func attemptRef(p *fulfillment.PaymentInfo) string {
+	for _, ref := range []string{p.InvoiceID, p.PaymentID, p.CheckoutSessionID} {
+		if ref != "" {
+			return ref
+		}
+	}
+	return ""
+}
+
+// orderRefs are the references of which a payment.confirmed needs at least
+// one to be matched to an order.
+func orderRefs(p *fulfillment.PaymentInfo) []string {
+	return []string{p.MerchantOrderID, p.CheckoutSessionID, p.InvoiceID, p.PaymentID}
+}
+
+// orderRefNames names orderRefs in error messages.
+const orderRefNames = "data.merchantOrderId, data.checkoutSessionId, data.invoiceId or data.paymentId"

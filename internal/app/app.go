@@ -1,0 +1,214 @@
+// Package app assembles the service from its configuration: storage, the
+// gRPC API and REST gateway, the webhook gateway and the inbox processor,
+// run together by one supervisor. cmd/fulfillmentd and end-to-end tests use
+// it alike.
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/fulfillplatform/fulfillment/config"
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/ingest"
+	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/server"
+	"github.com/fulfillplatform/fulfillment/storage"
+	"github.com/fulfillplatform/fulfillment/worker"
+)
+
+// ErrNoDatabase means the configuration names no database.
+var ErrNoDatabase = errors.New("config: database: set DATABASE_URL (or database.url_env / database.url_file)")
+
+// App is the whole service in one process.
+type App struct {
+	log       *slog.Logger
+	store     *storage.Store
+	srv       *server.Server
+	gateway   *ingest.Gateway
+	processor *worker.InboxProcessor
+	ingestLis net.Listener
+	tls       *config.TLS
+}
+
+// New opens the database (migrating first when configured) and binds every
+// listener, so that addresses are known before Run.
+func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*App, error) {
+	if cfg.Database.URL == "" {
+		return nil, ErrNoDatabase
+	}
+	if cfg.Database.Migrate {
+		if err := storage.Migrate(ctx, cfg.Database.URL); err != nil {
+			return nil, err
+		}
+		log.Info("migrations applied")
+	}
+	store, err := storage.Open(ctx, cfg.Database.URL, storage.Options{
+		MaxConns:       cfg.Database.MaxConns,
+		ConnectTimeout: cfg.Database.ConnectTimeout,
+		Logger:         log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a := &App{log: log, store: store, tls: cfg.TLS}
+	if err := a.build(cfg); err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *App) build(cfg *config.Config) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// The webhook gateway calls the service in-process, with a token that
+	// exists only in this process.
+	ingestToken := randomToken()
+	tokens := append(cfg.Auth.Tokens[:len(cfg.Auth.Tokens):len(cfg.Auth.Tokens)], config.Token{
+		Name: "ingest-gateway", Secret: ingestToken, Scopes: []string{config.ScopeIngest}, Orgs: []string{config.AllOrgs},
+	})
+	srvCfg := *cfg
+	srvCfg.Auth.Tokens = tokens
+	var err error
+	a.srv, err = server.New(&srvCfg, a.store, a.log, server.Options{Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})})
+	if err != nil {
+		return err
+	}
+	if err := a.srv.Listen(); err != nil {
+		return err
+	}
+	a.gateway, err = NewGateway(cfg, server.NewEventRecorder(a.srv.LocalConn(), ingestToken), reg, a.log)
+	if err != nil {
+		return err
+	}
+	if a.ingestLis, err = net.Listen("tcp", cfg.Listen.Ingest); err != nil {
+		return fmt.Errorf("listening for webhooks on %s: %w", cfg.Listen.Ingest, err)
+	}
+
+	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fulfillment_inbox_events_processed_total",
+		Help: "Inbox events processed, by decision.",
+	}, []string{"decision"})
+	reg.MustRegister(decisions)
+	a.processor = worker.NewInboxProcessor(a.store, InboxConfig(cfg.Worker), a.log)
+	a.processor.OnOutcome = func(o fulfillment.Outcome) { decisions.WithLabelValues(string(o.Decision)).Inc() }
+	return nil
+}
+
+// GRPCAddr, HTTPAddr and IngestAddr are the bound listener addresses.
+func (a *App) GRPCAddr() string { return a.srv.GRPCAddr() }
+
+// HTTPAddr is the bound REST gateway address.
+func (a *App) HTTPAddr() string { return a.srv.HTTPAddr() }
+
+// IngestAddr is the bound webhook gateway address.
+func (a *App) IngestAddr() string { return a.ingestLis.Addr().String() }
+
+// Ready is closed once the API serves.
+func (a *App) Ready() <-chan struct{} { return a.srv.Ready() }
+
+// Run serves until ctx ends or a component fails, then stops every
+// component gracefully and closes the database pool.
+func (a *App) Run(ctx context.Context) error {
+	defer a.Close()
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return a.srv.Run(ctx) })
+	g.Go(func() error { return ServeHTTP(ctx, "webhooks", a.ingestLis, a.gateway.Handler(), a.tls, a.log) })
+	g.Go(func() error { return a.processor.Run(ctx) })
+	return g.Wait()
+}
+
+// Close releases the database pool (Run does it when it returns).
+func (a *App) Close() { a.store.Close() }
+
+// adapters maps a configured provider to its webhook adapter.
+var adapters = map[string]ingest.Adapter{
+	string(fulfillment.ProviderYolfi): yolfi.Adapter{},
+}
+
+// NewGateway builds the webhook gateway of the configured endpoints.
+func NewGateway(cfg *config.Config, rec ingest.Recorder, reg prometheus.Registerer, log *slog.Logger) (*ingest.Gateway, error) {
+	eps := make([]ingest.Endpoint, len(cfg.Endpoints))
+	for i, e := range cfg.Endpoints {
+		adapter, ok := adapters[e.Provider]
+		if !ok {
+			return nil, fmt.Errorf("config: endpoints[%d].provider: no adapter for %q", i, e.Provider)
+		}
+		secrets := make([][]byte, len(e.Secrets))
+		for j, s := range e.Secrets {
+			secrets[j] = s.Value
+		}
+		eps[i] = ingest.Endpoint{
+			Endpoint: fulfillment.Endpoint{
+				ID: e.ID, Provider: fulfillment.Provider(e.Provider), OrgID: e.Org,
+				Environment: fulfillment.Environment(e.Environment),
+			},
+			Secrets: secrets,
+			Adapter: adapter,
+		}
+	}
+	return ingest.NewGateway(eps, rec, ingest.Options{
+		MaxBodyBytes: cfg.Ingest.MaxBodyBytes,
+		Timeout:      cfg.Ingest.Timeout,
+		Registerer:   reg,
+	}, log), nil
+}
+
+// ServeHTTP serves h on lis until ctx ends, then shuts down gracefully.
+func ServeHTTP(ctx context.Context, name string, lis net.Listener, h http.Handler, t *config.TLS, log *slog.Logger) error {
+	if t != nil {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return fmt.Errorf("loading TLS key pair: %w", err)
+		}
+		lis = tls.NewListener(lis, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	log.Info("serving "+name, "addr", lis.Addr().String())
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving %s: %w", name, err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdownCtx)
+	return nil
+}
+
+// InboxConfig translates the worker configuration.
+func InboxConfig(w config.Worker) worker.InboxConfig {
+	return worker.InboxConfig{
+		Workers: w.Workers, Batch: w.Batch, Lease: w.Lease, Poll: w.Poll,
+		MaxAttempts: w.MaxAttempts, BaseBackoff: w.BaseBackoff, MaxBackoff: w.MaxBackoff,
+	}
+}
+
+func randomToken() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,11 @@
+// Package failpoint lets crash tests kill the process at named points.
+//
+// Failpoints exist only in binaries built with the "failpoints" build tag;
+// in every other build Inject compiles to nothing. In a failpoints build,
+// FULFILLMENT_FAILPOINT=name[:n] makes the n-th (default first) arrival at
+// the named point kill the process with SIGKILL, as a crash would: no
+// deferred function, no graceful shutdown.
+package failpoint
+
+// EnvVar names the failpoint to trigger in a failpoints build.
+const EnvVar = "FULFILLMENT_FAILPOINT"

@@ -1,0 +1,84 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+)
+
+// EventRecorder hands verified events to a FulfillmentService over gRPC: the
+// webhook gateway's way into the inbox, in-process or remote.
+type EventRecorder struct {
+	client fulfillmentv1.FulfillmentServiceClient
+	token  string
+}
+
+// NewEventRecorder returns a recorder calling conn with a bearer token that
+// holds the ingest scope.
+func NewEventRecorder(conn grpc.ClientConnInterface, token string) *EventRecorder {
+	return &EventRecorder{client: fulfillmentv1.NewFulfillmentServiceClient(conn), token: token}
+}
+
+// RecordEvent stores ev and returns once it is committed. Errors wrap
+// fulfillment.ErrUnavailable when the service or its database cannot take
+// the event now (the provider must retry), or are a
+// *fulfillment.ValidationError when the event itself is refused.
+func (r *EventRecorder) RecordEvent(ctx context.Context, ev fulfillment.ProviderEvent, rawBody []byte) (fulfillment.InboxReceipt, error) {
+	p := ev.Payment
+	req := &fulfillmentv1.RecordEventRequest{
+		Provider:    string(ev.Provider),
+		EndpointId:  ev.EndpointID,
+		OrgId:       ev.OrgID,
+		Environment: string(ev.Environment),
+		EventId:     ev.EventID,
+		Type:        ev.Type,
+		Kind:        string(ev.Kind),
+		TestMode:    ev.TestMode,
+		Payment: &fulfillmentv1.EventPayment{
+			AttemptRef:        p.AttemptRef,
+			PaymentId:         p.PaymentID,
+			InvoiceId:         p.InvoiceID,
+			CheckoutSessionId: p.CheckoutSessionID,
+			MerchantOrderId:   p.MerchantOrderID,
+			PaylinkId:         p.PaylinkID,
+			SubscriptionId:    p.SubscriptionID,
+			Token:             p.Token,
+			Network:           p.Network,
+			TxHash:            p.TxHash,
+		},
+		RawBody: rawBody,
+	}
+	if p.HasAmount {
+		req.Payment.Amount = p.Amount.String()
+	}
+	if !ev.OccurredAt.IsZero() {
+		req.OccurTime = timestamppb.New(ev.OccurredAt)
+	}
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+r.token)
+	resp, err := r.client.RecordEvent(ctx, req)
+	if err != nil {
+		st := status.Convert(err)
+		if st.Code() == codes.InvalidArgument {
+			ve := &fulfillment.ValidationError{}
+			for _, d := range st.Details() {
+				if br, ok := d.(*errdetails.BadRequest); ok {
+					for _, v := range br.GetFieldViolations() {
+						ve.Violations = append(ve.Violations, fulfillment.FieldViolation{Field: v.GetField(), Description: v.GetDescription()})
+					}
+				}
+			}
+			return fulfillment.InboxReceipt{}, ve
+		}
+		return fulfillment.InboxReceipt{}, fmt.Errorf("%w: recording event: %s: %s", fulfillment.ErrUnavailable, st.Code(), st.Message())
+	}
+	return fulfillment.InboxReceipt{Duplicate: resp.GetDuplicate(), State: fulfillment.InboxState(resp.GetState())}, nil
+}

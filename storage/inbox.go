@@ -1,0 +1,443 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/internal/failpoint"
+)
+
+var (
+	_ fulfillment.InboxStore = (*Store)(nil)
+	_ fulfillment.InboxWork  = (*Store)(nil)
+)
+
+// inboxChannel is the LISTEN/NOTIFY channel an insert trigger signals.
+const inboxChannel = "inbox_events"
+
+// InboxInsert implements fulfillment.InboxStore. ON CONFLICT DO NOTHING on
+// the event key makes a redelivery a no-op, whatever the concurrency: no
+// preceding read decides anything.
+func (s *Store) InboxInsert(ctx context.Context, ev fulfillment.ProviderEvent, rawBody []byte) (fulfillment.InboxReceipt, error) {
+	state := fulfillment.InboxPending
+	var decision, reason *string
+	if out := fulfillment.Decide(ev, nil); out.Decision == fulfillment.DecisionTestModeIgnored {
+		// Stored as evidence, acknowledged, never processed.
+		state = fulfillment.InboxIgnored
+		d := string(out.Decision)
+		decision, reason = &d, &out.Reason
+	}
+	p := ev.Payment
+	var amount *string
+	if p.HasAmount {
+		a := p.Amount.String()
+		amount = &a
+	}
+	var occurred *time.Time
+	if !ev.OccurredAt.IsZero() {
+		occurred = &ev.OccurredAt
+	}
+	var r fulfillment.InboxReceipt
+	err := s.pool.QueryRow(ctx, `
+		INSERT INTO inbox_events (provider, endpoint_id, org_id, environment, event_id, event_type, kind,
+			test_mode, occurred_at, attempt_ref, payment_id, invoice_id, checkout_session_id,
+			merchant_order_id, paylink_id, subscription_id, amount, token, network, tx_hash, raw_body,
+			state, decision, decision_reason, processed_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''), nullif($11, ''), nullif($12, ''),
+			nullif($13, ''), nullif($14, ''), nullif($15, ''), nullif($16, ''), $17::numeric,
+			nullif($18, ''), nullif($19, ''), nullif($20, ''), $21, $22, $23, $24,
+			CASE WHEN $22 = 'pending' THEN NULL ELSE clock_timestamp() END)
+		ON CONFLICT ON CONSTRAINT inbox_events_event_key DO NOTHING
+		RETURNING id, state`,
+		ev.Provider, ev.EndpointID, ev.OrgID, ev.Environment, ev.EventID, ev.Type, ev.Kind,
+		ev.TestMode, occurred, p.AttemptRef, p.PaymentID, p.InvoiceID, p.CheckoutSessionID,
+		p.MerchantOrderID, p.PaylinkID, p.SubscriptionID, amount, p.Token, p.Network, p.TxHash, rawBody,
+		state, decision, reason,
+	).Scan(&r.ID, &r.State)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// A redelivery: the statement waited for the first insert to commit.
+		err = s.pool.QueryRow(ctx, `
+			SELECT id, state FROM inbox_events
+			WHERE provider = $1 AND org_id = $2 AND environment = $3 AND event_id = $4`,
+			ev.Provider, ev.OrgID, ev.Environment, ev.EventID).Scan(&r.ID, &r.State)
+		r.Duplicate = true
+	}
+	if err != nil {
+		return fulfillment.InboxReceipt{}, fmt.Errorf("storing inbox event: %w", interpret(err))
+	}
+	return r, nil
+}
+
+// InboxClaim implements fulfillment.InboxWork. Claiming pushes
+// next_attempt_at to the end of the lease, so leased events drop out of the
+// claim scan until the lease expires; the partial index holds pending events
+// only, so a claim never scans processed history.
+func (s *Store) InboxClaim(ctx context.Context, owner string, limit int, lease time.Duration) ([]fulfillment.InboxClaim, error) {
+	rows, err := s.pool.Query(ctx, `
+		UPDATE inbox_events SET
+			lease_owner = $1,
+			lease_until = clock_timestamp() + $2::interval,
+			next_attempt_at = clock_timestamp() + $2::interval,
+			attempts = attempts + 1
+		WHERE id IN (
+			SELECT id FROM inbox_events
+			WHERE state = 'pending' AND next_attempt_at <= clock_timestamp()
+			ORDER BY next_attempt_at, id
+			LIMIT $3
+			FOR UPDATE SKIP LOCKED)
+		RETURNING id, attempts`, owner, lease, limit)
+	if err != nil {
+		return nil, fmt.Errorf("claiming inbox events: %w", interpret(err))
+	}
+	claims, err := pgx.CollectRows(rows, pgx.RowToStructByPos[fulfillment.InboxClaim])
+	if err != nil {
+		return nil, fmt.Errorf("claiming inbox events: %w", interpret(err))
+	}
+	return claims, nil
+}
+
+// InboxProcess implements fulfillment.InboxWork.
+func (s *Store) InboxProcess(ctx context.Context, id int64, owner string) (fulfillment.Outcome, error) {
+	var out fulfillment.Outcome
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		ev, err := lockLeasedEvent(ctx, tx, id, owner)
+		if err != nil {
+			return err
+		}
+		orderID, order, err := lockMatchingOrder(ctx, tx, ev)
+		if err != nil {
+			return err
+		}
+		out = fulfillment.Decide(ev, order)
+		if order != nil {
+			if err := applyToOrder(ctx, tx, orderID, ev, out); err != nil {
+				return err
+			}
+		}
+		failpoint.Inject("process-before-commit")
+		if out.Item != "" {
+			if err := openItem(ctx, tx, out.Item, id, orderID, ev, order, out.Reason); err != nil {
+				return err
+			}
+		}
+		var linked *string
+		if order != nil {
+			linked = &orderID
+		}
+		_, err = tx.Exec(ctx, `
+			UPDATE inbox_events SET state = $2, decision = $3, decision_reason = $4, order_id = $5,
+				processed_at = clock_timestamp(), lease_owner = NULL, lease_until = NULL, last_error = NULL
+			WHERE id = $1`,
+			id, fulfillment.InboxStateFor(out.Decision), out.Decision, out.Reason, linked)
+		if err != nil {
+			return fmt.Errorf("recording decision: %w", interpret(err))
+		}
+		return nil
+	})
+	if err != nil {
+		return fulfillment.Outcome{}, err
+	}
+	failpoint.Inject("process-after-commit")
+	return out, nil
+}
+
+// lockLeasedEvent reads an event that owner still holds, locking its row.
+func lockLeasedEvent(ctx context.Context, tx pgx.Tx, id int64, owner string) (fulfillment.ProviderEvent, error) {
+	var (
+		ev       fulfillment.ProviderEvent
+		occurred *time.Time
+		amount   *string
+		p        = &ev.Payment
+		texts    [10]*string
+	)
+	err := tx.QueryRow(ctx, `
+		SELECT provider, endpoint_id, org_id, environment, event_id, event_type, kind, test_mode, occurred_at,
+			attempt_ref, payment_id, invoice_id, checkout_session_id, merchant_order_id, paylink_id,
+			subscription_id, amount::text, token, network, tx_hash
+		FROM inbox_events WHERE id = $1 AND state = 'pending' AND lease_owner = $2
+		FOR UPDATE`, id, owner).Scan(
+		&ev.Provider, &ev.EndpointID, &ev.OrgID, &ev.Environment, &ev.EventID, &ev.Type, &ev.Kind,
+		&ev.TestMode, &occurred, &texts[0], &texts[1], &texts[2], &texts[3], &texts[4], &texts[5],
+		&texts[6], &amount, &texts[7], &texts[8], &texts[9])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ev, fmt.Errorf("event %d: %w", id, fulfillment.ErrLeaseLost)
+	}
+	if err != nil {
+		return ev, fmt.Errorf("reading inbox event: %w", interpret(err))
+	}
+	if occurred != nil {
+		ev.OccurredAt = *occurred
+	}
+	for i, dst := range []*string{&p.AttemptRef, &p.PaymentID, &p.InvoiceID, &p.CheckoutSessionID,
+		&p.MerchantOrderID, &p.PaylinkID, &p.SubscriptionID, &p.Token, &p.Network, &p.TxHash} {
+		if texts[i] != nil {
+			*dst = *texts[i]
+		}
+	}
+	if amount != nil {
+		if p.Amount, err = decimal.NewFromString(*amount); err != nil {
+			return ev, fmt.Errorf("parsing stored amount: %w", err)
+		}
+		p.HasAmount = true
+	}
+	return ev, nil
+}
+
+// lockMatchingOrder finds the event's order by merchant order id, else by
+// checkout session — never by paylink — and locks its row: every event of
+// one order is applied one at a time.
+func lockMatchingOrder(ctx context.Context, tx pgx.Tx, ev fulfillment.ProviderEvent) (string, *fulfillment.PaidOrder, error) {
+	p := ev.Payment
+	for _, m := range []struct{ column, value string }{
+		{"merchant_order_id", p.MerchantOrderID},
+		{"checkout_session_id", p.CheckoutSessionID},
+	} {
+		if m.value == "" {
+			continue
+		}
+		var (
+			id                                uuid.UUID
+			o                                 fulfillment.PaidOrder
+			token, network, amount, tolerance *string
+			paidRef, paidPayment              *string
+		)
+		err := tx.QueryRow(ctx, `
+			SELECT id, state, settlement_token, settlement_network, settlement_amount::text,
+				settlement_tolerance::text, paid_attempt_ref, paid_payment_id,
+				EXISTS (SELECT 1 FROM order_lines l WHERE l.order_id = o.id AND l.kind = 'external')
+			FROM orders o
+			WHERE org_id = $1 AND environment = $2 AND `+m.column+` = $3
+			FOR UPDATE`, ev.OrgID, ev.Environment, m.value).Scan(
+			&id, &o.State, &token, &network, &amount, &tolerance, &paidRef, &paidPayment, &o.HasExternalLines)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return "", nil, fmt.Errorf("locking order: %w", interpret(err))
+		}
+		if o.Settlement, err = settlementFrom(token, network, amount, tolerance); err != nil {
+			return "", nil, err
+		}
+		if paidRef != nil {
+			o.PaidAttemptRef = *paidRef
+		}
+		if paidPayment != nil {
+			o.PaidPaymentID = *paidPayment
+		}
+		return id.String(), &o, nil
+	}
+	return "", nil, nil
+}
+
+// applyToOrder records the attempt, moves the order and grants its lines.
+func applyToOrder(ctx context.Context, tx pgx.Tx, orderID string, ev fulfillment.ProviderEvent, out fulfillment.Outcome) error {
+	p := ev.Payment
+	if out.Attempt != "" && p.AttemptRef != "" {
+		var stored fulfillment.AttemptState
+		err := tx.QueryRow(ctx, `
+			SELECT state FROM payment_attempts WHERE order_id = $1 AND provider = $2 AND attempt_ref = $3`,
+			orderID, ev.Provider, p.AttemptRef).Scan(&stored)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("reading payment attempt: %w", interpret(err))
+		}
+		var amount *string
+		if p.HasAmount {
+			a := p.Amount.String()
+			amount = &a
+		}
+		// The order row lock serializes this read and write; the unique key
+		// still guarantees one row per attempt.
+		_, err = tx.Exec(ctx, `
+			INSERT INTO payment_attempts (order_id, provider, attempt_ref, state, amount, token, network)
+			VALUES ($1, $2, $3, $4, $5::numeric, nullif($6, ''), nullif($7, ''))
+			ON CONFLICT ON CONSTRAINT payment_attempts_ref_key DO UPDATE SET
+				state = EXCLUDED.state,
+				amount = coalesce(EXCLUDED.amount, payment_attempts.amount),
+				token = coalesce(EXCLUDED.token, payment_attempts.token),
+				network = coalesce(EXCLUDED.network, payment_attempts.network),
+				updated_at = now()`,
+			orderID, ev.Provider, p.AttemptRef, fulfillment.NextAttemptState(stored, out.Attempt),
+			amount, p.Token, p.Network)
+		if err != nil {
+			return fmt.Errorf("recording payment attempt: %w", interpret(err))
+		}
+	}
+	if out.NewState != "" || out.MarkPaid {
+		_, err := tx.Exec(ctx, `
+			UPDATE orders SET
+				state = coalesce(nullif($2, ''), state),
+				paid_attempt_ref = CASE WHEN $3 THEN $4 ELSE paid_attempt_ref END,
+				paid_payment_id  = CASE WHEN $3 THEN $5 ELSE paid_payment_id END,
+				paid_at          = CASE WHEN $3 THEN now() ELSE paid_at END,
+				updated_at = now()
+			WHERE id = $1`, orderID, out.NewState, out.MarkPaid, p.AttemptRef, p.PaymentID)
+		if err != nil {
+			return fmt.Errorf("updating order state: %w", interpret(err))
+		}
+	}
+	if !out.Grant {
+		return nil
+	}
+	// One license per unit and one credit per balance line; the unique keys
+	// make a repeated grant insert nothing.
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO entitlements (order_id, line_no, unit, kind, value)
+		SELECT l.order_id, l.line_no, u, 'license',
+			'LIC-' || upper(replace(gen_random_uuid()::text, '-', ''))
+		FROM order_lines l, generate_series(1, l.quantity) AS u
+		WHERE l.order_id = $1 AND l.kind = 'license'
+		ON CONFLICT ON CONSTRAINT entitlements_unit_key DO NOTHING`, orderID); err != nil {
+		return fmt.Errorf("granting licenses: %w", interpret(err))
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO ledger_entries (order_id, line_no, account_ref, movement, currency, minor_units)
+		SELECT l.order_id, l.line_no, l.account_ref, 'credit', l.currency, l.unit_minor_units * l.quantity
+		FROM order_lines l
+		WHERE l.order_id = $1 AND l.kind = 'balance_credit'
+		ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, orderID); err != nil {
+		return fmt.Errorf("crediting balances: %w", interpret(err))
+	}
+	return nil
+}
+
+// openItem opens a reconciliation item unless the same situation already
+// has one (the dedupe key names it).
+func openItem(ctx context.Context, tx pgx.Tx, kind fulfillment.ReconKind, inboxID int64, orderID string,
+	ev fulfillment.ProviderEvent, order *fulfillment.PaidOrder, detail string) error {
+	p := ev.Payment
+	dedupe := fmt.Sprintf("%s|%s|%s|%s|%s|%s", ev.Provider, ev.OrgID, ev.Environment, orderID, p.AttemptRef, p.PaymentID)
+	if p.AttemptRef == "" && p.PaymentID == "" {
+		dedupe += "|" + ev.EventID
+	}
+	var amount, expected *string
+	if p.HasAmount {
+		a := p.Amount.String()
+		amount = &a
+	}
+	if order != nil && order.Settlement != nil {
+		e := order.Settlement.Amount.String()
+		expected = &e
+	}
+	var linked *string
+	if orderID != "" {
+		linked = &orderID
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO reconciliation_items (kind, org_id, environment, order_id, inbox_event_id, provider,
+			attempt_ref, payment_id, amount, expected_amount, token, network, detail, dedupe_key)
+		VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), nullif($8, ''), $9::numeric, $10::numeric,
+			nullif($11, ''), nullif($12, ''), $13, $14)
+		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
+		kind, ev.OrgID, ev.Environment, linked, inboxID, ev.Provider, p.AttemptRef, p.PaymentID,
+		amount, expected, p.Token, p.Network, detail, dedupe)
+	if err != nil {
+		return fmt.Errorf("opening %s item: %w", kind, interpret(err))
+	}
+	return nil
+}
+
+// InboxRetry implements fulfillment.InboxWork.
+func (s *Store) InboxRetry(ctx context.Context, id int64, owner, cause string, next time.Time, maxAttempts int) (bool, error) {
+	failed := false
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		var (
+			state         fulfillment.InboxState
+			org, env, evt string
+			provider      string
+		)
+		err := tx.QueryRow(ctx, `
+			UPDATE inbox_events SET
+				state = CASE WHEN attempts >= $4 THEN 'failed' ELSE 'pending' END,
+				last_error = $3, next_attempt_at = $5, lease_owner = NULL, lease_until = NULL,
+				processed_at = CASE WHEN attempts >= $4 THEN clock_timestamp() END,
+				decision = CASE WHEN attempts >= $4 THEN 'failed' END
+			WHERE id = $1 AND state = 'pending' AND lease_owner = $2
+			RETURNING state, org_id, environment, event_id, provider`,
+			id, owner, cause, maxAttempts, next).Scan(&state, &org, &env, &evt, &provider)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("event %d: %w", id, fulfillment.ErrLeaseLost)
+		}
+		if err != nil {
+			return fmt.Errorf("recording failed attempt: %w", interpret(err))
+		}
+		if state != fulfillment.InboxFailed {
+			return nil
+		}
+		failed = true
+		_, err = tx.Exec(ctx, `
+			INSERT INTO reconciliation_items (kind, org_id, environment, inbox_event_id, provider, detail, dedupe_key)
+			VALUES ('failed_event', $1, $2, $3, $4, $5, $6)
+			ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
+			org, env, id, provider,
+			fmt.Sprintf("processing failed %d times; last error: %s", maxAttempts, cause),
+			fmt.Sprintf("inbox|%d", id))
+		if err != nil {
+			return fmt.Errorf("opening failed_event item: %w", interpret(err))
+		}
+		return nil
+	})
+	return failed, err
+}
+
+// InboxListen implements fulfillment.InboxWork. It holds one connection
+// outside the pool's accounting and reconnects after errors.
+func (s *Store) InboxListen(ctx context.Context, wake func()) error {
+	for ctx.Err() == nil {
+		err := s.listenOnce(ctx, wake)
+		if ctx.Err() != nil {
+			break
+		}
+		// Polling covers the gap; subscribe again shortly.
+		if !errors.Is(err, context.Canceled) {
+			s.log.Warn("inbox listener lost its connection; polling until it is back", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	return nil
+}
+
+func (s *Store) listenOnce(ctx context.Context, wake func()) error {
+	pooled, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return interpret(err)
+	}
+	// A connection that has LISTENed is not returned to the pool.
+	conn := pooled.Hijack()
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+inboxChannel); err != nil {
+		return interpret(err)
+	}
+	wake() // catch up with anything inserted before we listened
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return interpret(err)
+		}
+		wake()
+	}
+}
+
+// settlementFrom reads the nullable settlement columns.
+func settlementFrom(token, network, amount, tolerance *string) (*fulfillment.Settlement, error) {
+	if token == nil {
+		return nil, nil
+	}
+	st := &fulfillment.Settlement{Token: *token, Network: *network}
+	var err error
+	if st.Amount, err = decimal.NewFromString(*amount); err != nil {
+		return nil, fmt.Errorf("parsing settlement amount: %w", err)
+	}
+	if st.Tolerance, err = decimal.NewFromString(*tolerance); err != nil {
+		return nil, fmt.Errorf("parsing settlement tolerance: %w", err)
+	}
+	return st, nil
+}
