@@ -22,6 +22,7 @@ run: ## Run the service on a local throwaway PostgreSQL (or $DATABASE_URL), with
 	@go build -o .cache/fulfillmentd ./cmd/fulfillmentd
 	@go build -o .cache/fulfillctl ./cmd/fulfillctl
 	@go build -o .cache/pgrun ./cmd/pgrun
+	@go build -o .cache/loadgen ./cmd/loadgen
 	@scripts/dev-config.sh .data/dev
 	@.cache/pgrun --dir .data/postgres --durable -- \
 		.cache/fulfillmentd serve --config .data/dev/config.yaml --migrate
@@ -30,10 +31,18 @@ run: ## Run the service on a local throwaway PostgreSQL (or $DATABASE_URL), with
 test: ## Run every test against a real PostgreSQL (throwaway cluster unless $DATABASE_URL is set).
 	go run ./cmd/pgrun -- go test $(GO_TEST_FLAGS) ./...
 
+FUZZTIME ?= 10s
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for $(FUZZTIME) each (webhook verify + parse).
+	go test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./ingest/yolfi/
+	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./ingest/yolfi/
+
 .PHONY: build
 build: ## Build fulfillmentd and fulfillctl into .cache/.
 	go build -o .cache/fulfillmentd ./cmd/fulfillmentd
 	go build -o .cache/fulfillctl ./cmd/fulfillctl
+	go build -o .cache/loadgen ./cmd/loadgen
 
 $(TOOLS): tools/go.mod tools/go.sum
 	cd tools && GOBIN=$(TOOLS_BIN) go install tool

@@ -16,6 +16,7 @@ token() { # a random dev token in file $1, kept across runs
 }
 token "$dir/admin.token"
 token "$dir/checkout.token"
+token "$dir/yolfi-test.secret"
 
 cat > "$dir/config.yaml" <<YAML
 # Development configuration written by scripts/dev-config.sh (make run).
@@ -27,6 +28,14 @@ auth:
   tokens:
     - { name: dev-admin, token_file: $dir/admin.token, scopes: [admin], orgs: ["*"] }
     - { name: checkout, token_file: $dir/checkout.token, scopes: [orders:write, orders:read], orgs: [org_demo] }
+endpoints:
+  - id: yolfi-test
+    provider: yolfi
+    org: org_demo
+    environment: test
+    secrets: [ { file: $dir/yolfi-test.secret } ]
+worker:
+  poll: 500ms
 log:
   level: info
 YAML
@@ -48,6 +57,13 @@ cat <<TEXT
                  "unit_price": {"currency": "USD", "minor_units": 2500}}],
       "settlement": {"token": "USDT", "network": "TRON", "amount": "25.000000"}}'
     curl -sS -H "Authorization: Bearer \$TOKEN" "http://$http/v1/orders?org_id=org_demo&merchant_order_id=demo-1"
+
+  Pay it: a signed Yolfi payment.confirmed on the test endpoint, then see the order fulfilled with its license:
+
+    .cache/fulfillctl webhook send --url http://$ingest/webhooks/yolfi-test --secret-file $dir/yolfi-test.secret \\
+      --org org_demo --merchant-order-id demo-1 --amount 25.000000 --test
+    curl -sS -H "Authorization: Bearer \$TOKEN" "http://$http/v1/orders?org_id=org_demo&merchant_order_id=demo-1"
+    FULFILLCTL_TOKEN_FILE=$dir/checkout.token .cache/fulfillctl orders get <order id>   # license key, timeline
 
   Ctrl-C stops the service and its PostgreSQL.
 

@@ -1,0 +1,84 @@
+package e2e_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/fulfillplatform/fulfillment/internal/app"
+	"github.com/fulfillplatform/fulfillment/internal/pgcluster"
+	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+)
+
+// While the database is down, no webhook gets 200: each fails fast with 503
+// (so the provider retries), and the service recovers by itself when the
+// database returns. It needs a PostgreSQL of its own to stop.
+func TestDatabaseOutage(t *testing.T) {
+	t.Parallel()
+	dir, err := os.MkdirTemp("", "outage-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Stop() })
+
+	cfg := testConfig(cluster.URL("fulfillment"))
+	cfg.Database.Migrate = true
+	runCtx, cancel := context.WithCancel(ctx)
+	a, err := app.New(runCtx, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-a.Ready()
+	s := &stack{ingestURL: "http://" + a.IngestAddr()}
+
+	s.sendOK(t, event(yolfi.TypeInvoiceCreated, "outage-0", "inv_o0"))
+
+	if err := cluster.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		start := time.Now()
+		code := s.send(t, liveEP, liveSecret, event(yolfi.TypeInvoiceCreated, "outage-1", "inv_o1"))
+		took := time.Since(start)
+		if code != http.StatusServiceUnavailable {
+			t.Errorf("request %d during the outage answered %d, want 503", i, code)
+		}
+		if took > 2500*time.Millisecond {
+			t.Errorf("request %d during the outage took %v, want at most ~2s", i, took)
+		}
+	}
+
+	if err := cluster.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	ev := event(yolfi.TypeInvoiceCreated, "outage-2", "inv_o2")
+	for {
+		code := s.send(t, liveEP, liveSecret, ev)
+		if code == http.StatusOK {
+			break
+		}
+		if time.Since(back) > 5*time.Second {
+			t.Fatalf("still %d five seconds after the database returned", code)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("recovered %v after the database returned", time.Since(back).Round(time.Millisecond))
+}

@@ -1,0 +1,186 @@
+package storage_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+func confirmedEvent(id, merchantOrderID string) fulfillment.ProviderEvent {
+	return fulfillment.ProviderEvent{
+		Provider: fulfillment.ProviderYolfi, EndpointID: "yolfi-live", OrgID: "org_a", Environment: fulfillment.EnvLive,
+		EventID: id, Type: "payment.confirmed", Kind: fulfillment.EventPaymentConfirmed,
+		Payment: fulfillment.PaymentInfo{
+			AttemptRef: "inv_" + id, PaymentID: "pay_" + id, InvoiceID: "inv_" + id, MerchantOrderID: merchantOrderID,
+			Amount: decimal.RequireFromString("30"), HasAmount: true, Token: "USDT", Network: "TRON",
+		},
+	}
+}
+
+func TestInboxInsertConcurrentDuplicates(t *testing.T) {
+	t.Parallel()
+	s, conn := newStore(t)
+	ev := confirmedEvent("evt_dup", "m-1")
+	const n = 20
+	receipts := make([]fulfillment.InboxReceipt, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			receipts[i], errs[i] = s.InboxInsert(context.Background(), ev, []byte(`{"id":"evt_dup"}`))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	fresh := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if receipts[i].ID != receipts[0].ID {
+			t.Errorf("receipt %d names row %d, receipt 0 row %d", i, receipts[i].ID, receipts[0].ID)
+		}
+		if !receipts[i].Duplicate {
+			fresh++
+		}
+	}
+	if fresh != 1 {
+		t.Errorf("%d inserts reported a new event, want 1", fresh)
+	}
+	if got := count(t, conn, "SELECT count(*) FROM inbox_events"); got != 1 {
+		t.Errorf("inbox rows = %d, want 1", got)
+	}
+}
+
+func TestInboxLeaseLost(t *testing.T) {
+	t.Parallel()
+	s, conn := newStore(t)
+	ctx := context.Background()
+	if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", "m-1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.InboxInsert(ctx, confirmedEvent("evt_1", "m-1"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.InboxClaim(ctx, "worker-a", 10, 300*time.Millisecond)
+	if err != nil || len(a) != 1 {
+		t.Fatalf("claim A = %v, %v", a, err)
+	}
+	if b, _ := s.InboxClaim(ctx, "worker-b", 10, time.Minute); len(b) != 0 {
+		t.Fatalf("B claimed %v while A's lease held", b)
+	}
+	time.Sleep(400 * time.Millisecond) // A's lease expires
+	b, err := s.InboxClaim(ctx, "worker-b", 10, time.Minute)
+	if err != nil || len(b) != 1 || b[0].Attempts != 2 {
+		t.Fatalf("claim B after expiry = %v, %v; want the event, attempt 2", b, err)
+	}
+	// A wakes up late: it can neither complete nor reschedule the event.
+	if _, err := s.InboxProcess(ctx, a[0].ID, "worker-a"); !errors.Is(err, fulfillment.ErrLeaseLost) {
+		t.Errorf("A completes a taken event: %v, want ErrLeaseLost", err)
+	}
+	if _, err := s.InboxRetry(ctx, a[0].ID, "worker-a", "late", time.Now(), 10); !errors.Is(err, fulfillment.ErrLeaseLost) {
+		t.Errorf("A reschedules a taken event: %v, want ErrLeaseLost", err)
+	}
+	out, err := s.InboxProcess(ctx, b[0].ID, "worker-b")
+	if err != nil || out.Decision != fulfillment.DecisionFulfilled {
+		t.Fatalf("B processes = %+v, %v", out, err)
+	}
+	// Once processed, nobody processes it again.
+	if _, err := s.InboxProcess(ctx, b[0].ID, "worker-b"); !errors.Is(err, fulfillment.ErrLeaseLost) {
+		t.Errorf("processing twice: %v, want ErrLeaseLost", err)
+	}
+	if got := count(t, conn, "SELECT count(*) FROM entitlements"); got != 2 {
+		t.Errorf("entitlements = %d, want 2", got)
+	}
+	if got := count(t, conn, "SELECT count(*) FROM ledger_entries"); got != 1 {
+		t.Errorf("ledger entries = %d, want 1", got)
+	}
+	if got := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state = 'processed' AND lease_owner IS NULL"); got != 1 {
+		t.Errorf("processed, released events = %d, want 1", got)
+	}
+}
+
+func TestInboxRetryBudget(t *testing.T) {
+	t.Parallel()
+	s, conn := newStore(t)
+	ctx := context.Background()
+	if _, err := s.InboxInsert(ctx, confirmedEvent("evt_1", "m-1"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	for attempt := 1; attempt <= 3; attempt++ {
+		claims, err := s.InboxClaim(ctx, "w", 10, time.Minute)
+		if err != nil || len(claims) != 1 || claims[0].Attempts != attempt {
+			t.Fatalf("attempt %d: claim = %v, %v", attempt, claims, err)
+		}
+		failed, err := s.InboxRetry(ctx, claims[0].ID, "w", fmt.Sprintf("boom %d", attempt), time.Now(), 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if failed != (attempt == 3) {
+			t.Fatalf("attempt %d: failed = %v", attempt, failed)
+		}
+	}
+	if claims, _ := s.InboxClaim(ctx, "w", 10, time.Minute); len(claims) != 0 {
+		t.Errorf("a failed event was claimed again: %v", claims)
+	}
+	if got := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state = 'failed' AND last_error = 'boom 3'"); got != 1 {
+		t.Errorf("failed events = %d, want 1", got)
+	}
+	if got := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = 'failed_event'"); got != 1 {
+		t.Errorf("failed_event items = %d, want 1", got)
+	}
+}
+
+func TestInboxClaimsAreDisjoint(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := context.Background()
+	for i := range 40 {
+		if _, err := s.InboxInsert(ctx, confirmedEvent(fmt.Sprintf("evt_%d", i), "m-1"), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	seen := map[int64]string{}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			owner := fmt.Sprintf("w%d", w)
+			for {
+				claims, err := s.InboxClaim(ctx, owner, 3, time.Minute)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(claims) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, c := range claims {
+					if prev, dup := seen[c.ID]; dup {
+						t.Errorf("event %d claimed by %s and %s", c.ID, prev, owner)
+					}
+					seen[c.ID] = owner
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(seen) != 40 {
+		t.Errorf("claimed %d events, want 40", len(seen))
+	}
+}
