@@ -11,7 +11,7 @@ import (
 )
 
 // RecordEvent implements fulfillmentv1.FulfillmentServiceServer.
-func (s *OrderService) RecordEvent(ctx context.Context, req *fulfillmentv1.RecordEventRequest) (*fulfillmentv1.RecordEventResponse, error) {
+func (s *Service) RecordEvent(ctx context.Context, req *fulfillmentv1.RecordEventRequest) (*fulfillmentv1.RecordEventResponse, error) {
 	ev, err := eventFromProto(req)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)

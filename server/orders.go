@@ -2,11 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -14,7 +9,7 @@ import (
 )
 
 // OrderService implements fulfillment.v1.FulfillmentService.
-type OrderService struct {
+type Service struct {
 	fulfillmentv1.UnimplementedFulfillmentServiceServer
 
 	store fulfillment.OrderStore
@@ -23,15 +18,15 @@ type OrderService struct {
 	log   *slog.Logger
 }
 
-var _ fulfillmentv1.FulfillmentServiceServer = (*OrderService)(nil)
+var _ fulfillmentv1.FulfillmentServiceServer = (*Service)(nil)
 
-// NewOrderService returns the service backed by store.
-func NewOrderService(store Store, log *slog.Logger) *OrderService {
-	return &OrderService{store: store, inbox: store, recon: store, log: log}
+// NewService returns the service backed by store.
+func NewService(store Store, log *slog.Logger) *Service {
+	return &Service{store: store, inbox: store, recon: store, log: log}
 }
 
 // CreateOrder implements fulfillmentv1.FulfillmentServiceServer.
-func (s *OrderService) CreateOrder(ctx context.Context, req *fulfillmentv1.CreateOrderRequest) (*fulfillmentv1.CreateOrderResponse, error) {
+func (s *Service) CreateOrder(ctx context.Context, req *fulfillmentv1.CreateOrderRequest) (*fulfillmentv1.CreateOrderResponse, error) {
 	spec, err := orderDraftFromProto(req).Validate()
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
@@ -47,7 +42,7 @@ func (s *OrderService) CreateOrder(ctx context.Context, req *fulfillmentv1.Creat
 }
 
 // GetOrder implements fulfillmentv1.FulfillmentServiceServer.
-func (s *OrderService) GetOrder(ctx context.Context, req *fulfillmentv1.GetOrderRequest) (*fulfillmentv1.GetOrderResponse, error) {
+func (s *Service) GetOrder(ctx context.Context, req *fulfillmentv1.GetOrderRequest) (*fulfillmentv1.GetOrderResponse, error) {
 	if err := fulfillment.ValidateOrderID("order_id", req.GetOrderId()); err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -63,7 +58,7 @@ func (s *OrderService) GetOrder(ctx context.Context, req *fulfillmentv1.GetOrder
 }
 
 // ListOrders implements fulfillmentv1.FulfillmentServiceServer.
-func (s *OrderService) ListOrders(ctx context.Context, req *fulfillmentv1.ListOrdersRequest) (*fulfillmentv1.ListOrdersResponse, error) {
+func (s *Service) ListOrders(ctx context.Context, req *fulfillmentv1.ListOrdersRequest) (*fulfillmentv1.ListOrdersResponse, error) {
 	p := principalFrom(ctx)
 	filter := fulfillment.OrderFilter{
 		VisibleOrgs:     p.VisibleOrgs(),
@@ -80,74 +75,23 @@ func (s *OrderService) ListOrders(ctx context.Context, req *fulfillmentv1.ListOr
 			return nil, err
 		}
 	}
-	limit, err := fulfillment.PageSize(req.GetPageSize())
+	pg, err := newPager(req.GetPageSize(), req.GetPageToken(),
+		pageDigest(filter.OrgID, string(filter.Environment), string(filter.State), filter.MerchantOrderID, filter.VisibleOrgs))
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	digest := pageDigest(filter.OrgID, string(filter.Environment), string(filter.State), filter.MerchantOrderID, filter.VisibleOrgs)
-	params := fulfillment.OrderListParams{Filter: filter, Limit: limit + 1}
-	if req.GetPageToken() != "" {
-		before, err := decodePageToken(req.GetPageToken(), digest)
-		if err != nil || fulfillment.ValidateOrderID("page_token", before) != nil {
-			return nil, toStatus(ctx, s.log, badPageToken())
-		}
-		params.BeforeID = before
+	if pg.before != "" && fulfillment.ValidateOrderID("page_token", pg.before) != nil {
+		return nil, toStatus(ctx, s.log, badPageToken())
 	}
-	orders, err := s.store.OrderList(ctx, params)
+	orders, err := s.store.OrderList(ctx, fulfillment.OrderListParams{Filter: filter, BeforeID: pg.before, Limit: pg.limit + 1})
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
 	resp := &fulfillmentv1.ListOrdersResponse{}
-	if len(orders) > limit {
-		orders = orders[:limit]
-		resp.NextPageToken = encodePageToken(orders[limit-1].ID, digest)
-	}
+	orders, resp.NextPageToken = pageOf(pg, orders, func(o fulfillment.Order) string { return o.ID })
 	resp.Orders = make([]*fulfillmentv1.Order, len(orders))
 	for i, o := range orders {
 		resp.Orders[i] = orderToProto(o)
 	}
 	return resp, nil
-}
-
-// pageToken continues a listing. It is bound to the filters it was issued
-// for, so that a token cannot be replayed with other filters (or by a caller
-// who sees other orgs).
-type pageToken struct {
-	Before string `json:"b"`
-	Filter string `json:"f"`
-}
-
-// pageDigest identifies a listing's filters and the caller's visible orgs.
-func pageDigest(parts ...any) string {
-	sum := sha256.Sum256(fmt.Appendf(nil, "%q", parts))
-	return base64.RawURLEncoding.EncodeToString(sum[:12])
-}
-
-func encodePageToken(before, digest string) string {
-	b, _ := json.Marshal(pageToken{Before: before, Filter: digest})
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// decodePageToken returns the position a token continues from, or an error
-// when it was not issued for these filters.
-func decodePageToken(token, digest string) (string, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil {
-		return "", err
-	}
-	var t pageToken
-	if err := json.Unmarshal(raw, &t); err != nil {
-		return "", err
-	}
-	if t.Filter != digest || t.Before == "" {
-		return "", errors.New("page token issued for other filters")
-	}
-	return t.Before, nil
-}
-
-func badPageToken() error {
-	return &fulfillment.ValidationError{Violations: []fulfillment.FieldViolation{{
-		Field:       "page_token",
-		Description: "is not a token from a previous response with the same filters; start again without page_token",
-	}}}
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // ListReconciliationItems implements fulfillmentv1.FulfillmentServiceServer.
-func (s *OrderService) ListReconciliationItems(ctx context.Context, req *fulfillmentv1.ListReconciliationItemsRequest) (*fulfillmentv1.ListReconciliationItemsResponse, error) {
+func (s *Service) ListReconciliationItems(ctx context.Context, req *fulfillmentv1.ListReconciliationItemsRequest) (*fulfillmentv1.ListReconciliationItemsResponse, error) {
 	p := principalFrom(ctx)
 	filter := fulfillment.ReconFilter{
 		VisibleOrgs: p.VisibleOrgs(),
@@ -28,18 +28,14 @@ func (s *OrderService) ListReconciliationItems(ctx context.Context, req *fulfill
 			return nil, err
 		}
 	}
-	limit, err := fulfillment.PageSize(req.GetPageSize())
+	pg, err := newPager(req.GetPageSize(), req.GetPageToken(),
+		pageDigest(filter.OrgID, string(filter.Kind), string(filter.State), filter.OrderID, filter.VisibleOrgs))
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	digest := pageDigest(filter.OrgID, string(filter.Kind), string(filter.State), filter.OrderID, filter.VisibleOrgs)
-	params := fulfillment.ReconListParams{Filter: filter, Limit: limit + 1}
-	if req.GetPageToken() != "" {
-		before, err := decodePageToken(req.GetPageToken(), digest)
-		if err == nil {
-			params.BeforeID, err = strconv.ParseInt(before, 10, 64)
-		}
-		if err != nil {
+	params := fulfillment.ReconListParams{Filter: filter, Limit: pg.limit + 1}
+	if pg.before != "" {
+		if params.BeforeID, err = strconv.ParseInt(pg.before, 10, 64); err != nil {
 			return nil, toStatus(ctx, s.log, badPageToken())
 		}
 	}
@@ -48,10 +44,7 @@ func (s *OrderService) ListReconciliationItems(ctx context.Context, req *fulfill
 		return nil, toStatus(ctx, s.log, err)
 	}
 	resp := &fulfillmentv1.ListReconciliationItemsResponse{}
-	if len(items) > limit {
-		items = items[:limit]
-		resp.NextPageToken = encodePageToken(strconv.FormatInt(items[limit-1].ID, 10), digest)
-	}
+	items, resp.NextPageToken = pageOf(pg, items, func(it fulfillment.ReconItem) string { return strconv.FormatInt(it.ID, 10) })
 	resp.Items = make([]*fulfillmentv1.ReconciliationItem, len(items))
 	for i, it := range items {
 		resp.Items[i] = reconItemToProto(it)

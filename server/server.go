@@ -63,7 +63,7 @@ func New(cfg *config.Config, store Store, log *slog.Logger, opts Options) (*Serv
 		grpc.ChainUnaryInterceptor(recoverUnary(log), logUnary(log), auth.UnaryInterceptor),
 		grpc.ChainStreamInterceptor(auth.StreamInterceptor),
 	)
-	fulfillmentv1.RegisterFulfillmentServiceServer(s.grpcSrv, NewOrderService(store, log))
+	fulfillmentv1.RegisterFulfillmentServiceServer(s.grpcSrv, NewService(store, log))
 	reflection.Register(s.grpcSrv)
 
 	// In-process callers (the REST gateway, the webhook gateway in serve

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -118,40 +116,21 @@ func (s *Store) orderGetWhere(ctx context.Context, where string, args ...any) (f
 
 // OrderList implements fulfillment.OrderStore.
 func (s *Store) OrderList(ctx context.Context, p fulfillment.OrderListParams) ([]fulfillment.Order, error) {
-	var (
-		conds []string
-		args  []any
-	)
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
+	var w where
 	f := p.Filter
 	if f.VisibleOrgs != nil {
-		conds = append(conds, "org_id = ANY("+arg(f.VisibleOrgs)+")")
+		w.add("org_id = ANY(" + w.arg(f.VisibleOrgs) + ")")
 	}
-	if f.OrgID != "" {
-		conds = append(conds, "org_id = "+arg(f.OrgID))
-	}
-	if f.Environment != "" {
-		conds = append(conds, "environment = "+arg(string(f.Environment)))
-	}
-	if f.State != "" {
-		conds = append(conds, "state = "+arg(string(f.State)))
-	}
-	if f.MerchantOrderID != "" {
-		conds = append(conds, "merchant_order_id = "+arg(f.MerchantOrderID))
-	}
+	w.eq("org_id", f.OrgID)
+	w.eq("environment", string(f.Environment))
+	w.eq("state", string(f.State))
+	w.eq("merchant_order_id", f.MerchantOrderID)
 	if p.BeforeID != "" {
-		conds = append(conds, "id < "+arg(p.BeforeID))
+		w.add("id < " + w.arg(p.BeforeID))
 	}
-	query := "SELECT " + orderColumns + " FROM orders"
-	if len(conds) > 0 {
-		query += " WHERE " + strings.Join(conds, " AND ")
-	}
-	query += " ORDER BY id DESC LIMIT " + arg(p.Limit)
+	query := "SELECT " + orderColumns + " FROM orders" + w.sql() + " ORDER BY id DESC LIMIT " + w.arg(p.Limit)
 
-	rows, err := s.pool.Query(ctx, query, args...)
+	rows, err := s.pool.Query(ctx, query, w.args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing orders: %w", interpret(err))
 	}

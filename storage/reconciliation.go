@@ -3,8 +3,6 @@ package storage
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -17,45 +15,29 @@ var _ fulfillment.ReconStore = (*Store)(nil)
 
 // ReconList implements fulfillment.ReconStore.
 func (s *Store) ReconList(ctx context.Context, p fulfillment.ReconListParams) ([]fulfillment.ReconItem, error) {
-	var (
-		conds []string
-		args  []any
-	)
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
+	var w where
 	f := p.Filter
 	if f.VisibleOrgs != nil {
-		conds = append(conds, "r.org_id = ANY("+arg(f.VisibleOrgs)+")")
+		w.add("r.org_id = ANY(" + w.arg(f.VisibleOrgs) + ")")
 	}
-	if f.OrgID != "" {
-		conds = append(conds, "r.org_id = "+arg(f.OrgID))
-	}
-	if f.Kind != "" {
-		conds = append(conds, "r.kind = "+arg(string(f.Kind)))
-	}
-	if f.State != "" {
-		conds = append(conds, "r.state = "+arg(string(f.State)))
-	}
+	w.eq("r.org_id", f.OrgID)
+	w.eq("r.kind", string(f.Kind))
+	w.eq("r.state", string(f.State))
 	if f.OrderID != "" {
-		conds = append(conds, "r.order_id = "+arg(f.OrderID)+"::uuid")
+		w.add("r.order_id = " + w.arg(f.OrderID) + "::uuid")
 	}
 	if p.BeforeID != 0 {
-		conds = append(conds, "r.id < "+arg(p.BeforeID))
+		w.add("r.id < " + w.arg(p.BeforeID))
 	}
 	query := `
 		SELECT r.id, r.kind, r.state, r.org_id, r.environment, r.order_id, coalesce(e.event_id, ''),
 			coalesce(r.provider, ''), coalesce(r.attempt_ref, ''), coalesce(r.payment_id, ''),
 			r.amount::text, r.expected_amount::text, coalesce(r.token, ''), coalesce(r.network, ''),
 			r.detail, r.created_at, r.resolved_at, coalesce(r.resolved_by, ''), coalesce(r.resolution_note, '')
-		FROM reconciliation_items r LEFT JOIN inbox_events e ON e.id = r.inbox_event_id`
-	if len(conds) > 0 {
-		query += " WHERE " + strings.Join(conds, " AND ")
-	}
-	query += " ORDER BY r.id DESC LIMIT " + arg(p.Limit)
+		FROM reconciliation_items r LEFT JOIN inbox_events e ON e.id = r.inbox_event_id` +
+		w.sql() + " ORDER BY r.id DESC LIMIT " + w.arg(p.Limit)
 
-	rows, _ := s.pool.Query(ctx, query, args...)
+	rows, _ := s.pool.Query(ctx, query, w.args...)
 	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.ReconItem, error) {
 		var (
 			it               fulfillment.ReconItem

@@ -1,0 +1,148 @@
+package ingest_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/ingest"
+	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+)
+
+// recorder is a hand-written fake of ingest.Recorder.
+type recorder struct {
+	record func(fulfillment.ProviderEvent) (fulfillment.InboxReceipt, error)
+	mu     sync.Mutex
+	calls  int
+}
+
+func (r *recorder) RecordEvent(_ context.Context, ev fulfillment.ProviderEvent, _ []byte) (fulfillment.InboxReceipt, error) {
+	r.mu.Lock()
+	r.calls++
+	r.mu.Unlock()
+	return r.record(ev)
+}
+
+const secret = "ywhsec_gateway_test_0123456789"
+
+func newGateway(t *testing.T, rec ingest.Recorder) (http.Handler, *bytes.Buffer) {
+	t.Helper()
+	logs := &bytes.Buffer{}
+	g := ingest.NewGateway([]ingest.Endpoint{{
+		Endpoint: fulfillment.Endpoint{ID: "ep", Provider: fulfillment.ProviderYolfi, OrgID: "org_a", Environment: fulfillment.EnvLive},
+		Secrets:  [][]byte{[]byte(secret)},
+		Adapter:  yolfi.Adapter{},
+	}}, rec, ingest.Options{MaxBodyBytes: 4096}, slog.New(slog.NewJSONHandler(logs, nil)))
+	return g.Handler(), logs
+}
+
+func post(h http.Handler, body []byte, sign string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest("POST", "/webhooks/ep", bytes.NewReader(body))
+	if sign != "" {
+		req.Header.Set("X-Yolfi-Signature", yolfi.Sign([]byte(sign), body))
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w
+}
+
+const body = `{"id":"evt_1","type":"payment.confirmed","livemode":true,"data":{"merchantOrderId":"m-1","invoiceId":"inv_1","amount":"25.000000","token":"USDT","network":"TRON","customer":{"clientReferenceId":"personal-data-42"}}}`
+
+func TestGatewayAcknowledgesOnlyCommittedEvents(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		result error
+		dup    bool
+		want   int
+	}{
+		{"committed", nil, false, http.StatusOK},
+		{"duplicate", nil, true, http.StatusOK},
+		{"storage down", fmt.Errorf("%w: database", fulfillment.ErrUnavailable), false, http.StatusServiceUnavailable},
+		{"unexpected error", errors.New("boom"), false, http.StatusServiceUnavailable},
+		{"refused event", &fulfillment.ValidationError{Violations: []fulfillment.FieldViolation{{Field: "event_id", Description: "bad"}}}, false, http.StatusBadRequest},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rec := &recorder{record: func(ev fulfillment.ProviderEvent) (fulfillment.InboxReceipt, error) {
+				if ev.OrgID != "org_a" || ev.EventID != "evt_1" {
+					t.Errorf("recorded %+v", ev)
+				}
+				return fulfillment.InboxReceipt{Duplicate: tc.dup}, tc.result
+			}}
+			h, logs := newGateway(t, rec)
+			w := post(h, []byte(body), secret)
+			if w.Code != tc.want {
+				t.Errorf("status %d, want %d (%s)", w.Code, tc.want, w.Body)
+			}
+			if tc.want == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
+				t.Error("503 without Retry-After")
+			}
+			if strings.Contains(logs.String(), "personal-data-42") || strings.Contains(logs.String(), secret) {
+				t.Errorf("the log holds the body or the secret:\n%s", logs)
+			}
+		})
+	}
+}
+
+func TestGatewayRejectsBeforeRecording(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{record: func(fulfillment.ProviderEvent) (fulfillment.InboxReceipt, error) {
+		return fulfillment.InboxReceipt{}, nil
+	}}
+	h, logs := newGateway(t, rec)
+	cases := []struct {
+		name string
+		do   func() *httptest.ResponseRecorder
+		want int
+	}{
+		{"unsigned", func() *httptest.ResponseRecorder { return post(h, []byte(body), "") }, 401},
+		{"wrong secret", func() *httptest.ResponseRecorder { return post(h, []byte(body), "another-secret-0123456789") }, 401},
+		{"too large", func() *httptest.ResponseRecorder { return post(h, bytes.Repeat([]byte("x"), 5000), secret) }, 413},
+		{"not JSON", func() *httptest.ResponseRecorder { return post(h, []byte("nope"), secret) }, 400},
+		{"org mismatch", func() *httptest.ResponseRecorder {
+			return post(h, []byte(strings.Replace(body, `"livemode":true`, `"livemode":true,"orgId":"org_b"`, 1)), secret)
+		}, 400},
+		{"GET", func() *httptest.ResponseRecorder {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest("GET", "/webhooks/ep", nil))
+			return w
+		}, 405},
+		{"unknown endpoint", func() *httptest.ResponseRecorder {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest("POST", "/webhooks/other", strings.NewReader(body)))
+			return w
+		}, 404},
+	}
+	for _, tc := range cases {
+		if w := tc.do(); w.Code != tc.want {
+			t.Errorf("%s: status %d, want %d (%s)", tc.name, w.Code, tc.want, w.Body)
+		}
+	}
+	if rec.calls != 0 {
+		t.Errorf("%d rejected requests reached the recorder", rec.calls)
+	}
+	if strings.Contains(logs.String(), "personal-data-42") || strings.Contains(logs.String(), secret) {
+		t.Errorf("the log holds the body or the secret:\n%s", logs)
+	}
+}
+
+func TestGatewayRateLimitsRejectionLogs(t *testing.T) {
+	t.Parallel()
+	h, logs := newGateway(t, &recorder{})
+	for range 500 {
+		post(h, []byte(body), "forged-secret-0123456789")
+	}
+	if lines := strings.Count(logs.String(), "\n"); lines > 60 {
+		t.Errorf("500 forged requests wrote %d log lines; the rejection log must be rate-limited", lines)
+	}
+}

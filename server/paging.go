@@ -1,0 +1,83 @@
+package server
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+// pager pages a keyset listing, newest first: it asks storage for one row
+// more than the page, which tells whether a next page exists.
+type pager struct {
+	limit  int
+	before string // position to continue after; "" on the first page
+	digest string
+}
+
+// newPager reads page_size and page_token. A token is bound to the digest of
+// the filters it was issued for, so it cannot be replayed with other filters
+// (or by a caller who sees other orgs).
+func newPager(pageSize int32, token, digest string) (pager, error) {
+	limit, err := fulfillment.PageSize(pageSize)
+	if err != nil {
+		return pager{}, err
+	}
+	p := pager{limit: limit, digest: digest}
+	if token != "" {
+		if p.before, err = decodePageToken(token, digest); err != nil {
+			return pager{}, badPageToken()
+		}
+	}
+	return p, nil
+}
+
+// pageOf trims the extra row and returns the token of the next page.
+func pageOf[T any](p pager, rows []T, cursor func(T) string) ([]T, string) {
+	if len(rows) <= p.limit {
+		return rows, ""
+	}
+	rows = rows[:p.limit]
+	return rows, encodePageToken(cursor(rows[p.limit-1]), p.digest)
+}
+
+type pageToken struct {
+	Before string `json:"b"`
+	Filter string `json:"f"`
+}
+
+// pageDigest identifies a listing's filters and the caller's visible orgs.
+func pageDigest(parts ...any) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "%q", parts))
+	return base64.RawURLEncoding.EncodeToString(sum[:12])
+}
+
+func encodePageToken(before, digest string) string {
+	b, _ := json.Marshal(pageToken{Before: before, Filter: digest})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodePageToken(token, digest string) (string, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil {
+		return "", err
+	}
+	var t pageToken
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return "", err
+	}
+	if t.Filter != digest || t.Before == "" {
+		return "", errors.New("page token issued for other filters")
+	}
+	return t.Before, nil
+}
+
+func badPageToken() error {
+	return &fulfillment.ValidationError{Violations: []fulfillment.FieldViolation{{
+		Field:       "page_token",
+		Description: "is not a token from a previous response with the same filters; start again without page_token",
+	}}}
+}
