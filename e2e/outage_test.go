@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	"github.com/fulfillplatform/fulfillment/internal/app"
 	"github.com/fulfillplatform/fulfillment/internal/pgcluster"
-	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 )
 
 // While the database is down, no webhook gets 200: each fails fast with 503

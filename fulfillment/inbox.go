@@ -57,8 +57,13 @@ type InboxStore interface {
 type InboxWork interface {
 	// InboxClaim leases up to limit due pending events to owner for lease.
 	// Events leased to others are skipped, not waited for. Each claim counts
-	// as an attempt.
-	InboxClaim(ctx context.Context, owner string, limit int, lease time.Duration) ([]InboxClaim, error)
+	// as an attempt; a due event that already used maxAttempts (its workers
+	// died before completing it) is failed instead, with a failed_event
+	// reconciliation item.
+	InboxClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int) ([]InboxClaim, error)
+	// InboxRelease gives back the events leased to owner that it has not
+	// processed (on shutdown), without counting the claim as an attempt.
+	InboxRelease(ctx context.Context, owner string) (int, error)
 	// InboxProcess decides and applies one event in one transaction holding
 	// the order row lock: attempt, state change, grants, reconciliation item
 	// and the event's decision commit together. It returns ErrLeaseLost when

@@ -78,21 +78,40 @@ func (s *Store) InboxInsert(ctx context.Context, ev fulfillment.ProviderEvent, r
 // InboxClaim implements fulfillment.InboxWork. Claiming pushes
 // next_attempt_at to the end of the lease, so leased events drop out of the
 // claim scan until the lease expires; the partial index holds pending events
-// only, so a claim never scans processed history.
-func (s *Store) InboxClaim(ctx context.Context, owner string, limit int, lease time.Duration) ([]fulfillment.InboxClaim, error) {
+// only, so a claim never scans processed history. A due event that has used
+// its attempts without completing — its worker died each time, which
+// InboxRetry never saw — is failed here, with a failed_event item, instead
+// of being leased again.
+func (s *Store) InboxClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int) ([]fulfillment.InboxClaim, error) {
 	rows, err := s.pool.Query(ctx, `
-		UPDATE inbox_events SET
-			lease_owner = $1,
-			lease_until = clock_timestamp() + $2::interval,
-			next_attempt_at = clock_timestamp() + $2::interval,
-			attempts = attempts + 1
-		WHERE id IN (
-			SELECT id FROM inbox_events
+		WITH due AS (
+			SELECT id, attempts FROM inbox_events
 			WHERE state = 'pending' AND next_attempt_at <= clock_timestamp()
 			ORDER BY next_attempt_at, id
 			LIMIT $3
-			FOR UPDATE SKIP LOCKED)
-		RETURNING id, attempts`, owner, lease, limit)
+			FOR UPDATE SKIP LOCKED
+		), exhausted AS (
+			UPDATE inbox_events e SET
+				state = 'failed', decision = 'failed', processed_at = clock_timestamp(),
+				lease_owner = NULL, lease_until = NULL,
+				last_error = coalesce(e.last_error || '; ', '') || 'abandoned: no attempt completed'
+			FROM due WHERE e.id = due.id AND due.attempts >= $4
+			RETURNING e.id, e.org_id, e.environment, e.provider, e.attempts
+		), items AS (
+			INSERT INTO reconciliation_items (kind, org_id, environment, inbox_event_id, provider, detail, dedupe_key)
+			SELECT 'failed_event', org_id, environment, id, provider,
+				'processing did not complete in ' || attempts || ' attempts (the worker stopped during each)',
+				'inbox|' || id
+			FROM exhausted
+			ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING
+		)
+		UPDATE inbox_events e SET
+			lease_owner = $1,
+			lease_until = clock_timestamp() + $2::interval,
+			next_attempt_at = clock_timestamp() + $2::interval,
+			attempts = e.attempts + 1
+		FROM due WHERE e.id = due.id AND due.attempts < $4
+		RETURNING e.id, e.attempts`, owner, lease, limit, maxAttempts)
 	if err != nil {
 		return nil, fmt.Errorf("claiming inbox events: %w", interpret(err))
 	}
@@ -101,6 +120,18 @@ func (s *Store) InboxClaim(ctx context.Context, owner string, limit int, lease t
 		return nil, fmt.Errorf("claiming inbox events: %w", interpret(err))
 	}
 	return claims, nil
+}
+
+// InboxRelease implements fulfillment.InboxWork.
+func (s *Store) InboxRelease(ctx context.Context, owner string) (int, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE inbox_events SET lease_owner = NULL, lease_until = NULL,
+			next_attempt_at = clock_timestamp(), attempts = greatest(attempts - 1, 0)
+		WHERE lease_owner = $1 AND state = 'pending'`, owner)
+	if err != nil {
+		return 0, fmt.Errorf("releasing inbox leases: %w", interpret(err))
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 // InboxProcess implements fulfillment.InboxWork.

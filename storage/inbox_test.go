@@ -73,15 +73,15 @@ func TestInboxLeaseLost(t *testing.T) {
 	if _, err := s.InboxInsert(ctx, confirmedEvent("evt_1", "m-1"), []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
-	a, err := s.InboxClaim(ctx, "worker-a", 10, 300*time.Millisecond)
+	a, err := s.InboxClaim(ctx, "worker-a", 10, 300*time.Millisecond, 10)
 	if err != nil || len(a) != 1 {
 		t.Fatalf("claim A = %v, %v", a, err)
 	}
-	if b, _ := s.InboxClaim(ctx, "worker-b", 10, time.Minute); len(b) != 0 {
+	if b, _ := s.InboxClaim(ctx, "worker-b", 10, time.Minute, 10); len(b) != 0 {
 		t.Fatalf("B claimed %v while A's lease held", b)
 	}
 	time.Sleep(400 * time.Millisecond) // A's lease expires
-	b, err := s.InboxClaim(ctx, "worker-b", 10, time.Minute)
+	b, err := s.InboxClaim(ctx, "worker-b", 10, time.Minute, 10)
 	if err != nil || len(b) != 1 || b[0].Attempts != 2 {
 		t.Fatalf("claim B after expiry = %v, %v; want the event, attempt 2", b, err)
 	}
@@ -119,7 +119,7 @@ func TestInboxRetryBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	for attempt := 1; attempt <= 3; attempt++ {
-		claims, err := s.InboxClaim(ctx, "w", 10, time.Minute)
+		claims, err := s.InboxClaim(ctx, "w", 10, time.Minute, 3)
 		if err != nil || len(claims) != 1 || claims[0].Attempts != attempt {
 			t.Fatalf("attempt %d: claim = %v, %v", attempt, claims, err)
 		}
@@ -131,7 +131,7 @@ func TestInboxRetryBudget(t *testing.T) {
 			t.Fatalf("attempt %d: failed = %v", attempt, failed)
 		}
 	}
-	if claims, _ := s.InboxClaim(ctx, "w", 10, time.Minute); len(claims) != 0 {
+	if claims, _ := s.InboxClaim(ctx, "w", 10, time.Minute, 3); len(claims) != 0 {
 		t.Errorf("a failed event was claimed again: %v", claims)
 	}
 	if got := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state = 'failed' AND last_error = 'boom 3'"); got != 1 {
@@ -160,7 +160,7 @@ func TestInboxClaimsAreDisjoint(t *testing.T) {
 			defer wg.Done()
 			owner := fmt.Sprintf("w%d", w)
 			for {
-				claims, err := s.InboxClaim(ctx, owner, 3, time.Minute)
+				claims, err := s.InboxClaim(ctx, owner, 3, time.Minute, 10)
 				if err != nil {
 					t.Error(err)
 					return
@@ -182,5 +182,61 @@ func TestInboxClaimsAreDisjoint(t *testing.T) {
 	wg.Wait()
 	if len(seen) != 40 {
 		t.Errorf("claimed %d events, want 40", len(seen))
+	}
+}
+
+// An event whose worker dies during every attempt (InboxRetry never runs)
+// is failed by the claim once it has used its attempts.
+func TestInboxClaimFailsAbandonedEvents(t *testing.T) {
+	t.Parallel()
+	s, conn := newStore(t)
+	ctx := context.Background()
+	if _, err := s.InboxInsert(ctx, confirmedEvent("evt_1", "m-1"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	for attempt := 1; attempt <= 2; attempt++ {
+		claims, err := s.InboxClaim(ctx, fmt.Sprintf("dies-%d", attempt), 10, time.Millisecond, 2)
+		if err != nil || len(claims) != 1 {
+			t.Fatalf("attempt %d: %v, %v", attempt, claims, err)
+		}
+		time.Sleep(5 * time.Millisecond) // the lease expires: the worker died
+	}
+	if claims, err := s.InboxClaim(ctx, "w", 10, time.Minute, 2); err != nil || len(claims) != 0 {
+		t.Fatalf("third claim = %v, %v; want nothing", claims, err)
+	}
+	if got := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state = 'failed' AND lease_owner IS NULL"); got != 1 {
+		t.Errorf("failed events = %d, want 1", got)
+	}
+	if got := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = 'failed_event'"); got != 1 {
+		t.Errorf("failed_event items = %d, want 1", got)
+	}
+}
+
+func TestInboxRelease(t *testing.T) {
+	t.Parallel()
+	s, conn := newStore(t)
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := s.InboxInsert(ctx, confirmedEvent(fmt.Sprintf("evt_%d", i), "m-1"), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if claims, err := s.InboxClaim(ctx, "leaving", 2, time.Hour, 10); err != nil || len(claims) != 2 {
+		t.Fatalf("claim = %v, %v", claims, err)
+	}
+	if n, err := s.InboxRelease(ctx, "leaving"); err != nil || n != 2 {
+		t.Fatalf("released %d, %v; want 2", n, err)
+	}
+	claims, err := s.InboxClaim(ctx, "next", 10, time.Hour, 10)
+	if err != nil || len(claims) != 3 {
+		t.Fatalf("claim after release = %v, %v; want all 3 at once", claims, err)
+	}
+	for _, c := range claims {
+		if c.Attempts != 1 {
+			t.Errorf("event %d: attempts %d after a release, want 1", c.ID, c.Attempts)
+		}
+	}
+	if got := count(t, conn, "SELECT count(*) FROM inbox_events WHERE lease_owner = 'leaving'"); got != 0 {
+		t.Errorf("%d events still leased to the released owner", got)
 	}
 }

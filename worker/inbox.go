@@ -105,6 +105,16 @@ func (p *InboxProcessor) Run(ctx context.Context) error {
 	}
 	p.log.Info("inbox processor started", "owner", p.owner, "workers", p.cfg.Workers)
 	wg.Wait()
+
+	// Hand back what was claimed but not processed, so that another
+	// processor need not wait for the lease to expire.
+	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if n, err := p.work.InboxRelease(releaseCtx, p.owner); err != nil {
+		p.log.Warn("releasing inbox leases", "error", err)
+	} else if n > 0 {
+		p.log.Info("released unprocessed inbox events", "count", n)
+	}
 	return nil
 }
 
@@ -123,7 +133,7 @@ func (p *InboxProcessor) loop(ctx context.Context) {
 	poll := time.NewTimer(p.cfg.Poll)
 	defer poll.Stop()
 	for ctx.Err() == nil {
-		claims, err := p.work.InboxClaim(ctx, p.owner, p.cfg.Batch, p.cfg.Lease)
+		claims, err := p.work.InboxClaim(ctx, p.owner, p.cfg.Batch, p.cfg.Lease, p.cfg.MaxAttempts)
 		if err != nil && ctx.Err() == nil {
 			p.log.Warn("claiming inbox events", "error", err)
 		}

@@ -9,3 +9,6 @@ package failpoint
 
 // EnvVar names the failpoint to trigger in a failpoints build.
 const EnvVar = "FULFILLMENT_FAILPOINT"
+
+// Points lists the failpoints the code declares.
+var Points = []string{"after-claim", "process-before-commit", "process-after-commit"}

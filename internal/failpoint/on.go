@@ -5,6 +5,7 @@ package failpoint
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -26,11 +27,19 @@ func init() {
 		return
 	}
 	name, n, found := strings.Cut(spec, ":")
+	if !slices.Contains(Points, name) {
+		fmt.Fprintf(os.Stderr, "failpoint: %s=%q names no failpoint (known: %s); none armed\n", EnvVar, spec, strings.Join(Points, ", "))
+		return
+	}
 	target = name
 	if found {
-		if v, err := strconv.ParseInt(n, 10, 64); err == nil && v > 0 {
-			after = v
+		v, err := strconv.ParseInt(n, 10, 64)
+		if err != nil || v < 1 {
+			fmt.Fprintf(os.Stderr, "failpoint: %s=%q: the count after ':' must be a positive integer; none armed\n", EnvVar, spec)
+			target = ""
+			return
 		}
+		after = v
 	}
 }
 
