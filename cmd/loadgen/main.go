@@ -38,7 +38,7 @@ import (
 
 type options struct {
 	grpcAddr, tokenFile, ingestURL, secretFile, org, env, dbURL string
-	events, rate, concurrency                                    int
+	events, rate, concurrency                                   int
 }
 
 func main() {
