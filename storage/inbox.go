@@ -22,59 +22,6 @@ var (
 // inboxChannel is the LISTEN/NOTIFY channel an insert trigger signals.
 const inboxChannel = "inbox_events"
 
-// InboxInsert implements fulfillment.InboxStore. ON CONFLICT DO NOTHING on
-// the event key makes a redelivery a no-op, whatever the concurrency: no
-// preceding read decides anything.
-func (s *Store) InboxInsert(ctx context.Context, ev fulfillment.ProviderEvent, rawBody []byte) (fulfillment.InboxReceipt, error) {
-	state := fulfillment.InboxPending
-	var decision, reason *string
-	if out := fulfillment.Decide(ev, nil); out.Decision == fulfillment.DecisionTestModeIgnored {
-		// Stored as evidence, acknowledged, never processed.
-		state = fulfillment.InboxIgnored
-		d := string(out.Decision)
-		decision, reason = &d, &out.Reason
-	}
-	p := ev.Payment
-	var amount *string
-	if p.HasAmount {
-		a := p.Amount.String()
-		amount = &a
-	}
-	var occurred *time.Time
-	if !ev.OccurredAt.IsZero() {
-		occurred = &ev.OccurredAt
-	}
-	var r fulfillment.InboxReceipt
-	err := s.pool.QueryRow(ctx, `
-		INSERT INTO inbox_events (provider, endpoint_id, org_id, environment, event_id, event_type, kind,
-			test_mode, occurred_at, attempt_ref, payment_id, invoice_id, checkout_session_id,
-			merchant_order_id, paylink_id, subscription_id, amount, token, network, tx_hash, raw_body,
-			state, decision, decision_reason, processed_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''), nullif($11, ''), nullif($12, ''),
-			nullif($13, ''), nullif($14, ''), nullif($15, ''), nullif($16, ''), $17::numeric,
-			nullif($18, ''), nullif($19, ''), nullif($20, ''), $21, $22, $23, $24,
-			CASE WHEN $22 = 'pending' THEN NULL ELSE clock_timestamp() END)
-		ON CONFLICT ON CONSTRAINT inbox_events_event_key DO NOTHING
-		RETURNING id, state`,
-		ev.Provider, ev.EndpointID, ev.OrgID, ev.Environment, ev.EventID, ev.Type, ev.Kind,
-		ev.TestMode, occurred, p.AttemptRef, p.PaymentID, p.InvoiceID, p.CheckoutSessionID,
-		p.MerchantOrderID, p.PaylinkID, p.SubscriptionID, amount, p.Token, p.Network, p.TxHash, rawBody,
-		state, decision, reason,
-	).Scan(&r.ID, &r.State)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// A redelivery: the statement waited for the first insert to commit.
-		err = s.pool.QueryRow(ctx, `
-			SELECT id, state FROM inbox_events
-			WHERE provider = $1 AND org_id = $2 AND environment = $3 AND event_id = $4`,
-			ev.Provider, ev.OrgID, ev.Environment, ev.EventID).Scan(&r.ID, &r.State)
-		r.Duplicate = true
-	}
-	if err != nil {
-		return fulfillment.InboxReceipt{}, fmt.Errorf("storing inbox event: %w", interpret(err))
-	}
-	return r, nil
-}
-
 // InboxClaim implements fulfillment.InboxWork. Claiming pushes
 // next_attempt_at to the end of the lease, so leased events drop out of the
 // claim scan until the lease expires; the partial index holds pending events

@@ -240,3 +240,54 @@ func TestInboxRelease(t *testing.T) {
 		t.Errorf("%d events still leased to the released owner", got)
 	}
 }
+
+// Group commit: many concurrent inserts, each event several times, some in
+// the same batch. One row per event, exactly one "new" receipt per event,
+// and every receipt of an event names its row.
+func TestInboxInsertGroupCommit(t *testing.T) {
+	t.Parallel()
+	s, conn := newStore(t)
+	const events, copies = 60, 4
+	var (
+		mu    sync.Mutex
+		fresh = map[string]int{}
+		rowOf = map[string]int64{}
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+	)
+	for i := range events * copies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			id := fmt.Sprintf("evt_%d", i%events)
+			r, err := s.InboxInsert(context.Background(), confirmedEvent(id, "m-1"), []byte(id))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !r.Duplicate {
+				fresh[id]++
+			}
+			if prev, ok := rowOf[id]; ok && prev != r.ID {
+				t.Errorf("%s: receipts name rows %d and %d", id, prev, r.ID)
+			}
+			rowOf[id] = r.ID
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if got := count(t, conn, "SELECT count(*) FROM inbox_events"); got != events {
+		t.Errorf("inbox rows = %d, want %d", got, events)
+	}
+	for i := range events {
+		if id := fmt.Sprintf("evt_%d", i); fresh[id] != 1 {
+			t.Errorf("%s: %d non-duplicate receipts, want 1", id, fresh[id])
+		}
+	}
+	if got := count(t, conn, "SELECT count(*) FROM inbox_events WHERE convert_from(raw_body, 'UTF8') <> event_id"); got != 0 {
+		t.Errorf("%d rows hold another event's body", got)
+	}
+}

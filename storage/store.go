@@ -19,8 +19,9 @@ import (
 
 // Store is the PostgreSQL implementation of the domain's stores.
 type Store struct {
-	pool *pgxpool.Pool
-	log  *slog.Logger
+	pool     *pgxpool.Pool
+	log      *slog.Logger
+	inserter *inserter
 }
 
 var _ fulfillment.OrderStore = (*Store)(nil)
@@ -34,6 +35,9 @@ type Options struct {
 	ConnectTimeout time.Duration
 	// Logger receives the store's own warnings (nil: discarded).
 	Logger *slog.Logger
+	// InsertFlushers is the number of concurrent group commits of inbox
+	// inserts (default 4); InsertBatch caps the rows of one (default 256).
+	InsertFlushers, InsertBatch int
 }
 
 // Open connects a pool to the database at url and checks it answers.
@@ -58,11 +62,22 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{pool: pool, log: log}, nil
+	if o.InsertFlushers <= 0 {
+		o.InsertFlushers = defaultInsertFlushers
+	}
+	if o.InsertBatch <= 0 {
+		o.InsertBatch = defaultInsertBatch
+	}
+	s := &Store{pool: pool, log: log}
+	s.inserter = newInserter(s, o.InsertFlushers, o.InsertBatch)
+	return s, nil
 }
 
-// Close closes every connection of the pool.
-func (s *Store) Close() { s.pool.Close() }
+// Close stops the group commits and closes every connection of the pool.
+func (s *Store) Close() {
+	s.inserter.close()
+	s.pool.Close()
+}
 
 // Ping checks the database answers.
 func (s *Store) Ping(ctx context.Context) error {
