@@ -81,7 +81,10 @@ func (s *Store) InboxRelease(ctx context.Context, owner string) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
-// InboxProcess implements fulfillment.InboxWork.
+// InboxProcess implements fulfillment.InboxWork. Two reads lock the event
+// and its order; every write (attempt, order state, grants, reconciliation
+// item, the event's decision) then goes to the database in one pipelined
+// batch, and the transaction commits once.
 func (s *Store) InboxProcess(ctx context.Context, id int64, owner string) (fulfillment.Outcome, error) {
 	var out fulfillment.Outcome
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
@@ -89,34 +92,32 @@ func (s *Store) InboxProcess(ctx context.Context, id int64, owner string) (fulfi
 		if err != nil {
 			return err
 		}
-		orderID, order, err := lockMatchingOrder(ctx, tx, ev)
+		m, err := lockMatchingOrder(ctx, tx, ev)
 		if err != nil {
 			return err
 		}
-		out = fulfillment.Decide(ev, order)
-		if order != nil {
-			if err := applyToOrder(ctx, tx, orderID, ev, out); err != nil {
-				return err
-			}
+		out = fulfillment.Decide(ev, m.order)
+
+		b := &pgx.Batch{}
+		if m.order != nil {
+			queueOrderEffects(b, m, ev, out)
 		}
-		failpoint.Inject("process-before-commit")
 		if out.Item != "" {
-			if err := openItem(ctx, tx, out.Item, id, orderID, ev, order, out.Reason); err != nil {
-				return err
-			}
+			queueItem(b, out.Item, id, m, ev, out.Reason)
 		}
 		var linked *string
-		if order != nil {
-			linked = &orderID
+		if m.order != nil {
+			linked = &m.id
 		}
-		_, err = tx.Exec(ctx, `
+		b.Queue(`
 			UPDATE inbox_events SET state = $2, decision = $3, decision_reason = $4, order_id = $5,
 				processed_at = clock_timestamp(), lease_owner = NULL, lease_until = NULL, last_error = NULL
 			WHERE id = $1`,
 			id, fulfillment.InboxStateFor(out.Decision), out.Decision, out.Reason, linked)
-		if err != nil {
-			return fmt.Errorf("recording decision: %w", interpret(err))
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("applying %s: %w", out.Decision, interpret(err))
 		}
+		failpoint.Inject("process-before-commit")
 		return nil
 	})
 	if err != nil {
@@ -168,10 +169,19 @@ func lockLeasedEvent(ctx context.Context, tx pgx.Tx, id int64, owner string) (fu
 	return ev, nil
 }
 
+// matchedOrder is the locked order an event applies to.
+type matchedOrder struct {
+	id    string
+	order *fulfillment.PaidOrder // nil: no order matches
+	// attempt is the stored state of the event's payment attempt ("" when
+	// the attempt is new).
+	attempt fulfillment.AttemptState
+}
+
 // lockMatchingOrder finds the event's order by merchant order id, else by
 // checkout session — never by paylink — and locks its row: every event of
 // one order is applied one at a time.
-func lockMatchingOrder(ctx context.Context, tx pgx.Tx, ev fulfillment.ProviderEvent) (string, *fulfillment.PaidOrder, error) {
+func lockMatchingOrder(ctx context.Context, tx pgx.Tx, ev fulfillment.ProviderEvent) (matchedOrder, error) {
 	p := ev.Payment
 	for _, m := range []struct{ column, value string }{
 		{"merchant_order_id", p.MerchantOrderID},
@@ -184,24 +194,26 @@ func lockMatchingOrder(ctx context.Context, tx pgx.Tx, ev fulfillment.ProviderEv
 			id                                uuid.UUID
 			o                                 fulfillment.PaidOrder
 			token, network, amount, tolerance *string
-			paidRef, paidPayment              *string
+			paidRef, paidPayment, attempt     *string
 		)
 		err := tx.QueryRow(ctx, `
 			SELECT id, state, settlement_token, settlement_network, settlement_amount::text,
 				settlement_tolerance::text, paid_attempt_ref, paid_payment_id,
-				EXISTS (SELECT 1 FROM order_lines l WHERE l.order_id = o.id AND l.kind = 'external')
+				EXISTS (SELECT 1 FROM order_lines l WHERE l.order_id = o.id AND l.kind = 'external'),
+				(SELECT a.state FROM payment_attempts a
+				 WHERE a.order_id = o.id AND a.provider = $4 AND a.attempt_ref = $5)
 			FROM orders o
 			WHERE org_id = $1 AND environment = $2 AND `+m.column+` = $3
-			FOR UPDATE`, ev.OrgID, ev.Environment, m.value).Scan(
-			&id, &o.State, &token, &network, &amount, &tolerance, &paidRef, &paidPayment, &o.HasExternalLines)
+			FOR UPDATE`, ev.OrgID, ev.Environment, m.value, ev.Provider, p.AttemptRef).Scan(
+			&id, &o.State, &token, &network, &amount, &tolerance, &paidRef, &paidPayment, &o.HasExternalLines, &attempt)
 		if errors.Is(err, pgx.ErrNoRows) {
 			continue
 		}
 		if err != nil {
-			return "", nil, fmt.Errorf("locking order: %w", interpret(err))
+			return matchedOrder{}, fmt.Errorf("locking order: %w", interpret(err))
 		}
 		if o.Settlement, err = settlementFrom(token, network, amount, tolerance); err != nil {
-			return "", nil, err
+			return matchedOrder{}, err
 		}
 		if paidRef != nil {
 			o.PaidAttemptRef = *paidRef
@@ -209,30 +221,28 @@ func lockMatchingOrder(ctx context.Context, tx pgx.Tx, ev fulfillment.ProviderEv
 		if paidPayment != nil {
 			o.PaidPaymentID = *paidPayment
 		}
-		return id.String(), &o, nil
+		found := matchedOrder{id: id.String(), order: &o}
+		if attempt != nil {
+			found.attempt = fulfillment.AttemptState(*attempt)
+		}
+		return found, nil
 	}
-	return "", nil, nil
+	return matchedOrder{}, nil
 }
 
-// applyToOrder records the attempt, moves the order and grants its lines.
-func applyToOrder(ctx context.Context, tx pgx.Tx, orderID string, ev fulfillment.ProviderEvent, out fulfillment.Outcome) error {
+// queueOrderEffects queues the attempt, the order's move and its grants.
+func queueOrderEffects(b *pgx.Batch, m matchedOrder, ev fulfillment.ProviderEvent, out fulfillment.Outcome) {
 	p := ev.Payment
 	if out.Attempt != "" && p.AttemptRef != "" {
-		var stored fulfillment.AttemptState
-		err := tx.QueryRow(ctx, `
-			SELECT state FROM payment_attempts WHERE order_id = $1 AND provider = $2 AND attempt_ref = $3`,
-			orderID, ev.Provider, p.AttemptRef).Scan(&stored)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("reading payment attempt: %w", interpret(err))
-		}
 		var amount *string
 		if p.HasAmount {
 			a := p.Amount.String()
 			amount = &a
 		}
-		// The order row lock serializes this read and write; the unique key
-		// still guarantees one row per attempt.
-		_, err = tx.Exec(ctx, `
+		// The stored state was read under the order row lock, which every
+		// event of the order takes; the unique key still guarantees one row
+		// per attempt.
+		b.Queue(`
 			INSERT INTO payment_attempts (order_id, provider, attempt_ref, state, amount, token, network)
 			VALUES ($1, $2, $3, $4, $5::numeric, nullif($6, ''), nullif($7, ''))
 			ON CONFLICT ON CONSTRAINT payment_attempts_ref_key DO UPDATE SET
@@ -241,73 +251,61 @@ func applyToOrder(ctx context.Context, tx pgx.Tx, orderID string, ev fulfillment
 				token = coalesce(EXCLUDED.token, payment_attempts.token),
 				network = coalesce(EXCLUDED.network, payment_attempts.network),
 				updated_at = now()`,
-			orderID, ev.Provider, p.AttemptRef, fulfillment.NextAttemptState(stored, out.Attempt),
+			m.id, ev.Provider, p.AttemptRef, fulfillment.NextAttemptState(m.attempt, out.Attempt),
 			amount, p.Token, p.Network)
-		if err != nil {
-			return fmt.Errorf("recording payment attempt: %w", interpret(err))
-		}
 	}
 	if out.NewState != "" || out.MarkPaid {
-		_, err := tx.Exec(ctx, `
+		b.Queue(`
 			UPDATE orders SET
 				state = coalesce(nullif($2, ''), state),
 				paid_attempt_ref = CASE WHEN $3 THEN $4 ELSE paid_attempt_ref END,
 				paid_payment_id  = CASE WHEN $3 THEN $5 ELSE paid_payment_id END,
 				paid_at          = CASE WHEN $3 THEN now() ELSE paid_at END,
 				updated_at = now()
-			WHERE id = $1`, orderID, out.NewState, out.MarkPaid, p.AttemptRef, p.PaymentID)
-		if err != nil {
-			return fmt.Errorf("updating order state: %w", interpret(err))
-		}
+			WHERE id = $1`, m.id, out.NewState, out.MarkPaid, p.AttemptRef, p.PaymentID)
 	}
 	if !out.Grant {
-		return nil
+		return
 	}
 	// One license per unit and one credit per balance line; the unique keys
 	// make a repeated grant insert nothing.
-	if _, err := tx.Exec(ctx, `
+	b.Queue(`
 		INSERT INTO entitlements (order_id, line_no, unit, kind, value)
 		SELECT l.order_id, l.line_no, u, 'license',
 			'LIC-' || upper(replace(gen_random_uuid()::text, '-', ''))
 		FROM order_lines l, generate_series(1, l.quantity) AS u
 		WHERE l.order_id = $1 AND l.kind = 'license'
-		ON CONFLICT ON CONSTRAINT entitlements_unit_key DO NOTHING`, orderID); err != nil {
-		return fmt.Errorf("granting licenses: %w", interpret(err))
-	}
-	if _, err := tx.Exec(ctx, `
+		ON CONFLICT ON CONSTRAINT entitlements_unit_key DO NOTHING`, m.id)
+	b.Queue(`
 		INSERT INTO ledger_entries (order_id, line_no, account_ref, movement, currency, minor_units)
 		SELECT l.order_id, l.line_no, l.account_ref, 'credit', l.currency, l.unit_minor_units * l.quantity
 		FROM order_lines l
 		WHERE l.order_id = $1 AND l.kind = 'balance_credit'
-		ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, orderID); err != nil {
-		return fmt.Errorf("crediting balances: %w", interpret(err))
-	}
-	return nil
+		ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, m.id)
 }
 
-// openItem opens a reconciliation item unless the same situation already
+// queueItem opens a reconciliation item unless the same situation already
 // has one (the dedupe key names it).
-func openItem(ctx context.Context, tx pgx.Tx, kind fulfillment.ReconKind, inboxID int64, orderID string,
-	ev fulfillment.ProviderEvent, order *fulfillment.PaidOrder, detail string) error {
+func queueItem(b *pgx.Batch, kind fulfillment.ReconKind, inboxID int64, m matchedOrder,
+	ev fulfillment.ProviderEvent, detail string) {
 	p := ev.Payment
-	dedupe := fmt.Sprintf("%s|%s|%s|%s|%s|%s", ev.Provider, ev.OrgID, ev.Environment, orderID, p.AttemptRef, p.PaymentID)
+	dedupe := fmt.Sprintf("%s|%s|%s|%s|%s|%s", ev.Provider, ev.OrgID, ev.Environment, m.id, p.AttemptRef, p.PaymentID)
 	if p.AttemptRef == "" && p.PaymentID == "" {
 		dedupe += "|" + ev.EventID
 	}
-	var amount, expected *string
+	var amount, expected, linked *string
 	if p.HasAmount {
 		a := p.Amount.String()
 		amount = &a
 	}
-	if order != nil && order.Settlement != nil {
-		e := order.Settlement.Amount.String()
-		expected = &e
+	if m.order != nil {
+		linked = &m.id
+		if st := m.order.Settlement; st != nil {
+			e := st.Amount.String()
+			expected = &e
+		}
 	}
-	var linked *string
-	if orderID != "" {
-		linked = &orderID
-	}
-	_, err := tx.Exec(ctx, `
+	b.Queue(`
 		INSERT INTO reconciliation_items (kind, org_id, environment, order_id, inbox_event_id, provider,
 			attempt_ref, payment_id, amount, expected_amount, token, network, detail, dedupe_key)
 		VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), nullif($8, ''), $9::numeric, $10::numeric,
@@ -315,10 +313,6 @@ func openItem(ctx context.Context, tx pgx.Tx, kind fulfillment.ReconKind, inboxI
 		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
 		kind, ev.OrgID, ev.Environment, linked, inboxID, ev.Provider, p.AttemptRef, p.PaymentID,
 		amount, expected, p.Token, p.Network, detail, dedupe)
-	if err != nil {
-		return fmt.Errorf("opening %s item: %w", kind, interpret(err))
-	}
-	return nil
 }
 
 // InboxRetry implements fulfillment.InboxWork.
