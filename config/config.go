@@ -109,6 +109,9 @@ type Listen struct {
 	GRPC   string `yaml:"grpc"`
 	HTTP   string `yaml:"http"`
 	Ingest string `yaml:"ingest"`
+	// Debug, when set, serves Go's pprof profiles (/debug/pprof/) on its
+	// own listener; keep it on loopback.
+	Debug string `yaml:"debug"`
 }
 
 // TLS enables TLS on the gRPC and HTTP listeners.
@@ -170,6 +173,7 @@ const (
 	EnvListenGRPC      = "FULFILLMENT_LISTEN_GRPC"
 	EnvListenHTTP      = "FULFILLMENT_LISTEN_HTTP"
 	EnvListenIngest    = "FULFILLMENT_LISTEN_INGEST"
+	EnvListenDebug     = "FULFILLMENT_LISTEN_DEBUG"
 	EnvLogLevel        = "FULFILLMENT_LOG_LEVEL"
 	EnvDatabaseMigrate = "FULFILLMENT_DATABASE_MIGRATE"
 )
@@ -234,6 +238,7 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	set(&c.Listen.GRPC, EnvListenGRPC)
 	set(&c.Listen.HTTP, EnvListenHTTP)
 	set(&c.Listen.Ingest, EnvListenIngest)
+	set(&c.Listen.Debug, EnvListenDebug)
 	set(&c.Log.Level, EnvLogLevel)
 	if v := getenv(EnvDatabaseMigrate); v != "" {
 		b, err := strconv.ParseBool(v)
@@ -353,6 +358,11 @@ func (c *Config) validate() error {
 	} {
 		if err := checkAddr(l.addr); err != nil {
 			return fmt.Errorf("%s: %q is not a valid host:port address: %v", l.key, l.addr, err)
+		}
+	}
+	if c.Listen.Debug != "" {
+		if err := checkAddr(c.Listen.Debug); err != nil {
+			return fmt.Errorf("listen.debug: %q is not a valid host:port address: %v", c.Listen.Debug, err)
 		}
 	}
 	if c.Listen.GRPC == c.Listen.HTTP || c.Listen.GRPC == c.Listen.Ingest || c.Listen.HTTP == c.Listen.Ingest {

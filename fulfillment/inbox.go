@@ -64,11 +64,13 @@ type InboxWork interface {
 	// InboxRelease gives back the events leased to owner that it has not
 	// processed (on shutdown), without counting the claim as an attempt.
 	InboxRelease(ctx context.Context, owner string) (int, error)
-	// InboxProcess decides and applies one event in one transaction holding
-	// the order row lock: attempt, state change, grants, reconciliation item
-	// and the event's decision commit together. It returns ErrLeaseLost when
-	// owner no longer holds the event.
-	InboxProcess(ctx context.Context, id int64, owner string) (Outcome, error)
+	// InboxProcess decides and applies events in one transaction holding
+	// their orders' row locks: attempts, state changes, grants,
+	// reconciliation items and the events' decisions commit together, or
+	// nothing does. Events of one order are applied in event order. The
+	// result holds an outcome for each event owner still held; an event
+	// missing from it was taken over by another worker (its lease expired).
+	InboxProcess(ctx context.Context, ids []int64, owner string) (map[int64]Outcome, error)
 	// InboxRetry records a failed processing attempt: the event is retried at
 	// next, or, when it has used maxAttempts, marked failed with a
 	// failed_event reconciliation item. It returns ErrLeaseLost when owner no

@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
-	"github.com/fulfillplatform/fulfillment/internal/failpoint"
 )
 
 var (
@@ -81,155 +79,6 @@ func (s *Store) InboxRelease(ctx context.Context, owner string) (int, error) {
 	return int(tag.RowsAffected()), nil
 }
 
-// InboxProcess implements fulfillment.InboxWork. Two reads lock the event
-// and its order; every write (attempt, order state, grants, reconciliation
-// item, the event's decision) then goes to the database in one pipelined
-// batch, and the transaction commits once.
-func (s *Store) InboxProcess(ctx context.Context, id int64, owner string) (fulfillment.Outcome, error) {
-	var out fulfillment.Outcome
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		ev, err := lockLeasedEvent(ctx, tx, id, owner)
-		if err != nil {
-			return err
-		}
-		m, err := lockMatchingOrder(ctx, tx, ev)
-		if err != nil {
-			return err
-		}
-		out = fulfillment.Decide(ev, m.order)
-
-		b := &pgx.Batch{}
-		if m.order != nil {
-			queueOrderEffects(b, m, ev, out)
-		}
-		if out.Item != "" {
-			queueItem(b, out.Item, id, m, ev, out.Reason)
-		}
-		var linked *string
-		if m.order != nil {
-			linked = &m.id
-		}
-		b.Queue(`
-			UPDATE inbox_events SET state = $2, decision = $3, decision_reason = $4, order_id = $5,
-				processed_at = clock_timestamp(), lease_owner = NULL, lease_until = NULL, last_error = NULL
-			WHERE id = $1`,
-			id, fulfillment.InboxStateFor(out.Decision), out.Decision, out.Reason, linked)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return fmt.Errorf("applying %s: %w", out.Decision, interpret(err))
-		}
-		failpoint.Inject("process-before-commit")
-		return nil
-	})
-	if err != nil {
-		return fulfillment.Outcome{}, err
-	}
-	failpoint.Inject("process-after-commit")
-	return out, nil
-}
-
-// lockLeasedEvent reads an event that owner still holds, locking its row.
-func lockLeasedEvent(ctx context.Context, tx pgx.Tx, id int64, owner string) (fulfillment.ProviderEvent, error) {
-	var (
-		ev       fulfillment.ProviderEvent
-		occurred *time.Time
-		amount   *string
-		p        = &ev.Payment
-		texts    [10]*string
-	)
-	err := tx.QueryRow(ctx, `
-		SELECT provider, endpoint_id, org_id, environment, event_id, event_type, kind, test_mode, occurred_at,
-			attempt_ref, payment_id, invoice_id, checkout_session_id, merchant_order_id, paylink_id,
-			subscription_id, amount::text, token, network, tx_hash
-		FROM inbox_events WHERE id = $1 AND state = 'pending' AND lease_owner = $2
-		FOR UPDATE`, id, owner).Scan(
-		&ev.Provider, &ev.EndpointID, &ev.OrgID, &ev.Environment, &ev.EventID, &ev.Type, &ev.Kind,
-		&ev.TestMode, &occurred, &texts[0], &texts[1], &texts[2], &texts[3], &texts[4], &texts[5],
-		&texts[6], &amount, &texts[7], &texts[8], &texts[9])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ev, fmt.Errorf("event %d: %w", id, fulfillment.ErrLeaseLost)
-	}
-	if err != nil {
-		return ev, fmt.Errorf("reading inbox event: %w", interpret(err))
-	}
-	if occurred != nil {
-		ev.OccurredAt = *occurred
-	}
-	for i, dst := range []*string{&p.AttemptRef, &p.PaymentID, &p.InvoiceID, &p.CheckoutSessionID,
-		&p.MerchantOrderID, &p.PaylinkID, &p.SubscriptionID, &p.Token, &p.Network, &p.TxHash} {
-		if texts[i] != nil {
-			*dst = *texts[i]
-		}
-	}
-	if amount != nil {
-		if p.Amount, err = decimal.NewFromString(*amount); err != nil {
-			return ev, fmt.Errorf("parsing stored amount: %w", err)
-		}
-		p.HasAmount = true
-	}
-	return ev, nil
-}
-
-// matchedOrder is the locked order an event applies to.
-type matchedOrder struct {
-	id    string
-	order *fulfillment.PaidOrder // nil: no order matches
-	// attempt is the stored state of the event's payment attempt ("" when
-	// the attempt is new).
-	attempt fulfillment.AttemptState
-}
-
-// lockMatchingOrder finds the event's order by merchant order id, else by
-// checkout session — never by paylink — and locks its row: every event of
-// one order is applied one at a time.
-func lockMatchingOrder(ctx context.Context, tx pgx.Tx, ev fulfillment.ProviderEvent) (matchedOrder, error) {
-	p := ev.Payment
-	for _, m := range []struct{ column, value string }{
-		{"merchant_order_id", p.MerchantOrderID},
-		{"checkout_session_id", p.CheckoutSessionID},
-	} {
-		if m.value == "" {
-			continue
-		}
-		var (
-			id                                uuid.UUID
-			o                                 fulfillment.PaidOrder
-			token, network, amount, tolerance *string
-			paidRef, paidPayment, attempt     *string
-		)
-		err := tx.QueryRow(ctx, `
-			SELECT id, state, settlement_token, settlement_network, settlement_amount::text,
-				settlement_tolerance::text, paid_attempt_ref, paid_payment_id,
-				EXISTS (SELECT 1 FROM order_lines l WHERE l.order_id = o.id AND l.kind = 'external'),
-				(SELECT a.state FROM payment_attempts a
-				 WHERE a.order_id = o.id AND a.provider = $4 AND a.attempt_ref = $5)
-			FROM orders o
-			WHERE org_id = $1 AND environment = $2 AND `+m.column+` = $3
-			FOR UPDATE`, ev.OrgID, ev.Environment, m.value, ev.Provider, p.AttemptRef).Scan(
-			&id, &o.State, &token, &network, &amount, &tolerance, &paidRef, &paidPayment, &o.HasExternalLines, &attempt)
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue
-		}
-		if err != nil {
-			return matchedOrder{}, fmt.Errorf("locking order: %w", interpret(err))
-		}
-		if o.Settlement, err = settlementFrom(token, network, amount, tolerance); err != nil {
-			return matchedOrder{}, err
-		}
-		if paidRef != nil {
-			o.PaidAttemptRef = *paidRef
-		}
-		if paidPayment != nil {
-			o.PaidPaymentID = *paidPayment
-		}
-		found := matchedOrder{id: id.String(), order: &o}
-		if attempt != nil {
-			found.attempt = fulfillment.AttemptState(*attempt)
-		}
-		return found, nil
-	}
-	return matchedOrder{}, nil
-}
-
 // queueOrderEffects queues the attempt, the order's move and its grants.
 func queueOrderEffects(b *pgx.Batch, m matchedOrder, ev fulfillment.ProviderEvent, out fulfillment.Outcome) {
 	p := ev.Payment
@@ -251,7 +100,7 @@ func queueOrderEffects(b *pgx.Batch, m matchedOrder, ev fulfillment.ProviderEven
 				token = coalesce(EXCLUDED.token, payment_attempts.token),
 				network = coalesce(EXCLUDED.network, payment_attempts.network),
 				updated_at = now()`,
-			m.id, ev.Provider, p.AttemptRef, fulfillment.NextAttemptState(m.attempt, out.Attempt),
+			m.id, ev.Provider, p.AttemptRef, fulfillment.NextAttemptState(m.attempt(ev), out.Attempt),
 			amount, p.Token, p.Network)
 	}
 	if out.NewState != "" || out.MarkPaid {

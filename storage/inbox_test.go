@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -86,19 +87,19 @@ func TestInboxLeaseLost(t *testing.T) {
 		t.Fatalf("claim B after expiry = %v, %v; want the event, attempt 2", b, err)
 	}
 	// A wakes up late: it can neither complete nor reschedule the event.
-	if _, err := s.InboxProcess(ctx, a[0].ID, "worker-a"); !errors.Is(err, fulfillment.ErrLeaseLost) {
-		t.Errorf("A completes a taken event: %v, want ErrLeaseLost", err)
+	if outs, err := s.InboxProcess(ctx, []int64{a[0].ID}, "worker-a"); err != nil || len(outs) != 0 {
+		t.Errorf("A completes a taken event: %v, %v; want no outcome", outs, err)
 	}
 	if _, err := s.InboxRetry(ctx, a[0].ID, "worker-a", "late", time.Now(), 10); !errors.Is(err, fulfillment.ErrLeaseLost) {
 		t.Errorf("A reschedules a taken event: %v, want ErrLeaseLost", err)
 	}
-	out, err := s.InboxProcess(ctx, b[0].ID, "worker-b")
-	if err != nil || out.Decision != fulfillment.DecisionFulfilled {
-		t.Fatalf("B processes = %+v, %v", out, err)
+	outs, err := s.InboxProcess(ctx, []int64{b[0].ID}, "worker-b")
+	if err != nil || outs[b[0].ID].Decision != fulfillment.DecisionFulfilled {
+		t.Fatalf("B processes = %+v, %v", outs, err)
 	}
 	// Once processed, nobody processes it again.
-	if _, err := s.InboxProcess(ctx, b[0].ID, "worker-b"); !errors.Is(err, fulfillment.ErrLeaseLost) {
-		t.Errorf("processing twice: %v, want ErrLeaseLost", err)
+	if outs, err := s.InboxProcess(ctx, []int64{b[0].ID}, "worker-b"); err != nil || len(outs) != 0 {
+		t.Errorf("processing twice: %v, %v; want no outcome", outs, err)
 	}
 	if got := count(t, conn, "SELECT count(*) FROM entitlements"); got != 2 {
 		t.Errorf("entitlements = %d, want 2", got)
@@ -289,5 +290,55 @@ func TestInboxInsertGroupCommit(t *testing.T) {
 	}
 	if got := count(t, conn, "SELECT count(*) FROM inbox_events WHERE convert_from(raw_body, 'UTF8') <> event_id"); got != 0 {
 		t.Errorf("%d rows hold another event's body", got)
+	}
+}
+
+// Several events of one order in one batch are decided in event order,
+// each against the order as the previous one left it.
+func TestInboxProcessBatchOfOneOrder(t *testing.T) {
+	t.Parallel()
+	s, conn := newStore(t)
+	ctx := context.Background()
+	if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", "m-1")); err != nil {
+		t.Fatal(err)
+	}
+	created := confirmedEvent("evt_0", "m-1")
+	created.Kind, created.Type, created.Payment.HasAmount = fulfillment.EventAttemptCreated, "invoice.created", false
+	created.Payment.AttemptRef, created.Payment.PaymentID = "inv_evt_1", ""
+	evs := []fulfillment.ProviderEvent{created, confirmedEvent("evt_1", "m-1"), confirmedEvent("evt_2", "m-1"), confirmedEvent("evt_1b", "m-1")}
+	evs[3].EventID = "evt_1_again" // the first payment again, under another event id
+	evs[3].Payment = evs[1].Payment
+	for _, ev := range evs {
+		if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claims, err := s.InboxClaim(ctx, "w", 10, time.Minute, 10)
+	if err != nil || len(claims) != 4 {
+		t.Fatalf("claim = %v, %v", claims, err)
+	}
+	ids := make([]int64, len(claims))
+	for i, c := range claims {
+		ids[i] = c.ID
+	}
+	outs, err := s.InboxProcess(ctx, ids, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, id := range ids {
+		got = append(got, string(outs[id].Decision))
+	}
+	if want := "attempt_recorded,fulfilled,duplicate_payment,already_applied"; fmt.Sprint(strings.Join(got, ",")) != want {
+		t.Errorf("decisions = %v, want %s", got, want)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM entitlements"); n != 2 {
+		t.Errorf("entitlements = %d, want 2", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = 'extra_payment'"); n != 1 {
+		t.Errorf("extra_payment items = %d, want 1", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM payment_attempts WHERE state = 'confirmed'"); n != 2 {
+		t.Errorf("confirmed attempts = %d, want 2", n)
 	}
 }

@@ -139,9 +139,7 @@ func (p *InboxProcessor) loop(ctx context.Context) {
 		}
 		if len(claims) > 0 {
 			failpoint.Inject("after-claim")
-			for _, c := range claims {
-				p.process(ctx, c)
-			}
+			p.process(ctx, claims)
 			if len(claims) == p.cfg.Batch {
 				continue // more may be waiting
 			}
@@ -155,29 +153,53 @@ func (p *InboxProcessor) loop(ctx context.Context) {
 	}
 }
 
-func (p *InboxProcessor) process(ctx context.Context, c fulfillment.InboxClaim) {
-	out, err := p.work.InboxProcess(ctx, c.ID, p.owner)
-	switch {
-	case err == nil:
-		if p.OnOutcome != nil {
-			p.OnOutcome(out)
-		}
-		return
-	case ctx.Err() != nil:
-		return // shutting down: the lease expires and another worker retries
-	case errors.Is(err, fulfillment.ErrLeaseLost):
-		p.log.Info("inbox event taken over by another worker", "inbox_id", c.ID)
+// process applies a batch of claims in one transaction. When the batch
+// fails, each event is tried alone, so that one failing event is retried
+// (and eventually failed) on its own without holding back the others.
+func (p *InboxProcessor) process(ctx context.Context, claims []fulfillment.InboxClaim) {
+	ids := make([]int64, len(claims))
+	for i, c := range claims {
+		ids[i] = c.ID
+	}
+	outs, err := p.work.InboxProcess(ctx, ids, p.owner)
+	if err == nil {
+		p.observe(claims, outs)
 		return
 	}
+	if ctx.Err() != nil {
+		return // shutting down: the leases are released or expire
+	}
+	if len(claims) > 1 {
+		for _, c := range claims {
+			p.process(ctx, []fulfillment.InboxClaim{c})
+		}
+		return
+	}
+	c := claims[0]
 	next := time.Now().Add(p.backoff(c.Attempts))
 	failed, rerr := p.work.InboxRetry(ctx, c.ID, p.owner, err.Error(), next, p.cfg.MaxAttempts)
 	switch {
+	case errors.Is(rerr, fulfillment.ErrLeaseLost):
+		p.log.Info("inbox event taken over by another worker", "inbox_id", c.ID)
 	case rerr != nil:
 		p.log.Warn("recording failed inbox attempt", "inbox_id", c.ID, "error", rerr)
 	case failed:
 		p.log.Error("inbox event failed past its retry budget", "inbox_id", c.ID, "attempts", c.Attempts, "error", err)
 	default:
 		p.log.Warn("inbox event processing failed; will retry", "inbox_id", c.ID, "attempt", c.Attempts, "retry_at", next, "error", err)
+	}
+}
+
+func (p *InboxProcessor) observe(claims []fulfillment.InboxClaim, outs map[int64]fulfillment.Outcome) {
+	for _, c := range claims {
+		out, ok := outs[c.ID]
+		if !ok {
+			p.log.Info("inbox event taken over by another worker", "inbox_id", c.ID)
+			continue
+		}
+		if p.OnOutcome != nil {
+			p.OnOutcome(out)
+		}
 	}
 }
 

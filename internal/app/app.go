@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,6 +42,7 @@ type App struct {
 	gateway   *ingest.Gateway
 	processor *worker.InboxProcessor
 	ingestLis net.Listener
+	debugLis  net.Listener // nil unless listen.debug is set
 	tls       *config.TLS
 }
 
@@ -99,6 +101,11 @@ func (a *App) build(cfg *config.Config) error {
 	if a.ingestLis, err = net.Listen("tcp", cfg.Listen.Ingest); err != nil {
 		return fmt.Errorf("listening for webhooks on %s: %w", cfg.Listen.Ingest, err)
 	}
+	if cfg.Listen.Debug != "" {
+		if a.debugLis, err = net.Listen("tcp", cfg.Listen.Debug); err != nil {
+			return fmt.Errorf("listening for pprof on %s: %w", cfg.Listen.Debug, err)
+		}
+	}
 
 	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fulfillment_inbox_events_processed_total",
@@ -130,6 +137,15 @@ func (a *App) Run(ctx context.Context) error {
 	g.Go(func() error { return a.srv.Run(ctx) })
 	g.Go(func() error { return ServeHTTP(ctx, "webhooks", a.ingestLis, a.gateway.Handler(), a.tls, a.log) })
 	g.Go(func() error { return a.processor.Run(ctx) })
+	if a.debugLis != nil {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		g.Go(func() error { return ServeHTTP(ctx, "pprof", a.debugLis, mux, nil, a.log) })
+	}
 	return g.Wait()
 }
 
