@@ -207,9 +207,20 @@ func (s *Store) InboxRetry(ctx context.Context, id int64, owner, cause string, n
 	return failed, err
 }
 
-// InboxListen implements fulfillment.InboxWork. It holds one connection
-// outside the pool's accounting and reconnects after errors.
+// InboxListen implements fulfillment.InboxWork. Inserts committed by this
+// store wake in-process listeners directly; inserts by other replicas
+// arrive as a NOTIFY on a connection held outside the pool, re-established
+// after errors.
 func (s *Store) InboxListen(ctx context.Context, wake func()) error {
+	s.wakeMu.Lock()
+	s.wakers = append(s.wakers, wake)
+	n := len(s.wakers) - 1
+	s.wakeMu.Unlock()
+	defer func() {
+		s.wakeMu.Lock()
+		s.wakers[n] = nil
+		s.wakeMu.Unlock()
+	}()
 	for ctx.Err() == nil {
 		err := s.listenOnce(ctx, wake)
 		if ctx.Err() != nil {
@@ -244,6 +255,17 @@ func (s *Store) listenOnce(ctx context.Context, wake func()) error {
 			return interpret(err)
 		}
 		wake()
+	}
+}
+
+// wakeLocal calls the in-process listeners.
+func (s *Store) wakeLocal() {
+	s.wakeMu.Lock()
+	defer s.wakeMu.Unlock()
+	for _, wake := range s.wakers {
+		if wake != nil {
+			wake()
+		}
 	}
 }
 

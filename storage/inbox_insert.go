@@ -206,6 +206,7 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 	}
 
 	found := make(map[eventKey]fulfillment.InboxReceipt, n)
+	pending := false
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		rows, _ := tx.Query(ctx, `
 			INSERT INTO inbox_events (provider, endpoint_id, org_id, environment, event_id, event_type, kind,
@@ -234,6 +235,17 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 		if err := collectReceipts(rows, found, false); err != nil {
 			return fmt.Errorf("inserting inbox events: %w", interpret(err))
 		}
+		for _, r := range found {
+			if r.State == fulfillment.InboxPending {
+				// One notification per commit wakes workers of other
+				// replicas; it is delivered only if the commit succeeds.
+				if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", inboxChannel); err != nil {
+					return fmt.Errorf("notifying workers: %w", interpret(err))
+				}
+				pending = true
+				break
+			}
+		}
 		if len(found) == uniqueKeys(batch) {
 			return nil
 		}
@@ -252,6 +264,9 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 	})
 	if err != nil {
 		return nil, err
+	}
+	if pending {
+		s.wakeLocal() // workers in this process need not wait for the NOTIFY
 	}
 	receipts := make([]fulfillment.InboxReceipt, n)
 	for i, r := range batch {

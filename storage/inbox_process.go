@@ -166,7 +166,8 @@ func (lo lockedOrders) match(ev fulfillment.ProviderEvent) *matchedOrder {
 }
 
 // lockOrders locks every order the events name, in id order, and reads
-// their payment attempts.
+// their payment attempts. (Each key set is looked up through its own
+// unique index; an OR of the two would scan the table.)
 func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrders, error) {
 	var mOrg, mEnv, mID, cOrg, cEnv, cID []string
 	for _, le := range events {
@@ -188,10 +189,12 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 			coalesce(paid_attempt_ref, ''), coalesce(paid_payment_id, ''),
 			EXISTS (SELECT 1 FROM order_lines l WHERE l.order_id = o.id AND l.kind = 'external')
 		FROM orders o
-		WHERE (org_id, environment, merchant_order_id) IN (
+		WHERE id IN (
+			SELECT id FROM orders WHERE (org_id, environment, merchant_order_id) IN (
 				SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
-			OR (org_id, environment, checkout_session_id) IN (
-				SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))
+			UNION
+			SELECT id FROM orders WHERE (org_id, environment, checkout_session_id) IN (
+				SELECT * FROM unnest($4::text[], $5::text[], $6::text[])))
 		ORDER BY id
 		FOR UPDATE`, mOrg, mEnv, mID, cOrg, cEnv, cID)
 	byID := map[string]*matchedOrder{}

@@ -12,6 +12,8 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/internal/pgtest"
+	"github.com/fulfillplatform/fulfillment/storage"
 )
 
 func confirmedEvent(id, merchantOrderID string) fulfillment.ProviderEvent {
@@ -340,5 +342,41 @@ func TestInboxProcessBatchOfOneOrder(t *testing.T) {
 	}
 	if n := count(t, conn, "SELECT count(*) FROM payment_attempts WHERE state = 'confirmed'"); n != 2 {
 		t.Errorf("confirmed attempts = %d, want 2", n)
+	}
+}
+
+// A committed insert wakes listeners in the same process directly and
+// listeners of other replicas (another Store on the same database) through
+// NOTIFY.
+func TestInboxListenWakesReplicas(t *testing.T) {
+	t.Parallel()
+	url := pgtest.DB(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	open := func() *storage.Store {
+		s, err := storage.Open(ctx, url, storage.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}
+	a, b := open(), open()
+	wakes := func(s *storage.Store) chan struct{} {
+		ch := make(chan struct{}, 100)
+		go func() { _ = s.InboxListen(ctx, func() { ch <- struct{}{} }) }()
+		<-ch // the listener's first catch-up wake: it is subscribed now
+		return ch
+	}
+	local, remote := wakes(a), wakes(b)
+	if _, err := a.InboxInsert(ctx, confirmedEvent("evt_1", "m-1"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	for name, ch := range map[string]chan struct{}{"same process": local, "other replica": remote} {
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s: no wake-up within 5s of a committed insert", name)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -22,6 +23,9 @@ type Store struct {
 	pool     *pgxpool.Pool
 	log      *slog.Logger
 	inserter *inserter
+
+	wakeMu sync.Mutex
+	wakers []func() // InboxListen callers in this process
 }
 
 var _ fulfillment.OrderStore = (*Store)(nil)
