@@ -205,10 +205,14 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 		}
 	}
 
+	// One statement, one implicit transaction: the rows it returns are
+	// only read to the end once it has committed. Each new pending row
+	// queues a NOTIFY (deduplicated into one per commit, delivered only if
+	// the commit succeeds) that wakes workers of other replicas.
 	found := make(map[eventKey]fulfillment.InboxReceipt, n)
 	pending := false
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		rows, _ := tx.Query(ctx, `
+	rows, _ := s.pool.Query(ctx, `
+		WITH ins AS (
 			INSERT INTO inbox_events (provider, endpoint_id, org_id, environment, event_id, event_type, kind,
 				test_mode, occurred_at, attempt_ref, payment_id, invoice_id, checkout_session_id,
 				merchant_order_id, paylink_id, subscription_id, amount, token, network, tx_hash, raw_body,
@@ -228,42 +232,40 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 					merchant_order_id, paylink_id, subscription_id, amount, token, network, tx_hash,
 					raw_body, state, decision, decision_reason)
 			ON CONFLICT ON CONSTRAINT inbox_events_event_key DO NOTHING
-			RETURNING id, state, provider, org_id, environment, event_id`,
-			provider, endpoint, org, env, eventID, typ, kind, testMode, occurred, attemptRef, paymentID,
-			invoiceID, sessionID, merchantID, paylinkID, subscriptionID, amount, token, network, txHash,
-			raw, state, decision, reason)
-		if err := collectReceipts(rows, found, false); err != nil {
-			return fmt.Errorf("inserting inbox events: %w", interpret(err))
+			RETURNING id, state, provider, org_id, environment, event_id)
+		SELECT id, state, provider, org_id, environment, event_id,
+			CASE WHEN state = 'pending' THEN (SELECT true FROM pg_notify($25, '')) ELSE false END
+		FROM ins`,
+		provider, endpoint, org, env, eventID, typ, kind, testMode, occurred, attemptRef, paymentID,
+		invoiceID, sessionID, merchantID, paylinkID, subscriptionID, amount, token, network, txHash,
+		raw, state, decision, reason, inboxChannel)
+	err := forEachRow(rows, func(r pgx.Rows) error {
+		var (
+			rec      fulfillment.InboxReceipt
+			k        eventKey
+			notified bool
+		)
+		if err := r.Scan(&rec.ID, &rec.State, &k.provider, &k.org, &k.env, &k.eventID, &notified); err != nil {
+			return err
 		}
-		for _, r := range found {
-			if r.State == fulfillment.InboxPending {
-				// One notification per commit wakes workers of other
-				// replicas; it is delivered only if the commit succeeds.
-				if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", inboxChannel); err != nil {
-					return fmt.Errorf("notifying workers: %w", interpret(err))
-				}
-				pending = true
-				break
-			}
-		}
-		if len(found) == uniqueKeys(batch) {
-			return nil
-		}
-		// Redeliveries: each statement of a READ COMMITTED transaction
-		// sees rows committed before it started, including the ones the
-		// insert waited for.
-		rows, _ = tx.Query(ctx, `
+		pending = pending || notified
+		found[k] = rec
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storing inbox events: %w", interpret(err))
+	}
+	if len(found) < uniqueKeys(batch) {
+		// Redeliveries. The insert waited for any conflicting insert to
+		// commit, so this later statement sees every row it skipped.
+		rows, _ = s.pool.Query(ctx, `
 			SELECT id, state, provider, org_id, environment, event_id FROM inbox_events
 			WHERE (provider, org_id, environment, event_id) IN (
 				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))`,
 			provider, org, env, eventID)
 		if err := collectReceipts(rows, found, true); err != nil {
-			return fmt.Errorf("reading redelivered inbox events: %w", interpret(err))
+			return nil, fmt.Errorf("reading redelivered inbox events: %w", interpret(err))
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	if pending {
 		s.wakeLocal() // workers in this process need not wait for the NOTIFY
