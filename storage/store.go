@@ -7,8 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -131,8 +134,15 @@ func interpret(err error) error {
 		}
 		return err
 	}
-	var connectErr *pgconn.ConnectError
-	if errors.As(err, &connectErr) || pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) {
+	// The database is unreachable, went away mid-call, or the call ran out
+	// of time: the caller should retry, not see an internal error.
+	var (
+		connectErr *pgconn.ConnectError
+		netErr     net.Error
+	)
+	if errors.As(err, &connectErr) || errors.As(err, &netErr) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, pgconn.ErrConnClosed) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
 		return fmt.Errorf("%w: %w", fulfillment.ErrUnavailable, err)
 	}
 	return err
