@@ -31,6 +31,11 @@ run: ## Run the service on a local throwaway PostgreSQL (or $DATABASE_URL), with
 test: ## Run every test against a real PostgreSQL (throwaway cluster unless $DATABASE_URL is set).
 	go run ./cmd/pgrun -- go test $(GO_TEST_FLAGS) ./...
 
+.PHONY: chaos
+chaos: ## Kill fulfillmentd and PostgreSQL at random under provider-like load; check nothing is lost or doubled.
+	go build -o .cache/fulfillmentd ./cmd/fulfillmentd
+	go run ./cmd/chaos --binary .cache/fulfillmentd $(CHAOS_FLAGS)
+
 FUZZTIME ?= 10s
 
 .PHONY: fuzz

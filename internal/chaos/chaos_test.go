@@ -1,0 +1,153 @@
+package chaos
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+)
+
+func plan(seed int64, orders, events int, window time.Duration) *workload {
+	w := newWorkload(seed, orders)
+	w.planEvents(events, window, time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	return w
+}
+
+func TestWorkloadDeterministic(t *testing.T) {
+	a, b := plan(42, 200, 2000, 20*time.Second), plan(42, 200, 2000, 20*time.Second)
+	if len(a.events) != len(b.events) || len(a.deliveries) != len(b.deliveries) {
+		t.Fatalf("same seed, different workloads: %d/%d events, %d/%d deliveries", len(a.events), len(b.events), len(a.deliveries), len(b.deliveries))
+	}
+	for i := range a.events {
+		if !bytes.Equal(a.events[i].body, b.events[i].body) || a.events[i].at != b.events[i].at {
+			t.Fatalf("event %d differs under the same seed", i)
+		}
+	}
+	if c := plan(43, 200, 2000, 20*time.Second); bytes.Equal(c.events[0].body, a.events[0].body) {
+		t.Fatalf("another seed gave the same first event")
+	}
+}
+
+func TestWorkloadShape(t *testing.T) {
+	const orders, events, window = 300, 3000, 30 * time.Second
+	w := plan(7, orders, events, window)
+	st := w.stats
+	if st.Orders != orders || st.Events < events || st.Events != len(w.events) {
+		t.Fatalf("stats %+v, want %d orders and at least %d events", st, orders, events)
+	}
+	if ratio := float64(st.Redeliveries) / float64(st.Events); ratio < 0.15 || ratio > 0.3 {
+		t.Errorf("redeliveries %d of %d events (%.2f), want about 20%%", st.Redeliveries, st.Events, ratio)
+	}
+	if st.Concurrent == 0 || st.TestOnlyOrders == 0 || st.ExtraPayments == 0 || st.StaleEvents == 0 || st.TestModeEvents == 0 {
+		t.Errorf("missing ingredients: %+v", st)
+	}
+	for i := 1; i < len(w.deliveries); i++ {
+		if w.deliveries[i].at < w.deliveries[i-1].at || w.deliveries[i].at > window {
+			t.Fatalf("delivery %d at %v: not sorted or past the window", i, w.deliveries[i].at)
+		}
+	}
+
+	ids := map[string]bool{}
+	confirmAt := map[int]time.Duration{}
+	for _, e := range w.events {
+		if ids[e.id] {
+			t.Fatalf("event id %s planned twice", e.id)
+		}
+		ids[e.id] = true
+		var p yolfi.Payload
+		if err := json.Unmarshal(e.body, &p); err != nil {
+			t.Fatal(err)
+		}
+		test := (p.Livemode != nil && !*p.Livemode) || strings.HasPrefix(p.ID, yolfi.TestEventIDPrefix)
+		if test != e.testMode || p.ID != e.id || p.Type != e.typ || p.OrgID != orgID {
+			t.Fatalf("event %s: payload %+v does not match its plan %+v", e.id, p, e)
+		}
+		o := w.orders[e.order]
+		if o.testOnly != e.testMode {
+			t.Fatalf("event %s (test mode %v) for order %s (test-only %v)", e.id, e.testMode, o.mid, o.testOnly)
+		}
+		if e.role == rolePay && e.typ == yolfi.TypePaymentConfirmed {
+			if _, dup := confirmAt[e.order]; dup {
+				t.Fatalf("order %s has two paying confirmations", o.mid)
+			}
+			confirmAt[e.order] = e.at
+		}
+	}
+	for _, e := range w.events {
+		if e.role == roleStale && e.at <= confirmAt[e.order] {
+			t.Fatalf("stale event %s at %v is not after its confirmation at %v", e.id, e.at, confirmAt[e.order])
+		}
+	}
+	for i, o := range w.orders {
+		if _, ok := confirmAt[i]; ok == o.testOnly {
+			t.Fatalf("order %s: test-only %v, paying confirmation planned %v", o.mid, o.testOnly, ok)
+		}
+	}
+}
+
+func TestFinalAttemptState(t *testing.T) {
+	c, o, x, p := yolfi.TypeInvoiceCreated, yolfi.TypeInvoiceOverdue, yolfi.TypeInvoiceCancelled, yolfi.TypePaymentConfirmed
+	for _, tc := range []struct {
+		events []string
+		want   string
+	}{
+		{[]string{c}, "created"},
+		{[]string{c, o}, "expired"},
+		{[]string{o, c}, "expired"},
+		{[]string{x, c}, "cancelled"},
+		{[]string{c, p, o}, "confirmed"},
+		{[]string{o, p}, "confirmed"},
+		{[]string{p, c, x}, "confirmed"},
+		{[]string{yolfi.TypeSubscriptionOverdue}, ""},
+	} {
+		got := ""
+		for _, typ := range tc.events {
+			got = finalAttemptState(got, typ)
+		}
+		if got != tc.want {
+			t.Errorf("%v: %q, want %q", tc.events, got, tc.want)
+		}
+	}
+}
+
+func TestPlanFaults(t *testing.T) {
+	const window = 100 * time.Second
+	fs := planFaults(1, window, 20, 2)
+	kills, pg := 0, 0
+	for i, f := range fs {
+		if f.at < window/20 || f.at > window || (i > 0 && f.at < fs[i-1].at) {
+			t.Fatalf("fault %d at %v: out of the window or order", i, f.at)
+		}
+		if f.kind == faultKill {
+			kills++
+		} else {
+			pg++
+		}
+	}
+	if kills != 20 || pg != 2 {
+		t.Fatalf("%d kills and %d PostgreSQL stops, want 20 and 2", kills, pg)
+	}
+}
+
+func TestSummary(t *testing.T) {
+	r := Report{Acked: 20003}
+	if got, want := r.Summary(), "chaos: 20003 acked, 0 lost, 0 duplicated effects"; got != want || !r.OK() {
+		t.Fatalf("Summary() = %q (OK %v), want %q", got, r.OK(), want)
+	}
+	v := newViolations()
+	for i := range examplesPerCategory + 2 {
+		v.add("lost", "event %d", i)
+	}
+	r = Report{Acked: 5, Lost: 10, Violations: v.list()}
+	s := r.Summary()
+	if r.OK() || !strings.HasPrefix(s, "chaos: 5 acked, 10 lost, 0 duplicated effects; FAILED") || !strings.Contains(s, "and 2 more") {
+		t.Fatalf("Summary() = %q", s)
+	}
+	r = Report{Incomplete: "context canceled"}
+	if r.OK() || !strings.Contains(r.Summary(), "NOT COMPLETED") {
+		t.Fatalf("an incomplete run summarized as %q", r.Summary())
+	}
+}

@@ -1,0 +1,196 @@
+package chaos
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Report is what a chaos run did and found.
+type Report struct {
+	Seed int64
+
+	// The workload.
+	Orders         int // orders created
+	TestOnlyOrders int // orders that only ever receive test-mode events
+	Events         int // distinct provider events planned (probes excluded)
+	TestModeEvents int // of which test-mode events (live and test endpoint)
+	ExtraPayments  int // second (and third) confirmed payments on another invoice
+	StaleEvents    int // invoice.overdue of the paying invoice, sent after its confirmation
+	Redeliveries   int // extra deliveries of the same bytes
+	Concurrent     int // of which sent at the same moment as another copy
+	Deliveries     int // planned deliveries: events + redeliveries
+
+	// The sender.
+	Acked    int              // distinct events acknowledged with 2xx, probes included
+	Requests int64            // HTTP requests sent (every try of every delivery)
+	Retries  int64            // tries after the first, as a provider retries
+	Answers  map[string]int64 // answers by HTTP status ("200", "503", …; "error": no answer)
+
+	// The faults.
+	Kills           int // SIGKILLs of fulfillmentd (each followed by a restart)
+	PGRestarts      int // immediate stops of PostgreSQL, each followed by a restart
+	UnexpectedExits int // fulfillmentd exits nobody asked for
+	Starts          int // fulfillmentd processes started
+	// Reclaimed counts inbox events claimed more than once: their worker
+	// died, or the database went away, before the processing committed.
+	Reclaimed   int
+	MaxAttempts int // most claims of one inbox event
+
+	// The database outage contract.
+	OutageProbes  int             // webhook probes sent while PostgreSQL was down
+	Max503Latency time.Duration   // slowest of their answers
+	Recoveries    []time.Duration // database back → first 200, per outage
+	// The REST API (GET /v1/orders/{id}) during the same outages, by HTTP
+	// status: for the record (the contract binds webhooks; a 200 is a
+	// violation).
+	OutageAPIAnswers    map[string]int64
+	MaxAPIOutageLatency time.Duration
+
+	// Timing.
+	SendWindow time.Duration // over which first deliveries were spread
+	SendPhase  time.Duration // first delivery → every event acknowledged, faults done
+	Settle     time.Duration // → no inbox event pending
+	Elapsed    time.Duration
+
+	// The verdict.
+	Lost              int // acknowledged events without an inbox row
+	DuplicatedEffects int // entitlements, ledger rows, items or inbox rows beyond what is due
+	Checks            []Check
+	Violations        []string
+	// Incomplete says why the run stopped before its verdict (setup
+	// failure, interruption); empty when it completed.
+	Incomplete string
+}
+
+// Check is the result of one verification over many subjects.
+type Check struct {
+	Name    string
+	Checked int // subjects checked (events, orders, …)
+	Failed  int
+}
+
+// OK reports whether the run completed and found no violation.
+func (r *Report) OK() bool { return len(r.Violations) == 0 && r.Incomplete == "" }
+
+// Summary is one line on success — exactly "chaos: N acked, 0 lost, 0
+// duplicated effects" — and otherwise that line marked FAILED (or NOT
+// COMPLETED) followed by one line per violation.
+func (r *Report) Summary() string {
+	head := fmt.Sprintf("chaos: %d acked, %d lost, %d duplicated effects", r.Acked, r.Lost, r.DuplicatedEffects)
+	if r.OK() {
+		return head
+	}
+	var b strings.Builder
+	if r.Incomplete != "" {
+		fmt.Fprintf(&b, "%s; NOT COMPLETED (%s), %d violation(s) so far", head, r.Incomplete, len(r.Violations))
+	} else {
+		fmt.Fprintf(&b, "%s; FAILED with %d violation(s)", head, len(r.Violations))
+	}
+	if len(r.Violations) > 0 {
+		b.WriteString(":")
+	}
+	for _, v := range r.Violations {
+		b.WriteString("\n  - ")
+		b.WriteString(v)
+	}
+	return b.String()
+}
+
+// WriteTo writes the report's figures and checks (not the summary line).
+func (r *Report) WriteTo(w io.Writer) (int64, error) {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	p("seed:            %d", r.Seed)
+	p("workload:        %d orders (%d test-mode only), %d events (%d test-mode, %d extra payments, %d stale overdue)",
+		r.Orders, r.TestOnlyOrders, r.Events, r.TestModeEvents, r.ExtraPayments, r.StaleEvents)
+	p("deliveries:      %d planned (%d redeliveries, %d of them concurrent) over %v", r.Deliveries, r.Redeliveries, r.Concurrent, r.SendWindow.Round(time.Second))
+	p("sender:          %d requests, %d retries; answers %s", r.Requests, r.Retries, formatAnswers(r.Answers))
+	p("faults:          %d fulfillmentd SIGKILLs, %d PostgreSQL immediate stops, %d unexpected exits, %d processes started",
+		r.Kills, r.PGRestarts, r.UnexpectedExits, r.Starts)
+	p("interrupted:     %d inbox events claimed again after a fault interrupted their processing (at most %d claims)", r.Reclaimed, r.MaxAttempts)
+	rec := make([]string, len(r.Recoveries))
+	for i, d := range r.Recoveries {
+		rec[i] = d.Round(time.Millisecond).String()
+	}
+	p("outage:          %d probes while the database was down, slowest answer %v; recovered after %s",
+		r.OutageProbes, r.Max503Latency.Round(time.Millisecond), strings.Join(rec, ", "))
+	p("outage (API):    GET /v1/orders/{id} answered %s, slowest %v", formatAnswers(r.OutageAPIAnswers), r.MaxAPIOutageLatency.Round(time.Millisecond))
+	p("timing:          send phase %v, settle %v, total %v", r.SendPhase.Round(100*time.Millisecond),
+		r.Settle.Round(100*time.Millisecond), r.Elapsed.Round(100*time.Millisecond))
+	for _, c := range r.Checks {
+		status := "ok"
+		if c.Failed > 0 {
+			status = fmt.Sprintf("FAILED %d", c.Failed)
+		}
+		p("check:           %-58s %6d checked, %s", c.Name, c.Checked, status)
+	}
+	n, err := io.WriteString(w, b.String())
+	return int64(n), err
+}
+
+// String is the report followed by its summary.
+func (r *Report) String() string {
+	var b strings.Builder
+	_, _ = r.WriteTo(&b)
+	b.WriteString(r.Summary())
+	return b.String()
+}
+
+func formatAnswers(m map[string]int64) string {
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s×%d", k, m[k])
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
+}
+
+// violations collects what went wrong, by category, keeping the first few
+// examples of each so that a systematic failure does not flood the report.
+type violations struct {
+	mu       sync.Mutex
+	order    []string
+	examples map[string][]string
+	counts   map[string]int
+}
+
+const examplesPerCategory = 8
+
+func newViolations() *violations {
+	return &violations{examples: map[string][]string{}, counts: map[string]int{}}
+}
+
+// add records one violation of category, described by the formatted text.
+func (v *violations) add(category, format string, args ...any) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, ok := v.counts[category]; !ok {
+		v.order = append(v.order, category)
+	}
+	v.counts[category]++
+	if len(v.examples[category]) < examplesPerCategory {
+		v.examples[category] = append(v.examples[category], category+": "+fmt.Sprintf(format, args...))
+	}
+}
+
+// list is every example, each category followed by how many more it had.
+func (v *violations) list() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []string
+	for _, c := range v.order {
+		out = append(out, v.examples[c]...)
+		if more := v.counts[c] - len(v.examples[c]); more > 0 {
+			out = append(out, fmt.Sprintf("%s: … and %d more", c, more))
+		}
+	}
+	return out
+}

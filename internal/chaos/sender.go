@@ -1,0 +1,193 @@
+package chaos
+
+import (
+	"context"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+)
+
+// Retry backoff of the sender: like a provider, it retries every delivery
+// until it gets a 2xx.
+const (
+	firstBackoff = 50 * time.Millisecond
+	maxBackoff   = 500 * time.Millisecond
+	// requestTimeout bounds one try; the service answers 503 after its
+	// ingest timeout (2s) anyway.
+	requestTimeout = 10 * time.Second
+)
+
+// sender delivers signed events to the webhook endpoints the way a
+// provider does.
+type sender struct {
+	client    *http.Client
+	ingestURL string // http://host:port/webhooks/
+	secrets   map[string][]byte
+	events    []*eventPlan
+	acked     []atomic.Bool // by event index
+	sem       chan struct{} // bounds requests in flight
+	outage    *outageWatch
+	viol      *violations
+
+	requests, retries atomic.Int64
+	mu                sync.Mutex
+	answers           map[string]int64
+}
+
+func newSender(ingestAddr string, secrets map[string][]byte, events []*eventPlan, concurrency int, outage *outageWatch, viol *violations) *sender {
+	return &sender{
+		client: &http.Client{Timeout: requestTimeout, Transport: &http.Transport{
+			MaxIdleConns: concurrency, MaxIdleConnsPerHost: concurrency, IdleConnTimeout: 30 * time.Second,
+		}},
+		ingestURL: "http://" + ingestAddr + "/webhooks/",
+		secrets:   secrets,
+		events:    events,
+		acked:     make([]atomic.Bool, len(events)),
+		sem:       make(chan struct{}, concurrency),
+		outage:    outage,
+		viol:      viol,
+		answers:   map[string]int64{},
+	}
+}
+
+// run dispatches every delivery at its planned time after start, each in
+// its own goroutine retrying until acknowledged, and returns once all are
+// acknowledged or ctx ends. Redeliveries planned for one moment leave
+// together: concurrent duplicates.
+func (s *sender) run(ctx context.Context, start time.Time, deliveries []delivery) {
+	var wg sync.WaitGroup
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for _, d := range deliveries {
+		if wait := time.Until(start.Add(d.at)); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+			case <-timer.C:
+			}
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() { s.deliver(ctx, s.events[d.ev], d.ev) })
+	}
+	wg.Wait()
+}
+
+// deliver sends one event until it gets a 2xx, like a provider: connection
+// errors, timeouts and 5xx are retried with a capped backoff. A 4xx is a
+// violation (the events are valid and signed), and is not retried.
+func (s *sender) deliver(ctx context.Context, ev *eventPlan, idx int) {
+	backoff := firstBackoff
+	for try := 0; ctx.Err() == nil; try++ {
+		if try > 0 {
+			s.retries.Add(1)
+			jittered := backoff/2 + rand.N(backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(jittered):
+			}
+			backoff = min(2*backoff, maxBackoff)
+		}
+		code, _ := s.post(ctx, ev)
+		switch {
+		case code >= 200 && code < 300:
+			if idx >= 0 {
+				s.acked[idx].Store(true)
+			}
+			return
+		case code >= 400 && code < 500:
+			s.viol.add("rejected delivery", "event %s (%s, %s) answered %d: a valid signed event must be accepted", ev.id, ev.typ, ev.endpoint, code)
+			return
+		}
+	}
+}
+
+// post sends the event once and returns the HTTP status (0 when there was
+// no answer). A 200 for a request sent after PostgreSQL was stopped and
+// answered before it was restarted is a violation: nothing can have been
+// committed.
+func (s *sender) post(ctx context.Context, ev *eventPlan) (int, time.Duration) {
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return 0, 0
+	}
+	defer func() { <-s.sem }()
+	s.requests.Add(1)
+	req, err := yolfi.NewRequest(ctx, s.ingestURL+ev.endpoint, s.secrets[ev.endpoint], ev.body, ev.id)
+	if err != nil {
+		s.count("error")
+		return 0, 0
+	}
+	start := time.Now()
+	resp, err := s.client.Do(req)
+	took := time.Since(start)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.count("error")
+		}
+		return 0, took
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	s.count(strconv.Itoa(resp.StatusCode))
+	if resp.StatusCode == http.StatusOK && s.outage.during(start) {
+		s.viol.add("200 during outage", "event %s acknowledged while PostgreSQL was down (request sent after it stopped, answered before it restarted)", ev.id)
+	}
+	return resp.StatusCode, took
+}
+
+func (s *sender) count(answer string) {
+	s.mu.Lock()
+	s.answers[answer]++
+	s.mu.Unlock()
+}
+
+// ackedCount is the number of distinct events acknowledged.
+func (s *sender) ackedCount() int {
+	n := 0
+	for i := range s.acked {
+		if s.acked[i].Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// outageWatch knows whether PostgreSQL is down, for judging answers.
+type outageWatch struct {
+	mu    sync.Mutex
+	down  bool
+	since time.Time
+}
+
+// begin marks PostgreSQL stopped (call once its server has exited).
+func (w *outageWatch) begin() {
+	w.mu.Lock()
+	w.down, w.since = true, time.Now()
+	w.mu.Unlock()
+}
+
+// end marks PostgreSQL about to restart.
+func (w *outageWatch) end() {
+	w.mu.Lock()
+	w.down = false
+	w.mu.Unlock()
+}
+
+// during reports whether a request sent at start was sent and answered
+// entirely within an outage: the database stopped before it was sent and is
+// still down now.
+func (w *outageWatch) during(start time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.down && start.After(w.since)
+}

@@ -1,0 +1,779 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+)
+
+// Decisions and states as the service records them (fulfillment package).
+const (
+	decFulfilled        = "fulfilled"
+	decAttemptRecorded  = "attempt_recorded"
+	decAttemptExpired   = "attempt_expired"
+	decAttemptCancelled = "attempt_cancelled"
+	decAlreadyApplied   = "already_applied"
+	decDuplicatePayment = "duplicate_payment"
+	decStaleIgnored     = "stale_ignored"
+	decUnmatched        = "unmatched"
+	decTestModeIgnored  = "test_mode_ignored"
+	decIgnoredType      = "ignored_type"
+
+	itemExtraPayment     = "extra_payment"
+	itemUnmatchedPayment = "unmatched_payment"
+)
+
+// openDB connects to the run's database, waiting until it answers.
+func (r *runner) openDB(ctx context.Context) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(r.cluster.URL("fulfillment"))
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = 4
+	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := db.Ping(ctx)
+		if err == nil {
+			return db, nil
+		}
+		if ctx.Err() != nil {
+			db.Close()
+			return nil, fmt.Errorf("connecting to the run's database: %w", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// inboxRow is one stored provider event.
+type inboxRow struct {
+	id        int64
+	eventID   string
+	endpoint  string
+	env       string
+	state     string
+	decision  string
+	orderID   string
+	attempts  int
+	lastError string
+}
+
+type orderRow struct {
+	id, env, state         string
+	paidAttempt, paidPayID string
+}
+
+type itemRow struct {
+	kind, state, env, orderID, paymentID string
+}
+
+// dbState is everything the checks read from the database, read once
+// after the inbox settled.
+type dbState struct {
+	inbox    map[string][]inboxRow // by provider event id
+	byOrder  map[string][]inboxRow // by order id, in processing order
+	orders   map[string]orderRow   // by merchant order id
+	licenses map[string]int        // by order id
+	distinct map[string]int        // distinct license values by order id
+	ledger   map[string]int        // by order id
+	items    []itemRow
+	attempts map[string]map[string]string // order id → attempt ref → state
+
+	totalLicenses, distinctLicenses int
+	strayLicenses                   int // entitlements outside their line's units, or on a non-license line
+}
+
+func loadState(ctx context.Context, db *pgxpool.Pool) (*dbState, error) {
+	s := &dbState{
+		inbox: map[string][]inboxRow{}, byOrder: map[string][]inboxRow{}, orders: map[string]orderRow{},
+		licenses: map[string]int{}, distinct: map[string]int{}, ledger: map[string]int{},
+		attempts: map[string]map[string]string{},
+	}
+	// Processing order: an event that touches an order commits while it
+	// holds the order's row lock, and stamps processed_at after taking it,
+	// so processed_at orders each order's events as they were applied.
+	rows, err := db.Query(ctx, `
+		SELECT id, event_id, endpoint_id, environment, state, coalesce(decision, ''), coalesce(order_id::text, ''),
+			attempts, coalesce(last_error, '')
+		FROM inbox_events ORDER BY processed_at NULLS LAST, id`)
+	if err != nil {
+		return nil, err
+	}
+	var e inboxRow
+	_, err = pgx.ForEachRow(rows, []any{&e.id, &e.eventID, &e.endpoint, &e.env, &e.state, &e.decision, &e.orderID, &e.attempts, &e.lastError}, func() error {
+		s.inbox[e.eventID] = append(s.inbox[e.eventID], e)
+		if e.orderID != "" {
+			s.byOrder[e.orderID] = append(s.byOrder[e.orderID], e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading inbox_events: %w", err)
+	}
+
+	rows, err = db.Query(ctx, `
+		SELECT id::text, merchant_order_id, environment, state, coalesce(paid_attempt_ref, ''), coalesce(paid_payment_id, '')
+		FROM orders`)
+	if err != nil {
+		return nil, err
+	}
+	var o orderRow
+	var mid string
+	_, err = pgx.ForEachRow(rows, []any{&o.id, &mid, &o.env, &o.state, &o.paidAttempt, &o.paidPayID}, func() error {
+		if o.env == "live" {
+			s.orders[mid] = o
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading orders: %w", err)
+	}
+
+	var orderID string
+	var n, d int
+	rows, err = db.Query(ctx, `SELECT order_id::text, count(*), count(DISTINCT value) FROM entitlements GROUP BY order_id`)
+	if err != nil {
+		return nil, err
+	}
+	if _, err = pgx.ForEachRow(rows, []any{&orderID, &n, &d}, func() error {
+		s.licenses[orderID], s.distinct[orderID] = n, d
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("reading entitlements: %w", err)
+	}
+	if err := db.QueryRow(ctx, `SELECT count(*), count(DISTINCT value) FROM entitlements`).Scan(&s.totalLicenses, &s.distinctLicenses); err != nil {
+		return nil, fmt.Errorf("counting entitlements: %w", err)
+	}
+	if err := db.QueryRow(ctx, `
+		SELECT count(*) FROM entitlements e JOIN order_lines l USING (order_id, line_no)
+		WHERE l.kind <> 'license' OR e.unit > l.quantity`).Scan(&s.strayLicenses); err != nil {
+		return nil, fmt.Errorf("checking entitlements against their lines: %w", err)
+	}
+
+	rows, err = db.Query(ctx, `SELECT order_id::text, count(*) FROM ledger_entries GROUP BY order_id`)
+	if err != nil {
+		return nil, err
+	}
+	if _, err = pgx.ForEachRow(rows, []any{&orderID, &n}, func() error {
+		s.ledger[orderID] = n
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("reading ledger_entries: %w", err)
+	}
+
+	rows, err = db.Query(ctx, `
+		SELECT kind, state, environment, coalesce(order_id::text, ''), coalesce(payment_id, '')
+		FROM reconciliation_items ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	var it itemRow
+	if _, err = pgx.ForEachRow(rows, []any{&it.kind, &it.state, &it.env, &it.orderID, &it.paymentID}, func() error {
+		s.items = append(s.items, it)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("reading reconciliation_items: %w", err)
+	}
+
+	var ref, state string
+	rows, err = db.Query(ctx, `SELECT order_id::text, attempt_ref, state FROM payment_attempts`)
+	if err != nil {
+		return nil, err
+	}
+	if _, err = pgx.ForEachRow(rows, []any{&orderID, &ref, &state}, func() error {
+		if s.attempts[orderID] == nil {
+			s.attempts[orderID] = map[string]string{}
+		}
+		if _, dup := s.attempts[orderID][ref]; dup {
+			state = "DUPLICATE"
+		}
+		s.attempts[orderID][ref] = state
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("reading payment_attempts: %w", err)
+	}
+	return s, nil
+}
+
+// verify checks the database and the API against the workload.
+func (r *runner) verify(ctx context.Context, db *pgxpool.Pool) error {
+	t := time.Now()
+	s, err := loadState(ctx, db)
+	if err != nil {
+		return fmt.Errorf("reading the run's database: %w", err)
+	}
+	for _, rows := range s.inbox {
+		for _, e := range rows {
+			if e.attempts > 1 {
+				r.rep.Reclaimed++
+			}
+			r.rep.MaxAttempts = max(r.rep.MaxAttempts, e.attempts)
+		}
+	}
+	r.checkStored(s)
+	r.checkProcessed(s)
+	r.checkOrders(s)
+	r.checkTestMode(s)
+	r.checkItems(s)
+	if err := r.checkAPI(ctx, db, s); err != nil {
+		return err
+	}
+	r.logf("verified in %v", time.Since(t).Round(100*time.Millisecond))
+	return nil
+}
+
+// addCheck records a finished check.
+func (r *runner) addCheck(c Check) { r.rep.Checks = append(r.rep.Checks, c) }
+
+// checkStored: every acknowledged event has exactly one inbox row, on the
+// endpoint it was sent to; nothing else is in the inbox.
+func (r *runner) checkStored(s *dbState) {
+	c := Check{Name: "every acknowledged event stored exactly once"}
+	one := func(e *eventPlan) {
+		c.Checked++
+		rows := s.inbox[e.id]
+		switch {
+		case len(rows) == 0:
+			c.Failed++
+			r.rep.Lost++
+			r.viol.add("lost", "event %s (%s %s, order %s) was acknowledged but is not stored", e.id, e.typ, e.role, r.mid(e))
+		case len(rows) > 1:
+			c.Failed++
+			r.rep.DuplicatedEffects += len(rows) - 1
+			r.viol.add("duplicated event", "event %s is stored %d times", e.id, len(rows))
+		case rows[0].endpoint != e.endpoint:
+			c.Failed++
+			r.viol.add("misfiled event", "event %s sent to %s is stored for endpoint %s", e.id, e.endpoint, rows[0].endpoint)
+		}
+	}
+	for i, e := range r.w.events {
+		if r.snd.acked[i].Load() {
+			one(e)
+		}
+	}
+	r.mu.Lock()
+	probes := slices.Clone(r.ackedProbes)
+	sent := maps.Clone(r.sentProbes)
+	r.mu.Unlock()
+	for _, e := range probes {
+		one(e)
+	}
+	r.addCheck(c)
+
+	c = Check{Name: "the inbox holds only events that were sent"}
+	planned := make(map[string]bool, len(r.w.events))
+	for _, e := range r.w.events {
+		planned[e.id] = true
+	}
+	for id := range s.inbox {
+		c.Checked++
+		if !planned[id] && !sent[id] {
+			c.Failed++
+			r.viol.add("unknown event", "inbox event %s was never sent", id)
+		}
+	}
+	r.addCheck(c)
+}
+
+// checkProcessed: no event pending or failed; each event's state fits its
+// decision.
+func (r *runner) checkProcessed(s *dbState) {
+	c := Check{Name: "every stored event processed, none failed"}
+	for _, rows := range s.inbox {
+		for _, e := range rows {
+			c.Checked++
+			want := "processed"
+			switch e.decision {
+			case decTestModeIgnored, decIgnoredType:
+				want = "ignored"
+			case decUnmatched:
+				want = "unmatched"
+			}
+			switch {
+			case e.state == "failed":
+				c.Failed++
+				r.viol.add("failed event", "event %s failed after %d attempts: %s", e.eventID, e.attempts, e.lastError)
+			case e.state == "pending":
+				c.Failed++
+				r.viol.add("pending event", "event %s is still pending after %d attempts (last error %q)", e.eventID, e.attempts, e.lastError)
+			case e.state != want:
+				c.Failed++
+				r.viol.add("event state", "event %s is %s with decision %q, want %s", e.eventID, e.state, e.decision, want)
+			}
+		}
+	}
+	r.addCheck(c)
+}
+
+// checkOrders: every order with a live confirmation is fulfilled, with
+// exactly its licenses and credits, one open extra_payment item per extra
+// payment, its attempts in their final states, and every event's decision
+// what the state machine gives in the order the events were applied — an
+// event that arrived stale never moved the order back.
+func (r *runner) checkOrders(s *dbState) {
+	// An order's live events, acknowledged or not: one stored whose
+	// acknowledgement was lost (or never came) takes part like any other.
+	byOrder := make([][]int, len(r.w.orders))
+	for i, e := range r.w.events {
+		if !e.testMode {
+			byOrder[e.order] = append(byOrder[e.order], i)
+		}
+	}
+	grants := Check{Name: "paid orders fulfilled, licenses and credits exactly once"}
+	extras := Check{Name: "one open extra_payment item per extra payment"}
+	replay := Check{Name: "no order regressed: decisions replay the state machine"}
+	attempts := Check{Name: "payment attempts recorded once, in their final state"}
+	staleIgnored, staleEarly := 0, 0
+
+	for i, o := range r.w.orders {
+		if o.testOnly {
+			continue
+		}
+		row, ok := s.orders[o.mid]
+		if !ok {
+			grants.Checked++
+			grants.Failed++
+			r.viol.add("missing order", "order %s does not exist", o.mid)
+			continue
+		}
+		planned := map[string]int{}
+		for _, j := range byOrder[i] {
+			planned[r.w.events[j].id] = j
+		}
+		linked := s.byOrder[row.id]
+		applied := map[string]string{} // invoice → expected final attempt state
+
+		// The decisions, replayed in processing order.
+		replay.Checked++
+		paid, paidAttempt, paidPayment := false, "", ""
+		payments := map[string]bool{}
+		ok = true
+		for _, ev := range linked {
+			j, mine := planned[ev.eventID]
+			if !mine {
+				ok = false
+				r.viol.add("misrouted event", "event %s is linked to order %s, which it is not about", ev.eventID, o.mid)
+				continue
+			}
+			delete(planned, ev.eventID)
+			e := r.w.events[j]
+			if e.invoice != "" {
+				applied[e.invoice] = finalAttemptState(applied[e.invoice], e.typ)
+			}
+			var want string
+			switch e.typ {
+			case yolfi.TypeInvoiceCreated:
+				want = pick(paid, decStaleIgnored, decAttemptRecorded)
+			case yolfi.TypeInvoiceOverdue:
+				want = pick(paid, decStaleIgnored, decAttemptExpired)
+			case yolfi.TypeInvoiceCancelled:
+				want = pick(paid, decStaleIgnored, decAttemptCancelled)
+			case yolfi.TypePaymentConfirmed:
+				payments[e.payment] = true
+				switch {
+				case !paid:
+					want, paid, paidAttempt, paidPayment = decFulfilled, true, e.attemptRef(), e.payment
+				case e.attemptRef() == paidAttempt && e.payment == paidPayment:
+					want = decAlreadyApplied
+				default:
+					want = decDuplicatePayment
+				}
+			default:
+				want = decIgnoredType
+			}
+			if e.role == roleStale {
+				if ev.decision == decStaleIgnored {
+					staleIgnored++
+				} else {
+					staleEarly++
+				}
+			}
+			if ev.decision != want {
+				ok = false
+				r.viol.add("wrong decision", "order %s: event %s (%s, %s) decided %q, want %q at that point of the order's history",
+					o.mid, e.id, e.typ, e.role, ev.decision, want)
+			}
+		}
+		for id, j := range planned {
+			if r.snd.acked[j].Load() {
+				ok = false
+				r.viol.add("unlinked event", "order %s: acknowledged event %s (%s) is not linked to it", o.mid, id, r.w.events[j].typ)
+			}
+		}
+		if !ok {
+			replay.Failed++
+		}
+		if !paid {
+			// No confirmation of it was stored (the run was cut short, which
+			// is reported): it must still await payment, without effects.
+			grants.Checked++
+			if row.state != "pending_payment" || s.licenses[row.id] > 0 || s.ledger[row.id] > 0 {
+				grants.Failed++
+				r.viol.add("effects without payment", "order %s is %s with %d licenses and %d credits, but no confirmation of it was applied",
+					o.mid, row.state, s.licenses[row.id], s.ledger[row.id])
+			}
+			continue
+		}
+
+		// The order and its grants.
+		grants.Checked++
+		licenses, credits := s.licenses[row.id], s.ledger[row.id]
+		dup := max(0, licenses-int(o.licenseQty)) + max(0, credits-o.creditLines())
+		r.rep.DuplicatedEffects += dup
+		switch {
+		case row.state != "fulfilled":
+			grants.Failed++
+			r.viol.add("regressed order", "order %s is %s, want fulfilled", o.mid, row.state)
+		case row.paidAttempt != paidAttempt || row.paidPayID != paidPayment:
+			grants.Failed++
+			r.viol.add("paid by", "order %s is recorded paid by %s/%s, but the first confirmation applied was %s/%s",
+				o.mid, row.paidAttempt, row.paidPayID, paidAttempt, paidPayment)
+		case licenses != int(o.licenseQty) || s.distinct[row.id] != licenses:
+			grants.Failed++
+			r.viol.add("licenses", "order %s has %d licenses (%d distinct), want %d", o.mid, licenses, s.distinct[row.id], o.licenseQty)
+		case credits != o.creditLines():
+			grants.Failed++
+			r.viol.add("credits", "order %s has %d ledger entries, want %d", o.mid, credits, o.creditLines())
+		}
+
+		// Extra payments: every confirmed payment but the one that paid.
+		extras.Checked++
+		delete(payments, paidPayment)
+		got := map[string]int{}
+		var others []string
+		for _, it := range s.items {
+			if it.orderID != row.id {
+				continue
+			}
+			if it.kind != itemExtraPayment || it.state != "open" {
+				others = append(others, it.kind+"/"+it.state)
+				continue
+			}
+			got[it.paymentID]++
+		}
+		n := 0
+		for _, k := range got {
+			n += k
+		}
+		r.rep.DuplicatedEffects += max(0, n-len(payments))
+		if n != len(payments) || !sameKeys(got, payments) || len(others) > 0 {
+			extras.Failed++
+			r.viol.add("extra payment items", "order %s: %d open extra_payment items for payments %v (other items: %v), want one for each of %v",
+				o.mid, n, slices.Sorted(maps.Keys(got)), others, slices.Sorted(maps.Keys(payments)))
+		}
+
+		// Payment attempts, one per invoice of the applied events, in their
+		// final state.
+		attempts.Checked++
+		if gotA := s.attempts[row.id]; !maps.Equal(gotA, applied) {
+			attempts.Failed++
+			r.viol.add("payment attempts", "order %s: attempts %v, want %v", o.mid, gotA, applied)
+		}
+	}
+	r.addCheck(grants)
+	r.addCheck(extras)
+	r.addCheck(replay)
+	r.addCheck(attempts)
+	r.logf("stale overdue events: %d ignored as stale, %d applied before their confirmation (as they arrived first)", staleIgnored, staleEarly)
+}
+
+// finalAttemptState merges what an event says into an attempt's expected
+// final state: confirmed wins; an expiry or cancellation beats created.
+func finalAttemptState(prev, typ string) string {
+	next := map[string]string{
+		yolfi.TypeInvoiceCreated:   "created",
+		yolfi.TypeInvoiceOverdue:   "expired",
+		yolfi.TypeInvoiceCancelled: "cancelled",
+		yolfi.TypePaymentConfirmed: "confirmed",
+	}[typ]
+	switch {
+	case next == "":
+		return prev
+	case prev == "" || next == "confirmed":
+		return next
+	case prev == "confirmed" || next == "created":
+		return prev
+	}
+	return next
+}
+
+// checkTestMode: test-mode events on the live endpoint are recorded as
+// ignored and touch nothing; those on the test endpoint match no live order;
+// orders that only ever saw test-mode events are unpaid and without effects.
+func (r *runner) checkTestMode(s *dbState) {
+	c := Check{Name: "test-mode events recorded as ignored, linked to nothing"}
+	for _, e := range r.w.events {
+		if !e.testMode {
+			continue
+		}
+		rows := s.inbox[e.id]
+		if len(rows) != 1 {
+			continue // not stored (reported when acknowledged), or reported as duplicated
+		}
+		c.Checked++
+		ev := rows[0]
+		wantEnv, wantDecision := "live", decTestModeIgnored
+		if e.endpoint == testEP {
+			wantEnv, wantDecision = "test", decUnmatched
+		}
+		if ev.env != wantEnv || ev.decision != wantDecision || ev.orderID != "" {
+			c.Failed++
+			r.viol.add("test mode reached live", "test-mode event %s (%s on %s) recorded in %s as %q linked to order %q, want %s %q linked to none",
+				e.id, e.typ, e.endpoint, ev.env, ev.decision, ev.orderID, wantEnv, wantDecision)
+		}
+	}
+	r.addCheck(c)
+
+	c = Check{Name: "test-mode-only orders unpaid, without effects"}
+	for _, o := range r.w.orders {
+		if !o.testOnly {
+			continue
+		}
+		c.Checked++
+		row, ok := s.orders[o.mid]
+		if !ok {
+			c.Failed++
+			r.viol.add("missing order", "order %s does not exist", o.mid)
+			continue
+		}
+		items := 0
+		for _, it := range s.items {
+			if it.orderID == row.id {
+				items++
+			}
+		}
+		if row.state != "pending_payment" || s.licenses[row.id] > 0 || s.ledger[row.id] > 0 ||
+			len(s.attempts[row.id]) > 0 || len(s.byOrder[row.id]) > 0 || items > 0 {
+			c.Failed++
+			r.viol.add("test mode reached live", "order %s saw only test-mode events but is %s with %d licenses, %d credits, %d attempts, %d linked events, %d items",
+				o.mid, row.state, s.licenses[row.id], s.ledger[row.id], len(s.attempts[row.id]), len(s.byOrder[row.id]), items)
+		}
+	}
+	r.addCheck(c)
+}
+
+// checkItems: the only reconciliation items are the extra payments (checked
+// per order) and one unmatched_payment per distinct test-endpoint payment;
+// no failed_event, no amount_mismatch or overpayment; every license key
+// distinct.
+func (r *runner) checkItems(s *dbState) {
+	c := Check{Name: "no reconciliation item but those due"}
+	wantUnmatched := map[string]bool{}
+	for _, e := range r.w.events {
+		if e.endpoint == testEP && e.typ == yolfi.TypePaymentConfirmed && len(s.inbox[e.id]) > 0 {
+			wantUnmatched[e.attemptRef()+"|"+e.payment] = true
+		}
+	}
+	unmatched := 0
+	for _, it := range s.items {
+		c.Checked++
+		switch {
+		case it.kind == itemExtraPayment && it.env == "live" && it.orderID != "":
+			// checked with its order
+		case it.kind == itemUnmatchedPayment && it.env == "test" && it.orderID == "" && it.state == "open":
+			unmatched++
+		default:
+			c.Failed++
+			r.viol.add("unexpected item", "a %s reconciliation item (%s, %s, order %q, payment %q) should not exist",
+				it.kind, it.state, it.env, it.orderID, it.paymentID)
+		}
+	}
+	r.rep.DuplicatedEffects += max(0, unmatched-len(wantUnmatched))
+	if unmatched != len(wantUnmatched) {
+		c.Failed++
+		r.viol.add("unmatched payment items", "%d unmatched_payment items for test-endpoint confirmations, want %d", unmatched, len(wantUnmatched))
+	}
+	r.addCheck(c)
+
+	c = Check{Name: "license keys distinct, one per unit of a license line", Checked: s.totalLicenses}
+	if s.distinctLicenses != s.totalLicenses || s.strayLicenses > 0 {
+		c.Failed++
+		r.viol.add("licenses", "%d license keys, %d distinct, %d outside their line's units", s.totalLicenses, s.distinctLicenses, s.strayLicenses)
+	}
+	r.addCheck(c)
+}
+
+// checkAPI compares what the API says with the database: GetOrder for a
+// sample of orders (every test-mode-only order and extra payment up to a
+// bound, plus random ones), ListReconciliationItems for all items.
+func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) error {
+	c := Check{Name: "API (GetOrder, ListReconciliationItems) agrees with the database"}
+	extraOrders := map[int]bool{}
+	for _, e := range r.w.events {
+		if e.role == roleExtra {
+			extraOrders[e.order] = true
+		}
+	}
+	rng := rand.New(rand.NewPCG(uint64(r.o.Seed)+2, 0))
+	var sample []int
+	nTest, nExtra := 0, 0
+	for i, o := range r.w.orders {
+		switch {
+		case o.testOnly && nTest < 50:
+			nTest++
+			sample = append(sample, i)
+		case extraOrders[i] && nExtra < 100:
+			nExtra++
+			sample = append(sample, i)
+		case rng.IntN(len(r.w.orders)) < 60:
+			sample = append(sample, i)
+		}
+	}
+	for _, i := range sample {
+		o := r.w.orders[i]
+		row, ok := s.orders[o.mid]
+		if !ok {
+			continue // reported
+		}
+		c.Checked++
+		resp, err := withRetry(ctx, func(ctx context.Context) (*fulfillmentv1.GetOrderResponse, error) {
+			return r.client.GetOrder(r.authed(ctx, r.orgToken), &fulfillmentv1.GetOrderRequest{OrderId: row.id})
+		})
+		if err != nil {
+			return fmt.Errorf("GetOrder %s: %w", o.mid, err)
+		}
+		got := resp.GetOrder()
+		var values []string
+		vrows, err := db.Query(ctx, `SELECT value FROM entitlements WHERE order_id = $1 ORDER BY value`, row.id)
+		if err == nil {
+			values, err = pgx.CollectRows(vrows, pgx.RowTo[string])
+		}
+		if err != nil {
+			return fmt.Errorf("reading the license keys of %s: %w", o.mid, err)
+		}
+		apiValues := make([]string, 0, len(got.GetEntitlements()))
+		for _, e := range got.GetEntitlements() {
+			apiValues = append(apiValues, e.GetValue())
+		}
+		slices.Sort(apiValues)
+		var diffs []string
+		diff := func(what string, api, dbv any) {
+			if fmt.Sprint(api) != fmt.Sprint(dbv) {
+				diffs = append(diffs, fmt.Sprintf("%s: API %v, database %v", what, api, dbv))
+			}
+		}
+		diff("state", got.GetState(), row.state)
+		diff("license keys", apiValues, values)
+		diff("ledger entries", len(got.GetLedgerEntries()), s.ledger[row.id])
+		diff("payment attempts", len(got.GetPaymentAttempts()), len(s.attempts[row.id]))
+		diff("events", len(got.GetEvents()), len(s.byOrder[row.id]))
+		if len(diffs) > 0 {
+			c.Failed++
+			r.viol.add("API disagrees", "order %s: %s", o.mid, strings.Join(diffs, "; "))
+		}
+	}
+
+	// Every reconciliation item, through the API, by order and kind.
+	apiItems := map[string]int{}
+	token := ""
+	for {
+		resp, err := withRetry(ctx, func(ctx context.Context) (*fulfillmentv1.ListReconciliationItemsResponse, error) {
+			return r.client.ListReconciliationItems(r.authed(ctx, r.adminToken), &fulfillmentv1.ListReconciliationItemsRequest{
+				OrgId: orgID, PageSize: 500, PageToken: token,
+			})
+		})
+		if err != nil {
+			return fmt.Errorf("ListReconciliationItems: %w", err)
+		}
+		for _, it := range resp.GetItems() {
+			apiItems[it.GetOrderId()+"|"+it.GetKind()+"|"+it.GetState()]++
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	dbItems := map[string]int{}
+	for _, it := range s.items {
+		dbItems[it.orderID+"|"+it.kind+"|"+it.state]++
+	}
+	c.Checked++
+	if !maps.Equal(apiItems, dbItems) {
+		c.Failed++
+		r.viol.add("API disagrees", "ListReconciliationItems lists %d items, the database holds %d (by order|kind|state: API %v, database %v)",
+			sum(apiItems), sum(dbItems), truncMap(apiItems), truncMap(dbItems))
+	}
+	r.addCheck(c)
+	return nil
+}
+
+// withRetry calls fn with a bounded context, retrying while the service is
+// unavailable.
+func withRetry[T any](ctx context.Context, fn func(context.Context) (T, error)) (T, error) {
+	for try := 0; ; try++ {
+		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		v, err := fn(callCtx)
+		cancel()
+		if err == nil || try >= 20 || ctx.Err() != nil {
+			return v, err
+		}
+		switch status.Code(err) {
+		case codes.Unavailable, codes.DeadlineExceeded:
+		default:
+			return v, err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// mid names the order of an event, for messages.
+func (r *runner) mid(e *eventPlan) string {
+	if e.order < 0 {
+		return "(probe)"
+	}
+	return r.w.orders[e.order].mid
+}
+
+func pick(cond bool, yes, no string) string {
+	if cond {
+		return yes
+	}
+	return no
+}
+
+func sameKeys(a map[string]int, b map[string]bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return true
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// truncMap formats at most a few entries of m.
+func truncMap(m map[string]int) string {
+	keys := slices.Sorted(maps.Keys(m))
+	var parts []string
+	for i, k := range keys {
+		if i == 10 {
+			parts = append(parts, fmt.Sprintf("… %d more", len(keys)-10))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s:%d", k, m[k]))
+	}
+	return "{" + strings.Join(parts, " ") + "}"
+}
