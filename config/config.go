@@ -95,6 +95,9 @@ type Upstream struct {
 
 // Worker tunes the inbox processor (see worker.InboxConfig for defaults).
 type Worker struct {
+	// Disabled runs no inbox processor in this process: events are stored
+	// and acknowledged, and processed by other replicas (or later).
+	Disabled    bool          `yaml:"disabled"`
 	Workers     int           `yaml:"workers"`
 	Batch       int           `yaml:"batch"`
 	Lease       time.Duration `yaml:"lease"`

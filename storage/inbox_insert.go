@@ -58,7 +58,12 @@ func newInserter(s *Store, flushers, maxBatch int) *inserter {
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
-	done := make(chan struct{}, flushers)
+	s.notifier = &notifier{store: s, pending: make(chan struct{}, 1)}
+	done := make(chan struct{}, flushers+1)
+	go func() {
+		defer func() { done <- struct{}{} }()
+		s.notifier.run(in.stop)
+	}()
 	for range flushers {
 		go func() {
 			defer func() { done <- struct{}{} }()
@@ -66,7 +71,7 @@ func newInserter(s *Store, flushers, maxBatch int) *inserter {
 		}()
 	}
 	go func() {
-		for range flushers {
+		for range flushers + 1 {
 			<-done
 		}
 		close(in.stopped)
@@ -163,6 +168,38 @@ func (in *inserter) flush(batch []*insertRequest) {
 	}
 }
 
+// notifier wakes the workers of other replicas with a NOTIFY after inserts
+// commit. It runs outside the insert transactions on purpose: a NOTIFY holds
+// a database-wide lock until its transaction commits, which would serialize
+// the group commits. Signals arriving while one is sent coalesce into the
+// next.
+type notifier struct {
+	store   *Store
+	pending chan struct{}
+}
+
+func (n *notifier) signal() {
+	select {
+	case n.pending <- struct{}{}:
+	default: // one is already due
+	}
+}
+
+func (n *notifier) run(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-n.pending:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if _, err := n.store.pool.Exec(ctx, "SELECT pg_notify($1, '')", inboxChannel); err != nil {
+			n.store.log.Warn("notifying other replicas", "error", err) // they poll meanwhile
+		}
+		cancel()
+	}
+}
+
 // eventKey is an inbox row's unique key.
 type eventKey struct {
 	provider, org, env, eventID string
@@ -206,9 +243,7 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 	}
 
 	// One statement, one implicit transaction: the rows it returns are
-	// only read to the end once it has committed. Each new pending row
-	// queues a NOTIFY (deduplicated into one per commit, delivered only if
-	// the commit succeeds) that wakes workers of other replicas.
+	// only read to the end once it has committed.
 	found := make(map[eventKey]fulfillment.InboxReceipt, n)
 	pending := false
 	rows, _ := s.pool.Query(ctx, `
@@ -233,22 +268,19 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 					raw_body, state, decision, decision_reason)
 			ON CONFLICT ON CONSTRAINT inbox_events_event_key DO NOTHING
 			RETURNING id, state, provider, org_id, environment, event_id)
-		SELECT id, state, provider, org_id, environment, event_id,
-			CASE WHEN state = 'pending' THEN (SELECT true FROM pg_notify($25, '')) ELSE false END
-		FROM ins`,
+		SELECT id, state, provider, org_id, environment, event_id FROM ins`,
 		provider, endpoint, org, env, eventID, typ, kind, testMode, occurred, attemptRef, paymentID,
 		invoiceID, sessionID, merchantID, paylinkID, subscriptionID, amount, token, network, txHash,
-		raw, state, decision, reason, inboxChannel)
+		raw, state, decision, reason)
 	err := forEachRow(rows, func(r pgx.Rows) error {
 		var (
-			rec      fulfillment.InboxReceipt
-			k        eventKey
-			notified bool
+			rec fulfillment.InboxReceipt
+			k   eventKey
 		)
-		if err := r.Scan(&rec.ID, &rec.State, &k.provider, &k.org, &k.env, &k.eventID, &notified); err != nil {
+		if err := r.Scan(&rec.ID, &rec.State, &k.provider, &k.org, &k.env, &k.eventID); err != nil {
 			return err
 		}
-		pending = pending || notified
+		pending = pending || rec.State == fulfillment.InboxPending
 		found[k] = rec
 		return nil
 	})
@@ -268,7 +300,8 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 		}
 	}
 	if pending {
-		s.wakeLocal() // workers in this process need not wait for the NOTIFY
+		s.wakeLocal()
+		s.notifier.signal()
 	}
 	receipts := make([]fulfillment.InboxReceipt, n)
 	for i, r := range batch {

@@ -26,6 +26,7 @@ type Store struct {
 	pool     *pgxpool.Pool
 	log      *slog.Logger
 	inserter *inserter
+	notifier *notifier
 
 	wakeMu sync.Mutex
 	wakers []func() // InboxListen callers in this process

@@ -40,7 +40,7 @@ type App struct {
 	store     *storage.Store
 	srv       *server.Server
 	gateway   *ingest.Gateway
-	processor *worker.InboxProcessor
+	processor *worker.InboxProcessor // nil when worker.disabled
 	ingestLis net.Listener
 	debugLis  net.Listener // nil unless listen.debug is set
 	tls       *config.TLS
@@ -112,8 +112,10 @@ func (a *App) build(cfg *config.Config) error {
 		Help: "Inbox events processed, by decision.",
 	}, []string{"decision"})
 	reg.MustRegister(decisions)
-	a.processor = worker.NewInboxProcessor(a.store, InboxConfig(cfg.Worker), a.log)
-	a.processor.OnOutcome = func(o fulfillment.Outcome) { decisions.WithLabelValues(string(o.Decision)).Inc() }
+	if !cfg.Worker.Disabled {
+		a.processor = worker.NewInboxProcessor(a.store, InboxConfig(cfg.Worker), a.log)
+		a.processor.OnOutcome = func(o fulfillment.Outcome) { decisions.WithLabelValues(string(o.Decision)).Inc() }
+	}
 	return nil
 }
 
@@ -136,7 +138,9 @@ func (a *App) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.srv.Run(ctx) })
 	g.Go(func() error { return ServeHTTP(ctx, "webhooks", a.ingestLis, a.gateway.Handler(), a.tls, a.log) })
-	g.Go(func() error { return a.processor.Run(ctx) })
+	if a.processor != nil {
+		g.Go(func() error { return a.processor.Run(ctx) })
+	}
 	if a.debugLis != nil {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
