@@ -28,7 +28,7 @@ const inboxChannel = "inbox_events"
 // InboxRetry never saw — is failed here, with a failed_event item, instead
 // of being leased again.
 func (s *Store) InboxClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int) ([]fulfillment.InboxClaim, error) {
-	rows, err := s.pool.Query(ctx, `
+	rows, err := s.leasePool.Query(ctx, `
 		WITH due AS (
 			SELECT id, attempts FROM inbox_events
 			WHERE state = 'pending' AND next_attempt_at <= clock_timestamp()
@@ -69,7 +69,7 @@ func (s *Store) InboxClaim(ctx context.Context, owner string, limit int, lease t
 
 // InboxRelease implements fulfillment.InboxWork.
 func (s *Store) InboxRelease(ctx context.Context, owner string) (int, error) {
-	tag, err := s.pool.Exec(ctx, `
+	tag, err := s.leasePool.Exec(ctx, `
 		UPDATE inbox_events SET lease_owner = NULL, lease_until = NULL,
 			next_attempt_at = clock_timestamp(), attempts = greatest(attempts - 1, 0)
 		WHERE lease_owner = $1 AND state = 'pending'`, owner)

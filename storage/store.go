@@ -23,10 +23,11 @@ import (
 
 // Store is the PostgreSQL implementation of the domain's stores.
 type Store struct {
-	pool     *pgxpool.Pool
-	log      *slog.Logger
-	inserter *inserter
-	notifier *notifier
+	pool      *pgxpool.Pool
+	leasePool *pgxpool.Pool // synchronous_commit off: claims and releases only
+	log       *slog.Logger
+	inserter  *inserter
+	notifier  *notifier
 
 	wakeMu sync.Mutex
 	wakers []func() // InboxListen callers in this process
@@ -66,6 +67,17 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating connection pool: %w", err)
 	}
+	// Lease bookkeeping commits asynchronously: a claim lost in a crash
+	// only means the event is claimed again, so it need not wait for a WAL
+	// flush. Everything else commits synchronously.
+	leaseCfg := cfg.Copy()
+	leaseCfg.MaxConns = 4
+	leaseCfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	leasePool, err := pgxpool.NewWithConfig(ctx, leaseCfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("creating connection pool: %w", err)
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -76,7 +88,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	if o.InsertBatch <= 0 {
 		o.InsertBatch = defaultInsertBatch
 	}
-	s := &Store{pool: pool, log: log}
+	s := &Store{pool: pool, leasePool: leasePool, log: log}
 	s.inserter = newInserter(s, o.InsertFlushers, o.InsertBatch)
 	return s, nil
 }
@@ -84,6 +96,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 // Close stops the group commits and closes every connection of the pool.
 func (s *Store) Close() {
 	s.inserter.close()
+	s.leasePool.Close()
 	s.pool.Close()
 }
 
