@@ -31,6 +31,14 @@ run: ## Run the service on a local throwaway PostgreSQL (or $DATABASE_URL), with
 test: ## Run every test against a real PostgreSQL (throwaway cluster unless $DATABASE_URL is set).
 	go run ./cmd/pgrun -- go test $(GO_TEST_FLAGS) ./...
 
+.PHONY: bench
+bench: ## Benchmark: raw-PostgreSQL baseline vs webhook ingest, pipeline latency, reads, 1M-event history; writes results/ (JSON, Markdown, PNG). Under 10 min on 2 cores.
+	go run ./cmd/bench $(BENCH_FLAGS)
+
+.PHONY: bench-quick
+bench-quick: ## Smoke test of make bench (2 s phases, 20k history rows).
+	go run ./cmd/bench --quick
+
 .PHONY: chaos
 chaos: ## Kill fulfillmentd and PostgreSQL at random under provider-like load; check nothing is lost or doubled.
 	go build -o .cache/fulfillmentd ./cmd/fulfillmentd

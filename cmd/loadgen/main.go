@@ -1,44 +1,41 @@
 // Command loadgen drives a running fulfillmentd like a payment provider
 // would: it creates orders over gRPC, then sends their signed Yolfi
-// payment.confirmed webhooks open-loop at a fixed rate, and reports the
-// acknowledgement latency and — reading the service's database — the
-// ack→fulfilled latency of every event.
+// payment.confirmed webhooks — open loop at a fixed rate, or closed loop
+// from a number of workers — optionally mixed with redeliveries and
+// out-of-order invoice events, and reports the acknowledgement latency and,
+// reading the service's database, the ack→fulfilled latency of every new
+// event.
 //
 //	go run ./cmd/loadgen --grpc 127.0.0.1:9090 --token-file T --ingest http://127.0.0.1:8081/webhooks/yolfi-live \
 //	    --secret-file S --org org_a --env live --events 2000 --rate 200
+//	go run ./cmd/loadgen ... --mode closed --concurrency 32 --duration 10s --events 20000 --redeliver 0.2 --out-of-order 0.05
 //
-// Latency is measured from each request's scheduled send time, so a
-// generator that falls behind cannot hide delay.
+// Open loop: latency is measured from each request's scheduled send time,
+// so a generator that falls behind cannot hide delay. The pieces live in
+// internal/loadgen; cmd/bench runs the whole benchmark with them.
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/signal"
-	"slices"
+	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
-
-	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/internal/loadgen"
 )
 
 type options struct {
-	grpcAddr, tokenFile, ingestURL, secretFile, org, env, dbURL string
-	events, rate, concurrency                                   int
+	grpcAddr, tokenFile, ingestURL, secretFile, org, env, dbURL, mode string
+	events, rate, concurrency, createWorkers, bodySize                int
+	duration, warmup                                                  time.Duration
+	redeliver, outOfOrder                                             float64
 }
 
 func main() {
@@ -52,9 +49,16 @@ func main() {
 	flag.StringVar(&o.org, "org", "org_demo", "org of the endpoint")
 	flag.StringVar(&o.env, "env", "test", "environment of the endpoint: live or test")
 	flag.StringVar(&o.dbURL, "database-url", os.Getenv("DATABASE_URL"), "the service's database, to read ack→fulfilled latency (optional)")
-	flag.IntVar(&o.events, "events", 1000, "events (and orders) to send")
-	flag.IntVar(&o.rate, "rate", 200, "events per second, open loop")
-	flag.IntVar(&o.concurrency, "concurrency", 64, "maximum requests in flight")
+	flag.StringVar(&o.mode, "mode", "open", "open: --rate events/s whatever the answers; closed: --concurrency workers, each waiting for its answer")
+	flag.IntVar(&o.events, "events", 1000, "orders to create; open mode: also the events to send (unless --duration is set)")
+	flag.IntVar(&o.rate, "rate", 200, "open mode: requests per second")
+	flag.IntVar(&o.concurrency, "concurrency", 64, "open mode: maximum requests in flight; closed mode: workers")
+	flag.DurationVar(&o.duration, "duration", 0, "how long to send (open mode default: events/rate; closed mode default: 10s)")
+	flag.DurationVar(&o.warmup, "warmup", 0, "sent before measuring, not measured")
+	flag.Float64Var(&o.redeliver, "redeliver", 0, "share of requests that resend an already acknowledged event byte for byte, e.g. 0.2")
+	flag.Float64Var(&o.outOfOrder, "out-of-order", 0, "share of requests that are invoice.created/invoice.overdue after the order's confirmation, e.g. 0.05")
+	flag.IntVar(&o.createWorkers, "create-workers", 16, "concurrent CreateOrder calls while preparing")
+	flag.IntVar(&o.bodySize, "body-size", loadgen.DefaultBodySize, "approximate webhook body size in bytes (0: minimal bodies)")
 	flag.Parse()
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
@@ -63,6 +67,15 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
+	if o.mode != "open" && o.mode != "closed" {
+		return fmt.Errorf("--mode must be open or closed, not %q", o.mode)
+	}
+	if o.rate <= 0 || o.concurrency <= 0 || o.events <= 0 {
+		return errors.New("--rate, --concurrency and --events must be positive")
+	}
+	if o.redeliver < 0 || o.outOfOrder < 0 || o.redeliver+o.outOfOrder >= 1 {
+		return errors.New("--redeliver and --out-of-order must be ≥ 0 and add up to less than 1")
+	}
 	token, err := readSecret(o.tokenFile)
 	if err != nil {
 		return err
@@ -71,149 +84,109 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient(o.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	api, err := loadgen.DialAPI(o.grpcAddr, token)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	client := fulfillmentv1.NewFulfillmentServiceClient(conn)
-	authed := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	defer api.Close()
 
-	run := yolfi.NewID("lg")[2:10]
-	bodies := make([][]byte, o.events)
-	ids := make([]string, o.events)
-	fmt.Fprintf(os.Stderr, "loadgen: creating %d orders\n", o.events)
-	for i := range o.events {
-		mid := fmt.Sprintf("lg-%s-%d", run, i)
-		_, err := client.CreateOrder(authed, &fulfillmentv1.CreateOrderRequest{
-			OrgId: o.org, Environment: o.env, MerchantOrderId: mid,
-			Lines: []*fulfillmentv1.OrderLine{{Sku: "load", Kind: "license", Quantity: 1,
-				UnitPrice: &fulfillmentv1.Money{Currency: "USD", MinorUnits: 2500}}},
-			Settlement: &fulfillmentv1.Settlement{Token: "USDT", Network: "TRON", Amount: "25"},
+	orders := o.events
+	if o.mode == "open" && o.duration > 0 {
+		orders = int(float64(o.rate) * (o.duration + o.warmup).Seconds())
+	}
+	fmt.Fprintf(os.Stderr, "loadgen: creating %d orders (%d at a time)\n", orders, o.createWorkers)
+	t0 := time.Now()
+	created, err := api.CreateOrders(ctx, o.org, o.env, "lg-"+yolfi.NewID("")[:8], orders, o.createWorkers)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "loadgen: created %d orders in %v\n", len(created), time.Since(t0).Round(time.Millisecond))
+
+	src := loadgen.EventSource{Org: o.org, Live: o.env == "live", Secret: []byte(secret), BodySize: o.bodySize}
+	mix := loadgen.NewMix(src, created, o.redeliver, o.outOfOrder)
+	sender := loadgen.NewSender(o.ingestURL, o.concurrency)
+	defer sender.Close()
+
+	var res loadgen.Result
+	if o.mode == "open" {
+		d := o.duration
+		if d <= 0 {
+			d = time.Duration(float64(o.events) / float64(o.rate) * float64(time.Second))
+		}
+		cfg := loadgen.OpenConfig{Rate: float64(o.rate), Duration: d, Warmup: o.warmup, MaxInFlight: o.concurrency}
+		first := cfg.FirstMeasured()
+		fmt.Fprintf(os.Stderr, "loadgen: open loop, %d requests at %d/s (at most %d in flight)\n", cfg.OpenTotal(), o.rate, o.concurrency)
+		res = loadgen.RunOpen(ctx, cfg, func(ctx context.Context, i int) (int, error) {
+			return mix.Send(ctx, sender, i >= first)
 		})
-		if err != nil {
-			return fmt.Errorf("creating order: %w", err)
+		fmt.Printf("open loop: offered %d/s for %v; %d answered 200 (%.0f/s); late %d, unsent %d\n",
+			o.rate, d, res.OK, res.Throughput(), res.Late, res.Unsent)
+		fmt.Printf("ack latency (from scheduled send): %s\n", res.Latency())
+	} else {
+		d := o.duration
+		if d <= 0 {
+			d = 10 * time.Second
 		}
-		live := o.env == "live"
-		p := yolfi.Payload{ID: yolfi.NewID("evt_"), Type: yolfi.TypePaymentConfirmed, Livemode: &live, OrgID: o.org,
-			Data: yolfi.PayloadData{InvoiceID: "inv_" + mid, PaymentID: "pay_" + mid, MerchantOrderID: mid,
-				Amount: "25.000000", Token: "USDT", Network: "TRON"}}
-		ids[i] = p.ID
-		if bodies[i], err = json.Marshal(p); err != nil {
-			return err
-		}
+		fmt.Fprintf(os.Stderr, "loadgen: closed loop, %d workers for %v\n", o.concurrency, d)
+		res = loadgen.RunClosed(ctx, loadgen.ClosedConfig{Workers: o.concurrency, Warmup: o.warmup, Duration: d},
+			func(ctx context.Context, _ int) (int, error) { return mix.Send(ctx, sender, true) })
+		fmt.Printf("closed loop: %d workers for %v; %d answered 200 (%.0f/s)\n", o.concurrency, res.Elapsed.Round(time.Millisecond), res.OK, res.Throughput())
+		fmt.Printf("ack latency (request start → 200): %s\n", res.Latency())
 	}
-
-	fmt.Fprintf(os.Stderr, "loadgen: sending %d events at %d/s\n", o.events, o.rate)
-	httpc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: o.concurrency}}
-	acks := make([]time.Duration, o.events)
-	statuses := make([]int, o.events)
-	sem := make(chan struct{}, o.concurrency)
-	var wg sync.WaitGroup
-	interval := time.Second / time.Duration(o.rate)
-	start := time.Now()
-	for i := range o.events {
-		scheduled := start.Add(time.Duration(i) * interval)
-		time.Sleep(time.Until(scheduled))
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			req, err := yolfi.NewRequest(ctx, o.ingestURL, []byte(secret), bodies[i], ids[i])
-			if err != nil {
-				return
-			}
-			resp, err := httpc.Do(req)
-			if err != nil {
-				statuses[i] = -1
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			statuses[i] = resp.StatusCode
-			acks[i] = time.Since(scheduled)
-		}()
+	fmt.Printf("acknowledged: %d new, %d redeliveries, %d out-of-order\n",
+		mix.Acked(loadgen.KindNew), mix.Acked(loadgen.KindRedelivery), mix.Acked(loadgen.KindOutOfOrder))
+	if n := res.Non200(); n > 0 {
+		fmt.Printf("not 200: %d %s\n", n, formatStatuses(res.StatusCounts()))
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	ok := 0
-	for _, s := range statuses {
-		if s == http.StatusOK {
-			ok++
-		}
+	if n := mix.Exhausted(); n > 0 {
+		fmt.Printf("warning: orders ran out %d times (sent redeliveries instead): raise --events\n", n)
 	}
-	fmt.Printf("sent %d events in %v (%.0f/s offered); %d answered 200\n", o.events, elapsed.Round(time.Millisecond), float64(o.events)/elapsed.Seconds(), ok)
-	fmt.Printf("ack latency (from scheduled send): %s\n", percentiles(acks))
-
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
 	if o.dbURL == "" {
 		return nil
 	}
-	return fulfilledLatency(ctx, o.dbURL, ids)
+	return fulfilledLatency(ctx, o.dbURL, loadgen.EventKey{Provider: "yolfi", Org: o.org, Environment: o.env}, mix.NewIDs())
 }
 
-// fulfilledLatency waits until every event is processed and reports
-// processed_at − received_at: both stamped with clock_timestamp() by the
-// database, in the insert and in the processing transaction.
-func fulfilledLatency(ctx context.Context, dbURL string, ids []string) error {
-	db, err := pgx.Connect(ctx, dbURL)
+// fulfilledLatency waits until every new event is processed and reports
+// processed_at − received_at (see loadgen.FulfilledMethod).
+func fulfilledLatency(ctx context.Context, dbURL string, key loadgen.EventKey, ids []string) error {
+	db, err := loadgen.ConnectDB(ctx, dbURL)
 	if err != nil {
 		return err
 	}
-	defer db.Close(ctx)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		var pending int
-		if err := db.QueryRow(ctx, `SELECT count(*) FROM inbox_events WHERE event_id = ANY($1) AND state = 'pending'`, ids).Scan(&pending); err != nil {
-			return err
-		}
-		if pending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return errors.New("events still pending after 2 minutes")
-		}
-		time.Sleep(100 * time.Millisecond)
+	defer db.Close()
+	if _, err := loadgen.Drain(ctx, db, 2*time.Minute); err != nil {
+		return err
 	}
-	rows, err := db.Query(ctx, `
-		SELECT extract(epoch FROM processed_at - received_at), coalesce(decision, '')
-		FROM inbox_events WHERE event_id = ANY($1)`, ids)
+	ts, err := loadgen.Timings(ctx, db, key, ids)
 	if err != nil {
 		return err
 	}
-	var lat []time.Duration
-	decisions := map[string]int{}
-	for rows.Next() {
-		var secs float64
-		var d string
-		if err := rows.Scan(&secs, &d); err != nil {
-			return err
-		}
-		lat = append(lat, time.Duration(secs*float64(time.Second)))
-		decisions[d]++
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	fmt.Printf("ack→fulfilled latency (database clock): %s\n", percentiles(lat))
-	fmt.Printf("decisions: %v\n", decisions)
+	r := loadgen.Fulfilled(ts)
+	fmt.Printf("ack→fulfilled latency (database clock): %s\n", r.Latency)
+	fmt.Printf("decisions: %v\n", r.Decisions)
+	fmt.Printf("method: %s\n", loadgen.FulfilledMethod)
 	return nil
 }
 
-func percentiles(ds []time.Duration) string {
-	var xs []time.Duration
-	for _, d := range ds {
-		if d > 0 {
-			xs = append(xs, d)
+func formatStatuses(m map[int]int) string {
+	keys := make([]int, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Ints(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		name := fmt.Sprint(k)
+		if k == -1 {
+			name = "error"
 		}
+		parts[i] = fmt.Sprintf("%s×%d", name, m[k])
 	}
-	if len(xs) == 0 {
-		return "no samples"
-	}
-	slices.Sort(xs)
-	p := func(q float64) time.Duration { return xs[min(len(xs)-1, int(q*float64(len(xs))))] }
-	return fmt.Sprintf("n=%d p50=%v p90=%v p99=%v max=%v", len(xs),
-		p(0.50).Round(10*time.Microsecond), p(0.90).Round(10*time.Microsecond),
-		p(0.99).Round(10*time.Microsecond), xs[len(xs)-1].Round(10*time.Microsecond))
+	return "(" + strings.Join(parts, " ") + ")"
 }
 
 func readSecret(path string) (string, error) {

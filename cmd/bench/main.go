@@ -1,0 +1,1068 @@
+// Command bench is `make bench`: one self-contained run that starts a
+// durable throwaway PostgreSQL and a freshly built fulfillmentd, measures
+//
+//   - baseline: the raw PostgreSQL limit of the ingest workload (one-row
+//     INSERT … ON CONFLICT DO NOTHING into the real inbox_events, one commit
+//     per row) at 1, 8, 32 and 64 clients;
+//   - ingest: signed Yolfi webhooks through the HTTP gateway at the same
+//     concurrencies, with redeliveries and out-of-order events, and its
+//     ratio to the baseline; plus an open-loop run at half the peak;
+//   - pipeline: ack and ack→fulfilled latency at fixed offered rates (open
+//     loop), and the maximum sustained fulfilled/s;
+//   - reads: GetOrder over gRPC and REST;
+//   - history: ingest and processing again after ≥1,000,000 processed
+//     events are added to the inbox;
+//
+// prints one table, evaluates the issue's goals, and writes
+// results/bench-<timestamp>.{json,md}, results/latest.{json,md} and
+// results/bench.png. Every phase's duration is printed.
+//
+//	go run ./cmd/bench            # full run, under 10 minutes on 2 cores
+//	go run ./cmd/bench --quick    # smoke test: short phases, 20k history rows
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fulfillplatform/fulfillment/internal/loadgen"
+	"github.com/fulfillplatform/fulfillment/internal/pgcluster"
+	"github.com/fulfillplatform/fulfillment/storage"
+)
+
+type options struct {
+	quick         bool
+	out           string
+	historyRows   int
+	concurrencies []int
+	rates         []int
+	warmup        time.Duration
+	phase         time.Duration
+	pipeline      time.Duration
+	reads         time.Duration
+	push          time.Duration
+	drainTimeout  time.Duration
+	maxConns      int
+	readWorkers   int
+	pushWorkers   int
+	redeliver     float64
+	outOfOrder    float64
+	keep          bool
+	noNotify      bool
+	pprof         bool
+	rounds        int
+	budget        time.Duration
+}
+
+func main() {
+	var o options
+	var conc, rates string
+	flag.BoolVar(&o.quick, "quick", false, "smoke test: 2s phases, 20k history rows")
+	flag.StringVar(&o.out, "out", "results", "folder for the JSON, Markdown and PNG outputs")
+	flag.IntVar(&o.historyRows, "history", 1_000_000, "processed events added to the inbox for the history phase (0 skips it)")
+	flag.StringVar(&conc, "concurrency", "1,8,32,64", "client counts of the baseline and ingest sweeps")
+	flag.StringVar(&rates, "rates", "500,1000", "offered events/s of the pipeline phase")
+	flag.DurationVar(&o.phase, "duration", 6*time.Second, "measured length of each baseline/ingest level")
+	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up before each run")
+	flag.DurationVar(&o.pipeline, "pipeline-duration", 8*time.Second, "measured length of each pipeline rate")
+	flag.DurationVar(&o.reads, "reads-duration", 5*time.Second, "measured length of each read run")
+	flag.DurationVar(&o.push, "push-duration", 8*time.Second, "length of the saturating push (max sustained fulfilled/s)")
+	flag.DurationVar(&o.drainTimeout, "drain-timeout", 90*time.Second, "longest wait for the inbox backlog between phases")
+	flag.IntVar(&o.maxConns, "max-conns", 40, "fulfillmentd database.max_conns")
+	flag.IntVar(&o.readWorkers, "read-workers", 16, "closed-loop workers of the read phase")
+	flag.IntVar(&o.pushWorkers, "push-workers", 64, "closed-loop workers of the saturating push")
+	flag.Float64Var(&o.redeliver, "redeliver", 0.2, "share of ingest requests that are redeliveries")
+	flag.Float64Var(&o.outOfOrder, "out-of-order", 0.05, "share of ingest requests that are out-of-order invoice events")
+	flag.BoolVar(&o.noNotify, "baseline-no-notify", true, "also run the baseline with the table's triggers (a per-row NOTIFY) disabled, when it has any (informational)")
+	flag.BoolVar(&o.pprof, "pprof", false, "serve pprof from fulfillmentd (listen.debug) and save CPU profiles of the 32-client ingest level and the saturating push into --out")
+	flag.IntVar(&o.rounds, "history-rounds", 3, "alternating rounds (without history, with history) of the history comparison")
+	flag.DurationVar(&o.budget, "budget", 9*time.Minute+30*time.Second, "whole-run budget: past it, waits for the inbox backlog are cut short (with a warning)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the temporary folder (cluster, service log) for inspection")
+	flag.Parse()
+	var err error
+	if o.concurrencies, err = parseInts(conc); err != nil {
+		fatal(fmt.Errorf("--concurrency: %w", err))
+	}
+	if o.rates, err = parseInts(rates); err != nil {
+		fatal(fmt.Errorf("--rates: %w", err))
+	}
+	if o.quick {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		pick := func(name string, d *time.Duration, v time.Duration) {
+			if !set[name] {
+				*d = v
+			}
+		}
+		pick("duration", &o.phase, 2*time.Second)
+		pick("warmup", &o.warmup, 500*time.Millisecond)
+		pick("pipeline-duration", &o.pipeline, 2*time.Second)
+		pick("reads-duration", &o.reads, 2*time.Second)
+		pick("push-duration", &o.push, 2*time.Second)
+		pick("drain-timeout", &o.drainTimeout, 60*time.Second)
+		if !set["history"] {
+			o.historyRows = 20_000
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // a second Ctrl-C ends the process at once
+	}()
+	b := &bench{o: o}
+	err = b.run(ctx)
+	b.cleanup()
+	if err != nil {
+		if ctx.Err() != nil {
+			fatal(errors.New("interrupted; cluster and service stopped"))
+		}
+		fatal(err)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// bench is one run.
+type bench struct {
+	o        options
+	rep      Report
+	start    time.Time
+	root     string
+	tmp      string
+	cluster  *pgcluster.Cluster
+	bin      string    // the built fulfillmentd
+	t        *target   // the service being measured now
+	targets  []*target // every service started, for cleanup
+	src      loadgen.EventSource
+	key      loadgen.EventKey
+	cpu      *cpuMeter
+	orderSeq int
+	readable []loadgen.Order // fulfilled orders, for the read phase
+	runID    string          // random run id in merchant order ids
+
+	baseline    map[int]LoadLevel
+	ingest      map[int]IngestLevel
+	peakIngest  float64
+	maxAccepted float64 // highest 200/s of any open-loop run
+	profiled    bool    // the ingest level has been profiled
+	emptyPipe   map[int]*Pipeline
+	lastIngestC int
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[%6.1fs] "+format+"\n", append([]any{time.Since(b.start).Seconds()}, args...)...)
+}
+
+func (b *bench) warn(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	b.rep.Warnings = append(b.rep.Warnings, msg)
+	b.logf("WARNING: %s", msg)
+}
+
+// phase runs fn as a named step and records its duration.
+func (b *bench) phase(name string, fn func() error) error {
+	b.logf("== %s", name)
+	t0 := time.Now()
+	err := fn()
+	d := time.Since(t0)
+	b.rep.Phases = append(b.rep.Phases, Phase{Name: name, Seconds: round1(d.Seconds())})
+	b.logf("== %s: %.1fs", name, d.Seconds())
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+func round1(x float64) float64 { return float64(int(x*10+0.5)) / 10 }
+func round2(x float64) float64 { return float64(int(x*100+0.5)) / 100 }
+
+func (b *bench) run(ctx context.Context) error {
+	b.start = time.Now()
+	b.rep.Started = b.start
+	b.baseline, b.ingest, b.emptyPipe = map[int]LoadLevel{}, map[int]IngestLevel{}, map[int]*Pipeline{}
+	b.runID = strconv.FormatInt(b.start.Unix()%100000, 36)
+	o := b.o
+	b.rep.Settings = Settings{Quick: o.quick, Concurrencies: o.concurrencies, WarmupSeconds: o.warmup.Seconds(),
+		PhaseSeconds: o.phase.Seconds(), PipelineSeconds: o.pipeline.Seconds(), PipelineRates: o.rates,
+		Redeliver: o.redeliver, OutOfOrder: o.outOfOrder, BodyBytes: loadgen.DefaultBodySize,
+		HistoryRows: o.historyRows, ServiceMaxConns: o.maxConns, ReadWorkers: o.readWorkers, PushWorkers: o.pushWorkers}
+	b.rep.Methods = methods(o)
+	var err error
+	if b.root, err = moduleRoot(); err != nil {
+		return err
+	}
+	if b.tmp, err = os.MkdirTemp("", "fulfillment-bench-"); err != nil {
+		return err
+	}
+	// The server runs as the postgres OS user when we are root: it must be
+	// able to traverse the folder.
+	if err := os.Chmod(b.tmp, 0o755); err != nil {
+		return err
+	}
+	b.logf("temporary folder %s", b.tmp)
+
+	var binPath string
+	if err := b.phase("start durable PostgreSQL, build fulfillmentd", func() error {
+		// Both at once; the build is over before anything is measured.
+		buildDone := make(chan error, 1)
+		go func() {
+			var err error
+			binPath, err = buildService(ctx, b.root, b.tmp)
+			buildDone <- err
+		}()
+		return errors.Join(b.startCluster(ctx), <-buildDone)
+	}); err != nil {
+		return err
+	}
+	b.bin = binPath
+	b.src = loadgen.EventSource{Org: benchOrg, Live: true, Secret: []byte(benchSecret), BodySize: loadgen.DefaultBodySize}
+	b.key = loadgen.EventKey{Provider: "yolfi", Org: benchOrg, Environment: benchEnv}
+	if err := b.phase("start fulfillmentd", func() error {
+		t, err := b.startTarget(ctx, "main", "service")
+		if err != nil {
+			return err
+		}
+		b.use(t)
+		return nil
+	}); err != nil {
+		return err
+	}
+	// Baseline and ingest side by side at each concurrency, within seconds of
+	// each other, so that the shared disk's drifting fsync latency hits both
+	// figures of a ratio alike. The service idles (its inbox drained) while
+	// the baseline runs on its own database of the same cluster.
+	for _, c := range o.concurrencies {
+		if err := b.phase(fmt.Sprintf("baseline + ingest: %d clients", c), func() error {
+			orders, err := b.createOrders(ctx, b.ordersFor(c, (b.o.warmup+b.o.phase).Seconds()))
+			if err != nil {
+				return err
+			}
+			b.drain(ctx, "creating orders")
+			if err := b.baselineLevel(ctx, c); err != nil {
+				return err
+			}
+			lvl, err := b.ingestLevel(ctx, c, orders)
+			if err != nil {
+				return err
+			}
+			b.ingest[c] = lvl
+			b.rep.Ingest = append(b.rep.Ingest, lvl)
+			b.peakIngest = max(b.peakIngest, lvl.PerSecond)
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	if err := b.phase("ingest: open loop at half of peak", func() error { return b.halfPeak(ctx) }); err != nil {
+		return err
+	}
+	for _, r := range o.rates {
+		if err := b.phase(fmt.Sprintf("pipeline: %d events/s open loop", r), func() error {
+			p, err := b.pipelinePoint(ctx, r, "empty inbox")
+			if err != nil {
+				return err
+			}
+			b.emptyPipe[r] = p
+			b.rep.Pipeline = append(b.rep.Pipeline, *p)
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	if err := b.phase("pipeline: max sustained fulfilled/s", func() error { return b.sustained(ctx) }); err != nil {
+		return err
+	}
+	if err := b.phase("reads: GetOrder gRPC and REST", func() error { return b.readsPhase(ctx) }); err != nil {
+		return err
+	}
+	if o.historyRows > 0 {
+		if err := b.historyPhase(ctx); err != nil {
+			return err
+		}
+	}
+	b.finish()
+	return nil
+}
+
+// startCluster starts the durable cluster and creates the two databases.
+func (b *bench) startCluster(ctx context.Context) error {
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(b.tmp, "pg"), Durable: true, Log: os.Stderr})
+	if err != nil {
+		return err
+	}
+	b.cluster = c
+	b.cpu = &cpuMeter{postmasterPID: postmasterPID(filepath.Join(b.tmp, "pg", "data"))}
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var version string
+	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&version); err != nil {
+		return err
+	}
+	var settings []string
+	for _, name := range []string{"fsync", "synchronous_commit", "full_page_writes", "wal_sync_method", "max_connections", "shared_buffers", "max_wal_size"} {
+		var v string
+		if err := conn.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v); err != nil {
+			return err
+		}
+		settings = append(settings, name+"="+v)
+	}
+	if !strings.Contains(strings.Join(settings, " "), "fsync=on") {
+		return fmt.Errorf("cluster is not durable: %s", strings.Join(settings, " "))
+	}
+	b.rep.Machine.PostgreSQL = version
+	b.rep.Machine.PGSettings = strings.Join(settings, " ")
+	b.logf("%s", version)
+	b.logf("%s", b.rep.Machine.PGSettings)
+	for _, db := range []string{"baseline", "baseline_nonotify", "service", "service_empty", "service_history"} {
+		if _, err := conn.Exec(ctx, "CREATE DATABASE "+db); err != nil {
+			return fmt.Errorf("creating database %s: %w", db, err)
+		}
+	}
+	if err := storage.Migrate(ctx, c.URL("baseline")); err != nil {
+		return err
+	}
+	if err := storage.Migrate(ctx, c.URL("baseline_nonotify")); err != nil {
+		return err
+	}
+	nn, err := pgx.Connect(ctx, c.URL("baseline_nonotify"))
+	if err != nil {
+		return err
+	}
+	defer nn.Close(context.WithoutCancel(ctx))
+	var triggers []string
+	if err := nn.QueryRow(ctx, `SELECT coalesce(array_agg(tgname::text), '{}') FROM pg_trigger
+		WHERE tgrelid = 'inbox_events'::regclass AND NOT tgisinternal`).Scan(&triggers); err != nil {
+		return err
+	}
+	if len(triggers) == 0 {
+		if b.o.noNotify {
+			b.logf("inbox_events has no trigger: the baseline variant without it is skipped")
+		}
+		b.o.noNotify = false
+		return nil
+	}
+	b.logf("inbox_events triggers: %s", strings.Join(triggers, ", "))
+	// Every user trigger (the NOTIFY one), not the constraint triggers.
+	_, err = nn.Exec(ctx, "ALTER TABLE inbox_events DISABLE TRIGGER USER")
+	return err
+}
+
+// sampleWaits starts sampling pg_stat_activity; the returned function stops
+// it and returns the top activities.
+func (b *bench) sampleWaits(ctx context.Context) func() []loadgen.WaitShare {
+	s, err := loadgen.StartWaitSampler(ctx, b.cluster.URL("postgres"), 50*time.Millisecond)
+	if err != nil {
+		b.warn("sampling pg_stat_activity: %v", err)
+		return func() []loadgen.WaitShare { return nil }
+	}
+	return func() []loadgen.WaitShare { return s.Stop(6) }
+}
+
+func (b *bench) logWaits(what string, ws []loadgen.WaitShare) {
+	for _, w := range ws {
+		b.logf("  pg %-28s %s", what, w)
+	}
+}
+
+// baselineLevel runs the baseline at c clients on the real table, then
+// (informational) with its NOTIFY trigger disabled.
+func (b *bench) baselineLevel(ctx context.Context, c int) error {
+	variants := []struct{ db, name string }{{"baseline", "baseline"}}
+	if b.o.noNotify {
+		variants = append(variants, struct{ db, name string }{"baseline_nonotify", "baseline, NOTIFY trigger disabled"})
+	}
+	for _, v := range variants {
+		cpu0 := b.cpu.sample()
+		waits := b.sampleWaits(ctx)
+		res, err := loadgen.RunBaseline(ctx, loadgen.BaselineConfig{DatabaseURL: b.cluster.URL(v.db), Clients: c,
+			ClosedConfig: loadgen.ClosedConfig{Workers: c, Warmup: b.o.warmup, Duration: b.o.phase}})
+		ws := waits()
+		if err != nil {
+			return err
+		}
+		lvl := LoadLevel{Name: v.name, Concurrency: c, Seconds: round2(res.Elapsed.Seconds()), OK: res.OK,
+			PerSecond: round1(res.Throughput()), Latency: res.Latency(), Non200: res.StatusCounts(), CPU: b.cpu.since(cpu0), Waits: ws}
+		if v.db == "baseline" {
+			b.baseline[c] = lvl
+			b.rep.Baseline = append(b.rep.Baseline, lvl)
+		} else {
+			b.rep.BaselineNoNotify = append(b.rep.BaselineNoNotify, lvl)
+		}
+		b.logf("%s %2d clients: %7.0f rows/s  %s  cpu %s  errors %d", v.name, c, lvl.PerSecond, lvl.Latency, lvl.CPU, res.Errors)
+		b.logWaits(fmt.Sprintf("%s %d", v.db, c), ws)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// target is one running fulfillmentd with its database and clients.
+type target struct {
+	name   string
+	dbName string
+	svc    *service
+	db     *pgxpool.Pool // the service's database, for measurements
+	api    *loadgen.API
+	sender *loadgen.Sender
+	rest   *loadgen.REST
+}
+
+func (t *target) close() {
+	if t.api != nil {
+		_ = t.api.Close()
+	}
+	if t.sender != nil {
+		t.sender.Close()
+	}
+	if t.db != nil {
+		t.db.Close()
+	}
+	if t.svc != nil {
+		t.svc.stop()
+	}
+}
+
+// startTarget starts fulfillmentd on database dbName and connects to it.
+func (b *bench) startTarget(ctx context.Context, name, dbName string) (*target, error) {
+	t := &target{name: name, dbName: dbName}
+	b.targets = append(b.targets, t)
+	dir := filepath.Join(b.tmp, "svc-"+name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, err
+	}
+	svc, err := startService(b.bin, dir, b.cluster.URL(dbName), b.o.maxConns, b.o.pprof)
+	if err != nil {
+		return nil, err
+	}
+	t.svc = svc
+	b.logf("fulfillmentd %q pid %d on database %s: grpc %s, http %s, ingest %s (log %s)",
+		name, svc.pid(), dbName, svc.grpcAddr, svc.httpAddr, svc.ingestAddr, svc.logPath)
+	if t.db, err = loadgen.ConnectDB(ctx, b.cluster.URL(dbName)); err != nil {
+		return nil, err
+	}
+	if t.api, err = loadgen.DialAPI(svc.grpcAddr, benchToken); err != nil {
+		return nil, err
+	}
+	t.sender = loadgen.NewSender("http://"+svc.ingestAddr+"/webhooks/"+endpointID, 512)
+	t.rest = loadgen.NewREST("http://"+svc.httpAddr, benchToken, 64)
+	return t, nil
+}
+
+// use makes t the measured service (the CPU column follows it).
+func (b *bench) use(t *target) {
+	b.t = t
+	b.cpu.servicePID = t.svc.pid()
+}
+
+// createOrders pre-creates n orders over gRPC with 16 concurrent callers.
+func (b *bench) createOrders(ctx context.Context, n int) ([]loadgen.Order, error) {
+	b.orderSeq++
+	t0 := time.Now()
+	orders, err := b.t.api.CreateOrders(ctx, benchOrg, benchEnv, fmt.Sprintf("bench-%s-%d", b.runID, b.orderSeq), n, 16)
+	if err != nil {
+		return nil, err
+	}
+	d := time.Since(t0)
+	b.logf("created %d orders in %.1fs (%.0f/s)", n, d.Seconds(), float64(n)/d.Seconds())
+	return orders, nil
+}
+
+// profile starts a CPU profile of fulfillmentd over d (with --pprof); the
+// returned function waits for it, saves it into --out and logs its top.
+func (b *bench) profile(ctx context.Context, name string, d time.Duration) func() {
+	if !b.o.pprof || b.t == nil || b.t.svc == nil || b.t.svc.debugAddr == "" {
+		return func() {}
+	}
+	path := filepath.Join(b.o.out, "pprof-"+name+".pb.gz")
+	if err := os.MkdirAll(b.o.out, 0o755); err != nil {
+		b.warn("profile %s: %v", name, err)
+		return func() {}
+	}
+	done := make(chan struct{})
+	var top string
+	var err error
+	go func() {
+		defer close(done)
+		top, err = b.t.svc.cpuProfile(ctx, d, path)
+	}()
+	return func() {
+		<-done
+		if err != nil {
+			b.warn("profile %s: %v", name, err)
+			return
+		}
+		b.rep.Profiles = append(b.rep.Profiles, path)
+		b.logf("fulfillmentd CPU profile during %s: %s\n%s", name, path, top)
+	}
+}
+
+// drain waits for the inbox backlog to be processed, so that each
+// measurement starts from the same state.
+func (b *bench) drain(ctx context.Context, what string) float64 {
+	timeout := b.o.drainTimeout
+	if left := b.o.budget - time.Since(b.start) - time.Minute; left < timeout {
+		timeout = max(left, 5*time.Second)
+	}
+	d, err := loadgen.Drain(ctx, b.t.db, timeout)
+	if err != nil && ctx.Err() == nil {
+		b.warn("after %s: %v", what, err)
+	}
+	if d > 500*time.Millisecond {
+		b.logf("drained the inbox backlog after %s in %.1fs", what, d.Seconds())
+	}
+	return round1(d.Seconds())
+}
+
+// ordersFor estimates how many orders a closed-loop webhook run of c
+// clients will use: its likely rate (from the previous level, scaled by the
+// concurrency, with headroom), over the run, for the share of first
+// deliveries. Too few only shortens the measured window (the run stops
+// when they run out, with a warning).
+func (b *bench) ordersFor(c int, seconds float64) int {
+	guess := 300.0
+	if prev, ok := b.ingest[b.lastIngestC]; ok {
+		guess = max(guess, prev.PerSecond*min(float64(c)/float64(b.lastIngestC), 1.6)*1.25)
+	}
+	if cur, ok := b.ingest[c]; ok { // a re-run of a measured level
+		guess = max(guess, cur.PerSecond*1.15)
+	}
+	guess = min(guess, 4000)
+	return int(guess*seconds*(1-b.o.redeliver)) + 200
+}
+
+func (b *bench) ingestLevel(ctx context.Context, c int, orders []loadgen.Order) (IngestLevel, error) {
+	lvl := b.closedIngest(ctx, c, orders)
+	if base, ok := b.baseline[c]; ok && base.PerSecond > 0 {
+		lvl.BaselinePerSec = base.PerSecond
+		lvl.Ratio = round2(lvl.PerSecond / base.PerSecond)
+	}
+	b.lastIngestC = c
+	b.logf("ingest   %2d clients: %7.0f req/s (%.0f new/s)  %s  ratio %.2f  cpu %s  non-200 %d",
+		c, lvl.PerSecond, lvl.NewPerSecond, lvl.Latency, lvl.Ratio, lvl.CPU, lvl.Non200Total())
+	lvl.DrainSeconds = b.drain(ctx, fmt.Sprintf("ingest at %d clients", c))
+	return lvl, ctx.Err()
+}
+
+// Non200Total counts the non-200 answers and errors.
+func (l LoadLevel) Non200Total() int {
+	n := 0
+	for _, c := range l.Non200 {
+		n += c
+	}
+	return n
+}
+
+// closedIngest runs the webhook mix over orders with c closed-loop clients.
+func (b *bench) closedIngest(ctx context.Context, c int, orders []loadgen.Order) IngestLevel {
+	mix := loadgen.NewMix(b.src, orders, b.o.redeliver, b.o.outOfOrder)
+	mix.StopWhenExhausted = true
+	var prof func()
+	if c == 32 && !b.profiled {
+		b.profiled = true
+		prof = b.profile(ctx, "ingest32", b.o.warmup+b.o.phase)
+	}
+	cpu0 := b.cpu.sample()
+	waits := b.sampleWaits(ctx)
+	res := loadgen.RunClosed(ctx, loadgen.ClosedConfig{Workers: c, Warmup: b.o.warmup, Duration: b.o.phase},
+		func(ctx context.Context, _ int) (int, error) { return mix.Send(ctx, b.t.sender, false) })
+	ws := waits()
+	if prof != nil {
+		prof()
+	}
+	cpu := b.cpu.since(cpu0)
+	b.logWaits(fmt.Sprintf("ingest %d", c), ws)
+	newAcked := mix.Acked(loadgen.KindNew) + mix.Acked(loadgen.KindOutOfOrder)
+	allAcked := newAcked + mix.Acked(loadgen.KindRedelivery)
+	lvl := IngestLevel{LoadLevel: LoadLevel{Name: "ingest", Concurrency: c, Seconds: round2(res.Elapsed.Seconds()),
+		OK: res.OK, PerSecond: round1(res.Throughput()), Latency: res.Latency(), Non200: res.StatusCounts(), CPU: cpu, Waits: ws},
+		New: mix.Acked(loadgen.KindNew), Redeliveries: mix.Acked(loadgen.KindRedelivery), OutOfOrder: mix.Acked(loadgen.KindOutOfOrder)}
+	if allAcked > 0 {
+		lvl.NewPerSecond = round1(res.Throughput() * float64(newAcked) / float64(allAcked))
+	}
+	if mix.Exhausted() > 0 {
+		b.warn("ingest at %d clients: the %d pre-created orders ran out after %.1fs of the %.1fs window: measured over the shorter window",
+			c, len(orders), res.Elapsed.Seconds(), b.o.phase.Seconds())
+	}
+	return lvl
+}
+
+// openIngest runs an open-loop webhook stream at rate/s and returns its
+// acknowledgement figures and the ids of the measured new events.
+func (b *bench) openIngest(ctx context.Context, rate float64, d time.Duration, mix *loadgen.Mix) OpenIngest {
+	cfg := loadgen.OpenConfig{Rate: rate, Duration: d, Warmup: b.o.warmup, MaxInFlight: 256}
+	first := cfg.FirstMeasured()
+	cpu0 := b.cpu.sample()
+	waits := b.sampleWaits(ctx)
+	res := loadgen.RunOpen(ctx, cfg, func(ctx context.Context, i int) (int, error) {
+		return mix.Send(ctx, b.t.sender, i >= first)
+	})
+	ws := waits()
+	b.logWaits(fmt.Sprintf("open %.0f/s", rate), ws)
+	b.maxAccepted = max(b.maxAccepted, res.Throughput())
+	return OpenIngest{Offered: rate, Seconds: round2(res.Elapsed.Seconds()), OK: res.OK, PerSecond: round1(res.Throughput()),
+		Latency: res.Latency(), Late: res.Late, Unsent: res.Unsent, Non200: res.StatusCounts(), CPU: b.cpu.since(cpu0), Waits: ws}
+}
+
+func (b *bench) halfPeak(ctx context.Context) error {
+	rate := float64(int(b.peakIngest / 2))
+	if rate < 1 {
+		return errors.New("no ingest peak measured")
+	}
+	orders, err := b.createOrders(ctx, int(rate*(b.o.warmup+b.o.phase).Seconds()*(1-b.o.redeliver))+200)
+	if err != nil {
+		return err
+	}
+	b.drain(ctx, "creating orders")
+	mix := loadgen.NewMix(b.src, orders, b.o.redeliver, b.o.outOfOrder)
+	h := b.openIngest(ctx, rate, b.o.phase, mix)
+	b.rep.HalfPeak = &h
+	b.logf("ingest open loop at %.0f/s (½ of peak %.0f): %.0f/s  ack %s  late %d  cpu %s", rate, b.peakIngest, h.PerSecond, h.Latency, h.Late, h.CPU)
+	b.drain(ctx, "the half-peak run")
+	return ctx.Err()
+}
+
+// pipelinePoint sends new payment.confirmed events open loop at rate/s and
+// measures ack and ack→fulfilled latency.
+func (b *bench) pipelinePoint(ctx context.Context, rate int, label string) (*Pipeline, error) {
+	n := int(float64(rate)*(b.o.warmup+b.o.pipeline).Seconds()) + 10
+	orders, err := b.createOrders(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	b.drain(ctx, "creating orders")
+	mix := loadgen.NewMix(b.src, orders, 0, 0)
+	p := &Pipeline{Label: label}
+	p.Ack = b.openIngest(ctx, float64(rate), b.o.pipeline, mix)
+	p.DrainSeconds = b.drain(ctx, fmt.Sprintf("the %d/s pipeline run", rate))
+	ts, err := loadgen.Timings(ctx, b.t.db, b.key, mix.NewIDs())
+	if err != nil {
+		return nil, err
+	}
+	p.Fulfilled = loadgen.Fulfilled(ts)
+	if p.Fulfilled.Decisions["fulfilled"] < p.Fulfilled.Latency.N {
+		b.warn("pipeline at %d/s: decisions %v (expected all fulfilled)", rate, p.Fulfilled.Decisions)
+	}
+	if b.t == b.targets[0] {
+		b.readable = append(b.readable, orders[:min(len(orders), 2000)]...)
+	}
+	b.logf("pipeline %d/s (%s): ack %s  late %d | ack→fulfilled %s  pending %d  cpu %s",
+		rate, label, p.Ack.Latency, p.Ack.Late, p.Fulfilled.Latency, p.Fulfilled.Pending, p.Ack.CPU)
+	return p, ctx.Err()
+}
+
+// sustained pushes new payment.confirmed events as fast as push-workers
+// closed-loop clients can, and measures how many events per second the
+// processor completes while the backlog is never empty.
+func (b *bench) sustained(ctx context.Context) error {
+	w := b.o.pushWorkers
+	// The push ends when its orders run out: enough for the whole duration
+	// at the highest rate seen so far, with headroom.
+	guess := max(b.peakIngest, b.maxAccepted, 300) * 1.15
+	orders, err := b.createOrders(ctx, int(guess*b.o.push.Seconds())+200)
+	if err != nil {
+		return err
+	}
+	b.drain(ctx, "creating orders")
+	mix := loadgen.NewMix(b.src, orders, 0, 0)
+	mix.StopWhenExhausted = true
+	prof := b.profile(ctx, "push", b.o.push)
+	cpu0 := b.cpu.sample()
+	waits := b.sampleWaits(ctx)
+	res := loadgen.RunClosed(ctx, loadgen.ClosedConfig{Workers: w, Duration: b.o.push},
+		func(ctx context.Context, _ int) (int, error) { return mix.Send(ctx, b.t.sender, true) })
+	pushWaits := waits()
+	prof()
+	cpuPush := b.cpu.since(cpu0)
+	cpu1 := b.cpu.sample()
+	waits = b.sampleWaits(ctx)
+	drainSecs := b.drain(ctx, "the saturating push")
+	drainWaits := waits()
+	cpuDrain := b.cpu.since(cpu1)
+	b.logWaits("push", pushWaits)
+	b.logWaits("drain", drainWaits)
+	if mix.Exhausted() > 0 && res.Elapsed < b.o.push*3/4 {
+		b.warn("push: the %d pre-created orders ran out after %.1fs", len(orders), res.Elapsed.Seconds())
+	}
+	ts, err := loadgen.Timings(ctx, b.t.db, b.key, mix.NewIDs())
+	if err != nil {
+		return err
+	}
+	first, last := loadgen.ReceivedSpan(ts)
+	s := &Sustained{Workers: w, PushSeconds: round2(res.Elapsed.Seconds()), IngestPerSecond: round1(res.Throughput()),
+		DrainSeconds: drainSecs, CPU: cpuPush, CPUDrain: cpuDrain, Waits: pushWaits, DrainWaits: drainWaits}
+	f := loadgen.Fulfilled(ts)
+	s.Decisions = f.Decisions
+	// Under load: from one second after the first event (ramp-up) to the
+	// last receipt, the processor competes with full-speed ingest.
+	from := first.Add(time.Second)
+	if last.Sub(from) >= time.Second {
+		buckets := loadgen.PerSecond(ts, from, last)
+		s.PerSecondBuckets = buckets
+		total := 0
+		for _, n := range buckets {
+			total += n
+		}
+		s.FulfilledPerSec = round1(float64(total) / float64(len(buckets)))
+		s.FulfilledPerSecMd = float64(median(buckets))
+	}
+	processedByEnd := 0
+	for _, t := range ts {
+		if !t.ProcessedAt.IsZero() && !t.ProcessedAt.After(last) {
+			processedByEnd++
+		}
+	}
+	s.BacklogAtPushEnd = len(ts) - processedByEnd
+	s.ProcessingKeptUp = float64(s.BacklogAtPushEnd) < max(s.IngestPerSecond*0.25, 20)
+	if lp := loadgen.LastProcessed(ts); lp.Sub(last) > 500*time.Millisecond && s.BacklogAtPushEnd > 0 {
+		s.DrainPerSecond = round1(float64(s.BacklogAtPushEnd) / lp.Sub(last).Seconds())
+	}
+	b.rep.Sustained = s
+	b.logf("push %d workers: ingest %.0f/s; fulfilled under load %.0f/s (median bucket %.0f), drain %.0f/s, backlog at end %d, cpu push %s drain %s",
+		w, s.IngestPerSecond, s.FulfilledPerSec, s.FulfilledPerSecMd, s.DrainPerSecond, s.BacklogAtPushEnd, cpuPush, cpuDrain)
+	return ctx.Err()
+}
+
+func median(xs []int) int {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]int(nil), xs...)
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	return s[len(s)/2]
+}
+
+func (b *bench) readsPhase(ctx context.Context) error {
+	if len(b.readable) == 0 {
+		return errors.New("no orders to read")
+	}
+	orders := b.readable
+	pick := func(i int) string { return orders[(i*7919+int(time.Now().UnixNano()))%len(orders)].ID }
+	runs := []struct {
+		name string
+		do   func(ctx context.Context, id string) (int, error)
+	}{
+		{"GetOrder gRPC", b.t.api.GetOrder},
+		{"GetOrder REST (GET /v1/orders/{id})", b.t.rest.GetOrder},
+	}
+	for _, r := range runs {
+		var seq [256]int
+		cpu0 := b.cpu.sample()
+		res := loadgen.RunClosed(ctx, loadgen.ClosedConfig{Workers: b.o.readWorkers, Warmup: b.o.warmup, Duration: b.o.reads},
+			func(ctx context.Context, w int) (int, error) {
+				seq[w%256]++
+				return r.do(ctx, pick(w*100003+seq[w%256]))
+			})
+		lvl := LoadLevel{Name: r.name, Concurrency: b.o.readWorkers, Seconds: round2(res.Elapsed.Seconds()), OK: res.OK,
+			PerSecond: round1(res.Throughput()), Latency: res.Latency(), Non200: res.StatusCounts(), CPU: b.cpu.since(cpu0)}
+		b.rep.Reads = append(b.rep.Reads, lvl)
+		b.logf("%s, %d workers: %.0f req/s  %s  cpu %s  non-200 %d", r.name, lvl.Concurrency, lvl.PerSecond, lvl.Latency, lvl.CPU, lvl.Non200Total())
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// historyInsert adds n processed events, with small bodies and random-looking
+// ids spread over the unique index like real ones, in one statement.
+const historyInsert = `
+	INSERT INTO inbox_events (provider, endpoint_id, org_id, environment, event_id, event_type, kind, test_mode,
+		occurred_at, received_at, attempt_ref, payment_id, invoice_id, merchant_order_id, amount, token, network,
+		raw_body, state, decision, attempts, next_attempt_at, processed_at)
+	SELECT 'yolfi', $1, $2, $3, 'evt_' || substr(md5('hist' || g), 1, 24), 'payment.confirmed', 'payment_confirmed', false,
+		ts, ts, 'inv_hist_' || g, 'pay_hist_' || g, 'inv_hist_' || g, 'hist-' || g, 25, 'USDT', 'TRON',
+		convert_to('{"id":"hist-' || g || '","type":"payment.confirmed"}', 'UTF8'), 'processed', 'fulfilled', 1,
+		ts, ts + interval '4 milliseconds'
+	FROM generate_series(1, $4::int) AS g, LATERAL (SELECT now() - interval '180 days' + g * interval '10 seconds' AS ts) AS t`
+
+// historyPhase compares the service without and with a large processed
+// history. The machine is shared, so figures measured minutes apart differ
+// by more than the 10% the goal allows: a second fulfillmentd runs on a
+// second database that holds the history, and the two are measured in
+// alternation (A B A B …), each run seconds from its counterpart.
+func (b *bench) historyPhase(ctx context.Context) error {
+	h := &History{Rows: b.o.historyRows}
+	b.rep.History = h
+	main := b.t
+	var empty, hist *target
+	if err := b.phase(fmt.Sprintf("history: two fresh fulfillmentd, insert %d processed events into one", h.Rows), func() error {
+		// Both sides start alike (fresh process, fresh database, same
+		// cluster), so that the history is the only difference.
+		var err error
+		if empty, err = b.startTarget(ctx, "empty", "service_empty"); err != nil {
+			return err
+		}
+		if hist, err = b.startTarget(ctx, "history", "service_history"); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		if _, err := hist.db.Exec(ctx, historyInsert, endpointID, benchOrg, benchEnv, h.Rows); err != nil {
+			return err
+		}
+		h.InsertSeconds = round1(time.Since(t0).Seconds())
+		b.logf("inserted %d historical events in %.1fs", h.Rows, h.InsertSeconds)
+		t1 := time.Now()
+		for _, t := range []*target{empty, hist} {
+			if _, err := t.db.Exec(ctx, "VACUUM ANALYZE inbox_events"); err != nil {
+				return err
+			}
+		}
+		// A checkpoint now, rather than in the middle of a measurement.
+		if _, err := hist.db.Exec(ctx, "CHECKPOINT"); err != nil {
+			return err
+		}
+		h.VacuumSeconds = round1(time.Since(t1).Seconds())
+		if err := hist.db.QueryRow(ctx, `SELECT count(*), pg_size_pretty(pg_total_relation_size('inbox_events')) FROM inbox_events`).
+			Scan(&h.InboxRows, &h.InboxSize); err != nil {
+			return err
+		}
+		if err := empty.db.QueryRow(ctx, `SELECT count(*) FROM inbox_events`).Scan(&h.EmptyInboxRows); err != nil {
+			return err
+		}
+		b.logf("VACUUM ANALYZE + CHECKPOINT in %.1fs; inbox_events with history: %d rows, %s with indexes; without: %d rows",
+			h.VacuumSeconds, h.InboxRows, h.InboxSize, h.EmptyInboxRows)
+		return nil
+	}); err != nil {
+		return err
+	}
+	c := 32
+	if _, ok := b.ingest[c]; !ok {
+		c = b.o.concurrencies[len(b.o.concurrencies)-1]
+	}
+	var emptyOK, histOK int
+	var emptySecs, histSecs float64
+	for round := 1; round <= max(b.o.rounds, 1); round++ {
+		order := []*target{empty, hist} // A B, then B A, …: order effects cancel
+		if round%2 == 0 {
+			order = []*target{hist, empty}
+		}
+		for _, t := range order {
+			label := "without history"
+			if t == hist {
+				label = "with " + humanCount(h.Rows) + " history"
+			}
+			if err := b.phase(fmt.Sprintf("history: ingest %d clients %s (round %d)", c, label, round), func() error {
+				b.use(t)
+				defer b.use(main)
+				orders, err := b.createOrders(ctx, b.ordersFor(c, (b.o.warmup+b.o.phase).Seconds()))
+				if err != nil {
+					return err
+				}
+				b.drain(ctx, "creating orders")
+				// Fresh statistics on both sides alike: the history database's
+				// other tables are new, and autovacuum may not have seen them.
+				if _, err := t.db.Exec(ctx, "ANALYZE"); err != nil {
+					return err
+				}
+				lvl := b.closedIngest(ctx, c, orders)
+				lvl.Name = label
+				lvl.DrainSeconds = b.drain(ctx, "the history ingest run")
+				if t == hist {
+					h.Runs = append(h.Runs, HistoryRun{Round: round, History: true, IngestLevel: lvl})
+					histOK, histSecs = histOK+lvl.OK, histSecs+lvl.Seconds
+				} else {
+					h.Runs = append(h.Runs, HistoryRun{Round: round, IngestLevel: lvl})
+					emptyOK, emptySecs = emptyOK+lvl.OK, emptySecs+lvl.Seconds
+				}
+				b.logf("history round %d, %s: %.0f req/s  %s", round, label, lvl.PerSecond, lvl.Latency)
+				return ctx.Err()
+			}); err != nil {
+				return err
+			}
+		}
+	}
+	if emptySecs > 0 && histSecs > 0 {
+		h.EmptyPerSecond = round1(float64(emptyOK) / emptySecs)
+		h.HistoryPerSecond = round1(float64(histOK) / histSecs)
+		h.PooledRatio = round2(h.HistoryPerSecond / h.EmptyPerSecond)
+	}
+	// Each round's pair ran back to back: its ratio sees the same machine.
+	// The median over rounds shrugs off one round hit by a burst of other
+	// work; the pooled ratio is reported too.
+	var ratios []float64
+	for round := 1; round <= max(b.o.rounds, 1); round++ {
+		var e, w float64
+		for _, run := range h.Runs {
+			if run.Round == round && run.History {
+				w = run.PerSecond
+			} else if run.Round == round {
+				e = run.PerSecond
+			}
+		}
+		if e > 0 {
+			ratios = append(ratios, round2(w/e))
+		}
+	}
+	h.RoundRatios = ratios
+	if len(ratios) > 0 {
+		sorted := slices.Clone(ratios)
+		slices.Sort(sorted)
+		h.IngestRatio = sorted[len(sorted)/2]
+		if len(sorted)%2 == 0 {
+			h.IngestRatio = round2((sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2)
+		}
+	}
+	h.Concurrency = c
+	r := b.o.rates[0]
+	for _, t := range []*target{empty, hist} {
+		label := "without history"
+		if t == hist {
+			label = fmt.Sprintf("%d historical events", h.Rows)
+		}
+		if err := b.phase(fmt.Sprintf("history: pipeline %d events/s, %s", r, label), func() error {
+			b.use(t)
+			defer b.use(main)
+			p, err := b.pipelinePoint(ctx, r, label)
+			if err != nil {
+				return err
+			}
+			if t == hist {
+				h.Pipeline = p
+			} else {
+				h.EmptyPipeline = p
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	if p, e := h.Pipeline, h.EmptyPipeline; p != nil && e != nil && e.Fulfilled.Latency.P50 > 0 && e.Fulfilled.Latency.P99 > 0 {
+		h.FulfilledP50Ratio = round2(float64(p.Fulfilled.Latency.P50) / float64(e.Fulfilled.Latency.P50))
+		h.FulfilledP99Ratio = round2(float64(p.Fulfilled.Latency.P99) / float64(e.Fulfilled.Latency.P99))
+		if e.Ack.Latency.P99 > 0 {
+			h.PipelineAckP99Ratio = round2(float64(p.Ack.Latency.P99) / float64(e.Ack.Latency.P99))
+		}
+	}
+	return nil
+}
+
+// finish evaluates the goals, collects machine facts, prints the table and
+// writes the outputs.
+func (b *bench) finish() {
+	b.rep.Goals = b.goals()
+	b.rep.Machine = b.machine(b.rep.Machine)
+	b.rep.TotalSeconds = round1(time.Since(b.start).Seconds())
+	b.rep.buildTable()
+	fmt.Println()
+	fmt.Println(b.rep.Machine.Description)
+	fmt.Println()
+	fmt.Print(b.rep.Text())
+	fmt.Println("\nPhase durations:")
+	for _, p := range b.rep.Phases {
+		fmt.Printf("  %-72s %6.1fs\n", p.Name, p.Seconds)
+	}
+	fmt.Printf("  %-72s %6.1fs\n", "total", b.rep.TotalSeconds)
+	paths, err := b.rep.write(b.o.out)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: writing results:", err)
+		return
+	}
+	png := filepath.Join(b.o.out, "bench.png")
+	if err := writeChart(png, &b.rep); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: writing chart:", err)
+	} else {
+		paths = append(paths, png)
+	}
+	fmt.Println("\nWrote:", strings.Join(paths, " "))
+}
+
+func (b *bench) machine(m Machine) Machine {
+	m.Date = b.start.UTC().Format(time.RFC3339)
+	m.NProc = runtime.NumCPU()
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if data, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(data))
+	}
+	m.GoVersion = runtime.Version()
+	if out, err := exec.Command("go", "version").Output(); err == nil {
+		m.GoVersion = strings.TrimSpace(string(out))
+	}
+	if out, err := exec.Command("git", "-C", b.root, "rev-parse", "--short", "HEAD").Output(); err == nil {
+		m.Commit = strings.TrimSpace(string(out))
+		if st, err := exec.Command("git", "-C", b.root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+			m.Commit += " (with uncommitted changes)"
+		}
+	}
+	for _, t := range b.targets {
+		if t.svc != nil {
+			if fi, err := os.Stat(t.svc.logPath); err == nil {
+				m.ServiceLog += fmt.Sprintf("%s: %d ", t.name, fi.Size())
+			}
+		}
+	}
+	pg := m.PostgreSQL
+	if i := strings.Index(pg, " on "); i > 0 {
+		pg = pg[:i]
+	}
+	mode := "full run"
+	if b.o.quick {
+		mode = "QUICK smoke run (short phases, small history): not for comparison"
+	}
+	m.Description = fmt.Sprintf("%s — %s; nproc %d (%s); %s durable (fsync on, synchronous_commit on); %s; commit %s; fulfillmentd max_conns %d, default workers; generator on the same machine",
+		m.Date, mode, m.NProc, m.CPUModel, pg, m.GoVersion, m.Commit, b.o.maxConns)
+	return m
+}
+
+func (b *bench) cleanup() {
+	for _, t := range b.targets {
+		t.close()
+	}
+	if b.cluster != nil {
+		if err := b.cluster.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: stopping PostgreSQL:", err)
+		}
+	}
+	if b.tmp != "" {
+		if b.o.keep {
+			fmt.Fprintln(os.Stderr, "bench: kept", b.tmp)
+		} else if err := os.RemoveAll(b.tmp); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: removing", b.tmp+":", err)
+		}
+	}
+}

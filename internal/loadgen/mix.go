@@ -1,0 +1,192 @@
+package loadgen
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+)
+
+// Kind is what a request of a Mix sends.
+type Kind int
+
+const (
+	// KindNew is the first delivery of an order's payment.confirmed.
+	KindNew Kind = iota
+	// KindRedelivery resends the exact bytes of an event already acknowledged.
+	KindRedelivery
+	// KindOutOfOrder is a new invoice.created or invoice.overdue for an order
+	// whose confirmation was already acknowledged: stale, it must not move
+	// the order back.
+	KindOutOfOrder
+	numKinds
+)
+
+// String names the kind.
+func (k Kind) String() string {
+	return [...]string{"new", "redelivery", "out_of_order"}[k]
+}
+
+// maxRedeliveryPool bounds the acknowledged events kept for redelivery.
+const maxRedeliveryPool = 1 << 16
+
+// Mix generates a provider-like webhook stream over a pool of orders: mostly
+// first deliveries of payment.confirmed (one per order), a share of
+// redeliveries of events already acknowledged (chosen at random, resent byte
+// for byte), and a share of out-of-order invoice events arriving after the
+// order's confirmation. It is safe for concurrent use.
+type Mix struct {
+	Source     EventSource
+	Redeliver  float64 // share of requests that are redeliveries, e.g. 0.2
+	OutOfOrder float64 // share of requests that are out-of-order invoice events, e.g. 0.05
+	// StopWhenExhausted makes Send return ErrStop once every order's
+	// confirmation has been sent, instead of sending redeliveries: the run
+	// ends early but its mix stays what was asked for.
+	StopWhenExhausted bool
+
+	orders    []Order
+	next      atomic.Int64
+	exhausted atomic.Int64
+	// exhaustedNow is set by the Next call that found no order left.
+	exhaustedNow atomic.Bool
+	acked        [numKinds]atomic.Int64
+	sent         [numKinds]atomic.Int64
+
+	mu        sync.Mutex
+	pool      []Event  // acknowledged events, for redelivery (a ring once full)
+	poolNext  int      // next ring slot to overwrite
+	confirmed []string // orders whose confirmation was acknowledged (a ring once full)
+	confNext  int
+	newIDs    []string // ids of new events (KindNew, KindOutOfOrder) answered 200 while measured
+}
+
+// NewMix returns a mix over orders; each order's payment.confirmed is sent
+// once as a new event.
+func NewMix(src EventSource, orders []Order, redeliver, outOfOrder float64) *Mix {
+	return &Mix{Source: src, Redeliver: redeliver, OutOfOrder: outOfOrder, orders: orders}
+}
+
+// Next picks the next event to send. Once every order's confirmation has
+// been sent it falls back to redeliveries (counted by Exhausted), or with
+// StopWhenExhausted reports ok = false.
+func (m *Mix) Next() (ev Event, k Kind, ok bool) {
+	ev, k = m.next1()
+	if m.StopWhenExhausted && m.exhaustedNow.Load() {
+		return Event{}, k, false
+	}
+	return ev, k, true
+}
+
+func (m *Mix) next1() (Event, Kind) {
+	r := rand.Float64()
+	if r < m.Redeliver {
+		if ev, ok := m.pick(); ok {
+			return ev, KindRedelivery
+		}
+	} else if r < m.Redeliver+m.OutOfOrder {
+		if mid, ok := m.pickConfirmed(); ok {
+			typ := yolfi.TypeInvoiceCreated
+			if rand.IntN(2) == 0 {
+				typ = yolfi.TypeInvoiceOverdue
+			}
+			return m.Source.Invoice(typ, mid), KindOutOfOrder
+		}
+	}
+	i := m.next.Add(1) - 1
+	if int(i) < len(m.orders) {
+		return m.Source.Confirmed(m.orders[i].MerchantOrderID), KindNew
+	}
+	m.exhausted.Add(1)
+	m.exhaustedNow.Store(true)
+	if ev, ok := m.pick(); ok {
+		return ev, KindRedelivery
+	}
+	// Nothing acknowledged yet and no order left: a confirmation for an
+	// unknown order (recorded as unmatched).
+	return m.Source.Confirmed("unknown-order"), KindNew
+}
+
+func (m *Mix) pick() (Event, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.pool) == 0 {
+		return Event{}, false
+	}
+	return m.pool[rand.IntN(len(m.pool))], true
+}
+
+func (m *Mix) pickConfirmed() (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.confirmed) == 0 {
+		return "", false
+	}
+	return m.confirmed[rand.IntN(len(m.confirmed))], true
+}
+
+// Done records the answer to ev: acknowledged events become candidates for
+// redelivery; when measured, new acknowledged events are listed in NewIDs.
+func (m *Mix) Done(ev Event, k Kind, status int, measured bool) {
+	m.sent[k].Add(1)
+	if status != http.StatusOK {
+		return
+	}
+	m.acked[k].Add(1)
+	if k == KindRedelivery {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.pool) < maxRedeliveryPool {
+		m.pool = append(m.pool, ev)
+	} else {
+		m.pool[m.poolNext] = ev
+		m.poolNext = (m.poolNext + 1) % maxRedeliveryPool
+	}
+	if k == KindNew {
+		if len(m.confirmed) < maxRedeliveryPool {
+			m.confirmed = append(m.confirmed, ev.MerchantOrderID)
+		} else {
+			m.confirmed[m.confNext] = ev.MerchantOrderID
+			m.confNext = (m.confNext + 1) % maxRedeliveryPool
+		}
+	}
+	if measured {
+		m.newIDs = append(m.newIDs, ev.ID)
+	}
+}
+
+// Send sends the next event with s and records the answer.
+func (m *Mix) Send(ctx context.Context, s *Sender, measured bool) (int, error) {
+	ev, k, ok := m.Next()
+	if !ok {
+		return 0, ErrStop
+	}
+	status, err := s.Send(ctx, ev)
+	if err == nil {
+		m.Done(ev, k, status, measured)
+	}
+	return status, err
+}
+
+// NewIDs returns the ids of the new events acknowledged while measured.
+func (m *Mix) NewIDs() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.newIDs...)
+}
+
+// Acked returns how many requests of kind k were answered 200.
+func (m *Mix) Acked(k Kind) int { return int(m.acked[k].Load()) }
+
+// Sent returns how many requests of kind k were answered (any status).
+func (m *Mix) Sent(k Kind) int { return int(m.sent[k].Load()) }
+
+// OrdersUsed returns how many orders' confirmations have been sent.
+func (m *Mix) OrdersUsed() int { return min(int(m.next.Load()), len(m.orders)) }
+
+// Exhausted counts requests that wanted a new order when none was left.
+func (m *Mix) Exhausted() int { return int(m.exhausted.Load()) }
