@@ -362,3 +362,48 @@ func TestRecordEventNeedsIngestScope(t *testing.T) {
 		t.Errorf("RecordEvent with an orders token: %v, want PermissionDenied", err)
 	}
 }
+
+// Reconciliation items page newest first, filter by kind, and refuse bad
+// filters and foreign page tokens.
+func TestReconciliationListing(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	for i := range 5 {
+		s.sendOK(t, event(yolfi.TypePaymentConfirmed, "nobody-"+string(rune('a'+i)), "inv_nobody_"+string(rune('a'+i))))
+	}
+	s.settle(t)
+	ctx := authed(orgAToken)
+	seen := map[string]bool{}
+	token := ""
+	for pages := 0; ; pages++ {
+		resp, err := s.client.ListReconciliationItems(ctx, &fulfillmentv1.ListReconciliationItemsRequest{
+			Kind: "unmatched_payment", State: "open", PageSize: 2, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, it := range resp.GetItems() {
+			if seen[it.GetId()] || it.GetKind() != "unmatched_payment" || it.GetOrgId() != orgA {
+				t.Errorf("page %d: unexpected item %v", pages, it)
+			}
+			if i > 0 && it.GetId() >= resp.GetItems()[i-1].GetId() {
+				t.Errorf("page %d is not newest first", pages)
+			}
+			seen[it.GetId()] = true
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+		_, err = s.client.ListReconciliationItems(ctx, &fulfillmentv1.ListReconciliationItemsRequest{Kind: "extra_payment", PageToken: token})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("a token reused with another kind: %v, want InvalidArgument", err)
+		}
+	}
+	if len(seen) != 5 {
+		t.Errorf("listed %d unmatched_payment items, want 5", len(seen))
+	}
+	for _, bad := range []*fulfillmentv1.ListReconciliationItemsRequest{{Kind: "refund"}, {State: "closed"}, {OrderId: "x"}} {
+		if _, err := s.client.ListReconciliationItems(ctx, bad); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("filter %v: %v, want InvalidArgument", bad, err)
+		}
+	}
+}

@@ -67,18 +67,10 @@ func (s *Service) ListOrders(ctx context.Context, req *fulfillmentv1.ListOrdersR
 		State:           fulfillment.State(req.GetState()),
 		MerchantOrderID: req.GetMerchantOrderId(),
 	}
-	if err := filter.Validate(); err != nil {
-		return nil, toStatus(ctx, s.log, err)
-	}
-	if filter.OrgID != "" {
-		if err := requireOrg(p, filter.OrgID); err != nil {
-			return nil, err
-		}
-	}
-	pg, err := newPager(req.GetPageSize(), req.GetPageToken(),
-		pageDigest(filter.OrgID, string(filter.Environment), string(filter.State), filter.MerchantOrderID, filter.VisibleOrgs))
+	pg, err := s.listing(ctx, p, filter.Validate(), filter.OrgID, req,
+		filter.OrgID, string(filter.Environment), string(filter.State), filter.MerchantOrderID, filter.VisibleOrgs)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, err)
+		return nil, err
 	}
 	if pg.before != "" && fulfillment.ValidateOrderID("page_token", pg.before) != nil {
 		return nil, toStatus(ctx, s.log, badPageToken())

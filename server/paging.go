@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -33,6 +34,31 @@ func newPager(pageSize int32, token, digest string) (pager, error) {
 		}
 	}
 	return p, nil
+}
+
+// pageRequest is a listing request's paging fields.
+type pageRequest interface {
+	GetPageSize() int32
+	GetPageToken() string
+}
+
+// listing checks a listing request: its filter (invalid is the filter's
+// validation error), the caller's right to the org it names, and its paging,
+// bound to the filters.
+func (s *Service) listing(ctx context.Context, p *Principal, invalid error, org string, req pageRequest, filters ...any) (pager, error) {
+	if invalid != nil {
+		return pager{}, toStatus(ctx, s.log, invalid)
+	}
+	if org != "" {
+		if err := requireOrg(p, org); err != nil {
+			return pager{}, err
+		}
+	}
+	pg, err := newPager(req.GetPageSize(), req.GetPageToken(), pageDigest(filters...))
+	if err != nil {
+		return pager{}, toStatus(ctx, s.log, err)
+	}
+	return pg, nil
 }
 
 // pageOf trims the extra row and returns the token of the next page.

@@ -20,18 +20,10 @@ func (s *Service) ListReconciliationItems(ctx context.Context, req *fulfillmentv
 		State:       fulfillment.ReconState(req.GetState()),
 		OrderID:     req.GetOrderId(),
 	}
-	if err := filter.Validate(); err != nil {
-		return nil, toStatus(ctx, s.log, err)
-	}
-	if filter.OrgID != "" {
-		if err := requireOrg(p, filter.OrgID); err != nil {
-			return nil, err
-		}
-	}
-	pg, err := newPager(req.GetPageSize(), req.GetPageToken(),
-		pageDigest(filter.OrgID, string(filter.Kind), string(filter.State), filter.OrderID, filter.VisibleOrgs))
+	pg, err := s.listing(ctx, p, filter.Validate(), filter.OrgID, req,
+		filter.OrgID, string(filter.Kind), string(filter.State), filter.OrderID, filter.VisibleOrgs)
 	if err != nil {
-		return nil, toStatus(ctx, s.log, err)
+		return nil, err
 	}
 	params := fulfillment.ReconListParams{Filter: filter, Limit: pg.limit + 1}
 	if pg.before != "" {
