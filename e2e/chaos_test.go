@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fulfillplatform/fulfillment/internal/chaos"
+	"github.com/fulfillplatform/fulfillment/internal/daemon"
 )
 
 // TestChaosShort runs the short profile: 300 orders, 3000 events (plus 20%
@@ -37,7 +38,7 @@ func TestChaosShort(t *testing.T) {
 			t.Fatalf("CHAOS_SEED=%q: %v", s, err)
 		}
 	}
-	log := &lockedBuffer{}
+	log := &daemon.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()

@@ -17,6 +17,7 @@ import (
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/internal/daemon"
 	"github.com/fulfillplatform/fulfillment/internal/failpoint"
 )
 
@@ -74,7 +75,7 @@ func TestCrashAtFailpoint(t *testing.T) {
 				}
 			}
 			st := p.waitExit(t, 20*time.Second)
-			if !killedBySIGKILL(st) {
+			if !daemon.Killed(st) {
 				t.Fatalf("fulfillmentd exited with %v; want killed by SIGKILL at %s", st, tc.point)
 			}
 			if want := "failpoint: killing the process at " + tc.point; !strings.Contains(p.output.String(), want) {
@@ -210,7 +211,7 @@ func TestKillDuringConcurrentConfirmations(t *testing.T) {
 	}
 	st := p.kill(t)
 	<-allDone
-	if !killedBySIGKILL(st) {
+	if !daemon.Killed(st) {
 		t.Fatalf("fulfillmentd exited with %v; want killed by SIGKILL", st)
 	}
 
@@ -237,7 +238,7 @@ func TestKillDuringConcurrentConfirmations(t *testing.T) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	if st := p2.kill(t); !killedBySIGKILL(st) {
+	if st := p2.kill(t); !daemon.Killed(st) {
 		t.Fatalf("fulfillmentd exited with %v; want killed by SIGKILL", st)
 	}
 	t.Logf("second kill: inbox: %s", inboxSummary(t, p2.stack))
@@ -320,7 +321,7 @@ func TestFailpointsInertWithoutTag(t *testing.T) {
 	p.sendOK(t, ev)
 	p.settle(t)
 	if !p.running() {
-		t.Fatalf("the production build died with FULFILLMENT_FAILPOINT set: %v", p.cmd.ProcessState)
+		t.Fatalf("the production build died with FULFILLMENT_FAILPOINT set: %v", p.child.State())
 	}
 	assertFulfilledOnce(t, p.stack, order.GetId(), []yolfi.Payload{ev})
 	if out := p.output.String(); strings.Contains(out, "failpoint") {

@@ -5,18 +5,14 @@ package e2e_test
 // configuration, start it, wait until it serves, stop or kill it.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +26,7 @@ import (
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/internal/daemon"
 	"github.com/fulfillplatform/fulfillment/internal/failpoint"
 	"github.com/fulfillplatform/fulfillment/internal/pgtest"
 )
@@ -94,38 +91,22 @@ func (b *procBuild) build() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	root, err := moduleRoot()
+	root, err := daemon.ModuleRoot() // tests run in e2e/
 	if err != nil {
 		return "", err
 	}
 	out := filepath.Join(dir, "fulfillmentd")
-	args := []string{"build"}
+	var tags []string
 	if b.tags != "" {
 		out += "-" + b.tags
-		args = append(args, "-tags", b.tags)
+		tags = append(tags, b.tags)
 	}
-	args = append(args, "-o", out, "./cmd/fulfillmentd")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", args...) // go test puts GOROOT/bin first in PATH
-	cmd.Dir = root
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, msg)
+	if err := daemon.Build(ctx, root, out, tags...); err != nil { // go test puts GOROOT/bin first in PATH
+		return "", err
 	}
 	return out, nil
-}
-
-// moduleRoot is the directory of the module's go.mod (tests run in e2e/).
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("go env GOMOD: not inside a module")
-	}
-	return filepath.Dir(gomod), nil
 }
 
 // procService is one database that successive fulfillmentd processes share:
@@ -153,9 +134,8 @@ func newProcService(t *testing.T, bin string) *procService {
 // over gRPC, counts straight from the database.
 type proc struct {
 	*stack
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed once the process has been reaped
-	output   *lockedBuffer // stdout and stderr
+	child    *daemon.Process
+	output   *daemon.Buffer // stdout and stderr
 	httpAddr string
 	webhooks *http.Client
 }
@@ -176,21 +156,23 @@ func (ps *procService) start(t *testing.T, failpointSpec string, extraEnv ...str
 			t.Logf("fulfillmentd could not bind its ports, retrying: %v", err)
 			continue
 		}
-		t.Fatalf("starting fulfillmentd: %v\noutput:\n%s", err, p.output.tail(16<<10))
+		t.Fatalf("starting fulfillmentd: %v\noutput:\n%s", err, p.output.Tail(16<<10))
 	}
 }
 
 func (ps *procService) startOnce(t *testing.T, failpointSpec string, extraEnv []string) (*proc, error) {
 	t.Helper()
 	ps.n++
-	ports := freePorts(t, 3)
+	ports, err := daemon.FreeAddrs(3)
+	if err != nil {
+		t.Fatal(err)
+	}
 	grpcAddr, httpAddr, ingestAddr := ports[0], ports[1], ports[2]
 	cfgPath := filepath.Join(t.TempDir(), fmt.Sprintf("fulfillmentd-%d.yaml", ps.n))
 	if err := os.WriteFile(cfgPath, []byte(procConfig(grpcAddr, httpAddr, ingestAddr)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command(ps.bin, "serve", "--config", cfgPath)
 	env := []string{
 		"DATABASE_URL=" + ps.dbURL,
 		procEnvAdminToken + "=" + adminToken,
@@ -200,42 +182,25 @@ func (ps *procService) startOnce(t *testing.T, failpointSpec string, extraEnv []
 	if failpointSpec != "" {
 		env = append(env, failpoint.EnvVar+"="+failpointSpec)
 	}
-	cmd.Env = append(childEnv(), append(env, extraEnv...)...)
-	out := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	p := &proc{cmd: cmd, exited: make(chan struct{}), output: out, httpAddr: httpAddr,
-		webhooks: &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
-	// Should the test binary die without its cleanups (a timeout panic), the
-	// kernel kills the child instead of leaving it orphaned.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	started := make(chan error, 1)
-	go func() {
-		// Pdeathsig fires when the thread that forked the child exits, not
-		// the process: keep this goroutine on its thread for the child's
-		// whole life (the thread is discarded when the goroutine ends).
-		runtime.LockOSThread()
-		defer close(p.exited)
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait() // the exit status is in cmd.ProcessState
-	}()
-	if err := <-started; err != nil {
-		t.Fatalf("starting %s: %v", ps.bin, err)
+	out := &daemon.Buffer{}
+	child, err := daemon.Start(ps.bin, []string{"serve", "--config", cfgPath}, daemon.ChildEnv(append(env, extraEnv...)...), out)
+	if err != nil {
+		t.Fatal(err)
 	}
-	pid := cmd.Process.Pid
+	p := &proc{child: child, output: out, httpAddr: httpAddr,
+		webhooks: &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	t.Cleanup(func() {
 		p.stop(t)
 		p.webhooks.CloseIdleConnections()
 		if t.Failed() {
-			t.Logf("fulfillmentd pid %d (failpoint %q) output:\n%s", pid, failpointSpec, p.output.tail(16<<10))
+			t.Logf("fulfillmentd pid %d (failpoint %q) output:\n%s", child.Pid(), failpointSpec, p.output.Tail(16<<10))
 		}
 	})
 
-	if err := p.waitReady(ingestAddr, 20*time.Second); err != nil {
-		return p, err
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := child.WaitReady(ctx, httpAddr, ingestAddr); err != nil {
+		return p, fmt.Errorf("waiting for fulfillmentd: %w", err)
 	}
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -293,130 +258,40 @@ worker:
 `, grpcAddr, httpAddr, ingestAddr, procEnvAdminToken, procEnvOrgAToken, orgA, liveEP, orgA, procEnvLiveSecret)
 }
 
-// childEnv is this process's environment without anything that would
-// configure the child behind the test's back.
-func childEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "DATABASE_URL=") || strings.HasPrefix(kv, "FULFILLMENT_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
-
-// freePorts returns n distinct loopback addresses that were free a moment ago.
-func freePorts(t *testing.T, n int) []string {
-	t.Helper()
-	addrs := make([]string, n)
-	lis := make([]net.Listener, n)
-	for i := range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lis[i], addrs[i] = l, l.Addr().String()
-	}
-	for _, l := range lis {
-		l.Close()
-	}
-	return addrs
-}
-
-// waitReady polls GET /readyz until 200 and the webhook port until it
-// accepts connections; it fails early when the process exits.
-func (p *proc) waitReady(ingestAddr string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	client := &http.Client{Timeout: time.Second}
-	defer client.CloseIdleConnections()
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	last := errors.New("not polled yet")
-	for {
-		select {
-		case <-p.exited:
-			return fmt.Errorf("fulfillmentd exited before it was ready (%v); last check: %v", p.cmd.ProcessState, last)
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("fulfillmentd not ready after %v: %v", timeout, last)
-		}
-		last = func() error {
-			resp, err := client.Get("http://" + p.httpAddr + "/readyz")
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("GET /readyz: %d", resp.StatusCode)
-			}
-			c, err := net.DialTimeout("tcp", ingestAddr, time.Second)
-			if err != nil {
-				return err
-			}
-			return c.Close()
-		}()
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-p.exited:
-		case <-tick.C:
-		}
-	}
-}
-
 // running reports whether the process has not exited.
-func (p *proc) running() bool {
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
-	}
-}
+func (p *proc) running() bool { return p.child.Running() }
 
 // waitExit waits until the process exits by itself and returns its state.
 func (p *proc) waitExit(t *testing.T, timeout time.Duration) *os.ProcessState {
 	t.Helper()
-	select {
-	case <-p.exited:
-		return p.cmd.ProcessState
-	case <-time.After(timeout):
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	st, err := p.child.Wait(ctx)
+	if err != nil {
 		t.Fatalf("fulfillmentd still running %v after the event was sent: the failpoint did not fire", timeout)
-		return nil
 	}
+	return st
 }
 
 // kill SIGKILLs the process and reaps it.
 func (p *proc) kill(t *testing.T) *os.ProcessState {
 	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGKILL) // fails only when already reaped
-	select {
-	case <-p.exited:
-		return p.cmd.ProcessState
-	case <-time.After(10 * time.Second):
-		t.Fatalf("fulfillmentd pid %d not reaped 10s after SIGKILL", p.cmd.Process.Pid)
-		return nil
+	st, err := p.child.Kill()
+	if err != nil {
+		t.Fatalf("fulfillmentd: %v", err)
 	}
+	return st
 }
 
 // stop shuts the process down gracefully (SIGTERM), killing it if that
-// takes too long. It is safe to call on a dead process.
+// takes more than 15s. It is safe to call on a dead process.
 func (p *proc) stop(t *testing.T) *os.ProcessState {
 	t.Helper()
-	if !p.running() {
-		return p.cmd.ProcessState
+	st, err := p.child.Stop(15 * time.Second)
+	if err != nil {
+		t.Errorf("fulfillmentd: %v", err)
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-		return p.cmd.ProcessState
-	case <-time.After(15 * time.Second):
-		t.Errorf("fulfillmentd pid %d ignored SIGTERM for 15s; killing it", p.cmd.Process.Pid)
-		return p.kill(t)
-	}
+	return st
 }
 
 // deliver signs ev with the live secret and posts it, without failing the
@@ -437,39 +312,4 @@ func (p *proc) deliver(ev yolfi.Payload) (int, error) {
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, nil
-}
-
-// killedBySIGKILL reports whether st is the state of a process that SIGKILL
-// ended.
-func killedBySIGKILL(st *os.ProcessState) bool {
-	ws, ok := st.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
-}
-
-// lockedBuffer collects a child's output; exec writes it from its own
-// goroutine while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// tail is the last n bytes of the output.
-func (b *lockedBuffer) tail(n int) string {
-	s := b.String()
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
 }

@@ -2,18 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strings"
-	"syscall"
 	"time"
+
+	"github.com/fulfillplatform/fulfillment/internal/daemon"
 )
 
 // Credentials of the bench's fulfillmentd: environment variables of the child
@@ -30,8 +27,7 @@ const (
 
 // service is a running fulfillmentd process.
 type service struct {
-	cmd        *exec.Cmd
-	exited     chan struct{}
+	proc       *daemon.Process
 	logPath    string
 	grpcAddr   string
 	httpAddr   string
@@ -41,24 +37,18 @@ type service struct {
 
 // moduleRoot is the folder of the module's go.mod.
 func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
+	root, err := daemon.ModuleRoot()
 	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
+		return "", fmt.Errorf("%w; run the bench from the repository", err)
 	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("go env GOMOD: not inside the module; run the bench from the repository")
-	}
-	return filepath.Dir(gomod), nil
+	return root, nil
 }
 
 // buildService builds ./cmd/fulfillmentd into dir.
 func buildService(ctx context.Context, root, dir string) (string, error) {
 	out := filepath.Join(dir, "fulfillmentd")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/fulfillmentd")
-	cmd.Dir = root
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/fulfillmentd: %v\n%s", err, msg)
+	if err := daemon.Build(ctx, root, out); err != nil {
+		return "", err
 	}
 	return out, nil
 }
@@ -100,11 +90,11 @@ endpoints:
 // startService runs `fulfillmentd serve` on dbURL and waits for /readyz.
 // With pprof, the service also serves /debug/pprof/ (listen.debug).
 func startService(bin, dir, dbURL string, maxConns int, pprof bool) (*service, error) {
-	ports, err := freePorts(4)
+	ports, err := daemon.FreeAddrs(4)
 	if err != nil {
 		return nil, err
 	}
-	s := &service{exited: make(chan struct{}), logPath: filepath.Join(dir, "fulfillmentd.log"),
+	s := &service{logPath: filepath.Join(dir, "fulfillmentd.log"),
 		grpcAddr: ports[0], httpAddr: ports[1], ingestAddr: ports[2]}
 	if pprof {
 		s.debugAddr = ports[3]
@@ -118,136 +108,23 @@ func startService(bin, dir, dbURL string, maxConns int, pprof bool) (*service, e
 		return nil, err
 	}
 	defer logFile.Close() // the child has its own copy
-	s.cmd = exec.Command(bin, "serve", "--config", cfgPath)
-	s.cmd.Env = append(childEnv(), "DATABASE_URL="+dbURL, envToken+"="+benchToken, envSecret+"="+benchSecret)
-	s.cmd.Stdout, s.cmd.Stderr = logFile, logFile
-	// Should the bench die without stopping it, the kernel kills the child.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	started := make(chan error, 1)
-	go func() {
-		// Pdeathsig fires when the forking thread exits: keep this goroutine
-		// on its thread for the child's whole life.
-		runtime.LockOSThread()
-		defer close(s.exited)
-		if err := s.cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = s.cmd.Wait()
-	}()
-	if err := <-started; err != nil {
-		return nil, fmt.Errorf("starting fulfillmentd: %w", err)
+	env := daemon.ChildEnv("DATABASE_URL="+dbURL, envToken+"="+benchToken, envSecret+"="+benchSecret)
+	if s.proc, err = daemon.Start(bin, []string{"serve", "--config", cfgPath}, env, logFile); err != nil {
+		return nil, err
 	}
-	if err := s.waitReady(30 * time.Second); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.proc.WaitReady(ctx, s.httpAddr, s.ingestAddr); err != nil {
 		s.stop()
-		return nil, fmt.Errorf("%w\n%s", err, s.logTail(4096))
+		return nil, fmt.Errorf("waiting for fulfillmentd: %w\n%s", err, daemon.FileTail(s.logPath, 4096))
 	}
 	return s, nil
 }
 
-func (s *service) pid() int { return s.cmd.Process.Pid }
-
-func (s *service) running() bool {
-	select {
-	case <-s.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-func (s *service) waitReady(timeout time.Duration) error {
-	client := &http.Client{Timeout: time.Second}
-	defer client.CloseIdleConnections()
-	deadline := time.Now().Add(timeout)
-	last := errors.New("not polled yet")
-	for time.Now().Before(deadline) {
-		if !s.running() {
-			return fmt.Errorf("fulfillmentd exited before it was ready (%v)", s.cmd.ProcessState)
-		}
-		last = func() error {
-			resp, err := client.Get("http://" + s.httpAddr + "/readyz")
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("GET /readyz: %d", resp.StatusCode)
-			}
-			c, err := net.DialTimeout("tcp", s.ingestAddr, time.Second)
-			if err != nil {
-				return err
-			}
-			return c.Close()
-		}()
-		if last == nil {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("fulfillmentd not ready after %v: %v", timeout, last)
-}
+func (s *service) pid() int { return s.proc.Pid() }
 
 // stop asks fulfillmentd to shut down (SIGTERM) and kills it after 15s.
-func (s *service) stop() {
-	if !s.running() {
-		return
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(15 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.exited
-	}
-}
-
-func (s *service) logTail(n int64) string {
-	f, err := os.Open(s.logPath)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return ""
-	}
-	off := max(fi.Size()-n, 0)
-	buf := make([]byte, fi.Size()-off)
-	_, _ = f.ReadAt(buf, off)
-	return string(buf)
-}
-
-// childEnv is this process's environment without anything that would
-// configure the child behind the bench's back.
-func childEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "DATABASE_URL=") || strings.HasPrefix(kv, "FULFILLMENT_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
-
-// freePorts returns n distinct loopback addresses that were free a moment ago.
-func freePorts(n int) ([]string, error) {
-	addrs := make([]string, n)
-	lis := make([]net.Listener, n)
-	for i := range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lis[i], addrs[i] = l, l.Addr().String()
-	}
-	for _, l := range lis {
-		l.Close()
-	}
-	return addrs, nil
-}
+func (s *service) stop() { _, _ = s.proc.Stop(15 * time.Second) }
 
 // cpuProfile fetches a CPU profile of the service over d into path and
 // returns `go tool pprof -top` of it.

@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -28,6 +27,7 @@ import (
 	"time"
 
 	"github.com/fulfillplatform/fulfillment/internal/chaos"
+	"github.com/fulfillplatform/fulfillment/internal/daemon"
 )
 
 // errViolations means the run completed and found violations: the report
@@ -83,13 +83,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer os.RemoveAll(dir)
 		o.Binary = filepath.Join(dir, "fulfillmentd")
 		fmt.Fprintf(o.Log, "chaos: building fulfillmentd into %s\n", o.Binary)
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", o.Binary, "./cmd/fulfillmentd")
-		cmd.Dir, err = moduleRoot(ctx)
+		root, err := daemon.ModuleRoot()
 		if err != nil {
-			return err
+			return fmt.Errorf("building fulfillmentd: run chaos inside the module, or pass --binary: %w", err)
 		}
-		cmd.Stdout, cmd.Stderr = stderr, stderr
-		if err := cmd.Run(); err != nil {
+		if err := daemon.Build(ctx, root, o.Binary); err != nil {
 			return fmt.Errorf("building fulfillmentd: %w", err)
 		}
 	}
@@ -106,17 +104,4 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errViolations
 	}
 	return nil
-}
-
-// moduleRoot is the folder of the module's go.mod.
-func moduleRoot(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("building fulfillmentd: run chaos inside the module, or pass --binary")
-	}
-	return filepath.Dir(gomod), nil
 }

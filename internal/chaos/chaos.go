@@ -41,6 +41,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/internal/daemon"
 	"github.com/fulfillplatform/fulfillment/internal/pgcluster"
 )
 
@@ -256,7 +257,7 @@ func (r *runner) setup(ctx context.Context) error {
 	}
 	r.logf("working in %s", dir)
 
-	addrs, err := freeAddrs(4)
+	addrs, err := daemon.FreeAddrsOutsideEphemeral(4)
 	if err != nil {
 		return err
 	}
@@ -278,7 +279,7 @@ func (r *runner) setup(ctx context.Context) error {
 		bin:     r.o.Binary,
 		cfgPath: filepath.Join(dir, "fulfillmentd.yaml"),
 		logPath: filepath.Join(dir, "fulfillmentd.log"),
-		env: childEnv(
+		env: daemon.ChildEnv(
 			envDatabaseURL+"="+r.cluster.URL("fulfillment"),
 			envAdminToken+"="+r.adminToken,
 			envOrgToken+"="+r.orgToken,
