@@ -76,14 +76,14 @@ func TestInboxLeaseLost(t *testing.T) {
 	if _, err := s.InboxInsert(ctx, confirmedEvent("evt_1", "m-1"), []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
-	a, err := s.InboxClaim(ctx, "worker-a", 10, 300*time.Millisecond, 10)
+	a, err := s.InboxClaim(ctx, "worker-a", 10, 1500*time.Millisecond, 10)
 	if err != nil || len(a) != 1 {
 		t.Fatalf("claim A = %v, %v", a, err)
 	}
 	if b, _ := s.InboxClaim(ctx, "worker-b", 10, time.Minute, 10); len(b) != 0 {
 		t.Fatalf("B claimed %v while A's lease held", b)
 	}
-	time.Sleep(400 * time.Millisecond) // A's lease expires
+	time.Sleep(1700 * time.Millisecond) // A's lease expires
 	b, err := s.InboxClaim(ctx, "worker-b", 10, time.Minute, 10)
 	if err != nil || len(b) != 1 || b[0].Attempts != 2 {
 		t.Fatalf("claim B after expiry = %v, %v; want the event, attempt 2", b, err)
