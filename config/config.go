@@ -202,15 +202,6 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	return cfg, nil
 }
 
-// Parse is Load for a file's content.
-func Parse(data []byte, getenv func(string) string) (*Config, error) {
-	cfg, err := parse(data, getenv)
-	if err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	return cfg, nil
-}
-
 func parse(data []byte, getenv func(string) string) (*Config, error) {
 	cfg := &Config{}
 	if len(bytes.TrimSpace(data)) > 0 {

@@ -119,11 +119,8 @@ func (a *App) build(cfg *config.Config) error {
 	return nil
 }
 
-// GRPCAddr, HTTPAddr and IngestAddr are the bound listener addresses.
+// GRPCAddr is the bound gRPC address.
 func (a *App) GRPCAddr() string { return a.srv.GRPCAddr() }
-
-// HTTPAddr is the bound REST gateway address.
-func (a *App) HTTPAddr() string { return a.srv.HTTPAddr() }
 
 // IngestAddr is the bound webhook gateway address.
 func (a *App) IngestAddr() string { return a.ingestLis.Addr().String() }

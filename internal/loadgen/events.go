@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -95,9 +94,6 @@ func (s *Sender) Send(ctx context.Context, ev Event) (int, error) {
 
 // Close drops the idle connections.
 func (s *Sender) Close() { s.Client.CloseIdleConnections() }
-
-// String names the sender's target.
-func (s *Sender) String() string { return fmt.Sprintf("webhooks → %s", s.URL) }
 
 // pad appends an "apiVersion" and a "metadata" member, as the provider's
 // real payloads carry, so body grows to about size bytes.

@@ -25,11 +25,6 @@ const (
 	numKinds
 )
 
-// String names the kind.
-func (k Kind) String() string {
-	return [...]string{"new", "redelivery", "out_of_order"}[k]
-}
-
 // maxRedeliveryPool bounds the acknowledged events kept for redelivery.
 const maxRedeliveryPool = 1 << 16
 
@@ -53,7 +48,6 @@ type Mix struct {
 	// exhaustedNow is set by the Next call that found no order left.
 	exhaustedNow atomic.Bool
 	acked        [numKinds]atomic.Int64
-	sent         [numKinds]atomic.Int64
 
 	mu        sync.Mutex
 	pool      []Event  // acknowledged events, for redelivery (a ring once full)
@@ -130,7 +124,6 @@ func (m *Mix) pickConfirmed() (string, bool) {
 // Done records the answer to ev: acknowledged events become candidates for
 // redelivery; when measured, new acknowledged events are listed in NewIDs.
 func (m *Mix) Done(ev Event, k Kind, status int, measured bool) {
-	m.sent[k].Add(1)
 	if status != http.StatusOK {
 		return
 	}
@@ -181,12 +174,6 @@ func (m *Mix) NewIDs() []string {
 
 // Acked returns how many requests of kind k were answered 200.
 func (m *Mix) Acked(k Kind) int { return int(m.acked[k].Load()) }
-
-// Sent returns how many requests of kind k were answered (any status).
-func (m *Mix) Sent(k Kind) int { return int(m.sent[k].Load()) }
-
-// OrdersUsed returns how many orders' confirmations have been sent.
-func (m *Mix) OrdersUsed() int { return min(int(m.next.Load()), len(m.orders)) }
 
 // Exhausted counts requests that wanted a new order when none was left.
 func (m *Mix) Exhausted() int { return int(m.exhausted.Load()) }
