@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -27,6 +28,7 @@ func (s *Store) OrderCreate(ctx context.Context, spec fulfillment.OrderSpec) (fu
 	}
 	fingerprint := spec.Fingerprint()
 	created := false
+	var createdAt time.Time
 	err = s.withTx(ctx, func(tx pgx.Tx) error {
 		total := spec.Total()
 		var token, network, amount, tolerance *string
@@ -34,24 +36,25 @@ func (s *Store) OrderCreate(ctx context.Context, spec fulfillment.OrderSpec) (fu
 			a, t := st.Amount.String(), st.Tolerance.String()
 			token, network, amount, tolerance = &st.Token, &st.Network, &a, &t
 		}
-		tag, err := tx.Exec(ctx, `
+		err := tx.QueryRow(ctx, `
 			INSERT INTO orders (id, org_id, environment, merchant_order_id, checkout_session_id, state,
 				total_currency, total_minor_units,
 				settlement_token, settlement_network, settlement_amount, settlement_tolerance, fingerprint)
 			VALUES ($1, $2, $3, $4, nullif($5, ''), $6, $7, $8, $9, $10, $11::numeric, $12::numeric, $13)
-			ON CONFLICT (org_id, environment, merchant_order_id) DO NOTHING`,
+			ON CONFLICT (org_id, environment, merchant_order_id) DO NOTHING
+			RETURNING created_at`,
 			id, spec.OrgID, spec.Environment, spec.MerchantOrderID, spec.CheckoutSessionID,
 			fulfillment.StatePendingPayment, total.Currency, total.MinorUnits,
-			token, network, amount, tolerance, fingerprint)
+			token, network, amount, tolerance, fingerprint).Scan(&createdAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // the key exists: compare content below
+		}
 		if err != nil {
 			if constraintName(err) == "orders_checkout_session_key" {
 				return fmt.Errorf("%w: checkout session %q already pays another order",
 					fulfillment.ErrConflict, spec.CheckoutSessionID)
 			}
 			return fmt.Errorf("inserting order: %w", interpret(err))
-		}
-		if tag.RowsAffected() == 0 {
-			return nil // the key exists: compare content below
 		}
 		rows := make([][]any, len(spec.Lines))
 		for i, l := range spec.Lines {
@@ -73,8 +76,8 @@ func (s *Store) OrderCreate(ctx context.Context, spec fulfillment.OrderSpec) (fu
 		return fulfillment.Order{}, false, err
 	}
 	if created {
-		order, err := s.OrderGet(ctx, id.String())
-		return order, true, err
+		return fulfillment.Order{ID: id.String(), OrderSpec: spec, State: fulfillment.StatePendingPayment,
+			CreatedAt: createdAt, UpdatedAt: createdAt}, true, nil
 	}
 
 	// A new statement sees the committed winner of the race.
