@@ -48,6 +48,8 @@ type inserter struct {
 	stop     chan struct{}
 	stopped  chan struct{}
 	once     sync.Once
+	// notifier tells other replicas about committed inserts.
+	notifier *notifier
 }
 
 func newInserter(s *Store, flushers, maxBatch int) *inserter {
@@ -58,11 +60,11 @@ func newInserter(s *Store, flushers, maxBatch int) *inserter {
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
-	s.notifier = &notifier{store: s, pending: make(chan struct{}, 1)}
+	in.notifier = &notifier{store: s, pending: make(chan struct{}, 1)}
 	done := make(chan struct{}, flushers+1)
 	go func() {
 		defer func() { done <- struct{}{} }()
-		s.notifier.run(in.stop)
+		in.notifier.run(in.stop)
 	}()
 	for range flushers {
 		go func() {
@@ -301,7 +303,7 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 	}
 	if pending {
 		s.wakeLocal()
-		s.notifier.signal()
+		s.inserter.notifier.signal()
 	}
 	receipts := make([]fulfillment.InboxReceipt, n)
 	for i, r := range batch {

@@ -27,7 +27,6 @@ type Store struct {
 	leasePool *pgxpool.Pool // synchronous_commit off: claims and releases only
 	log       *slog.Logger
 	inserter  *inserter
-	notifier  *notifier
 
 	wakeMu sync.Mutex
 	wakers []func() // InboxListen callers in this process
