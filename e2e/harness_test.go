@@ -43,6 +43,7 @@ const (
 // stack is the whole service on loopback ports and its own database: the
 // webhook gateway (real HTTP), the API (real gRPC), the inbox processor.
 type stack struct {
+	dbURL     string
 	ingestURL string
 	client    fulfillmentv1.FulfillmentServiceClient
 	db        *pgxpool.Pool // for counting effects behind the service's back
@@ -69,7 +70,13 @@ func testConfig(dbURL string) *config.Config {
 
 func startStack(t *testing.T) *stack {
 	t.Helper()
-	dbURL := pgtest.DB(t)
+	return startReplica(t, pgtest.DB(t))
+}
+
+// startReplica runs one more instance of the service on the database at
+// dbURL, as a replica would.
+func startReplica(t *testing.T, dbURL string) *stack {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	a, err := app.New(ctx, testConfig(dbURL), log)
@@ -98,6 +105,7 @@ func startStack(t *testing.T) *stack {
 	}
 	t.Cleanup(db.Close)
 	return &stack{
+		dbURL:     dbURL,
 		ingestURL: "http://" + a.IngestAddr(),
 		client:    fulfillmentv1.NewFulfillmentServiceClient(conn),
 		db:        db,

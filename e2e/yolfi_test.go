@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -408,5 +409,41 @@ func TestReconciliationListing(t *testing.T) {
 		if _, err := s.client.ListReconciliationItems(ctx, bad); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("filter %v: %v, want InvalidArgument", bad, err)
 		}
+	}
+}
+
+// Two replicas on one database, each receiving every delivery of the same
+// events at the same time (a provider retrying against a load balancer):
+// each order is still fulfilled once, with one item per extra payment.
+func TestTwoReplicas(t *testing.T) {
+	t.Parallel()
+	a := startStack(t)
+	b := startReplica(t, a.dbURL)
+	const orders = 10
+	var evs []yolfi.Payload
+	ids := make([]string, orders)
+	for i := range orders {
+		mid := fmt.Sprintf("rep-%d", i)
+		ids[i] = a.createOrder(t, "live", mid).GetId()
+		evs = append(evs,
+			event(yolfi.TypePaymentConfirmed, mid, "inv_"+mid+"_1"),
+			event(yolfi.TypePaymentConfirmed, mid, "inv_"+mid+"_2"))
+	}
+	replicas := []*stack{a, b}
+	race(len(evs)*4, func(i int) {
+		s := replicas[i%2]
+		if code := s.send(t, liveEP, liveSecret, evs[(i/2)%len(evs)]); code != http.StatusOK {
+			t.Errorf("delivery %d answered %d", i, code)
+		}
+	})
+	a.settle(t)
+	for i, id := range ids {
+		got := a.effects(t, id)
+		if got.State != "fulfilled" || got.Licenses != 2 || got.Credits != 1 || got.Items["extra_payment"] != 1 || len(got.Items) != 1 {
+			t.Errorf("order %d: %v; want fulfilled once and one extra_payment item", i, got)
+		}
+	}
+	if n := a.count(t, "SELECT count(*) FROM inbox_events"); n != len(evs) {
+		t.Errorf("inbox rows = %d, want %d", n, len(evs))
 	}
 }
