@@ -16,9 +16,12 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
 
-// Scopes a bearer token can hold. ScopeAdmin implies every other scope.
+// Scopes a bearer token can hold. ScopeAdmin implies every other scope but
+// ScopeIngest: only a webhook gateway records provider events.
 const (
 	ScopeOrdersWrite         = "orders:write"
 	ScopeOrdersRead          = "orders:read"
@@ -41,6 +44,8 @@ const AllOrgs = "*"
 type Config struct {
 	Listen    Listen     `yaml:"listen"`
 	TLS       *TLS       `yaml:"tls"`
+	HTTP      HTTP       `yaml:"http"`
+	GRPC      GRPC       `yaml:"grpc"`
 	Database  Database   `yaml:"database"`
 	Auth      Auth       `yaml:"auth"`
 	Log       Log        `yaml:"log"`
@@ -57,6 +62,14 @@ type Endpoint struct {
 	Org         string   `yaml:"org"`
 	Environment string   `yaml:"environment"`
 	Secrets     []Secret `yaml:"secrets"`
+}
+
+// Domain returns what the endpoint fixes of the events it receives.
+func (e Endpoint) Domain() fulfillment.Endpoint {
+	return fulfillment.Endpoint{
+		ID: e.ID, Provider: fulfillment.Provider(e.Provider), OrgID: e.Org,
+		Environment: fulfillment.Environment(e.Environment),
+	}
 }
 
 // Secret references one signing secret; several are accepted at once during
@@ -81,7 +94,8 @@ type Ingest struct {
 	Upstream Upstream `yaml:"upstream"`
 }
 
-// Upstream is a remote FulfillmentService.
+// Upstream is a remote FulfillmentService. Only `fulfillmentd ingest` uses
+// it, so its token is resolved by ResolveToken, not by Load.
 type Upstream struct {
 	Addr      string `yaml:"addr"`
 	TokenEnv  string `yaml:"token_env"`
@@ -89,8 +103,69 @@ type Upstream struct {
 	TLS       bool   `yaml:"tls"`
 	CAFile    string `yaml:"ca_file"`
 
-	// Token is resolved at load time. It is never logged.
+	// Token is resolved by ResolveToken. It is never logged.
 	Token string `yaml:"-"`
+}
+
+// ResolveToken checks that the upstream is complete and reads its token
+// from the environment variable or file it references.
+func (u *Upstream) ResolveToken(getenv func(string) string) error {
+	if u.Addr == "" || (u.TokenEnv == "" && u.TokenFile == "") {
+		return errors.New("config: ingest.upstream: set addr and token_env or token_file for fulfillmentd ingest")
+	}
+	v, err := secret("ingest.upstream", "token", u.TokenEnv, u.TokenFile, getenv)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	u.Token = v
+	return nil
+}
+
+// HTTP bounds the REST gateway's listener (listen.http).
+type HTTP struct {
+	// MaxBodyBytes caps a request body (default 1 MiB); a larger one is
+	// answered 413 without being read.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// ReadHeaderTimeout bounds reading a request's headers (default 10s).
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// ReadTimeout bounds reading a whole request, body included (default 30s).
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds handling a request and writing its response
+	// (default 60s).
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// IdleTimeout closes a keep-alive connection idle this long (default 2m).
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+}
+
+// GRPC bounds the gRPC listener (listen.grpc) and the responses of the API,
+// which the REST gateway reads through gRPC too.
+type GRPC struct {
+	// MaxRecvBytes caps one request message (default 4 MiB).
+	MaxRecvBytes int `yaml:"max_recv_bytes"`
+	// MaxSendBytes caps one response message (default 4 MiB, what gRPC
+	// clients accept by default).
+	MaxSendBytes int `yaml:"max_send_bytes"`
+	// MaxPageBytes caps the encoded items of one listing page (default
+	// 1 MiB): a page may hold fewer than page_size items and still have a
+	// next page.
+	MaxPageBytes int `yaml:"max_page_bytes"`
+	// MaxConcurrentStreams caps the calls in flight on one connection
+	// (default 100).
+	MaxConcurrentStreams uint32 `yaml:"max_concurrent_streams"`
+	// ConnectionTimeout bounds a new connection's handshake (default 10s).
+	ConnectionTimeout time.Duration `yaml:"connection_timeout"`
+	// MaxConnectionIdle closes a connection without calls for this long
+	// (default 5m).
+	MaxConnectionIdle time.Duration `yaml:"max_connection_idle"`
+	// KeepaliveTime: the server pings a connection quiet for this long
+	// (default 1m) ...
+	KeepaliveTime time.Duration `yaml:"keepalive_time"`
+	// KeepaliveTimeout: ... and closes it when the ping is not answered in
+	// this time (default 20s).
+	KeepaliveTimeout time.Duration `yaml:"keepalive_timeout"`
+	// KeepaliveMinTime: a client pinging more often than this is
+	// disconnected (default 10s).
+	KeepaliveMinTime time.Duration `yaml:"keepalive_min_time"`
 }
 
 // Worker tunes the inbox processor (see worker.InboxConfig for defaults).
@@ -160,6 +235,10 @@ type Token struct {
 type Log struct {
 	// Level is debug, info, warn or error (default info).
 	Level string `yaml:"level"`
+	// RepeatInterval: warnings and errors with the same cause are written
+	// at most once per interval, the next one with the count of those
+	// suppressed (default 10s).
+	RepeatInterval time.Duration `yaml:"repeat_interval"`
 }
 
 // Defaults used for keys the file leaves out.
@@ -262,7 +341,51 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	if c.Ingest.Timeout == 0 {
 		c.Ingest.Timeout = 2 * time.Second
 	}
+	if c.Log.RepeatInterval == 0 {
+		c.Log.RepeatInterval = 10 * time.Second
+	}
+	c.HTTP = c.HTTP.WithDefaults()
+	c.GRPC = c.GRPC.WithDefaults()
 	return nil
+}
+
+// Defaults of the listener bounds.
+const (
+	DefaultHTTPMaxBodyBytes = 1 << 20
+	DefaultGRPCMaxMsgBytes  = 4 << 20
+	DefaultGRPCMaxPageBytes = 1 << 20
+)
+
+// WithDefaults returns h with the defaults in place of zero values (Load
+// applies them; code building a Config by hand calls it).
+func (h HTTP) WithDefaults() HTTP {
+	setInt(&h.MaxBodyBytes, DefaultHTTPMaxBodyBytes)
+	setInt(&h.ReadHeaderTimeout, 10*time.Second)
+	setInt(&h.ReadTimeout, 30*time.Second)
+	setInt(&h.WriteTimeout, 60*time.Second)
+	setInt(&h.IdleTimeout, 2*time.Minute)
+	return h
+}
+
+// WithDefaults returns g with the defaults in place of zero values.
+func (g GRPC) WithDefaults() GRPC {
+	setInt(&g.MaxRecvBytes, DefaultGRPCMaxMsgBytes)
+	setInt(&g.MaxSendBytes, DefaultGRPCMaxMsgBytes)
+	setInt(&g.MaxPageBytes, DefaultGRPCMaxPageBytes)
+	setInt(&g.MaxConcurrentStreams, 100)
+	setInt(&g.ConnectionTimeout, 10*time.Second)
+	setInt(&g.MaxConnectionIdle, 5*time.Minute)
+	setInt(&g.KeepaliveTime, time.Minute)
+	setInt(&g.KeepaliveTimeout, 20*time.Second)
+	setInt(&g.KeepaliveMinTime, 10*time.Second)
+	return g
+}
+
+// setInt sets *dst to def when the file left it out (zero).
+func setInt[T ~int | ~int64 | ~uint32](dst *T, def T) {
+	if *dst == 0 {
+		*dst = def
+	}
 }
 
 func (c *Config) resolve(getenv func(string) string) error {
@@ -301,13 +424,6 @@ func (c *Config) resolve(getenv func(string) string) error {
 			}
 			sec.Value = []byte(v)
 		}
-	}
-	if u := &c.Ingest.Upstream; u.TokenEnv != "" || u.TokenFile != "" {
-		v, err := secret("ingest.upstream", "token", u.TokenEnv, u.TokenFile, getenv)
-		if err != nil {
-			return err
-		}
-		u.Token = v
 	}
 	return nil
 }
@@ -389,6 +505,15 @@ func (c *Config) validate() error {
 	if c.Ingest.MaxBodyBytes < 0 || c.Ingest.Timeout < 0 {
 		return errors.New("ingest: max_body_bytes and timeout must not be negative")
 	}
+	if c.Ingest.MaxBodyBytes > fulfillment.MaxRawBodyBytes {
+		return fmt.Errorf("ingest.max_body_bytes: at most %d (the largest raw body an event may keep)", fulfillment.MaxRawBodyBytes)
+	}
+	if c.Log.RepeatInterval < 0 {
+		return errors.New("log.repeat_interval: must not be negative")
+	}
+	if err := c.validateBounds(); err != nil {
+		return err
+	}
 	w := c.Worker
 	if w.Workers < 0 || w.Batch < 0 || w.Lease < 0 || w.Poll < 0 || w.MaxAttempts < 0 || w.BaseBackoff < 0 || w.MaxBackoff < 0 {
 		return errors.New("worker: values must not be negative")
@@ -427,6 +552,42 @@ func (c *Config) validate() error {
 				return fmt.Errorf("%s.orgs[%d]: an org id, or \"*\" alone", key, j)
 			}
 		}
+	}
+	return nil
+}
+
+// Smallest values of the response bounds: the largest valid order, with its
+// history, must be readable, and one listing page must hold at least one of
+// the largest items.
+const (
+	minGRPCSendBytes = 1 << 20
+	minGRPCPageBytes = 256 << 10
+)
+
+func (c *Config) validateBounds() error {
+	h, g := c.HTTP, c.GRPC
+	for key, d := range map[string]time.Duration{
+		"http.read_header_timeout": h.ReadHeaderTimeout, "http.read_timeout": h.ReadTimeout,
+		"http.write_timeout": h.WriteTimeout, "http.idle_timeout": h.IdleTimeout,
+		"grpc.connection_timeout": g.ConnectionTimeout, "grpc.max_connection_idle": g.MaxConnectionIdle,
+		"grpc.keepalive_time": g.KeepaliveTime, "grpc.keepalive_timeout": g.KeepaliveTimeout,
+		"grpc.keepalive_min_time": g.KeepaliveMinTime,
+	} {
+		if d < 0 {
+			return fmt.Errorf("%s: must not be negative", key)
+		}
+	}
+	switch {
+	case h.MaxBodyBytes < 0:
+		return errors.New("http.max_body_bytes: must not be negative")
+	case g.MaxRecvBytes < 0:
+		return errors.New("grpc.max_recv_bytes: must not be negative")
+	case h.MaxBodyBytes > int64(g.MaxRecvBytes):
+		return fmt.Errorf("http.max_body_bytes: at most grpc.max_recv_bytes (%d): the REST gateway forwards bodies over gRPC", g.MaxRecvBytes)
+	case g.MaxSendBytes < minGRPCSendBytes:
+		return fmt.Errorf("grpc.max_send_bytes: at least %d, so that the largest order is readable", minGRPCSendBytes)
+	case g.MaxPageBytes < minGRPCPageBytes || g.MaxPageBytes > g.MaxSendBytes/2:
+		return fmt.Errorf("grpc.max_page_bytes: between %d and half of grpc.max_send_bytes (%d)", minGRPCPageBytes, g.MaxSendBytes/2)
 	}
 	return nil
 }

@@ -98,6 +98,13 @@ func TestLoadErrors(t *testing.T) {
 		{"bad migrate override", "", map[string]string{"FULFILLMENT_DATABASE_MIGRATE": "maybe"}, "FULFILLMENT_DATABASE_MIGRATE"},
 		{"tls half set", "tls: { cert_file: /x }\n", vars, "tls: set both"},
 		{"tls missing file", "tls: { cert_file: /nonexistent/c, key_file: /nonexistent/k }\n", vars, "tls."},
+		{"negative http timeout", "http: { read_timeout: -1s }\n", vars, "http.read_timeout: must not be negative"},
+		{"body over grpc limit", "http: { max_body_bytes: 8388608 }\n", vars, "http.max_body_bytes: at most grpc.max_recv_bytes"},
+		{"send limit too small", "grpc: { max_send_bytes: 65536 }\n", vars, "grpc.max_send_bytes: at least"},
+		{"page over half the send limit", "grpc: { max_page_bytes: 3000000 }\n", vars, "grpc.max_page_bytes"},
+		{"page too small", "grpc: { max_page_bytes: 1000 }\n", vars, "grpc.max_page_bytes"},
+		{"webhook body over raw body bound", "ingest: { max_body_bytes: 2097152 }\n", vars, "ingest.max_body_bytes: at most"},
+		{"negative repeat interval", "log: { repeat_interval: -5s }\n", vars, "log.repeat_interval"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -134,5 +141,59 @@ func TestLoadMissingFile(t *testing.T) {
 	_, err := Load("/nonexistent/config.yaml", env(nil))
 	if err == nil || !strings.Contains(err.Error(), "/nonexistent/config.yaml") {
 		t.Errorf("Load(missing) = %v", err)
+	}
+}
+
+// The shipped example loads as it is, with the environment it names, and
+// states the real defaults of the listener bounds.
+func TestExampleLoads(t *testing.T) {
+	t.Parallel()
+	cfg, err := Load("example.yaml", env(map[string]string{
+		"CHECKOUT_TOKEN":    "checkout-secret-0123456789",
+		"OPS_TOKEN":         "ops-secret-0123456789abc",
+		"INGEST_TOKEN":      "ingest-secret-0123456789",
+		"YOLFI_LIVE_SECRET": "ywhsec_live_0123456789",
+		"DATABASE_URL":      "postgres://localhost/db",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults, err := Load("", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTP != defaults.HTTP || cfg.GRPC != defaults.GRPC || cfg.Log != defaults.Log || cfg.Listen != defaults.Listen {
+		t.Errorf("the example's values differ from the defaults:\nexample  %+v %+v %+v %+v\ndefaults %+v %+v %+v %+v",
+			cfg.HTTP, cfg.GRPC, cfg.Log, cfg.Listen, defaults.HTTP, defaults.GRPC, defaults.Log, defaults.Listen)
+	}
+	if len(cfg.Auth.Tokens) != 3 || len(cfg.Endpoints) != 1 || cfg.Ingest.Upstream.Addr == "" {
+		t.Errorf("example config = %+v", cfg)
+	}
+	// The upstream token is resolved by fulfillmentd ingest only.
+	if cfg.Ingest.Upstream.Token != "" {
+		t.Error("Load resolved ingest.upstream's token")
+	}
+	up := cfg.Ingest.Upstream
+	if err := up.ResolveToken(env(map[string]string{"INGEST_TOKEN": "ingest-secret-0123456789"})); err != nil || up.Token != "ingest-secret-0123456789" {
+		t.Errorf("ResolveToken: %v, token %q", err, up.Token)
+	}
+}
+
+// serve and migrate do not need what only ingest uses: an upstream whose
+// token is missing loads, and fails only when the ingest command resolves it.
+func TestUpstreamTokenResolvedOnlyForIngest(t *testing.T) {
+	t.Parallel()
+	yaml := "ingest: { upstream: { addr: \"up:9090\", token_file: /nonexistent/token } }\n"
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(path, env(nil))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	err = cfg.Ingest.Upstream.ResolveToken(env(nil))
+	if err == nil || !strings.Contains(err.Error(), "ingest.upstream.token_file") {
+		t.Errorf("ResolveToken: %v, want an error naming ingest.upstream.token_file", err)
 	}
 }

@@ -33,6 +33,7 @@ const (
 	testSecret  = "ywhsec_test_0123456789abcdef"
 	adminToken  = "tok-admin-0123456789abcdef"
 	orgAToken   = "tok-org-a-0123456789abcdef"
+	ingestToken = "tok-ingest-0123456789abcdef" // a remote webhook gateway's
 	liveEP      = "yolfi-live"
 	testEP      = "yolfi-test"
 	defaultSKU  = "pro-license"
@@ -45,6 +46,8 @@ const (
 type stack struct {
 	dbURL     string
 	ingestURL string
+	restURL   string
+	grpcAddr  string
 	client    fulfillmentv1.FulfillmentServiceClient
 	db        *pgxpool.Pool // for counting effects behind the service's back
 }
@@ -57,6 +60,7 @@ func testConfig(dbURL string) *config.Config {
 		Auth: config.Auth{Tokens: []config.Token{
 			{Name: "admin", Secret: adminToken, Scopes: []string{config.ScopeAdmin}, Orgs: []string{"*"}},
 			{Name: "org-a", Secret: orgAToken, Scopes: []string{config.ScopeOrdersRead, config.ScopeOrdersWrite, config.ScopeReconciliationRead}, Orgs: []string{orgA}},
+			{Name: "edge", Secret: ingestToken, Scopes: []string{config.ScopeIngest}, Orgs: []string{"*"}},
 		}},
 		Endpoints: []config.Endpoint{
 			{ID: liveEP, Provider: "yolfi", Org: orgA, Environment: "live", Secrets: []config.Secret{{Value: []byte(liveSecret)}}},
@@ -107,6 +111,8 @@ func startReplica(t *testing.T, dbURL string) *stack {
 	return &stack{
 		dbURL:     dbURL,
 		ingestURL: "http://" + a.IngestAddr(),
+		restURL:   "http://" + a.HTTPAddr(),
+		grpcAddr:  a.GRPCAddr(),
 		client:    fulfillmentv1.NewFulfillmentServiceClient(conn),
 		db:        db,
 	}

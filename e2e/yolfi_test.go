@@ -258,24 +258,24 @@ func TestScenario5StaleInvoiceEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := resp.GetOrder()
-	if len(o.GetEvents()) != 5 || len(o.GetEntitlements()) != 2 || len(o.GetLedgerEntries()) != 1 || len(o.GetPaymentAttempts()) != 1 {
+	if len(o.GetHistory().GetEvents()) != 5 || len(o.GetHistory().GetEntitlements()) != 2 || len(o.GetHistory().GetLedgerEntries()) != 1 || len(o.GetHistory().GetPaymentAttempts()) != 1 {
 		t.Errorf("order view: %d events, %d entitlements, %d ledger, %d attempts",
-			len(o.GetEvents()), len(o.GetEntitlements()), len(o.GetLedgerEntries()), len(o.GetPaymentAttempts()))
+			len(o.GetHistory().GetEvents()), len(o.GetHistory().GetEntitlements()), len(o.GetHistory().GetLedgerEntries()), len(o.GetHistory().GetPaymentAttempts()))
 	}
-	for _, e := range o.GetEntitlements() {
+	for _, e := range o.GetHistory().GetEntitlements() {
 		if !strings.HasPrefix(e.GetValue(), "LIC-") {
 			t.Errorf("owning org sees license value %q", e.GetValue())
 		}
 	}
-	if o.GetLedgerEntries()[0].GetAmount().GetMinorUnits() != creditMinor {
-		t.Errorf("credit = %v", o.GetLedgerEntries()[0].GetAmount())
+	if o.GetHistory().GetLedgerEntries()[0].GetAmount().GetMinorUnits() != creditMinor {
+		t.Errorf("credit = %v", o.GetHistory().GetLedgerEntries()[0].GetAmount())
 	}
 	// An all-orgs admin token sees the order but not the license keys.
 	resp, err = s.client.GetOrder(authed(adminToken), &fulfillmentv1.GetOrderRequest{OrderId: order.GetId()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range resp.GetOrder().GetEntitlements() {
+	for _, e := range resp.GetOrder().GetHistory().GetEntitlements() {
 		if e.GetValue() != "" {
 			t.Errorf("admin token sees license value %q", e.GetValue())
 		}

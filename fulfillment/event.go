@@ -6,6 +6,9 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+// Valid reports whether p is a provider with an adapter.
+func (p Provider) Valid() bool { return p == ProviderYolfi || p == ProviderTBank }
+
 // Provider names a payment provider.
 type Provider string
 
@@ -35,6 +38,15 @@ const (
 	// (subscription events until subscriptions are built, unknown types).
 	EventOther EventKind = "other"
 )
+
+// Valid reports whether k is a known event kind.
+func (k EventKind) Valid() bool {
+	switch k {
+	case EventAttemptCreated, EventPaymentConfirmed, EventAttemptExpired, EventAttemptCancelled, EventOther:
+		return true
+	}
+	return false
+}
 
 // Endpoint is a configured webhook receiver: it fixes the provider, the
 // tenant and the environment of everything it receives. Nothing in a payload
@@ -92,4 +104,81 @@ type PaymentInfo struct {
 	Network   string
 	// TxHash is informative only: one transaction may hold several transfers.
 	TxHash string
+}
+
+// Validate checks every field of a normalized event against the shared
+// rules (limits.go) and returns a *ValidationError naming each bad field as
+// RecordEventRequest does. An adapter's output passes it; RecordEvent calls
+// it because its caller may be another process.
+func (ev ProviderEvent) Validate() error {
+	var vs violations
+	text := func(field, v string, r TextRule, required bool) {
+		switch {
+		case v == "":
+			if required {
+				vs.add(field, "is required")
+			}
+		default:
+			if err := r.Check(v); err != nil {
+				vs.add(field, "%v", err)
+			}
+		}
+	}
+	if !ev.Provider.Valid() {
+		vs.add("provider", "must be %q or %q", ProviderYolfi, ProviderTBank)
+	}
+	text("endpoint_id", ev.EndpointID, RuleEventID, true)
+	checkOrgID(&vs, "org_id", ev.OrgID)
+	if !ev.Environment.Valid() {
+		vs.add("environment", "must be %q or %q", EnvLive, EnvTest)
+	}
+	text("event_id", ev.EventID, RuleEventID, true)
+	text("type", ev.Type, RuleEventType, true)
+	if !ev.Kind.Valid() {
+		vs.add("kind", "must be a known event kind such as %q", EventPaymentConfirmed)
+	}
+	p := ev.Payment
+	for _, f := range []struct {
+		field, v string
+		rule     TextRule
+	}{
+		{"payment.attempt_ref", p.AttemptRef, RuleRef},
+		{"payment.payment_id", p.PaymentID, RuleRef},
+		{"payment.invoice_id", p.InvoiceID, RuleRef},
+		{"payment.checkout_session_id", p.CheckoutSessionID, RuleRef},
+		{"payment.merchant_order_id", p.MerchantOrderID, RuleRef},
+		{"payment.paylink_id", p.PaylinkID, RuleRef},
+		{"payment.subscription_id", p.SubscriptionID, RuleRef},
+		{"payment.token", p.Token, RuleToken},
+		{"payment.network", p.Network, RuleNetwork},
+		{"payment.tx_hash", p.TxHash, RuleRef},
+	} {
+		text(f.field, f.v, f.rule, false)
+	}
+	if p.HasAmount {
+		if err := checkDecimal(p.Amount); err != nil {
+			vs.add("payment.amount", "%v", err)
+		}
+	}
+	return vs.err()
+}
+
+// Occurrence times a provider may claim. Its clock may be off by a little;
+// an event dated before EarliestOccurrence, or more than MaxFutureSkew after
+// it was received, is not believed.
+var EarliestOccurrence = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// MaxFutureSkew is how far ahead of its receipt an event may be dated.
+const MaxFutureSkew = 24 * time.Hour
+
+// PlausibleOccurrence returns the time to record for an event that says it
+// occurred at occurred and was received at received: occurred itself when
+// it is plausible (or unknown, the zero time), else received — so that an
+// absurd date can never make an event look newer (or older) than the events
+// received around it. The raw body keeps the provider's own value.
+func PlausibleOccurrence(occurred, received time.Time) time.Time {
+	if occurred.IsZero() || (!occurred.Before(EarliestOccurrence) && !occurred.After(received.Add(MaxFutureSkew))) {
+		return occurred
+	}
+	return received
 }

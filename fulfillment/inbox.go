@@ -126,11 +126,16 @@ type TimelineEvent struct {
 	Decision   Decision
 }
 
-// OrderDetail is an order with everything recorded about it.
+// OrderDetail is an order with its history. Attempts and Events hold the
+// newest MaxHistoryItems, Entitlements at most MaxLicensesPerOrder; the
+// Omitted counts say how many older ones were left out.
 type OrderDetail struct {
 	Order
-	Attempts     []PaymentAttempt
-	Entitlements []Entitlement
-	Ledger       []LedgerEntry
-	Events       []TimelineEvent
+	Attempts            []PaymentAttempt
+	OmittedAttempts     int
+	Entitlements        []Entitlement
+	OmittedEntitlements int
+	Ledger              []LedgerEntry
+	Events              []TimelineEvent
+	OmittedEvents       int
 }

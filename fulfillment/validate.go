@@ -11,23 +11,10 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// Input limits. They bound what one request may store, and every one of them
-// is checked before anything is written.
-const (
-	MaxIDLen       = 128 // org, merchant order, checkout session, sku, account ids
-	MaxLines       = 100
-	MaxQuantity    = 1_000_000
-	MaxTokenLen    = 16
-	MaxNetworkLen  = 32
-	MaxDecimalInt  = 20 // digits before the decimal point
-	MaxDecimalFrac = 18 // digits after the decimal point
-)
-
 var (
 	orgIDPattern    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]*$`)
 	currencyPattern = regexp.MustCompile(`^[A-Z]{3}$`)
 	symbolPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
-	decimalPattern  = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
 )
 
 // OrderDraft is an order as a caller submits it, before validation. Decimal
@@ -99,6 +86,7 @@ func validateLines(vs *violations, drafts []LineDraft) []Line {
 	lines := make([]Line, len(drafts))
 	var currency string
 	var total uint64
+	var licenses int64
 	for i, l := range drafts {
 		f := func(name string) string { return fmt.Sprintf("lines[%d].%s", i, name) }
 		checkText(vs, f("sku"), l.SKU, true)
@@ -133,6 +121,9 @@ func validateLines(vs *violations, drafts []LineDraft) []Line {
 		case l.AccountRef != "":
 			vs.add(f("account_ref"), "is only allowed on %q lines", KindBalanceCredit)
 		}
+		if kind == KindLicense && l.Quantity > 0 && l.Quantity <= MaxQuantity {
+			licenses += l.Quantity
+		}
 		lines[i] = Line{
 			SKU:        l.SKU,
 			Kind:       kind,
@@ -140,6 +131,10 @@ func validateLines(vs *violations, drafts []LineDraft) []Line {
 			UnitPrice:  Money{Currency: l.Currency, MinorUnits: l.MinorUnits},
 			AccountRef: l.AccountRef,
 		}
+	}
+	if licenses > MaxLicensesPerOrder {
+		vs.add("lines", "ask for %d license units in all; an order may grant at most %d (split larger purchases into several orders)",
+			licenses, MaxLicensesPerOrder)
 	}
 	return lines
 }
@@ -163,8 +158,7 @@ func validateSettlement(vs *violations, d SettlementDraft) *Settlement {
 	return s
 }
 
-// parseDecimal accepts a plain non-negative decimal ("25", "25.000000"):
-// no sign, exponent, spaces or more digits than a numeric column keeps.
+// parseDecimal reads an optional decimal field with ParseDecimal.
 func parseDecimal(vs *violations, field, v string, required bool) (decimal.Decimal, bool) {
 	if v == "" {
 		if required {
@@ -173,24 +167,9 @@ func parseDecimal(vs *violations, field, v string, required bool) (decimal.Decim
 		}
 		return decimal.Zero, true
 	}
-	if !decimalPattern.MatchString(v) {
-		vs.add(field, "must be a non-negative decimal string such as \"25.000000\" (digits, one optional point)")
-		return decimal.Decimal{}, false
-	}
-	intPart, frac := v, ""
-	for i := range len(v) {
-		if v[i] == '.' {
-			intPart, frac = v[:i], v[i+1:]
-			break
-		}
-	}
-	if len(intPart) > MaxDecimalInt || len(frac) > MaxDecimalFrac {
-		vs.add(field, "must have at most %d digits before and %d after the decimal point", MaxDecimalInt, MaxDecimalFrac)
-		return decimal.Decimal{}, false
-	}
-	d, err := decimal.NewFromString(v)
+	d, err := ParseDecimal(v)
 	if err != nil {
-		vs.add(field, "must be a decimal string such as \"25.000000\"")
+		vs.add(field, "must be a non-negative decimal string such as \"25.000000\": %v", err)
 		return decimal.Decimal{}, false
 	}
 	return d, true
@@ -207,19 +186,22 @@ func checkOrgID(vs *violations, field, v string) {
 	}
 }
 
-// checkText accepts printable UTF-8 without leading or trailing spaces.
+// checkText accepts a RuleRef text without leading or trailing spaces.
 func checkText(vs *violations, field, v string, required bool) {
-	switch {
-	case v == "":
+	if v == "" {
 		if required {
 			vs.add(field, "is required")
 		}
-	case len(v) > MaxIDLen:
-		vs.add(field, "must be at most %d bytes", MaxIDLen)
-	case !utf8.ValidString(v):
-		vs.add(field, "must be valid UTF-8")
-	case !printable(v):
-		vs.add(field, "must be printable text without control characters or surrounding spaces")
+		return
+	}
+	if err := RuleRef.Check(v); err != nil {
+		vs.add(field, "%v", err)
+		return
+	}
+	first, _ := utf8.DecodeRuneInString(v)
+	last, _ := utf8.DecodeLastRuneInString(v)
+	if unicode.IsSpace(first) || unicode.IsSpace(last) {
+		vs.add(field, "must not start or end with a space")
 	}
 }
 
@@ -232,15 +214,4 @@ func checkSymbol(vs *violations, field, v string, max int) {
 	case !symbolPattern.MatchString(v):
 		vs.add(field, "may contain only letters, digits and _ . -")
 	}
-}
-
-func printable(v string) bool {
-	for _, r := range v {
-		if !unicode.IsPrint(r) && r != ' ' {
-			return false
-		}
-	}
-	first, _ := utf8.DecodeRuneInString(v)
-	last, _ := utf8.DecodeLastRuneInString(v)
-	return !unicode.IsSpace(first) && !unicode.IsSpace(last)
 }

@@ -47,6 +47,13 @@ func TestOrderDraftValidate(t *testing.T) {
 		{"zero quantity", func(d *OrderDraft) { d.Lines[0].Quantity = 0 }, []string{"lines[0].quantity"}},
 		{"negative quantity", func(d *OrderDraft) { d.Lines[0].Quantity = -3 }, []string{"lines[0].quantity"}},
 		{"huge quantity", func(d *OrderDraft) { d.Lines[0].Quantity = MaxQuantity + 1 }, []string{"lines[0].quantity"}},
+		{"licenses at the order bound", func(d *OrderDraft) { d.Lines[0].Quantity = MaxLicensesPerOrder }, nil},
+		{"licenses over the order bound", func(d *OrderDraft) { d.Lines[0].Quantity = MaxLicensesPerOrder + 1 }, []string{"lines"}},
+		{"licenses over the bound over two lines", func(d *OrderDraft) {
+			d.Lines[0].Quantity = MaxLicensesPerOrder
+			d.Lines[1] = LineDraft{SKU: "pro2", Kind: "license", Quantity: 1, Currency: "USD", MinorUnits: 1}
+		}, []string{"lines"}},
+		{"many balance credits are one ledger movement", func(d *OrderDraft) { d.Lines[1].Quantity = MaxQuantity }, nil},
 		{"lowercase currency", func(d *OrderDraft) { d.Lines[0].Currency = "usd" }, []string{"lines[0].unit_price.currency"}},
 		{"mixed currencies", func(d *OrderDraft) { d.Lines[1].Currency = "EUR" }, []string{"lines[1].unit_price.currency"}},
 		{"zero price", func(d *OrderDraft) { d.Lines[0].MinorUnits = 0 }, []string{"lines[0].unit_price.minor_units"}},

@@ -18,7 +18,9 @@ import (
 
 // Recorder stores a verified event durably and returns once it is
 // committed. Errors wrap fulfillment.ErrUnavailable when the event cannot be
-// stored now, or are a *fulfillment.ValidationError when it is refused.
+// stored now (the provider should retry: 503), or are a
+// *fulfillment.ValidationError when the event is refused (400); any other
+// error is a failure of the service or of this gateway's access to it (500).
 type Recorder interface {
 	RecordEvent(ctx context.Context, ev fulfillment.ProviderEvent, rawBody []byte) (fulfillment.InboxReceipt, error)
 }
@@ -65,6 +67,7 @@ const (
 	outcomeInvalid         = "invalid_payload"
 	outcomeOrgMismatch     = "org_mismatch"
 	outcomeUnavailable     = "unavailable"
+	outcomeFailed          = "failed"
 	outcomeMethod          = "method_not_allowed"
 )
 
@@ -150,15 +153,21 @@ func (g *Gateway) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), g.opts.Timeout)
 	defer cancel()
 	receipt, err := g.rec.RecordEvent(ctx, ev, body)
-	if err != nil {
-		var ve *fulfillment.ValidationError
-		if errors.As(err, &ve) {
-			g.reject(w, r, ep.Adapter, id, http.StatusBadRequest, outcomeInvalid, ve.Error(), err)
-			return
-		}
-		// Not stored: the provider must retry.
+	var ve *fulfillment.ValidationError
+	switch {
+	case errors.As(err, &ve):
+		// Refused for good: a retry would be refused again.
+		g.reject(w, r, ep.Adapter, id, http.StatusBadRequest, outcomeInvalid, ve.Error(), err)
+		return
+	case errors.Is(err, fulfillment.ErrUnavailable):
+		// Not stored, for now: the provider must retry.
 		w.Header().Set("Retry-After", "5")
 		g.reject(w, r, ep.Adapter, id, http.StatusServiceUnavailable, outcomeUnavailable, "temporarily unable to store the event; retry", err)
+		return
+	case err != nil:
+		// Not stored, and not for a passing reason (the service refused
+		// this gateway, or failed): someone must look.
+		g.reject(w, r, ep.Adapter, id, http.StatusInternalServerError, outcomeFailed, "the event could not be stored", err)
 		return
 	}
 	outcome := outcomeAccepted
@@ -184,7 +193,7 @@ func (g *Gateway) reject(w http.ResponseWriter, r *http.Request, a Adapter, endp
 			attrs = append(attrs, "cause", cause.Error())
 		}
 		level := slog.LevelWarn
-		if outcome == outcomeUnavailable {
+		if outcome == outcomeUnavailable || outcome == outcomeFailed {
 			level = slog.LevelError
 		}
 		g.log.Log(r.Context(), level, "webhook rejected", attrs...)

@@ -46,6 +46,7 @@ func newGateway(t *testing.T, rec ingest.Recorder) (http.Handler, *bytes.Buffer)
 
 func post(h http.Handler, body []byte, sign string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest("POST", "/webhooks/ep", bytes.NewReader(body))
+	req.Header.Set(yolfi.EventIDHeader, "evt_1")
 	if sign != "" {
 		req.Header.Set("X-Yolfi-Signature", yolfi.Sign([]byte(sign), body))
 	}
@@ -67,7 +68,7 @@ func TestGatewayAcknowledgesOnlyCommittedEvents(t *testing.T) {
 		{"committed", nil, false, http.StatusOK},
 		{"duplicate", nil, true, http.StatusOK},
 		{"storage down", fmt.Errorf("%w: database", fulfillment.ErrUnavailable), false, http.StatusServiceUnavailable},
-		{"unexpected error", errors.New("boom"), false, http.StatusServiceUnavailable},
+		{"unexpected error", errors.New("boom"), false, http.StatusInternalServerError},
 		{"refused event", &fulfillment.ValidationError{Violations: []fulfillment.FieldViolation{{Field: "event_id", Description: "bad"}}}, false, http.StatusBadRequest},
 	}
 	for _, tc := range cases {

@@ -24,9 +24,11 @@ type Principal struct {
 	orgs   []string // nil: every org
 }
 
-// HasScope reports whether p holds scope (admin holds every scope).
+// HasScope reports whether p holds scope. Admin holds every scope but
+// ingest: only a webhook gateway, which verified a provider's signature, may
+// record provider events.
 func (p *Principal) HasScope(scope string) bool {
-	return slices.Contains(p.scopes, scope) || slices.Contains(p.scopes, config.ScopeAdmin)
+	return slices.Contains(p.scopes, scope) || (scope != config.ScopeIngest && slices.Contains(p.scopes, config.ScopeAdmin))
 }
 
 // AllowsOrg reports whether p may act for org.
@@ -80,9 +82,19 @@ func (a *Authenticator) authenticate(ctx context.Context) (*Principal, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	values := md.Get("authorization")
 	if len(values) == 0 {
-		return nil, status.Error(codes.Unauthenticated, "missing bearer token: send the header \"Authorization: Bearer <token>\"")
+		return nil, errNoToken
 	}
-	scheme, token, ok := strings.Cut(values[0], " ")
+	return a.principalFor(values[0])
+}
+
+var errNoToken = status.Error(codes.Unauthenticated, "missing bearer token: send the header \"Authorization: Bearer <token>\"")
+
+// principalFor returns the principal of an Authorization header value.
+func (a *Authenticator) principalFor(header string) (*Principal, error) {
+	if header == "" {
+		return nil, errNoToken
+	}
+	scheme, token, ok := strings.Cut(header, " ")
 	if !ok || !strings.EqualFold(scheme, "bearer") || token == "" {
 		return nil, status.Error(codes.Unauthenticated, "malformed authorization header: expected \"Bearer <token>\"")
 	}

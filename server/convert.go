@@ -78,6 +78,15 @@ func orderToProto(o fulfillment.Order) *fulfillmentv1.Order {
 // other entitlement values are shown only to tokens that own the org.
 func orderDetailToProto(d fulfillment.OrderDetail, showSecrets bool) *fulfillmentv1.Order {
 	pb := orderToProto(d.Order)
+	h := &fulfillmentv1.OrderHistory{
+		PaymentAttempts:        make([]*fulfillmentv1.PaymentAttempt, 0, len(d.Attempts)),
+		OmittedPaymentAttempts: int32(d.OmittedAttempts),
+		Entitlements:           make([]*fulfillmentv1.Entitlement, 0, len(d.Entitlements)),
+		OmittedEntitlements:    int32(d.OmittedEntitlements),
+		LedgerEntries:          make([]*fulfillmentv1.LedgerEntry, 0, len(d.Ledger)),
+		Events:                 make([]*fulfillmentv1.OrderEvent, 0, len(d.Events)),
+		OmittedEvents:          int32(d.OmittedEvents),
+	}
 	for _, a := range d.Attempts {
 		pa := &fulfillmentv1.PaymentAttempt{
 			Provider:    string(a.Provider),
@@ -90,7 +99,7 @@ func orderDetailToProto(d fulfillment.OrderDetail, showSecrets bool) *fulfillmen
 		if a.HasAmount {
 			pa.Amount = a.Amount.String()
 		}
-		pb.PaymentAttempts = append(pb.PaymentAttempts, pa)
+		h.PaymentAttempts = append(h.PaymentAttempts, pa)
 	}
 	for _, e := range d.Entitlements {
 		pe := &fulfillmentv1.Entitlement{
@@ -103,10 +112,10 @@ func orderDetailToProto(d fulfillment.OrderDetail, showSecrets bool) *fulfillmen
 		if showSecrets {
 			pe.Value = e.Value
 		}
-		pb.Entitlements = append(pb.Entitlements, pe)
+		h.Entitlements = append(h.Entitlements, pe)
 	}
 	for _, l := range d.Ledger {
-		pb.LedgerEntries = append(pb.LedgerEntries, &fulfillmentv1.LedgerEntry{
+		h.LedgerEntries = append(h.LedgerEntries, &fulfillmentv1.LedgerEntry{
 			Id:         strconv.FormatInt(l.ID, 10),
 			AccountRef: l.AccountRef,
 			Movement:   l.Movement,
@@ -115,12 +124,13 @@ func orderDetailToProto(d fulfillment.OrderDetail, showSecrets bool) *fulfillmen
 		})
 	}
 	for _, e := range d.Events {
-		pb.Events = append(pb.Events, &fulfillmentv1.OrderEvent{
+		h.Events = append(h.Events, &fulfillmentv1.OrderEvent{
 			EventId:     e.EventID,
 			Type:        e.Type,
 			ReceiveTime: timestamppb.New(e.ReceivedAt),
 			Decision:    string(e.Decision),
 		})
 	}
+	pb.History = h
 	return pb
 }

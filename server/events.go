@@ -2,33 +2,37 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
-
-	"github.com/shopspring/decimal"
+	"time"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 )
 
-// RecordEvent implements fulfillmentv1.FulfillmentServiceServer.
+// RecordEvent implements fulfillmentv1.FulfillmentServiceServer. Its caller
+// may be a gateway in another process, so nothing it sends is trusted: every
+// field is checked with the rules the adapters apply, and the event must
+// belong to an endpoint of this service's configuration, as that endpoint
+// is configured.
 func (s *Service) RecordEvent(ctx context.Context, req *fulfillmentv1.RecordEventRequest) (*fulfillmentv1.RecordEventResponse, error) {
 	ev, err := eventFromProto(req)
+	if err == nil {
+		err = s.checkEndpoint(ev)
+	}
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
 	if err := requireOrg(principalFrom(ctx), ev.OrgID); err != nil {
 		return nil, err
 	}
+	ev.OccurredAt = fulfillment.PlausibleOccurrence(ev.OccurredAt, time.Now())
 	receipt, err := s.inbox.InboxInsert(ctx, ev, req.GetRawBody())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
 	return &fulfillmentv1.RecordEventResponse{Duplicate: receipt.Duplicate, State: string(receipt.State)}, nil
 }
-
-// Bounds of a recorded event, checked again here: the gateway is a separate
-// process and a database row must never hold what an adapter let through.
-const maxRawBody = 1 << 20
 
 // eventFromProto reads and validates a RecordEventRequest.
 func eventFromProto(req *fulfillmentv1.RecordEventRequest) (fulfillment.ProviderEvent, error) {
@@ -59,38 +63,51 @@ func eventFromProto(req *fulfillmentv1.RecordEventRequest) (fulfillment.Provider
 		ev.OccurredAt = req.GetOccurTime().AsTime()
 	}
 	var vs []fulfillment.FieldViolation
-	bad := func(field, format string, args ...any) {
-		vs = append(vs, fulfillment.FieldViolation{Field: field, Description: fmt.Sprintf(format, args...)})
-	}
-	if ev.Provider != fulfillment.ProviderYolfi && ev.Provider != fulfillment.ProviderTBank {
-		bad("provider", "must be %q or %q", fulfillment.ProviderYolfi, fulfillment.ProviderTBank)
-	}
-	for field, v := range map[string]string{"endpoint_id": ev.EndpointID, "org_id": ev.OrgID, "event_id": ev.EventID, "type": ev.Type} {
-		if v == "" || len(v) > fulfillment.MaxIDLen {
-			bad(field, "is required, at most %d bytes", fulfillment.MaxIDLen)
-		}
-	}
-	if !ev.Environment.Valid() {
-		bad("environment", "must be %q or %q", fulfillment.EnvLive, fulfillment.EnvTest)
-	}
-	switch ev.Kind {
-	case fulfillment.EventAttemptCreated, fulfillment.EventPaymentConfirmed, fulfillment.EventAttemptExpired,
-		fulfillment.EventAttemptCancelled, fulfillment.EventOther:
-	default:
-		bad("kind", "must be a known event kind such as %q", fulfillment.EventPaymentConfirmed)
-	}
 	if a := p.GetAmount(); a != "" {
-		d, err := decimal.NewFromString(a)
-		if err != nil || d.IsNegative() || d.Exponent() < -fulfillment.MaxDecimalFrac {
-			bad("payment.amount", "must be a non-negative decimal string with at most %d decimals", fulfillment.MaxDecimalFrac)
+		d, err := fulfillment.ParseDecimal(a)
+		if err != nil {
+			vs = append(vs, fulfillment.FieldViolation{Field: "payment.amount", Description: "must be a decimal string such as \"25.000000\": " + err.Error()})
 		}
-		ev.Payment.Amount, ev.Payment.HasAmount = d, true
+		ev.Payment.Amount, ev.Payment.HasAmount = d, err == nil
 	}
-	if len(req.GetRawBody()) == 0 || len(req.GetRawBody()) > maxRawBody {
-		bad("raw_body", "is required, at most %d bytes", maxRawBody)
+	if n := len(req.GetRawBody()); n == 0 || n > fulfillment.MaxRawBodyBytes {
+		vs = append(vs, fulfillment.FieldViolation{Field: "raw_body", Description: fmt.Sprintf("is required, at most %d bytes", fulfillment.MaxRawBodyBytes)})
+	}
+	var ve *fulfillment.ValidationError
+	if errors.As(ev.Validate(), &ve) {
+		vs = append(ve.Violations, vs...)
 	}
 	if len(vs) > 0 {
 		return ev, &fulfillment.ValidationError{Violations: vs}
 	}
 	return ev, nil
+}
+
+// checkEndpoint refuses an event for an endpoint this service is not
+// configured with, or whose provider, org or environment differ from that
+// endpoint's: RecordEvent cannot file an event under another tenant,
+// environment or provider than the endpoint that verified it.
+func (s *Service) checkEndpoint(ev fulfillment.ProviderEvent) error {
+	ep, ok := s.endpoints[ev.EndpointID]
+	if !ok {
+		return &fulfillment.ValidationError{Violations: []fulfillment.FieldViolation{{
+			Field:       "endpoint_id",
+			Description: fmt.Sprintf("%q is not a webhook endpoint of this service's configuration (endpoints[].id)", ev.EndpointID),
+		}}}
+	}
+	var vs []fulfillment.FieldViolation
+	for _, f := range []struct{ field, got, want string }{
+		{"provider", string(ev.Provider), string(ep.Provider)},
+		{"org_id", ev.OrgID, ep.OrgID},
+		{"environment", string(ev.Environment), string(ep.Environment)},
+	} {
+		if f.got != f.want {
+			vs = append(vs, fulfillment.FieldViolation{Field: f.field,
+				Description: fmt.Sprintf("must be %q, as configured for endpoint %q", f.want, ep.ID)})
+		}
+	}
+	if len(vs) > 0 {
+		return &fulfillment.ValidationError{Violations: vs}
+	}
+	return nil
 }

@@ -1,16 +1,26 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"google.golang.org/grpc"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 )
@@ -23,16 +33,15 @@ type Readiness interface {
 	SchemaVersion(ctx context.Context) (applied, latest int32, err error)
 }
 
-// newHTTPHandler serves the REST gateway (translating to gRPC over conn, so
-// that REST calls pass the same interceptors: auth, logging, recovery), the
-// OpenAPI document, and the health endpoints.
-func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, ready Readiness, metrics http.Handler, log *slog.Logger) (http.Handler, error) {
+// newHTTPHandler serves the REST gateway (translating to gRPC over the
+// in-process connection, so that REST calls pass the same interceptors:
+// auth, logging, recovery), the OpenAPI document, and the health endpoints.
+func (s *Server) newHTTPHandler(ctx context.Context) (http.Handler, error) {
+	// A misspelt query parameter is an error too. grpc-gateway keeps its
+	// query parser in a package variable, read by every mux: set it once.
+	useStrictQueries.Do(func() { runtime.NewServeMux(runtime.SetQueryParameterParser(strictQueryParser{})) })
 	gw := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
-			MarshalOptions: protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
-			// A misspelt field is an error, not silently dropped.
-			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
-		}),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, restMarshaler),
 		runtime.WithIncomingHeaderMatcher(func(key string) (string, bool) {
 			if strings.EqualFold(key, requestIDHeader) {
 				return requestIDHeader, true
@@ -41,16 +50,18 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, ready Readiness,
 		}),
 		// The HTTP layer already echoes X-Request-Id; no gRPC metadata leaks out.
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithErrorHandler(s.gatewayError),
+		runtime.WithMiddlewares(noQueryWhereUnused),
 	)
-	if err := fulfillmentv1.RegisterFulfillmentServiceHandler(ctx, gw, conn); err != nil {
+	if err := fulfillmentv1.RegisterFulfillmentServiceHandler(ctx, gw, s.local); err != nil {
 		return nil, err
 	}
 
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", gw)
+	mux.Handle("/v1/", s.guardREST(gw))
 	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
-	if metrics != nil {
-		mux.Handle("GET /metrics", metrics)
+	if s.opts.Metrics != nil {
+		mux.Handle("GET /metrics", s.opts.Metrics)
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -58,14 +69,14 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, ready Readiness,
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := ready.Ping(ctx); err != nil {
-			log.WarnContext(ctx, "not ready: database unreachable", "error", err)
+		if err := s.store.Ping(ctx); err != nil {
+			s.log.WarnContext(ctx, "not ready: database unreachable", "error", err)
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "database unreachable"})
 			return
 		}
-		applied, latest, err := ready.SchemaVersion(ctx)
+		applied, latest, err := s.store.SchemaVersion(ctx)
 		if err != nil {
-			log.WarnContext(ctx, "not ready: reading schema version", "error", err)
+			s.log.WarnContext(ctx, "not ready: reading schema version", "error", err)
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "schema version unknown"})
 			return
 		}
@@ -79,6 +90,80 @@ func newHTTPHandler(ctx context.Context, conn *grpc.ClientConn, ready Readiness,
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "schema_version": applied})
 	})
 	return withRequestID(mux), nil
+}
+
+// guardREST refuses what the REST gateway must not spend resources on,
+// before a byte of the body is read: a request without a known bearer token
+// (401), and a body over http.max_body_bytes (413). An accepted body is read
+// here, bounded, so that a slow or endless one cannot hold a handler.
+func (s *Server) guardREST(next http.Handler) http.Handler {
+	limit := s.cfg.HTTP.WithDefaults().MaxBodyBytes
+	tooLarge := fmt.Sprintf("the request body exceeds %d bytes (http.max_body_bytes)", limit)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := s.auth.principalFor(r.Header.Get("Authorization")); err != nil {
+			restError(w, 0, err)
+			return
+		}
+		if r.ContentLength > limit {
+			restError(w, http.StatusRequestEntityTooLarge, status.Error(codes.InvalidArgument, tooLarge))
+			return
+		}
+		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+			var mbe *http.MaxBytesError
+			switch {
+			case errors.As(err, &mbe):
+				restError(w, http.StatusRequestEntityTooLarge, status.Error(codes.InvalidArgument, tooLarge))
+				return
+			case err != nil:
+				restError(w, http.StatusBadRequest, status.Error(codes.InvalidArgument, "the request body could not be read in full"))
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// restError answers a request the gateway did not forward, in the
+// gateway's error format; httpStatus 0 derives the status from the gRPC
+// code. The connection is then closed at once: Go's server would otherwise
+// read up to 256 KiB of the unread body, as slowly as the client sends it.
+func restError(w http.ResponseWriter, httpStatus int, err error) {
+	st := status.Convert(err)
+	if httpStatus == 0 {
+		httpStatus = runtime.HTTPStatusFromCode(st.Code())
+	}
+	body, merr := restMarshaler.Marshal(st.Proto())
+	if merr != nil {
+		body = []byte(`{"code":13,"message":"internal error","details":[]}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Connection", "close")
+	if st.Code() == codes.Unauthenticated {
+		h.Set("WWW-Authenticate", `Bearer realm="fulfillment"`)
+	}
+	w.WriteHeader(httpStatus)
+	_, _ = w.Write(body)
+	rc := http.NewResponseController(w)
+	if rc.Flush() == nil {
+		if conn, _, err := rc.Hijack(); err == nil {
+			_ = conn.Close()
+		}
+	}
+}
+
+// gatewayError writes a gRPC error as the REST answer. A response the
+// server could not produce within its size bounds is reported as an internal
+// error: RESOURCE_EXHAUSTED (429) would tell clients to retry the same call.
+func (s *Server) gatewayError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if status.Code(err) == codes.ResourceExhausted {
+		s.log.ErrorContext(ctx, "REST response exceeds the message size bounds", "method", r.Method, "path", r.URL.Path, "error", err)
+		err = status.Error(codes.Internal, "the response is too large to send; ask for less (a smaller page_size)")
+	}
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }
 
 // withRequestID gives every HTTP request an id (the caller's X-Request-Id
@@ -99,4 +184,73 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// restMarshaler reads and writes REST bodies: proto field names, every
+// field present in answers, and a misspelt field in a request is an error,
+// not silently dropped.
+var restMarshaler = &runtime.JSONPb{
+	MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
+	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
+}
+
+// noQueryWhereUnused refuses query parameters on the routes that read none:
+// those taking a JSON body, and those naming one resource by path (their
+// request has no other field). grpc-gateway does not parse the query there,
+// so a misspelt parameter would silently do nothing.
+func noQueryWhereUnused(next runtime.HandlerFunc) runtime.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, pathParams map[string]string) {
+		if r.URL.RawQuery != "" && (r.Method != http.MethodGet || len(pathParams) > 0) {
+			restError(w, 0, status.Error(codes.InvalidArgument,
+				"unknown query parameters: this method takes none (a body's fields go in the JSON body)"))
+			return
+		}
+		next(w, r, pathParams)
+	}
+}
+
+var useStrictQueries sync.Once
+
+// strictQueryParser is grpc-gateway's query parser, refusing a parameter
+// that names no field of the request (grpc-gateway ignores those, so a
+// misspelt filter would silently list everything).
+type strictQueryParser struct{}
+
+// Parse implements runtime.QueryParameterParser.
+func (strictQueryParser) Parse(msg proto.Message, values url.Values, filter *utilities.DoubleArray) error {
+	md := msg.ProtoReflect().Descriptor()
+	for key := range values {
+		if !knownField(md, key) {
+			return fmt.Errorf("unknown query parameter %q: this method accepts %s", key, fieldNames(md))
+		}
+	}
+	return (&runtime.DefaultQueryParser{}).Parse(msg, values, filter)
+}
+
+// knownField reports whether a query key (a dotted field path, by proto or
+// JSON names, optionally with a [map key]) names a field of md.
+func knownField(md protoreflect.MessageDescriptor, key string) bool {
+	key, _, _ = strings.Cut(key, "[")
+	for part := range strings.SplitSeq(key, ".") {
+		if md == nil {
+			return false
+		}
+		fd := md.Fields().ByTextName(part)
+		if fd == nil {
+			fd = md.Fields().ByJSONName(part)
+		}
+		if fd == nil {
+			return false
+		}
+		md = fd.Message()
+	}
+	return true
+}
+
+func fieldNames(md protoreflect.MessageDescriptor) string {
+	names := make([]string, md.Fields().Len())
+	for i := range names {
+		names[i] = string(md.Fields().Get(i).Name())
+	}
+	return strings.Join(names, ", ")
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // requestIDHeader carries a request id from the caller (or the REST gateway)
@@ -129,4 +130,21 @@ func (h ContextHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 // WithGroup keeps the wrapper.
 func (h ContextHandler) WithGroup(name string) slog.Handler {
 	return ContextHandler{h.Handler.WithGroup(name)}
+}
+
+// limitResponse refuses to send a response larger than maxBytes, which the
+// transport would fail with RESOURCE_EXHAUSTED — a code that tells clients
+// to retry. Listings are bounded by bytes and orders by their units, so this
+// only guards against a bug: the caller gets INTERNAL and the log says why.
+func limitResponse(maxBytes int, log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		if m, ok := resp.(proto.Message); ok && err == nil {
+			if n := proto.Size(m); n > maxBytes {
+				log.ErrorContext(ctx, "response exceeds grpc.max_send_bytes", "method", info.FullMethod, "bytes", n, "max", maxBytes)
+				return nil, status.Error(codes.Internal, "internal error: the response is too large to send")
+			}
+		}
+		return resp, err
+	}
 }

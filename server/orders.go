@@ -4,11 +4,12 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 )
 
-// OrderService implements fulfillment.v1.FulfillmentService.
+// Service implements fulfillment.v1.FulfillmentService.
 type Service struct {
 	fulfillmentv1.UnimplementedFulfillmentServiceServer
 
@@ -16,13 +17,26 @@ type Service struct {
 	inbox fulfillment.InboxStore
 	recon fulfillment.ReconStore
 	log   *slog.Logger
+
+	// endpoints are the configured webhook endpoints, by id: RecordEvent
+	// accepts events of these only.
+	endpoints map[string]fulfillment.Endpoint
+	// maxPageBytes caps the encoded items of one listing page.
+	maxPageBytes int
 }
 
 var _ fulfillmentv1.FulfillmentServiceServer = (*Service)(nil)
 
-// NewService returns the service backed by store.
-func NewService(store Store, log *slog.Logger) *Service {
-	return &Service{store: store, inbox: store, recon: store, log: log}
+// newService returns the service backed by store, for the configuration cfg.
+func newService(store Store, cfg *config.Config, log *slog.Logger) *Service {
+	s := &Service{store: store, inbox: store, recon: store, log: log,
+		endpoints:    make(map[string]fulfillment.Endpoint, len(cfg.Endpoints)),
+		maxPageBytes: cfg.GRPC.WithDefaults().MaxPageBytes,
+	}
+	for _, e := range cfg.Endpoints {
+		s.endpoints[e.ID] = e.Domain()
+	}
+	return s
 }
 
 // CreateOrder implements fulfillmentv1.FulfillmentServiceServer.
@@ -80,10 +94,6 @@ func (s *Service) ListOrders(ctx context.Context, req *fulfillmentv1.ListOrdersR
 		return nil, toStatus(ctx, s.log, err)
 	}
 	resp := &fulfillmentv1.ListOrdersResponse{}
-	orders, resp.NextPageToken = pageOf(pg, orders, func(o fulfillment.Order) string { return o.ID })
-	resp.Orders = make([]*fulfillmentv1.Order, len(orders))
-	for i, o := range orders {
-		resp.Orders[i] = orderToProto(o)
-	}
+	resp.Orders, resp.NextPageToken = pageOf(pg, orders, orderToProto, func(o fulfillment.Order) string { return o.ID })
 	return resp, nil
 }

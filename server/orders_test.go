@@ -42,8 +42,18 @@ func TestCreateGetListGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !proto.Equal(got.GetOrder(), o) {
-		t.Errorf("GetOrder differs from CreateOrder:\n got %v\nwant %v", got.GetOrder(), o)
+	// GetOrder adds the history (empty here) to what CreateOrder answered.
+	if o.GetHistory() != nil {
+		t.Errorf("CreateOrder answered a history: %v", o.GetHistory())
+	}
+	h := got.GetOrder().GetHistory()
+	if h == nil || len(h.GetEntitlements())+len(h.GetEvents())+len(h.GetPaymentAttempts())+len(h.GetLedgerEntries()) != 0 {
+		t.Errorf("GetOrder history = %v, want present and empty", h)
+	}
+	basic := proto.CloneOf(got.GetOrder())
+	basic.History = nil
+	if !proto.Equal(basic, o) {
+		t.Errorf("GetOrder differs from CreateOrder:\n got %v\nwant %v", basic, o)
 	}
 
 	list, err := ts.client.ListOrders(ctx, &fulfillmentv1.ListOrdersRequest{OrgId: "org_a", MerchantOrderId: "m-1"})

@@ -8,15 +8,19 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
 
 // pager pages a keyset listing, newest first: it asks storage for one row
 // more than the page, which tells whether a next page exists.
 type pager struct {
-	limit  int
-	before string // position to continue after; "" on the first page
-	digest string
+	limit    int
+	maxBytes int    // encoded items of one page
+	before   string // position to continue after; "" on the first page
+	digest   string
 }
 
 // newPager reads page_size and page_token. A token is bound to the digest of
@@ -58,16 +62,32 @@ func (s *Service) listing(ctx context.Context, p *Principal, invalid error, org 
 	if err != nil {
 		return pager{}, toStatus(ctx, s.log, err)
 	}
+	pg.maxBytes = s.maxPageBytes
 	return pg, nil
 }
 
-// pageOf trims the extra row and returns the token of the next page.
-func pageOf[T any](p pager, rows []T, cursor func(T) string) ([]T, string) {
-	if len(rows) <= p.limit {
-		return rows, ""
+// pageOf renders one page of rows (storage returns one row more than the
+// page, which tells whether another page follows): at most p.limit rows,
+// and no more than p.maxBytes of encoded items — so a page may hold fewer
+// rows than asked for, and still have a next page. The first row is always
+// rendered (the largest item is far below the bound). The next page token
+// continues after the last row rendered.
+func pageOf[T any, P proto.Message](p pager, rows []T, render func(T) P, cursor func(T) string) ([]P, string) {
+	page := make([]P, 0, min(len(rows), p.limit))
+	size := 0
+	for _, row := range rows[:min(len(rows), p.limit)] {
+		item := render(row)
+		// The encoded size of the item within the repeated field.
+		n := protowire.SizeBytes(proto.Size(item)) + 1
+		if len(page) > 0 && p.maxBytes > 0 && size+n > p.maxBytes {
+			break
+		}
+		page, size = append(page, item), size+n
 	}
-	rows = rows[:p.limit]
-	return rows, encodePageToken(cursor(rows[p.limit-1]), p.digest)
+	if len(page) == len(rows) {
+		return page, ""
+	}
+	return page, encodePageToken(cursor(rows[len(page)-1]), p.digest)
 }
 
 type pageToken struct {

@@ -36,11 +36,8 @@ func (s *Service) ListReconciliationItems(ctx context.Context, req *fulfillmentv
 		return nil, toStatus(ctx, s.log, err)
 	}
 	resp := &fulfillmentv1.ListReconciliationItemsResponse{}
-	items, resp.NextPageToken = pageOf(pg, items, func(it fulfillment.ReconItem) string { return strconv.FormatInt(it.ID, 10) })
-	resp.Items = make([]*fulfillmentv1.ReconciliationItem, len(items))
-	for i, it := range items {
-		resp.Items[i] = reconItemToProto(it)
-	}
+	resp.Items, resp.NextPageToken = pageOf(pg, items, reconItemToProto,
+		func(it fulfillment.ReconItem) string { return strconv.FormatInt(it.ID, 10) })
 	return resp, nil
 }
 

@@ -30,8 +30,10 @@ func NewEventRecorder(conn grpc.ClientConnInterface, token string) *EventRecorde
 
 // RecordEvent stores ev and returns once it is committed. Errors wrap
 // fulfillment.ErrUnavailable when the service or its database cannot take
-// the event now (the provider must retry), or are a
-// *fulfillment.ValidationError when the event itself is refused.
+// the event now (UNAVAILABLE, DEADLINE_EXCEEDED: the provider must retry),
+// or are a *fulfillment.ValidationError when the event itself is refused
+// (INVALID_ARGUMENT). Other codes — this gateway's token refused, an
+// internal error — are plain errors.
 func (r *EventRecorder) RecordEvent(ctx context.Context, ev fulfillment.ProviderEvent, rawBody []byte) (fulfillment.InboxReceipt, error) {
 	p := ev.Payment
 	req := &fulfillmentv1.RecordEventRequest{
@@ -67,7 +69,8 @@ func (r *EventRecorder) RecordEvent(ctx context.Context, ev fulfillment.Provider
 	resp, err := r.client.RecordEvent(ctx, req)
 	if err != nil {
 		st := status.Convert(err)
-		if st.Code() == codes.InvalidArgument {
+		switch st.Code() {
+		case codes.InvalidArgument:
 			ve := &fulfillment.ValidationError{}
 			for _, d := range st.Details() {
 				if br, ok := d.(*errdetails.BadRequest); ok {
@@ -76,9 +79,14 @@ func (r *EventRecorder) RecordEvent(ctx context.Context, ev fulfillment.Provider
 					}
 				}
 			}
+			if len(ve.Violations) == 0 {
+				ve.Violations = []fulfillment.FieldViolation{{Description: st.Message()}}
+			}
 			return fulfillment.InboxReceipt{}, ve
+		case codes.Unavailable, codes.DeadlineExceeded:
+			return fulfillment.InboxReceipt{}, fmt.Errorf("%w: recording event: %s: %s", fulfillment.ErrUnavailable, st.Code(), st.Message())
 		}
-		return fulfillment.InboxReceipt{}, fmt.Errorf("%w: recording event: %s: %s", fulfillment.ErrUnavailable, st.Code(), st.Message())
+		return fulfillment.InboxReceipt{}, fmt.Errorf("recording event: %s: %s", st.Code(), st.Message())
 	}
 	return fulfillment.InboxReceipt{Duplicate: resp.GetDuplicate(), State: fulfillment.InboxState(resp.GetState())}, nil
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/test/bufconn"
 
@@ -44,6 +45,7 @@ type Server struct {
 	grpcLis, httpLis net.Listener
 	ready            chan struct{}
 
+	auth    *Authenticator
 	grpcSrv *grpc.Server
 	inproc  *bufconn.Listener
 	local   *grpc.ClientConn
@@ -58,22 +60,34 @@ type Options struct {
 // New prepares a server; listeners open in Listen.
 func New(cfg *config.Config, store Store, log *slog.Logger, opts Options) (*Server, error) {
 	s := &Server{cfg: cfg, store: store, log: log, opts: opts, ready: make(chan struct{})}
-	auth := NewAuthenticator(cfg.Auth.Tokens)
+	s.auth = NewAuthenticator(cfg.Auth.Tokens)
+	g := cfg.GRPC.WithDefaults()
 	s.grpcSrv = grpc.NewServer(
-		grpc.ChainUnaryInterceptor(recoverUnary(log), logUnary(log), auth.UnaryInterceptor),
-		grpc.ChainStreamInterceptor(auth.StreamInterceptor),
+		grpc.MaxRecvMsgSize(g.MaxRecvBytes),
+		grpc.MaxSendMsgSize(g.MaxSendBytes),
+		grpc.MaxConcurrentStreams(g.MaxConcurrentStreams),
+		grpc.ConnectionTimeout(g.ConnectionTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: g.MaxConnectionIdle,
+			Time:              g.KeepaliveTime,
+			Timeout:           g.KeepaliveTimeout,
+		}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: g.KeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.ChainUnaryInterceptor(recoverUnary(log), logUnary(log), s.auth.UnaryInterceptor, limitResponse(g.MaxSendBytes, log)),
+		grpc.ChainStreamInterceptor(s.auth.StreamInterceptor),
 	)
-	fulfillmentv1.RegisterFulfillmentServiceServer(s.grpcSrv, NewService(store, log))
+	fulfillmentv1.RegisterFulfillmentServiceServer(s.grpcSrv, newService(store, cfg, log))
 	reflection.Register(s.grpcSrv)
 
 	// In-process callers (the REST gateway, the webhook gateway in serve
 	// mode) reach gRPC in memory: same interceptors, no TLS to ourselves, no
-	// TCP hop.
+	// TCP hop. They accept whatever the server may send.
 	s.inproc = bufconn.Listen(1 << 20)
 	var err error
 	s.local, err = grpc.NewClient("passthrough:///inproc",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return s.inproc.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(g.MaxSendBytes), grpc.MaxCallSendMsgSize(g.MaxRecvBytes)))
 	if err != nil {
 		return nil, fmt.Errorf("connecting in-process client: %w", err)
 	}
@@ -125,16 +139,11 @@ func (s *Server) Run(ctx context.Context) error {
 	defer s.local.Close()
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
-	handler, err := newHTTPHandler(ctx, s.local, s.store, s.opts.Metrics, s.log)
+	handler, err := s.newHTTPHandler(ctx)
 	if err != nil {
 		return fmt.Errorf("building gateway: %w", err)
 	}
-	httpSrv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
+	httpSrv := NewHTTPServer(handler, s.cfg.HTTP, s.log)
 
 	grpcLis, httpLis := s.grpcLis, s.httpLis
 	if tlsCfg != nil {
@@ -180,6 +189,21 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return runErr
+}
+
+// NewHTTPServer returns an HTTP server for h bounded by c's timeouts (its
+// zero values are the defaults).
+func NewHTTPServer(h http.Handler, c config.HTTP, log *slog.Logger) *http.Server {
+	c = c.WithDefaults()
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: c.ReadHeaderTimeout,
+		ReadTimeout:       c.ReadTimeout,
+		WriteTimeout:      c.WriteTimeout,
+		IdleTimeout:       c.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 }
 
 // Ready is closed once Run serves.

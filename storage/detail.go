@@ -11,7 +11,8 @@ import (
 )
 
 // OrderDetail implements fulfillment.OrderStore: the order with its payment
-// attempts, entitlements, ledger entries and event timeline.
+// attempts, entitlements, ledger entries and event timeline, each list
+// bounded (count(*) OVER () counts the rows before the LIMIT).
 func (s *Store) OrderDetail(ctx context.Context, id string) (fulfillment.OrderDetail, error) {
 	order, err := s.OrderGet(ctx, id)
 	if err != nil {
@@ -21,15 +22,19 @@ func (s *Store) OrderDetail(ctx context.Context, id string) (fulfillment.OrderDe
 
 	// The order row is written once per event and these rows only ever
 	// grow, so separate reads show a consistent prefix of its history.
+	var total int
 	rows, _ := s.pool.Query(ctx, `
-		SELECT provider, attempt_ref, state, amount::text, coalesce(token, ''), coalesce(network, ''), created_at
-		FROM payment_attempts WHERE order_id = $1 ORDER BY id`, id)
+		SELECT provider, attempt_ref, state, amount, token, network, created_at, total FROM (
+			SELECT id, provider, attempt_ref, state, amount::text, coalesce(token, '') AS token,
+				coalesce(network, '') AS network, created_at, count(*) OVER () AS total
+			FROM payment_attempts WHERE order_id = $1 ORDER BY id DESC LIMIT $2) newest
+		ORDER BY id`, id, fulfillment.MaxHistoryItems)
 	d.Attempts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.PaymentAttempt, error) {
 		var (
 			a      fulfillment.PaymentAttempt
 			amount *string
 		)
-		if err := r.Scan(&a.Provider, &a.AttemptRef, &a.State, &amount, &a.Token, &a.Network, &a.CreatedAt); err != nil {
+		if err := r.Scan(&a.Provider, &a.AttemptRef, &a.State, &amount, &a.Token, &a.Network, &a.CreatedAt, &total); err != nil {
 			return a, err
 		}
 		if amount != nil {
@@ -41,19 +46,22 @@ func (s *Store) OrderDetail(ctx context.Context, id string) (fulfillment.OrderDe
 	if err != nil {
 		return fulfillment.OrderDetail{}, fmt.Errorf("reading payment attempts: %w", interpret(err))
 	}
+	d.OmittedAttempts = omitted(total, len(d.Attempts))
 
 	rows, _ = s.pool.Query(ctx, `
-		SELECT e.id, e.kind, l.sku, e.unit, e.value, e.created_at
+		SELECT e.id, e.kind, l.sku, e.unit, e.value, e.created_at, count(*) OVER ()
 		FROM entitlements e JOIN order_lines l USING (order_id, line_no)
-		WHERE e.order_id = $1 ORDER BY e.line_no, e.unit`, id)
+		WHERE e.order_id = $1 ORDER BY e.line_no, e.unit LIMIT $2`, id, fulfillment.MaxLicensesPerOrder)
+	total = 0
 	d.Entitlements, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.Entitlement, error) {
 		var e fulfillment.Entitlement
-		err := r.Scan(&e.ID, &e.Kind, &e.SKU, &e.Unit, &e.Value, &e.CreatedAt)
+		err := r.Scan(&e.ID, &e.Kind, &e.SKU, &e.Unit, &e.Value, &e.CreatedAt, &total)
 		return e, err
 	})
 	if err != nil {
 		return fulfillment.OrderDetail{}, fmt.Errorf("reading entitlements: %w", interpret(err))
 	}
+	d.OmittedEntitlements = omitted(total, len(d.Entitlements))
 
 	rows, _ = s.pool.Query(ctx, `
 		SELECT id, account_ref, movement, currency, minor_units, created_at
@@ -68,15 +76,22 @@ func (s *Store) OrderDetail(ctx context.Context, id string) (fulfillment.OrderDe
 	}
 
 	rows, _ = s.pool.Query(ctx, `
-		SELECT event_id, event_type, received_at, coalesce(decision, '')
-		FROM inbox_events WHERE order_id = $1 ORDER BY received_at, id`, id)
+		SELECT event_id, event_type, received_at, decision, total FROM (
+			SELECT id, event_id, event_type, received_at, coalesce(decision, '') AS decision, count(*) OVER () AS total
+			FROM inbox_events WHERE order_id = $1 ORDER BY received_at DESC, id DESC LIMIT $2) newest
+		ORDER BY received_at, id`, id, fulfillment.MaxHistoryItems)
+	total = 0
 	d.Events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.TimelineEvent, error) {
 		var e fulfillment.TimelineEvent
-		err := r.Scan(&e.EventID, &e.Type, &e.ReceivedAt, &e.Decision)
+		err := r.Scan(&e.EventID, &e.Type, &e.ReceivedAt, &e.Decision, &total)
 		return e, err
 	})
 	if err != nil {
 		return fulfillment.OrderDetail{}, fmt.Errorf("reading order events: %w", interpret(err))
 	}
+	d.OmittedEvents = omitted(total, len(d.Events))
 	return d, nil
 }
+
+// omitted is how many of total rows a bounded read left out.
+func omitted(total, read int) int { return max(total-read, 0) }

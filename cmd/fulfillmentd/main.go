@@ -59,7 +59,11 @@ func newRootCmd() *cobra.Command {
 			if cmd.Flags().Changed("migrate") {
 				cfg.Database.Migrate = migrate
 			}
-			return runServe(cmd.Context(), cfg, newLogger(cfg.Log.Level))
+			log := newLogger(cfg.Log.Level)
+			if configPath == "" && os.Getenv(config.EnvConfig) == "" {
+				log.Warn("no configuration file (--config or $" + config.EnvConfig + "): running on defaults; see config/example.yaml")
+			}
+			return runServe(cmd.Context(), cfg, log)
 		},
 	}
 	serve.Flags().BoolVar(&migrate, "migrate", false, "apply pending migrations before serving (default: database.migrate)")

@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -30,8 +30,8 @@ func runServe(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 // FulfillmentService (ingest.upstream).
 func runIngest(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	up := cfg.Ingest.Upstream
-	if up.Addr == "" || up.Token == "" {
-		return errors.New("config: ingest.upstream: set addr and token_env or token_file for fulfillmentd ingest")
+	if err := up.ResolveToken(os.Getenv); err != nil {
+		return err
 	}
 	creds, err := clientCredentials(up)
 	if err != nil {
@@ -54,5 +54,5 @@ func runIngest(ctx context.Context, cfg *config.Config, log *slog.Logger) error 
 	mux := http.NewServeMux()
 	mux.Handle("/", gateway.Handler())
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	return app.ServeHTTP(ctx, "webhooks", lis, mux, cfg.TLS, log)
+	return app.ServeHTTP(ctx, "webhooks", lis, mux, cfg.TLS, cfg.HTTP, log)
 }

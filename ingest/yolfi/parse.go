@@ -10,10 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
-
-	"github.com/shopspring/decimal"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest"
@@ -34,8 +31,8 @@ func (Adapter) Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfi
 	}
 
 	var bad problems
-	bad.text("id", p.ID, maxEventIDLen, code, true)
-	bad.text("type", p.Type, maxTypeLen, code, true)
+	bad.text("id", p.ID, fulfillment.RuleEventID, true)
+	bad.text("type", p.Type, fulfillment.RuleEventType, true)
 	var occurred time.Time
 	if p.CreatedAt != "" {
 		t, err := time.Parse(time.RFC3339, p.CreatedAt)
@@ -45,16 +42,20 @@ func (Adapter) Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfi
 			occurred = t.UTC()
 		}
 	}
-	bad.text("orgId", p.OrgID, maxIDLen, label, false)
+	bad.text("orgId", p.OrgID, fulfillment.RuleRef, false)
 	if err := bad.err(); err != nil {
 		return fulfillment.ProviderEvent{}, err
 	}
 
-	// The header is an unsigned convenience copy of the id: a disagreement
-	// means the request was tampered with or mangled on its way.
-	if ids := h.Values(EventIDHeader); len(ids) > 1 {
+	// The header is an unsigned copy of the id that Yolfi always sends: a
+	// missing or different one means the request was not sent by Yolfi as
+	// documented, or was mangled on its way.
+	switch ids := h.Values(EventIDHeader); {
+	case len(ids) == 0:
+		return fulfillment.ProviderEvent{}, invalid("the " + EventIDHeader + " header is missing; Yolfi sends it with the body's id")
+	case len(ids) > 1:
 		return fulfillment.ProviderEvent{}, invalid("more than one " + EventIDHeader + " header")
-	} else if len(ids) == 1 && ids[0] != p.ID {
+	case ids[0] != p.ID:
 		return fulfillment.ProviderEvent{}, invalid("the " + EventIDHeader + " header does not match the body's id")
 	}
 	if p.OrgID != "" && p.OrgID != ep.OrgID {
@@ -64,11 +65,11 @@ func (Adapter) Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfi
 	var info fulfillment.PaymentInfo
 	for _, f := range dataFields {
 		v := f.wire(&p.Data)
-		bad.text(f.path, v, f.max, f.text, false)
+		bad.text(f.path, v, f.rule, false)
 		*f.place(&info) = v
 	}
 	if a := amountOf(&p.Data); a != "" {
-		d, err := parseAmount(a)
+		d, err := fulfillment.ParseDecimal(a)
 		if err != nil {
 			bad.add(amountPath + " must be a plain decimal string such as \"25.000000\" (" + err.Error() + ")")
 		} else {
@@ -131,20 +132,16 @@ type problems []string
 
 func (ps *problems) add(reason string) { *ps = append(*ps, reason) }
 
-// text checks a string field: required or not, its length in bytes and its
-// characters.
-func (ps *problems) text(path, v string, maxLen int, kind textKind, required bool) {
-	switch {
-	case v == "":
+// text checks a string field: required or not, and the domain's rule.
+func (ps *problems) text(path, v string, rule fulfillment.TextRule, required bool) {
+	if v == "" {
 		if required {
 			ps.add(path + " is required")
 		}
-	case len(v) > maxLen:
-		ps.add(fmt.Sprintf("%s must be at most %d bytes long", path, maxLen))
-	case kind == code && !isCode(v):
-		ps.add(path + " must be printable ASCII without spaces")
-	case kind == label && !isLabel(v):
-		ps.add(path + " must not contain control or invisible characters")
+		return
+	}
+	if err := rule.Check(v); err != nil {
+		ps.add(path + " " + err.Error())
 	}
 }
 
@@ -153,55 +150,6 @@ func (ps problems) err() error {
 		return nil
 	}
 	return invalid(strings.Join(ps, "; "))
-}
-
-func isCode(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] <= ' ' || s[i] >= 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-func isLabel(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if !unicode.IsPrint(r) {
-			return false
-		}
-	}
-	return true
-}
-
-// parseAmount reads a plain non-negative decimal: digits, optionally a point
-// followed by digits. No sign, exponent, spaces or thousands separators.
-func parseAmount(s string) (decimal.Decimal, error) {
-	intPart, frac, hasPoint := strings.Cut(s, ".")
-	switch {
-	case !allDigits(intPart) || !allDigits(frac):
-		return decimal.Decimal{}, errors.New("only digits and one decimal point are allowed: no sign, exponent, spaces or separators")
-	case intPart == "":
-		return decimal.Decimal{}, errors.New("a digit is needed before the decimal point")
-	case hasPoint && frac == "":
-		return decimal.Decimal{}, errors.New("a digit is needed after the decimal point")
-	case len(intPart) > maxAmountIntDigits:
-		return decimal.Decimal{}, fmt.Errorf("at most %d digits are allowed before the decimal point", maxAmountIntDigits)
-	case len(frac) > maxAmountFracDigits:
-		return decimal.Decimal{}, fmt.Errorf("at most %d digits are allowed after the decimal point", maxAmountFracDigits)
-	}
-	return decimal.NewFromString(s)
-}
-
-func allDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
 }
 
 // maxDepth bounds the nesting of a body (payer metadata included).

@@ -72,7 +72,7 @@ func TestParse(t *testing.T) {
 	cases := []struct {
 		name    string
 		body    string
-		header  http.Header
+		header  http.Header           // nil: X-Yolfi-Event-ID with the body's id
 		ep      *fulfillment.Endpoint // nil: vectorEndpoint
 		wantErr error                 // nil: accepted
 		wantMsg string                // part of the error message
@@ -206,6 +206,7 @@ func TestParse(t *testing.T) {
 		{name: "several problems are listed together", body: `{"type":"payment.confirmed","createdAt":"now"}`, wantErr: ingest.ErrInvalidPayload, wantMsg: "id is required; createdAt must be"},
 
 		// The event id header.
+		{name: "event id header missing", body: vectorJSON, header: http.Header{}, wantErr: ingest.ErrInvalidPayload, wantMsg: "X-Yolfi-Event-ID header is missing"},
 		{name: "event id header differs", body: vectorJSON, header: http.Header{"X-Yolfi-Event-Id": {"evt_forged_123"}}, wantErr: ingest.ErrInvalidPayload, wantMsg: "X-Yolfi-Event-ID header does not match"},
 		{name: "event id header empty", body: vectorJSON, header: http.Header{"X-Yolfi-Event-Id": {""}}, wantErr: ingest.ErrInvalidPayload, wantMsg: "X-Yolfi-Event-ID header does not match"},
 		{name: "event id header twice", body: vectorJSON, header: http.Header{"X-Yolfi-Event-Id": {"evt_01JDV6Q8W3ZK7M2N4P5R6S7T8V", "evt_01JDV6Q8W3ZK7M2N4P5R6S7T8V"}}, wantErr: ingest.ErrInvalidPayload, wantMsg: "more than one X-Yolfi-Event-ID"},
@@ -270,7 +271,17 @@ func TestParse(t *testing.T) {
 			if tc.ep != nil {
 				ep = *tc.ep
 			}
-			ev, err := Adapter{}.Parse(ep, tc.header, []byte(tc.body))
+			h := tc.header
+			if h == nil {
+				h = http.Header{}
+				var top struct {
+					ID string `json:"id"`
+				}
+				if json.Unmarshal([]byte(tc.body), &top) == nil && top.ID != "" {
+					h.Set(EventIDHeader, top.ID)
+				}
+			}
+			ev, err := Adapter{}.Parse(ep, h, []byte(tc.body))
 			if tc.wantErr == nil {
 				if err != nil {
 					t.Fatalf("Parse: %v", err)

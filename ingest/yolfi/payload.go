@@ -77,51 +77,29 @@ func kindOf(eventType string) fulfillment.EventKind {
 	return fulfillment.EventOther
 }
 
-// Limits of the wire fields.
-const (
-	maxEventIDLen = 128
-	maxTypeLen    = 64
-	maxIDLen      = 128
-	maxTokenLen   = 16
-	maxNetworkLen = 32
-	// Digits of data.amount before and after the decimal point.
-	maxAmountIntDigits  = 20
-	maxAmountFracDigits = 18
-)
-
-// textKind says which characters a string field may hold.
-type textKind int
-
-const (
-	// code: printable ASCII without spaces (tokens, networks).
-	code textKind = iota
-	// label: printable Unicode, e.g. a merchant's own order id.
-	label
-)
-
 // dataField maps one string member of "data" onto its place in the
-// normalized PaymentInfo, with its limits.
+// normalized PaymentInfo, with the domain's rule for that place.
 type dataField struct {
 	path  string // as named in error messages
 	wire  func(*PayloadData) string
 	place func(*fulfillment.PaymentInfo) *string
-	max   int
-	text  textKind
+	rule  fulfillment.TextRule
 }
 
 // dataFields is THE field→place mapping of the adapter (apart from
 // data.amount, which becomes a decimal, and the attempt reference below):
-// correct a field's position or limit here and nowhere else.
+// correct a field's position here and nowhere else. The limits are the
+// domain's (fulfillment.Rule*), which RecordEvent checks too.
 var dataFields = []dataField{
-	{"data.invoiceId", func(d *PayloadData) string { return d.InvoiceID }, func(p *fulfillment.PaymentInfo) *string { return &p.InvoiceID }, maxIDLen, label},
-	{"data.paymentId", func(d *PayloadData) string { return d.PaymentID }, func(p *fulfillment.PaymentInfo) *string { return &p.PaymentID }, maxIDLen, label},
-	{"data.checkoutSessionId", func(d *PayloadData) string { return d.CheckoutSessionID }, func(p *fulfillment.PaymentInfo) *string { return &p.CheckoutSessionID }, maxIDLen, label},
-	{"data.merchantOrderId", func(d *PayloadData) string { return d.MerchantOrderID }, func(p *fulfillment.PaymentInfo) *string { return &p.MerchantOrderID }, maxIDLen, label},
-	{"data.paylinkId", func(d *PayloadData) string { return d.PaylinkID }, func(p *fulfillment.PaymentInfo) *string { return &p.PaylinkID }, maxIDLen, label},
-	{"data.subscriptionId", func(d *PayloadData) string { return d.SubscriptionID }, func(p *fulfillment.PaymentInfo) *string { return &p.SubscriptionID }, maxIDLen, label},
-	{"data.token", func(d *PayloadData) string { return d.Token }, func(p *fulfillment.PaymentInfo) *string { return &p.Token }, maxTokenLen, code},
-	{"data.network", func(d *PayloadData) string { return d.Network }, func(p *fulfillment.PaymentInfo) *string { return &p.Network }, maxNetworkLen, code},
-	{"data.txHash", func(d *PayloadData) string { return d.TxHash }, func(p *fulfillment.PaymentInfo) *string { return &p.TxHash }, maxIDLen, label},
+	{"data.invoiceId", func(d *PayloadData) string { return d.InvoiceID }, func(p *fulfillment.PaymentInfo) *string { return &p.InvoiceID }, fulfillment.RuleRef},
+	{"data.paymentId", func(d *PayloadData) string { return d.PaymentID }, func(p *fulfillment.PaymentInfo) *string { return &p.PaymentID }, fulfillment.RuleRef},
+	{"data.checkoutSessionId", func(d *PayloadData) string { return d.CheckoutSessionID }, func(p *fulfillment.PaymentInfo) *string { return &p.CheckoutSessionID }, fulfillment.RuleRef},
+	{"data.merchantOrderId", func(d *PayloadData) string { return d.MerchantOrderID }, func(p *fulfillment.PaymentInfo) *string { return &p.MerchantOrderID }, fulfillment.RuleRef},
+	{"data.paylinkId", func(d *PayloadData) string { return d.PaylinkID }, func(p *fulfillment.PaymentInfo) *string { return &p.PaylinkID }, fulfillment.RuleRef},
+	{"data.subscriptionId", func(d *PayloadData) string { return d.SubscriptionID }, func(p *fulfillment.PaymentInfo) *string { return &p.SubscriptionID }, fulfillment.RuleRef},
+	{"data.token", func(d *PayloadData) string { return d.Token }, func(p *fulfillment.PaymentInfo) *string { return &p.Token }, fulfillment.RuleToken},
+	{"data.network", func(d *PayloadData) string { return d.Network }, func(p *fulfillment.PaymentInfo) *string { return &p.Network }, fulfillment.RuleNetwork},
+	{"data.txHash", func(d *PayloadData) string { return d.TxHash }, func(p *fulfillment.PaymentInfo) *string { return &p.TxHash }, fulfillment.RuleRef},
 }
 
 // amountPath names data.amount in error messages.

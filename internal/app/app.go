@@ -44,6 +44,7 @@ type App struct {
 	ingestLis net.Listener
 	debugLis  net.Listener // nil unless listen.debug is set
 	tls       *config.TLS
+	http      config.HTTP
 }
 
 // New opens the database (migrating first when configured) and binds every
@@ -66,7 +67,8 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*App, error
 	if err != nil {
 		return nil, err
 	}
-	a := &App{log: log, store: store, tls: cfg.TLS}
+	warnUnreachable(cfg, log)
+	a := &App{log: log, store: store, tls: cfg.TLS, http: cfg.HTTP}
 	if err := a.build(cfg); err != nil {
 		a.Close()
 		return nil, err
@@ -122,6 +124,9 @@ func (a *App) build(cfg *config.Config) error {
 // GRPCAddr is the bound gRPC address.
 func (a *App) GRPCAddr() string { return a.srv.GRPCAddr() }
 
+// HTTPAddr is the bound REST gateway address.
+func (a *App) HTTPAddr() string { return a.srv.HTTPAddr() }
+
 // IngestAddr is the bound webhook gateway address.
 func (a *App) IngestAddr() string { return a.ingestLis.Addr().String() }
 
@@ -134,7 +139,9 @@ func (a *App) Run(ctx context.Context) error {
 	defer a.Close()
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.srv.Run(ctx) })
-	g.Go(func() error { return ServeHTTP(ctx, "webhooks", a.ingestLis, a.gateway.Handler(), a.tls, a.log) })
+	g.Go(func() error {
+		return ServeHTTP(ctx, "webhooks", a.ingestLis, a.gateway.Handler(), a.tls, a.http, a.log)
+	})
 	if a.processor != nil {
 		g.Go(func() error { return a.processor.Run(ctx) })
 	}
@@ -145,7 +152,7 @@ func (a *App) Run(ctx context.Context) error {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		g.Go(func() error { return ServeHTTP(ctx, "pprof", a.debugLis, mux, nil, a.log) })
+		g.Go(func() error { return ServeHTTP(ctx, "pprof", a.debugLis, mux, nil, a.http, a.log) })
 	}
 	return g.Wait()
 }
@@ -171,12 +178,9 @@ func NewGateway(cfg *config.Config, rec ingest.Recorder, reg prometheus.Register
 			secrets[j] = s.Value
 		}
 		eps[i] = ingest.Endpoint{
-			Endpoint: fulfillment.Endpoint{
-				ID: e.ID, Provider: fulfillment.Provider(e.Provider), OrgID: e.Org,
-				Environment: fulfillment.Environment(e.Environment),
-			},
-			Secrets: secrets,
-			Adapter: adapter,
+			Endpoint: e.Domain(),
+			Secrets:  secrets,
+			Adapter:  adapter,
 		}
 	}
 	return ingest.NewGateway(eps, rec, ingest.Options{
@@ -186,8 +190,20 @@ func NewGateway(cfg *config.Config, rec ingest.Recorder, reg prometheus.Register
 	}, log), nil
 }
 
-// ServeHTTP serves h on lis until ctx ends, then shuts down gracefully.
-func ServeHTTP(ctx context.Context, name string, lis net.Listener, h http.Handler, t *config.TLS, log *slog.Logger) error {
+// warnUnreachable says when the configuration leaves the service with no
+// caller able to reach it, which is otherwise silent.
+func warnUnreachable(cfg *config.Config, log *slog.Logger) {
+	if len(cfg.Auth.Tokens) == 0 {
+		log.Warn("no API tokens are configured (auth.tokens): every gRPC and REST call will be refused as unauthenticated; see config/example.yaml")
+	}
+	if len(cfg.Endpoints) == 0 {
+		log.Warn("no webhook endpoints are configured (endpoints): every webhook will be answered 404; see config/example.yaml")
+	}
+}
+
+// ServeHTTP serves h on lis, within the timeouts of bounds, until ctx ends,
+// then shuts down gracefully.
+func ServeHTTP(ctx context.Context, name string, lis net.Listener, h http.Handler, t *config.TLS, bounds config.HTTP, log *slog.Logger) error {
 	if t != nil {
 		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 		if err != nil {
@@ -195,13 +211,7 @@ func ServeHTTP(ctx context.Context, name string, lis net.Listener, h http.Handle
 		}
 		lis = tls.NewListener(lis, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	}
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srv := server.NewHTTPServer(h, bounds, log)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
 	log.Info("serving "+name, "addr", lis.Addr().String())

@@ -655,8 +655,8 @@ func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) err
 		if err != nil {
 			return fmt.Errorf("reading the license keys of %s: %w", o.mid, err)
 		}
-		apiValues := make([]string, 0, len(got.GetEntitlements()))
-		for _, e := range got.GetEntitlements() {
+		apiValues := make([]string, 0, len(got.GetHistory().GetEntitlements()))
+		for _, e := range got.GetHistory().GetEntitlements() {
 			apiValues = append(apiValues, e.GetValue())
 		}
 		slices.Sort(apiValues)
@@ -668,9 +668,9 @@ func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) err
 		}
 		diff("state", got.GetState(), row.state)
 		diff("license keys", apiValues, values)
-		diff("ledger entries", len(got.GetLedgerEntries()), s.ledger[row.id])
-		diff("payment attempts", len(got.GetPaymentAttempts()), len(s.attempts[row.id]))
-		diff("events", len(got.GetEvents()), len(s.byOrder[row.id]))
+		diff("ledger entries", len(got.GetHistory().GetLedgerEntries()), s.ledger[row.id])
+		diff("payment attempts", len(got.GetHistory().GetPaymentAttempts()), len(s.attempts[row.id]))
+		diff("events", len(got.GetHistory().GetEvents()), len(s.byOrder[row.id]))
 		if len(diffs) > 0 {
 			c.Failed++
 			r.viol.add("API disagrees", "order %s: %s", o.mid, strings.Join(diffs, "; "))

@@ -84,7 +84,7 @@ type OrderLine struct {
 	Sku string `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`
 	// What fulfilling the line grants: "license", "balance_credit" or "external".
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	// Units ordered, at least 1.
+	// Units ordered: 1 to 1,000,000 (license lines: 1,000 per order in all).
 	Quantity int64 `protobuf:"varint,3,opt,name=quantity,proto3" json:"quantity,omitempty"`
 	// Price of one unit.
 	UnitPrice *Money `protobuf:"bytes,4,opt,name=unit_price,json=unitPrice,proto3" json:"unit_price,omitempty"`
@@ -608,14 +608,11 @@ type Order struct {
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// When the order last changed.
 	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	// Attempts to pay the order.
-	PaymentAttempts []*PaymentAttempt `protobuf:"bytes,12,rep,name=payment_attempts,json=paymentAttempts,proto3" json:"payment_attempts,omitempty"`
-	// What fulfilling the order granted.
-	Entitlements []*Entitlement `protobuf:"bytes,13,rep,name=entitlements,proto3" json:"entitlements,omitempty"`
-	// Balance movements caused by the order.
-	LedgerEntries []*LedgerEntry `protobuf:"bytes,14,rep,name=ledger_entries,json=ledgerEntries,proto3" json:"ledger_entries,omitempty"`
-	// Provider events about the order, oldest first.
-	Events        []*OrderEvent `protobuf:"bytes,15,rep,name=events,proto3" json:"events,omitempty"`
+	// What has happened to the order. Only GetOrder includes it: in the
+	// answers of CreateOrder and ListOrders it is absent (JSON null), which
+	// means "not included in this view" — an order with no history has a
+	// history with empty lists.
+	History       *OrderHistory `protobuf:"bytes,16,opt,name=history,proto3" json:"history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -727,32 +724,115 @@ func (x *Order) GetUpdateTime() *timestamppb.Timestamp {
 	return nil
 }
 
-func (x *Order) GetPaymentAttempts() []*PaymentAttempt {
+func (x *Order) GetHistory() *OrderHistory {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+// OrderHistory is what has happened to an order. Each list is bounded; an
+// omitted_* count says how many older items were left out.
+type OrderHistory struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Attempts to pay the order, oldest first: the newest 100.
+	PaymentAttempts []*PaymentAttempt `protobuf:"bytes,1,rep,name=payment_attempts,json=paymentAttempts,proto3" json:"payment_attempts,omitempty"`
+	// Older payment attempts left out.
+	OmittedPaymentAttempts int32 `protobuf:"varint,2,opt,name=omitted_payment_attempts,json=omittedPaymentAttempts,proto3" json:"omitted_payment_attempts,omitempty"`
+	// What fulfilling the order granted, by line and unit: at most one per
+	// unit, and at most 1,000 (the license units an order may grant).
+	Entitlements []*Entitlement `protobuf:"bytes,3,rep,name=entitlements,proto3" json:"entitlements,omitempty"`
+	// Entitlements left out (only orders created before the 1,000-unit
+	// bound can have more).
+	OmittedEntitlements int32 `protobuf:"varint,4,opt,name=omitted_entitlements,json=omittedEntitlements,proto3" json:"omitted_entitlements,omitempty"`
+	// Balance movements caused by the order: at most one per line and
+	// movement type.
+	LedgerEntries []*LedgerEntry `protobuf:"bytes,5,rep,name=ledger_entries,json=ledgerEntries,proto3" json:"ledger_entries,omitempty"`
+	// Provider events about the order, oldest first: the newest 100.
+	Events []*OrderEvent `protobuf:"bytes,6,rep,name=events,proto3" json:"events,omitempty"`
+	// Older events left out.
+	OmittedEvents int32 `protobuf:"varint,7,opt,name=omitted_events,json=omittedEvents,proto3" json:"omitted_events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OrderHistory) Reset() {
+	*x = OrderHistory{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OrderHistory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OrderHistory) ProtoMessage() {}
+
+func (x *OrderHistory) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OrderHistory.ProtoReflect.Descriptor instead.
+func (*OrderHistory) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *OrderHistory) GetPaymentAttempts() []*PaymentAttempt {
 	if x != nil {
 		return x.PaymentAttempts
 	}
 	return nil
 }
 
-func (x *Order) GetEntitlements() []*Entitlement {
+func (x *OrderHistory) GetOmittedPaymentAttempts() int32 {
+	if x != nil {
+		return x.OmittedPaymentAttempts
+	}
+	return 0
+}
+
+func (x *OrderHistory) GetEntitlements() []*Entitlement {
 	if x != nil {
 		return x.Entitlements
 	}
 	return nil
 }
 
-func (x *Order) GetLedgerEntries() []*LedgerEntry {
+func (x *OrderHistory) GetOmittedEntitlements() int32 {
+	if x != nil {
+		return x.OmittedEntitlements
+	}
+	return 0
+}
+
+func (x *OrderHistory) GetLedgerEntries() []*LedgerEntry {
 	if x != nil {
 		return x.LedgerEntries
 	}
 	return nil
 }
 
-func (x *Order) GetEvents() []*OrderEvent {
+func (x *OrderHistory) GetEvents() []*OrderEvent {
 	if x != nil {
 		return x.Events
 	}
 	return nil
+}
+
+func (x *OrderHistory) GetOmittedEvents() int32 {
+	if x != nil {
+		return x.OmittedEvents
+	}
+	return 0
 }
 
 // CreateOrderRequest is the content of a new order.
@@ -766,7 +846,8 @@ type CreateOrderRequest struct {
 	MerchantOrderId string `protobuf:"bytes,3,opt,name=merchant_order_id,json=merchantOrderId,proto3" json:"merchant_order_id,omitempty"`
 	// Optional provider checkout session paying this order.
 	CheckoutSessionId string `protobuf:"bytes,4,opt,name=checkout_session_id,json=checkoutSessionId,proto3" json:"checkout_session_id,omitempty"`
-	// At least one line.
+	// At least one line, at most 100; the license lines may ask for 1,000
+	// units in all.
 	Lines []*OrderLine `protobuf:"bytes,5,rep,name=lines,proto3" json:"lines,omitempty"`
 	// What the merchant expects to receive from the provider.
 	Settlement    *Settlement `protobuf:"bytes,6,opt,name=settlement,proto3" json:"settlement,omitempty"`
@@ -776,7 +857,7 @@ type CreateOrderRequest struct {
 
 func (x *CreateOrderRequest) Reset() {
 	*x = CreateOrderRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[8]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +869,7 @@ func (x *CreateOrderRequest) String() string {
 func (*CreateOrderRequest) ProtoMessage() {}
 
 func (x *CreateOrderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[8]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +882,7 @@ func (x *CreateOrderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOrderRequest.ProtoReflect.Descriptor instead.
 func (*CreateOrderRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{8}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateOrderRequest) GetOrgId() string {
@@ -849,7 +930,8 @@ func (x *CreateOrderRequest) GetSettlement() *Settlement {
 // CreateOrderResponse carries the created (or previously created) order.
 type CreateOrderResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The order.
+	// The order, without its history (as in ListOrders), whether it was
+	// created now or before.
 	Order *Order `protobuf:"bytes,1,opt,name=order,proto3" json:"order,omitempty"`
 	// False when the request repeated an earlier one and nothing was created.
 	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
@@ -859,7 +941,7 @@ type CreateOrderResponse struct {
 
 func (x *CreateOrderResponse) Reset() {
 	*x = CreateOrderResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[9]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +953,7 @@ func (x *CreateOrderResponse) String() string {
 func (*CreateOrderResponse) ProtoMessage() {}
 
 func (x *CreateOrderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[9]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +966,7 @@ func (x *CreateOrderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOrderResponse.ProtoReflect.Descriptor instead.
 func (*CreateOrderResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{9}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateOrderResponse) GetOrder() *Order {
@@ -912,7 +994,7 @@ type GetOrderRequest struct {
 
 func (x *GetOrderRequest) Reset() {
 	*x = GetOrderRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[10]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -924,7 +1006,7 @@ func (x *GetOrderRequest) String() string {
 func (*GetOrderRequest) ProtoMessage() {}
 
 func (x *GetOrderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[10]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -937,7 +1019,7 @@ func (x *GetOrderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOrderRequest.ProtoReflect.Descriptor instead.
 func (*GetOrderRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{10}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetOrderRequest) GetOrderId() string {
@@ -958,7 +1040,7 @@ type GetOrderResponse struct {
 
 func (x *GetOrderResponse) Reset() {
 	*x = GetOrderResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[11]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1052,7 @@ func (x *GetOrderResponse) String() string {
 func (*GetOrderResponse) ProtoMessage() {}
 
 func (x *GetOrderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[11]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1065,7 @@ func (x *GetOrderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOrderResponse.ProtoReflect.Descriptor instead.
 func (*GetOrderResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{11}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetOrderResponse) GetOrder() *Order {
@@ -1005,7 +1087,8 @@ type ListOrdersRequest struct {
 	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	// Only the order with this merchant order id.
 	MerchantOrderId string `protobuf:"bytes,4,opt,name=merchant_order_id,json=merchantOrderId,proto3" json:"merchant_order_id,omitempty"`
-	// Maximum number of orders to return: default 50, at most 500.
+	// Maximum number of orders to return: default 50, at most 500. A page
+	// also stops before its orders exceed the page byte bound.
 	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response's next_page_token, with the same filters.
 	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -1015,7 +1098,7 @@ type ListOrdersRequest struct {
 
 func (x *ListOrdersRequest) Reset() {
 	*x = ListOrdersRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[12]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1110,7 @@ func (x *ListOrdersRequest) String() string {
 func (*ListOrdersRequest) ProtoMessage() {}
 
 func (x *ListOrdersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[12]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1123,7 @@ func (x *ListOrdersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOrdersRequest.ProtoReflect.Descriptor instead.
 func (*ListOrdersRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{12}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListOrdersRequest) GetOrgId() string {
@@ -1098,7 +1181,7 @@ type ListOrdersResponse struct {
 
 func (x *ListOrdersResponse) Reset() {
 	*x = ListOrdersResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[13]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1193,7 @@ func (x *ListOrdersResponse) String() string {
 func (*ListOrdersResponse) ProtoMessage() {}
 
 func (x *ListOrdersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[13]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1206,7 @@ func (x *ListOrdersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOrdersResponse.ProtoReflect.Descriptor instead.
 func (*ListOrdersResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{13}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListOrdersResponse) GetOrders() []*Order {
@@ -1172,7 +1255,7 @@ type EventPayment struct {
 
 func (x *EventPayment) Reset() {
 	*x = EventPayment{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[14]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1267,7 @@ func (x *EventPayment) String() string {
 func (*EventPayment) ProtoMessage() {}
 
 func (x *EventPayment) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[14]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1280,7 @@ func (x *EventPayment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventPayment.ProtoReflect.Descriptor instead.
 func (*EventPayment) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{14}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *EventPayment) GetAttemptRef() string {
@@ -1310,7 +1393,7 @@ type RecordEventRequest struct {
 
 func (x *RecordEventRequest) Reset() {
 	*x = RecordEventRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[15]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1405,7 @@ func (x *RecordEventRequest) String() string {
 func (*RecordEventRequest) ProtoMessage() {}
 
 func (x *RecordEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[15]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1418,7 @@ func (x *RecordEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordEventRequest.ProtoReflect.Descriptor instead.
 func (*RecordEventRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{15}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RecordEventRequest) GetProvider() string {
@@ -1428,7 +1511,7 @@ type RecordEventResponse struct {
 
 func (x *RecordEventResponse) Reset() {
 	*x = RecordEventResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[16]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1523,7 @@ func (x *RecordEventResponse) String() string {
 func (*RecordEventResponse) ProtoMessage() {}
 
 func (x *RecordEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[16]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1536,7 @@ func (x *RecordEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordEventResponse.ProtoReflect.Descriptor instead.
 func (*RecordEventResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{16}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RecordEventResponse) GetDuplicate() bool {
@@ -1519,7 +1602,7 @@ type ReconciliationItem struct {
 
 func (x *ReconciliationItem) Reset() {
 	*x = ReconciliationItem{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[17]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1614,7 @@ func (x *ReconciliationItem) String() string {
 func (*ReconciliationItem) ProtoMessage() {}
 
 func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[17]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1627,7 @@ func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationItem.ProtoReflect.Descriptor instead.
 func (*ReconciliationItem) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{17}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReconciliationItem) GetId() string {
@@ -1692,7 +1775,8 @@ type ListReconciliationItemsRequest struct {
 	OrderId string `protobuf:"bytes,3,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
 	// Only items of this org.
 	OrgId string `protobuf:"bytes,4,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
-	// Maximum number of items to return: default 50, at most 500.
+	// Maximum number of items to return: default 50, at most 500. A page
+	// also stops before its items exceed the page byte bound.
 	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response's next_page_token, with the same filters.
 	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -1702,7 +1786,7 @@ type ListReconciliationItemsRequest struct {
 
 func (x *ListReconciliationItemsRequest) Reset() {
 	*x = ListReconciliationItemsRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[18]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1714,7 +1798,7 @@ func (x *ListReconciliationItemsRequest) String() string {
 func (*ListReconciliationItemsRequest) ProtoMessage() {}
 
 func (x *ListReconciliationItemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[18]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1727,7 +1811,7 @@ func (x *ListReconciliationItemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationItemsRequest.ProtoReflect.Descriptor instead.
 func (*ListReconciliationItemsRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{18}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListReconciliationItemsRequest) GetKind() string {
@@ -1785,7 +1869,7 @@ type ListReconciliationItemsResponse struct {
 
 func (x *ListReconciliationItemsResponse) Reset() {
 	*x = ListReconciliationItemsResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[19]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +1881,7 @@ func (x *ListReconciliationItemsResponse) String() string {
 func (*ListReconciliationItemsResponse) ProtoMessage() {}
 
 func (x *ListReconciliationItemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[19]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +1894,7 @@ func (x *ListReconciliationItemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationItemsResponse.ProtoReflect.Descriptor instead.
 func (*ListReconciliationItemsResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{19}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListReconciliationItemsResponse) GetItems() []*ReconciliationItem {
@@ -1880,7 +1964,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12=\n" +
 	"\freceive_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vreceiveTime\x12\x1a\n" +
-	"\bdecision\x18\x04 \x01(\tR\bdecision\"\xda\x05\n" +
+	"\bdecision\x18\x04 \x01(\tR\bdecision\"\xde\x04\n" +
 	"\x05Order\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06org_id\x18\x02 \x01(\tR\x05orgId\x12 \n" +
@@ -1897,11 +1981,16 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\x12I\n" +
-	"\x10payment_attempts\x18\f \x03(\v2\x1e.fulfillment.v1.PaymentAttemptR\x0fpaymentAttempts\x12?\n" +
-	"\fentitlements\x18\r \x03(\v2\x1b.fulfillment.v1.EntitlementR\fentitlements\x12B\n" +
-	"\x0eledger_entries\x18\x0e \x03(\v2\x1b.fulfillment.v1.LedgerEntryR\rledgerEntries\x122\n" +
-	"\x06events\x18\x0f \x03(\v2\x1a.fulfillment.v1.OrderEventR\x06events\"\x96\x02\n" +
+	"updateTime\x126\n" +
+	"\ahistory\x18\x10 \x01(\v2\x1c.fulfillment.v1.OrderHistoryR\ahistoryJ\x04\b\f\x10\rJ\x04\b\r\x10\x0eJ\x04\b\x0e\x10\x0fJ\x04\b\x0f\x10\x10R\x10payment_attemptsR\fentitlementsR\x0eledger_entriesR\x06events\"\xa6\x03\n" +
+	"\fOrderHistory\x12I\n" +
+	"\x10payment_attempts\x18\x01 \x03(\v2\x1e.fulfillment.v1.PaymentAttemptR\x0fpaymentAttempts\x128\n" +
+	"\x18omitted_payment_attempts\x18\x02 \x01(\x05R\x16omittedPaymentAttempts\x12?\n" +
+	"\fentitlements\x18\x03 \x03(\v2\x1b.fulfillment.v1.EntitlementR\fentitlements\x121\n" +
+	"\x14omitted_entitlements\x18\x04 \x01(\x05R\x13omittedEntitlements\x12B\n" +
+	"\x0eledger_entries\x18\x05 \x03(\v2\x1b.fulfillment.v1.LedgerEntryR\rledgerEntries\x122\n" +
+	"\x06events\x18\x06 \x03(\v2\x1a.fulfillment.v1.OrderEventR\x06events\x12%\n" +
+	"\x0eomitted_events\x18\a \x01(\x05R\romittedEvents\"\x96\x02\n" +
 	"\x12CreateOrderRequest\x12\x15\n" +
 	"\x06org_id\x18\x01 \x01(\tR\x05orgId\x12 \n" +
 	"\venvironment\x18\x02 \x01(\tR\venvironment\x12*\n" +
@@ -2020,7 +2109,7 @@ func file_fulfillment_v1_fulfillment_proto_rawDescGZIP() []byte {
 	return file_fulfillment_v1_fulfillment_proto_rawDescData
 }
 
-var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
 	(*Money)(nil),                           // 0: fulfillment.v1.Money
 	(*OrderLine)(nil),                       // 1: fulfillment.v1.OrderLine
@@ -2030,61 +2119,63 @@ var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
 	(*LedgerEntry)(nil),                     // 5: fulfillment.v1.LedgerEntry
 	(*OrderEvent)(nil),                      // 6: fulfillment.v1.OrderEvent
 	(*Order)(nil),                           // 7: fulfillment.v1.Order
-	(*CreateOrderRequest)(nil),              // 8: fulfillment.v1.CreateOrderRequest
-	(*CreateOrderResponse)(nil),             // 9: fulfillment.v1.CreateOrderResponse
-	(*GetOrderRequest)(nil),                 // 10: fulfillment.v1.GetOrderRequest
-	(*GetOrderResponse)(nil),                // 11: fulfillment.v1.GetOrderResponse
-	(*ListOrdersRequest)(nil),               // 12: fulfillment.v1.ListOrdersRequest
-	(*ListOrdersResponse)(nil),              // 13: fulfillment.v1.ListOrdersResponse
-	(*EventPayment)(nil),                    // 14: fulfillment.v1.EventPayment
-	(*RecordEventRequest)(nil),              // 15: fulfillment.v1.RecordEventRequest
-	(*RecordEventResponse)(nil),             // 16: fulfillment.v1.RecordEventResponse
-	(*ReconciliationItem)(nil),              // 17: fulfillment.v1.ReconciliationItem
-	(*ListReconciliationItemsRequest)(nil),  // 18: fulfillment.v1.ListReconciliationItemsRequest
-	(*ListReconciliationItemsResponse)(nil), // 19: fulfillment.v1.ListReconciliationItemsResponse
-	(*timestamppb.Timestamp)(nil),           // 20: google.protobuf.Timestamp
+	(*OrderHistory)(nil),                    // 8: fulfillment.v1.OrderHistory
+	(*CreateOrderRequest)(nil),              // 9: fulfillment.v1.CreateOrderRequest
+	(*CreateOrderResponse)(nil),             // 10: fulfillment.v1.CreateOrderResponse
+	(*GetOrderRequest)(nil),                 // 11: fulfillment.v1.GetOrderRequest
+	(*GetOrderResponse)(nil),                // 12: fulfillment.v1.GetOrderResponse
+	(*ListOrdersRequest)(nil),               // 13: fulfillment.v1.ListOrdersRequest
+	(*ListOrdersResponse)(nil),              // 14: fulfillment.v1.ListOrdersResponse
+	(*EventPayment)(nil),                    // 15: fulfillment.v1.EventPayment
+	(*RecordEventRequest)(nil),              // 16: fulfillment.v1.RecordEventRequest
+	(*RecordEventResponse)(nil),             // 17: fulfillment.v1.RecordEventResponse
+	(*ReconciliationItem)(nil),              // 18: fulfillment.v1.ReconciliationItem
+	(*ListReconciliationItemsRequest)(nil),  // 19: fulfillment.v1.ListReconciliationItemsRequest
+	(*ListReconciliationItemsResponse)(nil), // 20: fulfillment.v1.ListReconciliationItemsResponse
+	(*timestamppb.Timestamp)(nil),           // 21: google.protobuf.Timestamp
 }
 var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
 	0,  // 0: fulfillment.v1.OrderLine.unit_price:type_name -> fulfillment.v1.Money
-	20, // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
-	20, // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
+	21, // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
+	21, // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 3: fulfillment.v1.LedgerEntry.amount:type_name -> fulfillment.v1.Money
-	20, // 4: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
-	20, // 5: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
+	21, // 4: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
+	21, // 5: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
 	1,  // 6: fulfillment.v1.Order.lines:type_name -> fulfillment.v1.OrderLine
 	0,  // 7: fulfillment.v1.Order.total:type_name -> fulfillment.v1.Money
 	2,  // 8: fulfillment.v1.Order.settlement:type_name -> fulfillment.v1.Settlement
-	20, // 9: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
-	20, // 10: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
-	3,  // 11: fulfillment.v1.Order.payment_attempts:type_name -> fulfillment.v1.PaymentAttempt
-	4,  // 12: fulfillment.v1.Order.entitlements:type_name -> fulfillment.v1.Entitlement
-	5,  // 13: fulfillment.v1.Order.ledger_entries:type_name -> fulfillment.v1.LedgerEntry
-	6,  // 14: fulfillment.v1.Order.events:type_name -> fulfillment.v1.OrderEvent
-	1,  // 15: fulfillment.v1.CreateOrderRequest.lines:type_name -> fulfillment.v1.OrderLine
-	2,  // 16: fulfillment.v1.CreateOrderRequest.settlement:type_name -> fulfillment.v1.Settlement
-	7,  // 17: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
-	7,  // 18: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
-	7,  // 19: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
-	20, // 20: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
-	14, // 21: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
-	20, // 22: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
-	20, // 23: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
-	17, // 24: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
-	8,  // 25: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
-	10, // 26: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
-	12, // 27: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
-	15, // 28: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
-	18, // 29: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
-	9,  // 30: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
-	11, // 31: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
-	13, // 32: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
-	16, // 33: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
-	19, // 34: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
-	30, // [30:35] is the sub-list for method output_type
-	25, // [25:30] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	21, // 9: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
+	21, // 10: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
+	8,  // 11: fulfillment.v1.Order.history:type_name -> fulfillment.v1.OrderHistory
+	3,  // 12: fulfillment.v1.OrderHistory.payment_attempts:type_name -> fulfillment.v1.PaymentAttempt
+	4,  // 13: fulfillment.v1.OrderHistory.entitlements:type_name -> fulfillment.v1.Entitlement
+	5,  // 14: fulfillment.v1.OrderHistory.ledger_entries:type_name -> fulfillment.v1.LedgerEntry
+	6,  // 15: fulfillment.v1.OrderHistory.events:type_name -> fulfillment.v1.OrderEvent
+	1,  // 16: fulfillment.v1.CreateOrderRequest.lines:type_name -> fulfillment.v1.OrderLine
+	2,  // 17: fulfillment.v1.CreateOrderRequest.settlement:type_name -> fulfillment.v1.Settlement
+	7,  // 18: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
+	7,  // 19: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
+	7,  // 20: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
+	21, // 21: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
+	15, // 22: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
+	21, // 23: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
+	21, // 24: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
+	18, // 25: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
+	9,  // 26: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
+	11, // 27: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
+	13, // 28: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
+	16, // 29: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
+	19, // 30: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
+	10, // 31: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
+	12, // 32: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
+	14, // 33: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
+	17, // 34: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
+	20, // 35: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
+	31, // [31:36] is the sub-list for method output_type
+	26, // [26:31] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_fulfillment_v1_fulfillment_proto_init() }
@@ -2098,7 +2189,7 @@ func file_fulfillment_v1_fulfillment_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fulfillment_v1_fulfillment_proto_rawDesc), len(file_fulfillment_v1_fulfillment_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

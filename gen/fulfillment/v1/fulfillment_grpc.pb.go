@@ -42,9 +42,13 @@ type FulfillmentServiceClient interface {
 	// returns the order created the first time; the same key with different
 	// content fails with ALREADY_EXISTS and changes nothing.
 	CreateOrder(ctx context.Context, in *CreateOrderRequest, opts ...grpc.CallOption) (*CreateOrderResponse, error)
-	// GetOrder returns one order with everything recorded about it.
+	// GetOrder returns one order with its history: payment attempts,
+	// entitlements, ledger entries and provider events.
 	GetOrder(ctx context.Context, in *GetOrderRequest, opts ...grpc.CallOption) (*GetOrderResponse, error)
-	// ListOrders lists orders the caller may see, newest first.
+	// ListOrders lists orders the caller may see, newest first, without their
+	// history. A page holds at most page_size orders and at most the
+	// service's page byte bound (grpc.max_page_bytes), so it may hold fewer
+	// and still have a next page.
 	ListOrders(ctx context.Context, in *ListOrdersRequest, opts ...grpc.CallOption) (*ListOrdersResponse, error)
 	// RecordEvent durably stores a verified, normalized provider event in the
 	// inbox. It returns only once the event is committed, and succeeds with
@@ -130,9 +134,13 @@ type FulfillmentServiceServer interface {
 	// returns the order created the first time; the same key with different
 	// content fails with ALREADY_EXISTS and changes nothing.
 	CreateOrder(context.Context, *CreateOrderRequest) (*CreateOrderResponse, error)
-	// GetOrder returns one order with everything recorded about it.
+	// GetOrder returns one order with its history: payment attempts,
+	// entitlements, ledger entries and provider events.
 	GetOrder(context.Context, *GetOrderRequest) (*GetOrderResponse, error)
-	// ListOrders lists orders the caller may see, newest first.
+	// ListOrders lists orders the caller may see, newest first, without their
+	// history. A page holds at most page_size orders and at most the
+	// service's page byte bound (grpc.max_page_bytes), so it may hold fewer
+	// and still have a next page.
 	ListOrders(context.Context, *ListOrdersRequest) (*ListOrdersResponse, error)
 	// RecordEvent durably stores a verified, normalized provider event in the
 	// inbox. It returns only once the event is committed, and succeeds with

@@ -1,0 +1,192 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/server"
+)
+
+// recordRequest is a RecordEvent request as a gateway for liveEP sends it:
+// a confirmed payment for merchantOrderID.
+func recordRequest(merchantOrderID string) *fulfillmentv1.RecordEventRequest {
+	return &fulfillmentv1.RecordEventRequest{
+		Provider: "yolfi", EndpointId: liveEP, OrgId: orgA, Environment: "live",
+		EventId: yolfi.NewID("evt_"), Type: yolfi.TypePaymentConfirmed, Kind: string(fulfillment.EventPaymentConfirmed),
+		Payment: &fulfillmentv1.EventPayment{
+			AttemptRef: "inv_" + merchantOrderID, InvoiceId: "inv_" + merchantOrderID, MerchantOrderId: merchantOrderID,
+			Amount: "25.000000", Token: "USDT", Network: "TRON",
+		},
+		RawBody: []byte(`{"forged":true}`),
+	}
+}
+
+// Only a webhook gateway records events: an admin token cannot fulfil an
+// order with a forged, unsigned payment.
+func TestAdminCannotRecordEvents(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	order := s.createOrder(t, "live", "forged-1")
+	for _, token := range []string{adminToken, orgAToken} {
+		_, err := s.client.RecordEvent(authed(token), recordRequest("forged-1"))
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("RecordEvent with a non-ingest token: %v, want PermissionDenied", err)
+		}
+	}
+	// The gateway's own token works, so the refusal above is the scope's.
+	if _, err := s.client.RecordEvent(authed(ingestToken), recordRequest("forged-ok")); err != nil {
+		t.Fatalf("RecordEvent with the ingest token: %v", err)
+	}
+	s.settle(t)
+	if got := s.effects(t, order.GetId()); got.State != "pending_payment" || got.Licenses != 0 || got.Credits != 0 {
+		t.Errorf("forged payments changed the order: %v", got)
+	}
+}
+
+// RecordEvent takes an event only for a configured endpoint, as that
+// endpoint is configured, with every field within the adapters' rules — and
+// refuses anything else as INVALID_ARGUMENT before it reaches SQL.
+func TestRecordEventRefusesWhatNoAdapterSends(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	cases := []struct {
+		name   string
+		mutate func(*fulfillmentv1.RecordEventRequest)
+		field  string
+	}{
+		{"unconfigured endpoint", func(r *fulfillmentv1.RecordEventRequest) { r.EndpointId = "yolfi-other" }, "endpoint_id"},
+		{"another org than the endpoint's", func(r *fulfillmentv1.RecordEventRequest) { r.OrgId = "org_b" }, "org_id"},
+		{"another environment", func(r *fulfillmentv1.RecordEventRequest) { r.Environment = "test" }, "environment"},
+		{"another provider", func(r *fulfillmentv1.RecordEventRequest) { r.Provider = "tbank" }, "provider"},
+		{"exponent amount", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount = "1e30" }, "payment.amount"},
+		{"negative amount", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount = "-25" }, "payment.amount"},
+		{"too many digits", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount = "123456789012345678901.5" }, "payment.amount"},
+		{"too many decimals", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount = "1." + strings.Repeat("1", 19) }, "payment.amount"},
+		{"NUL in merchant order id", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.MerchantOrderId = "m\x00" }, "payment.merchant_order_id"},
+		// (Invalid UTF-8 cannot travel in a proto3 string: gRPC refuses to
+		// encode or decode it before any handler runs.)
+		{"NUL in event id", func(r *fulfillmentv1.RecordEventRequest) { r.EventId = "evt_\x00" }, "event_id"},
+		{"over-long reference", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.PaymentId = strings.Repeat("p", 129) }, "payment.payment_id"},
+		{"over-long type", func(r *fulfillmentv1.RecordEventRequest) { r.Type = strings.Repeat("t", 65) }, "type"},
+		{"space in token", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Token = "US DT" }, "payment.token"},
+		{"unknown kind", func(r *fulfillmentv1.RecordEventRequest) { r.Kind = "refund" }, "kind"},
+		{"no raw body", func(r *fulfillmentv1.RecordEventRequest) { r.RawBody = nil }, "raw_body"},
+	}
+	for _, tc := range cases {
+		req := recordRequest("bad-1")
+		tc.mutate(req)
+		_, err := s.client.RecordEvent(authed(ingestToken), req)
+		st := status.Convert(err)
+		if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), tc.field+":") {
+			t.Errorf("%s: %v, want INVALID_ARGUMENT naming %s", tc.name, err, tc.field)
+		}
+	}
+	if n := s.count(t, "SELECT count(*) FROM inbox_events"); n != 0 {
+		t.Errorf("refused events stored %d rows", n)
+	}
+}
+
+// A gateway in another process maps the service's answers: a refused event
+// is a 4xx (the provider stops retrying it), only an unavailable service is
+// a 503, and a refused gateway is neither a refusal of the event nor
+// "unavailable".
+func TestRecorderMapsCodes(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ev := fulfillment.ProviderEvent{
+		Provider: fulfillment.ProviderYolfi, EndpointID: liveEP, OrgID: orgA, Environment: fulfillment.EnvLive,
+		EventID: yolfi.NewID("evt_"), Type: yolfi.TypeInvoiceCreated, Kind: fulfillment.EventAttemptCreated,
+		Payment: fulfillment.PaymentInfo{AttemptRef: "inv_r", InvoiceID: "inv_r", MerchantOrderID: "r-1"},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := server.NewEventRecorder(conn, ingestToken).RecordEvent(ctx, ev, []byte(`{}`)); err != nil {
+		t.Fatalf("a valid event: %v", err)
+	}
+	unknown := ev
+	unknown.EndpointID = "nope"
+	_, err = server.NewEventRecorder(conn, ingestToken).RecordEvent(ctx, unknown, []byte(`{}`))
+	var ve *fulfillment.ValidationError
+	if !errors.As(err, &ve) {
+		t.Errorf("an unconfigured endpoint: %v, want a validation error (400)", err)
+	}
+	_, err = server.NewEventRecorder(conn, adminToken).RecordEvent(ctx, ev, []byte(`{}`))
+	if err == nil || errors.As(err, &ve) || errors.Is(err, fulfillment.ErrUnavailable) {
+		t.Errorf("a refused gateway token: %v, want a plain error (500)", err)
+	}
+}
+
+// A provider date before 2000 or more than a day ahead cannot make an event
+// newer than the ones received around it: it is recorded at receipt.
+func TestAbsurdOccurrenceTimeIsNotBelieved(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	for _, tc := range []struct {
+		name    string
+		at      time.Time
+		believe bool
+	}{
+		{"far future", time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC), false},
+		{"before 2000", time.Date(1999, 12, 31, 0, 0, 0, 0, time.UTC), false},
+		{"an hour ahead", time.Now().Add(time.Hour), true},
+		{"last year", time.Now().AddDate(-1, 0, 0), true},
+	} {
+		req := recordRequest("when-1")
+		req.OccurTime = timestamppb.New(tc.at)
+		if _, err := s.client.RecordEvent(authed(ingestToken), req); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var occurred, received time.Time
+		if err := s.db.QueryRow(context.Background(), "SELECT occurred_at, received_at FROM inbox_events WHERE event_id = $1",
+			req.GetEventId()).Scan(&occurred, &received); err != nil {
+			t.Fatal(err)
+		}
+		want := received
+		if tc.believe {
+			want = tc.at
+		}
+		if d := occurred.Sub(want); d < -time.Minute || d > time.Minute {
+			t.Errorf("%s: recorded as occurred at %v, want about %v", tc.name, occurred, want)
+		}
+	}
+}
+
+// Yolfi sends X-Yolfi-Event-ID with every delivery: one without it is not
+// Yolfi's, and is refused.
+func TestMissingEventIDHeader(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	p := event(yolfi.TypeInvoiceCreated, "hdr-1", "inv_hdr")
+	body, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := s.sendRaw(t, liveEP, liveSecret, body, ""); code != http.StatusBadRequest {
+		t.Errorf("delivery without %s: %d, want 400", yolfi.EventIDHeader, code)
+	}
+	if code := s.sendRaw(t, liveEP, liveSecret, body, p.ID); code != http.StatusOK {
+		t.Errorf("the same delivery with the header: %d, want 200", code)
+	}
+	if n := s.count(t, "SELECT count(*) FROM inbox_events"); n != 1 {
+		t.Errorf("%d events stored, want 1", n)
+	}
+}

@@ -1,0 +1,291 @@
+package server_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fulfillplatform/fulfillment/config"
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+)
+
+// rawRequest opens a TCP connection to addr, writes head (request line and
+// headers, without the blank line) and then body, and returns the
+// connection.
+func rawRequest(t *testing.T, addr, head string, body []byte) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := io.WriteString(conn, head+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if len(body) > 0 {
+		if _, err := conn.Write(body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return conn
+}
+
+// answer reads the response on conn, waiting at most wait.
+func answer(t *testing.T, conn net.Conn, wait time.Duration) (*http.Response, error) {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(wait))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	return resp, err
+}
+
+// A huge or slow body costs the REST listener nothing when the request has
+// no token (401) or is too large (413): the answer comes before the body,
+// and the connection is closed instead of reading it.
+func TestRESTRefusesBeforeReadingTheBody(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, nil)
+	addr := strings.TrimPrefix(ts.httpURL, "http://")
+	const huge = 256 << 20 // announced, never sent
+	cases := []struct {
+		name, head string
+		want       int
+	}{
+		{"no token, 256 MiB announced", fmt.Sprintf("POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d", huge), http.StatusUnauthorized},
+		{"no token, slow small body", "POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 100", http.StatusUnauthorized},
+		{"unknown token", fmt.Sprintf("POST /v1/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer not-a-token-0123456789\r\nContent-Length: %d", huge), http.StatusUnauthorized},
+		{"not a bearer token", fmt.Sprintf("POST /v1/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Basic %s\r\nContent-Length: %d", tokCheckout, huge), http.StatusUnauthorized},
+		{"token, 256 MiB announced", fmt.Sprintf("POST /v1/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d", tokCheckout, huge), http.StatusRequestEntityTooLarge},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			conn := rawRequest(t, addr, tc.head, nil)
+			resp, err := answer(t, conn, 5*time.Second)
+			if err != nil {
+				t.Fatalf("no answer before the body was sent: %v", err)
+			}
+			if resp.StatusCode != tc.want {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tc.want)
+			}
+			if !resp.Close {
+				t.Error("the connection stays open: the server would read the unread body next")
+			}
+			// And the server closes its end.
+			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := conn.Read(make([]byte, 1)); err != io.EOF {
+				t.Errorf("after the answer: %v, want EOF", err)
+			}
+		})
+	}
+}
+
+// A chunked body (no length announced) is read up to http.max_body_bytes and
+// refused with 413 past it.
+func TestRESTChunkedBodyOverLimit(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, func(c *config.Config) { c.HTTP.MaxBodyBytes = 64 << 10 })
+	conn := rawRequest(t, strings.TrimPrefix(ts.httpURL, "http://"),
+		"POST /v1/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+tokCheckout+"\r\nTransfer-Encoding: chunked", nil)
+	chunk := strings.Repeat("x", 16<<10)
+	go func() { // the server may stop reading before all of it is written
+		for range 8 {
+			if _, err := fmt.Fprintf(conn, "%x\r\n%s\r\n", len(chunk), chunk); err != nil {
+				return
+			}
+		}
+		_, _ = io.WriteString(conn, "0\r\n\r\n")
+	}()
+	resp, err := answer(t, conn, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("status %d, want 413", resp.StatusCode)
+	}
+}
+
+// An authenticated request whose body trickles in is cut off by
+// http.read_timeout.
+func TestRESTSlowBodyTimesOut(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, func(c *config.Config) { c.HTTP.ReadTimeout = 500 * time.Millisecond })
+	conn := rawRequest(t, strings.TrimPrefix(ts.httpURL, "http://"),
+		"POST /v1/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+tokCheckout+"\r\nContent-Length: 1000", []byte(`{"org_id":`))
+	start := time.Now()
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_, err := io.Copy(io.Discard, conn) // an error answer, if any, then EOF
+	if err != nil {
+		t.Fatalf("the connection was not closed: %v", err)
+	}
+	t.Logf("closed %v after the request started", time.Since(start).Round(time.Millisecond))
+}
+
+// The gRPC listener closes connections that never start a call: one that
+// sends nothing (handshake timeout) and one that sends only the HTTP/2
+// preface and settings (idle and keepalive bounds).
+func TestGRPCClosesIdleConnections(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, func(c *config.Config) {
+		c.GRPC.ConnectionTimeout = 500 * time.Millisecond
+		c.GRPC.MaxConnectionIdle = 500 * time.Millisecond
+		c.GRPC.KeepaliveTime = time.Second
+		c.GRPC.KeepaliveTimeout = time.Second
+	})
+	cases := []struct {
+		name  string
+		hello []byte
+	}{
+		{"silent", nil},
+		// The client preface, then an empty SETTINGS frame; nothing is ever
+		// acknowledged.
+		{"preface only", append([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), 0, 0, 0, 4, 0, 0, 0, 0, 0)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			conn, err := net.Dial("tcp", ts.grpcAddr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := conn.Write(tc.hello); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+			if _, err := io.Copy(io.Discard, conn); err != nil {
+				t.Fatalf("the connection is still open after %v: %v", time.Since(start).Round(time.Second), err)
+			}
+			t.Logf("closed after %v", time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
+
+// A misspelt query parameter is an error, not a filter silently dropped.
+func TestUnknownQueryParameter(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, nil)
+	for _, path := range []string{
+		"/v1/orders?orgid=org_b",
+		"/v1/orders?org_id=org_a&pagesize=5",
+		"/v1/reconciliation/items?kinds=extra_payment",
+		"/v1/orders/019a2b3c-4d5e-7f60-8a9b-0c1d2e3f4a5b?view=full",
+	} {
+		code, body := ts.do(t, "GET", path, tokOps, nil)
+		if code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(body["message"]), "unknown query parameter") {
+			t.Errorf("GET %s: %d %v, want 400 naming the unknown parameter", path, code, body)
+		}
+	}
+	if code, body := ts.do(t, "POST", "/v1/orders?org_id=org_a", tokCheckout, orderBody("org_a", "q-1")); code != http.StatusBadRequest {
+		t.Errorf("POST with a query: %d %v, want 400", code, body)
+	}
+	// Known parameters, by proto or JSON name, still work.
+	for _, path := range []string{"/v1/orders?org_id=org_a&page_size=5", "/v1/orders?orgId=org_a", "/v1/reconciliation/items?kind=extra_payment"} {
+		if code, body := ts.do(t, "GET", path, tokOps, nil); code != http.StatusOK {
+			t.Errorf("GET %s: %d %v, want 200", path, code, body)
+		}
+	}
+}
+
+// maximalOrder is a CreateOrder request of 100 lines whose texts are all at
+// their longest: the largest item a listing page can hold.
+func maximalOrder(merchantID string) *fulfillmentv1.CreateOrderRequest {
+	long := func(prefix string, i int) string {
+		s := fmt.Sprintf("%s-%s-%03d-", prefix, merchantID, i)
+		return s + strings.Repeat("x", fulfillment.MaxIDLen-len(s))
+	}
+	req := &fulfillmentv1.CreateOrderRequest{OrgId: "org_a", Environment: "live", MerchantOrderId: merchantID,
+		Settlement: &fulfillmentv1.Settlement{Token: "USDT", Network: "TRON", Amount: "25"}}
+	for i := range fulfillment.MaxLines {
+		req.Lines = append(req.Lines, &fulfillmentv1.OrderLine{Sku: long("sku", i), Kind: "balance_credit", Quantity: 1,
+			UnitPrice: &fulfillmentv1.Money{Currency: "USD", MinorUnits: 100}, AccountRef: long("acct", i)})
+	}
+	return req
+}
+
+// A page of 500 maximal orders would exceed what a gRPC client accepts: the
+// page stops at the byte bound and says there is more, over gRPC and REST,
+// and following the pages lists every order once.
+func TestListPagesBoundedByBytes(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, nil)
+	const orders = 500
+	ctx := withToken(tokCheckout)
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i := range orders {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if _, err := ts.client.CreateOrder(ctx, maximalOrder(fmt.Sprintf("big-%03d", i))); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// gRPC, with a client's default 4 MiB receive limit.
+	seen := map[string]bool{}
+	token, pages := "", 0
+	for {
+		resp, err := ts.client.ListOrders(ctx, &fulfillmentv1.ListOrdersRequest{OrgId: "org_a", PageSize: 500, PageToken: token},
+			grpc.MaxCallRecvMsgSize(4<<20))
+		if err != nil {
+			t.Fatalf("page %d: %v", pages+1, err)
+		}
+		pages++
+		if size := proto.Size(resp); size > config.DefaultGRPCMaxPageBytes+64<<10 {
+			t.Errorf("page %d: %d bytes, more than the page bound", pages, size)
+		}
+		for _, o := range resp.GetOrders() {
+			if seen[o.GetId()] {
+				t.Errorf("order %s on two pages", o.GetId())
+			}
+			seen[o.GetId()] = true
+			if len(o.GetLines()) != fulfillment.MaxLines {
+				t.Errorf("order %s listed with %d lines", o.GetId(), len(o.GetLines()))
+			}
+		}
+		if token = resp.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	if len(seen) != orders || pages < 2 {
+		t.Errorf("gRPC: %d orders in %d pages, want %d in several", len(seen), pages, orders)
+	}
+
+	// REST.
+	total, pages, token := 0, 0, ""
+	for {
+		code, body := ts.do(t, "GET", "/v1/orders?org_id=org_a&page_size=500&page_token="+token, tokCheckout, nil)
+		if code != http.StatusOK {
+			t.Fatalf("REST page %d: %d %v", pages+1, code, body)
+		}
+		pages++
+		total += len(body["orders"].([]any))
+		if token, _ = body["next_page_token"].(string); token == "" {
+			break
+		}
+	}
+	if total != orders || pages < 2 {
+		t.Errorf("REST: %d orders in %d pages, want %d in several", total, pages, orders)
+	}
+}
