@@ -67,20 +67,24 @@ type ReconKind string
 
 // Reconciliation kinds.
 const (
-	ReconExtraPayment       ReconKind = "extra_payment"
-	ReconAmountMismatch     ReconKind = "amount_mismatch"
-	ReconOverpayment        ReconKind = "overpayment"
-	ReconUnmatchedPayment   ReconKind = "unmatched_payment"
-	ReconUncertainDelivery  ReconKind = "uncertain_delivery"
-	ReconPaidNotFulfilled   ReconKind = "paid_not_fulfilled"
-	ReconFailedEvent        ReconKind = "failed_event"
-	ReconRefundAfterFulfill ReconKind = "refund_after_fulfillment"
+	ReconExtraPayment ReconKind = "extra_payment"
+	// ReconUnidentifiedPayment: a paid order received a payment that cannot
+	// be told apart from the one that paid it. At most one per order,
+	// however many such announcements.
+	ReconUnidentifiedPayment ReconKind = "unidentified_payment"
+	ReconAmountMismatch      ReconKind = "amount_mismatch"
+	ReconOverpayment         ReconKind = "overpayment"
+	ReconUnmatchedPayment    ReconKind = "unmatched_payment"
+	ReconUncertainDelivery   ReconKind = "uncertain_delivery"
+	ReconPaidNotFulfilled    ReconKind = "paid_not_fulfilled"
+	ReconFailedEvent         ReconKind = "failed_event"
+	ReconRefundAfterFulfill  ReconKind = "refund_after_fulfillment"
 )
 
 // Valid reports whether k is a known kind.
 func (k ReconKind) Valid() bool {
 	switch k {
-	case ReconExtraPayment, ReconAmountMismatch, ReconOverpayment, ReconUnmatchedPayment,
+	case ReconExtraPayment, ReconUnidentifiedPayment, ReconAmountMismatch, ReconOverpayment, ReconUnmatchedPayment,
 		ReconUncertainDelivery, ReconPaidNotFulfilled, ReconFailedEvent, ReconRefundAfterFulfill:
 		return true
 	}

@@ -105,6 +105,20 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+func TestReconKindValid(t *testing.T) {
+	t.Parallel()
+	for _, k := range []ReconKind{ReconExtraPayment, ReconUnidentifiedPayment, ReconAmountMismatch, ReconFailedEvent} {
+		if !k.Valid() {
+			t.Errorf("%s not valid", k)
+		}
+	}
+	for _, k := range []ReconKind{"", "refund", "Extra_payment"} {
+		if k.Valid() {
+			t.Errorf("%q valid", k)
+		}
+	}
+}
+
 func TestNextAttemptState(t *testing.T) {
 	t.Parallel()
 	cases := []struct{ stored, reported, want AttemptState }{

@@ -104,11 +104,12 @@ func queueOrderEffects(b *pgx.Batch, m matchedOrder, ev fulfillment.ProviderEven
 			amount, p.Token, p.Network)
 	}
 	if out.NewState != "" || out.MarkPaid {
+		// An absent ref is NULL, never ''.
 		b.Queue(`
 			UPDATE orders SET
 				state = coalesce(nullif($2, ''), state),
-				paid_attempt_ref = CASE WHEN $3 THEN $4 ELSE paid_attempt_ref END,
-				paid_payment_id  = CASE WHEN $3 THEN $5 ELSE paid_payment_id END,
+				paid_attempt_ref = CASE WHEN $3 THEN nullif($4, '') ELSE paid_attempt_ref END,
+				paid_payment_id  = CASE WHEN $3 THEN nullif($5, '') ELSE paid_payment_id END,
 				paid_at          = CASE WHEN $3 THEN now() ELSE paid_at END,
 				updated_at = now()
 			WHERE id = $1`, m.id, out.NewState, out.MarkPaid, p.AttemptRef, p.PaymentID)
