@@ -385,6 +385,14 @@ func TestInboxListenWakesReplicas(t *testing.T) {
 	}
 }
 
+// unidentifiedEvent is a confirmation for merchantOrderID that names neither
+// an invoice nor a payment.
+func unidentifiedEvent(id, merchantOrderID string) fulfillment.ProviderEvent {
+	ev := confirmedEvent(id, merchantOrderID)
+	ev.Payment.AttemptRef, ev.Payment.InvoiceID, ev.Payment.PaymentID = "", "", ""
+	return ev
+}
+
 // processAll claims and processes every pending event in one batch and
 // returns their decisions in event order.
 func processAll(t *testing.T, s *storage.Store, want int) string {
@@ -408,6 +416,56 @@ func processAll(t *testing.T, s *storage.Store, want int) string {
 		got = append(got, string(outs[id].Decision))
 	}
 	return strings.Join(got, ",")
+}
+
+// A payment that names neither invoice nor payment pays the order with NULL
+// refs; every later payment of the order, identified or not, in the same
+// batch or a later one, cannot be told apart from it: one
+// unidentified_payment item for the order, no extra_payment.
+func TestInboxProcessUnidentifiedPayments(t *testing.T) {
+	t.Parallel()
+	s, conn := newStore(t)
+	ctx := context.Background()
+	order, _, err := s.OrderCreate(ctx, spec(t, "org_a", "m-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range []fulfillment.ProviderEvent{
+		unidentifiedEvent("evt_u1", "m-1"), unidentifiedEvent("evt_u2", "m-1"),
+		confirmedEvent("evt_i", "m-1"), unidentifiedEvent("evt_u3", "m-1"),
+	} {
+		if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := processAll(t, s, 4), "fulfilled,unidentified_payment,unidentified_payment,unidentified_payment"; got != want {
+		t.Errorf("decisions = %s, want %s", got, want)
+	}
+	// Another transaction, another announcement: still the one item.
+	if _, err := s.InboxInsert(ctx, unidentifiedEvent("evt_u4", "m-1"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if got := processAll(t, s, 1); got != "unidentified_payment" {
+		t.Errorf("decision = %s, want unidentified_payment", got)
+	}
+
+	if n := count(t, conn, "SELECT count(*) FROM entitlements"); n != 2 {
+		t.Errorf("entitlements = %d, want 2", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM ledger_entries"); n != 1 {
+		t.Errorf("ledger entries = %d, want 1", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = 'extra_payment'"); n != 0 {
+		t.Errorf("extra_payment items = %d, want 0", n)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE kind = 'unidentified_payment'
+		AND order_id = $1 AND dedupe_key = 'order|' || $1 AND detail LIKE '%cannot be told apart%'`, order.ID); n != 1 {
+		t.Errorf("unidentified_payment items for the order = %d, want 1", n)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM orders
+		WHERE id = $1 AND paid_at IS NOT NULL AND paid_attempt_ref IS NULL AND paid_payment_id IS NULL`, order.ID); n != 1 {
+		t.Error("the order is not paid with NULL refs")
+	}
 }
 
 // Paid refs are NULL when absent, never empty: a confirmation naming only its
