@@ -22,6 +22,13 @@ const (
 	// DecisionDuplicatePayment: another payment for an order already paid.
 	// Nothing granted; an extra_payment item asks for a refund review.
 	DecisionDuplicatePayment Decision = "duplicate_payment"
+	// DecisionUnidentifiedPayment: a payment for an order already paid that
+	// cannot be told apart from the one that paid it, because it or the
+	// paying one names neither an invoice nor a payment (see
+	// PaymentInfo.Identified): it may be the same payment announced again,
+	// or money received twice. Nothing granted; one unidentified_payment
+	// item per order asks for a check at the provider.
+	DecisionUnidentifiedPayment Decision = "unidentified_payment"
 	// DecisionStaleIgnored: an event older than the order's state (an invoice
 	// event after confirmation). The order does not move back.
 	DecisionStaleIgnored Decision = "stale_ignored"
@@ -67,20 +74,24 @@ type ReconKind string
 
 // Reconciliation kinds.
 const (
-	ReconExtraPayment       ReconKind = "extra_payment"
-	ReconAmountMismatch     ReconKind = "amount_mismatch"
-	ReconOverpayment        ReconKind = "overpayment"
-	ReconUnmatchedPayment   ReconKind = "unmatched_payment"
-	ReconUncertainDelivery  ReconKind = "uncertain_delivery"
-	ReconPaidNotFulfilled   ReconKind = "paid_not_fulfilled"
-	ReconFailedEvent        ReconKind = "failed_event"
-	ReconRefundAfterFulfill ReconKind = "refund_after_fulfillment"
+	ReconExtraPayment ReconKind = "extra_payment"
+	// ReconUnidentifiedPayment: a paid order received a payment that cannot
+	// be told apart from the one that paid it (DecisionUnidentifiedPayment).
+	// At most one per order, however many such announcements.
+	ReconUnidentifiedPayment ReconKind = "unidentified_payment"
+	ReconAmountMismatch      ReconKind = "amount_mismatch"
+	ReconOverpayment         ReconKind = "overpayment"
+	ReconUnmatchedPayment    ReconKind = "unmatched_payment"
+	ReconUncertainDelivery   ReconKind = "uncertain_delivery"
+	ReconPaidNotFulfilled    ReconKind = "paid_not_fulfilled"
+	ReconFailedEvent         ReconKind = "failed_event"
+	ReconRefundAfterFulfill  ReconKind = "refund_after_fulfillment"
 )
 
 // Valid reports whether k is a known kind.
 func (k ReconKind) Valid() bool {
 	switch k {
-	case ReconExtraPayment, ReconAmountMismatch, ReconOverpayment, ReconUnmatchedPayment,
+	case ReconExtraPayment, ReconUnidentifiedPayment, ReconAmountMismatch, ReconOverpayment, ReconUnmatchedPayment,
 		ReconUncertainDelivery, ReconPaidNotFulfilled, ReconFailedEvent, ReconRefundAfterFulfill:
 		return true
 	}
@@ -94,14 +105,35 @@ type PaidOrder struct {
 	// HasExternalLines: fulfilled by another service, so a paid order waits
 	// in "fulfilling" for that delivery.
 	HasExternalLines bool
-	// PaidAttemptRef and PaidPaymentID identify the confirmation that paid
-	// the order; both empty while unpaid.
+	// Paid is true once a confirmation was applied to the order (whether it
+	// fulfilled it or put it on hold).
+	Paid bool
+	// PaidAttemptRef and PaidPaymentID identify the payment that paid the
+	// order, as PaymentInfo.PaidRefs gives them: both empty while unpaid,
+	// and when that payment did not identify itself.
 	PaidAttemptRef string
 	PaidPaymentID  string
 }
 
-// paid reports whether a confirmation was already applied to the order.
-func (o PaidOrder) paid() bool { return o.PaidAttemptRef != "" || o.PaidPaymentID != "" }
+// Identified reports whether a confirmation identifies its payment: it
+// names an invoice or a payment. A checkout session or merchant order id
+// alone does not (one checkout may be paid twice), so such a payment cannot
+// be told apart from another payment of the same order.
+func (p PaymentInfo) Identified() bool { return p.InvoiceID != "" || p.PaymentID != "" }
+
+// PaidRefs are the refs to record as the ones that paid an order when this
+// confirmation pays it: its attempt ref and payment id, or none at all when
+// it does not identify its payment.
+func (p PaymentInfo) PaidRefs() (attemptRef, paymentID string) {
+	if !p.Identified() {
+		return "", ""
+	}
+	return p.AttemptRef, p.PaymentID
+}
+
+// paidByIdentified reports whether the payment that paid the order
+// identified itself.
+func (o PaidOrder) paidByIdentified() bool { return o.PaidAttemptRef != "" || o.PaidPaymentID != "" }
 
 // Outcome is everything an event does, decided without I/O. Storage applies
 // it in one transaction with the order row locked.
@@ -167,8 +199,18 @@ func Decide(ev ProviderEvent, order *PaidOrder) Outcome {
 }
 
 func decideConfirmed(p PaymentInfo, order PaidOrder) Outcome {
-	if order.paid() {
-		if order.PaidAttemptRef == p.AttemptRef && order.PaidPaymentID == p.PaymentID {
+	if order.Paid {
+		// Only two identified payments can be compared: if either names
+		// neither invoice nor payment, this may be the paying payment
+		// announced again, or money received twice.
+		switch {
+		case !p.Identified():
+			return unidentified("this confirmation names neither an invoice nor a payment")
+		case !order.paidByIdentified():
+			return unidentified("the confirmation that paid the order named neither an invoice nor a payment")
+		}
+		paidRef, paidID := p.PaidRefs()
+		if order.PaidAttemptRef == paidRef && order.PaidPaymentID == paidID {
 			return Outcome{Decision: DecisionAlreadyApplied, Attempt: AttemptConfirmed,
 				Reason: "this payment already paid the order"}
 		}
@@ -181,6 +223,8 @@ func decideConfirmed(p PaymentInfo, order PaidOrder) Outcome {
 			Reason: fmt.Sprintf("payment for an order that is %s", order.State)}
 	}
 
+	// Unpaid: an unidentifiable payment pays like any other (PaidRefs then
+	// records none).
 	hold := func(reason string) Outcome {
 		return Outcome{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true,
 			Attempt: AttemptConfirmed, Item: ReconAmountMismatch, Reason: reason}
@@ -208,4 +252,13 @@ func decideConfirmed(p PaymentInfo, order PaidOrder) Outcome {
 		out.Reason = fmt.Sprintf("received %s %s, more than the expected %s: fulfilled, overpayment flagged", p.Amount, p.Token, s.Amount)
 	}
 	return out
+}
+
+// unidentified is the outcome of a payment for a paid order that cannot be
+// told apart from the payment that paid it; why says which side names
+// nothing.
+func unidentified(why string) Outcome {
+	return Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment,
+		Reason: why + ", so this payment cannot be told apart from the one that paid the order: " +
+			"it may be the same payment announced again, or money received twice; check at the provider"}
 }

@@ -1,6 +1,7 @@
 package fulfillment
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/shopspring/decimal"
@@ -10,18 +11,37 @@ func TestDecide(t *testing.T) {
 	t.Parallel()
 	settlement := &Settlement{Token: "USDT", Network: "TRON", Amount: decimal.RequireFromString("25"), Tolerance: decimal.RequireFromString("0.5")}
 	pending := &PaidOrder{State: StatePendingPayment, Settlement: settlement}
-	paid := &PaidOrder{State: StateFulfilled, Settlement: settlement, PaidAttemptRef: "inv_1", PaidPaymentID: "pay_1"}
-	held := &PaidOrder{State: StateOnHold, Settlement: settlement, PaidAttemptRef: "inv_1", PaidPaymentID: "pay_1"}
+	// Paid by an identified payment (inv_1, pay_1) …
+	paid := &PaidOrder{State: StateFulfilled, Settlement: settlement, Paid: true, PaidAttemptRef: "inv_1", PaidPaymentID: "pay_1"}
+	held := &PaidOrder{State: StateOnHold, Settlement: settlement, Paid: true, PaidAttemptRef: "inv_1", PaidPaymentID: "pay_1"}
+	paidByInvoice := &PaidOrder{State: StateFulfilled, Settlement: settlement, Paid: true, PaidAttemptRef: "inv_1"}
+	// … or by a payment that named neither invoice nor payment: no refs.
+	paidUnidentified := &PaidOrder{State: StateFulfilled, Settlement: settlement, Paid: true}
+	heldUnidentified := &PaidOrder{State: StateOnHold, Settlement: settlement, Paid: true}
 	external := &PaidOrder{State: StatePendingPayment, Settlement: settlement, HasExternalLines: true}
 	noSettlement := &PaidOrder{State: StatePendingPayment}
 	cancelled := &PaidOrder{State: StateCancelled, Settlement: settlement}
+	expired := &PaidOrder{State: StateExpired, Settlement: settlement}
 
 	confirmed := func(amount, token, network string) ProviderEvent {
 		return ProviderEvent{Environment: EnvLive, Kind: EventPaymentConfirmed, Type: "payment.confirmed",
-			Payment: PaymentInfo{AttemptRef: "inv_1", PaymentID: "pay_1", Amount: decimal.RequireFromString(amount), HasAmount: true, Token: token, Network: network}}
+			Payment: PaymentInfo{AttemptRef: "inv_1", InvoiceID: "inv_1", PaymentID: "pay_1", MerchantOrderID: "m-1",
+				Amount: decimal.RequireFromString(amount), HasAmount: true, Token: token, Network: network}}
 	}
 	other := confirmed("25", "USDT", "TRON")
-	other.Payment.AttemptRef, other.Payment.PaymentID = "inv_2", "pay_2"
+	other.Payment.AttemptRef, other.Payment.InvoiceID, other.Payment.PaymentID = "inv_2", "inv_2", "pay_2"
+	invoiceOnly := confirmed("25", "USDT", "TRON")
+	invoiceOnly.Payment.PaymentID = ""
+	paymentOnly := confirmed("25", "USDT", "TRON")
+	paymentOnly.Payment.AttemptRef, paymentOnly.Payment.InvoiceID = "pay_1", ""
+	// Unidentifiable: a merchant order id alone, or with a checkout session
+	// (which the adapter takes as the attempt ref).
+	unidentified := confirmed("25", "USDT", "TRON")
+	unidentified.Payment.AttemptRef, unidentified.Payment.InvoiceID, unidentified.Payment.PaymentID = "", "", ""
+	sessionOnly := unidentified
+	sessionOnly.Payment.AttemptRef, sessionOnly.Payment.CheckoutSessionID = "cs_1", "cs_1"
+	unidentifiedShort := unidentified
+	unidentifiedShort.Payment.Amount = decimal.RequireFromString("20")
 	samePaymentOtherRef := confirmed("25", "USDT", "TRON")
 	samePaymentOtherRef.Payment.PaymentID = "pay_9"
 	noAmount := confirmed("25", "USDT", "TRON")
@@ -68,6 +88,46 @@ func TestDecide(t *testing.T) {
 			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
 		{"payment on cancelled order", confirmed("25", "USDT", "TRON"), cancelled,
 			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
+		{"payment on expired order", confirmed("25", "USDT", "TRON"), expired,
+			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
+
+		// Which payment is which: paid by identified / unidentified ×
+		// confirmation identified / unidentified.
+		{"identified paid, invoice only, same invoice but no payment id", invoiceOnly, paid,
+			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
+		{"identified by invoice paid, same invoice again", invoiceOnly, paidByInvoice,
+			Outcome{Decision: DecisionAlreadyApplied, Attempt: AttemptConfirmed}},
+		{"identified by invoice paid, another payment", other, paidByInvoice,
+			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
+		{"identified paid, payment id only", paymentOnly, paid,
+			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
+		{"identified paid, unidentified confirmation", unidentified, paid,
+			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+		{"identified paid, checkout session only", sessionOnly, paid,
+			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+		{"identified held, unidentified confirmation", unidentified, held,
+			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+		{"unidentified paid, unidentified confirmation", unidentified, paidUnidentified,
+			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+		{"unidentified paid, checkout session only", sessionOnly, paidUnidentified,
+			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+		{"unidentified paid, identified confirmation", confirmed("25", "USDT", "TRON"), paidUnidentified,
+			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+		{"unidentified paid, another amount", unidentifiedShort, paidUnidentified,
+			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+		{"unidentified held, identified confirmation", other, heldUnidentified,
+			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+		{"unpaid, unidentified confirmation", unidentified, pending,
+			Outcome{Decision: DecisionFulfilled, NewState: StateFulfilled, MarkPaid: true, Grant: true, Attempt: AttemptConfirmed}},
+		{"unpaid, checkout session only", sessionOnly, pending,
+			Outcome{Decision: DecisionFulfilled, NewState: StateFulfilled, MarkPaid: true, Grant: true, Attempt: AttemptConfirmed}},
+		{"unpaid, unidentified short payment", unidentifiedShort, pending,
+			Outcome{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true, Attempt: AttemptConfirmed, Item: ReconAmountMismatch}},
+		{"cancelled, unidentified confirmation", unidentified, cancelled,
+			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
+		{"expired, unidentified confirmation", unidentified, expired,
+			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
+
 		{"unmatched payment", confirmed("25", "USDT", "TRON"), nil,
 			Outcome{Decision: DecisionUnmatched, Item: ReconUnmatchedPayment}},
 		{"unmatched invoice", kind(EventAttemptCreated), nil, Outcome{Decision: DecisionUnmatched}},
@@ -86,7 +146,8 @@ func TestDecide(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			got := Decide(tc.ev, tc.order)
-			if got.Reason == "" {
+			reason := got.Reason
+			if reason == "" {
 				t.Error("no reason given")
 			}
 			got.Reason = ""
@@ -98,10 +159,59 @@ func TestDecide(t *testing.T) {
 				t.Error("granted without a matched confirmed payment")
 			}
 			// No event moves a paid order (back or forth).
-			if tc.order != nil && tc.order.paid() && got.NewState != "" {
+			if tc.order != nil && tc.order.Paid && got.NewState != "" {
 				t.Errorf("paid order moved to %s", got.NewState)
 			}
+			// A payment that cannot be told apart from the one that paid the
+			// order is never reported as extra money.
+			if tc.order != nil && tc.order.Paid && got.Item == ReconExtraPayment &&
+				(!tc.ev.Payment.Identified() || tc.order.PaidAttemptRef == "" && tc.order.PaidPaymentID == "") {
+				t.Error("an unidentifiable payment reported as an extra payment")
+			}
+			if got.Decision == DecisionUnidentifiedPayment &&
+				(!strings.Contains(reason, "cannot be told apart") || !strings.Contains(reason, "check at the provider")) {
+				t.Errorf("reason %q does not say what to check", reason)
+			}
 		})
+	}
+}
+
+func TestPaymentIdentified(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name           string
+		p              PaymentInfo
+		identified     bool
+		wantRef, wantP string
+	}{
+		{"invoice and payment", PaymentInfo{AttemptRef: "inv_1", InvoiceID: "inv_1", PaymentID: "pay_1", MerchantOrderID: "m"}, true, "inv_1", "pay_1"},
+		{"invoice only", PaymentInfo{AttemptRef: "inv_1", InvoiceID: "inv_1", CheckoutSessionID: "cs_1"}, true, "inv_1", ""},
+		{"payment only", PaymentInfo{AttemptRef: "pay_1", PaymentID: "pay_1"}, true, "pay_1", "pay_1"},
+		{"merchant order id only", PaymentInfo{MerchantOrderID: "m"}, false, "", ""},
+		{"checkout session only", PaymentInfo{AttemptRef: "cs_1", CheckoutSessionID: "cs_1", MerchantOrderID: "m"}, false, "", ""},
+		{"paylink and transaction", PaymentInfo{MerchantOrderID: "m", PaylinkID: "pl_1", TxHash: "0xabc"}, false, "", ""},
+	}
+	for _, tc := range cases {
+		if got := tc.p.Identified(); got != tc.identified {
+			t.Errorf("%s: Identified = %v, want %v", tc.name, got, tc.identified)
+		}
+		if ref, pay := tc.p.PaidRefs(); ref != tc.wantRef || pay != tc.wantP {
+			t.Errorf("%s: PaidRefs = %q, %q; want %q, %q", tc.name, ref, pay, tc.wantRef, tc.wantP)
+		}
+	}
+}
+
+func TestReconKindValid(t *testing.T) {
+	t.Parallel()
+	for _, k := range []ReconKind{ReconExtraPayment, ReconUnidentifiedPayment, ReconAmountMismatch, ReconFailedEvent} {
+		if !k.Valid() {
+			t.Errorf("%s not valid", k)
+		}
+	}
+	for _, k := range []ReconKind{"", "refund", "Extra_payment"} {
+		if k.Valid() {
+			t.Errorf("%q valid", k)
+		}
 	}
 }
 
@@ -130,7 +240,7 @@ func TestInboxStateFor(t *testing.T) {
 	t.Parallel()
 	for d, want := range map[Decision]InboxState{
 		DecisionFulfilled: InboxProcessed, DecisionDuplicatePayment: InboxProcessed, DecisionStaleIgnored: InboxProcessed,
-		DecisionUnmatched: InboxUnmatched, DecisionTestModeIgnored: InboxIgnored, DecisionIgnoredType: InboxIgnored,
+		DecisionUnidentifiedPayment: InboxProcessed, DecisionUnmatched: InboxUnmatched, DecisionTestModeIgnored: InboxIgnored, DecisionIgnoredType: InboxIgnored,
 	} {
 		if got := InboxStateFor(d); got != want {
 			t.Errorf("InboxStateFor(%s) = %s, want %s", d, got, want)

@@ -104,14 +104,17 @@ func queueOrderEffects(b *pgx.Batch, m matchedOrder, ev fulfillment.ProviderEven
 			amount, p.Token, p.Network)
 	}
 	if out.NewState != "" || out.MarkPaid {
+		// An absent ref is NULL, never '': a payment that does not identify
+		// itself records none.
+		paidRef, paidID := p.PaidRefs()
 		b.Queue(`
 			UPDATE orders SET
 				state = coalesce(nullif($2, ''), state),
-				paid_attempt_ref = CASE WHEN $3 THEN $4 ELSE paid_attempt_ref END,
-				paid_payment_id  = CASE WHEN $3 THEN $5 ELSE paid_payment_id END,
+				paid_attempt_ref = CASE WHEN $3 THEN nullif($4, '') ELSE paid_attempt_ref END,
+				paid_payment_id  = CASE WHEN $3 THEN nullif($5, '') ELSE paid_payment_id END,
 				paid_at          = CASE WHEN $3 THEN now() ELSE paid_at END,
 				updated_at = now()
-			WHERE id = $1`, m.id, out.NewState, out.MarkPaid, p.AttemptRef, p.PaymentID)
+			WHERE id = $1`, m.id, out.NewState, out.MarkPaid, paidRef, paidID)
 	}
 	if !out.Grant {
 		return
@@ -139,7 +142,12 @@ func queueItem(b *pgx.Batch, kind fulfillment.ReconKind, inboxID int64, m matche
 	ev fulfillment.ProviderEvent, detail string) {
 	p := ev.Payment
 	dedupe := fmt.Sprintf("%s|%s|%s|%s|%s|%s", ev.Provider, ev.OrgID, ev.Environment, m.id, p.AttemptRef, p.PaymentID)
-	if p.AttemptRef == "" && p.PaymentID == "" {
+	switch {
+	case kind == fulfillment.ReconUnidentifiedPayment:
+		// Such payments cannot be told apart from one another: one item
+		// per order, however many announcements.
+		dedupe = "order|" + m.id
+	case p.AttemptRef == "" && p.PaymentID == "":
 		dedupe += "|" + ev.EventID
 	}
 	var amount, expected, linked *string

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/tern/v2/migrate"
 	"github.com/shopspring/decimal"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -378,5 +382,203 @@ func TestInboxListenWakesReplicas(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Errorf("%s: no wake-up within 5s of a committed insert", name)
 		}
+	}
+}
+
+// unidentifiedEvent is a confirmation for merchantOrderID that names neither
+// an invoice nor a payment.
+func unidentifiedEvent(id, merchantOrderID string) fulfillment.ProviderEvent {
+	ev := confirmedEvent(id, merchantOrderID)
+	ev.Payment.AttemptRef, ev.Payment.InvoiceID, ev.Payment.PaymentID = "", "", ""
+	return ev
+}
+
+// processAll claims and processes every pending event in one batch and
+// returns their decisions in event order.
+func processAll(t *testing.T, s *storage.Store, want int) string {
+	t.Helper()
+	ctx := context.Background()
+	claims, err := s.InboxClaim(ctx, "w", 100, time.Minute, 10)
+	if err != nil || len(claims) != want {
+		t.Fatalf("claim = %v, %v; want %d events", claims, err, want)
+	}
+	ids := make([]int64, len(claims))
+	for i, c := range claims {
+		ids[i] = c.ID
+	}
+	slices.Sort(ids)
+	outs, err := s.InboxProcess(ctx, ids, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, id := range ids {
+		got = append(got, string(outs[id].Decision))
+	}
+	return strings.Join(got, ",")
+}
+
+// A payment that names neither invoice nor payment pays the order with NULL
+// refs; every later payment of the order, identified or not, in the same
+// batch or a later one, cannot be told apart from it: one
+// unidentified_payment item for the order, no extra_payment.
+func TestInboxProcessUnidentifiedPayments(t *testing.T) {
+	t.Parallel()
+	s, conn := newStore(t)
+	ctx := context.Background()
+	order, _, err := s.OrderCreate(ctx, spec(t, "org_a", "m-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range []fulfillment.ProviderEvent{
+		unidentifiedEvent("evt_u1", "m-1"), unidentifiedEvent("evt_u2", "m-1"),
+		confirmedEvent("evt_i", "m-1"), unidentifiedEvent("evt_u3", "m-1"),
+	} {
+		if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := processAll(t, s, 4), "fulfilled,unidentified_payment,unidentified_payment,unidentified_payment"; got != want {
+		t.Errorf("decisions = %s, want %s", got, want)
+	}
+	// Another transaction, another announcement: still the one item.
+	if _, err := s.InboxInsert(ctx, unidentifiedEvent("evt_u4", "m-1"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if got := processAll(t, s, 1); got != "unidentified_payment" {
+		t.Errorf("decision = %s, want unidentified_payment", got)
+	}
+
+	if n := count(t, conn, "SELECT count(*) FROM entitlements"); n != 2 {
+		t.Errorf("entitlements = %d, want 2", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM ledger_entries"); n != 1 {
+		t.Errorf("ledger entries = %d, want 1", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = 'extra_payment'"); n != 0 {
+		t.Errorf("extra_payment items = %d, want 0", n)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE kind = 'unidentified_payment'
+		AND order_id = $1 AND dedupe_key = 'order|' || $1 AND detail LIKE '%cannot be told apart%'`, order.ID); n != 1 {
+		t.Errorf("unidentified_payment items for the order = %d, want 1", n)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM orders
+		WHERE id = $1 AND paid_at IS NOT NULL AND paid_attempt_ref IS NULL AND paid_payment_id IS NULL`, order.ID); n != 1 {
+		t.Error("the order is not paid with NULL refs")
+	}
+}
+
+// Paid refs are NULL when absent, never empty: a confirmation naming only its
+// invoice stores a NULL payment id, and the schema refuses empty refs and
+// refs on an unpaid order.
+func TestPaidRefsNeverEmpty(t *testing.T) {
+	t.Parallel()
+	s, conn := newStore(t)
+	ctx := context.Background()
+	paid, _, err := s.OrderCreate(ctx, spec(t, "org_a", "m-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unpaid, _, err := s.OrderCreate(ctx, spec(t, "org_a", "m-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := confirmedEvent("evt_1", "m-1")
+	ev.Payment.PaymentID = ""
+	if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if got := processAll(t, s, 1); got != "fulfilled" {
+		t.Fatalf("decision = %s, want fulfilled", got)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM orders
+		WHERE id = $1 AND paid_attempt_ref = 'inv_evt_1' AND paid_payment_id IS NULL`, paid.ID); n != 1 {
+		t.Error("want paid_attempt_ref inv_evt_1 and a NULL paid_payment_id")
+	}
+	for _, bad := range []struct{ query, id string }{
+		{"UPDATE orders SET paid_attempt_ref = '' WHERE id = $1", paid.ID},
+		{"UPDATE orders SET paid_payment_id = '' WHERE id = $1", paid.ID},
+		{"UPDATE orders SET paid_attempt_ref = 'inv_x' WHERE id = $1", unpaid.ID},
+	} {
+		_, err := conn.Exec(ctx, bad.query, bad.id)
+		if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "23514" {
+			t.Errorf("%s: %v, want a check violation", bad.query, err)
+		}
+	}
+}
+
+// Migration 004 turns stored empty refs into NULL, drops the refs of orders
+// paid by a confirmation that identified nothing (a checkout session alone),
+// keeps identified refs, and migrates down again.
+func TestMigration004PaidRefs(t *testing.T) {
+	t.Parallel()
+	url := pgtest.DB(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	m, err := migrate.NewMigrator(ctx, conn, "schema_version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.LoadMigrations(storage.Migrations()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MigrateTo(ctx, 3); err != nil {
+		t.Fatalf("migrating down to 3: %v", err)
+	}
+	// As the previous code stored them: '' for absent refs, the checkout
+	// session as the attempt of a session-only confirmation.
+	_, err = conn.Exec(ctx, `
+		INSERT INTO orders (id, org_id, environment, merchant_order_id, state, total_currency, total_minor_units,
+			fingerprint, paid_attempt_ref, paid_payment_id, paid_at)
+		VALUES
+			('00000000-0000-7000-8000-000000000001', 'org_a', 'live', 'empty', 'fulfilled', 'USD', 100, 'f', '', '', now()),
+			('00000000-0000-7000-8000-000000000002', 'org_a', 'live', 'session', 'fulfilled', 'USD', 100, 'f', 'cs_1', '', now()),
+			('00000000-0000-7000-8000-000000000003', 'org_a', 'live', 'invoice', 'fulfilled', 'USD', 100, 'f', 'inv_1', '', now()),
+			('00000000-0000-7000-8000-000000000004', 'org_a', 'live', 'unpaid', 'pending_payment', 'USD', 100, 'f', NULL, NULL, NULL);
+		INSERT INTO inbox_events (provider, endpoint_id, org_id, environment, event_id, event_type, kind, test_mode,
+			attempt_ref, invoice_id, checkout_session_id, merchant_order_id, raw_body, state, decision, order_id)
+		VALUES
+			('yolfi', 'ep', 'org_a', 'live', 'evt_1', 'payment.confirmed', 'payment_confirmed', false,
+				'cs_1', NULL, 'cs_1', 'session', '{}', 'processed', 'fulfilled', '00000000-0000-7000-8000-000000000002'),
+			('yolfi', 'ep', 'org_a', 'live', 'evt_2', 'payment.confirmed', 'payment_confirmed', false,
+				'inv_1', 'inv_1', NULL, 'invoice', '{}', 'processed', 'fulfilled', '00000000-0000-7000-8000-000000000003');
+		INSERT INTO reconciliation_items (kind, org_id, environment, detail, dedupe_key)
+		VALUES ('extra_payment', 'org_a', 'live', 'old', 'old|1')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MigrateTo(ctx, 4); err != nil {
+		t.Fatalf("migrating up to 4: %v", err)
+	}
+	rows, err := conn.Query(ctx, `
+		SELECT merchant_order_id || ':' || coalesce(paid_attempt_ref, 'NULL') || ',' || coalesce(paid_payment_id, 'NULL')
+		FROM orders ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "empty:NULL,NULL session:NULL,NULL invoice:inv_1,NULL unpaid:NULL,NULL"; strings.Join(got, " ") != want {
+		t.Errorf("paid refs after 004 = %v, want %s", got, want)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO reconciliation_items (kind, org_id, environment, detail, dedupe_key)
+		VALUES ('unidentified_payment', 'org_a', 'live', 'new', 'order|00000000-0000-7000-8000-000000000001')`); err != nil {
+		t.Fatalf("an unidentified_payment item after 004: %v", err)
+	}
+
+	if err := m.MigrateTo(ctx, 3); err != nil {
+		t.Fatalf("migrating 004 down: %v", err)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = 'extra_payment'"); n != 2 {
+		t.Errorf("extra_payment items after 004 down = %d, want 2 (the unidentified one kept as extra_payment)", n)
+	}
+	if err := m.MigrateTo(ctx, 4); err != nil {
+		t.Fatalf("migrating up to 4 again: %v", err)
 	}
 }

@@ -3,10 +3,14 @@ package chaos
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/shopspring/decimal"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 )
 
@@ -149,5 +153,45 @@ func TestSummary(t *testing.T) {
 	r = Report{Incomplete: "context canceled"}
 	if r.OK() || !strings.Contains(r.Summary(), "NOT COMPLETED") {
 		t.Fatalf("an incomplete run summarized as %q", r.Summary())
+	}
+}
+
+// The checker's model of confirmations agrees with the state machine for
+// every pair of paying and later confirmation, identified or not.
+func TestConfirmedDecisionMatchesStateMachine(t *testing.T) {
+	settlement := &fulfillment.Settlement{Token: payToken, Network: payNetwork, Amount: decimal.RequireFromString(payAmount)}
+	confirmations := []*eventPlan{
+		{invoice: "inv_1", payment: "pay_1"},
+		{invoice: "inv_2", payment: "pay_2"},
+		{invoice: "inv_1"},
+		{payment: "pay_1"},
+		{}, // only the merchant order id: identifies no payment
+	}
+	refs := func(e *eventPlan) string {
+		if e == nil {
+			return "nothing"
+		}
+		return fmt.Sprintf("invoice %q payment %q", e.invoice, e.payment)
+	}
+	info := func(e *eventPlan) fulfillment.PaymentInfo {
+		// As the Yolfi adapter normalizes it: the attempt is the invoice,
+		// else the payment.
+		return fulfillment.PaymentInfo{AttemptRef: e.attemptRef(), InvoiceID: e.invoice, PaymentID: e.payment,
+			MerchantOrderID: "m", Amount: settlement.Amount, HasAmount: true, Token: payToken, Network: payNetwork}
+	}
+	for _, payer := range append([]*eventPlan{nil}, confirmations...) {
+		order := fulfillment.PaidOrder{State: fulfillment.StatePendingPayment, Settlement: settlement}
+		if payer != nil {
+			order.State, order.Paid = fulfillment.StateFulfilled, true
+			order.PaidAttemptRef, order.PaidPaymentID = info(payer).PaidRefs()
+		}
+		for _, e := range confirmations {
+			ev := fulfillment.ProviderEvent{Environment: fulfillment.EnvLive, Kind: fulfillment.EventPaymentConfirmed,
+				Type: yolfi.TypePaymentConfirmed, Payment: info(e)}
+			want := string(fulfillment.Decide(ev, &order).Decision)
+			if got := confirmedDecision(payer, e); got != want {
+				t.Errorf("paid by %s, confirmation %s: model %s, state machine %s", refs(payer), refs(e), got, want)
+			}
+		}
 	}
 }

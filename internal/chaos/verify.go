@@ -26,12 +26,14 @@ const (
 	decAttemptCancelled = "attempt_cancelled"
 	decAlreadyApplied   = "already_applied"
 	decDuplicatePayment = "duplicate_payment"
+	decUnidentified     = "unidentified_payment"
 	decStaleIgnored     = "stale_ignored"
 	decUnmatched        = "unmatched"
 	decTestModeIgnored  = "test_mode_ignored"
 	decIgnoredType      = "ignored_type"
 
 	itemExtraPayment     = "extra_payment"
+	itemUnidentified     = "unidentified_payment"
 	itemUnmatchedPayment = "unmatched_payment"
 )
 
@@ -321,9 +323,10 @@ func (r *runner) checkProcessed(s *dbState) {
 
 // checkOrders: every order with a live confirmation is fulfilled, with
 // exactly its licenses and credits, one open extra_payment item per extra
-// payment, its attempts in their final states, and every event's decision
-// what the state machine gives in the order the events were applied — an
-// event that arrived stale never moved the order back.
+// payment (and one unidentified_payment item if a payment could not be told
+// apart from the paying one), its attempts in their final states, and every
+// event's decision what the state machine gives in the order the events were
+// applied — an event that arrived stale never moved the order back.
 func (r *runner) checkOrders(s *dbState) {
 	// An order's live events, acknowledged or not: one stored whose
 	// acknowledgement was lost (or never came) takes part like any other.
@@ -359,8 +362,9 @@ func (r *runner) checkOrders(s *dbState) {
 
 		// The decisions, replayed in processing order.
 		replay.Checked++
-		paid, paidAttempt, paidPayment := false, "", ""
-		payments := map[string]bool{}
+		var payer *eventPlan // the confirmation that paid the order
+		unidentified := false
+		payments := map[string]bool{} // the extra payments
 		ok = true
 		for _, ev := range linked {
 			j, mine := planned[ev.eventID]
@@ -377,20 +381,19 @@ func (r *runner) checkOrders(s *dbState) {
 			var want string
 			switch e.typ {
 			case yolfi.TypeInvoiceCreated:
-				want = pick(paid, decStaleIgnored, decAttemptRecorded)
+				want = pick(payer != nil, decStaleIgnored, decAttemptRecorded)
 			case yolfi.TypeInvoiceOverdue:
-				want = pick(paid, decStaleIgnored, decAttemptExpired)
+				want = pick(payer != nil, decStaleIgnored, decAttemptExpired)
 			case yolfi.TypeInvoiceCancelled:
-				want = pick(paid, decStaleIgnored, decAttemptCancelled)
+				want = pick(payer != nil, decStaleIgnored, decAttemptCancelled)
 			case yolfi.TypePaymentConfirmed:
-				payments[e.payment] = true
-				switch {
-				case !paid:
-					want, paid, paidAttempt, paidPayment = decFulfilled, true, e.attemptRef(), e.payment
-				case e.attemptRef() == paidAttempt && e.payment == paidPayment:
-					want = decAlreadyApplied
-				default:
-					want = decDuplicatePayment
+				switch want = confirmedDecision(payer, e); want {
+				case decFulfilled:
+					payer = e
+				case decUnidentified:
+					unidentified = true
+				case decDuplicatePayment:
+					payments[e.payment] = true
 				}
 			default:
 				want = decIgnoredType
@@ -417,7 +420,7 @@ func (r *runner) checkOrders(s *dbState) {
 		if !ok {
 			replay.Failed++
 		}
-		if !paid {
+		if payer == nil {
 			// No confirmation of it was stored (the run was cut short, which
 			// is reported): it must still await payment, without effects.
 			grants.Checked++
@@ -431,6 +434,7 @@ func (r *runner) checkOrders(s *dbState) {
 
 		// The order and its grants.
 		grants.Checked++
+		paidAttempt, paidPayment := payer.paidRefs()
 		licenses, credits := s.licenses[row.id], s.ledger[row.id]
 		dup := max(0, licenses-int(o.licenseQty)) + max(0, credits-o.creditLines())
 		r.rep.DuplicatedEffects += dup
@@ -450,20 +454,27 @@ func (r *runner) checkOrders(s *dbState) {
 			r.viol.add("credits", "order %s has %d ledger entries, want %d", o.mid, credits, o.creditLines())
 		}
 
-		// Extra payments: every confirmed payment but the one that paid.
+		// Extra payments: every confirmed payment told apart from the one
+		// that paid; one unidentified_payment item for those that could not
+		// be.
 		extras.Checked++
-		delete(payments, paidPayment)
 		got := map[string]int{}
 		var others []string
+		nUnidentified := 0
 		for _, it := range s.items {
-			if it.orderID != row.id {
-				continue
-			}
-			if it.kind != itemExtraPayment || it.state != "open" {
+			switch {
+			case it.orderID != row.id:
+			case it.kind == itemExtraPayment && it.state == "open":
+				got[it.paymentID]++
+			case it.kind == itemUnidentified && it.state == "open":
+				nUnidentified++
+			default:
 				others = append(others, it.kind+"/"+it.state)
-				continue
 			}
-			got[it.paymentID]++
+		}
+		if want := btoi(unidentified); nUnidentified != want {
+			r.rep.DuplicatedEffects += max(0, nUnidentified-want)
+			others = append(others, fmt.Sprintf("%d unidentified_payment, want %d", nUnidentified, want))
 		}
 		n := 0
 		for _, k := range got {
@@ -489,6 +500,22 @@ func (r *runner) checkOrders(s *dbState) {
 	r.addCheck(replay)
 	r.addCheck(attempts)
 	r.logf("stale overdue events: %d ignored as stale, %d applied before their confirmation (as they arrived first)", staleIgnored, staleEarly)
+}
+
+// confirmedDecision is the decision the state machine gives a live
+// payment.confirmed e (of the expected settlement) for an order paid by
+// payer, nil while unpaid. Only two payments that identify themselves can be
+// told apart.
+func confirmedDecision(payer, e *eventPlan) string {
+	switch {
+	case payer == nil:
+		return decFulfilled
+	case !e.identified() || !payer.identified():
+		return decUnidentified
+	case e.attemptRef() == payer.attemptRef() && e.payment == payer.payment:
+		return decAlreadyApplied
+	}
+	return decDuplicatePayment
 }
 
 // finalAttemptState merges what an event says into an attempt's expected
@@ -582,7 +609,7 @@ func (r *runner) checkItems(s *dbState) {
 	for _, it := range s.items {
 		c.Checked++
 		switch {
-		case it.kind == itemExtraPayment && it.env == "live" && it.orderID != "":
+		case (it.kind == itemExtraPayment || it.kind == itemUnidentified) && it.env == "live" && it.orderID != "":
 			// checked with its order
 		case it.kind == itemUnmatchedPayment && it.env == "test" && it.orderID == "" && it.state == "open":
 			unmatched++
@@ -742,6 +769,13 @@ func pick(cond bool, yes, no string) string {
 		return yes
 	}
 	return no
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func sameKeys(a map[string]int, b map[string]bool) bool {

@@ -97,6 +97,20 @@ func (e *eventPlan) attemptRef() string {
 	return e.payment
 }
 
+// identified reports whether a confirmation identifies its payment (it
+// names an invoice or a payment), so that the state machine can tell it
+// apart from another payment of the order.
+func (e *eventPlan) identified() bool { return e.invoice != "" || e.payment != "" }
+
+// paidRefs are the refs the service records for a confirmation that pays
+// its order: none when it does not identify its payment.
+func (e *eventPlan) paidRefs() (attemptRef, paymentID string) {
+	if !e.identified() {
+		return "", ""
+	}
+	return e.attemptRef(), e.payment
+}
+
 // delivery is one sending of an event's bytes, retried until acknowledged.
 type delivery struct {
 	ev int
