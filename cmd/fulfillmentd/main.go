@@ -11,11 +11,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/internal/app"
+	"github.com/fulfillplatform/fulfillment/internal/logging"
 	"github.com/fulfillplatform/fulfillment/server"
 	"github.com/fulfillplatform/fulfillment/storage"
 )
@@ -103,9 +105,14 @@ func newRootCmd() *cobra.Command {
 	return root
 }
 
+// logRepeatInterval is how often one cause of warnings may write a line.
+const logRepeatInterval = 10 * time.Second
+
+// newLogger writes JSON lines on stderr, each value on one line, each cause
+// of warnings once per logRepeatInterval, with the request id of the context.
 func newLogger(level string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level)) // validated by config
-	h := slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l})
+	h := logging.NewJSONHandler(os.Stderr, l, logRepeatInterval)
 	return slog.New(server.ContextHandler{Handler: h})
 }
