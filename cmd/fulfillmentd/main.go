@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -61,7 +60,7 @@ func newRootCmd() *cobra.Command {
 			if cmd.Flags().Changed("migrate") {
 				cfg.Database.Migrate = migrate
 			}
-			log := newLogger(cfg.Log.Level)
+			log := newLogger(cfg.Log)
 			if configPath == "" && os.Getenv(config.EnvConfig) == "" {
 				log.Warn("no configuration file (--config or $" + config.EnvConfig + "): running on defaults; see config/example.yaml")
 			}
@@ -98,21 +97,19 @@ func newRootCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return runIngest(cmd.Context(), cfg, newLogger(cfg.Log.Level))
+			return runIngest(cmd.Context(), cfg, newLogger(cfg.Log))
 		},
 	}
 	root.AddCommand(serve, migrateCmd, ingestCmd)
 	return root
 }
 
-// logRepeatInterval is how often one cause of warnings may write a line.
-const logRepeatInterval = 10 * time.Second
-
 // newLogger writes JSON lines on stderr, each value on one line, each cause
-// of warnings once per logRepeatInterval, with the request id of the context.
-func newLogger(level string) *slog.Logger {
+// of warnings once per log.repeat_interval, with the request id of the
+// context.
+func newLogger(c config.Log) *slog.Logger {
 	var l slog.Level
-	_ = l.UnmarshalText([]byte(level)) // validated by config
-	h := logging.NewJSONHandler(os.Stderr, l, logRepeatInterval)
+	_ = l.UnmarshalText([]byte(c.Level)) // validated by config
+	h := logging.NewJSONHandler(os.Stderr, l, c.RepeatInterval)
 	return slog.New(server.ContextHandler{Handler: h})
 }
