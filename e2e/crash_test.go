@@ -1,8 +1,9 @@
 package e2e_test
 
-// Crash safety (DESIGN §11, §12 scenario 2): a real fulfillmentd process is
-// killed with SIGKILL at named points (and at an arbitrary moment), then a
-// new process is started on the same database. Whatever was acknowledged is
+// Crash safety (acceptance scenario 2, a worker interrupted around the
+// state change): a real fulfillmentd process is killed with SIGKILL at named
+// points (and at an arbitrary moment), then a new process is started on the
+// same database. Whatever was acknowledged is
 // still there, and every order's effects exist exactly once.
 
 import (

@@ -1558,9 +1558,9 @@ type ReconciliationItem struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Item id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// "extra_payment", "amount_mismatch", "overpayment", "unmatched_payment",
-	// "uncertain_delivery", "paid_not_fulfilled", "failed_event" or
-	// "refund_after_fulfillment".
+	// "extra_payment", "unidentified_payment", "amount_mismatch", "overpayment",
+	// "unmatched_payment", "uncertain_delivery", "paid_not_fulfilled",
+	// "failed_event" or "refund_after_fulfillment".
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// "open" or "resolved".
 	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
