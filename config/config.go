@@ -121,53 +121,6 @@ func (u *Upstream) ResolveToken(getenv func(string) string) error {
 	return nil
 }
 
-// HTTP bounds the REST gateway's listener (listen.http).
-type HTTP struct {
-	// MaxBodyBytes caps a request body (default 1 MiB); a larger one is
-	// answered 413 without being read.
-	MaxBodyBytes int64 `yaml:"max_body_bytes"`
-	// ReadHeaderTimeout bounds reading a request's headers (default 10s).
-	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
-	// ReadTimeout bounds reading a whole request, body included (default 30s).
-	ReadTimeout time.Duration `yaml:"read_timeout"`
-	// WriteTimeout bounds handling a request and writing its response
-	// (default 60s).
-	WriteTimeout time.Duration `yaml:"write_timeout"`
-	// IdleTimeout closes a keep-alive connection idle this long (default 2m).
-	IdleTimeout time.Duration `yaml:"idle_timeout"`
-}
-
-// GRPC bounds the gRPC listener (listen.grpc) and the responses of the API,
-// which the REST gateway reads through gRPC too.
-type GRPC struct {
-	// MaxRecvBytes caps one request message (default 4 MiB).
-	MaxRecvBytes int `yaml:"max_recv_bytes"`
-	// MaxSendBytes caps one response message (default 4 MiB, what gRPC
-	// clients accept by default).
-	MaxSendBytes int `yaml:"max_send_bytes"`
-	// MaxPageBytes caps the encoded items of one listing page (default
-	// 1 MiB): a page may hold fewer than page_size items and still have a
-	// next page.
-	MaxPageBytes int `yaml:"max_page_bytes"`
-	// MaxConcurrentStreams caps the calls in flight on one connection
-	// (default 100).
-	MaxConcurrentStreams uint32 `yaml:"max_concurrent_streams"`
-	// ConnectionTimeout bounds a new connection's handshake (default 10s).
-	ConnectionTimeout time.Duration `yaml:"connection_timeout"`
-	// MaxConnectionIdle closes a connection without calls for this long
-	// (default 5m).
-	MaxConnectionIdle time.Duration `yaml:"max_connection_idle"`
-	// KeepaliveTime: the server pings a connection quiet for this long
-	// (default 1m) ...
-	KeepaliveTime time.Duration `yaml:"keepalive_time"`
-	// KeepaliveTimeout: ... and closes it when the ping is not answered in
-	// this time (default 20s).
-	KeepaliveTimeout time.Duration `yaml:"keepalive_timeout"`
-	// KeepaliveMinTime: a client pinging more often than this is
-	// disconnected (default 10s).
-	KeepaliveMinTime time.Duration `yaml:"keepalive_min_time"`
-}
-
 // Worker tunes the inbox processor (see worker.InboxConfig for defaults).
 type Worker struct {
 	// Disabled runs no inbox processor in this process: events are stored
@@ -349,45 +302,6 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	return nil
 }
 
-// Defaults of the listener bounds.
-const (
-	DefaultHTTPMaxBodyBytes = 1 << 20
-	DefaultGRPCMaxMsgBytes  = 4 << 20
-	DefaultGRPCMaxPageBytes = 1 << 20
-)
-
-// WithDefaults returns h with the defaults in place of zero values (Load
-// applies them; code building a Config by hand calls it).
-func (h HTTP) WithDefaults() HTTP {
-	setInt(&h.MaxBodyBytes, DefaultHTTPMaxBodyBytes)
-	setInt(&h.ReadHeaderTimeout, 10*time.Second)
-	setInt(&h.ReadTimeout, 30*time.Second)
-	setInt(&h.WriteTimeout, 60*time.Second)
-	setInt(&h.IdleTimeout, 2*time.Minute)
-	return h
-}
-
-// WithDefaults returns g with the defaults in place of zero values.
-func (g GRPC) WithDefaults() GRPC {
-	setInt(&g.MaxRecvBytes, DefaultGRPCMaxMsgBytes)
-	setInt(&g.MaxSendBytes, DefaultGRPCMaxMsgBytes)
-	setInt(&g.MaxPageBytes, DefaultGRPCMaxPageBytes)
-	setInt(&g.MaxConcurrentStreams, 100)
-	setInt(&g.ConnectionTimeout, 10*time.Second)
-	setInt(&g.MaxConnectionIdle, 5*time.Minute)
-	setInt(&g.KeepaliveTime, time.Minute)
-	setInt(&g.KeepaliveTimeout, 20*time.Second)
-	setInt(&g.KeepaliveMinTime, 10*time.Second)
-	return g
-}
-
-// setInt sets *dst to def when the file left it out (zero).
-func setInt[T ~int | ~int64 | ~uint32](dst *T, def T) {
-	if *dst == 0 {
-		*dst = def
-	}
-}
-
 func (c *Config) resolve(getenv func(string) string) error {
 	if url := getenv(EnvDatabaseURL); url != "" {
 		c.Database.URL = url
@@ -552,42 +466,6 @@ func (c *Config) validate() error {
 				return fmt.Errorf("%s.orgs[%d]: an org id, or \"*\" alone", key, j)
 			}
 		}
-	}
-	return nil
-}
-
-// Smallest values of the response bounds: the largest valid order, with its
-// history, must be readable, and one listing page must hold at least one of
-// the largest items.
-const (
-	minGRPCSendBytes = 1 << 20
-	minGRPCPageBytes = 256 << 10
-)
-
-func (c *Config) validateBounds() error {
-	h, g := c.HTTP, c.GRPC
-	for key, d := range map[string]time.Duration{
-		"http.read_header_timeout": h.ReadHeaderTimeout, "http.read_timeout": h.ReadTimeout,
-		"http.write_timeout": h.WriteTimeout, "http.idle_timeout": h.IdleTimeout,
-		"grpc.connection_timeout": g.ConnectionTimeout, "grpc.max_connection_idle": g.MaxConnectionIdle,
-		"grpc.keepalive_time": g.KeepaliveTime, "grpc.keepalive_timeout": g.KeepaliveTimeout,
-		"grpc.keepalive_min_time": g.KeepaliveMinTime,
-	} {
-		if d < 0 {
-			return fmt.Errorf("%s: must not be negative", key)
-		}
-	}
-	switch {
-	case h.MaxBodyBytes < 0:
-		return errors.New("http.max_body_bytes: must not be negative")
-	case g.MaxRecvBytes < 0:
-		return errors.New("grpc.max_recv_bytes: must not be negative")
-	case h.MaxBodyBytes > int64(g.MaxRecvBytes):
-		return fmt.Errorf("http.max_body_bytes: at most grpc.max_recv_bytes (%d): the REST gateway forwards bodies over gRPC", g.MaxRecvBytes)
-	case g.MaxSendBytes < minGRPCSendBytes:
-		return fmt.Errorf("grpc.max_send_bytes: at least %d, so that the largest order is readable", minGRPCSendBytes)
-	case g.MaxPageBytes < minGRPCPageBytes || g.MaxPageBytes > g.MaxSendBytes/2:
-		return fmt.Errorf("grpc.max_page_bytes: between %d and half of grpc.max_send_bytes (%d)", minGRPCPageBytes, g.MaxSendBytes/2)
 	}
 	return nil
 }
