@@ -488,6 +488,9 @@ func (c *Config) validateEndpoints() error {
 			return fmt.Errorf("%s.provider: %q is not one of %s", key, ep.Provider, strings.Join(knownProviders, ", "))
 		case ep.Org == "" || ep.Org == AllOrgs:
 			return fmt.Errorf("%s.org: the org this endpoint receives events for is required", key)
+		case fulfillment.ValidateOrgID("org", ep.Org) != nil:
+			return fmt.Errorf("%s.org: %q is not an org id: letters, digits and _ . : - only, starting with a letter or digit, at most %d bytes",
+				key, ep.Org, fulfillment.MaxIDLen)
 		case ep.Environment != "live" && ep.Environment != "test":
 			return fmt.Errorf("%s.environment: must be live or test", key)
 		case len(ep.Secrets) == 0:

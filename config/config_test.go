@@ -104,6 +104,7 @@ func TestLoadErrors(t *testing.T) {
 		{"page over half the send limit", "grpc: { max_page_bytes: 3000000 }\n", vars, "grpc.max_page_bytes"},
 		{"page too small", "grpc: { max_page_bytes: 1000 }\n", vars, "grpc.max_page_bytes"},
 		{"webhook body over raw body bound", "ingest: { max_body_bytes: 2097152 }\n", vars, "ingest.max_body_bytes: at most"},
+		{"endpoint org no event can carry", "endpoints: [ { id: ep, provider: yolfi, org: \"Org A\", environment: live, secrets: [ { env: OTHER } ] } ]\n", vars, "endpoints[0].org"},
 		{"negative repeat interval", "log: { repeat_interval: -5s }\n", vars, "log.repeat_interval"},
 	}
 	for _, tc := range cases {

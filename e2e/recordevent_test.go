@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shopspring/decimal"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -58,8 +59,9 @@ func TestAdminCannotRecordEvents(t *testing.T) {
 }
 
 // RecordEvent takes an event only for a configured endpoint, as that
-// endpoint is configured, with every field within the adapters' rules — and
-// refuses anything else as INVALID_ARGUMENT before it reaches SQL.
+// endpoint is configured (else FAILED_PRECONDITION: the gateway's
+// configuration and the service's disagree), with every field within the
+// adapters' rules (else INVALID_ARGUMENT) — and nothing refused reaches SQL.
 func TestRecordEventRefusesWhatNoAdapterSends(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
@@ -67,32 +69,36 @@ func TestRecordEventRefusesWhatNoAdapterSends(t *testing.T) {
 		name   string
 		mutate func(*fulfillmentv1.RecordEventRequest)
 		field  string
+		code   codes.Code // 0: InvalidArgument
 	}{
-		{"unconfigured endpoint", func(r *fulfillmentv1.RecordEventRequest) { r.EndpointId = "yolfi-other" }, "endpoint_id"},
-		{"another org than the endpoint's", func(r *fulfillmentv1.RecordEventRequest) { r.OrgId = "org_b" }, "org_id"},
-		{"another environment", func(r *fulfillmentv1.RecordEventRequest) { r.Environment = "test" }, "environment"},
-		{"another provider", func(r *fulfillmentv1.RecordEventRequest) { r.Provider = "tbank" }, "provider"},
-		{"exponent amount", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount = "1e30" }, "payment.amount"},
-		{"negative amount", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount = "-25" }, "payment.amount"},
-		{"too many digits", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount = "123456789012345678901.5" }, "payment.amount"},
-		{"too many decimals", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount = "1." + strings.Repeat("1", 19) }, "payment.amount"},
-		{"NUL in merchant order id", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.MerchantOrderId = "m\x00" }, "payment.merchant_order_id"},
+		{"unconfigured endpoint", func(r *fulfillmentv1.RecordEventRequest) { r.EndpointId = "yolfi-other" }, "endpoint_id", codes.FailedPrecondition},
+		{"another org than the endpoint's", func(r *fulfillmentv1.RecordEventRequest) { r.OrgId = "org_b" }, "org_id", codes.FailedPrecondition},
+		{"another environment", func(r *fulfillmentv1.RecordEventRequest) { r.Environment = "test" }, "environment", codes.FailedPrecondition},
+		{"another provider", func(r *fulfillmentv1.RecordEventRequest) { r.Provider = "tbank" }, "provider", codes.FailedPrecondition},
+		{"exponent amount", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount = "1e30" }, "payment.amount", 0},
+		{"negative amount", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount = "-25" }, "payment.amount", 0},
+		{"too many digits", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount = "123456789012345678901.5" }, "payment.amount", 0},
+		{"too many decimals", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount = "1." + strings.Repeat("1", 19) }, "payment.amount", 0},
+		{"NUL in merchant order id", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.MerchantOrderId = "m\x00" }, "payment.merchant_order_id", 0},
 		// (Invalid UTF-8 cannot travel in a proto3 string: gRPC refuses to
 		// encode or decode it before any handler runs.)
-		{"NUL in event id", func(r *fulfillmentv1.RecordEventRequest) { r.EventId = "evt_\x00" }, "event_id"},
-		{"over-long reference", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.PaymentId = strings.Repeat("p", 129) }, "payment.payment_id"},
-		{"over-long type", func(r *fulfillmentv1.RecordEventRequest) { r.Type = strings.Repeat("t", 65) }, "type"},
-		{"space in token", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Token = "US DT" }, "payment.token"},
-		{"unknown kind", func(r *fulfillmentv1.RecordEventRequest) { r.Kind = "refund" }, "kind"},
-		{"no raw body", func(r *fulfillmentv1.RecordEventRequest) { r.RawBody = nil }, "raw_body"},
+		{"NUL in event id", func(r *fulfillmentv1.RecordEventRequest) { r.EventId = "evt_\x00" }, "event_id", 0},
+		{"over-long reference", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.PaymentId = strings.Repeat("p", 129) }, "payment.payment_id", 0},
+		{"over-long type", func(r *fulfillmentv1.RecordEventRequest) { r.Type = strings.Repeat("t", 65) }, "type", 0},
+		{"space in token", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Token = "US DT" }, "payment.token", 0},
+		{"unknown kind", func(r *fulfillmentv1.RecordEventRequest) { r.Kind = "refund" }, "kind", 0},
+		{"no raw body", func(r *fulfillmentv1.RecordEventRequest) { r.RawBody = nil }, "raw_body", 0},
 	}
 	for _, tc := range cases {
 		req := recordRequest("bad-1")
 		tc.mutate(req)
 		_, err := s.client.RecordEvent(authed(ingestToken), req)
-		st := status.Convert(err)
-		if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), tc.field+":") {
-			t.Errorf("%s: %v, want INVALID_ARGUMENT naming %s", tc.name, err, tc.field)
+		st, want := status.Convert(err), tc.code
+		if want == 0 {
+			want = codes.InvalidArgument
+		}
+		if st.Code() != want || !strings.Contains(st.Message(), tc.field+":") {
+			t.Errorf("%s: %v, want %s naming %s", tc.name, err, want, tc.field)
 		}
 	}
 	if n := s.count(t, "SELECT count(*) FROM inbox_events"); n != 0 {
@@ -122,12 +128,18 @@ func TestRecorderMapsCodes(t *testing.T) {
 	if _, err := server.NewEventRecorder(conn, ingestToken).RecordEvent(ctx, ev, []byte(`{}`)); err != nil {
 		t.Fatalf("a valid event: %v", err)
 	}
+	bad := ev
+	bad.Payment.Amount, bad.Payment.HasAmount = decimal.New(-1, 0), true
+	_, err = server.NewEventRecorder(conn, ingestToken).RecordEvent(ctx, bad, []byte(`{}`))
+	var ve *fulfillment.ValidationError
+	if !errors.As(err, &ve) {
+		t.Errorf("a malformed event: %v, want a validation error (400)", err)
+	}
 	unknown := ev
 	unknown.EndpointID = "nope"
 	_, err = server.NewEventRecorder(conn, ingestToken).RecordEvent(ctx, unknown, []byte(`{}`))
-	var ve *fulfillment.ValidationError
-	if !errors.As(err, &ve) {
-		t.Errorf("an unconfigured endpoint: %v, want a validation error (400)", err)
+	if err == nil || errors.As(err, &ve) || errors.Is(err, fulfillment.ErrUnavailable) {
+		t.Errorf("an endpoint this service lacks: %v, want a plain error (500: configurations disagree)", err)
 	}
 	_, err = server.NewEventRecorder(conn, adminToken).RecordEvent(ctx, ev, []byte(`{}`))
 	if err == nil || errors.As(err, &ve) || errors.Is(err, fulfillment.ErrUnavailable) {

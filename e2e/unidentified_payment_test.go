@@ -167,3 +167,33 @@ func TestCheckoutSessionDoesNotIdentifyPayment(t *testing.T) {
 		t.Errorf("items = %v; want exactly one unidentified_payment", got.Items)
 	}
 }
+
+// The payment that paid, announced again with fewer refs: its payment id
+// alone still names it (already applied); its invoice alone does not (the
+// invoice may have been paid twice), so that is one unidentified_payment
+// item — and neither is ever an extra_payment.
+func TestPaymentAnnouncedAgainWithFewerRefs(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	order := s.createOrder(t, "live", "fewer-1")
+	paying := event(yolfi.TypePaymentConfirmed, "fewer-1", "inv_fewer")
+	s.sendOK(t, paying)
+	s.settle(t)
+
+	byPayment := paying
+	byPayment.Data.InvoiceID = ""
+	byPayment = s.announceAgain(t, byPayment)
+	byInvoice := paying
+	byInvoice.Data.PaymentID = ""
+	byInvoice = s.announceAgain(t, byInvoice)
+	s.announceAgain(t, byInvoice)
+
+	got := s.effects(t, order.GetId())
+	if got.State != "fulfilled" || got.Licenses != 2 || got.Credits != 1 ||
+		got.Items["extra_payment"] != 0 || got.Items["unidentified_payment"] != 1 {
+		t.Errorf("%v; want fulfilled once, no extra_payment, one unidentified_payment", got)
+	}
+	if d := s.decisions(t, order.GetId()); d != "fulfilled,already_applied,unidentified_payment,unidentified_payment" {
+		t.Errorf("decisions = %s", d)
+	}
+}

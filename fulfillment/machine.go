@@ -108,11 +108,16 @@ type PaidOrder struct {
 	// Paid is true once a confirmation was applied to the order (whether it
 	// fulfilled it or put it on hold).
 	Paid bool
-	// PaidAttemptRef and PaidPaymentID identify the payment that paid the
-	// order, as PaymentInfo.PaidRefs gives them: both empty while unpaid,
+	// PaidBy identifies the payment that paid the order: empty while unpaid,
 	// and when that payment did not identify itself.
-	PaidAttemptRef string
-	PaidPaymentID  string
+	PaidBy PaidRefs
+}
+
+// PaidRefs identify a payment: the invoice it paid and its own id at the
+// provider, either of which may be unknown. AttemptRef is the payment
+// attempt they belong to, as recorded.
+type PaidRefs struct {
+	AttemptRef, InvoiceID, PaymentID string
 }
 
 // Identified reports whether a confirmation identifies its payment: it
@@ -122,18 +127,28 @@ type PaidOrder struct {
 func (p PaymentInfo) Identified() bool { return p.InvoiceID != "" || p.PaymentID != "" }
 
 // PaidRefs are the refs to record as the ones that paid an order when this
-// confirmation pays it: its attempt ref and payment id, or none at all when
-// it does not identify its payment.
-func (p PaymentInfo) PaidRefs() (attemptRef, paymentID string) {
+// confirmation pays it: none at all when it does not identify its payment.
+func (p PaymentInfo) PaidRefs() PaidRefs {
 	if !p.Identified() {
-		return "", ""
+		return PaidRefs{}
 	}
-	return p.AttemptRef, p.PaymentID
+	return PaidRefs{AttemptRef: p.AttemptRef, InvoiceID: p.InvoiceID, PaymentID: p.PaymentID}
 }
 
-// paidByIdentified reports whether the payment that paid the order
-// identified itself.
-func (o PaidOrder) paidByIdentified() bool { return o.PaidAttemptRef != "" || o.PaidPaymentID != "" }
+// SamePayment compares the payment r with confirmation p. Two payment ids
+// tell (equal: the same payment; different: two payments); otherwise two
+// different invoices mean two payments. Anything else cannot be told apart
+// — the same invoice without payment ids may have been paid twice — and
+// known is false.
+func (r PaidRefs) SamePayment(p PaymentInfo) (same, known bool) {
+	switch {
+	case r.PaymentID != "" && p.PaymentID != "":
+		return r.PaymentID == p.PaymentID, true
+	case r.InvoiceID != "" && p.InvoiceID != "" && r.InvoiceID != p.InvoiceID:
+		return false, true
+	}
+	return false, false
+}
 
 // Outcome is everything an event does, decided without I/O. Storage applies
 // it in one transaction with the order row locked.
@@ -200,22 +215,15 @@ func Decide(ev ProviderEvent, order *PaidOrder) Outcome {
 
 func decideConfirmed(p PaymentInfo, order PaidOrder) Outcome {
 	if order.Paid {
-		// Only two identified payments can be compared: if either names
-		// neither invoice nor payment, this may be the paying payment
-		// announced again, or money received twice.
-		switch {
-		case !p.Identified():
-			return unidentified("this confirmation names neither an invoice nor a payment")
-		case !order.paidByIdentified():
-			return unidentified("the confirmation that paid the order named neither an invoice nor a payment")
-		}
-		paidRef, paidID := p.PaidRefs()
-		if order.PaidAttemptRef == paidRef && order.PaidPaymentID == paidID {
+		switch same, known := order.PaidBy.SamePayment(p); {
+		case !known:
+			return unidentified(order.PaidBy, p)
+		case same:
 			return Outcome{Decision: DecisionAlreadyApplied, Attempt: AttemptConfirmed,
 				Reason: "this payment already paid the order"}
 		}
 		return Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment,
-			Reason: fmt.Sprintf("the order was already paid by attempt %s; this payment needs a refund review", order.PaidAttemptRef)}
+			Reason: fmt.Sprintf("the order was already paid by %s; this payment needs a refund review", order.PaidBy.describe())}
 	}
 	if order.State != StatePendingPayment {
 		// Cancelled or expired orders (and anything not awaiting payment).
@@ -255,10 +263,23 @@ func decideConfirmed(p PaymentInfo, order PaidOrder) Outcome {
 }
 
 // unidentified is the outcome of a payment for a paid order that cannot be
-// told apart from the payment that paid it; why says which side names
-// nothing.
-func unidentified(why string) Outcome {
+// told apart from the payment that paid it.
+func unidentified(paid PaidRefs, p PaymentInfo) Outcome {
 	return Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment,
-		Reason: why + ", so this payment cannot be told apart from the one that paid the order: " +
-			"it may be the same payment announced again, or money received twice; check at the provider"}
+		Reason: fmt.Sprintf("the order was paid by %s and this confirmation names %s, so this payment cannot be told apart "+
+			"from the one that paid the order: it may be the same payment announced again, or money received twice; "+
+			"check at the provider", paid.describe(), p.PaidRefs().describe())}
+}
+
+// describe names the refs for a reason.
+func (r PaidRefs) describe() string {
+	switch {
+	case r.InvoiceID != "" && r.PaymentID != "":
+		return fmt.Sprintf("payment %s of invoice %s", r.PaymentID, r.InvoiceID)
+	case r.PaymentID != "":
+		return "payment " + r.PaymentID
+	case r.InvoiceID != "":
+		return "a payment of invoice " + r.InvoiceID + " (no payment id)"
+	}
+	return "a payment naming neither invoice nor payment id"
 }

@@ -12,9 +12,11 @@ func TestDecide(t *testing.T) {
 	settlement := &Settlement{Token: "USDT", Network: "TRON", Amount: decimal.RequireFromString("25"), Tolerance: decimal.RequireFromString("0.5")}
 	pending := &PaidOrder{State: StatePendingPayment, Settlement: settlement}
 	// Paid by an identified payment (inv_1, pay_1) …
-	paid := &PaidOrder{State: StateFulfilled, Settlement: settlement, Paid: true, PaidAttemptRef: "inv_1", PaidPaymentID: "pay_1"}
-	held := &PaidOrder{State: StateOnHold, Settlement: settlement, Paid: true, PaidAttemptRef: "inv_1", PaidPaymentID: "pay_1"}
-	paidByInvoice := &PaidOrder{State: StateFulfilled, Settlement: settlement, Paid: true, PaidAttemptRef: "inv_1"}
+	byPay1 := PaidRefs{AttemptRef: "inv_1", InvoiceID: "inv_1", PaymentID: "pay_1"}
+	paid := &PaidOrder{State: StateFulfilled, Settlement: settlement, Paid: true, PaidBy: byPay1}
+	held := &PaidOrder{State: StateOnHold, Settlement: settlement, Paid: true, PaidBy: byPay1}
+	paidByInvoice := &PaidOrder{State: StateFulfilled, Settlement: settlement, Paid: true, PaidBy: PaidRefs{AttemptRef: "inv_1", InvoiceID: "inv_1"}}
+	paidByPayment := &PaidOrder{State: StateFulfilled, Settlement: settlement, Paid: true, PaidBy: PaidRefs{AttemptRef: "pay_1", PaymentID: "pay_1"}}
 	// … or by a payment that named neither invoice nor payment: no refs.
 	paidUnidentified := &PaidOrder{State: StateFulfilled, Settlement: settlement, Paid: true}
 	heldUnidentified := &PaidOrder{State: StateOnHold, Settlement: settlement, Paid: true}
@@ -93,13 +95,23 @@ func TestDecide(t *testing.T) {
 
 		// Which payment is which: paid by identified / unidentified ×
 		// confirmation identified / unidentified.
-		{"identified paid, invoice only, same invoice but no payment id", invoiceOnly, paid,
-			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
-		{"identified by invoice paid, same invoice again", invoiceOnly, paidByInvoice,
+		// Two payment ids tell; else two different invoices tell; else
+		// nothing does.
+		{"identified paid, same invoice but no payment id", invoiceOnly, paid,
+			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+		{"identified paid, same payment id without the invoice", paymentOnly, paid,
 			Outcome{Decision: DecisionAlreadyApplied, Attempt: AttemptConfirmed}},
-		{"identified by invoice paid, another payment", other, paidByInvoice,
+		{"paid by invoice only, same invoice again", invoiceOnly, paidByInvoice,
+			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+		{"paid by invoice only, another invoice", other, paidByInvoice,
 			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
-		{"identified paid, payment id only", paymentOnly, paid,
+		{"paid by invoice only, its payment with its id", confirmed("25", "USDT", "TRON"), paidByInvoice,
+			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+		{"paid by payment id only, the same payment with its invoice", confirmed("25", "USDT", "TRON"), paidByPayment,
+			Outcome{Decision: DecisionAlreadyApplied, Attempt: AttemptConfirmed}},
+		{"paid by payment id only, invoice only", invoiceOnly, paidByPayment,
+			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+		{"paid by payment id only, another payment", other, paidByPayment,
 			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
 		{"identified paid, unidentified confirmation", unidentified, paid,
 			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
@@ -164,9 +176,10 @@ func TestDecide(t *testing.T) {
 			}
 			// A payment that cannot be told apart from the one that paid the
 			// order is never reported as extra money.
-			if tc.order != nil && tc.order.Paid && got.Item == ReconExtraPayment &&
-				(!tc.ev.Payment.Identified() || tc.order.PaidAttemptRef == "" && tc.order.PaidPaymentID == "") {
-				t.Error("an unidentifiable payment reported as an extra payment")
+			if tc.order != nil && tc.order.Paid && got.Item == ReconExtraPayment {
+				if _, known := tc.order.PaidBy.SamePayment(tc.ev.Payment); !known {
+					t.Error("a payment that cannot be told apart reported as an extra payment")
+				}
 			}
 			if got.Decision == DecisionUnidentifiedPayment &&
 				(!strings.Contains(reason, "cannot be told apart") || !strings.Contains(reason, "check at the provider")) {
@@ -179,24 +192,24 @@ func TestDecide(t *testing.T) {
 func TestPaymentIdentified(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		name           string
-		p              PaymentInfo
-		identified     bool
-		wantRef, wantP string
+		name       string
+		p          PaymentInfo
+		identified bool
+		want       PaidRefs
 	}{
-		{"invoice and payment", PaymentInfo{AttemptRef: "inv_1", InvoiceID: "inv_1", PaymentID: "pay_1", MerchantOrderID: "m"}, true, "inv_1", "pay_1"},
-		{"invoice only", PaymentInfo{AttemptRef: "inv_1", InvoiceID: "inv_1", CheckoutSessionID: "cs_1"}, true, "inv_1", ""},
-		{"payment only", PaymentInfo{AttemptRef: "pay_1", PaymentID: "pay_1"}, true, "pay_1", "pay_1"},
-		{"merchant order id only", PaymentInfo{MerchantOrderID: "m"}, false, "", ""},
-		{"checkout session only", PaymentInfo{AttemptRef: "cs_1", CheckoutSessionID: "cs_1", MerchantOrderID: "m"}, false, "", ""},
-		{"paylink and transaction", PaymentInfo{MerchantOrderID: "m", PaylinkID: "pl_1", TxHash: "0xabc"}, false, "", ""},
+		{"invoice and payment", PaymentInfo{AttemptRef: "inv_1", InvoiceID: "inv_1", PaymentID: "pay_1", MerchantOrderID: "m"}, true, PaidRefs{"inv_1", "inv_1", "pay_1"}},
+		{"invoice only", PaymentInfo{AttemptRef: "inv_1", InvoiceID: "inv_1", CheckoutSessionID: "cs_1"}, true, PaidRefs{"inv_1", "inv_1", ""}},
+		{"payment only", PaymentInfo{AttemptRef: "pay_1", PaymentID: "pay_1"}, true, PaidRefs{"pay_1", "", "pay_1"}},
+		{"merchant order id only", PaymentInfo{MerchantOrderID: "m"}, false, PaidRefs{}},
+		{"checkout session only", PaymentInfo{AttemptRef: "cs_1", CheckoutSessionID: "cs_1", MerchantOrderID: "m"}, false, PaidRefs{}},
+		{"paylink and transaction", PaymentInfo{MerchantOrderID: "m", PaylinkID: "pl_1", TxHash: "0xabc"}, false, PaidRefs{}},
 	}
 	for _, tc := range cases {
 		if got := tc.p.Identified(); got != tc.identified {
 			t.Errorf("%s: Identified = %v, want %v", tc.name, got, tc.identified)
 		}
-		if ref, pay := tc.p.PaidRefs(); ref != tc.wantRef || pay != tc.wantP {
-			t.Errorf("%s: PaidRefs = %q, %q; want %q, %q", tc.name, ref, pay, tc.wantRef, tc.wantP)
+		if got := tc.p.PaidRefs(); got != tc.want {
+			t.Errorf("%s: PaidRefs = %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -45,3 +45,10 @@ func ValidateOrderID(field, id string) error {
 	}
 	return vs.err()
 }
+
+// ValidateOrgID checks that id has the form of an org id.
+func ValidateOrgID(field, id string) error {
+	var vs violations
+	checkOrgID(&vs, field, id)
+	return vs.err()
+}

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 )
@@ -86,28 +89,26 @@ func eventFromProto(req *fulfillmentv1.RecordEventRequest) (fulfillment.Provider
 // checkEndpoint refuses an event for an endpoint this service is not
 // configured with, or whose provider, org or environment differ from that
 // endpoint's: RecordEvent cannot file an event under another tenant,
-// environment or provider than the endpoint that verified it.
+// environment or provider than the endpoint that verified it. The event
+// itself may be sound — the gateway's configuration and this service's
+// disagree — so the answer is FAILED_PRECONDITION, which a gateway reports
+// as its own failure (500) rather than as a refused event (400): the
+// provider keeps retrying while someone mends the configuration.
 func (s *Service) checkEndpoint(ev fulfillment.ProviderEvent) error {
 	ep, ok := s.endpoints[ev.EndpointID]
 	if !ok {
-		return &fulfillment.ValidationError{Violations: []fulfillment.FieldViolation{{
-			Field:       "endpoint_id",
-			Description: fmt.Sprintf("%q is not a webhook endpoint of this service's configuration (endpoints[].id)", ev.EndpointID),
-		}}}
+		return status.Errorf(codes.FailedPrecondition,
+			"endpoint_id: %q is not a webhook endpoint of this service's configuration (endpoints[].id)", ev.EndpointID)
 	}
-	var vs []fulfillment.FieldViolation
 	for _, f := range []struct{ field, got, want string }{
 		{"provider", string(ev.Provider), string(ep.Provider)},
 		{"org_id", ev.OrgID, ep.OrgID},
 		{"environment", string(ev.Environment), string(ep.Environment)},
 	} {
 		if f.got != f.want {
-			vs = append(vs, fulfillment.FieldViolation{Field: f.field,
-				Description: fmt.Sprintf("must be %q, as configured for endpoint %q", f.want, ep.ID)})
+			return status.Errorf(codes.FailedPrecondition,
+				"%s: endpoint %q is configured with %s %q in this service", f.field, ep.ID, f.field, f.want)
 		}
-	}
-	if len(vs) > 0 {
-		return &fulfillment.ValidationError{Violations: vs}
 	}
 	return nil
 }

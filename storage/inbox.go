@@ -106,15 +106,16 @@ func queueOrderEffects(b *pgx.Batch, m matchedOrder, ev fulfillment.ProviderEven
 	if out.NewState != "" || out.MarkPaid {
 		// An absent ref is NULL, never '': a payment that does not identify
 		// itself records none.
-		paidRef, paidID := p.PaidRefs()
+		paid := p.PaidRefs()
 		b.Queue(`
 			UPDATE orders SET
 				state = coalesce(nullif($2, ''), state),
 				paid_attempt_ref = CASE WHEN $3 THEN nullif($4, '') ELSE paid_attempt_ref END,
-				paid_payment_id  = CASE WHEN $3 THEN nullif($5, '') ELSE paid_payment_id END,
+				paid_invoice_id  = CASE WHEN $3 THEN nullif($5, '') ELSE paid_invoice_id END,
+				paid_payment_id  = CASE WHEN $3 THEN nullif($6, '') ELSE paid_payment_id END,
 				paid_at          = CASE WHEN $3 THEN now() ELSE paid_at END,
 				updated_at = now()
-			WHERE id = $1`, m.id, out.NewState, out.MarkPaid, paidRef, paidID)
+			WHERE id = $1`, m.id, out.NewState, out.MarkPaid, paid.AttemptRef, paid.InvoiceID, paid.PaymentID)
 	}
 	if !out.Grant {
 		return

@@ -138,7 +138,7 @@ func (m *matchedOrder) apply(ev fulfillment.ProviderEvent, out fulfillment.Outco
 	}
 	if out.MarkPaid {
 		m.order.Paid = true
-		m.order.PaidAttemptRef, m.order.PaidPaymentID = ev.Payment.PaidRefs()
+		m.order.PaidBy = ev.Payment.PaidRefs()
 	}
 	if out.Attempt != "" && ev.Payment.AttemptRef != "" {
 		k := [2]string{string(ev.Provider), ev.Payment.AttemptRef}
@@ -188,7 +188,7 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 	rows, _ := tx.Query(ctx, `
 		SELECT id, org_id, environment, merchant_order_id, coalesce(checkout_session_id, ''), state,
 			settlement_token, settlement_network, settlement_amount::text, settlement_tolerance::text,
-			paid_at IS NOT NULL, coalesce(paid_attempt_ref, ''), coalesce(paid_payment_id, ''),
+			paid_at IS NOT NULL, coalesce(paid_attempt_ref, ''), coalesce(paid_invoice_id, ''), coalesce(paid_payment_id, ''),
 			EXISTS (SELECT 1 FROM order_lines l WHERE l.order_id = o.id AND l.kind = 'external')
 		FROM orders o
 		WHERE id IN (
@@ -209,7 +209,7 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 			token, network, amount, tolerance *string
 		)
 		if err := r.Scan(&id, &org, &env, &merchantID, &sessionID, &o.State, &token, &network, &amount,
-			&tolerance, &o.Paid, &o.PaidAttemptRef, &o.PaidPaymentID, &o.HasExternalLines); err != nil {
+			&tolerance, &o.Paid, &o.PaidBy.AttemptRef, &o.PaidBy.InvoiceID, &o.PaidBy.PaymentID, &o.HasExternalLines); err != nil {
 			return err
 		}
 		var err error

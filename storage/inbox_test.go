@@ -555,7 +555,8 @@ func TestMigration004PaidRefs(t *testing.T) {
 		t.Fatalf("migrating up to 4: %v", err)
 	}
 	rows, err := conn.Query(ctx, `
-		SELECT merchant_order_id || ':' || coalesce(paid_attempt_ref, 'NULL') || ',' || coalesce(paid_payment_id, 'NULL')
+		SELECT merchant_order_id || ':' || coalesce(paid_attempt_ref, 'NULL') || ',' || coalesce(paid_invoice_id, 'NULL') ||
+			',' || coalesce(paid_payment_id, 'NULL')
 		FROM orders ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
@@ -564,7 +565,7 @@ func TestMigration004PaidRefs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "empty:NULL,NULL session:NULL,NULL invoice:inv_1,NULL unpaid:NULL,NULL"; strings.Join(got, " ") != want {
+	if want := "empty:NULL,NULL,NULL session:NULL,NULL,NULL invoice:inv_1,inv_1,NULL unpaid:NULL,NULL,NULL"; strings.Join(got, " ") != want {
 		t.Errorf("paid refs after 004 = %v, want %s", got, want)
 	}
 	if _, err := conn.Exec(ctx, `INSERT INTO reconciliation_items (kind, org_id, environment, detail, dedupe_key)

@@ -163,8 +163,11 @@ func TestConfirmedDecisionMatchesStateMachine(t *testing.T) {
 	confirmations := []*eventPlan{
 		{invoice: "inv_1", payment: "pay_1"},
 		{invoice: "inv_2", payment: "pay_2"},
+		{invoice: "inv_1", payment: "pay_9"},
 		{invoice: "inv_1"},
+		{invoice: "inv_2"},
 		{payment: "pay_1"},
+		{payment: "pay_2"},
 		{}, // only the merchant order id: identifies no payment
 	}
 	refs := func(e *eventPlan) string {
@@ -183,7 +186,7 @@ func TestConfirmedDecisionMatchesStateMachine(t *testing.T) {
 		order := fulfillment.PaidOrder{State: fulfillment.StatePendingPayment, Settlement: settlement}
 		if payer != nil {
 			order.State, order.Paid = fulfillment.StateFulfilled, true
-			order.PaidAttemptRef, order.PaidPaymentID = info(payer).PaidRefs()
+			order.PaidBy = info(payer).PaidRefs()
 		}
 		for _, e := range confirmations {
 			ev := fulfillment.ProviderEvent{Environment: fulfillment.EnvLive, Kind: fulfillment.EventPaymentConfirmed,

@@ -510,12 +510,13 @@ func confirmedDecision(payer, e *eventPlan) string {
 	switch {
 	case payer == nil:
 		return decFulfilled
-	case !e.identified() || !payer.identified():
-		return decUnidentified
-	case e.attemptRef() == payer.attemptRef() && e.payment == payer.payment:
-		return decAlreadyApplied
+	case e.payment != "" && payer.payment != "":
+		return pick(e.payment == payer.payment, decAlreadyApplied, decDuplicatePayment)
+	case e.invoice != "" && payer.invoice != "" && e.invoice != payer.invoice:
+		return decDuplicatePayment
 	}
-	return decDuplicatePayment
+	// Nothing tells the two payments apart.
+	return decUnidentified
 }
 
 // finalAttemptState merges what an event says into an attempt's expected
