@@ -95,12 +95,15 @@ func setInt[T ~int | ~int64 | ~uint32](dst *T, def T) {
 	}
 }
 
-// Smallest values of the response bounds: the largest valid order, with its
-// history, must be readable, and one listing page must hold at least one of
-// the largest items.
+// Smallest values of the message bounds: the largest valid order, with its
+// history, must be readable, one listing page must hold at least one of the
+// largest items, and the largest webhook must fit in a request.
 const (
 	minGRPCSendBytes = 1 << 20
 	minGRPCPageBytes = 256 << 10
+	// minGRPCRecvBytes fits the largest request: a webhook's raw body (at
+	// most fulfillment.MaxRawBodyBytes) with its event, as RecordEvent.
+	minGRPCRecvBytes = 2 << 20
 )
 
 func (c *Config) validateBounds() error {
@@ -119,8 +122,8 @@ func (c *Config) validateBounds() error {
 	switch {
 	case h.MaxBodyBytes < 0:
 		return errors.New("http.max_body_bytes: must not be negative")
-	case g.MaxRecvBytes < 0:
-		return errors.New("grpc.max_recv_bytes: must not be negative")
+	case g.MaxRecvBytes < minGRPCRecvBytes:
+		return fmt.Errorf("grpc.max_recv_bytes: at least %d, so that the largest webhook can be recorded", minGRPCRecvBytes)
 	case h.MaxBodyBytes > int64(g.MaxRecvBytes):
 		return fmt.Errorf("http.max_body_bytes: at most grpc.max_recv_bytes (%d): the REST gateway forwards bodies over gRPC", g.MaxRecvBytes)
 	case g.MaxSendBytes < minGRPCSendBytes:

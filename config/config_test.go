@@ -100,6 +100,7 @@ func TestLoadErrors(t *testing.T) {
 		{"tls missing file", "tls: { cert_file: /nonexistent/c, key_file: /nonexistent/k }\n", vars, "tls."},
 		{"negative http timeout", "http: { read_timeout: -1s }\n", vars, "http.read_timeout: must not be negative"},
 		{"body over grpc limit", "http: { max_body_bytes: 8388608 }\n", vars, "http.max_body_bytes: at most grpc.max_recv_bytes"},
+		{"receive limit too small", "grpc: { max_recv_bytes: 1048576 }\n", vars, "grpc.max_recv_bytes: at least"},
 		{"send limit too small", "grpc: { max_send_bytes: 65536 }\n", vars, "grpc.max_send_bytes: at least"},
 		{"page over half the send limit", "grpc: { max_page_bytes: 3000000 }\n", vars, "grpc.max_page_bytes"},
 		{"page too small", "grpc: { max_page_bytes: 1000 }\n", vars, "grpc.max_page_bytes"},

@@ -86,6 +86,11 @@ func TestRecordEventRefusesWhatNoAdapterSends(t *testing.T) {
 		{"over-long reference", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.PaymentId = strings.Repeat("p", 129) }, "payment.payment_id", 0},
 		{"over-long type", func(r *fulfillmentv1.RecordEventRequest) { r.Type = strings.Repeat("t", 65) }, "type", 0},
 		{"space in token", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Token = "US DT" }, "payment.token", 0},
+		{"attempt ref of another attempt", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.AttemptRef = "inv_other" }, "payment.attempt_ref", 0},
+		{"confirmed without an amount", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount = "" }, "payment.amount", 0},
+		{"confirmed naming no order", func(r *fulfillmentv1.RecordEventRequest) {
+			r.Payment.MerchantOrderId, r.Payment.InvoiceId, r.Payment.AttemptRef = "", "", ""
+		}, "payment", 0},
 		{"unknown kind", func(r *fulfillmentv1.RecordEventRequest) { r.Kind = "refund" }, "kind", 0},
 		{"no raw body", func(r *fulfillmentv1.RecordEventRequest) { r.RawBody = nil }, "raw_body", 0},
 	}

@@ -160,7 +160,30 @@ func (ev ProviderEvent) Validate() error {
 			vs.add("payment.amount", "%v", err)
 		}
 	}
+	if p.AttemptRef != p.Attempt() {
+		vs.add("payment.attempt_ref", "must be the invoice id, else the payment id, else the checkout session id")
+	}
+	if ev.Kind == EventPaymentConfirmed {
+		if !p.HasAmount {
+			vs.add("payment.amount", "is required for a confirmed payment")
+		}
+		if p.MerchantOrderID == "" && p.CheckoutSessionID == "" && p.InvoiceID == "" && p.PaymentID == "" {
+			vs.add("payment", "a confirmed payment needs a merchant order, checkout session, invoice or payment id")
+		}
+	}
 	return vs.err()
+}
+
+// Attempt is the payment attempt the event is about: its invoice, else its
+// payment, else its checkout session ("" when it names none). AttemptRef
+// holds it.
+func (p PaymentInfo) Attempt() string {
+	for _, ref := range []string{p.InvoiceID, p.PaymentID, p.CheckoutSessionID} {
+		if ref != "" {
+			return ref
+		}
+	}
+	return ""
 }
 
 // Occurrence times a provider may claim. Its clock may be off by a little;

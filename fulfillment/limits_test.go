@@ -106,6 +106,15 @@ func TestProviderEventValidate(t *testing.T) {
 		{"negative amount", func(e *ProviderEvent) { e.Payment.Amount = decimal.New(-1, 0) }, "payment.amount"},
 		{"amount of 31 digits", func(e *ProviderEvent) { e.Payment.Amount = decimal.New(1, 30) }, "payment.amount"},
 		{"amount of 19 decimals", func(e *ProviderEvent) { e.Payment.Amount = decimal.New(1, -19) }, "payment.amount"},
+		{"attempt ref of another attempt", func(e *ProviderEvent) { e.Payment.AttemptRef = "inv_9" }, "payment.attempt_ref"},
+		{"no attempt ref for an invoice", func(e *ProviderEvent) { e.Payment.AttemptRef = "" }, "payment.attempt_ref"},
+		{"attempt is the payment without an invoice", func(e *ProviderEvent) {
+			e.Payment.InvoiceID, e.Payment.PaymentID, e.Payment.AttemptRef = "", "pay_1", "pay_1"
+		}, ""},
+		{"confirmed without an amount", func(e *ProviderEvent) { e.Payment.HasAmount, e.Payment.Amount = false, decimal.Zero }, "payment.amount"},
+		{"confirmed naming no order or payment", func(e *ProviderEvent) {
+			e.Payment.InvoiceID, e.Payment.MerchantOrderID, e.Payment.AttemptRef = "", "", ""
+		}, "payment"},
 		{"trailing zeros are fine", func(e *ProviderEvent) { e.Payment.Amount = decimal.New(25_000_000_000_000_000, -24) }, ""},
 	}
 	for _, tc := range cases {

@@ -51,8 +51,8 @@ type Gateway struct {
 	rec       Recorder
 	opts      Options
 	log       *slog.Logger
-	// rejectLog keeps a flood of forged requests from flooding the log;
-	// the counter still counts every one.
+	// rejectLog keeps a flood of forged or malformed requests from
+	// flooding the log; the counter still counts every one.
 	rejectLog *rate.Limiter
 	requests  *prometheus.CounterVec
 }
@@ -187,7 +187,10 @@ func (g *Gateway) reject(w http.ResponseWriter, r *http.Request, a Adapter, endp
 		label = "unknown" // do not let callers invent label values
 	}
 	g.requests.WithLabelValues(label, outcome).Inc()
-	if g.rejectLog.Allow() {
+	// Refused requests (4xx) are whatever anyone sends: a few per second
+	// are logged. Failures of ours (5xx) always reach the log, whose
+	// handler writes each cause once per interval.
+	if status >= 500 || g.rejectLog.Allow() {
 		attrs := []any{"endpoint", label, "outcome", outcome, "status", status, "remote", r.RemoteAddr}
 		if cause != nil {
 			attrs = append(attrs, "cause", cause.Error())

@@ -101,11 +101,11 @@ func (s *Server) guardREST(next http.Handler) http.Handler {
 	tooLarge := fmt.Sprintf("the request body exceeds %d bytes (http.max_body_bytes)", limit)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, err := s.auth.principalFor(r.Header.Get("Authorization")); err != nil {
-			restError(w, 0, err)
+			refuseUnread(w, 0, err)
 			return
 		}
 		if r.ContentLength > limit {
-			restError(w, http.StatusRequestEntityTooLarge, status.Error(codes.InvalidArgument, tooLarge))
+			refuseUnread(w, http.StatusRequestEntityTooLarge, status.Error(codes.InvalidArgument, tooLarge))
 			return
 		}
 		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
@@ -113,10 +113,10 @@ func (s *Server) guardREST(next http.Handler) http.Handler {
 			var mbe *http.MaxBytesError
 			switch {
 			case errors.As(err, &mbe):
-				restError(w, http.StatusRequestEntityTooLarge, status.Error(codes.InvalidArgument, tooLarge))
+				refuseUnread(w, http.StatusRequestEntityTooLarge, status.Error(codes.InvalidArgument, tooLarge))
 				return
 			case err != nil:
-				restError(w, http.StatusBadRequest, status.Error(codes.InvalidArgument, "the request body could not be read in full"))
+				refuseUnread(w, http.StatusBadRequest, status.Error(codes.InvalidArgument, "the request body could not be read in full"))
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
@@ -127,8 +127,7 @@ func (s *Server) guardREST(next http.Handler) http.Handler {
 
 // restError answers a request the gateway did not forward, in the
 // gateway's error format; httpStatus 0 derives the status from the gRPC
-// code. The connection is then closed at once: Go's server would otherwise
-// read up to 256 KiB of the unread body, as slowly as the client sends it.
+// code.
 func restError(w http.ResponseWriter, httpStatus int, err error) {
 	st := status.Convert(err)
 	if httpStatus == 0 {
@@ -141,19 +140,45 @@ func restError(w http.ResponseWriter, httpStatus int, err error) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("Connection", "close")
 	if st.Code() == codes.Unauthenticated {
 		h.Set("WWW-Authenticate", `Bearer realm="fulfillment"`)
 	}
 	w.WriteHeader(httpStatus)
 	_, _ = w.Write(body)
-	rc := http.NewResponseController(w)
-	if rc.Flush() == nil {
-		if conn, _, err := rc.Hijack(); err == nil {
-			_ = conn.Close()
-		}
-	}
 }
+
+// refuseUnread answers a request whose body is left unread, then closes the
+// connection: Go's server would otherwise read up to 256 KiB of that body,
+// as slowly as the client sends it. The close lingers briefly (bounded in
+// time and bytes) so that a client still sending gets the answer, not a
+// connection reset.
+func refuseUnread(w http.ResponseWriter, httpStatus int, err error) {
+	w.Header().Set("Connection", "close")
+	restError(w, httpStatus, err)
+	rc := http.NewResponseController(w)
+	if rc.Flush() != nil {
+		return
+	}
+	conn, _, herr := rc.Hijack()
+	if herr != nil {
+		return // HTTP/2: the stream is reset; the connection serves others
+	}
+	go func() {
+		defer conn.Close()
+		if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(lingerTime))
+		_, _ = io.CopyN(io.Discard, conn, lingerBytes)
+	}()
+}
+
+// How long, and how much of an unread body, a refused connection is read
+// before it is closed.
+const (
+	lingerTime  = 500 * time.Millisecond
+	lingerBytes = 256 << 10
+)
 
 // gatewayError writes a gRPC error as the REST answer. A response the
 // server could not produce within its size bounds is reported as an internal

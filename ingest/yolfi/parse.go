@@ -76,7 +76,7 @@ func (Adapter) Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfi
 			info.Amount, info.HasAmount = d, true
 		}
 	}
-	info.AttemptRef = attemptRef(&info)
+	info.AttemptRef = info.Attempt()
 
 	kind := kindOf(p.Type)
 	if kind == fulfillment.EventPaymentConfirmed {

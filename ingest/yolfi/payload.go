@@ -108,17 +108,6 @@ const amountPath = "data.amount"
 // amountOf returns the wire amount of data.
 func amountOf(d *PayloadData) string { return d.Amount }
 
-// attemptRef picks the payment attempt reference: the invoice id, else the
-// payment id, else the checkout session id.
-func attemptRef(p *fulfillment.PaymentInfo) string {
-	for _, ref := range []string{p.InvoiceID, p.PaymentID, p.CheckoutSessionID} {
-		if ref != "" {
-			return ref
-		}
-	}
-	return ""
-}
-
 // orderRefs are the references of which a payment.confirmed needs at least
 // one to be matched to an order.
 func orderRefs(p *fulfillment.PaymentInfo) []string {

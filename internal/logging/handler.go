@@ -22,8 +22,9 @@ const SuppressedKey = "suppressed"
 // share one overflow cause.
 const MaxCauses = 1024
 
-// Budget is the most lines at WARN and above a handler writes per interval,
-// across all causes.
+// Budget is the most lines a handler writes per interval across all causes,
+// at WARN, and again at ERROR and above: a flood of warnings cannot crowd out
+// an error.
 const Budget = 50
 
 // causeKeys name the attributes whose values tell one cause from another:
@@ -54,8 +55,8 @@ var causeKeys = map[string]bool{
 // carries SuppressedKey with their number. INFO and DEBUG records are never
 // dropped.
 //
-// Bounds: at most Budget records at WARN and above are written per interval
-// in all (a record dropped for the budget counts for its cause like any
+// Bounds: at most Budget records at WARN, and Budget at ERROR and above, are
+// written per interval in all (a record dropped for the budget counts for its cause like any
 // other), and at most MaxCauses causes are tracked. When the table is full,
 // causes whose interval has passed are forgotten (what they had suppressed
 // moves to the overflow cause); new causes that still do not fit share one
@@ -104,7 +105,7 @@ func (h *Handler) Enabled(ctx context.Context, level slog.Level) bool {
 func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 	suppressed := 0
 	if h.lim != nil && r.Level >= slog.LevelWarn {
-		ok, n := h.lim.allow(h.key(r))
+		ok, n := h.lim.allow(h.key(r), r.Level >= slog.LevelError)
 		if !ok {
 			return nil
 		}
@@ -226,7 +227,7 @@ type limiter struct {
 	overflow  cause     // the causes that did not fit in the table
 	sweepAt   time.Time // no cause of the table can be forgotten before
 	windowEnd time.Time // end of the interval the budget counts
-	written   int       // lines of that interval
+	written   [2]int    // lines of that interval: warnings, errors
 }
 
 // cause is one cause of warnings.
@@ -235,9 +236,10 @@ type cause struct {
 	suppressed int       // records dropped since the last line
 }
 
-// allow reports whether a record of cause k is written now and, if it is,
-// how many records of k were dropped since k's previous line.
-func (l *limiter) allow(k uint64) (ok bool, suppressed int) {
+// allow reports whether a record of cause k (an error or worse, or a
+// warning) is written now and, if it is, how many records of k were dropped
+// since k's previous line.
+func (l *limiter) allow(k uint64, isError bool) (ok bool, suppressed int) {
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -247,13 +249,17 @@ func (l *limiter) allow(k uint64) (ok bool, suppressed int) {
 		return false, 0
 	}
 	if !now.Before(l.windowEnd) {
-		l.windowEnd, l.written = now.Add(l.interval), 0
+		l.windowEnd, l.written = now.Add(l.interval), [2]int{}
 	}
-	if l.written >= l.budget {
+	budget := &l.written[0]
+	if isError {
+		budget = &l.written[1]
+	}
+	if *budget >= l.budget {
 		c.suppressed++
 		return false, 0
 	}
-	l.written++
+	*budget++
 	suppressed, c.suppressed, c.until = c.suppressed, 0, now.Add(l.interval)
 	return true, suppressed
 }

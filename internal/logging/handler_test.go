@@ -341,6 +341,16 @@ func TestHandlerBudget(t *testing.T) {
 	if n := len(records(t, &out)); n != 5*Budget {
 		t.Errorf("5 intervals of 500 new causes wrote %d lines, want %d", n, 5*Budget)
 	}
+	// Warnings spending their budget leave errors theirs.
+	out.Reset()
+	c.advance(interval)
+	for i := range 2 * Budget {
+		log.Warn("query failed", "error", text(10_000+i))
+	}
+	log.Error("internal error", "error", "a new failure")
+	if got := summaries(t, &out); len(got) != Budget+1 || got[Budget] != "ERROR internal error" {
+		t.Errorf("after a flood of warnings, an error wrote %d lines ending %v; want the budget, then the error", len(got), got[len(got)-1])
+	}
 }
 
 func TestHandlerCauseCap(t *testing.T) {
