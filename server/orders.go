@@ -89,11 +89,13 @@ func (s *Service) ListOrders(ctx context.Context, req *fulfillmentv1.ListOrdersR
 	if pg.before != "" && fulfillment.ValidateOrderID("page_token", pg.before) != nil {
 		return nil, toStatus(ctx, s.log, badPageToken())
 	}
-	orders, err := s.store.OrderList(ctx, fulfillment.OrderListParams{Filter: filter, BeforeID: pg.before, Limit: pg.limit + 1})
+	fetch := func(before string, limit int) ([]fulfillment.Order, error) {
+		return s.store.OrderList(ctx, fulfillment.OrderListParams{Filter: filter, BeforeID: before, Limit: limit})
+	}
+	resp := &fulfillmentv1.ListOrdersResponse{}
+	resp.Orders, resp.NextPageToken, err = fillPage(pg, fetch, orderToProto, func(o fulfillment.Order) string { return o.ID })
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	resp := &fulfillmentv1.ListOrdersResponse{}
-	resp.Orders, resp.NextPageToken = pageOf(pg, orders, orderToProto, func(o fulfillment.Order) string { return o.ID })
 	return resp, nil
 }

@@ -66,28 +66,44 @@ func (s *Service) listing(ctx context.Context, p *Principal, invalid error, org 
 	return pg, nil
 }
 
-// pageOf renders one page of rows (storage returns one row more than the
-// page, which tells whether another page follows): at most p.limit rows,
-// and no more than p.maxBytes of encoded items — so a page may hold fewer
-// rows than asked for, and still have a next page. The first row is always
-// rendered (the largest item is far below the bound). The next page token
+// listChunk is how many rows one storage read of a listing asks for (one
+// more, which tells whether more follow): a page that its byte bound stops
+// early has not read far past its end.
+const listChunk = 100
+
+// fillPage reads and renders one page: at most p.limit rows, and no more
+// than p.maxBytes of encoded items — so a page may hold fewer rows than
+// asked for, and still have a next page. The first row is always rendered
+// (the largest item is far below the bound). fetch reads up to limit rows
+// after the position before ("" for the start); the next page token
 // continues after the last row rendered.
-func pageOf[T any, P proto.Message](p pager, rows []T, render func(T) P, cursor func(T) string) ([]P, string) {
-	page := make([]P, 0, min(len(rows), p.limit))
-	size := 0
-	for _, row := range rows[:min(len(rows), p.limit)] {
-		item := render(row)
-		// The encoded size of the item within the repeated field.
-		n := protowire.SizeBytes(proto.Size(item)) + 1
-		if len(page) > 0 && p.maxBytes > 0 && size+n > p.maxBytes {
-			break
+func fillPage[T any, P proto.Message](p pager, fetch func(before string, limit int) ([]T, error),
+	render func(T) P, cursor func(T) string) ([]P, string, error) {
+	page := make([]P, 0, min(p.limit, listChunk))
+	size, before, last := 0, p.before, ""
+	for {
+		want := min(p.limit-len(page), listChunk)
+		rows, err := fetch(before, want+1)
+		if err != nil {
+			return nil, "", err
 		}
-		page, size = append(page, item), size+n
+		for _, row := range rows[:min(len(rows), want)] {
+			item := render(row)
+			// The encoded size of the item within the repeated field.
+			n := protowire.SizeBytes(proto.Size(item)) + 1
+			if len(page) > 0 && p.maxBytes > 0 && size+n > p.maxBytes {
+				return page, encodePageToken(last, p.digest), nil
+			}
+			page, size, last = append(page, item), size+n, cursor(row)
+		}
+		switch {
+		case len(rows) <= want:
+			return page, "", nil
+		case len(page) == p.limit:
+			return page, encodePageToken(last, p.digest), nil
+		}
+		before = last
 	}
-	if len(page) == len(rows) {
-		return page, ""
-	}
-	return page, encodePageToken(cursor(rows[len(page)-1]), p.digest)
 }
 
 type pageToken struct {

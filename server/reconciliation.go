@@ -25,19 +25,24 @@ func (s *Service) ListReconciliationItems(ctx context.Context, req *fulfillmentv
 	if err != nil {
 		return nil, err
 	}
-	params := fulfillment.ReconListParams{Filter: filter, Limit: pg.limit + 1}
 	if pg.before != "" {
-		if params.BeforeID, err = strconv.ParseInt(pg.before, 10, 64); err != nil {
+		if _, err := strconv.ParseInt(pg.before, 10, 64); err != nil {
 			return nil, toStatus(ctx, s.log, badPageToken())
 		}
 	}
-	items, err := s.recon.ReconList(ctx, params)
+	fetch := func(before string, limit int) ([]fulfillment.ReconItem, error) {
+		params := fulfillment.ReconListParams{Filter: filter, Limit: limit}
+		if before != "" {
+			params.BeforeID, _ = strconv.ParseInt(before, 10, 64) // checked above, or a cursor of ours
+		}
+		return s.recon.ReconList(ctx, params)
+	}
+	resp := &fulfillmentv1.ListReconciliationItemsResponse{}
+	resp.Items, resp.NextPageToken, err = fillPage(pg, fetch, reconItemToProto,
+		func(it fulfillment.ReconItem) string { return strconv.FormatInt(it.ID, 10) })
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	resp := &fulfillmentv1.ListReconciliationItemsResponse{}
-	resp.Items, resp.NextPageToken = pageOf(pg, items, reconItemToProto,
-		func(it fulfillment.ReconItem) string { return strconv.FormatInt(it.ID, 10) })
 	return resp, nil
 }
 
