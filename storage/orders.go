@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
@@ -213,4 +214,20 @@ func scanOrder(row pgx.Row) (fulfillment.Order, string, error) {
 		return fulfillment.Order{}, "", err
 	}
 	return o, fingerprint, nil
+}
+
+// settlementFrom reads the nullable settlement columns.
+func settlementFrom(token, network, amount, tolerance *string) (*fulfillment.Settlement, error) {
+	if token == nil {
+		return nil, nil
+	}
+	st := &fulfillment.Settlement{Token: *token, Network: *network}
+	var err error
+	if st.Amount, err = decimal.NewFromString(*amount); err != nil {
+		return nil, fmt.Errorf("parsing settlement amount: %w", err)
+	}
+	if st.Tolerance, err = decimal.NewFromString(*tolerance); err != nil {
+		return nil, fmt.Errorf("parsing settlement tolerance: %w", err)
+	}
+	return st, nil
 }
