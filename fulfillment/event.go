@@ -2,8 +2,6 @@ package fulfillment
 
 import (
 	"time"
-
-	"github.com/shopspring/decimal"
 )
 
 // Valid reports whether p is a provider with an adapter.
@@ -34,6 +32,12 @@ const (
 	EventAttemptExpired EventKind = "attempt_expired"
 	// EventAttemptCancelled: one attempt was cancelled (Yolfi invoice.cancelled).
 	EventAttemptCancelled EventKind = "attempt_cancelled"
+	// EventRefunded: the whole payment was returned to the payer (T-Bank
+	// REFUNDED).
+	EventRefunded EventKind = "refunded"
+	// EventPartiallyRefunded: part of the payment was returned; the
+	// event's amount says how much (T-Bank PARTIAL_REFUNDED).
+	EventPartiallyRefunded EventKind = "partially_refunded"
 	// EventOther: stored and acknowledged, no effect on orders
 	// (subscription events until subscriptions are built, unknown types).
 	EventOther EventKind = "other"
@@ -42,7 +46,8 @@ const (
 // Valid reports whether k is a known event kind.
 func (k EventKind) Valid() bool {
 	switch k {
-	case EventAttemptCreated, EventPaymentConfirmed, EventAttemptExpired, EventAttemptCancelled, EventOther:
+	case EventAttemptCreated, EventPaymentConfirmed, EventAttemptExpired, EventAttemptCancelled,
+		EventRefunded, EventPartiallyRefunded, EventOther:
 		return true
 	}
 	return false
@@ -81,29 +86,31 @@ type ProviderEvent struct {
 	// Payment is what the event says about a payment, for the order matcher
 	// and the state machine.
 	Payment PaymentInfo
+
+	// Refs are the provider's own references that the neutral core has no
+	// place for (a paylink, a transaction hash, a rebill id), by name. They
+	// are kept as evidence; nothing matches or decides on them.
+	Refs map[string]string
 }
 
-// PaymentInfo is the normalized payment content of an event. Empty strings
-// mean "not in the event".
+// PaymentInfo is the normalized payment content of an event: the neutral
+// core every provider's events map onto. Empty strings mean "not in the
+// event".
 type PaymentInfo struct {
-	// AttemptRef identifies the payment attempt at the provider (Yolfi
-	// invoice id, else payment id, else checkout session id).
-	AttemptRef        string
+	// AttemptRef identifies the payment attempt at the provider: the
+	// invoice, else the payment, else the checkout session (Attempt).
+	AttemptRef string
+	// InvoiceID is the provider's request for payment, when it has one.
+	InvoiceID string
+	// PaymentID is the provider's id of the payment itself.
 	PaymentID         string
-	InvoiceID         string
 	CheckoutSessionID string
 	MerchantOrderID   string
-	// PaylinkID is recorded but never identifies an order on its own.
-	PaylinkID      string
-	SubscriptionID string
-	// Amount is what the merchant receives, in Token units on Network. Zero
-	// with HasAmount false when the event carries no amount.
-	Amount    decimal.Decimal
-	HasAmount bool
-	Token     string
-	Network   string
-	// TxHash is informative only: one transaction may hold several transfers.
-	TxHash string
+	SubscriptionID    string
+	// Amount is what the merchant receives (a confirmation) or what was
+	// returned (a refund): token units, or a currency's minor units. The
+	// zero Amount: the event carries none.
+	Amount Amount
 }
 
 // Validate checks every field of a normalized event against the shared
@@ -140,36 +147,51 @@ func (ev ProviderEvent) Validate() error {
 	p := ev.Payment
 	for _, f := range []struct {
 		field, v string
-		rule     TextRule
 	}{
-		{"payment.attempt_ref", p.AttemptRef, RuleRef},
-		{"payment.payment_id", p.PaymentID, RuleRef},
-		{"payment.invoice_id", p.InvoiceID, RuleRef},
-		{"payment.checkout_session_id", p.CheckoutSessionID, RuleRef},
-		{"payment.merchant_order_id", p.MerchantOrderID, RuleRef},
-		{"payment.paylink_id", p.PaylinkID, RuleRef},
-		{"payment.subscription_id", p.SubscriptionID, RuleRef},
-		{"payment.token", p.Token, RuleToken},
-		{"payment.network", p.Network, RuleNetwork},
-		{"payment.tx_hash", p.TxHash, RuleRef},
+		{"payment.attempt_ref", p.AttemptRef},
+		{"payment.payment_id", p.PaymentID},
+		{"payment.invoice_id", p.InvoiceID},
+		{"payment.checkout_session_id", p.CheckoutSessionID},
+		{"payment.merchant_order_id", p.MerchantOrderID},
+		{"payment.subscription_id", p.SubscriptionID},
 	} {
-		text(f.field, f.v, f.rule, false)
+		text(f.field, f.v, RuleRef, false)
 	}
-	if p.HasAmount {
-		if err := checkDecimal(p.Amount); err != nil {
+	if a := p.Amount; a.Known() {
+		if err := checkUnit(a.Unit); err != nil {
 			vs.add("payment.amount", "%v", err)
+		}
+		if err := checkDecimal(a.Value); err != nil {
+			vs.add("payment.amount.value", "%v", err)
+		} else if a.Unit.IsCurrency() && !a.Value.IsInteger() {
+			vs.add("payment.amount.value", "counts minor units of %s: a whole number", a.Unit.Currency)
 		}
 	}
 	if p.AttemptRef != p.Attempt() {
 		vs.add("payment.attempt_ref", "must be the invoice id, else the payment id, else the checkout session id")
 	}
-	if ev.Kind == EventPaymentConfirmed {
-		if !p.HasAmount {
+	switch ev.Kind {
+	case EventPaymentConfirmed:
+		if !p.Amount.Known() {
 			vs.add("payment.amount", "is required for a confirmed payment")
 		}
 		if p.MerchantOrderID == "" && p.CheckoutSessionID == "" && p.InvoiceID == "" && p.PaymentID == "" {
 			vs.add("payment", "a confirmed payment needs a merchant order, checkout session, invoice or payment id")
 		}
+	case EventPartiallyRefunded:
+		if !p.Amount.Known() {
+			vs.add("payment.amount", "is required for a partial refund: how much was returned")
+		}
+	}
+	if len(ev.Refs) > MaxRefs {
+		vs.add("refs", "at most %d provider references", MaxRefs)
+	}
+	for name, v := range ev.Refs {
+		if err := RuleRefName.Check(name); name == "" || err != nil {
+			vs.add("refs", "a reference name must be printable ASCII without spaces, %d bytes at most", RuleRefName.Max)
+			continue
+		}
+		text("refs."+name, v, RuleRef, true)
 	}
 	return vs.err()
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/shopspring/decimal"
 )
 
 // ErrLeaseLost means a worker tried to complete an inbox event whose lease
@@ -92,11 +90,9 @@ type PaymentAttempt struct {
 	Provider   Provider
 	AttemptRef string
 	State      AttemptState
-	Amount     decimal.Decimal
-	HasAmount  bool
-	Token      string
-	Network    string
-	CreatedAt  time.Time
+	// Amount is the last amount reported for it, if any.
+	Amount    Amount
+	CreatedAt time.Time
 }
 
 // Entitlement is something granted for one unit of an order line.

@@ -28,6 +28,8 @@ const (
 	MaxDecimalFrac = 18
 	// MaxRawBodyBytes bounds the raw webhook body stored with an event.
 	MaxRawBodyBytes = 1 << 20
+	// MaxRefs bounds the provider-specific references of one event.
+	MaxRefs = 16
 
 	// MaxLines bounds the lines of one order.
 	MaxLines = 100
@@ -73,6 +75,8 @@ var (
 	RuleToken = TextRule{Max: MaxTokenLen, Kind: Code}
 	// RuleNetwork is the rule of a payment network name.
 	RuleNetwork = TextRule{Max: MaxNetworkLen, Kind: Code}
+	// RuleRefName is the rule of a provider reference's name.
+	RuleRefName = TextRule{Max: 32, Kind: Code}
 )
 
 // Check returns nil when v (non-empty) follows the rule, or an error saying

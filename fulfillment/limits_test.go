@@ -80,7 +80,7 @@ func validEvent() ProviderEvent {
 		Provider: ProviderYolfi, EndpointID: "yolfi-live", OrgID: "org_a", Environment: EnvLive,
 		EventID: "evt_1", Type: "payment.confirmed", Kind: EventPaymentConfirmed,
 		Payment: PaymentInfo{AttemptRef: "inv_1", InvoiceID: "inv_1", MerchantOrderID: "m-1",
-			Amount: decimal.RequireFromString("25"), HasAmount: true, Token: "USDT", Network: "TRON"},
+			Amount: TokenAmount(decimal.RequireFromString("25"), "USDT", "TRON")},
 	}
 }
 
@@ -102,20 +102,31 @@ func TestProviderEventValidate(t *testing.T) {
 		{"long type", func(e *ProviderEvent) { e.Type = strings.Repeat("t", 65) }, "type"},
 		{"unknown kind", func(e *ProviderEvent) { e.Kind = "refund" }, "kind"},
 		{"NUL in merchant order id", func(e *ProviderEvent) { e.Payment.MerchantOrderID = "m\x00" }, "payment.merchant_order_id"},
-		{"long tx hash", func(e *ProviderEvent) { e.Payment.TxHash = strings.Repeat("0", 129) }, "payment.tx_hash"},
-		{"negative amount", func(e *ProviderEvent) { e.Payment.Amount = decimal.New(-1, 0) }, "payment.amount"},
-		{"amount of 31 digits", func(e *ProviderEvent) { e.Payment.Amount = decimal.New(1, 30) }, "payment.amount"},
-		{"amount of 19 decimals", func(e *ProviderEvent) { e.Payment.Amount = decimal.New(1, -19) }, "payment.amount"},
+		{"long reference", func(e *ProviderEvent) { e.Refs = map[string]string{"tx_hash": strings.Repeat("0", 129)} }, "refs.tx_hash"},
+		{"reference name with a space", func(e *ProviderEvent) { e.Refs = map[string]string{"tx hash": "0xabc"} }, "refs"},
+		{"references kept", func(e *ProviderEvent) { e.Refs = map[string]string{"tx_hash": "0xabc", "paylink_id": "pl_1"} }, ""},
+		{"negative amount", func(e *ProviderEvent) { e.Payment.Amount.Value = decimal.New(-1, 0) }, "payment.amount.value"},
+		{"amount of 31 digits", func(e *ProviderEvent) { e.Payment.Amount.Value = decimal.New(1, 30) }, "payment.amount.value"},
+		{"amount of 19 decimals", func(e *ProviderEvent) { e.Payment.Amount.Value = decimal.New(1, -19) }, "payment.amount.value"},
+		{"currency amount in minor units", func(e *ProviderEvent) { e.Payment.Amount = MinorAmount(250000, "RUB") }, ""},
+		{"currency amount with a fraction", func(e *ProviderEvent) {
+			e.Payment.Amount = Amount{Value: decimal.RequireFromString("2500.5"), Unit: CurrencyUnit("RUB")}
+		}, "payment.amount.value"},
+		{"lowercase currency", func(e *ProviderEvent) { e.Payment.Amount = MinorAmount(100, "rub") }, "payment.amount"},
+		{"token and currency at once", func(e *ProviderEvent) { e.Payment.Amount.Unit.Currency = "USD" }, "payment.amount"},
+		{"token without network", func(e *ProviderEvent) { e.Payment.Amount.Unit.Network = "" }, "payment.amount"},
+		{"partial refund without an amount", func(e *ProviderEvent) { e.Kind, e.Payment.Amount = EventPartiallyRefunded, Amount{} }, "payment.amount"},
+		{"full refund without an amount", func(e *ProviderEvent) { e.Kind, e.Payment.Amount = EventRefunded, Amount{} }, ""},
 		{"attempt ref of another attempt", func(e *ProviderEvent) { e.Payment.AttemptRef = "inv_9" }, "payment.attempt_ref"},
 		{"no attempt ref for an invoice", func(e *ProviderEvent) { e.Payment.AttemptRef = "" }, "payment.attempt_ref"},
 		{"attempt is the payment without an invoice", func(e *ProviderEvent) {
 			e.Payment.InvoiceID, e.Payment.PaymentID, e.Payment.AttemptRef = "", "pay_1", "pay_1"
 		}, ""},
-		{"confirmed without an amount", func(e *ProviderEvent) { e.Payment.HasAmount, e.Payment.Amount = false, decimal.Zero }, "payment.amount"},
+		{"confirmed without an amount", func(e *ProviderEvent) { e.Payment.Amount = Amount{} }, "payment.amount"},
 		{"confirmed naming no order or payment", func(e *ProviderEvent) {
 			e.Payment.InvoiceID, e.Payment.MerchantOrderID, e.Payment.AttemptRef = "", "", ""
 		}, "payment"},
-		{"trailing zeros are fine", func(e *ProviderEvent) { e.Payment.Amount = decimal.New(25_000_000_000_000_000, -24) }, ""},
+		{"trailing zeros are fine", func(e *ProviderEvent) { e.Payment.Amount.Value = decimal.New(25_000_000_000_000_000, -24) }, ""},
 	}
 	for _, tc := range cases {
 		ev := validEvent()

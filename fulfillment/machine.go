@@ -1,6 +1,10 @@
 package fulfillment
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/shopspring/decimal"
+)
 
 // Decision names what a provider event did. It is recorded on the event and
 // shown in the order's timeline.
@@ -16,27 +20,43 @@ const (
 	DecisionAttemptExpired Decision = "attempt_expired"
 	// DecisionAttemptCancelled: an unpaid attempt was cancelled; the order still awaits payment.
 	DecisionAttemptCancelled Decision = "attempt_cancelled"
-	// DecisionAlreadyApplied: the payment that paid the order, announced
-	// again under another event id. No effect.
+	// DecisionAlreadyApplied: something already applied to the order (the
+	// payment that paid it, its refund), announced again under another
+	// event id. No effect.
 	DecisionAlreadyApplied Decision = "already_applied"
 	// DecisionDuplicatePayment: another payment for an order already paid.
 	// Nothing granted; an extra_payment item asks for a refund review.
 	DecisionDuplicatePayment Decision = "duplicate_payment"
 	// DecisionUnidentifiedPayment: a payment for an order already paid that
-	// cannot be told apart from the one that paid it, because it or the
-	// paying one names neither an invoice nor a payment (see
-	// PaymentInfo.Identified): it may be the same payment announced again,
-	// or money received twice. Nothing granted; one unidentified_payment
-	// item per order asks for a check at the provider.
+	// cannot be told apart from the one that paid it (PaidRefs.SamePayment):
+	// it may be the same payment announced again, or money received twice.
+	// Nothing granted; one unidentified_payment item per order asks for a
+	// check at the provider.
 	DecisionUnidentifiedPayment Decision = "unidentified_payment"
 	// DecisionStaleIgnored: an event older than the order's state (an invoice
-	// event after confirmation). The order does not move back.
+	// event after confirmation, a confirmation of a refunded payment). The
+	// order does not move back.
 	DecisionStaleIgnored Decision = "stale_ignored"
 	// DecisionUnmatched: no order matches the event.
 	DecisionUnmatched Decision = "unmatched"
-	// DecisionAmountMismatch: the payment does not cover the expected
-	// settlement (or is in another token or network); the order is on hold.
+	// DecisionAmountMismatch: the payment does not cover what the order
+	// expects (or is in another unit); the order is on hold.
 	DecisionAmountMismatch Decision = "amount_mismatch"
+	// DecisionRefunded: the payment that paid the order was refunded in
+	// full (or before its confirmation arrived): the order is refunded, its
+	// balance credits reversed, and what was delivered flagged for revoking.
+	DecisionRefunded Decision = "refunded"
+	// DecisionPartiallyRefunded: part of the payment was refunded; the order
+	// keeps its state and a refund_after_fulfillment item asks what to
+	// revoke.
+	DecisionPartiallyRefunded Decision = "partially_refunded"
+	// DecisionOtherPaymentRefunded: a refund of a payment that did not pay
+	// the order (an extra payment, say). The order is untouched.
+	DecisionOtherPaymentRefunded Decision = "other_payment_refunded"
+	// DecisionUnidentifiedRefund: a refund that cannot be told apart from
+	// the payment that paid the order: a refund_after_fulfillment item asks
+	// a person to check.
+	DecisionUnidentifiedRefund Decision = "unidentified_refund"
 	// DecisionTestModeIgnored: a provider test event on a live endpoint.
 	DecisionTestModeIgnored Decision = "test_mode_ignored"
 	// DecisionIgnoredType: an event type that does not concern orders.
@@ -46,21 +66,24 @@ const (
 // AttemptState is what is known of one payment attempt.
 type AttemptState string
 
-// Attempt states. Confirmed is final: nothing moves an attempt out of it.
+// Attempt states.
 const (
 	AttemptCreated   AttemptState = "created"
 	AttemptConfirmed AttemptState = "confirmed"
 	AttemptExpired   AttemptState = "expired"
 	AttemptCancelled AttemptState = "cancelled"
+	AttemptRefunded  AttemptState = "refunded"
 )
 
 // NextAttemptState merges a reported attempt state into the stored one:
-// a confirmed attempt stays confirmed, a created report never undoes an
-// expiry or cancellation.
+// refunded is final; a confirmed attempt stays confirmed until refunded; a
+// created report never undoes an expiry or cancellation.
 func NextAttemptState(stored, reported AttemptState) AttemptState {
 	switch {
 	case stored == "":
 		return reported
+	case stored == AttemptRefunded || reported == AttemptRefunded:
+		return AttemptRefunded
 	case stored == AttemptConfirmed || reported == AttemptConfirmed:
 		return AttemptConfirmed
 	case reported == AttemptCreated:
@@ -69,38 +92,19 @@ func NextAttemptState(stored, reported AttemptState) AttemptState {
 	return reported
 }
 
-// ReconKind names a situation a person must look at.
-type ReconKind string
-
-// Reconciliation kinds.
-const (
-	ReconExtraPayment ReconKind = "extra_payment"
-	// ReconUnidentifiedPayment: a paid order received a payment that cannot
-	// be told apart from the one that paid it (DecisionUnidentifiedPayment).
-	// At most one per order, however many such announcements.
-	ReconUnidentifiedPayment ReconKind = "unidentified_payment"
-	ReconAmountMismatch      ReconKind = "amount_mismatch"
-	ReconOverpayment         ReconKind = "overpayment"
-	ReconUnmatchedPayment    ReconKind = "unmatched_payment"
-	ReconUncertainDelivery   ReconKind = "uncertain_delivery"
-	ReconPaidNotFulfilled    ReconKind = "paid_not_fulfilled"
-	ReconFailedEvent         ReconKind = "failed_event"
-	ReconRefundAfterFulfill  ReconKind = "refund_after_fulfillment"
-)
-
-// Valid reports whether k is a known kind.
-func (k ReconKind) Valid() bool {
-	switch k {
-	case ReconExtraPayment, ReconUnidentifiedPayment, ReconAmountMismatch, ReconOverpayment, ReconUnmatchedPayment,
-		ReconUncertainDelivery, ReconPaidNotFulfilled, ReconFailedEvent, ReconRefundAfterFulfill:
-		return true
-	}
-	return false
+// AttemptKey names a payment attempt of an order.
+type AttemptKey struct {
+	Provider Provider
+	Ref      string
 }
 
 // PaidOrder is the part of a stored order the state machine reads.
 type PaidOrder struct {
-	State      State
+	State State
+	// Total is what the order costs: currency payments are compared with it.
+	Total Money
+	// Settlement is what the merchant expects in tokens: token payments are
+	// compared with it; nil when the order states none.
 	Settlement *Settlement
 	// HasExternalLines: fulfilled by another service, so a paid order waits
 	// in "fulfilling" for that delivery.
@@ -111,6 +115,31 @@ type PaidOrder struct {
 	// PaidBy identifies the payment that paid the order: empty while unpaid,
 	// and when that payment did not identify itself.
 	PaidBy PaidRefs
+	// Attempts holds the recorded state of the order's payment attempts.
+	Attempts map[AttemptKey]AttemptState
+}
+
+// attempt is the recorded state of ev's payment attempt ("" when new).
+func (o PaidOrder) attempt(ev ProviderEvent) AttemptState {
+	return o.Attempts[AttemptKey{ev.Provider, ev.Payment.AttemptRef}]
+}
+
+// Apply records what out changed, for the next event of the order.
+func (o *PaidOrder) Apply(ev ProviderEvent, out Outcome) {
+	for _, e := range out.Effects {
+		switch e := e.(type) {
+		case MoveOrder:
+			o.State = e.To
+		case MarkPaid:
+			o.Paid, o.PaidBy = true, ev.Payment.PaidRefs()
+		case RecordAttempt:
+			if o.Attempts == nil {
+				o.Attempts = map[AttemptKey]AttemptState{}
+			}
+			k := AttemptKey{ev.Provider, ev.Payment.AttemptRef}
+			o.Attempts[k] = NextAttemptState(o.Attempts[k], e.State)
+		}
+	}
 }
 
 // PaidRefs identify a payment: the invoice it paid and its own id at the
@@ -150,29 +179,9 @@ func (r PaidRefs) SamePayment(p PaymentInfo) (same, known bool) {
 	return false, false
 }
 
-// Outcome is everything an event does, decided without I/O. Storage applies
-// it in one transaction with the order row locked.
-type Outcome struct {
-	Decision Decision
-	// Reason explains the decision in words, for the timeline and reviewers.
-	Reason string
-	// NewState is the order's next state; empty leaves it unchanged.
-	NewState State
-	// MarkPaid records the event's attempt and payment as the ones that paid
-	// the order.
-	MarkPaid bool
-	// Grant creates the order's entitlements and ledger credits.
-	Grant bool
-	// Attempt is the state to record for the event's payment attempt; empty
-	// records nothing.
-	Attempt AttemptState
-	// Item opens a reconciliation item of this kind; empty opens none.
-	Item ReconKind
-}
-
 // Decide applies one provider event to an order. order is nil when no order
 // matches the event. Transitions are monotonic: no event moves an order back,
-// and only a confirmed payment of the expected settlement fulfills.
+// and only a confirmed payment of what the order expects fulfills.
 func Decide(ev ProviderEvent, order *PaidOrder) Outcome {
 	if ev.TestMode && ev.Environment == EnvLive {
 		return Outcome{Decision: DecisionTestModeIgnored, Reason: "provider test-mode event on a live endpoint"}
@@ -183,7 +192,7 @@ func Decide(ev ProviderEvent, order *PaidOrder) Outcome {
 	if order == nil {
 		out := Outcome{Decision: DecisionUnmatched, Reason: "no order matches the event's merchant order id or checkout session"}
 		if ev.Kind == EventPaymentConfirmed {
-			out.Item = ReconUnmatchedPayment
+			out.Effects = []Effect{OpenItem{ReconUnmatchedPayment}}
 		}
 		return out
 	}
@@ -191,10 +200,10 @@ func Decide(ev ProviderEvent, order *PaidOrder) Outcome {
 	switch ev.Kind {
 	case EventAttemptCreated:
 		if order.State != StatePendingPayment {
-			return Outcome{Decision: DecisionStaleIgnored, Attempt: AttemptCreated,
-				Reason: fmt.Sprintf("attempt created while the order is %s", order.State)}
+			return outcome(DecisionStaleIgnored, fmt.Sprintf("attempt created while the order is %s", order.State),
+				recordAttempt(ev, AttemptCreated)...)
 		}
-		return Outcome{Decision: DecisionAttemptRecorded, Attempt: AttemptCreated, Reason: "payment attempt recorded"}
+		return outcome(DecisionAttemptRecorded, "payment attempt recorded", recordAttempt(ev, AttemptCreated)...)
 
 	case EventAttemptExpired, EventAttemptCancelled:
 		attempt, decision := AttemptExpired, DecisionAttemptExpired
@@ -202,73 +211,162 @@ func Decide(ev ProviderEvent, order *PaidOrder) Outcome {
 			attempt, decision = AttemptCancelled, DecisionAttemptCancelled
 		}
 		if order.State != StatePendingPayment {
-			return Outcome{Decision: DecisionStaleIgnored, Attempt: attempt,
-				Reason: fmt.Sprintf("attempt %s while the order is %s: the order does not move back", attempt, order.State)}
+			return outcome(DecisionStaleIgnored,
+				fmt.Sprintf("attempt %s while the order is %s: the order does not move back", attempt, order.State),
+				recordAttempt(ev, attempt)...)
 		}
-		return Outcome{Decision: decision, Attempt: attempt, Reason: "the order still awaits payment"}
+		return outcome(decision, "the order still awaits payment", recordAttempt(ev, attempt)...)
 
 	case EventPaymentConfirmed:
-		return decideConfirmed(ev.Payment, *order)
+		return decideConfirmed(ev, *order)
+	case EventRefunded:
+		return decideRefund(ev, *order)
+	case EventPartiallyRefunded:
+		return decidePartialRefund(ev, *order)
 	}
 	return Outcome{Decision: DecisionIgnoredType, Reason: fmt.Sprintf("event kind %q does not concern orders", ev.Kind)}
 }
 
-func decideConfirmed(p PaymentInfo, order PaidOrder) Outcome {
+func outcome(d Decision, reason string, effects ...Effect) Outcome {
+	return Outcome{Decision: d, Reason: reason, Effects: effects}
+}
+
+// recordAttempt records ev's attempt in state, when the event names one.
+func recordAttempt(ev ProviderEvent, state AttemptState) []Effect {
+	if ev.Payment.AttemptRef == "" {
+		return nil
+	}
+	return []Effect{RecordAttempt{state}}
+}
+
+// with returns effects followed by more, in a new slice.
+func with(effects []Effect, more ...Effect) []Effect {
+	return append(effects[:len(effects):len(effects)], more...)
+}
+
+func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
+	p := ev.Payment
+	confirmed := recordAttempt(ev, AttemptConfirmed)
+	if order.attempt(ev) == AttemptRefunded {
+		return outcome(DecisionStaleIgnored, "this payment was refunded before its confirmation was applied: nothing is granted")
+	}
 	if order.Paid {
 		switch same, known := order.PaidBy.SamePayment(p); {
 		case !known:
-			return unidentified(order.PaidBy, p)
+			return unidentified(order.PaidBy, p, confirmed)
 		case same:
-			return Outcome{Decision: DecisionAlreadyApplied, Attempt: AttemptConfirmed,
-				Reason: "this payment already paid the order"}
+			return outcome(DecisionAlreadyApplied, "this payment already paid the order", confirmed...)
 		}
-		return Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment,
-			Reason: fmt.Sprintf("the order was already paid by %s; this payment needs a refund review", order.PaidBy.describe())}
+		return outcome(DecisionDuplicatePayment,
+			fmt.Sprintf("the order was already paid by %s; this payment needs a refund review", order.PaidBy.describe()),
+			with(confirmed, OpenItem{ReconExtraPayment})...)
 	}
 	if order.State != StatePendingPayment {
-		// Cancelled or expired orders (and anything not awaiting payment).
-		return Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment,
-			Reason: fmt.Sprintf("payment for an order that is %s", order.State)}
+		// Cancelled, expired or refunded orders: money for an order that no
+		// longer awaits it.
+		return outcome(DecisionDuplicatePayment, fmt.Sprintf("payment for an order that is %s", order.State),
+			with(confirmed, OpenItem{ReconExtraPayment})...)
 	}
 
 	// Unpaid: an unidentifiable payment pays like any other (PaidRefs then
 	// records none).
+	paid := with(confirmed, MarkPaid{})
 	hold := func(reason string) Outcome {
-		return Outcome{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true,
-			Attempt: AttemptConfirmed, Item: ReconAmountMismatch, Reason: reason}
+		return outcome(DecisionAmountMismatch, reason,
+			with(paid, MoveOrder{StateOnHold}, OpenItem{ReconAmountMismatch})...)
 	}
-	s := order.Settlement
+	expected, tolerance, why := order.expected(p.Amount)
 	switch {
-	case s == nil:
-		return hold("the order states no expected settlement to compare the payment with")
-	case !p.HasAmount:
-		return hold("the confirmation carries no amount")
-	case p.Token != s.Token || p.Network != s.Network:
-		return hold(fmt.Sprintf("paid in %s on %s, expected %s on %s", p.Token, p.Network, s.Token, s.Network))
-	case p.Amount.LessThan(s.Amount.Sub(s.Tolerance)):
-		return hold(fmt.Sprintf("received %s %s, expected %s (tolerance %s)", p.Amount, p.Token, s.Amount, s.Tolerance))
+	case why != "":
+		return hold(why)
+	case p.Amount.Value.LessThan(expected.Sub(tolerance)):
+		return hold(fmt.Sprintf("received %s, expected %s (tolerance %s)", p.Amount, Amount{expected, p.Amount.Unit}, tolerance))
 	}
 
-	out := Outcome{Decision: DecisionFulfilled, NewState: StateFulfilled, MarkPaid: true, Grant: true,
-		Attempt: AttemptConfirmed, Reason: "confirmed payment of the expected settlement"}
+	next, reason := StateFulfilled, "confirmed payment of what the order expects"
 	if order.HasExternalLines {
-		out.NewState = StateFulfilling
-		out.Reason += "; external lines await delivery"
+		next, reason = StateFulfilling, reason+"; external lines await delivery"
 	}
-	if p.Amount.GreaterThan(s.Amount) {
-		out.Item = ReconOverpayment
-		out.Reason = fmt.Sprintf("received %s %s, more than the expected %s: fulfilled, overpayment flagged", p.Amount, p.Token, s.Amount)
+	effects := with(paid, MoveOrder{next})
+	effects = append(effects, grants...)
+	if p.Amount.Value.GreaterThan(expected) {
+		effects = append(effects, OpenItem{ReconOverpayment})
+		reason = fmt.Sprintf("received %s, more than the expected %s: fulfilled, overpayment flagged",
+			p.Amount, Amount{expected, p.Amount.Unit})
 	}
-	return out
+	return outcome(DecisionFulfilled, reason, effects...)
+}
+
+// expected returns what the order expects of a payment of amount's unit —
+// the settlement for a token, the total for a currency — with the shortfall
+// it tolerates, or why the payment cannot be compared with it.
+func (o PaidOrder) expected(a Amount) (value, tolerance decimal.Decimal, why string) {
+	u := a.Unit
+	switch {
+	case !a.Known():
+		return decimal.Zero, decimal.Zero, "the confirmation carries no amount"
+	case u.IsCurrency():
+		if u.Currency != o.Total.Currency {
+			return decimal.Zero, decimal.Zero, fmt.Sprintf("paid in %s, the order is priced in %s", u.Currency, o.Total.Currency)
+		}
+		return decimal.NewFromInt(o.Total.MinorUnits), decimal.Zero, ""
+	case o.Settlement == nil:
+		return decimal.Zero, decimal.Zero, "the order states no expected settlement in tokens to compare the payment with"
+	case u.Token != o.Settlement.Token || u.Network != o.Settlement.Network:
+		return decimal.Zero, decimal.Zero, fmt.Sprintf("paid in %s, expected %s", u, TokenUnit(o.Settlement.Token, o.Settlement.Network))
+	}
+	return o.Settlement.Amount, o.Settlement.Tolerance, ""
+}
+
+func decideRefund(ev ProviderEvent, order PaidOrder) Outcome {
+	refunded := recordAttempt(ev, AttemptRefunded)
+	if !order.Paid {
+		if order.State == StatePendingPayment {
+			return outcome(DecisionRefunded,
+				"refunded before a confirmation was applied: nothing was granted, and this payment will not fulfil the order",
+				with(refunded, MoveOrder{StateRefunded})...)
+		}
+		return outcome(DecisionOtherPaymentRefunded, fmt.Sprintf("a refund for an order that is %s and was never paid", order.State), refunded...)
+	}
+	switch same, known := order.PaidBy.SamePayment(ev.Payment); {
+	case known && !same:
+		return outcome(DecisionOtherPaymentRefunded,
+			fmt.Sprintf("the refunded payment is not %s, which paid the order", order.PaidBy.describe()), refunded...)
+	case !known:
+		return outcome(DecisionUnidentifiedRefund,
+			fmt.Sprintf("the order was paid by %s and this refund names %s: check at the provider whether the refunded "+
+				"payment is the one that paid the order, and revoke what was granted if it is", order.PaidBy.describe(), ev.Payment.PaidRefs().describe()),
+			with(refunded, OpenItem{ReconRefundAfterFulfill})...)
+	case order.State == StateRefunded:
+		return outcome(DecisionAlreadyApplied, "the order was already refunded", refunded...)
+	}
+	effects := with(refunded, MoveOrder{StateRefunded})
+	reason := "the payment that paid the order was refunded; nothing had been granted (the order was " + string(order.State) + ")"
+	if order.State == StateFulfilled || order.State == StateFulfilling {
+		effects = append(effects, ReverseCredits{}, OpenItem{ReconRefundAfterFulfill})
+		reason = "the payment that paid the order was refunded: balance credits reversed; revoke the licenses and deliveries it granted"
+	}
+	return outcome(DecisionRefunded, reason, effects...)
+}
+
+func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
+	if same, known := order.PaidBy.SamePayment(ev.Payment); order.Paid && known && !same {
+		return outcome(DecisionOtherPaymentRefunded,
+			fmt.Sprintf("part of a payment other than %s, which paid the order, was refunded", order.PaidBy.describe()))
+	}
+	return outcome(DecisionPartiallyRefunded,
+		fmt.Sprintf("%s of the payment was refunded while the order is %s: decide what to revoke", ev.Payment.Amount, order.State),
+		OpenItem{ReconRefundAfterFulfill})
 }
 
 // unidentified is the outcome of a payment for a paid order that cannot be
 // told apart from the payment that paid it.
-func unidentified(paid PaidRefs, p PaymentInfo) Outcome {
-	return Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment,
-		Reason: fmt.Sprintf("the order was paid by %s and this confirmation names %s, so this payment cannot be told apart "+
+func unidentified(paid PaidRefs, p PaymentInfo, effects []Effect) Outcome {
+	return outcome(DecisionUnidentifiedPayment,
+		fmt.Sprintf("the order was paid by %s and this confirmation names %s, so this payment cannot be told apart "+
 			"from the one that paid the order: it may be the same payment announced again, or money received twice; "+
-			"check at the provider", paid.describe(), p.PaidRefs().describe())}
+			"check at the provider", paid.describe(), p.PaidRefs().describe()),
+		with(effects, OpenItem{ReconUnidentifiedPayment})...)
 }
 
 // describe names the refs for a reason.

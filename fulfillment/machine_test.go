@@ -1,6 +1,7 @@
 package fulfillment
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -28,7 +29,7 @@ func TestDecide(t *testing.T) {
 	confirmed := func(amount, token, network string) ProviderEvent {
 		return ProviderEvent{Environment: EnvLive, Kind: EventPaymentConfirmed, Type: "payment.confirmed",
 			Payment: PaymentInfo{AttemptRef: "inv_1", InvoiceID: "inv_1", PaymentID: "pay_1", MerchantOrderID: "m-1",
-				Amount: decimal.RequireFromString(amount), HasAmount: true, Token: token, Network: network}}
+				Amount: TokenAmount(decimal.RequireFromString(amount), token, network)}}
 	}
 	other := confirmed("25", "USDT", "TRON")
 	other.Payment.AttemptRef, other.Payment.InvoiceID, other.Payment.PaymentID = "inv_2", "inv_2", "pay_2"
@@ -43,11 +44,11 @@ func TestDecide(t *testing.T) {
 	sessionOnly := unidentified
 	sessionOnly.Payment.AttemptRef, sessionOnly.Payment.CheckoutSessionID = "cs_1", "cs_1"
 	unidentifiedShort := unidentified
-	unidentifiedShort.Payment.Amount = decimal.RequireFromString("20")
+	unidentifiedShort.Payment.Amount.Value = decimal.RequireFromString("20")
 	samePaymentOtherRef := confirmed("25", "USDT", "TRON")
 	samePaymentOtherRef.Payment.PaymentID = "pay_9"
 	noAmount := confirmed("25", "USDT", "TRON")
-	noAmount.Payment.HasAmount = false
+	noAmount.Payment.Amount = Amount{}
 	testMode := confirmed("25", "USDT", "TRON")
 	testMode.TestMode = true
 	testModeOnTest := testMode
@@ -60,99 +61,99 @@ func TestDecide(t *testing.T) {
 		name  string
 		ev    ProviderEvent
 		order *PaidOrder
-		want  Outcome // Reason is not compared
+		want  shape
 	}{
 		{"confirmed exact", confirmed("25", "USDT", "TRON"), pending,
-			Outcome{Decision: DecisionFulfilled, NewState: StateFulfilled, MarkPaid: true, Grant: true, Attempt: AttemptConfirmed}},
+			shape{Decision: DecisionFulfilled, NewState: StateFulfilled, MarkPaid: true, Grant: true, Attempt: AttemptConfirmed}},
 		{"confirmed within tolerance", confirmed("24.5", "USDT", "TRON"), pending,
-			Outcome{Decision: DecisionFulfilled, NewState: StateFulfilled, MarkPaid: true, Grant: true, Attempt: AttemptConfirmed}},
+			shape{Decision: DecisionFulfilled, NewState: StateFulfilled, MarkPaid: true, Grant: true, Attempt: AttemptConfirmed}},
 		{"confirmed under tolerance", confirmed("24.499999", "USDT", "TRON"), pending,
-			Outcome{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true, Attempt: AttemptConfirmed, Item: ReconAmountMismatch}},
+			shape{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true, Attempt: AttemptConfirmed, Item: ReconAmountMismatch}},
 		{"confirmed over", confirmed("25.000001", "USDT", "TRON"), pending,
-			Outcome{Decision: DecisionFulfilled, NewState: StateFulfilled, MarkPaid: true, Grant: true, Attempt: AttemptConfirmed, Item: ReconOverpayment}},
+			shape{Decision: DecisionFulfilled, NewState: StateFulfilled, MarkPaid: true, Grant: true, Attempt: AttemptConfirmed, Item: ReconOverpayment}},
 		{"other token", confirmed("25", "USDC", "TRON"), pending,
-			Outcome{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true, Attempt: AttemptConfirmed, Item: ReconAmountMismatch}},
+			shape{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true, Attempt: AttemptConfirmed, Item: ReconAmountMismatch}},
 		{"other network", confirmed("25", "USDT", "ETH"), pending,
-			Outcome{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true, Attempt: AttemptConfirmed, Item: ReconAmountMismatch}},
+			shape{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true, Attempt: AttemptConfirmed, Item: ReconAmountMismatch}},
 		{"no amount", noAmount, pending,
-			Outcome{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true, Attempt: AttemptConfirmed, Item: ReconAmountMismatch}},
+			shape{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true, Attempt: AttemptConfirmed, Item: ReconAmountMismatch}},
 		{"no settlement", confirmed("25", "USDT", "TRON"), noSettlement,
-			Outcome{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true, Attempt: AttemptConfirmed, Item: ReconAmountMismatch}},
+			shape{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true, Attempt: AttemptConfirmed, Item: ReconAmountMismatch}},
 		{"external lines wait", confirmed("25", "USDT", "TRON"), external,
-			Outcome{Decision: DecisionFulfilled, NewState: StateFulfilling, MarkPaid: true, Grant: true, Attempt: AttemptConfirmed}},
+			shape{Decision: DecisionFulfilled, NewState: StateFulfilling, MarkPaid: true, Grant: true, Attempt: AttemptConfirmed}},
 		{"same payment again", confirmed("25", "USDT", "TRON"), paid,
-			Outcome{Decision: DecisionAlreadyApplied, Attempt: AttemptConfirmed}},
+			shape{Decision: DecisionAlreadyApplied, Attempt: AttemptConfirmed}},
 		{"second attempt", other, paid,
-			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
+			shape{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
 		{"second payment on the same attempt", samePaymentOtherRef, paid,
-			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
+			shape{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
 		{"payment on held order", other, held,
-			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
+			shape{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
 		{"payment on cancelled order", confirmed("25", "USDT", "TRON"), cancelled,
-			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
+			shape{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
 		{"payment on expired order", confirmed("25", "USDT", "TRON"), expired,
-			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
+			shape{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
 
 		// Which payment is which: paid by identified / unidentified ×
 		// confirmation identified / unidentified.
 		// Two payment ids tell; else two different invoices tell; else
 		// nothing does.
 		{"identified paid, same invoice but no payment id", invoiceOnly, paid,
-			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+			shape{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
 		{"identified paid, same payment id without the invoice", paymentOnly, paid,
-			Outcome{Decision: DecisionAlreadyApplied, Attempt: AttemptConfirmed}},
+			shape{Decision: DecisionAlreadyApplied, Attempt: AttemptConfirmed}},
 		{"paid by invoice only, same invoice again", invoiceOnly, paidByInvoice,
-			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+			shape{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
 		{"paid by invoice only, another invoice", other, paidByInvoice,
-			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
+			shape{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
 		{"paid by invoice only, its payment with its id", confirmed("25", "USDT", "TRON"), paidByInvoice,
-			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+			shape{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
 		{"paid by payment id only, the same payment with its invoice", confirmed("25", "USDT", "TRON"), paidByPayment,
-			Outcome{Decision: DecisionAlreadyApplied, Attempt: AttemptConfirmed}},
+			shape{Decision: DecisionAlreadyApplied, Attempt: AttemptConfirmed}},
 		{"paid by payment id only, invoice only", invoiceOnly, paidByPayment,
-			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+			shape{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
 		{"paid by payment id only, another payment", other, paidByPayment,
-			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
+			shape{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
 		{"identified paid, unidentified confirmation", unidentified, paid,
-			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+			shape{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
 		{"identified paid, checkout session only", sessionOnly, paid,
-			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+			shape{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
 		{"identified held, unidentified confirmation", unidentified, held,
-			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+			shape{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
 		{"unidentified paid, unidentified confirmation", unidentified, paidUnidentified,
-			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+			shape{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
 		{"unidentified paid, checkout session only", sessionOnly, paidUnidentified,
-			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+			shape{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
 		{"unidentified paid, identified confirmation", confirmed("25", "USDT", "TRON"), paidUnidentified,
-			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+			shape{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
 		{"unidentified paid, another amount", unidentifiedShort, paidUnidentified,
-			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+			shape{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
 		{"unidentified held, identified confirmation", other, heldUnidentified,
-			Outcome{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+			shape{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
 		{"unpaid, unidentified confirmation", unidentified, pending,
-			Outcome{Decision: DecisionFulfilled, NewState: StateFulfilled, MarkPaid: true, Grant: true, Attempt: AttemptConfirmed}},
+			shape{Decision: DecisionFulfilled, NewState: StateFulfilled, MarkPaid: true, Grant: true, Attempt: AttemptConfirmed}},
 		{"unpaid, checkout session only", sessionOnly, pending,
-			Outcome{Decision: DecisionFulfilled, NewState: StateFulfilled, MarkPaid: true, Grant: true, Attempt: AttemptConfirmed}},
+			shape{Decision: DecisionFulfilled, NewState: StateFulfilled, MarkPaid: true, Grant: true, Attempt: AttemptConfirmed}},
 		{"unpaid, unidentified short payment", unidentifiedShort, pending,
-			Outcome{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true, Attempt: AttemptConfirmed, Item: ReconAmountMismatch}},
+			shape{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true, Attempt: AttemptConfirmed, Item: ReconAmountMismatch}},
 		{"cancelled, unidentified confirmation", unidentified, cancelled,
-			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
+			shape{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
 		{"expired, unidentified confirmation", unidentified, expired,
-			Outcome{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
+			shape{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},
 
 		{"unmatched payment", confirmed("25", "USDT", "TRON"), nil,
-			Outcome{Decision: DecisionUnmatched, Item: ReconUnmatchedPayment}},
-		{"unmatched invoice", kind(EventAttemptCreated), nil, Outcome{Decision: DecisionUnmatched}},
-		{"test mode on live", testMode, pending, Outcome{Decision: DecisionTestModeIgnored}},
+			shape{Decision: DecisionUnmatched, Item: ReconUnmatchedPayment}},
+		{"unmatched invoice", kind(EventAttemptCreated), nil, shape{Decision: DecisionUnmatched}},
+		{"test mode on live", testMode, pending, shape{Decision: DecisionTestModeIgnored}},
 		{"test mode on test", testModeOnTest, pending,
-			Outcome{Decision: DecisionFulfilled, NewState: StateFulfilled, MarkPaid: true, Grant: true, Attempt: AttemptConfirmed}},
-		{"other type", kind(EventOther), pending, Outcome{Decision: DecisionIgnoredType}},
-		{"invoice created", kind(EventAttemptCreated), pending, Outcome{Decision: DecisionAttemptRecorded, Attempt: AttemptCreated}},
-		{"invoice created late", kind(EventAttemptCreated), paid, Outcome{Decision: DecisionStaleIgnored, Attempt: AttemptCreated}},
-		{"overdue while pending", kind(EventAttemptExpired), pending, Outcome{Decision: DecisionAttemptExpired, Attempt: AttemptExpired}},
-		{"overdue after payment", kind(EventAttemptExpired), paid, Outcome{Decision: DecisionStaleIgnored, Attempt: AttemptExpired}},
-		{"cancelled while pending", kind(EventAttemptCancelled), pending, Outcome{Decision: DecisionAttemptCancelled, Attempt: AttemptCancelled}},
-		{"cancelled after payment", kind(EventAttemptCancelled), paid, Outcome{Decision: DecisionStaleIgnored, Attempt: AttemptCancelled}},
+			shape{Decision: DecisionFulfilled, NewState: StateFulfilled, MarkPaid: true, Grant: true, Attempt: AttemptConfirmed}},
+		{"other type", kind(EventOther), pending, shape{Decision: DecisionIgnoredType}},
+		{"invoice created", kind(EventAttemptCreated), pending, shape{Decision: DecisionAttemptRecorded, Attempt: AttemptCreated}},
+		{"invoice created late", kind(EventAttemptCreated), paid, shape{Decision: DecisionStaleIgnored, Attempt: AttemptCreated}},
+		{"overdue while pending", kind(EventAttemptExpired), pending, shape{Decision: DecisionAttemptExpired, Attempt: AttemptExpired}},
+		{"overdue after payment", kind(EventAttemptExpired), paid, shape{Decision: DecisionStaleIgnored, Attempt: AttemptExpired}},
+		{"cancelled while pending", kind(EventAttemptCancelled), pending, shape{Decision: DecisionAttemptCancelled, Attempt: AttemptCancelled}},
+		{"cancelled after payment", kind(EventAttemptCancelled), paid, shape{Decision: DecisionStaleIgnored, Attempt: AttemptCancelled}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -162,25 +163,11 @@ func TestDecide(t *testing.T) {
 			if reason == "" {
 				t.Error("no reason given")
 			}
-			got.Reason = ""
-			if got != tc.want {
-				t.Errorf("Decide =\n %+v\nwant\n %+v", got, tc.want)
+			want := tc.want.outcome(tc.ev)
+			if got.Decision != want.Decision || !reflect.DeepEqual(got.Effects, want.Effects) {
+				t.Errorf("Decide =\n %+v\nwant\n %+v", got, want)
 			}
-			// Only a confirmed payment of the expected settlement grants.
-			if got.Grant && (tc.ev.Kind != EventPaymentConfirmed || tc.order == nil) {
-				t.Error("granted without a matched confirmed payment")
-			}
-			// No event moves a paid order (back or forth).
-			if tc.order != nil && tc.order.Paid && got.NewState != "" {
-				t.Errorf("paid order moved to %s", got.NewState)
-			}
-			// A payment that cannot be told apart from the one that paid the
-			// order is never reported as extra money.
-			if tc.order != nil && tc.order.Paid && got.Item == ReconExtraPayment {
-				if _, known := tc.order.PaidBy.SamePayment(tc.ev.Payment); !known {
-					t.Error("a payment that cannot be told apart reported as an extra payment")
-				}
-			}
+			checkInvariants(t, tc.ev, tc.order, got)
 			if got.Decision == DecisionUnidentifiedPayment &&
 				(!strings.Contains(reason, "cannot be told apart") || !strings.Contains(reason, "check at the provider")) {
 				t.Errorf("reason %q does not say what to check", reason)
@@ -202,7 +189,7 @@ func TestPaymentIdentified(t *testing.T) {
 		{"payment only", PaymentInfo{AttemptRef: "pay_1", PaymentID: "pay_1"}, true, PaidRefs{"pay_1", "", "pay_1"}},
 		{"merchant order id only", PaymentInfo{MerchantOrderID: "m"}, false, PaidRefs{}},
 		{"checkout session only", PaymentInfo{AttemptRef: "cs_1", CheckoutSessionID: "cs_1", MerchantOrderID: "m"}, false, PaidRefs{}},
-		{"paylink and transaction", PaymentInfo{MerchantOrderID: "m", PaylinkID: "pl_1", TxHash: "0xabc"}, false, PaidRefs{}},
+		{"subscription only", PaymentInfo{MerchantOrderID: "m", SubscriptionID: "sub_1"}, false, PaidRefs{}},
 	}
 	for _, tc := range cases {
 		if got := tc.p.Identified(); got != tc.identified {
@@ -238,6 +225,10 @@ func TestNextAttemptState(t *testing.T) {
 		{AttemptExpired, AttemptCreated, AttemptExpired},
 		{AttemptExpired, AttemptConfirmed, AttemptConfirmed},
 		{AttemptConfirmed, AttemptExpired, AttemptConfirmed},
+		{AttemptConfirmed, AttemptRefunded, AttemptRefunded},
+		{AttemptRefunded, AttemptConfirmed, AttemptRefunded},
+		{AttemptRefunded, AttemptCreated, AttemptRefunded},
+		{AttemptCreated, AttemptRefunded, AttemptRefunded},
 		{AttemptConfirmed, AttemptCancelled, AttemptConfirmed},
 		{AttemptConfirmed, AttemptCreated, AttemptConfirmed},
 		{AttemptCancelled, AttemptExpired, AttemptExpired},
@@ -258,5 +249,208 @@ func TestInboxStateFor(t *testing.T) {
 		if got := InboxStateFor(d); got != want {
 			t.Errorf("InboxStateFor(%s) = %s, want %s", d, got, want)
 		}
+	}
+}
+
+// shape is an outcome as the table states it: what happens to the attempt,
+// the order and its grants, and which item opens.
+type shape struct {
+	Decision Decision
+	NewState State
+	MarkPaid bool
+	Grant    bool
+	Attempt  AttemptState
+	Item     ReconKind
+}
+
+// outcome lists shape's effects in the order Decide lists them.
+func (w shape) outcome(ev ProviderEvent) Outcome {
+	var effects []Effect
+	if w.Attempt != "" && ev.Payment.AttemptRef != "" {
+		effects = append(effects, RecordAttempt{w.Attempt})
+	}
+	if w.MarkPaid {
+		effects = append(effects, MarkPaid{})
+	}
+	if w.NewState != "" {
+		effects = append(effects, MoveOrder{w.NewState})
+	}
+	if w.Grant {
+		effects = append(effects, GrantLicenses{}, CreditBalances{})
+	}
+	if w.Item != "" {
+		effects = append(effects, OpenItem{w.Item})
+	}
+	return Outcome{Decision: w.Decision, Effects: effects}
+}
+
+// checkInvariants holds for every outcome.
+func checkInvariants(t *testing.T, ev ProviderEvent, order *PaidOrder, got Outcome) {
+	t.Helper()
+	for _, e := range got.Effects {
+		switch e := e.(type) {
+		case GrantLicenses, CreditBalances:
+			// Only a confirmed payment of what the order expects grants.
+			if ev.Kind != EventPaymentConfirmed || order == nil || got.Decision != DecisionFulfilled {
+				t.Errorf("%T without a matched confirmed payment", e)
+			}
+		case MoveOrder:
+			// No event moves a paid order, but a refund of its payment.
+			if order.Paid && got.Decision != DecisionRefunded {
+				t.Errorf("paid order moved to %s by %s", e.To, got.Decision)
+			}
+		case OpenItem:
+			// A payment that cannot be told apart from the one that paid the
+			// order is never reported as extra money.
+			if e.Kind == ReconExtraPayment && order != nil && order.Paid {
+				if _, known := order.PaidBy.SamePayment(ev.Payment); !known {
+					t.Error("a payment that cannot be told apart reported as an extra payment")
+				}
+			}
+		case RecordAttempt:
+			if ev.Payment.AttemptRef == "" {
+				t.Error("an attempt recorded for an event that names none")
+			}
+		}
+	}
+}
+
+// Payments in a currency are compared with the order total (minor units);
+// refunds follow the payment they return.
+func TestDecideMoneyAndRefunds(t *testing.T) {
+	t.Parallel()
+	rub := func(minor int64) Amount { return MinorAmount(minor, "RUB") }
+	payment := func(kind EventKind, a Amount, invoice, pay string) ProviderEvent {
+		p := PaymentInfo{InvoiceID: invoice, PaymentID: pay, MerchantOrderID: "m-1", Amount: a}
+		p.AttemptRef = p.Attempt()
+		return ProviderEvent{Provider: ProviderTBank, Environment: EnvLive, Kind: kind, Type: string(kind), Payment: p}
+	}
+	settlement := &Settlement{Token: "USDT", Network: "TRON", Amount: decimal.RequireFromString("25")}
+	byPay1 := PaidRefs{AttemptRef: "pay_1", PaymentID: "pay_1"}
+	total := Money{Currency: "RUB", MinorUnits: 250000}
+	pending := &PaidOrder{State: StatePendingPayment, Total: total}
+	tokenOrder := &PaidOrder{State: StatePendingPayment, Total: Money{Currency: "USD", MinorUnits: 2500}, Settlement: settlement}
+	fulfilled := &PaidOrder{State: StateFulfilled, Total: total, Paid: true, PaidBy: byPay1}
+	fulfilling := &PaidOrder{State: StateFulfilling, Total: total, Paid: true, PaidBy: byPay1}
+	held := &PaidOrder{State: StateOnHold, Total: total, Paid: true, PaidBy: byPay1}
+	refunded := &PaidOrder{State: StateRefunded, Total: total, Paid: true, PaidBy: byPay1}
+	cancelled := &PaidOrder{State: StateCancelled, Total: total}
+	refundedFirst := &PaidOrder{State: StateRefunded, Total: total,
+		Attempts: map[AttemptKey]AttemptState{{ProviderTBank, "pay_1"}: AttemptRefunded}}
+
+	confirmed := RecordAttempt{AttemptConfirmed}
+	refundAttempt := RecordAttempt{AttemptRefunded}
+	fulfil := []Effect{confirmed, MarkPaid{}, MoveOrder{StateFulfilled}, GrantLicenses{}, CreditBalances{}}
+	hold := []Effect{confirmed, MarkPaid{}, MoveOrder{StateOnHold}, OpenItem{ReconAmountMismatch}}
+	cases := []struct {
+		name     string
+		ev       ProviderEvent
+		order    *PaidOrder
+		decision Decision
+		effects  []Effect
+	}{
+		{"currency, the total", payment(EventPaymentConfirmed, rub(250000), "", "pay_1"), pending, DecisionFulfilled, fulfil},
+		{"currency, more than the total", payment(EventPaymentConfirmed, rub(250001), "", "pay_1"), pending,
+			DecisionFulfilled, append(fulfil[:5:5], OpenItem{ReconOverpayment})},
+		{"currency, one kopeck short", payment(EventPaymentConfirmed, rub(249999), "", "pay_1"), pending, DecisionAmountMismatch, hold},
+		{"another currency", payment(EventPaymentConfirmed, MinorAmount(250000, "USD"), "", "pay_1"), pending, DecisionAmountMismatch, hold},
+		{"currency, for a token-settled order priced in that currency", payment(EventPaymentConfirmed, MinorAmount(2500, "USD"), "", "pay_1"), tokenOrder,
+			DecisionFulfilled, fulfil},
+		{"token, for an order with no settlement", payment(EventPaymentConfirmed, TokenAmount(decimal.RequireFromString("25"), "USDT", "TRON"), "", "pay_1"), pending,
+			DecisionAmountMismatch, hold},
+		{"a confirmation of a refunded payment", payment(EventPaymentConfirmed, rub(250000), "", "pay_1"), refundedFirst, DecisionStaleIgnored, nil},
+		{"another payment for an order refunded before it was paid", payment(EventPaymentConfirmed, rub(250000), "", "pay_2"), refundedFirst,
+			DecisionDuplicatePayment, []Effect{confirmed, OpenItem{ReconExtraPayment}}},
+
+		{"refund of the paying payment, fulfilled", payment(EventRefunded, Amount{}, "", "pay_1"), fulfilled,
+			DecisionRefunded, []Effect{refundAttempt, MoveOrder{StateRefunded}, ReverseCredits{}, OpenItem{ReconRefundAfterFulfill}}},
+		{"refund of the paying payment, external lines pending", payment(EventRefunded, rub(250000), "", "pay_1"), fulfilling,
+			DecisionRefunded, []Effect{refundAttempt, MoveOrder{StateRefunded}, ReverseCredits{}, OpenItem{ReconRefundAfterFulfill}}},
+		{"refund of the paying payment, on hold: nothing granted", payment(EventRefunded, Amount{}, "", "pay_1"), held,
+			DecisionRefunded, []Effect{refundAttempt, MoveOrder{StateRefunded}}},
+		{"refund announced again", payment(EventRefunded, Amount{}, "", "pay_1"), refunded, DecisionAlreadyApplied, []Effect{refundAttempt}},
+		{"refund of another payment", payment(EventRefunded, Amount{}, "", "pay_2"), fulfilled, DecisionOtherPaymentRefunded, []Effect{refundAttempt}},
+		{"refund that names no payment", payment(EventRefunded, Amount{}, "", ""), fulfilled,
+			DecisionUnidentifiedRefund, []Effect{OpenItem{ReconRefundAfterFulfill}}},
+		{"refund before the confirmation arrived", payment(EventRefunded, Amount{}, "", "pay_1"), pending,
+			DecisionRefunded, []Effect{refundAttempt, MoveOrder{StateRefunded}}},
+		{"refund for a cancelled order", payment(EventRefunded, Amount{}, "", "pay_1"), cancelled, DecisionOtherPaymentRefunded, []Effect{refundAttempt}},
+		{"partial refund of the paying payment", payment(EventPartiallyRefunded, rub(50000), "", "pay_1"), fulfilled,
+			DecisionPartiallyRefunded, []Effect{OpenItem{ReconRefundAfterFulfill}}},
+		{"partial refund of another payment", payment(EventPartiallyRefunded, rub(50000), "", "pay_2"), fulfilled, DecisionOtherPaymentRefunded, nil},
+		{"partial refund before any payment", payment(EventPartiallyRefunded, rub(50000), "", "pay_1"), pending,
+			DecisionPartiallyRefunded, []Effect{OpenItem{ReconRefundAfterFulfill}}},
+		{"refund for no order", payment(EventRefunded, Amount{}, "", "pay_1"), nil, DecisionUnmatched, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := Decide(tc.ev, tc.order)
+			if got.Decision != tc.decision || !reflect.DeepEqual(got.Effects, tc.effects) {
+				t.Errorf("Decide = %s %+v (%s)\nwant     %s %+v", got.Decision, got.Effects, got.Reason, tc.decision, tc.effects)
+			}
+			if got.Reason == "" {
+				t.Error("no reason given")
+			}
+			checkInvariants(t, tc.ev, tc.order, got)
+			if InboxStateFor(got.Decision) == "" {
+				t.Errorf("no inbox state for %s", got.Decision)
+			}
+		})
+	}
+}
+
+// Apply keeps a locked order as the events of a batch leave it: the second
+// event of an order is decided against the first one's effects.
+func TestApplyFollowsEffects(t *testing.T) {
+	t.Parallel()
+	o := &PaidOrder{State: StatePendingPayment, Total: Money{Currency: "RUB", MinorUnits: 100}}
+	pay := ProviderEvent{Provider: ProviderTBank, Environment: EnvLive, Kind: EventPaymentConfirmed,
+		Payment: PaymentInfo{AttemptRef: "pay_1", PaymentID: "pay_1", MerchantOrderID: "m", Amount: MinorAmount(100, "RUB")}}
+	refund := pay
+	refund.Kind, refund.Payment.Amount = EventRefunded, Amount{}
+	for i, want := range []Decision{DecisionFulfilled, DecisionAlreadyApplied, DecisionRefunded, DecisionAlreadyApplied, DecisionStaleIgnored} {
+		ev := pay
+		if i >= 2 && i <= 3 {
+			ev = refund
+		}
+		out := Decide(ev, o)
+		if out.Decision != want {
+			t.Fatalf("event %d: %s, want %s (%s)", i, out.Decision, want, out.Reason)
+		}
+		o.Apply(ev, out)
+	}
+	if o.State != StateRefunded || !o.Paid || o.Attempts[AttemptKey{ProviderTBank, "pay_1"}] != AttemptRefunded {
+		t.Errorf("order after the batch: %+v", o)
+	}
+}
+
+func TestItemKey(t *testing.T) {
+	t.Parallel()
+	s := ItemSubject{Provider: ProviderTBank, OrgID: "org_a", Environment: EnvLive, OrderID: "o1",
+		AttemptRef: "pay_1", PaymentID: "pay_1", EventID: "evt_1", InboxID: 42}
+	other := s
+	other.EventID, other.InboxID = "evt_2", 43
+	cases := []struct {
+		kind      ReconKind
+		sameAsEv2 bool // the same key for another event about the same thing
+	}{
+		{ReconExtraPayment, true},
+		{ReconUnidentifiedPayment, true},
+		{ReconRefundAfterFulfill, false},
+		{ReconFailedEvent, false},
+	}
+	for _, tc := range cases {
+		if got := ItemKey(tc.kind, s) == ItemKey(tc.kind, other); got != tc.sameAsEv2 {
+			t.Errorf("%s: same key for two events = %v, want %v", tc.kind, got, tc.sameAsEv2)
+		}
+	}
+	if ItemKey(ReconFailedEvent, s) != "inbox|42" || ItemKey(ReconUnidentifiedPayment, s) != "order|o1" {
+		t.Errorf("keys %q %q", ItemKey(ReconFailedEvent, s), ItemKey(ReconUnidentifiedPayment, s))
+	}
+	noRefs := s
+	noRefs.AttemptRef, noRefs.PaymentID = "", ""
+	if ItemKey(ReconExtraPayment, noRefs) == ItemKey(ReconExtraPayment, ItemSubject{OrderID: "o1", EventID: "evt_2"}) {
+		t.Error("two events naming no payment share a key")
 	}
 }

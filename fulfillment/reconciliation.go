@@ -3,8 +3,6 @@ package fulfillment
 import (
 	"context"
 	"time"
-
-	"github.com/shopspring/decimal"
 )
 
 // ReconState is where a reconciliation item is.
@@ -19,20 +17,20 @@ const (
 // ReconItem is a situation a person must look at. Resolving it records
 // who and why; nothing is ever deleted.
 type ReconItem struct {
-	ID             int64
-	Kind           ReconKind
-	State          ReconState
-	OrgID          string
-	Environment    Environment
-	OrderID        string
-	EventID        string
-	Provider       Provider
-	AttemptRef     string
-	PaymentID      string
-	Amount         *decimal.Decimal
-	ExpectedAmount *decimal.Decimal
-	Token          string
-	Network        string
+	ID          int64
+	Kind        ReconKind
+	State       ReconState
+	OrgID       string
+	Environment Environment
+	OrderID     string
+	EventID     string
+	Provider    Provider
+	AttemptRef  string
+	PaymentID   string
+	// Amount is the amount of the event that opened the item, if any;
+	// Expected is what the order expected in the same unit, if known.
+	Amount         Amount
+	Expected       Amount
 	Detail         string
 	CreatedAt      time.Time
 	ResolvedAt     *time.Time
@@ -82,4 +80,33 @@ type ReconListParams struct {
 type ReconStore interface {
 	// ReconList returns up to p.Limit items matching p.Filter, newest first.
 	ReconList(ctx context.Context, p ReconListParams) ([]ReconItem, error)
+}
+
+// ReconKind names a situation a person must look at.
+type ReconKind string
+
+// Reconciliation kinds.
+const (
+	ReconExtraPayment ReconKind = "extra_payment"
+	// ReconUnidentifiedPayment: a paid order received a payment that cannot
+	// be told apart from the one that paid it (DecisionUnidentifiedPayment).
+	// At most one per order, however many such announcements.
+	ReconUnidentifiedPayment ReconKind = "unidentified_payment"
+	ReconAmountMismatch      ReconKind = "amount_mismatch"
+	ReconOverpayment         ReconKind = "overpayment"
+	ReconUnmatchedPayment    ReconKind = "unmatched_payment"
+	ReconUncertainDelivery   ReconKind = "uncertain_delivery"
+	ReconPaidNotFulfilled    ReconKind = "paid_not_fulfilled"
+	ReconFailedEvent         ReconKind = "failed_event"
+	ReconRefundAfterFulfill  ReconKind = "refund_after_fulfillment"
+)
+
+// Valid reports whether k is a known kind.
+func (k ReconKind) Valid() bool {
+	switch k {
+	case ReconExtraPayment, ReconUnidentifiedPayment, ReconAmountMismatch, ReconOverpayment, ReconUnmatchedPayment,
+		ReconUncertainDelivery, ReconPaidNotFulfilled, ReconFailedEvent, ReconRefundAfterFulfill:
+		return true
+	}
+	return false
 }

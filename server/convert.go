@@ -88,18 +88,13 @@ func orderDetailToProto(d fulfillment.OrderDetail, showSecrets bool) *fulfillmen
 		OmittedEvents:          int32(d.OmittedEvents),
 	}
 	for _, a := range d.Attempts {
-		pa := &fulfillmentv1.PaymentAttempt{
+		h.PaymentAttempts = append(h.PaymentAttempts, &fulfillmentv1.PaymentAttempt{
 			Provider:    string(a.Provider),
 			ProviderRef: a.AttemptRef,
 			State:       string(a.State),
-			Token:       a.Token,
-			Network:     a.Network,
+			Amount:      amountToProto(a.Amount),
 			CreateTime:  timestamppb.New(a.CreatedAt),
-		}
-		if a.HasAmount {
-			pa.Amount = a.Amount.String()
-		}
-		h.PaymentAttempts = append(h.PaymentAttempts, pa)
+		})
 	}
 	for _, e := range d.Entitlements {
 		pe := &fulfillmentv1.Entitlement{
@@ -133,4 +128,23 @@ func orderDetailToProto(d fulfillment.OrderDetail, showSecrets bool) *fulfillmen
 	}
 	pb.History = h
 	return pb
+}
+
+// amountToProto renders an amount; nil for none.
+func amountToProto(a fulfillment.Amount) *fulfillmentv1.Amount {
+	if !a.Known() {
+		return nil
+	}
+	return &fulfillmentv1.Amount{Value: a.Value.String(), Token: a.Unit.Token, Network: a.Unit.Network, Currency: a.Unit.Currency}
+}
+
+// amountFromProto reads an amount; its unit is checked by the event's
+// validation.
+func amountFromProto(a *fulfillmentv1.Amount) (fulfillment.Amount, error) {
+	v, err := fulfillment.ParseDecimal(a.GetValue())
+	if err != nil {
+		return fulfillment.Amount{}, err
+	}
+	return fulfillment.Amount{Value: v, Unit: fulfillment.Unit{
+		Token: a.GetToken(), Network: a.GetNetwork(), Currency: a.GetCurrency()}}, nil
 }

@@ -55,23 +55,19 @@ func eventFromProto(req *fulfillmentv1.RecordEventRequest) (fulfillment.Provider
 			InvoiceID:         p.GetInvoiceId(),
 			CheckoutSessionID: p.GetCheckoutSessionId(),
 			MerchantOrderID:   p.GetMerchantOrderId(),
-			PaylinkID:         p.GetPaylinkId(),
 			SubscriptionID:    p.GetSubscriptionId(),
-			Token:             p.GetToken(),
-			Network:           p.GetNetwork(),
-			TxHash:            p.GetTxHash(),
 		},
+		Refs: req.GetRefs(),
 	}
 	if req.GetOccurTime() != nil {
 		ev.OccurredAt = req.GetOccurTime().AsTime()
 	}
 	var vs []fulfillment.FieldViolation
-	if a := p.GetAmount(); a != "" {
-		d, err := fulfillment.ParseDecimal(a)
-		if err != nil {
-			vs = append(vs, fulfillment.FieldViolation{Field: "payment.amount", Description: "must be a decimal string such as \"25.000000\": " + err.Error()})
+	if a := p.GetAmount(); a != nil {
+		var err error
+		if ev.Payment.Amount, err = amountFromProto(a); err != nil {
+			vs = append(vs, fulfillment.FieldViolation{Field: "payment.amount.value", Description: "must be a decimal string such as \"25.000000\": " + err.Error()})
 		}
-		ev.Payment.Amount, ev.Payment.HasAmount = d, err == nil
 	}
 	if n := len(req.GetRawBody()); n == 0 || n > fulfillment.MaxRawBodyBytes {
 		vs = append(vs, fulfillment.FieldViolation{Field: "raw_body", Description: fmt.Sprintf("is required, at most %d bytes", fulfillment.MaxRawBodyBytes)})

@@ -58,18 +58,12 @@ func reconItemToProto(it fulfillment.ReconItem) *fulfillmentv1.ReconciliationIte
 		Provider:       string(it.Provider),
 		AttemptRef:     it.AttemptRef,
 		PaymentId:      it.PaymentID,
-		Token:          it.Token,
-		Network:        it.Network,
+		Amount:         amountToProto(it.Amount),
+		Expected:       amountToProto(it.Expected),
 		Detail:         it.Detail,
 		CreateTime:     timestamppb.New(it.CreatedAt),
 		ResolvedBy:     it.ResolvedBy,
 		ResolutionNote: it.ResolutionNote,
-	}
-	if it.Amount != nil {
-		pb.Amount = it.Amount.String()
-	}
-	if it.ExpectedAmount != nil {
-		pb.ExpectedAmount = it.ExpectedAmount.String()
 	}
 	if it.ResolvedAt != nil {
 		pb.ResolveTime = timestamppb.New(*it.ResolvedAt)

@@ -51,16 +51,11 @@ func (r *EventRecorder) RecordEvent(ctx context.Context, ev fulfillment.Provider
 			InvoiceId:         p.InvoiceID,
 			CheckoutSessionId: p.CheckoutSessionID,
 			MerchantOrderId:   p.MerchantOrderID,
-			PaylinkId:         p.PaylinkID,
 			SubscriptionId:    p.SubscriptionID,
-			Token:             p.Token,
-			Network:           p.Network,
-			TxHash:            p.TxHash,
+			Amount:            amountToProto(p.Amount),
 		},
+		Refs:    ev.Refs,
 		RawBody: rawBody,
-	}
-	if p.HasAmount {
-		req.Payment.Amount = p.Amount.String()
 	}
 	if !ev.OccurredAt.IsZero() {
 		req.OccurTime = timestamppb.New(ev.OccurredAt)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/shopspring/decimal"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
@@ -24,23 +23,20 @@ func (s *Store) OrderDetail(ctx context.Context, id string) (fulfillment.OrderDe
 	// grow, so separate reads show a consistent prefix of its history.
 	var total int
 	rows, _ := s.pool.Query(ctx, `
-		SELECT provider, attempt_ref, state, amount, token, network, created_at, total FROM (
-			SELECT id, provider, attempt_ref, state, amount::text, coalesce(token, '') AS token,
-				coalesce(network, '') AS network, created_at, count(*) OVER () AS total
+		SELECT provider, attempt_ref, state, amount, token, network, currency, created_at, total FROM (
+			SELECT id, provider, attempt_ref, state, amount::text, token, network, currency, created_at,
+				count(*) OVER () AS total
 			FROM payment_attempts WHERE order_id = $1 ORDER BY id DESC LIMIT $2) newest
 		ORDER BY id`, id, fulfillment.MaxHistoryItems)
 	d.Attempts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.PaymentAttempt, error) {
 		var (
-			a      fulfillment.PaymentAttempt
-			amount *string
+			a                                fulfillment.PaymentAttempt
+			amount, token, network, currency *string
 		)
-		if err := r.Scan(&a.Provider, &a.AttemptRef, &a.State, &amount, &a.Token, &a.Network, &a.CreatedAt, &total); err != nil {
+		if err := r.Scan(&a.Provider, &a.AttemptRef, &a.State, &amount, &token, &network, &currency, &a.CreatedAt, &total); err != nil {
 			return a, err
 		}
-		if amount != nil {
-			a.HasAmount = true
-			a.Amount, err = decimal.NewFromString(*amount)
-		}
+		a.Amount, err = amountOf(amount, token, network, currency)
 		return a, err
 	})
 	if err != nil {

@@ -8,96 +8,130 @@ import (
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
 
-// queueOrderEffects queues the attempt, the order's move and its grants.
-func queueOrderEffects(b *pgx.Batch, m matchedOrder, ev fulfillment.ProviderEvent, out fulfillment.Outcome) {
-	p := ev.Payment
-	if out.Attempt != "" && p.AttemptRef != "" {
-		var amount *string
-		if p.HasAmount {
-			a := p.Amount.String()
-			amount = &a
+// queueEffects queues the writes of an outcome's effects, in order: the one
+// place where a decision becomes SQL. m is the event's order (nil when none
+// matched it), as the events before this one left it.
+func queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out fulfillment.Outcome) error {
+	ev, p := le.ev, le.ev.Payment
+	var (
+		moveTo   fulfillment.State
+		markPaid bool
+	)
+	for _, effect := range out.Effects {
+		if m == nil {
+			if _, ok := effect.(fulfillment.OpenItem); !ok {
+				return fmt.Errorf("applying %T: the event matches no order", effect)
+			}
 		}
-		// The stored state was read under the order row lock, which every
-		// event of the order takes; the unique key still guarantees one row
-		// per attempt.
-		b.Queue(`
-			INSERT INTO payment_attempts (order_id, provider, attempt_ref, state, amount, token, network)
-			VALUES ($1, $2, $3, $4, $5::numeric, nullif($6, ''), nullif($7, ''))
-			ON CONFLICT ON CONSTRAINT payment_attempts_ref_key DO UPDATE SET
-				state = EXCLUDED.state,
-				amount = coalesce(EXCLUDED.amount, payment_attempts.amount),
-				token = coalesce(EXCLUDED.token, payment_attempts.token),
-				network = coalesce(EXCLUDED.network, payment_attempts.network),
-				updated_at = now()`,
-			m.id, ev.Provider, p.AttemptRef, fulfillment.NextAttemptState(m.attempt(ev), out.Attempt),
-			amount, p.Token, p.Network)
+		switch e := effect.(type) {
+		case fulfillment.RecordAttempt:
+			value, token, network, currency := amountColumns(p.Amount)
+			// The stored state was read under the order row lock, which
+			// every event of the order takes; the unique key still
+			// guarantees one row per attempt.
+			b.Queue(`
+				INSERT INTO payment_attempts (order_id, provider, attempt_ref, state, amount, token, network, currency)
+				VALUES ($1, $2, $3, $4, $5::numeric, $6, $7, $8)
+				ON CONFLICT ON CONSTRAINT payment_attempts_ref_key DO UPDATE SET
+					state = EXCLUDED.state,
+					amount = coalesce(EXCLUDED.amount, payment_attempts.amount),
+					token = CASE WHEN EXCLUDED.amount IS NULL THEN payment_attempts.token ELSE EXCLUDED.token END,
+					network = CASE WHEN EXCLUDED.amount IS NULL THEN payment_attempts.network ELSE EXCLUDED.network END,
+					currency = CASE WHEN EXCLUDED.amount IS NULL THEN payment_attempts.currency ELSE EXCLUDED.currency END,
+					updated_at = now()`,
+				m.id, ev.Provider, p.AttemptRef, fulfillment.NextAttemptState(m.Attempts[attemptKey(ev)], e.State),
+				value, token, network, currency)
+		case fulfillment.MoveOrder:
+			moveTo = e.To
+		case fulfillment.MarkPaid:
+			markPaid = true
+		case fulfillment.GrantLicenses:
+			// One license per unit; the unique key makes a repeated grant
+			// insert nothing.
+			b.Queue(`
+				INSERT INTO entitlements (order_id, line_no, unit, kind, value)
+				SELECT l.order_id, l.line_no, u, 'license',
+					'LIC-' || upper(replace(gen_random_uuid()::text, '-', ''))
+				FROM order_lines l, generate_series(1, l.quantity) AS u
+				WHERE l.order_id = $1 AND l.kind = 'license'
+				ON CONFLICT ON CONSTRAINT entitlements_unit_key DO NOTHING`, m.id)
+		case fulfillment.CreditBalances:
+			b.Queue(`
+				INSERT INTO ledger_entries (order_id, line_no, account_ref, movement, currency, minor_units)
+				SELECT l.order_id, l.line_no, l.account_ref, 'credit', l.currency, l.unit_minor_units * l.quantity
+				FROM order_lines l
+				WHERE l.order_id = $1 AND l.kind = 'balance_credit'
+				ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, m.id)
+		case fulfillment.ReverseCredits:
+			// The opposite of each credit made, once.
+			b.Queue(`
+				INSERT INTO ledger_entries (order_id, line_no, account_ref, movement, currency, minor_units)
+				SELECT order_id, line_no, account_ref, 'refund_reversal', currency, -minor_units
+				FROM ledger_entries
+				WHERE order_id = $1 AND movement = 'credit'
+				ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, m.id)
+		case fulfillment.OpenItem:
+			queueItem(b, e.Kind, le, m, out.Reason)
+		case fulfillment.SendMessage:
+			return fmt.Errorf("applying %T %q: the outbox does not exist yet", e, e.Topic)
+		default:
+			return fmt.Errorf("applying %T: unknown effect", e)
+		}
 	}
-	if out.NewState != "" || out.MarkPaid {
+	if moveTo != "" || markPaid {
 		// An absent ref is NULL, never '': a payment that does not identify
 		// itself records none.
 		paid := p.PaidRefs()
 		b.Queue(`
 			UPDATE orders SET
 				state = coalesce(nullif($2, ''), state),
-				paid_attempt_ref = CASE WHEN $3 THEN nullif($4, '') ELSE paid_attempt_ref END,
-				paid_invoice_id  = CASE WHEN $3 THEN nullif($5, '') ELSE paid_invoice_id END,
-				paid_payment_id  = CASE WHEN $3 THEN nullif($6, '') ELSE paid_payment_id END,
+				paid_attempt_ref = CASE WHEN $3 THEN $4 ELSE paid_attempt_ref END,
+				paid_invoice_id  = CASE WHEN $3 THEN $5 ELSE paid_invoice_id END,
+				paid_payment_id  = CASE WHEN $3 THEN $6 ELSE paid_payment_id END,
 				paid_at          = CASE WHEN $3 THEN now() ELSE paid_at END,
 				updated_at = now()
-			WHERE id = $1`, m.id, out.NewState, out.MarkPaid, paid.AttemptRef, paid.InvoiceID, paid.PaymentID)
+			WHERE id = $1`, m.id, moveTo, markPaid, opt(paid.AttemptRef), opt(paid.InvoiceID), opt(paid.PaymentID))
 	}
-	if !out.Grant {
-		return
-	}
-	// One license per unit and one credit per balance line; the unique keys
-	// make a repeated grant insert nothing.
-	b.Queue(`
-		INSERT INTO entitlements (order_id, line_no, unit, kind, value)
-		SELECT l.order_id, l.line_no, u, 'license',
-			'LIC-' || upper(replace(gen_random_uuid()::text, '-', ''))
-		FROM order_lines l, generate_series(1, l.quantity) AS u
-		WHERE l.order_id = $1 AND l.kind = 'license'
-		ON CONFLICT ON CONSTRAINT entitlements_unit_key DO NOTHING`, m.id)
-	b.Queue(`
-		INSERT INTO ledger_entries (order_id, line_no, account_ref, movement, currency, minor_units)
-		SELECT l.order_id, l.line_no, l.account_ref, 'credit', l.currency, l.unit_minor_units * l.quantity
-		FROM order_lines l
-		WHERE l.order_id = $1 AND l.kind = 'balance_credit'
-		ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, m.id)
+	return nil
 }
 
-// queueItem opens a reconciliation item unless the same situation already
-// has one (the dedupe key names it).
-func queueItem(b *pgx.Batch, kind fulfillment.ReconKind, inboxID int64, m matchedOrder,
-	ev fulfillment.ProviderEvent, detail string) {
-	p := ev.Payment
-	dedupe := fmt.Sprintf("%s|%s|%s|%s|%s|%s", ev.Provider, ev.OrgID, ev.Environment, m.id, p.AttemptRef, p.PaymentID)
-	switch {
-	case kind == fulfillment.ReconUnidentifiedPayment:
-		// Such payments cannot be told apart from one another: one item
-		// per order, however many announcements.
-		dedupe = "order|" + m.id
-	case p.AttemptRef == "" && p.PaymentID == "":
-		dedupe += "|" + ev.EventID
+// attemptKey is the key of ev's payment attempt.
+func attemptKey(ev fulfillment.ProviderEvent) fulfillment.AttemptKey {
+	return fulfillment.AttemptKey{Provider: ev.Provider, Ref: ev.Payment.AttemptRef}
+}
+
+// queueItem opens a reconciliation item unless the situation its key names
+// already has one.
+func queueItem(b *pgx.Batch, kind fulfillment.ReconKind, le leasedEvent, m *lockedOrder, detail string) {
+	ev, p := le.ev, le.ev.Payment
+	subject := fulfillment.ItemSubject{
+		Provider: ev.Provider, OrgID: ev.OrgID, Environment: ev.Environment,
+		AttemptRef: p.AttemptRef, PaymentID: p.PaymentID, EventID: ev.EventID, InboxID: le.id,
 	}
-	var amount, expected, linked *string
-	if p.HasAmount {
-		a := p.Amount.String()
-		amount = &a
+	var linked, expected *string
+	if m != nil {
+		subject.OrderID, linked = m.id, &m.id
+		expected = expectedIn(m.PaidOrder, p.Amount.Unit)
 	}
-	if m.order != nil {
-		linked = &m.id
-		if st := m.order.Settlement; st != nil {
-			e := st.Amount.String()
-			expected = &e
-		}
-	}
+	value, token, network, currency := amountColumns(p.Amount)
 	b.Queue(`
 		INSERT INTO reconciliation_items (kind, org_id, environment, order_id, inbox_event_id, provider,
-			attempt_ref, payment_id, amount, expected_amount, token, network, detail, dedupe_key)
-		VALUES ($1, $2, $3, $4, $5, $6, nullif($7, ''), nullif($8, ''), $9::numeric, $10::numeric,
-			nullif($11, ''), nullif($12, ''), $13, $14)
+			attempt_ref, payment_id, amount, expected_amount, token, network, currency, detail, dedupe_key)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::numeric, $11, $12, $13, $14, $15)
 		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
-		kind, ev.OrgID, ev.Environment, linked, inboxID, ev.Provider, p.AttemptRef, p.PaymentID,
-		amount, expected, p.Token, p.Network, detail, dedupe)
+		kind, ev.OrgID, ev.Environment, linked, le.id, ev.Provider, opt(p.AttemptRef), opt(p.PaymentID),
+		value, expected, token, network, currency, detail, fulfillment.ItemKey(kind, subject))
+}
+
+// expectedIn is what order expects of a payment in unit u, as numeric text
+// (nil when it expects nothing in that unit): the settlement for a token,
+// the total for a currency.
+func expectedIn(o fulfillment.PaidOrder, u fulfillment.Unit) *string {
+	switch {
+	case u.IsCurrency() && u.Currency == o.Total.Currency:
+		return opt(fmt.Sprint(o.Total.MinorUnits))
+	case u.IsToken() && o.Settlement != nil:
+		return opt(o.Settlement.Amount.String())
+	}
+	return nil
 }

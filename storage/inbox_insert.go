@@ -211,36 +211,15 @@ type eventKey struct {
 // a receipt per request, in order.
 func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([]fulfillment.InboxReceipt, error) {
 	n := len(batch)
-	var (
-		provider, endpoint, org, env, eventID, typ, kind = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		attemptRef, paymentID, invoiceID, sessionID      = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		merchantID, paylinkID, subscriptionID            = make([]string, n), make([]string, n), make([]string, n)
-		token, network, txHash, state                    = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		testMode                                         = make([]bool, n)
-		occurred                                         = make([]*time.Time, n)
-		amount, decision, reason                         = make([]*string, n), make([]*string, n), make([]*string, n)
-		raw                                              = make([][]byte, n)
-	)
+	rows := make([]inboxRow, n)
 	for i, r := range batch {
-		ev, p := r.ev, r.ev.Payment
-		provider[i], endpoint[i], org[i], env[i] = string(ev.Provider), ev.EndpointID, ev.OrgID, string(ev.Environment)
-		eventID[i], typ[i], kind[i], testMode[i] = ev.EventID, ev.Type, string(ev.Kind), ev.TestMode
-		attemptRef[i], paymentID[i], invoiceID[i], sessionID[i] = p.AttemptRef, p.PaymentID, p.InvoiceID, p.CheckoutSessionID
-		merchantID[i], paylinkID[i], subscriptionID[i] = p.MerchantOrderID, p.PaylinkID, p.SubscriptionID
-		token[i], network[i], txHash[i], raw[i] = p.Token, p.Network, p.TxHash, r.raw
-		if !ev.OccurredAt.IsZero() {
-			occurred[i] = &ev.OccurredAt
-		}
-		if p.HasAmount {
-			a := p.Amount.String()
-			amount[i] = &a
-		}
-		state[i] = string(fulfillment.InboxPending)
-		if out := fulfillment.Decide(ev, nil); out.Decision == fulfillment.DecisionTestModeIgnored {
+		rows[i] = inboxRowOf(r.ev)
+		rows[i].RawBody = r.raw
+		rows[i].State = string(fulfillment.InboxPending)
+		if out := fulfillment.Decide(r.ev, nil); out.Decision == fulfillment.DecisionTestModeIgnored {
 			// Stored as evidence, acknowledged, never processed.
-			state[i] = string(fulfillment.InboxIgnored)
-			d := string(out.Decision)
-			decision[i], reason[i] = &d, &out.Reason
+			rows[i].State = string(fulfillment.InboxIgnored)
+			rows[i].Decision, rows[i].DecisionReason = opt(string(out.Decision)), opt(out.Reason)
 		}
 	}
 
@@ -248,33 +227,8 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 	// only read to the end once it has committed.
 	found := make(map[eventKey]fulfillment.InboxReceipt, n)
 	pending := false
-	rows, _ := s.pool.Query(ctx, `
-		WITH ins AS (
-			INSERT INTO inbox_events (provider, endpoint_id, org_id, environment, event_id, event_type, kind,
-				test_mode, occurred_at, attempt_ref, payment_id, invoice_id, checkout_session_id,
-				merchant_order_id, paylink_id, subscription_id, amount, token, network, tx_hash, raw_body,
-				state, decision, decision_reason, processed_at)
-			SELECT provider, endpoint_id, org_id, environment, event_id, event_type, kind,
-				test_mode, occurred_at, nullif(attempt_ref, ''), nullif(payment_id, ''), nullif(invoice_id, ''),
-				nullif(checkout_session_id, ''), nullif(merchant_order_id, ''), nullif(paylink_id, ''),
-				nullif(subscription_id, ''), amount::numeric, nullif(token, ''), nullif(network, ''),
-				nullif(tx_hash, ''), raw_body, state, decision, decision_reason,
-				CASE WHEN state = 'pending' THEN NULL ELSE clock_timestamp() END
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-				$8::bool[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], $13::text[],
-				$14::text[], $15::text[], $16::text[], $17::text[], $18::text[], $19::text[], $20::text[],
-				$21::bytea[], $22::text[], $23::text[], $24::text[])
-				AS u(provider, endpoint_id, org_id, environment, event_id, event_type, kind,
-					test_mode, occurred_at, attempt_ref, payment_id, invoice_id, checkout_session_id,
-					merchant_order_id, paylink_id, subscription_id, amount, token, network, tx_hash,
-					raw_body, state, decision, decision_reason)
-			ON CONFLICT ON CONSTRAINT inbox_events_event_key DO NOTHING
-			RETURNING id, state, provider, org_id, environment, event_id)
-		SELECT id, state, provider, org_id, environment, event_id FROM ins`,
-		provider, endpoint, org, env, eventID, typ, kind, testMode, occurred, attemptRef, paymentID,
-		invoiceID, sessionID, merchantID, paylinkID, subscriptionID, amount, token, network, txHash,
-		raw, state, decision, reason)
-	err := forEachRow(rows, func(r pgx.Rows) error {
+	result, _ := s.pool.Query(ctx, inboxInsertSQL, inboxInsertArgs(rows)...)
+	err := forEachRow(result, func(r pgx.Rows) error {
 		var (
 			rec fulfillment.InboxReceipt
 			k   eventKey
@@ -292,12 +246,16 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 	if len(found) < uniqueKeys(batch) {
 		// Redeliveries. The insert waited for any conflicting insert to
 		// commit, so this later statement sees every row it skipped.
-		rows, _ = s.pool.Query(ctx, `
+		provider, org, env, eventID := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		for i, r := range rows {
+			provider[i], org[i], env[i], eventID[i] = r.Provider, r.OrgID, r.Environment, r.EventID
+		}
+		result, _ = s.pool.Query(ctx, `
 			SELECT id, state, provider, org_id, environment, event_id FROM inbox_events
 			WHERE (provider, org_id, environment, event_id) IN (
 				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))`,
 			provider, org, env, eventID)
-		if err := collectReceipts(rows, found, true); err != nil {
+		if err := collectReceipts(result, found, true); err != nil {
 			return nil, fmt.Errorf("reading redelivered inbox events: %w", interpret(err))
 		}
 	}

@@ -3,11 +3,9 @@ package storage
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/shopspring/decimal"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/internal/failpoint"
@@ -32,16 +30,19 @@ func (s *Store) InboxProcess(ctx context.Context, ids []int64, owner string) (ma
 		}
 		b := &pgx.Batch{}
 		for _, le := range events {
-			m := orders.match(le.ev)
-			out := fulfillment.Decide(le.ev, m.order)
-			var linked *string
-			if m.order != nil {
-				queueOrderEffects(b, *m, le.ev, out)
-				m.apply(le.ev, out)
-				linked = &m.id
+			m, matched := fulfillment.MatchOrder(le.ev, orders.find)
+			var view *fulfillment.PaidOrder
+			if matched {
+				view = &m.PaidOrder
 			}
-			if out.Item != "" {
-				queueItem(b, out.Item, le.id, *m, le.ev, out.Reason)
+			out := fulfillment.Decide(le.ev, view)
+			if err := queueEffects(b, le, m, out); err != nil {
+				return err
+			}
+			var linked *string
+			if matched {
+				m.Apply(le.ev, out)
+				linked = &m.id
 			}
 			b.Queue(`
 				UPDATE inbox_events SET state = $2, decision = $3, decision_reason = $4, order_id = $5,
@@ -72,44 +73,17 @@ type leasedEvent struct {
 // lockLeasedEvents reads, in id order, the events of ids that owner still
 // holds, locking their rows. Events whose lease was lost are left out.
 func lockLeasedEvents(ctx context.Context, tx pgx.Tx, ids []int64, owner string) ([]leasedEvent, error) {
-	rows, _ := tx.Query(ctx, `
-		SELECT id, provider, endpoint_id, org_id, environment, event_id, event_type, kind, test_mode, occurred_at,
-			attempt_ref, payment_id, invoice_id, checkout_session_id, merchant_order_id, paylink_id,
-			subscription_id, amount::text, token, network, tx_hash
+	rows, _ := tx.Query(ctx, "SELECT "+inboxSelectList+`
 		FROM inbox_events WHERE id = ANY($1) AND state = 'pending' AND lease_owner = $2
 		ORDER BY id
 		FOR UPDATE`, ids, owner)
 	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (leasedEvent, error) {
-		var (
-			le       leasedEvent
-			ev       = &le.ev
-			p        = &ev.Payment
-			occurred *time.Time
-			amount   *string
-			texts    [10]*string
-		)
-		err := r.Scan(&le.id, &ev.Provider, &ev.EndpointID, &ev.OrgID, &ev.Environment, &ev.EventID, &ev.Type,
-			&ev.Kind, &ev.TestMode, &occurred, &texts[0], &texts[1], &texts[2], &texts[3], &texts[4], &texts[5],
-			&texts[6], &amount, &texts[7], &texts[8], &texts[9])
-		if err != nil {
-			return le, err
+		var row inboxRow
+		if err := r.Scan(row.scanDest()...); err != nil {
+			return leasedEvent{}, err
 		}
-		if occurred != nil {
-			ev.OccurredAt = *occurred
-		}
-		for i, dst := range []*string{&p.AttemptRef, &p.PaymentID, &p.InvoiceID, &p.CheckoutSessionID,
-			&p.MerchantOrderID, &p.PaylinkID, &p.SubscriptionID, &p.Token, &p.Network, &p.TxHash} {
-			if texts[i] != nil {
-				*dst = *texts[i]
-			}
-		}
-		if amount != nil {
-			if p.Amount, err = decimal.NewFromString(*amount); err != nil {
-				return le, fmt.Errorf("parsing stored amount: %w", err)
-			}
-			p.HasAmount = true
-		}
-		return le, nil
+		ev, err := row.event()
+		return leasedEvent{id: row.ID, ev: ev}, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("locking inbox events: %w", interpret(err))
@@ -117,53 +91,19 @@ func lockLeasedEvents(ctx context.Context, tx pgx.Tx, ids []int64, owner string)
 	return events, nil
 }
 
-// matchedOrder is a locked order as the events decided so far left it.
-type matchedOrder struct {
-	id    string
-	order *fulfillment.PaidOrder // nil: no order matches
-	// attempts holds the stored state of the order's payment attempts, by
-	// provider and attempt ref.
-	attempts map[[2]string]fulfillment.AttemptState
+// lockedOrder is a locked order as the events decided so far left it.
+type lockedOrder struct {
+	id string
+	fulfillment.PaidOrder
 }
-
-// attempt is the stored state of ev's payment attempt ("" when new).
-func (m matchedOrder) attempt(ev fulfillment.ProviderEvent) fulfillment.AttemptState {
-	return m.attempts[[2]string{string(ev.Provider), ev.Payment.AttemptRef}]
-}
-
-// apply records what an outcome changed, for the next event of the order.
-func (m *matchedOrder) apply(ev fulfillment.ProviderEvent, out fulfillment.Outcome) {
-	if out.NewState != "" {
-		m.order.State = out.NewState
-	}
-	if out.MarkPaid {
-		m.order.Paid = true
-		m.order.PaidBy = ev.Payment.PaidRefs()
-	}
-	if out.Attempt != "" && ev.Payment.AttemptRef != "" {
-		k := [2]string{string(ev.Provider), ev.Payment.AttemptRef}
-		m.attempts[k] = fulfillment.NextAttemptState(m.attempts[k], out.Attempt)
-	}
-}
-
-// orderKey finds an order by one of its identifiers within a tenant.
-type orderKey struct{ org, env, column, value string }
 
 // lockedOrders are the orders of a batch, by the keys events name them with.
-type lockedOrders map[orderKey]*matchedOrder
+type lockedOrders map[fulfillment.OrderKey]*lockedOrder
 
-// match finds the event's order by merchant order id, else by checkout
-// session — never by paylink. The zero matchedOrder means none.
-func (lo lockedOrders) match(ev fulfillment.ProviderEvent) *matchedOrder {
-	for _, k := range []orderKey{
-		{ev.OrgID, string(ev.Environment), "merchant_order_id", ev.Payment.MerchantOrderID},
-		{ev.OrgID, string(ev.Environment), "checkout_session_id", ev.Payment.CheckoutSessionID},
-	} {
-		if m, ok := lo[k]; ok && k.value != "" {
-			return m
-		}
-	}
-	return &matchedOrder{}
+// find is the order lookup of fulfillment.MatchOrder.
+func (lo lockedOrders) find(k fulfillment.OrderKey) (*lockedOrder, bool) {
+	o, ok := lo[k]
+	return o, ok
 }
 
 // lockOrders locks every order the events name, in id order, and reads
@@ -172,21 +112,22 @@ func (lo lockedOrders) match(ev fulfillment.ProviderEvent) *matchedOrder {
 func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrders, error) {
 	var mOrg, mEnv, mID, cOrg, cEnv, cID []string
 	for _, le := range events {
-		ev := le.ev
-		if v := ev.Payment.MerchantOrderID; v != "" {
-			mOrg, mEnv, mID = append(mOrg, ev.OrgID), append(mEnv, string(ev.Environment)), append(mID, v)
-		}
-		if v := ev.Payment.CheckoutSessionID; v != "" {
-			cOrg, cEnv, cID = append(cOrg, ev.OrgID), append(cEnv, string(ev.Environment)), append(cID, v)
+		for _, k := range le.ev.OrderKeys() {
+			switch k.Field {
+			case fulfillment.ByMerchantOrderID:
+				mOrg, mEnv, mID = append(mOrg, k.OrgID), append(mEnv, string(k.Environment)), append(mID, k.Value)
+			case fulfillment.ByCheckoutSessionID:
+				cOrg, cEnv, cID = append(cOrg, k.OrgID), append(cEnv, string(k.Environment)), append(cID, k.Value)
+			}
 		}
 	}
 	lo := lockedOrders{}
 	if len(mID)+len(cID) == 0 {
 		return lo, nil
 	}
-	// Absent paid refs are NULL and read as "", as PaymentInfo has them.
 	rows, _ := tx.Query(ctx, `
 		SELECT id, org_id, environment, merchant_order_id, coalesce(checkout_session_id, ''), state,
+			total_currency, total_minor_units,
 			settlement_token, settlement_network, settlement_amount::text, settlement_tolerance::text,
 			paid_at IS NOT NULL, coalesce(paid_attempt_ref, ''), coalesce(paid_invoice_id, ''), coalesce(paid_payment_id, ''),
 			EXISTS (SELECT 1 FROM order_lines l WHERE l.order_id = o.id AND l.kind = 'external')
@@ -199,29 +140,33 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 				SELECT * FROM unnest($4::text[], $5::text[], $6::text[])))
 		ORDER BY id
 		FOR UPDATE`, mOrg, mEnv, mID, cOrg, cEnv, cID)
-	byID := map[string]*matchedOrder{}
+	byID := map[string]*lockedOrder{}
 	var ids []string
 	err := forEachRow(rows, func(r pgx.Rows) error {
 		var (
 			id                                uuid.UUID
-			org, env, merchantID, sessionID   string
-			o                                 fulfillment.PaidOrder
+			org, merchantID, sessionID        string
+			env                               fulfillment.Environment
+			o                                 = &lockedOrder{}
 			token, network, amount, tolerance *string
 		)
-		if err := r.Scan(&id, &org, &env, &merchantID, &sessionID, &o.State, &token, &network, &amount,
-			&tolerance, &o.Paid, &o.PaidBy.AttemptRef, &o.PaidBy.InvoiceID, &o.PaidBy.PaymentID, &o.HasExternalLines); err != nil {
+		paidBy := &o.PaidBy
+		if err := r.Scan(&id, &org, &env, &merchantID, &sessionID, &o.State, &o.Total.Currency, &o.Total.MinorUnits,
+			&token, &network, &amount, &tolerance,
+			&o.Paid, &paidBy.AttemptRef, &paidBy.InvoiceID, &paidBy.PaymentID, &o.HasExternalLines); err != nil {
 			return err
 		}
 		var err error
 		if o.Settlement, err = settlementFrom(token, network, amount, tolerance); err != nil {
 			return err
 		}
-		m := &matchedOrder{id: id.String(), order: &o, attempts: map[[2]string]fulfillment.AttemptState{}}
-		byID[m.id] = m
-		ids = append(ids, m.id)
-		lo[orderKey{org, env, "merchant_order_id", merchantID}] = m
+		o.id = id.String()
+		o.Attempts = map[fulfillment.AttemptKey]fulfillment.AttemptState{}
+		byID[o.id] = o
+		ids = append(ids, o.id)
+		lo[fulfillment.OrderKey{OrgID: org, Environment: env, Field: fulfillment.ByMerchantOrderID, Value: merchantID}] = o
 		if sessionID != "" {
-			lo[orderKey{org, env, "checkout_session_id", sessionID}] = m
+			lo[fulfillment.OrderKey{OrgID: org, Environment: env, Field: fulfillment.ByCheckoutSessionID, Value: sessionID}] = o
 		}
 		return nil
 	})
@@ -237,14 +182,14 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 		SELECT order_id, provider, attempt_ref, state FROM payment_attempts WHERE order_id = ANY($1::uuid[])`, ids)
 	err = forEachRow(rows, func(r pgx.Rows) error {
 		var (
-			orderID       uuid.UUID
-			provider, ref string
-			state         fulfillment.AttemptState
+			orderID uuid.UUID
+			k       fulfillment.AttemptKey
+			state   fulfillment.AttemptState
 		)
-		if err := r.Scan(&orderID, &provider, &ref, &state); err != nil {
+		if err := r.Scan(&orderID, &k.Provider, &k.Ref, &state); err != nil {
 			return err
 		}
-		byID[orderID.String()].attempts[[2]string{provider, ref}] = state
+		byID[orderID.String()].Attempts[k] = state
 		return nil
 	})
 	if err != nil {

@@ -26,7 +26,7 @@ func confirmedEvent(id, merchantOrderID string) fulfillment.ProviderEvent {
 		EventID: id, Type: "payment.confirmed", Kind: fulfillment.EventPaymentConfirmed,
 		Payment: fulfillment.PaymentInfo{
 			AttemptRef: "inv_" + id, PaymentID: "pay_" + id, InvoiceID: "inv_" + id, MerchantOrderID: merchantOrderID,
-			Amount: decimal.RequireFromString("30"), HasAmount: true, Token: "USDT", Network: "TRON",
+			Amount: fulfillment.TokenAmount(decimal.RequireFromString("30"), "USDT", "TRON"),
 		},
 	}
 }
@@ -309,8 +309,8 @@ func TestInboxProcessBatchOfOneOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	created := confirmedEvent("evt_0", "m-1")
-	created.Kind, created.Type, created.Payment.HasAmount = fulfillment.EventAttemptCreated, "invoice.created", false
-	created.Payment.AttemptRef, created.Payment.PaymentID = "inv_evt_1", ""
+	created.Kind, created.Type, created.Payment.Amount = fulfillment.EventAttemptCreated, "invoice.created", fulfillment.Amount{}
+	created.Payment.AttemptRef, created.Payment.InvoiceID, created.Payment.PaymentID = "inv_evt_1", "inv_evt_1", ""
 	evs := []fulfillment.ProviderEvent{created, confirmedEvent("evt_1", "m-1"), confirmedEvent("evt_2", "m-1"), confirmedEvent("evt_1b", "m-1")}
 	evs[3].EventID = "evt_1_again" // the first payment again, under another event id
 	evs[3].Payment = evs[1].Payment

@@ -6,7 +6,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/shopspring/decimal"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
@@ -32,7 +31,7 @@ func (s *Store) ReconList(ctx context.Context, p fulfillment.ReconListParams) ([
 	query := `
 		SELECT r.id, r.kind, r.state, r.org_id, r.environment, r.order_id, coalesce(e.event_id, ''),
 			coalesce(r.provider, ''), coalesce(r.attempt_ref, ''), coalesce(r.payment_id, ''),
-			r.amount::text, r.expected_amount::text, coalesce(r.token, ''), coalesce(r.network, ''),
+			r.amount::text, r.expected_amount::text, r.token, r.network, r.currency,
 			r.detail, r.created_at, r.resolved_at, coalesce(r.resolved_by, ''), coalesce(r.resolution_note, '')
 		FROM reconciliation_items r LEFT JOIN inbox_events e ON e.id = r.inbox_event_id` +
 		w.sql() + " ORDER BY r.id DESC LIMIT " + w.arg(p.Limit)
@@ -40,12 +39,12 @@ func (s *Store) ReconList(ctx context.Context, p fulfillment.ReconListParams) ([
 	rows, _ := s.pool.Query(ctx, query, w.args...)
 	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.ReconItem, error) {
 		var (
-			it               fulfillment.ReconItem
-			orderID          *uuid.UUID
-			amount, expected *string
+			it                                         fulfillment.ReconItem
+			orderID                                    *uuid.UUID
+			amount, expected, token, network, currency *string
 		)
 		err := r.Scan(&it.ID, &it.Kind, &it.State, &it.OrgID, &it.Environment, &orderID, &it.EventID,
-			&it.Provider, &it.AttemptRef, &it.PaymentID, &amount, &expected, &it.Token, &it.Network,
+			&it.Provider, &it.AttemptRef, &it.PaymentID, &amount, &expected, &token, &network, &currency,
 			&it.Detail, &it.CreatedAt, &it.ResolvedAt, &it.ResolvedBy, &it.ResolutionNote)
 		if err != nil {
 			return it, err
@@ -53,25 +52,14 @@ func (s *Store) ReconList(ctx context.Context, p fulfillment.ReconListParams) ([
 		if orderID != nil {
 			it.OrderID = orderID.String()
 		}
-		if it.Amount, err = optionalDecimal(amount); err != nil {
+		if it.Amount, err = amountOf(amount, token, network, currency); err != nil {
 			return it, err
 		}
-		it.ExpectedAmount, err = optionalDecimal(expected)
+		it.Expected, err = amountOf(expected, token, network, currency)
 		return it, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing reconciliation items: %w", interpret(err))
 	}
 	return items, nil
-}
-
-func optionalDecimal(s *string) (*decimal.Decimal, error) {
-	if s == nil {
-		return nil, nil
-	}
-	d, err := decimal.NewFromString(*s)
-	if err != nil {
-		return nil, fmt.Errorf("parsing amount: %w", err)
-	}
-	return &d, nil
 }

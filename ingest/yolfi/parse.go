@@ -62,18 +62,22 @@ func (Adapter) Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfi
 		return fulfillment.ProviderEvent{}, fmt.Errorf("%w: the event's orgId is not the org of endpoint %q", ingest.ErrOrgMismatch, ep.ID)
 	}
 
-	var info fulfillment.PaymentInfo
+	var n normalized
 	for _, f := range dataFields {
 		v := f.wire(&p.Data)
 		bad.text(f.path, v, f.rule, false)
-		*f.place(&info) = v
+		f.put(&n, v)
 	}
+	info := &n.payment
 	if a := amountOf(&p.Data); a != "" {
 		d, err := fulfillment.ParseDecimal(a)
-		if err != nil {
+		switch {
+		case err != nil:
 			bad.add(amountPath + " must be a plain decimal string such as \"25.000000\" (" + err.Error() + ")")
-		} else {
-			info.Amount, info.HasAmount = d, true
+		case n.token == "" || n.network == "":
+			bad.add("data.token and data.network are required with " + amountPath)
+		default:
+			info.Amount = fulfillment.TokenAmount(d, n.token, n.network)
 		}
 	}
 	info.AttemptRef = info.Attempt()
@@ -83,13 +87,13 @@ func (Adapter) Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfi
 		if amountOf(&p.Data) == "" {
 			bad.add(amountPath + " is required for " + TypePaymentConfirmed)
 		}
-		if info.Token == "" {
+		if n.token == "" {
 			bad.add("data.token is required for " + TypePaymentConfirmed)
 		}
-		if info.Network == "" {
+		if n.network == "" {
 			bad.add("data.network is required for " + TypePaymentConfirmed)
 		}
-		if !anyNonEmpty(orderRefs(&info)) {
+		if !anyNonEmpty(orderRefs(info)) {
 			bad.add(TypePaymentConfirmed + " needs at least one of " + orderRefNames)
 		}
 	}
@@ -108,7 +112,8 @@ func (Adapter) Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfi
 		Kind:        kind,
 		TestMode:    !livemode || strings.HasPrefix(p.ID, TestEventIDPrefix),
 		OccurredAt:  occurred,
-		Payment:     info,
+		Payment:     n.payment,
+		Refs:        n.refs,
 	}, nil
 }
 

@@ -77,30 +77,59 @@ func kindOf(eventType string) fulfillment.EventKind {
 	return fulfillment.EventOther
 }
 
+// normalized is what Parse makes of "data": the event's neutral payment
+// core, the unit of its amount, and the references only Yolfi has.
+type normalized struct {
+	payment        fulfillment.PaymentInfo
+	token, network string
+	refs           map[string]string
+}
+
 // dataField maps one string member of "data" onto its place in the
-// normalized PaymentInfo, with the domain's rule for that place.
+// normalized event, with the domain's rule for that place.
 type dataField struct {
-	path  string // as named in error messages
-	wire  func(*PayloadData) string
-	place func(*fulfillment.PaymentInfo) *string
-	rule  fulfillment.TextRule
+	path string // as named in error messages
+	wire func(*PayloadData) string
+	put  func(n *normalized, v string)
+	rule fulfillment.TextRule
+}
+
+// ref keeps v as the provider reference name.
+func ref(name string) func(*normalized, string) {
+	return func(n *normalized, v string) {
+		if v != "" {
+			if n.refs == nil {
+				n.refs = map[string]string{}
+			}
+			n.refs[name] = v
+		}
+	}
 }
 
 // dataFields is THE field→place mapping of the adapter (apart from
-// data.amount, which becomes a decimal, and the attempt reference below):
-// correct a field's position here and nowhere else. The limits are the
-// domain's (fulfillment.Rule*), which RecordEvent checks too.
+// data.amount, which becomes a decimal, and the attempt reference, which the
+// domain derives): correct a field's position here and nowhere else. The
+// limits are the domain's (fulfillment.Rule*), which RecordEvent checks too.
 var dataFields = []dataField{
-	{"data.invoiceId", func(d *PayloadData) string { return d.InvoiceID }, func(p *fulfillment.PaymentInfo) *string { return &p.InvoiceID }, fulfillment.RuleRef},
-	{"data.paymentId", func(d *PayloadData) string { return d.PaymentID }, func(p *fulfillment.PaymentInfo) *string { return &p.PaymentID }, fulfillment.RuleRef},
-	{"data.checkoutSessionId", func(d *PayloadData) string { return d.CheckoutSessionID }, func(p *fulfillment.PaymentInfo) *string { return &p.CheckoutSessionID }, fulfillment.RuleRef},
-	{"data.merchantOrderId", func(d *PayloadData) string { return d.MerchantOrderID }, func(p *fulfillment.PaymentInfo) *string { return &p.MerchantOrderID }, fulfillment.RuleRef},
-	{"data.paylinkId", func(d *PayloadData) string { return d.PaylinkID }, func(p *fulfillment.PaymentInfo) *string { return &p.PaylinkID }, fulfillment.RuleRef},
-	{"data.subscriptionId", func(d *PayloadData) string { return d.SubscriptionID }, func(p *fulfillment.PaymentInfo) *string { return &p.SubscriptionID }, fulfillment.RuleRef},
-	{"data.token", func(d *PayloadData) string { return d.Token }, func(p *fulfillment.PaymentInfo) *string { return &p.Token }, fulfillment.RuleToken},
-	{"data.network", func(d *PayloadData) string { return d.Network }, func(p *fulfillment.PaymentInfo) *string { return &p.Network }, fulfillment.RuleNetwork},
-	{"data.txHash", func(d *PayloadData) string { return d.TxHash }, func(p *fulfillment.PaymentInfo) *string { return &p.TxHash }, fulfillment.RuleRef},
+	{"data.invoiceId", func(d *PayloadData) string { return d.InvoiceID }, func(n *normalized, v string) { n.payment.InvoiceID = v }, fulfillment.RuleRef},
+	{"data.paymentId", func(d *PayloadData) string { return d.PaymentID }, func(n *normalized, v string) { n.payment.PaymentID = v }, fulfillment.RuleRef},
+	{"data.checkoutSessionId", func(d *PayloadData) string { return d.CheckoutSessionID }, func(n *normalized, v string) { n.payment.CheckoutSessionID = v }, fulfillment.RuleRef},
+	{"data.merchantOrderId", func(d *PayloadData) string { return d.MerchantOrderID }, func(n *normalized, v string) { n.payment.MerchantOrderID = v }, fulfillment.RuleRef},
+	{"data.subscriptionId", func(d *PayloadData) string { return d.SubscriptionID }, func(n *normalized, v string) { n.payment.SubscriptionID = v }, fulfillment.RuleRef},
+	{"data.token", func(d *PayloadData) string { return d.Token }, func(n *normalized, v string) { n.token = v }, fulfillment.RuleToken},
+	{"data.network", func(d *PayloadData) string { return d.Network }, func(n *normalized, v string) { n.network = v }, fulfillment.RuleNetwork},
+	// A paylink never identifies an order, and a transaction hash is no
+	// payment's identity (one transaction may hold several transfers):
+	// both are kept as evidence only.
+	{"data.paylinkId", func(d *PayloadData) string { return d.PaylinkID }, ref(RefPaylinkID), fulfillment.RuleRef},
+	{"data.txHash", func(d *PayloadData) string { return d.TxHash }, ref(RefTxHash), fulfillment.RuleRef},
 }
+
+// Names of the Yolfi references kept with an event (ProviderEvent.Refs).
+const (
+	RefPaylinkID = "paylink_id"
+	RefTxHash    = "tx_hash"
+)
 
 // amountPath names data.amount in error messages.
 const amountPath = "data.amount"

@@ -150,17 +150,13 @@ func TestParseVector(t *testing.T) {
 			InvoiceID:         "inv_3Mz8Rt",
 			CheckoutSessionID: "cs_2Lp7Wn",
 			MerchantOrderID:   "ORD-1001",
-			PaylinkID:         "",
 			SubscriptionID:    "",
-			Amount:            decimal.RequireFromString("25.000000"),
-			HasAmount:         true,
-			Token:             "USDT",
-			Network:           "TRON",
-			TxHash:            "a3f1c9e07b",
+			Amount:            fulfillment.TokenAmount(decimal.RequireFromString("25.000000"), "USDT", "TRON"),
 		},
+		Refs: map[string]string{RefTxHash: "a3f1c9e07b"},
 	}
 	assertEvent(t, ev, want)
-	if got := ev.Payment.Amount.StringFixed(6); got != "25.000000" {
+	if got := ev.Payment.Amount.Value.StringFixed(6); got != "25.000000" {
 		t.Errorf("Amount = %s, want 25.000000", got)
 	}
 	if strings.Contains(eventString(ev), "user_42") {
@@ -171,10 +167,10 @@ func TestParseVector(t *testing.T) {
 // assertEvent compares two events field by field (decimals by value).
 func assertEvent(t *testing.T, got, want fulfillment.ProviderEvent) {
 	t.Helper()
-	if !got.Payment.Amount.Equal(want.Payment.Amount) {
+	if !got.Payment.Amount.Value.Equal(want.Payment.Amount.Value) || got.Payment.Amount.Unit != want.Payment.Amount.Unit {
 		t.Errorf("Payment.Amount = %s, want %s", got.Payment.Amount, want.Payment.Amount)
 	}
-	got.Payment.Amount, want.Payment.Amount = decimal.Zero, decimal.Zero
+	got.Payment.Amount.Value, want.Payment.Amount.Value = decimal.Zero, decimal.Zero
 	if !got.OccurredAt.Equal(want.OccurredAt) {
 		t.Errorf("OccurredAt = %v, want %v", got.OccurredAt, want.OccurredAt)
 	}
@@ -287,9 +283,10 @@ func TestNewRequestRoundTrip(t *testing.T) {
 		OccurredAt: time.Date(2026, 11, 29, 7, 15, 30, 0, time.UTC),
 		Payment: fulfillment.PaymentInfo{
 			AttemptRef: p.Data.InvoiceID, PaymentID: p.Data.PaymentID, InvoiceID: p.Data.InvoiceID,
-			CheckoutSessionID: "cs_1", MerchantOrderID: "demo-1", PaylinkID: "pl_1", SubscriptionID: "sub_1",
-			Amount: decimal.RequireFromString("25"), HasAmount: true, Token: "USDT", Network: "TRON", TxHash: "0xabc",
+			CheckoutSessionID: "cs_1", MerchantOrderID: "demo-1", SubscriptionID: "sub_1",
+			Amount: fulfillment.TokenAmount(decimal.RequireFromString("25"), "USDT", "TRON"),
 		},
+		Refs: map[string]string{RefPaylinkID: "pl_1", RefTxHash: "0xabc"},
 	}
 	assertEvent(t, ev, want)
 }

@@ -180,7 +180,7 @@ func TestConfirmedDecisionMatchesStateMachine(t *testing.T) {
 		// As the Yolfi adapter normalizes it: the attempt is the invoice,
 		// else the payment.
 		return fulfillment.PaymentInfo{AttemptRef: e.attemptRef(), InvoiceID: e.invoice, PaymentID: e.payment,
-			MerchantOrderID: "m", Amount: settlement.Amount, HasAmount: true, Token: payToken, Network: payNetwork}
+			MerchantOrderID: "m", Amount: fulfillment.TokenAmount(settlement.Amount, payToken, payNetwork)}
 	}
 	for _, payer := range append([]*eventPlan{nil}, confirmations...) {
 		order := fulfillment.PaidOrder{State: fulfillment.StatePendingPayment, Settlement: settlement}

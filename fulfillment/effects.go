@@ -1,0 +1,117 @@
+package fulfillment
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Outcome is everything an event does, decided without I/O: a decision,
+// the words that explain it, and the list of its effects. Storage applies
+// the effects in one transaction with the order row locked, in order, and
+// nothing else.
+type Outcome struct {
+	Decision Decision
+	// Reason explains the decision in words, for the timeline and reviewers.
+	Reason string
+	// Effects are what the decision changes; none for a decision that
+	// only records itself.
+	Effects []Effect
+}
+
+// Effect is one change a decision makes. The types below are all there
+// are; storage applies each of them in one place.
+type Effect interface{ effect() }
+
+// RecordAttempt records the event's payment attempt as reported in State
+// (merged into what is known with NextAttemptState).
+type RecordAttempt struct{ State AttemptState }
+
+// MoveOrder moves the order to state To.
+type MoveOrder struct{ To State }
+
+// MarkPaid records the event's payment as the one that paid the order
+// (PaymentInfo.PaidRefs).
+type MarkPaid struct{}
+
+// GrantLicenses creates one license per unit of the order's license lines,
+// each under a unique (order, line, unit) key.
+type GrantLicenses struct{}
+
+// CreditBalances credits each balance-credit line's account with the
+// line's total: one "credit" ledger movement per line, ever.
+type CreditBalances struct{}
+
+// ReverseCredits takes back each balance credit of the order: one
+// "refund_reversal" ledger movement per credited line, ever.
+type ReverseCredits struct{}
+
+// OpenItem opens a reconciliation item of Kind about the event and its
+// order, unless the situation ItemKey names already has one.
+type OpenItem struct{ Kind ReconKind }
+
+// SendMessage queues a message for delivery to other services through the
+// outbox, in the same transaction. No decision emits one yet: orders with
+// external lines wait in "fulfilling" until the outbox exists.
+type SendMessage struct{ Topic string }
+
+func (RecordAttempt) effect()  {}
+func (MoveOrder) effect()      {}
+func (MarkPaid) effect()       {}
+func (GrantLicenses) effect()  {}
+func (CreditBalances) effect() {}
+func (ReverseCredits) effect() {}
+func (OpenItem) effect()       {}
+func (SendMessage) effect()    {}
+
+// grants are the effects of fulfilling an order's own lines.
+var grants = []Effect{GrantLicenses{}, CreditBalances{}}
+
+// Item returns the kind of the reconciliation item o opens, or "".
+func (o Outcome) Item() ReconKind {
+	for _, e := range o.Effects {
+		if it, ok := e.(OpenItem); ok {
+			return it.Kind
+		}
+	}
+	return ""
+}
+
+// ItemSubject is what a reconciliation item is about.
+type ItemSubject struct {
+	Provider    Provider
+	OrgID       string
+	Environment Environment
+	OrderID     string
+	// AttemptRef and PaymentID name the payment, when known.
+	AttemptRef, PaymentID string
+	// EventID is the provider event that opened it, when any.
+	EventID string
+	// InboxID is the stored event that opened it, when any.
+	InboxID int64
+}
+
+// ItemKey names the situation an item is about, so that a redelivery, a
+// retry or a replay never opens a second item for it (reconciliation items
+// are unique on kind and key). It is the only place such keys are made:
+//   - failed_event: the stored event ("inbox|<id>");
+//   - unidentified_payment: the order — one per order, however many
+//     announcements;
+//   - refund_after_fulfillment: the refund event — every refund is money
+//     moving, a partial refund may follow another;
+//   - anything else about a payment: the payment (provider, tenant, order,
+//     attempt, payment id), or the event when it names no payment.
+func ItemKey(kind ReconKind, s ItemSubject) string {
+	switch kind {
+	case ReconFailedEvent:
+		return "inbox|" + strconv.FormatInt(s.InboxID, 10)
+	case ReconUnidentifiedPayment:
+		return "order|" + s.OrderID
+	case ReconRefundAfterFulfill:
+		return fmt.Sprintf("event|%s|%s|%s|%s", s.Provider, s.OrgID, s.Environment, s.EventID)
+	}
+	key := fmt.Sprintf("%s|%s|%s|%s|%s|%s", s.Provider, s.OrgID, s.Environment, s.OrderID, s.AttemptRef, s.PaymentID)
+	if s.AttemptRef == "" && s.PaymentID == "" {
+		key += "|" + s.EventID
+	}
+	return key
+}

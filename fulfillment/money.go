@@ -1,0 +1,87 @@
+package fulfillment
+
+import (
+	"fmt"
+
+	"github.com/shopspring/decimal"
+)
+
+// Unit is what an amount counts: a token on a network (crypto providers),
+// or an ISO 4217 currency (banks). Exactly one of the two is set; the zero
+// Unit means "no amount".
+type Unit struct {
+	// Token and Network name a token on a network, e.g. USDT on TRON.
+	Token, Network string
+	// Currency is an ISO 4217 code, e.g. RUB. Amounts in a currency count
+	// its minor units (kopecks, cents).
+	Currency string
+}
+
+// TokenUnit is the unit of token on network.
+func TokenUnit(token, network string) Unit { return Unit{Token: token, Network: network} }
+
+// CurrencyUnit is the unit of an ISO 4217 currency, counted in minor units.
+func CurrencyUnit(code string) Unit { return Unit{Currency: code} }
+
+// IsToken reports whether u is a token on a network.
+func (u Unit) IsToken() bool { return u.Token != "" || u.Network != "" }
+
+// IsCurrency reports whether u is a currency.
+func (u Unit) IsCurrency() bool { return u.Currency != "" }
+
+// String names the unit, e.g. "USDT on TRON" or "RUB".
+func (u Unit) String() string {
+	if u.IsCurrency() {
+		return u.Currency
+	}
+	return u.Token + " on " + u.Network
+}
+
+// Amount is a quantity of a unit: token units, or minor units of a
+// currency. The zero Amount is "no amount".
+type Amount struct {
+	Value decimal.Decimal
+	Unit  Unit
+}
+
+// TokenAmount is value tokens on network, e.g. 25.000000 USDT on TRON.
+func TokenAmount(value decimal.Decimal, token, network string) Amount {
+	return Amount{Value: value, Unit: TokenUnit(token, network)}
+}
+
+// MinorAmount is minor units of a currency, e.g. 250000 RUB (2,500.00).
+func MinorAmount(minorUnits int64, currency string) Amount {
+	return Amount{Value: decimal.NewFromInt(minorUnits), Unit: CurrencyUnit(currency)}
+}
+
+// Known reports whether a carries an amount.
+func (a Amount) Known() bool { return a.Unit != Unit{} }
+
+// String renders the amount, e.g. "25 USDT on TRON" or "250000 RUB minor units".
+func (a Amount) String() string {
+	switch {
+	case !a.Known():
+		return "no amount"
+	case a.Unit.IsCurrency():
+		return fmt.Sprintf("%s %s minor units", a.Value, a.Unit.Currency)
+	}
+	return fmt.Sprintf("%s %s", a.Value, a.Unit)
+}
+
+// checkUnit returns why u is not a valid unit, or nil.
+func checkUnit(u Unit) error {
+	switch {
+	case u.IsToken() && u.IsCurrency():
+		return fmt.Errorf("must be a token on a network or a currency, not both")
+	case u.IsToken():
+		if err := RuleToken.Check(u.Token); u.Token == "" || err != nil {
+			return fmt.Errorf("token: a symbol such as USDT, %d bytes at most", MaxTokenLen)
+		}
+		if err := RuleNetwork.Check(u.Network); u.Network == "" || err != nil {
+			return fmt.Errorf("network: a name such as TRON, %d bytes at most", MaxNetworkLen)
+		}
+	case !currencyPattern.MatchString(u.Currency):
+		return fmt.Errorf("currency: a three-letter ISO 4217 code in capitals, e.g. RUB")
+	}
+	return nil
+}

@@ -1,0 +1,254 @@
+package storage
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+// inboxRow is an inbox_events row as the service writes and reads it. It
+// and inboxColumns are the one mapping between a ProviderEvent and SQL:
+// a field of the neutral event is named here, and nowhere else in storage.
+// Absent text is NULL (nil), never ”.
+type inboxRow struct {
+	ID                int64
+	Provider          string
+	EndpointID        string
+	OrgID             string
+	Environment       string
+	EventID           string
+	EventType         string
+	Kind              string
+	TestMode          bool
+	OccurredAt        *time.Time
+	AttemptRef        *string
+	InvoiceID         *string
+	PaymentID         *string
+	CheckoutSessionID *string
+	MerchantOrderID   *string
+	SubscriptionID    *string
+	Amount            *string // numeric, as text
+	Token             *string
+	Network           *string
+	Currency          *string
+	Refs              map[string]string
+	RawBody           []byte
+	State             string
+	Decision          *string
+	DecisionReason    *string
+}
+
+// inboxColumn maps one column: its name, its SQL type, and the row field
+// that holds it.
+type inboxColumn struct {
+	name string
+	// sqlType is the column's type; values travel as arrays of it (a
+	// multi-row insert) and are read back as it.
+	sqlType string
+	// text: the value travels as text and is cast (numeric).
+	text  bool
+	field func(r *inboxRow) any // a pointer to the field
+	array func(rows []inboxRow) any
+}
+
+// column describes a column held in a field of type T.
+func column[T any](name, sqlType string, field func(r *inboxRow) *T) inboxColumn {
+	return inboxColumn{
+		name: name, sqlType: sqlType,
+		field: func(r *inboxRow) any { return field(r) },
+		array: func(rows []inboxRow) any {
+			out := make([]T, len(rows))
+			for i := range rows {
+				out[i] = *field(&rows[i])
+			}
+			return out
+		},
+	}
+}
+
+// numericColumn is a numeric column carried as text.
+func numericColumn(name string, field func(r *inboxRow) **string) inboxColumn {
+	c := column(name, "numeric", field)
+	c.text = true
+	return c
+}
+
+// inboxColumns are the columns the service writes when it stores an event
+// and reads when it processes one (id, set by the database, is read only).
+var inboxColumns = []inboxColumn{
+	column("provider", "text", func(r *inboxRow) *string { return &r.Provider }),
+	column("endpoint_id", "text", func(r *inboxRow) *string { return &r.EndpointID }),
+	column("org_id", "text", func(r *inboxRow) *string { return &r.OrgID }),
+	column("environment", "text", func(r *inboxRow) *string { return &r.Environment }),
+	column("event_id", "text", func(r *inboxRow) *string { return &r.EventID }),
+	column("event_type", "text", func(r *inboxRow) *string { return &r.EventType }),
+	column("kind", "text", func(r *inboxRow) *string { return &r.Kind }),
+	column("test_mode", "boolean", func(r *inboxRow) *bool { return &r.TestMode }),
+	column("occurred_at", "timestamptz", func(r *inboxRow) **time.Time { return &r.OccurredAt }),
+	column("attempt_ref", "text", func(r *inboxRow) **string { return &r.AttemptRef }),
+	column("invoice_id", "text", func(r *inboxRow) **string { return &r.InvoiceID }),
+	column("payment_id", "text", func(r *inboxRow) **string { return &r.PaymentID }),
+	column("checkout_session_id", "text", func(r *inboxRow) **string { return &r.CheckoutSessionID }),
+	column("merchant_order_id", "text", func(r *inboxRow) **string { return &r.MerchantOrderID }),
+	column("subscription_id", "text", func(r *inboxRow) **string { return &r.SubscriptionID }),
+	numericColumn("amount", func(r *inboxRow) **string { return &r.Amount }),
+	column("token", "text", func(r *inboxRow) **string { return &r.Token }),
+	column("network", "text", func(r *inboxRow) **string { return &r.Network }),
+	column("currency", "text", func(r *inboxRow) **string { return &r.Currency }),
+	column("refs", "jsonb", func(r *inboxRow) *map[string]string { return &r.Refs }),
+}
+
+// inboxWriteColumns are written on insert but not read for processing.
+var inboxWriteColumns = []inboxColumn{
+	column("raw_body", "bytea", func(r *inboxRow) *[]byte { return &r.RawBody }),
+	column("state", "text", func(r *inboxRow) *string { return &r.State }),
+	column("decision", "text", func(r *inboxRow) **string { return &r.Decision }),
+	column("decision_reason", "text", func(r *inboxRow) **string { return &r.DecisionReason }),
+}
+
+// inboxInsertSQL inserts the rows given as one array per column (in the
+// order of inboxColumns then inboxWriteColumns), skipping events stored
+// before, and returns each new row's id, state and key.
+var inboxInsertSQL = func() string {
+	cols := append(inboxColumns[:len(inboxColumns):len(inboxColumns)], inboxWriteColumns...)
+	names, arrays, values := make([]string, len(cols)), make([]string, len(cols)), make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = c.name
+		arrayType := c.sqlType + "[]"
+		values[i] = "u." + c.name
+		if c.text {
+			arrayType = "text[]"
+			values[i] += "::" + c.sqlType
+		}
+		arrays[i] = fmt.Sprintf("$%d::%s", i+1, arrayType)
+	}
+	return fmt.Sprintf(`
+		INSERT INTO inbox_events (%[1]s, processed_at)
+		SELECT %[2]s, CASE WHEN u.state = 'pending' THEN NULL ELSE clock_timestamp() END
+		FROM unnest(%[3]s) AS u(%[1]s)
+		ON CONFLICT ON CONSTRAINT inbox_events_event_key DO NOTHING
+		RETURNING id, state, provider, org_id, environment, event_id`,
+		strings.Join(names, ", "), strings.Join(values, ", "), strings.Join(arrays, ", "))
+}()
+
+// inboxInsertArgs are the arguments of inboxInsertSQL for rows.
+func inboxInsertArgs(rows []inboxRow) []any {
+	args := make([]any, 0, len(inboxColumns)+len(inboxWriteColumns))
+	for _, c := range inboxColumns {
+		args = append(args, c.array(rows))
+	}
+	for _, c := range inboxWriteColumns {
+		args = append(args, c.array(rows))
+	}
+	return args
+}
+
+// inboxSelectList reads id and inboxColumns, in scanDest's order.
+var inboxSelectList = func() string {
+	exprs := []string{"id"}
+	for _, c := range inboxColumns {
+		e := c.name
+		if c.text {
+			e += "::text"
+		}
+		exprs = append(exprs, e)
+	}
+	return strings.Join(exprs, ", ")
+}()
+
+// scanDest are the fields inboxSelectList reads into.
+func (r *inboxRow) scanDest() []any {
+	dest := []any{&r.ID}
+	for _, c := range inboxColumns {
+		dest = append(dest, c.field(r))
+	}
+	return dest
+}
+
+// opt is s as a nullable column: nil when empty.
+func opt(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// str is a nullable column's text, "" for NULL.
+func str(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// inboxRowOf is the row that stores ev.
+func inboxRowOf(ev fulfillment.ProviderEvent) inboxRow {
+	p := ev.Payment
+	r := inboxRow{
+		Provider: string(ev.Provider), EndpointID: ev.EndpointID, OrgID: ev.OrgID,
+		Environment: string(ev.Environment), EventID: ev.EventID, EventType: ev.Type, Kind: string(ev.Kind),
+		TestMode:   ev.TestMode,
+		AttemptRef: opt(p.AttemptRef), InvoiceID: opt(p.InvoiceID), PaymentID: opt(p.PaymentID),
+		CheckoutSessionID: opt(p.CheckoutSessionID), MerchantOrderID: opt(p.MerchantOrderID),
+		SubscriptionID: opt(p.SubscriptionID),
+		Refs:           ev.Refs,
+	}
+	if r.Refs == nil {
+		r.Refs = map[string]string{}
+	}
+	if !ev.OccurredAt.IsZero() {
+		t := ev.OccurredAt
+		r.OccurredAt = &t
+	}
+	r.Amount, r.Token, r.Network, r.Currency = amountColumns(p.Amount)
+	return r
+}
+
+// event is the event r stores.
+func (r inboxRow) event() (fulfillment.ProviderEvent, error) {
+	ev := fulfillment.ProviderEvent{
+		Provider: fulfillment.Provider(r.Provider), EndpointID: r.EndpointID, OrgID: r.OrgID,
+		Environment: fulfillment.Environment(r.Environment), EventID: r.EventID, Type: r.EventType,
+		Kind: fulfillment.EventKind(r.Kind), TestMode: r.TestMode,
+		Payment: fulfillment.PaymentInfo{
+			AttemptRef: str(r.AttemptRef), InvoiceID: str(r.InvoiceID), PaymentID: str(r.PaymentID),
+			CheckoutSessionID: str(r.CheckoutSessionID), MerchantOrderID: str(r.MerchantOrderID),
+			SubscriptionID: str(r.SubscriptionID),
+		},
+	}
+	if len(r.Refs) > 0 {
+		ev.Refs = r.Refs
+	}
+	if r.OccurredAt != nil {
+		ev.OccurredAt = *r.OccurredAt
+	}
+	var err error
+	ev.Payment.Amount, err = amountOf(r.Amount, r.Token, r.Network, r.Currency)
+	return ev, err
+}
+
+// amountOf reads the columns of an amount (value as text, and its unit);
+// a NULL value is no amount.
+func amountOf(value, token, network, currency *string) (fulfillment.Amount, error) {
+	if value == nil {
+		return fulfillment.Amount{}, nil
+	}
+	v, err := decimal.NewFromString(*value)
+	if err != nil {
+		return fulfillment.Amount{}, fmt.Errorf("parsing stored amount: %w", err)
+	}
+	return fulfillment.Amount{Value: v, Unit: fulfillment.Unit{Token: str(token), Network: str(network), Currency: str(currency)}}, nil
+}
+
+// amountColumns are the values of a's columns: value (text), token,
+// network, currency, each NULL when absent.
+func amountColumns(a fulfillment.Amount) (value, token, network, currency *string) {
+	if !a.Known() {
+		return nil, nil, nil, nil
+	}
+	return opt(a.Value.String()), opt(a.Unit.Token), opt(a.Unit.Network), opt(a.Unit.Currency)
+}
