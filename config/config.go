@@ -18,6 +18,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/ingest"
+	"github.com/fulfillplatform/fulfillment/ingest/providers"
 )
 
 // Scopes a bearer token can hold. ScopeAdmin implies every other scope but
@@ -62,6 +64,23 @@ type Endpoint struct {
 	Org         string   `yaml:"org"`
 	Environment string   `yaml:"environment"`
 	Secrets     []Secret `yaml:"secrets"`
+	// Options are the provider's own settings for this endpoint (a
+	// terminal key, a policy), checked by the provider's adapter at load.
+	Options yaml.Node `yaml:"options"`
+}
+
+// NewAdapter builds the endpoint's webhook adapter from its provider,
+// secrets and options.
+func (e Endpoint) NewAdapter() (ingest.Adapter, error) {
+	p, ok := providers.Lookup(fulfillment.Provider(e.Provider))
+	if !ok {
+		return nil, fmt.Errorf("provider %q is not one of %s", e.Provider, strings.Join(providers.Names(), ", "))
+	}
+	secrets := make([][]byte, len(e.Secrets))
+	for i, s := range e.Secrets {
+		secrets[i] = s.Value
+	}
+	return p.New(e.Domain(), secrets, &e.Options)
 }
 
 // Domain returns what the endpoint fixes of the events it receives.
@@ -470,9 +489,6 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Providers with a webhook adapter.
-var knownProviders = []string{"yolfi"}
-
 var endpointID = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
 func (c *Config) validateEndpoints() error {
@@ -484,8 +500,8 @@ func (c *Config) validateEndpoints() error {
 			return fmt.Errorf("%s.id: required; lowercase letters, digits, _ and - (it is the URL path /webhooks/{id})", key)
 		case ids[ep.ID]:
 			return fmt.Errorf("%s.id: %q is used twice", key, ep.ID)
-		case !slices.Contains(knownProviders, ep.Provider):
-			return fmt.Errorf("%s.provider: %q is not one of %s", key, ep.Provider, strings.Join(knownProviders, ", "))
+		case !slices.Contains(providers.Names(), ep.Provider):
+			return fmt.Errorf("%s.provider: %q is not one of %s", key, ep.Provider, strings.Join(providers.Names(), ", "))
 		case ep.Org == "" || ep.Org == AllOrgs:
 			return fmt.Errorf("%s.org: the org this endpoint receives events for is required", key)
 		case fulfillment.ValidateOrgID("org", ep.Org) != nil:
@@ -501,6 +517,9 @@ func (c *Config) validateEndpoints() error {
 			if len(sec.Value) < 16 {
 				return fmt.Errorf("%s.secrets[%d]: a signing secret must be at least 16 characters", key, j)
 			}
+		}
+		if _, err := ep.NewAdapter(); err != nil {
+			return fmt.Errorf("%s.options: %v", key, err)
 		}
 	}
 	return nil

@@ -105,6 +105,8 @@ func TestLoadErrors(t *testing.T) {
 		{"page over half the send limit", "grpc: { max_page_bytes: 3000000 }\n", vars, "grpc.max_page_bytes"},
 		{"page too small", "grpc: { max_page_bytes: 1000 }\n", vars, "grpc.max_page_bytes"},
 		{"webhook body over raw body bound", "ingest: { max_body_bytes: 2097152 }\n", vars, "ingest.max_body_bytes: at most"},
+		{"unknown endpoint option", "endpoints: [ { id: ep, provider: yolfi, org: org_a, environment: live, secrets: [ { env: OTHER } ], options: { terminal_key: T1 } } ]\n", vars, `endpoints[0].options: line 1: unknown option "terminal_key"`},
+		{"unknown provider", "endpoints: [ { id: ep, provider: paypal, org: org_a, environment: live, secrets: [ { env: OTHER } ] } ]\n", vars, `endpoints[0].provider: "paypal" is not one of yolfi`},
 		{"endpoint org no event can carry", "endpoints: [ { id: ep, provider: yolfi, org: \"Org A\", environment: live, secrets: [ { env: OTHER } ] } ]\n", vars, "endpoints[0].org"},
 		{"negative repeat interval", "log: { repeat_interval: -5s }\n", vars, "log.repeat_interval"},
 	}

@@ -4,13 +4,13 @@ import (
 	"time"
 )
 
-// Valid reports whether p is a provider with an adapter.
-func (p Provider) Valid() bool { return p == ProviderYolfi || p == ProviderTBank }
+
 
 // Provider names a payment provider.
 type Provider string
 
-// Providers.
+// Names of providers this code speaks of. The registry of providers with
+// an adapter is package ingest/providers.
 const (
 	ProviderYolfi Provider = "yolfi"
 	ProviderTBank Provider = "tbank"
@@ -131,9 +131,9 @@ func (ev ProviderEvent) Validate() error {
 			}
 		}
 	}
-	if !ev.Provider.Valid() {
-		vs.add("provider", "must be %q or %q", ProviderYolfi, ProviderTBank)
-	}
+	// Which providers exist is the registry's (ingest/providers) and the
+	// endpoint configuration's to say; here a provider is only a name.
+	text("provider", string(ev.Provider), RuleRefName, true)
 	text("endpoint_id", ev.EndpointID, RuleEventID, true)
 	checkOrgID(&vs, "org_id", ev.OrgID)
 	if !ev.Environment.Valid() {

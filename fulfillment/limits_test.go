@@ -93,7 +93,8 @@ func TestProviderEventValidate(t *testing.T) {
 	}{
 		{"valid", func(*ProviderEvent) {}, ""},
 		{"no payment at all", func(e *ProviderEvent) { e.Payment = PaymentInfo{}; e.Kind = EventOther }, ""},
-		{"unknown provider", func(e *ProviderEvent) { e.Provider = "paypal" }, "provider"},
+		{"no provider", func(e *ProviderEvent) { e.Provider = "" }, "provider"},
+		{"provider with a space", func(e *ProviderEvent) { e.Provider = "pay pal" }, "provider"},
 		{"no endpoint", func(e *ProviderEvent) { e.EndpointID = "" }, "endpoint_id"},
 		{"org with a space", func(e *ProviderEvent) { e.OrgID = "org a" }, "org_id"},
 		{"unknown environment", func(e *ProviderEvent) { e.Environment = "prod" }, "environment"},

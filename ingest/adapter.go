@@ -5,26 +5,34 @@
 package ingest
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"net/http"
+	"regexp"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
 
-// Adapter speaks one provider's webhook language: its signature scheme, its
-// payload and its acknowledgement. It returns normalized events and knows
+// Adapter speaks one provider's webhook language for one endpoint: its
+// signature scheme, its payload and its acknowledgement, with the
+// endpoint's secrets and settings. It returns normalized events and knows
 // nothing of storage or transport.
 type Adapter interface {
-	// Verify checks the request signature over the raw body, accepting any of
-	// secrets (several during a rotation), in constant time. It returns an
-	// error wrapping ErrSignature when the signature is missing, malformed or
-	// wrong. It must not parse the body.
-	Verify(h http.Header, body []byte, secrets [][]byte) error
-	// Parse validates a verified body and normalizes it for the endpoint. It
-	// returns an error wrapping ErrInvalidPayload for a body that is not the
-	// provider's schema, and ErrOrgMismatch when the payload names another
-	// org than the endpoint's.
-	Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfillment.ProviderEvent, error)
+	// Verify checks that the request comes from the provider, over the raw
+	// body, with the endpoint's secrets (any of several during a rotation),
+	// in constant time. It may read the body where the provider signs
+	// fields inside it, but nothing of an unverified body is trusted. It
+	// returns an error wrapping ErrSignature when the proof is missing,
+	// malformed or wrong.
+	Verify(h http.Header, body []byte) error
+	// Parse validates a verified body and normalizes it for the endpoint.
+	// It returns an error wrapping ErrInvalidPayload for a body that is not
+	// the provider's schema, and ErrOrgMismatch when the payload names
+	// another org than the endpoint's.
+	Parse(h http.Header, body []byte) (fulfillment.ProviderEvent, error)
 	// Acknowledge writes the reply the provider expects for an accepted
 	// (or duplicate) event.
 	Acknowledge(w http.ResponseWriter)
@@ -32,6 +40,41 @@ type Adapter interface {
 	// status; reason is a short, body-free explanation.
 	Reject(w http.ResponseWriter, status int, reason string)
 }
+
+// Provider is a payment provider webhooks can come from: what an adapter
+// package registers (see package providers).
+type Provider struct {
+	Name fulfillment.Provider
+	// New builds the adapter of one endpoint from its signing secrets and
+	// its provider-specific options (the endpoint's `options:` block, which
+	// may be empty; decode it with DecodeOptions). An error names what is
+	// wrong with the options in one line.
+	New func(ep fulfillment.Endpoint, secrets [][]byte, options *yaml.Node) (Adapter, error)
+}
+
+// DecodeOptions decodes an endpoint's options block into v, refusing keys v
+// does not have. An absent block leaves v as it is.
+func DecodeOptions(options *yaml.Node, v any) error {
+	if options == nil || options.Kind == 0 {
+		return nil
+	}
+	raw, err := yaml.Marshal(options)
+	if err != nil {
+		return fmt.Errorf("reading options: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) && len(te.Errors) > 0 {
+			return errors.New(unknownOption.ReplaceAllString(te.Errors[0], `unknown option "$1"`))
+		}
+		return err
+	}
+	return nil
+}
+
+var unknownOption = regexp.MustCompile(`field (\S+) not found in type \S+`)
 
 // Errors returned by adapters.
 var (

@@ -28,9 +28,8 @@ type Recorder interface {
 // Endpoint is one configured webhook receiver.
 type Endpoint struct {
 	fulfillment.Endpoint
-	// Secrets verify signatures; any one is accepted (rotation).
-	Secrets [][]byte
-	// Adapter speaks the provider's language.
+	// Adapter speaks the provider's language, with the endpoint's secrets
+	// and options.
 	Adapter Adapter
 }
 
@@ -136,11 +135,11 @@ func (g *Gateway) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// Verify before parsing: nothing of an unsigned body is interpreted.
-	if err := ep.Adapter.Verify(r.Header, body, ep.Secrets); err != nil {
+	if err := ep.Adapter.Verify(r.Header, body); err != nil {
 		g.reject(w, r, ep.Adapter, id, http.StatusUnauthorized, outcomeBadSignature, "invalid signature", err)
 		return
 	}
-	ev, err := ep.Adapter.Parse(ep.Endpoint, r.Header, body)
+	ev, err := ep.Adapter.Parse(r.Header, body)
 	switch {
 	case errors.Is(err, ErrOrgMismatch):
 		g.reject(w, r, ep.Adapter, id, http.StatusBadRequest, outcomeOrgMismatch, "the event names another org than this endpoint's", err)

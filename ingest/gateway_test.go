@@ -36,11 +36,13 @@ const secret = "ywhsec_gateway_test_0123456789"
 func newGateway(t *testing.T, rec ingest.Recorder) (http.Handler, *bytes.Buffer) {
 	t.Helper()
 	logs := &bytes.Buffer{}
-	g := ingest.NewGateway([]ingest.Endpoint{{
-		Endpoint: fulfillment.Endpoint{ID: "ep", Provider: fulfillment.ProviderYolfi, OrgID: "org_a", Environment: fulfillment.EnvLive},
-		Secrets:  [][]byte{[]byte(secret)},
-		Adapter:  yolfi.Adapter{},
-	}}, rec, ingest.Options{MaxBodyBytes: 4096}, slog.New(slog.NewJSONHandler(logs, nil)))
+	ep := fulfillment.Endpoint{ID: "ep", Provider: fulfillment.ProviderYolfi, OrgID: "org_a", Environment: fulfillment.EnvLive}
+	adapter, err := yolfi.New(ep, [][]byte{[]byte(secret)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := ingest.NewGateway([]ingest.Endpoint{{Endpoint: ep, Adapter: adapter}},
+		rec, ingest.Options{MaxBodyBytes: 4096}, slog.New(slog.NewJSONHandler(logs, nil)))
 	return g.Handler(), logs
 }
 

@@ -49,7 +49,7 @@ func FuzzParse(f *testing.F) {
 		if sendHeader {
 			h.Set(EventIDHeader, headerID)
 		}
-		ev, err := Adapter{}.Parse(ep, h, body)
+		ev, err := Parse(ep, h, body)
 		if err != nil {
 			inv, org := errors.Is(err, ingest.ErrInvalidPayload), errors.Is(err, ingest.ErrOrgMismatch)
 			if inv == org {
@@ -64,7 +64,7 @@ func FuzzParse(f *testing.F) {
 		if sendHeader && ev.EventID != headerID {
 			t.Fatalf("accepted header id %q for event %q", headerID, ev.EventID)
 		}
-		again, err := Adapter{}.Parse(ep, h, body)
+		again, err := Parse(ep, h, body)
 		if err != nil || eventString(again) != eventString(ev) {
 			t.Fatalf("Parse is not deterministic: %v", err)
 		}
@@ -110,11 +110,10 @@ func FuzzVerify(f *testing.F) {
 		f.Add(Sign([]byte(vectorSecret), seed), seed, []byte(vectorSecret), uint(len(seed)), byte(0x20))
 	}
 	f.Fuzz(func(t *testing.T, header string, body, secret []byte, pos uint, bit byte) {
-		a := Adapter{}
 		verify := func(sig string, body []byte, secrets ...[]byte) error {
 			h := http.Header{}
 			h.Set(SignatureHeader, sig)
-			return a.Verify(h, body, secrets)
+			return Verify(h, body, secrets)
 		}
 		mustReject := func(what string, err error) {
 			t.Helper()
@@ -131,7 +130,7 @@ func FuzzVerify(f *testing.F) {
 		} else {
 			mustReject("arbitrary header", err)
 		}
-		mustReject("no header", a.Verify(http.Header{}, body, [][]byte{secret}))
+		mustReject("no header", Verify(http.Header{}, body, [][]byte{secret}))
 
 		good := Sign(secret, body)
 		if len(secret) == 0 {

@@ -24,7 +24,7 @@ import (
 // a valid Yolfi event (or its X-Yolfi-Event-ID header disagrees with it), and
 // one wrapping ingest.ErrOrgMismatch when it names another org than ep's.
 // Error messages never quote the body.
-func (Adapter) Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfillment.ProviderEvent, error) {
+func Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfillment.ProviderEvent, error) {
 	var p Payload
 	if err := decode(body, &p); err != nil {
 		return fulfillment.ProviderEvent{}, err

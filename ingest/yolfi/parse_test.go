@@ -282,7 +282,7 @@ func TestParse(t *testing.T) {
 					h.Set(EventIDHeader, top.ID)
 				}
 			}
-			ev, err := Adapter{}.Parse(ep, h, []byte(tc.body))
+			ev, err := Parse(ep, h, []byte(tc.body))
 			if tc.wantErr == nil {
 				if err != nil {
 					t.Fatalf("Parse: %v", err)

@@ -19,6 +19,9 @@ import (
 	"net/http"
 	"strings"
 
+	"gopkg.in/yaml.v3"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest"
 )
 
@@ -31,10 +34,38 @@ const (
 	EventIDHeader = "X-Yolfi-Event-ID"
 )
 
-// Adapter is the native Yolfi adapter. Its zero value is ready to use.
-type Adapter struct{}
+// Provider registers the native Yolfi adapter (package providers).
+var Provider = ingest.Provider{Name: fulfillment.ProviderYolfi, New: New}
 
-var _ ingest.Adapter = Adapter{}
+// Options are the endpoint options of a Yolfi endpoint. There are none
+// yet: any key in the block is an error.
+type Options struct{}
+
+// Adapter is the native Yolfi adapter of one endpoint.
+type Adapter struct {
+	ep      fulfillment.Endpoint
+	secrets [][]byte
+}
+
+var _ ingest.Adapter = (*Adapter)(nil)
+
+// New returns the adapter of endpoint ep, verifying with secrets (several
+// during a rotation).
+func New(ep fulfillment.Endpoint, secrets [][]byte, options *yaml.Node) (ingest.Adapter, error) {
+	var o Options
+	if err := ingest.DecodeOptions(options, &o); err != nil {
+		return nil, err
+	}
+	return &Adapter{ep: ep, secrets: secrets}, nil
+}
+
+// Verify checks the endpoint's X-Yolfi-Signature (see the function Verify).
+func (a *Adapter) Verify(h http.Header, body []byte) error { return Verify(h, body, a.secrets) }
+
+// Parse normalizes a verified body for the endpoint (see the function Parse).
+func (a *Adapter) Parse(h http.Header, body []byte) (fulfillment.ProviderEvent, error) {
+	return Parse(a.ep, h, body)
+}
 
 // Sign returns the X-Yolfi-Signature value of body under secret:
 // base64(HMAC-SHA256(secret, body)).
@@ -51,7 +82,7 @@ var signatureLen = base64.StdEncoding.EncodedLen(sha256.Size)
 // secret (an endpoint has several while its secret rotates), comparing in
 // constant time. It never parses the body. Errors wrap ingest.ErrSignature
 // and never quote the body, the header or a secret.
-func (Adapter) Verify(h http.Header, body []byte, secrets [][]byte) error {
+func Verify(h http.Header, body []byte, secrets [][]byte) error {
 	vals := h.Values(SignatureHeader)
 	if len(vals) > 1 {
 		return sigErr("malformed signature: more than one " + SignatureHeader + " header")
@@ -102,13 +133,13 @@ var ackBody = []byte(`{"ok":true}`)
 
 // Acknowledge answers 200 {"ok":true}: the event is committed (or was
 // already).
-func (Adapter) Acknowledge(w http.ResponseWriter) {
+func (*Adapter) Acknowledge(w http.ResponseWriter) {
 	writeJSON(w, http.StatusOK, ackBody)
 }
 
 // Reject answers status with {"error": reason}. Reject never acknowledges: a
 // status outside 4xx and 5xx becomes 500.
-func (Adapter) Reject(w http.ResponseWriter, status int, reason string) {
+func (*Adapter) Reject(w http.ResponseWriter, status int, reason string) {
 	if status < 400 || status > 599 {
 		status = http.StatusInternalServerError
 	}

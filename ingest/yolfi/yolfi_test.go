@@ -102,7 +102,7 @@ func TestVerifyVector(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			err := Adapter{}.Verify(tc.header, tc.body, tc.secrets)
+			err := Verify(tc.header, tc.body, tc.secrets)
 			if tc.wantMsg == "" {
 				if err != nil {
 					t.Fatalf("Verify: %v, want accepted", err)
@@ -130,7 +130,7 @@ func TestParseVector(t *testing.T) {
 	body, sig := readVector(t)
 	h := sigHeader(sig)
 	h.Set(EventIDHeader, "evt_01JDV6Q8W3ZK7M2N4P5R6S7T8V")
-	ev, err := Adapter{}.Parse(vectorEndpoint, h, body)
+	ev, err := Parse(vectorEndpoint, h, body)
 	if err != nil {
 		t.Fatalf("Parse(vector): %v", err)
 	}
@@ -188,7 +188,7 @@ func eventString(ev fulfillment.ProviderEvent) string {
 func TestAcknowledge(t *testing.T) {
 	t.Parallel()
 	w := httptest.NewRecorder()
-	Adapter{}.Acknowledge(w)
+	(&Adapter{}).Acknowledge(w)
 	if w.Code != http.StatusOK || w.Body.String() != `{"ok":true}` || w.Header().Get("Content-Type") != "application/json" {
 		t.Fatalf("Acknowledge: %d %q %q", w.Code, w.Header().Get("Content-Type"), w.Body.String())
 	}
@@ -212,7 +212,7 @@ func TestReject(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			w := httptest.NewRecorder()
-			Adapter{}.Reject(w, tc.status, tc.reason)
+			(&Adapter{}).Reject(w, tc.status, tc.reason)
 			if w.Code != tc.wantStatus {
 				t.Errorf("status %d, want %d", w.Code, tc.wantStatus)
 			}
@@ -269,11 +269,11 @@ func TestNewRequestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (Adapter{}).Verify(req.Header, sent, [][]byte{secret}); err != nil {
+	if err := Verify(req.Header, sent, [][]byte{secret}); err != nil {
 		t.Fatalf("Verify: %v", err)
 	}
 	ep := fulfillment.Endpoint{ID: "yolfi-test", Provider: fulfillment.ProviderYolfi, OrgID: "org_demo", Environment: fulfillment.EnvTest}
-	ev, err := Adapter{}.Parse(ep, req.Header, sent)
+	ev, err := Parse(ep, req.Header, sent)
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}

@@ -25,7 +25,6 @@ import (
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest"
-	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	"github.com/fulfillplatform/fulfillment/server"
 	"github.com/fulfillplatform/fulfillment/storage"
 	"github.com/fulfillplatform/fulfillment/worker"
@@ -160,28 +159,15 @@ func (a *App) Run(ctx context.Context) error {
 // Close releases the database pool (Run does it when it returns).
 func (a *App) Close() { a.store.Close() }
 
-// adapters maps a configured provider to its webhook adapter.
-var adapters = map[string]ingest.Adapter{
-	string(fulfillment.ProviderYolfi): yolfi.Adapter{},
-}
-
 // NewGateway builds the webhook gateway of the configured endpoints.
 func NewGateway(cfg *config.Config, rec ingest.Recorder, reg prometheus.Registerer, log *slog.Logger) (*ingest.Gateway, error) {
 	eps := make([]ingest.Endpoint, len(cfg.Endpoints))
 	for i, e := range cfg.Endpoints {
-		adapter, ok := adapters[e.Provider]
-		if !ok {
-			return nil, fmt.Errorf("config: endpoints[%d].provider: no adapter for %q", i, e.Provider)
+		adapter, err := e.NewAdapter()
+		if err != nil {
+			return nil, fmt.Errorf("config: endpoints[%d]: %w", i, err)
 		}
-		secrets := make([][]byte, len(e.Secrets))
-		for j, s := range e.Secrets {
-			secrets[j] = s.Value
-		}
-		eps[i] = ingest.Endpoint{
-			Endpoint: e.Domain(),
-			Secrets:  secrets,
-			Adapter:  adapter,
-		}
+		eps[i] = ingest.Endpoint{Endpoint: e.Domain(), Adapter: adapter}
 	}
 	return ingest.NewGateway(eps, rec, ingest.Options{
 		MaxBodyBytes: cfg.Ingest.MaxBodyBytes,
