@@ -4,8 +4,6 @@ import (
 	"time"
 )
 
-
-
 // Provider names a payment provider.
 type Provider string
 
