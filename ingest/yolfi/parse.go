@@ -1,19 +1,16 @@
 package yolfi
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"reflect"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest"
+	"github.com/fulfillplatform/fulfillment/ingest/wire"
 )
 
 // Parse validates a verified native Yolfi body and normalizes it for the
@@ -157,39 +154,15 @@ func (ps problems) err() error {
 	return invalid(strings.Join(ps, "; "))
 }
 
-// maxDepth bounds the nesting of a body (payer metadata included).
-const maxDepth = 64
-
-// Modeled member names, from the one wire definition.
-var (
-	topNames  = jsonNames(reflect.TypeFor[Payload]())
-	dataNames = jsonNames(reflect.TypeFor[PayloadData]())
-)
-
-func jsonNames(t reflect.Type) []string {
-	names := make([]string, 0, t.NumField())
-	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		names = append(names, name)
-	}
-	return names
-}
-
-// decode reads body into p. Beyond what encoding/json checks, it insists on
-// exactly one JSON object of valid UTF-8, with no member named twice (a
-// parser could take either value) and no member name that matches a modeled
-// field only case-insensitively (encoding/json would silently take it).
-// Unknown members are allowed: the provider adds fields.
+// decode reads body into p strictly (wire.Decode).
 func decode(body []byte, p *Payload) error {
-	if err := checkJSON(body); err != nil {
-		return err
-	}
-	if err := json.Unmarshal(body, p); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return invalid(typeMessage(te.Field))
-		}
-		return invalid("the body is not a valid Yolfi event")
+	err := wire.Decode(body, p)
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &te):
+		return invalid(typeMessage(te.Field))
+	case err != nil:
+		return invalid(err.Error())
 	}
 	return nil
 }
@@ -207,118 +180,4 @@ func typeMessage(path string) string {
 		return "the body must be a JSON object"
 	}
 	return path + " must be a string"
-}
-
-type jsonFrame struct {
-	object  bool
-	wantKey bool
-	key     string
-	names   map[string]struct{}
-	known   []string // modeled names at this level, nil elsewhere
-	top     bool
-}
-
-func checkJSON(body []byte) error {
-	if !utf8.Valid(body) {
-		return invalid("the body is not valid UTF-8")
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var stack []*jsonFrame
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return syntaxProblem(err, dec)
-		}
-		var parent *jsonFrame
-		if len(stack) > 0 {
-			parent = stack[len(stack)-1]
-		}
-		if parent == nil && tok != json.Delim('{') {
-			return invalid("the body must be a JSON object")
-		}
-		if parent != nil && parent.object && parent.wantKey {
-			// Decoder.Token only returns a string or '}' here.
-			if tok == json.Delim('}') {
-				stack = stack[:len(stack)-1]
-			} else {
-				key, _ := tok.(string)
-				if err := parent.name(key); err != nil {
-					return err
-				}
-				parent.key, parent.wantKey = key, false
-				continue
-			}
-		} else {
-			switch tok {
-			case json.Delim('{'), json.Delim('['):
-				if len(stack) >= maxDepth {
-					return invalid(fmt.Sprintf("the body nests deeper than %d levels", maxDepth))
-				}
-				f := &jsonFrame{object: tok == json.Delim('{'), wantKey: true}
-				switch {
-				case parent == nil:
-					f.top, f.known = true, topNames
-				case parent.top && parent.key == "data":
-					f.known = dataNames
-				}
-				if f.object {
-					f.names = make(map[string]struct{})
-				}
-				stack = append(stack, f)
-				continue
-			case json.Delim(']'):
-				stack = stack[:len(stack)-1]
-			}
-		}
-		// A value just ended (a scalar or a closed container).
-		if len(stack) == 0 {
-			break
-		}
-		if top := stack[len(stack)-1]; top.object {
-			top.wantKey = true
-		}
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return invalid("the body has more data after the JSON object")
-	}
-	return nil
-}
-
-// name records a member name of an object.
-func (f *jsonFrame) name(key string) error {
-	if _, dup := f.names[key]; dup {
-		return invalid(fmt.Sprintf("a member name appears twice in the same object (%s)", f.where()))
-	}
-	f.names[key] = struct{}{}
-	for _, k := range f.known {
-		if key != k && strings.EqualFold(key, k) {
-			return invalid(fmt.Sprintf("member name must be spelled exactly %q", f.prefix()+k))
-		}
-	}
-	return nil
-}
-
-func (f *jsonFrame) where() string {
-	switch {
-	case f.top:
-		return "top level"
-	case f.known != nil:
-		return "data"
-	}
-	return "nested object"
-}
-
-func (f *jsonFrame) prefix() string {
-	if f.top {
-		return ""
-	}
-	return "data."
-}
-
-func syntaxProblem(err error, dec *json.Decoder) error {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return invalid("the body is empty or ends before the JSON object is complete")
-	}
-	return invalid(fmt.Sprintf("the body is not valid JSON (error near byte %d)", dec.InputOffset()))
 }
