@@ -1,6 +1,8 @@
 package server
 
 import (
+	"errors"
+	"fmt"
 	"strconv"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -147,4 +149,80 @@ func amountFromProto(a *fulfillmentv1.Amount) (fulfillment.Amount, error) {
 	}
 	return fulfillment.Amount{Value: v, Unit: fulfillment.Unit{
 		Token: a.GetToken(), Network: a.GetNetwork(), Currency: a.GetCurrency()}}, nil
+}
+
+// eventFromProto reads and validates a RecordEventRequest.
+func eventFromProto(req *fulfillmentv1.RecordEventRequest) (fulfillment.ProviderEvent, error) {
+	p := req.GetPayment()
+	ev := fulfillment.ProviderEvent{
+		Provider:    fulfillment.Provider(req.GetProvider()),
+		EndpointID:  req.GetEndpointId(),
+		OrgID:       req.GetOrgId(),
+		Environment: fulfillment.Environment(req.GetEnvironment()),
+		EventID:     req.GetEventId(),
+		Type:        req.GetType(),
+		Kind:        fulfillment.EventKind(req.GetKind()),
+		TestMode:    req.GetTestMode(),
+		Payment: fulfillment.PaymentInfo{
+			AttemptRef:        p.GetAttemptRef(),
+			PaymentID:         p.GetPaymentId(),
+			InvoiceID:         p.GetInvoiceId(),
+			CheckoutSessionID: p.GetCheckoutSessionId(),
+			MerchantOrderID:   p.GetMerchantOrderId(),
+			SubscriptionID:    p.GetSubscriptionId(),
+		},
+		Refs: req.GetRefs(),
+	}
+	if req.GetOccurTime() != nil {
+		ev.OccurredAt = req.GetOccurTime().AsTime()
+	}
+	var vs []fulfillment.FieldViolation
+	if a := p.GetAmount(); a != nil {
+		var err error
+		if ev.Payment.Amount, err = amountFromProto(a); err != nil {
+			vs = append(vs, fulfillment.FieldViolation{Field: "payment.amount.value", Description: "must be a decimal string such as \"25.000000\": " + err.Error()})
+		}
+	}
+	if n := len(req.GetRawBody()); n == 0 || n > fulfillment.MaxRawBodyBytes {
+		vs = append(vs, fulfillment.FieldViolation{Field: "raw_body", Description: fmt.Sprintf("is required, at most %d bytes", fulfillment.MaxRawBodyBytes)})
+	}
+	var ve *fulfillment.ValidationError
+	if errors.As(ev.Validate(), &ve) {
+		vs = append(ve.Violations, vs...)
+	}
+	if len(vs) > 0 {
+		return ev, &fulfillment.ValidationError{Violations: vs}
+	}
+	return ev, nil
+}
+
+// eventToProto is the RecordEventRequest of ev and its raw body: the
+// inverse of eventFromProto.
+func eventToProto(ev fulfillment.ProviderEvent, rawBody []byte) *fulfillmentv1.RecordEventRequest {
+	p := ev.Payment
+	req := &fulfillmentv1.RecordEventRequest{
+		Provider:    string(ev.Provider),
+		EndpointId:  ev.EndpointID,
+		OrgId:       ev.OrgID,
+		Environment: string(ev.Environment),
+		EventId:     ev.EventID,
+		Type:        ev.Type,
+		Kind:        string(ev.Kind),
+		TestMode:    ev.TestMode,
+		Payment: &fulfillmentv1.EventPayment{
+			AttemptRef:        p.AttemptRef,
+			PaymentId:         p.PaymentID,
+			InvoiceId:         p.InvoiceID,
+			CheckoutSessionId: p.CheckoutSessionID,
+			MerchantOrderId:   p.MerchantOrderID,
+			SubscriptionId:    p.SubscriptionID,
+			Amount:            amountToProto(p.Amount),
+		},
+		Refs:    ev.Refs,
+		RawBody: rawBody,
+	}
+	if !ev.OccurredAt.IsZero() {
+		req.OccurTime = timestamppb.New(ev.OccurredAt)
+	}
+	return req
 }

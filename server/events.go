@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -35,51 +33,6 @@ func (s *Service) RecordEvent(ctx context.Context, req *fulfillmentv1.RecordEven
 		return nil, toStatus(ctx, s.log, err)
 	}
 	return &fulfillmentv1.RecordEventResponse{Duplicate: receipt.Duplicate, State: string(receipt.State)}, nil
-}
-
-// eventFromProto reads and validates a RecordEventRequest.
-func eventFromProto(req *fulfillmentv1.RecordEventRequest) (fulfillment.ProviderEvent, error) {
-	p := req.GetPayment()
-	ev := fulfillment.ProviderEvent{
-		Provider:    fulfillment.Provider(req.GetProvider()),
-		EndpointID:  req.GetEndpointId(),
-		OrgID:       req.GetOrgId(),
-		Environment: fulfillment.Environment(req.GetEnvironment()),
-		EventID:     req.GetEventId(),
-		Type:        req.GetType(),
-		Kind:        fulfillment.EventKind(req.GetKind()),
-		TestMode:    req.GetTestMode(),
-		Payment: fulfillment.PaymentInfo{
-			AttemptRef:        p.GetAttemptRef(),
-			PaymentID:         p.GetPaymentId(),
-			InvoiceID:         p.GetInvoiceId(),
-			CheckoutSessionID: p.GetCheckoutSessionId(),
-			MerchantOrderID:   p.GetMerchantOrderId(),
-			SubscriptionID:    p.GetSubscriptionId(),
-		},
-		Refs: req.GetRefs(),
-	}
-	if req.GetOccurTime() != nil {
-		ev.OccurredAt = req.GetOccurTime().AsTime()
-	}
-	var vs []fulfillment.FieldViolation
-	if a := p.GetAmount(); a != nil {
-		var err error
-		if ev.Payment.Amount, err = amountFromProto(a); err != nil {
-			vs = append(vs, fulfillment.FieldViolation{Field: "payment.amount.value", Description: "must be a decimal string such as \"25.000000\": " + err.Error()})
-		}
-	}
-	if n := len(req.GetRawBody()); n == 0 || n > fulfillment.MaxRawBodyBytes {
-		vs = append(vs, fulfillment.FieldViolation{Field: "raw_body", Description: fmt.Sprintf("is required, at most %d bytes", fulfillment.MaxRawBodyBytes)})
-	}
-	var ve *fulfillment.ValidationError
-	if errors.As(ev.Validate(), &ve) {
-		vs = append(ve.Violations, vs...)
-	}
-	if len(vs) > 0 {
-		return ev, &fulfillment.ValidationError{Violations: vs}
-	}
-	return ev, nil
 }
 
 // checkEndpoint refuses an event for an endpoint this service is not

@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
@@ -35,31 +34,7 @@ func NewEventRecorder(conn grpc.ClientConnInterface, token string) *EventRecorde
 // (INVALID_ARGUMENT). Other codes — this gateway's token refused, an
 // internal error — are plain errors.
 func (r *EventRecorder) RecordEvent(ctx context.Context, ev fulfillment.ProviderEvent, rawBody []byte) (fulfillment.InboxReceipt, error) {
-	p := ev.Payment
-	req := &fulfillmentv1.RecordEventRequest{
-		Provider:    string(ev.Provider),
-		EndpointId:  ev.EndpointID,
-		OrgId:       ev.OrgID,
-		Environment: string(ev.Environment),
-		EventId:     ev.EventID,
-		Type:        ev.Type,
-		Kind:        string(ev.Kind),
-		TestMode:    ev.TestMode,
-		Payment: &fulfillmentv1.EventPayment{
-			AttemptRef:        p.AttemptRef,
-			PaymentId:         p.PaymentID,
-			InvoiceId:         p.InvoiceID,
-			CheckoutSessionId: p.CheckoutSessionID,
-			MerchantOrderId:   p.MerchantOrderID,
-			SubscriptionId:    p.SubscriptionID,
-			Amount:            amountToProto(p.Amount),
-		},
-		Refs:    ev.Refs,
-		RawBody: rawBody,
-	}
-	if !ev.OccurredAt.IsZero() {
-		req.OccurTime = timestamppb.New(ev.OccurredAt)
-	}
+	req := eventToProto(ev, rawBody)
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+r.token)
 	resp, err := r.client.RecordEvent(ctx, req)
 	if err != nil {
