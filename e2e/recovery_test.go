@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"testing"
@@ -83,7 +84,10 @@ func TestRecoveryByLiveReplica(t *testing.T) {
 	}
 	b := ps.start(t, "")
 
-	time.Sleep(2 * time.Second) // b claims every 50ms and reclaims every second
+	// b claims every 50ms and reclaims every second; the kill falls at a
+	// random moment of b's reclaim period, so that the times measured
+	// cover all of it.
+	time.Sleep(2*time.Second + rand.N(time.Second))
 	if row := inboxEvent(t, b.stack, ev.ID); row.State != "pending" || row.Attempts != 1 || leaseOwner(t, b.stack, ev.ID) != owner {
 		t.Fatalf("with both replicas live: %v; want still claimed by a, attempt 1", row)
 	}
