@@ -51,11 +51,10 @@ func (s *Store) NewLiveness() *Liveness {
 	// A process that dies has its connections closed by its kernel, and the
 	// server ends the session at once. A host that vanishes closes nothing:
 	// keepalives end the session within about 11 s instead of the system's
-	// default of hours. The lock is idle by design: no idle timeout may end it.
+	// default of hours.
 	cfg.RuntimeParams["tcp_keepalives_idle"] = "5"
 	cfg.RuntimeParams["tcp_keepalives_interval"] = "2"
 	cfg.RuntimeParams["tcp_keepalives_count"] = "3"
-	cfg.RuntimeParams["idle_session_timeout"] = "0"
 	host, _ := os.Hostname()
 	return &Liveness{
 		connCfg: cfg,
