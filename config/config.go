@@ -53,7 +53,11 @@ type Config struct {
 	Log       Log        `yaml:"log"`
 	Endpoints []Endpoint `yaml:"endpoints"`
 	Ingest    Ingest     `yaml:"ingest"`
-	Worker    Worker     `yaml:"worker"`
+	Inbox     Queue      `yaml:"inbox"`
+	// Worker is the former name of Inbox. Load accepts it (not together
+	// with inbox), copies it into Inbox and leaves it set, so that serve
+	// warns at start.
+	Worker *Queue `yaml:"worker"`
 }
 
 // Endpoint is one webhook receiver: POST /webhooks/{id} on the ingest
@@ -140,10 +144,11 @@ func (u *Upstream) ResolveToken(getenv func(string) string) error {
 	return nil
 }
 
-// Worker tunes the inbox processor (see worker.InboxConfig for defaults).
-type Worker struct {
-	// Disabled runs no inbox processor in this process: events are stored
-	// and acknowledged, and processed by other replicas (or later).
+// Queue tunes the processor of one leased queue, such as the inbox (see
+// worker.Config for the defaults).
+type Queue struct {
+	// Disabled runs no processor of this queue in this process: items are
+	// stored, and processed by other replicas (or later).
 	Disabled    bool          `yaml:"disabled"`
 	Workers     int           `yaml:"workers"`
 	Batch       int           `yaml:"batch"`
@@ -152,6 +157,42 @@ type Worker struct {
 	MaxAttempts int           `yaml:"max_attempts"`
 	BaseBackoff time.Duration `yaml:"base_backoff"`
 	MaxBackoff  time.Duration `yaml:"max_backoff"`
+}
+
+// DeprecatedWorker is the warning serve logs at start when the
+// configuration uses the worker key.
+const DeprecatedWorker = "config: the worker key is deprecated: rename it to inbox (same keys)"
+
+// renameWorker moves the deprecated worker section into inbox; the file may
+// not set both.
+func (c *Config) renameWorker(data []byte) error {
+	if c.Worker == nil {
+		return nil
+	}
+	var present struct {
+		Inbox *struct{} `yaml:"inbox"`
+	}
+	_ = yaml.Unmarshal(data, &present) // it decoded strictly already
+	if present.Inbox != nil {
+		return errors.New("worker: the deprecated name of inbox: set only inbox")
+	}
+	c.Inbox = *c.Worker
+	return nil
+}
+
+func (q Queue) validate(key string) error {
+	for _, f := range []struct {
+		name     string
+		negative bool
+	}{
+		{"workers", q.Workers < 0}, {"batch", q.Batch < 0}, {"lease", q.Lease < 0}, {"poll", q.Poll < 0},
+		{"max_attempts", q.MaxAttempts < 0}, {"base_backoff", q.BaseBackoff < 0}, {"max_backoff", q.MaxBackoff < 0},
+	} {
+		if f.negative {
+			return fmt.Errorf("%s.%s: must not be negative", key, f.name)
+		}
+	}
+	return nil
 }
 
 // Listen holds the listener addresses (host:port).
@@ -261,6 +302,9 @@ func parse(data []byte, getenv func(string) string) (*Config, error) {
 		if err := dec.Decode(cfg); err != nil {
 			return nil, errors.New(yamlMessage(err))
 		}
+	}
+	if err := cfg.renameWorker(data); err != nil {
+		return nil, err
 	}
 	if err := cfg.applyEnv(getenv); err != nil {
 		return nil, err
@@ -447,9 +491,12 @@ func (c *Config) validate() error {
 	if err := c.validateBounds(); err != nil {
 		return err
 	}
-	w := c.Worker
-	if w.Workers < 0 || w.Batch < 0 || w.Lease < 0 || w.Poll < 0 || w.MaxAttempts < 0 || w.BaseBackoff < 0 || w.MaxBackoff < 0 {
-		return errors.New("worker: values must not be negative")
+	inboxKey := "inbox"
+	if c.Worker != nil {
+		inboxKey = "worker"
+	}
+	if err := c.Inbox.validate(inboxKey); err != nil {
+		return err
 	}
 	names := map[string]bool{}
 	secrets := map[string]string{}

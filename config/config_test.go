@@ -109,6 +109,12 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown provider", "endpoints: [ { id: ep, provider: paypal, org: org_a, environment: live, secrets: [ { env: OTHER } ] } ]\n", vars, `endpoints[0].provider: "paypal" is not one of yolfi`},
 		{"endpoint org no event can carry", "endpoints: [ { id: ep, provider: yolfi, org: \"Org A\", environment: live, secrets: [ { env: OTHER } ] } ]\n", vars, "endpoints[0].org"},
 		{"negative repeat interval", "log: { repeat_interval: -5s }\n", vars, "log.repeat_interval"},
+		{"negative inbox lease", "inbox: { lease: -1s }\n", vars, "inbox.lease: must not be negative"},
+		{"negative inbox workers", "inbox: { workers: -2 }\n", vars, "inbox.workers: must not be negative"},
+		{"negative worker poll (deprecated key)", "worker: { poll: -1s }\n", vars, "worker.poll: must not be negative"},
+		{"unknown inbox key", "inbox: { leese: 1s }\n", vars, `unknown key "leese"`},
+		{"inbox and worker", "inbox: { workers: 2 }\nworker: { workers: 3 }\n", vars, "worker: the deprecated name of inbox: set only inbox"},
+		{"empty inbox and worker", "inbox: {}\nworker: { workers: 3 }\n", vars, "set only inbox"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -170,6 +176,9 @@ func TestExampleLoads(t *testing.T) {
 		t.Errorf("the example's values differ from the defaults:\nexample  %+v %+v %+v %+v\ndefaults %+v %+v %+v %+v",
 			cfg.HTTP, cfg.GRPC, cfg.Log, cfg.Listen, defaults.HTTP, defaults.GRPC, defaults.Log, defaults.Listen)
 	}
+	if cfg.Worker != nil || cfg.Inbox.Workers != 4 || cfg.Inbox.Lease != 30*time.Second {
+		t.Errorf("the example's inbox = %+v (worker key used: %v), want inbox with the defaults", cfg.Inbox, cfg.Worker != nil)
+	}
 	if len(cfg.Auth.Tokens) != 3 || len(cfg.Endpoints) != 1 || cfg.Ingest.Upstream.Addr == "" {
 		t.Errorf("example config = %+v", cfg)
 	}
@@ -199,5 +208,40 @@ func TestUpstreamTokenResolvedOnlyForIngest(t *testing.T) {
 	err = cfg.Ingest.Upstream.ResolveToken(env(nil))
 	if err == nil || !strings.Contains(err.Error(), "ingest.upstream.token_file") {
 		t.Errorf("ResolveToken: %v, want an error naming ingest.upstream.token_file", err)
+	}
+}
+
+// The inbox processor is configured under inbox; the former key, worker,
+// still works the same, and stays set so that serve warns about it.
+func TestInboxQueueKeys(t *testing.T) {
+	t.Parallel()
+	want := Queue{Disabled: true, Workers: 2, Batch: 8, Lease: time.Minute, Poll: 50 * time.Millisecond,
+		MaxAttempts: 3, BaseBackoff: 10 * time.Millisecond, MaxBackoff: time.Second}
+	const keys = "{ disabled: true, workers: 2, batch: 8, lease: 1m, poll: 50ms, max_attempts: 3, base_backoff: 10ms, max_backoff: 1s }"
+	for _, tc := range []struct {
+		key        string
+		deprecated bool
+	}{{"inbox", false}, {"worker", true}} {
+		t.Run(tc.key, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "config.yaml")
+			if err := os.WriteFile(path, []byte(tc.key+": "+keys+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := Load(path, env(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Inbox != want {
+				t.Errorf("inbox = %+v, want %+v", cfg.Inbox, want)
+			}
+			if got := cfg.Worker != nil; got != tc.deprecated {
+				t.Errorf("deprecated worker key set = %v, want %v", got, tc.deprecated)
+			}
+		})
+	}
+	cfg, err := Load("", env(nil))
+	if err != nil || cfg.Inbox != (Queue{}) || cfg.Worker != nil {
+		t.Errorf("without a file: inbox %+v, worker %v, error %v; want the zero queue (worker's defaults)", cfg.Inbox, cfg.Worker, err)
 	}
 }

@@ -34,8 +34,9 @@ func TestCrashAtFailpoint(t *testing.T) {
 		crashOn   int    // which of the two confirmations is being processed at the kill
 		committed bool   // whether that event's transaction committed before the kill
 	}{
-		// Leased, nothing processed: the lease expires and a new worker
-		// processes the event.
+		// Leased, nothing processed: the dead worker's liveness lock is
+		// gone, so a new worker processes the event at once (not after
+		// the lease).
 		{"after-claim", "after-claim", 0, false},
 		// Order state changed and lines granted, not committed: PostgreSQL
 		// rolls it all back when the connection dies.
@@ -108,8 +109,9 @@ func TestCrashAtFailpoint(t *testing.T) {
 				t.Fatalf("effects after the kill at %s: %v; want %v", tc.spec, got, want)
 			}
 
-			// Restart without the failpoint: the dead worker's lease (1s)
-			// expires and the event is processed again, or not at all.
+			// Restart without the failpoint: the dead worker is no longer
+			// live, so its event is reclaimed at once (the lease is 60s) and
+			// processed again, or not at all.
 			p2 := ps.start(t, "")
 			p2.settle(t)
 			row = inboxEvent(t, p2.stack, crashed.ID)

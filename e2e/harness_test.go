@@ -67,7 +67,7 @@ func testConfig(dbURL string) *config.Config {
 			{ID: testEP, Provider: "yolfi", Org: orgA, Environment: "test", Secrets: []config.Secret{{Value: []byte(testSecret)}}},
 		},
 		Ingest: config.Ingest{MaxBodyBytes: 256 << 10, Timeout: 2 * time.Second},
-		Worker: config.Worker{Workers: 4, Batch: 8, Lease: 5 * time.Second, Poll: 50 * time.Millisecond,
+		Inbox: config.Queue{Workers: 4, Batch: 8, Lease: 5 * time.Second, Poll: 50 * time.Millisecond,
 			MaxAttempts: 5, BaseBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
 	}
 }

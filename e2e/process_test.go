@@ -116,6 +116,9 @@ type procService struct {
 	dbURL string
 	db    *pgxpool.Pool // for counting effects behind the service's back
 	n     int           // processes started
+	// lease is inbox.lease of the processes started next: 60s by default,
+	// so that no test can pass by waiting for a dead worker's lease.
+	lease time.Duration
 }
 
 func newProcService(t *testing.T, bin string) *procService {
@@ -126,7 +129,7 @@ func newProcService(t *testing.T, bin string) *procService {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	return &procService{bin: bin, dbURL: dbURL, db: db}
+	return &procService{bin: bin, dbURL: dbURL, db: db, lease: time.Minute}
 }
 
 // proc is one running (or dead) fulfillmentd process. Its embedded stack
@@ -169,7 +172,7 @@ func (ps *procService) startOnce(t *testing.T, failpointSpec string, extraEnv []
 	}
 	grpcAddr, httpAddr, ingestAddr := ports[0], ports[1], ports[2]
 	cfgPath := filepath.Join(t.TempDir(), fmt.Sprintf("fulfillmentd-%d.yaml", ps.n))
-	if err := os.WriteFile(cfgPath, []byte(procConfig(grpcAddr, httpAddr, ingestAddr)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(procConfig(grpcAddr, httpAddr, ingestAddr, ps.lease)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -217,7 +220,7 @@ func (ps *procService) startOnce(t *testing.T, failpointSpec string, extraEnv []
 
 // procConfig is the YAML configuration of one process: every secret is an
 // environment variable reference.
-func procConfig(grpcAddr, httpAddr, ingestAddr string) string {
+func procConfig(grpcAddr, httpAddr, ingestAddr string, lease time.Duration) string {
 	return fmt.Sprintf(`listen:
   grpc: %q
   http: %q
@@ -247,15 +250,15 @@ endpoints:
       - env: %s
 ingest:
   timeout: 2s
-worker:
+inbox:
   workers: 2
   batch: 8
-  lease: 1s
+  lease: %s
   poll: 50ms
   max_attempts: 10
   base_backoff: 50ms
   max_backoff: 500ms
-`, grpcAddr, httpAddr, ingestAddr, procEnvAdminToken, procEnvOrgAToken, orgA, liveEP, orgA, procEnvLiveSecret)
+`, grpcAddr, httpAddr, ingestAddr, procEnvAdminToken, procEnvOrgAToken, orgA, liveEP, orgA, procEnvLiveSecret, lease)
 }
 
 // running reports whether the process has not exited.

@@ -54,11 +54,16 @@ type InboxStore interface {
 // InboxWork is what inbox workers need from storage.
 type InboxWork interface {
 	// InboxClaim leases up to limit due pending events to owner for lease.
-	// Events leased to others are skipped, not waited for. Each claim counts
-	// as an attempt; a due event that already used maxAttempts (its workers
-	// died before completing it) is failed instead, with a failed_event
-	// reconciliation item.
+	// Events leased to others are skipped, not waited for, and an event
+	// whose lease ran out is taken only when its owner is no longer live.
+	// Each claim counts as an attempt; a due event that already used
+	// maxAttempts (its workers died before completing it) is failed instead,
+	// with a failed_event reconciliation item.
 	InboxClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int) ([]InboxClaim, error)
+	// InboxReclaim makes the events leased to owners that are no longer live
+	// (their process died) due at once, whatever their lease, and returns
+	// how many. Their claim stays counted as an attempt.
+	InboxReclaim(ctx context.Context) (int, error)
 	// InboxRelease gives back the events leased to owner that it has not
 	// processed (on shutdown), without counting the claim as an attempt.
 	InboxRelease(ctx context.Context, owner string) (int, error)
@@ -67,7 +72,7 @@ type InboxWork interface {
 	// reconciliation items and the events' decisions commit together, or
 	// nothing does. Events of one order are applied in event order. The
 	// result holds an outcome for each event owner still held; an event
-	// missing from it was taken over by another worker (its lease expired).
+	// missing from it was taken over by another worker (owner was not live).
 	InboxProcess(ctx context.Context, ids []int64, owner string) (map[int64]Outcome, error)
 	// InboxRetry records a failed processing attempt: the event is retried at
 	// next, or, when it has used maxAttempts, marked failed with a

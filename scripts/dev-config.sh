@@ -34,7 +34,7 @@ endpoints:
     org: org_demo
     environment: test
     secrets: [ { file: $dir/yolfi-test.secret } ]
-worker:
+inbox:
   poll: 500ms
 log:
   level: info

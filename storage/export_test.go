@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -20,4 +21,22 @@ func (s *Store) LeasedEvents(ctx context.Context, ids []int64, owner string) ([]
 		return err
 	})
 	return evs, err
+}
+
+// Statement is one SQL statement with arguments, and the number of rows it
+// needs to handle.
+type Statement struct {
+	Name string
+	SQL  string
+	Args []any
+	Need int
+}
+
+// QueueStatementsForTest returns the inbox's reclaim (of 40 leased events)
+// and claim (a batch of 16) statements, which run all the time.
+func QueueStatementsForTest() []Statement {
+	return []Statement{
+		{"reclaim", inboxQueue.reclaimSQL, nil, 40},
+		{"claim", inboxQueue.claimSQL, []any{"owner", time.Minute, 16, 10}, 16},
+	}
 }

@@ -19,106 +19,76 @@ var (
 // inboxChannel is the LISTEN/NOTIFY channel an insert trigger signals.
 const inboxChannel = "inbox_events"
 
+// inboxQueue is the inbox as a leased queue. An event failed past its
+// attempts is decided 'failed' and opens a failed_event reconciliation item.
+var inboxQueue = newLeasedTable(leasedTable{
+	table:     "inbox_events",
+	noun:      "event",
+	failedSet: [][2]string{{"decision", "'failed'"}},
+	abandoned: `
+		INSERT INTO reconciliation_items (kind, org_id, environment, inbox_event_id, provider, detail, dedupe_key)
+		SELECT 'failed_event', e.org_id, e.environment, e.id, e.provider,
+			'processing did not complete in ' || a.attempts || ' attempts (the worker stopped during each)',
+			'inbox|' || e.id
+		FROM abandoned a JOIN inbox_events e ON e.id = a.id
+		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
+	failed: func(ctx context.Context, tx pgx.Tx, id int64, cause string, maxAttempts int) error {
+		_, err := tx.Exec(ctx, `
+			INSERT INTO reconciliation_items (kind, org_id, environment, inbox_event_id, provider, detail, dedupe_key)
+			SELECT 'failed_event', org_id, environment, id, provider, $2, 'inbox|' || id
+			FROM inbox_events WHERE id = $1
+			ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
+			id, fmt.Sprintf("processing failed %d times; last error: %s", maxAttempts, cause))
+		if err != nil {
+			return fmt.Errorf("opening failed_event item: %w", interpret(err))
+		}
+		return nil
+	},
+})
+
 // InboxClaim implements fulfillment.InboxWork. Claiming pushes
 // next_attempt_at to the end of the lease, so leased events drop out of the
-// claim scan until the lease expires; the partial index holds pending events
-// only, so a claim never scans processed history. A due event that has used
-// its attempts without completing — its worker died each time, which
+// claim scan; the partial index holds pending events only, so a claim never
+// scans processed history. An event whose lease ran out is claimed only when
+// its owner is not live (its process died or lost its liveness lock): a
+// live worker keeps its events however long it takes. A due event that has
+// used its attempts without completing — its worker died each time, which
 // InboxRetry never saw — is failed here, with a failed_event item, instead
 // of being leased again.
 func (s *Store) InboxClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int) ([]fulfillment.InboxClaim, error) {
-	rows, err := s.leasePool.Query(ctx, `
-		WITH due AS (
-			SELECT id, attempts FROM inbox_events
-			WHERE state = 'pending' AND next_attempt_at <= clock_timestamp()
-			ORDER BY next_attempt_at, id
-			LIMIT $3
-			FOR UPDATE SKIP LOCKED
-		), exhausted AS (
-			UPDATE inbox_events e SET
-				state = 'failed', decision = 'failed', processed_at = clock_timestamp(),
-				lease_owner = NULL, lease_until = NULL,
-				last_error = coalesce(e.last_error || '; ', '') || 'abandoned: no attempt completed'
-			FROM due WHERE e.id = due.id AND due.attempts >= $4
-			RETURNING e.id, e.org_id, e.environment, e.provider, e.attempts
-		), items AS (
-			INSERT INTO reconciliation_items (kind, org_id, environment, inbox_event_id, provider, detail, dedupe_key)
-			SELECT 'failed_event', org_id, environment, id, provider,
-				'processing did not complete in ' || attempts || ' attempts (the worker stopped during each)',
-				'inbox|' || id
-			FROM exhausted
-			ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING
-		)
-		UPDATE inbox_events e SET
-			lease_owner = $1,
-			lease_until = clock_timestamp() + $2::interval,
-			next_attempt_at = clock_timestamp() + $2::interval,
-			attempts = e.attempts + 1
-		FROM due WHERE e.id = due.id AND due.attempts < $4
-		RETURNING e.id, e.attempts`, owner, lease, limit, maxAttempts)
+	rows, err := s.claim(ctx, inboxQueue, owner, limit, lease, maxAttempts)
 	if err != nil {
-		return nil, fmt.Errorf("claiming inbox events: %w", interpret(err))
+		return nil, fmt.Errorf("claiming inbox events: %w", err)
 	}
-	claims, err := pgx.CollectRows(rows, pgx.RowToStructByPos[fulfillment.InboxClaim])
-	if err != nil {
-		return nil, fmt.Errorf("claiming inbox events: %w", interpret(err))
+	claims := make([]fulfillment.InboxClaim, len(rows))
+	for i, r := range rows {
+		claims[i] = fulfillment.InboxClaim{ID: r.ID, Attempts: r.Attempts}
 	}
 	return claims, nil
 }
 
 // InboxRelease implements fulfillment.InboxWork.
 func (s *Store) InboxRelease(ctx context.Context, owner string) (int, error) {
-	tag, err := s.leasePool.Exec(ctx, `
-		UPDATE inbox_events SET lease_owner = NULL, lease_until = NULL,
-			next_attempt_at = clock_timestamp(), attempts = greatest(attempts - 1, 0)
-		WHERE lease_owner = $1 AND state = 'pending'`, owner)
+	n, err := s.release(ctx, inboxQueue, owner)
 	if err != nil {
-		return 0, fmt.Errorf("releasing inbox leases: %w", interpret(err))
+		return 0, fmt.Errorf("releasing inbox leases: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return n, nil
+}
+
+// InboxReclaim implements fulfillment.InboxWork: the events leased to
+// owners that are not live are due at once, whatever their lease.
+func (s *Store) InboxReclaim(ctx context.Context) (int, error) {
+	n, err := s.reclaim(ctx, inboxQueue)
+	if err != nil {
+		return 0, fmt.Errorf("reclaiming inbox events: %w", err)
+	}
+	return n, nil
 }
 
 // InboxRetry implements fulfillment.InboxWork.
 func (s *Store) InboxRetry(ctx context.Context, id int64, owner, cause string, next time.Time, maxAttempts int) (bool, error) {
-	failed := false
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		var (
-			state         fulfillment.InboxState
-			org, env, evt string
-			provider      string
-		)
-		err := tx.QueryRow(ctx, `
-			UPDATE inbox_events SET
-				state = CASE WHEN attempts >= $4 THEN 'failed' ELSE 'pending' END,
-				last_error = $3, next_attempt_at = $5, lease_owner = NULL, lease_until = NULL,
-				processed_at = CASE WHEN attempts >= $4 THEN clock_timestamp() END,
-				decision = CASE WHEN attempts >= $4 THEN 'failed' END
-			WHERE id = $1 AND state = 'pending' AND lease_owner = $2
-			RETURNING state, org_id, environment, event_id, provider`,
-			id, owner, cause, maxAttempts, next).Scan(&state, &org, &env, &evt, &provider)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("event %d: %w", id, fulfillment.ErrLeaseLost)
-		}
-		if err != nil {
-			return fmt.Errorf("recording failed attempt: %w", interpret(err))
-		}
-		if state != fulfillment.InboxFailed {
-			return nil
-		}
-		failed = true
-		_, err = tx.Exec(ctx, `
-			INSERT INTO reconciliation_items (kind, org_id, environment, inbox_event_id, provider, detail, dedupe_key)
-			VALUES ('failed_event', $1, $2, $3, $4, $5, $6)
-			ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
-			org, env, id, provider,
-			fmt.Sprintf("processing failed %d times; last error: %s", maxAttempts, cause),
-			fmt.Sprintf("inbox|%d", id))
-		if err != nil {
-			return fmt.Errorf("opening failed_event item: %w", interpret(err))
-		}
-		return nil
-	})
-	return failed, err
+	return s.retry(ctx, inboxQueue, id, owner, cause, next, maxAttempts)
 }
 
 // InboxListen implements fulfillment.InboxWork. Inserts committed by this
@@ -135,24 +105,30 @@ func (s *Store) InboxListen(ctx context.Context, wake func()) error {
 		s.wakers[n] = nil
 		s.wakeMu.Unlock()
 	}()
+	s.listen(ctx, inboxChannel, wake)
+	return nil
+}
+
+// listen calls wake on every NOTIFY on channel until ctx ends, on a
+// connection held outside the pool and re-established after errors. Polling
+// covers the gaps.
+func (s *Store) listen(ctx context.Context, channel string, wake func()) {
 	for ctx.Err() == nil {
-		err := s.listenOnce(ctx, wake)
+		err := s.listenOnce(ctx, channel, wake)
 		if ctx.Err() != nil {
 			break
 		}
-		// Polling covers the gap; subscribe again shortly.
 		if !errors.Is(err, context.Canceled) {
-			s.log.Warn("inbox listener lost its connection; polling until it is back", "error", err)
+			s.log.Warn("queue listener lost its connection; polling until it is back", "channel", channel, "error", err)
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
 		}
 	}
-	return nil
 }
 
-func (s *Store) listenOnce(ctx context.Context, wake func()) error {
+func (s *Store) listenOnce(ctx context.Context, channel string, wake func()) error {
 	pooled, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return interpret(err)
@@ -160,7 +136,7 @@ func (s *Store) listenOnce(ctx context.Context, wake func()) error {
 	// A connection that has LISTENed is not returned to the pool.
 	conn := pooled.Hijack()
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+inboxChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return interpret(err)
 	}
 	wake() // catch up with anything inserted before we listened

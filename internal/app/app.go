@@ -39,7 +39,8 @@ type App struct {
 	store     *storage.Store
 	srv       *server.Server
 	gateway   *ingest.Gateway
-	processor *worker.InboxProcessor // nil when worker.disabled
+	liveness  *storage.Liveness // the owner the queues claim under
+	inbox     *worker.Queue     // nil when inbox.disabled
 	ingestLis net.Listener
 	debugLis  net.Listener // nil unless listen.debug is set
 	tls       *config.TLS
@@ -67,6 +68,9 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*App, error
 		return nil, err
 	}
 	warnUnreachable(cfg, log)
+	if cfg.Worker != nil {
+		log.Warn(config.DeprecatedWorker)
+	}
 	a := &App{log: log, store: store, tls: cfg.TLS, http: cfg.HTTP}
 	if err := a.build(cfg); err != nil {
 		a.Close()
@@ -113,9 +117,10 @@ func (a *App) build(cfg *config.Config) error {
 		Help: "Inbox events processed, by decision.",
 	}, []string{"decision"})
 	reg.MustRegister(decisions)
-	if !cfg.Worker.Disabled {
-		a.processor = worker.NewInboxProcessor(a.store, InboxConfig(cfg.Worker), a.log)
-		a.processor.OnOutcome = func(o fulfillment.Outcome) { decisions.WithLabelValues(string(o.Decision)).Inc() }
+	if !cfg.Inbox.Disabled {
+		a.liveness = a.store.NewLiveness()
+		a.inbox = worker.NewInbox(a.store, a.liveness, QueueConfig(cfg.Inbox), a.log,
+			func(o fulfillment.Outcome) { decisions.WithLabelValues(string(o.Decision)).Inc() })
 	}
 	return nil
 }
@@ -141,8 +146,8 @@ func (a *App) Run(ctx context.Context) error {
 	g.Go(func() error {
 		return ServeHTTP(ctx, "webhooks", a.ingestLis, a.gateway.Handler(), a.tls, a.http, a.log)
 	})
-	if a.processor != nil {
-		g.Go(func() error { return a.processor.Run(ctx) })
+	if a.inbox != nil {
+		g.Go(func() error { return runQueues(ctx, a.liveness, a.inbox) })
 	}
 	if a.debugLis != nil {
 		mux := http.NewServeMux()
@@ -212,11 +217,31 @@ func ServeHTTP(ctx context.Context, name string, lis net.Listener, h http.Handle
 	return nil
 }
 
-// InboxConfig translates the worker configuration.
-func InboxConfig(w config.Worker) worker.InboxConfig {
-	return worker.InboxConfig{
-		Workers: w.Workers, Batch: w.Batch, Lease: w.Lease, Poll: w.Poll,
-		MaxAttempts: w.MaxAttempts, BaseBackoff: w.BaseBackoff, MaxBackoff: w.MaxBackoff,
+// runQueues runs the queues under one liveness until ctx ends. The
+// liveness outlives them, so that they hand back their claims as a live
+// owner.
+func runQueues(ctx context.Context, live *storage.Liveness, queues ...*worker.Queue) error {
+	liveCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	liveDone := make(chan error, 1)
+	go func() { liveDone <- live.Run(liveCtx) }()
+	g, ctx := errgroup.WithContext(ctx)
+	for _, q := range queues {
+		g.Go(func() error { return q.Run(ctx) })
+	}
+	err := g.Wait()
+	stop()
+	if lerr := <-liveDone; err == nil {
+		err = lerr
+	}
+	return err
+}
+
+// QueueConfig translates the configuration of a queue.
+func QueueConfig(q config.Queue) worker.Config {
+	return worker.Config{
+		Workers: q.Workers, Batch: q.Batch, Lease: q.Lease, Poll: q.Poll,
+		MaxAttempts: q.MaxAttempts, BaseBackoff: q.BaseBackoff, MaxBackoff: q.MaxBackoff,
 	}
 }
 

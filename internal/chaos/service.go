@@ -266,7 +266,7 @@ endpoints:
       - env: %s
 ingest:
   timeout: 2s
-worker:
+inbox:
   workers: 4
   batch: 16
   lease: 2s

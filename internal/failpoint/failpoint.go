@@ -4,7 +4,9 @@
 // in every other build Inject compiles to nothing. In a failpoints build,
 // FULFILLMENT_FAILPOINT=name[:n] makes the n-th (default first) arrival at
 // the named point kill the process with SIGKILL, as a crash would: no
-// deferred function, no graceful shutdown.
+// deferred function, no graceful shutdown. With name[:n],sleep=DURATION that
+// arrival sleeps instead, and goes on: the process stays alive, holding
+// what it holds there, for a test to kill it or watch others wait.
 package failpoint
 
 // EnvVar names the failpoint to trigger in a failpoints build.

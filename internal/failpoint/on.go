@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // Enabled reports whether this binary was built with failpoints.
@@ -19,6 +20,9 @@ var (
 	target string
 	after  int64 = 1
 	hits   atomic.Int64
+
+	// sleep, when positive, is what the arrival does instead of killing.
+	sleep time.Duration
 )
 
 func init() {
@@ -26,7 +30,16 @@ func init() {
 	if spec == "" {
 		return
 	}
-	name, n, found := strings.Cut(spec, ":")
+	point, action, hasAction := strings.Cut(spec, ",")
+	if hasAction {
+		d, err := time.ParseDuration(strings.TrimPrefix(action, "sleep="))
+		if !strings.HasPrefix(action, "sleep=") || err != nil || d <= 0 {
+			fmt.Fprintf(os.Stderr, "failpoint: %s=%q: after ',' only sleep=DURATION (positive) is known; none armed\n", EnvVar, spec)
+			return
+		}
+		sleep = d
+	}
+	name, n, found := strings.Cut(point, ":")
 	if !slices.Contains(Points, name) {
 		fmt.Fprintf(os.Stderr, "failpoint: %s=%q names no failpoint (known: %s); none armed\n", EnvVar, spec, strings.Join(Points, ", "))
 		return
@@ -43,10 +56,15 @@ func init() {
 	}
 }
 
-// Inject kills the process with SIGKILL when name is the configured
-// failpoint and this is its configured arrival.
+// Inject kills the process with SIGKILL (or sleeps, when so configured)
+// when name is the configured failpoint and this is its configured arrival.
 func Inject(name string) {
 	if name != target || hits.Add(1) != after {
+		return
+	}
+	if sleep > 0 {
+		fmt.Fprintf(os.Stderr, "failpoint: sleeping %v at %s\n", sleep, name)
+		time.Sleep(sleep)
 		return
 	}
 	fmt.Fprintf(os.Stderr, "failpoint: killing the process at %s\n", name)

@@ -1,0 +1,283 @@
+// Package worker runs the service's background work: leased queues — the
+// inbox processor turning stored provider events into order effects, and
+// the outbox next. A Queue claims due items of its table in batches under a
+// live owner, processes each batch, retries failures with capped
+// exponential backoff and jitter, hands its claims back on shutdown, and
+// frees the claims of owners that died.
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/internal/failpoint"
+)
+
+// Claim is one leased item of a queue.
+type Claim struct {
+	ID int64
+	// Attempts counts the claims of the item, this one included.
+	Attempts int
+}
+
+// Table is the storage of one leased queue, implemented over each queued
+// table. Items are leased to an owner; an owner is live while its process
+// proves it (see Owners), and a live owner keeps its items whatever its
+// lease.
+type Table interface {
+	// Claim leases up to limit due items to owner for lease, skipping those
+	// leased to live owners; each claim counts as an attempt. A due item
+	// that has used maxAttempts without completing (its workers died) is
+	// failed instead.
+	Claim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int) ([]Claim, error)
+	// Process completes claims in one transaction: all of them, or none
+	// when it fails. Claims owner no longer holds are left alone.
+	Process(ctx context.Context, owner string, claims []Claim) error
+	// Retry records a failed attempt at c: it is due again at next, or
+	// failed (failed is true) when it has used maxAttempts. It returns
+	// fulfillment.ErrLeaseLost when owner no longer holds c.
+	Retry(ctx context.Context, owner string, c Claim, cause string, next time.Time, maxAttempts int) (failed bool, err error)
+	// Release hands back the items leased to owner, not counting their
+	// claim as an attempt.
+	Release(ctx context.Context, owner string) (int, error)
+	// Reclaim makes the items leased to owners that are no longer live due
+	// at once, and returns how many.
+	Reclaim(ctx context.Context) (int, error)
+	// Listen calls wake whenever items may have become due, until ctx ends.
+	Listen(ctx context.Context, wake func()) error
+}
+
+// Owners tells a queue which owner to claim under (storage.Liveness).
+type Owners interface {
+	// Owner returns the live owner — "" while there is none — and a channel
+	// closed when that changes. Items claimed under an owner are not
+	// processed once it is lost: other replicas reclaim them.
+	Owner() (string, <-chan struct{})
+}
+
+// Config tunes a queue. Zero values take the defaults.
+type Config struct {
+	// Workers claim and process concurrently (default 4).
+	Workers int
+	// Batch is the number of items one claim leases (default 16).
+	Batch int
+	// Lease is how long claims leave a claimed item alone before they check
+	// whether its owner is still live (default 30s). A live owner keeps its
+	// items beyond it; a dead owner's items are reclaimed long before it.
+	Lease time.Duration
+	// Poll is the fallback claim interval when no notification arrives
+	// (default 1s).
+	Poll time.Duration
+	// MaxAttempts is the retry budget of one item (default 10); past it the
+	// item is failed.
+	MaxAttempts int
+	// BaseBackoff and MaxBackoff bound the exponential retry delay
+	// (defaults 1s and 5m); a random jitter of up to half the delay is added.
+	BaseBackoff, MaxBackoff time.Duration
+	// Reclaim is how often the items of owners that are no longer live are
+	// freed (default 1s).
+	Reclaim time.Duration
+}
+
+func (c *Config) defaults() {
+	set := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if c.Workers <= 0 {
+		c.Workers = 4
+	}
+	if c.Batch <= 0 {
+		c.Batch = 16
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 10
+	}
+	set(&c.Lease, 30*time.Second)
+	set(&c.Poll, time.Second)
+	set(&c.BaseBackoff, time.Second)
+	set(&c.MaxBackoff, 5*time.Minute)
+	set(&c.Reclaim, time.Second)
+}
+
+// Queue processes the items of one leased table. Any number of queues
+// (in as many processes) may drain one table.
+type Queue struct {
+	name   string
+	table  Table
+	owners Owners
+	cfg    Config
+	log    *slog.Logger
+	wake   chan struct{}
+	jitter func() float64 // in [0, 1)
+}
+
+// NewQueue returns the queue called name (in logs) over table, claiming
+// under the owners' live owner.
+func NewQueue(name string, table Table, owners Owners, cfg Config, log *slog.Logger) *Queue {
+	cfg.defaults()
+	return &Queue{
+		name:   name,
+		table:  table,
+		owners: owners,
+		cfg:    cfg,
+		log:    log.With("queue", name),
+		wake:   make(chan struct{}, cfg.Workers),
+		jitter: mrand.Float64,
+	}
+}
+
+// Run processes items until ctx ends, then hands back what its workers
+// claimed but did not process (processing in flight is rolled back). The
+// owners must stay live until it returns.
+func (q *Queue) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = q.table.Listen(ctx, q.notify) })
+	wg.Go(func() { q.reclaim(ctx) })
+	for range q.cfg.Workers {
+		wg.Go(func() { q.loop(ctx) })
+	}
+	q.log.Info(q.name+" processor started", "workers", q.cfg.Workers)
+	wg.Wait()
+
+	owner, _ := q.owners.Owner()
+	if owner == "" {
+		return nil // not live: others reclaim what it held
+	}
+	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if n, err := q.table.Release(releaseCtx, owner); err != nil {
+		q.log.Warn("releasing claims", "error", err)
+	} else if n > 0 {
+		q.log.Info("released unprocessed claims", "count", n)
+	}
+	return nil
+}
+
+// notify wakes idle workers; extra notifications are dropped.
+func (q *Queue) notify() {
+	for range cap(q.wake) {
+		select {
+		case q.wake <- struct{}{}:
+		default:
+			return
+		}
+	}
+}
+
+// loop claims and processes until ctx ends: again at once after a full
+// batch, else when woken, when the owner changes, or after Poll.
+func (q *Queue) loop(ctx context.Context) {
+	poll := time.NewTimer(q.cfg.Poll)
+	defer poll.Stop()
+	for ctx.Err() == nil {
+		owner, changed := q.owners.Owner()
+		if owner != "" && q.claimAndProcess(ctx, owner, changed) == q.cfg.Batch {
+			continue // more may be waiting
+		}
+		poll.Reset(q.cfg.Poll)
+		select {
+		case <-ctx.Done():
+		case <-q.wake:
+		case <-poll.C:
+		case <-changed:
+		}
+	}
+}
+
+// claimAndProcess claims one batch under owner and processes it, unless
+// owner was lost meanwhile. It returns the number of items claimed.
+func (q *Queue) claimAndProcess(ctx context.Context, owner string, changed <-chan struct{}) int {
+	claims, err := q.table.Claim(ctx, owner, q.cfg.Batch, q.cfg.Lease, q.cfg.MaxAttempts)
+	if err != nil {
+		if ctx.Err() == nil {
+			q.log.Warn("claiming", "error", err)
+		}
+		return 0
+	}
+	if len(claims) == 0 {
+		return 0
+	}
+	failpoint.Inject("after-claim")
+	select {
+	case <-changed:
+		// Liveness was lost: the claims are other replicas' to take.
+		q.log.Warn("dropping claims of an owner that is no longer live; they are reclaimed", "count", len(claims))
+		return len(claims)
+	default:
+	}
+	q.process(ctx, owner, claims)
+	return len(claims)
+}
+
+// process applies a batch of claims in one transaction. When the batch
+// fails, each item is tried alone, so that one failing item is retried (and
+// eventually failed) on its own without holding back the others.
+func (q *Queue) process(ctx context.Context, owner string, claims []Claim) {
+	err := q.table.Process(ctx, owner, claims)
+	if err == nil || ctx.Err() != nil {
+		return // done, or shutting down: the claims are released or reclaimed
+	}
+	if len(claims) > 1 {
+		for _, c := range claims {
+			q.process(ctx, owner, []Claim{c})
+		}
+		return
+	}
+	c := claims[0]
+	next := time.Now().Add(q.backoff(c.Attempts))
+	failed, rerr := q.table.Retry(ctx, owner, c, err.Error(), next, q.cfg.MaxAttempts)
+	switch {
+	case errors.Is(rerr, fulfillment.ErrLeaseLost):
+		q.log.Info("claim taken over by another worker", "id", c.ID)
+	case rerr != nil:
+		q.log.Warn("recording failed attempt", "id", c.ID, "error", rerr)
+	case failed:
+		q.log.Error("failed past its retry budget", "id", c.ID, "attempts", c.Attempts, "error", err)
+	default:
+		q.log.Warn("processing failed; will retry", "id", c.ID, "attempt", c.Attempts, "retry_at", next, "error", err)
+	}
+}
+
+// reclaim frees the items of owners that are no longer live, at once and
+// then every Reclaim, and wakes the workers when it freed any.
+func (q *Queue) reclaim(ctx context.Context) {
+	tick := time.NewTicker(q.cfg.Reclaim)
+	defer tick.Stop()
+	for {
+		n, err := q.table.Reclaim(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			q.log.Warn("reclaiming the claims of owners that are no longer live", "error", err)
+		case n > 0:
+			q.log.Info("reclaimed the claims of owners that are no longer live", "count", n)
+			q.notify()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// backoff is the delay before retry number attempt, with jitter so that
+// items failing together do not retry together.
+func (q *Queue) backoff(attempt int) time.Duration {
+	return backoff(attempt, q.cfg.BaseBackoff, q.cfg.MaxBackoff, q.jitter())
+}
+
+// backoff doubles base for every attempt after the first, up to ceiling, and
+// adds jitter (in [0, 1)) times half of that.
+func backoff(attempt int, base, ceiling time.Duration, jitter float64) time.Duration {
+	d := float64(base) * math.Pow(2, float64(max(attempt-1, 0)))
+	d = min(d, float64(ceiling))
+	return time.Duration(d + jitter*d/2)
+}
