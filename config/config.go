@@ -44,20 +44,20 @@ const AllOrgs = "*"
 
 // Config is the whole service configuration.
 type Config struct {
-	Listen    Listen     `yaml:"listen"`
-	TLS       *TLS       `yaml:"tls"`
-	HTTP      HTTP       `yaml:"http"`
-	GRPC      GRPC       `yaml:"grpc"`
-	Database  Database   `yaml:"database"`
-	Auth      Auth       `yaml:"auth"`
-	Log       Log        `yaml:"log"`
-	Endpoints []Endpoint `yaml:"endpoints"`
-	Ingest    Ingest     `yaml:"ingest"`
-	Inbox     Queue      `yaml:"inbox"`
+	Listen    Listen     `yaml:"listen,omitempty"`
+	TLS       *TLS       `yaml:"tls,omitempty"`
+	HTTP      HTTP       `yaml:"http,omitempty"`
+	GRPC      GRPC       `yaml:"grpc,omitempty"`
+	Database  Database   `yaml:"database,omitempty"`
+	Auth      Auth       `yaml:"auth,omitempty"`
+	Log       Log        `yaml:"log,omitempty"`
+	Endpoints []Endpoint `yaml:"endpoints,omitempty"`
+	Ingest    Ingest     `yaml:"ingest,omitempty"`
+	Inbox     Queue      `yaml:"inbox,omitempty"`
 	// Worker is the former name of Inbox. Load accepts it (not together
 	// with inbox), copies it into Inbox and leaves it set, so that serve
 	// warns at start.
-	Worker *Queue `yaml:"worker"`
+	Worker *Queue `yaml:"worker,omitempty"`
 }
 
 // Endpoint is one webhook receiver: POST /webhooks/{id} on the ingest
@@ -70,7 +70,7 @@ type Endpoint struct {
 	Secrets     []Secret `yaml:"secrets"`
 	// Options are the provider's own settings for this endpoint (a
 	// terminal key, a policy), checked by the provider's adapter at load.
-	Options yaml.Node `yaml:"options"`
+	Options yaml.Node `yaml:"options,omitempty"`
 }
 
 // NewAdapter builds the endpoint's webhook adapter from its provider,

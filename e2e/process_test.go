@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/fulfillplatform/fulfillment/config"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	"github.com/fulfillplatform/fulfillment/internal/daemon"
@@ -172,7 +173,7 @@ func (ps *procService) startOnce(t *testing.T, failpointSpec string, extraEnv []
 	}
 	grpcAddr, httpAddr, ingestAddr := ports[0], ports[1], ports[2]
 	cfgPath := filepath.Join(t.TempDir(), fmt.Sprintf("fulfillmentd-%d.yaml", ps.n))
-	if err := os.WriteFile(cfgPath, []byte(procConfig(grpcAddr, httpAddr, ingestAddr, ps.lease)), 0o600); err != nil {
+	if err := daemon.WriteConfig(cfgPath, procConfig(grpcAddr, httpAddr, ingestAddr, ps.lease)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -218,47 +219,23 @@ func (ps *procService) startOnce(t *testing.T, failpointSpec string, extraEnv []
 	return p, nil
 }
 
-// procConfig is the YAML configuration of one process: every secret is an
+// procConfig is the configuration of one process: every secret is an
 // environment variable reference.
-func procConfig(grpcAddr, httpAddr, ingestAddr string, lease time.Duration) string {
-	return fmt.Sprintf(`listen:
-  grpc: %q
-  http: %q
-  ingest: %q
-database:
-  url_env: DATABASE_URL
-  migrate: true
-  max_conns: 10
-log:
-  level: info
-auth:
-  tokens:
-    - name: admin
-      token_env: %s
-      scopes: [admin]
-      orgs: ["*"]
-    - name: org-a
-      token_env: %s
-      scopes: [orders:read, orders:write, reconciliation:read]
-      orgs: [%s]
-endpoints:
-  - id: %s
-    provider: yolfi
-    org: %s
-    environment: live
-    secrets:
-      - env: %s
-ingest:
-  timeout: 2s
-inbox:
-  workers: 2
-  batch: 8
-  lease: %s
-  poll: 50ms
-  max_attempts: 10
-  base_backoff: 50ms
-  max_backoff: 500ms
-`, grpcAddr, httpAddr, ingestAddr, procEnvAdminToken, procEnvOrgAToken, orgA, liveEP, orgA, procEnvLiveSecret, lease)
+func procConfig(grpcAddr, httpAddr, ingestAddr string, lease time.Duration) *config.Config {
+	return &config.Config{
+		Listen:   config.Listen{GRPC: grpcAddr, HTTP: httpAddr, Ingest: ingestAddr},
+		Database: config.Database{URLEnv: "DATABASE_URL", Migrate: true, MaxConns: 10},
+		Log:      config.Log{Level: "info"},
+		Auth: config.Auth{Tokens: []config.Token{
+			daemon.EnvToken("admin", procEnvAdminToken, []string{"*"}, config.ScopeAdmin),
+			daemon.EnvToken("org-a", procEnvOrgAToken, []string{orgA},
+				config.ScopeOrdersRead, config.ScopeOrdersWrite, config.ScopeReconciliationRead),
+		}},
+		Endpoints: []config.Endpoint{daemon.YolfiEndpoint(liveEP, orgA, "live", procEnvLiveSecret)},
+		Ingest:    config.Ingest{Timeout: 2 * time.Second},
+		Inbox: config.Queue{Workers: 2, Batch: 8, Lease: lease, Poll: 50 * time.Millisecond, MaxAttempts: 10,
+			BaseBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond},
+	}
 }
 
 // running reports whether the process has not exited.

@@ -90,6 +90,11 @@ type ItemSubject struct {
 	InboxID int64
 }
 
+// FailedEventKeyPrefix starts the key of a failed_event item; the stored
+// event's id follows. Storage fails abandoned events in bulk, in SQL, and
+// builds their keys from it.
+const FailedEventKeyPrefix = "inbox|"
+
 // ItemKey names the situation an item is about, so that a redelivery, a
 // retry or a replay never opens a second item for it (reconciliation items
 // are unique on kind and key). It is the only place such keys are made:
@@ -103,7 +108,7 @@ type ItemSubject struct {
 func ItemKey(kind ReconKind, s ItemSubject) string {
 	switch kind {
 	case ReconFailedEvent:
-		return "inbox|" + strconv.FormatInt(s.InboxID, 10)
+		return FailedEventKeyPrefix + strconv.FormatInt(s.InboxID, 10)
 	case ReconUnidentifiedPayment:
 		return "order|" + s.OrderID
 	case ReconRefundAfterFulfill:

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/internal/daemon"
 )
 
@@ -53,38 +54,18 @@ func buildService(ctx context.Context, root, dir string) (string, error) {
 	return out, nil
 }
 
-// serviceConfig is the YAML configuration of the bench's fulfillmentd: one
-// live Yolfi endpoint, one token, a 40-connection pool, default worker and
-// ingest settings.
-func serviceConfig(grpcAddr, httpAddr, ingestAddr, debugAddr string, maxConns int) string {
-	debug := ""
-	if debugAddr != "" {
-		debug = fmt.Sprintf("  debug: %q\n", debugAddr)
+// serviceConfig is the configuration of the bench's fulfillmentd: one live
+// Yolfi endpoint, one token, a pool of maxConns connections, default inbox
+// and ingest settings.
+func serviceConfig(grpcAddr, httpAddr, ingestAddr, debugAddr string, maxConns int) *config.Config {
+	return &config.Config{
+		Listen:   config.Listen{GRPC: grpcAddr, HTTP: httpAddr, Ingest: ingestAddr, Debug: debugAddr},
+		Database: config.Database{URLEnv: "DATABASE_URL", Migrate: true, MaxConns: int32(maxConns)},
+		Log:      config.Log{Level: "info"},
+		Auth: config.Auth{Tokens: []config.Token{daemon.EnvToken("bench", envToken, []string{benchOrg},
+			config.ScopeOrdersRead, config.ScopeOrdersWrite, config.ScopeReconciliationRead)}},
+		Endpoints: []config.Endpoint{daemon.YolfiEndpoint(endpointID, benchOrg, benchEnv, envSecret)},
 	}
-	return fmt.Sprintf(`listen:
-  grpc: %q
-  http: %q
-  ingest: %q
-%sdatabase:
-  url_env: DATABASE_URL
-  migrate: true
-  max_conns: %d
-log:
-  level: info
-auth:
-  tokens:
-    - name: bench
-      token_env: %s
-      scopes: [orders:read, orders:write, reconciliation:read]
-      orgs: [%s]
-endpoints:
-  - id: %s
-    provider: yolfi
-    org: %s
-    environment: %s
-    secrets:
-      - env: %s
-`, grpcAddr, httpAddr, ingestAddr, debug, maxConns, envToken, benchOrg, endpointID, benchOrg, benchEnv, envSecret)
 }
 
 // startService runs `fulfillmentd serve` on dbURL and waits for /readyz.
@@ -100,7 +81,7 @@ func startService(bin, dir, dbURL string, maxConns int, pprof bool) (*service, e
 		s.debugAddr = ports[3]
 	}
 	cfgPath := filepath.Join(dir, "fulfillmentd.yaml")
-	if err := os.WriteFile(cfgPath, []byte(serviceConfig(s.grpcAddr, s.httpAddr, s.ingestAddr, s.debugAddr, maxConns)), 0o600); err != nil {
+	if err := daemon.WriteConfig(cfgPath, serviceConfig(s.grpcAddr, s.httpAddr, s.ingestAddr, s.debugAddr, maxConns)); err != nil {
 		return nil, err
 	}
 	logFile, err := os.Create(s.logPath)

@@ -291,7 +291,7 @@ func (r *runner) setup(ctx context.Context) error {
 		viol:    r.viol,
 		restart: make(chan struct{}, 1),
 	}
-	if err := os.WriteFile(r.svc.cfgPath, []byte(r.svc.config()), 0o600); err != nil {
+	if err := daemon.WriteConfig(r.svc.cfgPath, r.svc.config()); err != nil {
 		return err
 	}
 	if err := r.svc.start(ctx); err != nil {

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/internal/daemon"
 )
 
@@ -226,56 +227,27 @@ func (s *service) logSince(offset int64) string {
 	return string(b)
 }
 
-// config is the YAML configuration of every process of the run: the same
+// config is the configuration of every process of the run: the same
 // ports each time, so the sender keeps its URL; every secret is an
 // environment variable reference.
-func (s *service) config() string {
-	return fmt.Sprintf(`listen:
-  grpc: %q
-  http: %q
-  ingest: %q
-database:
-  url_env: %s
-  migrate: true
-  max_conns: 12
-  connect_timeout: 1s
-log:
-  level: info
-auth:
-  tokens:
-    - name: chaos-admin
-      token_env: %s
-      scopes: [admin]
-      orgs: ["*"]
-    - name: chaos-checkout
-      token_env: %s
-      scopes: [orders:write, orders:read, reconciliation:read]
-      orgs: [%s]
-endpoints:
-  - id: %s
-    provider: yolfi
-    org: %s
-    environment: live
-    secrets:
-      - env: %s
-  - id: %s
-    provider: yolfi
-    org: %s
-    environment: test
-    secrets:
-      - env: %s
-ingest:
-  timeout: 2s
-inbox:
-  workers: 4
-  batch: 16
-  lease: 2s
-  poll: 100ms
-  base_backoff: 100ms
-  max_backoff: 1s
-  max_attempts: 50
-`, s.grpcAddr, s.httpAddr, s.ingestAddr, envDatabaseURL, envAdminToken, envOrgToken, orgID,
-		liveEP, orgID, envLiveSecret, testEP, orgID, envTestSecret)
+func (s *service) config() *config.Config {
+	return &config.Config{
+		Listen:   config.Listen{GRPC: s.grpcAddr, HTTP: s.httpAddr, Ingest: s.ingestAddr},
+		Database: config.Database{URLEnv: envDatabaseURL, Migrate: true, MaxConns: 12, ConnectTimeout: time.Second},
+		Log:      config.Log{Level: "info"},
+		Auth: config.Auth{Tokens: []config.Token{
+			daemon.EnvToken("chaos-admin", envAdminToken, []string{"*"}, config.ScopeAdmin),
+			daemon.EnvToken("chaos-checkout", envOrgToken, []string{orgID},
+				config.ScopeOrdersWrite, config.ScopeOrdersRead, config.ScopeReconciliationRead),
+		}},
+		Endpoints: []config.Endpoint{
+			daemon.YolfiEndpoint(liveEP, orgID, "live", envLiveSecret),
+			daemon.YolfiEndpoint(testEP, orgID, "test", envTestSecret),
+		},
+		Ingest: config.Ingest{Timeout: 2 * time.Second},
+		Inbox: config.Queue{Workers: 4, Batch: 16, Lease: 2 * time.Second, Poll: 100 * time.Millisecond,
+			BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second, MaxAttempts: 50},
+	}
 }
 
 func indent(s string) string {

@@ -3,8 +3,8 @@
 // loopback ports for it, starts it so that it dies with its parent, waits
 // until it serves, and stops or kills it.
 //
-// Each caller writes its own configuration file: the package knows nothing
-// of its contents.
+// WriteConfig writes a child's configuration from a config.Config, so that
+// crash tests, chaos and bench share one way of writing it.
 package daemon
 
 import (
