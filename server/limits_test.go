@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -86,7 +87,7 @@ func TestRESTRefusesBeforeReadingTheBody(t *testing.T) {
 			}
 			// And the server closes its end.
 			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-			if _, err := conn.Read(make([]byte, 1)); err != io.EOF {
+			if _, err := conn.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 				t.Errorf("after the answer: %v, want EOF", err)
 			}
 		})

@@ -156,7 +156,7 @@ func (s *service) cpuProfile(ctx context.Context, d time.Duration, path string) 
 	}
 	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=25", path).CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("go tool pprof: %v\n%s", err, out)
+		return "", fmt.Errorf("go tool pprof: %w\n%s", err, out)
 	}
 	return string(out), nil
 }

@@ -148,7 +148,10 @@ func (p *Process) WaitReady(ctx context.Context, httpAddr, ingestAddr string) er
 	for {
 		select {
 		case <-p.exited:
-			return fmt.Errorf("exited before it was ready (%v); last check: %v", p.cmd.ProcessState, last)
+			// The last check's error is context for people, not the cause:
+			// it is not wrapped (here and below) so that callers cannot
+			// mistake a failed poll for the reason.
+			return fmt.Errorf("exited before it was ready (%v); last check: %v", p.cmd.ProcessState, last) //nolint:errorlint // see above
 		default:
 		}
 		last = readyOnce(ctx, client, httpAddr, ingestAddr)
@@ -157,7 +160,7 @@ func (p *Process) WaitReady(ctx context.Context, httpAddr, ingestAddr string) er
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("not ready after %v (%w); last check: %v", time.Since(start).Round(time.Millisecond), ctx.Err(), last)
+			return fmt.Errorf("not ready after %v (%w); last check: %v", time.Since(start).Round(time.Millisecond), ctx.Err(), last) //nolint:errorlint // last is context, not the cause (above)
 		case <-p.exited:
 		case <-time.After(25 * time.Millisecond):
 		}

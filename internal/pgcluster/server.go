@@ -142,7 +142,7 @@ func (c *Cluster) waitReady(ctx context.Context, srv *server) error {
 	for {
 		select {
 		case <-srv.done:
-			return fmt.Errorf("server exited: %v", srv.err)
+			return fmt.Errorf("server exited: %w", srv.err)
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for server: %w", ctx.Err())
 		case <-tick.C:
