@@ -180,6 +180,8 @@ func (ev ProviderEvent) Validate() error {
 		if !p.Amount.Known() {
 			vs.add("payment.amount", "is required for a partial refund: how much was returned")
 		}
+	default:
+		// The other kinds need only the checks above.
 	}
 	if len(ev.Refs) > MaxRefs {
 		vs.add("refs", "at most %d provider references", MaxRefs)

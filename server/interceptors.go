@@ -67,12 +67,14 @@ func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 		ctx = withLogAttrs(ctx, slog.String("request_id", id))
 		resp, err := handler(ctx, req)
 		code := status.Code(err)
-		level := slog.LevelInfo
+		var level slog.Level
 		switch code {
 		case codes.Internal, codes.Unknown, codes.DataLoss:
 			level = slog.LevelError
 		case codes.Unavailable:
 			level = slog.LevelWarn
+		default:
+			level = slog.LevelInfo
 		}
 		attrs := []slog.Attr{
 			slog.String("method", info.FullMethod),

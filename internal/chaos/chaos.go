@@ -340,6 +340,8 @@ func (r *runner) createOrders(ctx context.Context) error {
 						fatal = fmt.Errorf("creating order %s: %w", o.mid, err)
 						errMu.Unlock()
 						return
+					default:
+						// Anything else may pass (a restart, an outage): retry.
 					}
 					if ctx.Err() != nil {
 						return

@@ -355,6 +355,8 @@ func oneLineValue(v slog.Value) (slog.Value, bool) {
 		if out != nil {
 			return slog.GroupValue(out...), true
 		}
+	default:
+		// Numbers, booleans, times and durations print on one line.
 	}
 	return v, changed
 }
