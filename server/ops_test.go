@@ -56,7 +56,7 @@ func TestHealthReadyOpenAPI(t *testing.T) {
 	}
 
 	// Request ids: the caller's is echoed, otherwise one is made.
-	req, _ := http.NewRequest("GET", ts.httpURL+"/v1/orders", nil)
+	req, _ := http.NewRequest("GET", ts.httpURL+"/v1/orders", http.NoBody)
 	req.Header.Set("X-Request-Id", "trace-abc-123")
 	req.Header.Set("Authorization", "Bearer "+tokOps)
 	r2, err := http.DefaultClient.Do(req)
@@ -107,7 +107,7 @@ func TestTLS(t *testing.T) {
 	// REST over TLS, and plain HTTP is refused.
 	httpsURL := "https://" + strings.TrimPrefix(ts.httpURL, "http://")
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}}
-	req, _ := http.NewRequest("GET", httpsURL+"/v1/orders?org_id=org_a", nil)
+	req, _ := http.NewRequest("GET", httpsURL+"/v1/orders?org_id=org_a", http.NoBody)
 	req.Header.Set("Authorization", "Bearer "+tokCheckout)
 	resp, err := hc.Do(req)
 	if err != nil {

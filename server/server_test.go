@@ -111,7 +111,7 @@ func withToken(token string) context.Context {
 }
 
 // do sends a REST request and decodes the JSON answer into a map.
-func (ts *testServer) do(t *testing.T, method, path, token string, body any) (int, map[string]any) {
+func (ts *testServer) do(t *testing.T, method, path, token string, body any) (code int, answer map[string]any) {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {

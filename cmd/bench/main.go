@@ -136,9 +136,10 @@ func main() {
 	}
 }
 
+// fatal ends the command with err.
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "bench:", err)
-	os.Exit(1)
+	os.Exit(1) //nolint:revive // deep-exit: a command's own exit helper, called only from main's flow
 }
 
 func parseInts(s string) ([]int, error) {

@@ -131,7 +131,7 @@ func (s *service) stop() { _, _ = s.proc.Stop(15 * time.Second) }
 func (s *service) cpuProfile(ctx context.Context, d time.Duration, path string) (string, error) {
 	secs := int(d.Round(time.Second) / time.Second)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
-		fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.debugAddr, max(secs, 1)), nil)
+		fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.debugAddr, max(secs, 1)), http.NoBody)
 	if err != nil {
 		return "", err
 	}

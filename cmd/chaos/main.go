@@ -36,12 +36,12 @@ var errViolations = errors.New("violations found")
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop() // not deferred: os.Exit below would skip it
+	if err != nil {
 		if !errors.Is(err, errViolations) {
-			fmt.Fprintln(os.Stderr, "chaos:", err)
+			_, _ = fmt.Fprintln(os.Stderr, "chaos:", err)
 		}
-		stop()
 		os.Exit(1)
 	}
 }

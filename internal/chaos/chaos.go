@@ -508,7 +508,7 @@ func (r *runner) report() Report {
 }
 
 // authed adds the bearer token to ctx.
-func (r *runner) authed(ctx context.Context, token string) context.Context {
+func (*runner) authed(ctx context.Context, token string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 }
 
@@ -528,7 +528,7 @@ func (w prefixWriter) Write(p []byte) (int, error) {
 }
 
 func trimNewline(s string) string {
-	for len(s) > 0 && (s[len(s)-1] == '\n' || s[len(s)-1] == '\r') {
+	for s != "" && (s[len(s)-1] == '\n' || s[len(s)-1] == '\r') {
 		s = s[:len(s)-1]
 	}
 	return s

@@ -169,7 +169,7 @@ func (p *Process) WaitReady(ctx context.Context, httpAddr, ingestAddr string) er
 
 // readyOnce checks readiness once.
 func readyOnce(ctx context.Context, client *http.Client, httpAddr, ingestAddr string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/readyz", http.NoBody)
 	if err != nil {
 		return err
 	}

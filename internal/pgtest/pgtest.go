@@ -27,7 +27,7 @@ import (
 
 // Main runs the tests of a package that uses DB. Call it from TestMain.
 func Main(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(run(m)) //nolint:revive // deep-exit: Main stands in for TestMain, whose job is to exit with the tests' code
 }
 
 func run(m *testing.M) int {
