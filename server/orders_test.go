@@ -213,6 +213,7 @@ func TestValidationErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			req := orderRequest("org_a", "bad-"+tc.field)
 			tc.mutate(req)
 			_, err := ts.client.CreateOrder(ctx, req)
@@ -297,7 +298,9 @@ func TestAuth(t *testing.T) {
 		{"reader reads own org", "GET", "/v1/orders/" + aID, tokReader, nil, 200},
 		{"admin reads any org", "GET", "/v1/orders/" + bID, tokOps, nil, 200},
 	}
-	for _, tc := range cases {
+	// Not parallel: the checks after the loop count what these requests
+	// stored, and parallel subtests would only run after them.
+	for _, tc := range cases { //nolint:paralleltest // see above
 		t.Run(tc.name, func(t *testing.T) {
 			code, body := ts.do(t, tc.method, tc.path, tc.token, tc.body)
 			if code != tc.want {

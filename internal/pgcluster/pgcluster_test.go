@@ -64,6 +64,7 @@ func execSQL(t *testing.T, ctx context.Context, c *Cluster, db, sql string) erro
 }
 
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dir := testDir(t)
@@ -144,6 +145,7 @@ func TestCluster(t *testing.T) {
 }
 
 func TestStartPortInUse(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -164,6 +166,7 @@ func TestStartPortInUse(t *testing.T) {
 }
 
 func TestAccessible(t *testing.T) {
+	t.Parallel()
 	if _, err := FindBinaries(); errors.Is(err, ErrNoBinaries) {
 		t.Skip(err) // no postgres OS user either
 	}
