@@ -61,7 +61,7 @@ func (s *stack) rest(t *testing.T, method, path, token string, body any) (code i
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var out map[string]any
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		t.Fatalf("%s %s: status %d, body not JSON: %v", method, path, resp.StatusCode, err)

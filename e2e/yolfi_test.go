@@ -151,7 +151,7 @@ func TestScenario4Rejections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("unsigned: %d, want 401", resp.StatusCode)
 	}
@@ -165,7 +165,7 @@ func TestScenario4Rejections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("tampered body: %d, want 401", resp.StatusCode)
 	}

@@ -29,7 +29,7 @@ func rawRequest(t *testing.T, addr, head string, body []byte) net.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
+	t.Cleanup(func() { _ = conn.Close() })
 	if _, err := io.WriteString(conn, head+"\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func answer(t *testing.T, conn net.Conn, wait time.Duration) (*http.Response, er
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err == nil {
 		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 	}
 	return resp, err
 }
@@ -162,7 +162,7 @@ func TestGRPCClosesIdleConnections(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer conn.Close()
+			defer func() { _ = conn.Close() }()
 			if _, err := conn.Write(tc.hello); err != nil {
 				t.Fatal(err)
 			}

@@ -42,7 +42,7 @@ func TestHealthReadyOpenAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var doc struct {
 		Paths map[string]any `json:"paths"`
 	}
@@ -63,7 +63,7 @@ func TestHealthReadyOpenAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2.Body.Close()
+	_ = r2.Body.Close()
 	if got := r2.Header.Values("X-Request-Id"); len(got) != 1 || got[0] != "trace-abc-123" {
 		t.Errorf("X-Request-Id = %v, want [trace-abc-123]", got)
 	}
@@ -98,7 +98,7 @@ func TestTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	client := fulfillmentv1.NewFulfillmentServiceClient(conn)
 	if _, err := client.CreateOrder(withToken(tokCheckout), orderRequest("org_a", "tls-1")); err != nil {
 		t.Fatalf("CreateOrder over TLS: %v", err)
@@ -115,12 +115,12 @@ func TestTLS(t *testing.T) {
 	}
 	var body struct{ Orders []any }
 	_ = json.NewDecoder(resp.Body).Decode(&body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != 200 || len(body.Orders) != 1 {
 		t.Errorf("GET over TLS = %d, %d orders", resp.StatusCode, len(body.Orders))
 	}
 	if resp, err := http.Get(ts.httpURL + "/healthz"); err == nil {
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode == 200 {
 			t.Error("plain HTTP served on a TLS listener")
 		}

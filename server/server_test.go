@@ -96,7 +96,7 @@ func startServer(t *testing.T, mutate func(*config.Config)) *testServer {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { conn.Close() })
+		t.Cleanup(func() { _ = conn.Close() })
 		ts.conn = conn
 		ts.client = fulfillmentv1.NewFulfillmentServiceClient(conn)
 	}
@@ -132,7 +132,7 @@ func (ts *testServer) do(t *testing.T, method, path, token string, body any) (co
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, _ := io.ReadAll(resp.Body)
 	var out map[string]any
 	if len(raw) > 0 {

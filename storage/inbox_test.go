@@ -518,7 +518,7 @@ func TestMigration004PaidRefs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
+	defer func() { _ = conn.Close(ctx) }()
 	m, err := migrate.NewMigrator(ctx, conn, "schema_version")
 	if err != nil {
 		t.Fatal(err)

@@ -107,7 +107,7 @@ func startService(bin, dir, dbURL string, maxConns int, pprof bool) (*service, e
 	if err != nil {
 		return nil, err
 	}
-	defer logFile.Close() // the child has its own copy
+	defer func() { _ = logFile.Close() }() // the child has its own copy
 	env := daemon.ChildEnv("DATABASE_URL="+dbURL, envToken+"="+benchToken, envSecret+"="+benchSecret)
 	if s.proc, err = daemon.Start(bin, []string{"serve", "--config", cfgPath}, env, logFile); err != nil {
 		return nil, err
@@ -139,7 +139,7 @@ func (s *service) cpuProfile(ctx context.Context, d time.Duration, path string) 
 	if err != nil {
 		return "", err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("GET /debug/pprof/profile: %s", resp.Status)
 	}
@@ -148,7 +148,7 @@ func (s *service) cpuProfile(ctx context.Context, d time.Duration, path string) 
 		return "", err
 	}
 	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
+		_ = f.Close() // the copy error is the one to report
 		return "", err
 	}
 	if err := f.Close(); err != nil {

@@ -17,7 +17,7 @@ func main() {
 	err := newRootCmd().ExecuteContext(ctx)
 	stop() // not deferred: os.Exit below would skip it
 	if err != nil {
-		_, _ = fmt.Fprintln(os.Stderr, "fulfillctl:", err)
+		fmt.Fprintln(os.Stderr, "fulfillctl:", err)
 		os.Exit(1)
 	}
 }

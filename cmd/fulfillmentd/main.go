@@ -26,7 +26,7 @@ func main() {
 	err := newRootCmd().ExecuteContext(ctx)
 	stop() // not deferred: os.Exit below would skip it
 	if err != nil {
-		_, _ = fmt.Fprintln(os.Stderr, "fulfillmentd:", err)
+		fmt.Fprintln(os.Stderr, "fulfillmentd:", err)
 		os.Exit(1)
 	}
 }
@@ -85,7 +85,7 @@ func newRootCmd() *cobra.Command {
 			if err := storage.Migrate(cmd.Context(), cfg.Database.URL); err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), "migrations applied")
+			_, _ = fmt.Fprintln(cmd.OutOrStdout(), "migrations applied")
 			return nil
 		},
 	}

@@ -89,7 +89,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	defer api.Close()
+	defer func() { _ = api.Close() }()
 
 	orders := o.events
 	if o.mode == "open" && o.duration > 0 {

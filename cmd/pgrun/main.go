@@ -51,7 +51,7 @@ func main() {
 func run(ctx context.Context) error {
 	flags := flag.NewFlagSet("pgrun", flag.ContinueOnError)
 	flags.Usage = func() {
-		fmt.Fprintln(flags.Output(), "usage: pgrun [--dir DIR] [--durable] [--keep] -- COMMAND ARGS...")
+		_, _ = fmt.Fprintln(flags.Output(), "usage: pgrun [--dir DIR] [--durable] [--keep] -- COMMAND ARGS...")
 		flags.PrintDefaults()
 	}
 	dir := flags.String("dir", "", "cluster folder, kept between runs (default: a new temporary folder)")

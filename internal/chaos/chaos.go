@@ -460,7 +460,7 @@ func (r *runner) cleanup(failed bool) {
 		r.svc.watchers.Wait()
 	}
 	if r.conn != nil {
-		r.conn.Close()
+		_ = r.conn.Close()
 	}
 	if r.snd != nil {
 		r.snd.client.CloseIdleConnections()
@@ -516,7 +516,7 @@ func (*runner) authed(ctx context.Context, token string) context.Context {
 func (r *runner) logf(format string, args ...any) {
 	r.logMu.Lock()
 	defer r.logMu.Unlock()
-	fmt.Fprintf(r.o.Log, "chaos [%6.1fs] %s\n", time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
+	_, _ = fmt.Fprintf(r.o.Log, "chaos [%6.1fs] %s\n", time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
 }
 
 // prefixWriter turns pgcluster's progress lines into run log lines.

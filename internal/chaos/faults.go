@@ -232,7 +232,7 @@ func (r *runner) apiProbe(ctx context.Context) (int, time.Duration) {
 		return 0, took
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	return resp.StatusCode, took
 }
 
@@ -263,6 +263,6 @@ func (r *runner) probe(ctx context.Context, ev *eventPlan) (int, time.Duration) 
 		return 0, took
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	return resp.StatusCode, took
 }

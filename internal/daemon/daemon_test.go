@@ -33,7 +33,7 @@ func TestFreeAddrs(t *testing.T) {
 				if err != nil {
 					t.Fatalf("listening on %s: %v", a, err)
 				}
-				l.Close()
+				_ = l.Close()
 			}
 		})
 	}

@@ -178,7 +178,7 @@ func readyOnce(ctx context.Context, client *http.Client, httpAddr, ingestAddr st
 		return err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET /readyz: %d", resp.StatusCode)
 	}

@@ -146,6 +146,6 @@ func (r *REST) GetOrder(ctx context.Context, id string) (int, error) {
 		return 0, err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	return resp.StatusCode, nil
 }

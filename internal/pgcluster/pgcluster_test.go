@@ -22,7 +22,7 @@ func testDir(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func execSQL(t *testing.T, ctx context.Context, c *Cluster, db, sql string) erro
 	if err != nil {
 		return err
 	}
-	defer cn.Close(ctx)
+	defer func() { _ = cn.Close(ctx) }()
 	_, err = cn.Exec(ctx, sql)
 	return err
 }
@@ -79,7 +79,7 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dialing server: %v", err)
 	}
-	nc.Close()
+	_ = nc.Close()
 	if err := execSQL(t, ctx, c, "fulfillment", "CREATE TABLE marker (id int)"); err != nil {
 		t.Fatalf("using database fulfillment: %v", err)
 	}
@@ -150,14 +150,14 @@ func TestStartPortInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	port := ln.Addr().(*net.TCPAddr).Port
 	c, err := Start(context.Background(), Options{Dir: testDir(t), Port: port})
 	if errors.Is(err, ErrNoBinaries) {
 		t.Skip(err)
 	}
 	if err == nil {
-		c.Stop()
+		_ = c.Stop() // the test fails below anyway
 		t.Fatal("Start succeeded on a port in use")
 	}
 	if !strings.Contains(err.Error(), "already in use") {
