@@ -1,7 +1,7 @@
 # Fulfillment service. `make help` lists the targets.
 #
-# Tools (buf and the protoc plugins) are pinned in tools/go.mod and installed
-# into .cache/bin; PostgreSQL comes from DATABASE_URL or from a throwaway
+# Tools (buf, the protoc plugins and golangci-lint) are pinned in tools/go.mod
+# and installed into .cache/bin; PostgreSQL comes from DATABASE_URL or from a throwaway
 # cluster started by cmd/pgrun from the machine's server binaries.
 
 SHELL      := /bin/bash
@@ -62,7 +62,7 @@ $(TOOLS): tools/go.mod tools/go.sum
 	@touch $@
 
 .PHONY: tools
-tools: $(TOOLS) ## Install the pinned buf and protoc plugins into .cache/bin.
+tools: $(TOOLS) ## Install the pinned buf, protoc plugins and golangci-lint into .cache/bin.
 
 .PHONY: generate
 generate: $(TOOLS) ## Regenerate gen/ and the OpenAPI document from proto/.
@@ -75,11 +75,25 @@ check-generate: generate ## Fail when generated code is not what proto/ produces
 		git status --porcelain -- gen server/apidocs; exit 1; fi
 
 .PHONY: lint
-lint: $(TOOLS) ## go vet, gofmt, buf lint and buf format.
+lint: $(TOOLS) ## go vet, gofmt, golangci-lint (.golangci.yml), buf lint and buf format.
 	go vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '^gen/'); echo "gofmt needed"; exit 1; }
+	golangci-lint run ./...
 	buf lint
 	buf format -d --exit-code
+
+# What `make breaking` compares proto/ with: the local main branch, else
+# origin/main (a clone of a feature branch has no local main).
+BREAKING_AGAINST ?= $(shell git show-ref --verify --quiet refs/heads/main && echo branch=main || echo ref=origin/main)
+
+# make breaking: run it on a feature branch before merging. It compares the
+# API in proto/ in the work tree with proto/ on main and fails on a change
+# that breaks generated code or the wire format for existing clients (buf.yaml:
+# breaking.use). On main itself it compares main with main and always passes,
+# which is why CI (which runs on main) does not run it.
+.PHONY: breaking
+breaking: $(TOOLS) ## Fail when proto/ breaks compatibility with main (run on a feature branch before merging).
+	buf breaking --against '.git#$(BREAKING_AGAINST)'
 
 .PHONY: clean
 clean: ## Remove build outputs and the dev database (.data/).

@@ -42,7 +42,7 @@ func largestOrder(merchantOrderID string) map[string]any {
 }
 
 // rest sends a REST request with token and decodes the JSON answer.
-func (s *stack) rest(t *testing.T, method, path, token string, body any) (int, map[string]any) {
+func (s *stack) rest(t *testing.T, method, path, token string, body any) (code int, answer map[string]any) {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -61,7 +61,7 @@ func (s *stack) rest(t *testing.T, method, path, token string, body any) (int, m
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var out map[string]any
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		t.Fatalf("%s %s: status %d, body not JSON: %v", method, path, resp.StatusCode, err)
@@ -153,7 +153,7 @@ func TestOrderViews(t *testing.T) {
 			}
 		}
 	}
-	if created := again["created"]; created != false {
+	if created, ok := again["created"].(bool); !ok || created {
 		t.Errorf("repeated create: created = %v", created)
 	}
 	h := get["order"].(map[string]any)["history"].(map[string]any)

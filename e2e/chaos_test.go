@@ -26,7 +26,7 @@ import (
 // (its seed is logged). It starts its own PostgreSQL and ignores
 // DATABASE_URL. Not parallel: its timing assertions want the CPU this
 // package's other tests would take.
-func TestChaosShort(t *testing.T) {
+func TestChaosShort(t *testing.T) { //nolint:paralleltest // see above: alone on the CPU
 	if testing.Short() {
 		t.Skip("the chaos run takes about a minute")
 	}

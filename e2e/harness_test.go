@@ -102,7 +102,7 @@ func startReplica(t *testing.T, dbURL string) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
+	t.Cleanup(func() { _ = conn.Close() })
 	db, err := pgxpool.New(context.Background(), dbURL)
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +180,7 @@ func (s *stack) sendRaw(t *testing.T, endpoint, secret string, body []byte, even
 	if err != nil {
 		t.Fatalf("sending webhook: %v", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode
 }

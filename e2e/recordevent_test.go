@@ -126,7 +126,7 @@ func TestRecorderMapsCodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	ev := fulfillment.ProviderEvent{
 		Provider: fulfillment.ProviderYolfi, EndpointID: liveEP, OrgID: orgA, Environment: fulfillment.EnvLive,
 		EventID: yolfi.NewID("evt_"), Type: yolfi.TypeInvoiceCreated, Kind: fulfillment.EventAttemptCreated,

@@ -27,9 +27,9 @@ func TestScenario1DuplicateEvent(t *testing.T) {
 	s.settle(t)
 	s.sendOK(t, ev) // after processing, too
 
-	codes := make([]int, 10)
-	race(10, func(i int) { codes[i] = s.send(t, liveEP, liveSecret, ev) })
-	for i, c := range codes {
+	answers := make([]int, 10)
+	race(10, func(i int) { answers[i] = s.send(t, liveEP, liveSecret, ev) })
+	for i, c := range answers {
 		if c != http.StatusOK {
 			t.Errorf("concurrent redelivery %d answered %d, want 200", i, c)
 		}
@@ -52,9 +52,9 @@ func TestFiftyConcurrentDeliveries(t *testing.T) {
 	s := startStack(t)
 	order := s.createOrder(t, "live", "c50")
 	ev := event(yolfi.TypePaymentConfirmed, "c50", "inv_c50")
-	codes := make([]int, 50)
-	race(50, func(i int) { codes[i] = s.send(t, liveEP, liveSecret, ev) })
-	for i, c := range codes {
+	answers := make([]int, 50)
+	race(50, func(i int) { answers[i] = s.send(t, liveEP, liveSecret, ev) })
+	for i, c := range answers {
 		if c != http.StatusOK {
 			t.Fatalf("delivery %d answered %d, want 200", i, c)
 		}
@@ -151,7 +151,7 @@ func TestScenario4Rejections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("unsigned: %d, want 401", resp.StatusCode)
 	}
@@ -165,7 +165,7 @@ func TestScenario4Rejections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("tampered body: %d, want 401", resp.StatusCode)
 	}

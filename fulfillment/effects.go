@@ -113,10 +113,11 @@ func ItemKey(kind ReconKind, s ItemSubject) string {
 		return "order|" + s.OrderID
 	case ReconRefundAfterFulfill:
 		return fmt.Sprintf("event|%s|%s|%s|%s", s.Provider, s.OrgID, s.Environment, s.EventID)
+	default:
+		key := fmt.Sprintf("%s|%s|%s|%s|%s|%s", s.Provider, s.OrgID, s.Environment, s.OrderID, s.AttemptRef, s.PaymentID)
+		if s.AttemptRef == "" && s.PaymentID == "" {
+			key += "|" + s.EventID
+		}
+		return key
 	}
-	key := fmt.Sprintf("%s|%s|%s|%s|%s|%s", s.Provider, s.OrgID, s.Environment, s.OrderID, s.AttemptRef, s.PaymentID)
-	if s.AttemptRef == "" && s.PaymentID == "" {
-		key += "|" + s.EventID
-	}
-	return key
 }

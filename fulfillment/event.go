@@ -118,8 +118,8 @@ type PaymentInfo struct {
 func (ev ProviderEvent) Validate() error {
 	var vs violations
 	text := func(field, v string, r TextRule, required bool) {
-		switch {
-		case v == "":
+		switch v {
+		case "":
 			if required {
 				vs.add(field, "is required")
 			}
@@ -180,6 +180,8 @@ func (ev ProviderEvent) Validate() error {
 		if !p.Amount.Known() {
 			vs.add("payment.amount", "is required for a partial refund: how much was returned")
 		}
+	default:
+		// The other kinds need only the checks above.
 	}
 	if len(ev.Refs) > MaxRefs {
 		vs.add("refs", "at most %d provider references", MaxRefs)
@@ -206,9 +208,10 @@ func (p PaymentInfo) Attempt() string {
 	return ""
 }
 
-// Occurrence times a provider may claim. Its clock may be off by a little;
-// an event dated before EarliestOccurrence, or more than MaxFutureSkew after
-// it was received, is not believed.
+// EarliestOccurrence bounds, with MaxFutureSkew, the occurrence times a
+// provider may claim. Its clock may be off by a little; an event dated
+// before EarliestOccurrence, or more than MaxFutureSkew after it was
+// received, is not believed.
 var EarliestOccurrence = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // MaxFutureSkew is how far ahead of its receipt an event may be dated.

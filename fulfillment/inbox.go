@@ -30,8 +30,9 @@ func InboxStateFor(d Decision) InboxState {
 		return InboxIgnored
 	case DecisionUnmatched:
 		return InboxUnmatched
+	default:
+		return InboxProcessed
 	}
-	return InboxProcessed
 }
 
 // InboxReceipt is the answer to storing a provider event.

@@ -97,11 +97,12 @@ func validateLines(vs *violations, drafts []LineDraft) []Line {
 		if l.Quantity <= 0 || l.Quantity > MaxQuantity {
 			vs.add(f("quantity"), "must be between 1 and %d", MaxQuantity)
 		}
-		if !currencyPattern.MatchString(l.Currency) {
+		switch {
+		case !currencyPattern.MatchString(l.Currency):
 			vs.add(f("unit_price.currency"), "must be a three-letter ISO 4217 code in capitals, e.g. USD")
-		} else if currency == "" {
+		case currency == "":
 			currency = l.Currency
-		} else if l.Currency != currency {
+		case l.Currency != currency:
 			vs.add(f("unit_price.currency"), "must equal the first line's currency %s: an order is paid in one currency", currency)
 		}
 		if l.MinorUnits <= 0 {
@@ -205,12 +206,12 @@ func checkText(vs *violations, field, v string, required bool) {
 	}
 }
 
-func checkSymbol(vs *violations, field, v string, max int) {
+func checkSymbol(vs *violations, field, v string, maxLen int) {
 	switch {
 	case v == "":
 		vs.add(field, "is required")
-	case len(v) > max:
-		vs.add(field, "must be at most %d characters", max)
+	case len(v) > maxLen:
+		vs.add(field, "must be at most %d characters", maxLen)
 	case !symbolPattern.MatchString(v):
 		vs.add(field, "may contain only letters, digits and _ . -")
 	}

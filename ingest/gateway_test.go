@@ -117,7 +117,7 @@ func TestGatewayRejectsBeforeRecording(t *testing.T) {
 		}, 400},
 		{"GET", func() *httptest.ResponseRecorder {
 			w := httptest.NewRecorder()
-			h.ServeHTTP(w, httptest.NewRequest("GET", "/webhooks/ep", nil))
+			h.ServeHTTP(w, httptest.NewRequest("GET", "/webhooks/ep", http.NoBody))
 			return w
 		}, 405},
 		{"unknown endpoint", func() *httptest.ResponseRecorder {

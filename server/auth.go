@@ -131,7 +131,7 @@ func (a *Authenticator) UnaryInterceptor(ctx context.Context, req any, info *grp
 
 // StreamInterceptor refuses streaming calls to non-public services: the API
 // has none, and reflection/health stay open.
-func (a *Authenticator) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+func (*Authenticator) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	for _, prefix := range publicServices {
 		if strings.HasPrefix(info.FullMethod, prefix) {
 			return handler(srv, ss)

@@ -164,7 +164,7 @@ func refuseUnread(w http.ResponseWriter, httpStatus int, err error) {
 		return // HTTP/2: the stream is reset; the connection serves others
 	}
 	go func() {
-		defer conn.Close()
+		defer func() { _ = conn.Close() }()
 		if cw, ok := conn.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		}

@@ -48,7 +48,8 @@ func validRequestID(id string) bool {
 		return false
 	}
 	for _, r := range id {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+		allowed := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.'
+		if !allowed {
 			return false
 		}
 	}
@@ -67,12 +68,14 @@ func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 		ctx = withLogAttrs(ctx, slog.String("request_id", id))
 		resp, err := handler(ctx, req)
 		code := status.Code(err)
-		level := slog.LevelInfo
+		var level slog.Level
 		switch code {
 		case codes.Internal, codes.Unknown, codes.DataLoss:
 			level = slog.LevelError
 		case codes.Unavailable:
 			level = slog.LevelWarn
+		default:
+			level = slog.LevelInfo
 		}
 		attrs := []slog.Attr{
 			slog.String("method", info.FullMethod),

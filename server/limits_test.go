@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -28,7 +29,7 @@ func rawRequest(t *testing.T, addr, head string, body []byte) net.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
+	t.Cleanup(func() { _ = conn.Close() })
 	if _, err := io.WriteString(conn, head+"\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func answer(t *testing.T, conn net.Conn, wait time.Duration) (*http.Response, er
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err == nil {
 		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 	}
 	return resp, err
 }
@@ -86,7 +87,7 @@ func TestRESTRefusesBeforeReadingTheBody(t *testing.T) {
 			}
 			// And the server closes its end.
 			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-			if _, err := conn.Read(make([]byte, 1)); err != io.EOF {
+			if _, err := conn.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 				t.Errorf("after the answer: %v, want EOF", err)
 			}
 		})
@@ -161,7 +162,7 @@ func TestGRPCClosesIdleConnections(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer conn.Close()
+			defer func() { _ = conn.Close() }()
 			if _, err := conn.Write(tc.hello); err != nil {
 				t.Fatal(err)
 			}

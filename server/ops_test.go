@@ -42,7 +42,7 @@ func TestHealthReadyOpenAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var doc struct {
 		Paths map[string]any `json:"paths"`
 	}
@@ -56,14 +56,14 @@ func TestHealthReadyOpenAPI(t *testing.T) {
 	}
 
 	// Request ids: the caller's is echoed, otherwise one is made.
-	req, _ := http.NewRequest("GET", ts.httpURL+"/v1/orders", nil)
+	req, _ := http.NewRequest("GET", ts.httpURL+"/v1/orders", http.NoBody)
 	req.Header.Set("X-Request-Id", "trace-abc-123")
 	req.Header.Set("Authorization", "Bearer "+tokOps)
 	r2, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2.Body.Close()
+	_ = r2.Body.Close()
 	if got := r2.Header.Values("X-Request-Id"); len(got) != 1 || got[0] != "trace-abc-123" {
 		t.Errorf("X-Request-Id = %v, want [trace-abc-123]", got)
 	}
@@ -98,7 +98,7 @@ func TestTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	client := fulfillmentv1.NewFulfillmentServiceClient(conn)
 	if _, err := client.CreateOrder(withToken(tokCheckout), orderRequest("org_a", "tls-1")); err != nil {
 		t.Fatalf("CreateOrder over TLS: %v", err)
@@ -107,7 +107,7 @@ func TestTLS(t *testing.T) {
 	// REST over TLS, and plain HTTP is refused.
 	httpsURL := "https://" + strings.TrimPrefix(ts.httpURL, "http://")
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}}
-	req, _ := http.NewRequest("GET", httpsURL+"/v1/orders?org_id=org_a", nil)
+	req, _ := http.NewRequest("GET", httpsURL+"/v1/orders?org_id=org_a", http.NoBody)
 	req.Header.Set("Authorization", "Bearer "+tokCheckout)
 	resp, err := hc.Do(req)
 	if err != nil {
@@ -115,12 +115,12 @@ func TestTLS(t *testing.T) {
 	}
 	var body struct{ Orders []any }
 	_ = json.NewDecoder(resp.Body).Decode(&body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != 200 || len(body.Orders) != 1 {
 		t.Errorf("GET over TLS = %d, %d orders", resp.StatusCode, len(body.Orders))
 	}
 	if resp, err := http.Get(ts.httpURL + "/healthz"); err == nil {
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode == 200 {
 			t.Error("plain HTTP served on a TLS listener")
 		}

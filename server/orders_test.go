@@ -75,7 +75,7 @@ func TestCreateGetListREST(t *testing.T) {
 	}
 	order := body["order"].(map[string]any)
 	id := order["id"].(string)
-	if order["state"] != "pending_payment" || order["merchant_order_id"] != "web-1" || body["created"] != true {
+	if created, _ := body["created"].(bool); order["state"] != "pending_payment" || order["merchant_order_id"] != "web-1" || !created {
 		t.Errorf("created order = %v", body)
 	}
 
@@ -147,11 +147,11 @@ func TestCreateConcurrentREST(t *testing.T) {
 	ts := startServer(t, nil)
 	const callers = 20
 	var (
-		wg    sync.WaitGroup
-		start = make(chan struct{})
-		ids   = make([]string, callers)
-		codes = make([]int, callers)
-		news  = make([]bool, callers)
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		ids     = make([]string, callers)
+		answers = make([]int, callers)
+		news    = make([]bool, callers)
 	)
 	for i := range callers {
 		wg.Add(1)
@@ -159,10 +159,10 @@ func TestCreateConcurrentREST(t *testing.T) {
 			defer wg.Done()
 			<-start
 			code, body := ts.do(t, "POST", "/v1/orders", tokCheckout, orderBody("org_a", "race-1"))
-			codes[i] = code
+			answers[i] = code
 			if code == http.StatusOK {
 				ids[i] = body["order"].(map[string]any)["id"].(string)
-				news[i] = body["created"] == true
+				news[i], _ = body["created"].(bool)
 			}
 		}()
 	}
@@ -170,8 +170,8 @@ func TestCreateConcurrentREST(t *testing.T) {
 	wg.Wait()
 	created := 0
 	for i := range callers {
-		if codes[i] != http.StatusOK || ids[i] != ids[0] {
-			t.Errorf("caller %d: %d, order %q (caller 0: %q)", i, codes[i], ids[i], ids[0])
+		if answers[i] != http.StatusOK || ids[i] != ids[0] {
+			t.Errorf("caller %d: %d, order %q (caller 0: %q)", i, answers[i], ids[i], ids[0])
 		}
 		if news[i] {
 			created++
@@ -213,6 +213,7 @@ func TestValidationErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			req := orderRequest("org_a", "bad-"+tc.field)
 			tc.mutate(req)
 			_, err := ts.client.CreateOrder(ctx, req)
@@ -297,7 +298,9 @@ func TestAuth(t *testing.T) {
 		{"reader reads own org", "GET", "/v1/orders/" + aID, tokReader, nil, 200},
 		{"admin reads any org", "GET", "/v1/orders/" + bID, tokOps, nil, 200},
 	}
-	for _, tc := range cases {
+	// Not parallel: the checks after the loop count what these requests
+	// stored, and parallel subtests would only run after them.
+	for _, tc := range cases { //nolint:paralleltest // see above
 		t.Run(tc.name, func(t *testing.T) {
 			code, body := ts.do(t, tc.method, tc.path, tc.token, tc.body)
 			if code != tc.want {

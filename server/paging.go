@@ -78,8 +78,8 @@ const listChunk = 100
 // after the position before ("" for the start); the next page token
 // continues after the last row rendered.
 func fillPage[T any, P proto.Message](p pager, fetch func(before string, limit int) ([]T, error),
-	render func(T) P, cursor func(T) string) ([]P, string, error) {
-	page := make([]P, 0, min(p.limit, listChunk))
+	render func(T) P, cursor func(T) string) (page []P, nextToken string, err error) {
+	page = make([]P, 0, min(p.limit, listChunk))
 	size, before, last := 0, p.before, ""
 	for {
 		want := min(p.limit-len(page), listChunk)

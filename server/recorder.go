@@ -55,8 +55,9 @@ func (r *EventRecorder) RecordEvent(ctx context.Context, ev fulfillment.Provider
 			return fulfillment.InboxReceipt{}, ve
 		case codes.Unavailable, codes.DeadlineExceeded:
 			return fulfillment.InboxReceipt{}, fmt.Errorf("%w: recording event: %s: %s", fulfillment.ErrUnavailable, st.Code(), st.Message())
+		default:
+			return fulfillment.InboxReceipt{}, fmt.Errorf("recording event: %s: %s", st.Code(), st.Message())
 		}
-		return fulfillment.InboxReceipt{}, fmt.Errorf("recording event: %s: %s", st.Code(), st.Message())
 	}
 	return fulfillment.InboxReceipt{Duplicate: resp.GetDuplicate(), State: fulfillment.InboxState(resp.GetState())}, nil
 }

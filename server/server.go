@@ -106,7 +106,7 @@ func (s *Server) Listen() error {
 		return fmt.Errorf("listening for gRPC on %s: %w", s.cfg.Listen.GRPC, err)
 	}
 	if s.httpLis, err = net.Listen("tcp", s.cfg.Listen.HTTP); err != nil {
-		s.grpcLis.Close()
+		_ = s.grpcLis.Close() // the listen error is the one to report
 		return fmt.Errorf("listening for HTTP on %s: %w", s.cfg.Listen.HTTP, err)
 	}
 	return nil
@@ -136,7 +136,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 
 	grpcSrv, inproc := s.grpcSrv, s.inproc
-	defer s.local.Close()
+	defer func() { _ = s.local.Close() }()
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(grpcSrv, healthSrv)
 	handler, err := s.newHTTPHandler(ctx)

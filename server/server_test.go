@@ -96,7 +96,7 @@ func startServer(t *testing.T, mutate func(*config.Config)) *testServer {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { conn.Close() })
+		t.Cleanup(func() { _ = conn.Close() })
 		ts.conn = conn
 		ts.client = fulfillmentv1.NewFulfillmentServiceClient(conn)
 	}
@@ -111,7 +111,7 @@ func withToken(token string) context.Context {
 }
 
 // do sends a REST request and decodes the JSON answer into a map.
-func (ts *testServer) do(t *testing.T, method, path, token string, body any) (int, map[string]any) {
+func (ts *testServer) do(t *testing.T, method, path, token string, body any) (code int, answer map[string]any) {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -132,7 +132,7 @@ func (ts *testServer) do(t *testing.T, method, path, token string, body any) (in
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, _ := io.ReadAll(resp.Body)
 	var out map[string]any
 	if len(raw) > 0 {

@@ -43,7 +43,7 @@ func TestGatewayErrorNever429(t *testing.T) {
 	s := &Server{log: slog.New(slog.DiscardHandler)}
 	w := httptest.NewRecorder()
 	err := status.Error(codes.ResourceExhausted, "grpc: received message larger than max (5000000 vs. 4194304)")
-	s.gatewayError(context.Background(), runtime.NewServeMux(), restMarshaler, w, httptest.NewRequest("GET", "/v1/orders", nil), err)
+	s.gatewayError(context.Background(), runtime.NewServeMux(), restMarshaler, w, httptest.NewRequest("GET", "/v1/orders", http.NoBody), err)
 	body, _ := io.ReadAll(w.Result().Body)
 	if w.Code != http.StatusInternalServerError || strings.Contains(string(body), "larger than max") {
 		t.Errorf("status %d %s, want 500 without the transport's message", w.Code, body)

@@ -335,7 +335,7 @@ func TestInboxProcessBatchOfOneOrder(t *testing.T) {
 	for _, id := range ids {
 		got = append(got, string(outs[id].Decision))
 	}
-	if want := "attempt_recorded,fulfilled,duplicate_payment,already_applied"; fmt.Sprint(strings.Join(got, ",")) != want {
+	if want := "attempt_recorded,fulfilled,duplicate_payment,already_applied"; strings.Join(got, ",") != want {
 		t.Errorf("decisions = %v, want %s", got, want)
 	}
 	if n := count(t, conn, "SELECT count(*) FROM entitlements"); n != 2 {
@@ -518,7 +518,7 @@ func TestMigration004PaidRefs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
+	defer func() { _ = conn.Close(ctx) }()
 	m, err := migrate.NewMigrator(ctx, conn, "schema_version")
 	if err != nil {
 		t.Fatal(err)

@@ -36,7 +36,7 @@ func TestInterpret(t *testing.T) {
 	for _, tc := range cases {
 		got := interpret(tc.err)
 		if tc.want == nil {
-			if got != tc.err {
+			if got != tc.err { //nolint:errorlint // the very same error, not one wrapping it
 				t.Errorf("%s: interpret changed the error to %v", tc.name, got)
 			}
 			continue

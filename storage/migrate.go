@@ -34,7 +34,7 @@ func Migrate(ctx context.Context, url string) error {
 	if err != nil {
 		return fmt.Errorf("connecting to migrate: %w", interpret(err))
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	m, err := newMigrator(ctx, conn)
 	if err != nil {
 		return err

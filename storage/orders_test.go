@@ -31,7 +31,7 @@ func newStore(t *testing.T) (*storage.Store, *pgx.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return s, conn
 }
 

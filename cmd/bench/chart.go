@@ -89,7 +89,7 @@ func writeChart(path string, r *Report) error {
 		return err
 	}
 	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
+		_ = f.Close() // the write error is the one to report
 		return err
 	}
 	return f.Close()
@@ -173,12 +173,12 @@ var ranges = map[*plot.Plot][2]float64{}
 // ticks125 marks 1, 2, 5, 10, 20, 50, … on a log axis.
 type ticks125 struct{}
 
-func (ticks125) Ticks(min, max float64) []plot.Tick {
+func (ticks125) Ticks(lo, hi float64) []plot.Tick {
 	var ts []plot.Tick
-	for e := math.Floor(math.Log10(min)) - 1; e <= math.Ceil(math.Log10(max)); e++ {
+	for e := math.Floor(math.Log10(lo)) - 1; e <= math.Ceil(math.Log10(hi)); e++ {
 		for _, m := range []float64{1, 2, 5} {
 			v := m * math.Pow(10, e)
-			if v < min || v > max {
+			if v < lo || v > hi {
 				continue
 			}
 			ts = append(ts, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', -1, 64)})

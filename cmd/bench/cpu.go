@@ -103,7 +103,7 @@ func machineBusy() float64 {
 
 // statFields returns the fields of /proc/PID/stat after the command name.
 func statFields(pid int) []string {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return nil
 	}

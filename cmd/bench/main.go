@@ -136,9 +136,10 @@ func main() {
 	}
 }
 
+// fatal ends the command with err.
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "bench:", err)
-	os.Exit(1)
+	os.Exit(1) //nolint:revive // deep-exit: a command's own exit helper, called only from main's flow
 }
 
 func parseInts(s string) ([]int, error) {
@@ -327,7 +328,7 @@ func (b *bench) startCluster(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	var version string
 	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&version); err != nil {
 		return err
@@ -362,7 +363,7 @@ func (b *bench) startCluster(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer nn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = nn.Close(context.WithoutCancel(ctx)) }()
 	var triggers []string
 	if err := nn.QueryRow(ctx, `SELECT coalesce(array_agg(tgname::text), '{}') FROM pg_trigger
 		WHERE tgrelid = 'inbox_events'::regclass AND NOT tgisinternal`).Scan(&triggers); err != nil {

@@ -393,9 +393,9 @@ func (r *Report) Text() string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	for _, row := range append([]Row{header}, r.Table...) {
-		fmt.Fprintln(tw, strings.Join(row.cells(), "\t"))
+		_, _ = fmt.Fprintln(tw, strings.Join(row.cells(), "\t"))
 	}
-	tw.Flush()
+	_ = tw.Flush() // into a bytes.Buffer: cannot fail
 	b.WriteString("\nGoals:\n")
 	for _, g := range r.Goals {
 		fmt.Fprintf(&b, "  [%s] %s: %s (%s)\n", metWord(g.Met), g.Goal, g.Value, g.Margin)

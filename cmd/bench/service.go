@@ -88,7 +88,7 @@ func startService(bin, dir, dbURL string, maxConns int, pprof bool) (*service, e
 	if err != nil {
 		return nil, err
 	}
-	defer logFile.Close() // the child has its own copy
+	defer func() { _ = logFile.Close() }() // the child has its own copy
 	env := daemon.ChildEnv("DATABASE_URL="+dbURL, envToken+"="+benchToken, envSecret+"="+benchSecret)
 	if s.proc, err = daemon.Start(bin, []string{"serve", "--config", cfgPath}, env, logFile); err != nil {
 		return nil, err
@@ -112,7 +112,7 @@ func (s *service) stop() { _, _ = s.proc.Stop(15 * time.Second) }
 func (s *service) cpuProfile(ctx context.Context, d time.Duration, path string) (string, error) {
 	secs := int(d.Round(time.Second) / time.Second)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
-		fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.debugAddr, max(secs, 1)), nil)
+		fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.debugAddr, max(secs, 1)), http.NoBody)
 	if err != nil {
 		return "", err
 	}
@@ -120,7 +120,7 @@ func (s *service) cpuProfile(ctx context.Context, d time.Duration, path string) 
 	if err != nil {
 		return "", err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("GET /debug/pprof/profile: %s", resp.Status)
 	}
@@ -129,7 +129,7 @@ func (s *service) cpuProfile(ctx context.Context, d time.Duration, path string) 
 		return "", err
 	}
 	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
+		_ = f.Close() // the copy error is the one to report
 		return "", err
 	}
 	if err := f.Close(); err != nil {
@@ -137,7 +137,7 @@ func (s *service) cpuProfile(ctx context.Context, d time.Duration, path string) 
 	}
 	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=25", path).CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("go tool pprof: %v\n%s", err, out)
+		return "", fmt.Errorf("go tool pprof: %w\n%s", err, out)
 	}
 	return string(out), nil
 }

@@ -36,12 +36,12 @@ var errViolations = errors.New("violations found")
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop() // not deferred: os.Exit below would skip it
+	if err != nil {
 		if !errors.Is(err, errViolations) {
 			fmt.Fprintln(os.Stderr, "chaos:", err)
 		}
-		stop()
 		os.Exit(1)
 	}
 }
@@ -80,9 +80,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
+		defer func() { _ = os.RemoveAll(dir) }() // a temporary folder: best effort
 		o.Binary = filepath.Join(dir, "fulfillmentd")
-		fmt.Fprintf(o.Log, "chaos: building fulfillmentd into %s\n", o.Binary)
+		_, _ = fmt.Fprintf(o.Log, "chaos: building fulfillmentd into %s\n", o.Binary)
 		root, err := daemon.ModuleRoot()
 		if err != nil {
 			return fmt.Errorf("building fulfillmentd: run chaos inside the module, or pass --binary: %w", err)
@@ -96,7 +96,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if _, werr := rep.WriteTo(stdout); werr != nil {
 		return werr
 	}
-	fmt.Fprintln(stdout, rep.Summary())
+	_, _ = fmt.Fprintln(stdout, rep.Summary())
 	switch {
 	case err != nil:
 		return err

@@ -56,5 +56,5 @@ func (c *conn) client(ctx context.Context) (fulfillmentv1.FulfillmentServiceClie
 		return nil, nil, nil, fmt.Errorf("connecting to %s: %w", c.addr, err)
 	}
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
-	return fulfillmentv1.NewFulfillmentServiceClient(cc), ctx, func() { cc.Close() }, nil
+	return fulfillmentv1.NewFulfillmentServiceClient(cc), ctx, func() { _ = cc.Close() }, nil
 }

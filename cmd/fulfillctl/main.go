@@ -14,8 +14,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := newRootCmd().ExecuteContext(ctx); err != nil {
+	err := newRootCmd().ExecuteContext(ctx)
+	stop() // not deferred: os.Exit below would skip it
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "fulfillctl:", err)
 		os.Exit(1)
 	}

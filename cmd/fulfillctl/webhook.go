@@ -111,15 +111,15 @@ func (s *webhookSend) run(cmd *cobra.Command) error {
 
 	out := cmd.OutOrStdout()
 	if s.print {
-		fmt.Fprintln(out, string(body))
-		fmt.Fprintf(out, "%s: %s\n", yolfi.SignatureHeader, yolfi.Sign(secret, body))
+		_, _ = fmt.Fprintln(out, string(body))
+		_, _ = fmt.Fprintf(out, "%s: %s\n", yolfi.SignatureHeader, yolfi.Sign(secret, body))
 		if p.ID != "" {
-			fmt.Fprintf(out, "%s: %s\n", yolfi.EventIDHeader, p.ID)
+			_, _ = fmt.Fprintf(out, "%s: %s\n", yolfi.EventIDHeader, p.ID)
 		}
 		return nil
 	}
 
-	fmt.Fprintf(cmd.ErrOrStderr(), "sending %s %s to %s\n", p.Type, p.ID, s.url)
+	_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "sending %s %s to %s\n", p.Type, p.ID, s.url)
 	client := &http.Client{Timeout: webhookTimeout}
 	failed := 0
 	for i := 0; i < s.repeat; i++ {
@@ -127,7 +127,7 @@ func (s *webhookSend) run(cmd *cobra.Command) error {
 			return err
 		}
 		line, ok := deliver(cmd, client, s.url, secret, body, p.ID)
-		fmt.Fprintln(out, line)
+		_, _ = fmt.Fprintln(out, line)
 		if !ok {
 			failed++
 		}
@@ -228,7 +228,7 @@ func deliver(cmd *cobra.Command, client *http.Client, target string, secret, bod
 	if err != nil {
 		return "error: " + err.Error(), false
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	shown, _ := io.ReadAll(io.LimitReader(resp.Body, maxShownResponse))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // let the connection be reused
 	text := strings.TrimSpace(strings.Map(func(r rune) rune {

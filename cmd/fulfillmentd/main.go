@@ -23,8 +23,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := newRootCmd().ExecuteContext(ctx); err != nil {
+	err := newRootCmd().ExecuteContext(ctx)
+	stop() // not deferred: os.Exit below would skip it
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "fulfillmentd:", err)
 		os.Exit(1)
 	}
@@ -84,7 +85,7 @@ func newRootCmd() *cobra.Command {
 			if err := storage.Migrate(cmd.Context(), cfg.Database.URL); err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), "migrations applied")
+			_, _ = fmt.Fprintln(cmd.OutOrStdout(), "migrations applied")
 			return nil
 		},
 	}

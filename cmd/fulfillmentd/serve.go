@@ -41,7 +41,7 @@ func runIngest(ctx context.Context, cfg *config.Config, log *slog.Logger) error 
 	if err != nil {
 		return fmt.Errorf("connecting to %s: %w", up.Addr, err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	reg := prometheus.NewRegistry()
 	gateway, err := app.NewGateway(cfg, server.NewEventRecorder(conn, up.Token), reg, log)
 	if err != nil {

@@ -40,7 +40,6 @@ type options struct {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	var o options
 	flag.StringVar(&o.grpcAddr, "grpc", "127.0.0.1:9090", "gRPC address of fulfillmentd")
 	flag.StringVar(&o.tokenFile, "token-file", "", "bearer token with orders:write for --org")
@@ -60,7 +59,9 @@ func main() {
 	flag.IntVar(&o.createWorkers, "create-workers", 16, "concurrent CreateOrder calls while preparing")
 	flag.IntVar(&o.bodySize, "body-size", loadgen.DefaultBodySize, "approximate webhook body size in bytes (0: minimal bodies)")
 	flag.Parse()
-	if err := run(ctx, o); err != nil {
+	err := run(ctx, o)
+	stop() // not deferred: os.Exit below would skip it
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
 		os.Exit(1)
 	}
@@ -88,7 +89,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	defer api.Close()
+	defer func() { _ = api.Close() }()
 
 	orders := o.events
 	if o.mode == "open" && o.duration > 0 {

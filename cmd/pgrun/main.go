@@ -51,7 +51,7 @@ func main() {
 func run(ctx context.Context) error {
 	flags := flag.NewFlagSet("pgrun", flag.ContinueOnError)
 	flags.Usage = func() {
-		fmt.Fprintln(flags.Output(), "usage: pgrun [--dir DIR] [--durable] [--keep] -- COMMAND ARGS...")
+		_, _ = fmt.Fprintln(flags.Output(), "usage: pgrun [--dir DIR] [--durable] [--keep] -- COMMAND ARGS...")
 		flags.PrintDefaults()
 	}
 	dir := flags.String("dir", "", "cluster folder, kept between runs (default: a new temporary folder)")
@@ -103,7 +103,7 @@ func run(ctx context.Context) error {
 // is temporary. A --dir the postgres user cannot reach (say, a checkout in a
 // private folder) is replaced by a stable folder under os.TempDir(), so its
 // data is still reused from run to run.
-func chooseDir(dir string, keep bool) (string, func(), error) {
+func chooseDir(dir string, keep bool) (path string, cleanup func(), err error) {
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "pgrun-")
 		if err != nil {

@@ -14,7 +14,7 @@ func terminalForeground() bool {
 	if err != nil {
 		return false // no controlling terminal
 	}
-	defer tty.Close()
+	defer func() { _ = tty.Close() }()
 	var pgrp int32
 	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, tty.Fd(), syscall.TIOCGPGRP, uintptr(unsafe.Pointer(&pgrp)))
 	return errno == 0 && int(pgrp) == syscall.Getpgrp()

@@ -65,9 +65,7 @@ func Check(body []byte, t reflect.Type) error {
 		}
 		if parent != nil && parent.object && parent.wantKey {
 			// Decoder.Token only returns a string or '}' here.
-			if tok == json.Delim('}') {
-				stack = stack[:len(stack)-1]
-			} else {
+			if tok != json.Delim('}') {
 				key, _ := tok.(string)
 				if err := parent.name(key); err != nil {
 					return err
@@ -75,6 +73,7 @@ func Check(body []byte, t reflect.Type) error {
 				parent.key, parent.wantKey = key, false
 				continue
 			}
+			stack = stack[:len(stack)-1]
 		} else {
 			switch tok {
 			case json.Delim('{'), json.Delim('['):

@@ -340,6 +340,8 @@ func (r *runner) createOrders(ctx context.Context) error {
 						fatal = fmt.Errorf("creating order %s: %w", o.mid, err)
 						errMu.Unlock()
 						return
+					default:
+						// Anything else may pass (a restart, an outage): retry.
 					}
 					if ctx.Err() != nil {
 						return
@@ -458,7 +460,7 @@ func (r *runner) cleanup(failed bool) {
 		r.svc.watchers.Wait()
 	}
 	if r.conn != nil {
-		r.conn.Close()
+		_ = r.conn.Close()
 	}
 	if r.snd != nil {
 		r.snd.client.CloseIdleConnections()
@@ -506,7 +508,7 @@ func (r *runner) report() Report {
 }
 
 // authed adds the bearer token to ctx.
-func (r *runner) authed(ctx context.Context, token string) context.Context {
+func (*runner) authed(ctx context.Context, token string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 }
 
@@ -514,7 +516,7 @@ func (r *runner) authed(ctx context.Context, token string) context.Context {
 func (r *runner) logf(format string, args ...any) {
 	r.logMu.Lock()
 	defer r.logMu.Unlock()
-	fmt.Fprintf(r.o.Log, "chaos [%6.1fs] %s\n", time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
+	_, _ = fmt.Fprintf(r.o.Log, "chaos [%6.1fs] %s\n", time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
 }
 
 // prefixWriter turns pgcluster's progress lines into run log lines.
@@ -526,7 +528,7 @@ func (w prefixWriter) Write(p []byte) (int, error) {
 }
 
 func trimNewline(s string) string {
-	for len(s) > 0 && (s[len(s)-1] == '\n' || s[len(s)-1] == '\r') {
+	for s != "" && (s[len(s)-1] == '\n' || s[len(s)-1] == '\r') {
 		s = s[:len(s)-1]
 	}
 	return s

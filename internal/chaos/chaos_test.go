@@ -21,6 +21,7 @@ func plan(seed int64, orders, events int, window time.Duration) *workload {
 }
 
 func TestWorkloadDeterministic(t *testing.T) {
+	t.Parallel()
 	a, b := plan(42, 200, 2000, 20*time.Second), plan(42, 200, 2000, 20*time.Second)
 	if len(a.events) != len(b.events) || len(a.deliveries) != len(b.deliveries) {
 		t.Fatalf("same seed, different workloads: %d/%d events, %d/%d deliveries", len(a.events), len(b.events), len(a.deliveries), len(b.deliveries))
@@ -36,6 +37,7 @@ func TestWorkloadDeterministic(t *testing.T) {
 }
 
 func TestWorkloadShape(t *testing.T) {
+	t.Parallel()
 	const orders, events, window = 300, 3000, 30 * time.Second
 	w := plan(7, orders, events, window)
 	st := w.stats
@@ -93,6 +95,7 @@ func TestWorkloadShape(t *testing.T) {
 }
 
 func TestFinalAttemptState(t *testing.T) {
+	t.Parallel()
 	c, o, x, p := yolfi.TypeInvoiceCreated, yolfi.TypeInvoiceOverdue, yolfi.TypeInvoiceCancelled, yolfi.TypePaymentConfirmed
 	for _, tc := range []struct {
 		events []string
@@ -118,6 +121,7 @@ func TestFinalAttemptState(t *testing.T) {
 }
 
 func TestPlanFaults(t *testing.T) {
+	t.Parallel()
 	const window = 100 * time.Second
 	fs := planFaults(1, window, 20, 2)
 	kills, pg := 0, 0
@@ -137,6 +141,7 @@ func TestPlanFaults(t *testing.T) {
 }
 
 func TestSummary(t *testing.T) {
+	t.Parallel()
 	r := Report{Acked: 20003}
 	if got, want := r.Summary(), "chaos: 20003 acked, 0 lost, 0 duplicated effects"; got != want || !r.OK() {
 		t.Fatalf("Summary() = %q (OK %v), want %q", got, r.OK(), want)
@@ -159,6 +164,7 @@ func TestSummary(t *testing.T) {
 // The checker's model of confirmations agrees with the state machine for
 // every pair of paying and later confirmation, identified or not.
 func TestConfirmedDecisionMatchesStateMachine(t *testing.T) {
+	t.Parallel()
 	settlement := &fulfillment.Settlement{Token: payToken, Network: payNetwork, Amount: decimal.RequireFromString(payAmount)}
 	confirmations := []*eventPlan{
 		{invoice: "inv_1", payment: "pay_1"},

@@ -220,7 +220,7 @@ func (r *runner) outageProbe(ctx context.Context) {
 
 // apiProbe reads an order through the REST gateway.
 func (r *runner) apiProbe(ctx context.Context) (int, time.Duration) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.svc.httpAddr+"/v1/orders/"+r.w.orders[0].id, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.svc.httpAddr+"/v1/orders/"+r.w.orders[0].id, http.NoBody)
 	if err != nil {
 		return 0, 0
 	}
@@ -232,7 +232,7 @@ func (r *runner) apiProbe(ctx context.Context) (int, time.Duration) {
 		return 0, took
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	return resp.StatusCode, took
 }
 
@@ -263,6 +263,6 @@ func (r *runner) probe(ctx context.Context, ev *eventPlan) (int, time.Duration) 
 		return 0, took
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	return resp.StatusCode, took
 }

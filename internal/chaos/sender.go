@@ -137,7 +137,7 @@ func (s *sender) post(ctx context.Context, ev *eventPlan) (int, time.Duration) {
 		return 0, took
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	s.count(strconv.Itoa(resp.StatusCode))
 	if resp.StatusCode == http.StatusOK && s.outage.during(start) {
 		s.viol.add("200 during outage", "event %s acknowledged while PostgreSQL was down (request sent after it stopped, answered before it restarted)", ev.id)

@@ -114,9 +114,9 @@ func (s *service) launch() (*proc, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	defer logFile.Close() // the child has its own copy
+	defer func() { _ = logFile.Close() }() // the child has its own copy
 	offset, _ := logFile.Seek(0, io.SeekEnd)
-	fmt.Fprintf(logFile, "=== chaos: fulfillmentd #%d started at %s ===\n", n, time.Now().Format(time.RFC3339Nano))
+	_, _ = fmt.Fprintf(logFile, "=== chaos: fulfillmentd #%d started at %s ===\n", n, time.Now().Format(time.RFC3339Nano))
 
 	// Its own process group: a Ctrl-C meant for chaos does not reach it
 	// (chaos stops it). Should chaos die without stopping it, the kernel
@@ -222,7 +222,7 @@ func (s *service) logSince(offset int64) string {
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	b, _ := io.ReadAll(io.NewSectionReader(f, offset, 4<<20))
 	return string(b)
 }

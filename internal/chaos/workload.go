@@ -313,6 +313,10 @@ func (g *generator) add(i int, typ, endpoint string, kind eventKind, invoice, pa
 		p.ID, p.Livemode = g.hexID(yolfi.TestEventIDPrefix), ptr(true)
 	case testBoth:
 		p.ID, p.Livemode = g.hexID(yolfi.TestEventIDPrefix), ptr(false)
+	case liveAbsent:
+		// No livemode member: Livemode stays nil.
+	case numTestKindsTo:
+		panic("numTestKindsTo bounds the kinds; it is not one")
 	}
 	switch typ {
 	case yolfi.TypePaymentConfirmed:

@@ -74,7 +74,7 @@ func FreeAddrs(n int) ([]string, error) {
 	lis := make([]net.Listener, 0, n)
 	defer func() {
 		for _, l := range lis {
-			l.Close()
+			_ = l.Close()
 		}
 	}()
 	for range n {
@@ -118,7 +118,7 @@ func FreeAddrsOutsideEphemeral(n int) ([]string, error) {
 		if err != nil {
 			continue
 		}
-		l.Close()
+		_ = l.Close()
 		addrs = append(addrs, addr)
 	}
 	return addrs, nil
@@ -157,7 +157,7 @@ func FileTail(path string, n int64) string {
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	fi, err := f.Stat()
 	if err != nil {
 		return ""

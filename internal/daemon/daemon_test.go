@@ -12,11 +12,13 @@ import (
 )
 
 func TestFreeAddrs(t *testing.T) {
+	t.Parallel()
 	for name, free := range map[string]func(int) ([]string, error){
 		"FreeAddrs":                 FreeAddrs,
 		"FreeAddrsOutsideEphemeral": FreeAddrsOutsideEphemeral,
 	} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			addrs, err := free(4)
 			if err != nil {
 				t.Fatal(err)
@@ -31,13 +33,14 @@ func TestFreeAddrs(t *testing.T) {
 				if err != nil {
 					t.Fatalf("listening on %s: %v", a, err)
 				}
-				l.Close()
+				_ = l.Close()
 			}
 		})
 	}
 }
 
 func TestFreeAddrsOutsideEphemeralRange(t *testing.T) {
+	t.Parallel()
 	lo, hi := ephemeralRange()
 	addrs, err := FreeAddrsOutsideEphemeral(8)
 	if err != nil {
@@ -74,6 +77,7 @@ func TestChildEnv(t *testing.T) {
 }
 
 func TestProcessStopAndKill(t *testing.T) {
+	t.Parallel()
 	sleep, err := exec.LookPath("sleep")
 	if err != nil {
 		t.Skip("no sleep binary")
@@ -106,6 +110,7 @@ func TestProcessStopAndKill(t *testing.T) {
 }
 
 func TestWaitReadyFailsWhenTheProcessExits(t *testing.T) {
+	t.Parallel()
 	sh, err := exec.LookPath("sh")
 	if err != nil {
 		t.Skip("no sh binary")

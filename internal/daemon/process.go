@@ -148,7 +148,10 @@ func (p *Process) WaitReady(ctx context.Context, httpAddr, ingestAddr string) er
 	for {
 		select {
 		case <-p.exited:
-			return fmt.Errorf("exited before it was ready (%v); last check: %v", p.cmd.ProcessState, last)
+			// The last check's error is context for people, not the cause:
+			// it is not wrapped (here and below) so that callers cannot
+			// mistake a failed poll for the reason.
+			return fmt.Errorf("exited before it was ready (%v); last check: %v", p.cmd.ProcessState, last) //nolint:errorlint // see above
 		default:
 		}
 		last = readyOnce(ctx, client, httpAddr, ingestAddr)
@@ -157,7 +160,7 @@ func (p *Process) WaitReady(ctx context.Context, httpAddr, ingestAddr string) er
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("not ready after %v (%w); last check: %v", time.Since(start).Round(time.Millisecond), ctx.Err(), last)
+			return fmt.Errorf("not ready after %v (%w); last check: %v", time.Since(start).Round(time.Millisecond), ctx.Err(), last) //nolint:errorlint // last is context, not the cause (above)
 		case <-p.exited:
 		case <-time.After(25 * time.Millisecond):
 		}
@@ -166,7 +169,7 @@ func (p *Process) WaitReady(ctx context.Context, httpAddr, ingestAddr string) er
 
 // readyOnce checks readiness once.
 func readyOnce(ctx context.Context, client *http.Client, httpAddr, ingestAddr string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/readyz", http.NoBody)
 	if err != nil {
 		return err
 	}
@@ -175,7 +178,7 @@ func readyOnce(ctx context.Context, client *http.Client, httpAddr, ingestAddr st
 		return err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET /readyz: %d", resp.StatusCode)
 	}

@@ -136,7 +136,7 @@ func NewREST(baseURL, token string, conns int) *REST {
 
 // GetOrder calls GET /v1/orders/{id} and returns the HTTP status.
 func (r *REST) GetOrder(ctx context.Context, id string) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.BaseURL+"/v1/orders/"+id, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.BaseURL+"/v1/orders/"+id, http.NoBody)
 	if err != nil {
 		return 0, err
 	}
@@ -146,6 +146,6 @@ func (r *REST) GetOrder(ctx context.Context, id string) (int, error) {
 		return 0, err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	return resp.StatusCode, nil
 }

@@ -88,7 +88,7 @@ func (s *Sender) Send(ctx context.Context, ev Event) (int, error) {
 		return 0, err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	return resp.StatusCode, nil
 }
 

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// The ack→fulfilled latency is measured in the service's database, not by
-// the client: processed_at − received_at of each inbox_events row. Both are
+// FulfilledMethod says how the ack→fulfilled latency is measured: in the
+// service's database, not by the client: processed_at − received_at of each inbox_events row. Both are
 // stamped with clock_timestamp() by PostgreSQL itself — received_at by the
 // insert that precedes the acknowledgement, processed_at by the processing
 // transaction — so client clocks, scheduling and polling add nothing.

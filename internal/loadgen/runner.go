@@ -16,8 +16,9 @@ import (
 // loop).
 type Request func(ctx context.Context, worker int) (status int, err error)
 
-// ErrStop, returned by a Request, ends the calling worker without counting
-// the request: the generator has nothing left to send (e.g. no order left).
+// ErrStop is what a Request returns when the generator has nothing left to
+// send (e.g. no order left): it ends the calling worker without counting the
+// request.
 var ErrStop = errors.New("loadgen: nothing left to send")
 
 // Result is what a runner measured. Only requests inside the measured

@@ -162,7 +162,8 @@ func (h *Handler) key(r slog.Record) uint64 {
 }
 
 // keyWriter is what a cause is written to: a strings.Builder for the
-// causes of WithAttrs, a maphash.Hash for a record's key.
+// causes of WithAttrs, a maphash.Hash for a record's key. Neither ever
+// returns an error from a write, so writeCauses and writeShape discard them.
 type keyWriter interface {
 	io.ByteWriter
 	io.StringWriter
@@ -185,15 +186,15 @@ func writeCauses(w keyWriter, prefix string, a slog.Attr) {
 	if !ok {
 		return
 	}
-	w.WriteString(prefix)
-	w.WriteString(a.Key)
-	w.WriteByte('=')
+	_, _ = w.WriteString(prefix)
+	_, _ = w.WriteString(a.Key)
+	_ = w.WriteByte('=')
 	if text {
 		writeShape(w, v.String()) // an error's text, for an error
 	} else {
-		w.WriteString(v.String())
+		_, _ = w.WriteString(v.String())
 	}
-	w.WriteByte(0)
+	_ = w.WriteByte(0)
 }
 
 // writeShape writes s with each run of digits as one '#'.
@@ -203,13 +204,13 @@ func writeShape(w keyWriter, s string) {
 		c := s[i]
 		if c >= '0' && c <= '9' {
 			if !digits {
-				w.WriteByte('#')
+				_ = w.WriteByte('#')
 			}
 			digits = true
 			continue
 		}
 		digits = false
-		w.WriteByte(c)
+		_ = w.WriteByte(c)
 	}
 }
 
@@ -355,6 +356,8 @@ func oneLineValue(v slog.Value) (slog.Value, bool) {
 		if out != nil {
 			return slog.GroupValue(out...), true
 		}
+	default:
+		// Numbers, booleans, times and durations print on one line.
 	}
 	return v, changed
 }

@@ -73,15 +73,15 @@ func summaries(t *testing.T, out *bytes.Buffer) []string {
 	return s
 }
 
-// pgConnectError is how pgconn reports a failed connection to a host with
+// errPGConnect is how pgconn reports a failed connection to a host with
 // two addresses: several lines, indented with tabs.
-var pgConnectError = errors.New("failed to connect to `user=app database=fulfillment`:\n" +
+var errPGConnect = errors.New("failed to connect to `user=app database=fulfillment`:\n" +
 	"\t127.0.0.1:5432 (localhost): dial error: dial tcp 127.0.0.1:5432: connect: connection refused\n" +
 	"\t[::1]:5432 (localhost): dial error: dial tcp [::1]:5432: connect: connection refused")
 
 func TestHandlerRateLimitsByCause(t *testing.T) {
 	t.Parallel()
-	unavailable := fmt.Errorf("unavailable: %w", pgConnectError)
+	unavailable := fmt.Errorf("unavailable: %w", errPGConnect)
 	cases := []struct {
 		name string
 		run  func(log *slog.Logger, c *clock)
@@ -205,7 +205,7 @@ func TestHandlerWritesValuesOnOneLine(t *testing.T) {
 		key   string // the attribute to check ("msg" for the message)
 		want  any
 	}{
-		{"pgx connect error", slog.LevelWarn, "claiming inbox events", []any{"error", fmt.Errorf("claiming inbox events: unavailable: %w", pgConnectError)}, "error",
+		{"pgx connect error", slog.LevelWarn, "claiming inbox events", []any{"error", fmt.Errorf("claiming inbox events: unavailable: %w", errPGConnect)}, "error",
 			"claiming inbox events: unavailable: failed to connect to `user=app database=fulfillment`: " +
 				"127.0.0.1:5432 (localhost): dial error: dial tcp 127.0.0.1:5432: connect: connection refused; " +
 				"[::1]:5432 (localhost): dial error: dial tcp [::1]:5432: connect: connection refused"},
@@ -242,7 +242,7 @@ func TestHandlerWritesValuesOnOneLine(t *testing.T) {
 func TestHandlerWithAttrsOnOneLine(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	log := slog.New(newClock().jsonHandler(&out)).With("err", pgConnectError).WithGroup("g").With("detail", "a\nb")
+	log := slog.New(newClock().jsonHandler(&out)).With("err", errPGConnect).WithGroup("g").With("detail", "a\nb")
 	log.Info("m")
 	recs := records(t, &out)
 	if got := recs[0]["err"]; strings.ContainsAny(fmt.Sprint(got), "\n\t") {
@@ -280,7 +280,7 @@ func TestHandlerConcurrentUse(t *testing.T) {
 		wg.Go(func() {
 			wl := log.With("worker", g)
 			for i := range each {
-				wl.Warn("claiming inbox events", "error", pgConnectError, "request_id", i)
+				wl.Warn("claiming inbox events", "error", errPGConnect, "request_id", i)
 				wl.Info("progress", "i", i)
 				wl.Warn("distinct", "error", fmt.Sprintf("worker %c", 'a'+g)) // 8 causes
 			}
@@ -288,7 +288,7 @@ func TestHandlerConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 	c.advance(interval)
-	log.Warn("claiming inbox events", "error", pgConnectError)
+	log.Warn("claiming inbox events", "error", errPGConnect)
 
 	counts := map[string]int{}
 	for _, s := range summaries(t, &out) {

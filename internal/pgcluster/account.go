@@ -121,14 +121,14 @@ func checkAccess(dir string, a *account) error {
 		}
 		p = filepath.Dir(p)
 	}
-	real, err := filepath.EvalSymlinks(p)
+	resolved, err := filepath.EvalSymlinks(p)
 	if err != nil {
 		return fmt.Errorf("resolving %s: %w", p, err)
 	}
 	if p == abs {
-		real = filepath.Dir(real) // dir itself will belong to a
+		resolved = filepath.Dir(resolved) // dir itself will belong to a
 	}
-	for q := real; ; q = filepath.Dir(q) {
+	for q := resolved; ; q = filepath.Dir(q) {
 		fi, err := os.Stat(q)
 		if err != nil {
 			return fmt.Errorf("checking %s: %w", q, err)

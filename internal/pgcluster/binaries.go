@@ -30,8 +30,8 @@ func FindBinaries() (binDir string, err error) {
 		return dir, nil
 	}
 	if path, err := exec.LookPath("initdb"); err == nil {
-		if real, err := filepath.EvalSymlinks(path); err == nil {
-			path = real
+		if resolved, err := filepath.EvalSymlinks(path); err == nil {
+			path = resolved
 		}
 		if dir := filepath.Dir(path); missingBinary(dir) == "" {
 			return dir, nil

@@ -225,7 +225,7 @@ func (c *Cluster) createDatabase(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("creating database %s: %w", name, err)
 	}
-	defer cn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = cn.Close(context.WithoutCancel(ctx)) }()
 	_, err = cn.Exec(ctx, `CREATE DATABASE "`+name+`"`)
 	if sqlState(err) == codeDuplicateDatabase {
 		return nil
@@ -239,5 +239,5 @@ func (c *Cluster) createDatabase(ctx context.Context, name string) error {
 
 // logf writes one progress line to Options.Log.
 func (c *Cluster) logf(format string, args ...any) {
-	fmt.Fprintf(c.log, "pgcluster: "+format+"\n", args...)
+	_, _ = fmt.Fprintf(c.log, "pgcluster: "+format+"\n", args...)
 }

@@ -22,7 +22,7 @@ func testDir(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -58,12 +58,13 @@ func execSQL(t *testing.T, ctx context.Context, c *Cluster, db, sql string) erro
 	if err != nil {
 		return err
 	}
-	defer cn.Close(ctx)
+	defer func() { _ = cn.Close(ctx) }()
 	_, err = cn.Exec(ctx, sql)
 	return err
 }
 
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	dir := testDir(t)
@@ -78,7 +79,7 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dialing server: %v", err)
 	}
-	nc.Close()
+	_ = nc.Close()
 	if err := execSQL(t, ctx, c, "fulfillment", "CREATE TABLE marker (id int)"); err != nil {
 		t.Fatalf("using database fulfillment: %v", err)
 	}
@@ -144,18 +145,19 @@ func TestCluster(t *testing.T) {
 }
 
 func TestStartPortInUse(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	port := ln.Addr().(*net.TCPAddr).Port
 	c, err := Start(context.Background(), Options{Dir: testDir(t), Port: port})
 	if errors.Is(err, ErrNoBinaries) {
 		t.Skip(err)
 	}
 	if err == nil {
-		c.Stop()
+		_ = c.Stop() // the test fails below anyway
 		t.Fatal("Start succeeded on a port in use")
 	}
 	if !strings.Contains(err.Error(), "already in use") {
@@ -164,6 +166,7 @@ func TestStartPortInUse(t *testing.T) {
 }
 
 func TestAccessible(t *testing.T) {
+	t.Parallel()
 	if _, err := FindBinaries(); errors.Is(err, ErrNoBinaries) {
 		t.Skip(err) // no postgres OS user either
 	}

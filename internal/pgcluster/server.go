@@ -44,7 +44,7 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("opening server log: %w", err)
 	}
-	defer logFile.Close() // the server has its own copy
+	defer func() { _ = logFile.Close() }() // the server has its own copy
 	if err := c.acct.chown(c.logPath); err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func (c *Cluster) waitReady(ctx context.Context, srv *server) error {
 	for {
 		select {
 		case <-srv.done:
-			return fmt.Errorf("server exited: %v", srv.err)
+			return fmt.Errorf("server exited: %w", srv.err)
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for server: %w", ctx.Err())
 		case <-tick.C:
@@ -208,7 +208,7 @@ func freePort() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("picking a free port: %w", err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -228,7 +228,7 @@ func logTail(path string, offset int64) string {
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	b, err := io.ReadAll(io.NewSectionReader(f, offset, 1<<20))
 	if err != nil || len(bytes.TrimSpace(b)) == 0 {
 		return ""

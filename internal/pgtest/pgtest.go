@@ -27,7 +27,7 @@ import (
 
 // Main runs the tests of a package that uses DB. Call it from TestMain.
 func Main(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(run(m)) //nolint:revive // deep-exit: Main stands in for TestMain, whose job is to exit with the tests' code
 }
 
 func run(m *testing.M) int {
@@ -42,7 +42,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "pgtest:", err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }() // a temporary folder: best effort
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir})
 	cancel()
@@ -50,8 +50,15 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "pgtest:", err)
 		return 1
 	}
-	defer c.Stop()
-	os.Setenv("DATABASE_URL", c.URL("fulfillment"))
+	defer func() {
+		if err := c.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "pgtest: stopping PostgreSQL:", err)
+		}
+	}()
+	if err := os.Setenv("DATABASE_URL", c.URL("fulfillment")); err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		return 1
+	}
 	return m.Run()
 }
 
@@ -69,7 +76,7 @@ func DB(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("pgtest: connecting to %s: %v", redact(admin), err)
 	}
-	defer conn.Close(ctx)
+	defer func() { _ = conn.Close(ctx) }()
 
 	tpl, err := ensureTemplate(ctx, conn, admin)
 	if err != nil {
@@ -95,7 +102,7 @@ func DB(t testing.TB) string {
 			t.Errorf("pgtest: dropping %s: %v", name, err)
 			return
 		}
-		defer conn.Close(ctx)
+		defer func() { _ = conn.Close(ctx) }()
 		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
 			t.Errorf("pgtest: dropping %s: %v", name, err)
 		}
@@ -111,7 +118,8 @@ func ensureTemplate(ctx context.Context, conn *pgx.Conn, admin string) (string, 
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(7310001)"); err != nil {
 		return "", fmt.Errorf("locking template creation: %w", err)
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(7310001)")
+	// A failed unlock is harmless: closing the connection releases the lock.
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(7310001)") }()
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
 		return "", fmt.Errorf("looking up template: %w", err)
@@ -144,7 +152,7 @@ func migrationsDigest() string {
 	sort.Strings(files)
 	for _, f := range files {
 		b, _ := fs.ReadFile(storage.Migrations(), f)
-		fmt.Fprintf(h, "%s\x00%d\x00", f, len(b))
+		_, _ = fmt.Fprintf(h, "%s\x00%d\x00", f, len(b)) // a hash's Write never fails
 		h.Write(b)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
