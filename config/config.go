@@ -425,7 +425,7 @@ func secret(key, prefix, env, file string, getenv func(string) string) (string, 
 	default:
 		b, err := os.ReadFile(file)
 		if err != nil {
-			return "", fmt.Errorf("%s.%s: %v", key, fileKey, unwrapPathError(err))
+			return "", fmt.Errorf("%s.%s: %w", key, fileKey, unwrapPathError(err))
 		}
 		v := strings.TrimSpace(string(b))
 		if v == "" {
@@ -444,12 +444,12 @@ func (c *Config) validate() error {
 		{"listen.ingest", c.Listen.Ingest},
 	} {
 		if err := checkAddr(l.addr); err != nil {
-			return fmt.Errorf("%s: %q is not a valid host:port address: %v", l.key, l.addr, err)
+			return fmt.Errorf("%s: %q is not a valid host:port address: %w", l.key, l.addr, err)
 		}
 	}
 	if c.Listen.Debug != "" {
 		if err := checkAddr(c.Listen.Debug); err != nil {
-			return fmt.Errorf("listen.debug: %q is not a valid host:port address: %v", c.Listen.Debug, err)
+			return fmt.Errorf("listen.debug: %q is not a valid host:port address: %w", c.Listen.Debug, err)
 		}
 	}
 	if c.Listen.GRPC == c.Listen.HTTP || c.Listen.GRPC == c.Listen.Ingest || c.Listen.HTTP == c.Listen.Ingest {
@@ -461,7 +461,7 @@ func (c *Config) validate() error {
 		}
 		for key, f := range map[string]string{"tls.cert_file": t.CertFile, "tls.key_file": t.KeyFile} {
 			if _, err := os.Stat(f); err != nil {
-				return fmt.Errorf("%s: %v", key, unwrapPathError(err))
+				return fmt.Errorf("%s: %w", key, unwrapPathError(err))
 			}
 		}
 	}
@@ -566,7 +566,7 @@ func (c *Config) validateEndpoints() error {
 			}
 		}
 		if _, err := ep.NewAdapter(); err != nil {
-			return fmt.Errorf("%s.options: %v", key, err)
+			return fmt.Errorf("%s.options: %w", key, err)
 		}
 	}
 	return nil

@@ -210,7 +210,7 @@ func (ps *procService) startOnce(t *testing.T, failpointSpec string, extraEnv []
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
+	t.Cleanup(func() { _ = conn.Close() })
 	p.stack = &stack{
 		ingestURL: "http://" + ingestAddr,
 		client:    fulfillmentv1.NewFulfillmentServiceClient(conn),
@@ -289,7 +289,7 @@ func (p *proc) deliver(ev yolfi.Payload) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read to the end: nothing is lost
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, nil
 }

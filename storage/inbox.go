@@ -138,7 +138,7 @@ func (s *Store) listenOnce(ctx context.Context, channel string, wake func()) err
 	}
 	// A connection that has LISTENed is not returned to the pool.
 	conn := pooled.Hijack()
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }() // the listener is given up either way
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return interpret(err)
 	}

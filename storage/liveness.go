@@ -70,7 +70,7 @@ func (s *Store) NewLiveness() *Liveness {
 // lock is not held yet, or the database is unreachable) — and a channel
 // closed when that changes. Work claimed under an owner must not be
 // completed once the channel is closed: the owner is lost.
-func (l *Liveness) Owner() (string, <-chan struct{}) {
+func (l *Liveness) Owner() (owner string, lost <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.owner, l.changed

@@ -23,7 +23,8 @@ func live(t *testing.T, s *storage.Store) (l *storage.Liveness, owner string, st
 	l = s.NewLiveness()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = l.Run(ctx) }()
+	run := l.Run
+	go func() { defer close(done); _ = run(ctx) }()
 	stop = func() { cancel(); <-done }
 	t.Cleanup(stop)
 	return l, waitOwner(t, l, ""), stop

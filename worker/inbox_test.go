@@ -56,7 +56,7 @@ func (f *fakeInbox) InboxReclaim(context.Context) (int, error) {
 	return f.reclaim()
 }
 
-func (f *fakeInbox) InboxListen(ctx context.Context, _ func()) error {
+func (*fakeInbox) InboxListen(ctx context.Context, _ func()) error {
 	<-ctx.Done()
 	return nil
 }
@@ -74,14 +74,14 @@ func TestInboxProcessor(t *testing.T) {
 			claimed  bool
 		)
 		work := &fakeInbox{
-			claim: func(owner string, limit int, lease time.Duration, maxAttempts int) ([]fulfillment.InboxClaim, error) {
+			claim: func(_ string, _ int, _ time.Duration, _ int) ([]fulfillment.InboxClaim, error) {
 				if claimed {
 					return nil, nil
 				}
 				claimed = true
 				return []fulfillment.InboxClaim{{ID: 1, Attempts: 1}, {ID: 2, Attempts: 1}, {ID: 3, Attempts: 4}}, nil
 			},
-			process: func(ids []int64, owner string) (map[int64]fulfillment.Outcome, error) {
+			process: func(ids []int64, _ string) (map[int64]fulfillment.Outcome, error) {
 				switch {
 				case slices.Contains(ids, 3):
 					return nil, fmt.Errorf("event 3 breaks its batch")
@@ -90,7 +90,7 @@ func TestInboxProcessor(t *testing.T) {
 				}
 				return map[int64]fulfillment.Outcome{}, nil // 2 was taken over
 			},
-			retry: func(id int64, owner, cause string, next time.Time, maxAttempts int) (bool, error) {
+			retry: func(id int64, owner, cause string, _ time.Time, maxAttempts int) (bool, error) {
 				retried.add(fmt.Sprintf("%d by %s at attempt budget %d: %s", id, owner, maxAttempts, cause))
 				return false, nil
 			},

@@ -77,7 +77,7 @@ type fakeOwners struct {
 	owner func() (string, <-chan struct{})
 }
 
-func (f fakeOwners) Owner() (string, <-chan struct{}) { return f.owner() }
+func (f fakeOwners) Owner() (owner string, lost <-chan struct{}) { return f.owner() }
 
 // liveOwner is always id.
 func liveOwner(id string) fakeOwners {
@@ -297,7 +297,7 @@ func TestQueueFailsItemAfterMaxAttempts(t *testing.T) {
 			tried    []time.Time // when each attempt was claimed
 		)
 		ft := &fakeTable{
-			claim: func(owner string, _ int, _ time.Duration, maxAttempts int) ([]Claim, error) {
+			claim: func(_ string, _ int, _ time.Duration, _ int) ([]Claim, error) {
 				mu.Lock()
 				defer mu.Unlock()
 				if failed || time.Now().Before(due) {
@@ -309,11 +309,11 @@ func TestQueueFailsItemAfterMaxAttempts(t *testing.T) {
 				return []Claim{{ID: 1, Attempts: attempts}}, nil
 			},
 			process: func(context.Context, string, []Claim) error { return errors.New("always") },
-			retry: func(_ string, c Claim, _ string, next time.Time, max int) (bool, error) {
+			retry: func(_ string, c Claim, _ string, next time.Time, maxAttempts int) (bool, error) {
 				mu.Lock()
 				defer mu.Unlock()
 				due = next
-				failed = c.Attempts >= max
+				failed = c.Attempts >= maxAttempts
 				return failed, nil
 			},
 		}

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,9 +87,9 @@ func (a *App) build(cfg *config.Config) error {
 	// The webhook gateway calls the service in-process, with a token that
 	// exists only in this process.
 	ingestToken := randomToken()
-	tokens := append(cfg.Auth.Tokens[:len(cfg.Auth.Tokens):len(cfg.Auth.Tokens)], config.Token{
+	tokens := slices.Concat(cfg.Auth.Tokens, []config.Token{{
 		Name: "ingest-gateway", Secret: ingestToken, Scopes: []string{config.ScopeIngest}, Orgs: []string{config.AllOrgs},
-	})
+	}})
 	srvCfg := *cfg
 	srvCfg.Auth.Tokens = tokens
 	var err error
