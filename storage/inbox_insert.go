@@ -306,3 +306,13 @@ func uniqueKeys(batch []*insertRequest) int {
 	}
 	return len(keys)
 }
+
+// InboxInsertStatement is the statement and arguments with which the
+// service stores ev with raw body raw, pending: one row of its group-commit
+// insert. Run alone, in autocommit, it is the raw PostgreSQL work of
+// accepting one webhook — the baseline make bench compares ingest with.
+func InboxInsertStatement(ev fulfillment.ProviderEvent, raw []byte) (string, []any) {
+	row := inboxRowOf(ev)
+	row.RawBody, row.State = raw, string(fulfillment.InboxPending)
+	return inboxInsertSQL, inboxInsertArgs([]inboxRow{row})
+}

@@ -7,24 +7,12 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
 
+	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/storage"
 )
-
-// BaselineInsert is the raw PostgreSQL work of accepting one webhook: the
-// service's own inbox insert (same columns, same conflict target), run as
-// one autocommit statement, i.e. one commit per row.
-const BaselineInsert = `
-	INSERT INTO inbox_events (provider, endpoint_id, org_id, environment, event_id, event_type, kind,
-		test_mode, occurred_at, attempt_ref, payment_id, invoice_id, checkout_session_id,
-		merchant_order_id, paylink_id, subscription_id, amount, token, network, tx_hash, raw_body,
-		state, decision, decision_reason, processed_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, nullif($10, ''), nullif($11, ''), nullif($12, ''),
-		nullif($13, ''), nullif($14, ''), nullif($15, ''), nullif($16, ''), $17::numeric,
-		nullif($18, ''), nullif($19, ''), nullif($20, ''), $21, $22, $23, $24,
-		CASE WHEN $22 = 'pending' THEN NULL ELSE clock_timestamp() END)
-	ON CONFLICT ON CONSTRAINT inbox_events_event_key DO NOTHING
-	RETURNING id, state`
 
 // BaselineConfig configures RunBaseline.
 type BaselineConfig struct {
@@ -36,7 +24,8 @@ type BaselineConfig struct {
 // RunBaseline measures the PostgreSQL limit of the ingest workload:
 // Clients goroutines, each on its own pgx.Conn, insert a realistic inbox
 // row (raw_body of a real signed payment.confirmed, ~600 bytes, unique event
-// id) with BaselineInsert in autocommit mode, closed loop. Status 200 means
+// id) with the service's own insert (storage.InboxInsertStatement) in
+// autocommit mode, closed loop. Status 200 means
 // the row was inserted. synchronous_commit is whatever the server says
 // (on, for a durable cluster).
 func RunBaseline(ctx context.Context, cfg BaselineConfig) (Result, error) {
@@ -69,20 +58,23 @@ func RunBaseline(ctx context.Context, cfg BaselineConfig) (Result, error) {
 		n := seq.Add(1)
 		eid := fmt.Sprintf("evt_base_%s_%d", run, n)
 		mid := fmt.Sprintf("base-%s-%d", run, n)
-		var id int64
-		var state string
-		err := conns[w].QueryRow(ctx, BaselineInsert,
-			"yolfi", "yolfi-live", "org_base", "live", eid, yolfi.TypePaymentConfirmed, "payment_confirmed",
-			false, nil, "inv_"+mid, "pay_"+mid, "inv_"+mid, "", mid, "", "", "25.000000",
-			SettlementToken, SettlementNetwork, "0xabc", body, "pending", nil, nil,
-		).Scan(&id, &state)
-		if err != nil {
+		sql, args := storage.InboxInsertStatement(fulfillment.ProviderEvent{
+			Provider: fulfillment.ProviderYolfi, EndpointID: "yolfi-live", OrgID: "org_base", Environment: fulfillment.EnvLive,
+			EventID: eid, Type: yolfi.TypePaymentConfirmed, Kind: fulfillment.EventPaymentConfirmed,
+			Payment: fulfillment.PaymentInfo{AttemptRef: "inv_" + mid, InvoiceID: "inv_" + mid, PaymentID: "pay_" + mid,
+				MerchantOrderID: mid, Amount: fulfillment.TokenAmount(baselineAmount, SettlementToken, SettlementNetwork)},
+			Refs: map[string]string{yolfi.RefTxHash: "0xabc"},
+		}, body)
+		if _, err := conns[w].Exec(ctx, sql, args...); err != nil {
 			return 0, err
 		}
 		return http.StatusOK, nil
 	})
 	return res, nil
 }
+
+// baselineAmount is the amount of the baseline's payment.
+var baselineAmount = decimal.RequireFromString("25.000000")
 
 // baselineBody is the raw body the service would store for one of the
 // bench's payment.confirmed events (~600 bytes).
