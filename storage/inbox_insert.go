@@ -311,7 +311,7 @@ func uniqueKeys(batch []*insertRequest) int {
 // service stores ev with raw body raw, pending: one row of its group-commit
 // insert. Run alone, in autocommit, it is the raw PostgreSQL work of
 // accepting one webhook — the baseline make bench compares ingest with.
-func InboxInsertStatement(ev fulfillment.ProviderEvent, raw []byte) (string, []any) {
+func InboxInsertStatement(ev fulfillment.ProviderEvent, raw []byte) (sql string, args []any) {
 	row := inboxRowOf(ev)
 	row.RawBody, row.State = raw, string(fulfillment.InboxPending)
 	return inboxInsertSQL, inboxInsertArgs([]inboxRow{row})
