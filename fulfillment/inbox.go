@@ -56,11 +56,14 @@ type InboxStore interface {
 type InboxWork interface {
 	// InboxClaim leases up to limit due pending events to owner for lease.
 	// Events leased to others are skipped, not waited for, and an event
-	// whose lease ran out is taken only when its owner is no longer live.
-	// Each claim counts as an attempt; a due event that already used
-	// maxAttempts (its workers died before completing it) is failed instead,
-	// with a failed_event reconciliation item.
-	InboxClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int) ([]InboxClaim, error)
+	// whose lease ran out is taken only when its owner is no longer live —
+	// or is owner itself and the event is not among inFlight, the events
+	// owner is working on (a claim it lost track of: a failed retry, a claim
+	// whose answer never arrived). Each claim counts as an attempt; a due
+	// event that already used maxAttempts (its workers died before
+	// completing it) is failed instead, with a failed_event reconciliation
+	// item.
+	InboxClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]InboxClaim, error)
 	// InboxReclaim makes the events leased to owners that are no longer live
 	// (their process died) due at once, whatever their lease, and returns
 	// how many. Their claim stays counted as an attempt.

@@ -37,6 +37,6 @@ type Statement struct {
 func QueueStatementsForTest() []Statement {
 	return []Statement{
 		{"reclaim", inboxQueue.reclaimSQL, nil, 40},
-		{"claim", inboxQueue.claimSQL, []any{"owner", time.Minute, 16, 10}, 16},
+		{"claim", inboxQueue.claimSQL, []any{"owner", time.Minute, 16, 10, []int64{}}, 16},
 	}
 }

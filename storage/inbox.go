@@ -54,12 +54,13 @@ var inboxQueue = newLeasedTable(leasedTable{
 // claim scan; the partial index holds pending events only, so a claim never
 // scans processed history. An event whose lease ran out is claimed only when
 // its owner is not live (its process died or lost its liveness lock): a
-// live worker keeps its events however long it takes. A due event that has
+// live worker keeps its events however long it takes, and a live owner takes
+// back its own whose lease ran out when they are not in flight. A due event that has
 // used its attempts without completing — its worker died each time, which
 // InboxRetry never saw — is failed here, with a failed_event item, instead
 // of being leased again.
-func (s *Store) InboxClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int) ([]fulfillment.InboxClaim, error) {
-	rows, err := s.claim(ctx, inboxQueue, owner, limit, lease, maxAttempts)
+func (s *Store) InboxClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]fulfillment.InboxClaim, error) {
+	rows, err := s.claim(ctx, inboxQueue, owner, limit, lease, maxAttempts, inFlight)
 	if err != nil {
 		return nil, fmt.Errorf("claiming inbox events: %w", err)
 	}

@@ -80,15 +80,15 @@ func TestInboxLeaseLost(t *testing.T) {
 	if _, err := s.InboxInsert(ctx, confirmedEvent("evt_1", "m-1"), []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
-	a, err := s.InboxClaim(ctx, "worker-a", 10, 1500*time.Millisecond, 10)
+	a, err := s.InboxClaim(ctx, "worker-a", 10, 1500*time.Millisecond, 10, nil)
 	if err != nil || len(a) != 1 {
 		t.Fatalf("claim A = %v, %v", a, err)
 	}
-	if b, _ := s.InboxClaim(ctx, "worker-b", 10, time.Minute, 10); len(b) != 0 {
+	if b, _ := s.InboxClaim(ctx, "worker-b", 10, time.Minute, 10, nil); len(b) != 0 {
 		t.Fatalf("B claimed %v while A's lease held", b)
 	}
 	time.Sleep(1700 * time.Millisecond) // A's lease expires
-	b, err := s.InboxClaim(ctx, "worker-b", 10, time.Minute, 10)
+	b, err := s.InboxClaim(ctx, "worker-b", 10, time.Minute, 10, nil)
 	if err != nil || len(b) != 1 || b[0].Attempts != 2 {
 		t.Fatalf("claim B after expiry = %v, %v; want the event, attempt 2", b, err)
 	}
@@ -126,7 +126,7 @@ func TestInboxRetryBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	for attempt := 1; attempt <= 3; attempt++ {
-		claims, err := s.InboxClaim(ctx, "w", 10, time.Minute, 3)
+		claims, err := s.InboxClaim(ctx, "w", 10, time.Minute, 3, nil)
 		if err != nil || len(claims) != 1 || claims[0].Attempts != attempt {
 			t.Fatalf("attempt %d: claim = %v, %v", attempt, claims, err)
 		}
@@ -138,7 +138,7 @@ func TestInboxRetryBudget(t *testing.T) {
 			t.Fatalf("attempt %d: failed = %v", attempt, failed)
 		}
 	}
-	if claims, _ := s.InboxClaim(ctx, "w", 10, time.Minute, 3); len(claims) != 0 {
+	if claims, _ := s.InboxClaim(ctx, "w", 10, time.Minute, 3, nil); len(claims) != 0 {
 		t.Errorf("a failed event was claimed again: %v", claims)
 	}
 	if got := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state = 'failed' AND last_error = 'boom 3'"); got != 1 {
@@ -167,7 +167,7 @@ func TestInboxClaimsAreDisjoint(t *testing.T) {
 			defer wg.Done()
 			owner := fmt.Sprintf("w%d", w)
 			for {
-				claims, err := s.InboxClaim(ctx, owner, 3, time.Minute, 10)
+				claims, err := s.InboxClaim(ctx, owner, 3, time.Minute, 10, nil)
 				if err != nil {
 					t.Error(err)
 					return
@@ -202,13 +202,13 @@ func TestInboxClaimFailsAbandonedEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	for attempt := 1; attempt <= 2; attempt++ {
-		claims, err := s.InboxClaim(ctx, fmt.Sprintf("dies-%d", attempt), 10, time.Millisecond, 2)
+		claims, err := s.InboxClaim(ctx, fmt.Sprintf("dies-%d", attempt), 10, time.Millisecond, 2, nil)
 		if err != nil || len(claims) != 1 {
 			t.Fatalf("attempt %d: %v, %v", attempt, claims, err)
 		}
 		time.Sleep(5 * time.Millisecond) // the lease expires: the worker died
 	}
-	if claims, err := s.InboxClaim(ctx, "w", 10, time.Minute, 2); err != nil || len(claims) != 0 {
+	if claims, err := s.InboxClaim(ctx, "w", 10, time.Minute, 2, nil); err != nil || len(claims) != 0 {
 		t.Fatalf("third claim = %v, %v; want nothing", claims, err)
 	}
 	if got := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state = 'failed' AND lease_owner IS NULL"); got != 1 {
@@ -228,13 +228,13 @@ func TestInboxRelease(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if claims, err := s.InboxClaim(ctx, "leaving", 2, time.Hour, 10); err != nil || len(claims) != 2 {
+	if claims, err := s.InboxClaim(ctx, "leaving", 2, time.Hour, 10, nil); err != nil || len(claims) != 2 {
 		t.Fatalf("claim = %v, %v", claims, err)
 	}
 	if n, err := s.InboxRelease(ctx, "leaving"); err != nil || n != 2 {
 		t.Fatalf("released %d, %v; want 2", n, err)
 	}
-	claims, err := s.InboxClaim(ctx, "next", 10, time.Hour, 10)
+	claims, err := s.InboxClaim(ctx, "next", 10, time.Hour, 10, nil)
 	if err != nil || len(claims) != 3 {
 		t.Fatalf("claim after release = %v, %v; want all 3 at once", claims, err)
 	}
@@ -319,7 +319,7 @@ func TestInboxProcessBatchOfOneOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	claims, err := s.InboxClaim(ctx, "w", 10, time.Minute, 10)
+	claims, err := s.InboxClaim(ctx, "w", 10, time.Minute, 10, nil)
 	if err != nil || len(claims) != 4 {
 		t.Fatalf("claim = %v, %v", claims, err)
 	}
@@ -398,7 +398,7 @@ func unidentifiedEvent(id, merchantOrderID string) fulfillment.ProviderEvent {
 func processAll(t *testing.T, s *storage.Store, want int) string {
 	t.Helper()
 	ctx := context.Background()
-	claims, err := s.InboxClaim(ctx, "w", 100, time.Minute, 10)
+	claims, err := s.InboxClaim(ctx, "w", 100, time.Minute, 10, nil)
 	if err != nil || len(claims) != want {
 		t.Fatalf("claim = %v, %v; want %d events", claims, err, want)
 	}

@@ -81,14 +81,17 @@ func newLeasedTable(t leasedTable) *leasedTable {
 	// Due rows, oldest first (now(), the statement's start, is stable: the
 	// scan ends at the first row that is not due, before the leased ones). A
 	// due row that is still leased (its lease ran out) is taken only when
-	// its owner is not live. A row that has used its
+	// its owner is not live — or is the claimer itself and the row is not
+	// among the ones it works on ($5): a claim it lost track of. A row that has used its
 	// attempts without completing — its owner died during each, so Retry
 	// never saw it — is failed instead of being leased again.
 	t.claimSQL = r.Replace(`
 		WITH due AS (
 			SELECT id, attempts FROM {table}
 			WHERE state = 'pending' AND next_attempt_at <= now()
-				AND CASE WHEN lease_owner IS NULL THEN true ELSE {lease_owner_dead} END
+				AND CASE WHEN lease_owner IS NULL THEN true
+					WHEN lease_owner = $1 THEN id <> ALL($5::bigint[])
+					ELSE {lease_owner_dead} END
 			ORDER BY next_attempt_at, id
 			LIMIT $3
 			FOR UPDATE SKIP LOCKED
@@ -156,8 +159,11 @@ type leasedRow struct {
 }
 
 // claim leases up to limit due rows of t to owner for lease.
-func (s *Store) claim(ctx context.Context, t *leasedTable, owner string, limit int, lease time.Duration, maxAttempts int) ([]leasedRow, error) {
-	rows, _ := s.leasePool.Query(ctx, t.claimSQL, owner, lease, limit, maxAttempts)
+func (s *Store) claim(ctx context.Context, t *leasedTable, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]leasedRow, error) {
+	if inFlight == nil {
+		inFlight = []int64{}
+	}
+	rows, _ := s.leasePool.Query(ctx, t.claimSQL, owner, lease, limit, maxAttempts, inFlight)
 	claimed, err := pgx.CollectRows(rows, pgx.RowToStructByPos[leasedRow])
 	if err != nil {
 		return nil, interpret(err)

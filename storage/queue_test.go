@@ -67,13 +67,13 @@ func TestLiveOwnerKeepsClaimPastLease(t *testing.T) {
 	ctx := context.Background()
 	insertPaidOrder(t, s, "evt_1")
 	_, a, _ := live(t, s)
-	claims, err := s.InboxClaim(ctx, a, 10, time.Second, 10)
+	claims, err := s.InboxClaim(ctx, a, 10, time.Second, 10, nil)
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim A = %v, %v", claims, err)
 	}
 	time.Sleep(2 * time.Second) // the lease runs out; A is still alive
 	_, b, _ := live(t, s)
-	if got, err := s.InboxClaim(ctx, b, 10, time.Minute, 10); err != nil || len(got) != 0 {
+	if got, err := s.InboxClaim(ctx, b, 10, time.Minute, 10, nil); err != nil || len(got) != 0 {
 		t.Fatalf("B claims a live worker's event past its lease: %v, %v", got, err)
 	}
 	if n, err := s.InboxReclaim(ctx); err != nil || n != 0 {
@@ -88,6 +88,32 @@ func TestLiveOwnerKeepsClaimPastLease(t *testing.T) {
 	}
 }
 
+// A live owner takes back its own claim whose lease ran out when none of
+// its workers holds it (a retry that failed to record, a claim whose answer
+// was lost) — never one a worker still holds.
+func TestLiveOwnerTakesBackWhatItLostTrackOf(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := context.Background()
+	insertPaidOrder(t, s, "evt_1")
+	_, a, _ := live(t, s)
+	claims, err := s.InboxClaim(ctx, a, 10, 200*time.Millisecond, 10, nil)
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claim = %v, %v", claims, err)
+	}
+	if got, err := s.InboxClaim(ctx, a, 10, time.Minute, 10, nil); err != nil || len(got) != 0 {
+		t.Fatalf("its own claim taken back inside its lease: %v, %v", got, err)
+	}
+	time.Sleep(400 * time.Millisecond) // the lease runs out
+	if got, err := s.InboxClaim(ctx, a, 10, time.Minute, 10, []int64{claims[0].ID}); err != nil || len(got) != 0 {
+		t.Fatalf("a claim one of its workers holds taken back: %v, %v", got, err)
+	}
+	got, err := s.InboxClaim(ctx, a, 10, time.Minute, 10, nil)
+	if err != nil || len(got) != 1 || got[0].ID != claims[0].ID || got[0].Attempts != 2 {
+		t.Fatalf("a claim it lost track of: %v, %v; want it back at attempt 2", got, err)
+	}
+}
+
 // When an owner stops being live, its claims are free at once, whatever
 // the lease; it can then neither complete nor reschedule them.
 func TestDeadOwnerReclaimedAtOnce(t *testing.T) {
@@ -96,7 +122,7 @@ func TestDeadOwnerReclaimedAtOnce(t *testing.T) {
 	ctx := context.Background()
 	insertPaidOrder(t, s, "evt_1")
 	_, a, stopA := live(t, s)
-	claims, err := s.InboxClaim(ctx, a, 10, time.Hour, 10)
+	claims, err := s.InboxClaim(ctx, a, 10, time.Hour, 10, nil)
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim A = %v, %v", claims, err)
 	}
@@ -104,11 +130,22 @@ func TestDeadOwnerReclaimedAtOnce(t *testing.T) {
 	if n, err := s.InboxReclaim(ctx); err != nil || n != 0 {
 		t.Fatalf("reclaim while A lives = %d, %v; want 0", n, err)
 	}
-	stopA() // A's session ends: its lock is gone
-	if n, err := s.InboxReclaim(ctx); err != nil || n != 1 {
-		t.Fatalf("reclaim after A stopped = %d, %v; want 1", n, err)
+	stopA() // A's session ends: its lock is gone as soon as the server sees it
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, err := s.InboxReclaim(ctx)
+		if err != nil || n > 1 {
+			t.Fatalf("reclaim after A stopped = %d, %v; want 1", n, err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("A's claim was not reclaimed within 5s of its session's end")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	got, err := s.InboxClaim(ctx, b, 10, time.Hour, 10)
+	got, err := s.InboxClaim(ctx, b, 10, time.Hour, 10, nil)
 	if err != nil || len(got) != 1 || got[0].Attempts != 2 {
 		t.Fatalf("claim B = %v, %v; want the event at attempt 2", got, err)
 	}
@@ -133,12 +170,12 @@ func TestClaimTakesExpiredLeaseOfDeadOwner(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := context.Background()
 	insertPaidOrder(t, s, "evt_1")
-	if got, err := s.InboxClaim(ctx, "gone", 10, 10*time.Millisecond, 10); err != nil || len(got) != 1 {
+	if got, err := s.InboxClaim(ctx, "gone", 10, 10*time.Millisecond, 10, nil); err != nil || len(got) != 1 {
 		t.Fatalf("claim = %v, %v", got, err)
 	}
 	time.Sleep(20 * time.Millisecond)
 	_, b, _ := live(t, s)
-	if got, err := s.InboxClaim(ctx, b, 10, time.Hour, 10); err != nil || len(got) != 1 || got[0].Attempts != 2 {
+	if got, err := s.InboxClaim(ctx, b, 10, time.Hour, 10, nil); err != nil || len(got) != 1 || got[0].Attempts != 2 {
 		t.Fatalf("claim B = %v, %v; want the event at attempt 2", got, err)
 	}
 }
@@ -150,7 +187,7 @@ func TestReclaimSkipsEventsBeingProcessed(t *testing.T) {
 	s, conn := newStore(t)
 	ctx := context.Background()
 	insertPaidOrder(t, s, "evt_1")
-	if got, err := s.InboxClaim(ctx, "lost", 10, time.Hour, 10); err != nil || len(got) != 1 {
+	if got, err := s.InboxClaim(ctx, "lost", 10, time.Hour, 10, nil); err != nil || len(got) != 1 {
 		t.Fatalf("claim = %v, %v", got, err)
 	}
 	tx, err := conn.Begin(ctx)
@@ -181,7 +218,7 @@ func TestLivenessConnectionLost(t *testing.T) {
 	insertPaidOrder(t, s, "evt_1")
 	l, a, _ := live(t, s)
 	_, lost := l.Owner()
-	if got, err := s.InboxClaim(ctx, a, 10, time.Hour, 10); err != nil || len(got) != 1 {
+	if got, err := s.InboxClaim(ctx, a, 10, time.Hour, 10, nil); err != nil || len(got) != 1 {
 		t.Fatalf("claim = %v, %v", got, err)
 	}
 	var killed int
@@ -200,7 +237,7 @@ func TestLivenessConnectionLost(t *testing.T) {
 	if n, err := s.InboxReclaim(ctx); err != nil || n != 1 {
 		t.Fatalf("reclaim of the lost owner's event = %d, %v; want 1", n, err)
 	}
-	if got, err := s.InboxClaim(ctx, b, 10, time.Hour, 10); err != nil || len(got) != 1 {
+	if got, err := s.InboxClaim(ctx, b, 10, time.Hour, 10, nil); err != nil || len(got) != 1 {
 		t.Fatalf("claim under the new owner = %v, %v", got, err)
 	}
 }
@@ -213,7 +250,7 @@ func TestReclaimedEventFailsPastItsAttempts(t *testing.T) {
 	ctx := context.Background()
 	insertPaidOrder(t, s, "evt_1")
 	for attempt := 1; attempt <= 3; attempt++ {
-		got, err := s.InboxClaim(ctx, fmt.Sprintf("dies-%d", attempt), 10, time.Hour, 3)
+		got, err := s.InboxClaim(ctx, fmt.Sprintf("dies-%d", attempt), 10, time.Hour, 3, nil)
 		if err != nil || len(got) != 1 || got[0].Attempts != attempt {
 			t.Fatalf("attempt %d: claim = %v, %v", attempt, got, err)
 		}
@@ -221,7 +258,7 @@ func TestReclaimedEventFailsPastItsAttempts(t *testing.T) {
 			t.Fatalf("attempt %d: reclaim = %d, %v; want 1", attempt, n, err)
 		}
 	}
-	if got, err := s.InboxClaim(ctx, "w", 10, time.Hour, 3); err != nil || len(got) != 0 {
+	if got, err := s.InboxClaim(ctx, "w", 10, time.Hour, 3, nil); err != nil || len(got) != 0 {
 		t.Fatalf("claim past the attempts = %v, %v; want nothing", got, err)
 	}
 	if got := count(t, conn, `SELECT count(*) FROM inbox_events

@@ -22,8 +22,8 @@ type inboxTable struct {
 	onOutcome func(fulfillment.Outcome)
 }
 
-func (t inboxTable) Claim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int) ([]Claim, error) {
-	got, err := t.work.InboxClaim(ctx, owner, limit, lease, maxAttempts)
+func (t inboxTable) Claim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error) {
+	got, err := t.work.InboxClaim(ctx, owner, limit, lease, maxAttempts, inFlight)
 	claims := make([]Claim, len(got))
 	for i, c := range got {
 		claims[i] = Claim{ID: c.ID, Attempts: c.Attempts}

@@ -21,7 +21,7 @@ type fakeInbox struct {
 	reclaim func() (int, error)
 }
 
-func (f *fakeInbox) InboxClaim(_ context.Context, owner string, limit int, lease time.Duration, maxAttempts int) ([]fulfillment.InboxClaim, error) {
+func (f *fakeInbox) InboxClaim(_ context.Context, owner string, limit int, lease time.Duration, maxAttempts int, _ []int64) ([]fulfillment.InboxClaim, error) {
 	if f.claim == nil {
 		return nil, nil
 	}

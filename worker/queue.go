@@ -32,10 +32,11 @@ type Claim struct {
 // lease.
 type Table interface {
 	// Claim leases up to limit due items to owner for lease, skipping those
-	// leased to live owners; each claim counts as an attempt. A due item
-	// that has used maxAttempts without completing (its workers died) is
-	// failed instead.
-	Claim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int) ([]Claim, error)
+	// leased to live owners but owner's own whose lease ran out and that are
+	// not among inFlight (claims it lost track of); each claim counts as an
+	// attempt. A due item that has used maxAttempts without completing (its
+	// workers died) is failed instead.
+	Claim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error)
 	// Process completes claims in one transaction: all of them, or none
 	// when it fails. Claims owner no longer holds are left alone.
 	Process(ctx context.Context, owner string, claims []Claim) error
@@ -117,6 +118,9 @@ type Queue struct {
 	log    *slog.Logger
 	wake   chan struct{}
 	jitter func() float64 // in [0, 1)
+
+	mu       sync.Mutex
+	inFlight map[int64]struct{} // the items this queue's workers hold
 }
 
 // NewQueue returns the queue called name (in logs) over table, claiming
@@ -129,8 +133,9 @@ func NewQueue(name string, table Table, owners Owners, cfg Config, log *slog.Log
 		owners: owners,
 		cfg:    cfg,
 		log:    log.With("queue", name),
-		wake:   make(chan struct{}, cfg.Workers),
-		jitter: mrand.Float64,
+		wake:     make(chan struct{}, cfg.Workers),
+		jitter:   mrand.Float64,
+		inFlight: map[int64]struct{}{},
 	}
 }
 
@@ -195,7 +200,12 @@ func (q *Queue) loop(ctx context.Context) {
 // claimAndProcess claims one batch under owner and processes it, unless
 // owner was lost meanwhile. It returns the number of items claimed.
 func (q *Queue) claimAndProcess(ctx context.Context, owner string, changed <-chan struct{}) int {
-	claims, err := q.table.Claim(ctx, owner, q.cfg.Batch, q.cfg.Lease, q.cfg.MaxAttempts)
+	// An item another worker claims meanwhile is missing from inFlight, but
+	// its lease has just begun: only items whose lease ran out are taken
+	// back.
+	claims, err := q.table.Claim(ctx, owner, q.cfg.Batch, q.cfg.Lease, q.cfg.MaxAttempts, q.holding())
+	q.hold(claims)
+	defer q.done(claims)
 	if err != nil {
 		if ctx.Err() == nil {
 			q.log.Warn("claiming", "error", err)
@@ -215,6 +225,35 @@ func (q *Queue) claimAndProcess(ctx context.Context, owner string, changed <-cha
 	}
 	q.process(ctx, owner, claims)
 	return len(claims)
+}
+
+// holding lists the items this queue's workers hold.
+func (q *Queue) holding() []int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ids := make([]int64, 0, len(q.inFlight))
+	for id := range q.inFlight {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// hold records claims as held by a worker.
+func (q *Queue) hold(claims []Claim) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, c := range claims {
+		q.inFlight[c.ID] = struct{}{}
+	}
+}
+
+// done forgets claims: their workers no longer hold them.
+func (q *Queue) done(claims []Claim) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, c := range claims {
+		delete(q.inFlight, c.ID)
+	}
 }
 
 // process applies a batch of claims in one transaction. When the batch

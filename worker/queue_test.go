@@ -27,9 +27,14 @@ type fakeTable struct {
 	release func(owner string) (int, error)
 	reclaim func() (int, error)
 	listen  func(ctx context.Context, wake func()) error
+	// inFlight, when set, sees what each claim is told the queue holds.
+	inFlight func([]int64)
 }
 
-func (f *fakeTable) Claim(_ context.Context, owner string, limit int, lease time.Duration, maxAttempts int) ([]Claim, error) {
+func (f *fakeTable) Claim(_ context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error) {
+	if f.inFlight != nil {
+		f.inFlight(inFlight)
+	}
 	if f.claim == nil {
 		return nil, nil
 	}
@@ -589,4 +594,63 @@ func TestQueueSurvivesStorageErrors(t *testing.T) {
 			t.Errorf("%d claims and retries of %v in 10s, want claims every second and one retry of 7", n, retried.all())
 		}
 	})
+}
+
+// Every claim is told which items the queue's workers hold, so that storage
+// takes back an owner's own expired claims only when no worker holds them
+// (a retry that failed to record, a claim whose answer was lost).
+func TestClaimsKnowWhatIsInFlight(t *testing.T) {
+	t.Parallel()
+	var (
+		mu       sync.Mutex
+		seen     [][]int64
+		handed   bool
+		release  = make(chan struct{})
+		started  = make(chan struct{})
+		finished = make(chan struct{})
+	)
+	ft := &fakeTable{
+		claim: func(string, int, time.Duration, int) ([]Claim, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if handed {
+				return nil, nil
+			}
+			handed = true
+			return []Claim{{ID: 7, Attempts: 1}}, nil
+		},
+		process: func(context.Context, string, []Claim) error {
+			close(started)
+			<-release
+			return nil
+		},
+		inFlight: func(ids []int64) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, slices.Clone(ids))
+		},
+	}
+	q := NewQueue("test", ft, liveOwner("me"), Config{Workers: 2, Batch: 1, Poll: 5 * time.Millisecond}, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _ = q.Run(ctx); close(finished) }()
+	defer func() { cancel(); <-finished }()
+
+	<-started
+	waitFor := func(what string, ok func([]int64) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			mu.Lock()
+			last := seen[len(seen)-1]
+			mu.Unlock()
+			if ok(last) {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Fatalf("no claim saw %s; saw %v", what, seen)
+	}
+	waitFor("item 7 in flight", func(ids []int64) bool { return slices.Equal(ids, []int64{7}) })
+	close(release)
+	waitFor("nothing in flight once it was processed", func(ids []int64) bool { return len(ids) == 0 })
 }
