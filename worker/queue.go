@@ -128,11 +128,11 @@ type Queue struct {
 func NewQueue(name string, table Table, owners Owners, cfg Config, log *slog.Logger) *Queue {
 	cfg.defaults()
 	return &Queue{
-		name:   name,
-		table:  table,
-		owners: owners,
-		cfg:    cfg,
-		log:    log.With("queue", name),
+		name:     name,
+		table:    table,
+		owners:   owners,
+		cfg:      cfg,
+		log:      log.With("queue", name),
 		wake:     make(chan struct{}, cfg.Workers),
 		jitter:   mrand.Float64,
 		inFlight: map[int64]struct{}{},
