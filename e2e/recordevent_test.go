@@ -30,7 +30,7 @@ func recordRequest(merchantOrderID string) *fulfillmentv1.RecordEventRequest {
 		EventId: yolfi.NewID("evt_"), Type: yolfi.TypePaymentConfirmed, Kind: string(fulfillment.EventPaymentConfirmed),
 		Payment: &fulfillmentv1.EventPayment{
 			AttemptRef: "inv_" + merchantOrderID, InvoiceId: "inv_" + merchantOrderID, MerchantOrderId: merchantOrderID,
-			Amount: &fulfillmentv1.Amount{Value: "25.000000", Token: "USDT", Network: "TRON"},
+			Amount: "25.000000", Token: "USDT", Network: "TRON",
 		},
 		RawBody: []byte(`{"forged":true}`),
 	}
@@ -75,23 +75,26 @@ func TestRecordEventRefusesWhatNoAdapterSends(t *testing.T) {
 		{"another org than the endpoint's", func(r *fulfillmentv1.RecordEventRequest) { r.OrgId = "org_b" }, "org_id", codes.FailedPrecondition},
 		{"another environment", func(r *fulfillmentv1.RecordEventRequest) { r.Environment = "test" }, "environment", codes.FailedPrecondition},
 		{"another provider", func(r *fulfillmentv1.RecordEventRequest) { r.Provider = "tbank" }, "provider", codes.FailedPrecondition},
-		{"exponent amount", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount.Value = "1e30" }, "payment.amount", 0},
-		{"negative amount", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount.Value = "-25" }, "payment.amount", 0},
-		{"too many digits", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount.Value = "123456789012345678901.5" }, "payment.amount", 0},
-		{"too many decimals", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount.Value = "1." + strings.Repeat("1", 19) }, "payment.amount", 0},
+		{"exponent amount", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount = "1e30" }, "payment.amount", 0},
+		{"negative amount", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount = "-25" }, "payment.amount", 0},
+		{"too many digits", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount = "123456789012345678901.5" }, "payment.amount", 0},
+		{"too many decimals", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount = "1." + strings.Repeat("1", 19) }, "payment.amount", 0},
 		{"NUL in merchant order id", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.MerchantOrderId = "m\x00" }, "payment.merchant_order_id", 0},
 		// (Invalid UTF-8 cannot travel in a proto3 string: gRPC refuses to
 		// encode or decode it before any handler runs.)
 		{"NUL in event id", func(r *fulfillmentv1.RecordEventRequest) { r.EventId = "evt_\x00" }, "event_id", 0},
 		{"over-long reference", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.PaymentId = strings.Repeat("p", 129) }, "payment.payment_id", 0},
 		{"over-long type", func(r *fulfillmentv1.RecordEventRequest) { r.Type = strings.Repeat("t", 65) }, "type", 0},
-		{"space in token", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount.Token = "US DT" }, "payment.amount", 0},
+		{"space in token", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Token = "US DT" }, "payment.token", 0},
 		{"a fraction of a kopeck", func(r *fulfillmentv1.RecordEventRequest) {
-			r.Payment.Amount = &fulfillmentv1.Amount{Value: "2500.5", Currency: "RUB"}
-		}, "payment.amount.value", 0},
+			r.Payment.Amount, r.Payment.Token, r.Payment.Network, r.Payment.Currency = "2500.5", "", "", "RUB"
+		}, "payment.amount", 0},
+		{"an amount without its unit", func(r *fulfillmentv1.RecordEventRequest) {
+			r.Kind, r.Type, r.Payment.Token, r.Payment.Network = string(fulfillment.EventAttemptCreated), "invoice.created", "", ""
+		}, "payment.currency", 0},
 		{"NUL in a provider reference", func(r *fulfillmentv1.RecordEventRequest) { r.Refs = map[string]string{"tx_hash": "0x\x00"} }, "refs.tx_hash", 0},
 		{"attempt ref of another attempt", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.AttemptRef = "inv_other" }, "payment.attempt_ref", 0},
-		{"confirmed without an amount", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount = nil }, "payment.amount", 0},
+		{"confirmed without an amount", func(r *fulfillmentv1.RecordEventRequest) { r.Payment.Amount = "" }, "payment.amount", 0},
 		{"confirmed naming no order", func(r *fulfillmentv1.RecordEventRequest) {
 			r.Payment.MerchantOrderId, r.Payment.InvoiceId, r.Payment.AttemptRef = "", "", ""
 		}, "payment", 0},

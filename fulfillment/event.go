@@ -156,13 +156,13 @@ func (ev ProviderEvent) Validate() error {
 		text(f.field, f.v, RuleRef, false)
 	}
 	if a := p.Amount; a.Known() {
-		if err := checkUnit(a.Unit); err != nil {
-			vs.add("payment.amount", "%v", err)
+		if field, err := checkUnit(a.Unit); err != nil {
+			vs.add("payment."+field, "%v", err)
 		}
 		if err := checkDecimal(a.Value); err != nil {
-			vs.add("payment.amount.value", "%v", err)
+			vs.add("payment.amount", "%v", err)
 		} else if a.Unit.IsCurrency() && !a.Value.IsInteger() {
-			vs.add("payment.amount.value", "counts minor units of %s: a whole number", a.Unit.Currency)
+			vs.add("payment.amount", "counts minor units of %s: a whole number", a.Unit.Currency)
 		}
 	}
 	if p.AttemptRef != p.Attempt() {

@@ -43,9 +43,14 @@ const (
 	// expects (or is in another unit); the order is on hold.
 	DecisionAmountMismatch Decision = "amount_mismatch"
 	// DecisionRefunded: the payment that paid the order was refunded in
-	// full (or before its confirmation arrived): the order is refunded, its
-	// balance credits reversed, and what was delivered flagged for revoking.
+	// full: the order is refunded, its balance credits reversed, and what
+	// was delivered flagged for revoking.
 	DecisionRefunded Decision = "refunded"
+	// DecisionRefundedBeforePayment: a refund arrived before any
+	// confirmation was applied to the order. Nothing was granted; the order
+	// keeps waiting for payment, and a later confirmation of the refunded
+	// payment does not fulfil it.
+	DecisionRefundedBeforePayment Decision = "refunded_before_payment"
 	// DecisionPartiallyRefunded: part of the payment was refunded; the order
 	// keeps its state and a refund_after_fulfillment item asks what to
 	// revoke.
@@ -250,9 +255,6 @@ func with(effects []Effect, more ...Effect) []Effect {
 func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 	p := ev.Payment
 	confirmed := recordAttempt(ev, AttemptConfirmed)
-	if order.attempt(ev) == AttemptRefunded {
-		return outcome(DecisionStaleIgnored, "this payment was refunded before its confirmation was applied: nothing is granted")
-	}
 	if order.Paid {
 		switch same, known := order.PaidBy.SamePayment(p); {
 		case !known:
@@ -263,6 +265,19 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 		return outcome(DecisionDuplicatePayment,
 			fmt.Sprintf("the order was already paid by %s; this payment needs a refund review", order.PaidBy.describe()),
 			with(confirmed, OpenItem{ReconExtraPayment})...)
+	}
+	if order.attempt(ev) == AttemptRefunded {
+		// A refund of this attempt came first. When the attempt is the
+		// payment itself, this confirms the refunded payment; otherwise
+		// another payment of the attempt cannot be told from it.
+		if p.PaymentID != "" && p.PaymentID == p.AttemptRef {
+			return outcome(DecisionStaleIgnored, "this payment was refunded before its confirmation was applied: nothing is granted")
+		}
+		return outcome(DecisionUnidentifiedPayment,
+			fmt.Sprintf("attempt %s was refunded before any confirmation was applied, and this confirmation (%s) cannot be told "+
+				"apart from the refunded payment: nothing is granted; check at the provider whether money was kept",
+				p.AttemptRef, p.PaidRefs().describe()),
+			OpenItem{ReconUnidentifiedPayment})
 	}
 	if order.State != StatePendingPayment {
 		// Cancelled, expired or refunded orders: money for an order that no
@@ -300,46 +315,66 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 	return outcome(DecisionFulfilled, reason, effects...)
 }
 
+// Expected is what the order expects of a payment in unit u — its
+// settlement for that token on that network, its total for that currency —
+// and false when it expects nothing in u.
+func (o PaidOrder) Expected(u Unit) (Amount, bool) {
+	switch {
+	case u.IsCurrency() && u.Currency == o.Total.Currency:
+		return MinorAmount(o.Total.MinorUnits, u.Currency), true
+	case u.IsToken() && o.Settlement != nil && u == TokenUnit(o.Settlement.Token, o.Settlement.Network):
+		return Amount{Value: o.Settlement.Amount, Unit: u}, true
+	}
+	return Amount{}, false
+}
+
 // expected returns what the order expects of a payment of amount's unit —
 // the settlement for a token, the total for a currency — with the shortfall
 // it tolerates, or why the payment cannot be compared with it.
 func (o PaidOrder) expected(a Amount) (value, tolerance decimal.Decimal, why string) {
 	u := a.Unit
-	switch {
-	case !a.Known():
+	if !a.Known() {
 		return decimal.Zero, decimal.Zero, "the confirmation carries no amount"
-	case u.IsCurrency():
-		if u.Currency != o.Total.Currency {
-			return decimal.Zero, decimal.Zero, fmt.Sprintf("paid in %s, the order is priced in %s", u.Currency, o.Total.Currency)
+	}
+	if e, ok := o.Expected(u); ok {
+		if u.IsToken() {
+			tolerance = o.Settlement.Tolerance
 		}
-		return decimal.NewFromInt(o.Total.MinorUnits), decimal.Zero, ""
+		return e.Value, tolerance, ""
+	}
+	switch {
+	case u.IsCurrency():
+		return decimal.Zero, decimal.Zero, fmt.Sprintf("paid in %s, the order is priced in %s", u.Currency, o.Total.Currency)
 	case o.Settlement == nil:
 		return decimal.Zero, decimal.Zero, "the order states no expected settlement in tokens to compare the payment with"
-	case u.Token != o.Settlement.Token || u.Network != o.Settlement.Network:
-		return decimal.Zero, decimal.Zero, fmt.Sprintf("paid in %s, expected %s", u, TokenUnit(o.Settlement.Token, o.Settlement.Network))
 	}
-	return o.Settlement.Amount, o.Settlement.Tolerance, ""
+	return decimal.Zero, decimal.Zero, fmt.Sprintf("paid in %s, expected %s", u, TokenUnit(o.Settlement.Token, o.Settlement.Network))
 }
 
 func decideRefund(ev ProviderEvent, order PaidOrder) Outcome {
 	refunded := recordAttempt(ev, AttemptRefunded)
 	if !order.Paid {
-		if order.State == StatePendingPayment {
-			return outcome(DecisionRefunded,
-				"refunded before a confirmation was applied: nothing was granted, and this payment will not fulfil the order",
-				with(refunded, MoveOrder{StateRefunded})...)
+		if order.attempt(ev) == AttemptRefunded {
+			return outcome(DecisionAlreadyApplied, "this refund was already recorded")
 		}
-		return outcome(DecisionOtherPaymentRefunded, fmt.Sprintf("a refund for an order that is %s and was never paid", order.State), refunded...)
+		return outcome(DecisionRefundedBeforePayment,
+			"refunded before any confirmation was applied: nothing was granted, and a confirmation of this payment will not fulfil the order",
+			refunded...)
 	}
 	switch same, known := order.PaidBy.SamePayment(ev.Payment); {
 	case known && !same:
-		return outcome(DecisionOtherPaymentRefunded,
-			fmt.Sprintf("the refunded payment is not %s, which paid the order", order.PaidBy.describe()), refunded...)
+		reason := fmt.Sprintf("the refunded payment is not %s, which paid the order", order.PaidBy.describe())
+		if ev.Payment.AttemptRef == order.PaidBy.AttemptRef {
+			// Another payment of the paying attempt: the attempt as a whole
+			// is not refunded.
+			return outcome(DecisionOtherPaymentRefunded, reason)
+		}
+		return outcome(DecisionOtherPaymentRefunded, reason, refunded...)
 	case !known:
 		return outcome(DecisionUnidentifiedRefund,
 			fmt.Sprintf("the order was paid by %s and this refund names %s: check at the provider whether the refunded "+
 				"payment is the one that paid the order, and revoke what was granted if it is", order.PaidBy.describe(), ev.Payment.PaidRefs().describe()),
-			with(refunded, OpenItem{ReconRefundAfterFulfill})...)
+			OpenItem{ReconRefundAfterFulfill})
 	case order.State == StateRefunded:
 		return outcome(DecisionAlreadyApplied, "the order was already refunded", refunded...)
 	}

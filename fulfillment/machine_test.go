@@ -335,7 +335,7 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 	held := &PaidOrder{State: StateOnHold, Total: total, Paid: true, PaidBy: byPay1}
 	refunded := &PaidOrder{State: StateRefunded, Total: total, Paid: true, PaidBy: byPay1}
 	cancelled := &PaidOrder{State: StateCancelled, Total: total}
-	refundedFirst := &PaidOrder{State: StateRefunded, Total: total,
+	refundedFirst := &PaidOrder{State: StatePendingPayment, Total: total,
 		Attempts: map[AttemptKey]AttemptState{{ProviderTBank, "pay_1"}: AttemptRefunded}}
 
 	confirmed := RecordAttempt{AttemptConfirmed}
@@ -359,8 +359,8 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 		{"token, for an order with no settlement", payment(EventPaymentConfirmed, TokenAmount(decimal.RequireFromString("25"), "USDT", "TRON"), "", "pay_1"), pending,
 			DecisionAmountMismatch, hold},
 		{"a confirmation of a refunded payment", payment(EventPaymentConfirmed, rub(250000), "", "pay_1"), refundedFirst, DecisionStaleIgnored, nil},
-		{"another payment for an order refunded before it was paid", payment(EventPaymentConfirmed, rub(250000), "", "pay_2"), refundedFirst,
-			DecisionDuplicatePayment, []Effect{confirmed, OpenItem{ReconExtraPayment}}},
+		{"another payment after a refund before any payment", payment(EventPaymentConfirmed, rub(250000), "", "pay_2"), refundedFirst,
+			DecisionFulfilled, fulfil},
 
 		{"refund of the paying payment, fulfilled", payment(EventRefunded, Amount{}, "", "pay_1"), fulfilled,
 			DecisionRefunded, []Effect{refundAttempt, MoveOrder{StateRefunded}, ReverseCredits{}, OpenItem{ReconRefundAfterFulfill}}},
@@ -373,8 +373,9 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 		{"refund that names no payment", payment(EventRefunded, Amount{}, "", ""), fulfilled,
 			DecisionUnidentifiedRefund, []Effect{OpenItem{ReconRefundAfterFulfill}}},
 		{"refund before the confirmation arrived", payment(EventRefunded, Amount{}, "", "pay_1"), pending,
-			DecisionRefunded, []Effect{refundAttempt, MoveOrder{StateRefunded}}},
-		{"refund for a cancelled order", payment(EventRefunded, Amount{}, "", "pay_1"), cancelled, DecisionOtherPaymentRefunded, []Effect{refundAttempt}},
+			DecisionRefundedBeforePayment, []Effect{refundAttempt}},
+		{"that refund announced again", payment(EventRefunded, Amount{}, "", "pay_1"), refundedFirst, DecisionAlreadyApplied, nil},
+		{"refund for a cancelled order", payment(EventRefunded, Amount{}, "", "pay_1"), cancelled, DecisionRefundedBeforePayment, []Effect{refundAttempt}},
 		{"partial refund of the paying payment", payment(EventPartiallyRefunded, rub(50000), "", "pay_1"), fulfilled,
 			DecisionPartiallyRefunded, []Effect{OpenItem{ReconRefundAfterFulfill}}},
 		{"partial refund of another payment", payment(EventPartiallyRefunded, rub(50000), "", "pay_2"), fulfilled, DecisionOtherPaymentRefunded, nil},
@@ -409,7 +410,7 @@ func TestApplyFollowsEffects(t *testing.T) {
 		Payment: PaymentInfo{AttemptRef: "pay_1", PaymentID: "pay_1", MerchantOrderID: "m", Amount: MinorAmount(100, "RUB")}}
 	refund := pay
 	refund.Kind, refund.Payment.Amount = EventRefunded, Amount{}
-	for i, want := range []Decision{DecisionFulfilled, DecisionAlreadyApplied, DecisionRefunded, DecisionAlreadyApplied, DecisionStaleIgnored} {
+	for i, want := range []Decision{DecisionFulfilled, DecisionAlreadyApplied, DecisionRefunded, DecisionAlreadyApplied, DecisionAlreadyApplied} {
 		ev := pay
 		if i >= 2 && i <= 3 {
 			ev = refund
@@ -452,5 +453,64 @@ func TestItemKey(t *testing.T) {
 	noRefs.AttemptRef, noRefs.PaymentID = "", ""
 	if ItemKey(ReconExtraPayment, noRefs) == ItemKey(ReconExtraPayment, ItemSubject{OrderID: "o1", EventID: "evt_2"}) {
 		t.Error("two events naming no payment share a key")
+	}
+}
+
+// Refunds and payments of one attempt, in sequence: money that arrives is
+// never silently ignored, and a refund of another payment leaves the
+// paying one alone.
+func TestRefundSequences(t *testing.T) {
+	t.Parallel()
+	type step struct {
+		kind    EventKind
+		invoice string
+		payment string
+		want    Decision
+	}
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"a refund of another payment of the paying invoice", []step{
+			{EventPaymentConfirmed, "inv_1", "pay_1", DecisionFulfilled},
+			{EventRefunded, "inv_1", "pay_2", DecisionOtherPaymentRefunded},
+			{EventPaymentConfirmed, "inv_1", "pay_3", DecisionDuplicatePayment},
+		}},
+		{"a new payment of a refunded invoice", []step{
+			{EventPaymentConfirmed, "inv_1", "pay_1", DecisionFulfilled},
+			{EventRefunded, "inv_1", "pay_1", DecisionRefunded},
+			{EventPaymentConfirmed, "inv_1", "pay_2", DecisionDuplicatePayment},
+			{EventPaymentConfirmed, "inv_1", "pay_1", DecisionAlreadyApplied},
+		}},
+		{"an invoice refunded before any confirmation", []step{
+			{EventRefunded, "inv_1", "", DecisionRefundedBeforePayment},
+			{EventPaymentConfirmed, "inv_1", "pay_1", DecisionUnidentifiedPayment},
+			{EventPaymentConfirmed, "inv_2", "pay_2", DecisionFulfilled},
+		}},
+		{"a payment refunded before its confirmation", []step{
+			{EventRefunded, "", "pay_1", DecisionRefundedBeforePayment},
+			{EventPaymentConfirmed, "", "pay_1", DecisionStaleIgnored},
+			{EventRefunded, "", "pay_1", DecisionAlreadyApplied},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			o := &PaidOrder{State: StatePendingPayment, Total: Money{Currency: "RUB", MinorUnits: 100}}
+			for i, s := range tc.steps {
+				p := PaymentInfo{InvoiceID: s.invoice, PaymentID: s.payment, MerchantOrderID: "m"}
+				if s.kind == EventPaymentConfirmed {
+					p.Amount = MinorAmount(100, "RUB")
+				}
+				p.AttemptRef = p.Attempt()
+				ev := ProviderEvent{Provider: ProviderTBank, Environment: EnvLive, Kind: s.kind, Payment: p}
+				out := Decide(ev, o)
+				if out.Decision != s.want {
+					t.Fatalf("step %d (%s %s/%s): %s, want %s (%s)", i, s.kind, s.invoice, s.payment, out.Decision, s.want, out.Reason)
+				}
+				checkInvariants(t, ev, o, out)
+				o.Apply(ev, out)
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package fulfillment
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/shopspring/decimal"
@@ -54,8 +55,9 @@ func MinorAmount(minorUnits int64, currency string) Amount {
 	return Amount{Value: decimal.NewFromInt(minorUnits), Unit: CurrencyUnit(currency)}
 }
 
-// Known reports whether a carries an amount.
-func (a Amount) Known() bool { return a.Unit != Unit{} }
+// Known reports whether a carries an amount. An amount whose unit is
+// missing is still "known": validation refuses it.
+func (a Amount) Known() bool { return a.Unit != Unit{} || !a.Value.IsZero() }
 
 // String renders the amount, e.g. "25 USDT on TRON" or "250000 RUB minor units".
 func (a Amount) String() string {
@@ -68,20 +70,21 @@ func (a Amount) String() string {
 	return fmt.Sprintf("%s %s", a.Value, a.Unit)
 }
 
-// checkUnit returns why u is not a valid unit, or nil.
-func checkUnit(u Unit) error {
+// checkUnit returns the field (token, network or currency) that makes u
+// invalid and why, or "" and nil.
+func checkUnit(u Unit) (field string, err error) {
 	switch {
 	case u.IsToken() && u.IsCurrency():
-		return fmt.Errorf("must be a token on a network or a currency, not both")
+		return "currency", errors.New("an amount is in a token on a network or in a currency, not both")
 	case u.IsToken():
 		if err := RuleToken.Check(u.Token); u.Token == "" || err != nil {
-			return fmt.Errorf("token: a symbol such as USDT, %d bytes at most", MaxTokenLen)
+			return "token", fmt.Errorf("a symbol such as USDT: printable ASCII without spaces, %d bytes at most", MaxTokenLen)
 		}
 		if err := RuleNetwork.Check(u.Network); u.Network == "" || err != nil {
-			return fmt.Errorf("network: a name such as TRON, %d bytes at most", MaxNetworkLen)
+			return "network", fmt.Errorf("a name such as TRON: printable ASCII without spaces, %d bytes at most", MaxNetworkLen)
 		}
 	case !currencyPattern.MatchString(u.Currency):
-		return fmt.Errorf("currency: a three-letter ISO 4217 code in capitals, e.g. RUB")
+		return "currency", errors.New("an amount needs its unit: a token and network, or a three-letter ISO 4217 currency in capitals such as RUB")
 	}
-	return nil
+	return "", nil
 }

@@ -90,13 +90,14 @@ func orderDetailToProto(d fulfillment.OrderDetail, showSecrets bool) *fulfillmen
 		OmittedEvents:          int32(d.OmittedEvents),
 	}
 	for _, a := range d.Attempts {
-		h.PaymentAttempts = append(h.PaymentAttempts, &fulfillmentv1.PaymentAttempt{
+		pa := &fulfillmentv1.PaymentAttempt{
 			Provider:    string(a.Provider),
 			ProviderRef: a.AttemptRef,
 			State:       string(a.State),
-			Amount:      amountToProto(a.Amount),
 			CreateTime:  timestamppb.New(a.CreatedAt),
-		})
+		}
+		pa.Amount, pa.Token, pa.Network, pa.Currency = amountText(a.Amount)
+		h.PaymentAttempts = append(h.PaymentAttempts, pa)
 	}
 	for _, e := range d.Entitlements {
 		pe := &fulfillmentv1.Entitlement{
@@ -132,24 +133,33 @@ func orderDetailToProto(d fulfillment.OrderDetail, showSecrets bool) *fulfillmen
 	return pb
 }
 
-// amountToProto renders an amount; nil for none.
-func amountToProto(a fulfillment.Amount) *fulfillmentv1.Amount {
+// amountText renders an amount's value and unit as the API's flat fields:
+// all empty for none.
+func amountText(a fulfillment.Amount) (value, token, network, currency string) {
 	if !a.Known() {
-		return nil
+		return "", "", "", ""
 	}
-	return &fulfillmentv1.Amount{Value: a.Value.String(), Token: a.Unit.Token, Network: a.Unit.Network, Currency: a.Unit.Currency}
+	return a.Value.String(), a.Unit.Token, a.Unit.Network, a.Unit.Currency
 }
 
-// amountFromProto reads an amount; its unit is checked by the event's
-// validation.
-func amountFromProto(a *fulfillmentv1.Amount) (fulfillment.Amount, error) {
-	v, err := fulfillment.ParseDecimal(a.GetValue())
+// amountFromText reads the API's flat amount fields; its unit is checked
+// by the event's validation. An empty value is no amount.
+func amountFromText(value, token, network, currency string) (fulfillment.Amount, error) {
+	if value == "" {
+		return fulfillment.Amount{}, nil
+	}
+	v, err := fulfillment.ParseDecimal(value)
 	if err != nil {
 		return fulfillment.Amount{}, err
 	}
-	return fulfillment.Amount{Value: v, Unit: fulfillment.Unit{
-		Token: a.GetToken(), Network: a.GetNetwork(), Currency: a.GetCurrency()}}, nil
+	return fulfillment.Amount{Value: v, Unit: fulfillment.Unit{Token: token, Network: network, Currency: currency}}, nil
 }
+
+// Provider references older gateways send in their own EventPayment fields.
+const (
+	refPaylinkID = "paylink_id"
+	refTxHash    = "tx_hash"
+)
 
 // eventFromProto reads and validates a RecordEventRequest.
 func eventFromProto(req *fulfillmentv1.RecordEventRequest) (fulfillment.ProviderEvent, error) {
@@ -171,17 +181,15 @@ func eventFromProto(req *fulfillmentv1.RecordEventRequest) (fulfillment.Provider
 			MerchantOrderID:   p.GetMerchantOrderId(),
 			SubscriptionID:    p.GetSubscriptionId(),
 		},
-		Refs: req.GetRefs(),
+		Refs: refsFromProto(req),
 	}
 	if req.GetOccurTime() != nil {
 		ev.OccurredAt = req.GetOccurTime().AsTime()
 	}
 	var vs []fulfillment.FieldViolation
-	if a := p.GetAmount(); a != nil {
-		var err error
-		if ev.Payment.Amount, err = amountFromProto(a); err != nil {
-			vs = append(vs, fulfillment.FieldViolation{Field: "payment.amount.value", Description: "must be a decimal string such as \"25.000000\": " + err.Error()})
-		}
+	var err error
+	if ev.Payment.Amount, err = amountFromText(p.GetAmount(), p.GetToken(), p.GetNetwork(), p.GetCurrency()); err != nil {
+		vs = append(vs, fulfillment.FieldViolation{Field: "payment.amount", Description: "must be a decimal string such as \"25.000000\": " + err.Error()})
 	}
 	if n := len(req.GetRawBody()); n == 0 || n > fulfillment.MaxRawBodyBytes {
 		vs = append(vs, fulfillment.FieldViolation{Field: "raw_body", Description: fmt.Sprintf("is required, at most %d bytes", fulfillment.MaxRawBodyBytes)})
@@ -216,13 +224,32 @@ func eventToProto(ev fulfillment.ProviderEvent, rawBody []byte) *fulfillmentv1.R
 			CheckoutSessionId: p.CheckoutSessionID,
 			MerchantOrderId:   p.MerchantOrderID,
 			SubscriptionId:    p.SubscriptionID,
-			Amount:            amountToProto(p.Amount),
+			// Deprecated fields, still filled for services that predate refs.
+			PaylinkId: ev.Refs[refPaylinkID], //nolint:staticcheck // see above
+			TxHash:    ev.Refs[refTxHash],    //nolint:staticcheck // see above
 		},
 		Refs:    ev.Refs,
 		RawBody: rawBody,
 	}
+	pp := req.Payment
+	pp.Amount, pp.Token, pp.Network, pp.Currency = amountText(p.Amount)
 	if !ev.OccurredAt.IsZero() {
 		req.OccurTime = timestamppb.New(ev.OccurredAt)
 	}
 	return req
+}
+
+// refsFromProto are the request's provider references, with those older
+// gateways send in their own fields.
+func refsFromProto(req *fulfillmentv1.RecordEventRequest) map[string]string {
+	refs := req.GetRefs()
+	for name, v := range map[string]string{refPaylinkID: req.GetPayment().GetPaylinkId(), refTxHash: req.GetPayment().GetTxHash()} {
+		if _, set := refs[name]; v != "" && !set {
+			if refs == nil {
+				refs = map[string]string{}
+			}
+			refs[name] = v
+		}
+	}
+	return refs
 }

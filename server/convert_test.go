@@ -43,3 +43,23 @@ func TestEventProtoRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// A gateway older than refs sends a paylink and a transaction hash in their
+// own fields: they land in the event's refs.
+func TestOlderGatewayRefs(t *testing.T) {
+	t.Parallel()
+	req := eventToProto(fulfillment.ProviderEvent{
+		Provider: fulfillment.ProviderYolfi, EndpointID: "yolfi-live", OrgID: "org_a", Environment: fulfillment.EnvLive,
+		EventID: "evt_1", Type: "invoice.created", Kind: fulfillment.EventAttemptCreated,
+		Payment: fulfillment.PaymentInfo{AttemptRef: "inv_1", InvoiceID: "inv_1"},
+		Refs:    map[string]string{"paylink_id": "pl_1", "tx_hash": "0xabc"},
+	}, []byte(`{}`))
+	req.Refs = nil // as an older gateway sends it
+	ev, err := eventFromProto(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"paylink_id": "pl_1", "tx_hash": "0xabc"}; !reflect.DeepEqual(ev.Refs, want) {
+		t.Errorf("refs = %v, want %v", ev.Refs, want)
+	}
+}

@@ -48,22 +48,28 @@ func (s *Service) ListReconciliationItems(ctx context.Context, req *fulfillmentv
 
 func reconItemToProto(it fulfillment.ReconItem) *fulfillmentv1.ReconciliationItem {
 	pb := &fulfillmentv1.ReconciliationItem{
-		Id:             strconv.FormatInt(it.ID, 10),
-		Kind:           string(it.Kind),
-		State:          string(it.State),
-		OrgId:          it.OrgID,
-		Environment:    string(it.Environment),
-		OrderId:        it.OrderID,
-		EventId:        it.EventID,
-		Provider:       string(it.Provider),
-		AttemptRef:     it.AttemptRef,
-		PaymentId:      it.PaymentID,
-		Amount:         amountToProto(it.Amount),
-		Expected:       amountToProto(it.Expected),
+		Id:          strconv.FormatInt(it.ID, 10),
+		Kind:        string(it.Kind),
+		State:       string(it.State),
+		OrgId:       it.OrgID,
+		Environment: string(it.Environment),
+		OrderId:     it.OrderID,
+		EventId:     it.EventID,
+		Provider:    string(it.Provider),
+		AttemptRef:  it.AttemptRef,
+		PaymentId:   it.PaymentID,
+
 		Detail:         it.Detail,
 		CreateTime:     timestamppb.New(it.CreatedAt),
 		ResolvedBy:     it.ResolvedBy,
 		ResolutionNote: it.ResolutionNote,
+	}
+	pb.Amount, pb.Token, pb.Network, pb.Currency = amountText(it.Amount)
+	if it.Expected.Known() {
+		pb.ExpectedAmount = it.Expected.Value.String()
+		if !it.Amount.Known() {
+			_, pb.Token, pb.Network, pb.Currency = amountText(it.Expected)
+		}
 	}
 	if it.ResolvedAt != nil {
 		pb.ResolveTime = timestamppb.New(*it.ResolvedAt)

@@ -111,7 +111,9 @@ func queueItem(b *pgx.Batch, kind fulfillment.ReconKind, le leasedEvent, m *lock
 	var linked, expected *string
 	if m != nil {
 		subject.OrderID, linked = m.id, &m.id
-		expected = expectedIn(m.PaidOrder, p.Amount.Unit)
+		if e, ok := m.Expected(p.Amount.Unit); ok {
+			expected = opt(e.Value.String())
+		}
 	}
 	value, token, network, currency := amountColumns(p.Amount)
 	b.Queue(`
@@ -121,17 +123,4 @@ func queueItem(b *pgx.Batch, kind fulfillment.ReconKind, le leasedEvent, m *lock
 		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
 		kind, ev.OrgID, ev.Environment, linked, le.id, ev.Provider, opt(p.AttemptRef), opt(p.PaymentID),
 		value, expected, token, network, currency, detail, fulfillment.ItemKey(kind, subject))
-}
-
-// expectedIn is what order expects of a payment in unit u, as numeric text
-// (nil when it expects nothing in that unit): the settlement for a token,
-// the total for a currency.
-func expectedIn(o fulfillment.PaidOrder, u fulfillment.Unit) *string {
-	switch {
-	case u.IsCurrency() && u.Currency == o.Total.Currency:
-		return opt(fmt.Sprint(o.Total.MinorUnits))
-	case u.IsToken() && o.Settlement != nil:
-		return opt(o.Settlement.Amount.String())
-	}
-	return nil
 }

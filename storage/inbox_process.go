@@ -106,6 +106,27 @@ func (lo lockedOrders) find(k fulfillment.OrderKey) (*lockedOrder, bool) {
 	return o, ok
 }
 
+// lockedOrderRow is what lockOrders reads of an order, by column name.
+type lockedOrderRow struct {
+	ID                  uuid.UUID               `db:"id"`
+	OrgID               string                  `db:"org_id"`
+	Environment         fulfillment.Environment `db:"environment"`
+	MerchantOrderID     string                  `db:"merchant_order_id"`
+	CheckoutSessionID   *string                 `db:"checkout_session_id"`
+	State               fulfillment.State       `db:"state"`
+	TotalCurrency       string                  `db:"total_currency"`
+	TotalMinorUnits     int64                   `db:"total_minor_units"`
+	SettlementToken     *string                 `db:"settlement_token"`
+	SettlementNetwork   *string                 `db:"settlement_network"`
+	SettlementAmount    *string                 `db:"settlement_amount"`
+	SettlementTolerance *string                 `db:"settlement_tolerance"`
+	Paid                bool                    `db:"paid"`
+	PaidAttemptRef      *string                 `db:"paid_attempt_ref"`
+	PaidInvoiceID       *string                 `db:"paid_invoice_id"`
+	PaidPaymentID       *string                 `db:"paid_payment_id"`
+	HasExternalLines    bool                    `db:"has_external_lines"`
+}
+
 // lockOrders locks every order the events name, in id order, and reads
 // their payment attempts. (Each key set is looked up through its own
 // unique index; an OR of the two would scan the table.)
@@ -126,11 +147,11 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 		return lo, nil
 	}
 	rows, _ := tx.Query(ctx, `
-		SELECT id, org_id, environment, merchant_order_id, coalesce(checkout_session_id, ''), state,
+		SELECT id, org_id, environment, merchant_order_id, checkout_session_id, state,
 			total_currency, total_minor_units,
 			settlement_token, settlement_network, settlement_amount::text, settlement_tolerance::text,
-			paid_at IS NOT NULL, coalesce(paid_attempt_ref, ''), coalesce(paid_invoice_id, ''), coalesce(paid_payment_id, ''),
-			EXISTS (SELECT 1 FROM order_lines l WHERE l.order_id = o.id AND l.kind = 'external')
+			paid_at IS NOT NULL AS paid, paid_attempt_ref, paid_invoice_id, paid_payment_id,
+			EXISTS (SELECT 1 FROM order_lines l WHERE l.order_id = o.id AND l.kind = 'external') AS has_external_lines
 		FROM orders o
 		WHERE id IN (
 			SELECT id FROM orders WHERE (org_id, environment, merchant_order_id) IN (
@@ -143,30 +164,27 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 	byID := map[string]*lockedOrder{}
 	var ids []string
 	err := forEachRow(rows, func(r pgx.Rows) error {
-		var (
-			id                                uuid.UUID
-			org, merchantID, sessionID        string
-			env                               fulfillment.Environment
-			o                                 = &lockedOrder{}
-			token, network, amount, tolerance *string
-		)
-		paidBy := &o.PaidBy
-		if err := r.Scan(&id, &org, &env, &merchantID, &sessionID, &o.State, &o.Total.Currency, &o.Total.MinorUnits,
-			&token, &network, &amount, &tolerance,
-			&o.Paid, &paidBy.AttemptRef, &paidBy.InvoiceID, &paidBy.PaymentID, &o.HasExternalLines); err != nil {
+		row, err := pgx.RowToStructByName[lockedOrderRow](r)
+		if err != nil {
 			return err
 		}
-		var err error
-		if o.Settlement, err = settlementFrom(token, network, amount, tolerance); err != nil {
+		o := &lockedOrder{id: row.ID.String(), PaidOrder: fulfillment.PaidOrder{
+			State: row.State, Total: fulfillment.Money{Currency: row.TotalCurrency, MinorUnits: row.TotalMinorUnits},
+			HasExternalLines: row.HasExternalLines, Paid: row.Paid,
+			PaidBy:   fulfillment.PaidRefs{AttemptRef: str(row.PaidAttemptRef), InvoiceID: str(row.PaidInvoiceID), PaymentID: str(row.PaidPaymentID)},
+			Attempts: map[fulfillment.AttemptKey]fulfillment.AttemptState{},
+		}}
+		if o.Settlement, err = settlementFrom(row.SettlementToken, row.SettlementNetwork, row.SettlementAmount, row.SettlementTolerance); err != nil {
 			return err
 		}
-		o.id = id.String()
-		o.Attempts = map[fulfillment.AttemptKey]fulfillment.AttemptState{}
 		byID[o.id] = o
 		ids = append(ids, o.id)
-		lo[fulfillment.OrderKey{OrgID: org, Environment: env, Field: fulfillment.ByMerchantOrderID, Value: merchantID}] = o
-		if sessionID != "" {
-			lo[fulfillment.OrderKey{OrgID: org, Environment: env, Field: fulfillment.ByCheckoutSessionID, Value: sessionID}] = o
+		key := fulfillment.OrderKey{OrgID: row.OrgID, Environment: row.Environment}
+		key.Field, key.Value = fulfillment.ByMerchantOrderID, row.MerchantOrderID
+		lo[key] = o
+		if row.CheckoutSessionID != nil {
+			key.Field, key.Value = fulfillment.ByCheckoutSessionID, *row.CheckoutSessionID
+			lo[key] = o
 		}
 		return nil
 	})

@@ -96,7 +96,10 @@ func TestMigration005Refs(t *testing.T) {
 		VALUES ('yolfi', 'ep', 'org_a', 'live', 'evt_1', 'payment.confirmed', 'payment_confirmed', false,
 				'pl_1', '0xabc', 25, 'USDT', 'TRON', '{}'),
 			('yolfi', 'ep', 'org_a', 'live', 'evt_2', 'invoice.created', 'attempt_created', false,
-				NULL, NULL, NULL, NULL, NULL, '{}')`)
+				NULL, NULL, NULL, NULL, NULL, '{}'),
+			-- earlier versions kept an amount without its unit
+			('yolfi', 'ep', 'org_a', 'live', 'evt_3', 'invoice.created', 'attempt_created', false,
+				NULL, NULL, 10, NULL, NULL, '{}')`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +111,11 @@ func TestMigration005Refs(t *testing.T) {
 	if refs, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 		t.Fatal(err)
 	}
-	if want := `[{"tx_hash": "0xabc", "paylink_id": "pl_1"} {}]`; fmt.Sprint(refs) != want {
+	if want := `[{"tx_hash": "0xabc", "paylink_id": "pl_1"} {} {}]`; fmt.Sprint(refs) != want {
 		t.Errorf("refs after 005 = %v, want %s", refs, want)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM inbox_events WHERE amount IS NOT NULL"); n != 1 {
+		t.Errorf("%d events keep an amount after 005, want 1 (the unit-less one dropped)", n)
 	}
 	if err := m.MigrateTo(ctx, 4); err != nil {
 		t.Fatalf("migrating 005 down: %v", err)

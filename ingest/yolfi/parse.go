@@ -66,20 +66,21 @@ func Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfillment.Pro
 		f.put(&n, v)
 	}
 	info := &n.payment
+	kind := kindOf(p.Type)
 	if a := amountOf(&p.Data); a != "" {
 		d, err := fulfillment.ParseDecimal(a)
 		switch {
 		case err != nil:
 			bad.add(amountPath + " must be a plain decimal string such as \"25.000000\" (" + err.Error() + ")")
-		case n.token == "" || n.network == "":
-			bad.add("data.token and data.network are required with " + amountPath)
-		default:
+		case n.token != "" && n.network != "":
 			info.Amount = fulfillment.TokenAmount(d, n.token, n.network)
 		}
+		// An amount without its token and network means nothing: a
+		// confirmation needs both (below); other events keep the amount in
+		// their raw body only.
 	}
 	info.AttemptRef = info.Attempt()
 
-	kind := kindOf(p.Type)
 	if kind == fulfillment.EventPaymentConfirmed {
 		if amountOf(&p.Data) == "" {
 			bad.add(amountPath + " is required for " + TypePaymentConfirmed)

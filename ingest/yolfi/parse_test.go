@@ -377,3 +377,20 @@ func TestKinds(t *testing.T) {
 		}
 	}
 }
+
+// An amount without its token or network tells nothing: a confirmation
+// needs them; another event keeps the amount in its raw body only.
+func TestAmountWithoutUnit(t *testing.T) {
+	t.Parallel()
+	h := http.Header{}
+	h.Set(EventIDHeader, "evt_1")
+	body := `{"id":"evt_1","type":"invoice.created","data":{"invoiceId":"inv_1","merchantOrderId":"m","amount":"25"}}`
+	ev, err := Parse(vectorEndpoint, h, []byte(body))
+	if err != nil || ev.Payment.Amount.Known() {
+		t.Errorf("invoice.created with a bare amount: %+v, %v; want accepted without an amount", ev.Payment, err)
+	}
+	body = `{"id":"evt_1","type":"payment.confirmed","data":{"invoiceId":"inv_1","merchantOrderId":"m","amount":"25","network":"TRON"}}`
+	if _, err := Parse(vectorEndpoint, h, []byte(body)); err == nil || !strings.Contains(err.Error(), "data.token is required") {
+		t.Errorf("payment.confirmed without a token: %v, want an error naming data.token", err)
+	}
+}

@@ -245,8 +245,15 @@ type PaymentAttempt struct {
 	// Attempt state as the provider last reported it: "created", "confirmed",
 	// "expired", "cancelled" or "refunded".
 	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
-	// The amount last reported for the attempt; absent when none was.
-	Amount *Amount `protobuf:"bytes,8,opt,name=amount,proto3" json:"amount,omitempty"`
+	// The amount last reported for the attempt, as a decimal string: token
+	// units (with token and network), or minor units (with currency).
+	Amount string `protobuf:"bytes,4,opt,name=amount,proto3" json:"amount,omitempty"`
+	// Token of the amount.
+	Token string `protobuf:"bytes,5,opt,name=token,proto3" json:"token,omitempty"`
+	// Network of the amount.
+	Network string `protobuf:"bytes,6,opt,name=network,proto3" json:"network,omitempty"`
+	// ISO 4217 currency of the amount, in minor units; empty for tokens.
+	Currency string `protobuf:"bytes,8,opt,name=currency,proto3" json:"currency,omitempty"`
 	// When the attempt was first seen.
 	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -304,11 +311,32 @@ func (x *PaymentAttempt) GetState() string {
 	return ""
 }
 
-func (x *PaymentAttempt) GetAmount() *Amount {
+func (x *PaymentAttempt) GetAmount() string {
 	if x != nil {
 		return x.Amount
 	}
-	return nil
+	return ""
+}
+
+func (x *PaymentAttempt) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *PaymentAttempt) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *PaymentAttempt) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
 }
 
 func (x *PaymentAttempt) GetCreateTime() *timestamppb.Timestamp {
@@ -1206,81 +1234,6 @@ func (x *ListOrdersResponse) GetNextPageToken() string {
 	return ""
 }
 
-// Amount is a quantity of a token on a network, or of a currency's minor
-// units.
-type Amount struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Decimal string: token units (e.g. "25.000000"), or a whole number of
-	// the currency's minor units (e.g. "250000" kopecks).
-	Value string `protobuf:"bytes,1,opt,name=value,proto3" json:"value,omitempty"`
-	// Token symbol, e.g. "USDT"; with network, for a token amount.
-	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
-	// Network of the token, e.g. "TRON".
-	Network string `protobuf:"bytes,3,opt,name=network,proto3" json:"network,omitempty"`
-	// ISO 4217 code, e.g. "RUB", for a currency amount.
-	Currency      string `protobuf:"bytes,4,opt,name=currency,proto3" json:"currency,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Amount) Reset() {
-	*x = Amount{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[15]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Amount) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Amount) ProtoMessage() {}
-
-func (x *Amount) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[15]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Amount.ProtoReflect.Descriptor instead.
-func (*Amount) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{15}
-}
-
-func (x *Amount) GetValue() string {
-	if x != nil {
-		return x.Value
-	}
-	return ""
-}
-
-func (x *Amount) GetToken() string {
-	if x != nil {
-		return x.Token
-	}
-	return ""
-}
-
-func (x *Amount) GetNetwork() string {
-	if x != nil {
-		return x.Network
-	}
-	return ""
-}
-
-func (x *Amount) GetCurrency() string {
-	if x != nil {
-		return x.Currency
-	}
-	return ""
-}
-
 // EventPayment is the normalized payment content of a provider event: the
 // neutral core every provider maps onto. Empty strings mean "not in the
 // event".
@@ -1296,18 +1249,32 @@ type EventPayment struct {
 	CheckoutSessionId string `protobuf:"bytes,4,opt,name=checkout_session_id,json=checkoutSessionId,proto3" json:"checkout_session_id,omitempty"`
 	// Merchant's order id, when the provider carries it.
 	MerchantOrderId string `protobuf:"bytes,5,opt,name=merchant_order_id,json=merchantOrderId,proto3" json:"merchant_order_id,omitempty"`
+	// Deprecated: a provider reference; send it in RecordEventRequest.refs
+	// ("paylink_id"). Still read, into refs, from older gateways.
+	PaylinkId string `protobuf:"bytes,6,opt,name=paylink_id,json=paylinkId,proto3" json:"paylink_id,omitempty"`
 	// Subscription the event belongs to.
 	SubscriptionId string `protobuf:"bytes,7,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
 	// What the merchant receives (a confirmation) or what was returned (a
-	// refund); absent when the event carries no amount.
-	Amount        *Amount `protobuf:"bytes,12,opt,name=amount,proto3" json:"amount,omitempty"`
+	// refund), as a decimal string: token units with token and network, or a
+	// whole number of minor units with currency. Empty when absent.
+	Amount string `protobuf:"bytes,8,opt,name=amount,proto3" json:"amount,omitempty"`
+	// Token of the amount, e.g. "USDT".
+	Token string `protobuf:"bytes,9,opt,name=token,proto3" json:"token,omitempty"`
+	// Network of the token, e.g. "TRON".
+	Network string `protobuf:"bytes,10,opt,name=network,proto3" json:"network,omitempty"`
+	// Deprecated: a provider reference; send it in RecordEventRequest.refs
+	// ("tx_hash"). Still read, into refs, from older gateways.
+	TxHash string `protobuf:"bytes,11,opt,name=tx_hash,json=txHash,proto3" json:"tx_hash,omitempty"`
+	// ISO 4217 currency of the amount, in minor units, e.g. "RUB"; empty for
+	// a token amount.
+	Currency      string `protobuf:"bytes,12,opt,name=currency,proto3" json:"currency,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EventPayment) Reset() {
 	*x = EventPayment{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[16]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1286,7 @@ func (x *EventPayment) String() string {
 func (*EventPayment) ProtoMessage() {}
 
 func (x *EventPayment) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[16]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1299,7 @@ func (x *EventPayment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventPayment.ProtoReflect.Descriptor instead.
 func (*EventPayment) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{16}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *EventPayment) GetAttemptRef() string {
@@ -1370,6 +1337,13 @@ func (x *EventPayment) GetMerchantOrderId() string {
 	return ""
 }
 
+func (x *EventPayment) GetPaylinkId() string {
+	if x != nil {
+		return x.PaylinkId
+	}
+	return ""
+}
+
 func (x *EventPayment) GetSubscriptionId() string {
 	if x != nil {
 		return x.SubscriptionId
@@ -1377,11 +1351,39 @@ func (x *EventPayment) GetSubscriptionId() string {
 	return ""
 }
 
-func (x *EventPayment) GetAmount() *Amount {
+func (x *EventPayment) GetAmount() string {
 	if x != nil {
 		return x.Amount
 	}
-	return nil
+	return ""
+}
+
+func (x *EventPayment) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *EventPayment) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *EventPayment) GetTxHash() string {
+	if x != nil {
+		return x.TxHash
+	}
+	return ""
+}
+
+func (x *EventPayment) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
 }
 
 // RecordEventRequest is a verified provider event, normalized by the
@@ -1421,7 +1423,7 @@ type RecordEventRequest struct {
 
 func (x *RecordEventRequest) Reset() {
 	*x = RecordEventRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[17]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1435,7 @@ func (x *RecordEventRequest) String() string {
 func (*RecordEventRequest) ProtoMessage() {}
 
 func (x *RecordEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[17]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1448,7 @@ func (x *RecordEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordEventRequest.ProtoReflect.Descriptor instead.
 func (*RecordEventRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{17}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RecordEventRequest) GetProvider() string {
@@ -1546,7 +1548,7 @@ type RecordEventResponse struct {
 
 func (x *RecordEventResponse) Reset() {
 	*x = RecordEventResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[18]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1560,7 @@ func (x *RecordEventResponse) String() string {
 func (*RecordEventResponse) ProtoMessage() {}
 
 func (x *RecordEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[18]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1573,7 @@ func (x *RecordEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordEventResponse.ProtoReflect.Descriptor instead.
 func (*RecordEventResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{18}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RecordEventResponse) GetDuplicate() bool {
@@ -1613,10 +1615,17 @@ type ReconciliationItem struct {
 	AttemptRef string `protobuf:"bytes,9,opt,name=attempt_ref,json=attemptRef,proto3" json:"attempt_ref,omitempty"`
 	// Payment concerned.
 	PaymentId string `protobuf:"bytes,10,opt,name=payment_id,json=paymentId,proto3" json:"payment_id,omitempty"`
-	// The amount of the event that opened the item, when it had one.
-	Amount *Amount `protobuf:"bytes,20,opt,name=amount,proto3" json:"amount,omitempty"`
-	// What the order expected in the same unit, when known.
-	Expected *Amount `protobuf:"bytes,21,opt,name=expected,proto3" json:"expected,omitempty"`
+	// Amount of the event that opened the item, as a decimal string: token
+	// units (with token and network), or minor units (with currency).
+	Amount string `protobuf:"bytes,11,opt,name=amount,proto3" json:"amount,omitempty"`
+	// What the order expected, in the same unit.
+	ExpectedAmount string `protobuf:"bytes,12,opt,name=expected_amount,json=expectedAmount,proto3" json:"expected_amount,omitempty"`
+	// Token of the amounts.
+	Token string `protobuf:"bytes,13,opt,name=token,proto3" json:"token,omitempty"`
+	// Network of the amounts.
+	Network string `protobuf:"bytes,14,opt,name=network,proto3" json:"network,omitempty"`
+	// ISO 4217 currency of the amounts, in minor units; empty for tokens.
+	Currency string `protobuf:"bytes,20,opt,name=currency,proto3" json:"currency,omitempty"`
 	// What happened, in words.
 	Detail string `protobuf:"bytes,15,opt,name=detail,proto3" json:"detail,omitempty"`
 	// When the item was opened.
@@ -1633,7 +1642,7 @@ type ReconciliationItem struct {
 
 func (x *ReconciliationItem) Reset() {
 	*x = ReconciliationItem{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[19]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +1654,7 @@ func (x *ReconciliationItem) String() string {
 func (*ReconciliationItem) ProtoMessage() {}
 
 func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[19]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +1667,7 @@ func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationItem.ProtoReflect.Descriptor instead.
 func (*ReconciliationItem) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{19}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReconciliationItem) GetId() string {
@@ -1731,18 +1740,39 @@ func (x *ReconciliationItem) GetPaymentId() string {
 	return ""
 }
 
-func (x *ReconciliationItem) GetAmount() *Amount {
+func (x *ReconciliationItem) GetAmount() string {
 	if x != nil {
 		return x.Amount
 	}
-	return nil
+	return ""
 }
 
-func (x *ReconciliationItem) GetExpected() *Amount {
+func (x *ReconciliationItem) GetExpectedAmount() string {
 	if x != nil {
-		return x.Expected
+		return x.ExpectedAmount
 	}
-	return nil
+	return ""
+}
+
+func (x *ReconciliationItem) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
 }
 
 func (x *ReconciliationItem) GetDetail() string {
@@ -1803,7 +1833,7 @@ type ListReconciliationItemsRequest struct {
 
 func (x *ListReconciliationItemsRequest) Reset() {
 	*x = ListReconciliationItemsRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[20]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1815,7 +1845,7 @@ func (x *ListReconciliationItemsRequest) String() string {
 func (*ListReconciliationItemsRequest) ProtoMessage() {}
 
 func (x *ListReconciliationItemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[20]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1828,7 +1858,7 @@ func (x *ListReconciliationItemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationItemsRequest.ProtoReflect.Descriptor instead.
 func (*ListReconciliationItemsRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{20}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListReconciliationItemsRequest) GetKind() string {
@@ -1886,7 +1916,7 @@ type ListReconciliationItemsResponse struct {
 
 func (x *ListReconciliationItemsResponse) Reset() {
 	*x = ListReconciliationItemsResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[21]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1898,7 +1928,7 @@ func (x *ListReconciliationItemsResponse) String() string {
 func (*ListReconciliationItemsResponse) ProtoMessage() {}
 
 func (x *ListReconciliationItemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[21]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1911,7 +1941,7 @@ func (x *ListReconciliationItemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationItemsResponse.ProtoReflect.Descriptor instead.
 func (*ListReconciliationItemsResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{21}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListReconciliationItemsResponse) GetItems() []*ReconciliationItem {
@@ -1950,14 +1980,17 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x18\n" +
 	"\anetwork\x18\x02 \x01(\tR\anetwork\x12\x16\n" +
 	"\x06amount\x18\x03 \x01(\tR\x06amount\x12\x1c\n" +
-	"\ttolerance\x18\x04 \x01(\tR\ttolerance\"\xf4\x01\n" +
+	"\ttolerance\x18\x04 \x01(\tR\ttolerance\"\x86\x02\n" +
 	"\x0ePaymentAttempt\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12!\n" +
 	"\fprovider_ref\x18\x02 \x01(\tR\vproviderRef\x12\x14\n" +
-	"\x05state\x18\x03 \x01(\tR\x05state\x12.\n" +
-	"\x06amount\x18\b \x01(\v2\x16.fulfillment.v1.AmountR\x06amount\x12;\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
+	"\x06amount\x18\x04 \x01(\tR\x06amount\x12\x14\n" +
+	"\x05token\x18\x05 \x01(\tR\x05token\x12\x18\n" +
+	"\anetwork\x18\x06 \x01(\tR\anetwork\x12\x1a\n" +
+	"\bcurrency\x18\b \x01(\tR\bcurrency\x12;\n" +
 	"\vcreate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTimeJ\x04\b\x04\x10\x05J\x04\b\x05\x10\x06J\x04\b\x06\x10\aR\x05tokenR\anetwork\"\xaa\x01\n" +
+	"createTime\"\xaa\x01\n" +
 	"\vEntitlement\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x10\n" +
@@ -2032,12 +2065,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"page_token\x18\x06 \x01(\tR\tpageToken\"k\n" +
 	"\x12ListOrdersResponse\x12-\n" +
 	"\x06orders\x18\x01 \x03(\v2\x15.fulfillment.v1.OrderR\x06orders\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"j\n" +
-	"\x06Amount\x12\x14\n" +
-	"\x05value\x18\x01 \x01(\tR\x05value\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\tR\x05token\x12\x18\n" +
-	"\anetwork\x18\x03 \x01(\tR\anetwork\x12\x1a\n" +
-	"\bcurrency\x18\x04 \x01(\tR\bcurrency\"\xe5\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8e\x03\n" +
 	"\fEventPayment\x12\x1f\n" +
 	"\vattempt_ref\x18\x01 \x01(\tR\n" +
 	"attemptRef\x12\x1d\n" +
@@ -2046,12 +2074,16 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\n" +
 	"invoice_id\x18\x03 \x01(\tR\tinvoiceId\x12.\n" +
 	"\x13checkout_session_id\x18\x04 \x01(\tR\x11checkoutSessionId\x12*\n" +
-	"\x11merchant_order_id\x18\x05 \x01(\tR\x0fmerchantOrderId\x12'\n" +
-	"\x0fsubscription_id\x18\a \x01(\tR\x0esubscriptionId\x12.\n" +
-	"\x06amount\x18\f \x01(\v2\x16.fulfillment.v1.AmountR\x06amountJ\x04\b\x06\x10\aJ\x04\b\b\x10\tJ\x04\b\t\x10\n" +
-	"J\x04\b\n" +
-	"\x10\vJ\x04\b\v\x10\fR\n" +
-	"paylink_idR\x05tokenR\anetworkR\atx_hash\"\xf3\x03\n" +
+	"\x11merchant_order_id\x18\x05 \x01(\tR\x0fmerchantOrderId\x12\x1d\n" +
+	"\n" +
+	"paylink_id\x18\x06 \x01(\tR\tpaylinkId\x12'\n" +
+	"\x0fsubscription_id\x18\a \x01(\tR\x0esubscriptionId\x12\x16\n" +
+	"\x06amount\x18\b \x01(\tR\x06amount\x12\x14\n" +
+	"\x05token\x18\t \x01(\tR\x05token\x12\x18\n" +
+	"\anetwork\x18\n" +
+	" \x01(\tR\anetwork\x12\x17\n" +
+	"\atx_hash\x18\v \x01(\tR\x06txHash\x12\x1a\n" +
+	"\bcurrency\x18\f \x01(\tR\bcurrency\"\xf3\x03\n" +
 	"\x12RecordEventRequest\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
@@ -2073,7 +2105,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"I\n" +
 	"\x13RecordEventResponse\x12\x1c\n" +
 	"\tduplicate\x18\x01 \x01(\bR\tduplicate\x12\x14\n" +
-	"\x05state\x18\x02 \x01(\tR\x05state\"\x94\x05\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\"\x84\x05\n" +
 	"\x12ReconciliationItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
@@ -2087,16 +2119,19 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"attemptRef\x12\x1d\n" +
 	"\n" +
 	"payment_id\x18\n" +
-	" \x01(\tR\tpaymentId\x12.\n" +
-	"\x06amount\x18\x14 \x01(\v2\x16.fulfillment.v1.AmountR\x06amount\x122\n" +
-	"\bexpected\x18\x15 \x01(\v2\x16.fulfillment.v1.AmountR\bexpected\x12\x16\n" +
+	" \x01(\tR\tpaymentId\x12\x16\n" +
+	"\x06amount\x18\v \x01(\tR\x06amount\x12'\n" +
+	"\x0fexpected_amount\x18\f \x01(\tR\x0eexpectedAmount\x12\x14\n" +
+	"\x05token\x18\r \x01(\tR\x05token\x12\x18\n" +
+	"\anetwork\x18\x0e \x01(\tR\anetwork\x12\x1a\n" +
+	"\bcurrency\x18\x14 \x01(\tR\bcurrency\x12\x16\n" +
 	"\x06detail\x18\x0f \x01(\tR\x06detail\x12;\n" +
 	"\vcreate_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12=\n" +
 	"\fresolve_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\vresolveTime\x12\x1f\n" +
 	"\vresolved_by\x18\x12 \x01(\tR\n" +
 	"resolvedBy\x12'\n" +
-	"\x0fresolution_note\x18\x13 \x01(\tR\x0eresolutionNoteJ\x04\b\v\x10\fJ\x04\b\f\x10\rJ\x04\b\r\x10\x0eJ\x04\b\x0e\x10\x0fR\x0fexpected_amountR\x05tokenR\anetwork\"\xb8\x01\n" +
+	"\x0fresolution_note\x18\x13 \x01(\tR\x0eresolutionNote\"\xb8\x01\n" +
 	"\x1eListReconciliationItemsRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x19\n" +
@@ -2128,7 +2163,7 @@ func file_fulfillment_v1_fulfillment_proto_rawDescGZIP() []byte {
 	return file_fulfillment_v1_fulfillment_proto_rawDescData
 }
 
-var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
 	(*Money)(nil),                           // 0: fulfillment.v1.Money
 	(*OrderLine)(nil),                       // 1: fulfillment.v1.OrderLine
@@ -2145,63 +2180,58 @@ var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
 	(*GetOrderResponse)(nil),                // 12: fulfillment.v1.GetOrderResponse
 	(*ListOrdersRequest)(nil),               // 13: fulfillment.v1.ListOrdersRequest
 	(*ListOrdersResponse)(nil),              // 14: fulfillment.v1.ListOrdersResponse
-	(*Amount)(nil),                          // 15: fulfillment.v1.Amount
-	(*EventPayment)(nil),                    // 16: fulfillment.v1.EventPayment
-	(*RecordEventRequest)(nil),              // 17: fulfillment.v1.RecordEventRequest
-	(*RecordEventResponse)(nil),             // 18: fulfillment.v1.RecordEventResponse
-	(*ReconciliationItem)(nil),              // 19: fulfillment.v1.ReconciliationItem
-	(*ListReconciliationItemsRequest)(nil),  // 20: fulfillment.v1.ListReconciliationItemsRequest
-	(*ListReconciliationItemsResponse)(nil), // 21: fulfillment.v1.ListReconciliationItemsResponse
-	nil,                                     // 22: fulfillment.v1.RecordEventRequest.RefsEntry
-	(*timestamppb.Timestamp)(nil),           // 23: google.protobuf.Timestamp
+	(*EventPayment)(nil),                    // 15: fulfillment.v1.EventPayment
+	(*RecordEventRequest)(nil),              // 16: fulfillment.v1.RecordEventRequest
+	(*RecordEventResponse)(nil),             // 17: fulfillment.v1.RecordEventResponse
+	(*ReconciliationItem)(nil),              // 18: fulfillment.v1.ReconciliationItem
+	(*ListReconciliationItemsRequest)(nil),  // 19: fulfillment.v1.ListReconciliationItemsRequest
+	(*ListReconciliationItemsResponse)(nil), // 20: fulfillment.v1.ListReconciliationItemsResponse
+	nil,                                     // 21: fulfillment.v1.RecordEventRequest.RefsEntry
+	(*timestamppb.Timestamp)(nil),           // 22: google.protobuf.Timestamp
 }
 var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
 	0,  // 0: fulfillment.v1.OrderLine.unit_price:type_name -> fulfillment.v1.Money
-	15, // 1: fulfillment.v1.PaymentAttempt.amount:type_name -> fulfillment.v1.Amount
-	23, // 2: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
-	23, // 3: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
-	0,  // 4: fulfillment.v1.LedgerEntry.amount:type_name -> fulfillment.v1.Money
-	23, // 5: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
-	23, // 6: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
-	1,  // 7: fulfillment.v1.Order.lines:type_name -> fulfillment.v1.OrderLine
-	0,  // 8: fulfillment.v1.Order.total:type_name -> fulfillment.v1.Money
-	2,  // 9: fulfillment.v1.Order.settlement:type_name -> fulfillment.v1.Settlement
-	23, // 10: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
-	23, // 11: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
-	8,  // 12: fulfillment.v1.Order.history:type_name -> fulfillment.v1.OrderHistory
-	3,  // 13: fulfillment.v1.OrderHistory.payment_attempts:type_name -> fulfillment.v1.PaymentAttempt
-	4,  // 14: fulfillment.v1.OrderHistory.entitlements:type_name -> fulfillment.v1.Entitlement
-	5,  // 15: fulfillment.v1.OrderHistory.ledger_entries:type_name -> fulfillment.v1.LedgerEntry
-	6,  // 16: fulfillment.v1.OrderHistory.events:type_name -> fulfillment.v1.OrderEvent
-	1,  // 17: fulfillment.v1.CreateOrderRequest.lines:type_name -> fulfillment.v1.OrderLine
-	2,  // 18: fulfillment.v1.CreateOrderRequest.settlement:type_name -> fulfillment.v1.Settlement
-	7,  // 19: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
-	7,  // 20: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
-	7,  // 21: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
-	15, // 22: fulfillment.v1.EventPayment.amount:type_name -> fulfillment.v1.Amount
-	23, // 23: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
-	16, // 24: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
-	22, // 25: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
-	15, // 26: fulfillment.v1.ReconciliationItem.amount:type_name -> fulfillment.v1.Amount
-	15, // 27: fulfillment.v1.ReconciliationItem.expected:type_name -> fulfillment.v1.Amount
-	23, // 28: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
-	23, // 29: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
-	19, // 30: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
-	9,  // 31: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
-	11, // 32: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
-	13, // 33: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
-	17, // 34: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
-	20, // 35: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
-	10, // 36: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
-	12, // 37: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
-	14, // 38: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
-	18, // 39: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
-	21, // 40: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
-	36, // [36:41] is the sub-list for method output_type
-	31, // [31:36] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	22, // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
+	22, // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
+	0,  // 3: fulfillment.v1.LedgerEntry.amount:type_name -> fulfillment.v1.Money
+	22, // 4: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
+	22, // 5: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
+	1,  // 6: fulfillment.v1.Order.lines:type_name -> fulfillment.v1.OrderLine
+	0,  // 7: fulfillment.v1.Order.total:type_name -> fulfillment.v1.Money
+	2,  // 8: fulfillment.v1.Order.settlement:type_name -> fulfillment.v1.Settlement
+	22, // 9: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
+	22, // 10: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
+	8,  // 11: fulfillment.v1.Order.history:type_name -> fulfillment.v1.OrderHistory
+	3,  // 12: fulfillment.v1.OrderHistory.payment_attempts:type_name -> fulfillment.v1.PaymentAttempt
+	4,  // 13: fulfillment.v1.OrderHistory.entitlements:type_name -> fulfillment.v1.Entitlement
+	5,  // 14: fulfillment.v1.OrderHistory.ledger_entries:type_name -> fulfillment.v1.LedgerEntry
+	6,  // 15: fulfillment.v1.OrderHistory.events:type_name -> fulfillment.v1.OrderEvent
+	1,  // 16: fulfillment.v1.CreateOrderRequest.lines:type_name -> fulfillment.v1.OrderLine
+	2,  // 17: fulfillment.v1.CreateOrderRequest.settlement:type_name -> fulfillment.v1.Settlement
+	7,  // 18: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
+	7,  // 19: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
+	7,  // 20: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
+	22, // 21: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
+	15, // 22: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
+	21, // 23: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
+	22, // 24: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
+	22, // 25: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
+	18, // 26: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
+	9,  // 27: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
+	11, // 28: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
+	13, // 29: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
+	16, // 30: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
+	19, // 31: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
+	10, // 32: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
+	12, // 33: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
+	14, // 34: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
+	17, // 35: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
+	20, // 36: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
+	32, // [32:37] is the sub-list for method output_type
+	27, // [27:32] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_fulfillment_v1_fulfillment_proto_init() }
@@ -2215,7 +2245,7 @@ func file_fulfillment_v1_fulfillment_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fulfillment_v1_fulfillment_proto_rawDesc), len(file_fulfillment_v1_fulfillment_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
