@@ -5,11 +5,12 @@
 package ingest
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
+	"reflect"
+	"slices"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 
@@ -52,29 +53,44 @@ type Provider struct {
 	New func(ep fulfillment.Endpoint, secrets [][]byte, options *yaml.Node) (Adapter, error)
 }
 
-// DecodeOptions decodes an endpoint's options block into v, refusing keys v
-// does not have. An absent block leaves v as it is.
+// DecodeOptions decodes an endpoint's options block into v (a pointer to a
+// struct with yaml tags), refusing keys v does not have, with the line of
+// the configuration file they are on. An absent block leaves v as it is.
 func DecodeOptions(options *yaml.Node, v any) error {
 	if options == nil || options.Kind == 0 {
 		return nil
 	}
-	raw, err := yaml.Marshal(options)
-	if err != nil {
-		return fmt.Errorf("reading options: %w", err)
+	if options.Kind == yaml.MappingNode {
+		known := optionNames(reflect.TypeOf(v).Elem())
+		for i := 0; i+1 < len(options.Content); i += 2 {
+			if k := options.Content[i]; !slices.Contains(known, k.Value) {
+				return fmt.Errorf("line %d: unknown option %q", k.Line, k.Value)
+			}
+		}
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	dec.KnownFields(true)
-	if err := dec.Decode(v); err != nil {
+	if err := options.Decode(v); err != nil {
 		var te *yaml.TypeError
 		if errors.As(err, &te) && len(te.Errors) > 0 {
-			return errors.New(unknownOption.ReplaceAllString(te.Errors[0], `unknown option "$1"`))
+			return errors.New(te.Errors[0])
 		}
 		return err
 	}
 	return nil
 }
 
-var unknownOption = regexp.MustCompile(`field (\S+) not found in type \S+`)
+// optionNames are the yaml names of struct type t's fields.
+func optionNames(t reflect.Type) []string {
+	var names []string
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if name == "" {
+			name = strings.ToLower(t.Field(i).Name)
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
 
 // Errors returned by adapters.
 var (
