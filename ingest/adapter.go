@@ -91,7 +91,6 @@ func optionNames(t reflect.Type) []string {
 	return names
 }
 
-
 // Errors returned by adapters.
 var (
 	// ErrSignature means the request is not signed by the endpoint's secret.
