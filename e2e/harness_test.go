@@ -77,13 +77,13 @@ func startStack(t *testing.T) *stack {
 	return startReplica(t, pgtest.DB(t))
 }
 
-// startReplica runs one more instance of the service on the database at
-// dbURL, as a replica would.
-func startReplica(t *testing.T, dbURL string) *stack {
+// runApp runs the service on cfg, logging to log, until the test ends, and
+// returns once it serves. How it stops is checked too, unless the test
+// breaks the service on purpose (tolerateStop).
+func runApp(t *testing.T, cfg *config.Config, log *slog.Logger, tolerateStop bool) *app.App {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	a, err := app.New(ctx, testConfig(dbURL), log)
+	a, err := app.New(ctx, cfg, log)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -92,11 +92,22 @@ func startReplica(t *testing.T, dbURL string) *stack {
 	go func() { done <- a.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
+		switch err := <-done; {
+		case err != nil && tolerateStop:
+			t.Logf("service stopped with error: %v", err)
+		case err != nil:
 			t.Errorf("service stopped with error: %v", err)
 		}
 	})
 	<-a.Ready()
+	return a
+}
+
+// startReplica runs one more instance of the service on the database at
+// dbURL, as a replica would.
+func startReplica(t *testing.T, dbURL string) *stack {
+	t.Helper()
+	a := runApp(t, testConfig(dbURL), slog.New(slog.NewJSONHandler(io.Discard, nil)), false)
 
 	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -22,7 +22,6 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
-	"github.com/fulfillplatform/fulfillment/internal/app"
 	"github.com/fulfillplatform/fulfillment/internal/logging"
 	"github.com/fulfillplatform/fulfillment/internal/pgcluster"
 	"github.com/fulfillplatform/fulfillment/server"
@@ -60,23 +59,8 @@ func floodLogger(sink *logSink) *slog.Logger {
 // runFloodApp runs the service on cfg, logging to sink, until the test ends.
 func runFloodApp(t *testing.T, cfg *config.Config, sink *logSink) *stack {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, floodLogger(sink))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		// Not a failure here: this test checks what the service does while
-		// it runs, not how it stops.
-		if err := <-done; err != nil {
-			t.Logf("service stopped with error: %v", err)
-		}
-	})
-	<-a.Ready()
+	// This test checks what the service does while it runs, not how it stops.
+	a := runApp(t, cfg, floodLogger(sink), true)
 	return &stack{ingestURL: "http://" + a.IngestAddr()}
 }
 

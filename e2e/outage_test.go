@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
-	"github.com/fulfillplatform/fulfillment/internal/app"
 	"github.com/fulfillplatform/fulfillment/internal/pgcluster"
 )
 
@@ -36,23 +35,9 @@ func TestDatabaseOutage(t *testing.T) {
 
 	cfg := testConfig(cluster.URL("fulfillment"))
 	cfg.Database.Migrate = true
-	runCtx, cancel := context.WithCancel(ctx)
-	a, err := app.New(runCtx, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(runCtx) }()
-	t.Cleanup(func() {
-		cancel()
-		// Not a failure here: this test checks what the service does while
-		// it runs, not how it stops.
-		if err := <-done; err != nil {
-			t.Logf("service stopped with error: %v", err)
-		}
-	})
-	<-a.Ready()
+	// This test checks what the service does while it runs, not how it
+	// stops.
+	a := runApp(t, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), true)
 	s := &stack{ingestURL: "http://" + a.IngestAddr()}
 
 	s.sendOK(t, event(yolfi.TypeInvoiceCreated, "outage-0", "inv_o0"))
