@@ -47,9 +47,10 @@ chaos: ## Kill fulfillmentd and PostgreSQL at random under provider-like load; c
 FUZZTIME ?= 10s
 
 .PHONY: fuzz
-fuzz: ## Run every fuzz target for $(FUZZTIME) each (webhook verify + parse).
+fuzz: ## Run every fuzz target for $(FUZZTIME) each (Yolfi verify + parse, Standard Webhooks verify).
 	go test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./ingest/yolfi/
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./ingest/yolfi/
+	go test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./internal/stdwebhooks/
 
 .PHONY: build
 build: ## Build fulfillmentd and fulfillctl into .cache/.
