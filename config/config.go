@@ -54,6 +54,10 @@ type Config struct {
 	Endpoints []Endpoint `yaml:"endpoints,omitempty"`
 	Ingest    Ingest     `yaml:"ingest,omitempty"`
 	Inbox     Queue      `yaml:"inbox,omitempty"`
+	// Destinations receive outbox deliveries; Outbox tunes their
+	// dispatcher (max_attempts is set per destination).
+	Destinations []Destination `yaml:"destinations,omitempty"`
+	Outbox       Queue         `yaml:"outbox,omitempty"`
 	// Worker is the former name of Inbox. Load accepts it (not together
 	// with inbox), copies it into Inbox and leaves it set, so that serve
 	// warns at start.
@@ -402,7 +406,7 @@ func (c *Config) resolve(getenv func(string) string) error {
 			sec.Value = []byte(v)
 		}
 	}
-	return nil
+	return c.resolveDestinations(getenv)
 }
 
 // secret reads a referenced secret: exactly one of env and file is set.
@@ -498,6 +502,9 @@ func (c *Config) validate() error {
 	if err := c.Inbox.validate(inboxKey); err != nil {
 		return err
 	}
+	if err := c.validateDestinations(); err != nil {
+		return err
+	}
 	names := map[string]bool{}
 	secrets := map[string]string{}
 	for i, t := range c.Auth.Tokens {
@@ -536,14 +543,12 @@ func (c *Config) validate() error {
 	return nil
 }
 
-var endpointID = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
-
 func (c *Config) validateEndpoints() error {
 	ids := map[string]bool{}
 	for i, ep := range c.Endpoints {
 		key := fmt.Sprintf("endpoints[%d]", i)
 		switch {
-		case !endpointID.MatchString(ep.ID):
+		case !fulfillment.ConfigIDPattern.MatchString(ep.ID):
 			return fmt.Errorf("%s.id: required; lowercase letters, digits, _ and - (it is the URL path /webhooks/{id})", key)
 		case ids[ep.ID]:
 			return fmt.Errorf("%s.id: %q is used twice", key, ep.ID)

@@ -69,7 +69,11 @@ func TestLoadDefaultsWithoutFile(t *testing.T) {
 
 func TestLoadErrors(t *testing.T) {
 	t.Parallel()
-	vars := map[string]string{"CHECKOUT_TOKEN": "checkout-secret-0123456789", "OTHER": "other-secret-0123456789"}
+	vars := map[string]string{"CHECKOUT_TOKEN": "checkout-secret-0123456789", "OTHER": "other-secret-0123456789",
+		"WHSEC": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
+	dest := func(fields string) string {
+		return "destinations: [ { id: crm, url: \"https://crm.internal/hooks\", secrets: [ { env: WHSEC } ], idempotent: true" + fields + " } ]\n"
+	}
 	token := `auth: { tokens: [ { name: checkout, token_env: CHECKOUT_TOKEN, scopes: [orders:read], orgs: [org_a] } ] }`
 	cases := []struct {
 		name, yaml string
@@ -108,6 +112,20 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown endpoint option", "endpoints: [ { id: ep, provider: yolfi, org: org_a, environment: live, secrets: [ { env: OTHER } ], options: { terminal_key: T1 } } ]\n", vars, `endpoints[0].options: line 1: unknown option "terminal_key"`},
 		{"unknown provider", "endpoints: [ { id: ep, provider: paypal, org: org_a, environment: live, secrets: [ { env: OTHER } ] } ]\n", vars, `endpoints[0].provider: "paypal" is not one of yolfi`},
 		{"endpoint org no event can carry", "endpoints: [ { id: ep, provider: yolfi, org: \"Org A\", environment: live, secrets: [ { env: OTHER } ] } ]\n", vars, "endpoints[0].org"},
+		{"destination without id", "destinations: [ { url: \"http://x\", secrets: [ { env: WHSEC } ], idempotent: true } ]\n", vars, "destinations[0].id: required"},
+		{"destination id twice", "destinations: [ { id: a, url: \"http://x\", secrets: [ { env: WHSEC } ], idempotent: true }, { id: a, url: \"http://y\", secrets: [ { env: WHSEC } ], idempotent: true } ]\n", vars, `destinations[1].id: "a" is used twice`},
+		{"destination url scheme", "destinations: [ { id: a, url: \"ftp://x\", secrets: [ { env: WHSEC } ], idempotent: true } ]\n", vars, "destinations[0].url: must start with http:// or https://"},
+		{"destination url credentials", "destinations: [ { id: a, url: \"https://u:p@x/\", secrets: [ { env: WHSEC } ], idempotent: true } ]\n", vars, "destinations[0].url: must not hold credentials"},
+		{"destination url relative", "destinations: [ { id: a, url: \"/hooks\", secrets: [ { env: WHSEC } ], idempotent: true } ]\n", vars, "destinations[0].url"},
+		{"destination without secrets", "destinations: [ { id: a, url: \"http://x\", idempotent: true } ]\n", vars, "destinations[0].secrets: at least one"},
+		{"destination secret not whsec", "destinations: [ { id: a, url: \"http://x\", secrets: [ { env: OTHER } ], idempotent: true } ]\n", vars, "destinations[0].secrets[0]"},
+		{"destination idempotent unstated", "destinations: [ { id: a, url: \"http://x\", secrets: [ { env: WHSEC } ] } ]\n", vars, "destinations[0].idempotent: required"},
+		{"destination timeout too long", dest(", timeout: 1h"), vars, "destinations[0].timeout"},
+		{"destination negative attempts", dest(", max_attempts: -1"), vars, "destinations[0].max_attempts"},
+		{"destination concurrency too high", dest(", concurrency: 1000"), vars, "destinations[0].concurrency"},
+		{"destination unknown event", dest(", events: [order.shipped]"), vars, `destinations[0].events[0]: "order.shipped" is not one of order.fulfilled`},
+		{"destination event twice", dest(", events: [order.fulfilled, order.fulfilled]"), vars, `destinations[0].events[1]: "order.fulfilled" is listed twice`},
+		{"negative outbox poll", "outbox: { poll: -1s }\n", vars, "outbox.poll: must not be negative"},
 		{"negative repeat interval", "log: { repeat_interval: -5s }\n", vars, "log.repeat_interval"},
 		{"negative inbox lease", "inbox: { lease: -1s }\n", vars, "inbox.lease: must not be negative"},
 		{"negative inbox workers", "inbox: { workers: -2 }\n", vars, "inbox.workers: must not be negative"},
@@ -243,5 +261,39 @@ func TestInboxQueueKeys(t *testing.T) {
 	cfg, err := Load("", env(nil))
 	if err != nil || cfg.Inbox != (Queue{}) || cfg.Worker != nil {
 		t.Errorf("without a file: inbox %+v, worker %v, error %v; want the zero queue (worker's defaults)", cfg.Inbox, cfg.Worker, err)
+	}
+}
+
+// A destination takes the defaults it leaves out, and its secrets are
+// parsed: one key per secret, the published Standard Webhooks one among
+// them.
+func TestDestinationDefaults(t *testing.T) {
+	t.Parallel()
+	yaml := `destinations:
+  - { id: crm, url: "https://crm.internal/hooks", secrets: [ { env: OLD }, { env: NEW } ], idempotent: false, events: [order.fulfilled] }
+  - { id: licenses, url: "http://127.0.0.1:9000/", secrets: [ { env: NEW } ], idempotent: true, timeout: 3s, max_attempts: 5, concurrency: 1 }
+`
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(path, env(map[string]string{
+		"OLD": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+		"NEW": "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYX",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crm, ok := cfg.Destination("crm")
+	if !ok || *crm.Idempotent || crm.Timeout != DefaultDestinationTimeout || crm.MaxAttempts != DefaultDestinationAttempts ||
+		crm.Concurrency != DefaultDestinationConcurrency || len(crm.Keys) != 2 {
+		t.Errorf("crm = %+v, want the defaults and two keys", crm)
+	}
+	lic, ok := cfg.Destination("licenses")
+	if !ok || !*lic.Idempotent || lic.Timeout != 3*time.Second || lic.MaxAttempts != 5 || lic.Concurrency != 1 || len(lic.Keys) != 1 {
+		t.Errorf("licenses = %+v", lic)
+	}
+	if _, ok := cfg.Destination("nope"); ok {
+		t.Error("an unknown destination was found")
 	}
 }

@@ -82,6 +82,9 @@ type Line struct {
 	Quantity   int64
 	UnitPrice  Money
 	AccountRef string
+	// Destination names the configured destination that fulfils an
+	// external line; empty for other kinds.
+	Destination string
 }
 
 // Settlement is what the merchant expects to receive from the payment
@@ -137,7 +140,15 @@ func (s OrderSpec) Fingerprint() string {
 		b.WriteByte(':')
 		b.WriteString(v)
 	}
-	field("order/v1")
+	// Orders without destinations keep the fingerprint they were stored
+	// with; an order naming one is encoded as v2, with every line's.
+	version := "order/v1"
+	for _, l := range s.Lines {
+		if l.Destination != "" {
+			version = "order/v2"
+		}
+	}
+	field(version)
 	field(s.OrgID)
 	field(string(s.Environment))
 	field(s.MerchantOrderID)
@@ -150,6 +161,9 @@ func (s OrderSpec) Fingerprint() string {
 		field(l.UnitPrice.Currency)
 		field(strconv.FormatInt(l.UnitPrice.MinorUnits, 10))
 		field(l.AccountRef)
+		if version != "order/v1" {
+			field(l.Destination)
+		}
 	}
 	if st := s.Settlement; st != nil {
 		field(st.Token)

@@ -37,6 +37,8 @@ type LineDraft struct {
 	Currency   string
 	MinorUnits int64
 	AccountRef string
+	// Destination is required on external lines and refused on others.
+	Destination string
 }
 
 // SettlementDraft is an expected settlement as submitted.
@@ -122,15 +124,22 @@ func validateLines(vs *violations, drafts []LineDraft) []Line {
 		case l.AccountRef != "":
 			vs.add(f("account_ref"), "is only allowed on %q lines", KindBalanceCredit)
 		}
+		switch {
+		case kind == KindExternal:
+			checkDestinationID(vs, f("destination"), l.Destination)
+		case l.Destination != "":
+			vs.add(f("destination"), "is only allowed on %q lines", KindExternal)
+		}
 		if kind == KindLicense && l.Quantity > 0 && l.Quantity <= MaxQuantity {
 			licenses += l.Quantity
 		}
 		lines[i] = Line{
-			SKU:        l.SKU,
-			Kind:       kind,
-			Quantity:   l.Quantity,
-			UnitPrice:  Money{Currency: l.Currency, MinorUnits: l.MinorUnits},
-			AccountRef: l.AccountRef,
+			SKU:         l.SKU,
+			Kind:        kind,
+			Quantity:    l.Quantity,
+			UnitPrice:   Money{Currency: l.Currency, MinorUnits: l.MinorUnits},
+			AccountRef:  l.AccountRef,
+			Destination: l.Destination,
 		}
 	}
 	if licenses > MaxLicensesPerOrder {
@@ -215,4 +224,30 @@ func checkSymbol(vs *violations, field, v string, maxLen int) {
 	case !symbolPattern.MatchString(v):
 		vs.add(field, "may contain only letters, digits and _ . -")
 	}
+}
+
+// ConfigIDPattern is the form of the ids an operator gives things in the
+// configuration, such as webhook endpoints and destinations: lowercase
+// letters, digits, _ and -, at most 64 characters.
+var ConfigIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+
+func checkDestinationID(vs *violations, field, v string) {
+	switch {
+	case v == "":
+		vs.add(field, "is required on %q lines: the id of the configured destination that fulfils it", KindExternal)
+	case !ConfigIDPattern.MatchString(v):
+		vs.add(field, "must be a destination id: lowercase letters, digits, _ and -, at most 64 characters")
+	}
+}
+
+// CheckDestinations reports, as a *ValidationError, every external line
+// of s whose destination is not one of the configured ones.
+func (s OrderSpec) CheckDestinations(configured func(id string) bool) error {
+	var vs violations
+	for i, l := range s.Lines {
+		if l.Kind == KindExternal && !configured(l.Destination) {
+			vs.add(fmt.Sprintf("lines[%d].destination", i), "%q is not a configured destination", l.Destination)
+		}
+	}
+	return vs.err()
 }

@@ -68,6 +68,10 @@ func TestOrderDraftValidate(t *testing.T) {
 		}, []string{"lines[1].unit_price.minor_units"}},
 		{"balance credit without account", func(d *OrderDraft) { d.Lines[1].AccountRef = "" }, []string{"lines[1].account_ref"}},
 		{"license with account", func(d *OrderDraft) { d.Lines[0].AccountRef = "acct" }, []string{"lines[0].account_ref"}},
+		{"external line with destination", func(d *OrderDraft) { d.Lines[0] = externalLine("crm") }, nil},
+		{"external line without destination", func(d *OrderDraft) { d.Lines[0] = externalLine("") }, []string{"lines[0].destination"}},
+		{"destination not an id", func(d *OrderDraft) { d.Lines[0] = externalLine("CRM server") }, []string{"lines[0].destination"}},
+		{"destination on a license line", func(d *OrderDraft) { d.Lines[0].Destination = "crm" }, []string{"lines[0].destination"}},
 		{"missing token", func(d *OrderDraft) { d.Settlement.Token = "" }, []string{"settlement.token"}},
 		{"missing network", func(d *OrderDraft) { d.Settlement.Network = "" }, []string{"settlement.network"}},
 		{"missing amount", func(d *OrderDraft) { d.Settlement.Amount = "" }, []string{"settlement.amount"}},
@@ -118,6 +122,30 @@ func TestOrderDraftValidate(t *testing.T) {
 	}
 }
 
+func externalLine(destination string) LineDraft {
+	return LineDraft{SKU: "box", Kind: "external", Quantity: 1, Currency: "USD", MinorUnits: 700, Destination: destination}
+}
+
+// Only configured destinations are accepted, every unknown one named.
+func TestCheckDestinations(t *testing.T) {
+	t.Parallel()
+	d := validDraft()
+	d.Lines = append(d.Lines, externalLine("crm"), externalLine("shipping"), externalLine("crm"))
+	spec, err := d.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := spec.CheckDestinations(func(id string) bool { return id == "crm" || id == "shipping" }); err != nil {
+		t.Errorf("all configured: %v", err)
+	}
+	err = spec.CheckDestinations(func(id string) bool { return id == "shipping" })
+	var ve *ValidationError
+	if !errors.As(err, &ve) || len(ve.Violations) != 2 || ve.Violations[0].Field != "lines[2].destination" ||
+		ve.Violations[1].Field != "lines[4].destination" || !strings.Contains(ve.Violations[0].Description, `"crm"`) {
+		t.Errorf("CheckDestinations = %v, want lines[2] and lines[4] naming crm", err)
+	}
+}
+
 func TestFingerprint(t *testing.T) {
 	t.Parallel()
 	base := func(mutate func(*OrderDraft)) string {
@@ -146,11 +174,26 @@ func TestFingerprint(t *testing.T) {
 		"network":   func(d *OrderDraft) { d.Settlement.Network = "ETH" },
 		"no settle": func(d *OrderDraft) { d.Settlement = nil },
 		"session":   func(d *OrderDraft) { d.CheckoutSessionID = "cs_1" },
+		"destination": func(d *OrderDraft) {
+			d.Lines = append(d.Lines, externalLine("crm"))
+		},
 	}
 	for name, mutate := range different {
 		if base(mutate) == same {
 			t.Errorf("%s change kept the fingerprint", name)
 		}
+	}
+	withDestination := func(id string) string {
+		return base(func(d *OrderDraft) { d.Lines = append(d.Lines, externalLine(id)) })
+	}
+	if withDestination("crm") == withDestination("shipping") {
+		t.Error("the destination of a line is not part of the fingerprint")
+	}
+	// Orders without destinations keep the fingerprint they were stored
+	// with before destinations existed (the v1 encoding; this digest was
+	// computed by that code).
+	if same != "bfe73772a336ebe7672e28f6b9830b95ce62c1a80a43bea681b3843207461823" {
+		t.Errorf("v1 fingerprint = %s", same)
 	}
 	// Field boundaries are part of the encoding: shifting text from one
 	// field to the next is another order.

@@ -22,12 +22,13 @@ func orderDraftFromProto(req *fulfillmentv1.CreateOrderRequest) fulfillment.Orde
 	}
 	for i, l := range req.GetLines() {
 		d.Lines[i] = fulfillment.LineDraft{
-			SKU:        l.GetSku(),
-			Kind:       l.GetKind(),
-			Quantity:   l.GetQuantity(),
-			Currency:   l.GetUnitPrice().GetCurrency(),
-			MinorUnits: l.GetUnitPrice().GetMinorUnits(),
-			AccountRef: l.GetAccountRef(),
+			SKU:         l.GetSku(),
+			Kind:        l.GetKind(),
+			Quantity:    l.GetQuantity(),
+			Currency:    l.GetUnitPrice().GetCurrency(),
+			MinorUnits:  l.GetUnitPrice().GetMinorUnits(),
+			AccountRef:  l.GetAccountRef(),
+			Destination: l.GetDestination(),
 		}
 	}
 	if s := req.GetSettlement(); s != nil {
@@ -58,11 +59,12 @@ func orderToProto(o fulfillment.Order) *fulfillmentv1.Order {
 	}
 	for i, l := range o.Lines {
 		pb.Lines[i] = &fulfillmentv1.OrderLine{
-			Sku:        l.SKU,
-			Kind:       string(l.Kind),
-			Quantity:   l.Quantity,
-			UnitPrice:  &fulfillmentv1.Money{Currency: l.UnitPrice.Currency, MinorUnits: l.UnitPrice.MinorUnits},
-			AccountRef: l.AccountRef,
+			Sku:         l.SKU,
+			Kind:        string(l.Kind),
+			Quantity:    l.Quantity,
+			UnitPrice:   &fulfillmentv1.Money{Currency: l.UnitPrice.Currency, MinorUnits: l.UnitPrice.MinorUnits},
+			AccountRef:  l.AccountRef,
+			Destination: l.Destination,
 		}
 	}
 	if s := o.Settlement; s != nil {

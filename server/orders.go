@@ -21,6 +21,9 @@ type Service struct {
 	// endpoints are the configured webhook endpoints, by id: RecordEvent
 	// accepts events of these only.
 	endpoints map[string]fulfillment.Endpoint
+	// destinations are the ids of the configured destinations: external
+	// order lines name one of them.
+	destinations map[string]bool
 	// maxPageBytes caps the encoded items of one listing page.
 	maxPageBytes int
 }
@@ -36,12 +39,19 @@ func newService(store Store, cfg *config.Config, log *slog.Logger) *Service {
 	for _, e := range cfg.Endpoints {
 		s.endpoints[e.ID] = e.Domain()
 	}
+	s.destinations = make(map[string]bool, len(cfg.Destinations))
+	for _, d := range cfg.Destinations {
+		s.destinations[d.ID] = true
+	}
 	return s
 }
 
 // CreateOrder implements fulfillmentv1.FulfillmentServiceServer.
 func (s *Service) CreateOrder(ctx context.Context, req *fulfillmentv1.CreateOrderRequest) (*fulfillmentv1.CreateOrderResponse, error) {
 	spec, err := orderDraftFromProto(req).Validate()
+	if err == nil {
+		err = spec.CheckDestinations(func(id string) bool { return s.destinations[id] })
+	}
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}

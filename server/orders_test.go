@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/fulfillplatform/fulfillment/config"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -188,7 +190,7 @@ func TestCreateConcurrentREST(t *testing.T) {
 
 func TestValidationErrors(t *testing.T) {
 	t.Parallel()
-	ts := startServer(t, nil)
+	ts := startServer(t, withDestination("crm"))
 	ctx := withToken(tokOps)
 
 	cases := []struct {
@@ -210,6 +212,12 @@ func TestValidationErrors(t *testing.T) {
 		{"exponent amount", func(r *fulfillmentv1.CreateOrderRequest) { r.Settlement.Amount = "1e3" }, "settlement.amount"},
 		{"over-long merchant id", func(r *fulfillmentv1.CreateOrderRequest) { r.MerchantOrderId = strings.Repeat("x", 129) }, "merchant_order_id"},
 		{"balance credit without account", func(r *fulfillmentv1.CreateOrderRequest) { r.Lines[1].AccountRef = "" }, "lines[1].account_ref"},
+		{"external line without destination", func(r *fulfillmentv1.CreateOrderRequest) {
+			r.Lines[0] = &fulfillmentv1.OrderLine{Sku: "box", Kind: "external", Quantity: 1, UnitPrice: r.Lines[0].UnitPrice}
+		}, "lines[0].destination"},
+		{"unknown destination", func(r *fulfillmentv1.CreateOrderRequest) {
+			r.Lines[0] = &fulfillmentv1.OrderLine{Sku: "box", Kind: "external", Quantity: 1, UnitPrice: r.Lines[0].UnitPrice, Destination: "shipping"}
+		}, "lines[0].destination"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -374,5 +382,44 @@ func TestListPaging(t *testing.T) {
 	}
 	if len(seen) != 7 || pages != 3 {
 		t.Errorf("saw %d orders in %d pages, want 7 in 3", len(seen), pages)
+	}
+}
+
+// withDestination configures a destination id (deliveries are not made in
+// these tests).
+func withDestination(id string) func(*config.Config) {
+	return func(c *config.Config) {
+		idempotent := true
+		c.Destinations = append(c.Destinations, config.Destination{ID: id, URL: "http://127.0.0.1:1/", Idempotent: &idempotent}.WithDefaults())
+	}
+}
+
+// An external line names a configured destination; the order keeps it.
+func TestExternalLineDestination(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, withDestination("crm"))
+	ctx := withToken(tokCheckout)
+	req := orderRequest("org_a", "ext-1")
+	req.Lines = append(req.Lines, &fulfillmentv1.OrderLine{Sku: "box", Kind: "external", Quantity: 2,
+		UnitPrice: &fulfillmentv1.Money{Currency: "USD", MinorUnits: 300}, Destination: "crm"})
+	created, err := ts.client.CreateOrder(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ts.client.GetOrder(ctx, &fulfillmentv1.GetOrderRequest{OrderId: created.GetOrder().GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := got.GetOrder().GetLines()
+	if len(lines) != 3 || lines[2].GetDestination() != "crm" || lines[0].GetDestination() != "" {
+		t.Errorf("lines = %v, want the external one naming crm", lines)
+	}
+	// The same order again is a repeat; another destination is a conflict.
+	if again, err := ts.client.CreateOrder(ctx, req); err != nil || again.GetCreated() {
+		t.Errorf("repeat = %v, %v; want the existing order", again, err)
+	}
+	req.Lines[2].Destination = "crm2"
+	if _, err := ts.client.CreateOrder(ctx, req); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("unconfigured destination: %v, want InvalidArgument", err)
 	}
 }

@@ -89,7 +89,10 @@ type OrderLine struct {
 	// Price of one unit.
 	UnitPrice *Money `protobuf:"bytes,4,opt,name=unit_price,json=unitPrice,proto3" json:"unit_price,omitempty"`
 	// Account credited by a "balance_credit" line; empty for other kinds.
-	AccountRef    string `protobuf:"bytes,5,opt,name=account_ref,json=accountRef,proto3" json:"account_ref,omitempty"`
+	AccountRef string `protobuf:"bytes,5,opt,name=account_ref,json=accountRef,proto3" json:"account_ref,omitempty"`
+	// Id of the configured destination that fulfils an "external" line:
+	// required on such lines, empty on others.
+	Destination   string `protobuf:"bytes,6,opt,name=destination,proto3" json:"destination,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -155,6 +158,13 @@ func (x *OrderLine) GetUnitPrice() *Money {
 func (x *OrderLine) GetAccountRef() string {
 	if x != nil {
 		return x.AccountRef
+	}
+	return ""
+}
+
+func (x *OrderLine) GetDestination() string {
+	if x != nil {
+		return x.Destination
 	}
 	return ""
 }
@@ -1966,7 +1976,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x05Money\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x1f\n" +
 	"\vminor_units\x18\x02 \x01(\x03R\n" +
-	"minorUnits\"\xa4\x01\n" +
+	"minorUnits\"\xc6\x01\n" +
 	"\tOrderLine\x12\x10\n" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1a\n" +
@@ -1974,7 +1984,8 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\n" +
 	"unit_price\x18\x04 \x01(\v2\x15.fulfillment.v1.MoneyR\tunitPrice\x12\x1f\n" +
 	"\vaccount_ref\x18\x05 \x01(\tR\n" +
-	"accountRef\"r\n" +
+	"accountRef\x12 \n" +
+	"\vdestination\x18\x06 \x01(\tR\vdestination\"r\n" +
 	"\n" +
 	"Settlement\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x18\n" +
