@@ -49,19 +49,25 @@ type ReverseCredits struct{}
 // order, unless the situation ItemKey names already has one.
 type OpenItem struct{ Kind ReconKind }
 
-// SendMessage queues a message for delivery to other services through the
-// outbox, in the same transaction. No decision emits one yet: orders with
-// external lines wait in "fulfilling" until the outbox exists.
-type SendMessage struct{ Topic string }
+// RequestDeliveries queues, in the same transaction, one outbox message per
+// external line of the order: a fulfillment.requested message to the line's
+// destination, under the line's key (LineKey). The order is fulfilled once
+// they are all delivered.
+type RequestDeliveries struct{}
 
-func (RecordAttempt) effect()  {}
-func (MoveOrder) effect()      {}
-func (MarkPaid) effect()       {}
-func (GrantLicenses) effect()  {}
-func (CreditBalances) effect() {}
-func (ReverseCredits) effect() {}
-func (OpenItem) effect()       {}
-func (SendMessage) effect()    {}
+// Publish queues, in the same transaction, the order event Topic for every
+// destination subscribed to it, under the event's key (EventKey).
+type Publish struct{ Topic Topic }
+
+func (RecordAttempt) effect()     {}
+func (MoveOrder) effect()         {}
+func (MarkPaid) effect()          {}
+func (GrantLicenses) effect()     {}
+func (CreditBalances) effect()    {}
+func (ReverseCredits) effect()    {}
+func (OpenItem) effect()          {}
+func (RequestDeliveries) effect() {}
+func (Publish) effect()           {}
 
 // grants are the effects of fulfilling an order's own lines.
 var grants = []Effect{GrantLicenses{}, CreditBalances{}}
@@ -88,6 +94,8 @@ type ItemSubject struct {
 	EventID string
 	// InboxID is the stored event that opened it, when any.
 	InboxID int64
+	// MessageID is the outbox message it is about, when any.
+	MessageID int64
 }
 
 // FailedEventKeyPrefix starts the key of a failed_event item; the stored
@@ -95,10 +103,16 @@ type ItemSubject struct {
 // builds their keys from it.
 const FailedEventKeyPrefix = "inbox|"
 
+// DeliveryKeyPrefix starts the key of an item about an outbox message; the
+// message's id follows.
+const DeliveryKeyPrefix = "outbox|"
+
 // ItemKey names the situation an item is about, so that a redelivery, a
 // retry or a replay never opens a second item for it (reconciliation items
 // are unique on kind and key). It is the only place such keys are made:
 //   - failed_event: the stored event ("inbox|<id>");
+//   - failed_delivery, uncertain_delivery: the outbox message
+//     ("outbox|<id>");
 //   - unidentified_payment: the order — one per order, however many
 //     announcements;
 //   - refund_after_fulfillment: the refund event — every refund is money
@@ -109,6 +123,8 @@ func ItemKey(kind ReconKind, s ItemSubject) string {
 	switch kind {
 	case ReconFailedEvent:
 		return FailedEventKeyPrefix + strconv.FormatInt(s.InboxID, 10)
+	case ReconFailedDelivery, ReconUncertainDelivery:
+		return DeliveryKeyPrefix + strconv.FormatInt(s.MessageID, 10)
 	case ReconUnidentifiedPayment:
 		return "order|" + s.OrderID
 	case ReconRefundAfterFulfill:

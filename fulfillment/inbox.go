@@ -87,12 +87,15 @@ type InboxWork interface {
 	InboxListen(ctx context.Context, wake func()) error
 }
 
-// InboxClaim is one leased event.
-type InboxClaim struct {
+// Claim is one leased item of a queue: an inbox event, an outbox message.
+type Claim struct {
 	ID int64
-	// Attempts counts the claims of the event, this one included.
+	// Attempts counts the claims of the item, this one included.
 	Attempts int
 }
+
+// InboxClaim is one leased event.
+type InboxClaim = Claim
 
 // PaymentAttempt is one attempt to pay an order, as last reported.
 type PaymentAttempt struct {

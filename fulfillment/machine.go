@@ -291,7 +291,7 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 	paid := with(confirmed, MarkPaid{})
 	hold := func(reason string) Outcome {
 		return outcome(DecisionAmountMismatch, reason,
-			with(paid, MoveOrder{StateOnHold}, OpenItem{ReconAmountMismatch})...)
+			with(with(paid, enter(StateOnHold)...), OpenItem{ReconAmountMismatch})...)
 	}
 	expected, tolerance, why := order.expected(p.Amount)
 	switch {
@@ -305,7 +305,7 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 	if order.HasExternalLines {
 		next, reason = StateFulfilling, reason+"; external lines await delivery"
 	}
-	effects := with(paid, MoveOrder{next})
+	effects := with(paid, enter(next)...)
 	effects = append(effects, grants...)
 	if p.Amount.Value.GreaterThan(expected) {
 		effects = append(effects, OpenItem{ReconOverpayment})
@@ -378,7 +378,7 @@ func decideRefund(ev ProviderEvent, order PaidOrder) Outcome {
 	case order.State == StateRefunded:
 		return outcome(DecisionAlreadyApplied, "the order was already refunded", refunded...)
 	}
-	effects := with(refunded, MoveOrder{StateRefunded})
+	effects := with(refunded, enter(StateRefunded)...)
 	reason := "the payment that paid the order was refunded; nothing had been granted (the order was " + string(order.State) + ")"
 	if order.State == StateFulfilled || order.State == StateFulfilling {
 		effects = append(effects, ReverseCredits{}, OpenItem{ReconRefundAfterFulfill})

@@ -274,6 +274,17 @@ func (w shape) outcome(ev ProviderEvent) Outcome {
 	}
 	if w.NewState != "" {
 		effects = append(effects, MoveOrder{w.NewState})
+		switch w.NewState {
+		case StateFulfilling:
+			effects = append(effects, RequestDeliveries{})
+		case StateFulfilled:
+			effects = append(effects, Publish{TopicOrderFulfilled})
+		case StateOnHold:
+			effects = append(effects, Publish{TopicOrderOnHold})
+		case StateRefunded:
+			effects = append(effects, Publish{TopicOrderRefunded})
+		default:
+		}
 	}
 	if w.Grant {
 		effects = append(effects, GrantLicenses{}, CreditBalances{})
@@ -340,8 +351,9 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 
 	confirmed := RecordAttempt{AttemptConfirmed}
 	refundAttempt := RecordAttempt{AttemptRefunded}
-	fulfil := []Effect{confirmed, MarkPaid{}, MoveOrder{StateFulfilled}, GrantLicenses{}, CreditBalances{}}
-	hold := []Effect{confirmed, MarkPaid{}, MoveOrder{StateOnHold}, OpenItem{ReconAmountMismatch}}
+	fulfil := []Effect{confirmed, MarkPaid{}, MoveOrder{StateFulfilled}, Publish{TopicOrderFulfilled}, GrantLicenses{}, CreditBalances{}}
+	hold := []Effect{confirmed, MarkPaid{}, MoveOrder{StateOnHold}, Publish{TopicOrderOnHold}, OpenItem{ReconAmountMismatch}}
+	refund := []Effect{refundAttempt, MoveOrder{StateRefunded}, Publish{TopicOrderRefunded}}
 	cases := []struct {
 		name     string
 		ev       ProviderEvent
@@ -351,7 +363,7 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 	}{
 		{"currency, the total", payment(EventPaymentConfirmed, rub(250000), "", "pay_1"), pending, DecisionFulfilled, fulfil},
 		{"currency, more than the total", payment(EventPaymentConfirmed, rub(250001), "", "pay_1"), pending,
-			DecisionFulfilled, append(fulfil[:5:5], OpenItem{ReconOverpayment})},
+			DecisionFulfilled, append(fulfil[:6:6], OpenItem{ReconOverpayment})},
 		{"currency, one kopeck short", payment(EventPaymentConfirmed, rub(249999), "", "pay_1"), pending, DecisionAmountMismatch, hold},
 		{"another currency", payment(EventPaymentConfirmed, MinorAmount(250000, "USD"), "", "pay_1"), pending, DecisionAmountMismatch, hold},
 		{"currency, for a token-settled order priced in that currency", payment(EventPaymentConfirmed, MinorAmount(2500, "USD"), "", "pay_1"), tokenOrder,
@@ -363,11 +375,11 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 			DecisionFulfilled, fulfil},
 
 		{"refund of the paying payment, fulfilled", payment(EventRefunded, Amount{}, "", "pay_1"), fulfilled,
-			DecisionRefunded, []Effect{refundAttempt, MoveOrder{StateRefunded}, ReverseCredits{}, OpenItem{ReconRefundAfterFulfill}}},
+			DecisionRefunded, append(refund[:3:3], ReverseCredits{}, OpenItem{ReconRefundAfterFulfill})},
 		{"refund of the paying payment, external lines pending", payment(EventRefunded, rub(250000), "", "pay_1"), fulfilling,
-			DecisionRefunded, []Effect{refundAttempt, MoveOrder{StateRefunded}, ReverseCredits{}, OpenItem{ReconRefundAfterFulfill}}},
+			DecisionRefunded, append(refund[:3:3], ReverseCredits{}, OpenItem{ReconRefundAfterFulfill})},
 		{"refund of the paying payment, on hold: nothing granted", payment(EventRefunded, Amount{}, "", "pay_1"), held,
-			DecisionRefunded, []Effect{refundAttempt, MoveOrder{StateRefunded}}},
+			DecisionRefunded, refund},
 		{"refund announced again", payment(EventRefunded, Amount{}, "", "pay_1"), refunded, DecisionAlreadyApplied, []Effect{refundAttempt}},
 		{"refund of another payment", payment(EventRefunded, Amount{}, "", "pay_2"), fulfilled, DecisionOtherPaymentRefunded, []Effect{refundAttempt}},
 		{"refund that names no payment", payment(EventRefunded, Amount{}, "", ""), fulfilled,
@@ -512,5 +524,38 @@ func TestRefundSequences(t *testing.T) {
 				o.Apply(ev, out)
 			}
 		})
+	}
+}
+
+// A fulfilling order is fulfilled, and says so, when its last external
+// line is delivered; nothing else moves.
+func TestDecideDelivered(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		state       State
+		undelivered int
+		want        []Effect
+	}{
+		{StateFulfilling, 0, []Effect{MoveOrder{StateFulfilled}, Publish{TopicOrderFulfilled}}},
+		{StateFulfilling, 1, nil},
+		{StateRefunded, 0, nil},
+		{StateOnHold, 0, nil},
+		{StateFulfilled, 0, nil},
+	} {
+		if got := DecideDelivered(tc.state, tc.undelivered); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("DecideDelivered(%s, %d) = %v, want %v", tc.state, tc.undelivered, got, tc.want)
+		}
+	}
+}
+
+// Keys name what a message is about, and nothing else.
+func TestDeliveryKeys(t *testing.T) {
+	t.Parallel()
+	const order = "019a2b3c-4d5e-7f60-8a9b-0c1d2e3f4a5b"
+	if got := LineKey(order, 3); got != "order_019a2b3c-4d5e-7f60-8a9b-0c1d2e3f4a5b_line_3_fulfill" {
+		t.Errorf("LineKey = %s", got)
+	}
+	if got := EventKey(order, TopicOrderRefunded); got != "order_019a2b3c-4d5e-7f60-8a9b-0c1d2e3f4a5b_order.refunded" {
+		t.Errorf("EventKey = %s", got)
 	}
 }

@@ -1,5 +1,12 @@
 package fulfillment
 
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
 // Topic names what an outbox message announces; it is the "type" of the
 // message's body.
 type Topic string
@@ -20,3 +27,165 @@ const (
 
 // OrderTopics are the order events a destination may subscribe to.
 var OrderTopics = []Topic{TopicOrderFulfilled, TopicOrderRefunded, TopicOrderOnHold}
+
+// StateTopic is the order event announcing that an order entered state s,
+// or "" when entering s is not announced.
+func StateTopic(s State) Topic {
+	switch s {
+	case StateFulfilled:
+		return TopicOrderFulfilled
+	case StateRefunded:
+		return TopicOrderRefunded
+	case StateOnHold:
+		return TopicOrderOnHold
+	default:
+		return ""
+	}
+}
+
+// Idempotency keys of outbox messages. A key names what the message is
+// about — an order's line to fulfil, or an order event — so that it is the
+// same however often, and by whichever replica, the message is produced:
+// storage fills the formats in (in Go and in SQL alike) with the order id
+// and the line number or topic.
+const (
+	// LineKeyFormat: the fulfilment request of an order's external line.
+	LineKeyFormat = "order_%s_line_%s_fulfill"
+	// EventKeyFormat: an order event.
+	EventKeyFormat = "order_%s_%s"
+)
+
+// LineKey is the idempotency key of the fulfilment request of line lineNo
+// (from 0) of the order.
+func LineKey(orderID string, lineNo int) string {
+	return fmt.Sprintf(LineKeyFormat, orderID, strconv.Itoa(lineNo))
+}
+
+// EventKey is the idempotency key of the order event topic of the order.
+func EventKey(orderID string, topic Topic) string {
+	return fmt.Sprintf(EventKeyFormat, orderID, topic)
+}
+
+// DeliveryState is where an outbox message is.
+type DeliveryState string
+
+// Delivery states.
+const (
+	// DeliveryPending: queued, or waiting for its next attempt.
+	DeliveryPending DeliveryState = "pending"
+	// DeliveryDelivered: the destination answered 2xx.
+	DeliveryDelivered DeliveryState = "delivered"
+	// DeliveryFailed: it used the destination's attempts without a 2xx; a
+	// failed_delivery item is open.
+	DeliveryFailed DeliveryState = "failed"
+	// DeliveryUncertain: a destination that does not honour idempotency
+	// keys may have received it; it is not sent again unless a person
+	// retries it. An uncertain_delivery item is open.
+	DeliveryUncertain DeliveryState = "uncertain"
+)
+
+// Valid reports whether s is a known delivery state.
+func (s DeliveryState) Valid() bool {
+	switch s {
+	case DeliveryPending, DeliveryDelivered, DeliveryFailed, DeliveryUncertain:
+		return true
+	}
+	return false
+}
+
+// DecideDelivered is what the delivery of an order's required message does
+// to the order: once none of its external lines awaits delivery
+// (undelivered), a fulfilling order is fulfilled and announces it. Any other
+// state stays as it is: an order refunded or held meanwhile does not move.
+func DecideDelivered(state State, undelivered int) []Effect {
+	if state != StateFulfilling || undelivered > 0 {
+		return nil
+	}
+	return enter(StateFulfilled)
+}
+
+// enter is the effects of moving an order to state s: the move, the
+// fulfilment requests of its external lines when it waits for them, and
+// the announcement of s to the destinations subscribed to it.
+func enter(s State) []Effect {
+	effects := []Effect{MoveOrder{s}}
+	if s == StateFulfilling {
+		effects = append(effects, RequestDeliveries{})
+	}
+	if t := StateTopic(s); t != "" {
+		effects = append(effects, Publish{t})
+	}
+	return effects
+}
+
+// OutboxMessage is a queued message as its destination receives it.
+type OutboxMessage struct {
+	ID            int64
+	DestinationID string
+	Topic         Topic
+	// Key is the idempotency key, sent as webhook-id and Idempotency-Key.
+	Key     string
+	Payload []byte
+	// Interrupted: a request for it may have been on the wire when the
+	// worker sending it stopped (only recorded for destinations that do
+	// not honour idempotency keys).
+	Interrupted bool
+}
+
+// DeliveryOutcome is what one delivery attempt came to.
+type DeliveryOutcome string
+
+// Delivery outcomes.
+const (
+	// OutcomeDelivered: a 2xx answer. The message is delivered.
+	OutcomeDelivered DeliveryOutcome = "delivered"
+	// OutcomeRetry: it did not arrive, or may be sent again safely.
+	OutcomeRetry DeliveryOutcome = "retry"
+	// OutcomeUncertain: it may have arrived at a destination that does not
+	// honour idempotency keys. The message is uncertain.
+	OutcomeUncertain DeliveryOutcome = "uncertain"
+	// OutcomeGone: 410 Gone. The destination is disabled; the message
+	// waits, its attempt not counted.
+	OutcomeGone DeliveryOutcome = "gone"
+	// OutcomeInterrupted: the message was found Interrupted, so it was not
+	// sent again. The message is uncertain.
+	OutcomeInterrupted DeliveryOutcome = "interrupted"
+)
+
+// DeliveryAttempt is the record of one attempt at a message.
+type DeliveryAttempt struct {
+	Outcome DeliveryOutcome
+	// Status is the HTTP status answered, 0 when none was.
+	Status int
+	// Reason says what happened in a few words (never the payload).
+	Reason    string
+	StartedAt time.Time
+}
+
+// OutboxWork is the storage of the outbox dispatcher: a leased queue per
+// destination.
+type OutboxWork interface {
+	// OutboxClaim leases up to limit due messages of destination to owner,
+	// as InboxClaim does events; a disabled destination has none due.
+	OutboxClaim(ctx context.Context, destination, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error)
+	// OutboxRelease, OutboxReclaim, OutboxRetry and OutboxListen are the
+	// inbox's counterparts. A message failed by OutboxRetry opens a
+	// failed_delivery item.
+	OutboxRelease(ctx context.Context, owner string) (int, error)
+	OutboxReclaim(ctx context.Context) (int, error)
+	OutboxRetry(ctx context.Context, id int64, owner string, cause string, next time.Time, maxAttempts int) (failed bool, err error)
+	OutboxListen(ctx context.Context, wake func()) error
+	// OutboxLoad reads a message owner holds, or returns ErrLeaseLost.
+	OutboxLoad(ctx context.Context, id int64, owner string) (OutboxMessage, error)
+	// OutboxSending records that a request for the message may be on the
+	// wire from now on, until OutboxRecord.
+	OutboxSending(ctx context.Context, id int64, owner string) error
+	// OutboxRecord records an attempt and applies its outcome in one
+	// transaction: a delivered message fulfils its order when it was the
+	// last one the order awaited; an uncertain one opens an
+	// uncertain_delivery item; gone disables the destination and puts the
+	// message back without counting the attempt; retry changes nothing
+	// else (the caller then calls OutboxRetry). It returns ErrLeaseLost
+	// when owner no longer holds the message.
+	OutboxRecord(ctx context.Context, id int64, owner string, a DeliveryAttempt) error
+}

@@ -95,17 +95,22 @@ const (
 	ReconAmountMismatch      ReconKind = "amount_mismatch"
 	ReconOverpayment         ReconKind = "overpayment"
 	ReconUnmatchedPayment    ReconKind = "unmatched_payment"
-	ReconUncertainDelivery   ReconKind = "uncertain_delivery"
-	ReconPaidNotFulfilled    ReconKind = "paid_not_fulfilled"
-	ReconFailedEvent         ReconKind = "failed_event"
-	ReconRefundAfterFulfill  ReconKind = "refund_after_fulfillment"
+	// ReconUncertainDelivery: a destination that does not honour
+	// idempotency keys may or may not have received a message.
+	ReconUncertainDelivery ReconKind = "uncertain_delivery"
+	// ReconFailedDelivery: a message used its destination's attempts
+	// without being accepted.
+	ReconFailedDelivery     ReconKind = "failed_delivery"
+	ReconPaidNotFulfilled   ReconKind = "paid_not_fulfilled"
+	ReconFailedEvent        ReconKind = "failed_event"
+	ReconRefundAfterFulfill ReconKind = "refund_after_fulfillment"
 )
 
 // Valid reports whether k is a known kind.
 func (k ReconKind) Valid() bool {
 	switch k {
 	case ReconExtraPayment, ReconUnidentifiedPayment, ReconAmountMismatch, ReconOverpayment, ReconUnmatchedPayment,
-		ReconUncertainDelivery, ReconPaidNotFulfilled, ReconFailedEvent, ReconRefundAfterFulfill:
+		ReconUncertainDelivery, ReconFailedDelivery, ReconPaidNotFulfilled, ReconFailedEvent, ReconRefundAfterFulfill:
 		return true
 	}
 	return false

@@ -10,17 +10,19 @@ import (
 
 // queueEffects queues the writes of an outcome's effects, in order: the one
 // place where a decision becomes SQL. m is the event's order (nil when none
-// matched it), as the events before this one left it.
-func queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out fulfillment.Outcome) error {
+// matched it), as the events before this one left it. It reports whether it
+// queued outbox messages.
+func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out fulfillment.Outcome) (messages bool, err error) {
 	ev, p := le.ev, le.ev.Payment
 	var (
 		moveTo   fulfillment.State
 		markPaid bool
+		publish  []fulfillment.Topic
 	)
 	for _, effect := range out.Effects {
 		if m == nil {
 			if _, ok := effect.(fulfillment.OpenItem); !ok {
-				return fmt.Errorf("applying %T: the event matches no order", effect)
+				return false, fmt.Errorf("applying %T: the event matches no order", effect)
 			}
 		}
 		switch e := effect.(type) {
@@ -72,10 +74,15 @@ func queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out fulfillment.
 				ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, m.id)
 		case fulfillment.OpenItem:
 			queueItem(b, e.Kind, le, m, out.Reason)
-		case fulfillment.SendMessage:
-			return fmt.Errorf("applying %T %q: the outbox does not exist yet", e, e.Topic)
+		case fulfillment.RequestDeliveries:
+			queueLineRequests(b, m.id)
+			messages = true
+		case fulfillment.Publish:
+			// After the order's update below: the event carries the state
+			// the order is in.
+			publish = append(publish, e.Topic)
 		default:
-			return fmt.Errorf("applying %T: unknown effect", e)
+			return false, fmt.Errorf("applying %T: unknown effect", e)
 		}
 	}
 	if moveTo != "" || markPaid {
@@ -92,7 +99,10 @@ func queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out fulfillment.
 				updated_at = now()
 			WHERE id = $1`, m.id, moveTo, markPaid, opt(paid.AttemptRef), opt(paid.InvoiceID), opt(paid.PaymentID))
 	}
-	return nil
+	for _, t := range publish {
+		messages = s.queuePublish(b, m.id, t) || messages
+	}
+	return messages, nil
 }
 
 // attemptKey is the key of ev's payment attempt.

@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -97,68 +96,8 @@ func (s *Store) InboxRetry(ctx context.Context, id int64, owner, cause string, n
 
 // InboxListen implements fulfillment.InboxWork. Inserts committed by this
 // store wake in-process listeners directly; inserts by other replicas
-// arrive as a NOTIFY on a connection held outside the pool, re-established
-// after errors.
+// arrive as a NOTIFY.
 func (s *Store) InboxListen(ctx context.Context, wake func()) error {
-	s.wakeMu.Lock()
-	s.wakers = append(s.wakers, wake)
-	n := len(s.wakers) - 1
-	s.wakeMu.Unlock()
-	defer func() {
-		s.wakeMu.Lock()
-		s.wakers[n] = nil
-		s.wakeMu.Unlock()
-	}()
-	s.listen(ctx, inboxChannel, wake)
+	s.inboxSignal.listen(ctx, wake)
 	return nil
-}
-
-// listen calls wake on every NOTIFY on channel until ctx ends, on a
-// connection held outside the pool and re-established after errors. Polling
-// covers the gaps.
-func (s *Store) listen(ctx context.Context, channel string, wake func()) {
-	for ctx.Err() == nil {
-		err := s.listenOnce(ctx, channel, wake)
-		if ctx.Err() != nil {
-			break
-		}
-		if !errors.Is(err, context.Canceled) {
-			s.log.Warn("queue listener lost its connection; polling until it is back", "channel", channel, "error", err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-func (s *Store) listenOnce(ctx context.Context, channel string, wake func()) error {
-	pooled, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return interpret(err)
-	}
-	// A connection that has LISTENed is not returned to the pool.
-	conn := pooled.Hijack()
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }() // the listener is given up either way
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
-		return interpret(err)
-	}
-	wake() // catch up with anything inserted before we listened
-	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return interpret(err)
-		}
-		wake()
-	}
-}
-
-// wakeLocal calls the in-process listeners.
-func (s *Store) wakeLocal() {
-	s.wakeMu.Lock()
-	defer s.wakeMu.Unlock()
-	for _, wake := range s.wakers {
-		if wake != nil {
-			wake()
-		}
-	}
 }

@@ -48,8 +48,6 @@ type inserter struct {
 	stop     chan struct{}
 	stopped  chan struct{}
 	once     sync.Once
-	// notifier tells other replicas about committed inserts.
-	notifier *notifier
 }
 
 func newInserter(s *Store, flushers, maxBatch int) *inserter {
@@ -60,12 +58,13 @@ func newInserter(s *Store, flushers, maxBatch int) *inserter {
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
-	in.notifier = &notifier{store: s, pending: make(chan struct{}, 1)}
-	done := make(chan struct{}, flushers+1)
-	go func() {
-		defer func() { done <- struct{}{} }()
-		in.notifier.run(in.stop)
-	}()
+	done := make(chan struct{}, flushers+2)
+	for _, sig := range []*queueSignal{s.inboxSignal, s.outboxSignal} {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			sig.run(in.stop)
+		}()
+	}
 	for range flushers {
 		go func() {
 			defer func() { done <- struct{}{} }()
@@ -73,7 +72,7 @@ func newInserter(s *Store, flushers, maxBatch int) *inserter {
 		}()
 	}
 	go func() {
-		for range flushers + 1 {
+		for range flushers + 2 {
 			<-done
 		}
 		close(in.stopped)
@@ -170,38 +169,6 @@ func (in *inserter) flush(batch []*insertRequest) {
 	}
 }
 
-// notifier wakes the workers of other replicas with a NOTIFY after inserts
-// commit. It runs outside the insert transactions on purpose: a NOTIFY holds
-// a database-wide lock until its transaction commits, which would serialize
-// the group commits. Signals arriving while one is sent coalesce into the
-// next.
-type notifier struct {
-	store   *Store
-	pending chan struct{}
-}
-
-func (n *notifier) signal() {
-	select {
-	case n.pending <- struct{}{}:
-	default: // one is already due
-	}
-}
-
-func (n *notifier) run(stop <-chan struct{}) {
-	for {
-		select {
-		case <-stop:
-			return
-		case <-n.pending:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		if _, err := n.store.pool.Exec(ctx, "SELECT pg_notify($1, '')", inboxChannel); err != nil {
-			n.store.log.Warn("notifying other replicas", "error", err) // they poll meanwhile
-		}
-		cancel()
-	}
-}
-
 // eventKey is an inbox row's unique key.
 type eventKey struct {
 	provider, org, env, eventID string
@@ -260,8 +227,7 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 		}
 	}
 	if pending {
-		s.wakeLocal()
-		s.inserter.notifier.signal()
+		s.inboxSignal.committed()
 	}
 	receipts := make([]fulfillment.InboxReceipt, n)
 	for i, r := range batch {

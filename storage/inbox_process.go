@@ -19,6 +19,7 @@ import (
 // ones left it.
 func (s *Store) InboxProcess(ctx context.Context, ids []int64, owner string) (map[int64]fulfillment.Outcome, error) {
 	outcomes := make(map[int64]fulfillment.Outcome, len(ids))
+	messages := false
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		events, err := lockLeasedEvents(ctx, tx, ids, owner)
 		if err != nil || len(events) == 0 {
@@ -36,9 +37,11 @@ func (s *Store) InboxProcess(ctx context.Context, ids []int64, owner string) (ma
 				view = &m.PaidOrder
 			}
 			out := fulfillment.Decide(le.ev, view)
-			if err := queueEffects(b, le, m, out); err != nil {
+			queued, err := s.queueEffects(b, le, m, out)
+			if err != nil {
 				return err
 			}
+			messages = messages || queued
 			var linked *string
 			if matched {
 				m.Apply(le.ev, out)
@@ -59,6 +62,9 @@ func (s *Store) InboxProcess(ctx context.Context, ids []int64, owner string) (ma
 	})
 	if err != nil {
 		return nil, err
+	}
+	if messages {
+		s.outboxSignal.committed()
 	}
 	failpoint.Inject("process-after-commit")
 	return outcomes, nil

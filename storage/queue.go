@@ -40,6 +40,10 @@ type leasedTable struct {
 	abandoned string
 	// failed completes, in Retry's transaction, a row Retry failed.
 	failed func(ctx context.Context, tx pgx.Tx, id int64, cause string, maxAttempts int) error
+	// partition, when set, is an SQL condition on the parameter $6 that
+	// the rows a claim takes meet: the table is drained by one queue per
+	// value of $6 (a destination), each claiming its own rows only.
+	partition string
 
 	claimSQL, retrySQL, releaseSQL, reclaimSQL string
 }
@@ -76,6 +80,7 @@ func newLeasedTable(t leasedTable) *leasedTable {
 		"{abandoned_effects}", abandonedCTE,
 		"{lease_owner_dead}", ownerDead("lease_owner"),
 		"{owner_dead}", ownerDead("o.lease_owner"),
+		"{partition}", partitionCond(t.partition),
 	)
 
 	// Due rows, oldest first (now(), the statement's start, is stable: the
@@ -88,7 +93,7 @@ func newLeasedTable(t leasedTable) *leasedTable {
 	t.claimSQL = r.Replace(`
 		WITH due AS (
 			SELECT id, attempts FROM {table}
-			WHERE state = 'pending' AND next_attempt_at <= now()
+			WHERE state = 'pending' AND next_attempt_at <= now(){partition}
 				AND CASE WHEN lease_owner IS NULL THEN true
 					WHEN lease_owner = $1 THEN id <> ALL($5::bigint[])
 					ELSE {lease_owner_dead} END
@@ -151,6 +156,13 @@ func newLeasedTable(t leasedTable) *leasedTable {
 	return &t
 }
 
+func partitionCond(cond string) string {
+	if cond == "" {
+		return ""
+	}
+	return " AND " + cond
+}
+
 // leasedRow is one claimed row: its id and how many times it was claimed,
 // this claim included.
 type leasedRow struct {
@@ -158,12 +170,14 @@ type leasedRow struct {
 	Attempts int
 }
 
-// claim leases up to limit due rows of t to owner for lease.
-func (s *Store) claim(ctx context.Context, t *leasedTable, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]leasedRow, error) {
+// claim leases up to limit due rows of t to owner for lease; partition
+// is the value of t's partition parameter, when t has one.
+func (s *Store) claim(ctx context.Context, t *leasedTable, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64, partition ...any) ([]leasedRow, error) {
 	if inFlight == nil {
 		inFlight = []int64{}
 	}
-	rows, _ := s.leasePool.Query(ctx, t.claimSQL, owner, lease, limit, maxAttempts, inFlight)
+	args := append([]any{owner, lease, limit, maxAttempts, inFlight}, partition...)
+	rows, _ := s.leasePool.Query(ctx, t.claimSQL, args...)
 	claimed, err := pgx.CollectRows(rows, pgx.RowToStructByPos[leasedRow])
 	if err != nil {
 		return nil, interpret(err)

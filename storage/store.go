@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"sync"
 	"syscall"
 	"time"
 
@@ -28,8 +27,11 @@ type Store struct {
 	log       *slog.Logger
 	inserter  *inserter
 
-	wakeMu sync.Mutex
-	wakers []func() // InboxListen callers in this process
+	// inboxSignal and outboxSignal wake the processors of the inbox and
+	// the outbox.
+	inboxSignal, outboxSignal *queueSignal
+	// subscriptions are the destinations of each order event.
+	subscriptions map[fulfillment.Topic][]string
 }
 
 var _ fulfillment.OrderStore = (*Store)(nil)
@@ -46,6 +48,9 @@ type Options struct {
 	// InsertFlushers is the number of concurrent group commits of inbox
 	// inserts (default 4); InsertBatch caps the rows of one (default 256).
 	InsertFlushers, InsertBatch int
+	// Subscriptions lists, for each order event, the ids of the
+	// destinations it is delivered to.
+	Subscriptions map[fulfillment.Topic][]string
 }
 
 // Open connects a pool to the database at url and checks it answers.
@@ -87,7 +92,8 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	if o.InsertBatch <= 0 {
 		o.InsertBatch = defaultInsertBatch
 	}
-	s := &Store{pool: pool, leasePool: leasePool, log: log}
+	s := &Store{pool: pool, leasePool: leasePool, log: log, subscriptions: o.Subscriptions}
+	s.inboxSignal, s.outboxSignal = newQueueSignal(s, inboxChannel), newQueueSignal(s, outboxChannel)
 	s.inserter = newInserter(s, o.InsertFlushers, o.InsertBatch)
 	return s, nil
 }

@@ -1,0 +1,304 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+var _ fulfillment.OutboxWork = (*Store)(nil)
+
+// outboxChannel is the LISTEN/NOTIFY channel of new outbox messages.
+const outboxChannel = "outbox_messages"
+
+// outboxQueue is the outbox as a leased queue, one partition per
+// destination: a destination's dispatcher claims its own messages, and none
+// while the destination is disabled. A message failed past its attempts
+// opens a failed_delivery item.
+var outboxQueue = newLeasedTable(leasedTable{
+	table: "outbox_messages",
+	noun:  "message",
+	partition: `destination_id = $6 AND NOT EXISTS (
+		SELECT 1 FROM outbox_destinations d WHERE d.id = $6 AND d.disabled_at IS NOT NULL)`,
+	abandoned: `
+		INSERT INTO reconciliation_items (kind, org_id, environment, order_id, outbox_message_id, detail, dedupe_key)
+		SELECT 'failed_delivery', m.org_id, m.environment, m.order_id, m.id,
+			'delivery to ' || m.destination_id || ' did not complete in ' || a.attempts || ' attempts (the worker stopped during each)',
+			'` + fulfillment.DeliveryKeyPrefix + `' || m.id
+		FROM abandoned a JOIN outbox_messages m ON m.id = a.id
+		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
+	failed: func(ctx context.Context, tx pgx.Tx, id int64, cause string, maxAttempts int) error {
+		_, err := tx.Exec(ctx, `
+			INSERT INTO reconciliation_items (kind, org_id, environment, order_id, outbox_message_id, detail, dedupe_key)
+			SELECT 'failed_delivery', org_id, environment, order_id, id,
+				format('delivery to %s failed %s times; last error: %s', destination_id, $2::int, $3::text), $4
+			FROM outbox_messages WHERE id = $1
+			ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
+			id, maxAttempts, cause, fulfillment.ItemKey(fulfillment.ReconFailedDelivery, fulfillment.ItemSubject{MessageID: id}))
+		if err != nil {
+			return fmt.Errorf("opening failed_delivery item: %w", interpret(err))
+		}
+		return nil
+	},
+})
+
+// payloadTimestamp renders the transaction's time as a message body's
+// "timestamp" (RFC 3339, UTC, microseconds).
+const payloadTimestamp = `to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`
+
+// queueLineRequests queues a fulfillment.requested message for each
+// external line of the order, to the line's destination. Lines stored
+// before destinations existed name none and get none: their order stays
+// fulfilling.
+func queueLineRequests(b *pgx.Batch, orderID string) {
+	b.Queue(`
+		INSERT INTO outbox_messages (destination_id, topic, idempotency_key, org_id, environment, order_id, line_no,
+			required, payload)
+		SELECT l.destination, $2::text, format($3::text, o.id, l.line_no), o.org_id, o.environment, o.id, l.line_no, true,
+			jsonb_build_object('type', $2::text, 'timestamp', `+payloadTimestamp+`, 'data', jsonb_build_object(
+				'order_id', o.id, 'org_id', o.org_id, 'environment', o.environment,
+				'merchant_order_id', o.merchant_order_id,
+				'line', jsonb_build_object('line_no', l.line_no, 'sku', l.sku, 'quantity', l.quantity,
+					'unit_price', jsonb_build_object('currency', l.currency, 'minor_units', l.unit_minor_units::text))))
+		FROM orders o JOIN order_lines l ON l.order_id = o.id
+		WHERE o.id = $1 AND l.kind = 'external' AND l.destination IS NOT NULL
+		ORDER BY l.line_no
+		ON CONFLICT ON CONSTRAINT outbox_messages_key DO NOTHING`,
+		orderID, fulfillment.TopicFulfillmentRequested, fulfillment.LineKeyFormat)
+}
+
+// queuePublish queues the order event topic for each destination
+// subscribed to it, with the order as it is when the statement runs. It
+// reports whether any destination is.
+func (s *Store) queuePublish(b *pgx.Batch, orderID string, topic fulfillment.Topic) bool {
+	destinations := s.subscriptions[topic]
+	if len(destinations) == 0 {
+		return false
+	}
+	b.Queue(`
+		INSERT INTO outbox_messages (destination_id, topic, idempotency_key, org_id, environment, order_id,
+			required, payload)
+		SELECT d.id, $2::text, format($3::text, o.id, $2::text), o.org_id, o.environment, o.id, false,
+			jsonb_build_object('type', $2::text, 'timestamp', `+payloadTimestamp+`, 'data', jsonb_build_object(
+				'order_id', o.id, 'org_id', o.org_id, 'environment', o.environment,
+				'merchant_order_id', o.merchant_order_id, 'state', o.state,
+				'total', jsonb_build_object('currency', o.total_currency, 'minor_units', o.total_minor_units::text)))
+		FROM orders o, unnest($4::text[]) AS d (id)
+		WHERE o.id = $1
+		ON CONFLICT ON CONSTRAINT outbox_messages_key DO NOTHING`,
+		orderID, topic, fulfillment.EventKeyFormat, destinations)
+	return true
+}
+
+// OutboxClaim implements fulfillment.OutboxWork.
+func (s *Store) OutboxClaim(ctx context.Context, destination, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]fulfillment.Claim, error) {
+	rows, err := s.claim(ctx, outboxQueue, owner, limit, lease, maxAttempts, inFlight, destination)
+	if err != nil {
+		return nil, fmt.Errorf("claiming outbox messages: %w", err)
+	}
+	claims := make([]fulfillment.Claim, len(rows))
+	for i, r := range rows {
+		claims[i] = fulfillment.Claim{ID: r.ID, Attempts: r.Attempts}
+	}
+	return claims, nil
+}
+
+// OutboxRelease implements fulfillment.OutboxWork.
+func (s *Store) OutboxRelease(ctx context.Context, owner string) (int, error) {
+	n, err := s.release(ctx, outboxQueue, owner)
+	if err != nil {
+		return 0, fmt.Errorf("releasing outbox leases: %w", err)
+	}
+	return n, nil
+}
+
+// OutboxReclaim implements fulfillment.OutboxWork.
+func (s *Store) OutboxReclaim(ctx context.Context) (int, error) {
+	n, err := s.reclaim(ctx, outboxQueue)
+	if err != nil {
+		return 0, fmt.Errorf("reclaiming outbox messages: %w", err)
+	}
+	return n, nil
+}
+
+// OutboxRetry implements fulfillment.OutboxWork.
+func (s *Store) OutboxRetry(ctx context.Context, id int64, owner, cause string, next time.Time, maxAttempts int) (bool, error) {
+	return s.retry(ctx, outboxQueue, id, owner, cause, next, maxAttempts)
+}
+
+// OutboxListen implements fulfillment.OutboxWork.
+func (s *Store) OutboxListen(ctx context.Context, wake func()) error {
+	s.outboxSignal.listen(ctx, wake)
+	return nil
+}
+
+// OutboxLoad implements fulfillment.OutboxWork.
+func (s *Store) OutboxLoad(ctx context.Context, id int64, owner string) (fulfillment.OutboxMessage, error) {
+	m := fulfillment.OutboxMessage{ID: id}
+	err := s.pool.QueryRow(ctx, `
+		SELECT destination_id, topic, idempotency_key, payload::text, sending_since IS NOT NULL
+		FROM outbox_messages WHERE id = $1 AND state = 'pending' AND lease_owner = $2`, id, owner).
+		Scan(&m.DestinationID, &m.Topic, &m.Key, &m.Payload, &m.Interrupted)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return m, fmt.Errorf("message %d: %w", id, fulfillment.ErrLeaseLost)
+	}
+	if err != nil {
+		return m, fmt.Errorf("reading outbox message: %w", interpret(err))
+	}
+	return m, nil
+}
+
+// OutboxSending implements fulfillment.OutboxWork. It commits before the
+// request starts, synchronously: after a crash, the mark must be there.
+func (s *Store) OutboxSending(ctx context.Context, id int64, owner string) error {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE outbox_messages SET sending_since = clock_timestamp()
+		WHERE id = $1 AND state = 'pending' AND lease_owner = $2`, id, owner)
+	if err != nil {
+		return fmt.Errorf("marking outbox message as sending: %w", interpret(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("message %d: %w", id, fulfillment.ErrLeaseLost)
+	}
+	return nil
+}
+
+// OutboxRecord implements fulfillment.OutboxWork.
+func (s *Store) OutboxRecord(ctx context.Context, id int64, owner string, a fulfillment.DeliveryAttempt) error {
+	messages := false
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		var (
+			attempt          int
+			destination, org string
+			orderID          *string
+			required         bool
+		)
+		// The message row first, then (for a delivery) its order: the
+		// order InboxProcess never takes, as it writes messages of locked
+		// orders only by inserting them.
+		err := tx.QueryRow(ctx, `
+			SELECT attempts, destination_id, org_id, order_id::text, required FROM outbox_messages
+			WHERE id = $1 AND state = 'pending' AND lease_owner = $2
+			FOR UPDATE`, id, owner).Scan(&attempt, &destination, &org, &orderID, &required)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("message %d: %w", id, fulfillment.ErrLeaseLost)
+		}
+		if err != nil {
+			return fmt.Errorf("locking outbox message: %w", interpret(err))
+		}
+		b := &pgx.Batch{}
+		b.Queue(`
+			INSERT INTO outbox_attempts (message_id, attempt, started_at, status, outcome, reason)
+			VALUES ($1, $2, $3, $4, $5, $6)`,
+			id, attempt, a.StartedAt, optInt(a.Status), a.Outcome, a.Reason)
+		switch a.Outcome {
+		case fulfillment.OutcomeDelivered:
+			b.Queue(`
+				UPDATE outbox_messages SET state = 'delivered', processed_at = clock_timestamp(),
+					lease_owner = NULL, lease_until = NULL, sending_since = NULL, last_status = $2, last_error = NULL
+				WHERE id = $1`, id, a.Status)
+		case fulfillment.OutcomeUncertain, fulfillment.OutcomeInterrupted:
+			b.Queue(`
+				UPDATE outbox_messages SET state = 'uncertain', processed_at = clock_timestamp(),
+					lease_owner = NULL, lease_until = NULL, sending_since = NULL, last_status = $2, last_error = $3
+				WHERE id = $1`, id, optInt(a.Status), a.Reason)
+			b.Queue(`
+				INSERT INTO reconciliation_items (kind, org_id, environment, order_id, outbox_message_id, detail, dedupe_key)
+				SELECT 'uncertain_delivery', org_id, environment, order_id, id,
+					format('%s may or may not have received this %s message (%s), and it does not honour idempotency keys: '
+						|| 'check with it, then retry the message or resolve this item', destination_id, topic, $2::text), $3
+				FROM outbox_messages WHERE id = $1
+				ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
+				id, a.Reason, fulfillment.ItemKey(fulfillment.ReconUncertainDelivery, fulfillment.ItemSubject{MessageID: id}))
+		case fulfillment.OutcomeGone:
+			b.Queue(`
+				INSERT INTO outbox_destinations AS d (id, disabled_at, disabled_reason)
+				VALUES ($1, now(), $2)
+				ON CONFLICT (id) DO UPDATE SET disabled_at = coalesce(d.disabled_at, now()),
+					disabled_reason = coalesce(d.disabled_reason, EXCLUDED.disabled_reason), updated_at = now()`,
+				destination, fmt.Sprintf("answered %s to message %d", a.Reason, id))
+			b.Queue(`
+				UPDATE outbox_messages SET lease_owner = NULL, lease_until = NULL, sending_since = NULL,
+					next_attempt_at = clock_timestamp(), attempts = greatest(attempts - 1, 0),
+					last_status = $2, last_error = $3
+				WHERE id = $1`, id, a.Status, "destination disabled: "+a.Reason)
+		case fulfillment.OutcomeRetry:
+			b.Queue(`
+				UPDATE outbox_messages SET sending_since = NULL, last_status = $2 WHERE id = $1`, id, optInt(a.Status))
+		default:
+			return fmt.Errorf("recording delivery outcome %q: unknown", a.Outcome)
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("recording delivery attempt: %w", interpret(err))
+		}
+		if a.Outcome == fulfillment.OutcomeDelivered && required && orderID != nil {
+			var err error
+			messages, err = s.completeOrder(ctx, tx, *orderID)
+			return err
+		}
+		return nil
+	})
+	if messages {
+		s.outboxSignal.committed()
+	}
+	return err
+}
+
+// completeOrder applies fulfillment.DecideDelivered to the order after one
+// of its required messages was delivered, holding the order's row lock. It
+// reports whether it queued messages.
+func (s *Store) completeOrder(ctx context.Context, tx pgx.Tx, orderID string) (bool, error) {
+	var (
+		state       fulfillment.State
+		undelivered int
+	)
+	// The lock first, then the count in a statement of its own: under
+	// READ COMMITTED it sees what a concurrent delivery to this order
+	// committed while this one waited for the lock.
+	if err := tx.QueryRow(ctx, `SELECT state FROM orders WHERE id = $1 FOR UPDATE`, orderID).Scan(&state); err != nil {
+		return false, fmt.Errorf("locking order %s: %w", orderID, interpret(err))
+	}
+	// An external line awaits delivery until a message for it is
+	// delivered; lines that name no destination never are.
+	err := tx.QueryRow(ctx, `
+		SELECT count(*) FROM order_lines l
+		WHERE l.order_id = $1 AND l.kind = 'external' AND NOT EXISTS (
+			SELECT 1 FROM outbox_messages m
+			WHERE m.order_id = l.order_id AND m.line_no = l.line_no AND m.required AND m.state = 'delivered')`,
+		orderID).Scan(&undelivered)
+	if err != nil {
+		return false, fmt.Errorf("counting undelivered lines of order %s: %w", orderID, interpret(err))
+	}
+	b := &pgx.Batch{}
+	messages := false
+	for _, effect := range fulfillment.DecideDelivered(state, undelivered) {
+		switch e := effect.(type) {
+		case fulfillment.MoveOrder:
+			b.Queue(`UPDATE orders SET state = $2, updated_at = now() WHERE id = $1`, orderID, e.To)
+		case fulfillment.Publish:
+			messages = s.queuePublish(b, orderID, e.Topic) || messages
+		default:
+			return false, fmt.Errorf("applying %T after a delivery: not an effect of a delivery", e)
+		}
+	}
+	if b.Len() == 0 {
+		return false, nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return false, fmt.Errorf("completing order %s: %w", orderID, interpret(err))
+	}
+	return messages, nil
+}
+
+// optInt is n, or NULL when it is 0.
+func optInt(n int) *int {
+	if n == 0 {
+		return nil
+	}
+	return &n
+}

@@ -1,0 +1,260 @@
+package storage_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/internal/pgtest"
+	"github.com/fulfillplatform/fulfillment/storage"
+)
+
+// newOutboxStore is newStore with crm subscribed to every order event.
+func newOutboxStore(t *testing.T) (*storage.Store, *pgx.Conn) {
+	t.Helper()
+	url := pgtest.DB(t)
+	ctx := context.Background()
+	subs := map[fulfillment.Topic][]string{}
+	for _, topic := range fulfillment.OrderTopics {
+		subs[topic] = []string{"crm"}
+	}
+	s, err := storage.Open(ctx, url, storage.Options{MaxConns: 10, Subscriptions: subs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return s, conn
+}
+
+// externalOrder stores an order with a license line and two external lines,
+// to licenses and shipping, and returns its id.
+func externalOrder(t *testing.T, s *storage.Store, merchantID string) string {
+	t.Helper()
+	spec, err := fulfillment.OrderDraft{
+		OrgID: "org_a", Environment: "live", MerchantOrderID: merchantID,
+		Lines: []fulfillment.LineDraft{
+			{SKU: "pro-license", Kind: "license", Quantity: 1, Currency: "USD", MinorUnits: 1000},
+			{SKU: "key-server", Kind: "external", Quantity: 1, Currency: "USD", MinorUnits: 1000, Destination: "licenses"},
+			{SKU: "box", Kind: "external", Quantity: 2, Currency: "USD", MinorUnits: 500, Destination: "shipping"},
+		},
+		Settlement: &fulfillment.SettlementDraft{Token: "USDT", Network: "TRON", Amount: "30.000000"},
+	}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _, err := s.OrderCreate(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o.ID
+}
+
+// deliverNext claims destination's next message under owner and records
+// outcome for it; it returns the message.
+func deliverNext(t *testing.T, s *storage.Store, destination string, outcome fulfillment.DeliveryOutcome) fulfillment.OutboxMessage {
+	t.Helper()
+	ctx := context.Background()
+	claims, err := s.OutboxClaim(ctx, destination, "w", 1, time.Minute, 5, nil)
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claim for %s = %v, %v; want one message", destination, claims, err)
+	}
+	m, err := s.OutboxLoad(ctx, claims[0].ID, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := map[fulfillment.DeliveryOutcome]int{fulfillment.OutcomeDelivered: 204, fulfillment.OutcomeGone: 410}[outcome]
+	if err := s.OutboxRecord(ctx, m.ID, "w", fulfillment.DeliveryAttempt{
+		Outcome: outcome, Status: status, Reason: "test", StartedAt: time.Now(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// A paid order with external lines gets one message per line, in the
+// transaction that pays it, under the line's key — and never a second, however
+// often the payment is announced. It is fulfilled, and says so once, when
+// the last line is delivered.
+func TestOutboxDeliveriesFulfilOrder(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	orderID := externalOrder(t, s, "m-ext")
+	for _, id := range []string{"e1", "e1-again"} {
+		ev := confirmedEvent("e1", "m-ext")
+		ev.EventID = id
+		if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := processAll(t, s, 2); got != "fulfilled,already_applied" {
+		t.Fatalf("decisions = %s", got)
+	}
+	messages := func(query string) int {
+		return count(t, conn, "SELECT count(*) FROM outbox_messages WHERE order_id = $1 AND "+query, orderID)
+	}
+	if n := messages("required AND topic = 'fulfillment.requested'"); n != 2 {
+		t.Fatalf("%d fulfilment requests, want 2 (one per external line)", n)
+	}
+	if n := messages("NOT required"); n != 0 {
+		t.Fatalf("%d order events before the order is fulfilled", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM outbox_messages WHERE idempotency_key = $1 AND destination_id = 'licenses'",
+		fulfillment.LineKey(orderID, 1)); n != 1 {
+		t.Fatalf("the licenses line's message is not under its key %s", fulfillment.LineKey(orderID, 1))
+	}
+	state := func() string {
+		var st string
+		if err := conn.QueryRow(ctx, "SELECT state FROM orders WHERE id = $1", orderID).Scan(&st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	if st := state(); st != "fulfilling" {
+		t.Fatalf("order is %s, want fulfilling", st)
+	}
+
+	m := deliverNext(t, s, "shipping", fulfillment.OutcomeDelivered)
+	var body struct {
+		Type string `json:"type"`
+		Data struct {
+			OrderID string `json:"order_id"`
+			Line    struct {
+				LineNo    int    `json:"line_no"`
+				SKU       string `json:"sku"`
+				Quantity  int    `json:"quantity"`
+				UnitPrice struct {
+					MinorUnits string `json:"minor_units"`
+				} `json:"unit_price"`
+			} `json:"line"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(m.Payload, &body); err != nil {
+		t.Fatal(err)
+	}
+	if body.Type != "fulfillment.requested" || body.Data.OrderID != orderID || body.Data.Line.LineNo != 2 ||
+		body.Data.Line.SKU != "box" || body.Data.Line.Quantity != 2 || body.Data.Line.UnitPrice.MinorUnits != "500" {
+		t.Errorf("payload = %s", m.Payload)
+	}
+	if st := state(); st != "fulfilling" {
+		t.Fatalf("order is %s after one of two deliveries, want fulfilling", st)
+	}
+	deliverNext(t, s, "licenses", fulfillment.OutcomeDelivered)
+	if st := state(); st != "fulfilled" {
+		t.Fatalf("order is %s after every delivery, want fulfilled", st)
+	}
+	if n := messages("topic = 'order.fulfilled' AND destination_id = 'crm'"); n != 1 {
+		t.Fatalf("%d order.fulfilled messages, want 1", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM outbox_attempts"); n != 2 {
+		t.Errorf("%d attempts recorded, want 2", n)
+	}
+}
+
+// Concurrent deliveries of an order's last two lines fulfil it: whichever
+// commits second sees the first.
+func TestOutboxConcurrentLastDeliveries(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	for i := range 10 {
+		orderID := externalOrder(t, s, "m-"+string(rune('a'+i)))
+		if _, err := s.InboxInsert(ctx, confirmedEvent("c"+string(rune('a'+i)), "m-"+string(rune('a'+i))), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		processAll(t, s, 1)
+		var ids [2]int64
+		for j, d := range []string{"licenses", "shipping"} {
+			claims, err := s.OutboxClaim(ctx, d, "w", 1, time.Minute, 5, nil)
+			if err != nil || len(claims) != 1 {
+				t.Fatalf("claim: %v %v", claims, err)
+			}
+			ids[j] = claims[0].ID
+		}
+		errs := make(chan error, 2)
+		for _, id := range ids {
+			go func() {
+				errs <- s.OutboxRecord(ctx, id, "w", fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeDelivered, Status: 200, Reason: "ok", StartedAt: time.Now()})
+			}()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := count(t, conn, "SELECT count(*) FROM orders WHERE id = $1 AND state = 'fulfilled'", orderID); n != 1 {
+			t.Fatalf("order %d not fulfilled after both deliveries committed concurrently", i)
+		}
+	}
+}
+
+// An uncertain delivery leaves the order fulfilling, with one
+// uncertain_delivery item; a message past its attempts is failed with one
+// failed_delivery item; 410 disables the destination, whose messages then
+// wait, their attempt not counted.
+func TestOutboxUncertainFailedGone(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	orderID := externalOrder(t, s, "m-1")
+	if _, err := s.InboxInsert(ctx, confirmedEvent("e1", "m-1"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	processAll(t, s, 1)
+
+	m := deliverNext(t, s, "licenses", fulfillment.OutcomeUncertain)
+	if n := count(t, conn, `SELECT count(*) FROM reconciliation_items
+		WHERE kind = 'uncertain_delivery' AND outbox_message_id = $1 AND order_id = $2`, m.ID, orderID); n != 1 {
+		t.Errorf("%d uncertain_delivery items, want 1", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM outbox_messages WHERE id = $1 AND state = 'uncertain'", m.ID); n != 1 {
+		t.Error("message not uncertain")
+	}
+
+	m = deliverNext(t, s, "shipping", fulfillment.OutcomeGone)
+	if n := count(t, conn, "SELECT count(*) FROM outbox_destinations WHERE id = 'shipping' AND disabled_at IS NOT NULL"); n != 1 {
+		t.Error("shipping not disabled by 410")
+	}
+	if n := count(t, conn, "SELECT count(*) FROM outbox_messages WHERE id = $1 AND state = 'pending' AND attempts = 0", m.ID); n != 1 {
+		t.Error("the message answered 410 is not pending with its attempt uncounted")
+	}
+	if claims, err := s.OutboxClaim(ctx, "shipping", "w", 1, time.Minute, 5, nil); err != nil || len(claims) != 0 {
+		t.Errorf("claim on a disabled destination = %v, %v; want nothing", claims, err)
+	}
+	if _, err := conn.Exec(ctx, "UPDATE outbox_destinations SET disabled_at = NULL"); err != nil {
+		t.Fatal(err)
+	}
+	// Retried to its last attempt: failed, with an item.
+	for attempt := 1; attempt <= 2; attempt++ {
+		claims, err := s.OutboxClaim(ctx, "shipping", "w", 1, time.Minute, 2, nil)
+		if err != nil || len(claims) != 1 {
+			t.Fatalf("attempt %d: claim = %v, %v", attempt, claims, err)
+		}
+		failed, err := s.OutboxRetry(ctx, claims[0].ID, "w", "HTTP 503", time.Now(), 2)
+		if err != nil || failed != (attempt == 2) {
+			t.Fatalf("attempt %d: retry = %v, %v", attempt, failed, err)
+		}
+	}
+	if n := count(t, conn, `SELECT count(*) FROM reconciliation_items
+		WHERE kind = 'failed_delivery' AND outbox_message_id = $1 AND order_id = $2`, m.ID, orderID); n != 1 {
+		t.Errorf("%d failed_delivery items, want 1", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM orders WHERE id = $1 AND state = 'fulfilling'", orderID); n != 1 {
+		t.Error("an order with an uncertain and a failed delivery left fulfilling")
+	}
+	// A record for a message the worker no longer holds changes nothing.
+	err := s.OutboxRecord(ctx, m.ID, "w", fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeDelivered, Status: 200, Reason: "late"})
+	if !errors.Is(err, fulfillment.ErrLeaseLost) {
+		t.Errorf("record of a failed message = %v, want ErrLeaseLost", err)
+	}
+}
