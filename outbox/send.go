@@ -146,7 +146,8 @@ const (
 	idleConnTimeout = 30 * time.Second
 )
 
-// Sender makes delivery attempts. It is safe for concurrent use.
+// Sender makes delivery attempts. It is safe for concurrent use; make it
+// with NewSender.
 //
 // Deliveries to idempotent destinations share kept-alive connections.
 // Every delivery to a non-idempotent destination opens a connection of its
@@ -213,7 +214,9 @@ func WithTLSConfig(c *tls.Config) Option {
 func NewSender(opts ...Option) *Sender {
 	s := &Sender{now: time.Now, userAgent: DefaultUserAgent, maxRead: DefaultMaxResponseBytes}
 	for _, o := range opts {
-		o(s)
+		if o != nil {
+			o(s)
+		}
 	}
 	s.shared = s.client(true)
 	s.single = s.client(false)
@@ -224,8 +227,7 @@ func (s *Sender) client(keepAlive bool) *http.Client {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	t := &http.Transport{
-		Proxy:                  nil,
-		DialContext:            (&net.Dialer{}).DialContext,
+		Proxy:                  nil, // not from the environment: see NewSender
 		TLSClientConfig:        s.tls,
 		Protocols:              &protocols,
 		DisableKeepAlives:      !keepAlive,
@@ -253,15 +255,22 @@ func (d Destination) Validate() error {
 	case err != nil:
 		return errors.New("the destination URL does not parse")
 	case u.Scheme != "http" && u.Scheme != "https":
-		return errors.New("the destination URL must start with http:// or https://")
-	case u.Host == "":
+		return errors.New("the destination URL's scheme must be http or https")
+	case u.Hostname() == "":
 		return errors.New("the destination URL has no host")
+	case u.Port() != "" && !validPort(u.Port()):
+		return errors.New("the destination URL's port is not 1 to 65535")
 	case d.Timeout <= 0:
 		return errors.New("the destination timeout must be positive")
 	case stdwebhooks.Sign("", time.Time{}, nil, d.Secrets...) == "":
 		return errors.New("the destination has no signing secret")
 	}
 	return nil
+}
+
+func validPort(p string) bool {
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 1 && n <= 65535
 }
 
 // checkKey refuses a key that Standard Webhooks receivers would refuse
@@ -304,13 +313,15 @@ func (s *Sender) Send(ctx context.Context, d Destination, m Message) Result {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	attempt, cancel := context.WithTimeout(ctx, d.Timeout)
-	defer cancel()
-	var p progress
-	req, err := s.request(httptrace.WithClientTrace(attempt, p.trace()), d, m)
+	// Signing a large payload takes time: not the destination's.
+	req, err := s.request(ctx, d, m)
 	if err != nil {
 		return Result{Verdict: Invalid, Reason: "the request cannot be built from the destination URL"}
 	}
+	attempt, cancel := context.WithTimeout(ctx, d.Timeout)
+	defer cancel()
+	var p progress
+	req = req.WithContext(httptrace.WithClientTrace(attempt, p.trace()))
 	client := s.single
 	if d.Idempotent {
 		client = s.shared
@@ -489,12 +500,8 @@ func cause(err error, st stage) string {
 	if e, ok := errors.AsType[net.Error](err); ok && e.Timeout() {
 		return "timed out"
 	}
-	switch st {
-	case connecting:
-		return "could not connect"
-	case reading:
+	if st == reading {
 		return "malformed or oversized answer"
-	default:
-		return "connection failed"
 	}
+	return "connection failed"
 }
