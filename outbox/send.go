@@ -120,7 +120,7 @@ type Result struct {
 	// is safe to store and show.
 	Reason string
 	// Sent is false only when the request provably did not reach the
-	// destination: no byte of it was written.
+	// destination: not even its header block was written in full.
 	Sent bool
 }
 
@@ -381,8 +381,8 @@ func answered(status int, idempotent bool) Result {
 // progress records how far an attempt got. The transport calls the trace
 // hooks from its own goroutines, hence the atomics.
 type progress struct {
-	wroteHeaders atomic.Bool // the first byte of the request may have been written
-	wroteRequest atomic.Bool // all of it was written
+	wroteHeaders atomic.Bool // the header block may have reached the destination
+	wroteRequest atomic.Bool // the whole request was written
 	gotAnswer    atomic.Bool // the first byte of an answer arrived
 }
 
@@ -405,8 +405,8 @@ func (p *progress) trace() *httptrace.ClientTrace {
 type stage int
 
 const (
-	connecting stage = iota // nothing written
-	sending                 // the request is partly written
+	connecting stage = iota // the header block is not out: nothing can be processed
+	sending                 // the request may be partly out
 	waiting                 // the request is written, no answer yet
 	reading                 // an answer started
 )
