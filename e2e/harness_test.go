@@ -107,7 +107,18 @@ func runApp(t *testing.T, cfg *config.Config, log *slog.Logger, tolerateStop boo
 // dbURL, as a replica would.
 func startReplica(t *testing.T, dbURL string) *stack {
 	t.Helper()
-	a := runApp(t, testConfig(dbURL), slog.New(slog.NewJSONHandler(io.Discard, nil)), false)
+	return startReplicaWith(t, dbURL, nil)
+}
+
+// startReplicaWith is startReplica with the test configuration changed by
+// configure, when not nil.
+func startReplicaWith(t *testing.T, dbURL string, configure func(*config.Config)) *stack {
+	t.Helper()
+	cfg := testConfig(dbURL)
+	if configure != nil {
+		configure(cfg)
+	}
+	a := runApp(t, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), false)
 
 	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -38,6 +38,8 @@ const (
 	procEnvAdminToken = "E2E_ADMIN_TOKEN"
 	procEnvOrgAToken  = "E2E_ORG_A_TOKEN"
 	procEnvLiveSecret = "E2E_YOLFI_LIVE_SECRET"
+	// procEnvOutboxSecret holds outboxSecret, for destinations.
+	procEnvOutboxSecret = "E2E_OUTBOX_SECRET"
 )
 
 // procBuild is one fulfillmentd binary, built at most once per test binary.
@@ -120,6 +122,9 @@ type procService struct {
 	// lease is inbox.lease of the processes started next: 60s by default,
 	// so that no test can pass by waiting for a dead worker's lease.
 	lease time.Duration
+	// configure, when set, changes the configuration of the processes
+	// started next.
+	configure func(*config.Config)
 }
 
 func newProcService(t *testing.T, bin string) *procService {
@@ -173,7 +178,11 @@ func (ps *procService) startOnce(t *testing.T, failpointSpec string, extraEnv []
 	}
 	grpcAddr, httpAddr, ingestAddr := ports[0], ports[1], ports[2]
 	cfgPath := filepath.Join(t.TempDir(), fmt.Sprintf("fulfillmentd-%d.yaml", ps.n))
-	if err := daemon.WriteConfig(cfgPath, procConfig(grpcAddr, httpAddr, ingestAddr, ps.lease)); err != nil {
+	cfg := procConfig(grpcAddr, httpAddr, ingestAddr, ps.lease)
+	if ps.configure != nil {
+		ps.configure(cfg)
+	}
+	if err := daemon.WriteConfig(cfgPath, cfg); err != nil {
 		t.Fatal(err)
 	}
 
@@ -182,6 +191,7 @@ func (ps *procService) startOnce(t *testing.T, failpointSpec string, extraEnv []
 		procEnvAdminToken + "=" + adminToken,
 		procEnvOrgAToken + "=" + orgAToken,
 		procEnvLiveSecret + "=" + liveSecret,
+		procEnvOutboxSecret + "=" + outboxSecret,
 	}
 	if failpointSpec != "" {
 		env = append(env, failpoint.EnvVar+"="+failpointSpec)

@@ -1,5 +1,5 @@
 // Package app assembles the service from its configuration: storage, the
-// gRPC API and REST gateway, the webhook gateway and the inbox processor,
+// gRPC API and REST gateway, the webhook gateway, the inbox processor and the outbox dispatcher,
 // run together by one supervisor. cmd/fulfillmentd and end-to-end tests use
 // it alike.
 package app
@@ -42,6 +42,7 @@ type App struct {
 	gateway   *ingest.Gateway
 	liveness  *storage.Liveness // the owner the queues claim under
 	inbox     *worker.Queue     // nil when inbox.disabled
+	outbox    *worker.Outbox    // nil without destinations, or when outbox.disabled
 	ingestLis net.Listener
 	debugLis  net.Listener // nil unless listen.debug is set
 	tls       *config.TLS
@@ -64,6 +65,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*App, error
 		MaxConns:       cfg.Database.MaxConns,
 		ConnectTimeout: cfg.Database.ConnectTimeout,
 		Logger:         log,
+		Subscriptions:  subscriptions(cfg),
 	})
 	if err != nil {
 		return nil, err
@@ -118,10 +120,13 @@ func (a *App) build(cfg *config.Config) error {
 		Help: "Inbox events processed, by decision.",
 	}, []string{"decision"})
 	reg.MustRegister(decisions)
+	a.liveness = a.store.NewLiveness()
 	if !cfg.Inbox.Disabled {
-		a.liveness = a.store.NewLiveness()
 		a.inbox = worker.NewInbox(a.store, a.liveness, QueueConfig(cfg.Inbox), a.log,
 			func(o fulfillment.Outcome) { decisions.WithLabelValues(string(o.Decision)).Inc() })
+	}
+	if len(cfg.Destinations) > 0 && !cfg.Outbox.Disabled {
+		a.outbox = newOutbox(cfg, a.store, a.liveness, reg, a.log)
 	}
 	return nil
 }
@@ -147,8 +152,16 @@ func (a *App) Run(ctx context.Context) error {
 	g.Go(func() error {
 		return ServeHTTP(ctx, "webhooks", a.ingestLis, a.gateway.Handler(), a.tls, a.http, a.log)
 	})
+	var queues []*worker.Queue
 	if a.inbox != nil {
-		g.Go(func() error { return runQueues(ctx, a.liveness, a.inbox) })
+		queues = append(queues, a.inbox)
+	}
+	if a.outbox != nil {
+		queues = append(queues, a.outbox.Queues()...)
+		g.Go(func() error { return a.outbox.Listen(ctx) })
+	}
+	if len(queues) > 0 {
+		g.Go(func() error { return runQueues(ctx, a.liveness, queues...) })
 	}
 	if a.debugLis != nil {
 		mux := http.NewServeMux()

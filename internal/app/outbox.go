@@ -1,0 +1,67 @@
+package app
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fulfillplatform/fulfillment/config"
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/outbox"
+	"github.com/fulfillplatform/fulfillment/worker"
+)
+
+// subscriptions lists, for each order event, the destinations subscribed
+// to it.
+func subscriptions(cfg *config.Config) map[fulfillment.Topic][]string {
+	subs := map[fulfillment.Topic][]string{}
+	for _, d := range cfg.Destinations {
+		for _, e := range d.Events {
+			subs[fulfillment.Topic(e)] = append(subs[fulfillment.Topic(e)], d.ID)
+		}
+	}
+	return subs
+}
+
+// newOutbox builds the dispatcher of the configured destinations, counting
+// attempts by destination and outcome.
+func newOutbox(cfg *config.Config, work fulfillment.OutboxWork, owners worker.Owners, reg prometheus.Registerer, log *slog.Logger) *worker.Outbox {
+	attempts := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fulfillment_outbox_attempts_total",
+		Help: "Outbox delivery attempts, by destination and outcome.",
+	}, []string{"destination", "outcome"})
+	reg.MustRegister(attempts)
+	sender := outbox.NewSender()
+	dests := make([]worker.Destination, len(cfg.Destinations))
+	for i, d := range cfg.Destinations {
+		d = d.WithDefaults()
+		target := outbox.Destination{ID: d.ID, URL: d.URL, Secrets: d.Keys, Idempotent: *d.Idempotent, Timeout: d.Timeout}
+		dests[i] = worker.Destination{
+			ID: d.ID, Idempotent: *d.Idempotent, Concurrency: d.Concurrency, MaxAttempts: d.MaxAttempts,
+			Deliver: func(ctx context.Context, m fulfillment.OutboxMessage) fulfillment.DeliveryAttempt {
+				r := sender.Send(ctx, target, outbox.Message{Key: m.Key, Topic: string(m.Topic), Payload: m.Payload})
+				a := fulfillment.DeliveryAttempt{Outcome: outcomeOf(r.Verdict), Status: r.Status, Reason: r.Reason}
+				attempts.WithLabelValues(d.ID, string(a.Outcome)).Inc()
+				return a
+			},
+		}
+	}
+	return worker.NewOutbox(work, dests, owners, QueueConfig(cfg.Outbox), log)
+}
+
+// outcomeOf is what the dispatcher does after an attempt with verdict v.
+// An attempt that could not be made (Invalid) is retried like any failure,
+// so that it ends failed, with an item, if it never can be.
+func outcomeOf(v outbox.Verdict) fulfillment.DeliveryOutcome {
+	switch v {
+	case outbox.Delivered:
+		return fulfillment.OutcomeDelivered
+	case outbox.Uncertain:
+		return fulfillment.OutcomeUncertain
+	case outbox.Gone:
+		return fulfillment.OutcomeGone
+	default:
+		return fulfillment.OutcomeRetry
+	}
+}
