@@ -29,6 +29,7 @@ const (
 	ScopeOrdersRead          = "orders:read"
 	ScopeReconciliationRead  = "reconciliation:read"
 	ScopeReconciliationWrite = "reconciliation:write"
+	ScopeOutboxRead          = "outbox:read"
 	ScopeIngest              = "ingest"
 	ScopeAdmin               = "admin"
 )
@@ -36,7 +37,7 @@ const (
 // AllScopes lists every known scope.
 var AllScopes = []string{
 	ScopeOrdersWrite, ScopeOrdersRead, ScopeReconciliationRead,
-	ScopeReconciliationWrite, ScopeIngest, ScopeAdmin,
+	ScopeReconciliationWrite, ScopeOutboxRead, ScopeIngest, ScopeAdmin,
 }
 
 // AllOrgs in a token's orgs list allows every org.

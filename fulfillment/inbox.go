@@ -146,4 +146,8 @@ type OrderDetail struct {
 	Ledger              []LedgerEntry
 	Events              []TimelineEvent
 	OmittedEvents       int
+	// Deliveries are its outbox messages, oldest first: the newest
+	// MaxHistoryItems.
+	Deliveries        []Delivery
+	OmittedDeliveries int
 }

@@ -77,6 +77,9 @@ var (
 	RuleNetwork = TextRule{Max: MaxNetworkLen, Kind: Code}
 	// RuleRefName is the rule of a provider reference's name.
 	RuleRefName = TextRule{Max: 32, Kind: Code}
+	// RuleNote is the rule of what a person writes down: why a
+	// destination was disabled, how an item was resolved.
+	RuleNote = TextRule{Max: 500, Kind: Label}
 )
 
 // Check returns nil when v (non-empty) follows the rule, or an error saying

@@ -2,6 +2,7 @@ package fulfillment
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -160,6 +161,10 @@ type DeliveryAttempt struct {
 	// Reason says what happened in a few words (never the payload).
 	Reason    string
 	StartedAt time.Time
+	// Attempt (from 1) and FinishedAt are set by storage when it reads
+	// the record back.
+	Attempt    int
+	FinishedAt time.Time
 }
 
 // OutboxWork is the storage of the outbox dispatcher: a leased queue per
@@ -188,4 +193,141 @@ type OutboxWork interface {
 	// else (the caller then calls OutboxRetry). It returns ErrLeaseLost
 	// when owner no longer holds the message.
 	OutboxRecord(ctx context.Context, id int64, owner string, a DeliveryAttempt) error
+}
+
+// ErrFailedPrecondition means the object is not in a state that allows
+// the request (e.g. retrying a delivered message): nothing was changed.
+var ErrFailedPrecondition = errors.New("failed precondition")
+
+// Delivery is an outbox message as callers see it.
+type Delivery struct {
+	ID            int64
+	DestinationID string
+	Topic         Topic
+	Key           string
+	OrgID         string
+	Environment   Environment
+	OrderID       string
+	// LineNo is the external line it asks to fulfil; nil for order events.
+	LineNo   *int
+	Required bool
+	State    DeliveryState
+	Attempts int
+	// NextAttemptAt is set while pending.
+	NextAttemptAt *time.Time
+	LastStatus    int
+	LastError     string
+	CreatedAt     time.Time
+	ProcessedAt   *time.Time
+	// Payload and History are read by DeliveryGet only.
+	Payload []byte
+	History []DeliveryAttempt
+}
+
+// DeliveryFilter selects outbox messages. Empty fields match everything.
+type DeliveryFilter struct {
+	// VisibleOrgs restricts the result to these orgs; nil means every org.
+	VisibleOrgs   []string
+	OrgID         string
+	State         DeliveryState
+	DestinationID string
+	OrderID       string
+}
+
+// Validate checks the request-supplied filter values.
+func (f DeliveryFilter) Validate() error {
+	var vs violations
+	if f.OrgID != "" {
+		checkOrgID(&vs, "org_id", f.OrgID)
+	}
+	if f.State != "" && !f.State.Valid() {
+		vs.add("state", "must be %q, %q, %q or %q", DeliveryPending, DeliveryDelivered, DeliveryFailed, DeliveryUncertain)
+	}
+	if f.DestinationID != "" {
+		checkDestination(&vs, "destination_id", f.DestinationID)
+	}
+	if f.OrderID != "" {
+		if err := ValidateOrderID("order_id", f.OrderID); err != nil {
+			return err
+		}
+	}
+	return vs.err()
+}
+
+// DeliveryListParams selects one page of messages.
+type DeliveryListParams struct {
+	Filter DeliveryFilter
+	// BeforeID continues a listing after the message with this id.
+	BeforeID int64
+	Limit    int
+}
+
+// DestinationStatus is what storage knows of a destination.
+type DestinationStatus struct {
+	// DisabledAt is set while it is disabled, with the reason.
+	DisabledAt     *time.Time
+	DisabledReason string
+	// Its messages by state.
+	Pending, Failed, Uncertain int64
+}
+
+// OutboxStore is what the API reads and changes of the outbox.
+type OutboxStore interface {
+	// DeliveryList returns up to p.Limit messages matching p.Filter,
+	// newest first, without payload and history.
+	DeliveryList(ctx context.Context, p DeliveryListParams) ([]Delivery, error)
+	// DeliveryGet returns one message with its payload and history, or
+	// ErrNotFound.
+	DeliveryGet(ctx context.Context, id int64) (Delivery, error)
+	// DeliveryRetry makes a failed or uncertain message pending again,
+	// due now, with its attempts reset and its key unchanged; by names
+	// who asked. A message in another state is ErrFailedPrecondition.
+	DeliveryRetry(ctx context.Context, id int64, by string) (Delivery, error)
+	// DestinationStatuses returns the status of every destination that
+	// has messages or was disabled, by id.
+	DestinationStatuses(ctx context.Context) (map[string]DestinationStatus, error)
+	// DestinationDisable disables a destination (its messages wait); a
+	// disabled one keeps its first reason. DestinationEnable enables it.
+	DestinationDisable(ctx context.Context, id, reason string) error
+	DestinationEnable(ctx context.Context, id string) error
+}
+
+// ValidateDestinationID checks that id (required) has the form of a
+// destination id.
+func ValidateDestinationID(field, id string) error {
+	var vs violations
+	if id == "" {
+		vs.add(field, "is required")
+	} else {
+		checkDestination(&vs, field, id)
+	}
+	return vs.err()
+}
+
+func checkDestination(vs *violations, field, id string) {
+	if !ConfigIDPattern.MatchString(id) {
+		vs.add(field, "must be a destination id: lowercase letters, digits, _ and -, at most 64 characters")
+	}
+}
+
+// ParseMessageID reads an outbox message id: a positive decimal number.
+func ParseMessageID(field, id string) (int64, error) {
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil || n <= 0 {
+		var vs violations
+		vs.add(field, "must be an outbox message id: a positive decimal number such as \"42\"")
+		return 0, vs.err()
+	}
+	return n, nil
+}
+
+// ValidateNote checks a required note a person wrote (RuleNote).
+func ValidateNote(field, v string) error {
+	var vs violations
+	if v == "" {
+		vs.add(field, "is required: say why, for whoever looks next")
+	} else if err := RuleNote.Check(v); err != nil {
+		vs.add(field, "%v", err)
+	}
+	return vs.err()
 }

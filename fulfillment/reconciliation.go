@@ -24,9 +24,11 @@ type ReconItem struct {
 	Environment Environment
 	OrderID     string
 	EventID     string
-	Provider    Provider
-	AttemptRef  string
-	PaymentID   string
+	// MessageID is the outbox message a delivery item is about.
+	MessageID  int64
+	Provider   Provider
+	AttemptRef string
+	PaymentID  string
 	// Amount is the amount of the event that opened the item, if any;
 	// Expected is what the order expected in the same unit, if known.
 	Amount         Amount

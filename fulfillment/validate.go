@@ -232,12 +232,11 @@ func checkSymbol(vs *violations, field, v string, maxLen int) {
 var ConfigIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 
 func checkDestinationID(vs *violations, field, v string) {
-	switch {
-	case v == "":
+	if v == "" {
 		vs.add(field, "is required on %q lines: the id of the configured destination that fulfils it", KindExternal)
-	case !ConfigIDPattern.MatchString(v):
-		vs.add(field, "must be a destination id: lowercase letters, digits, _ and -, at most 64 characters")
+		return
 	}
+	checkDestination(vs, field, v)
 }
 
 // CheckDestinations reports, as a *ValidationError, every external line

@@ -52,6 +52,12 @@ var methodScopes = map[string]string{
 	fulfillmentv1.FulfillmentService_ListOrders_FullMethodName:              config.ScopeOrdersRead,
 	fulfillmentv1.FulfillmentService_RecordEvent_FullMethodName:             config.ScopeIngest,
 	fulfillmentv1.FulfillmentService_ListReconciliationItems_FullMethodName: config.ScopeReconciliationRead,
+	fulfillmentv1.FulfillmentService_ListOutboxMessages_FullMethodName:      config.ScopeOutboxRead,
+	fulfillmentv1.FulfillmentService_GetOutboxMessage_FullMethodName:        config.ScopeOutboxRead,
+	fulfillmentv1.FulfillmentService_RetryOutboxMessage_FullMethodName:      config.ScopeAdmin,
+	fulfillmentv1.FulfillmentService_ListDestinations_FullMethodName:        config.ScopeAdmin,
+	fulfillmentv1.FulfillmentService_DisableDestination_FullMethodName:      config.ScopeAdmin,
+	fulfillmentv1.FulfillmentService_EnableDestination_FullMethodName:       config.ScopeAdmin,
 }
 
 // publicServices need no token: health checks and reflection.

@@ -131,6 +131,10 @@ func orderDetailToProto(d fulfillment.OrderDetail, showSecrets bool) *fulfillmen
 			Decision:    string(e.Decision),
 		})
 	}
+	for _, m := range d.Deliveries {
+		h.Deliveries = append(h.Deliveries, deliveryToProto(m))
+	}
+	h.OmittedDeliveries = int32(d.OmittedDeliveries)
 	pb.History = h
 	return pb
 }

@@ -22,6 +22,7 @@ var errorCodes = []struct {
 	{fulfillment.ErrNotFound, codes.NotFound},
 	{fulfillment.ErrConflict, codes.AlreadyExists},
 	{fulfillment.ErrUnavailable, codes.Unavailable},
+	{fulfillment.ErrFailedPrecondition, codes.FailedPrecondition},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 }

@@ -13,10 +13,12 @@ import (
 type Service struct {
 	fulfillmentv1.UnimplementedFulfillmentServiceServer
 
-	store fulfillment.OrderStore
-	inbox fulfillment.InboxStore
-	recon fulfillment.ReconStore
-	log   *slog.Logger
+	store  fulfillment.OrderStore
+	inbox  fulfillment.InboxStore
+	recon  fulfillment.ReconStore
+	outbox fulfillment.OutboxStore
+	log    *slog.Logger
+	cfg    *config.Config
 
 	// endpoints are the configured webhook endpoints, by id: RecordEvent
 	// accepts events of these only.
@@ -32,7 +34,7 @@ var _ fulfillmentv1.FulfillmentServiceServer = (*Service)(nil)
 
 // newService returns the service backed by store, for the configuration cfg.
 func newService(store Store, cfg *config.Config, log *slog.Logger) *Service {
-	s := &Service{store: store, inbox: store, recon: store, log: log,
+	s := &Service{store: store, inbox: store, recon: store, outbox: store, log: log, cfg: cfg,
 		endpoints:    make(map[string]fulfillment.Endpoint, len(cfg.Endpoints)),
 		maxPageBytes: cfg.GRPC.WithDefaults().MaxPageBytes,
 	}

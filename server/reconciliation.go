@@ -71,6 +71,9 @@ func reconItemToProto(it fulfillment.ReconItem) *fulfillmentv1.ReconciliationIte
 			_, pb.Token, pb.Network, pb.Currency = amountText(it.Expected)
 		}
 	}
+	if it.MessageID != 0 {
+		pb.OutboxMessageId = strconv.FormatInt(it.MessageID, 10)
+	}
 	if it.ResolvedAt != nil {
 		pb.ResolveTime = timestamppb.New(*it.ResolvedAt)
 	}

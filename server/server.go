@@ -32,6 +32,7 @@ type Store interface {
 	fulfillment.OrderStore
 	fulfillment.InboxStore
 	fulfillment.ReconStore
+	fulfillment.OutboxStore
 	Readiness
 }
 

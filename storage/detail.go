@@ -86,6 +86,12 @@ func (s *Store) OrderDetail(ctx context.Context, id string) (fulfillment.OrderDe
 		return fulfillment.OrderDetail{}, fmt.Errorf("reading order events: %w", interpret(err))
 	}
 	d.OmittedEvents = omitted(total, len(d.Events))
+
+	d.Deliveries, total, err = s.orderDeliveries(ctx, id)
+	if err != nil {
+		return fulfillment.OrderDetail{}, err
+	}
+	d.OmittedDeliveries = omitted(total, len(d.Deliveries))
 	return d, nil
 }
 

@@ -32,7 +32,8 @@ func (s *Store) ReconList(ctx context.Context, p fulfillment.ReconListParams) ([
 		SELECT r.id, r.kind, r.state, r.org_id, r.environment, r.order_id, coalesce(e.event_id, ''),
 			coalesce(r.provider, ''), coalesce(r.attempt_ref, ''), coalesce(r.payment_id, ''),
 			r.amount::text, r.expected_amount::text, r.token, r.network, r.currency,
-			r.detail, r.created_at, r.resolved_at, coalesce(r.resolved_by, ''), coalesce(r.resolution_note, '')
+			r.detail, r.created_at, r.resolved_at, coalesce(r.resolved_by, ''), coalesce(r.resolution_note, ''),
+			coalesce(r.outbox_message_id, 0)
 		FROM reconciliation_items r LEFT JOIN inbox_events e ON e.id = r.inbox_event_id` +
 		w.sql() + " ORDER BY r.id DESC LIMIT " + w.arg(p.Limit)
 
@@ -45,7 +46,7 @@ func (s *Store) ReconList(ctx context.Context, p fulfillment.ReconListParams) ([
 		)
 		err := r.Scan(&it.ID, &it.Kind, &it.State, &it.OrgID, &it.Environment, &orderID, &it.EventID,
 			&it.Provider, &it.AttemptRef, &it.PaymentID, &amount, &expected, &token, &network, &currency,
-			&it.Detail, &it.CreatedAt, &it.ResolvedAt, &it.ResolvedBy, &it.ResolutionNote)
+			&it.Detail, &it.CreatedAt, &it.ResolvedAt, &it.ResolvedBy, &it.ResolutionNote, &it.MessageID)
 		if err != nil {
 			return it, err
 		}

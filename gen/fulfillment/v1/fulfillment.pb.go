@@ -773,8 +773,14 @@ type OrderHistory struct {
 	Events []*OrderEvent `protobuf:"bytes,6,rep,name=events,proto3" json:"events,omitempty"`
 	// Older events left out.
 	OmittedEvents int32 `protobuf:"varint,7,opt,name=omitted_events,json=omittedEvents,proto3" json:"omitted_events,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Outbox messages about the order (fulfilment requests of its external
+	// lines, order events), oldest first, without payload and attempts: the
+	// newest 100.
+	Deliveries []*OutboxMessage `protobuf:"bytes,8,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	// Older messages left out.
+	OmittedDeliveries int32 `protobuf:"varint,9,opt,name=omitted_deliveries,json=omittedDeliveries,proto3" json:"omitted_deliveries,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *OrderHistory) Reset() {
@@ -852,6 +858,20 @@ func (x *OrderHistory) GetEvents() []*OrderEvent {
 func (x *OrderHistory) GetOmittedEvents() int32 {
 	if x != nil {
 		return x.OmittedEvents
+	}
+	return 0
+}
+
+func (x *OrderHistory) GetDeliveries() []*OutboxMessage {
+	if x != nil {
+		return x.Deliveries
+	}
+	return nil
+}
+
+func (x *OrderHistory) GetOmittedDeliveries() int32 {
+	if x != nil {
+		return x.OmittedDeliveries
 	}
 	return 0
 }
@@ -1646,8 +1666,10 @@ type ReconciliationItem struct {
 	ResolvedBy string `protobuf:"bytes,18,opt,name=resolved_by,json=resolvedBy,proto3" json:"resolved_by,omitempty"`
 	// Why, as the resolver wrote it.
 	ResolutionNote string `protobuf:"bytes,19,opt,name=resolution_note,json=resolutionNote,proto3" json:"resolution_note,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The outbox message a delivery item is about.
+	OutboxMessageId string `protobuf:"bytes,21,opt,name=outbox_message_id,json=outboxMessageId,proto3" json:"outbox_message_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ReconciliationItem) Reset() {
@@ -1820,6 +1842,13 @@ func (x *ReconciliationItem) GetResolutionNote() string {
 	return ""
 }
 
+func (x *ReconciliationItem) GetOutboxMessageId() string {
+	if x != nil {
+		return x.OutboxMessageId
+	}
+	return ""
+}
+
 // ListReconciliationItemsRequest filters and pages items. Empty filters match
 // everything the caller may see.
 type ListReconciliationItemsRequest struct {
@@ -1968,6 +1997,1021 @@ func (x *ListReconciliationItemsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// OutboxMessage is one message to a destination: the fulfilment request of
+// an external order line, or an order event.
+type OutboxMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Message id, a decimal string.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Configured destination it goes to.
+	DestinationId string `protobuf:"bytes,2,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	// "fulfillment.requested", "order.fulfilled", "order.refunded" or
+	// "order.on_hold": the body's "type".
+	Topic string `protobuf:"bytes,3,opt,name=topic,proto3" json:"topic,omitempty"`
+	// Sent as webhook-id and Idempotency-Key, the same on every attempt:
+	// order_<order id>_line_<line>_fulfill, or order_<order id>_<topic>.
+	IdempotencyKey string `protobuf:"bytes,4,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	// Org and environment of its order.
+	OrgId       string `protobuf:"bytes,5,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	Environment string `protobuf:"bytes,6,opt,name=environment,proto3" json:"environment,omitempty"`
+	// The order it is about.
+	OrderId string `protobuf:"bytes,7,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	// The external line it asks to fulfil (from 0); absent for order events.
+	LineNo *int32 `protobuf:"varint,8,opt,name=line_no,json=lineNo,proto3,oneof" json:"line_no,omitempty"`
+	// Whether the order waits for its delivery to be fulfilled.
+	Required bool `protobuf:"varint,9,opt,name=required,proto3" json:"required,omitempty"`
+	// "pending", "delivered", "failed" (its attempts used up) or
+	// "uncertain" (a destination that does not honour idempotency keys may
+	// have received it; it is not sent again unless retried).
+	State string `protobuf:"bytes,10,opt,name=state,proto3" json:"state,omitempty"`
+	// Attempts so far.
+	Attempts int32 `protobuf:"varint,11,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// When a pending message is tried next.
+	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
+	// HTTP status of the last answer; 0 when none came.
+	LastStatus int32 `protobuf:"varint,13,opt,name=last_status,json=lastStatus,proto3" json:"last_status,omitempty"`
+	// What went wrong last, in a few words; empty once delivered.
+	LastError  string                 `protobuf:"bytes,14,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When it was delivered, failed or became uncertain.
+	ProcessTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=process_time,json=processTime,proto3" json:"process_time,omitempty"`
+	// The JSON body as sent (GetOutboxMessage only).
+	Payload string `protobuf:"bytes,17,opt,name=payload,proto3" json:"payload,omitempty"`
+	// Its attempts, oldest first (GetOutboxMessage only).
+	AttemptHistory []*DeliveryAttempt `protobuf:"bytes,18,rep,name=attempt_history,json=attemptHistory,proto3" json:"attempt_history,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *OutboxMessage) Reset() {
+	*x = OutboxMessage{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutboxMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutboxMessage) ProtoMessage() {}
+
+func (x *OutboxMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutboxMessage.ProtoReflect.Descriptor instead.
+func (*OutboxMessage) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *OutboxMessage) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *OutboxMessage) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *OutboxMessage) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *OutboxMessage) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *OutboxMessage) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
+func (x *OutboxMessage) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+func (x *OutboxMessage) GetOrderId() string {
+	if x != nil {
+		return x.OrderId
+	}
+	return ""
+}
+
+func (x *OutboxMessage) GetLineNo() int32 {
+	if x != nil && x.LineNo != nil {
+		return *x.LineNo
+	}
+	return 0
+}
+
+func (x *OutboxMessage) GetRequired() bool {
+	if x != nil {
+		return x.Required
+	}
+	return false
+}
+
+func (x *OutboxMessage) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *OutboxMessage) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *OutboxMessage) GetNextAttemptTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptTime
+	}
+	return nil
+}
+
+func (x *OutboxMessage) GetLastStatus() int32 {
+	if x != nil {
+		return x.LastStatus
+	}
+	return 0
+}
+
+func (x *OutboxMessage) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *OutboxMessage) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *OutboxMessage) GetProcessTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ProcessTime
+	}
+	return nil
+}
+
+func (x *OutboxMessage) GetPayload() string {
+	if x != nil {
+		return x.Payload
+	}
+	return ""
+}
+
+func (x *OutboxMessage) GetAttemptHistory() []*DeliveryAttempt {
+	if x != nil {
+		return x.AttemptHistory
+	}
+	return nil
+}
+
+// DeliveryAttempt is one attempt at an outbox message.
+type DeliveryAttempt struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Which attempt of the message it was (from 1; a retry by a person
+	// starts again at 1).
+	Attempt    int32                  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	StartTime  *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	FinishTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
+	// HTTP status answered; 0 when none was.
+	Status int32 `protobuf:"varint,4,opt,name=status,proto3" json:"status,omitempty"`
+	// "delivered", "retry", "uncertain", "gone" (410: the destination was
+	// disabled) or "interrupted" (the service stopped while a request may
+	// have been on the wire; not sent again).
+	Outcome string `protobuf:"bytes,5,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	// What happened, in a few words.
+	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliveryAttempt) Reset() {
+	*x = DeliveryAttempt{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliveryAttempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliveryAttempt) ProtoMessage() {}
+
+func (x *DeliveryAttempt) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliveryAttempt.ProtoReflect.Descriptor instead.
+func (*DeliveryAttempt) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DeliveryAttempt) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *DeliveryAttempt) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *DeliveryAttempt) GetFinishTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishTime
+	}
+	return nil
+}
+
+func (x *DeliveryAttempt) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *DeliveryAttempt) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *DeliveryAttempt) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ListOutboxMessagesRequest selects messages.
+type ListOutboxMessagesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only messages in this state.
+	State string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// Only messages to this destination.
+	DestinationId string `protobuf:"bytes,2,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	// Only messages about this order.
+	OrderId string `protobuf:"bytes,3,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	// Only messages of this org.
+	OrgId string `protobuf:"bytes,4,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	// Maximum number of messages to return: default 50, at most 500.
+	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token from a previous response's next_page_token, with the same filters.
+	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOutboxMessagesRequest) Reset() {
+	*x = ListOutboxMessagesRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOutboxMessagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOutboxMessagesRequest) ProtoMessage() {}
+
+func (x *ListOutboxMessagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOutboxMessagesRequest.ProtoReflect.Descriptor instead.
+func (*ListOutboxMessagesRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListOutboxMessagesRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ListOutboxMessagesRequest) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *ListOutboxMessagesRequest) GetOrderId() string {
+	if x != nil {
+		return x.OrderId
+	}
+	return ""
+}
+
+func (x *ListOutboxMessagesRequest) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
+func (x *ListOutboxMessagesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListOutboxMessagesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListOutboxMessagesResponse is one page of messages.
+type ListOutboxMessagesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Messages, newest first.
+	Messages []*OutboxMessage `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	// Token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOutboxMessagesResponse) Reset() {
+	*x = ListOutboxMessagesResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOutboxMessagesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOutboxMessagesResponse) ProtoMessage() {}
+
+func (x *ListOutboxMessagesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOutboxMessagesResponse.ProtoReflect.Descriptor instead.
+func (*ListOutboxMessagesResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListOutboxMessagesResponse) GetMessages() []*OutboxMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *ListOutboxMessagesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// GetOutboxMessageRequest names a message.
+type GetOutboxMessageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MessageId     string                 `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOutboxMessageRequest) Reset() {
+	*x = GetOutboxMessageRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOutboxMessageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOutboxMessageRequest) ProtoMessage() {}
+
+func (x *GetOutboxMessageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOutboxMessageRequest.ProtoReflect.Descriptor instead.
+func (*GetOutboxMessageRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GetOutboxMessageRequest) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+// GetOutboxMessageResponse is the message with its payload and attempts.
+type GetOutboxMessageResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Message       *OutboxMessage         `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOutboxMessageResponse) Reset() {
+	*x = GetOutboxMessageResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOutboxMessageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOutboxMessageResponse) ProtoMessage() {}
+
+func (x *GetOutboxMessageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOutboxMessageResponse.ProtoReflect.Descriptor instead.
+func (*GetOutboxMessageResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetOutboxMessageResponse) GetMessage() *OutboxMessage {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+// RetryOutboxMessageRequest names a failed or uncertain message.
+type RetryOutboxMessageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MessageId     string                 `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryOutboxMessageRequest) Reset() {
+	*x = RetryOutboxMessageRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryOutboxMessageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryOutboxMessageRequest) ProtoMessage() {}
+
+func (x *RetryOutboxMessageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryOutboxMessageRequest.ProtoReflect.Descriptor instead.
+func (*RetryOutboxMessageRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RetryOutboxMessageRequest) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+// RetryOutboxMessageResponse is the message, pending again.
+type RetryOutboxMessageResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Message       *OutboxMessage         `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryOutboxMessageResponse) Reset() {
+	*x = RetryOutboxMessageResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryOutboxMessageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryOutboxMessageResponse) ProtoMessage() {}
+
+func (x *RetryOutboxMessageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryOutboxMessageResponse.ProtoReflect.Descriptor instead.
+func (*RetryOutboxMessageResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RetryOutboxMessageResponse) GetMessage() *OutboxMessage {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+// Destination is a configured receiver of outbox messages.
+type Destination struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Where messages are posted.
+	Url string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// Whether it applies a repeated idempotency key once: only then are
+	// unclear failures retried.
+	Idempotent bool `protobuf:"varint,3,opt,name=idempotent,proto3" json:"idempotent,omitempty"`
+	// The order events it receives.
+	Events []string `protobuf:"bytes,4,rep,name=events,proto3" json:"events,omitempty"`
+	// False while disabled: its messages wait.
+	Enabled bool `protobuf:"varint,5,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// Why it was disabled, and when.
+	DisabledReason string                 `protobuf:"bytes,6,opt,name=disabled_reason,json=disabledReason,proto3" json:"disabled_reason,omitempty"`
+	DisableTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=disable_time,json=disableTime,proto3" json:"disable_time,omitempty"`
+	// Its messages by state.
+	Pending       int64 `protobuf:"varint,8,opt,name=pending,proto3" json:"pending,omitempty"`
+	Failed        int64 `protobuf:"varint,9,opt,name=failed,proto3" json:"failed,omitempty"`
+	Uncertain     int64 `protobuf:"varint,10,opt,name=uncertain,proto3" json:"uncertain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Destination) Reset() {
+	*x = Destination{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Destination) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Destination) ProtoMessage() {}
+
+func (x *Destination) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Destination.ProtoReflect.Descriptor instead.
+func (*Destination) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *Destination) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Destination) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Destination) GetIdempotent() bool {
+	if x != nil {
+		return x.Idempotent
+	}
+	return false
+}
+
+func (x *Destination) GetEvents() []string {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *Destination) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *Destination) GetDisabledReason() string {
+	if x != nil {
+		return x.DisabledReason
+	}
+	return ""
+}
+
+func (x *Destination) GetDisableTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DisableTime
+	}
+	return nil
+}
+
+func (x *Destination) GetPending() int64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *Destination) GetFailed() int64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *Destination) GetUncertain() int64 {
+	if x != nil {
+		return x.Uncertain
+	}
+	return 0
+}
+
+// ListDestinationsRequest has no fields.
+type ListDestinationsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDestinationsRequest) Reset() {
+	*x = ListDestinationsRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDestinationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDestinationsRequest) ProtoMessage() {}
+
+func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDestinationsRequest.ProtoReflect.Descriptor instead.
+func (*ListDestinationsRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{30}
+}
+
+// ListDestinationsResponse lists every configured destination.
+type ListDestinationsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Destinations  []*Destination         `protobuf:"bytes,1,rep,name=destinations,proto3" json:"destinations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDestinationsResponse) Reset() {
+	*x = ListDestinationsResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDestinationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDestinationsResponse) ProtoMessage() {}
+
+func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDestinationsResponse.ProtoReflect.Descriptor instead.
+func (*ListDestinationsResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListDestinationsResponse) GetDestinations() []*Destination {
+	if x != nil {
+		return x.Destinations
+	}
+	return nil
+}
+
+// DisableDestinationRequest names a destination and says why.
+type DisableDestinationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	// Why, for whoever looks at ListDestinations: required.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DisableDestinationRequest) Reset() {
+	*x = DisableDestinationRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisableDestinationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisableDestinationRequest) ProtoMessage() {}
+
+func (x *DisableDestinationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisableDestinationRequest.ProtoReflect.Descriptor instead.
+func (*DisableDestinationRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *DisableDestinationRequest) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *DisableDestinationRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// DisableDestinationResponse is the destination as it is now.
+type DisableDestinationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Destination   *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DisableDestinationResponse) Reset() {
+	*x = DisableDestinationResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisableDestinationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisableDestinationResponse) ProtoMessage() {}
+
+func (x *DisableDestinationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisableDestinationResponse.ProtoReflect.Descriptor instead.
+func (*DisableDestinationResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *DisableDestinationResponse) GetDestination() *Destination {
+	if x != nil {
+		return x.Destination
+	}
+	return nil
+}
+
+// EnableDestinationRequest names a destination.
+type EnableDestinationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DestinationId string                 `protobuf:"bytes,1,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnableDestinationRequest) Reset() {
+	*x = EnableDestinationRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnableDestinationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnableDestinationRequest) ProtoMessage() {}
+
+func (x *EnableDestinationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnableDestinationRequest.ProtoReflect.Descriptor instead.
+func (*EnableDestinationRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *EnableDestinationRequest) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+// EnableDestinationResponse is the destination as it is now.
+type EnableDestinationResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Destination   *Destination           `protobuf:"bytes,1,opt,name=destination,proto3" json:"destination,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnableDestinationResponse) Reset() {
+	*x = EnableDestinationResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnableDestinationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnableDestinationResponse) ProtoMessage() {}
+
+func (x *EnableDestinationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnableDestinationResponse.ProtoReflect.Descriptor instead.
+func (*EnableDestinationResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *EnableDestinationResponse) GetDestination() *Destination {
+	if x != nil {
+		return x.Destination
+	}
+	return nil
+}
+
 var File_fulfillment_v1_fulfillment_proto protoreflect.FileDescriptor
 
 const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
@@ -2041,7 +3085,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x126\n" +
-	"\ahistory\x18\x10 \x01(\v2\x1c.fulfillment.v1.OrderHistoryR\ahistoryJ\x04\b\f\x10\rJ\x04\b\r\x10\x0eJ\x04\b\x0e\x10\x0fJ\x04\b\x0f\x10\x10R\x10payment_attemptsR\fentitlementsR\x0eledger_entriesR\x06events\"\xa6\x03\n" +
+	"\ahistory\x18\x10 \x01(\v2\x1c.fulfillment.v1.OrderHistoryR\ahistoryJ\x04\b\f\x10\rJ\x04\b\r\x10\x0eJ\x04\b\x0e\x10\x0fJ\x04\b\x0f\x10\x10R\x10payment_attemptsR\fentitlementsR\x0eledger_entriesR\x06events\"\x94\x04\n" +
 	"\fOrderHistory\x12I\n" +
 	"\x10payment_attempts\x18\x01 \x03(\v2\x1e.fulfillment.v1.PaymentAttemptR\x0fpaymentAttempts\x128\n" +
 	"\x18omitted_payment_attempts\x18\x02 \x01(\x05R\x16omittedPaymentAttempts\x12?\n" +
@@ -2049,7 +3093,11 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x14omitted_entitlements\x18\x04 \x01(\x05R\x13omittedEntitlements\x12B\n" +
 	"\x0eledger_entries\x18\x05 \x03(\v2\x1b.fulfillment.v1.LedgerEntryR\rledgerEntries\x122\n" +
 	"\x06events\x18\x06 \x03(\v2\x1a.fulfillment.v1.OrderEventR\x06events\x12%\n" +
-	"\x0eomitted_events\x18\a \x01(\x05R\romittedEvents\"\x96\x02\n" +
+	"\x0eomitted_events\x18\a \x01(\x05R\romittedEvents\x12=\n" +
+	"\n" +
+	"deliveries\x18\b \x03(\v2\x1d.fulfillment.v1.OutboxMessageR\n" +
+	"deliveries\x12-\n" +
+	"\x12omitted_deliveries\x18\t \x01(\x05R\x11omittedDeliveries\"\x96\x02\n" +
 	"\x12CreateOrderRequest\x12\x15\n" +
 	"\x06org_id\x18\x01 \x01(\tR\x05orgId\x12 \n" +
 	"\venvironment\x18\x02 \x01(\tR\venvironment\x12*\n" +
@@ -2116,7 +3164,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"I\n" +
 	"\x13RecordEventResponse\x12\x1c\n" +
 	"\tduplicate\x18\x01 \x01(\bR\tduplicate\x12\x14\n" +
-	"\x05state\x18\x02 \x01(\tR\x05state\"\x84\x05\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\"\xb0\x05\n" +
 	"\x12ReconciliationItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
@@ -2142,7 +3190,8 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\fresolve_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\vresolveTime\x12\x1f\n" +
 	"\vresolved_by\x18\x12 \x01(\tR\n" +
 	"resolvedBy\x12'\n" +
-	"\x0fresolution_note\x18\x13 \x01(\tR\x0eresolutionNote\"\xb8\x01\n" +
+	"\x0fresolution_note\x18\x13 \x01(\tR\x0eresolutionNote\x12*\n" +
+	"\x11outbox_message_id\x18\x15 \x01(\tR\x0foutboxMessageId\"\xb8\x01\n" +
 	"\x1eListReconciliationItemsRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x19\n" +
@@ -2153,14 +3202,101 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"page_token\x18\x06 \x01(\tR\tpageToken\"\x83\x01\n" +
 	"\x1fListReconciliationItemsResponse\x128\n" +
 	"\x05items\x18\x01 \x03(\v2\".fulfillment.v1.ReconciliationItemR\x05items\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xe4\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb9\x05\n" +
+	"\rOutboxMessage\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
+	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x14\n" +
+	"\x05topic\x18\x03 \x01(\tR\x05topic\x12'\n" +
+	"\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12\x15\n" +
+	"\x06org_id\x18\x05 \x01(\tR\x05orgId\x12 \n" +
+	"\venvironment\x18\x06 \x01(\tR\venvironment\x12\x19\n" +
+	"\border_id\x18\a \x01(\tR\aorderId\x12\x1c\n" +
+	"\aline_no\x18\b \x01(\x05H\x00R\x06lineNo\x88\x01\x01\x12\x1a\n" +
+	"\brequired\x18\t \x01(\bR\brequired\x12\x14\n" +
+	"\x05state\x18\n" +
+	" \x01(\tR\x05state\x12\x1a\n" +
+	"\battempts\x18\v \x01(\x05R\battempts\x12F\n" +
+	"\x11next_attempt_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime\x12\x1f\n" +
+	"\vlast_status\x18\r \x01(\x05R\n" +
+	"lastStatus\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x0e \x01(\tR\tlastError\x12;\n" +
+	"\vcreate_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12=\n" +
+	"\fprocess_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\vprocessTime\x12\x18\n" +
+	"\apayload\x18\x11 \x01(\tR\apayload\x12H\n" +
+	"\x0fattempt_history\x18\x12 \x03(\v2\x1f.fulfillment.v1.DeliveryAttemptR\x0eattemptHistoryB\n" +
+	"\n" +
+	"\b_line_no\"\xed\x01\n" +
+	"\x0fDeliveryAttempt\x12\x18\n" +
+	"\aattempt\x18\x01 \x01(\x05R\aattempt\x129\n" +
+	"\n" +
+	"start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12;\n" +
+	"\vfinish_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishTime\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\x05R\x06status\x12\x18\n" +
+	"\aoutcome\x18\x05 \x01(\tR\aoutcome\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"\xc6\x01\n" +
+	"\x19ListOutboxMessagesRequest\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12%\n" +
+	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x19\n" +
+	"\border_id\x18\x03 \x01(\tR\aorderId\x12\x15\n" +
+	"\x06org_id\x18\x04 \x01(\tR\x05orgId\x12\x1b\n" +
+	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\"\x7f\n" +
+	"\x1aListOutboxMessagesResponse\x129\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1d.fulfillment.v1.OutboxMessageR\bmessages\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"8\n" +
+	"\x17GetOutboxMessageRequest\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x01 \x01(\tR\tmessageId\"S\n" +
+	"\x18GetOutboxMessageResponse\x127\n" +
+	"\amessage\x18\x01 \x01(\v2\x1d.fulfillment.v1.OutboxMessageR\amessage\":\n" +
+	"\x19RetryOutboxMessageRequest\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x01 \x01(\tR\tmessageId\"U\n" +
+	"\x1aRetryOutboxMessageResponse\x127\n" +
+	"\amessage\x18\x01 \x01(\v2\x1d.fulfillment.v1.OutboxMessageR\amessage\"\xb9\x02\n" +
+	"\vDestination\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1e\n" +
+	"\n" +
+	"idempotent\x18\x03 \x01(\bR\n" +
+	"idempotent\x12\x16\n" +
+	"\x06events\x18\x04 \x03(\tR\x06events\x12\x18\n" +
+	"\aenabled\x18\x05 \x01(\bR\aenabled\x12'\n" +
+	"\x0fdisabled_reason\x18\x06 \x01(\tR\x0edisabledReason\x12=\n" +
+	"\fdisable_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vdisableTime\x12\x18\n" +
+	"\apending\x18\b \x01(\x03R\apending\x12\x16\n" +
+	"\x06failed\x18\t \x01(\x03R\x06failed\x12\x1c\n" +
+	"\tuncertain\x18\n" +
+	" \x01(\x03R\tuncertain\"\x19\n" +
+	"\x17ListDestinationsRequest\"[\n" +
+	"\x18ListDestinationsResponse\x12?\n" +
+	"\fdestinations\x18\x01 \x03(\v2\x1b.fulfillment.v1.DestinationR\fdestinations\"Z\n" +
+	"\x19DisableDestinationRequest\x12%\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"[\n" +
+	"\x1aDisableDestinationResponse\x12=\n" +
+	"\vdestination\x18\x01 \x01(\v2\x1b.fulfillment.v1.DestinationR\vdestination\"A\n" +
+	"\x18EnableDestinationRequest\x12%\n" +
+	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"Z\n" +
+	"\x19EnableDestinationResponse\x12=\n" +
+	"\vdestination\x18\x01 \x01(\v2\x1b.fulfillment.v1.DestinationR\vdestination2\xe3\b\n" +
 	"\x12FulfillmentService\x12V\n" +
 	"\vCreateOrder\x12\".fulfillment.v1.CreateOrderRequest\x1a#.fulfillment.v1.CreateOrderResponse\x12M\n" +
 	"\bGetOrder\x12\x1f.fulfillment.v1.GetOrderRequest\x1a .fulfillment.v1.GetOrderResponse\x12S\n" +
 	"\n" +
 	"ListOrders\x12!.fulfillment.v1.ListOrdersRequest\x1a\".fulfillment.v1.ListOrdersResponse\x12V\n" +
 	"\vRecordEvent\x12\".fulfillment.v1.RecordEventRequest\x1a#.fulfillment.v1.RecordEventResponse\x12z\n" +
-	"\x17ListReconciliationItems\x12..fulfillment.v1.ListReconciliationItemsRequest\x1a/.fulfillment.v1.ListReconciliationItemsResponseBIZGgithub.com/fulfillplatform/fulfillment/gen/fulfillment/v1;fulfillmentv1b\x06proto3"
+	"\x17ListReconciliationItems\x12..fulfillment.v1.ListReconciliationItemsRequest\x1a/.fulfillment.v1.ListReconciliationItemsResponse\x12k\n" +
+	"\x12ListOutboxMessages\x12).fulfillment.v1.ListOutboxMessagesRequest\x1a*.fulfillment.v1.ListOutboxMessagesResponse\x12e\n" +
+	"\x10GetOutboxMessage\x12'.fulfillment.v1.GetOutboxMessageRequest\x1a(.fulfillment.v1.GetOutboxMessageResponse\x12k\n" +
+	"\x12RetryOutboxMessage\x12).fulfillment.v1.RetryOutboxMessageRequest\x1a*.fulfillment.v1.RetryOutboxMessageResponse\x12e\n" +
+	"\x10ListDestinations\x12'.fulfillment.v1.ListDestinationsRequest\x1a(.fulfillment.v1.ListDestinationsResponse\x12k\n" +
+	"\x12DisableDestination\x12).fulfillment.v1.DisableDestinationRequest\x1a*.fulfillment.v1.DisableDestinationResponse\x12h\n" +
+	"\x11EnableDestination\x12(.fulfillment.v1.EnableDestinationRequest\x1a).fulfillment.v1.EnableDestinationResponseBIZGgithub.com/fulfillplatform/fulfillment/gen/fulfillment/v1;fulfillmentv1b\x06proto3"
 
 var (
 	file_fulfillment_v1_fulfillment_proto_rawDescOnce sync.Once
@@ -2174,7 +3310,7 @@ func file_fulfillment_v1_fulfillment_proto_rawDescGZIP() []byte {
 	return file_fulfillment_v1_fulfillment_proto_rawDescData
 }
 
-var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
 	(*Money)(nil),                           // 0: fulfillment.v1.Money
 	(*OrderLine)(nil),                       // 1: fulfillment.v1.OrderLine
@@ -2197,52 +3333,93 @@ var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
 	(*ReconciliationItem)(nil),              // 18: fulfillment.v1.ReconciliationItem
 	(*ListReconciliationItemsRequest)(nil),  // 19: fulfillment.v1.ListReconciliationItemsRequest
 	(*ListReconciliationItemsResponse)(nil), // 20: fulfillment.v1.ListReconciliationItemsResponse
-	nil,                                     // 21: fulfillment.v1.RecordEventRequest.RefsEntry
-	(*timestamppb.Timestamp)(nil),           // 22: google.protobuf.Timestamp
+	(*OutboxMessage)(nil),                   // 21: fulfillment.v1.OutboxMessage
+	(*DeliveryAttempt)(nil),                 // 22: fulfillment.v1.DeliveryAttempt
+	(*ListOutboxMessagesRequest)(nil),       // 23: fulfillment.v1.ListOutboxMessagesRequest
+	(*ListOutboxMessagesResponse)(nil),      // 24: fulfillment.v1.ListOutboxMessagesResponse
+	(*GetOutboxMessageRequest)(nil),         // 25: fulfillment.v1.GetOutboxMessageRequest
+	(*GetOutboxMessageResponse)(nil),        // 26: fulfillment.v1.GetOutboxMessageResponse
+	(*RetryOutboxMessageRequest)(nil),       // 27: fulfillment.v1.RetryOutboxMessageRequest
+	(*RetryOutboxMessageResponse)(nil),      // 28: fulfillment.v1.RetryOutboxMessageResponse
+	(*Destination)(nil),                     // 29: fulfillment.v1.Destination
+	(*ListDestinationsRequest)(nil),         // 30: fulfillment.v1.ListDestinationsRequest
+	(*ListDestinationsResponse)(nil),        // 31: fulfillment.v1.ListDestinationsResponse
+	(*DisableDestinationRequest)(nil),       // 32: fulfillment.v1.DisableDestinationRequest
+	(*DisableDestinationResponse)(nil),      // 33: fulfillment.v1.DisableDestinationResponse
+	(*EnableDestinationRequest)(nil),        // 34: fulfillment.v1.EnableDestinationRequest
+	(*EnableDestinationResponse)(nil),       // 35: fulfillment.v1.EnableDestinationResponse
+	nil,                                     // 36: fulfillment.v1.RecordEventRequest.RefsEntry
+	(*timestamppb.Timestamp)(nil),           // 37: google.protobuf.Timestamp
 }
 var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
 	0,  // 0: fulfillment.v1.OrderLine.unit_price:type_name -> fulfillment.v1.Money
-	22, // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
-	22, // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
+	37, // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
+	37, // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 3: fulfillment.v1.LedgerEntry.amount:type_name -> fulfillment.v1.Money
-	22, // 4: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
-	22, // 5: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
+	37, // 4: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
+	37, // 5: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
 	1,  // 6: fulfillment.v1.Order.lines:type_name -> fulfillment.v1.OrderLine
 	0,  // 7: fulfillment.v1.Order.total:type_name -> fulfillment.v1.Money
 	2,  // 8: fulfillment.v1.Order.settlement:type_name -> fulfillment.v1.Settlement
-	22, // 9: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
-	22, // 10: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
+	37, // 9: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
+	37, // 10: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
 	8,  // 11: fulfillment.v1.Order.history:type_name -> fulfillment.v1.OrderHistory
 	3,  // 12: fulfillment.v1.OrderHistory.payment_attempts:type_name -> fulfillment.v1.PaymentAttempt
 	4,  // 13: fulfillment.v1.OrderHistory.entitlements:type_name -> fulfillment.v1.Entitlement
 	5,  // 14: fulfillment.v1.OrderHistory.ledger_entries:type_name -> fulfillment.v1.LedgerEntry
 	6,  // 15: fulfillment.v1.OrderHistory.events:type_name -> fulfillment.v1.OrderEvent
-	1,  // 16: fulfillment.v1.CreateOrderRequest.lines:type_name -> fulfillment.v1.OrderLine
-	2,  // 17: fulfillment.v1.CreateOrderRequest.settlement:type_name -> fulfillment.v1.Settlement
-	7,  // 18: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
-	7,  // 19: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
-	7,  // 20: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
-	22, // 21: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
-	15, // 22: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
-	21, // 23: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
-	22, // 24: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
-	22, // 25: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
-	18, // 26: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
-	9,  // 27: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
-	11, // 28: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
-	13, // 29: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
-	16, // 30: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
-	19, // 31: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
-	10, // 32: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
-	12, // 33: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
-	14, // 34: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
-	17, // 35: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
-	20, // 36: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
-	32, // [32:37] is the sub-list for method output_type
-	27, // [27:32] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	21, // 16: fulfillment.v1.OrderHistory.deliveries:type_name -> fulfillment.v1.OutboxMessage
+	1,  // 17: fulfillment.v1.CreateOrderRequest.lines:type_name -> fulfillment.v1.OrderLine
+	2,  // 18: fulfillment.v1.CreateOrderRequest.settlement:type_name -> fulfillment.v1.Settlement
+	7,  // 19: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
+	7,  // 20: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
+	7,  // 21: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
+	37, // 22: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
+	15, // 23: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
+	36, // 24: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
+	37, // 25: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
+	37, // 26: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
+	18, // 27: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
+	37, // 28: fulfillment.v1.OutboxMessage.next_attempt_time:type_name -> google.protobuf.Timestamp
+	37, // 29: fulfillment.v1.OutboxMessage.create_time:type_name -> google.protobuf.Timestamp
+	37, // 30: fulfillment.v1.OutboxMessage.process_time:type_name -> google.protobuf.Timestamp
+	22, // 31: fulfillment.v1.OutboxMessage.attempt_history:type_name -> fulfillment.v1.DeliveryAttempt
+	37, // 32: fulfillment.v1.DeliveryAttempt.start_time:type_name -> google.protobuf.Timestamp
+	37, // 33: fulfillment.v1.DeliveryAttempt.finish_time:type_name -> google.protobuf.Timestamp
+	21, // 34: fulfillment.v1.ListOutboxMessagesResponse.messages:type_name -> fulfillment.v1.OutboxMessage
+	21, // 35: fulfillment.v1.GetOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
+	21, // 36: fulfillment.v1.RetryOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
+	37, // 37: fulfillment.v1.Destination.disable_time:type_name -> google.protobuf.Timestamp
+	29, // 38: fulfillment.v1.ListDestinationsResponse.destinations:type_name -> fulfillment.v1.Destination
+	29, // 39: fulfillment.v1.DisableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
+	29, // 40: fulfillment.v1.EnableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
+	9,  // 41: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
+	11, // 42: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
+	13, // 43: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
+	16, // 44: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
+	19, // 45: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
+	23, // 46: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
+	25, // 47: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
+	27, // 48: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
+	30, // 49: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
+	32, // 50: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
+	34, // 51: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
+	10, // 52: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
+	12, // 53: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
+	14, // 54: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
+	17, // 55: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
+	20, // 56: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
+	24, // 57: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
+	26, // 58: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
+	28, // 59: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
+	31, // 60: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
+	33, // 61: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
+	35, // 62: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
+	52, // [52:63] is the sub-list for method output_type
+	41, // [41:52] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_fulfillment_v1_fulfillment_proto_init() }
@@ -2250,13 +3427,14 @@ func file_fulfillment_v1_fulfillment_proto_init() {
 	if File_fulfillment_v1_fulfillment_proto != nil {
 		return
 	}
+	file_fulfillment_v1_fulfillment_proto_msgTypes[21].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fulfillment_v1_fulfillment_proto_rawDesc), len(file_fulfillment_v1_fulfillment_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

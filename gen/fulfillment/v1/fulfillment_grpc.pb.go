@@ -24,6 +24,12 @@ const (
 	FulfillmentService_ListOrders_FullMethodName              = "/fulfillment.v1.FulfillmentService/ListOrders"
 	FulfillmentService_RecordEvent_FullMethodName             = "/fulfillment.v1.FulfillmentService/RecordEvent"
 	FulfillmentService_ListReconciliationItems_FullMethodName = "/fulfillment.v1.FulfillmentService/ListReconciliationItems"
+	FulfillmentService_ListOutboxMessages_FullMethodName      = "/fulfillment.v1.FulfillmentService/ListOutboxMessages"
+	FulfillmentService_GetOutboxMessage_FullMethodName        = "/fulfillment.v1.FulfillmentService/GetOutboxMessage"
+	FulfillmentService_RetryOutboxMessage_FullMethodName      = "/fulfillment.v1.FulfillmentService/RetryOutboxMessage"
+	FulfillmentService_ListDestinations_FullMethodName        = "/fulfillment.v1.FulfillmentService/ListDestinations"
+	FulfillmentService_DisableDestination_FullMethodName      = "/fulfillment.v1.FulfillmentService/DisableDestination"
+	FulfillmentService_EnableDestination_FullMethodName       = "/fulfillment.v1.FulfillmentService/EnableDestination"
 )
 
 // FulfillmentServiceClient is the client API for FulfillmentService service.
@@ -58,6 +64,28 @@ type FulfillmentServiceClient interface {
 	// ListReconciliationItems lists situations a person must look at, newest
 	// first.
 	ListReconciliationItems(ctx context.Context, in *ListReconciliationItemsRequest, opts ...grpc.CallOption) (*ListReconciliationItemsResponse, error)
+	// ListOutboxMessages lists messages to other systems (fulfilment
+	// requests of external lines, order events), newest first, without
+	// their payload and attempts. Pages are bounded like ListOrders'.
+	ListOutboxMessages(ctx context.Context, in *ListOutboxMessagesRequest, opts ...grpc.CallOption) (*ListOutboxMessagesResponse, error)
+	// GetOutboxMessage returns one message with its payload and its
+	// attempts.
+	GetOutboxMessage(ctx context.Context, in *GetOutboxMessageRequest, opts ...grpc.CallOption) (*GetOutboxMessageResponse, error)
+	// RetryOutboxMessage sends a failed or uncertain message again, under
+	// the same idempotency key, after a person checked with its destination
+	// (scope "admin"). Any other state is FAILED_PRECONDITION. The message's
+	// reconciliation item stays open until resolved.
+	RetryOutboxMessage(ctx context.Context, in *RetryOutboxMessageRequest, opts ...grpc.CallOption) (*RetryOutboxMessageResponse, error)
+	// ListDestinations lists the configured destinations, whether each is
+	// enabled, and how many of its messages are pending, failed or
+	// uncertain (scope "admin").
+	ListDestinations(ctx context.Context, in *ListDestinationsRequest, opts ...grpc.CallOption) (*ListDestinationsResponse, error)
+	// DisableDestination stops deliveries to a destination: its messages
+	// wait (scope "admin"). Deliveries in flight complete.
+	DisableDestination(ctx context.Context, in *DisableDestinationRequest, opts ...grpc.CallOption) (*DisableDestinationResponse, error)
+	// EnableDestination resumes deliveries to a destination disabled by
+	// hand or by a 410 Gone answer (scope "admin").
+	EnableDestination(ctx context.Context, in *EnableDestinationRequest, opts ...grpc.CallOption) (*EnableDestinationResponse, error)
 }
 
 type fulfillmentServiceClient struct {
@@ -118,6 +146,66 @@ func (c *fulfillmentServiceClient) ListReconciliationItems(ctx context.Context, 
 	return out, nil
 }
 
+func (c *fulfillmentServiceClient) ListOutboxMessages(ctx context.Context, in *ListOutboxMessagesRequest, opts ...grpc.CallOption) (*ListOutboxMessagesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOutboxMessagesResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_ListOutboxMessages_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) GetOutboxMessage(ctx context.Context, in *GetOutboxMessageRequest, opts ...grpc.CallOption) (*GetOutboxMessageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetOutboxMessageResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_GetOutboxMessage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) RetryOutboxMessage(ctx context.Context, in *RetryOutboxMessageRequest, opts ...grpc.CallOption) (*RetryOutboxMessageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RetryOutboxMessageResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_RetryOutboxMessage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) ListDestinations(ctx context.Context, in *ListDestinationsRequest, opts ...grpc.CallOption) (*ListDestinationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDestinationsResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_ListDestinations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) DisableDestination(ctx context.Context, in *DisableDestinationRequest, opts ...grpc.CallOption) (*DisableDestinationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DisableDestinationResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_DisableDestination_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) EnableDestination(ctx context.Context, in *EnableDestinationRequest, opts ...grpc.CallOption) (*EnableDestinationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EnableDestinationResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_EnableDestination_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FulfillmentServiceServer is the server API for FulfillmentService service.
 // All implementations must embed UnimplementedFulfillmentServiceServer
 // for forward compatibility.
@@ -150,6 +238,28 @@ type FulfillmentServiceServer interface {
 	// ListReconciliationItems lists situations a person must look at, newest
 	// first.
 	ListReconciliationItems(context.Context, *ListReconciliationItemsRequest) (*ListReconciliationItemsResponse, error)
+	// ListOutboxMessages lists messages to other systems (fulfilment
+	// requests of external lines, order events), newest first, without
+	// their payload and attempts. Pages are bounded like ListOrders'.
+	ListOutboxMessages(context.Context, *ListOutboxMessagesRequest) (*ListOutboxMessagesResponse, error)
+	// GetOutboxMessage returns one message with its payload and its
+	// attempts.
+	GetOutboxMessage(context.Context, *GetOutboxMessageRequest) (*GetOutboxMessageResponse, error)
+	// RetryOutboxMessage sends a failed or uncertain message again, under
+	// the same idempotency key, after a person checked with its destination
+	// (scope "admin"). Any other state is FAILED_PRECONDITION. The message's
+	// reconciliation item stays open until resolved.
+	RetryOutboxMessage(context.Context, *RetryOutboxMessageRequest) (*RetryOutboxMessageResponse, error)
+	// ListDestinations lists the configured destinations, whether each is
+	// enabled, and how many of its messages are pending, failed or
+	// uncertain (scope "admin").
+	ListDestinations(context.Context, *ListDestinationsRequest) (*ListDestinationsResponse, error)
+	// DisableDestination stops deliveries to a destination: its messages
+	// wait (scope "admin"). Deliveries in flight complete.
+	DisableDestination(context.Context, *DisableDestinationRequest) (*DisableDestinationResponse, error)
+	// EnableDestination resumes deliveries to a destination disabled by
+	// hand or by a 410 Gone answer (scope "admin").
+	EnableDestination(context.Context, *EnableDestinationRequest) (*EnableDestinationResponse, error)
 	mustEmbedUnimplementedFulfillmentServiceServer()
 }
 
@@ -174,6 +284,24 @@ func (UnimplementedFulfillmentServiceServer) RecordEvent(context.Context, *Recor
 }
 func (UnimplementedFulfillmentServiceServer) ListReconciliationItems(context.Context, *ListReconciliationItemsRequest) (*ListReconciliationItemsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListReconciliationItems not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) ListOutboxMessages(context.Context, *ListOutboxMessagesRequest) (*ListOutboxMessagesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListOutboxMessages not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) GetOutboxMessage(context.Context, *GetOutboxMessageRequest) (*GetOutboxMessageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetOutboxMessage not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) RetryOutboxMessage(context.Context, *RetryOutboxMessageRequest) (*RetryOutboxMessageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RetryOutboxMessage not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) ListDestinations(context.Context, *ListDestinationsRequest) (*ListDestinationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDestinations not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) DisableDestination(context.Context, *DisableDestinationRequest) (*DisableDestinationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DisableDestination not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) EnableDestination(context.Context, *EnableDestinationRequest) (*EnableDestinationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method EnableDestination not implemented")
 }
 func (UnimplementedFulfillmentServiceServer) mustEmbedUnimplementedFulfillmentServiceServer() {}
 func (UnimplementedFulfillmentServiceServer) testEmbeddedByValue()                            {}
@@ -286,6 +414,114 @@ func _FulfillmentService_ListReconciliationItems_Handler(srv interface{}, ctx co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FulfillmentService_ListOutboxMessages_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOutboxMessagesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).ListOutboxMessages(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_ListOutboxMessages_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).ListOutboxMessages(ctx, req.(*ListOutboxMessagesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_GetOutboxMessage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetOutboxMessageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).GetOutboxMessage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_GetOutboxMessage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).GetOutboxMessage(ctx, req.(*GetOutboxMessageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_RetryOutboxMessage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RetryOutboxMessageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).RetryOutboxMessage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_RetryOutboxMessage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).RetryOutboxMessage(ctx, req.(*RetryOutboxMessageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_ListDestinations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDestinationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).ListDestinations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_ListDestinations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).ListDestinations(ctx, req.(*ListDestinationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_DisableDestination_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DisableDestinationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).DisableDestination(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_DisableDestination_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).DisableDestination(ctx, req.(*DisableDestinationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_EnableDestination_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EnableDestinationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).EnableDestination(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_EnableDestination_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).EnableDestination(ctx, req.(*EnableDestinationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // FulfillmentService_ServiceDesc is the grpc.ServiceDesc for FulfillmentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -312,6 +548,30 @@ var FulfillmentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListReconciliationItems",
 			Handler:    _FulfillmentService_ListReconciliationItems_Handler,
+		},
+		{
+			MethodName: "ListOutboxMessages",
+			Handler:    _FulfillmentService_ListOutboxMessages_Handler,
+		},
+		{
+			MethodName: "GetOutboxMessage",
+			Handler:    _FulfillmentService_GetOutboxMessage_Handler,
+		},
+		{
+			MethodName: "RetryOutboxMessage",
+			Handler:    _FulfillmentService_RetryOutboxMessage_Handler,
+		},
+		{
+			MethodName: "ListDestinations",
+			Handler:    _FulfillmentService_ListDestinations_Handler,
+		},
+		{
+			MethodName: "DisableDestination",
+			Handler:    _FulfillmentService_DisableDestination_Handler,
+		},
+		{
+			MethodName: "EnableDestination",
+			Handler:    _FulfillmentService_EnableDestination_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

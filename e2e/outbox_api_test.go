@@ -1,0 +1,130 @@
+package e2e_test
+
+// The outbox API: a person finds an uncertain delivery, looks at its
+// attempts, checks with the destination and retries it under the same key;
+// destinations are disabled and enabled by hand; every read is org-scoped.
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/internal/pgtest"
+	"github.com/fulfillplatform/fulfillment/internal/receiver"
+)
+
+func TestOutboxAPI(t *testing.T) {
+	t.Parallel()
+	// The first request of every key is applied, and its answer lost.
+	blind := startReceiver(t, false, func(_ string, n int) receiver.Action {
+		if n == 1 {
+			return receiver.Action{After: 3 * time.Second}
+		}
+		return receiver.Action{}
+	})
+	s := startReplicaWith(t, pgtest.DB(t), withDestinations(destination(t, "blind", blind, false, 300*time.Millisecond)))
+	order := s.createExternalOrder(t, "api-1", "blind")
+	s.pay(t, "api-1")
+	key := fulfillment.LineKey(order.GetId(), 1)
+	waitFor(t, "uncertain", func() bool { return s.message(t, key) == "uncertain" })
+
+	admin := authed(adminToken)
+	list, err := s.client.ListOutboxMessages(admin, &fulfillmentv1.ListOutboxMessagesRequest{State: "uncertain"})
+	if err != nil || len(list.GetMessages()) != 1 {
+		t.Fatalf("uncertain messages: %v, %v; want 1", list, err)
+	}
+	m := list.GetMessages()[0]
+	if m.GetIdempotencyKey() != key || m.GetOrderId() != order.GetId() || m.GetLineNo() != 1 || !m.GetRequired() || m.GetPayload() != "" {
+		t.Errorf("listed message = %v", m)
+	}
+	got, err := s.client.GetOutboxMessage(admin, &fulfillmentv1.GetOutboxMessageRequest{MessageId: m.GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := got.GetMessage().GetAttemptHistory()
+	if len(h) != 1 || h[0].GetOutcome() != "uncertain" || got.GetMessage().GetPayload() == "" {
+		t.Errorf("message history = %v, payload %q; want one uncertain attempt", h, got.GetMessage().GetPayload())
+	}
+	// The item names the message.
+	items, err := s.client.ListReconciliationItems(admin, &fulfillmentv1.ListReconciliationItemsRequest{Kind: "uncertain_delivery"})
+	if err != nil || len(items.GetItems()) != 1 || items.GetItems()[0].GetOutboxMessageId() != m.GetId() {
+		t.Errorf("uncertain_delivery items = %v, %v; want one naming message %s", items, err, m.GetId())
+	}
+	// GetOrder shows the delivery.
+	detail, err := s.client.GetOrder(authed(orgAToken), &fulfillmentv1.GetOrderRequest{OrderId: order.GetId()})
+	if err != nil || len(detail.GetOrder().GetHistory().GetDeliveries()) != 1 ||
+		detail.GetOrder().GetHistory().GetDeliveries()[0].GetState() != "uncertain" {
+		t.Errorf("GetOrder deliveries = %v, %v", detail.GetOrder().GetHistory().GetDeliveries(), err)
+	}
+
+	// Only admin retries; a delivered message is not retried.
+	if _, err := s.client.RetryOutboxMessage(authed(orgAToken), &fulfillmentv1.RetryOutboxMessageRequest{MessageId: m.GetId()}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("retry by org-a: %v, want PermissionDenied", err)
+	}
+	code, body := s.rest(t, "POST", "/v1/outbox/messages/"+m.GetId()+":retry", adminToken, map[string]any{})
+	if code != http.StatusOK || body["message"].(map[string]any)["state"] != "pending" {
+		t.Fatalf("REST retry = %d %v", code, body)
+	}
+	waitFor(t, "delivered after the retry", func() bool { return s.message(t, key) == "delivered" })
+	if n, e := blind.Requests(key), blind.Effects(key); n != 2 || e != 2 {
+		t.Errorf("receiver: %d requests, %d effects; want 2 of each (the person retried a message that had arrived)", n, e)
+	}
+	if st := s.effects(t, order.GetId()).State; st != "fulfilled" {
+		t.Errorf("order is %s after the retried delivery, want fulfilled", st)
+	}
+	_, err = s.client.RetryOutboxMessage(admin, &fulfillmentv1.RetryOutboxMessageRequest{MessageId: m.GetId()})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("retry of a delivered message: %v, want FailedPrecondition", err)
+	}
+
+	// Bad input: a clear error, nothing changed.
+	for _, tc := range []struct {
+		path string
+		want int
+	}{
+		{"/v1/outbox/messages/abc", http.StatusBadRequest},
+		{"/v1/outbox/messages/999999", http.StatusNotFound},
+		{"/v1/outbox/messages?state=lost", http.StatusBadRequest},
+		{"/v1/outbox/messages?destination_id=Bad%20Id", http.StatusBadRequest},
+	} {
+		if code, body := s.rest(t, "GET", tc.path, adminToken, nil); code != tc.want {
+			t.Errorf("GET %s = %d %v, want %d", tc.path, code, body, tc.want)
+		}
+	}
+	if code, _ := s.rest(t, "GET", "/v1/outbox/messages", orgAToken, nil); code != http.StatusForbidden {
+		t.Errorf("listing without outbox:read = %d, want 403", code)
+	}
+
+	// Disable by hand (with a reason), then enable.
+	if code, body := s.rest(t, "POST", "/v1/outbox/destinations/blind:disable", adminToken, map[string]any{}); code != http.StatusBadRequest {
+		t.Errorf("disable without a reason = %d %v, want 400", code, body)
+	}
+	if code, _ := s.rest(t, "POST", "/v1/outbox/destinations/nope:disable", adminToken, map[string]any{"reason": "x"}); code != http.StatusNotFound {
+		t.Errorf("disable of an unknown destination = %d, want 404", code)
+	}
+	code, body = s.rest(t, "POST", "/v1/outbox/destinations/blind:disable", adminToken, map[string]any{"reason": "maintenance"})
+	if enabled, _ := body["destination"].(map[string]any)["enabled"].(bool); code != http.StatusOK || enabled {
+		t.Fatalf("disable = %d %v", code, body)
+	}
+	second := s.createExternalOrder(t, "api-2", "blind")
+	s.pay(t, "api-2")
+	key2 := fulfillment.LineKey(second.GetId(), 1)
+	waitFor(t, "queued", func() bool { return s.message(t, key2) == "pending" })
+	time.Sleep(200 * time.Millisecond) // several claim polls
+	if n := blind.Requests(key2); n != 0 {
+		t.Fatalf("a disabled destination received %d requests", n)
+	}
+	dests, err := s.client.ListDestinations(admin, &fulfillmentv1.ListDestinationsRequest{})
+	if err != nil || len(dests.GetDestinations()) != 1 || dests.GetDestinations()[0].GetEnabled() || dests.GetDestinations()[0].GetPending() != 1 {
+		t.Errorf("destinations = %v, %v; want blind disabled with 1 pending", dests, err)
+	}
+	if _, err := s.client.EnableDestination(admin, &fulfillmentv1.EnableDestinationRequest{DestinationId: "blind"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "uncertain after enabling (the receiver loses the first answer)", func() bool { return s.message(t, key2) == "uncertain" })
+}

@@ -1,0 +1,190 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+var _ fulfillment.OutboxStore = (*Store)(nil)
+
+// deliveryColumns are what a listing reads of a message (scanDelivery).
+const deliveryColumns = `m.id, m.destination_id, m.topic, m.idempotency_key, m.org_id, m.environment, m.order_id,
+	m.line_no, m.required, m.state, m.attempts,
+	CASE WHEN m.state = 'pending' THEN m.next_attempt_at END, coalesce(m.last_status, 0), coalesce(m.last_error, ''),
+	m.created_at, m.processed_at`
+
+func scanDelivery(r pgx.Row, extra ...any) (fulfillment.Delivery, error) {
+	var (
+		d       fulfillment.Delivery
+		orderID *uuid.UUID
+	)
+	dest := append([]any{&d.ID, &d.DestinationID, &d.Topic, &d.Key, &d.OrgID, &d.Environment, &orderID,
+		&d.LineNo, &d.Required, &d.State, &d.Attempts, &d.NextAttemptAt, &d.LastStatus, &d.LastError,
+		&d.CreatedAt, &d.ProcessedAt}, extra...)
+	if err := r.Scan(dest...); err != nil {
+		return d, err
+	}
+	if orderID != nil {
+		d.OrderID = orderID.String()
+	}
+	return d, nil
+}
+
+// DeliveryList implements fulfillment.OutboxStore.
+func (s *Store) DeliveryList(ctx context.Context, p fulfillment.DeliveryListParams) ([]fulfillment.Delivery, error) {
+	var w where
+	f := p.Filter
+	if f.VisibleOrgs != nil {
+		w.add("m.org_id = ANY(" + w.arg(f.VisibleOrgs) + ")")
+	}
+	w.eq("m.org_id", f.OrgID)
+	w.eq("m.state", string(f.State))
+	w.eq("m.destination_id", f.DestinationID)
+	if f.OrderID != "" {
+		w.add("m.order_id = " + w.arg(f.OrderID) + "::uuid")
+	}
+	if p.BeforeID != 0 {
+		w.add("m.id < " + w.arg(p.BeforeID))
+	}
+	rows, _ := s.pool.Query(ctx, "SELECT "+deliveryColumns+" FROM outbox_messages m"+w.sql()+
+		" ORDER BY m.id DESC LIMIT "+w.arg(p.Limit), w.args...)
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.Delivery, error) { return scanDelivery(r) })
+	if err != nil {
+		return nil, fmt.Errorf("listing outbox messages: %w", interpret(err))
+	}
+	return list, nil
+}
+
+// orderDeliveries reads the newest MaxHistoryItems messages of an order,
+// oldest first, and how many it has in all.
+func (s *Store) orderDeliveries(ctx context.Context, orderID string) ([]fulfillment.Delivery, int, error) {
+	total := 0
+	rows, _ := s.pool.Query(ctx, `
+		SELECT * FROM (
+			SELECT `+deliveryColumns+`, count(*) OVER ()
+			FROM outbox_messages m WHERE m.order_id = $1 ORDER BY m.id DESC LIMIT $2) newest
+		ORDER BY 1`, orderID, fulfillment.MaxHistoryItems)
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.Delivery, error) {
+		return scanDelivery(r, &total)
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading the order's outbox messages: %w", interpret(err))
+	}
+	return list, total, nil
+}
+
+// DeliveryGet implements fulfillment.OutboxStore.
+func (s *Store) DeliveryGet(ctx context.Context, id int64) (fulfillment.Delivery, error) {
+	var payload string
+	d, err := scanDelivery(s.pool.QueryRow(ctx, "SELECT "+deliveryColumns+", m.payload::text FROM outbox_messages m WHERE m.id = $1", id), &payload)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return d, fmt.Errorf("%w: outbox message %d", fulfillment.ErrNotFound, id)
+	}
+	if err != nil {
+		return d, fmt.Errorf("reading outbox message: %w", interpret(err))
+	}
+	d.Payload = []byte(payload)
+	rows, _ := s.pool.Query(ctx, `
+		SELECT attempt, started_at, finished_at, coalesce(status, 0), outcome, reason
+		FROM outbox_attempts WHERE message_id = $1 ORDER BY finished_at, attempt`, id)
+	d.History, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.DeliveryAttempt, error) {
+		var a fulfillment.DeliveryAttempt
+		err := r.Scan(&a.Attempt, &a.StartedAt, &a.FinishedAt, &a.Status, &a.Outcome, &a.Reason)
+		return a, err
+	})
+	if err != nil {
+		return d, fmt.Errorf("reading delivery attempts: %w", interpret(err))
+	}
+	return d, nil
+}
+
+// DeliveryRetry implements fulfillment.OutboxStore.
+func (s *Store) DeliveryRetry(ctx context.Context, id int64, by string) (fulfillment.Delivery, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE outbox_messages SET state = 'pending', attempts = 0, next_attempt_at = now(), processed_at = NULL,
+			lease_owner = NULL, lease_until = NULL, sending_since = NULL,
+			last_error = 'retried by ' || $2 || ' after: ' || coalesce(last_error, 'no error recorded')
+		WHERE id = $1 AND state IN ('failed', 'uncertain')`, id, by)
+	if err != nil {
+		return fulfillment.Delivery{}, fmt.Errorf("retrying outbox message: %w", interpret(err))
+	}
+	d, err := s.DeliveryGet(ctx, id)
+	if err != nil {
+		return d, err
+	}
+	if tag.RowsAffected() == 0 {
+		return d, fmt.Errorf("%w: message %d is %s: only failed or uncertain messages are retried",
+			fulfillment.ErrFailedPrecondition, id, d.State)
+	}
+	s.outboxSignal.committed()
+	return d, nil
+}
+
+// DestinationStatuses implements fulfillment.OutboxStore.
+func (s *Store) DestinationStatuses(ctx context.Context) (map[string]fulfillment.DestinationStatus, error) {
+	out := map[string]fulfillment.DestinationStatus{}
+	rows, _ := s.pool.Query(ctx, `
+		SELECT destination_id, count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed'),
+			count(*) FILTER (WHERE state = 'uncertain')
+		FROM outbox_messages WHERE state IN ('pending', 'failed', 'uncertain') GROUP BY destination_id`)
+	err := forEachRow(rows, func(r pgx.Rows) error {
+		var (
+			id string
+			st fulfillment.DestinationStatus
+		)
+		if err := r.Scan(&id, &st.Pending, &st.Failed, &st.Uncertain); err != nil {
+			return err
+		}
+		out[id] = st
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("counting outbox messages: %w", interpret(err))
+	}
+	rows, _ = s.pool.Query(ctx, `SELECT id, disabled_at, coalesce(disabled_reason, '') FROM outbox_destinations WHERE disabled_at IS NOT NULL`)
+	err = forEachRow(rows, func(r pgx.Rows) error {
+		var id, reason string
+		var st fulfillment.DestinationStatus
+		if err := r.Scan(&id, &st.DisabledAt, &reason); err != nil {
+			return err
+		}
+		cur := out[id]
+		cur.DisabledAt, cur.DisabledReason = st.DisabledAt, reason
+		out[id] = cur
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading destinations: %w", interpret(err))
+	}
+	return out, nil
+}
+
+// DestinationDisable implements fulfillment.OutboxStore.
+func (s *Store) DestinationDisable(ctx context.Context, id, reason string) error {
+	_, err := s.pool.Exec(ctx, `
+		INSERT INTO outbox_destinations AS d (id, disabled_at, disabled_reason) VALUES ($1, now(), $2)
+		ON CONFLICT (id) DO UPDATE SET disabled_at = coalesce(d.disabled_at, now()),
+			disabled_reason = CASE WHEN d.disabled_at IS NULL THEN EXCLUDED.disabled_reason ELSE d.disabled_reason END,
+			updated_at = now()`, id, reason)
+	if err != nil {
+		return fmt.Errorf("disabling destination: %w", interpret(err))
+	}
+	return nil
+}
+
+// DestinationEnable implements fulfillment.OutboxStore.
+func (s *Store) DestinationEnable(ctx context.Context, id string) error {
+	if _, err := s.pool.Exec(ctx, `
+		UPDATE outbox_destinations SET disabled_at = NULL, disabled_reason = NULL, updated_at = now()
+		WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("enabling destination: %w", interpret(err))
+	}
+	s.outboxSignal.committed()
+	return nil
+}
