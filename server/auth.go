@@ -58,6 +58,7 @@ var methodScopes = map[string]string{
 	fulfillmentv1.FulfillmentService_ListDestinations_FullMethodName:        config.ScopeAdmin,
 	fulfillmentv1.FulfillmentService_DisableDestination_FullMethodName:      config.ScopeAdmin,
 	fulfillmentv1.FulfillmentService_EnableDestination_FullMethodName:       config.ScopeAdmin,
+	fulfillmentv1.FulfillmentService_WatchOrderEvents_FullMethodName:        config.ScopeOrdersRead,
 }
 
 // publicServices need no token: health checks and reflection.
@@ -135,16 +136,35 @@ func (a *Authenticator) UnaryInterceptor(ctx context.Context, req any, info *grp
 	return handler(context.WithValue(ctx, principalKey{}, p), req)
 }
 
-// StreamInterceptor refuses streaming calls to non-public services: the API
-// has none, and reflection/health stay open.
-func (*Authenticator) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+// StreamInterceptor authenticates every streaming call and checks the
+// method's scope, as UnaryInterceptor does.
+func (a *Authenticator) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	for _, prefix := range publicServices {
 		if strings.HasPrefix(info.FullMethod, prefix) {
 			return handler(srv, ss)
 		}
 	}
-	return status.Error(codes.PermissionDenied, "method is not available to tokens")
+	p, err := a.authenticate(ss.Context())
+	if err != nil {
+		return err
+	}
+	scope, known := methodScopes[info.FullMethod]
+	if !known {
+		return status.Error(codes.PermissionDenied, "method is not available to tokens")
+	}
+	if !p.HasScope(scope) {
+		return status.Errorf(codes.PermissionDenied, "token %q lacks the %q scope", p.Name, scope)
+	}
+	return handler(srv, &principalStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), principalKey{}, p)})
 }
+
+// principalStream is a stream whose context carries its caller.
+type principalStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *principalStream) Context() context.Context { return s.ctx }
 
 type principalKey struct{}
 

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -17,8 +18,11 @@ type Service struct {
 	inbox  fulfillment.InboxStore
 	recon  fulfillment.ReconStore
 	outbox fulfillment.OutboxStore
-	log    *slog.Logger
-	cfg    *config.Config
+	feed   fulfillment.FeedStore
+	// watchers counts the feed streams being served.
+	watchers atomic.Int64
+	log      *slog.Logger
+	cfg      *config.Config
 
 	// endpoints are the configured webhook endpoints, by id: RecordEvent
 	// accepts events of these only.
@@ -34,7 +38,7 @@ var _ fulfillmentv1.FulfillmentServiceServer = (*Service)(nil)
 
 // newService returns the service backed by store, for the configuration cfg.
 func newService(store Store, cfg *config.Config, log *slog.Logger) *Service {
-	s := &Service{store: store, inbox: store, recon: store, outbox: store, log: log, cfg: cfg,
+	s := &Service{store: store, inbox: store, recon: store, outbox: store, feed: store, log: log, cfg: cfg,
 		endpoints:    make(map[string]fulfillment.Endpoint, len(cfg.Endpoints)),
 		maxPageBytes: cfg.GRPC.WithDefaults().MaxPageBytes,
 	}

@@ -33,6 +33,7 @@ type Store interface {
 	fulfillment.InboxStore
 	fulfillment.ReconStore
 	fulfillment.OutboxStore
+	fulfillment.FeedStore
 	Readiness
 }
 

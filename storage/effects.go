@@ -10,9 +10,9 @@ import (
 
 // queueEffects queues the writes of an outcome's effects, in order: the one
 // place where a decision becomes SQL. m is the event's order (nil when none
-// matched it), as the events before this one left it. It reports whether it
-// queued outbox messages.
-func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out fulfillment.Outcome) (messages bool, err error) {
+// matched it), as the events before this one left it. It reports what it
+// queued for listeners.
+func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out fulfillment.Outcome) (q queued, err error) {
 	ev, p := le.ev, le.ev.Payment
 	var (
 		moveTo   fulfillment.State
@@ -22,7 +22,7 @@ func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out f
 	for _, effect := range out.Effects {
 		if m == nil {
 			if _, ok := effect.(fulfillment.OpenItem); !ok {
-				return false, fmt.Errorf("applying %T: the event matches no order", effect)
+				return q, fmt.Errorf("applying %T: the event matches no order", effect)
 			}
 		}
 		switch e := effect.(type) {
@@ -76,13 +76,13 @@ func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out f
 			queueItem(b, e.Kind, le, m, out.Reason)
 		case fulfillment.RequestDeliveries:
 			queueLineRequests(b, m.id)
-			messages = true
+			q.messages = true
 		case fulfillment.Publish:
 			// After the order's update below: the event carries the state
 			// the order is in.
 			publish = append(publish, e.Topic)
 		default:
-			return false, fmt.Errorf("applying %T: unknown effect", e)
+			return q, fmt.Errorf("applying %T: unknown effect", e)
 		}
 	}
 	if moveTo != "" || markPaid {
@@ -100,9 +100,9 @@ func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out f
 			WHERE id = $1`, m.id, moveTo, markPaid, opt(paid.AttemptRef), opt(paid.InvoiceID), opt(paid.PaymentID))
 	}
 	for _, t := range publish {
-		messages = s.queuePublish(b, m.id, t) || messages
+		q.add(s.queuePublish(b, m.id, t))
 	}
-	return messages, nil
+	return q, nil
 }
 
 // attemptKey is the key of ev's payment attempt.
@@ -133,4 +133,23 @@ func queueItem(b *pgx.Batch, kind fulfillment.ReconKind, le leasedEvent, m *lock
 		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
 		kind, ev.OrgID, ev.Environment, linked, le.id, ev.Provider, opt(p.AttemptRef), opt(p.PaymentID),
 		value, expected, token, network, currency, detail, fulfillment.ItemKey(kind, subject))
+}
+
+// queued says what a transaction queued: outbox messages, order events.
+// Their listeners are woken once it commits.
+type queued struct{ messages, events bool }
+
+func (q *queued) add(o queued) {
+	q.messages = q.messages || o.messages
+	q.events = q.events || o.events
+}
+
+// wake wakes the listeners of what a committed transaction queued.
+func (s *Store) wake(q queued) {
+	if q.messages {
+		s.outboxSignal.committed()
+	}
+	if q.events {
+		s.feedSignal.committed()
+	}
 }

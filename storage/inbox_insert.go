@@ -58,13 +58,7 @@ func newInserter(s *Store, flushers, maxBatch int) *inserter {
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
-	done := make(chan struct{}, flushers+2)
-	for _, sig := range []*queueSignal{s.inboxSignal, s.outboxSignal} {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			sig.run(in.stop)
-		}()
-	}
+	done := make(chan struct{}, flushers)
 	for range flushers {
 		go func() {
 			defer func() { done <- struct{}{} }()
@@ -72,7 +66,7 @@ func newInserter(s *Store, flushers, maxBatch int) *inserter {
 		}()
 	}
 	go func() {
-		for range flushers + 2 {
+		for range flushers {
 			<-done
 		}
 		close(in.stopped)

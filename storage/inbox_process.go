@@ -19,7 +19,7 @@ import (
 // ones left it.
 func (s *Store) InboxProcess(ctx context.Context, ids []int64, owner string) (map[int64]fulfillment.Outcome, error) {
 	outcomes := make(map[int64]fulfillment.Outcome, len(ids))
-	messages := false
+	var q queued
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		events, err := lockLeasedEvents(ctx, tx, ids, owner)
 		if err != nil || len(events) == 0 {
@@ -37,11 +37,11 @@ func (s *Store) InboxProcess(ctx context.Context, ids []int64, owner string) (ma
 				view = &m.PaidOrder
 			}
 			out := fulfillment.Decide(le.ev, view)
-			queued, err := s.queueEffects(b, le, m, out)
+			eq, err := s.queueEffects(b, le, m, out)
 			if err != nil {
 				return err
 			}
-			messages = messages || queued
+			q.add(eq)
 			var linked *string
 			if matched {
 				m.Apply(le.ev, out)
@@ -63,9 +63,7 @@ func (s *Store) InboxProcess(ctx context.Context, ids []int64, owner string) (ma
 	if err != nil {
 		return nil, err
 	}
-	if messages {
-		s.outboxSignal.committed()
-	}
+	s.wake(q)
 	failpoint.Inject("process-after-commit")
 	return outcomes, nil
 }

@@ -72,27 +72,30 @@ func queueLineRequests(b *pgx.Batch, orderID string) {
 		orderID, fulfillment.TopicFulfillmentRequested, fulfillment.LineKeyFormat)
 }
 
-// queuePublish queues the order event topic for each destination
-// subscribed to it, with the order as it is when the statement runs. It
-// reports whether any destination is.
-func (s *Store) queuePublish(b *pgx.Batch, orderID string, topic fulfillment.Topic) bool {
+// queuePublish records the order event topic, with the order as it is when
+// the statement runs, and queues a message announcing it for each
+// destination subscribed to it.
+func (s *Store) queuePublish(b *pgx.Batch, orderID string, topic fulfillment.Topic) queued {
 	destinations := s.subscriptions[topic]
-	if len(destinations) == 0 {
-		return false
-	}
 	b.Queue(`
+		WITH event AS (
+			INSERT INTO order_events (org_id, environment, order_id, topic, payload)
+			SELECT o.org_id, o.environment, o.id, $2::text,
+				jsonb_build_object('type', $2::text, 'timestamp', `+payloadTimestamp+`, 'data', jsonb_build_object(
+					'order_id', o.id, 'org_id', o.org_id, 'environment', o.environment,
+					'merchant_order_id', o.merchant_order_id, 'state', o.state,
+					'total', jsonb_build_object('currency', o.total_currency, 'minor_units', o.total_minor_units::text)))
+			FROM orders o WHERE o.id = $1
+			ON CONFLICT ON CONSTRAINT order_events_once DO NOTHING
+			RETURNING org_id, environment, order_id, topic, payload
+		)
 		INSERT INTO outbox_messages (destination_id, topic, idempotency_key, org_id, environment, order_id,
 			required, payload)
-		SELECT d.id, $2::text, format($3::text, o.id, $2::text), o.org_id, o.environment, o.id, false,
-			jsonb_build_object('type', $2::text, 'timestamp', `+payloadTimestamp+`, 'data', jsonb_build_object(
-				'order_id', o.id, 'org_id', o.org_id, 'environment', o.environment,
-				'merchant_order_id', o.merchant_order_id, 'state', o.state,
-				'total', jsonb_build_object('currency', o.total_currency, 'minor_units', o.total_minor_units::text)))
-		FROM orders o, unnest($4::text[]) AS d (id)
-		WHERE o.id = $1
+		SELECT d.id, e.topic, format($3::text, e.order_id, e.topic), e.org_id, e.environment, e.order_id, false, e.payload
+		FROM event e, unnest($4::text[]) AS d (id)
 		ON CONFLICT ON CONSTRAINT outbox_messages_key DO NOTHING`,
 		orderID, topic, fulfillment.EventKeyFormat, destinations)
-	return true
+	return queued{messages: len(destinations) > 0, events: true}
 }
 
 // OutboxClaim implements fulfillment.OutboxWork.
@@ -170,7 +173,7 @@ func (s *Store) OutboxSending(ctx context.Context, id int64, owner string) error
 
 // OutboxRecord implements fulfillment.OutboxWork.
 func (s *Store) OutboxRecord(ctx context.Context, id int64, owner string, a fulfillment.DeliveryAttempt) error {
-	messages := false
+	var q queued
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		var (
 			attempt          int
@@ -238,21 +241,21 @@ func (s *Store) OutboxRecord(ctx context.Context, id int64, owner string, a fulf
 		}
 		if a.Outcome == fulfillment.OutcomeDelivered && required && orderID != nil {
 			var err error
-			messages, err = s.completeOrder(ctx, tx, *orderID)
+			q, err = s.completeOrder(ctx, tx, *orderID)
 			return err
 		}
 		return nil
 	})
-	if messages {
-		s.outboxSignal.committed()
+	if err == nil {
+		s.wake(q)
 	}
 	return err
 }
 
 // completeOrder applies fulfillment.DecideDelivered to the order after one
 // of its required messages was delivered, holding the order's row lock. It
-// reports whether it queued messages.
-func (s *Store) completeOrder(ctx context.Context, tx pgx.Tx, orderID string) (bool, error) {
+// reports what it queued.
+func (s *Store) completeOrder(ctx context.Context, tx pgx.Tx, orderID string) (queued, error) {
 	var (
 		state       fulfillment.State
 		undelivered int
@@ -261,7 +264,7 @@ func (s *Store) completeOrder(ctx context.Context, tx pgx.Tx, orderID string) (b
 	// READ COMMITTED it sees what a concurrent delivery to this order
 	// committed while this one waited for the lock.
 	if err := tx.QueryRow(ctx, `SELECT state FROM orders WHERE id = $1 FOR UPDATE`, orderID).Scan(&state); err != nil {
-		return false, fmt.Errorf("locking order %s: %w", orderID, interpret(err))
+		return queued{}, fmt.Errorf("locking order %s: %w", orderID, interpret(err))
 	}
 	// An external line awaits delivery until a message for it is
 	// delivered; lines that name no destination never are.
@@ -272,27 +275,27 @@ func (s *Store) completeOrder(ctx context.Context, tx pgx.Tx, orderID string) (b
 			WHERE m.order_id = l.order_id AND m.line_no = l.line_no AND m.required AND m.state = 'delivered')`,
 		orderID).Scan(&undelivered)
 	if err != nil {
-		return false, fmt.Errorf("counting undelivered lines of order %s: %w", orderID, interpret(err))
+		return queued{}, fmt.Errorf("counting undelivered lines of order %s: %w", orderID, interpret(err))
 	}
 	b := &pgx.Batch{}
-	messages := false
+	var q queued
 	for _, effect := range fulfillment.DecideDelivered(state, undelivered) {
 		switch e := effect.(type) {
 		case fulfillment.MoveOrder:
 			b.Queue(`UPDATE orders SET state = $2, updated_at = now() WHERE id = $1`, orderID, e.To)
 		case fulfillment.Publish:
-			messages = s.queuePublish(b, orderID, e.Topic) || messages
+			q.add(s.queuePublish(b, orderID, e.Topic))
 		default:
-			return false, fmt.Errorf("applying %T after a delivery: not an effect of a delivery", e)
+			return q, fmt.Errorf("applying %T after a delivery: not an effect of a delivery", e)
 		}
 	}
 	if b.Len() == 0 {
-		return false, nil
+		return q, nil
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return false, fmt.Errorf("completing order %s: %w", orderID, interpret(err))
+		return q, fmt.Errorf("completing order %s: %w", orderID, interpret(err))
 	}
-	return messages, nil
+	return q, nil
 }
 
 // optInt is n, or NULL when it is 0.

@@ -9,77 +9,95 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// queueSignal wakes the processors of one leased queue when it has new
-// items: processors in this process at once, those of other replicas by a
-// NOTIFY on the queue's channel. The NOTIFY is sent after the writing
-// transaction commits, on purpose: a NOTIFY holds a database-wide lock until
-// its transaction commits, which would serialize the writers. Signals
-// arriving while one is sent coalesce into the next.
+// queueSignal tells the readers of a table — the processors of a leased
+// queue, the followers of the order event feed — that it may have new rows:
+// readers in this process at once, those of other replicas by a NOTIFY on
+// the table's channel. The NOTIFY is sent after the writing transaction
+// commits, on purpose: a NOTIFY holds a database-wide lock until its
+// transaction commits, which would serialize the writers. Signals arriving
+// while one is sent coalesce into the next. Other replicas' NOTIFYs arrive
+// on one connection per channel, held outside the pool from the first
+// listener on, whatever the number of listeners.
 type queueSignal struct {
 	store   *Store
 	channel string
 	pending chan struct{}
 
-	mu     sync.Mutex
-	wakers []func() // the in-process listeners; nil once gone
+	mu        sync.Mutex
+	wakers    map[int]func() // the listeners, by registration
+	next      int
+	listening bool // the LISTEN connection's goroutine runs
 }
 
 func newQueueSignal(s *Store, channel string) *queueSignal {
-	return &queueSignal{store: s, channel: channel, pending: make(chan struct{}, 1)}
+	return &queueSignal{store: s, channel: channel, pending: make(chan struct{}, 1), wakers: map[int]func(){}}
 }
 
-// committed wakes every listener: call it after a commit that queued items.
+// committed wakes every listener: call it after a commit that wrote rows.
 func (q *queueSignal) committed() {
-	q.mu.Lock()
-	for _, wake := range q.wakers {
-		if wake != nil {
-			wake()
-		}
-	}
-	q.mu.Unlock()
+	q.wakeAll()
 	select {
 	case q.pending <- struct{}{}:
 	default: // one is already due
 	}
 }
 
-// run sends the NOTIFYs until stop is closed.
-func (q *queueSignal) run(stop <-chan struct{}) {
+func (q *queueSignal) wakeAll() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, wake := range q.wakers {
+		wake()
+	}
+}
+
+// run sends the NOTIFYs until ctx ends.
+func (q *queueSignal) run(ctx context.Context) {
 	for {
 		select {
-		case <-stop:
+		case <-ctx.Done():
 			return
 		case <-q.pending:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		if _, err := q.store.pool.Exec(ctx, "SELECT pg_notify($1, '')", q.channel); err != nil {
+		nctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if _, err := q.store.pool.Exec(nctx, "SELECT pg_notify($1, '')", q.channel); err != nil && ctx.Err() == nil {
 			q.store.log.Warn("notifying other replicas", "channel", q.channel, "error", err) // they poll meanwhile
 		}
 		cancel()
 	}
 }
 
-// listen calls wake whenever items may have been queued, until ctx ends:
-// on commits in this process, and on every NOTIFY from other replicas,
-// received on a connection held outside the pool and re-established after
-// errors. Polling covers the gaps.
+// listen calls wake whenever rows may have been written, until ctx ends:
+// on commits in this process, and on every NOTIFY from other replicas.
+// Polling covers the gaps (a lost connection, a NOTIFY that failed). wake
+// must not block.
 func (q *queueSignal) listen(ctx context.Context, wake func()) {
 	q.mu.Lock()
-	q.wakers = append(q.wakers, wake)
-	n := len(q.wakers) - 1
+	id := q.next
+	q.next++
+	q.wakers[id] = wake
+	if !q.listening {
+		q.listening = true
+		q.store.bg.Go(q.follow)
+	}
 	q.mu.Unlock()
-	defer func() {
-		q.mu.Lock()
-		q.wakers[n] = nil
-		q.mu.Unlock()
-	}()
+	wake() // catch up with anything written before
+	<-ctx.Done()
+	q.mu.Lock()
+	delete(q.wakers, id)
+	q.mu.Unlock()
+}
+
+// follow LISTENs on the channel until the store closes, re-establishing
+// the connection after errors.
+func (q *queueSignal) follow() {
+	ctx := q.store.bgCtx
 	for ctx.Err() == nil {
-		err := q.listenOnce(ctx, wake)
+		err := q.listenOnce(ctx)
 		if ctx.Err() != nil {
-			break
+			return
 		}
 		if !errors.Is(err, context.Canceled) {
-			q.store.log.Warn("queue listener lost its connection; polling until it is back", "channel", q.channel, "error", err)
+			q.store.log.Warn("listener lost its connection; polling until it is back", "channel", q.channel, "error", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -88,7 +106,7 @@ func (q *queueSignal) listen(ctx context.Context, wake func()) {
 	}
 }
 
-func (q *queueSignal) listenOnce(ctx context.Context, wake func()) error {
+func (q *queueSignal) listenOnce(ctx context.Context) error {
 	pooled, err := q.store.pool.Acquire(ctx)
 	if err != nil {
 		return interpret(err)
@@ -99,11 +117,11 @@ func (q *queueSignal) listenOnce(ctx context.Context, wake func()) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{q.channel}.Sanitize()); err != nil {
 		return interpret(err)
 	}
-	wake() // catch up with anything queued before we listened
+	q.wakeAll() // catch up with anything written before this LISTEN
 	for {
 		if _, err := conn.WaitForNotification(ctx); err != nil {
 			return interpret(err)
 		}
-		wake()
+		q.wakeAll()
 	}
 }

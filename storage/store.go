@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 
@@ -27,9 +28,13 @@ type Store struct {
 	log       *slog.Logger
 	inserter  *inserter
 
-	// inboxSignal and outboxSignal wake the processors of the inbox and
-	// the outbox.
-	inboxSignal, outboxSignal *queueSignal
+	// inboxSignal, outboxSignal and feedSignal wake the processors of the
+	// inbox and the outbox, and the readers of the order event feed.
+	inboxSignal, outboxSignal, feedSignal *queueSignal
+	// bg runs the signals' goroutines until bgCtx ends (Close).
+	bg     sync.WaitGroup
+	bgCtx  context.Context
+	bgStop context.CancelFunc
 	// subscriptions are the destinations of each order event.
 	subscriptions map[fulfillment.Topic][]string
 }
@@ -94,6 +99,11 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	}
 	s := &Store{pool: pool, leasePool: leasePool, log: log, subscriptions: o.Subscriptions}
 	s.inboxSignal, s.outboxSignal = newQueueSignal(s, inboxChannel), newQueueSignal(s, outboxChannel)
+	s.feedSignal = newQueueSignal(s, feedChannel)
+	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
+	for _, sig := range []*queueSignal{s.inboxSignal, s.outboxSignal, s.feedSignal} {
+		s.bg.Go(func() { sig.run(s.bgCtx) })
+	}
 	s.inserter = newInserter(s, o.InsertFlushers, o.InsertBatch)
 	return s, nil
 }
@@ -101,6 +111,8 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 // Close stops the group commits and closes every connection of the pool.
 func (s *Store) Close() {
 	s.inserter.close()
+	s.bgStop()
+	s.bg.Wait()
 	s.leasePool.Close()
 	s.pool.Close()
 }

@@ -3012,6 +3012,166 @@ func (x *EnableDestinationResponse) GetDestination() *Destination {
 	return nil
 }
 
+// WatchOrderEventsRequest says where to start and which events to send.
+type WatchOrderEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Cursor of the last event handled; empty for the start of the feed.
+	Cursor string `protobuf:"bytes,1,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// Only events of this org.
+	OrgId string `protobuf:"bytes,2,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	// Only events of this environment ("live" or "test").
+	Environment   string `protobuf:"bytes,3,opt,name=environment,proto3" json:"environment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchOrderEventsRequest) Reset() {
+	*x = WatchOrderEventsRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchOrderEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchOrderEventsRequest) ProtoMessage() {}
+
+func (x *WatchOrderEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchOrderEventsRequest.ProtoReflect.Descriptor instead.
+func (*WatchOrderEventsRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *WatchOrderEventsRequest) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+func (x *WatchOrderEventsRequest) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
+func (x *WatchOrderEventsRequest) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+// WatchOrderEventsResponse is one order event.
+type WatchOrderEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Resume after this event by passing it as WatchOrderEventsRequest.cursor.
+	Cursor string `protobuf:"bytes,1,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// "order.fulfilled", "order.refunded" or "order.on_hold".
+	Topic       string                 `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	OrderId     string                 `protobuf:"bytes,3,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	OrgId       string                 `protobuf:"bytes,4,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	Environment string                 `protobuf:"bytes,5,opt,name=environment,proto3" json:"environment,omitempty"`
+	CreateTime  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// The event as JSON: the body outbox messages announcing it carry.
+	Payload       string `protobuf:"bytes,7,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchOrderEventsResponse) Reset() {
+	*x = WatchOrderEventsResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchOrderEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchOrderEventsResponse) ProtoMessage() {}
+
+func (x *WatchOrderEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchOrderEventsResponse.ProtoReflect.Descriptor instead.
+func (*WatchOrderEventsResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *WatchOrderEventsResponse) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+func (x *WatchOrderEventsResponse) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *WatchOrderEventsResponse) GetOrderId() string {
+	if x != nil {
+		return x.OrderId
+	}
+	return ""
+}
+
+func (x *WatchOrderEventsResponse) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
+func (x *WatchOrderEventsResponse) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+func (x *WatchOrderEventsResponse) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *WatchOrderEventsResponse) GetPayload() string {
+	if x != nil {
+		return x.Payload
+	}
+	return ""
+}
+
 var File_fulfillment_v1_fulfillment_proto protoreflect.FileDescriptor
 
 const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
@@ -3283,7 +3443,20 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x18EnableDestinationRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"Z\n" +
 	"\x19EnableDestinationResponse\x12=\n" +
-	"\vdestination\x18\x01 \x01(\v2\x1b.fulfillment.v1.DestinationR\vdestination2\xe3\b\n" +
+	"\vdestination\x18\x01 \x01(\v2\x1b.fulfillment.v1.DestinationR\vdestination\"j\n" +
+	"\x17WatchOrderEventsRequest\x12\x16\n" +
+	"\x06cursor\x18\x01 \x01(\tR\x06cursor\x12\x15\n" +
+	"\x06org_id\x18\x02 \x01(\tR\x05orgId\x12 \n" +
+	"\venvironment\x18\x03 \x01(\tR\venvironment\"\xf3\x01\n" +
+	"\x18WatchOrderEventsResponse\x12\x16\n" +
+	"\x06cursor\x18\x01 \x01(\tR\x06cursor\x12\x14\n" +
+	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x19\n" +
+	"\border_id\x18\x03 \x01(\tR\aorderId\x12\x15\n" +
+	"\x06org_id\x18\x04 \x01(\tR\x05orgId\x12 \n" +
+	"\venvironment\x18\x05 \x01(\tR\venvironment\x12;\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12\x18\n" +
+	"\apayload\x18\a \x01(\tR\apayload2\xcc\t\n" +
 	"\x12FulfillmentService\x12V\n" +
 	"\vCreateOrder\x12\".fulfillment.v1.CreateOrderRequest\x1a#.fulfillment.v1.CreateOrderResponse\x12M\n" +
 	"\bGetOrder\x12\x1f.fulfillment.v1.GetOrderRequest\x1a .fulfillment.v1.GetOrderResponse\x12S\n" +
@@ -3296,7 +3469,8 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x12RetryOutboxMessage\x12).fulfillment.v1.RetryOutboxMessageRequest\x1a*.fulfillment.v1.RetryOutboxMessageResponse\x12e\n" +
 	"\x10ListDestinations\x12'.fulfillment.v1.ListDestinationsRequest\x1a(.fulfillment.v1.ListDestinationsResponse\x12k\n" +
 	"\x12DisableDestination\x12).fulfillment.v1.DisableDestinationRequest\x1a*.fulfillment.v1.DisableDestinationResponse\x12h\n" +
-	"\x11EnableDestination\x12(.fulfillment.v1.EnableDestinationRequest\x1a).fulfillment.v1.EnableDestinationResponseBIZGgithub.com/fulfillplatform/fulfillment/gen/fulfillment/v1;fulfillmentv1b\x06proto3"
+	"\x11EnableDestination\x12(.fulfillment.v1.EnableDestinationRequest\x1a).fulfillment.v1.EnableDestinationResponse\x12g\n" +
+	"\x10WatchOrderEvents\x12'.fulfillment.v1.WatchOrderEventsRequest\x1a(.fulfillment.v1.WatchOrderEventsResponse0\x01BIZGgithub.com/fulfillplatform/fulfillment/gen/fulfillment/v1;fulfillmentv1b\x06proto3"
 
 var (
 	file_fulfillment_v1_fulfillment_proto_rawDescOnce sync.Once
@@ -3310,7 +3484,7 @@ func file_fulfillment_v1_fulfillment_proto_rawDescGZIP() []byte {
 	return file_fulfillment_v1_fulfillment_proto_rawDescData
 }
 
-var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
 	(*Money)(nil),                           // 0: fulfillment.v1.Money
 	(*OrderLine)(nil),                       // 1: fulfillment.v1.OrderLine
@@ -3348,21 +3522,23 @@ var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
 	(*DisableDestinationResponse)(nil),      // 33: fulfillment.v1.DisableDestinationResponse
 	(*EnableDestinationRequest)(nil),        // 34: fulfillment.v1.EnableDestinationRequest
 	(*EnableDestinationResponse)(nil),       // 35: fulfillment.v1.EnableDestinationResponse
-	nil,                                     // 36: fulfillment.v1.RecordEventRequest.RefsEntry
-	(*timestamppb.Timestamp)(nil),           // 37: google.protobuf.Timestamp
+	(*WatchOrderEventsRequest)(nil),         // 36: fulfillment.v1.WatchOrderEventsRequest
+	(*WatchOrderEventsResponse)(nil),        // 37: fulfillment.v1.WatchOrderEventsResponse
+	nil,                                     // 38: fulfillment.v1.RecordEventRequest.RefsEntry
+	(*timestamppb.Timestamp)(nil),           // 39: google.protobuf.Timestamp
 }
 var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
 	0,  // 0: fulfillment.v1.OrderLine.unit_price:type_name -> fulfillment.v1.Money
-	37, // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
-	37, // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
+	39, // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
+	39, // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 3: fulfillment.v1.LedgerEntry.amount:type_name -> fulfillment.v1.Money
-	37, // 4: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
-	37, // 5: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
+	39, // 4: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
+	39, // 5: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
 	1,  // 6: fulfillment.v1.Order.lines:type_name -> fulfillment.v1.OrderLine
 	0,  // 7: fulfillment.v1.Order.total:type_name -> fulfillment.v1.Money
 	2,  // 8: fulfillment.v1.Order.settlement:type_name -> fulfillment.v1.Settlement
-	37, // 9: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
-	37, // 10: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
+	39, // 9: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
+	39, // 10: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
 	8,  // 11: fulfillment.v1.Order.history:type_name -> fulfillment.v1.OrderHistory
 	3,  // 12: fulfillment.v1.OrderHistory.payment_attempts:type_name -> fulfillment.v1.PaymentAttempt
 	4,  // 13: fulfillment.v1.OrderHistory.entitlements:type_name -> fulfillment.v1.Entitlement
@@ -3374,52 +3550,55 @@ var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
 	7,  // 19: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
 	7,  // 20: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
 	7,  // 21: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
-	37, // 22: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
+	39, // 22: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
 	15, // 23: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
-	36, // 24: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
-	37, // 25: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
-	37, // 26: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
+	38, // 24: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
+	39, // 25: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
+	39, // 26: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
 	18, // 27: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
-	37, // 28: fulfillment.v1.OutboxMessage.next_attempt_time:type_name -> google.protobuf.Timestamp
-	37, // 29: fulfillment.v1.OutboxMessage.create_time:type_name -> google.protobuf.Timestamp
-	37, // 30: fulfillment.v1.OutboxMessage.process_time:type_name -> google.protobuf.Timestamp
+	39, // 28: fulfillment.v1.OutboxMessage.next_attempt_time:type_name -> google.protobuf.Timestamp
+	39, // 29: fulfillment.v1.OutboxMessage.create_time:type_name -> google.protobuf.Timestamp
+	39, // 30: fulfillment.v1.OutboxMessage.process_time:type_name -> google.protobuf.Timestamp
 	22, // 31: fulfillment.v1.OutboxMessage.attempt_history:type_name -> fulfillment.v1.DeliveryAttempt
-	37, // 32: fulfillment.v1.DeliveryAttempt.start_time:type_name -> google.protobuf.Timestamp
-	37, // 33: fulfillment.v1.DeliveryAttempt.finish_time:type_name -> google.protobuf.Timestamp
+	39, // 32: fulfillment.v1.DeliveryAttempt.start_time:type_name -> google.protobuf.Timestamp
+	39, // 33: fulfillment.v1.DeliveryAttempt.finish_time:type_name -> google.protobuf.Timestamp
 	21, // 34: fulfillment.v1.ListOutboxMessagesResponse.messages:type_name -> fulfillment.v1.OutboxMessage
 	21, // 35: fulfillment.v1.GetOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
 	21, // 36: fulfillment.v1.RetryOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
-	37, // 37: fulfillment.v1.Destination.disable_time:type_name -> google.protobuf.Timestamp
+	39, // 37: fulfillment.v1.Destination.disable_time:type_name -> google.protobuf.Timestamp
 	29, // 38: fulfillment.v1.ListDestinationsResponse.destinations:type_name -> fulfillment.v1.Destination
 	29, // 39: fulfillment.v1.DisableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
 	29, // 40: fulfillment.v1.EnableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
-	9,  // 41: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
-	11, // 42: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
-	13, // 43: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
-	16, // 44: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
-	19, // 45: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
-	23, // 46: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
-	25, // 47: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
-	27, // 48: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
-	30, // 49: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
-	32, // 50: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
-	34, // 51: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
-	10, // 52: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
-	12, // 53: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
-	14, // 54: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
-	17, // 55: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
-	20, // 56: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
-	24, // 57: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
-	26, // 58: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
-	28, // 59: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
-	31, // 60: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
-	33, // 61: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
-	35, // 62: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
-	52, // [52:63] is the sub-list for method output_type
-	41, // [41:52] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	39, // 41: fulfillment.v1.WatchOrderEventsResponse.create_time:type_name -> google.protobuf.Timestamp
+	9,  // 42: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
+	11, // 43: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
+	13, // 44: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
+	16, // 45: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
+	19, // 46: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
+	23, // 47: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
+	25, // 48: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
+	27, // 49: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
+	30, // 50: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
+	32, // 51: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
+	34, // 52: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
+	36, // 53: fulfillment.v1.FulfillmentService.WatchOrderEvents:input_type -> fulfillment.v1.WatchOrderEventsRequest
+	10, // 54: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
+	12, // 55: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
+	14, // 56: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
+	17, // 57: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
+	20, // 58: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
+	24, // 59: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
+	26, // 60: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
+	28, // 61: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
+	31, // 62: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
+	33, // 63: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
+	35, // 64: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
+	37, // 65: fulfillment.v1.FulfillmentService.WatchOrderEvents:output_type -> fulfillment.v1.WatchOrderEventsResponse
+	54, // [54:66] is the sub-list for method output_type
+	42, // [42:54] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_fulfillment_v1_fulfillment_proto_init() }
@@ -3434,7 +3613,7 @@ func file_fulfillment_v1_fulfillment_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fulfillment_v1_fulfillment_proto_rawDesc), len(file_fulfillment_v1_fulfillment_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   37,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

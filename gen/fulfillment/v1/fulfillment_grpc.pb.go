@@ -30,6 +30,7 @@ const (
 	FulfillmentService_ListDestinations_FullMethodName        = "/fulfillment.v1.FulfillmentService/ListDestinations"
 	FulfillmentService_DisableDestination_FullMethodName      = "/fulfillment.v1.FulfillmentService/DisableDestination"
 	FulfillmentService_EnableDestination_FullMethodName       = "/fulfillment.v1.FulfillmentService/EnableDestination"
+	FulfillmentService_WatchOrderEvents_FullMethodName        = "/fulfillment.v1.FulfillmentService/WatchOrderEvents"
 )
 
 // FulfillmentServiceClient is the client API for FulfillmentService service.
@@ -86,6 +87,14 @@ type FulfillmentServiceClient interface {
 	// EnableDestination resumes deliveries to a destination disabled by
 	// hand or by a 410 Gone answer (scope "admin").
 	EnableDestination(ctx context.Context, in *EnableDestinationRequest, opts ...grpc.CallOption) (*EnableDestinationResponse, error)
+	// WatchOrderEvents streams the order events of the orgs the caller may
+	// see (order.fulfilled, order.refunded, order.on_hold), oldest first,
+	// from after cursor (the start of the feed when empty), then follows new
+	// ones as they commit; it ends only when the caller or the service does.
+	// Each event carries the cursor to resume after it: a consumer that
+	// keeps the cursor of the last event it handled and resumes from it
+	// receives every event once, in the same order. gRPC only.
+	WatchOrderEvents(ctx context.Context, in *WatchOrderEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchOrderEventsResponse], error)
 }
 
 type fulfillmentServiceClient struct {
@@ -206,6 +215,25 @@ func (c *fulfillmentServiceClient) EnableDestination(ctx context.Context, in *En
 	return out, nil
 }
 
+func (c *fulfillmentServiceClient) WatchOrderEvents(ctx context.Context, in *WatchOrderEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchOrderEventsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &FulfillmentService_ServiceDesc.Streams[0], FulfillmentService_WatchOrderEvents_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchOrderEventsRequest, WatchOrderEventsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FulfillmentService_WatchOrderEventsClient = grpc.ServerStreamingClient[WatchOrderEventsResponse]
+
 // FulfillmentServiceServer is the server API for FulfillmentService service.
 // All implementations must embed UnimplementedFulfillmentServiceServer
 // for forward compatibility.
@@ -260,6 +288,14 @@ type FulfillmentServiceServer interface {
 	// EnableDestination resumes deliveries to a destination disabled by
 	// hand or by a 410 Gone answer (scope "admin").
 	EnableDestination(context.Context, *EnableDestinationRequest) (*EnableDestinationResponse, error)
+	// WatchOrderEvents streams the order events of the orgs the caller may
+	// see (order.fulfilled, order.refunded, order.on_hold), oldest first,
+	// from after cursor (the start of the feed when empty), then follows new
+	// ones as they commit; it ends only when the caller or the service does.
+	// Each event carries the cursor to resume after it: a consumer that
+	// keeps the cursor of the last event it handled and resumes from it
+	// receives every event once, in the same order. gRPC only.
+	WatchOrderEvents(*WatchOrderEventsRequest, grpc.ServerStreamingServer[WatchOrderEventsResponse]) error
 	mustEmbedUnimplementedFulfillmentServiceServer()
 }
 
@@ -302,6 +338,9 @@ func (UnimplementedFulfillmentServiceServer) DisableDestination(context.Context,
 }
 func (UnimplementedFulfillmentServiceServer) EnableDestination(context.Context, *EnableDestinationRequest) (*EnableDestinationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method EnableDestination not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) WatchOrderEvents(*WatchOrderEventsRequest, grpc.ServerStreamingServer[WatchOrderEventsResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchOrderEvents not implemented")
 }
 func (UnimplementedFulfillmentServiceServer) mustEmbedUnimplementedFulfillmentServiceServer() {}
 func (UnimplementedFulfillmentServiceServer) testEmbeddedByValue()                            {}
@@ -522,6 +561,17 @@ func _FulfillmentService_EnableDestination_Handler(srv interface{}, ctx context.
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FulfillmentService_WatchOrderEvents_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchOrderEventsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(FulfillmentServiceServer).WatchOrderEvents(m, &grpc.GenericServerStream[WatchOrderEventsRequest, WatchOrderEventsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FulfillmentService_WatchOrderEventsServer = grpc.ServerStreamingServer[WatchOrderEventsResponse]
+
 // FulfillmentService_ServiceDesc is the grpc.ServiceDesc for FulfillmentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -574,6 +624,12 @@ var FulfillmentService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _FulfillmentService_EnableDestination_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchOrderEvents",
+			Handler:       _FulfillmentService_WatchOrderEvents_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "fulfillment/v1/fulfillment.proto",
 }

@@ -1,0 +1,166 @@
+package e2e_test
+
+// The order event feed: a consumer that disconnects and resumes from the
+// cursor of the last event it handled receives every event of its org once,
+// in the feed's order, and none of another org.
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/fulfillplatform/fulfillment/config"
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/internal/pgtest"
+)
+
+const (
+	orgB         = "org_b"
+	orgBEndpoint = "yolfi-org-b"
+	orgBSecret   = "ywhsec_orgb_0123456789abcdef"
+)
+
+// watch opens the feed for token after cursor.
+func (s *stack) watch(t *testing.T, token, cursor string) (fulfillmentv1.FulfillmentService_WatchOrderEventsClient, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	st, err := s.client.WatchOrderEvents(ctx, &fulfillmentv1.WatchOrderEventsRequest{Cursor: cursor})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	return st, cancel
+}
+
+// next receives n events from st.
+func next(t *testing.T, st fulfillmentv1.FulfillmentService_WatchOrderEventsClient, n int) []*fulfillmentv1.WatchOrderEventsResponse {
+	t.Helper()
+	var got []*fulfillmentv1.WatchOrderEventsResponse
+	for range n {
+		e, err := st.Recv()
+		if err != nil {
+			t.Fatalf("after %d of %d events: %v", len(got), n, err)
+		}
+		got = append(got, e)
+	}
+	return got
+}
+
+// payNewOrder creates a license order for org and pays it through the
+// org's endpoint; it returns the order id.
+func (s *stack) payNewOrder(t *testing.T, org, merchantOrderID string) string {
+	t.Helper()
+	resp, err := s.client.CreateOrder(authed(adminToken), &fulfillmentv1.CreateOrderRequest{
+		OrgId: org, Environment: "live", MerchantOrderId: merchantOrderID,
+		Lines: []*fulfillmentv1.OrderLine{
+			{Sku: defaultSKU, Kind: "license", Quantity: 1, UnitPrice: &fulfillmentv1.Money{Currency: "USD", MinorUnits: 2500}},
+		},
+		Settlement: &fulfillmentv1.Settlement{Token: "USDT", Network: "TRON", Amount: "25.000000"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := event(yolfi.TypePaymentConfirmed, merchantOrderID, "inv_"+merchantOrderID)
+	endpoint, secret := liveEP, liveSecret
+	if org == orgB {
+		ev.OrgID, endpoint, secret = orgB, orgBEndpoint, orgBSecret
+	}
+	if code := s.send(t, endpoint, secret, ev); code != http.StatusOK {
+		t.Fatalf("payment webhook answered %d", code)
+	}
+	return resp.GetOrder().GetId()
+}
+
+func TestOrderEventFeedResumes(t *testing.T) {
+	t.Parallel()
+	s := startReplicaWith(t, pgtest.DB(t), func(c *config.Config) {
+		c.Endpoints = append(c.Endpoints, config.Endpoint{ID: orgBEndpoint, Provider: "yolfi", Org: orgB, Environment: "live",
+			Secrets: []config.Secret{{Value: []byte(orgBSecret)}}})
+	})
+	var wantA []string // org_a's orders, in payment order
+	pay := func(org, mid string) {
+		id := s.payNewOrder(t, org, mid)
+		if org == orgA {
+			wantA = append(wantA, id)
+		}
+	}
+
+	st, cancel := s.watch(t, orgAToken, "")
+	for i, org := range []string{orgA, orgB, orgA, orgB, orgA} {
+		pay(org, "feed-1-"+string(rune('a'+i)))
+	}
+	first := next(t, st, 3)
+	cancel() // the consumer goes away...
+	if _, err := st.Recv(); status.Code(err) != codes.Canceled && !errors.Is(err, io.EOF) {
+		t.Fatalf("after cancel: %v", err)
+	}
+	for i, org := range []string{orgB, orgA, orgA} {
+		pay(org, "feed-2-"+string(rune('a'+i)))
+	}
+	// ... and comes back with the cursor of the last event it handled.
+	st, cancel = s.watch(t, orgAToken, first[len(first)-1].GetCursor())
+	defer cancel()
+	second := next(t, st, 2)
+	all := slices.Concat(first, second)
+
+	var gotOrders []string
+	for i, e := range all {
+		if e.GetOrgId() != orgA || e.GetTopic() != "order.fulfilled" || e.GetPayload() == "" {
+			t.Errorf("event %d = %v", i, e)
+		}
+		gotOrders = append(gotOrders, e.GetOrderId())
+	}
+	sorted := slices.Clone(gotOrders)
+	slices.Sort(sorted)
+	want := slices.Clone(wantA)
+	slices.Sort(want)
+	if !slices.Equal(sorted, want) || len(slices.Compact(sorted)) != len(want) {
+		t.Fatalf("events for orders %v, want each of %v once", gotOrders, wantA)
+	}
+	// In order: the same sequence as one uninterrupted read from the start
+	// (an admin sees org_b's events too, in between).
+	whole, cancelWhole := s.watch(t, adminToken, "")
+	defer cancelWhole()
+	var onlyA []string
+	for _, e := range next(t, whole, 8) {
+		if e.GetOrgId() == orgA {
+			onlyA = append(onlyA, e.GetOrderId())
+		}
+	}
+	if !slices.Equal(onlyA, gotOrders) {
+		t.Errorf("resumed sequence %v differs from the uninterrupted one %v", gotOrders, onlyA)
+	}
+
+	// Bad cursors, other orgs and missing scopes are refused.
+	for _, tc := range []struct {
+		token string
+		req   *fulfillmentv1.WatchOrderEventsRequest
+		code  codes.Code
+	}{
+		{orgAToken, &fulfillmentv1.WatchOrderEventsRequest{Cursor: "nonsense"}, codes.InvalidArgument},
+		{orgAToken, &fulfillmentv1.WatchOrderEventsRequest{OrgId: orgB}, codes.PermissionDenied},
+		{orgAToken, &fulfillmentv1.WatchOrderEventsRequest{Environment: "staging"}, codes.InvalidArgument},
+		{ingestToken, &fulfillmentv1.WatchOrderEventsRequest{}, codes.PermissionDenied},
+		{"tok-nobody-0123456789abcdef", &fulfillmentv1.WatchOrderEventsRequest{}, codes.Unauthenticated},
+	} {
+		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tc.token), 10*time.Second)
+		st, err := s.client.WatchOrderEvents(ctx, tc.req)
+		if err == nil {
+			_, err = st.Recv()
+		}
+		cancel()
+		if status.Code(err) != tc.code {
+			t.Errorf("%v with token %s: %v, want %v", tc.req, tc.token, err, tc.code)
+		}
+	}
+}

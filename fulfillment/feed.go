@@ -1,0 +1,73 @@
+package fulfillment
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// FeedCursor is a position in the order event feed: a reader holding it
+// has read every event before it, and reads on from there.
+type FeedCursor struct {
+	// XID is the writing transaction's id, ID the event's: the feed is
+	// ordered by both.
+	XID uint64
+	ID  int64
+}
+
+// String renders c for callers, who hand it back unchanged.
+func (c FeedCursor) String() string {
+	return strconv.FormatUint(c.XID, 10) + "." + strconv.FormatInt(c.ID, 10)
+}
+
+// ParseFeedCursor reads a cursor String returned; "" is the start of the
+// feed.
+func ParseFeedCursor(field, s string) (FeedCursor, error) {
+	if s == "" {
+		return FeedCursor{}, nil
+	}
+	xid, id, ok := strings.Cut(s, ".")
+	x, errX := strconv.ParseUint(xid, 10, 64)
+	n, errN := strconv.ParseInt(id, 10, 64)
+	if !ok || errX != nil || errN != nil || n < 0 {
+		var vs violations
+		vs.add(field, "must be a cursor the feed returned (or empty, for the start)")
+		return FeedCursor{}, vs.err()
+	}
+	return FeedCursor{XID: x, ID: n}, nil
+}
+
+// OrderEvent is one order event of the feed: an order entered a state
+// announced by Topic.
+type OrderEvent struct {
+	Cursor      FeedCursor
+	OrgID       string
+	Environment Environment
+	OrderID     string
+	Topic       Topic
+	// Payload is the event's JSON, as outbox messages announcing it carry.
+	Payload   []byte
+	CreatedAt time.Time
+}
+
+// FeedParams selects a stretch of the feed.
+type FeedParams struct {
+	After FeedCursor
+	// VisibleOrgs restricts the events to these orgs; nil means every org.
+	VisibleOrgs []string
+	OrgID       string
+	Environment Environment
+	Limit       int
+}
+
+// FeedStore keeps the order event feed.
+type FeedStore interface {
+	// FeedRead returns up to p.Limit events after p.After, in feed order.
+	// An event it has not returned never appears before the last one it
+	// did: a reader resuming from its cursor misses none.
+	FeedRead(ctx context.Context, p FeedParams) ([]OrderEvent, error)
+	// FeedListen calls wake whenever events may have been written, until
+	// ctx ends. wake must not block.
+	FeedListen(ctx context.Context, wake func())
+}

@@ -1,0 +1,58 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+var _ fulfillment.FeedStore = (*Store)(nil)
+
+// feedChannel is the LISTEN/NOTIFY channel of new order events.
+const feedChannel = "order_events"
+
+// FeedRead implements fulfillment.FeedStore. Only events of transactions
+// older than every transaction still running are read: a later event can
+// then never sort before the cursor (see migration 008).
+func (s *Store) FeedRead(ctx context.Context, p fulfillment.FeedParams) ([]fulfillment.OrderEvent, error) {
+	var w where
+	w.add("(e.xid, e.id) > (" + w.arg(strconv.FormatUint(p.After.XID, 10)) + "::text::xid8, " + w.arg(p.After.ID) + "::bigint)")
+	w.add("e.xid < pg_snapshot_xmin(pg_current_snapshot())")
+	if p.VisibleOrgs != nil {
+		w.add("e.org_id = ANY(" + w.arg(p.VisibleOrgs) + ")")
+	}
+	w.eq("e.org_id", p.OrgID)
+	w.eq("e.environment", string(p.Environment))
+	rows, _ := s.pool.Query(ctx, `
+		SELECT e.xid::text, e.id, e.org_id, e.environment, e.order_id, e.topic, e.payload::text, e.created_at
+		FROM order_events e`+w.sql()+" ORDER BY e.xid, e.id LIMIT "+w.arg(p.Limit), w.args...)
+	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.OrderEvent, error) {
+		var (
+			e       fulfillment.OrderEvent
+			xid     string
+			orderID uuid.UUID
+			payload string
+		)
+		err := r.Scan(&xid, &e.Cursor.ID, &e.OrgID, &e.Environment, &orderID, &e.Topic, &payload, &e.CreatedAt)
+		if err != nil {
+			return e, err
+		}
+		e.OrderID, e.Payload = orderID.String(), []byte(payload)
+		e.Cursor.XID, err = strconv.ParseUint(xid, 10, 64)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading order events: %w", interpret(err))
+	}
+	return events, nil
+}
+
+// FeedListen implements fulfillment.FeedStore.
+func (s *Store) FeedListen(ctx context.Context, wake func()) {
+	s.feedSignal.listen(ctx, wake)
+}
