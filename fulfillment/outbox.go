@@ -173,10 +173,13 @@ type OutboxWork interface {
 	// OutboxClaim leases up to limit due messages of destination to owner,
 	// as InboxClaim does events; a disabled destination has none due.
 	OutboxClaim(ctx context.Context, destination, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error)
-	// OutboxRelease, OutboxReclaim, OutboxRetry and OutboxListen are the
-	// inbox's counterparts. A message failed by OutboxRetry opens a
-	// failed_delivery item.
-	OutboxRelease(ctx context.Context, owner string) (int, error)
+	// OutboxRelease hands back destination's messages leased to owner:
+	// each destination's dispatcher stops on its own, and must not hand
+	// back what another one is still sending.
+	OutboxRelease(ctx context.Context, destination, owner string) (int, error)
+	// OutboxReclaim, OutboxRetry and OutboxListen are the inbox's
+	// counterparts. A message failed by OutboxRetry opens a failed_delivery
+	// item.
 	OutboxReclaim(ctx context.Context) (int, error)
 	OutboxRetry(ctx context.Context, id int64, owner string, cause string, next time.Time, maxAttempts int) (failed bool, err error)
 	OutboxListen(ctx context.Context, wake func()) error

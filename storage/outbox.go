@@ -21,10 +21,10 @@ const outboxChannel = "outbox_messages"
 // while the destination is disabled. A message failed past its attempts
 // opens a failed_delivery item.
 var outboxQueue = newLeasedTable(leasedTable{
-	table: "outbox_messages",
-	noun:  "message",
-	partition: `destination_id = $6 AND NOT EXISTS (
-		SELECT 1 FROM outbox_destinations d WHERE d.id = $6 AND d.disabled_at IS NOT NULL)`,
+	table:     "outbox_messages",
+	noun:      "message",
+	partition: "destination_id",
+	claimGate: `NOT EXISTS (SELECT 1 FROM outbox_destinations d WHERE d.id = $6 AND d.disabled_at IS NOT NULL)`,
 	abandoned: `
 		INSERT INTO reconciliation_items (kind, org_id, environment, order_id, outbox_message_id, detail, dedupe_key)
 		SELECT 'failed_delivery', m.org_id, m.environment, m.order_id, m.id,
@@ -112,8 +112,8 @@ func (s *Store) OutboxClaim(ctx context.Context, destination, owner string, limi
 }
 
 // OutboxRelease implements fulfillment.OutboxWork.
-func (s *Store) OutboxRelease(ctx context.Context, owner string) (int, error) {
-	n, err := s.release(ctx, outboxQueue, owner)
+func (s *Store) OutboxRelease(ctx context.Context, destination, owner string) (int, error) {
+	n, err := s.release(ctx, outboxQueue, owner, destination)
 	if err != nil {
 		return 0, fmt.Errorf("releasing outbox leases: %w", err)
 	}

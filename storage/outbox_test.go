@@ -258,3 +258,27 @@ func TestOutboxUncertainFailedGone(t *testing.T) {
 		t.Errorf("record of a failed message = %v, want ErrLeaseLost", err)
 	}
 }
+
+// Each destination's dispatcher hands back its own claims only: another
+// one may still be sending what it claimed.
+func TestOutboxReleasePerDestination(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	externalOrder(t, s, "m-1")
+	if _, err := s.InboxInsert(ctx, confirmedEvent("e1", "m-1"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	processAll(t, s, 1)
+	for _, d := range []string{"licenses", "shipping"} {
+		if claims, err := s.OutboxClaim(ctx, d, "w", 1, time.Minute, 5, nil); err != nil || len(claims) != 1 {
+			t.Fatalf("claim for %s: %v %v", d, claims, err)
+		}
+	}
+	if n, err := s.OutboxRelease(ctx, "licenses", "w"); err != nil || n != 1 {
+		t.Fatalf("release = %d, %v; want 1", n, err)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM outbox_messages WHERE lease_owner = 'w'"); n != 1 {
+		t.Errorf("%d messages still leased, want shipping's", n)
+	}
+}

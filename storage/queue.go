@@ -40,10 +40,12 @@ type leasedTable struct {
 	abandoned string
 	// failed completes, in Retry's transaction, a row Retry failed.
 	failed func(ctx context.Context, tx pgx.Tx, id int64, cause string, maxAttempts int) error
-	// partition, when set, is an SQL condition on the parameter $6 that
-	// the rows a claim takes meet: the table is drained by one queue per
-	// value of $6 (a destination), each claiming its own rows only.
-	partition string
+	// partition, when set, names the column that splits the table into
+	// queues: one per value (a destination), each claiming and releasing
+	// its own rows only. A claim takes the value as $6, a release as $2;
+	// claimGate is a further condition of a claim on $6 (e.g. the
+	// partition is not disabled).
+	partition, claimGate string
 
 	claimSQL, retrySQL, releaseSQL, reclaimSQL string
 }
@@ -80,7 +82,8 @@ func newLeasedTable(t leasedTable) *leasedTable {
 		"{abandoned_effects}", abandonedCTE,
 		"{lease_owner_dead}", ownerDead("lease_owner"),
 		"{owner_dead}", ownerDead("o.lease_owner"),
-		"{partition}", partitionCond(t.partition),
+		"{partition}", partitionCond(t.partition, "$6", t.claimGate),
+		"{release_partition}", partitionCond(t.partition, "$2", ""),
 	)
 
 	// Due rows, oldest first (now(), the statement's start, is stable: the
@@ -127,7 +130,7 @@ func newLeasedTable(t leasedTable) *leasedTable {
 	t.releaseSQL = r.Replace(`
 		UPDATE {table} SET lease_owner = NULL, lease_until = NULL,
 			next_attempt_at = clock_timestamp(), attempts = greatest(attempts - 1, 0)
-		WHERE lease_owner = $1 AND state = 'pending'`)
+		WHERE lease_owner = $1 AND state = 'pending'{release_partition}`)
 
 	// The rows of unexpired leases (next_attempt_at in the future: the
 	// index's far end, with the retries waiting for their backoff), the
@@ -156,11 +159,17 @@ func newLeasedTable(t leasedTable) *leasedTable {
 	return &t
 }
 
-func partitionCond(cond string) string {
-	if cond == "" {
+// partitionCond is the condition that a row belongs to the partition
+// given by param, and meets gate, or "" without partitions.
+func partitionCond(column, param, gate string) string {
+	if column == "" {
 		return ""
 	}
-	return " AND " + cond
+	cond := " AND " + column + " = " + param
+	if gate != "" {
+		cond += " AND " + gate
+	}
+	return cond
 }
 
 // leasedRow is one claimed row: its id and how many times it was claimed,
@@ -205,10 +214,10 @@ func (s *Store) retry(ctx context.Context, t *leasedTable, id int64, owner, caus
 	return failed, err
 }
 
-// release hands back the rows of t leased to owner, without counting their
-// claim as an attempt.
-func (s *Store) release(ctx context.Context, t *leasedTable, owner string) (int, error) {
-	tag, err := s.leasePool.Exec(ctx, t.releaseSQL, owner)
+// release hands back the rows of t (of the partition, when t has them)
+// leased to owner, without counting their claim as an attempt.
+func (s *Store) release(ctx context.Context, t *leasedTable, owner string, partition ...any) (int, error) {
+	tag, err := s.leasePool.Exec(ctx, t.releaseSQL, append([]any{owner}, partition...)...)
 	if err != nil {
 		return 0, interpret(err)
 	}

@@ -153,7 +153,7 @@ func (t *outboxTable) Retry(ctx context.Context, owner string, c Claim, cause st
 }
 
 func (t *outboxTable) Release(ctx context.Context, owner string) (int, error) {
-	return t.outbox.work.OutboxRelease(ctx, owner)
+	return t.outbox.work.OutboxRelease(ctx, t.dest.ID, owner)
 }
 
 func (t *outboxTable) Reclaim(ctx context.Context) (int, error) {
