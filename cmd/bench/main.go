@@ -99,7 +99,7 @@ func main() {
 	flag.DurationVar(&o.budget, "budget", 9*time.Minute+30*time.Second, "whole-run budget: past it, waits for the inbox backlog are cut short (with a warning)")
 	flag.StringVar(&outboxConc, "outbox-concurrency", "4,16", "destination concurrencies of the outbox drain")
 	flag.IntVar(&o.outboxBacklog, "outbox-backlog", 4000, "outbox messages drained at each concurrency (0 skips the drains)")
-	flag.IntVar(&o.outboxRate, "outbox-rate", 200, "offered payments/s of the outbox ack→delivered run (0 skips it)")
+	flag.IntVar(&o.outboxRate, "outbox-rate", 100, "offered payments/s of the outbox ack→delivered run (0 skips it)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary folder (cluster, service log) for inspection")
 	flag.Parse()
 	var err error

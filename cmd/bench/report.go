@@ -392,7 +392,7 @@ func outboxRows(ob *Outbox) []Row {
 		rows = append(rows,
 			Row{"outbox", "baseline: direct signed POSTs (outbox.Sender, no DB)", c, "-", rate(d.BaselinePerSecond) + " POSTs",
 				ms(d.BaselineLatency.P50), ms(d.BaselineLatency.P99), ms(d.BaselineLatency.P999), non200(d.BaselineNon200), d.BaselineCPU.String(),
-				fmt.Sprintf("%d messages", d.Messages)},
+				fmt.Sprintf("%d messages; median of runs at %v/s", d.Messages, d.BaselineRuns)},
 			Row{"outbox", fmt.Sprintf("drain a backlog of %d to the receiver", d.Messages), c, "-", rate(d.PerSecond) + " deliveries",
 				"", "", "", fmt.Sprint(d.Messages - d.Delivered), d.CPU.String(),
 				joinNotes(fmt.Sprintf("÷ direct %.2f", d.Ratio), fmt.Sprintf("%d in %.1fs", d.Delivered, d.DrainSeconds),
@@ -416,7 +416,8 @@ func outboxRows(ob *Outbox) []Row {
 			Row{"outbox", fmt.Sprintf("ack→processed @%s/s (DB clock, inbox stage)", off), "-", off, "",
 				ms(l.Processed.Latency.P50), ms(l.Processed.Latency.P99), ms(l.Processed.Latency.P999), "", "",
 				fmt.Sprintf("p90 %s; n=%d", ms(l.Processed.Latency.P90), l.Processed.Latency.N)},
-			lagRow("line delivered", l.Line, missing),
+			lagRow("line delivered", l.Line, joinNotes(missing, fmt.Sprintf("p50 of the first ¼ of payments %.2f, of the last ¼ %.2f",
+				l.LineFirstQuarterP50, l.LineLastQuarterP50))),
 			lagRow("order.fulfilled delivered", l.Fulfilled, "the line's delivery fulfils the order, which is announced to a 2nd destination"))
 	}
 	return rows

@@ -81,14 +81,14 @@ func (a *Arrivals) Wait(ctx context.Context, keys []string, timeout time.Duratio
 	}
 }
 
-// Lags returns, for each key of from that arrived, its arrival minus
-// from[key], and how many keys have not arrived.
-func (a *Arrivals) Lags(from map[string]time.Time) (lags []time.Duration, missing int) {
+// Lags returns, in the order of keys, the arrival of each key that arrived
+// minus its from (from[i] for keys[i]), and how many keys have not arrived.
+func (a *Arrivals) Lags(keys []string, from []time.Time) (lags []time.Duration, missing int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for k, t0 := range from {
+	for i, k := range keys {
 		if t, ok := a.first[k]; ok {
-			lags = append(lags, t.Sub(t0))
+			lags = append(lags, t.Sub(from[i]))
 		} else {
 			missing++
 		}
@@ -175,12 +175,14 @@ type DBCounters struct {
 	Transactions int64 `json:"transactions"` // committed
 	Inserted     int64 `json:"rows_inserted"`
 	Updated      int64 `json:"rows_updated"`
+	Blocks       int64 `json:"blocks_accessed"` // shared buffers hit or read
 	WALBytes     int64 `json:"wal_bytes"`
 }
 
 // Sub returns c − o.
 func (c DBCounters) Sub(o DBCounters) DBCounters {
-	return DBCounters{c.Transactions - o.Transactions, c.Inserted - o.Inserted, c.Updated - o.Updated, c.WALBytes - o.WALBytes}
+	return DBCounters{c.Transactions - o.Transactions, c.Inserted - o.Inserted, c.Updated - o.Updated,
+		c.Blocks - o.Blocks, c.WALBytes - o.WALBytes}
 }
 
 // Per divides each counter by n.
@@ -189,7 +191,7 @@ func (c DBCounters) Per(n int) PerItem {
 		return PerItem{}
 	}
 	f := func(x int64) float64 { return round3(float64(x) / float64(n)) }
-	return PerItem{f(c.Transactions), f(c.Inserted), f(c.Updated), f(c.WALBytes)}
+	return PerItem{f(c.Transactions), f(c.Inserted), f(c.Updated), f(c.Blocks), f(c.WALBytes)}
 }
 
 // PerItem is DBCounters divided by a number of items.
@@ -197,11 +199,13 @@ type PerItem struct {
 	Transactions float64 `json:"transactions"`
 	Inserted     float64 `json:"rows_inserted"`
 	Updated      float64 `json:"rows_updated"`
+	Blocks       float64 `json:"blocks_accessed"`
 	WALBytes     float64 `json:"wal_bytes"`
 }
 
 func (p PerItem) String() string {
-	return fmt.Sprintf("%.2f commits, %.2f rows inserted, %.2f updated, %.0f B WAL", p.Transactions, p.Inserted, p.Updated, p.WALBytes)
+	return fmt.Sprintf("%.2f commits, %.2f rows inserted, %.2f updated, %.0f buffer accesses, %.0f B WAL",
+		p.Transactions, p.Inserted, p.Updated, p.Blocks, p.WALBytes)
 }
 
 // ReadDBCounters reads the counters once the other sessions have reported
@@ -215,9 +219,9 @@ func ReadDBCounters(ctx context.Context, db *pgxpool.Pool) (DBCounters, error) {
 	for i := 0; ; i++ {
 		var c DBCounters
 		err := db.QueryRow(ctx, `
-			SELECT d.xact_commit, d.tup_inserted, d.tup_updated, w.wal_bytes::bigint
+			SELECT d.xact_commit, d.tup_inserted, d.tup_updated, d.blks_hit + d.blks_read, w.wal_bytes::bigint
 			FROM pg_stat_database d, pg_stat_wal w WHERE d.datname = current_database()`).
-			Scan(&c.Transactions, &c.Inserted, &c.Updated, &c.WALBytes)
+			Scan(&c.Transactions, &c.Inserted, &c.Updated, &c.Blocks, &c.WALBytes)
 		if err != nil {
 			return c, err
 		}

@@ -37,9 +37,10 @@ func TestRunDirectArrivals(t *testing.T) {
 	if len(times) != len(msgs) || missing != 1 || arr.Repeats() != 0 || rcv.TotalEffects() != len(msgs) {
 		t.Errorf("arrivals: %d, missing %d (want 1), repeats %d; receiver effects %d", len(times), missing, arr.Repeats(), rcv.TotalEffects())
 	}
-	from := map[string]time.Time{keys[0]: times[0].Add(-time.Second), "never-sent": time.Now()}
-	if lags, missing := arr.Lags(from); len(lags) != 1 || missing != 1 {
-		t.Errorf("lags: %v, missing %d; want one lag and one missing", lags, missing)
+	first, _ := arr.Times(keys[:1])
+	lags, missing := arr.Lags([]string{"never-sent", keys[0]}, []time.Time{time.Now(), first[0].Add(-time.Second)})
+	if len(lags) != 1 || lags[0] != time.Second || missing != 1 {
+		t.Errorf("lags: %v, missing %d; want [1s] and one missing", lags, missing)
 	}
 }
 
