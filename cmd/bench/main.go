@@ -688,10 +688,17 @@ func (b *bench) halfPeak(ctx context.Context) error {
 // pipelinePoint sends new payment.confirmed events open loop at rate/s and
 // measures ack and ack→fulfilled latency.
 func (b *bench) pipelinePoint(ctx context.Context, rate int, label string) (*Pipeline, error) {
+	p, _, err := b.pipelineOf(ctx, rate, label, b.createOrders)
+	return p, err
+}
+
+// pipelineOf is pipelinePoint over orders made by create; it also returns
+// the mix that paid them, with the time of each acknowledgement.
+func (b *bench) pipelineOf(ctx context.Context, rate int, label string, create func(context.Context, int) ([]loadgen.Order, error)) (*Pipeline, *loadgen.Mix, error) {
 	n := int(float64(rate)*(b.o.warmup+b.o.pipeline).Seconds()) + 10
-	orders, err := b.createOrders(ctx, n)
+	orders, err := create(ctx, n)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	b.drain(ctx, "creating orders")
 	mix := loadgen.NewMix(b.src, orders, 0, 0)
@@ -700,7 +707,7 @@ func (b *bench) pipelinePoint(ctx context.Context, rate int, label string) (*Pip
 	p.DrainSeconds = b.drain(ctx, fmt.Sprintf("the %d/s pipeline run", rate))
 	ts, err := loadgen.Timings(ctx, b.t.db, b.key, mix.NewIDs())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	p.Fulfilled = loadgen.Fulfilled(ts)
 	if p.Fulfilled.Decisions["fulfilled"] < p.Fulfilled.Latency.N {
@@ -711,7 +718,7 @@ func (b *bench) pipelinePoint(ctx context.Context, rate int, label string) (*Pip
 	}
 	b.logf("pipeline %d/s (%s): ack %s  late %d | ack→fulfilled %s  pending %d  cpu %s",
 		rate, label, p.Ack.Latency, p.Ack.Late, p.Fulfilled.Latency, p.Fulfilled.Pending, p.Ack.CPU)
-	return p, ctx.Err()
+	return p, mix, ctx.Err()
 }
 
 // sustained pushes new payment.confirmed events as fast as push-workers

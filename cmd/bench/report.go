@@ -399,8 +399,7 @@ func outboxRows(ob *Outbox) []Row {
 					"per delivery "+d.PerDelivery.String(), waitNote(d.Waits))})
 	}
 	if l := ob.Lag; l != nil {
-		a := l.Ack
-		off := rate(a.Offered)
+		off := rate(l.Ack.Offered)
 		missing := ""
 		if l.Missing > 0 {
 			missing = fmt.Sprintf("%d not delivered", l.Missing)
@@ -409,16 +408,15 @@ func outboxRows(ob *Outbox) []Row {
 			return Row{"outbox", fmt.Sprintf("ack→%s @%s/s (receiver)", what, off), fmt.Sprint(l.Concurrency), off, "",
 				ms(s.P50), ms(s.P99), ms(s.P999), "", "", joinNotes(fmt.Sprintf("p90 %s; n=%d", ms(s.P90), s.N), note)}
 		}
+		prs := pipelineRows("outbox", l.Pipeline)
+		prs[0].Scenario += ", external-line orders"
+		prs[1].Scenario = fmt.Sprintf("ack→processed @%s/s (DB clock, inbox stage)", off)
+		prs[1].Notes = joinNotes(fmt.Sprintf("p90 %s", ms(l.Fulfilled.Latency.P90)), prs[1].Notes)
+		rows = append(rows, prs...)
 		rows = append(rows,
-			Row{"outbox", fmt.Sprintf("ack @%s/s open loop, external-line orders", off), "-", off, rate(a.PerSecond) + " req",
-				ms(a.Latency.P50), ms(a.Latency.P99), ms(a.Latency.P999), non200(a.Non200), a.CPU.String(),
-				joinNotes(fmt.Sprintf("late %d", a.Late), unsentNote(a.Unsent), waitNote(a.Waits))},
-			Row{"outbox", fmt.Sprintf("ack→processed @%s/s (DB clock, inbox stage)", off), "-", off, "",
-				ms(l.Processed.Latency.P50), ms(l.Processed.Latency.P99), ms(l.Processed.Latency.P999), "", "",
-				fmt.Sprintf("p90 %s; n=%d", ms(l.Processed.Latency.P90), l.Processed.Latency.N)},
 			lagRow("line delivered", l.Line, joinNotes(missing, fmt.Sprintf("p50 of the first ¼ of payments %.2f, of the last ¼ %.2f",
 				l.LineFirstQuarterP50, l.LineLastQuarterP50))),
-			lagRow("order.fulfilled delivered", l.Fulfilled, "the line's delivery fulfils the order, which is announced to a 2nd destination"))
+			lagRow("order.fulfilled delivered", l.Announced, "the line's delivery fulfils the order, which is announced to a 2nd destination"))
 	}
 	return rows
 }
