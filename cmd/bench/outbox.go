@@ -220,7 +220,7 @@ func (o *outboxRun) backlog(ctx context.Context, c int) (OutboxDrain, error) {
 	}
 	o.use(t)
 	cpu1 := o.cpu.sample()
-	prof := o.profile(ctx, fmt.Sprintf("outbox-drain-%d", c), 2*time.Second)
+	prof := o.profile(ctx, fmt.Sprintf("outbox-drain-%d", c), 4*time.Second)
 	if missing := o.arr.Wait(ctx, keys, o.drainWait()); missing > 0 {
 		o.warn("outbox at concurrency %d: %d of %d messages not delivered", c, missing, len(keys))
 	}
