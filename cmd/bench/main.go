@@ -40,6 +40,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fulfillplatform/fulfillment/config"
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/internal/loadgen"
 	"github.com/fulfillplatform/fulfillment/internal/pgcluster"
 	"github.com/fulfillplatform/fulfillment/storage"
@@ -67,11 +69,14 @@ type options struct {
 	pprof         bool
 	rounds        int
 	budget        time.Duration
+	outboxConc    []int
+	outboxBacklog int
+	outboxRate    int
 }
 
 func main() {
 	var o options
-	var conc, rates string
+	var conc, rates, outboxConc string
 	flag.BoolVar(&o.quick, "quick", false, "smoke test: 2s phases, 20k history rows")
 	flag.StringVar(&o.out, "out", "results", "folder for the JSON, Markdown and PNG outputs")
 	flag.IntVar(&o.historyRows, "history", 1_000_000, "processed events added to the inbox for the history phase (0 skips it)")
@@ -92,6 +97,9 @@ func main() {
 	flag.BoolVar(&o.pprof, "pprof", false, "serve pprof from fulfillmentd (listen.debug) and save CPU profiles of the 32-client ingest level and the saturating push into --out")
 	flag.IntVar(&o.rounds, "history-rounds", 3, "alternating rounds (without history, with history) of the history comparison")
 	flag.DurationVar(&o.budget, "budget", 9*time.Minute+30*time.Second, "whole-run budget: past it, waits for the inbox backlog are cut short (with a warning)")
+	flag.StringVar(&outboxConc, "outbox-concurrency", "4,16", "destination concurrencies of the outbox drain")
+	flag.IntVar(&o.outboxBacklog, "outbox-backlog", 4000, "outbox messages drained at each concurrency (0 skips the drains)")
+	flag.IntVar(&o.outboxRate, "outbox-rate", 100, "offered payments/s of the outbox ack→delivered run (0 skips it)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary folder (cluster, service log) for inspection")
 	flag.Parse()
 	var err error
@@ -100,6 +108,9 @@ func main() {
 	}
 	if o.rates, err = parseInts(rates); err != nil {
 		fatal(fmt.Errorf("--rates: %w", err))
+	}
+	if o.outboxConc, err = parseInts(outboxConc); err != nil {
+		fatal(fmt.Errorf("--outbox-concurrency: %w", err))
 	}
 	if o.quick {
 		set := map[string]bool{}
@@ -117,6 +128,9 @@ func main() {
 		pick("drain-timeout", &o.drainTimeout, 60*time.Second)
 		if !set["history"] {
 			o.historyRows = 20_000
+		}
+		if !set["outbox-backlog"] {
+			o.outboxBacklog = 1000
 		}
 	}
 
@@ -217,7 +231,8 @@ func (b *bench) run(ctx context.Context) error {
 	b.rep.Settings = Settings{Quick: o.quick, Concurrencies: o.concurrencies, WarmupSeconds: o.warmup.Seconds(),
 		PhaseSeconds: o.phase.Seconds(), PipelineSeconds: o.pipeline.Seconds(), PipelineRates: o.rates,
 		Redeliver: o.redeliver, OutOfOrder: o.outOfOrder, BodyBytes: loadgen.DefaultBodySize,
-		HistoryRows: o.historyRows, ServiceMaxConns: o.maxConns, ReadWorkers: o.readWorkers, PushWorkers: o.pushWorkers}
+		HistoryRows: o.historyRows, ServiceMaxConns: o.maxConns, ReadWorkers: o.readWorkers, PushWorkers: o.pushWorkers,
+		OutboxConc: o.outboxConc, OutboxBacklog: o.outboxBacklog, OutboxRate: o.outboxRate}
 	b.rep.Methods = methods(o)
 	var err error
 	if b.root, err = moduleRoot(); err != nil {
@@ -250,7 +265,7 @@ func (b *bench) run(ctx context.Context) error {
 	b.src = loadgen.EventSource{Org: benchOrg, Live: true, Secret: []byte(benchSecret), BodySize: loadgen.DefaultBodySize}
 	b.key = loadgen.EventKey{Provider: "yolfi", Org: benchOrg, Environment: benchEnv}
 	if err := b.phase("start fulfillmentd", func() error {
-		t, err := b.startTarget(ctx, "main", "service")
+		t, err := b.startTarget(ctx, "main", "service", nil)
 		if err != nil {
 			return err
 		}
@@ -307,6 +322,9 @@ func (b *bench) run(ctx context.Context) error {
 	if err := b.phase("reads: GetOrder gRPC and REST", func() error { return b.readsPhase(ctx) }); err != nil {
 		return err
 	}
+	if err := b.outboxPhase(ctx); err != nil {
+		return err
+	}
 	if o.historyRows > 0 {
 		if err := b.historyPhase(ctx); err != nil {
 			return err
@@ -348,7 +366,7 @@ func (b *bench) startCluster(ctx context.Context) error {
 	b.rep.Machine.PGSettings = strings.Join(settings, " ")
 	b.logf("%s", version)
 	b.logf("%s", b.rep.Machine.PGSettings)
-	for _, db := range []string{"baseline", "baseline_nonotify", "service", "service_empty", "service_history"} {
+	for _, db := range []string{"baseline", "baseline_nonotify", "service", "service_empty", "service_history", outboxDB} {
 		if _, err := conn.Exec(ctx, "CREATE DATABASE "+db); err != nil {
 			return fmt.Errorf("creating database %s: %w", db, err)
 		}
@@ -458,15 +476,16 @@ func (t *target) close() {
 	}
 }
 
-// startTarget starts fulfillmentd on database dbName and connects to it.
-func (b *bench) startTarget(ctx context.Context, name, dbName string) (*target, error) {
+// startTarget starts fulfillmentd on database dbName, its configuration
+// changed by tune (nil: the default), and connects to it.
+func (b *bench) startTarget(ctx context.Context, name, dbName string, tune func(*config.Config)) (*target, error) {
 	t := &target{name: name, dbName: dbName}
 	b.targets = append(b.targets, t)
 	dir := filepath.Join(b.tmp, "svc-"+name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, err
 	}
-	svc, err := startService(b.bin, dir, b.cluster.URL(dbName), b.o.maxConns, b.o.pprof)
+	svc, err := startService(b.bin, dir, b.cluster.URL(dbName), b.o.maxConns, b.o.pprof, tune)
 	if err != nil {
 		return nil, err
 	}
@@ -490,11 +509,20 @@ func (b *bench) use(t *target) {
 	b.cpu.servicePID = t.svc.pid()
 }
 
-// createOrders pre-creates n orders over gRPC with 16 concurrent callers.
+// createOrders pre-creates n orders (loadgen.OrderRequest) over gRPC with
+// 16 concurrent callers.
 func (b *bench) createOrders(ctx context.Context, n int) ([]loadgen.Order, error) {
+	return b.createOrdersOf(ctx, n, func(mid string) *fulfillmentv1.CreateOrderRequest {
+		return loadgen.OrderRequest(benchOrg, benchEnv, mid)
+	})
+}
+
+// createOrdersOf pre-creates n orders, each request built by request from
+// its merchant order id, over gRPC with 16 concurrent callers.
+func (b *bench) createOrdersOf(ctx context.Context, n int, request func(mid string) *fulfillmentv1.CreateOrderRequest) ([]loadgen.Order, error) {
 	b.orderSeq++
 	t0 := time.Now()
-	orders, err := b.t.api.CreateOrders(ctx, benchOrg, benchEnv, fmt.Sprintf("bench-%s-%d", b.runID, b.orderSeq), n, 16)
+	orders, err := b.t.api.CreateOrdersWith(ctx, fmt.Sprintf("bench-%s-%d", b.runID, b.orderSeq), n, 16, request)
 	if err != nil {
 		return nil, err
 	}
@@ -660,10 +688,17 @@ func (b *bench) halfPeak(ctx context.Context) error {
 // pipelinePoint sends new payment.confirmed events open loop at rate/s and
 // measures ack and ack→fulfilled latency.
 func (b *bench) pipelinePoint(ctx context.Context, rate int, label string) (*Pipeline, error) {
+	p, _, err := b.pipelineOf(ctx, rate, label, b.createOrders)
+	return p, err
+}
+
+// pipelineOf is pipelinePoint over orders made by create; it also returns
+// the mix that paid them, with the time of each acknowledgement.
+func (b *bench) pipelineOf(ctx context.Context, rate int, label string, create func(context.Context, int) ([]loadgen.Order, error)) (*Pipeline, *loadgen.Mix, error) {
 	n := int(float64(rate)*(b.o.warmup+b.o.pipeline).Seconds()) + 10
-	orders, err := b.createOrders(ctx, n)
+	orders, err := create(ctx, n)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	b.drain(ctx, "creating orders")
 	mix := loadgen.NewMix(b.src, orders, 0, 0)
@@ -672,7 +707,7 @@ func (b *bench) pipelinePoint(ctx context.Context, rate int, label string) (*Pip
 	p.DrainSeconds = b.drain(ctx, fmt.Sprintf("the %d/s pipeline run", rate))
 	ts, err := loadgen.Timings(ctx, b.t.db, b.key, mix.NewIDs())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	p.Fulfilled = loadgen.Fulfilled(ts)
 	if p.Fulfilled.Decisions["fulfilled"] < p.Fulfilled.Latency.N {
@@ -683,7 +718,7 @@ func (b *bench) pipelinePoint(ctx context.Context, rate int, label string) (*Pip
 	}
 	b.logf("pipeline %d/s (%s): ack %s  late %d | ack→fulfilled %s  pending %d  cpu %s",
 		rate, label, p.Ack.Latency, p.Ack.Late, p.Fulfilled.Latency, p.Fulfilled.Pending, p.Ack.CPU)
-	return p, ctx.Err()
+	return p, mix, ctx.Err()
 }
 
 // sustained pushes new payment.confirmed events as fast as push-workers
@@ -829,10 +864,10 @@ func (b *bench) historyPhase(ctx context.Context) error {
 		// Both sides start alike (fresh process, fresh database, same
 		// cluster), so that the history is the only difference.
 		var err error
-		if empty, err = b.startTarget(ctx, "empty", "service_empty"); err != nil {
+		if empty, err = b.startTarget(ctx, "empty", "service_empty", nil); err != nil {
 			return err
 		}
-		if hist, err = b.startTarget(ctx, "history", "service_history"); err != nil {
+		if hist, err = b.startTarget(ctx, "history", "service_history", nil); err != nil {
 			return err
 		}
 		t0 := time.Now()

@@ -30,6 +30,7 @@ type Report struct {
 	Pipeline         []Pipeline    `json:"pipeline"`
 	Sustained        *Sustained    `json:"max_sustained,omitempty"`
 	Reads            []LoadLevel   `json:"reads"`
+	Outbox           *Outbox       `json:"outbox,omitempty"`
 	History          *History      `json:"history,omitempty"`
 	Goals            []Goal        `json:"goals"`
 	Phases           []Phase       `json:"phases"`
@@ -67,6 +68,9 @@ type Settings struct {
 	ServiceMaxConns int     `json:"service_max_conns"`
 	ReadWorkers     int     `json:"read_workers"`
 	PushWorkers     int     `json:"push_workers"`
+	OutboxConc      []int   `json:"outbox_concurrencies"`
+	OutboxBacklog   int     `json:"outbox_backlog"`
+	OutboxRate      int     `json:"outbox_rate"`
 }
 
 // LoadLevel is one closed-loop run.
@@ -285,6 +289,9 @@ func (r *Report) buildTable() {
 		rows = append(rows, Row{"reads", rd.Name, fmt.Sprint(rd.Concurrency), "-", rate(rd.PerSecond) + " req",
 			ms(rd.Latency.P50), ms(rd.Latency.P99), ms(rd.Latency.P999), non200(rd.Non200), rd.CPU.String(), ""})
 	}
+	if ob := r.Outbox; ob != nil {
+		rows = append(rows, outboxRows(ob)...)
+	}
 	if h := r.History; h != nil {
 		label := fmt.Sprintf("%s hist", humanCount(h.Rows))
 		for _, run := range h.Runs {
@@ -374,6 +381,44 @@ func pipelineRows(phase string, p Pipeline) []Row {
 			ms(f.Latency.P50), ms(f.Latency.P99), ms(f.Latency.P999), "", "",
 			joinNotes(fmt.Sprintf("n=%d", f.Latency.N), pending, fmt.Sprintf("drain %.1fs", p.DrainSeconds))},
 	}
+}
+
+// outboxRows renders the outbox phase: each drain after its baseline, then
+// the lag run.
+func outboxRows(ob *Outbox) []Row {
+	var rows []Row
+	for _, d := range ob.Drains {
+		c := fmt.Sprint(d.Concurrency)
+		rows = append(rows,
+			Row{"outbox", "baseline: direct signed POSTs (outbox.Sender, no DB)", c, "-", rate(d.BaselinePerSecond) + " POSTs",
+				ms(d.BaselineLatency.P50), ms(d.BaselineLatency.P99), ms(d.BaselineLatency.P999), non200(d.BaselineNon200), d.BaselineCPU.String(),
+				fmt.Sprintf("%d messages; median of runs at %v/s", d.Messages, d.BaselineRuns)},
+			Row{"outbox", fmt.Sprintf("drain a backlog of %d to the receiver", d.Messages), c, "-", rate(d.PerSecond) + " deliveries",
+				"", "", "", fmt.Sprint(d.Messages - d.Delivered), d.CPU.String(),
+				joinNotes(fmt.Sprintf("÷ direct %.2f", d.Ratio), fmt.Sprintf("%d in %.1fs", d.Delivered, d.DrainSeconds),
+					"per delivery "+d.PerDelivery.String(), waitNote(d.Waits))})
+	}
+	if l := ob.Lag; l != nil {
+		off := rate(l.Ack.Offered)
+		missing := ""
+		if l.Missing > 0 {
+			missing = fmt.Sprintf("%d not delivered", l.Missing)
+		}
+		lagRow := func(what string, s loadgen.Summary, note string) Row {
+			return Row{"outbox", fmt.Sprintf("ack→%s @%s/s (receiver)", what, off), fmt.Sprint(l.Concurrency), off, "",
+				ms(s.P50), ms(s.P99), ms(s.P999), "", "", joinNotes(fmt.Sprintf("p90 %s; n=%d", ms(s.P90), s.N), note)}
+		}
+		prs := pipelineRows("outbox", l.Pipeline)
+		prs[0].Scenario += ", external-line orders"
+		prs[1].Scenario = fmt.Sprintf("ack→processed @%s/s (DB clock, inbox stage)", off)
+		prs[1].Notes = joinNotes(fmt.Sprintf("p90 %s", ms(l.Fulfilled.Latency.P90)), prs[1].Notes)
+		rows = append(rows, prs...)
+		rows = append(rows,
+			lagRow("line delivered", l.Line, joinNotes(missing, fmt.Sprintf("p50 of the first ¼ of payments %.2f, of the last ¼ %.2f",
+				l.LineFirstQuarterP50, l.LineLastQuarterP50))),
+			lagRow("order.fulfilled delivered", l.Announced, "the line's delivery fulfils the order, which is announced to a 2nd destination"))
+	}
+	return rows
 }
 
 func humanCount(n int) string {
@@ -515,6 +560,14 @@ func (r *Report) activity() []activity {
 	if s := r.Sustained; s != nil {
 		add("saturating push", s.Waits)
 		add("drain after the push (processing only)", s.DrainWaits)
+	}
+	if ob := r.Outbox; ob != nil {
+		for _, d := range ob.Drains {
+			add(fmt.Sprintf("outbox: drain at concurrency %d", d.Concurrency), d.Waits)
+		}
+		if ob.Lag != nil {
+			add(fmt.Sprintf("outbox: payments %.0f/s, deliveries following", ob.Lag.Ack.Offered), ob.Lag.Ack.Waits)
+		}
 	}
 	if h := r.History; h != nil {
 		for _, run := range h.Runs {

@@ -19,11 +19,15 @@ import (
 const (
 	envToken    = "BENCH_TOKEN"
 	envSecret   = "BENCH_YOLFI_SECRET"
+	envOutbox   = "BENCH_OUTBOX_SECRET"
 	benchOrg    = "org_bench"
 	benchEnv    = "live"
 	endpointID  = "yolfi-live"
 	benchToken  = "bench-token-0123456789abcdef"
 	benchSecret = "ywhsec_bench_0123456789abcdef"
+	// outboxSecret signs the outbox's deliveries to the bench's receiver
+	// (the Standard Webhooks documentation's example secret).
+	outboxSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 )
 
 // service is a running fulfillmentd process.
@@ -69,8 +73,9 @@ func serviceConfig(grpcAddr, httpAddr, ingestAddr, debugAddr string, maxConns in
 }
 
 // startService runs `fulfillmentd serve` on dbURL and waits for /readyz.
-// With pprof, the service also serves /debug/pprof/ (listen.debug).
-func startService(bin, dir, dbURL string, maxConns int, pprof bool) (*service, error) {
+// With pprof, the service also serves /debug/pprof/ (listen.debug). tune,
+// when not nil, changes the configuration (destinations, outbox).
+func startService(bin, dir, dbURL string, maxConns int, pprof bool, tune func(*config.Config)) (*service, error) {
 	ports, err := daemon.FreeAddrs(4)
 	if err != nil {
 		return nil, err
@@ -81,7 +86,11 @@ func startService(bin, dir, dbURL string, maxConns int, pprof bool) (*service, e
 		s.debugAddr = ports[3]
 	}
 	cfgPath := filepath.Join(dir, "fulfillmentd.yaml")
-	if err := daemon.WriteConfig(cfgPath, serviceConfig(s.grpcAddr, s.httpAddr, s.ingestAddr, s.debugAddr, maxConns)); err != nil {
+	cfg := serviceConfig(s.grpcAddr, s.httpAddr, s.ingestAddr, s.debugAddr, maxConns)
+	if tune != nil {
+		tune(cfg)
+	}
+	if err := daemon.WriteConfig(cfgPath, cfg); err != nil {
 		return nil, err
 	}
 	logFile, err := os.Create(s.logPath)
@@ -89,7 +98,7 @@ func startService(bin, dir, dbURL string, maxConns int, pprof bool) (*service, e
 		return nil, err
 	}
 	defer func() { _ = logFile.Close() }() // the child has its own copy
-	env := daemon.ChildEnv("DATABASE_URL="+dbURL, envToken+"="+benchToken, envSecret+"="+benchSecret)
+	env := daemon.ChildEnv("DATABASE_URL="+dbURL, envToken+"="+benchToken, envSecret+"="+benchSecret, envOutbox+"="+outboxSecret)
 	if s.proc, err = daemon.Start(bin, []string{"serve", "--config", cfgPath}, env, logFile); err != nil {
 		return nil, err
 	}

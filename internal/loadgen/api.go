@@ -42,6 +42,16 @@ func OrderRequest(org, env, mid string) *fulfillmentv1.CreateOrderRequest {
 	}
 }
 
+// ExternalOrderRequest is the CreateOrder request of an order whose one
+// line is external: 25 USD fulfilled by destination (whose id must be
+// configured), settled as OrderRequest's.
+func ExternalOrderRequest(org, env, mid, destination string) *fulfillmentv1.CreateOrderRequest {
+	r := OrderRequest(org, env, mid)
+	line := r.GetLines()[0]
+	line.Sku, line.Kind, line.Destination = "load-external", "external", destination
+	return r
+}
+
 // API is an authenticated gRPC client of FulfillmentService.
 type API struct {
 	conn   *grpc.ClientConn
@@ -66,9 +76,18 @@ func (a *API) Ctx(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+a.token)
 }
 
-// CreateOrders creates n orders named prefix-0 … prefix-(n-1) with the given
-// concurrency and returns them in that order.
+// CreateOrders creates n orders (OrderRequest) named prefix-0 …
+// prefix-(n-1) with the given concurrency and returns them in that order.
 func (a *API) CreateOrders(ctx context.Context, org, env, prefix string, n, workers int) ([]Order, error) {
+	return a.CreateOrdersWith(ctx, prefix, n, workers, func(mid string) *fulfillmentv1.CreateOrderRequest {
+		return OrderRequest(org, env, mid)
+	})
+}
+
+// CreateOrdersWith creates n orders, the request of each built by request
+// from its merchant order id prefix-0 … prefix-(n-1), with the given
+// concurrency, and returns them in that order.
+func (a *API) CreateOrdersWith(ctx context.Context, prefix string, n, workers int, request func(mid string) *fulfillmentv1.CreateOrderRequest) ([]Order, error) {
 	orders := make([]Order, n)
 	var next atomic.Int64
 	var firstErr error
@@ -84,7 +103,7 @@ func (a *API) CreateOrders(ctx context.Context, org, env, prefix string, n, work
 					return
 				}
 				mid := fmt.Sprintf("%s-%d", prefix, i)
-				resp, err := a.Client.CreateOrder(a.Ctx(ctx), OrderRequest(org, env, mid))
+				resp, err := a.Client.CreateOrder(a.Ctx(ctx), request(mid))
 				if err != nil {
 					once.Do(func() { firstErr = fmt.Errorf("creating order %s: %w", mid, err); cancel() })
 					return

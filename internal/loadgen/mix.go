@@ -4,8 +4,10 @@ import (
 	"context"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 )
@@ -54,7 +56,17 @@ type Mix struct {
 	poolNext  int      // next ring slot to overwrite
 	confirmed []string // orders whose confirmation was acknowledged (a ring once full)
 	confNext  int
-	newIDs    []string // ids of new events (KindNew, KindOutOfOrder) answered 200 while measured
+	acks      []Ack // new events (KindNew, KindOutOfOrder) answered 200 while measured
+}
+
+// Ack is a new event that was answered 200 while measured.
+type Ack struct {
+	ID              string
+	MerchantOrderID string
+	Kind            Kind
+	// At is when its answer was read: the provider knows from then on
+	// that the event is safe.
+	At time.Time
 }
 
 // NewMix returns a mix over orders; each order's payment.confirmed is sent
@@ -121,12 +133,14 @@ func (m *Mix) pickConfirmed() (string, bool) {
 	return m.confirmed[rand.IntN(len(m.confirmed))], true
 }
 
-// Done records the answer to ev: acknowledged events become candidates for
-// redelivery; when measured, new acknowledged events are listed in NewIDs.
+// Done records the answer to ev, read just now: acknowledged events become
+// candidates for redelivery; when measured, new acknowledged events are
+// listed in Acks and NewIDs.
 func (m *Mix) Done(ev Event, k Kind, status int, measured bool) {
 	if status != http.StatusOK {
 		return
 	}
+	at := time.Now()
 	m.acked[k].Add(1)
 	if k == KindRedelivery {
 		return
@@ -148,7 +162,7 @@ func (m *Mix) Done(ev Event, k Kind, status int, measured bool) {
 		}
 	}
 	if measured {
-		m.newIDs = append(m.newIDs, ev.ID)
+		m.acks = append(m.acks, Ack{ID: ev.ID, MerchantOrderID: ev.MerchantOrderID, Kind: k, At: at})
 	}
 }
 
@@ -169,7 +183,19 @@ func (m *Mix) Send(ctx context.Context, s *Sender, measured bool) (int, error) {
 func (m *Mix) NewIDs() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return append([]string(nil), m.newIDs...)
+	ids := make([]string, len(m.acks))
+	for i, a := range m.acks {
+		ids[i] = a.ID
+	}
+	return ids
+}
+
+// Acks returns the new events acknowledged while measured, in the order
+// their answers were recorded.
+func (m *Mix) Acks() []Ack {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.acks)
 }
 
 // Acked returns how many requests of kind k were answered 200.
