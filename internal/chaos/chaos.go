@@ -13,6 +13,16 @@
 // that every acknowledged event is stored, that every order has exactly the
 // effects it is due and no more, and that nothing from test mode reached
 // live.
+//
+// Half the orders also have external lines, fulfilled through the outbox by
+// two loopback receivers in this process (never killed), each a configured
+// destination with a short timeout: one honours idempotency keys (and also
+// receives order.fulfilled), the other does not; both refuse, hang and drop
+// connections now and then. Once the outbox has drained, the effects each
+// receiver applied are counted per key: every message delivered was applied
+// exactly once, none twice, nothing reached a receiver for an unpaid order,
+// and every message whose fate is unknown (uncertain) or failed has its open
+// reconciliation item and keeps its order fulfilling.
 package chaos
 
 import (
