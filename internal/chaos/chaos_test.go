@@ -232,7 +232,7 @@ func TestConfirmedDecisionMatchesStateMachine(t *testing.T) {
 // look like (they differ in their last characters only).
 func TestReceiverFaultRates(t *testing.T) {
 	t.Parallel()
-	const n = 40000
+	const n = 10000
 	for _, d := range newDestinations() {
 		plan := d.plan(11)
 		for i := range n {
