@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -628,9 +629,10 @@ func (r *runner) checkItems(s *dbState) {
 	r.addCheck(c)
 }
 
-// checkAPI compares what the API says with the database: GetOrder for a
-// sample of orders (every test-mode-only order and extra payment up to a
-// bound, plus random ones), ListReconciliationItems for all items.
+// checkAPI compares what the API says with the database: GetOrder (grants,
+// history, deliveries) for a sample of orders (every test-mode-only order,
+// extra payment and order left fulfilling up to a bound, plus random ones),
+// ListReconciliationItems for all items, with the message each is about.
 func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) error {
 	c := Check{Name: "API (GetOrder, ListReconciliationItems) agrees with the database"}
 	extraOrders := map[int]bool{}
@@ -639,9 +641,16 @@ func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) err
 			extraOrders[e.order] = true
 		}
 	}
+	deliveries := map[string][]string{} // order id → "destination key state", sorted
+	for _, m := range s.messages {
+		deliveries[m.orderID] = append(deliveries[m.orderID], m.dest+" "+m.key+" "+m.state)
+	}
+	for _, d := range deliveries {
+		slices.Sort(d)
+	}
 	rng := rand.New(rand.NewPCG(uint64(r.o.Seed)+2, 0))
 	var sample []int
-	nTest, nExtra := 0, 0
+	nTest, nExtra, nFulfilling := 0, 0, 0
 	for i, o := range r.w.orders {
 		switch {
 		case o.testOnly && nTest < 50:
@@ -649,6 +658,9 @@ func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) err
 			sample = append(sample, i)
 		case extraOrders[i] && nExtra < 100:
 			nExtra++
+			sample = append(sample, i)
+		case s.orders[o.mid].state == string(fulfillment.StateFulfilling) && nFulfilling < 50:
+			nFulfilling++
 			sample = append(sample, i)
 		case rng.IntN(len(r.w.orders)) < 60:
 			sample = append(sample, i)
@@ -681,6 +693,11 @@ func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) err
 			apiValues = append(apiValues, e.GetValue())
 		}
 		slices.Sort(apiValues)
+		apiDeliveries := []string{}
+		for _, m := range got.GetHistory().GetDeliveries() {
+			apiDeliveries = append(apiDeliveries, m.GetDestinationId()+" "+m.GetIdempotencyKey()+" "+m.GetState())
+		}
+		slices.Sort(apiDeliveries)
 		var diffs []string
 		diff := func(what string, api, dbv any) {
 			if fmt.Sprint(api) != fmt.Sprint(dbv) {
@@ -692,6 +709,7 @@ func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) err
 		diff("ledger entries", len(got.GetHistory().GetLedgerEntries()), s.ledger[row.id])
 		diff("payment attempts", len(got.GetHistory().GetPaymentAttempts()), len(s.attempts[row.id]))
 		diff("events", len(got.GetHistory().GetEvents()), len(s.byOrder[row.id]))
+		diff("deliveries", apiDeliveries, deliveries[row.id])
 		if len(diffs) > 0 {
 			c.Failed++
 			r.viol.add("API disagrees", "order %s: %s", o.mid, strings.Join(diffs, "; "))
@@ -711,7 +729,7 @@ func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) err
 			return fmt.Errorf("ListReconciliationItems: %w", err)
 		}
 		for _, it := range resp.GetItems() {
-			apiItems[it.GetOrderId()+"|"+it.GetKind()+"|"+it.GetState()]++
+			apiItems[it.GetOrderId()+"|"+it.GetKind()+"|"+it.GetState()+"|"+it.GetOutboxMessageId()]++
 		}
 		if token = resp.GetNextPageToken(); token == "" {
 			break
@@ -719,12 +737,16 @@ func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) err
 	}
 	dbItems := map[string]int{}
 	for _, it := range s.items {
-		dbItems[it.orderID+"|"+it.kind+"|"+it.state]++
+		msg := ""
+		if it.messageID != 0 {
+			msg = strconv.FormatInt(it.messageID, 10)
+		}
+		dbItems[it.orderID+"|"+it.kind+"|"+it.state+"|"+msg]++
 	}
 	c.Checked++
 	if !maps.Equal(apiItems, dbItems) {
 		c.Failed++
-		r.viol.add("API disagrees", "ListReconciliationItems lists %d items, the database holds %d (by order|kind|state: API %v, database %v)",
+		r.viol.add("API disagrees", "ListReconciliationItems lists %d items, the database holds %d (by order|kind|state|message: API %v, database %v)",
 			sum(apiItems), sum(dbItems), truncMap(apiItems), truncMap(dbItems))
 	}
 	r.addCheck(c)
