@@ -13,6 +13,16 @@
 // that every acknowledged event is stored, that every order has exactly the
 // effects it is due and no more, and that nothing from test mode reached
 // live.
+//
+// Half the orders also have external lines, fulfilled through the outbox by
+// two loopback receivers in this process (never killed), each a configured
+// destination with a short timeout: one honours idempotency keys (and also
+// receives order.fulfilled), the other does not; both refuse, hang and drop
+// connections now and then. Once the outbox has drained, the effects each
+// receiver applied are counted per key: every message delivered was applied
+// exactly once, none twice, nothing reached a receiver for an unpaid order,
+// and every message whose fate is unknown (uncertain) or failed has its open
+// reconciliation item and keeps its order fulfilling.
 package chaos
 
 import (
@@ -40,6 +50,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/fulfillplatform/fulfillment/config"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/internal/daemon"
 	"github.com/fulfillplatform/fulfillment/internal/pgcluster"
@@ -136,6 +147,7 @@ type runner struct {
 	orgToken    string
 	secrets     map[string][]byte
 	w           *workload
+	dests       []*destination
 	snd         *sender
 	outage      *outageWatch
 	probeClient *http.Client
@@ -275,18 +287,30 @@ func (r *runner) setup(ctx context.Context) error {
 
 	r.adminToken, r.orgToken = randomHex("tok-admin-"), randomHex("tok-org-")
 	r.secrets = map[string][]byte{liveEP: []byte(randomHex("ywhsec_live_")), testEP: []byte(randomHex("ywhsec_test_"))}
+	env := []string{
+		envDatabaseURL + "=" + r.cluster.URL("fulfillment"),
+		envAdminToken + "=" + r.adminToken,
+		envOrgToken + "=" + r.orgToken,
+		envLiveSecret + "=" + string(r.secrets[liveEP]),
+		envTestSecret + "=" + string(r.secrets[testEP]),
+	}
+	var destinations []config.Destination
+	for _, d := range newDestinations() {
+		if err := d.start(r.o.Seed); err != nil {
+			return fmt.Errorf("starting the receiver of %s: %w", d.id, err)
+		}
+		r.dests = append(r.dests, d)
+		env = append(env, d.secretEnv+"="+d.secret)
+		destinations = append(destinations, d.config())
+		r.logf("destination %s (idempotent %v) receives at %s", d.id, d.idempotent, d.rcv.URL())
+	}
 	r.svc = &service{
-		bin:     r.o.Binary,
-		cfgPath: filepath.Join(dir, "fulfillmentd.yaml"),
-		logPath: filepath.Join(dir, "fulfillmentd.log"),
-		env: daemon.ChildEnv(
-			envDatabaseURL+"="+r.cluster.URL("fulfillment"),
-			envAdminToken+"="+r.adminToken,
-			envOrgToken+"="+r.orgToken,
-			envLiveSecret+"="+string(r.secrets[liveEP]),
-			envTestSecret+"="+string(r.secrets[testEP]),
-		),
-		grpcAddr: addrs[0], httpAddr: addrs[1], ingestAddr: addrs[2],
+		bin:          r.o.Binary,
+		cfgPath:      filepath.Join(dir, "fulfillmentd.yaml"),
+		logPath:      filepath.Join(dir, "fulfillmentd.log"),
+		env:          daemon.ChildEnv(env...),
+		destinations: destinations,
+		grpcAddr:     addrs[0], httpAddr: addrs[1], ingestAddr: addrs[2],
 		logf:    r.logf,
 		viol:    r.viol,
 		restart: make(chan struct{}, 1),
@@ -377,6 +401,7 @@ func (r *runner) send(ctx context.Context) {
 	r.rep.Orders, r.rep.TestOnlyOrders, r.rep.Events = st.Orders, st.TestOnlyOrders, st.Events
 	r.rep.TestModeEvents, r.rep.ExtraPayments, r.rep.StaleEvents = st.TestModeEvents, st.ExtraPayments, st.StaleEvents
 	r.rep.Redeliveries, r.rep.Concurrent, r.rep.Deliveries = st.Redeliveries, st.Concurrent, st.Deliveries
+	r.rep.ExternalLines = st.ExternalLines
 	r.rep.SendWindow = window
 	faults := planFaults(r.o.Seed, window, r.o.Kills, r.o.PGRestarts)
 	r.logf("sending %d deliveries of %d events over %v (%.0f/s) with %d faults",
@@ -430,25 +455,35 @@ func (r *runner) pgRestartCount() int {
 	return r.pgRestarts
 }
 
-// settle waits until no inbox event is pending.
+// settle waits until no inbox event is pending, then until the outbox has
+// delivered what it can (no message pending) and the receivers are idle.
 func (r *runner) settle(ctx context.Context, db *pgxpool.Pool) {
+	r.rep.Settle = r.waitNonePending(ctx, db, "inbox_events", "unprocessed")
+	r.rep.Drain = r.waitNonePending(ctx, db, "outbox_messages", "stuck pending")
+	r.quiesce()
+}
+
+// waitNonePending waits until no row of table is pending, or reports those
+// that still are as violations of category; it returns how long it waited.
+func (r *runner) waitNonePending(ctx context.Context, db *pgxpool.Pool, table, category string) time.Duration {
 	t := time.Now()
 	limit := max(time.Until(r.deadline), 20*time.Second)
 	var pending int
 	for {
-		err := db.QueryRow(ctx, "SELECT count(*) FROM inbox_events WHERE state = 'pending'").Scan(&pending)
+		err := db.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE state = 'pending'").Scan(&pending)
 		if err == nil && pending == 0 {
 			break
 		}
 		if time.Since(t) > limit || ctx.Err() != nil {
-			r.viol.add("unprocessed", "%d inbox events still pending %v after the send phase (last error: %v)",
-				pending, time.Since(t).Round(time.Second), err)
+			r.viol.add(category, "%d rows of %s still pending %v after the send phase (last error: %v)",
+				pending, table, time.Since(t).Round(time.Second), err)
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	r.rep.Settle = time.Since(t)
-	r.logf("inbox settled in %v", r.rep.Settle.Round(100*time.Millisecond))
+	took := time.Since(t)
+	r.logf("%s settled in %v", table, took.Round(100*time.Millisecond))
+	return took
 }
 
 // cleanup stops whatever still runs and removes the run's folder.
@@ -461,6 +496,11 @@ func (r *runner) cleanup(failed bool) {
 	}
 	if r.conn != nil {
 		_ = r.conn.Close()
+	}
+	for _, d := range r.dests {
+		if err := d.rcv.Close(); err != nil {
+			r.logf("closing the receiver of %s: %v", d.id, err)
+		}
 	}
 	if r.snd != nil {
 		r.snd.client.CloseIdleConnections()

@@ -87,6 +87,19 @@ func TestWorkloadShape(t *testing.T) {
 			t.Fatalf("stale event %s at %v is not after its confirmation at %v", e.id, e.at, confirmAt[e.order])
 		}
 	}
+	kinds := map[string]int{}
+	for _, o := range w.orders {
+		kinds[strings.Join(o.external, "+")]++
+		lines := o.request().GetLines()
+		for _, l := range o.externalLines() {
+			if got := lines[l.no]; got.GetKind() != "external" || got.GetDestination() != l.dest {
+				t.Fatalf("order %s: line %d is %s to %q, want external to %s", o.mid, l.no, got.GetKind(), got.GetDestination(), l.dest)
+			}
+		}
+	}
+	if len(kinds) != 4 || st.ExternalLines != kinds[destIdempotent]+kinds[destPlain]+2*kinds[destIdempotent+"+"+destPlain] {
+		t.Errorf("external lines by order: %v; %d lines counted", kinds, st.ExternalLines)
+	}
 	for i, o := range w.orders {
 		if _, ok := confirmAt[i]; ok == o.testOnly {
 			t.Fatalf("order %s: test-only %v, paying confirmation planned %v", o.mid, o.testOnly, ok)
@@ -142,9 +155,19 @@ func TestPlanFaults(t *testing.T) {
 
 func TestSummary(t *testing.T) {
 	t.Parallel()
-	r := Report{Acked: 20003}
-	if got, want := r.Summary(), "chaos: 20003 acked, 0 lost, 0 duplicated effects"; got != want || !r.OK() {
+	r := Report{Acked: 20003, Destinations: []DestinationReport{
+		{ID: destIdempotent, Delivered: 2400},
+		{ID: destPlain, Delivered: 390, Uncertain: 7, UncertainReached: 4},
+	}}
+	want := "chaos: 20003 acked, 0 lost, 0 duplicated effects; outbox: 2790 delivered once, 0 doubled, 7 uncertain (all with items)"
+	if got := r.Summary(); got != want || !r.OK() {
 		t.Fatalf("Summary() = %q (OK %v), want %q", got, r.OK(), want)
+	}
+	r.Destinations[0].Failed, r.Destinations[1].Doubled, r.Unitemized = 2, 1, 3
+	r.Violations = []string{"outbox delivery: …"}
+	want = "chaos: 20003 acked, 0 lost, 0 duplicated effects; outbox: 2790 delivered once, 1 doubled, 7 uncertain, 2 failed (3 without their item); FAILED"
+	if got := r.Summary(); !strings.HasPrefix(got, want) || r.OK() {
+		t.Fatalf("Summary() = %q (OK %v), want it to start with %q", got, r.OK(), want)
 	}
 	v := newViolations()
 	for i := range examplesPerCategory + 2 {
@@ -152,7 +175,7 @@ func TestSummary(t *testing.T) {
 	}
 	r = Report{Acked: 5, Lost: 10, Violations: v.list()}
 	s := r.Summary()
-	if r.OK() || !strings.HasPrefix(s, "chaos: 5 acked, 10 lost, 0 duplicated effects; FAILED") || !strings.Contains(s, "and 2 more") {
+	if r.OK() || !strings.HasPrefix(s, "chaos: 5 acked, 10 lost, 0 duplicated effects; outbox: 0 delivered once, 0 doubled, 0 uncertain (all with items); FAILED") || !strings.Contains(s, "and 2 more") {
 		t.Fatalf("Summary() = %q", s)
 	}
 	r = Report{Incomplete: "context canceled"}
@@ -200,6 +223,32 @@ func TestConfirmedDecisionMatchesStateMachine(t *testing.T) {
 			want := string(fulfillment.Decide(ev, &order).Decision)
 			if got := confirmedDecision(payer, e); got != want {
 				t.Errorf("paid by %s, confirmation %s: model %s, state machine %s", refs(payer), refs(e), got, want)
+			}
+		}
+	}
+}
+
+// Each receiver misbehaves at about its configured rates, whatever the keys
+// look like (they differ in their last characters only).
+func TestReceiverFaultRates(t *testing.T) {
+	t.Parallel()
+	const n = 10000
+	for _, d := range newDestinations() {
+		plan := d.plan(11)
+		for i := range n {
+			plan(fmt.Sprintf("order_%08d_line_1_fulfill", i/2), 1+i%2)
+		}
+		f := d.faults
+		for _, c := range []struct {
+			name string
+			got  int64
+			rate float64
+		}{
+			{"refused", d.refused.Load(), f.refuse}, {"hung before", d.hungBefore.Load(), f.hangBefore},
+			{"hung after", d.hungAfter.Load(), f.hangAfter}, {"dropped", d.dropped.Load(), f.drop},
+		} {
+			if want := c.rate * n; float64(c.got) < 0.7*want || float64(c.got) > 1.3*want {
+				t.Errorf("%s: %s %d of %d requests, want about %.0f", d.id, c.name, c.got, n, want)
 			}
 		}
 	}

@@ -24,6 +24,7 @@ type Report struct {
 	Redeliveries   int // extra deliveries of the same bytes
 	Concurrent     int // of which sent at the same moment as another copy
 	Deliveries     int // planned deliveries: events + redeliveries
+	ExternalLines  int // order lines fulfilled through the outbox
 
 	// The sender.
 	Acked    int              // distinct events acknowledged with 2xx, probes included
@@ -51,17 +52,25 @@ type Report struct {
 	OutageAPIAnswers    map[string]int64
 	MaxAPIOutageLatency time.Duration
 
+	// The outbox, by destination, and its attempts by outcome.
+	Destinations   []DestinationReport
+	OutboxAttempts map[string]int64
+
 	// Timing.
 	SendWindow time.Duration // over which first deliveries were spread
 	SendPhase  time.Duration // first delivery → every event acknowledged, faults done
 	Settle     time.Duration // → no inbox event pending
+	Drain      time.Duration // → then no outbox message pending
 	Elapsed    time.Duration
 
 	// The verdict.
 	Lost              int // acknowledged events without an inbox row
 	DuplicatedEffects int // entitlements, ledger rows, items or inbox rows beyond what is due
-	Checks            []Check
-	Violations        []string
+	// Unitemized counts uncertain and failed outbox messages without
+	// exactly one open item of their kind.
+	Unitemized int
+	Checks     []Check
+	Violations []string
 	// Incomplete says why the run stopped before its verdict (setup
 	// failure, interruption); empty when it completed.
 	Incomplete string
@@ -74,14 +83,58 @@ type Check struct {
 	Failed  int
 }
 
+// DestinationReport is what happened to one destination's messages, as its
+// receiver counted them.
+type DestinationReport struct {
+	ID         string
+	Idempotent bool
+	Messages   int // messages the workload called for, stored
+	Delivered  int // delivered, and applied exactly once at the receiver
+	Doubled    int // keys the receiver applied more than once
+	// Uncertain messages (only to a destination that does not honour
+	// keys), of which UncertainReached had been applied (once).
+	Uncertain, UncertainReached int
+	Failed                      int // failed past the destination's attempts
+	Requests                    int // verified requests the receiver got for them
+	Resent                      int // keys the receiver got more than one request for
+	// The faults the receiver injected: 500s, hangs past the timeout
+	// before and after the effect, connections reset after the effect.
+	Refused, HungBefore, HungAfter, Dropped int64
+}
+
+// outboxTotals sums the destinations.
+func (r *Report) outboxTotals() (t DestinationReport) {
+	for _, d := range r.Destinations {
+		t.Messages += d.Messages
+		t.Delivered += d.Delivered
+		t.Doubled += d.Doubled
+		t.Uncertain += d.Uncertain
+		t.UncertainReached += d.UncertainReached
+		t.Failed += d.Failed
+	}
+	return t
+}
+
 // OK reports whether the run completed and found no violation.
 func (r *Report) OK() bool { return len(r.Violations) == 0 && r.Incomplete == "" }
 
-// Summary is one line on success — exactly "chaos: N acked, 0 lost, 0
-// duplicated effects" — and otherwise that line marked FAILED (or NOT
-// COMPLETED) followed by one line per violation.
+// Summary is one line on success — "chaos: N acked, 0 lost, 0 duplicated
+// effects; outbox: X delivered once, 0 doubled, U uncertain (all with
+// items)", with ", F failed" before the parenthesis when messages failed —
+// and otherwise that line marked FAILED (or NOT COMPLETED) followed by one
+// line per violation.
 func (r *Report) Summary() string {
-	head := fmt.Sprintf("chaos: %d acked, %d lost, %d duplicated effects", r.Acked, r.Lost, r.DuplicatedEffects)
+	t := r.outboxTotals()
+	items := "all with items"
+	if r.Unitemized > 0 {
+		items = fmt.Sprintf("%d without their item", r.Unitemized)
+	}
+	failed := ""
+	if t.Failed > 0 {
+		failed = fmt.Sprintf(", %d failed", t.Failed)
+	}
+	head := fmt.Sprintf("chaos: %d acked, %d lost, %d duplicated effects; outbox: %d delivered once, %d doubled, %d uncertain%s (%s)",
+		r.Acked, r.Lost, r.DuplicatedEffects, t.Delivered, t.Doubled, t.Uncertain, failed, items)
 	if r.OK() {
 		return head
 	}
@@ -108,6 +161,7 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	p("seed:            %d", r.Seed)
 	p("workload:        %d orders (%d test-mode only), %d events (%d test-mode, %d extra payments, %d stale overdue)",
 		r.Orders, r.TestOnlyOrders, r.Events, r.TestModeEvents, r.ExtraPayments, r.StaleEvents)
+	p("external lines:  %d, each to %s or %s", r.ExternalLines, destIdempotent, destPlain)
 	p("deliveries:      %d planned (%d redeliveries, %d of them concurrent) over %v", r.Deliveries, r.Redeliveries, r.Concurrent, r.SendWindow.Round(time.Second))
 	p("sender:          %d requests, %d retries; answers %s", r.Requests, r.Retries, formatAnswers(r.Answers))
 	p("faults:          %d fulfillmentd SIGKILLs, %d PostgreSQL immediate stops, %d unexpected exits, %d processes started",
@@ -120,8 +174,19 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	p("outage:          %d probes while the database was down, slowest answer %v; recovered after %s",
 		r.OutageProbes, r.Max503Latency.Round(time.Millisecond), strings.Join(rec, ", "))
 	p("outage (API):    GET /v1/orders/{id} answered %s, slowest %v", formatAnswers(r.OutageAPIAnswers), r.MaxAPIOutageLatency.Round(time.Millisecond))
-	p("timing:          send phase %v, settle %v, total %v", r.SendPhase.Round(100*time.Millisecond),
-		r.Settle.Round(100*time.Millisecond), r.Elapsed.Round(100*time.Millisecond))
+	p("outbox attempts: %s", formatAnswers(r.OutboxAttempts))
+	for _, d := range r.Destinations {
+		kind := "idempotent"
+		if !d.Idempotent {
+			kind = "not idempotent"
+		}
+		p("destination:     %s (%s): %d messages, %d delivered once, %d doubled, %d uncertain (%d applied, %d not), %d failed",
+			d.ID, kind, d.Messages, d.Delivered, d.Doubled, d.Uncertain, d.UncertainReached, d.Uncertain-d.UncertainReached, d.Failed)
+		p("  its receiver:  %d requests, %d keys sent more than once; faults: %d×500, %d hung before the effect, %d hung after it, %d reset after it",
+			d.Requests, d.Resent, d.Refused, d.HungBefore, d.HungAfter, d.Dropped)
+	}
+	p("timing:          send phase %v, settle %v, outbox drain %v, total %v", r.SendPhase.Round(100*time.Millisecond),
+		r.Settle.Round(100*time.Millisecond), r.Drain.Round(100*time.Millisecond), r.Elapsed.Round(100*time.Millisecond))
 	for _, c := range r.Checks {
 		status := "ok"
 		if c.Failed > 0 {

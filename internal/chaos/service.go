@@ -35,6 +35,7 @@ type service struct {
 	env                   []string
 	grpcAddr, httpAddr    string
 	ingestAddr            string
+	destinations          []config.Destination
 	logf                  func(format string, args ...any)
 	viol                  *violations
 
@@ -229,7 +230,8 @@ func (s *service) logSince(offset int64) string {
 
 // config is the configuration of every process of the run: the same
 // ports each time, so the sender keeps its URL; every secret is an
-// environment variable reference.
+// environment variable reference. The outbox retries quickly, as the
+// inbox does, so that the run drains within seconds.
 func (s *service) config() *config.Config {
 	return &config.Config{
 		Listen:   config.Listen{GRPC: s.grpcAddr, HTTP: s.httpAddr, Ingest: s.ingestAddr},
@@ -247,6 +249,8 @@ func (s *service) config() *config.Config {
 		Ingest: config.Ingest{Timeout: 2 * time.Second},
 		Inbox: config.Queue{Workers: 4, Batch: 16, Lease: 2 * time.Second, Poll: 100 * time.Millisecond,
 			BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second, MaxAttempts: 50},
+		Destinations: s.destinations,
+		Outbox:       config.Queue{Lease: 2 * time.Second, Poll: 100 * time.Millisecond, BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second},
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 )
@@ -32,9 +34,11 @@ const (
 	decTestModeIgnored  = "test_mode_ignored"
 	decIgnoredType      = "ignored_type"
 
-	itemExtraPayment     = "extra_payment"
-	itemUnidentified     = "unidentified_payment"
-	itemUnmatchedPayment = "unmatched_payment"
+	itemExtraPayment      = "extra_payment"
+	itemUnidentified      = "unidentified_payment"
+	itemUnmatchedPayment  = "unmatched_payment"
+	itemUncertainDelivery = string(fulfillment.ReconUncertainDelivery)
+	itemFailedDelivery    = string(fulfillment.ReconFailedDelivery)
 )
 
 // openDB connects to the run's database, waiting until it answers.
@@ -81,6 +85,7 @@ type orderRow struct {
 
 type itemRow struct {
 	kind, state, env, orderID, paymentID string
+	messageID                            int64 // its outbox message; 0 for none
 }
 
 // dbState is everything the checks read from the database, read once
@@ -94,119 +99,103 @@ type dbState struct {
 	ledger   map[string]int        // by order id
 	items    []itemRow
 	attempts map[string]map[string]string // order id → attempt ref → state
+	messages map[string]outboxRow         // by msgKey
+	msgItems map[int64][]itemRow          // items by outbox message id
+	outcomes map[string]int64             // outbox attempts by outcome
 
 	totalLicenses, distinctLicenses int
 	strayLicenses                   int // entitlements outside their line's units, or on a non-license line
 }
 
+// loadState reads the run's database, one query a table (or figure).
 func loadState(ctx context.Context, db *pgxpool.Pool) (*dbState, error) {
 	s := &dbState{
 		inbox: map[string][]inboxRow{}, byOrder: map[string][]inboxRow{}, orders: map[string]orderRow{},
 		licenses: map[string]int{}, distinct: map[string]int{}, ledger: map[string]int{},
-		attempts: map[string]map[string]string{},
+		attempts: map[string]map[string]string{}, messages: map[string]outboxRow{}, msgItems: map[int64][]itemRow{},
+		outcomes: map[string]int64{},
 	}
-	// Processing order: an event that touches an order commits while it
-	// holds the order's row lock, and stamps processed_at after taking it,
-	// so processed_at orders each order's events as they were applied.
-	rows, err := db.Query(ctx, `
-		SELECT id, event_id, endpoint_id, environment, state, coalesce(decision, ''), coalesce(order_id::text, ''),
-			attempts, coalesce(last_error, '')
-		FROM inbox_events ORDER BY processed_at NULLS LAST, id`)
-	if err != nil {
-		return nil, err
+	var (
+		e               inboxRow
+		o               orderRow
+		it              itemRow
+		m               outboxRow
+		mid, orderID    string
+		ref, state      string
+		n, d            int
+		outcome         string
+		outcomeAttempts int64
+	)
+	reads := []struct {
+		what, query string
+		dest        []any
+		row         func()
+	}{
+		// Processing order: an event that touches an order commits while
+		// it holds the order's row lock, and stamps processed_at after
+		// taking it, so processed_at orders each order's events as they
+		// were applied.
+		{"inbox_events", `
+			SELECT id, event_id, endpoint_id, environment, state, coalesce(decision, ''), coalesce(order_id::text, ''),
+				attempts, coalesce(last_error, '')
+			FROM inbox_events ORDER BY processed_at NULLS LAST, id`,
+			[]any{&e.id, &e.eventID, &e.endpoint, &e.env, &e.state, &e.decision, &e.orderID, &e.attempts, &e.lastError}, func() {
+				s.inbox[e.eventID] = append(s.inbox[e.eventID], e)
+				if e.orderID != "" {
+					s.byOrder[e.orderID] = append(s.byOrder[e.orderID], e)
+				}
+			}},
+		{"orders", `
+			SELECT id::text, merchant_order_id, environment, state, coalesce(paid_attempt_ref, ''), coalesce(paid_payment_id, '')
+			FROM orders`,
+			[]any{&o.id, &mid, &o.env, &o.state, &o.paidAttempt, &o.paidPayID}, func() {
+				if o.env == "live" {
+					s.orders[mid] = o
+				}
+			}},
+		{"entitlements", `SELECT order_id::text, count(*), count(DISTINCT value) FROM entitlements GROUP BY order_id`,
+			[]any{&orderID, &n, &d}, func() { s.licenses[orderID], s.distinct[orderID] = n, d }},
+		{"entitlements", `SELECT count(*), count(DISTINCT value) FROM entitlements`,
+			[]any{&s.totalLicenses, &s.distinctLicenses}, func() {}},
+		{"entitlements against their lines", `
+			SELECT count(*) FROM entitlements e JOIN order_lines l USING (order_id, line_no)
+			WHERE l.kind <> 'license' OR e.unit > l.quantity`,
+			[]any{&s.strayLicenses}, func() {}},
+		{"ledger_entries", `SELECT order_id::text, count(*) FROM ledger_entries GROUP BY order_id`,
+			[]any{&orderID, &n}, func() { s.ledger[orderID] = n }},
+		{"reconciliation_items", `
+			SELECT kind, state, environment, coalesce(order_id::text, ''), coalesce(payment_id, ''), coalesce(outbox_message_id, 0)
+			FROM reconciliation_items ORDER BY id`,
+			[]any{&it.kind, &it.state, &it.env, &it.orderID, &it.paymentID, &it.messageID}, func() {
+				s.items = append(s.items, it)
+				if it.messageID != 0 {
+					s.msgItems[it.messageID] = append(s.msgItems[it.messageID], it)
+				}
+			}},
+		{"payment_attempts", `SELECT order_id::text, attempt_ref, state FROM payment_attempts`,
+			[]any{&orderID, &ref, &state}, func() {
+				if s.attempts[orderID] == nil {
+					s.attempts[orderID] = map[string]string{}
+				}
+				if _, dup := s.attempts[orderID][ref]; dup {
+					state = "DUPLICATE"
+				}
+				s.attempts[orderID][ref] = state
+			}},
+		{"outbox_messages", `
+			SELECT id, destination_id, topic, idempotency_key, coalesce(order_id::text, ''), state, attempts FROM outbox_messages`,
+			[]any{&m.id, &m.dest, &m.topic, &m.key, &m.orderID, &m.state, &m.attempts}, func() { s.messages[msgKey(m.dest, m.key)] = m }},
+		{"outbox_attempts", `SELECT outcome, count(*) FROM outbox_attempts GROUP BY outcome`,
+			[]any{&outcome, &outcomeAttempts}, func() { s.outcomes[outcome] = outcomeAttempts }},
 	}
-	var e inboxRow
-	_, err = pgx.ForEachRow(rows, []any{&e.id, &e.eventID, &e.endpoint, &e.env, &e.state, &e.decision, &e.orderID, &e.attempts, &e.lastError}, func() error {
-		s.inbox[e.eventID] = append(s.inbox[e.eventID], e)
-		if e.orderID != "" {
-			s.byOrder[e.orderID] = append(s.byOrder[e.orderID], e)
+	for _, rd := range reads {
+		rows, err := db.Query(ctx, rd.query)
+		if err == nil {
+			_, err = pgx.ForEachRow(rows, rd.dest, func() error { rd.row(); return nil })
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reading inbox_events: %w", err)
-	}
-
-	rows, err = db.Query(ctx, `
-		SELECT id::text, merchant_order_id, environment, state, coalesce(paid_attempt_ref, ''), coalesce(paid_payment_id, '')
-		FROM orders`)
-	if err != nil {
-		return nil, err
-	}
-	var o orderRow
-	var mid string
-	_, err = pgx.ForEachRow(rows, []any{&o.id, &mid, &o.env, &o.state, &o.paidAttempt, &o.paidPayID}, func() error {
-		if o.env == "live" {
-			s.orders[mid] = o
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", rd.what, err)
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reading orders: %w", err)
-	}
-
-	var orderID string
-	var n, d int
-	rows, err = db.Query(ctx, `SELECT order_id::text, count(*), count(DISTINCT value) FROM entitlements GROUP BY order_id`)
-	if err != nil {
-		return nil, err
-	}
-	if _, err = pgx.ForEachRow(rows, []any{&orderID, &n, &d}, func() error {
-		s.licenses[orderID], s.distinct[orderID] = n, d
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("reading entitlements: %w", err)
-	}
-	if err := db.QueryRow(ctx, `SELECT count(*), count(DISTINCT value) FROM entitlements`).Scan(&s.totalLicenses, &s.distinctLicenses); err != nil {
-		return nil, fmt.Errorf("counting entitlements: %w", err)
-	}
-	if err := db.QueryRow(ctx, `
-		SELECT count(*) FROM entitlements e JOIN order_lines l USING (order_id, line_no)
-		WHERE l.kind <> 'license' OR e.unit > l.quantity`).Scan(&s.strayLicenses); err != nil {
-		return nil, fmt.Errorf("checking entitlements against their lines: %w", err)
-	}
-
-	rows, err = db.Query(ctx, `SELECT order_id::text, count(*) FROM ledger_entries GROUP BY order_id`)
-	if err != nil {
-		return nil, err
-	}
-	if _, err = pgx.ForEachRow(rows, []any{&orderID, &n}, func() error {
-		s.ledger[orderID] = n
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("reading ledger_entries: %w", err)
-	}
-
-	rows, err = db.Query(ctx, `
-		SELECT kind, state, environment, coalesce(order_id::text, ''), coalesce(payment_id, '')
-		FROM reconciliation_items ORDER BY id`)
-	if err != nil {
-		return nil, err
-	}
-	var it itemRow
-	if _, err = pgx.ForEachRow(rows, []any{&it.kind, &it.state, &it.env, &it.orderID, &it.paymentID}, func() error {
-		s.items = append(s.items, it)
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("reading reconciliation_items: %w", err)
-	}
-
-	var ref, state string
-	rows, err = db.Query(ctx, `SELECT order_id::text, attempt_ref, state FROM payment_attempts`)
-	if err != nil {
-		return nil, err
-	}
-	if _, err = pgx.ForEachRow(rows, []any{&orderID, &ref, &state}, func() error {
-		if s.attempts[orderID] == nil {
-			s.attempts[orderID] = map[string]string{}
-		}
-		if _, dup := s.attempts[orderID][ref]; dup {
-			state = "DUPLICATE"
-		}
-		s.attempts[orderID][ref] = state
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("reading payment_attempts: %w", err)
 	}
 	return s, nil
 }
@@ -231,6 +220,8 @@ func (r *runner) verify(ctx context.Context, db *pgxpool.Pool) error {
 	r.checkOrders(s)
 	r.checkTestMode(s)
 	r.checkItems(s)
+	r.checkOutbox(s)
+	r.rep.OutboxAttempts = s.outcomes
 	if err := r.checkAPI(ctx, db, s); err != nil {
 		return err
 	}
@@ -438,10 +429,10 @@ func (r *runner) checkOrders(s *dbState) {
 		licenses, credits := s.licenses[row.id], s.ledger[row.id]
 		dup := max(0, licenses-int(o.licenseQty)) + max(0, credits-o.creditLines())
 		r.rep.DuplicatedEffects += dup
-		switch {
-		case row.state != "fulfilled":
+		switch want := wantState(s, o, row.id); {
+		case row.state != want:
 			grants.Failed++
-			r.viol.add("regressed order", "order %s is %s, want fulfilled", o.mid, row.state)
+			r.viol.add("order state", "order %s is %s, want %s", o.mid, row.state, want)
 		case row.paidAttempt != paidAttempt || row.paidPayID != paidPayment:
 			grants.Failed++
 			r.viol.add("paid by", "order %s is recorded paid by %s/%s, but the first confirmation applied was %s/%s",
@@ -463,7 +454,7 @@ func (r *runner) checkOrders(s *dbState) {
 		nUnidentified := 0
 		for _, it := range s.items {
 			switch {
-			case it.orderID != row.id:
+			case it.orderID != row.id, it.messageID != 0: // another order's, or checked with its message
 			case it.kind == itemExtraPayment && it.state == "open":
 				got[it.paymentID]++
 			case it.kind == itemUnidentified && it.state == "open":
@@ -595,8 +586,9 @@ func (r *runner) checkTestMode(s *dbState) {
 }
 
 // checkItems: the only reconciliation items are the extra payments (checked
-// per order) and one unmatched_payment per distinct test-endpoint payment;
-// no failed_event, no amount_mismatch or overpayment; every license key
+// per order), one unmatched_payment per distinct test-endpoint payment and
+// the items of uncertain and failed outbox messages (checked with their
+// message); no failed_event, no amount_mismatch or overpayment; every license key
 // distinct.
 func (r *runner) checkItems(s *dbState) {
 	c := Check{Name: "no reconciliation item but those due"}
@@ -614,6 +606,8 @@ func (r *runner) checkItems(s *dbState) {
 			// checked with its order
 		case it.kind == itemUnmatchedPayment && it.env == "test" && it.orderID == "" && it.state == "open":
 			unmatched++
+		case it.messageID != 0 && (it.kind == itemUncertainDelivery || it.kind == itemFailedDelivery):
+			// checked with its message
 		default:
 			c.Failed++
 			r.viol.add("unexpected item", "a %s reconciliation item (%s, %s, order %q, payment %q) should not exist",
@@ -635,9 +629,10 @@ func (r *runner) checkItems(s *dbState) {
 	r.addCheck(c)
 }
 
-// checkAPI compares what the API says with the database: GetOrder for a
-// sample of orders (every test-mode-only order and extra payment up to a
-// bound, plus random ones), ListReconciliationItems for all items.
+// checkAPI compares what the API says with the database: GetOrder (grants,
+// history, deliveries) for a sample of orders (every test-mode-only order,
+// extra payment and order left fulfilling up to a bound, plus random ones),
+// ListReconciliationItems for all items, with the message each is about.
 func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) error {
 	c := Check{Name: "API (GetOrder, ListReconciliationItems) agrees with the database"}
 	extraOrders := map[int]bool{}
@@ -646,9 +641,16 @@ func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) err
 			extraOrders[e.order] = true
 		}
 	}
+	deliveries := map[string][]string{} // order id → "destination key state", sorted
+	for _, m := range s.messages {
+		deliveries[m.orderID] = append(deliveries[m.orderID], m.dest+" "+m.key+" "+m.state)
+	}
+	for _, d := range deliveries {
+		slices.Sort(d)
+	}
 	rng := rand.New(rand.NewPCG(uint64(r.o.Seed)+2, 0))
 	var sample []int
-	nTest, nExtra := 0, 0
+	nTest, nExtra, nFulfilling := 0, 0, 0
 	for i, o := range r.w.orders {
 		switch {
 		case o.testOnly && nTest < 50:
@@ -656,6 +658,9 @@ func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) err
 			sample = append(sample, i)
 		case extraOrders[i] && nExtra < 100:
 			nExtra++
+			sample = append(sample, i)
+		case s.orders[o.mid].state == string(fulfillment.StateFulfilling) && nFulfilling < 50:
+			nFulfilling++
 			sample = append(sample, i)
 		case rng.IntN(len(r.w.orders)) < 60:
 			sample = append(sample, i)
@@ -688,6 +693,11 @@ func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) err
 			apiValues = append(apiValues, e.GetValue())
 		}
 		slices.Sort(apiValues)
+		apiDeliveries := []string{}
+		for _, m := range got.GetHistory().GetDeliveries() {
+			apiDeliveries = append(apiDeliveries, m.GetDestinationId()+" "+m.GetIdempotencyKey()+" "+m.GetState())
+		}
+		slices.Sort(apiDeliveries)
 		var diffs []string
 		diff := func(what string, api, dbv any) {
 			if fmt.Sprint(api) != fmt.Sprint(dbv) {
@@ -699,6 +709,7 @@ func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) err
 		diff("ledger entries", len(got.GetHistory().GetLedgerEntries()), s.ledger[row.id])
 		diff("payment attempts", len(got.GetHistory().GetPaymentAttempts()), len(s.attempts[row.id]))
 		diff("events", len(got.GetHistory().GetEvents()), len(s.byOrder[row.id]))
+		diff("deliveries", apiDeliveries, deliveries[row.id])
 		if len(diffs) > 0 {
 			c.Failed++
 			r.viol.add("API disagrees", "order %s: %s", o.mid, strings.Join(diffs, "; "))
@@ -718,7 +729,7 @@ func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) err
 			return fmt.Errorf("ListReconciliationItems: %w", err)
 		}
 		for _, it := range resp.GetItems() {
-			apiItems[it.GetOrderId()+"|"+it.GetKind()+"|"+it.GetState()]++
+			apiItems[it.GetOrderId()+"|"+it.GetKind()+"|"+it.GetState()+"|"+it.GetOutboxMessageId()]++
 		}
 		if token = resp.GetNextPageToken(); token == "" {
 			break
@@ -726,12 +737,16 @@ func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) err
 	}
 	dbItems := map[string]int{}
 	for _, it := range s.items {
-		dbItems[it.orderID+"|"+it.kind+"|"+it.state]++
+		msg := ""
+		if it.messageID != 0 {
+			msg = strconv.FormatInt(it.messageID, 10)
+		}
+		dbItems[it.orderID+"|"+it.kind+"|"+it.state+"|"+msg]++
 	}
 	c.Checked++
 	if !maps.Equal(apiItems, dbItems) {
 		c.Failed++
-		r.viol.add("API disagrees", "ListReconciliationItems lists %d items, the database holds %d (by order|kind|state: API %v, database %v)",
+		r.viol.add("API disagrees", "ListReconciliationItems lists %d items, the database holds %d (by order|kind|state|message: API %v, database %v)",
 			sum(apiItems), sum(dbItems), truncMap(apiItems), truncMap(dbItems))
 	}
 	r.addCheck(c)

@@ -24,6 +24,10 @@ const (
 	creditSKU   = "chaos-credit"
 	licensePart = 1000 // minor units per license
 	creditMinor = 500
+	// externalSKU, followed by the destination id, is the SKU of an
+	// external line.
+	externalSKU   = "chaos-box-"
+	externalMinor = 700
 )
 
 // Roles of an event in its order's story.
@@ -44,7 +48,10 @@ type orderPlan struct {
 	licenseQty int64
 	credit     bool // has a balance_credit line
 	testOnly   bool // receives only test-mode events: must stay unpaid
-	id         string
+	// external are the destinations of its external lines, one line each,
+	// after the license and credit lines.
+	external []string
+	id       string
 }
 
 // request is the CreateOrder request of the order; repeating it is
@@ -60,6 +67,12 @@ func (o *orderPlan) request() *fulfillmentv1.CreateOrderRequest {
 			UnitPrice: &fulfillmentv1.Money{Currency: "USD", MinorUnits: creditMinor},
 		})
 	}
+	for _, d := range o.external {
+		lines = append(lines, &fulfillmentv1.OrderLine{
+			Sku: externalSKU + d, Kind: "external", Quantity: 1, Destination: d,
+			UnitPrice: &fulfillmentv1.Money{Currency: "USD", MinorUnits: externalMinor},
+		})
+	}
 	return &fulfillmentv1.CreateOrderRequest{
 		OrgId: orgID, Environment: "live", MerchantOrderId: o.mid, Lines: lines,
 		Settlement: &fulfillmentv1.Settlement{Token: payToken, Network: payNetwork, Amount: payAmount, Tolerance: "0"},
@@ -72,6 +85,23 @@ func (o *orderPlan) creditLines() int {
 		return 1
 	}
 	return 0
+}
+
+// externalLine is an external line of an order: its number (lines count
+// from 0, in the order CreateOrder lists them) and its destination.
+type externalLine struct {
+	no   int
+	dest string
+}
+
+// externalLines lists the order's external lines.
+func (o *orderPlan) externalLines() []externalLine {
+	first := 1 + o.creditLines()
+	lines := make([]externalLine, len(o.external))
+	for k, d := range o.external {
+		lines[k] = externalLine{no: first + k, dest: d}
+	}
+	return lines
 }
 
 // eventPlan is one provider event: signed bytes delivered once or more.
@@ -133,6 +163,11 @@ type generator struct {
 	w    *workload
 }
 
+// externalPlan is the external lines an order may have, equally likely:
+// half the orders have none; the others one line for the idempotent
+// destination, one for the other, or one for each.
+var externalPlan = [][]string{nil, nil, nil, nil, nil, {destIdempotent}, {destPlain}, {destPlain}, {destIdempotent, destPlain}, {destIdempotent, destPlain}}
+
 // newWorkload plans nOrders orders.
 func newWorkload(seed int64, nOrders int) *workload {
 	w := &workload{}
@@ -144,7 +179,9 @@ func newWorkload(seed int64, nOrders int) *workload {
 			licenseQty: 1 + g.rng.Int64N(3),
 			credit:     g.rng.IntN(2) == 0,
 			testOnly:   g.rng.Float64() < 0.05,
+			external:   externalPlan[g.rng.IntN(len(externalPlan))],
 		}
+		w.stats.ExternalLines += len(o.external)
 		w.orders = append(w.orders, o)
 	}
 	if !slices.ContainsFunc(w.orders, func(o *orderPlan) bool { return o.testOnly }) {
