@@ -177,11 +177,12 @@ func TestLoadMissingFile(t *testing.T) {
 func TestExampleLoads(t *testing.T) {
 	t.Parallel()
 	cfg, err := Load("example.yaml", env(map[string]string{
-		"CHECKOUT_TOKEN":    "checkout-secret-0123456789",
-		"OPS_TOKEN":         "ops-secret-0123456789abc",
-		"INGEST_TOKEN":      "ingest-secret-0123456789",
-		"YOLFI_LIVE_SECRET": "ywhsec_live_0123456789",
-		"DATABASE_URL":      "postgres://localhost/db",
+		"CHECKOUT_TOKEN":          "checkout-secret-0123456789",
+		"OPS_TOKEN":               "ops-secret-0123456789abc",
+		"INGEST_TOKEN":            "ingest-secret-0123456789",
+		"YOLFI_LIVE_SECRET":       "ywhsec_live_0123456789",
+		"LICENSES_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+		"DATABASE_URL":            "postgres://localhost/db",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -196,6 +197,10 @@ func TestExampleLoads(t *testing.T) {
 	}
 	if cfg.Worker != nil || cfg.Inbox.Workers != 4 || cfg.Inbox.Lease != 30*time.Second {
 		t.Errorf("the example's inbox = %+v (worker key used: %v), want inbox with the defaults", cfg.Inbox, cfg.Worker != nil)
+	}
+	if d, ok := cfg.Destination("licenses"); !ok || d.Timeout != DefaultDestinationTimeout ||
+		d.MaxAttempts != DefaultDestinationAttempts || d.Concurrency != DefaultDestinationConcurrency || len(d.Keys) != 1 {
+		t.Errorf("the example's destination = %+v, want the defaults stated", d)
 	}
 	if len(cfg.Auth.Tokens) != 3 || len(cfg.Endpoints) != 1 || cfg.Ingest.Upstream.Addr == "" {
 		t.Errorf("example config = %+v", cfg)

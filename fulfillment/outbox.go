@@ -219,9 +219,12 @@ type Delivery struct {
 	LastError     string
 	CreatedAt     time.Time
 	ProcessedAt   *time.Time
-	// Payload and History are read by DeliveryGet only.
-	Payload []byte
-	History []DeliveryAttempt
+	// Payload and History (the newest MaxHistoryItems attempts, oldest
+	// first; OmittedAttempts older ones left out) are read by DeliveryGet
+	// only.
+	Payload         []byte
+	History         []DeliveryAttempt
+	OmittedAttempts int
 }
 
 // DeliveryFilter selects outbox messages. Empty fields match everything.

@@ -17,6 +17,10 @@ token() { # a random dev token in file $1, kept across runs
 token "$dir/admin.token"
 token "$dir/checkout.token"
 token "$dir/yolfi-test.secret"
+# The Standard Webhooks secret outbox deliveries are signed with:
+# whsec_ and the base64 of 24 random bytes.
+[ -s "$dir/outbox.secret" ] || { umask 077; printf 'whsec_%s\n' "$(head -c 24 /dev/urandom | base64)" > "$dir/outbox.secret"; }
+listener=${FULFILLCTL_LISTEN_ADDR:-127.0.0.1:8090}
 
 cat > "$dir/config.yaml" <<YAML
 # Development configuration written by scripts/dev-config.sh (make run).
@@ -34,8 +38,20 @@ endpoints:
     org: org_demo
     environment: test
     secrets: [ { file: $dir/yolfi-test.secret } ]
+destinations:
+  # fulfillctl listen, for development: it receives the fulfilment
+  # requests of external lines naming dev-listener, and every order event.
+  - id: dev-listener
+    url: "http://$listener/"
+    secrets: [ { file: $dir/outbox.secret } ]
+    idempotent: true
+    timeout: 5s
+    events: [order.fulfilled, order.refunded, order.on_hold]
 inbox:
   poll: 500ms
+outbox:
+  poll: 500ms
+  max_backoff: 30s
 log:
   level: info
 YAML
@@ -64,6 +80,23 @@ cat <<TEXT
       --org org_demo --merchant-order-id demo-1 --amount 25.000000 --test
     curl -sS -H "Authorization: Bearer \$TOKEN" "http://$http/v1/orders?org_id=org_demo&merchant_order_id=demo-1"
     FULFILLCTL_TOKEN_FILE=$dir/checkout.token .cache/fulfillctl orders get <order id>   # license key, timeline
+
+  Deliveries to other systems (the outbox): in a third terminal, run a local receiver,
+
+    .cache/fulfillctl listen --addr $listener --secret-file $dir/outbox.secret
+
+  then create and pay an order with an external line naming the dev-listener destination. The
+  receiver prints the signed fulfillment.requested delivery, then order.fulfilled once it answered 200
+  (with --status 500 it answers 500 and the service retries; Ctrl-C it and deliveries wait):
+
+    curl -sS -H "Authorization: Bearer \$TOKEN" http://$http/v1/orders -d '{
+      "org_id": "org_demo", "environment": "test", "merchant_order_id": "demo-2",
+      "lines": [{"sku": "box", "kind": "external", "quantity": 1, "destination": "dev-listener",
+                 "unit_price": {"currency": "USD", "minor_units": 2500}}],
+      "settlement": {"token": "USDT", "network": "TRON", "amount": "25.000000"}}'
+    .cache/fulfillctl webhook send --url http://$ingest/webhooks/yolfi-test --secret-file $dir/yolfi-test.secret \\
+      --org org_demo --merchant-order-id demo-2 --amount 25.000000 --test
+    curl -sS -H "Authorization: Bearer \$(cat $dir/admin.token)" "http://$http/v1/outbox/messages"
 
   Ctrl-C stops the service and its PostgreSQL.
 

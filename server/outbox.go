@@ -179,20 +179,21 @@ func destinationToProto(d config.Destination, st fulfillment.DestinationStatus) 
 // deliveryToProto renders a message; payload and history when read.
 func deliveryToProto(d fulfillment.Delivery) *fulfillmentv1.OutboxMessage {
 	pb := &fulfillmentv1.OutboxMessage{
-		Id:             strconv.FormatInt(d.ID, 10),
-		DestinationId:  d.DestinationID,
-		Topic:          string(d.Topic),
-		IdempotencyKey: d.Key,
-		OrgId:          d.OrgID,
-		Environment:    string(d.Environment),
-		OrderId:        d.OrderID,
-		Required:       d.Required,
-		State:          string(d.State),
-		Attempts:       int32(d.Attempts),
-		LastStatus:     int32(d.LastStatus),
-		LastError:      d.LastError,
-		CreateTime:     timestamppb.New(d.CreatedAt),
-		Payload:        string(d.Payload),
+		Id:              strconv.FormatInt(d.ID, 10),
+		DestinationId:   d.DestinationID,
+		Topic:           string(d.Topic),
+		IdempotencyKey:  d.Key,
+		OrgId:           d.OrgID,
+		Environment:     string(d.Environment),
+		OrderId:         d.OrderID,
+		Required:        d.Required,
+		State:           string(d.State),
+		Attempts:        int32(d.Attempts),
+		LastStatus:      int32(d.LastStatus),
+		LastError:       d.LastError,
+		CreateTime:      timestamppb.New(d.CreatedAt),
+		Payload:         string(d.Payload),
+		OmittedAttempts: int32(d.OmittedAttempts),
 	}
 	if d.LineNo != nil {
 		n := int32(*d.LineNo)

@@ -90,17 +90,22 @@ func (s *Store) DeliveryGet(ctx context.Context, id int64) (fulfillment.Delivery
 		return d, fmt.Errorf("reading outbox message: %w", interpret(err))
 	}
 	d.Payload = []byte(payload)
+	total := 0
 	rows, _ := s.pool.Query(ctx, `
-		SELECT attempt, started_at, finished_at, coalesce(status, 0), outcome, reason
-		FROM outbox_attempts WHERE message_id = $1 ORDER BY finished_at, attempt`, id)
+		SELECT attempt, started_at, finished_at, status, outcome, reason, total FROM (
+			SELECT attempt, started_at, finished_at, coalesce(status, 0) AS status, outcome, reason,
+				count(*) OVER () AS total
+			FROM outbox_attempts WHERE message_id = $1 ORDER BY finished_at DESC, attempt DESC LIMIT $2) newest
+		ORDER BY finished_at, attempt`, id, fulfillment.MaxHistoryItems)
 	d.History, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.DeliveryAttempt, error) {
 		var a fulfillment.DeliveryAttempt
-		err := r.Scan(&a.Attempt, &a.StartedAt, &a.FinishedAt, &a.Status, &a.Outcome, &a.Reason)
+		err := r.Scan(&a.Attempt, &a.StartedAt, &a.FinishedAt, &a.Status, &a.Outcome, &a.Reason, &total)
 		return a, err
 	})
 	if err != nil {
 		return d, fmt.Errorf("reading delivery attempts: %w", interpret(err))
 	}
+	d.OmittedAttempts = omitted(total, len(d.History))
 	return d, nil
 }
 

@@ -2037,10 +2037,12 @@ type OutboxMessage struct {
 	ProcessTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=process_time,json=processTime,proto3" json:"process_time,omitempty"`
 	// The JSON body as sent (GetOutboxMessage only).
 	Payload string `protobuf:"bytes,17,opt,name=payload,proto3" json:"payload,omitempty"`
-	// Its attempts, oldest first (GetOutboxMessage only).
+	// Its attempts, oldest first: the newest 100 (GetOutboxMessage only).
 	AttemptHistory []*DeliveryAttempt `protobuf:"bytes,18,rep,name=attempt_history,json=attemptHistory,proto3" json:"attempt_history,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Older attempts left out.
+	OmittedAttempts int32 `protobuf:"varint,19,opt,name=omitted_attempts,json=omittedAttempts,proto3" json:"omitted_attempts,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *OutboxMessage) Reset() {
@@ -2197,6 +2199,13 @@ func (x *OutboxMessage) GetAttemptHistory() []*DeliveryAttempt {
 		return x.AttemptHistory
 	}
 	return nil
+}
+
+func (x *OutboxMessage) GetOmittedAttempts() int32 {
+	if x != nil {
+		return x.OmittedAttempts
+	}
+	return 0
 }
 
 // DeliveryAttempt is one attempt at an outbox message.
@@ -3362,7 +3371,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"page_token\x18\x06 \x01(\tR\tpageToken\"\x83\x01\n" +
 	"\x1fListReconciliationItemsResponse\x128\n" +
 	"\x05items\x18\x01 \x03(\v2\".fulfillment.v1.ReconciliationItemR\x05items\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb9\x05\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe4\x05\n" +
 	"\rOutboxMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x14\n" +
@@ -3385,7 +3394,8 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"createTime\x12=\n" +
 	"\fprocess_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\vprocessTime\x12\x18\n" +
 	"\apayload\x18\x11 \x01(\tR\apayload\x12H\n" +
-	"\x0fattempt_history\x18\x12 \x03(\v2\x1f.fulfillment.v1.DeliveryAttemptR\x0eattemptHistoryB\n" +
+	"\x0fattempt_history\x18\x12 \x03(\v2\x1f.fulfillment.v1.DeliveryAttemptR\x0eattemptHistory\x12)\n" +
+	"\x10omitted_attempts\x18\x13 \x01(\x05R\x0fomittedAttemptsB\n" +
 	"\n" +
 	"\b_line_no\"\xed\x01\n" +
 	"\x0fDeliveryAttempt\x12\x18\n" +
