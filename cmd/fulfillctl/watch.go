@@ -25,7 +25,8 @@ const (
 
 // watcher follows the order event feed for watch.
 type watcher struct {
-	req      *fulfillmentv1.WatchOrderEventsRequest // Cursor: the last event printed
+	req      *fulfillmentv1.WatchOrderEventsRequest // Cursor: the last event printed, else --cursor
+	printed  int                                    // events printed, over all streams
 	json     bool
 	out, log io.Writer
 	min, max time.Duration // reconnection delays
@@ -53,17 +54,9 @@ it as --cursor to resume. Needs the orders:read scope.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			w.out, w.log = cmd.OutOrStdout(), cmd.ErrOrStderr()
-			from := "the start of the feed"
-			if w.req.GetCursor() != "" {
-				from = "cursor " + w.req.GetCursor()
-			}
-			_, _ = fmt.Fprintf(w.log, "watching order events after %s; Ctrl-C stops\n", from)
+			_, _ = fmt.Fprintf(w.log, "watching order events after %s; Ctrl-C stops\n", w.position())
 			err := c.call(cmd.Context(), w.run)
-			if w.req.GetCursor() != "" {
-				_, _ = fmt.Fprintf(w.log, "last cursor: %s (resume with --cursor %s)\n", w.req.GetCursor(), w.req.GetCursor())
-			} else {
-				_, _ = fmt.Fprintln(w.log, "last cursor: none: no event yet (resume without --cursor)")
-			}
+			w.sayLastCursor(err)
 			return err
 		},
 	}
@@ -75,26 +68,51 @@ it as --cursor to resume. Needs the orders:read scope.`,
 	return cmd
 }
 
+// position says where the next stream starts, for people.
+func (w *watcher) position() string {
+	if w.req.GetCursor() == "" {
+		return "the start of the feed"
+	}
+	return "cursor " + w.req.GetCursor()
+}
+
+// sayLastCursor tells on stderr where to resume, once watch ends with err.
+// When the service refused the first stream before any event (a bad
+// cursor, a missing scope), it says nothing: the error is the news, and
+// the cursor passed may be what was wrong.
+func (w *watcher) sayLastCursor(err error) {
+	cursor := w.req.GetCursor()
+	switch {
+	case err != nil && w.printed == 0:
+		return
+	case cursor == "":
+		_, _ = fmt.Fprintln(w.log, "last cursor: none, no event yet (run watch again without --cursor)")
+	default:
+		_, _ = fmt.Fprintf(w.log, "last cursor: %s (resume with --cursor %s)\n", cursor, cursor)
+	}
+}
+
 // run follows the feed until ctx ends (nil) or the service refuses the
 // stream (the error), reconnecting after a dropped stream.
 func (w *watcher) run(ctx context.Context, client fulfillmentv1.FulfillmentServiceClient) error {
 	delay := w.min
 	for {
-		printed, err := w.follow(ctx, client)
+		n, err := w.follow(ctx, client)
+		w.printed += n
 		if ctx.Err() != nil {
 			return nil
 		}
 		if !dropped(err) {
 			return err
 		}
-		if printed > 0 {
-			delay = w.min
+		if n > 0 {
+			delay = w.min // the service was back: start the delays over
 		}
 		// Jitter, so that watchers cut off together do not come back
 		// together: from half the delay to all of it.
 		wait := delay/2 + rand.N(delay/2+1)
-		_, _ = fmt.Fprintf(w.log, "stream dropped (%v); reconnecting in %s after cursor %q\n",
-			apiError(err), wait.Round(time.Millisecond), w.req.GetCursor())
+		_, _ = fmt.Fprintf(w.log, "stream dropped (%v); reconnecting in %s after %s\n",
+			apiError(err), wait.Round(time.Millisecond), w.position())
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
