@@ -92,9 +92,10 @@ func newOutboxGetCmd(c *conn) *cobra.Command {
 		Use:   "get MESSAGE_ID",
 		Short: "Show one outbox message with its payload and attempts",
 		Long: `Get shows one outbox message: its state, destination, topic, idempotency key,
-order, last answer, every attempt (start, duration, HTTP status, outcome,
-reason) and the JSON payload as sent. --json prints the OutboxMessage.
-Needs the outbox:read scope.`,
+order, last answer, its attempts (start, duration, HTTP status, outcome,
+reason; the newest 100, and how many older ones are not shown) and the JSON
+payload as sent. --json prints the OutboxMessage. Needs the outbox:read
+scope.`,
 		Example: `  fulfillctl outbox get 1234
   fulfillctl outbox get 1234 --json`,
 	}, func(ctx context.Context, client fulfillmentv1.FulfillmentServiceClient, id string) (*fulfillmentv1.OutboxMessage, error) {
@@ -162,7 +163,7 @@ func messageDetail(w io.Writer, m *fulfillmentv1.OutboxMessage) error {
 		return err
 	}
 
-	if _, err := fmt.Fprintf(w, "\nattempt history (%d):\n", len(m.GetAttemptHistory())); err != nil {
+	if _, err := fmt.Fprintf(w, "\nattempt history (%s):\n", historyCount(m)); err != nil {
 		return err
 	}
 	if len(m.GetAttemptHistory()) > 0 {
@@ -182,6 +183,17 @@ func messageDetail(w io.Writer, m *fulfillmentv1.OutboxMessage) error {
 
 	_, err := fmt.Fprintf(w, "\npayload:\n%s\n", payloadText(m.GetPayload()))
 	return err
+}
+
+// historyCount says how many attempts the history shows, and how many
+// older ones the service left out (it sends the newest 100), e.g. "100,
+// and 23 older not shown".
+func historyCount(m *fulfillmentv1.OutboxMessage) string {
+	n := strconv.Itoa(len(m.GetAttemptHistory()))
+	if m.GetOmittedAttempts() > 0 {
+		n += fmt.Sprintf(", and %d older not shown", m.GetOmittedAttempts())
+	}
+	return n
 }
 
 // lineText is the external line a message fulfils (from 0), or "" for an
