@@ -1,0 +1,214 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+)
+
+// call dials fulfillmentd and runs fn with the client and a context
+// carrying the token. A gRPC status fn returns becomes an rpcError: one
+// line, "NOT_FOUND: what the service said".
+func (c *conn) call(ctx context.Context, fn func(context.Context, fulfillmentv1.FulfillmentServiceClient) error) error {
+	client, ctx, done, err := c.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return apiError(fn(ctx, client))
+}
+
+// newIDCmd completes cmd, a command taking one id, with --json and a RunE
+// that calls do and prints what it returns: with text, or as JSON. The line
+// note returns, when note is not nil, goes to stderr.
+func newIDCmd[M proto.Message](c *conn, cmd *cobra.Command,
+	do func(ctx context.Context, client fulfillmentv1.FulfillmentServiceClient, id string) (M, error),
+	text func(io.Writer, M) error, note func(M) string) *cobra.Command {
+	var asJSON bool
+	cmd.Args = cobra.ExactArgs(1)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		var m M
+		err := c.call(cmd.Context(), func(ctx context.Context, client fulfillmentv1.FulfillmentServiceClient) error {
+			var err error
+			m, err = do(ctx, client, args[0])
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if note != nil {
+			_, _ = fmt.Fprintln(cmd.ErrOrStderr(), note(m))
+		}
+		if asJSON {
+			return printJSON(cmd.OutOrStdout(), m)
+		}
+		return text(cmd.OutOrStdout(), m)
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of text")
+	return cmd
+}
+
+// rpcError is a gRPC status shown as one line. It keeps the status, so
+// that status.Code still reads it.
+type rpcError struct{ st *status.Status }
+
+// apiError turns a gRPC status error into an rpcError; other errors (and
+// nil) are returned as they are.
+func apiError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[*rpcError](err); ok {
+		return err
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	return &rpcError{st: st}
+}
+
+// Error is the status code as the API documentation writes it, then the
+// message on one line, e.g. `NOT_FOUND: destination "x" is not
+// configured`. A message that repeats the code in words ("invalid
+// argument: …") does not say it twice.
+func (e *rpcError) Error() string {
+	code := codeName(e.st.Code())
+	msg := oneLine(e.st.Message())
+	words := strings.ToLower(strings.ReplaceAll(code, "_", " ")) + ": "
+	if len(msg) >= len(words) && strings.EqualFold(msg[:len(words)], words) {
+		msg = msg[len(words):]
+	}
+	return code + ": " + msg
+}
+
+// GRPCStatus lets status.FromError and status.Code read e.
+func (e *rpcError) GRPCStatus() *status.Status { return e.st }
+
+// codeName writes a gRPC code as the API documentation does:
+// codes.NotFound is "NOT_FOUND".
+func codeName(c codes.Code) string {
+	var b strings.Builder
+	prev := ' '
+	for _, r := range c.String() {
+		if unicode.IsUpper(r) && unicode.IsLower(prev) {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToUpper(r))
+		prev = r
+	}
+	return b.String()
+}
+
+// oneLine returns s with every control character (newlines and tabs
+// included) turned into a space: text from the service stays on its line
+// and in its column.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// table writes aligned columns, two spaces apart.
+type table struct{ tw *tabwriter.Writer }
+
+// newTable starts a table on w with a header row, unless header is empty.
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
+	if len(header) > 0 {
+		t.row(header...)
+	}
+	return t
+}
+
+// row adds a row; an empty cell shows as "-".
+func (t *table) row(cells ...string) {
+	for i, c := range cells {
+		c = oneLine(c)
+		if c == "" {
+			c = "-"
+		}
+		if i > 0 {
+			_, _ = io.WriteString(t.tw, "\t")
+		}
+		_, _ = io.WriteString(t.tw, c)
+	}
+	_, _ = io.WriteString(t.tw, "\n")
+}
+
+// flush writes the table out; the error is the first write's that failed.
+func (t *table) flush() error { return t.tw.Flush() }
+
+// timeText shows a timestamp in UTC, to the second, e.g.
+// "2025-06-01T14:03:07Z"; "" when it is not set.
+func timeText(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return ""
+	}
+	return ts.AsTime().UTC().Format(time.RFC3339)
+}
+
+// yesNo shows a bool as "yes" or "no".
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// printJSONLine writes m as one line of JSON, field names as in the proto
+// (printJSON's names), for streams read line by line.
+func printJSONLine(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
+}
+
+// maxPageSize is the largest page the service serves.
+const maxPageSize = 500
+
+// collectPages gathers up to limit items (0: all) of a listing, page by
+// page from pageToken ("" for the first): fetch reads one page of at most
+// size items from a token. It returns the items and the token of what
+// follows them, "" when nothing does.
+func collectPages[T any](limit int, pageToken string,
+	fetch func(size int32, token string) ([]T, string, error)) (all []T, next string, err error) {
+	next = pageToken
+	for {
+		size := maxPageSize
+		if limit > 0 {
+			size = min(size, limit-len(all))
+		}
+		var page []T
+		page, next, err = fetch(int32(size), next)
+		if err != nil {
+			return nil, "", err
+		}
+		all = append(all, page...)
+		// An empty page ends it too: a service that sent one with a token
+		// would otherwise be asked again forever.
+		if next == "" || len(page) == 0 || (limit > 0 && len(all) >= limit) {
+			return all, next, nil
+		}
+	}
+}
