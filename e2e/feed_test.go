@@ -8,18 +8,23 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/fulfillplatform/fulfillment/config"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/internal/app"
 	"github.com/fulfillplatform/fulfillment/internal/pgtest"
 )
 
@@ -162,5 +167,41 @@ func TestOrderEventFeedResumes(t *testing.T) {
 		if status.Code(err) != tc.code {
 			t.Errorf("%v with token %s: %v, want %v", tc.req, tc.token, err, tc.code)
 		}
+	}
+}
+
+// A feed stream never ends on its own, so a shutting-down server ends it
+// with UNAVAILABLE at once — it would otherwise hold the graceful stop for
+// its whole grace period — and the consumer resumes from its cursor.
+func TestOrderEventFeedEndsAtShutdown(t *testing.T) {
+	t.Parallel()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	a, err := app.New(ctx, testConfig(pgtest.DB(t)), slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	<-a.Ready()
+	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	s := &stack{client: fulfillmentv1.NewFulfillmentServiceClient(conn)}
+	st, cancel := s.watch(t, adminToken, "")
+	defer cancel()
+	if _, err := st.Header(); err != nil { // the stream is open
+		t.Fatal(err)
+	}
+
+	stop()
+	_, err = st.Recv()
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "shutting down") {
+		t.Errorf("feed at shutdown ended with %v, want UNAVAILABLE saying the server is shutting down", err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("service stopped with error: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -22,6 +23,10 @@ const (
 	// last read are sent then.
 	feedPoll = time.Second
 )
+
+// errFeedStopping ends a feed stream when the server shuts down: the
+// caller resumes elsewhere, or after the restart, from its cursor.
+var errFeedStopping = status.Error(codes.Unavailable, "this server is shutting down: reconnect with the cursor of the last event received")
 
 // WatchOrderEvents implements fulfillmentv1.FulfillmentServiceServer.
 func (s *Service) WatchOrderEvents(req *fulfillmentv1.WatchOrderEventsRequest, stream fulfillmentv1.FulfillmentService_WatchOrderEventsServer) error {
@@ -49,6 +54,11 @@ func (s *Service) WatchOrderEvents(req *fulfillmentv1.WatchOrderEventsRequest, s
 		return status.Errorf(codes.ResourceExhausted, "this server already streams %d order event feeds: retry later, or on another replica", maxWatchers)
 	}
 	defer s.watchers.Add(-1)
+	// Headers now, not with the first event: the caller knows it is
+	// following the feed even while there is nothing to send.
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return err
+	}
 
 	wake := make(chan struct{}, 1)
 	go s.feed.FeedListen(ctx, func() {
@@ -60,6 +70,11 @@ func (s *Service) WatchOrderEvents(req *fulfillmentv1.WatchOrderEventsRequest, s
 	poll := time.NewTimer(feedPoll)
 	defer poll.Stop()
 	for {
+		select {
+		case <-s.stopping: // also while catching up
+			return errFeedStopping
+		default:
+		}
 		events, err := s.feed.FeedRead(ctx, params)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -80,6 +95,8 @@ func (s *Service) WatchOrderEvents(req *fulfillmentv1.WatchOrderEventsRequest, s
 		select {
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
+		case <-s.stopping:
+			return errFeedStopping
 		case <-wake:
 		case <-poll.C:
 		}

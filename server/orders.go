@@ -21,6 +21,9 @@ type Service struct {
 	feed   fulfillment.FeedStore
 	// watchers counts the feed streams being served.
 	watchers atomic.Int64
+	// stopping is closed when the server starts shutting down: feed
+	// streams, which never end on their own, end then.
+	stopping chan struct{}
 	log      *slog.Logger
 	cfg      *config.Config
 
@@ -39,6 +42,7 @@ var _ fulfillmentv1.FulfillmentServiceServer = (*Service)(nil)
 // newService returns the service backed by store, for the configuration cfg.
 func newService(store Store, cfg *config.Config, log *slog.Logger) *Service {
 	s := &Service{store: store, inbox: store, recon: store, outbox: store, feed: store, log: log, cfg: cfg,
+		stopping:     make(chan struct{}),
 		endpoints:    make(map[string]fulfillment.Endpoint, len(cfg.Endpoints)),
 		maxPageBytes: cfg.GRPC.WithDefaults().MaxPageBytes,
 	}

@@ -49,6 +49,7 @@ type Server struct {
 
 	auth    *Authenticator
 	grpcSrv *grpc.Server
+	svc     *Service
 	inproc  *bufconn.Listener
 	local   *grpc.ClientConn
 }
@@ -78,7 +79,8 @@ func New(cfg *config.Config, store Store, log *slog.Logger, opts Options) (*Serv
 		grpc.ChainUnaryInterceptor(recoverUnary(log), logUnary(log), s.auth.UnaryInterceptor, limitResponse(g.MaxSendBytes, log)),
 		grpc.ChainStreamInterceptor(s.auth.StreamInterceptor),
 	)
-	fulfillmentv1.RegisterFulfillmentServiceServer(s.grpcSrv, newService(store, cfg, log))
+	s.svc = newService(store, cfg, log)
+	fulfillmentv1.RegisterFulfillmentServiceServer(s.grpcSrv, s.svc)
 	reflection.Register(s.grpcSrv)
 
 	// In-process callers (the REST gateway, the webhook gateway in serve
@@ -179,6 +181,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.log.Info("shutting down")
 	healthSrv.Shutdown()
+	close(s.svc.stopping) // GracefulStop waits for streams: end the feeds
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
 	defer cancel()
 	_ = httpSrv.Shutdown(shutdownCtx)
