@@ -47,9 +47,11 @@ chaos: ## Kill fulfillmentd and PostgreSQL at random under provider-like load; c
 FUZZTIME ?= 10s
 
 .PHONY: fuzz
-fuzz: ## Run every fuzz target for $(FUZZTIME) each (Yolfi verify + parse, Standard Webhooks verify).
+fuzz: ## Run every fuzz target for $(FUZZTIME) each (Yolfi and T-Bank verify + parse, Standard Webhooks verify).
 	go test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./ingest/yolfi/
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./ingest/yolfi/
+	go test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./ingest/tbank/
+	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./ingest/tbank/
 	go test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./internal/stdwebhooks/
 
 .PHONY: build

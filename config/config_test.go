@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fulfillplatform/fulfillment/ingest/tbank"
 )
 
 func env(vars map[string]string) func(string) string {
@@ -110,6 +112,9 @@ func TestLoadErrors(t *testing.T) {
 		{"page too small", "grpc: { max_page_bytes: 1000 }\n", vars, "grpc.max_page_bytes"},
 		{"webhook body over raw body bound", "ingest: { max_body_bytes: 2097152 }\n", vars, "ingest.max_body_bytes: at most"},
 		{"unknown endpoint option", "endpoints: [ { id: ep, provider: yolfi, org: org_a, environment: live, secrets: [ { env: OTHER } ], options: { terminal_key: T1 } } ]\n", vars, `endpoints[0].options: line 1: unknown option "terminal_key"`},
+		{"tbank endpoint without terminal", "endpoints: [ { id: tb, provider: tbank, org: org_a, environment: live, secrets: [ { env: OTHER } ] } ]\n", vars, "endpoints[0].options: terminal_key is required"},
+		{"tbank password as an option", "endpoints: [ { id: tb, provider: tbank, org: org_a, environment: live, secrets: [ { env: OTHER } ], options: { terminal_key: T1, password: x } } ]\n", vars, `endpoints[0].options: line 1: unknown option "password"`},
+		{"tbank unknown policy", "endpoints: [ { id: tb, provider: tbank, org: org_a, environment: live, secrets: [ { env: OTHER } ], options: { terminal_key: T1, duplicate_order_policy: retry } } ]\n", vars, "endpoints[0].options: duplicate_order_policy must be fail, ignore or reuse"},
 		{"unknown provider", "endpoints: [ { id: ep, provider: paypal, org: org_a, environment: live, secrets: [ { env: OTHER } ] } ]\n", vars, `endpoints[0].provider: "paypal" is not one of yolfi`},
 		{"endpoint org no event can carry", "endpoints: [ { id: ep, provider: yolfi, org: \"Org A\", environment: live, secrets: [ { env: OTHER } ] } ]\n", vars, "endpoints[0].org"},
 		{"destination without id", "destinations: [ { url: \"http://x\", secrets: [ { env: WHSEC } ], idempotent: true } ]\n", vars, "destinations[0].id: required"},
@@ -217,6 +222,58 @@ func TestExampleLoads(t *testing.T) {
 
 // serve and migrate do not need what only ingest uses: an upstream whose
 // token is missing loads, and fails only when the ingest command resolves it.
+// The example's commented T-Bank endpoint, uncommented, loads and reaches
+// its adapter.
+func TestExampleTBankEndpoint(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(src), "\n")
+	found := false
+	for i := 0; i < len(lines); i++ {
+		if lines[i] != "  # - id: tbank-live" {
+			continue
+		}
+		found = true
+		for ; i < len(lines) && strings.HasPrefix(lines[i], "  # "); i++ {
+			lines[i] = "  " + strings.TrimPrefix(lines[i], "  # ")
+		}
+		break
+	}
+	if !found {
+		t.Fatal("example.yaml has no commented tbank-live endpoint")
+	}
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(path, env(map[string]string{
+		"CHECKOUT_TOKEN":          "checkout-secret-0123456789",
+		"OPS_TOKEN":               "ops-secret-0123456789abc",
+		"INGEST_TOKEN":            "ingest-secret-0123456789",
+		"YOLFI_LIVE_SECRET":       "ywhsec_live_0123456789",
+		"TBANK_LIVE_PASSWORD":     "tbank-password-0123456789",
+		"LICENSES_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+		"DATABASE_URL":            "postgres://localhost/db",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Endpoints) != 2 || cfg.Endpoints[1].Provider != "tbank" {
+		t.Fatalf("endpoints %+v", cfg.Endpoints)
+	}
+	a, err := cfg.Endpoints[1].NewAdapter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := a.(*tbank.Adapter).Options()
+	if o.TerminalKey != "1321054611234" || o.DuplicateOrderPolicy != tbank.PolicyFail || len(o.DuplicateOrderCodes) != 0 {
+		t.Errorf("options %+v", o)
+	}
+}
+
 func TestUpstreamTokenResolvedOnlyForIngest(t *testing.T) {
 	t.Parallel()
 	yaml := "ingest: { upstream: { addr: \"up:9090\", token_file: /nonexistent/token } }\n"

@@ -31,8 +31,9 @@ type Adapter interface {
 	Verify(h http.Header, body []byte) error
 	// Parse validates a verified body and normalizes it for the endpoint.
 	// It returns an error wrapping ErrInvalidPayload for a body that is not
-	// the provider's schema, and ErrOrgMismatch when the payload names
-	// another org than the endpoint's.
+	// the provider's schema, ErrOrgMismatch when the payload names another
+	// org than the endpoint's, and ErrAccountMismatch when it names another
+	// merchant account at the provider than the endpoint's.
 	Parse(h http.Header, body []byte) (fulfillment.ProviderEvent, error)
 	// Acknowledge writes the reply the provider expects for an accepted
 	// (or duplicate) event.
@@ -99,4 +100,8 @@ var (
 	ErrInvalidPayload = errors.New("invalid payload")
 	// ErrOrgMismatch means the payload names another org than the endpoint's.
 	ErrOrgMismatch = errors.New("org mismatch")
+	// ErrAccountMismatch means the payload names another merchant account
+	// at the provider (a bank terminal) than the one the endpoint is
+	// configured for.
+	ErrAccountMismatch = errors.New("account mismatch")
 )

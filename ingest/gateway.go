@@ -65,6 +65,7 @@ const (
 	outcomeBadSignature    = "bad_signature"
 	outcomeInvalid         = "invalid_payload"
 	outcomeOrgMismatch     = "org_mismatch"
+	outcomeAccountMismatch = "account_mismatch"
 	outcomeUnavailable     = "unavailable"
 	outcomeFailed          = "failed"
 	outcomeMethod          = "method_not_allowed"
@@ -143,6 +144,10 @@ func (g *Gateway) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, ErrOrgMismatch):
 		g.reject(w, r, ep.Adapter, id, http.StatusBadRequest, outcomeOrgMismatch, "the event names another org than this endpoint's", err)
+		return
+	case errors.Is(err, ErrAccountMismatch):
+		g.reject(w, r, ep.Adapter, id, http.StatusBadRequest, outcomeAccountMismatch,
+			"the event names another merchant account at the provider than this endpoint's", err)
 		return
 	case err != nil:
 		g.reject(w, r, ep.Adapter, id, http.StatusBadRequest, outcomeInvalid, err.Error(), err)

@@ -8,12 +8,14 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest"
+	"github.com/fulfillplatform/fulfillment/ingest/tbank"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 )
 
 // all are the providers with an adapter.
 var all = []ingest.Provider{
 	yolfi.Provider,
+	tbank.Provider,
 }
 
 // Lookup returns the provider named name.

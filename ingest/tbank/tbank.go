@@ -1,0 +1,181 @@
+// Package tbank is the ingest adapter for T-Bank Internet Acquiring (API v2)
+// notifications: the Token signed inside the JSON body with the terminal
+// password, the notification fields and statuses, and the plain `OK` the
+// bank expects once a notification is stored.
+//
+// The same Token function signs the requests the service sends to the bank
+// (Init, GetState).
+package tbank
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/ingest"
+)
+
+// Provider registers the T-Bank adapter (package providers).
+var Provider = ingest.Provider{Name: fulfillment.ProviderTBank, New: New}
+
+// DuplicateOrderPolicy says what to do when the bank answers Init with
+// "this OrderId already exists".
+type DuplicateOrderPolicy string
+
+// Duplicate OrderId policies.
+const (
+	// PolicyFail marks the local payment failed: a repeated OrderId is a
+	// defect of id generation.
+	PolicyFail DuplicateOrderPolicy = "fail"
+	// PolicyIgnore leaves the local payment pending and records the answer
+	// for a person to look at.
+	PolicyIgnore DuplicateOrderPolicy = "ignore"
+	// PolicyReuse links the existing bank payment, only when its amount,
+	// terminal, purpose and owner all match.
+	PolicyReuse DuplicateOrderPolicy = "reuse"
+)
+
+// Options are the endpoint options of a T-Bank endpoint (its `options:`
+// block). The terminal password is the endpoint's secret, not an option.
+type Options struct {
+	// TerminalKey is the terminal every notification of the endpoint must
+	// name. Required.
+	TerminalKey string `yaml:"terminal_key"`
+	// DuplicateOrderCodes are the bank ErrorCodes that mean "this OrderId
+	// already exists" in an answer to Init. The bank does not publish
+	// them; none by default.
+	DuplicateOrderCodes []string `yaml:"duplicate_order_codes"`
+	// DuplicateOrderPolicy is what such an answer leads to (default fail).
+	DuplicateOrderPolicy DuplicateOrderPolicy `yaml:"duplicate_order_policy"`
+}
+
+// DuplicateOrder reports whether errorCode, from an answer of the bank,
+// means "this OrderId already exists".
+func (o Options) DuplicateOrder(errorCode string) bool {
+	return slices.Contains(o.DuplicateOrderCodes, errorCode)
+}
+
+// check validates the options and fills in the default policy.
+func (o *Options) check() error {
+	switch {
+	case o.TerminalKey == "":
+		return errors.New("terminal_key is required: the terminal the bank names in every notification")
+	case fulfillment.RuleEventID.Check(o.TerminalKey) != nil || strings.Contains(o.TerminalKey, ":"):
+		return fmt.Errorf("terminal_key must be printable ASCII without spaces or colons, %d bytes at most", fulfillment.MaxIDLen)
+	}
+	for i, code := range o.DuplicateOrderCodes {
+		switch {
+		case code == "" || !allDigits(code) || len(code) > maxErrorCodeLen:
+			return fmt.Errorf("duplicate_order_codes[%d] must be a bank ErrorCode: digits, %d at most", i, maxErrorCodeLen)
+		case code == "0":
+			return fmt.Errorf("duplicate_order_codes[%d]: ErrorCode 0 means success", i)
+		case slices.Contains(o.DuplicateOrderCodes[:i], code):
+			return fmt.Errorf("duplicate_order_codes[%d] repeats an earlier code", i)
+		}
+	}
+	switch o.DuplicateOrderPolicy {
+	case "":
+		o.DuplicateOrderPolicy = PolicyFail
+	case PolicyFail:
+	case PolicyIgnore, PolicyReuse:
+		if len(o.DuplicateOrderCodes) == 0 {
+			return fmt.Errorf("duplicate_order_policy %s needs duplicate_order_codes: without them no answer is recognized as a duplicate OrderId",
+				o.DuplicateOrderPolicy)
+		}
+	default:
+		return fmt.Errorf("duplicate_order_policy must be %s, %s or %s", PolicyFail, PolicyIgnore, PolicyReuse)
+	}
+	return nil
+}
+
+// maxErrorCodeLen bounds a configured ErrorCode.
+const maxErrorCodeLen = 16
+
+// Adapter is the T-Bank adapter of one endpoint.
+type Adapter struct {
+	ep        fulfillment.Endpoint
+	passwords [][]byte
+	opts      Options
+}
+
+var _ ingest.Adapter = (*Adapter)(nil)
+
+// New returns the adapter of endpoint ep, verifying with the terminal
+// passwords in secrets (several during a rotation), with the endpoint's
+// options.
+func New(ep fulfillment.Endpoint, secrets [][]byte, options *yaml.Node) (ingest.Adapter, error) {
+	var o Options
+	if err := ingest.DecodeOptions(options, &o); err != nil {
+		return nil, err
+	}
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	return &Adapter{ep: ep, passwords: secrets, opts: o}, nil
+}
+
+// Options returns the endpoint's options, with the default policy filled
+// in.
+func (a *Adapter) Options() Options {
+	o := a.opts
+	o.DuplicateOrderCodes = slices.Clone(o.DuplicateOrderCodes)
+	return o
+}
+
+// Verify checks the body's Token against the endpoint's passwords (see the
+// function Verify).
+func (a *Adapter) Verify(_ http.Header, body []byte) error { return Verify(body, a.passwords) }
+
+// Parse normalizes a verified body for the endpoint (see the function
+// Parse).
+func (a *Adapter) Parse(_ http.Header, body []byte) (fulfillment.ProviderEvent, error) {
+	return Parse(a.ep, a.opts.TerminalKey, body)
+}
+
+// ackBody is the whole answer the bank takes as "stored": anything else
+// makes it deliver the notification again.
+const ackBody = "OK"
+
+// Acknowledge answers 200 with the body OK: the notification is stored (or
+// was already).
+func (*Adapter) Acknowledge(w http.ResponseWriter) {
+	writeText(w, http.StatusOK, ackBody)
+}
+
+// Reject answers status with reason as plain text, which is never OK (the
+// bank would take it as stored). Reject never acknowledges: a status
+// outside 4xx and 5xx becomes 500.
+func (*Adapter) Reject(w http.ResponseWriter, status int, reason string) {
+	if status < 400 || status > 599 {
+		status = http.StatusInternalServerError
+	}
+	if r := strings.TrimSpace(reason); r == "" || strings.EqualFold(r, ackBody) {
+		reason = http.StatusText(status)
+		if reason == "" {
+			reason = "rejected"
+		}
+	}
+	writeText(w, status, reason)
+}
+
+func writeText(w http.ResponseWriter, status int, body string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(body))
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
