@@ -566,9 +566,10 @@ func (c *Config) validateEndpoints() error {
 			return fmt.Errorf("%s.secrets: at least one signing secret is required", key)
 		}
 		ids[ep.ID] = true
+		provider, _ := providers.Lookup(fulfillment.Provider(ep.Provider))
 		for j, sec := range ep.Secrets {
-			if len(sec.Value) < 16 {
-				return fmt.Errorf("%s.secrets[%d]: a signing secret must be at least 16 characters", key, j)
+			if len(sec.Value) < provider.MinSecretLen {
+				return fmt.Errorf("%s.secrets[%d]: a %s signing secret must be at least %d characters", key, j, ep.Provider, provider.MinSecretLen)
 			}
 		}
 		if _, err := ep.NewAdapter(); err != nil {

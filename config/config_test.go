@@ -116,6 +116,8 @@ func TestLoadErrors(t *testing.T) {
 		{"tbank password as an option", "endpoints: [ { id: tb, provider: tbank, org: org_a, environment: live, secrets: [ { env: OTHER } ], options: { terminal_key: T1, password: x } } ]\n", vars, `endpoints[0].options: line 1: unknown option "password"`},
 		{"tbank unknown policy", "endpoints: [ { id: tb, provider: tbank, org: org_a, environment: live, secrets: [ { env: OTHER } ], options: { terminal_key: T1, duplicate_order_policy: retry } } ]\n", vars, "endpoints[0].options: duplicate_order_policy must be fail, ignore or reuse"},
 		{"unknown provider", "endpoints: [ { id: ep, provider: paypal, org: org_a, environment: live, secrets: [ { env: OTHER } ] } ]\n", vars, `endpoints[0].provider: "paypal" is not one of yolfi`},
+		{"short yolfi secret", "endpoints: [ { id: ep, provider: yolfi, org: org_a, environment: live, secrets: [ { env: PASSWORD } ] } ]\n", map[string]string{"PASSWORD": "Dfsfh56dgKl"}, "endpoints[0].secrets[0]: a yolfi signing secret must be at least 16 characters"},
+		{"short tbank password", "endpoints: [ { id: tb, provider: tbank, org: org_a, environment: live, secrets: [ { env: PASSWORD } ], options: { terminal_key: T1 } } ]\n", map[string]string{"PASSWORD": "1234567"}, "endpoints[0].secrets[0]: a tbank signing secret must be at least 8 characters"},
 		{"endpoint org no event can carry", "endpoints: [ { id: ep, provider: yolfi, org: \"Org A\", environment: live, secrets: [ { env: OTHER } ] } ]\n", vars, "endpoints[0].org"},
 		{"destination without id", "destinations: [ { url: \"http://x\", secrets: [ { env: WHSEC } ], idempotent: true } ]\n", vars, "destinations[0].id: required"},
 		{"destination id twice", "destinations: [ { id: a, url: \"http://x\", secrets: [ { env: WHSEC } ], idempotent: true }, { id: a, url: \"http://y\", secrets: [ { env: WHSEC } ], idempotent: true } ]\n", vars, `destinations[1].id: "a" is used twice`},
@@ -254,7 +256,7 @@ func TestExampleTBankEndpoint(t *testing.T) {
 		"OPS_TOKEN":               "ops-secret-0123456789abc",
 		"INGEST_TOKEN":            "ingest-secret-0123456789",
 		"YOLFI_LIVE_SECRET":       "ywhsec_live_0123456789",
-		"TBANK_LIVE_PASSWORD":     "tbank-password-0123456789",
+		"TBANK_LIVE_PASSWORD":     "Dfsfh56dgKl", // the bank's own example: 11 characters
 		"LICENSES_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
 		"DATABASE_URL":            "postgres://localhost/db",
 	}))

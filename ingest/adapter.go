@@ -52,6 +52,10 @@ type Provider struct {
 	// may be empty; decode it with DecodeOptions). An error names what is
 	// wrong with the options in one line.
 	New func(ep fulfillment.Endpoint, secrets [][]byte, options *yaml.Node) (Adapter, error)
+	// MinSecretLen is the shortest signing secret an endpoint may be
+	// configured with: the provider issues them, so it knows how short
+	// they come.
+	MinSecretLen int
 }
 
 // DecodeOptions decodes an endpoint's options block into v (a pointer to a

@@ -21,7 +21,10 @@ import (
 )
 
 // Provider registers the T-Bank adapter (package providers).
-var Provider = ingest.Provider{Name: fulfillment.ProviderTBank, New: New}
+//
+// Terminal passwords are the bank's to choose, and its published examples
+// are 11 and 14 characters long.
+var Provider = ingest.Provider{Name: fulfillment.ProviderTBank, New: New, MinSecretLen: 8}
 
 // DuplicateOrderPolicy says what to do when the bank answers Init with
 // "this OrderId already exists".

@@ -35,7 +35,7 @@ const (
 )
 
 // Provider registers the native Yolfi adapter (package providers).
-var Provider = ingest.Provider{Name: fulfillment.ProviderYolfi, New: New}
+var Provider = ingest.Provider{Name: fulfillment.ProviderYolfi, New: New, MinSecretLen: 16}
 
 // Options are the endpoint options of a Yolfi endpoint. There are none
 // yet: any key in the block is an error.
