@@ -96,6 +96,8 @@ type ItemSubject struct {
 	InboxID int64
 	// MessageID is the outbox message it is about, when any.
 	MessageID int64
+	// StartID is the payment start it is about, when any.
+	StartID int64
 }
 
 // FailedEventKeyPrefix starts the key of a failed_event item; the stored
@@ -127,6 +129,8 @@ func ItemKey(kind ReconKind, s ItemSubject) string {
 		return DeliveryKeyPrefix + strconv.FormatInt(s.MessageID, 10)
 	case ReconUnidentifiedPayment:
 		return "order|" + s.OrderID
+	case ReconDuplicateOrderID:
+		return "start|" + strconv.FormatInt(s.StartID, 10)
 	case ReconRefundAfterFulfill:
 		return fmt.Sprintf("event|%s|%s|%s|%s", s.Provider, s.OrgID, s.Environment, s.EventID)
 	default:

@@ -80,6 +80,9 @@ var (
 	// RuleNote is the rule of what a person writes down: why a
 	// destination was disabled, how an item was resolved.
 	RuleNote = TextRule{Max: 500, Kind: Label}
+	// RuleDescription is the rule of what a provider shows a payer about a
+	// payment.
+	RuleDescription = TextRule{Max: 140, Kind: Label}
 )
 
 // Check returns nil when v (non-empty) follows the rule, or an error saying

@@ -106,13 +106,17 @@ const (
 	ReconPaidNotFulfilled   ReconKind = "paid_not_fulfilled"
 	ReconFailedEvent        ReconKind = "failed_event"
 	ReconRefundAfterFulfill ReconKind = "refund_after_fulfillment"
+	// ReconDuplicateOrderID: a provider already had a payment under the id
+	// of an attempt the service started, and it could not be linked.
+	ReconDuplicateOrderID ReconKind = "duplicate_order_id"
 )
 
 // Valid reports whether k is a known kind.
 func (k ReconKind) Valid() bool {
 	switch k {
 	case ReconExtraPayment, ReconUnidentifiedPayment, ReconAmountMismatch, ReconOverpayment, ReconUnmatchedPayment,
-		ReconUncertainDelivery, ReconFailedDelivery, ReconPaidNotFulfilled, ReconFailedEvent, ReconRefundAfterFulfill:
+		ReconUncertainDelivery, ReconFailedDelivery, ReconPaidNotFulfilled, ReconFailedEvent, ReconRefundAfterFulfill,
+		ReconDuplicateOrderID:
 		return true
 	}
 	return false

@@ -48,6 +48,7 @@ func (p *Principal) OwnsOrg(org string) bool { return slices.Contains(p.orgs, or
 // refused: a new method cannot be exposed by forgetting to list it.
 var methodScopes = map[string]string{
 	fulfillmentv1.FulfillmentService_CreateOrder_FullMethodName:             config.ScopeOrdersWrite,
+	fulfillmentv1.FulfillmentService_StartPayment_FullMethodName:            config.ScopeOrdersWrite,
 	fulfillmentv1.FulfillmentService_GetOrder_FullMethodName:                config.ScopeOrdersRead,
 	fulfillmentv1.FulfillmentService_ListOrders_FullMethodName:              config.ScopeOrdersRead,
 	fulfillmentv1.FulfillmentService_RecordEvent_FullMethodName:             config.ScopeIngest,

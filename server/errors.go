@@ -23,6 +23,7 @@ var errorCodes = []struct {
 	{fulfillment.ErrConflict, codes.AlreadyExists},
 	{fulfillment.ErrUnavailable, codes.Unavailable},
 	{fulfillment.ErrFailedPrecondition, codes.FailedPrecondition},
+	{fulfillment.ErrStartBusy, codes.Aborted},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 }

@@ -19,6 +19,10 @@ type Service struct {
 	recon  fulfillment.ReconStore
 	outbox fulfillment.OutboxStore
 	feed   fulfillment.FeedStore
+	// payStore keeps the payments the service starts through payments,
+	// the providers by endpoint id.
+	payStore fulfillment.PaymentStore
+	payments map[string]fulfillment.PaymentProvider
 	// watchers counts the feed streams being served.
 	watchers atomic.Int64
 	// stopping is closed when the server starts shutting down: feed
@@ -41,7 +45,7 @@ var _ fulfillmentv1.FulfillmentServiceServer = (*Service)(nil)
 
 // newService returns the service backed by store, for the configuration cfg.
 func newService(store Store, cfg *config.Config, log *slog.Logger) *Service {
-	s := &Service{store: store, inbox: store, recon: store, outbox: store, feed: store, log: log, cfg: cfg,
+	s := &Service{store: store, inbox: store, recon: store, outbox: store, feed: store, payStore: store, log: log, cfg: cfg,
 		stopping:     make(chan struct{}),
 		endpoints:    make(map[string]fulfillment.Endpoint, len(cfg.Endpoints)),
 		maxPageBytes: cfg.GRPC.WithDefaults().MaxPageBytes,

@@ -34,6 +34,7 @@ type Store interface {
 	fulfillment.ReconStore
 	fulfillment.OutboxStore
 	fulfillment.FeedStore
+	fulfillment.PaymentStore
 	Readiness
 }
 
@@ -58,6 +59,9 @@ type Server struct {
 type Options struct {
 	// Metrics, when set, is served at GET /metrics on the HTTP listener.
 	Metrics http.Handler
+	// Payments are the providers of the endpoints that take payments the
+	// service starts (StartPayment), by endpoint id.
+	Payments map[string]fulfillment.PaymentProvider
 }
 
 // New prepares a server; listeners open in Listen.
@@ -80,6 +84,7 @@ func New(cfg *config.Config, store Store, log *slog.Logger, opts Options) (*Serv
 		grpc.ChainStreamInterceptor(s.auth.StreamInterceptor),
 	)
 	s.svc = newService(store, cfg, log)
+	s.svc.payments = opts.Payments
 	fulfillmentv1.RegisterFulfillmentServiceServer(s.grpcSrv, s.svc)
 	reflection.Register(s.grpcSrv)
 

@@ -129,6 +129,7 @@ type lockedOrderRow struct {
 	PaidInvoiceID       *string                 `db:"paid_invoice_id"`
 	PaidPaymentID       *string                 `db:"paid_payment_id"`
 	HasExternalLines    bool                    `db:"has_external_lines"`
+	StartedSessions     []string                `db:"started_sessions"`
 }
 
 // lockOrders locks every order the events name, in id order, and reads
@@ -155,13 +156,17 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 			total_currency, total_minor_units,
 			settlement_token, settlement_network, settlement_amount::text, settlement_tolerance::text,
 			paid_at IS NOT NULL AS paid, paid_attempt_ref, paid_invoice_id, paid_payment_id,
-			EXISTS (SELECT 1 FROM order_lines l WHERE l.order_id = o.id AND l.kind = 'external') AS has_external_lines
+			EXISTS (SELECT 1 FROM order_lines l WHERE l.order_id = o.id AND l.kind = 'external') AS has_external_lines,
+			ARRAY(SELECT provider_order_id FROM payment_starts ps WHERE ps.order_id = o.id) AS started_sessions
 		FROM orders o
 		WHERE id IN (
 			SELECT id FROM orders WHERE (org_id, environment, merchant_order_id) IN (
 				SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
 			UNION
 			SELECT id FROM orders WHERE (org_id, environment, checkout_session_id) IN (
+				SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))
+			UNION
+			SELECT order_id FROM payment_starts WHERE (org_id, environment, provider_order_id) IN (
 				SELECT * FROM unnest($4::text[], $5::text[], $6::text[])))
 		ORDER BY id
 		FOR UPDATE`, mOrg, mEnv, mID, cOrg, cEnv, cID)
@@ -186,8 +191,14 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 		key := fulfillment.OrderKey{OrgID: row.OrgID, Environment: row.Environment}
 		key.Field, key.Value = fulfillment.ByMerchantOrderID, row.MerchantOrderID
 		lo[key] = o
+		// A checkout session is the order's own, or the provider order id
+		// of a payment the service started for it.
+		sessions := row.StartedSessions
 		if row.CheckoutSessionID != nil {
-			key.Field, key.Value = fulfillment.ByCheckoutSessionID, *row.CheckoutSessionID
+			sessions = append(sessions, *row.CheckoutSessionID)
+		}
+		for _, id := range sessions {
+			key.Field, key.Value = fulfillment.ByCheckoutSessionID, id
 			lo[key] = o
 		}
 		return nil

@@ -26,21 +26,11 @@ import (
 // are 11 and 14 characters long.
 var Provider = ingest.Provider{Name: fulfillment.ProviderTBank, New: New, MinSecretLen: 8}
 
-// DuplicateOrderPolicy says what to do when the bank answers Init with
-// "this OrderId already exists".
-type DuplicateOrderPolicy string
-
-// Duplicate OrderId policies.
+// The duplicate OrderId policies are the domain's: an endpoint names one.
 const (
-	// PolicyFail marks the local payment failed: a repeated OrderId is a
-	// defect of id generation.
-	PolicyFail DuplicateOrderPolicy = "fail"
-	// PolicyIgnore leaves the local payment pending and records the answer
-	// for a person to look at.
-	PolicyIgnore DuplicateOrderPolicy = "ignore"
-	// PolicyReuse links the existing bank payment, only when its amount,
-	// terminal, purpose and owner all match.
-	PolicyReuse DuplicateOrderPolicy = "reuse"
+	PolicyFail   = fulfillment.PolicyFail
+	PolicyIgnore = fulfillment.PolicyIgnore
+	PolicyReuse  = fulfillment.PolicyReuse
 )
 
 // Options are the endpoint options of a T-Bank endpoint (its `options:`
@@ -54,7 +44,7 @@ type Options struct {
 	// them; none by default.
 	DuplicateOrderCodes []string `yaml:"duplicate_order_codes"`
 	// DuplicateOrderPolicy is what such an answer leads to (default fail).
-	DuplicateOrderPolicy DuplicateOrderPolicy `yaml:"duplicate_order_policy"`
+	DuplicateOrderPolicy fulfillment.DuplicateOrderPolicy `yaml:"duplicate_order_policy"`
 }
 
 // DuplicateOrder reports whether errorCode, from an answer of the bank,

@@ -3021,6 +3021,260 @@ func (x *EnableDestinationResponse) GetDestination() *Destination {
 	return nil
 }
 
+// StartPaymentRequest names the order and the endpoint to pay it through.
+type StartPaymentRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	OrderId string                 `protobuf:"bytes,1,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	// A configured endpoint of the order's org and environment whose
+	// provider takes payments.
+	EndpointId string `protobuf:"bytes,2,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// Start another attempt even though the latest one was started or waits
+	// for review (say, its page expired). A failed latest attempt is
+	// followed by a new one anyway.
+	NewAttempt bool `protobuf:"varint,3,opt,name=new_attempt,json=newAttempt,proto3" json:"new_attempt,omitempty"`
+	// Shown to the payer by the provider; at most 140 characters.
+	Description   string `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartPaymentRequest) Reset() {
+	*x = StartPaymentRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartPaymentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartPaymentRequest) ProtoMessage() {}
+
+func (x *StartPaymentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartPaymentRequest.ProtoReflect.Descriptor instead.
+func (*StartPaymentRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *StartPaymentRequest) GetOrderId() string {
+	if x != nil {
+		return x.OrderId
+	}
+	return ""
+}
+
+func (x *StartPaymentRequest) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *StartPaymentRequest) GetNewAttempt() bool {
+	if x != nil {
+		return x.NewAttempt
+	}
+	return false
+}
+
+func (x *StartPaymentRequest) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+// StartPaymentResponse is the attempt the call started or found.
+type StartPaymentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Payment       *PaymentStart          `protobuf:"bytes,1,opt,name=payment,proto3" json:"payment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartPaymentResponse) Reset() {
+	*x = StartPaymentResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartPaymentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartPaymentResponse) ProtoMessage() {}
+
+func (x *StartPaymentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartPaymentResponse.ProtoReflect.Descriptor instead.
+func (*StartPaymentResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *StartPaymentResponse) GetPayment() *PaymentStart {
+	if x != nil {
+		return x.Payment
+	}
+	return nil
+}
+
+// PaymentStart is one attempt to pay an order that the service started at
+// a provider.
+type PaymentStart struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	OrderId    string                 `protobuf:"bytes,1,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	EndpointId string                 `protobuf:"bytes,2,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// The order's attempts are numbered from 1.
+	Attempt int32 `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The attempt's id at the provider (T-Bank's OrderId): the same on every
+	// call about the attempt, new for each attempt.
+	ProviderOrderId string `protobuf:"bytes,4,opt,name=provider_order_id,json=providerOrderId,proto3" json:"provider_order_id,omitempty"`
+	// "starting" (the provider's answer is not recorded yet), "started"
+	// (payment_url is the page to send the payer to), "failed" (the provider
+	// refused: detail says why), "pending_review" (the provider already had
+	// a payment under this id that could not be linked: a
+	// duplicate_order_id reconciliation item is open).
+	State         string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	Amount        *Money                 `protobuf:"bytes,6,opt,name=amount,proto3" json:"amount,omitempty"`
+	PaymentId     string                 `protobuf:"bytes,7,opt,name=payment_id,json=paymentId,proto3" json:"payment_id,omitempty"`
+	PaymentUrl    string                 `protobuf:"bytes,8,opt,name=payment_url,json=paymentUrl,proto3" json:"payment_url,omitempty"`
+	Detail        string                 `protobuf:"bytes,9,opt,name=detail,proto3" json:"detail,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PaymentStart) Reset() {
+	*x = PaymentStart{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PaymentStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PaymentStart) ProtoMessage() {}
+
+func (x *PaymentStart) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PaymentStart.ProtoReflect.Descriptor instead.
+func (*PaymentStart) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *PaymentStart) GetOrderId() string {
+	if x != nil {
+		return x.OrderId
+	}
+	return ""
+}
+
+func (x *PaymentStart) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *PaymentStart) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *PaymentStart) GetProviderOrderId() string {
+	if x != nil {
+		return x.ProviderOrderId
+	}
+	return ""
+}
+
+func (x *PaymentStart) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *PaymentStart) GetAmount() *Money {
+	if x != nil {
+		return x.Amount
+	}
+	return nil
+}
+
+func (x *PaymentStart) GetPaymentId() string {
+	if x != nil {
+		return x.PaymentId
+	}
+	return ""
+}
+
+func (x *PaymentStart) GetPaymentUrl() string {
+	if x != nil {
+		return x.PaymentUrl
+	}
+	return ""
+}
+
+func (x *PaymentStart) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *PaymentStart) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *PaymentStart) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
 // WatchOrderEventsRequest says where to start and which events to send.
 type WatchOrderEventsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3036,7 +3290,7 @@ type WatchOrderEventsRequest struct {
 
 func (x *WatchOrderEventsRequest) Reset() {
 	*x = WatchOrderEventsRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[36]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3048,7 +3302,7 @@ func (x *WatchOrderEventsRequest) String() string {
 func (*WatchOrderEventsRequest) ProtoMessage() {}
 
 func (x *WatchOrderEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[36]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3061,7 +3315,7 @@ func (x *WatchOrderEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchOrderEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchOrderEventsRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{36}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WatchOrderEventsRequest) GetCursor() string {
@@ -3104,7 +3358,7 @@ type WatchOrderEventsResponse struct {
 
 func (x *WatchOrderEventsResponse) Reset() {
 	*x = WatchOrderEventsResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[37]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +3370,7 @@ func (x *WatchOrderEventsResponse) String() string {
 func (*WatchOrderEventsResponse) ProtoMessage() {}
 
 func (x *WatchOrderEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[37]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +3383,7 @@ func (x *WatchOrderEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchOrderEventsResponse.ProtoReflect.Descriptor instead.
 func (*WatchOrderEventsResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{37}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WatchOrderEventsResponse) GetCursor() string {
@@ -3453,7 +3707,34 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x18EnableDestinationRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"Z\n" +
 	"\x19EnableDestinationResponse\x12=\n" +
-	"\vdestination\x18\x01 \x01(\v2\x1b.fulfillment.v1.DestinationR\vdestination\"j\n" +
+	"\vdestination\x18\x01 \x01(\v2\x1b.fulfillment.v1.DestinationR\vdestination\"\x94\x01\n" +
+	"\x13StartPaymentRequest\x12\x19\n" +
+	"\border_id\x18\x01 \x01(\tR\aorderId\x12\x1f\n" +
+	"\vendpoint_id\x18\x02 \x01(\tR\n" +
+	"endpointId\x12\x1f\n" +
+	"\vnew_attempt\x18\x03 \x01(\bR\n" +
+	"newAttempt\x12 \n" +
+	"\vdescription\x18\x04 \x01(\tR\vdescription\"N\n" +
+	"\x14StartPaymentResponse\x126\n" +
+	"\apayment\x18\x01 \x01(\v2\x1c.fulfillment.v1.PaymentStartR\apayment\"\xa7\x03\n" +
+	"\fPaymentStart\x12\x19\n" +
+	"\border_id\x18\x01 \x01(\tR\aorderId\x12\x1f\n" +
+	"\vendpoint_id\x18\x02 \x01(\tR\n" +
+	"endpointId\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12*\n" +
+	"\x11provider_order_id\x18\x04 \x01(\tR\x0fproviderOrderId\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x12-\n" +
+	"\x06amount\x18\x06 \x01(\v2\x15.fulfillment.v1.MoneyR\x06amount\x12\x1d\n" +
+	"\n" +
+	"payment_id\x18\a \x01(\tR\tpaymentId\x12\x1f\n" +
+	"\vpayment_url\x18\b \x01(\tR\n" +
+	"paymentUrl\x12\x16\n" +
+	"\x06detail\x18\t \x01(\tR\x06detail\x12;\n" +
+	"\vcreate_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\"j\n" +
 	"\x17WatchOrderEventsRequest\x12\x16\n" +
 	"\x06cursor\x18\x01 \x01(\tR\x06cursor\x12\x15\n" +
 	"\x06org_id\x18\x02 \x01(\tR\x05orgId\x12 \n" +
@@ -3466,14 +3747,16 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\venvironment\x18\x05 \x01(\tR\venvironment\x12;\n" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12\x18\n" +
-	"\apayload\x18\a \x01(\tR\apayload2\xcc\t\n" +
+	"\apayload\x18\a \x01(\tR\apayload2\xa7\n" +
+	"\n" +
 	"\x12FulfillmentService\x12V\n" +
 	"\vCreateOrder\x12\".fulfillment.v1.CreateOrderRequest\x1a#.fulfillment.v1.CreateOrderResponse\x12M\n" +
 	"\bGetOrder\x12\x1f.fulfillment.v1.GetOrderRequest\x1a .fulfillment.v1.GetOrderResponse\x12S\n" +
 	"\n" +
 	"ListOrders\x12!.fulfillment.v1.ListOrdersRequest\x1a\".fulfillment.v1.ListOrdersResponse\x12V\n" +
 	"\vRecordEvent\x12\".fulfillment.v1.RecordEventRequest\x1a#.fulfillment.v1.RecordEventResponse\x12z\n" +
-	"\x17ListReconciliationItems\x12..fulfillment.v1.ListReconciliationItemsRequest\x1a/.fulfillment.v1.ListReconciliationItemsResponse\x12k\n" +
+	"\x17ListReconciliationItems\x12..fulfillment.v1.ListReconciliationItemsRequest\x1a/.fulfillment.v1.ListReconciliationItemsResponse\x12Y\n" +
+	"\fStartPayment\x12#.fulfillment.v1.StartPaymentRequest\x1a$.fulfillment.v1.StartPaymentResponse\x12k\n" +
 	"\x12ListOutboxMessages\x12).fulfillment.v1.ListOutboxMessagesRequest\x1a*.fulfillment.v1.ListOutboxMessagesResponse\x12e\n" +
 	"\x10GetOutboxMessage\x12'.fulfillment.v1.GetOutboxMessageRequest\x1a(.fulfillment.v1.GetOutboxMessageResponse\x12k\n" +
 	"\x12RetryOutboxMessage\x12).fulfillment.v1.RetryOutboxMessageRequest\x1a*.fulfillment.v1.RetryOutboxMessageResponse\x12e\n" +
@@ -3494,7 +3777,7 @@ func file_fulfillment_v1_fulfillment_proto_rawDescGZIP() []byte {
 	return file_fulfillment_v1_fulfillment_proto_rawDescData
 }
 
-var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
 	(*Money)(nil),                           // 0: fulfillment.v1.Money
 	(*OrderLine)(nil),                       // 1: fulfillment.v1.OrderLine
@@ -3532,23 +3815,26 @@ var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
 	(*DisableDestinationResponse)(nil),      // 33: fulfillment.v1.DisableDestinationResponse
 	(*EnableDestinationRequest)(nil),        // 34: fulfillment.v1.EnableDestinationRequest
 	(*EnableDestinationResponse)(nil),       // 35: fulfillment.v1.EnableDestinationResponse
-	(*WatchOrderEventsRequest)(nil),         // 36: fulfillment.v1.WatchOrderEventsRequest
-	(*WatchOrderEventsResponse)(nil),        // 37: fulfillment.v1.WatchOrderEventsResponse
-	nil,                                     // 38: fulfillment.v1.RecordEventRequest.RefsEntry
-	(*timestamppb.Timestamp)(nil),           // 39: google.protobuf.Timestamp
+	(*StartPaymentRequest)(nil),             // 36: fulfillment.v1.StartPaymentRequest
+	(*StartPaymentResponse)(nil),            // 37: fulfillment.v1.StartPaymentResponse
+	(*PaymentStart)(nil),                    // 38: fulfillment.v1.PaymentStart
+	(*WatchOrderEventsRequest)(nil),         // 39: fulfillment.v1.WatchOrderEventsRequest
+	(*WatchOrderEventsResponse)(nil),        // 40: fulfillment.v1.WatchOrderEventsResponse
+	nil,                                     // 41: fulfillment.v1.RecordEventRequest.RefsEntry
+	(*timestamppb.Timestamp)(nil),           // 42: google.protobuf.Timestamp
 }
 var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
 	0,  // 0: fulfillment.v1.OrderLine.unit_price:type_name -> fulfillment.v1.Money
-	39, // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
-	39, // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
+	42, // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
+	42, // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
 	0,  // 3: fulfillment.v1.LedgerEntry.amount:type_name -> fulfillment.v1.Money
-	39, // 4: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
-	39, // 5: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
+	42, // 4: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
+	42, // 5: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
 	1,  // 6: fulfillment.v1.Order.lines:type_name -> fulfillment.v1.OrderLine
 	0,  // 7: fulfillment.v1.Order.total:type_name -> fulfillment.v1.Money
 	2,  // 8: fulfillment.v1.Order.settlement:type_name -> fulfillment.v1.Settlement
-	39, // 9: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
-	39, // 10: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
+	42, // 9: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
+	42, // 10: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
 	8,  // 11: fulfillment.v1.Order.history:type_name -> fulfillment.v1.OrderHistory
 	3,  // 12: fulfillment.v1.OrderHistory.payment_attempts:type_name -> fulfillment.v1.PaymentAttempt
 	4,  // 13: fulfillment.v1.OrderHistory.entitlements:type_name -> fulfillment.v1.Entitlement
@@ -3560,55 +3846,61 @@ var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
 	7,  // 19: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
 	7,  // 20: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
 	7,  // 21: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
-	39, // 22: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
+	42, // 22: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
 	15, // 23: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
-	38, // 24: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
-	39, // 25: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
-	39, // 26: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
+	41, // 24: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
+	42, // 25: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
+	42, // 26: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
 	18, // 27: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
-	39, // 28: fulfillment.v1.OutboxMessage.next_attempt_time:type_name -> google.protobuf.Timestamp
-	39, // 29: fulfillment.v1.OutboxMessage.create_time:type_name -> google.protobuf.Timestamp
-	39, // 30: fulfillment.v1.OutboxMessage.process_time:type_name -> google.protobuf.Timestamp
+	42, // 28: fulfillment.v1.OutboxMessage.next_attempt_time:type_name -> google.protobuf.Timestamp
+	42, // 29: fulfillment.v1.OutboxMessage.create_time:type_name -> google.protobuf.Timestamp
+	42, // 30: fulfillment.v1.OutboxMessage.process_time:type_name -> google.protobuf.Timestamp
 	22, // 31: fulfillment.v1.OutboxMessage.attempt_history:type_name -> fulfillment.v1.DeliveryAttempt
-	39, // 32: fulfillment.v1.DeliveryAttempt.start_time:type_name -> google.protobuf.Timestamp
-	39, // 33: fulfillment.v1.DeliveryAttempt.finish_time:type_name -> google.protobuf.Timestamp
+	42, // 32: fulfillment.v1.DeliveryAttempt.start_time:type_name -> google.protobuf.Timestamp
+	42, // 33: fulfillment.v1.DeliveryAttempt.finish_time:type_name -> google.protobuf.Timestamp
 	21, // 34: fulfillment.v1.ListOutboxMessagesResponse.messages:type_name -> fulfillment.v1.OutboxMessage
 	21, // 35: fulfillment.v1.GetOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
 	21, // 36: fulfillment.v1.RetryOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
-	39, // 37: fulfillment.v1.Destination.disable_time:type_name -> google.protobuf.Timestamp
+	42, // 37: fulfillment.v1.Destination.disable_time:type_name -> google.protobuf.Timestamp
 	29, // 38: fulfillment.v1.ListDestinationsResponse.destinations:type_name -> fulfillment.v1.Destination
 	29, // 39: fulfillment.v1.DisableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
 	29, // 40: fulfillment.v1.EnableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
-	39, // 41: fulfillment.v1.WatchOrderEventsResponse.create_time:type_name -> google.protobuf.Timestamp
-	9,  // 42: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
-	11, // 43: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
-	13, // 44: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
-	16, // 45: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
-	19, // 46: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
-	23, // 47: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
-	25, // 48: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
-	27, // 49: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
-	30, // 50: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
-	32, // 51: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
-	34, // 52: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
-	36, // 53: fulfillment.v1.FulfillmentService.WatchOrderEvents:input_type -> fulfillment.v1.WatchOrderEventsRequest
-	10, // 54: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
-	12, // 55: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
-	14, // 56: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
-	17, // 57: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
-	20, // 58: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
-	24, // 59: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
-	26, // 60: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
-	28, // 61: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
-	31, // 62: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
-	33, // 63: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
-	35, // 64: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
-	37, // 65: fulfillment.v1.FulfillmentService.WatchOrderEvents:output_type -> fulfillment.v1.WatchOrderEventsResponse
-	54, // [54:66] is the sub-list for method output_type
-	42, // [42:54] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	38, // 41: fulfillment.v1.StartPaymentResponse.payment:type_name -> fulfillment.v1.PaymentStart
+	0,  // 42: fulfillment.v1.PaymentStart.amount:type_name -> fulfillment.v1.Money
+	42, // 43: fulfillment.v1.PaymentStart.create_time:type_name -> google.protobuf.Timestamp
+	42, // 44: fulfillment.v1.PaymentStart.update_time:type_name -> google.protobuf.Timestamp
+	42, // 45: fulfillment.v1.WatchOrderEventsResponse.create_time:type_name -> google.protobuf.Timestamp
+	9,  // 46: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
+	11, // 47: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
+	13, // 48: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
+	16, // 49: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
+	19, // 50: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
+	36, // 51: fulfillment.v1.FulfillmentService.StartPayment:input_type -> fulfillment.v1.StartPaymentRequest
+	23, // 52: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
+	25, // 53: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
+	27, // 54: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
+	30, // 55: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
+	32, // 56: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
+	34, // 57: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
+	39, // 58: fulfillment.v1.FulfillmentService.WatchOrderEvents:input_type -> fulfillment.v1.WatchOrderEventsRequest
+	10, // 59: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
+	12, // 60: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
+	14, // 61: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
+	17, // 62: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
+	20, // 63: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
+	37, // 64: fulfillment.v1.FulfillmentService.StartPayment:output_type -> fulfillment.v1.StartPaymentResponse
+	24, // 65: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
+	26, // 66: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
+	28, // 67: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
+	31, // 68: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
+	33, // 69: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
+	35, // 70: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
+	40, // 71: fulfillment.v1.FulfillmentService.WatchOrderEvents:output_type -> fulfillment.v1.WatchOrderEventsResponse
+	59, // [59:72] is the sub-list for method output_type
+	46, // [46:59] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_fulfillment_v1_fulfillment_proto_init() }
@@ -3623,7 +3915,7 @@ func file_fulfillment_v1_fulfillment_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fulfillment_v1_fulfillment_proto_rawDesc), len(file_fulfillment_v1_fulfillment_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

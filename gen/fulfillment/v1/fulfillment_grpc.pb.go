@@ -24,6 +24,7 @@ const (
 	FulfillmentService_ListOrders_FullMethodName              = "/fulfillment.v1.FulfillmentService/ListOrders"
 	FulfillmentService_RecordEvent_FullMethodName             = "/fulfillment.v1.FulfillmentService/RecordEvent"
 	FulfillmentService_ListReconciliationItems_FullMethodName = "/fulfillment.v1.FulfillmentService/ListReconciliationItems"
+	FulfillmentService_StartPayment_FullMethodName            = "/fulfillment.v1.FulfillmentService/StartPayment"
 	FulfillmentService_ListOutboxMessages_FullMethodName      = "/fulfillment.v1.FulfillmentService/ListOutboxMessages"
 	FulfillmentService_GetOutboxMessage_FullMethodName        = "/fulfillment.v1.FulfillmentService/GetOutboxMessage"
 	FulfillmentService_RetryOutboxMessage_FullMethodName      = "/fulfillment.v1.FulfillmentService/RetryOutboxMessage"
@@ -65,6 +66,16 @@ type FulfillmentServiceClient interface {
 	// ListReconciliationItems lists situations a person must look at, newest
 	// first.
 	ListReconciliationItems(ctx context.Context, in *ListReconciliationItemsRequest, opts ...grpc.CallOption) (*ListReconciliationItemsResponse, error)
+	// StartPayment starts paying an order awaiting payment through a
+	// provider endpoint that takes payments (T-Bank), for the order's total,
+	// and returns the payment page. Each attempt is registered under an id of
+	// its own before the provider is asked, so repeating the call returns
+	// the same attempt and never creates a second payment; new_attempt starts
+	// the next one. A call while another one is asking the provider about the
+	// same order is ABORTED (retry); a provider that does not answer is
+	// UNAVAILABLE (retry: it is asked again under the same id). A refusal or
+	// an id the provider already knows is returned as the attempt's state.
+	StartPayment(ctx context.Context, in *StartPaymentRequest, opts ...grpc.CallOption) (*StartPaymentResponse, error)
 	// ListOutboxMessages lists messages to other systems (fulfilment
 	// requests of external lines, order events), newest first, without
 	// their payload and attempts. Pages are bounded like ListOrders'.
@@ -149,6 +160,16 @@ func (c *fulfillmentServiceClient) ListReconciliationItems(ctx context.Context, 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListReconciliationItemsResponse)
 	err := c.cc.Invoke(ctx, FulfillmentService_ListReconciliationItems_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) StartPayment(ctx context.Context, in *StartPaymentRequest, opts ...grpc.CallOption) (*StartPaymentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartPaymentResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_StartPayment_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -266,6 +287,16 @@ type FulfillmentServiceServer interface {
 	// ListReconciliationItems lists situations a person must look at, newest
 	// first.
 	ListReconciliationItems(context.Context, *ListReconciliationItemsRequest) (*ListReconciliationItemsResponse, error)
+	// StartPayment starts paying an order awaiting payment through a
+	// provider endpoint that takes payments (T-Bank), for the order's total,
+	// and returns the payment page. Each attempt is registered under an id of
+	// its own before the provider is asked, so repeating the call returns
+	// the same attempt and never creates a second payment; new_attempt starts
+	// the next one. A call while another one is asking the provider about the
+	// same order is ABORTED (retry); a provider that does not answer is
+	// UNAVAILABLE (retry: it is asked again under the same id). A refusal or
+	// an id the provider already knows is returned as the attempt's state.
+	StartPayment(context.Context, *StartPaymentRequest) (*StartPaymentResponse, error)
 	// ListOutboxMessages lists messages to other systems (fulfilment
 	// requests of external lines, order events), newest first, without
 	// their payload and attempts. Pages are bounded like ListOrders'.
@@ -320,6 +351,9 @@ func (UnimplementedFulfillmentServiceServer) RecordEvent(context.Context, *Recor
 }
 func (UnimplementedFulfillmentServiceServer) ListReconciliationItems(context.Context, *ListReconciliationItemsRequest) (*ListReconciliationItemsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListReconciliationItems not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) StartPayment(context.Context, *StartPaymentRequest) (*StartPaymentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartPayment not implemented")
 }
 func (UnimplementedFulfillmentServiceServer) ListOutboxMessages(context.Context, *ListOutboxMessagesRequest) (*ListOutboxMessagesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListOutboxMessages not implemented")
@@ -449,6 +483,24 @@ func _FulfillmentService_ListReconciliationItems_Handler(srv interface{}, ctx co
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(FulfillmentServiceServer).ListReconciliationItems(ctx, req.(*ListReconciliationItemsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_StartPayment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartPaymentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).StartPayment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_StartPayment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).StartPayment(ctx, req.(*StartPaymentRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -598,6 +650,10 @@ var FulfillmentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListReconciliationItems",
 			Handler:    _FulfillmentService_ListReconciliationItems_Handler,
+		},
+		{
+			MethodName: "StartPayment",
+			Handler:    _FulfillmentService_StartPayment_Handler,
 		},
 		{
 			MethodName: "ListOutboxMessages",

@@ -1,0 +1,147 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+)
+
+// providerTimeout bounds each call to a payment provider; a start is
+// marked busy for twice as long, so that a call that died mid-way leaves
+// the attempt to the next call soon after.
+const providerTimeout = 15 * time.Second
+
+// StartPayment implements fulfillmentv1.FulfillmentServiceServer.
+func (s *Service) StartPayment(ctx context.Context, req *fulfillmentv1.StartPaymentRequest) (*fulfillmentv1.StartPaymentResponse, error) {
+	p := principalFrom(ctx)
+	r := fulfillment.StartRequest{
+		OrderID: req.GetOrderId(), EndpointID: req.GetEndpointId(), NewAttempt: req.GetNewAttempt(),
+		Description: req.GetDescription(), VisibleOrgs: p.VisibleOrgs(), Busy: 2 * providerTimeout,
+	}
+	if err := r.Validate(); err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	ep, known := s.endpoints[r.EndpointID]
+	prov := s.payments[r.EndpointID]
+	switch {
+	case !known:
+		return nil, status.Errorf(codes.InvalidArgument, "endpoint_id: %q is not a configured endpoint", r.EndpointID)
+	case prov == nil:
+		return nil, status.Errorf(codes.FailedPrecondition, "endpoint %q (%s) does not take payments started by this service", ep.ID, ep.Provider)
+	}
+	order, err := s.store.OrderGet(ctx, r.OrderID)
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	if err := requireOrg(p, order.OrgID); err != nil {
+		return nil, err
+	}
+	if order.OrgID != ep.OrgID || order.Environment != ep.Environment {
+		return nil, status.Errorf(codes.FailedPrecondition, "endpoint %q takes payments of org %s (%s); the order is of org %s (%s)",
+			ep.ID, ep.OrgID, ep.Environment, order.OrgID, order.Environment)
+	}
+	if total := order.Total(); total.Currency != prov.Currency() {
+		return nil, status.Errorf(codes.FailedPrecondition, "endpoint %q takes %s; the order's total is in %s", ep.ID, prov.Currency(), total.Currency)
+	}
+	r.Provider = ep.Provider
+
+	start, ask, err := s.payStore.StartBegin(ctx, r)
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	if ask {
+		outcome, err := s.askProvider(ctx, prov, start)
+		if err != nil {
+			// The provider may have created the payment: the attempt stays
+			// starting, and the next call asks again under the same id.
+			s.log.WarnContext(ctx, "payment provider did not answer", "endpoint", ep.ID, "start", start.ID, "error", err)
+			if rerr := s.payStore.StartRelease(context.WithoutCancel(ctx), start.ID, "no answer from the provider: "+err.Error()); rerr != nil {
+				return nil, toStatus(ctx, s.log, rerr)
+			}
+			return nil, status.Errorf(codes.Unavailable, "the payment provider did not answer (%v): retry; the attempt is asked about again under the same id", err)
+		}
+		if start, err = s.payStore.StartFinish(context.WithoutCancel(ctx), start.ID, outcome); err != nil {
+			return nil, toStatus(ctx, s.log, err)
+		}
+	}
+	return &fulfillmentv1.StartPaymentResponse{Payment: paymentStartToProto(start)}, nil
+}
+
+// askProvider asks prov to create start's payment and says how the start
+// ends; an error means the provider did not answer (it may have acted).
+func (s *Service) askProvider(ctx context.Context, prov fulfillment.PaymentProvider, start fulfillment.PaymentStart) (fulfillment.StartOutcome, error) {
+	ctx, cancel := context.WithTimeout(ctx, providerTimeout)
+	defer cancel()
+	payment, err := prov.StartPayment(ctx, fulfillment.ProviderStart{
+		ProviderOrderID: start.ProviderOrderID, Amount: start.Amount, Description: start.Description,
+	})
+	var refusal *fulfillment.ProviderRefusal
+	switch {
+	case err == nil:
+		return fulfillment.StartOutcome{State: fulfillment.StartStarted, PaymentID: payment.PaymentID, PaymentURL: payment.URL}, nil
+	case !errors.As(err, &refusal):
+		return fulfillment.StartOutcome{}, err
+	case !refusal.Duplicate:
+		return fulfillment.StartOutcome{State: fulfillment.StartFailed, Detail: refusal.Error()}, nil
+	}
+	switch prov.DuplicatePolicy() {
+	case fulfillment.PolicyIgnore:
+		return review(refusal.Error() + "; left for a person (duplicate order policy ignore)"), nil
+	case fulfillment.PolicyReuse:
+		return s.reuse(ctx, prov, start, refusal)
+	default:
+		return fulfillment.StartOutcome{State: fulfillment.StartFailed,
+			Detail: refusal.Error() + ": the id was used before, a defect of its generation (duplicate order policy fail)"}, nil
+	}
+}
+
+// reuse links the provider's existing payment under start's id when it is
+// provably start's own (fulfillment.SameAttempt), and leaves the start for
+// review otherwise.
+func (s *Service) reuse(ctx context.Context, prov fulfillment.PaymentProvider, start fulfillment.PaymentStart, refusal *fulfillment.ProviderRefusal) (fulfillment.StartOutcome, error) {
+	id := refusal.PaymentID
+	if id == "" {
+		var err error
+		if id, err = s.payStore.StartKnownPaymentID(ctx, start); err != nil {
+			return fulfillment.StartOutcome{}, err
+		}
+	}
+	if id == "" {
+		return review(refusal.Error() + "; neither the answer nor any notification names that payment, so it cannot be checked (duplicate order policy reuse)"), nil
+	}
+	existing, err := prov.PaymentState(ctx, id)
+	var refused *fulfillment.ProviderRefusal
+	switch {
+	case errors.As(err, &refused):
+		return review(fmt.Sprintf("%s; asking for payment %s's state: %v (duplicate order policy reuse)", refusal.Error(), id, refused)), nil
+	case err != nil:
+		return fulfillment.StartOutcome{}, err
+	}
+	if err := fulfillment.SameAttempt(start, prov.Account(), existing); err != nil {
+		return review(fmt.Sprintf("%s; %v (duplicate order policy reuse)", refusal.Error(), err)), nil
+	}
+	return fulfillment.StartOutcome{State: fulfillment.StartStarted, PaymentID: id,
+		Detail: "the provider already had this attempt's payment: linked (duplicate order policy reuse)"}, nil
+}
+
+func review(detail string) fulfillment.StartOutcome {
+	return fulfillment.StartOutcome{State: fulfillment.StartReview, Detail: detail}
+}
+
+func paymentStartToProto(s fulfillment.PaymentStart) *fulfillmentv1.PaymentStart {
+	return &fulfillmentv1.PaymentStart{
+		OrderId: s.OrderID, EndpointId: s.EndpointID, Attempt: int32(s.Attempt), //nolint:gosec // at most MaxPaymentStarts
+		ProviderOrderId: s.ProviderOrderID, State: string(s.State),
+		Amount:    &fulfillmentv1.Money{Currency: s.Amount.Currency, MinorUnits: s.Amount.MinorUnits},
+		PaymentId: s.PaymentID, PaymentUrl: s.PaymentURL, Detail: s.Detail,
+		CreateTime: timestamppb.New(s.CreatedAt), UpdateTime: timestamppb.New(s.UpdatedAt),
+	}
+}
