@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -45,7 +46,17 @@ type Options struct {
 	DuplicateOrderCodes []string `yaml:"duplicate_order_codes"`
 	// DuplicateOrderPolicy is what such an answer leads to (default fail).
 	DuplicateOrderPolicy fulfillment.DuplicateOrderPolicy `yaml:"duplicate_order_policy"`
+	// APIURL is the bank's API base, to which /v2/Init and /v2/GetState
+	// are appended (default DefaultAPIURL).
+	APIURL string `yaml:"api_url"`
+	// NotificationURL, when set, is sent with each Init: where the bank
+	// posts that payment's notifications instead of the terminal's
+	// configured address.
+	NotificationURL string `yaml:"notification_url"`
 }
+
+// DefaultAPIURL is T-Bank's production API base.
+const DefaultAPIURL = "https://securepay.tinkoff.ru"
 
 // DuplicateOrder reports whether errorCode, from an answer of the bank,
 // means "this OrderId already exists".
@@ -71,6 +82,15 @@ func (o *Options) check() error {
 			return fmt.Errorf("duplicate_order_codes[%d] repeats an earlier code", i)
 		}
 	}
+	if o.APIURL == "" {
+		o.APIURL = DefaultAPIURL
+	}
+	if err := checkURL(o.APIURL); err != nil {
+		return fmt.Errorf("api_url: %w", err)
+	}
+	if err := checkURL(o.NotificationURL); o.NotificationURL != "" && err != nil {
+		return fmt.Errorf("notification_url: %w", err)
+	}
 	switch o.DuplicateOrderPolicy {
 	case "":
 		o.DuplicateOrderPolicy = PolicyFail
@@ -82,6 +102,18 @@ func (o *Options) check() error {
 		}
 	default:
 		return fmt.Errorf("duplicate_order_policy must be %s, %s or %s", PolicyFail, PolicyIgnore, PolicyReuse)
+	}
+	return nil
+}
+
+// checkURL accepts an absolute http(s) URL without credentials.
+func checkURL(raw string) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "":
+		return errors.New("must be an absolute http:// or https:// URL")
+	case u.User != nil:
+		return errors.New("must not hold credentials")
 	}
 	return nil
 }
