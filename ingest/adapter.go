@@ -43,6 +43,13 @@ type Adapter interface {
 	Reject(w http.ResponseWriter, status int, reason string)
 }
 
+// PaymentTaker is an adapter whose provider also takes payments the
+// service starts (StartPayment) and reports their state: its endpoint's
+// account at the provider, called through hc (nil: a client of its own).
+type PaymentTaker interface {
+	Payments(hc *http.Client) (fulfillment.PaymentProvider, error)
+}
+
 // Provider is a payment provider webhooks can come from: what an adapter
 // package registers (see package providers).
 type Provider struct {

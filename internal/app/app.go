@@ -94,8 +94,12 @@ func (a *App) build(cfg *config.Config) error {
 	}})
 	srvCfg := *cfg
 	srvCfg.Auth.Tokens = tokens
-	var err error
-	a.srv, err = server.New(&srvCfg, a.store, a.log, server.Options{Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})})
+	payments, err := PaymentProviders(cfg)
+	if err != nil {
+		return err
+	}
+	a.srv, err = server.New(&srvCfg, a.store, a.log, server.Options{
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Payments: payments})
 	if err != nil {
 		return err
 	}
@@ -193,6 +197,26 @@ func NewGateway(cfg *config.Config, rec ingest.Recorder, reg prometheus.Register
 		Timeout:      cfg.Ingest.Timeout,
 		Registerer:   reg,
 	}, log), nil
+}
+
+// PaymentProviders are the providers of the configured endpoints that
+// take payments the service starts, by endpoint id.
+func PaymentProviders(cfg *config.Config) (map[string]fulfillment.PaymentProvider, error) {
+	out := map[string]fulfillment.PaymentProvider{}
+	for i, e := range cfg.Endpoints {
+		adapter, err := e.NewAdapter()
+		if err != nil {
+			return nil, fmt.Errorf("config: endpoints[%d]: %w", i, err)
+		}
+		taker, ok := adapter.(ingest.PaymentTaker)
+		if !ok {
+			continue
+		}
+		if out[e.ID], err = taker.Payments(nil); err != nil {
+			return nil, fmt.Errorf("config: endpoints[%d]: %w", i, err)
+		}
+	}
+	return out, nil
 }
 
 // warnUnreachable says when the configuration leaves the service with no
