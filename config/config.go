@@ -59,6 +59,9 @@ type Config struct {
 	// dispatcher (max_attempts is set per destination).
 	Destinations []Destination `yaml:"destinations,omitempty"`
 	Outbox       Queue         `yaml:"outbox,omitempty"`
+	// StatusPoll tunes the poller that asks providers about the payments
+	// the service started whose outcome no notification brought.
+	StatusPoll StatusPoll `yaml:"status_poll,omitempty"`
 	// Worker is the former name of Inbox. Load accepts it (not together
 	// with inbox), copies it into Inbox and leaves it set, so that serve
 	// warns at start.
@@ -162,6 +165,36 @@ type Queue struct {
 	MaxAttempts int           `yaml:"max_attempts"`
 	BaseBackoff time.Duration `yaml:"base_backoff"`
 	MaxBackoff  time.Duration `yaml:"max_backoff"`
+}
+
+// StatusPoll tunes the status poller: a leased queue of the started
+// payments (its backoff is the polling cadence, max_attempts the number of
+// polls of one payment).
+type StatusPoll struct {
+	Queue `yaml:",inline"`
+	// After is how long after a payment start it is first asked about.
+	After time.Duration `yaml:"after"`
+}
+
+// WithDefaults fills in the zero values: first poll after 10 minutes, then
+// every 1 minute doubling to 1 hour, 60 polls (about 2½ days: past the
+// bank's day of retried notifications), 2 workers, claims every 5 s.
+func (p StatusPoll) WithDefaults() StatusPoll {
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&p.After, 10 * time.Minute}, {&p.BaseBackoff, time.Minute}, {&p.MaxBackoff, time.Hour}, {&p.Poll, 5 * time.Second}, {&p.Lease, 30 * time.Second}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = 60
+	}
+	if p.Workers == 0 {
+		p.Workers = 2
+	}
+	return p
 }
 
 // DeprecatedWorker is the warning serve logs at start when the
@@ -505,6 +538,12 @@ func (c *Config) validate() error {
 	}
 	if err := c.validateDestinations(); err != nil {
 		return err
+	}
+	if err := c.StatusPoll.validate("status_poll"); err != nil {
+		return err
+	}
+	if c.StatusPoll.After < 0 {
+		return errors.New("status_poll.after: must not be negative")
 	}
 	names := map[string]bool{}
 	secrets := map[string]string{}

@@ -211,6 +211,9 @@ func TestExampleLoads(t *testing.T) {
 		d.MaxAttempts != DefaultDestinationAttempts || d.Concurrency != DefaultDestinationConcurrency || len(d.Keys) != 1 {
 		t.Errorf("the example's destination = %+v, want the defaults stated", d)
 	}
+	if got := cfg.StatusPoll.WithDefaults(); got != defaults.StatusPoll.WithDefaults() || got.After != 10*time.Minute {
+		t.Errorf("the example's status_poll = %+v, want the defaults stated", got)
+	}
 	if len(cfg.Auth.Tokens) != 3 || len(cfg.Endpoints) != 1 || cfg.Ingest.Upstream.Addr == "" {
 		t.Errorf("example config = %+v", cfg)
 	}

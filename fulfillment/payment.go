@@ -270,3 +270,37 @@ type PaymentStore interface {
 	// event about s's provider order id, or "".
 	StartKnownPaymentID(ctx context.Context, s PaymentStart) (string, error)
 }
+
+// PollWork is the storage of the status poller: the payments the service
+// started, as a leased queue — each due for a poll until its outcome is
+// known, polled again with backoff while it is not.
+type PollWork interface {
+	// PollClaim, PollRelease, PollReclaim and PollRetry are the inbox's
+	// counterparts; a poll that used its attempts is failed (no item: an
+	// abandoned payment page is no anomaly).
+	PollClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error)
+	PollRelease(ctx context.Context, owner string) (int, error)
+	PollReclaim(ctx context.Context) (int, error)
+	PollRetry(ctx context.Context, id int64, owner string, cause string, next time.Time, maxAttempts int) (failed bool, err error)
+	// PollLoad returns the start a claimed poll is about, and whether the
+	// outcome of its payment is known already (its attempt confirmed or
+	// ended, by a notification or an earlier poll); ErrLeaseLost when
+	// owner no longer holds the poll.
+	PollLoad(ctx context.Context, id int64, owner string) (s PaymentStart, known bool, err error)
+	// PollRecord stores ev, what the provider answered, in the inbox —
+	// unless an event with its id is there already — and completes the
+	// poll when done, in one transaction; ErrLeaseLost when owner no
+	// longer holds the poll.
+	PollRecord(ctx context.Context, id int64, owner string, ev ProviderEvent, raw []byte, done bool) error
+}
+
+// StatePoller is a PaymentProvider whose state answers can be told as
+// provider events: what the status poller feeds into the inbox.
+type StatePoller interface {
+	PaymentProvider
+	// PolledEvent is the event that p, an answer of PaymentState, stands
+	// for: with an event id of its own (never a notification's), its raw
+	// evidence, and final true when the payment's outcome is settled
+	// (confirmed or ended) and polling may stop.
+	PolledEvent(p ProviderPayment) (ev ProviderEvent, raw []byte, final bool, err error)
+}

@@ -134,6 +134,11 @@ func (s *Store) StartFinish(ctx context.Context, id int64, o fulfillment.StartOu
 				return fmt.Errorf("recording payment attempt: %w", interpret(err))
 			}
 		}
+		if start.State == fulfillment.StartStarted && s.pollAfter > 0 {
+			if err := queuePoll(ctx, tx, start.ID, s.pollAfter); err != nil {
+				return err
+			}
+		}
 		if start.State == fulfillment.StartReview {
 			subject := fulfillment.ItemSubject{StartID: start.ID}
 			if _, err := tx.Exec(ctx, `

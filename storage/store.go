@@ -37,6 +37,8 @@ type Store struct {
 	bgStop context.CancelFunc
 	// subscriptions are the destinations of each order event.
 	subscriptions map[fulfillment.Topic][]string
+	// pollAfter delays the first status poll of a started payment.
+	pollAfter time.Duration
 }
 
 var _ fulfillment.OrderStore = (*Store)(nil)
@@ -56,6 +58,9 @@ type Options struct {
 	// Subscriptions lists, for each order event, the ids of the
 	// destinations it is delivered to.
 	Subscriptions map[fulfillment.Topic][]string
+	// StatusPollAfter is how long after a payment start the status poller
+	// first asks the provider about it; 0 queues no polls.
+	StatusPollAfter time.Duration
 }
 
 // Open connects a pool to the database at url and checks it answers.
@@ -97,7 +102,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	if o.InsertBatch <= 0 {
 		o.InsertBatch = defaultInsertBatch
 	}
-	s := &Store{pool: pool, leasePool: leasePool, log: log, subscriptions: o.Subscriptions}
+	s := &Store{pool: pool, leasePool: leasePool, log: log, subscriptions: o.Subscriptions, pollAfter: o.StatusPollAfter}
 	s.inboxSignal, s.outboxSignal = newQueueSignal(s, inboxChannel), newQueueSignal(s, outboxChannel)
 	s.feedSignal = newQueueSignal(s, feedChannel)
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())

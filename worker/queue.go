@@ -256,6 +256,12 @@ func (q *Queue) done(claims []Claim) {
 	}
 }
 
+// ErrLater says that an item is not done yet, as expected (a payment
+// without an outcome), when an error of Table.Process wraps it: the item is
+// tried again after its backoff like a failure, and counts as an attempt,
+// but is no failure to warn about.
+var ErrLater = errors.New("not done yet")
+
 // process applies a batch of claims in one transaction. When the batch
 // fails, each item is tried alone, so that one failing item is retried (and
 // eventually failed) on its own without holding back the others.
@@ -273,11 +279,16 @@ func (q *Queue) process(ctx context.Context, owner string, claims []Claim) {
 	c := claims[0]
 	next := time.Now().Add(q.backoff(c.Attempts))
 	failed, rerr := q.table.Retry(ctx, owner, c, err.Error(), next, q.cfg.MaxAttempts)
+	later := errors.Is(err, ErrLater)
 	switch {
 	case errors.Is(rerr, fulfillment.ErrLeaseLost):
 		q.log.Info("claim taken over by another worker", "id", c.ID)
 	case rerr != nil:
 		q.log.Warn("recording failed attempt", "id", c.ID, "error", rerr)
+	case later && failed:
+		q.log.Info("given up after its attempts", "id", c.ID, "attempts", c.Attempts, "last", err)
+	case later:
+		q.log.Debug("to be tried again", "id", c.ID, "attempt", c.Attempts, "retry_at", next, "why", err)
 	case failed:
 		q.log.Error("failed past its retry budget", "id", c.ID, "attempts", c.Attempts, "error", err)
 	default:

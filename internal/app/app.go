@@ -43,6 +43,7 @@ type App struct {
 	liveness  *storage.Liveness // the owner the queues claim under
 	inbox     *worker.Queue     // nil when inbox.disabled
 	outbox    *worker.Outbox    // nil without destinations, or when outbox.disabled
+	poller    *worker.Queue     // nil without providers to poll, or when status_poll.disabled
 	ingestLis net.Listener
 	debugLis  net.Listener // nil unless listen.debug is set
 	tls       *config.TLS
@@ -66,6 +67,8 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*App, error
 		ConnectTimeout: cfg.Database.ConnectTimeout,
 		Logger:         log,
 		Subscriptions:  subscriptions(cfg),
+		// Polls are queued whether or not this process runs the poller.
+		StatusPollAfter: cfg.StatusPoll.WithDefaults().After,
 	})
 	if err != nil {
 		return nil, err
@@ -132,6 +135,15 @@ func (a *App) build(cfg *config.Config) error {
 	if len(cfg.Destinations) > 0 && !cfg.Outbox.Disabled {
 		a.outbox = newOutbox(cfg, a.store, a.liveness, reg, a.log)
 	}
+	pollers := map[string]fulfillment.StatePoller{}
+	for id, p := range payments {
+		if sp, ok := p.(fulfillment.StatePoller); ok {
+			pollers[id] = sp
+		}
+	}
+	if poll := cfg.StatusPoll.WithDefaults(); len(pollers) > 0 && !poll.Disabled {
+		a.poller = worker.NewPoller(a.store, pollers, a.liveness, QueueConfig(poll.Queue), a.log)
+	}
 	return nil
 }
 
@@ -159,6 +171,9 @@ func (a *App) Run(ctx context.Context) error {
 	var queues []*worker.Queue
 	if a.inbox != nil {
 		queues = append(queues, a.inbox)
+	}
+	if a.poller != nil {
+		queues = append(queues, a.poller)
 	}
 	if a.outbox != nil {
 		queues = append(queues, a.outbox.Queues()...)

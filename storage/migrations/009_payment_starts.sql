@@ -28,6 +28,22 @@ CREATE TABLE payment_starts (
     CONSTRAINT payment_starts_provider_order_key UNIQUE (org_id, environment, provider_order_id)
 );
 
+-- The status poller's queue: one row per started payment, due for a poll
+-- while its outcome is unknown (a leased queue, as the inbox).
+CREATE TABLE payment_polls (
+    id              bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    start_id        bigint      NOT NULL UNIQUE REFERENCES payment_starts (id),
+    state           text        NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'done', 'failed')),
+    attempts        int         NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz NOT NULL,
+    lease_owner     text,
+    lease_until     timestamptz,
+    last_error      text,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    processed_at    timestamptz
+);
+CREATE INDEX payment_polls_claim_idx ON payment_polls (next_attempt_at, id) WHERE state = 'pending';
+
 ALTER TABLE reconciliation_items ADD COLUMN payment_start_id bigint REFERENCES payment_starts (id);
 ALTER TABLE reconciliation_items
     DROP CONSTRAINT reconciliation_items_kind_check,
@@ -53,4 +69,5 @@ ALTER TABLE reconciliation_items
         'extra_payment', 'unidentified_payment', 'amount_mismatch', 'overpayment', 'unmatched_payment',
         'uncertain_delivery', 'failed_delivery', 'paid_not_fulfilled', 'failed_event', 'refund_after_fulfillment'));
 ALTER TABLE reconciliation_items DROP COLUMN payment_start_id;
+DROP TABLE payment_polls;
 DROP TABLE payment_starts;

@@ -1,0 +1,115 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+// pollTimeout bounds one question to a provider.
+const pollTimeout = 15 * time.Second
+
+// NewPoller returns the status poller: a queue of the payments the service
+// started, each asked about (PaymentState) at its provider until its
+// outcome is known. Every answer goes into the inbox as an event of its
+// own, through the same rules as the provider's notifications, so a late
+// notification and a poll can never both have an effect. A payment whose
+// outcome a notification brought first is not asked about. providers are
+// the endpoints' providers by endpoint id. cfg's backoff is the polling
+// cadence and its MaxAttempts how many polls a payment gets.
+func NewPoller(work fulfillment.PollWork, providers map[string]fulfillment.StatePoller, owners Owners, cfg Config, log *slog.Logger) *Queue {
+	cfg.Batch = 1
+	t := &pollTable{work: work, providers: providers, log: log}
+	return NewQueue("status poll", t, owners, cfg, log)
+}
+
+// pollTable is the payment polls as a Table.
+type pollTable struct {
+	work      fulfillment.PollWork
+	providers map[string]fulfillment.StatePoller
+	log       *slog.Logger
+}
+
+func (t *pollTable) Claim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error) {
+	got, err := t.work.PollClaim(ctx, owner, limit, lease, maxAttempts, inFlight)
+	claims := make([]Claim, len(got))
+	for i, c := range got {
+		claims[i] = Claim(c)
+	}
+	return claims, err
+}
+
+// Process polls each claimed payment. One that has no outcome yet is
+// returned as an error, for the queue to poll it again later.
+func (t *pollTable) Process(ctx context.Context, owner string, claims []Claim) error {
+	for _, c := range claims {
+		if err := t.poll(ctx, owner, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *pollTable) poll(ctx context.Context, owner string, c Claim) error {
+	start, known, err := t.work.PollLoad(ctx, c.ID, owner)
+	switch {
+	case errors.Is(err, fulfillment.ErrLeaseLost):
+		return nil
+	case err != nil:
+		return err
+	case known: // a notification brought the outcome: nothing to ask
+		return t.record(ctx, owner, c, fulfillment.ProviderEvent{}, nil, true)
+	}
+	provider := t.providers[start.EndpointID]
+	if provider == nil {
+		// The endpoint left the configuration: keep the poll, as another
+		// replica may still have it.
+		return fmt.Errorf("endpoint %q is not configured with a provider that reports payment states", start.EndpointID)
+	}
+	qctx, cancel := context.WithTimeout(ctx, pollTimeout)
+	defer cancel()
+	answer, err := provider.PaymentState(qctx, start.PaymentID)
+	if err != nil {
+		return fmt.Errorf("asking for payment %s: %w", start.PaymentID, err)
+	}
+	ev, raw, final, err := provider.PolledEvent(answer)
+	if err != nil {
+		return fmt.Errorf("payment %s: %w", start.PaymentID, err)
+	}
+	if err := t.record(ctx, owner, c, ev, raw, final); err != nil {
+		return err
+	}
+	if !final {
+		return fmt.Errorf("%w: payment %s is %s", ErrLater, start.PaymentID, answer.Status)
+	}
+	return nil
+}
+
+func (t *pollTable) record(ctx context.Context, owner string, c Claim, ev fulfillment.ProviderEvent, raw []byte, done bool) error {
+	err := t.work.PollRecord(ctx, c.ID, owner, ev, raw, done)
+	if errors.Is(err, fulfillment.ErrLeaseLost) {
+		return nil
+	}
+	return err
+}
+
+func (t *pollTable) Retry(ctx context.Context, owner string, c Claim, cause string, next time.Time, maxAttempts int) (bool, error) {
+	return t.work.PollRetry(ctx, c.ID, owner, cause, next, maxAttempts)
+}
+
+func (t *pollTable) Release(ctx context.Context, owner string) (int, error) {
+	return t.work.PollRelease(ctx, owner)
+}
+
+func (t *pollTable) Reclaim(ctx context.Context) (int, error) { return t.work.PollReclaim(ctx) }
+
+// Listen waits for ctx: polls fall due with time, never by a commit, so
+// the queue's poll interval finds them.
+func (*pollTable) Listen(ctx context.Context, _ func()) error {
+	<-ctx.Done()
+	return nil
+}
