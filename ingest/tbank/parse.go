@@ -95,34 +95,46 @@ func Parse(ep fulfillment.Endpoint, terminalKey string, body []byte) (fulfillmen
 		return fulfillment.ProviderEvent{}, err
 	}
 
-	eventID := n.TerminalKey + ":" + paymentID + ":" + n.Status
-	if partial[n.Status] {
-		eventID += ":" + kopecks
+	failed := (n.Success != nil && !*n.Success) || (n.ErrorCode != "" && n.ErrorCode != "0")
+	refs := map[string]string{}
+	if rebillID != "" {
+		refs[RefRebillID] = rebillID
+	}
+	if n.ErrorCode != "" && n.ErrorCode != "0" {
+		refs[RefErrorCode] = n.ErrorCode
+	}
+	return event(ep, "", paymentState{terminalKey: n.TerminalKey, orderID: n.OrderID, paymentID: paymentID,
+		status: n.Status, amount: amount, kopecks: kopecks, failed: failed}, refs)
+}
+
+// paymentState is what the bank says of a payment, in a notification or a
+// GetState answer.
+type paymentState struct {
+	terminalKey, orderID, paymentID, status string
+	amount                                  fulfillment.Amount
+	kopecks                                 string // the amount as sent, "" for none
+	failed                                  bool   // Success false or a non-zero ErrorCode
+}
+
+// event is the normalized event of p for endpoint ep, its id
+// TerminalKey:PaymentId:Status (plus the amount of a partial status) after
+// prefix.
+func event(ep fulfillment.Endpoint, prefix string, p paymentState, refs map[string]string) (fulfillment.ProviderEvent, error) {
+	eventID := prefix + p.terminalKey + ":" + p.paymentID + ":" + p.status
+	if partial[p.status] {
+		eventID += ":" + p.kopecks
 	}
 	if fulfillment.RuleEventID.Check(eventID) != nil {
 		return fulfillment.ProviderEvent{}, invalid(fmt.Sprintf(
 			"the event id TerminalKey:PaymentId:Status[:Amount] must be at most %d bytes long", fulfillment.MaxIDLen))
 	}
-
-	failed := (n.Success != nil && !*n.Success) || (n.ErrorCode != "" && n.ErrorCode != "0")
-	var refs map[string]string
-	ref := func(name, v string) {
-		if v != "" {
-			if refs == nil {
-				refs = map[string]string{}
-			}
-			refs[name] = v
-		}
+	if len(refs) == 0 {
+		refs = nil
 	}
-	ref(RefRebillID, rebillID)
-	if n.ErrorCode != "0" {
-		ref(RefErrorCode, n.ErrorCode)
-	}
-
 	payment := fulfillment.PaymentInfo{
-		PaymentID:         paymentID,
-		CheckoutSessionID: n.OrderID,
-		Amount:            amount,
+		PaymentID:         p.paymentID,
+		CheckoutSessionID: p.orderID,
+		Amount:            p.amount,
 	}
 	payment.AttemptRef = payment.Attempt()
 	return fulfillment.ProviderEvent{
@@ -131,8 +143,8 @@ func Parse(ep fulfillment.Endpoint, terminalKey string, body []byte) (fulfillmen
 		OrgID:       ep.OrgID,
 		Environment: ep.Environment,
 		EventID:     eventID,
-		Type:        n.Status,
-		Kind:        kindOf(n.Status, failed),
+		Type:        p.status,
+		Kind:        kindOf(p.status, p.failed),
 		Payment:     payment,
 		Refs:        refs,
 	}, nil
