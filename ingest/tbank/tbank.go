@@ -4,7 +4,7 @@
 // bank expects once a notification is stored.
 //
 // The same Token function signs the requests the service sends to the bank
-// (Init, GetState).
+// through Client (Init, GetState).
 package tbank
 
 import (
