@@ -1,0 +1,109 @@
+package tbank_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/ingest"
+	"github.com/fulfillplatform/fulfillment/ingest/tbank"
+	"github.com/fulfillplatform/fulfillment/internal/fakebank"
+)
+
+// paymentsOf is the payment provider of a live T-Bank endpoint of org_a
+// whose terminal is the fake bank's, with the duplicate OrderId policy.
+func paymentsOf(t *testing.T, bank *fakebank.Bank, policy string) fulfillment.StatePoller {
+	t.Helper()
+	var opts yaml.Node
+	if err := opts.Encode(map[string]any{"terminal_key": "T1DEMO", "api_url": bank.URL(),
+		"duplicate_order_codes": []string{fakebank.CodeDuplicateOrder}, "duplicate_order_policy": policy}); err != nil {
+		t.Fatal(err)
+	}
+	ep := fulfillment.Endpoint{ID: "tbank-live", Provider: fulfillment.ProviderTBank, OrgID: "org_a", Environment: fulfillment.EnvLive}
+	a, err := tbank.New(ep, [][]byte{[]byte("Dfsfh56dgKl")}, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := a.(ingest.PaymentTaker).Payments(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, ok := p.(fulfillment.StatePoller)
+	if !ok {
+		t.Fatal("a T-Bank terminal reports payment states, but is no StatePoller")
+	}
+	return sp
+}
+
+func TestPaymentsStartAndPoll(t *testing.T) {
+	t.Parallel()
+	bank, err := fakebank.New(fakebank.Options{TerminalKey: "T1DEMO", Password: []byte("Dfsfh56dgKl")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = bank.Close() }()
+	p := paymentsOf(t, bank, "reuse")
+	if p.Account() != "T1DEMO" || p.Currency() != "RUB" || p.DuplicatePolicy() != fulfillment.PolicyReuse {
+		t.Errorf("account %q, currency %q, policy %q", p.Account(), p.Currency(), p.DuplicatePolicy())
+	}
+	ctx := context.Background()
+	start := fulfillment.ProviderStart{ProviderOrderID: "abc-1", Amount: fulfillment.Money{Currency: "RUB", MinorUnits: 19200}}
+	started, err := p.StartPayment(ctx, start)
+	if err != nil || started.PaymentID == "" || started.URL == "" || started.ProviderOrderID != "abc-1" || started.Account != "T1DEMO" {
+		t.Fatalf("start = %+v, %v", started, err)
+	}
+
+	// The same OrderId again: a duplicate, naming the existing payment.
+	_, err = p.StartPayment(ctx, start)
+	var refusal *fulfillment.ProviderRefusal
+	if !errors.As(err, &refusal) || !refusal.Duplicate || refusal.PaymentID != started.PaymentID {
+		t.Errorf("second start = %v, want a duplicate refusal naming %s", err, started.PaymentID)
+	}
+
+	state := func(wantStatus string) fulfillment.ProviderPayment {
+		t.Helper()
+		got, err := p.PaymentState(ctx, started.PaymentID)
+		if err != nil || got.Status != wantStatus || got.Amount.MinorUnits != 19200 || got.ProviderOrderID != "abc-1" {
+			t.Fatalf("state = %+v, %v; want %s", got, err, wantStatus)
+		}
+		return got
+	}
+	ev, raw, final, err := p.PolledEvent(state(tbank.StatusNew))
+	if err != nil || final || ev.Kind != fulfillment.EventAttemptCreated || len(raw) == 0 {
+		t.Errorf("polled NEW = %+v, final %v, %v; want an attempt under way", ev, final, err)
+	}
+	if err := bank.Pay(started.PaymentID); err != nil {
+		t.Fatal(err)
+	}
+	ev, _, final, err = p.PolledEvent(state(tbank.StatusConfirmed))
+	wantID := "poll:T1DEMO:" + started.PaymentID + ":CONFIRMED"
+	if err != nil || !final || ev.Kind != fulfillment.EventPaymentConfirmed || ev.EventID != wantID ||
+		ev.Payment.CheckoutSessionID != "abc-1" || ev.Payment.Amount.String() != fulfillment.MinorAmount(19200, "RUB").String() ||
+		ev.EndpointID != "tbank-live" || ev.Refs[tbank.RefSource] != "GetState" {
+		t.Errorf("polled CONFIRMED = %+v, final %v, %v; want a final confirmation %s", ev, final, err, wantID)
+	}
+
+	if _, err := p.PaymentState(ctx, "999999999"); !errors.As(err, &refusal) || refusal.Duplicate {
+		t.Errorf("state of an unknown payment = %v, want a refusal", err)
+	}
+}
+
+// The bank not answering is no refusal: the caller cannot know whether it
+// acted.
+func TestPaymentsNoAnswer(t *testing.T) {
+	t.Parallel()
+	bank, err := fakebank.New(fakebank.Options{TerminalKey: "T1DEMO", Password: []byte("Dfsfh56dgKl")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := paymentsOf(t, bank, "fail")
+	_ = bank.Close()
+	_, err = p.StartPayment(context.Background(), fulfillment.ProviderStart{ProviderOrderID: "abc-1", Amount: fulfillment.Money{Currency: "RUB", MinorUnits: 100}})
+	var refusal *fulfillment.ProviderRefusal
+	if err == nil || errors.As(err, &refusal) {
+		t.Errorf("start at a closed bank = %v, want an error that is no refusal", err)
+	}
+}
