@@ -23,6 +23,7 @@ run: ## Run the service on a local throwaway PostgreSQL (or $DATABASE_URL), with
 	@go build -o .cache/fulfillctl ./cmd/fulfillctl
 	@go build -o .cache/pgrun ./cmd/pgrun
 	@go build -o .cache/loadgen ./cmd/loadgen
+	@go build -o .cache/fakebank ./cmd/fakebank
 	@scripts/dev-config.sh .data/dev
 	@.cache/pgrun --dir .data/postgres --durable -- \
 		.cache/fulfillmentd serve --config .data/dev/config.yaml --migrate

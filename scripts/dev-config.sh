@@ -17,6 +17,8 @@ token() { # a random dev token in file $1, kept across runs
 token "$dir/admin.token"
 token "$dir/checkout.token"
 token "$dir/yolfi-test.secret"
+token "$dir/tbank-test.password" # the fake bank's terminal password
+bank=${FAKEBANK_LISTEN_ADDR:-127.0.0.1:8099}
 # The Standard Webhooks secret outbox deliveries are signed with:
 # whsec_ and the base64 of 24 random bytes.
 [ -s "$dir/outbox.secret" ] || { umask 077; printf 'whsec_%s\n' "$(head -c 24 /dev/urandom | base64)" > "$dir/outbox.secret"; }
@@ -38,6 +40,18 @@ endpoints:
     org: org_demo
     environment: test
     secrets: [ { file: $dir/yolfi-test.secret } ]
+  # A T-Bank terminal at the fake bank (.cache/fakebank), for development.
+  - id: tbank-test
+    provider: tbank
+    org: org_demo
+    environment: test
+    secrets: [ { file: $dir/tbank-test.password } ]
+    options:
+      terminal_key: DevTerminalDEMO
+      api_url: "http://$bank"
+      notification_url: "http://$ingest/webhooks/tbank-test"
+      duplicate_order_codes: ["8"]
+      duplicate_order_policy: reuse
 destinations:
   # fulfillctl listen, for development: it receives the fulfilment
   # requests of external lines naming dev-listener, and every order event.
@@ -52,6 +66,10 @@ inbox:
 outbox:
   poll: 500ms
   max_backoff: 30s
+status_poll:
+  after: 30s          # a started payment without news is asked about after 30 s (production: 10m)
+  base_backoff: 10s
+  max_backoff: 1m
 log:
   level: info
 YAML
@@ -97,6 +115,24 @@ cat <<TEXT
     .cache/fulfillctl webhook send --url http://$ingest/webhooks/yolfi-test --secret-file $dir/yolfi-test.secret \\
       --org org_demo --merchant-order-id demo-2 --amount 25.000000 --test
     curl -sS -H "Authorization: Bearer \$(cat $dir/admin.token)" "http://$http/v1/outbox/messages"
+
+  The T-Bank path: run the fake bank in another terminal (the terminal password is the dev one),
+
+    FAKEBANK_PASSWORD=\$(cat $dir/tbank-test.password) .cache/fakebank --listen $bank --terminal-key DevTerminalDEMO
+
+  then create an order priced in RUB, start its payment (the service calls the bank's Init and returns
+  the payment page), and pay it (open payment_url in a browser, or POST to it). The bank notifies the
+  tbank-test endpoint (AUTHORIZED, then CONFIRMED) and the order is fulfilled. Start it again: the same
+  attempt comes back, with no second payment at the bank. Run the bank with --drop and the status poller
+  fulfils the order from the bank's GetState instead, 30 s after the start:
+
+    curl -sS -H "Authorization: Bearer \$TOKEN" http://$http/v1/orders -d '{
+      "org_id": "org_demo", "environment": "test", "merchant_order_id": "demo-3",
+      "lines": [{"sku": "pro-license", "kind": "license", "quantity": 1,
+                 "unit_price": {"currency": "RUB", "minor_units": 19900}}]}'
+    curl -sS -H "Authorization: Bearer \$TOKEN" http://$http/v1/orders/<order id>/payments -d '{"endpoint_id": "tbank-test"}'
+    curl -sS -X POST <payment_url>
+    curl -sS -H "Authorization: Bearer \$TOKEN" "http://$http/v1/orders?org_id=org_demo&merchant_order_id=demo-3"
 
   Ctrl-C stops the service and its PostgreSQL.
 
