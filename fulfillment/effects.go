@@ -41,9 +41,21 @@ type GrantLicenses struct{}
 // line's total: one "credit" ledger movement per line, ever.
 type CreditBalances struct{}
 
-// ReverseCredits takes back each balance credit of the order: one
-// "refund_reversal" ledger movement per credited line, ever.
+// ReverseCredits takes back what is left of each balance credit of the
+// order (after partial refunds): one "refund_reversal" ledger movement per
+// credited line, ever.
 type ReverseCredits struct{}
+
+// RevokeLicenses marks each license of the order revoked, with the time and
+// the event that revoked it: the rows stay, visible. Each license once.
+type RevokeLicenses struct{}
+
+// ReverseCreditShare takes back from each balance credit of the order its
+// share of Refunded, the part of the order's total that was refunded: the
+// credit times Refunded over the total, rounded down, and never more than
+// what is left of the credit. One movement per credited line and refund
+// (the event's id).
+type ReverseCreditShare struct{ Refunded Money }
 
 // OpenItem opens a reconciliation item of Kind about the event and its
 // order, unless the situation ItemKey names already has one.
@@ -59,15 +71,17 @@ type RequestDeliveries struct{}
 // destination subscribed to it, under the event's key (EventKey).
 type Publish struct{ Topic Topic }
 
-func (RecordAttempt) effect()     {}
-func (MoveOrder) effect()         {}
-func (MarkPaid) effect()          {}
-func (GrantLicenses) effect()     {}
-func (CreditBalances) effect()    {}
-func (ReverseCredits) effect()    {}
-func (OpenItem) effect()          {}
-func (RequestDeliveries) effect() {}
-func (Publish) effect()           {}
+func (RecordAttempt) effect()      {}
+func (MoveOrder) effect()          {}
+func (MarkPaid) effect()           {}
+func (GrantLicenses) effect()      {}
+func (CreditBalances) effect()     {}
+func (ReverseCredits) effect()     {}
+func (RevokeLicenses) effect()     {}
+func (ReverseCreditShare) effect() {}
+func (OpenItem) effect()           {}
+func (RequestDeliveries) effect()  {}
+func (Publish) effect()            {}
 
 // grants are the effects of fulfilling an order's own lines.
 var grants = []Effect{GrantLicenses{}, CreditBalances{}}

@@ -115,6 +115,10 @@ type Entitlement struct {
 	Unit      int
 	Value     string
 	CreatedAt time.Time
+	// RevokedAt is when a refund revoked it (nil: in force), and
+	// RevokedReason why.
+	RevokedAt     *time.Time
+	RevokedReason string
 }
 
 // LedgerEntry is one balance movement caused by an order.

@@ -381,8 +381,9 @@ func decideRefund(ev ProviderEvent, order PaidOrder) Outcome {
 	effects := with(refunded, enter(StateRefunded)...)
 	reason := "the payment that paid the order was refunded; nothing had been granted (the order was " + string(order.State) + ")"
 	if order.State == StateFulfilled || order.State == StateFulfilling {
-		effects = append(effects, ReverseCredits{}, OpenItem{ReconRefundAfterFulfill})
-		reason = "the payment that paid the order was refunded: balance credits reversed; revoke the licenses and deliveries it granted"
+		effects = append(effects, RevokeLicenses{}, ReverseCredits{}, OpenItem{ReconRefundAfterFulfill})
+		reason = "the payment that paid the order was refunded: licenses revoked, balance credits reversed, order.refunded " +
+			"sent; check that the deliveries it requested were withdrawn"
 	}
 	return outcome(DecisionRefunded, reason, effects...)
 }
@@ -392,9 +393,28 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 		return outcome(DecisionOtherPaymentRefunded,
 			fmt.Sprintf("part of a payment other than %s, which paid the order, was refunded", order.PaidBy.describe()))
 	}
+	granted := order.State == StateFulfilled || order.State == StateFulfilling
+	if share, ok := order.refundShare(ev.Payment.Amount); ok && granted {
+		return outcome(DecisionPartiallyRefunded,
+			fmt.Sprintf("%s of the payment was refunded: balance credits reversed in proportion; decide what to revoke of "+
+				"the licenses and deliveries, which cannot be split", ev.Payment.Amount),
+			ReverseCreditShare{share}, OpenItem{ReconRefundAfterFulfill})
+	}
 	return outcome(DecisionPartiallyRefunded,
 		fmt.Sprintf("%s of the payment was refunded while the order is %s: decide what to revoke", ev.Payment.Amount, order.State),
 		OpenItem{ReconRefundAfterFulfill})
+}
+
+// refundShare is a refund of amount as a part of the order's total: known
+// when it is in the order's currency, a whole number of minor units, more
+// than nothing and not more than the total.
+func (o PaidOrder) refundShare(amount Amount) (Money, bool) {
+	u := amount.Unit
+	if !u.IsCurrency() || u.Currency != o.Total.Currency || !amount.Value.IsInteger() ||
+		!amount.Value.IsPositive() || amount.Value.GreaterThan(decimal.NewFromInt(o.Total.MinorUnits)) {
+		return Money{}, false
+	}
+	return Money{Currency: u.Currency, MinorUnits: amount.Value.IntPart()}, true
 }
 
 // unidentified is the outcome of a payment for a paid order that cannot be

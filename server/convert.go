@@ -103,11 +103,15 @@ func orderDetailToProto(d fulfillment.OrderDetail, showSecrets bool) *fulfillmen
 	}
 	for _, e := range d.Entitlements {
 		pe := &fulfillmentv1.Entitlement{
-			Id:         strconv.FormatInt(e.ID, 10),
-			Kind:       string(e.Kind),
-			Sku:        e.SKU,
-			Unit:       int64(e.Unit),
-			CreateTime: timestamppb.New(e.CreatedAt),
+			Id:            strconv.FormatInt(e.ID, 10),
+			Kind:          string(e.Kind),
+			Sku:           e.SKU,
+			Unit:          int64(e.Unit),
+			CreateTime:    timestamppb.New(e.CreatedAt),
+			RevokedReason: e.RevokedReason,
+		}
+		if e.RevokedAt != nil {
+			pe.RevokeTime = timestamppb.New(*e.RevokedAt)
 		}
 		if showSecrets {
 			pe.Value = e.Value

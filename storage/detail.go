@@ -45,13 +45,13 @@ func (s *Store) OrderDetail(ctx context.Context, id string) (fulfillment.OrderDe
 	d.OmittedAttempts = omitted(total, len(d.Attempts))
 
 	rows, _ = s.pool.Query(ctx, `
-		SELECT e.id, e.kind, l.sku, e.unit, e.value, e.created_at, count(*) OVER ()
+		SELECT e.id, e.kind, l.sku, e.unit, e.value, e.created_at, e.revoked_at, coalesce(e.revoked_reason, ''), count(*) OVER ()
 		FROM entitlements e JOIN order_lines l USING (order_id, line_no)
 		WHERE e.order_id = $1 ORDER BY e.line_no, e.unit LIMIT $2`, id, fulfillment.MaxLicensesPerOrder)
 	total = 0
 	d.Entitlements, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.Entitlement, error) {
 		var e fulfillment.Entitlement
-		err := r.Scan(&e.ID, &e.Kind, &e.SKU, &e.Unit, &e.Value, &e.CreatedAt, &total)
+		err := r.Scan(&e.ID, &e.Kind, &e.SKU, &e.Unit, &e.Value, &e.CreatedAt, &e.RevokedAt, &e.RevokedReason, &total)
 		return e, err
 	})
 	if err != nil {

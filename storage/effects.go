@@ -65,13 +65,30 @@ func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out f
 				WHERE l.order_id = $1 AND l.kind = 'balance_credit'
 				ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, m.id)
 		case fulfillment.ReverseCredits:
-			// The opposite of each credit made, once.
+			// The opposite of what is left of each credit, once.
 			b.Queue(`
 				INSERT INTO ledger_entries (order_id, line_no, account_ref, movement, currency, minor_units)
-				SELECT order_id, line_no, account_ref, 'refund_reversal', currency, -minor_units
-				FROM ledger_entries
-				WHERE order_id = $1 AND movement = 'credit'
+				SELECT c.order_id, c.line_no, c.account_ref, 'refund_reversal', c.currency, -(c.minor_units + r.reversed)
+				FROM ledger_entries c, LATERAL (`+reversedSoFar+`) r
+				WHERE c.order_id = $1 AND c.movement = 'credit' AND c.minor_units + r.reversed > 0
 				ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, m.id)
+		case fulfillment.ReverseCreditShare:
+			// Each credit's share of the refund, rounded down, within what
+			// is left of it; once per refund.
+			b.Queue(`
+				INSERT INTO ledger_entries (order_id, line_no, account_ref, movement, currency, minor_units, refund_ref)
+				SELECT c.order_id, c.line_no, c.account_ref, 'partial_reversal', c.currency, -s.minor_units, $3
+				FROM ledger_entries c JOIN orders o ON o.id = c.order_id, LATERAL (`+reversedSoFar+`) r,
+					LATERAL (SELECT least(floor(c.minor_units::numeric * $2 / o.total_minor_units)::bigint,
+						c.minor_units + r.reversed) AS minor_units) s
+				WHERE c.order_id = $1 AND c.movement = 'credit' AND o.total_minor_units > 0 AND s.minor_units > 0
+				ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`,
+				m.id, e.Refunded.MinorUnits, string(ev.Provider)+":"+ev.EventID)
+		case fulfillment.RevokeLicenses:
+			b.Queue(`
+				UPDATE entitlements SET revoked_at = now(), revoked_reason = $2
+				WHERE order_id = $1 AND kind = 'license' AND revoked_at IS NULL`,
+				m.id, fmt.Sprintf("refunded: %s event %s", ev.Provider, ev.EventID))
 		case fulfillment.OpenItem:
 			queueItem(b, e.Kind, le, m, out.Reason)
 		case fulfillment.RequestDeliveries:
@@ -134,6 +151,11 @@ func queueItem(b *pgx.Batch, kind fulfillment.ReconKind, le leasedEvent, m *lock
 		kind, ev.OrgID, ev.Environment, linked, le.id, ev.Provider, opt(p.AttemptRef), opt(p.PaymentID),
 		value, expected, token, network, currency, detail, fulfillment.ItemKey(kind, subject))
 }
+
+// reversedSoFar is a lateral subquery of the credit row c: the (negative)
+// sum of the reversals of its line so far.
+const reversedSoFar = `SELECT coalesce(sum(x.minor_units), 0) AS reversed FROM ledger_entries x
+	WHERE x.order_id = c.order_id AND x.line_no = c.line_no AND x.movement <> 'credit'`
 
 // queued says what a transaction queued: outbox messages, order events.
 // Their listeners are woken once it commits.

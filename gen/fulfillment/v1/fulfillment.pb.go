@@ -371,7 +371,12 @@ type Entitlement struct {
 	// License key or other secret value; visible to the owning org only.
 	Value string `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
 	// When it was granted.
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When a refund revoked it; absent while it is in force. A revoked
+	// license stays listed.
+	RevokeTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=revoke_time,json=revokeTime,proto3" json:"revoke_time,omitempty"`
+	// Why it was revoked: the refund that did it.
+	RevokedReason string `protobuf:"bytes,8,opt,name=revoked_reason,json=revokedReason,proto3" json:"revoked_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -448,6 +453,20 @@ func (x *Entitlement) GetCreateTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Entitlement) GetRevokeTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RevokeTime
+	}
+	return nil
+}
+
+func (x *Entitlement) GetRevokedReason() string {
+	if x != nil {
+		return x.RevokedReason
+	}
+	return ""
+}
+
 // LedgerEntry is one balance movement caused by the order.
 type LedgerEntry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -455,7 +474,8 @@ type LedgerEntry struct {
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Account the movement applies to.
 	AccountRef string `protobuf:"bytes,2,opt,name=account_ref,json=accountRef,proto3" json:"account_ref,omitempty"`
-	// Movement type, e.g. "credit" or "refund_reversal".
+	// "credit", "refund_reversal" (what was left of a credit, on a full
+	// refund) or "partial_reversal" (its share of a partial refund).
 	Movement string `protobuf:"bytes,3,opt,name=movement,proto3" json:"movement,omitempty"`
 	// Signed amount of the movement.
 	Amount *Money `protobuf:"bytes,4,opt,name=amount,proto3" json:"amount,omitempty"`
@@ -3468,7 +3488,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\anetwork\x18\x06 \x01(\tR\anetwork\x12\x1a\n" +
 	"\bcurrency\x18\b \x01(\tR\bcurrency\x12;\n" +
 	"\vcreate_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"\xaa\x01\n" +
+	"createTime\"\x8e\x02\n" +
 	"\vEntitlement\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x10\n" +
@@ -3476,7 +3496,10 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x04unit\x18\x04 \x01(\x03R\x04unit\x12\x14\n" +
 	"\x05value\x18\x05 \x01(\tR\x05value\x12;\n" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"\xc6\x01\n" +
+	"createTime\x12;\n" +
+	"\vrevoke_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"revokeTime\x12%\n" +
+	"\x0erevoked_reason\x18\b \x01(\tR\rrevokedReason\"\xc6\x01\n" +
 	"\vLedgerEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vaccount_ref\x18\x02 \x01(\tR\n" +
@@ -3827,80 +3850,81 @@ var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
 	0,  // 0: fulfillment.v1.OrderLine.unit_price:type_name -> fulfillment.v1.Money
 	42, // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
 	42, // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
-	0,  // 3: fulfillment.v1.LedgerEntry.amount:type_name -> fulfillment.v1.Money
-	42, // 4: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
-	42, // 5: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
-	1,  // 6: fulfillment.v1.Order.lines:type_name -> fulfillment.v1.OrderLine
-	0,  // 7: fulfillment.v1.Order.total:type_name -> fulfillment.v1.Money
-	2,  // 8: fulfillment.v1.Order.settlement:type_name -> fulfillment.v1.Settlement
-	42, // 9: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
-	42, // 10: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
-	8,  // 11: fulfillment.v1.Order.history:type_name -> fulfillment.v1.OrderHistory
-	3,  // 12: fulfillment.v1.OrderHistory.payment_attempts:type_name -> fulfillment.v1.PaymentAttempt
-	4,  // 13: fulfillment.v1.OrderHistory.entitlements:type_name -> fulfillment.v1.Entitlement
-	5,  // 14: fulfillment.v1.OrderHistory.ledger_entries:type_name -> fulfillment.v1.LedgerEntry
-	6,  // 15: fulfillment.v1.OrderHistory.events:type_name -> fulfillment.v1.OrderEvent
-	21, // 16: fulfillment.v1.OrderHistory.deliveries:type_name -> fulfillment.v1.OutboxMessage
-	1,  // 17: fulfillment.v1.CreateOrderRequest.lines:type_name -> fulfillment.v1.OrderLine
-	2,  // 18: fulfillment.v1.CreateOrderRequest.settlement:type_name -> fulfillment.v1.Settlement
-	7,  // 19: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
-	7,  // 20: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
-	7,  // 21: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
-	42, // 22: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
-	15, // 23: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
-	41, // 24: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
-	42, // 25: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
-	42, // 26: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
-	18, // 27: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
-	42, // 28: fulfillment.v1.OutboxMessage.next_attempt_time:type_name -> google.protobuf.Timestamp
-	42, // 29: fulfillment.v1.OutboxMessage.create_time:type_name -> google.protobuf.Timestamp
-	42, // 30: fulfillment.v1.OutboxMessage.process_time:type_name -> google.protobuf.Timestamp
-	22, // 31: fulfillment.v1.OutboxMessage.attempt_history:type_name -> fulfillment.v1.DeliveryAttempt
-	42, // 32: fulfillment.v1.DeliveryAttempt.start_time:type_name -> google.protobuf.Timestamp
-	42, // 33: fulfillment.v1.DeliveryAttempt.finish_time:type_name -> google.protobuf.Timestamp
-	21, // 34: fulfillment.v1.ListOutboxMessagesResponse.messages:type_name -> fulfillment.v1.OutboxMessage
-	21, // 35: fulfillment.v1.GetOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
-	21, // 36: fulfillment.v1.RetryOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
-	42, // 37: fulfillment.v1.Destination.disable_time:type_name -> google.protobuf.Timestamp
-	29, // 38: fulfillment.v1.ListDestinationsResponse.destinations:type_name -> fulfillment.v1.Destination
-	29, // 39: fulfillment.v1.DisableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
-	29, // 40: fulfillment.v1.EnableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
-	38, // 41: fulfillment.v1.StartPaymentResponse.payment:type_name -> fulfillment.v1.PaymentStart
-	0,  // 42: fulfillment.v1.PaymentStart.amount:type_name -> fulfillment.v1.Money
-	42, // 43: fulfillment.v1.PaymentStart.create_time:type_name -> google.protobuf.Timestamp
-	42, // 44: fulfillment.v1.PaymentStart.update_time:type_name -> google.protobuf.Timestamp
-	42, // 45: fulfillment.v1.WatchOrderEventsResponse.create_time:type_name -> google.protobuf.Timestamp
-	9,  // 46: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
-	11, // 47: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
-	13, // 48: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
-	16, // 49: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
-	19, // 50: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
-	36, // 51: fulfillment.v1.FulfillmentService.StartPayment:input_type -> fulfillment.v1.StartPaymentRequest
-	23, // 52: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
-	25, // 53: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
-	27, // 54: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
-	30, // 55: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
-	32, // 56: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
-	34, // 57: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
-	39, // 58: fulfillment.v1.FulfillmentService.WatchOrderEvents:input_type -> fulfillment.v1.WatchOrderEventsRequest
-	10, // 59: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
-	12, // 60: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
-	14, // 61: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
-	17, // 62: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
-	20, // 63: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
-	37, // 64: fulfillment.v1.FulfillmentService.StartPayment:output_type -> fulfillment.v1.StartPaymentResponse
-	24, // 65: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
-	26, // 66: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
-	28, // 67: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
-	31, // 68: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
-	33, // 69: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
-	35, // 70: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
-	40, // 71: fulfillment.v1.FulfillmentService.WatchOrderEvents:output_type -> fulfillment.v1.WatchOrderEventsResponse
-	59, // [59:72] is the sub-list for method output_type
-	46, // [46:59] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	42, // 3: fulfillment.v1.Entitlement.revoke_time:type_name -> google.protobuf.Timestamp
+	0,  // 4: fulfillment.v1.LedgerEntry.amount:type_name -> fulfillment.v1.Money
+	42, // 5: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
+	42, // 6: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
+	1,  // 7: fulfillment.v1.Order.lines:type_name -> fulfillment.v1.OrderLine
+	0,  // 8: fulfillment.v1.Order.total:type_name -> fulfillment.v1.Money
+	2,  // 9: fulfillment.v1.Order.settlement:type_name -> fulfillment.v1.Settlement
+	42, // 10: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
+	42, // 11: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
+	8,  // 12: fulfillment.v1.Order.history:type_name -> fulfillment.v1.OrderHistory
+	3,  // 13: fulfillment.v1.OrderHistory.payment_attempts:type_name -> fulfillment.v1.PaymentAttempt
+	4,  // 14: fulfillment.v1.OrderHistory.entitlements:type_name -> fulfillment.v1.Entitlement
+	5,  // 15: fulfillment.v1.OrderHistory.ledger_entries:type_name -> fulfillment.v1.LedgerEntry
+	6,  // 16: fulfillment.v1.OrderHistory.events:type_name -> fulfillment.v1.OrderEvent
+	21, // 17: fulfillment.v1.OrderHistory.deliveries:type_name -> fulfillment.v1.OutboxMessage
+	1,  // 18: fulfillment.v1.CreateOrderRequest.lines:type_name -> fulfillment.v1.OrderLine
+	2,  // 19: fulfillment.v1.CreateOrderRequest.settlement:type_name -> fulfillment.v1.Settlement
+	7,  // 20: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
+	7,  // 21: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
+	7,  // 22: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
+	42, // 23: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
+	15, // 24: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
+	41, // 25: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
+	42, // 26: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
+	42, // 27: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
+	18, // 28: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
+	42, // 29: fulfillment.v1.OutboxMessage.next_attempt_time:type_name -> google.protobuf.Timestamp
+	42, // 30: fulfillment.v1.OutboxMessage.create_time:type_name -> google.protobuf.Timestamp
+	42, // 31: fulfillment.v1.OutboxMessage.process_time:type_name -> google.protobuf.Timestamp
+	22, // 32: fulfillment.v1.OutboxMessage.attempt_history:type_name -> fulfillment.v1.DeliveryAttempt
+	42, // 33: fulfillment.v1.DeliveryAttempt.start_time:type_name -> google.protobuf.Timestamp
+	42, // 34: fulfillment.v1.DeliveryAttempt.finish_time:type_name -> google.protobuf.Timestamp
+	21, // 35: fulfillment.v1.ListOutboxMessagesResponse.messages:type_name -> fulfillment.v1.OutboxMessage
+	21, // 36: fulfillment.v1.GetOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
+	21, // 37: fulfillment.v1.RetryOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
+	42, // 38: fulfillment.v1.Destination.disable_time:type_name -> google.protobuf.Timestamp
+	29, // 39: fulfillment.v1.ListDestinationsResponse.destinations:type_name -> fulfillment.v1.Destination
+	29, // 40: fulfillment.v1.DisableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
+	29, // 41: fulfillment.v1.EnableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
+	38, // 42: fulfillment.v1.StartPaymentResponse.payment:type_name -> fulfillment.v1.PaymentStart
+	0,  // 43: fulfillment.v1.PaymentStart.amount:type_name -> fulfillment.v1.Money
+	42, // 44: fulfillment.v1.PaymentStart.create_time:type_name -> google.protobuf.Timestamp
+	42, // 45: fulfillment.v1.PaymentStart.update_time:type_name -> google.protobuf.Timestamp
+	42, // 46: fulfillment.v1.WatchOrderEventsResponse.create_time:type_name -> google.protobuf.Timestamp
+	9,  // 47: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
+	11, // 48: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
+	13, // 49: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
+	16, // 50: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
+	19, // 51: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
+	36, // 52: fulfillment.v1.FulfillmentService.StartPayment:input_type -> fulfillment.v1.StartPaymentRequest
+	23, // 53: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
+	25, // 54: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
+	27, // 55: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
+	30, // 56: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
+	32, // 57: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
+	34, // 58: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
+	39, // 59: fulfillment.v1.FulfillmentService.WatchOrderEvents:input_type -> fulfillment.v1.WatchOrderEventsRequest
+	10, // 60: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
+	12, // 61: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
+	14, // 62: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
+	17, // 63: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
+	20, // 64: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
+	37, // 65: fulfillment.v1.FulfillmentService.StartPayment:output_type -> fulfillment.v1.StartPaymentResponse
+	24, // 66: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
+	26, // 67: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
+	28, // 68: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
+	31, // 69: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
+	33, // 70: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
+	35, // 71: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
+	40, // 72: fulfillment.v1.FulfillmentService.WatchOrderEvents:output_type -> fulfillment.v1.WatchOrderEventsResponse
+	60, // [60:73] is the sub-list for method output_type
+	47, // [47:60] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_fulfillment_v1_fulfillment_proto_init() }

@@ -1,0 +1,112 @@
+package storage_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+// tbankEvent is a T-Bank-like event of kind about payment pay-1 of the
+// order with merchant order id m-1, for amount kopecks.
+func tbankEvent(id string, kind fulfillment.EventKind, kopecks int64) fulfillment.ProviderEvent {
+	return fulfillment.ProviderEvent{
+		Provider: fulfillment.ProviderTBank, EndpointID: "tbank-live", OrgID: "org_a", Environment: fulfillment.EnvLive,
+		EventID: id, Type: string(kind), Kind: kind,
+		Payment: fulfillment.PaymentInfo{AttemptRef: "pay-1", PaymentID: "pay-1", MerchantOrderID: "m-1",
+			Amount: fulfillment.MinorAmount(kopecks, "RUB")},
+	}
+}
+
+// Partial refunds take back their share of a balance credit, once each; the
+// full refund what is left, and revokes the licenses (still listed); a
+// refund announced again changes nothing. The ledger of the order ends at
+// zero.
+func TestRefundsReverseOnce(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	spec, err := fulfillment.OrderDraft{
+		OrgID: "org_a", Environment: "live", MerchantOrderID: "m-1",
+		Lines: []fulfillment.LineDraft{
+			{SKU: "pro", Kind: "license", Quantity: 2, Currency: "RUB", MinorUnits: 5000},
+			{SKU: "credits", Kind: "balance_credit", Quantity: 1, Currency: "RUB", MinorUnits: 10000, AccountRef: "acct-1"},
+		},
+	}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	order, _, err := s.OrderCreate(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger := func() (rows, sum int) {
+		t.Helper()
+		return count(t, conn, "SELECT count(*) FROM ledger_entries WHERE order_id = $1", order.ID),
+			count(t, conn, "SELECT coalesce(sum(minor_units), 0)::int FROM ledger_entries WHERE order_id = $1", order.ID)
+	}
+	steps := []struct {
+		ev             fulfillment.ProviderEvent
+		decision       string
+		rows, sum      int
+		revoked, items int
+	}{
+		{tbankEvent("confirmed", fulfillment.EventPaymentConfirmed, 20000), "fulfilled", 1, 10000, 0, 0},
+		// 5000 of 20000: a quarter of the 10000 credit.
+		{tbankEvent("partial-5000", fulfillment.EventPartiallyRefunded, 5000), "partially_refunded", 2, 7500, 0, 1},
+		{tbankEvent("partial-6000", fulfillment.EventPartiallyRefunded, 6000), "partially_refunded", 3, 4500, 0, 2},
+		{tbankEvent("refunded", fulfillment.EventRefunded, 9000), "refunded", 4, 0, 2, 3},
+		{tbankEvent("refunded-again", fulfillment.EventRefunded, 9000), "already_applied", 4, 0, 2, 3},
+		{tbankEvent("partial-late", fulfillment.EventPartiallyRefunded, 1000), "partially_refunded", 4, 0, 2, 4},
+	}
+	for _, st := range steps {
+		if _, err := s.InboxInsert(ctx, st.ev, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		if got := processAll(t, s, 1); got != st.decision {
+			t.Fatalf("%s: decision %s, want %s", st.ev.EventID, got, st.decision)
+		}
+		if rows, sum := ledger(); rows != st.rows || sum != st.sum {
+			t.Errorf("after %s: %d ledger rows summing to %d, want %d summing to %d", st.ev.EventID, rows, sum, st.rows, st.sum)
+		}
+		if n := count(t, conn, "SELECT count(*) FROM entitlements WHERE order_id = $1 AND revoked_at IS NOT NULL AND revoked_reason LIKE 'refunded: tbank event %'", order.ID); n != st.revoked {
+			t.Errorf("after %s: %d licenses revoked, want %d", st.ev.EventID, n, st.revoked)
+		}
+		if n := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE order_id = $1 AND kind = 'refund_after_fulfillment'", order.ID); n != st.items {
+			t.Errorf("after %s: %d refund_after_fulfillment items, want %d", st.ev.EventID, n, st.items)
+		}
+	}
+	if n := count(t, conn, "SELECT count(*) FROM entitlements WHERE order_id = $1", order.ID); n != 2 {
+		t.Errorf("%d licenses listed, want both, revoked", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM order_events WHERE order_id = $1 AND topic = 'order.refunded'", order.ID); n != 1 {
+		t.Errorf("%d order.refunded events, want 1", n)
+	}
+}
+
+// order.refunded goes to the destinations of the order's external lines,
+// subscribed or not, once each.
+func TestRefundTellsLineDestinations(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t) // crm subscribes to every order event
+	ctx := context.Background()
+	orderID := externalOrder(t, s, "m-1")
+	if _, err := s.InboxInsert(ctx, confirmedEvent("e1", "m-1"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	processAll(t, s, 1)
+	refund := confirmedEvent("e2", "m-1")
+	refund.Kind, refund.Type = fulfillment.EventRefunded, "payment.refunded"
+	refund.Payment = confirmedEvent("e1", "m-1").Payment // the payment that paid
+	if _, err := s.InboxInsert(ctx, refund, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if got := processAll(t, s, 1); got != "refunded" {
+		t.Fatalf("decision %s", got)
+	}
+	for _, dest := range []string{"licenses", "shipping", "crm"} {
+		if n := count(t, conn, "SELECT count(*) FROM outbox_messages WHERE order_id = $1 AND topic = 'order.refunded' AND destination_id = $2", orderID, dest); n != 1 {
+			t.Errorf("%d order.refunded messages to %s, want 1", n, dest)
+		}
+	}
+}
