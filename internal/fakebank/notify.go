@@ -151,6 +151,44 @@ func (b *Bank) Wait(ctx context.Context) error {
 	}
 }
 
+// NoticeFields are what a notification says of a payment.
+type NoticeFields struct {
+	TerminalKey, OrderID, PaymentID, Status, ErrorCode string
+	Amount                                             int64
+	// PaymentIDAsString writes PaymentId as a JSON string, not a number.
+	PaymentIDAsString bool
+	// RebillID, when set, is sent as RebillId (like PaymentId).
+	RebillID string
+	Data     map[string]string
+}
+
+// NoticeBody is the body of a notification of f signed with password, as
+// the bank sends it (with a test card's fields): for tests, load
+// generators and the chaos run, which send notifications of their own.
+func NoticeBody(f NoticeFields, password []byte) []byte {
+	id := func(v string) any { // digits: a JSON number unless asked otherwise
+		if f.PaymentIDAsString {
+			return v
+		}
+		return json.Number(v)
+	}
+	if f.ErrorCode == "" {
+		f.ErrorCode = CodeOK
+	}
+	nb := notice{
+		TerminalKey: f.TerminalKey, OrderID: f.OrderID, Success: f.ErrorCode == CodeOK, Status: f.Status,
+		PaymentID: id(f.PaymentID), ErrorCode: f.ErrorCode, Amount: f.Amount,
+		CardID: cardID, Pan: pan, ExpDate: expDate, Data: f.Data,
+	}
+	if f.RebillID != "" {
+		nb.RebillID = id(f.RebillID)
+	}
+	unsigned, _ := json.Marshal(nb) // strings, numbers and a map of strings
+	nb.Token, _ = tbank.Token(unsigned, password)
+	body, _ := json.Marshal(nb)
+	return body
+}
+
 // notice is a notification body.
 type notice struct {
 	TerminalKey string            `json:"TerminalKey"`
@@ -171,21 +209,18 @@ type notice struct {
 // moveLocked puts p in status and notifies it, with amount and errorCode.
 func (b *Bank) moveLocked(p *Payment, status string, amount int64, errorCode string) {
 	p.Status = status
-	nb := notice{
-		TerminalKey: b.opts.TerminalKey, OrderID: p.OrderID, Success: errorCode == CodeOK, Status: status,
-		PaymentID: b.idValue(p.PaymentID), ErrorCode: errorCode, Amount: amount,
-		CardID: cardID, Pan: pan, ExpDate: expDate, Data: p.Data,
+	f := NoticeFields{
+		TerminalKey: b.opts.TerminalKey, OrderID: p.OrderID, PaymentID: p.PaymentID, Status: status,
+		ErrorCode: errorCode, Amount: amount, PaymentIDAsString: b.opts.PaymentIDAsString, Data: p.Data,
 	}
 	if p.Recurrent && (status == tbank.StatusAuthorized || status == tbank.StatusConfirmed) {
-		nb.RebillID = b.idValue("7" + p.PaymentID)
+		f.RebillID = "7" + p.PaymentID
 	}
 	password := b.opts.Password
 	if b.mis.WrongToken {
 		password = append([]byte("wrong-"), password...)
 	}
-	unsigned, _ := json.Marshal(nb) // strings, numbers and a map of strings
-	nb.Token, _ = tbank.Token(unsigned, password)
-	body, _ := json.Marshal(nb)
+	body := NoticeBody(f, password)
 
 	n := &Notification{
 		PaymentID: p.PaymentID, Status: status, Amount: amount,
