@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -94,7 +95,32 @@ func newOrdersCmd(c *conn) *cobra.Command {
 	lf.Int32Var(&req.PageSize, "page-size", 0, "orders per page (default 50)")
 	lf.StringVar(&req.PageToken, "page-token", "", "continue from a previous next_page_token")
 
-	cmd.AddCommand(create, get, list)
+	pay := &fulfillmentv1.StartPaymentRequest{}
+	startPayment := &cobra.Command{
+		Use:   "start-payment ORDER_ID --endpoint ENDPOINT_ID",
+		Short: "Start paying an order at a provider (T-Bank Init) and print the attempt with its payment page",
+		Long: `start-payment asks the endpoint's provider for a payment of the order's total and prints the
+attempt: its payment_url, or why it failed or waits for review. Running it again returns the same
+attempt; --new-attempt starts the next one. Needs the orders:write scope.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pay.OrderId = args[0]
+			return c.call(cmd.Context(), func(ctx context.Context, client fulfillmentv1.FulfillmentServiceClient) error {
+				resp, err := client.StartPayment(ctx, pay)
+				if err != nil {
+					return err
+				}
+				return printJSON(cmd.OutOrStdout(), resp.GetPayment())
+			})
+		},
+	}
+	pf := startPayment.Flags()
+	pf.StringVar(&pay.EndpointId, "endpoint", "", "the endpoint whose provider takes the payment (e.g. tbank-test)")
+	pf.BoolVar(&pay.NewAttempt, "new-attempt", false, "start another attempt even if one was started")
+	pf.StringVar(&pay.Description, "description", "", "what the payer is shown (140 characters at most)")
+	_ = startPayment.MarkFlagRequired("endpoint")
+
+	cmd.AddCommand(create, get, list, startPayment)
 	return cmd
 }
 

@@ -52,6 +52,13 @@ type service struct {
 // fast.
 func startService(t *testing.T, dests ...config.Destination) *service {
 	t.Helper()
+	return startServiceWith(t, func(c *config.Config) { c.Destinations = dests })
+}
+
+// startServiceWith is startService with the configuration changed by
+// configure.
+func startServiceWith(t *testing.T, configure func(*config.Config)) *service {
+	t.Helper()
 	fast := config.Queue{Lease: 5 * time.Second, Poll: 50 * time.Millisecond,
 		BaseBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
 	cfg := &config.Config{
@@ -62,11 +69,11 @@ func startService(t *testing.T, dests ...config.Destination) *service {
 		}},
 		Endpoints: []config.Endpoint{{ID: svcEndpoint, Provider: "yolfi", Org: svcOrg, Environment: "live",
 			Secrets: []config.Secret{{Value: []byte(svcYolfiKey)}}}},
-		Ingest:       config.Ingest{MaxBodyBytes: 256 << 10, Timeout: 2 * time.Second},
-		Inbox:        fast,
-		Outbox:       fast,
-		Destinations: dests,
+		Ingest: config.Ingest{MaxBodyBytes: 256 << 10, Timeout: 2 * time.Second},
+		Inbox:  fast,
+		Outbox: fast,
 	}
+	configure(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	a, err := app.New(ctx, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)))
 	if err != nil {
