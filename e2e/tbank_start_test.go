@@ -57,6 +57,13 @@ func TestTBankStartPaymentAndPay(t *testing.T) {
 	if len(notes) != 2 || !notes[0].Acked() || !notes[1].Acked() {
 		t.Errorf("notifications %+v, want two acknowledged", notes)
 	}
+	got, err := s.client.GetOrder(authed(orgAToken), &fulfillmentv1.GetOrderRequest{OrderId: order.GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if starts := got.GetOrder().GetHistory().GetPaymentStarts(); len(starts) != 1 || starts[0].GetPaymentId() != first.GetPaymentId() {
+		t.Errorf("GetOrder's payment starts %v, want the one started", starts)
+	}
 	// A paid order starts no payment.
 	if _, err := s.startPayment(order.GetId(), tbankFail, true); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("new attempt for a paid order: %v, want FAILED_PRECONDITION", err)

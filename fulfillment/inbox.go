@@ -154,4 +154,7 @@ type OrderDetail struct {
 	// MaxHistoryItems.
 	Deliveries        []Delivery
 	OmittedDeliveries int
+	// Starts are the payments the service started for it (StartPayment),
+	// by attempt: at most MaxPaymentStarts.
+	Starts []PaymentStart
 }

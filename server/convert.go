@@ -139,6 +139,9 @@ func orderDetailToProto(d fulfillment.OrderDetail, showSecrets bool) *fulfillmen
 		h.Deliveries = append(h.Deliveries, deliveryToProto(m))
 	}
 	h.OmittedDeliveries = int32(d.OmittedDeliveries)
+	for _, st := range d.Starts {
+		h.PaymentStarts = append(h.PaymentStarts, paymentStartToProto(st))
+	}
 	pb.History = h
 	return pb
 }

@@ -92,6 +92,12 @@ func (s *Store) OrderDetail(ctx context.Context, id string) (fulfillment.OrderDe
 		return fulfillment.OrderDetail{}, err
 	}
 	d.OmittedDeliveries = omitted(total, len(d.Deliveries))
+
+	rows, _ = s.pool.Query(ctx, `SELECT `+startColumns+` FROM payment_starts WHERE order_id = $1 ORDER BY attempt`, id)
+	d.Starts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.PaymentStart, error) { return scanStart(r) })
+	if err != nil {
+		return fulfillment.OrderDetail{}, fmt.Errorf("reading payment starts: %w", interpret(err))
+	}
 	return d, nil
 }
 

@@ -786,8 +786,8 @@ type OrderHistory struct {
 	// Entitlements left out (only orders created before the 1,000-unit
 	// bound can have more).
 	OmittedEntitlements int32 `protobuf:"varint,4,opt,name=omitted_entitlements,json=omittedEntitlements,proto3" json:"omitted_entitlements,omitempty"`
-	// Balance movements caused by the order: at most one per line and
-	// movement type.
+	// Balance movements caused by the order: per line at most one credit,
+	// one refund_reversal, and one partial_reversal per partial refund.
 	LedgerEntries []*LedgerEntry `protobuf:"bytes,5,rep,name=ledger_entries,json=ledgerEntries,proto3" json:"ledger_entries,omitempty"`
 	// Provider events about the order, oldest first: the newest 100.
 	Events []*OrderEvent `protobuf:"bytes,6,rep,name=events,proto3" json:"events,omitempty"`
@@ -799,8 +799,11 @@ type OrderHistory struct {
 	Deliveries []*OutboxMessage `protobuf:"bytes,8,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
 	// Older messages left out.
 	OmittedDeliveries int32 `protobuf:"varint,9,opt,name=omitted_deliveries,json=omittedDeliveries,proto3" json:"omitted_deliveries,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The payments the service started for the order (StartPayment), by
+	// attempt: at most 20.
+	PaymentStarts []*PaymentStart `protobuf:"bytes,10,rep,name=payment_starts,json=paymentStarts,proto3" json:"payment_starts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OrderHistory) Reset() {
@@ -894,6 +897,13 @@ func (x *OrderHistory) GetOmittedDeliveries() int32 {
 		return x.OmittedDeliveries
 	}
 	return 0
+}
+
+func (x *OrderHistory) GetPaymentStarts() []*PaymentStart {
+	if x != nil {
+		return x.PaymentStarts
+	}
+	return nil
 }
 
 // CreateOrderRequest is the content of a new order.
@@ -3531,7 +3541,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x126\n" +
-	"\ahistory\x18\x10 \x01(\v2\x1c.fulfillment.v1.OrderHistoryR\ahistoryJ\x04\b\f\x10\rJ\x04\b\r\x10\x0eJ\x04\b\x0e\x10\x0fJ\x04\b\x0f\x10\x10R\x10payment_attemptsR\fentitlementsR\x0eledger_entriesR\x06events\"\x94\x04\n" +
+	"\ahistory\x18\x10 \x01(\v2\x1c.fulfillment.v1.OrderHistoryR\ahistoryJ\x04\b\f\x10\rJ\x04\b\r\x10\x0eJ\x04\b\x0e\x10\x0fJ\x04\b\x0f\x10\x10R\x10payment_attemptsR\fentitlementsR\x0eledger_entriesR\x06events\"\xd9\x04\n" +
 	"\fOrderHistory\x12I\n" +
 	"\x10payment_attempts\x18\x01 \x03(\v2\x1e.fulfillment.v1.PaymentAttemptR\x0fpaymentAttempts\x128\n" +
 	"\x18omitted_payment_attempts\x18\x02 \x01(\x05R\x16omittedPaymentAttempts\x12?\n" +
@@ -3543,7 +3553,9 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\b \x03(\v2\x1d.fulfillment.v1.OutboxMessageR\n" +
 	"deliveries\x12-\n" +
-	"\x12omitted_deliveries\x18\t \x01(\x05R\x11omittedDeliveries\"\x96\x02\n" +
+	"\x12omitted_deliveries\x18\t \x01(\x05R\x11omittedDeliveries\x12C\n" +
+	"\x0epayment_starts\x18\n" +
+	" \x03(\v2\x1c.fulfillment.v1.PaymentStartR\rpaymentStarts\"\x96\x02\n" +
 	"\x12CreateOrderRequest\x12\x15\n" +
 	"\x06org_id\x18\x01 \x01(\tR\x05orgId\x12 \n" +
 	"\venvironment\x18\x02 \x01(\tR\venvironment\x12*\n" +
@@ -3865,66 +3877,67 @@ var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
 	5,  // 15: fulfillment.v1.OrderHistory.ledger_entries:type_name -> fulfillment.v1.LedgerEntry
 	6,  // 16: fulfillment.v1.OrderHistory.events:type_name -> fulfillment.v1.OrderEvent
 	21, // 17: fulfillment.v1.OrderHistory.deliveries:type_name -> fulfillment.v1.OutboxMessage
-	1,  // 18: fulfillment.v1.CreateOrderRequest.lines:type_name -> fulfillment.v1.OrderLine
-	2,  // 19: fulfillment.v1.CreateOrderRequest.settlement:type_name -> fulfillment.v1.Settlement
-	7,  // 20: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
-	7,  // 21: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
-	7,  // 22: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
-	42, // 23: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
-	15, // 24: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
-	41, // 25: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
-	42, // 26: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
-	42, // 27: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
-	18, // 28: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
-	42, // 29: fulfillment.v1.OutboxMessage.next_attempt_time:type_name -> google.protobuf.Timestamp
-	42, // 30: fulfillment.v1.OutboxMessage.create_time:type_name -> google.protobuf.Timestamp
-	42, // 31: fulfillment.v1.OutboxMessage.process_time:type_name -> google.protobuf.Timestamp
-	22, // 32: fulfillment.v1.OutboxMessage.attempt_history:type_name -> fulfillment.v1.DeliveryAttempt
-	42, // 33: fulfillment.v1.DeliveryAttempt.start_time:type_name -> google.protobuf.Timestamp
-	42, // 34: fulfillment.v1.DeliveryAttempt.finish_time:type_name -> google.protobuf.Timestamp
-	21, // 35: fulfillment.v1.ListOutboxMessagesResponse.messages:type_name -> fulfillment.v1.OutboxMessage
-	21, // 36: fulfillment.v1.GetOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
-	21, // 37: fulfillment.v1.RetryOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
-	42, // 38: fulfillment.v1.Destination.disable_time:type_name -> google.protobuf.Timestamp
-	29, // 39: fulfillment.v1.ListDestinationsResponse.destinations:type_name -> fulfillment.v1.Destination
-	29, // 40: fulfillment.v1.DisableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
-	29, // 41: fulfillment.v1.EnableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
-	38, // 42: fulfillment.v1.StartPaymentResponse.payment:type_name -> fulfillment.v1.PaymentStart
-	0,  // 43: fulfillment.v1.PaymentStart.amount:type_name -> fulfillment.v1.Money
-	42, // 44: fulfillment.v1.PaymentStart.create_time:type_name -> google.protobuf.Timestamp
-	42, // 45: fulfillment.v1.PaymentStart.update_time:type_name -> google.protobuf.Timestamp
-	42, // 46: fulfillment.v1.WatchOrderEventsResponse.create_time:type_name -> google.protobuf.Timestamp
-	9,  // 47: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
-	11, // 48: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
-	13, // 49: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
-	16, // 50: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
-	19, // 51: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
-	36, // 52: fulfillment.v1.FulfillmentService.StartPayment:input_type -> fulfillment.v1.StartPaymentRequest
-	23, // 53: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
-	25, // 54: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
-	27, // 55: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
-	30, // 56: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
-	32, // 57: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
-	34, // 58: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
-	39, // 59: fulfillment.v1.FulfillmentService.WatchOrderEvents:input_type -> fulfillment.v1.WatchOrderEventsRequest
-	10, // 60: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
-	12, // 61: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
-	14, // 62: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
-	17, // 63: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
-	20, // 64: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
-	37, // 65: fulfillment.v1.FulfillmentService.StartPayment:output_type -> fulfillment.v1.StartPaymentResponse
-	24, // 66: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
-	26, // 67: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
-	28, // 68: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
-	31, // 69: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
-	33, // 70: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
-	35, // 71: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
-	40, // 72: fulfillment.v1.FulfillmentService.WatchOrderEvents:output_type -> fulfillment.v1.WatchOrderEventsResponse
-	60, // [60:73] is the sub-list for method output_type
-	47, // [47:60] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	38, // 18: fulfillment.v1.OrderHistory.payment_starts:type_name -> fulfillment.v1.PaymentStart
+	1,  // 19: fulfillment.v1.CreateOrderRequest.lines:type_name -> fulfillment.v1.OrderLine
+	2,  // 20: fulfillment.v1.CreateOrderRequest.settlement:type_name -> fulfillment.v1.Settlement
+	7,  // 21: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
+	7,  // 22: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
+	7,  // 23: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
+	42, // 24: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
+	15, // 25: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
+	41, // 26: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
+	42, // 27: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
+	42, // 28: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
+	18, // 29: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
+	42, // 30: fulfillment.v1.OutboxMessage.next_attempt_time:type_name -> google.protobuf.Timestamp
+	42, // 31: fulfillment.v1.OutboxMessage.create_time:type_name -> google.protobuf.Timestamp
+	42, // 32: fulfillment.v1.OutboxMessage.process_time:type_name -> google.protobuf.Timestamp
+	22, // 33: fulfillment.v1.OutboxMessage.attempt_history:type_name -> fulfillment.v1.DeliveryAttempt
+	42, // 34: fulfillment.v1.DeliveryAttempt.start_time:type_name -> google.protobuf.Timestamp
+	42, // 35: fulfillment.v1.DeliveryAttempt.finish_time:type_name -> google.protobuf.Timestamp
+	21, // 36: fulfillment.v1.ListOutboxMessagesResponse.messages:type_name -> fulfillment.v1.OutboxMessage
+	21, // 37: fulfillment.v1.GetOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
+	21, // 38: fulfillment.v1.RetryOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
+	42, // 39: fulfillment.v1.Destination.disable_time:type_name -> google.protobuf.Timestamp
+	29, // 40: fulfillment.v1.ListDestinationsResponse.destinations:type_name -> fulfillment.v1.Destination
+	29, // 41: fulfillment.v1.DisableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
+	29, // 42: fulfillment.v1.EnableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
+	38, // 43: fulfillment.v1.StartPaymentResponse.payment:type_name -> fulfillment.v1.PaymentStart
+	0,  // 44: fulfillment.v1.PaymentStart.amount:type_name -> fulfillment.v1.Money
+	42, // 45: fulfillment.v1.PaymentStart.create_time:type_name -> google.protobuf.Timestamp
+	42, // 46: fulfillment.v1.PaymentStart.update_time:type_name -> google.protobuf.Timestamp
+	42, // 47: fulfillment.v1.WatchOrderEventsResponse.create_time:type_name -> google.protobuf.Timestamp
+	9,  // 48: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
+	11, // 49: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
+	13, // 50: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
+	16, // 51: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
+	19, // 52: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
+	36, // 53: fulfillment.v1.FulfillmentService.StartPayment:input_type -> fulfillment.v1.StartPaymentRequest
+	23, // 54: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
+	25, // 55: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
+	27, // 56: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
+	30, // 57: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
+	32, // 58: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
+	34, // 59: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
+	39, // 60: fulfillment.v1.FulfillmentService.WatchOrderEvents:input_type -> fulfillment.v1.WatchOrderEventsRequest
+	10, // 61: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
+	12, // 62: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
+	14, // 63: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
+	17, // 64: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
+	20, // 65: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
+	37, // 66: fulfillment.v1.FulfillmentService.StartPayment:output_type -> fulfillment.v1.StartPaymentResponse
+	24, // 67: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
+	26, // 68: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
+	28, // 69: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
+	31, // 70: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
+	33, // 71: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
+	35, // 72: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
+	40, // 73: fulfillment.v1.FulfillmentService.WatchOrderEvents:output_type -> fulfillment.v1.WatchOrderEventsResponse
+	61, // [61:74] is the sub-list for method output_type
+	48, // [48:61] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_fulfillment_v1_fulfillment_proto_init() }
