@@ -172,13 +172,13 @@ func (c *Client) Init(ctx context.Context, r InitRequest) (Payment, error) {
 		return Payment{}, err
 	}
 	p, bad := a.payment(c.terminalKey)
-	if len(bad) == 0 && (p.OrderID != r.OrderID || p.Amount != r.Amount) {
-		bad.add("OrderId and Amount must be the ones sent")
+	if len(bad.Problems) == 0 && (p.OrderID != r.OrderID || p.Amount != r.Amount) {
+		bad.Add("OrderId and Amount must be the ones sent")
 	}
 	if u, err := url.Parse(a.PaymentURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		bad.add("PaymentURL must be an absolute http or https URL")
+		bad.Add("PaymentURL must be an absolute http or https URL")
 	}
-	if len(bad) > 0 {
+	if len(bad.Problems) > 0 {
 		return Payment{}, malformed(op, a.httpStatus, bad)
 	}
 	p.PaymentURL = a.PaymentURL
@@ -200,10 +200,10 @@ func (c *Client) GetState(ctx context.Context, paymentID string) (Payment, error
 		return Payment{}, err
 	}
 	p, bad := a.payment(c.terminalKey)
-	if len(bad) == 0 && p.PaymentID != paymentID {
-		bad.add("PaymentId must be the one asked for")
+	if len(bad.Problems) == 0 && p.PaymentID != paymentID {
+		bad.Add("PaymentId must be the one asked for")
 	}
-	if len(bad) > 0 {
+	if len(bad.Problems) > 0 {
 		return Payment{}, malformed(op, a.httpStatus, bad)
 	}
 	return p, nil
@@ -323,15 +323,15 @@ func (a *answer) payment(terminalKey string) (Payment, problems) {
 	p := Payment{TerminalKey: terminalKey, OrderID: a.OrderID, Status: a.Status}
 	p.PaymentID = bad.id("PaymentId", a.PaymentID, true)
 	if a.Status == "" {
-		bad.add("Status is required")
+		bad.Add("Status is required")
 	}
 	if a.OrderID == "" {
-		bad.add("OrderId is required")
+		bad.Add("OrderId is required")
 	}
 	lit := string(a.Amount)
 	n, err := strconv.ParseInt(lit, 10, 64)
 	if err != nil || !allDigits(lit) {
-		bad.add("Amount must be a whole number of kopecks")
+		bad.Add("Amount must be a whole number of kopecks")
 	}
 	p.Amount = n
 	return p, bad
@@ -342,7 +342,7 @@ func (a *answer) payment(terminalKey string) (Payment, problems) {
 func malformed(op string, httpStatus int, bad problems) error {
 	return fmt.Errorf("tbank %s: %w", op, &UnknownOutcomeError{
 		Op: op, StatusCode: httpStatus,
-		Err: errors.New("the answer is malformed: " + strings.Join(bad, "; ")),
+		Err: errors.New("the answer is malformed: " + strings.Join(bad.Problems, "; ")),
 	})
 }
 

@@ -2,13 +2,11 @@ package tbank
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest"
-	"github.com/fulfillplatform/fulfillment/ingest/wire"
 )
 
 // Currency is the currency of a terminal's amounts, which count its minor
@@ -67,11 +65,11 @@ type notification struct {
 // body.
 func Parse(ep fulfillment.Endpoint, terminalKey string, body []byte) (fulfillment.ProviderEvent, error) {
 	var n notification
-	if err := decode(body, &n); err != nil {
+	if err := ingest.DecodePayload(body, &n, typeMessage); err != nil {
 		return fulfillment.ProviderEvent{}, err
 	}
 	if n.TerminalKey == "" {
-		return fulfillment.ProviderEvent{}, invalid("TerminalKey is required")
+		return fulfillment.ProviderEvent{}, ingest.Invalid("TerminalKey is required")
 	}
 	if n.TerminalKey != terminalKey {
 		return fulfillment.ProviderEvent{}, fmt.Errorf("%w: the notification's TerminalKey is not the terminal of endpoint %q",
@@ -79,19 +77,19 @@ func Parse(ep fulfillment.Endpoint, terminalKey string, body []byte) (fulfillmen
 	}
 
 	var bad problems
-	bad.text("Status", n.Status, fulfillment.RuleEventType, true)
+	bad.Text("Status", n.Status, fulfillment.RuleEventType, true)
 	if strings.Contains(n.Status, ":") {
-		bad.add("Status must not contain a colon")
+		bad.Add("Status must not contain a colon")
 	}
-	bad.text("OrderId", n.OrderID, fulfillment.RuleRef, true)
-	bad.text("ErrorCode", n.ErrorCode, fulfillment.RuleRef, false)
+	bad.Text("OrderId", n.OrderID, fulfillment.RuleRef, true)
+	bad.Text("ErrorCode", n.ErrorCode, fulfillment.RuleRef, false)
 	paymentID := bad.id("PaymentId", n.PaymentID, true)
 	rebillID := bad.id("RebillId", n.RebillID, false)
 	amount, kopecks := bad.amount(n.Amount)
 	if absent(n.Amount) && amountRequired[n.Status] {
-		bad.add("Amount is required for " + n.Status)
+		bad.Add("Amount is required for " + n.Status)
 	}
-	if err := bad.err(); err != nil {
+	if err := bad.Err(); err != nil {
 		return fulfillment.ProviderEvent{}, err
 	}
 
@@ -125,7 +123,7 @@ func event(ep fulfillment.Endpoint, prefix string, p paymentState, refs map[stri
 		eventID += ":" + p.kopecks
 	}
 	if fulfillment.RuleEventID.Check(eventID) != nil {
-		return fulfillment.ProviderEvent{}, invalid(fmt.Sprintf(
+		return fulfillment.ProviderEvent{}, ingest.Invalid(fmt.Sprintf(
 			"the event id TerminalKey:PaymentId:Status[:Amount] must be at most %d bytes long", fulfillment.MaxIDLen))
 	}
 	if len(refs) == 0 {
@@ -150,29 +148,9 @@ func event(ep fulfillment.Endpoint, prefix string, p paymentState, refs map[stri
 	}, nil
 }
 
-// invalid returns an error wrapping ingest.ErrInvalidPayload.
-func invalid(reason string) error {
-	return fmt.Errorf("%w: %s", ingest.ErrInvalidPayload, reason)
-}
-
-// problems collects what is wrong with a notification, so that one answer
-// lists everything to fix.
-type problems []string
-
-func (ps *problems) add(reason string) { *ps = append(*ps, reason) }
-
-// text checks a string member: required or not, and the domain's rule.
-func (ps *problems) text(name, v string, rule fulfillment.TextRule, required bool) {
-	if v == "" {
-		if required {
-			ps.add(name + " is required")
-		}
-		return
-	}
-	if err := rule.Check(v); err != nil {
-		ps.add(name + " " + err.Error())
-	}
-}
+// problems collects what is wrong with a notification or an answer of the
+// bank, with the bank's own kinds of members.
+type problems struct{ ingest.Problems }
 
 // id reads a bank id written as a number or as a string of its digits, and
 // returns its digits ("" when absent or null). Both spellings of one id give
@@ -183,12 +161,12 @@ func (ps *problems) id(name string, raw json.RawMessage, required bool) string {
 	switch {
 	case absent(raw):
 		if required {
-			ps.add(name + " is required")
+			ps.Add(name + " is required")
 		}
 		return ""
 	case raw[0] == '"':
 		if err := json.Unmarshal(raw, &digits); err != nil || digits == "" {
-			ps.add(name + " must be a number or a string of digits")
+			ps.Add(name + " must be a number or a string of digits")
 			return ""
 		}
 	default:
@@ -196,9 +174,9 @@ func (ps *problems) id(name string, raw json.RawMessage, required bool) string {
 	}
 	switch {
 	case !allDigits(digits) || (len(digits) > 1 && digits[0] == '0'):
-		ps.add(name + " must be a whole number: digits only, no sign, fraction, exponent or leading zero")
+		ps.Add(name + " must be a whole number: digits only, no sign, fraction, exponent or leading zero")
 	case fulfillment.RuleRef.Check(digits) != nil:
-		ps.add(fmt.Sprintf("%s must have at most %d digits", name, fulfillment.MaxIDLen))
+		ps.Add(fmt.Sprintf("%s must have at most %d digits", name, fulfillment.MaxIDLen))
 	default:
 		return digits
 	}
@@ -214,18 +192,18 @@ func (ps *problems) amount(raw json.RawMessage) (amount fulfillment.Amount, digi
 	case absent(raw):
 		return fulfillment.Amount{}, ""
 	case raw[0] == '"':
-		ps.add("Amount must be a number of kopecks, not a string")
+		ps.Add("Amount must be a number of kopecks, not a string")
 		return fulfillment.Amount{}, ""
 	case raw[0] == '-':
-		ps.add("Amount must not be negative")
+		ps.Add("Amount must not be negative")
 		return fulfillment.Amount{}, ""
 	case !allDigits(lit):
-		ps.add("Amount must be a whole number of kopecks: digits only, no fraction or exponent")
+		ps.Add("Amount must be a whole number of kopecks: digits only, no fraction or exponent")
 		return fulfillment.Amount{}, ""
 	}
 	d, err := fulfillment.ParseDecimal(lit)
 	if err != nil {
-		ps.add("Amount must be a whole number of kopecks (" + err.Error() + ")")
+		ps.Add("Amount must be a whole number of kopecks (" + err.Error() + ")")
 		return fulfillment.Amount{}, ""
 	}
 	return fulfillment.Amount{Value: d, Unit: fulfillment.CurrencyUnit(Currency)}, lit
@@ -234,26 +212,6 @@ func (ps *problems) amount(raw json.RawMessage) (amount fulfillment.Amount, digi
 // absent reports whether a member read raw is absent or null.
 func absent(raw json.RawMessage) bool {
 	return len(raw) == 0 || string(raw) == "null"
-}
-
-func (ps problems) err() error {
-	if len(ps) == 0 {
-		return nil
-	}
-	return invalid(strings.Join(ps, "; "))
-}
-
-// decode reads body into n strictly (wire.Decode).
-func decode(body []byte, n *notification) error {
-	err := wire.Decode(body, n)
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &te):
-		return invalid(typeMessage(te.Field))
-	case err != nil:
-		return invalid(err.Error())
-	}
-	return nil
 }
 
 // typeMessage says what a member of the wrong JSON type should be.

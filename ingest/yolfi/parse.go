@@ -1,8 +1,6 @@
 package yolfi
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,7 +8,6 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest"
-	"github.com/fulfillplatform/fulfillment/ingest/wire"
 )
 
 // Parse validates a verified native Yolfi body and normalizes it for the
@@ -23,24 +20,24 @@ import (
 // Error messages never quote the body.
 func Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfillment.ProviderEvent, error) {
 	var p Payload
-	if err := decode(body, &p); err != nil {
+	if err := ingest.DecodePayload(body, &p, typeMessage); err != nil {
 		return fulfillment.ProviderEvent{}, err
 	}
 
-	var bad problems
-	bad.text("id", p.ID, fulfillment.RuleEventID, true)
-	bad.text("type", p.Type, fulfillment.RuleEventType, true)
+	var bad ingest.Problems
+	bad.Text("id", p.ID, fulfillment.RuleEventID, true)
+	bad.Text("type", p.Type, fulfillment.RuleEventType, true)
 	var occurred time.Time
 	if p.CreatedAt != "" {
 		t, err := time.Parse(time.RFC3339, p.CreatedAt)
 		if err != nil {
-			bad.add(`createdAt must be an RFC 3339 time such as "2026-11-29T10:15:30Z"`)
+			bad.Add(`createdAt must be an RFC 3339 time such as "2026-11-29T10:15:30Z"`)
 		} else {
 			occurred = t.UTC()
 		}
 	}
-	bad.text("orgId", p.OrgID, fulfillment.RuleRef, false)
-	if err := bad.err(); err != nil {
+	bad.Text("orgId", p.OrgID, fulfillment.RuleRef, false)
+	if err := bad.Err(); err != nil {
 		return fulfillment.ProviderEvent{}, err
 	}
 
@@ -49,11 +46,11 @@ func Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfillment.Pro
 	// documented, or was mangled on its way.
 	switch ids := h.Values(EventIDHeader); {
 	case len(ids) == 0:
-		return fulfillment.ProviderEvent{}, invalid("the " + EventIDHeader + " header is missing; Yolfi sends it with the body's id")
+		return fulfillment.ProviderEvent{}, ingest.Invalid("the " + EventIDHeader + " header is missing; Yolfi sends it with the body's id")
 	case len(ids) > 1:
-		return fulfillment.ProviderEvent{}, invalid("more than one " + EventIDHeader + " header")
+		return fulfillment.ProviderEvent{}, ingest.Invalid("more than one " + EventIDHeader + " header")
 	case ids[0] != p.ID:
-		return fulfillment.ProviderEvent{}, invalid("the " + EventIDHeader + " header does not match the body's id")
+		return fulfillment.ProviderEvent{}, ingest.Invalid("the " + EventIDHeader + " header does not match the body's id")
 	}
 	if p.OrgID != "" && p.OrgID != ep.OrgID {
 		return fulfillment.ProviderEvent{}, fmt.Errorf("%w: the event's orgId is not the org of endpoint %q", ingest.ErrOrgMismatch, ep.ID)
@@ -62,7 +59,7 @@ func Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfillment.Pro
 	var n normalized
 	for _, f := range dataFields {
 		v := f.wire(&p.Data)
-		bad.text(f.path, v, f.rule, false)
+		bad.Text(f.path, v, f.rule, false)
 		f.put(&n, v)
 	}
 	info := &n.payment
@@ -71,7 +68,7 @@ func Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfillment.Pro
 		d, err := fulfillment.ParseDecimal(a)
 		switch {
 		case err != nil:
-			bad.add(amountPath + " must be a plain decimal string such as \"25.000000\" (" + err.Error() + ")")
+			bad.Add(amountPath + " must be a plain decimal string such as \"25.000000\" (" + err.Error() + ")")
 		case n.token != "" && n.network != "":
 			info.Amount = fulfillment.TokenAmount(d, n.token, n.network)
 		}
@@ -83,19 +80,19 @@ func Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfillment.Pro
 
 	if kind == fulfillment.EventPaymentConfirmed {
 		if amountOf(&p.Data) == "" {
-			bad.add(amountPath + " is required for " + TypePaymentConfirmed)
+			bad.Add(amountPath + " is required for " + TypePaymentConfirmed)
 		}
 		if n.token == "" {
-			bad.add("data.token is required for " + TypePaymentConfirmed)
+			bad.Add("data.token is required for " + TypePaymentConfirmed)
 		}
 		if n.network == "" {
-			bad.add("data.network is required for " + TypePaymentConfirmed)
+			bad.Add("data.network is required for " + TypePaymentConfirmed)
 		}
 		if !anyNonEmpty(orderRefs(info)) {
-			bad.add(TypePaymentConfirmed + " needs at least one of " + orderRefNames)
+			bad.Add(TypePaymentConfirmed + " needs at least one of " + orderRefNames)
 		}
 	}
-	if err := bad.err(); err != nil {
+	if err := bad.Err(); err != nil {
 		return fulfillment.ProviderEvent{}, err
 	}
 
@@ -122,50 +119,6 @@ func anyNonEmpty(ss []string) bool {
 		}
 	}
 	return false
-}
-
-// invalid returns an error wrapping ingest.ErrInvalidPayload.
-func invalid(reason string) error {
-	return fmt.Errorf("%w: %s", ingest.ErrInvalidPayload, reason)
-}
-
-// problems collects what is wrong with a payload, so that one answer lists
-// everything to fix.
-type problems []string
-
-func (ps *problems) add(reason string) { *ps = append(*ps, reason) }
-
-// text checks a string field: required or not, and the domain's rule.
-func (ps *problems) text(path, v string, rule fulfillment.TextRule, required bool) {
-	if v == "" {
-		if required {
-			ps.add(path + " is required")
-		}
-		return
-	}
-	if err := rule.Check(v); err != nil {
-		ps.add(path + " " + err.Error())
-	}
-}
-
-func (ps problems) err() error {
-	if len(ps) == 0 {
-		return nil
-	}
-	return invalid(strings.Join(ps, "; "))
-}
-
-// decode reads body into p strictly (wire.Decode).
-func decode(body []byte, p *Payload) error {
-	err := wire.Decode(body, p)
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &te):
-		return invalid(typeMessage(te.Field))
-	case err != nil:
-		return invalid(err.Error())
-	}
-	return nil
 }
 
 // typeMessage says what a member of the wrong JSON type should be.
