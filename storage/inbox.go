@@ -59,34 +59,18 @@ var inboxQueue = newLeasedTable(leasedTable{
 // InboxRetry never saw — is failed here, with a failed_event item, instead
 // of being leased again.
 func (s *Store) InboxClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]fulfillment.InboxClaim, error) {
-	rows, err := s.claim(ctx, inboxQueue, owner, limit, lease, maxAttempts, inFlight)
-	if err != nil {
-		return nil, fmt.Errorf("claiming inbox events: %w", err)
-	}
-	claims := make([]fulfillment.InboxClaim, len(rows))
-	for i, r := range rows {
-		claims[i] = fulfillment.InboxClaim{ID: r.ID, Attempts: r.Attempts}
-	}
-	return claims, nil
+	return s.claim(ctx, inboxQueue, owner, limit, lease, maxAttempts, inFlight)
 }
 
 // InboxRelease implements fulfillment.InboxWork.
 func (s *Store) InboxRelease(ctx context.Context, owner string) (int, error) {
-	n, err := s.release(ctx, inboxQueue, owner)
-	if err != nil {
-		return 0, fmt.Errorf("releasing inbox leases: %w", err)
-	}
-	return n, nil
+	return s.release(ctx, inboxQueue, owner)
 }
 
 // InboxReclaim implements fulfillment.InboxWork: the events leased to
 // owners that are not live are due at once, whatever their lease.
 func (s *Store) InboxReclaim(ctx context.Context) (int, error) {
-	n, err := s.reclaim(ctx, inboxQueue)
-	if err != nil {
-		return 0, fmt.Errorf("reclaiming inbox events: %w", err)
-	}
-	return n, nil
+	return s.reclaim(ctx, inboxQueue)
 }
 
 // InboxRetry implements fulfillment.InboxWork.

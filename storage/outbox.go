@@ -111,33 +111,17 @@ func refundsLines(topic fulfillment.Topic) bool { return topic == fulfillment.To
 
 // OutboxClaim implements fulfillment.OutboxWork.
 func (s *Store) OutboxClaim(ctx context.Context, destination, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]fulfillment.Claim, error) {
-	rows, err := s.claim(ctx, outboxQueue, owner, limit, lease, maxAttempts, inFlight, destination)
-	if err != nil {
-		return nil, fmt.Errorf("claiming outbox messages: %w", err)
-	}
-	claims := make([]fulfillment.Claim, len(rows))
-	for i, r := range rows {
-		claims[i] = fulfillment.Claim{ID: r.ID, Attempts: r.Attempts}
-	}
-	return claims, nil
+	return s.claim(ctx, outboxQueue, owner, limit, lease, maxAttempts, inFlight, destination)
 }
 
 // OutboxRelease implements fulfillment.OutboxWork.
 func (s *Store) OutboxRelease(ctx context.Context, destination, owner string) (int, error) {
-	n, err := s.release(ctx, outboxQueue, owner, destination)
-	if err != nil {
-		return 0, fmt.Errorf("releasing outbox leases: %w", err)
-	}
-	return n, nil
+	return s.release(ctx, outboxQueue, owner, destination)
 }
 
 // OutboxReclaim implements fulfillment.OutboxWork.
 func (s *Store) OutboxReclaim(ctx context.Context) (int, error) {
-	n, err := s.reclaim(ctx, outboxQueue)
-	if err != nil {
-		return 0, fmt.Errorf("reclaiming outbox messages: %w", err)
-	}
-	return n, nil
+	return s.reclaim(ctx, outboxQueue)
 }
 
 // OutboxRetry implements fulfillment.OutboxWork.

@@ -31,33 +31,17 @@ func queuePoll(ctx context.Context, tx pgx.Tx, startID int64, after time.Duratio
 
 // PollClaim implements fulfillment.PollWork.
 func (s *Store) PollClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]fulfillment.Claim, error) {
-	rows, err := s.claim(ctx, pollQueue, owner, limit, lease, maxAttempts, inFlight)
-	if err != nil {
-		return nil, fmt.Errorf("claiming status polls: %w", err)
-	}
-	claims := make([]fulfillment.Claim, len(rows))
-	for i, r := range rows {
-		claims[i] = fulfillment.Claim{ID: r.ID, Attempts: r.Attempts}
-	}
-	return claims, nil
+	return s.claim(ctx, pollQueue, owner, limit, lease, maxAttempts, inFlight)
 }
 
 // PollRelease implements fulfillment.PollWork.
 func (s *Store) PollRelease(ctx context.Context, owner string) (int, error) {
-	n, err := s.release(ctx, pollQueue, owner)
-	if err != nil {
-		return 0, fmt.Errorf("releasing status polls: %w", err)
-	}
-	return n, nil
+	return s.release(ctx, pollQueue, owner)
 }
 
 // PollReclaim implements fulfillment.PollWork.
 func (s *Store) PollReclaim(ctx context.Context) (int, error) {
-	n, err := s.reclaim(ctx, pollQueue)
-	if err != nil {
-		return 0, fmt.Errorf("reclaiming status polls: %w", err)
-	}
-	return n, nil
+	return s.reclaim(ctx, pollQueue)
 }
 
 // PollRetry implements fulfillment.PollWork.

@@ -172,24 +172,17 @@ func partitionCond(column, param, gate string) string {
 	return cond
 }
 
-// leasedRow is one claimed row: its id and how many times it was claimed,
-// this claim included.
-type leasedRow struct {
-	ID       int64
-	Attempts int
-}
-
 // claim leases up to limit due rows of t to owner for lease; partition
 // is the value of t's partition parameter, when t has one.
-func (s *Store) claim(ctx context.Context, t *leasedTable, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64, partition ...any) ([]leasedRow, error) {
+func (s *Store) claim(ctx context.Context, t *leasedTable, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64, partition ...any) ([]fulfillment.Claim, error) {
 	if inFlight == nil {
 		inFlight = []int64{}
 	}
 	args := append([]any{owner, lease, limit, maxAttempts, inFlight}, partition...)
 	rows, _ := s.leasePool.Query(ctx, t.claimSQL, args...)
-	claimed, err := pgx.CollectRows(rows, pgx.RowToStructByPos[leasedRow])
+	claimed, err := pgx.CollectRows(rows, pgx.RowToStructByPos[fulfillment.Claim])
 	if err != nil {
-		return nil, interpret(err)
+		return nil, fmt.Errorf("claiming %ss: %w", t.noun, interpret(err))
 	}
 	return claimed, nil
 }
@@ -219,7 +212,7 @@ func (s *Store) retry(ctx context.Context, t *leasedTable, id int64, owner, caus
 func (s *Store) release(ctx context.Context, t *leasedTable, owner string, partition ...any) (int, error) {
 	tag, err := s.leasePool.Exec(ctx, t.releaseSQL, append([]any{owner}, partition...)...)
 	if err != nil {
-		return 0, interpret(err)
+		return 0, fmt.Errorf("releasing %s leases: %w", t.noun, interpret(err))
 	}
 	return int(tag.RowsAffected()), nil
 }
@@ -228,7 +221,7 @@ func (s *Store) release(ctx context.Context, t *leasedTable, owner string, parti
 func (s *Store) reclaim(ctx context.Context, t *leasedTable) (int, error) {
 	tag, err := s.leasePool.Exec(ctx, t.reclaimSQL)
 	if err != nil {
-		return 0, interpret(err)
+		return 0, fmt.Errorf("reclaiming %ss: %w", t.noun, interpret(err))
 	}
 	return int(tag.RowsAffected()), nil
 }
