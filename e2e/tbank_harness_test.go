@@ -65,6 +65,9 @@ func startTBank(t *testing.T, bankOpts fakebank.Options, configure func(*config.
 type tbankRelay struct {
 	url    string
 	target atomic.Pointer[url.URL]
+	// lose makes the relay forward requests but answer the bank 502, as
+	// if each answer were lost on the way back.
+	lose atomic.Bool
 }
 
 func newTBankRelay(t *testing.T) *tbankRelay {
@@ -77,6 +80,14 @@ func newTBankRelay(t *testing.T) *tbankRelay {
 			return
 		}
 		proxy := httputil.NewSingleHostReverseProxy(target)
+		proxy.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, err error) {
+			http.Error(w, "service unreachable: "+err.Error(), http.StatusBadGateway) // a process is down: the bank retries
+		}
+		if r.lose.Load() {
+			proxy.ServeHTTP(httptest.NewRecorder(), req)
+			http.Error(w, "the answer was lost", http.StatusBadGateway)
+			return
+		}
 		proxy.ServeHTTP(w, req)
 	}))
 	t.Cleanup(srv.Close)
@@ -93,6 +104,10 @@ func (r *tbankRelay) forwardTo(t *testing.T, ingestURL string) {
 	}
 	r.target.Store(u)
 }
+
+// loseAnswers makes the relay lose the service's answers (or stop losing
+// them): the bank sees none, and retries.
+func (r *tbankRelay) loseAnswers(lose bool) { r.lose.Store(lose) }
 
 // webhook is the relay's address of endpoint's webhook.
 func (r *tbankRelay) webhook(endpoint string) string { return r.url + "/webhooks/" + endpoint }
