@@ -45,55 +45,109 @@ type tbankStack struct {
 // may change the configuration further.
 func startTBank(t *testing.T, bankOpts fakebank.Options, configure func(*config.Config)) *tbankStack {
 	t.Helper()
-	// The service's ingest address is known once it runs, the bank's API
-	// address must be in its configuration: the bank notifies a relay.
-	var ingest atomic.Pointer[url.URL]
-	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		target := ingest.Load()
-		if target == nil {
-			http.Error(w, "service not started", http.StatusServiceUnavailable)
-			return
-		}
-		httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, r)
-	}))
-	t.Cleanup(relay.Close)
-
-	bankOpts.TerminalKey, bankOpts.Password = tbankTerminal, []byte(tbankPassword)
-	bankOpts.NotificationURL = relay.URL + "/webhooks/" + tbankFail
-	if bankOpts.RetryInterval == 0 {
-		bankOpts.RetryInterval = 50 * time.Millisecond
-	}
-	bank, err := fakebank.New(bankOpts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = bank.Close() })
-
+	relay := newTBankRelay(t)
+	bank := startFakeBank(t, bankOpts, relay)
 	s := startReplicaWith(t, pgtest.DB(t), func(c *config.Config) {
-		for _, ep := range []struct{ id, policy string }{{tbankFail, ""}, {tbankIgnore, "ignore"}, {tbankReuse, "reuse"}} {
-			opts := map[string]any{"terminal_key": tbankTerminal, "api_url": bank.URL(),
-				"notification_url": relay.URL + "/webhooks/" + ep.id, "duplicate_order_codes": []string{fakebank.CodeDuplicateOrder}}
-			if ep.policy != "" {
-				opts["duplicate_order_policy"] = ep.policy
-			}
-			var node yaml.Node
-			if err := node.Encode(opts); err != nil {
-				t.Fatal(err)
-			}
-			c.Endpoints = append(c.Endpoints, config.Endpoint{ID: ep.id, Provider: "tbank", Org: orgA, Environment: "live",
-				Secrets: []config.Secret{{Value: []byte(tbankPassword)}}, Options: node})
-		}
+		c.Endpoints = append(c.Endpoints, tbankEndpoints(t, bank, relay, config.Secret{Value: []byte(tbankPassword)})...)
 		c.StatusPoll = config.StatusPoll{Queue: config.Queue{Disabled: true}} // tests that poll enable it
 		if configure != nil {
 			configure(c)
 		}
 	})
-	u, err := url.Parse(s.ingestURL)
+	relay.forwardTo(t, s.ingestURL)
+	return &tbankStack{stack: s, bank: bank}
+}
+
+// tbankRelay is the address the bank notifies. The service's ingest
+// address is known once it runs (and changes when a process is restarted),
+// the bank's API address must be in its configuration: the bank notifies a
+// relay that forwards to the service running now.
+type tbankRelay struct {
+	url    string
+	target atomic.Pointer[url.URL]
+	// lose makes the relay forward requests but answer the bank 502, as
+	// if each answer were lost on the way back.
+	lose atomic.Bool
+}
+
+func newTBankRelay(t *testing.T) *tbankRelay {
+	t.Helper()
+	r := &tbankRelay{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		target := r.target.Load()
+		if target == nil {
+			http.Error(w, "service not started", http.StatusServiceUnavailable)
+			return
+		}
+		proxy := httputil.NewSingleHostReverseProxy(target)
+		proxy.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, err error) {
+			http.Error(w, "service unreachable: "+err.Error(), http.StatusBadGateway) // a process is down: the bank retries
+		}
+		if r.lose.Load() {
+			proxy.ServeHTTP(httptest.NewRecorder(), req)
+			http.Error(w, "the answer was lost", http.StatusBadGateway)
+			return
+		}
+		proxy.ServeHTTP(w, req)
+	}))
+	t.Cleanup(srv.Close)
+	r.url = srv.URL
+	return r
+}
+
+// forwardTo sends what the relay receives from now on to ingestURL.
+func (r *tbankRelay) forwardTo(t *testing.T, ingestURL string) {
+	t.Helper()
+	u, err := url.Parse(ingestURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ingest.Store(u)
-	return &tbankStack{stack: s, bank: bank}
+	r.target.Store(u)
+}
+
+// loseAnswers makes the relay lose the service's answers (or stop losing
+// them): the bank sees none, and retries.
+func (r *tbankRelay) loseAnswers(lose bool) { r.lose.Store(lose) }
+
+// webhook is the relay's address of endpoint's webhook.
+func (r *tbankRelay) webhook(endpoint string) string { return r.url + "/webhooks/" + endpoint }
+
+// startFakeBank runs the fake bank of the test terminal, notifying
+// tbankFail's webhook through relay.
+func startFakeBank(t *testing.T, opts fakebank.Options, relay *tbankRelay) *fakebank.Bank {
+	t.Helper()
+	opts.TerminalKey, opts.Password = tbankTerminal, []byte(tbankPassword)
+	opts.NotificationURL = relay.webhook(tbankFail)
+	if opts.RetryInterval == 0 {
+		opts.RetryInterval = 50 * time.Millisecond
+	}
+	bank, err := fakebank.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bank.Close() })
+	return bank
+}
+
+// tbankEndpoints are the service's endpoints for the bank's terminal, one
+// per duplicate OrderId policy, verifying with the terminal password secret.
+func tbankEndpoints(t *testing.T, bank *fakebank.Bank, relay *tbankRelay, secret config.Secret) []config.Endpoint {
+	t.Helper()
+	var eps []config.Endpoint
+	for _, ep := range []struct{ id, policy string }{{tbankFail, ""}, {tbankIgnore, "ignore"}, {tbankReuse, "reuse"}} {
+		opts := map[string]any{"terminal_key": tbankTerminal, "api_url": bank.URL(),
+			"notification_url": relay.webhook(ep.id), "duplicate_order_codes": []string{fakebank.CodeDuplicateOrder}}
+		if ep.policy != "" {
+			opts["duplicate_order_policy"] = ep.policy
+		}
+		var node yaml.Node
+		if err := node.Encode(opts); err != nil {
+			t.Fatal(err)
+		}
+		eps = append(eps, config.Endpoint{ID: ep.id, Provider: "tbank", Org: orgA, Environment: "live",
+			Secrets: []config.Secret{secret}, Options: node})
+	}
+	return eps
 }
 
 // createRUBOrder creates a live order of org_a for one license at 192 RUB.
