@@ -344,12 +344,11 @@ func TestTBankRefundAfterPayment(t *testing.T) {
 	if n := s.count(t, "SELECT count(*) FROM inbox_events WHERE event_id = $1", tbankEventID(pay, tbank.StatusRefunded)); n != 1 {
 		t.Errorf("REFUNDED stored %d times, want once", n)
 	}
-	want = orderCounts{State: "refunded", Credits: 1, Reversals: 1, Attempts: 1,
+	want = orderCounts{State: "refunded", Licenses: 1, Revoked: 1, Credits: 1, Reversals: 1, Attempts: 1,
 		Items:     map[string]int{"refund_after_fulfillment": 1},
 		Inbox:     map[string]int{auth: 1, "fulfilled": 1, "refunded": 1},
 		Published: map[string]int{"order.fulfilled": 1, "order.refunded": 1}}
 	got := s.orderCounts(t, order.GetId())
-	want.Licenses = got.Licenses // revoking on refund is being changed: not asserted
 	if !got.equal(want) {
 		t.Errorf("refunded order: %v\nwant   %v", got, want)
 	}
@@ -362,8 +361,10 @@ func TestTBankRefundAfterPayment(t *testing.T) {
 }
 
 // Partial refunds, each notified twice at once (and once more later): each
-// is recorded once, with one refund_after_fulfillment item, and reverses
-// nothing; the order stays fulfilled until the rest is refunded.
+// is recorded once, with one refund_after_fulfillment item, and takes back
+// its share of the balance credit once; the order stays fulfilled, its
+// license in force, until the rest is refunded, which reverses what is
+// left of the credit and revokes the license.
 func TestTBankPartialRefund(t *testing.T) {
 	t.Parallel()
 	s := startTBank(t, fakebank.Options{}, nil)
@@ -397,34 +398,42 @@ func TestTBankPartialRefund(t *testing.T) {
 	if n := s.count(t, "SELECT count(*) FROM inbox_events WHERE event_id = $1", tbankEventID(pay, tbank.StatusPartialRefunded)+":5000"); n != 1 {
 		t.Errorf("PARTIAL_REFUNDED of 5000 stored %d times, want once", n)
 	}
-	want := orderCounts{State: "fulfilled", Licenses: 1, Credits: 1, Attempts: 1,
+	want := orderCounts{State: "fulfilled", Licenses: 1, Credits: 1, Partials: 1, Attempts: 1,
 		Items:     map[string]int{"refund_after_fulfillment": 1},
 		Inbox:     map[string]int{auth: 1, "fulfilled": 1, "partially_refunded": 1},
 		Published: map[string]int{"order.fulfilled": 1}}
 	got := s.orderCounts(t, order.GetId())
-	want.Licenses = got.Licenses // revoking on refund is being changed: not asserted
 	if !got.equal(want) {
 		t.Errorf("after a partial refund: %v\nwant   %v", got, want)
 	}
 
 	// Another partial refund, of another amount: another item.
 	refund(3000)
-	want.Items["refund_after_fulfillment"], want.Inbox["partially_refunded"] = 2, 2
+	want.Items["refund_after_fulfillment"], want.Inbox["partially_refunded"], want.Partials = 2, 2, 2
 	got = s.orderCounts(t, order.GetId())
-	want.Licenses = got.Licenses
 	if !got.equal(want) {
 		t.Errorf("after a second partial refund: %v\nwant   %v", got, want)
 	}
 
 	// The rest: the order is refunded, its credit reversed once.
 	refund(0)
-	want.State, want.Reversals = "refunded", 1
+	want.State, want.Reversals, want.Revoked = "refunded", 1, 1
 	want.Items["refund_after_fulfillment"], want.Inbox["refunded"] = 3, 1
 	want.Published["order.refunded"] = 1
 	got = s.orderCounts(t, order.GetId())
-	want.Licenses = got.Licenses
 	if !got.equal(want) {
 		t.Errorf("after refunding the rest: %v\nwant   %v", got, want)
+	}
+	// The shares: credit × refunded ÷ total, rounded down; the rest on
+	// the full refund.
+	credit := s.count(t, "SELECT minor_units FROM ledger_entries WHERE order_id = $1 AND movement = 'credit'", order.GetId())
+	total := s.count(t, "SELECT total_minor_units FROM orders WHERE id = $1", order.GetId())
+	shares := s.count(t, "SELECT -sum(minor_units) FROM ledger_entries WHERE order_id = $1 AND movement = 'partial_reversal'", order.GetId())
+	if want := credit*5000/total + credit*3000/total; shares != want {
+		t.Errorf("partial reversals take back %d, want %d of the %d credit", shares, want, credit)
+	}
+	if sum := s.count(t, "SELECT coalesce(sum(minor_units), 0) FROM ledger_entries WHERE order_id = $1", order.GetId()); sum != 0 {
+		t.Errorf("the order's ledger sums to %d, want 0", sum)
 	}
 	if got := s.acked(t, 0); !equalStrings(got, tbank.StatusAuthorized, tbank.StatusConfirmed,
 		tbank.StatusPartialRefunded, tbank.StatusPartialRefunded, tbank.StatusRefunded) {
@@ -645,9 +654,12 @@ func (s *stack) attemptStates(t *testing.T, orderID string) string {
 type orderCounts struct {
 	State    string
 	Licenses int
-	// Credits and Reversals are ledger rows, by movement.
-	Credits, Reversals int
-	Attempts           int
+	// Revoked counts the licenses a refund revoked (they stay listed).
+	Revoked int
+	// Credits, Reversals and Partials are ledger rows, by movement
+	// (credit, refund_reversal, partial_reversal).
+	Credits, Reversals, Partials int
+	Attempts                     int
 	// Items are reconciliation items by kind, Inbox the order's inbox rows
 	// by decision, Published its order events by topic.
 	Items, Inbox, Published map[string]int
@@ -659,6 +671,8 @@ func (s *stack) orderCounts(t *testing.T, orderID string) orderCounts {
 		Licenses:  s.count(t, "SELECT count(*) FROM entitlements WHERE order_id = $1", orderID),
 		Credits:   s.count(t, "SELECT count(*) FROM ledger_entries WHERE order_id = $1 AND movement = 'credit'", orderID),
 		Reversals: s.count(t, "SELECT count(*) FROM ledger_entries WHERE order_id = $1 AND movement = 'refund_reversal'", orderID),
+		Partials:  s.count(t, "SELECT count(*) FROM ledger_entries WHERE order_id = $1 AND movement = 'partial_reversal'", orderID),
+		Revoked:   s.count(t, "SELECT count(*) FROM entitlements WHERE order_id = $1 AND revoked_at IS NOT NULL", orderID),
 		Attempts:  s.count(t, "SELECT count(*) FROM payment_attempts WHERE order_id = $1", orderID),
 		Items:     s.countBy(t, "SELECT kind, count(*) FROM reconciliation_items WHERE order_id = $1 GROUP BY kind", orderID),
 		Inbox:     s.countBy(t, "SELECT coalesce(decision, state), count(*) FROM inbox_events WHERE order_id = $1 GROUP BY 1", orderID),
@@ -695,13 +709,14 @@ func (s *stack) countBy(t *testing.T, query string, args ...any) map[string]int 
 
 // equal compares two counts; a nil map equals an empty one.
 func (c orderCounts) equal(o orderCounts) bool {
-	return c.State == o.State && c.Licenses == o.Licenses && c.Credits == o.Credits && c.Reversals == o.Reversals &&
+	return c.State == o.State && c.Licenses == o.Licenses && c.Revoked == o.Revoked && c.Credits == o.Credits &&
+		c.Reversals == o.Reversals && c.Partials == o.Partials &&
 		c.Attempts == o.Attempts && maps.Equal(c.Items, o.Items) && maps.Equal(c.Inbox, o.Inbox) && maps.Equal(c.Published, o.Published)
 }
 
 func (c orderCounts) String() string {
-	return fmt.Sprintf("state=%s licenses=%d credits=%d reversals=%d attempts=%d items=%v inbox=%v published=%v",
-		c.State, c.Licenses, c.Credits, c.Reversals, c.Attempts, c.Items, c.Inbox, c.Published)
+	return fmt.Sprintf("state=%s licenses=%d revoked=%d credits=%d reversals=%d partials=%d attempts=%d items=%v inbox=%v published=%v",
+		c.State, c.Licenses, c.Revoked, c.Credits, c.Reversals, c.Partials, c.Attempts, c.Items, c.Inbox, c.Published)
 }
 
 func equalStrings(got []string, want ...string) bool {
