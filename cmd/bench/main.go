@@ -179,7 +179,7 @@ type bench struct {
 	bin      string    // the built fulfillmentd
 	t        *target   // the service being measured now
 	targets  []*target // every service started, for cleanup
-	src      loadgen.EventSource
+	src      loadgen.YolfiSource
 	key      loadgen.EventKey
 	cpu      *cpuMeter
 	orderSeq int
@@ -262,7 +262,7 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	b.bin = binPath
-	b.src = loadgen.EventSource{Org: benchOrg, Live: true, Secret: []byte(benchSecret), BodySize: loadgen.DefaultBodySize}
+	b.src = loadgen.YolfiSource{Org: benchOrg, Live: true, Secret: []byte(benchSecret), BodySize: loadgen.DefaultBodySize}
 	b.key = loadgen.EventKey{Provider: "yolfi", Org: benchOrg, Environment: benchEnv}
 	if err := b.phase("start fulfillmentd", func() error {
 		t, err := b.startTarget(ctx, "main", "service", nil)
