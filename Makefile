@@ -33,7 +33,7 @@ test: ## Run every test against a real PostgreSQL (throwaway cluster unless $DAT
 	go run ./cmd/pgrun -- go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: bench
-bench: ## Benchmark: raw-PostgreSQL baseline vs webhook ingest, pipeline latency, reads, outbox deliveries, 1M-event history; writes results/ (JSON, Markdown, PNG). Under 10 min on 2 cores.
+bench: ## Benchmark: raw-PostgreSQL baseline vs webhook ingest (Yolfi, T-Bank), pipeline latency, reads, outbox deliveries, 1M-event history; writes results/ (JSON, Markdown, PNG). Under 10 min on 2 cores.
 	go run ./cmd/bench $(BENCH_FLAGS)
 
 .PHONY: bench-quick

@@ -4,9 +4,10 @@
 //   - baseline: the raw PostgreSQL limit of the ingest workload (one-row
 //     INSERT … ON CONFLICT DO NOTHING into the real inbox_events, one commit
 //     per row) at 1, 8, 32 and 64 clients;
-//   - ingest: signed Yolfi webhooks through the HTTP gateway at the same
-//     concurrencies, with redeliveries and out-of-order events, and its
-//     ratio to the baseline; plus an open-loop run at half the peak;
+//   - ingest: signed Yolfi webhooks, then signed T-Bank notifications,
+//     through the HTTP gateway at the same concurrencies, with redeliveries
+//     and out-of-order events, and their ratio to the baseline; plus an
+//     open-loop run of Yolfi's at half its peak;
 //   - pipeline: ack and ack→fulfilled latency at fixed offered rates (open
 //     loop), and the maximum sustained fulfilled/s;
 //   - reads: GetOrder over gRPC and REST;
@@ -179,20 +180,32 @@ type bench struct {
 	bin      string    // the built fulfillmentd
 	t        *target   // the service being measured now
 	targets  []*target // every service started, for cleanup
-	src      loadgen.EventSource
+	src      loadgen.YolfiSource
 	key      loadgen.EventKey
 	cpu      *cpuMeter
 	orderSeq int
 	readable []loadgen.Order // fulfilled orders, for the read phase
 	runID    string          // random run id in merchant order ids
 
-	baseline    map[int]LoadLevel
-	ingest      map[int]IngestLevel
-	peakIngest  float64
-	maxAccepted float64 // highest 200/s of any open-loop run
-	profiled    bool    // the ingest level has been profiled
-	emptyPipe   map[int]*Pipeline
-	lastIngestC int
+	baseline     map[int]LoadLevel
+	yolfi, tbank *provider // the ingest sweep's, in the order measured
+	peakIngest   float64   // Yolfi's
+	maxAccepted  float64   // highest 200/s of any open-loop run
+	profiled     bool      // the ingest level has been profiled
+	emptyPipe    map[int]*Pipeline
+}
+
+// provider is a webhook provider of the ingest sweep: its endpoint's signed
+// events, the orders they pay, and its levels.
+type provider struct {
+	name   string // as the table shows it
+	key    string // inbox_events.provider
+	src    loadgen.Source
+	order  func(org, env, mid string) *fulfillmentv1.CreateOrderRequest
+	sender func(*target) *loadgen.Sender
+	levels map[int]IngestLevel // by concurrency
+	lastC  int                 // the concurrency measured last
+	report *[]IngestLevel      // where the report lists its levels
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -225,7 +238,7 @@ func round2(x float64) float64 { return float64(int(x*100+0.5)) / 100 }
 func (b *bench) run(ctx context.Context) error {
 	b.start = time.Now()
 	b.rep.Started = b.start
-	b.baseline, b.ingest, b.emptyPipe = map[int]LoadLevel{}, map[int]IngestLevel{}, map[int]*Pipeline{}
+	b.baseline, b.emptyPipe = map[int]LoadLevel{}, map[int]*Pipeline{}
 	b.runID = strconv.FormatInt(b.start.Unix()%100000, 36)
 	o := b.o
 	b.rep.Settings = Settings{Quick: o.quick, Concurrencies: o.concurrencies, WarmupSeconds: o.warmup.Seconds(),
@@ -262,8 +275,13 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	b.bin = binPath
-	b.src = loadgen.EventSource{Org: benchOrg, Live: true, Secret: []byte(benchSecret), BodySize: loadgen.DefaultBodySize}
+	b.src = loadgen.YolfiSource{Org: benchOrg, Live: true, Secret: []byte(benchSecret), BodySize: loadgen.DefaultBodySize}
 	b.key = loadgen.EventKey{Provider: "yolfi", Org: benchOrg, Environment: benchEnv}
+	b.yolfi = &provider{name: "Yolfi", key: "yolfi", src: b.src, order: loadgen.OrderRequest,
+		sender: func(t *target) *loadgen.Sender { return t.sender }, levels: map[int]IngestLevel{}, report: &b.rep.Ingest}
+	b.tbank = &provider{name: "T-Bank", key: "tbank", src: loadgen.NewTBankSource(tbankTerminal, []byte(tbankPassword)),
+		order:  loadgen.TBankOrderRequest,
+		sender: func(t *target) *loadgen.Sender { return t.tbank }, levels: map[int]IngestLevel{}, report: &b.rep.IngestTBank}
 	if err := b.phase("start fulfillmentd", func() error {
 		t, err := b.startTarget(ctx, "main", "service", nil)
 		if err != nil {
@@ -276,25 +294,29 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	// Baseline and ingest side by side at each concurrency, within seconds of
 	// each other, so that the shared disk's drifting fsync latency hits both
-	// figures of a ratio alike. The service idles (its inbox drained) while
-	// the baseline runs on its own database of the same cluster.
+	// figures of a ratio alike: Yolfi's right after the baseline, T-Bank's
+	// right after Yolfi's. The service idles (its inbox drained) while the
+	// baseline runs on its own database of the same cluster.
 	for _, c := range o.concurrencies {
-		if err := b.phase(fmt.Sprintf("baseline + ingest: %d clients", c), func() error {
-			orders, err := b.createOrders(ctx, b.ordersFor(c, (b.o.warmup+b.o.phase).Seconds()))
-			if err != nil {
-				return err
+		if err := b.phase(fmt.Sprintf("baseline + ingest (Yolfi, T-Bank): %d clients", c), func() error {
+			orders := map[*provider][]loadgen.Order{}
+			for _, p := range []*provider{b.yolfi, b.tbank} {
+				var err error
+				if orders[p], err = b.createOrdersOf(ctx, b.ordersFor(p, c, (b.o.warmup+b.o.phase).Seconds()),
+					func(mid string) *fulfillmentv1.CreateOrderRequest { return p.order(benchOrg, benchEnv, mid) }); err != nil {
+					return err
+				}
 			}
 			b.drain(ctx, "creating orders")
 			if err := b.baselineLevel(ctx, c); err != nil {
 				return err
 			}
-			lvl, err := b.ingestLevel(ctx, c, orders)
-			if err != nil {
-				return err
+			for _, p := range []*provider{b.yolfi, b.tbank} {
+				if err := b.ingestLevel(ctx, p, c, orders[p]); err != nil {
+					return err
+				}
 			}
-			b.ingest[c] = lvl
-			b.rep.Ingest = append(b.rep.Ingest, lvl)
-			b.peakIngest = max(b.peakIngest, lvl.PerSecond)
+			b.peakIngest = max(b.peakIngest, b.yolfi.levels[c].PerSecond)
 			return nil
 		}); err != nil {
 			return err
@@ -457,7 +479,8 @@ type target struct {
 	svc    *service
 	db     *pgxpool.Pool // the service's database, for measurements
 	api    *loadgen.API
-	sender *loadgen.Sender
+	sender *loadgen.Sender // to the Yolfi endpoint
+	tbank  *loadgen.Sender // to the T-Bank endpoint, same connections
 	rest   *loadgen.REST
 }
 
@@ -499,6 +522,7 @@ func (b *bench) startTarget(ctx context.Context, name, dbName string, tune func(
 		return nil, err
 	}
 	t.sender = loadgen.NewSender("http://"+svc.ingestAddr+"/webhooks/"+endpointID, 512)
+	t.tbank = &loadgen.Sender{URL: "http://" + svc.ingestAddr + "/webhooks/" + tbankEndpointID, Client: t.sender.Client}
 	t.rest = loadgen.NewREST("http://"+svc.httpAddr, benchToken, 64)
 	return t, nil
 }
@@ -577,34 +601,62 @@ func (b *bench) drain(ctx context.Context, what string) float64 {
 	return round1(d.Seconds())
 }
 
-// ordersFor estimates how many orders a closed-loop webhook run of c
-// clients will use: its likely rate (from the previous level, scaled by the
+// ordersFor estimates how many orders a closed-loop webhook run of p at c
+// clients will use: its likely rate (from p's previous level, scaled by the
 // concurrency, with headroom), over the run, for the share of first
 // deliveries. Too few only shortens the measured window (the run stops
 // when they run out, with a warning).
-func (b *bench) ordersFor(c int, seconds float64) int {
+func (b *bench) ordersFor(p *provider, c int, seconds float64) int {
 	guess := 300.0
-	if prev, ok := b.ingest[b.lastIngestC]; ok {
-		guess = max(guess, prev.PerSecond*min(float64(c)/float64(b.lastIngestC), 1.6)*1.25)
+	if prev, ok := p.levels[p.lastC]; ok {
+		guess = max(guess, prev.PerSecond*min(float64(c)/float64(p.lastC), 1.6)*1.25)
 	}
-	if cur, ok := b.ingest[c]; ok { // a re-run of a measured level
+	if cur, ok := p.levels[c]; ok { // a re-run of a measured level
 		guess = max(guess, cur.PerSecond*1.15)
 	}
 	guess = min(guess, 4000)
 	return int(guess*seconds*(1-b.o.redeliver)) + 200
 }
 
-func (b *bench) ingestLevel(ctx context.Context, c int, orders []loadgen.Order) (IngestLevel, error) {
-	lvl := b.closedIngest(ctx, c, orders)
+// ingestLevel measures p's ingest at c clients over orders, its ratio to
+// the baseline, and records it.
+func (b *bench) ingestLevel(ctx context.Context, p *provider, c int, orders []loadgen.Order) error {
+	since := time.Now()
+	lvl := b.closedIngest(ctx, p, c, orders)
 	if base, ok := b.baseline[c]; ok && base.PerSecond > 0 {
 		lvl.BaselinePerSec = base.PerSecond
 		lvl.Ratio = round2(lvl.PerSecond / base.PerSecond)
 	}
-	b.lastIngestC = c
-	b.logf("ingest   %2d clients: %7.0f req/s (%.0f new/s)  %s  ratio %.2f  cpu %s  non-200 %d",
-		c, lvl.PerSecond, lvl.NewPerSecond, lvl.Latency, lvl.Ratio, lvl.CPU, lvl.Non200Total())
-	lvl.DrainSeconds = b.drain(ctx, fmt.Sprintf("ingest at %d clients", c))
-	return lvl, ctx.Err()
+	if y, ok := b.yolfi.levels[c]; ok && p != b.yolfi && y.PerSecond > 0 {
+		lvl.RatioYolfi = round2(lvl.PerSecond / y.PerSecond)
+	}
+	b.logf("ingest %-6s %2d clients: %7.0f req/s (%.0f new/s)  %s  ratio %.2f  cpu %s  non-200 %d",
+		p.name, c, lvl.PerSecond, lvl.NewPerSecond, lvl.Latency, lvl.Ratio, lvl.CPU, lvl.Non200Total())
+	lvl.DrainSeconds = b.drain(ctx, fmt.Sprintf("%s ingest at %d clients", p.name, c))
+	b.checkConfirmations(ctx, p, c, since)
+	p.levels[c], p.lastC = lvl, c
+	*p.report = append(*p.report, lvl)
+	return ctx.Err()
+}
+
+// checkConfirmations warns unless every payment confirmation p's level
+// sent since then fulfilled its order: the level measured the real path.
+func (b *bench) checkConfirmations(ctx context.Context, p *provider, c int, since time.Time) {
+	rows, err := b.t.db.Query(ctx, `SELECT coalesce(decision, state), count(*) FROM inbox_events
+		WHERE provider = $1 AND kind = 'payment_confirmed' AND received_at >= $2 GROUP BY 1`, p.key, since)
+	var decisions map[string]int
+	if err == nil {
+		decisions = map[string]int{}
+		var d string
+		var n int
+		_, err = pgx.ForEachRow(rows, []any{&d, &n}, func() error { decisions[d] = n; return nil })
+	}
+	switch {
+	case err != nil:
+		b.warn("%s ingest at %d clients: reading the decisions: %v", p.name, c, err)
+	case len(decisions) != 1 || decisions["fulfilled"] == 0:
+		b.warn("%s ingest at %d clients: payment confirmations decided %v (expected all fulfilled)", p.name, c, decisions)
+	}
 }
 
 // Non200Total counts the non-200 answers and errors.
@@ -616,9 +668,10 @@ func (l LoadLevel) Non200Total() int {
 	return n
 }
 
-// closedIngest runs the webhook mix over orders with c closed-loop clients.
-func (b *bench) closedIngest(ctx context.Context, c int, orders []loadgen.Order) IngestLevel {
-	mix := loadgen.NewMix(b.src, orders, b.o.redeliver, b.o.outOfOrder)
+// closedIngest runs p's webhook mix over orders with c closed-loop clients.
+func (b *bench) closedIngest(ctx context.Context, p *provider, c int, orders []loadgen.Order) IngestLevel {
+	mix := loadgen.NewMix(p.src, orders, b.o.redeliver, b.o.outOfOrder)
+	sender := p.sender(b.t)
 	mix.StopWhenExhausted = true
 	var prof func()
 	if c == 32 && !b.profiled {
@@ -628,24 +681,24 @@ func (b *bench) closedIngest(ctx context.Context, c int, orders []loadgen.Order)
 	cpu0 := b.cpu.sample()
 	waits := b.sampleWaits(ctx)
 	res := loadgen.RunClosed(ctx, loadgen.ClosedConfig{Workers: c, Warmup: b.o.warmup, Duration: b.o.phase},
-		func(ctx context.Context, _ int) (int, error) { return mix.Send(ctx, b.t.sender, false) })
+		func(ctx context.Context, _ int) (int, error) { return mix.Send(ctx, sender, false) })
 	ws := waits()
 	if prof != nil {
 		prof()
 	}
 	cpu := b.cpu.since(cpu0)
-	b.logWaits(fmt.Sprintf("ingest %d", c), ws)
+	b.logWaits(fmt.Sprintf("ingest %s %d", p.name, c), ws)
 	newAcked := mix.Acked(loadgen.KindNew) + mix.Acked(loadgen.KindOutOfOrder)
 	allAcked := newAcked + mix.Acked(loadgen.KindRedelivery)
-	lvl := IngestLevel{LoadLevel: LoadLevel{Name: "ingest", Concurrency: c, Seconds: round2(res.Elapsed.Seconds()),
+	lvl := IngestLevel{Provider: p.name, LoadLevel: LoadLevel{Name: "ingest", Concurrency: c, Seconds: round2(res.Elapsed.Seconds()),
 		OK: res.OK, PerSecond: round1(res.Throughput()), Latency: res.Latency(), Non200: res.StatusCounts(), CPU: cpu, Waits: ws},
 		New: mix.Acked(loadgen.KindNew), Redeliveries: mix.Acked(loadgen.KindRedelivery), OutOfOrder: mix.Acked(loadgen.KindOutOfOrder)}
 	if allAcked > 0 {
 		lvl.NewPerSecond = round1(res.Throughput() * float64(newAcked) / float64(allAcked))
 	}
 	if mix.Exhausted() > 0 {
-		b.warn("ingest at %d clients: the %d pre-created orders ran out after %.1fs of the %.1fs window: measured over the shorter window",
-			c, len(orders), res.Elapsed.Seconds(), b.o.phase.Seconds())
+		b.warn("%s ingest at %d clients: the %d pre-created orders ran out after %.1fs of the %.1fs window: measured over the shorter window",
+			p.name, c, len(orders), res.Elapsed.Seconds(), b.o.phase.Seconds())
 	}
 	return lvl
 }
@@ -901,7 +954,7 @@ func (b *bench) historyPhase(ctx context.Context) error {
 		return err
 	}
 	c := 32
-	if _, ok := b.ingest[c]; !ok {
+	if _, ok := b.yolfi.levels[c]; !ok {
 		c = b.o.concurrencies[len(b.o.concurrencies)-1]
 	}
 	var emptyOK, histOK int
@@ -919,7 +972,7 @@ func (b *bench) historyPhase(ctx context.Context) error {
 			if err := b.phase(fmt.Sprintf("history: ingest %d clients %s (round %d)", c, label, round), func() error {
 				b.use(t)
 				defer b.use(main)
-				orders, err := b.createOrders(ctx, b.ordersFor(c, (b.o.warmup+b.o.phase).Seconds()))
+				orders, err := b.createOrders(ctx, b.ordersFor(b.yolfi, c, (b.o.warmup+b.o.phase).Seconds()))
 				if err != nil {
 					return err
 				}
@@ -929,7 +982,7 @@ func (b *bench) historyPhase(ctx context.Context) error {
 				if _, err := t.db.Exec(ctx, "ANALYZE"); err != nil {
 					return err
 				}
-				lvl := b.closedIngest(ctx, c, orders)
+				lvl := b.closedIngest(ctx, b.yolfi, c, orders)
 				lvl.Name = label
 				lvl.DrainSeconds = b.drain(ctx, "the history ingest run")
 				if t == hist {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -25,7 +26,8 @@ type Report struct {
 	// BaselineNoNotify is the same insert with the table's NOTIFY trigger
 	// disabled: informational, it shows what the trigger costs.
 	BaselineNoNotify []LoadLevel   `json:"baseline_no_notify,omitempty"`
-	Ingest           []IngestLevel `json:"ingest"`
+	Ingest           []IngestLevel `json:"ingest"`       // Yolfi's
+	IngestTBank      []IngestLevel `json:"ingest_tbank"` // the same sweep of T-Bank notifications
 	HalfPeak         *OpenIngest   `json:"ingest_half_peak,omitempty"`
 	Pipeline         []Pipeline    `json:"pipeline"`
 	Sustained        *Sustained    `json:"max_sustained,omitempty"`
@@ -88,6 +90,7 @@ type LoadLevel struct {
 
 // IngestLevel is one closed-loop webhook run.
 type IngestLevel struct {
+	Provider string `json:"provider"` // Yolfi, T-Bank
 	LoadLevel
 	NewPerSecond   float64 `json:"new_events_per_second"`
 	Redeliveries   int     `json:"redeliveries_acked"`
@@ -95,6 +98,7 @@ type IngestLevel struct {
 	New            int     `json:"new_acked"`
 	BaselinePerSec float64 `json:"baseline_rows_per_second"`
 	Ratio          float64 `json:"ratio_ingest_over_baseline"`
+	RatioYolfi     float64 `json:"ratio_over_yolfi,omitempty"` // T-Bank's, over Yolfi's at the same concurrency
 	DrainSeconds   float64 `json:"drain_seconds_after"`
 }
 
@@ -265,11 +269,19 @@ func (r *Report) buildTable() {
 			rate(b.PerSecond) + " rows", ms(b.Latency.P50), ms(b.Latency.P99), ms(b.Latency.P999), non200(b.Non200), b.CPU.String(),
 			joinNotes(waitNote(b.Waits))})
 	}
+	// Each T-Bank level next to Yolfi's at the same concurrency.
+	tbank := map[int]IngestLevel{}
+	for _, in := range r.IngestTBank {
+		tbank[in.Concurrency] = in
+	}
 	for _, in := range r.Ingest {
 		rows = append(rows, ingestRow("ingest", in))
+		if tb, ok := tbank[in.Concurrency]; ok {
+			rows = append(rows, ingestRow("ingest", tb))
+		}
 	}
 	if h := r.HalfPeak; h != nil {
-		rows = append(rows, Row{"ingest", "webhook mix, open loop at ½ peak", "-", rate(h.Offered), rate(h.PerSecond) + " req",
+		rows = append(rows, Row{"ingest", "Yolfi webhook mix, open loop at ½ peak", "-", rate(h.Offered), rate(h.PerSecond) + " req",
 			ms(h.Latency.P50), ms(h.Latency.P99), ms(h.Latency.P999), non200(h.Non200), h.CPU.String(),
 			joinNotes(fmt.Sprintf("late %d", h.Late), unsentNote(h.Unsent), waitNote(h.Waits))})
 	}
@@ -362,8 +374,11 @@ func ingestRow(phase string, in IngestLevel) Row {
 	if in.BaselinePerSec > 0 {
 		notes = joinNotes(notes, fmt.Sprintf("÷ baseline %.2f", in.Ratio))
 	}
+	if in.RatioYolfi > 0 {
+		notes = joinNotes(notes, fmt.Sprintf("÷ Yolfi %.2f", in.RatioYolfi))
+	}
 	notes = joinNotes(notes, waitNote(in.Waits))
-	return Row{phase, "webhook mix, closed loop", fmt.Sprint(in.Concurrency), "-", rate(in.PerSecond) + " req",
+	return Row{phase, in.Provider + " webhook mix, closed loop", fmt.Sprint(in.Concurrency), "-", rate(in.PerSecond) + " req",
 		ms(in.Latency.P50), ms(in.Latency.P99), ms(in.Latency.P999), non200(in.Non200), in.CPU.String(), notes}
 }
 
@@ -548,8 +563,8 @@ func (r *Report) activity() []activity {
 	for _, l := range r.BaselineNoNotify {
 		add(fmt.Sprintf("baseline without NOTIFY, %d clients", l.Concurrency), l.Waits)
 	}
-	for _, l := range r.Ingest {
-		add(fmt.Sprintf("ingest, %d clients", l.Concurrency), l.Waits)
+	for _, l := range append(slices.Clone(r.Ingest), r.IngestTBank...) {
+		add(fmt.Sprintf("ingest (%s), %d clients", l.Provider, l.Concurrency), l.Waits)
 	}
 	if h := r.HalfPeak; h != nil {
 		add(fmt.Sprintf("ingest open loop %.0f/s", h.Offered), h.Waits)

@@ -20,11 +20,16 @@ const (
 	envToken    = "BENCH_TOKEN"
 	envSecret   = "BENCH_YOLFI_SECRET"
 	envOutbox   = "BENCH_OUTBOX_SECRET"
+	envTBank    = "BENCH_TBANK_PASSWORD"
 	benchOrg    = "org_bench"
 	benchEnv    = "live"
 	endpointID  = "yolfi-live"
 	benchToken  = "bench-token-0123456789abcdef"
 	benchSecret = "ywhsec_bench_0123456789abcdef"
+	// The T-Bank endpoint: the terminal and its password.
+	tbankEndpointID = "tbank-live"
+	tbankTerminal   = "BenchTerminalDEMO"
+	tbankPassword   = "bench-terminal-pw"
 	// outboxSecret signs the outbox's deliveries to the bench's receiver
 	// (the Standard Webhooks documentation's example secret).
 	outboxSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -58,8 +63,8 @@ func buildService(ctx context.Context, root, dir string) (string, error) {
 	return out, nil
 }
 
-// serviceConfig is the configuration of the bench's fulfillmentd: one live
-// Yolfi endpoint, one token, a pool of maxConns connections, default inbox
+// serviceConfig is the configuration of the bench's fulfillmentd: a live
+// Yolfi endpoint and a live T-Bank one, one token, a pool of maxConns connections, default inbox
 // and ingest settings.
 func serviceConfig(grpcAddr, httpAddr, ingestAddr, debugAddr string, maxConns int) *config.Config {
 	return &config.Config{
@@ -68,7 +73,8 @@ func serviceConfig(grpcAddr, httpAddr, ingestAddr, debugAddr string, maxConns in
 		Log:      config.Log{Level: "info"},
 		Auth: config.Auth{Tokens: []config.Token{daemon.EnvToken("bench", envToken, []string{benchOrg},
 			config.ScopeOrdersRead, config.ScopeOrdersWrite, config.ScopeReconciliationRead)}},
-		Endpoints: []config.Endpoint{daemon.YolfiEndpoint(endpointID, benchOrg, benchEnv, envSecret)},
+		Endpoints: []config.Endpoint{daemon.YolfiEndpoint(endpointID, benchOrg, benchEnv, envSecret),
+			daemon.TBankEndpoint(tbankEndpointID, benchOrg, benchEnv, envTBank, tbankTerminal)},
 	}
 }
 
@@ -98,7 +104,8 @@ func startService(bin, dir, dbURL string, maxConns int, pprof bool, tune func(*c
 		return nil, err
 	}
 	defer func() { _ = logFile.Close() }() // the child has its own copy
-	env := daemon.ChildEnv("DATABASE_URL="+dbURL, envToken+"="+benchToken, envSecret+"="+benchSecret, envOutbox+"="+outboxSecret)
+	env := daemon.ChildEnv("DATABASE_URL="+dbURL, envToken+"="+benchToken, envSecret+"="+benchSecret, envOutbox+"="+outboxSecret,
+		envTBank+"="+tbankPassword)
 	if s.proc, err = daemon.Start(bin, []string{"serve", "--config", cfgPath}, env, logFile); err != nil {
 		return nil, err
 	}

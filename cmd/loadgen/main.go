@@ -103,7 +103,7 @@ func run(ctx context.Context, o options) error {
 	}
 	fmt.Fprintf(os.Stderr, "loadgen: created %d orders in %v\n", len(created), time.Since(t0).Round(time.Millisecond))
 
-	src := loadgen.EventSource{Org: o.org, Live: o.env == "live", Secret: []byte(secret), BodySize: o.bodySize}
+	src := loadgen.YolfiSource{Org: o.org, Live: o.env == "live", Secret: []byte(secret), BodySize: o.bodySize}
 	mix := loadgen.NewMix(src, created, o.redeliver, o.outOfOrder)
 	sender := loadgen.NewSender(o.ingestURL, o.concurrency)
 	defer sender.Close()

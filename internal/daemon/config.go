@@ -30,6 +30,17 @@ func YolfiEndpoint(id, org, environment, secretEnv string) config.Endpoint {
 		Secrets: []config.Secret{{Env: secretEnv}}}
 }
 
+// TBankEndpoint is a T-Bank endpoint of org for terminal, whose password
+// is in the environment variable passwordEnv.
+func TBankEndpoint(id, org, environment, passwordEnv, terminal string) config.Endpoint {
+	var options yaml.Node
+	if err := options.Encode(map[string]string{"terminal_key": terminal}); err != nil {
+		panic(err) // a map of strings always encodes
+	}
+	return config.Endpoint{ID: id, Provider: "tbank", Org: org, Environment: environment,
+		Secrets: []config.Secret{{Env: passwordEnv}}, Options: options}
+}
+
 // EnvToken is a bearer token read from the environment variable env.
 func EnvToken(name, env string, orgs []string, scopes ...string) config.Token {
 	return config.Token{Name: name, TokenEnv: env, Scopes: scopes, Orgs: orgs}

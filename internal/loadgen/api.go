@@ -42,6 +42,21 @@ func OrderRequest(org, env, mid string) *fulfillmentv1.CreateOrderRequest {
 	}
 }
 
+// TBankAmount is what every T-Bank order costs and every generated CONFIRMED
+// pays, in kopecks (2,500 RUB).
+const TBankAmount = 250000
+
+// TBankOrderRequest is the CreateOrder request of an order paid through
+// T-Bank: one license for TBankAmount kopecks, its checkout session mid (the
+// OrderId of TBankSource's notifications).
+func TBankOrderRequest(org, env, mid string) *fulfillmentv1.CreateOrderRequest {
+	return &fulfillmentv1.CreateOrderRequest{
+		OrgId: org, Environment: env, MerchantOrderId: mid, CheckoutSessionId: mid,
+		Lines: []*fulfillmentv1.OrderLine{{Sku: "load-license", Kind: "license", Quantity: 1,
+			UnitPrice: &fulfillmentv1.Money{Currency: "RUB", MinorUnits: TBankAmount}}},
+	}
+}
+
 // ExternalOrderRequest is the CreateOrder request of an order whose one
 // line is external: 25 USD fulfilled by destination (whose id must be
 // configured), settled as OrderRequest's.

@@ -79,7 +79,7 @@ var baselineAmount = decimal.RequireFromString("25.000000")
 // baselineBody is the raw body the service would store for one of the
 // bench's payment.confirmed events (~600 bytes).
 func baselineBody() []byte {
-	src := EventSource{Org: "org_base", Live: true, Secret: []byte("baseline"), BodySize: DefaultBodySize}
+	src := YolfiSource{Org: "org_base", Live: true, Secret: []byte("baseline"), BodySize: DefaultBodySize}
 	return src.Confirmed("base-" + yolfi.NewID("")).Body
 }
 

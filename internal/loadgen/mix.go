@@ -8,8 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 )
 
 // Kind is what a request of a Mix sends.
@@ -20,9 +18,9 @@ const (
 	KindNew Kind = iota
 	// KindRedelivery resends the exact bytes of an event already acknowledged.
 	KindRedelivery
-	// KindOutOfOrder is a new invoice.created or invoice.overdue for an order
-	// whose confirmation was already acknowledged: stale, it must not move
-	// the order back.
+	// KindOutOfOrder is a new stale event (Source.Stale) for an order whose
+	// confirmation was already acknowledged: it must not move the order
+	// back.
 	KindOutOfOrder
 	numKinds
 )
@@ -30,15 +28,15 @@ const (
 // maxRedeliveryPool bounds the acknowledged events kept for redelivery.
 const maxRedeliveryPool = 1 << 16
 
-// Mix generates a provider-like webhook stream over a pool of orders: mostly
-// first deliveries of payment.confirmed (one per order), a share of
-// redeliveries of events already acknowledged (chosen at random, resent byte
-// for byte), and a share of out-of-order invoice events arriving after the
-// order's confirmation. It is safe for concurrent use.
+// Mix generates a provider-like webhook stream of Source's events over a
+// pool of orders: mostly first deliveries of a payment confirmation (one per
+// order), a share of redeliveries of events already acknowledged (chosen at
+// random, resent byte for byte), and a share of out-of-order (stale) events
+// arriving after the order's confirmation. It is safe for concurrent use.
 type Mix struct {
-	Source     EventSource
+	Source     Source
 	Redeliver  float64 // share of requests that are redeliveries, e.g. 0.2
-	OutOfOrder float64 // share of requests that are out-of-order invoice events, e.g. 0.05
+	OutOfOrder float64 // share of requests that are out-of-order events, e.g. 0.05
 	// StopWhenExhausted makes Send return ErrStop once every order's
 	// confirmation has been sent, instead of sending redeliveries: the run
 	// ends early but its mix stays what was asked for.
@@ -52,9 +50,9 @@ type Mix struct {
 	acked        [numKinds]atomic.Int64
 
 	mu        sync.Mutex
-	pool      []Event  // acknowledged events, for redelivery (a ring once full)
-	poolNext  int      // next ring slot to overwrite
-	confirmed []string // orders whose confirmation was acknowledged (a ring once full)
+	pool      []Event // acknowledged events, for redelivery (a ring once full)
+	poolNext  int     // next ring slot to overwrite
+	confirmed []Event // acknowledged confirmations (a ring once full)
 	confNext  int
 	acks      []Ack // new events (KindNew, KindOutOfOrder) answered 200 while measured
 }
@@ -69,9 +67,9 @@ type Ack struct {
 	At time.Time
 }
 
-// NewMix returns a mix over orders; each order's payment.confirmed is sent
-// once as a new event.
-func NewMix(src EventSource, orders []Order, redeliver, outOfOrder float64) *Mix {
+// NewMix returns a mix of src's events over orders; each order's
+// confirmation is sent once as a new event.
+func NewMix(src Source, orders []Order, redeliver, outOfOrder float64) *Mix {
 	return &Mix{Source: src, Redeliver: redeliver, OutOfOrder: outOfOrder, orders: orders}
 }
 
@@ -93,12 +91,8 @@ func (m *Mix) next1() (Event, Kind) {
 			return ev, KindRedelivery
 		}
 	} else if r < m.Redeliver+m.OutOfOrder {
-		if mid, ok := m.pickConfirmed(); ok {
-			typ := yolfi.TypeInvoiceCreated
-			if rand.IntN(2) == 0 {
-				typ = yolfi.TypeInvoiceOverdue
-			}
-			return m.Source.Invoice(typ, mid), KindOutOfOrder
+		if ev, ok := m.pickConfirmed(); ok {
+			return m.Source.Stale(ev), KindOutOfOrder
 		}
 	}
 	i := m.next.Add(1) - 1
@@ -124,11 +118,11 @@ func (m *Mix) pick() (Event, bool) {
 	return m.pool[rand.IntN(len(m.pool))], true
 }
 
-func (m *Mix) pickConfirmed() (string, bool) {
+func (m *Mix) pickConfirmed() (Event, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if len(m.confirmed) == 0 {
-		return "", false
+		return Event{}, false
 	}
 	return m.confirmed[rand.IntN(len(m.confirmed))], true
 }
@@ -155,9 +149,9 @@ func (m *Mix) Done(ev Event, k Kind, status int, measured bool) {
 	}
 	if k == KindNew {
 		if len(m.confirmed) < maxRedeliveryPool {
-			m.confirmed = append(m.confirmed, ev.MerchantOrderID)
+			m.confirmed = append(m.confirmed, ev)
 		} else {
-			m.confirmed[m.confNext] = ev.MerchantOrderID
+			m.confirmed[m.confNext] = ev
 			m.confNext = (m.confNext + 1) % maxRedeliveryPool
 		}
 	}
