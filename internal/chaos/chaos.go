@@ -6,6 +6,9 @@
 // of signed Yolfi webhooks the way a provider does — every event retried
 // until it gets a 2xx, with redeliveries (some concurrent), out-of-order
 // stale events, extra payments and test-mode events on the live endpoint —
+// and, for a quarter of the orders, T-Bank notifications the way the bank
+// does (retried until answered OK; reordered, redelivered, refunds: see
+// tbank.go) —
 // while it SIGKILLs and restarts fulfillmentd and stops PostgreSQL in
 // immediate mode and restarts it. During each database outage it asserts
 // the outage contract: no 200, a 503 within 2 s, recovery within 5 s of the
@@ -165,6 +168,9 @@ type runner struct {
 	maxAPIOutage     time.Duration
 	sentProbes       map[string]bool // every probe event id sent
 	ackedProbes      []*eventPlan
+	// fulfilledBefore: the T-Bank orders (by merchant order id) whose
+	// replay fulfilled them, refunded since or not (checkTBank).
+	fulfilledBefore map[string]bool
 
 	rep Report // figures filled in as the run goes
 }
@@ -286,13 +292,15 @@ func (r *runner) setup(ctx context.Context) error {
 	}
 
 	r.adminToken, r.orgToken = randomHex("tok-admin-"), randomHex("tok-org-")
-	r.secrets = map[string][]byte{liveEP: []byte(randomHex("ywhsec_live_")), testEP: []byte(randomHex("ywhsec_test_"))}
+	r.secrets = map[string][]byte{liveEP: []byte(randomHex("ywhsec_live_")), testEP: []byte(randomHex("ywhsec_test_")),
+		tbankEP: []byte(randomHex("tbpw"))}
 	env := []string{
 		envDatabaseURL + "=" + r.cluster.URL("fulfillment"),
 		envAdminToken + "=" + r.adminToken,
 		envOrgToken + "=" + r.orgToken,
 		envLiveSecret + "=" + string(r.secrets[liveEP]),
 		envTestSecret + "=" + string(r.secrets[testEP]),
+		envTBankPassword + "=" + string(r.secrets[tbankEP]),
 	}
 	var destinations []config.Destination
 	for _, d := range newDestinations() {
@@ -333,7 +341,7 @@ func (r *runner) setup(ctx context.Context) error {
 // createOrders plans the workload's orders and creates them, retrying any
 // failure that may be transient: CreateOrder is idempotent.
 func (r *runner) createOrders(ctx context.Context) error {
-	r.w = newWorkload(r.o.Seed, r.o.Orders)
+	r.w = newWorkload(r.o.Seed, r.o.Orders, r.secrets[tbankEP])
 	t := time.Now()
 	const workers = 8
 	var (
@@ -402,6 +410,7 @@ func (r *runner) send(ctx context.Context) {
 	r.rep.TestModeEvents, r.rep.ExtraPayments, r.rep.StaleEvents = st.TestModeEvents, st.ExtraPayments, st.StaleEvents
 	r.rep.Redeliveries, r.rep.Concurrent, r.rep.Deliveries = st.Redeliveries, st.Concurrent, st.Deliveries
 	r.rep.ExternalLines = st.ExternalLines
+	r.rep.TBank = st.TBank
 	r.rep.SendWindow = window
 	faults := planFaults(r.o.Seed, window, r.o.Kills, r.o.PGRestarts)
 	r.logf("sending %d deliveries of %d events over %v (%.0f/s) with %d faults",

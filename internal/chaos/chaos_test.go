@@ -11,11 +11,15 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/ingest/tbank"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/internal/fakebank"
 )
 
+const testTBankPassword = "chaos-terminal-password"
+
 func plan(seed int64, orders, events int, window time.Duration) *workload {
-	w := newWorkload(seed, orders)
+	w := newWorkload(seed, orders, []byte(testTBankPassword))
 	w.planEvents(events, window, time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
 	return w
 }
@@ -63,6 +67,9 @@ func TestWorkloadShape(t *testing.T) {
 			t.Fatalf("event id %s planned twice", e.id)
 		}
 		ids[e.id] = true
+		if e.endpoint == tbankEP {
+			continue // TestTBankNotifications
+		}
 		var p yolfi.Payload
 		if err := json.Unmarshal(e.body, &p); err != nil {
 			t.Fatal(err)
@@ -101,7 +108,7 @@ func TestWorkloadShape(t *testing.T) {
 		t.Errorf("external lines by order: %v; %d lines counted", kinds, st.ExternalLines)
 	}
 	for i, o := range w.orders {
-		if _, ok := confirmAt[i]; ok == o.testOnly {
+		if _, ok := confirmAt[i]; ok == (o.testOnly || o.tbank) {
 			t.Fatalf("order %s: test-only %v, paying confirmation planned %v", o.mid, o.testOnly, ok)
 		}
 	}
@@ -178,6 +185,10 @@ func TestSummary(t *testing.T) {
 	if r.OK() || !strings.HasPrefix(s, "chaos: 5 acked, 10 lost, 0 duplicated effects; outbox: 0 delivered once, 0 doubled, 0 uncertain (all with items); FAILED") || !strings.Contains(s, "and 2 more") {
 		t.Fatalf("Summary() = %q", s)
 	}
+	r = Report{Acked: 12, TBank: TBankReport{Notifications: 4, Acked: 4}}
+	if got, want := r.Summary(), "chaos: 12 acked, 0 lost, 0 duplicated effects; outbox: 0 delivered once, 0 doubled, 0 uncertain (all with items); tbank: 4 acked, 0 lost, 0 duplicated"; got != want {
+		t.Fatalf("Summary() = %q, want %q", got, want)
+	}
 	r = Report{Incomplete: "context canceled"}
 	if r.OK() || !strings.Contains(r.Summary(), "NOT COMPLETED") {
 		t.Fatalf("an incomplete run summarized as %q", r.Summary())
@@ -251,5 +262,122 @@ func TestReceiverFaultRates(t *testing.T) {
 				t.Errorf("%s: %s %d of %d requests, want about %.0f", d.id, c.name, c.got, n, want)
 			}
 		}
+	}
+}
+
+// T-Bank notifications are signed, parse to their planned id in both
+// spellings of PaymentId, and come in the planned variety: AUTHORIZED after
+// CONFIRMED, refunds of distinct amounts after their confirmation, each
+// delivered twice at least.
+func TestTBankNotifications(t *testing.T) {
+	t.Parallel()
+	w := plan(7, 400, 4000, 30*time.Second)
+	st := w.stats.TBank
+	if st.Orders < 60 || st.Orders > 140 || st.PartialRefunds == 0 || st.FullRefunds == 0 {
+		t.Fatalf("T-Bank share %+v of 400 orders, want about a quarter, with refunds", st)
+	}
+	deliveries, alts := map[int]int{}, 0
+	for _, d := range w.deliveries {
+		deliveries[d.ev]++
+		alts += btoi(d.alt)
+	}
+	confirmed, authorizedLate := map[int]time.Duration{}, 0
+	amounts := map[int]map[int64]bool{}
+	n := 0
+	for j, e := range w.events {
+		if e.endpoint != tbankEP {
+			continue
+		}
+		n++
+		for _, body := range [][]byte{e.body, e.alt} {
+			if err := tbank.Verify(body, [][]byte{[]byte(testTBankPassword)}); err != nil {
+				t.Fatalf("%s: %v", e.id, err)
+			}
+			ev, err := tbank.Parse(tbankEndpoint, tbankTerminal, body)
+			if err != nil || ev.EventID != e.id || ev.Payment.CheckoutSessionID != w.orders[e.order].session() {
+				t.Fatalf("%s parses to %q (session %q): %v", e.id, ev.EventID, ev.Payment.CheckoutSessionID, err)
+			}
+		}
+		if bytes.Equal(e.body, e.alt) || bytes.Contains(e.body, []byte(`"PaymentId":"`)) == bytes.Contains(e.alt, []byte(`"PaymentId":"`)) {
+			t.Fatalf("%s: both bodies spell PaymentId alike", e.id)
+		}
+		switch e.typ {
+		case tbank.StatusConfirmed:
+			confirmed[e.order] = e.at
+		case tbank.StatusPartialRefunded:
+			if amounts[e.order] == nil {
+				amounts[e.order] = map[int64]bool{}
+			}
+			if amounts[e.order][e.amount] {
+				t.Fatalf("%s: a second partial refund of %d", e.id, e.amount)
+			}
+			amounts[e.order][e.amount] = true
+		}
+		if e.role == roleRefund && deliveries[j] < 2 {
+			t.Fatalf("refund %s delivered %d times, want 2 at least", e.id, deliveries[j])
+		}
+	}
+	for _, e := range w.events {
+		switch {
+		case e.endpoint != tbankEP:
+		case e.role == roleRefund && e.at < confirmed[e.order]:
+			t.Fatalf("refund %s at %v before its confirmation at %v", e.id, e.at, confirmed[e.order])
+		case e.typ == tbank.StatusAuthorized && e.at > confirmed[e.order]:
+			authorizedLate++
+		}
+	}
+	if n != st.Notifications || len(confirmed) != st.Orders || authorizedLate == 0 || alts == 0 {
+		t.Fatalf("%d notifications (stats %d), %d confirmed orders (stats %d), %d AUTHORIZED after CONFIRMED, %d deliveries of the other spelling",
+			n, st.Notifications, len(confirmed), st.Orders, authorizedLate, alts)
+	}
+}
+
+// The replay of a T-Bank order: partial refunds take back the credit's
+// share (rounded down) once each, the full refund the rest and the
+// licenses, each refund one item; a refund applied before the confirmation
+// leaves the order unpaid.
+func TestTBankReplay(t *testing.T) {
+	t.Parallel()
+	o := &orderPlan{mid: "m-1", licenseQty: 1, credit: true, tbank: true} // 19900 + 50000 kopecks
+	notice := func(status string, amount int64) fulfillment.ProviderEvent {
+		body := fakebank.NoticeBody(fakebank.NoticeFields{TerminalKey: tbankTerminal, OrderID: o.session(), PaymentID: "42",
+			Status: status, Amount: amount}, []byte(testTBankPassword))
+		ev, err := tbank.Parse(tbankEndpoint, tbankTerminal, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	rp := newReplay(o, "order-1")
+	var decisions []fulfillment.Decision
+	for _, ev := range []fulfillment.ProviderEvent{
+		notice(tbank.StatusConfirmed, 69900), notice(tbank.StatusAuthorized, 69900),
+		notice(tbank.StatusPartialRefunded, 6990), notice(tbank.StatusPartialRefunded, 7),
+		notice(tbank.StatusRefunded, 62903), notice(tbank.StatusPartialRefunded, 100),
+	} {
+		decisions = append(decisions, rp.apply(ev))
+	}
+	want := "[fulfilled stale_ignored partially_refunded partially_refunded refunded partially_refunded]"
+	if fmt.Sprint(decisions) != want {
+		t.Errorf("decisions %v, want %s", decisions, want)
+	}
+	// 6990 of 69900 is a tenth of the credit; 7 of it 5.007…, rounded down.
+	ledger := fmt.Sprint(rp.ledger)
+	if want := "[line 1 credit 50000 line 1 partial_reversal -5000 for tbank:" + tbankTerminal + ":42:PARTIAL_REFUNDED:6990 " +
+		"line 1 partial_reversal -5 for tbank:" + tbankTerminal + ":42:PARTIAL_REFUNDED:7 line 1 refund_reversal -44995]"; ledger != want {
+		t.Errorf("ledger %s, want %s", ledger, want)
+	}
+	if !rp.granted || !rp.revoked || !rp.announced || rp.order.State != fulfillment.StateRefunded || len(rp.items) != 4 || sum(rp.items) != 4 {
+		t.Errorf("granted %v, revoked %v, announced %v, state %s, items %v", rp.granted, rp.revoked, rp.announced, rp.order.State, rp.items)
+	}
+
+	rp = newReplay(o, "order-2")
+	decisions = nil
+	for _, ev := range []fulfillment.ProviderEvent{notice(tbank.StatusRefunded, 69900), notice(tbank.StatusConfirmed, 69900)} {
+		decisions = append(decisions, rp.apply(ev))
+	}
+	if fmt.Sprint(decisions) != "[refunded_before_payment stale_ignored]" || rp.granted || len(rp.ledger) > 0 ||
+		rp.order.State != fulfillment.StatePendingPayment || len(rp.items) > 0 {
+		t.Errorf("refund first: decisions %v, granted %v, ledger %v, state %s, items %v", decisions, rp.granted, rp.ledger, rp.order.State, rp.items)
 	}
 }

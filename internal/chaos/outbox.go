@@ -252,7 +252,9 @@ func (r *runner) checkOutbox(s *dbState) {
 		for _, l := range o.externalLines() {
 			one(r.dest(l.dest), fulfillment.LineKey(row.id, l.no), "order "+o.mid, paid)
 		}
-		one(idem, fulfillment.EventKey(row.id, fulfillment.TopicOrderFulfilled), "order "+o.mid, row.state == string(fulfillment.StateFulfilled))
+		// Due once the order was fulfilled, even if refunded since.
+		one(idem, fulfillment.EventKey(row.id, fulfillment.TopicOrderFulfilled), "order "+o.mid,
+			row.state == string(fulfillment.StateFulfilled) || r.fulfilledBefore[o.mid])
 	}
 
 	// Nothing else was queued, nor reached a receiver.

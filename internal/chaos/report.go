@@ -25,6 +25,8 @@ type Report struct {
 	Concurrent     int // of which sent at the same moment as another copy
 	Deliveries     int // planned deliveries: events + redeliveries
 	ExternalLines  int // order lines fulfilled through the outbox
+	// TBank is the T-Bank traffic, and what became of it.
+	TBank TBankReport
 
 	// The sender.
 	Acked    int              // distinct events acknowledged with 2xx, probes included
@@ -76,6 +78,19 @@ type Report struct {
 	Incomplete string
 }
 
+// TBankReport is the T-Bank share of a run: its orders and notifications
+// (planned), how many were acknowledged, lost or had an effect doubled.
+type TBankReport struct {
+	Orders         int // orders paid through the T-Bank endpoint
+	Notifications  int // distinct notifications planned (redeliveries come on top)
+	PartialRefunds int // PARTIAL_REFUNDED notifications, each of another amount
+	FullRefunds    int // REFUNDED notifications
+	Refunded       int // orders refunded at the end
+	Acked          int // distinct notifications answered 200 OK
+	Lost           int // acknowledged notifications not stored
+	Duplicated     int // their inbox rows, and their orders' effects, beyond what is due
+}
+
 // Check is the result of one verification over many subjects.
 type Check struct {
 	Name    string
@@ -120,9 +135,10 @@ func (r *Report) OK() bool { return len(r.Violations) == 0 && r.Incomplete == ""
 
 // Summary is one line on success — "chaos: N acked, 0 lost, 0 duplicated
 // effects; outbox: X delivered once, 0 doubled, U uncertain (all with
-// items)", with ", F failed" before the parenthesis when messages failed —
-// and otherwise that line marked FAILED (or NOT COMPLETED) followed by one
-// line per violation.
+// items)", with ", F failed" before the parenthesis when messages failed,
+// then "; tbank: T acked, 0 lost, 0 duplicated" when the run had T-Bank
+// traffic (its share of the totals before) — and otherwise that line marked
+// FAILED (or NOT COMPLETED) followed by one line per violation.
 func (r *Report) Summary() string {
 	t := r.outboxTotals()
 	items := "all with items"
@@ -135,6 +151,9 @@ func (r *Report) Summary() string {
 	}
 	head := fmt.Sprintf("chaos: %d acked, %d lost, %d duplicated effects; outbox: %d delivered once, %d doubled, %d uncertain%s (%s)",
 		r.Acked, r.Lost, r.DuplicatedEffects, t.Delivered, t.Doubled, t.Uncertain, failed, items)
+	if tb := r.TBank; tb.Notifications > 0 {
+		head += fmt.Sprintf("; tbank: %d acked, %d lost, %d duplicated", tb.Acked, tb.Lost, tb.Duplicated)
+	}
 	if r.OK() {
 		return head
 	}
@@ -162,6 +181,9 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	p("workload:        %d orders (%d test-mode only), %d events (%d test-mode, %d extra payments, %d stale overdue)",
 		r.Orders, r.TestOnlyOrders, r.Events, r.TestModeEvents, r.ExtraPayments, r.StaleEvents)
 	p("external lines:  %d, each to %s or %s", r.ExternalLines, destIdempotent, destPlain)
+	p("tbank:           %d notifications acked of %d, %d orders, %d refunds (%d partial, %d full); %d orders refunded",
+		r.TBank.Acked, r.TBank.Notifications, r.TBank.Orders, r.TBank.PartialRefunds+r.TBank.FullRefunds,
+		r.TBank.PartialRefunds, r.TBank.FullRefunds, r.TBank.Refunded)
 	p("deliveries:      %d planned (%d redeliveries, %d of them concurrent) over %v", r.Deliveries, r.Redeliveries, r.Concurrent, r.SendWindow.Round(time.Second))
 	p("sender:          %d requests, %d retries; answers %s", r.Requests, r.Retries, formatAnswers(r.Answers))
 	p("faults:          %d fulfillmentd SIGKILLs, %d PostgreSQL immediate stops, %d unexpected exits, %d processes started",

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"math/rand/v2"
@@ -24,7 +25,8 @@ const (
 )
 
 // sender delivers signed events to the webhook endpoints the way a
-// provider does.
+// provider does: Yolfi's until a 2xx, T-Bank's until a 200 whose body is
+// exactly OK.
 type sender struct {
 	client    *http.Client
 	ingestURL string // http://host:port/webhooks/
@@ -75,15 +77,21 @@ func (s *sender) run(ctx context.Context, start time.Time, deliveries []delivery
 		if ctx.Err() != nil {
 			break
 		}
-		wg.Go(func() { s.deliver(ctx, s.events[d.ev], d.ev) })
+		ev := s.events[d.ev]
+		body := ev.body
+		if d.alt {
+			body = ev.alt
+		}
+		wg.Go(func() { s.deliver(ctx, ev, d.ev, body) })
 	}
 	wg.Wait()
 }
 
-// deliver sends one event until it gets a 2xx, like a provider: connection
-// errors, timeouts and 5xx are retried with a capped backoff. A 4xx is a
-// violation (the events are valid and signed), and is not retried.
-func (s *sender) deliver(ctx context.Context, ev *eventPlan, idx int) {
+// deliver sends one event (as body) until it is acknowledged, like a
+// provider: connection errors, timeouts and 5xx are retried with a capped
+// backoff. A 4xx is a violation (the events are valid and signed), and is
+// not retried.
+func (s *sender) deliver(ctx context.Context, ev *eventPlan, idx int, body []byte) {
 	backoff := firstBackoff
 	for try := 0; ctx.Err() == nil; try++ {
 		if try > 0 {
@@ -96,9 +104,9 @@ func (s *sender) deliver(ctx context.Context, ev *eventPlan, idx int) {
 			}
 			backoff = min(2*backoff, maxBackoff)
 		}
-		code, _ := s.post(ctx, ev)
+		code, acked := s.post(ctx, ev, body)
 		switch {
-		case code >= 200 && code < 300:
+		case acked:
 			if idx >= 0 {
 				s.acked[idx].Store(true)
 			}
@@ -111,38 +119,56 @@ func (s *sender) deliver(ctx context.Context, ev *eventPlan, idx int) {
 }
 
 // post sends the event once and returns the HTTP status (0 when there was
-// no answer). A 200 for a request sent after PostgreSQL was stopped and
-// answered before it was restarted is a violation: nothing can have been
-// committed.
-func (s *sender) post(ctx context.Context, ev *eventPlan) (int, time.Duration) {
+// no answer) and whether it acknowledges the event: a 2xx for Yolfi, a 200
+// whose body is exactly OK for T-Bank (whose bank takes anything else for a
+// failure, and retries; a 2xx with another body is a violation). A 200 for
+// a request sent after PostgreSQL was stopped and answered before it was
+// restarted is a violation: nothing can have been committed.
+func (s *sender) post(ctx context.Context, ev *eventPlan, body []byte) (int, bool) {
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
-		return 0, 0
+		return 0, false
 	}
 	defer func() { <-s.sem }()
 	s.requests.Add(1)
-	req, err := yolfi.NewRequest(ctx, s.ingestURL+ev.endpoint, s.secrets[ev.endpoint], ev.body, ev.id)
+	url := s.ingestURL + ev.endpoint
+	tbankEvent := ev.endpoint == tbankEP
+	var req *http.Request
+	var err error
+	if tbankEvent {
+		if req, err = http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body)); err == nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+	} else {
+		req, err = yolfi.NewRequest(ctx, url, s.secrets[ev.endpoint], body, ev.id)
+	}
 	if err != nil {
 		s.count("error")
-		return 0, 0
+		return 0, false
 	}
 	start := time.Now()
 	resp, err := s.client.Do(req)
-	took := time.Since(start)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.count("error")
 		}
-		return 0, took
+		return 0, false
 	}
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 64))
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
 	s.count(strconv.Itoa(resp.StatusCode))
-	if resp.StatusCode == http.StatusOK && s.outage.during(start) {
+	code := resp.StatusCode
+	acked := code >= 200 && code < 300
+	if tbankEvent && acked && (code != http.StatusOK || string(answer) != "OK") {
+		s.viol.add("T-Bank answer", "notification %s answered %d %q: the bank takes only 200 OK as stored, and retries", ev.id, code, answer)
+		acked = false
+	}
+	if code == http.StatusOK && s.outage.during(start) {
 		s.viol.add("200 during outage", "event %s acknowledged while PostgreSQL was down (request sent after it stopped, answered before it restarted)", ev.id)
 	}
-	return resp.StatusCode, took
+	return code, acked
 }
 
 func (s *sender) count(answer string) {

@@ -86,17 +86,21 @@ type orderRow struct {
 type itemRow struct {
 	kind, state, env, orderID, paymentID string
 	messageID                            int64 // its outbox message; 0 for none
+	inboxID                              int64 // the stored event that opened it; 0 for none
 }
 
 // dbState is everything the checks read from the database, read once
 // after the inbox settled.
 type dbState struct {
-	inbox    map[string][]inboxRow // by provider event id
-	byOrder  map[string][]inboxRow // by order id, in processing order
-	orders   map[string]orderRow   // by merchant order id
-	licenses map[string]int        // by order id
-	distinct map[string]int        // distinct license values by order id
-	ledger   map[string]int        // by order id
+	inbox    map[string][]inboxRow  // by provider event id
+	byOrder  map[string][]inboxRow  // by order id, in processing order
+	orders   map[string]orderRow    // by merchant order id
+	eventIDs map[int64]string       // provider event id by inbox id
+	licenses map[string]int         // by order id
+	distinct map[string]int         // distinct license values by order id
+	revoked  map[string]int         // revoked licenses by order id
+	ledger   map[string]int         // by order id
+	entries  map[string][]ledgerRow // ledger entries by order id
 	items    []itemRow
 	attempts map[string]map[string]string // order id → attempt ref → state
 	messages map[string]outboxRow         // by msgKey
@@ -110,8 +114,9 @@ type dbState struct {
 // loadState reads the run's database, one query a table (or figure).
 func loadState(ctx context.Context, db *pgxpool.Pool) (*dbState, error) {
 	s := &dbState{
-		inbox: map[string][]inboxRow{}, byOrder: map[string][]inboxRow{}, orders: map[string]orderRow{},
-		licenses: map[string]int{}, distinct: map[string]int{}, ledger: map[string]int{},
+		inbox: map[string][]inboxRow{}, byOrder: map[string][]inboxRow{}, orders: map[string]orderRow{}, eventIDs: map[int64]string{},
+		licenses: map[string]int{}, distinct: map[string]int{}, revoked: map[string]int{}, ledger: map[string]int{},
+		entries:  map[string][]ledgerRow{},
 		attempts: map[string]map[string]string{}, messages: map[string]outboxRow{}, msgItems: map[int64][]itemRow{},
 		outcomes: map[string]int64{},
 	}
@@ -122,7 +127,8 @@ func loadState(ctx context.Context, db *pgxpool.Pool) (*dbState, error) {
 		m               outboxRow
 		mid, orderID    string
 		ref, state      string
-		n, d            int
+		n, d, nr        int
+		l               ledgerRow
 		outcome         string
 		outcomeAttempts int64
 	)
@@ -141,6 +147,7 @@ func loadState(ctx context.Context, db *pgxpool.Pool) (*dbState, error) {
 			FROM inbox_events ORDER BY processed_at NULLS LAST, id`,
 			[]any{&e.id, &e.eventID, &e.endpoint, &e.env, &e.state, &e.decision, &e.orderID, &e.attempts, &e.lastError}, func() {
 				s.inbox[e.eventID] = append(s.inbox[e.eventID], e)
+				s.eventIDs[e.id] = e.eventID
 				if e.orderID != "" {
 					s.byOrder[e.orderID] = append(s.byOrder[e.orderID], e)
 				}
@@ -153,20 +160,26 @@ func loadState(ctx context.Context, db *pgxpool.Pool) (*dbState, error) {
 					s.orders[mid] = o
 				}
 			}},
-		{"entitlements", `SELECT order_id::text, count(*), count(DISTINCT value) FROM entitlements GROUP BY order_id`,
-			[]any{&orderID, &n, &d}, func() { s.licenses[orderID], s.distinct[orderID] = n, d }},
+		{"entitlements", `
+			SELECT order_id::text, count(*), count(DISTINCT value), count(*) FILTER (WHERE revoked_at IS NOT NULL)
+			FROM entitlements GROUP BY order_id`,
+			[]any{&orderID, &n, &d, &nr}, func() { s.licenses[orderID], s.distinct[orderID], s.revoked[orderID] = n, d, nr }},
 		{"entitlements", `SELECT count(*), count(DISTINCT value) FROM entitlements`,
 			[]any{&s.totalLicenses, &s.distinctLicenses}, func() {}},
 		{"entitlements against their lines", `
 			SELECT count(*) FROM entitlements e JOIN order_lines l USING (order_id, line_no)
 			WHERE l.kind <> 'license' OR e.unit > l.quantity`,
 			[]any{&s.strayLicenses}, func() {}},
-		{"ledger_entries", `SELECT order_id::text, count(*) FROM ledger_entries GROUP BY order_id`,
-			[]any{&orderID, &n}, func() { s.ledger[orderID] = n }},
+		{"ledger_entries", `SELECT order_id::text, line_no, movement, minor_units, coalesce(refund_ref, '') FROM ledger_entries`,
+			[]any{&orderID, &l.line, &l.movement, &l.minor, &l.ref}, func() {
+				s.ledger[orderID]++
+				s.entries[orderID] = append(s.entries[orderID], l)
+			}},
 		{"reconciliation_items", `
-			SELECT kind, state, environment, coalesce(order_id::text, ''), coalesce(payment_id, ''), coalesce(outbox_message_id, 0)
+			SELECT kind, state, environment, coalesce(order_id::text, ''), coalesce(payment_id, ''), coalesce(outbox_message_id, 0),
+				coalesce(inbox_event_id, 0)
 			FROM reconciliation_items ORDER BY id`,
-			[]any{&it.kind, &it.state, &it.env, &it.orderID, &it.paymentID, &it.messageID}, func() {
+			[]any{&it.kind, &it.state, &it.env, &it.orderID, &it.paymentID, &it.messageID, &it.inboxID}, func() {
 				s.items = append(s.items, it)
 				if it.messageID != 0 {
 					s.msgItems[it.messageID] = append(s.msgItems[it.messageID], it)
@@ -218,6 +231,7 @@ func (r *runner) verify(ctx context.Context, db *pgxpool.Pool) error {
 	r.checkStored(s)
 	r.checkProcessed(s)
 	r.checkOrders(s)
+	r.checkTBank(s)
 	r.checkTestMode(s)
 	r.checkItems(s)
 	r.checkOutbox(s)
@@ -243,10 +257,16 @@ func (r *runner) checkStored(s *dbState) {
 		case len(rows) == 0:
 			c.Failed++
 			r.rep.Lost++
+			if e.endpoint == tbankEP {
+				r.rep.TBank.Lost++
+			}
 			r.viol.add("lost", "event %s (%s %s, order %s) was acknowledged but is not stored", e.id, e.typ, e.role, r.mid(e))
 		case len(rows) > 1:
 			c.Failed++
 			r.rep.DuplicatedEffects += len(rows) - 1
+			if e.endpoint == tbankEP {
+				r.rep.TBank.Duplicated += len(rows) - 1
+			}
 			r.viol.add("duplicated event", "event %s is stored %d times", e.id, len(rows))
 		case rows[0].endpoint != e.endpoint:
 			c.Failed++
@@ -256,6 +276,9 @@ func (r *runner) checkStored(s *dbState) {
 	for i, e := range r.w.events {
 		if r.snd.acked[i].Load() {
 			one(e)
+			if e.endpoint == tbankEP {
+				r.rep.TBank.Acked++
+			}
 		}
 	}
 	r.mu.Lock()
@@ -334,7 +357,7 @@ func (r *runner) checkOrders(s *dbState) {
 	staleIgnored, staleEarly := 0, 0
 
 	for i, o := range r.w.orders {
-		if o.testOnly {
+		if o.testOnly || o.tbank { // T-Bank orders: checkTBank
 			continue
 		}
 		row, ok := s.orders[o.mid]
@@ -585,8 +608,9 @@ func (r *runner) checkTestMode(s *dbState) {
 	r.addCheck(c)
 }
 
-// checkItems: the only reconciliation items are the extra payments (checked
-// per order), one unmatched_payment per distinct test-endpoint payment and
+// checkItems: the only reconciliation items are the extra payments and the
+// refunds (checked per order), one unmatched_payment per distinct
+// test-endpoint payment and
 // the items of uncertain and failed outbox messages (checked with their
 // message); no failed_event, no amount_mismatch or overpayment; every license key
 // distinct.
@@ -602,7 +626,7 @@ func (r *runner) checkItems(s *dbState) {
 	for _, it := range s.items {
 		c.Checked++
 		switch {
-		case (it.kind == itemExtraPayment || it.kind == itemUnidentified) && it.env == "live" && it.orderID != "":
+		case (it.kind == itemExtraPayment || it.kind == itemUnidentified || it.kind == itemRefund) && it.env == "live" && it.orderID != "":
 			// checked with its order
 		case it.kind == itemUnmatchedPayment && it.env == "test" && it.orderID == "" && it.state == "open":
 			unmatched++
@@ -630,8 +654,9 @@ func (r *runner) checkItems(s *dbState) {
 }
 
 // checkAPI compares what the API says with the database: GetOrder (grants,
-// history, deliveries) for a sample of orders (every test-mode-only order,
-// extra payment and order left fulfilling up to a bound, plus random ones),
+// revocations, history, deliveries) for a sample of orders (every
+// refunded, test-mode-only order, extra payment and order left fulfilling up
+// to a bound, plus random ones),
 // ListReconciliationItems for all items, with the message each is about.
 func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) error {
 	c := Check{Name: "API (GetOrder, ListReconciliationItems) agrees with the database"}
@@ -650,9 +675,12 @@ func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) err
 	}
 	rng := rand.New(rand.NewPCG(uint64(r.o.Seed)+2, 0))
 	var sample []int
-	nTest, nExtra, nFulfilling := 0, 0, 0
+	nTest, nExtra, nFulfilling, nRefunded := 0, 0, 0, 0
 	for i, o := range r.w.orders {
 		switch {
+		case s.orders[o.mid].state == string(fulfillment.StateRefunded) && nRefunded < 50:
+			nRefunded++
+			sample = append(sample, i)
 		case o.testOnly && nTest < 50:
 			nTest++
 			sample = append(sample, i)
@@ -689,8 +717,10 @@ func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) err
 			return fmt.Errorf("reading the license keys of %s: %w", o.mid, err)
 		}
 		apiValues := make([]string, 0, len(got.GetHistory().GetEntitlements()))
+		apiRevoked := 0
 		for _, e := range got.GetHistory().GetEntitlements() {
 			apiValues = append(apiValues, e.GetValue())
+			apiRevoked += btoi(e.GetRevokeTime() != nil)
 		}
 		slices.Sort(apiValues)
 		apiDeliveries := []string{}
@@ -706,6 +736,7 @@ func (r *runner) checkAPI(ctx context.Context, db *pgxpool.Pool, s *dbState) err
 		}
 		diff("state", got.GetState(), row.state)
 		diff("license keys", apiValues, values)
+		diff("revoked licenses", apiRevoked, s.revoked[row.id])
 		diff("ledger entries", len(got.GetHistory().GetLedgerEntries()), s.ledger[row.id])
 		diff("payment attempts", len(got.GetHistory().GetPaymentAttempts()), len(s.attempts[row.id]))
 		diff("events", len(got.GetHistory().GetEvents()), len(s.byOrder[row.id]))

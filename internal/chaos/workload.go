@@ -39,6 +39,7 @@ const (
 	roleAbandoned  = "abandoned"  // an invoice that expires or is cancelled unpaid
 	roleOther      = "other"      // an event type that does not concern orders
 	roleTest       = "test"       // a provider test-mode event
+	roleRefund     = "refund"     // a T-Bank REFUNDED or PARTIAL_REFUNDED of the paying payment
 	roleProbe      = "probe"      // an outage probe (no order)
 )
 
@@ -51,12 +52,18 @@ type orderPlan struct {
 	// external are the destinations of its external lines, one line each,
 	// after the license and credit lines.
 	external []string
-	id       string
+	// tbank: priced in RUB, with a license line and a balance_credit line
+	// and nothing else, paid through the T-Bank endpoint (tbank.go).
+	tbank bool
+	id    string
 }
 
 // request is the CreateOrder request of the order; repeating it is
 // idempotent.
 func (o *orderPlan) request() *fulfillmentv1.CreateOrderRequest {
+	if o.tbank {
+		return o.tbankRequest()
+	}
 	lines := []*fulfillmentv1.OrderLine{{
 		Sku: licenseSKU, Kind: "license", Quantity: o.licenseQty,
 		UnitPrice: &fulfillmentv1.Money{Currency: "USD", MinorUnits: licensePart},
@@ -116,6 +123,10 @@ type eventPlan struct {
 	role     string
 	at       time.Duration // first delivery, from the start of the send phase
 	body     []byte
+	// alt is the same T-Bank notification with PaymentId spelled the other
+	// way (a JSON number or string): the same event. nil for Yolfi.
+	alt    []byte
+	amount int64 // a T-Bank notification's Amount (kopecks)
 }
 
 // attemptRef is the payment attempt the service derives from the event
@@ -141,10 +152,12 @@ func (e *eventPlan) paidRefs() (attemptRef, paymentID string) {
 	return e.attemptRef(), e.payment
 }
 
-// delivery is one sending of an event's bytes, retried until acknowledged.
+// delivery is one sending of an event's bytes (its alt bytes when alt),
+// retried until acknowledged.
 type delivery struct {
-	ev int
-	at time.Duration
+	ev  int
+	at  time.Duration
+	alt bool
 }
 
 // workload is everything the sender will deliver.
@@ -154,6 +167,8 @@ type workload struct {
 	deliveries []delivery // sorted by time
 	stats      Report     // the workload figures only
 	g          *generator
+	// tbankPassword signs the T-Bank notifications.
+	tbankPassword []byte
 }
 
 // generator builds a workload deterministically from a seed.
@@ -168,9 +183,10 @@ type generator struct {
 // destination, one for the other, or one for each.
 var externalPlan = [][]string{nil, nil, nil, nil, nil, {destIdempotent}, {destPlain}, {destPlain}, {destIdempotent, destPlain}, {destIdempotent, destPlain}}
 
-// newWorkload plans nOrders orders.
-func newWorkload(seed int64, nOrders int) *workload {
-	w := &workload{}
+// newWorkload plans nOrders orders, a quarter of them paid through T-Bank,
+// whose notifications are signed with tbankPassword.
+func newWorkload(seed int64, nOrders int, tbankPassword []byte) *workload {
+	w := &workload{tbankPassword: tbankPassword}
 	g := &generator{rng: rand.New(rand.NewPCG(uint64(seed), uint64(seed)^0x9e3779b97f4a7c15)), w: w}
 	w.g = g
 	for i := range nOrders {
@@ -181,11 +197,15 @@ func newWorkload(seed int64, nOrders int) *workload {
 			testOnly:   g.rng.Float64() < 0.05,
 			external:   externalPlan[g.rng.IntN(len(externalPlan))],
 		}
+		if !o.testOnly && g.rng.IntN(4) == 0 {
+			o.tbank, o.credit, o.external = true, true, nil
+		}
 		w.stats.ExternalLines += len(o.external)
 		w.orders = append(w.orders, o)
 	}
 	if !slices.ContainsFunc(w.orders, func(o *orderPlan) bool { return o.testOnly }) {
-		w.orders[nOrders/2].testOnly = true // at least one
+		o := w.orders[nOrders/2] // at least one
+		o.testOnly, o.tbank = true, false
 	}
 	return w
 }
@@ -218,6 +238,10 @@ func (w *workload) planEvents(nEvents int, window time.Duration, now time.Time) 
 			}
 			continue
 		}
+		if o.tbank {
+			g.planTBank(i, at, spread, window)
+			continue
+		}
 		inv, pay := "inv_"+o.mid+"_p", "pay_"+o.mid+"_p"
 		g.add(i, yolfi.TypeInvoiceCreated, liveEP, live, inv, "", rolePay, at(i))
 		confirmAt := at(i)
@@ -248,11 +272,14 @@ func (w *workload) planEvents(nEvents int, window time.Duration, now time.Time) 
 		}
 	}
 	// Fill up to nEvents with invoices that expire or are cancelled unpaid
-	// (test-mode ones for test-only orders).
+	// (test-mode ones for test-only orders), for Yolfi orders.
 	abandoned := make([]int, nOrders)
 	for len(w.events) < nEvents {
 		i := g.rng.IntN(nOrders)
 		o := w.orders[i]
+		if o.tbank {
+			continue
+		}
 		inv := fmt.Sprintf("inv_%s_a%d", o.mid, abandoned[i])
 		abandoned[i]++
 		kind, role := live, roleAbandoned
@@ -268,11 +295,13 @@ func (w *workload) planEvents(nEvents int, window time.Duration, now time.Time) 
 	}
 	w.stats.Orders, w.stats.Events = len(w.orders), len(w.events)
 
-	// Deliveries: each event once at its time; 20% once more — a third of
-	// those at the same moment (concurrent duplicates), the rest later.
+	// Deliveries: each event once at its time; 20% once more (every
+	// refund) — a third of those at the same moment (concurrent
+	// duplicates), the rest later. A T-Bank notification's copies spell
+	// PaymentId either way.
 	for i, e := range w.events {
-		w.deliveries = append(w.deliveries, delivery{ev: i, at: e.at})
-		if g.rng.Float64() >= 0.2 {
+		w.deliveries = append(w.deliveries, g.delivery(i, e.at))
+		if g.rng.Float64() >= 0.2 && e.role != roleRefund {
 			continue
 		}
 		if g.rng.Float64() < 1.0/3 {
@@ -281,14 +310,14 @@ func (w *workload) planEvents(nEvents int, window time.Duration, now time.Time) 
 				copies = 3 // a burst
 			}
 			for range copies {
-				w.deliveries = append(w.deliveries, delivery{ev: i, at: e.at})
+				w.deliveries = append(w.deliveries, g.delivery(i, e.at))
 				w.stats.Redeliveries++
 				w.stats.Concurrent++
 			}
 			continue
 		}
 		later := min(e.at+g.uniform(50*time.Millisecond, window*3/10), window)
-		w.deliveries = append(w.deliveries, delivery{ev: i, at: later})
+		w.deliveries = append(w.deliveries, g.delivery(i, later))
 		w.stats.Redeliveries++
 	}
 	// Stable: copies planned for one moment stay adjacent, so they are
@@ -300,6 +329,12 @@ func (w *workload) planEvents(nEvents int, window time.Duration, now time.Time) 
 			w.stats.TestModeEvents++
 		}
 	}
+}
+
+// delivery is a sending of event i at at, in either spelling when it has
+// two.
+func (g *generator) delivery(i int, at time.Duration) delivery {
+	return delivery{ev: i, at: at, alt: g.w.events[i].alt != nil && g.rng.IntN(2) == 0}
 }
 
 // eventKind says how an event marks itself live or test.
