@@ -10,10 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/fulfillplatform/fulfillment/config"
-	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/internal/daemon"
 )
 
@@ -250,7 +247,8 @@ func (s *service) config() *config.Config {
 		Endpoints: []config.Endpoint{
 			daemon.YolfiEndpoint(liveEP, orgID, "live", envLiveSecret),
 			daemon.YolfiEndpoint(testEP, orgID, "test", envTestSecret),
-			tbankEndpointConfig(),
+			// The run starts no payment: the bank's API is never called.
+			daemon.TBankEndpoint(tbankEP, orgID, "live", envTBankPassword, tbankTerminal),
 		},
 		Ingest: config.Ingest{Timeout: 2 * time.Second},
 		Inbox: config.Queue{Workers: 4, Batch: 16, Lease: 2 * time.Second, Poll: 100 * time.Millisecond,
@@ -258,18 +256,6 @@ func (s *service) config() *config.Config {
 		Destinations: s.destinations,
 		Outbox:       config.Queue{Lease: 2 * time.Second, Poll: 100 * time.Millisecond, BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second},
 	}
-}
-
-// tbankEndpointConfig is the run's T-Bank endpoint: its terminal, the
-// password from the environment. The run starts no payments: no bank API
-// is called.
-func tbankEndpointConfig() config.Endpoint {
-	var opts yaml.Node
-	if err := opts.Encode(map[string]string{"terminal_key": tbankTerminal}); err != nil {
-		panic(err) // a map of strings always encodes
-	}
-	return config.Endpoint{ID: tbankEP, Provider: string(fulfillment.ProviderTBank), Org: orgID, Environment: "live",
-		Secrets: []config.Secret{{Env: envTBankPassword}}, Options: opts}
 }
 
 func indent(s string) string {
