@@ -51,11 +51,14 @@ type ReverseCredits struct{}
 type RevokeLicenses struct{}
 
 // ReverseCreditShare takes back from each balance credit of the order its
-// share of Refunded, the part of the order's total that was refunded: the
-// credit times Refunded over the total, rounded down, and never more than
-// what is left of the credit. One movement per credited line and refund
-// (the event's id).
-type ReverseCreditShare struct{ Refunded Money }
+// share of Refunded, the part of the order's total that a partial refund
+// returned: the credit times Refunded over the total, rounded down, and
+// never more than what is left of the credit. One movement per credited
+// line and refund (Refund, the refund event's RefundRef).
+type ReverseCreditShare struct {
+	Refunded Money
+	Refund   string
+}
 
 // OpenItem opens a reconciliation item of Kind about the event and its
 // order, unless the situation ItemKey names already has one.

@@ -122,7 +122,23 @@ type PaidOrder struct {
 	PaidBy PaidRefs
 	// Attempts holds the recorded state of the order's payment attempts.
 	Attempts map[AttemptKey]AttemptState
+	// PartialRefunds are the partial refunds recorded for the order, in
+	// the order they were decided: a payment confirmed after some of its
+	// partial refunds were processed takes their shares back when it
+	// credits.
+	PartialRefunds []RecordedRefund
 }
+
+// RecordedRefund is a partial refund as recorded: of which attempt, under
+// which RefundRef, for how much.
+type RecordedRefund struct {
+	Attempt AttemptKey
+	Ref     string
+	Amount  Amount
+}
+
+// RefundRef names the refund ev announces: provider and event id.
+func RefundRef(ev ProviderEvent) string { return string(ev.Provider) + ":" + ev.EventID }
 
 // attempt is the recorded state of ev's payment attempt ("" when new).
 func (o PaidOrder) attempt(ev ProviderEvent) AttemptState {
@@ -144,6 +160,10 @@ func (o *PaidOrder) Apply(ev ProviderEvent, out Outcome) {
 			k := AttemptKey{ev.Provider, ev.Payment.AttemptRef}
 			o.Attempts[k] = NextAttemptState(o.Attempts[k], e.State)
 		}
+	}
+	if out.Decision == DecisionPartiallyRefunded {
+		o.PartialRefunds = append(o.PartialRefunds, RecordedRefund{
+			Attempt: AttemptKey{ev.Provider, ev.Payment.AttemptRef}, Ref: RefundRef(ev), Amount: ev.Payment.Amount})
 	}
 }
 
@@ -307,6 +327,13 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 	}
 	effects := with(paid, enter(next)...)
 	effects = append(effects, grants...)
+	// Partial refunds of this payment processed before it (their delivery
+	// came first) take their shares of what it credits now.
+	for _, r := range order.PartialRefunds {
+		if share, ok := order.refundShare(r.Amount); ok && r.Attempt == (AttemptKey{ev.Provider, p.AttemptRef}) {
+			effects = append(effects, ReverseCreditShare{share, r.Ref})
+		}
+	}
 	if p.Amount.Value.GreaterThan(expected) {
 		effects = append(effects, OpenItem{ReconOverpayment})
 		reason = fmt.Sprintf("received %s, more than the expected %s: fulfilled, overpayment flagged",
@@ -398,7 +425,7 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 		return outcome(DecisionPartiallyRefunded,
 			fmt.Sprintf("%s of the payment was refunded: balance credits reversed in proportion; decide what to revoke of "+
 				"the licenses and deliveries, which cannot be split", ev.Payment.Amount),
-			ReverseCreditShare{share}, OpenItem{ReconRefundAfterFulfill})
+			ReverseCreditShare{share, RefundRef(ev)}, OpenItem{ReconRefundAfterFulfill})
 	}
 	return outcome(DecisionPartiallyRefunded,
 		fmt.Sprintf("%s of the payment was refunded while the order is %s: decide what to revoke", ev.Payment.Amount, order.State),

@@ -2,6 +2,7 @@ package fulfillment
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -389,9 +390,9 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 		{"that refund announced again", payment(EventRefunded, Amount{}, "", "pay_1"), refundedFirst, DecisionAlreadyApplied, nil},
 		{"refund for a cancelled order", payment(EventRefunded, Amount{}, "", "pay_1"), cancelled, DecisionRefundedBeforePayment, []Effect{refundAttempt}},
 		{"partial refund of the paying payment", payment(EventPartiallyRefunded, rub(50000), "", "pay_1"), fulfilled,
-			DecisionPartiallyRefunded, []Effect{ReverseCreditShare{Money{"RUB", 50000}}, OpenItem{ReconRefundAfterFulfill}}},
+			DecisionPartiallyRefunded, []Effect{ReverseCreditShare{Money{"RUB", 50000}, "tbank:"}, OpenItem{ReconRefundAfterFulfill}}},
 		{"partial refund of all of it", payment(EventPartiallyRefunded, rub(250000), "", "pay_1"), fulfilled,
-			DecisionPartiallyRefunded, []Effect{ReverseCreditShare{Money{"RUB", 250000}}, OpenItem{ReconRefundAfterFulfill}}},
+			DecisionPartiallyRefunded, []Effect{ReverseCreditShare{Money{"RUB", 250000}, "tbank:"}, OpenItem{ReconRefundAfterFulfill}}},
 		{"partial refund of more than the total", payment(EventPartiallyRefunded, rub(250001), "", "pay_1"), fulfilled,
 			DecisionPartiallyRefunded, []Effect{OpenItem{ReconRefundAfterFulfill}}},
 		{"partial refund in another unit", payment(EventPartiallyRefunded, TokenAmount(decimal.RequireFromString("5"), "USDT", "TRON"), "", "pay_1"), fulfilled,
@@ -563,5 +564,40 @@ func TestDeliveryKeys(t *testing.T) {
 	}
 	if got := EventKey(order, TopicOrderRefunded); got != "order_019a2b3c-4d5e-7f60-8a9b-0c1d2e3f4a5b_order.refunded" {
 		t.Errorf("EventKey = %s", got)
+	}
+}
+
+// A partial refund processed before its payment's confirmation (its
+// delivery came first) takes its share when the confirmation credits; one of
+// another payment does not.
+func TestPartialRefundBeforeConfirmation(t *testing.T) {
+	t.Parallel()
+	event := func(id string, kind EventKind, minor int64, pay string) ProviderEvent {
+		p := PaymentInfo{PaymentID: pay, MerchantOrderID: "m-1", Amount: MinorAmount(minor, "RUB")}
+		p.AttemptRef = p.Attempt()
+		return ProviderEvent{Provider: ProviderTBank, Environment: EnvLive, EventID: id, Kind: kind, Type: string(kind), Payment: p}
+	}
+	order := &PaidOrder{State: StatePendingPayment, Total: Money{Currency: "RUB", MinorUnits: 20000}}
+	for _, ev := range []ProviderEvent{
+		event("r1", EventPartiallyRefunded, 5000, "pay_1"),
+		event("r2", EventPartiallyRefunded, 3000, "pay_2"), // another payment
+		event("r3", EventPartiallyRefunded, 1000, "pay_1"),
+	} {
+		out := Decide(ev, order)
+		if out.Decision != DecisionPartiallyRefunded || slices.ContainsFunc(out.Effects, func(e Effect) bool { _, ok := e.(ReverseCreditShare); return ok }) {
+			t.Fatalf("%s before payment: %v %v, want partially_refunded reversing nothing", ev.EventID, out.Decision, out.Effects)
+		}
+		order.Apply(ev, out)
+	}
+	out := Decide(event("c", EventPaymentConfirmed, 20000, "pay_1"), order)
+	var shares []ReverseCreditShare
+	for _, e := range out.Effects {
+		if s, ok := e.(ReverseCreditShare); ok {
+			shares = append(shares, s)
+		}
+	}
+	want := []ReverseCreditShare{{Money{"RUB", 5000}, "tbank:r1"}, {Money{"RUB", 1000}, "tbank:r3"}}
+	if out.Decision != DecisionFulfilled || !slices.Equal(shares, want) {
+		t.Errorf("confirmation = %v, shares %v; want fulfilled taking back %v", out.Decision, shares, want)
 	}
 }

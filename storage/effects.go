@@ -83,7 +83,7 @@ func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out f
 						c.minor_units + r.reversed) AS minor_units) s
 				WHERE c.order_id = $1 AND c.movement = 'credit' AND o.total_minor_units > 0 AND s.minor_units > 0
 				ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`,
-				m.id, e.Refunded.MinorUnits, string(ev.Provider)+":"+ev.EventID)
+				m.id, e.Refunded.MinorUnits, e.Refund)
 		case fulfillment.RevokeLicenses:
 			b.Queue(`
 				UPDATE entitlements SET revoked_at = now(), revoked_reason = $2

@@ -228,6 +228,35 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 	if err != nil {
 		return nil, fmt.Errorf("reading payment attempts: %w", interpret(err))
 	}
+	// The partial refunds the orders' events recorded, in the order they
+	// were decided (an order's events are decided under its lock).
+	rows, _ = tx.Query(ctx, `
+		SELECT order_id, provider, attempt_ref, provider || ':' || event_id, amount::text, token, network, currency
+		FROM inbox_events
+		WHERE order_id = ANY($1::uuid[]) AND decision = $2
+		ORDER BY processed_at, id`, ids, fulfillment.DecisionPartiallyRefunded)
+	err = forEachRow(rows, func(r pgx.Rows) error {
+		var (
+			orderID                         uuid.UUID
+			rr                              fulfillment.RecordedRefund
+			attemptRef                      *string
+			value, token, network, currency *string
+		)
+		if err := r.Scan(&orderID, &rr.Attempt.Provider, &attemptRef, &rr.Ref, &value, &token, &network, &currency); err != nil {
+			return err
+		}
+		rr.Attempt.Ref = str(attemptRef)
+		var err error
+		if rr.Amount, err = amountOf(value, token, network, currency); err != nil {
+			return err
+		}
+		o := byID[orderID.String()]
+		o.PartialRefunds = append(o.PartialRefunds, rr)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading partial refunds: %w", interpret(err))
+	}
 	return lo, nil
 }
 

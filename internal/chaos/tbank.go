@@ -181,9 +181,10 @@ func (rp *replay) apply(ev fulfillment.ProviderEvent) fulfillment.Decision {
 			}
 		case fulfillment.ReverseCreditShare:
 			// The credit's share of the refund, rounded down, within what
-			// is left; once per refund (this event).
+			// is left; once per refund (taken when the refund is decided
+			// after the credit, or when the credit is, after the refund).
 			if share := min(rubCredit*e.Refunded.MinorUnits/rp.o.total(), rp.left); share > 0 {
-				rp.ledger = append(rp.ledger, ledgerRow{creditLine, "partial_reversal", -share, string(ev.Provider) + ":" + ev.EventID})
+				rp.ledger = append(rp.ledger, ledgerRow{creditLine, "partial_reversal", -share, e.Refund})
 				rp.left -= share
 			}
 		case fulfillment.ReverseCredits:
@@ -230,10 +231,9 @@ func (r *runner) checkTBank(s *dbState) {
 	ledger := Check{Name: "T-Bank: credit once, refunds reversed once, never below 0"}
 	items := Check{Name: "T-Bank: one refund_after_fulfillment item per refund"}
 	// Refunds applied before their CONFIRMED (retries reorder them):
-	// a full one leaves the order unpaid; a partial one reverses nothing,
-	// then or once the CONFIRMED credits the balance — its item asks a
-	// person. unreversed counts such orders credited and not refunded.
-	earlyFull, earlyPartial, unreversed, stale := 0, 0, 0, 0
+	// a full one leaves the order unpaid; a partial one takes its share
+	// when the CONFIRMED credits the balance.
+	earlyFull, earlyPartial, stale := 0, 0, 0
 	st := &r.rep.TBank
 	dup := func(n int) {
 		r.rep.DuplicatedEffects += n
@@ -253,7 +253,7 @@ func (r *runner) checkTBank(s *dbState) {
 		}
 		planned := maps.Clone(byOrder[i])
 		rp := newReplay(o, row.id)
-		ok, partialFirst := true, false
+		ok = true
 		for _, ev := range s.byOrder[row.id] {
 			j, mine := planned[ev.eventID]
 			if !mine {
@@ -272,7 +272,6 @@ func (r *runner) checkTBank(s *dbState) {
 			if e.role == roleRefund && !rp.order.Paid {
 				if e.typ == tbank.StatusPartialRefunded {
 					earlyPartial++
-					partialFirst = true
 				} else {
 					earlyFull++
 				}
@@ -316,9 +315,6 @@ func (r *runner) checkTBank(s *dbState) {
 			st.Refunded++
 		}
 		r.fulfilledBefore[o.mid] = rp.announced
-		if partialFirst && rp.granted && !rp.revoked {
-			unreversed++
-		}
 
 		// Licenses: every unit once if granted, all revoked if refunded.
 		licenses.Checked++
@@ -381,6 +377,6 @@ func (r *runner) checkTBank(s *dbState) {
 	r.addCheck(ledger)
 	r.addCheck(items)
 	r.logf("T-Bank: %d AUTHORIZED ignored as stale after their CONFIRMED; applied before their CONFIRMED: %d REFUNDED "+
-		"(order left unpaid), %d PARTIAL_REFUNDED (nothing reversed: %d orders keep their whole credit, with the refund's item open)",
-		stale, earlyFull, earlyPartial, unreversed)
+		"(order left unpaid), %d PARTIAL_REFUNDED (their shares taken when the CONFIRMED credited)",
+		stale, earlyFull, earlyPartial)
 }
