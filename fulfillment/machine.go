@@ -2,6 +2,7 @@ package fulfillment
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/shopspring/decimal"
 )
@@ -137,8 +138,18 @@ type RecordedRefund struct {
 	Amount  Amount
 }
 
-// RefundRef names the refund ev announces: provider and event id.
-func RefundRef(ev ProviderEvent) string { return string(ev.Provider) + ":" + ev.EventID }
+// RefundRef names the refund ev announces, whatever announced it (a
+// notification, an answer to a status poll): the payment and the amount
+// returned. Two refunds of one payment for the same amount are one refund
+// to these rules, as they are to a provider that keys refunds by amount.
+func RefundRef(ev ProviderEvent) string {
+	return RefundRefOf(ev.Provider, ev.Payment.AttemptRef, ev.Payment.Amount)
+}
+
+// RefundRefOf is RefundRef of a refund of attempt for amount.
+func RefundRefOf(p Provider, attempt string, amount Amount) string {
+	return fmt.Sprintf("%s:%s:%s %s", p, attempt, amount.Value.String(), amount.Unit)
+}
 
 // attempt is the recorded state of ev's payment attempt ("" when new).
 func (o PaidOrder) attempt(ev ProviderEvent) AttemptState {
@@ -416,6 +427,10 @@ func decideRefund(ev ProviderEvent, order PaidOrder) Outcome {
 }
 
 func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
+	ref := RefundRef(ev)
+	if slices.ContainsFunc(order.PartialRefunds, func(r RecordedRefund) bool { return r.Ref == ref }) {
+		return outcome(DecisionAlreadyApplied, "this refund was already recorded (announced again, or found by a status poll)")
+	}
 	if same, known := order.PaidBy.SamePayment(ev.Payment); order.Paid && known && !same {
 		return outcome(DecisionOtherPaymentRefunded,
 			fmt.Sprintf("part of a payment other than %s, which paid the order, was refunded", order.PaidBy.describe()))
@@ -425,7 +440,7 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 		return outcome(DecisionPartiallyRefunded,
 			fmt.Sprintf("%s of the payment was refunded: balance credits reversed in proportion; decide what to revoke of "+
 				"the licenses and deliveries, which cannot be split", ev.Payment.Amount),
-			ReverseCreditShare{share, RefundRef(ev)}, OpenItem{ReconRefundAfterFulfill})
+			ReverseCreditShare{share, ref}, OpenItem{ReconRefundAfterFulfill})
 	}
 	return outcome(DecisionPartiallyRefunded,
 		fmt.Sprintf("%s of the payment was refunded while the order is %s: decide what to revoke", ev.Payment.Amount, order.State),

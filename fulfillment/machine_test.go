@@ -390,9 +390,9 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 		{"that refund announced again", payment(EventRefunded, Amount{}, "", "pay_1"), refundedFirst, DecisionAlreadyApplied, nil},
 		{"refund for a cancelled order", payment(EventRefunded, Amount{}, "", "pay_1"), cancelled, DecisionRefundedBeforePayment, []Effect{refundAttempt}},
 		{"partial refund of the paying payment", payment(EventPartiallyRefunded, rub(50000), "", "pay_1"), fulfilled,
-			DecisionPartiallyRefunded, []Effect{ReverseCreditShare{Money{"RUB", 50000}, "tbank:"}, OpenItem{ReconRefundAfterFulfill}}},
+			DecisionPartiallyRefunded, []Effect{ReverseCreditShare{Money{"RUB", 50000}, "tbank:pay_1:50000 RUB"}, OpenItem{ReconRefundAfterFulfill}}},
 		{"partial refund of all of it", payment(EventPartiallyRefunded, rub(250000), "", "pay_1"), fulfilled,
-			DecisionPartiallyRefunded, []Effect{ReverseCreditShare{Money{"RUB", 250000}, "tbank:"}, OpenItem{ReconRefundAfterFulfill}}},
+			DecisionPartiallyRefunded, []Effect{ReverseCreditShare{Money{"RUB", 250000}, "tbank:pay_1:250000 RUB"}, OpenItem{ReconRefundAfterFulfill}}},
 		{"partial refund of more than the total", payment(EventPartiallyRefunded, rub(250001), "", "pay_1"), fulfilled,
 			DecisionPartiallyRefunded, []Effect{OpenItem{ReconRefundAfterFulfill}}},
 		{"partial refund in another unit", payment(EventPartiallyRefunded, TokenAmount(decimal.RequireFromString("5"), "USDT", "TRON"), "", "pay_1"), fulfilled,
@@ -596,8 +596,49 @@ func TestPartialRefundBeforeConfirmation(t *testing.T) {
 			shares = append(shares, s)
 		}
 	}
-	want := []ReverseCreditShare{{Money{"RUB", 5000}, "tbank:r1"}, {Money{"RUB", 1000}, "tbank:r3"}}
+	want := []ReverseCreditShare{{Money{"RUB", 5000}, "tbank:pay_1:5000 RUB"}, {Money{"RUB", 1000}, "tbank:pay_1:1000 RUB"}}
 	if out.Decision != DecisionFulfilled || !slices.Equal(shares, want) {
 		t.Errorf("confirmation = %v, shares %v; want fulfilled taking back %v", out.Decision, shares, want)
+	}
+}
+
+// One partial refund announced twice under different event ids (a
+// notification and a status poll's answer) is one refund: its share is
+// taken once, one item.
+func TestPartialRefundAnnouncedTwice(t *testing.T) {
+	t.Parallel()
+	event := func(id string, kind EventKind, minor int64) ProviderEvent {
+		p := PaymentInfo{PaymentID: "pay_1", MerchantOrderID: "m-1", Amount: MinorAmount(minor, "RUB")}
+		p.AttemptRef = p.Attempt()
+		return ProviderEvent{Provider: ProviderTBank, Environment: EnvLive, EventID: id, Kind: kind, Type: string(kind), Payment: p}
+	}
+	for _, confirmedFirst := range []bool{true, false} {
+		order := &PaidOrder{State: StatePendingPayment, Total: Money{Currency: "RUB", MinorUnits: 20000}}
+		events := []ProviderEvent{
+			event("T:pay_1:PARTIAL_REFUNDED:5000", EventPartiallyRefunded, 5000),
+			event("poll:T:pay_1:PARTIAL_REFUNDED:5000", EventPartiallyRefunded, 5000),
+		}
+		confirm := event("T:pay_1:CONFIRMED", EventPaymentConfirmed, 20000)
+		if confirmedFirst {
+			events = append([]ProviderEvent{confirm}, events...)
+		} else {
+			events = append(events, confirm)
+		}
+		var shares, items int
+		for _, ev := range events {
+			out := Decide(ev, order)
+			for _, e := range out.Effects {
+				switch e.(type) {
+				case ReverseCreditShare:
+					shares++
+				case OpenItem:
+					items++
+				}
+			}
+			order.Apply(ev, out)
+		}
+		if shares != 1 || items != 1 {
+			t.Errorf("confirmed first %v: %d shares taken, %d items; want 1 and 1", confirmedFirst, shares, items)
+		}
 	}
 }

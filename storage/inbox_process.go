@@ -231,7 +231,7 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 	// The partial refunds the orders' events recorded, in the order they
 	// were decided (an order's events are decided under its lock).
 	rows, _ = tx.Query(ctx, `
-		SELECT order_id, provider, attempt_ref, provider || ':' || event_id, amount::text, token, network, currency
+		SELECT order_id, provider, attempt_ref, amount::text, token, network, currency
 		FROM inbox_events
 		WHERE order_id = ANY($1::uuid[]) AND decision = $2
 		ORDER BY processed_at, id`, ids, fulfillment.DecisionPartiallyRefunded)
@@ -242,7 +242,7 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 			attemptRef                      *string
 			value, token, network, currency *string
 		)
-		if err := r.Scan(&orderID, &rr.Attempt.Provider, &attemptRef, &rr.Ref, &value, &token, &network, &currency); err != nil {
+		if err := r.Scan(&orderID, &rr.Attempt.Provider, &attemptRef, &value, &token, &network, &currency); err != nil {
 			return err
 		}
 		rr.Attempt.Ref = str(attemptRef)
@@ -250,6 +250,7 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 		if rr.Amount, err = amountOf(value, token, network, currency); err != nil {
 			return err
 		}
+		rr.Ref = fulfillment.RefundRefOf(rr.Attempt.Provider, rr.Attempt.Ref, rr.Amount)
 		o := byID[orderID.String()]
 		o.PartialRefunds = append(o.PartialRefunds, rr)
 		return nil
