@@ -363,8 +363,9 @@ func TestTBankReplay(t *testing.T) {
 	}
 	// 6990 of 69900 is a tenth of the credit; 7 of it 5.007…, rounded down.
 	ledger := fmt.Sprint(rp.ledger)
-	if want := "[line 1 credit 50000 line 1 partial_reversal -5000 for tbank:" + tbankTerminal + ":42:PARTIAL_REFUNDED:6990 " +
-		"line 1 partial_reversal -5 for tbank:" + tbankTerminal + ":42:PARTIAL_REFUNDED:7 line 1 refund_reversal -44995]"; ledger != want {
+	// A partial refund is named by its payment and amount (RefundRef).
+	if want := "[line 1 credit 50000 line 1 partial_reversal -5000 for tbank:42:6990 RUB " +
+		"line 1 partial_reversal -5 for tbank:42:7 RUB line 1 refund_reversal -44995]"; ledger != want {
 		t.Errorf("ledger %s, want %s", ledger, want)
 	}
 	if !rp.granted || !rp.revoked || !rp.announced || rp.order.State != fulfillment.StateRefunded || len(rp.items) != 4 || sum(rp.items) != 4 {
