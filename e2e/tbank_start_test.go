@@ -6,8 +6,13 @@ package e2e_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -236,5 +241,75 @@ func TestTBankPollWithoutNotifications(t *testing.T) {
 	}
 	if n := s.count(t, "SELECT count(*) FROM inbox_events WHERE event_id LIKE 'poll:%' AND event_type = 'CONFIRMED'"); n != 1 {
 		t.Errorf("%d polled confirmations stored, want 1", n)
+	}
+}
+
+// An answer of the bank lost on the way back (its Init created the
+// payment): the call is UNAVAILABLE, the next call asks again under the same
+// OrderId, gets "already exists", and links the payment as this attempt's
+// own whatever the endpoint's policy (fail here) — one bank payment. Asking
+// another endpoint about that attempt is refused.
+func TestTBankLostInitAnswer(t *testing.T) {
+	t.Parallel()
+	var (
+		target atomic.Pointer[url.URL]
+		lose   atomic.Bool
+	)
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proxy := httputil.NewSingleHostReverseProxy(target.Load())
+		if lose.Swap(false) {
+			proxy.ServeHTTP(httptest.NewRecorder(), r)
+			http.Error(w, "the answer was lost", http.StatusBadGateway)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(api.Close)
+	s := startTBank(t, fakebank.Options{}, func(c *config.Config) {
+		for i := range c.Endpoints {
+			if c.Endpoints[i].ID != tbankFail {
+				continue
+			}
+			var opts map[string]any
+			if err := c.Endpoints[i].Options.Decode(&opts); err != nil {
+				t.Fatal(err)
+			}
+			opts["api_url"] = api.URL
+			if err := c.Endpoints[i].Options.Encode(opts); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	u, err := url.Parse(s.bank.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	target.Store(u)
+	order := s.createRUBOrder(t, "tb-lost")
+
+	lose.Store(true)
+	if _, err := s.startPayment(order.GetId(), tbankFail, false); status.Code(err) != codes.Unavailable {
+		t.Fatalf("start with the answer lost: %v, want UNAVAILABLE", err)
+	}
+	if n := len(s.bank.Payments()); n != 1 {
+		t.Fatalf("the bank has %d payments, want the one whose answer was lost", n)
+	}
+	if _, err := s.startPayment(order.GetId(), tbankReuse, false); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("asking another endpoint about the attempt: %v, want FAILED_PRECONDITION", err)
+	}
+	p, err := s.startPayment(order.GetId(), tbankFail, false)
+	if err != nil || p.GetState() != "started" || p.GetAttempt() != 1 || p.GetPaymentId() != s.bank.Payments()[0].PaymentID {
+		t.Fatalf("start again = %v, %v; want attempt 1 started with the bank's payment %s", p, err, s.bank.Payments()[0].PaymentID)
+	}
+	if n := len(s.bank.Payments()); n != 1 {
+		t.Errorf("the bank has %d payments, want 1", n)
+	}
+	if err := s.bank.Pay(p.GetPaymentId()); err != nil {
+		t.Fatal(err)
+	}
+	s.waitBank(t)
+	s.settle(t)
+	if e := s.effects(t, order.GetId()); e.State != "fulfilled" || e.Licenses != 1 {
+		t.Errorf("after paying: %v", e)
 	}
 }

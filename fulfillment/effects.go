@@ -60,6 +60,11 @@ type ReverseCreditShare struct {
 	Refund   string
 }
 
+// WithdrawDeliveries tells the destinations of the order's external lines
+// that the order was refunded — its order.refunded event, whether or not
+// they subscribe to it — so that what they delivered can be withdrawn.
+type WithdrawDeliveries struct{}
+
 // OpenItem opens a reconciliation item of Kind about the event and its
 // order, unless the situation ItemKey names already has one.
 type OpenItem struct{ Kind ReconKind }
@@ -84,6 +89,7 @@ func (RevokeLicenses) effect()     {}
 func (ReverseCreditShare) effect() {}
 func (OpenItem) effect()           {}
 func (RequestDeliveries) effect()  {}
+func (WithdrawDeliveries) effect() {}
 func (Publish) effect()            {}
 
 // grants are the effects of fulfilling an order's own lines.

@@ -419,7 +419,11 @@ func decideRefund(ev ProviderEvent, order PaidOrder) Outcome {
 	effects := with(refunded, enter(StateRefunded)...)
 	reason := "the payment that paid the order was refunded; nothing had been granted (the order was " + string(order.State) + ")"
 	if order.State == StateFulfilled || order.State == StateFulfilling {
-		effects = append(effects, RevokeLicenses{}, ReverseCredits{}, OpenItem{ReconRefundAfterFulfill})
+		effects = append(effects, RevokeLicenses{}, ReverseCredits{})
+		if order.HasExternalLines {
+			effects = append(effects, WithdrawDeliveries{})
+		}
+		effects = append(effects, OpenItem{ReconRefundAfterFulfill})
 		reason = "the payment that paid the order was refunded: licenses revoked, balance credits reversed, order.refunded " +
 			"sent; check that the deliveries it requested were withdrawn"
 	}

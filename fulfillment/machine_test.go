@@ -344,6 +344,8 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 	tokenOrder := &PaidOrder{State: StatePendingPayment, Total: Money{Currency: "USD", MinorUnits: 2500}, Settlement: settlement}
 	fulfilled := &PaidOrder{State: StateFulfilled, Total: total, Paid: true, PaidBy: byPay1}
 	fulfilling := &PaidOrder{State: StateFulfilling, Total: total, Paid: true, PaidBy: byPay1}
+	delivering := &PaidOrder{State: StateFulfilling, Total: total, Paid: true, PaidBy: byPay1, HasExternalLines: true}
+	heldExternal := &PaidOrder{State: StateOnHold, Total: total, Paid: true, PaidBy: byPay1, HasExternalLines: true}
 	held := &PaidOrder{State: StateOnHold, Total: total, Paid: true, PaidBy: byPay1}
 	refunded := &PaidOrder{State: StateRefunded, Total: total, Paid: true, PaidBy: byPay1}
 	cancelled := &PaidOrder{State: StateCancelled, Total: total}
@@ -377,6 +379,10 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 
 		{"refund of the paying payment, fulfilled", payment(EventRefunded, Amount{}, "", "pay_1"), fulfilled,
 			DecisionRefunded, append(refund[:3:3], RevokeLicenses{}, ReverseCredits{}, OpenItem{ReconRefundAfterFulfill})},
+		{"refund of an order with external lines: their destinations told", payment(EventRefunded, rub(250000), "", "pay_1"), delivering,
+			DecisionRefunded, append(refund[:3:3], RevokeLicenses{}, ReverseCredits{}, WithdrawDeliveries{}, OpenItem{ReconRefundAfterFulfill})},
+		{"refund of an order on hold with external lines: nothing was requested of them", payment(EventRefunded, rub(250000), "", "pay_1"), heldExternal,
+			DecisionRefunded, refund[:3:3]},
 		{"refund of the paying payment, external lines pending", payment(EventRefunded, rub(250000), "", "pay_1"), fulfilling,
 			DecisionRefunded, append(refund[:3:3], RevokeLicenses{}, ReverseCredits{}, OpenItem{ReconRefundAfterFulfill})},
 		{"refund of the paying payment, on hold: nothing granted", payment(EventRefunded, Amount{}, "", "pay_1"), held,

@@ -61,6 +61,9 @@ type PaymentStart struct {
 	Detail string
 	// BusyUntil: a call is asking the provider until then.
 	BusyUntil time.Time
+	// Asks counts the calls that asked the provider about it: more than
+	// one, and an earlier answer was lost (the provider may have acted).
+	Asks      int
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
@@ -176,6 +179,9 @@ type ProviderPayment struct {
 	Amount Money
 	// URL is the payment page, when the answer has one.
 	URL string
+	// Ended: the payment can no longer be paid (declined, cancelled,
+	// expired, reversed or refunded).
+	Ended bool
 }
 
 // ProviderStart is what a provider is asked to create.

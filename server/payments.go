@@ -19,6 +19,9 @@ import (
 // the attempt to the next call soon after.
 const providerTimeout = 15 * time.Second
 
+// recordTimeout bounds recording what the provider answered.
+const recordTimeout = 10 * time.Second
+
 // StartPayment implements fulfillmentv1.FulfillmentServiceServer.
 func (s *Service) StartPayment(ctx context.Context, req *fulfillmentv1.StartPaymentRequest) (*fulfillmentv1.StartPaymentResponse, error) {
 	p := principalFrom(ctx)
@@ -59,16 +62,19 @@ func (s *Service) StartPayment(ctx context.Context, req *fulfillmentv1.StartPaym
 	}
 	if ask {
 		outcome, err := s.askProvider(ctx, prov, start)
+		// What the provider said is recorded even if the caller left.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+		defer cancel()
 		if err != nil {
 			// The provider may have created the payment: the attempt stays
 			// starting, and the next call asks again under the same id.
 			s.log.WarnContext(ctx, "payment provider did not answer", "endpoint", ep.ID, "start", start.ID, "error", err)
-			if rerr := s.payStore.StartRelease(context.WithoutCancel(ctx), start.ID, "no answer from the provider: "+err.Error()); rerr != nil {
-				return nil, toStatus(ctx, s.log, rerr)
+			if rerr := s.payStore.StartRelease(rctx, start.ID, "no answer from the provider: "+err.Error()); rerr != nil {
+				s.log.WarnContext(ctx, "recording the provider's silence", "start", start.ID, "error", rerr)
 			}
 			return nil, status.Errorf(codes.Unavailable, "the payment provider did not answer (%v): retry; the attempt is asked about again under the same id", err)
 		}
-		if start, err = s.payStore.StartFinish(context.WithoutCancel(ctx), start.ID, outcome); err != nil {
+		if start, err = s.payStore.StartFinish(rctx, start.ID, outcome); err != nil {
 			return nil, toStatus(ctx, s.log, err)
 		}
 	}
@@ -91,6 +97,12 @@ func (s *Service) askProvider(ctx context.Context, prov fulfillment.PaymentProvi
 		return fulfillment.StartOutcome{}, err
 	case !refusal.Duplicate:
 		return fulfillment.StartOutcome{State: fulfillment.StartFailed, Detail: refusal.Error()}, nil
+	}
+	if start.Asks > 1 {
+		// Asked before, and that answer was lost: the payment the provider
+		// holds is most likely this attempt's own. Link it if it provably
+		// is, whatever the policy, which is for ids used by others.
+		return s.reuse(ctx, prov, start, refusal)
 	}
 	switch prov.DuplicatePolicy() {
 	case fulfillment.PolicyIgnore:
@@ -115,21 +127,30 @@ func (s *Service) reuse(ctx context.Context, prov fulfillment.PaymentProvider, s
 		}
 	}
 	if id == "" {
-		return review(refusal.Error() + "; neither the answer nor any notification names that payment, so it cannot be checked (duplicate order policy reuse)"), nil
+		return review(refusal.Error() + "; neither the answer nor any notification names that payment, so it cannot be checked"), nil
 	}
 	existing, err := prov.PaymentState(ctx, id)
 	var refused *fulfillment.ProviderRefusal
 	switch {
 	case errors.As(err, &refused):
-		return review(fmt.Sprintf("%s; asking for payment %s's state: %v (duplicate order policy reuse)", refusal.Error(), id, refused)), nil
+		return review(fmt.Sprintf("%s; asking for payment %s's state: %v", refusal.Error(), id, refused)), nil
 	case err != nil:
 		return fulfillment.StartOutcome{}, err
 	}
 	if err := fulfillment.SameAttempt(start, prov.Account(), existing); err != nil {
-		return review(fmt.Sprintf("%s; %v (duplicate order policy reuse)", refusal.Error(), err)), nil
+		return review(fmt.Sprintf("%s; %v", refusal.Error(), err)), nil
 	}
-	return fulfillment.StartOutcome{State: fulfillment.StartStarted, PaymentID: id,
-		Detail: "the provider already had this attempt's payment: linked (duplicate order policy reuse)"}, nil
+	if existing.Ended {
+		// This attempt's own payment, and it can no longer be paid: the
+		// next call starts a new attempt.
+		return fulfillment.StartOutcome{State: fulfillment.StartFailed, PaymentID: id,
+			Detail: fmt.Sprintf("the provider's payment %s for this attempt is %s: it can no longer be paid", id, existing.Status)}, nil
+	}
+	detail := "the provider already had this attempt's payment: linked"
+	if existing.URL == "" {
+		detail += "; the provider gives no payment page for an existing payment: start a new attempt (new_attempt) if the payer needs one"
+	}
+	return fulfillment.StartOutcome{State: fulfillment.StartStarted, PaymentID: id, PaymentURL: existing.URL, Detail: detail}, nil
 }
 
 func review(detail string) fulfillment.StartOutcome {

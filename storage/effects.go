@@ -18,6 +18,7 @@ func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out f
 		moveTo   fulfillment.State
 		markPaid bool
 		publish  []fulfillment.Topic
+		withdraw bool
 	)
 	for _, effect := range out.Effects {
 		if m == nil {
@@ -94,6 +95,8 @@ func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out f
 		case fulfillment.RequestDeliveries:
 			queueLineRequests(b, m.id)
 			q.messages = true
+		case fulfillment.WithdrawDeliveries:
+			withdraw = true
 		case fulfillment.Publish:
 			// After the order's update below: the event carries the state
 			// the order is in.
@@ -118,6 +121,9 @@ func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out f
 	}
 	for _, t := range publish {
 		q.add(s.queuePublish(b, m.id, t))
+	}
+	if withdraw { // after order.refunded is recorded
+		q.add(queueWithdrawals(b, m.id))
 	}
 	return q, nil
 }

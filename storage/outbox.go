@@ -74,8 +74,7 @@ func queueLineRequests(b *pgx.Batch, orderID string) {
 
 // queuePublish records the order event topic, with the order as it is when
 // the statement runs, and queues a message announcing it for each
-// destination subscribed to it (and, for order.refunded, each destination
-// of the order's external lines).
+// destination subscribed to it.
 func (s *Store) queuePublish(b *pgx.Batch, orderID string, topic fulfillment.Topic) queued {
 	destinations := s.subscriptions[topic]
 	b.Queue(`
@@ -93,21 +92,27 @@ func (s *Store) queuePublish(b *pgx.Batch, orderID string, topic fulfillment.Top
 		INSERT INTO outbox_messages (destination_id, topic, idempotency_key, org_id, environment, order_id,
 			required, payload)
 		SELECT d.id, e.topic, format($3::text, e.order_id, e.topic), e.org_id, e.environment, e.order_id, false, e.payload
-		FROM event e, (
-			SELECT unnest($4::text[])
-			UNION
-			SELECT l.destination FROM order_lines l
-			WHERE $5 AND l.order_id = $1 AND l.kind = 'external' AND l.destination IS NOT NULL
-		) AS d (id)
+		FROM event e, unnest($4::text[]) AS d (id)
 		ON CONFLICT ON CONSTRAINT outbox_messages_key DO NOTHING`,
-		orderID, topic, fulfillment.EventKeyFormat, destinations, refundsLines(topic))
-	return queued{messages: len(destinations) > 0 || refundsLines(topic), events: true}
+		orderID, topic, fulfillment.EventKeyFormat, destinations)
+	return queued{messages: len(destinations) > 0, events: true}
 }
 
-// refundsLines says whether topic also goes to the destinations that
-// fulfil the order's external lines, whether or not they subscribe to it:
-// order.refunded tells them that what they delivered was paid back.
-func refundsLines(topic fulfillment.Topic) bool { return topic == fulfillment.TopicOrderRefunded }
+// queueWithdrawals queues the order's order.refunded event (recorded
+// before, in this transaction or earlier) for each destination of its
+// external lines, subscribed or not, unless it has it already.
+func queueWithdrawals(b *pgx.Batch, orderID string) queued {
+	b.Queue(`
+		INSERT INTO outbox_messages (destination_id, topic, idempotency_key, org_id, environment, order_id,
+			required, payload)
+		SELECT DISTINCT l.destination, e.topic, format($3::text, e.order_id, e.topic), e.org_id, e.environment,
+			e.order_id, false, e.payload
+		FROM order_events e JOIN order_lines l ON l.order_id = e.order_id
+		WHERE e.order_id = $1 AND e.topic = $2 AND l.kind = 'external' AND l.destination IS NOT NULL
+		ON CONFLICT ON CONSTRAINT outbox_messages_key DO NOTHING`,
+		orderID, fulfillment.TopicOrderRefunded, fulfillment.EventKeyFormat)
+	return queued{messages: true}
+}
 
 // OutboxClaim implements fulfillment.OutboxWork.
 func (s *Store) OutboxClaim(ctx context.Context, destination, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]fulfillment.Claim, error) {

@@ -17,7 +17,7 @@ var _ fulfillment.PaymentStore = (*Store)(nil)
 
 const startColumns = `id, order_id, org_id, environment, endpoint_id, provider, attempt, provider_order_id, state,
 	currency, minor_units, description, coalesce(payment_id, ''), coalesce(payment_url, ''), detail,
-	busy_until, created_at, updated_at`
+	busy_until, asks, created_at, updated_at`
 
 func scanStart(r pgx.Row) (fulfillment.PaymentStart, error) {
 	var (
@@ -27,7 +27,7 @@ func scanStart(r pgx.Row) (fulfillment.PaymentStart, error) {
 	)
 	err := r.Scan(&s.ID, &orderID, &s.OrgID, &s.Environment, &s.EndpointID, &s.Provider, &s.Attempt,
 		&s.ProviderOrderID, &s.State, &s.Amount.Currency, &s.Amount.MinorUnits, &s.Description, &s.PaymentID,
-		&s.PaymentURL, &s.Detail, &busyUntil, &s.CreatedAt, &s.UpdatedAt)
+		&s.PaymentURL, &s.Detail, &busyUntil, &s.Asks, &s.CreatedAt, &s.UpdatedAt)
 	s.OrderID = orderID.String()
 	if busyUntil != nil {
 		s.BusyUntil = *busyUntil
@@ -83,7 +83,13 @@ func (s *Store) StartBegin(ctx context.Context, r fulfillment.StartRequest) (ful
 			start = *latest
 			return nil
 		case fulfillment.StepAsk:
-			start, err = scanStart(tx.QueryRow(ctx, `UPDATE payment_starts SET busy_until = $2, updated_at = now()
+			if latest.EndpointID != r.EndpointID {
+				// Another provider would not know the id: the same attempt
+				// could be paid twice.
+				return fmt.Errorf("%w: attempt %d of this order was asked of endpoint %q and its answer was lost: call again with that endpoint",
+					fulfillment.ErrFailedPrecondition, latest.Attempt, latest.EndpointID)
+			}
+			start, err = scanStart(tx.QueryRow(ctx, `UPDATE payment_starts SET busy_until = $2, asks = asks + 1, updated_at = now()
 				WHERE id = $1 RETURNING `+startColumns, latest.ID, busy))
 		case fulfillment.StepNew:
 			n := 1

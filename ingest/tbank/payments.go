@@ -76,9 +76,12 @@ func (p *payments) refusal(err error) error {
 }
 
 func providerPayment(p Payment) fulfillment.ProviderPayment {
+	k := kindOf(p.Status, false)
 	return fulfillment.ProviderPayment{
 		Account: p.TerminalKey, ProviderOrderID: p.OrderID, PaymentID: p.PaymentID, Status: p.Status,
 		Amount: fulfillment.Money{Currency: currency, MinorUnits: p.Amount}, URL: p.PaymentURL,
+		Ended: k == fulfillment.EventAttemptCancelled || k == fulfillment.EventAttemptExpired ||
+			k == fulfillment.EventRefunded || k == fulfillment.EventPartiallyRefunded,
 	}
 }
 

@@ -21,6 +21,9 @@ CREATE TABLE payment_starts (
     detail            text        NOT NULL DEFAULT '',
     -- A call is asking the provider until then: others wait (ABORTED).
     busy_until        timestamptz,
+    -- How many calls asked the provider about it: more than one means an
+    -- earlier answer was lost.
+    asks              int         NOT NULL DEFAULT 1,
     created_at        timestamptz NOT NULL DEFAULT now(),
     updated_at        timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT payment_starts_attempt_key UNIQUE (order_id, attempt),
