@@ -83,8 +83,11 @@ type StartRequest struct {
 	Provider   Provider
 	// NewAttempt starts another attempt even when the latest one is
 	// started or waits for review (say, its page expired).
-	NewAttempt  bool
-	Description string
+	NewAttempt bool
+	// ReplaceAttempt, with NewAttempt, is the attempt being replaced: when
+	// a later one exists (a retried call), it is returned instead.
+	ReplaceAttempt int
+	Description    string
 	// VisibleOrgs restricts the order to these orgs; nil means any.
 	VisibleOrgs []string
 	// Busy is how long the caller may take asking the provider.
@@ -130,12 +133,16 @@ const (
 )
 
 // NextStart decides what a call does given the order's latest start
-// (nil: none yet), whether it asks for a new attempt, and the time. A busy
+// (nil: none yet), whether it asks for a new attempt (replacing attempt
+// replace, when not 0), and the time. A busy
 // latest start is ErrStartBusy; a new attempt past MaxPaymentStarts is
 // ErrFailedPrecondition.
-func NextStart(latest *PaymentStart, newAttempt bool, now time.Time) (StartStep, error) {
+func NextStart(latest *PaymentStart, newAttempt bool, replace int, now time.Time) (StartStep, error) {
 	if latest == nil {
 		return StepNew, nil
+	}
+	if newAttempt && replace > 0 && latest.Attempt > replace {
+		newAttempt = false // replaced already, by the call this one retries
 	}
 	if latest.State == StartStarting {
 		if now.Before(latest.BusyUntil) {

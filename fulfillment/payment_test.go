@@ -33,28 +33,31 @@ func TestNextStart(t *testing.T) {
 		name       string
 		latest     *PaymentStart
 		newAttempt bool
+		replace    int
 		want       StartStep
 		wantErr    error
 	}{
-		{"first call", nil, false, StepNew, nil},
-		{"first call asking for a new attempt", nil, true, StepNew, nil},
-		{"started: the same attempt again", start(StartStarted, 1, time.Time{}), false, StepReturn, nil},
-		{"started, new attempt asked for", start(StartStarted, 1, time.Time{}), true, StepNew, nil},
-		{"another call is asking the provider", start(StartStarting, 1, now.Add(time.Second)), false, 0, ErrStartBusy},
-		{"another call is asking, even for a new attempt", start(StartStarting, 1, now.Add(time.Second)), true, 0, ErrStartBusy},
-		{"an answer was lost: ask again under the same id", start(StartStarting, 1, now.Add(-time.Second)), false, StepAsk, nil},
-		{"busy mark ends now", start(StartStarting, 1, now), false, StepAsk, nil},
-		{"failed: a new attempt", start(StartFailed, 3, time.Time{}), false, StepNew, nil},
-		{"review: returned until a new attempt is asked for", start(StartReview, 1, time.Time{}), false, StepReturn, nil},
-		{"review, new attempt asked for", start(StartReview, 1, time.Time{}), true, StepNew, nil},
-		{"last attempt failed", start(StartFailed, MaxPaymentStarts, time.Time{}), false, 0, ErrFailedPrecondition},
-		{"last attempt started: returned", start(StartStarted, MaxPaymentStarts, time.Time{}), false, StepReturn, nil},
-		{"no attempt left", start(StartStarted, MaxPaymentStarts, time.Time{}), true, 0, ErrFailedPrecondition},
+		{"first call", nil, false, 0, StepNew, nil},
+		{"first call asking for a new attempt", nil, true, 0, StepNew, nil},
+		{"started: the same attempt again", start(StartStarted, 1, time.Time{}), false, 0, StepReturn, nil},
+		{"started, new attempt asked for", start(StartStarted, 1, time.Time{}), true, 0, StepNew, nil},
+		{"another call is asking the provider", start(StartStarting, 1, now.Add(time.Second)), false, 0, 0, ErrStartBusy},
+		{"another call is asking, even for a new attempt", start(StartStarting, 1, now.Add(time.Second)), true, 0, 0, ErrStartBusy},
+		{"an answer was lost: ask again under the same id", start(StartStarting, 1, now.Add(-time.Second)), false, 0, StepAsk, nil},
+		{"busy mark ends now", start(StartStarting, 1, now), false, 0, StepAsk, nil},
+		{"failed: a new attempt", start(StartFailed, 3, time.Time{}), false, 0, StepNew, nil},
+		{"review: returned until a new attempt is asked for", start(StartReview, 1, time.Time{}), false, 0, StepReturn, nil},
+		{"review, new attempt asked for", start(StartReview, 1, time.Time{}), true, 0, StepNew, nil},
+		{"last attempt failed", start(StartFailed, MaxPaymentStarts, time.Time{}), false, 0, 0, ErrFailedPrecondition},
+		{"last attempt started: returned", start(StartStarted, MaxPaymentStarts, time.Time{}), false, 0, StepReturn, nil},
+		{"no attempt left", start(StartStarted, MaxPaymentStarts, time.Time{}), true, 0, 0, ErrFailedPrecondition},
+		{"replacing the latest attempt", start(StartStarted, 2, time.Time{}), true, 2, StepNew, nil},
+		{"a retried replacement: the replacement is returned", start(StartStarted, 3, time.Time{}), true, 2, StepReturn, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := NextStart(tc.latest, tc.newAttempt, now)
+			got, err := NextStart(tc.latest, tc.newAttempt, tc.replace, now)
 			if !errors.Is(err, tc.wantErr) || (err == nil && got != tc.want) {
 				t.Errorf("NextStart = %v, %v; want %v, %v", got, err, tc.want, tc.wantErr)
 			}

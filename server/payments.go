@@ -27,7 +27,8 @@ func (s *Service) StartPayment(ctx context.Context, req *fulfillmentv1.StartPaym
 	p := principalFrom(ctx)
 	r := fulfillment.StartRequest{
 		OrderID: req.GetOrderId(), EndpointID: req.GetEndpointId(), NewAttempt: req.GetNewAttempt(),
-		Description: req.GetDescription(), VisibleOrgs: p.VisibleOrgs(), Busy: 2 * providerTimeout,
+		ReplaceAttempt: int(req.GetReplaceAttempt()),
+		Description:    req.GetDescription(), VisibleOrgs: p.VisibleOrgs(), Busy: 2 * providerTimeout,
 	}
 	if err := r.Validate(); err != nil {
 		return nil, toStatus(ctx, s.log, err)

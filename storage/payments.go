@@ -73,7 +73,7 @@ func (s *Store) StartBegin(ctx context.Context, r fulfillment.StartRequest) (ful
 			}
 			return fmt.Errorf("%w: order is %s: only an order awaiting payment can be paid", fulfillment.ErrFailedPrecondition, state)
 		}
-		step, err := fulfillment.NextStart(latest, r.NewAttempt, now)
+		step, err := fulfillment.NextStart(latest, r.NewAttempt, r.ReplaceAttempt, now)
 		if err != nil {
 			return err
 		}

@@ -117,6 +117,7 @@ attempt; --new-attempt starts the next one. Needs the orders:write scope.`,
 	pf := startPayment.Flags()
 	pf.StringVar(&pay.EndpointId, "endpoint", "", "the endpoint whose provider takes the payment (e.g. tbank-test)")
 	pf.BoolVar(&pay.NewAttempt, "new-attempt", false, "start another attempt even if one was started")
+	pf.Int32Var(&pay.ReplaceAttempt, "replace-attempt", 0, "with --new-attempt: the attempt being replaced, so that running the command again does not start yet another")
 	pf.StringVar(&pay.Description, "description", "", "what the payer is shown (140 characters at most)")
 	_ = startPayment.MarkFlagRequired("endpoint")
 

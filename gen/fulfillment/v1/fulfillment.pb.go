@@ -3063,9 +3063,14 @@ type StartPaymentRequest struct {
 	// followed by a new one anyway.
 	NewAttempt bool `protobuf:"varint,3,opt,name=new_attempt,json=newAttempt,proto3" json:"new_attempt,omitempty"`
 	// Shown to the payer by the provider; at most 140 characters.
-	Description   string `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Description string `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
+	// With new_attempt: the number of the attempt being replaced (the latest
+	// one the caller saw). A retried call then returns the attempt the first
+	// call started instead of starting yet another. 0: every call with
+	// new_attempt starts one.
+	ReplaceAttempt int32 `protobuf:"varint,5,opt,name=replace_attempt,json=replaceAttempt,proto3" json:"replace_attempt,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StartPaymentRequest) Reset() {
@@ -3124,6 +3129,13 @@ func (x *StartPaymentRequest) GetDescription() string {
 		return x.Description
 	}
 	return ""
+}
+
+func (x *StartPaymentRequest) GetReplaceAttempt() int32 {
+	if x != nil {
+		return x.ReplaceAttempt
+	}
+	return 0
 }
 
 // StartPaymentResponse is the attempt the call started or found.
@@ -3742,14 +3754,15 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x18EnableDestinationRequest\x12%\n" +
 	"\x0edestination_id\x18\x01 \x01(\tR\rdestinationId\"Z\n" +
 	"\x19EnableDestinationResponse\x12=\n" +
-	"\vdestination\x18\x01 \x01(\v2\x1b.fulfillment.v1.DestinationR\vdestination\"\x94\x01\n" +
+	"\vdestination\x18\x01 \x01(\v2\x1b.fulfillment.v1.DestinationR\vdestination\"\xbd\x01\n" +
 	"\x13StartPaymentRequest\x12\x19\n" +
 	"\border_id\x18\x01 \x01(\tR\aorderId\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
 	"endpointId\x12\x1f\n" +
 	"\vnew_attempt\x18\x03 \x01(\bR\n" +
 	"newAttempt\x12 \n" +
-	"\vdescription\x18\x04 \x01(\tR\vdescription\"N\n" +
+	"\vdescription\x18\x04 \x01(\tR\vdescription\x12'\n" +
+	"\x0freplace_attempt\x18\x05 \x01(\x05R\x0ereplaceAttempt\"N\n" +
 	"\x14StartPaymentResponse\x126\n" +
 	"\apayment\x18\x01 \x01(\v2\x1c.fulfillment.v1.PaymentStartR\apayment\"\xa7\x03\n" +
 	"\fPaymentStart\x12\x19\n" +
