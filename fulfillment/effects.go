@@ -121,6 +121,8 @@ type ItemSubject struct {
 	MessageID int64
 	// StartID is the payment start it is about, when any.
 	StartID int64
+	// SubscriptionID is the subscription it is about, when any.
+	SubscriptionID string
 }
 
 // FailedEventKeyPrefix starts the key of a failed_event item; the stored
@@ -145,6 +147,10 @@ const DeliveryKeyPrefix = "outbox|"
 //   - anything else about a payment: the payment (provider, tenant, order,
 //     attempt, payment id), or the event when it names no payment.
 func ItemKey(kind ReconKind, s ItemSubject) string {
+	if s.SubscriptionID != "" {
+		// A subscription's payment, or the event, once per kind.
+		return fmt.Sprintf("subscription|%s|%s|%s|%s", s.SubscriptionID, kind, s.PaymentID, s.EventID)
+	}
 	switch kind {
 	case ReconFailedEvent:
 		return FailedEventKeyPrefix + strconv.FormatInt(s.InboxID, 10)

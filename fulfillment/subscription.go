@@ -1,6 +1,7 @@
 package fulfillment
 
 import (
+	"context"
 	"fmt"
 	"time"
 )
@@ -278,4 +279,36 @@ func SweepSubscription(sub Subscription, plan Plan, now time.Time) (Outcome, boo
 	}
 	return outcome(DecisionAccessEnded, "access ended: "+sub.AccessAt(now, plan).Why,
 		EndAccess{}, MoveSubscription{SubExpired}, Publish{TopicSubscriptionAccessEnded}), true
+}
+
+// SubscriptionRef names a subscription at its provider, with what its first
+// event creates it with.
+type SubscriptionRef struct {
+	OrgID                  string
+	Environment            Environment
+	Provider               Provider
+	ProviderSubscriptionID string
+	CustomerRef, PlanID    string
+}
+
+// SubscriptionRecord is a stored subscription.
+type SubscriptionRecord struct {
+	ID string
+	SubscriptionRef
+	Subscription
+	AccessEndedAt        *time.Time
+	CreatedAt, UpdatedAt time.Time
+}
+
+// SubscriptionStore keeps subscriptions.
+type SubscriptionStore interface {
+	// SubscriptionApply decides ev for the subscription ref names —
+	// created by its first event — under the subscription's lock, and
+	// applies the outcome in the same transaction. eventRef names ev in
+	// the items it opens.
+	SubscriptionApply(ctx context.Context, ref SubscriptionRef, ev SubscriptionEvent, eventRef string, plan Plan) (Outcome, SubscriptionRecord, error)
+	// SubscriptionSweep ends the access of subscription id at now when the
+	// rules say so (SweepSubscription), once: false when they do not, or
+	// when another sweeper did.
+	SubscriptionSweep(ctx context.Context, id string, plan Plan, now time.Time) (bool, error)
 }
