@@ -62,6 +62,8 @@ type Config struct {
 	// StatusPoll tunes the poller that asks providers about the payments
 	// the service started whose outcome no notification brought.
 	StatusPoll StatusPoll `yaml:"status_poll,omitempty"`
+	// Plans are the subscription plans.
+	Plans []Plan `yaml:"plans,omitempty"`
 	// Worker is the former name of Inbox. Load accepts it (not together
 	// with inbox), copies it into Inbox and leaves it set, so that serve
 	// warns at start.
@@ -540,6 +542,9 @@ func (c *Config) validate() error {
 		return err
 	}
 	if err := c.StatusPoll.validate("status_poll"); err != nil {
+		return err
+	}
+	if err := c.validatePlans(); err != nil {
 		return err
 	}
 	if c.StatusPoll.After < 0 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest/tbank"
 )
 
@@ -116,6 +117,10 @@ func TestLoadErrors(t *testing.T) {
 		{"tbank password as an option", "endpoints: [ { id: tb, provider: tbank, org: org_a, environment: live, secrets: [ { env: OTHER } ], options: { terminal_key: T1, password: x } } ]\n", vars, `endpoints[0].options: line 1: unknown option "password"`},
 		{"tbank unknown policy", "endpoints: [ { id: tb, provider: tbank, org: org_a, environment: live, secrets: [ { env: OTHER } ], options: { terminal_key: T1, duplicate_order_policy: retry } } ]\n", vars, "endpoints[0].options: duplicate_order_policy must be fail, ignore or reuse"},
 		{"unknown provider", "endpoints: [ { id: ep, provider: paypal, org: org_a, environment: live, secrets: [ { env: OTHER } ] } ]\n", vars, `endpoints[0].provider: "paypal" is not one of yolfi`},
+		{"plan without period", "plans: [ { id: pro } ]\n", vars, "plans[0]: a period needs months or days"},
+		{"plan id twice", "plans: [ { id: pro, months: 1 }, { id: pro, days: 7 } ]\n", vars, `plans[1].id: "pro" is used twice`},
+		{"plan grace too long", "plans: [ { id: pro, months: 1, grace: 2400h } ]\n", vars, "plans[0].grace"},
+		{"plan bad id", "plans: [ { id: Pro Monthly, months: 1 } ]\n", vars, "plans[0].id"},
 		{"short yolfi secret", "endpoints: [ { id: ep, provider: yolfi, org: org_a, environment: live, secrets: [ { env: PASSWORD } ] } ]\n", map[string]string{"PASSWORD": "Dfsfh56dgKl"}, "endpoints[0].secrets[0]: a yolfi signing secret must be at least 16 characters"},
 		{"tbank api url", "endpoints: [ { id: tb, provider: tbank, org: org_a, environment: live, secrets: [ { env: OTHER } ], options: { terminal_key: T1, api_url: \"securepay.tinkoff.ru\" } } ]\n", vars, "endpoints[0].options: api_url: must be an absolute http:// or https:// URL"},
 		{"tbank notification url with credentials", "endpoints: [ { id: tb, provider: tbank, org: org_a, environment: live, secrets: [ { env: OTHER } ], options: { terminal_key: T1, notification_url: \"https://u:p@hooks.example/\" } } ]\n", vars, "endpoints[0].options: notification_url: must not hold credentials"},
@@ -213,6 +218,9 @@ func TestExampleLoads(t *testing.T) {
 	}
 	if got := cfg.StatusPoll.WithDefaults(); got != defaults.StatusPoll.WithDefaults() || got.After != 10*time.Minute {
 		t.Errorf("the example's status_poll = %+v, want the defaults stated", got)
+	}
+	if p, ok := cfg.Plan("pro-monthly"); !ok || p.Period != (fulfillment.Period{Months: 1}) || p.Grace != DefaultPlanGrace {
+		t.Errorf("the example's plan = %+v, %v; want monthly with the default grace", p, ok)
 	}
 	if len(cfg.Auth.Tokens) != 3 || len(cfg.Endpoints) != 1 || cfg.Ingest.Upstream.Addr == "" {
 		t.Errorf("example config = %+v", cfg)
