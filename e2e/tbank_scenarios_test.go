@@ -46,9 +46,7 @@ func TestTBankTwoIdenticalConfirmed(t *testing.T) {
 			t.Errorf("%s stored %d times, want once", status, n)
 		}
 	}
-	want := orderCounts{State: "fulfilled", Licenses: 1, Attempts: 1,
-		Inbox:     map[string]int{s.authorizedDecision(t, pay): 1, "fulfilled": 1},
-		Published: map[string]int{"order.fulfilled": 1}}
+	want := paidOnce(s.authorizedDecision(t, pay))
 	if got := s.orderCounts(t, order.GetId()); !got.equal(want) {
 		t.Errorf("order: %v\nwant   %v", got, want)
 	}
@@ -85,8 +83,7 @@ func TestTBankAuthorizedAfterConfirmed(t *testing.T) {
 		if got, want := s.decisionsByArrival(t, order.GetId()), "CONFIRMED=fulfilled,AUTHORIZED="+auth; got != want {
 			t.Errorf("decisions in order of arrival: %s; want %s", got, want)
 		}
-		want := orderCounts{State: "fulfilled", Licenses: 1, Attempts: 1,
-			Inbox: map[string]int{"fulfilled": 1, auth: 1}, Published: map[string]int{"order.fulfilled": 1}}
+		want := paidOnce(auth)
 		if got := s.orderCounts(t, order.GetId()); !got.equal(want) {
 			t.Errorf("order: %v\nwant   %v", got, want)
 		}
@@ -120,8 +117,7 @@ func TestTBankAuthorizedAfterConfirmed(t *testing.T) {
 		if got, want := s.decisionsByArrival(t, order.GetId()), "CONFIRMED=fulfilled,AUTHORIZED=stale_ignored"; got != want {
 			t.Errorf("decisions in order of arrival: %s; want %s", got, want)
 		}
-		want := orderCounts{State: "fulfilled", Licenses: 1, Attempts: 1,
-			Inbox: map[string]int{"fulfilled": 1, "stale_ignored": 1}, Published: map[string]int{"order.fulfilled": 1}}
+		want := paidOnce("stale_ignored")
 		if got := s.orderCounts(t, order.GetId()); !got.equal(want) {
 			t.Errorf("order: %v\nwant   %v", got, want)
 		}
@@ -180,9 +176,7 @@ func TestTBankConcurrentCompletion(t *testing.T) {
 		t.Errorf("the bank made %d notifications, want %d", len(got), 2*orders)
 	}
 	for i, id := range ids {
-		want := orderCounts{State: "fulfilled", Licenses: 1, Attempts: 1,
-			Inbox:     map[string]int{s.authorizedDecision(t, pays[i]): 1, "fulfilled": 1},
-			Published: map[string]int{"order.fulfilled": 1}}
+		want := paidOnce(s.authorizedDecision(t, pays[i]))
 		if got := s.orderCounts(t, id); !got.equal(want) {
 			t.Errorf("order %d: %v\nwant   %v", i, got, want)
 		}
@@ -250,9 +244,7 @@ func TestTBankBadToken(t *testing.T) {
 		}
 	}
 	s.settle(t)
-	want = orderCounts{State: "fulfilled", Licenses: 1, Attempts: 1,
-		Inbox:     map[string]int{s.authorizedDecision(t, pay): 1, "fulfilled": 1},
-		Published: map[string]int{"order.fulfilled": 1}}
+	want = paidOnce(s.authorizedDecision(t, pay))
 	if got := s.orderCounts(t, order.GetId()); !got.equal(want) {
 		t.Errorf("order after the right Token: %v\nwant   %v", got, want)
 	}
@@ -479,9 +471,7 @@ func TestTBankPaymentIDSpellings(t *testing.T) {
 				}
 			}
 			s.settle(t)
-			want := orderCounts{State: "fulfilled", Licenses: 1, Attempts: 1,
-				Inbox:     map[string]int{s.authorizedDecision(t, pay): 1, "fulfilled": 1},
-				Published: map[string]int{"order.fulfilled": 1}}
+			want := paidOnce(s.authorizedDecision(t, pay))
 			if got := s.orderCounts(t, order.GetId()); !got.equal(want) {
 				t.Errorf("order: %v\nwant   %v", got, want)
 			}
@@ -663,6 +653,15 @@ type orderCounts struct {
 	// Items are reconciliation items by kind, Inbox the order's inbox rows
 	// by decision, Published its order events by topic.
 	Items, Inbox, Published map[string]int
+}
+
+// paidOnce is what a T-Bank order paid once holds: fulfilled, one license,
+// one attempt, its AUTHORIZED decided auth and its CONFIRMED fulfilled, one
+// order.fulfilled.
+func paidOnce(auth string) orderCounts {
+	return orderCounts{State: "fulfilled", Licenses: 1, Attempts: 1,
+		Inbox:     map[string]int{auth: 1, "fulfilled": 1},
+		Published: map[string]int{"order.fulfilled": 1}}
 }
 
 func (s *stack) orderCounts(t *testing.T, orderID string) orderCounts {
