@@ -28,21 +28,11 @@ func (s *Service) ListOutboxMessages(ctx context.Context, req *fulfillmentv1.Lis
 	if err != nil {
 		return nil, err
 	}
-	if pg.before != "" {
-		if _, err := strconv.ParseInt(pg.before, 10, 64); err != nil {
-			return nil, toStatus(ctx, s.log, badPageToken())
-		}
-	}
-	fetch := func(before string, limit int) ([]fulfillment.Delivery, error) {
-		params := fulfillment.DeliveryListParams{Filter: filter, Limit: limit}
-		if before != "" {
-			params.BeforeID, _ = strconv.ParseInt(before, 10, 64) // checked above, or a cursor of ours
-		}
-		return s.outbox.DeliveryList(ctx, params)
+	fetch := func(before int64, limit int) ([]fulfillment.Delivery, error) {
+		return s.outbox.DeliveryList(ctx, fulfillment.DeliveryListParams{Filter: filter, BeforeID: before, Limit: limit})
 	}
 	resp := &fulfillmentv1.ListOutboxMessagesResponse{}
-	resp.Messages, resp.NextPageToken, err = fillPage(pg, fetch, deliveryToProto,
-		func(d fulfillment.Delivery) string { return strconv.FormatInt(d.ID, 10) })
+	resp.Messages, resp.NextPageToken, err = fillIDPage(pg, fetch, deliveryToProto, func(d fulfillment.Delivery) int64 { return d.ID })
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}

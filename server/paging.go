@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -142,4 +143,33 @@ func badPageToken() error {
 		Field:       "page_token",
 		Description: "is not a token from a previous response with the same filters; start again without page_token",
 	}}}
+}
+
+// fillIDPage is fillPage for a listing by numeric id, newest first: fetch
+// takes the id the page continues below (0 for the start). A token whose
+// position is not an id was not issued by this listing.
+func fillIDPage[T any, P proto.Message](p pager, fetch func(beforeID int64, limit int) ([]T, error),
+	render func(T) P, id func(T) int64) ([]P, string, error) {
+	if _, err := beforeID(p.before); err != nil {
+		return nil, "", err
+	}
+	return fillPage(p, func(before string, limit int) ([]T, error) {
+		n, err := beforeID(before)
+		if err != nil {
+			return nil, err
+		}
+		return fetch(n, limit)
+	}, render, func(row T) string { return strconv.FormatInt(id(row), 10) })
+}
+
+// beforeID reads a numeric listing's position: "" is the start (0).
+func beforeID(before string) (int64, error) {
+	if before == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(before, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, badPageToken()
+	}
+	return n, nil
 }

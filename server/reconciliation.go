@@ -25,21 +25,11 @@ func (s *Service) ListReconciliationItems(ctx context.Context, req *fulfillmentv
 	if err != nil {
 		return nil, err
 	}
-	if pg.before != "" {
-		if _, err := strconv.ParseInt(pg.before, 10, 64); err != nil {
-			return nil, toStatus(ctx, s.log, badPageToken())
-		}
-	}
-	fetch := func(before string, limit int) ([]fulfillment.ReconItem, error) {
-		params := fulfillment.ReconListParams{Filter: filter, Limit: limit}
-		if before != "" {
-			params.BeforeID, _ = strconv.ParseInt(before, 10, 64) // checked above, or a cursor of ours
-		}
-		return s.recon.ReconList(ctx, params)
+	fetch := func(before int64, limit int) ([]fulfillment.ReconItem, error) {
+		return s.recon.ReconList(ctx, fulfillment.ReconListParams{Filter: filter, BeforeID: before, Limit: limit})
 	}
 	resp := &fulfillmentv1.ListReconciliationItemsResponse{}
-	resp.Items, resp.NextPageToken, err = fillPage(pg, fetch, reconItemToProto,
-		func(it fulfillment.ReconItem) string { return strconv.FormatInt(it.ID, 10) })
+	resp.Items, resp.NextPageToken, err = fillIDPage(pg, fetch, reconItemToProto, func(it fulfillment.ReconItem) int64 { return it.ID })
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
