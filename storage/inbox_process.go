@@ -209,54 +209,56 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 	if len(ids) == 0 {
 		return lo, nil
 	}
-	// The order locks protect the attempts: every writer of an order's
-	// attempts holds its order row.
-	rows, _ = tx.Query(ctx, `
-		SELECT order_id, provider, attempt_ref, state FROM payment_attempts WHERE order_id = ANY($1::uuid[])`, ids)
-	err = forEachRow(rows, func(r pgx.Rows) error {
-		var (
-			orderID uuid.UUID
-			k       fulfillment.AttemptKey
-			state   fulfillment.AttemptState
-		)
-		if err := r.Scan(&orderID, &k.Provider, &k.Ref, &state); err != nil {
-			return err
-		}
-		byID[orderID.String()].Attempts[k] = state
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reading payment attempts: %w", interpret(err))
-	}
+	// The order locks protect the attempts and the recorded refunds:
+	// every writer of an order's attempts and decisions holds its order
+	// row. Both are read in one round trip.
+	b := &pgx.Batch{}
+	b.Queue(`SELECT order_id, provider, attempt_ref, state FROM payment_attempts WHERE order_id = ANY($1::uuid[])`, ids).
+		Query(func(rows pgx.Rows) error {
+			return forEachRow(rows, func(r pgx.Rows) error {
+				var (
+					orderID uuid.UUID
+					k       fulfillment.AttemptKey
+					state   fulfillment.AttemptState
+				)
+				if err := r.Scan(&orderID, &k.Provider, &k.Ref, &state); err != nil {
+					return err
+				}
+				byID[orderID.String()].Attempts[k] = state
+				return nil
+			})
+		})
 	// The partial refunds the orders' events recorded, in the order they
 	// were decided (an order's events are decided under its lock).
-	rows, _ = tx.Query(ctx, `
+	b.Queue(`
 		SELECT order_id, provider, attempt_ref, amount::text, token, network, currency
 		FROM inbox_events
 		WHERE order_id = ANY($1::uuid[]) AND decision = $2
-		ORDER BY processed_at, id`, ids, fulfillment.DecisionPartiallyRefunded)
-	err = forEachRow(rows, func(r pgx.Rows) error {
-		var (
-			orderID                         uuid.UUID
-			rr                              fulfillment.RecordedRefund
-			attemptRef                      *string
-			value, token, network, currency *string
-		)
-		if err := r.Scan(&orderID, &rr.Attempt.Provider, &attemptRef, &value, &token, &network, &currency); err != nil {
-			return err
-		}
-		rr.Attempt.Ref = str(attemptRef)
-		var err error
-		if rr.Amount, err = amountOf(value, token, network, currency); err != nil {
-			return err
-		}
-		rr.Ref = fulfillment.RefundRefOf(rr.Attempt.Provider, rr.Attempt.Ref, rr.Amount)
-		o := byID[orderID.String()]
-		o.PartialRefunds = append(o.PartialRefunds, rr)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reading partial refunds: %w", interpret(err))
+		ORDER BY processed_at, id`, ids, fulfillment.DecisionPartiallyRefunded).
+		Query(func(rows pgx.Rows) error {
+			return forEachRow(rows, func(r pgx.Rows) error {
+				var (
+					orderID                         uuid.UUID
+					rr                              fulfillment.RecordedRefund
+					attemptRef                      *string
+					value, token, network, currency *string
+				)
+				if err := r.Scan(&orderID, &rr.Attempt.Provider, &attemptRef, &value, &token, &network, &currency); err != nil {
+					return err
+				}
+				rr.Attempt.Ref = str(attemptRef)
+				var err error
+				if rr.Amount, err = amountOf(value, token, network, currency); err != nil {
+					return err
+				}
+				rr.Ref = fulfillment.RefundRefOf(rr.Attempt.Provider, rr.Attempt.Ref, rr.Amount)
+				o := byID[orderID.String()]
+				o.PartialRefunds = append(o.PartialRefunds, rr)
+				return nil
+			})
+		})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("reading payment attempts and refunds: %w", interpret(err))
 	}
 	return lo, nil
 }
