@@ -149,8 +149,8 @@ func badPageToken() error {
 // takes the id the page continues below (0 for the start). A token whose
 // position is not an id was not issued by this listing.
 func fillIDPage[T any, P proto.Message](p pager, fetch func(beforeID int64, limit int) ([]T, error),
-	render func(T) P, id func(T) int64) ([]P, string, error) {
-	if _, err := beforeID(p.before); err != nil {
+	render func(T) P, id func(T) int64) (page []P, nextToken string, err error) {
+	if _, err = beforeID(p.before); err != nil {
 		return nil, "", err
 	}
 	return fillPage(p, func(before string, limit int) ([]T, error) {
