@@ -36,8 +36,13 @@ const (
 	// EventPartiallyRefunded: part of the payment was returned; the
 	// event's amount says how much (T-Bank PARTIAL_REFUNDED).
 	EventPartiallyRefunded EventKind = "partially_refunded"
-	// EventOther: stored and acknowledged, no effect on orders
-	// (subscription events until subscriptions are built, unknown types).
+	// EventSubscriptionOverdue: a renewal of the subscription the event
+	// names is overdue (Yolfi subscription.overdue).
+	EventSubscriptionOverdue EventKind = "subscription_overdue"
+	// EventSubscriptionCancelled: the subscription the event names was
+	// cancelled (Yolfi subscription.cancelled).
+	EventSubscriptionCancelled EventKind = "subscription_cancelled"
+	// EventOther: stored and acknowledged, no effect (unknown types).
 	EventOther EventKind = "other"
 )
 
@@ -45,7 +50,7 @@ const (
 func (k EventKind) Valid() bool {
 	switch k {
 	case EventAttemptCreated, EventPaymentConfirmed, EventAttemptExpired, EventAttemptCancelled,
-		EventRefunded, EventPartiallyRefunded, EventOther:
+		EventRefunded, EventPartiallyRefunded, EventSubscriptionOverdue, EventSubscriptionCancelled, EventOther:
 		return true
 	}
 	return false
@@ -104,7 +109,14 @@ type PaymentInfo struct {
 	PaymentID         string
 	CheckoutSessionID string
 	MerchantOrderID   string
-	SubscriptionID    string
+	// SubscriptionID names the subscription a payment or a subscription
+	// event belongs to at the provider (Yolfi subscriptionId, T-Bank
+	// RebillId): renewals find their subscription by it.
+	SubscriptionID string
+	// CustomerRef is the merchant's reference of the payer, when the
+	// provider relays it (Yolfi customer.clientReferenceId). It may carry
+	// personal data: it is stored, never logged.
+	CustomerRef string
 	// Amount is what the merchant receives (a confirmation) or what was
 	// returned (a refund): token units, or a currency's minor units. The
 	// zero Amount: the event carries none.
@@ -152,6 +164,7 @@ func (ev ProviderEvent) Validate() error {
 		{"payment.checkout_session_id", p.CheckoutSessionID},
 		{"payment.merchant_order_id", p.MerchantOrderID},
 		{"payment.subscription_id", p.SubscriptionID},
+		{"payment.customer_ref", p.CustomerRef},
 	} {
 		text(f.field, f.v, RuleRef, false)
 	}
@@ -179,6 +192,10 @@ func (ev ProviderEvent) Validate() error {
 	case EventPartiallyRefunded:
 		if !p.Amount.Known() {
 			vs.add("payment.amount", "is required for a partial refund: how much was returned")
+		}
+	case EventSubscriptionOverdue, EventSubscriptionCancelled:
+		if p.SubscriptionID == "" {
+			vs.add("payment.subscription_id", "is required for a subscription event: the subscription it concerns")
 		}
 	default:
 		// The other kinds need only the checks above.

@@ -44,8 +44,12 @@ type OrderEvent struct {
 	Cursor      FeedCursor
 	OrgID       string
 	Environment Environment
-	OrderID     string
-	Topic       Topic
+	// OrderID names the order of an order event, SubscriptionID the
+	// subscription of a subscription event (subscription.renewed, …): one
+	// of them is set.
+	OrderID        string
+	SubscriptionID string
+	Topic          Topic
 	// Payload is the event's JSON, as outbox messages announcing it carry.
 	Payload   []byte
 	CreatedAt time.Time

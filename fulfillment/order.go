@@ -33,12 +33,16 @@ const (
 	KindBalanceCredit LineKind = "balance_credit"
 	// KindExternal is fulfilled by another service through the outbox.
 	KindExternal LineKind = "external"
+	// KindSubscription pays one period of the subscription of the line's
+	// customer (AccountRef) to its plan (PlanID): the first paid order
+	// creates the subscription, a later one renews it.
+	KindSubscription LineKind = "subscription"
 )
 
 // Valid reports whether k is a known line kind.
 func (k LineKind) Valid() bool {
 	switch k {
-	case KindLicense, KindBalanceCredit, KindExternal:
+	case KindLicense, KindBalanceCredit, KindExternal, KindSubscription:
 		return true
 	}
 	return false
@@ -77,11 +81,15 @@ type Money struct {
 
 // Line is one thing the customer must receive.
 type Line struct {
-	SKU        string
-	Kind       LineKind
-	Quantity   int64
-	UnitPrice  Money
+	SKU       string
+	Kind      LineKind
+	Quantity  int64
+	UnitPrice Money
+	// AccountRef is the account a balance_credit line credits, or the
+	// customer a subscription line's subscription belongs to.
 	AccountRef string
+	// PlanID is the configured plan of a subscription line.
+	PlanID string
 	// Destination names the configured destination that fulfils an
 	// external line; empty for other kinds.
 	Destination string

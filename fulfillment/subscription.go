@@ -243,6 +243,20 @@ type Access struct {
 	Why     string
 }
 
+// AccessEnds is when the access the subscription grants ends unless an
+// event extends it: the end of its paid period, plus the plan's grace
+// unless it was cancelled. The sweeper looks at it then. The zero time:
+// it grants none (no period paid, or expired).
+func (s Subscription) AccessEnds(plan Plan) time.Time {
+	if s.Periods == 0 || s.State == SubExpired {
+		return time.Time{}
+	}
+	if s.State == SubCancelled {
+		return s.PeriodEnd
+	}
+	return s.PeriodEnd.Add(plan.Grace)
+}
+
 // AccessAt says what sub grants at now: an active subscription until its
 // period ends, and for the plan's grace after it while the renewal is
 // awaited; a past-due one until that grace runs out; a cancelled one until
@@ -251,21 +265,25 @@ func (s Subscription) AccessAt(now time.Time, plan Plan) Access {
 	if s.Periods == 0 {
 		return Access{Why: "no period was paid"}
 	}
-	until, why := s.PeriodEnd, "paid period"
-	switch s.State {
-	case SubActive:
-		if !now.Before(s.PeriodEnd) {
-			until, why = s.PeriodEnd.Add(plan.Grace), "grace while the renewal is awaited"
-		}
-	case SubPastDue:
-		until, why = s.PeriodEnd.Add(plan.Grace), "grace of a past-due subscription"
-	case SubCancelled:
-		why = "cancelled; the paid period runs out"
-	case SubExpired:
+	if s.State == SubExpired {
 		return Access{Why: "access ended"}
+	}
+	until, why := s.AccessEnds(plan), "paid period"
+	switch {
+	case s.State == SubPastDue:
+		why = "grace of a past-due subscription"
+	case s.State == SubCancelled:
+		why = "cancelled; the paid period runs out"
+	case !now.Before(s.PeriodEnd):
+		why = "grace while the renewal is awaited"
 	}
 	if s.AccessEnded || !now.Before(until) {
 		return Access{Until: until, Why: why + " ended"}
+	}
+	if s.State == SubActive && now.Before(s.PeriodEnd) {
+		// Paid up: the renewal may extend it; until is when it ends if
+		// none comes.
+		until = s.PeriodEnd
 	}
 	return Access{Granted: true, Until: until, Why: why}
 }
@@ -311,4 +329,84 @@ type SubscriptionStore interface {
 	// rules say so (SweepSubscription), once: false when they do not, or
 	// when another sweeper did.
 	SubscriptionSweep(ctx context.Context, id string, plan Plan, now time.Time) (bool, error)
+}
+
+// Plans are the configured plans, by id.
+type Plans map[string]Plan
+
+// SubscriptionFilter selects subscriptions. Empty fields match everything.
+type SubscriptionFilter struct {
+	// VisibleOrgs restricts the result to these orgs; nil means every org.
+	// It comes from the caller's credentials, never from the request.
+	VisibleOrgs []string
+	OrgID       string
+	Environment Environment
+	CustomerRef string
+	PlanID      string
+	State       SubscriptionState
+}
+
+// PaidPeriod is one paid period of a subscription, as stored.
+type PaidPeriod struct {
+	Period     int
+	Start, End time.Time
+	// Bill is the period's PeriodKey: the invoice or payment that paid it.
+	Bill      string
+	PaymentID string
+	CreatedAt time.Time
+}
+
+// SubscriptionDetail is a subscription with its paid periods, oldest
+// first (at most MaxSubscriptionPeriods; Omitted counts the older ones
+// left out).
+type SubscriptionDetail struct {
+	SubscriptionRecord
+	Periods []PaidPeriod
+	Omitted int
+}
+
+// MaxSubscriptionPeriods bounds the periods one GetSubscription returns.
+const MaxSubscriptionPeriods = 100
+
+// SubscriptionReader reads subscriptions for the API.
+type SubscriptionReader interface {
+	// SubscriptionCreate stores a subscription that no period paid yet
+	// (the first payment naming it pays one) and reports created = true;
+	// when one with the same provider key exists it returns that one and
+	// created = false — or an error wrapping ErrConflict when its customer
+	// or plan differ.
+	SubscriptionCreate(ctx context.Context, ref SubscriptionRef) (rec SubscriptionRecord, created bool, err error)
+	// SubscriptionGet returns one subscription with its newest paid
+	// periods, or an error wrapping ErrNotFound.
+	SubscriptionGet(ctx context.Context, id string) (SubscriptionDetail, error)
+	// SubscriptionList returns up to limit subscriptions matching f with
+	// ids below beforeID (when set), newest first.
+	SubscriptionList(ctx context.Context, f SubscriptionFilter, beforeID string, limit int) ([]SubscriptionRecord, error)
+	// SubscriptionsOf returns the subscriptions of a customer to a plan
+	// (CheckAccess): one indexed read, newest first, at most
+	// MaxSubscriptionsChecked.
+	SubscriptionsOf(ctx context.Context, orgID string, env Environment, customerRef, planID string) ([]SubscriptionRecord, error)
+}
+
+// MaxSubscriptionsChecked bounds the subscriptions CheckAccess reads.
+const MaxSubscriptionsChecked = 20
+
+// CheckAccess says what the subscriptions of one customer to plan grant at
+// now: the access of the one that grants the longest, else why none does
+// (the newest subscription's reason), and which subscription that is.
+func CheckAccess(subs []SubscriptionRecord, plan Plan, now time.Time) (Access, string) {
+	var (
+		best   Access
+		bestID string
+	)
+	for i, s := range subs {
+		a := s.AccessAt(now, plan)
+		if i == 0 || (a.Granted && (!best.Granted || a.Until.After(best.Until))) {
+			best, bestID = a, s.ID
+		}
+	}
+	if len(subs) == 0 {
+		best.Why = "no subscription of this customer to this plan"
+	}
+	return best, bestID
 }

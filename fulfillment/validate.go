@@ -39,6 +39,8 @@ type LineDraft struct {
 	AccountRef string
 	// Destination is required on external lines and refused on others.
 	Destination string
+	// PlanID is required on subscription lines and refused on others.
+	PlanID string
 }
 
 // SettlementDraft is an expected settlement as submitted.
@@ -94,7 +96,7 @@ func validateLines(vs *violations, drafts []LineDraft) []Line {
 		checkText(vs, f("sku"), l.SKU, true)
 		kind := LineKind(l.Kind)
 		if !kind.Valid() {
-			vs.add(f("kind"), "must be %q, %q or %q", KindLicense, KindBalanceCredit, KindExternal)
+			vs.add(f("kind"), "must be %q, %q, %q or %q", KindLicense, KindBalanceCredit, KindExternal, KindSubscription)
 		}
 		if l.Quantity <= 0 || l.Quantity > MaxQuantity {
 			vs.add(f("quantity"), "must be between 1 and %d", MaxQuantity)
@@ -119,10 +121,19 @@ func validateLines(vs *violations, drafts []LineDraft) []Line {
 			}
 		}
 		switch {
-		case kind == KindBalanceCredit:
+		case kind == KindBalanceCredit || kind == KindSubscription:
 			checkText(vs, f("account_ref"), l.AccountRef, true)
 		case l.AccountRef != "":
-			vs.add(f("account_ref"), "is only allowed on %q lines", KindBalanceCredit)
+			vs.add(f("account_ref"), "is only allowed on %q and %q lines", KindBalanceCredit, KindSubscription)
+		}
+		switch {
+		case kind == KindSubscription:
+			checkPlanID(vs, f("plan_id"), l.PlanID)
+			if l.Quantity != 1 {
+				vs.add(f("quantity"), "must be 1 on %q lines: a paid order pays one period", KindSubscription)
+			}
+		case l.PlanID != "":
+			vs.add(f("plan_id"), "is only allowed on %q lines", KindSubscription)
 		}
 		switch {
 		case kind == KindExternal:
@@ -139,6 +150,7 @@ func validateLines(vs *violations, drafts []LineDraft) []Line {
 			Quantity:    l.Quantity,
 			UnitPrice:   Money{Currency: l.Currency, MinorUnits: l.MinorUnits},
 			AccountRef:  l.AccountRef,
+			PlanID:      l.PlanID,
 			Destination: l.Destination,
 		}
 	}
@@ -237,6 +249,27 @@ func checkDestinationID(vs *violations, field, v string) {
 		return
 	}
 	checkDestination(vs, field, v)
+}
+
+func checkPlanID(vs *violations, field, v string) {
+	switch {
+	case v == "":
+		vs.add(field, "is required on %q lines: the id of the configured plan it pays", KindSubscription)
+	case !ConfigIDPattern.MatchString(v):
+		vs.add(field, "must be a configured plan id: lowercase letters, digits, _ and -, at most 64 characters")
+	}
+}
+
+// CheckPlans reports, as a *ValidationError, every subscription line of s
+// whose plan is not one of the configured ones.
+func (s OrderSpec) CheckPlans(configured func(id string) bool) error {
+	var vs violations
+	for i, l := range s.Lines {
+		if l.Kind == KindSubscription && !configured(l.PlanID) {
+			vs.add(fmt.Sprintf("lines[%d].plan_id", i), "%q is not a configured plan", l.PlanID)
+		}
+	}
+	return vs.err()
 }
 
 // CheckDestinations reports, as a *ValidationError, every external line
