@@ -76,7 +76,7 @@ func checkInvariants(t *testing.T, ep fulfillment.Endpoint, ev fulfillment.Provi
 	if !strings.HasPrefix(ev.EventID, vectorTerminal+":"+p.PaymentID+":"+ev.Type) || p.PaymentID == "" || p.AttemptRef != p.PaymentID {
 		t.Fatalf("event id %q, payment %q, attempt %q", ev.EventID, p.PaymentID, p.AttemptRef)
 	}
-	if p.CheckoutSessionID == "" || p.InvoiceID != "" || p.MerchantOrderID != "" || p.SubscriptionID != "" {
+	if p.CheckoutSessionID == "" || p.InvoiceID != "" || p.MerchantOrderID != "" || p.CustomerRef != "" {
 		t.Fatalf("payment refs %+v", p)
 	}
 	if a := p.Amount; a.Known() && (a.Unit != fulfillment.CurrencyUnit(Currency) || a.Value.IsNegative() || !a.Value.IsInteger()) {

@@ -15,8 +15,6 @@ const Currency = "RUB"
 
 // Names of the T-Bank references kept with an event (ProviderEvent.Refs).
 const (
-	// RefRebillID is the id a recurrent payment is charged again with.
-	RefRebillID = "rebill_id"
 	// RefErrorCode is the bank's ErrorCode, when it is not "0".
 	RefErrorCode = "error_code"
 )
@@ -95,14 +93,11 @@ func Parse(ep fulfillment.Endpoint, terminalKey string, body []byte) (fulfillmen
 
 	failed := (n.Success != nil && !*n.Success) || (n.ErrorCode != "" && n.ErrorCode != "0")
 	refs := map[string]string{}
-	if rebillID != "" {
-		refs[RefRebillID] = rebillID
-	}
 	if n.ErrorCode != "" && n.ErrorCode != "0" {
 		refs[RefErrorCode] = n.ErrorCode
 	}
 	return event(ep, "", paymentState{terminalKey: n.TerminalKey, orderID: n.OrderID, paymentID: paymentID,
-		status: n.Status, amount: amount, kopecks: kopecks, failed: failed}, refs)
+		status: n.Status, amount: amount, kopecks: kopecks, failed: failed, rebillID: rebillID}, refs)
 }
 
 // paymentState is what the bank says of a payment, in a notification or a
@@ -112,6 +107,9 @@ type paymentState struct {
 	amount                                  fulfillment.Amount
 	kopecks                                 string // the amount as sent, "" for none
 	failed                                  bool   // Success false or a non-zero ErrorCode
+	// rebillID names the card binding a recurrent payment is charged
+	// again with: the subscription its charges renew.
+	rebillID string
 }
 
 // event is the normalized event of p for endpoint ep, its id
@@ -132,6 +130,7 @@ func event(ep fulfillment.Endpoint, prefix string, p paymentState, refs map[stri
 	payment := fulfillment.PaymentInfo{
 		PaymentID:         p.paymentID,
 		CheckoutSessionID: p.orderID,
+		SubscriptionID:    p.rebillID,
 		Amount:            p.amount,
 	}
 	payment.AttemptRef = payment.Attempt()

@@ -81,9 +81,9 @@ func TestParseVector(t *testing.T) {
 			AttemptRef:        "8742591",
 			PaymentID:         "8742591",
 			CheckoutSessionID: "201709",
+			SubscriptionID:    "101709",
 			Amount:            fulfillment.MinorAmount(9855, "RUB"),
 		},
-		Refs: map[string]string{RefRebillID: "101709"},
 	}
 	assertEvent(t, ev, want)
 	if !ev.OccurredAt.IsZero() {
@@ -223,10 +223,14 @@ func TestParse(t *testing.T) {
 		{name: "amount of 20 digits", body: status(StatusConfirmed, map[string]any{"Amount": raw(strings.Repeat("9", 20))}), check: amountIs(strings.Repeat("9", 20))},
 		{name: "no amount on AUTHORIZED", body: edit(map[string]any{"Amount": del}), check: noAmount},
 		{name: "null amount on AUTHORIZED", body: edit(map[string]any{"Amount": nil}), check: noAmount},
-		{name: "RebillId as a string", body: edit(map[string]any{"RebillId": "101709"}), check: refIs(RefRebillID, "101709")},
+		{name: "RebillId as a string", body: edit(map[string]any{"RebillId": "101709"}), check: func(t *testing.T, ev fulfillment.ProviderEvent) {
+			if ev.Payment.SubscriptionID != "101709" {
+				t.Errorf("SubscriptionID = %q, want the RebillId", ev.Payment.SubscriptionID)
+			}
+		}},
 		{name: "no RebillId", body: edit(map[string]any{"RebillId": del}), check: func(t *testing.T, ev fulfillment.ProviderEvent) {
-			if ev.Refs != nil {
-				t.Errorf("Refs = %v", ev.Refs)
+			if ev.Refs != nil || ev.Payment.SubscriptionID != "" {
+				t.Errorf("Refs = %v, SubscriptionID = %q", ev.Refs, ev.Payment.SubscriptionID)
 			}
 		}},
 		{name: "Cyrillic OrderId", body: edit(map[string]any{"OrderId": "Заказ №1001"}), check: func(t *testing.T, ev fulfillment.ProviderEvent) {

@@ -12,7 +12,8 @@ import (
 
 // Parse validates a verified native Yolfi body and normalizes it for the
 // endpoint ep. Provider, endpoint, org and environment come from ep, never
-// from the payload; customer data and payer metadata are never read.
+// from the payload; payer metadata is never read, and of the customer only
+// the merchant's reference (a subscription's customer).
 //
 // It returns an error wrapping ingest.ErrInvalidPayload when the body is not
 // a valid Yolfi event (or its X-Yolfi-Event-ID header disagrees with it), and
@@ -91,6 +92,9 @@ func Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfillment.Pro
 		if !anyNonEmpty(orderRefs(info)) {
 			bad.Add(TypePaymentConfirmed + " needs at least one of " + orderRefNames)
 		}
+	}
+	if (kind == fulfillment.EventSubscriptionOverdue || kind == fulfillment.EventSubscriptionCancelled) && info.SubscriptionID == "" {
+		bad.Add("data.subscriptionId is required for " + p.Type + ": the subscription it concerns")
 	}
 	if err := bad.Err(); err != nil {
 		return fulfillment.ProviderEvent{}, err

@@ -89,13 +89,20 @@ func TestParse(t *testing.T) {
 		{name: "invoice.created", body: minimal("invoice.created", map[string]any{"invoiceId": "inv_1"}), check: kindIs(fulfillment.EventAttemptCreated)},
 		{name: "invoice.overdue", body: minimal("invoice.overdue", map[string]any{"invoiceId": "inv_1"}), check: kindIs(fulfillment.EventAttemptExpired)},
 		{name: "invoice.cancelled", body: minimal("invoice.cancelled", map[string]any{"invoiceId": "inv_1"}), check: kindIs(fulfillment.EventAttemptCancelled)},
-		{name: "subscription.overdue is other", body: minimal("subscription.overdue", map[string]any{"subscriptionId": "sub_1"}), check: func(t *testing.T, ev fulfillment.ProviderEvent) {
-			kindIs(fulfillment.EventOther)(t, ev)
-			if ev.Payment.SubscriptionID != "sub_1" {
-				t.Errorf("SubscriptionID = %q", ev.Payment.SubscriptionID)
-			}
-		}},
-		{name: "subscription.cancelled is other", body: minimal("subscription.cancelled", nil), check: kindIs(fulfillment.EventOther)},
+		{name: "subscription.overdue", body: minimal("subscription.overdue", map[string]any{"subscriptionId": "sub_1",
+			"customer": map[string]any{"clientReferenceId": "user_42", "email": "a@example.com"}, "metadata": map[string]any{"note": "x"}}),
+			check: func(t *testing.T, ev fulfillment.ProviderEvent) {
+				kindIs(fulfillment.EventSubscriptionOverdue)(t, ev)
+				if ev.Payment.SubscriptionID != "sub_1" || ev.Payment.CustomerRef != "user_42" {
+					t.Errorf("SubscriptionID, CustomerRef = %q, %q", ev.Payment.SubscriptionID, ev.Payment.CustomerRef)
+				}
+				// Only the merchant's reference of the customer is read.
+				if s := eventString(ev); strings.Contains(s, "example.com") || strings.Contains(s, "note") {
+					t.Errorf("customer data or metadata reached the event: %s", s)
+				}
+			}},
+		{name: "subscription.cancelled", body: minimal("subscription.cancelled", map[string]any{"subscriptionId": "sub_1"}), check: kindIs(fulfillment.EventSubscriptionCancelled)},
+		{name: "subscription.cancelled without its subscription", body: minimal("subscription.cancelled", nil), wantErr: ingest.ErrInvalidPayload, wantMsg: "data.subscriptionId is required"},
 		{name: "unknown type is other", body: minimal("payout.sent", nil), check: kindIs(fulfillment.EventOther)},
 		{name: "type that only looks like a known one", body: minimal("Payment.Confirmed", nil), check: kindIs(fulfillment.EventOther)},
 		{name: "no data at all", body: `{"id":"evt_1","type":"invoice.created"}`, check: func(t *testing.T, ev fulfillment.ProviderEvent) {
@@ -366,8 +373,8 @@ func TestKinds(t *testing.T) {
 		{TypePaymentConfirmed, fulfillment.EventPaymentConfirmed},
 		{TypeInvoiceOverdue, fulfillment.EventAttemptExpired},
 		{TypeInvoiceCancelled, fulfillment.EventAttemptCancelled},
-		{TypeSubscriptionOverdue, fulfillment.EventOther},
-		{TypeSubscriptionCancelled, fulfillment.EventOther},
+		{TypeSubscriptionOverdue, fulfillment.EventSubscriptionOverdue},
+		{TypeSubscriptionCancelled, fulfillment.EventSubscriptionCancelled},
 		{"invoice.paid", fulfillment.EventOther},
 		{"", fulfillment.EventOther},
 	}

@@ -40,9 +40,11 @@ type Payload struct {
 
 // PayloadData is the "data" object of a Payload.
 //
-// The documented "customer" and "metadata" members are deliberately not
-// modeled: they may carry personal data, and payer-supplied metadata never
-// decides tenant or entitlement, so they are never read.
+// Of the documented "customer" member only clientReferenceId is read: the
+// merchant's own reference of the customer, which names a subscription's
+// customer. It may carry personal data, so it is stored and never logged.
+// Payer-supplied "metadata" never decides tenant or entitlement, so it is
+// not modeled.
 type PayloadData struct {
 	InvoiceID         string `json:"invoiceId,omitempty"`
 	PaymentID         string `json:"paymentId,omitempty"`
@@ -57,17 +59,25 @@ type PayloadData struct {
 	Token   string `json:"token,omitempty"`
 	Network string `json:"network,omitempty"`
 	// TxHash is informative: one transaction may hold several transfers.
-	TxHash string `json:"txHash,omitempty"`
+	TxHash   string           `json:"txHash,omitempty"`
+	Customer *PayloadCustomer `json:"customer,omitempty"`
 }
 
-// kinds maps a Yolfi event type onto what it means to an order. Any type not
-// listed (subscription events, types the provider adds later) is
-// fulfillment.EventOther: stored, acknowledged, no effect.
+// PayloadCustomer is the "customer" object of PayloadData.
+type PayloadCustomer struct {
+	ClientReferenceID string `json:"clientReferenceId,omitempty"`
+}
+
+// kinds maps a Yolfi event type onto what it means to the service. Any
+// type not listed (types the provider adds later) is fulfillment.EventOther:
+// stored, acknowledged, no effect.
 var kinds = map[string]fulfillment.EventKind{
-	TypeInvoiceCreated:   fulfillment.EventAttemptCreated,
-	TypePaymentConfirmed: fulfillment.EventPaymentConfirmed,
-	TypeInvoiceOverdue:   fulfillment.EventAttemptExpired,
-	TypeInvoiceCancelled: fulfillment.EventAttemptCancelled,
+	TypeInvoiceCreated:        fulfillment.EventAttemptCreated,
+	TypePaymentConfirmed:      fulfillment.EventPaymentConfirmed,
+	TypeInvoiceOverdue:        fulfillment.EventAttemptExpired,
+	TypeInvoiceCancelled:      fulfillment.EventAttemptCancelled,
+	TypeSubscriptionOverdue:   fulfillment.EventSubscriptionOverdue,
+	TypeSubscriptionCancelled: fulfillment.EventSubscriptionCancelled,
 }
 
 func kindOf(eventType string) fulfillment.EventKind {
@@ -116,6 +126,12 @@ var dataFields = []dataField{
 	{"data.checkoutSessionId", func(d *PayloadData) string { return d.CheckoutSessionID }, func(n *normalized, v string) { n.payment.CheckoutSessionID = v }, fulfillment.RuleRef},
 	{"data.merchantOrderId", func(d *PayloadData) string { return d.MerchantOrderID }, func(n *normalized, v string) { n.payment.MerchantOrderID = v }, fulfillment.RuleRef},
 	{"data.subscriptionId", func(d *PayloadData) string { return d.SubscriptionID }, func(n *normalized, v string) { n.payment.SubscriptionID = v }, fulfillment.RuleRef},
+	{"data.customer.clientReferenceId", func(d *PayloadData) string {
+		if d.Customer == nil {
+			return ""
+		}
+		return d.Customer.ClientReferenceID
+	}, func(n *normalized, v string) { n.payment.CustomerRef = v }, fulfillment.RuleRef},
 	{"data.token", func(d *PayloadData) string { return d.Token }, func(n *normalized, v string) { n.token = v }, fulfillment.RuleToken},
 	{"data.network", func(d *PayloadData) string { return d.Network }, func(n *normalized, v string) { n.network = v }, fulfillment.RuleNetwork},
 	// A paylink never identifies an order, and a transaction hash is no

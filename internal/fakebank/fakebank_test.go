@@ -374,7 +374,7 @@ func TestNotificationBody(t *testing.T) {
 				t.Errorf("DATA = %v", n["DATA"])
 			}
 			ev := r.events[1]
-			if ev.EventID != terminal+":"+id+":CONFIRMED" || ev.Refs[tbank.RefRebillID] == "" {
+			if ev.EventID != terminal+":"+id+":CONFIRMED" || ev.Payment.SubscriptionID == "" {
 				t.Errorf("parsed %+v", ev)
 			}
 		})
