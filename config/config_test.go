@@ -222,6 +222,9 @@ func TestExampleLoads(t *testing.T) {
 	if p, ok := cfg.Plan("pro-monthly"); !ok || p.Period != (fulfillment.Period{Months: 1}) || p.Grace != DefaultPlanGrace {
 		t.Errorf("the example's plan = %+v, %v; want monthly with the default grace", p, ok)
 	}
+	if plans := cfg.DomainPlans(); len(plans) != len(cfg.Plans) || plans["pro-monthly"].Period != (fulfillment.Period{Months: 1}) {
+		t.Errorf("the example's DomainPlans = %+v, want every plan by id", plans)
+	}
 	if len(cfg.Auth.Tokens) != 3 || len(cfg.Endpoints) != 1 || cfg.Ingest.Upstream.Addr == "" {
 		t.Errorf("example config = %+v", cfg)
 	}

@@ -46,6 +46,16 @@ func (c *Config) Plan(id string) (fulfillment.Plan, bool) {
 	return fulfillment.Plan{}, false
 }
 
+// DomainPlans are the configured plans as the subscription rules take
+// them, by id.
+func (c *Config) DomainPlans() fulfillment.Plans {
+	plans := make(fulfillment.Plans, len(c.Plans))
+	for _, p := range c.Plans {
+		plans[p.ID] = p.Domain()
+	}
+	return plans
+}
+
 func (c *Config) validatePlans() error {
 	ids := map[string]bool{}
 	for i, p := range c.Plans {
