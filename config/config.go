@@ -64,6 +64,8 @@ type Config struct {
 	StatusPoll StatusPoll `yaml:"status_poll,omitempty"`
 	// Plans are the subscription plans.
 	Plans []Plan `yaml:"plans,omitempty"`
+	// SubscriptionSweep tunes the sweeper that ends subscriptions' access.
+	SubscriptionSweep Queue `yaml:"subscription_sweep,omitempty"`
 	// Worker is the former name of Inbox. Load accepts it (not together
 	// with inbox), copies it into Inbox and leaves it set, so that serve
 	// warns at start.
@@ -197,6 +199,29 @@ func (p StatusPoll) WithDefaults() StatusPoll {
 		p.Workers = 2
 	}
 	return p
+}
+
+// SweepDefaults fills in the zero values of the subscription sweeper's
+// queue: 1 worker claiming 16 due sweeps every 5 s; a sweep that fails
+// (its plan left the configuration, the database is gone) is retried
+// after 1 minute doubling to 1 hour, 200 times (over a week) before it is
+// given up.
+func SweepDefaults(q Queue) Queue {
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&q.BaseBackoff, time.Minute}, {&q.MaxBackoff, time.Hour}, {&q.Poll, 5 * time.Second}, {&q.Lease, 30 * time.Second}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if q.MaxAttempts == 0 {
+		q.MaxAttempts = 200
+	}
+	if q.Workers == 0 {
+		q.Workers = 1
+	}
+	return q
 }
 
 // DeprecatedWorker is the warning serve logs at start when the
@@ -545,6 +570,9 @@ func (c *Config) validate() error {
 		return err
 	}
 	if err := c.validatePlans(); err != nil {
+		return err
+	}
+	if err := c.SubscriptionSweep.validate("subscription_sweep"); err != nil {
 		return err
 	}
 	if c.StatusPoll.After < 0 {

@@ -34,7 +34,7 @@ type Destination struct {
 	MaxAttempts int `yaml:"max_attempts"`
 	// Concurrency caps the deliveries in flight to it (default 4).
 	Concurrency int `yaml:"concurrency"`
-	// Events are the order events it receives (fulfillment.OrderTopics).
+	// Events are the order and subscription events it receives (fulfillment.EventTopics).
 	Events []string `yaml:"events"`
 
 	// Keys are the parsed secrets, resolved at load time. Never logged.
@@ -125,7 +125,7 @@ func (c *Config) validateDestinations() error {
 			return fmt.Errorf("%s.concurrency: from 1 to %d", key, MaxDestinationConcurrency)
 		}
 		for j, e := range d.Events {
-			if !slices.Contains(fulfillment.OrderTopics, fulfillment.Topic(e)) {
+			if !slices.Contains(fulfillment.EventTopics, fulfillment.Topic(e)) {
 				return fmt.Errorf("%s.events[%d]: %q is not one of %s", key, j, e, topicList())
 			}
 			if slices.Contains(d.Events[:j], e) {
@@ -159,8 +159,8 @@ func checkDestinationURL(raw string) error {
 }
 
 func topicList() string {
-	names := make([]string, len(fulfillment.OrderTopics))
-	for i, t := range fulfillment.OrderTopics {
+	names := make([]string, len(fulfillment.EventTopics))
+	for i, t := range fulfillment.EventTopics {
 		names[i] = string(t)
 	}
 	return strings.Join(names, ", ")

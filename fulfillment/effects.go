@@ -91,6 +91,15 @@ func (OpenItem) effect()           {}
 func (RequestDeliveries) effect()  {}
 func (WithdrawDeliveries) effect() {}
 func (Publish) effect()            {}
+func (PaySubscriptions) effect()   {}
+
+// PaySubscriptions pays, with the event's payment, one period of the
+// subscription of each subscription line of the order: the subscription
+// the payment names, else the line's customer's to the line's plan —
+// created by its first payment. What the period is, and whether the
+// payment pays one at all, the subscription rules decide
+// (DecideSubscription on a renewal), in the same transaction.
+type PaySubscriptions struct{}
 
 // grants are the effects of fulfilling an order's own lines.
 var grants = []Effect{GrantLicenses{}, CreditBalances{}}

@@ -115,6 +115,8 @@ type PaidOrder struct {
 	// HasExternalLines: fulfilled by another service, so a paid order waits
 	// in "fulfilling" for that delivery.
 	HasExternalLines bool
+	// HasSubscriptionLines: fulfilling it pays subscription periods.
+	HasSubscriptionLines bool
 	// Paid is true once a confirmation was applied to the order (whether it
 	// fulfilled it or put it on hold).
 	Paid bool
@@ -338,6 +340,9 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 	}
 	effects := with(paid, enter(next)...)
 	effects = append(effects, grants...)
+	if order.HasSubscriptionLines {
+		effects = append(effects, PaySubscriptions{})
+	}
 	// Partial refunds of this payment processed before it (their delivery
 	// came first) take their shares of what it credits now.
 	for _, r := range order.PartialRefunds {

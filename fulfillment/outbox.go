@@ -29,6 +29,11 @@ const (
 // OrderTopics are the order events a destination may subscribe to.
 var OrderTopics = []Topic{TopicOrderFulfilled, TopicOrderRefunded, TopicOrderOnHold}
 
+// EventTopics are all the events a destination may subscribe to: the
+// order events and the subscription events.
+var EventTopics = []Topic{TopicOrderFulfilled, TopicOrderRefunded, TopicOrderOnHold,
+	TopicSubscriptionRenewed, TopicSubscriptionPastDue, TopicSubscriptionAccessEnded}
+
 // StateTopic is the order event announcing that an order entered state s,
 // or "" when entering s is not announced.
 func StateTopic(s State) Topic {
@@ -54,6 +59,8 @@ const (
 	LineKeyFormat = "order_%s_line_%s_fulfill"
 	// EventKeyFormat: an order event.
 	EventKeyFormat = "order_%s_%s"
+	// SubscriptionEventKeyFormat: a subscription event of one period.
+	SubscriptionEventKeyFormat = "subscription_%s_%s_%s"
 )
 
 // LineKey is the idempotency key of the fulfilment request of line lineNo
@@ -336,4 +343,10 @@ func ValidateNote(field, v string) error {
 		vs.add(field, "%v", err)
 	}
 	return vs.err()
+}
+
+// SubscriptionEventKey is the idempotency key of the subscription event
+// topic of the subscription's period.
+func SubscriptionEventKey(subscriptionID string, topic Topic, period int) string {
+	return fmt.Sprintf(SubscriptionEventKeyFormat, subscriptionID, topic, strconv.Itoa(period))
 }

@@ -92,6 +92,51 @@ type SubscriptionEvent struct {
 	InvoiceID, PaymentID string
 }
 
+// SubscriptionEventOf is what ev means to the subscription it names: a
+// confirmed payment is a renewal, the provider's subscription events are
+// lifecycle events, and any other kind concerns no subscription (decided
+// as ignored). received stands in for an occurrence time the provider did
+// not send.
+func SubscriptionEventOf(ev ProviderEvent, received time.Time) SubscriptionEvent {
+	sev := SubscriptionEvent{OccurredAt: ev.OccurredAt, InvoiceID: ev.Payment.InvoiceID, PaymentID: ev.Payment.PaymentID}
+	if sev.OccurredAt.IsZero() {
+		sev.OccurredAt = received
+	}
+	switch ev.Kind {
+	case EventPaymentConfirmed:
+		sev.Kind = SubRenewalPaid
+	case EventSubscriptionOverdue:
+		sev.Kind = SubOverdue
+	case EventSubscriptionCancelled:
+		sev.Kind = SubCancelledEvent
+	default:
+		sev.Kind = SubscriptionEventKind(ev.Kind)
+	}
+	return sev
+}
+
+// ForSubscription reports whether ev is decided by the subscription rules
+// rather than the order rules, when no order matches it: it names a
+// subscription and is no provider test event on a live endpoint (which the
+// order rules ignore).
+func ForSubscription(ev ProviderEvent) bool {
+	return ev.Payment.SubscriptionID != "" && (!ev.TestMode || ev.Environment != EnvLive)
+}
+
+// OrderSubscriptionRef names the subscription that the subscription line
+// of an order (plan planID, customer customerRef) pays a period of when ev
+// pays the order: the subscription ev names at its provider, else the
+// customer's subscription to the plan at that provider, under an id the
+// service gives it ("customer:<plan>:<customer>").
+func OrderSubscriptionRef(ev ProviderEvent, planID, customerRef string) SubscriptionRef {
+	id := ev.Payment.SubscriptionID
+	if id == "" {
+		id = "customer:" + planID + ":" + customerRef
+	}
+	return SubscriptionRef{OrgID: ev.OrgID, Environment: ev.Environment, Provider: ev.Provider,
+		ProviderSubscriptionID: id, CustomerRef: customerRef, PlanID: planID}
+}
+
 // PeriodKey names the period a renewal pays: its invoice, else its
 // payment (a recurrent charge is its own bill).
 func (e SubscriptionEvent) PeriodKey() string {
@@ -172,7 +217,8 @@ func DecideSubscription(ev SubscriptionEvent, sub Subscription, plan Plan) Outco
 			sub.PeriodEnd.Add(plan.Grace).UTC().Format(time.RFC3339)),
 			MoveSubscription{SubPastDue}, Publish{TopicSubscriptionPastDue})
 	}
-	return outcome(DecisionIgnoredType, fmt.Sprintf("%q does not concern subscriptions", ev.Kind))
+	return outcome(DecisionIgnoredType, fmt.Sprintf(
+		"%q does not change a subscription: its state follows renewal payments and the provider's subscription events", ev.Kind))
 }
 
 func decideRenewal(ev SubscriptionEvent, sub Subscription, plan Plan) Outcome {
@@ -409,4 +455,22 @@ func CheckAccess(subs []SubscriptionRecord, plan Plan, now time.Time) (Access, s
 		best.Why = "no subscription of this customer to this plan"
 	}
 	return best, bestID
+}
+
+// SweepWork is the storage of the sweeper: one sweep per subscription, a
+// leased queue item due when the subscription's access ends unless an
+// event extends it first.
+type SweepWork interface {
+	// SweepClaim, SweepRelease, SweepReclaim and SweepRetry are the
+	// inbox's counterparts.
+	SweepClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error)
+	SweepRelease(ctx context.Context, owner string) (int, error)
+	SweepReclaim(ctx context.Context) (int, error)
+	SweepRetry(ctx context.Context, id int64, owner string, cause string, next time.Time, maxAttempts int) (failed bool, err error)
+	// SweepProcess ends the access of the claimed sweep's subscription
+	// when the rules say so at now (the zero time: the database's clock),
+	// exactly once however many sweepers race, and completes the sweep —
+	// or moves it to when the access now ends. ErrLeaseLost when owner no
+	// longer holds the sweep.
+	SweepProcess(ctx context.Context, id int64, owner string, now time.Time) (ended bool, err error)
 }

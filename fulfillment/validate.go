@@ -91,6 +91,7 @@ func validateLines(vs *violations, drafts []LineDraft) []Line {
 	var currency string
 	var total uint64
 	var licenses int64
+	subscriptions := 0
 	for i, l := range drafts {
 		f := func(name string) string { return fmt.Sprintf("lines[%d].%s", i, name) }
 		checkText(vs, f("sku"), l.SKU, true)
@@ -129,6 +130,9 @@ func validateLines(vs *violations, drafts []LineDraft) []Line {
 		switch {
 		case kind == KindSubscription:
 			checkPlanID(vs, f("plan_id"), l.PlanID)
+			if subscriptions++; subscriptions > 1 {
+				vs.add(f("kind"), "an order may have one %q line: one payment pays one period of one subscription", KindSubscription)
+			}
 			if l.Quantity != 1 {
 				vs.add(f("quantity"), "must be 1 on %q lines: a paid order pays one period", KindSubscription)
 			}

@@ -97,6 +97,9 @@ func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out f
 			q.messages = true
 		case fulfillment.WithdrawDeliveries:
 			withdraw = true
+		case fulfillment.PaySubscriptions:
+			// Applied by InboxProcess (payOrderSubscription), which reads
+			// and locks the subscription the rules decide on.
 		case fulfillment.Publish:
 			// After the order's update below: the event carries the state
 			// the order is in.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -29,20 +28,20 @@ func (s *Store) FeedRead(ctx context.Context, p fulfillment.FeedParams) ([]fulfi
 	w.eq("e.org_id", p.OrgID)
 	w.eq("e.environment", string(p.Environment))
 	rows, _ := s.pool.Query(ctx, `
-		SELECT e.xid::text, e.id, e.org_id, e.environment, e.order_id, e.topic, e.payload::text, e.created_at
+		SELECT e.xid::text, e.id, e.org_id, e.environment, coalesce(e.order_id::text, ''),
+			coalesce(e.subscription_id::text, ''), e.topic, e.payload::text, e.created_at
 		FROM order_events e`+w.sql()+" ORDER BY e.xid, e.id LIMIT "+w.arg(p.Limit), w.args...)
 	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.OrderEvent, error) {
 		var (
 			e       fulfillment.OrderEvent
 			xid     string
-			orderID uuid.UUID
 			payload string
 		)
-		err := r.Scan(&xid, &e.Cursor.ID, &e.OrgID, &e.Environment, &orderID, &e.Topic, &payload, &e.CreatedAt)
+		err := r.Scan(&xid, &e.Cursor.ID, &e.OrgID, &e.Environment, &e.OrderID, &e.SubscriptionID, &e.Topic, &payload, &e.CreatedAt)
 		if err != nil {
 			return e, err
 		}
-		e.OrderID, e.Payload = orderID.String(), []byte(payload)
+		e.Payload = []byte(payload)
 		e.Cursor.XID, err = strconv.ParseUint(xid, 10, 64)
 		return e, err
 	})

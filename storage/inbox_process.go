@@ -3,6 +3,8 @@ package storage
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -29,29 +31,59 @@ func (s *Store) InboxProcess(ctx context.Context, ids []int64, owner string) (ma
 		if err != nil {
 			return err
 		}
+		subs, err := lockEventSubscriptions(ctx, tx, events)
+		if err != nil {
+			return err
+		}
 		b := &pgx.Batch{}
 		for _, le := range events {
+			var (
+				out     fulfillment.Outcome
+				linked  *string // the order
+				applied *string // the subscription
+			)
 			m, matched := fulfillment.MatchOrder(le.ev, orders.find)
-			var view *fulfillment.PaidOrder
-			if matched {
-				view = &m.PaidOrder
+			sub, named := subs[eventSubscriptionKey(le.ev)]
+			switch {
+			case !matched && named && fulfillment.ForSubscription(le.ev):
+				// A renewal the provider charged, or a lifecycle event: the
+				// subscription's rules decide.
+				out, err = s.decideSubscriptionEvent(ctx, tx, le, sub, &q)
+				applied = &sub.ID
+			case !matched && fulfillment.ForSubscription(le.ev) && isLifecycle(le.ev.Kind):
+				out = fulfillment.Outcome{Decision: fulfillment.DecisionUnmatched,
+					Reason: "the event names a subscription this service does not know (yet): nothing is applied"}
+			default:
+				var view *fulfillment.PaidOrder
+				if matched {
+					view = &m.PaidOrder
+				}
+				out = fulfillment.Decide(le.ev, view)
+				if slices.Contains(out.Effects, fulfillment.Effect(fulfillment.PaySubscriptions{})) {
+					applied, err = s.payOrderSubscription(ctx, tx, le, m, subs, &q)
+				}
 			}
-			out := fulfillment.Decide(le.ev, view)
-			eq, err := s.queueEffects(b, le, m, out)
 			if err != nil {
 				return err
 			}
-			q.add(eq)
-			var linked *string
+			if applied == nil || matched {
+				// (A subscription's own decision applied its effects.)
+				eq, err := s.queueEffects(b, le, m, out)
+				if err != nil {
+					return err
+				}
+				q.add(eq)
+			}
 			if matched {
 				m.Apply(le.ev, out)
 				linked = &m.id
 			}
 			b.Queue(`
 				UPDATE inbox_events SET state = $2, decision = $3, decision_reason = $4, order_id = $5,
+					applied_subscription_id = $6::uuid,
 					processed_at = clock_timestamp(), lease_owner = NULL, lease_until = NULL, last_error = NULL
 				WHERE id = $1`,
-				le.id, fulfillment.InboxStateFor(out.Decision), out.Decision, out.Reason, linked)
+				le.id, fulfillment.InboxStateFor(out.Decision), out.Decision, out.Reason, linked, applied)
 			outcomes[le.id] = out
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -70,24 +102,28 @@ func (s *Store) InboxProcess(ctx context.Context, ids []int64, owner string) (ma
 
 // leasedEvent is an inbox event locked for processing.
 type leasedEvent struct {
-	id int64
-	ev fulfillment.ProviderEvent
+	id       int64
+	ev       fulfillment.ProviderEvent
+	received time.Time
 }
 
 // lockLeasedEvents reads, in id order, the events of ids that owner still
 // holds, locking their rows. Events whose lease was lost are left out.
 func lockLeasedEvents(ctx context.Context, tx pgx.Tx, ids []int64, owner string) ([]leasedEvent, error) {
-	rows, _ := tx.Query(ctx, "SELECT "+inboxSelectList+`
+	rows, _ := tx.Query(ctx, "SELECT "+inboxSelectList+`, received_at
 		FROM inbox_events WHERE id = ANY($1) AND state = 'pending' AND lease_owner = $2
 		ORDER BY id
 		FOR UPDATE`, ids, owner)
 	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (leasedEvent, error) {
-		var row inboxRow
-		if err := r.Scan(row.scanDest()...); err != nil {
+		var (
+			row      inboxRow
+			received time.Time
+		)
+		if err := r.Scan(append(row.scanDest(), &received)...); err != nil {
 			return leasedEvent{}, err
 		}
 		ev, err := row.event()
-		return leasedEvent{id: row.ID, ev: ev}, err
+		return leasedEvent{id: row.ID, ev: ev, received: received}, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("locking inbox events: %w", interpret(err))
@@ -99,6 +135,9 @@ func lockLeasedEvents(ctx context.Context, tx pgx.Tx, ids []int64, owner string)
 type lockedOrder struct {
 	id string
 	fulfillment.PaidOrder
+	// subscriptionPlan and subscriptionFor are the plan and the customer
+	// of the order's subscription line, when it has one.
+	subscriptionPlan, subscriptionFor string
 }
 
 // lockedOrders are the orders of a batch, by the keys events name them with.
@@ -130,6 +169,8 @@ type lockedOrderRow struct {
 	PaidPaymentID       *string                 `db:"paid_payment_id"`
 	HasExternalLines    bool                    `db:"has_external_lines"`
 	StartedSessions     []string                `db:"started_sessions"`
+	SubscriptionPlan    *string                 `db:"subscription_plan"`
+	SubscriptionFor     *string                 `db:"subscription_for"`
 }
 
 // lockOrders locks every order the events name, in id order, and reads
@@ -157,8 +198,11 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 			settlement_token, settlement_network, settlement_amount::text, settlement_tolerance::text,
 			paid_at IS NOT NULL AS paid, paid_attempt_ref, paid_invoice_id, paid_payment_id,
 			EXISTS (SELECT 1 FROM order_lines l WHERE l.order_id = o.id AND l.kind = 'external') AS has_external_lines,
+			sl.plan_id AS subscription_plan, sl.account_ref AS subscription_for,
 			ARRAY(SELECT provider_order_id FROM payment_starts ps WHERE ps.order_id = o.id) AS started_sessions
-		FROM orders o
+		FROM orders o LEFT JOIN LATERAL (
+			SELECT plan_id, account_ref FROM order_lines l WHERE l.order_id = o.id AND l.kind = 'subscription'
+			ORDER BY line_no LIMIT 1) sl ON true
 		WHERE id IN (
 			SELECT id FROM orders WHERE (org_id, environment, merchant_order_id) IN (
 				SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
@@ -169,7 +213,7 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 			SELECT order_id FROM payment_starts WHERE (org_id, environment, provider_order_id) IN (
 				SELECT * FROM unnest($4::text[], $5::text[], $6::text[])))
 		ORDER BY id
-		FOR UPDATE`, mOrg, mEnv, mID, cOrg, cEnv, cID)
+		FOR UPDATE OF o`, mOrg, mEnv, mID, cOrg, cEnv, cID)
 	byID := map[string]*lockedOrder{}
 	var ids []string
 	err := forEachRow(rows, func(r pgx.Rows) error {
@@ -179,12 +223,15 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 		}
 		o := &lockedOrder{id: row.ID.String(), PaidOrder: fulfillment.PaidOrder{
 			State: row.State, Total: fulfillment.Money{Currency: row.TotalCurrency, MinorUnits: row.TotalMinorUnits},
-			HasExternalLines: row.HasExternalLines, Paid: row.Paid,
+			HasExternalLines: row.HasExternalLines, HasSubscriptionLines: row.SubscriptionPlan != nil, Paid: row.Paid,
 			PaidBy:   fulfillment.PaidRefs{AttemptRef: str(row.PaidAttemptRef), InvoiceID: str(row.PaidInvoiceID), PaymentID: str(row.PaidPaymentID)},
 			Attempts: map[fulfillment.AttemptKey]fulfillment.AttemptState{},
 		}}
 		if o.Settlement, err = settlementFrom(row.SettlementToken, row.SettlementNetwork, row.SettlementAmount, row.SettlementTolerance); err != nil {
 			return err
+		}
+		if row.SubscriptionPlan != nil {
+			o.subscriptionPlan, o.subscriptionFor = *row.SubscriptionPlan, str(row.SubscriptionFor)
 		}
 		byID[o.id] = o
 		ids = append(ids, o.id)

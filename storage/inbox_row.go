@@ -31,6 +31,7 @@ type inboxRow struct {
 	CheckoutSessionID *string
 	MerchantOrderID   *string
 	SubscriptionID    *string
+	CustomerRef       *string
 	Amount            *string // numeric, as text
 	Token             *string
 	Network           *string
@@ -95,6 +96,7 @@ var inboxColumns = []inboxColumn{
 	column("checkout_session_id", "text", func(r *inboxRow) **string { return &r.CheckoutSessionID }),
 	column("merchant_order_id", "text", func(r *inboxRow) **string { return &r.MerchantOrderID }),
 	column("subscription_id", "text", func(r *inboxRow) **string { return &r.SubscriptionID }),
+	column("customer_ref", "text", func(r *inboxRow) **string { return &r.CustomerRef }),
 	numericColumn("amount", func(r *inboxRow) **string { return &r.Amount }),
 	column("token", "text", func(r *inboxRow) **string { return &r.Token }),
 	column("network", "text", func(r *inboxRow) **string { return &r.Network }),
@@ -195,6 +197,7 @@ func inboxRowOf(ev fulfillment.ProviderEvent) inboxRow {
 		AttemptRef: opt(p.AttemptRef), InvoiceID: opt(p.InvoiceID), PaymentID: opt(p.PaymentID),
 		CheckoutSessionID: opt(p.CheckoutSessionID), MerchantOrderID: opt(p.MerchantOrderID),
 		SubscriptionID: opt(p.SubscriptionID),
+		CustomerRef:    opt(p.CustomerRef),
 		Refs:           ev.Refs,
 	}
 	if r.Refs == nil {
@@ -218,6 +221,7 @@ func (r inboxRow) event() (fulfillment.ProviderEvent, error) {
 			AttemptRef: str(r.AttemptRef), InvoiceID: str(r.InvoiceID), PaymentID: str(r.PaymentID),
 			CheckoutSessionID: str(r.CheckoutSessionID), MerchantOrderID: str(r.MerchantOrderID),
 			SubscriptionID: str(r.SubscriptionID),
+			CustomerRef:    str(r.CustomerRef),
 		},
 	}
 	if len(r.Refs) > 0 {

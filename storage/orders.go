@@ -60,10 +60,10 @@ func (s *Store) OrderCreate(ctx context.Context, spec fulfillment.OrderSpec) (fu
 		rows := make([][]any, len(spec.Lines))
 		for i, l := range spec.Lines {
 			rows[i] = []any{id, i, l.SKU, string(l.Kind), l.Quantity, l.UnitPrice.Currency, l.UnitPrice.MinorUnits,
-				opt(l.AccountRef), opt(l.Destination)}
+				opt(l.AccountRef), opt(l.Destination), opt(l.PlanID)}
 		}
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"order_lines"},
-			[]string{"order_id", "line_no", "sku", "kind", "quantity", "currency", "unit_minor_units", "account_ref", "destination"},
+			[]string{"order_id", "line_no", "sku", "kind", "quantity", "currency", "unit_minor_units", "account_ref", "destination", "plan_id"},
 			pgx.CopyFromRows(rows)); err != nil {
 			return fmt.Errorf("inserting order lines: %w", interpret(err))
 		}
@@ -170,7 +170,7 @@ func (s *Store) loadLines(ctx context.Context, orders []*fulfillment.Order) erro
 	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT order_id, sku, kind, quantity, currency, unit_minor_units, coalesce(account_ref, ''),
-			coalesce(destination, '')
+			coalesce(destination, ''), coalesce(plan_id, '')
 		FROM order_lines WHERE order_id = ANY($1::uuid[]) ORDER BY order_id, line_no`, ids)
 	if err != nil {
 		return fmt.Errorf("reading order lines: %w", interpret(err))
@@ -182,7 +182,7 @@ func (s *Store) loadLines(ctx context.Context, orders []*fulfillment.Order) erro
 			l       fulfillment.Line
 		)
 		if err := rows.Scan(&orderID, &l.SKU, &l.Kind, &l.Quantity, &l.UnitPrice.Currency,
-			&l.UnitPrice.MinorUnits, &l.AccountRef, &l.Destination); err != nil {
+			&l.UnitPrice.MinorUnits, &l.AccountRef, &l.Destination, &l.PlanID); err != nil {
 			return fmt.Errorf("reading order line: %w", interpret(err))
 		}
 		o := byID[orderID.String()]

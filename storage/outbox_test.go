@@ -14,16 +14,18 @@ import (
 	"github.com/fulfillplatform/fulfillment/storage"
 )
 
-// newOutboxStore is newStore with crm subscribed to every order event.
+// newOutboxStore is newStore with crm subscribed to every order and
+// subscription event, and the plan subPlan.
 func newOutboxStore(t *testing.T) (*storage.Store, *pgx.Conn) {
 	t.Helper()
 	url := pgtest.DB(t)
 	ctx := context.Background()
 	subs := map[fulfillment.Topic][]string{}
-	for _, topic := range fulfillment.OrderTopics {
+	for _, topic := range fulfillment.EventTopics {
 		subs[topic] = []string{"crm"}
 	}
-	s, err := storage.Open(ctx, url, storage.Options{MaxConns: 10, Subscriptions: subs})
+	s, err := storage.Open(ctx, url, storage.Options{MaxConns: 10, Subscriptions: subs,
+		Plans: fulfillment.Plans{subPlan.ID: subPlan}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,6 +39,8 @@ type Store struct {
 	subscriptions map[fulfillment.Topic][]string
 	// pollAfter delays the first status poll of a started payment.
 	pollAfter time.Duration
+	// plans are the subscription plans, by id.
+	plans fulfillment.Plans
 }
 
 var _ fulfillment.OrderStore = (*Store)(nil)
@@ -55,9 +57,12 @@ type Options struct {
 	// InsertFlushers is the number of concurrent group commits of inbox
 	// inserts (default 4); InsertBatch caps the rows of one (default 256).
 	InsertFlushers, InsertBatch int
-	// Subscriptions lists, for each order event, the ids of the
-	// destinations it is delivered to.
+	// Subscriptions lists, for each order or subscription event, the ids
+	// of the destinations it is delivered to.
 	Subscriptions map[fulfillment.Topic][]string
+	// Plans are the subscription plans, by id: a subscription's events are
+	// applied with its plan.
+	Plans fulfillment.Plans
 	// StatusPollAfter is how long after a payment start the status poller
 	// first asks the provider about it; 0 queues no polls.
 	StatusPollAfter time.Duration
@@ -102,7 +107,8 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	if o.InsertBatch <= 0 {
 		o.InsertBatch = defaultInsertBatch
 	}
-	s := &Store{pool: pool, leasePool: leasePool, log: log, subscriptions: o.Subscriptions, pollAfter: o.StatusPollAfter}
+	s := &Store{pool: pool, leasePool: leasePool, log: log, subscriptions: o.Subscriptions, pollAfter: o.StatusPollAfter,
+		plans: o.Plans}
 	s.inboxSignal, s.outboxSignal = newQueueSignal(s, inboxChannel), newQueueSignal(s, outboxChannel)
 	s.feedSignal = newQueueSignal(s, feedChannel)
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())

@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -17,102 +16,213 @@ var _ fulfillment.SubscriptionStore = (*Store)(nil)
 const subscriptionColumns = `id, org_id, environment, provider, provider_subscription_id, customer_ref, plan_id,
 	state, periods, period_start, period_end, last_event_at, access_ended_at, created_at, updated_at`
 
-// lockSubscription reads a subscription and its paid periods under its
-// row lock.
-func lockSubscription(ctx context.Context, tx pgx.Tx, where string, args ...any) (fulfillment.SubscriptionRecord, error) {
-	var (
-		r      fulfillment.SubscriptionRecord
-		id     uuid.UUID
-		bounds [3]*time.Time
-	)
-	err := tx.QueryRow(ctx, `SELECT `+subscriptionColumns+` FROM subscriptions WHERE `+where+` FOR UPDATE`, args...).Scan(
-		&id, &r.OrgID, &r.Environment, &r.Provider, &r.ProviderSubscriptionID, &r.CustomerRef, &r.PlanID,
-		&r.State, &r.Periods, &bounds[0], &bounds[1], &bounds[2], &r.AccessEndedAt, &r.CreatedAt, &r.UpdatedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return r, fmt.Errorf("subscription %w", fulfillment.ErrNotFound)
+// subscriptionRow is what lockSubscriptions reads of a subscription.
+type subscriptionRow struct {
+	ID                     uuid.UUID                     `db:"id"`
+	OrgID                  string                        `db:"org_id"`
+	Environment            fulfillment.Environment       `db:"environment"`
+	Provider               fulfillment.Provider          `db:"provider"`
+	ProviderSubscriptionID string                        `db:"provider_subscription_id"`
+	CustomerRef            string                        `db:"customer_ref"`
+	PlanID                 string                        `db:"plan_id"`
+	State                  fulfillment.SubscriptionState `db:"state"`
+	Periods                int                           `db:"periods"`
+	PeriodStart            *time.Time                    `db:"period_start"`
+	PeriodEnd              *time.Time                    `db:"period_end"`
+	LastEventAt            *time.Time                    `db:"last_event_at"`
+	AccessEndedAt          *time.Time                    `db:"access_ended_at"`
+	CreatedAt              time.Time                     `db:"created_at"`
+	UpdatedAt              time.Time                     `db:"updated_at"`
+}
+
+// record is the row as the domain knows it (NULL times are the zero time).
+func (r subscriptionRow) record() fulfillment.SubscriptionRecord {
+	rec := fulfillment.SubscriptionRecord{
+		ID: r.ID.String(),
+		SubscriptionRef: fulfillment.SubscriptionRef{
+			OrgID: r.OrgID, Environment: r.Environment, Provider: r.Provider,
+			ProviderSubscriptionID: r.ProviderSubscriptionID, CustomerRef: r.CustomerRef, PlanID: r.PlanID,
+		},
+		Subscription: fulfillment.Subscription{
+			State: r.State, Periods: r.Periods, PeriodStart: deref(r.PeriodStart), PeriodEnd: deref(r.PeriodEnd),
+			LastEventAt: deref(r.LastEventAt), AccessEnded: r.AccessEndedAt != nil,
+		},
+		AccessEndedAt: r.AccessEndedAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
+	return rec
+}
+
+// deref is *t, or the zero time for nil.
+func deref(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}
+
+// subscriptionKey names a subscription at its provider.
+type subscriptionKey struct {
+	org      string
+	env      fulfillment.Environment
+	provider fulfillment.Provider
+	id       string
+}
+
+func keyOf(r fulfillment.SubscriptionRef) subscriptionKey {
+	return subscriptionKey{r.OrgID, r.Environment, r.Provider, r.ProviderSubscriptionID}
+}
+
+// lockedSubscriptions are the subscriptions a transaction locked, by
+// provider key, as the decisions so far left them.
+type lockedSubscriptions map[subscriptionKey]*fulfillment.SubscriptionRecord
+
+// lockSubscriptions locks the subscriptions where selects, in id order (so
+// that concurrent transactions cannot deadlock on them), and reads their
+// paid periods in the same round trip.
+func lockSubscriptions(ctx context.Context, tx pgx.Tx, where string, args ...any) (lockedSubscriptions, error) {
+	rows, _ := tx.Query(ctx, `SELECT `+subscriptionColumns+` FROM subscriptions WHERE `+where+` ORDER BY id FOR UPDATE`, args...)
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[subscriptionRow])
 	if err != nil {
-		return r, fmt.Errorf("locking subscription: %w", interpret(err))
+		return nil, fmt.Errorf("locking subscriptions: %w", interpret(err))
 	}
-	r.ID = id.String()
-	// NULL is "none": the zero time.
-	for i, p := range []*time.Time{&r.PeriodStart, &r.PeriodEnd, &r.LastEventAt} {
-		if bounds[i] != nil {
-			*p = *bounds[i]
-		}
+	locked := make(lockedSubscriptions, len(list))
+	if len(list) == 0 {
+		return locked, nil
 	}
-	r.AccessEnded = r.AccessEndedAt != nil
-	rows, _ := tx.Query(ctx, `SELECT period_key, period, coalesce(payment_id, '') FROM subscription_periods
-		WHERE subscription_id = $1`, id)
-	r.Renewals = map[string]fulfillment.Renewal{}
+	byID := make(map[uuid.UUID]*fulfillment.SubscriptionRecord, len(list))
+	ids := make([]uuid.UUID, len(list))
+	for i, row := range list {
+		rec := row.record()
+		rec.Renewals = map[string]fulfillment.Renewal{}
+		locked[keyOf(rec.SubscriptionRef)], byID[row.ID], ids[i] = &rec, &rec, row.ID
+	}
+	rows, _ = tx.Query(ctx, `SELECT subscription_id, period_key, period, coalesce(payment_id, '') FROM subscription_periods
+		WHERE subscription_id = ANY($1)`, ids)
 	err = forEachRow(rows, func(row pgx.Rows) error {
 		var (
+			id  uuid.UUID
 			key string
 			rn  fulfillment.Renewal
 		)
-		if err := row.Scan(&key, &rn.Period, &rn.PaymentID); err != nil {
+		if err := row.Scan(&id, &key, &rn.Period, &rn.PaymentID); err != nil {
 			return err
 		}
-		r.Renewals[key] = rn
+		byID[id].Renewals[key] = rn
 		return nil
 	})
 	if err != nil {
-		return r, fmt.Errorf("reading subscription periods: %w", interpret(err))
+		return nil, fmt.Errorf("reading subscription periods: %w", interpret(err))
 	}
-	return r, nil
+	return locked, nil
+}
+
+// lockSubscription locks the one subscription where selects.
+func lockSubscription(ctx context.Context, tx pgx.Tx, where string, args ...any) (*fulfillment.SubscriptionRecord, error) {
+	locked, err := lockSubscriptions(ctx, tx, where, args...)
+	if err != nil {
+		return nil, err
+	}
+	for _, rec := range locked {
+		return rec, nil
+	}
+	return nil, fmt.Errorf("subscription %w", fulfillment.ErrNotFound)
+}
+
+// byProviderKey selects a subscription by its provider key ($1 to $4).
+const byProviderKey = `(org_id, environment, provider, provider_subscription_id) = ($1, $2, $3, $4)`
+
+// createSubscription creates the subscription ref names unless it exists,
+// and locks it.
+func createSubscription(ctx context.Context, tx pgx.Tx, ref fulfillment.SubscriptionRef) (*fulfillment.SubscriptionRecord, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO subscriptions (id, org_id, environment, provider, provider_subscription_id, customer_ref, plan_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		ON CONFLICT ON CONSTRAINT subscriptions_provider_key DO NOTHING`,
+		id, ref.OrgID, ref.Environment, ref.Provider, ref.ProviderSubscriptionID, ref.CustomerRef, ref.PlanID); err != nil {
+		return nil, fmt.Errorf("recording subscription: %w", interpret(err))
+	}
+	return lockSubscription(ctx, tx, byProviderKey, ref.OrgID, ref.Environment, ref.Provider, ref.ProviderSubscriptionID)
+}
+
+// plan is the configured plan of rec.
+func (s *Store) plan(rec *fulfillment.SubscriptionRecord) (fulfillment.Plan, error) {
+	p, ok := s.plans[rec.PlanID]
+	if !ok {
+		return p, fmt.Errorf("subscription %s is on plan %q, which is not configured: configure the plan again to apply its events",
+			rec.ID, rec.PlanID)
+	}
+	return p, nil
 }
 
 // SubscriptionApply implements fulfillment.SubscriptionStore.
 func (s *Store) SubscriptionApply(ctx context.Context, ref fulfillment.SubscriptionRef, ev fulfillment.SubscriptionEvent, eventRef string, plan fulfillment.Plan) (fulfillment.Outcome, fulfillment.SubscriptionRecord, error) {
 	var (
 		out fulfillment.Outcome
-		rec fulfillment.SubscriptionRecord
+		rec *fulfillment.SubscriptionRecord
+		q   queued
 	)
-	id, err := uuid.NewV7()
-	if err != nil {
-		return out, rec, err
-	}
-	err = s.withTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO subscriptions (id, org_id, environment, provider, provider_subscription_id, customer_ref, plan_id)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)
-			ON CONFLICT ON CONSTRAINT subscriptions_provider_key DO NOTHING`,
-			id, ref.OrgID, ref.Environment, ref.Provider, ref.ProviderSubscriptionID, ref.CustomerRef, ref.PlanID); err != nil {
-			return fmt.Errorf("recording subscription: %w", interpret(err))
-		}
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		rec, err = lockSubscription(ctx, tx, `(org_id, environment, provider, provider_subscription_id) = ($1, $2, $3, $4)`,
-			ref.OrgID, ref.Environment, ref.Provider, ref.ProviderSubscriptionID)
-		if err != nil {
+		if rec, err = createSubscription(ctx, tx, ref); err != nil {
 			return err
 		}
 		out = fulfillment.DecideSubscription(ev, rec.Subscription, plan)
-		return applySubscription(ctx, tx, &rec, ev, eventRef, out)
+		q, err = s.applySubscription(ctx, tx, rec, plan, ev, subscriptionCause{eventRef: eventRef}, out)
+		return err
 	})
-	return out, rec, err
+	if err != nil {
+		return out, fulfillment.SubscriptionRecord{}, err
+	}
+	s.wake(q)
+	return out, *rec, nil
 }
 
 // SubscriptionSweep implements fulfillment.SubscriptionStore.
 func (s *Store) SubscriptionSweep(ctx context.Context, id string, plan fulfillment.Plan, now time.Time) (bool, error) {
 	swept := false
+	var q queued
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		rec, err := lockSubscription(ctx, tx, `id = $1::uuid`, id)
 		if err != nil {
 			return err
 		}
-		out, ok := fulfillment.SweepSubscription(rec.Subscription, plan, now)
-		if !ok {
-			return nil
-		}
-		swept = true
-		return applySubscription(ctx, tx, &rec, fulfillment.SubscriptionEvent{OccurredAt: now}, "sweep", out)
+		swept, q, err = s.sweep(ctx, tx, rec, plan, now)
+		return err
 	})
-	return swept, err
+	if err != nil {
+		return false, err
+	}
+	s.wake(q)
+	return swept, nil
+}
+
+// sweep ends rec's access at now when the rules say so.
+func (s *Store) sweep(ctx context.Context, tx pgx.Tx, rec *fulfillment.SubscriptionRecord, plan fulfillment.Plan, now time.Time) (bool, queued, error) {
+	out, ok := fulfillment.SweepSubscription(rec.Subscription, plan, now)
+	if !ok {
+		return false, queued{}, nil
+	}
+	q, err := s.applySubscription(ctx, tx, rec, plan, fulfillment.SubscriptionEvent{OccurredAt: now}, subscriptionCause{eventRef: "sweep"}, out)
+	return err == nil, q, err
+}
+
+// subscriptionCause is what a subscription decision was made about, for
+// the items it opens: an inbox event, or the sweeper.
+type subscriptionCause struct {
+	eventRef string
+	inboxID  int64 // 0: none
 }
 
 // applySubscription applies out, the decision of ev about rec, in tx:
-// every effect the subscription rules make, in one place.
-func applySubscription(ctx context.Context, tx pgx.Tx, rec *fulfillment.SubscriptionRecord, ev fulfillment.SubscriptionEvent, eventRef string, out fulfillment.Outcome) error {
+// every effect the subscription rules make, in one place. It reschedules
+// the subscription's sweep for when its access now ends, and reports what
+// it queued for listeners.
+func (s *Store) applySubscription(ctx context.Context, tx pgx.Tx, rec *fulfillment.SubscriptionRecord, plan fulfillment.Plan, ev fulfillment.SubscriptionEvent, cause subscriptionCause, out fulfillment.Outcome) (queued, error) {
+	var q queued
 	b := &pgx.Batch{}
 	rec.Apply(ev, out)
 	for _, effect := range out.Effects {
@@ -125,38 +235,67 @@ func applySubscription(ctx context.Context, tx pgx.Tx, rec *fulfillment.Subscrip
 		case fulfillment.MoveSubscription, fulfillment.EndAccess:
 			// Recorded with the subscription's row below.
 		case fulfillment.Publish:
-			b.Queue(`INSERT INTO subscription_events (subscription_id, topic, period, payload)
-				SELECT s.id, $2, s.periods, jsonb_build_object('type', $2::text, 'timestamp', `+payloadTimestamp+`,
-					'data', jsonb_build_object('subscription_id', s.id, 'org_id', s.org_id, 'environment', s.environment,
-						'customer_ref', s.customer_ref, 'plan_id', s.plan_id, 'state', $3::text, 'periods', $4::int,
-						'period_end', $5::timestamptz))
-				FROM subscriptions s WHERE s.id = $1::uuid
-				ON CONFLICT ON CONSTRAINT subscription_events_once DO NOTHING`,
-				rec.ID, e.Topic, rec.State, rec.Periods, rec.PeriodEnd)
+			q.add(s.queueSubscriptionPublish(b, rec, e.Topic))
 		case fulfillment.OpenItem:
-			subject := fulfillment.ItemSubject{SubscriptionID: rec.ID, PaymentID: ev.PaymentID, EventID: eventRef}
-			b.Queue(`INSERT INTO reconciliation_items (kind, org_id, environment, subscription_id, provider, payment_id,
-					detail, dedupe_key)
-				VALUES ($1, $2, $3, $4::uuid, $5, $6, $7, $8)
+			subject := fulfillment.ItemSubject{SubscriptionID: rec.ID, PaymentID: ev.PaymentID, EventID: cause.eventRef}
+			var inboxID *int64
+			if cause.inboxID != 0 {
+				inboxID = &cause.inboxID
+			}
+			b.Queue(`INSERT INTO reconciliation_items (kind, org_id, environment, subscription_id, inbox_event_id, provider,
+					payment_id, detail, dedupe_key)
+				VALUES ($1, $2, $3, $4::uuid, $5, $6, $7, $8, $9)
 				ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
-				e.Kind, rec.OrgID, rec.Environment, rec.ID, rec.Provider, opt(ev.PaymentID), out.Reason,
+				e.Kind, rec.OrgID, rec.Environment, rec.ID, inboxID, rec.Provider, opt(ev.PaymentID), out.Reason,
 				fulfillment.ItemKey(e.Kind, subject))
 		default:
-			return fmt.Errorf("applying %T to a subscription: not an effect of the subscription rules", effect)
+			return q, fmt.Errorf("applying %T to a subscription: not an effect of the subscription rules", effect)
 		}
-	}
-	var lastEventAt *time.Time
-	if !rec.LastEventAt.IsZero() {
-		lastEventAt = &rec.LastEventAt
 	}
 	b.Queue(`UPDATE subscriptions SET state = $2, periods = $3, period_start = $4, period_end = $5,
 			last_event_at = $6, access_ended_at = CASE WHEN $7 THEN coalesce(access_ended_at, now()) END, updated_at = now()
 		WHERE id = $1::uuid`,
-		rec.ID, rec.State, rec.Periods, nullTime(rec.PeriodStart), nullTime(rec.PeriodEnd), lastEventAt, rec.AccessEnded)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("applying subscription decision: %w", interpret(err))
+		rec.ID, rec.State, rec.Periods, nullTime(rec.PeriodStart), nullTime(rec.PeriodEnd), nullTime(rec.LastEventAt), rec.AccessEnded)
+	// The sweeper looks at the subscription when its access ends, unless
+	// an event extends it first: this moves its sweep (and takes it from a
+	// sweeper that holds it, which then finds it gone).
+	if ends := rec.AccessEnds(plan); !rec.AccessEnded && !ends.IsZero() {
+		b.Queue(`INSERT INTO subscription_sweeps (subscription_id, next_attempt_at) VALUES ($1::uuid, $2)
+			ON CONFLICT (subscription_id) DO UPDATE SET next_attempt_at = EXCLUDED.next_attempt_at, state = 'pending',
+				attempts = 0, lease_owner = NULL, lease_until = NULL, last_error = NULL, processed_at = NULL`, rec.ID, ends)
 	}
-	return nil
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return q, fmt.Errorf("applying subscription decision: %w", interpret(err))
+	}
+	return q, nil
+}
+
+// queueSubscriptionPublish queues the subscription event topic of rec's
+// current period (rec as the decision left it) for the feed and for every
+// destination subscribed to it: once per subscription, topic and period.
+func (s *Store) queueSubscriptionPublish(b *pgx.Batch, rec *fulfillment.SubscriptionRecord, topic fulfillment.Topic) queued {
+	destinations := s.subscriptions[topic]
+	b.Queue(`
+		WITH event AS (
+			INSERT INTO order_events (org_id, environment, subscription_id, period, topic, payload)
+			SELECT s.org_id, s.environment, s.id, $4::int, $2::text,
+				jsonb_build_object('type', $2::text, 'timestamp', `+payloadTimestamp+`,
+					'data', jsonb_build_object('subscription_id', s.id, 'org_id', s.org_id, 'environment', s.environment,
+						'provider', s.provider, 'provider_subscription_id', s.provider_subscription_id,
+						'customer_ref', s.customer_ref, 'plan_id', s.plan_id, 'state', $3::text, 'periods', $4::int,
+						'period_end', $5::timestamptz))
+			FROM subscriptions s WHERE s.id = $1::uuid
+			ON CONFLICT ON CONSTRAINT order_events_subscription_once DO NOTHING
+			RETURNING org_id, environment, subscription_id, period, topic, payload
+		)
+		INSERT INTO outbox_messages (destination_id, topic, idempotency_key, org_id, environment, subscription_id,
+			required, payload)
+		SELECT d.id, e.topic, format($6::text, e.subscription_id, e.topic, e.period), e.org_id, e.environment,
+			e.subscription_id, false, e.payload
+		FROM event e, unnest($7::text[]) AS d (id)
+		ON CONFLICT ON CONSTRAINT outbox_messages_key DO NOTHING`,
+		rec.ID, topic, rec.State, rec.Periods, nullTime(rec.PeriodEnd), fulfillment.SubscriptionEventKeyFormat, destinations)
+	return queued{messages: len(destinations) > 0, events: true}
 }
 
 // nullTime is t, or NULL for the zero time.
@@ -165,4 +304,63 @@ func nullTime(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// eventSubscriptionKey is the provider key of the subscription ev names
+// (its id is "" when it names none).
+func eventSubscriptionKey(ev fulfillment.ProviderEvent) subscriptionKey {
+	return subscriptionKey{ev.OrgID, ev.Environment, ev.Provider, ev.Payment.SubscriptionID}
+}
+
+// isLifecycle reports whether k is a provider's subscription event.
+func isLifecycle(k fulfillment.EventKind) bool {
+	return k == fulfillment.EventSubscriptionOverdue || k == fulfillment.EventSubscriptionCancelled
+}
+
+// lockEventSubscriptions locks the subscriptions the events name, in id
+// order, after their orders.
+func lockEventSubscriptions(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedSubscriptions, error) {
+	var org, env, provider, id []string
+	for _, le := range events {
+		if k := eventSubscriptionKey(le.ev); k.id != "" {
+			org, env, provider, id = append(org, k.org), append(env, string(k.env)), append(provider, string(k.provider)), append(id, k.id)
+		}
+	}
+	if len(id) == 0 {
+		return lockedSubscriptions{}, nil
+	}
+	return lockSubscriptions(ctx, tx, `(org_id, environment, provider, provider_subscription_id) IN (
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))`, org, env, provider, id)
+}
+
+// decideSubscriptionEvent decides and applies an event that no order
+// matches about rec, the subscription it names.
+func (s *Store) decideSubscriptionEvent(ctx context.Context, tx pgx.Tx, le leasedEvent, rec *fulfillment.SubscriptionRecord, q *queued) (fulfillment.Outcome, error) {
+	plan, err := s.plan(rec)
+	if err != nil {
+		return fulfillment.Outcome{}, err
+	}
+	ev := fulfillment.SubscriptionEventOf(le.ev, le.received)
+	out := fulfillment.DecideSubscription(ev, rec.Subscription, plan)
+	eq, err := s.applySubscription(ctx, tx, rec, plan, ev, subscriptionCause{eventRef: le.ev.EventID, inboxID: le.id}, out)
+	q.add(eq)
+	return out, err
+}
+
+// payOrderSubscription applies the PaySubscriptions effect of the event le
+// that paid the order m: the payment renews the subscription of m's
+// subscription line — creating it with its first period — as the
+// subscription rules decide. It returns the subscription's id.
+func (s *Store) payOrderSubscription(ctx context.Context, tx pgx.Tx, le leasedEvent, m *lockedOrder, subs lockedSubscriptions, q *queued) (*string, error) {
+	ref := fulfillment.OrderSubscriptionRef(le.ev, m.subscriptionPlan, m.subscriptionFor)
+	rec, ok := subs[keyOf(ref)]
+	if !ok {
+		var err error
+		if rec, err = createSubscription(ctx, tx, ref); err != nil {
+			return nil, err
+		}
+		subs[keyOf(ref)] = rec
+	}
+	_, err := s.decideSubscriptionEvent(ctx, tx, le, rec, q)
+	return &rec.ID, err
 }

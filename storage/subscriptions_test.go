@@ -65,7 +65,7 @@ func TestSubscriptionRenewalOnce(t *testing.T) {
 	if n := count(t, conn, "SELECT count(*) FROM subscriptions"); n != 1 {
 		t.Errorf("%d subscriptions, want 1", n)
 	}
-	if n := count(t, conn, "SELECT count(*) FROM subscription_events WHERE topic = 'subscription.renewed'"); n != 2 {
+	if n := count(t, conn, "SELECT count(*) FROM order_events WHERE subscription_id IS NOT NULL AND topic = 'subscription.renewed'"); n != 2 {
 		t.Errorf("%d subscription.renewed events, want one per period", n)
 	}
 	other := renewal
@@ -122,7 +122,7 @@ func TestSubscriptionSweepOnce(t *testing.T) {
 	if n := count(t, conn, "SELECT count(*) FROM subscriptions WHERE state = 'expired' AND access_ended_at IS NOT NULL"); n != 1 {
 		t.Errorf("%d subscriptions expired with their access ended, want 1", n)
 	}
-	if n := count(t, conn, "SELECT count(*) FROM subscription_events WHERE topic = 'subscription.access_ended'"); n != 1 {
+	if n := count(t, conn, "SELECT count(*) FROM order_events WHERE subscription_id IS NOT NULL AND topic = 'subscription.access_ended'"); n != 1 {
 		t.Errorf("%d subscription.access_ended events, want 1", n)
 	}
 }

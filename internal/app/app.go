@@ -44,6 +44,7 @@ type App struct {
 	inbox     *worker.Queue     // nil when inbox.disabled
 	outbox    *worker.Outbox    // nil without destinations, or when outbox.disabled
 	poller    *worker.Queue     // nil without providers to poll, or when status_poll.disabled
+	sweeper   *worker.Queue     // nil without plans, or when subscription_sweep.disabled
 	ingestLis net.Listener
 	debugLis  net.Listener // nil unless listen.debug is set
 	tls       *config.TLS
@@ -67,6 +68,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*App, error
 		ConnectTimeout: cfg.Database.ConnectTimeout,
 		Logger:         log,
 		Subscriptions:  subscriptions(cfg),
+		Plans:          plans(cfg),
 		// Polls are queued whether or not this process runs the poller.
 		StatusPollAfter: cfg.StatusPoll.WithDefaults().After,
 	})
@@ -144,7 +146,19 @@ func (a *App) build(cfg *config.Config) error {
 	if poll := cfg.StatusPoll.WithDefaults(); len(pollers) > 0 && !poll.Disabled {
 		a.poller = worker.NewPoller(a.store, pollers, a.liveness, QueueConfig(poll.Queue), a.log)
 	}
+	if sweep := config.SweepDefaults(cfg.SubscriptionSweep); len(cfg.Plans) > 0 && !sweep.Disabled {
+		a.sweeper = worker.NewSweeper(a.store, a.liveness, QueueConfig(sweep), nil, a.log)
+	}
 	return nil
+}
+
+// plans are the configured plans, by id.
+func plans(cfg *config.Config) fulfillment.Plans {
+	ps := fulfillment.Plans{}
+	for _, p := range cfg.Plans {
+		ps[p.ID] = p.Domain()
+	}
+	return ps
 }
 
 // GRPCAddr is the bound gRPC address.
@@ -174,6 +188,9 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	if a.poller != nil {
 		queues = append(queues, a.poller)
+	}
+	if a.sweeper != nil {
+		queues = append(queues, a.sweeper)
 	}
 	if a.outbox != nil {
 		queues = append(queues, a.outbox.Queues()...)

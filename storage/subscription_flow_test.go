@@ -1,0 +1,362 @@
+package storage_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/storage"
+	"github.com/fulfillplatform/fulfillment/worker"
+)
+
+// Subscriptions fed through the inbox, as the providers' events reach them:
+// each test counts what the events left (periods, events for the feed and
+// the outbox, items), not a status field alone.
+
+// subEvent is a Yolfi event of kind about subscription subID, occurring at
+// at; a payment pays invoice (its payment is "pay_"+invoice).
+func subEvent(id, subID string, kind fulfillment.EventKind, at time.Time, invoice string) fulfillment.ProviderEvent {
+	ev := fulfillment.ProviderEvent{
+		Provider: fulfillment.ProviderYolfi, EndpointID: "yolfi-live", OrgID: "org_a", Environment: fulfillment.EnvLive,
+		EventID: id, Type: string(kind), Kind: kind, OccurredAt: at,
+		Payment: fulfillment.PaymentInfo{SubscriptionID: subID},
+	}
+	if invoice != "" {
+		ev.Payment.InvoiceID, ev.Payment.AttemptRef = invoice, invoice
+		if kind == fulfillment.EventPaymentConfirmed {
+			ev.Payment.PaymentID = "pay_" + invoice
+			ev.Payment.Amount = fulfillment.TokenAmount(decimal.RequireFromString("10"), "USDT", "TRON")
+		}
+	}
+	return ev
+}
+
+// subscriptionOrder stores an order of one period of pro-monthly for
+// user_42, paid in 10 USDT.
+func subscriptionOrder(t *testing.T, s *storage.Store, merchantID string) {
+	t.Helper()
+	spec, err := fulfillment.OrderDraft{
+		OrgID: "org_a", Environment: "live", MerchantOrderID: merchantID,
+		Lines: []fulfillment.LineDraft{{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "USD", MinorUnits: 1000,
+			AccountRef: "user_42", PlanID: subPlan.ID}},
+		Settlement: &fulfillment.SettlementDraft{Token: "USDT", Network: "TRON", Amount: "10"},
+	}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.OrderCreate(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// firstPayment is the payment of order merchantID that starts subscription
+// subID on Jan 1.
+func firstPayment(id, subID, merchantID string) fulfillment.ProviderEvent {
+	ev := subEvent(id, subID, fulfillment.EventPaymentConfirmed, subJan1, "inv_"+subID+"_1")
+	ev.Payment.MerchantOrderID = merchantID
+	return ev
+}
+
+// deliver stores evs and processes them in one batch, returning their
+// decisions in order.
+func deliver(t *testing.T, s *storage.Store, evs ...fulfillment.ProviderEvent) string {
+	t.Helper()
+	for _, ev := range evs {
+		if _, err := s.InboxInsert(context.Background(), ev, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return processAll(t, s, len(evs))
+}
+
+// subRow is what one subscription holds, and what its events left.
+type subRow struct {
+	State   string
+	Periods int
+	End     time.Time
+	// Renewed, PastDue and Ended count its events, each in the feed and in
+	// crm's outbox.
+	Renewed, PastDue, Ended int
+	Items                   int
+}
+
+func readSub(t *testing.T, conn *pgx.Conn, subID string) subRow {
+	t.Helper()
+	var r subRow
+	err := conn.QueryRow(context.Background(), `
+		SELECT s.state, s.periods, s.period_end,
+			(SELECT count(*) FROM order_events e WHERE e.subscription_id = s.id AND e.topic = 'subscription.renewed'),
+			(SELECT count(*) FROM order_events e WHERE e.subscription_id = s.id AND e.topic = 'subscription.past_due'),
+			(SELECT count(*) FROM order_events e WHERE e.subscription_id = s.id AND e.topic = 'subscription.access_ended'),
+			(SELECT count(*) FROM reconciliation_items i WHERE i.subscription_id = s.id)
+		FROM subscriptions s WHERE provider_subscription_id = $1`, subID).
+		Scan(&r.State, &r.Periods, &r.End, &r.Renewed, &r.PastDue, &r.Ended, &r.Items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var periods, messages int
+	err = conn.QueryRow(context.Background(), `
+		SELECT (SELECT count(*) FROM subscription_periods p WHERE p.subscription_id = s.id),
+			(SELECT count(*) FROM outbox_messages m WHERE m.subscription_id = s.id AND m.destination_id = 'crm')
+		FROM subscriptions s WHERE provider_subscription_id = $1`, subID).Scan(&periods, &messages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if periods != r.Periods || messages != r.Renewed+r.PastDue+r.Ended {
+		t.Errorf("%s: %d period rows for %d periods, %d crm messages for %d events", subID, periods, r.Periods,
+			messages, r.Renewed+r.PastDue+r.Ended)
+	}
+	r.End = r.End.UTC()
+	return r
+}
+
+// The first paid order creates the subscription with its first period; a
+// renewal delivered three times at once (three event ids) pays one period;
+// the first payment delivered again pays nothing.
+func TestSubscriptionFlowRenewalOnce(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	subscriptionOrder(t, s, "m-1")
+	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "fulfilled" {
+		t.Fatalf("first payment: %s", got)
+	}
+	want := subRow{State: "active", Periods: 1, End: subJan1.AddDate(0, 1, 0), Renewed: 1}
+	if got := readSub(t, conn, "sub_1"); got != want {
+		t.Fatalf("after the first payment %+v, want %+v", got, want)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM subscriptions WHERE customer_ref = 'user_42' AND plan_id = $1`, subPlan.ID); n != 1 {
+		t.Errorf("%d subscriptions of the line's customer and plan, want 1", n)
+	}
+
+	renewal := func(id string) fulfillment.ProviderEvent {
+		return subEvent(id, "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 0), "inv_2")
+	}
+	var ids []int64
+	for _, id := range []string{"evt_2a", "evt_2b", "evt_2c"} {
+		r, err := s.InboxInsert(ctx, renewal(id), []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	if _, err := s.InboxClaim(ctx, "w", 100, time.Minute, 10, nil); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu        sync.Mutex
+		decisions []string
+		next      = make(chan int64, len(ids))
+	)
+	for _, id := range ids {
+		next <- id
+	}
+	concurrently(len(ids), func() {
+		id := <-next
+		outs, err := s.InboxProcess(ctx, []int64{id}, "w")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		mu.Lock()
+		decisions = append(decisions, string(outs[id].Decision))
+		mu.Unlock()
+	})
+	slices.Sort(decisions)
+	if got := strings.Join(decisions, ","); got != "already_applied,already_applied,renewed" {
+		t.Errorf("decisions %s, want one renewed and two already_applied", got)
+	}
+	if got := deliver(t, s, firstPayment("evt_1b", "sub_1", "m-1")); got != "already_applied" {
+		t.Errorf("first payment again: %s", got)
+	}
+	want = subRow{State: "active", Periods: 2, End: subJan1.AddDate(0, 2, 0), Renewed: 2}
+	if got := readSub(t, conn, "sub_1"); got != want {
+		t.Errorf("after the renewals %+v, want %+v", got, want)
+	}
+	// The first payment and the three renewals; the repeated first payment
+	// was the order's to decide (already paid), and paid nothing.
+	if n := count(t, conn, `SELECT count(*) FROM inbox_events WHERE applied_subscription_id IS NOT NULL`); n != 4 {
+		t.Errorf("%d events applied to the subscription, want 4", n)
+	}
+}
+
+// Renewals paid in one order or the other leave the same subscription.
+func TestSubscriptionFlowRenewalsOutOfOrder(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	feb, mar := subJan1.AddDate(0, 1, 0), subJan1.AddDate(0, 2, 0)
+	for _, sub := range []string{"sub_a", "sub_b"} {
+		subscriptionOrder(t, s, "m-"+sub)
+		deliver(t, s, firstPayment("evt_1_"+sub, sub, "m-"+sub))
+	}
+	deliver(t, s, subEvent("evt_2_a", "sub_a", fulfillment.EventPaymentConfirmed, feb, "inv_a_2"))
+	deliver(t, s, subEvent("evt_3_a", "sub_a", fulfillment.EventPaymentConfirmed, mar, "inv_a_3"))
+	deliver(t, s, subEvent("evt_3_b", "sub_b", fulfillment.EventPaymentConfirmed, mar, "inv_b_3"))
+	deliver(t, s, subEvent("evt_2_b", "sub_b", fulfillment.EventPaymentConfirmed, feb, "inv_b_2"))
+	a, b := readSub(t, conn, "sub_a"), readSub(t, conn, "sub_b")
+	want := subRow{State: "active", Periods: 3, End: subJan1.AddDate(0, 3, 0), Renewed: 3}
+	if a != want || b != want {
+		t.Errorf("in order %+v, out of order %+v; want both %+v", a, b, want)
+	}
+}
+
+// Overdue, then the renewal paid: active again, extended by one period
+// once; the overdue delivered again is older than the renewal, and
+// ignored.
+func TestSubscriptionFlowOverdueThenRenewal(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	subscriptionOrder(t, s, "m-1")
+	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
+	overdue := subEvent("evt_od", "sub_1", fulfillment.EventSubscriptionOverdue, subJan1.AddDate(0, 1, 1), "")
+	if got := deliver(t, s, overdue); got != "past_due" {
+		t.Fatalf("overdue: %s", got)
+	}
+	if got := readSub(t, conn, "sub_1"); got.State != "past_due" || got.PastDue != 1 {
+		t.Fatalf("after the overdue %+v", got)
+	}
+	paid := subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 2), "inv_2")
+	overdue.EventID = "evt_od_again"
+	if got := deliver(t, s, paid, overdue); got != "renewed,stale_ignored" {
+		t.Errorf("renewal, overdue again: %s", got)
+	}
+	want := subRow{State: "active", Periods: 2, End: subJan1.AddDate(0, 2, 0), Renewed: 2, PastDue: 1}
+	if got := readSub(t, conn, "sub_1"); got != want {
+		t.Errorf("%+v, want %+v", got, want)
+	}
+}
+
+// A subscription.overdue older than a renewal applied before it is
+// stale: the subscription stays active, nothing is announced.
+func TestSubscriptionFlowStaleOverdue(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	subscriptionOrder(t, s, "m-1")
+	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
+	deliver(t, s, subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 2), "inv_2"))
+	if got := deliver(t, s, subEvent("evt_od", "sub_1", fulfillment.EventSubscriptionOverdue, subJan1.AddDate(0, 1, 1), "")); got != "stale_ignored" {
+		t.Errorf("stale overdue: %s", got)
+	}
+	want := subRow{State: "active", Periods: 2, End: subJan1.AddDate(0, 2, 0), Renewed: 2}
+	if got := readSub(t, conn, "sub_1"); got != want {
+		t.Errorf("%+v, want %+v", got, want)
+	}
+}
+
+// The invoice.overdue of a renewal attempt, after that renewal was paid,
+// changes nothing: one attempt expiring never cancels a subscription.
+func TestSubscriptionFlowRenewalInvoiceOverdue(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	subscriptionOrder(t, s, "m-1")
+	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
+	deliver(t, s, subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 0), "inv_2"))
+	before := readSub(t, conn, "sub_1")
+	if got := deliver(t, s, subEvent("evt_3", "sub_1", fulfillment.EventAttemptExpired, subJan1.AddDate(0, 1, 3), "inv_2")); got != "ignored_type" {
+		t.Errorf("invoice.overdue of the paid renewal: %s", got)
+	}
+	if after := readSub(t, conn, "sub_1"); after != before {
+		t.Errorf("after the invoice's overdue %+v, before %+v", after, before)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM reconciliation_items`); n != 0 {
+		t.Errorf("%d items, want none", n)
+	}
+}
+
+// A lifecycle event of a subscription the service does not know is
+// recorded, unmatched, and creates nothing.
+func TestSubscriptionFlowUnknownSubscription(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	if got := deliver(t, s, subEvent("evt_1", "sub_x", fulfillment.EventSubscriptionCancelled, subJan1, "")); got != "unmatched" {
+		t.Errorf("cancel of an unknown subscription: %s", got)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM subscriptions`); n != 0 {
+		t.Errorf("%d subscriptions, want none", n)
+	}
+}
+
+// Cancelled mid-period: access lasts until the paid period ends, never
+// less, then ends exactly once — with the sweeper's clock under the test's
+// control.
+func TestSubscriptionFlowCancelMidPeriod(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	subscriptionOrder(t, s, "m-1")
+	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
+	if got := deliver(t, s, subEvent("evt_c", "sub_1", fulfillment.EventSubscriptionCancelled, subJan1.AddDate(0, 0, 14), "")); got != "subscription_cancelled" {
+		t.Fatalf("cancel: %s", got)
+	}
+	var id string
+	if err := conn.QueryRow(ctx, `SELECT id::text FROM subscriptions`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	end := subJan1.AddDate(0, 1, 0)
+	for _, now := range []time.Time{subJan1.AddDate(0, 0, 20), end.Add(-time.Second)} {
+		if swept, err := s.SubscriptionSweep(ctx, id, subPlan, now); err != nil || swept {
+			t.Errorf("sweep at %s, within the paid period = %v, %v; want nothing to do", now, swept, err)
+		}
+	}
+	for i, want := range []bool{true, false} {
+		if swept, err := s.SubscriptionSweep(ctx, id, subPlan, end.Add(time.Duration(i)*time.Hour)); err != nil || swept != want {
+			t.Errorf("sweep %d at the period's end = %v, %v; want %v", i, swept, err, want)
+		}
+	}
+	want := subRow{State: "expired", Periods: 1, End: end, Renewed: 1, Ended: 1}
+	if got := readSub(t, conn, "sub_1"); got != want {
+		t.Errorf("%+v, want %+v", got, want)
+	}
+}
+
+// Two sweepers, each a leased queue under its own live owner, run at once
+// over subscriptions whose access ran out: each access ends exactly once.
+func TestSubscriptionSweepersRace(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const n = 30
+	// Paid for one month, four months ago: period and grace are over.
+	long := time.Now().AddDate(0, -4, 0)
+	for i := range n {
+		ref := subRef
+		ref.ProviderSubscriptionID = fmt.Sprintf("sub_%d", i)
+		pay := fulfillment.SubscriptionEvent{Kind: fulfillment.SubRenewalPaid, OccurredAt: long, InvoiceID: "inv_1"}
+		if _, _, err := s.SubscriptionApply(ctx, ref, pay, "evt", subPlan); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	log := slog.New(slog.DiscardHandler)
+	for range 2 {
+		live := s.NewLiveness()
+		wg.Go(func() { _ = live.Run(ctx) })
+		q := worker.NewSweeper(s, live, worker.Config{Workers: 3, Batch: 4, Poll: 20 * time.Millisecond}, nil, log)
+		wg.Go(func() { _ = q.Run(ctx) })
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for count(t, conn, `SELECT count(*) FROM subscription_sweeps WHERE state = 'done'`) < n && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	if got := count(t, conn, `SELECT count(*) FROM subscriptions WHERE state = 'expired' AND access_ended_at IS NOT NULL`); got != n {
+		t.Errorf("%d subscriptions ended, want %d", got, n)
+	}
+	if got := count(t, conn, `SELECT count(*) FROM order_events WHERE topic = 'subscription.access_ended'`); got != n {
+		t.Errorf("%d subscription.access_ended events, want %d (one each)", got, n)
+	}
+	if got := count(t, conn, `SELECT count(*) FROM outbox_messages WHERE topic = 'subscription.access_ended'`); got != n {
+		t.Errorf("%d subscription.access_ended messages to crm, want %d", got, n)
+	}
+}

@@ -1,0 +1,101 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+var _ fulfillment.SweepWork = (*Store)(nil)
+
+// sweepQueue is the sweeper's queue: one row per subscription, due when
+// its access ends unless an event extends it first (applySubscription
+// moves it).
+var sweepQueue = newLeasedTable(leasedTable{table: "subscription_sweeps", noun: "sweep"})
+
+// SweepClaim implements fulfillment.SweepWork.
+func (s *Store) SweepClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]fulfillment.Claim, error) {
+	return s.claim(ctx, sweepQueue, owner, limit, lease, maxAttempts, inFlight)
+}
+
+// SweepRelease implements fulfillment.SweepWork.
+func (s *Store) SweepRelease(ctx context.Context, owner string) (int, error) {
+	return s.release(ctx, sweepQueue, owner)
+}
+
+// SweepReclaim implements fulfillment.SweepWork.
+func (s *Store) SweepReclaim(ctx context.Context) (int, error) { return s.reclaim(ctx, sweepQueue) }
+
+// SweepRetry implements fulfillment.SweepWork.
+func (s *Store) SweepRetry(ctx context.Context, id int64, owner, cause string, next time.Time, maxAttempts int) (bool, error) {
+	return s.retry(ctx, sweepQueue, id, owner, cause, next, maxAttempts)
+}
+
+// SweepProcess implements fulfillment.SweepWork. The subscription is
+// locked before its sweep is written, as every writer of both does, and
+// decided on as it is now: a renewal committed meanwhile has moved the
+// sweep, which this then leaves alone.
+func (s *Store) SweepProcess(ctx context.Context, id int64, owner string, now time.Time) (bool, error) {
+	var (
+		ended bool
+		q     queued
+	)
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		var subID uuid.UUID
+		err := tx.QueryRow(ctx, `SELECT subscription_id FROM subscription_sweeps WHERE id = $1 AND state = 'pending' AND lease_owner = $2`,
+			id, owner).Scan(&subID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("sweep %d: %w", id, fulfillment.ErrLeaseLost)
+		}
+		if err != nil {
+			return fmt.Errorf("reading sweep: %w", interpret(err))
+		}
+		rec, err := lockSubscription(ctx, tx, `id = $1`, subID)
+		if err != nil {
+			return err
+		}
+		plan, err := s.plan(rec)
+		if err != nil {
+			return err
+		}
+		if now.IsZero() {
+			// The database's clock decided the sweep was due: it decides
+			// whether the access ended too.
+			if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+				return fmt.Errorf("reading the time: %w", interpret(err))
+			}
+		}
+		if ended, q, err = s.sweep(ctx, tx, rec, plan, now); err != nil {
+			return err
+		}
+		// Done once access ended (or there is none to end); otherwise due
+		// again when the access now ends. Either only while owner still
+		// holds the sweep: an event that moved it meanwhile has the last
+		// word.
+		next := rec.AccessEnds(plan)
+		if rec.AccessEnded || next.IsZero() {
+			_, err = tx.Exec(ctx, `UPDATE subscription_sweeps SET state = 'done', processed_at = clock_timestamp(),
+					lease_owner = NULL, lease_until = NULL, last_error = NULL
+				WHERE id = $1 AND lease_owner = $2`, id, owner)
+		} else {
+			_, err = tx.Exec(ctx, `UPDATE subscription_sweeps SET next_attempt_at = $3, attempts = 0,
+					lease_owner = NULL, lease_until = NULL
+				WHERE id = $1 AND lease_owner = $2`, id, owner, next)
+		}
+		if err != nil {
+			return fmt.Errorf("completing sweep: %w", interpret(err))
+		}
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	s.wake(q)
+	return ended, nil
+}

@@ -1,0 +1,68 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+// NewSweeper returns the subscription sweeper: a queue of one sweep per
+// subscription, each due when the subscription's access ends (the end of
+// its paid period, plus the plan's grace unless it was cancelled). A sweep
+// ends the access — once, whichever of several replicas' sweepers gets
+// there, as the subscription's row lock and its recorded end decide — or,
+// when an event extended the access meanwhile, waits for the new end.
+// now is the sweeper's clock; nil is the database's.
+func NewSweeper(work fulfillment.SweepWork, owners Owners, cfg Config, now func() time.Time, log *slog.Logger) *Queue {
+	return NewQueue("subscription sweep", &sweepTable{work: work, now: now}, owners, cfg, log)
+}
+
+// sweepTable is the subscription sweeps as a Table.
+type sweepTable struct {
+	work fulfillment.SweepWork
+	now  func() time.Time
+}
+
+func (t *sweepTable) Claim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error) {
+	got, err := t.work.SweepClaim(ctx, owner, limit, lease, maxAttempts, inFlight)
+	claims := make([]Claim, len(got))
+	for i, c := range got {
+		claims[i] = Claim(c)
+	}
+	return claims, err
+}
+
+// Process sweeps each claim in a transaction of its own: one
+// subscription's sweep never waits for another's.
+func (t *sweepTable) Process(ctx context.Context, owner string, claims []Claim) error {
+	var now time.Time
+	if t.now != nil {
+		now = t.now()
+	}
+	for _, c := range claims {
+		if _, err := t.work.SweepProcess(ctx, c.ID, owner, now); err != nil && !errors.Is(err, fulfillment.ErrLeaseLost) {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *sweepTable) Retry(ctx context.Context, owner string, c Claim, cause string, next time.Time, maxAttempts int) (bool, error) {
+	return t.work.SweepRetry(ctx, c.ID, owner, cause, next, maxAttempts)
+}
+
+func (t *sweepTable) Release(ctx context.Context, owner string) (int, error) {
+	return t.work.SweepRelease(ctx, owner)
+}
+
+func (t *sweepTable) Reclaim(ctx context.Context) (int, error) { return t.work.SweepReclaim(ctx) }
+
+// Listen waits for ctx: sweeps fall due with time, never by a commit, so
+// the queue's poll interval finds them.
+func (*sweepTable) Listen(ctx context.Context, _ func()) error {
+	<-ctx.Done()
+	return nil
+}
