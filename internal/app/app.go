@@ -68,7 +68,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*App, error
 		ConnectTimeout: cfg.Database.ConnectTimeout,
 		Logger:         log,
 		Subscriptions:  subscriptions(cfg),
-		Plans:          plans(cfg),
+		Plans:          cfg.DomainPlans(),
 		// Polls are queued whether or not this process runs the poller.
 		StatusPollAfter: cfg.StatusPoll.WithDefaults().After,
 	})
@@ -150,15 +150,6 @@ func (a *App) build(cfg *config.Config) error {
 		a.sweeper = worker.NewSweeper(a.store, a.liveness, QueueConfig(sweep), nil, a.log)
 	}
 	return nil
-}
-
-// plans are the configured plans, by id.
-func plans(cfg *config.Config) fulfillment.Plans {
-	ps := fulfillment.Plans{}
-	for _, p := range cfg.Plans {
-		ps[p.ID] = p.Domain()
-	}
-	return ps
 }
 
 // GRPCAddr is the bound gRPC address.
