@@ -360,3 +360,53 @@ func TestSubscriptionSweepersRace(t *testing.T) {
 		t.Errorf("%d subscription.access_ended messages to crm, want %d", got, n)
 	}
 }
+
+// T-Bank: the first payment of an order with a subscription line carries
+// the card binding's RebillId, which names the subscription; a recurrent
+// charge (a payment of its own, of a checkout no order knows) with that
+// RebillId renews it, once however often it is notified. The bank sends no
+// event time: the time of receipt stands in.
+func TestSubscriptionFlowTBankRecurrent(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	spec, err := fulfillment.OrderDraft{
+		OrgID: "org_a", Environment: "live", MerchantOrderID: "m-t", CheckoutSessionID: "m-t-1",
+		Lines: []fulfillment.LineDraft{{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "RUB", MinorUnits: 99000,
+			AccountRef: "user_7", PlanID: subPlan.ID}},
+	}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.OrderCreate(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	confirmed := func(paymentID, orderID string) fulfillment.ProviderEvent {
+		return fulfillment.ProviderEvent{
+			Provider: fulfillment.ProviderTBank, EndpointID: "tbank-live", OrgID: "org_a", Environment: fulfillment.EnvLive,
+			EventID: "T:" + paymentID + ":CONFIRMED", Type: "CONFIRMED", Kind: fulfillment.EventPaymentConfirmed,
+			Payment: fulfillment.PaymentInfo{AttemptRef: paymentID, PaymentID: paymentID, CheckoutSessionID: orderID,
+				SubscriptionID: "101709", Amount: fulfillment.MinorAmount(99000, "RUB")},
+		}
+	}
+	if got := deliver(t, s, confirmed("700", "m-t-1")); got != "fulfilled" {
+		t.Fatalf("first payment: %s", got)
+	}
+	charge := confirmed("701", "charge-2")
+	if got := deliver(t, s, charge); got != "renewed" {
+		t.Errorf("recurrent charge: %s", got)
+	}
+	charge.EventID += ":again" // the same charge, notified again under another id
+	if got := deliver(t, s, charge); got != "already_applied" {
+		t.Errorf("recurrent charge again: %s", got)
+	}
+	got := readSub(t, conn, "101709")
+	if got.State != "active" || got.Periods != 2 || got.Renewed != 2 || got.Items != 0 {
+		t.Errorf("%+v, want active with two periods", got)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM subscriptions WHERE customer_ref = 'user_7' AND provider = 'tbank'`); n != 1 {
+		t.Errorf("%d T-Bank subscriptions of user_7, want 1", n)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM subscription_periods WHERE period_key IN ('payment:700', 'payment:701')`); n != 2 {
+		t.Errorf("%d periods paid by the two payments, want 2", n)
+	}
+}
