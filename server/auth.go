@@ -60,6 +60,13 @@ var methodScopes = map[string]string{
 	fulfillmentv1.FulfillmentService_DisableDestination_FullMethodName:      config.ScopeAdmin,
 	fulfillmentv1.FulfillmentService_EnableDestination_FullMethodName:       config.ScopeAdmin,
 	fulfillmentv1.FulfillmentService_WatchOrderEvents_FullMethodName:        config.ScopeOrdersRead,
+	// Subscriptions are created by whoever creates orders (a checkout),
+	// and read by whoever reads orders (CheckAccess: the services that
+	// sell the plans).
+	fulfillmentv1.FulfillmentService_CreateSubscription_FullMethodName: config.ScopeOrdersWrite,
+	fulfillmentv1.FulfillmentService_GetSubscription_FullMethodName:    config.ScopeOrdersRead,
+	fulfillmentv1.FulfillmentService_ListSubscriptions_FullMethodName:  config.ScopeOrdersRead,
+	fulfillmentv1.FulfillmentService_CheckAccess_FullMethodName:        config.ScopeOrdersRead,
 }
 
 // publicServices need no token: health checks and reflection.

@@ -29,6 +29,7 @@ func orderDraftFromProto(req *fulfillmentv1.CreateOrderRequest) fulfillment.Orde
 			MinorUnits:  l.GetUnitPrice().GetMinorUnits(),
 			AccountRef:  l.GetAccountRef(),
 			Destination: l.GetDestination(),
+			PlanID:      l.GetPlanId(),
 		}
 	}
 	if s := req.GetSettlement(); s != nil {
@@ -65,6 +66,7 @@ func orderToProto(o fulfillment.Order) *fulfillmentv1.Order {
 			UnitPrice:   &fulfillmentv1.Money{Currency: l.UnitPrice.Currency, MinorUnits: l.UnitPrice.MinorUnits},
 			AccountRef:  l.AccountRef,
 			Destination: l.Destination,
+			PlanId:      l.PlanID,
 		}
 	}
 	if s := o.Settlement; s != nil {
@@ -193,6 +195,7 @@ func eventFromProto(req *fulfillmentv1.RecordEventRequest) (fulfillment.Provider
 			CheckoutSessionID: p.GetCheckoutSessionId(),
 			MerchantOrderID:   p.GetMerchantOrderId(),
 			SubscriptionID:    p.GetSubscriptionId(),
+			CustomerRef:       p.GetCustomerRef(),
 		},
 		Refs: refsFromProto(req),
 	}
@@ -237,6 +240,7 @@ func eventToProto(ev fulfillment.ProviderEvent, rawBody []byte) *fulfillmentv1.R
 			CheckoutSessionId: p.CheckoutSessionID,
 			MerchantOrderId:   p.MerchantOrderID,
 			SubscriptionId:    p.SubscriptionID,
+			CustomerRef:       p.CustomerRef,
 			// Deprecated fields, still filled for services that predate refs.
 			PaylinkId: ev.Refs[refPaylinkID], //nolint:staticcheck // see above
 			TxHash:    ev.Refs[refTxHash],    //nolint:staticcheck // see above

@@ -105,12 +105,13 @@ func (s *Service) WatchOrderEvents(req *fulfillmentv1.WatchOrderEventsRequest, s
 
 func orderEventToProto(e fulfillment.OrderEvent) *fulfillmentv1.WatchOrderEventsResponse {
 	return &fulfillmentv1.WatchOrderEventsResponse{
-		Cursor:      e.Cursor.String(),
-		Topic:       string(e.Topic),
-		OrderId:     e.OrderID,
-		OrgId:       e.OrgID,
-		Environment: string(e.Environment),
-		CreateTime:  timestamppb.New(e.CreatedAt),
-		Payload:     string(e.Payload),
+		Cursor:         e.Cursor.String(),
+		Topic:          string(e.Topic),
+		OrderId:        e.OrderID,
+		SubscriptionId: e.SubscriptionID,
+		OrgId:          e.OrgID,
+		Environment:    string(e.Environment),
+		CreateTime:     timestamppb.New(e.CreatedAt),
+		Payload:        string(e.Payload),
 	}
 }

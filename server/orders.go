@@ -37,6 +37,10 @@ type Service struct {
 	// destinations are the ids of the configured destinations: external
 	// order lines name one of them.
 	destinations map[string]bool
+	// subs reads subscriptions; plans are the configured plans, by id:
+	// subscription lines and subscriptions name one of them.
+	subs  fulfillment.SubscriptionReader
+	plans fulfillment.Plans
 	// maxPageBytes caps the encoded items of one listing page.
 	maxPageBytes int
 }
@@ -45,7 +49,8 @@ var _ fulfillmentv1.FulfillmentServiceServer = (*Service)(nil)
 
 // newService returns the service backed by store, for the configuration cfg.
 func newService(store Store, cfg *config.Config, log *slog.Logger) *Service {
-	s := &Service{store: store, inbox: store, recon: store, outbox: store, feed: store, payStore: store, log: log, cfg: cfg,
+	s := &Service{store: store, inbox: store, recon: store, outbox: store, feed: store, payStore: store, subs: store,
+		log: log, cfg: cfg, plans: cfg.DomainPlans(),
 		stopping:     make(chan struct{}),
 		endpoints:    make(map[string]fulfillment.Endpoint, len(cfg.Endpoints)),
 		maxPageBytes: cfg.GRPC.WithDefaults().MaxPageBytes,
@@ -64,7 +69,8 @@ func newService(store Store, cfg *config.Config, log *slog.Logger) *Service {
 func (s *Service) CreateOrder(ctx context.Context, req *fulfillmentv1.CreateOrderRequest) (*fulfillmentv1.CreateOrderResponse, error) {
 	spec, err := orderDraftFromProto(req).Validate()
 	if err == nil {
-		err = spec.CheckDestinations(func(id string) bool { return s.destinations[id] })
+		err = joinViolations(spec.CheckDestinations(func(id string) bool { return s.destinations[id] }),
+			spec.CheckPlans(s.planConfigured))
 	}
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)

@@ -35,6 +35,7 @@ type Store interface {
 	fulfillment.OutboxStore
 	fulfillment.FeedStore
 	fulfillment.PaymentStore
+	fulfillment.SubscriptionReader
 	Readiness
 }
 

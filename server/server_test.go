@@ -54,6 +54,7 @@ type testServer struct {
 	conn     *grpc.ClientConn // plain-text connection; nil with TLS
 	client   fulfillmentv1.FulfillmentServiceClient
 	logs     *syncBuffer
+	db       string // the database's URL, for what a test writes behind the service's back
 }
 
 func startServer(t *testing.T, mutate func(*config.Config)) *testServer {
@@ -63,7 +64,8 @@ func startServer(t *testing.T, mutate func(*config.Config)) *testServer {
 		mutate(cfg)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	store, err := storage.Open(ctx, pgtest.DB(t), storage.Options{MaxConns: 20})
+	db := pgtest.DB(t)
+	store, err := storage.Open(ctx, db, storage.Options{MaxConns: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +92,7 @@ func startServer(t *testing.T, mutate func(*config.Config)) *testServer {
 	case err := <-done:
 		t.Fatalf("server did not start: %v", err)
 	}
-	ts := &testServer{httpURL: "http://" + srv.HTTPAddr(), grpcAddr: srv.GRPCAddr(), logs: logs}
+	ts := &testServer{httpURL: "http://" + srv.HTTPAddr(), grpcAddr: srv.GRPCAddr(), logs: logs, db: db}
 	if cfg.TLS == nil {
 		conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {

@@ -82,17 +82,24 @@ type OrderLine struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Merchant's stock keeping unit.
 	Sku string `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`
-	// What fulfilling the line grants: "license", "balance_credit" or "external".
+	// What fulfilling the line grants: "license", "balance_credit",
+	// "external" or "subscription" (one paid period of the subscription of
+	// the customer account_ref names to the plan plan_id names; quantity 1).
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// Units ordered: 1 to 1,000,000 (license lines: 1,000 per order in all).
 	Quantity int64 `protobuf:"varint,3,opt,name=quantity,proto3" json:"quantity,omitempty"`
 	// Price of one unit.
 	UnitPrice *Money `protobuf:"bytes,4,opt,name=unit_price,json=unitPrice,proto3" json:"unit_price,omitempty"`
-	// Account credited by a "balance_credit" line; empty for other kinds.
+	// Account credited by a "balance_credit" line, or the merchant's
+	// reference of the customer whose subscription a "subscription" line
+	// pays; empty for other kinds.
 	AccountRef string `protobuf:"bytes,5,opt,name=account_ref,json=accountRef,proto3" json:"account_ref,omitempty"`
 	// Id of the configured destination that fulfils an "external" line:
 	// required on such lines, empty on others.
-	Destination   string `protobuf:"bytes,6,opt,name=destination,proto3" json:"destination,omitempty"`
+	Destination string `protobuf:"bytes,6,opt,name=destination,proto3" json:"destination,omitempty"`
+	// Id of the configured plan a "subscription" line pays a period of:
+	// required on such lines, empty on others.
+	PlanId        string `protobuf:"bytes,7,opt,name=plan_id,json=planId,proto3" json:"plan_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -165,6 +172,13 @@ func (x *OrderLine) GetAccountRef() string {
 func (x *OrderLine) GetDestination() string {
 	if x != nil {
 		return x.Destination
+	}
+	return ""
+}
+
+func (x *OrderLine) GetPlanId() string {
+	if x != nil {
+		return x.PlanId
 	}
 	return ""
 }
@@ -1327,7 +1341,11 @@ type EventPayment struct {
 	TxHash string `protobuf:"bytes,11,opt,name=tx_hash,json=txHash,proto3" json:"tx_hash,omitempty"`
 	// ISO 4217 currency of the amount, in minor units, e.g. "RUB"; empty for
 	// a token amount.
-	Currency      string `protobuf:"bytes,12,opt,name=currency,proto3" json:"currency,omitempty"`
+	Currency string `protobuf:"bytes,12,opt,name=currency,proto3" json:"currency,omitempty"`
+	// The merchant's reference of the payer, when the provider relays it
+	// (Yolfi customer.clientReferenceId): the customer a subscription belongs
+	// to. It may carry personal data; it is stored, never logged.
+	CustomerRef   string `protobuf:"bytes,13,opt,name=customer_ref,json=customerRef,proto3" json:"customer_ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1446,6 +1464,13 @@ func (x *EventPayment) GetCurrency() string {
 	return ""
 }
 
+func (x *EventPayment) GetCustomerRef() string {
+	if x != nil {
+		return x.CustomerRef
+	}
+	return ""
+}
+
 // RecordEventRequest is a verified provider event, normalized by the
 // gateway's provider adapter.
 type RecordEventRequest struct {
@@ -1462,9 +1487,10 @@ type RecordEventRequest struct {
 	EventId string `protobuf:"bytes,5,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
 	// Provider's event type, e.g. "payment.confirmed".
 	Type string `protobuf:"bytes,6,opt,name=type,proto3" json:"type,omitempty"`
-	// What the type means to an order: "attempt_created", "payment_confirmed",
+	// What the type means: "attempt_created", "payment_confirmed",
 	// "attempt_expired", "attempt_cancelled", "refunded",
-	// "partially_refunded" or "other".
+	// "partially_refunded", "subscription_overdue", "subscription_cancelled"
+	// (both name the subscription in payment.subscription_id) or "other".
 	Kind string `protobuf:"bytes,7,opt,name=kind,proto3" json:"kind,omitempty"`
 	// Provider test-mode event.
 	TestMode bool `protobuf:"varint,8,opt,name=test_mode,json=testMode,proto3" json:"test_mode,omitempty"`
@@ -3381,21 +3407,26 @@ func (x *WatchOrderEventsRequest) GetEnvironment() string {
 	return ""
 }
 
-// WatchOrderEventsResponse is one order event.
+// WatchOrderEventsResponse is one order or subscription event.
 type WatchOrderEventsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Resume after this event by passing it as WatchOrderEventsRequest.cursor.
 	Cursor string `protobuf:"bytes,1,opt,name=cursor,proto3" json:"cursor,omitempty"`
-	// "order.fulfilled", "order.refunded" or "order.on_hold".
-	Topic       string                 `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	// "order.fulfilled", "order.refunded" or "order.on_hold" (order_id set),
+	// or "subscription.renewed", "subscription.past_due" or
+	// "subscription.access_ended" (subscription_id set, order_id empty).
+	Topic string `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	// The order of an order event; empty for a subscription event.
 	OrderId     string                 `protobuf:"bytes,3,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
 	OrgId       string                 `protobuf:"bytes,4,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
 	Environment string                 `protobuf:"bytes,5,opt,name=environment,proto3" json:"environment,omitempty"`
 	CreateTime  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// The event as JSON: the body outbox messages announcing it carry.
-	Payload       string `protobuf:"bytes,7,opt,name=payload,proto3" json:"payload,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Payload string `protobuf:"bytes,7,opt,name=payload,proto3" json:"payload,omitempty"`
+	// The subscription of a subscription event; empty for an order event.
+	SubscriptionId string `protobuf:"bytes,8,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *WatchOrderEventsResponse) Reset() {
@@ -3477,6 +3508,937 @@ func (x *WatchOrderEventsResponse) GetPayload() string {
 	return ""
 }
 
+func (x *WatchOrderEventsResponse) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
+// Subscription is access to a plan that a customer pays for period by
+// period at a provider.
+type Subscription struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Server-assigned subscription id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Organization (tenant) that owns the subscription.
+	OrgId string `protobuf:"bytes,2,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	// "live" or "test".
+	Environment string `protobuf:"bytes,3,opt,name=environment,proto3" json:"environment,omitempty"`
+	// Provider name, e.g. "yolfi".
+	Provider string `protobuf:"bytes,4,opt,name=provider,proto3" json:"provider,omitempty"`
+	// The provider's id of the subscription (Yolfi subscriptionId, T-Bank
+	// RebillId): renewals find their subscription by it.
+	ProviderSubscriptionId string `protobuf:"bytes,5,opt,name=provider_subscription_id,json=providerSubscriptionId,proto3" json:"provider_subscription_id,omitempty"`
+	// The merchant's reference of the customer. It may carry personal data.
+	CustomerRef string `protobuf:"bytes,6,opt,name=customer_ref,json=customerRef,proto3" json:"customer_ref,omitempty"`
+	// The configured plan.
+	PlanId string `protobuf:"bytes,7,opt,name=plan_id,json=planId,proto3" json:"plan_id,omitempty"`
+	// "active" (paid up, or awaiting a renewal within the plan's grace),
+	// "past_due" (the provider said a renewal is overdue: access until the
+	// grace after the paid period runs out), "cancelled" (access until the
+	// paid period ends) or "expired" (access ended).
+	State string `protobuf:"bytes,8,opt,name=state,proto3" json:"state,omitempty"`
+	// Paid periods so far; 0 until the first payment.
+	Periods int32 `protobuf:"varint,9,opt,name=periods,proto3" json:"periods,omitempty"`
+	// The current paid period, [start, end); absent before the first
+	// payment.
+	CurrentPeriodStartTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=current_period_start_time,json=currentPeriodStartTime,proto3" json:"current_period_start_time,omitempty"`
+	CurrentPeriodEndTime   *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=current_period_end_time,json=currentPeriodEndTime,proto3" json:"current_period_end_time,omitempty"`
+	// When the service ended its access (the state became "expired"); absent
+	// while it has not.
+	AccessEndTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=access_end_time,json=accessEndTime,proto3" json:"access_end_time,omitempty"`
+	// When it was created, and last changed.
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Subscription) Reset() {
+	*x = Subscription{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Subscription) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Subscription) ProtoMessage() {}
+
+func (x *Subscription) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Subscription.ProtoReflect.Descriptor instead.
+func (*Subscription) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *Subscription) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Subscription) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
+func (x *Subscription) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+func (x *Subscription) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *Subscription) GetProviderSubscriptionId() string {
+	if x != nil {
+		return x.ProviderSubscriptionId
+	}
+	return ""
+}
+
+func (x *Subscription) GetCustomerRef() string {
+	if x != nil {
+		return x.CustomerRef
+	}
+	return ""
+}
+
+func (x *Subscription) GetPlanId() string {
+	if x != nil {
+		return x.PlanId
+	}
+	return ""
+}
+
+func (x *Subscription) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Subscription) GetPeriods() int32 {
+	if x != nil {
+		return x.Periods
+	}
+	return 0
+}
+
+func (x *Subscription) GetCurrentPeriodStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CurrentPeriodStartTime
+	}
+	return nil
+}
+
+func (x *Subscription) GetCurrentPeriodEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CurrentPeriodEndTime
+	}
+	return nil
+}
+
+func (x *Subscription) GetAccessEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AccessEndTime
+	}
+	return nil
+}
+
+func (x *Subscription) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Subscription) GetUpdateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdateTime
+	}
+	return nil
+}
+
+// PaidPeriod is one paid period of a subscription: an entitlement, granted
+// once per period and once per bill.
+type PaidPeriod struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The period's number, from 1.
+	Period int32 `protobuf:"varint,1,opt,name=period,proto3" json:"period,omitempty"`
+	// The period, [start, end).
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// The bill it paid: "invoice:<provider invoice id>", or
+	// "payment:<provider payment id>" for a charge that is its own bill.
+	Bill string `protobuf:"bytes,4,opt,name=bill,proto3" json:"bill,omitempty"`
+	// The provider's id of the payment that paid it.
+	PaymentId string `protobuf:"bytes,5,opt,name=payment_id,json=paymentId,proto3" json:"payment_id,omitempty"`
+	// When it was granted.
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PaidPeriod) Reset() {
+	*x = PaidPeriod{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PaidPeriod) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PaidPeriod) ProtoMessage() {}
+
+func (x *PaidPeriod) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PaidPeriod.ProtoReflect.Descriptor instead.
+func (*PaidPeriod) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *PaidPeriod) GetPeriod() int32 {
+	if x != nil {
+		return x.Period
+	}
+	return 0
+}
+
+func (x *PaidPeriod) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *PaidPeriod) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *PaidPeriod) GetBill() string {
+	if x != nil {
+		return x.Bill
+	}
+	return ""
+}
+
+func (x *PaidPeriod) GetPaymentId() string {
+	if x != nil {
+		return x.PaymentId
+	}
+	return ""
+}
+
+func (x *PaidPeriod) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+// Access is what a subscription grants at a time.
+type Access struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the customer has access.
+	HasAccess bool `protobuf:"varint,1,opt,name=has_access,json=hasAccess,proto3" json:"has_access,omitempty"`
+	// With access: when it ends unless a renewal is paid (the end of the
+	// paid period while paid up; the end of the grace while a renewal is
+	// awaited or past due; the end of the paid period once cancelled).
+	// Without: when it ended; absent when no period was paid.
+	Until *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=until,proto3" json:"until,omitempty"`
+	// Why, in words: "paid period", "grace while the renewal is awaited",
+	// "grace of a past-due subscription", "cancelled; the paid period runs
+	// out", each followed by " ended" once over; "no period was paid",
+	// "access ended".
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The time the access was computed for: the service's clock when it
+	// answered.
+	CheckTime     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=check_time,json=checkTime,proto3" json:"check_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Access) Reset() {
+	*x = Access{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Access) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Access) ProtoMessage() {}
+
+func (x *Access) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Access.ProtoReflect.Descriptor instead.
+func (*Access) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *Access) GetHasAccess() bool {
+	if x != nil {
+		return x.HasAccess
+	}
+	return false
+}
+
+func (x *Access) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *Access) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Access) GetCheckTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CheckTime
+	}
+	return nil
+}
+
+// CreateSubscriptionRequest names a subscription at its provider.
+type CreateSubscriptionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Organization that owns it; the caller must be allowed to act for it.
+	OrgId string `protobuf:"bytes,1,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	// "live" or "test".
+	Environment string `protobuf:"bytes,2,opt,name=environment,proto3" json:"environment,omitempty"`
+	// A provider the service has an adapter for: "yolfi" or "tbank".
+	Provider string `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
+	// The provider's id of the subscription: the idempotency key together
+	// with org_id, environment and provider.
+	ProviderSubscriptionId string `protobuf:"bytes,4,opt,name=provider_subscription_id,json=providerSubscriptionId,proto3" json:"provider_subscription_id,omitempty"`
+	// The merchant's reference of the customer (at most 128 bytes). It may
+	// carry personal data: the service stores it and never logs it.
+	CustomerRef string `protobuf:"bytes,5,opt,name=customer_ref,json=customerRef,proto3" json:"customer_ref,omitempty"`
+	// A configured plan (plans[].id).
+	PlanId        string `protobuf:"bytes,6,opt,name=plan_id,json=planId,proto3" json:"plan_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSubscriptionRequest) Reset() {
+	*x = CreateSubscriptionRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSubscriptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSubscriptionRequest) ProtoMessage() {}
+
+func (x *CreateSubscriptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSubscriptionRequest.ProtoReflect.Descriptor instead.
+func (*CreateSubscriptionRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *CreateSubscriptionRequest) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
+func (x *CreateSubscriptionRequest) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+func (x *CreateSubscriptionRequest) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *CreateSubscriptionRequest) GetProviderSubscriptionId() string {
+	if x != nil {
+		return x.ProviderSubscriptionId
+	}
+	return ""
+}
+
+func (x *CreateSubscriptionRequest) GetCustomerRef() string {
+	if x != nil {
+		return x.CustomerRef
+	}
+	return ""
+}
+
+func (x *CreateSubscriptionRequest) GetPlanId() string {
+	if x != nil {
+		return x.PlanId
+	}
+	return ""
+}
+
+// CreateSubscriptionResponse carries the created (or previously created)
+// subscription.
+type CreateSubscriptionResponse struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Subscription *Subscription          `protobuf:"bytes,1,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	// False when it existed before and nothing was created.
+	Created       bool `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSubscriptionResponse) Reset() {
+	*x = CreateSubscriptionResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSubscriptionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSubscriptionResponse) ProtoMessage() {}
+
+func (x *CreateSubscriptionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSubscriptionResponse.ProtoReflect.Descriptor instead.
+func (*CreateSubscriptionResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *CreateSubscriptionResponse) GetSubscription() *Subscription {
+	if x != nil {
+		return x.Subscription
+	}
+	return nil
+}
+
+func (x *CreateSubscriptionResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+// GetSubscriptionRequest names one subscription.
+type GetSubscriptionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Subscription id.
+	SubscriptionId string `protobuf:"bytes,1,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *GetSubscriptionRequest) Reset() {
+	*x = GetSubscriptionRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSubscriptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSubscriptionRequest) ProtoMessage() {}
+
+func (x *GetSubscriptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSubscriptionRequest.ProtoReflect.Descriptor instead.
+func (*GetSubscriptionRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *GetSubscriptionRequest) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
+// GetSubscriptionResponse is one subscription with its paid periods and
+// its access now.
+type GetSubscriptionResponse struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Subscription *Subscription          `protobuf:"bytes,1,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	// Its paid periods, oldest first: the newest 100.
+	Periods []*PaidPeriod `protobuf:"bytes,2,rep,name=periods,proto3" json:"periods,omitempty"`
+	// Older periods left out.
+	OmittedPeriods int32 `protobuf:"varint,3,opt,name=omitted_periods,json=omittedPeriods,proto3" json:"omitted_periods,omitempty"`
+	// What it grants now, by its plan as configured; absent when its plan is
+	// no longer configured.
+	Access        *Access `protobuf:"bytes,4,opt,name=access,proto3" json:"access,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSubscriptionResponse) Reset() {
+	*x = GetSubscriptionResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSubscriptionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSubscriptionResponse) ProtoMessage() {}
+
+func (x *GetSubscriptionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSubscriptionResponse.ProtoReflect.Descriptor instead.
+func (*GetSubscriptionResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *GetSubscriptionResponse) GetSubscription() *Subscription {
+	if x != nil {
+		return x.Subscription
+	}
+	return nil
+}
+
+func (x *GetSubscriptionResponse) GetPeriods() []*PaidPeriod {
+	if x != nil {
+		return x.Periods
+	}
+	return nil
+}
+
+func (x *GetSubscriptionResponse) GetOmittedPeriods() int32 {
+	if x != nil {
+		return x.OmittedPeriods
+	}
+	return 0
+}
+
+func (x *GetSubscriptionResponse) GetAccess() *Access {
+	if x != nil {
+		return x.Access
+	}
+	return nil
+}
+
+// ListSubscriptionsRequest filters and pages subscriptions. Empty filters
+// match everything the caller may see.
+type ListSubscriptionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only subscriptions of this organization.
+	OrgId string `protobuf:"bytes,1,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	// Only subscriptions in this environment.
+	Environment string `protobuf:"bytes,2,opt,name=environment,proto3" json:"environment,omitempty"`
+	// Only subscriptions of this customer.
+	CustomerRef string `protobuf:"bytes,3,opt,name=customer_ref,json=customerRef,proto3" json:"customer_ref,omitempty"`
+	// Only subscriptions to this plan.
+	PlanId string `protobuf:"bytes,4,opt,name=plan_id,json=planId,proto3" json:"plan_id,omitempty"`
+	// Only subscriptions in this state.
+	State string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	// Maximum number of subscriptions to return: default 50, at most 500. A
+	// page also stops before its subscriptions exceed the page byte bound.
+	PageSize int32 `protobuf:"varint,6,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token from a previous response's next_page_token, with the same filters.
+	PageToken     string `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSubscriptionsRequest) Reset() {
+	*x = ListSubscriptionsRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSubscriptionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSubscriptionsRequest) ProtoMessage() {}
+
+func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSubscriptionsRequest.ProtoReflect.Descriptor instead.
+func (*ListSubscriptionsRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ListSubscriptionsRequest) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
+func (x *ListSubscriptionsRequest) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+func (x *ListSubscriptionsRequest) GetCustomerRef() string {
+	if x != nil {
+		return x.CustomerRef
+	}
+	return ""
+}
+
+func (x *ListSubscriptionsRequest) GetPlanId() string {
+	if x != nil {
+		return x.PlanId
+	}
+	return ""
+}
+
+func (x *ListSubscriptionsRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ListSubscriptionsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListSubscriptionsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListSubscriptionsResponse is one page of subscriptions.
+type ListSubscriptionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Subscriptions, newest first.
+	Subscriptions []*Subscription `protobuf:"bytes,1,rep,name=subscriptions,proto3" json:"subscriptions,omitempty"`
+	// Token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSubscriptionsResponse) Reset() {
+	*x = ListSubscriptionsResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSubscriptionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSubscriptionsResponse) ProtoMessage() {}
+
+func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSubscriptionsResponse.ProtoReflect.Descriptor instead.
+func (*ListSubscriptionsResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ListSubscriptionsResponse) GetSubscriptions() []*Subscription {
+	if x != nil {
+		return x.Subscriptions
+	}
+	return nil
+}
+
+func (x *ListSubscriptionsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// CheckAccessRequest names a customer and a plan.
+type CheckAccessRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Organization of the customer; the caller must be allowed to act for it.
+	OrgId string `protobuf:"bytes,1,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	// "live" or "test"; empty means "live".
+	Environment string `protobuf:"bytes,2,opt,name=environment,proto3" json:"environment,omitempty"`
+	// The merchant's reference of the customer.
+	CustomerRef string `protobuf:"bytes,3,opt,name=customer_ref,json=customerRef,proto3" json:"customer_ref,omitempty"`
+	// A configured plan.
+	PlanId        string `protobuf:"bytes,4,opt,name=plan_id,json=planId,proto3" json:"plan_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckAccessRequest) Reset() {
+	*x = CheckAccessRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckAccessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckAccessRequest) ProtoMessage() {}
+
+func (x *CheckAccessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckAccessRequest.ProtoReflect.Descriptor instead.
+func (*CheckAccessRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *CheckAccessRequest) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
+func (x *CheckAccessRequest) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+func (x *CheckAccessRequest) GetCustomerRef() string {
+	if x != nil {
+		return x.CustomerRef
+	}
+	return ""
+}
+
+func (x *CheckAccessRequest) GetPlanId() string {
+	if x != nil {
+		return x.PlanId
+	}
+	return ""
+}
+
+// CheckAccessResponse says whether the customer has access to the plan.
+type CheckAccessResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the customer has access now.
+	HasAccess bool `protobuf:"varint,1,opt,name=has_access,json=hasAccess,proto3" json:"has_access,omitempty"`
+	// With access: when it ends unless a renewal is paid. Without: when it
+	// ended; absent when it never began.
+	Until *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=until,proto3" json:"until,omitempty"`
+	// Why, in words (see Access.reason); "no subscription of this customer
+	// to this plan" when there is none.
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The subscription the answer is about (the one granting the longest
+	// access, else the newest); empty when there is none.
+	SubscriptionId string `protobuf:"bytes,4,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	// The time the access was computed for: the service's clock when it
+	// answered.
+	CheckTime     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=check_time,json=checkTime,proto3" json:"check_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckAccessResponse) Reset() {
+	*x = CheckAccessResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckAccessResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckAccessResponse) ProtoMessage() {}
+
+func (x *CheckAccessResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckAccessResponse.ProtoReflect.Descriptor instead.
+func (*CheckAccessResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *CheckAccessResponse) GetHasAccess() bool {
+	if x != nil {
+		return x.HasAccess
+	}
+	return false
+}
+
+func (x *CheckAccessResponse) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *CheckAccessResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CheckAccessResponse) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
+func (x *CheckAccessResponse) GetCheckTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CheckTime
+	}
+	return nil
+}
+
 var File_fulfillment_v1_fulfillment_proto protoreflect.FileDescriptor
 
 const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
@@ -3485,7 +4447,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x05Money\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x1f\n" +
 	"\vminor_units\x18\x02 \x01(\x03R\n" +
-	"minorUnits\"\xc6\x01\n" +
+	"minorUnits\"\xdf\x01\n" +
 	"\tOrderLine\x12\x10\n" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1a\n" +
@@ -3494,7 +4456,8 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"unit_price\x18\x04 \x01(\v2\x15.fulfillment.v1.MoneyR\tunitPrice\x12\x1f\n" +
 	"\vaccount_ref\x18\x05 \x01(\tR\n" +
 	"accountRef\x12 \n" +
-	"\vdestination\x18\x06 \x01(\tR\vdestination\"r\n" +
+	"\vdestination\x18\x06 \x01(\tR\vdestination\x12\x17\n" +
+	"\aplan_id\x18\a \x01(\tR\x06planId\"r\n" +
 	"\n" +
 	"Settlement\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x18\n" +
@@ -3594,7 +4557,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"page_token\x18\x06 \x01(\tR\tpageToken\"k\n" +
 	"\x12ListOrdersResponse\x12-\n" +
 	"\x06orders\x18\x01 \x03(\v2\x15.fulfillment.v1.OrderR\x06orders\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x8e\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb1\x03\n" +
 	"\fEventPayment\x12\x1f\n" +
 	"\vattempt_ref\x18\x01 \x01(\tR\n" +
 	"attemptRef\x12\x1d\n" +
@@ -3612,7 +4575,8 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\anetwork\x18\n" +
 	" \x01(\tR\anetwork\x12\x17\n" +
 	"\atx_hash\x18\v \x01(\tR\x06txHash\x12\x1a\n" +
-	"\bcurrency\x18\f \x01(\tR\bcurrency\"\xf3\x03\n" +
+	"\bcurrency\x18\f \x01(\tR\bcurrency\x12!\n" +
+	"\fcustomer_ref\x18\r \x01(\tR\vcustomerRef\"\xf3\x03\n" +
 	"\x12RecordEventRequest\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
@@ -3786,7 +4750,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x17WatchOrderEventsRequest\x12\x16\n" +
 	"\x06cursor\x18\x01 \x01(\tR\x06cursor\x12\x15\n" +
 	"\x06org_id\x18\x02 \x01(\tR\x05orgId\x12 \n" +
-	"\venvironment\x18\x03 \x01(\tR\venvironment\"\xf3\x01\n" +
+	"\venvironment\x18\x03 \x01(\tR\venvironment\"\x9c\x02\n" +
 	"\x18WatchOrderEventsResponse\x12\x16\n" +
 	"\x06cursor\x18\x01 \x01(\tR\x06cursor\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x19\n" +
@@ -3795,8 +4759,86 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\venvironment\x18\x05 \x01(\tR\venvironment\x12;\n" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12\x18\n" +
-	"\apayload\x18\a \x01(\tR\apayload2\xa7\n" +
+	"\apayload\x18\a \x01(\tR\apayload\x12'\n" +
+	"\x0fsubscription_id\x18\b \x01(\tR\x0esubscriptionId\"\x81\x05\n" +
+	"\fSubscription\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
+	"\x06org_id\x18\x02 \x01(\tR\x05orgId\x12 \n" +
+	"\venvironment\x18\x03 \x01(\tR\venvironment\x12\x1a\n" +
+	"\bprovider\x18\x04 \x01(\tR\bprovider\x128\n" +
+	"\x18provider_subscription_id\x18\x05 \x01(\tR\x16providerSubscriptionId\x12!\n" +
+	"\fcustomer_ref\x18\x06 \x01(\tR\vcustomerRef\x12\x17\n" +
+	"\aplan_id\x18\a \x01(\tR\x06planId\x12\x14\n" +
+	"\x05state\x18\b \x01(\tR\x05state\x12\x18\n" +
+	"\aperiods\x18\t \x01(\x05R\aperiods\x12U\n" +
+	"\x19current_period_start_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x16currentPeriodStartTime\x12Q\n" +
+	"\x17current_period_end_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x14currentPeriodEndTime\x12B\n" +
+	"\x0faccess_end_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\raccessEndTime\x12;\n" +
+	"\vcreate_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vupdate_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"updateTime\"\x86\x02\n" +
 	"\n" +
+	"PaidPeriod\x12\x16\n" +
+	"\x06period\x18\x01 \x01(\x05R\x06period\x129\n" +
+	"\n" +
+	"start_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
+	"\bend_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x12\n" +
+	"\x04bill\x18\x04 \x01(\tR\x04bill\x12\x1d\n" +
+	"\n" +
+	"payment_id\x18\x05 \x01(\tR\tpaymentId\x12;\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"\xac\x01\n" +
+	"\x06Access\x12\x1d\n" +
+	"\n" +
+	"has_access\x18\x01 \x01(\bR\thasAccess\x120\n" +
+	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x129\n" +
+	"\n" +
+	"check_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckTime\"\xe6\x01\n" +
+	"\x19CreateSubscriptionRequest\x12\x15\n" +
+	"\x06org_id\x18\x01 \x01(\tR\x05orgId\x12 \n" +
+	"\venvironment\x18\x02 \x01(\tR\venvironment\x12\x1a\n" +
+	"\bprovider\x18\x03 \x01(\tR\bprovider\x128\n" +
+	"\x18provider_subscription_id\x18\x04 \x01(\tR\x16providerSubscriptionId\x12!\n" +
+	"\fcustomer_ref\x18\x05 \x01(\tR\vcustomerRef\x12\x17\n" +
+	"\aplan_id\x18\x06 \x01(\tR\x06planId\"x\n" +
+	"\x1aCreateSubscriptionResponse\x12@\n" +
+	"\fsubscription\x18\x01 \x01(\v2\x1c.fulfillment.v1.SubscriptionR\fsubscription\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\bR\acreated\"A\n" +
+	"\x16GetSubscriptionRequest\x12'\n" +
+	"\x0fsubscription_id\x18\x01 \x01(\tR\x0esubscriptionId\"\xea\x01\n" +
+	"\x17GetSubscriptionResponse\x12@\n" +
+	"\fsubscription\x18\x01 \x01(\v2\x1c.fulfillment.v1.SubscriptionR\fsubscription\x124\n" +
+	"\aperiods\x18\x02 \x03(\v2\x1a.fulfillment.v1.PaidPeriodR\aperiods\x12'\n" +
+	"\x0fomitted_periods\x18\x03 \x01(\x05R\x0eomittedPeriods\x12.\n" +
+	"\x06access\x18\x04 \x01(\v2\x16.fulfillment.v1.AccessR\x06access\"\xe1\x01\n" +
+	"\x18ListSubscriptionsRequest\x12\x15\n" +
+	"\x06org_id\x18\x01 \x01(\tR\x05orgId\x12 \n" +
+	"\venvironment\x18\x02 \x01(\tR\venvironment\x12!\n" +
+	"\fcustomer_ref\x18\x03 \x01(\tR\vcustomerRef\x12\x17\n" +
+	"\aplan_id\x18\x04 \x01(\tR\x06planId\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x12\x1b\n" +
+	"\tpage_size\x18\x06 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\a \x01(\tR\tpageToken\"\x87\x01\n" +
+	"\x19ListSubscriptionsResponse\x12B\n" +
+	"\rsubscriptions\x18\x01 \x03(\v2\x1c.fulfillment.v1.SubscriptionR\rsubscriptions\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x89\x01\n" +
+	"\x12CheckAccessRequest\x12\x15\n" +
+	"\x06org_id\x18\x01 \x01(\tR\x05orgId\x12 \n" +
+	"\venvironment\x18\x02 \x01(\tR\venvironment\x12!\n" +
+	"\fcustomer_ref\x18\x03 \x01(\tR\vcustomerRef\x12\x17\n" +
+	"\aplan_id\x18\x04 \x01(\tR\x06planId\"\xe2\x01\n" +
+	"\x13CheckAccessResponse\x12\x1d\n" +
+	"\n" +
+	"has_access\x18\x01 \x01(\bR\thasAccess\x120\n" +
+	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12'\n" +
+	"\x0fsubscription_id\x18\x04 \x01(\tR\x0esubscriptionId\x129\n" +
+	"\n" +
+	"check_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckTime2\xba\r\n" +
 	"\x12FulfillmentService\x12V\n" +
 	"\vCreateOrder\x12\".fulfillment.v1.CreateOrderRequest\x1a#.fulfillment.v1.CreateOrderResponse\x12M\n" +
 	"\bGetOrder\x12\x1f.fulfillment.v1.GetOrderRequest\x1a .fulfillment.v1.GetOrderResponse\x12S\n" +
@@ -3811,7 +4853,11 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x10ListDestinations\x12'.fulfillment.v1.ListDestinationsRequest\x1a(.fulfillment.v1.ListDestinationsResponse\x12k\n" +
 	"\x12DisableDestination\x12).fulfillment.v1.DisableDestinationRequest\x1a*.fulfillment.v1.DisableDestinationResponse\x12h\n" +
 	"\x11EnableDestination\x12(.fulfillment.v1.EnableDestinationRequest\x1a).fulfillment.v1.EnableDestinationResponse\x12g\n" +
-	"\x10WatchOrderEvents\x12'.fulfillment.v1.WatchOrderEventsRequest\x1a(.fulfillment.v1.WatchOrderEventsResponse0\x01BIZGgithub.com/fulfillplatform/fulfillment/gen/fulfillment/v1;fulfillmentv1b\x06proto3"
+	"\x10WatchOrderEvents\x12'.fulfillment.v1.WatchOrderEventsRequest\x1a(.fulfillment.v1.WatchOrderEventsResponse0\x01\x12k\n" +
+	"\x12CreateSubscription\x12).fulfillment.v1.CreateSubscriptionRequest\x1a*.fulfillment.v1.CreateSubscriptionResponse\x12b\n" +
+	"\x0fGetSubscription\x12&.fulfillment.v1.GetSubscriptionRequest\x1a'.fulfillment.v1.GetSubscriptionResponse\x12h\n" +
+	"\x11ListSubscriptions\x12(.fulfillment.v1.ListSubscriptionsRequest\x1a).fulfillment.v1.ListSubscriptionsResponse\x12V\n" +
+	"\vCheckAccess\x12\".fulfillment.v1.CheckAccessRequest\x1a#.fulfillment.v1.CheckAccessResponseBIZGgithub.com/fulfillplatform/fulfillment/gen/fulfillment/v1;fulfillmentv1b\x06proto3"
 
 var (
 	file_fulfillment_v1_fulfillment_proto_rawDescOnce sync.Once
@@ -3825,7 +4871,7 @@ func file_fulfillment_v1_fulfillment_proto_rawDescGZIP() []byte {
 	return file_fulfillment_v1_fulfillment_proto_rawDescData
 }
 
-var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
 	(*Money)(nil),                           // 0: fulfillment.v1.Money
 	(*OrderLine)(nil),                       // 1: fulfillment.v1.OrderLine
@@ -3868,22 +4914,33 @@ var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
 	(*PaymentStart)(nil),                    // 38: fulfillment.v1.PaymentStart
 	(*WatchOrderEventsRequest)(nil),         // 39: fulfillment.v1.WatchOrderEventsRequest
 	(*WatchOrderEventsResponse)(nil),        // 40: fulfillment.v1.WatchOrderEventsResponse
-	nil,                                     // 41: fulfillment.v1.RecordEventRequest.RefsEntry
-	(*timestamppb.Timestamp)(nil),           // 42: google.protobuf.Timestamp
+	(*Subscription)(nil),                    // 41: fulfillment.v1.Subscription
+	(*PaidPeriod)(nil),                      // 42: fulfillment.v1.PaidPeriod
+	(*Access)(nil),                          // 43: fulfillment.v1.Access
+	(*CreateSubscriptionRequest)(nil),       // 44: fulfillment.v1.CreateSubscriptionRequest
+	(*CreateSubscriptionResponse)(nil),      // 45: fulfillment.v1.CreateSubscriptionResponse
+	(*GetSubscriptionRequest)(nil),          // 46: fulfillment.v1.GetSubscriptionRequest
+	(*GetSubscriptionResponse)(nil),         // 47: fulfillment.v1.GetSubscriptionResponse
+	(*ListSubscriptionsRequest)(nil),        // 48: fulfillment.v1.ListSubscriptionsRequest
+	(*ListSubscriptionsResponse)(nil),       // 49: fulfillment.v1.ListSubscriptionsResponse
+	(*CheckAccessRequest)(nil),              // 50: fulfillment.v1.CheckAccessRequest
+	(*CheckAccessResponse)(nil),             // 51: fulfillment.v1.CheckAccessResponse
+	nil,                                     // 52: fulfillment.v1.RecordEventRequest.RefsEntry
+	(*timestamppb.Timestamp)(nil),           // 53: google.protobuf.Timestamp
 }
 var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
 	0,  // 0: fulfillment.v1.OrderLine.unit_price:type_name -> fulfillment.v1.Money
-	42, // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
-	42, // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
-	42, // 3: fulfillment.v1.Entitlement.revoke_time:type_name -> google.protobuf.Timestamp
+	53, // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
+	53, // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
+	53, // 3: fulfillment.v1.Entitlement.revoke_time:type_name -> google.protobuf.Timestamp
 	0,  // 4: fulfillment.v1.LedgerEntry.amount:type_name -> fulfillment.v1.Money
-	42, // 5: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
-	42, // 6: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
+	53, // 5: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
+	53, // 6: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
 	1,  // 7: fulfillment.v1.Order.lines:type_name -> fulfillment.v1.OrderLine
 	0,  // 8: fulfillment.v1.Order.total:type_name -> fulfillment.v1.Money
 	2,  // 9: fulfillment.v1.Order.settlement:type_name -> fulfillment.v1.Settlement
-	42, // 10: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
-	42, // 11: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
+	53, // 10: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
+	53, // 11: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
 	8,  // 12: fulfillment.v1.Order.history:type_name -> fulfillment.v1.OrderHistory
 	3,  // 13: fulfillment.v1.OrderHistory.payment_attempts:type_name -> fulfillment.v1.PaymentAttempt
 	4,  // 14: fulfillment.v1.OrderHistory.entitlements:type_name -> fulfillment.v1.Entitlement
@@ -3896,61 +4953,86 @@ var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
 	7,  // 21: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
 	7,  // 22: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
 	7,  // 23: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
-	42, // 24: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
+	53, // 24: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
 	15, // 25: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
-	41, // 26: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
-	42, // 27: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
-	42, // 28: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
+	52, // 26: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
+	53, // 27: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
+	53, // 28: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
 	18, // 29: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
-	42, // 30: fulfillment.v1.OutboxMessage.next_attempt_time:type_name -> google.protobuf.Timestamp
-	42, // 31: fulfillment.v1.OutboxMessage.create_time:type_name -> google.protobuf.Timestamp
-	42, // 32: fulfillment.v1.OutboxMessage.process_time:type_name -> google.protobuf.Timestamp
+	53, // 30: fulfillment.v1.OutboxMessage.next_attempt_time:type_name -> google.protobuf.Timestamp
+	53, // 31: fulfillment.v1.OutboxMessage.create_time:type_name -> google.protobuf.Timestamp
+	53, // 32: fulfillment.v1.OutboxMessage.process_time:type_name -> google.protobuf.Timestamp
 	22, // 33: fulfillment.v1.OutboxMessage.attempt_history:type_name -> fulfillment.v1.DeliveryAttempt
-	42, // 34: fulfillment.v1.DeliveryAttempt.start_time:type_name -> google.protobuf.Timestamp
-	42, // 35: fulfillment.v1.DeliveryAttempt.finish_time:type_name -> google.protobuf.Timestamp
+	53, // 34: fulfillment.v1.DeliveryAttempt.start_time:type_name -> google.protobuf.Timestamp
+	53, // 35: fulfillment.v1.DeliveryAttempt.finish_time:type_name -> google.protobuf.Timestamp
 	21, // 36: fulfillment.v1.ListOutboxMessagesResponse.messages:type_name -> fulfillment.v1.OutboxMessage
 	21, // 37: fulfillment.v1.GetOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
 	21, // 38: fulfillment.v1.RetryOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
-	42, // 39: fulfillment.v1.Destination.disable_time:type_name -> google.protobuf.Timestamp
+	53, // 39: fulfillment.v1.Destination.disable_time:type_name -> google.protobuf.Timestamp
 	29, // 40: fulfillment.v1.ListDestinationsResponse.destinations:type_name -> fulfillment.v1.Destination
 	29, // 41: fulfillment.v1.DisableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
 	29, // 42: fulfillment.v1.EnableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
 	38, // 43: fulfillment.v1.StartPaymentResponse.payment:type_name -> fulfillment.v1.PaymentStart
 	0,  // 44: fulfillment.v1.PaymentStart.amount:type_name -> fulfillment.v1.Money
-	42, // 45: fulfillment.v1.PaymentStart.create_time:type_name -> google.protobuf.Timestamp
-	42, // 46: fulfillment.v1.PaymentStart.update_time:type_name -> google.protobuf.Timestamp
-	42, // 47: fulfillment.v1.WatchOrderEventsResponse.create_time:type_name -> google.protobuf.Timestamp
-	9,  // 48: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
-	11, // 49: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
-	13, // 50: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
-	16, // 51: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
-	19, // 52: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
-	36, // 53: fulfillment.v1.FulfillmentService.StartPayment:input_type -> fulfillment.v1.StartPaymentRequest
-	23, // 54: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
-	25, // 55: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
-	27, // 56: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
-	30, // 57: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
-	32, // 58: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
-	34, // 59: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
-	39, // 60: fulfillment.v1.FulfillmentService.WatchOrderEvents:input_type -> fulfillment.v1.WatchOrderEventsRequest
-	10, // 61: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
-	12, // 62: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
-	14, // 63: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
-	17, // 64: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
-	20, // 65: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
-	37, // 66: fulfillment.v1.FulfillmentService.StartPayment:output_type -> fulfillment.v1.StartPaymentResponse
-	24, // 67: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
-	26, // 68: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
-	28, // 69: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
-	31, // 70: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
-	33, // 71: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
-	35, // 72: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
-	40, // 73: fulfillment.v1.FulfillmentService.WatchOrderEvents:output_type -> fulfillment.v1.WatchOrderEventsResponse
-	61, // [61:74] is the sub-list for method output_type
-	48, // [48:61] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	53, // 45: fulfillment.v1.PaymentStart.create_time:type_name -> google.protobuf.Timestamp
+	53, // 46: fulfillment.v1.PaymentStart.update_time:type_name -> google.protobuf.Timestamp
+	53, // 47: fulfillment.v1.WatchOrderEventsResponse.create_time:type_name -> google.protobuf.Timestamp
+	53, // 48: fulfillment.v1.Subscription.current_period_start_time:type_name -> google.protobuf.Timestamp
+	53, // 49: fulfillment.v1.Subscription.current_period_end_time:type_name -> google.protobuf.Timestamp
+	53, // 50: fulfillment.v1.Subscription.access_end_time:type_name -> google.protobuf.Timestamp
+	53, // 51: fulfillment.v1.Subscription.create_time:type_name -> google.protobuf.Timestamp
+	53, // 52: fulfillment.v1.Subscription.update_time:type_name -> google.protobuf.Timestamp
+	53, // 53: fulfillment.v1.PaidPeriod.start_time:type_name -> google.protobuf.Timestamp
+	53, // 54: fulfillment.v1.PaidPeriod.end_time:type_name -> google.protobuf.Timestamp
+	53, // 55: fulfillment.v1.PaidPeriod.create_time:type_name -> google.protobuf.Timestamp
+	53, // 56: fulfillment.v1.Access.until:type_name -> google.protobuf.Timestamp
+	53, // 57: fulfillment.v1.Access.check_time:type_name -> google.protobuf.Timestamp
+	41, // 58: fulfillment.v1.CreateSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
+	41, // 59: fulfillment.v1.GetSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
+	42, // 60: fulfillment.v1.GetSubscriptionResponse.periods:type_name -> fulfillment.v1.PaidPeriod
+	43, // 61: fulfillment.v1.GetSubscriptionResponse.access:type_name -> fulfillment.v1.Access
+	41, // 62: fulfillment.v1.ListSubscriptionsResponse.subscriptions:type_name -> fulfillment.v1.Subscription
+	53, // 63: fulfillment.v1.CheckAccessResponse.until:type_name -> google.protobuf.Timestamp
+	53, // 64: fulfillment.v1.CheckAccessResponse.check_time:type_name -> google.protobuf.Timestamp
+	9,  // 65: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
+	11, // 66: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
+	13, // 67: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
+	16, // 68: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
+	19, // 69: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
+	36, // 70: fulfillment.v1.FulfillmentService.StartPayment:input_type -> fulfillment.v1.StartPaymentRequest
+	23, // 71: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
+	25, // 72: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
+	27, // 73: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
+	30, // 74: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
+	32, // 75: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
+	34, // 76: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
+	39, // 77: fulfillment.v1.FulfillmentService.WatchOrderEvents:input_type -> fulfillment.v1.WatchOrderEventsRequest
+	44, // 78: fulfillment.v1.FulfillmentService.CreateSubscription:input_type -> fulfillment.v1.CreateSubscriptionRequest
+	46, // 79: fulfillment.v1.FulfillmentService.GetSubscription:input_type -> fulfillment.v1.GetSubscriptionRequest
+	48, // 80: fulfillment.v1.FulfillmentService.ListSubscriptions:input_type -> fulfillment.v1.ListSubscriptionsRequest
+	50, // 81: fulfillment.v1.FulfillmentService.CheckAccess:input_type -> fulfillment.v1.CheckAccessRequest
+	10, // 82: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
+	12, // 83: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
+	14, // 84: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
+	17, // 85: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
+	20, // 86: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
+	37, // 87: fulfillment.v1.FulfillmentService.StartPayment:output_type -> fulfillment.v1.StartPaymentResponse
+	24, // 88: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
+	26, // 89: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
+	28, // 90: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
+	31, // 91: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
+	33, // 92: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
+	35, // 93: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
+	40, // 94: fulfillment.v1.FulfillmentService.WatchOrderEvents:output_type -> fulfillment.v1.WatchOrderEventsResponse
+	45, // 95: fulfillment.v1.FulfillmentService.CreateSubscription:output_type -> fulfillment.v1.CreateSubscriptionResponse
+	47, // 96: fulfillment.v1.FulfillmentService.GetSubscription:output_type -> fulfillment.v1.GetSubscriptionResponse
+	49, // 97: fulfillment.v1.FulfillmentService.ListSubscriptions:output_type -> fulfillment.v1.ListSubscriptionsResponse
+	51, // 98: fulfillment.v1.FulfillmentService.CheckAccess:output_type -> fulfillment.v1.CheckAccessResponse
+	82, // [82:99] is the sub-list for method output_type
+	65, // [65:82] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_fulfillment_v1_fulfillment_proto_init() }
@@ -3965,7 +5047,7 @@ func file_fulfillment_v1_fulfillment_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fulfillment_v1_fulfillment_proto_rawDesc), len(file_fulfillment_v1_fulfillment_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   42,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,6 +32,10 @@ const (
 	FulfillmentService_DisableDestination_FullMethodName      = "/fulfillment.v1.FulfillmentService/DisableDestination"
 	FulfillmentService_EnableDestination_FullMethodName       = "/fulfillment.v1.FulfillmentService/EnableDestination"
 	FulfillmentService_WatchOrderEvents_FullMethodName        = "/fulfillment.v1.FulfillmentService/WatchOrderEvents"
+	FulfillmentService_CreateSubscription_FullMethodName      = "/fulfillment.v1.FulfillmentService/CreateSubscription"
+	FulfillmentService_GetSubscription_FullMethodName         = "/fulfillment.v1.FulfillmentService/GetSubscription"
+	FulfillmentService_ListSubscriptions_FullMethodName       = "/fulfillment.v1.FulfillmentService/ListSubscriptions"
+	FulfillmentService_CheckAccess_FullMethodName             = "/fulfillment.v1.FulfillmentService/CheckAccess"
 )
 
 // FulfillmentServiceClient is the client API for FulfillmentService service.
@@ -99,13 +103,35 @@ type FulfillmentServiceClient interface {
 	// hand or by a 410 Gone answer (scope "admin").
 	EnableDestination(ctx context.Context, in *EnableDestinationRequest, opts ...grpc.CallOption) (*EnableDestinationResponse, error)
 	// WatchOrderEvents streams the order events of the orgs the caller may
-	// see (order.fulfilled, order.refunded, order.on_hold), oldest first,
-	// from after cursor (the start of the feed when empty), then follows new
-	// ones as they commit; it ends only when the caller or the service does.
+	// see (order.fulfilled, order.refunded, order.on_hold) and their
+	// subscription events (subscription.renewed, subscription.past_due,
+	// subscription.access_ended: subscription_id set, order_id empty),
+	// oldest first, from after cursor (the start of the feed when empty),
+	// then follows new ones as they commit; it ends only when the caller or
+	// the service does.
 	// Each event carries the cursor to resume after it: a consumer that
 	// keeps the cursor of the last event it handled and resumes from it
 	// receives every event once, in the same order. gRPC only.
 	WatchOrderEvents(ctx context.Context, in *WatchOrderEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchOrderEventsResponse], error)
+	// CreateSubscription registers a subscription a provider knows of, for a
+	// customer and a configured plan, before any of its payments arrives (the
+	// first payment naming it pays its first period; a payment naming an
+	// unknown subscription creates it too). It is idempotent on (org_id,
+	// environment, provider, provider_subscription_id): repeating it returns
+	// the subscription with created = false; the same key with another
+	// customer or plan fails with ALREADY_EXISTS and changes nothing.
+	CreateSubscription(ctx context.Context, in *CreateSubscriptionRequest, opts ...grpc.CallOption) (*CreateSubscriptionResponse, error)
+	// GetSubscription returns one subscription with its paid periods and the
+	// access it grants now.
+	GetSubscription(ctx context.Context, in *GetSubscriptionRequest, opts ...grpc.CallOption) (*GetSubscriptionResponse, error)
+	// ListSubscriptions lists subscriptions the caller may see, newest first.
+	// Pages are bounded like ListOrders'.
+	ListSubscriptions(ctx context.Context, in *ListSubscriptionsRequest, opts ...grpc.CallOption) (*ListSubscriptionsResponse, error)
+	// CheckAccess says whether a customer has access to a plan now, until
+	// when and why: of the customer's subscriptions to the plan, the one that
+	// grants the longest access. Meant to be called on every request of the
+	// services that sell the plan: one indexed read, no transaction.
+	CheckAccess(ctx context.Context, in *CheckAccessRequest, opts ...grpc.CallOption) (*CheckAccessResponse, error)
 }
 
 type fulfillmentServiceClient struct {
@@ -255,6 +281,46 @@ func (c *fulfillmentServiceClient) WatchOrderEvents(ctx context.Context, in *Wat
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type FulfillmentService_WatchOrderEventsClient = grpc.ServerStreamingClient[WatchOrderEventsResponse]
 
+func (c *fulfillmentServiceClient) CreateSubscription(ctx context.Context, in *CreateSubscriptionRequest, opts ...grpc.CallOption) (*CreateSubscriptionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateSubscriptionResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_CreateSubscription_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) GetSubscription(ctx context.Context, in *GetSubscriptionRequest, opts ...grpc.CallOption) (*GetSubscriptionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSubscriptionResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_GetSubscription_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) ListSubscriptions(ctx context.Context, in *ListSubscriptionsRequest, opts ...grpc.CallOption) (*ListSubscriptionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSubscriptionsResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_ListSubscriptions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) CheckAccess(ctx context.Context, in *CheckAccessRequest, opts ...grpc.CallOption) (*CheckAccessResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckAccessResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_CheckAccess_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FulfillmentServiceServer is the server API for FulfillmentService service.
 // All implementations must embed UnimplementedFulfillmentServiceServer
 // for forward compatibility.
@@ -320,13 +386,35 @@ type FulfillmentServiceServer interface {
 	// hand or by a 410 Gone answer (scope "admin").
 	EnableDestination(context.Context, *EnableDestinationRequest) (*EnableDestinationResponse, error)
 	// WatchOrderEvents streams the order events of the orgs the caller may
-	// see (order.fulfilled, order.refunded, order.on_hold), oldest first,
-	// from after cursor (the start of the feed when empty), then follows new
-	// ones as they commit; it ends only when the caller or the service does.
+	// see (order.fulfilled, order.refunded, order.on_hold) and their
+	// subscription events (subscription.renewed, subscription.past_due,
+	// subscription.access_ended: subscription_id set, order_id empty),
+	// oldest first, from after cursor (the start of the feed when empty),
+	// then follows new ones as they commit; it ends only when the caller or
+	// the service does.
 	// Each event carries the cursor to resume after it: a consumer that
 	// keeps the cursor of the last event it handled and resumes from it
 	// receives every event once, in the same order. gRPC only.
 	WatchOrderEvents(*WatchOrderEventsRequest, grpc.ServerStreamingServer[WatchOrderEventsResponse]) error
+	// CreateSubscription registers a subscription a provider knows of, for a
+	// customer and a configured plan, before any of its payments arrives (the
+	// first payment naming it pays its first period; a payment naming an
+	// unknown subscription creates it too). It is idempotent on (org_id,
+	// environment, provider, provider_subscription_id): repeating it returns
+	// the subscription with created = false; the same key with another
+	// customer or plan fails with ALREADY_EXISTS and changes nothing.
+	CreateSubscription(context.Context, *CreateSubscriptionRequest) (*CreateSubscriptionResponse, error)
+	// GetSubscription returns one subscription with its paid periods and the
+	// access it grants now.
+	GetSubscription(context.Context, *GetSubscriptionRequest) (*GetSubscriptionResponse, error)
+	// ListSubscriptions lists subscriptions the caller may see, newest first.
+	// Pages are bounded like ListOrders'.
+	ListSubscriptions(context.Context, *ListSubscriptionsRequest) (*ListSubscriptionsResponse, error)
+	// CheckAccess says whether a customer has access to a plan now, until
+	// when and why: of the customer's subscriptions to the plan, the one that
+	// grants the longest access. Meant to be called on every request of the
+	// services that sell the plan: one indexed read, no transaction.
+	CheckAccess(context.Context, *CheckAccessRequest) (*CheckAccessResponse, error)
 	mustEmbedUnimplementedFulfillmentServiceServer()
 }
 
@@ -375,6 +463,18 @@ func (UnimplementedFulfillmentServiceServer) EnableDestination(context.Context, 
 }
 func (UnimplementedFulfillmentServiceServer) WatchOrderEvents(*WatchOrderEventsRequest, grpc.ServerStreamingServer[WatchOrderEventsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchOrderEvents not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) CreateSubscription(context.Context, *CreateSubscriptionRequest) (*CreateSubscriptionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateSubscription not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) GetSubscription(context.Context, *GetSubscriptionRequest) (*GetSubscriptionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSubscription not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) ListSubscriptions(context.Context, *ListSubscriptionsRequest) (*ListSubscriptionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSubscriptions not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) CheckAccess(context.Context, *CheckAccessRequest) (*CheckAccessResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CheckAccess not implemented")
 }
 func (UnimplementedFulfillmentServiceServer) mustEmbedUnimplementedFulfillmentServiceServer() {}
 func (UnimplementedFulfillmentServiceServer) testEmbeddedByValue()                            {}
@@ -624,6 +724,78 @@ func _FulfillmentService_WatchOrderEvents_Handler(srv interface{}, stream grpc.S
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type FulfillmentService_WatchOrderEventsServer = grpc.ServerStreamingServer[WatchOrderEventsResponse]
 
+func _FulfillmentService_CreateSubscription_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateSubscriptionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).CreateSubscription(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_CreateSubscription_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).CreateSubscription(ctx, req.(*CreateSubscriptionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_GetSubscription_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSubscriptionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).GetSubscription(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_GetSubscription_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).GetSubscription(ctx, req.(*GetSubscriptionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_ListSubscriptions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSubscriptionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).ListSubscriptions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_ListSubscriptions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).ListSubscriptions(ctx, req.(*ListSubscriptionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_CheckAccess_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckAccessRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).CheckAccess(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_CheckAccess_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).CheckAccess(ctx, req.(*CheckAccessRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // FulfillmentService_ServiceDesc is the grpc.ServiceDesc for FulfillmentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -678,6 +850,22 @@ var FulfillmentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "EnableDestination",
 			Handler:    _FulfillmentService_EnableDestination_Handler,
+		},
+		{
+			MethodName: "CreateSubscription",
+			Handler:    _FulfillmentService_CreateSubscription_Handler,
+		},
+		{
+			MethodName: "GetSubscription",
+			Handler:    _FulfillmentService_GetSubscription_Handler,
+		},
+		{
+			MethodName: "ListSubscriptions",
+			Handler:    _FulfillmentService_ListSubscriptions_Handler,
+		},
+		{
+			MethodName: "CheckAccess",
+			Handler:    _FulfillmentService_CheckAccess_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
