@@ -37,6 +37,7 @@ type webhookSend struct {
 	url, secretEnv, secretFile                   string
 	eventType, eventID, org                      string
 	merchantOrderID, checkoutSessionID           string
+	subscriptionID, customerRef, createdAt       string
 	invoiceID, paymentID, amount, token, network string
 	livemode, test, print                        bool
 	repeat                                       int
@@ -68,11 +69,14 @@ redelivery does: the service must store one event and act once.`,
 	f.StringVar(&s.url, "url", "", "webhook endpoint URL, e.g. http://127.0.0.1:8081/webhooks/yolfi-test (required unless --print)")
 	f.StringVar(&s.secretEnv, "secret-env", "", "environment variable holding the endpoint's signing secret")
 	f.StringVar(&s.secretFile, "secret-file", "", "file holding the endpoint's signing secret")
-	f.StringVar(&s.eventType, "type", yolfi.TypePaymentConfirmed, "event type: invoice.created, payment.confirmed, invoice.overdue, invoice.cancelled, subscription.…")
+	f.StringVar(&s.eventType, "type", yolfi.TypePaymentConfirmed, "event type: invoice.created, payment.confirmed, invoice.overdue, invoice.cancelled, subscription.overdue, subscription.cancelled")
 	f.StringVar(&s.eventID, "event-id", "", "signed event id (default: generated evt_…, or evt_test_… with --test)")
 	f.StringVar(&s.org, "org", "", "orgId of the event (default: left out)")
 	f.StringVar(&s.merchantOrderID, "merchant-order-id", "", "data.merchantOrderId")
 	f.StringVar(&s.checkoutSessionID, "checkout-session-id", "", "data.checkoutSessionId")
+	f.StringVar(&s.subscriptionID, "subscription-id", "", "data.subscriptionId: the subscription a payment renews or a subscription.* event concerns")
+	f.StringVar(&s.customerRef, "customer-ref", "", "data.customer.clientReferenceId")
+	f.StringVar(&s.createdAt, "created-at", "", "createdAt, RFC 3339 (default: now)")
 	f.StringVar(&s.invoiceID, "invoice-id", "", "data.invoiceId (default: generated inv_…)")
 	f.StringVar(&s.paymentID, "payment-id", "", "data.paymentId (default: generated pay_… for payment.confirmed)")
 	f.StringVar(&s.amount, "amount", "", "data.amount the merchant receives in --token units, e.g. 25.000000 (required for payment.confirmed)")
@@ -193,8 +197,20 @@ func (s *webhookSend) payload(cmd *cobra.Command) (yolfi.Payload, error) {
 		id = yolfi.NewID(prefix)
 	}
 	invoiceID := s.invoiceID
-	if !changed("invoice-id") {
+	if !changed("invoice-id") && !strings.HasPrefix(s.eventType, "subscription.") {
 		invoiceID = yolfi.NewID("inv_")
+	}
+	createdAt := time.Now().UTC().Format(time.RFC3339)
+	if changed("created-at") {
+		t, err := time.Parse(time.RFC3339, s.createdAt)
+		if err != nil {
+			return yolfi.Payload{}, errors.New(`--created-at must be an RFC 3339 time such as "2026-11-29T10:15:30Z"`)
+		}
+		createdAt = t.UTC().Format(time.RFC3339)
+	}
+	var customer *yolfi.PayloadCustomer
+	if s.customerRef != "" {
+		customer = &yolfi.PayloadCustomer{ClientReferenceID: s.customerRef}
 	}
 	paymentID := s.paymentID
 	if !changed("payment-id") && confirmed {
@@ -205,12 +221,14 @@ func (s *webhookSend) payload(cmd *cobra.Command) (yolfi.Payload, error) {
 		Type:      s.eventType,
 		Livemode:  &livemode,
 		OrgID:     s.org,
-		CreatedAt: time.Now().UTC().Format(time.RFC3339),
+		CreatedAt: createdAt,
 		Data: yolfi.PayloadData{
 			InvoiceID:         invoiceID,
 			PaymentID:         paymentID,
 			CheckoutSessionID: s.checkoutSessionID,
 			MerchantOrderID:   s.merchantOrderID,
+			SubscriptionID:    s.subscriptionID,
+			Customer:          customer,
 			Amount:            s.amount,
 			Token:             s.token,
 			Network:           s.network,
