@@ -60,7 +60,16 @@ destinations:
     secrets: [ { file: $dir/outbox.secret } ]
     idempotent: true
     timeout: 5s
-    events: [order.fulfilled, order.refunded, order.on_hold]
+    events: [order.fulfilled, order.refunded, order.on_hold,
+             subscription.renewed, subscription.past_due, subscription.access_ended]
+plans:
+  # A monthly plan: access for a calendar month per paid period, and 72 h of
+  # grace while a renewal is awaited (or overdue).
+  - id: pro-monthly
+    months: 1
+    grace: 72h
+subscription_sweep:
+  poll: 5s
 inbox:
   poll: 500ms
 outbox:
@@ -133,6 +142,28 @@ cat <<TEXT
     curl -sS -H "Authorization: Bearer \$TOKEN" http://$http/v1/orders/<order id>/payments -d '{"endpoint_id": "tbank-test"}'
     curl -sS -X POST <payment_url>
     curl -sS -H "Authorization: Bearer \$TOKEN" "http://$http/v1/orders?org_id=org_demo&merchant_order_id=demo-3"
+
+  Subscriptions: an order with a subscription line pays the first period of the customer's subscription
+  to the plan (the payment names the provider's subscription); a payment naming the subscription and no
+  order renews it, once however often it is delivered; CheckAccess says whether the customer has access,
+  until when and why:
+
+    curl -sS -H "Authorization: Bearer \$TOKEN" http://$http/v1/orders -d '{
+      "org_id": "org_demo", "environment": "test", "merchant_order_id": "demo-4",
+      "lines": [{"sku": "pro", "kind": "subscription", "quantity": 1, "plan_id": "pro-monthly",
+                 "account_ref": "user_42", "unit_price": {"currency": "USD", "minor_units": 900}}],
+      "settlement": {"token": "USDT", "network": "TRON", "amount": "9.000000"}}'
+    .cache/fulfillctl webhook send --url http://$ingest/webhooks/yolfi-test --secret-file $dir/yolfi-test.secret \
+      --org org_demo --merchant-order-id demo-4 --subscription-id sub_demo --amount 9.000000 --test
+    curl -sS -H "Authorization: Bearer \$TOKEN" \
+      "http://$http/v1/access?org_id=org_demo&environment=test&customer_ref=user_42&plan_id=pro-monthly"
+    # the next month's renewal, delivered twice: one more period
+    .cache/fulfillctl webhook send --url http://$ingest/webhooks/yolfi-test --secret-file $dir/yolfi-test.secret \
+      --org org_demo --subscription-id sub_demo --invoice-id inv_demo_2 --amount 9.000000 --test --repeat 2
+    # cancelled: access stays until the paid period ends, then the sweeper ends it
+    .cache/fulfillctl webhook send --url http://$ingest/webhooks/yolfi-test --secret-file $dir/yolfi-test.secret \
+      --org org_demo --type subscription.cancelled --subscription-id sub_demo --test
+    curl -sS -H "Authorization: Bearer \$TOKEN" "http://$http/v1/subscriptions?org_id=org_demo"
 
   Ctrl-C stops the service and its PostgreSQL.
 
