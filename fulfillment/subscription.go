@@ -90,6 +90,10 @@ type SubscriptionEvent struct {
 	// period's bill (two payments of one invoice pay one period), the
 	// payment id tells payments apart.
 	InvoiceID, PaymentID string
+	// Purchase marks the payment of an order the customer placed for the
+	// plan (its subscription line), as opposed to a charge the provider
+	// made on its own: a purchase renews a cancelled subscription too.
+	Purchase bool
 }
 
 // SubscriptionEventOf is what ev means to the subscription it names: a
@@ -237,7 +241,7 @@ func decideRenewal(ev SubscriptionEvent, sub Subscription, plan Plan) Outcome {
 			OpenItem{ReconExtraPayment})
 	}
 	move := []Effect{MoveSubscription{SubActive}}
-	if sub.State == SubCancelled {
+	if sub.State == SubCancelled && !ev.Purchase {
 		if !ev.OccurredAt.Before(sub.LastEventAt) {
 			return outcome(DecisionDuplicatePayment, "a payment for a cancelled subscription: it needs a refund review",
 				OpenItem{ReconExtraPayment})

@@ -48,7 +48,7 @@ func (s *Store) InboxProcess(ctx context.Context, ids []int64, owner string) (ma
 			case !matched && named && fulfillment.ForSubscription(le.ev):
 				// A renewal the provider charged, or a lifecycle event: the
 				// subscription's rules decide.
-				out, err = s.decideSubscriptionEvent(ctx, tx, le, sub, &q)
+				out, err = s.decideSubscriptionEvent(ctx, tx, le, sub, false, &q)
 				applied = &sub.ID
 			case !matched && fulfillment.ForSubscription(le.ev) && isLifecycle(le.ev.Kind):
 				out = fulfillment.Outcome{Decision: fulfillment.DecisionUnmatched,

@@ -410,3 +410,23 @@ func TestSubscriptionFlowTBankRecurrent(t *testing.T) {
 		t.Errorf("%d periods paid by the two payments, want 2", n)
 	}
 }
+
+// Orders whose payments name no provider subscription pay periods of the
+// customer's subscription to the plan: the second order renews it.
+func TestSubscriptionFlowOrdersWithoutProviderSubscription(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	for i, mid := range []string{"m-1", "m-2"} {
+		subscriptionOrder(t, s, mid)
+		ev := firstPayment(fmt.Sprintf("evt_%d", i), "", mid)
+		ev.Payment.InvoiceID, ev.Payment.AttemptRef, ev.Payment.PaymentID = "inv_"+mid, "inv_"+mid, "pay_"+mid
+		ev.OccurredAt = subJan1.AddDate(0, 0, 20*i)
+		if got := deliver(t, s, ev); got != "fulfilled" {
+			t.Fatalf("order %s: %s", mid, got)
+		}
+	}
+	want := subRow{State: "active", Periods: 2, End: subJan1.AddDate(0, 2, 0), Renewed: 2}
+	if got := readSub(t, conn, "customer:"+subPlan.ID+":user_42"); got != want {
+		t.Errorf("%+v, want %+v", got, want)
+	}
+}

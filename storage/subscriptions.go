@@ -333,14 +333,16 @@ func lockEventSubscriptions(ctx context.Context, tx pgx.Tx, events []leasedEvent
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))`, org, env, provider, id)
 }
 
-// decideSubscriptionEvent decides and applies an event that no order
-// matches about rec, the subscription it names.
-func (s *Store) decideSubscriptionEvent(ctx context.Context, tx pgx.Tx, le leasedEvent, rec *fulfillment.SubscriptionRecord, q *queued) (fulfillment.Outcome, error) {
+// decideSubscriptionEvent decides and applies an event about rec: one
+// that no order matches, about the subscription it names, or (purchase)
+// the payment of an order's subscription line.
+func (s *Store) decideSubscriptionEvent(ctx context.Context, tx pgx.Tx, le leasedEvent, rec *fulfillment.SubscriptionRecord, purchase bool, q *queued) (fulfillment.Outcome, error) {
 	plan, err := s.plan(rec)
 	if err != nil {
 		return fulfillment.Outcome{}, err
 	}
 	ev := fulfillment.SubscriptionEventOf(le.ev, le.received)
+	ev.Purchase = purchase
 	out := fulfillment.DecideSubscription(ev, rec.Subscription, plan)
 	eq, err := s.applySubscription(ctx, tx, rec, plan, ev, subscriptionCause{eventRef: le.ev.EventID, inboxID: le.id}, out)
 	q.add(eq)
@@ -361,6 +363,6 @@ func (s *Store) payOrderSubscription(ctx context.Context, tx pgx.Tx, le leasedEv
 		}
 		subs[keyOf(ref)] = rec
 	}
-	_, err := s.decideSubscriptionEvent(ctx, tx, le, rec, q)
+	_, err := s.decideSubscriptionEvent(ctx, tx, le, rec, true, q)
 	return &rec.ID, err
 }

@@ -50,9 +50,11 @@ func (s *Store) SubscriptionCreate(ctx context.Context, ref fulfillment.Subscrip
 		if rec.CustomerRef != ref.CustomerRef {
 			what = "customer"
 		}
+		// The provider's id is not quoted: the service makes some of the
+		// customer's reference.
 		return fulfillment.SubscriptionRecord{}, false, fmt.Errorf(
-			"%w: subscription %s already exists for provider_subscription_id %q with another %s",
-			fulfillment.ErrConflict, rec.ID, ref.ProviderSubscriptionID, what)
+			"%w: subscription %s already exists under this provider_subscription_id with another %s",
+			fulfillment.ErrConflict, rec.ID, what)
 	}
 	return rec, false, nil
 }
