@@ -35,7 +35,8 @@ func newRootCmd() *cobra.Command {
 	f.StringVar(&c.tokenFile, "token-file", os.Getenv("FULFILLCTL_TOKEN_FILE"), "file holding the bearer token ($FULFILLCTL_TOKEN_FILE; or set $FULFILLCTL_TOKEN)")
 	f.BoolVar(&c.tls, "tls", false, "connect with TLS")
 	f.StringVar(&c.caFile, "ca-file", "", "PEM file of the CA that signed the server certificate (with --tls; default: system roots)")
-	root.AddCommand(newOrdersCmd(&c), newOutboxCmd(&c), newDestinationsCmd(&c), newWatchCmd(&c), newWebhookCmd(), newListenCmd())
+	root.AddCommand(newOrdersCmd(&c), newSubscriptionsCmd(&c), newAccessCmd(&c), newOutboxCmd(&c), newDestinationsCmd(&c),
+		newWatchCmd(&c), newWebhookCmd(), newListenCmd())
 	return root
 }
 
