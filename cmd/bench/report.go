@@ -69,6 +69,8 @@ type Settings struct {
 	HistoryRows     int     `json:"history_rows"`
 	ServiceMaxConns int     `json:"service_max_conns"`
 	ReadWorkers     int     `json:"read_workers"`
+	AccessWorkers   int     `json:"access_workers"`
+	Subscriptions   int     `json:"subscriptions"`
 	PushWorkers     int     `json:"push_workers"`
 	OutboxConc      []int   `json:"outbox_concurrencies"`
 	OutboxBacklog   int     `json:"outbox_backlog"`
@@ -86,6 +88,8 @@ type LoadLevel struct {
 	Non200      map[int]int         `json:"non_200,omitempty"`
 	CPU         CPUShare            `json:"cpu"`
 	Waits       []loadgen.WaitShare `json:"pg_activity,omitempty"`
+	// Note says what the run read (reads rows).
+	Note string `json:"note,omitempty"`
 }
 
 // IngestLevel is one closed-loop webhook run.
@@ -299,7 +303,7 @@ func (r *Report) buildTable() {
 	}
 	for _, rd := range r.Reads {
 		rows = append(rows, Row{"reads", rd.Name, fmt.Sprint(rd.Concurrency), "-", rate(rd.PerSecond) + " req",
-			ms(rd.Latency.P50), ms(rd.Latency.P99), ms(rd.Latency.P999), non200(rd.Non200), rd.CPU.String(), ""})
+			ms(rd.Latency.P50), ms(rd.Latency.P99), ms(rd.Latency.P999), non200(rd.Non200), rd.CPU.String(), rd.Note})
 	}
 	if ob := r.Outbox; ob != nil {
 		rows = append(rows, outboxRows(ob)...)

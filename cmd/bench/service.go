@@ -23,6 +23,7 @@ const (
 	envTBank    = "BENCH_TBANK_PASSWORD"
 	benchOrg    = "org_bench"
 	benchEnv    = "live"
+	benchPlan   = "bench-monthly"
 	endpointID  = "yolfi-live"
 	benchToken  = "bench-token-0123456789abcdef"
 	benchSecret = "ywhsec_bench_0123456789abcdef"
@@ -75,6 +76,7 @@ func serviceConfig(grpcAddr, httpAddr, ingestAddr, debugAddr string, maxConns in
 			config.ScopeOrdersRead, config.ScopeOrdersWrite, config.ScopeReconciliationRead)}},
 		Endpoints: []config.Endpoint{daemon.YolfiEndpoint(endpointID, benchOrg, benchEnv, envSecret),
 			daemon.TBankEndpoint(tbankEndpointID, benchOrg, benchEnv, envTBank, tbankTerminal)},
+		Plans: []config.Plan{{ID: benchPlan, Months: 1}},
 	}
 }
 
