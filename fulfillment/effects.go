@@ -65,6 +65,14 @@ type ReverseCreditShare struct {
 // they subscribe to it — so that what they delivered can be withdrawn.
 type WithdrawDeliveries struct{}
 
+// PaySubscriptions pays, with the event's payment, one period of the
+// subscription of the order's subscription line: the subscription the
+// payment names, else the line's customer's to the line's plan — created
+// by its first payment. What the period is, and whether the payment pays
+// one at all, the subscription rules decide (DecideSubscription on a
+// renewal), in the same transaction.
+type PaySubscriptions struct{}
+
 // OpenItem opens a reconciliation item of Kind about the event and its
 // order, unless the situation ItemKey names already has one.
 type OpenItem struct{ Kind ReconKind }
@@ -92,14 +100,6 @@ func (RequestDeliveries) effect()  {}
 func (WithdrawDeliveries) effect() {}
 func (Publish) effect()            {}
 func (PaySubscriptions) effect()   {}
-
-// PaySubscriptions pays, with the event's payment, one period of the
-// subscription of each subscription line of the order: the subscription
-// the payment names, else the line's customer's to the line's plan —
-// created by its first payment. What the period is, and whether the
-// payment pays one at all, the subscription rules decide
-// (DecideSubscription on a renewal), in the same transaction.
-type PaySubscriptions struct{}
 
 // grants are the effects of fulfilling an order's own lines.
 var grants = []Effect{GrantLicenses{}, CreditBalances{}}

@@ -261,9 +261,10 @@ func Decide(ev ProviderEvent, order *PaidOrder) Outcome {
 		return decideRefund(ev, *order)
 	case EventPartiallyRefunded:
 		return decidePartialRefund(ev, *order)
-	case EventOther:
-		// Answered above (it concerns no order); a kind this switch does not
-		// know is ignored below.
+	case EventOther, EventSubscriptionOverdue, EventSubscriptionCancelled:
+		// EventOther is answered above (it concerns no order); the
+		// subscription's own events are the subscription rules' to decide,
+		// and a kind this switch does not know is ignored below.
 	}
 	return Outcome{Decision: DecisionIgnoredType, Reason: fmt.Sprintf("event kind %q does not concern orders", ev.Kind)}
 }

@@ -444,11 +444,7 @@ const MaxSubscriptionsChecked = 20
 // CheckAccess says what the subscriptions of one customer to plan grant at
 // now: the access of the one that grants the longest, else why none does
 // (the newest subscription's reason), and which subscription that is.
-func CheckAccess(subs []SubscriptionRecord, plan Plan, now time.Time) (Access, string) {
-	var (
-		best   Access
-		bestID string
-	)
+func CheckAccess(subs []SubscriptionRecord, plan Plan, now time.Time) (best Access, bestID string) {
 	for i, s := range subs {
 		a := s.AccessAt(now, plan)
 		if i == 0 || (a.Granted && (!best.Granted || a.Until.After(best.Until))) {

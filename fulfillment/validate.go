@@ -130,7 +130,8 @@ func validateLines(vs *violations, drafts []LineDraft) []Line {
 		switch {
 		case kind == KindSubscription:
 			checkPlanID(vs, f("plan_id"), l.PlanID)
-			if subscriptions++; subscriptions > 1 {
+			subscriptions++
+			if subscriptions > 1 {
 				vs.add(f("kind"), "an order may have one %q line: one payment pays one period of one subscription", KindSubscription)
 			}
 			if l.Quantity != 1 {

@@ -415,12 +415,3 @@ func noAmount(t *testing.T, ev fulfillment.ProviderEvent) {
 		t.Errorf("Amount = %s, want none", ev.Payment.Amount)
 	}
 }
-
-func refIs(name, want string) func(*testing.T, fulfillment.ProviderEvent) {
-	return func(t *testing.T, ev fulfillment.ProviderEvent) {
-		t.Helper()
-		if ev.Refs[name] != want {
-			t.Errorf("Refs[%s] = %q, want %q", name, ev.Refs[name], want)
-		}
-	}
-}
