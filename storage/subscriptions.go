@@ -16,50 +16,6 @@ var _ fulfillment.SubscriptionStore = (*Store)(nil)
 const subscriptionColumns = `id, org_id, environment, provider, provider_subscription_id, customer_ref, plan_id,
 	state, periods, period_start, period_end, last_event_at, access_ended_at, created_at, updated_at`
 
-// subscriptionRow is what lockSubscriptions reads of a subscription.
-type subscriptionRow struct {
-	ID                     uuid.UUID                     `db:"id"`
-	OrgID                  string                        `db:"org_id"`
-	Environment            fulfillment.Environment       `db:"environment"`
-	Provider               fulfillment.Provider          `db:"provider"`
-	ProviderSubscriptionID string                        `db:"provider_subscription_id"`
-	CustomerRef            string                        `db:"customer_ref"`
-	PlanID                 string                        `db:"plan_id"`
-	State                  fulfillment.SubscriptionState `db:"state"`
-	Periods                int                           `db:"periods"`
-	PeriodStart            *time.Time                    `db:"period_start"`
-	PeriodEnd              *time.Time                    `db:"period_end"`
-	LastEventAt            *time.Time                    `db:"last_event_at"`
-	AccessEndedAt          *time.Time                    `db:"access_ended_at"`
-	CreatedAt              time.Time                     `db:"created_at"`
-	UpdatedAt              time.Time                     `db:"updated_at"`
-}
-
-// record is the row as the domain knows it (NULL times are the zero time).
-func (r subscriptionRow) record() fulfillment.SubscriptionRecord {
-	rec := fulfillment.SubscriptionRecord{
-		ID: r.ID.String(),
-		SubscriptionRef: fulfillment.SubscriptionRef{
-			OrgID: r.OrgID, Environment: r.Environment, Provider: r.Provider,
-			ProviderSubscriptionID: r.ProviderSubscriptionID, CustomerRef: r.CustomerRef, PlanID: r.PlanID,
-		},
-		Subscription: fulfillment.Subscription{
-			State: r.State, Periods: r.Periods, PeriodStart: deref(r.PeriodStart), PeriodEnd: deref(r.PeriodEnd),
-			LastEventAt: deref(r.LastEventAt), AccessEnded: r.AccessEndedAt != nil,
-		},
-		AccessEndedAt: r.AccessEndedAt, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
-	}
-	return rec
-}
-
-// deref is *t, or the zero time for nil.
-func deref(t *time.Time) time.Time {
-	if t == nil {
-		return time.Time{}
-	}
-	return *t
-}
-
 // subscriptionKey names a subscription at its provider.
 type subscriptionKey struct {
 	org      string
@@ -81,7 +37,9 @@ type lockedSubscriptions map[subscriptionKey]*fulfillment.SubscriptionRecord
 // paid periods in the same round trip.
 func lockSubscriptions(ctx context.Context, tx pgx.Tx, where string, args ...any) (lockedSubscriptions, error) {
 	rows, _ := tx.Query(ctx, `SELECT `+subscriptionColumns+` FROM subscriptions WHERE `+where+` ORDER BY id FOR UPDATE`, args...)
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[subscriptionRow])
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.SubscriptionRecord, error) {
+		return scanSubscription(r)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("locking subscriptions: %w", interpret(err))
 	}
@@ -89,18 +47,18 @@ func lockSubscriptions(ctx context.Context, tx pgx.Tx, where string, args ...any
 	if len(list) == 0 {
 		return locked, nil
 	}
-	byID := make(map[uuid.UUID]*fulfillment.SubscriptionRecord, len(list))
-	ids := make([]uuid.UUID, len(list))
-	for i, row := range list {
-		rec := row.record()
+	byID := make(map[string]*fulfillment.SubscriptionRecord, len(list))
+	ids := make([]string, len(list))
+	for i := range list {
+		rec := &list[i]
 		rec.Renewals = map[string]fulfillment.Renewal{}
-		locked[keyOf(rec.SubscriptionRef)], byID[row.ID], ids[i] = &rec, &rec, row.ID
+		locked[keyOf(rec.SubscriptionRef)], byID[rec.ID], ids[i] = rec, rec, rec.ID
 	}
-	rows, _ = tx.Query(ctx, `SELECT subscription_id, period_key, period, coalesce(payment_id, '') FROM subscription_periods
-		WHERE subscription_id = ANY($1)`, ids)
+	rows, _ = tx.Query(ctx, `SELECT subscription_id::text, period_key, period, coalesce(payment_id, '') FROM subscription_periods
+		WHERE subscription_id = ANY($1::uuid[])`, ids)
 	err = forEachRow(rows, func(row pgx.Rows) error {
 		var (
-			id  uuid.UUID
+			id  string
 			key string
 			rn  fulfillment.Renewal
 		)
