@@ -148,12 +148,16 @@ func (s OrderSpec) Fingerprint() string {
 		b.WriteByte(':')
 		b.WriteString(v)
 	}
-	// Orders without destinations keep the fingerprint they were stored
-	// with; an order naming one is encoded as v2, with every line's.
+	// Orders keep the fingerprint they were stored with: without
+	// destinations and plans v1; naming a destination v2, with every
+	// line's; naming a plan v3, with every line's destination and plan.
 	version := "order/v1"
 	for _, l := range s.Lines {
-		if l.Destination != "" {
+		if l.Destination != "" && version == "order/v1" {
 			version = "order/v2"
+		}
+		if l.PlanID != "" {
+			version = "order/v3"
 		}
 	}
 	field(version)
@@ -171,6 +175,9 @@ func (s OrderSpec) Fingerprint() string {
 		field(l.AccountRef)
 		if version != "order/v1" {
 			field(l.Destination)
+		}
+		if version == "order/v3" {
+			field(l.PlanID)
 		}
 	}
 	if st := s.Settlement; st != nil {

@@ -2,6 +2,8 @@ package fulfillment
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"time"
 )
@@ -131,14 +133,23 @@ func ForSubscription(ev ProviderEvent) bool {
 // of an order (plan planID, customer customerRef) pays a period of when ev
 // pays the order: the subscription ev names at its provider, else the
 // customer's subscription to the plan at that provider, under an id the
-// service gives it ("customer:<plan>:<customer>").
+// service gives it (CustomerSubscriptionID).
 func OrderSubscriptionRef(ev ProviderEvent, planID, customerRef string) SubscriptionRef {
 	id := ev.Payment.SubscriptionID
 	if id == "" {
-		id = "customer:" + planID + ":" + customerRef
+		id = CustomerSubscriptionID(planID, customerRef)
 	}
 	return SubscriptionRef{OrgID: ev.OrgID, Environment: ev.Environment, Provider: ev.Provider,
 		ProviderSubscriptionID: id, CustomerRef: customerRef, PlanID: planID}
+}
+
+// CustomerSubscriptionID is the id the service gives the subscription of
+// a customer to a plan that no provider named: "customer:<plan>:" and a
+// digest of the customer's reference, which may be personal data and
+// so is kept out of ids (ids are quoted in logs and messages).
+func CustomerSubscriptionID(planID, customerRef string) string {
+	sum := sha256.Sum256([]byte(customerRef))
+	return "customer:" + planID + ":" + hex.EncodeToString(sum[:16])
 }
 
 // PeriodKey names the period a renewal pays: its invoice, else its

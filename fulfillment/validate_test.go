@@ -189,6 +189,15 @@ func TestFingerprint(t *testing.T) {
 	if withDestination("crm") == withDestination("shipping") {
 		t.Error("the destination of a line is not part of the fingerprint")
 	}
+	withPlan := func(plan string) string {
+		return base(func(d *OrderDraft) {
+			d.Lines = append(d.Lines, LineDraft{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "USD", MinorUnits: 900,
+				AccountRef: "user_42", PlanID: plan})
+		})
+	}
+	if withPlan("pro-monthly") == withPlan("pro-yearly") {
+		t.Error("the plan of a line is not part of the fingerprint")
+	}
 	// Orders without destinations keep the fingerprint they were stored
 	// with before destinations existed (the v1 encoding; this digest was
 	// computed by that code).

@@ -426,7 +426,7 @@ func TestSubscriptionFlowOrdersWithoutProviderSubscription(t *testing.T) {
 		}
 	}
 	want := subRow{State: "active", Periods: 2, End: subJan1.AddDate(0, 2, 0), Renewed: 2}
-	if got := readSub(t, conn, "customer:"+subPlan.ID+":user_42"); got != want {
+	if got := readSub(t, conn, fulfillment.CustomerSubscriptionID(subPlan.ID, "user_42")); got != want {
 		t.Errorf("%+v, want %+v", got, want)
 	}
 }
