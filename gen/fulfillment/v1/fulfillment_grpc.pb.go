@@ -115,8 +115,8 @@ type FulfillmentServiceClient interface {
 	WatchOrderEvents(ctx context.Context, in *WatchOrderEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchOrderEventsResponse], error)
 	// CreateSubscription registers a subscription a provider knows of, for a
 	// customer and a configured plan, before any of its payments arrives (the
-	// first payment naming it pays its first period; a payment naming an
-	// unknown subscription creates it too). It is idempotent on (org_id,
+	// first payment naming it pays its first period; the first paid order
+	// with a "subscription" line creates one too). It is idempotent on (org_id,
 	// environment, provider, provider_subscription_id): repeating it returns
 	// the subscription with created = false; the same key with another
 	// customer or plan fails with ALREADY_EXISTS and changes nothing.
@@ -398,8 +398,8 @@ type FulfillmentServiceServer interface {
 	WatchOrderEvents(*WatchOrderEventsRequest, grpc.ServerStreamingServer[WatchOrderEventsResponse]) error
 	// CreateSubscription registers a subscription a provider knows of, for a
 	// customer and a configured plan, before any of its payments arrives (the
-	// first payment naming it pays its first period; a payment naming an
-	// unknown subscription creates it too). It is idempotent on (org_id,
+	// first payment naming it pays its first period; the first paid order
+	// with a "subscription" line creates one too). It is idempotent on (org_id,
 	// environment, provider, provider_subscription_id): repeating it returns
 	// the subscription with created = false; the same key with another
 	// customer or plan fails with ALREADY_EXISTS and changes nothing.
