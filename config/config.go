@@ -184,42 +184,37 @@ type StatusPoll struct {
 // every 1 minute doubling to 1 hour, 60 polls (about 2½ days: past the
 // bank's day of retried notifications), 2 workers, claims every 5 s.
 func (p StatusPoll) WithDefaults() StatusPoll {
-	for _, d := range []struct {
-		v   *time.Duration
-		def time.Duration
-	}{{&p.After, 10 * time.Minute}, {&p.BaseBackoff, time.Minute}, {&p.MaxBackoff, time.Hour}, {&p.Poll, 5 * time.Second}, {&p.Lease, 30 * time.Second}} {
-		if *d.v == 0 {
-			*d.v = d.def
-		}
+	if p.After == 0 {
+		p.After = 10 * time.Minute
 	}
-	if p.MaxAttempts == 0 {
-		p.MaxAttempts = 60
-	}
-	if p.Workers == 0 {
-		p.Workers = 2
-	}
+	p.Queue = p.Queue.orDefaults(Queue{Workers: 2, MaxAttempts: 60, Poll: 5 * time.Second, Lease: 30 * time.Second,
+		BaseBackoff: time.Minute, MaxBackoff: time.Hour})
 	return p
 }
 
 // SweepDefaults fills in the zero values of the subscription sweeper's
-// queue: 1 worker claiming 16 due sweeps every 5 s; a sweep that fails
-// (its plan left the configuration, the database is gone) is retried
-// after 1 minute doubling to 1 hour, 200 times (over a week) before it is
-// given up.
+// queue: 1 worker claiming due sweeps every 5 s; a sweep that fails (its
+// plan left the configuration, the database is gone) is retried after 1
+// minute doubling to 1 hour, 200 times (over a week) before it is given
+// up.
 func SweepDefaults(q Queue) Queue {
-	for _, d := range []struct {
-		v   *time.Duration
-		def time.Duration
-	}{{&q.BaseBackoff, time.Minute}, {&q.MaxBackoff, time.Hour}, {&q.Poll, 5 * time.Second}, {&q.Lease, 30 * time.Second}} {
-		if *d.v == 0 {
-			*d.v = d.def
+	return q.orDefaults(Queue{Workers: 1, MaxAttempts: 200, Poll: 5 * time.Second, Lease: 30 * time.Second,
+		BaseBackoff: time.Minute, MaxBackoff: time.Hour})
+}
+
+// orDefaults is q with each zero value taken from d.
+func (q Queue) orDefaults(d Queue) Queue {
+	for _, f := range []struct{ v, def *time.Duration }{
+		{&q.Lease, &d.Lease}, {&q.Poll, &d.Poll}, {&q.BaseBackoff, &d.BaseBackoff}, {&q.MaxBackoff, &d.MaxBackoff},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.def
 		}
 	}
-	if q.MaxAttempts == 0 {
-		q.MaxAttempts = 200
-	}
-	if q.Workers == 0 {
-		q.Workers = 1
+	for _, f := range []struct{ v, def *int }{{&q.Workers, &d.Workers}, {&q.Batch, &d.Batch}, {&q.MaxAttempts, &d.MaxAttempts}} {
+		if *f.v == 0 {
+			*f.v = *f.def
+		}
 	}
 	return q
 }
