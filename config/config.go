@@ -187,7 +187,7 @@ func (p StatusPoll) WithDefaults() StatusPoll {
 	if p.After == 0 {
 		p.After = 10 * time.Minute
 	}
-	p.Queue = p.Queue.orDefaults(Queue{Workers: 2, MaxAttempts: 60, Poll: 5 * time.Second, Lease: 30 * time.Second,
+	p.Queue = p.orDefaults(Queue{Workers: 2, MaxAttempts: 60, Poll: 5 * time.Second, Lease: 30 * time.Second,
 		BaseBackoff: time.Minute, MaxBackoff: time.Hour})
 	return p
 }
