@@ -1,13 +1,15 @@
 // Command chaos is the fault-injection run of fulfillmentd (make chaos): it
 // drives a real fulfillmentd on a real, durable PostgreSQL with
-// provider-like webhook load (Yolfi events, and T-Bank notifications with
-// refunds for a quarter of the orders) while SIGKILLing fulfillmentd and
-// stopping PostgreSQL in immediate mode at random moments, then checks that
-// nothing acknowledged was lost and nothing was granted or reversed twice,
-// and that the outbox delivered each external line's message to its
-// (flaky) receiver once — or left it uncertain, with an open item, where
-// the receiver does not honour idempotency keys. It prints the report, then
-// the summary line last, and exits 1 on any violation.
+// provider-like webhook load (Yolfi events, T-Bank notifications with
+// refunds for a quarter of the orders, and subscriptions' renewals,
+// lifecycle events and lapses for one Yolfi order in eight) while
+// SIGKILLing fulfillmentd and stopping PostgreSQL in immediate mode at
+// random moments, then checks that nothing acknowledged was lost and
+// nothing was granted, reversed or ended twice, and that the outbox
+// delivered each external line's message to its (flaky) receiver once — or
+// left it uncertain, with an open item, where the receiver does not honour
+// idempotency keys. It prints the report, then the summary line last, and
+// exits 1 on any violation.
 //
 //	go build -o .cache/fulfillmentd ./cmd/fulfillmentd
 //	go run ./cmd/chaos --binary .cache/fulfillmentd

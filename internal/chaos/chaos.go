@@ -8,7 +8,8 @@
 // stale events, extra payments and test-mode events on the live endpoint —
 // and, for a quarter of the orders, T-Bank notifications the way the bank
 // does (retried until answered OK; reordered, redelivered, refunds: see
-// tbank.go) —
+// tbank.go), and for one Yolfi order in eight a subscription's renewals,
+// lifecycle events and lapse (subscriptions.go) —
 // while it SIGKILLs and restarts fulfillmentd and stops PostgreSQL in
 // immediate mode and restarts it. During each database outage it asserts
 // the outage contract: no 200, a 503 within 2 s, recovery within 5 s of the
@@ -171,6 +172,11 @@ type runner struct {
 	// fulfilledBefore: the T-Bank orders (by merchant order id) whose
 	// replay fulfilled them, refunded since or not (checkTBank).
 	fulfilledBefore map[string]bool
+	// subMessages are the outbox messages the subscriptions' events call
+	// for, and subUnmatched the unmatched_payment items of their payments
+	// by payment id (checkSubscriptions).
+	subMessages  []subMessage
+	subUnmatched map[string]int
 
 	rep Report // figures filled in as the run goes
 }
@@ -411,6 +417,7 @@ func (r *runner) send(ctx context.Context) {
 	r.rep.Redeliveries, r.rep.Concurrent, r.rep.Deliveries = st.Redeliveries, st.Concurrent, st.Deliveries
 	r.rep.ExternalLines = st.ExternalLines
 	r.rep.TBank = st.TBank
+	r.rep.Subscriptions = st.Subscriptions
 	r.rep.SendWindow = window
 	faults := planFaults(r.o.Seed, window, r.o.Kills, r.o.PGRestarts)
 	r.logf("sending %d deliveries of %d events over %v (%.0f/s) with %d faults",
@@ -419,6 +426,13 @@ func (r *runner) send(ctx context.Context) {
 	sendCtx, cancel := context.WithDeadline(ctx, sendDeadline)
 	defer cancel()
 	r.snd = newSender(r.svc.ingestAddr, r.secrets, r.w.events, r.o.Concurrency, r.outage, r.viol)
+	gate, stopGate, err := r.startGate(sendCtx)
+	if err != nil {
+		r.viol.add("harness", "watching the inbox for the events others come after: %v", err)
+		return
+	}
+	defer stopGate()
+	r.snd.gate = gate
 	start := time.Now()
 	var wg sync.WaitGroup
 	wg.Go(func() { r.injectFaults(sendCtx, start, faults) })
@@ -464,10 +478,12 @@ func (r *runner) pgRestartCount() int {
 	return r.pgRestarts
 }
 
-// settle waits until no inbox event is pending, then until the outbox has
-// delivered what it can (no message pending) and the receivers are idle.
+// settle waits until no inbox event is pending, then until no subscription
+// sweep is due, then until the outbox has delivered what it can (no
+// message pending) and the receivers are idle.
 func (r *runner) settle(ctx context.Context, db *pgxpool.Pool) {
 	r.rep.Settle = r.waitNonePending(ctx, db, "inbox_events", "unprocessed")
+	r.waitSweeps(ctx, db)
 	r.rep.Drain = r.waitNonePending(ctx, db, "outbox_messages", "stuck pending")
 	r.quiesce()
 }

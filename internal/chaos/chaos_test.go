@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -187,6 +191,10 @@ func TestSummary(t *testing.T) {
 	}
 	r = Report{Acked: 12, TBank: TBankReport{Notifications: 4, Acked: 4}}
 	if got, want := r.Summary(), "chaos: 12 acked, 0 lost, 0 duplicated effects; outbox: 0 delivered once, 0 doubled, 0 uncertain (all with items); tbank: 4 acked, 0 lost, 0 duplicated"; got != want {
+		t.Fatalf("Summary() = %q, want %q", got, want)
+	}
+	r = Report{Acked: 12, Subscriptions: SubscriptionReport{Events: 5, Acked: 5, Lost: 1, Duplicated: 2}}
+	if got, want := r.Summary(), "chaos: 12 acked, 0 lost, 0 duplicated effects; outbox: 0 delivered once, 0 doubled, 0 uncertain (all with items); subscriptions: 5 acked, 1 lost, 2 duplicated"; got != want {
 		t.Fatalf("Summary() = %q, want %q", got, want)
 	}
 	r = Report{Incomplete: "context canceled"}
@@ -380,5 +388,310 @@ func TestTBankReplay(t *testing.T) {
 	if fmt.Sprint(decisions) != "[refunded_before_payment stale_ignored]" || rp.granted || len(rp.ledger) > 0 ||
 		rp.order.State != fulfillment.StatePendingPayment || len(rp.items) > 0 {
 		t.Errorf("refund first: decisions %v, granted %v, ledger %v, state %s, items %v", decisions, rp.granted, rp.ledger, rp.order.State, rp.items)
+	}
+}
+
+// Subscription orders are about one Yolfi order in eight, each with a
+// story of every kind; their events parse to the subscription they name,
+// renewals wait for the first payment and are delivered twice at least,
+// and every date is one the service believes. Above all, whatever order
+// the events are processed in (within what the gates allow), no access
+// runs out while an event for the subscription rules is still to come —
+// so the sweeper has no choice of moment — and exactly the subscriptions
+// meant to lapse have no access left at the check.
+func TestSubscriptionWorkload(t *testing.T) {
+	t.Parallel()
+	const window = 30 * time.Second
+	w := plan(7, 800, 8000, window)
+	base := w.g.base
+	st := w.stats.Subscriptions
+	yolfiOrders, stories := 0, map[subStory]int{}
+	for _, o := range w.orders {
+		if !o.testOnly && !o.tbank {
+			yolfiOrders++
+		}
+		if o.sub != nil {
+			stories[o.sub.story]++
+			if l := o.request().GetLines(); len(l) != 1 || l[0].GetKind() != "subscription" || l[0].GetPlanId() != o.sub.cfg.ID || l[0].GetAccountRef() != o.sub.customer {
+				t.Fatalf("order %s: lines %v", o.mid, l)
+			}
+		}
+	}
+	if st.Orders < yolfiOrders/12 || st.Orders > yolfiOrders/5 || len(stories) != 3 || st.Lapsing != stories[storyCancelled]+stories[storyGraceOut] {
+		t.Fatalf("%d subscription orders of %d Yolfi orders, stories %v, %d lapsing", st.Orders, yolfiOrders, stories, st.Lapsing)
+	}
+	if st.Renewals == 0 || st.Reannounced == 0 || st.ExtraPayments == 0 || st.OutOfOrder == 0 || st.Overdue == 0 || st.Cancelled == 0 || st.InvoiceOverdue == 0 {
+		t.Fatalf("missing ingredients: %+v", st)
+	}
+	deliveries := map[int]int{}
+	for _, d := range w.deliveries {
+		deliveries[d.ev]++
+	}
+	events := map[int][]int{}
+	n := 0
+	for j, e := range w.events {
+		o := w.orders[max(e.order, 0)]
+		if e.order < 0 || o.sub == nil {
+			continue
+		}
+		n++
+		events[e.order] = append(events[e.order], j)
+		ev, err := parseYolfi(e)
+		if err != nil || ev.EventID != e.id || ev.Payment.SubscriptionID != o.sub.id || ev.TestMode {
+			t.Fatalf("%s parses to %+v: %v", e.id, ev, err)
+		}
+		if !ev.OccurredAt.IsZero() && (ev.OccurredAt.After(base.Add(12*time.Hour)) || !fulfillment.PlausibleOccurrence(ev.OccurredAt, base).Equal(ev.OccurredAt)) {
+			t.Fatalf("%s dated %s: more than 12h after the start %s", e.id, ev.OccurredAt, base)
+		}
+		if e.role == roleRenewal && (deliveries[j] < 2 || !slices.Contains(e.after, o.sub.first)) {
+			t.Fatalf("renewal %s delivered %d times, after %v (the first payment is %d)", e.id, deliveries[j], e.after, o.sub.first)
+		}
+	}
+	if n != st.Events {
+		t.Fatalf("%d subscription events, stats %d", n, st.Events)
+	}
+
+	rng := rand.New(rand.NewPCG(3, 4))
+	check := base.Add(10 * time.Minute)
+	for i, evs := range events {
+		o := w.orders[i]
+		for try := range 30 {
+			// A processing order the gates allow: an event once those it
+			// comes after are placed.
+			placed, seq := map[int]bool{}, []int(nil)
+			for len(seq) < len(evs) {
+				var ready []int
+				for _, j := range evs {
+					if !placed[j] && !slices.ContainsFunc(w.events[j].after, func(a int) bool { return !placed[a] }) {
+						ready = append(ready, j)
+					}
+				}
+				j := ready[rng.IntN(len(ready))]
+				placed[j], seq = true, append(seq, j)
+			}
+			rp := newSubReplay(o)
+			var ends []time.Time
+			var byRules []bool
+			for k, j := range seq {
+				ev, _ := parseYolfi(w.events[j])
+				step := rp.apply(ev, base.Add(w.events[j].at+time.Duration(k)*time.Millisecond))
+				ends = append(ends, rp.sub.AccessEnds(o.sub.plan))
+				byRules = append(byRules, step.sub && !step.order)
+			}
+			for k := range seq {
+				if slices.Contains(byRules[k+1:], true) && !ends[k].IsZero() && ends[k].Before(base.Add(aheadMargin)) {
+					t.Fatalf("subscription %s (%s), try %d: access ends at %s after event %d of %d, before the run is over",
+						o.sub.id, o.sub.story, try, ends[k], k, len(seq))
+				}
+			}
+			rp.sweep(check)
+			if rp.swept != o.sub.lapses() || !rp.exists {
+				t.Fatalf("subscription %s (%s), try %d: swept at the check %v, state %s, access ends %s",
+					o.sub.id, o.sub.story, try, rp.swept, rp.sub.State, rp.sub.AccessEnds(o.sub.plan))
+			}
+		}
+	}
+}
+
+// subStoryForTest is a subscription order of the monthly plan started on
+// Jan 1, told on Mar 31: its first payment, renewals of Feb and Mar (that
+// of Feb announced twice), an overdue of Feb 2, a second payment of the
+// March invoice, the cancellation of Mar 4, and the renewal of April
+// charged (on Mar 31) after it.
+func subStoryForTest(t *testing.T) (w *workload, ev map[string]int) {
+	t.Helper()
+	jan1 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	w = &workload{}
+	w.g = &generator{rng: rand.New(rand.NewPCG(1, 2)), w: w, base: jan1.AddDate(0, 3, -1)}
+	sp := &subPlan{id: "ysub_m-1", customer: "cust_m-1", cfg: planMonthly, plan: planMonthly.Domain(), start: jan1, periods: 4,
+		story: storyCancelled}
+	w.orders = []*orderPlan{{mid: "m-1", sub: sp}}
+	g := w.g
+	ev = map[string]int{}
+	month := func(n int) time.Time { return jan1.AddDate(0, n, 0) }
+	ev["first"] = g.addSub(0, yolfi.TypePaymentConfirmed, "inv_1", "pay_1", jan1, true, rolePay, 0, nil)
+	sp.first = ev["first"]
+	ev["feb"] = g.addSub(0, yolfi.TypePaymentConfirmed, "inv_2", "pay_2", month(1), false, roleRenewal, 0, nil)
+	ev["feb again"] = g.addSub(0, yolfi.TypePaymentConfirmed, "inv_2", "pay_2", month(1), false, roleRenewal, 0, nil)
+	ev["overdue"] = g.addSub(0, yolfi.TypeSubscriptionOverdue, "", "", month(1).AddDate(0, 0, 1), false, roleLifecycle, 0, nil)
+	ev["mar"] = g.addSub(0, yolfi.TypePaymentConfirmed, "inv_3", "pay_3", month(2), false, roleRenewal, 0, nil)
+	ev["mar extra"] = g.addSub(0, yolfi.TypePaymentConfirmed, "inv_3", "pay_3b", month(2).Add(time.Hour), false, roleRenewal, 0, nil)
+	ev["cancel"] = g.addSub(0, yolfi.TypeSubscriptionCancelled, "", "", month(2).AddDate(0, 0, 3), false, roleLifecycle, 0, nil)
+	ev["apr"] = g.addSub(0, yolfi.TypePaymentConfirmed, "inv_4", "pay_4", month(3).Add(-12*time.Hour), false, roleRenewal, 0, nil)
+	return w, ev
+}
+
+// The replay of a subscription: the first payment pays period 1 through
+// its order; a renewal pays the next period whichever bill it is (March's,
+// applied first, pays period 2); an overdue older than it is stale; the
+// same payment again is already applied, another payment of a paid bill an
+// extra payment (an item); the cancellation keeps the paid periods, a
+// charge after it is an extra payment; the sweeper ends access once the
+// paid periods are over.
+func TestSubscriptionReplay(t *testing.T) {
+	t.Parallel()
+	w, ev := subStoryForTest(t)
+	rp := newSubReplay(w.orders[0])
+	var got []string
+	for _, name := range []string{"first", "mar", "overdue", "feb", "feb again", "mar extra", "cancel", "apr"} {
+		e := w.events[ev[name]]
+		pe, err := parseYolfi(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		step := rp.apply(pe, w.g.base)
+		got = append(got, fmt.Sprintf("%s:%s%s", name, step.decision, map[bool]string{true: "+sub"}[step.sub]))
+	}
+	want := "[first:fulfilled+sub mar:renewed+sub overdue:stale_ignored+sub feb:renewed+sub feb again:already_applied+sub " +
+		"mar extra:duplicate_payment+sub cancel:subscription_cancelled+sub apr:duplicate_payment+sub]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("decisions %v,\nwant %s", got, want)
+	}
+	jan1 := w.orders[0].sub.start
+	if fmt.Sprint(rp.periods) != fmt.Sprintf("[%v %v %v]",
+		subPeriodRow{1, "invoice:inv_1", "pay_1", jan1, jan1.AddDate(0, 1, 0)},
+		subPeriodRow{2, "invoice:inv_3", "pay_3", jan1.AddDate(0, 1, 0), jan1.AddDate(0, 2, 0)},
+		subPeriodRow{3, "invoice:inv_2", "pay_2", jan1.AddDate(0, 2, 0), jan1.AddDate(0, 3, 0)}) {
+		t.Errorf("periods %v", rp.periods)
+	}
+	if rp.sub.State != fulfillment.SubCancelled || len(rp.items) != 2 || len(rp.topics) != 3 || rp.order.State != fulfillment.StateFulfilled {
+		t.Errorf("state %s, items %v, events %v, order %s", rp.sub.State, rp.items, rp.topics, rp.order.State)
+	}
+	rp.sweep(jan1.AddDate(0, 3, 0).Add(-time.Second))
+	if rp.swept {
+		t.Errorf("swept within the paid period")
+	}
+	rp.sweep(jan1.AddDate(0, 3, 0))
+	if !rp.swept || rp.sub.State != fulfillment.SubExpired || rp.topics["subscription.access_ended|3"] != 1 {
+		t.Errorf("at the end of the paid periods: swept %v, state %s, events %v", rp.swept, rp.sub.State, rp.topics)
+	}
+}
+
+// subCheckFixture is the story of subStoryForTest processed in one order
+// on Mar 31, and a database holding exactly what the rules say it leaves,
+// swept on May 1.
+func subCheckFixture(t *testing.T) (*runner, *dbState) {
+	t.Helper()
+	w, ev := subStoryForTest(t)
+	o := w.orders[0]
+	jan1 := o.sub.start
+	now := jan1.AddDate(0, 4, 0)
+	s := &dbState{inbox: map[string][]inboxRow{}, byOrder: map[string][]inboxRow{}, orders: map[string]orderRow{},
+		eventIDs: map[int64]string{}, licenses: map[string]int{}, ledger: map[string]int{}, attempts: map[string]map[string]string{},
+		subs: &subscriptionState{now: now, rows: map[string]subRow{}, periods: map[string][]subPeriodRow{}, events: map[string]map[string]int{}}}
+	const orderID, subID = "order-1", "sub-1"
+	rp := newSubReplay(o)
+	for k, name := range []string{"first", "feb", "feb again", "overdue", "mar", "mar extra", "cancel", "apr"} {
+		e := w.events[ev[name]]
+		pe, err := parseYolfi(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := w.g.base.Add(time.Duration(k) * time.Second)
+		step := rp.apply(pe, at)
+		row := inboxRow{id: int64(k + 1), eventID: e.id, endpoint: liveEP, env: "live", state: "processed", decision: string(step.decision),
+			received: at, processedAt: at, seq: k + 1}
+		if step.order {
+			row.orderID = orderID
+			s.byOrder[orderID] = append(s.byOrder[orderID], row)
+		}
+		if step.sub {
+			row.subID = subID
+		}
+		s.inbox[e.id], s.eventIDs[row.id] = []inboxRow{row}, e.id
+	}
+	rp.sweep(now)
+	s.orders[o.mid] = orderRow{id: orderID, env: "live", state: string(rp.order.State), paidAttempt: "inv_1", paidPayID: "pay_1"}
+	s.attempts[orderID] = map[string]string{"inv_1": "confirmed"}
+	s.subs.rows[o.sub.id] = subRow{id: subID, providerID: o.sub.id, customer: o.sub.customer, plan: o.sub.cfg.ID,
+		state: string(rp.sub.State), periods: rp.sub.Periods, periodEnd: rp.sub.PeriodEnd, lastEventAt: rp.sub.LastEventAt, accessEnded: rp.sub.AccessEnded}
+	s.subs.periods[subID] = slices.Clone(rp.periods)
+	s.subs.events[subID] = maps.Clone(rp.topics)
+	for k := range rp.items {
+		kind, eventID, _ := strings.Cut(k, "|")
+		for id, evID := range s.eventIDs {
+			if evID == eventID {
+				s.items = append(s.items, itemRow{kind: kind, state: "open", env: "live", subscriptionID: subID, inboxID: id})
+			}
+		}
+	}
+	if len(s.items) != 2 || !rp.swept {
+		t.Fatalf("fixture: items %v, swept %v", s.items, rp.swept)
+	}
+	return &runner{o: Options{Log: io.Discard}, w: w, viol: newViolations()}, s
+}
+
+// The subscription check passes the database the rules leave, and counts
+// what differs: a period missing is lost; a period no bill paid, a bill
+// paid twice, a second access_ended or a second item is duplicated.
+func TestSubscriptionCheck(t *testing.T) {
+	t.Parallel()
+	const subID = "sub-1"
+	for _, tc := range []struct {
+		name      string
+		spoil     func(s *dbState)
+		lost, dup int
+	}{
+		{"as the rules say", func(*dbState) {}, 0, 0},
+		{"a period missing", func(s *dbState) { s.subs.periods[subID] = s.subs.periods[subID][:2] }, 1, 0},
+		{"an extra period", func(s *dbState) {
+			p := s.subs.periods[subID]
+			s.subs.periods[subID] = append(p, subPeriodRow{4, "invoice:inv_4", "pay_4", p[2].end, p[2].end.AddDate(0, 1, 0)})
+		}, 0, 1},
+		{"a bill paid twice", func(s *dbState) {
+			p := s.subs.periods[subID]
+			s.subs.periods[subID] = append(p, subPeriodRow{4, p[2].key, p[2].payment, p[2].end, p[2].end.AddDate(0, 1, 0)})
+		}, 0, 1},
+		{"a second access_ended", func(s *dbState) { s.subs.events[subID]["subscription.access_ended|3"] = 2 }, 0, 1},
+		{"access_ended of another period", func(s *dbState) { s.subs.events[subID]["subscription.access_ended|2"] = 1 }, 0, 1},
+		{"access never ended", func(s *dbState) {
+			row := s.subs.rows["ysub_m-1"]
+			row.accessEnded, row.state = false, "cancelled"
+			s.subs.rows["ysub_m-1"] = row
+			delete(s.subs.events[subID], "subscription.access_ended|3")
+		}, 1, 0},
+		{"a renewal event missing", func(s *dbState) { delete(s.subs.events[subID], "subscription.renewed|2") }, 1, 0},
+		{"an extra_payment item twice", func(s *dbState) { s.items = append(s.items, s.items[0]) }, 0, 1},
+		{"the subscription not stored", func(s *dbState) {
+			delete(s.subs.rows, "ysub_m-1")
+			s.subs.periods, s.subs.events, s.items = nil, nil, nil
+			for id, rows := range s.inbox {
+				rows[0].subID = ""
+				s.inbox[id] = rows
+			}
+		}, 3 + 5 + 2, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r, s := subCheckFixture(t)
+			tc.spoil(s)
+			r.checkSubscriptions(s)
+			failed := 0
+			for _, c := range r.rep.Checks {
+				failed += c.Failed
+			}
+			sb := r.rep.Subscriptions
+			if r.rep.Lost != tc.lost || r.rep.DuplicatedEffects != tc.dup || sb.Lost != tc.lost || sb.Duplicated != tc.dup ||
+				(failed == 0) != (tc.lost+tc.dup == 0) || (len(r.viol.list()) == 0) != (tc.lost+tc.dup == 0) {
+				t.Errorf("lost %d (subscriptions %d), duplicated %d (%d), %d checks failed; want %d lost, %d duplicated; violations %v",
+					r.rep.Lost, sb.Lost, r.rep.DuplicatedEffects, sb.Duplicated, failed, tc.lost, tc.dup, r.viol.list())
+			}
+		})
+	}
+}
+
+// A decision the rules would not have made is reported.
+func TestSubscriptionCheckDecision(t *testing.T) {
+	t.Parallel()
+	r, s := subCheckFixture(t)
+	for id, rows := range s.inbox {
+		if rows[0].decision == string(fulfillment.DecisionPastDue) {
+			rows[0].decision = string(fulfillment.DecisionStaleIgnored)
+			s.inbox[id] = rows
+		}
+	}
+	r.checkSubscriptions(s)
+	if v := r.viol.list(); len(v) != 1 || !strings.HasPrefix(v[0], "wrong decision") {
+		t.Errorf("violations %v, want one wrong decision", v)
 	}
 }

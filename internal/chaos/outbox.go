@@ -26,7 +26,7 @@ import (
 // The run's destinations.
 const (
 	// destIdempotent applies a repeated webhook-id once; it also subscribes
-	// to order.fulfilled.
+	// to order.fulfilled and to the subscription events.
 	destIdempotent = "dest-idempotent"
 	// destPlain applies every request it accepts: the outbox must never
 	// send it a message twice.
@@ -75,7 +75,7 @@ func newDestinations() []*destination {
 	return []*destination{
 		{
 			id: destIdempotent, idempotent: true, secretEnv: "CHAOS_DEST_IDEMPOTENT_SECRET",
-			events: []string{string(fulfillment.TopicOrderFulfilled)},
+			events: append([]string{string(fulfillment.TopicOrderFulfilled)}, subTopics...),
 			faults: receiverFaults{refuse: 0.05, hangBefore: 0.01, hangAfter: 0.01, drop: 0.01},
 		},
 		{
@@ -177,8 +177,8 @@ func wantState(s *dbState, o *orderPlan, orderID string) string {
 
 // checkOutbox counts, for every message the workload calls for, the
 // effects at its receiver: a paid order's external lines, and
-// order.fulfilled of each fulfilled order for the destination subscribed
-// to it. A delivered message was applied exactly once; an uncertain one (to
+// order.fulfilled of each fulfilled order and the events of the
+// subscriptions for the destination subscribed to them. A delivered message was applied exactly once; an uncertain one (to
 // the destination that does not honour keys) or a failed one at most once,
 // with one open item; nothing was sent for an unpaid order, and nothing
 // else was sent at all.
@@ -255,6 +255,9 @@ func (r *runner) checkOutbox(s *dbState) {
 		// Due once the order was fulfilled, even if refunded since.
 		one(idem, fulfillment.EventKey(row.id, fulfillment.TopicOrderFulfilled), "order "+o.mid,
 			row.state == string(fulfillment.StateFulfilled) || r.fulfilledBefore[o.mid])
+	}
+	for _, m := range r.subMessages {
+		one(r.dest(m.dest), m.key, m.about, true)
 	}
 
 	// Nothing else was queued, nor reached a receiver.

@@ -27,6 +27,8 @@ type Report struct {
 	ExternalLines  int // order lines fulfilled through the outbox
 	// TBank is the T-Bank traffic, and what became of it.
 	TBank TBankReport
+	// Subscriptions is the subscription traffic, and what became of it.
+	Subscriptions SubscriptionReport
 
 	// The sender.
 	Acked    int              // distinct events acknowledged with 2xx, probes included
@@ -66,8 +68,11 @@ type Report struct {
 	Elapsed    time.Duration
 
 	// The verdict.
-	Lost              int // acknowledged events without an inbox row
-	DuplicatedEffects int // entitlements, ledger rows, items or inbox rows beyond what is due
+	// Lost counts acknowledged events without an inbox row, and the
+	// subscription effects (periods, events, items) the rules require that
+	// are missing.
+	Lost              int
+	DuplicatedEffects int // entitlements, ledger rows, periods, events, items or inbox rows beyond what is due
 	// Unitemized counts uncertain and failed outbox messages without
 	// exactly one open item of their kind.
 	Unitemized int
@@ -89,6 +94,29 @@ type TBankReport struct {
 	Acked          int // distinct notifications answered 200 OK
 	Lost           int // acknowledged notifications not stored
 	Duplicated     int // their inbox rows, and their orders' effects, beyond what is due
+}
+
+// SubscriptionReport is the subscription share of a run: the subscription
+// orders and the events about them (planned), how many were acknowledged,
+// lost or had an effect doubled, and what the subscriptions hold at the
+// end.
+type SubscriptionReport struct {
+	Orders         int // subscription orders, each starting one subscription
+	Events         int // distinct events about them, first payments included
+	Renewals       int // renewal payments, each of one more period
+	Reannounced    int // payments announced again under another event id
+	ExtraPayments  int // second payments of a renewal invoice
+	OutOfOrder     int // renewals planned before the renewal of the period before theirs
+	Overdue        int // subscription.overdue events
+	Cancelled      int // subscription.cancelled events
+	InvoiceOverdue int // invoice.overdue of paid renewal invoices
+	Lapsing        int // subscriptions whose access must be over at the check
+	Acked          int // distinct events acknowledged
+	Lost           int // acknowledged events not stored, and effects missing
+	Duplicated     int // their inbox rows, and effects, beyond what is due
+	Stale          int // lifecycle events the rules ignored as stale
+	Periods        int // periods paid at the end
+	Ended          int // subscriptions whose access the sweeper ended
 }
 
 // Check is the result of one verification over many subjects.
@@ -137,7 +165,8 @@ func (r *Report) OK() bool { return len(r.Violations) == 0 && r.Incomplete == ""
 // effects; outbox: X delivered once, 0 doubled, U uncertain (all with
 // items)", with ", F failed" before the parenthesis when messages failed,
 // then "; tbank: T acked, 0 lost, 0 duplicated" when the run had T-Bank
-// traffic (its share of the totals before) — and otherwise that line marked
+// traffic (its share of the totals before), and "; subscriptions: S acked,
+// 0 lost, 0 duplicated" likewise — and otherwise that line marked
 // FAILED (or NOT COMPLETED) followed by one line per violation.
 func (r *Report) Summary() string {
 	t := r.outboxTotals()
@@ -153,6 +182,9 @@ func (r *Report) Summary() string {
 		r.Acked, r.Lost, r.DuplicatedEffects, t.Delivered, t.Doubled, t.Uncertain, failed, items)
 	if tb := r.TBank; tb.Notifications > 0 {
 		head += fmt.Sprintf("; tbank: %d acked, %d lost, %d duplicated", tb.Acked, tb.Lost, tb.Duplicated)
+	}
+	if sb := r.Subscriptions; sb.Events > 0 {
+		head += fmt.Sprintf("; subscriptions: %d acked, %d lost, %d duplicated", sb.Acked, sb.Lost, sb.Duplicated)
 	}
 	if r.OK() {
 		return head
@@ -184,6 +216,10 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	p("tbank:           %d notifications acked of %d, %d orders, %d refunds (%d partial, %d full); %d orders refunded",
 		r.TBank.Acked, r.TBank.Notifications, r.TBank.Orders, r.TBank.PartialRefunds+r.TBank.FullRefunds,
 		r.TBank.PartialRefunds, r.TBank.FullRefunds, r.TBank.Refunded)
+	sb := r.Subscriptions
+	p("subscriptions:   %d events acked of %d, %d orders (%d to lapse); %d renewals (%d out of order, %d announced again, %d extra payments), %d overdue, %d cancelled, %d invoice.overdue; %d stale ignored; %d periods, %d ended",
+		sb.Acked, sb.Events, sb.Orders, sb.Lapsing, sb.Renewals, sb.OutOfOrder, sb.Reannounced, sb.ExtraPayments,
+		sb.Overdue, sb.Cancelled, sb.InvoiceOverdue, sb.Stale, sb.Periods, sb.Ended)
 	p("deliveries:      %d planned (%d redeliveries, %d of them concurrent) over %v", r.Deliveries, r.Redeliveries, r.Concurrent, r.SendWindow.Round(time.Second))
 	p("sender:          %d requests, %d retries; answers %s", r.Requests, r.Retries, formatAnswers(r.Answers))
 	p("faults:          %d fulfillmentd SIGKILLs, %d PostgreSQL immediate stops, %d unexpected exits, %d processes started",

@@ -36,6 +36,9 @@ type sender struct {
 	sem       chan struct{} // bounds requests in flight
 	outage    *outageWatch
 	viol      *violations
+	// gate holds back events until those they come after are processed
+	// (nil: none waits).
+	gate *processedGate
 
 	requests, retries atomic.Int64
 	mu                sync.Mutex
@@ -92,6 +95,9 @@ func (s *sender) run(ctx context.Context, start time.Time, deliveries []delivery
 // backoff. A 4xx is a violation (the events are valid and signed), and is
 // not retried.
 func (s *sender) deliver(ctx context.Context, ev *eventPlan, idx int, body []byte) {
+	if s.gate != nil && idx >= 0 && !s.gate.wait(ctx, idx) {
+		return
+	}
 	backoff := firstBackoff
 	for try := 0; ctx.Err() == nil; try++ {
 		if try > 0 {

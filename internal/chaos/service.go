@@ -255,6 +255,10 @@ func (s *service) config() *config.Config {
 			BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second, MaxAttempts: 50},
 		Destinations: s.destinations,
 		Outbox:       config.Queue{Lease: 2 * time.Second, Poll: 100 * time.Millisecond, BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second},
+		// The subscription orders' plans, and a sweeper that ends access
+		// within moments of its end (subscriptions.go).
+		Plans:             []config.Plan{planMonthly, planWeekly},
+		SubscriptionSweep: sweepQueue,
 	}
 }
 

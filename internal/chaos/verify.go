@@ -76,6 +76,12 @@ type inboxRow struct {
 	orderID   string
 	attempts  int
 	lastError string
+	// subID is the subscription it was applied to; received and
+	// processedAt when it was stored and processed; seq its place in
+	// processing order (subscriptions.go).
+	subID                 string
+	received, processedAt time.Time
+	seq                   int
 }
 
 type orderRow struct {
@@ -87,6 +93,7 @@ type itemRow struct {
 	kind, state, env, orderID, paymentID string
 	messageID                            int64 // its outbox message; 0 for none
 	inboxID                              int64 // the stored event that opened it; 0 for none
+	subscriptionID                       string
 }
 
 // dbState is everything the checks read from the database, read once
@@ -106,6 +113,7 @@ type dbState struct {
 	messages map[string]outboxRow         // by msgKey
 	msgItems map[int64][]itemRow          // items by outbox message id
 	outcomes map[string]int64             // outbox attempts by outcome
+	subs     *subscriptionState
 
 	totalLicenses, distinctLicenses int
 	strayLicenses                   int // entitlements outside their line's units, or on a non-license line
@@ -143,9 +151,12 @@ func loadState(ctx context.Context, db *pgxpool.Pool) (*dbState, error) {
 		// were applied.
 		{"inbox_events", `
 			SELECT id, event_id, endpoint_id, environment, state, coalesce(decision, ''), coalesce(order_id::text, ''),
-				attempts, coalesce(last_error, '')
+				attempts, coalesce(last_error, ''), coalesce(applied_subscription_id::text, ''), received_at,
+				coalesce(processed_at, received_at)
 			FROM inbox_events ORDER BY processed_at NULLS LAST, id`,
-			[]any{&e.id, &e.eventID, &e.endpoint, &e.env, &e.state, &e.decision, &e.orderID, &e.attempts, &e.lastError}, func() {
+			[]any{&e.id, &e.eventID, &e.endpoint, &e.env, &e.state, &e.decision, &e.orderID, &e.attempts, &e.lastError,
+				&e.subID, &e.received, &e.processedAt}, func() {
+				e.seq++
 				s.inbox[e.eventID] = append(s.inbox[e.eventID], e)
 				s.eventIDs[e.id] = e.eventID
 				if e.orderID != "" {
@@ -177,9 +188,9 @@ func loadState(ctx context.Context, db *pgxpool.Pool) (*dbState, error) {
 			}},
 		{"reconciliation_items", `
 			SELECT kind, state, environment, coalesce(order_id::text, ''), coalesce(payment_id, ''), coalesce(outbox_message_id, 0),
-				coalesce(inbox_event_id, 0)
+				coalesce(inbox_event_id, 0), coalesce(subscription_id::text, '')
 			FROM reconciliation_items ORDER BY id`,
-			[]any{&it.kind, &it.state, &it.env, &it.orderID, &it.paymentID, &it.messageID, &it.inboxID}, func() {
+			[]any{&it.kind, &it.state, &it.env, &it.orderID, &it.paymentID, &it.messageID, &it.inboxID, &it.subscriptionID}, func() {
 				s.items = append(s.items, it)
 				if it.messageID != 0 {
 					s.msgItems[it.messageID] = append(s.msgItems[it.messageID], it)
@@ -210,6 +221,9 @@ func loadState(ctx context.Context, db *pgxpool.Pool) (*dbState, error) {
 			return nil, fmt.Errorf("reading %s: %w", rd.what, err)
 		}
 	}
+	if err := loadSubscriptions(ctx, db, s); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -232,6 +246,7 @@ func (r *runner) verify(ctx context.Context, db *pgxpool.Pool) error {
 	r.checkProcessed(s)
 	r.checkOrders(s)
 	r.checkTBank(s)
+	r.checkSubscriptions(s)
 	r.checkTestMode(s)
 	r.checkItems(s)
 	r.checkOutbox(s)
@@ -260,12 +275,18 @@ func (r *runner) checkStored(s *dbState) {
 			if e.endpoint == tbankEP {
 				r.rep.TBank.Lost++
 			}
+			if r.subOf(e) != nil {
+				r.rep.Subscriptions.Lost++
+			}
 			r.viol.add("lost", "event %s (%s %s, order %s) was acknowledged but is not stored", e.id, e.typ, e.role, r.mid(e))
 		case len(rows) > 1:
 			c.Failed++
 			r.rep.DuplicatedEffects += len(rows) - 1
 			if e.endpoint == tbankEP {
 				r.rep.TBank.Duplicated += len(rows) - 1
+			}
+			if r.subOf(e) != nil {
+				r.rep.Subscriptions.Duplicated += len(rows) - 1
 			}
 			r.viol.add("duplicated event", "event %s is stored %d times", e.id, len(rows))
 		case rows[0].endpoint != e.endpoint:
@@ -278,6 +299,9 @@ func (r *runner) checkStored(s *dbState) {
 			one(e)
 			if e.endpoint == tbankEP {
 				r.rep.TBank.Acked++
+			}
+			if r.subOf(e) != nil {
+				r.rep.Subscriptions.Acked++
 			}
 		}
 	}
@@ -357,7 +381,7 @@ func (r *runner) checkOrders(s *dbState) {
 	staleIgnored, staleEarly := 0, 0
 
 	for i, o := range r.w.orders {
-		if o.testOnly || o.tbank { // T-Bank orders: checkTBank
+		if o.testOnly || o.tbank || o.sub != nil { // T-Bank orders: checkTBank; subscription orders: checkSubscriptions
 			continue
 		}
 		row, ok := s.orders[o.mid]
@@ -628,6 +652,8 @@ func (r *runner) checkItems(s *dbState) {
 		switch {
 		case (it.kind == itemExtraPayment || it.kind == itemUnidentified || it.kind == itemRefund) && it.env == "live" && it.orderID != "":
 			// checked with its order
+		case r.subscriptionItem(it):
+			// checked with its subscription
 		case it.kind == itemUnmatchedPayment && it.env == "test" && it.orderID == "" && it.state == "open":
 			unmatched++
 		case it.messageID != 0 && (it.kind == itemUncertainDelivery || it.kind == itemFailedDelivery):

@@ -41,6 +41,8 @@ const (
 	roleTest       = "test"       // a provider test-mode event
 	roleRefund     = "refund"     // a T-Bank REFUNDED or PARTIAL_REFUNDED of the paying payment
 	roleProbe      = "probe"      // an outage probe (no order)
+	roleRenewal    = "renewal"    // a payment.confirmed that renews a subscription (subscriptions.go)
+	roleLifecycle  = "lifecycle"  // subscription.overdue / .cancelled, invoice.overdue of a renewal (subscriptions.go)
 )
 
 // orderPlan is one order of the workload.
@@ -55,7 +57,11 @@ type orderPlan struct {
 	// tbank: priced in RUB, with a license line and a balance_credit line
 	// and nothing else, paid through the T-Bank endpoint (tbank.go).
 	tbank bool
-	id    string
+	// sub: one subscription line, and nothing else, paid in USDT; it starts
+	// a subscription renewed, lapsed and cancelled by events of its own
+	// (subscriptions.go).
+	sub *subPlan
+	id  string
 }
 
 // request is the CreateOrder request of the order; repeating it is
@@ -63,6 +69,9 @@ type orderPlan struct {
 func (o *orderPlan) request() *fulfillmentv1.CreateOrderRequest {
 	if o.tbank {
 		return o.tbankRequest()
+	}
+	if o.sub != nil {
+		return o.subRequest()
 	}
 	lines := []*fulfillmentv1.OrderLine{{
 		Sku: licenseSKU, Kind: "license", Quantity: o.licenseQty,
@@ -127,6 +136,10 @@ type eventPlan struct {
 	// way (a JSON number or string): the same event. nil for Yolfi.
 	alt    []byte
 	amount int64 // a T-Bank notification's Amount (kopecks)
+	// after are the events (indexes) that must be processed before this
+	// one is first delivered, as a provider's renewal comes after the
+	// payment that started the subscription (subscriptions.go).
+	after []int
 }
 
 // attemptRef is the payment attempt the service derives from the event
@@ -200,12 +213,15 @@ func newWorkload(seed int64, nOrders int, tbankPassword []byte) *workload {
 		if !o.testOnly && g.rng.IntN(4) == 0 {
 			o.tbank, o.credit, o.external = true, true, nil
 		}
+		if !o.testOnly && !o.tbank && g.rng.IntN(8) == 0 {
+			g.subscribe(o)
+		}
 		w.stats.ExternalLines += len(o.external)
 		w.orders = append(w.orders, o)
 	}
 	if !slices.ContainsFunc(w.orders, func(o *orderPlan) bool { return o.testOnly }) {
 		o := w.orders[nOrders/2] // at least one
-		o.testOnly, o.tbank = true, false
+		o.testOnly, o.tbank, o.sub = true, false, nil
 	}
 	return w
 }
@@ -240,6 +256,10 @@ func (w *workload) planEvents(nEvents int, window time.Duration, now time.Time) 
 		}
 		if o.tbank {
 			g.planTBank(i, at, spread, window)
+			continue
+		}
+		if o.sub != nil {
+			g.planSubscription(i, starts[i], spread, window)
 			continue
 		}
 		inv, pay := "inv_"+o.mid+"_p", "pay_"+o.mid+"_p"
@@ -277,7 +297,7 @@ func (w *workload) planEvents(nEvents int, window time.Duration, now time.Time) 
 	for len(w.events) < nEvents {
 		i := g.rng.IntN(nOrders)
 		o := w.orders[i]
-		if o.tbank {
+		if o.tbank || o.sub != nil {
 			continue
 		}
 		inv := fmt.Sprintf("inv_%s_a%d", o.mid, abandoned[i])
@@ -296,12 +316,12 @@ func (w *workload) planEvents(nEvents int, window time.Duration, now time.Time) 
 	w.stats.Orders, w.stats.Events = len(w.orders), len(w.events)
 
 	// Deliveries: each event once at its time; 20% once more (every
-	// refund) — a third of those at the same moment (concurrent
+	// refund and renewal) — a third of those at the same moment (concurrent
 	// duplicates), the rest later. A T-Bank notification's copies spell
 	// PaymentId either way.
 	for i, e := range w.events {
 		w.deliveries = append(w.deliveries, g.delivery(i, e.at))
-		if g.rng.Float64() >= 0.2 && e.role != roleRefund {
+		if g.rng.Float64() >= 0.2 && e.role != roleRefund && e.role != roleRenewal {
 			continue
 		}
 		if g.rng.Float64() < 1.0/3 {
