@@ -275,7 +275,17 @@ func decideRenewal(ev SubscriptionEvent, sub Subscription, plan Plan) Outcome {
 }
 
 // Apply records what out changed, for the next event of the subscription.
+// Only an event that changed the subscription (a period, a state) becomes
+// the newest applied one: an event that was ignored, or changed nothing,
+// never makes a later-delivered lifecycle event stale.
 func (s *Subscription) Apply(ev SubscriptionEvent, out Outcome) {
+	changed := false
+	for _, e := range out.Effects {
+		switch e.(type) {
+		case GrantPeriod, MoveSubscription, EndAccess:
+			changed = true
+		}
+	}
 	for _, e := range out.Effects {
 		switch e := e.(type) {
 		case GrantPeriod:
@@ -291,7 +301,7 @@ func (s *Subscription) Apply(ev SubscriptionEvent, out Outcome) {
 			s.AccessEnded = true
 		}
 	}
-	if out.Decision != DecisionStaleIgnored && ev.OccurredAt.After(s.LastEventAt) {
+	if changed && ev.OccurredAt.After(s.LastEventAt) {
 		s.LastEventAt = ev.OccurredAt
 	}
 }
