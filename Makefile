@@ -19,13 +19,11 @@ help: ## List the targets.
 
 .PHONY: run
 run: ## Run the service on a local throwaway PostgreSQL (or $DATABASE_URL), with a dev config.
-	@go build -o .cache/fulfillmentd ./cmd/fulfillmentd
-	@go build -o .cache/fulfillctl ./cmd/fulfillctl
-	@go build -o .cache/pgrun ./cmd/pgrun
-	@go build -o .cache/loadgen ./cmd/loadgen
-	@go build -o .cache/fakebank ./cmd/fakebank
+	@for b in fulfillmentd fulfillctl pgrun loadgen fakebank; do \
+		echo "make run: building $$b" >&2; go build -o .cache/$$b ./cmd/$$b || exit 1; done
 	@scripts/dev-config.sh .data/dev
-	@.cache/pgrun --dir .data/postgres --durable -- \
+	@echo "make run: starting PostgreSQL and fulfillmentd (the banner follows once it serves; Ctrl-C stops both)" >&2
+	@.cache/pgrun --dir .data/postgres --durable --ready http://$${FULFILLMENT_LISTEN_HTTP:-127.0.0.1:8080}/readyz --banner .data/dev/banner.txt -- \
 		.cache/fulfillmentd serve --config .data/dev/config.yaml --migrate
 
 .PHONY: test
@@ -100,5 +98,6 @@ breaking: $(TOOLS) ## Fail when proto/ breaks compatibility with main (run on a 
 	buf breaking --against '.git#$(BREAKING_AGAINST)'
 
 .PHONY: clean
-clean: ## Remove build outputs and the dev database (.data/).
-	rm -rf .data .cache/fulfillmentd .cache/fulfillctl .cache/pgrun
+clean: ## Remove what make run and make build created: binaries, the dev config and database (wherever it lives).
+	@if [ -d .data/postgres ] || [ -x .cache/pgrun ]; then go run ./cmd/pgrun --dir .data/postgres --clean; fi
+	rm -rf .data .cache/fulfillmentd .cache/fulfillctl .cache/pgrun .cache/loadgen .cache/fakebank

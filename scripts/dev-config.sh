@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Writes the development configuration used by `make run` into DIR (once),
-# with freshly generated dev tokens kept in files next to it, and prints how
-# to call the service. Never use this configuration in production.
+# with freshly generated dev tokens kept in files next to it, and the banner
+# telling how to call the service (banner.txt, printed by make run once the
+# service serves). Never use this configuration in production.
 set -euo pipefail
 dir=${1:?usage: dev-config.sh DIR}
 mkdir -p "$dir"
@@ -83,7 +84,8 @@ log:
   level: info
 YAML
 
-cat <<TEXT
+# The banner: make run prints it once the service answers /readyz.
+cat >"$dir/banner.txt" <<TEXT
 
   Fulfillment service (development setup; config: $dir/config.yaml)
     gRPC      $grpc   (reflection on: grpcurl -plaintext $grpc list)

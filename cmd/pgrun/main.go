@@ -1,13 +1,18 @@
 // Command pgrun runs a command against a throwaway PostgreSQL server.
 //
-//	go run ./cmd/pgrun [--dir DIR] [--durable] [--keep] -- COMMAND ARGS...
+//	go run ./cmd/pgrun [--dir DIR] [--durable] [--keep] [--ready URL --banner FILE] -- COMMAND ARGS...
+//	go run ./cmd/pgrun --dir DIR --clean
 //
 // If DATABASE_URL is set, the command runs as is. Otherwise pgrun starts a
 // cluster from the local PostgreSQL server binaries (see internal/pgcluster),
 // runs the command with DATABASE_URL (database "fulfillment") and
 // PGRUN_ADMIN_URL (database "postgres") set, stops the cluster and exits
 // with the command's exit code. Without --dir the cluster lives in a new
-// temporary folder, deleted afterwards unless --keep is given.
+// temporary folder, deleted afterwards unless --keep is given. With --ready,
+// the banner is printed once the URL answers 200 — never when the command
+// exits first. SIGINT, SIGTERM and SIGHUP are passed on to the command.
+// --clean removes the cluster folder DIR stands for (which is elsewhere
+// when the postgres OS user cannot reach DIR) and exits.
 package main
 
 import (
@@ -17,11 +22,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/fulfillplatform/fulfillment/internal/pgcluster"
 )
@@ -32,7 +39,7 @@ type exitCode int
 func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	err := run(ctx)
 	stop()
 	var code exitCode
@@ -57,23 +64,33 @@ func run(ctx context.Context) error {
 	dir := flags.String("dir", "", "cluster folder, kept between runs (default: a new temporary folder)")
 	durable := flags.Bool("durable", false, "keep PostgreSQL's crash-safe defaults (fsync etc.)")
 	keep := flags.Bool("keep", false, "keep the temporary cluster folder afterwards")
+	clean := flags.Bool("clean", false, "remove the cluster folder --dir stands for, and exit")
+	ready := flags.String("ready", "", "URL that answers 200 once the command serves (with --banner)")
+	banner := flags.String("banner", "", "file printed once --ready answers")
 	if err := flags.Parse(os.Args[1:]); err != nil {
 		return flag.ErrHelp
+	}
+	if *clean {
+		return removeCluster(*dir)
 	}
 	args := flags.Args()
 	if len(args) == 0 {
 		flags.Usage()
 		return flag.ErrHelp
 	}
+	announce := func() {}
+	if *ready != "" {
+		announce = func() { go announceReady(ctx, *ready, *banner) }
+	}
 
 	// Subscribe now, so a signal arriving after the cluster is up but before
 	// the command starts is still forwarded to it.
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
 	if os.Getenv("DATABASE_URL") != "" {
-		return runCommand(args, nil, sigs)
+		return runCommand(args, nil, sigs, announce)
 	}
 
 	clusterDir, cleanup, err := chooseDir(*dir, *keep)
@@ -92,11 +109,73 @@ func run(ctx context.Context) error {
 	runErr := runCommand(args, []string{
 		"DATABASE_URL=" + c.URL("fulfillment"),
 		"PGRUN_ADMIN_URL=" + c.URL("postgres"),
-	}, sigs)
-	if err := c.Stop(); err != nil && runErr == nil {
-		return err
+	}, sigs, announce)
+	stopErr := c.Stop()
+	if *ready != "" { // an interactive run: say how it ended
+		fmt.Fprintf(os.Stderr, "pgrun: %s %s; PostgreSQL stopped\n", filepath.Base(args[0]), ended(runErr))
+	}
+	if stopErr != nil && runErr == nil {
+		return stopErr
 	}
 	return runErr
+}
+
+// ended says how a command that returned err ended.
+func ended(err error) string {
+	var code exitCode
+	switch {
+	case err == nil:
+		return "stopped"
+	case errors.As(err, &code) && int(code) > 128:
+		return fmt.Sprintf("stopped by signal %d", int(code)-128)
+	}
+	return "failed (" + err.Error() + ")"
+}
+
+// announceReady prints the banner file once url answers 200, polling until
+// ctx ends.
+func announceReady(ctx context.Context, url, banner string) {
+	client := &http.Client{Timeout: time.Second}
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		resp, err := client.Get(url)
+		if err != nil {
+			continue
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			continue
+		}
+		text, err := os.ReadFile(banner)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "pgrun: serving (%s answers); the banner is missing: %v\n", url, err)
+			return
+		}
+		_, _ = os.Stdout.Write(text)
+		return
+	}
+}
+
+// removeCluster removes the cluster folder dir stands for.
+func removeCluster(dir string) error {
+	if dir == "" {
+		return errors.New("--clean needs --dir")
+	}
+	path, _, err := chooseDir(dir, true)
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(path); err != nil {
+		return fmt.Errorf("removing %s: %w", path, err)
+	}
+	fmt.Fprintf(os.Stderr, "pgrun: removed %s\n", path)
+	return nil
 }
 
 // chooseDir returns the cluster folder and a function removing it when it
@@ -141,13 +220,14 @@ func chooseDir(dir string, keep bool) (path string, cleanup func(), err error) {
 // runCommand runs args with our standard streams and extra environment
 // variables, forwarding the signals received on sigs to it, and returns its
 // exit status as an exitCode.
-func runCommand(args, env []string, sigs <-chan os.Signal) error {
+func runCommand(args, env []string, sigs <-chan os.Signal, started func()) error {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("running %s: %w", args[0], err)
 	}
+	started()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	for {
