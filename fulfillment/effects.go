@@ -139,6 +139,11 @@ type ItemSubject struct {
 // builds their keys from it.
 const FailedEventKeyPrefix = "inbox|"
 
+// OrderKeyPrefix starts the key of an item about an order as a whole; the
+// order's id follows. Housekeeping opens paid_not_fulfilled items in bulk,
+// in SQL, and builds their keys from it.
+const OrderKeyPrefix = "order|"
+
 // DeliveryKeyPrefix starts the key of an item about an outbox message; the
 // message's id follows.
 const DeliveryKeyPrefix = "outbox|"
@@ -149,8 +154,10 @@ const DeliveryKeyPrefix = "outbox|"
 //   - failed_event: the stored event ("inbox|<id>");
 //   - failed_delivery, uncertain_delivery: the outbox message
 //     ("outbox|<id>");
-//   - unidentified_payment: the order — one per order, however many
-//     announcements;
+//   - unidentified_payment: the order ("order|<id>") — one per order,
+//     however many announcements;
+//   - paid_not_fulfilled: the order ("order|<id>") — one per order,
+//     however many housekeeping runs;
 //   - refund_after_fulfillment: the refund event — every refund is money
 //     moving, a partial refund may follow another;
 //   - anything else about a payment: the payment (provider, tenant, order,
@@ -165,8 +172,8 @@ func ItemKey(kind ReconKind, s ItemSubject) string {
 		return FailedEventKeyPrefix + strconv.FormatInt(s.InboxID, 10)
 	case ReconFailedDelivery, ReconUncertainDelivery:
 		return DeliveryKeyPrefix + strconv.FormatInt(s.MessageID, 10)
-	case ReconUnidentifiedPayment:
-		return "order|" + s.OrderID
+	case ReconUnidentifiedPayment, ReconPaidNotFulfilled:
+		return OrderKeyPrefix + s.OrderID
 	case ReconDuplicateOrderID:
 		return "start|" + strconv.FormatInt(s.StartID, 10)
 	case ReconRefundAfterFulfill:

@@ -1,0 +1,70 @@
+package fulfillment
+
+import (
+	"context"
+	"time"
+)
+
+// HousekeepingTask is one of the service's recurring chores, run about once
+// per interval by one replica or another:
+//   - TaskFulfilmentSLA opens a paid_not_fulfilled reconciliation item for
+//     every order paid longer ago than the fulfilment SLA that is still
+//     waiting for its fulfilment (AwaitingFulfilment) — one per order, ever;
+//   - TaskRawBodyPurge drops the raw bodies of stored provider events older
+//     than the retention that are no longer pending, keeping their
+//     normalized fields and their decision.
+type HousekeepingTask string
+
+// Housekeeping tasks.
+const (
+	TaskFulfilmentSLA HousekeepingTask = "fulfilment_sla"
+	TaskRawBodyPurge  HousekeepingTask = "raw_body_purge"
+)
+
+// AwaitingFulfilment reports whether an order in state s was paid and has
+// not been fulfilled yet: paid (its grants are being applied) or fulfilling
+// (its external lines are being delivered). An order on hold already has
+// an item of its own; fulfilled, refunded, cancelled and expired orders wait
+// for nothing.
+func (s State) AwaitingFulfilment() bool {
+	return s == StatePaid || s == StateFulfilling
+}
+
+// PastFulfilmentSLA reports whether an order in state s, paid at paidAt
+// (zero: never paid), has waited for its fulfilment longer than sla at now.
+// storage.Store.OpenOverdueFulfilments applies the same rule in SQL.
+func PastFulfilmentSLA(s State, paidAt, now time.Time, sla time.Duration) bool {
+	return s.AwaitingFulfilment() && !paidAt.IsZero() && paidAt.Before(now.Add(-sla))
+}
+
+// HousekeepingWork is the storage of the housekeeper: one leased queue item
+// per task, due again an interval after each run, and the tasks' work in
+// bounded batches — each batch a statement of its own, so that no run
+// holds a long transaction. Every batch is idempotent: two replicas running
+// the same task at once (one lost its liveness mid-run) do no harm.
+type HousekeepingWork interface {
+	// HousekeepingClaim, HousekeepingRelease, HousekeepingReclaim and
+	// HousekeepingRetry are the inbox's counterparts.
+	HousekeepingClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error)
+	HousekeepingRelease(ctx context.Context, owner string) (int, error)
+	HousekeepingReclaim(ctx context.Context) (int, error)
+	HousekeepingRetry(ctx context.Context, id int64, owner string, cause string, next time.Time, maxAttempts int) (failed bool, err error)
+	// HousekeepingTask returns the task of claim id; ErrLeaseLost when
+	// owner no longer holds it.
+	HousekeepingTask(ctx context.Context, id int64, owner string) (HousekeepingTask, error)
+	// HousekeepingDone records a run of claim id that did n things and
+	// makes the task due again after interval (by the database's clock);
+	// ErrLeaseLost when owner no longer holds it.
+	HousekeepingDone(ctx context.Context, id int64, owner string, n int, interval time.Duration) error
+	// OpenOverdueFulfilments opens a paid_not_fulfilled item for up to
+	// limit orders past the SLA at now (the zero time: the database's
+	// clock) that have none yet, and returns how many orders it looked at
+	// (fewer than limit: no more are left) and how many items it opened.
+	// However many run at once, an order gets one item: the item's key is
+	// unique.
+	OpenOverdueFulfilments(ctx context.Context, now time.Time, sla time.Duration, limit int) (seen, opened int, err error)
+	// PurgeRawBodies drops the raw bodies of up to limit events received
+	// longer than retention before now (the zero time: the database's
+	// clock) that are no longer pending, and returns how many.
+	PurgeRawBodies(ctx context.Context, now time.Time, retention time.Duration, limit int) (int, error)
+}

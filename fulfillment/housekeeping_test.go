@@ -1,0 +1,45 @@
+package fulfillment
+
+import (
+	"testing"
+	"time"
+)
+
+// Only a paid order that is still paid or fulfilling, paid longer than the
+// SLA ago, is past it; the boundary itself is not.
+func TestPastFulfilmentSLA(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	sla := time.Hour
+	for _, tc := range []struct {
+		state  State
+		paidAt time.Time
+		want   bool
+	}{
+		{StatePaid, now.Add(-2 * time.Hour), true},
+		{StateFulfilling, now.Add(-sla - time.Nanosecond), true},
+		{StateFulfilling, now.Add(-sla), false},
+		{StateFulfilling, now.Add(-time.Minute), false},
+		{StateFulfilling, time.Time{}, false},
+		{StateFulfilled, now.Add(-48 * time.Hour), false},
+		{StateOnHold, now.Add(-48 * time.Hour), false},
+		{StateRefunded, now.Add(-48 * time.Hour), false},
+		{StatePendingPayment, now.Add(-48 * time.Hour), false},
+		{StateCancelled, now.Add(-48 * time.Hour), false},
+		{StateExpired, now.Add(-48 * time.Hour), false},
+	} {
+		if got := PastFulfilmentSLA(tc.state, tc.paidAt, now, sla); got != tc.want {
+			t.Errorf("PastFulfilmentSLA(%s, paid %v before now) = %v, want %v", tc.state, now.Sub(tc.paidAt), got, tc.want)
+		}
+	}
+}
+
+// One paid_not_fulfilled item per order: its key names the order alone.
+func TestPaidNotFulfilledKey(t *testing.T) {
+	t.Parallel()
+	a := ItemSubject{Provider: ProviderYolfi, OrgID: "org_a", Environment: EnvLive, OrderID: "o1", AttemptRef: "a1", PaymentID: "p1"}
+	b := ItemSubject{OrderID: "o1", EventID: "evt_2"}
+	if ka, kb := ItemKey(ReconPaidNotFulfilled, a), ItemKey(ReconPaidNotFulfilled, b); ka != kb || ka != OrderKeyPrefix+"o1" {
+		t.Errorf("keys %q and %q, want both %q", ka, kb, OrderKeyPrefix+"o1")
+	}
+}
