@@ -66,6 +66,9 @@ type Config struct {
 	Plans []Plan `yaml:"plans,omitempty"`
 	// SubscriptionSweep tunes the sweeper that ends subscriptions' access.
 	SubscriptionSweep Queue `yaml:"subscription_sweep,omitempty"`
+	// Housekeeping tunes the housekeeper: items for paid orders past the
+	// fulfilment SLA, raw event bodies purged past their retention.
+	Housekeeping Housekeeping `yaml:"housekeeping,omitempty"`
 	// Worker is the former name of Inbox. Load accepts it (not together
 	// with inbox), copies it into Inbox and leaves it set, so that serve
 	// warns at start.
@@ -200,6 +203,64 @@ func (p StatusPoll) WithDefaults() StatusPoll {
 func SweepDefaults(q Queue) Queue {
 	return q.orDefaults(Queue{Workers: 1, MaxAttempts: 200, Poll: 5 * time.Second, Lease: 30 * time.Second,
 		BaseBackoff: time.Minute, MaxBackoff: time.Hour})
+}
+
+// Housekeeping tunes the housekeeper: recurring tasks that one replica or
+// another runs about once per interval.
+type Housekeeping struct {
+	// Disabled runs no housekeeper in this process: other replicas do the
+	// tasks.
+	Disabled bool `yaml:"disabled"`
+	// Interval is how often each task runs (default 1m, at least 1s).
+	Interval time.Duration `yaml:"interval"`
+	// FulfilmentSLA is how long a paid order may wait for its fulfilment
+	// (paid or fulfilling) before a paid_not_fulfilled item is opened for it
+	// (default 1h).
+	FulfilmentSLA time.Duration `yaml:"fulfilment_sla"`
+	// RawBodyRetention is how long the raw bodies of stored provider events
+	// are kept; past it, those of events no longer pending are purged
+	// (default 720h: 30 days).
+	RawBodyRetention time.Duration `yaml:"raw_body_retention"`
+	// Batch is the number of rows one statement of a task handles
+	// (default 1000, at most 10000).
+	Batch int `yaml:"batch"`
+}
+
+// Housekeeping defaults.
+const (
+	DefaultHousekeepingInterval = time.Minute
+	DefaultFulfilmentSLA        = time.Hour
+	DefaultRawBodyRetention     = 30 * 24 * time.Hour
+	DefaultHousekeepingBatch    = 1000
+	MaxHousekeepingBatch        = 10000
+)
+
+// WithDefaults fills in the zero values.
+func (h Housekeeping) WithDefaults() Housekeeping {
+	for _, f := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&h.Interval, DefaultHousekeepingInterval}, {&h.FulfilmentSLA, DefaultFulfilmentSLA}, {&h.RawBodyRetention, DefaultRawBodyRetention}} {
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	if h.Batch == 0 {
+		h.Batch = DefaultHousekeepingBatch
+	}
+	return h
+}
+
+func (h Housekeeping) validate() error {
+	switch {
+	case h.Interval < 0 || h.FulfilmentSLA < 0 || h.RawBodyRetention < 0 || h.Batch < 0:
+		return errors.New("housekeeping: interval, fulfilment_sla, raw_body_retention and batch must not be negative")
+	case h.Interval > 0 && h.Interval < time.Second:
+		return errors.New("housekeeping.interval: at least 1s")
+	case h.Batch > MaxHousekeepingBatch:
+		return fmt.Errorf("housekeeping.batch: at most %d (one statement's rows)", MaxHousekeepingBatch)
+	}
+	return nil
 }
 
 // orDefaults is q with each zero value taken from d.
@@ -568,6 +629,9 @@ func (c *Config) validate() error {
 		return err
 	}
 	if err := c.SubscriptionSweep.validate("subscription_sweep"); err != nil {
+		return err
+	}
+	if err := c.Housekeeping.validate(); err != nil {
 		return err
 	}
 	if c.StatusPoll.After < 0 {

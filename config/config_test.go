@@ -144,6 +144,10 @@ func TestLoadErrors(t *testing.T) {
 		{"negative inbox lease", "inbox: { lease: -1s }\n", vars, "inbox.lease: must not be negative"},
 		{"negative inbox workers", "inbox: { workers: -2 }\n", vars, "inbox.workers: must not be negative"},
 		{"negative worker poll (deprecated key)", "worker: { poll: -1s }\n", vars, "worker.poll: must not be negative"},
+		{"negative housekeeping sla", "housekeeping: { fulfilment_sla: -1h }\n", vars, "housekeeping: interval, fulfilment_sla"},
+		{"housekeeping interval under a second", "housekeeping: { interval: 10ms }\n", vars, "housekeeping.interval: at least 1s"},
+		{"housekeeping batch too large", "housekeeping: { batch: 20000 }\n", vars, "housekeeping.batch: at most 10000"},
+		{"housekeeping unknown key", "housekeeping: { retention: 1h }\n", vars, `unknown key "retention"`},
 		{"unknown inbox key", "inbox: { leese: 1s }\n", vars, `unknown key "leese"`},
 		{"inbox and worker", "inbox: { workers: 2 }\nworker: { workers: 3 }\n", vars, "worker: the deprecated name of inbox: set only inbox"},
 		{"empty inbox and worker", "inbox: {}\nworker: { workers: 3 }\n", vars, "set only inbox"},
@@ -218,6 +222,10 @@ func TestExampleLoads(t *testing.T) {
 	}
 	if got := cfg.StatusPoll.WithDefaults(); got != defaults.StatusPoll.WithDefaults() || got.After != 10*time.Minute {
 		t.Errorf("the example's status_poll = %+v, want the defaults stated", got)
+	}
+	if got := cfg.Housekeeping.WithDefaults(); got != defaults.Housekeeping.WithDefaults() || got.Disabled ||
+		got != (Housekeeping{Interval: time.Minute, FulfilmentSLA: time.Hour, RawBodyRetention: 30 * 24 * time.Hour, Batch: 1000}) {
+		t.Errorf("the example's housekeeping = %+v, want the defaults stated", got)
 	}
 	if p, ok := cfg.Plan("pro-monthly"); !ok || p.Period != (fulfillment.Period{Months: 1}) || p.Grace != DefaultPlanGrace {
 		t.Errorf("the example's plan = %+v, %v; want monthly with the default grace", p, ok)
