@@ -38,6 +38,15 @@ type ReconItem struct {
 	ResolvedAt     *time.Time
 	ResolvedBy     string
 	ResolutionNote string
+	// Resolution is how a resolved item was resolved; ResolvedByDetail is
+	// what the resolver added about themselves (a name, a ticket).
+	Resolution       ReconResolution
+	ResolvedByDetail string
+	// What else the item links: the stored event (its inbox row), the
+	// payment the service started, the subscription.
+	InboxID        int64
+	PaymentStartID int64
+	SubscriptionID string
 }
 
 // ReconFilter selects reconciliation items. Empty fields match everything.
@@ -45,9 +54,13 @@ type ReconFilter struct {
 	// VisibleOrgs restricts the result to these orgs; nil means every org.
 	VisibleOrgs []string
 	OrgID       string
+	Environment Environment
 	Kind        ReconKind
 	State       ReconState
 	OrderID     string
+	// CreatedFrom and CreatedBefore bound the items' creation time
+	// (inclusive, exclusive); zero means unbounded.
+	CreatedFrom, CreatedBefore time.Time
 }
 
 // Validate checks the request-supplied filter values.
@@ -58,6 +71,12 @@ func (f ReconFilter) Validate() error {
 	}
 	if f.Kind != "" && !f.Kind.Valid() {
 		vs.add("kind", "must be a reconciliation kind such as %q or %q", ReconExtraPayment, ReconAmountMismatch)
+	}
+	if f.Environment != "" && !f.Environment.Valid() {
+		vs.add("environment", "must be %q or %q", EnvLive, EnvTest)
+	}
+	if !f.CreatedFrom.IsZero() && !f.CreatedBefore.IsZero() && !f.CreatedFrom.Before(f.CreatedBefore) {
+		vs.add("create_time_before", "must be after create_time_from")
 	}
 	if f.State != "" && f.State != ReconOpen && f.State != ReconResolved {
 		vs.add("state", "must be %q or %q", ReconOpen, ReconResolved)
@@ -78,10 +97,21 @@ type ReconListParams struct {
 	Limit    int
 }
 
-// ReconStore keeps reconciliation items.
+// ReconStore keeps reconciliation items, and reads and replays the stored
+// events they point at.
 type ReconStore interface {
+	EventStore
 	// ReconList returns up to p.Limit items matching p.Filter, newest first.
 	ReconList(ctx context.Context, p ReconListParams) ([]ReconItem, error)
+	// ReconGet returns one item, or an error wrapping ErrNotFound.
+	ReconGet(ctx context.Context, id int64) (ReconItem, error)
+	// ReconResolve resolves an open item as r says and returns it. An item
+	// resolved already is left as it is: the error wraps
+	// ErrFailedPrecondition and names when and by whom it was resolved.
+	ReconResolve(ctx context.Context, r ReconResolve) (ReconItem, error)
+	// ReconSummary counts what needs a person, per org and environment,
+	// for the orgs f selects (VisibleOrgs, OrgID, Environment).
+	ReconSummary(ctx context.Context, f ReconFilter) ([]ReconSummaryRow, error)
 }
 
 // ReconKind names a situation a person must look at.
@@ -120,4 +150,11 @@ func (k ReconKind) Valid() bool {
 		return true
 	}
 	return false
+}
+
+// ReconKinds lists every kind, in the order summaries show them.
+var ReconKinds = []ReconKind{
+	ReconUnmatchedPayment, ReconAmountMismatch, ReconOverpayment, ReconExtraPayment, ReconUnidentifiedPayment,
+	ReconDuplicateOrderID, ReconPaidNotFulfilled, ReconRefundAfterFulfill, ReconFailedEvent,
+	ReconFailedDelivery, ReconUncertainDelivery,
 }

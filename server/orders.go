@@ -17,6 +17,7 @@ type Service struct {
 	store  fulfillment.OrderStore
 	inbox  fulfillment.InboxStore
 	recon  fulfillment.ReconStore
+	events fulfillment.EventStore
 	outbox fulfillment.OutboxStore
 	feed   fulfillment.FeedStore
 	// payStore keeps the payments the service starts through payments,
@@ -49,7 +50,7 @@ var _ fulfillmentv1.FulfillmentServiceServer = (*Service)(nil)
 
 // newService returns the service backed by store, for the configuration cfg.
 func newService(store Store, cfg *config.Config, log *slog.Logger) *Service {
-	s := &Service{store: store, inbox: store, recon: store, outbox: store, feed: store, payStore: store, subs: store,
+	s := &Service{store: store, inbox: store, recon: store, events: store, outbox: store, feed: store, payStore: store, subs: store,
 		log: log, cfg: cfg, plans: cfg.DomainPlans(),
 		stopping:     make(chan struct{}),
 		endpoints:    make(map[string]fulfillment.Endpoint, len(cfg.Endpoints)),

@@ -3,12 +3,17 @@ package server
 import (
 	"context"
 	"strconv"
+	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 )
+
+// maxSummaries bounds the org and environment pairs one summary shows.
+const maxSummaries = 1000
 
 // ListReconciliationItems implements fulfillmentv1.FulfillmentServiceServer.
 func (s *Service) ListReconciliationItems(ctx context.Context, req *fulfillmentv1.ListReconciliationItemsRequest) (*fulfillmentv1.ListReconciliationItemsResponse, error) {
@@ -16,12 +21,20 @@ func (s *Service) ListReconciliationItems(ctx context.Context, req *fulfillmentv
 	filter := fulfillment.ReconFilter{
 		VisibleOrgs: p.VisibleOrgs(),
 		OrgID:       req.GetOrgId(),
+		Environment: fulfillment.Environment(req.GetEnvironment()),
 		Kind:        fulfillment.ReconKind(req.GetKind()),
 		State:       fulfillment.ReconState(req.GetState()),
 		OrderID:     req.GetOrderId(),
 	}
+	if req.GetCreateTimeFrom() != nil {
+		filter.CreatedFrom = req.GetCreateTimeFrom().AsTime()
+	}
+	if req.GetCreateTimeBefore() != nil {
+		filter.CreatedBefore = req.GetCreateTimeBefore().AsTime()
+	}
 	pg, err := s.listing(ctx, p, filter.Validate(), filter.OrgID, req,
-		filter.OrgID, string(filter.Kind), string(filter.State), filter.OrderID, filter.VisibleOrgs)
+		filter.OrgID, string(filter.Kind), string(filter.State), filter.OrderID, filter.VisibleOrgs,
+		string(filter.Environment), filter.CreatedFrom.UnixNano(), filter.CreatedBefore.UnixNano())
 	if err != nil {
 		return nil, err
 	}
@@ -34,6 +47,147 @@ func (s *Service) ListReconciliationItems(ctx context.Context, req *fulfillmentv
 		return nil, toStatus(ctx, s.log, err)
 	}
 	return resp, nil
+}
+
+// GetReconciliationSummary implements fulfillmentv1.FulfillmentServiceServer.
+func (s *Service) GetReconciliationSummary(ctx context.Context, req *fulfillmentv1.GetReconciliationSummaryRequest) (*fulfillmentv1.GetReconciliationSummaryResponse, error) {
+	p := principalFrom(ctx)
+	filter := fulfillment.ReconFilter{
+		VisibleOrgs: p.VisibleOrgs(),
+		OrgID:       req.GetOrgId(),
+		Environment: fulfillment.Environment(req.GetEnvironment()),
+	}
+	if err := filter.Validate(); err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	if filter.OrgID != "" {
+		if err := requireOrg(p, filter.OrgID); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := s.recon.ReconSummary(ctx, filter)
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	now := time.Now()
+	resp := &fulfillmentv1.GetReconciliationSummaryResponse{CheckTime: timestamppb.New(now)}
+	if len(rows) > maxSummaries {
+		resp.OmittedSummaries = int32(len(rows) - maxSummaries)
+		rows = rows[:maxSummaries]
+	}
+	for _, r := range rows {
+		pb := &fulfillmentv1.ReconciliationSummary{
+			OrgId: r.OrgID, Environment: string(r.Environment), OpenItems: r.OpenItems(),
+			EventsPending: r.EventsPending, EventsFailed: r.EventsFailed, PaidNotFulfilled: r.PaidNotFulfilled,
+			OutboxFailed: r.OutboxFailed, OutboxUncertain: r.OutboxUncertain,
+		}
+		for _, k := range fulfillment.ReconKinds {
+			if n := r.OpenByKind[k]; n > 0 {
+				pb.OpenByKind = append(pb.OpenByKind, &fulfillmentv1.ReconciliationKindCount{Kind: string(k), Open: n})
+			}
+		}
+		if r.OldestOpen != nil {
+			pb.OldestOpenTime = timestamppb.New(*r.OldestOpen)
+			pb.OldestOpenAge = durationpb.New(max(now.Sub(*r.OldestOpen), 0).Truncate(time.Second))
+		}
+		resp.Summaries = append(resp.Summaries, pb)
+	}
+	return resp, nil
+}
+
+// GetReconciliationItem implements fulfillmentv1.FulfillmentServiceServer.
+func (s *Service) GetReconciliationItem(ctx context.Context, req *fulfillmentv1.GetReconciliationItemRequest) (*fulfillmentv1.GetReconciliationItemResponse, error) {
+	it, err := s.visibleReconItem(ctx, req.GetItemId())
+	if err != nil {
+		return nil, err
+	}
+	ev, err := s.evidence(ctx, it)
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	return &fulfillmentv1.GetReconciliationItemResponse{Item: reconItemToProto(it), Evidence: ev}, nil
+}
+
+// ResolveReconciliationItem implements fulfillmentv1.FulfillmentServiceServer.
+func (s *Service) ResolveReconciliationItem(ctx context.Context, req *fulfillmentv1.ResolveReconciliationItemRequest) (*fulfillmentv1.ResolveReconciliationItemResponse, error) {
+	p := principalFrom(ctx)
+	r := fulfillment.ReconResolve{
+		Resolution:  fulfillment.ReconResolution(req.GetResolution()),
+		Note:        req.GetNote(),
+		Actor:       p.Name,
+		ActorDetail: req.GetActorDetail(),
+	}
+	if err := r.Validate(); err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	it, err := s.visibleReconItem(ctx, req.GetItemId())
+	if err != nil {
+		return nil, err
+	}
+	r.ID = it.ID
+	if it, err = s.recon.ReconResolve(ctx, r); err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	s.log.InfoContext(ctx, "reconciliation item resolved", "item_id", it.ID, "kind", it.Kind, "resolution", it.Resolution)
+	return &fulfillmentv1.ResolveReconciliationItemResponse{Item: reconItemToProto(it)}, nil
+}
+
+// visibleReconItem reads the item id names, when the caller may see its
+// org; another org's item is PERMISSION_DENIED, as orders are.
+func (s *Service) visibleReconItem(ctx context.Context, id string) (fulfillment.ReconItem, error) {
+	n, err := fulfillment.ParseReconItemID("item_id", id)
+	if err != nil {
+		return fulfillment.ReconItem{}, toStatus(ctx, s.log, err)
+	}
+	it, err := s.recon.ReconGet(ctx, n)
+	if err != nil {
+		return it, toStatus(ctx, s.log, err)
+	}
+	if err := requireOrg(principalFrom(ctx), it.OrgID); err != nil {
+		return it, err
+	}
+	return it, nil
+}
+
+// evidence reads what it links, each as its own Get shows it (bounded the
+// same way). Links point into the item's own org.
+func (s *Service) evidence(ctx context.Context, it fulfillment.ReconItem) (*fulfillmentv1.ReconciliationEvidence, error) {
+	p := principalFrom(ctx)
+	ev := &fulfillmentv1.ReconciliationEvidence{}
+	if it.OrderID != "" {
+		d, err := s.store.OrderDetail(ctx, it.OrderID)
+		if err != nil {
+			return nil, err
+		}
+		ev.Order = orderDetailToProto(d, p.OwnsOrg(d.OrgID))
+		for _, st := range d.Starts {
+			if st.ID == it.PaymentStartID {
+				ev.PaymentStart = paymentStartToProto(st)
+			}
+		}
+	}
+	if it.InboxID != 0 {
+		e, err := s.events.EventGet(ctx, it.InboxID, false)
+		if err != nil {
+			return nil, err
+		}
+		ev.Event = inboxEventToProto(e, "")
+	}
+	if it.MessageID != 0 {
+		d, err := s.outbox.DeliveryGet(ctx, it.MessageID)
+		if err != nil {
+			return nil, err
+		}
+		ev.Delivery = deliveryToProto(d)
+	}
+	if it.SubscriptionID != "" {
+		d, err := s.subs.SubscriptionGet(ctx, it.SubscriptionID)
+		if err != nil {
+			return nil, err
+		}
+		ev.Subscription = subscriptionToProto(d.SubscriptionRecord)
+	}
+	return ev, nil
 }
 
 func reconItemToProto(it fulfillment.ReconItem) *fulfillmentv1.ReconciliationItem {
@@ -49,10 +203,13 @@ func reconItemToProto(it fulfillment.ReconItem) *fulfillmentv1.ReconciliationIte
 		AttemptRef:  it.AttemptRef,
 		PaymentId:   it.PaymentID,
 
-		Detail:         it.Detail,
-		CreateTime:     timestamppb.New(it.CreatedAt),
-		ResolvedBy:     it.ResolvedBy,
-		ResolutionNote: it.ResolutionNote,
+		Detail:           it.Detail,
+		CreateTime:       timestamppb.New(it.CreatedAt),
+		ResolvedBy:       it.ResolvedBy,
+		ResolutionNote:   it.ResolutionNote,
+		Resolution:       string(it.Resolution),
+		ResolvedByDetail: it.ResolvedByDetail,
+		SubscriptionId:   it.SubscriptionID,
 	}
 	pb.Amount, pb.Token, pb.Network, pb.Currency = amountText(it.Amount)
 	if it.Expected.Known() {
@@ -63,6 +220,12 @@ func reconItemToProto(it fulfillment.ReconItem) *fulfillmentv1.ReconciliationIte
 	}
 	if it.MessageID != 0 {
 		pb.OutboxMessageId = strconv.FormatInt(it.MessageID, 10)
+	}
+	if it.InboxID != 0 {
+		pb.InboxEventId = strconv.FormatInt(it.InboxID, 10)
+	}
+	if it.PaymentStartID != 0 {
+		pb.PaymentStartId = strconv.FormatInt(it.PaymentStartID, 10)
 	}
 	if it.ResolvedAt != nil {
 		pb.ResolveTime = timestamppb.New(*it.ResolvedAt)

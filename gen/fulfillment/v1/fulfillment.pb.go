@@ -9,6 +9,7 @@ package fulfillmentv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -1724,8 +1725,21 @@ type ReconciliationItem struct {
 	ResolutionNote string `protobuf:"bytes,19,opt,name=resolution_note,json=resolutionNote,proto3" json:"resolution_note,omitempty"`
 	// The outbox message a delivery item is about.
 	OutboxMessageId string `protobuf:"bytes,21,opt,name=outbox_message_id,json=outboxMessageId,proto3" json:"outbox_message_id,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// How it was resolved: "refunded", "fulfilled_manually",
+	// "confirmed_duplicate_delivery", "revoked", "retried" or "no_action".
+	Resolution string `protobuf:"bytes,22,opt,name=resolution,proto3" json:"resolution,omitempty"`
+	// What the resolver added about themselves (a name, a ticket); the
+	// resolver itself (resolved_by) is the token's name.
+	ResolvedByDetail string `protobuf:"bytes,23,opt,name=resolved_by_detail,json=resolvedByDetail,proto3" json:"resolved_by_detail,omitempty"`
+	// The stored event that opened the item (GetInboxEvent's id), when any.
+	InboxEventId string `protobuf:"bytes,24,opt,name=inbox_event_id,json=inboxEventId,proto3" json:"inbox_event_id,omitempty"`
+	// The payment the service started that a duplicate_order_id item is
+	// about.
+	PaymentStartId string `protobuf:"bytes,25,opt,name=payment_start_id,json=paymentStartId,proto3" json:"payment_start_id,omitempty"`
+	// The subscription the item is about, when any.
+	SubscriptionId string `protobuf:"bytes,26,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ReconciliationItem) Reset() {
@@ -1905,6 +1919,41 @@ func (x *ReconciliationItem) GetOutboxMessageId() string {
 	return ""
 }
 
+func (x *ReconciliationItem) GetResolution() string {
+	if x != nil {
+		return x.Resolution
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetResolvedByDetail() string {
+	if x != nil {
+		return x.ResolvedByDetail
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetInboxEventId() string {
+	if x != nil {
+		return x.InboxEventId
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetPaymentStartId() string {
+	if x != nil {
+		return x.PaymentStartId
+	}
+	return ""
+}
+
+func (x *ReconciliationItem) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
 // ListReconciliationItemsRequest filters and pages items. Empty filters match
 // everything the caller may see.
 type ListReconciliationItemsRequest struct {
@@ -1921,9 +1970,15 @@ type ListReconciliationItemsRequest struct {
 	// also stops before its items exceed the page byte bound.
 	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response's next_page_token, with the same filters.
-	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only items in this environment: "live" or "test".
+	Environment string `protobuf:"bytes,7,opt,name=environment,proto3" json:"environment,omitempty"`
+	// Only items opened at or after this time (RFC 3339 in a query).
+	CreateTimeFrom *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time_from,json=createTimeFrom,proto3" json:"create_time_from,omitempty"`
+	// Only items opened before this time.
+	CreateTimeBefore *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time_before,json=createTimeBefore,proto3" json:"create_time_before,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ListReconciliationItemsRequest) Reset() {
@@ -1998,6 +2053,27 @@ func (x *ListReconciliationItemsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListReconciliationItemsRequest) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+func (x *ListReconciliationItemsRequest) GetCreateTimeFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTimeFrom
+	}
+	return nil
+}
+
+func (x *ListReconciliationItemsRequest) GetCreateTimeBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTimeBefore
+	}
+	return nil
+}
+
 // ListReconciliationItemsResponse is one page of items.
 type ListReconciliationItemsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2053,6 +2129,1339 @@ func (x *ListReconciliationItemsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// GetReconciliationSummaryRequest selects the orgs and environments to
+// count; empty fields count everything the caller may see.
+type GetReconciliationSummaryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this org.
+	OrgId string `protobuf:"bytes,1,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	// Only "live" or "test".
+	Environment   string `protobuf:"bytes,2,opt,name=environment,proto3" json:"environment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetReconciliationSummaryRequest) Reset() {
+	*x = GetReconciliationSummaryRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetReconciliationSummaryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetReconciliationSummaryRequest) ProtoMessage() {}
+
+func (x *GetReconciliationSummaryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetReconciliationSummaryRequest.ProtoReflect.Descriptor instead.
+func (*GetReconciliationSummaryRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GetReconciliationSummaryRequest) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
+func (x *GetReconciliationSummaryRequest) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+// GetReconciliationSummaryResponse counts what needs a person.
+type GetReconciliationSummaryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per org and environment with anything to count, by org then
+	// environment: at most 1,000.
+	Summaries []*ReconciliationSummary `protobuf:"bytes,1,rep,name=summaries,proto3" json:"summaries,omitempty"`
+	// Org and environment pairs left out past 1,000.
+	OmittedSummaries int32 `protobuf:"varint,2,opt,name=omitted_summaries,json=omittedSummaries,proto3" json:"omitted_summaries,omitempty"`
+	// The service's clock, which ages are computed at.
+	CheckTime     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=check_time,json=checkTime,proto3" json:"check_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetReconciliationSummaryResponse) Reset() {
+	*x = GetReconciliationSummaryResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetReconciliationSummaryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetReconciliationSummaryResponse) ProtoMessage() {}
+
+func (x *GetReconciliationSummaryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetReconciliationSummaryResponse.ProtoReflect.Descriptor instead.
+func (*GetReconciliationSummaryResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GetReconciliationSummaryResponse) GetSummaries() []*ReconciliationSummary {
+	if x != nil {
+		return x.Summaries
+	}
+	return nil
+}
+
+func (x *GetReconciliationSummaryResponse) GetOmittedSummaries() int32 {
+	if x != nil {
+		return x.OmittedSummaries
+	}
+	return 0
+}
+
+func (x *GetReconciliationSummaryResponse) GetCheckTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CheckTime
+	}
+	return nil
+}
+
+// ReconciliationSummary is what needs a person in one org and environment.
+type ReconciliationSummary struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	OrgId       string                 `protobuf:"bytes,1,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	Environment string                 `protobuf:"bytes,2,opt,name=environment,proto3" json:"environment,omitempty"`
+	// Open reconciliation items, all kinds.
+	OpenItems int64 `protobuf:"varint,3,opt,name=open_items,json=openItems,proto3" json:"open_items,omitempty"`
+	// Open items by kind, by kind name; kinds with none are left out.
+	OpenByKind []*ReconciliationKindCount `protobuf:"bytes,4,rep,name=open_by_kind,json=openByKind,proto3" json:"open_by_kind,omitempty"`
+	// When the oldest open item was opened, and its age at check_time;
+	// absent without open items.
+	OldestOpenTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=oldest_open_time,json=oldestOpenTime,proto3" json:"oldest_open_time,omitempty"`
+	OldestOpenAge  *durationpb.Duration   `protobuf:"bytes,6,opt,name=oldest_open_age,json=oldestOpenAge,proto3" json:"oldest_open_age,omitempty"`
+	// Stored events still to be decided, and events that used their
+	// attempts without being decided (each has a failed_event item).
+	EventsPending int64 `protobuf:"varint,7,opt,name=events_pending,json=eventsPending,proto3" json:"events_pending,omitempty"`
+	EventsFailed  int64 `protobuf:"varint,8,opt,name=events_failed,json=eventsFailed,proto3" json:"events_failed,omitempty"`
+	// Orders with a confirmed payment that are not fulfilled: paid,
+	// fulfilling (external lines await delivery) or on hold.
+	PaidNotFulfilled int64 `protobuf:"varint,9,opt,name=paid_not_fulfilled,json=paidNotFulfilled,proto3" json:"paid_not_fulfilled,omitempty"`
+	// Outbox messages that used their attempts, or may have arrived.
+	OutboxFailed    int64 `protobuf:"varint,10,opt,name=outbox_failed,json=outboxFailed,proto3" json:"outbox_failed,omitempty"`
+	OutboxUncertain int64 `protobuf:"varint,11,opt,name=outbox_uncertain,json=outboxUncertain,proto3" json:"outbox_uncertain,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ReconciliationSummary) Reset() {
+	*x = ReconciliationSummary{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconciliationSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconciliationSummary) ProtoMessage() {}
+
+func (x *ReconciliationSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconciliationSummary.ProtoReflect.Descriptor instead.
+func (*ReconciliationSummary) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ReconciliationSummary) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
+func (x *ReconciliationSummary) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+func (x *ReconciliationSummary) GetOpenItems() int64 {
+	if x != nil {
+		return x.OpenItems
+	}
+	return 0
+}
+
+func (x *ReconciliationSummary) GetOpenByKind() []*ReconciliationKindCount {
+	if x != nil {
+		return x.OpenByKind
+	}
+	return nil
+}
+
+func (x *ReconciliationSummary) GetOldestOpenTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OldestOpenTime
+	}
+	return nil
+}
+
+func (x *ReconciliationSummary) GetOldestOpenAge() *durationpb.Duration {
+	if x != nil {
+		return x.OldestOpenAge
+	}
+	return nil
+}
+
+func (x *ReconciliationSummary) GetEventsPending() int64 {
+	if x != nil {
+		return x.EventsPending
+	}
+	return 0
+}
+
+func (x *ReconciliationSummary) GetEventsFailed() int64 {
+	if x != nil {
+		return x.EventsFailed
+	}
+	return 0
+}
+
+func (x *ReconciliationSummary) GetPaidNotFulfilled() int64 {
+	if x != nil {
+		return x.PaidNotFulfilled
+	}
+	return 0
+}
+
+func (x *ReconciliationSummary) GetOutboxFailed() int64 {
+	if x != nil {
+		return x.OutboxFailed
+	}
+	return 0
+}
+
+func (x *ReconciliationSummary) GetOutboxUncertain() int64 {
+	if x != nil {
+		return x.OutboxUncertain
+	}
+	return 0
+}
+
+// ReconciliationKindCount is the number of open items of one kind.
+type ReconciliationKindCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Open          int64                  `protobuf:"varint,2,opt,name=open,proto3" json:"open,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconciliationKindCount) Reset() {
+	*x = ReconciliationKindCount{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconciliationKindCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconciliationKindCount) ProtoMessage() {}
+
+func (x *ReconciliationKindCount) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconciliationKindCount.ProtoReflect.Descriptor instead.
+func (*ReconciliationKindCount) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ReconciliationKindCount) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ReconciliationKindCount) GetOpen() int64 {
+	if x != nil {
+		return x.Open
+	}
+	return 0
+}
+
+// GetReconciliationItemRequest names an item.
+type GetReconciliationItemRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ItemId        string                 `protobuf:"bytes,1,opt,name=item_id,json=itemId,proto3" json:"item_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetReconciliationItemRequest) Reset() {
+	*x = GetReconciliationItemRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetReconciliationItemRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetReconciliationItemRequest) ProtoMessage() {}
+
+func (x *GetReconciliationItemRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetReconciliationItemRequest.ProtoReflect.Descriptor instead.
+func (*GetReconciliationItemRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GetReconciliationItemRequest) GetItemId() string {
+	if x != nil {
+		return x.ItemId
+	}
+	return ""
+}
+
+// GetReconciliationItemResponse is the item with its evidence.
+type GetReconciliationItemResponse struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	Item          *ReconciliationItem     `protobuf:"bytes,1,opt,name=item,proto3" json:"item,omitempty"`
+	Evidence      *ReconciliationEvidence `protobuf:"bytes,2,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetReconciliationItemResponse) Reset() {
+	*x = GetReconciliationItemResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetReconciliationItemResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetReconciliationItemResponse) ProtoMessage() {}
+
+func (x *GetReconciliationItemResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetReconciliationItemResponse.ProtoReflect.Descriptor instead.
+func (*GetReconciliationItemResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetReconciliationItemResponse) GetItem() *ReconciliationItem {
+	if x != nil {
+		return x.Item
+	}
+	return nil
+}
+
+func (x *GetReconciliationItemResponse) GetEvidence() *ReconciliationEvidence {
+	if x != nil {
+		return x.Evidence
+	}
+	return nil
+}
+
+// ReconciliationEvidence is what an item links, as it is now. A part is
+// absent when the item links nothing of its kind.
+type ReconciliationEvidence struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The order, with its history as GetOrder shows it (payment attempts,
+	// entitlements, ledger entries, events, deliveries, payments started;
+	// each bounded, with omitted counts).
+	Order *Order `protobuf:"bytes,1,opt,name=order,proto3" json:"order,omitempty"`
+	// The stored event that opened the item, without its raw body.
+	Event *InboxEvent `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
+	// The outbox message a delivery item is about, with its payload and
+	// attempts (the newest 100).
+	Delivery *OutboxMessage `protobuf:"bytes,3,opt,name=delivery,proto3" json:"delivery,omitempty"`
+	// The payment the service started that the item is about.
+	PaymentStart *PaymentStart `protobuf:"bytes,4,opt,name=payment_start,json=paymentStart,proto3" json:"payment_start,omitempty"`
+	// The subscription the item is about.
+	Subscription  *Subscription `protobuf:"bytes,5,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReconciliationEvidence) Reset() {
+	*x = ReconciliationEvidence{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReconciliationEvidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReconciliationEvidence) ProtoMessage() {}
+
+func (x *ReconciliationEvidence) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReconciliationEvidence.ProtoReflect.Descriptor instead.
+func (*ReconciliationEvidence) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ReconciliationEvidence) GetOrder() *Order {
+	if x != nil {
+		return x.Order
+	}
+	return nil
+}
+
+func (x *ReconciliationEvidence) GetEvent() *InboxEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *ReconciliationEvidence) GetDelivery() *OutboxMessage {
+	if x != nil {
+		return x.Delivery
+	}
+	return nil
+}
+
+func (x *ReconciliationEvidence) GetPaymentStart() *PaymentStart {
+	if x != nil {
+		return x.PaymentStart
+	}
+	return nil
+}
+
+func (x *ReconciliationEvidence) GetSubscription() *Subscription {
+	if x != nil {
+		return x.Subscription
+	}
+	return nil
+}
+
+// ResolveReconciliationItemRequest says how an item was resolved.
+type ResolveReconciliationItemRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ItemId string                 `protobuf:"bytes,1,opt,name=item_id,json=itemId,proto3" json:"item_id,omitempty"`
+	// "refunded", "fulfilled_manually", "confirmed_duplicate_delivery",
+	// "revoked", "retried" or "no_action".
+	Resolution string `protobuf:"bytes,2,opt,name=resolution,proto3" json:"resolution,omitempty"`
+	// What was done and why: required, at most 500 bytes.
+	Note string `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`
+	// Optional: who did it, or a ticket, beside the token's name (which is
+	// recorded as resolved_by whatever this says).
+	ActorDetail   string `protobuf:"bytes,4,opt,name=actor_detail,json=actorDetail,proto3" json:"actor_detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveReconciliationItemRequest) Reset() {
+	*x = ResolveReconciliationItemRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveReconciliationItemRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveReconciliationItemRequest) ProtoMessage() {}
+
+func (x *ResolveReconciliationItemRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveReconciliationItemRequest.ProtoReflect.Descriptor instead.
+func (*ResolveReconciliationItemRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ResolveReconciliationItemRequest) GetItemId() string {
+	if x != nil {
+		return x.ItemId
+	}
+	return ""
+}
+
+func (x *ResolveReconciliationItemRequest) GetResolution() string {
+	if x != nil {
+		return x.Resolution
+	}
+	return ""
+}
+
+func (x *ResolveReconciliationItemRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *ResolveReconciliationItemRequest) GetActorDetail() string {
+	if x != nil {
+		return x.ActorDetail
+	}
+	return ""
+}
+
+// ResolveReconciliationItemResponse is the item, resolved.
+type ResolveReconciliationItemResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Item          *ReconciliationItem    `protobuf:"bytes,1,opt,name=item,proto3" json:"item,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveReconciliationItemResponse) Reset() {
+	*x = ResolveReconciliationItemResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveReconciliationItemResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveReconciliationItemResponse) ProtoMessage() {}
+
+func (x *ResolveReconciliationItemResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveReconciliationItemResponse.ProtoReflect.Descriptor instead.
+func (*ResolveReconciliationItemResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ResolveReconciliationItemResponse) GetItem() *ReconciliationItem {
+	if x != nil {
+		return x.Item
+	}
+	return nil
+}
+
+// InboxEvent is a stored provider event.
+type InboxEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Stored event id, a decimal string (not the provider's event id).
+	Id       string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Provider string `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	// The endpoint it arrived at, which fixed provider, org and environment.
+	EndpointId  string `protobuf:"bytes,3,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	OrgId       string `protobuf:"bytes,4,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	Environment string `protobuf:"bytes,5,opt,name=environment,proto3" json:"environment,omitempty"`
+	// The provider's signed event id: redeliveries share it.
+	EventId string `protobuf:"bytes,6,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// The provider's event type, and what it means to an order.
+	Type      string                 `protobuf:"bytes,7,opt,name=type,proto3" json:"type,omitempty"`
+	Kind      string                 `protobuf:"bytes,8,opt,name=kind,proto3" json:"kind,omitempty"`
+	TestMode  bool                   `protobuf:"varint,9,opt,name=test_mode,json=testMode,proto3" json:"test_mode,omitempty"`
+	OccurTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=occur_time,json=occurTime,proto3" json:"occur_time,omitempty"`
+	// When it was first stored.
+	ReceiveTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=receive_time,json=receiveTime,proto3" json:"receive_time,omitempty"`
+	// The normalized payment fields processing reads.
+	Payment *EventPayment `protobuf:"bytes,12,opt,name=payment,proto3" json:"payment,omitempty"`
+	// The provider's own references (paylink, transaction hash, rebill id).
+	Refs map[string]string `protobuf:"bytes,13,rep,name=refs,proto3" json:"refs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// "pending", "processed", "ignored", "unmatched" or "failed".
+	State string `protobuf:"bytes,14,opt,name=state,proto3" json:"state,omitempty"`
+	// What it did, and why (empty until decided). A replayed event keeps
+	// its decision until it is decided again.
+	Decision       string `protobuf:"bytes,15,opt,name=decision,proto3" json:"decision,omitempty"`
+	DecisionReason string `protobuf:"bytes,16,opt,name=decision_reason,json=decisionReason,proto3" json:"decision_reason,omitempty"`
+	// The order, and the subscription, it was applied to.
+	OrderId        string `protobuf:"bytes,17,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	SubscriptionId string `protobuf:"bytes,18,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
+	// Processing attempts since it was stored or last replayed.
+	Attempts int32 `protobuf:"varint,19,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// When a pending event is tried next.
+	NextAttemptTime *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=next_attempt_time,json=nextAttemptTime,proto3" json:"next_attempt_time,omitempty"`
+	LastError       string                 `protobuf:"bytes,21,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// When it was last decided.
+	ProcessTime *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=process_time,json=processTime,proto3" json:"process_time,omitempty"`
+	// The verified body as received (GetInboxEvent, to tokens with the
+	// "admin" scope, while stored).
+	RawBody []byte `protobuf:"bytes,23,opt,name=raw_body,json=rawBody,proto3" json:"raw_body,omitempty"`
+	// Whether raw_body is here: "included", "purged" (removed after the
+	// retention period) or "withheld" (the caller may not see bodies); empty
+	// in listings, which never include it.
+	RawBodyStatus string `protobuf:"bytes,24,opt,name=raw_body_status,json=rawBodyStatus,proto3" json:"raw_body_status,omitempty"`
+	// How many times it was replayed, and the newest 20 replays, newest
+	// first (GetInboxEvent and ReplayInboxEvent only).
+	ReplayCount   int32          `protobuf:"varint,25,opt,name=replay_count,json=replayCount,proto3" json:"replay_count,omitempty"`
+	Replays       []*EventReplay `protobuf:"bytes,26,rep,name=replays,proto3" json:"replays,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InboxEvent) Reset() {
+	*x = InboxEvent{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InboxEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InboxEvent) ProtoMessage() {}
+
+func (x *InboxEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InboxEvent.ProtoReflect.Descriptor instead.
+func (*InboxEvent) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *InboxEvent) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *InboxEvent) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *InboxEvent) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *InboxEvent) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
+func (x *InboxEvent) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+func (x *InboxEvent) GetEventId() string {
+	if x != nil {
+		return x.EventId
+	}
+	return ""
+}
+
+func (x *InboxEvent) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *InboxEvent) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *InboxEvent) GetTestMode() bool {
+	if x != nil {
+		return x.TestMode
+	}
+	return false
+}
+
+func (x *InboxEvent) GetOccurTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OccurTime
+	}
+	return nil
+}
+
+func (x *InboxEvent) GetReceiveTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReceiveTime
+	}
+	return nil
+}
+
+func (x *InboxEvent) GetPayment() *EventPayment {
+	if x != nil {
+		return x.Payment
+	}
+	return nil
+}
+
+func (x *InboxEvent) GetRefs() map[string]string {
+	if x != nil {
+		return x.Refs
+	}
+	return nil
+}
+
+func (x *InboxEvent) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *InboxEvent) GetDecision() string {
+	if x != nil {
+		return x.Decision
+	}
+	return ""
+}
+
+func (x *InboxEvent) GetDecisionReason() string {
+	if x != nil {
+		return x.DecisionReason
+	}
+	return ""
+}
+
+func (x *InboxEvent) GetOrderId() string {
+	if x != nil {
+		return x.OrderId
+	}
+	return ""
+}
+
+func (x *InboxEvent) GetSubscriptionId() string {
+	if x != nil {
+		return x.SubscriptionId
+	}
+	return ""
+}
+
+func (x *InboxEvent) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *InboxEvent) GetNextAttemptTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextAttemptTime
+	}
+	return nil
+}
+
+func (x *InboxEvent) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *InboxEvent) GetProcessTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ProcessTime
+	}
+	return nil
+}
+
+func (x *InboxEvent) GetRawBody() []byte {
+	if x != nil {
+		return x.RawBody
+	}
+	return nil
+}
+
+func (x *InboxEvent) GetRawBodyStatus() string {
+	if x != nil {
+		return x.RawBodyStatus
+	}
+	return ""
+}
+
+func (x *InboxEvent) GetReplayCount() int32 {
+	if x != nil {
+		return x.ReplayCount
+	}
+	return 0
+}
+
+func (x *InboxEvent) GetReplays() []*EventReplay {
+	if x != nil {
+		return x.Replays
+	}
+	return nil
+}
+
+// EventReplay is one replay of a stored event.
+type EventReplay struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The token that asked, and what the person added.
+	ReplayedBy       string                 `protobuf:"bytes,1,opt,name=replayed_by,json=replayedBy,proto3" json:"replayed_by,omitempty"`
+	ReplayedByDetail string                 `protobuf:"bytes,2,opt,name=replayed_by_detail,json=replayedByDetail,proto3" json:"replayed_by_detail,omitempty"`
+	ReplayTime       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=replay_time,json=replayTime,proto3" json:"replay_time,omitempty"`
+	// What the event's processing said before the replay.
+	PreviousState     string `protobuf:"bytes,4,opt,name=previous_state,json=previousState,proto3" json:"previous_state,omitempty"`
+	PreviousDecision  string `protobuf:"bytes,5,opt,name=previous_decision,json=previousDecision,proto3" json:"previous_decision,omitempty"`
+	PreviousReason    string `protobuf:"bytes,6,opt,name=previous_reason,json=previousReason,proto3" json:"previous_reason,omitempty"`
+	PreviousAttempts  int32  `protobuf:"varint,7,opt,name=previous_attempts,json=previousAttempts,proto3" json:"previous_attempts,omitempty"`
+	PreviousLastError string `protobuf:"bytes,8,opt,name=previous_last_error,json=previousLastError,proto3" json:"previous_last_error,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *EventReplay) Reset() {
+	*x = EventReplay{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventReplay) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventReplay) ProtoMessage() {}
+
+func (x *EventReplay) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventReplay.ProtoReflect.Descriptor instead.
+func (*EventReplay) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *EventReplay) GetReplayedBy() string {
+	if x != nil {
+		return x.ReplayedBy
+	}
+	return ""
+}
+
+func (x *EventReplay) GetReplayedByDetail() string {
+	if x != nil {
+		return x.ReplayedByDetail
+	}
+	return ""
+}
+
+func (x *EventReplay) GetReplayTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReplayTime
+	}
+	return nil
+}
+
+func (x *EventReplay) GetPreviousState() string {
+	if x != nil {
+		return x.PreviousState
+	}
+	return ""
+}
+
+func (x *EventReplay) GetPreviousDecision() string {
+	if x != nil {
+		return x.PreviousDecision
+	}
+	return ""
+}
+
+func (x *EventReplay) GetPreviousReason() string {
+	if x != nil {
+		return x.PreviousReason
+	}
+	return ""
+}
+
+func (x *EventReplay) GetPreviousAttempts() int32 {
+	if x != nil {
+		return x.PreviousAttempts
+	}
+	return 0
+}
+
+func (x *EventReplay) GetPreviousLastError() string {
+	if x != nil {
+		return x.PreviousLastError
+	}
+	return ""
+}
+
+// ListInboxEventsRequest selects stored events.
+type ListInboxEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only events in this state.
+	State string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// Only events with this decision, e.g. "duplicate_payment".
+	Decision string `protobuf:"bytes,2,opt,name=decision,proto3" json:"decision,omitempty"`
+	// Only events of this provider type, e.g. "payment.confirmed".
+	Type string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	// Only events of this org.
+	OrgId string `protobuf:"bytes,4,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	// Only events received at this endpoint.
+	EndpointId string `protobuf:"bytes,5,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// Only events applied to this order.
+	OrderId string `protobuf:"bytes,6,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	// Maximum number of events to return: default 50, at most 500.
+	PageSize int32 `protobuf:"varint,7,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Token from a previous response's next_page_token, with the same filters.
+	PageToken     string `protobuf:"bytes,8,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListInboxEventsRequest) Reset() {
+	*x = ListInboxEventsRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListInboxEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListInboxEventsRequest) ProtoMessage() {}
+
+func (x *ListInboxEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListInboxEventsRequest.ProtoReflect.Descriptor instead.
+func (*ListInboxEventsRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListInboxEventsRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ListInboxEventsRequest) GetDecision() string {
+	if x != nil {
+		return x.Decision
+	}
+	return ""
+}
+
+func (x *ListInboxEventsRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ListInboxEventsRequest) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
+func (x *ListInboxEventsRequest) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *ListInboxEventsRequest) GetOrderId() string {
+	if x != nil {
+		return x.OrderId
+	}
+	return ""
+}
+
+func (x *ListInboxEventsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListInboxEventsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListInboxEventsResponse is one page of events.
+type ListInboxEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Events, newest first.
+	Events []*InboxEvent `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// Token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListInboxEventsResponse) Reset() {
+	*x = ListInboxEventsResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListInboxEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListInboxEventsResponse) ProtoMessage() {}
+
+func (x *ListInboxEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListInboxEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListInboxEventsResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ListInboxEventsResponse) GetEvents() []*InboxEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *ListInboxEventsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// GetInboxEventRequest names a stored event.
+type GetInboxEventRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	InboxEventId  string                 `protobuf:"bytes,1,opt,name=inbox_event_id,json=inboxEventId,proto3" json:"inbox_event_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInboxEventRequest) Reset() {
+	*x = GetInboxEventRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInboxEventRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInboxEventRequest) ProtoMessage() {}
+
+func (x *GetInboxEventRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInboxEventRequest.ProtoReflect.Descriptor instead.
+func (*GetInboxEventRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *GetInboxEventRequest) GetInboxEventId() string {
+	if x != nil {
+		return x.InboxEventId
+	}
+	return ""
+}
+
+// GetInboxEventResponse is the event.
+type GetInboxEventResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Event         *InboxEvent            `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetInboxEventResponse) Reset() {
+	*x = GetInboxEventResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetInboxEventResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetInboxEventResponse) ProtoMessage() {}
+
+func (x *GetInboxEventResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetInboxEventResponse.ProtoReflect.Descriptor instead.
+func (*GetInboxEventResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *GetInboxEventResponse) GetEvent() *InboxEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+// ReplayInboxEventRequest names a stored event to decide again.
+type ReplayInboxEventRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	InboxEventId string                 `protobuf:"bytes,1,opt,name=inbox_event_id,json=inboxEventId,proto3" json:"inbox_event_id,omitempty"`
+	// Optional: who asked, or a ticket, beside the token's name.
+	ActorDetail   string `protobuf:"bytes,2,opt,name=actor_detail,json=actorDetail,proto3" json:"actor_detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayInboxEventRequest) Reset() {
+	*x = ReplayInboxEventRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayInboxEventRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayInboxEventRequest) ProtoMessage() {}
+
+func (x *ReplayInboxEventRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayInboxEventRequest.ProtoReflect.Descriptor instead.
+func (*ReplayInboxEventRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ReplayInboxEventRequest) GetInboxEventId() string {
+	if x != nil {
+		return x.InboxEventId
+	}
+	return ""
+}
+
+func (x *ReplayInboxEventRequest) GetActorDetail() string {
+	if x != nil {
+		return x.ActorDetail
+	}
+	return ""
+}
+
+// ReplayInboxEventResponse is the event, pending again.
+type ReplayInboxEventResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Event         *InboxEvent            `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayInboxEventResponse) Reset() {
+	*x = ReplayInboxEventResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayInboxEventResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayInboxEventResponse) ProtoMessage() {}
+
+func (x *ReplayInboxEventResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayInboxEventResponse.ProtoReflect.Descriptor instead.
+func (*ReplayInboxEventResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ReplayInboxEventResponse) GetEvent() *InboxEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
 // OutboxMessage is one message to a destination: the fulfilment request of
 // an external order line, or an order event.
 type OutboxMessage struct {
@@ -2103,7 +3512,7 @@ type OutboxMessage struct {
 
 func (x *OutboxMessage) Reset() {
 	*x = OutboxMessage{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[21]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +3524,7 @@ func (x *OutboxMessage) String() string {
 func (*OutboxMessage) ProtoMessage() {}
 
 func (x *OutboxMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[21]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +3537,7 @@ func (x *OutboxMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutboxMessage.ProtoReflect.Descriptor instead.
 func (*OutboxMessage) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{21}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *OutboxMessage) GetId() string {
@@ -2286,7 +3695,7 @@ type DeliveryAttempt struct {
 
 func (x *DeliveryAttempt) Reset() {
 	*x = DeliveryAttempt{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[22]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +3707,7 @@ func (x *DeliveryAttempt) String() string {
 func (*DeliveryAttempt) ProtoMessage() {}
 
 func (x *DeliveryAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[22]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +3720,7 @@ func (x *DeliveryAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryAttempt.ProtoReflect.Descriptor instead.
 func (*DeliveryAttempt) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{22}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeliveryAttempt) GetAttempt() int32 {
@@ -2377,7 +3786,7 @@ type ListOutboxMessagesRequest struct {
 
 func (x *ListOutboxMessagesRequest) Reset() {
 	*x = ListOutboxMessagesRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[23]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2389,7 +3798,7 @@ func (x *ListOutboxMessagesRequest) String() string {
 func (*ListOutboxMessagesRequest) ProtoMessage() {}
 
 func (x *ListOutboxMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[23]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2402,7 +3811,7 @@ func (x *ListOutboxMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOutboxMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListOutboxMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{23}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListOutboxMessagesRequest) GetState() string {
@@ -2460,7 +3869,7 @@ type ListOutboxMessagesResponse struct {
 
 func (x *ListOutboxMessagesResponse) Reset() {
 	*x = ListOutboxMessagesResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[24]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2472,7 +3881,7 @@ func (x *ListOutboxMessagesResponse) String() string {
 func (*ListOutboxMessagesResponse) ProtoMessage() {}
 
 func (x *ListOutboxMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[24]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2485,7 +3894,7 @@ func (x *ListOutboxMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOutboxMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListOutboxMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{24}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListOutboxMessagesResponse) GetMessages() []*OutboxMessage {
@@ -2512,7 +3921,7 @@ type GetOutboxMessageRequest struct {
 
 func (x *GetOutboxMessageRequest) Reset() {
 	*x = GetOutboxMessageRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[25]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2524,7 +3933,7 @@ func (x *GetOutboxMessageRequest) String() string {
 func (*GetOutboxMessageRequest) ProtoMessage() {}
 
 func (x *GetOutboxMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[25]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2537,7 +3946,7 @@ func (x *GetOutboxMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutboxMessageRequest.ProtoReflect.Descriptor instead.
 func (*GetOutboxMessageRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{25}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetOutboxMessageRequest) GetMessageId() string {
@@ -2557,7 +3966,7 @@ type GetOutboxMessageResponse struct {
 
 func (x *GetOutboxMessageResponse) Reset() {
 	*x = GetOutboxMessageResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[26]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2569,7 +3978,7 @@ func (x *GetOutboxMessageResponse) String() string {
 func (*GetOutboxMessageResponse) ProtoMessage() {}
 
 func (x *GetOutboxMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[26]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2582,7 +3991,7 @@ func (x *GetOutboxMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutboxMessageResponse.ProtoReflect.Descriptor instead.
 func (*GetOutboxMessageResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{26}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetOutboxMessageResponse) GetMessage() *OutboxMessage {
@@ -2602,7 +4011,7 @@ type RetryOutboxMessageRequest struct {
 
 func (x *RetryOutboxMessageRequest) Reset() {
 	*x = RetryOutboxMessageRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[27]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2614,7 +4023,7 @@ func (x *RetryOutboxMessageRequest) String() string {
 func (*RetryOutboxMessageRequest) ProtoMessage() {}
 
 func (x *RetryOutboxMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[27]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2627,7 +4036,7 @@ func (x *RetryOutboxMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryOutboxMessageRequest.ProtoReflect.Descriptor instead.
 func (*RetryOutboxMessageRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{27}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RetryOutboxMessageRequest) GetMessageId() string {
@@ -2647,7 +4056,7 @@ type RetryOutboxMessageResponse struct {
 
 func (x *RetryOutboxMessageResponse) Reset() {
 	*x = RetryOutboxMessageResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[28]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2659,7 +4068,7 @@ func (x *RetryOutboxMessageResponse) String() string {
 func (*RetryOutboxMessageResponse) ProtoMessage() {}
 
 func (x *RetryOutboxMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[28]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2672,7 +4081,7 @@ func (x *RetryOutboxMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryOutboxMessageResponse.ProtoReflect.Descriptor instead.
 func (*RetryOutboxMessageResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{28}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RetryOutboxMessageResponse) GetMessage() *OutboxMessage {
@@ -2708,7 +4117,7 @@ type Destination struct {
 
 func (x *Destination) Reset() {
 	*x = Destination{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[29]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +4129,7 @@ func (x *Destination) String() string {
 func (*Destination) ProtoMessage() {}
 
 func (x *Destination) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[29]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +4142,7 @@ func (x *Destination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Destination.ProtoReflect.Descriptor instead.
 func (*Destination) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{29}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Destination) GetId() string {
@@ -2815,7 +4224,7 @@ type ListDestinationsRequest struct {
 
 func (x *ListDestinationsRequest) Reset() {
 	*x = ListDestinationsRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[30]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2827,7 +4236,7 @@ func (x *ListDestinationsRequest) String() string {
 func (*ListDestinationsRequest) ProtoMessage() {}
 
 func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[30]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2840,7 +4249,7 @@ func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsRequest.ProtoReflect.Descriptor instead.
 func (*ListDestinationsRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{30}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{47}
 }
 
 // ListDestinationsResponse lists every configured destination.
@@ -2853,7 +4262,7 @@ type ListDestinationsResponse struct {
 
 func (x *ListDestinationsResponse) Reset() {
 	*x = ListDestinationsResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[31]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2865,7 +4274,7 @@ func (x *ListDestinationsResponse) String() string {
 func (*ListDestinationsResponse) ProtoMessage() {}
 
 func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[31]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2878,7 +4287,7 @@ func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsResponse.ProtoReflect.Descriptor instead.
 func (*ListDestinationsResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{31}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListDestinationsResponse) GetDestinations() []*Destination {
@@ -2900,7 +4309,7 @@ type DisableDestinationRequest struct {
 
 func (x *DisableDestinationRequest) Reset() {
 	*x = DisableDestinationRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[32]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2912,7 +4321,7 @@ func (x *DisableDestinationRequest) String() string {
 func (*DisableDestinationRequest) ProtoMessage() {}
 
 func (x *DisableDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[32]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2925,7 +4334,7 @@ func (x *DisableDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisableDestinationRequest.ProtoReflect.Descriptor instead.
 func (*DisableDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{32}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DisableDestinationRequest) GetDestinationId() string {
@@ -2952,7 +4361,7 @@ type DisableDestinationResponse struct {
 
 func (x *DisableDestinationResponse) Reset() {
 	*x = DisableDestinationResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[33]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2964,7 +4373,7 @@ func (x *DisableDestinationResponse) String() string {
 func (*DisableDestinationResponse) ProtoMessage() {}
 
 func (x *DisableDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[33]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2977,7 +4386,7 @@ func (x *DisableDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisableDestinationResponse.ProtoReflect.Descriptor instead.
 func (*DisableDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{33}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DisableDestinationResponse) GetDestination() *Destination {
@@ -2997,7 +4406,7 @@ type EnableDestinationRequest struct {
 
 func (x *EnableDestinationRequest) Reset() {
 	*x = EnableDestinationRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[34]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +4418,7 @@ func (x *EnableDestinationRequest) String() string {
 func (*EnableDestinationRequest) ProtoMessage() {}
 
 func (x *EnableDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[34]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +4431,7 @@ func (x *EnableDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnableDestinationRequest.ProtoReflect.Descriptor instead.
 func (*EnableDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{34}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *EnableDestinationRequest) GetDestinationId() string {
@@ -3042,7 +4451,7 @@ type EnableDestinationResponse struct {
 
 func (x *EnableDestinationResponse) Reset() {
 	*x = EnableDestinationResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[35]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3054,7 +4463,7 @@ func (x *EnableDestinationResponse) String() string {
 func (*EnableDestinationResponse) ProtoMessage() {}
 
 func (x *EnableDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[35]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3067,7 +4476,7 @@ func (x *EnableDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnableDestinationResponse.ProtoReflect.Descriptor instead.
 func (*EnableDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{35}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *EnableDestinationResponse) GetDestination() *Destination {
@@ -3101,7 +4510,7 @@ type StartPaymentRequest struct {
 
 func (x *StartPaymentRequest) Reset() {
 	*x = StartPaymentRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[36]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3113,7 +4522,7 @@ func (x *StartPaymentRequest) String() string {
 func (*StartPaymentRequest) ProtoMessage() {}
 
 func (x *StartPaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[36]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3126,7 +4535,7 @@ func (x *StartPaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPaymentRequest.ProtoReflect.Descriptor instead.
 func (*StartPaymentRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{36}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *StartPaymentRequest) GetOrderId() string {
@@ -3174,7 +4583,7 @@ type StartPaymentResponse struct {
 
 func (x *StartPaymentResponse) Reset() {
 	*x = StartPaymentResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[37]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3186,7 +4595,7 @@ func (x *StartPaymentResponse) String() string {
 func (*StartPaymentResponse) ProtoMessage() {}
 
 func (x *StartPaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[37]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3199,7 +4608,7 @@ func (x *StartPaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPaymentResponse.ProtoReflect.Descriptor instead.
 func (*StartPaymentResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{37}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *StartPaymentResponse) GetPayment() *PaymentStart {
@@ -3238,7 +4647,7 @@ type PaymentStart struct {
 
 func (x *PaymentStart) Reset() {
 	*x = PaymentStart{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[38]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3250,7 +4659,7 @@ func (x *PaymentStart) String() string {
 func (*PaymentStart) ProtoMessage() {}
 
 func (x *PaymentStart) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[38]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3263,7 +4672,7 @@ func (x *PaymentStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PaymentStart.ProtoReflect.Descriptor instead.
 func (*PaymentStart) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{38}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PaymentStart) GetOrderId() string {
@@ -3358,7 +4767,7 @@ type WatchOrderEventsRequest struct {
 
 func (x *WatchOrderEventsRequest) Reset() {
 	*x = WatchOrderEventsRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[39]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3370,7 +4779,7 @@ func (x *WatchOrderEventsRequest) String() string {
 func (*WatchOrderEventsRequest) ProtoMessage() {}
 
 func (x *WatchOrderEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[39]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3383,7 +4792,7 @@ func (x *WatchOrderEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchOrderEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchOrderEventsRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{39}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *WatchOrderEventsRequest) GetCursor() string {
@@ -3431,7 +4840,7 @@ type WatchOrderEventsResponse struct {
 
 func (x *WatchOrderEventsResponse) Reset() {
 	*x = WatchOrderEventsResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[40]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3443,7 +4852,7 @@ func (x *WatchOrderEventsResponse) String() string {
 func (*WatchOrderEventsResponse) ProtoMessage() {}
 
 func (x *WatchOrderEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[40]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3456,7 +4865,7 @@ func (x *WatchOrderEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchOrderEventsResponse.ProtoReflect.Descriptor instead.
 func (*WatchOrderEventsResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{40}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *WatchOrderEventsResponse) GetCursor() string {
@@ -3557,7 +4966,7 @@ type Subscription struct {
 
 func (x *Subscription) Reset() {
 	*x = Subscription{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[41]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3569,7 +4978,7 @@ func (x *Subscription) String() string {
 func (*Subscription) ProtoMessage() {}
 
 func (x *Subscription) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[41]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3582,7 +4991,7 @@ func (x *Subscription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscription.ProtoReflect.Descriptor instead.
 func (*Subscription) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{41}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Subscription) GetId() string {
@@ -3705,7 +5114,7 @@ type PaidPeriod struct {
 
 func (x *PaidPeriod) Reset() {
 	*x = PaidPeriod{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[42]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3717,7 +5126,7 @@ func (x *PaidPeriod) String() string {
 func (*PaidPeriod) ProtoMessage() {}
 
 func (x *PaidPeriod) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[42]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3730,7 +5139,7 @@ func (x *PaidPeriod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PaidPeriod.ProtoReflect.Descriptor instead.
 func (*PaidPeriod) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{42}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PaidPeriod) GetPeriod() int32 {
@@ -3799,7 +5208,7 @@ type Access struct {
 
 func (x *Access) Reset() {
 	*x = Access{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[43]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3811,7 +5220,7 @@ func (x *Access) String() string {
 func (*Access) ProtoMessage() {}
 
 func (x *Access) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[43]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3824,7 +5233,7 @@ func (x *Access) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Access.ProtoReflect.Descriptor instead.
 func (*Access) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{43}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Access) GetHasAccess() bool {
@@ -3878,7 +5287,7 @@ type CreateSubscriptionRequest struct {
 
 func (x *CreateSubscriptionRequest) Reset() {
 	*x = CreateSubscriptionRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[44]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3890,7 +5299,7 @@ func (x *CreateSubscriptionRequest) String() string {
 func (*CreateSubscriptionRequest) ProtoMessage() {}
 
 func (x *CreateSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[44]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3903,7 +5312,7 @@ func (x *CreateSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{44}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CreateSubscriptionRequest) GetOrgId() string {
@@ -3961,7 +5370,7 @@ type CreateSubscriptionResponse struct {
 
 func (x *CreateSubscriptionResponse) Reset() {
 	*x = CreateSubscriptionResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[45]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3973,7 +5382,7 @@ func (x *CreateSubscriptionResponse) String() string {
 func (*CreateSubscriptionResponse) ProtoMessage() {}
 
 func (x *CreateSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[45]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3986,7 +5395,7 @@ func (x *CreateSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{45}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *CreateSubscriptionResponse) GetSubscription() *Subscription {
@@ -4014,7 +5423,7 @@ type GetSubscriptionRequest struct {
 
 func (x *GetSubscriptionRequest) Reset() {
 	*x = GetSubscriptionRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[46]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4026,7 +5435,7 @@ func (x *GetSubscriptionRequest) String() string {
 func (*GetSubscriptionRequest) ProtoMessage() {}
 
 func (x *GetSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[46]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4039,7 +5448,7 @@ func (x *GetSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*GetSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{46}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GetSubscriptionRequest) GetSubscriptionId() string {
@@ -4067,7 +5476,7 @@ type GetSubscriptionResponse struct {
 
 func (x *GetSubscriptionResponse) Reset() {
 	*x = GetSubscriptionResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[47]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4079,7 +5488,7 @@ func (x *GetSubscriptionResponse) String() string {
 func (*GetSubscriptionResponse) ProtoMessage() {}
 
 func (x *GetSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[47]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4092,7 +5501,7 @@ func (x *GetSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*GetSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{47}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetSubscriptionResponse) GetSubscription() *Subscription {
@@ -4148,7 +5557,7 @@ type ListSubscriptionsRequest struct {
 
 func (x *ListSubscriptionsRequest) Reset() {
 	*x = ListSubscriptionsRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[48]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4160,7 +5569,7 @@ func (x *ListSubscriptionsRequest) String() string {
 func (*ListSubscriptionsRequest) ProtoMessage() {}
 
 func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[48]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4173,7 +5582,7 @@ func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{48}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListSubscriptionsRequest) GetOrgId() string {
@@ -4238,7 +5647,7 @@ type ListSubscriptionsResponse struct {
 
 func (x *ListSubscriptionsResponse) Reset() {
 	*x = ListSubscriptionsResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[49]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4250,7 +5659,7 @@ func (x *ListSubscriptionsResponse) String() string {
 func (*ListSubscriptionsResponse) ProtoMessage() {}
 
 func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[49]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4263,7 +5672,7 @@ func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{49}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListSubscriptionsResponse) GetSubscriptions() []*Subscription {
@@ -4297,7 +5706,7 @@ type CheckAccessRequest struct {
 
 func (x *CheckAccessRequest) Reset() {
 	*x = CheckAccessRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[50]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4309,7 +5718,7 @@ func (x *CheckAccessRequest) String() string {
 func (*CheckAccessRequest) ProtoMessage() {}
 
 func (x *CheckAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[50]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4322,7 +5731,7 @@ func (x *CheckAccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckAccessRequest.ProtoReflect.Descriptor instead.
 func (*CheckAccessRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{50}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *CheckAccessRequest) GetOrgId() string {
@@ -4376,7 +5785,7 @@ type CheckAccessResponse struct {
 
 func (x *CheckAccessResponse) Reset() {
 	*x = CheckAccessResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[51]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4388,7 +5797,7 @@ func (x *CheckAccessResponse) String() string {
 func (*CheckAccessResponse) ProtoMessage() {}
 
 func (x *CheckAccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[51]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4401,7 +5810,7 @@ func (x *CheckAccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckAccessResponse.ProtoReflect.Descriptor instead.
 func (*CheckAccessResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{51}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CheckAccessResponse) GetHasAccess() bool {
@@ -4443,7 +5852,7 @@ var File_fulfillment_v1_fulfillment_proto protoreflect.FileDescriptor
 
 const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\n" +
-	" fulfillment/v1/fulfillment.proto\x12\x0efulfillment.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"D\n" +
+	" fulfillment/v1/fulfillment.proto\x12\x0efulfillment.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"D\n" +
 	"\x05Money\x12\x1a\n" +
 	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x1f\n" +
 	"\vminor_units\x18\x02 \x01(\x03R\n" +
@@ -4598,7 +6007,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"I\n" +
 	"\x13RecordEventResponse\x12\x1c\n" +
 	"\tduplicate\x18\x01 \x01(\bR\tduplicate\x12\x14\n" +
-	"\x05state\x18\x02 \x01(\tR\x05state\"\xb0\x05\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\"\xf7\x06\n" +
 	"\x12ReconciliationItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
@@ -4625,7 +6034,14 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\vresolved_by\x18\x12 \x01(\tR\n" +
 	"resolvedBy\x12'\n" +
 	"\x0fresolution_note\x18\x13 \x01(\tR\x0eresolutionNote\x12*\n" +
-	"\x11outbox_message_id\x18\x15 \x01(\tR\x0foutboxMessageId\"\xb8\x01\n" +
+	"\x11outbox_message_id\x18\x15 \x01(\tR\x0foutboxMessageId\x12\x1e\n" +
+	"\n" +
+	"resolution\x18\x16 \x01(\tR\n" +
+	"resolution\x12,\n" +
+	"\x12resolved_by_detail\x18\x17 \x01(\tR\x10resolvedByDetail\x12$\n" +
+	"\x0einbox_event_id\x18\x18 \x01(\tR\finboxEventId\x12(\n" +
+	"\x10payment_start_id\x18\x19 \x01(\tR\x0epaymentStartId\x12'\n" +
+	"\x0fsubscription_id\x18\x1a \x01(\tR\x0esubscriptionId\"\xea\x02\n" +
 	"\x1eListReconciliationItemsRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x19\n" +
@@ -4633,10 +6049,128 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x06org_id\x18\x04 \x01(\tR\x05orgId\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"\x83\x01\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12 \n" +
+	"\venvironment\x18\a \x01(\tR\venvironment\x12D\n" +
+	"\x10create_time_from\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x0ecreateTimeFrom\x12H\n" +
+	"\x12create_time_before\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x10createTimeBefore\"\x83\x01\n" +
 	"\x1fListReconciliationItemsResponse\x128\n" +
 	"\x05items\x18\x01 \x03(\v2\".fulfillment.v1.ReconciliationItemR\x05items\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe4\x05\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"Z\n" +
+	"\x1fGetReconciliationSummaryRequest\x12\x15\n" +
+	"\x06org_id\x18\x01 \x01(\tR\x05orgId\x12 \n" +
+	"\venvironment\x18\x02 \x01(\tR\venvironment\"\xcf\x01\n" +
+	" GetReconciliationSummaryResponse\x12C\n" +
+	"\tsummaries\x18\x01 \x03(\v2%.fulfillment.v1.ReconciliationSummaryR\tsummaries\x12+\n" +
+	"\x11omitted_summaries\x18\x02 \x01(\x05R\x10omittedSummaries\x129\n" +
+	"\n" +
+	"check_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckTime\"\x8d\x04\n" +
+	"\x15ReconciliationSummary\x12\x15\n" +
+	"\x06org_id\x18\x01 \x01(\tR\x05orgId\x12 \n" +
+	"\venvironment\x18\x02 \x01(\tR\venvironment\x12\x1d\n" +
+	"\n" +
+	"open_items\x18\x03 \x01(\x03R\topenItems\x12I\n" +
+	"\fopen_by_kind\x18\x04 \x03(\v2'.fulfillment.v1.ReconciliationKindCountR\n" +
+	"openByKind\x12D\n" +
+	"\x10oldest_open_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0eoldestOpenTime\x12A\n" +
+	"\x0foldest_open_age\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\roldestOpenAge\x12%\n" +
+	"\x0eevents_pending\x18\a \x01(\x03R\reventsPending\x12#\n" +
+	"\revents_failed\x18\b \x01(\x03R\feventsFailed\x12,\n" +
+	"\x12paid_not_fulfilled\x18\t \x01(\x03R\x10paidNotFulfilled\x12#\n" +
+	"\routbox_failed\x18\n" +
+	" \x01(\x03R\foutboxFailed\x12)\n" +
+	"\x10outbox_uncertain\x18\v \x01(\x03R\x0foutboxUncertain\"A\n" +
+	"\x17ReconciliationKindCount\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04open\x18\x02 \x01(\x03R\x04open\"7\n" +
+	"\x1cGetReconciliationItemRequest\x12\x17\n" +
+	"\aitem_id\x18\x01 \x01(\tR\x06itemId\"\x9b\x01\n" +
+	"\x1dGetReconciliationItemResponse\x126\n" +
+	"\x04item\x18\x01 \x01(\v2\".fulfillment.v1.ReconciliationItemR\x04item\x12B\n" +
+	"\bevidence\x18\x02 \x01(\v2&.fulfillment.v1.ReconciliationEvidenceR\bevidence\"\xb7\x02\n" +
+	"\x16ReconciliationEvidence\x12+\n" +
+	"\x05order\x18\x01 \x01(\v2\x15.fulfillment.v1.OrderR\x05order\x120\n" +
+	"\x05event\x18\x02 \x01(\v2\x1a.fulfillment.v1.InboxEventR\x05event\x129\n" +
+	"\bdelivery\x18\x03 \x01(\v2\x1d.fulfillment.v1.OutboxMessageR\bdelivery\x12A\n" +
+	"\rpayment_start\x18\x04 \x01(\v2\x1c.fulfillment.v1.PaymentStartR\fpaymentStart\x12@\n" +
+	"\fsubscription\x18\x05 \x01(\v2\x1c.fulfillment.v1.SubscriptionR\fsubscription\"\x92\x01\n" +
+	" ResolveReconciliationItemRequest\x12\x17\n" +
+	"\aitem_id\x18\x01 \x01(\tR\x06itemId\x12\x1e\n" +
+	"\n" +
+	"resolution\x18\x02 \x01(\tR\n" +
+	"resolution\x12\x12\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\x12!\n" +
+	"\factor_detail\x18\x04 \x01(\tR\vactorDetail\"[\n" +
+	"!ResolveReconciliationItemResponse\x126\n" +
+	"\x04item\x18\x01 \x01(\v2\".fulfillment.v1.ReconciliationItemR\x04item\"\x95\b\n" +
+	"\n" +
+	"InboxEvent\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x1f\n" +
+	"\vendpoint_id\x18\x03 \x01(\tR\n" +
+	"endpointId\x12\x15\n" +
+	"\x06org_id\x18\x04 \x01(\tR\x05orgId\x12 \n" +
+	"\venvironment\x18\x05 \x01(\tR\venvironment\x12\x19\n" +
+	"\bevent_id\x18\x06 \x01(\tR\aeventId\x12\x12\n" +
+	"\x04type\x18\a \x01(\tR\x04type\x12\x12\n" +
+	"\x04kind\x18\b \x01(\tR\x04kind\x12\x1b\n" +
+	"\ttest_mode\x18\t \x01(\bR\btestMode\x129\n" +
+	"\n" +
+	"occur_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\toccurTime\x12=\n" +
+	"\freceive_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\vreceiveTime\x126\n" +
+	"\apayment\x18\f \x01(\v2\x1c.fulfillment.v1.EventPaymentR\apayment\x128\n" +
+	"\x04refs\x18\r \x03(\v2$.fulfillment.v1.InboxEvent.RefsEntryR\x04refs\x12\x14\n" +
+	"\x05state\x18\x0e \x01(\tR\x05state\x12\x1a\n" +
+	"\bdecision\x18\x0f \x01(\tR\bdecision\x12'\n" +
+	"\x0fdecision_reason\x18\x10 \x01(\tR\x0edecisionReason\x12\x19\n" +
+	"\border_id\x18\x11 \x01(\tR\aorderId\x12'\n" +
+	"\x0fsubscription_id\x18\x12 \x01(\tR\x0esubscriptionId\x12\x1a\n" +
+	"\battempts\x18\x13 \x01(\x05R\battempts\x12F\n" +
+	"\x11next_attempt_time\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x15 \x01(\tR\tlastError\x12=\n" +
+	"\fprocess_time\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\vprocessTime\x12\x19\n" +
+	"\braw_body\x18\x17 \x01(\fR\arawBody\x12&\n" +
+	"\x0fraw_body_status\x18\x18 \x01(\tR\rrawBodyStatus\x12!\n" +
+	"\freplay_count\x18\x19 \x01(\x05R\vreplayCount\x125\n" +
+	"\areplays\x18\x1a \x03(\v2\x1b.fulfillment.v1.EventReplayR\areplays\x1a7\n" +
+	"\tRefsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf3\x02\n" +
+	"\vEventReplay\x12\x1f\n" +
+	"\vreplayed_by\x18\x01 \x01(\tR\n" +
+	"replayedBy\x12,\n" +
+	"\x12replayed_by_detail\x18\x02 \x01(\tR\x10replayedByDetail\x12;\n" +
+	"\vreplay_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"replayTime\x12%\n" +
+	"\x0eprevious_state\x18\x04 \x01(\tR\rpreviousState\x12+\n" +
+	"\x11previous_decision\x18\x05 \x01(\tR\x10previousDecision\x12'\n" +
+	"\x0fprevious_reason\x18\x06 \x01(\tR\x0epreviousReason\x12+\n" +
+	"\x11previous_attempts\x18\a \x01(\x05R\x10previousAttempts\x12.\n" +
+	"\x13previous_last_error\x18\b \x01(\tR\x11previousLastError\"\xed\x01\n" +
+	"\x16ListInboxEventsRequest\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1a\n" +
+	"\bdecision\x18\x02 \x01(\tR\bdecision\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x15\n" +
+	"\x06org_id\x18\x04 \x01(\tR\x05orgId\x12\x1f\n" +
+	"\vendpoint_id\x18\x05 \x01(\tR\n" +
+	"endpointId\x12\x19\n" +
+	"\border_id\x18\x06 \x01(\tR\aorderId\x12\x1b\n" +
+	"\tpage_size\x18\a \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\b \x01(\tR\tpageToken\"u\n" +
+	"\x17ListInboxEventsResponse\x122\n" +
+	"\x06events\x18\x01 \x03(\v2\x1a.fulfillment.v1.InboxEventR\x06events\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"<\n" +
+	"\x14GetInboxEventRequest\x12$\n" +
+	"\x0einbox_event_id\x18\x01 \x01(\tR\finboxEventId\"I\n" +
+	"\x15GetInboxEventResponse\x120\n" +
+	"\x05event\x18\x01 \x01(\v2\x1a.fulfillment.v1.InboxEventR\x05event\"b\n" +
+	"\x17ReplayInboxEventRequest\x12$\n" +
+	"\x0einbox_event_id\x18\x01 \x01(\tR\finboxEventId\x12!\n" +
+	"\factor_detail\x18\x02 \x01(\tR\vactorDetail\"L\n" +
+	"\x18ReplayInboxEventResponse\x120\n" +
+	"\x05event\x18\x01 \x01(\v2\x1a.fulfillment.v1.InboxEventR\x05event\"\xe4\x05\n" +
 	"\rOutboxMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x14\n" +
@@ -4838,21 +6372,27 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12'\n" +
 	"\x0fsubscription_id\x18\x04 \x01(\tR\x0esubscriptionId\x129\n" +
 	"\n" +
-	"check_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckTime2\xba\r\n" +
+	"check_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckTime2\xdb\x12\n" +
 	"\x12FulfillmentService\x12V\n" +
 	"\vCreateOrder\x12\".fulfillment.v1.CreateOrderRequest\x1a#.fulfillment.v1.CreateOrderResponse\x12M\n" +
 	"\bGetOrder\x12\x1f.fulfillment.v1.GetOrderRequest\x1a .fulfillment.v1.GetOrderResponse\x12S\n" +
 	"\n" +
 	"ListOrders\x12!.fulfillment.v1.ListOrdersRequest\x1a\".fulfillment.v1.ListOrdersResponse\x12V\n" +
 	"\vRecordEvent\x12\".fulfillment.v1.RecordEventRequest\x1a#.fulfillment.v1.RecordEventResponse\x12z\n" +
-	"\x17ListReconciliationItems\x12..fulfillment.v1.ListReconciliationItemsRequest\x1a/.fulfillment.v1.ListReconciliationItemsResponse\x12Y\n" +
+	"\x17ListReconciliationItems\x12..fulfillment.v1.ListReconciliationItemsRequest\x1a/.fulfillment.v1.ListReconciliationItemsResponse\x12}\n" +
+	"\x18GetReconciliationSummary\x12/.fulfillment.v1.GetReconciliationSummaryRequest\x1a0.fulfillment.v1.GetReconciliationSummaryResponse\x12t\n" +
+	"\x15GetReconciliationItem\x12,.fulfillment.v1.GetReconciliationItemRequest\x1a-.fulfillment.v1.GetReconciliationItemResponse\x12\x80\x01\n" +
+	"\x19ResolveReconciliationItem\x120.fulfillment.v1.ResolveReconciliationItemRequest\x1a1.fulfillment.v1.ResolveReconciliationItemResponse\x12Y\n" +
 	"\fStartPayment\x12#.fulfillment.v1.StartPaymentRequest\x1a$.fulfillment.v1.StartPaymentResponse\x12k\n" +
 	"\x12ListOutboxMessages\x12).fulfillment.v1.ListOutboxMessagesRequest\x1a*.fulfillment.v1.ListOutboxMessagesResponse\x12e\n" +
 	"\x10GetOutboxMessage\x12'.fulfillment.v1.GetOutboxMessageRequest\x1a(.fulfillment.v1.GetOutboxMessageResponse\x12k\n" +
 	"\x12RetryOutboxMessage\x12).fulfillment.v1.RetryOutboxMessageRequest\x1a*.fulfillment.v1.RetryOutboxMessageResponse\x12e\n" +
 	"\x10ListDestinations\x12'.fulfillment.v1.ListDestinationsRequest\x1a(.fulfillment.v1.ListDestinationsResponse\x12k\n" +
 	"\x12DisableDestination\x12).fulfillment.v1.DisableDestinationRequest\x1a*.fulfillment.v1.DisableDestinationResponse\x12h\n" +
-	"\x11EnableDestination\x12(.fulfillment.v1.EnableDestinationRequest\x1a).fulfillment.v1.EnableDestinationResponse\x12g\n" +
+	"\x11EnableDestination\x12(.fulfillment.v1.EnableDestinationRequest\x1a).fulfillment.v1.EnableDestinationResponse\x12b\n" +
+	"\x0fListInboxEvents\x12&.fulfillment.v1.ListInboxEventsRequest\x1a'.fulfillment.v1.ListInboxEventsResponse\x12\\\n" +
+	"\rGetInboxEvent\x12$.fulfillment.v1.GetInboxEventRequest\x1a%.fulfillment.v1.GetInboxEventResponse\x12e\n" +
+	"\x10ReplayInboxEvent\x12'.fulfillment.v1.ReplayInboxEventRequest\x1a(.fulfillment.v1.ReplayInboxEventResponse\x12g\n" +
 	"\x10WatchOrderEvents\x12'.fulfillment.v1.WatchOrderEventsRequest\x1a(.fulfillment.v1.WatchOrderEventsResponse0\x01\x12k\n" +
 	"\x12CreateSubscription\x12).fulfillment.v1.CreateSubscriptionRequest\x1a*.fulfillment.v1.CreateSubscriptionResponse\x12b\n" +
 	"\x0fGetSubscription\x12&.fulfillment.v1.GetSubscriptionRequest\x1a'.fulfillment.v1.GetSubscriptionResponse\x12h\n" +
@@ -4871,168 +6411,225 @@ func file_fulfillment_v1_fulfillment_proto_rawDescGZIP() []byte {
 	return file_fulfillment_v1_fulfillment_proto_rawDescData
 }
 
-var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
-	(*Money)(nil),                           // 0: fulfillment.v1.Money
-	(*OrderLine)(nil),                       // 1: fulfillment.v1.OrderLine
-	(*Settlement)(nil),                      // 2: fulfillment.v1.Settlement
-	(*PaymentAttempt)(nil),                  // 3: fulfillment.v1.PaymentAttempt
-	(*Entitlement)(nil),                     // 4: fulfillment.v1.Entitlement
-	(*LedgerEntry)(nil),                     // 5: fulfillment.v1.LedgerEntry
-	(*OrderEvent)(nil),                      // 6: fulfillment.v1.OrderEvent
-	(*Order)(nil),                           // 7: fulfillment.v1.Order
-	(*OrderHistory)(nil),                    // 8: fulfillment.v1.OrderHistory
-	(*CreateOrderRequest)(nil),              // 9: fulfillment.v1.CreateOrderRequest
-	(*CreateOrderResponse)(nil),             // 10: fulfillment.v1.CreateOrderResponse
-	(*GetOrderRequest)(nil),                 // 11: fulfillment.v1.GetOrderRequest
-	(*GetOrderResponse)(nil),                // 12: fulfillment.v1.GetOrderResponse
-	(*ListOrdersRequest)(nil),               // 13: fulfillment.v1.ListOrdersRequest
-	(*ListOrdersResponse)(nil),              // 14: fulfillment.v1.ListOrdersResponse
-	(*EventPayment)(nil),                    // 15: fulfillment.v1.EventPayment
-	(*RecordEventRequest)(nil),              // 16: fulfillment.v1.RecordEventRequest
-	(*RecordEventResponse)(nil),             // 17: fulfillment.v1.RecordEventResponse
-	(*ReconciliationItem)(nil),              // 18: fulfillment.v1.ReconciliationItem
-	(*ListReconciliationItemsRequest)(nil),  // 19: fulfillment.v1.ListReconciliationItemsRequest
-	(*ListReconciliationItemsResponse)(nil), // 20: fulfillment.v1.ListReconciliationItemsResponse
-	(*OutboxMessage)(nil),                   // 21: fulfillment.v1.OutboxMessage
-	(*DeliveryAttempt)(nil),                 // 22: fulfillment.v1.DeliveryAttempt
-	(*ListOutboxMessagesRequest)(nil),       // 23: fulfillment.v1.ListOutboxMessagesRequest
-	(*ListOutboxMessagesResponse)(nil),      // 24: fulfillment.v1.ListOutboxMessagesResponse
-	(*GetOutboxMessageRequest)(nil),         // 25: fulfillment.v1.GetOutboxMessageRequest
-	(*GetOutboxMessageResponse)(nil),        // 26: fulfillment.v1.GetOutboxMessageResponse
-	(*RetryOutboxMessageRequest)(nil),       // 27: fulfillment.v1.RetryOutboxMessageRequest
-	(*RetryOutboxMessageResponse)(nil),      // 28: fulfillment.v1.RetryOutboxMessageResponse
-	(*Destination)(nil),                     // 29: fulfillment.v1.Destination
-	(*ListDestinationsRequest)(nil),         // 30: fulfillment.v1.ListDestinationsRequest
-	(*ListDestinationsResponse)(nil),        // 31: fulfillment.v1.ListDestinationsResponse
-	(*DisableDestinationRequest)(nil),       // 32: fulfillment.v1.DisableDestinationRequest
-	(*DisableDestinationResponse)(nil),      // 33: fulfillment.v1.DisableDestinationResponse
-	(*EnableDestinationRequest)(nil),        // 34: fulfillment.v1.EnableDestinationRequest
-	(*EnableDestinationResponse)(nil),       // 35: fulfillment.v1.EnableDestinationResponse
-	(*StartPaymentRequest)(nil),             // 36: fulfillment.v1.StartPaymentRequest
-	(*StartPaymentResponse)(nil),            // 37: fulfillment.v1.StartPaymentResponse
-	(*PaymentStart)(nil),                    // 38: fulfillment.v1.PaymentStart
-	(*WatchOrderEventsRequest)(nil),         // 39: fulfillment.v1.WatchOrderEventsRequest
-	(*WatchOrderEventsResponse)(nil),        // 40: fulfillment.v1.WatchOrderEventsResponse
-	(*Subscription)(nil),                    // 41: fulfillment.v1.Subscription
-	(*PaidPeriod)(nil),                      // 42: fulfillment.v1.PaidPeriod
-	(*Access)(nil),                          // 43: fulfillment.v1.Access
-	(*CreateSubscriptionRequest)(nil),       // 44: fulfillment.v1.CreateSubscriptionRequest
-	(*CreateSubscriptionResponse)(nil),      // 45: fulfillment.v1.CreateSubscriptionResponse
-	(*GetSubscriptionRequest)(nil),          // 46: fulfillment.v1.GetSubscriptionRequest
-	(*GetSubscriptionResponse)(nil),         // 47: fulfillment.v1.GetSubscriptionResponse
-	(*ListSubscriptionsRequest)(nil),        // 48: fulfillment.v1.ListSubscriptionsRequest
-	(*ListSubscriptionsResponse)(nil),       // 49: fulfillment.v1.ListSubscriptionsResponse
-	(*CheckAccessRequest)(nil),              // 50: fulfillment.v1.CheckAccessRequest
-	(*CheckAccessResponse)(nil),             // 51: fulfillment.v1.CheckAccessResponse
-	nil,                                     // 52: fulfillment.v1.RecordEventRequest.RefsEntry
-	(*timestamppb.Timestamp)(nil),           // 53: google.protobuf.Timestamp
+	(*Money)(nil),                             // 0: fulfillment.v1.Money
+	(*OrderLine)(nil),                         // 1: fulfillment.v1.OrderLine
+	(*Settlement)(nil),                        // 2: fulfillment.v1.Settlement
+	(*PaymentAttempt)(nil),                    // 3: fulfillment.v1.PaymentAttempt
+	(*Entitlement)(nil),                       // 4: fulfillment.v1.Entitlement
+	(*LedgerEntry)(nil),                       // 5: fulfillment.v1.LedgerEntry
+	(*OrderEvent)(nil),                        // 6: fulfillment.v1.OrderEvent
+	(*Order)(nil),                             // 7: fulfillment.v1.Order
+	(*OrderHistory)(nil),                      // 8: fulfillment.v1.OrderHistory
+	(*CreateOrderRequest)(nil),                // 9: fulfillment.v1.CreateOrderRequest
+	(*CreateOrderResponse)(nil),               // 10: fulfillment.v1.CreateOrderResponse
+	(*GetOrderRequest)(nil),                   // 11: fulfillment.v1.GetOrderRequest
+	(*GetOrderResponse)(nil),                  // 12: fulfillment.v1.GetOrderResponse
+	(*ListOrdersRequest)(nil),                 // 13: fulfillment.v1.ListOrdersRequest
+	(*ListOrdersResponse)(nil),                // 14: fulfillment.v1.ListOrdersResponse
+	(*EventPayment)(nil),                      // 15: fulfillment.v1.EventPayment
+	(*RecordEventRequest)(nil),                // 16: fulfillment.v1.RecordEventRequest
+	(*RecordEventResponse)(nil),               // 17: fulfillment.v1.RecordEventResponse
+	(*ReconciliationItem)(nil),                // 18: fulfillment.v1.ReconciliationItem
+	(*ListReconciliationItemsRequest)(nil),    // 19: fulfillment.v1.ListReconciliationItemsRequest
+	(*ListReconciliationItemsResponse)(nil),   // 20: fulfillment.v1.ListReconciliationItemsResponse
+	(*GetReconciliationSummaryRequest)(nil),   // 21: fulfillment.v1.GetReconciliationSummaryRequest
+	(*GetReconciliationSummaryResponse)(nil),  // 22: fulfillment.v1.GetReconciliationSummaryResponse
+	(*ReconciliationSummary)(nil),             // 23: fulfillment.v1.ReconciliationSummary
+	(*ReconciliationKindCount)(nil),           // 24: fulfillment.v1.ReconciliationKindCount
+	(*GetReconciliationItemRequest)(nil),      // 25: fulfillment.v1.GetReconciliationItemRequest
+	(*GetReconciliationItemResponse)(nil),     // 26: fulfillment.v1.GetReconciliationItemResponse
+	(*ReconciliationEvidence)(nil),            // 27: fulfillment.v1.ReconciliationEvidence
+	(*ResolveReconciliationItemRequest)(nil),  // 28: fulfillment.v1.ResolveReconciliationItemRequest
+	(*ResolveReconciliationItemResponse)(nil), // 29: fulfillment.v1.ResolveReconciliationItemResponse
+	(*InboxEvent)(nil),                        // 30: fulfillment.v1.InboxEvent
+	(*EventReplay)(nil),                       // 31: fulfillment.v1.EventReplay
+	(*ListInboxEventsRequest)(nil),            // 32: fulfillment.v1.ListInboxEventsRequest
+	(*ListInboxEventsResponse)(nil),           // 33: fulfillment.v1.ListInboxEventsResponse
+	(*GetInboxEventRequest)(nil),              // 34: fulfillment.v1.GetInboxEventRequest
+	(*GetInboxEventResponse)(nil),             // 35: fulfillment.v1.GetInboxEventResponse
+	(*ReplayInboxEventRequest)(nil),           // 36: fulfillment.v1.ReplayInboxEventRequest
+	(*ReplayInboxEventResponse)(nil),          // 37: fulfillment.v1.ReplayInboxEventResponse
+	(*OutboxMessage)(nil),                     // 38: fulfillment.v1.OutboxMessage
+	(*DeliveryAttempt)(nil),                   // 39: fulfillment.v1.DeliveryAttempt
+	(*ListOutboxMessagesRequest)(nil),         // 40: fulfillment.v1.ListOutboxMessagesRequest
+	(*ListOutboxMessagesResponse)(nil),        // 41: fulfillment.v1.ListOutboxMessagesResponse
+	(*GetOutboxMessageRequest)(nil),           // 42: fulfillment.v1.GetOutboxMessageRequest
+	(*GetOutboxMessageResponse)(nil),          // 43: fulfillment.v1.GetOutboxMessageResponse
+	(*RetryOutboxMessageRequest)(nil),         // 44: fulfillment.v1.RetryOutboxMessageRequest
+	(*RetryOutboxMessageResponse)(nil),        // 45: fulfillment.v1.RetryOutboxMessageResponse
+	(*Destination)(nil),                       // 46: fulfillment.v1.Destination
+	(*ListDestinationsRequest)(nil),           // 47: fulfillment.v1.ListDestinationsRequest
+	(*ListDestinationsResponse)(nil),          // 48: fulfillment.v1.ListDestinationsResponse
+	(*DisableDestinationRequest)(nil),         // 49: fulfillment.v1.DisableDestinationRequest
+	(*DisableDestinationResponse)(nil),        // 50: fulfillment.v1.DisableDestinationResponse
+	(*EnableDestinationRequest)(nil),          // 51: fulfillment.v1.EnableDestinationRequest
+	(*EnableDestinationResponse)(nil),         // 52: fulfillment.v1.EnableDestinationResponse
+	(*StartPaymentRequest)(nil),               // 53: fulfillment.v1.StartPaymentRequest
+	(*StartPaymentResponse)(nil),              // 54: fulfillment.v1.StartPaymentResponse
+	(*PaymentStart)(nil),                      // 55: fulfillment.v1.PaymentStart
+	(*WatchOrderEventsRequest)(nil),           // 56: fulfillment.v1.WatchOrderEventsRequest
+	(*WatchOrderEventsResponse)(nil),          // 57: fulfillment.v1.WatchOrderEventsResponse
+	(*Subscription)(nil),                      // 58: fulfillment.v1.Subscription
+	(*PaidPeriod)(nil),                        // 59: fulfillment.v1.PaidPeriod
+	(*Access)(nil),                            // 60: fulfillment.v1.Access
+	(*CreateSubscriptionRequest)(nil),         // 61: fulfillment.v1.CreateSubscriptionRequest
+	(*CreateSubscriptionResponse)(nil),        // 62: fulfillment.v1.CreateSubscriptionResponse
+	(*GetSubscriptionRequest)(nil),            // 63: fulfillment.v1.GetSubscriptionRequest
+	(*GetSubscriptionResponse)(nil),           // 64: fulfillment.v1.GetSubscriptionResponse
+	(*ListSubscriptionsRequest)(nil),          // 65: fulfillment.v1.ListSubscriptionsRequest
+	(*ListSubscriptionsResponse)(nil),         // 66: fulfillment.v1.ListSubscriptionsResponse
+	(*CheckAccessRequest)(nil),                // 67: fulfillment.v1.CheckAccessRequest
+	(*CheckAccessResponse)(nil),               // 68: fulfillment.v1.CheckAccessResponse
+	nil,                                       // 69: fulfillment.v1.RecordEventRequest.RefsEntry
+	nil,                                       // 70: fulfillment.v1.InboxEvent.RefsEntry
+	(*timestamppb.Timestamp)(nil),             // 71: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),               // 72: google.protobuf.Duration
 }
 var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
-	0,  // 0: fulfillment.v1.OrderLine.unit_price:type_name -> fulfillment.v1.Money
-	53, // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
-	53, // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
-	53, // 3: fulfillment.v1.Entitlement.revoke_time:type_name -> google.protobuf.Timestamp
-	0,  // 4: fulfillment.v1.LedgerEntry.amount:type_name -> fulfillment.v1.Money
-	53, // 5: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
-	53, // 6: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
-	1,  // 7: fulfillment.v1.Order.lines:type_name -> fulfillment.v1.OrderLine
-	0,  // 8: fulfillment.v1.Order.total:type_name -> fulfillment.v1.Money
-	2,  // 9: fulfillment.v1.Order.settlement:type_name -> fulfillment.v1.Settlement
-	53, // 10: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
-	53, // 11: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
-	8,  // 12: fulfillment.v1.Order.history:type_name -> fulfillment.v1.OrderHistory
-	3,  // 13: fulfillment.v1.OrderHistory.payment_attempts:type_name -> fulfillment.v1.PaymentAttempt
-	4,  // 14: fulfillment.v1.OrderHistory.entitlements:type_name -> fulfillment.v1.Entitlement
-	5,  // 15: fulfillment.v1.OrderHistory.ledger_entries:type_name -> fulfillment.v1.LedgerEntry
-	6,  // 16: fulfillment.v1.OrderHistory.events:type_name -> fulfillment.v1.OrderEvent
-	21, // 17: fulfillment.v1.OrderHistory.deliveries:type_name -> fulfillment.v1.OutboxMessage
-	38, // 18: fulfillment.v1.OrderHistory.payment_starts:type_name -> fulfillment.v1.PaymentStart
-	1,  // 19: fulfillment.v1.CreateOrderRequest.lines:type_name -> fulfillment.v1.OrderLine
-	2,  // 20: fulfillment.v1.CreateOrderRequest.settlement:type_name -> fulfillment.v1.Settlement
-	7,  // 21: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
-	7,  // 22: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
-	7,  // 23: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
-	53, // 24: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
-	15, // 25: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
-	52, // 26: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
-	53, // 27: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
-	53, // 28: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
-	18, // 29: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
-	53, // 30: fulfillment.v1.OutboxMessage.next_attempt_time:type_name -> google.protobuf.Timestamp
-	53, // 31: fulfillment.v1.OutboxMessage.create_time:type_name -> google.protobuf.Timestamp
-	53, // 32: fulfillment.v1.OutboxMessage.process_time:type_name -> google.protobuf.Timestamp
-	22, // 33: fulfillment.v1.OutboxMessage.attempt_history:type_name -> fulfillment.v1.DeliveryAttempt
-	53, // 34: fulfillment.v1.DeliveryAttempt.start_time:type_name -> google.protobuf.Timestamp
-	53, // 35: fulfillment.v1.DeliveryAttempt.finish_time:type_name -> google.protobuf.Timestamp
-	21, // 36: fulfillment.v1.ListOutboxMessagesResponse.messages:type_name -> fulfillment.v1.OutboxMessage
-	21, // 37: fulfillment.v1.GetOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
-	21, // 38: fulfillment.v1.RetryOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
-	53, // 39: fulfillment.v1.Destination.disable_time:type_name -> google.protobuf.Timestamp
-	29, // 40: fulfillment.v1.ListDestinationsResponse.destinations:type_name -> fulfillment.v1.Destination
-	29, // 41: fulfillment.v1.DisableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
-	29, // 42: fulfillment.v1.EnableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
-	38, // 43: fulfillment.v1.StartPaymentResponse.payment:type_name -> fulfillment.v1.PaymentStart
-	0,  // 44: fulfillment.v1.PaymentStart.amount:type_name -> fulfillment.v1.Money
-	53, // 45: fulfillment.v1.PaymentStart.create_time:type_name -> google.protobuf.Timestamp
-	53, // 46: fulfillment.v1.PaymentStart.update_time:type_name -> google.protobuf.Timestamp
-	53, // 47: fulfillment.v1.WatchOrderEventsResponse.create_time:type_name -> google.protobuf.Timestamp
-	53, // 48: fulfillment.v1.Subscription.current_period_start_time:type_name -> google.protobuf.Timestamp
-	53, // 49: fulfillment.v1.Subscription.current_period_end_time:type_name -> google.protobuf.Timestamp
-	53, // 50: fulfillment.v1.Subscription.access_end_time:type_name -> google.protobuf.Timestamp
-	53, // 51: fulfillment.v1.Subscription.create_time:type_name -> google.protobuf.Timestamp
-	53, // 52: fulfillment.v1.Subscription.update_time:type_name -> google.protobuf.Timestamp
-	53, // 53: fulfillment.v1.PaidPeriod.start_time:type_name -> google.protobuf.Timestamp
-	53, // 54: fulfillment.v1.PaidPeriod.end_time:type_name -> google.protobuf.Timestamp
-	53, // 55: fulfillment.v1.PaidPeriod.create_time:type_name -> google.protobuf.Timestamp
-	53, // 56: fulfillment.v1.Access.until:type_name -> google.protobuf.Timestamp
-	53, // 57: fulfillment.v1.Access.check_time:type_name -> google.protobuf.Timestamp
-	41, // 58: fulfillment.v1.CreateSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
-	41, // 59: fulfillment.v1.GetSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
-	42, // 60: fulfillment.v1.GetSubscriptionResponse.periods:type_name -> fulfillment.v1.PaidPeriod
-	43, // 61: fulfillment.v1.GetSubscriptionResponse.access:type_name -> fulfillment.v1.Access
-	41, // 62: fulfillment.v1.ListSubscriptionsResponse.subscriptions:type_name -> fulfillment.v1.Subscription
-	53, // 63: fulfillment.v1.CheckAccessResponse.until:type_name -> google.protobuf.Timestamp
-	53, // 64: fulfillment.v1.CheckAccessResponse.check_time:type_name -> google.protobuf.Timestamp
-	9,  // 65: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
-	11, // 66: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
-	13, // 67: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
-	16, // 68: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
-	19, // 69: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
-	36, // 70: fulfillment.v1.FulfillmentService.StartPayment:input_type -> fulfillment.v1.StartPaymentRequest
-	23, // 71: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
-	25, // 72: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
-	27, // 73: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
-	30, // 74: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
-	32, // 75: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
-	34, // 76: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
-	39, // 77: fulfillment.v1.FulfillmentService.WatchOrderEvents:input_type -> fulfillment.v1.WatchOrderEventsRequest
-	44, // 78: fulfillment.v1.FulfillmentService.CreateSubscription:input_type -> fulfillment.v1.CreateSubscriptionRequest
-	46, // 79: fulfillment.v1.FulfillmentService.GetSubscription:input_type -> fulfillment.v1.GetSubscriptionRequest
-	48, // 80: fulfillment.v1.FulfillmentService.ListSubscriptions:input_type -> fulfillment.v1.ListSubscriptionsRequest
-	50, // 81: fulfillment.v1.FulfillmentService.CheckAccess:input_type -> fulfillment.v1.CheckAccessRequest
-	10, // 82: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
-	12, // 83: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
-	14, // 84: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
-	17, // 85: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
-	20, // 86: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
-	37, // 87: fulfillment.v1.FulfillmentService.StartPayment:output_type -> fulfillment.v1.StartPaymentResponse
-	24, // 88: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
-	26, // 89: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
-	28, // 90: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
-	31, // 91: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
-	33, // 92: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
-	35, // 93: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
-	40, // 94: fulfillment.v1.FulfillmentService.WatchOrderEvents:output_type -> fulfillment.v1.WatchOrderEventsResponse
-	45, // 95: fulfillment.v1.FulfillmentService.CreateSubscription:output_type -> fulfillment.v1.CreateSubscriptionResponse
-	47, // 96: fulfillment.v1.FulfillmentService.GetSubscription:output_type -> fulfillment.v1.GetSubscriptionResponse
-	49, // 97: fulfillment.v1.FulfillmentService.ListSubscriptions:output_type -> fulfillment.v1.ListSubscriptionsResponse
-	51, // 98: fulfillment.v1.FulfillmentService.CheckAccess:output_type -> fulfillment.v1.CheckAccessResponse
-	82, // [82:99] is the sub-list for method output_type
-	65, // [65:82] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	0,   // 0: fulfillment.v1.OrderLine.unit_price:type_name -> fulfillment.v1.Money
+	71,  // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
+	71,  // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
+	71,  // 3: fulfillment.v1.Entitlement.revoke_time:type_name -> google.protobuf.Timestamp
+	0,   // 4: fulfillment.v1.LedgerEntry.amount:type_name -> fulfillment.v1.Money
+	71,  // 5: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
+	71,  // 6: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
+	1,   // 7: fulfillment.v1.Order.lines:type_name -> fulfillment.v1.OrderLine
+	0,   // 8: fulfillment.v1.Order.total:type_name -> fulfillment.v1.Money
+	2,   // 9: fulfillment.v1.Order.settlement:type_name -> fulfillment.v1.Settlement
+	71,  // 10: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
+	71,  // 11: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
+	8,   // 12: fulfillment.v1.Order.history:type_name -> fulfillment.v1.OrderHistory
+	3,   // 13: fulfillment.v1.OrderHistory.payment_attempts:type_name -> fulfillment.v1.PaymentAttempt
+	4,   // 14: fulfillment.v1.OrderHistory.entitlements:type_name -> fulfillment.v1.Entitlement
+	5,   // 15: fulfillment.v1.OrderHistory.ledger_entries:type_name -> fulfillment.v1.LedgerEntry
+	6,   // 16: fulfillment.v1.OrderHistory.events:type_name -> fulfillment.v1.OrderEvent
+	38,  // 17: fulfillment.v1.OrderHistory.deliveries:type_name -> fulfillment.v1.OutboxMessage
+	55,  // 18: fulfillment.v1.OrderHistory.payment_starts:type_name -> fulfillment.v1.PaymentStart
+	1,   // 19: fulfillment.v1.CreateOrderRequest.lines:type_name -> fulfillment.v1.OrderLine
+	2,   // 20: fulfillment.v1.CreateOrderRequest.settlement:type_name -> fulfillment.v1.Settlement
+	7,   // 21: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
+	7,   // 22: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
+	7,   // 23: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
+	71,  // 24: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
+	15,  // 25: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
+	69,  // 26: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
+	71,  // 27: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
+	71,  // 28: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
+	71,  // 29: fulfillment.v1.ListReconciliationItemsRequest.create_time_from:type_name -> google.protobuf.Timestamp
+	71,  // 30: fulfillment.v1.ListReconciliationItemsRequest.create_time_before:type_name -> google.protobuf.Timestamp
+	18,  // 31: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
+	23,  // 32: fulfillment.v1.GetReconciliationSummaryResponse.summaries:type_name -> fulfillment.v1.ReconciliationSummary
+	71,  // 33: fulfillment.v1.GetReconciliationSummaryResponse.check_time:type_name -> google.protobuf.Timestamp
+	24,  // 34: fulfillment.v1.ReconciliationSummary.open_by_kind:type_name -> fulfillment.v1.ReconciliationKindCount
+	71,  // 35: fulfillment.v1.ReconciliationSummary.oldest_open_time:type_name -> google.protobuf.Timestamp
+	72,  // 36: fulfillment.v1.ReconciliationSummary.oldest_open_age:type_name -> google.protobuf.Duration
+	18,  // 37: fulfillment.v1.GetReconciliationItemResponse.item:type_name -> fulfillment.v1.ReconciliationItem
+	27,  // 38: fulfillment.v1.GetReconciliationItemResponse.evidence:type_name -> fulfillment.v1.ReconciliationEvidence
+	7,   // 39: fulfillment.v1.ReconciliationEvidence.order:type_name -> fulfillment.v1.Order
+	30,  // 40: fulfillment.v1.ReconciliationEvidence.event:type_name -> fulfillment.v1.InboxEvent
+	38,  // 41: fulfillment.v1.ReconciliationEvidence.delivery:type_name -> fulfillment.v1.OutboxMessage
+	55,  // 42: fulfillment.v1.ReconciliationEvidence.payment_start:type_name -> fulfillment.v1.PaymentStart
+	58,  // 43: fulfillment.v1.ReconciliationEvidence.subscription:type_name -> fulfillment.v1.Subscription
+	18,  // 44: fulfillment.v1.ResolveReconciliationItemResponse.item:type_name -> fulfillment.v1.ReconciliationItem
+	71,  // 45: fulfillment.v1.InboxEvent.occur_time:type_name -> google.protobuf.Timestamp
+	71,  // 46: fulfillment.v1.InboxEvent.receive_time:type_name -> google.protobuf.Timestamp
+	15,  // 47: fulfillment.v1.InboxEvent.payment:type_name -> fulfillment.v1.EventPayment
+	70,  // 48: fulfillment.v1.InboxEvent.refs:type_name -> fulfillment.v1.InboxEvent.RefsEntry
+	71,  // 49: fulfillment.v1.InboxEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
+	71,  // 50: fulfillment.v1.InboxEvent.process_time:type_name -> google.protobuf.Timestamp
+	31,  // 51: fulfillment.v1.InboxEvent.replays:type_name -> fulfillment.v1.EventReplay
+	71,  // 52: fulfillment.v1.EventReplay.replay_time:type_name -> google.protobuf.Timestamp
+	30,  // 53: fulfillment.v1.ListInboxEventsResponse.events:type_name -> fulfillment.v1.InboxEvent
+	30,  // 54: fulfillment.v1.GetInboxEventResponse.event:type_name -> fulfillment.v1.InboxEvent
+	30,  // 55: fulfillment.v1.ReplayInboxEventResponse.event:type_name -> fulfillment.v1.InboxEvent
+	71,  // 56: fulfillment.v1.OutboxMessage.next_attempt_time:type_name -> google.protobuf.Timestamp
+	71,  // 57: fulfillment.v1.OutboxMessage.create_time:type_name -> google.protobuf.Timestamp
+	71,  // 58: fulfillment.v1.OutboxMessage.process_time:type_name -> google.protobuf.Timestamp
+	39,  // 59: fulfillment.v1.OutboxMessage.attempt_history:type_name -> fulfillment.v1.DeliveryAttempt
+	71,  // 60: fulfillment.v1.DeliveryAttempt.start_time:type_name -> google.protobuf.Timestamp
+	71,  // 61: fulfillment.v1.DeliveryAttempt.finish_time:type_name -> google.protobuf.Timestamp
+	38,  // 62: fulfillment.v1.ListOutboxMessagesResponse.messages:type_name -> fulfillment.v1.OutboxMessage
+	38,  // 63: fulfillment.v1.GetOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
+	38,  // 64: fulfillment.v1.RetryOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
+	71,  // 65: fulfillment.v1.Destination.disable_time:type_name -> google.protobuf.Timestamp
+	46,  // 66: fulfillment.v1.ListDestinationsResponse.destinations:type_name -> fulfillment.v1.Destination
+	46,  // 67: fulfillment.v1.DisableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
+	46,  // 68: fulfillment.v1.EnableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
+	55,  // 69: fulfillment.v1.StartPaymentResponse.payment:type_name -> fulfillment.v1.PaymentStart
+	0,   // 70: fulfillment.v1.PaymentStart.amount:type_name -> fulfillment.v1.Money
+	71,  // 71: fulfillment.v1.PaymentStart.create_time:type_name -> google.protobuf.Timestamp
+	71,  // 72: fulfillment.v1.PaymentStart.update_time:type_name -> google.protobuf.Timestamp
+	71,  // 73: fulfillment.v1.WatchOrderEventsResponse.create_time:type_name -> google.protobuf.Timestamp
+	71,  // 74: fulfillment.v1.Subscription.current_period_start_time:type_name -> google.protobuf.Timestamp
+	71,  // 75: fulfillment.v1.Subscription.current_period_end_time:type_name -> google.protobuf.Timestamp
+	71,  // 76: fulfillment.v1.Subscription.access_end_time:type_name -> google.protobuf.Timestamp
+	71,  // 77: fulfillment.v1.Subscription.create_time:type_name -> google.protobuf.Timestamp
+	71,  // 78: fulfillment.v1.Subscription.update_time:type_name -> google.protobuf.Timestamp
+	71,  // 79: fulfillment.v1.PaidPeriod.start_time:type_name -> google.protobuf.Timestamp
+	71,  // 80: fulfillment.v1.PaidPeriod.end_time:type_name -> google.protobuf.Timestamp
+	71,  // 81: fulfillment.v1.PaidPeriod.create_time:type_name -> google.protobuf.Timestamp
+	71,  // 82: fulfillment.v1.Access.until:type_name -> google.protobuf.Timestamp
+	71,  // 83: fulfillment.v1.Access.check_time:type_name -> google.protobuf.Timestamp
+	58,  // 84: fulfillment.v1.CreateSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
+	58,  // 85: fulfillment.v1.GetSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
+	59,  // 86: fulfillment.v1.GetSubscriptionResponse.periods:type_name -> fulfillment.v1.PaidPeriod
+	60,  // 87: fulfillment.v1.GetSubscriptionResponse.access:type_name -> fulfillment.v1.Access
+	58,  // 88: fulfillment.v1.ListSubscriptionsResponse.subscriptions:type_name -> fulfillment.v1.Subscription
+	71,  // 89: fulfillment.v1.CheckAccessResponse.until:type_name -> google.protobuf.Timestamp
+	71,  // 90: fulfillment.v1.CheckAccessResponse.check_time:type_name -> google.protobuf.Timestamp
+	9,   // 91: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
+	11,  // 92: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
+	13,  // 93: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
+	16,  // 94: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
+	19,  // 95: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
+	21,  // 96: fulfillment.v1.FulfillmentService.GetReconciliationSummary:input_type -> fulfillment.v1.GetReconciliationSummaryRequest
+	25,  // 97: fulfillment.v1.FulfillmentService.GetReconciliationItem:input_type -> fulfillment.v1.GetReconciliationItemRequest
+	28,  // 98: fulfillment.v1.FulfillmentService.ResolveReconciliationItem:input_type -> fulfillment.v1.ResolveReconciliationItemRequest
+	53,  // 99: fulfillment.v1.FulfillmentService.StartPayment:input_type -> fulfillment.v1.StartPaymentRequest
+	40,  // 100: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
+	42,  // 101: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
+	44,  // 102: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
+	47,  // 103: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
+	49,  // 104: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
+	51,  // 105: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
+	32,  // 106: fulfillment.v1.FulfillmentService.ListInboxEvents:input_type -> fulfillment.v1.ListInboxEventsRequest
+	34,  // 107: fulfillment.v1.FulfillmentService.GetInboxEvent:input_type -> fulfillment.v1.GetInboxEventRequest
+	36,  // 108: fulfillment.v1.FulfillmentService.ReplayInboxEvent:input_type -> fulfillment.v1.ReplayInboxEventRequest
+	56,  // 109: fulfillment.v1.FulfillmentService.WatchOrderEvents:input_type -> fulfillment.v1.WatchOrderEventsRequest
+	61,  // 110: fulfillment.v1.FulfillmentService.CreateSubscription:input_type -> fulfillment.v1.CreateSubscriptionRequest
+	63,  // 111: fulfillment.v1.FulfillmentService.GetSubscription:input_type -> fulfillment.v1.GetSubscriptionRequest
+	65,  // 112: fulfillment.v1.FulfillmentService.ListSubscriptions:input_type -> fulfillment.v1.ListSubscriptionsRequest
+	67,  // 113: fulfillment.v1.FulfillmentService.CheckAccess:input_type -> fulfillment.v1.CheckAccessRequest
+	10,  // 114: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
+	12,  // 115: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
+	14,  // 116: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
+	17,  // 117: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
+	20,  // 118: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
+	22,  // 119: fulfillment.v1.FulfillmentService.GetReconciliationSummary:output_type -> fulfillment.v1.GetReconciliationSummaryResponse
+	26,  // 120: fulfillment.v1.FulfillmentService.GetReconciliationItem:output_type -> fulfillment.v1.GetReconciliationItemResponse
+	29,  // 121: fulfillment.v1.FulfillmentService.ResolveReconciliationItem:output_type -> fulfillment.v1.ResolveReconciliationItemResponse
+	54,  // 122: fulfillment.v1.FulfillmentService.StartPayment:output_type -> fulfillment.v1.StartPaymentResponse
+	41,  // 123: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
+	43,  // 124: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
+	45,  // 125: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
+	48,  // 126: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
+	50,  // 127: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
+	52,  // 128: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
+	33,  // 129: fulfillment.v1.FulfillmentService.ListInboxEvents:output_type -> fulfillment.v1.ListInboxEventsResponse
+	35,  // 130: fulfillment.v1.FulfillmentService.GetInboxEvent:output_type -> fulfillment.v1.GetInboxEventResponse
+	37,  // 131: fulfillment.v1.FulfillmentService.ReplayInboxEvent:output_type -> fulfillment.v1.ReplayInboxEventResponse
+	57,  // 132: fulfillment.v1.FulfillmentService.WatchOrderEvents:output_type -> fulfillment.v1.WatchOrderEventsResponse
+	62,  // 133: fulfillment.v1.FulfillmentService.CreateSubscription:output_type -> fulfillment.v1.CreateSubscriptionResponse
+	64,  // 134: fulfillment.v1.FulfillmentService.GetSubscription:output_type -> fulfillment.v1.GetSubscriptionResponse
+	66,  // 135: fulfillment.v1.FulfillmentService.ListSubscriptions:output_type -> fulfillment.v1.ListSubscriptionsResponse
+	68,  // 136: fulfillment.v1.FulfillmentService.CheckAccess:output_type -> fulfillment.v1.CheckAccessResponse
+	114, // [114:137] is the sub-list for method output_type
+	91,  // [91:114] is the sub-list for method input_type
+	91,  // [91:91] is the sub-list for extension type_name
+	91,  // [91:91] is the sub-list for extension extendee
+	0,   // [0:91] is the sub-list for field type_name
 }
 
 func init() { file_fulfillment_v1_fulfillment_proto_init() }
@@ -5040,14 +6637,14 @@ func file_fulfillment_v1_fulfillment_proto_init() {
 	if File_fulfillment_v1_fulfillment_proto != nil {
 		return
 	}
-	file_fulfillment_v1_fulfillment_proto_msgTypes[21].OneofWrappers = []any{}
+	file_fulfillment_v1_fulfillment_proto_msgTypes[38].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fulfillment_v1_fulfillment_proto_rawDesc), len(file_fulfillment_v1_fulfillment_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   53,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

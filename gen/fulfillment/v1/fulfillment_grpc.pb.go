@@ -19,23 +19,29 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	FulfillmentService_CreateOrder_FullMethodName             = "/fulfillment.v1.FulfillmentService/CreateOrder"
-	FulfillmentService_GetOrder_FullMethodName                = "/fulfillment.v1.FulfillmentService/GetOrder"
-	FulfillmentService_ListOrders_FullMethodName              = "/fulfillment.v1.FulfillmentService/ListOrders"
-	FulfillmentService_RecordEvent_FullMethodName             = "/fulfillment.v1.FulfillmentService/RecordEvent"
-	FulfillmentService_ListReconciliationItems_FullMethodName = "/fulfillment.v1.FulfillmentService/ListReconciliationItems"
-	FulfillmentService_StartPayment_FullMethodName            = "/fulfillment.v1.FulfillmentService/StartPayment"
-	FulfillmentService_ListOutboxMessages_FullMethodName      = "/fulfillment.v1.FulfillmentService/ListOutboxMessages"
-	FulfillmentService_GetOutboxMessage_FullMethodName        = "/fulfillment.v1.FulfillmentService/GetOutboxMessage"
-	FulfillmentService_RetryOutboxMessage_FullMethodName      = "/fulfillment.v1.FulfillmentService/RetryOutboxMessage"
-	FulfillmentService_ListDestinations_FullMethodName        = "/fulfillment.v1.FulfillmentService/ListDestinations"
-	FulfillmentService_DisableDestination_FullMethodName      = "/fulfillment.v1.FulfillmentService/DisableDestination"
-	FulfillmentService_EnableDestination_FullMethodName       = "/fulfillment.v1.FulfillmentService/EnableDestination"
-	FulfillmentService_WatchOrderEvents_FullMethodName        = "/fulfillment.v1.FulfillmentService/WatchOrderEvents"
-	FulfillmentService_CreateSubscription_FullMethodName      = "/fulfillment.v1.FulfillmentService/CreateSubscription"
-	FulfillmentService_GetSubscription_FullMethodName         = "/fulfillment.v1.FulfillmentService/GetSubscription"
-	FulfillmentService_ListSubscriptions_FullMethodName       = "/fulfillment.v1.FulfillmentService/ListSubscriptions"
-	FulfillmentService_CheckAccess_FullMethodName             = "/fulfillment.v1.FulfillmentService/CheckAccess"
+	FulfillmentService_CreateOrder_FullMethodName               = "/fulfillment.v1.FulfillmentService/CreateOrder"
+	FulfillmentService_GetOrder_FullMethodName                  = "/fulfillment.v1.FulfillmentService/GetOrder"
+	FulfillmentService_ListOrders_FullMethodName                = "/fulfillment.v1.FulfillmentService/ListOrders"
+	FulfillmentService_RecordEvent_FullMethodName               = "/fulfillment.v1.FulfillmentService/RecordEvent"
+	FulfillmentService_ListReconciliationItems_FullMethodName   = "/fulfillment.v1.FulfillmentService/ListReconciliationItems"
+	FulfillmentService_GetReconciliationSummary_FullMethodName  = "/fulfillment.v1.FulfillmentService/GetReconciliationSummary"
+	FulfillmentService_GetReconciliationItem_FullMethodName     = "/fulfillment.v1.FulfillmentService/GetReconciliationItem"
+	FulfillmentService_ResolveReconciliationItem_FullMethodName = "/fulfillment.v1.FulfillmentService/ResolveReconciliationItem"
+	FulfillmentService_StartPayment_FullMethodName              = "/fulfillment.v1.FulfillmentService/StartPayment"
+	FulfillmentService_ListOutboxMessages_FullMethodName        = "/fulfillment.v1.FulfillmentService/ListOutboxMessages"
+	FulfillmentService_GetOutboxMessage_FullMethodName          = "/fulfillment.v1.FulfillmentService/GetOutboxMessage"
+	FulfillmentService_RetryOutboxMessage_FullMethodName        = "/fulfillment.v1.FulfillmentService/RetryOutboxMessage"
+	FulfillmentService_ListDestinations_FullMethodName          = "/fulfillment.v1.FulfillmentService/ListDestinations"
+	FulfillmentService_DisableDestination_FullMethodName        = "/fulfillment.v1.FulfillmentService/DisableDestination"
+	FulfillmentService_EnableDestination_FullMethodName         = "/fulfillment.v1.FulfillmentService/EnableDestination"
+	FulfillmentService_ListInboxEvents_FullMethodName           = "/fulfillment.v1.FulfillmentService/ListInboxEvents"
+	FulfillmentService_GetInboxEvent_FullMethodName             = "/fulfillment.v1.FulfillmentService/GetInboxEvent"
+	FulfillmentService_ReplayInboxEvent_FullMethodName          = "/fulfillment.v1.FulfillmentService/ReplayInboxEvent"
+	FulfillmentService_WatchOrderEvents_FullMethodName          = "/fulfillment.v1.FulfillmentService/WatchOrderEvents"
+	FulfillmentService_CreateSubscription_FullMethodName        = "/fulfillment.v1.FulfillmentService/CreateSubscription"
+	FulfillmentService_GetSubscription_FullMethodName           = "/fulfillment.v1.FulfillmentService/GetSubscription"
+	FulfillmentService_ListSubscriptions_FullMethodName         = "/fulfillment.v1.FulfillmentService/ListSubscriptions"
+	FulfillmentService_CheckAccess_FullMethodName               = "/fulfillment.v1.FulfillmentService/CheckAccess"
 )
 
 // FulfillmentServiceClient is the client API for FulfillmentService service.
@@ -70,6 +76,22 @@ type FulfillmentServiceClient interface {
 	// ListReconciliationItems lists situations a person must look at, newest
 	// first.
 	ListReconciliationItems(ctx context.Context, in *ListReconciliationItemsRequest, opts ...grpc.CallOption) (*ListReconciliationItemsResponse, error)
+	// GetReconciliationSummary counts what needs a person, per org and
+	// environment the caller may see: open items by kind and the age of the
+	// oldest, events pending and failed, orders with a confirmed payment
+	// that are not fulfilled, outbox messages failed or uncertain.
+	GetReconciliationSummary(ctx context.Context, in *GetReconciliationSummaryRequest, opts ...grpc.CallOption) (*GetReconciliationSummaryResponse, error)
+	// GetReconciliationItem returns one item with its evidence: what the
+	// item links (the order with its history, the stored event, the outbox
+	// message with its attempts, the payment the service started, the
+	// subscription), each bounded as its own Get bounds it.
+	GetReconciliationItem(ctx context.Context, in *GetReconciliationItemRequest, opts ...grpc.CallOption) (*GetReconciliationItemResponse, error)
+	// ResolveReconciliationItem records how a person resolved an open item
+	// (scope "reconciliation:write"): the resolution, a note, and the
+	// calling token's name as the resolver. The item and its evidence are
+	// kept. An item resolved already is FAILED_PRECONDITION naming when and
+	// by whom, and keeps its first resolution.
+	ResolveReconciliationItem(ctx context.Context, in *ResolveReconciliationItemRequest, opts ...grpc.CallOption) (*ResolveReconciliationItemResponse, error)
 	// StartPayment starts paying an order awaiting payment through a
 	// provider endpoint that takes payments (T-Bank), for the order's total,
 	// and returns the payment page. Each attempt is registered under an id of
@@ -102,6 +124,23 @@ type FulfillmentServiceClient interface {
 	// EnableDestination resumes deliveries to a destination disabled by
 	// hand or by a 410 Gone answer (scope "admin").
 	EnableDestination(ctx context.Context, in *EnableDestinationRequest, opts ...grpc.CallOption) (*EnableDestinationResponse, error)
+	// ListInboxEvents lists stored provider events, newest first, without
+	// their raw bodies and replays (scope "admin"). Pages are bounded like
+	// ListOrders'.
+	ListInboxEvents(ctx context.Context, in *ListInboxEventsRequest, opts ...grpc.CallOption) (*ListInboxEventsResponse, error)
+	// GetInboxEvent returns one stored event: its normalized fields, its
+	// decision and reason, its processing, its replays, and its raw body to
+	// tokens with the "admin" scope only (scope "admin").
+	GetInboxEvent(ctx context.Context, in *GetInboxEventRequest, opts ...grpc.CallOption) (*GetInboxEventResponse, error)
+	// ReplayInboxEvent puts a decided stored event back in the inbox queue
+	// (pending, due now, attempts from 0), so that the processor decides it
+	// again against the current state, and records who replayed it and what
+	// its processing said before (scope "admin"). It never duplicates an
+	// effect: effects are unique in the database and the rules are
+	// monotonic. It works on an event whose raw body was purged (processing
+	// reads the normalized fields). An event pending already is
+	// FAILED_PRECONDITION and nothing changes.
+	ReplayInboxEvent(ctx context.Context, in *ReplayInboxEventRequest, opts ...grpc.CallOption) (*ReplayInboxEventResponse, error)
 	// WatchOrderEvents streams the order events of the orgs the caller may
 	// see (order.fulfilled, order.refunded, order.on_hold) and their
 	// subscription events (subscription.renewed, subscription.past_due,
@@ -192,6 +231,36 @@ func (c *fulfillmentServiceClient) ListReconciliationItems(ctx context.Context, 
 	return out, nil
 }
 
+func (c *fulfillmentServiceClient) GetReconciliationSummary(ctx context.Context, in *GetReconciliationSummaryRequest, opts ...grpc.CallOption) (*GetReconciliationSummaryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetReconciliationSummaryResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_GetReconciliationSummary_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) GetReconciliationItem(ctx context.Context, in *GetReconciliationItemRequest, opts ...grpc.CallOption) (*GetReconciliationItemResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetReconciliationItemResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_GetReconciliationItem_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) ResolveReconciliationItem(ctx context.Context, in *ResolveReconciliationItemRequest, opts ...grpc.CallOption) (*ResolveReconciliationItemResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResolveReconciliationItemResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_ResolveReconciliationItem_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *fulfillmentServiceClient) StartPayment(ctx context.Context, in *StartPaymentRequest, opts ...grpc.CallOption) (*StartPaymentResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StartPaymentResponse)
@@ -256,6 +325,36 @@ func (c *fulfillmentServiceClient) EnableDestination(ctx context.Context, in *En
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(EnableDestinationResponse)
 	err := c.cc.Invoke(ctx, FulfillmentService_EnableDestination_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) ListInboxEvents(ctx context.Context, in *ListInboxEventsRequest, opts ...grpc.CallOption) (*ListInboxEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListInboxEventsResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_ListInboxEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) GetInboxEvent(ctx context.Context, in *GetInboxEventRequest, opts ...grpc.CallOption) (*GetInboxEventResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetInboxEventResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_GetInboxEvent_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) ReplayInboxEvent(ctx context.Context, in *ReplayInboxEventRequest, opts ...grpc.CallOption) (*ReplayInboxEventResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplayInboxEventResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_ReplayInboxEvent_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -353,6 +452,22 @@ type FulfillmentServiceServer interface {
 	// ListReconciliationItems lists situations a person must look at, newest
 	// first.
 	ListReconciliationItems(context.Context, *ListReconciliationItemsRequest) (*ListReconciliationItemsResponse, error)
+	// GetReconciliationSummary counts what needs a person, per org and
+	// environment the caller may see: open items by kind and the age of the
+	// oldest, events pending and failed, orders with a confirmed payment
+	// that are not fulfilled, outbox messages failed or uncertain.
+	GetReconciliationSummary(context.Context, *GetReconciliationSummaryRequest) (*GetReconciliationSummaryResponse, error)
+	// GetReconciliationItem returns one item with its evidence: what the
+	// item links (the order with its history, the stored event, the outbox
+	// message with its attempts, the payment the service started, the
+	// subscription), each bounded as its own Get bounds it.
+	GetReconciliationItem(context.Context, *GetReconciliationItemRequest) (*GetReconciliationItemResponse, error)
+	// ResolveReconciliationItem records how a person resolved an open item
+	// (scope "reconciliation:write"): the resolution, a note, and the
+	// calling token's name as the resolver. The item and its evidence are
+	// kept. An item resolved already is FAILED_PRECONDITION naming when and
+	// by whom, and keeps its first resolution.
+	ResolveReconciliationItem(context.Context, *ResolveReconciliationItemRequest) (*ResolveReconciliationItemResponse, error)
 	// StartPayment starts paying an order awaiting payment through a
 	// provider endpoint that takes payments (T-Bank), for the order's total,
 	// and returns the payment page. Each attempt is registered under an id of
@@ -385,6 +500,23 @@ type FulfillmentServiceServer interface {
 	// EnableDestination resumes deliveries to a destination disabled by
 	// hand or by a 410 Gone answer (scope "admin").
 	EnableDestination(context.Context, *EnableDestinationRequest) (*EnableDestinationResponse, error)
+	// ListInboxEvents lists stored provider events, newest first, without
+	// their raw bodies and replays (scope "admin"). Pages are bounded like
+	// ListOrders'.
+	ListInboxEvents(context.Context, *ListInboxEventsRequest) (*ListInboxEventsResponse, error)
+	// GetInboxEvent returns one stored event: its normalized fields, its
+	// decision and reason, its processing, its replays, and its raw body to
+	// tokens with the "admin" scope only (scope "admin").
+	GetInboxEvent(context.Context, *GetInboxEventRequest) (*GetInboxEventResponse, error)
+	// ReplayInboxEvent puts a decided stored event back in the inbox queue
+	// (pending, due now, attempts from 0), so that the processor decides it
+	// again against the current state, and records who replayed it and what
+	// its processing said before (scope "admin"). It never duplicates an
+	// effect: effects are unique in the database and the rules are
+	// monotonic. It works on an event whose raw body was purged (processing
+	// reads the normalized fields). An event pending already is
+	// FAILED_PRECONDITION and nothing changes.
+	ReplayInboxEvent(context.Context, *ReplayInboxEventRequest) (*ReplayInboxEventResponse, error)
 	// WatchOrderEvents streams the order events of the orgs the caller may
 	// see (order.fulfilled, order.refunded, order.on_hold) and their
 	// subscription events (subscription.renewed, subscription.past_due,
@@ -440,6 +572,15 @@ func (UnimplementedFulfillmentServiceServer) RecordEvent(context.Context, *Recor
 func (UnimplementedFulfillmentServiceServer) ListReconciliationItems(context.Context, *ListReconciliationItemsRequest) (*ListReconciliationItemsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListReconciliationItems not implemented")
 }
+func (UnimplementedFulfillmentServiceServer) GetReconciliationSummary(context.Context, *GetReconciliationSummaryRequest) (*GetReconciliationSummaryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetReconciliationSummary not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) GetReconciliationItem(context.Context, *GetReconciliationItemRequest) (*GetReconciliationItemResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetReconciliationItem not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) ResolveReconciliationItem(context.Context, *ResolveReconciliationItemRequest) (*ResolveReconciliationItemResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResolveReconciliationItem not implemented")
+}
 func (UnimplementedFulfillmentServiceServer) StartPayment(context.Context, *StartPaymentRequest) (*StartPaymentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StartPayment not implemented")
 }
@@ -460,6 +601,15 @@ func (UnimplementedFulfillmentServiceServer) DisableDestination(context.Context,
 }
 func (UnimplementedFulfillmentServiceServer) EnableDestination(context.Context, *EnableDestinationRequest) (*EnableDestinationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method EnableDestination not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) ListInboxEvents(context.Context, *ListInboxEventsRequest) (*ListInboxEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListInboxEvents not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) GetInboxEvent(context.Context, *GetInboxEventRequest) (*GetInboxEventResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetInboxEvent not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) ReplayInboxEvent(context.Context, *ReplayInboxEventRequest) (*ReplayInboxEventResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReplayInboxEvent not implemented")
 }
 func (UnimplementedFulfillmentServiceServer) WatchOrderEvents(*WatchOrderEventsRequest, grpc.ServerStreamingServer[WatchOrderEventsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchOrderEvents not implemented")
@@ -583,6 +733,60 @@ func _FulfillmentService_ListReconciliationItems_Handler(srv interface{}, ctx co
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(FulfillmentServiceServer).ListReconciliationItems(ctx, req.(*ListReconciliationItemsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_GetReconciliationSummary_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetReconciliationSummaryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).GetReconciliationSummary(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_GetReconciliationSummary_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).GetReconciliationSummary(ctx, req.(*GetReconciliationSummaryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_GetReconciliationItem_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetReconciliationItemRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).GetReconciliationItem(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_GetReconciliationItem_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).GetReconciliationItem(ctx, req.(*GetReconciliationItemRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_ResolveReconciliationItem_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResolveReconciliationItemRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).ResolveReconciliationItem(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_ResolveReconciliationItem_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).ResolveReconciliationItem(ctx, req.(*ResolveReconciliationItemRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -713,6 +917,60 @@ func _FulfillmentService_EnableDestination_Handler(srv interface{}, ctx context.
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FulfillmentService_ListInboxEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListInboxEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).ListInboxEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_ListInboxEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).ListInboxEvents(ctx, req.(*ListInboxEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_GetInboxEvent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetInboxEventRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).GetInboxEvent(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_GetInboxEvent_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).GetInboxEvent(ctx, req.(*GetInboxEventRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_ReplayInboxEvent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplayInboxEventRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).ReplayInboxEvent(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_ReplayInboxEvent_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).ReplayInboxEvent(ctx, req.(*ReplayInboxEventRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _FulfillmentService_WatchOrderEvents_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchOrderEventsRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -824,6 +1082,18 @@ var FulfillmentService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _FulfillmentService_ListReconciliationItems_Handler,
 		},
 		{
+			MethodName: "GetReconciliationSummary",
+			Handler:    _FulfillmentService_GetReconciliationSummary_Handler,
+		},
+		{
+			MethodName: "GetReconciliationItem",
+			Handler:    _FulfillmentService_GetReconciliationItem_Handler,
+		},
+		{
+			MethodName: "ResolveReconciliationItem",
+			Handler:    _FulfillmentService_ResolveReconciliationItem_Handler,
+		},
+		{
 			MethodName: "StartPayment",
 			Handler:    _FulfillmentService_StartPayment_Handler,
 		},
@@ -850,6 +1120,18 @@ var FulfillmentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "EnableDestination",
 			Handler:    _FulfillmentService_EnableDestination_Handler,
+		},
+		{
+			MethodName: "ListInboxEvents",
+			Handler:    _FulfillmentService_ListInboxEvents_Handler,
+		},
+		{
+			MethodName: "GetInboxEvent",
+			Handler:    _FulfillmentService_GetInboxEvent_Handler,
+		},
+		{
+			MethodName: "ReplayInboxEvent",
+			Handler:    _FulfillmentService_ReplayInboxEvent_Handler,
 		},
 		{
 			MethodName: "CreateSubscription",

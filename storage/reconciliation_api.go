@@ -1,0 +1,170 @@
+package storage
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+// ReconGet implements fulfillment.ReconStore.
+func (s *Store) ReconGet(ctx context.Context, id int64) (fulfillment.ReconItem, error) {
+	it, err := scanReconItem(s.pool.QueryRow(ctx, "SELECT "+reconColumns+reconFrom+" WHERE r.id = $1", id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return it, fmt.Errorf("%w: reconciliation item %d", fulfillment.ErrNotFound, id)
+	}
+	if err != nil {
+		return it, fmt.Errorf("reading reconciliation item: %w", interpret(err))
+	}
+	return it, nil
+}
+
+// ReconResolve implements fulfillment.ReconStore. One statement: the
+// update applies to an open item only, so two people resolving at once
+// cannot both succeed; the loser reads who won.
+func (s *Store) ReconResolve(ctx context.Context, r fulfillment.ReconResolve) (fulfillment.ReconItem, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE reconciliation_items SET state = 'resolved', resolution = $2, resolution_note = $3,
+			resolved_by = $4, resolved_by_detail = $5, resolved_at = now()
+		WHERE id = $1 AND state = 'open'`, r.ID, r.Resolution, r.Note, r.Actor, opt(r.ActorDetail))
+	if err != nil {
+		return fulfillment.ReconItem{}, fmt.Errorf("resolving reconciliation item: %w", interpret(err))
+	}
+	it, err := s.ReconGet(ctx, r.ID)
+	if err != nil {
+		return it, err
+	}
+	if tag.RowsAffected() == 0 {
+		return it, fulfillment.AlreadyResolved(it)
+	}
+	return it, nil
+}
+
+// ReconSummary implements fulfillment.ReconStore. Each count reads a
+// partial index of what is open, pending, failed or stuck (migration 013),
+// never the history: one round trip of four grouped counts.
+func (s *Store) ReconSummary(ctx context.Context, f fulfillment.ReconFilter) ([]fulfillment.ReconSummaryRow, error) {
+	type key struct {
+		org string
+		env fulfillment.Environment
+	}
+	rowsBy := map[key]*fulfillment.ReconSummaryRow{}
+	var order []key
+	row := func(org string, env fulfillment.Environment) *fulfillment.ReconSummaryRow {
+		k := key{org, env}
+		r, ok := rowsBy[k]
+		if !ok {
+			r = &fulfillment.ReconSummaryRow{OrgID: org, Environment: env, OpenByKind: map[fulfillment.ReconKind]int64{}}
+			rowsBy[k] = r
+			order = append(order, k)
+		}
+		return r
+	}
+	scope := func(alias string) (string, []any) {
+		var w where
+		if f.VisibleOrgs != nil {
+			w.add(alias + ".org_id = ANY(" + w.arg(f.VisibleOrgs) + ")")
+		}
+		w.eq(alias+".org_id", f.OrgID)
+		w.eq(alias+".environment", string(f.Environment))
+		cond := ""
+		for _, c := range w.conds {
+			cond += " AND " + c
+		}
+		return cond, w.args
+	}
+	b := &pgx.Batch{}
+	cond, args := scope("r")
+	b.Queue(`SELECT r.org_id, r.environment, r.kind, count(*), min(r.created_at)
+		FROM reconciliation_items r WHERE r.state = 'open'`+cond+` GROUP BY 1, 2, 3`, args...).
+		Query(func(rows pgx.Rows) error {
+			return forEachRow(rows, func(r pgx.Rows) error {
+				var (
+					org    string
+					env    fulfillment.Environment
+					kind   fulfillment.ReconKind
+					n      int64
+					oldest time.Time
+				)
+				if err := r.Scan(&org, &env, &kind, &n, &oldest); err != nil {
+					return err
+				}
+				sr := row(org, env)
+				sr.OpenByKind[kind] = n
+				if sr.OldestOpen == nil || oldest.Before(*sr.OldestOpen) {
+					sr.OldestOpen = &oldest
+				}
+				return nil
+			})
+		})
+	cond, args = scope("e")
+	b.Queue(`SELECT e.org_id, e.environment, count(*) FILTER (WHERE e.state = 'pending'), count(*) FILTER (WHERE e.state = 'failed')
+		FROM inbox_events e WHERE e.state IN ('pending', 'failed')`+cond+` GROUP BY 1, 2`, args...).
+		Query(func(rows pgx.Rows) error {
+			return forEachRow(rows, func(r pgx.Rows) error {
+				var (
+					org             string
+					env             fulfillment.Environment
+					pending, failed int64
+				)
+				if err := r.Scan(&org, &env, &pending, &failed); err != nil {
+					return err
+				}
+				sr := row(org, env)
+				sr.EventsPending, sr.EventsFailed = pending, failed
+				return nil
+			})
+		})
+	cond, args = scope("o")
+	b.Queue(`SELECT o.org_id, o.environment, count(*) FROM orders o
+		WHERE o.paid_at IS NOT NULL AND o.state IN ('paid', 'fulfilling', 'on_hold')`+cond+` GROUP BY 1, 2`, args...).
+		Query(func(rows pgx.Rows) error {
+			return forEachRow(rows, func(r pgx.Rows) error {
+				var (
+					org string
+					env fulfillment.Environment
+					n   int64
+				)
+				if err := r.Scan(&org, &env, &n); err != nil {
+					return err
+				}
+				row(org, env).PaidNotFulfilled = n
+				return nil
+			})
+		})
+	cond, args = scope("m")
+	b.Queue(`SELECT m.org_id, m.environment, count(*) FILTER (WHERE m.state = 'failed'), count(*) FILTER (WHERE m.state = 'uncertain')
+		FROM outbox_messages m WHERE m.state IN ('failed', 'uncertain')`+cond+` GROUP BY 1, 2`, args...).
+		Query(func(rows pgx.Rows) error {
+			return forEachRow(rows, func(r pgx.Rows) error {
+				var (
+					org               string
+					env               fulfillment.Environment
+					failed, uncertain int64
+				)
+				if err := r.Scan(&org, &env, &failed, &uncertain); err != nil {
+					return err
+				}
+				sr := row(org, env)
+				sr.OutboxFailed, sr.OutboxUncertain = failed, uncertain
+				return nil
+			})
+		})
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("summarizing reconciliation: %w", interpret(err))
+	}
+	out := make([]fulfillment.ReconSummaryRow, 0, len(order))
+	for _, k := range order {
+		out = append(out, *rowsBy[k])
+	}
+	slices.SortFunc(out, func(a, b fulfillment.ReconSummaryRow) int {
+		return cmp.Or(cmp.Compare(a.OrgID, b.OrgID), cmp.Compare(a.Environment, b.Environment))
+	})
+	return out, nil
+}
