@@ -1,0 +1,189 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+// HousekeepingConfig tunes the housekeeper. Zero values take the defaults.
+type HousekeepingConfig struct {
+	// Interval is how often each task runs, on one replica or another, and
+	// how often each replica looks for a due task (default 1m).
+	Interval time.Duration
+	// FulfilmentSLA is how long a paid order may wait for its fulfilment
+	// before a paid_not_fulfilled item is opened (default 1h).
+	FulfilmentSLA time.Duration
+	// RawBodyRetention is how long the raw bodies of stored provider
+	// events are kept (default 30 days).
+	RawBodyRetention time.Duration
+	// Batch is the number of rows one statement handles (default 1000).
+	Batch int
+	// MaxBatches bounds the statements of one run of one task (default
+	// 100): a backlog is worked off over several intervals.
+	MaxBatches int
+}
+
+// Housekeeping defaults.
+const (
+	DefaultHousekeepingInterval = time.Minute
+	DefaultFulfilmentSLA        = time.Hour
+	DefaultRawBodyRetention     = 30 * 24 * time.Hour
+	DefaultHousekeepingBatch    = 1000
+	defaultHousekeepingBatches  = 100
+)
+
+// WithDefaults is c with its zero values filled in.
+func (c HousekeepingConfig) WithDefaults() HousekeepingConfig {
+	set := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	set(&c.Interval, DefaultHousekeepingInterval)
+	set(&c.FulfilmentSLA, DefaultFulfilmentSLA)
+	set(&c.RawBodyRetention, DefaultRawBodyRetention)
+	if c.Batch <= 0 {
+		c.Batch = DefaultHousekeepingBatch
+	}
+	if c.MaxBatches <= 0 {
+		c.MaxBatches = defaultHousekeepingBatches
+	}
+	return c
+}
+
+// NewHousekeeper returns the housekeeper: a queue of the recurring
+// housekeeping tasks (fulfillment.HousekeepingTask), each a row due again
+// an interval after its last run. now is its clock for the tasks' rules
+// (the SLA, the retention); nil is the database's.
+//
+// Why a leased queue rather than an advisory lock per task: the work is
+// time-driven and runs on every replica, and what must hold is "about one
+// run per interval, whatever the number of replicas". An advisory lock only
+// keeps runs apart — each replica would still run on its own ticker, N
+// runs per interval, unless the last run were recorded in a table anyway;
+// and a lock held for a whole run needs one session (a transaction, for an
+// xact lock) for its length, which the batched, short statements of a run
+// avoid. The queue row holds the schedule, in the database's clock that
+// every replica shares: one claim per due task, across replicas; a replica
+// that dies mid-run loses its claim within a second (its liveness), the
+// claim is retried with backoff when a run fails, and a replica's claims
+// cost one indexed read of two rows per interval. Mutual exclusion is not
+// what makes the tasks safe, though: every batch is idempotent (an item's
+// unique key, a purge of rows that still have a body), so that two runs at
+// once — a replica that lost its liveness mid-run — do no harm.
+func NewHousekeeper(work fulfillment.HousekeepingWork, owners Owners, cfg HousekeepingConfig, now func() time.Time, log *slog.Logger) *Queue {
+	cfg = cfg.WithDefaults()
+	t := &housekeepingTable{work: work, cfg: cfg, now: now, log: log.With("queue", "housekeeping")}
+	return NewQueue("housekeeping", t, owners, Config{
+		Workers: 1,
+		Batch:   1,
+		Poll:    cfg.Interval,
+		// A task is never given up: its attempts restart at every run, and
+		// a failing one is retried after an interval, doubling to an hour.
+		MaxAttempts: math.MaxInt32,
+		BaseBackoff: cfg.Interval,
+		MaxBackoff:  max(cfg.Interval, time.Hour),
+	}, log)
+}
+
+// housekeepingTable is the housekeeping tasks as a Table.
+type housekeepingTable struct {
+	work fulfillment.HousekeepingWork
+	cfg  HousekeepingConfig
+	now  func() time.Time
+	log  *slog.Logger
+}
+
+func (t *housekeepingTable) Claim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error) {
+	got, err := t.work.HousekeepingClaim(ctx, owner, limit, lease, maxAttempts, inFlight)
+	claims := make([]Claim, len(got))
+	for i, c := range got {
+		claims[i] = Claim(c)
+	}
+	return claims, err
+}
+
+// Process runs the claimed tasks, each in batches of statements of their
+// own, and schedules each one's next run.
+func (t *housekeepingTable) Process(ctx context.Context, owner string, claims []Claim) error {
+	for _, c := range claims {
+		task, err := t.work.HousekeepingTask(ctx, c.ID, owner)
+		if errors.Is(err, fulfillment.ErrLeaseLost) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		n, err := t.Run(ctx, task)
+		if err != nil {
+			return err
+		}
+		if err := t.work.HousekeepingDone(ctx, c.ID, owner, n, t.cfg.Interval); err != nil && !errors.Is(err, fulfillment.ErrLeaseLost) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Run runs one task at the housekeeper's clock: batches until one comes
+// back short, at most MaxBatches. It returns how many things it did.
+func (t *housekeepingTable) Run(ctx context.Context, task fulfillment.HousekeepingTask) (int, error) {
+	var now time.Time
+	if t.now != nil {
+		now = t.now()
+	}
+	total := 0
+	for range t.cfg.MaxBatches {
+		var seen, done int
+		var err error
+		switch task {
+		case fulfillment.TaskFulfilmentSLA:
+			seen, done, err = t.work.OpenOverdueFulfilments(ctx, now, t.cfg.FulfilmentSLA, t.cfg.Batch)
+		case fulfillment.TaskRawBodyPurge:
+			done, err = t.work.PurgeRawBodies(ctx, now, t.cfg.RawBodyRetention, t.cfg.Batch)
+			seen = done
+		default:
+			return total, fmt.Errorf("unknown housekeeping task %q", task)
+		}
+		total += done
+		if err != nil {
+			return total, err
+		}
+		if seen < t.cfg.Batch || ctx.Err() != nil {
+			break
+		}
+	}
+	switch {
+	case total == 0:
+	case task == fulfillment.TaskFulfilmentSLA:
+		t.log.Warn("paid orders past the fulfilment SLA: paid_not_fulfilled items opened", "count", total, "sla", t.cfg.FulfilmentSLA)
+	default:
+		t.log.Info("raw event bodies purged", "count", total, "retention", t.cfg.RawBodyRetention)
+	}
+	return total, nil
+}
+
+func (t *housekeepingTable) Retry(ctx context.Context, owner string, c Claim, cause string, next time.Time, maxAttempts int) (bool, error) {
+	return t.work.HousekeepingRetry(ctx, c.ID, owner, cause, next, maxAttempts)
+}
+
+func (t *housekeepingTable) Release(ctx context.Context, owner string) (int, error) {
+	return t.work.HousekeepingRelease(ctx, owner)
+}
+
+func (t *housekeepingTable) Reclaim(ctx context.Context) (int, error) {
+	return t.work.HousekeepingReclaim(ctx)
+}
+
+// Listen waits for ctx: tasks fall due with time, never by a commit, so
+// the queue's poll (the interval) finds them.
+func (*housekeepingTable) Listen(ctx context.Context, _ func()) error {
+	<-ctx.Done()
+	return nil
+}
