@@ -36,7 +36,7 @@ func newRootCmd() *cobra.Command {
 	f.BoolVar(&c.tls, "tls", false, "connect with TLS")
 	f.StringVar(&c.caFile, "ca-file", "", "PEM file of the CA that signed the server certificate (with --tls; default: system roots)")
 	root.AddCommand(newOrdersCmd(&c), newSubscriptionsCmd(&c), newAccessCmd(&c), newOutboxCmd(&c), newDestinationsCmd(&c),
-		newWatchCmd(&c), newWebhookCmd(), newListenCmd())
+		newReconCmd(&c), newEventsCmd(&c), newWatchCmd(&c), newWebhookCmd(), newListenCmd())
 	return root
 }
 

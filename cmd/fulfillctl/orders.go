@@ -51,23 +51,55 @@ func newOrdersCmd(c *conn) *cobra.Command {
 	create.Flags().StringVar(&file, "file", "", "JSON file with the order (- for standard input)")
 	_ = create.MarkFlagRequired("file")
 
+	var byMerchant fulfillmentv1.ListOrdersRequest
 	get := &cobra.Command{
-		Use:   "get ORDER_ID",
-		Short: "Show one order",
-		Args:  cobra.ExactArgs(1),
+		Use:   "get ORDER_ID | --org ORG --merchant-order-id ID [--environment ENV]",
+		Short: "Show one order, by its id or by the merchant's order id",
+		Long: `Get prints one order with its history as JSON: by the service's order id, or
+by the merchant's order id within an org (--org and --merchant-order-id;
+--environment when the org has the id in both live and test). Needs the
+orders:read scope.`,
+		Example: `  fulfillctl orders get 019a2b3c-4d5e-7f60-8a9b-0c1d2e3f4a5b
+  fulfillctl orders get --org org_demo --merchant-order-id demo-1`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, ctx, done, err := c.client(cmd.Context())
-			if err != nil {
-				return err
+			byRef := byMerchant.OrgId != "" || byMerchant.MerchantOrderId != "" || byMerchant.Environment != ""
+			switch {
+			case len(args) == 1 && byRef:
+				return fmt.Errorf("give an order id or --org with --merchant-order-id, not both")
+			case len(args) == 0 && (byMerchant.OrgId == "" || byMerchant.MerchantOrderId == ""):
+				return fmt.Errorf("give an order id, or --org with --merchant-order-id")
 			}
-			defer done()
-			resp, err := client.GetOrder(ctx, &fulfillmentv1.GetOrderRequest{OrderId: args[0]})
-			if err != nil {
-				return err
-			}
-			return printJSON(cmd.OutOrStdout(), resp.GetOrder())
+			return c.call(cmd.Context(), func(ctx context.Context, client fulfillmentv1.FulfillmentServiceClient) error {
+				id := ""
+				if len(args) == 1 {
+					id = args[0]
+				} else {
+					byMerchant.PageSize = 3
+					found, err := client.ListOrders(ctx, &byMerchant)
+					if err != nil {
+						return err
+					}
+					switch n := len(found.GetOrders()); {
+					case n == 0:
+						return fmt.Errorf("no order of org %s has merchant order id %q", byMerchant.OrgId, byMerchant.MerchantOrderId)
+					case n > 1:
+						return fmt.Errorf("org %s has merchant order id %q in live and in test: add --environment", byMerchant.OrgId, byMerchant.MerchantOrderId)
+					}
+					id = found.GetOrders()[0].GetId()
+				}
+				resp, err := client.GetOrder(ctx, &fulfillmentv1.GetOrderRequest{OrderId: id})
+				if err != nil {
+					return err
+				}
+				return printJSON(cmd.OutOrStdout(), resp.GetOrder())
+			})
 		},
 	}
+	gf := get.Flags()
+	gf.StringVar(&byMerchant.OrgId, "org", "", "with --merchant-order-id: the org of the order")
+	gf.StringVar(&byMerchant.MerchantOrderId, "merchant-order-id", "", "with --org: the merchant's own order id")
+	gf.StringVar(&byMerchant.Environment, "environment", "", "with --merchant-order-id: live or test")
 
 	req := &fulfillmentv1.ListOrdersRequest{}
 	list := &cobra.Command{
