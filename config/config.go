@@ -52,6 +52,7 @@ type Config struct {
 	Database  Database   `yaml:"database,omitempty"`
 	Auth      Auth       `yaml:"auth,omitempty"`
 	Log       Log        `yaml:"log,omitempty"`
+	Tracing   Tracing    `yaml:"tracing,omitempty"`
 	Endpoints []Endpoint `yaml:"endpoints,omitempty"`
 	Ingest    Ingest     `yaml:"ingest,omitempty"`
 	Inbox     Queue      `yaml:"inbox,omitempty"`
@@ -373,6 +374,46 @@ type Log struct {
 	// at most once per interval, the next one with the count of those
 	// suppressed (default 10s).
 	RepeatInterval time.Duration `yaml:"repeat_interval"`
+	// Format is json (one JSON object per line, the default) or text
+	// (key=value lines, for a terminal).
+	Format string `yaml:"format,omitempty"`
+}
+
+// Log formats.
+const (
+	LogFormatJSON = "json"
+	LogFormatText = "text"
+)
+
+// Tracing configures OpenTelemetry tracing. Without an OTLP endpoint it is
+// off: no exporter, a no-op tracer.
+type Tracing struct {
+	// OTLPEndpoint is the OTLP/gRPC collector, host:port or a URL
+	// (http:// is plaintext, https:// is TLS); empty turns tracing off.
+	OTLPEndpoint string `yaml:"otlp_endpoint,omitempty"`
+	// SampleRatio is the share of new traces recorded, 0 to 1 (default
+	// 0.1); a caller's sampled trace is always followed.
+	SampleRatio *float64 `yaml:"sample_ratio,omitempty"`
+	// ServiceName names the service in traces (default fulfillmentd).
+	ServiceName string `yaml:"service_name,omitempty"`
+}
+
+// Tracing defaults.
+const (
+	DefaultTraceSampleRatio = 0.1
+	DefaultTraceServiceName = "fulfillmentd"
+)
+
+// WithDefaults fills the keys left out.
+func (t Tracing) WithDefaults() Tracing {
+	if t.SampleRatio == nil {
+		r := DefaultTraceSampleRatio
+		t.SampleRatio = &r
+	}
+	if t.ServiceName == "" {
+		t.ServiceName = DefaultTraceServiceName
+	}
+	return t
 }
 
 // Defaults used for keys the file leaves out.
@@ -468,6 +509,9 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	}
 	if c.Log.Level == "" {
 		c.Log.Level = "info"
+	}
+	if c.Log.Format == "" {
+		c.Log.Format = LogFormatJSON
 	}
 	if c.Database.ConnectTimeout == 0 {
 		c.Database.ConnectTimeout = 2 * time.Second
@@ -596,6 +640,14 @@ func (c *Config) validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		return fmt.Errorf("log.level: %q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "", LogFormatJSON, LogFormatText:
+	default:
+		return fmt.Errorf("log.format: %q is not one of json, text", c.Log.Format)
+	}
+	if r := c.Tracing.SampleRatio; r != nil && (*r < 0 || *r > 1) {
+		return fmt.Errorf("tracing.sample_ratio: %v is not between 0 and 1", *r)
 	}
 	if err := c.validateEndpoints(); err != nil {
 		return err

@@ -82,6 +82,7 @@ status_poll:
   max_backoff: 1m
 log:
   level: info
+  format: text        # key=value lines for a terminal (production: json)
 YAML
 
 # The banner: make run prints it once the service answers /readyz.

@@ -105,12 +105,13 @@ func newRootCmd() *cobra.Command {
 	return root
 }
 
-// newLogger writes JSON lines on stderr, each value on one line, each cause
+// newLogger writes JSON lines (or, with log.format text, key=value lines)
+// on stderr, each value on one line, durations in milliseconds, each cause
 // of warnings once per log.repeat_interval, with the request id of the
 // context.
 func newLogger(c config.Log) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(c.Level)) // validated by config
-	h := logging.NewJSONHandler(os.Stderr, l, c.RepeatInterval)
+	h := logging.NewFormatHandler(os.Stderr, c.Format, l, c.RepeatInterval)
 	return slog.New(server.ContextHandler{Handler: h})
 }

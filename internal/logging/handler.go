@@ -90,9 +90,10 @@ func NewHandler(next slog.Handler, interval time.Duration) *Handler {
 }
 
 // NewJSONHandler returns a Handler writing JSON lines to w, records below
-// level left out, each cause of warnings written once per interval.
+// level left out, each cause of warnings written once per interval,
+// durations in milliseconds (see NewFormatHandler).
 func NewJSONHandler(w io.Writer, level slog.Leveler, interval time.Duration) *Handler {
-	return NewHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}), interval)
+	return NewFormatHandler(w, FormatJSON, level, interval)
 }
 
 // Enabled reports whether the wrapped handler handles level.
