@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +15,12 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/fulfillplatform/fulfillment/config"
+	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	testreceiver "github.com/fulfillplatform/fulfillment/internal/receiver"
+	"github.com/fulfillplatform/fulfillment/internal/stdwebhooks"
 )
 
 // sendPayment delivers a signed Yolfi payment.confirmed of paymentID for
@@ -233,5 +238,60 @@ func TestReconAndEventsCommands(t *testing.T) {
 	}
 	if _, _, err := s.ctl(t, "orders", "get"); err == nil || !strings.Contains(err.Error(), "give an order id, or --org with --merchant-order-id") {
 		t.Errorf("orders get without an id: %v", err)
+	}
+}
+
+// An order with a license and an external line, paid, its message
+// delivered; then its payment event replayed 10 times through the running
+// service's inbox worker: the order's licenses, ledger, events, deliveries
+// and items, and what the destination applied, are unchanged.
+func TestReplayTenTimesThroughTheWorker(t *testing.T) {
+	t.Parallel()
+	key := parseSecret(t, testSecret(61))
+	crm := testreceiver.Start(t, testreceiver.Options{Secrets: []stdwebhooks.Secret{key}})
+	yes := true
+	s := startService(t, config.Destination{ID: "crm", URL: crm.URL(), Idempotent: &yes, Keys: []stdwebhooks.Secret{key}}.WithDefaults())
+	order := s.payOrder(t, "ctl-replay-1", "crm")
+	snapshot := func() string {
+		t.Helper()
+		o, err := s.client.GetOrder(admin(t), &fulfillmentv1.GetOrderRequest{OrderId: order})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := o.GetOrder().GetHistory()
+		items, err := s.client.ListReconciliationItems(admin(t), &fulfillmentv1.ListReconciliationItemsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var delivered int
+		for _, d := range h.GetDeliveries() {
+			if d.GetState() == "delivered" {
+				delivered++
+			}
+		}
+		return fmt.Sprintf("state=%s licenses=%d ledger=%d events=%d deliveries=%d delivered=%d items=%d effects=%d",
+			o.GetOrder().GetState(), len(h.GetEntitlements()), len(h.GetLedgerEntries()), len(h.GetEvents()),
+			len(h.GetDeliveries()), delivered, len(items.GetItems()), crm.Effects(fulfillment.LineKey(order, 1)))
+	}
+	want := "state=fulfilled licenses=1 ledger=0 events=1 deliveries=1 delivered=1 items=0 effects=1"
+	waitUntil(t, "fulfilled and delivered", func() bool { return snapshot() == want })
+	evs, err := s.client.ListInboxEvents(admin(t), &fulfillmentv1.ListInboxEventsRequest{OrderId: order})
+	if err != nil || len(evs.GetEvents()) != 1 {
+		t.Fatalf("the order's events: %v, %v", evs, err)
+	}
+	id := evs.GetEvents()[0].GetId()
+	for i := range 10 {
+		s.ctlOK(t, "events", "replay", id)
+		waitUntil(t, "the replay decided", func() bool {
+			e, err := s.client.GetInboxEvent(admin(t), &fulfillmentv1.GetInboxEventRequest{InboxEventId: id})
+			return err == nil && e.GetEvent().GetState() == "processed" && e.GetEvent().GetReplayCount() == int32(i+1)
+		})
+		if got := snapshot(); got != want {
+			t.Fatalf("after replay %d: %s, want %s", i+1, got, want)
+		}
+	}
+	e, err := s.client.GetInboxEvent(admin(t), &fulfillmentv1.GetInboxEventRequest{InboxEventId: id})
+	if err != nil || e.GetEvent().GetDecision() != "already_applied" || e.GetEvent().GetReplayCount() != 10 || len(e.GetEvent().GetReplays()) != 10 {
+		t.Errorf("the event after 10 replays: %v, %v", e, err)
 	}
 }
