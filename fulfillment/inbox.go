@@ -87,6 +87,31 @@ type InboxWork interface {
 	InboxListen(ctx context.Context, wake func()) error
 }
 
+// ProcessedEvent is an event InboxProcess decided, with what the
+// processor's log line, metrics and trace tell about it — never its body or
+// the customer's reference.
+type ProcessedEvent struct {
+	Outcome
+	EventID    string
+	Provider   Provider
+	EndpointID string
+	Kind       EventKind
+	// OrderID is the order the event was matched to ("" when none).
+	OrderID string
+	// ReceivedAt is when the event was stored (the database's clock).
+	ReceivedAt time.Time
+	// TraceParent is the W3C traceparent of the call that stored the
+	// event ("" when it was not traced).
+	TraceParent string
+}
+
+// InboxEventsProcessor is an InboxWork that also tells what it decided
+// about each event beyond its outcome (storage does).
+type InboxEventsProcessor interface {
+	// InboxProcessEvents is InboxProcess, with each event's ProcessedEvent.
+	InboxProcessEvents(ctx context.Context, ids []int64, owner string) (map[int64]ProcessedEvent, error)
+}
+
 // Claim is one leased item of a queue: an inbox event, an outbox message.
 type Claim struct {
 	ID int64

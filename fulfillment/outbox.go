@@ -138,6 +138,8 @@ type OutboxMessage struct {
 	// worker sending it stopped (only recorded for destinations that do
 	// not honour idempotency keys).
 	Interrupted bool
+	// CreatedAt is when the message was queued (the database's clock).
+	CreatedAt time.Time
 }
 
 // DeliveryOutcome is what one delivery attempt came to.

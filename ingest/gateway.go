@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -54,6 +56,8 @@ type Gateway struct {
 	// flooding the log; the counter still counts every one.
 	rejectLog *rate.Limiter
 	requests  *prometheus.CounterVec
+	// ack is the time from a request's arrival to its 2xx, by endpoint.
+	ack *prometheus.HistogramVec
 }
 
 // Outcomes of a webhook request, as counted in metrics and logs.
@@ -89,12 +93,17 @@ func NewGateway(endpoints []Endpoint, rec Recorder, opts Options, log *slog.Logg
 			Name: "fulfillment_webhook_requests_total",
 			Help: "Webhook requests by endpoint and outcome.",
 		}, []string{"endpoint", "outcome"}),
+		ack: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fulfillment_webhook_ack_duration_seconds",
+			Help:    "Time from a webhook's arrival to its 2xx answer (the event committed), by endpoint.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"endpoint"}),
 	}
 	for _, ep := range endpoints {
 		g.endpoints[ep.ID] = ep
 	}
 	if opts.Registerer != nil {
-		opts.Registerer.MustRegister(g.requests)
+		opts.Registerer.MustRegister(g.requests, g.ack)
 	}
 	return g
 }
@@ -112,6 +121,7 @@ func (g *Gateway) Handler() http.Handler {
 }
 
 func (g *Gateway) serveWebhook(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	id := r.PathValue("endpoint_id")
 	ep, ok := g.endpoints[id]
 	if !ok {
@@ -154,6 +164,8 @@ func (g *Gateway) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	span := trace.SpanFromContext(r.Context())
+	span.SetAttributes(attribute.String("webhook.endpoint", id), attribute.String("webhook.event_id", ev.EventID))
 	ctx, cancel := context.WithTimeout(r.Context(), g.opts.Timeout)
 	defer cancel()
 	receipt, err := g.rec.RecordEvent(ctx, ev, body)
@@ -180,6 +192,12 @@ func (g *Gateway) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 	g.requests.WithLabelValues(id, outcome).Inc()
 	ep.Adapter.Acknowledge(w)
+	took := time.Since(start)
+	g.ack.WithLabelValues(id).Observe(took.Seconds())
+	// The event id, never its body: the line that says it arrived.
+	g.log.LogAttrs(r.Context(), slog.LevelInfo, "webhook "+outcome,
+		slog.String("endpoint", id), slog.String("event_id", ev.EventID), slog.String("kind", string(ev.Kind)),
+		slog.Duration("duration", took))
 }
 
 // reject answers a refused request, counts it, and logs it when the log

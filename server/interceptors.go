@@ -8,11 +8,14 @@ import (
 	"runtime/debug"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 )
 
 // requestIDHeader carries a request id from the caller (or the REST gateway)
@@ -56,8 +59,18 @@ func validRequestID(id string) bool {
 	return true
 }
 
-// logUnary writes one structured line per call: method, code, duration,
-// request id and caller. It never logs request or response bodies.
+// hotMethods are called once per webhook or per page view: a busy service
+// would write a line per call. Their successful calls are logged at DEBUG;
+// their failures like any other call's.
+var hotMethods = map[string]bool{
+	fulfillmentv1.FulfillmentService_RecordEvent_FullMethodName: true,
+	fulfillmentv1.FulfillmentService_GetOrder_FullMethodName:    true,
+	fulfillmentv1.FulfillmentService_CheckAccess_FullMethodName: true,
+}
+
+// logUnary writes one structured line per call: method, code, duration
+// (duration_ms), request id and caller — at DEBUG for a successful call of
+// a hot method. It never logs request or response bodies.
 func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
@@ -74,8 +87,16 @@ func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 			level = slog.LevelError
 		case codes.Unavailable:
 			level = slog.LevelWarn
+		case codes.OK:
+			level = slog.LevelInfo
+			if hotMethods[info.FullMethod] {
+				level = slog.LevelDebug
+			}
 		default:
 			level = slog.LevelInfo
+		}
+		if !log.Enabled(ctx, level) {
+			return resp, err
 		}
 		attrs := []slog.Attr{
 			slog.String("method", info.FullMethod),
@@ -114,13 +135,16 @@ func withLogAttrs(ctx context.Context, attrs ...slog.Attr) context.Context {
 }
 
 // ContextHandler wraps a slog.Handler so that records logged with a context
-// carry that context's request id.
+// carry that context's request id, and its trace id when it is traced.
 type ContextHandler struct{ slog.Handler }
 
 // Handle adds the context's attributes to r.
 func (h ContextHandler) Handle(ctx context.Context, r slog.Record) error {
 	if attrs, ok := ctx.Value(logAttrsKey{}).([]slog.Attr); ok {
 		r.AddAttrs(attrs...)
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()))
 	}
 	return h.Handler.Handle(ctx, r)
 }

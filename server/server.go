@@ -14,6 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -63,6 +66,10 @@ type Options struct {
 	// Payments are the providers of the endpoints that take payments the
 	// service starts (StartPayment), by endpoint id.
 	Payments map[string]fulfillment.PaymentProvider
+	// TracerProvider, when set, traces every call (server spans, their
+	// callers' trace context from gRPC metadata) and the in-process
+	// clients' calls (the context sent along).
+	TracerProvider trace.TracerProvider
 }
 
 // New prepares a server; listeners open in Listen.
@@ -70,7 +77,14 @@ func New(cfg *config.Config, store Store, log *slog.Logger, opts Options) (*Serv
 	s := &Server{cfg: cfg, store: store, log: log, opts: opts, ready: make(chan struct{})}
 	s.auth = NewAuthenticator(cfg.Auth.Tokens)
 	g := cfg.GRPC.WithDefaults()
-	s.grpcSrv = grpc.NewServer(
+	var srvTrace []grpc.ServerOption
+	var dialTrace []grpc.DialOption
+	if tp := opts.TracerProvider; tp != nil {
+		prop := otelgrpc.WithPropagators(propagation.TraceContext{})
+		srvTrace = append(srvTrace, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), prop)))
+		dialTrace = append(dialTrace, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), prop)))
+	}
+	s.grpcSrv = grpc.NewServer(append(srvTrace,
 		grpc.MaxRecvMsgSize(g.MaxRecvBytes),
 		grpc.MaxSendMsgSize(g.MaxSendBytes),
 		grpc.MaxConcurrentStreams(g.MaxConcurrentStreams),
@@ -83,7 +97,7 @@ func New(cfg *config.Config, store Store, log *slog.Logger, opts Options) (*Serv
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: g.KeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(recoverUnary(log), logUnary(log), s.auth.UnaryInterceptor, limitResponse(g.MaxSendBytes, log)),
 		grpc.ChainStreamInterceptor(s.auth.StreamInterceptor),
-	)
+	)...)
 	s.svc = newService(store, cfg, log)
 	s.svc.payments = opts.Payments
 	fulfillmentv1.RegisterFulfillmentServiceServer(s.grpcSrv, s.svc)
@@ -94,10 +108,10 @@ func New(cfg *config.Config, store Store, log *slog.Logger, opts Options) (*Serv
 	// TCP hop. They accept whatever the server may send.
 	s.inproc = bufconn.Listen(1 << 20)
 	var err error
-	s.local, err = grpc.NewClient("passthrough:///inproc",
+	s.local, err = grpc.NewClient("passthrough:///inproc", append(dialTrace,
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return s.inproc.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(g.MaxSendBytes), grpc.MaxCallSendMsgSize(g.MaxRecvBytes)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(g.MaxSendBytes), grpc.MaxCallSendMsgSize(g.MaxRecvBytes)))...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting in-process client: %w", err)
 	}

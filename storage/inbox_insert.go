@@ -177,6 +177,7 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 		rows[i] = inboxRowOf(r.ev)
 		rows[i].RawBody = r.raw
 		rows[i].State = string(fulfillment.InboxPending)
+		rows[i].TraceParent = opt(traceParent(r.ctx))
 		if out := fulfillment.Decide(r.ev, nil); out.Decision == fulfillment.DecisionTestModeIgnored {
 			// Stored as evidence, acknowledged, never processed.
 			rows[i].State = string(fulfillment.InboxIgnored)

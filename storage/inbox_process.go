@@ -20,7 +20,21 @@ import (
 // one order are decided in event order against the order as the previous
 // ones left it.
 func (s *Store) InboxProcess(ctx context.Context, ids []int64, owner string) (map[int64]fulfillment.Outcome, error) {
-	outcomes := make(map[int64]fulfillment.Outcome, len(ids))
+	done, err := s.InboxProcessEvents(ctx, ids, owner)
+	if err != nil {
+		return nil, err
+	}
+	outcomes := make(map[int64]fulfillment.Outcome, len(done))
+	for id, p := range done {
+		outcomes[id] = p.Outcome
+	}
+	return outcomes, nil
+}
+
+// InboxProcessEvents implements fulfillment.InboxEventsProcessor: it is
+// InboxProcess, telling each event's id, order and trace context too.
+func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner string) (map[int64]fulfillment.ProcessedEvent, error) {
+	outcomes := make(map[int64]fulfillment.ProcessedEvent, len(ids))
 	var q queued
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		events, err := lockLeasedEvents(ctx, tx, ids, owner)
@@ -84,7 +98,12 @@ func (s *Store) InboxProcess(ctx context.Context, ids []int64, owner string) (ma
 					processed_at = clock_timestamp(), lease_owner = NULL, lease_until = NULL, last_error = NULL
 				WHERE id = $1`,
 				le.id, fulfillment.InboxStateFor(out.Decision), out.Decision, out.Reason, linked, applied)
-			outcomes[le.id] = out
+			p := fulfillment.ProcessedEvent{Outcome: out, EventID: le.ev.EventID, Provider: le.ev.Provider,
+				EndpointID: le.ev.EndpointID, Kind: le.ev.Kind, ReceivedAt: le.received, TraceParent: le.traceParent}
+			if linked != nil {
+				p.OrderID = *linked
+			}
+			outcomes[le.id] = p
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("applying decisions: %w", interpret(err))
@@ -102,9 +121,10 @@ func (s *Store) InboxProcess(ctx context.Context, ids []int64, owner string) (ma
 
 // leasedEvent is an inbox event locked for processing.
 type leasedEvent struct {
-	id       int64
-	ev       fulfillment.ProviderEvent
-	received time.Time
+	id          int64
+	ev          fulfillment.ProviderEvent
+	received    time.Time
+	traceParent string // of the call that stored it
 }
 
 // lockLeasedEvents reads, in id order, the events of ids that owner still
@@ -123,7 +143,7 @@ func lockLeasedEvents(ctx context.Context, tx pgx.Tx, ids []int64, owner string)
 			return leasedEvent{}, err
 		}
 		ev, err := row.event()
-		return leasedEvent{id: row.ID, ev: ev, received: received}, err
+		return leasedEvent{id: row.ID, ev: ev, received: received, traceParent: str(row.TraceParent)}, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("locking inbox events: %w", interpret(err))

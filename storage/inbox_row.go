@@ -41,6 +41,9 @@ type inboxRow struct {
 	State             string
 	Decision          *string
 	DecisionReason    *string
+	// TraceParent is the W3C traceparent of the call that stored the
+	// event, for its processing to join that trace.
+	TraceParent *string
 }
 
 // inboxColumn maps one column: its name, its SQL type, and the row field
@@ -102,6 +105,7 @@ var inboxColumns = []inboxColumn{
 	column("network", "text", func(r *inboxRow) **string { return &r.Network }),
 	column("currency", "text", func(r *inboxRow) **string { return &r.Currency }),
 	column("refs", "jsonb", func(r *inboxRow) *map[string]string { return &r.Refs }),
+	column("trace_parent", "text", func(r *inboxRow) **string { return &r.TraceParent }),
 }
 
 // inboxWriteColumns are written on insert but not read for processing.

@@ -144,9 +144,9 @@ func (s *Store) OutboxListen(ctx context.Context, wake func()) error {
 func (s *Store) OutboxLoad(ctx context.Context, id int64, owner string) (fulfillment.OutboxMessage, error) {
 	m := fulfillment.OutboxMessage{ID: id}
 	err := s.pool.QueryRow(ctx, `
-		SELECT destination_id, topic, idempotency_key, payload::text, sending_since IS NOT NULL
+		SELECT destination_id, topic, idempotency_key, payload::text, sending_since IS NOT NULL, created_at
 		FROM outbox_messages WHERE id = $1 AND state = 'pending' AND lease_owner = $2`, id, owner).
-		Scan(&m.DestinationID, &m.Topic, &m.Key, &m.Payload, &m.Interrupted)
+		Scan(&m.DestinationID, &m.Topic, &m.Key, &m.Payload, &m.Interrupted, &m.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return m, fmt.Errorf("message %d: %w", id, fulfillment.ErrLeaseLost)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
@@ -66,6 +67,8 @@ type Options struct {
 	// StatusPollAfter is how long after a payment start the status poller
 	// first asks the provider about it; 0 queues no polls.
 	StatusPollAfter time.Duration
+	// TracerProvider, when set, traces every query (see queryTracer).
+	TracerProvider trace.TracerProvider
 }
 
 // Open connects a pool to the database at url and checks it answers.
@@ -81,6 +84,9 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	cfg.ConnConfig.ConnectTimeout = o.ConnectTimeout
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	}
+	if o.TracerProvider != nil {
+		cfg.ConnConfig.Tracer = newQueryTracer(o.TracerProvider)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

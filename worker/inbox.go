@@ -5,21 +5,51 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
+
+// InboxOptions adds observers to the inbox processor.
+type InboxOptions struct {
+	// OnOutcome, when not nil, observes every processed event's outcome.
+	OnOutcome func(fulfillment.Outcome)
+	// OnProcessed, when not nil, observes every processed event (metrics).
+	// It is called only when the work tells more than outcomes
+	// (fulfillment.InboxEventsProcessor, as storage does).
+	OnProcessed func(fulfillment.ProcessedEvent)
+	// Tracer, when set, traces each batch (its queries are its children)
+	// and each event: the event's span is a child of the call that stored
+	// it (its trace_parent), linked to its batch's span.
+	Tracer trace.Tracer
+}
 
 // NewInbox returns the inbox processor: the queue of stored provider events,
 // each batch processed in one transaction by work. onOutcome, when not nil,
 // observes every processed event (metrics).
 func NewInbox(work fulfillment.InboxWork, owners Owners, cfg Config, log *slog.Logger, onOutcome func(fulfillment.Outcome)) *Queue {
-	return NewQueue("inbox", inboxTable{work: work, log: log, onOutcome: onOutcome}, owners, cfg, log)
+	return NewInboxWith(work, owners, cfg, log, InboxOptions{OnOutcome: onOutcome})
+}
+
+// NewInboxWith is NewInbox with observers. Each processed event writes one
+// INFO line: its id, its order, the decision (never its body or the
+// customer's reference).
+func NewInboxWith(work fulfillment.InboxWork, owners Owners, cfg Config, log *slog.Logger, opts InboxOptions) *Queue {
+	if opts.Tracer == nil {
+		opts.Tracer = noop.NewTracerProvider().Tracer("")
+	}
+	return NewQueue("inbox", inboxTable{work: work, log: log, opts: opts}, owners, cfg, log)
 }
 
 // inboxTable is the inbox as a Table.
 type inboxTable struct {
-	work      fulfillment.InboxWork
-	log       *slog.Logger
-	onOutcome func(fulfillment.Outcome)
+	work fulfillment.InboxWork
+	log  *slog.Logger
+	opts InboxOptions
 }
 
 func (t inboxTable) Claim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error) {
@@ -32,12 +62,17 @@ func (t inboxTable) Claim(ctx context.Context, owner string, limit int, lease ti
 }
 
 func (t inboxTable) Process(ctx context.Context, owner string, claims []Claim) error {
+	start := time.Now()
+	ctx, span := t.opts.Tracer.Start(ctx, "inbox.process", trace.WithAttributes(attribute.Int("inbox.batch_size", len(claims))))
+	defer span.End()
 	ids := make([]int64, len(claims))
 	for i, c := range claims {
 		ids[i] = c.ID
 	}
-	outs, err := t.work.InboxProcess(ctx, ids, owner)
+	outs, err := t.process(ctx, ids, owner)
 	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
 		return err
 	}
 	for _, c := range claims {
@@ -46,11 +81,59 @@ func (t inboxTable) Process(ctx context.Context, owner string, claims []Claim) e
 			t.log.Info("inbox event taken over by another worker", "inbox_id", c.ID)
 			continue
 		}
-		if t.onOutcome != nil {
-			t.onOutcome(out)
-		}
+		t.processed(ctx, span, start, c.ID, out)
 	}
 	return nil
+}
+
+// process runs the batch, with each event's details when the work tells
+// them.
+func (t inboxTable) process(ctx context.Context, ids []int64, owner string) (map[int64]fulfillment.ProcessedEvent, error) {
+	if p, ok := t.work.(fulfillment.InboxEventsProcessor); ok {
+		return p.InboxProcessEvents(ctx, ids, owner)
+	}
+	outs, err := t.work.InboxProcess(ctx, ids, owner)
+	if err != nil {
+		return nil, err
+	}
+	res := make(map[int64]fulfillment.ProcessedEvent, len(outs))
+	for id, o := range outs {
+		res[id] = fulfillment.ProcessedEvent{Outcome: o}
+	}
+	return res, nil
+}
+
+// processed logs, counts and traces one processed event.
+func (t inboxTable) processed(ctx context.Context, batch trace.Span, start time.Time, id int64, p fulfillment.ProcessedEvent) {
+	attrs := []slog.Attr{
+		slog.String("event_id", p.EventID), slog.String("endpoint", p.EndpointID), slog.String("kind", string(p.Kind)),
+		slog.Int64("inbox_id", id), slog.String("order_id", p.OrderID), slog.String("decision", string(p.Decision)),
+		slog.String("reason", p.Reason),
+	}
+	if !p.ReceivedAt.IsZero() {
+		attrs = append(attrs, slog.Duration("since_received", max(time.Since(p.ReceivedAt), 0)))
+	}
+	t.log.LogAttrs(ctx, slog.LevelInfo, "event processed", attrs...)
+	if t.opts.OnOutcome != nil {
+		t.opts.OnOutcome(p.Outcome)
+	}
+	if t.opts.OnProcessed != nil && p.EventID != "" {
+		t.opts.OnProcessed(p)
+	}
+	if p.TraceParent == "" || !batch.SpanContext().IsValid() { // tracing is off
+		return
+	}
+	parent := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": p.TraceParent})
+	if !trace.SpanContextFromContext(parent).IsValid() {
+		return
+	}
+	_, span := t.opts.Tracer.Start(parent, "inbox.process_event",
+		trace.WithTimestamp(start),
+		trace.WithLinks(trace.Link{SpanContext: batch.SpanContext()}),
+		trace.WithAttributes(
+			attribute.String("webhook.event_id", p.EventID), attribute.Int64("inbox.id", id),
+			attribute.String("order.id", p.OrderID), attribute.String("inbox.decision", string(p.Decision))))
+	span.End()
 }
 
 func (t inboxTable) Retry(ctx context.Context, owner string, c Claim, cause string, next time.Time, maxAttempts int) (bool, error) {

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fulfillplatform/fulfillment/config"
@@ -45,17 +46,32 @@ type App struct {
 	outbox    *worker.Outbox    // nil without destinations, or when outbox.disabled
 	poller    *worker.Queue     // nil without providers to poll, or when status_poll.disabled
 	sweeper   *worker.Queue     // nil without plans, or when subscription_sweep.disabled
+	housekeep *worker.Queue     // nil when housekeeping.disabled
 	ingestLis net.Listener
 	debugLis  net.Listener // nil unless listen.debug is set
 	tls       *config.TLS
 	http      config.HTTP
+	// tracer is nil when tracing is off; stopTracing flushes it.
+	tracer      trace.TracerProvider
+	stopTracing func(context.Context) error
 }
 
 // New opens the database (migrating first when configured) and binds every
 // listener, so that addresses are known before Run.
-func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*App, error) {
+func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Option) (*App, error) {
 	if cfg.Database.URL == "" {
 		return nil, ErrNoDatabase
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	tracer, stopTracing := o.tracer, func(context.Context) error { return nil }
+	if tracer == nil {
+		var err error
+		if tracer, stopTracing, err = newTracerProvider(ctx, cfg.Tracing); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Database.Migrate {
 		if err := storage.Migrate(ctx, cfg.Database.URL); err != nil {
@@ -71,15 +87,17 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*App, error
 		Plans:          cfg.DomainPlans(),
 		// Polls are queued whether or not this process runs the poller.
 		StatusPollAfter: cfg.StatusPoll.WithDefaults().After,
+		TracerProvider:  tracer,
 	})
 	if err != nil {
+		_ = stopTracing(ctx)
 		return nil, err
 	}
 	warnUnreachable(cfg, log)
 	if cfg.Worker != nil {
 		log.Warn(config.DeprecatedWorker)
 	}
-	a := &App{log: log, store: store, tls: cfg.TLS, http: cfg.HTTP}
+	a := &App{log: log, store: store, tls: cfg.TLS, http: cfg.HTTP, tracer: tracer, stopTracing: stopTracing}
 	if err := a.build(cfg); err != nil {
 		a.Close()
 		return nil, err
@@ -89,7 +107,8 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*App, error
 
 func (a *App) build(cfg *config.Config) error {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		a.store.MetricsCollector(storage.DefaultMetricsTimeout))
 
 	// The webhook gateway calls the service in-process, with a token that
 	// exists only in this process.
@@ -104,7 +123,7 @@ func (a *App) build(cfg *config.Config) error {
 		return err
 	}
 	a.srv, err = server.New(&srvCfg, a.store, a.log, server.Options{
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Payments: payments})
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Payments: payments, TracerProvider: a.tracer})
 	if err != nil {
 		return err
 	}
@@ -124,15 +143,9 @@ func (a *App) build(cfg *config.Config) error {
 		}
 	}
 
-	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fulfillment_inbox_events_processed_total",
-		Help: "Inbox events processed, by decision.",
-	}, []string{"decision"})
-	reg.MustRegister(decisions)
 	a.liveness = a.store.NewLiveness()
 	if !cfg.Inbox.Disabled {
-		a.inbox = worker.NewInbox(a.store, a.liveness, QueueConfig(cfg.Inbox), a.log,
-			func(o fulfillment.Outcome) { decisions.WithLabelValues(string(o.Decision)).Inc() })
+		a.inbox = worker.NewInboxWith(a.store, a.liveness, QueueConfig(cfg.Inbox), a.log, inboxObservers(reg, a.tracer))
 	}
 	if len(cfg.Destinations) > 0 && !cfg.Outbox.Disabled {
 		a.outbox = newOutbox(cfg, a.store, a.liveness, reg, a.log)
@@ -148,6 +161,11 @@ func (a *App) build(cfg *config.Config) error {
 	}
 	if sweep := config.SweepDefaults(cfg.SubscriptionSweep); len(cfg.Plans) > 0 && !sweep.Disabled {
 		a.sweeper = worker.NewSweeper(a.store, a.liveness, QueueConfig(sweep), nil, a.log)
+	}
+	if hk := cfg.Housekeeping.WithDefaults(); !hk.Disabled {
+		a.housekeep = worker.NewHousekeeper(a.store, a.liveness, worker.HousekeepingConfig{
+			Interval: hk.Interval, FulfilmentSLA: hk.FulfilmentSLA, RawBodyRetention: hk.RawBodyRetention, Batch: hk.Batch,
+		}, nil, a.log)
 	}
 	return nil
 }
@@ -171,7 +189,7 @@ func (a *App) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.srv.Run(ctx) })
 	g.Go(func() error {
-		return ServeHTTP(ctx, "webhooks", a.ingestLis, a.gateway.Handler(), a.tls, a.http, a.log)
+		return ServeHTTP(ctx, "webhooks", a.ingestLis, traceHTTP(a.gateway.Handler(), "webhook", a.tracer), a.tls, a.http, a.log)
 	})
 	var queues []*worker.Queue
 	if a.inbox != nil {
@@ -182,6 +200,9 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	if a.sweeper != nil {
 		queues = append(queues, a.sweeper)
+	}
+	if a.housekeep != nil {
+		queues = append(queues, a.housekeep)
 	}
 	if a.outbox != nil {
 		queues = append(queues, a.outbox.Queues()...)
@@ -202,8 +223,41 @@ func (a *App) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// Close releases the database pool (Run does it when it returns).
-func (a *App) Close() { a.store.Close() }
+// Close releases the database pool (Run does it when it returns) and
+// flushes the traces.
+func (a *App) Close() {
+	a.store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.stopTracing(ctx); err != nil {
+		a.log.Warn("tracing: flushing spans", "error", err)
+	}
+}
+
+// inboxObservers count the inbox's decisions and time each event from its
+// receipt to its decision, and trace its processing when tp is set.
+func inboxObservers(reg prometheus.Registerer, tp trace.TracerProvider) worker.InboxOptions {
+	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fulfillment_inbox_events_processed_total",
+		Help: "Inbox events processed, by decision.",
+	}, []string{"decision"})
+	latency := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "fulfillment_inbox_processing_latency_seconds",
+		Help:    "Time from an inbox event's receipt (committed, acknowledged) to its decision committed.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+	})
+	reg.MustRegister(decisions, latency)
+	o := worker.InboxOptions{
+		OnOutcome: func(o fulfillment.Outcome) { decisions.WithLabelValues(string(o.Decision)).Inc() },
+		OnProcessed: func(p fulfillment.ProcessedEvent) {
+			latency.Observe(max(time.Since(p.ReceivedAt), 0).Seconds())
+		},
+	}
+	if tp != nil {
+		o.Tracer = tp.Tracer("github.com/fulfillplatform/fulfillment/worker")
+	}
+	return o
+}
 
 // NewGateway builds the webhook gateway of the configured endpoints.
 func NewGateway(cfg *config.Config, rec ingest.Recorder, reg prometheus.Registerer, log *slog.Logger) (*ingest.Gateway, error) {

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -31,7 +32,17 @@ func newOutbox(cfg *config.Config, work fulfillment.OutboxWork, owners worker.Ow
 		Name: "fulfillment_outbox_attempts_total",
 		Help: "Outbox delivery attempts, by destination and outcome.",
 	}, []string{"destination", "outcome"})
-	reg.MustRegister(attempts)
+	took := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fulfillment_outbox_attempt_duration_seconds",
+		Help:    "Time of one delivery attempt (signing, the HTTP request and its answer), by destination.",
+		Buckets: prometheus.DefBuckets,
+	}, []string{"destination"})
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fulfillment_outbox_delivery_latency_seconds",
+		Help:    "Time from an outbox message's creation to its delivery (2xx), by destination.",
+		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600},
+	}, []string{"destination"})
+	reg.MustRegister(attempts, took, latency)
 	sender := outbox.NewSender()
 	dests := make([]worker.Destination, len(cfg.Destinations))
 	for i, d := range cfg.Destinations {
@@ -40,9 +51,14 @@ func newOutbox(cfg *config.Config, work fulfillment.OutboxWork, owners worker.Ow
 		dests[i] = worker.Destination{
 			ID: d.ID, Idempotent: *d.Idempotent, Concurrency: d.Concurrency, MaxAttempts: d.MaxAttempts,
 			Deliver: func(ctx context.Context, m fulfillment.OutboxMessage) fulfillment.DeliveryAttempt {
+				start := time.Now()
 				r := sender.Send(ctx, target, outbox.Message{Key: m.Key, Topic: string(m.Topic), Payload: m.Payload})
 				a := fulfillment.DeliveryAttempt{Outcome: outcomeOf(r.Verdict), Status: r.Status, Reason: r.Reason}
 				attempts.WithLabelValues(d.ID, string(a.Outcome)).Inc()
+				took.WithLabelValues(d.ID).Observe(time.Since(start).Seconds())
+				if a.Outcome == fulfillment.OutcomeDelivered && !m.CreatedAt.IsZero() {
+					latency.WithLabelValues(d.ID).Observe(max(time.Since(m.CreatedAt), 0).Seconds())
+				}
 				return a
 			},
 		}

@@ -1,0 +1,283 @@
+package e2e_test
+
+// Observability (issue 12, items 4 and 5): the metrics a scrape finds after
+// real traffic, one trace from the webhook gateway through RecordEvent to
+// the event's processing, and the per-event log lines.
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fulfillplatform/fulfillment/config"
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/internal/app"
+	"github.com/fulfillplatform/fulfillment/internal/pgtest"
+)
+
+// startObserved runs the service in-process with log and app options, on
+// its own database.
+func startObserved(t *testing.T, log *slog.Logger, configure func(*config.Config), opts ...app.Option) *stack {
+	t.Helper()
+	dbURL := pgtest.DB(t)
+	cfg := testConfig(dbURL)
+	if configure != nil {
+		configure(cfg)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a, err := app.New(ctx, cfg, log, opts...)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("service stopped with error: %v", err)
+		}
+	})
+	<-a.Ready()
+	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	db, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	return &stack{dbURL: dbURL, ingestURL: "http://" + a.IngestAddr(), restURL: "http://" + a.HTTPAddr(),
+		grpcAddr: a.GRPCAddr(), client: fulfillmentv1.NewFulfillmentServiceClient(conn), db: db}
+}
+
+// After a paid order (a webhook, its processing, an order.fulfilled
+// delivery, an extra payment's reconciliation item), /metrics holds every
+// series the operations section names.
+func TestMetricsAfterTraffic(t *testing.T) {
+	t.Parallel()
+	crm := startReceiver(t, true, nil)
+	s := startObserved(t, slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		withDestinations(destination(t, "crm", crm, true, 5*time.Second, "order.fulfilled")))
+	order := s.createOrder(t, "live", "obs-metrics")
+	s.pay(t, "obs-metrics")
+	s.sendOK(t, event(yolfi.TypePaymentConfirmed, "obs-metrics", "inv_second")) // an extra payment: an item
+	s.settle(t)
+	waitFor(t, "order.fulfilled delivered", func() bool { return crm.TotalEffects() >= 1 })
+	if _, err := s.client.GetOrder(authed(orgAToken), &fulfillmentv1.GetOrderRequest{OrderId: order.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+
+	resp, err := http.Get(s.restURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics = %d", resp.StatusCode)
+	}
+	text := string(body)
+	for _, series := range []string{
+		`fulfillment_webhook_requests_total{endpoint="yolfi-live",outcome="accepted"} 2`,
+		`fulfillment_webhook_ack_duration_seconds_count{endpoint="yolfi-live"} 2`,
+		`fulfillment_webhook_ack_duration_seconds_bucket{endpoint="yolfi-live",le="0.1"}`,
+		`fulfillment_inbox_pending_events 0`,
+		`fulfillment_inbox_oldest_pending_age_seconds 0`,
+		`fulfillment_inbox_processing_latency_seconds_count 2`,
+		`fulfillment_inbox_events_processed_total{decision="fulfilled"} 1`,
+		`fulfillment_outbox_messages{state="pending"}`,
+		`fulfillment_outbox_messages{state="failed"} 0`,
+		`fulfillment_outbox_messages{state="uncertain"} 0`,
+		`fulfillment_outbox_attempts_total{destination="crm",outcome="delivered"}`,
+		`fulfillment_outbox_attempt_duration_seconds_count{destination="crm"}`,
+		`fulfillment_outbox_delivery_latency_seconds_count{destination="crm"}`,
+		`fulfillment_reconciliation_open_items{kind="extra_payment"} 1`,
+		`fulfillment_db_pool_acquired_connections{pool="main"}`,
+		`fulfillment_db_pool_idle_connections{pool="main"}`,
+		`fulfillment_db_pool_total_connections{pool="main"}`,
+		`fulfillment_db_pool_max_connections{pool="main"} 20`,
+		`fulfillment_db_pool_acquires_total{pool="main"}`,
+		`fulfillment_db_pool_acquire_waits_total{pool="main"}`,
+		`fulfillment_db_pool_acquire_wait_seconds_total{pool="main"}`,
+		`fulfillment_db_scrape_success 1`,
+		`fulfillment_db_scrape_duration_seconds`,
+	} {
+		if !strings.Contains(text, "\n"+series) {
+			t.Errorf("/metrics lacks %s", series)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", grepLines(text, "fulfillment_"))
+	}
+}
+
+// grepLines keeps the lines of text holding s.
+func grepLines(text, s string) string {
+	var out []string
+	for line := range strings.SplitSeq(text, "\n") {
+		if strings.Contains(line, s) && !strings.HasPrefix(line, "#") {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// One trace follows a webhook: the gateway's HTTP span, RecordEvent's
+// server span (its context carried in gRPC metadata), the queries, and —
+// later, in a worker — the event's processing span, a child of RecordEvent
+// through the trace_parent stored with the event.
+func TestTraceFollowsWebhook(t *testing.T) {
+	t.Parallel()
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	s := startObserved(t, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil, app.WithTracerProvider(tp))
+	s.createOrder(t, "live", "obs-trace")
+	ev := event(yolfi.TypePaymentConfirmed, "obs-trace", "inv_obs-trace")
+	s.sendOK(t, ev)
+	s.settle(t)
+
+	var gateway, record, process tracetest.SpanStub
+	waitFor(t, "the event's processing span", func() bool {
+		for _, sp := range spans.GetSpans() {
+			switch {
+			case sp.SpanKind == trace.SpanKindServer && hasAttr(sp, "webhook.event_id", ev.ID):
+				gateway = sp
+			case sp.SpanKind == trace.SpanKindServer && strings.HasSuffix(sp.Name, "FulfillmentService/RecordEvent"):
+				record = sp
+			case sp.Name == "inbox.process_event" && hasAttr(sp, "webhook.event_id", ev.ID):
+				process = sp
+			}
+		}
+		return process.SpanContext.IsValid()
+	})
+	if !gateway.SpanContext.IsValid() || !record.SpanContext.IsValid() {
+		t.Fatalf("gateway span %v, RecordEvent span %v: want both", gateway.Name, record.Name)
+	}
+	tid := gateway.SpanContext.TraceID()
+	if record.SpanContext.TraceID() != tid || process.SpanContext.TraceID() != tid {
+		t.Errorf("traces: gateway %s, RecordEvent %s, processing %s; want one", tid,
+			record.SpanContext.TraceID(), process.SpanContext.TraceID())
+	}
+	if process.Parent.SpanID() != record.SpanContext.SpanID() {
+		t.Errorf("processing span's parent = %s, want RecordEvent's span %s", process.Parent.SpanID(), record.SpanContext.SpanID())
+	}
+	if !hasAttr(process, "inbox.decision", "fulfilled") || len(process.Links) != 1 {
+		t.Fatalf("processing span: attributes %v, links %v; want decision fulfilled and a link to its batch", process.Attributes, process.Links)
+	}
+	queries := 0
+	for _, sp := range spans.GetSpans() {
+		if sp.SpanKind == trace.SpanKindClient && hasAttrKey(sp, "db.query.text") && sp.SpanContext.TraceID() == process.Links[0].SpanContext.TraceID() {
+			queries++
+		}
+	}
+	if queries == 0 {
+		t.Errorf("no query spans under the processing batch")
+	}
+}
+
+func hasAttr(sp tracetest.SpanStub, key, value string) bool {
+	for _, a := range sp.Attributes {
+		if string(a.Key) == key && a.Value.String() == value {
+			return true
+		}
+	}
+	return false
+}
+
+func hasAttrKey(sp tracetest.SpanStub, key string) bool {
+	for _, a := range sp.Attributes {
+		if string(a.Key) == key {
+			return true
+		}
+	}
+	return false
+}
+
+// The log of a busy service: one line per accepted webhook (with its event
+// id) and one per processed event (event id, order, decision), no line per
+// successful hot call (RecordEvent, GetOrder, CheckAccess: DEBUG), never a
+// body. The bytes written per paid order are reported.
+func TestLogLinesPerEvent(t *testing.T) {
+	t.Parallel()
+	sink := &logSink{}
+	s := startObserved(t, floodLogger(sink), nil)
+	const orders = 40
+	var ids []string
+	for i := range orders {
+		mo := "obs-log-" + strconv.Itoa(i)
+		o := s.createOrder(t, "live", mo)
+		ids = append(ids, o.GetId())
+		s.pay(t, mo)
+	}
+	s.settle(t)
+	before := len(sink.lines())
+	reads := 0
+	for _, id := range ids {
+		for range 5 {
+			if _, err := s.client.GetOrder(authed(orgAToken), &fulfillmentv1.GetOrderRequest{OrderId: id}); err != nil {
+				t.Fatal(err)
+			}
+			reads++
+		}
+	}
+	waitFor(t, "the log to settle", func() bool { time.Sleep(50 * time.Millisecond); return true })
+	if n := len(sink.lines()) - before; n != 0 {
+		t.Errorf("%d successful GetOrder calls wrote %d lines at INFO, want none", reads, n)
+	}
+
+	lines := checkLogLines(t, sink.lines())
+	accepted, processed := map[string]bool{}, map[string]map[string]any{}
+	bytes := 0
+	for i, rec := range lines {
+		bytes += len(sink.lines()[i]) + 1
+		switch rec["msg"] {
+		case "webhook accepted":
+			accepted[rec["event_id"].(string)] = true
+			if _, ok := rec["duration_ms"].(float64); !ok {
+				t.Errorf("accepted line without duration_ms: %v", rec)
+			}
+		case "event processed":
+			processed[rec["event_id"].(string)] = rec
+		case "rpc":
+			if rec["method"] != "/fulfillment.v1.FulfillmentService/CreateOrder" {
+				t.Errorf("rpc line at INFO for a hot method: %v", rec)
+			}
+		}
+		for _, secretish := range []string{"0xabc", "25.000000", "acct_", liveSecret, orgAToken} {
+			if strings.Contains(sink.lines()[i], secretish) {
+				t.Errorf("a log line holds %q (a body's value or a secret): %s", secretish, sink.lines()[i])
+			}
+		}
+	}
+	if len(accepted) != orders || len(processed) != orders {
+		t.Errorf("accepted lines for %d events, processed lines for %d; want %d each", len(accepted), len(processed), orders)
+	}
+	orderIDs := map[string]bool{}
+	for _, id := range ids {
+		orderIDs[id] = true
+	}
+	for ev, rec := range processed {
+		if !accepted[ev] || rec["decision"] != "fulfilled" || !orderIDs[rec["order_id"].(string)] {
+			t.Errorf("processed line %v: want an accepted event, decision fulfilled, one of the orders", rec)
+		}
+	}
+	t.Logf("log volume: %d lines, %d bytes for %d orders (create, pay, process) and %d GetOrder calls: %.0f bytes per paid order",
+		len(lines), bytes, orders, reads, float64(bytes)/orders)
+}

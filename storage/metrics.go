@@ -1,0 +1,159 @@
+package storage
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics of the database's state, read when /metrics is scraped.
+var (
+	descInboxPending = prometheus.NewDesc("fulfillment_inbox_pending_events",
+		"Inbox events waiting to be processed.", nil, nil)
+	descInboxOldest = prometheus.NewDesc("fulfillment_inbox_oldest_pending_age_seconds",
+		"Age of the oldest pending inbox event (0 when none).", nil, nil)
+	descOutbox = prometheus.NewDesc("fulfillment_outbox_messages",
+		"Outbox messages that are not delivered, by state (pending, failed, uncertain).", []string{"state"}, nil)
+	descRecon = prometheus.NewDesc("fulfillment_reconciliation_open_items",
+		"Open reconciliation items, by kind.", []string{"kind"}, nil)
+	descScrapeOK = prometheus.NewDesc("fulfillment_db_scrape_success",
+		"1 when the database's gauges were read at this scrape, 0 when they could not be (they are then left out).", nil, nil)
+	descScrapeDuration = prometheus.NewDesc("fulfillment_db_scrape_duration_seconds",
+		"Time the database's gauges took to read at this scrape.", nil, nil)
+
+	descPoolAcquired = prometheus.NewDesc("fulfillment_db_pool_acquired_connections",
+		"Connections of the pool in use.", []string{"pool"}, nil)
+	descPoolIdle = prometheus.NewDesc("fulfillment_db_pool_idle_connections",
+		"Idle connections of the pool.", []string{"pool"}, nil)
+	descPoolTotal = prometheus.NewDesc("fulfillment_db_pool_total_connections",
+		"Connections of the pool (acquired, idle and being opened).", []string{"pool"}, nil)
+	descPoolMax = prometheus.NewDesc("fulfillment_db_pool_max_connections",
+		"Most connections the pool opens.", []string{"pool"}, nil)
+	descPoolAcquires = prometheus.NewDesc("fulfillment_db_pool_acquires_total",
+		"Connections acquired from the pool.", []string{"pool"}, nil)
+	descPoolWaits = prometheus.NewDesc("fulfillment_db_pool_acquire_waits_total",
+		"Acquisitions that had to wait for a connection (none was idle).", []string{"pool"}, nil)
+	descPoolWait = prometheus.NewDesc("fulfillment_db_pool_acquire_wait_seconds_total",
+		"Time spent acquiring connections from the pool.", []string{"pool"}, nil)
+)
+
+// DefaultMetricsTimeout bounds the database reads of one scrape.
+const DefaultMetricsTimeout = time.Second
+
+// metricsSQL reads every database gauge in one round trip, each part on a
+// partial or leading-column index: pending inbox events (the claim index),
+// undelivered outbox messages (pending: the pending index; failed and
+// uncertain: the (state, id) index), open reconciliation items (the open
+// index). Their cost grows with the backlog, never with history.
+const metricsSQL = `
+	SELECT 'inbox' AS what, '' AS label, count(*)::float8 AS n,
+		coalesce(extract(epoch FROM clock_timestamp() - min(received_at)), 0)::float8 AS age
+	FROM inbox_events WHERE state = 'pending'
+	UNION ALL
+	SELECT 'outbox', 'pending', count(*), 0 FROM outbox_messages WHERE state = 'pending'
+	UNION ALL
+	SELECT 'outbox', 'failed', count(*), 0 FROM outbox_messages WHERE state = 'failed'
+	UNION ALL
+	SELECT 'outbox', 'uncertain', count(*), 0 FROM outbox_messages WHERE state = 'uncertain'
+	UNION ALL
+	(SELECT 'recon', kind, count(*), 0 FROM reconciliation_items WHERE state = 'open' GROUP BY kind)`
+
+// MetricsCollector returns a collector of the database's gauges (inbox
+// backlog and its oldest event's age, undelivered outbox messages,
+// open reconciliation items) and of the pools' statistics. The gauges are
+// read at each scrape with one indexed query bounded by timeout (0:
+// DefaultMetricsTimeout); when the database does not answer, the scrape
+// still succeeds, without them, with fulfillment_db_scrape_success 0, and a
+// warning is logged (the log's handler writes it once per interval).
+func (s *Store) MetricsCollector(timeout time.Duration) prometheus.Collector {
+	if timeout <= 0 {
+		timeout = DefaultMetricsTimeout
+	}
+	return &dbCollector{s: s, timeout: timeout, log: s.log}
+}
+
+type dbCollector struct {
+	s       *Store
+	timeout time.Duration
+	log     *slog.Logger
+}
+
+func (*dbCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descInboxPending, descInboxOldest, descOutbox, descRecon, descScrapeOK,
+		descScrapeDuration, descPoolAcquired, descPoolIdle, descPoolTotal, descPoolMax, descPoolAcquires,
+		descPoolWaits, descPoolWait} {
+		ch <- d
+	}
+}
+
+func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
+	poolStats(ch, "main", c.s.pool.Stat())
+	poolStats(ch, "lease", c.s.leasePool.Stat())
+
+	start := time.Now()
+	metrics, err := c.read()
+	ch <- prometheus.MustNewConstMetric(descScrapeDuration, prometheus.GaugeValue, time.Since(start).Seconds())
+	if err != nil {
+		c.log.Warn("metrics: could not read the database's gauges", "error", err)
+		ch <- prometheus.MustNewConstMetric(descScrapeOK, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descScrapeOK, prometheus.GaugeValue, 1)
+	for _, m := range metrics {
+		ch <- m
+	}
+}
+
+// read runs metricsSQL, returning every metric or none.
+func (c *dbCollector) read() ([]prometheus.Metric, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	rows, err := c.s.pool.Query(ctx, metricsSQL)
+	if err != nil {
+		return nil, interpret(err)
+	}
+	defer rows.Close()
+	var out []prometheus.Metric
+	for rows.Next() {
+		var (
+			what, label string
+			n, age      float64
+		)
+		if err := rows.Scan(&what, &label, &n, &age); err != nil {
+			return nil, err
+		}
+		switch what {
+		case "inbox":
+			out = append(out,
+				prometheus.MustNewConstMetric(descInboxPending, prometheus.GaugeValue, n),
+				prometheus.MustNewConstMetric(descInboxOldest, prometheus.GaugeValue, max(age, 0)))
+		case "outbox":
+			out = append(out, prometheus.MustNewConstMetric(descOutbox, prometheus.GaugeValue, n, label))
+		case "recon":
+			out = append(out, prometheus.MustNewConstMetric(descRecon, prometheus.GaugeValue, n, label))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpret(err)
+	}
+	return out, nil
+}
+
+func poolStats(ch chan<- prometheus.Metric, pool string, st *pgxpool.Stat) {
+	gauge := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, pool)
+	}
+	counter := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, pool)
+	}
+	gauge(descPoolAcquired, float64(st.AcquiredConns()))
+	gauge(descPoolIdle, float64(st.IdleConns()))
+	gauge(descPoolTotal, float64(st.TotalConns()))
+	gauge(descPoolMax, float64(st.MaxConns()))
+	counter(descPoolAcquires, float64(st.AcquireCount()))
+	counter(descPoolWaits, float64(st.EmptyAcquireCount()))
+	counter(descPoolWait, st.AcquireDuration().Seconds())
+}
