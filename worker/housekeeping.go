@@ -79,7 +79,8 @@ func (c HousekeepingConfig) WithDefaults() HousekeepingConfig {
 // once — a replica that lost its liveness mid-run — do no harm.
 func NewHousekeeper(work fulfillment.HousekeepingWork, owners Owners, cfg HousekeepingConfig, now func() time.Time, log *slog.Logger) *Queue {
 	cfg = cfg.WithDefaults()
-	t := &housekeepingTable{work: work, cfg: cfg, now: now, log: log.With("queue", "housekeeping")}
+	t := &housekeepingTable{work: work, cfg: cfg, now: now, log: log.With("queue", "housekeeping"),
+		notBefore: time.Now().Add(cfg.Interval)}
 	return NewQueue("housekeeping", t, owners, Config{
 		Workers: 1,
 		Batch:   1,
@@ -98,9 +99,18 @@ type housekeepingTable struct {
 	cfg  HousekeepingConfig
 	now  func() time.Time
 	log  *slog.Logger
+	// notBefore is when the first claim is made: one interval after the
+	// housekeeper was made. Housekeeping never competes with a replica's
+	// start-up, and the first queue a starting replica claims from is the
+	// one with work waiting (crash tests arm their failpoint at a claim,
+	// meaning the inbox's).
+	notBefore time.Time
 }
 
 func (t *housekeepingTable) Claim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error) {
+	if time.Now().Before(t.notBefore) {
+		return nil, nil
+	}
 	got, err := t.work.HousekeepingClaim(ctx, owner, limit, lease, maxAttempts, inFlight)
 	claims := make([]Claim, len(got))
 	for i, c := range got {
