@@ -46,6 +46,7 @@ type App struct {
 	outbox    *worker.Outbox    // nil without destinations, or when outbox.disabled
 	poller    *worker.Queue     // nil without providers to poll, or when status_poll.disabled
 	sweeper   *worker.Queue     // nil without plans, or when subscription_sweep.disabled
+	housekeep *worker.Queue     // nil when housekeeping.disabled
 	ingestLis net.Listener
 	debugLis  net.Listener // nil unless listen.debug is set
 	tls       *config.TLS
@@ -161,6 +162,11 @@ func (a *App) build(cfg *config.Config) error {
 	if sweep := config.SweepDefaults(cfg.SubscriptionSweep); len(cfg.Plans) > 0 && !sweep.Disabled {
 		a.sweeper = worker.NewSweeper(a.store, a.liveness, QueueConfig(sweep), nil, a.log)
 	}
+	if hk := cfg.Housekeeping.WithDefaults(); !hk.Disabled {
+		a.housekeep = worker.NewHousekeeper(a.store, a.liveness, worker.HousekeepingConfig{
+			Interval: hk.Interval, FulfilmentSLA: hk.FulfilmentSLA, RawBodyRetention: hk.RawBodyRetention, Batch: hk.Batch,
+		}, nil, a.log)
+	}
 	return nil
 }
 
@@ -194,6 +200,9 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	if a.sweeper != nil {
 		queues = append(queues, a.sweeper)
+	}
+	if a.housekeep != nil {
+		queues = append(queues, a.housekeep)
 	}
 	if a.outbox != nil {
 		queues = append(queues, a.outbox.Queues()...)
