@@ -125,6 +125,10 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", grepLines(text, "fulfillment_"))
 	}
+	// Tracing is off here: nothing stores a trace context.
+	if n := s.count(t, "SELECT count(*) FROM inbox_events WHERE trace_parent IS NOT NULL"); n != 0 {
+		t.Errorf("%d events stored a trace context with tracing off", n)
+	}
 }
 
 // grepLines keeps the lines of text holding s.
@@ -153,6 +157,9 @@ func TestTraceFollowsWebhook(t *testing.T) {
 	s.sendOK(t, ev)
 	s.settle(t)
 
+	if n := s.count(t, "SELECT count(*) FROM inbox_events WHERE trace_parent LIKE '00-%'"); n != 1 {
+		t.Errorf("events stored with a traceparent: %d, want 1", n)
+	}
 	var gateway, record, process tracetest.SpanStub
 	waitFor(t, "the event's processing span", func() bool {
 		for _, sp := range spans.GetSpans() {

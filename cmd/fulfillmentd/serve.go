@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -37,7 +38,16 @@ func runIngest(ctx context.Context, cfg *config.Config, log *slog.Logger) error 
 	if err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient(up.Addr, grpc.WithTransportCredentials(creds))
+	traceHTTP, traceDial, stopTracing, err := app.IngestTracing(ctx, cfg.Tracing)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = stopTracing(flushCtx)
+	}()
+	conn, err := grpc.NewClient(up.Addr, append(traceDial, grpc.WithTransportCredentials(creds))...)
 	if err != nil {
 		return fmt.Errorf("connecting to %s: %w", up.Addr, err)
 	}
@@ -52,7 +62,7 @@ func runIngest(ctx context.Context, cfg *config.Config, log *slog.Logger) error 
 		return fmt.Errorf("listening for webhooks on %s: %w", cfg.Listen.Ingest, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/", gateway.Handler())
+	mux.Handle("/", traceHTTP(gateway.Handler()))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return app.ServeHTTP(ctx, "webhooks", lis, mux, cfg.TLS, cfg.HTTP, log)
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
 
 	"github.com/fulfillplatform/fulfillment/config"
 )
@@ -66,4 +68,22 @@ func traceHTTP(h http.Handler, name string, tp trace.TracerProvider) http.Handle
 		return h
 	}
 	return otelhttp.NewHandler(h, name, otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(propagator))
+}
+
+// IngestTracing is what `fulfillmentd ingest` needs to trace webhooks as
+// serve does: a wrapper of the gateway's handler (a server span per
+// request) and the upstream connection's option (a client span per call,
+// its context in gRPC metadata). Both do nothing when tracing is off.
+// shutdown flushes the spans.
+func IngestTracing(ctx context.Context, c config.Tracing) (wrap func(http.Handler) http.Handler, dial []grpc.DialOption, shutdown func(context.Context) error, err error) {
+	tp, shutdown, err := newTracerProvider(ctx, c)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	wrap = func(h http.Handler) http.Handler { return traceHTTP(h, "webhook", tp) }
+	if tp != nil {
+		dial = append(dial, grpc.WithStatsHandler(otelgrpc.NewClientHandler(
+			otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(propagator))))
+	}
+	return wrap, dial, shutdown, nil
 }
