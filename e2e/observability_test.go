@@ -9,6 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -120,6 +122,20 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	} {
 		if !strings.Contains(text, "\n"+series) {
 			t.Errorf("/metrics lacks %s", series)
+		}
+	}
+	// Every series the shipped alert rules name is one the service exports.
+	rules, err := os.ReadFile("../deploy/prometheus/fulfillment.rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`fulfillment_[a-z_]+`).FindAllString(string(rules), -1)
+	if len(names) < 10 {
+		t.Errorf("the alert rules name %d series; expected a dozen", len(names))
+	}
+	for _, name := range names {
+		if !regexp.MustCompile(`\n` + name + `[{ ]`).MatchString(text) {
+			t.Errorf("deploy/prometheus/fulfillment.rules.yml names %s, which /metrics lacks", name)
 		}
 	}
 	if t.Failed() {
