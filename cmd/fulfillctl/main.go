@@ -35,9 +35,33 @@ func newRootCmd() *cobra.Command {
 	f.StringVar(&c.tokenFile, "token-file", os.Getenv("FULFILLCTL_TOKEN_FILE"), "file holding the bearer token ($FULFILLCTL_TOKEN_FILE; or set $FULFILLCTL_TOKEN)")
 	f.BoolVar(&c.tls, "tls", false, "connect with TLS")
 	f.StringVar(&c.caFile, "ca-file", "", "PEM file of the CA that signed the server certificate (with --tls; default: system roots)")
+	var output string
+	f.StringVarP(&output, "output", "o", "table", "output format: table (for people) or json (for scripts; the same as --json)")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return applyOutput(cmd, output) }
 	root.AddCommand(newOrdersCmd(&c), newSubscriptionsCmd(&c), newAccessCmd(&c), newOutboxCmd(&c), newDestinationsCmd(&c),
 		newReconCmd(&c), newEventsCmd(&c), newWatchCmd(&c), newWebhookCmd(), newListenCmd())
 	return root
+}
+
+// printsJSON annotates the commands whose output is JSON whatever
+// --output says (an order and its history is no table).
+var printsJSON = map[string]string{"output": "json"}
+
+// applyOutput turns --output json into the command's own --json flag.
+func applyOutput(cmd *cobra.Command, output string) error {
+	switch output {
+	case "table", "text":
+		return nil
+	case "json":
+		if cmd.Annotations["output"] == "json" {
+			return nil
+		}
+		if cmd.Flags().Lookup("json") == nil {
+			return fmt.Errorf("%s prints no JSON: leave out -o json", cmd.CommandPath())
+		}
+		return cmd.Flags().Set("json", "true")
+	}
+	return fmt.Errorf("-o %q: use -o table or -o json", output)
 }
 
 func envOr(name, def string) string {

@@ -18,9 +18,10 @@ func newOrdersCmd(c *conn) *cobra.Command {
 
 	var file string
 	create := &cobra.Command{
-		Use:   "create --file ORDER.json",
-		Short: "Create an order from a JSON CreateOrderRequest (- reads standard input)",
-		Args:  cobra.NoArgs,
+		Use:         "create --file ORDER.json",
+		Annotations: printsJSON,
+		Short:       "Create an order from a JSON CreateOrderRequest (- reads standard input)",
+		Args:        cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var raw []byte
 			var err error
@@ -53,8 +54,9 @@ func newOrdersCmd(c *conn) *cobra.Command {
 
 	var byMerchant fulfillmentv1.ListOrdersRequest
 	get := &cobra.Command{
-		Use:   "get ORDER_ID | --org ORG --merchant-order-id ID [--environment ENV]",
-		Short: "Show one order, by its id or by the merchant's order id",
+		Use:         "get ORDER_ID | --org ORG --merchant-order-id ID [--environment ENV]",
+		Annotations: printsJSON,
+		Short:       "Show one order, by its id or by the merchant's order id",
 		Long: `Get prints one order with its history as JSON: by the service's order id, or
 by the merchant's order id within an org (--org and --merchant-order-id;
 --environment when the org has the id in both live and test). Needs the
@@ -103,9 +105,10 @@ orders:read scope.`,
 
 	req := &fulfillmentv1.ListOrdersRequest{}
 	list := &cobra.Command{
-		Use:   "list",
-		Short: "List orders, newest first",
-		Args:  cobra.NoArgs,
+		Use:         "list",
+		Annotations: printsJSON,
+		Short:       "List orders, newest first",
+		Args:        cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			client, ctx, done, err := c.client(cmd.Context())
 			if err != nil {
