@@ -304,3 +304,47 @@ func TestLogLinesPerEvent(t *testing.T) {
 	t.Logf("log volume: %d lines, %d bytes for %d orders (create, pay, process) and %d GetOrder calls: %.0f bytes per paid order",
 		len(lines), bytes, orders, reads, float64(bytes)/orders)
 }
+
+// A REST call is a server span continuing the caller's traceparent, and the
+// gRPC call the gateway makes of it is in the same trace.
+func TestTraceFollowsRESTCall(t *testing.T) {
+	t.Parallel()
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	s := startObserved(t, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil, app.WithTracerProvider(tp))
+	order := s.createOrder(t, "live", "obs-rest")
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	req, err := http.NewRequest(http.MethodGet, s.restURL+"/v1/orders/"+order.GetId(), http.NoBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+orgAToken)
+	req.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET order = %d", resp.StatusCode)
+	}
+	var rest, grpcCall tracetest.SpanStub
+	waitFor(t, "the REST and gRPC spans", func() bool {
+		for _, sp := range spans.GetSpans() {
+			switch {
+			case sp.SpanKind == trace.SpanKindServer && sp.Name == "REST GET":
+				rest = sp
+			case sp.SpanKind == trace.SpanKindServer && strings.HasSuffix(sp.Name, "FulfillmentService/GetOrder"):
+				grpcCall = sp
+			}
+		}
+		return rest.SpanContext.IsValid() && grpcCall.SpanContext.IsValid()
+	})
+	if got := rest.SpanContext.TraceID().String(); got != traceID {
+		t.Errorf("REST span's trace %s, want the caller's %s", got, traceID)
+	}
+	if got := grpcCall.SpanContext.TraceID().String(); got != traceID {
+		t.Errorf("GetOrder span's trace %s, want the caller's %s", got, traceID)
+	}
+}

@@ -16,6 +16,8 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -58,7 +60,7 @@ func (s *Server) newHTTPHandler(ctx context.Context) (http.Handler, error) {
 	}
 
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", s.guardREST(gw))
+	mux.Handle("/v1/", s.traceREST(s.guardREST(gw)))
 	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
 	if s.opts.Metrics != nil {
 		mux.Handle("GET /metrics", s.opts.Metrics)
@@ -278,4 +280,16 @@ func fieldNames(md protoreflect.MessageDescriptor) string {
 		names[i] = string(md.Fields().Get(i).Name())
 	}
 	return strings.Join(names, ", ")
+}
+
+// traceREST gives each REST request a server span, continuing a caller's
+// traceparent, when tracing is on: the gRPC call it becomes is its child.
+func (s *Server) traceREST(h http.Handler) http.Handler {
+	tp := s.opts.TracerProvider
+	if tp == nil {
+		return h
+	}
+	return otelhttp.NewHandler(h, "REST", otelhttp.WithTracerProvider(tp),
+		otelhttp.WithPropagators(propagation.TraceContext{}),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return "REST " + r.Method }))
 }
