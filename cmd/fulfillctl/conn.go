@@ -34,7 +34,7 @@ func (c *conn) client(ctx context.Context) (fulfillmentv1.FulfillmentServiceClie
 		token = strings.TrimSpace(string(b))
 	}
 	if token == "" {
-		return nil, nil, nil, errors.New("no token: pass --token-file or set FULFILLCTL_TOKEN")
+		return nil, nil, nil, errors.New("no token: pass --token-file FILE, or set $FULFILLCTL_TOKEN_FILE or $FULFILLCTL_TOKEN")
 	}
 	creds := insecure.NewCredentials()
 	if c.tls {

@@ -30,6 +30,8 @@ func newDestinationsListCmd(c *conn) *cobra.Command {
 why it was disabled), its pending, failed and uncertain messages, whether it
 honours idempotency keys, the order events it receives and its URL. --json
 prints a ListDestinationsResponse. Needs the admin scope.`,
+		Example: `  fulfillctl destinations list
+  fulfillctl destinations list -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var resp *fulfillmentv1.ListDestinationsResponse

@@ -21,7 +21,11 @@ func newOrdersCmd(c *conn) *cobra.Command {
 		Use:         "create --file ORDER.json",
 		Annotations: printsJSON,
 		Short:       "Create an order from a JSON CreateOrderRequest (- reads standard input)",
-		Args:        cobra.NoArgs,
+		Example: `  fulfillctl orders create --file order.json
+  echo '{"org_id": "org_demo", "environment": "test", "merchant_order_id": "demo-9", "lines": [{"sku": "pro",
+    "kind": "license", "quantity": 1, "unit_price": {"currency": "USD", "minor_units": 2500}}]}' |
+    fulfillctl orders create --file -`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var raw []byte
 			var err error
@@ -108,7 +112,9 @@ orders:read scope.`,
 		Use:         "list",
 		Annotations: printsJSON,
 		Short:       "List orders, newest first",
-		Args:        cobra.NoArgs,
+		Example: `  fulfillctl orders list --org org_demo
+  fulfillctl orders list --org org_demo --state on_hold --environment live`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			client, ctx, done, err := c.client(cmd.Context())
 			if err != nil {
@@ -132,8 +138,9 @@ orders:read scope.`,
 
 	pay := &fulfillmentv1.StartPaymentRequest{}
 	startPayment := &cobra.Command{
-		Use:   "start-payment ORDER_ID --endpoint ENDPOINT_ID",
-		Short: "Start paying an order at a provider (T-Bank Init) and print the attempt with its payment page",
+		Use:     "start-payment ORDER_ID --endpoint ENDPOINT_ID",
+		Short:   "Start paying an order at a provider (T-Bank Init) and print the attempt with its payment page",
+		Example: `  fulfillctl orders start-payment 019a2b3c-4d5e-7f60-8a9b-0c1d2e3f4a5b --endpoint tbank-test`,
 		Long: `start-payment asks the endpoint's provider for a payment of the order's total and prints the
 attempt: its payment_url, or why it failed or waits for review. Running it again returns the same
 attempt; --new-attempt starts the next one. Needs the orders:write scope.`,

@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 // -o json is every listing's --json; -o table the default; anything else,
@@ -37,4 +39,19 @@ func TestOutputFlag(t *testing.T) {
 	if err := applyOutput(list, "table"); err != nil || list.Flags().Lookup("json").Value.String() != "false" {
 		t.Errorf("-o table: %v", err)
 	}
+}
+
+// Every command a person runs shows examples in its --help.
+func TestEveryCommandHasExamples(t *testing.T) {
+	t.Parallel()
+	var walk func(cmd *cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		if cmd.Runnable() && cmd.Example == "" && cmd.Name() != "help" && cmd.Name() != "completion" {
+			t.Errorf("%s has no examples", cmd.CommandPath())
+		}
+		for _, sub := range cmd.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
 }
