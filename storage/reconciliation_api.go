@@ -103,59 +103,38 @@ func (s *Store) ReconSummary(ctx context.Context, f fulfillment.ReconFilter) ([]
 				return nil
 			})
 		})
-	cond, args = scope("e")
-	b.Queue(`SELECT e.org_id, e.environment, count(*) FILTER (WHERE e.state = 'pending'), count(*) FILTER (WHERE e.state = 'failed')
-		FROM inbox_events e WHERE e.state IN ('pending', 'failed')`+cond+` GROUP BY 1, 2`, args...).
-		Query(func(rows pgx.Rows) error {
-			return forEachRow(rows, func(r pgx.Rows) error {
-				var (
-					org             string
-					env             fulfillment.Environment
-					pending, failed int64
-				)
-				if err := r.Scan(&org, &env, &pending, &failed); err != nil {
-					return err
-				}
-				sr := row(org, env)
-				sr.EventsPending, sr.EventsFailed = pending, failed
-				return nil
-			})
-		})
-	cond, args = scope("o")
-	b.Queue(`SELECT o.org_id, o.environment, count(*) FROM orders o
-		WHERE o.paid_at IS NOT NULL AND o.state IN ('paid', 'fulfilling', 'on_hold')`+cond+` GROUP BY 1, 2`, args...).
-		Query(func(rows pgx.Rows) error {
+	// counts queues a query of rows (org_id, environment, n…) over the
+	// table aliased alias, and hands each row's counts to set.
+	counts := func(alias, query string, set func(sr *fulfillment.ReconSummaryRow, n []int64)) {
+		cond, args := scope(alias)
+		b.Queue(query+cond+` GROUP BY 1, 2`, args...).Query(func(rows pgx.Rows) error {
 			return forEachRow(rows, func(r pgx.Rows) error {
 				var (
 					org string
 					env fulfillment.Environment
-					n   int64
 				)
-				if err := r.Scan(&org, &env, &n); err != nil {
+				n := make([]int64, len(r.FieldDescriptions())-2)
+				dest := []any{&org, &env}
+				for i := range n {
+					dest = append(dest, &n[i])
+				}
+				if err := r.Scan(dest...); err != nil {
 					return err
 				}
-				row(org, env).PaidNotFulfilled = n
+				set(row(org, env), n)
 				return nil
 			})
 		})
-	cond, args = scope("m")
-	b.Queue(`SELECT m.org_id, m.environment, count(*) FILTER (WHERE m.state = 'failed'), count(*) FILTER (WHERE m.state = 'uncertain')
-		FROM outbox_messages m WHERE m.state IN ('failed', 'uncertain')`+cond+` GROUP BY 1, 2`, args...).
-		Query(func(rows pgx.Rows) error {
-			return forEachRow(rows, func(r pgx.Rows) error {
-				var (
-					org               string
-					env               fulfillment.Environment
-					failed, uncertain int64
-				)
-				if err := r.Scan(&org, &env, &failed, &uncertain); err != nil {
-					return err
-				}
-				sr := row(org, env)
-				sr.OutboxFailed, sr.OutboxUncertain = failed, uncertain
-				return nil
-			})
-		})
+	}
+	counts("e", `SELECT e.org_id, e.environment, count(*) FILTER (WHERE e.state = 'pending'), count(*) FILTER (WHERE e.state = 'failed')
+		FROM inbox_events e WHERE e.state IN ('pending', 'failed')`,
+		func(sr *fulfillment.ReconSummaryRow, n []int64) { sr.EventsPending, sr.EventsFailed = n[0], n[1] })
+	counts("o", `SELECT o.org_id, o.environment, count(*) FROM orders o
+		WHERE o.paid_at IS NOT NULL AND o.state IN ('paid', 'fulfilling', 'on_hold')`,
+		func(sr *fulfillment.ReconSummaryRow, n []int64) { sr.PaidNotFulfilled = n[0] })
+	counts("m", `SELECT m.org_id, m.environment, count(*) FILTER (WHERE m.state = 'failed'), count(*) FILTER (WHERE m.state = 'uncertain')
+		FROM outbox_messages m WHERE m.state IN ('failed', 'uncertain')`,
+		func(sr *fulfillment.ReconSummaryRow, n []int64) { sr.OutboxFailed, sr.OutboxUncertain = n[0], n[1] })
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("summarizing reconciliation: %w", interpret(err))
 	}
