@@ -196,6 +196,7 @@ type bench struct {
 
 	baseline     map[int]LoadLevel
 	yolfi, tbank *provider // the ingest sweep's, in the order measured
+	paused       *provider // Yolfi's on a service with its inbox processor paused
 	peakIngest   float64   // Yolfi's
 	maxAccepted  float64   // highest 200/s of any open-loop run
 	profiled     bool      // the ingest level has been profiled
@@ -212,6 +213,8 @@ type provider struct {
 	sender func(*target) *loadgen.Sender
 	levels map[int]IngestLevel // by concurrency
 	lastC  int                 // the concurrency measured last
+	on     *target             // the service it is sent to; nil: the main one
+	at     []int               // the concurrencies it runs at; nil: all
 	report *[]IngestLevel      // where the report lists its levels
 }
 
@@ -290,13 +293,16 @@ func (b *bench) run(ctx context.Context) error {
 	b.tbank = &provider{name: "T-Bank", key: "tbank", src: loadgen.NewTBankSource(tbankTerminal, []byte(tbankPassword)),
 		order:  loadgen.TBankOrderRequest,
 		sender: func(t *target) *loadgen.Sender { return t.tbank }, levels: map[int]IngestLevel{}, report: &b.rep.IngestTBank}
-	if err := b.phase("start fulfillmentd", func() error {
+	b.paused = &provider{name: "Yolfi (processor paused)", key: "yolfi", src: b.src, order: loadgen.OrderRequest,
+		sender: b.yolfi.sender, levels: map[int]IngestLevel{}, report: &b.rep.IngestPaused, at: pausedAt}
+	if err := b.phase("start fulfillmentd (and one with its inbox processor paused)", func() error {
 		t, err := b.startTarget(ctx, "main", "service", nil)
 		if err != nil {
 			return err
 		}
 		b.use(t)
-		return nil
+		b.paused.on, err = b.startTarget(ctx, "paused", "service_paused", func(c *config.Config) { c.Inbox.Disabled = true })
+		return err
 	}); err != nil {
 		return err
 	}
@@ -304,14 +310,25 @@ func (b *bench) run(ctx context.Context) error {
 	// each other, so that the shared disk's drifting fsync latency hits both
 	// figures of a ratio alike: Yolfi's right after the baseline, T-Bank's
 	// right after Yolfi's. The service idles (its inbox drained) while the
-	// baseline runs on its own database of the same cluster.
+	// baseline runs on its own database of the same cluster. At 32 and 64
+	// clients, Yolfi's level also runs first on the service whose inbox
+	// processor is paused: ingest alone, like for like with the baseline.
 	for _, c := range o.concurrencies {
 		if err := b.phase(fmt.Sprintf("baseline + ingest (Yolfi, T-Bank): %d clients", c), func() error {
 			orders := map[*provider][]loadgen.Order{}
-			for _, p := range []*provider{b.yolfi, b.tbank} {
-				var err error
-				if orders[p], err = b.createOrdersOf(ctx, b.ordersFor(p, c, (b.o.warmup+b.o.phase).Seconds()),
-					func(mid string) *fulfillmentv1.CreateOrderRequest { return p.order(benchOrg, benchEnv, mid) }); err != nil {
+			var ps []*provider
+			for _, p := range []*provider{b.paused, b.yolfi, b.tbank} {
+				if p.at != nil && !slices.Contains(p.at, c) {
+					continue
+				}
+				ps = append(ps, p)
+				err := b.on(p, func() error {
+					var err error
+					orders[p], err = b.createOrdersOf(ctx, b.ordersFor(p, c, (b.o.warmup+b.o.phase).Seconds()),
+						func(mid string) *fulfillmentv1.CreateOrderRequest { return p.order(benchOrg, benchEnv, mid) })
+					return err
+				})
+				if err != nil {
 					return err
 				}
 			}
@@ -319,8 +336,8 @@ func (b *bench) run(ctx context.Context) error {
 			if err := b.baselineLevel(ctx, c); err != nil {
 				return err
 			}
-			for _, p := range []*provider{b.yolfi, b.tbank} {
-				if err := b.ingestLevel(ctx, p, c, orders[p]); err != nil {
+			for _, p := range ps {
+				if err := b.on(p, func() error { return b.ingestLevel(ctx, p, c, orders[p]) }); err != nil {
 					return err
 				}
 			}
@@ -330,6 +347,8 @@ func (b *bench) run(ctx context.Context) error {
 			return err
 		}
 	}
+	// Its idle polling would count in PostgreSQL's CPU from now on.
+	b.paused.on.close()
 	if err := b.phase("ingest: open loop at half of peak", func() error { return b.halfPeak(ctx) }); err != nil {
 		return err
 	}
@@ -396,7 +415,7 @@ func (b *bench) startCluster(ctx context.Context) error {
 	b.rep.Machine.PGSettings = strings.Join(settings, " ")
 	b.logf("%s", version)
 	b.logf("%s", b.rep.Machine.PGSettings)
-	for _, db := range []string{"baseline", "baseline_nonotify", "service", "service_empty", "service_history", outboxDB} {
+	for _, db := range []string{"baseline", "baseline_nonotify", "service", "service_paused", "service_empty", "service_history", outboxDB} {
 		if _, err := conn.Exec(ctx, "CREATE DATABASE "+db); err != nil {
 			return fmt.Errorf("creating database %s: %w", db, err)
 		}
@@ -541,6 +560,21 @@ func (b *bench) use(t *target) {
 	b.cpu.servicePID = t.svc.pid()
 }
 
+// pausedAt are the concurrencies of the ingest levels with the inbox
+// processor paused (the goal's).
+var pausedAt = []int{32, 64}
+
+// on runs fn with p's service as the measured one.
+func (b *bench) on(p *provider, fn func() error) error {
+	if p.on == nil {
+		return fn()
+	}
+	main := b.t
+	b.use(p.on)
+	defer b.use(main)
+	return fn()
+}
+
 // createOrders pre-creates n orders (loadgen.OrderRequest) over gRPC with
 // 16 concurrent callers.
 func (b *bench) createOrders(ctx context.Context, n int) ([]loadgen.Order, error) {
@@ -618,6 +652,10 @@ func (b *bench) ordersFor(p *provider, c int, seconds float64) int {
 	guess := 300.0
 	if prev, ok := p.levels[p.lastC]; ok {
 		guess = max(guess, prev.PerSecond*min(float64(c)/float64(p.lastC), 1.6)*1.25)
+	} else if prev, ok := b.yolfi.levels[b.yolfi.lastC]; ok && p == b.paused {
+		// Its first level: Yolfi's last one with the processor running,
+		// and room for ingest alone to be much faster.
+		guess = max(guess, prev.PerSecond*min(float64(c)/float64(b.yolfi.lastC), 1.6)*2.5)
 	}
 	if cur, ok := p.levels[c]; ok { // a re-run of a measured level
 		guess = max(guess, cur.PerSecond*1.15)
@@ -640,8 +678,10 @@ func (b *bench) ingestLevel(ctx context.Context, p *provider, c int, orders []lo
 	}
 	b.logf("ingest %-6s %2d clients: %7.0f req/s (%.0f new/s)  %s  ratio %.2f  cpu %s  non-200 %d",
 		p.name, c, lvl.PerSecond, lvl.NewPerSecond, lvl.Latency, lvl.Ratio, lvl.CPU, lvl.Non200Total())
-	lvl.DrainSeconds = b.drain(ctx, fmt.Sprintf("%s ingest at %d clients", p.name, c))
-	b.checkConfirmations(ctx, p, c, since)
+	if p != b.paused { // its backlog stays: nothing processes it
+		lvl.DrainSeconds = b.drain(ctx, fmt.Sprintf("%s ingest at %d clients", p.name, c))
+		b.checkConfirmations(ctx, p, c, since)
+	}
 	p.levels[c], p.lastC = lvl, c
 	*p.report = append(*p.report, lvl)
 	return ctx.Err()
@@ -810,6 +850,7 @@ func (b *bench) sustained(ctx context.Context) error {
 	drainSecs := b.drain(ctx, "the saturating push")
 	drainWaits := waits()
 	cpuDrain := b.cpu.since(cpu1)
+	cpu2 := b.cpu.sample()
 	b.logWaits("push", pushWaits)
 	b.logWaits("drain", drainWaits)
 	if mix.Exhausted() > 0 && res.Elapsed < b.o.push*3/4 {
@@ -824,6 +865,12 @@ func (b *bench) sustained(ctx context.Context) error {
 		DrainSeconds: drainSecs, CPU: cpuPush, CPUDrain: cpuDrain, Waits: pushWaits, DrainWaits: drainWaits}
 	f := loadgen.Fulfilled(ts)
 	s.Decisions = f.Decisions
+	if s.Events = f.Latency.N; s.Events > 0 {
+		// Every event of the push, acknowledged then processed, over the
+		// push and the drain; pending ones (a drain cut short) are left out.
+		s.ServiceUsPerEvent = round1((cpu2.service - cpu0.service) / float64(s.Events) * 1e6)
+		s.PostgresUsPerEvent = round1((cpu2.postgres - cpu0.postgres) / float64(s.Events) * 1e6)
+	}
 	// Under load: from one second after the first event (ramp-up) to the
 	// last receipt, the processor competes with full-speed ingest.
 	from := first.Add(time.Second)

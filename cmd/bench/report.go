@@ -26,8 +26,9 @@ type Report struct {
 	// BaselineNoNotify is the same insert with the table's NOTIFY trigger
 	// disabled: informational, it shows what the trigger costs.
 	BaselineNoNotify []LoadLevel   `json:"baseline_no_notify,omitempty"`
-	Ingest           []IngestLevel `json:"ingest"`       // Yolfi's
-	IngestTBank      []IngestLevel `json:"ingest_tbank"` // the same sweep of T-Bank notifications
+	Ingest           []IngestLevel `json:"ingest"`                  // Yolfi's
+	IngestTBank      []IngestLevel `json:"ingest_tbank"`            // the same sweep of T-Bank notifications
+	IngestPaused     []IngestLevel `json:"ingest_processor_paused"` // Yolfi's, inbox processor paused (32, 64 clients)
 	HalfPeak         *OpenIngest   `json:"ingest_half_peak,omitempty"`
 	Pipeline         []Pipeline    `json:"pipeline"`
 	Sustained        *Sustained    `json:"max_sustained,omitempty"`
@@ -131,21 +132,26 @@ type Pipeline struct {
 
 // Sustained is the maximum processing rate under saturating ingest.
 type Sustained struct {
-	Workers           int                 `json:"workers"`
-	PushSeconds       float64             `json:"push_seconds"`
-	IngestPerSecond   float64             `json:"ingest_per_second"`
-	FulfilledPerSec   float64             `json:"fulfilled_per_second_under_load"`
-	PerSecondBuckets  []int               `json:"processed_per_second_buckets"`
-	DrainPerSecond    float64             `json:"drain_fulfilled_per_second"`
-	BacklogAtPushEnd  int                 `json:"backlog_at_push_end"`
-	ProcessingKeptUp  bool                `json:"processing_kept_up"`
-	Decisions         any                 `json:"decisions"`
-	DrainSeconds      float64             `json:"drain_seconds"`
-	CPU               CPUShare            `json:"cpu_push"`
-	CPUDrain          CPUShare            `json:"cpu_drain"`
-	FulfilledPerSecMd float64             `json:"fulfilled_per_second_median_bucket"`
-	Waits             []loadgen.WaitShare `json:"pg_activity_push,omitempty"`
-	DrainWaits        []loadgen.WaitShare `json:"pg_activity_drain,omitempty"`
+	Workers           int      `json:"workers"`
+	PushSeconds       float64  `json:"push_seconds"`
+	IngestPerSecond   float64  `json:"ingest_per_second"`
+	FulfilledPerSec   float64  `json:"fulfilled_per_second_under_load"`
+	PerSecondBuckets  []int    `json:"processed_per_second_buckets"`
+	DrainPerSecond    float64  `json:"drain_fulfilled_per_second"`
+	BacklogAtPushEnd  int      `json:"backlog_at_push_end"`
+	ProcessingKeptUp  bool     `json:"processing_kept_up"`
+	Decisions         any      `json:"decisions"`
+	DrainSeconds      float64  `json:"drain_seconds"`
+	CPU               CPUShare `json:"cpu_push"`
+	CPUDrain          CPUShare `json:"cpu_drain"`
+	FulfilledPerSecMd float64  `json:"fulfilled_per_second_median_bucket"`
+	// CPU per event over push and drain, from the processes' own counters:
+	// every event of the push acknowledged and processed.
+	Events             int                 `json:"events"`
+	ServiceUsPerEvent  float64             `json:"service_cpu_us_per_event"`
+	PostgresUsPerEvent float64             `json:"postgres_cpu_us_per_event"`
+	Waits              []loadgen.WaitShare `json:"pg_activity_push,omitempty"`
+	DrainWaits         []loadgen.WaitShare `json:"pg_activity_drain,omitempty"`
 }
 
 // History compares the service with a large processed history against
@@ -274,11 +280,17 @@ func (r *Report) buildTable() {
 			joinNotes(waitNote(b.Waits))})
 	}
 	// Each T-Bank level next to Yolfi's at the same concurrency.
-	tbank := map[int]IngestLevel{}
+	tbank, paused := map[int]IngestLevel{}, map[int]IngestLevel{}
 	for _, in := range r.IngestTBank {
 		tbank[in.Concurrency] = in
 	}
+	for _, in := range r.IngestPaused {
+		paused[in.Concurrency] = in
+	}
 	for _, in := range r.Ingest {
+		if pa, ok := paused[in.Concurrency]; ok {
+			rows = append(rows, ingestRow("ingest", pa))
+		}
 		rows = append(rows, ingestRow("ingest", in))
 		if tb, ok := tbank[in.Concurrency]; ok {
 			rows = append(rows, ingestRow("ingest", tb))
@@ -297,6 +309,9 @@ func (r *Report) buildTable() {
 			s.FulfilledPerSecMd, s.DrainPerSecond, s.IngestPerSecond, s.BacklogAtPushEnd)
 		if s.ProcessingKeptUp {
 			note += "; processing kept up: ingest-bound, a lower bound"
+		}
+		if s.Events > 0 {
+			note += fmt.Sprintf("; CPU per event (push + drain, %d events) svc %.0f µs, pg %.0f µs", s.Events, s.ServiceUsPerEvent, s.PostgresUsPerEvent)
 		}
 		rows = append(rows, Row{"pipeline", "max sustained fulfilled (saturating push)", fmt.Sprint(s.Workers), "-",
 			rate(s.FulfilledPerSec) + " fulfilled", "", "", "", "", s.CPU.String(), note})
