@@ -43,6 +43,15 @@ chaos: ## Kill fulfillmentd and PostgreSQL at random under provider-like load; c
 	go build -o .cache/fulfillmentd ./cmd/fulfillmentd
 	go run ./cmd/chaos --binary .cache/fulfillmentd $(CHAOS_FLAGS)
 
+# BENCHTIME: go test -benchtime for make bench-micro. CI's 100x runs each
+# benchmark 100 times, to keep them compiling and passing; measure with e.g.
+# make bench-micro BENCHTIME=2s.
+BENCHTIME ?= 100x
+
+.PHONY: bench-micro
+bench-micro: ## Go micro-benchmarks (-benchmem) of the gateway, adapters, state machine and inbox writers, on a throwaway PostgreSQL; $(BENCHTIME) each.
+	go run ./cmd/pgrun -- go test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./ingest/... ./fulfillment/ ./storage/
+
 FUZZTIME ?= 10s
 
 .PHONY: fuzz

@@ -35,7 +35,7 @@ func newStore(t *testing.T) (*storage.Store, *pgx.Conn) {
 	return s, conn
 }
 
-func spec(t *testing.T, org, merchantID string) fulfillment.OrderSpec {
+func spec(t testing.TB, org, merchantID string) fulfillment.OrderSpec {
 	t.Helper()
 	s, err := fulfillment.OrderDraft{
 		OrgID: org, Environment: "live", MerchantOrderID: merchantID,

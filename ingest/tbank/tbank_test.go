@@ -11,7 +11,7 @@ import (
 
 // options returns the mapping node of an options block written in YAML
 // (nil for "").
-func options(t *testing.T, src string) *yaml.Node {
+func options(t testing.TB, src string) *yaml.Node {
 	t.Helper()
 	if src == "" {
 		return nil
