@@ -92,9 +92,17 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 				m.Apply(le.ev, out)
 				linked = &m.id
 			}
+			// A replayed event that is found already applied keeps the
+			// decision it records (a partial refund's is read back as the
+			// order's recorded refund): a replay never erases what an
+			// event did.
 			b.Queue(`
-				UPDATE inbox_events SET state = $2, decision = $3, decision_reason = $4, order_id = $5,
-					applied_subscription_id = $6::uuid,
+				UPDATE inbox_events SET state = $2,
+					decision_reason = CASE WHEN $3 = '`+string(fulfillment.DecisionAlreadyApplied)+`' AND decision IS NOT NULL
+						THEN decision_reason ELSE $4 END,
+					decision = CASE WHEN $3 = '`+string(fulfillment.DecisionAlreadyApplied)+`' AND decision IS NOT NULL
+						THEN decision ELSE $3 END,
+					order_id = $5, applied_subscription_id = $6::uuid,
 					processed_at = clock_timestamp(), lease_owner = NULL, lease_until = NULL, last_error = NULL
 				WHERE id = $1`,
 				le.id, fulfillment.InboxStateFor(out.Decision), out.Decision, out.Reason, linked, applied)

@@ -124,8 +124,8 @@ func TestReplayNeverDuplicatesEffects(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !got.RawBodyPurged || got.RawBody != nil || got.ReplayCount != 10 || len(got.Replays) != 10 ||
-		got.Replays[0].PreviousDecision != fulfillment.DecisionAlreadyApplied || got.Replays[9].PreviousDecision != fulfillment.DecisionFulfilled ||
-		got.State != fulfillment.InboxProcessed || got.Decision != fulfillment.DecisionAlreadyApplied || got.OrderID == "" {
+		got.Replays[0].PreviousDecision != fulfillment.DecisionFulfilled || got.Replays[9].PreviousDecision != fulfillment.DecisionFulfilled ||
+		got.State != fulfillment.InboxProcessed || got.Decision != fulfillment.DecisionFulfilled || got.OrderID == "" {
 		t.Errorf("the purged event after its replays: %+v", got)
 	}
 	if got, err := s.EventGet(ctx, ids["evt_extra"], true); err != nil || string(got.RawBody) != `{"id":"evt_extra"}` || got.RawBodyPurged {

@@ -110,3 +110,63 @@ func TestRefundTellsLineDestinations(t *testing.T) {
 		}
 	}
 }
+
+// A partial refund processed before the payment's confirmation, then
+// replayed, is still a recorded refund: the confirmation that comes later
+// takes its share back from the credit, and the refund announced again
+// adds nothing. (Re-deciding a replayed refund finds it already applied;
+// that must not erase what its decision records.)
+func TestReplayedPartialRefundStaysRecorded(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	spec, err := fulfillment.OrderDraft{
+		OrgID: "org_a", Environment: "live", MerchantOrderID: "m-1",
+		Lines: []fulfillment.LineDraft{
+			{SKU: "credits", Kind: "balance_credit", Quantity: 1, Currency: "RUB", MinorUnits: 20000, AccountRef: "acct-1"},
+		},
+	}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	order, _, err := s.OrderCreate(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver := func(ev fulfillment.ProviderEvent) (int64, string) {
+		t.Helper()
+		r, err := s.InboxInsert(ctx, ev, []byte("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.ID, processAll(t, s, 1)
+	}
+	refund, got := deliver(tbankEvent("partial-5000", fulfillment.EventPartiallyRefunded, 5000))
+	if got != "partially_refunded" {
+		t.Fatalf("partial refund before the confirmation: %s", got)
+	}
+	for range 3 {
+		if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: refund, Actor: "admin"}); err != nil {
+			t.Fatal(err)
+		}
+		processAll(t, s, 1)
+	}
+	if _, got := deliver(tbankEvent("confirmed", fulfillment.EventPaymentConfirmed, 20000)); got != "fulfilled" {
+		t.Fatalf("confirmation: %s", got)
+	}
+	if sum := count(t, conn, "SELECT coalesce(sum(minor_units), 0)::int FROM ledger_entries WHERE order_id = $1", order.ID); sum != 15000 {
+		t.Errorf("after the confirmation the credit is %d, want 15000: 20000 less the refund's quarter", sum)
+	}
+	if _, got := deliver(tbankEvent("partial-5000-again", fulfillment.EventPartiallyRefunded, 5000)); got != "already_applied" {
+		t.Errorf("the refund announced again: %s, want already_applied", got)
+	}
+	// The credit of 20000, less the refund's quarter: 15000, in two rows.
+	sum := count(t, conn, "SELECT coalesce(sum(minor_units), 0)::int FROM ledger_entries WHERE order_id = $1", order.ID)
+	rows := count(t, conn, "SELECT count(*) FROM ledger_entries WHERE order_id = $1", order.ID)
+	if rows != 2 || sum != 15000 {
+		t.Errorf("%d ledger rows summing to %d, want the credit and the refund's share: 2 rows, 15000", rows, sum)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM inbox_events WHERE id = $1 AND decision = 'partially_refunded'", refund); n != 1 {
+		t.Errorf("the replayed refund's decision no longer records it (%d rows)", n)
+	}
+}
