@@ -343,7 +343,7 @@ func TestInboxEventsAPI(t *testing.T) {
 	wantCode(t, "replaying a pending event", err, codes.FailedPrecondition, "is pending already")
 	processInbox(t, store, 1)
 	after, err := ts.client.GetInboxEvent(withToken(tokOps), &fulfillmentv1.GetInboxEventRequest{InboxEventId: events["evt_paid"]})
-	if err != nil || after.GetEvent().GetDecision() != "already_applied" || after.GetEvent().GetState() != "processed" || after.GetEvent().GetReplayCount() != 1 {
+	if err != nil || after.GetEvent().GetDecision() != "fulfilled" || after.GetEvent().GetState() != "processed" || after.GetEvent().GetReplayCount() != 1 {
 		t.Errorf("decided again: %v, %v", after, err)
 	}
 	order, err := ts.client.GetOrder(withToken(tokOps), &fulfillmentv1.GetOrderRequest{OrderId: orderID})

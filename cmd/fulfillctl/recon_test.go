@@ -218,7 +218,7 @@ func TestReconAndEventsCommands(t *testing.T) {
 		resp, err := s.client.GetInboxEvent(admin(t), &fulfillmentv1.GetInboxEventRequest{InboxEventId: paid.GetId()})
 		return err == nil && resp.GetEvent().GetState() == "processed"
 	})
-	wantMatches(t, "events get after the replay", s.ctlOK(t, "events", "get", paid.GetId()), `(?m)^decision +already_applied$`, `(?m)^replays +1$`)
+	wantMatches(t, "events get after the replay", s.ctlOK(t, "events", "get", paid.GetId()), `(?m)^decision +fulfilled$`, `(?m)^replays +1$`)
 	o, err := s.client.GetOrder(admin(t), &fulfillmentv1.GetOrderRequest{OrderId: order})
 	if err != nil || o.GetOrder().GetState() != "fulfilled" || len(o.GetOrder().GetHistory().GetEntitlements()) != 1 {
 		t.Errorf("the order after the replay: %v, %v", o, err)
@@ -291,7 +291,7 @@ func TestReplayTenTimesThroughTheWorker(t *testing.T) {
 		}
 	}
 	e, err := s.client.GetInboxEvent(admin(t), &fulfillmentv1.GetInboxEventRequest{InboxEventId: id})
-	if err != nil || e.GetEvent().GetDecision() != "already_applied" || e.GetEvent().GetReplayCount() != 10 || len(e.GetEvent().GetReplays()) != 10 {
+	if err != nil || e.GetEvent().GetDecision() != "fulfilled" || e.GetEvent().GetReplayCount() != 10 || len(e.GetEvent().GetReplays()) != 10 {
 		t.Errorf("the event after 10 replays: %v, %v", e, err)
 	}
 }
