@@ -227,27 +227,21 @@ type Housekeeping struct {
 	Batch int `yaml:"batch"`
 }
 
-// Housekeeping defaults.
-const (
-	DefaultHousekeepingInterval = time.Minute
-	DefaultFulfilmentSLA        = time.Hour
-	DefaultRawBodyRetention     = 30 * 24 * time.Hour
-	DefaultHousekeepingBatch    = 1000
-	MaxHousekeepingBatch        = 10000
-)
+// MaxHousekeepingBatch bounds the rows one housekeeping statement handles.
+const MaxHousekeepingBatch = 10000
 
 // WithDefaults fills in the zero values.
 func (h Housekeeping) WithDefaults() Housekeeping {
 	for _, f := range []struct {
 		v   *time.Duration
 		def time.Duration
-	}{{&h.Interval, DefaultHousekeepingInterval}, {&h.FulfilmentSLA, DefaultFulfilmentSLA}, {&h.RawBodyRetention, DefaultRawBodyRetention}} {
+	}{{&h.Interval, fulfillment.DefaultHousekeepingInterval}, {&h.FulfilmentSLA, fulfillment.DefaultFulfilmentSLA}, {&h.RawBodyRetention, fulfillment.DefaultRawBodyRetention}} {
 		if *f.v == 0 {
 			*f.v = f.def
 		}
 	}
 	if h.Batch == 0 {
-		h.Batch = DefaultHousekeepingBatch
+		h.Batch = fulfillment.DefaultHousekeepingBatch
 	}
 	return h
 }

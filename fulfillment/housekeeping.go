@@ -21,6 +21,15 @@ const (
 	TaskRawBodyPurge  HousekeepingTask = "raw_body_purge"
 )
 
+// Housekeeping defaults: the configuration and the housekeeper fill their
+// zero values from these.
+const (
+	DefaultHousekeepingInterval = time.Minute
+	DefaultFulfilmentSLA        = time.Hour
+	DefaultRawBodyRetention     = 30 * 24 * time.Hour
+	DefaultHousekeepingBatch    = 1000
+)
+
 // AwaitingFulfilment reports whether an order in state s was paid and has
 // not been fulfilled yet: paid (its grants are being applied) or fulfilling
 // (its external lines are being delivered). An order on hold already has

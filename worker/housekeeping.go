@@ -29,14 +29,8 @@ type HousekeepingConfig struct {
 	MaxBatches int
 }
 
-// Housekeeping defaults.
-const (
-	DefaultHousekeepingInterval = time.Minute
-	DefaultFulfilmentSLA        = time.Hour
-	DefaultRawBodyRetention     = 30 * 24 * time.Hour
-	DefaultHousekeepingBatch    = 1000
-	defaultHousekeepingBatches  = 100
-)
+// defaultHousekeepingBatches bounds the statements of one run of a task.
+const defaultHousekeepingBatches = 100
 
 // WithDefaults is c with its zero values filled in.
 func (c HousekeepingConfig) WithDefaults() HousekeepingConfig {
@@ -45,11 +39,11 @@ func (c HousekeepingConfig) WithDefaults() HousekeepingConfig {
 			*d = v
 		}
 	}
-	set(&c.Interval, DefaultHousekeepingInterval)
-	set(&c.FulfilmentSLA, DefaultFulfilmentSLA)
-	set(&c.RawBodyRetention, DefaultRawBodyRetention)
+	set(&c.Interval, fulfillment.DefaultHousekeepingInterval)
+	set(&c.FulfilmentSLA, fulfillment.DefaultFulfilmentSLA)
+	set(&c.RawBodyRetention, fulfillment.DefaultRawBodyRetention)
 	if c.Batch <= 0 {
-		c.Batch = DefaultHousekeepingBatch
+		c.Batch = fulfillment.DefaultHousekeepingBatch
 	}
 	if c.MaxBatches <= 0 {
 		c.MaxBatches = defaultHousekeepingBatches
