@@ -80,10 +80,10 @@ func startStack(t *testing.T) *stack {
 // runApp runs the service on cfg, logging to log, until the test ends, and
 // returns once it serves. How it stops is checked too, unless the test
 // breaks the service on purpose (tolerateStop).
-func runApp(t *testing.T, cfg *config.Config, log *slog.Logger, tolerateStop bool) *app.App {
+func runApp(t *testing.T, cfg *config.Config, log *slog.Logger, tolerateStop bool, opts ...app.Option) *app.App {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, log)
+	a, err := app.New(ctx, cfg, log, opts...)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -114,11 +114,19 @@ func startReplica(t *testing.T, dbURL string) *stack {
 // configure, when not nil.
 func startReplicaWith(t *testing.T, dbURL string, configure func(*config.Config)) *stack {
 	t.Helper()
+	return startService(t, dbURL, configure, slog.New(slog.NewJSONHandler(io.Discard, nil)))
+}
+
+// startService runs the service on the database at dbURL with the test
+// configuration changed by configure (when not nil), logging to log, with
+// the app options opts.
+func startService(t *testing.T, dbURL string, configure func(*config.Config), log *slog.Logger, opts ...app.Option) *stack {
+	t.Helper()
 	cfg := testConfig(dbURL)
 	if configure != nil {
 		configure(cfg)
 	}
-	a := runApp(t, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), false)
+	a := runApp(t, cfg, log, false, opts...)
 
 	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

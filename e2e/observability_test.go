@@ -16,12 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fulfillplatform/fulfillment/config"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
@@ -34,38 +31,7 @@ import (
 // its own database.
 func startObserved(t *testing.T, log *slog.Logger, configure func(*config.Config), opts ...app.Option) *stack {
 	t.Helper()
-	dbURL := pgtest.DB(t)
-	cfg := testConfig(dbURL)
-	if configure != nil {
-		configure(cfg)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.New(ctx, cfg, log, opts...)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("service stopped with error: %v", err)
-		}
-	})
-	<-a.Ready()
-	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	db, err := pgxpool.New(context.Background(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	return &stack{dbURL: dbURL, ingestURL: "http://" + a.IngestAddr(), restURL: "http://" + a.HTTPAddr(),
-		grpcAddr: a.GRPCAddr(), client: fulfillmentv1.NewFulfillmentServiceClient(conn), db: db}
+	return startService(t, pgtest.DB(t), configure, log, opts...)
 }
 
 // After a paid order (a webhook, its processing, an order.fulfilled
