@@ -2,56 +2,22 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
-	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	testreceiver "github.com/fulfillplatform/fulfillment/internal/receiver"
 	"github.com/fulfillplatform/fulfillment/internal/stdwebhooks"
 )
-
-// sendPayment delivers a signed Yolfi payment.confirmed of paymentID for
-// merchantOrderID to s, and returns the event id.
-func (s *service) sendPayment(t *testing.T, merchantOrderID, paymentID string) string {
-	t.Helper()
-	live := true
-	p := yolfi.Payload{
-		ID: yolfi.NewID("evt_"), Type: yolfi.TypePaymentConfirmed, Livemode: &live, OrgID: svcOrg,
-		CreatedAt: time.Now().UTC().Format(time.RFC3339),
-		Data: yolfi.PayloadData{InvoiceID: "inv_" + paymentID, PaymentID: paymentID,
-			MerchantOrderID: merchantOrderID, Amount: "25.000000", Token: "USDT", Network: "TRON"},
-	}
-	body, err := json.Marshal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hook, err := yolfi.NewRequest(t.Context(), s.ingestURL+"/webhooks/"+svcEndpoint, []byte(svcYolfiKey), body, p.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	answer, err := http.DefaultClient.Do(hook)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = answer.Body.Close()
-	if answer.StatusCode != http.StatusOK {
-		t.Fatalf("payment webhook answered %d", answer.StatusCode)
-	}
-	return p.ID
-}
 
 // openItems counts the open reconciliation items.
 func (s *service) openItems(t *testing.T) int {
@@ -120,9 +86,9 @@ func TestReconAndEventsCommands(t *testing.T) {
 		o, err := s.client.GetOrder(admin(t), &fulfillmentv1.GetOrderRequest{OrderId: order})
 		return err == nil && o.GetOrder().GetState() == "fulfilled"
 	})
-	extraEvent := s.sendPayment(t, "ctl-recon-1", "pay_second")
+	extraEvent := s.sendPayment(t, "ctl-recon-1", "inv_pay_second", "pay_second")
 	waitUntil(t, "an item open", func() bool { return s.openItems(t) == 1 })
-	s.sendPayment(t, "ctl-recon-nobody", "pay_nobody")
+	s.sendPayment(t, "ctl-recon-nobody", "inv_pay_nobody", "pay_nobody")
 	waitUntil(t, "two items open", func() bool { return s.openItems(t) == 2 })
 
 	wantMatches(t, "recon summary", s.ctlOK(t, "recon", "summary"),

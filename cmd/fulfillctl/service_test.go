@@ -155,18 +155,27 @@ func (s *service) payOrder(t *testing.T, merchantOrderID string, destinations ..
 	if err != nil {
 		t.Fatalf("CreateOrder: %v", err)
 	}
+	s.sendPayment(t, merchantOrderID, "inv_"+merchantOrderID, "pay_"+merchantOrderID)
+	return resp.GetOrder().GetId()
+}
+
+// sendPayment delivers a signed Yolfi payment.confirmed of 25 USDT, of
+// invoice invoiceID and payment paymentID, for merchantOrderID to s's Yolfi
+// endpoint, and returns the event id.
+func (s *service) sendPayment(t *testing.T, merchantOrderID, invoiceID, paymentID string) string {
+	t.Helper()
 	live := true
-	paid := yolfi.Payload{
+	p := yolfi.Payload{
 		ID: yolfi.NewID("evt_"), Type: yolfi.TypePaymentConfirmed, Livemode: &live, OrgID: svcOrg,
 		CreatedAt: time.Now().UTC().Format(time.RFC3339),
-		Data: yolfi.PayloadData{InvoiceID: "inv_" + merchantOrderID, PaymentID: "pay_" + merchantOrderID,
+		Data: yolfi.PayloadData{InvoiceID: invoiceID, PaymentID: paymentID,
 			MerchantOrderID: merchantOrderID, Amount: "25.000000", Token: "USDT", Network: "TRON"},
 	}
-	body, err := json.Marshal(paid)
+	body, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hook, err := yolfi.NewRequest(t.Context(), s.ingestURL+"/webhooks/"+svcEndpoint, []byte(svcYolfiKey), body, paid.ID)
+	hook, err := yolfi.NewRequest(t.Context(), s.ingestURL+"/webhooks/"+svcEndpoint, []byte(svcYolfiKey), body, p.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +187,7 @@ func (s *service) payOrder(t *testing.T, merchantOrderID string, destinations ..
 	if answer.StatusCode != http.StatusOK {
 		t.Fatalf("payment webhook answered %d", answer.StatusCode)
 	}
-	return resp.GetOrder().GetId()
+	return p.ID
 }
 
 // waitUntil polls cond until it holds, for at most 20 s.

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/config"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
-	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 )
 
 // paySubscriptionOrder creates a live order of svcOrg whose one line pays
@@ -29,29 +26,7 @@ func (s *service) paySubscriptionOrder(t *testing.T, merchantOrderID, customer s
 	if err != nil {
 		t.Fatalf("CreateOrder: %v", err)
 	}
-	live := true
-	paid := yolfi.Payload{
-		ID: yolfi.NewID("evt_"), Type: yolfi.TypePaymentConfirmed, Livemode: &live, OrgID: svcOrg,
-		CreatedAt: time.Now().UTC().Format(time.RFC3339),
-		Data: yolfi.PayloadData{InvoiceID: "inv_" + merchantOrderID, PaymentID: "pay_" + merchantOrderID,
-			MerchantOrderID: merchantOrderID, Amount: "25.000000", Token: "USDT", Network: "TRON"},
-	}
-	body, err := json.Marshal(paid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hook, err := yolfi.NewRequest(t.Context(), s.ingestURL+"/webhooks/"+svcEndpoint, []byte(svcYolfiKey), body, paid.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	answer, err := http.DefaultClient.Do(hook)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = answer.Body.Close()
-	if answer.StatusCode != http.StatusOK {
-		t.Fatalf("payment webhook answered %d", answer.StatusCode)
-	}
+	s.sendPayment(t, merchantOrderID, "inv_"+merchantOrderID, "pay_"+merchantOrderID)
 	return resp.GetOrder().GetId()
 }
 
