@@ -292,21 +292,8 @@ func (r *runner) checkTBank(s *dbState) {
 				r.viol.add("unlinked event", "order %s: acknowledged notification %s is not linked to it", o.mid, id)
 			}
 		}
-		attempts := map[string]string{}
-		for k, a := range rp.order.Attempts {
-			attempts[k.Ref] = string(a)
-		}
-		switch {
-		case row.state != string(rp.order.State):
+		if !r.orderAsReplayed(s, o.mid, row, rp.order) {
 			ok = false
-			r.viol.add("order state", "order %s is %s, want %s", o.mid, row.state, rp.order.State)
-		case row.paidAttempt != rp.order.PaidBy.AttemptRef || row.paidPayID != rp.order.PaidBy.PaymentID:
-			ok = false
-			r.viol.add("paid by", "order %s is recorded paid by %s/%s, want %s/%s",
-				o.mid, row.paidAttempt, row.paidPayID, rp.order.PaidBy.AttemptRef, rp.order.PaidBy.PaymentID)
-		case !maps.Equal(s.attempts[row.id], attempts):
-			ok = false
-			r.viol.add("payment attempts", "order %s: attempts %v, want %v", o.mid, s.attempts[row.id], attempts)
 		}
 		if !ok {
 			replayed.Failed++
@@ -379,4 +366,26 @@ func (r *runner) checkTBank(s *dbState) {
 	r.logf("T-Bank: %d AUTHORIZED ignored as stale after their CONFIRMED; applied before their CONFIRMED: %d REFUNDED "+
 		"(order left unpaid), %d PARTIAL_REFUNDED (their shares taken when the CONFIRMED credited)",
 		stale, earlyFull, earlyPartial)
+}
+
+// orderAsReplayed holds the stored order row (merchant order id mid) to
+// the order its replay left: state, the payment that paid it, its
+// attempts. It reports a violation for the first difference.
+func (r *runner) orderAsReplayed(s *dbState, mid string, row orderRow, want fulfillment.PaidOrder) bool {
+	attempts := map[string]string{}
+	for k, a := range want.Attempts {
+		attempts[k.Ref] = string(a)
+	}
+	switch {
+	case row.state != string(want.State):
+		r.viol.add("order state", "order %s is %s, want %s", mid, row.state, want.State)
+	case row.paidAttempt != want.PaidBy.AttemptRef || row.paidPayID != want.PaidBy.PaymentID:
+		r.viol.add("paid by", "order %s is recorded paid by %s/%s, want %s/%s",
+			mid, row.paidAttempt, row.paidPayID, want.PaidBy.AttemptRef, want.PaidBy.PaymentID)
+	case !maps.Equal(s.attempts[row.id], attempts):
+		r.viol.add("payment attempts", "order %s: attempts %v, want %v", mid, s.attempts[row.id], attempts)
+	default:
+		return true
+	}
+	return false
 }
