@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -17,10 +18,13 @@ import (
 // transaction commits, which would serialize the writers. Signals arriving
 // while one is sent coalesce into the next. Other replicas' NOTIFYs arrive
 // on one connection per channel, held outside the pool from the first
-// listener on, whatever the number of listeners.
+// listener on, whatever the number of listeners. A NOTIFY carries its
+// sender's id: the listener skips its own, whose commits woke this
+// process's readers already.
 type queueSignal struct {
 	store   *Store
 	channel string
+	sender  string // this signal's id, the payload of its NOTIFYs
 	pending chan struct{}
 
 	mu        sync.Mutex
@@ -30,7 +34,8 @@ type queueSignal struct {
 }
 
 func newQueueSignal(s *Store, channel string) *queueSignal {
-	return &queueSignal{store: s, channel: channel, pending: make(chan struct{}, 1), wakers: map[int]func(){}}
+	return &queueSignal{store: s, channel: channel, sender: uuid.NewString(), pending: make(chan struct{}, 1),
+		wakers: map[int]func(){}}
 }
 
 // committed wakes every listener: call it after a commit that wrote rows.
@@ -59,7 +64,7 @@ func (q *queueSignal) run(ctx context.Context) {
 		case <-q.pending:
 		}
 		nctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if _, err := q.store.pool.Exec(nctx, "SELECT pg_notify($1, '')", q.channel); err != nil && ctx.Err() == nil {
+		if _, err := q.store.pool.Exec(nctx, "SELECT pg_notify($1, $2)", q.channel, q.sender); err != nil && ctx.Err() == nil {
 			q.store.log.Warn("notifying other replicas", "channel", q.channel, "error", err) // they poll meanwhile
 		}
 		cancel()
@@ -119,9 +124,12 @@ func (q *queueSignal) listenOnce(ctx context.Context) error {
 	}
 	q.wakeAll() // catch up with anything written before this LISTEN
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
 			return interpret(err)
 		}
-		q.wakeAll()
+		if n.Payload != q.sender {
+			q.wakeAll()
+		}
 	}
 }

@@ -133,7 +133,7 @@ func NewQueue(name string, table Table, owners Owners, cfg Config, log *slog.Log
 		owners:   owners,
 		cfg:      cfg,
 		log:      log.With("queue", name),
-		wake:     make(chan struct{}, cfg.Workers),
+		wake:     make(chan struct{}, 1),
 		jitter:   mrand.Float64,
 		inFlight: map[int64]struct{}{},
 	}
@@ -166,14 +166,14 @@ func (q *Queue) Run(ctx context.Context) error {
 	return nil
 }
 
-// notify wakes idle workers; extra notifications are dropped.
+// notify wakes one idle worker; notifications arriving while one is
+// pending coalesce. A worker that claims a full batch wakes the next (see
+// claimAndProcess), so that a backlog is worked on by every worker, while a
+// trickle of single events costs one claim each, not one per worker.
 func (q *Queue) notify() {
-	for range cap(q.wake) {
-		select {
-		case q.wake <- struct{}{}:
-		default:
-			return
-		}
+	select {
+	case q.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -214,6 +214,9 @@ func (q *Queue) claimAndProcess(ctx context.Context, owner string, changed <-cha
 	}
 	if len(claims) == 0 {
 		return 0
+	}
+	if len(claims) == q.cfg.Batch {
+		q.notify() // more may be due: another worker takes the next batch
 	}
 	failpoint.Inject("after-claim")
 	select {

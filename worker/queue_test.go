@@ -490,10 +490,65 @@ func TestQueueReclaimsAndWakes(t *testing.T) {
 		if got := offsets(t0, reclaimed.all()); fmt.Sprint(got) != "[0s 1s 2s]" {
 			t.Errorf("reclaims at %v, want at 0s, 1s and 2s", got)
 		}
-		// Each worker claims at start; the reclaim at 2s wakes both.
-		if got := offsets(t0, claimed.all()); fmt.Sprint(got) != "[0s 0s 2s 2s]" {
-			t.Errorf("claims at %v, want [0s 0s 2s 2s]", got)
+		// Each worker claims at start; the reclaim at 2s wakes one.
+		if got := offsets(t0, claimed.all()); fmt.Sprint(got) != "[0s 0s 2s]" {
+			t.Errorf("claims at %v, want [0s 0s 2s]", got)
 		}
+	})
+}
+
+// A notification wakes one idle worker: a single new item costs one claim,
+// not one per worker. A worker whose claim is a full batch wakes the next,
+// so that a backlog is shared by every worker.
+func TestQueueNotifyWakesOneWorkerThenChains(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var claimed calls[time.Time]
+		wakes := make(chan func(), 1)
+		full := []Claim{{ID: 1}, {ID: 2}}
+		release := make(chan struct{})
+		var workers calls[int64]
+		ft := &fakeTable{
+			claim: batches(&claimed, nil, nil, nil, []Claim{{ID: 9}}, nil, full, full, full),
+			process: func(_ context.Context, _ string, claims []Claim) error {
+				workers.add(claims[0].ID)
+				if claims[0].ID == 1 {
+					<-release // the batches stay in flight: a further claim is another worker's
+				}
+				return nil
+			},
+			listen: func(ctx context.Context, wake func()) error {
+				wakes <- wake
+				<-ctx.Done()
+				return nil
+			},
+		}
+		q := NewQueue("test", ft, liveOwner("a"), Config{Workers: 3, Batch: 2, Poll: time.Hour}, discard)
+		stop := start(q)
+		defer stop()
+		wake := <-wakes
+		synctest.Wait() // each worker claimed (nothing) at start
+		if n := len(claimed.all()); n != 3 {
+			t.Fatalf("%d claims at start, want 3", n)
+		}
+		wake() // one item
+		synctest.Wait()
+		if n := len(claimed.all()); n != 4 {
+			t.Fatalf("%d claims after one notification with one item due, want 4 (one worker woken)", n)
+		}
+		// The claim came back short: nobody else is woken until the next
+		// notification; then full batches wake worker after worker.
+		wake()
+		synctest.Wait()
+		if n := len(claimed.all()); n != 5 {
+			t.Fatalf("%d claims, want 5", n)
+		}
+		wake()
+		synctest.Wait()
+		if got := len(workers.all()); got != 4 {
+			t.Errorf("%d batches being processed after a backlog's notification, want 4 (three workers, chained)", got)
+		}
+		close(release)
 	})
 }
 
