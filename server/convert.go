@@ -207,17 +207,26 @@ func eventFromProto(req *fulfillmentv1.RecordEventRequest) (fulfillment.Provider
 	if ev.Payment.Amount, err = amountFromText(p.GetAmount(), p.GetToken(), p.GetNetwork(), p.GetCurrency()); err != nil {
 		vs = append(vs, fulfillment.FieldViolation{Field: "payment.amount", Description: "must be a decimal string such as \"25.000000\": " + err.Error()})
 	}
-	if n := len(req.GetRawBody()); n == 0 || n > fulfillment.MaxRawBodyBytes {
-		vs = append(vs, fulfillment.FieldViolation{Field: "raw_body", Description: fmt.Sprintf("is required, at most %d bytes", fulfillment.MaxRawBodyBytes)})
-	}
+	return ev, checkRecorded(ev, req.GetRawBody(), vs...)
+}
+
+// checkRecorded validates an event to be recorded with its raw body, with
+// the violations found while reading it, if any: the rules of RecordEvent,
+// whether called over gRPC or in-process.
+func checkRecorded(ev fulfillment.ProviderEvent, rawBody []byte, read ...fulfillment.FieldViolation) error {
+	var vs []fulfillment.FieldViolation
 	var ve *fulfillment.ValidationError
 	if errors.As(ev.Validate(), &ve) {
-		vs = append(ve.Violations, vs...)
+		vs = ve.Violations
+	}
+	vs = append(vs, read...)
+	if n := len(rawBody); n == 0 || n > fulfillment.MaxRawBodyBytes {
+		vs = append(vs, fulfillment.FieldViolation{Field: "raw_body", Description: fmt.Sprintf("is required, at most %d bytes", fulfillment.MaxRawBodyBytes)})
 	}
 	if len(vs) > 0 {
-		return ev, &fulfillment.ValidationError{Violations: vs}
+		return &fulfillment.ValidationError{Violations: vs}
 	}
-	return ev, nil
+	return nil
 }
 
 // eventToProto is the RecordEventRequest of ev and its raw body: the

@@ -27,12 +27,17 @@ func (s *Service) RecordEvent(ctx context.Context, req *fulfillmentv1.RecordEven
 	if err := requireOrg(principalFrom(ctx), ev.OrgID); err != nil {
 		return nil, err
 	}
-	ev.OccurredAt = fulfillment.PlausibleOccurrence(ev.OccurredAt, time.Now())
-	receipt, err := s.inbox.InboxInsert(ctx, ev, req.GetRawBody())
+	receipt, err := s.record(ctx, ev, req.GetRawBody())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
 	return &fulfillmentv1.RecordEventResponse{Duplicate: receipt.Duplicate, State: string(receipt.State)}, nil
+}
+
+// record stores a checked event of a configured endpoint.
+func (s *Service) record(ctx context.Context, ev fulfillment.ProviderEvent, rawBody []byte) (fulfillment.InboxReceipt, error) {
+	ev.OccurredAt = fulfillment.PlausibleOccurrence(ev.OccurredAt, time.Now())
+	return s.inbox.InboxInsert(ctx, ev, rawBody)
 }
 
 // checkEndpoint refuses an event for an endpoint this service is not

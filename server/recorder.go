@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -60,4 +63,47 @@ func (r *EventRecorder) RecordEvent(ctx context.Context, ev fulfillment.Provider
 		}
 	}
 	return fulfillment.InboxReceipt{Duplicate: resp.GetDuplicate(), State: fulfillment.InboxState(resp.GetState())}, nil
+}
+
+// LocalRecorder records events in the service's own process: the webhook
+// gateway of `fulfillmentd serve` calls RecordEvent's checks and insert
+// directly — no message encoding, no gRPC hop, no token (its only caller
+// is this process). A gateway in another process uses EventRecorder.
+type LocalRecorder struct {
+	svc    *Service
+	tracer trace.Tracer
+}
+
+// LocalRecorder returns the in-process recorder of s.
+func (s *Server) LocalRecorder() *LocalRecorder {
+	tp := s.opts.TracerProvider
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	return &LocalRecorder{svc: s.svc, tracer: tp.Tracer("github.com/fulfillplatform/fulfillment/server")}
+}
+
+// RecordEvent stores ev and returns once it is committed, with the errors
+// of EventRecorder.RecordEvent: a *fulfillment.ValidationError for an event
+// refused, fulfillment.ErrUnavailable for one that cannot be stored now,
+// and a plain error when this service's endpoints disagree with it. Its
+// span, named after the gRPC method, is the parent of the event's
+// processing span.
+func (r *LocalRecorder) RecordEvent(ctx context.Context, ev fulfillment.ProviderEvent, rawBody []byte) (fulfillment.InboxReceipt, error) {
+	ctx, span := r.tracer.Start(ctx, fulfillmentv1.FulfillmentService_RecordEvent_FullMethodName)
+	defer span.End()
+	err := checkRecorded(ev, rawBody)
+	if err == nil {
+		err = r.svc.checkEndpoint(ev)
+	}
+	var receipt fulfillment.InboxReceipt
+	if err == nil {
+		receipt, err = r.svc.record(ctx, ev, rawBody)
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(otelcodes.Error, "not recorded")
+		return fulfillment.InboxReceipt{}, err
+	}
+	return receipt, nil
 }

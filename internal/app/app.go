@@ -6,16 +6,13 @@ package app
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -110,19 +107,11 @@ func (a *App) build(cfg *config.Config) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		a.store.MetricsCollector(storage.DefaultMetricsTimeout))
 
-	// The webhook gateway calls the service in-process, with a token that
-	// exists only in this process.
-	ingestToken := randomToken()
-	tokens := slices.Concat(cfg.Auth.Tokens, []config.Token{{
-		Name: "ingest-gateway", Secret: ingestToken, Scopes: []string{config.ScopeIngest}, Orgs: []string{config.AllOrgs},
-	}})
-	srvCfg := *cfg
-	srvCfg.Auth.Tokens = tokens
 	payments, err := PaymentProviders(cfg)
 	if err != nil {
 		return err
 	}
-	a.srv, err = server.New(&srvCfg, a.store, a.log, server.Options{
+	a.srv, err = server.New(cfg, a.store, a.log, server.Options{
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Payments: payments, TracerProvider: a.tracer})
 	if err != nil {
 		return err
@@ -130,7 +119,9 @@ func (a *App) build(cfg *config.Config) error {
 	if err := a.srv.Listen(); err != nil {
 		return err
 	}
-	a.gateway, err = NewGateway(cfg, server.NewEventRecorder(a.srv.LocalConn(), ingestToken), reg, a.log)
+	// The webhook gateway records events in-process, through RecordEvent's
+	// checks without its gRPC hop.
+	a.gateway, err = NewGateway(cfg, a.srv.LocalRecorder(), reg, a.log)
 	if err != nil {
 		return err
 	}
@@ -358,10 +349,4 @@ func QueueConfig(q config.Queue) worker.Config {
 		Workers: q.Workers, Batch: q.Batch, Lease: q.Lease, Poll: q.Poll,
 		MaxAttempts: q.MaxAttempts, BaseBackoff: q.BaseBackoff, MaxBackoff: q.MaxBackoff,
 	}
-}
-
-func randomToken() string {
-	var b [32]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
