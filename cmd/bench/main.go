@@ -73,6 +73,7 @@ type options struct {
 	keep          bool
 	noNotify      bool
 	pprof         bool
+	statements    bool
 	rounds        int
 	budget        time.Duration
 	outboxConc    []int
@@ -102,6 +103,7 @@ func main() {
 	flag.Float64Var(&o.redeliver, "redeliver", 0.2, "share of ingest requests that are redeliveries")
 	flag.Float64Var(&o.outOfOrder, "out-of-order", 0.05, "share of ingest requests that are out-of-order invoice events")
 	flag.BoolVar(&o.noNotify, "baseline-no-notify", true, "also run the baseline with the table's triggers (a per-row NOTIFY) disabled, when it has any (informational)")
+	flag.BoolVar(&o.statements, "statements", true, "load pg_stat_statements and report what each statement costs per event over the saturating push and its drain")
 	flag.BoolVar(&o.pprof, "pprof", false, "serve pprof from fulfillmentd (listen.debug) and save CPU profiles of the 32-client ingest level and the saturating push into --out")
 	flag.IntVar(&o.rounds, "history-rounds", 3, "alternating rounds (without history, with history) of the history comparison")
 	flag.DurationVar(&o.budget, "budget", 9*time.Minute+30*time.Second, "whole-run budget: past it, waits for the inbox backlog are cut short (with a warning)")
@@ -385,7 +387,11 @@ func (b *bench) run(ctx context.Context) error {
 
 // startCluster starts the durable cluster and creates the two databases.
 func (b *bench) startCluster(ctx context.Context) error {
-	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(b.tmp, "pg"), Durable: true, Log: os.Stderr})
+	var preload []string
+	if b.o.statements {
+		preload = append(preload, "shared_preload_libraries=pg_stat_statements", "pg_stat_statements.max=1000")
+	}
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(b.tmp, "pg"), Durable: true, Log: os.Stderr, Settings: preload})
 	if err != nil {
 		return err
 	}
@@ -401,7 +407,7 @@ func (b *bench) startCluster(ctx context.Context) error {
 		return err
 	}
 	var settings []string
-	for _, name := range []string{"fsync", "synchronous_commit", "full_page_writes", "wal_sync_method", "max_connections", "shared_buffers", "max_wal_size"} {
+	for _, name := range []string{"fsync", "synchronous_commit", "full_page_writes", "wal_sync_method", "max_connections", "shared_buffers", "max_wal_size", "shared_preload_libraries"} {
 		var v string
 		if err := conn.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v); err != nil {
 			return err
@@ -544,6 +550,12 @@ func (b *bench) startTarget(ctx context.Context, name, dbName string, tune func(
 		name, svc.pid(), dbName, svc.grpcAddr, svc.httpAddr, svc.ingestAddr, svc.logPath)
 	if t.db, err = loadgen.ConnectDB(ctx, b.cluster.URL(dbName)); err != nil {
 		return nil, err
+	}
+	if b.o.statements {
+		if err := loadgen.EnableStatements(ctx, t.db); err != nil {
+			b.warn("pg_stat_statements unavailable, statement costs not reported: %v", err)
+			b.o.statements = false
+		}
 	}
 	if t.api, err = loadgen.DialAPI(svc.grpcAddr, benchToken); err != nil {
 		return nil, err
@@ -835,6 +847,11 @@ func (b *bench) sustained(ctx context.Context) error {
 		return err
 	}
 	b.drain(ctx, "creating orders")
+	if b.o.statements {
+		if err := loadgen.ResetStatements(ctx, b.t.db); err != nil {
+			return err
+		}
+	}
 	mix := loadgen.NewMix(b.src, orders, 0, 0)
 	mix.StopWhenExhausted = true
 	prof := b.profile(ctx, "push", b.o.push)
@@ -853,6 +870,15 @@ func (b *bench) sustained(ctx context.Context) error {
 	cpu2 := b.cpu.sample()
 	b.logWaits("push", pushWaits)
 	b.logWaits("drain", drainWaits)
+	var statements []loadgen.StatementCost
+	var allStatements loadgen.StatementCost
+	if b.o.statements {
+		// Read before the bench's own queries below; every event the push
+		// sent was acknowledged, and the drain processed it.
+		if statements, allStatements, err = loadgen.StatementCosts(ctx, b.t.db, len(mix.NewIDs()), 12); err != nil {
+			return err
+		}
+	}
 	if mix.Exhausted() > 0 && res.Elapsed < b.o.push*3/4 {
 		b.warn("push: the %d pre-created orders ran out after %.1fs", len(orders), res.Elapsed.Seconds())
 	}
@@ -862,7 +888,11 @@ func (b *bench) sustained(ctx context.Context) error {
 	}
 	first, last := loadgen.ReceivedSpan(ts)
 	s := &Sustained{Workers: w, PushSeconds: round2(res.Elapsed.Seconds()), IngestPerSecond: round1(res.Throughput()),
-		DrainSeconds: drainSecs, CPU: cpuPush, CPUDrain: cpuDrain, Waits: pushWaits, DrainWaits: drainWaits}
+		DrainSeconds: drainSecs, CPU: cpuPush, CPUDrain: cpuDrain, Waits: pushWaits, DrainWaits: drainWaits,
+		Statements: statements}
+	if b.o.statements {
+		s.StatementsTotal = &allStatements
+	}
 	f := loadgen.Fulfilled(ts)
 	s.Decisions = f.Decisions
 	if s.Events = f.Latency.N; s.Events > 0 {

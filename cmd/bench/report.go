@@ -152,6 +152,10 @@ type Sustained struct {
 	PostgresUsPerEvent float64             `json:"postgres_cpu_us_per_event"`
 	Waits              []loadgen.WaitShare `json:"pg_activity_push,omitempty"`
 	DrainWaits         []loadgen.WaitShare `json:"pg_activity_drain,omitempty"`
+	// Statements are the costliest statements of push and drain, per event
+	// (pg_stat_statements), and StatementsTotal the sum of all of them.
+	Statements      []loadgen.StatementCost `json:"pg_statements_per_event,omitempty"`
+	StatementsTotal *loadgen.StatementCost  `json:"pg_statements_total_per_event,omitempty"`
 }
 
 // History compares the service with a large processed history against
@@ -520,6 +524,17 @@ func (r *Report) Markdown() string {
 		fmt.Fprintf(&b, "\n**%s**\n\n| backends | wait | statement |\n|---|---|---|\n", a.name)
 		for _, w := range a.waits {
 			fmt.Fprintf(&b, "| %.2f | %s | `%s` |\n", w.Avg, w.Wait, strings.ReplaceAll(w.Query, "|", "\\|"))
+		}
+	}
+	if s := r.Sustained; s != nil && s.StatementsTotal != nil {
+		b.WriteString("\n## PostgreSQL per event\n\nThe saturating push and its drain, from pg_stat_statements (reset before the push): per event acknowledged and processed, each statement's executions, execution time (lock waits and time off the CPU included, the commit's WAL flush not), shared buffers touched and WAL written; the costliest statements by time, then all of them.\n\n")
+		b.WriteString("| calls | exec µs | buffers | WAL bytes | statement |\n|---|---|---|---|---|\n")
+		for _, c := range append(s.Statements, *s.StatementsTotal) {
+			q := c.Query
+			if len(q) > 110 {
+				q = q[:110] + "…"
+			}
+			fmt.Fprintf(&b, "| %.2f | %.0f | %.1f | %.0f | `%s` |\n", c.Calls, c.ExecUs, c.Buffers, c.WALBytes, strings.ReplaceAll(q, "|", "\\|"))
 		}
 	}
 	b.WriteString("\n## Phase durations\n\n| phase | seconds |\n|---|---|\n")

@@ -35,20 +35,25 @@ type Options struct {
 	Port    int       // 0 = pick a free loopback port
 	Durable bool      // false (tests): fsync=off, full_page_writes=off, initdb --no-sync for speed. true (make run): defaults.
 	Log     io.Writer // where progress lines go (nil = discard); server log goes to Dir/postgres.log
+	// Settings are further server settings, "name=value" each (e.g.
+	// "shared_preload_libraries=pg_stat_statements"), given on the command
+	// line of every start.
+	Settings []string
 }
 
 // Cluster is a PostgreSQL cluster started by Start, listening on 127.0.0.1.
 // Its methods are safe for concurrent use.
 type Cluster struct {
-	binDir  string
-	dir     string // Options.Dir, absolute
-	data    string // dir/data
-	logPath string // dir/postgres.log
-	port    int
-	durable bool
-	log     io.Writer
-	acct    *account
-	version string
+	binDir   string
+	dir      string // Options.Dir, absolute
+	data     string // dir/data
+	logPath  string // dir/postgres.log
+	port     int
+	durable  bool
+	settings []string
+	log      io.Writer
+	acct     *account
+	version  string
 
 	mu  sync.Mutex
 	srv *server // nil when the server is not running
@@ -83,14 +88,15 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{
-		binDir:  binDir,
-		dir:     dir,
-		data:    filepath.Join(dir, "data"),
-		logPath: filepath.Join(dir, "postgres.log"),
-		port:    o.Port,
-		durable: o.Durable,
-		log:     o.Log,
-		acct:    acct,
+		binDir:   binDir,
+		dir:      dir,
+		data:     filepath.Join(dir, "data"),
+		logPath:  filepath.Join(dir, "postgres.log"),
+		port:     o.Port,
+		durable:  o.Durable,
+		settings: o.Settings,
+		log:      o.Log,
+		acct:     acct,
 	}
 	if c.log == nil {
 		c.log = io.Discard

@@ -88,6 +88,9 @@ func (c *Cluster) serverArgs() []string {
 	if !c.durable {
 		args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off")
 	}
+	for _, kv := range c.settings {
+		args = append(args, "-c", kv)
+	}
 	return args
 }
 

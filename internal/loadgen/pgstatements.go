@@ -1,0 +1,70 @@
+package loadgen
+
+import (
+	"context"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// StatementCost is what a statement cost PostgreSQL over a measured span,
+// divided by the events of that span: how often it ran, the time it spent
+// executing (waits for locks and the CPU included, the commit's WAL flush
+// not), the shared buffers it touched and the WAL it wrote.
+type StatementCost struct {
+	Query    string  `json:"query"`
+	Calls    float64 `json:"calls_per_event"`
+	ExecUs   float64 `json:"exec_us_per_event"`
+	Buffers  float64 `json:"buffers_per_event"`
+	WALBytes float64 `json:"wal_bytes_per_event"`
+}
+
+// EnableStatements installs pg_stat_statements in db's database; the
+// server must preload the library (shared_preload_libraries).
+func EnableStatements(ctx context.Context, db *pgxpool.Pool) error {
+	_, err := db.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+	return err
+}
+
+// ResetStatements starts a measured span: it forgets the statistics of
+// every statement so far.
+func ResetStatements(ctx context.Context, db *pgxpool.Pool) error {
+	_, err := db.Exec(ctx, "SELECT pg_stat_statements_reset()")
+	return err
+}
+
+// StatementCosts returns the statements run in db's database since
+// ResetStatements, the costliest (by execution time) first, at most limit
+// of them, and their sum over all statements, each divided by events.
+func StatementCosts(ctx context.Context, db *pgxpool.Pool, events, limit int) (top []StatementCost, total StatementCost, err error) {
+	rows, _ := db.Query(ctx, `
+		SELECT query, calls::float8, total_exec_time * 1000,
+			(shared_blks_hit + shared_blks_read + shared_blks_dirtied + shared_blks_written)::float8, wal_bytes::float8
+		FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND query NOT LIKE '%pg_stat_statements%'
+		ORDER BY total_exec_time DESC`)
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StatementCost, error) {
+		var c StatementCost
+		err := r.Scan(&c.Query, &c.Calls, &c.ExecUs, &c.Buffers, &c.WALBytes)
+		return c, err
+	})
+	if err != nil || events <= 0 {
+		return nil, StatementCost{}, err
+	}
+	n := float64(events)
+	total.Query = "all statements"
+	for i, c := range all {
+		c.Query = strings.Join(strings.Fields(c.Query), " ")
+		c.Calls, c.ExecUs, c.Buffers, c.WALBytes = c.Calls/n, c.ExecUs/n, c.Buffers/n, c.WALBytes/n
+		total.Calls += c.Calls
+		total.ExecUs += c.ExecUs
+		total.Buffers += c.Buffers
+		total.WALBytes += c.WALBytes
+		if i < limit {
+			top = append(top, c)
+		}
+	}
+	return top, total, nil
+}
