@@ -50,6 +50,7 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 			return err
 		}
 		b := &pgx.Batch{}
+		decided := decisions{}
 		for _, le := range events {
 			var (
 				out     fulfillment.Outcome
@@ -92,20 +93,7 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 				m.Apply(le.ev, out)
 				linked = &m.id
 			}
-			// A replayed event that is found already applied keeps the
-			// decision it records (a partial refund's is read back as the
-			// order's recorded refund): a replay never erases what an
-			// event did.
-			b.Queue(`
-				UPDATE inbox_events SET state = $2,
-					decision_reason = CASE WHEN $3 = '`+string(fulfillment.DecisionAlreadyApplied)+`' AND decision IS NOT NULL
-						THEN decision_reason ELSE $4 END,
-					decision = CASE WHEN $3 = '`+string(fulfillment.DecisionAlreadyApplied)+`' AND decision IS NOT NULL
-						THEN decision ELSE $3 END,
-					order_id = $5, applied_subscription_id = $6::uuid,
-					processed_at = clock_timestamp(), lease_owner = NULL, lease_until = NULL, last_error = NULL
-				WHERE id = $1`,
-				le.id, fulfillment.InboxStateFor(out.Decision), out.Decision, out.Reason, linked, applied)
+			decided.add(le.id, out, linked, applied)
 			p := fulfillment.ProcessedEvent{Outcome: out, EventID: le.ev.EventID, Provider: le.ev.Provider,
 				EndpointID: le.ev.EndpointID, Kind: le.ev.Kind, ReceivedAt: le.received, TraceParent: le.traceParent}
 			if linked != nil {
@@ -113,6 +101,7 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 			}
 			outcomes[le.id] = p
 		}
+		decided.queue(b)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("applying decisions: %w", interpret(err))
 		}
@@ -125,6 +114,48 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 	s.wake(q)
 	failpoint.Inject("process-after-commit")
 	return outcomes, nil
+}
+
+// decisions are the outcomes of a batch's events, recorded with one
+// statement: the per-statement work of PostgreSQL (planning, executor
+// start, locks on the table and its indexes) is paid once per batch.
+type decisions struct {
+	ids                       []int64
+	states, decisions, reason []string
+	orders, subscriptions     []*string
+}
+
+// add records the outcome of event id, applied to the order linked and the
+// subscription applied (nil for none).
+func (d *decisions) add(id int64, out fulfillment.Outcome, linked, applied *string) {
+	d.ids = append(d.ids, id)
+	d.states = append(d.states, string(fulfillment.InboxStateFor(out.Decision)))
+	d.decisions = append(d.decisions, string(out.Decision))
+	d.reason = append(d.reason, out.Reason)
+	d.orders = append(d.orders, linked)
+	d.subscriptions = append(d.subscriptions, applied)
+}
+
+// queue adds the statement that records the decisions to b. A replayed
+// event that is found already applied keeps the decision it records (a
+// partial refund's is read back as the order's recorded refund): a replay
+// never erases what an event did.
+func (d *decisions) queue(b *pgx.Batch) {
+	if len(d.ids) == 0 {
+		return
+	}
+	b.Queue(`
+		UPDATE inbox_events e SET state = d.state,
+			decision_reason = CASE WHEN d.decision = '`+string(fulfillment.DecisionAlreadyApplied)+`' AND e.decision IS NOT NULL
+				THEN e.decision_reason ELSE d.reason END,
+			decision = CASE WHEN d.decision = '`+string(fulfillment.DecisionAlreadyApplied)+`' AND e.decision IS NOT NULL
+				THEN e.decision ELSE d.decision END,
+			order_id = d.order_id::uuid, applied_subscription_id = d.subscription_id::uuid,
+			processed_at = clock_timestamp(), lease_owner = NULL, lease_until = NULL, last_error = NULL
+		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+			AS d(id, state, decision, reason, order_id, subscription_id)
+		WHERE e.id = d.id`,
+		d.ids, d.states, d.decisions, d.reason, d.orders, d.subscriptions)
 }
 
 // leasedEvent is an inbox event locked for processing.
