@@ -573,8 +573,12 @@ func (b *bench) use(t *target) {
 }
 
 // pausedAt are the concurrencies of the ingest levels with the inbox
-// processor paused (the goal's).
-var pausedAt = []int{32, 64}
+// processor paused: the goal's (pausedGoalAt), and one client, to show
+// what processing adds to one client's latency.
+var (
+	pausedAt     = []int{1, 32, 64}
+	pausedGoalAt = []int{32, 64}
+)
 
 // on runs fn with p's service as the measured one.
 func (b *bench) on(p *provider, fn func() error) error {

@@ -28,7 +28,7 @@ type Report struct {
 	BaselineNoNotify []LoadLevel   `json:"baseline_no_notify,omitempty"`
 	Ingest           []IngestLevel `json:"ingest"`                  // Yolfi's
 	IngestTBank      []IngestLevel `json:"ingest_tbank"`            // the same sweep of T-Bank notifications
-	IngestPaused     []IngestLevel `json:"ingest_processor_paused"` // Yolfi's, inbox processor paused (32, 64 clients)
+	IngestPaused     []IngestLevel `json:"ingest_processor_paused"` // Yolfi's, inbox processor paused (1, 32, 64 clients)
 	HalfPeak         *OpenIngest   `json:"ingest_half_peak,omitempty"`
 	Pipeline         []Pipeline    `json:"pipeline"`
 	Sustained        *Sustained    `json:"max_sustained,omitempty"`
