@@ -136,7 +136,10 @@ func (d *decisions) add(id int64, out fulfillment.Outcome, linked, applied *stri
 	d.subscriptions = append(d.subscriptions, applied)
 }
 
-// queue adds the statement that records the decisions to b. A replayed
+// queue adds the statement that records the decisions to b. Their
+// processed_at follow the order they were decided in, a microsecond apart
+// (the rows of one statement are not updated in any particular order):
+// readers replay an order's or a subscription's events in that order. A replayed
 // event that is found already applied keeps the decision it records (a
 // partial refund's is read back as the order's recorded refund): a replay
 // never erases what an event did.
@@ -151,9 +154,11 @@ func (d *decisions) queue(b *pgx.Batch) {
 			decision = CASE WHEN d.decision = '`+string(fulfillment.DecisionAlreadyApplied)+`' AND e.decision IS NOT NULL
 				THEN e.decision ELSE d.decision END,
 			order_id = d.order_id::uuid, applied_subscription_id = d.subscription_id::uuid,
-			processed_at = clock_timestamp(), lease_owner = NULL, lease_until = NULL, last_error = NULL
-		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
-			AS d(id, state, decision, reason, order_id, subscription_id)
+			processed_at = clock.t + d.n * interval '1 microsecond',
+			lease_owner = NULL, lease_until = NULL, last_error = NULL
+		FROM (SELECT clock_timestamp() AS t) clock,
+			unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY
+				AS d(id, state, decision, reason, order_id, subscription_id, n)
 		WHERE e.id = d.id`,
 		d.ids, d.states, d.decisions, d.reason, d.orders, d.subscriptions)
 }

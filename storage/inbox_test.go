@@ -347,6 +347,16 @@ func TestInboxProcessBatchOfOneOrder(t *testing.T) {
 	if n := count(t, conn, "SELECT count(*) FROM payment_attempts WHERE state = 'confirmed'"); n != 2 {
 		t.Errorf("confirmed attempts = %d, want 2", n)
 	}
+	// Readers replay an order's events in processed_at order: it is the
+	// order they were decided in, though one statement recorded them all.
+	rows, _ := conn.Query(ctx, "SELECT decision FROM inbox_events ORDER BY processed_at")
+	stored, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "attempt_recorded,fulfilled,duplicate_payment,already_applied"; strings.Join(stored, ",") != want {
+		t.Errorf("stored decisions by processed_at = %v, want %s", stored, want)
+	}
 }
 
 // A committed insert wakes listeners in the same process directly and
