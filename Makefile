@@ -55,12 +55,13 @@ bench-micro: ## Go micro-benchmarks (-benchmem) of the gateway, adapters, state 
 FUZZTIME ?= 10s
 
 .PHONY: fuzz
-fuzz: ## Run every fuzz target for $(FUZZTIME) each (Yolfi and T-Bank verify + parse, Standard Webhooks verify).
+fuzz: ## Run every fuzz target for $(FUZZTIME) each (Yolfi and T-Bank verify + parse, Standard Webhooks verify, the strict JSON reader).
 	go test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./ingest/yolfi/
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./ingest/yolfi/
 	go test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./ingest/tbank/
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./ingest/tbank/
 	go test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./internal/stdwebhooks/
+	go test -run='^$$' -fuzz='^FuzzCheck$$' -fuzztime=$(FUZZTIME) ./ingest/wire/
 
 .PHONY: build
 build: ## Build fulfillmentd and fulfillctl into .cache/.

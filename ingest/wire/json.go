@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
 	"strings"
 	"sync"
@@ -43,116 +42,325 @@ func Decode(body []byte, v any) error {
 	return nil
 }
 
-// Check applies Decode's checks to body for the payload modeled by t.
+// Check applies Decode's checks to body for the payload modeled by t. It
+// reads the body once, byte by byte, and allocates only for what it
+// reports and for objects of many members: the strict reading costs a
+// fraction of decoding.
 func Check(body []byte, t reflect.Type) error {
 	if !utf8.Valid(body) {
 		return errors.New("the body is not valid UTF-8")
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return syntaxProblem(err, dec)
-		}
-		var parent *frame
-		if len(stack) > 0 {
-			parent = stack[len(stack)-1]
-		}
-		if parent == nil && tok != json.Delim('{') {
-			return errors.New("the body must be a JSON object")
-		}
-		if parent != nil && parent.object && parent.wantKey {
-			// Decoder.Token only returns a string or '}' here.
-			if tok != json.Delim('}') {
-				key, _ := tok.(string)
-				if err := parent.name(key); err != nil {
-					return err
-				}
-				parent.key, parent.wantKey = key, false
-				continue
-			}
-			stack = stack[:len(stack)-1]
-		} else {
-			switch tok {
-			case json.Delim('{'), json.Delim('['):
-				if len(stack) >= MaxDepth {
-					return fmt.Errorf("the body nests deeper than %d levels", MaxDepth)
-				}
-				f := &frame{object: tok == json.Delim('{'), wantKey: true}
-				switch {
-				case parent == nil:
-					f.model = modelOf(t)
-				case parent.object && parent.model != nil:
-					f.model, f.path = parent.model.children[parent.key], parent.path+parent.key+"."
-				}
-				if f.object {
-					f.names = make(map[string]struct{})
-				}
-				stack = append(stack, f)
-				continue
-			case json.Delim(']'):
-				stack = stack[:len(stack)-1]
-			}
-		}
-		// A value just ended (a scalar or a closed container).
-		if len(stack) == 0 {
-			break
-		}
-		if top := stack[len(stack)-1]; top.object {
-			top.wantKey = true
-		}
+	c := checker{body: body}
+	c.space()
+	if c.pos == len(body) {
+		return errEnded
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	if body[c.pos] != '{' {
+		if err := c.value(1, nil, ""); err != nil {
+			return err
+		}
+		return errors.New("the body must be a JSON object")
+	}
+	if err := c.object(1, modelOf(t), ""); err != nil {
+		return err
+	}
+	c.space()
+	if c.pos != len(body) {
 		return errors.New("the body has more data after the JSON object")
 	}
 	return nil
 }
 
-// frame is an object or array being read.
-type frame struct {
-	object  bool
-	wantKey bool
-	key     string
-	names   map[string]struct{}
-	model   *model // the modeled members at this level; nil elsewhere
-	path    string // the member path to this level, for messages
+var errEnded = errors.New("the body is empty or ends before the JSON object is complete")
+
+// checker reads one JSON text strictly.
+type checker struct {
+	body []byte
+	pos  int
 }
 
-// name records a member name of an object.
-func (f *frame) name(key string) error {
-	if _, dup := f.names[key]; dup {
-		where := "a nested object"
-		switch {
-		case f.model != nil && f.path == "":
-			where = "the top level"
-		case f.model != nil:
-			where = strings.TrimSuffix(f.path, ".")
-		}
-		return fmt.Errorf("a member name appears twice in the same object (%s)", where)
+func (c *checker) syntax() error {
+	if c.pos >= len(c.body) {
+		return errEnded
 	}
-	f.names[key] = struct{}{}
-	if f.model != nil {
-		for _, k := range f.model.names {
-			if key != k && strings.EqualFold(key, k) {
-				return fmt.Errorf("member name must be spelled exactly %q", f.path+k)
-			}
+	return fmt.Errorf("the body is not valid JSON (error near byte %d)", c.pos)
+}
+
+func (c *checker) space() {
+	for c.pos < len(c.body) {
+		switch c.body[c.pos] {
+		case ' ', '\t', '\n', '\r':
+			c.pos++
+		default:
+			return
+		}
+	}
+}
+
+// value reads any value at nesting depth (of the containers around it,
+// plus one); m is the model of an object value, when modeled.
+func (c *checker) value(depth int, m *model, path string) error {
+	c.space()
+	if c.pos >= len(c.body) {
+		return errEnded
+	}
+	switch b := c.body[c.pos]; {
+	case b == '{':
+		return c.object(depth, m, path)
+	case b == '[':
+		return c.array(depth)
+	case b == '"':
+		_, _, err := c.str()
+		return err
+	case b == '-' || b >= '0' && b <= '9':
+		return c.number()
+	case b == 't':
+		return c.literal("true")
+	case b == 'f':
+		return c.literal("false")
+	case b == 'n':
+		return c.literal("null")
+	}
+	return c.syntax()
+}
+
+func (c *checker) literal(word string) error {
+	for i := range len(word) {
+		if c.pos >= len(c.body) || c.body[c.pos] != word[i] {
+			return c.syntax()
+		}
+		c.pos++
+	}
+	return nil
+}
+
+func (c *checker) digits() int {
+	n := 0
+	for c.pos < len(c.body) && c.body[c.pos] >= '0' && c.body[c.pos] <= '9' {
+		c.pos++
+		n++
+	}
+	return n
+}
+
+func (c *checker) number() error {
+	if c.body[c.pos] == '-' {
+		c.pos++
+	}
+	if c.pos < len(c.body) && c.body[c.pos] == '0' {
+		c.pos++
+	} else if c.digits() == 0 {
+		return c.syntax()
+	}
+	if c.pos < len(c.body) && c.body[c.pos] == '.' {
+		c.pos++
+		if c.digits() == 0 {
+			return c.syntax()
+		}
+	}
+	if c.pos < len(c.body) && (c.body[c.pos] == 'e' || c.body[c.pos] == 'E') {
+		c.pos++
+		if c.pos < len(c.body) && (c.body[c.pos] == '+' || c.body[c.pos] == '-') {
+			c.pos++
+		}
+		if c.digits() == 0 {
+			return c.syntax()
 		}
 	}
 	return nil
 }
 
-func syntaxProblem(err error, dec *json.Decoder) error {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return errors.New("the body is empty or ends before the JSON object is complete")
+// str reads a string; raw is its text between the quotes, escaped tells
+// whether it holds escapes (raw is then not the string's value).
+func (c *checker) str() (raw []byte, escaped bool, err error) {
+	c.pos++ // the opening quote
+	start := c.pos
+	for c.pos < len(c.body) {
+		switch b := c.body[c.pos]; {
+		case b == '"':
+			raw = c.body[start:c.pos]
+			c.pos++
+			return raw, escaped, nil
+		case b == '\\':
+			escaped = true
+			c.pos++
+			if c.pos >= len(c.body) {
+				return nil, false, errEnded
+			}
+			switch c.body[c.pos] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				c.pos++
+			case 'u':
+				c.pos++
+				for range 4 {
+					if c.pos >= len(c.body) {
+						return nil, false, errEnded
+					}
+					if !isHex(c.body[c.pos]) {
+						return nil, false, c.syntax()
+					}
+					c.pos++
+				}
+			default:
+				return nil, false, c.syntax()
+			}
+		case b < 0x20:
+			return nil, false, c.syntax()
+		default:
+			c.pos++
+		}
 	}
-	return fmt.Errorf("the body is not valid JSON (error near byte %d)", dec.InputOffset())
+	return nil, false, errEnded
+}
+
+func isHex(b byte) bool {
+	return b >= '0' && b <= '9' || b >= 'a' && b <= 'f' || b >= 'A' && b <= 'F'
+}
+
+func (c *checker) array(depth int) error {
+	if depth > MaxDepth {
+		return fmt.Errorf("the body nests deeper than %d levels", MaxDepth)
+	}
+	c.pos++ // [
+	c.space()
+	if c.pos < len(c.body) && c.body[c.pos] == ']' {
+		c.pos++
+		return nil
+	}
+	for {
+		if err := c.value(depth+1, nil, ""); err != nil {
+			return err
+		}
+		c.space()
+		if c.pos >= len(c.body) {
+			return errEnded
+		}
+		switch c.body[c.pos] {
+		case ',':
+			c.pos++
+		case ']':
+			c.pos++
+			return nil
+		default:
+			return c.syntax()
+		}
+	}
+}
+
+// smallObject is the number of members an object's names are compared
+// with one by one; past it they go into a map.
+const smallObject = 16
+
+// object reads an object at depth; m models its members (nil: none are)
+// and path is the member path to it, for messages.
+func (c *checker) object(depth int, m *model, path string) error {
+	if depth > MaxDepth {
+		return fmt.Errorf("the body nests deeper than %d levels", MaxDepth)
+	}
+	c.pos++ // {
+	var (
+		few   [smallObject][]byte
+		names = few[:0]
+		many  map[string]struct{}
+	)
+	c.space()
+	if c.pos < len(c.body) && c.body[c.pos] == '}' {
+		c.pos++
+		return nil
+	}
+	for {
+		c.space()
+		if c.pos >= len(c.body) {
+			return errEnded
+		}
+		if c.body[c.pos] != '"' {
+			return c.syntax()
+		}
+		quoted := c.pos
+		key, escaped, err := c.str()
+		if err != nil {
+			return err
+		}
+		if escaped { // rare: the name is compared by its value
+			var s string
+			if err := json.Unmarshal(c.body[quoted:c.pos], &s); err != nil {
+				return c.syntax()
+			}
+			key = []byte(s)
+		}
+		// The same name twice: a parser could take either value.
+		dup := false
+		if many != nil {
+			_, dup = many[string(key)]
+			many[string(key)] = struct{}{}
+		} else {
+			for _, n := range names {
+				if bytes.Equal(n, key) {
+					dup = true
+					break
+				}
+			}
+			if names = append(names, key); len(names) > smallObject {
+				many = make(map[string]struct{}, 2*len(names))
+				for _, n := range names {
+					many[string(n)] = struct{}{}
+				}
+			}
+		}
+		if dup {
+			where := "a nested object"
+			switch {
+			case m != nil && path == "":
+				where = "the top level"
+			case m != nil:
+				where = strings.TrimSuffix(path, ".")
+			}
+			return fmt.Errorf("a member name appears twice in the same object (%s)", where)
+		}
+		var child *model
+		if m != nil {
+			for i, k := range m.keys {
+				if !bytes.Equal(key, k) && bytes.EqualFold(key, k) {
+					return fmt.Errorf("member name must be spelled exactly %q", path+m.names[i])
+				}
+			}
+			child = m.children[string(key)]
+		}
+		c.space()
+		if c.pos >= len(c.body) {
+			return errEnded
+		}
+		if c.body[c.pos] != ':' {
+			return c.syntax()
+		}
+		c.pos++
+		childPath := ""
+		if child != nil {
+			childPath = path + string(key) + "."
+		}
+		if err := c.value(depth+1, child, childPath); err != nil {
+			return err
+		}
+		c.space()
+		if c.pos >= len(c.body) {
+			return errEnded
+		}
+		switch c.body[c.pos] {
+		case ',':
+			c.pos++
+		case '}':
+			c.pos++
+			return nil
+		default:
+			return c.syntax()
+		}
+	}
 }
 
 // model is the modeled members of one object level.
 type model struct {
 	names    []string
+	keys     [][]byte          // names, as bytes
 	children map[string]*model // members that are modeled objects
 }
 
@@ -175,6 +383,7 @@ func modelOf(t reflect.Type) *model {
 			name = f.Name
 		}
 		m.names = append(m.names, name)
+		m.keys = append(m.keys, []byte(name))
 		ft := f.Type
 		for ft.Kind() == reflect.Pointer {
 			ft = ft.Elem()
