@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -28,7 +29,8 @@ func FuzzCheck(f *testing.F) {
 			}
 			var p payload
 			if uerr := json.Unmarshal(body, &p); uerr != nil {
-				if _, ok := uerr.(*json.UnmarshalTypeError); !ok {
+				var te *json.UnmarshalTypeError
+				if !errors.As(uerr, &te) {
 					t.Fatalf("Check accepted %q, which does not decode: %v", body, uerr)
 				}
 			}
