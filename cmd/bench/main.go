@@ -688,7 +688,17 @@ func (b *bench) ordersFor(p *provider, c int, seconds float64) int {
 	if cur, ok := p.levels[c]; ok { // a re-run of a measured level
 		guess = max(guess, cur.PerSecond*1.15)
 	}
-	guess = min(guess, 4000)
+	limit := 4000.0
+	if base, ok := b.baseline[c]; ok {
+		// The baseline, measured just before at c: ingest with the
+		// processor running has reached 0.5× of it, ingest alone 1×.
+		floor := base.PerSecond * 0.6
+		if p == b.paused {
+			floor, limit = base.PerSecond*1.2, 6000
+		}
+		guess = max(guess, floor)
+	}
+	guess = min(guess, limit)
 	return int(guess*seconds*(1-b.o.redeliver)) + 200
 }
 
