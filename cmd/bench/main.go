@@ -689,17 +689,28 @@ func (b *bench) ordersFor(p *provider, c int, seconds float64) int {
 		guess = max(guess, cur.PerSecond*1.15)
 	}
 	limit := 4000.0
-	if base, ok := b.baseline[c]; ok {
-		// The baseline, measured just before at c: ingest with the
-		// processor running has reached 0.5× of it, ingest alone 1×.
-		floor := base.PerSecond * 0.6
+	if base := b.fastestBaseline(); base > 0 {
+		// The baseline so far (the orders are created before this
+		// level's): ingest with the processor running has reached 0.5×
+		// of it, ingest alone about 1×, and it grows with the clients.
+		floor := base * 0.7
 		if p == b.paused {
-			floor, limit = base.PerSecond*1.2, 6000
+			floor, limit = base, 6000
 		}
 		guess = max(guess, floor)
 	}
 	guess = min(guess, limit)
 	return int(guess*seconds*(1-b.o.redeliver)) + 200
+}
+
+// fastestBaseline is the highest baseline rows/s measured so far (0 for
+// none).
+func (b *bench) fastestBaseline() float64 {
+	best := 0.0
+	for _, l := range b.baseline {
+		best = max(best, l.PerSecond)
+	}
+	return best
 }
 
 // ingestLevel measures p's ingest at c clients over orders, its ratio to
