@@ -20,6 +20,7 @@ var (
 	colBaseline = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
 	colIngest   = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
 	colNew      = color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
+	colPaused   = color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}
 )
 
 // writeChart draws two panels side by side into a PNG: throughput against
@@ -50,6 +51,11 @@ func writeChart(path string, r *Report) error {
 		xy(len(ing), func(i int) (float64, float64) { return float64(ing[i].Concurrency), ing[i].PerSecond }))
 	addSeries(tp, "ingest: new events/s", colNew, 1,
 		xy(len(ing), func(i int) (float64, float64) { return float64(ing[i].Concurrency), ing[i].NewPerSecond }))
+	alone := r.IngestPaused
+	if len(alone) > 0 {
+		addSeries(tp, "ingest alone (processor paused): accepted webhooks/s", colPaused, 0,
+			xy(len(alone), func(i int) (float64, float64) { return float64(alone[i].Concurrency), alone[i].PerSecond }))
+	}
 	tp.Y.Min = 0
 	_, tpMax := yRange(tp)
 	tp.Y.Max = tpMax * 1.45 // room for the legend above the lines
@@ -62,6 +68,10 @@ func writeChart(path string, r *Report) error {
 		xy(len(base), func(i int) (float64, float64) { return float64(base[i].Concurrency), p99(base[i].Latency) }))
 	addSeries(lp, "ingest: webhook ack p99", colIngest, 0,
 		xy(len(ing), func(i int) (float64, float64) { return float64(ing[i].Concurrency), p99(ing[i].Latency) }))
+	if len(alone) > 0 {
+		addSeries(lp, "ingest alone (processor paused): ack p99", colPaused, 0,
+			xy(len(alone), func(i int) (float64, float64) { return float64(alone[i].Concurrency), p99(alone[i].Latency) }))
+	}
 	if nn := r.BaselineNoNotify; len(nn) > 0 {
 		addSeries(lp, "baseline, NOTIFY trigger disabled (info)", colBaseline, 1,
 			xy(len(nn), func(i int) (float64, float64) { return float64(nn[i].Concurrency), p99(nn[i].Latency) }))

@@ -25,6 +25,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -110,8 +111,15 @@ func main() {
 	flag.StringVar(&outboxConc, "outbox-concurrency", "4,16", "destination concurrencies of the outbox drain")
 	flag.IntVar(&o.outboxBacklog, "outbox-backlog", 4000, "outbox messages drained at each concurrency (0 skips the drains)")
 	flag.IntVar(&o.outboxRate, "outbox-rate", 100, "offered payments/s of the outbox ack→delivered run (0 skips it)")
+	redraw := flag.String("redraw", "", "draw the chart of a saved run's JSON (written next to it, .png) and exit")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary folder (cluster, service log) for inspection")
 	flag.Parse()
+	if *redraw != "" {
+		if err := redrawChart(*redraw); err != nil {
+			fatal(err)
+		}
+		return
+	}
 	var err error
 	if o.concurrencies, err = parseInts(conc); err != nil {
 		fatal(fmt.Errorf("--concurrency: %w", err))
@@ -1351,4 +1359,18 @@ func (b *bench) cleanup() {
 			fmt.Fprintln(os.Stderr, "bench: removing", b.tmp+":", err)
 		}
 	}
+}
+
+// redrawChart draws the chart of the run saved in path (its JSON report)
+// into the same name with .png.
+func redrawChart(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var r Report
+	if err := json.Unmarshal(data, &r); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return writeChart(strings.TrimSuffix(path, filepath.Ext(path))+".png", &r)
 }

@@ -73,15 +73,29 @@ func (s Summary) String() string {
 
 // MarshalJSON writes the summary in milliseconds.
 func (s Summary) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		N      int     `json:"n"`
-		MeanMs float64 `json:"mean_ms"`
-		P50Ms  float64 `json:"p50_ms"`
-		P90Ms  float64 `json:"p90_ms"`
-		P99Ms  float64 `json:"p99_ms"`
-		P999Ms float64 `json:"p999_ms"`
-		MaxMs  float64 `json:"max_ms"`
-	}{s.N, round3(Ms(s.Mean)), round3(Ms(s.P50)), round3(Ms(s.P90)), round3(Ms(s.P99)), round3(Ms(s.P999)), round3(Ms(s.Max))})
+	return json.Marshal(summaryJSON{s.N, round3(Ms(s.Mean)), round3(Ms(s.P50)), round3(Ms(s.P90)), round3(Ms(s.P99)), round3(Ms(s.P999)), round3(Ms(s.Max))})
+}
+
+// summaryJSON is a Summary as written, in milliseconds.
+type summaryJSON struct {
+	N      int     `json:"n"`
+	MeanMs float64 `json:"mean_ms"`
+	P50Ms  float64 `json:"p50_ms"`
+	P90Ms  float64 `json:"p90_ms"`
+	P99Ms  float64 `json:"p99_ms"`
+	P999Ms float64 `json:"p999_ms"`
+	MaxMs  float64 `json:"max_ms"`
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote (to the microsecond).
+func (s *Summary) UnmarshalJSON(data []byte) error {
+	var j summaryJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	d := func(ms float64) time.Duration { return time.Duration(math.Round(ms*1e3)) * time.Microsecond }
+	*s = Summary{N: j.N, Mean: d(j.MeanMs), P50: d(j.P50Ms), P90: d(j.P90Ms), P99: d(j.P99Ms), P999: d(j.P999Ms), Max: d(j.MaxMs)}
+	return nil
 }
 
 func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
