@@ -526,6 +526,7 @@ func TestQueueNotifyWakesOneWorkerThenChains(t *testing.T) {
 		q := NewQueue("test", ft, liveOwner("a"), Config{Workers: 3, Batch: 2, Poll: time.Hour}, discard)
 		stop := start(q)
 		defer stop()
+		defer close(release) // before stop: the batches in flight end
 		wake := <-wakes
 		synctest.Wait() // each worker claimed (nothing) at start
 		if n := len(claimed.all()); n != 3 {
@@ -548,7 +549,6 @@ func TestQueueNotifyWakesOneWorkerThenChains(t *testing.T) {
 		if got := len(workers.all()); got != 4 {
 			t.Errorf("%d batches being processed after a backlog's notification, want 4 (three workers, chained)", got)
 		}
-		close(release)
 	})
 }
 
