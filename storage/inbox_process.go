@@ -148,6 +148,7 @@ func (d *decisions) queue(b *pgx.Batch) {
 		return
 	}
 	b.Queue(`
+		WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS t)
 		UPDATE inbox_events e SET state = d.state,
 			decision_reason = CASE WHEN d.decision = '`+string(fulfillment.DecisionAlreadyApplied)+`' AND e.decision IS NOT NULL
 				THEN e.decision_reason ELSE d.reason END,
@@ -156,7 +157,7 @@ func (d *decisions) queue(b *pgx.Batch) {
 			order_id = d.order_id::uuid, applied_subscription_id = d.subscription_id::uuid,
 			processed_at = clock.t + d.n * interval '1 microsecond',
 			lease_owner = NULL, lease_until = NULL, last_error = NULL
-		FROM (SELECT clock_timestamp() AS t) clock,
+		FROM clock,
 			unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY
 				AS d(id, state, decision, reason, order_id, subscription_id, n)
 		WHERE e.id = d.id`,

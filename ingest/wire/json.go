@@ -56,8 +56,10 @@ func Check(body []byte, t reflect.Type) error {
 		return errEnded
 	}
 	if body[c.pos] != '{' {
-		if err := c.value(1, nil, ""); err != nil {
-			return err
+		if body[c.pos] != '[' { // a scalar: say first what is wrong with it, if anything
+			if err := c.value(1, nil, ""); err != nil {
+				return err
+			}
 		}
 		return errors.New("the body must be a JSON object")
 	}

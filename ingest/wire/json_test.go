@@ -34,6 +34,7 @@ func TestCheck(t *testing.T) {
 		{"near miss at the top", `{"ID":"e1"}`, `spelled exactly "id"`},
 		{"near miss in data", `{"data":{"Amount":"1"}}`, `spelled exactly "data.amount"`},
 		{"not an object", `["id"]`, "must be a JSON object"},
+		{"a truncated array is no object either", `[1,`, "must be a JSON object"},
 		{"empty", ``, "empty or ends before"},
 		{"truncated", `{"id":"e1"`, "empty or ends before"},
 		{"trailing data", `{"id":"e1"} {}`, "more data after"},
