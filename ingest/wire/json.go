@@ -233,20 +233,28 @@ func (c *checker) array(depth int) error {
 		if err := c.value(depth+1, nil, ""); err != nil {
 			return err
 		}
-		c.space()
-		if c.pos >= len(c.body) {
-			return errEnded
-		}
-		switch c.body[c.pos] {
-		case ',':
-			c.pos++
-		case ']':
-			c.pos++
-			return nil
-		default:
-			return c.syntax()
+		if end, err := c.after(']'); end || err != nil {
+			return err
 		}
 	}
+}
+
+// after reads what follows a member or element of a container that
+// closer ends: a comma (end is false) or closer (end is true).
+func (c *checker) after(closer byte) (end bool, err error) {
+	c.space()
+	if c.pos >= len(c.body) {
+		return false, errEnded
+	}
+	switch c.body[c.pos] {
+	case ',':
+		c.pos++
+		return false, nil
+	case closer:
+		c.pos++
+		return true, nil
+	}
+	return false, c.syntax()
 }
 
 // smallObject is the number of members an object's names are compared
@@ -343,18 +351,8 @@ func (c *checker) object(depth int, m *model, path string) error {
 		if err := c.value(depth+1, child, childPath); err != nil {
 			return err
 		}
-		c.space()
-		if c.pos >= len(c.body) {
-			return errEnded
-		}
-		switch c.body[c.pos] {
-		case ',':
-			c.pos++
-		case '}':
-			c.pos++
-			return nil
-		default:
-			return c.syntax()
+		if end, err := c.after('}'); end || err != nil {
+			return err
 		}
 	}
 }
