@@ -52,20 +52,14 @@ func scanStoredEvent(r pgx.Row, extra ...any) (fulfillment.StoredEvent, error) {
 func (s *Store) EventList(ctx context.Context, p fulfillment.EventListParams) ([]fulfillment.StoredEvent, error) {
 	var w where
 	f := p.Filter
-	if f.VisibleOrgs != nil {
-		w.add("org_id = ANY(" + w.arg(f.VisibleOrgs) + ")")
-	}
+	w.among("org_id", f.VisibleOrgs)
 	w.eq("org_id", f.OrgID)
 	w.eq("state", string(f.State))
 	w.eq("decision", string(f.Decision))
 	w.eq("event_type", f.Type)
 	w.eq("endpoint_id", f.EndpointID)
-	if f.OrderID != "" {
-		w.add("order_id = " + w.arg(f.OrderID) + "::uuid")
-	}
-	if p.BeforeID != 0 {
-		w.add("id < " + w.arg(p.BeforeID))
-	}
+	w.uuidEq("order_id", f.OrderID)
+	w.below("id", p.BeforeID)
 	rows, _ := s.pool.Query(ctx, "SELECT "+inboxSelectList+storedEventColumns+" FROM inbox_events"+w.sql()+
 		" ORDER BY id DESC LIMIT "+w.arg(p.Limit), w.args...)
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.StoredEvent, error) { return scanStoredEvent(r) })

@@ -22,9 +22,7 @@ func (s *Store) FeedRead(ctx context.Context, p fulfillment.FeedParams) ([]fulfi
 	var w where
 	w.add("(e.xid, e.id) > (" + w.arg(strconv.FormatUint(p.After.XID, 10)) + "::text::xid8, " + w.arg(p.After.ID) + "::bigint)")
 	w.add("e.xid < pg_snapshot_xmin(pg_current_snapshot())")
-	if p.VisibleOrgs != nil {
-		w.add("e.org_id = ANY(" + w.arg(p.VisibleOrgs) + ")")
-	}
+	w.among("e.org_id", p.VisibleOrgs)
 	w.eq("e.org_id", p.OrgID)
 	w.eq("e.environment", string(p.Environment))
 	rows, _ := s.pool.Query(ctx, `

@@ -119,9 +119,7 @@ func (s *Store) orderGetWhere(ctx context.Context, where string, args ...any) (f
 func (s *Store) OrderList(ctx context.Context, p fulfillment.OrderListParams) ([]fulfillment.Order, error) {
 	var w where
 	f := p.Filter
-	if f.VisibleOrgs != nil {
-		w.add("org_id = ANY(" + w.arg(f.VisibleOrgs) + ")")
-	}
+	w.among("org_id", f.VisibleOrgs)
 	w.eq("org_id", f.OrgID)
 	w.eq("environment", string(f.Environment))
 	w.eq("state", string(f.State))

@@ -40,18 +40,12 @@ func scanDelivery(r pgx.Row, extra ...any) (fulfillment.Delivery, error) {
 func (s *Store) DeliveryList(ctx context.Context, p fulfillment.DeliveryListParams) ([]fulfillment.Delivery, error) {
 	var w where
 	f := p.Filter
-	if f.VisibleOrgs != nil {
-		w.add("m.org_id = ANY(" + w.arg(f.VisibleOrgs) + ")")
-	}
+	w.among("m.org_id", f.VisibleOrgs)
 	w.eq("m.org_id", f.OrgID)
 	w.eq("m.state", string(f.State))
 	w.eq("m.destination_id", f.DestinationID)
-	if f.OrderID != "" {
-		w.add("m.order_id = " + w.arg(f.OrderID) + "::uuid")
-	}
-	if p.BeforeID != 0 {
-		w.add("m.id < " + w.arg(p.BeforeID))
-	}
+	w.uuidEq("m.order_id", f.OrderID)
+	w.below("m.id", p.BeforeID)
 	rows, _ := s.pool.Query(ctx, "SELECT "+deliveryColumns+" FROM outbox_messages m"+w.sql()+
 		" ORDER BY m.id DESC LIMIT "+w.arg(p.Limit), w.args...)
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.Delivery, error) { return scanDelivery(r) })

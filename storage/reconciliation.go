@@ -51,16 +51,12 @@ func scanReconItem(r pgx.Row) (fulfillment.ReconItem, error) {
 
 // reconWhere adds f's conditions to w.
 func reconWhere(w *where, f fulfillment.ReconFilter) {
-	if f.VisibleOrgs != nil {
-		w.add("r.org_id = ANY(" + w.arg(f.VisibleOrgs) + ")")
-	}
+	w.among("r.org_id", f.VisibleOrgs)
 	w.eq("r.org_id", f.OrgID)
 	w.eq("r.environment", string(f.Environment))
 	w.eq("r.kind", string(f.Kind))
 	w.eq("r.state", string(f.State))
-	if f.OrderID != "" {
-		w.add("r.order_id = " + w.arg(f.OrderID) + "::uuid")
-	}
+	w.uuidEq("r.order_id", f.OrderID)
 	if !f.CreatedFrom.IsZero() {
 		w.add("r.created_at >= " + w.arg(f.CreatedFrom))
 	}
@@ -73,9 +69,7 @@ func reconWhere(w *where, f fulfillment.ReconFilter) {
 func (s *Store) ReconList(ctx context.Context, p fulfillment.ReconListParams) ([]fulfillment.ReconItem, error) {
 	var w where
 	reconWhere(&w, p.Filter)
-	if p.BeforeID != 0 {
-		w.add("r.id < " + w.arg(p.BeforeID))
-	}
+	w.below("r.id", p.BeforeID)
 	query := "SELECT " + reconColumns + reconFrom + w.sql() + " ORDER BY r.id DESC LIMIT " + w.arg(p.Limit)
 	rows, _ := s.pool.Query(ctx, query, w.args...)
 	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.ReconItem, error) { return scanReconItem(r) })

@@ -68,9 +68,7 @@ func (s *Store) ReconSummary(ctx context.Context, f fulfillment.ReconFilter) ([]
 	}
 	scope := func(alias string) (string, []any) {
 		var w where
-		if f.VisibleOrgs != nil {
-			w.add(alias + ".org_id = ANY(" + w.arg(f.VisibleOrgs) + ")")
-		}
+		w.among(alias+".org_id", f.VisibleOrgs)
 		w.eq(alias+".org_id", f.OrgID)
 		w.eq(alias+".environment", string(f.Environment))
 		cond := ""

@@ -100,9 +100,7 @@ func (s *Store) SubscriptionGet(ctx context.Context, id string) (fulfillment.Sub
 // SubscriptionList implements fulfillment.SubscriptionReader.
 func (s *Store) SubscriptionList(ctx context.Context, f fulfillment.SubscriptionFilter, beforeID string, limit int) ([]fulfillment.SubscriptionRecord, error) {
 	var w where
-	if f.VisibleOrgs != nil {
-		w.add("org_id = ANY(" + w.arg(f.VisibleOrgs) + ")")
-	}
+	w.among("org_id", f.VisibleOrgs)
 	w.eq("org_id", f.OrgID)
 	w.eq("environment", string(f.Environment))
 	w.eq("customer_ref", f.CustomerRef)

@@ -25,6 +25,29 @@ func (w *where) eq(column, value string) {
 	}
 }
 
+// among adds "column = ANY(values)" unless values is nil (no restriction;
+// an empty list matches nothing): the orgs a caller may see.
+func (w *where) among(column string, values []string) {
+	if values != nil {
+		w.add(column + " = ANY(" + w.arg(values) + ")")
+	}
+}
+
+// uuidEq adds "column = value::uuid" unless value is empty.
+func (w *where) uuidEq(column, value string) {
+	if value != "" {
+		w.add(column + " = " + w.arg(value) + "::uuid")
+	}
+}
+
+// below adds "column < id" unless id is 0: the page after a cursor, newest
+// first.
+func (w *where) below(column string, id int64) {
+	if id != 0 {
+		w.add(column + " < " + w.arg(id))
+	}
+}
+
 // add adds a condition built with arg.
 func (w *where) add(cond string) { w.conds = append(w.conds, cond) }
 
