@@ -339,8 +339,18 @@ type Database struct {
 	// ConnectTimeout bounds each new connection (default 2s).
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
 
-	// URL is resolved at load time. It is never logged.
-	URL string `yaml:"-"`
+	// SessionURLEnv and SessionURLFile reference the optional
+	// database.session_url: where the connections that need a server
+	// session of their own go (queue liveness, LISTEN, migrations) when the
+	// main URL goes through a transaction-mode pooler — a direct or
+	// session-pooled URL of the same database. DATABASE_SESSION_URL wins
+	// when set.
+	SessionURLEnv  string `yaml:"session_url_env"`
+	SessionURLFile string `yaml:"session_url_file"`
+
+	// URL and SessionURL are resolved at load time. They are never logged.
+	URL        string `yaml:"-"`
+	SessionURL string `yaml:"-"`
 }
 
 // Auth lists the bearer tokens callers authenticate with.
@@ -421,6 +431,7 @@ const (
 const (
 	EnvConfig          = "FULFILLMENT_CONFIG"
 	EnvDatabaseURL     = "DATABASE_URL"
+	EnvSessionURL      = "DATABASE_SESSION_URL"
 	EnvListenGRPC      = "FULFILLMENT_LISTEN_GRPC"
 	EnvListenHTTP      = "FULFILLMENT_LISTEN_HTTP"
 	EnvListenIngest    = "FULFILLMENT_LISTEN_INGEST"
@@ -533,6 +544,15 @@ func (c *Config) resolve(getenv func(string) string) error {
 			return err
 		}
 		c.Database.URL = url
+	}
+	if url := getenv(EnvSessionURL); url != "" {
+		c.Database.SessionURL = url
+	} else if c.Database.SessionURLEnv != "" || c.Database.SessionURLFile != "" {
+		url, err := secret("database", "session_url", c.Database.SessionURLEnv, c.Database.SessionURLFile, getenv)
+		if err != nil {
+			return err
+		}
+		c.Database.SessionURL = url
 	}
 	for i := range c.Auth.Tokens {
 		t := &c.Auth.Tokens[i]

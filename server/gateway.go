@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,44 @@ type Readiness interface {
 	Ping(ctx context.Context) error
 	// SchemaVersion reports applied and latest migration versions.
 	SchemaVersion(ctx context.Context) (applied, latest int32, err error)
+}
+
+// readiness tells whether this process can do all of its work: the
+// database answers, its schema is current, and every queue it runs can
+// claim work. It answers 200 or 503 and the body of GET /readyz; the gRPC
+// health service follows it. Webhooks are acknowledged whatever it says.
+func (s *Server) readiness(ctx context.Context) (code int, body map[string]any) {
+	if err := s.store.Ping(ctx); err != nil {
+		s.log.WarnContext(ctx, "not ready: database unreachable", "error", err)
+		return http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "database unreachable"}
+	}
+	applied, latest, err := s.store.SchemaVersion(ctx)
+	if err != nil {
+		s.log.WarnContext(ctx, "not ready: reading schema version", "error", err)
+		return http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "schema version unknown"}
+	}
+	if applied != latest {
+		return http.StatusServiceUnavailable, map[string]any{
+			"status": "unavailable", "reason": "migrations pending: run fulfillmentd migrate",
+			"schema_version": applied, "latest_version": latest,
+		}
+	}
+	if s.opts.Queues != nil {
+		if down := s.opts.Queues(); len(down) > 0 {
+			names := make([]string, 0, len(down))
+			for name := range down {
+				names = append(names, name)
+			}
+			slices.Sort(names)
+			// The causes are in the log (they may name hosts and roles):
+			// this answer is for any caller.
+			return http.StatusServiceUnavailable, map[string]any{
+				"status": "unavailable", "reason": "queues cannot claim work (the cause is in the log): " + strings.Join(names, ", "),
+				"queues_down": names, "schema_version": applied,
+			}
+		}
+	}
+	return http.StatusOK, map[string]any{"status": "ok", "schema_version": applied}
 }
 
 // newHTTPHandler serves the REST gateway (translating to gRPC over the
@@ -71,25 +110,8 @@ func (s *Server) newHTTPHandler(ctx context.Context) (http.Handler, error) {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := s.store.Ping(ctx); err != nil {
-			s.log.WarnContext(ctx, "not ready: database unreachable", "error", err)
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "database unreachable"})
-			return
-		}
-		applied, latest, err := s.store.SchemaVersion(ctx)
-		if err != nil {
-			s.log.WarnContext(ctx, "not ready: reading schema version", "error", err)
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": "schema version unknown"})
-			return
-		}
-		if applied != latest {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{
-				"status": "unavailable", "reason": "migrations pending: run fulfillmentd migrate",
-				"schema_version": applied, "latest_version": latest,
-			})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "schema_version": applied})
+		code, body := s.readiness(ctx)
+		writeJSON(w, code, body)
 	})
 	return withRequestID(mux), nil
 }

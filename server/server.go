@@ -63,6 +63,9 @@ type Server struct {
 type Options struct {
 	// Metrics, when set, is served at GET /metrics on the HTTP listener.
 	Metrics http.Handler
+	// Queues, when set, lists the queues of this process that cannot claim
+	// work, with the cause: while any cannot, the process is not ready.
+	Queues func() map[string]error
 	// Payments are the providers of the endpoints that take payments the
 	// service starts (StartPayment), by endpoint id.
 	Payments map[string]fulfillment.PaymentProvider
@@ -189,10 +192,12 @@ func (s *Server) Run(ctx context.Context) error {
 	serve("gRPC", func() error { return grpcSrv.Serve(grpcLis) })
 	serve("gateway", func() error { return grpcSrv.Serve(inproc) })
 	serve("HTTP", func() error { return httpSrv.Serve(httpLis) })
-	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	healthSrv.SetServingStatus(fulfillmentv1.FulfillmentService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.setHealth(ctx, healthSrv)
 	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "tls", tlsCfg != nil)
 	close(s.ready)
+	healthDone := make(chan struct{})
+	go func() { defer close(healthDone); s.followHealth(ctx, healthSrv) }()
+	defer func() { <-healthDone }()
 
 	var runErr error
 	select {
@@ -214,6 +219,43 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return runErr
+}
+
+// healthEvery is how often the gRPC health service checks readiness.
+const healthEvery = 2 * time.Second
+
+// followHealth keeps the gRPC health service's status on readiness until
+// ctx ends.
+func (s *Server) followHealth(ctx context.Context, h *health.Server) {
+	tick := time.NewTicker(healthEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.svc.stopping:
+			return
+		case <-tick.C:
+		}
+		s.setHealth(ctx, h)
+	}
+}
+
+// setHealth sets the status of the service and of the whole server ("") to
+// SERVING when the process is ready, NOT_SERVING otherwise.
+func (s *Server) setHealth(ctx context.Context, h *health.Server) {
+	checkCtx, cancel := context.WithTimeout(ctx, healthEvery)
+	code, _ := s.readiness(checkCtx)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	st := healthpb.HealthCheckResponse_SERVING
+	if code != http.StatusOK {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	h.SetServingStatus("", st)
+	h.SetServingStatus(fulfillmentv1.FulfillmentService_ServiceDesc.ServiceName, st)
 }
 
 // NewHTTPServer returns an HTTP server for h bounded by c's timeouts (its

@@ -40,3 +40,12 @@ func QueueStatementsForTest() []Statement {
 		{"claim", inboxQueue.claimSQL, []any{"owner", time.Minute, 16, 10, []int64{}}, 16},
 	}
 }
+
+// ProbePooling tells what stands between url and PostgreSQL.
+func ProbePooling(ctx context.Context, url string) (Pooling, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return 0, err
+	}
+	return probePooling(ctx, cfg)
+}

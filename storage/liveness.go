@@ -29,7 +29,7 @@ const livenessApplication = "fulfillmentd liveness"
 // lost for good (others may already be reclaiming its rows) and Run takes a
 // new id and lock as soon as the database answers.
 type Liveness struct {
-	connCfg *pgx.ConnConfig
+	store   *Store
 	log     *slog.Logger
 	prefix  string        // host/pid/ of owner ids
 	check   time.Duration // how often the connection is checked
@@ -38,33 +38,34 @@ type Liveness struct {
 	mu      sync.Mutex
 	owner   string        // "" while no lock is held
 	changed chan struct{} // closed when owner changes
+	lastErr error         // why no owner is live, while none is
 }
 
 // NewLiveness returns the liveness of this process's queue workers; Run
 // holds it.
 func (s *Store) NewLiveness() *Liveness {
-	cfg := s.pool.Config().ConnConfig.Copy()
-	if cfg.RuntimeParams == nil {
-		cfg.RuntimeParams = map[string]string{}
-	}
-	cfg.RuntimeParams["application_name"] = livenessApplication
-	// A process that dies has its connections closed by its kernel, and the
-	// server ends the session at once. A host that vanishes closes nothing:
-	// keepalives end the session within about 11 s instead of the system's
-	// default of hours.
-	cfg.RuntimeParams["tcp_keepalives_idle"] = "5"
-	cfg.RuntimeParams["tcp_keepalives_interval"] = "2"
-	cfg.RuntimeParams["tcp_keepalives_count"] = "3"
 	host, _ := os.Hostname()
 	return &Liveness{
-		connCfg: cfg,
+		store:   s,
 		log:     s.log,
 		prefix:  fmt.Sprintf("%s/%d/", host, os.Getpid()),
 		check:   time.Second,
 		timeout: 5 * time.Second,
 		changed: make(chan struct{}),
+		lastErr: errors.New("not taken yet"),
 	}
 }
+
+// keepalives end the liveness session on the server within about 11 s of
+// its host vanishing, instead of the system's default of hours (a process
+// that dies has its connections closed by its kernel, and the server ends
+// the session at once). They are session settings, not startup
+// parameters, which poolers refuse; behind a session pooler they apply
+// between the pooler and the server, and the pooler's own keepalives
+// (PgBouncer's tcp_keepidle, tcp_keepintvl, tcp_keepcnt) cover the hop
+// from this process.
+const keepalives = `SELECT set_config('tcp_keepalives_idle', '5', false),
+	set_config('tcp_keepalives_interval', '2', false), set_config('tcp_keepalives_count', '3', false)`
 
 // Owner returns the live owner to claim under — "" while there is none (the
 // lock is not held yet, or the database is unreachable) — and a channel
@@ -76,10 +77,24 @@ func (l *Liveness) Owner() (owner string, lost <-chan struct{}) {
 	return l.owner, l.changed
 }
 
-func (l *Liveness) set(owner string) {
+// Down returns why no owner is live, nil while one is.
+func (l *Liveness) Down() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.owner = owner
+	if l.owner != "" {
+		return nil
+	}
+	return l.lastErr
+}
+
+// set records the live owner, or (owner "") why there is none.
+func (l *Liveness) set(owner string, why error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if owner == "" && why == nil {
+		why = errors.New("stopped")
+	}
+	l.owner, l.lastErr = owner, why
 	close(l.changed)
 	l.changed = make(chan struct{})
 }
@@ -112,9 +127,11 @@ func (l *Liveness) Run(ctx context.Context) error {
 // hold connects, takes the lock of a new owner, and checks the connection
 // until it fails or ctx ends. held reports whether an owner was live.
 func (l *Liveness) hold(ctx context.Context) (held bool, err error) {
-	conn, err := pgx.ConnectConfig(ctx, l.connCfg)
+	conn, err := l.store.sessionConn(ctx, map[string]string{"application_name": livenessApplication})
 	if err != nil {
-		return false, fmt.Errorf("connecting: %w", interpret(err))
+		err = fmt.Errorf("connecting: %w", err)
+		l.set("", err)
+		return false, err
 	}
 	defer func() {
 		// Ending the session releases the lock.
@@ -124,10 +141,11 @@ func (l *Liveness) hold(ctx context.Context) (held bool, err error) {
 	}()
 	owner, err := l.lock(ctx, conn)
 	if err != nil {
+		l.set("", err)
 		return false, err
 	}
-	l.set(owner)
-	defer l.set("") // before the lock is released
+	l.set(owner, nil)
+	defer func() { l.set("", err) }() // before the lock is released
 	l.log.Info("queue workers live", "owner", owner)
 
 	tick := time.NewTicker(l.check)
@@ -150,6 +168,9 @@ func (l *Liveness) hold(ctx context.Context) (held bool, err error) {
 // lock takes the advisory lock of a new random owner id on conn. An id whose
 // key another session holds (a collision) is not used.
 func (l *Liveness) lock(ctx context.Context, conn *pgx.Conn) (string, error) {
+	if _, err := conn.Exec(ctx, keepalives); err != nil {
+		return "", fmt.Errorf("setting the liveness session's keepalives: %w", interpret(err))
+	}
 	for range 3 {
 		var b [8]byte
 		_, _ = rand.Read(b[:])

@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 
@@ -27,10 +28,24 @@ func Migrations() fs.FS {
 }
 
 // Migrate applies every pending migration to the database at url. Tern holds
-// an advisory lock while it migrates, so replicas starting together apply
-// each migration once.
+// a session advisory lock while it migrates, so replicas starting together
+// apply each migration once: url must keep sessions (a direct or
+// session-pooled URL), else Migrate fails with ErrTransactionPooled — a
+// lock taken under transaction pooling could stay held on a pooled server
+// session for good.
 func Migrate(ctx context.Context, url string) error {
-	conn, err := pgx.Connect(ctx, url)
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return errors.New("parsing database URL: malformed connection string")
+	}
+	pooling, err := probePooling(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connecting to migrate: %w", err)
+	}
+	if pooling == PoolingTransaction {
+		return fmt.Errorf("migrating: %w", ErrTransactionPooled)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("connecting to migrate: %w", interpret(err))
 	}

@@ -58,6 +58,14 @@ func ownerDead(expr string) string {
 	return "pg_try_advisory_xact_lock(" + ownerKey(expr) + ")"
 }
 
+// asyncCommit is a condition, always true, that turns synchronous_commit off
+// for the rest of the statement's own transaction (an uncorrelated
+// subquery: evaluated once, before the rows it filters are written). The
+// lease statements use it instead of a session setting or a startup
+// parameter, which a transaction pooler would not keep or would refuse:
+// losing a lease in a crash only means its rows are claimed again.
+const asyncCommit = "(SELECT set_config('synchronous_commit', 'off', true)) = 'off'"
+
 // ownerKey is the advisory lock key (bigint) of the owner named by the text
 // expression. The seed keeps owners' keys apart from other advisory locks.
 func ownerKey(expr string) string {
@@ -84,6 +92,7 @@ func newLeasedTable(t leasedTable) *leasedTable {
 		"{owner_dead}", ownerDead("o.lease_owner"),
 		"{partition}", partitionCond(t.partition, "$6", t.claimGate),
 		"{release_partition}", partitionCond(t.partition, "$2", ""),
+		"{async_commit}", asyncCommit,
 	)
 
 	// Due rows, oldest first (now(), the statement's start, is stable: the
@@ -116,7 +125,7 @@ func newLeasedTable(t leasedTable) *leasedTable {
 			lease_until = clock_timestamp() + $2::interval,
 			next_attempt_at = clock_timestamp() + $2::interval,
 			attempts = t.attempts + 1
-		FROM due WHERE t.id = due.id AND due.attempts < $4
+		FROM due WHERE t.id = due.id AND due.attempts < $4 AND {async_commit}
 		RETURNING t.id, t.attempts`)
 
 	t.retrySQL = r.Replace(`
@@ -130,7 +139,7 @@ func newLeasedTable(t leasedTable) *leasedTable {
 	t.releaseSQL = r.Replace(`
 		UPDATE {table} SET lease_owner = NULL, lease_until = NULL,
 			next_attempt_at = clock_timestamp(), attempts = greatest(attempts - 1, 0)
-		WHERE lease_owner = $1 AND state = 'pending'{release_partition}`)
+		WHERE lease_owner = $1 AND state = 'pending'{release_partition} AND {async_commit}`)
 
 	// The rows of unexpired leases (next_attempt_at in the future: the
 	// index's far end, with the retries waiting for their backoff), the
@@ -155,7 +164,7 @@ func newLeasedTable(t leasedTable) *leasedTable {
 			FOR UPDATE SKIP LOCKED
 		)
 		UPDATE {table} t SET lease_owner = NULL, lease_until = NULL, next_attempt_at = clock_timestamp()
-		FROM freed WHERE t.id = freed.id`)
+		FROM freed WHERE t.id = freed.id AND {async_commit}`)
 	return &t
 }
 

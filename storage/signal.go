@@ -17,7 +17,7 @@ import (
 // commits, on purpose: a NOTIFY holds a database-wide lock until its
 // transaction commits, which would serialize the writers. Signals arriving
 // while one is sent coalesce into the next. Other replicas' NOTIFYs arrive
-// on one connection per channel, held outside the pool from the first
+// on one session connection per channel (see sessionConn) from the first
 // listener on, whatever the number of listeners. A NOTIFY carries its
 // sender's id: the listener skips its own, whose commits woke this
 // process's readers already.
@@ -112,12 +112,12 @@ func (q *queueSignal) follow() {
 }
 
 func (q *queueSignal) listenOnce(ctx context.Context) error {
-	pooled, err := q.store.pool.Acquire(ctx)
+	// LISTEN needs a session of its own: not from the pool, which may
+	// be transaction pooled.
+	conn, err := q.store.sessionConn(ctx, nil)
 	if err != nil {
-		return interpret(err)
+		return err
 	}
-	// A connection that has LISTENed is not returned to the pool.
-	conn := pooled.Hijack()
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }() // the listener is given up either way
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{q.channel}.Sanitize()); err != nil {
 		return interpret(err)

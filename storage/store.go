@@ -25,9 +25,14 @@ import (
 // Store is the PostgreSQL implementation of the domain's stores.
 type Store struct {
 	pool      *pgxpool.Pool
-	leasePool *pgxpool.Pool // synchronous_commit off: claims and releases only
+	leasePool *pgxpool.Pool // claims, releases and reclaims only
 	log       *slog.Logger
-	inserter  *inserter
+	// sessionCfg connects the session-bound connections (sessionConn);
+	// poolProbe and sessionProbe tell what stands between the pools and the
+	// sessions and PostgreSQL (the same probe when they share a URL).
+	sessionCfg              *pgx.ConnConfig
+	poolProbe, sessionProbe *poolingProbe
+	inserter                *inserter
 
 	// inboxSignal, outboxSignal and feedSignal wake the processors of the
 	// inbox and the outbox, and the readers of the order event feed.
@@ -69,52 +74,84 @@ type Options struct {
 	StatusPollAfter time.Duration
 	// TracerProvider, when set, traces every query (see queryTracer).
 	TracerProvider trace.TracerProvider
+	// SessionURL, when set, is where the connections that need a server
+	// session of their own go (queue liveness, LISTEN): a direct or
+	// session-pooled URL of the same database, for when the main URL goes
+	// through a transaction-mode pooler. Empty: the main URL.
+	SessionURL string
 }
 
 // Open connects a pool to the database at url and checks it answers.
+//
+// url may go through a pooler in either mode: under transaction pooling
+// (found by a probe, see probePooling) statements are described and cached
+// by pgx but never prepared by name, since a named statement lives in one
+// server session. The connections that need a session of their own — queue
+// liveness and LISTEN — go to o.SessionURL (url when empty), which must
+// keep sessions: Open fails with ErrTransactionPooled when it does not. When
+// the database does not answer yet, Open does not wait: the probes run on
+// first use.
 func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		// The URL may hold a password: never echo it.
 		return nil, errors.New("parsing database URL: malformed connection string")
 	}
+	sessionCfg := cfg.ConnConfig.Copy()
+	if o.SessionURL != "" {
+		if sessionCfg, err = pgx.ParseConfig(o.SessionURL); err != nil {
+			return nil, errors.New("parsing database session URL: malformed connection string")
+		}
+	}
 	if o.MaxConns > 0 {
 		cfg.MaxConns = o.MaxConns
 	}
-	cfg.ConnConfig.ConnectTimeout = o.ConnectTimeout
-	if cfg.ConnConfig.ConnectTimeout == 0 {
-		cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	connectTimeout := o.ConnectTimeout
+	if connectTimeout == 0 {
+		connectTimeout = 2 * time.Second
 	}
+	cfg.ConnConfig.ConnectTimeout, sessionCfg.ConnectTimeout = connectTimeout, connectTimeout
 	if o.TracerProvider != nil {
 		cfg.ConnConfig.Tracer = newQueryTracer(o.TracerProvider)
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("creating connection pool: %w", err)
-	}
-	// Lease bookkeeping commits asynchronously: a claim lost in a crash
-	// only means the event is claimed again, so it need not wait for a WAL
-	// flush. Everything else commits synchronously.
-	leaseCfg := cfg.Copy()
-	leaseCfg.MaxConns = 4
-	leaseCfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
-	leasePool, err := pgxpool.NewWithConfig(ctx, leaseCfg)
-	if err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("creating connection pool: %w", err)
 	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	s := &Store{log: log, subscriptions: o.Subscriptions, pollAfter: o.StatusPollAfter, plans: o.Plans,
+		sessionCfg: sessionCfg}
+	s.poolProbe = newPoolingProbe(cfg.ConnConfig.Copy())
+	s.sessionProbe = s.poolProbe
+	if o.SessionURL != "" {
+		s.sessionProbe = newPoolingProbe(sessionCfg)
+	}
+	if err := s.checkSessions(ctx); err != nil {
+		return nil, err
+	}
+	cfg.BeforeConnect = s.beforeConnect
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating connection pool: %w", err)
+	}
+	// Lease bookkeeping commits asynchronously (each lease statement sets
+	// synchronous_commit off for its own transaction, see asyncCommit): a
+	// claim lost in a crash only means the event is claimed again, so it
+	// need not wait for a WAL flush. The pool of its own keeps claims from
+	// queueing behind the inbox's transactions.
+	leaseCfg := cfg.Copy()
+	leaseCfg.MaxConns = 4
+	leasePool, err := pgxpool.NewWithConfig(ctx, leaseCfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("creating connection pool: %w", err)
+	}
+	s.pool, s.leasePool = pool, leasePool
 	if o.InsertFlushers <= 0 {
 		o.InsertFlushers = defaultInsertFlushers
 	}
 	if o.InsertBatch <= 0 {
 		o.InsertBatch = defaultInsertBatch
 	}
-	s := &Store{pool: pool, leasePool: leasePool, log: log, subscriptions: o.Subscriptions, pollAfter: o.StatusPollAfter,
-		plans: o.Plans}
 	s.inboxSignal, s.outboxSignal = newQueueSignal(s, inboxChannel), newQueueSignal(s, outboxChannel)
 	s.feedSignal = newQueueSignal(s, feedChannel)
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
@@ -123,6 +160,68 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	}
 	s.inserter = newInserter(s, o.InsertFlushers, o.InsertBatch)
 	return s, nil
+}
+
+// checkSessions fails with ErrTransactionPooled when the session
+// connection string goes through a transaction-mode pooler. A database
+// that does not answer is no failure here: the probe runs again before
+// every session is opened (see sessionConn).
+func (s *Store) checkSessions(ctx context.Context) error {
+	p, err := s.sessionProbe.pooling(ctx)
+	if err != nil {
+		s.log.Warn("database: could not probe for a pooler yet; probing again on first use", "error", err)
+		return nil
+	}
+	if p == PoolingTransaction {
+		return ErrTransactionPooled
+	}
+	if s.poolProbe != s.sessionProbe {
+		if p, err := s.poolProbe.pooling(ctx); err == nil && p == PoolingTransaction {
+			s.log.Info("database: the pool goes through a transaction-mode pooler: statements are described, not prepared; sessions go to the session URL")
+		}
+	}
+	return nil
+}
+
+// beforeConnect readies each new pooled connection for what stands between
+// it and PostgreSQL: under transaction pooling, no named prepared
+// statements (pgx still caches each statement's description, so a query
+// costs one round trip).
+func (s *Store) beforeConnect(ctx context.Context, cc *pgx.ConnConfig) error {
+	p, err := s.poolProbe.pooling(ctx)
+	if err != nil {
+		return err
+	}
+	if p == PoolingTransaction {
+		cc.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	}
+	return nil
+}
+
+// sessionConn opens a connection of its own that keeps its server session,
+// for session-bound work: LISTEN, the liveness lock. It fails with
+// ErrTransactionPooled when the session URL turns out to be transaction
+// pooled.
+func (s *Store) sessionConn(ctx context.Context, params map[string]string) (*pgx.Conn, error) {
+	p, err := s.sessionProbe.pooling(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if p == PoolingTransaction {
+		return nil, ErrTransactionPooled
+	}
+	cfg := s.sessionCfg.Copy()
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	for k, v := range params {
+		cfg.RuntimeParams[k] = v
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, interpret(err)
+	}
+	return conn, nil
 }
 
 // Close stops the group commits and closes every connection of the pool.

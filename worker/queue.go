@@ -9,6 +9,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	mrand "math/rand/v2"
@@ -55,6 +56,7 @@ type Table interface {
 }
 
 // Owners tells a queue which owner to claim under (storage.Liveness).
+// When it also has a method Down() error, that says why no owner is live.
 type Owners interface {
 	// Owner returns the live owner — "" while there is none — and a channel
 	// closed when that changes. Items claimed under an owner are not
@@ -121,6 +123,34 @@ type Queue struct {
 
 	mu       sync.Mutex
 	inFlight map[int64]struct{} // the items this queue's workers hold
+	claimErr error              // the last claim's failure, nil after a claim that worked
+}
+
+// Name is the queue's name, as in logs and metrics.
+func (q *Queue) Name() string { return q.name }
+
+// Down says why the queue cannot claim work now: no live owner (its
+// liveness session is down), or its last claim failed (the database refused
+// its connections, say). It is nil while the queue can claim, and before a
+// first claim with a live owner has been tried.
+func (q *Queue) Down() error {
+	owner, _ := q.owners.Owner()
+	if owner == "" {
+		var why error
+		if d, ok := q.owners.(interface{ Down() error }); ok {
+			why = d.Down()
+		}
+		if why == nil {
+			return errors.New("no live owner: the liveness session is not held")
+		}
+		return fmt.Errorf("no live owner: %w", why)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.claimErr != nil {
+		return fmt.Errorf("claiming: %w", q.claimErr)
+	}
+	return nil
 }
 
 // NewQueue returns the queue called name (in logs) over table, claiming
@@ -204,6 +234,11 @@ func (q *Queue) claimAndProcess(ctx context.Context, owner string, changed <-cha
 	// its lease has just begun: only items whose lease ran out are taken
 	// back.
 	claims, err := q.table.Claim(ctx, owner, q.cfg.Batch, q.cfg.Lease, q.cfg.MaxAttempts, q.holding())
+	if ctx.Err() == nil {
+		q.mu.Lock()
+		q.claimErr = err
+		q.mu.Unlock()
+	}
 	q.hold(claims)
 	defer q.done(claims)
 	if err != nil {

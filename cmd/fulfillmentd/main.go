@@ -82,8 +82,8 @@ func newRootCmd() *cobra.Command {
 			if cfg.Database.URL == "" {
 				return app.ErrNoDatabase
 			}
-			if err := storage.Migrate(cmd.Context(), cfg.Database.URL); err != nil {
-				return err
+			if err := storage.Migrate(cmd.Context(), app.SessionURL(cfg)); err != nil {
+				return app.PoolerError(err)
 			}
 			_, _ = fmt.Fprintln(cmd.OutOrStdout(), "migrations applied")
 			return nil

@@ -44,6 +44,7 @@ type App struct {
 	poller    *worker.Queue     // nil without providers to poll, or when status_poll.disabled
 	sweeper   *worker.Queue     // nil without plans, or when subscription_sweep.disabled
 	housekeep *worker.Queue     // nil when housekeeping.disabled
+	health    *queueHealth      // whether each queue can claim work
 	ingestLis net.Listener
 	debugLis  net.Listener // nil unless listen.debug is set
 	tls       *config.TLS
@@ -71,12 +72,13 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 		}
 	}
 	if cfg.Database.Migrate {
-		if err := storage.Migrate(ctx, cfg.Database.URL); err != nil {
-			return nil, err
+		if err := storage.Migrate(ctx, SessionURL(cfg)); err != nil {
+			return nil, PoolerError(err)
 		}
 		log.Info("migrations applied")
 	}
 	store, err := storage.Open(ctx, cfg.Database.URL, storage.Options{
+		SessionURL:     cfg.Database.SessionURL,
 		MaxConns:       cfg.Database.MaxConns,
 		ConnectTimeout: cfg.Database.ConnectTimeout,
 		Logger:         log,
@@ -88,7 +90,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 	})
 	if err != nil {
 		_ = stopTracing(ctx)
-		return nil, err
+		return nil, PoolerError(err)
 	}
 	warnUnreachable(cfg, log)
 	if cfg.Worker != nil {
@@ -102,6 +104,24 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 	return a, nil
 }
 
+// SessionURL is where the connections that need a session of their own
+// go: database.session_url, else database.url.
+func SessionURL(cfg *config.Config) string {
+	if cfg.Database.SessionURL != "" {
+		return cfg.Database.SessionURL
+	}
+	return cfg.Database.URL
+}
+
+// PoolerError says which key to set when err is storage's refusal of a
+// transaction-pooled session URL; other errors are returned as they are.
+func PoolerError(err error) error {
+	if !errors.Is(err, storage.ErrTransactionPooled) {
+		return err
+	}
+	return errors.New("database: the URL used for sessions goes through a transaction-mode pooler, which cannot hold the sessions that queue liveness, LISTEN and migrations need: set database.session_url (session_url_env or session_url_file, or DATABASE_SESSION_URL) to a direct or session-pooled URL of the same database")
+}
+
 func (a *App) build(cfg *config.Config) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -111,8 +131,10 @@ func (a *App) build(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
+	a.health = newQueueHealth(reg, a.log)
 	a.srv, err = server.New(cfg, a.store, a.log, server.Options{
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Payments: payments, TracerProvider: a.tracer})
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Payments: payments, TracerProvider: a.tracer,
+		Queues: a.health.Down})
 	if err != nil {
 		return err
 	}
@@ -201,6 +223,7 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	if len(queues) > 0 {
 		g.Go(func() error { return runQueues(ctx, a.liveness, queues...) })
+		g.Go(func() error { a.health.watch(ctx, queues); return nil })
 	}
 	if a.debugLis != nil {
 		mux := http.NewServeMux()

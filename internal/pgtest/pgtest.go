@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net/url"
@@ -179,4 +180,45 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// Bouncer starts a PgBouncer in pool mode mode ("session" or "transaction")
+// in front of the server of DATABASE_URL, with PgBouncer's default settings
+// apart from the listen address, the port and trust authentication, stopped
+// when the test ends. Without PgBouncer installed the test is skipped,
+// unless $CI is set (CI installs it): then it fails.
+func Bouncer(t testing.TB, mode string) *pgcluster.Bouncer {
+	t.Helper()
+	u, err := url.Parse(os.Getenv("DATABASE_URL"))
+	if err != nil || u.Host == "" {
+		t.Fatal("pgtest: DATABASE_URL is not set: run tests with make test, or call pgtest.Main from TestMain")
+	}
+	dir, err := os.MkdirTemp("", "pgbouncer-")
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := pgcluster.StartBouncer(ctx, pgcluster.BouncerOptions{Dir: dir, Upstream: u.Host, Mode: mode})
+	if errors.Is(err, pgcluster.ErrNoPgBouncer) && os.Getenv("CI") == "" {
+		t.Skip("pgtest:", err)
+	}
+	if err != nil {
+		t.Fatal("pgtest:", err)
+	}
+	t.Cleanup(func() { _ = b.Stop() })
+	return b
+}
+
+// Database returns the name of the database of a URL DB returned.
+func Database(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		panic(fmt.Sprintf("pgtest: not a URL: %v", err))
+	}
+	return u.Path[1:]
 }

@@ -1,0 +1,163 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/fulfillplatform/fulfillment/config"
+	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/internal/pgtest"
+)
+
+// A process whose queues cannot claim work says so: when its liveness
+// session is refused, /readyz answers 503 naming the queues, the gRPC health
+// service NOT_SERVING, fulfillment_queue_up 0, and one log line says why —
+// within 10 s — while webhooks are still acknowledged. When the session is
+// allowed again, it is ready again by itself and processes what it
+// acknowledged.
+func TestReadinessFollowsQueues(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.DB(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Close(context.Background()) })
+	// The sessions log in as a role of their own, which the test can stop
+	// from logging in while the pool (as postgres) goes on.
+	role := "sessions_" + strings.TrimPrefix(pgtest.Database(dbURL), "test_")
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", role)
+		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
+	})
+	u, _ := url.Parse(dbURL)
+	u.User = url.User(role)
+
+	sink := &logSink{}
+	s := startService(t, dbURL, func(c *config.Config) { c.Database.SessionURL = u.String() },
+		slog.New(slog.NewJSONHandler(sink, nil)))
+	conn, err := grpc.NewClient(s.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	health := healthpb.NewHealthClient(conn)
+
+	waitReady := func(want bool, within time.Duration) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for {
+			code, body := readyz(t, s.restURL)
+			st, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
+			serving := err == nil && st.GetStatus() == healthpb.HealthCheckResponse_SERVING
+			if (code == http.StatusOK) == want && serving == want {
+				return time.Since(start)
+			}
+			if time.Since(start) > within {
+				t.Fatalf("after %v: /readyz = %d %s, gRPC health = %v (%v); want ready=%v", within, code, body, st.GetStatus(), err, want)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitReady(true, 10*time.Second)
+	if got := queueUp(t, s.restURL, "inbox"); got != "1" {
+		t.Errorf("fulfillment_queue_up{queue=\"inbox\"} = %q while ready, want 1", got)
+	}
+
+	if _, err := admin.Exec(ctx, "ALTER ROLE "+role+" NOLOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", role); err != nil {
+		t.Fatal(err)
+	}
+	took := waitReady(false, 10*time.Second)
+	t.Logf("not ready %v after the liveness session was refused", took.Round(time.Millisecond))
+	code, body := readyz(t, s.restURL)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "inbox") {
+		t.Errorf("/readyz = %d %s, want 503 naming the inbox", code, body)
+	}
+	if strings.Contains(body, role) {
+		t.Errorf("/readyz shows the database role: %s", body)
+	}
+	if got := queueUp(t, s.restURL, "inbox"); got != "0" {
+		t.Errorf("fulfillment_queue_up{queue=\"inbox\"} = %q while refused, want 0", got)
+	}
+	// Acknowledging stays available: the event is stored.
+	const orderID = "ready-1"
+	s.createOrder(t, "live", orderID)
+	s.sendOK(t, event(yolfi.TypePaymentConfirmed, orderID, "inv_r1"))
+
+	time.Sleep(2 * time.Second) // more checks while down: still one line
+	var downLines []string
+	for _, l := range sink.lines() {
+		if strings.Contains(l, "queue cannot claim work") && strings.Contains(l, `"queue":"inbox"`) {
+			downLines = append(downLines, l)
+		}
+	}
+	if len(downLines) != 1 || !strings.Contains(downLines[0], "not permitted to log in") {
+		t.Errorf("log lines saying the inbox cannot claim work: %q; want one, with the cause", downLines)
+	}
+
+	if _, err := admin.Exec(ctx, "ALTER ROLE "+role+" LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	took = waitReady(true, 15*time.Second)
+	t.Logf("ready again %v after the session was allowed", took.Round(time.Millisecond))
+	if got := queueUp(t, s.restURL, "inbox"); got != "1" {
+		t.Errorf("fulfillment_queue_up{queue=\"inbox\"} = %q once allowed again, want 1", got)
+	}
+	s.settle(t)
+	if n := s.count(t, "SELECT count(*) FROM orders WHERE merchant_order_id = $1 AND state = 'fulfilled'", orderID); n != 1 {
+		t.Errorf("%d fulfilled orders %s after the queues came back, want 1", n, orderID)
+	}
+}
+
+func readyz(t *testing.T, restURL string) (code int, body string) {
+	t.Helper()
+	resp, err := http.Get(restURL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	var v map[string]any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("/readyz body %q: %v", b, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// queueUp reads fulfillment_queue_up of queue from /metrics.
+func queueUp(t *testing.T, restURL, queue string) string {
+	t.Helper()
+	resp, err := http.Get(restURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	prefix := fmt.Sprintf("fulfillment_queue_up{queue=%q} ", queue)
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, prefix); ok {
+			return v
+		}
+	}
+	return ""
+}
