@@ -125,6 +125,9 @@ type procService struct {
 	// configure, when set, changes the configuration of the processes
 	// started next.
 	configure func(*config.Config)
+	// serveURL and sessionURL, when set, are the processes' DATABASE_URL
+	// (dbURL otherwise) and DATABASE_SESSION_URL: a pooler's, say.
+	serveURL, sessionURL string
 }
 
 func newProcService(t *testing.T, bin string) *procService {
@@ -186,12 +189,19 @@ func (ps *procService) startOnce(t *testing.T, failpointSpec string, extraEnv []
 		t.Fatal(err)
 	}
 
+	serveURL := ps.dbURL
+	if ps.serveURL != "" {
+		serveURL = ps.serveURL
+	}
 	env := []string{
-		"DATABASE_URL=" + ps.dbURL,
+		"DATABASE_URL=" + serveURL,
 		procEnvAdminToken + "=" + adminToken,
 		procEnvOrgAToken + "=" + orgAToken,
 		procEnvLiveSecret + "=" + liveSecret,
 		procEnvOutboxSecret + "=" + outboxSecret,
+	}
+	if ps.sessionURL != "" {
+		env = append(env, config.EnvSessionURL+"="+ps.sessionURL)
 	}
 	if failpointSpec != "" {
 		env = append(env, failpoint.EnvVar+"="+failpointSpec)

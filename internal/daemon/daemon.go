@@ -54,12 +54,12 @@ func Build(ctx context.Context, root, out string, tags ...string) error {
 }
 
 // ChildEnv is this process's environment without anything that would
-// configure fulfillmentd behind the caller's back (DATABASE_URL and every
+// configure fulfillmentd behind the caller's back (DATABASE_URL, DATABASE_SESSION_URL and every
 // FULFILLMENT_* variable), followed by extra.
 func ChildEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "DATABASE_URL=") || strings.HasPrefix(kv, "FULFILLMENT_") {
+		if strings.HasPrefix(kv, "DATABASE_URL=") || strings.HasPrefix(kv, "DATABASE_SESSION_URL=") || strings.HasPrefix(kv, "FULFILLMENT_") {
 			continue
 		}
 		env = append(env, kv)

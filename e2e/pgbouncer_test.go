@@ -1,0 +1,182 @@
+package e2e_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fulfillplatform/fulfillment/config"
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/internal/daemon"
+	"github.com/fulfillplatform/fulfillment/internal/fakebank"
+	"github.com/fulfillplatform/fulfillment/internal/pgtest"
+)
+
+// behindBouncer points cfg at a PgBouncer in mode in front of dbURL: in
+// transaction mode, the sessions (liveness, LISTEN, migrations) go straight
+// to PostgreSQL; in session mode everything goes through PgBouncer, with a
+// pool that fits its default pool size of 20 server connections.
+func behindBouncer(t *testing.T, mode, dbURL string) (serveURL, sessionURL string) {
+	t.Helper()
+	pooled := pgtest.Bouncer(t, mode).URL(pgtest.Database(dbURL))
+	if mode == "transaction" {
+		return pooled, dbURL
+	}
+	return pooled, ""
+}
+
+// The whole path through PgBouncer with its default settings, in each pool
+// mode: orders created, Yolfi confirmations delivered twice and
+// concurrently, a T-Bank payment started against the fake bank and paid,
+// outbox deliveries, the order event feed, listings. Every order is
+// fulfilled once, every message delivered once, every fulfilment announced.
+func TestBehindPgBouncer(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"transaction", "session"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			dbURL := pgtest.DB(t)
+			serveURL, sessionURL := behindBouncer(t, mode, dbURL)
+			crm := startReceiver(t, true, nil)
+			relay := newTBankRelay(t)
+			bank := startFakeBank(t, fakebank.Options{}, relay)
+			s := startReplicaWith(t, dbURL, func(c *config.Config) {
+				c.Database.URL, c.Database.SessionURL = serveURL, sessionURL
+				if mode == "session" {
+					c.Database.MaxConns = 6 // + 4 lease, 1 liveness, 3 listeners ≤ 20
+				}
+				c.Endpoints = append(c.Endpoints, tbankEndpoints(t, bank, relay, config.Secret{Value: []byte(tbankPassword)})...)
+				c.StatusPoll = config.StatusPoll{Queue: config.Queue{Disabled: true}}
+				withDestinations(destination(t, "crm", crm, true, 5*time.Second))(c)
+			})
+			relay.forwardTo(t, s.ingestURL)
+			tb := &tbankStack{stack: s, bank: bank}
+			feed, stopFeed := s.watch(t, adminToken, "")
+			defer stopFeed()
+
+			const n = 20
+			orders := make([]string, n)
+			for i := range orders {
+				orders[i] = s.createExternalOrder(t, fmt.Sprintf("pgb-%d", i), "crm").GetId()
+			}
+			evs := make([]yolfi.Payload, n)
+			for i := range evs {
+				evs[i] = event(yolfi.TypePaymentConfirmed, fmt.Sprintf("pgb-%d", i), fmt.Sprintf("inv_pgb-%d", i))
+			}
+			codes := make([]int, 2*n)
+			race(2*n, func(i int) { codes[i] = s.send(t, liveEP, liveSecret, evs[i%n]) })
+			for i, code := range codes {
+				if code != http.StatusOK {
+					t.Errorf("webhook %d answered %d, want 200", i, code)
+				}
+			}
+
+			rub := tb.createRUBOrder(t, "pgb-rub")
+			start, err := tb.startPayment(rub.GetId(), tbankFail, false)
+			if err != nil {
+				t.Fatalf("StartPayment through PgBouncer: %v", err)
+			}
+			if err := bank.Pay(start.GetPaymentId()); err != nil {
+				t.Fatal(err)
+			}
+			tb.waitBank(t)
+			s.settle(t)
+
+			for i, id := range orders {
+				if e := s.effects(t, id); e.State != "fulfilled" || e.Licenses != 1 || len(e.Items) != 0 {
+					t.Errorf("order pgb-%d: %v; want fulfilled once, no item", i, e)
+				}
+			}
+			if e := s.effects(t, rub.GetId()); e.State != "fulfilled" || e.Licenses != 1 || e.Attempts != 1 {
+				t.Errorf("T-Bank order: %v; want fulfilled once", e)
+			}
+			waitFor(t, "every line delivered", func() bool {
+				for _, id := range orders {
+					if crm.Effects(fulfillment.LineKey(id, 1)) != 1 {
+						return false
+					}
+				}
+				return true
+			})
+			if got := crm.Doubled(); len(got) != 0 || crm.TotalEffects() != n {
+				t.Errorf("receiver: doubled %v, %d effects; want %d, none doubled", got, crm.TotalEffects(), n)
+			}
+
+			want := map[string]bool{rub.GetId(): true}
+			for _, id := range orders {
+				want[id] = true
+			}
+			fulfilledSeen := map[string]int{}
+			for len(fulfilledSeen) < len(want) {
+				e, err := feed.Recv()
+				if err != nil {
+					t.Fatalf("feed after %d fulfilments: %v", len(fulfilledSeen), err)
+				}
+				if e.GetTopic() == string(fulfillment.TopicOrderFulfilled) && want[e.GetOrderId()] {
+					fulfilledSeen[e.GetOrderId()]++
+				}
+			}
+
+			for range 5 {
+				var token string
+				for page := 0; page < 3; page++ {
+					resp, err := s.client.ListOrders(authed(adminToken), &fulfillmentv1.ListOrdersRequest{PageSize: 8, PageToken: token})
+					if err != nil {
+						t.Fatalf("ListOrders through PgBouncer: %v", err)
+					}
+					if token = resp.GetNextPageToken(); token == "" {
+						break
+					}
+				}
+			}
+		})
+	}
+}
+
+// A replica SIGKILLed while it holds a claim, behind PgBouncer in each
+// mode: the live replica processes the claim within 5 s. In session mode
+// the dead replica's liveness lock is on a server session PgBouncer keeps:
+// PgBouncer resets that session (DISCARD ALL) when the client goes, which
+// frees the lock.
+func TestKillBehindPgBouncer(t *testing.T) {
+	t.Parallel()
+	bin := procFailpointBuild.binary(t)
+	for _, mode := range []string{"transaction", "session"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			ps := newProcService(t, bin)
+			ps.serveURL, ps.sessionURL = behindBouncer(t, mode, ps.dbURL)
+			if mode == "session" {
+				ps.configure = func(c *config.Config) { c.Database.MaxConns = 3 } // two replicas ≤ 20 server sessions
+			}
+			a := ps.start(t, "after-claim,sleep=10m")
+			order := a.createOrder(t, "live", "pgb-kill")
+			ev := event(yolfi.TypePaymentConfirmed, "pgb-kill", "inv_pgb-kill")
+			a.sendOK(t, ev)
+			owner := waitLeased(t, a.stack, ev.ID)
+			if !strings.Contains(owner, fmt.Sprintf("/%d/", a.child.Pid())) {
+				t.Fatalf("event leased to %q, not to a (pid %d)", owner, a.child.Pid())
+			}
+			b := ps.start(t, "")
+			time.Sleep(2*time.Second + rand.N(time.Second))
+			if row := inboxEvent(t, b.stack, ev.ID); row.State != "pending" || leaseOwner(t, b.stack, ev.ID) != owner {
+				t.Fatalf("with both replicas live: %v; want still claimed by a", row)
+			}
+			killed := time.Now()
+			if st := a.kill(t); !daemon.Killed(st) {
+				t.Fatalf("a exited with %v, want killed", st)
+			}
+			took := waitProcessed(t, b.stack, ev.ID).Sub(killed)
+			t.Logf("%s pooling: processed by the live replica %v after the kill", mode, took.Round(time.Millisecond))
+			if took > recoveryBound {
+				t.Errorf("processed %v after the kill, want within %v", took, recoveryBound)
+			}
+			assertFulfilledOnce(t, b.stack, order.GetId(), []yolfi.Payload{ev})
+		})
+	}
+}
