@@ -96,8 +96,22 @@ func (s *Service) ListDestinations(ctx context.Context, _ *fulfillmentv1.ListDes
 	return resp, nil
 }
 
+// requireEveryOrg fails with PERMISSION_DENIED unless the caller may act for
+// every org: destinations are shared by all of them, so turning one off or
+// on is not an org's to do.
+func requireEveryOrg(p *Principal, what string) error {
+	if p.VisibleOrgs() == nil {
+		return nil
+	}
+	return status.Errorf(codes.PermissionDenied,
+		"token %q is limited to orgs %v: %s affects every org, and takes an admin token for every org (orgs: [\"*\"])", p.Name, p.VisibleOrgs(), what)
+}
+
 // DisableDestination implements fulfillmentv1.FulfillmentServiceServer.
 func (s *Service) DisableDestination(ctx context.Context, req *fulfillmentv1.DisableDestinationRequest) (*fulfillmentv1.DisableDestinationResponse, error) {
+	if err := requireEveryOrg(principalFrom(ctx), "disabling a destination"); err != nil {
+		return nil, err
+	}
 	d, err := s.configuredDestination(ctx, req.GetDestinationId())
 	if err != nil {
 		return nil, err
@@ -118,6 +132,9 @@ func (s *Service) DisableDestination(ctx context.Context, req *fulfillmentv1.Dis
 
 // EnableDestination implements fulfillmentv1.FulfillmentServiceServer.
 func (s *Service) EnableDestination(ctx context.Context, req *fulfillmentv1.EnableDestinationRequest) (*fulfillmentv1.EnableDestinationResponse, error) {
+	if err := requireEveryOrg(principalFrom(ctx), "enabling a destination"); err != nil {
+		return nil, err
+	}
 	d, err := s.configuredDestination(ctx, req.GetDestinationId())
 	if err != nil {
 		return nil, err
