@@ -126,8 +126,13 @@ func startService(t *testing.T, dbURL string, configure func(*config.Config), lo
 	if configure != nil {
 		configure(cfg)
 	}
-	a := runApp(t, cfg, log, false, opts...)
+	return stackOf(t, runApp(t, cfg, log, false, opts...), dbURL)
+}
 
+// stackOf is the test's side of a running app: its addresses, an API
+// client, and a pool on dbURL for counting behind its back.
+func stackOf(t *testing.T, a *app.App, dbURL string) *stack {
+	t.Helper()
 	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,6 +40,11 @@ type Options struct {
 	// "shared_preload_libraries=pg_stat_statements"), given on the command
 	// line of every start.
 	Settings []string
+	// StandbyOf, when set, makes the cluster a streaming-replication
+	// standby of that running cluster: its data folder is a base backup of
+	// it (pg_basebackup -R) instead of a new cluster, and no database is
+	// created (a standby is read-only). See Promote.
+	StandbyOf *Cluster
 }
 
 // Cluster is a PostgreSQL cluster started by Start, listening on 127.0.0.1.
@@ -54,6 +60,7 @@ type Cluster struct {
 	log      io.Writer
 	acct     *account
 	version  string
+	primary  *Cluster // StandbyOf
 
 	mu  sync.Mutex
 	srv *server // nil when the server is not running
@@ -97,6 +104,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		settings: o.Settings,
 		log:      o.Log,
 		acct:     acct,
+		primary:  o.StandbyOf,
 	}
 	if c.log == nil {
 		c.log = io.Discard
@@ -121,6 +129,9 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	defer c.mu.Unlock()
 	if err := c.start(ctx); err != nil {
 		return nil, err
+	}
+	if c.primary != nil {
+		return c, nil
 	}
 	if err := c.createDatabase(ctx, appDatabase); err != nil {
 		_ = c.srv.stop(syscall.SIGINT)
@@ -151,6 +162,28 @@ func (c *Cluster) Stop() error { return c.halt(syscall.SIGINT) }
 // checkpoint, so the next start runs crash recovery, and committed data
 // survives. Use Restart to bring the cluster back.
 func (c *Cluster) Kill() error { return c.halt(syscall.SIGQUIT) }
+
+// Crash kills the postmaster with SIGKILL, as when its host fails: its
+// backends end once they notice. Committed data survives on disk.
+func (c *Cluster) Crash() error { return c.halt(syscall.SIGKILL) }
+
+// Promote turns a standby into a primary (pg_promote) and waits until it
+// accepts writes.
+func (c *Cluster) Promote(ctx context.Context) error {
+	cn, err := dial(ctx, c.addr(), "postgres", "postgres")
+	if err != nil {
+		return fmt.Errorf("promoting: %w", err)
+	}
+	defer func() { _ = cn.Close(context.WithoutCancel(ctx)) }()
+	var ok bool
+	if err := cn.QueryRow(ctx, "SELECT pg_promote(true, 60)").Scan(&ok); err != nil {
+		return fmt.Errorf("promoting: %w", err)
+	}
+	if !ok {
+		return errors.New("promoting: not promoted within 60s")
+	}
+	return nil
+}
 
 // Restart starts the server again on the same port and data folder (after
 // stopping it if it is running) and waits until it accepts connections.
@@ -208,16 +241,24 @@ func (c *Cluster) initdb(ctx context.Context) error {
 	if err := os.RemoveAll(tmp); err != nil {
 		return fmt.Errorf("removing leftover %s: %w", tmp, err)
 	}
+	tool := "initdb"
 	args := []string{"-D", tmp, "-U", "postgres", "--auth=trust", "--encoding=UTF8", "--locale=C"}
+	if c.primary != nil {
+		// A base backup of the primary, streaming its WAL meanwhile, with
+		// standby.signal and primary_conninfo written (-R).
+		tool = "pg_basebackup"
+		args = []string{"-D", tmp, "-h", "127.0.0.1", "-p", strconv.Itoa(c.primary.port), "-U", "postgres",
+			"-X", "stream", "-R", "--checkpoint=fast"}
+	}
 	if !c.durable {
 		args = append(args, "--no-sync")
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, "initdb"), args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(c.binDir, tool), args...)
 	cmd.Dir = c.dir // our own working folder may be closed to the server user
 	cmd.SysProcAttr = c.acct.sysProcAttr()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		_ = os.RemoveAll(tmp)
-		return fmt.Errorf("running initdb: %w\n%s", err, out)
+		return fmt.Errorf("running %s: %w\n%s", tool, err, out)
 	}
 	if err := os.Rename(tmp, c.data); err != nil {
 		return fmt.Errorf("moving new cluster into place: %w", err)
