@@ -205,3 +205,82 @@ func TestOrderEventFeedEndsAtShutdown(t *testing.T) {
 		t.Errorf("service stopped with error: %v", err)
 	}
 }
+
+// Fifty idle streams cost the database one reader, not fifty: the scans of
+// order_events while they wait stay those of one poll a second. Then one
+// paid order reaches every stream once, and org_a's streams never see
+// org_b's.
+func TestOrderEventFeedOneReaderPerProcess(t *testing.T) {
+	t.Parallel()
+	s := startReplicaWith(t, pgtest.DB(t), func(c *config.Config) {
+		c.Endpoints = append(c.Endpoints, config.Endpoint{ID: orgBEndpoint, Provider: "yolfi", Org: orgB, Environment: "live",
+			Secrets: []config.Secret{{Value: []byte(orgBSecret)}}})
+	})
+	const streams = 50
+	type watcher struct {
+		st    fulfillmentv1.FulfillmentService_WatchOrderEventsClient
+		orgA  bool
+		stop  context.CancelFunc
+		count chan string // order ids received
+	}
+	ws := make([]*watcher, streams)
+	for i := range ws {
+		token := adminToken
+		if i%2 == 1 {
+			token = orgAToken
+		}
+		st, stop := s.watch(t, token, "")
+		w := &watcher{st: st, orgA: token == orgAToken, stop: stop, count: make(chan string, 16)}
+		ws[i] = w
+		go func() {
+			for {
+				e, err := w.st.Recv()
+				if err != nil {
+					close(w.count)
+					return
+				}
+				w.count <- e.GetOrderId()
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		for _, w := range ws {
+			w.stop()
+		}
+	})
+	scans := func() int {
+		return s.count(t, "SELECT (coalesce(seq_scan, 0) + coalesce(idx_scan, 0))::int FROM pg_stat_user_tables WHERE relname = 'order_events'")
+	}
+	time.Sleep(time.Second) // the streams are all following
+	const window = 5 * time.Second
+	before := scans()
+	time.Sleep(window)
+	// PostgreSQL publishes a busy backend's counts at most once a second.
+	time.Sleep(1500 * time.Millisecond)
+	idle := scans() - before
+	t.Logf("%d idle streams: %d scans of order_events in %v", streams, idle, window)
+	if idle > 20 {
+		t.Errorf("%d idle streams scanned order_events %d times in %v; want about one reader's (one a second), not one per stream", streams, idle, window)
+	}
+
+	b := s.payNewOrder(t, orgB, "feed-hub-b")
+	a := s.payNewOrder(t, orgA, "feed-hub-a")
+	for i, w := range ws {
+		seen := map[string]int{}
+		deadline := time.After(15 * time.Second)
+		for seen[a] == 0 {
+			select {
+			case id, ok := <-w.count:
+				if !ok {
+					t.Fatalf("stream %d ended", i)
+				}
+				seen[id]++
+			case <-deadline:
+				t.Fatalf("stream %d: no event of org_a's paid order within 15s (saw %v)", i, seen)
+			}
+		}
+		if !w.orgA && seen[b] != 1 || w.orgA && seen[b] != 0 || seen[a] != 1 {
+			t.Errorf("stream %d (org_a only: %v): saw %v; want org_a's order once, org_b's once unless org_a only", i, w.orgA, seen)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package fulfillment
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,11 @@ type FeedCursor struct {
 // String renders c for callers, who hand it back unchanged.
 func (c FeedCursor) String() string {
 	return strconv.FormatUint(c.XID, 10) + "." + strconv.FormatInt(c.ID, 10)
+}
+
+// Before reports whether c comes before d in the feed.
+func (c FeedCursor) Before(d FeedCursor) bool {
+	return c.XID < d.XID || c.XID == d.XID && c.ID < d.ID
 }
 
 // ParseFeedCursor reads a cursor String returned; "" is the start of the
@@ -65,8 +71,21 @@ type FeedParams struct {
 	Limit       int
 }
 
+// Matches reports whether e is an event p selects, its cursor aside: of a
+// visible org, and of p's org and environment when they are set.
+func (p FeedParams) Matches(e OrderEvent) bool {
+	if p.VisibleOrgs != nil && !slices.Contains(p.VisibleOrgs, e.OrgID) {
+		return false
+	}
+	return (p.OrgID == "" || p.OrgID == e.OrgID) && (p.Environment == "" || p.Environment == e.Environment)
+}
+
 // FeedStore keeps the order event feed.
 type FeedStore interface {
+	// FeedTail returns the cursor of the last event FeedRead can return
+	// now (the zero cursor for an empty feed): every event after it is
+	// read later.
+	FeedTail(ctx context.Context) (FeedCursor, error)
 	// FeedRead returns up to p.Limit events after p.After, in feed order.
 	// An event it has not returned never appears before the last one it
 	// did: a reader resuming from its cursor misses none.

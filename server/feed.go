@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -60,22 +62,41 @@ func (s *Service) WatchOrderEvents(req *fulfillmentv1.WatchOrderEventsRequest, s
 		return err
 	}
 
-	wake := make(chan struct{}, 1)
-	go s.feed.FeedListen(ctx, func() {
-		select {
-		case wake <- struct{}{}:
-		default:
+	send := func(e fulfillment.OrderEvent) error {
+		if err := stream.Send(orderEventToProto(e)); err != nil {
+			return err
 		}
-	})
-	poll := time.NewTimer(feedPoll)
-	defer poll.Stop()
+		params.After = e.Cursor
+		return nil
+	}
+	for {
+		// Subscribe, then catch up by reading alone until a read comes
+		// back short; then follow the process's one reader (see feedHub).
+		sub := s.feedHub.subscribe()
+		err := s.catchUp(ctx, &params, send)
+		if err == nil {
+			err = s.follow(ctx, sub, &params, send)
+		}
+		s.feedHub.unsubscribe(sub)
+		if !errors.Is(err, errFeedDropped) {
+			return err
+		}
+	}
+}
+
+// errFeedDropped: the hub dropped the stream, which catches up by itself.
+var errFeedDropped = errors.New("dropped by the feed's reader")
+
+// catchUp reads the feed after p.After, sending what it reads, until a read
+// returns less than a batch.
+func (s *Service) catchUp(ctx context.Context, p *fulfillment.FeedParams, send func(fulfillment.OrderEvent) error) error {
 	for {
 		select {
-		case <-s.stopping: // also while catching up
+		case <-s.stopping:
 			return errFeedStopping
 		default:
 		}
-		events, err := s.feed.FeedRead(ctx, params)
+		events, err := s.feed.FeedRead(ctx, *p)
 		if err != nil {
 			if ctx.Err() != nil {
 				return status.FromContextError(ctx.Err()).Err()
@@ -83,22 +104,37 @@ func (s *Service) WatchOrderEvents(req *fulfillmentv1.WatchOrderEventsRequest, s
 			return toStatus(ctx, s.log, err) // the caller resumes from its cursor
 		}
 		for _, e := range events {
-			if err := stream.Send(orderEventToProto(e)); err != nil {
+			if err := send(e); err != nil {
 				return err
 			}
-			params.After = e.Cursor
 		}
-		if len(events) == feedBatch {
-			continue
+		if len(events) < feedBatch {
+			return nil
 		}
-		poll.Reset(feedPoll)
+	}
+}
+
+// follow sends the hub's batches that p selects and that come after
+// p.After, until the stream ends or the hub drops it (errFeedDropped).
+func (s *Service) follow(ctx context.Context, sub *feedSub, p *fulfillment.FeedParams, send func(fulfillment.OrderEvent) error) error {
+	for {
 		select {
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		case <-s.stopping:
 			return errFeedStopping
-		case <-wake:
-		case <-poll.C:
+		case batch, ok := <-sub.batches:
+			if !ok {
+				return errFeedDropped
+			}
+			for _, e := range batch {
+				if !p.After.Before(e.Cursor) || !p.Matches(e) {
+					continue
+				}
+				if err := send(e); err != nil {
+					return err
+				}
+			}
 		}
 	}
 }

@@ -20,6 +20,8 @@ type Service struct {
 	events fulfillment.EventStore
 	outbox fulfillment.OutboxStore
 	feed   fulfillment.FeedStore
+	// feedHub reads the feed's tail once for every stream.
+	feedHub *feedHub
 	// payStore keeps the payments the service starts through payments,
 	// the providers by endpoint id.
 	payStore fulfillment.PaymentStore
@@ -56,6 +58,7 @@ func newService(store Store, cfg *config.Config, log *slog.Logger) *Service {
 		endpoints:    make(map[string]fulfillment.Endpoint, len(cfg.Endpoints)),
 		maxPageBytes: cfg.GRPC.WithDefaults().MaxPageBytes,
 	}
+	s.feedHub = newFeedHub(store, log)
 	for _, e := range cfg.Endpoints {
 		s.endpoints[e.ID] = e.Domain()
 	}

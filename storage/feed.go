@@ -49,6 +49,30 @@ func (s *Store) FeedRead(ctx context.Context, p fulfillment.FeedParams) ([]fulfi
 	return events, nil
 }
 
+// FeedTail implements fulfillment.FeedStore.
+func (s *Store) FeedTail(ctx context.Context) (fulfillment.FeedCursor, error) {
+	var (
+		c   fulfillment.FeedCursor
+		xid string
+	)
+	err := s.pool.QueryRow(ctx, `
+		SELECT coalesce(max(xid)::text, '0') FROM order_events WHERE xid < pg_snapshot_xmin(pg_current_snapshot())`).Scan(&xid)
+	if err != nil {
+		return c, fmt.Errorf("reading the feed's tail: %w", interpret(err))
+	}
+	if c.XID, err = strconv.ParseUint(xid, 10, 64); err != nil {
+		return c, fmt.Errorf("reading the feed's tail: %w", err)
+	}
+	if c.XID == 0 {
+		return c, nil
+	}
+	err = s.pool.QueryRow(ctx, "SELECT max(id) FROM order_events WHERE xid = $1::text::xid8", xid).Scan(&c.ID)
+	if err != nil {
+		return c, fmt.Errorf("reading the feed's tail: %w", interpret(err))
+	}
+	return c, nil
+}
+
 // FeedListen implements fulfillment.FeedStore.
 func (s *Store) FeedListen(ctx context.Context, wake func()) {
 	s.feedSignal.listen(ctx, wake)
