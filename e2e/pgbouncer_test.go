@@ -87,14 +87,8 @@ func TestBehindPgBouncer(t *testing.T) {
 			tb.waitBank(t)
 			s.settle(t)
 
-			for i, id := range orders {
-				if e := s.effects(t, id); e.State != "fulfilled" || e.Licenses != 1 || len(e.Items) != 0 {
-					t.Errorf("order pgb-%d: %v; want fulfilled once, no item", i, e)
-				}
-			}
-			if e := s.effects(t, rub.GetId()); e.State != "fulfilled" || e.Licenses != 1 || e.Attempts != 1 {
-				t.Errorf("T-Bank order: %v; want fulfilled once", e)
-			}
+			// An order with an external line is fulfilled once its line is
+			// delivered.
 			waitFor(t, "every line delivered", func() bool {
 				for _, id := range orders {
 					if crm.Effects(fulfillment.LineKey(id, 1)) != 1 {
@@ -103,6 +97,17 @@ func TestBehindPgBouncer(t *testing.T) {
 				}
 				return true
 			})
+			waitFor(t, "every order fulfilled", func() bool {
+				return s.count(t, "SELECT count(*) FROM orders WHERE state = 'fulfilled'") == n+1
+			})
+			for i, id := range orders {
+				if e := s.effects(t, id); e.State != "fulfilled" || e.Licenses != 1 || len(e.Items) != 0 {
+					t.Errorf("order pgb-%d: %v; want fulfilled once, no item", i, e)
+				}
+			}
+			if e := s.effects(t, rub.GetId()); e.State != "fulfilled" || e.Licenses != 1 || e.Attempts != 1 {
+				t.Errorf("T-Bank order: %v; want fulfilled once", e)
+			}
 			if got := crm.Doubled(); len(got) != 0 || crm.TotalEffects() != n {
 				t.Errorf("receiver: doubled %v, %d effects; want %d, none doubled", got, crm.TotalEffects(), n)
 			}

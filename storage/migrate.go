@@ -61,22 +61,24 @@ func Migrate(ctx context.Context, url string) error {
 }
 
 // SchemaVersion reports the applied and the embedded (latest) migration
-// versions. The schema is current when they are equal.
+// versions. The schema is current when they are equal. It reads tern's
+// version table directly: tern's migrator takes a session advisory lock
+// even to read it, which readiness checks must not (they run through the
+// pool, which may be transaction pooled, and every few seconds).
 func (s *Store) SchemaVersion(ctx context.Context) (applied, latest int32, err error) {
-	conn, err := s.pool.Acquire(ctx)
+	files, err := fs.Glob(Migrations(), "*.sql")
 	if err != nil {
-		return 0, 0, fmt.Errorf("acquiring connection: %w", interpret(err))
+		return 0, 0, fmt.Errorf("listing migrations: %w", err)
 	}
-	defer conn.Release()
-	m, err := newMigrator(ctx, conn.Conn())
-	if err != nil {
-		return 0, 0, err
+	latest = int32(len(files))
+	err = s.pool.QueryRow(ctx, "SELECT version FROM "+versionTable).Scan(&applied)
+	if sqlstateOf(err) == sqlstateUndefinedTable {
+		return 0, latest, nil // nothing migrated yet
 	}
-	applied, err = m.GetCurrentVersion(ctx)
 	if err != nil {
 		return 0, 0, fmt.Errorf("reading schema version: %w", interpret(err))
 	}
-	return applied, int32(len(m.Migrations)), nil
+	return applied, latest, nil
 }
 
 func newMigrator(ctx context.Context, conn *pgx.Conn) (*migrate.Migrator, error) {

@@ -258,7 +258,17 @@ func (s *Store) withTx(ctx context.Context, fn func(pgx.Tx) error) error {
 // SQLSTATE codes the store reacts to.
 const (
 	sqlstateUniqueViolation = "23505"
+	sqlstateUndefinedTable  = "42P01"
 )
+
+// sqlstateOf is the SQLSTATE of a database error, "" for other errors.
+func sqlstateOf(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
 
 // interpret turns driver errors into domain sentinels. It is the only place
 // that knows about pgx error types; everything else wraps what it returns.

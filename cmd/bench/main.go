@@ -69,6 +69,8 @@ type options struct {
 	accessWorkers int
 	subscriptions int
 	pushWorkers   int
+	replicas      []int         // replica counts of the replicas push
+	replicaPush   time.Duration // length of each
 	redeliver     float64
 	outOfOrder    float64
 	keep          bool
@@ -84,7 +86,7 @@ type options struct {
 
 func main() {
 	var o options
-	var conc, rates, outboxConc string
+	var conc, rates, outboxConc, replicas string
 	flag.BoolVar(&o.quick, "quick", false, "smoke test: 2s phases, 20k history rows")
 	flag.StringVar(&o.out, "out", "results", "folder for the JSON, Markdown and PNG outputs")
 	flag.IntVar(&o.historyRows, "history", 1_000_000, "processed events added to the inbox for the history phase (0 skips it)")
@@ -101,6 +103,8 @@ func main() {
 	flag.IntVar(&o.accessWorkers, "access-workers", 32, "closed-loop workers of the read phase's CheckAccess run")
 	flag.IntVar(&o.subscriptions, "subscriptions", 4000, "paid subscriptions seeded for the CheckAccess run (0 skips it)")
 	flag.IntVar(&o.pushWorkers, "push-workers", 64, "closed-loop workers of the saturating push")
+	flag.StringVar(&replicas, "replicas", "1,2,3", "fulfillmentd replicas on one database of the replicas push (empty skips it)")
+	flag.DurationVar(&o.replicaPush, "replicas-duration", 5*time.Second, "length of each replicas push")
 	flag.Float64Var(&o.redeliver, "redeliver", 0.2, "share of ingest requests that are redeliveries")
 	flag.Float64Var(&o.outOfOrder, "out-of-order", 0.05, "share of ingest requests that are out-of-order invoice events")
 	flag.BoolVar(&o.noNotify, "baseline-no-notify", true, "also run the baseline with the table's triggers (a per-row NOTIFY) disabled, when it has any (informational)")
@@ -130,6 +134,11 @@ func main() {
 	if o.outboxConc, err = parseInts(outboxConc); err != nil {
 		fatal(fmt.Errorf("--outbox-concurrency: %w", err))
 	}
+	if replicas != "" {
+		if o.replicas, err = parseInts(replicas); err != nil {
+			fatal(fmt.Errorf("--replicas: %w", err))
+		}
+	}
 	if o.quick {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -143,6 +152,7 @@ func main() {
 		pick("pipeline-duration", &o.pipeline, 2*time.Second)
 		pick("reads-duration", &o.reads, 2*time.Second)
 		pick("push-duration", &o.push, 2*time.Second)
+		pick("replicas-duration", &o.replicaPush, 2*time.Second)
 		pick("drain-timeout", &o.drainTimeout, 60*time.Second)
 		if !set["history"] {
 			o.historyRows = 20_000
@@ -376,6 +386,9 @@ func (b *bench) run(ctx context.Context) error {
 		}
 	}
 	if err := b.phase("pipeline: max sustained fulfilled/s", func() error { return b.sustained(ctx) }); err != nil {
+		return err
+	}
+	if err := b.replicasPhase(ctx); err != nil {
 		return err
 	}
 	if err := b.phase("reads: GetOrder gRPC and REST, CheckAccess gRPC", func() error { return b.readsPhase(ctx) }); err != nil {

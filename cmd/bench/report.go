@@ -32,6 +32,7 @@ type Report struct {
 	HalfPeak         *OpenIngest   `json:"ingest_half_peak,omitempty"`
 	Pipeline         []Pipeline    `json:"pipeline"`
 	Sustained        *Sustained    `json:"max_sustained,omitempty"`
+	Replicas         []ReplicaRun  `json:"replicas,omitempty"`
 	Reads            []LoadLevel   `json:"reads"`
 	Outbox           *Outbox       `json:"outbox,omitempty"`
 	History          *History      `json:"history,omitempty"`
@@ -319,6 +320,12 @@ func (r *Report) buildTable() {
 		}
 		rows = append(rows, Row{"pipeline", "max sustained fulfilled (saturating push)", fmt.Sprint(s.Workers), "-",
 			rate(s.FulfilledPerSec) + " fulfilled", "", "", "", "", s.CPU.String(), note})
+	}
+	for _, rr := range r.Replicas {
+		rows = append(rows, Row{"replicas", fmt.Sprintf("saturating push, %d fulfillmentd on one database", rr.Replicas), "-", "-",
+			rate(rr.FulfilledPerSec) + " fulfilled", "", "", "", "", rr.CPU.String(),
+			fmt.Sprintf("%.2f× one replica; ingest %.0f/s; CPU per event (push + drain, %d events) svc %.0f µs (all replicas), pg %.0f µs",
+				rr.RatioToOne, rr.IngestPerSecond, rr.Events, rr.ServiceUsPerEvent, rr.PostgresUsPerEvent)})
 	}
 	for _, rd := range r.Reads {
 		rows = append(rows, Row{"reads", rd.Name, fmt.Sprint(rd.Concurrency), "-", rate(rd.PerSecond) + " req",

@@ -67,6 +67,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Int64Var(&o.Seed, "seed", 0, "seed of the workload and fault schedule (0: random, printed)")
 	fs.StringVar(&o.WorkDir, "workdir", "", "where to create the run's folder (default: the system temp folder)")
 	fs.BoolVar(&o.KeepOnFailure, "keep", false, "keep the run's folder (database, logs) when the run fails")
+	fs.StringVar(&o.Pooler, "pgbouncer", "", "run fulfillmentd behind PgBouncer in this pool mode: transaction (sessions go to PostgreSQL directly) or session")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil

@@ -88,6 +88,11 @@ type Options struct {
 	// KeepOnFailure keeps the run's folder when the run fails, for
 	// inspection (its path is logged).
 	KeepOnFailure bool
+	// Pooler, when "transaction" or "session", puts a PgBouncer in that
+	// pool mode (its default settings otherwise) between fulfillmentd and
+	// PostgreSQL; in transaction mode the sessions (queue liveness,
+	// LISTEN, migrations) go to PostgreSQL directly. "" runs without one.
+	Pooler string
 }
 
 func (o *Options) setDefaults() error {
@@ -118,6 +123,9 @@ func (o *Options) setDefaults() error {
 	if o.Events < 2*o.Orders {
 		return fmt.Errorf("chaos: Events (%d) must be at least twice Orders (%d)", o.Events, o.Orders)
 	}
+	if o.Pooler != "" && o.Pooler != "transaction" && o.Pooler != "session" {
+		return fmt.Errorf("chaos: Pooler %q: want transaction, session or nothing", o.Pooler)
+	}
 	if o.Binary == "" {
 		return errors.New("chaos: Options.Binary (a built fulfillmentd) is required")
 	}
@@ -143,6 +151,7 @@ type runner struct {
 
 	dir         string
 	cluster     *pgcluster.Cluster
+	bouncer     *pgcluster.Bouncer // nil without Options.Pooler
 	pgDown      atomic.Bool
 	svc         *service
 	conn        *grpc.ClientConn
@@ -198,7 +207,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		probeClient:      &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
 	}
 	r.deadline = r.start.Add(o.Duration)
-	r.rep.Seed = o.Seed
+	r.rep.Seed, r.rep.Pooler = o.Seed, o.Pooler
 	r.logf("seed %d: %d orders, %d events, %d kills, %d PostgreSQL restarts, at most %v",
 		o.Seed, o.Orders, o.Events, o.Kills, o.PGRestarts, o.Duration)
 
@@ -297,16 +306,33 @@ func (r *runner) setup(ctx context.Context) error {
 		return fmt.Errorf("starting PostgreSQL: %w", err)
 	}
 
+	serveURL, sessionURL := r.cluster.URL("fulfillment"), ""
+	if r.o.Pooler != "" {
+		r.bouncer, err = pgcluster.StartBouncer(ctx, pgcluster.BouncerOptions{
+			Dir: filepath.Join(dir, "pgbouncer"), Upstream: net.JoinHostPort("127.0.0.1", pgPort), Mode: r.o.Pooler})
+		if err != nil {
+			return fmt.Errorf("starting PgBouncer: %w", err)
+		}
+		r.logf("PgBouncer (pool_mode %s) on port %d", r.o.Pooler, r.bouncer.Port())
+		if r.o.Pooler == "transaction" {
+			sessionURL = serveURL
+		}
+		serveURL = r.bouncer.URL("fulfillment")
+	}
+
 	r.adminToken, r.orgToken = randomHex("tok-admin-"), randomHex("tok-org-")
 	r.secrets = map[string][]byte{liveEP: []byte(randomHex("ywhsec_live_")), testEP: []byte(randomHex("ywhsec_test_")),
 		tbankEP: []byte(randomHex("tbpw"))}
 	env := []string{
-		envDatabaseURL + "=" + r.cluster.URL("fulfillment"),
+		envDatabaseURL + "=" + serveURL,
 		envAdminToken + "=" + r.adminToken,
 		envOrgToken + "=" + r.orgToken,
 		envLiveSecret + "=" + string(r.secrets[liveEP]),
 		envTestSecret + "=" + string(r.secrets[testEP]),
 		envTBankPassword + "=" + string(r.secrets[tbankEP]),
+	}
+	if sessionURL != "" {
+		env = append(env, config.EnvSessionURL+"="+sessionURL)
 	}
 	var destinations []config.Destination
 	for _, d := range newDestinations() {
@@ -529,6 +555,9 @@ func (r *runner) cleanup(failed bool) {
 	}
 	if r.snd != nil {
 		r.snd.client.CloseIdleConnections()
+	}
+	if r.bouncer != nil {
+		_ = r.bouncer.Stop()
 	}
 	if r.cluster != nil {
 		if err := r.cluster.Stop(); err != nil {

@@ -13,6 +13,8 @@ import (
 // Report is what a chaos run did and found.
 type Report struct {
 	Seed int64
+	// Pooler is the PgBouncer pool mode fulfillmentd ran behind ("": none).
+	Pooler string
 
 	// The workload.
 	Orders         int // orders created
@@ -210,6 +212,9 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	p("seed:            %d", r.Seed)
+	if r.Pooler != "" {
+		p("database:        through PgBouncer, pool_mode %s", r.Pooler)
+	}
 	p("workload:        %d orders (%d test-mode only), %d events (%d test-mode, %d extra payments, %d stale overdue)",
 		r.Orders, r.TestOnlyOrders, r.Events, r.TestModeEvents, r.ExtraPayments, r.StaleEvents)
 	p("external lines:  %d, each to %s or %s", r.ExternalLines, destIdempotent, destPlain)
