@@ -191,7 +191,6 @@ func TestCreateConcurrentREST(t *testing.T) {
 func TestValidationErrors(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, withDestination("crm"))
-	ctx := withToken(tokOps)
 
 	cases := []struct {
 		name   string
@@ -219,32 +218,37 @@ func TestValidationErrors(t *testing.T) {
 			r.Lines[0] = &fulfillmentv1.OrderLine{Sku: "box", Kind: "external", Quantity: 1, UnitPrice: r.Lines[0].UnitPrice, Destination: "shipping"}
 		}, "lines[0].destination"},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			req := orderRequest("org_a", "bad-"+tc.field)
-			tc.mutate(req)
-			_, err := ts.client.CreateOrder(ctx, req)
-			st := status.Convert(err)
-			if st.Code() != codes.InvalidArgument {
-				t.Fatalf("code = %v (%v), want InvalidArgument", st.Code(), err)
-			}
-			var fields []string
-			for _, d := range st.Details() {
-				if br, ok := d.(*errdetails.BadRequest); ok {
-					for _, v := range br.GetFieldViolations() {
-						fields = append(fields, v.GetField())
-						if v.GetDescription() == "" {
-							t.Errorf("violation of %s has no description", v.GetField())
+	// The cases run in parallel, all done before the checks below.
+	t.Run("cases", func(t *testing.T) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				req := orderRequest("org_a", "bad-"+tc.field)
+				tc.mutate(req)
+				// Its own deadline: parallel subtests wait for a free slot, which
+				// on a loaded machine can take longer than one.
+				_, err := ts.client.CreateOrder(withToken(tokOps), req)
+				st := status.Convert(err)
+				if st.Code() != codes.InvalidArgument {
+					t.Fatalf("code = %v (%v), want InvalidArgument", st.Code(), err)
+				}
+				var fields []string
+				for _, d := range st.Details() {
+					if br, ok := d.(*errdetails.BadRequest); ok {
+						for _, v := range br.GetFieldViolations() {
+							fields = append(fields, v.GetField())
+							if v.GetDescription() == "" {
+								t.Errorf("violation of %s has no description", v.GetField())
+							}
 						}
 					}
 				}
-			}
-			if len(fields) == 0 || fields[0] != tc.field {
-				t.Errorf("field violations = %v, want %s", fields, tc.field)
-			}
-		})
-	}
+				if len(fields) == 0 || fields[0] != tc.field {
+					t.Errorf("field violations = %v, want %s", fields, tc.field)
+				}
+			})
+		}
+	})
 
 	// Over REST: 400 with the violation in the details.
 	body := orderBody("org_a", "rest-bad")
@@ -270,7 +274,7 @@ func TestValidationErrors(t *testing.T) {
 	}
 
 	// Nothing was stored by any of it.
-	list, err := ts.client.ListOrders(ctx, &fulfillmentv1.ListOrdersRequest{})
+	list, err := ts.client.ListOrders(withToken(tokOps), &fulfillmentv1.ListOrdersRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
