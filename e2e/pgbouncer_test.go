@@ -14,6 +14,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	"github.com/fulfillplatform/fulfillment/internal/daemon"
 	"github.com/fulfillplatform/fulfillment/internal/fakebank"
+	"github.com/fulfillplatform/fulfillment/internal/pgcluster"
 	"github.com/fulfillplatform/fulfillment/internal/pgtest"
 )
 
@@ -21,13 +22,14 @@ import (
 // transaction mode, the sessions (liveness, LISTEN, migrations) go straight
 // to PostgreSQL; in session mode everything goes through PgBouncer, with a
 // pool that fits its default pool size of 20 server connections.
-func behindBouncer(t *testing.T, mode, dbURL string) (serveURL, sessionURL string) {
+func behindBouncer(t *testing.T, mode, dbURL string) (b *pgcluster.Bouncer, serveURL, sessionURL string) {
 	t.Helper()
-	pooled := pgtest.Bouncer(t, mode).URL(pgtest.Database(dbURL))
+	b = pgtest.Bouncer(t, mode)
+	pooled := b.URL(pgtest.Database(dbURL))
 	if mode == "transaction" {
-		return pooled, dbURL
+		return b, pooled, dbURL
 	}
-	return pooled, ""
+	return b, pooled, ""
 }
 
 // The whole path through PgBouncer with its default settings, in each pool
@@ -41,7 +43,7 @@ func TestBehindPgBouncer(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			dbURL := pgtest.DB(t)
-			serveURL, sessionURL := behindBouncer(t, mode, dbURL)
+			bouncer, serveURL, sessionURL := behindBouncer(t, mode, dbURL)
 			crm := startReceiver(t, true, nil)
 			relay := newTBankRelay(t)
 			bank := startFakeBank(t, fakebank.Options{}, relay)
@@ -139,6 +141,15 @@ func TestBehindPgBouncer(t *testing.T) {
 					}
 				}
 			}
+
+			// The pooler gone: a webhook is answered 503 (retry), never 500.
+			if err := bouncer.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			late := event(yolfi.TypePaymentConfirmed, "pgb-late", "inv_pgb-late")
+			if code := s.send(t, liveEP, liveSecret, late); code != http.StatusServiceUnavailable {
+				t.Errorf("webhook with PgBouncer stopped answered %d, want 503", code)
+			}
 		})
 	}
 }
@@ -155,7 +166,7 @@ func TestKillBehindPgBouncer(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			ps := newProcService(t, bin)
-			ps.serveURL, ps.sessionURL = behindBouncer(t, mode, ps.dbURL)
+			_, ps.serveURL, ps.sessionURL = behindBouncer(t, mode, ps.dbURL)
 			if mode == "session" {
 				ps.configure = func(c *config.Config) { c.Database.MaxConns = 3 } // two replicas ≤ 20 server sessions
 			}

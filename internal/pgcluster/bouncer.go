@@ -163,12 +163,13 @@ func (b *Bouncer) URL(database string) string {
 // Port returns the TCP port the bouncer listens on at 127.0.0.1.
 func (b *Bouncer) Port() int { return b.port }
 
-// Stop shuts the bouncer down at once (SIGINT) and waits for it to exit.
+// Stop shuts the bouncer down at once, its clients disconnected (SIGTERM;
+// SIGINT would wait for every client to leave), and waits for it to exit.
 func (b *Bouncer) Stop() error {
 	if b.srv == nil {
 		return nil
 	}
-	err := b.srv.stop(syscall.SIGINT)
+	err := b.srv.stop(syscall.SIGTERM)
 	b.srv = nil
 	return err
 }
