@@ -385,3 +385,45 @@ func TestDestinationDefaults(t *testing.T) {
 		t.Error("an unknown destination was found")
 	}
 }
+
+// database.session_url is read like database.url: from session_url_env or
+// session_url_file, DATABASE_SESSION_URL winning; a reference to nothing is
+// an error naming the key.
+func TestLoadSessionURL(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "session_url")
+	if err := os.WriteFile(file, []byte("postgres://direct/db\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, yaml string
+		vars       map[string]string
+		want, err  string
+	}{
+		{"none", "database:\n  url_env: DATABASE_URL\n", nil, "", ""},
+		{"env", "database:\n  session_url_env: SESS\n", map[string]string{"SESS": "postgres://direct/db"}, "postgres://direct/db", ""},
+		{"file", "database:\n  session_url_file: " + file + "\n", nil, "postgres://direct/db", ""},
+		{"override", "database:\n  session_url_file: " + file + "\n", map[string]string{EnvSessionURL: "postgres://other/db"}, "postgres://other/db", ""},
+		{"unset env", "database:\n  session_url_env: SESS\n", nil, "", "database.session_url_env: environment variable SESS is not set"},
+		{"both", "database:\n  session_url_env: SESS\n  session_url_file: " + file + "\n", map[string]string{"SESS": "x"}, "", "set only one of session_url_env and session_url_file"},
+	} {
+		path := filepath.Join(dir, c.name+".yaml")
+		if err := os.WriteFile(path, []byte(c.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		vars := map[string]string{"DATABASE_URL": "postgres://pooler/db"}
+		for k, v := range c.vars {
+			vars[k] = v
+		}
+		cfg, err := Load(path, env(vars))
+		switch {
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%s: error %v, want one saying %q", c.name, err, c.err)
+		case c.err == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.err == "" && cfg.Database.SessionURL != c.want:
+			t.Errorf("%s: session URL %q, want %q", c.name, cfg.Database.SessionURL, c.want)
+		}
+	}
+}

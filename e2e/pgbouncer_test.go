@@ -1,7 +1,9 @@
 package e2e_test
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/internal/app"
 	"github.com/fulfillplatform/fulfillment/internal/daemon"
 	"github.com/fulfillplatform/fulfillment/internal/fakebank"
 	"github.com/fulfillplatform/fulfillment/internal/pgcluster"
@@ -194,5 +197,26 @@ func TestKillBehindPgBouncer(t *testing.T) {
 			}
 			assertFulfilledOnce(t, b.stack, order.GetId(), []yolfi.Payload{ev})
 		})
+	}
+}
+
+// Behind a transaction pooler without a session URL, the service refuses to
+// start (serve with --migrate, and without), with one line naming the key to
+// set.
+func TestTransactionPoolerNeedsSessionURL(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.DB(t)
+	_, pooled, _ := behindBouncer(t, "transaction", dbURL)
+	for _, migrate := range []bool{true, false} {
+		cfg := testConfig(pooled)
+		cfg.Database.Migrate = migrate
+		a, err := app.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
+		if err == nil {
+			a.Close()
+			t.Fatalf("migrate %v: the service started behind a transaction pooler without database.session_url", migrate)
+		}
+		if msg := err.Error(); !strings.Contains(msg, "database.session_url") || strings.Contains(msg, "\n") || strings.Contains(msg, "127.0.0.1") {
+			t.Errorf("migrate %v: error %q; want one line naming database.session_url, without the URL", migrate, msg)
+		}
 	}
 }
