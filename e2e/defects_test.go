@@ -67,21 +67,7 @@ func TestStartPaymentHidesProviderAddress(t *testing.T) {
 	}
 	dead := lis.Addr().String()
 	_ = lis.Close() // nothing listens there now: connection refused
-	s := startTBank(t, fakebank.Options{}, func(c *config.Config) {
-		for i := range c.Endpoints {
-			if c.Endpoints[i].ID != tbankFail {
-				continue
-			}
-			var opts map[string]any
-			if err := c.Endpoints[i].Options.Decode(&opts); err != nil {
-				t.Fatal(err)
-			}
-			opts["api_url"] = "http://" + dead + "/internal-bank-api"
-			if err := c.Endpoints[i].Options.Encode(opts); err != nil {
-				t.Fatal(err)
-			}
-		}
-	})
+	s := startTBank(t, fakebank.Options{}, withTBankAPI(t, tbankFail, "http://"+dead+"/internal-bank-api"))
 	order := s.createRUBOrder(t, "tb-dead")
 	_, err = s.startPayment(order.GetId(), tbankFail, false)
 	msg := status.Convert(err).Message()

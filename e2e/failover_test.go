@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	"github.com/fulfillplatform/fulfillment/internal/pgcluster"
+	"github.com/fulfillplatform/fulfillment/internal/pgtest"
 )
 
 // A primary with a synchronous standby (streaming replication, both
@@ -143,14 +143,7 @@ func TestPrimaryFailover(t *testing.T) {
 // primary, or (of set) a standby of of.
 func startFailoverCluster(t *testing.T, name string, of *pgcluster.Cluster) *pgcluster.Cluster {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "failover-"+name+"-")
-	if err == nil {
-		err = os.Chmod(dir, 0o755)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	dir := pgtest.ServerDir(t, "failover-"+name+"-")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir, StandbyOf: of})

@@ -5,12 +5,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	"github.com/fulfillplatform/fulfillment/internal/pgcluster"
+	"github.com/fulfillplatform/fulfillment/internal/pgtest"
 )
 
 // While the database is down, no webhook gets 200: each fails fast with 503
@@ -18,14 +18,7 @@ import (
 // database returns. It needs a PostgreSQL of its own to stop.
 func TestDatabaseOutage(t *testing.T) {
 	t.Parallel()
-	dir, err := os.MkdirTemp("", "outage-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := pgtest.ServerDir(t, "outage-")
 	ctx := context.Background()
 	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir})
 	if err != nil {

@@ -72,17 +72,35 @@ func TestRecoveryAfterRestart(t *testing.T) {
 func TestRecoveryByLiveReplica(t *testing.T) {
 	t.Parallel()
 	ps := newProcService(t, procFailpointBuild.binary(t))
-	// a holds what it claims (the failpoint sleeps, the process lives on);
-	// b is started once a has claimed, so that a is the one that claims.
+	b, ev, took := killClaimHolder(t, ps, "replica-1")
+	t.Logf("recovery: processed by the live replica %v after the kill", took.Round(time.Millisecond))
+	if took > recoveryBound {
+		t.Errorf("processed %v after the kill, want within %v (lease: %v)", took, recoveryBound, ps.lease)
+	}
+	if !b.running() {
+		t.Fatal("the live replica is not running")
+	}
+	if row := inboxEvent(t, b.stack, ev.ID); row.Attempts != 2 {
+		t.Errorf("attempts = %d, want 2 (a's claim and b's)", row.Attempts)
+	}
+}
+
+// killClaimHolder runs two replicas of ps: a claims the confirmation of a
+// new order merchantOrderID and holds it (a failpoint sleeps, the process
+// lives on); b, started after, leaves it alone while a lives; a is then
+// SIGKILLed. It returns b, the event, and how long after the kill b had
+// processed it — the order checked fulfilled once.
+func killClaimHolder(t *testing.T, ps *procService, merchantOrderID string) (b *proc, ev yolfi.Payload, took time.Duration) {
+	t.Helper()
 	a := ps.start(t, "after-claim,sleep=10m")
-	order := a.createOrder(t, "live", "replica-1")
-	ev := event(yolfi.TypePaymentConfirmed, "replica-1", "inv_replica-1")
+	order := a.createOrder(t, "live", merchantOrderID)
+	ev = event(yolfi.TypePaymentConfirmed, merchantOrderID, "inv_"+merchantOrderID)
 	a.sendOK(t, ev)
 	owner := waitLeased(t, a.stack, ev.ID)
 	if !strings.Contains(owner, fmt.Sprintf("/%d/", a.child.Pid())) {
 		t.Fatalf("event leased to %q, not to a (pid %d)", owner, a.child.Pid())
 	}
-	b := ps.start(t, "")
+	b = ps.start(t, "")
 
 	// b claims every 50ms and reclaims every second; the kill falls at a
 	// random moment of b's reclaim period, so that the times measured
@@ -96,19 +114,9 @@ func TestRecoveryByLiveReplica(t *testing.T) {
 	if st := a.kill(t); !daemon.Killed(st) {
 		t.Fatalf("a exited with %v, want killed", st)
 	}
-	processed := waitProcessed(t, b.stack, ev.ID)
-	took := processed.Sub(killed)
-	t.Logf("recovery: processed by the live replica %v after the kill", took.Round(time.Millisecond))
-	if took > recoveryBound {
-		t.Errorf("processed %v after the kill, want within %v (lease: %v)", took, recoveryBound, ps.lease)
-	}
-	if !b.running() {
-		t.Fatal("the live replica is not running")
-	}
+	took = waitProcessed(t, b.stack, ev.ID).Sub(killed)
 	assertFulfilledOnce(t, b.stack, order.GetId(), []yolfi.Payload{ev})
-	if row := inboxEvent(t, b.stack, ev.ID); row.Attempts != 2 {
-		t.Errorf("attempts = %d, want 2 (a's claim and b's)", row.Attempts)
-	}
+	return b, ev, took
 }
 
 // A live worker that holds its claim longer than its lease keeps it: the

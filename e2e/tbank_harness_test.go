@@ -150,6 +150,26 @@ func tbankEndpoints(t *testing.T, bank *fakebank.Bank, relay *tbankRelay, secret
 	return eps
 }
 
+// withTBankAPI points the endpoint's bank API (options.api_url) at apiURL.
+func withTBankAPI(t *testing.T, endpoint, apiURL string) func(*config.Config) {
+	t.Helper()
+	return func(c *config.Config) {
+		for i := range c.Endpoints {
+			if c.Endpoints[i].ID != endpoint {
+				continue
+			}
+			var opts map[string]any
+			if err := c.Endpoints[i].Options.Decode(&opts); err != nil {
+				t.Fatal(err)
+			}
+			opts["api_url"] = apiURL
+			if err := c.Endpoints[i].Options.Encode(opts); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 // createRUBOrder creates a live order of org_a for one license at 192 RUB.
 func (s *tbankStack) createRUBOrder(t *testing.T, merchantOrderID string) *fulfillmentv1.Order {
 	t.Helper()

@@ -265,21 +265,7 @@ func TestTBankLostInitAnswer(t *testing.T) {
 		proxy.ServeHTTP(w, r)
 	}))
 	t.Cleanup(api.Close)
-	s := startTBank(t, fakebank.Options{}, func(c *config.Config) {
-		for i := range c.Endpoints {
-			if c.Endpoints[i].ID != tbankFail {
-				continue
-			}
-			var opts map[string]any
-			if err := c.Endpoints[i].Options.Decode(&opts); err != nil {
-				t.Fatal(err)
-			}
-			opts["api_url"] = api.URL
-			if err := c.Endpoints[i].Options.Encode(opts); err != nil {
-				t.Fatal(err)
-			}
-		}
-	})
+	s := startTBank(t, fakebank.Options{}, withTBankAPI(t, tbankFail, api.URL))
 	u, err := url.Parse(s.bank.URL())
 	if err != nil {
 		t.Fatal(err)

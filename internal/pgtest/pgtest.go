@@ -193,14 +193,7 @@ func Bouncer(t testing.TB, mode string) *pgcluster.Bouncer {
 	if err != nil || u.Host == "" {
 		t.Fatal("pgtest: DATABASE_URL is not set: run tests with make test, or call pgtest.Main from TestMain")
 	}
-	dir, err := os.MkdirTemp("", "pgbouncer-")
-	if err == nil {
-		err = os.Chmod(dir, 0o755)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	dir := ServerDir(t, "pgbouncer-")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	b, err := pgcluster.StartBouncer(ctx, pgcluster.BouncerOptions{Dir: dir, Upstream: u.Host, Mode: mode})
@@ -212,6 +205,22 @@ func Bouncer(t testing.TB, mode string) *pgcluster.Bouncer {
 	}
 	t.Cleanup(func() { _ = b.Stop() })
 	return b
+}
+
+// ServerDir returns a new folder for a server of the test (a PostgreSQL
+// cluster, a PgBouncer) that the server's OS user can enter, removed when
+// the test ends.
+func ServerDir(t testing.TB, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
 }
 
 // Database returns the name of the database of a URL DB returned.
