@@ -11,89 +11,103 @@ import (
 	"github.com/fulfillplatform/fulfillment/worker"
 )
 
-// queueHealth watches whether each queue of this process can claim work:
-// fulfillment_queue_up{queue} says so, one log line says when a queue stops
-// claiming (with the cause) and one when it claims again, and Down lists
-// the queues that cannot (for readiness).
+// queueHealth tells whether each queue of this process can claim work:
+// fulfillment_queue_up{queue} says so at every scrape, Down lists the queues
+// that cannot (for readiness), and while watch runs one log line says when
+// a queue stops claiming (with the cause) and one when it claims again.
 type queueHealth struct {
-	queues []*worker.Queue
-	up     *prometheus.GaugeVec
-	log    *slog.Logger
-	every  time.Duration
+	log   *slog.Logger
+	every time.Duration
+	desc  *prometheus.Desc
 
 	mu     sync.Mutex
-	down   map[string]error // by queue name; nil until the first check
-	logged map[string]bool  // the queues said to be down in the log
+	queues []*worker.Queue
+	logged map[string]bool // the queues said to be down in the log
+	wasUp  map[string]bool // the queues that have claimed work once
 }
 
 func newQueueHealth(reg prometheus.Registerer, log *slog.Logger) *queueHealth {
 	h := &queueHealth{
-		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "fulfillment_queue_up",
-			Help: "1 while the queue can claim work in this process (its liveness session is held and its last claim worked), else 0.",
-		}, []string{"queue"}),
-		log:    log,
-		every:  time.Second,
+		log:   log,
+		every: time.Second,
+		desc: prometheus.NewDesc("fulfillment_queue_up",
+			"1 while the queue can claim work in this process (its liveness session is held and its last claim worked), else 0.",
+			[]string{"queue"}, nil),
 		logged: map[string]bool{},
+		wasUp:  map[string]bool{},
 	}
-	reg.MustRegister(h.up)
+	reg.MustRegister(h)
 	return h
 }
 
-// watch checks the queues every second until ctx ends.
+// Describe implements prometheus.Collector.
+func (h *queueHealth) Describe(ch chan<- *prometheus.Desc) { ch <- h.desc }
+
+// Collect implements prometheus.Collector.
+func (h *queueHealth) Collect(ch chan<- prometheus.Metric) {
+	for _, q := range h.running() {
+		up := 1.0
+		if q.Down() != nil {
+			up = 0
+		}
+		ch <- prometheus.MustNewConstMetric(h.desc, prometheus.GaugeValue, up, q.Name())
+	}
+}
+
+func (h *queueHealth) running() []*worker.Queue {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.queues
+}
+
+// watch follows the queues until ctx ends, logging when one stops or starts
+// claiming again.
 func (h *queueHealth) watch(ctx context.Context, queues []*worker.Queue) {
 	h.mu.Lock()
 	h.queues = queues
 	h.mu.Unlock()
 	tick := time.NewTicker(h.every)
 	defer tick.Stop()
-	// A queue starting up is given a few checks to take its liveness and
-	// claim once before it is said to be down.
+	// A queue starting up is given a few seconds to take its liveness and
+	// claim once before it is said to be down in the log; once it has
+	// claimed, it is said at once.
 	grace := time.Now().Add(5 * time.Second)
 	for {
-		h.check(time.Now().Before(grace))
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+		h.check(time.Now().Before(grace))
 	}
 }
 
 func (h *queueHealth) check(starting bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.down = map[string]error{}
 	for _, q := range h.queues {
-		name := q.Name()
-		err := q.Down()
+		name, err := q.Name(), q.Down()
 		if err == nil {
-			h.up.WithLabelValues(name).Set(1)
-			if h.logged[name] {
-				h.log.Info("queue claims work again", "queue", name)
-				delete(h.logged, name)
-			}
-			continue
+			h.wasUp[name] = true
 		}
-		h.down[name] = err
-		h.up.WithLabelValues(name).Set(0)
-		if !h.logged[name] && !starting {
+		switch {
+		case err == nil && h.logged[name]:
+			h.log.Info("queue claims work again", "queue", name)
+			delete(h.logged, name)
+		case err != nil && !h.logged[name] && (h.wasUp[name] || !starting):
 			h.log.Error("queue cannot claim work: this process acknowledges webhooks but does not process them", "queue", name, "cause", err)
 			h.logged[name] = true
 		}
 	}
 }
 
-// Down lists the queues that cannot claim work, by name, with the cause.
+// Down lists the queues that cannot claim work now, by name, with the cause.
 func (h *queueHealth) Down() map[string]error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.down == nil {
-		return nil
+	down := map[string]error{}
+	for _, q := range h.running() {
+		if err := q.Down(); err != nil {
+			down[q.Name()] = err
+		}
 	}
-	out := make(map[string]error, len(h.down))
-	for k, v := range h.down {
-		out[k] = v
-	}
-	return out
+	return down
 }
