@@ -27,8 +27,16 @@ run: ## Run the service on a local throwaway PostgreSQL (or $DATABASE_URL), with
 		.cache/fulfillmentd serve --config .data/dev/config.yaml --migrate
 
 .PHONY: test
-test: ## Run every test against a real PostgreSQL (throwaway cluster unless $DATABASE_URL is set).
+test: test-alerts ## Run every test against a real PostgreSQL (throwaway cluster unless $DATABASE_URL is set), and the alert rules' tests.
 	go run ./cmd/pgrun -- go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: test-alerts
+test-alerts: ## Check the Prometheus alert rules and run their unit tests (promtool, from Debian's prometheus package).
+	@if ! command -v promtool >/dev/null; then \
+		if [ -n "$$CI" ]; then echo "promtool not found: install Debian's prometheus package"; exit 1; fi; \
+		echo "make test-alerts: skipped, promtool not found (Debian: apt-get install prometheus)"; exit 0; fi; \
+	promtool check rules deploy/prometheus/fulfillment.rules.yml && \
+	cd deploy/prometheus && promtool test rules fulfillment.rules.test.yml
 
 .PHONY: bench
 bench: ## Benchmark: raw-PostgreSQL baseline vs webhook ingest (Yolfi, T-Bank), pipeline latency, reads, outbox deliveries, 1M-event history; writes results/ (JSON, Markdown, PNG). Under 10 min on 2 cores.

@@ -19,6 +19,8 @@ var (
 		"Outbox messages that are not delivered, by state (pending, failed, uncertain).", []string{"state"}, nil)
 	descRecon = prometheus.NewDesc("fulfillment_reconciliation_open_items",
 		"Open reconciliation items, by kind.", []string{"kind"}, nil)
+	descReconOldest = prometheus.NewDesc("fulfillment_reconciliation_oldest_open_age_seconds",
+		"Age of the oldest open reconciliation item, by kind (kinds without open items are left out).", []string{"kind"}, nil)
 	descScrapeOK = prometheus.NewDesc("fulfillment_db_scrape_success",
 		"1 when the database's gauges were read at this scrape, 0 when they could not be (they are then left out).", nil, nil)
 	descScrapeDuration = prometheus.NewDesc("fulfillment_db_scrape_duration_seconds",
@@ -46,8 +48,8 @@ const DefaultMetricsTimeout = time.Second
 // metricsSQL reads every database gauge in one round trip, each part on a
 // partial or leading-column index: pending inbox events (the claim index),
 // undelivered outbox messages (pending: the pending index; failed and
-// uncertain: the (state, id) index), open reconciliation items (the open
-// index). Their cost grows with the backlog, never with history.
+// uncertain: the (state, id) index), open reconciliation items and the
+// oldest one's age by kind (the open indexes). Their cost grows with the backlog, never with history.
 const metricsSQL = `
 	SELECT 'inbox' AS what, '' AS label, count(*)::float8 AS n,
 		coalesce(extract(epoch FROM clock_timestamp() - min(received_at)), 0)::float8 AS age
@@ -59,7 +61,8 @@ const metricsSQL = `
 	UNION ALL
 	SELECT 'outbox', 'uncertain', count(*), 0 FROM outbox_messages WHERE state = 'uncertain'
 	UNION ALL
-	(SELECT 'recon', kind, count(*), 0 FROM reconciliation_items WHERE state = 'open' GROUP BY kind)`
+	(SELECT 'recon', kind, count(*), extract(epoch FROM clock_timestamp() - min(created_at))::float8
+		FROM reconciliation_items WHERE state = 'open' GROUP BY kind)`
 
 // MetricsCollector returns a collector of the database's gauges (inbox
 // backlog and its oldest event's age, undelivered outbox messages,
@@ -82,7 +85,7 @@ type dbCollector struct {
 }
 
 func (*dbCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInboxPending, descInboxOldest, descOutbox, descRecon, descScrapeOK,
+	for _, d := range []*prometheus.Desc{descInboxPending, descInboxOldest, descOutbox, descRecon, descReconOldest, descScrapeOK,
 		descScrapeDuration, descPoolAcquired, descPoolIdle, descPoolTotal, descPoolMax, descPoolAcquires,
 		descPoolWaits, descPoolWait} {
 		ch <- d
@@ -133,7 +136,8 @@ func (c *dbCollector) read() ([]prometheus.Metric, error) {
 		case "outbox":
 			out = append(out, prometheus.MustNewConstMetric(descOutbox, prometheus.GaugeValue, n, label))
 		case "recon":
-			out = append(out, prometheus.MustNewConstMetric(descRecon, prometheus.GaugeValue, n, label))
+			out = append(out, prometheus.MustNewConstMetric(descRecon, prometheus.GaugeValue, n, label),
+				prometheus.MustNewConstMetric(descReconOldest, prometheus.GaugeValue, max(age, 0), label))
 		}
 	}
 	if err := rows.Err(); err != nil {
