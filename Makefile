@@ -11,6 +11,13 @@ export PATH := $(TOOLS_BIN):$(PATH)
 
 GO_TEST_FLAGS ?= -race -shuffle=on -count=1 -timeout=10m
 
+# What --version and fulfillment_build_info say of a binary make builds.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+BUILT_AT := $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+BUILDINFO := github.com/fulfillplatform/fulfillment/internal/buildinfo
+LDFLAGS  := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).builtAt=$(BUILT_AT)
+
 .DEFAULT_GOAL := help
 
 .PHONY: help
@@ -20,7 +27,7 @@ help: ## List the targets.
 .PHONY: run
 run: ## Run the service on a local throwaway PostgreSQL (or $DATABASE_URL), with a dev config.
 	@for b in fulfillmentd fulfillctl pgrun loadgen fakebank; do \
-		echo "make run: building $$b" >&2; go build -o .cache/$$b ./cmd/$$b || exit 1; done
+		echo "make run: building $$b" >&2; go build -ldflags '$(LDFLAGS)' -o .cache/$$b ./cmd/$$b || exit 1; done
 	@scripts/dev-config.sh .data/dev
 	@echo "make run: starting PostgreSQL and fulfillmentd (the banner follows once it serves; Ctrl-C stops both)" >&2
 	@.cache/pgrun --dir .data/postgres --durable --ready http://$${FULFILLMENT_LISTEN_HTTP:-127.0.0.1:8080}/readyz --banner .data/dev/banner.txt -- \
@@ -73,8 +80,8 @@ fuzz: ## Run every fuzz target for $(FUZZTIME) each (Yolfi and T-Bank verify + p
 
 .PHONY: build
 build: ## Build fulfillmentd and fulfillctl into .cache/.
-	go build -o .cache/fulfillmentd ./cmd/fulfillmentd
-	go build -o .cache/fulfillctl ./cmd/fulfillctl
+	go build -ldflags '$(LDFLAGS)' -o .cache/fulfillmentd ./cmd/fulfillmentd
+	go build -ldflags '$(LDFLAGS)' -o .cache/fulfillctl ./cmd/fulfillctl
 	go build -o .cache/loadgen ./cmd/loadgen
 
 $(TOOLS): tools/go.mod tools/go.sum

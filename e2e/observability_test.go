@@ -85,6 +85,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		`fulfillment_db_pool_acquire_wait_seconds_total{pool="main"}`,
 		`fulfillment_db_scrape_success 1`,
 		`fulfillment_queue_up{queue="inbox"} 1`,
+		`fulfillment_build_info{built_at="unknown",commit=`,
 		`fulfillment_queue_up{queue="housekeeping"} 1`,
 		`fulfillment_db_scrape_duration_seconds`,
 	} {

@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fulfillplatform/fulfillment/internal/buildinfo"
 )
 
 func main() {
@@ -27,9 +29,11 @@ func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "fulfillctl",
 		Short:         "Administer the fulfillment service",
+		Version:       buildinfo.Read().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("fulfillctl {{.Version}}\n")
 	f := root.PersistentFlags()
 	f.StringVar(&c.addr, "addr", envOr("FULFILLCTL_ADDR", "127.0.0.1:9090"), "gRPC address of fulfillmentd ($FULFILLCTL_ADDR)")
 	f.StringVar(&c.tokenFile, "token-file", os.Getenv("FULFILLCTL_TOKEN_FILE"), "file holding the bearer token ($FULFILLCTL_TOKEN_FILE; or set $FULFILLCTL_TOKEN)")

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fulfillplatform/fulfillment/internal/buildinfo"
 )
 
 // -o json is every listing's --json; -o table the default; anything else,
@@ -54,4 +57,19 @@ func TestEveryCommandHasExamples(t *testing.T) {
 		}
 	}
 	walk(newRootCmd())
+}
+
+// --version prints the build: version, commit, build time, Go.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	cmd := newRootCmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--version"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if want := "fulfillctl " + buildinfo.Read().String() + "\n"; out.String() != want {
+		t.Errorf("--version printed %q, want %q", out.String(), want)
+	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/internal/app"
+	"github.com/fulfillplatform/fulfillment/internal/buildinfo"
 	"github.com/fulfillplatform/fulfillment/internal/logging"
 	"github.com/fulfillplatform/fulfillment/server"
 	"github.com/fulfillplatform/fulfillment/storage"
@@ -36,9 +37,11 @@ func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "fulfillmentd",
 		Short:         "Turns payment provider webhooks into exactly one business effect per order",
+		Version:       buildinfo.Read().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("fulfillmentd {{.Version}}\n")
 	root.PersistentFlags().StringVar(&configPath, "config", "", "configuration file (default: $"+config.EnvConfig+")")
 	load := func() (*config.Config, error) {
 		path := configPath

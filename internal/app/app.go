@@ -125,7 +125,7 @@ func PoolerError(err error) error {
 func (a *App) build(cfg *config.Config) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		a.store.MetricsCollector(storage.DefaultMetricsTimeout))
+		a.store.MetricsCollector(storage.DefaultMetricsTimeout), buildInfoGauge())
 
 	payments, err := PaymentProviders(cfg)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fulfillplatform/fulfillment/internal/buildinfo"
 	"github.com/fulfillplatform/fulfillment/worker"
 )
 
@@ -110,4 +111,17 @@ func (h *queueHealth) Down() map[string]error {
 		}
 	}
 	return down
+}
+
+// buildInfoGauge is fulfillment_build_info: 1, labelled with the build.
+func buildInfoGauge() prometheus.Collector {
+	bi := buildinfo.Read()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fulfillment_build_info",
+		Help: "1, labelled with the running build: version, git commit, commit time, build time and Go version.",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "commit": bi.Commit, "commit_time": bi.CommitTime,
+			"built_at": bi.BuiltAt, "go_version": bi.Go},
+	})
+	g.Set(1)
+	return g
 }
