@@ -70,6 +70,9 @@ type Options struct {
 	// callers' trace context from gRPC metadata) and the in-process
 	// clients' calls (the context sent along).
 	TracerProvider trace.TracerProvider
+	// Console, when set, builds the admin console on the in-process
+	// connection; it is served under /console/ on the HTTP listener.
+	Console func(*grpc.ClientConn) http.Handler
 }
 
 // New prepares a server; listeners open in Listen.

@@ -111,8 +111,13 @@ func (a *App) build(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
+	mountConsole, err := newConsole(cfg, a.store, a.log)
+	if err != nil {
+		return err
+	}
 	a.srv, err = server.New(cfg, a.store, a.log, server.Options{
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Payments: payments, TracerProvider: a.tracer})
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Payments: payments, TracerProvider: a.tracer,
+		Console: mountConsole})
 	if err != nil {
 		return err
 	}
