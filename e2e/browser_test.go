@@ -166,7 +166,7 @@ func (b *tab) csrf() string {
 // screenshot saves the page under the test's artifact folder.
 func (b *tab) screenshot(name string) string {
 	b.t.Helper()
-	png := bounded(b, "screenshot "+name, chromedp.FullScreenshot(90))
+	png := bounded(b, "screenshot "+name, chromedp.FullScreenshot(100))
 	path := filepath.Join(b.t.ArtifactDir(), name+".png")
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		b.t.Fatal(err)
