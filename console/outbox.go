@@ -15,7 +15,7 @@ type outboxView struct {
 	States                               []string
 }
 
-var messageStates = []string{"pending", "delivered", "failed", "uncertain", "cancelled"}
+var messageStates = []string{"pending", "delivered", "failed", "uncertain"}
 
 // outbox lists outbox messages, newest first.
 func (c *Console) outbox(w http.ResponseWriter, r *http.Request, s *session) {

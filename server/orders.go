@@ -42,6 +42,10 @@ type Service struct {
 	// subscription lines and subscriptions name one of them.
 	subs  fulfillment.SubscriptionReader
 	plans fulfillment.Plans
+	// redrive keeps bulk re-drive runs; redriveWake wakes the applier when
+	// one starts (redrive.go).
+	redrive     fulfillment.RedriveStore
+	redriveWake chan struct{}
 	// maxPageBytes caps the encoded items of one listing page.
 	maxPageBytes int
 }
@@ -51,6 +55,7 @@ var _ fulfillmentv1.FulfillmentServiceServer = (*Service)(nil)
 // newService returns the service backed by store, for the configuration cfg.
 func newService(store Store, cfg *config.Config, log *slog.Logger) *Service {
 	s := &Service{store: store, inbox: store, recon: store, events: store, outbox: store, feed: store, payStore: store, subs: store,
+		redrive: store, redriveWake: make(chan struct{}, 1),
 		log: log, cfg: cfg, plans: cfg.DomainPlans(),
 		stopping:     make(chan struct{}),
 		endpoints:    make(map[string]fulfillment.Endpoint, len(cfg.Endpoints)),

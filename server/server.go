@@ -39,6 +39,7 @@ type Store interface {
 	fulfillment.FeedStore
 	fulfillment.PaymentStore
 	fulfillment.SubscriptionReader
+	fulfillment.RedriveStore
 	Readiness
 }
 
@@ -192,6 +193,9 @@ func (s *Server) Run(ctx context.Context) error {
 	serve("gRPC", func() error { return grpcSrv.Serve(grpcLis) })
 	serve("gateway", func() error { return grpcSrv.Serve(inproc) })
 	serve("HTTP", func() error { return httpSrv.Serve(httpLis) })
+	redriveCtx, stopRedrive := context.WithCancel(ctx)
+	defer stopRedrive()
+	serve("re-drive", func() error { return s.svc.redriveLoop(redriveCtx) })
 	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	healthSrv.SetServingStatus(fulfillmentv1.FulfillmentService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "tls", tlsCfg != nil)
@@ -203,6 +207,7 @@ func (s *Server) Run(ctx context.Context) error {
 	case runErr = <-errc:
 	}
 	s.log.Info("shutting down")
+	stopRedrive() // a batch in flight rolls back or commits whole
 	healthSrv.Shutdown()
 	close(s.svc.stopping) // GracefulStop waits for streams: end the feeds
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
