@@ -137,6 +137,10 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /console/subscriptions/{id}", c.authed(c.subscription))
 	m.HandleFunc("GET /console/access", c.authed(c.access))
 	m.HandleFunc("GET /console/audit", c.authed(c.audit))
+	m.HandleFunc("GET /console/redrive", c.authed(c.redrive))
+	m.HandleFunc("POST /console/redrive", c.authed(c.startRedrive))
+	m.HandleFunc("GET /console/redrive/{id}", c.authed(c.redriveRun))
+	m.HandleFunc("POST /console/redrive/{id}/cancel", c.authed(c.cancelRedrive))
 	m.HandleFunc("/console/", c.authed(func(w http.ResponseWriter, r *http.Request, s *session) {
 		c.fail(w, r, s, http.StatusNotFound, "There is no such page.")
 	}))
