@@ -279,7 +279,13 @@ func deliveryLine(d *fulfillmentv1.OutboxMessage, now time.Time) string {
 	if d.LineNo != nil {
 		what = fmt.Sprintf("delivery of line %d", d.GetLineNo())
 	}
-	s := fmt.Sprintf("%s to %s is %s: %d attempts", what, d.GetDestinationId(), d.GetState(), d.GetAttempts())
+	what += " to " + d.GetDestinationId()
+	if d.GetState() == "pending" {
+		what = "waiting for " + what
+	} else {
+		what += " " + d.GetState()
+	}
+	s := fmt.Sprintf("%s: %d attempts", what, d.GetAttempts())
 	if d.GetLastStatus() != 0 {
 		s += fmt.Sprintf(", last %d", d.GetLastStatus())
 	} else if d.GetLastError() != "" {
@@ -291,9 +297,6 @@ func deliveryLine(d *fulfillmentv1.OutboxMessage, now time.Time) string {
 		} else {
 			s += ", due now"
 		}
-	}
-	if d.GetState() == "pending" {
-		return "waiting for " + s
 	}
 	return s
 }
