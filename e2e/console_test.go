@@ -316,9 +316,22 @@ func TestConsoleBrowser(t *testing.T) {
 			}
 		}
 		admin.accessible("audit")
-		for _, p := range []string{"/console/outbox", "/console/subscriptions", "/console/access"} {
+		for _, p := range []string{"/console/outbox", "/console/subscriptions", "/console/access", "/console/redrive"} {
 			admin.open(base+p, "main h1")
 			admin.accessible(p)
+		}
+	})
+
+	step(t, "sign out ends the session", func(t *testing.T) {
+		admin.t = t
+		admin.open(base+"/console/", "[data-testid=who]")
+		admin.click("header form button", "#token")
+		if n := s.count(t, "SELECT count(*) FROM console_sessions WHERE token_name = 'admin'"); n != 0 {
+			t.Fatalf("%d admin sessions left after signing out", n)
+		}
+		admin.open(base+"/console/orders", "#token")
+		if loc := admin.location(); !strings.Contains(loc, "/console/login") {
+			t.Fatalf("after signing out, /console/orders landed on %s", loc)
 		}
 	})
 }
