@@ -87,6 +87,8 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	s.settle(t)
 
+	credit := s.createOrder(t, "live", "console-credit") // a balance credit to acct_console-credit, unpaid
+
 	admin := newTab(t, browser)
 	admin.signIn(base, adminToken)
 	if who := admin.text("[data-testid=who]"); who != "admin" {
@@ -135,6 +137,19 @@ func TestConsoleBrowser(t *testing.T) {
 		admin.screenshot("order-story")
 		itemURL = bounded(admin, "reading the item link", chromedp.Evaluate[string](
 			`document.querySelector("[data-testid=order-items] a").href`))
+
+		// By the second payment's reference, and by a credited customer.
+		admin.open(base+"/console/orders?q=inv_second_"+consoleDupMOI, "[data-testid=orders]")
+		if by, body := admin.text("[data-testid=found-by]"), admin.text("[data-testid=orders]"); !strings.Contains(by, "payment_ref") || !strings.Contains(body, consoleDupMOI) {
+			t.Errorf("search by payment ref: %q, %q", by, body)
+		}
+		admin.open(base+"/console/orders?q=acct_console-credit", "[data-testid=orders]")
+		if by, body := admin.text("[data-testid=found-by]"), admin.text("[data-testid=orders]"); !strings.Contains(by, "customer_ref") || !strings.Contains(body, "console-credit") {
+			t.Errorf("search by customer ref: %q, %q", by, body)
+		}
+		if credit.GetMerchantOrderId() != "console-credit" {
+			t.Fatal(credit.GetMerchantOrderId())
+		}
 	})
 
 	step(t, "a POST without the CSRF token is refused", func(t *testing.T) {
@@ -207,6 +222,8 @@ func TestConsoleBrowser(t *testing.T) {
 		}
 		ops.open(base+"/console/orders?q="+consoleDupMOI, "[data-testid=no-orders]")
 		ops.open(base+"/console/orders?q="+order.GetId(), "[data-testid=no-orders]")
+		ops.open(base+"/console/orders?q=inv_second_"+consoleDupMOI, "[data-testid=no-orders]")
+		ops.open(base+"/console/orders?q=acct_console-credit", "[data-testid=no-orders]")
 		ops.open(base+"/console/orders/"+order.GetId(), "[data-testid=error]")
 		ops.open(itemURL, "[data-testid=error]")
 		ops.open(base+"/console/reconciliation?state=open", "main")

@@ -116,9 +116,12 @@ func (s *Service) ListOrders(ctx context.Context, req *fulfillmentv1.ListOrdersR
 		Environment:     fulfillment.Environment(req.GetEnvironment()),
 		State:           fulfillment.State(req.GetState()),
 		MerchantOrderID: req.GetMerchantOrderId(),
+		CustomerRef:     req.GetCustomerRef(),
+		PaymentRef:      req.GetPaymentRef(),
 	}
 	pg, err := s.listing(ctx, p, filter.Validate(), filter.OrgID, req,
-		filter.OrgID, string(filter.Environment), string(filter.State), filter.MerchantOrderID, filter.VisibleOrgs)
+		filter.OrgID, string(filter.Environment), string(filter.State), filter.MerchantOrderID, filter.VisibleOrgs,
+		filter.CustomerRef, filter.PaymentRef)
 	if err != nil {
 		return nil, err
 	}

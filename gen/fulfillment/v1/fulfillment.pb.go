@@ -1177,7 +1177,13 @@ type ListOrdersRequest struct {
 	// also stops before its orders exceed the page byte bound.
 	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response's next_page_token, with the same filters.
-	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only orders with a line for this customer: the account a balance
+	// credit credits, or the customer a subscription line pays for.
+	CustomerRef string `protobuf:"bytes,7,opt,name=customer_ref,json=customerRef,proto3" json:"customer_ref,omitempty"`
+	// Only orders with a payment attempt of this provider reference (an
+	// invoice, payment or checkout session id).
+	PaymentRef    string `protobuf:"bytes,8,opt,name=payment_ref,json=paymentRef,proto3" json:"payment_ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1250,6 +1256,20 @@ func (x *ListOrdersRequest) GetPageSize() int32 {
 func (x *ListOrdersRequest) GetPageToken() string {
 	if x != nil {
 		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListOrdersRequest) GetCustomerRef() string {
+	if x != nil {
+		return x.CustomerRef
+	}
+	return ""
+}
+
+func (x *ListOrdersRequest) GetPaymentRef() string {
+	if x != nil {
+		return x.PaymentRef
 	}
 	return ""
 }
@@ -6752,7 +6772,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x0fGetOrderRequest\x12\x19\n" +
 	"\border_id\x18\x01 \x01(\tR\aorderId\"?\n" +
 	"\x10GetOrderResponse\x12+\n" +
-	"\x05order\x18\x01 \x01(\v2\x15.fulfillment.v1.OrderR\x05order\"\xca\x01\n" +
+	"\x05order\x18\x01 \x01(\v2\x15.fulfillment.v1.OrderR\x05order\"\x8e\x02\n" +
 	"\x11ListOrdersRequest\x12\x15\n" +
 	"\x06org_id\x18\x01 \x01(\tR\x05orgId\x12 \n" +
 	"\venvironment\x18\x02 \x01(\tR\venvironment\x12\x14\n" +
@@ -6760,7 +6780,10 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x11merchant_order_id\x18\x04 \x01(\tR\x0fmerchantOrderId\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"k\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12!\n" +
+	"\fcustomer_ref\x18\a \x01(\tR\vcustomerRef\x12\x1f\n" +
+	"\vpayment_ref\x18\b \x01(\tR\n" +
+	"paymentRef\"k\n" +
 	"\x12ListOrdersResponse\x12-\n" +
 	"\x06orders\x18\x01 \x03(\v2\x15.fulfillment.v1.OrderR\x06orders\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb1\x03\n" +
