@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	"github.com/fulfillplatform/fulfillment/internal/pgtest"
 	"github.com/fulfillplatform/fulfillment/internal/receiver"
 )
@@ -105,5 +106,46 @@ func TestRedriveOutboxEachMessageOnce(t *testing.T) {
 	list, err := s.client.ListRedrives(authed(adminToken), &fulfillmentv1.ListRedrivesRequest{OrgId: orgA})
 	if err != nil || len(list.GetRedrives()) != 1 {
 		t.Fatalf("list: %v, %d runs", err, len(list.GetRedrives()))
+	}
+}
+
+// A bulk replay of processed events decides each again and changes no
+// effect: the orders keep one license and one credit each.
+func TestRedriveEventsChangesNoEffect(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	var ids []string
+	for i := range 3 {
+		moi := "replay-all-" + string(rune('a'+i))
+		ids = append(ids, s.createOrder(t, "live", moi).GetId())
+		s.sendOK(t, event(yolfi.TypePaymentConfirmed, moi, "inv_"+moi))
+	}
+	s.settle(t)
+	before := make([]string, len(ids))
+	for i, id := range ids {
+		before[i] = s.effects(t, id).String()
+	}
+	filter := &fulfillmentv1.RedriveFilter{Target: "events", OrgId: orgA, State: "processed", Type: yolfi.TypePaymentConfirmed}
+	resp, err := s.client.StartRedrive(authed(adminToken), &fulfillmentv1.StartRedriveRequest{Filter: filter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := resp.GetRedrive()
+	waitFor(t, "the run done", func() bool {
+		got, err := s.client.GetRedrive(authed(adminToken), &fulfillmentv1.GetRedriveRequest{RedriveId: run.GetId()})
+		run = got.GetRedrive()
+		return err == nil && run.GetState() == "done"
+	})
+	s.settle(t)
+	if run.GetTotal() != 3 || run.GetApplied() != 3 {
+		t.Fatalf("run: %d applied of %d", run.GetApplied(), run.GetTotal())
+	}
+	if n := s.count(t, "SELECT count(*) FROM inbox_replays"); n != 3 {
+		t.Fatalf("%d replays recorded, want 3", n)
+	}
+	for i, id := range ids {
+		if after := s.effects(t, id).String(); after != before[i] {
+			t.Errorf("order %s: before %s, after %s", id, before[i], after)
+		}
 	}
 }
