@@ -13,10 +13,10 @@ import (
 type ordersView struct {
 	Q, By, OrgID, Env, State string
 	// Found says which reference q matched, when By is "any".
-	Found string
-	Orders               []*fulfillmentv1.Order
-	Next                 string
-	States               []string
+	Found  string
+	Orders []*fulfillmentv1.Order
+	Next   string
+	States []string
 }
 
 var orderStates = []string{"pending_payment", "paid", "fulfilling", "fulfilled", "on_hold", "cancelled", "expired", "refunded"}

@@ -154,16 +154,16 @@ func done(w http.ResponseWriter, r *http.Request, target, what string) {
 }
 
 var funcs = template.FuncMap{
-	"ts":       tsString,
-	"ago":      ago,
-	"dur":      durString,
-	"money":    money,
-	"link":     link,
-	"short":    short,
-	"join":     strings.Join,
-	"lineNo":   lineNo,
+	"ts":         tsString,
+	"ago":        ago,
+	"dur":        durString,
+	"money":      money,
+	"link":       link,
+	"short":      short,
+	"join":       strings.Join,
+	"lineNo":     lineNo,
 	"scopeAdmin": func() string { return config.ScopeAdmin },
-	"add":      func(a, b int) int { return a + b },
+	"add":        func(a, b int) int { return a + b },
 }
 
 func tsString(t *timestamppb.Timestamp) string {
