@@ -74,6 +74,8 @@ type Config struct {
 	// with inbox), copies it into Inbox and leaves it set, so that serve
 	// warns at start.
 	Worker *Queue `yaml:"worker,omitempty"`
+	// Console configures the admin console (config/console.go).
+	Console Console `yaml:"console,omitempty"`
 }
 
 // Endpoint is one webhook receiver: POST /webhooks/{id} on the ingest
@@ -698,6 +700,9 @@ func (c *Config) validate() error {
 		return err
 	}
 	if err := c.Housekeeping.validate(); err != nil {
+		return err
+	}
+	if err := c.Console.validate(); err != nil {
 		return err
 	}
 	if c.StatusPoll.After < 0 {

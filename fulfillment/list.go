@@ -15,6 +15,12 @@ type OrderFilter struct {
 	Environment     Environment
 	State           State
 	MerchantOrderID string
+	// CustomerRef keeps orders with a line for this customer (the account
+	// a balance credit credits, the customer a subscription line pays for).
+	CustomerRef string
+	// PaymentRef keeps orders with a payment attempt of this provider
+	// reference (an invoice, payment or checkout session id).
+	PaymentRef string
 }
 
 // Validate checks the request-supplied filter values.
@@ -30,6 +36,8 @@ func (f OrderFilter) Validate() error {
 		vs.add("state", "must be a known order state such as %q or %q", StatePendingPayment, StateFulfilled)
 	}
 	checkText(&vs, "merchant_order_id", f.MerchantOrderID, false)
+	checkText(&vs, "customer_ref", f.CustomerRef, false)
+	checkText(&vs, "payment_ref", f.PaymentRef, false)
 	return vs.err()
 }
 

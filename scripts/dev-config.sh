@@ -93,6 +93,7 @@ cat >"$dir/banner.txt" <<TEXT
     REST      http://$http/v1/orders
     OpenAPI   http://$http/openapi.json
     health    http://$http/healthz   http://$http/readyz
+    console   http://$http/console/   (sign in with the token in $dir/admin.token)
 
   Create an order, then read it back (in another terminal):
 

@@ -76,6 +76,12 @@ var methodScopes = map[string]string{
 	fulfillmentv1.FulfillmentService_GetSubscription_FullMethodName:    config.ScopeOrdersRead,
 	fulfillmentv1.FulfillmentService_ListSubscriptions_FullMethodName:  config.ScopeOrdersRead,
 	fulfillmentv1.FulfillmentService_CheckAccess_FullMethodName:        config.ScopeOrdersRead,
+	// Bulk re-drive replays events and retries messages: admin, like one.
+	fulfillmentv1.FulfillmentService_PlanRedrive_FullMethodName:   config.ScopeAdmin,
+	fulfillmentv1.FulfillmentService_StartRedrive_FullMethodName:  config.ScopeAdmin,
+	fulfillmentv1.FulfillmentService_GetRedrive_FullMethodName:    config.ScopeAdmin,
+	fulfillmentv1.FulfillmentService_ListRedrives_FullMethodName:  config.ScopeAdmin,
+	fulfillmentv1.FulfillmentService_CancelRedrive_FullMethodName: config.ScopeAdmin,
 }
 
 // publicServices need no token: health checks and reflection.

@@ -104,6 +104,10 @@ func (s *Server) newHTTPHandler(ctx context.Context) (http.Handler, error) {
 	if s.opts.Metrics != nil {
 		mux.Handle("GET /metrics", s.opts.Metrics)
 	}
+	if s.opts.Console != nil {
+		mux.Handle("/console/", s.opts.Console(s.local))
+		mux.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

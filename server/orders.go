@@ -44,6 +44,10 @@ type Service struct {
 	// subscription lines and subscriptions name one of them.
 	subs  fulfillment.SubscriptionReader
 	plans fulfillment.Plans
+	// redrive keeps bulk re-drive runs; redriveWake wakes the applier when
+	// one starts (redrive.go).
+	redrive     fulfillment.RedriveStore
+	redriveWake chan struct{}
 	// maxPageBytes caps the encoded items of one listing page.
 	maxPageBytes int
 }
@@ -53,6 +57,7 @@ var _ fulfillmentv1.FulfillmentServiceServer = (*Service)(nil)
 // newService returns the service backed by store, for the configuration cfg.
 func newService(store Store, cfg *config.Config, log *slog.Logger) *Service {
 	s := &Service{store: store, inbox: store, recon: store, events: store, outbox: store, feed: store, payStore: store, subs: store,
+		redrive: store, redriveWake: make(chan struct{}, 1),
 		log: log, cfg: cfg, plans: cfg.DomainPlans(),
 		stopping:     make(chan struct{}),
 		endpoints:    make(map[string]fulfillment.Endpoint, len(cfg.Endpoints)),
@@ -114,9 +119,12 @@ func (s *Service) ListOrders(ctx context.Context, req *fulfillmentv1.ListOrdersR
 		Environment:     fulfillment.Environment(req.GetEnvironment()),
 		State:           fulfillment.State(req.GetState()),
 		MerchantOrderID: req.GetMerchantOrderId(),
+		CustomerRef:     req.GetCustomerRef(),
+		PaymentRef:      req.GetPaymentRef(),
 	}
 	pg, err := s.listing(ctx, p, filter.Validate(), filter.OrgID, req,
-		filter.OrgID, string(filter.Environment), string(filter.State), filter.MerchantOrderID, filter.VisibleOrgs)
+		filter.OrgID, string(filter.Environment), string(filter.State), filter.MerchantOrderID, filter.VisibleOrgs,
+		filter.CustomerRef, filter.PaymentRef)
 	if err != nil {
 		return nil, err
 	}

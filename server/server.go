@@ -39,6 +39,7 @@ type Store interface {
 	fulfillment.FeedStore
 	fulfillment.PaymentStore
 	fulfillment.SubscriptionReader
+	fulfillment.RedriveStore
 	Readiness
 }
 
@@ -73,6 +74,9 @@ type Options struct {
 	// callers' trace context from gRPC metadata) and the in-process
 	// clients' calls (the context sent along).
 	TracerProvider trace.TracerProvider
+	// Console, when set, builds the admin console on the in-process
+	// connection; it is served under /console/ on the HTTP listener.
+	Console func(*grpc.ClientConn) http.Handler
 }
 
 // New prepares a server; listeners open in Listen.
@@ -192,6 +196,9 @@ func (s *Server) Run(ctx context.Context) error {
 	serve("gRPC", func() error { return grpcSrv.Serve(grpcLis) })
 	serve("gateway", func() error { return grpcSrv.Serve(inproc) })
 	serve("HTTP", func() error { return httpSrv.Serve(httpLis) })
+	redriveCtx, stopRedrive := context.WithCancel(ctx)
+	defer stopRedrive()
+	serve("re-drive", func() error { return s.svc.redriveLoop(redriveCtx) })
 	s.setHealth(ctx, healthSrv)
 	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "tls", tlsCfg != nil)
 	close(s.ready)
@@ -205,6 +212,7 @@ func (s *Server) Run(ctx context.Context) error {
 	case runErr = <-errc:
 	}
 	s.log.Info("shutting down")
+	stopRedrive() // a batch in flight rolls back or commits whole
 	healthSrv.Shutdown()
 	close(s.svc.stopping) // GracefulStop waits for streams: end the feeds
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)

@@ -124,6 +124,12 @@ func (s *Store) OrderList(ctx context.Context, p fulfillment.OrderListParams) ([
 	w.eq("environment", string(f.Environment))
 	w.eq("state", string(f.State))
 	w.eq("merchant_order_id", f.MerchantOrderID)
+	if f.CustomerRef != "" {
+		w.add("id IN (SELECT order_id FROM order_lines WHERE account_ref = " + w.arg(f.CustomerRef) + ")")
+	}
+	if f.PaymentRef != "" {
+		w.add("id IN (SELECT order_id FROM payment_attempts WHERE attempt_ref = " + w.arg(f.PaymentRef) + ")")
+	}
 	if p.BeforeID != "" {
 		w.add("id < " + w.arg(p.BeforeID))
 	}

@@ -14,6 +14,8 @@
 //     customers of a few thousand paid subscriptions;
 //   - history: ingest and processing again after ≥1,000,000 processed
 //     events are added to the inbox;
+//   - console: every admin console page on that history, with 100,000
+//     orders added (console.go);
 //
 // prints one table, evaluates the goals, and writes
 // results/bench-<timestamp>.{json,md}, results/latest.{json,md} and
@@ -1135,10 +1137,10 @@ func (b *bench) historyPhase(ctx context.Context) error {
 		// Both sides start alike (fresh process, fresh database, same
 		// cluster), so that the history is the only difference.
 		var err error
-		if empty, err = b.startTarget(ctx, "empty", "service_empty", nil); err != nil {
+		if empty, err = b.startTarget(ctx, "empty", "service_empty", consoleScopes); err != nil {
 			return err
 		}
-		if hist, err = b.startTarget(ctx, "history", "service_history", nil); err != nil {
+		if hist, err = b.startTarget(ctx, "history", "service_history", consoleScopes); err != nil {
 			return err
 		}
 		t0 := time.Now()
@@ -1279,7 +1281,7 @@ func (b *bench) historyPhase(ctx context.Context) error {
 			h.PipelineAckP99Ratio = round2(float64(p.Ack.Latency.P99) / float64(e.Ack.Latency.P99))
 		}
 	}
-	return nil
+	return b.consolePhase(ctx, hist)
 }
 
 // finish evaluates the goals, collects machine facts, prints the table and

@@ -34,13 +34,16 @@ type Report struct {
 	Sustained        *Sustained    `json:"max_sustained,omitempty"`
 	Replicas         []ReplicaRun  `json:"replicas,omitempty"`
 	Reads            []LoadLevel   `json:"reads"`
-	Outbox           *Outbox       `json:"outbox,omitempty"`
-	History          *History      `json:"history,omitempty"`
-	Goals            []Goal        `json:"goals"`
-	Phases           []Phase       `json:"phases"`
-	Warnings         []string      `json:"warnings,omitempty"`
-	Profiles         []string      `json:"pprof_files,omitempty"`
-	Table            []Row         `json:"table"`
+	// Console is the admin console's pages on the history database
+	// (cmd/bench/console.go).
+	Console  []LoadLevel `json:"console,omitempty"`
+	Outbox   *Outbox     `json:"outbox,omitempty"`
+	History  *History    `json:"history,omitempty"`
+	Goals    []Goal      `json:"goals"`
+	Phases   []Phase     `json:"phases"`
+	Warnings []string    `json:"warnings,omitempty"`
+	Profiles []string    `json:"pprof_files,omitempty"`
+	Table    []Row       `json:"table"`
 }
 
 // Machine describes where the run happened.
@@ -333,6 +336,10 @@ func (r *Report) buildTable() {
 	}
 	if ob := r.Outbox; ob != nil {
 		rows = append(rows, outboxRows(ob)...)
+	}
+	for _, c := range r.Console {
+		rows = append(rows, Row{"console", c.Name, fmt.Sprint(c.Concurrency), "-", rate(c.PerSecond) + " req",
+			ms(c.Latency.P50), ms(c.Latency.P99), ms(c.Latency.P999), non200(c.Non200), c.CPU.String(), c.Note})
 	}
 	if h := r.History; h != nil {
 		label := fmt.Sprintf("%s hist", humanCount(h.Rows))

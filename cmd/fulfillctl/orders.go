@@ -113,7 +113,8 @@ orders:read scope.`,
 		Annotations: printsJSON,
 		Short:       "List orders, newest first",
 		Example: `  fulfillctl orders list --org org_demo
-  fulfillctl orders list --org org_demo --state on_hold --environment live`,
+  fulfillctl orders list --org org_demo --state on_hold --environment live
+  fulfillctl orders list --customer-ref acct_42`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			client, ctx, done, err := c.client(cmd.Context())
@@ -133,6 +134,8 @@ orders:read scope.`,
 	lf.StringVar(&req.Environment, "environment", "", "only live or test")
 	lf.StringVar(&req.State, "state", "", "only this state")
 	lf.StringVar(&req.MerchantOrderId, "merchant-order-id", "", "only this merchant order id")
+	lf.StringVar(&req.CustomerRef, "customer-ref", "", "only orders with a line for this customer (credited account, subscriber)")
+	lf.StringVar(&req.PaymentRef, "payment-ref", "", "only orders with a payment attempt of this provider reference (invoice, payment, checkout session)")
 	lf.Int32Var(&req.PageSize, "page-size", 0, "orders per page (default 50)")
 	lf.StringVar(&req.PageToken, "page-token", "", "continue from a previous next_page_token")
 

@@ -132,9 +132,13 @@ func (a *App) build(cfg *config.Config) error {
 		return err
 	}
 	a.health = newQueueHealth(reg, a.log)
+	mountConsole, err := newConsole(cfg, a.store, a.log)
+	if err != nil {
+		return err
+	}
 	a.srv, err = server.New(cfg, a.store, a.log, server.Options{
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Payments: payments, TracerProvider: a.tracer,
-		Queues: a.health.Down})
+		Queues: a.health.Down, Console: mountConsole})
 	if err != nil {
 		return err
 	}

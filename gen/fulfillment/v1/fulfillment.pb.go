@@ -1177,7 +1177,13 @@ type ListOrdersRequest struct {
 	// also stops before its orders exceed the page byte bound.
 	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response's next_page_token, with the same filters.
-	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only orders with a line for this customer: the account a balance
+	// credit credits, or the customer a subscription line pays for.
+	CustomerRef string `protobuf:"bytes,7,opt,name=customer_ref,json=customerRef,proto3" json:"customer_ref,omitempty"`
+	// Only orders with a payment attempt of this provider reference (an
+	// invoice, payment or checkout session id).
+	PaymentRef    string `protobuf:"bytes,8,opt,name=payment_ref,json=paymentRef,proto3" json:"payment_ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1250,6 +1256,20 @@ func (x *ListOrdersRequest) GetPageSize() int32 {
 func (x *ListOrdersRequest) GetPageToken() string {
 	if x != nil {
 		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListOrdersRequest) GetCustomerRef() string {
+	if x != nil {
+		return x.CustomerRef
+	}
+	return ""
+}
+
+func (x *ListOrdersRequest) GetPaymentRef() string {
+	if x != nil {
+		return x.PaymentRef
 	}
 	return ""
 }
@@ -5848,6 +5868,803 @@ func (x *CheckAccessResponse) GetCheckTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// RedriveFilter selects the items of a bulk re-drive, in one org.
+type RedriveFilter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "events" (replay stored provider events) or "outbox" (retry outbox
+	// messages).
+	Target string `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	// Org of the items; required, and the caller must be allowed to act for
+	// it.
+	OrgId string `protobuf:"bytes,2,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	// Events: "processed", "ignored", "unmatched" or "failed" (required).
+	// Outbox: "failed" or "uncertain" (required).
+	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// Events only: optional provider event type, decision and endpoint id.
+	Type       string `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"`
+	Decision   string `protobuf:"bytes,5,opt,name=decision,proto3" json:"decision,omitempty"`
+	EndpointId string `protobuf:"bytes,6,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// Outbox only: optional destination id.
+	DestinationId string `protobuf:"bytes,7,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
+	// Optional: "live" or "test".
+	Environment   string `protobuf:"bytes,8,opt,name=environment,proto3" json:"environment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveFilter) Reset() {
+	*x = RedriveFilter{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveFilter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveFilter) ProtoMessage() {}
+
+func (x *RedriveFilter) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveFilter.ProtoReflect.Descriptor instead.
+func (*RedriveFilter) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *RedriveFilter) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *RedriveFilter) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
+func (x *RedriveFilter) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *RedriveFilter) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *RedriveFilter) GetDecision() string {
+	if x != nil {
+		return x.Decision
+	}
+	return ""
+}
+
+func (x *RedriveFilter) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *RedriveFilter) GetDestinationId() string {
+	if x != nil {
+		return x.DestinationId
+	}
+	return ""
+}
+
+func (x *RedriveFilter) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+// RedriveSample is one item a filter matches.
+type RedriveSample struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Stored event id or outbox message id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// What the item is: an event's type and provider id, a message's topic
+	// and destination.
+	Summary string `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"`
+	// The item's order, when it has one.
+	OrderId       string `protobuf:"bytes,3,opt,name=order_id,json=orderId,proto3" json:"order_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveSample) Reset() {
+	*x = RedriveSample{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveSample) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveSample) ProtoMessage() {}
+
+func (x *RedriveSample) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveSample.ProtoReflect.Descriptor instead.
+func (*RedriveSample) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *RedriveSample) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RedriveSample) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *RedriveSample) GetOrderId() string {
+	if x != nil {
+		return x.OrderId
+	}
+	return ""
+}
+
+// PlanRedriveRequest is the filter to plan.
+type PlanRedriveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Filter        *RedriveFilter         `protobuf:"bytes,1,opt,name=filter,proto3" json:"filter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanRedriveRequest) Reset() {
+	*x = PlanRedriveRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanRedriveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanRedriveRequest) ProtoMessage() {}
+
+func (x *PlanRedriveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanRedriveRequest.ProtoReflect.Descriptor instead.
+func (*PlanRedriveRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *PlanRedriveRequest) GetFilter() *RedriveFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+// PlanRedriveResponse is what a re-drive with the filter would do.
+type PlanRedriveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Items the filter matches now, counted up to 10,001.
+	Matched int64 `protobuf:"varint,1,opt,name=matched,proto3" json:"matched,omitempty"`
+	// Matched exceeds 10,000: a run applies the oldest 10,000.
+	Capped bool `protobuf:"varint,2,opt,name=capped,proto3" json:"capped,omitempty"`
+	// The oldest matching items: at most 10.
+	Sample []*RedriveSample `protobuf:"bytes,3,rep,name=sample,proto3" json:"sample,omitempty"`
+	// What applying it does, in words.
+	Effect        string `protobuf:"bytes,4,opt,name=effect,proto3" json:"effect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanRedriveResponse) Reset() {
+	*x = PlanRedriveResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanRedriveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanRedriveResponse) ProtoMessage() {}
+
+func (x *PlanRedriveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanRedriveResponse.ProtoReflect.Descriptor instead.
+func (*PlanRedriveResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *PlanRedriveResponse) GetMatched() int64 {
+	if x != nil {
+		return x.Matched
+	}
+	return 0
+}
+
+func (x *PlanRedriveResponse) GetCapped() bool {
+	if x != nil {
+		return x.Capped
+	}
+	return false
+}
+
+func (x *PlanRedriveResponse) GetSample() []*RedriveSample {
+	if x != nil {
+		return x.Sample
+	}
+	return nil
+}
+
+func (x *PlanRedriveResponse) GetEffect() string {
+	if x != nil {
+		return x.Effect
+	}
+	return ""
+}
+
+// Redrive is one bulk re-drive run.
+type Redrive struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Run id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The filter it was started with.
+	Filter *RedriveFilter `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
+	// "running", "done" or "cancelled".
+	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// Items recorded in the run.
+	Total int64 `protobuf:"varint,4,opt,name=total,proto3" json:"total,omitempty"`
+	// Items applied (replayed, retried).
+	Applied int64 `protobuf:"varint,5,opt,name=applied,proto3" json:"applied,omitempty"`
+	// Items skipped: no longer in a state the action applies to.
+	Skipped int64 `protobuf:"varint,6,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// Token name of who started it, and the detail they gave.
+	CreatedBy       string                 `protobuf:"bytes,7,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	CreatedByDetail string                 `protobuf:"bytes,8,opt,name=created_by_detail,json=createdByDetail,proto3" json:"created_by_detail,omitempty"`
+	CreateTime      *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When it ended (done or cancelled).
+	FinishTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
+	// Token name of who cancelled it.
+	CancelledBy   string `protobuf:"bytes,11,opt,name=cancelled_by,json=cancelledBy,proto3" json:"cancelled_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Redrive) Reset() {
+	*x = Redrive{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Redrive) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Redrive) ProtoMessage() {}
+
+func (x *Redrive) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Redrive.ProtoReflect.Descriptor instead.
+func (*Redrive) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *Redrive) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Redrive) GetFilter() *RedriveFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *Redrive) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Redrive) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *Redrive) GetApplied() int64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+func (x *Redrive) GetSkipped() int64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
+func (x *Redrive) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *Redrive) GetCreatedByDetail() string {
+	if x != nil {
+		return x.CreatedByDetail
+	}
+	return ""
+}
+
+func (x *Redrive) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *Redrive) GetFinishTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishTime
+	}
+	return nil
+}
+
+func (x *Redrive) GetCancelledBy() string {
+	if x != nil {
+		return x.CancelledBy
+	}
+	return ""
+}
+
+// StartRedriveRequest starts a run.
+type StartRedriveRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Filter *RedriveFilter         `protobuf:"bytes,1,opt,name=filter,proto3" json:"filter,omitempty"`
+	// Free text recorded with the run (e.g. "console").
+	ActorDetail   string `protobuf:"bytes,2,opt,name=actor_detail,json=actorDetail,proto3" json:"actor_detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartRedriveRequest) Reset() {
+	*x = StartRedriveRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartRedriveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartRedriveRequest) ProtoMessage() {}
+
+func (x *StartRedriveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartRedriveRequest.ProtoReflect.Descriptor instead.
+func (*StartRedriveRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *StartRedriveRequest) GetFilter() *RedriveFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *StartRedriveRequest) GetActorDetail() string {
+	if x != nil {
+		return x.ActorDetail
+	}
+	return ""
+}
+
+// StartRedriveResponse is the started run.
+type StartRedriveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Redrive       *Redrive               `protobuf:"bytes,1,opt,name=redrive,proto3" json:"redrive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartRedriveResponse) Reset() {
+	*x = StartRedriveResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartRedriveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartRedriveResponse) ProtoMessage() {}
+
+func (x *StartRedriveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartRedriveResponse.ProtoReflect.Descriptor instead.
+func (*StartRedriveResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *StartRedriveResponse) GetRedrive() *Redrive {
+	if x != nil {
+		return x.Redrive
+	}
+	return nil
+}
+
+// GetRedriveRequest names a run.
+type GetRedriveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RedriveId     string                 `protobuf:"bytes,1,opt,name=redrive_id,json=redriveId,proto3" json:"redrive_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRedriveRequest) Reset() {
+	*x = GetRedriveRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRedriveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRedriveRequest) ProtoMessage() {}
+
+func (x *GetRedriveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRedriveRequest.ProtoReflect.Descriptor instead.
+func (*GetRedriveRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *GetRedriveRequest) GetRedriveId() string {
+	if x != nil {
+		return x.RedriveId
+	}
+	return ""
+}
+
+// GetRedriveResponse is the run.
+type GetRedriveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Redrive       *Redrive               `protobuf:"bytes,1,opt,name=redrive,proto3" json:"redrive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRedriveResponse) Reset() {
+	*x = GetRedriveResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRedriveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRedriveResponse) ProtoMessage() {}
+
+func (x *GetRedriveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRedriveResponse.ProtoReflect.Descriptor instead.
+func (*GetRedriveResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *GetRedriveResponse) GetRedrive() *Redrive {
+	if x != nil {
+		return x.Redrive
+	}
+	return nil
+}
+
+// ListRedrivesRequest filters the runs.
+type ListRedrivesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Optional org.
+	OrgId         string `protobuf:"bytes,1,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRedrivesRequest) Reset() {
+	*x = ListRedrivesRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRedrivesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRedrivesRequest) ProtoMessage() {}
+
+func (x *ListRedrivesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRedrivesRequest.ProtoReflect.Descriptor instead.
+func (*ListRedrivesRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *ListRedrivesRequest) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
+// ListRedrivesResponse lists runs, newest first.
+type ListRedrivesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Redrives      []*Redrive             `protobuf:"bytes,1,rep,name=redrives,proto3" json:"redrives,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRedrivesResponse) Reset() {
+	*x = ListRedrivesResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRedrivesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRedrivesResponse) ProtoMessage() {}
+
+func (x *ListRedrivesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRedrivesResponse.ProtoReflect.Descriptor instead.
+func (*ListRedrivesResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *ListRedrivesResponse) GetRedrives() []*Redrive {
+	if x != nil {
+		return x.Redrives
+	}
+	return nil
+}
+
+// CancelRedriveRequest names the run to cancel.
+type CancelRedriveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RedriveId     string                 `protobuf:"bytes,1,opt,name=redrive_id,json=redriveId,proto3" json:"redrive_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRedriveRequest) Reset() {
+	*x = CancelRedriveRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRedriveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRedriveRequest) ProtoMessage() {}
+
+func (x *CancelRedriveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRedriveRequest.ProtoReflect.Descriptor instead.
+func (*CancelRedriveRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *CancelRedriveRequest) GetRedriveId() string {
+	if x != nil {
+		return x.RedriveId
+	}
+	return ""
+}
+
+// CancelRedriveResponse is the cancelled run.
+type CancelRedriveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Redrive       *Redrive               `protobuf:"bytes,1,opt,name=redrive,proto3" json:"redrive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelRedriveResponse) Reset() {
+	*x = CancelRedriveResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelRedriveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelRedriveResponse) ProtoMessage() {}
+
+func (x *CancelRedriveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelRedriveResponse.ProtoReflect.Descriptor instead.
+func (*CancelRedriveResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *CancelRedriveResponse) GetRedrive() *Redrive {
+	if x != nil {
+		return x.Redrive
+	}
+	return nil
+}
+
 var File_fulfillment_v1_fulfillment_proto protoreflect.FileDescriptor
 
 const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
@@ -5955,7 +6772,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x0fGetOrderRequest\x12\x19\n" +
 	"\border_id\x18\x01 \x01(\tR\aorderId\"?\n" +
 	"\x10GetOrderResponse\x12+\n" +
-	"\x05order\x18\x01 \x01(\v2\x15.fulfillment.v1.OrderR\x05order\"\xca\x01\n" +
+	"\x05order\x18\x01 \x01(\v2\x15.fulfillment.v1.OrderR\x05order\"\x8e\x02\n" +
 	"\x11ListOrdersRequest\x12\x15\n" +
 	"\x06org_id\x18\x01 \x01(\tR\x05orgId\x12 \n" +
 	"\venvironment\x18\x02 \x01(\tR\venvironment\x12\x14\n" +
@@ -5963,7 +6780,10 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x11merchant_order_id\x18\x04 \x01(\tR\x0fmerchantOrderId\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"k\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12!\n" +
+	"\fcustomer_ref\x18\a \x01(\tR\vcustomerRef\x12\x1f\n" +
+	"\vpayment_ref\x18\b \x01(\tR\n" +
+	"paymentRef\"k\n" +
 	"\x12ListOrdersResponse\x12-\n" +
 	"\x06orders\x18\x01 \x03(\v2\x15.fulfillment.v1.OrderR\x06orders\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb1\x03\n" +
@@ -6372,7 +7192,63 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12'\n" +
 	"\x0fsubscription_id\x18\x04 \x01(\tR\x0esubscriptionId\x129\n" +
 	"\n" +
-	"check_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckTime2\xdb\x12\n" +
+	"check_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckTime\"\xee\x01\n" +
+	"\rRedriveFilter\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x15\n" +
+	"\x06org_id\x18\x02 \x01(\tR\x05orgId\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x12\n" +
+	"\x04type\x18\x04 \x01(\tR\x04type\x12\x1a\n" +
+	"\bdecision\x18\x05 \x01(\tR\bdecision\x12\x1f\n" +
+	"\vendpoint_id\x18\x06 \x01(\tR\n" +
+	"endpointId\x12%\n" +
+	"\x0edestination_id\x18\a \x01(\tR\rdestinationId\x12 \n" +
+	"\venvironment\x18\b \x01(\tR\venvironment\"T\n" +
+	"\rRedriveSample\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\asummary\x18\x02 \x01(\tR\asummary\x12\x19\n" +
+	"\border_id\x18\x03 \x01(\tR\aorderId\"K\n" +
+	"\x12PlanRedriveRequest\x125\n" +
+	"\x06filter\x18\x01 \x01(\v2\x1d.fulfillment.v1.RedriveFilterR\x06filter\"\x96\x01\n" +
+	"\x13PlanRedriveResponse\x12\x18\n" +
+	"\amatched\x18\x01 \x01(\x03R\amatched\x12\x16\n" +
+	"\x06capped\x18\x02 \x01(\bR\x06capped\x125\n" +
+	"\x06sample\x18\x03 \x03(\v2\x1d.fulfillment.v1.RedriveSampleR\x06sample\x12\x16\n" +
+	"\x06effect\x18\x04 \x01(\tR\x06effect\"\x98\x03\n" +
+	"\aRedrive\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x125\n" +
+	"\x06filter\x18\x02 \x01(\v2\x1d.fulfillment.v1.RedriveFilterR\x06filter\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x14\n" +
+	"\x05total\x18\x04 \x01(\x03R\x05total\x12\x18\n" +
+	"\aapplied\x18\x05 \x01(\x03R\aapplied\x12\x18\n" +
+	"\askipped\x18\x06 \x01(\x03R\askipped\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\a \x01(\tR\tcreatedBy\x12*\n" +
+	"\x11created_by_detail\x18\b \x01(\tR\x0fcreatedByDetail\x12;\n" +
+	"\vcreate_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12;\n" +
+	"\vfinish_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishTime\x12!\n" +
+	"\fcancelled_by\x18\v \x01(\tR\vcancelledBy\"o\n" +
+	"\x13StartRedriveRequest\x125\n" +
+	"\x06filter\x18\x01 \x01(\v2\x1d.fulfillment.v1.RedriveFilterR\x06filter\x12!\n" +
+	"\factor_detail\x18\x02 \x01(\tR\vactorDetail\"I\n" +
+	"\x14StartRedriveResponse\x121\n" +
+	"\aredrive\x18\x01 \x01(\v2\x17.fulfillment.v1.RedriveR\aredrive\"2\n" +
+	"\x11GetRedriveRequest\x12\x1d\n" +
+	"\n" +
+	"redrive_id\x18\x01 \x01(\tR\tredriveId\"G\n" +
+	"\x12GetRedriveResponse\x121\n" +
+	"\aredrive\x18\x01 \x01(\v2\x17.fulfillment.v1.RedriveR\aredrive\",\n" +
+	"\x13ListRedrivesRequest\x12\x15\n" +
+	"\x06org_id\x18\x01 \x01(\tR\x05orgId\"K\n" +
+	"\x14ListRedrivesResponse\x123\n" +
+	"\bredrives\x18\x01 \x03(\v2\x17.fulfillment.v1.RedriveR\bredrives\"5\n" +
+	"\x14CancelRedriveRequest\x12\x1d\n" +
+	"\n" +
+	"redrive_id\x18\x01 \x01(\tR\tredriveId\"J\n" +
+	"\x15CancelRedriveResponse\x121\n" +
+	"\aredrive\x18\x01 \x01(\v2\x17.fulfillment.v1.RedriveR\aredrive2\x9c\x16\n" +
 	"\x12FulfillmentService\x12V\n" +
 	"\vCreateOrder\x12\".fulfillment.v1.CreateOrderRequest\x1a#.fulfillment.v1.CreateOrderResponse\x12M\n" +
 	"\bGetOrder\x12\x1f.fulfillment.v1.GetOrderRequest\x1a .fulfillment.v1.GetOrderResponse\x12S\n" +
@@ -6397,7 +7273,13 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x12CreateSubscription\x12).fulfillment.v1.CreateSubscriptionRequest\x1a*.fulfillment.v1.CreateSubscriptionResponse\x12b\n" +
 	"\x0fGetSubscription\x12&.fulfillment.v1.GetSubscriptionRequest\x1a'.fulfillment.v1.GetSubscriptionResponse\x12h\n" +
 	"\x11ListSubscriptions\x12(.fulfillment.v1.ListSubscriptionsRequest\x1a).fulfillment.v1.ListSubscriptionsResponse\x12V\n" +
-	"\vCheckAccess\x12\".fulfillment.v1.CheckAccessRequest\x1a#.fulfillment.v1.CheckAccessResponseBIZGgithub.com/fulfillplatform/fulfillment/gen/fulfillment/v1;fulfillmentv1b\x06proto3"
+	"\vCheckAccess\x12\".fulfillment.v1.CheckAccessRequest\x1a#.fulfillment.v1.CheckAccessResponse\x12V\n" +
+	"\vPlanRedrive\x12\".fulfillment.v1.PlanRedriveRequest\x1a#.fulfillment.v1.PlanRedriveResponse\x12Y\n" +
+	"\fStartRedrive\x12#.fulfillment.v1.StartRedriveRequest\x1a$.fulfillment.v1.StartRedriveResponse\x12S\n" +
+	"\n" +
+	"GetRedrive\x12!.fulfillment.v1.GetRedriveRequest\x1a\".fulfillment.v1.GetRedriveResponse\x12Y\n" +
+	"\fListRedrives\x12#.fulfillment.v1.ListRedrivesRequest\x1a$.fulfillment.v1.ListRedrivesResponse\x12\\\n" +
+	"\rCancelRedrive\x12$.fulfillment.v1.CancelRedriveRequest\x1a%.fulfillment.v1.CancelRedriveResponseBIZGgithub.com/fulfillplatform/fulfillment/gen/fulfillment/v1;fulfillmentv1b\x06proto3"
 
 var (
 	file_fulfillment_v1_fulfillment_proto_rawDescOnce sync.Once
@@ -6411,7 +7293,7 @@ func file_fulfillment_v1_fulfillment_proto_rawDescGZIP() []byte {
 	return file_fulfillment_v1_fulfillment_proto_rawDescData
 }
 
-var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
+var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
 	(*Money)(nil),                             // 0: fulfillment.v1.Money
 	(*OrderLine)(nil),                         // 1: fulfillment.v1.OrderLine
@@ -6482,24 +7364,37 @@ var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
 	(*ListSubscriptionsResponse)(nil),         // 66: fulfillment.v1.ListSubscriptionsResponse
 	(*CheckAccessRequest)(nil),                // 67: fulfillment.v1.CheckAccessRequest
 	(*CheckAccessResponse)(nil),               // 68: fulfillment.v1.CheckAccessResponse
-	nil,                                       // 69: fulfillment.v1.RecordEventRequest.RefsEntry
-	nil,                                       // 70: fulfillment.v1.InboxEvent.RefsEntry
-	(*timestamppb.Timestamp)(nil),             // 71: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),               // 72: google.protobuf.Duration
+	(*RedriveFilter)(nil),                     // 69: fulfillment.v1.RedriveFilter
+	(*RedriveSample)(nil),                     // 70: fulfillment.v1.RedriveSample
+	(*PlanRedriveRequest)(nil),                // 71: fulfillment.v1.PlanRedriveRequest
+	(*PlanRedriveResponse)(nil),               // 72: fulfillment.v1.PlanRedriveResponse
+	(*Redrive)(nil),                           // 73: fulfillment.v1.Redrive
+	(*StartRedriveRequest)(nil),               // 74: fulfillment.v1.StartRedriveRequest
+	(*StartRedriveResponse)(nil),              // 75: fulfillment.v1.StartRedriveResponse
+	(*GetRedriveRequest)(nil),                 // 76: fulfillment.v1.GetRedriveRequest
+	(*GetRedriveResponse)(nil),                // 77: fulfillment.v1.GetRedriveResponse
+	(*ListRedrivesRequest)(nil),               // 78: fulfillment.v1.ListRedrivesRequest
+	(*ListRedrivesResponse)(nil),              // 79: fulfillment.v1.ListRedrivesResponse
+	(*CancelRedriveRequest)(nil),              // 80: fulfillment.v1.CancelRedriveRequest
+	(*CancelRedriveResponse)(nil),             // 81: fulfillment.v1.CancelRedriveResponse
+	nil,                                       // 82: fulfillment.v1.RecordEventRequest.RefsEntry
+	nil,                                       // 83: fulfillment.v1.InboxEvent.RefsEntry
+	(*timestamppb.Timestamp)(nil),             // 84: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),               // 85: google.protobuf.Duration
 }
 var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
 	0,   // 0: fulfillment.v1.OrderLine.unit_price:type_name -> fulfillment.v1.Money
-	71,  // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
-	71,  // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
-	71,  // 3: fulfillment.v1.Entitlement.revoke_time:type_name -> google.protobuf.Timestamp
+	84,  // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
+	84,  // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
+	84,  // 3: fulfillment.v1.Entitlement.revoke_time:type_name -> google.protobuf.Timestamp
 	0,   // 4: fulfillment.v1.LedgerEntry.amount:type_name -> fulfillment.v1.Money
-	71,  // 5: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
-	71,  // 6: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
+	84,  // 5: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
+	84,  // 6: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
 	1,   // 7: fulfillment.v1.Order.lines:type_name -> fulfillment.v1.OrderLine
 	0,   // 8: fulfillment.v1.Order.total:type_name -> fulfillment.v1.Money
 	2,   // 9: fulfillment.v1.Order.settlement:type_name -> fulfillment.v1.Settlement
-	71,  // 10: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
-	71,  // 11: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
+	84,  // 10: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
+	84,  // 11: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
 	8,   // 12: fulfillment.v1.Order.history:type_name -> fulfillment.v1.OrderHistory
 	3,   // 13: fulfillment.v1.OrderHistory.payment_attempts:type_name -> fulfillment.v1.PaymentAttempt
 	4,   // 14: fulfillment.v1.OrderHistory.entitlements:type_name -> fulfillment.v1.Entitlement
@@ -6512,19 +7407,19 @@ var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
 	7,   // 21: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
 	7,   // 22: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
 	7,   // 23: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
-	71,  // 24: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
+	84,  // 24: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
 	15,  // 25: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
-	69,  // 26: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
-	71,  // 27: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
-	71,  // 28: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
-	71,  // 29: fulfillment.v1.ListReconciliationItemsRequest.create_time_from:type_name -> google.protobuf.Timestamp
-	71,  // 30: fulfillment.v1.ListReconciliationItemsRequest.create_time_before:type_name -> google.protobuf.Timestamp
+	82,  // 26: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
+	84,  // 27: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
+	84,  // 28: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
+	84,  // 29: fulfillment.v1.ListReconciliationItemsRequest.create_time_from:type_name -> google.protobuf.Timestamp
+	84,  // 30: fulfillment.v1.ListReconciliationItemsRequest.create_time_before:type_name -> google.protobuf.Timestamp
 	18,  // 31: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
 	23,  // 32: fulfillment.v1.GetReconciliationSummaryResponse.summaries:type_name -> fulfillment.v1.ReconciliationSummary
-	71,  // 33: fulfillment.v1.GetReconciliationSummaryResponse.check_time:type_name -> google.protobuf.Timestamp
+	84,  // 33: fulfillment.v1.GetReconciliationSummaryResponse.check_time:type_name -> google.protobuf.Timestamp
 	24,  // 34: fulfillment.v1.ReconciliationSummary.open_by_kind:type_name -> fulfillment.v1.ReconciliationKindCount
-	71,  // 35: fulfillment.v1.ReconciliationSummary.oldest_open_time:type_name -> google.protobuf.Timestamp
-	72,  // 36: fulfillment.v1.ReconciliationSummary.oldest_open_age:type_name -> google.protobuf.Duration
+	84,  // 35: fulfillment.v1.ReconciliationSummary.oldest_open_time:type_name -> google.protobuf.Timestamp
+	85,  // 36: fulfillment.v1.ReconciliationSummary.oldest_open_age:type_name -> google.protobuf.Duration
 	18,  // 37: fulfillment.v1.GetReconciliationItemResponse.item:type_name -> fulfillment.v1.ReconciliationItem
 	27,  // 38: fulfillment.v1.GetReconciliationItemResponse.evidence:type_name -> fulfillment.v1.ReconciliationEvidence
 	7,   // 39: fulfillment.v1.ReconciliationEvidence.order:type_name -> fulfillment.v1.Order
@@ -6533,103 +7428,123 @@ var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
 	55,  // 42: fulfillment.v1.ReconciliationEvidence.payment_start:type_name -> fulfillment.v1.PaymentStart
 	58,  // 43: fulfillment.v1.ReconciliationEvidence.subscription:type_name -> fulfillment.v1.Subscription
 	18,  // 44: fulfillment.v1.ResolveReconciliationItemResponse.item:type_name -> fulfillment.v1.ReconciliationItem
-	71,  // 45: fulfillment.v1.InboxEvent.occur_time:type_name -> google.protobuf.Timestamp
-	71,  // 46: fulfillment.v1.InboxEvent.receive_time:type_name -> google.protobuf.Timestamp
+	84,  // 45: fulfillment.v1.InboxEvent.occur_time:type_name -> google.protobuf.Timestamp
+	84,  // 46: fulfillment.v1.InboxEvent.receive_time:type_name -> google.protobuf.Timestamp
 	15,  // 47: fulfillment.v1.InboxEvent.payment:type_name -> fulfillment.v1.EventPayment
-	70,  // 48: fulfillment.v1.InboxEvent.refs:type_name -> fulfillment.v1.InboxEvent.RefsEntry
-	71,  // 49: fulfillment.v1.InboxEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
-	71,  // 50: fulfillment.v1.InboxEvent.process_time:type_name -> google.protobuf.Timestamp
+	83,  // 48: fulfillment.v1.InboxEvent.refs:type_name -> fulfillment.v1.InboxEvent.RefsEntry
+	84,  // 49: fulfillment.v1.InboxEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
+	84,  // 50: fulfillment.v1.InboxEvent.process_time:type_name -> google.protobuf.Timestamp
 	31,  // 51: fulfillment.v1.InboxEvent.replays:type_name -> fulfillment.v1.EventReplay
-	71,  // 52: fulfillment.v1.EventReplay.replay_time:type_name -> google.protobuf.Timestamp
+	84,  // 52: fulfillment.v1.EventReplay.replay_time:type_name -> google.protobuf.Timestamp
 	30,  // 53: fulfillment.v1.ListInboxEventsResponse.events:type_name -> fulfillment.v1.InboxEvent
 	30,  // 54: fulfillment.v1.GetInboxEventResponse.event:type_name -> fulfillment.v1.InboxEvent
 	30,  // 55: fulfillment.v1.ReplayInboxEventResponse.event:type_name -> fulfillment.v1.InboxEvent
-	71,  // 56: fulfillment.v1.OutboxMessage.next_attempt_time:type_name -> google.protobuf.Timestamp
-	71,  // 57: fulfillment.v1.OutboxMessage.create_time:type_name -> google.protobuf.Timestamp
-	71,  // 58: fulfillment.v1.OutboxMessage.process_time:type_name -> google.protobuf.Timestamp
+	84,  // 56: fulfillment.v1.OutboxMessage.next_attempt_time:type_name -> google.protobuf.Timestamp
+	84,  // 57: fulfillment.v1.OutboxMessage.create_time:type_name -> google.protobuf.Timestamp
+	84,  // 58: fulfillment.v1.OutboxMessage.process_time:type_name -> google.protobuf.Timestamp
 	39,  // 59: fulfillment.v1.OutboxMessage.attempt_history:type_name -> fulfillment.v1.DeliveryAttempt
-	71,  // 60: fulfillment.v1.DeliveryAttempt.start_time:type_name -> google.protobuf.Timestamp
-	71,  // 61: fulfillment.v1.DeliveryAttempt.finish_time:type_name -> google.protobuf.Timestamp
+	84,  // 60: fulfillment.v1.DeliveryAttempt.start_time:type_name -> google.protobuf.Timestamp
+	84,  // 61: fulfillment.v1.DeliveryAttempt.finish_time:type_name -> google.protobuf.Timestamp
 	38,  // 62: fulfillment.v1.ListOutboxMessagesResponse.messages:type_name -> fulfillment.v1.OutboxMessage
 	38,  // 63: fulfillment.v1.GetOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
 	38,  // 64: fulfillment.v1.RetryOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
-	71,  // 65: fulfillment.v1.Destination.disable_time:type_name -> google.protobuf.Timestamp
+	84,  // 65: fulfillment.v1.Destination.disable_time:type_name -> google.protobuf.Timestamp
 	46,  // 66: fulfillment.v1.ListDestinationsResponse.destinations:type_name -> fulfillment.v1.Destination
 	46,  // 67: fulfillment.v1.DisableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
 	46,  // 68: fulfillment.v1.EnableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
 	55,  // 69: fulfillment.v1.StartPaymentResponse.payment:type_name -> fulfillment.v1.PaymentStart
 	0,   // 70: fulfillment.v1.PaymentStart.amount:type_name -> fulfillment.v1.Money
-	71,  // 71: fulfillment.v1.PaymentStart.create_time:type_name -> google.protobuf.Timestamp
-	71,  // 72: fulfillment.v1.PaymentStart.update_time:type_name -> google.protobuf.Timestamp
-	71,  // 73: fulfillment.v1.WatchOrderEventsResponse.create_time:type_name -> google.protobuf.Timestamp
-	71,  // 74: fulfillment.v1.Subscription.current_period_start_time:type_name -> google.protobuf.Timestamp
-	71,  // 75: fulfillment.v1.Subscription.current_period_end_time:type_name -> google.protobuf.Timestamp
-	71,  // 76: fulfillment.v1.Subscription.access_end_time:type_name -> google.protobuf.Timestamp
-	71,  // 77: fulfillment.v1.Subscription.create_time:type_name -> google.protobuf.Timestamp
-	71,  // 78: fulfillment.v1.Subscription.update_time:type_name -> google.protobuf.Timestamp
-	71,  // 79: fulfillment.v1.PaidPeriod.start_time:type_name -> google.protobuf.Timestamp
-	71,  // 80: fulfillment.v1.PaidPeriod.end_time:type_name -> google.protobuf.Timestamp
-	71,  // 81: fulfillment.v1.PaidPeriod.create_time:type_name -> google.protobuf.Timestamp
-	71,  // 82: fulfillment.v1.Access.until:type_name -> google.protobuf.Timestamp
-	71,  // 83: fulfillment.v1.Access.check_time:type_name -> google.protobuf.Timestamp
+	84,  // 71: fulfillment.v1.PaymentStart.create_time:type_name -> google.protobuf.Timestamp
+	84,  // 72: fulfillment.v1.PaymentStart.update_time:type_name -> google.protobuf.Timestamp
+	84,  // 73: fulfillment.v1.WatchOrderEventsResponse.create_time:type_name -> google.protobuf.Timestamp
+	84,  // 74: fulfillment.v1.Subscription.current_period_start_time:type_name -> google.protobuf.Timestamp
+	84,  // 75: fulfillment.v1.Subscription.current_period_end_time:type_name -> google.protobuf.Timestamp
+	84,  // 76: fulfillment.v1.Subscription.access_end_time:type_name -> google.protobuf.Timestamp
+	84,  // 77: fulfillment.v1.Subscription.create_time:type_name -> google.protobuf.Timestamp
+	84,  // 78: fulfillment.v1.Subscription.update_time:type_name -> google.protobuf.Timestamp
+	84,  // 79: fulfillment.v1.PaidPeriod.start_time:type_name -> google.protobuf.Timestamp
+	84,  // 80: fulfillment.v1.PaidPeriod.end_time:type_name -> google.protobuf.Timestamp
+	84,  // 81: fulfillment.v1.PaidPeriod.create_time:type_name -> google.protobuf.Timestamp
+	84,  // 82: fulfillment.v1.Access.until:type_name -> google.protobuf.Timestamp
+	84,  // 83: fulfillment.v1.Access.check_time:type_name -> google.protobuf.Timestamp
 	58,  // 84: fulfillment.v1.CreateSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
 	58,  // 85: fulfillment.v1.GetSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
 	59,  // 86: fulfillment.v1.GetSubscriptionResponse.periods:type_name -> fulfillment.v1.PaidPeriod
 	60,  // 87: fulfillment.v1.GetSubscriptionResponse.access:type_name -> fulfillment.v1.Access
 	58,  // 88: fulfillment.v1.ListSubscriptionsResponse.subscriptions:type_name -> fulfillment.v1.Subscription
-	71,  // 89: fulfillment.v1.CheckAccessResponse.until:type_name -> google.protobuf.Timestamp
-	71,  // 90: fulfillment.v1.CheckAccessResponse.check_time:type_name -> google.protobuf.Timestamp
-	9,   // 91: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
-	11,  // 92: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
-	13,  // 93: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
-	16,  // 94: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
-	19,  // 95: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
-	21,  // 96: fulfillment.v1.FulfillmentService.GetReconciliationSummary:input_type -> fulfillment.v1.GetReconciliationSummaryRequest
-	25,  // 97: fulfillment.v1.FulfillmentService.GetReconciliationItem:input_type -> fulfillment.v1.GetReconciliationItemRequest
-	28,  // 98: fulfillment.v1.FulfillmentService.ResolveReconciliationItem:input_type -> fulfillment.v1.ResolveReconciliationItemRequest
-	53,  // 99: fulfillment.v1.FulfillmentService.StartPayment:input_type -> fulfillment.v1.StartPaymentRequest
-	40,  // 100: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
-	42,  // 101: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
-	44,  // 102: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
-	47,  // 103: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
-	49,  // 104: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
-	51,  // 105: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
-	32,  // 106: fulfillment.v1.FulfillmentService.ListInboxEvents:input_type -> fulfillment.v1.ListInboxEventsRequest
-	34,  // 107: fulfillment.v1.FulfillmentService.GetInboxEvent:input_type -> fulfillment.v1.GetInboxEventRequest
-	36,  // 108: fulfillment.v1.FulfillmentService.ReplayInboxEvent:input_type -> fulfillment.v1.ReplayInboxEventRequest
-	56,  // 109: fulfillment.v1.FulfillmentService.WatchOrderEvents:input_type -> fulfillment.v1.WatchOrderEventsRequest
-	61,  // 110: fulfillment.v1.FulfillmentService.CreateSubscription:input_type -> fulfillment.v1.CreateSubscriptionRequest
-	63,  // 111: fulfillment.v1.FulfillmentService.GetSubscription:input_type -> fulfillment.v1.GetSubscriptionRequest
-	65,  // 112: fulfillment.v1.FulfillmentService.ListSubscriptions:input_type -> fulfillment.v1.ListSubscriptionsRequest
-	67,  // 113: fulfillment.v1.FulfillmentService.CheckAccess:input_type -> fulfillment.v1.CheckAccessRequest
-	10,  // 114: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
-	12,  // 115: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
-	14,  // 116: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
-	17,  // 117: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
-	20,  // 118: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
-	22,  // 119: fulfillment.v1.FulfillmentService.GetReconciliationSummary:output_type -> fulfillment.v1.GetReconciliationSummaryResponse
-	26,  // 120: fulfillment.v1.FulfillmentService.GetReconciliationItem:output_type -> fulfillment.v1.GetReconciliationItemResponse
-	29,  // 121: fulfillment.v1.FulfillmentService.ResolveReconciliationItem:output_type -> fulfillment.v1.ResolveReconciliationItemResponse
-	54,  // 122: fulfillment.v1.FulfillmentService.StartPayment:output_type -> fulfillment.v1.StartPaymentResponse
-	41,  // 123: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
-	43,  // 124: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
-	45,  // 125: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
-	48,  // 126: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
-	50,  // 127: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
-	52,  // 128: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
-	33,  // 129: fulfillment.v1.FulfillmentService.ListInboxEvents:output_type -> fulfillment.v1.ListInboxEventsResponse
-	35,  // 130: fulfillment.v1.FulfillmentService.GetInboxEvent:output_type -> fulfillment.v1.GetInboxEventResponse
-	37,  // 131: fulfillment.v1.FulfillmentService.ReplayInboxEvent:output_type -> fulfillment.v1.ReplayInboxEventResponse
-	57,  // 132: fulfillment.v1.FulfillmentService.WatchOrderEvents:output_type -> fulfillment.v1.WatchOrderEventsResponse
-	62,  // 133: fulfillment.v1.FulfillmentService.CreateSubscription:output_type -> fulfillment.v1.CreateSubscriptionResponse
-	64,  // 134: fulfillment.v1.FulfillmentService.GetSubscription:output_type -> fulfillment.v1.GetSubscriptionResponse
-	66,  // 135: fulfillment.v1.FulfillmentService.ListSubscriptions:output_type -> fulfillment.v1.ListSubscriptionsResponse
-	68,  // 136: fulfillment.v1.FulfillmentService.CheckAccess:output_type -> fulfillment.v1.CheckAccessResponse
-	114, // [114:137] is the sub-list for method output_type
-	91,  // [91:114] is the sub-list for method input_type
-	91,  // [91:91] is the sub-list for extension type_name
-	91,  // [91:91] is the sub-list for extension extendee
-	0,   // [0:91] is the sub-list for field type_name
+	84,  // 89: fulfillment.v1.CheckAccessResponse.until:type_name -> google.protobuf.Timestamp
+	84,  // 90: fulfillment.v1.CheckAccessResponse.check_time:type_name -> google.protobuf.Timestamp
+	69,  // 91: fulfillment.v1.PlanRedriveRequest.filter:type_name -> fulfillment.v1.RedriveFilter
+	70,  // 92: fulfillment.v1.PlanRedriveResponse.sample:type_name -> fulfillment.v1.RedriveSample
+	69,  // 93: fulfillment.v1.Redrive.filter:type_name -> fulfillment.v1.RedriveFilter
+	84,  // 94: fulfillment.v1.Redrive.create_time:type_name -> google.protobuf.Timestamp
+	84,  // 95: fulfillment.v1.Redrive.finish_time:type_name -> google.protobuf.Timestamp
+	69,  // 96: fulfillment.v1.StartRedriveRequest.filter:type_name -> fulfillment.v1.RedriveFilter
+	73,  // 97: fulfillment.v1.StartRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
+	73,  // 98: fulfillment.v1.GetRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
+	73,  // 99: fulfillment.v1.ListRedrivesResponse.redrives:type_name -> fulfillment.v1.Redrive
+	73,  // 100: fulfillment.v1.CancelRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
+	9,   // 101: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
+	11,  // 102: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
+	13,  // 103: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
+	16,  // 104: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
+	19,  // 105: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
+	21,  // 106: fulfillment.v1.FulfillmentService.GetReconciliationSummary:input_type -> fulfillment.v1.GetReconciliationSummaryRequest
+	25,  // 107: fulfillment.v1.FulfillmentService.GetReconciliationItem:input_type -> fulfillment.v1.GetReconciliationItemRequest
+	28,  // 108: fulfillment.v1.FulfillmentService.ResolveReconciliationItem:input_type -> fulfillment.v1.ResolveReconciliationItemRequest
+	53,  // 109: fulfillment.v1.FulfillmentService.StartPayment:input_type -> fulfillment.v1.StartPaymentRequest
+	40,  // 110: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
+	42,  // 111: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
+	44,  // 112: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
+	47,  // 113: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
+	49,  // 114: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
+	51,  // 115: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
+	32,  // 116: fulfillment.v1.FulfillmentService.ListInboxEvents:input_type -> fulfillment.v1.ListInboxEventsRequest
+	34,  // 117: fulfillment.v1.FulfillmentService.GetInboxEvent:input_type -> fulfillment.v1.GetInboxEventRequest
+	36,  // 118: fulfillment.v1.FulfillmentService.ReplayInboxEvent:input_type -> fulfillment.v1.ReplayInboxEventRequest
+	56,  // 119: fulfillment.v1.FulfillmentService.WatchOrderEvents:input_type -> fulfillment.v1.WatchOrderEventsRequest
+	61,  // 120: fulfillment.v1.FulfillmentService.CreateSubscription:input_type -> fulfillment.v1.CreateSubscriptionRequest
+	63,  // 121: fulfillment.v1.FulfillmentService.GetSubscription:input_type -> fulfillment.v1.GetSubscriptionRequest
+	65,  // 122: fulfillment.v1.FulfillmentService.ListSubscriptions:input_type -> fulfillment.v1.ListSubscriptionsRequest
+	67,  // 123: fulfillment.v1.FulfillmentService.CheckAccess:input_type -> fulfillment.v1.CheckAccessRequest
+	71,  // 124: fulfillment.v1.FulfillmentService.PlanRedrive:input_type -> fulfillment.v1.PlanRedriveRequest
+	74,  // 125: fulfillment.v1.FulfillmentService.StartRedrive:input_type -> fulfillment.v1.StartRedriveRequest
+	76,  // 126: fulfillment.v1.FulfillmentService.GetRedrive:input_type -> fulfillment.v1.GetRedriveRequest
+	78,  // 127: fulfillment.v1.FulfillmentService.ListRedrives:input_type -> fulfillment.v1.ListRedrivesRequest
+	80,  // 128: fulfillment.v1.FulfillmentService.CancelRedrive:input_type -> fulfillment.v1.CancelRedriveRequest
+	10,  // 129: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
+	12,  // 130: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
+	14,  // 131: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
+	17,  // 132: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
+	20,  // 133: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
+	22,  // 134: fulfillment.v1.FulfillmentService.GetReconciliationSummary:output_type -> fulfillment.v1.GetReconciliationSummaryResponse
+	26,  // 135: fulfillment.v1.FulfillmentService.GetReconciliationItem:output_type -> fulfillment.v1.GetReconciliationItemResponse
+	29,  // 136: fulfillment.v1.FulfillmentService.ResolveReconciliationItem:output_type -> fulfillment.v1.ResolveReconciliationItemResponse
+	54,  // 137: fulfillment.v1.FulfillmentService.StartPayment:output_type -> fulfillment.v1.StartPaymentResponse
+	41,  // 138: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
+	43,  // 139: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
+	45,  // 140: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
+	48,  // 141: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
+	50,  // 142: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
+	52,  // 143: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
+	33,  // 144: fulfillment.v1.FulfillmentService.ListInboxEvents:output_type -> fulfillment.v1.ListInboxEventsResponse
+	35,  // 145: fulfillment.v1.FulfillmentService.GetInboxEvent:output_type -> fulfillment.v1.GetInboxEventResponse
+	37,  // 146: fulfillment.v1.FulfillmentService.ReplayInboxEvent:output_type -> fulfillment.v1.ReplayInboxEventResponse
+	57,  // 147: fulfillment.v1.FulfillmentService.WatchOrderEvents:output_type -> fulfillment.v1.WatchOrderEventsResponse
+	62,  // 148: fulfillment.v1.FulfillmentService.CreateSubscription:output_type -> fulfillment.v1.CreateSubscriptionResponse
+	64,  // 149: fulfillment.v1.FulfillmentService.GetSubscription:output_type -> fulfillment.v1.GetSubscriptionResponse
+	66,  // 150: fulfillment.v1.FulfillmentService.ListSubscriptions:output_type -> fulfillment.v1.ListSubscriptionsResponse
+	68,  // 151: fulfillment.v1.FulfillmentService.CheckAccess:output_type -> fulfillment.v1.CheckAccessResponse
+	72,  // 152: fulfillment.v1.FulfillmentService.PlanRedrive:output_type -> fulfillment.v1.PlanRedriveResponse
+	75,  // 153: fulfillment.v1.FulfillmentService.StartRedrive:output_type -> fulfillment.v1.StartRedriveResponse
+	77,  // 154: fulfillment.v1.FulfillmentService.GetRedrive:output_type -> fulfillment.v1.GetRedriveResponse
+	79,  // 155: fulfillment.v1.FulfillmentService.ListRedrives:output_type -> fulfillment.v1.ListRedrivesResponse
+	81,  // 156: fulfillment.v1.FulfillmentService.CancelRedrive:output_type -> fulfillment.v1.CancelRedriveResponse
+	129, // [129:157] is the sub-list for method output_type
+	101, // [101:129] is the sub-list for method input_type
+	101, // [101:101] is the sub-list for extension type_name
+	101, // [101:101] is the sub-list for extension extendee
+	0,   // [0:101] is the sub-list for field type_name
 }
 
 func init() { file_fulfillment_v1_fulfillment_proto_init() }
@@ -6644,7 +7559,7 @@ func file_fulfillment_v1_fulfillment_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fulfillment_v1_fulfillment_proto_rawDesc), len(file_fulfillment_v1_fulfillment_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   71,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

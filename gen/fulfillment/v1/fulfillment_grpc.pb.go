@@ -42,6 +42,11 @@ const (
 	FulfillmentService_GetSubscription_FullMethodName           = "/fulfillment.v1.FulfillmentService/GetSubscription"
 	FulfillmentService_ListSubscriptions_FullMethodName         = "/fulfillment.v1.FulfillmentService/ListSubscriptions"
 	FulfillmentService_CheckAccess_FullMethodName               = "/fulfillment.v1.FulfillmentService/CheckAccess"
+	FulfillmentService_PlanRedrive_FullMethodName               = "/fulfillment.v1.FulfillmentService/PlanRedrive"
+	FulfillmentService_StartRedrive_FullMethodName              = "/fulfillment.v1.FulfillmentService/StartRedrive"
+	FulfillmentService_GetRedrive_FullMethodName                = "/fulfillment.v1.FulfillmentService/GetRedrive"
+	FulfillmentService_ListRedrives_FullMethodName              = "/fulfillment.v1.FulfillmentService/ListRedrives"
+	FulfillmentService_CancelRedrive_FullMethodName             = "/fulfillment.v1.FulfillmentService/CancelRedrive"
 )
 
 // FulfillmentServiceClient is the client API for FulfillmentService service.
@@ -171,6 +176,27 @@ type FulfillmentServiceClient interface {
 	// grants the longest access. Meant to be called on every request of the
 	// services that sell the plan: one indexed read, no transaction.
 	CheckAccess(ctx context.Context, in *CheckAccessRequest, opts ...grpc.CallOption) (*CheckAccessResponse, error)
+	// PlanRedrive says what a bulk re-drive with this filter would do,
+	// changing nothing: how many items match (counted up to 10,001), a
+	// sample, and what applying it does (scope "admin").
+	PlanRedrive(ctx context.Context, in *PlanRedriveRequest, opts ...grpc.CallOption) (*PlanRedriveResponse, error)
+	// StartRedrive starts a bulk re-drive: the items the filter matches now
+	// (at most 10,000, oldest first) are recorded in a run, each once, and
+	// applied in batches by the service — events replayed as
+	// ReplayInboxEvent does, messages retried as RetryOutboxMessage does; an
+	// item no longer in a state the action applies to is skipped. One run at
+	// a time per org: while one runs, another is FAILED_PRECONDITION
+	// (also when two callers start one at once: exactly one starts). A
+	// filter matching nothing is FAILED_PRECONDITION (scope "admin").
+	StartRedrive(ctx context.Context, in *StartRedriveRequest, opts ...grpc.CallOption) (*StartRedriveResponse, error)
+	// GetRedrive returns one run and its progress (scope "admin").
+	GetRedrive(ctx context.Context, in *GetRedriveRequest, opts ...grpc.CallOption) (*GetRedriveResponse, error)
+	// ListRedrives lists the runs of the orgs the caller may see, newest
+	// first: at most 50 (scope "admin").
+	ListRedrives(ctx context.Context, in *ListRedrivesRequest, opts ...grpc.CallOption) (*ListRedrivesResponse, error)
+	// CancelRedrive stops a running run: items not applied yet stay so. A
+	// run that has ended is FAILED_PRECONDITION (scope "admin").
+	CancelRedrive(ctx context.Context, in *CancelRedriveRequest, opts ...grpc.CallOption) (*CancelRedriveResponse, error)
 }
 
 type fulfillmentServiceClient struct {
@@ -420,6 +446,56 @@ func (c *fulfillmentServiceClient) CheckAccess(ctx context.Context, in *CheckAcc
 	return out, nil
 }
 
+func (c *fulfillmentServiceClient) PlanRedrive(ctx context.Context, in *PlanRedriveRequest, opts ...grpc.CallOption) (*PlanRedriveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PlanRedriveResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_PlanRedrive_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) StartRedrive(ctx context.Context, in *StartRedriveRequest, opts ...grpc.CallOption) (*StartRedriveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartRedriveResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_StartRedrive_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) GetRedrive(ctx context.Context, in *GetRedriveRequest, opts ...grpc.CallOption) (*GetRedriveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRedriveResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_GetRedrive_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) ListRedrives(ctx context.Context, in *ListRedrivesRequest, opts ...grpc.CallOption) (*ListRedrivesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRedrivesResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_ListRedrives_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) CancelRedrive(ctx context.Context, in *CancelRedriveRequest, opts ...grpc.CallOption) (*CancelRedriveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelRedriveResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_CancelRedrive_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FulfillmentServiceServer is the server API for FulfillmentService service.
 // All implementations must embed UnimplementedFulfillmentServiceServer
 // for forward compatibility.
@@ -547,6 +623,27 @@ type FulfillmentServiceServer interface {
 	// grants the longest access. Meant to be called on every request of the
 	// services that sell the plan: one indexed read, no transaction.
 	CheckAccess(context.Context, *CheckAccessRequest) (*CheckAccessResponse, error)
+	// PlanRedrive says what a bulk re-drive with this filter would do,
+	// changing nothing: how many items match (counted up to 10,001), a
+	// sample, and what applying it does (scope "admin").
+	PlanRedrive(context.Context, *PlanRedriveRequest) (*PlanRedriveResponse, error)
+	// StartRedrive starts a bulk re-drive: the items the filter matches now
+	// (at most 10,000, oldest first) are recorded in a run, each once, and
+	// applied in batches by the service — events replayed as
+	// ReplayInboxEvent does, messages retried as RetryOutboxMessage does; an
+	// item no longer in a state the action applies to is skipped. One run at
+	// a time per org: while one runs, another is FAILED_PRECONDITION
+	// (also when two callers start one at once: exactly one starts). A
+	// filter matching nothing is FAILED_PRECONDITION (scope "admin").
+	StartRedrive(context.Context, *StartRedriveRequest) (*StartRedriveResponse, error)
+	// GetRedrive returns one run and its progress (scope "admin").
+	GetRedrive(context.Context, *GetRedriveRequest) (*GetRedriveResponse, error)
+	// ListRedrives lists the runs of the orgs the caller may see, newest
+	// first: at most 50 (scope "admin").
+	ListRedrives(context.Context, *ListRedrivesRequest) (*ListRedrivesResponse, error)
+	// CancelRedrive stops a running run: items not applied yet stay so. A
+	// run that has ended is FAILED_PRECONDITION (scope "admin").
+	CancelRedrive(context.Context, *CancelRedriveRequest) (*CancelRedriveResponse, error)
 	mustEmbedUnimplementedFulfillmentServiceServer()
 }
 
@@ -625,6 +722,21 @@ func (UnimplementedFulfillmentServiceServer) ListSubscriptions(context.Context, 
 }
 func (UnimplementedFulfillmentServiceServer) CheckAccess(context.Context, *CheckAccessRequest) (*CheckAccessResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CheckAccess not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) PlanRedrive(context.Context, *PlanRedriveRequest) (*PlanRedriveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PlanRedrive not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) StartRedrive(context.Context, *StartRedriveRequest) (*StartRedriveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartRedrive not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) GetRedrive(context.Context, *GetRedriveRequest) (*GetRedriveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRedrive not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) ListRedrives(context.Context, *ListRedrivesRequest) (*ListRedrivesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRedrives not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) CancelRedrive(context.Context, *CancelRedriveRequest) (*CancelRedriveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelRedrive not implemented")
 }
 func (UnimplementedFulfillmentServiceServer) mustEmbedUnimplementedFulfillmentServiceServer() {}
 func (UnimplementedFulfillmentServiceServer) testEmbeddedByValue()                            {}
@@ -1054,6 +1166,96 @@ func _FulfillmentService_CheckAccess_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FulfillmentService_PlanRedrive_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PlanRedriveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).PlanRedrive(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_PlanRedrive_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).PlanRedrive(ctx, req.(*PlanRedriveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_StartRedrive_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartRedriveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).StartRedrive(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_StartRedrive_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).StartRedrive(ctx, req.(*StartRedriveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_GetRedrive_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRedriveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).GetRedrive(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_GetRedrive_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).GetRedrive(ctx, req.(*GetRedriveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_ListRedrives_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRedrivesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).ListRedrives(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_ListRedrives_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).ListRedrives(ctx, req.(*ListRedrivesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_CancelRedrive_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelRedriveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).CancelRedrive(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_CancelRedrive_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).CancelRedrive(ctx, req.(*CancelRedriveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // FulfillmentService_ServiceDesc is the grpc.ServiceDesc for FulfillmentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1148,6 +1350,26 @@ var FulfillmentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CheckAccess",
 			Handler:    _FulfillmentService_CheckAccess_Handler,
+		},
+		{
+			MethodName: "PlanRedrive",
+			Handler:    _FulfillmentService_PlanRedrive_Handler,
+		},
+		{
+			MethodName: "StartRedrive",
+			Handler:    _FulfillmentService_StartRedrive_Handler,
+		},
+		{
+			MethodName: "GetRedrive",
+			Handler:    _FulfillmentService_GetRedrive_Handler,
+		},
+		{
+			MethodName: "ListRedrives",
+			Handler:    _FulfillmentService_ListRedrives_Handler,
+		},
+		{
+			MethodName: "CancelRedrive",
+			Handler:    _FulfillmentService_CancelRedrive_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,194 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/fulfillplatform/fulfillment/config"
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+)
+
+// fakeStore keeps sessions and audit entries in memory.
+type fakeStore struct {
+	sessions map[string]fulfillment.ConsoleSession
+	audit    []fulfillment.ConsoleAuditEntry
+}
+
+func (f *fakeStore) ConsoleSessionInsert(_ context.Context, s fulfillment.ConsoleSession) error {
+	f.sessions[string(s.IDHash)] = s
+	return nil
+}
+
+func (f *fakeStore) ConsoleSessionGet(_ context.Context, h []byte) (fulfillment.ConsoleSession, error) {
+	s, ok := f.sessions[string(h)]
+	if !ok || time.Now().After(s.ExpiresAt) {
+		return s, fulfillment.ErrNotFound
+	}
+	return s, nil
+}
+
+func (f *fakeStore) ConsoleSessionDelete(_ context.Context, h []byte) error {
+	delete(f.sessions, string(h))
+	return nil
+}
+
+func (f *fakeStore) ConsoleAuditInsert(_ context.Context, e fulfillment.ConsoleAuditEntry) error {
+	f.audit = append(f.audit, e)
+	return nil
+}
+
+func (f *fakeStore) ConsoleAuditList(context.Context, fulfillment.ConsoleAuditFilter) ([]fulfillment.ConsoleAuditEntry, error) {
+	return f.audit, nil
+}
+
+const testToken = "tok-console-0123456789abcdef"
+
+func newTestConsole(t *testing.T) (*Console, *fakeStore) {
+	t.Helper()
+	st := &fakeStore{sessions: map[string]fulfillment.ConsoleSession{}}
+	c, err := New(Options{Store: st, Tokens: []config.Token{
+		{Name: "ops", Secret: testToken, Scopes: []string{config.ScopeAdmin}, Orgs: []string{"*"}},
+		{Name: "edge", Secret: "tok-edge-0123456789abcdef", Scopes: []string{config.ScopeIngest}, Orgs: []string{"*"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, st
+}
+
+// Sign-in: an unknown token is refused without echoing it, an ingest-only
+// token cannot sign in, a known one gets an HttpOnly, SameSite=Strict
+// cookie naming a stored session, never holding the token; every answer
+// carries the strict CSP.
+func TestSignIn(t *testing.T) {
+	t.Parallel()
+	c, st := newTestConsole(t)
+	post := func(token string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/console/login", strings.NewReader(url.Values{"token": {token}, "next": {"/console/orders"}}.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		w := httptest.NewRecorder()
+		c.ServeHTTP(w, r)
+		return w
+	}
+	w := post("tok-unknown-0123456789abcdef")
+	if w.Code != http.StatusUnauthorized || strings.Contains(w.Body.String(), "tok-unknown") {
+		t.Fatalf("unknown token: %d, body echoes it: %v", w.Code, strings.Contains(w.Body.String(), "tok-unknown"))
+	}
+	if csp := w.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") {
+		t.Fatalf("CSP: %q", csp)
+	}
+	if w := post("tok-edge-0123456789abcdef"); w.Code != http.StatusForbidden {
+		t.Fatalf("ingest-only token: %d, want 403", w.Code)
+	}
+	w = post(testToken)
+	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/console/orders" {
+		t.Fatalf("sign-in: %d to %q", w.Code, w.Header().Get("Location"))
+	}
+	ck := w.Result().Cookies()
+	if len(ck) != 1 || !ck[0].HttpOnly || ck[0].SameSite != http.SameSiteStrictMode || strings.Contains(ck[0].Value, testToken) {
+		t.Fatalf("cookie: %+v", ck)
+	}
+	if len(st.sessions) != 1 {
+		t.Fatalf("%d sessions stored", len(st.sessions))
+	}
+	for _, s := range st.sessions {
+		if s.TokenName != "ops" || strings.Contains(string(s.TokenPrint), testToken) {
+			t.Fatalf("session: %+v", s)
+		}
+	}
+
+	// A POST from another origin is refused even with the cookie.
+	r := httptest.NewRequest(http.MethodPost, "/console/logout", strings.NewReader("csrf=x"))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r.Header.Set("Origin", "https://evil.example")
+	r.AddCookie(ck[0])
+	w = httptest.NewRecorder()
+	c.ServeHTTP(w, r)
+	if w.Code != http.StatusForbidden || len(st.sessions) != 1 {
+		t.Fatalf("cross-origin sign-out: %d, %d sessions", w.Code, len(st.sessions))
+	}
+	// Without a session a page redirects to sign-in, keeping where it was.
+	w = httptest.NewRecorder()
+	c.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/console/orders?q=x", http.NoBody))
+	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/console/login?next=%2Fconsole%2Forders%3Fq%3Dx" {
+		t.Fatalf("signed out: %d to %q", w.Code, w.Header().Get("Location"))
+	}
+}
+
+func TestSafeNext(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ in, want string }{
+		{"/console/orders?q=1", "/console/orders?q=1"},
+		{"https://evil.example/console/", "/console/"},
+		{"//evil.example/", "/console/"},
+		{"/console/login", "/console/"},
+		{"/console/\\evil", "/console/"},
+		{"", "/console/"},
+	}
+	for _, c := range cases {
+		if got := safeNext(c.in); got != c.want {
+			t.Errorf("safeNext(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestWhy(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 12, 0, 0, 0, time.UTC)
+	line := int32(2)
+	paid := &fulfillmentv1.OrderHistory{
+		Events:          []*fulfillmentv1.OrderEvent{{EventId: "evt_1", Type: "payment.confirmed", Decision: "fulfilled"}},
+		PaymentAttempts: []*fulfillmentv1.PaymentAttempt{{State: "confirmed", Amount: "25.000000", Token: "USDT"}},
+	}
+	cases := []struct {
+		name  string
+		order *fulfillmentv1.Order
+		items []*fulfillmentv1.ReconciliationItem
+		dels  []*fulfillmentv1.OutboxMessage
+		want  string
+	}{
+		{"waiting for payment", &fulfillmentv1.Order{State: "pending_payment", History: &fulfillmentv1.OrderHistory{}}, nil, nil,
+			"waiting for payment: no confirmed payment yet"},
+		{"waiting for a delivery", &fulfillmentv1.Order{State: "fulfilling", History: paid}, nil,
+			[]*fulfillmentv1.OutboxMessage{{State: "pending", Required: true, LineNo: &line, DestinationId: "crm", Attempts: 3, LastStatus: 503,
+				NextAttemptTime: timestamppb.New(now.Add(4 * time.Minute))}},
+			"paid 25.000000 USDT by event evt_1; waiting for delivery of line 2 to crm: 3 attempts, last 503, next at 12:04:00"},
+		{"fulfilled with an open item", &fulfillmentv1.Order{State: "fulfilled", History: paid},
+			[]*fulfillmentv1.ReconciliationItem{{State: "open", Kind: "extra_payment"}, {State: "resolved", Kind: "overpayment"}}, nil,
+			"paid 25.000000 USDT by event evt_1; fulfilled: 0 entitlements, 0 ledger movements; 1 open reconciliation item(s): extra_payment"},
+		{"on hold", &fulfillmentv1.Order{State: "on_hold", History: &fulfillmentv1.OrderHistory{}},
+			[]*fulfillmentv1.ReconciliationItem{{State: "open", Kind: "amount_mismatch", Amount: "20", ExpectedAmount: "25", Token: "USDT"}}, nil,
+			"on hold for review: amount_mismatch — received 20, expected 25 USDT; 1 open reconciliation item(s): amount_mismatch"},
+	}
+	for _, c := range cases {
+		if got := why(c.order, c.items, c.dels, now); got != c.want {
+			t.Errorf("%s:\n got %q\nwant %q", c.name, got, c.want)
+		}
+	}
+}
+
+// Every page template parses and the vendored htmx is embedded under the
+// name the layout loads.
+func TestAssets(t *testing.T) {
+	t.Parallel()
+	c, _ := newTestConsole(t)
+	w := httptest.NewRecorder()
+	c.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/console/static/htmx-"+HTMXVersion+".min.js", http.NoBody))
+	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "htmx") {
+		t.Fatalf("htmx: %d", w.Code)
+	}
+	for _, p := range []string{"login", "error", "overview", "order", "orders", "events", "event", "outbox", "message",
+		"destinations", "recon", "item", "subscriptions", "subscription", "access", "audit", "redrive", "run"} {
+		if _, ok := c.pages.byName[p]; !ok {
+			t.Errorf("no template %s", p)
+		}
+	}
+}

@@ -1,0 +1,109 @@
+package console
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/fulfillplatform/fulfillment/config"
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+)
+
+type outboxView struct {
+	State, DestinationID, OrderID, OrgID string
+	Messages                             []*fulfillmentv1.OutboxMessage
+	Next                                 string
+	States                               []string
+}
+
+var messageStates = []string{"pending", "delivered", "failed", "uncertain"}
+
+// outbox lists outbox messages, newest first.
+func (c *Console) outbox(w http.ResponseWriter, r *http.Request, s *session) {
+	q := r.URL.Query()
+	v := outboxView{State: q.Get("state"), DestinationID: q.Get("destination_id"), OrderID: q.Get("order_id"), OrgID: q.Get("org_id"), States: messageStates}
+	if !s.Can(config.ScopeOutboxRead) {
+		c.fail(w, r, s, http.StatusForbidden, "Your token cannot read the outbox (it needs outbox:read).")
+		return
+	}
+	resp, err := c.api.ListOutboxMessages(s.call(r.Context()), &fulfillmentv1.ListOutboxMessagesRequest{
+		State: v.State, DestinationId: v.DestinationID, OrderId: v.OrderID, OrgId: v.OrgID,
+		PageSize: pageSize, PageToken: q.Get("page_token"),
+	})
+	if err != nil {
+		c.apiFail(w, r, s, err)
+		return
+	}
+	v.Messages = resp.GetMessages()
+	if t := resp.GetNextPageToken(); t != "" {
+		v.Next = link(Prefix+"outbox", "state", v.State, "destination_id", v.DestinationID, "order_id", v.OrderID, "org_id", v.OrgID, "page_token", t)
+	}
+	c.render(w, r, s, http.StatusOK, "outbox", "Outbox", v)
+}
+
+type messageView struct {
+	Message *fulfillmentv1.OutboxMessage
+	// Retryable: the API retries failed and uncertain messages.
+	Retryable bool
+}
+
+func (c *Console) message(w http.ResponseWriter, r *http.Request, s *session) {
+	resp, err := c.api.GetOutboxMessage(s.call(r.Context()), &fulfillmentv1.GetOutboxMessageRequest{MessageId: r.PathValue("id")})
+	if err != nil {
+		c.apiFail(w, r, s, err)
+		return
+	}
+	m := resp.GetMessage()
+	c.render(w, r, s, http.StatusOK, "message", "Message "+m.GetId(),
+		messageView{Message: m, Retryable: m.GetState() == "failed" || m.GetState() == "uncertain"})
+}
+
+func (c *Console) retryMessage(w http.ResponseWriter, r *http.Request, s *session) {
+	id := r.PathValue("id")
+	resp, err := c.api.RetryOutboxMessage(s.call(r.Context()), &fulfillmentv1.RetryOutboxMessageRequest{MessageId: id})
+	c.record(r.Context(), s.Name(), resp.GetMessage().GetOrgId(), "outbox.retry", "outbox_message", id, outcome(err), "")
+	if err != nil {
+		c.apiFail(w, r, s, err)
+		return
+	}
+	done(w, r, Prefix+"outbox/"+id, "retried")
+}
+
+type destinationsView struct {
+	Destinations []*fulfillmentv1.Destination
+}
+
+// destinations lists the configured destinations and their state (admin).
+func (c *Console) destinations(w http.ResponseWriter, r *http.Request, s *session) {
+	if !s.Admin() {
+		c.fail(w, r, s, http.StatusForbidden, "Destinations are shown to admin tokens only.")
+		return
+	}
+	resp, err := c.api.ListDestinations(s.call(r.Context()), &fulfillmentv1.ListDestinationsRequest{})
+	if err != nil {
+		c.apiFail(w, r, s, err)
+		return
+	}
+	c.render(w, r, s, http.StatusOK, "destinations", "Destinations", destinationsView{Destinations: resp.GetDestinations()})
+}
+
+func (c *Console) disableDestination(w http.ResponseWriter, r *http.Request, s *session) {
+	id, reason := r.PathValue("id"), strings.TrimSpace(r.PostForm.Get("reason"))
+	_, err := c.api.DisableDestination(s.call(r.Context()), &fulfillmentv1.DisableDestinationRequest{DestinationId: id, Reason: reason})
+	c.record(r.Context(), s.Name(), "", "destination.disable", "destination", id, outcome(err), reason)
+	if err != nil {
+		c.apiFail(w, r, s, err)
+		return
+	}
+	done(w, r, Prefix+"destinations", "disabled")
+}
+
+func (c *Console) enableDestination(w http.ResponseWriter, r *http.Request, s *session) {
+	id := r.PathValue("id")
+	_, err := c.api.EnableDestination(s.call(r.Context()), &fulfillmentv1.EnableDestinationRequest{DestinationId: id})
+	c.record(r.Context(), s.Name(), "", "destination.enable", "destination", id, outcome(err), "")
+	if err != nil {
+		c.apiFail(w, r, s, err)
+		return
+	}
+	done(w, r, Prefix+"destinations", "enabled")
+}

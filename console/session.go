@@ -1,0 +1,299 @@
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/fulfillplatform/fulfillment/config"
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+// cookieName names the session cookie. Under TLS it is "__Host-" prefixed,
+// which browsers accept only with Secure and Path=/.
+const (
+	cookieName    = "fulfillment_console"
+	hostCookie    = "__Host-fulfillment_console"
+	csrfFormField = "csrf"
+)
+
+// session is a signed-in operator: the stored session and the configured
+// token it names.
+type session struct {
+	fulfillment.ConsoleSession
+	token config.Token
+}
+
+// Can reports whether the session's token holds scope.
+func (s *session) Can(scope string) bool { return s.token.HasScope(scope) }
+
+// Admin reports whether the session's token holds admin.
+func (s *session) Admin() bool { return s.token.HasScope(config.ScopeAdmin) }
+
+// Name is the token's name: who the session is.
+func (s *session) Name() string { return s.TokenName }
+
+// Orgs lists the orgs the session may see; nil means all.
+func (s *session) Orgs() []string {
+	if s.token.AllOrgsAllowed() {
+		return nil
+	}
+	return s.token.Orgs
+}
+
+// handlerFunc is a page of a signed-in session.
+type handlerFunc func(http.ResponseWriter, *http.Request, *session)
+
+// authed requires a live session: without one a page is sent to sign in
+// (htmx is told to load the sign-in page as a whole), a state-changing
+// request is refused. A POST must carry the session's CSRF token and come
+// from the console's own origin.
+func (c *Console) authed(h handlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s, err := c.sessionOf(r)
+		if err != nil {
+			if !errors.Is(err, errNoSession) {
+				c.log.WarnContext(r.Context(), "console: reading session", "error", err)
+				c.fail(w, r, nil, http.StatusServiceUnavailable, "The console cannot read sessions right now; try again shortly.")
+				return
+			}
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				c.fail(w, r, nil, http.StatusUnauthorized, "Your session has ended: sign in again.")
+				return
+			}
+			target := Prefix + "login?next=" + url.QueryEscape(r.URL.RequestURI())
+			if r.Header.Get("HX-Request") != "" {
+				w.Header().Set("HX-Redirect", target)
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+			http.Redirect(w, r, target, http.StatusSeeOther)
+			return
+		}
+		if r.Method == http.MethodPost {
+			if !sameOrigin(r) {
+				c.fail(w, r, s, http.StatusForbidden, "This request did not come from the console's own pages.")
+				return
+			}
+			if err := r.ParseForm(); err != nil {
+				c.fail(w, r, s, http.StatusRequestEntityTooLarge, "The form could not be read (too large or malformed).")
+				return
+			}
+			got := r.PostForm.Get(csrfFormField)
+			if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(s.CSRFToken)) != 1 {
+				c.fail(w, r, s, http.StatusForbidden, "The form's security token is missing or stale: reload the page and try again.")
+				return
+			}
+		}
+		h(w, r, s)
+	}
+}
+
+var errNoSession = errors.New("no live session")
+
+// sessionOf returns the request's live session: the cookie names a stored,
+// unexpired session whose token is still configured with the same value.
+func (c *Console) sessionOf(r *http.Request) (*session, error) {
+	ck, err := r.Cookie(hostCookie)
+	if err != nil {
+		if ck, err = r.Cookie(cookieName); err != nil {
+			return nil, errNoSession
+		}
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(ck.Value)
+	if err != nil || len(raw) != sessionIDBytes {
+		return nil, errNoSession
+	}
+	h := sha256.Sum256(raw)
+	cs, err := c.store.ConsoleSessionGet(r.Context(), h[:])
+	switch {
+	case errors.Is(err, fulfillment.ErrNotFound):
+		return nil, errNoSession
+	case err != nil:
+		return nil, err
+	}
+	tok, ok := c.byName[cs.TokenName]
+	if !ok || subtle.ConstantTimeCompare(tokenPrint(tok.Secret), cs.TokenPrint) != 1 {
+		return nil, errNoSession // removed from the configuration, or rotated
+	}
+	return &session{ConsoleSession: cs, token: tok}, nil
+}
+
+const sessionIDBytes = 32
+
+// tokenPrint is a one-way fingerprint of a token's value, so that a
+// session ends when its token is rotated under the same name.
+func tokenPrint(secret string) []byte {
+	h := sha256.Sum256([]byte("fulfillment-console-token-print\x00" + secret))
+	return h[:16]
+}
+
+func randomString(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+type loginView struct {
+	Next  string
+	Error string
+}
+
+func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
+	if s, err := c.sessionOf(r); err == nil && s != nil {
+		http.Redirect(w, r, safeNext(r.URL.Query().Get("next")), http.StatusSeeOther)
+		return
+	}
+	c.render(w, r, nil, http.StatusOK, "login", "Sign in", loginView{Next: safeNext(r.URL.Query().Get("next"))})
+}
+
+// login exchanges an API token for a session. The token is compared by its
+// hash and never stored, logged or echoed.
+func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	if !sameOrigin(r) {
+		c.fail(w, r, nil, http.StatusForbidden, "This request did not come from the console's own pages.")
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		c.fail(w, r, nil, http.StatusRequestEntityTooLarge, "The form could not be read (too large or malformed).")
+		return
+	}
+	next := safeNext(r.PostForm.Get("next"))
+	secret := strings.TrimSpace(r.PostForm.Get("token"))
+	tok, ok := c.tokens[sha256.Sum256([]byte(secret))]
+	if secret == "" || !ok {
+		c.render(w, r, nil, http.StatusUnauthorized, "login", "Sign in", loginView{Next: next, Error: "That token is not one of the service's API tokens."})
+		return
+	}
+	if !canSignIn(tok) {
+		c.record(r.Context(), tok.Name, "", "session.sign_in", "token", tok.Name, "PermissionDenied", "no console scope")
+		c.render(w, r, nil, http.StatusForbidden, "login", "Sign in", loginView{Next: next, Error: "This token holds no scope the console can use (it needs a read scope or admin)."})
+		return
+	}
+	id := make([]byte, sessionIDBytes)
+	_, _ = rand.Read(id)
+	h := sha256.Sum256(id)
+	now := c.now()
+	cs := fulfillment.ConsoleSession{
+		IDHash: h[:], TokenName: tok.Name, TokenPrint: tokenPrint(tok.Secret),
+		CSRFToken: randomString(32), CreatedAt: now, ExpiresAt: now.Add(c.ttl),
+	}
+	if err := c.store.ConsoleSessionInsert(r.Context(), cs); err != nil {
+		c.log.WarnContext(r.Context(), "console: storing session", "error", err)
+		c.fail(w, r, nil, http.StatusServiceUnavailable, "The console cannot store sessions right now; try again shortly.")
+		return
+	}
+	c.record(r.Context(), tok.Name, "", "session.sign_in", "token", tok.Name, "ok", "")
+	http.SetCookie(w, sessionCookie(r, base64.RawURLEncoding.EncodeToString(id), cs.ExpiresAt))
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (c *Console) logout(w http.ResponseWriter, r *http.Request, s *session) {
+	if err := c.store.ConsoleSessionDelete(r.Context(), s.IDHash); err != nil {
+		c.log.WarnContext(r.Context(), "console: ending session", "error", err)
+		c.fail(w, r, s, http.StatusServiceUnavailable, "The session could not be ended right now; try again shortly.")
+		return
+	}
+	c.record(r.Context(), s.Name(), "", "session.sign_out", "token", s.Name(), "ok", "")
+	ck := sessionCookie(r, "", time.Unix(0, 0))
+	ck.MaxAge = -1
+	http.SetCookie(w, ck)
+	http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
+}
+
+// sessionCookie names the session: HttpOnly, SameSite=Strict, and under
+// TLS Secure with the __Host- prefix.
+func sessionCookie(r *http.Request, value string, expires time.Time) *http.Cookie {
+	ck := &http.Cookie{Name: cookieName, Value: value, Path: Prefix, Expires: expires,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode}
+	if r.TLS != nil {
+		ck.Name, ck.Path, ck.Secure = hostCookie, "/", true
+	}
+	return ck
+}
+
+// canSignIn reports whether the token can read anything the console shows.
+func canSignIn(t config.Token) bool {
+	for _, s := range []string{config.ScopeAdmin, config.ScopeOrdersRead, config.ScopeReconciliationRead, config.ScopeOutboxRead} {
+		if t.HasScope(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// safeNext keeps a post-sign-in target inside the console.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, Prefix) || strings.HasPrefix(next, Prefix+"login") || strings.ContainsAny(next, "\\\r\n") {
+		return Prefix
+	}
+	return next
+}
+
+// sameOrigin reports whether a state-changing request came from the
+// console's origin: the browser's Sec-Fetch-Site or Origin, when sent,
+// must say so (both are set by browsers, not by pages).
+func sameOrigin(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		return false
+	}
+	if o := r.Header.Get("Origin"); o != "" && o != "null" {
+		u, err := url.Parse(o)
+		if err != nil || u.Host != r.Host {
+			return false
+		}
+	}
+	return true
+}
+
+// call returns a context carrying the session's token as the bearer of
+// in-process API calls.
+func (s *session) call(ctx context.Context) context.Context {
+	md := metadata.Pairs("authorization", "Bearer "+s.token.Secret)
+	if id := requestID(ctx); id != "" {
+		md.Set("x-request-id", id)
+	}
+	return metadata.NewOutgoingContext(ctx, md)
+}
+
+type requestIDKey struct{}
+
+func requestID(ctx context.Context) string {
+	v, _ := ctx.Value(requestIDKey{}).(string)
+	return v
+}
+
+// record writes one audit entry; a failure to write it is logged, and the
+// action it records has already happened.
+func (c *Console) record(ctx context.Context, actor, org, action, kind, id, outcome, detail string) {
+	e := fulfillment.ConsoleAuditEntry{Actor: actor, Action: action, TargetKind: kind, TargetID: id, OrgID: org,
+		Outcome: outcome, Detail: truncate(detail, 500)}
+	if err := c.store.ConsoleAuditInsert(context.WithoutCancel(ctx), e); err != nil {
+		c.log.WarnContext(ctx, "console: recording an action in the audit log", "action", action, "error", err)
+	}
+}
+
+// outcome names how an API call ended, for the audit log.
+func outcome(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return status.Code(err).String()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,133 @@
+package storage_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+// failedMessages stores n failed messages to crm of org_a, and returns
+// their ids, oldest first.
+func failedMessages(t *testing.T, conn *pgx.Conn, n int) []int64 {
+	t.Helper()
+	var ids []int64
+	for i := range n {
+		var id int64
+		if err := conn.QueryRow(context.Background(), `INSERT INTO outbox_messages
+			(destination_id, topic, idempotency_key, org_id, environment, required, payload, state, attempts, last_error)
+			VALUES ('crm', 'order.fulfilled', $1, 'org_a', 'live', false, '{}', 'failed', 3, 'HTTP 503')
+			RETURNING id`, "redrive-"+strconv.Itoa(i)).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// A run applies its items in batches, skips an item no longer failed,
+// and stops when cancelled: the items not applied stay as they were.
+func TestRedriveBatchesSkipAndCancel(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	ids := failedMessages(t, conn, 5)
+	f := fulfillment.RedriveFilter{Target: fulfillment.RedriveOutbox, OrgID: "org_a", State: "failed", DestinationID: "crm"}
+	plan, err := s.RedrivePlan(ctx, f)
+	if err != nil || plan.Matched != 5 || len(plan.Sample) != 5 || plan.Sample[0].ID != ids[0] {
+		t.Fatalf("plan: %+v, %v", plan, err)
+	}
+	run, err := s.RedriveStart(ctx, f, "admin", "test")
+	if err != nil || run.Total != 5 || run.State != fulfillment.RedriveRunning {
+		t.Fatalf("start: %+v, %v", run, err)
+	}
+	// The oldest item is delivered meanwhile (by an earlier retry): skipped.
+	if _, err := conn.Exec(ctx, `UPDATE outbox_messages SET state = 'delivered' WHERE id = $1`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if found, err := s.RedriveStep(ctx, 2); !found || err != nil {
+		t.Fatalf("step: %v, %v", found, err)
+	}
+	run, err = s.RedriveGet(ctx, run.ID)
+	if err != nil || run.Applied != 1 || run.Skipped != 1 || run.State != fulfillment.RedriveRunning {
+		t.Fatalf("after one batch: %+v, %v", run, err)
+	}
+	if run, err = s.RedriveCancel(ctx, run.ID, "admin"); err != nil || run.State != fulfillment.RedriveCancelled || run.CancelledBy != "admin" {
+		t.Fatalf("cancel: %+v, %v", run, err)
+	}
+	if found, err := s.RedriveStep(ctx, 2); found || err != nil {
+		t.Fatalf("a step after the cancel found a run: %v, %v", found, err)
+	}
+	var pending, failed int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed')
+		FROM outbox_messages`).Scan(&pending, &failed); err != nil {
+		t.Fatal(err)
+	}
+	if pending != 1 || failed != 3 {
+		t.Fatalf("after the cancel: %d pending, %d failed; want 1 retried, 3 left failed", pending, failed)
+	}
+	if _, err := s.RedriveCancel(ctx, run.ID, "admin"); !errors.Is(err, fulfillment.ErrFailedPrecondition) {
+		t.Fatalf("cancelling twice: %v, want ErrFailedPrecondition", err)
+	}
+	// The org may start another run now; it records the 3 still failed.
+	run2, err := s.RedriveStart(ctx, f, "admin", "")
+	if err != nil || run2.Total != 3 {
+		t.Fatalf("second run: %+v, %v", run2, err)
+	}
+	for {
+		found, err := s.RedriveStep(ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !found {
+			break
+		}
+	}
+	if run2, err = s.RedriveGet(ctx, run2.ID); err != nil || run2.State != fulfillment.RedriveDone || run2.Applied != 3 || run2.FinishedAt.IsZero() {
+		t.Fatalf("second run: %+v, %v", run2, err)
+	}
+}
+
+// Two runs started at once for one org: one starts, the other is refused
+// by the database, and each item is recorded once.
+func TestRedriveConcurrentStartsOneRun(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	failedMessages(t, conn, 20)
+	f := fulfillment.RedriveFilter{Target: fulfillment.RedriveOutbox, OrgID: "org_a", State: "failed"}
+	const n = 8
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			_, errs[i] = s.RedriveStart(ctx, f, "admin", "")
+		})
+	}
+	close(start)
+	wg.Wait()
+	var ok int
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case !errors.Is(err, fulfillment.ErrFailedPrecondition):
+			t.Errorf("a refused start: %v, want ErrFailedPrecondition", err)
+		}
+	}
+	var runs, items, distinct int
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM redrive_runs), count(*), count(DISTINCT item_id) FROM redrive_items`).
+		Scan(&runs, &items, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if ok != 1 || runs != 1 || items != 20 || distinct != 20 {
+		t.Fatalf("%d starts succeeded, %d runs, %d items (%d distinct); want 1, 1, 20, 20", ok, runs, items, distinct)
+	}
+}
