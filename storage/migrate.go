@@ -91,3 +91,37 @@ func newMigrator(ctx context.Context, conn *pgx.Conn) (*migrate.Migrator, error)
 	}
 	return m, nil
 }
+
+// MigrationStatus is what MigrationStatusOf found: the applied version, and
+// the embedded migrations not applied yet, by file name.
+type MigrationStatus struct {
+	Applied int32
+	Latest  int32
+	Pending []string
+}
+
+// MigrationStatusOf reads which migrations the database at url has applied,
+// without taking the migrations' lock and without changing anything.
+func MigrationStatusOf(ctx context.Context, url string) (MigrationStatus, error) {
+	var st MigrationStatus
+	files, err := fs.Glob(Migrations(), "*.sql")
+	if err != nil {
+		return st, fmt.Errorf("listing migrations: %w", err)
+	}
+	st.Latest = int32(len(files))
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return st, fmt.Errorf("connecting: %w", interpret(err))
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	err = conn.QueryRow(ctx, "SELECT version FROM "+versionTable, pgx.QueryExecModeSimpleProtocol).Scan(&st.Applied)
+	if err != nil && sqlstateOf(err) != sqlstateUndefinedTable {
+		return st, fmt.Errorf("reading schema version: %w", interpret(err))
+	}
+	for i, f := range files {
+		if int32(i) >= st.Applied {
+			st.Pending = append(st.Pending, f)
+		}
+	}
+	return st, nil
+}

@@ -92,6 +92,54 @@ func newRootCmd() *cobra.Command {
 			return nil
 		},
 	}
+	migrateCmd.AddCommand(&cobra.Command{
+		Use:   "status",
+		Short: "Say which migrations the database has applied and which are pending; change nothing",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := load()
+			if err != nil {
+				return err
+			}
+			if cfg.Database.URL == "" {
+				return app.ErrNoDatabase
+			}
+			st, err := storage.MigrationStatusOf(cmd.Context(), app.SessionURL(cfg))
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if len(st.Pending) == 0 {
+				_, _ = fmt.Fprintf(out, "schema at version %d of %d: current\n", st.Applied, st.Latest)
+				return nil
+			}
+			_, _ = fmt.Fprintf(out, "schema at version %d of %d: %d pending (fulfillmentd migrate applies them):\n",
+				st.Applied, st.Latest, len(st.Pending))
+			for _, f := range st.Pending {
+				_, _ = fmt.Fprintln(out, "  "+f)
+			}
+			return nil
+		},
+	})
+	configCmd := &cobra.Command{Use: "config", Short: "Work with the configuration"}
+	configCmd.AddCommand(&cobra.Command{
+		Use:   "check",
+		Short: "Load and validate the configuration (file, environment, secrets) and exit; connect to nothing",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := load()
+			if err != nil {
+				return err
+			}
+			db := "set"
+			if cfg.Database.URL == "" {
+				db = "not set (" + app.ErrNoDatabase.Error() + ")"
+			}
+			_, _ = fmt.Fprintf(cmd.OutOrStdout(), "configuration valid: %d endpoints, %d tokens, %d destinations, %d plans; database URL %s\n",
+				len(cfg.Endpoints), len(cfg.Auth.Tokens), len(cfg.Destinations), len(cfg.Plans), db)
+			return nil
+		},
+	})
 	ingestCmd := &cobra.Command{
 		Use:   "ingest",
 		Short: "Serve only the webhook gateway, forwarding to a remote FulfillmentService",
@@ -104,7 +152,7 @@ func newRootCmd() *cobra.Command {
 			return runIngest(cmd.Context(), cfg, newLogger(cfg.Log))
 		},
 	}
-	root.AddCommand(serve, migrateCmd, ingestCmd)
+	root.AddCommand(serve, migrateCmd, configCmd, ingestCmd)
 	return root
 }
 
