@@ -2,9 +2,9 @@ package e2e_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,7 +30,8 @@ func TestDatabaseOutage(t *testing.T) {
 	cfg.Database.Migrate = true
 	// This test checks what the service does while it runs, not how it
 	// stops.
-	a := runApp(t, cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), true)
+	sink := &logSink{}
+	a := runApp(t, cfg, slog.New(slog.NewJSONHandler(sink, nil)), true)
 	s := &stack{ingestURL: "http://" + a.IngestAddr()}
 
 	s.sendOK(t, event(yolfi.TypeInvoiceCreated, "outage-0", "inv_o0"))
@@ -50,6 +51,22 @@ func TestDatabaseOutage(t *testing.T) {
 		}
 	}
 
+	time.Sleep(2 * time.Second) // the queues, listeners and liveness retry meanwhile
+	// The outage is told once, plainly; the parts that ran into it say
+	// nothing of their own at WARN.
+	outage := sink.lines()
+	var said []string
+	for _, l := range outage {
+		if strings.Contains(l, `"msg":"database unreachable`) {
+			said = append(said, l)
+		} else if strings.Contains(l, `"level":"WARN"`) {
+			t.Errorf("during the outage, a warning besides the one line: %s", l)
+		}
+	}
+	if len(said) != 1 || !strings.Contains(said[0], `"level":"ERROR"`) {
+		t.Errorf("lines saying the database is unreachable: %q; want one, at ERROR", said)
+	}
+
 	if err := cluster.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -66,4 +83,12 @@ func TestDatabaseOutage(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("recovered %v after the database returned", time.Since(back).Round(time.Millisecond))
+	waitFor(t, "the log saying the database answers again", func() bool {
+		for _, l := range sink.lines() {
+			if strings.Contains(l, `"msg":"database reachable again"`) {
+				return true
+			}
+		}
+		return false
+	})
 }

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 )
 
@@ -42,12 +43,17 @@ type Readiness interface {
 // health service follows it. Webhooks are acknowledged whatever it says.
 func (s *Server) readiness(ctx context.Context) (code int, body map[string]any) {
 	if err := s.store.Ping(ctx); err != nil {
-		s.log.WarnContext(ctx, "not ready: database unreachable", "error", err)
+		// The store says once that the database is unreachable.
+		s.log.DebugContext(ctx, "not ready: database unreachable", "error", err)
 		return http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "database unreachable"}
 	}
 	applied, latest, err := s.store.SchemaVersion(ctx)
 	if err != nil {
-		s.log.WarnContext(ctx, "not ready: reading schema version", "error", err)
+		if errors.Is(err, fulfillment.ErrUnavailable) {
+			s.log.DebugContext(ctx, "not ready: reading schema version", "error", err)
+		} else {
+			s.log.WarnContext(ctx, "not ready: reading schema version", "error", err)
+		}
 		return http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "schema version unknown"}
 	}
 	if applied != latest {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -167,7 +168,11 @@ func (s *Service) redriveLoop(ctx context.Context) error {
 		for ctx.Err() == nil {
 			found, err := s.redrive.RedriveStep(ctx, redriveBatch)
 			if err != nil {
-				if ctx.Err() == nil {
+				switch {
+				case ctx.Err() != nil:
+				case errors.Is(err, fulfillment.ErrUnavailable):
+					s.log.DebugContext(ctx, "re-drive: applying a batch", "error", err) // the store says so, once
+				default:
 					s.log.WarnContext(ctx, "re-drive: applying a batch", "error", err)
 				}
 				break

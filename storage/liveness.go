@@ -109,10 +109,15 @@ func (l *Liveness) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if held {
+		switch {
+		case held && l.store.unreachable(err):
+			delay = minDelay
+			l.log.Info("queue liveness lost with the database: claims of this process are free to other replicas; taking a new owner", "error", err)
+		case held:
 			delay = minDelay
 			l.log.Warn("queue liveness lost: claims of this process are free to other replicas; taking a new owner", "error", err)
-		} else {
+		case l.store.unreachable(err):
+		default:
 			l.log.Warn("taking queue liveness; workers wait until it is held", "error", err)
 		}
 		select {

@@ -100,7 +100,9 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	metrics, err := c.read()
 	ch <- prometheus.MustNewConstMetric(descScrapeDuration, prometheus.GaugeValue, time.Since(start).Seconds())
 	if err != nil {
-		c.log.Warn("metrics: could not read the database's gauges", "error", err)
+		if !c.s.unreachable(err) {
+			c.log.Warn("metrics: could not read the database's gauges", "error", err)
+		}
 		ch <- prometheus.MustNewConstMetric(descScrapeOK, prometheus.GaugeValue, 0)
 		return
 	}

@@ -191,7 +191,9 @@ func (s *Store) claim(ctx context.Context, t *leasedTable, owner string, limit i
 	rows, _ := s.leasePool.Query(ctx, t.claimSQL, args...)
 	claimed, err := pgx.CollectRows(rows, pgx.RowToStructByPos[fulfillment.Claim])
 	if err != nil {
-		return nil, fmt.Errorf("claiming %ss: %w", t.noun, interpret(err))
+		err = interpret(err)
+		s.unreachable(err)
+		return nil, fmt.Errorf("claiming %ss: %w", t.noun, err)
 	}
 	return claimed, nil
 }
@@ -230,7 +232,9 @@ func (s *Store) release(ctx context.Context, t *leasedTable, owner string, parti
 func (s *Store) reclaim(ctx context.Context, t *leasedTable) (int, error) {
 	tag, err := s.leasePool.Exec(ctx, t.reclaimSQL)
 	if err != nil {
-		return 0, fmt.Errorf("reclaiming %ss: %w", t.noun, interpret(err))
+		err = interpret(err)
+		s.unreachable(err)
+		return 0, fmt.Errorf("reclaiming %ss: %w", t.noun, err)
 	}
 	return int(tag.RowsAffected()), nil
 }

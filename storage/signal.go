@@ -64,7 +64,8 @@ func (q *queueSignal) run(ctx context.Context) {
 		case <-q.pending:
 		}
 		nctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if _, err := q.store.pool.Exec(nctx, "SELECT pg_notify($1, $2)", q.channel, q.sender); err != nil && ctx.Err() == nil {
+		if _, err := q.store.pool.Exec(nctx, "SELECT pg_notify($1, $2)", q.channel, q.sender); err != nil && ctx.Err() == nil &&
+			!q.store.unreachable(interpret(err)) {
 			q.store.log.Warn("notifying other replicas", "channel", q.channel, "error", err) // they poll meanwhile
 		}
 		cancel()
@@ -101,7 +102,7 @@ func (q *queueSignal) follow() {
 		if ctx.Err() != nil {
 			return
 		}
-		if !errors.Is(err, context.Canceled) {
+		if !errors.Is(err, context.Canceled) && !q.store.unreachable(err) {
 			q.store.log.Warn("listener lost its connection; polling until it is back", "channel", q.channel, "error", err)
 		}
 		select {

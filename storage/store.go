@@ -32,7 +32,9 @@ type Store struct {
 	// sessions and PostgreSQL (the same probe when they share a URL).
 	sessionCfg              *pgx.ConnConfig
 	poolProbe, sessionProbe *poolingProbe
-	inserter                *inserter
+	// reach says when the database is unreachable, once.
+	reach    reachability
+	inserter *inserter
 
 	// inboxSignal, outboxSignal and feedSignal wake the processors of the
 	// inbox and the outbox, and the readers of the order event feed.
@@ -120,6 +122,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	}
 	s := &Store{log: log, subscriptions: o.Subscriptions, pollAfter: o.StatusPollAfter, plans: o.Plans,
 		sessionCfg: sessionCfg}
+	s.reach.s = s
 	s.poolProbe = newPoolingProbe(cfg.ConnConfig.Copy())
 	s.sessionProbe = s.poolProbe
 	if o.SessionURL != "" {
@@ -169,7 +172,9 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 func (s *Store) checkSessions(ctx context.Context) error {
 	p, err := s.sessionProbe.pooling(ctx)
 	if err != nil {
-		s.log.Warn("database: could not probe for a pooler yet; probing again on first use", "error", err)
+		// Told once the store runs (see unreachable); probed again on
+		// first use.
+		s.log.Debug("database: could not probe for a pooler yet", "error", err)
 		return nil
 	}
 	if p == PoolingTransaction {
@@ -235,7 +240,9 @@ func (s *Store) Close() {
 
 // Ping checks the database answers.
 func (s *Store) Ping(ctx context.Context) error {
-	return interpret(s.pool.Ping(ctx))
+	err := interpret(s.pool.Ping(ctx))
+	s.unreachable(err)
+	return err
 }
 
 // withTx runs fn in one transaction: committed when fn returns nil, rolled

@@ -242,7 +242,11 @@ func (q *Queue) claimAndProcess(ctx context.Context, owner string, changed <-cha
 	q.hold(claims)
 	defer q.done(claims)
 	if err != nil {
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, fulfillment.ErrUnavailable):
+			q.log.Debug("claiming", "error", err) // the store says the database is unreachable, once
+		default:
 			q.log.Warn("claiming", "error", err)
 		}
 		return 0
@@ -321,6 +325,8 @@ func (q *Queue) process(ctx context.Context, owner string, claims []Claim) {
 	switch {
 	case errors.Is(rerr, fulfillment.ErrLeaseLost):
 		q.log.Info("claim taken over by another worker", "id", c.ID)
+	case rerr != nil && errors.Is(rerr, fulfillment.ErrUnavailable):
+		q.log.Debug("recording failed attempt", "id", c.ID, "error", rerr) // the store says the database is unreachable, once
 	case rerr != nil:
 		q.log.Warn("recording failed attempt", "id", c.ID, "error", rerr)
 	case later && failed:
@@ -329,6 +335,8 @@ func (q *Queue) process(ctx context.Context, owner string, claims []Claim) {
 		q.log.Debug("to be tried again", "id", c.ID, "attempt", c.Attempts, "retry_at", next, "why", err)
 	case failed:
 		q.log.Error("failed past its retry budget", "id", c.ID, "attempts", c.Attempts, "error", err)
+	case errors.Is(err, fulfillment.ErrUnavailable):
+		q.log.Debug("processing failed; will retry", "id", c.ID, "attempt", c.Attempts, "retry_at", next, "error", err)
 	default:
 		q.log.Warn("processing failed; will retry", "id", c.ID, "attempt", c.Attempts, "retry_at", next, "error", err)
 	}
@@ -342,6 +350,8 @@ func (q *Queue) reclaim(ctx context.Context) {
 	for {
 		n, err := q.table.Reclaim(ctx)
 		switch {
+		case err != nil && ctx.Err() == nil && errors.Is(err, fulfillment.ErrUnavailable):
+			q.log.Debug("reclaiming the claims of owners that are no longer live", "error", err)
 		case err != nil && ctx.Err() == nil:
 			q.log.Warn("reclaiming the claims of owners that are no longer live", "error", err)
 		case n > 0:
