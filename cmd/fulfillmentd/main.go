@@ -73,19 +73,27 @@ func newRootCmd() *cobra.Command {
 	}
 	serve.Flags().BoolVar(&migrate, "migrate", false, "apply pending migrations before serving (default: database.migrate)")
 
+	// loadSessionURL is the URL migrations run on (see app.SessionURL).
+	loadSessionURL := func() (string, error) {
+		cfg, err := load()
+		if err != nil {
+			return "", err
+		}
+		if cfg.Database.URL == "" {
+			return "", app.ErrNoDatabase
+		}
+		return app.SessionURL(cfg), nil
+	}
 	migrateCmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply pending database migrations and exit",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := load()
+			sessionURL, err := loadSessionURL()
 			if err != nil {
 				return err
 			}
-			if cfg.Database.URL == "" {
-				return app.ErrNoDatabase
-			}
-			if err := storage.Migrate(cmd.Context(), app.SessionURL(cfg)); err != nil {
+			if err := storage.Migrate(cmd.Context(), sessionURL); err != nil {
 				return app.PoolerError(err)
 			}
 			_, _ = fmt.Fprintln(cmd.OutOrStdout(), "migrations applied")
@@ -97,14 +105,11 @@ func newRootCmd() *cobra.Command {
 		Short: "Say which migrations the database has applied and which are pending; change nothing",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := load()
+			sessionURL, err := loadSessionURL()
 			if err != nil {
 				return err
 			}
-			if cfg.Database.URL == "" {
-				return app.ErrNoDatabase
-			}
-			st, err := storage.MigrationStatusOf(cmd.Context(), app.SessionURL(cfg))
+			st, err := storage.MigrationStatusOf(cmd.Context(), sessionURL)
 			if err != nil {
 				return err
 			}
