@@ -176,8 +176,8 @@ retried or no_action), a note saying what was done, and optionally
 --actor-detail (your name, a ticket). The resolver recorded is the token's
 name. The item and its evidence are kept. An item resolved already is
 FAILED_PRECONDITION naming when and by whom, and keeps its first
-resolution. Needs the reconciliation:write scope. The README's
-Reconciliation section says which resolution fits each kind.`,
+resolution. Needs the reconciliation:write scope. docs/reconciliation.md
+says which resolution fits each kind.`,
 		Example: `  fulfillctl recon get 42      # look first
   fulfillctl recon resolve 42 --resolution refunded --note "refunded the second payment at Yolfi" \
     --actor-detail "Dana, ticket 4411"`,
