@@ -192,3 +192,41 @@ func TestAssets(t *testing.T) {
 		}
 	}
 }
+
+func TestActivityCharts(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	resp := &fulfillmentv1.GetActivityResponse{}
+	for i, n := range []int64{0, 4, 1, 0} {
+		resp.Minutes = append(resp.Minutes, &fulfillmentv1.ActivityMinute{
+			StartTime: timestamppb.New(start.Add(time.Duration(i) * time.Minute)), EventsReceived: n, OrdersFulfilled: n / 4,
+		})
+	}
+	charts := activityCharts(resp)
+	if len(charts) != 3 {
+		t.Fatalf("%d charts, want 3", len(charts))
+	}
+	ev := charts[0]
+	if ev.Total != 5 || ev.Peak != 4 || len(ev.Bars) != 4 || ev.From != "12:00" || ev.To != "12:03" {
+		t.Fatalf("events chart = %+v", ev)
+	}
+	// The peak fills the height, a small count still shows, none is empty.
+	if b := ev.Bars[1]; b.H != chartHeight || b.Y != 0 || b.Title != "12:01 UTC: 4" {
+		t.Errorf("peak bar = %+v", b)
+	}
+	if b := ev.Bars[2]; b.H != chartHeight/4 || b.Y != chartHeight-chartHeight/4 {
+		t.Errorf("a quarter bar = %+v", b)
+	}
+	if b := ev.Bars[0]; b.H != 0 || b.Y != chartHeight {
+		t.Errorf("an empty minute = %+v", b)
+	}
+	if ev.Bars[3].X != 3*(chartBarWidth+chartBarGap) {
+		t.Errorf("bar 3 at x = %d", ev.Bars[3].X)
+	}
+	if got := charts[2]; got.Total != 0 || got.Peak != 0 || got.Bars[1].H != 0 {
+		t.Errorf("an idle series = %+v", got)
+	}
+	if s := ev.Summary(); s != "Events received per minute, 12:00 to 12:03 UTC: 5 in all, at most 4 in a minute" {
+		t.Errorf("summary = %q", s)
+	}
+}

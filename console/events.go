@@ -2,26 +2,52 @@ package console
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 )
 
 type eventsView struct {
-	F      eventFilter
-	Events []*fulfillmentv1.InboxEvent
-	Next   string
-	States []string
+	F         eventFilter
+	Events    []*fulfillmentv1.InboxEvent
+	Next      string
+	States    []string
+	Providers []string
+	// Replay links the plan of replaying what the filter matches, when it
+	// names an org and a decided state.
+	Replay string
 }
 
 type eventFilter struct {
-	State, Decision, Type, OrgID, EndpointID, OrderID string
+	State, Decision, Type, OrgID, EndpointID, OrderID, Provider string
+	// ReceivedAfter and ReceivedBefore are nil when not set.
+	ReceivedAfter, ReceivedBefore *timestamppb.Timestamp
 }
 
 func (f eventFilter) pairs() []string {
-	return []string{"state", f.State, "decision", f.Decision, "type", f.Type, "org_id", f.OrgID, "endpoint_id", f.EndpointID, "order_id", f.OrderID}
+	return []string{"state", f.State, "decision", f.Decision, "type", f.Type, "org_id", f.OrgID, "endpoint_id", f.EndpointID,
+		"order_id", f.OrderID, "provider", f.Provider, "received_after", inputTime(f.ReceivedAfter), "received_before", inputTime(f.ReceivedBefore)}
 }
+
+// readEventFilter reads the events filter of a query string.
+func readEventFilter(q url.Values) (eventFilter, error) {
+	f := eventFilter{State: q.Get("state"), Decision: q.Get("decision"), Type: q.Get("type"),
+		OrgID: q.Get("org_id"), EndpointID: q.Get("endpoint_id"), OrderID: q.Get("order_id"), Provider: q.Get("provider")}
+	var err error
+	if f.ReceivedAfter, err = timeParam(q, "received_after"); err != nil {
+		return f, err
+	}
+	f.ReceivedBefore, err = timeParam(q, "received_before")
+	return f, err
+}
+
+// providers are the providers the filters offer.
+var providers = []string{string(fulfillment.ProviderYolfi), string(fulfillment.ProviderTBank)}
 
 var eventStates = []string{"pending", "processed", "ignored", "unmatched", "failed"}
 
@@ -29,21 +55,30 @@ var eventStates = []string{"pending", "processed", "ignored", "unmatched", "fail
 // to admin tokens only (they carry payers' data).
 func (c *Console) events(w http.ResponseWriter, r *http.Request, s *session) {
 	q := r.URL.Query()
-	f := eventFilter{State: q.Get("state"), Decision: q.Get("decision"), Type: q.Get("type"),
-		OrgID: q.Get("org_id"), EndpointID: q.Get("endpoint_id"), OrderID: q.Get("order_id")}
 	if !s.Admin() {
 		c.fail(w, r, s, http.StatusForbidden, "Stored provider events carry payers' data: the API shows them to admin tokens only.")
 		return
 	}
+	f, err := readEventFilter(q)
+	if err != nil {
+		c.fail(w, r, s, http.StatusBadRequest, err.Error())
+		return
+	}
 	resp, err := c.api.ListInboxEvents(s.call(r.Context()), &fulfillmentv1.ListInboxEventsRequest{
 		State: f.State, Decision: f.Decision, Type: f.Type, OrgId: f.OrgID, EndpointId: f.EndpointID, OrderId: f.OrderID,
+		Provider: f.Provider, ReceivedAfter: f.ReceivedAfter, ReceivedBefore: f.ReceivedBefore,
 		PageSize: pageSize, PageToken: q.Get("page_token"),
 	})
 	if err != nil {
 		c.apiFail(w, r, s, err)
 		return
 	}
-	v := eventsView{F: f, Events: resp.GetEvents(), States: eventStates}
+	v := eventsView{F: f, Events: resp.GetEvents(), States: eventStates, Providers: providers}
+	if f.OrgID != "" && f.State != "" && f.State != "pending" && f.OrderID == "" {
+		v.Replay = link(Prefix+"redrive", "target", "events", "org_id", f.OrgID, "state", f.State, "type", f.Type,
+			"decision", f.Decision, "endpoint_id", f.EndpointID, "provider", f.Provider,
+			"received_after", inputTime(f.ReceivedAfter), "received_before", inputTime(f.ReceivedBefore))
+	}
 	if t := resp.GetNextPageToken(); t != "" {
 		v.Next = link(Prefix+"events", append(f.pairs(), "page_token", t)...)
 	}

@@ -42,8 +42,12 @@ func (c *Console) outbox(w http.ResponseWriter, r *http.Request, s *session) {
 
 type messageView struct {
 	Message *fulfillmentv1.OutboxMessage
-	// Retryable: the API retries failed and uncertain messages.
+	// Retryable: failed or uncertain, sent again with its attempts reset.
 	Retryable bool
+	// Waiting: pending, its next attempt later; it can be sent now.
+	Waiting bool
+	// Resendable: delivered; sent again only when asked to resend.
+	Resendable bool
 }
 
 func (c *Console) message(w http.ResponseWriter, r *http.Request, s *session) {
@@ -53,19 +57,31 @@ func (c *Console) message(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	m := resp.GetMessage()
-	c.render(w, r, s, http.StatusOK, "message", "Message "+m.GetId(),
-		messageView{Message: m, Retryable: m.GetState() == "failed" || m.GetState() == "uncertain"})
+	st := m.GetState()
+	c.render(w, r, s, http.StatusOK, "message", "Message "+m.GetId(), messageView{
+		Message:    m,
+		Retryable:  st == "failed" || st == "uncertain",
+		Waiting:    st == "pending" && m.GetNextAttemptTime().AsTime().After(c.now()),
+		Resendable: st == "delivered",
+	})
 }
 
+// retryMessage sends a message again (RetryOutboxMessage): a failed or
+// uncertain one, a pending one at once, a delivered one when the form asks
+// to resend it.
 func (c *Console) retryMessage(w http.ResponseWriter, r *http.Request, s *session) {
-	id := r.PathValue("id")
-	resp, err := c.api.RetryOutboxMessage(s.call(r.Context()), &fulfillmentv1.RetryOutboxMessageRequest{MessageId: id})
-	c.record(r.Context(), s.Name(), resp.GetMessage().GetOrgId(), "outbox.retry", "outbox_message", id, outcome(err), "")
+	id, resend := r.PathValue("id"), r.PostForm.Get("resend") == "1"
+	resp, err := c.api.RetryOutboxMessage(s.call(r.Context()), &fulfillmentv1.RetryOutboxMessageRequest{MessageId: id, Resend: resend})
+	action, what := "outbox.retry", "retried"
+	if resend {
+		action, what = "outbox.resend", "resent"
+	}
+	c.record(r.Context(), s.Name(), resp.GetMessage().GetOrgId(), action, "outbox_message", id, outcome(err), "")
 	if err != nil {
 		c.apiFail(w, r, s, err)
 		return
 	}
-	done(w, r, Prefix+"outbox/"+id, "retried")
+	done(w, r, Prefix+"outbox/"+id, what)
 }
 
 type destinationsView struct {

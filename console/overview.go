@@ -19,6 +19,8 @@ type overviewView struct {
 	Refresh        bool
 	RefreshSeconds int
 	Env            string
+	// Charts are the last hour's activity, per minute.
+	Charts []activityChart
 }
 
 // overview: per org and environment what needs a person, the queues'
@@ -40,6 +42,12 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 			return
 		}
 		v.Oldest = items.GetItems()
+		act, err := c.api.GetActivity(ctx, &fulfillmentv1.GetActivityRequest{Environment: v.Env})
+		if err != nil {
+			c.apiFail(w, r, s, err)
+			return
+		}
+		v.Charts = activityCharts(act)
 	}
 	if s.Admin() {
 		d, err := c.api.ListDestinations(ctx, &fulfillmentv1.ListDestinationsRequest{})

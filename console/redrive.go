@@ -11,17 +11,25 @@ import (
 // the API's PlanRedrive, StartRedrive, GetRedrive and CancelRedrive.
 
 type redriveView struct {
-	F    *fulfillmentv1.RedriveFilter
-	Plan *fulfillmentv1.PlanRedriveResponse
-	Runs []*fulfillmentv1.Redrive
+	F         *fulfillmentv1.RedriveFilter
+	Plan      *fulfillmentv1.PlanRedriveResponse
+	Runs      []*fulfillmentv1.Redrive
+	Providers []string
 }
 
 // redriveFilter reads a filter from the query string or a form.
-func redriveFilter(v url.Values) *fulfillmentv1.RedriveFilter {
-	return &fulfillmentv1.RedriveFilter{
+func redriveFilter(v url.Values) (*fulfillmentv1.RedriveFilter, error) {
+	f := &fulfillmentv1.RedriveFilter{
 		Target: v.Get("target"), OrgId: v.Get("org_id"), State: v.Get("state"), Environment: v.Get("environment"),
 		Type: v.Get("type"), Decision: v.Get("decision"), EndpointId: v.Get("endpoint_id"), DestinationId: v.Get("destination_id"),
+		Provider: v.Get("provider"),
 	}
+	var err error
+	if f.ReceivedAfter, err = timeParam(v, "received_after"); err != nil {
+		return f, err
+	}
+	f.ReceivedBefore, err = timeParam(v, "received_before")
+	return f, err
 }
 
 // redrive shows the filter form, the plan of the filter in the query
@@ -32,7 +40,12 @@ func (c *Console) redrive(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	ctx := s.call(r.Context())
-	v := redriveView{F: redriveFilter(r.URL.Query())}
+	f, err := redriveFilter(r.URL.Query())
+	if err != nil {
+		c.fail(w, r, s, http.StatusBadRequest, err.Error())
+		return
+	}
+	v := redriveView{F: f, Providers: providers}
 	if v.F.GetTarget() != "" || v.F.GetOrgId() != "" || v.F.GetState() != "" {
 		plan, err := c.api.PlanRedrive(ctx, &fulfillmentv1.PlanRedriveRequest{Filter: v.F})
 		if err != nil {
@@ -53,7 +66,11 @@ func (c *Console) redrive(w http.ResponseWriter, r *http.Request, s *session) {
 // startRedrive confirms a plan: the API records the items matching now and
 // applies them in batches.
 func (c *Console) startRedrive(w http.ResponseWriter, r *http.Request, s *session) {
-	f := redriveFilter(r.PostForm)
+	f, err := redriveFilter(r.PostForm)
+	if err != nil {
+		c.fail(w, r, s, http.StatusBadRequest, err.Error())
+		return
+	}
 	resp, err := c.api.StartRedrive(s.call(r.Context()), &fulfillmentv1.StartRedriveRequest{Filter: f, ActorDetail: "console"})
 	d := resp.GetRedrive()
 	c.record(r.Context(), s.Name(), f.GetOrgId(), "redrive.start", "redrive", d.GetId(), outcome(err),

@@ -92,6 +92,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, s *session, cod
 var notices = map[string]string{
 	"replayed":  "The event was queued for processing again.",
 	"retried":   "The message was queued for delivery again.",
+	"resent":    "The message will be sent again under the same idempotency key.",
 	"disabled":  "The destination is disabled: nothing is delivered to it until it is enabled.",
 	"enabled":   "The destination is enabled again.",
 	"resolved":  "The item is resolved.",
@@ -164,6 +165,7 @@ var funcs = template.FuncMap{
 	"lineNo":     lineNo,
 	"scopeAdmin": func() string { return config.ScopeAdmin },
 	"add":        func(a, b int) int { return a + b },
+	"inputTime":  inputTime,
 }
 
 func tsString(t *timestamppb.Timestamp) string {

@@ -36,7 +36,7 @@ type storyView struct {
 // storyEntry is one line of the timeline.
 type storyEntry struct {
 	At     *timestamppb.Timestamp
-	Kind   string // event, state, grant, revoke, ledger, delivery, attempt, item, payment, order
+	Kind   string // event, state, grant, revoke, ledger, feed, delivery, attempt, item, payment, order
 	Title  string
 	Detail string
 	Href   string
@@ -156,6 +156,10 @@ func timeline(o *fulfillmentv1.Order, inbox map[string]*fulfillmentv1.InboxEvent
 			add(storyEntry{At: g.GetRevokeTime(), Kind: "revoke", Title: fmt.Sprintf("Revoked %s %s, unit %d", g.GetKind(), g.GetSku(), g.GetUnit()),
 				Detail: g.GetRevokedReason()})
 		}
+	}
+	for _, f := range h.GetFeedEvents() {
+		add(storyEntry{At: f.GetCreateTime(), Kind: "feed", Title: "Announced " + f.GetTopic() + " on the event feed",
+			Detail: "feed cursor " + f.GetCursor()})
 	}
 	for _, l := range h.GetLedgerEntries() {
 		add(storyEntry{At: l.GetCreateTime(), Kind: "ledger", Title: fmt.Sprintf("Ledger %s %d %s", l.GetMovement(), l.GetAmount().GetMinorUnits(), l.GetAmount().GetCurrency()),

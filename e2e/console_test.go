@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -102,6 +103,20 @@ func TestConsoleBrowser(t *testing.T) {
 		if !strings.Contains(body, orgA) || !strings.Contains(body, "extra_payment: 1") {
 			t.Fatalf("overview summary lacks org_a's extra_payment item:\n%s", body)
 		}
+		// The last hour's charts count what the database holds.
+		for _, c := range []struct{ series, query string }{
+			{"s-events", "SELECT count(*) FROM inbox_events"},
+			{"s-fulfilled", "SELECT count(*) FROM order_events WHERE topic = 'order.fulfilled'"},
+			{"s-delivered", "SELECT count(*) FROM outbox_attempts WHERE outcome = 'delivered'"},
+		} {
+			want := s.count(t, c.query)
+			if got := admin.text("[data-testid=total-" + c.series + "]"); got != strconv.Itoa(want) || want == 0 {
+				t.Errorf("the %s chart counts %s, the database %d", c.series, got, want)
+			}
+		}
+		if n := admin.count("[data-testid=activity] svg.s-events rect"); n != 61 {
+			t.Errorf("the events chart has %d bars, want 61 (one a minute)", n)
+		}
 		admin.accessible("overview")
 		admin.screenshot("overview")
 	})
@@ -132,6 +147,9 @@ func TestConsoleBrowser(t *testing.T) {
 		}
 		if n := admin.count("[data-testid=timeline] li[data-kind=attempt]"); n < 1 {
 			t.Errorf("timeline holds no delivery attempt to crm")
+		}
+		if n := admin.count("[data-testid=timeline] li[data-kind=feed]"); n != 1 {
+			t.Errorf("timeline holds %d feed events, want order.fulfilled", n)
 		}
 		admin.accessible("order story")
 		admin.screenshot("order-story")
@@ -295,6 +313,26 @@ func TestConsoleBrowser(t *testing.T) {
 		}
 	})
 
+	step(t, "filter events by provider and time", func(t *testing.T) {
+		admin.t = t
+		admin.open(base+"/console/events?provider=yolfi&org_id="+orgA, "[data-testid=events]")
+		if got, want := admin.count("[data-testid=events] tbody tr"), s.count(t, "SELECT count(*) FROM inbox_events WHERE provider = 'yolfi' AND org_id = $1", orgA); got != want || want == 0 {
+			t.Errorf("org_a's yolfi events: %d rows, the database holds %d", got, want)
+		}
+		admin.open(base+"/console/events?provider=tbank", "main h1")
+		if n := admin.count("[data-testid=events]"); n != 0 || !strings.Contains(admin.body(), "No events match") {
+			t.Errorf("tbank events shown, though none was received")
+		}
+		admin.open(base+"/console/events?received_before=2020-01-01T00:00", "main h1")
+		if n := admin.count("[data-testid=events]"); n != 0 {
+			t.Errorf("events received before 2020 shown")
+		}
+		admin.open(base+"/console/events?received_after=yesterday", "[data-testid=error]")
+		if msg := admin.text("[data-testid=error]"); !strings.Contains(msg, "received_after") {
+			t.Errorf("a malformed time: %q", msg)
+		}
+	})
+
 	step(t, "disable and enable a destination", func(t *testing.T) {
 		admin.t = t
 		admin.open(base+"/console/destinations", "[data-testid=destinations]")
@@ -324,10 +362,28 @@ func TestConsoleBrowser(t *testing.T) {
 		}
 	})
 
+	step(t, "send a delivered message again under its key", func(t *testing.T) {
+		admin.t = t
+		var key string
+		if err := s.db.QueryRow(context.Background(), "SELECT idempotency_key FROM outbox_messages WHERE destination_id = $1", consoleCRM).Scan(&key); err != nil {
+			t.Fatal(err)
+		}
+		requests := crm.Requests(key)
+		admin.open(base+"/console/outbox?destination_id="+consoleCRM, "[data-testid=messages]")
+		admin.click("[data-testid=messages] tbody tr a", "[data-action=resend]")
+		admin.accessible("outbox message")
+		admin.do("resending", chromedp.Click(chromedp.CSS("[data-action=resend]"), chromedp.NodeVisible),
+			chromedp.WaitVisible(chromedp.CSS(".notice")))
+		waitFor(t, "delivered again", func() bool { return crm.Requests(key) == requests+1 && s.message(t, key) == "delivered" })
+		if e := crm.Effects(key); e != 1 {
+			t.Errorf("crm applied %s %d times, want once (it honours the key)", key, e)
+		}
+	})
+
 	step(t, "every action is in the audit log", func(t *testing.T) {
 		admin.t = t
 		admin.open(base+"/console/audit", "[data-testid=audit]")
-		for _, a := range []string{"session.sign_in", "reconciliation.resolve", "event.replay", "event.reveal_raw", "destination.disable", "destination.enable"} {
+		for _, a := range []string{"session.sign_in", "reconciliation.resolve", "event.replay", "event.reveal_raw", "destination.disable", "destination.enable", "outbox.resend"} {
 			if admin.count("[data-testid=audit] tr[data-action='"+a+"']") == 0 {
 				t.Errorf("the audit log lacks %s", a)
 			}

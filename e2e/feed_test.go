@@ -145,6 +145,18 @@ func TestOrderEventFeedResumes(t *testing.T) {
 	if !slices.Equal(onlyA, gotOrders) {
 		t.Errorf("resumed sequence %v differs from the uninterrupted one %v", gotOrders, onlyA)
 	}
+	// Each order's history names its feed event, at the feed's cursor.
+	for _, e := range all {
+		o, err := s.client.GetOrder(authed(orgAToken), &fulfillmentv1.GetOrderRequest{OrderId: e.GetOrderId()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fe := o.GetOrder().GetHistory().GetFeedEvents()
+		if len(fe) != 1 || fe[0].GetCursor() != e.GetCursor() || fe[0].GetTopic() != e.GetTopic() ||
+			!fe[0].GetCreateTime().AsTime().Equal(e.GetCreateTime().AsTime()) {
+			t.Errorf("order %s history feed events = %v, want the one the feed carried (%s at %s)", e.GetOrderId(), fe, e.GetTopic(), e.GetCursor())
+		}
+	}
 
 	// Bad cursors, other orgs and missing scopes are refused.
 	for _, tc := range []struct {

@@ -5,13 +5,17 @@ package e2e_test
 // destinations are disabled and enabled by hand; every read is org-scoped.
 
 import (
+	"context"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/internal/pgtest"
@@ -127,4 +131,80 @@ func TestOutboxAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "uncertain after enabling (the receiver loses the first answer)", func() bool { return s.message(t, key2) == "uncertain" })
+}
+
+// A message waiting out a long backoff is sent at once when a person asks;
+// a delivered one is sent again under its key only when resend is asked,
+// and two people asking at once cause one more request, not two.
+func TestOutboxRetryNowAndResend(t *testing.T) {
+	t.Parallel()
+	crm := startReceiver(t, true, receiver.FailFirst(1, 503))
+	s := startReplicaWith(t, pgtest.DB(t), func(c *config.Config) {
+		withDestinations(destination(t, "crm", crm, true, time.Second))(c)
+		c.Outbox.BaseBackoff, c.Outbox.MaxBackoff = time.Hour, time.Hour
+	})
+	order := s.createExternalOrder(t, "now-1", "crm")
+	s.pay(t, "now-1")
+	key := fulfillment.LineKey(order.GetId(), 1)
+	waitFor(t, "the first attempt", func() bool { return crm.Requests(key) == 1 })
+	admin := authed(adminToken)
+	var id string
+	waitFor(t, "the message waiting out its backoff", func() bool {
+		list, err := s.client.ListOutboxMessages(admin, &fulfillmentv1.ListOutboxMessagesRequest{State: "pending", DestinationId: "crm"})
+		if err != nil || len(list.GetMessages()) != 1 || list.GetMessages()[0].GetAttempts() != 1 {
+			return false
+		}
+		id = list.GetMessages()[0].GetId()
+		return list.GetMessages()[0].GetNextAttemptTime().AsTime().After(time.Now().Add(30 * time.Minute))
+	})
+
+	resp, err := s.client.RetryOutboxMessage(admin, &fulfillmentv1.RetryOutboxMessageRequest{MessageId: id})
+	if err != nil || resp.GetMessage().GetState() != "pending" || resp.GetMessage().GetAttempts() != 1 {
+		t.Fatalf("retry now = %v, %v; want pending, its attempt kept", resp, err)
+	}
+	waitFor(t, "delivered at once", func() bool { return s.message(t, key) == "delivered" })
+	if st := s.effects(t, order.GetId()).State; st != "fulfilled" {
+		t.Fatalf("order is %s, want fulfilled", st)
+	}
+
+	// Delivered: refused without resend, nothing changes.
+	_, err = s.client.RetryOutboxMessage(admin, &fulfillmentv1.RetryOutboxMessageRequest{MessageId: id})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "pass resend") {
+		t.Fatalf("retry of a delivered message = %v, want FailedPrecondition naming resend", err)
+	}
+	if n := crm.Requests(key); n != 2 || s.message(t, key) != "delivered" {
+		t.Fatalf("after a refused retry: %d requests, message %s; want 2, delivered", n, s.message(t, key))
+	}
+
+	// Two people resend at once: one more request, under the same key.
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		wg.Go(func() {
+			_, errs[i] = s.client.RetryOutboxMessage(admin, &fulfillmentv1.RetryOutboxMessageRequest{MessageId: id, Resend: true})
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil && status.Code(err) != codes.FailedPrecondition {
+			t.Errorf("concurrent resend: %v", err)
+		}
+	}
+	waitFor(t, "delivered again", func() bool { return crm.Requests(key) >= 3 && s.message(t, key) == "delivered" })
+	time.Sleep(300 * time.Millisecond) // several claim polls: a second resend would have been sent by now
+	if n, e := crm.Requests(key), crm.Effects(key); n != 3 || e != 1 {
+		t.Errorf("receiver: %d requests, %d effects of %s; want 3 and 1 (one resend, applied once by key)", n, e, key)
+	}
+	if st := s.effects(t, order.GetId()).State; st != "fulfilled" {
+		t.Errorf("order is %s after the resend, want fulfilled", st)
+	}
+	var fulfilledEvents int
+	if err := s.db.QueryRow(context.Background(), `SELECT count(*) FROM order_events WHERE order_id = $1 AND topic = 'order.fulfilled'`,
+		order.GetId()).Scan(&fulfilledEvents); err != nil || fulfilledEvents != 1 {
+		t.Errorf("order.fulfilled events = %d, %v; want 1", fulfilledEvents, err)
+	}
+	code, body := s.rest(t, "POST", "/v1/outbox/messages/"+id+":retry", adminToken, map[string]any{"resend": "yes"})
+	if code != http.StatusBadRequest {
+		t.Errorf("REST resend with a string = %d %v, want 400", code, body)
+	}
 }

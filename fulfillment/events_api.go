@@ -60,6 +60,10 @@ type EventFilter struct {
 	Type        string
 	EndpointID  string
 	OrderID     string
+	Provider    Provider
+	// ReceivedAfter and ReceivedBefore bound when the events were received
+	// (at or after, before); zero is unbounded.
+	ReceivedAfter, ReceivedBefore time.Time
 }
 
 // Valid reports whether s is a known inbox state.
@@ -94,6 +98,12 @@ func (f EventFilter) Validate() error {
 		if !ConfigIDPattern.MatchString(f.EndpointID) {
 			vs.add("endpoint_id", "must be an endpoint id: lowercase letters, digits, _ and -, at most 64 characters")
 		}
+	}
+	if f.Provider != "" && !ConfigIDPattern.MatchString(string(f.Provider)) {
+		vs.add("provider", "must be a provider name such as %q or %q", ProviderYolfi, ProviderTBank)
+	}
+	if !f.ReceivedAfter.IsZero() && !f.ReceivedBefore.IsZero() && !f.ReceivedAfter.Before(f.ReceivedBefore) {
+		vs.add("received_before", "must be later than received_after")
 	}
 	if f.OrderID != "" {
 		if err := ValidateOrderID("order_id", f.OrderID); err != nil {

@@ -182,4 +182,7 @@ type OrderDetail struct {
 	// Starts are the payments the service started for it (StartPayment),
 	// by attempt: at most MaxPaymentStarts.
 	Starts []PaymentStart
+	// Feed are its events on the feed, in feed order, without payloads:
+	// at most one per topic.
+	Feed []OrderEvent
 }

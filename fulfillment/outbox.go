@@ -294,10 +294,13 @@ type OutboxStore interface {
 	// DeliveryGet returns one message with its payload and history, or
 	// ErrNotFound.
 	DeliveryGet(ctx context.Context, id int64) (Delivery, error)
-	// DeliveryRetry makes a failed or uncertain message pending again,
-	// due now, with its attempts reset and its key unchanged; by names
-	// who asked. A message in another state is ErrFailedPrecondition.
-	DeliveryRetry(ctx context.Context, id int64, by string) (Delivery, error)
+	// DeliveryRetry makes a message due now under its unchanged key; by
+	// names who asked. A failed or uncertain message is pending again with
+	// its attempts reset; a pending one not being sent keeps its attempts;
+	// a delivered one is pending again with its attempts reset only when
+	// resend is set. Anything else is ErrFailedPrecondition and changes
+	// nothing.
+	DeliveryRetry(ctx context.Context, id int64, by string, resend bool) (Delivery, error)
 	// DestinationStatuses returns the status of every destination that
 	// has messages or was disabled, by id.
 	DestinationStatuses(ctx context.Context) (map[string]DestinationStatus, error)

@@ -112,6 +112,9 @@ type ReconStore interface {
 	// ReconSummary counts what needs a person, per org and environment,
 	// for the orgs f selects (VisibleOrgs, OrgID, Environment).
 	ReconSummary(ctx context.Context, f ReconFilter) ([]ReconSummaryRow, error)
+	// ReconActivity counts, per minute from since on, the events stored,
+	// orders fulfilled and messages delivered in the orgs f selects.
+	ReconActivity(ctx context.Context, f ReconFilter, since time.Time) ([]ActivityCount, error)
 }
 
 // ReconKind names a situation a person must look at.

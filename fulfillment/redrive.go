@@ -50,9 +50,14 @@ type RedriveFilter struct {
 	// unmatched, failed) or a message's (failed, uncertain).
 	State string `json:"state"`
 	// Events only.
-	Type       string `json:"type,omitempty"`
-	Decision   string `json:"decision,omitempty"`
-	EndpointID string `json:"endpoint_id,omitempty"`
+	Type       string   `json:"type,omitempty"`
+	Decision   string   `json:"decision,omitempty"`
+	EndpointID string   `json:"endpoint_id,omitempty"`
+	Provider   Provider `json:"provider,omitempty"`
+	// ReceivedAfter and ReceivedBefore bound when the events were received
+	// (at or after, before); zero is unbounded.
+	ReceivedAfter  time.Time `json:"received_after,omitzero"`
+	ReceivedBefore time.Time `json:"received_before,omitzero"`
 	// Outbox only.
 	DestinationID string `json:"destination_id,omitempty"`
 }
@@ -77,14 +82,20 @@ func (f RedriveFilter) Validate() error {
 		if f.DestinationID != "" {
 			vs.add("filter.destination_id", "applies to the outbox only")
 		}
+		if f.Provider != "" && !ConfigIDPattern.MatchString(string(f.Provider)) {
+			vs.add("filter.provider", "must be a provider name such as %q or %q", ProviderYolfi, ProviderTBank)
+		}
+		if !f.ReceivedAfter.IsZero() && !f.ReceivedBefore.IsZero() && !f.ReceivedAfter.Before(f.ReceivedBefore) {
+			vs.add("filter.received_before", "must be later than filter.received_after")
+		}
 	case RedriveOutbox:
 		switch f.State {
 		case "failed", "uncertain":
 		default:
 			vs.add("filter.state", "for outbox messages: failed or uncertain (the states a retry applies to)")
 		}
-		if f.Type != "" || f.Decision != "" || f.EndpointID != "" {
-			vs.add("filter", "type, decision and endpoint_id apply to events only")
+		if f.Type != "" || f.Decision != "" || f.EndpointID != "" || f.Provider != "" || !f.ReceivedAfter.IsZero() || !f.ReceivedBefore.IsZero() {
+			vs.add("filter", "type, decision, endpoint_id, provider and the received times apply to events only")
 		}
 	default:
 		vs.add("filter.target", "must be events or outbox")

@@ -54,6 +54,7 @@ var methodScopes = map[string]string{
 	fulfillmentv1.FulfillmentService_RecordEvent_FullMethodName:               config.ScopeIngest,
 	fulfillmentv1.FulfillmentService_ListReconciliationItems_FullMethodName:   config.ScopeReconciliationRead,
 	fulfillmentv1.FulfillmentService_GetReconciliationSummary_FullMethodName:  config.ScopeReconciliationRead,
+	fulfillmentv1.FulfillmentService_GetActivity_FullMethodName:               config.ScopeReconciliationRead,
 	fulfillmentv1.FulfillmentService_GetReconciliationItem_FullMethodName:     config.ScopeReconciliationRead,
 	fulfillmentv1.FulfillmentService_ResolveReconciliationItem_FullMethodName: config.ScopeReconciliationWrite,
 	// Stored events carry payers' data (and raw bodies): admin only for

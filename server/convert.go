@@ -144,6 +144,11 @@ func orderDetailToProto(d fulfillment.OrderDetail, showSecrets bool) *fulfillmen
 	for _, st := range d.Starts {
 		h.PaymentStarts = append(h.PaymentStarts, paymentStartToProto(st))
 	}
+	for _, e := range d.Feed {
+		h.FeedEvents = append(h.FeedEvents, &fulfillmentv1.OrderFeedEvent{
+			Cursor: e.Cursor.String(), Topic: string(e.Topic), CreateTime: timestamppb.New(e.CreatedAt),
+		})
+	}
 	pb.History = h
 	return pb
 }

@@ -34,10 +34,17 @@ func (s *Service) ListInboxEvents(ctx context.Context, req *fulfillmentv1.ListIn
 		Type:        req.GetType(),
 		EndpointID:  req.GetEndpointId(),
 		OrderID:     req.GetOrderId(),
+		Provider:    fulfillment.Provider(req.GetProvider()),
+	}
+	if req.GetReceivedAfter() != nil {
+		filter.ReceivedAfter = req.GetReceivedAfter().AsTime()
+	}
+	if req.GetReceivedBefore() != nil {
+		filter.ReceivedBefore = req.GetReceivedBefore().AsTime()
 	}
 	pg, err := s.listing(ctx, p, filter.Validate(), filter.OrgID, req,
 		filter.OrgID, string(filter.State), string(filter.Decision), filter.Type, filter.EndpointID, filter.OrderID,
-		filter.VisibleOrgs)
+		filter.VisibleOrgs, string(filter.Provider), filter.ReceivedAfter.UnixNano(), filter.ReceivedBefore.UnixNano())
 	if err != nil {
 		return nil, err
 	}

@@ -58,11 +58,11 @@ func (s *Service) RetryOutboxMessage(ctx context.Context, req *fulfillmentv1.Ret
 		return nil, status.Errorf(codes.FailedPrecondition,
 			"message %d is for destination %q, which is not configured: configure it first", d.ID, d.DestinationID)
 	}
-	d, err = s.outbox.DeliveryRetry(ctx, d.ID, principalFrom(ctx).Name)
+	d, err = s.outbox.DeliveryRetry(ctx, d.ID, principalFrom(ctx).Name, req.GetResend())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	s.log.InfoContext(ctx, "outbox message retried by hand", "message_id", d.ID, "destination", d.DestinationID)
+	s.log.InfoContext(ctx, "outbox message retried by hand", "message_id", d.ID, "destination", d.DestinationID, "resend", req.GetResend())
 	return &fulfillmentv1.RetryOutboxMessageResponse{Message: deliveryToProto(d)}, nil
 }
 

@@ -232,3 +232,38 @@ func reconItemToProto(it fulfillment.ReconItem) *fulfillmentv1.ReconciliationIte
 	}
 	return pb
 }
+
+// GetActivity implements fulfillmentv1.FulfillmentServiceServer.
+func (s *Service) GetActivity(ctx context.Context, req *fulfillmentv1.GetActivityRequest) (*fulfillmentv1.GetActivityResponse, error) {
+	p := principalFrom(ctx)
+	filter := fulfillment.ReconFilter{
+		VisibleOrgs: p.VisibleOrgs(),
+		OrgID:       req.GetOrgId(),
+		Environment: fulfillment.Environment(req.GetEnvironment()),
+	}
+	now := time.Now()
+	start, n, err := fulfillment.ActivityWindow(now, int(req.GetMinutes()))
+	if err == nil {
+		err = filter.Validate()
+	}
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	if filter.OrgID != "" {
+		if err := requireOrg(p, filter.OrgID); err != nil {
+			return nil, err
+		}
+	}
+	counts, err := s.recon.ReconActivity(ctx, filter, start)
+	if err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	resp := &fulfillmentv1.GetActivityResponse{CheckTime: timestamppb.New(now)}
+	for _, m := range fulfillment.ActivityMinutes(start, n, counts) {
+		resp.Minutes = append(resp.Minutes, &fulfillmentv1.ActivityMinute{
+			StartTime: timestamppb.New(m.Start), EventsReceived: m.EventsReceived,
+			OrdersFulfilled: m.OrdersFulfilled, MessagesDelivered: m.MessagesDelivered,
+		})
+	}
+	return resp, nil
+}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -142,6 +143,36 @@ func TestReconciliationAPI(t *testing.T) {
 	code, body := ts.do(t, http.MethodGet, "/v1/reconciliation/summary?environment=live", tokReconB, nil)
 	if s, _ := body["summaries"].([]any); code != http.StatusOK || len(s) != 1 || s[0].(map[string]any)["org_id"] != "org_b" {
 		t.Errorf("REST summary of org_b: %d %v", code, body)
+	}
+
+	// Activity: per minute, every minute present, the caller's orgs only.
+	act, err := ts.client.GetActivity(withToken(tokReconA), &fulfillmentv1.GetActivityRequest{})
+	if err != nil || len(act.GetMinutes()) != 61 {
+		t.Fatalf("org_a's activity: %v, %v; want 61 minutes", act, err)
+	}
+	sumOf := func(a *fulfillmentv1.GetActivityResponse) (ev, ful, del int64) {
+		for _, m := range a.GetMinutes() {
+			ev, ful, del = ev+m.GetEventsReceived(), ful+m.GetOrdersFulfilled(), del+m.GetMessagesDelivered()
+		}
+		return ev, ful, del
+	}
+	last := act.GetMinutes()[60].GetStartTime().AsTime()
+	if ev, ful, del := sumOf(act); ev != 3 || ful != 1 || del != 0 || act.GetCheckTime().AsTime().Sub(last) >= time.Minute || act.GetCheckTime().AsTime().Before(last) {
+		t.Errorf("org_a's activity: %d events, %d fulfilled, %d delivered, last minute %v at %v; want 3, 1, 0, the current minute",
+			ev, ful, del, last, act.GetCheckTime().AsTime())
+	}
+	act, err = ts.client.GetActivity(withToken(tokOps), &fulfillmentv1.GetActivityRequest{Minutes: 5, Environment: "live"})
+	if ev, _, _ := sumOf(act); err != nil || len(act.GetMinutes()) != 6 || ev != 4 {
+		t.Errorf("every org's activity over 5 minutes: %d events, %v; want 6 minutes, 4 events", ev, err)
+	}
+	_, err = ts.client.GetActivity(withToken(tokReconA), &fulfillmentv1.GetActivityRequest{OrgId: "org_b"})
+	wantCode(t, "org_a's token asking org_b's activity", err, codes.PermissionDenied, `may not act for org "org_b"`)
+	_, err = ts.client.GetActivity(withToken(tokOps), &fulfillmentv1.GetActivityRequest{Minutes: 181})
+	wantCode(t, "a window too long", err, codes.InvalidArgument, "minutes: must be between 1 and 180")
+	_, err = ts.client.GetActivity(withToken(tokCheckout), &fulfillmentv1.GetActivityRequest{})
+	wantCode(t, "activity without the scope", err, codes.PermissionDenied, `lacks the "reconciliation:read" scope`)
+	if code, body := ts.do(t, http.MethodGet, "/v1/activity?minutes=2", tokReconB, nil); code != http.StatusOK || len(body["minutes"].([]any)) != 3 {
+		t.Errorf("REST activity of org_b: %d %v", code, body)
 	}
 
 	// List: filters, and the caller's orgs only.
@@ -295,6 +326,47 @@ func TestInboxEventsAPI(t *testing.T) {
 			t.Errorf("ListInboxEvents(%v) = %v, %v; want %v", c.req, got, err, c.want)
 		}
 	}
+	// By provider and by when they were received: evt_stray an hour ago.
+	conn, err := pgx.Connect(context.Background(), ts.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if _, err := conn.Exec(context.Background(), `UPDATE inbox_events SET received_at = now() - interval '1 hour' WHERE event_id = 'evt_stray'`); err != nil {
+		t.Fatal(err)
+	}
+	halfHourAgo := timestamppb.New(time.Now().Add(-30 * time.Minute))
+	for _, c := range []struct {
+		req  *fulfillmentv1.ListInboxEventsRequest
+		want []string
+	}{
+		{&fulfillmentv1.ListInboxEventsRequest{Provider: "yolfi"}, []string{"evt_b", "evt_stray", "evt_extra", "evt_paid"}},
+		{&fulfillmentv1.ListInboxEventsRequest{Provider: "tbank"}, nil},
+		{&fulfillmentv1.ListInboxEventsRequest{ReceivedBefore: halfHourAgo}, []string{"evt_stray"}},
+		{&fulfillmentv1.ListInboxEventsRequest{ReceivedAfter: halfHourAgo, OrgId: "org_a"}, []string{"evt_extra", "evt_paid"}},
+		{&fulfillmentv1.ListInboxEventsRequest{ReceivedAfter: timestamppb.New(time.Now().Add(-2 * time.Hour)), ReceivedBefore: halfHourAgo, Provider: "yolfi"}, []string{"evt_stray"}},
+	} {
+		resp, err := ts.client.ListInboxEvents(withToken(tokOps), c.req)
+		var got []string
+		for _, e := range resp.GetEvents() {
+			got = append(got, e.GetEventId())
+		}
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("ListInboxEvents(%v) = %v, %v; want %v", c.req, got, err, c.want)
+		}
+	}
+	_, err = ts.client.ListInboxEvents(withToken(tokOps), &fulfillmentv1.ListInboxEventsRequest{Provider: "Yolfi Inc"})
+	wantCode(t, "a malformed provider", err, codes.InvalidArgument, "provider: must be a provider name")
+	_, err = ts.client.ListInboxEvents(withToken(tokOps), &fulfillmentv1.ListInboxEventsRequest{ReceivedAfter: halfHourAgo, ReceivedBefore: halfHourAgo})
+	wantCode(t, "an empty time range", err, codes.InvalidArgument, "received_before: must be later than received_after")
+	if code, body := ts.do(t, http.MethodGet, "/v1/events?received_after=yesterday", tokOps, nil); code != http.StatusBadRequest {
+		t.Errorf("REST events with a malformed time: %d %v, want 400", code, body)
+	}
+	if code, body := ts.do(t, http.MethodGet, "/v1/events?provider=yolfi&received_before="+url.QueryEscape(halfHourAgo.AsTime().Format(time.RFC3339Nano)), tokOps, nil); code != http.StatusOK ||
+		len(body["events"].([]any)) != 1 {
+		t.Errorf("REST events before half an hour ago: %d %v, want evt_stray", code, body)
+	}
+
 	paid, err := ts.client.GetInboxEvent(withToken(tokOps), &fulfillmentv1.GetInboxEventRequest{InboxEventId: events["evt_paid"]})
 	if err != nil {
 		t.Fatal(err)

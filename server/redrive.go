@@ -23,17 +23,32 @@ const (
 )
 
 func redriveFilterFromProto(f *fulfillmentv1.RedriveFilter) fulfillment.RedriveFilter {
-	return fulfillment.RedriveFilter{
+	out := fulfillment.RedriveFilter{
 		Target: fulfillment.RedriveTarget(f.GetTarget()), OrgID: f.GetOrgId(), Environment: fulfillment.Environment(f.GetEnvironment()),
 		State: f.GetState(), Type: f.GetType(), Decision: f.GetDecision(), EndpointID: f.GetEndpointId(), DestinationID: f.GetDestinationId(),
+		Provider: fulfillment.Provider(f.GetProvider()),
 	}
+	if f.GetReceivedAfter() != nil {
+		out.ReceivedAfter = f.GetReceivedAfter().AsTime()
+	}
+	if f.GetReceivedBefore() != nil {
+		out.ReceivedBefore = f.GetReceivedBefore().AsTime()
+	}
+	return out
 }
 
 func redriveFilterToProto(f fulfillment.RedriveFilter) *fulfillmentv1.RedriveFilter {
-	return &fulfillmentv1.RedriveFilter{
+	out := &fulfillmentv1.RedriveFilter{
 		Target: string(f.Target), OrgId: f.OrgID, Environment: string(f.Environment), State: f.State,
-		Type: f.Type, Decision: f.Decision, EndpointId: f.EndpointID, DestinationId: f.DestinationID,
+		Type: f.Type, Decision: f.Decision, EndpointId: f.EndpointID, DestinationId: f.DestinationID, Provider: string(f.Provider),
 	}
+	if !f.ReceivedAfter.IsZero() {
+		out.ReceivedAfter = timestamppb.New(f.ReceivedAfter)
+	}
+	if !f.ReceivedBefore.IsZero() {
+		out.ReceivedBefore = timestamppb.New(f.ReceivedBefore)
+	}
+	return out
 }
 
 func redriveToProto(d fulfillment.Redrive) *fulfillmentv1.Redrive {

@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -97,6 +98,24 @@ func (s *Store) OrderDetail(ctx context.Context, id string) (fulfillment.OrderDe
 	d.Starts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.PaymentStart, error) { return scanStart(r) })
 	if err != nil {
 		return fulfillment.OrderDetail{}, fmt.Errorf("reading payment starts: %w", interpret(err))
+	}
+
+	// One row per topic (order_events_once), so at most one per order topic.
+	rows, _ = s.pool.Query(ctx, `
+		SELECT xid::text, id, topic, created_at FROM order_events WHERE order_id = $1 ORDER BY xid, id`, id)
+	d.Feed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.OrderEvent, error) {
+		var (
+			e   fulfillment.OrderEvent
+			xid string
+		)
+		if err := r.Scan(&xid, &e.Cursor.ID, &e.Topic, &e.CreatedAt); err != nil {
+			return e, err
+		}
+		e.Cursor.XID, err = strconv.ParseUint(xid, 10, 64)
+		return e, err
+	})
+	if err != nil {
+		return fulfillment.OrderDetail{}, fmt.Errorf("reading the order's feed events: %w", interpret(err))
 	}
 	return d, nil
 }

@@ -59,6 +59,13 @@ func (s *Store) EventList(ctx context.Context, p fulfillment.EventListParams) ([
 	w.eq("event_type", f.Type)
 	w.eq("endpoint_id", f.EndpointID)
 	w.uuidEq("order_id", f.OrderID)
+	w.eq("provider", string(f.Provider))
+	if !f.ReceivedAfter.IsZero() {
+		w.add("received_at >= " + w.arg(f.ReceivedAfter))
+	}
+	if !f.ReceivedBefore.IsZero() {
+		w.add("received_at < " + w.arg(f.ReceivedBefore))
+	}
 	w.below("id", p.BeforeID)
 	rows, _ := s.pool.Query(ctx, "SELECT "+inboxSelectList+storedEventColumns+" FROM inbox_events"+w.sql()+
 		" ORDER BY id DESC LIMIT "+w.arg(p.Limit), w.args...)

@@ -103,13 +103,22 @@ func (s *Store) DeliveryGet(ctx context.Context, id int64) (fulfillment.Delivery
 	return d, nil
 }
 
-// DeliveryRetry implements fulfillment.OutboxStore.
-func (s *Store) DeliveryRetry(ctx context.Context, id int64, by string) (fulfillment.Delivery, error) {
+// DeliveryRetry implements fulfillment.OutboxStore. One statement decides
+// and applies, so two operators retrying at once, or a retry racing the
+// dispatcher's claim, cannot both win: a claimed message has a lease owner.
+func (s *Store) DeliveryRetry(ctx context.Context, id int64, by string, resend bool) (fulfillment.Delivery, error) {
 	tag, err := s.pool.Exec(ctx, `
-		UPDATE outbox_messages SET state = 'pending', attempts = 0, next_attempt_at = now(), processed_at = NULL,
-			lease_owner = NULL, lease_until = NULL, sending_since = NULL,
-			last_error = 'retried by ' || $2 || ' after: ' || coalesce(last_error, 'no error recorded')
-		WHERE id = $1 AND state IN ('failed', 'uncertain')`, id, by)
+		UPDATE outbox_messages SET next_attempt_at = now(),
+			attempts = CASE WHEN state = 'pending' THEN attempts ELSE 0 END,
+			processed_at = CASE WHEN state = 'pending' THEN processed_at END,
+			last_error = CASE state
+				WHEN 'pending' THEN last_error
+				WHEN 'delivered' THEN 'sent again by ' || $2 || ' after it was delivered'
+				ELSE 'retried by ' || $2 || ' after: ' || coalesce(last_error, 'no error recorded') END,
+			state = 'pending', lease_owner = NULL, lease_until = NULL, sending_since = NULL
+		WHERE id = $1 AND (state IN ('failed', 'uncertain')
+			OR (state = 'pending' AND lease_owner IS NULL)
+			OR (state = 'delivered' AND $3))`, id, by, resend)
 	if err != nil {
 		return fulfillment.Delivery{}, fmt.Errorf("retrying outbox message: %w", interpret(err))
 	}
@@ -118,8 +127,16 @@ func (s *Store) DeliveryRetry(ctx context.Context, id int64, by string) (fulfill
 		return d, err
 	}
 	if tag.RowsAffected() == 0 {
-		return d, fmt.Errorf("%w: message %d is %s: only failed or uncertain messages are retried",
-			fulfillment.ErrFailedPrecondition, id, d.State)
+		switch d.State {
+		case fulfillment.DeliveryDelivered:
+			return d, fmt.Errorf("%w: message %d was delivered: pass resend to send it again under the same key",
+				fulfillment.ErrFailedPrecondition, id)
+		case fulfillment.DeliveryPending:
+			return d, fmt.Errorf("%w: message %d is being sent at this moment: look at it again once its attempt is recorded",
+				fulfillment.ErrFailedPrecondition, id)
+		case fulfillment.DeliveryFailed, fulfillment.DeliveryUncertain: // retried by a concurrent call in between
+		}
+		return d, fmt.Errorf("%w: message %d is %s and cannot be retried", fulfillment.ErrFailedPrecondition, id, d.State)
 	}
 	s.outboxSignal.committed()
 	return d, nil

@@ -24,6 +24,13 @@ func redriveMatch(f fulfillment.RedriveFilter) (table string, w where) {
 		w.eq("event_type", f.Type)
 		w.eq("decision", f.Decision)
 		w.eq("endpoint_id", f.EndpointID)
+		w.eq("provider", string(f.Provider))
+		if !f.ReceivedAfter.IsZero() {
+			w.add("received_at >= " + w.arg(f.ReceivedAfter))
+		}
+		if !f.ReceivedBefore.IsZero() {
+			w.add("received_at < " + w.arg(f.ReceivedBefore))
+		}
 		return "inbox_events", w
 	}
 	w.eq("destination_id", f.DestinationID)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -129,5 +130,57 @@ func TestRedriveConcurrentStartsOneRun(t *testing.T) {
 	}
 	if ok != 1 || runs != 1 || items != 20 || distinct != 20 {
 		t.Fatalf("%d starts succeeded, %d runs, %d items (%d distinct); want 1, 1, 20, 20", ok, runs, items, distinct)
+	}
+}
+
+// An events re-drive selects by provider and by when the events were
+// received, and a run keeps that filter as it was given.
+func TestRedrivePlanEventsByProviderAndTime(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	for i, p := range []fulfillment.Provider{fulfillment.ProviderYolfi, fulfillment.ProviderYolfi, fulfillment.ProviderTBank} {
+		ev := fulfillment.ProviderEvent{Provider: p, EndpointID: string(p) + "-a", OrgID: "org_a", Environment: fulfillment.EnvLive,
+			EventID: "evt_" + strconv.Itoa(i), Type: "payment.confirmed", Kind: fulfillment.EventPaymentConfirmed}
+		if _, err := s.InboxInsert(ctx, ev, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := conn.Exec(ctx, `UPDATE inbox_events SET state = 'processed',
+		received_at = CASE event_id WHEN 'evt_0' THEN now() - interval '2 hours' ELSE received_at END`); err != nil {
+		t.Fatal(err)
+	}
+	hourAgo := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
+	base := fulfillment.RedriveFilter{Target: fulfillment.RedriveEvents, OrgID: "org_a", State: "processed"}
+	for _, tc := range []struct {
+		name string
+		f    func(*fulfillment.RedriveFilter)
+		want int64
+	}{
+		{"every provider", func(*fulfillment.RedriveFilter) {}, 3},
+		{"yolfi", func(f *fulfillment.RedriveFilter) { f.Provider = fulfillment.ProviderYolfi }, 2},
+		{"tbank", func(f *fulfillment.RedriveFilter) { f.Provider = fulfillment.ProviderTBank }, 1},
+		{"yolfi, the last hour", func(f *fulfillment.RedriveFilter) { f.Provider, f.ReceivedAfter = fulfillment.ProviderYolfi, hourAgo }, 1},
+		{"before the last hour", func(f *fulfillment.RedriveFilter) { f.ReceivedBefore = hourAgo }, 1},
+	} {
+		f := base
+		tc.f(&f)
+		if err := f.Validate(); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		plan, err := s.RedrivePlan(ctx, f)
+		if err != nil || plan.Matched != tc.want {
+			t.Errorf("%s: plan matched %d, %v; want %d", tc.name, plan.Matched, err, tc.want)
+		}
+	}
+	f := base
+	f.Provider, f.ReceivedAfter = fulfillment.ProviderYolfi, hourAgo
+	run, err := s.RedriveStart(ctx, f, "admin", "")
+	if err != nil || run.Total != 1 {
+		t.Fatalf("start: %+v, %v", run, err)
+	}
+	got, err := s.RedriveGet(ctx, run.ID)
+	if err != nil || got.Filter.Provider != f.Provider || !got.Filter.ReceivedAfter.Equal(hourAgo) || !got.Filter.ReceivedBefore.IsZero() {
+		t.Errorf("the run's filter = %+v, %v; want %+v", got.Filter, err, f)
 	}
 }

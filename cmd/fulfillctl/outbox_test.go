@@ -200,7 +200,7 @@ func TestOutboxAndDestinationCommands(t *testing.T) {
 	// What the service refuses, on one line.
 	out, _, err = s.ctl(t, "outbox", "retry", failedID)
 	wantAPIError(t, err, codes.FailedPrecondition,
-		"FAILED_PRECONDITION: message "+failedID+" is delivered: only failed or uncertain messages are retried")
+		"FAILED_PRECONDITION: message "+failedID+" was delivered: pass resend to send it again under the same key")
 	if out != "" {
 		t.Errorf("a refused retry printed %q", out)
 	}

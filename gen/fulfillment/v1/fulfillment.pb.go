@@ -817,6 +817,9 @@ type OrderHistory struct {
 	// The payments the service started for the order (StartPayment), by
 	// attempt: at most 20.
 	PaymentStarts []*PaymentStart `protobuf:"bytes,10,rep,name=payment_starts,json=paymentStarts,proto3" json:"payment_starts,omitempty"`
+	// The order's events on the feed (WatchOrderEvents), oldest first: at
+	// most one per topic.
+	FeedEvents    []*OrderFeedEvent `protobuf:"bytes,11,rep,name=feed_events,json=feedEvents,proto3" json:"feed_events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -921,6 +924,77 @@ func (x *OrderHistory) GetPaymentStarts() []*PaymentStart {
 	return nil
 }
 
+func (x *OrderHistory) GetFeedEvents() []*OrderFeedEvent {
+	if x != nil {
+		return x.FeedEvents
+	}
+	return nil
+}
+
+// OrderFeedEvent is an order event as the feed carries it, without its
+// payload.
+type OrderFeedEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The feed position after this event (WatchOrderEventsRequest.cursor).
+	Cursor string `protobuf:"bytes,1,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// "order.fulfilled", "order.refunded" or "order.on_hold".
+	Topic         string                 `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OrderFeedEvent) Reset() {
+	*x = OrderFeedEvent{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OrderFeedEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OrderFeedEvent) ProtoMessage() {}
+
+func (x *OrderFeedEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OrderFeedEvent.ProtoReflect.Descriptor instead.
+func (*OrderFeedEvent) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *OrderFeedEvent) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
+}
+
+func (x *OrderFeedEvent) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *OrderFeedEvent) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
 // CreateOrderRequest is the content of a new order.
 type CreateOrderRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -943,7 +1017,7 @@ type CreateOrderRequest struct {
 
 func (x *CreateOrderRequest) Reset() {
 	*x = CreateOrderRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[9]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -955,7 +1029,7 @@ func (x *CreateOrderRequest) String() string {
 func (*CreateOrderRequest) ProtoMessage() {}
 
 func (x *CreateOrderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[9]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -968,7 +1042,7 @@ func (x *CreateOrderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOrderRequest.ProtoReflect.Descriptor instead.
 func (*CreateOrderRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{9}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateOrderRequest) GetOrgId() string {
@@ -1027,7 +1101,7 @@ type CreateOrderResponse struct {
 
 func (x *CreateOrderResponse) Reset() {
 	*x = CreateOrderResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[10]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1039,7 +1113,7 @@ func (x *CreateOrderResponse) String() string {
 func (*CreateOrderResponse) ProtoMessage() {}
 
 func (x *CreateOrderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[10]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1052,7 +1126,7 @@ func (x *CreateOrderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOrderResponse.ProtoReflect.Descriptor instead.
 func (*CreateOrderResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{10}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateOrderResponse) GetOrder() *Order {
@@ -1080,7 +1154,7 @@ type GetOrderRequest struct {
 
 func (x *GetOrderRequest) Reset() {
 	*x = GetOrderRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[11]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1166,7 @@ func (x *GetOrderRequest) String() string {
 func (*GetOrderRequest) ProtoMessage() {}
 
 func (x *GetOrderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[11]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1179,7 @@ func (x *GetOrderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOrderRequest.ProtoReflect.Descriptor instead.
 func (*GetOrderRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{11}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetOrderRequest) GetOrderId() string {
@@ -1126,7 +1200,7 @@ type GetOrderResponse struct {
 
 func (x *GetOrderResponse) Reset() {
 	*x = GetOrderResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[12]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1212,7 @@ func (x *GetOrderResponse) String() string {
 func (*GetOrderResponse) ProtoMessage() {}
 
 func (x *GetOrderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[12]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1225,7 @@ func (x *GetOrderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOrderResponse.ProtoReflect.Descriptor instead.
 func (*GetOrderResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{12}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetOrderResponse) GetOrder() *Order {
@@ -1190,7 +1264,7 @@ type ListOrdersRequest struct {
 
 func (x *ListOrdersRequest) Reset() {
 	*x = ListOrdersRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[13]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1276,7 @@ func (x *ListOrdersRequest) String() string {
 func (*ListOrdersRequest) ProtoMessage() {}
 
 func (x *ListOrdersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[13]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1289,7 @@ func (x *ListOrdersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOrdersRequest.ProtoReflect.Descriptor instead.
 func (*ListOrdersRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{13}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListOrdersRequest) GetOrgId() string {
@@ -1287,7 +1361,7 @@ type ListOrdersResponse struct {
 
 func (x *ListOrdersResponse) Reset() {
 	*x = ListOrdersResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[14]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1373,7 @@ func (x *ListOrdersResponse) String() string {
 func (*ListOrdersResponse) ProtoMessage() {}
 
 func (x *ListOrdersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[14]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1386,7 @@ func (x *ListOrdersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOrdersResponse.ProtoReflect.Descriptor instead.
 func (*ListOrdersResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{14}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListOrdersResponse) GetOrders() []*Order {
@@ -1373,7 +1447,7 @@ type EventPayment struct {
 
 func (x *EventPayment) Reset() {
 	*x = EventPayment{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[15]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1459,7 @@ func (x *EventPayment) String() string {
 func (*EventPayment) ProtoMessage() {}
 
 func (x *EventPayment) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[15]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1472,7 @@ func (x *EventPayment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventPayment.ProtoReflect.Descriptor instead.
 func (*EventPayment) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{15}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *EventPayment) GetAttemptRef() string {
@@ -1530,7 +1604,7 @@ type RecordEventRequest struct {
 
 func (x *RecordEventRequest) Reset() {
 	*x = RecordEventRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[16]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1542,7 +1616,7 @@ func (x *RecordEventRequest) String() string {
 func (*RecordEventRequest) ProtoMessage() {}
 
 func (x *RecordEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[16]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1555,7 +1629,7 @@ func (x *RecordEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordEventRequest.ProtoReflect.Descriptor instead.
 func (*RecordEventRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{16}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RecordEventRequest) GetProvider() string {
@@ -1655,7 +1729,7 @@ type RecordEventResponse struct {
 
 func (x *RecordEventResponse) Reset() {
 	*x = RecordEventResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[17]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1741,7 @@ func (x *RecordEventResponse) String() string {
 func (*RecordEventResponse) ProtoMessage() {}
 
 func (x *RecordEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[17]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1754,7 @@ func (x *RecordEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordEventResponse.ProtoReflect.Descriptor instead.
 func (*RecordEventResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{17}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RecordEventResponse) GetDuplicate() bool {
@@ -1764,7 +1838,7 @@ type ReconciliationItem struct {
 
 func (x *ReconciliationItem) Reset() {
 	*x = ReconciliationItem{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[18]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +1850,7 @@ func (x *ReconciliationItem) String() string {
 func (*ReconciliationItem) ProtoMessage() {}
 
 func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[18]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +1863,7 @@ func (x *ReconciliationItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationItem.ProtoReflect.Descriptor instead.
 func (*ReconciliationItem) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{18}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReconciliationItem) GetId() string {
@@ -2003,7 +2077,7 @@ type ListReconciliationItemsRequest struct {
 
 func (x *ListReconciliationItemsRequest) Reset() {
 	*x = ListReconciliationItemsRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[19]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2089,7 @@ func (x *ListReconciliationItemsRequest) String() string {
 func (*ListReconciliationItemsRequest) ProtoMessage() {}
 
 func (x *ListReconciliationItemsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[19]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2102,7 @@ func (x *ListReconciliationItemsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationItemsRequest.ProtoReflect.Descriptor instead.
 func (*ListReconciliationItemsRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{19}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListReconciliationItemsRequest) GetKind() string {
@@ -2107,7 +2181,7 @@ type ListReconciliationItemsResponse struct {
 
 func (x *ListReconciliationItemsResponse) Reset() {
 	*x = ListReconciliationItemsResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[20]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2193,7 @@ func (x *ListReconciliationItemsResponse) String() string {
 func (*ListReconciliationItemsResponse) ProtoMessage() {}
 
 func (x *ListReconciliationItemsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[20]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2206,7 @@ func (x *ListReconciliationItemsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReconciliationItemsResponse.ProtoReflect.Descriptor instead.
 func (*ListReconciliationItemsResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{20}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListReconciliationItemsResponse) GetItems() []*ReconciliationItem {
@@ -2163,7 +2237,7 @@ type GetReconciliationSummaryRequest struct {
 
 func (x *GetReconciliationSummaryRequest) Reset() {
 	*x = GetReconciliationSummaryRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[21]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2249,7 @@ func (x *GetReconciliationSummaryRequest) String() string {
 func (*GetReconciliationSummaryRequest) ProtoMessage() {}
 
 func (x *GetReconciliationSummaryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[21]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2262,7 @@ func (x *GetReconciliationSummaryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReconciliationSummaryRequest.ProtoReflect.Descriptor instead.
 func (*GetReconciliationSummaryRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{21}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetReconciliationSummaryRequest) GetOrgId() string {
@@ -2203,6 +2277,200 @@ func (x *GetReconciliationSummaryRequest) GetEnvironment() string {
 		return x.Environment
 	}
 	return ""
+}
+
+// GetActivityRequest selects the window and what to count; empty fields
+// count everything the caller may see.
+type GetActivityRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this org.
+	OrgId string `protobuf:"bytes,1,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
+	// Only "live" or "test".
+	Environment string `protobuf:"bytes,2,opt,name=environment,proto3" json:"environment,omitempty"`
+	// The window: this many whole minutes before the current one, and the
+	// current one. Default 60, at most 180.
+	Minutes       int32 `protobuf:"varint,3,opt,name=minutes,proto3" json:"minutes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetActivityRequest) Reset() {
+	*x = GetActivityRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetActivityRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetActivityRequest) ProtoMessage() {}
+
+func (x *GetActivityRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetActivityRequest.ProtoReflect.Descriptor instead.
+func (*GetActivityRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GetActivityRequest) GetOrgId() string {
+	if x != nil {
+		return x.OrgId
+	}
+	return ""
+}
+
+func (x *GetActivityRequest) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
+}
+
+func (x *GetActivityRequest) GetMinutes() int32 {
+	if x != nil {
+		return x.Minutes
+	}
+	return 0
+}
+
+// GetActivityResponse is the window, minute by minute.
+type GetActivityResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per minute, oldest first; the last is the current, partial minute.
+	Minutes []*ActivityMinute `protobuf:"bytes,1,rep,name=minutes,proto3" json:"minutes,omitempty"`
+	// The service's clock when it counted.
+	CheckTime     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=check_time,json=checkTime,proto3" json:"check_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetActivityResponse) Reset() {
+	*x = GetActivityResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetActivityResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetActivityResponse) ProtoMessage() {}
+
+func (x *GetActivityResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetActivityResponse.ProtoReflect.Descriptor instead.
+func (*GetActivityResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *GetActivityResponse) GetMinutes() []*ActivityMinute {
+	if x != nil {
+		return x.Minutes
+	}
+	return nil
+}
+
+func (x *GetActivityResponse) GetCheckTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CheckTime
+	}
+	return nil
+}
+
+// ActivityMinute counts one minute.
+type ActivityMinute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The minute's start.
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// Provider events stored (a webhook delivered again is not stored again).
+	EventsReceived int64 `protobuf:"varint,2,opt,name=events_received,json=eventsReceived,proto3" json:"events_received,omitempty"`
+	// Orders that reached "fulfilled".
+	OrdersFulfilled int64 `protobuf:"varint,3,opt,name=orders_fulfilled,json=ordersFulfilled,proto3" json:"orders_fulfilled,omitempty"`
+	// Outbox messages delivered.
+	MessagesDelivered int64 `protobuf:"varint,4,opt,name=messages_delivered,json=messagesDelivered,proto3" json:"messages_delivered,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ActivityMinute) Reset() {
+	*x = ActivityMinute{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActivityMinute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActivityMinute) ProtoMessage() {}
+
+func (x *ActivityMinute) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActivityMinute.ProtoReflect.Descriptor instead.
+func (*ActivityMinute) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ActivityMinute) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *ActivityMinute) GetEventsReceived() int64 {
+	if x != nil {
+		return x.EventsReceived
+	}
+	return 0
+}
+
+func (x *ActivityMinute) GetOrdersFulfilled() int64 {
+	if x != nil {
+		return x.OrdersFulfilled
+	}
+	return 0
+}
+
+func (x *ActivityMinute) GetMessagesDelivered() int64 {
+	if x != nil {
+		return x.MessagesDelivered
+	}
+	return 0
 }
 
 // GetReconciliationSummaryResponse counts what needs a person.
@@ -2221,7 +2489,7 @@ type GetReconciliationSummaryResponse struct {
 
 func (x *GetReconciliationSummaryResponse) Reset() {
 	*x = GetReconciliationSummaryResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[22]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2501,7 @@ func (x *GetReconciliationSummaryResponse) String() string {
 func (*GetReconciliationSummaryResponse) ProtoMessage() {}
 
 func (x *GetReconciliationSummaryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[22]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2514,7 @@ func (x *GetReconciliationSummaryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReconciliationSummaryResponse.ProtoReflect.Descriptor instead.
 func (*GetReconciliationSummaryResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{22}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetReconciliationSummaryResponse) GetSummaries() []*ReconciliationSummary {
@@ -2299,7 +2567,7 @@ type ReconciliationSummary struct {
 
 func (x *ReconciliationSummary) Reset() {
 	*x = ReconciliationSummary{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[23]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2311,7 +2579,7 @@ func (x *ReconciliationSummary) String() string {
 func (*ReconciliationSummary) ProtoMessage() {}
 
 func (x *ReconciliationSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[23]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2324,7 +2592,7 @@ func (x *ReconciliationSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationSummary.ProtoReflect.Descriptor instead.
 func (*ReconciliationSummary) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{23}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReconciliationSummary) GetOrgId() string {
@@ -2415,7 +2683,7 @@ type ReconciliationKindCount struct {
 
 func (x *ReconciliationKindCount) Reset() {
 	*x = ReconciliationKindCount{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[24]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2695,7 @@ func (x *ReconciliationKindCount) String() string {
 func (*ReconciliationKindCount) ProtoMessage() {}
 
 func (x *ReconciliationKindCount) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[24]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +2708,7 @@ func (x *ReconciliationKindCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationKindCount.ProtoReflect.Descriptor instead.
 func (*ReconciliationKindCount) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{24}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReconciliationKindCount) GetKind() string {
@@ -2467,7 +2735,7 @@ type GetReconciliationItemRequest struct {
 
 func (x *GetReconciliationItemRequest) Reset() {
 	*x = GetReconciliationItemRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[25]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2747,7 @@ func (x *GetReconciliationItemRequest) String() string {
 func (*GetReconciliationItemRequest) ProtoMessage() {}
 
 func (x *GetReconciliationItemRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[25]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2760,7 @@ func (x *GetReconciliationItemRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReconciliationItemRequest.ProtoReflect.Descriptor instead.
 func (*GetReconciliationItemRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{25}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetReconciliationItemRequest) GetItemId() string {
@@ -2513,7 +2781,7 @@ type GetReconciliationItemResponse struct {
 
 func (x *GetReconciliationItemResponse) Reset() {
 	*x = GetReconciliationItemResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[26]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2525,7 +2793,7 @@ func (x *GetReconciliationItemResponse) String() string {
 func (*GetReconciliationItemResponse) ProtoMessage() {}
 
 func (x *GetReconciliationItemResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[26]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2538,7 +2806,7 @@ func (x *GetReconciliationItemResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReconciliationItemResponse.ProtoReflect.Descriptor instead.
 func (*GetReconciliationItemResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{26}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetReconciliationItemResponse) GetItem() *ReconciliationItem {
@@ -2578,7 +2846,7 @@ type ReconciliationEvidence struct {
 
 func (x *ReconciliationEvidence) Reset() {
 	*x = ReconciliationEvidence{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[27]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2590,7 +2858,7 @@ func (x *ReconciliationEvidence) String() string {
 func (*ReconciliationEvidence) ProtoMessage() {}
 
 func (x *ReconciliationEvidence) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[27]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2603,7 +2871,7 @@ func (x *ReconciliationEvidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconciliationEvidence.ProtoReflect.Descriptor instead.
 func (*ReconciliationEvidence) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{27}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReconciliationEvidence) GetOrder() *Order {
@@ -2659,7 +2927,7 @@ type ResolveReconciliationItemRequest struct {
 
 func (x *ResolveReconciliationItemRequest) Reset() {
 	*x = ResolveReconciliationItemRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[28]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2671,7 +2939,7 @@ func (x *ResolveReconciliationItemRequest) String() string {
 func (*ResolveReconciliationItemRequest) ProtoMessage() {}
 
 func (x *ResolveReconciliationItemRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[28]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2684,7 +2952,7 @@ func (x *ResolveReconciliationItemRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResolveReconciliationItemRequest.ProtoReflect.Descriptor instead.
 func (*ResolveReconciliationItemRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{28}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ResolveReconciliationItemRequest) GetItemId() string {
@@ -2725,7 +2993,7 @@ type ResolveReconciliationItemResponse struct {
 
 func (x *ResolveReconciliationItemResponse) Reset() {
 	*x = ResolveReconciliationItemResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[29]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2737,7 +3005,7 @@ func (x *ResolveReconciliationItemResponse) String() string {
 func (*ResolveReconciliationItemResponse) ProtoMessage() {}
 
 func (x *ResolveReconciliationItemResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[29]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2750,7 +3018,7 @@ func (x *ResolveReconciliationItemResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ResolveReconciliationItemResponse.ProtoReflect.Descriptor instead.
 func (*ResolveReconciliationItemResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{29}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ResolveReconciliationItemResponse) GetItem() *ReconciliationItem {
@@ -2816,7 +3084,7 @@ type InboxEvent struct {
 
 func (x *InboxEvent) Reset() {
 	*x = InboxEvent{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[30]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +3096,7 @@ func (x *InboxEvent) String() string {
 func (*InboxEvent) ProtoMessage() {}
 
 func (x *InboxEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[30]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +3109,7 @@ func (x *InboxEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InboxEvent.ProtoReflect.Descriptor instead.
 func (*InboxEvent) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{30}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *InboxEvent) GetId() string {
@@ -3045,7 +3313,7 @@ type EventReplay struct {
 
 func (x *EventReplay) Reset() {
 	*x = EventReplay{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[31]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3057,7 +3325,7 @@ func (x *EventReplay) String() string {
 func (*EventReplay) ProtoMessage() {}
 
 func (x *EventReplay) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[31]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3070,7 +3338,7 @@ func (x *EventReplay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventReplay.ProtoReflect.Descriptor instead.
 func (*EventReplay) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{31}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EventReplay) GetReplayedBy() string {
@@ -3147,14 +3415,19 @@ type ListInboxEventsRequest struct {
 	// Maximum number of events to return: default 50, at most 500.
 	PageSize int32 `protobuf:"varint,7,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response's next_page_token, with the same filters.
-	PageToken     string `protobuf:"bytes,8,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PageToken string `protobuf:"bytes,8,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only events of this provider, e.g. "yolfi" or "tbank".
+	Provider string `protobuf:"bytes,9,opt,name=provider,proto3" json:"provider,omitempty"`
+	// Only events received at or after this time, and before this time.
+	ReceivedAfter  *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=received_after,json=receivedAfter,proto3" json:"received_after,omitempty"`
+	ReceivedBefore *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=received_before,json=receivedBefore,proto3" json:"received_before,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListInboxEventsRequest) Reset() {
 	*x = ListInboxEventsRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[32]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3166,7 +3439,7 @@ func (x *ListInboxEventsRequest) String() string {
 func (*ListInboxEventsRequest) ProtoMessage() {}
 
 func (x *ListInboxEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[32]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3179,7 +3452,7 @@ func (x *ListInboxEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInboxEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListInboxEventsRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{32}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListInboxEventsRequest) GetState() string {
@@ -3238,6 +3511,27 @@ func (x *ListInboxEventsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListInboxEventsRequest) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *ListInboxEventsRequest) GetReceivedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReceivedAfter
+	}
+	return nil
+}
+
+func (x *ListInboxEventsRequest) GetReceivedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReceivedBefore
+	}
+	return nil
+}
+
 // ListInboxEventsResponse is one page of events.
 type ListInboxEventsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3251,7 +3545,7 @@ type ListInboxEventsResponse struct {
 
 func (x *ListInboxEventsResponse) Reset() {
 	*x = ListInboxEventsResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[33]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3263,7 +3557,7 @@ func (x *ListInboxEventsResponse) String() string {
 func (*ListInboxEventsResponse) ProtoMessage() {}
 
 func (x *ListInboxEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[33]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3276,7 +3570,7 @@ func (x *ListInboxEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInboxEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListInboxEventsResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{33}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListInboxEventsResponse) GetEvents() []*InboxEvent {
@@ -3303,7 +3597,7 @@ type GetInboxEventRequest struct {
 
 func (x *GetInboxEventRequest) Reset() {
 	*x = GetInboxEventRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[34]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3315,7 +3609,7 @@ func (x *GetInboxEventRequest) String() string {
 func (*GetInboxEventRequest) ProtoMessage() {}
 
 func (x *GetInboxEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[34]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3328,7 +3622,7 @@ func (x *GetInboxEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInboxEventRequest.ProtoReflect.Descriptor instead.
 func (*GetInboxEventRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{34}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetInboxEventRequest) GetInboxEventId() string {
@@ -3348,7 +3642,7 @@ type GetInboxEventResponse struct {
 
 func (x *GetInboxEventResponse) Reset() {
 	*x = GetInboxEventResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[35]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3360,7 +3654,7 @@ func (x *GetInboxEventResponse) String() string {
 func (*GetInboxEventResponse) ProtoMessage() {}
 
 func (x *GetInboxEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[35]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3373,7 +3667,7 @@ func (x *GetInboxEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInboxEventResponse.ProtoReflect.Descriptor instead.
 func (*GetInboxEventResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{35}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetInboxEventResponse) GetEvent() *InboxEvent {
@@ -3395,7 +3689,7 @@ type ReplayInboxEventRequest struct {
 
 func (x *ReplayInboxEventRequest) Reset() {
 	*x = ReplayInboxEventRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[36]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3407,7 +3701,7 @@ func (x *ReplayInboxEventRequest) String() string {
 func (*ReplayInboxEventRequest) ProtoMessage() {}
 
 func (x *ReplayInboxEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[36]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3420,7 +3714,7 @@ func (x *ReplayInboxEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayInboxEventRequest.ProtoReflect.Descriptor instead.
 func (*ReplayInboxEventRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{36}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReplayInboxEventRequest) GetInboxEventId() string {
@@ -3447,7 +3741,7 @@ type ReplayInboxEventResponse struct {
 
 func (x *ReplayInboxEventResponse) Reset() {
 	*x = ReplayInboxEventResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[37]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3459,7 +3753,7 @@ func (x *ReplayInboxEventResponse) String() string {
 func (*ReplayInboxEventResponse) ProtoMessage() {}
 
 func (x *ReplayInboxEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[37]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3472,7 +3766,7 @@ func (x *ReplayInboxEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayInboxEventResponse.ProtoReflect.Descriptor instead.
 func (*ReplayInboxEventResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{37}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReplayInboxEventResponse) GetEvent() *InboxEvent {
@@ -3532,7 +3826,7 @@ type OutboxMessage struct {
 
 func (x *OutboxMessage) Reset() {
 	*x = OutboxMessage{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[38]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3544,7 +3838,7 @@ func (x *OutboxMessage) String() string {
 func (*OutboxMessage) ProtoMessage() {}
 
 func (x *OutboxMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[38]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3557,7 +3851,7 @@ func (x *OutboxMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutboxMessage.ProtoReflect.Descriptor instead.
 func (*OutboxMessage) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{38}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *OutboxMessage) GetId() string {
@@ -3715,7 +4009,7 @@ type DeliveryAttempt struct {
 
 func (x *DeliveryAttempt) Reset() {
 	*x = DeliveryAttempt{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[39]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3727,7 +4021,7 @@ func (x *DeliveryAttempt) String() string {
 func (*DeliveryAttempt) ProtoMessage() {}
 
 func (x *DeliveryAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[39]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3740,7 +4034,7 @@ func (x *DeliveryAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeliveryAttempt.ProtoReflect.Descriptor instead.
 func (*DeliveryAttempt) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{39}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeliveryAttempt) GetAttempt() int32 {
@@ -3806,7 +4100,7 @@ type ListOutboxMessagesRequest struct {
 
 func (x *ListOutboxMessagesRequest) Reset() {
 	*x = ListOutboxMessagesRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[40]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3818,7 +4112,7 @@ func (x *ListOutboxMessagesRequest) String() string {
 func (*ListOutboxMessagesRequest) ProtoMessage() {}
 
 func (x *ListOutboxMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[40]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3831,7 +4125,7 @@ func (x *ListOutboxMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOutboxMessagesRequest.ProtoReflect.Descriptor instead.
 func (*ListOutboxMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{40}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListOutboxMessagesRequest) GetState() string {
@@ -3889,7 +4183,7 @@ type ListOutboxMessagesResponse struct {
 
 func (x *ListOutboxMessagesResponse) Reset() {
 	*x = ListOutboxMessagesResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[41]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3901,7 +4195,7 @@ func (x *ListOutboxMessagesResponse) String() string {
 func (*ListOutboxMessagesResponse) ProtoMessage() {}
 
 func (x *ListOutboxMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[41]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3914,7 +4208,7 @@ func (x *ListOutboxMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOutboxMessagesResponse.ProtoReflect.Descriptor instead.
 func (*ListOutboxMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{41}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListOutboxMessagesResponse) GetMessages() []*OutboxMessage {
@@ -3941,7 +4235,7 @@ type GetOutboxMessageRequest struct {
 
 func (x *GetOutboxMessageRequest) Reset() {
 	*x = GetOutboxMessageRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[42]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3953,7 +4247,7 @@ func (x *GetOutboxMessageRequest) String() string {
 func (*GetOutboxMessageRequest) ProtoMessage() {}
 
 func (x *GetOutboxMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[42]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3966,7 +4260,7 @@ func (x *GetOutboxMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutboxMessageRequest.ProtoReflect.Descriptor instead.
 func (*GetOutboxMessageRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{42}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetOutboxMessageRequest) GetMessageId() string {
@@ -3986,7 +4280,7 @@ type GetOutboxMessageResponse struct {
 
 func (x *GetOutboxMessageResponse) Reset() {
 	*x = GetOutboxMessageResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[43]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3998,7 +4292,7 @@ func (x *GetOutboxMessageResponse) String() string {
 func (*GetOutboxMessageResponse) ProtoMessage() {}
 
 func (x *GetOutboxMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[43]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4011,7 +4305,7 @@ func (x *GetOutboxMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOutboxMessageResponse.ProtoReflect.Descriptor instead.
 func (*GetOutboxMessageResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{43}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetOutboxMessageResponse) GetMessage() *OutboxMessage {
@@ -4023,15 +4317,18 @@ func (x *GetOutboxMessageResponse) GetMessage() *OutboxMessage {
 
 // RetryOutboxMessageRequest names a failed or uncertain message.
 type RetryOutboxMessageRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MessageId     string                 `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	MessageId string                 `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// Send a delivered message again (for a receiver that lost it); without
+	// it a delivered message is FAILED_PRECONDITION.
+	Resend        bool `protobuf:"varint,2,opt,name=resend,proto3" json:"resend,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RetryOutboxMessageRequest) Reset() {
 	*x = RetryOutboxMessageRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[44]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4043,7 +4340,7 @@ func (x *RetryOutboxMessageRequest) String() string {
 func (*RetryOutboxMessageRequest) ProtoMessage() {}
 
 func (x *RetryOutboxMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[44]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4056,7 +4353,7 @@ func (x *RetryOutboxMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryOutboxMessageRequest.ProtoReflect.Descriptor instead.
 func (*RetryOutboxMessageRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{44}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RetryOutboxMessageRequest) GetMessageId() string {
@@ -4064,6 +4361,13 @@ func (x *RetryOutboxMessageRequest) GetMessageId() string {
 		return x.MessageId
 	}
 	return ""
+}
+
+func (x *RetryOutboxMessageRequest) GetResend() bool {
+	if x != nil {
+		return x.Resend
+	}
+	return false
 }
 
 // RetryOutboxMessageResponse is the message, pending again.
@@ -4076,7 +4380,7 @@ type RetryOutboxMessageResponse struct {
 
 func (x *RetryOutboxMessageResponse) Reset() {
 	*x = RetryOutboxMessageResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[45]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4088,7 +4392,7 @@ func (x *RetryOutboxMessageResponse) String() string {
 func (*RetryOutboxMessageResponse) ProtoMessage() {}
 
 func (x *RetryOutboxMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[45]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4101,7 +4405,7 @@ func (x *RetryOutboxMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryOutboxMessageResponse.ProtoReflect.Descriptor instead.
 func (*RetryOutboxMessageResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{45}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RetryOutboxMessageResponse) GetMessage() *OutboxMessage {
@@ -4137,7 +4441,7 @@ type Destination struct {
 
 func (x *Destination) Reset() {
 	*x = Destination{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[46]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4149,7 +4453,7 @@ func (x *Destination) String() string {
 func (*Destination) ProtoMessage() {}
 
 func (x *Destination) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[46]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4162,7 +4466,7 @@ func (x *Destination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Destination.ProtoReflect.Descriptor instead.
 func (*Destination) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{46}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Destination) GetId() string {
@@ -4244,7 +4548,7 @@ type ListDestinationsRequest struct {
 
 func (x *ListDestinationsRequest) Reset() {
 	*x = ListDestinationsRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[47]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4256,7 +4560,7 @@ func (x *ListDestinationsRequest) String() string {
 func (*ListDestinationsRequest) ProtoMessage() {}
 
 func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[47]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4269,7 +4573,7 @@ func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsRequest.ProtoReflect.Descriptor instead.
 func (*ListDestinationsRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{47}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{51}
 }
 
 // ListDestinationsResponse lists every configured destination.
@@ -4282,7 +4586,7 @@ type ListDestinationsResponse struct {
 
 func (x *ListDestinationsResponse) Reset() {
 	*x = ListDestinationsResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[48]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4294,7 +4598,7 @@ func (x *ListDestinationsResponse) String() string {
 func (*ListDestinationsResponse) ProtoMessage() {}
 
 func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[48]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4307,7 +4611,7 @@ func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsResponse.ProtoReflect.Descriptor instead.
 func (*ListDestinationsResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{48}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListDestinationsResponse) GetDestinations() []*Destination {
@@ -4329,7 +4633,7 @@ type DisableDestinationRequest struct {
 
 func (x *DisableDestinationRequest) Reset() {
 	*x = DisableDestinationRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[49]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4341,7 +4645,7 @@ func (x *DisableDestinationRequest) String() string {
 func (*DisableDestinationRequest) ProtoMessage() {}
 
 func (x *DisableDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[49]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4354,7 +4658,7 @@ func (x *DisableDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisableDestinationRequest.ProtoReflect.Descriptor instead.
 func (*DisableDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{49}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DisableDestinationRequest) GetDestinationId() string {
@@ -4381,7 +4685,7 @@ type DisableDestinationResponse struct {
 
 func (x *DisableDestinationResponse) Reset() {
 	*x = DisableDestinationResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[50]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4393,7 +4697,7 @@ func (x *DisableDestinationResponse) String() string {
 func (*DisableDestinationResponse) ProtoMessage() {}
 
 func (x *DisableDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[50]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4406,7 +4710,7 @@ func (x *DisableDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisableDestinationResponse.ProtoReflect.Descriptor instead.
 func (*DisableDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{50}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DisableDestinationResponse) GetDestination() *Destination {
@@ -4426,7 +4730,7 @@ type EnableDestinationRequest struct {
 
 func (x *EnableDestinationRequest) Reset() {
 	*x = EnableDestinationRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[51]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4438,7 +4742,7 @@ func (x *EnableDestinationRequest) String() string {
 func (*EnableDestinationRequest) ProtoMessage() {}
 
 func (x *EnableDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[51]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4451,7 +4755,7 @@ func (x *EnableDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnableDestinationRequest.ProtoReflect.Descriptor instead.
 func (*EnableDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{51}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *EnableDestinationRequest) GetDestinationId() string {
@@ -4471,7 +4775,7 @@ type EnableDestinationResponse struct {
 
 func (x *EnableDestinationResponse) Reset() {
 	*x = EnableDestinationResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[52]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4483,7 +4787,7 @@ func (x *EnableDestinationResponse) String() string {
 func (*EnableDestinationResponse) ProtoMessage() {}
 
 func (x *EnableDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[52]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4496,7 +4800,7 @@ func (x *EnableDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnableDestinationResponse.ProtoReflect.Descriptor instead.
 func (*EnableDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{52}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *EnableDestinationResponse) GetDestination() *Destination {
@@ -4530,7 +4834,7 @@ type StartPaymentRequest struct {
 
 func (x *StartPaymentRequest) Reset() {
 	*x = StartPaymentRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[53]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4542,7 +4846,7 @@ func (x *StartPaymentRequest) String() string {
 func (*StartPaymentRequest) ProtoMessage() {}
 
 func (x *StartPaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[53]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4555,7 +4859,7 @@ func (x *StartPaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPaymentRequest.ProtoReflect.Descriptor instead.
 func (*StartPaymentRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{53}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *StartPaymentRequest) GetOrderId() string {
@@ -4603,7 +4907,7 @@ type StartPaymentResponse struct {
 
 func (x *StartPaymentResponse) Reset() {
 	*x = StartPaymentResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[54]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4615,7 +4919,7 @@ func (x *StartPaymentResponse) String() string {
 func (*StartPaymentResponse) ProtoMessage() {}
 
 func (x *StartPaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[54]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4628,7 +4932,7 @@ func (x *StartPaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPaymentResponse.ProtoReflect.Descriptor instead.
 func (*StartPaymentResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{54}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *StartPaymentResponse) GetPayment() *PaymentStart {
@@ -4667,7 +4971,7 @@ type PaymentStart struct {
 
 func (x *PaymentStart) Reset() {
 	*x = PaymentStart{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[55]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4679,7 +4983,7 @@ func (x *PaymentStart) String() string {
 func (*PaymentStart) ProtoMessage() {}
 
 func (x *PaymentStart) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[55]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4692,7 +4996,7 @@ func (x *PaymentStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PaymentStart.ProtoReflect.Descriptor instead.
 func (*PaymentStart) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{55}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PaymentStart) GetOrderId() string {
@@ -4787,7 +5091,7 @@ type WatchOrderEventsRequest struct {
 
 func (x *WatchOrderEventsRequest) Reset() {
 	*x = WatchOrderEventsRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[56]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4799,7 +5103,7 @@ func (x *WatchOrderEventsRequest) String() string {
 func (*WatchOrderEventsRequest) ProtoMessage() {}
 
 func (x *WatchOrderEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[56]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4812,7 +5116,7 @@ func (x *WatchOrderEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchOrderEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchOrderEventsRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{56}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *WatchOrderEventsRequest) GetCursor() string {
@@ -4860,7 +5164,7 @@ type WatchOrderEventsResponse struct {
 
 func (x *WatchOrderEventsResponse) Reset() {
 	*x = WatchOrderEventsResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[57]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4872,7 +5176,7 @@ func (x *WatchOrderEventsResponse) String() string {
 func (*WatchOrderEventsResponse) ProtoMessage() {}
 
 func (x *WatchOrderEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[57]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4885,7 +5189,7 @@ func (x *WatchOrderEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchOrderEventsResponse.ProtoReflect.Descriptor instead.
 func (*WatchOrderEventsResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{57}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *WatchOrderEventsResponse) GetCursor() string {
@@ -4986,7 +5290,7 @@ type Subscription struct {
 
 func (x *Subscription) Reset() {
 	*x = Subscription{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[58]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4998,7 +5302,7 @@ func (x *Subscription) String() string {
 func (*Subscription) ProtoMessage() {}
 
 func (x *Subscription) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[58]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5011,7 +5315,7 @@ func (x *Subscription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscription.ProtoReflect.Descriptor instead.
 func (*Subscription) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{58}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *Subscription) GetId() string {
@@ -5134,7 +5438,7 @@ type PaidPeriod struct {
 
 func (x *PaidPeriod) Reset() {
 	*x = PaidPeriod{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[59]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5146,7 +5450,7 @@ func (x *PaidPeriod) String() string {
 func (*PaidPeriod) ProtoMessage() {}
 
 func (x *PaidPeriod) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[59]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5159,7 +5463,7 @@ func (x *PaidPeriod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PaidPeriod.ProtoReflect.Descriptor instead.
 func (*PaidPeriod) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{59}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PaidPeriod) GetPeriod() int32 {
@@ -5228,7 +5532,7 @@ type Access struct {
 
 func (x *Access) Reset() {
 	*x = Access{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[60]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5240,7 +5544,7 @@ func (x *Access) String() string {
 func (*Access) ProtoMessage() {}
 
 func (x *Access) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[60]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5253,7 +5557,7 @@ func (x *Access) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Access.ProtoReflect.Descriptor instead.
 func (*Access) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{60}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *Access) GetHasAccess() bool {
@@ -5307,7 +5611,7 @@ type CreateSubscriptionRequest struct {
 
 func (x *CreateSubscriptionRequest) Reset() {
 	*x = CreateSubscriptionRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[61]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5319,7 +5623,7 @@ func (x *CreateSubscriptionRequest) String() string {
 func (*CreateSubscriptionRequest) ProtoMessage() {}
 
 func (x *CreateSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[61]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5332,7 +5636,7 @@ func (x *CreateSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{61}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CreateSubscriptionRequest) GetOrgId() string {
@@ -5390,7 +5694,7 @@ type CreateSubscriptionResponse struct {
 
 func (x *CreateSubscriptionResponse) Reset() {
 	*x = CreateSubscriptionResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[62]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5402,7 +5706,7 @@ func (x *CreateSubscriptionResponse) String() string {
 func (*CreateSubscriptionResponse) ProtoMessage() {}
 
 func (x *CreateSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[62]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5415,7 +5719,7 @@ func (x *CreateSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{62}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CreateSubscriptionResponse) GetSubscription() *Subscription {
@@ -5443,7 +5747,7 @@ type GetSubscriptionRequest struct {
 
 func (x *GetSubscriptionRequest) Reset() {
 	*x = GetSubscriptionRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[63]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5455,7 +5759,7 @@ func (x *GetSubscriptionRequest) String() string {
 func (*GetSubscriptionRequest) ProtoMessage() {}
 
 func (x *GetSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[63]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5468,7 +5772,7 @@ func (x *GetSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*GetSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{63}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *GetSubscriptionRequest) GetSubscriptionId() string {
@@ -5496,7 +5800,7 @@ type GetSubscriptionResponse struct {
 
 func (x *GetSubscriptionResponse) Reset() {
 	*x = GetSubscriptionResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[64]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5508,7 +5812,7 @@ func (x *GetSubscriptionResponse) String() string {
 func (*GetSubscriptionResponse) ProtoMessage() {}
 
 func (x *GetSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[64]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5521,7 +5825,7 @@ func (x *GetSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*GetSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{64}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *GetSubscriptionResponse) GetSubscription() *Subscription {
@@ -5577,7 +5881,7 @@ type ListSubscriptionsRequest struct {
 
 func (x *ListSubscriptionsRequest) Reset() {
 	*x = ListSubscriptionsRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[65]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5589,7 +5893,7 @@ func (x *ListSubscriptionsRequest) String() string {
 func (*ListSubscriptionsRequest) ProtoMessage() {}
 
 func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[65]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5602,7 +5906,7 @@ func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{65}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListSubscriptionsRequest) GetOrgId() string {
@@ -5667,7 +5971,7 @@ type ListSubscriptionsResponse struct {
 
 func (x *ListSubscriptionsResponse) Reset() {
 	*x = ListSubscriptionsResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[66]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5679,7 +5983,7 @@ func (x *ListSubscriptionsResponse) String() string {
 func (*ListSubscriptionsResponse) ProtoMessage() {}
 
 func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[66]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5692,7 +5996,7 @@ func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{66}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListSubscriptionsResponse) GetSubscriptions() []*Subscription {
@@ -5726,7 +6030,7 @@ type CheckAccessRequest struct {
 
 func (x *CheckAccessRequest) Reset() {
 	*x = CheckAccessRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[67]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5738,7 +6042,7 @@ func (x *CheckAccessRequest) String() string {
 func (*CheckAccessRequest) ProtoMessage() {}
 
 func (x *CheckAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[67]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5751,7 +6055,7 @@ func (x *CheckAccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckAccessRequest.ProtoReflect.Descriptor instead.
 func (*CheckAccessRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{67}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *CheckAccessRequest) GetOrgId() string {
@@ -5805,7 +6109,7 @@ type CheckAccessResponse struct {
 
 func (x *CheckAccessResponse) Reset() {
 	*x = CheckAccessResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[68]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5817,7 +6121,7 @@ func (x *CheckAccessResponse) String() string {
 func (*CheckAccessResponse) ProtoMessage() {}
 
 func (x *CheckAccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[68]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5830,7 +6134,7 @@ func (x *CheckAccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckAccessResponse.ProtoReflect.Descriptor instead.
 func (*CheckAccessResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{68}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *CheckAccessResponse) GetHasAccess() bool {
@@ -5887,14 +6191,19 @@ type RedriveFilter struct {
 	// Outbox only: optional destination id.
 	DestinationId string `protobuf:"bytes,7,opt,name=destination_id,json=destinationId,proto3" json:"destination_id,omitempty"`
 	// Optional: "live" or "test".
-	Environment   string `protobuf:"bytes,8,opt,name=environment,proto3" json:"environment,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Environment string `protobuf:"bytes,8,opt,name=environment,proto3" json:"environment,omitempty"`
+	// Events only: optional provider, and when the events were received (at
+	// or after, before).
+	Provider       string                 `protobuf:"bytes,9,opt,name=provider,proto3" json:"provider,omitempty"`
+	ReceivedAfter  *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=received_after,json=receivedAfter,proto3" json:"received_after,omitempty"`
+	ReceivedBefore *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=received_before,json=receivedBefore,proto3" json:"received_before,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RedriveFilter) Reset() {
 	*x = RedriveFilter{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[69]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5906,7 +6215,7 @@ func (x *RedriveFilter) String() string {
 func (*RedriveFilter) ProtoMessage() {}
 
 func (x *RedriveFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[69]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5919,7 +6228,7 @@ func (x *RedriveFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveFilter.ProtoReflect.Descriptor instead.
 func (*RedriveFilter) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{69}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RedriveFilter) GetTarget() string {
@@ -5978,6 +6287,27 @@ func (x *RedriveFilter) GetEnvironment() string {
 	return ""
 }
 
+func (x *RedriveFilter) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *RedriveFilter) GetReceivedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReceivedAfter
+	}
+	return nil
+}
+
+func (x *RedriveFilter) GetReceivedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReceivedBefore
+	}
+	return nil
+}
+
 // RedriveSample is one item a filter matches.
 type RedriveSample struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -5994,7 +6324,7 @@ type RedriveSample struct {
 
 func (x *RedriveSample) Reset() {
 	*x = RedriveSample{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[70]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6006,7 +6336,7 @@ func (x *RedriveSample) String() string {
 func (*RedriveSample) ProtoMessage() {}
 
 func (x *RedriveSample) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[70]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6019,7 +6349,7 @@ func (x *RedriveSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveSample.ProtoReflect.Descriptor instead.
 func (*RedriveSample) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{70}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *RedriveSample) GetId() string {
@@ -6053,7 +6383,7 @@ type PlanRedriveRequest struct {
 
 func (x *PlanRedriveRequest) Reset() {
 	*x = PlanRedriveRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[71]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6065,7 +6395,7 @@ func (x *PlanRedriveRequest) String() string {
 func (*PlanRedriveRequest) ProtoMessage() {}
 
 func (x *PlanRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[71]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6078,7 +6408,7 @@ func (x *PlanRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRedriveRequest.ProtoReflect.Descriptor instead.
 func (*PlanRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{71}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *PlanRedriveRequest) GetFilter() *RedriveFilter {
@@ -6105,7 +6435,7 @@ type PlanRedriveResponse struct {
 
 func (x *PlanRedriveResponse) Reset() {
 	*x = PlanRedriveResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[72]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6117,7 +6447,7 @@ func (x *PlanRedriveResponse) String() string {
 func (*PlanRedriveResponse) ProtoMessage() {}
 
 func (x *PlanRedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[72]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6130,7 +6460,7 @@ func (x *PlanRedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRedriveResponse.ProtoReflect.Descriptor instead.
 func (*PlanRedriveResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{72}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *PlanRedriveResponse) GetMatched() int64 {
@@ -6190,7 +6520,7 @@ type Redrive struct {
 
 func (x *Redrive) Reset() {
 	*x = Redrive{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[73]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6202,7 +6532,7 @@ func (x *Redrive) String() string {
 func (*Redrive) ProtoMessage() {}
 
 func (x *Redrive) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[73]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6215,7 +6545,7 @@ func (x *Redrive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Redrive.ProtoReflect.Descriptor instead.
 func (*Redrive) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{73}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *Redrive) GetId() string {
@@ -6307,7 +6637,7 @@ type StartRedriveRequest struct {
 
 func (x *StartRedriveRequest) Reset() {
 	*x = StartRedriveRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[74]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6319,7 +6649,7 @@ func (x *StartRedriveRequest) String() string {
 func (*StartRedriveRequest) ProtoMessage() {}
 
 func (x *StartRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[74]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6332,7 +6662,7 @@ func (x *StartRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRedriveRequest.ProtoReflect.Descriptor instead.
 func (*StartRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{74}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *StartRedriveRequest) GetFilter() *RedriveFilter {
@@ -6359,7 +6689,7 @@ type StartRedriveResponse struct {
 
 func (x *StartRedriveResponse) Reset() {
 	*x = StartRedriveResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[75]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6371,7 +6701,7 @@ func (x *StartRedriveResponse) String() string {
 func (*StartRedriveResponse) ProtoMessage() {}
 
 func (x *StartRedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[75]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6384,7 +6714,7 @@ func (x *StartRedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRedriveResponse.ProtoReflect.Descriptor instead.
 func (*StartRedriveResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{75}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *StartRedriveResponse) GetRedrive() *Redrive {
@@ -6404,7 +6734,7 @@ type GetRedriveRequest struct {
 
 func (x *GetRedriveRequest) Reset() {
 	*x = GetRedriveRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[76]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6416,7 +6746,7 @@ func (x *GetRedriveRequest) String() string {
 func (*GetRedriveRequest) ProtoMessage() {}
 
 func (x *GetRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[76]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6429,7 +6759,7 @@ func (x *GetRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRedriveRequest.ProtoReflect.Descriptor instead.
 func (*GetRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{76}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *GetRedriveRequest) GetRedriveId() string {
@@ -6449,7 +6779,7 @@ type GetRedriveResponse struct {
 
 func (x *GetRedriveResponse) Reset() {
 	*x = GetRedriveResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[77]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6461,7 +6791,7 @@ func (x *GetRedriveResponse) String() string {
 func (*GetRedriveResponse) ProtoMessage() {}
 
 func (x *GetRedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[77]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6474,7 +6804,7 @@ func (x *GetRedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRedriveResponse.ProtoReflect.Descriptor instead.
 func (*GetRedriveResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{77}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *GetRedriveResponse) GetRedrive() *Redrive {
@@ -6495,7 +6825,7 @@ type ListRedrivesRequest struct {
 
 func (x *ListRedrivesRequest) Reset() {
 	*x = ListRedrivesRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[78]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6507,7 +6837,7 @@ func (x *ListRedrivesRequest) String() string {
 func (*ListRedrivesRequest) ProtoMessage() {}
 
 func (x *ListRedrivesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[78]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6520,7 +6850,7 @@ func (x *ListRedrivesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRedrivesRequest.ProtoReflect.Descriptor instead.
 func (*ListRedrivesRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{78}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListRedrivesRequest) GetOrgId() string {
@@ -6540,7 +6870,7 @@ type ListRedrivesResponse struct {
 
 func (x *ListRedrivesResponse) Reset() {
 	*x = ListRedrivesResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[79]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6552,7 +6882,7 @@ func (x *ListRedrivesResponse) String() string {
 func (*ListRedrivesResponse) ProtoMessage() {}
 
 func (x *ListRedrivesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[79]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6565,7 +6895,7 @@ func (x *ListRedrivesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRedrivesResponse.ProtoReflect.Descriptor instead.
 func (*ListRedrivesResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{79}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ListRedrivesResponse) GetRedrives() []*Redrive {
@@ -6585,7 +6915,7 @@ type CancelRedriveRequest struct {
 
 func (x *CancelRedriveRequest) Reset() {
 	*x = CancelRedriveRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[80]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6597,7 +6927,7 @@ func (x *CancelRedriveRequest) String() string {
 func (*CancelRedriveRequest) ProtoMessage() {}
 
 func (x *CancelRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[80]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6610,7 +6940,7 @@ func (x *CancelRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRedriveRequest.ProtoReflect.Descriptor instead.
 func (*CancelRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{80}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *CancelRedriveRequest) GetRedriveId() string {
@@ -6630,7 +6960,7 @@ type CancelRedriveResponse struct {
 
 func (x *CancelRedriveResponse) Reset() {
 	*x = CancelRedriveResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[81]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6642,7 +6972,7 @@ func (x *CancelRedriveResponse) String() string {
 func (*CancelRedriveResponse) ProtoMessage() {}
 
 func (x *CancelRedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[81]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6655,7 +6985,7 @@ func (x *CancelRedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRedriveResponse.ProtoReflect.Descriptor instead.
 func (*CancelRedriveResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{81}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *CancelRedriveResponse) GetRedrive() *Redrive {
@@ -6742,7 +7072,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x126\n" +
-	"\ahistory\x18\x10 \x01(\v2\x1c.fulfillment.v1.OrderHistoryR\ahistoryJ\x04\b\f\x10\rJ\x04\b\r\x10\x0eJ\x04\b\x0e\x10\x0fJ\x04\b\x0f\x10\x10R\x10payment_attemptsR\fentitlementsR\x0eledger_entriesR\x06events\"\xd9\x04\n" +
+	"\ahistory\x18\x10 \x01(\v2\x1c.fulfillment.v1.OrderHistoryR\ahistoryJ\x04\b\f\x10\rJ\x04\b\r\x10\x0eJ\x04\b\x0e\x10\x0fJ\x04\b\x0f\x10\x10R\x10payment_attemptsR\fentitlementsR\x0eledger_entriesR\x06events\"\x9a\x05\n" +
 	"\fOrderHistory\x12I\n" +
 	"\x10payment_attempts\x18\x01 \x03(\v2\x1e.fulfillment.v1.PaymentAttemptR\x0fpaymentAttempts\x128\n" +
 	"\x18omitted_payment_attempts\x18\x02 \x01(\x05R\x16omittedPaymentAttempts\x12?\n" +
@@ -6756,7 +7086,14 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"deliveries\x12-\n" +
 	"\x12omitted_deliveries\x18\t \x01(\x05R\x11omittedDeliveries\x12C\n" +
 	"\x0epayment_starts\x18\n" +
-	" \x03(\v2\x1c.fulfillment.v1.PaymentStartR\rpaymentStarts\"\x96\x02\n" +
+	" \x03(\v2\x1c.fulfillment.v1.PaymentStartR\rpaymentStarts\x12?\n" +
+	"\vfeed_events\x18\v \x03(\v2\x1e.fulfillment.v1.OrderFeedEventR\n" +
+	"feedEvents\"{\n" +
+	"\x0eOrderFeedEvent\x12\x16\n" +
+	"\x06cursor\x18\x01 \x01(\tR\x06cursor\x12\x14\n" +
+	"\x05topic\x18\x02 \x01(\tR\x05topic\x12;\n" +
+	"\vcreate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"\x96\x02\n" +
 	"\x12CreateOrderRequest\x12\x15\n" +
 	"\x06org_id\x18\x01 \x01(\tR\x05orgId\x12 \n" +
 	"\venvironment\x18\x02 \x01(\tR\venvironment\x12*\n" +
@@ -6878,7 +7215,21 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"Z\n" +
 	"\x1fGetReconciliationSummaryRequest\x12\x15\n" +
 	"\x06org_id\x18\x01 \x01(\tR\x05orgId\x12 \n" +
-	"\venvironment\x18\x02 \x01(\tR\venvironment\"\xcf\x01\n" +
+	"\venvironment\x18\x02 \x01(\tR\venvironment\"g\n" +
+	"\x12GetActivityRequest\x12\x15\n" +
+	"\x06org_id\x18\x01 \x01(\tR\x05orgId\x12 \n" +
+	"\venvironment\x18\x02 \x01(\tR\venvironment\x12\x18\n" +
+	"\aminutes\x18\x03 \x01(\x05R\aminutes\"\x8a\x01\n" +
+	"\x13GetActivityResponse\x128\n" +
+	"\aminutes\x18\x01 \x03(\v2\x1e.fulfillment.v1.ActivityMinuteR\aminutes\x129\n" +
+	"\n" +
+	"check_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckTime\"\xce\x01\n" +
+	"\x0eActivityMinute\x129\n" +
+	"\n" +
+	"start_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12'\n" +
+	"\x0fevents_received\x18\x02 \x01(\x03R\x0eeventsReceived\x12)\n" +
+	"\x10orders_fulfilled\x18\x03 \x01(\x03R\x0fordersFulfilled\x12-\n" +
+	"\x12messages_delivered\x18\x04 \x01(\x03R\x11messagesDelivered\"\xcf\x01\n" +
 	" GetReconciliationSummaryResponse\x12C\n" +
 	"\tsummaries\x18\x01 \x03(\v2%.fulfillment.v1.ReconciliationSummaryR\tsummaries\x12+\n" +
 	"\x11omitted_summaries\x18\x02 \x01(\x05R\x10omittedSummaries\x129\n" +
@@ -6967,7 +7318,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x11previous_decision\x18\x05 \x01(\tR\x10previousDecision\x12'\n" +
 	"\x0fprevious_reason\x18\x06 \x01(\tR\x0epreviousReason\x12+\n" +
 	"\x11previous_attempts\x18\a \x01(\x05R\x10previousAttempts\x12.\n" +
-	"\x13previous_last_error\x18\b \x01(\tR\x11previousLastError\"\xed\x01\n" +
+	"\x13previous_last_error\x18\b \x01(\tR\x11previousLastError\"\x91\x03\n" +
 	"\x16ListInboxEventsRequest\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1a\n" +
 	"\bdecision\x18\x02 \x01(\tR\bdecision\x12\x12\n" +
@@ -6978,7 +7329,11 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\border_id\x18\x06 \x01(\tR\aorderId\x12\x1b\n" +
 	"\tpage_size\x18\a \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\b \x01(\tR\tpageToken\"u\n" +
+	"page_token\x18\b \x01(\tR\tpageToken\x12\x1a\n" +
+	"\bprovider\x18\t \x01(\tR\bprovider\x12A\n" +
+	"\x0ereceived_after\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\rreceivedAfter\x12C\n" +
+	"\x0freceived_before\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x0ereceivedBefore\"u\n" +
 	"\x17ListInboxEventsResponse\x122\n" +
 	"\x06events\x18\x01 \x03(\v2\x1a.fulfillment.v1.InboxEventR\x06events\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"<\n" +
@@ -7041,10 +7396,11 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\n" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\"S\n" +
 	"\x18GetOutboxMessageResponse\x127\n" +
-	"\amessage\x18\x01 \x01(\v2\x1d.fulfillment.v1.OutboxMessageR\amessage\":\n" +
+	"\amessage\x18\x01 \x01(\v2\x1d.fulfillment.v1.OutboxMessageR\amessage\"R\n" +
 	"\x19RetryOutboxMessageRequest\x12\x1d\n" +
 	"\n" +
-	"message_id\x18\x01 \x01(\tR\tmessageId\"U\n" +
+	"message_id\x18\x01 \x01(\tR\tmessageId\x12\x16\n" +
+	"\x06resend\x18\x02 \x01(\bR\x06resend\"U\n" +
 	"\x1aRetryOutboxMessageResponse\x127\n" +
 	"\amessage\x18\x01 \x01(\v2\x1d.fulfillment.v1.OutboxMessageR\amessage\"\xb9\x02\n" +
 	"\vDestination\x12\x0e\n" +
@@ -7192,7 +7548,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12'\n" +
 	"\x0fsubscription_id\x18\x04 \x01(\tR\x0esubscriptionId\x129\n" +
 	"\n" +
-	"check_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckTime\"\xee\x01\n" +
+	"check_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckTime\"\x92\x03\n" +
 	"\rRedriveFilter\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x15\n" +
 	"\x06org_id\x18\x02 \x01(\tR\x05orgId\x12\x14\n" +
@@ -7202,7 +7558,11 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\vendpoint_id\x18\x06 \x01(\tR\n" +
 	"endpointId\x12%\n" +
 	"\x0edestination_id\x18\a \x01(\tR\rdestinationId\x12 \n" +
-	"\venvironment\x18\b \x01(\tR\venvironment\"T\n" +
+	"\venvironment\x18\b \x01(\tR\venvironment\x12\x1a\n" +
+	"\bprovider\x18\t \x01(\tR\bprovider\x12A\n" +
+	"\x0ereceived_after\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\rreceivedAfter\x12C\n" +
+	"\x0freceived_before\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x0ereceivedBefore\"T\n" +
 	"\rRedriveSample\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x12\x19\n" +
@@ -7248,7 +7608,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\n" +
 	"redrive_id\x18\x01 \x01(\tR\tredriveId\"J\n" +
 	"\x15CancelRedriveResponse\x121\n" +
-	"\aredrive\x18\x01 \x01(\v2\x17.fulfillment.v1.RedriveR\aredrive2\x9c\x16\n" +
+	"\aredrive\x18\x01 \x01(\v2\x17.fulfillment.v1.RedriveR\aredrive2\xf4\x16\n" +
 	"\x12FulfillmentService\x12V\n" +
 	"\vCreateOrder\x12\".fulfillment.v1.CreateOrderRequest\x1a#.fulfillment.v1.CreateOrderResponse\x12M\n" +
 	"\bGetOrder\x12\x1f.fulfillment.v1.GetOrderRequest\x1a .fulfillment.v1.GetOrderResponse\x12S\n" +
@@ -7256,7 +7616,8 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"ListOrders\x12!.fulfillment.v1.ListOrdersRequest\x1a\".fulfillment.v1.ListOrdersResponse\x12V\n" +
 	"\vRecordEvent\x12\".fulfillment.v1.RecordEventRequest\x1a#.fulfillment.v1.RecordEventResponse\x12z\n" +
 	"\x17ListReconciliationItems\x12..fulfillment.v1.ListReconciliationItemsRequest\x1a/.fulfillment.v1.ListReconciliationItemsResponse\x12}\n" +
-	"\x18GetReconciliationSummary\x12/.fulfillment.v1.GetReconciliationSummaryRequest\x1a0.fulfillment.v1.GetReconciliationSummaryResponse\x12t\n" +
+	"\x18GetReconciliationSummary\x12/.fulfillment.v1.GetReconciliationSummaryRequest\x1a0.fulfillment.v1.GetReconciliationSummaryResponse\x12V\n" +
+	"\vGetActivity\x12\".fulfillment.v1.GetActivityRequest\x1a#.fulfillment.v1.GetActivityResponse\x12t\n" +
 	"\x15GetReconciliationItem\x12,.fulfillment.v1.GetReconciliationItemRequest\x1a-.fulfillment.v1.GetReconciliationItemResponse\x12\x80\x01\n" +
 	"\x19ResolveReconciliationItem\x120.fulfillment.v1.ResolveReconciliationItemRequest\x1a1.fulfillment.v1.ResolveReconciliationItemResponse\x12Y\n" +
 	"\fStartPayment\x12#.fulfillment.v1.StartPaymentRequest\x1a$.fulfillment.v1.StartPaymentResponse\x12k\n" +
@@ -7293,7 +7654,7 @@ func file_fulfillment_v1_fulfillment_proto_rawDescGZIP() []byte {
 	return file_fulfillment_v1_fulfillment_proto_rawDescData
 }
 
-var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
+var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
 var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
 	(*Money)(nil),                             // 0: fulfillment.v1.Money
 	(*OrderLine)(nil),                         // 1: fulfillment.v1.OrderLine
@@ -7304,247 +7665,262 @@ var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
 	(*OrderEvent)(nil),                        // 6: fulfillment.v1.OrderEvent
 	(*Order)(nil),                             // 7: fulfillment.v1.Order
 	(*OrderHistory)(nil),                      // 8: fulfillment.v1.OrderHistory
-	(*CreateOrderRequest)(nil),                // 9: fulfillment.v1.CreateOrderRequest
-	(*CreateOrderResponse)(nil),               // 10: fulfillment.v1.CreateOrderResponse
-	(*GetOrderRequest)(nil),                   // 11: fulfillment.v1.GetOrderRequest
-	(*GetOrderResponse)(nil),                  // 12: fulfillment.v1.GetOrderResponse
-	(*ListOrdersRequest)(nil),                 // 13: fulfillment.v1.ListOrdersRequest
-	(*ListOrdersResponse)(nil),                // 14: fulfillment.v1.ListOrdersResponse
-	(*EventPayment)(nil),                      // 15: fulfillment.v1.EventPayment
-	(*RecordEventRequest)(nil),                // 16: fulfillment.v1.RecordEventRequest
-	(*RecordEventResponse)(nil),               // 17: fulfillment.v1.RecordEventResponse
-	(*ReconciliationItem)(nil),                // 18: fulfillment.v1.ReconciliationItem
-	(*ListReconciliationItemsRequest)(nil),    // 19: fulfillment.v1.ListReconciliationItemsRequest
-	(*ListReconciliationItemsResponse)(nil),   // 20: fulfillment.v1.ListReconciliationItemsResponse
-	(*GetReconciliationSummaryRequest)(nil),   // 21: fulfillment.v1.GetReconciliationSummaryRequest
-	(*GetReconciliationSummaryResponse)(nil),  // 22: fulfillment.v1.GetReconciliationSummaryResponse
-	(*ReconciliationSummary)(nil),             // 23: fulfillment.v1.ReconciliationSummary
-	(*ReconciliationKindCount)(nil),           // 24: fulfillment.v1.ReconciliationKindCount
-	(*GetReconciliationItemRequest)(nil),      // 25: fulfillment.v1.GetReconciliationItemRequest
-	(*GetReconciliationItemResponse)(nil),     // 26: fulfillment.v1.GetReconciliationItemResponse
-	(*ReconciliationEvidence)(nil),            // 27: fulfillment.v1.ReconciliationEvidence
-	(*ResolveReconciliationItemRequest)(nil),  // 28: fulfillment.v1.ResolveReconciliationItemRequest
-	(*ResolveReconciliationItemResponse)(nil), // 29: fulfillment.v1.ResolveReconciliationItemResponse
-	(*InboxEvent)(nil),                        // 30: fulfillment.v1.InboxEvent
-	(*EventReplay)(nil),                       // 31: fulfillment.v1.EventReplay
-	(*ListInboxEventsRequest)(nil),            // 32: fulfillment.v1.ListInboxEventsRequest
-	(*ListInboxEventsResponse)(nil),           // 33: fulfillment.v1.ListInboxEventsResponse
-	(*GetInboxEventRequest)(nil),              // 34: fulfillment.v1.GetInboxEventRequest
-	(*GetInboxEventResponse)(nil),             // 35: fulfillment.v1.GetInboxEventResponse
-	(*ReplayInboxEventRequest)(nil),           // 36: fulfillment.v1.ReplayInboxEventRequest
-	(*ReplayInboxEventResponse)(nil),          // 37: fulfillment.v1.ReplayInboxEventResponse
-	(*OutboxMessage)(nil),                     // 38: fulfillment.v1.OutboxMessage
-	(*DeliveryAttempt)(nil),                   // 39: fulfillment.v1.DeliveryAttempt
-	(*ListOutboxMessagesRequest)(nil),         // 40: fulfillment.v1.ListOutboxMessagesRequest
-	(*ListOutboxMessagesResponse)(nil),        // 41: fulfillment.v1.ListOutboxMessagesResponse
-	(*GetOutboxMessageRequest)(nil),           // 42: fulfillment.v1.GetOutboxMessageRequest
-	(*GetOutboxMessageResponse)(nil),          // 43: fulfillment.v1.GetOutboxMessageResponse
-	(*RetryOutboxMessageRequest)(nil),         // 44: fulfillment.v1.RetryOutboxMessageRequest
-	(*RetryOutboxMessageResponse)(nil),        // 45: fulfillment.v1.RetryOutboxMessageResponse
-	(*Destination)(nil),                       // 46: fulfillment.v1.Destination
-	(*ListDestinationsRequest)(nil),           // 47: fulfillment.v1.ListDestinationsRequest
-	(*ListDestinationsResponse)(nil),          // 48: fulfillment.v1.ListDestinationsResponse
-	(*DisableDestinationRequest)(nil),         // 49: fulfillment.v1.DisableDestinationRequest
-	(*DisableDestinationResponse)(nil),        // 50: fulfillment.v1.DisableDestinationResponse
-	(*EnableDestinationRequest)(nil),          // 51: fulfillment.v1.EnableDestinationRequest
-	(*EnableDestinationResponse)(nil),         // 52: fulfillment.v1.EnableDestinationResponse
-	(*StartPaymentRequest)(nil),               // 53: fulfillment.v1.StartPaymentRequest
-	(*StartPaymentResponse)(nil),              // 54: fulfillment.v1.StartPaymentResponse
-	(*PaymentStart)(nil),                      // 55: fulfillment.v1.PaymentStart
-	(*WatchOrderEventsRequest)(nil),           // 56: fulfillment.v1.WatchOrderEventsRequest
-	(*WatchOrderEventsResponse)(nil),          // 57: fulfillment.v1.WatchOrderEventsResponse
-	(*Subscription)(nil),                      // 58: fulfillment.v1.Subscription
-	(*PaidPeriod)(nil),                        // 59: fulfillment.v1.PaidPeriod
-	(*Access)(nil),                            // 60: fulfillment.v1.Access
-	(*CreateSubscriptionRequest)(nil),         // 61: fulfillment.v1.CreateSubscriptionRequest
-	(*CreateSubscriptionResponse)(nil),        // 62: fulfillment.v1.CreateSubscriptionResponse
-	(*GetSubscriptionRequest)(nil),            // 63: fulfillment.v1.GetSubscriptionRequest
-	(*GetSubscriptionResponse)(nil),           // 64: fulfillment.v1.GetSubscriptionResponse
-	(*ListSubscriptionsRequest)(nil),          // 65: fulfillment.v1.ListSubscriptionsRequest
-	(*ListSubscriptionsResponse)(nil),         // 66: fulfillment.v1.ListSubscriptionsResponse
-	(*CheckAccessRequest)(nil),                // 67: fulfillment.v1.CheckAccessRequest
-	(*CheckAccessResponse)(nil),               // 68: fulfillment.v1.CheckAccessResponse
-	(*RedriveFilter)(nil),                     // 69: fulfillment.v1.RedriveFilter
-	(*RedriveSample)(nil),                     // 70: fulfillment.v1.RedriveSample
-	(*PlanRedriveRequest)(nil),                // 71: fulfillment.v1.PlanRedriveRequest
-	(*PlanRedriveResponse)(nil),               // 72: fulfillment.v1.PlanRedriveResponse
-	(*Redrive)(nil),                           // 73: fulfillment.v1.Redrive
-	(*StartRedriveRequest)(nil),               // 74: fulfillment.v1.StartRedriveRequest
-	(*StartRedriveResponse)(nil),              // 75: fulfillment.v1.StartRedriveResponse
-	(*GetRedriveRequest)(nil),                 // 76: fulfillment.v1.GetRedriveRequest
-	(*GetRedriveResponse)(nil),                // 77: fulfillment.v1.GetRedriveResponse
-	(*ListRedrivesRequest)(nil),               // 78: fulfillment.v1.ListRedrivesRequest
-	(*ListRedrivesResponse)(nil),              // 79: fulfillment.v1.ListRedrivesResponse
-	(*CancelRedriveRequest)(nil),              // 80: fulfillment.v1.CancelRedriveRequest
-	(*CancelRedriveResponse)(nil),             // 81: fulfillment.v1.CancelRedriveResponse
-	nil,                                       // 82: fulfillment.v1.RecordEventRequest.RefsEntry
-	nil,                                       // 83: fulfillment.v1.InboxEvent.RefsEntry
-	(*timestamppb.Timestamp)(nil),             // 84: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),               // 85: google.protobuf.Duration
+	(*OrderFeedEvent)(nil),                    // 9: fulfillment.v1.OrderFeedEvent
+	(*CreateOrderRequest)(nil),                // 10: fulfillment.v1.CreateOrderRequest
+	(*CreateOrderResponse)(nil),               // 11: fulfillment.v1.CreateOrderResponse
+	(*GetOrderRequest)(nil),                   // 12: fulfillment.v1.GetOrderRequest
+	(*GetOrderResponse)(nil),                  // 13: fulfillment.v1.GetOrderResponse
+	(*ListOrdersRequest)(nil),                 // 14: fulfillment.v1.ListOrdersRequest
+	(*ListOrdersResponse)(nil),                // 15: fulfillment.v1.ListOrdersResponse
+	(*EventPayment)(nil),                      // 16: fulfillment.v1.EventPayment
+	(*RecordEventRequest)(nil),                // 17: fulfillment.v1.RecordEventRequest
+	(*RecordEventResponse)(nil),               // 18: fulfillment.v1.RecordEventResponse
+	(*ReconciliationItem)(nil),                // 19: fulfillment.v1.ReconciliationItem
+	(*ListReconciliationItemsRequest)(nil),    // 20: fulfillment.v1.ListReconciliationItemsRequest
+	(*ListReconciliationItemsResponse)(nil),   // 21: fulfillment.v1.ListReconciliationItemsResponse
+	(*GetReconciliationSummaryRequest)(nil),   // 22: fulfillment.v1.GetReconciliationSummaryRequest
+	(*GetActivityRequest)(nil),                // 23: fulfillment.v1.GetActivityRequest
+	(*GetActivityResponse)(nil),               // 24: fulfillment.v1.GetActivityResponse
+	(*ActivityMinute)(nil),                    // 25: fulfillment.v1.ActivityMinute
+	(*GetReconciliationSummaryResponse)(nil),  // 26: fulfillment.v1.GetReconciliationSummaryResponse
+	(*ReconciliationSummary)(nil),             // 27: fulfillment.v1.ReconciliationSummary
+	(*ReconciliationKindCount)(nil),           // 28: fulfillment.v1.ReconciliationKindCount
+	(*GetReconciliationItemRequest)(nil),      // 29: fulfillment.v1.GetReconciliationItemRequest
+	(*GetReconciliationItemResponse)(nil),     // 30: fulfillment.v1.GetReconciliationItemResponse
+	(*ReconciliationEvidence)(nil),            // 31: fulfillment.v1.ReconciliationEvidence
+	(*ResolveReconciliationItemRequest)(nil),  // 32: fulfillment.v1.ResolveReconciliationItemRequest
+	(*ResolveReconciliationItemResponse)(nil), // 33: fulfillment.v1.ResolveReconciliationItemResponse
+	(*InboxEvent)(nil),                        // 34: fulfillment.v1.InboxEvent
+	(*EventReplay)(nil),                       // 35: fulfillment.v1.EventReplay
+	(*ListInboxEventsRequest)(nil),            // 36: fulfillment.v1.ListInboxEventsRequest
+	(*ListInboxEventsResponse)(nil),           // 37: fulfillment.v1.ListInboxEventsResponse
+	(*GetInboxEventRequest)(nil),              // 38: fulfillment.v1.GetInboxEventRequest
+	(*GetInboxEventResponse)(nil),             // 39: fulfillment.v1.GetInboxEventResponse
+	(*ReplayInboxEventRequest)(nil),           // 40: fulfillment.v1.ReplayInboxEventRequest
+	(*ReplayInboxEventResponse)(nil),          // 41: fulfillment.v1.ReplayInboxEventResponse
+	(*OutboxMessage)(nil),                     // 42: fulfillment.v1.OutboxMessage
+	(*DeliveryAttempt)(nil),                   // 43: fulfillment.v1.DeliveryAttempt
+	(*ListOutboxMessagesRequest)(nil),         // 44: fulfillment.v1.ListOutboxMessagesRequest
+	(*ListOutboxMessagesResponse)(nil),        // 45: fulfillment.v1.ListOutboxMessagesResponse
+	(*GetOutboxMessageRequest)(nil),           // 46: fulfillment.v1.GetOutboxMessageRequest
+	(*GetOutboxMessageResponse)(nil),          // 47: fulfillment.v1.GetOutboxMessageResponse
+	(*RetryOutboxMessageRequest)(nil),         // 48: fulfillment.v1.RetryOutboxMessageRequest
+	(*RetryOutboxMessageResponse)(nil),        // 49: fulfillment.v1.RetryOutboxMessageResponse
+	(*Destination)(nil),                       // 50: fulfillment.v1.Destination
+	(*ListDestinationsRequest)(nil),           // 51: fulfillment.v1.ListDestinationsRequest
+	(*ListDestinationsResponse)(nil),          // 52: fulfillment.v1.ListDestinationsResponse
+	(*DisableDestinationRequest)(nil),         // 53: fulfillment.v1.DisableDestinationRequest
+	(*DisableDestinationResponse)(nil),        // 54: fulfillment.v1.DisableDestinationResponse
+	(*EnableDestinationRequest)(nil),          // 55: fulfillment.v1.EnableDestinationRequest
+	(*EnableDestinationResponse)(nil),         // 56: fulfillment.v1.EnableDestinationResponse
+	(*StartPaymentRequest)(nil),               // 57: fulfillment.v1.StartPaymentRequest
+	(*StartPaymentResponse)(nil),              // 58: fulfillment.v1.StartPaymentResponse
+	(*PaymentStart)(nil),                      // 59: fulfillment.v1.PaymentStart
+	(*WatchOrderEventsRequest)(nil),           // 60: fulfillment.v1.WatchOrderEventsRequest
+	(*WatchOrderEventsResponse)(nil),          // 61: fulfillment.v1.WatchOrderEventsResponse
+	(*Subscription)(nil),                      // 62: fulfillment.v1.Subscription
+	(*PaidPeriod)(nil),                        // 63: fulfillment.v1.PaidPeriod
+	(*Access)(nil),                            // 64: fulfillment.v1.Access
+	(*CreateSubscriptionRequest)(nil),         // 65: fulfillment.v1.CreateSubscriptionRequest
+	(*CreateSubscriptionResponse)(nil),        // 66: fulfillment.v1.CreateSubscriptionResponse
+	(*GetSubscriptionRequest)(nil),            // 67: fulfillment.v1.GetSubscriptionRequest
+	(*GetSubscriptionResponse)(nil),           // 68: fulfillment.v1.GetSubscriptionResponse
+	(*ListSubscriptionsRequest)(nil),          // 69: fulfillment.v1.ListSubscriptionsRequest
+	(*ListSubscriptionsResponse)(nil),         // 70: fulfillment.v1.ListSubscriptionsResponse
+	(*CheckAccessRequest)(nil),                // 71: fulfillment.v1.CheckAccessRequest
+	(*CheckAccessResponse)(nil),               // 72: fulfillment.v1.CheckAccessResponse
+	(*RedriveFilter)(nil),                     // 73: fulfillment.v1.RedriveFilter
+	(*RedriveSample)(nil),                     // 74: fulfillment.v1.RedriveSample
+	(*PlanRedriveRequest)(nil),                // 75: fulfillment.v1.PlanRedriveRequest
+	(*PlanRedriveResponse)(nil),               // 76: fulfillment.v1.PlanRedriveResponse
+	(*Redrive)(nil),                           // 77: fulfillment.v1.Redrive
+	(*StartRedriveRequest)(nil),               // 78: fulfillment.v1.StartRedriveRequest
+	(*StartRedriveResponse)(nil),              // 79: fulfillment.v1.StartRedriveResponse
+	(*GetRedriveRequest)(nil),                 // 80: fulfillment.v1.GetRedriveRequest
+	(*GetRedriveResponse)(nil),                // 81: fulfillment.v1.GetRedriveResponse
+	(*ListRedrivesRequest)(nil),               // 82: fulfillment.v1.ListRedrivesRequest
+	(*ListRedrivesResponse)(nil),              // 83: fulfillment.v1.ListRedrivesResponse
+	(*CancelRedriveRequest)(nil),              // 84: fulfillment.v1.CancelRedriveRequest
+	(*CancelRedriveResponse)(nil),             // 85: fulfillment.v1.CancelRedriveResponse
+	nil,                                       // 86: fulfillment.v1.RecordEventRequest.RefsEntry
+	nil,                                       // 87: fulfillment.v1.InboxEvent.RefsEntry
+	(*timestamppb.Timestamp)(nil),             // 88: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),               // 89: google.protobuf.Duration
 }
 var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
 	0,   // 0: fulfillment.v1.OrderLine.unit_price:type_name -> fulfillment.v1.Money
-	84,  // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
-	84,  // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
-	84,  // 3: fulfillment.v1.Entitlement.revoke_time:type_name -> google.protobuf.Timestamp
+	88,  // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 3: fulfillment.v1.Entitlement.revoke_time:type_name -> google.protobuf.Timestamp
 	0,   // 4: fulfillment.v1.LedgerEntry.amount:type_name -> fulfillment.v1.Money
-	84,  // 5: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
-	84,  // 6: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
+	88,  // 5: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 6: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
 	1,   // 7: fulfillment.v1.Order.lines:type_name -> fulfillment.v1.OrderLine
 	0,   // 8: fulfillment.v1.Order.total:type_name -> fulfillment.v1.Money
 	2,   // 9: fulfillment.v1.Order.settlement:type_name -> fulfillment.v1.Settlement
-	84,  // 10: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
-	84,  // 11: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
+	88,  // 10: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 11: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
 	8,   // 12: fulfillment.v1.Order.history:type_name -> fulfillment.v1.OrderHistory
 	3,   // 13: fulfillment.v1.OrderHistory.payment_attempts:type_name -> fulfillment.v1.PaymentAttempt
 	4,   // 14: fulfillment.v1.OrderHistory.entitlements:type_name -> fulfillment.v1.Entitlement
 	5,   // 15: fulfillment.v1.OrderHistory.ledger_entries:type_name -> fulfillment.v1.LedgerEntry
 	6,   // 16: fulfillment.v1.OrderHistory.events:type_name -> fulfillment.v1.OrderEvent
-	38,  // 17: fulfillment.v1.OrderHistory.deliveries:type_name -> fulfillment.v1.OutboxMessage
-	55,  // 18: fulfillment.v1.OrderHistory.payment_starts:type_name -> fulfillment.v1.PaymentStart
-	1,   // 19: fulfillment.v1.CreateOrderRequest.lines:type_name -> fulfillment.v1.OrderLine
-	2,   // 20: fulfillment.v1.CreateOrderRequest.settlement:type_name -> fulfillment.v1.Settlement
-	7,   // 21: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
-	7,   // 22: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
-	7,   // 23: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
-	84,  // 24: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
-	15,  // 25: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
-	82,  // 26: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
-	84,  // 27: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
-	84,  // 28: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
-	84,  // 29: fulfillment.v1.ListReconciliationItemsRequest.create_time_from:type_name -> google.protobuf.Timestamp
-	84,  // 30: fulfillment.v1.ListReconciliationItemsRequest.create_time_before:type_name -> google.protobuf.Timestamp
-	18,  // 31: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
-	23,  // 32: fulfillment.v1.GetReconciliationSummaryResponse.summaries:type_name -> fulfillment.v1.ReconciliationSummary
-	84,  // 33: fulfillment.v1.GetReconciliationSummaryResponse.check_time:type_name -> google.protobuf.Timestamp
-	24,  // 34: fulfillment.v1.ReconciliationSummary.open_by_kind:type_name -> fulfillment.v1.ReconciliationKindCount
-	84,  // 35: fulfillment.v1.ReconciliationSummary.oldest_open_time:type_name -> google.protobuf.Timestamp
-	85,  // 36: fulfillment.v1.ReconciliationSummary.oldest_open_age:type_name -> google.protobuf.Duration
-	18,  // 37: fulfillment.v1.GetReconciliationItemResponse.item:type_name -> fulfillment.v1.ReconciliationItem
-	27,  // 38: fulfillment.v1.GetReconciliationItemResponse.evidence:type_name -> fulfillment.v1.ReconciliationEvidence
-	7,   // 39: fulfillment.v1.ReconciliationEvidence.order:type_name -> fulfillment.v1.Order
-	30,  // 40: fulfillment.v1.ReconciliationEvidence.event:type_name -> fulfillment.v1.InboxEvent
-	38,  // 41: fulfillment.v1.ReconciliationEvidence.delivery:type_name -> fulfillment.v1.OutboxMessage
-	55,  // 42: fulfillment.v1.ReconciliationEvidence.payment_start:type_name -> fulfillment.v1.PaymentStart
-	58,  // 43: fulfillment.v1.ReconciliationEvidence.subscription:type_name -> fulfillment.v1.Subscription
-	18,  // 44: fulfillment.v1.ResolveReconciliationItemResponse.item:type_name -> fulfillment.v1.ReconciliationItem
-	84,  // 45: fulfillment.v1.InboxEvent.occur_time:type_name -> google.protobuf.Timestamp
-	84,  // 46: fulfillment.v1.InboxEvent.receive_time:type_name -> google.protobuf.Timestamp
-	15,  // 47: fulfillment.v1.InboxEvent.payment:type_name -> fulfillment.v1.EventPayment
-	83,  // 48: fulfillment.v1.InboxEvent.refs:type_name -> fulfillment.v1.InboxEvent.RefsEntry
-	84,  // 49: fulfillment.v1.InboxEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
-	84,  // 50: fulfillment.v1.InboxEvent.process_time:type_name -> google.protobuf.Timestamp
-	31,  // 51: fulfillment.v1.InboxEvent.replays:type_name -> fulfillment.v1.EventReplay
-	84,  // 52: fulfillment.v1.EventReplay.replay_time:type_name -> google.protobuf.Timestamp
-	30,  // 53: fulfillment.v1.ListInboxEventsResponse.events:type_name -> fulfillment.v1.InboxEvent
-	30,  // 54: fulfillment.v1.GetInboxEventResponse.event:type_name -> fulfillment.v1.InboxEvent
-	30,  // 55: fulfillment.v1.ReplayInboxEventResponse.event:type_name -> fulfillment.v1.InboxEvent
-	84,  // 56: fulfillment.v1.OutboxMessage.next_attempt_time:type_name -> google.protobuf.Timestamp
-	84,  // 57: fulfillment.v1.OutboxMessage.create_time:type_name -> google.protobuf.Timestamp
-	84,  // 58: fulfillment.v1.OutboxMessage.process_time:type_name -> google.protobuf.Timestamp
-	39,  // 59: fulfillment.v1.OutboxMessage.attempt_history:type_name -> fulfillment.v1.DeliveryAttempt
-	84,  // 60: fulfillment.v1.DeliveryAttempt.start_time:type_name -> google.protobuf.Timestamp
-	84,  // 61: fulfillment.v1.DeliveryAttempt.finish_time:type_name -> google.protobuf.Timestamp
-	38,  // 62: fulfillment.v1.ListOutboxMessagesResponse.messages:type_name -> fulfillment.v1.OutboxMessage
-	38,  // 63: fulfillment.v1.GetOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
-	38,  // 64: fulfillment.v1.RetryOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
-	84,  // 65: fulfillment.v1.Destination.disable_time:type_name -> google.protobuf.Timestamp
-	46,  // 66: fulfillment.v1.ListDestinationsResponse.destinations:type_name -> fulfillment.v1.Destination
-	46,  // 67: fulfillment.v1.DisableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
-	46,  // 68: fulfillment.v1.EnableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
-	55,  // 69: fulfillment.v1.StartPaymentResponse.payment:type_name -> fulfillment.v1.PaymentStart
-	0,   // 70: fulfillment.v1.PaymentStart.amount:type_name -> fulfillment.v1.Money
-	84,  // 71: fulfillment.v1.PaymentStart.create_time:type_name -> google.protobuf.Timestamp
-	84,  // 72: fulfillment.v1.PaymentStart.update_time:type_name -> google.protobuf.Timestamp
-	84,  // 73: fulfillment.v1.WatchOrderEventsResponse.create_time:type_name -> google.protobuf.Timestamp
-	84,  // 74: fulfillment.v1.Subscription.current_period_start_time:type_name -> google.protobuf.Timestamp
-	84,  // 75: fulfillment.v1.Subscription.current_period_end_time:type_name -> google.protobuf.Timestamp
-	84,  // 76: fulfillment.v1.Subscription.access_end_time:type_name -> google.protobuf.Timestamp
-	84,  // 77: fulfillment.v1.Subscription.create_time:type_name -> google.protobuf.Timestamp
-	84,  // 78: fulfillment.v1.Subscription.update_time:type_name -> google.protobuf.Timestamp
-	84,  // 79: fulfillment.v1.PaidPeriod.start_time:type_name -> google.protobuf.Timestamp
-	84,  // 80: fulfillment.v1.PaidPeriod.end_time:type_name -> google.protobuf.Timestamp
-	84,  // 81: fulfillment.v1.PaidPeriod.create_time:type_name -> google.protobuf.Timestamp
-	84,  // 82: fulfillment.v1.Access.until:type_name -> google.protobuf.Timestamp
-	84,  // 83: fulfillment.v1.Access.check_time:type_name -> google.protobuf.Timestamp
-	58,  // 84: fulfillment.v1.CreateSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
-	58,  // 85: fulfillment.v1.GetSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
-	59,  // 86: fulfillment.v1.GetSubscriptionResponse.periods:type_name -> fulfillment.v1.PaidPeriod
-	60,  // 87: fulfillment.v1.GetSubscriptionResponse.access:type_name -> fulfillment.v1.Access
-	58,  // 88: fulfillment.v1.ListSubscriptionsResponse.subscriptions:type_name -> fulfillment.v1.Subscription
-	84,  // 89: fulfillment.v1.CheckAccessResponse.until:type_name -> google.protobuf.Timestamp
-	84,  // 90: fulfillment.v1.CheckAccessResponse.check_time:type_name -> google.protobuf.Timestamp
-	69,  // 91: fulfillment.v1.PlanRedriveRequest.filter:type_name -> fulfillment.v1.RedriveFilter
-	70,  // 92: fulfillment.v1.PlanRedriveResponse.sample:type_name -> fulfillment.v1.RedriveSample
-	69,  // 93: fulfillment.v1.Redrive.filter:type_name -> fulfillment.v1.RedriveFilter
-	84,  // 94: fulfillment.v1.Redrive.create_time:type_name -> google.protobuf.Timestamp
-	84,  // 95: fulfillment.v1.Redrive.finish_time:type_name -> google.protobuf.Timestamp
-	69,  // 96: fulfillment.v1.StartRedriveRequest.filter:type_name -> fulfillment.v1.RedriveFilter
-	73,  // 97: fulfillment.v1.StartRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
-	73,  // 98: fulfillment.v1.GetRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
-	73,  // 99: fulfillment.v1.ListRedrivesResponse.redrives:type_name -> fulfillment.v1.Redrive
-	73,  // 100: fulfillment.v1.CancelRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
-	9,   // 101: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
-	11,  // 102: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
-	13,  // 103: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
-	16,  // 104: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
-	19,  // 105: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
-	21,  // 106: fulfillment.v1.FulfillmentService.GetReconciliationSummary:input_type -> fulfillment.v1.GetReconciliationSummaryRequest
-	25,  // 107: fulfillment.v1.FulfillmentService.GetReconciliationItem:input_type -> fulfillment.v1.GetReconciliationItemRequest
-	28,  // 108: fulfillment.v1.FulfillmentService.ResolveReconciliationItem:input_type -> fulfillment.v1.ResolveReconciliationItemRequest
-	53,  // 109: fulfillment.v1.FulfillmentService.StartPayment:input_type -> fulfillment.v1.StartPaymentRequest
-	40,  // 110: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
-	42,  // 111: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
-	44,  // 112: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
-	47,  // 113: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
-	49,  // 114: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
-	51,  // 115: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
-	32,  // 116: fulfillment.v1.FulfillmentService.ListInboxEvents:input_type -> fulfillment.v1.ListInboxEventsRequest
-	34,  // 117: fulfillment.v1.FulfillmentService.GetInboxEvent:input_type -> fulfillment.v1.GetInboxEventRequest
-	36,  // 118: fulfillment.v1.FulfillmentService.ReplayInboxEvent:input_type -> fulfillment.v1.ReplayInboxEventRequest
-	56,  // 119: fulfillment.v1.FulfillmentService.WatchOrderEvents:input_type -> fulfillment.v1.WatchOrderEventsRequest
-	61,  // 120: fulfillment.v1.FulfillmentService.CreateSubscription:input_type -> fulfillment.v1.CreateSubscriptionRequest
-	63,  // 121: fulfillment.v1.FulfillmentService.GetSubscription:input_type -> fulfillment.v1.GetSubscriptionRequest
-	65,  // 122: fulfillment.v1.FulfillmentService.ListSubscriptions:input_type -> fulfillment.v1.ListSubscriptionsRequest
-	67,  // 123: fulfillment.v1.FulfillmentService.CheckAccess:input_type -> fulfillment.v1.CheckAccessRequest
-	71,  // 124: fulfillment.v1.FulfillmentService.PlanRedrive:input_type -> fulfillment.v1.PlanRedriveRequest
-	74,  // 125: fulfillment.v1.FulfillmentService.StartRedrive:input_type -> fulfillment.v1.StartRedriveRequest
-	76,  // 126: fulfillment.v1.FulfillmentService.GetRedrive:input_type -> fulfillment.v1.GetRedriveRequest
-	78,  // 127: fulfillment.v1.FulfillmentService.ListRedrives:input_type -> fulfillment.v1.ListRedrivesRequest
-	80,  // 128: fulfillment.v1.FulfillmentService.CancelRedrive:input_type -> fulfillment.v1.CancelRedriveRequest
-	10,  // 129: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
-	12,  // 130: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
-	14,  // 131: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
-	17,  // 132: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
-	20,  // 133: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
-	22,  // 134: fulfillment.v1.FulfillmentService.GetReconciliationSummary:output_type -> fulfillment.v1.GetReconciliationSummaryResponse
-	26,  // 135: fulfillment.v1.FulfillmentService.GetReconciliationItem:output_type -> fulfillment.v1.GetReconciliationItemResponse
-	29,  // 136: fulfillment.v1.FulfillmentService.ResolveReconciliationItem:output_type -> fulfillment.v1.ResolveReconciliationItemResponse
-	54,  // 137: fulfillment.v1.FulfillmentService.StartPayment:output_type -> fulfillment.v1.StartPaymentResponse
-	41,  // 138: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
-	43,  // 139: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
-	45,  // 140: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
-	48,  // 141: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
-	50,  // 142: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
-	52,  // 143: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
-	33,  // 144: fulfillment.v1.FulfillmentService.ListInboxEvents:output_type -> fulfillment.v1.ListInboxEventsResponse
-	35,  // 145: fulfillment.v1.FulfillmentService.GetInboxEvent:output_type -> fulfillment.v1.GetInboxEventResponse
-	37,  // 146: fulfillment.v1.FulfillmentService.ReplayInboxEvent:output_type -> fulfillment.v1.ReplayInboxEventResponse
-	57,  // 147: fulfillment.v1.FulfillmentService.WatchOrderEvents:output_type -> fulfillment.v1.WatchOrderEventsResponse
-	62,  // 148: fulfillment.v1.FulfillmentService.CreateSubscription:output_type -> fulfillment.v1.CreateSubscriptionResponse
-	64,  // 149: fulfillment.v1.FulfillmentService.GetSubscription:output_type -> fulfillment.v1.GetSubscriptionResponse
-	66,  // 150: fulfillment.v1.FulfillmentService.ListSubscriptions:output_type -> fulfillment.v1.ListSubscriptionsResponse
-	68,  // 151: fulfillment.v1.FulfillmentService.CheckAccess:output_type -> fulfillment.v1.CheckAccessResponse
-	72,  // 152: fulfillment.v1.FulfillmentService.PlanRedrive:output_type -> fulfillment.v1.PlanRedriveResponse
-	75,  // 153: fulfillment.v1.FulfillmentService.StartRedrive:output_type -> fulfillment.v1.StartRedriveResponse
-	77,  // 154: fulfillment.v1.FulfillmentService.GetRedrive:output_type -> fulfillment.v1.GetRedriveResponse
-	79,  // 155: fulfillment.v1.FulfillmentService.ListRedrives:output_type -> fulfillment.v1.ListRedrivesResponse
-	81,  // 156: fulfillment.v1.FulfillmentService.CancelRedrive:output_type -> fulfillment.v1.CancelRedriveResponse
-	129, // [129:157] is the sub-list for method output_type
-	101, // [101:129] is the sub-list for method input_type
-	101, // [101:101] is the sub-list for extension type_name
-	101, // [101:101] is the sub-list for extension extendee
-	0,   // [0:101] is the sub-list for field type_name
+	42,  // 17: fulfillment.v1.OrderHistory.deliveries:type_name -> fulfillment.v1.OutboxMessage
+	59,  // 18: fulfillment.v1.OrderHistory.payment_starts:type_name -> fulfillment.v1.PaymentStart
+	9,   // 19: fulfillment.v1.OrderHistory.feed_events:type_name -> fulfillment.v1.OrderFeedEvent
+	88,  // 20: fulfillment.v1.OrderFeedEvent.create_time:type_name -> google.protobuf.Timestamp
+	1,   // 21: fulfillment.v1.CreateOrderRequest.lines:type_name -> fulfillment.v1.OrderLine
+	2,   // 22: fulfillment.v1.CreateOrderRequest.settlement:type_name -> fulfillment.v1.Settlement
+	7,   // 23: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
+	7,   // 24: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
+	7,   // 25: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
+	88,  // 26: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
+	16,  // 27: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
+	86,  // 28: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
+	88,  // 29: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 30: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
+	88,  // 31: fulfillment.v1.ListReconciliationItemsRequest.create_time_from:type_name -> google.protobuf.Timestamp
+	88,  // 32: fulfillment.v1.ListReconciliationItemsRequest.create_time_before:type_name -> google.protobuf.Timestamp
+	19,  // 33: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
+	25,  // 34: fulfillment.v1.GetActivityResponse.minutes:type_name -> fulfillment.v1.ActivityMinute
+	88,  // 35: fulfillment.v1.GetActivityResponse.check_time:type_name -> google.protobuf.Timestamp
+	88,  // 36: fulfillment.v1.ActivityMinute.start_time:type_name -> google.protobuf.Timestamp
+	27,  // 37: fulfillment.v1.GetReconciliationSummaryResponse.summaries:type_name -> fulfillment.v1.ReconciliationSummary
+	88,  // 38: fulfillment.v1.GetReconciliationSummaryResponse.check_time:type_name -> google.protobuf.Timestamp
+	28,  // 39: fulfillment.v1.ReconciliationSummary.open_by_kind:type_name -> fulfillment.v1.ReconciliationKindCount
+	88,  // 40: fulfillment.v1.ReconciliationSummary.oldest_open_time:type_name -> google.protobuf.Timestamp
+	89,  // 41: fulfillment.v1.ReconciliationSummary.oldest_open_age:type_name -> google.protobuf.Duration
+	19,  // 42: fulfillment.v1.GetReconciliationItemResponse.item:type_name -> fulfillment.v1.ReconciliationItem
+	31,  // 43: fulfillment.v1.GetReconciliationItemResponse.evidence:type_name -> fulfillment.v1.ReconciliationEvidence
+	7,   // 44: fulfillment.v1.ReconciliationEvidence.order:type_name -> fulfillment.v1.Order
+	34,  // 45: fulfillment.v1.ReconciliationEvidence.event:type_name -> fulfillment.v1.InboxEvent
+	42,  // 46: fulfillment.v1.ReconciliationEvidence.delivery:type_name -> fulfillment.v1.OutboxMessage
+	59,  // 47: fulfillment.v1.ReconciliationEvidence.payment_start:type_name -> fulfillment.v1.PaymentStart
+	62,  // 48: fulfillment.v1.ReconciliationEvidence.subscription:type_name -> fulfillment.v1.Subscription
+	19,  // 49: fulfillment.v1.ResolveReconciliationItemResponse.item:type_name -> fulfillment.v1.ReconciliationItem
+	88,  // 50: fulfillment.v1.InboxEvent.occur_time:type_name -> google.protobuf.Timestamp
+	88,  // 51: fulfillment.v1.InboxEvent.receive_time:type_name -> google.protobuf.Timestamp
+	16,  // 52: fulfillment.v1.InboxEvent.payment:type_name -> fulfillment.v1.EventPayment
+	87,  // 53: fulfillment.v1.InboxEvent.refs:type_name -> fulfillment.v1.InboxEvent.RefsEntry
+	88,  // 54: fulfillment.v1.InboxEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
+	88,  // 55: fulfillment.v1.InboxEvent.process_time:type_name -> google.protobuf.Timestamp
+	35,  // 56: fulfillment.v1.InboxEvent.replays:type_name -> fulfillment.v1.EventReplay
+	88,  // 57: fulfillment.v1.EventReplay.replay_time:type_name -> google.protobuf.Timestamp
+	88,  // 58: fulfillment.v1.ListInboxEventsRequest.received_after:type_name -> google.protobuf.Timestamp
+	88,  // 59: fulfillment.v1.ListInboxEventsRequest.received_before:type_name -> google.protobuf.Timestamp
+	34,  // 60: fulfillment.v1.ListInboxEventsResponse.events:type_name -> fulfillment.v1.InboxEvent
+	34,  // 61: fulfillment.v1.GetInboxEventResponse.event:type_name -> fulfillment.v1.InboxEvent
+	34,  // 62: fulfillment.v1.ReplayInboxEventResponse.event:type_name -> fulfillment.v1.InboxEvent
+	88,  // 63: fulfillment.v1.OutboxMessage.next_attempt_time:type_name -> google.protobuf.Timestamp
+	88,  // 64: fulfillment.v1.OutboxMessage.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 65: fulfillment.v1.OutboxMessage.process_time:type_name -> google.protobuf.Timestamp
+	43,  // 66: fulfillment.v1.OutboxMessage.attempt_history:type_name -> fulfillment.v1.DeliveryAttempt
+	88,  // 67: fulfillment.v1.DeliveryAttempt.start_time:type_name -> google.protobuf.Timestamp
+	88,  // 68: fulfillment.v1.DeliveryAttempt.finish_time:type_name -> google.protobuf.Timestamp
+	42,  // 69: fulfillment.v1.ListOutboxMessagesResponse.messages:type_name -> fulfillment.v1.OutboxMessage
+	42,  // 70: fulfillment.v1.GetOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
+	42,  // 71: fulfillment.v1.RetryOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
+	88,  // 72: fulfillment.v1.Destination.disable_time:type_name -> google.protobuf.Timestamp
+	50,  // 73: fulfillment.v1.ListDestinationsResponse.destinations:type_name -> fulfillment.v1.Destination
+	50,  // 74: fulfillment.v1.DisableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
+	50,  // 75: fulfillment.v1.EnableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
+	59,  // 76: fulfillment.v1.StartPaymentResponse.payment:type_name -> fulfillment.v1.PaymentStart
+	0,   // 77: fulfillment.v1.PaymentStart.amount:type_name -> fulfillment.v1.Money
+	88,  // 78: fulfillment.v1.PaymentStart.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 79: fulfillment.v1.PaymentStart.update_time:type_name -> google.protobuf.Timestamp
+	88,  // 80: fulfillment.v1.WatchOrderEventsResponse.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 81: fulfillment.v1.Subscription.current_period_start_time:type_name -> google.protobuf.Timestamp
+	88,  // 82: fulfillment.v1.Subscription.current_period_end_time:type_name -> google.protobuf.Timestamp
+	88,  // 83: fulfillment.v1.Subscription.access_end_time:type_name -> google.protobuf.Timestamp
+	88,  // 84: fulfillment.v1.Subscription.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 85: fulfillment.v1.Subscription.update_time:type_name -> google.protobuf.Timestamp
+	88,  // 86: fulfillment.v1.PaidPeriod.start_time:type_name -> google.protobuf.Timestamp
+	88,  // 87: fulfillment.v1.PaidPeriod.end_time:type_name -> google.protobuf.Timestamp
+	88,  // 88: fulfillment.v1.PaidPeriod.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 89: fulfillment.v1.Access.until:type_name -> google.protobuf.Timestamp
+	88,  // 90: fulfillment.v1.Access.check_time:type_name -> google.protobuf.Timestamp
+	62,  // 91: fulfillment.v1.CreateSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
+	62,  // 92: fulfillment.v1.GetSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
+	63,  // 93: fulfillment.v1.GetSubscriptionResponse.periods:type_name -> fulfillment.v1.PaidPeriod
+	64,  // 94: fulfillment.v1.GetSubscriptionResponse.access:type_name -> fulfillment.v1.Access
+	62,  // 95: fulfillment.v1.ListSubscriptionsResponse.subscriptions:type_name -> fulfillment.v1.Subscription
+	88,  // 96: fulfillment.v1.CheckAccessResponse.until:type_name -> google.protobuf.Timestamp
+	88,  // 97: fulfillment.v1.CheckAccessResponse.check_time:type_name -> google.protobuf.Timestamp
+	88,  // 98: fulfillment.v1.RedriveFilter.received_after:type_name -> google.protobuf.Timestamp
+	88,  // 99: fulfillment.v1.RedriveFilter.received_before:type_name -> google.protobuf.Timestamp
+	73,  // 100: fulfillment.v1.PlanRedriveRequest.filter:type_name -> fulfillment.v1.RedriveFilter
+	74,  // 101: fulfillment.v1.PlanRedriveResponse.sample:type_name -> fulfillment.v1.RedriveSample
+	73,  // 102: fulfillment.v1.Redrive.filter:type_name -> fulfillment.v1.RedriveFilter
+	88,  // 103: fulfillment.v1.Redrive.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 104: fulfillment.v1.Redrive.finish_time:type_name -> google.protobuf.Timestamp
+	73,  // 105: fulfillment.v1.StartRedriveRequest.filter:type_name -> fulfillment.v1.RedriveFilter
+	77,  // 106: fulfillment.v1.StartRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
+	77,  // 107: fulfillment.v1.GetRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
+	77,  // 108: fulfillment.v1.ListRedrivesResponse.redrives:type_name -> fulfillment.v1.Redrive
+	77,  // 109: fulfillment.v1.CancelRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
+	10,  // 110: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
+	12,  // 111: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
+	14,  // 112: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
+	17,  // 113: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
+	20,  // 114: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
+	22,  // 115: fulfillment.v1.FulfillmentService.GetReconciliationSummary:input_type -> fulfillment.v1.GetReconciliationSummaryRequest
+	23,  // 116: fulfillment.v1.FulfillmentService.GetActivity:input_type -> fulfillment.v1.GetActivityRequest
+	29,  // 117: fulfillment.v1.FulfillmentService.GetReconciliationItem:input_type -> fulfillment.v1.GetReconciliationItemRequest
+	32,  // 118: fulfillment.v1.FulfillmentService.ResolveReconciliationItem:input_type -> fulfillment.v1.ResolveReconciliationItemRequest
+	57,  // 119: fulfillment.v1.FulfillmentService.StartPayment:input_type -> fulfillment.v1.StartPaymentRequest
+	44,  // 120: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
+	46,  // 121: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
+	48,  // 122: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
+	51,  // 123: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
+	53,  // 124: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
+	55,  // 125: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
+	36,  // 126: fulfillment.v1.FulfillmentService.ListInboxEvents:input_type -> fulfillment.v1.ListInboxEventsRequest
+	38,  // 127: fulfillment.v1.FulfillmentService.GetInboxEvent:input_type -> fulfillment.v1.GetInboxEventRequest
+	40,  // 128: fulfillment.v1.FulfillmentService.ReplayInboxEvent:input_type -> fulfillment.v1.ReplayInboxEventRequest
+	60,  // 129: fulfillment.v1.FulfillmentService.WatchOrderEvents:input_type -> fulfillment.v1.WatchOrderEventsRequest
+	65,  // 130: fulfillment.v1.FulfillmentService.CreateSubscription:input_type -> fulfillment.v1.CreateSubscriptionRequest
+	67,  // 131: fulfillment.v1.FulfillmentService.GetSubscription:input_type -> fulfillment.v1.GetSubscriptionRequest
+	69,  // 132: fulfillment.v1.FulfillmentService.ListSubscriptions:input_type -> fulfillment.v1.ListSubscriptionsRequest
+	71,  // 133: fulfillment.v1.FulfillmentService.CheckAccess:input_type -> fulfillment.v1.CheckAccessRequest
+	75,  // 134: fulfillment.v1.FulfillmentService.PlanRedrive:input_type -> fulfillment.v1.PlanRedriveRequest
+	78,  // 135: fulfillment.v1.FulfillmentService.StartRedrive:input_type -> fulfillment.v1.StartRedriveRequest
+	80,  // 136: fulfillment.v1.FulfillmentService.GetRedrive:input_type -> fulfillment.v1.GetRedriveRequest
+	82,  // 137: fulfillment.v1.FulfillmentService.ListRedrives:input_type -> fulfillment.v1.ListRedrivesRequest
+	84,  // 138: fulfillment.v1.FulfillmentService.CancelRedrive:input_type -> fulfillment.v1.CancelRedriveRequest
+	11,  // 139: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
+	13,  // 140: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
+	15,  // 141: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
+	18,  // 142: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
+	21,  // 143: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
+	26,  // 144: fulfillment.v1.FulfillmentService.GetReconciliationSummary:output_type -> fulfillment.v1.GetReconciliationSummaryResponse
+	24,  // 145: fulfillment.v1.FulfillmentService.GetActivity:output_type -> fulfillment.v1.GetActivityResponse
+	30,  // 146: fulfillment.v1.FulfillmentService.GetReconciliationItem:output_type -> fulfillment.v1.GetReconciliationItemResponse
+	33,  // 147: fulfillment.v1.FulfillmentService.ResolveReconciliationItem:output_type -> fulfillment.v1.ResolveReconciliationItemResponse
+	58,  // 148: fulfillment.v1.FulfillmentService.StartPayment:output_type -> fulfillment.v1.StartPaymentResponse
+	45,  // 149: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
+	47,  // 150: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
+	49,  // 151: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
+	52,  // 152: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
+	54,  // 153: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
+	56,  // 154: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
+	37,  // 155: fulfillment.v1.FulfillmentService.ListInboxEvents:output_type -> fulfillment.v1.ListInboxEventsResponse
+	39,  // 156: fulfillment.v1.FulfillmentService.GetInboxEvent:output_type -> fulfillment.v1.GetInboxEventResponse
+	41,  // 157: fulfillment.v1.FulfillmentService.ReplayInboxEvent:output_type -> fulfillment.v1.ReplayInboxEventResponse
+	61,  // 158: fulfillment.v1.FulfillmentService.WatchOrderEvents:output_type -> fulfillment.v1.WatchOrderEventsResponse
+	66,  // 159: fulfillment.v1.FulfillmentService.CreateSubscription:output_type -> fulfillment.v1.CreateSubscriptionResponse
+	68,  // 160: fulfillment.v1.FulfillmentService.GetSubscription:output_type -> fulfillment.v1.GetSubscriptionResponse
+	70,  // 161: fulfillment.v1.FulfillmentService.ListSubscriptions:output_type -> fulfillment.v1.ListSubscriptionsResponse
+	72,  // 162: fulfillment.v1.FulfillmentService.CheckAccess:output_type -> fulfillment.v1.CheckAccessResponse
+	76,  // 163: fulfillment.v1.FulfillmentService.PlanRedrive:output_type -> fulfillment.v1.PlanRedriveResponse
+	79,  // 164: fulfillment.v1.FulfillmentService.StartRedrive:output_type -> fulfillment.v1.StartRedriveResponse
+	81,  // 165: fulfillment.v1.FulfillmentService.GetRedrive:output_type -> fulfillment.v1.GetRedriveResponse
+	83,  // 166: fulfillment.v1.FulfillmentService.ListRedrives:output_type -> fulfillment.v1.ListRedrivesResponse
+	85,  // 167: fulfillment.v1.FulfillmentService.CancelRedrive:output_type -> fulfillment.v1.CancelRedriveResponse
+	139, // [139:168] is the sub-list for method output_type
+	110, // [110:139] is the sub-list for method input_type
+	110, // [110:110] is the sub-list for extension type_name
+	110, // [110:110] is the sub-list for extension extendee
+	0,   // [0:110] is the sub-list for field type_name
 }
 
 func init() { file_fulfillment_v1_fulfillment_proto_init() }
@@ -7552,14 +7928,14 @@ func file_fulfillment_v1_fulfillment_proto_init() {
 	if File_fulfillment_v1_fulfillment_proto != nil {
 		return
 	}
-	file_fulfillment_v1_fulfillment_proto_msgTypes[38].OneofWrappers = []any{}
+	file_fulfillment_v1_fulfillment_proto_msgTypes[42].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fulfillment_v1_fulfillment_proto_rawDesc), len(file_fulfillment_v1_fulfillment_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   84,
+			NumMessages:   88,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

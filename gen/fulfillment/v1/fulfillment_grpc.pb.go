@@ -25,6 +25,7 @@ const (
 	FulfillmentService_RecordEvent_FullMethodName               = "/fulfillment.v1.FulfillmentService/RecordEvent"
 	FulfillmentService_ListReconciliationItems_FullMethodName   = "/fulfillment.v1.FulfillmentService/ListReconciliationItems"
 	FulfillmentService_GetReconciliationSummary_FullMethodName  = "/fulfillment.v1.FulfillmentService/GetReconciliationSummary"
+	FulfillmentService_GetActivity_FullMethodName               = "/fulfillment.v1.FulfillmentService/GetActivity"
 	FulfillmentService_GetReconciliationItem_FullMethodName     = "/fulfillment.v1.FulfillmentService/GetReconciliationItem"
 	FulfillmentService_ResolveReconciliationItem_FullMethodName = "/fulfillment.v1.FulfillmentService/ResolveReconciliationItem"
 	FulfillmentService_StartPayment_FullMethodName              = "/fulfillment.v1.FulfillmentService/StartPayment"
@@ -86,6 +87,11 @@ type FulfillmentServiceClient interface {
 	// oldest, events pending and failed, orders with a confirmed payment
 	// that are not fulfilled, outbox messages failed or uncertain.
 	GetReconciliationSummary(ctx context.Context, in *GetReconciliationSummaryRequest, opts ...grpc.CallOption) (*GetReconciliationSummaryResponse, error)
+	// GetActivity counts, per minute of the last minutes (60 by default, at
+	// most 180), the provider events stored, the orders fulfilled and the
+	// outbox messages delivered in the orgs the caller may see (scope
+	// "reconciliation:read"), oldest minute first, every minute present.
+	GetActivity(ctx context.Context, in *GetActivityRequest, opts ...grpc.CallOption) (*GetActivityResponse, error)
 	// GetReconciliationItem returns one item with its evidence: what the
 	// item links (the order with its history, the stored event, the outbox
 	// message with its attempts, the payment the service started, the
@@ -114,10 +120,15 @@ type FulfillmentServiceClient interface {
 	// GetOutboxMessage returns one message with its payload and its
 	// attempts.
 	GetOutboxMessage(ctx context.Context, in *GetOutboxMessageRequest, opts ...grpc.CallOption) (*GetOutboxMessageResponse, error)
-	// RetryOutboxMessage sends a failed or uncertain message again, under
-	// the same idempotency key, after a person checked with its destination
-	// (scope "admin"). Any other state is FAILED_PRECONDITION. The message's
-	// reconciliation item stays open until resolved.
+	// RetryOutboxMessage sends a message again, under the same idempotency
+	// key (scope "admin"): a failed or uncertain one after a person checked
+	// with its destination (its attempts start again); a pending one waiting
+	// out its backoff at once (its attempts kept); a delivered one only with
+	// resend set, for a receiver that lost it (its attempts start again, and
+	// until it is delivered again its line counts as awaiting delivery). A
+	// message being sent at that moment, or delivered without resend, is
+	// FAILED_PRECONDITION and nothing changes. The message's reconciliation
+	// item stays open until resolved.
 	RetryOutboxMessage(ctx context.Context, in *RetryOutboxMessageRequest, opts ...grpc.CallOption) (*RetryOutboxMessageResponse, error)
 	// ListDestinations lists the configured destinations, whether each is
 	// enabled, and how many of its messages are pending, failed or
@@ -261,6 +272,16 @@ func (c *fulfillmentServiceClient) GetReconciliationSummary(ctx context.Context,
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetReconciliationSummaryResponse)
 	err := c.cc.Invoke(ctx, FulfillmentService_GetReconciliationSummary_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) GetActivity(ctx context.Context, in *GetActivityRequest, opts ...grpc.CallOption) (*GetActivityResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetActivityResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_GetActivity_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -533,6 +554,11 @@ type FulfillmentServiceServer interface {
 	// oldest, events pending and failed, orders with a confirmed payment
 	// that are not fulfilled, outbox messages failed or uncertain.
 	GetReconciliationSummary(context.Context, *GetReconciliationSummaryRequest) (*GetReconciliationSummaryResponse, error)
+	// GetActivity counts, per minute of the last minutes (60 by default, at
+	// most 180), the provider events stored, the orders fulfilled and the
+	// outbox messages delivered in the orgs the caller may see (scope
+	// "reconciliation:read"), oldest minute first, every minute present.
+	GetActivity(context.Context, *GetActivityRequest) (*GetActivityResponse, error)
 	// GetReconciliationItem returns one item with its evidence: what the
 	// item links (the order with its history, the stored event, the outbox
 	// message with its attempts, the payment the service started, the
@@ -561,10 +587,15 @@ type FulfillmentServiceServer interface {
 	// GetOutboxMessage returns one message with its payload and its
 	// attempts.
 	GetOutboxMessage(context.Context, *GetOutboxMessageRequest) (*GetOutboxMessageResponse, error)
-	// RetryOutboxMessage sends a failed or uncertain message again, under
-	// the same idempotency key, after a person checked with its destination
-	// (scope "admin"). Any other state is FAILED_PRECONDITION. The message's
-	// reconciliation item stays open until resolved.
+	// RetryOutboxMessage sends a message again, under the same idempotency
+	// key (scope "admin"): a failed or uncertain one after a person checked
+	// with its destination (its attempts start again); a pending one waiting
+	// out its backoff at once (its attempts kept); a delivered one only with
+	// resend set, for a receiver that lost it (its attempts start again, and
+	// until it is delivered again its line counts as awaiting delivery). A
+	// message being sent at that moment, or delivered without resend, is
+	// FAILED_PRECONDITION and nothing changes. The message's reconciliation
+	// item stays open until resolved.
 	RetryOutboxMessage(context.Context, *RetryOutboxMessageRequest) (*RetryOutboxMessageResponse, error)
 	// ListDestinations lists the configured destinations, whether each is
 	// enabled, and how many of its messages are pending, failed or
@@ -671,6 +702,9 @@ func (UnimplementedFulfillmentServiceServer) ListReconciliationItems(context.Con
 }
 func (UnimplementedFulfillmentServiceServer) GetReconciliationSummary(context.Context, *GetReconciliationSummaryRequest) (*GetReconciliationSummaryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetReconciliationSummary not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) GetActivity(context.Context, *GetActivityRequest) (*GetActivityResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetActivity not implemented")
 }
 func (UnimplementedFulfillmentServiceServer) GetReconciliationItem(context.Context, *GetReconciliationItemRequest) (*GetReconciliationItemResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetReconciliationItem not implemented")
@@ -863,6 +897,24 @@ func _FulfillmentService_GetReconciliationSummary_Handler(srv interface{}, ctx c
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(FulfillmentServiceServer).GetReconciliationSummary(ctx, req.(*GetReconciliationSummaryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_GetActivity_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetActivityRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).GetActivity(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_GetActivity_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).GetActivity(ctx, req.(*GetActivityRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1286,6 +1338,10 @@ var FulfillmentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetReconciliationSummary",
 			Handler:    _FulfillmentService_GetReconciliationSummary_Handler,
+		},
+		{
+			MethodName: "GetActivity",
+			Handler:    _FulfillmentService_GetActivity_Handler,
 		},
 		{
 			MethodName: "GetReconciliationItem",

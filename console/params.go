@@ -1,0 +1,37 @@
+package console
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// inputTimeLayouts are the forms a time filter is accepted in: what a
+// datetime-local input sends (minutes, or seconds), and RFC 3339. A time
+// without a zone is UTC, like every time the console shows.
+var inputTimeLayouts = []string{"2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339Nano}
+
+// timeParam reads the time filter key of v; absent is nil.
+func timeParam(v url.Values, key string) (*timestamppb.Timestamp, error) {
+	s := strings.TrimSpace(v.Get(key))
+	if s == "" {
+		return nil, nil
+	}
+	for _, layout := range inputTimeLayouts {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			return timestamppb.New(t), nil
+		}
+	}
+	return nil, fmt.Errorf("%s: %q is not a time: write it as 2026-12-01T12:00 (UTC)", key, s)
+}
+
+// inputTime renders t for a datetime-local input (UTC, to the second).
+func inputTime(t *timestamppb.Timestamp) string {
+	if t == nil {
+		return ""
+	}
+	return t.AsTime().UTC().Format("2006-01-02T15:04:05")
+}
