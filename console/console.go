@@ -71,6 +71,8 @@ type Console struct {
 	tokens map[[sha256.Size]byte]config.Token // by the hash of the value
 	byName map[string]config.Token
 	mux    *http.ServeMux
+	// signIns limits failed sign-ins per client address.
+	signIns *signInLimit
 }
 
 // New prepares the console; Mount connects it to the API.
@@ -81,7 +83,7 @@ func New(o Options) (*Console, error) {
 	}
 	c := &Console{
 		store: o.Store, log: o.Log,
-		ttl: o.SessionTTL, now: o.Now, pages: pg,
+		ttl: o.SessionTTL, now: o.Now, pages: pg, signIns: newSignInLimit(),
 		tokens: make(map[[sha256.Size]byte]config.Token, len(o.Tokens)),
 		byName: make(map[string]config.Token, len(o.Tokens)),
 	}

@@ -230,3 +230,47 @@ func TestActivityCharts(t *testing.T) {
 		t.Errorf("summary = %q", s)
 	}
 }
+
+// Failed sign-ins are limited per address: past the burst, every sign-in
+// from that address is refused (a right token too) until the limit
+// refills; another address is not affected.
+func TestSignInLimit(t *testing.T) {
+	t.Parallel()
+	c, st := newTestConsole(t)
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	c.now = func() time.Time { return now }
+	post := func(addr, token string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/console/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.RemoteAddr = addr
+		w := httptest.NewRecorder()
+		c.ServeHTTP(w, r)
+		return w
+	}
+	for i := range signInBurst {
+		if w := post("192.0.2.1:1000", "tok-wrong"); w.Code != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d: %d, want 401", i+1, w.Code)
+		}
+	}
+	w := post("192.0.2.1:1001", testToken)
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "12" || !strings.Contains(w.Body.String(), "try again in 12 s") {
+		t.Fatalf("right token past the limit: %d, Retry-After %q", w.Code, w.Header().Get("Retry-After"))
+	}
+	if len(st.sessions) != 0 {
+		t.Fatalf("a limited sign-in stored a session")
+	}
+	if w := post("198.51.100.7:2000", testToken); w.Code != http.StatusSeeOther {
+		t.Fatalf("another address: %d, want 303", w.Code)
+	}
+	now = now.Add(signInEvery)
+	if w := post("192.0.2.1:1002", testToken); w.Code != http.StatusSeeOther {
+		t.Fatalf("after the limit refilled: %d, want 303", w.Code)
+	}
+	// A success does not spend the limit; a failure does, at once.
+	if w := post("192.0.2.1:1003", "tok-wrong"); w.Code != http.StatusUnauthorized {
+		t.Fatalf("a wrong token after the refill: %d, want 401", w.Code)
+	}
+	if w := post("192.0.2.1:1004", "tok-wrong"); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("a second wrong token after one refill: %d, want 429", w.Code)
+	}
+}

@@ -7,8 +7,10 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -169,9 +171,18 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := safeNext(r.PostForm.Get("next"))
+	client := clientOf(r)
+	if d := c.signIns.wait(client, c.now()); d > 0 {
+		secs := int((d + time.Second - 1) / time.Second)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		c.render(w, r, nil, http.StatusTooManyRequests, "login", "Sign in", loginView{Next: next,
+			Error: fmt.Sprintf("Too many failed sign-ins from your address: try again in %d s.", secs)})
+		return
+	}
 	secret := strings.TrimSpace(r.PostForm.Get("token"))
 	tok, ok := c.tokens[sha256.Sum256([]byte(secret))]
 	if secret == "" || !ok {
+		c.signIns.failed(client, c.now())
 		c.render(w, r, nil, http.StatusUnauthorized, "login", "Sign in", loginView{Next: next, Error: "That token is not one of the service's API tokens."})
 		return
 	}

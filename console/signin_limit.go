@@ -1,0 +1,72 @@
+package console
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Failed sign-ins are limited per client address: signInBurst in a row,
+// then one every signInEvery. While a client is limited every sign-in from
+// it is refused, a right token too, so that the limit says nothing about
+// the tokens it tries. API tokens are long random strings; the limit keeps
+// a guesser from even trying many, and keeps its noise out of the audit.
+const (
+	signInBurst = 5
+	signInEvery = 12 * time.Second
+	// signInClients bounds the addresses remembered: past it, the oldest
+	// memory is dropped at once (a flood of addresses forgets, never grows).
+	signInClients = 10_000
+)
+
+type signInLimit struct {
+	mu      sync.Mutex
+	clients map[string]*rate.Limiter
+}
+
+func newSignInLimit() *signInLimit {
+	return &signInLimit{clients: map[string]*rate.Limiter{}}
+}
+
+// clientOf is the address a request came from (no proxy header is
+// trusted: a client could name any address in one).
+func clientOf(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// wait says how long client must wait before its next sign-in; 0 when it
+// may sign in now.
+func (l *signInLimit) wait(client string, now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lim, ok := l.clients[client]
+	if !ok || lim.TokensAt(now) >= 1 {
+		return 0
+	}
+	r := lim.ReserveN(now, 1)
+	d := r.DelayFrom(now)
+	r.CancelAt(now)
+	return max(d, time.Second)
+}
+
+// failed counts a failed sign-in of client.
+func (l *signInLimit) failed(client string, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lim, ok := l.clients[client]
+	if !ok {
+		if len(l.clients) >= signInClients {
+			clear(l.clients)
+		}
+		lim = rate.NewLimiter(rate.Every(signInEvery), signInBurst)
+		l.clients[client] = lim
+	}
+	lim.AllowN(now, 1)
+}
