@@ -254,12 +254,13 @@ var restMarshaler = &runtime.JSONPb{
 }
 
 // noQueryWhereUnused refuses query parameters on the routes that read none:
-// those taking a JSON body, and those naming one resource by path (their
-// request has no other field). grpc-gateway does not parse the query there,
-// so a misspelt parameter would silently do nothing.
+// those taking a JSON body, those naming one resource by path (their
+// request has no other field), and those whose request has no field at
+// all. grpc-gateway does not parse the query there, so a misspelt
+// parameter would silently do nothing.
 func noQueryWhereUnused(next runtime.HandlerFunc) runtime.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, pathParams map[string]string) {
-		if r.URL.RawQuery != "" && (r.Method != http.MethodGet || len(pathParams) > 0) {
+		if r.URL.RawQuery != "" && (r.Method != http.MethodGet || len(pathParams) > 0 || fieldlessGets[r.URL.Path]) {
 			restError(w, 0, status.Error(codes.InvalidArgument,
 				"unknown query parameters: this method takes none (a body's fields go in the JSON body)"))
 			return
@@ -267,6 +268,9 @@ func noQueryWhereUnused(next runtime.HandlerFunc) runtime.HandlerFunc {
 		next(w, r, pathParams)
 	}
 }
+
+// fieldlessGets are the GET routes whose request message has no field.
+var fieldlessGets = map[string]bool{"/v1/outbox/destinations": true}
 
 var useStrictQueries sync.Once
 
