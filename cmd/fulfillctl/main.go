@@ -47,19 +47,12 @@ func newRootCmd() *cobra.Command {
 	return root
 }
 
-// printsJSON annotates the commands whose output is JSON whatever
-// --output says (an order and its history is no table).
-var printsJSON = map[string]string{"output": "json"}
-
 // applyOutput turns --output json into the command's own --json flag.
 func applyOutput(cmd *cobra.Command, output string) error {
 	switch output {
 	case "table", "text":
 		return nil
 	case "json":
-		if cmd.Annotations["output"] == "json" {
-			return nil
-		}
 		if cmd.Flags().Lookup("json") == nil {
 			return fmt.Errorf("%s prints no JSON: leave out -o json", cmd.CommandPath())
 		}
