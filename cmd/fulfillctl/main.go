@@ -43,7 +43,7 @@ func newRootCmd() *cobra.Command {
 	f.StringVarP(&output, "output", "o", "table", "output format: table (for people) or json (for scripts; the same as --json)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return applyOutput(cmd, output) }
 	root.AddCommand(newOrdersCmd(&c), newSubscriptionsCmd(&c), newAccessCmd(&c), newOutboxCmd(&c), newDestinationsCmd(&c),
-		newReconCmd(&c), newEventsCmd(&c), newRedriveCmd(&c), newWatchCmd(&c), newWebhookCmd(), newListenCmd())
+		newReconCmd(&c), newEventsCmd(&c), newRedriveCmd(&c), newWatchCmd(&c), newWebhookCmd(), newListenCmd(), newTriggerCmd(&c))
 	return root
 }
 
