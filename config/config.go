@@ -469,7 +469,7 @@ func parse(data []byte, getenv func(string) string) (*Config, error) {
 		dec := yaml.NewDecoder(bytes.NewReader(data))
 		dec.KnownFields(true)
 		if err := dec.Decode(cfg); err != nil {
-			return nil, errors.New(yamlMessage(err))
+			return nil, errors.New(yamlMessage(data, err))
 		}
 	}
 	if err := cfg.renameWorker(data); err != nil {
@@ -793,21 +793,6 @@ func checkAddr(addr string) error {
 	}
 	return nil
 }
-
-// yamlMessage turns a yaml.v3 error into one line naming the key.
-func yamlMessage(err error) string {
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		msgs := make([]string, len(te.Errors))
-		for i, m := range te.Errors {
-			msgs[i] = unknownField.ReplaceAllString(m, `unknown key "$1"`)
-		}
-		return strings.Join(msgs, "; ")
-	}
-	return strings.TrimPrefix(err.Error(), "yaml: ")
-}
-
-var unknownField = regexp.MustCompile(`field (\S+) not found in type \S+`)
 
 // unwrapPathError drops the path an *os.PathError repeats, keeping the cause.
 func unwrapPathError(err error) error {

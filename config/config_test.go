@@ -427,3 +427,63 @@ func TestLoadSessionURL(t *testing.T) {
 		}
 	}
 }
+
+// The mistakes the YAML decoder words in its own terms — a duration
+// without a Go unit, a tab in the indentation, a line indented to no
+// block — are said with their line, their key and the fix; the line is
+// the one to change, not where the decoder gave up.
+func TestLoadMistakesNameLineKeyAndFix(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ name, yaml, want string }{
+		{"bare integer duration", "listen:\n  grpc: \"127.0.0.1:9090\"\ningest:\n  timeout: 2\n",
+			`line 4: ingest.timeout: "2" has no unit; write "2s"`},
+		{"zero without unit", "housekeeping: { interval: 1m, fulfilment_sla: 0 }\n",
+			`line 1: housekeeping.fulfilment_sla: "0" has no unit; write "0s"`},
+		{"fraction without unit", "inbox:\n  poll: 0.5\n", `line 2: inbox.poll: "0.5" has no unit; write "0.5s"`},
+		{"days", "plans:\n  - id: pro\n    months: 1\n    grace: 3d\n",
+			`line 4: plans[0].grace: "3d": days are not a duration unit (ns, us, ms, s, m, h); write "72h"`},
+		{"days and hours", "housekeeping:\n  raw_body_retention: 1d12h\n",
+			`line 2: housekeeping.raw_body_retention: "1d12h": days are not a duration unit (ns, us, ms, s, m, h); write "36h"`},
+		{"weeks", "plans: [ { id: pro, months: 1 }, { id: team, months: 1, grace: 2w } ]\n",
+			`line 1: plans[1].grace: "2w": weeks are not a duration unit (ns, us, ms, s, m, h); write "336h"`},
+		{"unit in words", "destinations:\n  - id: crm\n    timeout: 10 sec\n",
+			`line 3: destinations[0].timeout: "10 sec" is not a duration; write "10s"`},
+		{"no duration at all", "log:\n  repeat_interval: often\n",
+			`line 2: log.repeat_interval: "often" is not a duration: write a number with a unit (ns, us, ms, s, m, h), such as "30s", "5m" or "72h"`},
+		{"two on one line", "inbox: { lease: 30, poll: 1d }\n",
+			`line 1: inbox.lease: "30" has no unit; write "30s"; line 1: inbox.poll: "1d": days are not a duration unit (ns, us, ms, s, m, h); write "24h"`},
+		{"tab indentation", "listen:\n\tgrpc: \"127.0.0.1:9090\"\n",
+			"line 2: listen.grpc: indented with a tab; YAML indents with spaces only: replace the tab with 2 spaces"},
+		{"tab in a list item", "auth:\n  tokens:\n    - name: ops\n\t  scopes: [admin]\n",
+			"line 4: auth.tokens[0].scopes: indented with a tab; YAML indents with spaces only: replace the tab with 6 spaces"},
+		{"indented too far", "# listeners\nlisten:\n  grpc: \"127.0.0.1:9090\"\n   http: \"127.0.0.1:8080\"\n",
+			"line 4: listen.http: indented 3 spaces, which lines it up with no block above it (grpc on line 3 is at 2); indent it 2 spaces, like grpc"},
+		{"indented too little", "inbox:\n  workers: 2\n lease: 1s\n",
+			"line 3: inbox.lease: indented 1 space, which lines it up with no block above it (workers on line 2 is at 2); indent it 2 spaces, like workers"},
+		{"under a value", "log:\n  level: info\n    format: text\n",
+			"line 3: log.format: indented 4 spaces, which lines it up with no block above it (level on line 2 is at 2); indent it 2 spaces, like level"},
+		{"list item key", "database:\n  max_conns: 3\nauth:\n  tokens:\n  - name: ops\n    token_env: OPS\n    scopes: [admin]\n   orgs: [\"*\"]\n",
+			`line 8: auth.tokens[0].orgs: indented 3 spaces, which lines it up with no block above it (scopes on line 7 is at 4); indent it 4 spaces, like scopes`},
+		// What is no such mistake keeps the decoder's words: a value
+		// continued on the next line is no misplaced key.
+		{"unclosed quote", "log:\n  level: info\n  format: \"text\n", "line 3: found unexpected end of stream"},
+		{"value on two lines, then a flow list left open", "tracing:\n  service_name: a long\n    name\nlog:\n  level: [\n",
+			"line 5: did not find expected node content"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "config.yaml")
+			if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(path, env(map[string]string{"OPS": "ops-secret-0123456789"}))
+			if err == nil {
+				t.Fatal("Load succeeded, want an error")
+			}
+			if want := "config " + path + ": " + tc.want; err.Error() != want {
+				t.Errorf("error\n%s\nwant\n%s", err, want)
+			}
+		})
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -21,15 +20,40 @@ import (
 )
 
 // call dials fulfillmentd and runs fn with the client and a context
-// carrying the token. A gRPC status fn returns becomes an rpcError: one
-// line, "NOT_FOUND: what the service said".
+// carrying the token. Every command that calls the API goes through it: a
+// gRPC status fn returns becomes an rpcError, one line, "NOT_FOUND: what
+// the service said", followed by what to do when the code says it (a
+// token without the scope, a service that does not answer).
 func (c *conn) call(ctx context.Context, fn func(context.Context, fulfillmentv1.FulfillmentServiceClient) error) error {
 	client, ctx, done, err := c.client(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	return apiError(fn(ctx, client))
+	err = apiError(fn(ctx, client))
+	if e, ok := errors.AsType[*rpcError](err); ok && e.hint == "" {
+		e.hint = c.hint(e.st.Code())
+	}
+	return err
+}
+
+// hint says what to do about an API error of code, or "" when the
+// service's message is all there is to say.
+func (c *conn) hint(code codes.Code) string {
+	switch code {
+	case codes.Unauthenticated:
+		return "pass a token the service knows: --token-file FILE, $FULFILLCTL_TOKEN_FILE or $FULFILLCTL_TOKEN"
+	case codes.PermissionDenied:
+		return "use a token with that scope and org (--token-file), or ask an admin for one"
+	case codes.Unavailable:
+		return fmt.Sprintf("check that fulfillmentd is running and reachable at %s (--addr, $FULFILLCTL_ADDR)", c.addr)
+	case codes.DeadlineExceeded:
+		return "the service did not answer in time: try again"
+	default:
+		// The service's message names what to change (an argument, a
+		// state) or there is nothing to do but report it.
+		return ""
+	}
 }
 
 // newIDCmd completes cmd, a command taking one id, with --json and a RunE
@@ -64,7 +88,10 @@ func newIDCmd[M proto.Message](c *conn, cmd *cobra.Command,
 
 // rpcError is a gRPC status shown as one line. It keeps the status, so
 // that status.Code still reads it.
-type rpcError struct{ st *status.Status }
+type rpcError struct {
+	st   *status.Status
+	hint string // what to do, when the code says it (conn.hint)
+}
 
 // apiError turns a gRPC status error into an rpcError; other errors (and
 // nil) are returned as they are.
@@ -84,14 +111,17 @@ func apiError(err error) error {
 
 // Error is the status code as the API documentation writes it, then the
 // message on one line, e.g. `NOT_FOUND: destination "x" is not
-// configured`. A message that repeats the code in words ("invalid
-// argument: …") does not say it twice.
+// configured`, then "; " and the hint when there is one. A message that
+// repeats the code in words ("invalid argument: …") does not say it twice.
 func (e *rpcError) Error() string {
 	code := codeName(e.st.Code())
 	msg := oneLine(e.st.Message())
 	words := strings.ToLower(strings.ReplaceAll(code, "_", " ")) + ": "
 	if len(msg) >= len(words) && strings.EqualFold(msg[:len(words)], words) {
 		msg = msg[len(words):]
+	}
+	if e.hint != "" {
+		msg += "; " + e.hint
 	}
 	return code + ": " + msg
 }
@@ -124,6 +154,18 @@ func oneLine(s string) string {
 		}
 		return r
 	}, s)
+}
+
+// printNone writes the one line every command prints for an empty result
+// (in text; --json prints the empty answer): "no WHAT match", and the
+// detail in parentheses when there is one.
+func printNone(w io.Writer, what, detail string) error {
+	line := "no " + what + " match"
+	if detail != "" {
+		line += " (" + detail + ")"
+	}
+	_, err := fmt.Fprintln(w, line)
+	return err
 }
 
 // table writes aligned columns, two spaces apart.
@@ -171,17 +213,6 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
-}
-
-// printJSONLine writes m as one line of JSON, field names as in the proto
-// (printJSON's names), for streams read line by line.
-func printJSONLine(w io.Writer, m proto.Message) error {
-	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintln(w, string(b))
-	return err
 }
 
 // maxPageSize is the largest page the service serves.

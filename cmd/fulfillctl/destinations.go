@@ -46,6 +46,9 @@ prints a ListDestinationsResponse. Needs the admin scope.`,
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), resp)
 			}
+			if len(resp.GetDestinations()) == 0 {
+				return printNone(cmd.OutOrStdout(), "destinations", "none is configured: see destinations in the service's configuration")
+			}
 			return destinationTable(cmd.OutOrStdout(), resp.GetDestinations()...)
 		},
 	}

@@ -72,8 +72,7 @@ orgs sees theirs only.`,
 				return printJSON(cmd.OutOrStdout(), resp)
 			}
 			if len(resp.GetEvents()) == 0 {
-				_, err := fmt.Fprintln(cmd.OutOrStdout(), "no events match")
-				return err
+				return printNone(cmd.OutOrStdout(), "events", "")
 			}
 			return eventTable(cmd.OutOrStdout(), resp.GetEvents())
 		},

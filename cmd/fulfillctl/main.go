@@ -43,13 +43,9 @@ func newRootCmd() *cobra.Command {
 	f.StringVarP(&output, "output", "o", "table", "output format: table (for people) or json (for scripts; the same as --json)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return applyOutput(cmd, output) }
 	root.AddCommand(newOrdersCmd(&c), newSubscriptionsCmd(&c), newAccessCmd(&c), newOutboxCmd(&c), newDestinationsCmd(&c),
-		newReconCmd(&c), newEventsCmd(&c), newRedriveCmd(&c), newWatchCmd(&c), newWebhookCmd(), newListenCmd())
+		newReconCmd(&c), newEventsCmd(&c), newRedriveCmd(&c), newWatchCmd(&c), newWebhookCmd(), newListenCmd(), newTriggerCmd(&c))
 	return root
 }
-
-// printsJSON annotates the commands whose output is JSON whatever
-// --output says (an order and its history is no table).
-var printsJSON = map[string]string{"output": "json"}
 
 // applyOutput turns --output json into the command's own --json flag.
 func applyOutput(cmd *cobra.Command, output string) error {
@@ -57,9 +53,6 @@ func applyOutput(cmd *cobra.Command, output string) error {
 	case "table", "text":
 		return nil
 	case "json":
-		if cmd.Annotations["output"] == "json" {
-			return nil
-		}
 		if cmd.Flags().Lookup("json") == nil {
 			return fmt.Errorf("%s prints no JSON: leave out -o json", cmd.CommandPath())
 		}

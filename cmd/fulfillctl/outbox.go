@@ -73,6 +73,9 @@ to some orgs sees theirs only.`,
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), resp)
 			}
+			if len(resp.GetMessages()) == 0 {
+				return printNone(cmd.OutOrStdout(), "outbox messages", "")
+			}
 			return messageTable(cmd.OutOrStdout(), resp.GetMessages())
 		},
 	}

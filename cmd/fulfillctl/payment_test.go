@@ -40,11 +40,11 @@ func TestStartPayment(t *testing.T) {
 	}
 	id := resp.GetOrder().GetId()
 
-	first := fromJSON(t, s.ctlOK(t, "orders", "start-payment", id, "--endpoint", "tbank-live", "--description", "Pro"), &fulfillmentv1.PaymentStart{})
+	first := fromJSON(t, s.ctlOK(t, "orders", "start-payment", id, "--endpoint", "tbank-live", "--description", "Pro", "--json"), &fulfillmentv1.PaymentStart{})
 	if first.GetState() != "started" || !strings.HasPrefix(first.GetPaymentUrl(), bank.URL()) || first.GetAmount().GetMinorUnits() != 19900 {
 		t.Fatalf("start-payment printed %v", first)
 	}
-	again := fromJSON(t, s.ctlOK(t, "orders", "start-payment", id, "--endpoint", "tbank-live"), &fulfillmentv1.PaymentStart{})
+	again := fromJSON(t, s.ctlOK(t, "orders", "start-payment", id, "--endpoint", "tbank-live", "-o", "json"), &fulfillmentv1.PaymentStart{})
 	if again.GetPaymentId() != first.GetPaymentId() || len(bank.Payments()) != 1 {
 		t.Errorf("again: payment %s (first %s), the bank has %d payments; want the same, one", again.GetPaymentId(), first.GetPaymentId(), len(bank.Payments()))
 	}

@@ -127,8 +127,7 @@ token limited to some orgs sees theirs only.`,
 				return printJSON(cmd.OutOrStdout(), resp)
 			}
 			if len(resp.GetItems()) == 0 {
-				_, err := fmt.Fprintln(cmd.OutOrStdout(), "no reconciliation items match")
-				return err
+				return printNone(cmd.OutOrStdout(), "reconciliation items", "")
 			}
 			return itemTable(cmd.OutOrStdout(), resp.GetItems())
 		},
@@ -217,8 +216,8 @@ func timeFlag(name, v string, now time.Time) (*timestamppb.Timestamp, error) {
 // no row, it says nothing needs a person.
 func summaryTable(w io.Writer, rows []*fulfillmentv1.ReconciliationSummary) error {
 	if len(rows) == 0 {
-		_, err := fmt.Fprintln(w, "nothing needs a person: no open items, no pending or failed events, no paid orders awaiting fulfilment, no failed or uncertain messages")
-		return err
+		return printNone(w, "org and environment pairs",
+			"nothing needs a person: no open items, no pending or failed events, no paid orders awaiting fulfilment, no failed or uncertain messages")
 	}
 	t := newTable(w, "ORG", "ENV", "OPEN", "OLDEST OPEN", "EVENTS PENDING", "EVENTS FAILED", "PAID NOT FULFILLED",
 		"OUTBOX FAILED", "OUTBOX UNCERTAIN", "OPEN BY KIND")

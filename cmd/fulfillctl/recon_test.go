@@ -69,7 +69,7 @@ func TestReconAndEventsCommands(t *testing.T) {
 	bin := buildCtl(t)
 
 	// Nothing yet: each listing says so.
-	if out := s.ctlOK(t, "recon", "summary"); !strings.HasPrefix(out, "nothing needs a person: ") {
+	if out := s.ctlOK(t, "recon", "summary"); !strings.HasPrefix(out, "no org and environment pairs match (nothing needs a person: ") {
 		t.Errorf("empty summary: %q", out)
 	}
 	if out := s.ctlOK(t, "recon", "list"); out != "no reconciliation items match\n" {
@@ -194,12 +194,12 @@ func TestReconAndEventsCommands(t *testing.T) {
 	}
 
 	// orders get by the merchant's order id.
-	byRef := fromJSON(t, s.ctlOK(t, "orders", "get", "--org", svcOrg, "--merchant-order-id", "ctl-recon-1"), &fulfillmentv1.Order{})
+	byRef := fromJSON(t, s.ctlOK(t, "orders", "get", "--org", svcOrg, "--merchant-order-id", "ctl-recon-1", "--json"), &fulfillmentv1.Order{})
 	if byRef.GetId() != order || byRef.GetHistory() == nil {
 		t.Errorf("orders get --merchant-order-id: %v", byRef)
 	}
 	if _, _, err := s.ctl(t, "orders", "get", "--org", svcOrg, "--merchant-order-id", "nope"); err == nil ||
-		err.Error() != `no order of org org_a has merchant order id "nope"` {
+		!strings.HasPrefix(err.Error(), `no order of org org_a has merchant order id "nope": check the id`) {
 		t.Errorf("orders get of an unknown merchant order id: %v", err)
 	}
 	if _, _, err := s.ctl(t, "orders", "get"); err == nil || !strings.Contains(err.Error(), "give an order id, or --org with --merchant-order-id") {

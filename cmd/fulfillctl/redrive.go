@@ -78,7 +78,13 @@ func planText(w io.Writer, p *fulfillmentv1.PlanRedriveResponse) error {
 	if p.GetCapped() {
 		n = "more than 10000 (a run applies the oldest 10000)"
 	}
-	if _, err := fmt.Fprintf(w, "matching items: %s\nwhat it does: %s\n\noldest matching:\n", n, p.GetEffect()); err != nil {
+	if _, err := fmt.Fprintf(w, "matching items: %s\nwhat it does: %s\n\n", n, p.GetEffect()); err != nil {
+		return err
+	}
+	if len(p.GetSample()) == 0 {
+		return printNone(w, "items", "a re-drive with this filter would change nothing")
+	}
+	if _, err := fmt.Fprintln(w, "oldest matching:"); err != nil {
 		return err
 	}
 	t := newTable(w, "ID", "ITEM", "ORDER")
@@ -176,6 +182,9 @@ func newRedriveListCmd(c *conn) *cobra.Command {
 			}
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), resp)
+			}
+			if len(resp.GetRedrives()) == 0 {
+				return printNone(cmd.OutOrStdout(), "re-drives", "")
 			}
 			t := newTable(cmd.OutOrStdout(), "ID", "STATE", "TARGET", "ORG", "FILTER STATE", "TOTAL", "APPLIED", "SKIPPED", "BY", "CREATED")
 			for _, d := range resp.GetRedrives() {

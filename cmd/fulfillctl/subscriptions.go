@@ -66,6 +66,9 @@ orders:read scope; a token limited to some orgs sees theirs only.`,
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), resp)
 			}
+			if len(resp.GetSubscriptions()) == 0 {
+				return printNone(cmd.OutOrStdout(), "subscriptions", "")
+			}
 			return subscriptionTable(cmd.OutOrStdout(), resp.GetSubscriptions())
 		},
 	}

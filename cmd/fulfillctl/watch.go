@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 )
@@ -41,7 +44,7 @@ func newWatchCmd(c *conn) *cobra.Command {
 --cursor (the start of the feed when empty), then follows new ones as they
 commit. One line per event: its cursor, time, topic, order, org and
 environment; --json prints each event as one JSON object per line
-(a WatchOrderEventsResponse, with the event's JSON payload).
+(a WatchOrderEventsResponse, its payload the event's JSON object).
 
 When the stream drops (UNAVAILABLE, a network error, the service stopping),
 watch says so on stderr and reconnects after a growing delay (0.25 s up to
@@ -151,7 +154,7 @@ func (w *watcher) follow(ctx context.Context, client fulfillmentv1.FulfillmentSe
 //	7412.318  2025-06-01T14:03:07Z  order.fulfilled  ord_2Lx9aQ  org_demo  test
 func (w *watcher) print(e *fulfillmentv1.WatchOrderEventsResponse) error {
 	if w.json {
-		return printJSONLine(w.out, e)
+		return printEventJSON(w.out, e)
 	}
 	t := newTable(w.out)
 	t.row(e.GetCursor(), timeText(e.GetCreateTime()), e.GetTopic(), e.GetOrderId(), e.GetOrgId(), e.GetEnvironment())
@@ -177,4 +180,31 @@ func dropped(err error) bool {
 	default:
 		return false
 	}
+}
+
+// printEventJSON writes e as one line of JSON, field names as in the proto,
+// with its payload as the JSON object it is (the API carries it as a
+// string): what jq and scripts read without decoding twice. A payload that
+// is not JSON stays a string.
+func printEventJSON(out io.Writer, e *fulfillmentv1.WatchOrderEventsResponse) error {
+	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(e)
+	if err != nil {
+		return err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return err
+	}
+	if p := []byte(e.GetPayload()); json.Valid(p) {
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, p); err == nil {
+			fields["payload"] = compact.Bytes()
+		}
+	}
+	line, err := json.Marshal(fields) // sorted keys: the same line for the same event
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(out, string(line))
+	return err
 }

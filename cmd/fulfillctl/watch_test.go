@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -105,13 +107,36 @@ func wantEvents(t *testing.T, lines []string, feed []*fulfillmentv1.WatchOrderEv
 		t.Fatalf("watch printed %d events, want %d:\n%s", len(lines), len(feed), strings.Join(lines, "\n"))
 	}
 	for i, line := range lines {
-		got := fromJSON(t, line, &fulfillmentv1.WatchOrderEventsResponse{})
+		var got struct {
+			Cursor  string          `json:"cursor"`
+			OrderID string          `json:"order_id"`
+			Topic   string          `json:"topic"`
+			Payload json.RawMessage `json:"payload"`
+		}
+		if err := json.Unmarshal([]byte(line), &got); err != nil {
+			t.Fatalf("event %d: %v in %s", i, err, line)
+		}
 		want := feed[i]
-		if got.GetCursor() != want.GetCursor() || got.GetOrderId() != want.GetOrderId() ||
-			got.GetTopic() != "order.fulfilled" || got.GetPayload() != want.GetPayload() {
-			t.Errorf("event %d: watch printed %v, the feed has %v", i, got, want)
+		if got.Cursor != want.GetCursor() || got.OrderID != want.GetOrderId() || got.Topic != "order.fulfilled" ||
+			!sameJSON(t, got.Payload, want.GetPayload()) {
+			t.Errorf("event %d: watch printed %s, the feed has %v", i, line, want)
 		}
 	}
+}
+
+// sameJSON reports whether printed is the JSON object payload holds, the
+// same members with the same values (not a string of it).
+func sameJSON(t *testing.T, printed json.RawMessage, payload string) bool {
+	t.Helper()
+	var a, b map[string]any
+	if err := json.Unmarshal(printed, &a); err != nil {
+		t.Errorf("the payload printed is not a JSON object: %s", printed)
+		return false
+	}
+	if err := json.Unmarshal([]byte(payload), &b); err != nil {
+		t.Fatalf("the feed's payload is not JSON: %v", err)
+	}
+	return reflect.DeepEqual(a, b)
 }
 
 // resumeCursor reads the cursor watch said to resume with when it ended.

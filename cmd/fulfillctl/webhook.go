@@ -142,23 +142,27 @@ func (s *webhookSend) run(cmd *cobra.Command) error {
 	return nil
 }
 
-// secret reads the signing secret from --secret-env or --secret-file
-// (trimmed, as the service reads secret_file).
-func (s *webhookSend) secret() ([]byte, error) {
-	if s.secretEnv != "" {
-		v := os.Getenv(s.secretEnv)
+// secret reads the signing secret from --secret-env or --secret-file.
+func (s *webhookSend) secret() ([]byte, error) { return readSecret(s.secretEnv, s.secretFile) }
+
+// readSecret reads a signing secret from the environment variable env, or
+// else from file (trimmed, as the service reads secret_file). Errors name
+// the flag, never the secret.
+func readSecret(env, file string) ([]byte, error) {
+	if env != "" {
+		v := os.Getenv(env)
 		if v == "" {
-			return nil, fmt.Errorf("--secret-env: environment variable %s is not set", s.secretEnv)
+			return nil, fmt.Errorf("--secret-env: environment variable %s is not set", env)
 		}
 		return []byte(v), nil
 	}
-	b, err := os.ReadFile(s.secretFile)
+	b, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("--secret-file: %w", err)
 	}
 	v := strings.TrimSpace(string(b))
 	if v == "" {
-		return nil, fmt.Errorf("--secret-file: %s is empty", s.secretFile)
+		return nil, fmt.Errorf("--secret-file: %s is empty", file)
 	}
 	return []byte(v), nil
 }
@@ -242,6 +246,12 @@ func deliver(cmd *cobra.Command, client *http.Client, target string, secret, bod
 	if err != nil {
 		return "error: " + err.Error(), false
 	}
+	return postOnce(client, req)
+}
+
+// postOnce sends req and describes the answer in one line: its status and the
+// start of its body. ok is a 2xx answer.
+func postOnce(client *http.Client, req *http.Request) (line string, ok bool) {
 	resp, err := client.Do(req)
 	if err != nil {
 		return "error: " + err.Error(), false
@@ -255,6 +265,6 @@ func deliver(cmd *cobra.Command, client *http.Client, target string, secret, bod
 		}
 		return r
 	}, string(shown)))
-	ok := resp.StatusCode >= 200 && resp.StatusCode < 300
+	ok = resp.StatusCode >= 200 && resp.StatusCode < 300
 	return strings.TrimSpace(fmt.Sprintf("HTTP %d %s", resp.StatusCode, text)), ok
 }
