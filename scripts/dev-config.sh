@@ -110,7 +110,7 @@ cat >"$dir/banner.txt" <<TEXT
     .cache/fulfillctl webhook send --url http://$ingest/webhooks/yolfi-test --secret-file $dir/yolfi-test.secret \\
       --org org_demo --merchant-order-id demo-1 --amount 25.000000 --test
     curl -sS -H "Authorization: Bearer \$TOKEN" "http://$http/v1/orders?org_id=org_demo&merchant_order_id=demo-1"
-    FULFILLCTL_TOKEN_FILE=$dir/checkout.token .cache/fulfillctl orders get <order id>   # license key, timeline
+    FULFILLCTL_TOKEN_FILE=$dir/checkout.token .cache/fulfillctl orders get <order id> --json   # license key, timeline
 
   Deliveries to other systems (the outbox): in a third terminal, run a local receiver,
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -25,10 +26,11 @@ func newEventsCmd(c *conn) *cobra.Command {
 
 func newEventsListCmd(c *conn) *cobra.Command {
 	var (
-		filter fulfillmentv1.ListInboxEventsRequest // the filters; paging is collectPages'
-		limit  int
-		token  string
-		asJSON bool
+		filter        fulfillmentv1.ListInboxEventsRequest // the filters; paging is collectPages'
+		limit         int
+		token         string
+		asJSON        bool
+		after, before string
 	)
 	cmd := &cobra.Command{
 		Use:   "list [flags]",
@@ -43,20 +45,30 @@ ListInboxEventsResponse. Needs the admin scope; a token limited to some
 orgs sees theirs only.`,
 		Example: `  fulfillctl events list --state failed
   fulfillctl events list --order 019a2b3c-4d5e-7f60-8a9b-0c1d2e3f4a5b
-  fulfillctl events list --decision duplicate_payment --org org_demo --json`,
+  fulfillctl events list --decision duplicate_payment --org org_demo --json
+  fulfillctl events list --provider tbank --from 1h`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit < 0 {
 				return fmt.Errorf("--limit %d: must not be negative (0 lists all)", limit)
 			}
+			now := time.Now()
+			var err error
+			if filter.ReceivedAfter, err = timeFlag("--from", after, now); err != nil {
+				return err
+			}
+			if filter.ReceivedBefore, err = timeFlag("--before", before, now); err != nil {
+				return err
+			}
 			resp := &fulfillmentv1.ListInboxEventsResponse{}
-			err := c.call(cmd.Context(), func(ctx context.Context, client fulfillmentv1.FulfillmentServiceClient) error {
+			err = c.call(cmd.Context(), func(ctx context.Context, client fulfillmentv1.FulfillmentServiceClient) error {
 				var err error
 				resp.Events, resp.NextPageToken, err = collectPages(limit, token,
 					func(size int32, token string) ([]*fulfillmentv1.InboxEvent, string, error) {
 						page, err := client.ListInboxEvents(ctx, &fulfillmentv1.ListInboxEventsRequest{
 							State: filter.State, Decision: filter.Decision, Type: filter.Type, OrgId: filter.OrgId,
-							EndpointId: filter.EndpointId, OrderId: filter.OrderId, PageSize: size, PageToken: token,
+							EndpointId: filter.EndpointId, OrderId: filter.OrderId, Provider: filter.Provider,
+							ReceivedAfter: filter.ReceivedAfter, ReceivedBefore: filter.ReceivedBefore, PageSize: size, PageToken: token,
 						})
 						return page.GetEvents(), page.GetNextPageToken(), err
 					})
@@ -84,6 +96,9 @@ orgs sees theirs only.`,
 	f.StringVar(&filter.OrgId, "org", "", "only events of this org")
 	f.StringVar(&filter.EndpointId, "endpoint", "", "only events received at this endpoint")
 	f.StringVar(&filter.OrderId, "order", "", "only events applied to this order id")
+	f.StringVar(&filter.Provider, "provider", "", "only events of this provider: yolfi or tbank")
+	f.StringVar(&after, "from", "", "only events received at or after this time: RFC 3339, or a duration back from now (1h)")
+	f.StringVar(&before, "before", "", "only events received before this time: RFC 3339, or a duration back from now")
 	f.IntVar(&limit, "limit", defaultListLimit, "show at most this many events (0: all)")
 	f.StringVar(&token, "page-token", "", "continue after a previous list (the token it printed), with the same filters")
 	f.BoolVar(&asJSON, "json", false, "print JSON (a ListInboxEventsResponse) instead of a table")

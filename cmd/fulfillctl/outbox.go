@@ -108,28 +108,35 @@ scope.`,
 }
 
 func newOutboxRetryCmd(c *conn) *cobra.Command {
-	return newIDCmd(c, &cobra.Command{
+	var resend bool
+	cmd := newIDCmd(c, &cobra.Command{
 		Use:   "retry MESSAGE_ID",
-		Short: "Send a failed or uncertain message again, under the same idempotency key",
+		Short: "Send a message again, under the same idempotency key",
 		Long: `Retry makes a failed or uncertain message pending again: the dispatcher sends
 it to the same destination again, with the same webhook-id and
-Idempotency-Key, and its attempts count from 1 again. It prints the message,
-pending, and asks no confirmation.
+Idempotency-Key, and its attempts count from 1 again. A pending message
+waiting out its backoff is sent at once (its attempts kept). A delivered
+message is sent again only with --resend, for a receiver that lost it. It
+prints the message, pending, and asks no confirmation.
 
 An uncertain message may have arrived: a destination that does not honour
 idempotency keys then applies it twice. Check with the destination first.
-The message's reconciliation item stays open. A message in another state
-than failed or uncertain is FAILED_PRECONDITION. Needs the admin scope.`,
+The message's reconciliation item stays open. A message being sent at that
+moment, or a delivered one without --resend, is FAILED_PRECONDITION. Needs
+the admin scope.`,
 		Example: `  fulfillctl outbox list --state uncertain
   fulfillctl outbox get 1234          # then check with the destination
-  fulfillctl outbox retry 1234`,
+  fulfillctl outbox retry 1234
+  fulfillctl outbox retry 1234 --resend   # delivered, and the receiver lost it`,
 	}, func(ctx context.Context, client fulfillmentv1.FulfillmentServiceClient, id string) (*fulfillmentv1.OutboxMessage, error) {
-		resp, err := client.RetryOutboxMessage(ctx, &fulfillmentv1.RetryOutboxMessageRequest{MessageId: id})
+		resp, err := client.RetryOutboxMessage(ctx, &fulfillmentv1.RetryOutboxMessageRequest{MessageId: id, Resend: resend})
 		return resp.GetMessage(), err
 	}, messageDetail, func(m *fulfillmentv1.OutboxMessage) string {
 		return fmt.Sprintf("message %s is %s again: it will be sent to %s again under the same idempotency key %s",
 			m.GetId(), m.GetState(), m.GetDestinationId(), m.GetIdempotencyKey())
 	})
+	cmd.Flags().BoolVar(&resend, "resend", false, "also send a delivered message again (for a receiver that lost it)")
+	return cmd
 }
 
 // messageTable writes messages as a table, one row each.

@@ -204,6 +204,16 @@ func TestOutboxAndDestinationCommands(t *testing.T) {
 	if out != "" {
 		t.Errorf("a refused retry printed %q", out)
 	}
+	// With --resend, a delivered message goes out again under its key.
+	if out := s.ctlOK(t, "outbox", "retry", failedID, "--resend"); !regexp.MustCompile(`(?m)^state +pending$`).MatchString(out) {
+		t.Fatalf("outbox retry --resend:\n%s", out)
+	}
+	waitUntil(t, "delivered again", func() bool { return erp.Requests(erpKey) == 4 && s.messageState(t, failedID) == "delivered" })
+	// This receiver applies every request it accepts: the resend is a second
+	// effect there, which is why a delivered message is resent only when asked.
+	if e := erp.Effects(erpKey); e != 2 {
+		t.Errorf("erp applied %s %d times after the resend, want 2", erpKey, e)
+	}
 	_, _, err = s.ctl(t, "outbox", "get", "999999")
 	wantAPIError(t, err, codes.NotFound, "NOT_FOUND: ")
 	_, _, err = s.ctl(t, "outbox", "retry", "abc")

@@ -19,7 +19,7 @@ func newReconCmd(c *conn) *cobra.Command {
 		Use:   "recon",
 		Short: "Summarize, list, show and resolve reconciliation items (what needs a person)",
 	}
-	cmd.AddCommand(newReconSummaryCmd(c), newReconListCmd(c), newReconGetCmd(c), newReconResolveCmd(c))
+	cmd.AddCommand(newReconSummaryCmd(c), newReconActivityCmd(c), newReconListCmd(c), newReconGetCmd(c), newReconResolveCmd(c))
 	return cmd
 }
 

@@ -99,6 +99,16 @@ func TestReconAndEventsCommands(t *testing.T) {
 		t.Errorf("recon summary --json: %v", sum)
 	}
 
+	// Activity: three payments stored, one order fulfilled, in the window.
+	act := s.ctlOK(t, "recon", "activity", "--minutes", "5")
+	if rows := strings.Split(strings.TrimSuffix(act, "\n"), "\n"); len(rows) != 8 ||
+		!regexp.MustCompile(`^MINUTE +EVENTS +FULFILLED +DELIVERED$`).MatchString(rows[0]) ||
+		!regexp.MustCompile(`^total +3 +1 +0$`).MatchString(rows[7]) {
+		t.Errorf("recon activity --minutes 5:\n%s", act)
+	}
+	_, _, err := s.ctl(t, "recon", "activity", "--minutes", "181")
+	wantAPIError(t, err, codes.InvalidArgument, "INVALID_ARGUMENT: minutes: must be between 1 and 180")
+
 	out := s.ctlOK(t, "recon", "list")
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 	if len(lines) != 3 || !regexp.MustCompile(`^ID +KIND +STATE +ORG +ENV +ORDER +EVENT +AMOUNT +CREATED +DETAIL$`).MatchString(lines[0]) ||

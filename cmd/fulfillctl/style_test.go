@@ -102,6 +102,7 @@ func TestEveryCommandOneStyle(t *testing.T) {
 		"destinations disable": {"crm", "--reason", "maintenance"},
 		"destinations enable":  {"crm"},
 		"recon summary":        nil,
+		"recon activity":       nil,
 		"recon list":           nil,
 		"recon get":            {"1"},
 		"recon resolve":        {"1", "--resolution", "refunded", "--note", "x"},
