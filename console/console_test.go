@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -163,7 +164,7 @@ func TestWhy(t *testing.T) {
 			"paid 25.000000 USDT by event evt_1; waiting for delivery of line 2 to crm: 3 attempts, last 503, next at 12:04:00"},
 		{"fulfilled with an open item", &fulfillmentv1.Order{State: "fulfilled", History: paid},
 			[]*fulfillmentv1.ReconciliationItem{{State: "open", Kind: "extra_payment"}, {State: "resolved", Kind: "overpayment"}}, nil,
-			"paid 25.000000 USDT by event evt_1; fulfilled: 0 entitlements, 0 ledger movements; 1 open reconciliation item(s): extra_payment"},
+			"paid 25.000000 USDT by event evt_1; fulfilled: no entitlement, no ledger movement; 1 open reconciliation item(s): extra_payment"},
 		{"on hold", &fulfillmentv1.Order{State: "on_hold", History: &fulfillmentv1.OrderHistory{}},
 			[]*fulfillmentv1.ReconciliationItem{{State: "open", Kind: "amount_mismatch", Amount: "20", ExpectedAmount: "25", Token: "USDT"}}, nil,
 			"on hold for review: amount_mismatch — received 20, expected 25 USDT; 1 open reconciliation item(s): amount_mismatch"},
@@ -272,5 +273,40 @@ func TestSignInLimit(t *testing.T) {
 	}
 	if w := post("192.0.2.1:1004", "tok-wrong"); w.Code != http.StatusTooManyRequests {
 		t.Fatalf("a second wrong token after one refill: %d, want 429", w.Code)
+	}
+}
+
+// The story's state changes: an order with external lines is fulfilling
+// when its payment is decided, and fulfilled when the feed announces it.
+func TestTimelineStates(t *testing.T) {
+	t.Parallel()
+	at := func(s int) *timestamppb.Timestamp { return timestamppb.New(time.Date(2026, 1, 2, 12, 0, s, 0, time.UTC)) }
+	h := &fulfillmentv1.OrderHistory{
+		Events:     []*fulfillmentv1.OrderEvent{{EventId: "evt_1", Type: "payment.confirmed", Decision: "fulfilled", ReceiveTime: at(1)}},
+		FeedEvents: []*fulfillmentv1.OrderFeedEvent{{Cursor: "9.1", Topic: "order.fulfilled", CreateTime: at(5)}},
+	}
+	states := func(o *fulfillmentv1.Order) []string {
+		var got []string
+		for _, e := range timeline(o, nil, nil, nil) {
+			if e.Kind == "state" || e.Kind == "feed" {
+				got = append(got, e.Title)
+			}
+		}
+		return got
+	}
+	licence := &fulfillmentv1.OrderLine{Kind: "license"}
+	got := states(&fulfillmentv1.Order{History: h, CreateTime: at(0), Lines: []*fulfillmentv1.OrderLine{licence}})
+	want := []string{"State → fulfilled", "Announced order.fulfilled on the event feed"}
+	if !slices.Equal(got, want) {
+		t.Errorf("licence only: %q, want %q", got, want)
+	}
+	got = states(&fulfillmentv1.Order{History: h, CreateTime: at(0), Lines: []*fulfillmentv1.OrderLine{licence, {Kind: "external"}}})
+	want = []string{"State → fulfilling", "State → fulfilled", "Announced order.fulfilled on the event feed"}
+	if !slices.Equal(got, want) {
+		t.Errorf("with an external line: %q, want %q", got, want)
+	}
+	a := &fulfillmentv1.DeliveryAttempt{Status: 200, Outcome: "delivered", Reason: "HTTP 200"}
+	if s := attemptLine(a); s != "HTTP 200, delivered" {
+		t.Errorf("attempt line = %q", s)
 	}
 }

@@ -122,6 +122,9 @@ var stateOf = map[string]string{
 func timeline(o *fulfillmentv1.Order, inbox map[string]*fulfillmentv1.InboxEvent,
 	items []*fulfillmentv1.ReconciliationItem, deliveries []*fulfillmentv1.OutboxMessage) []storyEntry {
 	h := o.GetHistory()
+	// An order with external lines is fulfilling when paid, and fulfilled
+	// once they are delivered: the feed announces that moment.
+	external := slices.ContainsFunc(o.GetLines(), func(l *fulfillmentv1.OrderLine) bool { return l.GetKind() == "external" })
 	var t []storyEntry
 	add := func(e storyEntry) { t = append(t, e) }
 	add(storyEntry{At: o.GetCreateTime(), Kind: "order", Title: "Order created",
@@ -145,8 +148,13 @@ func timeline(o *fulfillmentv1.Order, inbox map[string]*fulfillmentv1.InboxEvent
 			}
 		}
 		add(entry)
-		if st := stateOf[e.GetDecision()]; st != "" {
-			add(storyEntry{At: e.GetReceiveTime(), Kind: "state", Title: "State → " + st, Detail: "by event " + e.GetEventId()})
+		st := stateOf[e.GetDecision()]
+		detail := "by event " + e.GetEventId()
+		if st == "fulfilled" && external {
+			st, detail = "fulfilling", detail+"; its external lines await delivery"
+		}
+		if st != "" {
+			add(storyEntry{At: e.GetReceiveTime(), Kind: "state", Title: "State → " + st, Detail: detail})
 		}
 	}
 	for _, g := range h.GetEntitlements() {
@@ -158,6 +166,9 @@ func timeline(o *fulfillmentv1.Order, inbox map[string]*fulfillmentv1.InboxEvent
 		}
 	}
 	for _, f := range h.GetFeedEvents() {
+		if f.GetTopic() == "order.fulfilled" && external {
+			add(storyEntry{At: f.GetCreateTime(), Kind: "state", Title: "State → fulfilled", Detail: "its external lines were delivered"})
+		}
 		add(storyEntry{At: f.GetCreateTime(), Kind: "feed", Title: "Announced " + f.GetTopic() + " on the event feed",
 			Detail: "feed cursor " + f.GetCursor()})
 	}
@@ -198,8 +209,8 @@ func attemptLine(a *fulfillmentv1.DeliveryAttempt) string {
 	if a.GetFinishTime() != nil && a.GetStartTime() != nil {
 		fmt.Fprintf(&b, " in %s", a.GetFinishTime().AsTime().Sub(a.GetStartTime().AsTime()).Round(time.Millisecond))
 	}
-	if a.GetReason() != "" {
-		b.WriteString(" — " + a.GetReason())
+	if r := a.GetReason(); r != "" && r != fmt.Sprintf("HTTP %d", a.GetStatus()) {
+		b.WriteString(" — " + r)
 	}
 	return b.String()
 }
@@ -232,7 +243,7 @@ func why(o *fulfillmentv1.Order, items []*fulfillmentv1.ReconciliationItem, deli
 	case "paid", "fulfilling", "fulfilled":
 		parts = append(parts, "paid "+paidBy)
 		if st == "fulfilled" {
-			parts = append(parts, fmt.Sprintf("fulfilled: %d entitlements, %d ledger movements", len(h.GetEntitlements()), len(h.GetLedgerEntries())))
+			parts = append(parts, "fulfilled: "+count(len(h.GetEntitlements()), "entitlement")+", "+count(len(h.GetLedgerEntries()), "ledger movement"))
 		}
 		if d := waitingDelivery(deliveries); d != nil {
 			parts = append(parts, deliveryLine(d, now))
@@ -261,6 +272,17 @@ func why(o *fulfillmentv1.Order, items []*fulfillmentv1.ReconciliationItem, deli
 		parts = append(parts, fmt.Sprintf("%d open reconciliation item(s): %s", len(open), strings.Join(open, ", ")))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// count says n things: "no entitlement", "1 entitlement", "2 entitlements".
+func count(n int, thing string) string {
+	switch n {
+	case 0:
+		return "no " + thing
+	case 1:
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 // waitingDelivery is the first required delivery not yet delivered.
