@@ -280,7 +280,9 @@ func TestSignInLimit(t *testing.T) {
 // when its payment is decided, and fulfilled when the feed announces it.
 func TestTimelineStates(t *testing.T) {
 	t.Parallel()
-	at := func(s int) *timestamppb.Timestamp { return timestamppb.New(time.Date(2026, 1, 2, 12, 0, s, 0, time.UTC)) }
+	at := func(s int) *timestamppb.Timestamp {
+		return timestamppb.New(time.Date(2026, 1, 2, 12, 0, s, 0, time.UTC))
+	}
 	h := &fulfillmentv1.OrderHistory{
 		Events:     []*fulfillmentv1.OrderEvent{{EventId: "evt_1", Type: "payment.confirmed", Decision: "fulfilled", ReceiveTime: at(1)}},
 		FeedEvents: []*fulfillmentv1.OrderFeedEvent{{Cursor: "9.1", Topic: "order.fulfilled", CreateTime: at(5)}},
