@@ -2,7 +2,7 @@
 #
 # Tools (buf, the protoc plugins and golangci-lint) are pinned in tools/go.mod
 # and installed into .cache/bin; PostgreSQL comes from DATABASE_URL or from a throwaway
-# cluster started by cmd/pgrun from the machine's server binaries.
+# cluster started by rig/cmd/pgrun from the machine's server binaries.
 
 SHELL      := /bin/bash
 TOOLS_BIN  := $(CURDIR)/.cache/bin
@@ -26,8 +26,8 @@ help: ## List the targets.
 
 .PHONY: run
 run: ## Run the service on a local throwaway PostgreSQL (or $DATABASE_URL), with a dev config.
-	@for b in fulfillmentd fulfillctl pgrun loadgen fakebank; do \
-		echo "make run: building $$b" >&2; go build -ldflags '$(LDFLAGS)' -o .cache/$$b ./cmd/$$b || exit 1; done
+	@echo "make run: building fulfillmentd, fulfillctl and pgrun" >&2
+	@go build -ldflags '$(LDFLAGS)' -o .cache/ ./cmd/fulfillmentd ./cmd/fulfillctl ./rig/cmd/pgrun
 	@scripts/dev-config.sh .data/dev
 	@echo "make run: starting PostgreSQL and fulfillmentd (the banner follows once it serves; Ctrl-C stops both)" >&2
 	@.cache/pgrun --dir .data/postgres --durable --ready http://$${FULFILLMENT_LISTEN_HTTP:-127.0.0.1:8080}/readyz --banner .data/dev/banner.txt -- \
@@ -35,7 +35,7 @@ run: ## Run the service on a local throwaway PostgreSQL (or $DATABASE_URL), with
 
 .PHONY: test
 test: test-alerts ## Run every test against a real PostgreSQL (throwaway cluster unless $DATABASE_URL is set), and the alert rules' tests.
-	go run ./cmd/pgrun -- go test $(GO_TEST_FLAGS) ./...
+	go run ./rig/cmd/pgrun -- go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-alerts
 test-alerts: ## Check the Prometheus alert rules and run their unit tests (promtool, from Debian's prometheus package).
@@ -47,16 +47,16 @@ test-alerts: ## Check the Prometheus alert rules and run their unit tests (promt
 
 .PHONY: bench
 bench: ## Benchmark: raw-PostgreSQL baseline vs webhook ingest (Yolfi, T-Bank), pipeline latency, reads, outbox deliveries, 1M-event history; writes results/ (JSON, Markdown, PNG). Under 10 min on 2 cores.
-	go run ./cmd/bench $(BENCH_FLAGS)
+	go run ./rig/cmd/bench $(BENCH_FLAGS)
 
 .PHONY: bench-quick
 bench-quick: ## Smoke test of make bench (2 s phases, 20k history rows).
-	go run ./cmd/bench --quick
+	go run ./rig/cmd/bench --quick
 
 .PHONY: chaos
 chaos: ## Kill fulfillmentd and PostgreSQL at random under provider-like load; check nothing is lost or doubled.
 	go build -o .cache/fulfillmentd ./cmd/fulfillmentd
-	go run ./cmd/chaos --binary .cache/fulfillmentd $(CHAOS_FLAGS)
+	go run ./rig/cmd/chaos --binary .cache/fulfillmentd $(CHAOS_FLAGS)
 
 # BENCHTIME: go test -benchtime for make bench-micro. CI's 100x runs each
 # benchmark 100 times, to keep them compiling and passing; measure with e.g.
@@ -65,7 +65,7 @@ BENCHTIME ?= 100x
 
 .PHONY: bench-micro
 bench-micro: ## Go micro-benchmarks (-benchmem) of the gateway, adapters, state machine and inbox writers, on a throwaway PostgreSQL; $(BENCHTIME) each.
-	go run ./cmd/pgrun -- go test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./ingest/... ./fulfillment/ ./storage/
+	go run ./rig/cmd/pgrun -- go test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./ingest/... ./fulfillment/ ./storage/
 
 FUZZTIME ?= 10s
 
@@ -75,14 +75,12 @@ fuzz: ## Run every fuzz target for $(FUZZTIME) each (Yolfi and T-Bank verify + p
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./ingest/yolfi/
 	go test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./ingest/tbank/
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./ingest/tbank/
-	go test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./internal/stdwebhooks/
+	go test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./outbox/stdwebhooks/
 	go test -run='^$$' -fuzz='^FuzzCheck$$' -fuzztime=$(FUZZTIME) ./ingest/wire/
 
 .PHONY: build
 build: ## Build fulfillmentd and fulfillctl into .cache/.
-	go build -ldflags '$(LDFLAGS)' -o .cache/fulfillmentd ./cmd/fulfillmentd
-	go build -ldflags '$(LDFLAGS)' -o .cache/fulfillctl ./cmd/fulfillctl
-	go build -o .cache/loadgen ./cmd/loadgen
+	go build -ldflags '$(LDFLAGS)' -o .cache/ ./cmd/fulfillmentd ./cmd/fulfillctl
 
 $(TOOLS): tools/go.mod tools/go.sum
 	cd tools && GOBIN=$(TOOLS_BIN) go install tool
@@ -124,5 +122,5 @@ breaking: $(TOOLS) ## Fail when proto/ breaks compatibility with main (run on a 
 
 .PHONY: clean
 clean: ## Remove what make run and make build created: binaries, the dev config and database (wherever it lives).
-	@if [ -d .data/postgres ] || [ -x .cache/pgrun ]; then go run ./cmd/pgrun --dir .data/postgres --clean; fi
+	@if [ -d .data/postgres ] || [ -x .cache/pgrun ]; then go run ./rig/cmd/pgrun --dir .data/postgres --clean; fi
 	rm -rf .data .cache/fulfillmentd .cache/fulfillctl .cache/pgrun .cache/loadgen .cache/fakebank

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
-	"github.com/fulfillplatform/fulfillment/internal/stdwebhooks"
+	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
 )
 
 // Destination is one receiver of outbox deliveries: the fulfilment requests

@@ -1,7 +1,7 @@
 package e2e_test
 
 // The short fault-injection run (issue: make chaos; the full run is
-// cmd/chaos): provider-like webhook load against a real fulfillmentd on a
+// rig/cmd/chaos): provider-like webhook load against a real fulfillmentd on a
 // durable PostgreSQL of its own, while fulfillmentd is SIGKILLed and
 // restarted at random moments and PostgreSQL is stopped in immediate mode
 // and restarted. Nothing acknowledged may be lost, nothing granted twice,
@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fulfillplatform/fulfillment/internal/chaos"
-	"github.com/fulfillplatform/fulfillment/internal/daemon"
+	"github.com/fulfillplatform/fulfillment/rig/chaos"
+	"github.com/fulfillplatform/fulfillment/rig/daemon"
 )
 
 // TestChaosShort runs the short profile: 300 orders, 3000 events (plus 20%

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/fulfillplatform/fulfillment/internal/app"
-	"github.com/fulfillplatform/fulfillment/internal/pgtest"
+	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 )
 
 // A service nobody can call says so when it starts, instead of serving in

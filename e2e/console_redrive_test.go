@@ -8,8 +8,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/fulfillplatform/fulfillment/internal/pgtest"
-	"github.com/fulfillplatform/fulfillment/internal/receiver"
+	"github.com/fulfillplatform/fulfillment/rig/pgtest"
+	"github.com/fulfillplatform/fulfillment/rig/receiver"
 )
 
 // A bulk retry in the console: the operator filters the failed messages,

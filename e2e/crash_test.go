@@ -18,7 +18,7 @@ import (
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
-	"github.com/fulfillplatform/fulfillment/internal/daemon"
+	"github.com/fulfillplatform/fulfillment/rig/daemon"
 	"github.com/fulfillplatform/fulfillment/internal/failpoint"
 )
 

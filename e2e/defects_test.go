@@ -12,8 +12,8 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/config"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
-	"github.com/fulfillplatform/fulfillment/internal/fakebank"
-	"github.com/fulfillplatform/fulfillment/internal/pgtest"
+	"github.com/fulfillplatform/fulfillment/rig/fakebank"
+	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 )
 
 const orgAdminToken = "tok-org-a-admin-0123456789abcdef"

@@ -16,8 +16,8 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
-	"github.com/fulfillplatform/fulfillment/internal/pgcluster"
-	"github.com/fulfillplatform/fulfillment/internal/pgtest"
+	"github.com/fulfillplatform/fulfillment/rig/pgcluster"
+	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 )
 
 // A primary with a synchronous standby (streaming replication, both

@@ -23,7 +23,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	"github.com/fulfillplatform/fulfillment/internal/logging"
-	"github.com/fulfillplatform/fulfillment/internal/pgcluster"
+	"github.com/fulfillplatform/fulfillment/rig/pgcluster"
 	"github.com/fulfillplatform/fulfillment/server"
 )
 

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
-	"github.com/fulfillplatform/fulfillment/internal/pgcluster"
-	"github.com/fulfillplatform/fulfillment/internal/pgtest"
+	"github.com/fulfillplatform/fulfillment/rig/pgcluster"
+	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 )
 
 // While the database is down, no webhook gets 200: each fails fast with 503

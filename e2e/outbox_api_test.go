@@ -18,8 +18,8 @@ import (
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
-	"github.com/fulfillplatform/fulfillment/internal/pgtest"
-	"github.com/fulfillplatform/fulfillment/internal/receiver"
+	"github.com/fulfillplatform/fulfillment/rig/pgtest"
+	"github.com/fulfillplatform/fulfillment/rig/receiver"
 )
 
 func TestOutboxAPI(t *testing.T) {

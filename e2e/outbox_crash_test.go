@@ -15,8 +15,8 @@ import (
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
-	"github.com/fulfillplatform/fulfillment/internal/daemon"
-	"github.com/fulfillplatform/fulfillment/internal/receiver"
+	"github.com/fulfillplatform/fulfillment/rig/daemon"
+	"github.com/fulfillplatform/fulfillment/rig/receiver"
 )
 
 // procDestination is a destination of a child process, posting to r.

@@ -14,9 +14,9 @@ import (
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	"github.com/fulfillplatform/fulfillment/internal/app"
-	"github.com/fulfillplatform/fulfillment/internal/fakebank"
-	"github.com/fulfillplatform/fulfillment/internal/pgcluster"
-	"github.com/fulfillplatform/fulfillment/internal/pgtest"
+	"github.com/fulfillplatform/fulfillment/rig/fakebank"
+	"github.com/fulfillplatform/fulfillment/rig/pgcluster"
+	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 )
 
 // behindBouncer points cfg at a PgBouncer in mode in front of dbURL: in

@@ -27,9 +27,9 @@ import (
 	"github.com/fulfillplatform/fulfillment/config"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
-	"github.com/fulfillplatform/fulfillment/internal/daemon"
+	"github.com/fulfillplatform/fulfillment/rig/daemon"
 	"github.com/fulfillplatform/fulfillment/internal/failpoint"
-	"github.com/fulfillplatform/fulfillment/internal/pgtest"
+	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 )
 
 // Environment variables the child's configuration references: secrets are

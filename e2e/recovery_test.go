@@ -23,8 +23,8 @@ import (
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	"github.com/fulfillplatform/fulfillment/internal/app"
-	"github.com/fulfillplatform/fulfillment/internal/daemon"
-	"github.com/fulfillplatform/fulfillment/internal/pgtest"
+	"github.com/fulfillplatform/fulfillment/rig/daemon"
+	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 )
 
 // recoveryBound is how soon after a worker's death (or its process's

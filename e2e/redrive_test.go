@@ -9,8 +9,8 @@ import (
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
-	"github.com/fulfillplatform/fulfillment/internal/pgtest"
-	"github.com/fulfillplatform/fulfillment/internal/receiver"
+	"github.com/fulfillplatform/fulfillment/rig/pgtest"
+	"github.com/fulfillplatform/fulfillment/rig/receiver"
 )
 
 // A bulk retry of failed messages: planned (nothing changes), started by

@@ -14,8 +14,8 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/ingest/tbank"
-	"github.com/fulfillplatform/fulfillment/internal/daemon"
-	"github.com/fulfillplatform/fulfillment/internal/fakebank"
+	"github.com/fulfillplatform/fulfillment/rig/daemon"
+	"github.com/fulfillplatform/fulfillment/rig/fakebank"
 )
 
 // procEnvTBankPassword holds tbankPassword for the child's T-Bank endpoints.

@@ -1,6 +1,6 @@
 package e2e_test
 
-// The T-Bank path against the fake bank (internal/fakebank): the service
+// The T-Bank path against the fake bank (rig/fakebank): the service
 // starts payments at it (Init), the bank notifies the service's webhook
 // endpoints, the poller asks it (GetState).
 
@@ -18,8 +18,8 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/config"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
-	"github.com/fulfillplatform/fulfillment/internal/fakebank"
-	"github.com/fulfillplatform/fulfillment/internal/pgtest"
+	"github.com/fulfillplatform/fulfillment/rig/fakebank"
+	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 )
 
 // The fake bank's terminal, and the endpoints the stack has for it: one

@@ -21,7 +21,7 @@ import (
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/tbank"
-	"github.com/fulfillplatform/fulfillment/internal/fakebank"
+	"github.com/fulfillplatform/fulfillment/rig/fakebank"
 )
 
 // Two identical CONFIRMED, sent at the same time (and the AUTHORIZED before

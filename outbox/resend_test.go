@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fulfillplatform/fulfillment/internal/stdwebhooks"
+	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
 )
 
 // These tests provoke net/http's silent resend. Transport.roundTrip sends a

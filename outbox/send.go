@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fulfillplatform/fulfillment/internal/stdwebhooks"
+	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
 )
 
 // Destination is one receiver of outbox messages.

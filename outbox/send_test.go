@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fulfillplatform/fulfillment/internal/receiver"
-	"github.com/fulfillplatform/fulfillment/internal/stdwebhooks"
+	"github.com/fulfillplatform/fulfillment/rig/receiver"
+	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
 	"github.com/fulfillplatform/fulfillment/outbox"
 )
 

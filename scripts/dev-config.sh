@@ -41,7 +41,7 @@ endpoints:
     org: org_demo
     environment: test
     secrets: [ { file: $dir/yolfi-test.secret } ]
-  # A T-Bank terminal at the fake bank (.cache/fakebank), for development.
+  # A T-Bank terminal at the fake bank (go run ./rig/cmd/fakebank), for development.
   - id: tbank-test
     provider: tbank
     org: org_demo
@@ -131,7 +131,7 @@ cat >"$dir/banner.txt" <<TEXT
 
   The T-Bank path: run the fake bank in another terminal (the terminal password is the dev one),
 
-    FAKEBANK_PASSWORD=\$(cat $dir/tbank-test.password) .cache/fakebank --listen $bank --terminal-key DevTerminalDEMO
+    FAKEBANK_PASSWORD=\$(cat $dir/tbank-test.password) go run ./rig/cmd/fakebank --listen $bank --terminal-key DevTerminalDEMO
 
   then create an order priced in RUB, start its payment (the service calls the bank's Init and returns
   the payment page), and pay it (open payment_url in a browser, or POST to it). The bank notifies the

@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
-	"github.com/fulfillplatform/fulfillment/internal/pgtest"
+	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 	"github.com/fulfillplatform/fulfillment/storage"
 )
 
 // The batch writers against the real PostgreSQL: each benchmark gets a
 // fresh migrated database from pgtest (make bench-micro runs them under
-// cmd/pgrun; go test alone starts a throwaway cluster in TestMain).
+// rig/cmd/pgrun; go test alone starts a throwaway cluster in TestMain).
 
 // benchStore opens a store with the service's defaults on a fresh database.
 func benchStore(b *testing.B) *storage.Store {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fulfillplatform/fulfillment/internal/stdwebhooks"
+	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
 )
 
 // Bounds of fulfillctl listen.

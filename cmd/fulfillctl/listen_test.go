@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fulfillplatform/fulfillment/internal/stdwebhooks"
+	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
 )
 
 // lockedBuffer is an io.Writer tests can read while a server writes to it.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/config"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
-	"github.com/fulfillplatform/fulfillment/internal/fakebank"
+	"github.com/fulfillplatform/fulfillment/rig/fakebank"
 )
 
 // orders start-payment starts a payment at the fake bank and prints the

@@ -1,7 +1,7 @@
 package main
 
 // The API commands run against a real fulfillmentd: internal/app in this
-// process, on loopback ports and a database of its own (internal/pgtest).
+// process, on loopback ports and a database of its own (rig/pgtest).
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ import (
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	"github.com/fulfillplatform/fulfillment/internal/app"
-	"github.com/fulfillplatform/fulfillment/internal/pgtest"
+	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

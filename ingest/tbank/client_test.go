@@ -20,7 +20,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest"
 	"github.com/fulfillplatform/fulfillment/ingest/tbank"
-	"github.com/fulfillplatform/fulfillment/internal/fakebank"
+	"github.com/fulfillplatform/fulfillment/rig/fakebank"
 )
 
 const (

@@ -10,7 +10,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest"
 	"github.com/fulfillplatform/fulfillment/ingest/tbank"
-	"github.com/fulfillplatform/fulfillment/internal/fakebank"
+	"github.com/fulfillplatform/fulfillment/rig/fakebank"
 )
 
 // paymentsOf is the payment provider of a live T-Bank endpoint of org_a

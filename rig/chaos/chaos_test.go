@@ -1,0 +1,697 @@
+package chaos
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/ingest/tbank"
+	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/rig/fakebank"
+)
+
+const testTBankPassword = "chaos-terminal-password"
+
+func plan(seed int64, orders, events int, window time.Duration) *workload {
+	w := newWorkload(seed, orders, []byte(testTBankPassword))
+	w.planEvents(events, window, time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
+	return w
+}
+
+func TestWorkloadDeterministic(t *testing.T) {
+	t.Parallel()
+	a, b := plan(42, 200, 2000, 20*time.Second), plan(42, 200, 2000, 20*time.Second)
+	if len(a.events) != len(b.events) || len(a.deliveries) != len(b.deliveries) {
+		t.Fatalf("same seed, different workloads: %d/%d events, %d/%d deliveries", len(a.events), len(b.events), len(a.deliveries), len(b.deliveries))
+	}
+	for i := range a.events {
+		if !bytes.Equal(a.events[i].body, b.events[i].body) || a.events[i].at != b.events[i].at {
+			t.Fatalf("event %d differs under the same seed", i)
+		}
+	}
+	if c := plan(43, 200, 2000, 20*time.Second); bytes.Equal(c.events[0].body, a.events[0].body) {
+		t.Fatalf("another seed gave the same first event")
+	}
+}
+
+func TestWorkloadShape(t *testing.T) {
+	t.Parallel()
+	const orders, events, window = 300, 3000, 30 * time.Second
+	w := plan(7, orders, events, window)
+	st := w.stats
+	if st.Orders != orders || st.Events < events || st.Events != len(w.events) {
+		t.Fatalf("stats %+v, want %d orders and at least %d events", st, orders, events)
+	}
+	if ratio := float64(st.Redeliveries) / float64(st.Events); ratio < 0.15 || ratio > 0.3 {
+		t.Errorf("redeliveries %d of %d events (%.2f), want about 20%%", st.Redeliveries, st.Events, ratio)
+	}
+	if st.Concurrent == 0 || st.TestOnlyOrders == 0 || st.ExtraPayments == 0 || st.StaleEvents == 0 || st.TestModeEvents == 0 {
+		t.Errorf("missing ingredients: %+v", st)
+	}
+	for i := 1; i < len(w.deliveries); i++ {
+		if w.deliveries[i].at < w.deliveries[i-1].at || w.deliveries[i].at > window {
+			t.Fatalf("delivery %d at %v: not sorted or past the window", i, w.deliveries[i].at)
+		}
+	}
+
+	ids := map[string]bool{}
+	confirmAt := map[int]time.Duration{}
+	for _, e := range w.events {
+		if ids[e.id] {
+			t.Fatalf("event id %s planned twice", e.id)
+		}
+		ids[e.id] = true
+		if e.endpoint == tbankEP {
+			continue // TestTBankNotifications
+		}
+		var p yolfi.Payload
+		if err := json.Unmarshal(e.body, &p); err != nil {
+			t.Fatal(err)
+		}
+		test := (p.Livemode != nil && !*p.Livemode) || strings.HasPrefix(p.ID, yolfi.TestEventIDPrefix)
+		if test != e.testMode || p.ID != e.id || p.Type != e.typ || p.OrgID != orgID {
+			t.Fatalf("event %s: payload %+v does not match its plan %+v", e.id, p, e)
+		}
+		o := w.orders[e.order]
+		if o.testOnly != e.testMode {
+			t.Fatalf("event %s (test mode %v) for order %s (test-only %v)", e.id, e.testMode, o.mid, o.testOnly)
+		}
+		if e.role == rolePay && e.typ == yolfi.TypePaymentConfirmed {
+			if _, dup := confirmAt[e.order]; dup {
+				t.Fatalf("order %s has two paying confirmations", o.mid)
+			}
+			confirmAt[e.order] = e.at
+		}
+	}
+	for _, e := range w.events {
+		if e.role == roleStale && e.at <= confirmAt[e.order] {
+			t.Fatalf("stale event %s at %v is not after its confirmation at %v", e.id, e.at, confirmAt[e.order])
+		}
+	}
+	kinds := map[string]int{}
+	for _, o := range w.orders {
+		kinds[strings.Join(o.external, "+")]++
+		lines := o.request().GetLines()
+		for _, l := range o.externalLines() {
+			if got := lines[l.no]; got.GetKind() != "external" || got.GetDestination() != l.dest {
+				t.Fatalf("order %s: line %d is %s to %q, want external to %s", o.mid, l.no, got.GetKind(), got.GetDestination(), l.dest)
+			}
+		}
+	}
+	if len(kinds) != 4 || st.ExternalLines != kinds[destIdempotent]+kinds[destPlain]+2*kinds[destIdempotent+"+"+destPlain] {
+		t.Errorf("external lines by order: %v; %d lines counted", kinds, st.ExternalLines)
+	}
+	for i, o := range w.orders {
+		if _, ok := confirmAt[i]; ok == (o.testOnly || o.tbank) {
+			t.Fatalf("order %s: test-only %v, paying confirmation planned %v", o.mid, o.testOnly, ok)
+		}
+	}
+}
+
+func TestFinalAttemptState(t *testing.T) {
+	t.Parallel()
+	c, o, x, p := yolfi.TypeInvoiceCreated, yolfi.TypeInvoiceOverdue, yolfi.TypeInvoiceCancelled, yolfi.TypePaymentConfirmed
+	for _, tc := range []struct {
+		events []string
+		want   string
+	}{
+		{[]string{c}, "created"},
+		{[]string{c, o}, "expired"},
+		{[]string{o, c}, "expired"},
+		{[]string{x, c}, "cancelled"},
+		{[]string{c, p, o}, "confirmed"},
+		{[]string{o, p}, "confirmed"},
+		{[]string{p, c, x}, "confirmed"},
+		{[]string{yolfi.TypeSubscriptionOverdue}, ""},
+	} {
+		got := ""
+		for _, typ := range tc.events {
+			got = finalAttemptState(got, typ)
+		}
+		if got != tc.want {
+			t.Errorf("%v: %q, want %q", tc.events, got, tc.want)
+		}
+	}
+}
+
+func TestPlanFaults(t *testing.T) {
+	t.Parallel()
+	const window = 100 * time.Second
+	fs := planFaults(1, window, 20, 2)
+	kills, pg := 0, 0
+	for i, f := range fs {
+		if f.at < window/20 || f.at > window || (i > 0 && f.at < fs[i-1].at) {
+			t.Fatalf("fault %d at %v: out of the window or order", i, f.at)
+		}
+		if f.kind == faultKill {
+			kills++
+		} else {
+			pg++
+		}
+	}
+	if kills != 20 || pg != 2 {
+		t.Fatalf("%d kills and %d PostgreSQL stops, want 20 and 2", kills, pg)
+	}
+}
+
+func TestSummary(t *testing.T) {
+	t.Parallel()
+	r := Report{Acked: 20003, Destinations: []DestinationReport{
+		{ID: destIdempotent, Delivered: 2400},
+		{ID: destPlain, Delivered: 390, Uncertain: 7, UncertainReached: 4},
+	}}
+	want := "chaos: 20003 acked, 0 lost, 0 duplicated effects; outbox: 2790 delivered once, 0 doubled, 7 uncertain (all with items)"
+	if got := r.Summary(); got != want || !r.OK() {
+		t.Fatalf("Summary() = %q (OK %v), want %q", got, r.OK(), want)
+	}
+	r.Destinations[0].Failed, r.Destinations[1].Doubled, r.Unitemized = 2, 1, 3
+	r.Violations = []string{"outbox delivery: …"}
+	want = "chaos: 20003 acked, 0 lost, 0 duplicated effects; outbox: 2790 delivered once, 1 doubled, 7 uncertain, 2 failed (3 without their item); FAILED"
+	if got := r.Summary(); !strings.HasPrefix(got, want) || r.OK() {
+		t.Fatalf("Summary() = %q (OK %v), want it to start with %q", got, r.OK(), want)
+	}
+	v := newViolations()
+	for i := range examplesPerCategory + 2 {
+		v.add("lost", "event %d", i)
+	}
+	r = Report{Acked: 5, Lost: 10, Violations: v.list()}
+	s := r.Summary()
+	if r.OK() || !strings.HasPrefix(s, "chaos: 5 acked, 10 lost, 0 duplicated effects; outbox: 0 delivered once, 0 doubled, 0 uncertain (all with items); FAILED") || !strings.Contains(s, "and 2 more") {
+		t.Fatalf("Summary() = %q", s)
+	}
+	r = Report{Acked: 12, TBank: TBankReport{Notifications: 4, Acked: 4}}
+	if got, want := r.Summary(), "chaos: 12 acked, 0 lost, 0 duplicated effects; outbox: 0 delivered once, 0 doubled, 0 uncertain (all with items); tbank: 4 acked, 0 lost, 0 duplicated"; got != want {
+		t.Fatalf("Summary() = %q, want %q", got, want)
+	}
+	r = Report{Acked: 12, Subscriptions: SubscriptionReport{Events: 5, Acked: 5, Lost: 1, Duplicated: 2}}
+	if got, want := r.Summary(), "chaos: 12 acked, 0 lost, 0 duplicated effects; outbox: 0 delivered once, 0 doubled, 0 uncertain (all with items); subscriptions: 5 acked, 1 lost, 2 duplicated"; got != want {
+		t.Fatalf("Summary() = %q, want %q", got, want)
+	}
+	r = Report{Incomplete: "context canceled"}
+	if r.OK() || !strings.Contains(r.Summary(), "NOT COMPLETED") {
+		t.Fatalf("an incomplete run summarized as %q", r.Summary())
+	}
+}
+
+// The checker's model of confirmations agrees with the state machine for
+// every pair of paying and later confirmation, identified or not.
+func TestConfirmedDecisionMatchesStateMachine(t *testing.T) {
+	t.Parallel()
+	settlement := &fulfillment.Settlement{Token: payToken, Network: payNetwork, Amount: decimal.RequireFromString(payAmount)}
+	confirmations := []*eventPlan{
+		{invoice: "inv_1", payment: "pay_1"},
+		{invoice: "inv_2", payment: "pay_2"},
+		{invoice: "inv_1", payment: "pay_9"},
+		{invoice: "inv_1"},
+		{invoice: "inv_2"},
+		{payment: "pay_1"},
+		{payment: "pay_2"},
+		{}, // only the merchant order id: identifies no payment
+	}
+	refs := func(e *eventPlan) string {
+		if e == nil {
+			return "nothing"
+		}
+		return fmt.Sprintf("invoice %q payment %q", e.invoice, e.payment)
+	}
+	info := func(e *eventPlan) fulfillment.PaymentInfo {
+		// As the Yolfi adapter normalizes it: the attempt is the invoice,
+		// else the payment.
+		return fulfillment.PaymentInfo{AttemptRef: e.attemptRef(), InvoiceID: e.invoice, PaymentID: e.payment,
+			MerchantOrderID: "m", Amount: fulfillment.TokenAmount(settlement.Amount, payToken, payNetwork)}
+	}
+	for _, payer := range append([]*eventPlan{nil}, confirmations...) {
+		order := fulfillment.PaidOrder{State: fulfillment.StatePendingPayment, Settlement: settlement}
+		if payer != nil {
+			order.State, order.Paid = fulfillment.StateFulfilled, true
+			order.PaidBy = info(payer).PaidRefs()
+		}
+		for _, e := range confirmations {
+			ev := fulfillment.ProviderEvent{Environment: fulfillment.EnvLive, Kind: fulfillment.EventPaymentConfirmed,
+				Type: yolfi.TypePaymentConfirmed, Payment: info(e)}
+			want := string(fulfillment.Decide(ev, &order).Decision)
+			if got := confirmedDecision(payer, e); got != want {
+				t.Errorf("paid by %s, confirmation %s: model %s, state machine %s", refs(payer), refs(e), got, want)
+			}
+		}
+	}
+}
+
+// Each receiver misbehaves at about its configured rates, whatever the keys
+// look like (they differ in their last characters only).
+func TestReceiverFaultRates(t *testing.T) {
+	t.Parallel()
+	const n = 10000
+	for _, d := range newDestinations() {
+		plan := d.plan(11)
+		for i := range n {
+			plan(fmt.Sprintf("order_%08d_line_1_fulfill", i/2), 1+i%2)
+		}
+		f := d.faults
+		for _, c := range []struct {
+			name string
+			got  int64
+			rate float64
+		}{
+			{"refused", d.refused.Load(), f.refuse}, {"hung before", d.hungBefore.Load(), f.hangBefore},
+			{"hung after", d.hungAfter.Load(), f.hangAfter}, {"dropped", d.dropped.Load(), f.drop},
+		} {
+			if want := c.rate * n; float64(c.got) < 0.7*want || float64(c.got) > 1.3*want {
+				t.Errorf("%s: %s %d of %d requests, want about %.0f", d.id, c.name, c.got, n, want)
+			}
+		}
+	}
+}
+
+// T-Bank notifications are signed, parse to their planned id in both
+// spellings of PaymentId, and come in the planned variety: AUTHORIZED after
+// CONFIRMED, refunds of distinct amounts after their confirmation, each
+// delivered twice at least.
+func TestTBankNotifications(t *testing.T) {
+	t.Parallel()
+	w := plan(7, 400, 4000, 30*time.Second)
+	st := w.stats.TBank
+	if st.Orders < 60 || st.Orders > 140 || st.PartialRefunds == 0 || st.FullRefunds == 0 {
+		t.Fatalf("T-Bank share %+v of 400 orders, want about a quarter, with refunds", st)
+	}
+	deliveries, alts := map[int]int{}, 0
+	for _, d := range w.deliveries {
+		deliveries[d.ev]++
+		alts += btoi(d.alt)
+	}
+	confirmed, authorizedLate := map[int]time.Duration{}, 0
+	amounts := map[int]map[int64]bool{}
+	n := 0
+	for j, e := range w.events {
+		if e.endpoint != tbankEP {
+			continue
+		}
+		n++
+		for _, body := range [][]byte{e.body, e.alt} {
+			if err := tbank.Verify(body, [][]byte{[]byte(testTBankPassword)}); err != nil {
+				t.Fatalf("%s: %v", e.id, err)
+			}
+			ev, err := tbank.Parse(tbankEndpoint, tbankTerminal, body)
+			if err != nil || ev.EventID != e.id || ev.Payment.CheckoutSessionID != w.orders[e.order].session() {
+				t.Fatalf("%s parses to %q (session %q): %v", e.id, ev.EventID, ev.Payment.CheckoutSessionID, err)
+			}
+		}
+		if bytes.Equal(e.body, e.alt) || bytes.Contains(e.body, []byte(`"PaymentId":"`)) == bytes.Contains(e.alt, []byte(`"PaymentId":"`)) {
+			t.Fatalf("%s: both bodies spell PaymentId alike", e.id)
+		}
+		switch e.typ {
+		case tbank.StatusConfirmed:
+			confirmed[e.order] = e.at
+		case tbank.StatusPartialRefunded:
+			if amounts[e.order] == nil {
+				amounts[e.order] = map[int64]bool{}
+			}
+			if amounts[e.order][e.amount] {
+				t.Fatalf("%s: a second partial refund of %d", e.id, e.amount)
+			}
+			amounts[e.order][e.amount] = true
+		}
+		if e.role == roleRefund && deliveries[j] < 2 {
+			t.Fatalf("refund %s delivered %d times, want 2 at least", e.id, deliveries[j])
+		}
+	}
+	for _, e := range w.events {
+		switch {
+		case e.endpoint != tbankEP:
+		case e.role == roleRefund && e.at < confirmed[e.order]:
+			t.Fatalf("refund %s at %v before its confirmation at %v", e.id, e.at, confirmed[e.order])
+		case e.typ == tbank.StatusAuthorized && e.at > confirmed[e.order]:
+			authorizedLate++
+		}
+	}
+	if n != st.Notifications || len(confirmed) != st.Orders || authorizedLate == 0 || alts == 0 {
+		t.Fatalf("%d notifications (stats %d), %d confirmed orders (stats %d), %d AUTHORIZED after CONFIRMED, %d deliveries of the other spelling",
+			n, st.Notifications, len(confirmed), st.Orders, authorizedLate, alts)
+	}
+}
+
+// The replay of a T-Bank order: partial refunds take back the credit's
+// share (rounded down) once each, the full refund the rest and the
+// licenses, each refund one item; a refund applied before the confirmation
+// leaves the order unpaid.
+func TestTBankReplay(t *testing.T) {
+	t.Parallel()
+	o := &orderPlan{mid: "m-1", licenseQty: 1, credit: true, tbank: true} // 19900 + 50000 kopecks
+	notice := func(status string, amount int64) fulfillment.ProviderEvent {
+		body := fakebank.NoticeBody(fakebank.NoticeFields{TerminalKey: tbankTerminal, OrderID: o.session(), PaymentID: "42",
+			Status: status, Amount: amount}, []byte(testTBankPassword))
+		ev, err := tbank.Parse(tbankEndpoint, tbankTerminal, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	rp := newReplay(o, "order-1")
+	var decisions []fulfillment.Decision
+	for _, ev := range []fulfillment.ProviderEvent{
+		notice(tbank.StatusConfirmed, 69900), notice(tbank.StatusAuthorized, 69900),
+		notice(tbank.StatusPartialRefunded, 6990), notice(tbank.StatusPartialRefunded, 7),
+		notice(tbank.StatusRefunded, 62903), notice(tbank.StatusPartialRefunded, 100),
+	} {
+		decisions = append(decisions, rp.apply(ev))
+	}
+	want := "[fulfilled stale_ignored partially_refunded partially_refunded refunded partially_refunded]"
+	if fmt.Sprint(decisions) != want {
+		t.Errorf("decisions %v, want %s", decisions, want)
+	}
+	// 6990 of 69900 is a tenth of the credit; 7 of it 5.007…, rounded down.
+	ledger := fmt.Sprint(rp.ledger)
+	// A partial refund is named by its payment and amount (RefundRef).
+	if want := "[line 1 credit 50000 line 1 partial_reversal -5000 for tbank:42:6990 RUB " +
+		"line 1 partial_reversal -5 for tbank:42:7 RUB line 1 refund_reversal -44995]"; ledger != want {
+		t.Errorf("ledger %s, want %s", ledger, want)
+	}
+	if !rp.granted || !rp.revoked || !rp.announced || rp.order.State != fulfillment.StateRefunded || len(rp.items) != 4 || sum(rp.items) != 4 {
+		t.Errorf("granted %v, revoked %v, announced %v, state %s, items %v", rp.granted, rp.revoked, rp.announced, rp.order.State, rp.items)
+	}
+
+	rp = newReplay(o, "order-2")
+	decisions = nil
+	for _, ev := range []fulfillment.ProviderEvent{notice(tbank.StatusRefunded, 69900), notice(tbank.StatusConfirmed, 69900)} {
+		decisions = append(decisions, rp.apply(ev))
+	}
+	if fmt.Sprint(decisions) != "[refunded_before_payment stale_ignored]" || rp.granted || len(rp.ledger) > 0 ||
+		rp.order.State != fulfillment.StatePendingPayment || len(rp.items) > 0 {
+		t.Errorf("refund first: decisions %v, granted %v, ledger %v, state %s, items %v", decisions, rp.granted, rp.ledger, rp.order.State, rp.items)
+	}
+}
+
+// Subscription orders are about one Yolfi order in eight, each with a
+// story of every kind; their events parse to the subscription they name,
+// renewals wait for the first payment and are delivered twice at least,
+// and every date is one the service believes. Above all, whatever order
+// the events are processed in (within what the gates allow), no access
+// runs out while an event for the subscription rules is still to come —
+// so the sweeper has no choice of moment — and exactly the subscriptions
+// meant to lapse have no access left at the check.
+func TestSubscriptionWorkload(t *testing.T) {
+	t.Parallel()
+	const window = 30 * time.Second
+	w := plan(7, 800, 8000, window)
+	base := w.g.base
+	st := w.stats.Subscriptions
+	yolfiOrders, stories := 0, map[subStory]int{}
+	for _, o := range w.orders {
+		if !o.testOnly && !o.tbank {
+			yolfiOrders++
+		}
+		if o.sub != nil {
+			stories[o.sub.story]++
+			if l := o.request().GetLines(); len(l) != 1 || l[0].GetKind() != "subscription" || l[0].GetPlanId() != o.sub.cfg.ID || l[0].GetAccountRef() != o.sub.customer {
+				t.Fatalf("order %s: lines %v", o.mid, l)
+			}
+		}
+	}
+	if st.Orders < yolfiOrders/12 || st.Orders > yolfiOrders/5 || len(stories) != 3 || st.Lapsing != stories[storyCancelled]+stories[storyGraceOut] {
+		t.Fatalf("%d subscription orders of %d Yolfi orders, stories %v, %d lapsing", st.Orders, yolfiOrders, stories, st.Lapsing)
+	}
+	if st.Renewals == 0 || st.Reannounced == 0 || st.ExtraPayments == 0 || st.OutOfOrder == 0 || st.Overdue == 0 || st.Cancelled == 0 || st.InvoiceOverdue == 0 {
+		t.Fatalf("missing ingredients: %+v", st)
+	}
+	deliveries := map[int]int{}
+	for _, d := range w.deliveries {
+		deliveries[d.ev]++
+	}
+	events := map[int][]int{}
+	n := 0
+	for j, e := range w.events {
+		o := w.orders[max(e.order, 0)]
+		if e.order < 0 || o.sub == nil {
+			continue
+		}
+		n++
+		events[e.order] = append(events[e.order], j)
+		ev, err := parseYolfi(e)
+		if err != nil || ev.EventID != e.id || ev.Payment.SubscriptionID != o.sub.id || ev.TestMode {
+			t.Fatalf("%s parses to %+v: %v", e.id, ev, err)
+		}
+		if !ev.OccurredAt.IsZero() && (ev.OccurredAt.After(base.Add(12*time.Hour)) || !fulfillment.PlausibleOccurrence(ev.OccurredAt, base).Equal(ev.OccurredAt)) {
+			t.Fatalf("%s dated %s: more than 12h after the start %s", e.id, ev.OccurredAt, base)
+		}
+		if e.role == roleRenewal && (deliveries[j] < 2 || !slices.Contains(e.after, o.sub.first)) {
+			t.Fatalf("renewal %s delivered %d times, after %v (the first payment is %d)", e.id, deliveries[j], e.after, o.sub.first)
+		}
+	}
+	if n != st.Events {
+		t.Fatalf("%d subscription events, stats %d", n, st.Events)
+	}
+
+	rng := rand.New(rand.NewPCG(3, 4))
+	check := base.Add(10 * time.Minute)
+	for i, evs := range events {
+		o := w.orders[i]
+		for try := range 30 {
+			// A processing order the gates allow: an event once those it
+			// comes after are placed.
+			placed, seq := map[int]bool{}, []int(nil)
+			for len(seq) < len(evs) {
+				var ready []int
+				for _, j := range evs {
+					if !placed[j] && !slices.ContainsFunc(w.events[j].after, func(a int) bool { return !placed[a] }) {
+						ready = append(ready, j)
+					}
+				}
+				j := ready[rng.IntN(len(ready))]
+				placed[j], seq = true, append(seq, j)
+			}
+			rp := newSubReplay(o)
+			var ends []time.Time
+			var byRules []bool
+			for k, j := range seq {
+				ev, _ := parseYolfi(w.events[j])
+				step := rp.apply(ev, base.Add(w.events[j].at+time.Duration(k)*time.Millisecond))
+				ends = append(ends, rp.sub.AccessEnds(o.sub.plan))
+				byRules = append(byRules, step.sub && !step.order)
+			}
+			for k := range seq {
+				if slices.Contains(byRules[k+1:], true) && !ends[k].IsZero() && ends[k].Before(base.Add(aheadMargin)) {
+					t.Fatalf("subscription %s (%s), try %d: access ends at %s after event %d of %d, before the run is over",
+						o.sub.id, o.sub.story, try, ends[k], k, len(seq))
+				}
+			}
+			rp.sweep(check)
+			if rp.swept != o.sub.lapses() || !rp.exists {
+				t.Fatalf("subscription %s (%s), try %d: swept at the check %v, state %s, access ends %s",
+					o.sub.id, o.sub.story, try, rp.swept, rp.sub.State, rp.sub.AccessEnds(o.sub.plan))
+			}
+		}
+	}
+}
+
+// subStoryForTest is a subscription order of the monthly plan started on
+// Jan 1, told on Mar 31: its first payment, renewals of Feb and Mar (that
+// of Feb announced twice), an overdue of Feb 2, a second payment of the
+// March invoice, the cancellation of Mar 4, and the renewal of April
+// charged (on Mar 31) after it.
+func subStoryForTest(t *testing.T) (w *workload, ev map[string]int) {
+	t.Helper()
+	jan1 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	w = &workload{}
+	w.g = &generator{rng: rand.New(rand.NewPCG(1, 2)), w: w, base: jan1.AddDate(0, 3, -1)}
+	sp := &subPlan{id: "ysub_m-1", customer: "cust_m-1", cfg: planMonthly, plan: planMonthly.Domain(), start: jan1, periods: 4,
+		story: storyCancelled}
+	w.orders = []*orderPlan{{mid: "m-1", sub: sp}}
+	g := w.g
+	ev = map[string]int{}
+	month := func(n int) time.Time { return jan1.AddDate(0, n, 0) }
+	ev["first"] = g.addSub(0, yolfi.TypePaymentConfirmed, "inv_1", "pay_1", jan1, true, rolePay, 0, nil)
+	sp.first = ev["first"]
+	ev["feb"] = g.addSub(0, yolfi.TypePaymentConfirmed, "inv_2", "pay_2", month(1), false, roleRenewal, 0, nil)
+	ev["feb again"] = g.addSub(0, yolfi.TypePaymentConfirmed, "inv_2", "pay_2", month(1), false, roleRenewal, 0, nil)
+	ev["overdue"] = g.addSub(0, yolfi.TypeSubscriptionOverdue, "", "", month(1).AddDate(0, 0, 1), false, roleLifecycle, 0, nil)
+	ev["mar"] = g.addSub(0, yolfi.TypePaymentConfirmed, "inv_3", "pay_3", month(2), false, roleRenewal, 0, nil)
+	ev["mar extra"] = g.addSub(0, yolfi.TypePaymentConfirmed, "inv_3", "pay_3b", month(2).Add(time.Hour), false, roleRenewal, 0, nil)
+	ev["cancel"] = g.addSub(0, yolfi.TypeSubscriptionCancelled, "", "", month(2).AddDate(0, 0, 3), false, roleLifecycle, 0, nil)
+	ev["apr"] = g.addSub(0, yolfi.TypePaymentConfirmed, "inv_4", "pay_4", month(3).Add(-12*time.Hour), false, roleRenewal, 0, nil)
+	return w, ev
+}
+
+// The replay of a subscription: the first payment pays period 1 through
+// its order; a renewal pays the next period whichever bill it is (March's,
+// applied first, pays period 2); an overdue older than it is stale; the
+// same payment again is already applied, another payment of a paid bill an
+// extra payment (an item); the cancellation keeps the paid periods, a
+// charge after it is an extra payment; the sweeper ends access once the
+// paid periods are over.
+func TestSubscriptionReplay(t *testing.T) {
+	t.Parallel()
+	w, ev := subStoryForTest(t)
+	rp := newSubReplay(w.orders[0])
+	var got []string
+	for _, name := range []string{"first", "mar", "overdue", "feb", "feb again", "mar extra", "cancel", "apr"} {
+		e := w.events[ev[name]]
+		pe, err := parseYolfi(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		step := rp.apply(pe, w.g.base)
+		got = append(got, fmt.Sprintf("%s:%s%s", name, step.decision, map[bool]string{true: "+sub"}[step.sub]))
+	}
+	want := "[first:fulfilled+sub mar:renewed+sub overdue:stale_ignored+sub feb:renewed+sub feb again:already_applied+sub " +
+		"mar extra:duplicate_payment+sub cancel:subscription_cancelled+sub apr:duplicate_payment+sub]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("decisions %v,\nwant %s", got, want)
+	}
+	jan1 := w.orders[0].sub.start
+	if fmt.Sprint(rp.periods) != fmt.Sprintf("[%v %v %v]",
+		subPeriodRow{1, "invoice:inv_1", "pay_1", jan1, jan1.AddDate(0, 1, 0)},
+		subPeriodRow{2, "invoice:inv_3", "pay_3", jan1.AddDate(0, 1, 0), jan1.AddDate(0, 2, 0)},
+		subPeriodRow{3, "invoice:inv_2", "pay_2", jan1.AddDate(0, 2, 0), jan1.AddDate(0, 3, 0)}) {
+		t.Errorf("periods %v", rp.periods)
+	}
+	if rp.sub.State != fulfillment.SubCancelled || len(rp.items) != 2 || len(rp.topics) != 3 || rp.order.State != fulfillment.StateFulfilled {
+		t.Errorf("state %s, items %v, events %v, order %s", rp.sub.State, rp.items, rp.topics, rp.order.State)
+	}
+	rp.sweep(jan1.AddDate(0, 3, 0).Add(-time.Second))
+	if rp.swept {
+		t.Errorf("swept within the paid period")
+	}
+	rp.sweep(jan1.AddDate(0, 3, 0))
+	if !rp.swept || rp.sub.State != fulfillment.SubExpired || rp.topics["subscription.access_ended|3"] != 1 {
+		t.Errorf("at the end of the paid periods: swept %v, state %s, events %v", rp.swept, rp.sub.State, rp.topics)
+	}
+}
+
+// subCheckFixture is the story of subStoryForTest processed in one order
+// on Mar 31, and a database holding exactly what the rules say it leaves,
+// swept on May 1.
+func subCheckFixture(t *testing.T) (*runner, *dbState) {
+	t.Helper()
+	w, ev := subStoryForTest(t)
+	o := w.orders[0]
+	jan1 := o.sub.start
+	now := jan1.AddDate(0, 4, 0)
+	s := &dbState{inbox: map[string][]inboxRow{}, byOrder: map[string][]inboxRow{}, orders: map[string]orderRow{},
+		eventIDs: map[int64]string{}, licenses: map[string]int{}, ledger: map[string]int{}, attempts: map[string]map[string]string{},
+		subs: &subscriptionState{now: now, rows: map[string]subRow{}, periods: map[string][]subPeriodRow{}, events: map[string]map[string]int{}}}
+	const orderID, subID = "order-1", "sub-1"
+	rp := newSubReplay(o)
+	for k, name := range []string{"first", "feb", "feb again", "overdue", "mar", "mar extra", "cancel", "apr"} {
+		e := w.events[ev[name]]
+		pe, err := parseYolfi(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := w.g.base.Add(time.Duration(k) * time.Second)
+		step := rp.apply(pe, at)
+		row := inboxRow{id: int64(k + 1), eventID: e.id, endpoint: liveEP, env: "live", state: "processed", decision: string(step.decision),
+			received: at, processedAt: at, seq: k + 1}
+		if step.order {
+			row.orderID = orderID
+			s.byOrder[orderID] = append(s.byOrder[orderID], row)
+		}
+		if step.sub {
+			row.subID = subID
+		}
+		s.inbox[e.id], s.eventIDs[row.id] = []inboxRow{row}, e.id
+	}
+	rp.sweep(now)
+	s.orders[o.mid] = orderRow{id: orderID, env: "live", state: string(rp.order.State), paidAttempt: "inv_1", paidPayID: "pay_1"}
+	s.attempts[orderID] = map[string]string{"inv_1": "confirmed"}
+	s.subs.rows[o.sub.id] = subRow{id: subID, providerID: o.sub.id, customer: o.sub.customer, plan: o.sub.cfg.ID,
+		state: string(rp.sub.State), periods: rp.sub.Periods, periodEnd: rp.sub.PeriodEnd, lastEventAt: rp.sub.LastEventAt, accessEnded: rp.sub.AccessEnded}
+	s.subs.periods[subID] = slices.Clone(rp.periods)
+	s.subs.events[subID] = maps.Clone(rp.topics)
+	for k := range rp.items {
+		kind, eventID, _ := strings.Cut(k, "|")
+		for id, evID := range s.eventIDs {
+			if evID == eventID {
+				s.items = append(s.items, itemRow{kind: kind, state: "open", env: "live", subscriptionID: subID, inboxID: id})
+			}
+		}
+	}
+	if len(s.items) != 2 || !rp.swept {
+		t.Fatalf("fixture: items %v, swept %v", s.items, rp.swept)
+	}
+	return &runner{o: Options{Log: io.Discard}, w: w, viol: newViolations()}, s
+}
+
+// The subscription check passes the database the rules leave, and counts
+// what differs: a period missing is lost; a period no bill paid, a bill
+// paid twice, a second access_ended or a second item is duplicated.
+func TestSubscriptionCheck(t *testing.T) {
+	t.Parallel()
+	const subID = "sub-1"
+	for _, tc := range []struct {
+		name      string
+		spoil     func(s *dbState)
+		lost, dup int
+	}{
+		{"as the rules say", func(*dbState) {}, 0, 0},
+		{"a period missing", func(s *dbState) { s.subs.periods[subID] = s.subs.periods[subID][:2] }, 1, 0},
+		{"an extra period", func(s *dbState) {
+			p := s.subs.periods[subID]
+			s.subs.periods[subID] = append(p, subPeriodRow{4, "invoice:inv_4", "pay_4", p[2].end, p[2].end.AddDate(0, 1, 0)})
+		}, 0, 1},
+		{"a bill paid twice", func(s *dbState) {
+			p := s.subs.periods[subID]
+			s.subs.periods[subID] = append(p, subPeriodRow{4, p[2].key, p[2].payment, p[2].end, p[2].end.AddDate(0, 1, 0)})
+		}, 0, 1},
+		{"a second access_ended", func(s *dbState) { s.subs.events[subID]["subscription.access_ended|3"] = 2 }, 0, 1},
+		{"access_ended of another period", func(s *dbState) { s.subs.events[subID]["subscription.access_ended|2"] = 1 }, 0, 1},
+		{"access never ended", func(s *dbState) {
+			row := s.subs.rows["ysub_m-1"]
+			row.accessEnded, row.state = false, "cancelled"
+			s.subs.rows["ysub_m-1"] = row
+			delete(s.subs.events[subID], "subscription.access_ended|3")
+		}, 1, 0},
+		{"a renewal event missing", func(s *dbState) { delete(s.subs.events[subID], "subscription.renewed|2") }, 1, 0},
+		{"an extra_payment item twice", func(s *dbState) { s.items = append(s.items, s.items[0]) }, 0, 1},
+		{"the subscription not stored", func(s *dbState) {
+			delete(s.subs.rows, "ysub_m-1")
+			s.subs.periods, s.subs.events, s.items = nil, nil, nil
+			for id, rows := range s.inbox {
+				rows[0].subID = ""
+				s.inbox[id] = rows
+			}
+		}, 3 + 5 + 2, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r, s := subCheckFixture(t)
+			tc.spoil(s)
+			r.checkSubscriptions(s)
+			failed := 0
+			for _, c := range r.rep.Checks {
+				failed += c.Failed
+			}
+			sb := r.rep.Subscriptions
+			if r.rep.Lost != tc.lost || r.rep.DuplicatedEffects != tc.dup || sb.Lost != tc.lost || sb.Duplicated != tc.dup ||
+				(failed == 0) != (tc.lost+tc.dup == 0) || (len(r.viol.list()) == 0) != (tc.lost+tc.dup == 0) {
+				t.Errorf("lost %d (subscriptions %d), duplicated %d (%d), %d checks failed; want %d lost, %d duplicated; violations %v",
+					r.rep.Lost, sb.Lost, r.rep.DuplicatedEffects, sb.Duplicated, failed, tc.lost, tc.dup, r.viol.list())
+			}
+		})
+	}
+}
+
+// A decision the rules would not have made is reported.
+func TestSubscriptionCheckDecision(t *testing.T) {
+	t.Parallel()
+	r, s := subCheckFixture(t)
+	for id, rows := range s.inbox {
+		if rows[0].decision == string(fulfillment.DecisionPastDue) {
+			rows[0].decision = string(fulfillment.DecisionStaleIgnored)
+			s.inbox[id] = rows
+		}
+	}
+	r.checkSubscriptions(s)
+	if v := r.viol.list(); len(v) != 1 || !strings.HasPrefix(v[0], "wrong decision") {
+		t.Errorf("violations %v, want one wrong decision", v)
+	}
+}

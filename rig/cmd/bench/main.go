@@ -1,0 +1,1391 @@
+// Command bench is `make bench`: one self-contained run that starts a
+// durable throwaway PostgreSQL and a freshly built fulfillmentd, measures
+//
+//   - baseline: the raw PostgreSQL limit of the ingest workload (one-row
+//     INSERT … ON CONFLICT DO NOTHING into the real inbox_events, one commit
+//     per row) at 1, 8, 32 and 64 clients;
+//   - ingest: signed Yolfi webhooks, then signed T-Bank notifications,
+//     through the HTTP gateway at the same concurrencies, with redeliveries
+//     and out-of-order events, and their ratio to the baseline; plus an
+//     open-loop run of Yolfi's at half its peak;
+//   - pipeline: ack and ack→fulfilled latency at fixed offered rates (open
+//     loop), and the maximum sustained fulfilled/s;
+//   - reads: GetOrder over gRPC and REST, and CheckAccess over gRPC for
+//     customers of a few thousand paid subscriptions;
+//   - history: ingest and processing again after ≥1,000,000 processed
+//     events are added to the inbox;
+//   - console: every admin console page on that history, with 100,000
+//     orders added (console.go);
+//
+// prints one table, evaluates the issue's goals, and writes
+// results/bench-<timestamp>.{json,md}, results/latest.{json,md} and
+// results/bench.png. Every phase's duration is printed.
+//
+//	go run ./rig/cmd/bench            # full run, under 10 minutes on 2 cores
+//	go run ./rig/cmd/bench --quick    # smoke test: short phases, 20k history rows
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fulfillplatform/fulfillment/config"
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/rig/loadgen"
+	"github.com/fulfillplatform/fulfillment/rig/pgcluster"
+	"github.com/fulfillplatform/fulfillment/storage"
+)
+
+type options struct {
+	quick         bool
+	out           string
+	historyRows   int
+	concurrencies []int
+	rates         []int
+	warmup        time.Duration
+	phase         time.Duration
+	pipeline      time.Duration
+	reads         time.Duration
+	push          time.Duration
+	drainTimeout  time.Duration
+	maxConns      int
+	readWorkers   int
+	accessWorkers int
+	subscriptions int
+	pushWorkers   int
+	replicas      []int         // replica counts of the replicas push
+	replicaPush   time.Duration // length of each
+	redeliver     float64
+	outOfOrder    float64
+	keep          bool
+	noNotify      bool
+	pprof         bool
+	statements    bool
+	rounds        int
+	budget        time.Duration
+	outboxConc    []int
+	outboxBacklog int
+	outboxRate    int
+}
+
+func main() {
+	var o options
+	var conc, rates, outboxConc, replicas string
+	flag.BoolVar(&o.quick, "quick", false, "smoke test: 2s phases, 20k history rows")
+	flag.StringVar(&o.out, "out", "results", "folder for the JSON, Markdown and PNG outputs")
+	flag.IntVar(&o.historyRows, "history", 1_000_000, "processed events added to the inbox for the history phase (0 skips it)")
+	flag.StringVar(&conc, "concurrency", "1,8,32,64", "client counts of the baseline and ingest sweeps")
+	flag.StringVar(&rates, "rates", "500,1000", "offered events/s of the pipeline phase")
+	flag.DurationVar(&o.phase, "duration", 6*time.Second, "measured length of each baseline/ingest level")
+	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up before each run")
+	flag.DurationVar(&o.pipeline, "pipeline-duration", 8*time.Second, "measured length of each pipeline rate")
+	flag.DurationVar(&o.reads, "reads-duration", 5*time.Second, "measured length of each read run")
+	flag.DurationVar(&o.push, "push-duration", 8*time.Second, "length of the saturating push (max sustained fulfilled/s)")
+	flag.DurationVar(&o.drainTimeout, "drain-timeout", 90*time.Second, "longest wait for the inbox backlog between phases")
+	flag.IntVar(&o.maxConns, "max-conns", 40, "fulfillmentd database.max_conns")
+	flag.IntVar(&o.readWorkers, "read-workers", 16, "closed-loop workers of the read phase (GetOrder)")
+	flag.IntVar(&o.accessWorkers, "access-workers", 32, "closed-loop workers of the read phase's CheckAccess run")
+	flag.IntVar(&o.subscriptions, "subscriptions", 4000, "paid subscriptions seeded for the CheckAccess run (0 skips it)")
+	flag.IntVar(&o.pushWorkers, "push-workers", 64, "closed-loop workers of the saturating push")
+	flag.StringVar(&replicas, "replicas", "1,2,3", "fulfillmentd replicas on one database of the replicas push (empty skips it)")
+	flag.DurationVar(&o.replicaPush, "replicas-duration", 5*time.Second, "length of each replicas push")
+	flag.Float64Var(&o.redeliver, "redeliver", 0.2, "share of ingest requests that are redeliveries")
+	flag.Float64Var(&o.outOfOrder, "out-of-order", 0.05, "share of ingest requests that are out-of-order invoice events")
+	flag.BoolVar(&o.noNotify, "baseline-no-notify", true, "also run the baseline with the table's triggers (a per-row NOTIFY) disabled, when it has any (informational)")
+	flag.BoolVar(&o.statements, "statements", true, "load pg_stat_statements and report what each statement costs per event over the saturating push and its drain")
+	flag.BoolVar(&o.pprof, "pprof", false, "serve pprof from fulfillmentd (listen.debug) and save CPU profiles of the 32-client ingest level and the saturating push into --out")
+	flag.IntVar(&o.rounds, "history-rounds", 3, "alternating rounds (without history, with history) of the history comparison")
+	flag.DurationVar(&o.budget, "budget", 9*time.Minute+30*time.Second, "whole-run budget: past it, waits for the inbox backlog are cut short (with a warning)")
+	flag.StringVar(&outboxConc, "outbox-concurrency", "4,16", "destination concurrencies of the outbox drain")
+	flag.IntVar(&o.outboxBacklog, "outbox-backlog", 4000, "outbox messages drained at each concurrency (0 skips the drains)")
+	flag.IntVar(&o.outboxRate, "outbox-rate", 100, "offered payments/s of the outbox ack→delivered run (0 skips it)")
+	redraw := flag.String("redraw", "", "draw the chart of a saved run's JSON (written next to it, .png) and exit")
+	flag.BoolVar(&o.keep, "keep", false, "keep the temporary folder (cluster, service log) for inspection")
+	flag.Parse()
+	if *redraw != "" {
+		if err := redrawChart(*redraw); err != nil {
+			fatal(err)
+		}
+		return
+	}
+	var err error
+	if o.concurrencies, err = parseInts(conc); err != nil {
+		fatal(fmt.Errorf("--concurrency: %w", err))
+	}
+	if o.rates, err = parseInts(rates); err != nil {
+		fatal(fmt.Errorf("--rates: %w", err))
+	}
+	if o.outboxConc, err = parseInts(outboxConc); err != nil {
+		fatal(fmt.Errorf("--outbox-concurrency: %w", err))
+	}
+	if replicas != "" {
+		if o.replicas, err = parseInts(replicas); err != nil {
+			fatal(fmt.Errorf("--replicas: %w", err))
+		}
+	}
+	if o.quick {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		pick := func(name string, d *time.Duration, v time.Duration) {
+			if !set[name] {
+				*d = v
+			}
+		}
+		pick("duration", &o.phase, 2*time.Second)
+		pick("warmup", &o.warmup, 500*time.Millisecond)
+		pick("pipeline-duration", &o.pipeline, 2*time.Second)
+		pick("reads-duration", &o.reads, 2*time.Second)
+		pick("push-duration", &o.push, 2*time.Second)
+		pick("replicas-duration", &o.replicaPush, 2*time.Second)
+		pick("drain-timeout", &o.drainTimeout, 60*time.Second)
+		if !set["history"] {
+			o.historyRows = 20_000
+		}
+		if !set["outbox-backlog"] {
+			o.outboxBacklog = 1000
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // a second Ctrl-C ends the process at once
+	}()
+	b := &bench{o: o}
+	err = b.run(ctx)
+	b.cleanup()
+	if err != nil {
+		if ctx.Err() != nil {
+			fatal(errors.New("interrupted; cluster and service stopped"))
+		}
+		fatal(err)
+	}
+}
+
+// fatal ends the command with err.
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1) //nolint:revive // deep-exit: a command's own exit helper, called only from main's flow
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// bench is one run.
+type bench struct {
+	o        options
+	rep      Report
+	start    time.Time
+	root     string
+	tmp      string
+	cluster  *pgcluster.Cluster
+	bin      string    // the built fulfillmentd
+	t        *target   // the service being measured now
+	targets  []*target // every service started, for cleanup
+	src      loadgen.YolfiSource
+	key      loadgen.EventKey
+	cpu      *cpuMeter
+	orderSeq int
+	readable []loadgen.Order // fulfilled orders, for the read phase
+	runID    string          // random run id in merchant order ids
+
+	baseline     map[int]LoadLevel
+	yolfi, tbank *provider // the ingest sweep's, in the order measured
+	paused       *provider // Yolfi's on a service with its inbox processor paused
+	peakIngest   float64   // Yolfi's
+	maxAccepted  float64   // highest 200/s of any open-loop run
+	profiled     bool      // the ingest level has been profiled
+	emptyPipe    map[int]*Pipeline
+}
+
+// provider is a webhook provider of the ingest sweep: its endpoint's signed
+// events, the orders they pay, and its levels.
+type provider struct {
+	name   string // as the table shows it
+	key    string // inbox_events.provider
+	src    loadgen.Source
+	order  func(org, env, mid string) *fulfillmentv1.CreateOrderRequest
+	sender func(*target) *loadgen.Sender
+	levels map[int]IngestLevel // by concurrency
+	lastC  int                 // the concurrency measured last
+	on     *target             // the service it is sent to; nil: the main one
+	at     []int               // the concurrencies it runs at; nil: all
+	report *[]IngestLevel      // where the report lists its levels
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[%6.1fs] "+format+"\n", append([]any{time.Since(b.start).Seconds()}, args...)...)
+}
+
+func (b *bench) warn(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	b.rep.Warnings = append(b.rep.Warnings, msg)
+	b.logf("WARNING: %s", msg)
+}
+
+// phase runs fn as a named step and records its duration.
+func (b *bench) phase(name string, fn func() error) error {
+	b.logf("== %s", name)
+	t0 := time.Now()
+	err := fn()
+	d := time.Since(t0)
+	b.rep.Phases = append(b.rep.Phases, Phase{Name: name, Seconds: round1(d.Seconds())})
+	b.logf("== %s: %.1fs", name, d.Seconds())
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+func round1(x float64) float64 { return float64(int(x*10+0.5)) / 10 }
+func round2(x float64) float64 { return float64(int(x*100+0.5)) / 100 }
+
+func (b *bench) run(ctx context.Context) error {
+	b.start = time.Now()
+	b.rep.Started = b.start
+	b.baseline, b.emptyPipe = map[int]LoadLevel{}, map[int]*Pipeline{}
+	b.runID = strconv.FormatInt(b.start.Unix()%100000, 36)
+	o := b.o
+	b.rep.Settings = Settings{Quick: o.quick, Concurrencies: o.concurrencies, WarmupSeconds: o.warmup.Seconds(),
+		PhaseSeconds: o.phase.Seconds(), PipelineSeconds: o.pipeline.Seconds(), PipelineRates: o.rates,
+		Redeliver: o.redeliver, OutOfOrder: o.outOfOrder, BodyBytes: loadgen.DefaultBodySize,
+		HistoryRows: o.historyRows, ServiceMaxConns: o.maxConns, ReadWorkers: o.readWorkers, PushWorkers: o.pushWorkers,
+		AccessWorkers: o.accessWorkers, Subscriptions: o.subscriptions,
+		OutboxConc: o.outboxConc, OutboxBacklog: o.outboxBacklog, OutboxRate: o.outboxRate}
+	b.rep.Methods = methods(o)
+	var err error
+	if b.root, err = moduleRoot(); err != nil {
+		return err
+	}
+	if b.tmp, err = os.MkdirTemp("", "fulfillment-bench-"); err != nil {
+		return err
+	}
+	// The server runs as the postgres OS user when we are root: it must be
+	// able to traverse the folder.
+	if err := os.Chmod(b.tmp, 0o755); err != nil {
+		return err
+	}
+	b.logf("temporary folder %s", b.tmp)
+
+	var binPath string
+	if err := b.phase("start durable PostgreSQL, build fulfillmentd", func() error {
+		// Both at once; the build is over before anything is measured.
+		buildDone := make(chan error, 1)
+		go func() {
+			var err error
+			binPath, err = buildService(ctx, b.root, b.tmp)
+			buildDone <- err
+		}()
+		return errors.Join(b.startCluster(ctx), <-buildDone)
+	}); err != nil {
+		return err
+	}
+	b.bin = binPath
+	b.src = loadgen.YolfiSource{Org: benchOrg, Live: true, Secret: []byte(benchSecret), BodySize: loadgen.DefaultBodySize}
+	b.key = loadgen.EventKey{Provider: "yolfi", Org: benchOrg, Environment: benchEnv}
+	b.yolfi = &provider{name: "Yolfi", key: "yolfi", src: b.src, order: loadgen.OrderRequest,
+		sender: func(t *target) *loadgen.Sender { return t.sender }, levels: map[int]IngestLevel{}, report: &b.rep.Ingest}
+	b.tbank = &provider{name: "T-Bank", key: "tbank", src: loadgen.NewTBankSource(tbankTerminal, []byte(tbankPassword)),
+		order:  loadgen.TBankOrderRequest,
+		sender: func(t *target) *loadgen.Sender { return t.tbank }, levels: map[int]IngestLevel{}, report: &b.rep.IngestTBank}
+	b.paused = &provider{name: "Yolfi (processor paused)", key: "yolfi", src: b.src, order: loadgen.OrderRequest,
+		sender: b.yolfi.sender, levels: map[int]IngestLevel{}, report: &b.rep.IngestPaused, at: pausedAt}
+	if err := b.phase("start fulfillmentd (and one with its inbox processor paused)", func() error {
+		t, err := b.startTarget(ctx, "main", "service", nil)
+		if err != nil {
+			return err
+		}
+		b.use(t)
+		b.paused.on, err = b.startTarget(ctx, "paused", "service_paused", func(c *config.Config) { c.Inbox.Disabled = true })
+		return err
+	}); err != nil {
+		return err
+	}
+	// Baseline and ingest side by side at each concurrency, within seconds of
+	// each other, so that the shared disk's drifting fsync latency hits both
+	// figures of a ratio alike: Yolfi's right after the baseline, T-Bank's
+	// right after Yolfi's. The service idles (its inbox drained) while the
+	// baseline runs on its own database of the same cluster. At 32 and 64
+	// clients, Yolfi's level also runs first on the service whose inbox
+	// processor is paused: ingest alone, like for like with the baseline.
+	for _, c := range o.concurrencies {
+		if err := b.phase(fmt.Sprintf("baseline + ingest (Yolfi, T-Bank): %d clients", c), func() error {
+			orders := map[*provider][]loadgen.Order{}
+			var ps []*provider
+			for _, p := range []*provider{b.paused, b.yolfi, b.tbank} {
+				if p.at != nil && !slices.Contains(p.at, c) {
+					continue
+				}
+				ps = append(ps, p)
+				err := b.on(p, func() error {
+					var err error
+					orders[p], err = b.createOrdersOf(ctx, b.ordersFor(p, c, (b.o.warmup+b.o.phase).Seconds()),
+						func(mid string) *fulfillmentv1.CreateOrderRequest { return p.order(benchOrg, benchEnv, mid) })
+					return err
+				})
+				if err != nil {
+					return err
+				}
+			}
+			b.ready(ctx)
+			if err := b.baselineLevel(ctx, c); err != nil {
+				return err
+			}
+			for _, p := range ps {
+				if err := b.on(p, func() error { return b.ingestLevel(ctx, p, c, orders[p]) }); err != nil {
+					return err
+				}
+			}
+			b.peakIngest = max(b.peakIngest, b.yolfi.levels[c].PerSecond)
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	// Its idle polling would count in PostgreSQL's CPU from now on.
+	b.paused.on.close()
+	if err := b.phase("ingest: open loop at half of peak", func() error { return b.halfPeak(ctx) }); err != nil {
+		return err
+	}
+	for _, r := range o.rates {
+		if err := b.phase(fmt.Sprintf("pipeline: %d events/s open loop", r), func() error {
+			p, err := b.pipelinePoint(ctx, r, "empty inbox")
+			if err != nil {
+				return err
+			}
+			b.emptyPipe[r] = p
+			b.rep.Pipeline = append(b.rep.Pipeline, *p)
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	if err := b.phase("pipeline: max sustained fulfilled/s", func() error { return b.sustained(ctx) }); err != nil {
+		return err
+	}
+	if err := b.replicasPhase(ctx); err != nil {
+		return err
+	}
+	if err := b.phase("reads: GetOrder gRPC and REST, CheckAccess gRPC", func() error { return b.readsPhase(ctx) }); err != nil {
+		return err
+	}
+	if err := b.outboxPhase(ctx); err != nil {
+		return err
+	}
+	if o.historyRows > 0 {
+		if err := b.historyPhase(ctx); err != nil {
+			return err
+		}
+	}
+	b.finish()
+	return nil
+}
+
+// startCluster starts the durable cluster and creates the two databases.
+func (b *bench) startCluster(ctx context.Context) error {
+	var preload []string
+	if b.o.statements {
+		preload = append(preload, "shared_preload_libraries=pg_stat_statements", "pg_stat_statements.max=1000")
+	}
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(b.tmp, "pg"), Durable: true, Log: os.Stderr, Settings: preload})
+	if err != nil {
+		return err
+	}
+	b.cluster = c
+	b.cpu = &cpuMeter{postmasterPID: postmasterPID(filepath.Join(b.tmp, "pg", "data"))}
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	var version string
+	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&version); err != nil {
+		return err
+	}
+	var settings []string
+	for _, name := range []string{"fsync", "synchronous_commit", "full_page_writes", "wal_sync_method", "max_connections", "shared_buffers", "max_wal_size", "shared_preload_libraries"} {
+		var v string
+		if err := conn.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v); err != nil {
+			return err
+		}
+		settings = append(settings, name+"="+v)
+	}
+	if !strings.Contains(strings.Join(settings, " "), "fsync=on") {
+		return fmt.Errorf("cluster is not durable: %s", strings.Join(settings, " "))
+	}
+	b.rep.Machine.PostgreSQL = version
+	b.rep.Machine.PGSettings = strings.Join(settings, " ")
+	b.logf("%s", version)
+	b.logf("%s", b.rep.Machine.PGSettings)
+	for _, db := range []string{"baseline", "baseline_nonotify", "service", "service_paused", "service_empty", "service_history", outboxDB} {
+		if _, err := conn.Exec(ctx, "CREATE DATABASE "+db); err != nil {
+			return fmt.Errorf("creating database %s: %w", db, err)
+		}
+	}
+	if err := storage.Migrate(ctx, c.URL("baseline")); err != nil {
+		return err
+	}
+	if err := storage.Migrate(ctx, c.URL("baseline_nonotify")); err != nil {
+		return err
+	}
+	nn, err := pgx.Connect(ctx, c.URL("baseline_nonotify"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = nn.Close(context.WithoutCancel(ctx)) }()
+	var triggers []string
+	if err := nn.QueryRow(ctx, `SELECT coalesce(array_agg(tgname::text), '{}') FROM pg_trigger
+		WHERE tgrelid = 'inbox_events'::regclass AND NOT tgisinternal`).Scan(&triggers); err != nil {
+		return err
+	}
+	if len(triggers) == 0 {
+		if b.o.noNotify {
+			b.logf("inbox_events has no trigger: the baseline variant without it is skipped")
+		}
+		b.o.noNotify = false
+		return nil
+	}
+	b.logf("inbox_events triggers: %s", strings.Join(triggers, ", "))
+	// Every user trigger (the NOTIFY one), not the constraint triggers.
+	_, err = nn.Exec(ctx, "ALTER TABLE inbox_events DISABLE TRIGGER USER")
+	return err
+}
+
+// sampleWaits starts sampling pg_stat_activity; the returned function stops
+// it and returns the top activities.
+func (b *bench) sampleWaits(ctx context.Context) func() []loadgen.WaitShare {
+	s, err := loadgen.StartWaitSampler(ctx, b.cluster.URL("postgres"), 50*time.Millisecond)
+	if err != nil {
+		b.warn("sampling pg_stat_activity: %v", err)
+		return func() []loadgen.WaitShare { return nil }
+	}
+	return func() []loadgen.WaitShare { return s.Stop(6) }
+}
+
+func (b *bench) logWaits(what string, ws []loadgen.WaitShare) {
+	for _, w := range ws {
+		b.logf("  pg %-28s %s", what, w)
+	}
+}
+
+// baselineLevel runs the baseline at c clients on the real table, then
+// (informational) with its NOTIFY trigger disabled.
+func (b *bench) baselineLevel(ctx context.Context, c int) error {
+	variants := []struct{ db, name string }{{"baseline", "baseline"}}
+	if b.o.noNotify {
+		variants = append(variants, struct{ db, name string }{"baseline_nonotify", "baseline, NOTIFY trigger disabled"})
+	}
+	for _, v := range variants {
+		cpu0 := b.cpu.sample()
+		waits := b.sampleWaits(ctx)
+		res, err := loadgen.RunBaseline(ctx, loadgen.BaselineConfig{DatabaseURL: b.cluster.URL(v.db), Clients: c,
+			ClosedConfig: loadgen.ClosedConfig{Workers: c, Warmup: b.o.warmup, Duration: b.o.phase}})
+		ws := waits()
+		if err != nil {
+			return err
+		}
+		lvl := LoadLevel{Name: v.name, Concurrency: c, Seconds: round2(res.Elapsed.Seconds()), OK: res.OK,
+			PerSecond: round1(res.Throughput()), Latency: res.Latency(), Non200: res.StatusCounts(), CPU: b.cpu.since(cpu0), Waits: ws}
+		if v.db == "baseline" {
+			b.baseline[c] = lvl
+			b.rep.Baseline = append(b.rep.Baseline, lvl)
+		} else {
+			b.rep.BaselineNoNotify = append(b.rep.BaselineNoNotify, lvl)
+		}
+		b.logf("%s %2d clients: %7.0f rows/s  %s  cpu %s  errors %d", v.name, c, lvl.PerSecond, lvl.Latency, lvl.CPU, res.Errors)
+		b.logWaits(fmt.Sprintf("%s %d", v.db, c), ws)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// target is one running fulfillmentd with its database and clients.
+type target struct {
+	name   string
+	dbName string
+	svc    *service
+	db     *pgxpool.Pool // the service's database, for measurements
+	api    *loadgen.API
+	sender *loadgen.Sender // to the Yolfi endpoint
+	tbank  *loadgen.Sender // to the T-Bank endpoint, same connections
+	rest   *loadgen.REST
+}
+
+func (t *target) close() {
+	if t.api != nil {
+		_ = t.api.Close()
+	}
+	if t.sender != nil {
+		t.sender.Close()
+	}
+	if t.db != nil {
+		t.db.Close()
+	}
+	if t.svc != nil {
+		t.svc.stop()
+	}
+}
+
+// startTarget starts fulfillmentd on database dbName, its configuration
+// changed by tune (nil: the default), and connects to it.
+func (b *bench) startTarget(ctx context.Context, name, dbName string, tune func(*config.Config)) (*target, error) {
+	t := &target{name: name, dbName: dbName}
+	b.targets = append(b.targets, t)
+	dir := filepath.Join(b.tmp, "svc-"+name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, err
+	}
+	svc, err := startService(b.bin, dir, b.cluster.URL(dbName), b.o.maxConns, b.o.pprof, tune)
+	if err != nil {
+		return nil, err
+	}
+	t.svc = svc
+	b.logf("fulfillmentd %q pid %d on database %s: grpc %s, http %s, ingest %s (log %s)",
+		name, svc.pid(), dbName, svc.grpcAddr, svc.httpAddr, svc.ingestAddr, svc.logPath)
+	if t.db, err = loadgen.ConnectDB(ctx, b.cluster.URL(dbName)); err != nil {
+		return nil, err
+	}
+	if b.o.statements {
+		if err := loadgen.EnableStatements(ctx, t.db); err != nil {
+			b.warn("pg_stat_statements unavailable, statement costs not reported: %v", err)
+			b.o.statements = false
+		}
+	}
+	if t.api, err = loadgen.DialAPI(svc.grpcAddr, benchToken); err != nil {
+		return nil, err
+	}
+	t.sender = loadgen.NewSender("http://"+svc.ingestAddr+"/webhooks/"+endpointID, 512)
+	t.tbank = &loadgen.Sender{URL: "http://" + svc.ingestAddr + "/webhooks/" + tbankEndpointID, Client: t.sender.Client}
+	t.rest = loadgen.NewREST("http://"+svc.httpAddr, benchToken, 64)
+	return t, nil
+}
+
+// use makes t the measured service (the CPU column follows it).
+func (b *bench) use(t *target) {
+	b.t = t
+	b.cpu.servicePID = t.svc.pid()
+}
+
+// pausedAt are the concurrencies of the ingest levels with the inbox
+// processor paused: the goal's (pausedGoalAt), and one client, to show
+// what processing adds to one client's latency.
+var (
+	pausedAt     = []int{1, 32, 64}
+	pausedGoalAt = []int{32, 64}
+)
+
+// on runs fn with p's service as the measured one.
+func (b *bench) on(p *provider, fn func() error) error {
+	if p.on == nil {
+		return fn()
+	}
+	main := b.t
+	b.use(p.on)
+	defer b.use(main)
+	return fn()
+}
+
+// createOrders pre-creates n orders (loadgen.OrderRequest) over gRPC with
+// 16 concurrent callers.
+func (b *bench) createOrders(ctx context.Context, n int) ([]loadgen.Order, error) {
+	return b.createOrdersOf(ctx, n, func(mid string) *fulfillmentv1.CreateOrderRequest {
+		return loadgen.OrderRequest(benchOrg, benchEnv, mid)
+	})
+}
+
+// createOrdersOf pre-creates n orders, each request built by request from
+// its merchant order id, over gRPC with 16 concurrent callers.
+func (b *bench) createOrdersOf(ctx context.Context, n int, request func(mid string) *fulfillmentv1.CreateOrderRequest) ([]loadgen.Order, error) {
+	b.orderSeq++
+	t0 := time.Now()
+	orders, err := b.t.api.CreateOrdersWith(ctx, fmt.Sprintf("bench-%s-%d", b.runID, b.orderSeq), n, 16, request)
+	if err != nil {
+		return nil, err
+	}
+	d := time.Since(t0)
+	b.logf("created %d orders in %.1fs (%.0f/s)", n, d.Seconds(), float64(n)/d.Seconds())
+	return orders, nil
+}
+
+// profile starts a CPU profile of fulfillmentd over d (with --pprof); the
+// returned function waits for it, saves it into --out and logs its top.
+func (b *bench) profile(ctx context.Context, name string, d time.Duration) func() {
+	if !b.o.pprof || b.t == nil || b.t.svc == nil || b.t.svc.debugAddr == "" {
+		return func() {}
+	}
+	path := filepath.Join(b.o.out, "pprof-"+name+".pb.gz")
+	if err := os.MkdirAll(b.o.out, 0o755); err != nil {
+		b.warn("profile %s: %v", name, err)
+		return func() {}
+	}
+	done := make(chan struct{})
+	var top string
+	var err error
+	go func() {
+		defer close(done)
+		top, err = b.t.svc.cpuProfile(ctx, d, path)
+	}()
+	return func() {
+		<-done
+		if err != nil {
+			b.warn("profile %s: %v", name, err)
+			return
+		}
+		b.rep.Profiles = append(b.rep.Profiles, path)
+		b.logf("fulfillmentd CPU profile during %s: %s\n%s", name, path, top)
+	}
+}
+
+// drain waits for the inbox backlog to be processed, so that each
+// measurement starts from the same state.
+func (b *bench) drain(ctx context.Context, what string) float64 {
+	timeout := b.o.drainTimeout
+	if left := b.o.budget - time.Since(b.start) - time.Minute; left < timeout {
+		timeout = max(left, 5*time.Second)
+	}
+	d, err := loadgen.Drain(ctx, b.t.db, timeout)
+	if err != nil && ctx.Err() == nil {
+		b.warn("after %s: %v", what, err)
+	}
+	if d > 500*time.Millisecond {
+		b.logf("drained the inbox backlog after %s in %.1fs", what, d.Seconds())
+	}
+	return round1(d.Seconds())
+}
+
+// ready prepares a measured run on orders just created: it drains the
+// inbox, then ANALYZEs the service's database, as autovacuum does within a
+// minute in a running service. Without it, the first runs would measure
+// plans cached while the tables were nearly empty (sequential scans that
+// grow with each table), which only a later ANALYZE replaces.
+func (b *bench) ready(ctx context.Context) {
+	b.drain(ctx, "creating orders")
+	if _, err := b.t.db.Exec(ctx, "ANALYZE"); err != nil && ctx.Err() == nil {
+		b.warn("analyzing the service's database: %v", err)
+	}
+}
+
+// ordersFor estimates how many orders a closed-loop webhook run of p at c
+// clients will use: its likely rate (from p's previous level, scaled by the
+// concurrency, with headroom), over the run, for the share of first
+// deliveries. Too few only shortens the measured window (the run stops
+// when they run out, with a warning).
+func (b *bench) ordersFor(p *provider, c int, seconds float64) int {
+	guess := 300.0
+	if prev, ok := p.levels[p.lastC]; ok {
+		guess = max(guess, prev.PerSecond*min(float64(c)/float64(p.lastC), 1.6)*1.25)
+	} else if prev, ok := b.yolfi.levels[b.yolfi.lastC]; ok && p == b.paused {
+		// Its first level: Yolfi's last one with the processor running,
+		// and room for ingest alone to be much faster.
+		guess = max(guess, prev.PerSecond*min(float64(c)/float64(b.yolfi.lastC), 1.6)*2.5)
+	}
+	if cur, ok := p.levels[c]; ok { // a re-run of a measured level
+		guess = max(guess, cur.PerSecond*1.15)
+	}
+	limit := 4000.0
+	if base := b.fastestBaseline(); base > 0 {
+		// The baseline so far (the orders are created before this
+		// level's): ingest with the processor running has reached 0.5×
+		// of it, ingest alone about 1×, and it grows with the clients.
+		floor := base * 0.7
+		if p == b.paused {
+			floor, limit = base, 6000
+		}
+		guess = max(guess, floor)
+	}
+	guess = min(guess, limit)
+	return int(guess*seconds*(1-b.o.redeliver)) + 200
+}
+
+// fastestBaseline is the highest baseline rows/s measured so far (0 for
+// none).
+func (b *bench) fastestBaseline() float64 {
+	best := 0.0
+	for _, l := range b.baseline {
+		best = max(best, l.PerSecond)
+	}
+	return best
+}
+
+// ingestLevel measures p's ingest at c clients over orders, its ratio to
+// the baseline, and records it.
+func (b *bench) ingestLevel(ctx context.Context, p *provider, c int, orders []loadgen.Order) error {
+	since := time.Now()
+	lvl := b.closedIngest(ctx, p, c, orders)
+	if base, ok := b.baseline[c]; ok && base.PerSecond > 0 {
+		lvl.BaselinePerSec = base.PerSecond
+		lvl.Ratio = round2(lvl.PerSecond / base.PerSecond)
+	}
+	if y, ok := b.yolfi.levels[c]; ok && p != b.yolfi && y.PerSecond > 0 {
+		lvl.RatioYolfi = round2(lvl.PerSecond / y.PerSecond)
+	}
+	b.logf("ingest %-6s %2d clients: %7.0f req/s (%.0f new/s)  %s  ratio %.2f  cpu %s  non-200 %d",
+		p.name, c, lvl.PerSecond, lvl.NewPerSecond, lvl.Latency, lvl.Ratio, lvl.CPU, lvl.Non200Total())
+	if p != b.paused { // its backlog stays: nothing processes it
+		lvl.DrainSeconds = b.drain(ctx, fmt.Sprintf("%s ingest at %d clients", p.name, c))
+		b.checkConfirmations(ctx, p, c, since)
+	}
+	p.levels[c], p.lastC = lvl, c
+	*p.report = append(*p.report, lvl)
+	return ctx.Err()
+}
+
+// checkConfirmations warns unless every payment confirmation p's level
+// sent since then fulfilled its order: the level measured the real path.
+func (b *bench) checkConfirmations(ctx context.Context, p *provider, c int, since time.Time) {
+	rows, err := b.t.db.Query(ctx, `SELECT coalesce(decision, state), count(*) FROM inbox_events
+		WHERE provider = $1 AND kind = 'payment_confirmed' AND received_at >= $2 GROUP BY 1`, p.key, since)
+	var decisions map[string]int
+	if err == nil {
+		decisions = map[string]int{}
+		var d string
+		var n int
+		_, err = pgx.ForEachRow(rows, []any{&d, &n}, func() error { decisions[d] = n; return nil })
+	}
+	switch {
+	case err != nil:
+		b.warn("%s ingest at %d clients: reading the decisions: %v", p.name, c, err)
+	case len(decisions) != 1 || decisions["fulfilled"] == 0:
+		b.warn("%s ingest at %d clients: payment confirmations decided %v (expected all fulfilled)", p.name, c, decisions)
+	}
+}
+
+// Non200Total counts the non-200 answers and errors.
+func (l LoadLevel) Non200Total() int {
+	n := 0
+	for _, c := range l.Non200 {
+		n += c
+	}
+	return n
+}
+
+// closedIngest runs p's webhook mix over orders with c closed-loop clients.
+func (b *bench) closedIngest(ctx context.Context, p *provider, c int, orders []loadgen.Order) IngestLevel {
+	mix := loadgen.NewMix(p.src, orders, b.o.redeliver, b.o.outOfOrder)
+	sender := p.sender(b.t)
+	mix.StopWhenExhausted = true
+	var prof func()
+	if c == 32 && !b.profiled {
+		b.profiled = true
+		prof = b.profile(ctx, "ingest32", b.o.warmup+b.o.phase)
+	}
+	cpu0 := b.cpu.sample()
+	waits := b.sampleWaits(ctx)
+	res := loadgen.RunClosed(ctx, loadgen.ClosedConfig{Workers: c, Warmup: b.o.warmup, Duration: b.o.phase},
+		func(ctx context.Context, _ int) (int, error) { return mix.Send(ctx, sender, false) })
+	ws := waits()
+	if prof != nil {
+		prof()
+	}
+	cpu := b.cpu.since(cpu0)
+	b.logWaits(fmt.Sprintf("ingest %s %d", p.name, c), ws)
+	newAcked := mix.Acked(loadgen.KindNew) + mix.Acked(loadgen.KindOutOfOrder)
+	allAcked := newAcked + mix.Acked(loadgen.KindRedelivery)
+	lvl := IngestLevel{Provider: p.name, LoadLevel: LoadLevel{Name: "ingest", Concurrency: c, Seconds: round2(res.Elapsed.Seconds()),
+		OK: res.OK, PerSecond: round1(res.Throughput()), Latency: res.Latency(), Non200: res.StatusCounts(), CPU: cpu, Waits: ws},
+		New: mix.Acked(loadgen.KindNew), Redeliveries: mix.Acked(loadgen.KindRedelivery), OutOfOrder: mix.Acked(loadgen.KindOutOfOrder)}
+	if allAcked > 0 {
+		lvl.NewPerSecond = round1(res.Throughput() * float64(newAcked) / float64(allAcked))
+	}
+	if mix.Exhausted() > 0 {
+		b.warn("%s ingest at %d clients: the %d pre-created orders ran out after %.1fs of the %.1fs window: measured over the shorter window",
+			p.name, c, len(orders), res.Elapsed.Seconds(), b.o.phase.Seconds())
+	}
+	return lvl
+}
+
+// openIngest runs an open-loop webhook stream at rate/s and returns its
+// acknowledgement figures and the ids of the measured new events.
+func (b *bench) openIngest(ctx context.Context, rate float64, d time.Duration, mix *loadgen.Mix) OpenIngest {
+	cfg := loadgen.OpenConfig{Rate: rate, Duration: d, Warmup: b.o.warmup, MaxInFlight: 256}
+	first := cfg.FirstMeasured()
+	cpu0 := b.cpu.sample()
+	waits := b.sampleWaits(ctx)
+	res := loadgen.RunOpen(ctx, cfg, func(ctx context.Context, i int) (int, error) {
+		return mix.Send(ctx, b.t.sender, i >= first)
+	})
+	ws := waits()
+	b.logWaits(fmt.Sprintf("open %.0f/s", rate), ws)
+	b.maxAccepted = max(b.maxAccepted, res.Throughput())
+	return OpenIngest{Offered: rate, Seconds: round2(res.Elapsed.Seconds()), OK: res.OK, PerSecond: round1(res.Throughput()),
+		Latency: res.Latency(), Late: res.Late, Unsent: res.Unsent, Non200: res.StatusCounts(), CPU: b.cpu.since(cpu0), Waits: ws}
+}
+
+func (b *bench) halfPeak(ctx context.Context) error {
+	rate := float64(int(b.peakIngest / 2))
+	if rate < 1 {
+		return errors.New("no ingest peak measured")
+	}
+	orders, err := b.createOrders(ctx, int(rate*(b.o.warmup+b.o.phase).Seconds()*(1-b.o.redeliver))+200)
+	if err != nil {
+		return err
+	}
+	b.ready(ctx)
+	mix := loadgen.NewMix(b.src, orders, b.o.redeliver, b.o.outOfOrder)
+	h := b.openIngest(ctx, rate, b.o.phase, mix)
+	b.rep.HalfPeak = &h
+	b.logf("ingest open loop at %.0f/s (½ of peak %.0f): %.0f/s  ack %s  late %d  cpu %s", rate, b.peakIngest, h.PerSecond, h.Latency, h.Late, h.CPU)
+	b.drain(ctx, "the half-peak run")
+	return ctx.Err()
+}
+
+// pipelinePoint sends new payment.confirmed events open loop at rate/s and
+// measures ack and ack→fulfilled latency.
+func (b *bench) pipelinePoint(ctx context.Context, rate int, label string) (*Pipeline, error) {
+	p, _, err := b.pipelineOf(ctx, rate, label, b.createOrders)
+	return p, err
+}
+
+// pipelineOf is pipelinePoint over orders made by create; it also returns
+// the mix that paid them, with the time of each acknowledgement.
+func (b *bench) pipelineOf(ctx context.Context, rate int, label string, create func(context.Context, int) ([]loadgen.Order, error)) (*Pipeline, *loadgen.Mix, error) {
+	n := int(float64(rate)*(b.o.warmup+b.o.pipeline).Seconds()) + 10
+	orders, err := create(ctx, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	b.ready(ctx)
+	mix := loadgen.NewMix(b.src, orders, 0, 0)
+	p := &Pipeline{Label: label}
+	p.Ack = b.openIngest(ctx, float64(rate), b.o.pipeline, mix)
+	p.DrainSeconds = b.drain(ctx, fmt.Sprintf("the %d/s pipeline run", rate))
+	ts, err := loadgen.Timings(ctx, b.t.db, b.key, mix.NewIDs())
+	if err != nil {
+		return nil, nil, err
+	}
+	p.Fulfilled = loadgen.Fulfilled(ts)
+	if p.Fulfilled.Decisions["fulfilled"] < p.Fulfilled.Latency.N {
+		b.warn("pipeline at %d/s: decisions %v (expected all fulfilled)", rate, p.Fulfilled.Decisions)
+	}
+	if b.t == b.targets[0] {
+		b.readable = append(b.readable, orders[:min(len(orders), 2000)]...)
+	}
+	b.logf("pipeline %d/s (%s): ack %s  late %d | ack→fulfilled %s  pending %d  cpu %s",
+		rate, label, p.Ack.Latency, p.Ack.Late, p.Fulfilled.Latency, p.Fulfilled.Pending, p.Ack.CPU)
+	return p, mix, ctx.Err()
+}
+
+// sustained pushes new payment.confirmed events as fast as push-workers
+// closed-loop clients can, and measures how many events per second the
+// processor completes while the backlog is never empty.
+func (b *bench) sustained(ctx context.Context) error {
+	w := b.o.pushWorkers
+	// The push ends when its orders run out: enough for the whole duration
+	// at the highest rate seen so far, with headroom.
+	guess := max(b.peakIngest, b.maxAccepted, 300) * 1.15
+	orders, err := b.createOrders(ctx, int(guess*b.o.push.Seconds())+200)
+	if err != nil {
+		return err
+	}
+	b.ready(ctx)
+	if b.o.statements {
+		if err := loadgen.ResetStatements(ctx, b.t.db); err != nil {
+			return err
+		}
+	}
+	mix := loadgen.NewMix(b.src, orders, 0, 0)
+	mix.StopWhenExhausted = true
+	prof := b.profile(ctx, "push", b.o.push)
+	cpu0 := b.cpu.sample()
+	waits := b.sampleWaits(ctx)
+	res := loadgen.RunClosed(ctx, loadgen.ClosedConfig{Workers: w, Duration: b.o.push},
+		func(ctx context.Context, _ int) (int, error) { return mix.Send(ctx, b.t.sender, true) })
+	pushWaits := waits()
+	prof()
+	cpuPush := b.cpu.since(cpu0)
+	cpu1 := b.cpu.sample()
+	waits = b.sampleWaits(ctx)
+	drainSecs := b.drain(ctx, "the saturating push")
+	drainWaits := waits()
+	cpuDrain := b.cpu.since(cpu1)
+	cpu2 := b.cpu.sample()
+	b.logWaits("push", pushWaits)
+	b.logWaits("drain", drainWaits)
+	var statements []loadgen.StatementCost
+	var allStatements loadgen.StatementCost
+	if b.o.statements {
+		// Read before the bench's own queries below; every event the push
+		// sent was acknowledged, and the drain processed it.
+		if statements, allStatements, err = loadgen.StatementCosts(ctx, b.t.db, len(mix.NewIDs()), 12); err != nil {
+			return err
+		}
+	}
+	if mix.Exhausted() > 0 && res.Elapsed < b.o.push*3/4 {
+		b.warn("push: the %d pre-created orders ran out after %.1fs", len(orders), res.Elapsed.Seconds())
+	}
+	ts, err := loadgen.Timings(ctx, b.t.db, b.key, mix.NewIDs())
+	if err != nil {
+		return err
+	}
+	first, last := loadgen.ReceivedSpan(ts)
+	s := &Sustained{Workers: w, PushSeconds: round2(res.Elapsed.Seconds()), IngestPerSecond: round1(res.Throughput()),
+		DrainSeconds: drainSecs, CPU: cpuPush, CPUDrain: cpuDrain, Waits: pushWaits, DrainWaits: drainWaits,
+		Statements: statements}
+	if b.o.statements {
+		s.StatementsTotal = &allStatements
+	}
+	f := loadgen.Fulfilled(ts)
+	s.Decisions = f.Decisions
+	if s.Events = f.Latency.N; s.Events > 0 {
+		// Every event of the push, acknowledged then processed, over the
+		// push and the drain; pending ones (a drain cut short) are left out.
+		s.ServiceUsPerEvent = round1((cpu2.service - cpu0.service) / float64(s.Events) * 1e6)
+		s.PostgresUsPerEvent = round1((cpu2.postgres - cpu0.postgres) / float64(s.Events) * 1e6)
+	}
+	// Under load: from one second after the first event (ramp-up) to the
+	// last receipt, the processor competes with full-speed ingest.
+	from := first.Add(time.Second)
+	if last.Sub(from) >= time.Second {
+		buckets := loadgen.PerSecond(ts, from, last)
+		s.PerSecondBuckets = buckets
+		total := 0
+		for _, n := range buckets {
+			total += n
+		}
+		s.FulfilledPerSec = round1(float64(total) / float64(len(buckets)))
+		s.FulfilledPerSecMd = float64(median(buckets))
+	}
+	processedByEnd := 0
+	for _, t := range ts {
+		if !t.ProcessedAt.IsZero() && !t.ProcessedAt.After(last) {
+			processedByEnd++
+		}
+	}
+	s.BacklogAtPushEnd = len(ts) - processedByEnd
+	s.ProcessingKeptUp = float64(s.BacklogAtPushEnd) < max(s.IngestPerSecond*0.25, 20)
+	if lp := loadgen.LastProcessed(ts); lp.Sub(last) > 500*time.Millisecond && s.BacklogAtPushEnd > 0 {
+		s.DrainPerSecond = round1(float64(s.BacklogAtPushEnd) / lp.Sub(last).Seconds())
+	}
+	b.rep.Sustained = s
+	b.logf("push %d workers: ingest %.0f/s; fulfilled under load %.0f/s (median bucket %.0f), drain %.0f/s, backlog at end %d, cpu push %s drain %s",
+		w, s.IngestPerSecond, s.FulfilledPerSec, s.FulfilledPerSecMd, s.DrainPerSecond, s.BacklogAtPushEnd, cpuPush, cpuDrain)
+	return ctx.Err()
+}
+
+func median(xs []int) int {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]int(nil), xs...)
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	return s[len(s)/2]
+}
+
+func (b *bench) readsPhase(ctx context.Context) error {
+	if len(b.readable) == 0 {
+		return errors.New("no orders to read")
+	}
+	ids := make([]string, len(b.readable))
+	for i, o := range b.readable {
+		ids[i] = o.ID
+	}
+	runs := []struct {
+		name string
+		do   func(ctx context.Context, id string) (int, error)
+	}{
+		{"GetOrder gRPC", b.t.api.GetOrder},
+		{"GetOrder REST (GET /v1/orders/{id})", b.t.rest.GetOrder},
+	}
+	for _, r := range runs {
+		if err := b.readRun(ctx, r.name, "", b.o.readWorkers, ids, r.do); err != nil {
+			return err
+		}
+	}
+	if b.o.subscriptions == 0 {
+		return nil
+	}
+	customers, err := b.seedSubscriptions(ctx, b.o.subscriptions)
+	if err != nil {
+		return err
+	}
+	var denied atomic.Int64
+	check := func(ctx context.Context, customer string) (int, error) {
+		resp, err := b.t.api.Client.CheckAccess(b.t.api.Ctx(ctx), &fulfillmentv1.CheckAccessRequest{
+			OrgId: benchOrg, Environment: benchEnv, CustomerRef: customer, PlanId: benchPlan})
+		if err == nil && !resp.GetHasAccess() {
+			denied.Add(1)
+		}
+		return loadgen.GRPCStatus(err)
+	}
+	note := fmt.Sprintf("random customers of %s paid subscriptions", humanCount(len(customers)))
+	if err := b.readRun(ctx, "CheckAccess gRPC", note, b.o.accessWorkers, customers, check); err != nil {
+		return err
+	}
+	if n := denied.Load(); n > 0 {
+		b.warn("CheckAccess answered %d times without access for customers of paid subscriptions", n)
+	}
+	return nil
+}
+
+// readRun is one closed-loop read run, reported as a reads row: workers
+// clients call do, each time on a key picked at random among keys.
+func (b *bench) readRun(ctx context.Context, name, note string, workers int, keys []string,
+	do func(ctx context.Context, key string) (int, error)) error {
+	pick := func(i int) string { return keys[(i*7919+int(time.Now().UnixNano()))%len(keys)] }
+	var seq [256]int
+	cpu0 := b.cpu.sample()
+	res := loadgen.RunClosed(ctx, loadgen.ClosedConfig{Workers: workers, Warmup: b.o.warmup, Duration: b.o.reads},
+		func(ctx context.Context, w int) (int, error) {
+			seq[w%256]++
+			return do(ctx, pick(w*100003+seq[w%256]))
+		})
+	lvl := LoadLevel{Name: name, Concurrency: workers, Seconds: round2(res.Elapsed.Seconds()), OK: res.OK,
+		PerSecond: round1(res.Throughput()), Latency: res.Latency(), Non200: res.StatusCounts(), CPU: b.cpu.since(cpu0), Note: note}
+	b.rep.Reads = append(b.rep.Reads, lvl)
+	b.logf("%s, %d workers: %.0f req/s  %s  cpu %s  non-200 %d", name, lvl.Concurrency, lvl.PerSecond, lvl.Latency, lvl.CPU, lvl.Non200Total())
+	return ctx.Err()
+}
+
+// seedSubscriptions stores n active subscriptions of benchOrg to
+// benchPlan, each of its own customer with one paid period around now, as
+// the rules store them (COPY into the service's database, then ANALYZE),
+// and returns their customers.
+func (b *bench) seedSubscriptions(ctx context.Context, n int) ([]string, error) {
+	t0 := time.Now()
+	now := time.Now().UTC()
+	start, end := now.AddDate(0, 0, -10), now.AddDate(0, 0, 20)
+	customers := make([]string, n)
+	subs, periods := make([][]any, n), make([][]any, n)
+	for i := range n {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, err
+		}
+		customers[i] = fmt.Sprintf("bench-%s-customer-%d", b.runID, i)
+		subs[i] = []any{id, benchOrg, benchEnv, "yolfi", fmt.Sprintf("bench-%s-sub-%d", b.runID, i), customers[i], benchPlan,
+			"active", 1, start, end, start}
+		periods[i] = []any{id, 1, fmt.Sprintf("invoice:bench-%s-%d", b.runID, i), fmt.Sprintf("bench-pay-%d", i), start, end}
+	}
+	err := pgx.BeginFunc(ctx, b.t.db, func(tx pgx.Tx) error {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"subscriptions"}, []string{"id", "org_id", "environment", "provider",
+			"provider_subscription_id", "customer_ref", "plan_id", "state", "periods", "period_start", "period_end", "last_event_at"},
+			pgx.CopyFromRows(subs)); err != nil {
+			return fmt.Errorf("seeding subscriptions: %w", err)
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"subscription_periods"}, []string{"subscription_id", "period", "period_key",
+			"payment_id", "starts_at", "ends_at"}, pgx.CopyFromRows(periods)); err != nil {
+			return fmt.Errorf("seeding subscription periods: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := b.t.db.Exec(ctx, "ANALYZE subscriptions, subscription_periods"); err != nil {
+		return nil, err
+	}
+	b.logf("seeded %d paid subscriptions in %.1fs", n, time.Since(t0).Seconds())
+	return customers, nil
+}
+
+// historyInsert adds n processed events, with small bodies and random-looking
+// ids spread over the unique index like real ones, in one statement.
+const historyInsert = `
+	INSERT INTO inbox_events (provider, endpoint_id, org_id, environment, event_id, event_type, kind, test_mode,
+		occurred_at, received_at, attempt_ref, payment_id, invoice_id, merchant_order_id, amount, token, network,
+		raw_body, state, decision, attempts, next_attempt_at, processed_at)
+	SELECT 'yolfi', $1, $2, $3, 'evt_' || substr(md5('hist' || g), 1, 24), 'payment.confirmed', 'payment_confirmed', false,
+		ts, ts, 'inv_hist_' || g, 'pay_hist_' || g, 'inv_hist_' || g, 'hist-' || g, 25, 'USDT', 'TRON',
+		convert_to('{"id":"hist-' || g || '","type":"payment.confirmed"}', 'UTF8'), 'processed', 'fulfilled', 1,
+		ts, ts + interval '4 milliseconds'
+	FROM generate_series(1, $4::int) AS g, LATERAL (SELECT now() - interval '180 days' + g * interval '10 seconds' AS ts) AS t`
+
+// historyPhase compares the service without and with a large processed
+// history. The machine is shared, so figures measured minutes apart differ
+// by more than the 10% the goal allows: a second fulfillmentd runs on a
+// second database that holds the history, and the two are measured in
+// alternation (A B A B …), each run seconds from its counterpart.
+func (b *bench) historyPhase(ctx context.Context) error {
+	h := &History{Rows: b.o.historyRows}
+	b.rep.History = h
+	main := b.t
+	var empty, hist *target
+	if err := b.phase(fmt.Sprintf("history: two fresh fulfillmentd, insert %d processed events into one", h.Rows), func() error {
+		// Both sides start alike (fresh process, fresh database, same
+		// cluster), so that the history is the only difference.
+		var err error
+		if empty, err = b.startTarget(ctx, "empty", "service_empty", consoleScopes); err != nil {
+			return err
+		}
+		if hist, err = b.startTarget(ctx, "history", "service_history", consoleScopes); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		if _, err := hist.db.Exec(ctx, historyInsert, endpointID, benchOrg, benchEnv, h.Rows); err != nil {
+			return err
+		}
+		h.InsertSeconds = round1(time.Since(t0).Seconds())
+		b.logf("inserted %d historical events in %.1fs", h.Rows, h.InsertSeconds)
+		t1 := time.Now()
+		for _, t := range []*target{empty, hist} {
+			if _, err := t.db.Exec(ctx, "VACUUM ANALYZE inbox_events"); err != nil {
+				return err
+			}
+		}
+		// A checkpoint now, rather than in the middle of a measurement.
+		if _, err := hist.db.Exec(ctx, "CHECKPOINT"); err != nil {
+			return err
+		}
+		h.VacuumSeconds = round1(time.Since(t1).Seconds())
+		if err := hist.db.QueryRow(ctx, `SELECT count(*), pg_size_pretty(pg_total_relation_size('inbox_events')) FROM inbox_events`).
+			Scan(&h.InboxRows, &h.InboxSize); err != nil {
+			return err
+		}
+		if err := empty.db.QueryRow(ctx, `SELECT count(*) FROM inbox_events`).Scan(&h.EmptyInboxRows); err != nil {
+			return err
+		}
+		b.logf("VACUUM ANALYZE + CHECKPOINT in %.1fs; inbox_events with history: %d rows, %s with indexes; without: %d rows",
+			h.VacuumSeconds, h.InboxRows, h.InboxSize, h.EmptyInboxRows)
+		return nil
+	}); err != nil {
+		return err
+	}
+	c := 32
+	if _, ok := b.yolfi.levels[c]; !ok {
+		c = b.o.concurrencies[len(b.o.concurrencies)-1]
+	}
+	var emptyOK, histOK int
+	var emptySecs, histSecs float64
+	for round := 1; round <= max(b.o.rounds, 1); round++ {
+		order := []*target{empty, hist} // A B, then B A, …: order effects cancel
+		if round%2 == 0 {
+			order = []*target{hist, empty}
+		}
+		for _, t := range order {
+			label := "without history"
+			if t == hist {
+				label = "with " + humanCount(h.Rows) + " history"
+			}
+			if err := b.phase(fmt.Sprintf("history: ingest %d clients %s (round %d)", c, label, round), func() error {
+				b.use(t)
+				defer b.use(main)
+				orders, err := b.createOrders(ctx, b.ordersFor(b.yolfi, c, (b.o.warmup+b.o.phase).Seconds()))
+				if err != nil {
+					return err
+				}
+				b.ready(ctx)
+				// Fresh statistics on both sides alike: the history database's
+				// other tables are new, and autovacuum may not have seen them.
+				if _, err := t.db.Exec(ctx, "ANALYZE"); err != nil {
+					return err
+				}
+				lvl := b.closedIngest(ctx, b.yolfi, c, orders)
+				lvl.Name = label
+				lvl.DrainSeconds = b.drain(ctx, "the history ingest run")
+				if t == hist {
+					h.Runs = append(h.Runs, HistoryRun{Round: round, History: true, IngestLevel: lvl})
+					histOK, histSecs = histOK+lvl.OK, histSecs+lvl.Seconds
+				} else {
+					h.Runs = append(h.Runs, HistoryRun{Round: round, IngestLevel: lvl})
+					emptyOK, emptySecs = emptyOK+lvl.OK, emptySecs+lvl.Seconds
+				}
+				b.logf("history round %d, %s: %.0f req/s  %s", round, label, lvl.PerSecond, lvl.Latency)
+				return ctx.Err()
+			}); err != nil {
+				return err
+			}
+		}
+	}
+	if emptySecs > 0 && histSecs > 0 {
+		h.EmptyPerSecond = round1(float64(emptyOK) / emptySecs)
+		h.HistoryPerSecond = round1(float64(histOK) / histSecs)
+		h.PooledRatio = round2(h.HistoryPerSecond / h.EmptyPerSecond)
+	}
+	// Each round's pair ran back to back: its ratio sees the same machine.
+	// The median over rounds shrugs off one round hit by a burst of other
+	// work; the pooled ratio is reported too.
+	var ratios []float64
+	for round := 1; round <= max(b.o.rounds, 1); round++ {
+		var e, w float64
+		for _, run := range h.Runs {
+			if run.Round == round && run.History {
+				w = run.PerSecond
+			} else if run.Round == round {
+				e = run.PerSecond
+			}
+		}
+		if e > 0 {
+			ratios = append(ratios, round2(w/e))
+		}
+	}
+	h.RoundRatios = ratios
+	if len(ratios) > 0 {
+		sorted := slices.Clone(ratios)
+		slices.Sort(sorted)
+		h.IngestRatio = sorted[len(sorted)/2]
+		if len(sorted)%2 == 0 {
+			h.IngestRatio = round2((sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2)
+		}
+	}
+	h.Concurrency = c
+	r := b.o.rates[0]
+	for _, t := range []*target{empty, hist} {
+		label := "without history"
+		if t == hist {
+			label = fmt.Sprintf("%d historical events", h.Rows)
+		}
+		if err := b.phase(fmt.Sprintf("history: pipeline %d events/s, %s", r, label), func() error {
+			b.use(t)
+			defer b.use(main)
+			p, err := b.pipelinePoint(ctx, r, label)
+			if err != nil {
+				return err
+			}
+			if t == hist {
+				h.Pipeline = p
+			} else {
+				h.EmptyPipeline = p
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	if p, e := h.Pipeline, h.EmptyPipeline; p != nil && e != nil && e.Fulfilled.Latency.P50 > 0 && e.Fulfilled.Latency.P99 > 0 {
+		h.FulfilledP50Ratio = round2(float64(p.Fulfilled.Latency.P50) / float64(e.Fulfilled.Latency.P50))
+		h.FulfilledP99Ratio = round2(float64(p.Fulfilled.Latency.P99) / float64(e.Fulfilled.Latency.P99))
+		if e.Ack.Latency.P99 > 0 {
+			h.PipelineAckP99Ratio = round2(float64(p.Ack.Latency.P99) / float64(e.Ack.Latency.P99))
+		}
+	}
+	return b.consolePhase(ctx, hist)
+}
+
+// finish evaluates the goals, collects machine facts, prints the table and
+// writes the outputs.
+func (b *bench) finish() {
+	b.rep.Goals = b.goals()
+	b.rep.Machine = b.machine(b.rep.Machine)
+	b.rep.TotalSeconds = round1(time.Since(b.start).Seconds())
+	b.rep.buildTable()
+	fmt.Println()
+	fmt.Println(b.rep.Machine.Description)
+	fmt.Println()
+	fmt.Print(b.rep.Text())
+	fmt.Println("\nPhase durations:")
+	for _, p := range b.rep.Phases {
+		fmt.Printf("  %-72s %6.1fs\n", p.Name, p.Seconds)
+	}
+	fmt.Printf("  %-72s %6.1fs\n", "total", b.rep.TotalSeconds)
+	paths, err := b.rep.write(b.o.out)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: writing results:", err)
+		return
+	}
+	png := filepath.Join(b.o.out, "bench.png")
+	if err := writeChart(png, &b.rep); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: writing chart:", err)
+	} else {
+		paths = append(paths, png)
+	}
+	fmt.Println("\nWrote:", strings.Join(paths, " "))
+}
+
+func (b *bench) machine(m Machine) Machine {
+	m.Date = b.start.UTC().Format(time.RFC3339)
+	m.NProc = runtime.NumCPU()
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(data), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if data, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(data))
+	}
+	m.GoVersion = runtime.Version()
+	if out, err := exec.Command("go", "version").Output(); err == nil {
+		m.GoVersion = strings.TrimSpace(string(out))
+	}
+	if out, err := exec.Command("git", "-C", b.root, "rev-parse", "--short", "HEAD").Output(); err == nil {
+		m.Commit = strings.TrimSpace(string(out))
+		if st, err := exec.Command("git", "-C", b.root, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+			m.Commit += " (with uncommitted changes)"
+		}
+	}
+	for _, t := range b.targets {
+		if t.svc != nil {
+			if fi, err := os.Stat(t.svc.logPath); err == nil {
+				m.ServiceLog += fmt.Sprintf("%s: %d ", t.name, fi.Size())
+			}
+		}
+	}
+	pg := m.PostgreSQL
+	if i := strings.Index(pg, " on "); i > 0 {
+		pg = pg[:i]
+	}
+	mode := "full run"
+	if b.o.quick {
+		mode = "QUICK smoke run (short phases, small history): not for comparison"
+	}
+	m.Description = fmt.Sprintf("%s — %s; nproc %d (%s); %s durable (fsync on, synchronous_commit on); %s; commit %s; fulfillmentd max_conns %d, default workers; generator on the same machine",
+		m.Date, mode, m.NProc, m.CPUModel, pg, m.GoVersion, m.Commit, b.o.maxConns)
+	return m
+}
+
+func (b *bench) cleanup() {
+	for _, t := range b.targets {
+		t.close()
+	}
+	if b.cluster != nil {
+		if err := b.cluster.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: stopping PostgreSQL:", err)
+		}
+	}
+	if b.tmp != "" {
+		if b.o.keep {
+			fmt.Fprintln(os.Stderr, "bench: kept", b.tmp)
+		} else if err := os.RemoveAll(b.tmp); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: removing", b.tmp+":", err)
+		}
+	}
+}
+
+// redrawChart draws the chart of the run saved in path (its JSON report)
+// into the same name with .png.
+func redrawChart(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var r Report
+	if err := json.Unmarshal(data, &r); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return writeChart(strings.TrimSuffix(path, filepath.Ext(path))+".png", &r)
+}
