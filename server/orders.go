@@ -50,6 +50,8 @@ type Service struct {
 	redriveWake chan struct{}
 	// maxPageBytes caps the encoded items of one listing page.
 	maxPageBytes int
+	// activity keeps the counted minutes of GetActivity (activity.go).
+	activity *activityMemo
 }
 
 var _ fulfillmentv1.FulfillmentServiceServer = (*Service)(nil)
@@ -57,7 +59,7 @@ var _ fulfillmentv1.FulfillmentServiceServer = (*Service)(nil)
 // newService returns the service backed by store, for the configuration cfg.
 func newService(store Store, cfg *config.Config, log *slog.Logger) *Service {
 	s := &Service{store: store, inbox: store, recon: store, events: store, outbox: store, feed: store, payStore: store, subs: store,
-		redrive: store, redriveWake: make(chan struct{}, 1),
+		redrive: store, redriveWake: make(chan struct{}, 1), activity: newActivityMemo(),
 		log: log, cfg: cfg, plans: cfg.DomainPlans(),
 		stopping:     make(chan struct{}),
 		endpoints:    make(map[string]fulfillment.Endpoint, len(cfg.Endpoints)),

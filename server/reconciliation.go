@@ -254,12 +254,15 @@ func (s *Service) GetActivity(ctx context.Context, req *fulfillmentv1.GetActivit
 			return nil, err
 		}
 	}
-	counts, err := s.recon.ReconActivity(ctx, filter, start)
+	key := activityKey(filter)
+	since := s.activity.since(key, start, n)
+	counts, err := s.recon.ReconActivity(ctx, filter, since)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
+	fresh := fulfillment.ActivityMinutes(since, n-int(since.Sub(start)/time.Minute), counts)
 	resp := &fulfillmentv1.GetActivityResponse{CheckTime: timestamppb.New(now)}
-	for _, m := range fulfillment.ActivityMinutes(start, n, counts) {
+	for _, m := range s.activity.window(key, start, n, since, fresh, now) {
 		resp.Minutes = append(resp.Minutes, &fulfillmentv1.ActivityMinute{
 			StartTime: timestamppb.New(m.Start), EventsReceived: m.EventsReceived,
 			OrdersFulfilled: m.OrdersFulfilled, MessagesDelivered: m.MessagesDelivered,

@@ -1,0 +1,114 @@
+package server
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+// GetActivity counts what happened per minute. A minute that ended is
+// counted once and kept, so a window of 60 minutes, asked again every few
+// seconds (the console's overview refreshes itself), costs one count of the
+// rows since the last kept minute, not of the whole hour's.
+const (
+	// activitySettle is how long after its end a minute is counted for
+	// good: a transaction that stamped a row in it may still be committing
+	// (rows are stamped when written, and transactions are short).
+	activitySettle = 30 * time.Second
+	// activityKeys bounds the filters (orgs, org, environment) kept; past
+	// it, the least recently used is forgotten.
+	activityKeys = 256
+)
+
+// activityMemo keeps counted minutes per filter.
+type activityMemo struct {
+	mu   sync.Mutex
+	keys map[string]*activitySeries
+}
+
+type activitySeries struct {
+	minutes map[int64]fulfillment.ActivityMinute // by the minute's Unix time
+	used    time.Time
+}
+
+func newActivityMemo() *activityMemo {
+	return &activityMemo{keys: map[string]*activitySeries{}}
+}
+
+// activityKey names a filter.
+func activityKey(f fulfillment.ReconFilter) string {
+	orgs := "*"
+	if f.VisibleOrgs != nil {
+		orgs = strings.Join(f.VisibleOrgs, ",")
+	}
+	return orgs + "|" + f.OrgID + "|" + string(f.Environment)
+}
+
+// since is the first minute of the window from start (n minutes) that is
+// not kept for key: what must be counted.
+func (m *activityMemo) since(key string, start time.Time, n int) time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.keys[key]
+	for i := range n - 1 { // the last, current minute is never kept
+		t := start.Add(time.Duration(i) * time.Minute)
+		if s == nil {
+			return t
+		}
+		if _, ok := s.minutes[t.Unix()]; !ok {
+			return t
+		}
+	}
+	return start.Add(time.Duration(n-1) * time.Minute)
+}
+
+// window returns the n minutes from start: those before since as kept,
+// the rest from fresh (counted from since on). It keeps the fresh minutes
+// that ended activitySettle before now, and forgets minutes older than any
+// window.
+func (m *activityMemo) window(key string, start time.Time, n int, since time.Time, fresh []fulfillment.ActivityMinute, now time.Time) []fulfillment.ActivityMinute {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.keys[key]
+	if s == nil {
+		if len(m.keys) >= activityKeys {
+			m.forgetOldest()
+		}
+		s = &activitySeries{minutes: map[int64]fulfillment.ActivityMinute{}}
+		m.keys[key] = s
+	}
+	s.used = now
+	for _, f := range fresh {
+		if !f.Start.Add(time.Minute + activitySettle).After(now) {
+			s.minutes[f.Start.Unix()] = f
+		}
+	}
+	oldest := now.Add(-time.Duration(fulfillment.MaxActivityMinutes+1) * time.Minute).Unix()
+	for t := range s.minutes {
+		if t < oldest {
+			delete(s.minutes, t)
+		}
+	}
+	out := make([]fulfillment.ActivityMinute, 0, n)
+	for i := range n {
+		t := start.Add(time.Duration(i) * time.Minute)
+		if t.Before(since) {
+			out = append(out, s.minutes[t.Unix()])
+			continue
+		}
+		out = append(out, fresh[int(t.Sub(since)/time.Minute)])
+	}
+	return out
+}
+
+func (m *activityMemo) forgetOldest() {
+	var oldest string
+	for k, s := range m.keys {
+		if oldest == "" || s.used.Before(m.keys[oldest].used) {
+			oldest = k
+		}
+	}
+	delete(m.keys, oldest)
+}

@@ -1,0 +1,91 @@
+package server
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+)
+
+// counted returns n fresh minutes from since, each counting v events.
+func counted(since time.Time, n int, v int64) []fulfillment.ActivityMinute {
+	out := make([]fulfillment.ActivityMinute, n)
+	for i := range out {
+		out[i] = fulfillment.ActivityMinute{Start: since.Add(time.Duration(i) * time.Minute), EventsReceived: v}
+	}
+	return out
+}
+
+// Minutes that ended activitySettle ago are counted once and kept; the
+// rest, and the current minute, are counted on every call.
+func TestActivityMemoKeepsSettledMinutes(t *testing.T) {
+	t.Parallel()
+	m := newActivityMemo()
+	start := time.Date(2026, 12, 1, 11, 0, 0, 0, time.UTC)
+	const n = 61 // 11:00 … 12:00, the current minute
+	now := start.Add(60*time.Minute + 10*time.Second)
+	if s := m.since("k", start, n); !s.Equal(start) {
+		t.Fatalf("first call counts from %v, want the window's start", s)
+	}
+	got := m.window("k", start, n, start, counted(start, n, 1), now)
+	if len(got) != n || got[0].EventsReceived != 1 || got[n-1].EventsReceived != 1 {
+		t.Fatalf("first window = %d minutes %+v … %+v", len(got), got[0], got[n-1])
+	}
+	// 10 s into 12:00, 11:59 ended 10 s ago: not settled, counted again.
+	if s := m.since("k", start, n); !s.Equal(start.Add(59 * time.Minute)) {
+		t.Fatalf("second call counts from %v, want 11:59", s)
+	}
+	// 40 s into 12:00: 11:59 is counted once more (2 now) and kept.
+	now = now.Add(30 * time.Second)
+	since := m.since("k", start, n)
+	got = m.window("k", start, n, since, counted(since, 2, 2), now)
+	if got[58].EventsReceived != 1 || got[59].EventsReceived != 2 || got[60].EventsReceived != 2 {
+		t.Fatalf("window after 11:59 settled: 11:58 %d, 11:59 %d, 12:00 %d", got[58].EventsReceived, got[59].EventsReceived, got[60].EventsReceived)
+	}
+	if s := m.since("k", start, n); !s.Equal(start.Add(60 * time.Minute)) {
+		t.Fatalf("third call counts from %v, want the current minute only", s)
+	}
+	got = m.window("k", start, n, start.Add(60*time.Minute), counted(start.Add(60*time.Minute), 1, 7), now)
+	if got[59].EventsReceived != 2 || got[60].EventsReceived != 7 {
+		t.Errorf("kept 11:59 = %d, current 12:00 = %d; want 2 and 7", got[59].EventsReceived, got[60].EventsReceived)
+	}
+	// Another filter keeps its own minutes.
+	if s := m.since("other", start, n); !s.Equal(start) {
+		t.Errorf("another key counts from %v, want the start", s)
+	}
+}
+
+func TestActivityMemoBounded(t *testing.T) {
+	t.Parallel()
+	m := newActivityMemo()
+	start := time.Date(2026, 12, 1, 11, 0, 0, 0, time.UTC)
+	now := start.Add(10 * time.Minute)
+	for i := range activityKeys + 1 {
+		m.window(fmt.Sprint(i), start, 3, start, counted(start, 3, 1), now.Add(time.Duration(i)*time.Millisecond))
+	}
+	if len(m.keys) != activityKeys {
+		t.Fatalf("%d keys kept, want %d", len(m.keys), activityKeys)
+	}
+	if _, ok := m.keys["0"]; ok {
+		t.Errorf("the least recently used key was kept")
+	}
+	// Minutes older than any window are forgotten.
+	later := now.Add(time.Duration(fulfillment.MaxActivityMinutes+5) * time.Minute)
+	m.window("1", later, 2, later, counted(later, 2, 1), later.Add(2*time.Minute))
+	for ts := range m.keys["1"].minutes {
+		if time.Unix(ts, 0).Before(later.Add(-time.Duration(fulfillment.MaxActivityMinutes+1) * time.Minute)) {
+			t.Errorf("a minute %v older than any window is kept", time.Unix(ts, 0).UTC())
+		}
+	}
+}
+
+func TestActivityKey(t *testing.T) {
+	t.Parallel()
+	all := activityKey(fulfillment.ReconFilter{})
+	some := activityKey(fulfillment.ReconFilter{VisibleOrgs: []string{}})
+	a := activityKey(fulfillment.ReconFilter{VisibleOrgs: []string{"org_a"}, Environment: fulfillment.EnvLive})
+	if all == some || all == a || some == a {
+		t.Errorf("keys collide: %q %q %q", all, some, a)
+	}
+}
