@@ -18,8 +18,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
-	"github.com/fulfillplatform/fulfillment/ingest"
-	"github.com/fulfillplatform/fulfillment/ingest/providers"
 )
 
 // Scopes a bearer token can hold. ScopeAdmin implies every other scope but
@@ -68,7 +66,7 @@ type Config struct {
 	// SubscriptionSweep tunes the sweeper that ends subscriptions' access.
 	SubscriptionSweep Queue `yaml:"subscription_sweep,omitempty"`
 	// Housekeeping tunes the housekeeper: items for paid orders past the
-	// fulfilment SLA, raw event bodies purged past their retention.
+	// fulfillment SLA, raw event bodies purged past their retention.
 	Housekeeping Housekeeping `yaml:"housekeeping,omitempty"`
 	// Worker is the former name of Inbox. Load accepts it (not together
 	// with inbox), copies it into Inbox and leaves it set, so that serve
@@ -89,20 +87,6 @@ type Endpoint struct {
 	// Options are the provider's own settings for this endpoint (a
 	// terminal key, a policy), checked by the provider's adapter at load.
 	Options yaml.Node `yaml:"options,omitempty"`
-}
-
-// NewAdapter builds the endpoint's webhook adapter from its provider,
-// secrets and options.
-func (e Endpoint) NewAdapter() (ingest.Adapter, error) {
-	p, ok := providers.Lookup(fulfillment.Provider(e.Provider))
-	if !ok {
-		return nil, fmt.Errorf("provider %q is not one of %s", e.Provider, strings.Join(providers.Names(), ", "))
-	}
-	secrets := make([][]byte, len(e.Secrets))
-	for i, s := range e.Secrets {
-		secrets[i] = s.Value
-	}
-	return p.New(e.Domain(), secrets, &e.Options)
 }
 
 // Domain returns what the endpoint fixes of the events it receives.
@@ -216,10 +200,13 @@ type Housekeeping struct {
 	Disabled bool `yaml:"disabled"`
 	// Interval is how often each task runs (default 1m, at least 1s).
 	Interval time.Duration `yaml:"interval"`
-	// FulfilmentSLA is how long a paid order may wait for its fulfilment
+	// FulfillmentSLA is how long a paid order may wait for its fulfillment
 	// (paid or fulfilling) before a paid_not_fulfilled item is opened for it
 	// (default 1h).
-	FulfilmentSLA time.Duration `yaml:"fulfilment_sla"`
+	FulfillmentSLA time.Duration `yaml:"fulfillment_sla"`
+	// DeprecatedFulfilmentSLA is FulfillmentSLA's first spelling, still
+	// accepted (DeprecatedSpelling is logged at start).
+	DeprecatedFulfilmentSLA *time.Duration `yaml:"fulfilment_sla,omitempty"`
 	// RawBodyRetention is how long the raw bodies of stored provider events
 	// are kept; past it, those of events no longer pending are purged
 	// (default 720h: 30 days).
@@ -237,7 +224,7 @@ func (h Housekeeping) WithDefaults() Housekeeping {
 	for _, f := range []struct {
 		v   *time.Duration
 		def time.Duration
-	}{{&h.Interval, fulfillment.DefaultHousekeepingInterval}, {&h.FulfilmentSLA, fulfillment.DefaultFulfilmentSLA}, {&h.RawBodyRetention, fulfillment.DefaultRawBodyRetention}} {
+	}{{&h.Interval, fulfillment.DefaultHousekeepingInterval}, {&h.FulfillmentSLA, fulfillment.DefaultFulfillmentSLA}, {&h.RawBodyRetention, fulfillment.DefaultRawBodyRetention}} {
 		if *f.v == 0 {
 			*f.v = f.def
 		}
@@ -250,8 +237,8 @@ func (h Housekeeping) WithDefaults() Housekeeping {
 
 func (h Housekeeping) validate() error {
 	switch {
-	case h.Interval < 0 || h.FulfilmentSLA < 0 || h.RawBodyRetention < 0 || h.Batch < 0:
-		return errors.New("housekeeping: interval, fulfilment_sla, raw_body_retention and batch must not be negative")
+	case h.Interval < 0 || h.FulfillmentSLA < 0 || h.RawBodyRetention < 0 || h.Batch < 0:
+		return errors.New("housekeeping: interval, fulfillment_sla, raw_body_retention and batch must not be negative")
 	case h.Interval > 0 && h.Interval < time.Second:
 		return errors.New("housekeeping.interval: at least 1s")
 	case h.Batch > MaxHousekeepingBatch:
@@ -280,6 +267,37 @@ func (q Queue) orDefaults(d Queue) Queue {
 // DeprecatedWorker is the warning serve logs at start when the
 // configuration uses the worker key.
 const DeprecatedWorker = "config: the worker key is deprecated: rename it to inbox (same keys)"
+
+// DeprecatedSpelling is the warning serve logs at start when the
+// configuration uses housekeeping.fulfilment_sla.
+const DeprecatedSpelling = "config: housekeeping.fulfilment_sla is deprecated: rename it to fulfillment_sla (same value)"
+
+// Deprecated returns the warnings serve logs at start about deprecated keys
+// the configuration uses.
+func (c *Config) Deprecated() []string {
+	var out []string
+	if c.Worker != nil {
+		out = append(out, DeprecatedWorker)
+	}
+	if c.Housekeeping.DeprecatedFulfilmentSLA != nil {
+		out = append(out, DeprecatedSpelling)
+	}
+	return out
+}
+
+// renameSpelling moves housekeeping.fulfilment_sla into fulfillment_sla;
+// the file may not set both.
+func (c *Config) renameSpelling() error {
+	old := c.Housekeeping.DeprecatedFulfilmentSLA
+	if old == nil {
+		return nil
+	}
+	if c.Housekeeping.FulfillmentSLA != 0 {
+		return errors.New("housekeeping.fulfilment_sla: the deprecated spelling of fulfillment_sla: set only fulfillment_sla")
+	}
+	c.Housekeeping.FulfillmentSLA = *old
+	return nil
+}
 
 // renameWorker moves the deprecated worker section into inbox; the file may
 // not set both.
@@ -471,6 +489,9 @@ func parse(data []byte, getenv func(string) string) (*Config, error) {
 		if err := dec.Decode(cfg); err != nil {
 			return nil, errors.New(yamlMessage(data, err))
 		}
+	}
+	if err := cfg.renameSpelling(); err != nil {
+		return nil, err
 	}
 	if err := cfg.renameWorker(data); err != nil {
 		return nil, err
@@ -755,8 +776,8 @@ func (c *Config) validateEndpoints() error {
 			return fmt.Errorf("%s.id: required; lowercase letters, digits, _ and - (it is the URL path /webhooks/{id})", key)
 		case ids[ep.ID]:
 			return fmt.Errorf("%s.id: %q is used twice", key, ep.ID)
-		case !slices.Contains(providers.Names(), ep.Provider):
-			return fmt.Errorf("%s.provider: %q is not one of %s", key, ep.Provider, strings.Join(providers.Names(), ", "))
+		case !fulfillment.ConfigIDPattern.MatchString(ep.Provider):
+			return fmt.Errorf("%s.provider: required: a provider name such as yolfi or tbank", key)
 		case ep.Org == "" || ep.Org == AllOrgs:
 			return fmt.Errorf("%s.org: the org this endpoint receives events for is required", key)
 		case fulfillment.ValidateOrgID("org", ep.Org) != nil:
@@ -768,15 +789,6 @@ func (c *Config) validateEndpoints() error {
 			return fmt.Errorf("%s.secrets: at least one signing secret is required", key)
 		}
 		ids[ep.ID] = true
-		provider, _ := providers.Lookup(fulfillment.Provider(ep.Provider))
-		for j, sec := range ep.Secrets {
-			if len(sec.Value) < provider.MinSecretLen {
-				return fmt.Errorf("%s.secrets[%d]: a %s signing secret must be at least %d characters", key, j, ep.Provider, provider.MinSecretLen)
-			}
-		}
-		if _, err := ep.NewAdapter(); err != nil {
-			return fmt.Errorf("%s.options: %w", key, err)
-		}
 	}
 	return nil
 }

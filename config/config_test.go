@@ -3,12 +3,12 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
-	"github.com/fulfillplatform/fulfillment/ingest/tbank"
 )
 
 func env(vars map[string]string) func(string) string {
@@ -112,19 +112,10 @@ func TestLoadErrors(t *testing.T) {
 		{"page over half the send limit", "grpc: { max_page_bytes: 3000000 }\n", vars, "grpc.max_page_bytes"},
 		{"page too small", "grpc: { max_page_bytes: 1000 }\n", vars, "grpc.max_page_bytes"},
 		{"webhook body over raw body bound", "ingest: { max_body_bytes: 2097152 }\n", vars, "ingest.max_body_bytes: at most"},
-		{"unknown endpoint option", "endpoints: [ { id: ep, provider: yolfi, org: org_a, environment: live, secrets: [ { env: OTHER } ], options: { terminal_key: T1 } } ]\n", vars, `endpoints[0].options: line 1: unknown option "terminal_key"`},
-		{"tbank endpoint without terminal", "endpoints: [ { id: tb, provider: tbank, org: org_a, environment: live, secrets: [ { env: OTHER } ] } ]\n", vars, "endpoints[0].options: terminal_key is required"},
-		{"tbank password as an option", "endpoints: [ { id: tb, provider: tbank, org: org_a, environment: live, secrets: [ { env: OTHER } ], options: { terminal_key: T1, password: x } } ]\n", vars, `endpoints[0].options: line 1: unknown option "password"`},
-		{"tbank unknown policy", "endpoints: [ { id: tb, provider: tbank, org: org_a, environment: live, secrets: [ { env: OTHER } ], options: { terminal_key: T1, duplicate_order_policy: retry } } ]\n", vars, "endpoints[0].options: duplicate_order_policy must be fail, ignore or reuse"},
-		{"unknown provider", "endpoints: [ { id: ep, provider: paypal, org: org_a, environment: live, secrets: [ { env: OTHER } ] } ]\n", vars, `endpoints[0].provider: "paypal" is not one of yolfi`},
 		{"plan without period", "plans: [ { id: pro } ]\n", vars, "plans[0]: a period needs months or days"},
 		{"plan id twice", "plans: [ { id: pro, months: 1 }, { id: pro, days: 7 } ]\n", vars, `plans[1].id: "pro" is used twice`},
 		{"plan grace too long", "plans: [ { id: pro, months: 1, grace: 2400h } ]\n", vars, "plans[0].grace"},
 		{"plan bad id", "plans: [ { id: Pro Monthly, months: 1 } ]\n", vars, "plans[0].id"},
-		{"short yolfi secret", "endpoints: [ { id: ep, provider: yolfi, org: org_a, environment: live, secrets: [ { env: PASSWORD } ] } ]\n", map[string]string{"PASSWORD": "Dfsfh56dgKl"}, "endpoints[0].secrets[0]: a yolfi signing secret must be at least 16 characters"},
-		{"tbank api url", "endpoints: [ { id: tb, provider: tbank, org: org_a, environment: live, secrets: [ { env: OTHER } ], options: { terminal_key: T1, api_url: \"securepay.tinkoff.ru\" } } ]\n", vars, "endpoints[0].options: api_url: must be an absolute http:// or https:// URL"},
-		{"tbank notification url with credentials", "endpoints: [ { id: tb, provider: tbank, org: org_a, environment: live, secrets: [ { env: OTHER } ], options: { terminal_key: T1, notification_url: \"https://u:p@hooks.example/\" } } ]\n", vars, "endpoints[0].options: notification_url: must not hold credentials"},
-		{"short tbank password", "endpoints: [ { id: tb, provider: tbank, org: org_a, environment: live, secrets: [ { env: PASSWORD } ], options: { terminal_key: T1 } } ]\n", map[string]string{"PASSWORD": "1234567"}, "endpoints[0].secrets[0]: a tbank signing secret must be at least 8 characters"},
 		{"endpoint org no event can carry", "endpoints: [ { id: ep, provider: yolfi, org: \"Org A\", environment: live, secrets: [ { env: OTHER } ] } ]\n", vars, "endpoints[0].org"},
 		{"destination without id", "destinations: [ { url: \"http://x\", secrets: [ { env: WHSEC } ], idempotent: true } ]\n", vars, "destinations[0].id: required"},
 		{"destination id twice", "destinations: [ { id: a, url: \"http://x\", secrets: [ { env: WHSEC } ], idempotent: true }, { id: a, url: \"http://y\", secrets: [ { env: WHSEC } ], idempotent: true } ]\n", vars, `destinations[1].id: "a" is used twice`},
@@ -144,7 +135,7 @@ func TestLoadErrors(t *testing.T) {
 		{"negative inbox lease", "inbox: { lease: -1s }\n", vars, "inbox.lease: must not be negative"},
 		{"negative inbox workers", "inbox: { workers: -2 }\n", vars, "inbox.workers: must not be negative"},
 		{"negative worker poll (deprecated key)", "worker: { poll: -1s }\n", vars, "worker.poll: must not be negative"},
-		{"negative housekeeping sla", "housekeeping: { fulfilment_sla: -1h }\n", vars, "housekeeping: interval, fulfilment_sla"},
+		{"negative housekeeping sla", "housekeeping: { fulfillment_sla: -1h }\n", vars, "housekeeping: interval, fulfillment_sla"},
 		{"housekeeping interval under a second", "housekeeping: { interval: 10ms }\n", vars, "housekeeping.interval: at least 1s"},
 		{"housekeeping batch too large", "housekeeping: { batch: 20000 }\n", vars, "housekeeping.batch: at most 10000"},
 		{"housekeeping unknown key", "housekeeping: { retention: 1h }\n", vars, `unknown key "retention"`},
@@ -224,7 +215,7 @@ func TestExampleLoads(t *testing.T) {
 		t.Errorf("the example's status_poll = %+v, want the defaults stated", got)
 	}
 	if got := cfg.Housekeeping.WithDefaults(); got != defaults.Housekeeping.WithDefaults() || got.Disabled ||
-		got != (Housekeeping{Interval: time.Minute, FulfilmentSLA: time.Hour, RawBodyRetention: 30 * 24 * time.Hour, Batch: 1000}) {
+		got != (Housekeeping{Interval: time.Minute, FulfillmentSLA: time.Hour, RawBodyRetention: 30 * 24 * time.Hour, Batch: 1000}) {
 		t.Errorf("the example's housekeeping = %+v, want the defaults stated", got)
 	}
 	if p, ok := cfg.Plan("pro-monthly"); !ok || p.Period != (fulfillment.Period{Months: 1}) || p.Grace != DefaultPlanGrace {
@@ -248,57 +239,6 @@ func TestExampleLoads(t *testing.T) {
 
 // serve and migrate do not need what only ingest uses: an upstream whose
 // token is missing loads, and fails only when the ingest command resolves it.
-// The example's commented T-Bank endpoint, uncommented, loads and reaches
-// its adapter.
-func TestExampleTBankEndpoint(t *testing.T) {
-	t.Parallel()
-	src, err := os.ReadFile("example.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(src), "\n")
-	found := false
-	for i := 0; i < len(lines); i++ {
-		if lines[i] != "  # - id: tbank-live" {
-			continue
-		}
-		found = true
-		for ; i < len(lines) && strings.HasPrefix(lines[i], "  # "); i++ {
-			lines[i] = "  " + strings.TrimPrefix(lines[i], "  # ")
-		}
-		break
-	}
-	if !found {
-		t.Fatal("example.yaml has no commented tbank-live endpoint")
-	}
-	path := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := Load(path, env(map[string]string{
-		"CHECKOUT_TOKEN":          "checkout-secret-0123456789",
-		"OPS_TOKEN":               "ops-secret-0123456789abc",
-		"INGEST_TOKEN":            "ingest-secret-0123456789",
-		"YOLFI_LIVE_SECRET":       "ywhsec_live_0123456789",
-		"TBANK_LIVE_PASSWORD":     "Dfsfh56dgKl", // the bank's own example: 11 characters
-		"LICENSES_WEBHOOK_SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-		"DATABASE_URL":            "postgres://localhost/db",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(cfg.Endpoints) != 2 || cfg.Endpoints[1].Provider != "tbank" {
-		t.Fatalf("endpoints %+v", cfg.Endpoints)
-	}
-	a, err := cfg.Endpoints[1].NewAdapter()
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := a.(*tbank.Adapter).Options()
-	if o.TerminalKey != "1321054611234" || o.DuplicateOrderPolicy != tbank.PolicyFail || len(o.DuplicateOrderCodes) != 0 {
-		t.Errorf("options %+v", o)
-	}
-}
 
 func TestUpstreamTokenResolvedOnlyForIngest(t *testing.T) {
 	t.Parallel()
@@ -349,6 +289,45 @@ func TestInboxQueueKeys(t *testing.T) {
 	cfg, err := Load("", env(nil))
 	if err != nil || cfg.Inbox != (Queue{}) || cfg.Worker != nil {
 		t.Errorf("without a file: inbox %+v, worker %v, error %v; want the zero queue (worker's defaults)", cfg.Inbox, cfg.Worker, err)
+	}
+}
+
+// housekeeping.fulfillment_sla is also accepted under its first spelling,
+// fulfilment_sla, with a deprecation warning; a file may not set both.
+func TestFulfillmentSLASpelling(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		yaml       string
+		want       time.Duration
+		deprecated []string
+		err        string
+	}{
+		{"housekeeping: { fulfillment_sla: 2h }\n", 2 * time.Hour, nil, ""},
+		{"housekeeping: { fulfilment_sla: 3h }\n", 3 * time.Hour, []string{DeprecatedSpelling}, ""},
+		{"housekeeping: { fulfilment_sla: 3h, fulfillment_sla: 2h }\n", 0, nil, "housekeeping.fulfilment_sla: the deprecated spelling of fulfillment_sla: set only fulfillment_sla"},
+		{"worker: { workers: 2 }\nhousekeeping: { fulfilment_sla: 3h }\n", 3 * time.Hour, []string{DeprecatedWorker, DeprecatedSpelling}, ""},
+	} {
+		path := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := Load(path, env(nil))
+		if tc.err != "" {
+			if err == nil || !strings.HasSuffix(err.Error(), tc.err) {
+				t.Errorf("%q: error %v, want %q", tc.yaml, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tc.yaml, err)
+			continue
+		}
+		if got := cfg.Housekeeping.FulfillmentSLA; got != tc.want {
+			t.Errorf("%q: fulfillment_sla = %v, want %v", tc.yaml, got, tc.want)
+		}
+		if got := cfg.Deprecated(); !slices.Equal(got, tc.deprecated) {
+			t.Errorf("%q: deprecations %q, want %q", tc.yaml, got, tc.deprecated)
+		}
 	}
 }
 
@@ -437,8 +416,8 @@ func TestLoadMistakesNameLineKeyAndFix(t *testing.T) {
 	cases := []struct{ name, yaml, want string }{
 		{"bare integer duration", "listen:\n  grpc: \"127.0.0.1:9090\"\ningest:\n  timeout: 2\n",
 			`line 4: ingest.timeout: "2" has no unit; write "2s"`},
-		{"zero without unit", "housekeeping: { interval: 1m, fulfilment_sla: 0 }\n",
-			`line 1: housekeeping.fulfilment_sla: "0" has no unit; write "0s"`},
+		{"zero without unit", "housekeeping: { interval: 1m, fulfillment_sla: 0 }\n",
+			`line 1: housekeeping.fulfillment_sla: "0" has no unit; write "0s"`},
 		{"fraction without unit", "inbox:\n  poll: 0.5\n", `line 2: inbox.poll: "0.5" has no unit; write "0.5s"`},
 		{"days", "plans:\n  - id: pro\n    months: 1\n    grace: 3d\n",
 			`line 4: plans[0].grace: "3d": days are not a duration unit (ns, us, ms, s, m, h); write "72h"`},

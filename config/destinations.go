@@ -15,7 +15,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
 )
 
-// Destination is one receiver of outbox deliveries: the fulfilment requests
+// Destination is one receiver of outbox deliveries: the fulfillment requests
 // of the external lines that name it, and the order events it subscribes to.
 // Each delivery is an HTTP POST signed as a Standard Webhook.
 type Destination struct {

@@ -106,7 +106,7 @@ func (s *stack) message(t *testing.T, key string) string {
 
 // Flaky 500s then success: one effect per message, every attempt recorded,
 // and the order fulfilled once its line is delivered — announced to the
-// subscribers, like the fulfilment of an order without external lines.
+// subscribers, like the fulfillment of an order without external lines.
 func TestOutboxFlakyReceiverOneEffect(t *testing.T) {
 	t.Parallel()
 	flaky := startReceiver(t, true, receiver.FailFirst(2, 500))

@@ -37,7 +37,7 @@ func behindBouncer(t *testing.T, mode, dbURL string) (b *pgcluster.Bouncer, serv
 // mode: orders created, Yolfi confirmations delivered twice and
 // concurrently, a T-Bank payment started against the fake bank and paid,
 // outbox deliveries, the order event feed, listings. Every order is
-// fulfilled once, every message delivered once, every fulfilment announced.
+// fulfilled once, every message delivered once, every fulfillment announced.
 func TestBehindPgBouncer(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{"transaction", "session"} {
@@ -123,7 +123,7 @@ func TestBehindPgBouncer(t *testing.T) {
 			for len(fulfilledSeen) < len(want) {
 				e, err := feed.Recv()
 				if err != nil {
-					t.Fatalf("feed after %d fulfilments: %v", len(fulfilledSeen), err)
+					t.Fatalf("feed after %d fulfillments: %v", len(fulfilledSeen), err)
 				}
 				if e.GetTopic() == string(fulfillment.TopicOrderFulfilled) && want[e.GetOrderId()] {
 					fulfilledSeen[e.GetOrderId()]++

@@ -7,9 +7,9 @@ import (
 
 // HousekeepingTask is one of the service's recurring chores, run about once
 // per interval by one replica or another:
-//   - TaskFulfilmentSLA opens a paid_not_fulfilled reconciliation item for
-//     every order paid longer ago than the fulfilment SLA that is still
-//     waiting for its fulfilment (AwaitingFulfilment) — one per order, ever;
+//   - TaskFulfillmentSLA opens a paid_not_fulfilled reconciliation item for
+//     every order paid longer ago than the fulfillment SLA that is still
+//     waiting for its fulfillment (AwaitingFulfillment) — one per order, ever;
 //   - TaskRawBodyPurge drops the raw bodies of stored provider events older
 //     than the retention that are no longer pending, keeping their
 //     normalized fields and their decision.
@@ -17,7 +17,7 @@ type HousekeepingTask string
 
 // Housekeeping tasks.
 const (
-	TaskFulfilmentSLA HousekeepingTask = "fulfilment_sla"
+	TaskFulfillmentSLA HousekeepingTask = "fulfilment_sla" // as stored (migration 014): the first spelling stays in the database
 	TaskRawBodyPurge  HousekeepingTask = "raw_body_purge"
 )
 
@@ -25,25 +25,25 @@ const (
 // zero values from these.
 const (
 	DefaultHousekeepingInterval = time.Minute
-	DefaultFulfilmentSLA        = time.Hour
+	DefaultFulfillmentSLA        = time.Hour
 	DefaultRawBodyRetention     = 30 * 24 * time.Hour
 	DefaultHousekeepingBatch    = 1000
 )
 
-// AwaitingFulfilment reports whether an order in state s was paid and has
+// AwaitingFulfillment reports whether an order in state s was paid and has
 // not been fulfilled yet: paid (its grants are being applied) or fulfilling
 // (its external lines are being delivered). An order on hold already has
 // an item of its own; fulfilled, refunded, cancelled and expired orders wait
 // for nothing.
-func (s State) AwaitingFulfilment() bool {
+func (s State) AwaitingFulfillment() bool {
 	return s == StatePaid || s == StateFulfilling
 }
 
-// PastFulfilmentSLA reports whether an order in state s, paid at paidAt
-// (zero: never paid), has waited for its fulfilment longer than sla at now.
-// storage.Store.OpenOverdueFulfilments applies the same rule in SQL.
-func PastFulfilmentSLA(s State, paidAt, now time.Time, sla time.Duration) bool {
-	return s.AwaitingFulfilment() && !paidAt.IsZero() && paidAt.Before(now.Add(-sla))
+// PastFulfillmentSLA reports whether an order in state s, paid at paidAt
+// (zero: never paid), has waited for its fulfillment longer than sla at now.
+// storage.Store.OpenOverdueFulfillments applies the same rule in SQL.
+func PastFulfillmentSLA(s State, paidAt, now time.Time, sla time.Duration) bool {
+	return s.AwaitingFulfillment() && !paidAt.IsZero() && paidAt.Before(now.Add(-sla))
 }
 
 // HousekeepingWork is the storage of the housekeeper: one leased queue item
@@ -65,13 +65,13 @@ type HousekeepingWork interface {
 	// makes the task due again after interval (by the database's clock);
 	// ErrLeaseLost when owner no longer holds it.
 	HousekeepingDone(ctx context.Context, id int64, owner string, n int, interval time.Duration) error
-	// OpenOverdueFulfilments opens a paid_not_fulfilled item for up to
+	// OpenOverdueFulfillments opens a paid_not_fulfilled item for up to
 	// limit orders past the SLA at now (the zero time: the database's
 	// clock) that have none yet, and returns how many orders it looked at
 	// (fewer than limit: no more are left) and how many items it opened.
 	// However many run at once, an order gets one item: the item's key is
 	// unique.
-	OpenOverdueFulfilments(ctx context.Context, now time.Time, sla time.Duration, limit int) (seen, opened int, err error)
+	OpenOverdueFulfillments(ctx context.Context, now time.Time, sla time.Duration, limit int) (seen, opened int, err error)
 	// PurgeRawBodies drops the raw bodies of up to limit events received
 	// longer than retention before now (the zero time: the database's
 	// clock) that are no longer pending, and returns how many.

@@ -7,7 +7,7 @@ import (
 
 // Only a paid order that is still paid or fulfilling, paid longer than the
 // SLA ago, is past it; the boundary itself is not.
-func TestPastFulfilmentSLA(t *testing.T) {
+func TestPastFulfillmentSLA(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	sla := time.Hour
@@ -28,8 +28,8 @@ func TestPastFulfilmentSLA(t *testing.T) {
 		{StateCancelled, now.Add(-48 * time.Hour), false},
 		{StateExpired, now.Add(-48 * time.Hour), false},
 	} {
-		if got := PastFulfilmentSLA(tc.state, tc.paidAt, now, sla); got != tc.want {
-			t.Errorf("PastFulfilmentSLA(%s, paid %v before now) = %v, want %v", tc.state, now.Sub(tc.paidAt), got, tc.want)
+		if got := PastFulfillmentSLA(tc.state, tc.paidAt, now, sla); got != tc.want {
+			t.Errorf("PastFulfillmentSLA(%s, paid %v before now) = %v, want %v", tc.state, now.Sub(tc.paidAt), got, tc.want)
 		}
 	}
 }

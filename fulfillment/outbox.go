@@ -55,7 +55,7 @@ func StateTopic(s State) Topic {
 // storage fills the formats in (in Go and in SQL alike) with the order id
 // and the line number or topic.
 const (
-	// LineKeyFormat: the fulfilment request of an order's external line.
+	// LineKeyFormat: the fulfillment request of an order's external line.
 	LineKeyFormat = "order_%s_line_%s_fulfill"
 	// EventKeyFormat: an order event.
 	EventKeyFormat = "order_%s_%s"
@@ -63,7 +63,7 @@ const (
 	SubscriptionEventKeyFormat = "subscription_%s_%s_%s"
 )
 
-// LineKey is the idempotency key of the fulfilment request of line lineNo
+// LineKey is the idempotency key of the fulfillment request of line lineNo
 // (from 0) of the order.
 func LineKey(orderID string, lineNo int) string {
 	return fmt.Sprintf(LineKeyFormat, orderID, strconv.Itoa(lineNo))
@@ -113,7 +113,7 @@ func DecideDelivered(state State, undelivered int) []Effect {
 }
 
 // enter is the effects of moving an order to state s: the move, the
-// fulfilment requests of its external lines when it waits for them, and
+// fulfillment requests of its external lines when it waits for them, and
 // the announcement of s to the destinations subscribed to it.
 func enter(s State) []Effect {
 	effects := []Effect{MoveOrder{s}}

@@ -54,7 +54,7 @@ endpoints:
       duplicate_order_codes: ["8"]
       duplicate_order_policy: reuse
 destinations:
-  # fulfillctl listen, for development: it receives the fulfilment
+  # fulfillctl listen, for development: it receives the fulfillment
   # requests of external lines naming dev-listener, and every order event.
   - id: dev-listener
     url: "http://$listener/"

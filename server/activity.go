@@ -20,6 +20,11 @@ const (
 	// activityKeys bounds the filters (orgs, org, environment) kept; past
 	// it, the least recently used is forgotten.
 	activityKeys = 256
+	// activityFresh is how long a whole answer is reused: the minutes not
+	// kept yet (the current one at least) hold the newest rows, which under
+	// a high webhook rate are many, so they are counted at most this often
+	// per filter. The answer's check_time says when they were counted.
+	activityFresh = 5 * time.Second
 )
 
 // activityMemo keeps counted minutes per filter.
@@ -31,6 +36,24 @@ type activityMemo struct {
 type activitySeries struct {
 	minutes map[int64]fulfillment.ActivityMinute // by the minute's Unix time
 	used    time.Time
+	// last is the last answer, counted at lastAt for the window from
+	// lastStart.
+	last      []fulfillment.ActivityMinute
+	lastAt    time.Time
+	lastStart time.Time
+}
+
+// recent returns the last answer for key's window from start when it was
+// counted less than activityFresh before now, and when.
+func (m *activityMemo) recent(key string, start time.Time, n int, now time.Time) ([]fulfillment.ActivityMinute, time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.keys[key]
+	if s == nil || len(s.last) != n || !s.lastStart.Equal(start) || now.Sub(s.lastAt) >= activityFresh || now.Before(s.lastAt) {
+		return nil, time.Time{}, false
+	}
+	s.used = now
+	return s.last, s.lastAt, true
 }
 
 func newActivityMemo() *activityMemo {
@@ -100,6 +123,7 @@ func (m *activityMemo) window(key string, start time.Time, n int, since time.Tim
 		}
 		out = append(out, fresh[int(t.Sub(since)/time.Minute)])
 	}
+	s.last, s.lastAt, s.lastStart = out, now, start
 	return out
 }
 

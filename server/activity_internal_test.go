@@ -89,3 +89,25 @@ func TestActivityKey(t *testing.T) {
 		t.Errorf("keys collide: %q %q %q", all, some, a)
 	}
 }
+
+// A whole answer is reused for activityFresh, for the same window only,
+// with the time it was counted.
+func TestActivityMemoReusesRecentAnswer(t *testing.T) {
+	t.Parallel()
+	m := newActivityMemo()
+	start := time.Date(2026, 12, 1, 11, 0, 0, 0, time.UTC)
+	now := start.Add(60*time.Minute + 10*time.Second)
+	if _, _, ok := m.recent("k", start, 61, now); ok {
+		t.Fatal("an answer before any count")
+	}
+	m.window("k", start, 61, start, counted(start, 61, 1), now)
+	if got, at, ok := m.recent("k", start, 61, now.Add(4*time.Second)); !ok || len(got) != 61 || !at.Equal(now) {
+		t.Errorf("4 s later: %d minutes counted at %v, %v; want the answer counted at %v", len(got), at, ok, now)
+	}
+	if _, _, ok := m.recent("k", start, 61, now.Add(activityFresh)); ok {
+		t.Error("an answer reused past activityFresh")
+	}
+	if _, _, ok := m.recent("k", start.Add(time.Minute), 60, now.Add(time.Second)); ok {
+		t.Error("an answer reused for another window")
+	}
+}

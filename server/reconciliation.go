@@ -255,18 +255,25 @@ func (s *Service) GetActivity(ctx context.Context, req *fulfillmentv1.GetActivit
 		}
 	}
 	key := activityKey(filter)
+	if last, at, ok := s.activity.recent(key, start, n, now); ok {
+		return activityResponse(last, at), nil
+	}
 	since := s.activity.since(key, start, n)
 	counts, err := s.recon.ReconActivity(ctx, filter, since)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
 	fresh := fulfillment.ActivityMinutes(since, n-int(since.Sub(start)/time.Minute), counts)
-	resp := &fulfillmentv1.GetActivityResponse{CheckTime: timestamppb.New(now)}
-	for _, m := range s.activity.window(key, start, n, since, fresh, now) {
+	return activityResponse(s.activity.window(key, start, n, since, fresh, now), now), nil
+}
+
+func activityResponse(ms []fulfillment.ActivityMinute, at time.Time) *fulfillmentv1.GetActivityResponse {
+	resp := &fulfillmentv1.GetActivityResponse{CheckTime: timestamppb.New(at)}
+	for _, m := range ms {
 		resp.Minutes = append(resp.Minutes, &fulfillmentv1.ActivityMinute{
 			StartTime: timestamppb.New(m.Start), EventsReceived: m.EventsReceived,
 			OrdersFulfilled: m.OrdersFulfilled, MessagesDelivered: m.MessagesDelivered,
 		})
 	}
-	return resp, nil
+	return resp
 }

@@ -67,11 +67,11 @@ func (s *Store) HousekeepingDone(ctx context.Context, id int64, owner string, n 
 	return nil
 }
 
-// overdueFulfilmentsSQL opens the items of one batch of orders past the
+// overdueFulfillmentsSQL opens the items of one batch of orders past the
 // SLA ($1 now, NULL for the database's; $2 the SLA; $3 the key prefix; $4
 // the batch), and counts the orders looked at and the items opened.
 //
-// The condition on the orders is fulfillment.PastFulfilmentSLA's; the
+// The condition on the orders is fulfillment.PastFulfillmentSLA's; the
 // partial index orders_awaiting_fulfilment_idx holds exactly the orders
 // its states allow. Orders that have their item already are passed over,
 // so that a batch makes progress and an order stuck for days costs nothing
@@ -81,7 +81,7 @@ func (s *Store) HousekeepingDone(ctx context.Context, id int64, owner string, n 
 // inbox or the outbox is moving them on: the next run looks again), so
 // that an order fulfilled meanwhile is read as it is now and none moves on
 // before the item is committed.
-const overdueFulfilmentsSQL = `
+const overdueFulfillmentsSQL = `
 	WITH due AS (
 		SELECT o.id, o.org_id, o.environment, o.state, o.paid_at, o.paid_attempt_ref, o.paid_payment_id
 		FROM orders o
@@ -95,7 +95,7 @@ const overdueFulfilmentsSQL = `
 	), opened AS (
 		INSERT INTO reconciliation_items (kind, org_id, environment, order_id, attempt_ref, payment_id, detail, dedupe_key)
 		SELECT 'paid_not_fulfilled', org_id, environment, id, paid_attempt_ref, paid_payment_id,
-			format('paid at %s and still %s past the fulfilment SLA of %s',
+			format('paid at %s and still %s past the fulfillment SLA of %s',
 				to_char(paid_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), state, $2::interval),
 			$3 || id::text
 		FROM due
@@ -104,10 +104,10 @@ const overdueFulfilmentsSQL = `
 	)
 	SELECT (SELECT count(*) FROM due), (SELECT count(*) FROM opened)`
 
-// OpenOverdueFulfilments implements fulfillment.HousekeepingWork, in one
+// OpenOverdueFulfillments implements fulfillment.HousekeepingWork, in one
 // statement (its own transaction).
-func (s *Store) OpenOverdueFulfilments(ctx context.Context, now time.Time, sla time.Duration, limit int) (seen, opened int, err error) {
-	err = s.pool.QueryRow(ctx, overdueFulfilmentsSQL, optTime(now), sla, fulfillment.OrderKeyPrefix, limit).Scan(&seen, &opened)
+func (s *Store) OpenOverdueFulfillments(ctx context.Context, now time.Time, sla time.Duration, limit int) (seen, opened int, err error) {
+	err = s.pool.QueryRow(ctx, overdueFulfillmentsSQL, optTime(now), sla, fulfillment.OrderKeyPrefix, limit).Scan(&seen, &opened)
 	if err != nil {
 		return 0, 0, fmt.Errorf("opening paid_not_fulfilled items: %w", interpret(err))
 	}

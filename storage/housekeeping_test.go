@@ -47,7 +47,7 @@ func openOverdue(t *testing.T, s *storage.Store, now time.Time, batch int) int {
 	t.Helper()
 	opened := 0
 	for {
-		seen, n, err := s.OpenOverdueFulfilments(context.Background(), now, testSLA, batch)
+		seen, n, err := s.OpenOverdueFulfillments(context.Background(), now, testSLA, batch)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +61,7 @@ func openOverdue(t *testing.T, s *storage.Store, now time.Time, batch int) int {
 // A paid order waiting for its external lines gets no item within the SLA,
 // one once past it, and no second however often the task runs; a fulfilled
 // order and an unpaid one never get one.
-func TestHousekeepingFulfilmentSLA(t *testing.T) {
+func TestHousekeepingFulfillmentSLA(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
@@ -116,11 +116,11 @@ func TestHousekeepingFulfilmentSLA(t *testing.T) {
 	deliverNext(t, s, "licenses", fulfillment.OutcomeDelivered)
 	deliverNext(t, s, "shipping", fulfillment.OutcomeDelivered)
 	if n := openOverdue(t, s, past.Add(2*time.Hour), 10); n != 0 || paidItems(t, conn, "") != 1 {
-		t.Errorf("after fulfilment: %d opened, %d items; want 0 and 1", n, paidItems(t, conn, ""))
+		t.Errorf("after fulfillment: %d opened, %d items; want 0 and 1", n, paidItems(t, conn, ""))
 	}
 }
 
-// The SQL applies fulfillment.PastFulfilmentSLA: for every state, paid or
+// The SQL applies fulfillment.PastFulfillmentSLA: for every state, paid or
 // not, just within or just past the SLA, an item exists exactly when the
 // rule says so.
 func TestHousekeepingSLARule(t *testing.T) {
@@ -148,7 +148,7 @@ func TestHousekeepingSLARule(t *testing.T) {
 				o.ID, st, map[bool]any{true: nil, false: paidAt}[paidAt.IsZero()]); err != nil {
 				t.Fatal(err)
 			}
-			want[o.ID] = fulfillment.PastFulfilmentSLA(st, paidAt, now, testSLA)
+			want[o.ID] = fulfillment.PastFulfillmentSLA(st, paidAt, now, testSLA)
 		}
 	}
 	openOverdue(t, s, now, 2)
@@ -187,7 +187,7 @@ func TestHousekeepersRace(t *testing.T) {
 	for range 2 {
 		live := s.NewLiveness()
 		wg.Go(func() { _ = live.Run(ctx) })
-		q := worker.NewHousekeeper(s, live, worker.HousekeepingConfig{Interval: 5 * time.Millisecond, FulfilmentSLA: testSLA, Batch: 3}, clock, log)
+		q := worker.NewHousekeeper(s, live, worker.HousekeepingConfig{Interval: 5 * time.Millisecond, FulfillmentSLA: testSLA, Batch: 3}, clock, log)
 		wg.Go(func() { _ = q.Run(ctx) })
 	}
 	start := make(chan struct{})
@@ -197,7 +197,7 @@ func TestHousekeepersRace(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			for ctx.Err() == nil {
-				_, k, err := s.OpenOverdueFulfilments(ctx, clock(), testSLA, 4)
+				_, k, err := s.OpenOverdueFulfillments(ctx, clock(), testSLA, 4)
 				if err != nil && ctx.Err() == nil {
 					t.Error(err)
 					return

@@ -106,7 +106,7 @@ func TestOutboxDeliveriesFulfilOrder(t *testing.T) {
 		return count(t, conn, "SELECT count(*) FROM outbox_messages WHERE order_id = $1 AND "+query, orderID)
 	}
 	if n := messages("required AND topic = 'fulfillment.requested'"); n != 2 {
-		t.Fatalf("%d fulfilment requests, want 2 (one per external line)", n)
+		t.Fatalf("%d fulfillment requests, want 2 (one per external line)", n)
 	}
 	if n := messages("NOT required"); n != 0 {
 		t.Fatalf("%d order events before the order is fulfilled", n)

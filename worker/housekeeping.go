@@ -16,9 +16,9 @@ type HousekeepingConfig struct {
 	// Interval is how often each task runs, on one replica or another, and
 	// how often each replica looks for a due task (default 1m).
 	Interval time.Duration
-	// FulfilmentSLA is how long a paid order may wait for its fulfilment
+	// FulfillmentSLA is how long a paid order may wait for its fulfillment
 	// before a paid_not_fulfilled item is opened (default 1h).
-	FulfilmentSLA time.Duration
+	FulfillmentSLA time.Duration
 	// RawBodyRetention is how long the raw bodies of stored provider
 	// events are kept (default 30 days).
 	RawBodyRetention time.Duration
@@ -40,7 +40,7 @@ func (c HousekeepingConfig) WithDefaults() HousekeepingConfig {
 		}
 	}
 	set(&c.Interval, fulfillment.DefaultHousekeepingInterval)
-	set(&c.FulfilmentSLA, fulfillment.DefaultFulfilmentSLA)
+	set(&c.FulfillmentSLA, fulfillment.DefaultFulfillmentSLA)
 	set(&c.RawBodyRetention, fulfillment.DefaultRawBodyRetention)
 	if c.Batch <= 0 {
 		c.Batch = fulfillment.DefaultHousekeepingBatch
@@ -147,8 +147,8 @@ func (t *housekeepingTable) Run(ctx context.Context, task fulfillment.Housekeepi
 		var seen, done int
 		var err error
 		switch task {
-		case fulfillment.TaskFulfilmentSLA:
-			seen, done, err = t.work.OpenOverdueFulfilments(ctx, now, t.cfg.FulfilmentSLA, t.cfg.Batch)
+		case fulfillment.TaskFulfillmentSLA:
+			seen, done, err = t.work.OpenOverdueFulfillments(ctx, now, t.cfg.FulfillmentSLA, t.cfg.Batch)
 		case fulfillment.TaskRawBodyPurge:
 			done, err = t.work.PurgeRawBodies(ctx, now, t.cfg.RawBodyRetention, t.cfg.Batch)
 			seen = done
@@ -165,8 +165,8 @@ func (t *housekeepingTable) Run(ctx context.Context, task fulfillment.Housekeepi
 	}
 	switch {
 	case total == 0:
-	case task == fulfillment.TaskFulfilmentSLA:
-		t.log.Warn("paid orders past the fulfilment SLA: paid_not_fulfilled items opened", "count", total, "sla", t.cfg.FulfilmentSLA)
+	case task == fulfillment.TaskFulfillmentSLA:
+		t.log.Warn("paid orders past the fulfillment SLA: paid_not_fulfilled items opened", "count", total, "sla", t.cfg.FulfillmentSLA)
 	default:
 		t.log.Info("raw event bodies purged", "count", total, "retention", t.cfg.RawBodyRetention)
 	}

@@ -35,7 +35,7 @@ func (f *fakeHousekeeping) HousekeepingDone(_ context.Context, id int64, _ strin
 	return nil
 }
 
-func (f *fakeHousekeeping) OpenOverdueFulfilments(_ context.Context, now time.Time, _ time.Duration, limit int) (seen, opened int, err error) {
+func (f *fakeHousekeeping) OpenOverdueFulfillments(_ context.Context, now time.Time, _ time.Duration, limit int) (seen, opened int, err error) {
 	f.nows, f.statements = append(f.nows, now), f.statements+1
 	n := min(f.overdue, limit)
 	f.overdue -= n
@@ -56,7 +56,7 @@ func TestHousekeepingRunsInBatches(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	work := &fakeHousekeeping{overdue: 25, bodies: 1000, done: map[int64]int{},
-		tasks: map[int64]fulfillment.HousekeepingTask{1: fulfillment.TaskFulfilmentSLA, 2: fulfillment.TaskRawBodyPurge}}
+		tasks: map[int64]fulfillment.HousekeepingTask{1: fulfillment.TaskFulfillmentSLA, 2: fulfillment.TaskRawBodyPurge}}
 	table := &housekeepingTable{work: work, now: func() time.Time { return at }, log: slog.New(slog.DiscardHandler),
 		cfg: HousekeepingConfig{Interval: 7 * time.Second, Batch: 10, MaxBatches: 5}.WithDefaults()}
 	if err := table.Process(context.Background(), "w", []Claim{{ID: 1}, {ID: 2}, {ID: 3}}); err != nil {
@@ -86,7 +86,7 @@ func TestHousekeepingRunsInBatches(t *testing.T) {
 func TestHousekeepingDatabaseClock(t *testing.T) {
 	t.Parallel()
 	work := &fakeHousekeeping{overdue: 1, done: map[int64]int{},
-		tasks: map[int64]fulfillment.HousekeepingTask{1: fulfillment.TaskFulfilmentSLA, 2: "vacuum"}}
+		tasks: map[int64]fulfillment.HousekeepingTask{1: fulfillment.TaskFulfillmentSLA, 2: "vacuum"}}
 	table := &housekeepingTable{work: work, log: slog.New(slog.DiscardHandler), cfg: HousekeepingConfig{}.WithDefaults()}
 	if err := table.Process(context.Background(), "w", []Claim{{ID: 1}}); err != nil || len(work.nows) != 1 || !work.nows[0].IsZero() {
 		t.Errorf("Process = %v at %v, want the zero time", err, work.nows)

@@ -217,7 +217,7 @@ func timeFlag(name, v string, now time.Time) (*timestamppb.Timestamp, error) {
 func summaryTable(w io.Writer, rows []*fulfillmentv1.ReconciliationSummary) error {
 	if len(rows) == 0 {
 		return printNone(w, "org and environment pairs",
-			"nothing needs a person: no open items, no pending or failed events, no paid orders awaiting fulfilment, no failed or uncertain messages")
+			"nothing needs a person: no open items, no pending or failed events, no paid orders awaiting fulfillment, no failed or uncertain messages")
 	}
 	t := newTable(w, "ORG", "ENV", "OPEN", "OLDEST OPEN", "EVENTS PENDING", "EVENTS FAILED", "PAID NOT FULFILLED",
 		"OUTBOX FAILED", "OUTBOX UNCERTAIN", "OPEN BY KIND")

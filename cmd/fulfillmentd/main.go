@@ -136,6 +136,9 @@ func newRootCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := app.CheckConfig(cfg); err != nil {
+				return err
+			}
 			db := "set"
 			if cfg.Database.URL == "" {
 				db = "not set (" + app.ErrNoDatabase.Error() + ")"

@@ -53,10 +53,11 @@ func runIngest(ctx context.Context, cfg *config.Config, log *slog.Logger) error 
 	}
 	defer func() { _ = conn.Close() }()
 	reg := prometheus.NewRegistry()
-	gateway, err := app.NewGateway(cfg, server.NewEventRecorder(conn, up.Token), reg, log)
+	endpoints, err := app.Endpoints(cfg)
 	if err != nil {
 		return err
 	}
+	gateway := app.NewGateway(cfg, endpoints, server.NewEventRecorder(conn, up.Token), reg, log)
 	lis, err := net.Listen("tcp", cfg.Listen.Ingest)
 	if err != nil {
 		return fmt.Errorf("listening for webhooks on %s: %w", cfg.Listen.Ingest, err)

@@ -3,7 +3,7 @@ package receivers_test
 // The receiver examples, each run as it would be (a child process, its own
 // interpreter, a loopback port), against what the service really sends: an
 // order with an external line is paid through the webhook gateway, and the
-// service's outbox dispatcher delivers the fulfilment request and the
+// service's outbox dispatcher delivers the fulfillment request and the
 // order.fulfilled event to the example. Then the same signer the dispatcher
 // uses (outbox.Sender) replays, forges and delays deliveries, and the test
 // counts what the example handled.
@@ -341,7 +341,7 @@ type service struct {
 }
 
 // startService runs the service with one destination, the example at url,
-// which receives the fulfilment requests of external lines and
+// which receives the fulfillment requests of external lines and
 // order.fulfilled.
 func startService(t *testing.T, url string) *service {
 	t.Helper()

@@ -93,8 +93,8 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 		return nil, PoolerError(err)
 	}
 	warnUnreachable(cfg, log)
-	if cfg.Worker != nil {
-		log.Warn(config.DeprecatedWorker)
+	for _, d := range cfg.Deprecated() {
+		log.Warn(d)
 	}
 	a := &App{log: log, store: store, tls: cfg.TLS, http: cfg.HTTP, tracer: tracer, stopTracing: stopTracing}
 	if err := a.build(cfg); err != nil {
@@ -127,7 +127,11 @@ func (a *App) build(cfg *config.Config) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		a.store.MetricsCollector(storage.DefaultMetricsTimeout), buildInfoGauge())
 
-	payments, err := PaymentProviders(cfg)
+	endpoints, err := Endpoints(cfg)
+	if err != nil {
+		return err
+	}
+	payments, err := PaymentProviders(endpoints)
 	if err != nil {
 		return err
 	}
@@ -147,7 +151,7 @@ func (a *App) build(cfg *config.Config) error {
 	}
 	// The webhook gateway records events in-process, through RecordEvent's
 	// checks without its gRPC hop.
-	a.gateway, err = NewGateway(cfg, a.srv.LocalRecorder(), reg, a.log)
+	a.gateway = NewGateway(cfg, endpoints, a.srv.LocalRecorder(), reg, a.log)
 	if err != nil {
 		return err
 	}
@@ -181,7 +185,7 @@ func (a *App) build(cfg *config.Config) error {
 	}
 	if hk := cfg.Housekeeping.WithDefaults(); !hk.Disabled {
 		a.housekeep = worker.NewHousekeeper(a.store, a.liveness, worker.HousekeepingConfig{
-			Interval: hk.Interval, FulfilmentSLA: hk.FulfilmentSLA, RawBodyRetention: hk.RawBodyRetention, Batch: hk.Batch,
+			Interval: hk.Interval, FulfillmentSLA: hk.FulfillmentSLA, RawBodyRetention: hk.RawBodyRetention, Batch: hk.Batch,
 		}, nil, a.log)
 	}
 	return nil
@@ -277,39 +281,29 @@ func inboxObservers(reg prometheus.Registerer, tp trace.TracerProvider) worker.I
 	return o
 }
 
-// NewGateway builds the webhook gateway of the configured endpoints.
-func NewGateway(cfg *config.Config, rec ingest.Recorder, reg prometheus.Registerer, log *slog.Logger) (*ingest.Gateway, error) {
-	eps := make([]ingest.Endpoint, len(cfg.Endpoints))
-	for i, e := range cfg.Endpoints {
-		adapter, err := e.NewAdapter()
-		if err != nil {
-			return nil, fmt.Errorf("config: endpoints[%d]: %w", i, err)
-		}
-		eps[i] = ingest.Endpoint{Endpoint: e.Domain(), Adapter: adapter}
-	}
+// NewGateway builds the webhook gateway of the endpoints (Endpoints).
+func NewGateway(cfg *config.Config, eps []ingest.Endpoint, rec ingest.Recorder, reg prometheus.Registerer, log *slog.Logger) *ingest.Gateway {
 	return ingest.NewGateway(eps, rec, ingest.Options{
 		MaxBodyBytes: cfg.Ingest.MaxBodyBytes,
 		Timeout:      cfg.Ingest.Timeout,
 		Registerer:   reg,
-	}, log), nil
+	}, log)
 }
 
-// PaymentProviders are the providers of the configured endpoints that
+// PaymentProviders are the providers of the endpoints (Endpoints) that
 // take payments the service starts, by endpoint id.
-func PaymentProviders(cfg *config.Config) (map[string]fulfillment.PaymentProvider, error) {
+func PaymentProviders(eps []ingest.Endpoint) (map[string]fulfillment.PaymentProvider, error) {
 	out := map[string]fulfillment.PaymentProvider{}
-	for i, e := range cfg.Endpoints {
-		adapter, err := e.NewAdapter()
-		if err != nil {
-			return nil, fmt.Errorf("config: endpoints[%d]: %w", i, err)
-		}
-		taker, ok := adapter.(ingest.PaymentTaker)
+	for _, e := range eps {
+		taker, ok := e.Adapter.(ingest.PaymentTaker)
 		if !ok {
 			continue
 		}
-		if out[e.ID], err = taker.Payments(nil); err != nil {
-			return nil, fmt.Errorf("config: endpoints[%d]: %w", i, err)
+		p, err := taker.Payments(nil)
+		if err != nil {
+			return nil, fmt.Errorf("config: endpoint %s: %w", e.ID, err)
 		}
+		out[e.ID] = p
 	}
 	return out, nil
 }

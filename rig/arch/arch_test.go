@@ -114,3 +114,25 @@ func TestDomainDoesNoIO(t *testing.T) {
 		t.Fatal("package fulfillment not found")
 	}
 }
+
+// config is data and its validation: it builds nothing, so it imports of
+// the module only the domain and the secrets' formats.
+func TestConfigIsData(t *testing.T) {
+	t.Parallel()
+	allowed := map[string]bool{module + "/fulfillment": true, module + "/outbox/stdwebhooks": true}
+	found := false
+	for _, p := range list(t) {
+		if p.ImportPath != module+"/config" {
+			continue
+		}
+		found = true
+		for _, imp := range p.Imports {
+			if strings.HasPrefix(imp, module+"/") && !allowed[imp] {
+				t.Errorf("config imports %s: the configuration is data and validation; build what it describes in internal/app", imp)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("package config not found")
+	}
+}

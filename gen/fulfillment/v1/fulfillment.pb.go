@@ -808,7 +808,7 @@ type OrderHistory struct {
 	Events []*OrderEvent `protobuf:"bytes,6,rep,name=events,proto3" json:"events,omitempty"`
 	// Older events left out.
 	OmittedEvents int32 `protobuf:"varint,7,opt,name=omitted_events,json=omittedEvents,proto3" json:"omitted_events,omitempty"`
-	// Outbox messages about the order (fulfilment requests of its external
+	// Outbox messages about the order (fulfillment requests of its external
 	// lines, order events), oldest first, without payload and attempts: the
 	// newest 100.
 	Deliveries []*OutboxMessage `protobuf:"bytes,8,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
@@ -3776,7 +3776,7 @@ func (x *ReplayInboxEventResponse) GetEvent() *InboxEvent {
 	return nil
 }
 
-// OutboxMessage is one message to a destination: the fulfilment request of
+// OutboxMessage is one message to a destination: the fulfillment request of
 // an external order line, or an order event.
 type OutboxMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`

@@ -113,7 +113,7 @@ type FulfillmentServiceClient interface {
 	// UNAVAILABLE (retry: it is asked again under the same id). A refusal or
 	// an id the provider already knows is returned as the attempt's state.
 	StartPayment(ctx context.Context, in *StartPaymentRequest, opts ...grpc.CallOption) (*StartPaymentResponse, error)
-	// ListOutboxMessages lists messages to other systems (fulfilment
+	// ListOutboxMessages lists messages to other systems (fulfillment
 	// requests of external lines, order events), newest first, without
 	// their payload and attempts. Pages are bounded like ListOrders'.
 	ListOutboxMessages(ctx context.Context, in *ListOutboxMessagesRequest, opts ...grpc.CallOption) (*ListOutboxMessagesResponse, error)
@@ -580,7 +580,7 @@ type FulfillmentServiceServer interface {
 	// UNAVAILABLE (retry: it is asked again under the same id). A refusal or
 	// an id the provider already knows is returned as the attempt's state.
 	StartPayment(context.Context, *StartPaymentRequest) (*StartPaymentResponse, error)
-	// ListOutboxMessages lists messages to other systems (fulfilment
+	// ListOutboxMessages lists messages to other systems (fulfillment
 	// requests of external lines, order events), newest first, without
 	// their payload and attempts. Pages are bounded like ListOrders'.
 	ListOutboxMessages(context.Context, *ListOutboxMessagesRequest) (*ListOutboxMessagesResponse, error)
