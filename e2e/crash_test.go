@@ -18,8 +18,8 @@ import (
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
-	"github.com/fulfillplatform/fulfillment/rig/daemon"
 	"github.com/fulfillplatform/fulfillment/internal/failpoint"
+	"github.com/fulfillplatform/fulfillment/rig/daemon"
 )
 
 // TestCrashAtFailpoint kills fulfillmentd at each failpoint while it

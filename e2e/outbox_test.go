@@ -14,9 +14,9 @@ import (
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 	"github.com/fulfillplatform/fulfillment/rig/receiver"
-	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
 )
 
 // outboxSecret signs every delivery of these tests (the Standard Webhooks

@@ -27,8 +27,8 @@ import (
 	"github.com/fulfillplatform/fulfillment/config"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
-	"github.com/fulfillplatform/fulfillment/rig/daemon"
 	"github.com/fulfillplatform/fulfillment/internal/failpoint"
+	"github.com/fulfillplatform/fulfillment/rig/daemon"
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 )
 

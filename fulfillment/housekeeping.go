@@ -18,14 +18,14 @@ type HousekeepingTask string
 // Housekeeping tasks.
 const (
 	TaskFulfillmentSLA HousekeepingTask = "fulfilment_sla" // as stored (migration 014): the first spelling stays in the database
-	TaskRawBodyPurge  HousekeepingTask = "raw_body_purge"
+	TaskRawBodyPurge   HousekeepingTask = "raw_body_purge"
 )
 
 // Housekeeping defaults: the configuration and the housekeeper fill their
 // zero values from these.
 const (
 	DefaultHousekeepingInterval = time.Minute
-	DefaultFulfillmentSLA        = time.Hour
+	DefaultFulfillmentSLA       = time.Hour
 	DefaultRawBodyRetention     = 30 * 24 * time.Hour
 	DefaultHousekeepingBatch    = 1000
 )

@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fulfillplatform/fulfillment/rig/receiver"
-	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
 	"github.com/fulfillplatform/fulfillment/outbox"
+	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
+	"github.com/fulfillplatform/fulfillment/rig/receiver"
 )
 
 // payload is the body tests send; Reason must never quote it.

@@ -15,8 +15,8 @@ import (
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
-	testreceiver "github.com/fulfillplatform/fulfillment/rig/receiver"
 	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
+	testreceiver "github.com/fulfillplatform/fulfillment/rig/receiver"
 )
 
 // openItems counts the open reconciliation items.

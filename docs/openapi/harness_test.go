@@ -22,9 +22,9 @@ import (
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	"github.com/fulfillplatform/fulfillment/internal/app"
+	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 	"github.com/fulfillplatform/fulfillment/rig/receiver"
-	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

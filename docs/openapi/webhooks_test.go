@@ -17,8 +17,8 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
-	"github.com/fulfillplatform/fulfillment/rig/receiver"
 	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
+	"github.com/fulfillplatform/fulfillment/rig/receiver"
 )
 
 func webhooksDocument(t *testing.T) map[string]any {

@@ -34,9 +34,9 @@ import (
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	"github.com/fulfillplatform/fulfillment/internal/app"
-	"github.com/fulfillplatform/fulfillment/rig/pgtest"
-	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
 	"github.com/fulfillplatform/fulfillment/outbox"
+	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
+	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

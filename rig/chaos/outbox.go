@@ -19,8 +19,8 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/fulfillment"
-	"github.com/fulfillplatform/fulfillment/rig/receiver"
 	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
+	"github.com/fulfillplatform/fulfillment/rig/receiver"
 )
 
 // The run's destinations.

@@ -12,8 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fulfillplatform/fulfillment/rig/receiver"
 	"github.com/fulfillplatform/fulfillment/outbox"
+	"github.com/fulfillplatform/fulfillment/rig/receiver"
 )
 
 // Arrivals records when a receiver first saw each webhook-id: the moment a

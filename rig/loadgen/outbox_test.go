@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fulfillplatform/fulfillment/outbox"
+	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 	"github.com/fulfillplatform/fulfillment/rig/receiver"
-	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
-	"github.com/fulfillplatform/fulfillment/outbox"
 )
 
 // Direct POSTs reach a real receiver once each, and Arrivals sees every

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fulfillplatform/fulfillment/rig/receiver"
 	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
+	"github.com/fulfillplatform/fulfillment/rig/receiver"
 )
 
 // secretOf returns a secret with key bytes n, n+1, …

@@ -12,10 +12,10 @@ import (
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/outbox"
+	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
 	"github.com/fulfillplatform/fulfillment/rig/loadgen"
 	"github.com/fulfillplatform/fulfillment/rig/receiver"
-	"github.com/fulfillplatform/fulfillment/outbox/stdwebhooks"
-	"github.com/fulfillplatform/fulfillment/outbox"
 )
 
 // The outbox phase's database and destinations. Both destinations are
