@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -222,7 +223,41 @@ func (s *Server) gatewayError(ctx context.Context, mux *runtime.ServeMux, m runt
 		s.log.ErrorContext(ctx, "REST response exceeds the message size bounds", "method", r.Method, "path", r.URL.Path, "error", err)
 		err = status.Error(codes.Internal, "the response is too large to send; ask for less (a smaller page_size)")
 	}
-	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
+	if st := status.Convert(err); st.Code() == codes.InvalidArgument {
+		if msg, ok := bodyError(st.Message()); ok {
+			err = status.Error(codes.InvalidArgument, msg)
+		}
+	}
+	runtime.DefaultHTTPErrorHandler(ctx, mux, errorMarshaler, w, r, err)
+}
+
+// errorMarshaler writes error answers (google.rpc.Status): only the
+// fields that say something, unlike answers, which carry every field.
+var errorMarshaler = &runtime.JSONPb{MarshalOptions: protojson.MarshalOptions{UseProtoNames: true}}
+
+// protoJSONError is how protojson words a body it cannot read (with a
+// space or, at random, a no-break space after "proto:", so that nobody
+// relies on the wording):
+// "proto: (line 1:22): unknown field \"x\"", "proto: syntax error (line
+// 1:5): unexpected token".
+var protoJSONError = regexp.MustCompile(`^proto:[\s\x{00a0}]*(syntax error)?[\s\x{00a0}]*\(line (\d+):(\d+)\):[\s\x{00a0}]*(.*)$`)
+
+// bodyError rewords protojson's refusal of a request body for a person:
+// what is wrong and where, without the library's prefix.
+func bodyError(msg string) (string, bool) {
+	m := protoJSONError.FindStringSubmatch(msg)
+	if m == nil {
+		return "", false
+	}
+	where := "line " + m[2] + ", column " + m[3]
+	what := strings.TrimSpace(m[4])
+	switch {
+	case m[1] != "":
+		return "the request body is not valid JSON at " + where + ": " + what, true
+	case strings.HasPrefix(what, "unknown field "):
+		return "the request body has an " + what + " at " + where + ": the request has no such field (names are snake_case, as in the API reference)", true
+	}
+	return "the request body cannot be read at " + where + ": " + what, true
 }
 
 // withRequestID gives every HTTP request an id (the caller's X-Request-Id

@@ -22,3 +22,22 @@ func TestFieldlessGetsNameEveryFieldlessRequest(t *testing.T) {
 		t.Fatalf("methods with fieldless requests: %v; fieldlessGets: %v — name each one's GET route in fieldlessGets", fieldless, fieldlessGets)
 	}
 }
+
+func TestBodyError(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ in, want string }{
+		{`proto: (line 1:22): unknown field "merchant_order"`,
+			`the request body has an unknown field "merchant_order" at line 1, column 22: the request has no such field (names are snake_case, as in the API reference)`},
+		{`proto: syntax error (line 1:5): unexpected token "}"`, `the request body is not valid JSON at line 1, column 5: unexpected token "}"`},
+		{"proto:\u00a0(line 1:2): unknown field \"x\"", `the request body has an unknown field "x" at line 1, column 2: the request has no such field (names are snake_case, as in the API reference)`},
+		{`proto: (line 2:3): invalid value for int32 field page_size: "x"`, `the request body cannot be read at line 2, column 3: invalid value for int32 field page_size: "x"`},
+	} {
+		got, ok := bodyError(tc.in)
+		if !ok || got != tc.want {
+			t.Errorf("bodyError(%q) = %q, %v; want %q", tc.in, got, ok, tc.want)
+		}
+	}
+	if _, ok := bodyError("order_id: must be a UUID"); ok {
+		t.Error("a service message was reworded")
+	}
+}

@@ -257,11 +257,23 @@ func TestValidationErrors(t *testing.T) {
 	if code != http.StatusBadRequest || !strings.Contains(fmt.Sprint(resp["details"]), "lines[0].quantity") {
 		t.Errorf("REST validation = %d %v", code, resp)
 	}
-	// A misspelt field is refused, not ignored.
+	// Every field of the error says something: no empty reason, no nulls.
+	for _, d := range resp["details"].([]any) {
+		for _, v := range d.(map[string]any)["field_violations"].([]any) {
+			for k, x := range v.(map[string]any) {
+				if x == "" || x == nil {
+					t.Errorf("REST field violation %v has an empty %s", v, k)
+				}
+			}
+		}
+	}
+	// A misspelt field is refused, not ignored, in words without the
+	// library's prefix.
 	body = orderBody("org_a", "rest-typo")
 	body["merchantOrderID"] = "x"
-	if code, resp := ts.do(t, "POST", "/v1/orders", tokOps, body); code != http.StatusBadRequest {
-		t.Errorf("unknown JSON field = %d %v, want 400", code, resp)
+	if code, resp := ts.do(t, "POST", "/v1/orders", tokOps, body); code != http.StatusBadRequest ||
+		!strings.HasPrefix(fmt.Sprint(resp["message"]), `the request body has an unknown field "merchantOrderID" at line 1, column `) {
+		t.Errorf("unknown JSON field = %d %v, want 400 naming the field", code, resp)
 	}
 	if code, resp := ts.do(t, "GET", "/v1/orders/not-an-id", tokOps, nil); code != http.StatusBadRequest {
 		t.Errorf("malformed order id = %d %v, want 400", code, resp)
