@@ -218,7 +218,7 @@ const (
 // gatewayError writes a gRPC error as the REST answer. A response the
 // server could not produce within its size bounds is reported as an internal
 // error: RESOURCE_EXHAUSTED (429) would tell clients to retry the same call.
-func (s *Server) gatewayError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+func (s *Server) gatewayError(ctx context.Context, mux *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	if status.Code(err) == codes.ResourceExhausted {
 		s.log.ErrorContext(ctx, "REST response exceeds the message size bounds", "method", r.Method, "path", r.URL.Path, "error", err)
 		err = status.Error(codes.Internal, "the response is too large to send; ask for less (a smaller page_size)")
