@@ -182,7 +182,7 @@ func timeline(o *fulfillmentv1.Order, inbox map[string]*fulfillmentv1.InboxEvent
 			line = fmt.Sprintf(" (line %d)", d.GetLineNo())
 		}
 		add(storyEntry{At: d.GetCreateTime(), Kind: "delivery", Title: fmt.Sprintf("Outbox %s → %s%s", d.GetTopic(), d.GetDestinationId(), line),
-			Detail: fmt.Sprintf("%s, %d attempts", d.GetState(), d.GetAttempts()), Href: Prefix + "outbox/" + d.GetId()})
+			Detail: d.GetState()+", "+count(int(d.GetAttempts()), "attempt"), Href: Prefix + "outbox/" + d.GetId()})
 		for _, a := range d.GetAttemptHistory() {
 			add(storyEntry{At: a.GetStartTime(), Kind: "attempt", Title: fmt.Sprintf("Attempt %d to %s", a.GetAttempt(), d.GetDestinationId()),
 				Detail: attemptLine(a), Href: Prefix + "outbox/" + d.GetId()})
@@ -311,7 +311,7 @@ func deliveryLine(d *fulfillmentv1.OutboxMessage, now time.Time) string {
 	} else {
 		what += " " + d.GetState()
 	}
-	s := fmt.Sprintf("%s: %d attempts", what, d.GetAttempts())
+	s := what + ": " + count(int(d.GetAttempts()), "attempt")
 	if d.GetLastStatus() != 0 {
 		s += fmt.Sprintf(", last %d", d.GetLastStatus())
 	} else if d.GetLastError() != "" {
