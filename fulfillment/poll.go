@@ -40,21 +40,31 @@ const maxPollError = 300
 // the attempts, the last error, and what the item asks of a person.
 func (p FailedPoll) Detail() string {
 	answers := "none of them answered"
-	if p.Answered > 0 {
+	switch {
+	case p.Attempts == 1 && p.Answered == 0:
+		answers = "unanswered"
+	case p.Answered > 0:
 		answers = fmt.Sprintf("the last %d unanswered (the provider last answered attempt %d)", p.Unanswered(), p.Answered)
 	}
 	last := clipText(p.LastError, maxPollError)
 	if last == "" {
 		last = "none recorded"
 	}
-	return fmt.Sprintf("the status poll of payment %s at endpoint %s gave up after %d attempts, %s; last error: %s. ",
-		p.PaymentID, p.EndpointID, p.Attempts, answers, last) + PollFailingAdvice
+	return fmt.Sprintf("the status poll of payment %s at endpoint %s gave up after %s, %s; last error: %s. ",
+		p.PaymentID, p.EndpointID, attemptsText(p.Attempts), answers, last) + PollFailingAdvice
 }
 
 // PollFailingAdvice ends the detail of every poll_failing item: what it
 // asks of a person, and that it stays open whatever comes later.
 const PollFailingAdvice = "The service does not know the payment's outcome: look it up at the provider. " +
 	"A notification that comes later still settles the order; this item stays open until a person resolves it."
+
+func attemptsText(n int) string {
+	if n == 1 {
+		return "1 attempt"
+	}
+	return fmt.Sprintf("%d attempts", n)
+}
 
 // clipText is s on one line — control characters as spaces — cut to at
 // most n bytes on a character boundary, "…" marking a cut.

@@ -27,6 +27,8 @@ func TestFailedPoll(t *testing.T) {
 		{"the last attempt answered: a payer who never paid", FailedPoll{PaymentID: "7", Attempts: 60, Answered: 60,
 			LastError: "not done yet: payment 7 is NEW"}, false, 0, nil},
 		{"no error recorded", FailedPoll{PaymentID: "7", Attempts: 3}, true, 3, []string{"last error: none recorded."}},
+		{"one attempt", FailedPoll{PaymentID: "7", EndpointID: "e", Attempts: 1, LastError: "timed out"}, true, 1,
+			[]string{"at endpoint e gave up after 1 attempt, unanswered; last error: timed out."}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

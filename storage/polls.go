@@ -37,10 +37,12 @@ var pollQueue = newLeasedTable(leasedTable{
 			attempt_ref, payment_id, amount, currency, detail, dedupe_key)
 		SELECT 'poll_failing', s.org_id, s.environment, s.order_id, s.id, s.provider, s.payment_id, s.payment_id,
 			s.minor_units, s.currency,
-			format('the status poll of payment %s at endpoint %s gave up after %s attempts, %s, the last never completing '
+			format('the status poll of payment %s at endpoint %s gave up after %s, %s, the last never completing '
 				|| '(the worker stopped during it); last recorded error: %s. ',
-				coalesce(s.payment_id, 'unknown'), s.endpoint_id, a.attempts,
-				CASE WHEN p.answered_attempt = 0 THEN 'none of them answered'
+				coalesce(s.payment_id, 'unknown'), s.endpoint_id,
+				a.attempts || CASE WHEN a.attempts = 1 THEN ' attempt' ELSE ' attempts' END,
+				CASE WHEN p.answered_attempt = 0 AND a.attempts = 1 THEN 'unanswered'
+					WHEN p.answered_attempt = 0 THEN 'none of them answered'
 					ELSE format('the last %s unanswered (the provider last answered attempt %s)',
 						a.attempts - p.answered_attempt, p.answered_attempt) END,
 				coalesce(nullif(left(regexp_replace(p.last_error, '[[:cntrl:]]', ' ', 'g'), 300), ''), 'none'))
