@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/tern/v2/migrate"
+
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/storage"
 )
@@ -337,5 +339,44 @@ func TestPollFailingRace(t *testing.T) {
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Migration 020 rolls back only while no poll_failing item exists: items
+// are evidence, and the previous schema has no kind for them.
+func TestMigration020PollFailing(t *testing.T) {
+	t.Parallel()
+	s, conn := newPollStore(t)
+	ctx := context.Background()
+	st := startedPayment(t, s, "m-1", "3001")
+	failPoll(t, s, "w", st, 1)
+	m, err := migrate.NewMigrator(ctx, conn, "schema_version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.LoadMigrations(storage.Migrations()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MigrateTo(ctx, 19); err == nil || !strings.Contains(err.Error(), "poll_failing reconciliation items exist") {
+		t.Fatalf("migrating down with a poll_failing item: %v, want it refused", err)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = 'poll_failing'"); n != 1 {
+		t.Fatalf("%d poll_failing items after the refused rollback, want 1", n)
+	}
+	if _, err := conn.Exec(ctx, "DELETE FROM reconciliation_items"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MigrateTo(ctx, 19); err != nil {
+		t.Fatalf("migrating down without items: %v", err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO reconciliation_items (kind, org_id, environment, detail, dedupe_key)
+		VALUES ('poll_failing', 'org_a', 'live', 'd', 'k')`); err == nil {
+		t.Error("version 19 took a poll_failing item")
+	}
+	if err := m.MigrateTo(ctx, 20); err != nil {
+		t.Fatalf("migrating up again: %v", err)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM payment_polls WHERE answered_attempt = 0"); n != 1 {
+		t.Errorf("%d polls with answered_attempt 0 after migrating up, want the one poll", n)
 	}
 }
