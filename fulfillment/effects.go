@@ -148,6 +148,11 @@ const OrderKeyPrefix = "order|"
 // message's id follows.
 const DeliveryKeyPrefix = "outbox|"
 
+// StartKeyPrefix starts the key of an item about a payment the service
+// started; the payment start's id follows. Storage opens poll_failing
+// items of abandoned polls in bulk, in SQL, and builds their keys from it.
+const StartKeyPrefix = "start|"
+
 // ItemKey names the situation an item is about, so that a redelivery, a
 // retry or a replay never opens a second item for it (reconciliation items
 // are unique on kind and key). It is the only place such keys are made:
@@ -158,6 +163,8 @@ const DeliveryKeyPrefix = "outbox|"
 //     however many announcements;
 //   - paid_not_fulfilled: the order ("order|<id>") — one per order,
 //     however many housekeeping runs;
+//   - duplicate_order_id, poll_failing: the payment start ("start|<id>")
+//     — one per attempt the service started, however many polls failed;
 //   - refund_after_fulfillment: the refund event — every refund is money
 //     moving, a partial refund may follow another;
 //   - anything else about a payment: the payment (provider, tenant, order,
@@ -174,8 +181,8 @@ func ItemKey(kind ReconKind, s ItemSubject) string {
 		return DeliveryKeyPrefix + strconv.FormatInt(s.MessageID, 10)
 	case ReconUnidentifiedPayment, ReconPaidNotFulfilled:
 		return OrderKeyPrefix + s.OrderID
-	case ReconDuplicateOrderID:
-		return "start|" + strconv.FormatInt(s.StartID, 10)
+	case ReconDuplicateOrderID, ReconPollFailing:
+		return StartKeyPrefix + strconv.FormatInt(s.StartID, 10)
 	case ReconRefundAfterFulfill:
 		return fmt.Sprintf("event|%s|%s|%s|%s", s.Provider, s.OrgID, s.Environment, s.EventID)
 	default:

@@ -289,8 +289,10 @@ type PaymentStore interface {
 // known, polled again with backoff while it is not.
 type PollWork interface {
 	// PollClaim, PollRelease, PollReclaim and PollRetry are the inbox's
-	// counterparts; a poll that used its attempts is failed (no item: an
-	// abandoned payment page is no anomaly).
+	// counterparts; a poll that used its attempts is failed, in the same
+	// transaction opening a poll_failing item when its last attempt got no
+	// answer (FailedPoll.Failing) — none when the provider answered it: an
+	// abandoned payment page is no anomaly.
 	PollClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error)
 	PollRelease(ctx context.Context, owner string) (int, error)
 	PollReclaim(ctx context.Context) (int, error)
@@ -301,8 +303,9 @@ type PollWork interface {
 	// owner no longer holds the poll.
 	PollLoad(ctx context.Context, id int64, owner string) (s PaymentStart, known bool, err error)
 	// PollRecord stores ev, what the provider answered, in the inbox —
-	// unless an event with its id is there already — and completes the
-	// poll when done, in one transaction; ErrLeaseLost when owner no
+	// unless an event with its id is there already — records that the
+	// provider answered this attempt (when ev has an id), and completes
+	// the poll when done, in one transaction; ErrLeaseLost when owner no
 	// longer holds the poll.
 	PollRecord(ctx context.Context, id int64, owner string, ev ProviderEvent, raw []byte, done bool) error
 }

@@ -142,6 +142,13 @@ const (
 	// ReconDuplicateOrderID: a provider already had a payment under the id
 	// of an attempt the service started, and it could not be linked.
 	ReconDuplicateOrderID ReconKind = "duplicate_order_id"
+	// ReconPollFailing: the status poll of a payment the service started
+	// used its attempts, and its last question got no answer (the provider
+	// unreachable, or answering errors): the service stopped asking
+	// without learning the payment's outcome (FailedPoll). One per payment
+	// start; a later notification settles the order as usual and leaves
+	// the item open for a person.
+	ReconPollFailing ReconKind = "poll_failing"
 )
 
 // Valid reports whether k is a known kind.
@@ -149,7 +156,7 @@ func (k ReconKind) Valid() bool {
 	switch k {
 	case ReconExtraPayment, ReconUnidentifiedPayment, ReconAmountMismatch, ReconOverpayment, ReconUnmatchedPayment,
 		ReconUncertainDelivery, ReconFailedDelivery, ReconPaidNotFulfilled, ReconFailedEvent, ReconRefundAfterFulfill,
-		ReconDuplicateOrderID:
+		ReconDuplicateOrderID, ReconPollFailing:
 		return true
 	}
 	return false
@@ -158,6 +165,6 @@ func (k ReconKind) Valid() bool {
 // ReconKinds lists every kind, in the order summaries show them.
 var ReconKinds = []ReconKind{
 	ReconUnmatchedPayment, ReconAmountMismatch, ReconOverpayment, ReconExtraPayment, ReconUnidentifiedPayment,
-	ReconDuplicateOrderID, ReconPaidNotFulfilled, ReconRefundAfterFulfill, ReconFailedEvent,
+	ReconDuplicateOrderID, ReconPollFailing, ReconPaidNotFulfilled, ReconRefundAfterFulfill, ReconFailedEvent,
 	ReconFailedDelivery, ReconUncertainDelivery,
 }

@@ -38,6 +38,9 @@ type leasedTable struct {
 	// "abandoned" (id, attempts) it failed because their owners died during
 	// every attempt; "" for none.
 	abandoned string
+	// releaseSet assigns, besides the lease columns and attempts, columns
+	// of a row handed back (column = value, on the row's values before).
+	releaseSet [][2]string
 	// failed completes, in Retry's transaction, a row Retry failed.
 	failed func(ctx context.Context, tx pgx.Tx, id int64, cause string, maxAttempts int) error
 	// partition, when set, names the column that splits the table into
@@ -74,10 +77,13 @@ func ownerKey(expr string) string {
 
 // newLeasedTable builds the statements of t.
 func newLeasedTable(t leasedTable) *leasedTable {
-	var abandonSet, retrySet []string
+	var abandonSet, retrySet, releaseSet []string
 	for _, kv := range t.failedSet {
 		abandonSet = append(abandonSet, fmt.Sprintf("%s = %s,", kv[0], kv[1]))
 		retrySet = append(retrySet, fmt.Sprintf("%s = CASE WHEN attempts >= $4 THEN %s END,", kv[0], kv[1]))
+	}
+	for _, kv := range t.releaseSet {
+		releaseSet = append(releaseSet, fmt.Sprintf("%s = %s,", kv[0], kv[1]))
 	}
 	abandonedCTE := ""
 	if t.abandoned != "" {
@@ -87,6 +93,7 @@ func newLeasedTable(t leasedTable) *leasedTable {
 		"{table}", t.table,
 		"{abandon_set}", strings.Join(abandonSet, " "),
 		"{retry_set}", strings.Join(retrySet, " "),
+		"{release_set}", strings.Join(releaseSet, " "),
 		"{abandoned_effects}", abandonedCTE,
 		"{lease_owner_dead}", ownerDead("lease_owner"),
 		"{owner_dead}", ownerDead("o.lease_owner"),
@@ -137,7 +144,7 @@ func newLeasedTable(t leasedTable) *leasedTable {
 		RETURNING state = 'failed'`)
 
 	t.releaseSQL = r.Replace(`
-		UPDATE {table} SET lease_owner = NULL, lease_until = NULL,
+		UPDATE {table} SET {release_set} lease_owner = NULL, lease_until = NULL,
 			next_attempt_at = clock_timestamp(), attempts = greatest(attempts - 1, 0)
 		WHERE lease_owner = $1 AND state = 'pending'{release_partition} AND {async_commit}`)
 

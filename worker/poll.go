@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/url"
+	"syscall"
 	"time"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -74,7 +78,7 @@ func (t *pollTable) poll(ctx context.Context, owner string, c Claim) error {
 	defer cancel()
 	answer, err := provider.PaymentState(qctx, start.PaymentID)
 	if err != nil {
-		return fmt.Errorf("asking for payment %s: %w", start.PaymentID, err)
+		return fmt.Errorf("asking %s for payment %s: %w", start.EndpointID, start.PaymentID, askFailure{err})
 	}
 	ev, raw, final, err := provider.PolledEvent(answer)
 	if err != nil {
@@ -112,4 +116,37 @@ func (t *pollTable) Reclaim(ctx context.Context) (int, error) { return t.work.Po
 func (*pollTable) Listen(ctx context.Context, _ func()) error {
 	<-ctx.Done()
 	return nil
+}
+
+// askFailure is a question to a provider that failed. Its text is what
+// the poll records and its poll_failing item quotes: a transport error
+// names the provider's address (its internal URL, host and port), so it
+// is told by its kind only; anything else is the adapter's account of the
+// answer, which holds no address. It wraps the error.
+type askFailure struct{ err error }
+
+func (f askFailure) Unwrap() error { return f.err }
+
+func (f askFailure) Error() string {
+	var urlErr *url.Error
+	if !errors.As(f.err, &urlErr) {
+		return f.err.Error()
+	}
+	var (
+		netErr net.Error
+		dnsErr *net.DNSError
+	)
+	switch {
+	case errors.Is(f.err, context.DeadlineExceeded), errors.As(f.err, &netErr) && netErr.Timeout():
+		return "timed out"
+	case errors.Is(f.err, context.Canceled):
+		return "the call was canceled"
+	case errors.Is(f.err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(f.err, syscall.ECONNRESET), errors.Is(f.err, io.EOF), errors.Is(f.err, io.ErrUnexpectedEOF):
+		return "connection lost"
+	case errors.As(f.err, &dnsErr):
+		return "its host name did not resolve"
+	}
+	return "transport error"
 }
