@@ -19,8 +19,14 @@ type reconView struct {
 	Kinds                                    []string
 }
 
-var reconKinds = []string{"extra_payment", "unidentified_payment", "amount_mismatch", "overpayment", "unmatched_payment",
-	"uncertain_delivery", "failed_delivery", "paid_not_fulfilled", "failed_event", "refund_after_fulfillment", "duplicate_order_id"}
+// reconKinds are the kinds the filter offers: every kind the domain knows.
+var reconKinds = func() []string {
+	out := make([]string, len(fulfillment.ReconKinds))
+	for i, k := range fulfillment.ReconKinds {
+		out[i] = string(k)
+	}
+	return out
+}()
 
 // reconItems lists reconciliation items, newest first; min_age (a
 // duration, e.g. 1h) keeps those older than it.

@@ -182,7 +182,7 @@ func timeline(o *fulfillmentv1.Order, inbox map[string]*fulfillmentv1.InboxEvent
 			line = fmt.Sprintf(" (line %d)", d.GetLineNo())
 		}
 		add(storyEntry{At: d.GetCreateTime(), Kind: "delivery", Title: fmt.Sprintf("Outbox %s → %s%s", d.GetTopic(), d.GetDestinationId(), line),
-			Detail: d.GetState()+", "+count(int(d.GetAttempts()), "attempt"), Href: Prefix + "outbox/" + d.GetId()})
+			Detail: d.GetState() + ", " + count(int(d.GetAttempts()), "attempt"), Href: Prefix + "outbox/" + d.GetId()})
 		for _, a := range d.GetAttemptHistory() {
 			add(storyEntry{At: a.GetStartTime(), Kind: "attempt", Title: fmt.Sprintf("Attempt %d to %s", a.GetAttempt(), d.GetDestinationId()),
 				Detail: attemptLine(a), Href: Prefix + "outbox/" + d.GetId()})

@@ -1827,8 +1827,8 @@ type ReconciliationItem struct {
 	ResolvedByDetail string `protobuf:"bytes,23,opt,name=resolved_by_detail,json=resolvedByDetail,proto3" json:"resolved_by_detail,omitempty"`
 	// The stored event that opened the item (GetInboxEvent's id), when any.
 	InboxEventId string `protobuf:"bytes,24,opt,name=inbox_event_id,json=inboxEventId,proto3" json:"inbox_event_id,omitempty"`
-	// The payment the service started that a duplicate_order_id item is
-	// about.
+	// The payment the service started that a duplicate_order_id or
+	// poll_failing item is about.
 	PaymentStartId string `protobuf:"bytes,25,opt,name=payment_start_id,json=paymentStartId,proto3" json:"payment_start_id,omitempty"`
 	// The subscription the item is about, when any.
 	SubscriptionId string `protobuf:"bytes,26,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
