@@ -358,6 +358,10 @@ type Database struct {
 	Migrate bool `yaml:"migrate"`
 	// ConnectTimeout bounds each new connection (default 2s).
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// ExitAfterUnreachable makes serve exit (status 1) once the database
+	// has not answered for this long, for a supervisor to act on; 0 (the
+	// default) waits for it however long, answering webhooks 503.
+	ExitAfterUnreachable time.Duration `yaml:"exit_after_unreachable"`
 
 	// SessionURLEnv and SessionURLFile reference the optional
 	// database.session_url: where the connections that need a server
@@ -672,6 +676,9 @@ func (c *Config) validate() error {
 	}
 	if c.Database.ConnectTimeout < 0 {
 		return errors.New("database.connect_timeout: must not be negative")
+	}
+	if e := c.Database.ExitAfterUnreachable; e < 0 || (e > 0 && e < 5*time.Second) {
+		return errors.New("database.exit_after_unreachable: 0 (never exit) or at least 5s")
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

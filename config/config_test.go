@@ -102,6 +102,7 @@ func TestLoadErrors(t *testing.T) {
 		{"duplicate name", `auth: { tokens: [ { name: a, token_env: OTHER, scopes: [admin], orgs: ["*"] }, { name: a, token_env: CHECKOUT_TOKEN, scopes: [admin], orgs: ["*"] } ] }`, vars, `auth.tokens[1].name: "a" is used twice`},
 		{"shared token value", `auth: { tokens: [ { name: a, token_env: OTHER, scopes: [admin], orgs: ["*"] }, { name: b, token_env: OTHER, scopes: [admin], orgs: ["*"] } ] }`, vars, "auth.tokens[1]: same token value"},
 		{"bad log level", "log: { level: loud }\n", vars, "log.level"},
+		{"exit after unreachable too soon", "database: { exit_after_unreachable: 2s }\n", vars, "database.exit_after_unreachable: 0 (never exit) or at least 5s"},
 		{"bad migrate override", "", map[string]string{"FULFILLMENT_DATABASE_MIGRATE": "maybe"}, "FULFILLMENT_DATABASE_MIGRATE"},
 		{"tls half set", "tls: { cert_file: /x }\n", vars, "tls: set both"},
 		{"tls missing file", "tls: { cert_file: /nonexistent/c, key_file: /nonexistent/k }\n", vars, "tls."},

@@ -22,6 +22,7 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/internal/app"
 	"github.com/fulfillplatform/fulfillment/internal/logging"
 	"github.com/fulfillplatform/fulfillment/rig/pgcluster"
 	"github.com/fulfillplatform/fulfillment/server"
@@ -245,5 +246,53 @@ func TestLogFloodUnreachableDatabase(t *testing.T) {
 	}
 	if warnings > 10 {
 		t.Errorf("%d lines at WARN or above in 3s, want at most 10", warnings)
+	}
+}
+
+// With database.exit_after_unreachable set, a service whose database does
+// not answer gives up once it has not answered that long: Run returns an
+// error naming the key (fulfillmentd then exits 1, for its supervisor).
+func TestExitAfterUnreachable(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := lis.Addr().String()
+	_ = lis.Close() // nothing listens there now
+	cfg := testConfig("postgres://fulfillment@" + host + "/fulfillment?sslmode=disable")
+	cfg.Database.ConnectTimeout = time.Second
+	cfg.Database.ExitAfterUnreachable = 5 * time.Second
+	sink := &logSink{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, err := app.New(ctx, cfg, floodLogger(sink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- a.Run(ctx) }()
+	select {
+	case err := <-done:
+		took := time.Since(start)
+		if err == nil || !strings.Contains(err.Error(), "database.exit_after_unreachable") {
+			t.Fatalf("Run returned %v, want the give-up naming database.exit_after_unreachable", err)
+		}
+		if took < 5*time.Second {
+			t.Errorf("gave up after %s, before the 5s configured", took)
+		}
+		t.Logf("gave up after %s", took.Round(100*time.Millisecond))
+	case <-time.After(20 * time.Second):
+		t.Fatal("still running 20s after the database stopped answering, with exit_after_unreachable 5s")
+	}
+	gaveUp := 0
+	for _, r := range checkLogLines(t, sink.lines()) {
+		if r["msg"] == "database unreachable for too long: giving up" {
+			gaveUp++
+		}
+	}
+	if gaveUp != 1 {
+		t.Errorf("%d give-up lines, want 1", gaveUp)
 	}
 }

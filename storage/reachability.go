@@ -21,7 +21,18 @@ type reachability struct {
 	down     bool
 	downAt   time.Time
 	watching bool
+	// gaveUp is closed once the database was unreachable for
+	// Options.GiveUpAfter.
+	gaveUp     chan struct{}
+	gaveUpOnce sync.Once
 }
+
+// GaveUp is closed once the database has been unreachable for
+// Options.GiveUpAfter (never when it is 0).
+func (s *Store) GaveUp() <-chan struct{} { return s.reach.gaveUp }
+
+// GiveUpAfter is Options.GiveUpAfter.
+func (s *Store) GiveUpAfter() time.Duration { return s.giveUpAfter }
 
 // unreachable reports err when it says the database could not be reached,
 // and returns whether it did: the caller then leaves the telling to it.
@@ -63,6 +74,15 @@ func (r *reachability) watch() {
 		err := r.s.pool.Ping(pctx)
 		cancel()
 		if err != nil {
+			r.mu.Lock()
+			downFor := time.Since(r.downAt)
+			r.mu.Unlock()
+			if g := r.s.giveUpAfter; g > 0 && downFor >= g {
+				r.gaveUpOnce.Do(func() {
+					r.s.log.Error("database unreachable for too long: giving up", "down_for", downFor.Round(time.Second).String())
+					close(r.gaveUp)
+				})
+			}
 			continue
 		}
 		r.mu.Lock()

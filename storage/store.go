@@ -24,9 +24,11 @@ import (
 
 // Store is the PostgreSQL implementation of the domain's stores.
 type Store struct {
-	pool      *pgxpool.Pool
-	leasePool *pgxpool.Pool // claims, releases and reclaims only
-	log       *slog.Logger
+	// giveUpAfter is Options.GiveUpAfter.
+	giveUpAfter time.Duration
+	pool        *pgxpool.Pool
+	leasePool   *pgxpool.Pool // claims, releases and reclaims only
+	log         *slog.Logger
 	// sessionCfg connects the session-bound connections (sessionConn);
 	// poolProbe and sessionProbe tell what stands between the pools and the
 	// sessions and PostgreSQL (the same probe when they share a URL).
@@ -60,6 +62,9 @@ type Options struct {
 	// ConnectTimeout bounds every new connection, so that a database outage
 	// fails requests quickly instead of hanging them. Default 2s.
 	ConnectTimeout time.Duration
+	// GiveUpAfter closes GaveUp once the database has been unreachable this
+	// long; 0 never gives up.
+	GiveUpAfter time.Duration
 	// Logger receives the store's own warnings (nil: discarded).
 	Logger *slog.Logger
 	// InsertFlushers is the number of concurrent group commits of inbox
@@ -122,7 +127,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	}
 	s := &Store{log: log, subscriptions: o.Subscriptions, pollAfter: o.StatusPollAfter, plans: o.Plans,
 		sessionCfg: sessionCfg}
-	s.reach.s = s
+	s.reach.s, s.reach.gaveUp, s.giveUpAfter = s, make(chan struct{}), o.GiveUpAfter
 	s.poolProbe = newPoolingProbe(cfg.ConnConfig.Copy())
 	s.sessionProbe = s.poolProbe
 	if o.SessionURL != "" {

@@ -81,6 +81,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 		SessionURL:     cfg.Database.SessionURL,
 		MaxConns:       cfg.Database.MaxConns,
 		ConnectTimeout: cfg.Database.ConnectTimeout,
+		GiveUpAfter:    cfg.Database.ExitAfterUnreachable,
 		Logger:         log,
 		Subscriptions:  subscriptions(cfg),
 		Plans:          cfg.DomainPlans(),
@@ -233,6 +234,14 @@ func (a *App) Run(ctx context.Context) error {
 		g.Go(func() error { return runQueues(ctx, a.liveness, queues...) })
 		g.Go(func() error { a.health.watch(ctx, queues); return nil })
 	}
+	g.Go(func() error {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.store.GaveUp():
+			return fmt.Errorf("the database has not answered for %s (database.exit_after_unreachable): exiting", a.store.GiveUpAfter())
+		}
+	})
 	if a.debugLis != nil {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
