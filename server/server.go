@@ -77,6 +77,10 @@ type Options struct {
 	// Console, when set, builds the admin console on the in-process
 	// connection; it is served under /console/ on the HTTP listener.
 	Console func(*grpc.ClientConn) http.Handler
+	// TLS, when set, terminates TLS on the gRPC and HTTP listeners (built
+	// once by the caller, who shares it with its other listeners); when
+	// nil, the configuration's tls section is loaded here.
+	TLS *tls.Config
 }
 
 // New prepares a server; listeners open in Listen.
@@ -157,13 +161,12 @@ func (s *Server) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	var tlsCfg *tls.Config
-	if t := s.cfg.TLS; t != nil {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return fmt.Errorf("loading TLS key pair: %w", err)
+	tlsCfg := s.opts.TLS
+	if t := s.cfg.TLS; tlsCfg == nil && t != nil {
+		var err error
+		if tlsCfg, err = LoadTLS(t); err != nil {
+			return err
 		}
-		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 
 	grpcSrv, inproc := s.grpcSrv, s.inproc
@@ -294,4 +297,14 @@ func tlsListener(l net.Listener, cfg *tls.Config, protos ...string) net.Listener
 	c := cfg.Clone()
 	c.NextProtos = protos
 	return tls.NewListener(l, c)
+}
+
+// LoadTLS reads the configured key pair into the listeners' TLS settings
+// (TLS 1.2 at least).
+func LoadTLS(t *config.TLS) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("loading TLS key pair: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -65,5 +66,11 @@ func runIngest(ctx context.Context, cfg *config.Config, log *slog.Logger) error 
 	mux := http.NewServeMux()
 	mux.Handle("/", traceHTTP(gateway.Handler()))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	return app.ServeHTTP(ctx, "webhooks", lis, mux, cfg.TLS, cfg.HTTP, log)
+	var tlsCfg *tls.Config
+	if cfg.TLS != nil {
+		if tlsCfg, err = server.LoadTLS(cfg.TLS); err != nil {
+			return err
+		}
+	}
+	return app.ServeHTTP(ctx, "webhooks", lis, mux, tlsCfg, cfg.HTTP, log)
 }

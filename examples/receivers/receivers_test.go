@@ -85,8 +85,16 @@ func checkExample(t *testing.T, r *example, s *service) {
 	fulfilledKey := fulfillment.EventKey(order.GetId(), fulfillment.TopicOrderFulfilled)
 	r.waitFor(t, "handled "+lineKey+" "+string(fulfillment.TopicFulfillmentRequested))
 	r.waitFor(t, "handled "+fulfilledKey+" "+string(fulfillment.TopicOrderFulfilled))
+	// The receiver prints before it answers, and the service records the
+	// answer after: wait for the record.
 	for _, key := range []string{lineKey, fulfilledKey} {
-		if st, attempts := s.message(t, key); st != "delivered" || attempts != 1 {
+		deadline := time.Now().Add(10 * time.Second)
+		st, attempts := s.message(t, key)
+		for st != "delivered" && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+			st, attempts = s.message(t, key)
+		}
+		if st != "delivered" || attempts != 1 {
 			t.Errorf("message %s: %s after %d attempts, want delivered at the first", key, st, attempts)
 		}
 	}

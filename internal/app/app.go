@@ -47,8 +47,9 @@ type App struct {
 	health    *queueHealth      // whether each queue can claim work
 	ingestLis net.Listener
 	debugLis  net.Listener // nil unless listen.debug is set
-	tls       *config.TLS
-	http      config.HTTP
+	// tls is the listeners' TLS (nil: plain), loaded once.
+	tls  *tls.Config
+	http config.HTTP
 	// tracer is nil when tracing is off; stopTracing flushes it.
 	tracer      trace.TracerProvider
 	stopTracing func(context.Context) error
@@ -97,7 +98,14 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 	for _, d := range cfg.Deprecated() {
 		log.Warn(d)
 	}
-	a := &App{log: log, store: store, tls: cfg.TLS, http: cfg.HTTP, tracer: tracer, stopTracing: stopTracing}
+	a := &App{log: log, store: store, http: cfg.HTTP, tracer: tracer, stopTracing: stopTracing}
+	if cfg.TLS != nil {
+		if a.tls, err = server.LoadTLS(cfg.TLS); err != nil {
+			store.Close()
+			_ = stopTracing(ctx)
+			return nil, err
+		}
+	}
 	if err := a.build(cfg); err != nil {
 		a.Close()
 		return nil, err
@@ -143,7 +151,7 @@ func (a *App) build(cfg *config.Config) error {
 	}
 	a.srv, err = server.New(cfg, a.store, a.log, server.Options{
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Payments: payments, TracerProvider: a.tracer,
-		Queues: a.health.Down, Console: mountConsole})
+		Queues: a.health.Down, Console: mountConsole, TLS: a.tls})
 	if err != nil {
 		return err
 	}
@@ -330,13 +338,9 @@ func warnUnreachable(cfg *config.Config, log *slog.Logger) {
 
 // ServeHTTP serves h on lis, within the timeouts of bounds, until ctx ends,
 // then shuts down gracefully.
-func ServeHTTP(ctx context.Context, name string, lis net.Listener, h http.Handler, t *config.TLS, bounds config.HTTP, log *slog.Logger) error {
+func ServeHTTP(ctx context.Context, name string, lis net.Listener, h http.Handler, t *tls.Config, bounds config.HTTP, log *slog.Logger) error {
 	if t != nil {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return fmt.Errorf("loading TLS key pair: %w", err)
-		}
-		lis = tls.NewListener(lis, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		lis = tls.NewListener(lis, t.Clone())
 	}
 	srv := server.NewHTTPServer(h, bounds, log)
 	errc := make(chan error, 1)
