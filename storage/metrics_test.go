@@ -39,7 +39,8 @@ func TestMetricsCollector(t *testing.T) {
 			('erp', 'order.fulfilled', 'k2', 'org_a', 'live', false, '{}', 'pending'),
 			('erp', 'order.fulfilled', 'k3', 'org_a', 'live', false, '{}', 'uncertain'),
 			('erp', 'order.fulfilled', 'k4', 'org_a', 'live', false, '{}', 'delivered'),
-			('old', 'order.fulfilled', 'k5', 'org_a', 'live', false, '{}', 'failed');
+			('old', 'order.fulfilled', 'k5', 'org_a', 'live', false, '{}', 'failed'),
+			('crm', 'order.fulfilled', 'k6', 'org_a', 'live', false, '{}', 'pending');
 		UPDATE housekeeping_tasks SET last_run_at = '2026-01-02T03:04:05.5Z' WHERE task = 'raw_body_purge'`)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +58,7 @@ fulfillment_inbox_pending_events 0
 # HELP fulfillment_outbox_messages Outbox messages that are not delivered, by destination and state (pending, failed, uncertain).
 # TYPE fulfillment_outbox_messages gauge
 fulfillment_outbox_messages{destination="crm",state="failed"} 0
-fulfillment_outbox_messages{destination="crm",state="pending"} 0
+fulfillment_outbox_messages{destination="crm",state="pending"} 1
 fulfillment_outbox_messages{destination="crm",state="uncertain"} 0
 fulfillment_outbox_messages{destination="erp",state="failed"} 0
 fulfillment_outbox_messages{destination="erp",state="pending"} 2
