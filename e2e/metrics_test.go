@@ -11,6 +11,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -46,11 +48,12 @@ func TestMetricsOfEveryCallAndQueue(t *testing.T) {
 		c.Housekeeping = config.Housekeeping{Interval: time.Second, RawBodyRetention: time.Millisecond}
 	})
 
-	// Webhooks: a paid order (delivered to crm, pending for erp), and the
-	// first payment of a daily subscription ten days ago, whose access the
-	// sweeper ends.
+	// Webhooks: a paid order (delivered to crm, pending for erp), paid
+	// twice (an extra_payment item), and the first payment of a daily
+	// subscription ten days ago, whose access the sweeper ends.
 	order := s.createOrder(t, "live", "obs-all")
 	s.pay(t, "obs-all")
+	s.sendOK(t, event(yolfi.TypePaymentConfirmed, "obs-all", "inv_second"))
 	if _, err := s.client.CreateOrder(authed(orgAToken), &fulfillmentv1.CreateOrderRequest{
 		OrgId: orgA, Environment: "live", MerchantOrderId: "obs-sub",
 		Lines: []*fulfillmentv1.OrderLine{{Sku: "pro", Kind: "subscription", Quantity: 1,
@@ -162,8 +165,8 @@ func TestMetricsOfEveryCallAndQueue(t *testing.T) {
 		{"fulfillment_http_request_duration_seconds_count", []string{"listener", "http", "route", "/console/login", "method", "get"}, true, 1, 1},
 		{"fulfillment_http_requests_total", []string{"listener", "http", "route", "/metrics", "method", "get", "code", "200"}, true, 1, 1000},
 		{"fulfillment_http_requests_total", append(webhookRoute, "code", "200"), false, accepted, accepted},
-		{"fulfillment_http_requests_total", append(webhookRoute, "code", "200"), false, 2, 2}, // the order's and the subscription's
-		{"fulfillment_http_request_duration_seconds_count", webhookRoute, false, 2, 2},
+		{"fulfillment_http_requests_total", append(webhookRoute, "code", "200"), false, 3, 3}, // the order's two, the subscription's
+		{"fulfillment_http_request_duration_seconds_count", webhookRoute, false, 3, 3},
 		{"fulfillment_http_requests_total", []string{"listener", "ingest", "route", "unmatched", "method", "post", "code", "404"}, true, 1, 1},
 
 		// The status poller: one poll settled the payment.
@@ -210,6 +213,20 @@ func TestMetricsOfEveryCallAndQueue(t *testing.T) {
 			} else {
 				t.Errorf("%s = %v, want %v to %v", what, got, c.min, c.max)
 			}
+		}
+	}
+	// Every series the shipped alert rules name is one the service exports.
+	rules, err := os.ReadFile("../deploy/prometheus/fulfillment.rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`fulfillment_[a-z_]+`).FindAllString(string(rules), -1)
+	if len(names) < 15 {
+		t.Errorf("the alert rules name %d series; expected more", len(names))
+	}
+	for _, name := range names {
+		if !regexp.MustCompile(`\n` + name + `[{ ]`).MatchString(after.text) {
+			t.Errorf("deploy/prometheus/fulfillment.rules.yml names %s, which /metrics lacks", name)
 		}
 	}
 	// No label value is a path's: no id, no unknown path.
