@@ -46,6 +46,7 @@ func TestMetricsOfEveryCallAndQueue(t *testing.T) {
 		c.Plans = []config.Plan{{ID: obsPlan, Days: 1, Grace: &noGrace}}
 		c.SubscriptionSweep = config.Queue{Poll: 20 * time.Millisecond}
 		c.Housekeeping = config.Housekeeping{Interval: time.Second, RawBodyRetention: time.Millisecond}
+		c.HTTP.MaxBodyBytes = 4 << 10
 	})
 
 	// Webhooks: a paid order (delivered to crm, pending for erp), paid
@@ -107,6 +108,21 @@ func TestMetricsOfEveryCallAndQueue(t *testing.T) {
 	}
 	get(t, s.restURL+"/v1/orders/"+order.GetId(), "", http.StatusUnauthorized) // refused before routing
 	get(t, s.restURL+"/v1/no-such-thing/"+order.GetId(), orgAToken, http.StatusNotFound)
+	// A body over http.max_body_bytes is refused unread, its connection
+	// taken over (hijacked) to linger: still answered, and counted.
+	big, err := http.NewRequest(http.MethodPost, s.restURL+"/v1/orders", strings.NewReader(strings.Repeat("x", 8<<10)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big.Header.Set("Authorization", "Bearer "+orgAToken)
+	if resp, err := http.DefaultClient.Do(big); err != nil {
+		t.Fatal(err)
+	} else {
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("POST of 8 KiB = %d, want 413", resp.StatusCode)
+		}
+	}
 	get(t, s.restURL+"/no-such-page/"+order.GetId(), "", http.StatusNotFound)
 	get(t, s.restURL+"/console/login", "", http.StatusOK)
 	get(t, s.restURL+"/console/orders/"+order.GetId(), "", http.StatusSeeOther) // no session: to the sign-in page
@@ -159,6 +175,7 @@ func TestMetricsOfEveryCallAndQueue(t *testing.T) {
 		{"fulfillment_http_request_duration_seconds_count", orderRoute, true, restCalls, restCalls},
 		{"fulfillment_http_requests_total", []string{"listener", "http", "route", "/v1/", "method", "get", "code", "401"}, true, 1, 1},
 		{"fulfillment_http_requests_total", []string{"listener", "http", "route", "/v1/", "method", "get", "code", "404"}, true, 1, 1},
+		{"fulfillment_http_requests_total", []string{"listener", "http", "route", "/v1/", "method", "post", "code", "413"}, true, 1, 1},
 		{"fulfillment_http_requests_total", []string{"listener", "http", "route", "unmatched", "method", "get", "code", "404"}, true, 1, 1},
 		{"fulfillment_http_requests_total", []string{"listener", "http", "route", "/console/login", "method", "get", "code", "200"}, true, 1, 1},
 		{"fulfillment_http_requests_total", []string{"listener", "http", "route", "/console/orders/{id}", "method", "get", "code", "303"}, true, 1, 1},
