@@ -24,6 +24,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/internal/httpmetrics"
 )
 
 // Prefix is where the console is mounted.
@@ -170,7 +171,9 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx = context.WithValue(ctx, requestIDKey{}, id)
 	}
 	defer cancel()
-	c.mux.ServeHTTP(w, r.WithContext(ctx))
+	r = r.WithContext(ctx)
+	c.mux.ServeHTTP(w, r)
+	httpmetrics.SetRoute(ctx, r.Pattern) // the page's route, for the listener's metrics
 }
 
 // csp allows the console's own scripts, styles and images only: no inline

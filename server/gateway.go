@@ -28,6 +28,7 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/internal/httpmetrics"
 )
 
 // Readiness reports whether the service can do its work.
@@ -99,7 +100,7 @@ func (s *Server) newHTTPHandler(ctx context.Context) (http.Handler, error) {
 		// The HTTP layer already echoes X-Request-Id; no gRPC metadata leaks out.
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
 		runtime.WithErrorHandler(s.gatewayError),
-		runtime.WithMiddlewares(noQueryWhereUnused),
+		runtime.WithMiddlewares(nameRESTRoute, noQueryWhereUnused),
 	)
 	if err := fulfillmentv1.RegisterFulfillmentServiceHandler(ctx, gw, s.local); err != nil {
 		return nil, err
@@ -124,8 +125,27 @@ func (s *Server) newHTTPHandler(ctx context.Context) (http.Handler, error) {
 		code, body := s.readiness(ctx)
 		writeJSON(w, code, body)
 	})
-	return withRequestID(mux), nil
+	h := withRequestID(mux)
+	if reg := s.opts.Registerer; reg != nil {
+		h = httpmetrics.New(reg, "http").Handler(h)
+	}
+	return h, nil
 }
+
+// nameRESTRoute names the REST route of a request, for its metrics: the
+// gateway's path template, such as /v1/orders/{order_id}.
+func nameRESTRoute(next runtime.HandlerFunc) runtime.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, pathParams map[string]string) {
+		if p, ok := runtime.HTTPPattern(r.Context()); ok {
+			httpmetrics.SetRoute(r.Context(), restRoute(p.String()))
+		}
+		next(w, r, pathParams)
+	}
+}
+
+// restRoute is a gateway pattern as the API documents it: a variable
+// matching one segment, {order_id=*}, is written {order_id}.
+func restRoute(pattern string) string { return strings.ReplaceAll(pattern, "=*}", "}") }
 
 // guardREST refuses what the REST gateway must not spend resources on,
 // before a byte of the body is read: a request without a known bearer token

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -81,6 +82,10 @@ type Options struct {
 	// once by the caller, who shares it with its other listeners); when
 	// nil, the configuration's tls section is loaded here.
 	TLS *tls.Config
+	// Registerer, when set, takes the per-call gRPC metrics (see
+	// rpcMetrics) and the per-request metrics of the HTTP listener (see
+	// newHTTPHandler).
+	Registerer prometheus.Registerer
 }
 
 // New prepares a server; listeners open in Listen.
@@ -95,6 +100,7 @@ func New(cfg *config.Config, store Store, log *slog.Logger, opts Options) (*Serv
 		srvTrace = append(srvTrace, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), prop)))
 		dialTrace = append(dialTrace, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), prop)))
 	}
+	unaryMetrics, streamMetrics := rpcMetrics(opts.Registerer)
 	s.grpcSrv = grpc.NewServer(append(srvTrace,
 		grpc.MaxRecvMsgSize(g.MaxRecvBytes),
 		grpc.MaxSendMsgSize(g.MaxSendBytes),
@@ -106,8 +112,8 @@ func New(cfg *config.Config, store Store, log *slog.Logger, opts Options) (*Serv
 			Timeout:           g.KeepaliveTimeout,
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: g.KeepaliveMinTime, PermitWithoutStream: true}),
-		grpc.ChainUnaryInterceptor(recoverUnary(log), logUnary(log), s.auth.UnaryInterceptor, limitResponse(g.MaxSendBytes, log)),
-		grpc.ChainStreamInterceptor(s.auth.StreamInterceptor),
+		grpc.ChainUnaryInterceptor(append(unaryMetrics, recoverUnary(log), logUnary(log), s.auth.UnaryInterceptor, limitResponse(g.MaxSendBytes, log))...),
+		grpc.ChainStreamInterceptor(append(streamMetrics, s.auth.StreamInterceptor)...),
 	)...)
 	s.svc = newService(store, cfg, log)
 	s.svc.payments = opts.Payments

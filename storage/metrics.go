@@ -16,7 +16,9 @@ var (
 	descInboxOldest = prometheus.NewDesc("fulfillment_inbox_oldest_pending_age_seconds",
 		"Age of the oldest pending inbox event (0 when none).", nil, nil)
 	descOutbox = prometheus.NewDesc("fulfillment_outbox_messages",
-		"Outbox messages that are not delivered, by state (pending, failed, uncertain).", []string{"state"}, nil)
+		"Outbox messages that are not delivered, by destination and state (pending, failed, uncertain).", []string{"destination", "state"}, nil)
+	descHousekeepingLast = prometheus.NewDesc("fulfillment_housekeeping_last_success_timestamp_seconds",
+		"When the housekeeping task last completed a run, on any replica (0: never).", []string{"task"}, nil)
 	descRecon = prometheus.NewDesc("fulfillment_reconciliation_open_items",
 		"Open reconciliation items, by kind.", []string{"kind"}, nil)
 	descReconOldest = prometheus.NewDesc("fulfillment_reconciliation_oldest_open_age_seconds",
@@ -47,22 +49,29 @@ const DefaultMetricsTimeout = time.Second
 
 // metricsSQL reads every database gauge in one round trip, each part on a
 // partial or leading-column index: pending inbox events (the claim index),
-// undelivered outbox messages (pending: the pending index; failed and
-// uncertain: the (state, id) index), open reconciliation items and the
-// oldest one's age by kind (the open indexes). Their cost grows with the backlog, never with history.
+// undelivered outbox messages by destination (pending: the due index;
+// failed and uncertain: the stuck index), open reconciliation items and the
+// oldest one's age by kind (the open indexes), and the housekeeping tasks'
+// last runs (a row per task). Their cost grows with the backlog, never with
+// history. The age column carries the last run's time for housekeeping.
 const metricsSQL = `
-	SELECT 'inbox' AS what, '' AS label, count(*)::float8 AS n,
+	SELECT 'inbox' AS what, '' AS label, '' AS label2, count(*)::float8 AS n,
 		coalesce(extract(epoch FROM clock_timestamp() - min(received_at)), 0)::float8 AS age
 	FROM inbox_events WHERE state = 'pending'
 	UNION ALL
-	SELECT 'outbox', 'pending', count(*), 0 FROM outbox_messages WHERE state = 'pending'
+	(SELECT 'outbox', destination_id, 'pending', count(*), 0 FROM outbox_messages WHERE state = 'pending' GROUP BY destination_id)
 	UNION ALL
-	SELECT 'outbox', 'failed', count(*), 0 FROM outbox_messages WHERE state = 'failed'
+	(SELECT 'outbox', destination_id, state, count(*), 0 FROM outbox_messages WHERE state IN ('failed', 'uncertain')
+		GROUP BY destination_id, state)
 	UNION ALL
-	SELECT 'outbox', 'uncertain', count(*), 0 FROM outbox_messages WHERE state = 'uncertain'
+	(SELECT 'recon', kind, '', count(*), extract(epoch FROM clock_timestamp() - min(created_at))::float8
+		FROM reconciliation_items WHERE state = 'open' GROUP BY kind)
 	UNION ALL
-	(SELECT 'recon', kind, count(*), extract(epoch FROM clock_timestamp() - min(created_at))::float8
-		FROM reconciliation_items WHERE state = 'open' GROUP BY kind)`
+	SELECT 'housekeeping', task, '', 0, coalesce(extract(epoch FROM last_run_at), 0)::float8 FROM housekeeping_tasks`
+
+// outboxStates are the states fulfillment_outbox_messages reports, each
+// for every destination events are delivered to (0 when it has none).
+var outboxStates = []string{"pending", "failed", "uncertain"}
 
 // MetricsCollector returns a collector of the database's gauges (inbox
 // backlog and its oldest event's age, undelivered outbox messages,
@@ -85,7 +94,7 @@ type dbCollector struct {
 }
 
 func (*dbCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInboxPending, descInboxOldest, descOutbox, descRecon, descReconOldest, descScrapeOK,
+	for _, d := range []*prometheus.Desc{descInboxPending, descInboxOldest, descOutbox, descHousekeepingLast, descRecon, descReconOldest, descScrapeOK,
 		descScrapeDuration, descPoolAcquired, descPoolIdle, descPoolTotal, descPoolMax, descPoolAcquires,
 		descPoolWaits, descPoolWait} {
 		ch <- d
@@ -122,12 +131,23 @@ func (c *dbCollector) read() ([]prometheus.Metric, error) {
 	}
 	defer rows.Close()
 	var out []prometheus.Metric
+	// Every destination events go to has each state, at 0 when the
+	// database has none; a destination no longer configured has those it
+	// has messages in.
+	outbox := map[[2]string]float64{}
+	for _, dests := range c.s.subscriptions {
+		for _, d := range dests {
+			for _, st := range outboxStates {
+				outbox[[2]string{d, st}] = 0
+			}
+		}
+	}
 	for rows.Next() {
 		var (
-			what, label string
-			n, age      float64
+			what, label, label2 string
+			n, age              float64
 		)
-		if err := rows.Scan(&what, &label, &n, &age); err != nil {
+		if err := rows.Scan(&what, &label, &label2, &n, &age); err != nil {
 			return nil, err
 		}
 		switch what {
@@ -136,7 +156,9 @@ func (c *dbCollector) read() ([]prometheus.Metric, error) {
 				prometheus.MustNewConstMetric(descInboxPending, prometheus.GaugeValue, n),
 				prometheus.MustNewConstMetric(descInboxOldest, prometheus.GaugeValue, max(age, 0)))
 		case "outbox":
-			out = append(out, prometheus.MustNewConstMetric(descOutbox, prometheus.GaugeValue, n, label))
+			outbox[[2]string{label, label2}] = n
+		case "housekeeping":
+			out = append(out, prometheus.MustNewConstMetric(descHousekeepingLast, prometheus.GaugeValue, age, label))
 		case "recon":
 			out = append(out, prometheus.MustNewConstMetric(descRecon, prometheus.GaugeValue, n, label),
 				prometheus.MustNewConstMetric(descReconOldest, prometheus.GaugeValue, max(age, 0), label))
@@ -144,6 +166,9 @@ func (c *dbCollector) read() ([]prometheus.Metric, error) {
 	}
 	if err := rows.Err(); err != nil {
 		return nil, interpret(err)
+	}
+	for k, n := range outbox {
+		out = append(out, prometheus.MustNewConstMetric(descOutbox, prometheus.GaugeValue, n, k[0], k[1]))
 	}
 	return out, nil
 }

@@ -26,9 +26,42 @@ const pollTimeout = 15 * time.Second
 // the endpoints' providers by endpoint id. cfg's backoff is the polling
 // cadence and its MaxAttempts how many polls a payment gets.
 func NewPoller(work fulfillment.PollWork, providers map[string]fulfillment.StatePoller, owners Owners, cfg Config, log *slog.Logger) *Queue {
+	return NewPollerWith(work, providers, owners, cfg, log, PollOptions{})
+}
+
+// NewPollerWith is NewPoller with an observer.
+func NewPollerWith(work fulfillment.PollWork, providers map[string]fulfillment.StatePoller, owners Owners, cfg Config, log *slog.Logger, opts PollOptions) *Queue {
 	cfg.Batch = 1
-	t := &pollTable{work: work, providers: providers, log: log}
+	t := &pollTable{work: work, providers: providers, log: log, opts: opts}
 	return NewQueue("status poll", t, owners, cfg, log)
+}
+
+// PollOutcome is what came of one poll.
+type PollOutcome string
+
+// What came of a poll.
+const (
+	// PollSettled: the provider's answer, recorded, settles the payment's
+	// outcome; it is not polled again.
+	PollSettled PollOutcome = "settled"
+	// PollPending: the provider's answer, recorded, has no outcome yet;
+	// the payment is polled again after its backoff.
+	PollPending PollOutcome = "pending"
+	// PollKnown: a notification had brought the outcome; nothing was asked.
+	PollKnown PollOutcome = "known"
+	// PollFailed: the endpoint is not configured with a provider that
+	// reports payment states, the provider did not answer, or its answer
+	// could not be read or recorded; the poll is tried again.
+	PollFailed PollOutcome = "error"
+)
+
+// PollOptions adds an observer to the status poller.
+type PollOptions struct {
+	// OnPoll, when set, is told of each poll made: its payment's endpoint
+	// id and what came of it. A poll that could not be read from the
+	// database, that another worker took over, or that shutdown
+	// interrupted is not told.
+	OnPoll func(endpoint string, outcome PollOutcome)
 }
 
 // pollTable is the payment polls as a Table.
@@ -36,6 +69,7 @@ type pollTable struct {
 	work      fulfillment.PollWork
 	providers map[string]fulfillment.StatePoller
 	log       *slog.Logger
+	opts      PollOptions
 }
 
 func (t *pollTable) Claim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error) {
@@ -65,40 +99,59 @@ func (t *pollTable) poll(ctx context.Context, owner string, c Claim) error {
 		return nil
 	case err != nil:
 		return err
-	case known: // a notification brought the outcome: nothing to ask
-		return t.record(ctx, owner, c, fulfillment.ProviderEvent{}, nil, true)
+	}
+	outcome, err := t.ask(ctx, owner, c, start, known)
+	if outcome != "" && t.opts.OnPoll != nil && ctx.Err() == nil {
+		t.opts.OnPoll(start.EndpointID, outcome)
+	}
+	return err
+}
+
+// ask polls the payment of start at its provider, unless its outcome is
+// known already, and records the answer. outcome is empty when another
+// worker took the poll over.
+func (t *pollTable) ask(ctx context.Context, owner string, c Claim, start fulfillment.PaymentStart, known bool) (outcome PollOutcome, err error) {
+	if known { // a notification brought the outcome: nothing to ask
+		return t.record(ctx, owner, c, fulfillment.ProviderEvent{}, nil, true, PollKnown)
 	}
 	provider := t.providers[start.EndpointID]
 	if provider == nil {
 		// The endpoint left the configuration: keep the poll, as another
 		// replica may still have it.
-		return fmt.Errorf("endpoint %q is not configured with a provider that reports payment states", start.EndpointID)
+		return PollFailed, fmt.Errorf("endpoint %q is not configured with a provider that reports payment states", start.EndpointID)
 	}
 	qctx, cancel := context.WithTimeout(ctx, pollTimeout)
 	defer cancel()
 	answer, err := provider.PaymentState(qctx, start.PaymentID)
 	if err != nil {
-		return fmt.Errorf("asking %s for payment %s: %w", start.EndpointID, start.PaymentID, askFailure{err})
+		return PollFailed, fmt.Errorf("asking %s for payment %s: %w", start.EndpointID, start.PaymentID, askFailure{err})
 	}
 	ev, raw, final, err := provider.PolledEvent(answer)
 	if err != nil {
-		return fmt.Errorf("payment %s: %w", start.PaymentID, err)
-	}
-	if err := t.record(ctx, owner, c, ev, raw, final); err != nil {
-		return err
+		return PollFailed, fmt.Errorf("payment %s: %w", start.PaymentID, err)
 	}
 	if !final {
-		return fmt.Errorf("%w: payment %s is %s", ErrLater, start.PaymentID, answer.Status)
+		outcome, err = t.record(ctx, owner, c, ev, raw, false, PollPending)
+		if err == nil { // polled again later (as when another worker has it: the queue's retry says so)
+			err = fmt.Errorf("%w: payment %s is %s", ErrLater, start.PaymentID, answer.Status)
+		}
+		return outcome, err
 	}
-	return nil
+	return t.record(ctx, owner, c, ev, raw, true, PollSettled)
 }
 
-func (t *pollTable) record(ctx context.Context, owner string, c Claim, ev fulfillment.ProviderEvent, raw []byte, done bool) error {
+// record stores a poll's answer; it returns outcome once it is recorded,
+// PollFailed when it could not be, and no outcome when another worker took
+// the poll over.
+func (t *pollTable) record(ctx context.Context, owner string, c Claim, ev fulfillment.ProviderEvent, raw []byte, done bool, outcome PollOutcome) (PollOutcome, error) {
 	err := t.work.PollRecord(ctx, c.ID, owner, ev, raw, done)
-	if errors.Is(err, fulfillment.ErrLeaseLost) {
-		return nil
+	switch {
+	case errors.Is(err, fulfillment.ErrLeaseLost):
+		return "", nil
+	case err != nil:
+		return PollFailed, err
 	}
-	return err
+	return outcome, nil
 }
 
 func (t *pollTable) Retry(ctx context.Context, owner string, c Claim, cause string, next time.Time, maxAttempts int) (bool, error) {

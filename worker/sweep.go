@@ -17,13 +17,42 @@ import (
 // when an event extended the access meanwhile, waits for the new end.
 // now is the sweeper's clock; nil is the database's.
 func NewSweeper(work fulfillment.SweepWork, owners Owners, cfg Config, now func() time.Time, log *slog.Logger) *Queue {
-	return NewQueue("subscription sweep", &sweepTable{work: work, now: now}, owners, cfg, log)
+	return NewSweeperWith(work, owners, cfg, now, log, SweepOptions{})
+}
+
+// NewSweeperWith is NewSweeper with an observer.
+func NewSweeperWith(work fulfillment.SweepWork, owners Owners, cfg Config, now func() time.Time, log *slog.Logger, opts SweepOptions) *Queue {
+	return NewQueue("subscription sweep", &sweepTable{work: work, now: now, opts: opts}, owners, cfg, log)
+}
+
+// SweepOutcome is what came of one sweep.
+type SweepOutcome string
+
+// What came of a sweep.
+const (
+	// SweepEnded: the sweep ended the subscription's access.
+	SweepEnded SweepOutcome = "ended"
+	// SweepUnchanged: the access goes on (an event extended it: the sweep
+	// waits for its new end), or had ended already.
+	SweepUnchanged SweepOutcome = "unchanged"
+	// SweepFailed: the sweep failed (the database's error); it is tried
+	// again.
+	SweepFailed SweepOutcome = "error"
+)
+
+// SweepOptions adds an observer to the sweeper.
+type SweepOptions struct {
+	// OnSweep, when set, is told of each sweep made and what came of it:
+	// each failed attempt, not a sweep another worker took over or one
+	// that shutdown interrupted.
+	OnSweep func(SweepOutcome)
 }
 
 // sweepTable is the subscription sweeps as a Table.
 type sweepTable struct {
 	work fulfillment.SweepWork
 	now  func() time.Time
+	opts SweepOptions
 }
 
 func (t *sweepTable) Claim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error) {
@@ -43,11 +72,30 @@ func (t *sweepTable) Process(ctx context.Context, owner string, claims []Claim) 
 		now = t.now()
 	}
 	for _, c := range claims {
-		if _, err := t.work.SweepProcess(ctx, c.ID, owner, now); err != nil && !errors.Is(err, fulfillment.ErrLeaseLost) {
+		ended, err := t.work.SweepProcess(ctx, c.ID, owner, now)
+		if errors.Is(err, fulfillment.ErrLeaseLost) {
+			continue
+		}
+		t.observe(ctx, ended, err)
+		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func (t *sweepTable) observe(ctx context.Context, ended bool, err error) {
+	if t.opts.OnSweep == nil || ctx.Err() != nil {
+		return
+	}
+	switch {
+	case err != nil:
+		t.opts.OnSweep(SweepFailed)
+	case ended:
+		t.opts.OnSweep(SweepEnded)
+	default:
+		t.opts.OnSweep(SweepUnchanged)
+	}
 }
 
 func (t *sweepTable) Retry(ctx context.Context, owner string, c Claim, cause string, next time.Time, maxAttempts int) (bool, error) {

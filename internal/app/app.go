@@ -24,6 +24,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest"
+	"github.com/fulfillplatform/fulfillment/internal/httpmetrics"
 	"github.com/fulfillplatform/fulfillment/server"
 	"github.com/fulfillplatform/fulfillment/storage"
 	"github.com/fulfillplatform/fulfillment/worker"
@@ -38,6 +39,7 @@ type App struct {
 	store     *storage.Store
 	srv       *server.Server
 	gateway   *ingest.Gateway
+	webhooks  http.Handler      // the gateway's, counted and timed
 	liveness  *storage.Liveness // the owner the queues claim under
 	inbox     *worker.Queue     // nil when inbox.disabled
 	outbox    *worker.Outbox    // nil without destinations, or when outbox.disabled
@@ -151,7 +153,7 @@ func (a *App) build(cfg *config.Config) error {
 	}
 	a.srv, err = server.New(cfg, a.store, a.log, server.Options{
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Payments: payments, TracerProvider: a.tracer,
-		Queues: a.health.Down, Console: mountConsole, TLS: a.tls})
+		Queues: a.health.Down, Console: mountConsole, TLS: a.tls, Registerer: reg})
 	if err != nil {
 		return err
 	}
@@ -164,6 +166,7 @@ func (a *App) build(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
+	a.webhooks = httpmetrics.New(reg, "ingest").Handler(a.gateway.Handler())
 	if a.ingestLis, err = net.Listen("tcp", cfg.Listen.Ingest); err != nil {
 		return fmt.Errorf("listening for webhooks on %s: %w", cfg.Listen.Ingest, err)
 	}
@@ -187,15 +190,15 @@ func (a *App) build(cfg *config.Config) error {
 		}
 	}
 	if poll := cfg.StatusPoll.WithDefaults(); len(pollers) > 0 && !poll.Disabled {
-		a.poller = worker.NewPoller(a.store, pollers, a.liveness, QueueConfig(poll.Queue), a.log)
+		a.poller = worker.NewPollerWith(a.store, pollers, a.liveness, QueueConfig(poll.Queue), a.log, pollObservers(reg, pollers))
 	}
 	if sweep := config.SweepDefaults(cfg.SubscriptionSweep); len(cfg.Plans) > 0 && !sweep.Disabled {
-		a.sweeper = worker.NewSweeper(a.store, a.liveness, QueueConfig(sweep), nil, a.log)
+		a.sweeper = worker.NewSweeperWith(a.store, a.liveness, QueueConfig(sweep), nil, a.log, sweepObservers(reg))
 	}
 	if hk := cfg.Housekeeping.WithDefaults(); !hk.Disabled {
-		a.housekeep = worker.NewHousekeeper(a.store, a.liveness, worker.HousekeepingConfig{
+		a.housekeep = worker.NewHousekeeperWith(a.store, a.liveness, worker.HousekeepingConfig{
 			Interval: hk.Interval, FulfillmentSLA: hk.FulfillmentSLA, RawBodyRetention: hk.RawBodyRetention, Batch: hk.Batch,
-		}, nil, a.log)
+		}, nil, a.log, housekeepingObservers(reg))
 	}
 	return nil
 }
@@ -219,7 +222,7 @@ func (a *App) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.srv.Run(ctx) })
 	g.Go(func() error {
-		return ServeHTTP(ctx, "webhooks", a.ingestLis, traceHTTP(a.gateway.Handler(), "webhook", a.tracer), a.tls, a.http, a.log)
+		return ServeHTTP(ctx, "webhooks", a.ingestLis, traceHTTP(a.webhooks, "webhook", a.tracer), a.tls, a.http, a.log)
 	})
 	var queues []*worker.Queue
 	if a.inbox != nil {
