@@ -4,10 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/url"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -16,6 +12,7 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/ingest"
 )
 
 // providerTimeout bounds each call to a payment provider; a start is
@@ -74,7 +71,7 @@ func (s *Service) StartPayment(ctx context.Context, req *fulfillmentv1.StartPaym
 			// The provider may have created the payment: the attempt stays
 			// starting, and the next call asks again under the same id.
 			s.log.WarnContext(ctx, "payment provider did not answer", "endpoint", ep.ID, "start", start.ID, "error", err)
-			why := providerFailure(err)
+			why := ingest.DescribeFailure(err)
 			if rerr := s.payStore.StartRelease(rctx, start.ID, "no answer from the provider: "+why); rerr != nil {
 				s.log.WarnContext(ctx, "recording the provider's silence", "start", start.ID, "error", rerr)
 			}
@@ -171,33 +168,4 @@ func paymentStartToProto(s fulfillment.PaymentStart) *fulfillmentv1.PaymentStart
 		PaymentId: s.PaymentID, PaymentUrl: s.PaymentURL, Detail: s.Detail,
 		CreateTime: timestamppb.New(s.CreatedAt), UpdateTime: timestamppb.New(s.UpdatedAt),
 	}
-}
-
-// providerFailure says how a call to a payment provider failed, in words
-// fit for API callers and stored attempts. A transport error names the
-// provider's address (its internal URL, host and port): it is told by its
-// kind only, and the whole error goes to the log. Anything else is the
-// adapter's own account of the answer, which holds no address.
-func providerFailure(err error) string {
-	var urlErr *url.Error
-	if !errors.As(err, &urlErr) {
-		return err.Error()
-	}
-	var (
-		netErr net.Error
-		dnsErr *net.DNSError
-	)
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
-		return "timed out"
-	case errors.Is(err, context.Canceled):
-		return "the call was canceled"
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection refused"
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return "connection lost"
-	case errors.As(err, &dnsErr):
-		return "its host name did not resolve"
-	}
-	return "transport error"
 }

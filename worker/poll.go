@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
-	"net/url"
-	"syscall"
 	"time"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/ingest"
 )
 
 // pollTimeout bounds one question to a provider.
@@ -180,26 +177,4 @@ type askFailure struct{ err error }
 
 func (f askFailure) Unwrap() error { return f.err }
 
-func (f askFailure) Error() string {
-	var urlErr *url.Error
-	if !errors.As(f.err, &urlErr) {
-		return f.err.Error()
-	}
-	var (
-		netErr net.Error
-		dnsErr *net.DNSError
-	)
-	switch {
-	case errors.Is(f.err, context.DeadlineExceeded), errors.As(f.err, &netErr) && netErr.Timeout():
-		return "timed out"
-	case errors.Is(f.err, context.Canceled):
-		return "the call was canceled"
-	case errors.Is(f.err, syscall.ECONNREFUSED):
-		return "connection refused"
-	case errors.Is(f.err, syscall.ECONNRESET), errors.Is(f.err, io.EOF), errors.Is(f.err, io.ErrUnexpectedEOF):
-		return "connection lost"
-	case errors.As(f.err, &dnsErr):
-		return "its host name did not resolve"
-	}
-	return "transport error"
-}
+func (f askFailure) Error() string { return ingest.DescribeFailure(f.err) }
