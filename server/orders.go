@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"sync/atomic"
 
-	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 )
@@ -32,7 +31,7 @@ type Service struct {
 	// streams, which never end on their own, end then.
 	stopping chan struct{}
 	log      *slog.Logger
-	cfg      *config.Config
+	cfg      *Config
 
 	// endpoints are the configured webhook endpoints, by id: RecordEvent
 	// accepts events of these only.
@@ -57,18 +56,14 @@ type Service struct {
 var _ fulfillmentv1.FulfillmentServiceServer = (*Service)(nil)
 
 // newService returns the service backed by store, for the configuration cfg.
-func newService(store Store, cfg *config.Config, log *slog.Logger) *Service {
+func newService(store Store, cfg *Config, log *slog.Logger) *Service {
 	s := &Service{store: store, inbox: store, recon: store, events: store, outbox: store, feed: store, payStore: store, subs: store,
 		redrive: store, redriveWake: make(chan struct{}, 1), activity: newActivityMemo(),
-		log: log, cfg: cfg, plans: cfg.DomainPlans(),
+		log: log, cfg: cfg, plans: cfg.Plans, endpoints: cfg.Endpoints,
 		stopping:     make(chan struct{}),
-		endpoints:    make(map[string]fulfillment.Endpoint, len(cfg.Endpoints)),
 		maxPageBytes: cfg.GRPC.WithDefaults().MaxPageBytes,
 	}
 	s.feedHub = newFeedHub(store, log)
-	for _, e := range cfg.Endpoints {
-		s.endpoints[e.ID] = e.Domain()
-	}
 	s.destinations = make(map[string]bool, len(cfg.Destinations))
 	for _, d := range cfg.Destinations {
 		s.destinations[d.ID] = true

@@ -46,7 +46,7 @@ type Store interface {
 
 // Server runs the gRPC API and the HTTP gateway until its context ends.
 type Server struct {
-	cfg   *config.Config
+	cfg   Config
 	store Store
 	log   *slog.Logger
 
@@ -78,10 +78,6 @@ type Options struct {
 	// Console, when set, builds the admin console on the in-process
 	// connection; it is served under /console/ on the HTTP listener.
 	Console func(*grpc.ClientConn) http.Handler
-	// TLS, when set, terminates TLS on the gRPC and HTTP listeners (built
-	// once by the caller, who shares it with its other listeners); when
-	// nil, the configuration's tls section is loaded here.
-	TLS *tls.Config
 	// Registerer, when set, takes the per-call gRPC metrics (see
 	// rpcMetrics) and the per-request metrics of the HTTP listener (see
 	// newHTTPHandler).
@@ -89,9 +85,9 @@ type Options struct {
 }
 
 // New prepares a server; listeners open in Listen.
-func New(cfg *config.Config, store Store, log *slog.Logger, opts Options) (*Server, error) {
+func New(cfg Config, store Store, log *slog.Logger, opts Options) (*Server, error) {
 	s := &Server{cfg: cfg, store: store, log: log, opts: opts, ready: make(chan struct{})}
-	s.auth = NewAuthenticator(cfg.Auth.Tokens)
+	s.auth = NewAuthenticator(cfg.Tokens)
 	g := cfg.GRPC.WithDefaults()
 	var srvTrace []grpc.ServerOption
 	var dialTrace []grpc.DialOption
@@ -115,7 +111,7 @@ func New(cfg *config.Config, store Store, log *slog.Logger, opts Options) (*Serv
 		grpc.ChainUnaryInterceptor(append(unaryMetrics, recoverUnary(log), logUnary(log), s.auth.UnaryInterceptor, limitResponse(g.MaxSendBytes, log))...),
 		grpc.ChainStreamInterceptor(append(streamMetrics, s.auth.StreamInterceptor)...),
 	)...)
-	s.svc = newService(store, cfg, log)
+	s.svc = newService(store, &s.cfg, log)
 	s.svc.payments = opts.Payments
 	fulfillmentv1.RegisterFulfillmentServiceServer(s.grpcSrv, s.svc)
 	reflection.Register(s.grpcSrv)
@@ -143,12 +139,12 @@ func (s *Server) LocalConn() *grpc.ClientConn { return s.local }
 // learn the bound addresses before Run.
 func (s *Server) Listen() error {
 	var err error
-	if s.grpcLis, err = net.Listen("tcp", s.cfg.Listen.GRPC); err != nil {
-		return fmt.Errorf("listening for gRPC on %s: %w", s.cfg.Listen.GRPC, err)
+	if s.grpcLis, err = net.Listen("tcp", s.cfg.GRPCAddr); err != nil {
+		return fmt.Errorf("listening for gRPC on %s: %w", s.cfg.GRPCAddr, err)
 	}
-	if s.httpLis, err = net.Listen("tcp", s.cfg.Listen.HTTP); err != nil {
+	if s.httpLis, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
 		_ = s.grpcLis.Close() // the listen error is the one to report
-		return fmt.Errorf("listening for HTTP on %s: %w", s.cfg.Listen.HTTP, err)
+		return fmt.Errorf("listening for HTTP on %s: %w", s.cfg.HTTPAddr, err)
 	}
 	return nil
 }
@@ -167,13 +163,7 @@ func (s *Server) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	tlsCfg := s.opts.TLS
-	if t := s.cfg.TLS; tlsCfg == nil && t != nil {
-		var err error
-		if tlsCfg, err = LoadTLS(t); err != nil {
-			return err
-		}
-	}
+	tlsCfg := s.cfg.TLS
 
 	grpcSrv, inproc := s.grpcSrv, s.inproc
 	defer func() { _ = s.local.Close() }()
@@ -303,14 +293,4 @@ func tlsListener(l net.Listener, cfg *tls.Config, protos ...string) net.Listener
 	c := cfg.Clone()
 	c.NextProtos = protos
 	return tls.NewListener(l, c)
-}
-
-// LoadTLS reads the configured key pair into the listeners' TLS settings
-// (TLS 1.2 at least).
-func LoadTLS(t *config.TLS) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("loading TLS key pair: %w", err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }

@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/config"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/internal/app"
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 	"github.com/fulfillplatform/fulfillment/server"
 	"github.com/fulfillplatform/fulfillment/storage"
@@ -71,7 +73,17 @@ func startServer(t *testing.T, mutate func(*config.Config)) *testServer {
 	}
 	logs := &syncBuffer{}
 	log := slog.New(server.ContextHandler{Handler: slog.NewJSONHandler(logs, nil)})
-	srv, err := server.New(cfg, store, log, server.Options{})
+	endpoints, err := app.Endpoints(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tlsCfg *tls.Config
+	if cfg.TLS != nil {
+		if tlsCfg, err = app.LoadTLS(cfg.TLS); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, err := server.New(app.ServerConfig(cfg, endpoints, tlsCfg), store, log, server.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/internal/app"
+	"github.com/fulfillplatform/fulfillment/internal/httpmetrics"
 	"github.com/fulfillplatform/fulfillment/server"
 )
 
@@ -64,11 +65,12 @@ func runIngest(ctx context.Context, cfg *config.Config, log *slog.Logger) error 
 		return fmt.Errorf("listening for webhooks on %s: %w", cfg.Listen.Ingest, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/", traceHTTP(gateway.Handler()))
+	reg.MustRegister(app.BuildInfo())
+	mux.Handle("/", traceHTTP(httpmetrics.New(reg, "ingest").Handler(gateway.Handler())))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	var tlsCfg *tls.Config
 	if cfg.TLS != nil {
-		if tlsCfg, err = server.LoadTLS(cfg.TLS); err != nil {
+		if tlsCfg, err = app.LoadTLS(cfg.TLS); err != nil {
 			return err
 		}
 	}

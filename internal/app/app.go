@@ -102,7 +102,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 	}
 	a := &App{log: log, store: store, http: cfg.HTTP, tracer: tracer, stopTracing: stopTracing}
 	if cfg.TLS != nil {
-		if a.tls, err = server.LoadTLS(cfg.TLS); err != nil {
+		if a.tls, err = LoadTLS(cfg.TLS); err != nil {
 			store.Close()
 			_ = stopTracing(ctx)
 			return nil, err
@@ -136,7 +136,7 @@ func PoolerError(err error) error {
 func (a *App) build(cfg *config.Config) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		a.store.MetricsCollector(storage.DefaultMetricsTimeout), buildInfoGauge())
+		a.store.MetricsCollector(storage.DefaultMetricsTimeout), BuildInfo())
 
 	endpoints, err := Endpoints(cfg)
 	if err != nil {
@@ -151,9 +151,9 @@ func (a *App) build(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	a.srv, err = server.New(cfg, a.store, a.log, server.Options{
+	a.srv, err = server.New(ServerConfig(cfg, endpoints, a.tls), a.store, a.log, server.Options{
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Payments: payments, TracerProvider: a.tracer,
-		Queues: a.health.Down, Console: mountConsole, TLS: a.tls, Registerer: reg})
+		Queues: a.health.Down, Console: mountConsole, Registerer: reg})
 	if err != nil {
 		return err
 	}
@@ -163,9 +163,6 @@ func (a *App) build(cfg *config.Config) error {
 	// The webhook gateway records events in-process, through RecordEvent's
 	// checks without its gRPC hop.
 	a.gateway = NewGateway(cfg, endpoints, a.srv.LocalRecorder(), reg, a.log)
-	if err != nil {
-		return err
-	}
 	a.webhooks = httpmetrics.New(reg, "ingest").Handler(a.gateway.Handler())
 	if a.ingestLis, err = net.Listen("tcp", cfg.Listen.Ingest); err != nil {
 		return fmt.Errorf("listening for webhooks on %s: %w", cfg.Listen.Ingest, err)

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"crypto/tls"
 	"fmt"
 	"strings"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest"
 	"github.com/fulfillplatform/fulfillment/ingest/providers"
+	"github.com/fulfillplatform/fulfillment/server"
 )
 
 // Endpoints builds the configured webhook endpoints, once: each with its
@@ -43,4 +45,31 @@ func Endpoints(cfg *config.Config) ([]ingest.Endpoint, error) {
 func CheckConfig(cfg *config.Config) error {
 	_, err := Endpoints(cfg)
 	return err
+}
+
+// ServerConfig is the part of cfg the API server acts on, with the
+// endpoints built by Endpoints and the listeners' TLS (nil for plain).
+func ServerConfig(cfg *config.Config, endpoints []ingest.Endpoint, tlsCfg *tls.Config) server.Config {
+	byID := make(map[string]fulfillment.Endpoint, len(endpoints))
+	for _, e := range endpoints {
+		byID[e.ID] = e.Endpoint
+	}
+	return server.Config{
+		GRPCAddr: cfg.Listen.GRPC, HTTPAddr: cfg.Listen.HTTP,
+		GRPC: cfg.GRPC, HTTP: cfg.HTTP, TLS: tlsCfg,
+		Tokens:       cfg.Auth.Tokens,
+		Endpoints:    byID,
+		Plans:        cfg.DomainPlans(),
+		Destinations: cfg.Destinations,
+	}
+}
+
+// LoadTLS reads the configured key pair into the listeners' TLS settings
+// (TLS 1.2 at least).
+func LoadTLS(t *config.TLS) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("loading TLS key pair: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }

@@ -113,8 +113,8 @@ func (h *queueHealth) Down() map[string]error {
 	return down
 }
 
-// buildInfoGauge is fulfillment_build_info: 1, labelled with the build.
-func buildInfoGauge() prometheus.Collector {
+// BuildInfo is fulfillment_build_info: 1, labelled with the build.
+func BuildInfo() prometheus.Collector {
 	bi := buildinfo.Read()
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fulfillment_build_info",
