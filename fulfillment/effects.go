@@ -60,6 +60,12 @@ type ReverseCreditShare struct {
 	Refund   string
 }
 
+// RecordRefund records a partial refund of the order, as a fact of its
+// own: later events of the order read it (PaidOrder.PartialRefunds) to tell
+// it from a new refund, and a confirmation processed after it takes its
+// share of the credits back. Once per refund (Refund.Ref).
+type RecordRefund struct{ Refund RecordedRefund }
+
 // WithdrawDeliveries tells the destinations of the order's external lines
 // that the order was refunded — its order.refunded event, whether or not
 // they subscribe to it — so that what they delivered can be withdrawn.
@@ -95,6 +101,7 @@ func (CreditBalances) effect()     {}
 func (ReverseCredits) effect()     {}
 func (RevokeLicenses) effect()     {}
 func (ReverseCreditShare) effect() {}
+func (RecordRefund) effect()       {}
 func (OpenItem) effect()           {}
 func (RequestDeliveries) effect()  {}
 func (WithdrawDeliveries) effect() {}

@@ -172,11 +172,9 @@ func (o *PaidOrder) Apply(ev ProviderEvent, out Outcome) {
 			}
 			k := AttemptKey{ev.Provider, ev.Payment.AttemptRef}
 			o.Attempts[k] = NextAttemptState(o.Attempts[k], e.State)
+		case RecordRefund:
+			o.PartialRefunds = append(o.PartialRefunds, e.Refund)
 		}
-	}
-	if out.Decision == DecisionPartiallyRefunded {
-		o.PartialRefunds = append(o.PartialRefunds, RecordedRefund{
-			Attempt: AttemptKey{ev.Provider, ev.Payment.AttemptRef}, Ref: RefundRef(ev), Amount: ev.Payment.Amount})
 	}
 }
 
@@ -445,16 +443,17 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 		return outcome(DecisionOtherPaymentRefunded,
 			fmt.Sprintf("part of a payment other than %s, which paid the order, was refunded", order.PaidBy.describe()))
 	}
+	recorded := RecordRefund{RecordedRefund{Attempt: AttemptKey{ev.Provider, ev.Payment.AttemptRef}, Ref: ref, Amount: ev.Payment.Amount}}
 	granted := order.State == StateFulfilled || order.State == StateFulfilling
 	if share, ok := order.refundShare(ev.Payment.Amount); ok && granted {
 		return outcome(DecisionPartiallyRefunded,
 			fmt.Sprintf("%s of the payment was refunded: balance credits reversed in proportion; decide what to revoke of "+
 				"the licenses and deliveries, which cannot be split", ev.Payment.Amount),
-			ReverseCreditShare{share, ref}, OpenItem{ReconRefundAfterFulfill})
+			recorded, ReverseCreditShare{share, ref}, OpenItem{ReconRefundAfterFulfill})
 	}
 	return outcome(DecisionPartiallyRefunded,
 		fmt.Sprintf("%s of the payment was refunded while the order is %s: decide what to revoke", ev.Payment.Amount, order.State),
-		OpenItem{ReconRefundAfterFulfill})
+		recorded, OpenItem{ReconRefundAfterFulfill})
 }
 
 // refundShare is a refund of amount as a part of the order's total: known

@@ -408,6 +408,13 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 			DecisionPartiallyRefunded, []Effect{OpenItem{ReconRefundAfterFulfill}}},
 		{"refund for no order", payment(EventRefunded, Amount{}, "", "pay_1"), nil, DecisionUnmatched, nil},
 	}
+	// A partial refund that applies is recorded first, as a fact of its own.
+	for i, tc := range cases {
+		if tc.decision == DecisionPartiallyRefunded {
+			recorded := RecordRefund{RecordedRefund{Attempt: AttemptKey{ProviderTBank, "pay_1"}, Ref: RefundRef(tc.ev), Amount: tc.ev.Payment.Amount}}
+			cases[i].effects = append([]Effect{recorded}, tc.effects...)
+		}
+	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -85,6 +85,13 @@ func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out f
 				WHERE c.order_id = $1 AND c.movement = 'credit' AND o.total_minor_units > 0 AND s.minor_units > 0
 				ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`,
 				m.id, e.Refunded.MinorUnits, e.Refund)
+		case fulfillment.RecordRefund:
+			value, token, network, currency := amountColumns(e.Refund.Amount)
+			b.Queue(`
+				INSERT INTO payment_refunds (order_id, provider, attempt_ref, amount, token, network, currency, inbox_event_id)
+				VALUES ($1, $2, nullif($3, ''), $4::numeric, $5, $6, $7, $8)
+				ON CONFLICT ON CONSTRAINT payment_refunds_once DO NOTHING`,
+				m.id, e.Refund.Attempt.Provider, e.Refund.Attempt.Ref, value, token, network, currency, le.id)
 		case fulfillment.RevokeLicenses:
 			b.Queue(`
 				UPDATE entitlements SET revoked_at = now(), revoked_reason = $2

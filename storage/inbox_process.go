@@ -140,9 +140,9 @@ func (d *decisions) add(id int64, out fulfillment.Outcome, linked, applied *stri
 // processed_at follow the order they were decided in, a microsecond apart
 // (the rows of one statement are not updated in any particular order):
 // readers replay an order's or a subscription's events in that order. A replayed
-// event that is found already applied keeps the decision it records (a
-// partial refund's is read back as the order's recorded refund): a replay
-// never erases what an event did.
+// event that is found already applied keeps the decision it records, so
+// that its history still says what it did; no money depends on a decision
+// (what an event did is in rows of its own: attempts, refunds, grants).
 func (d *decisions) queue(b *pgx.Batch) {
 	if len(d.ids) == 0 {
 		return
@@ -351,13 +351,13 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 				return nil
 			})
 		})
-	// The partial refunds the orders' events recorded, in the order they
-	// were decided (an order's events are decided under its lock).
+	// The partial refunds recorded for the orders, in the order they were
+	// recorded (an order's refunds are recorded under its lock).
 	b.Queue(`
 		SELECT order_id, provider, attempt_ref, amount::text, token, network, currency
-		FROM inbox_events
-		WHERE order_id = ANY($1::uuid[]) AND decision = $2
-		ORDER BY processed_at, id`, ids, fulfillment.DecisionPartiallyRefunded).
+		FROM payment_refunds
+		WHERE order_id = ANY($1::uuid[])
+		ORDER BY id`, ids).
 		Query(func(rows pgx.Rows) error {
 			return forEachRow(rows, func(r pgx.Rows) error {
 				var (

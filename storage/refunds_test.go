@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/storage"
+	"github.com/jackc/tern/v2/migrate"
 )
 
 // tbankEvent is a T-Bank-like event of kind about payment pay-1 of the
@@ -168,5 +170,126 @@ func TestReplayedPartialRefundStaysRecorded(t *testing.T) {
 	}
 	if n := count(t, conn, "SELECT count(*) FROM inbox_events WHERE id = $1 AND decision = 'partially_refunded'", refund); n != 1 {
 		t.Errorf("the replayed refund's decision no longer records it (%d rows)", n)
+	}
+}
+
+// A recorded refund is a row of its own, not a decision's label: with
+// every decision of the order's events rewritten (by hand, by a replay, by
+// a future migration), a confirmation processed later still takes the
+// refund's share back, and the refund announced again adds nothing.
+func TestRefundIsAFactNotALabel(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	spec, err := fulfillment.OrderDraft{
+		OrgID: "org_a", Environment: "live", MerchantOrderID: "m-1",
+		Lines: []fulfillment.LineDraft{
+			{SKU: "credits", Kind: "balance_credit", Quantity: 1, Currency: "RUB", MinorUnits: 20000, AccountRef: "acct-1"},
+		},
+	}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	order, _, err := s.OrderCreate(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver := func(ev fulfillment.ProviderEvent) string {
+		t.Helper()
+		if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		return processAll(t, s, 1)
+	}
+	if got := deliver(tbankEvent("partial-5000", fulfillment.EventPartiallyRefunded, 5000)); got != "partially_refunded" {
+		t.Fatalf("partial refund before the confirmation: %s", got)
+	}
+	if _, err := conn.Exec(ctx, "UPDATE inbox_events SET decision = 'ignored_type', decision_reason = 'rewritten' WHERE decision IS NOT NULL"); err != nil {
+		t.Fatal(err)
+	}
+	if got := deliver(tbankEvent("confirmed", fulfillment.EventPaymentConfirmed, 20000)); got != "fulfilled" {
+		t.Fatalf("confirmation: %s", got)
+	}
+	if got := deliver(tbankEvent("partial-5000-again", fulfillment.EventPartiallyRefunded, 5000)); got != "already_applied" {
+		t.Errorf("the refund announced again: %s, want already_applied", got)
+	}
+	sum := count(t, conn, "SELECT coalesce(sum(minor_units), 0)::int FROM ledger_entries WHERE order_id = $1", order.ID)
+	rows := count(t, conn, "SELECT count(*) FROM ledger_entries WHERE order_id = $1", order.ID)
+	if rows != 2 || sum != 15000 {
+		t.Errorf("%d ledger rows summing to %d, want the credit and the refund's share: 2 rows, 15000", rows, sum)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM payment_refunds WHERE order_id = $1", order.ID); n != 1 {
+		t.Errorf("%d recorded refunds, want 1", n)
+	}
+}
+
+// Migration 021 moves the refunds the decisions recorded into rows of
+// their own: from a database whose refunds were only labels (at version
+// 20), migrating up records each refund once (not the one announced
+// again), and a confirmation processed afterwards takes their shares back.
+// Migrating down and up again loses nothing either.
+func TestMigration021RefundsBecomeRows(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	spec, err := fulfillment.OrderDraft{
+		OrgID: "org_a", Environment: "live", MerchantOrderID: "m-1",
+		Lines: []fulfillment.LineDraft{
+			{SKU: "credits", Kind: "balance_credit", Quantity: 1, Currency: "RUB", MinorUnits: 20000, AccountRef: "acct-1"},
+		},
+	}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	order, _, err := s.OrderCreate(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deliver := func(ev fulfillment.ProviderEvent) string {
+		t.Helper()
+		if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		return processAll(t, s, 1)
+	}
+	for _, ev := range []struct {
+		ev   fulfillment.ProviderEvent
+		want string
+	}{
+		{tbankEvent("partial-5000", fulfillment.EventPartiallyRefunded, 5000), "partially_refunded"},
+		{tbankEvent("partial-5000-again", fulfillment.EventPartiallyRefunded, 5000), "already_applied"},
+		{tbankEvent("partial-2000", fulfillment.EventPartiallyRefunded, 2000), "partially_refunded"},
+	} {
+		if got := deliver(ev.ev); got != ev.want {
+			t.Fatalf("%s: %s, want %s", ev.ev.EventID, got, ev.want)
+		}
+	}
+	m, err := migrate.NewMigrator(ctx, conn, "schema_version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.LoadMigrations(storage.Migrations()); err != nil {
+		t.Fatal(err)
+	}
+	// Down to the schema that had only the labels, then up twice over.
+	for _, v := range []int32{20, 21, 20, 21} {
+		if err := m.MigrateTo(ctx, v); err != nil {
+			t.Fatalf("migrating to %d: %v", v, err)
+		}
+	}
+	if n := count(t, conn, "SELECT count(*) FROM payment_refunds WHERE order_id = $1", order.ID); n != 2 {
+		t.Fatalf("%d refunds recorded after migrating up, want the two refunds once each", n)
+	}
+	if got := deliver(tbankEvent("confirmed", fulfillment.EventPaymentConfirmed, 20000)); got != "fulfilled" {
+		t.Fatalf("confirmation: %s", got)
+	}
+	// The credit of 20000, less 5000/20000 and 2000/20000 of it.
+	sum := count(t, conn, "SELECT coalesce(sum(minor_units), 0)::int FROM ledger_entries WHERE order_id = $1", order.ID)
+	rows := count(t, conn, "SELECT count(*) FROM ledger_entries WHERE order_id = $1", order.ID)
+	if rows != 3 || sum != 13000 {
+		t.Errorf("%d ledger rows summing to %d, want the credit and the two refunds' shares: 3 rows, 13000", rows, sum)
+	}
+	if got := deliver(tbankEvent("partial-2000-again", fulfillment.EventPartiallyRefunded, 2000)); got != "already_applied" {
+		t.Errorf("a migrated refund announced again: %s, want already_applied", got)
 	}
 }
