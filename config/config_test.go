@@ -219,6 +219,10 @@ func TestExampleLoads(t *testing.T) {
 		got != (Housekeeping{Interval: time.Minute, FulfillmentSLA: time.Hour, RawBodyRetention: 30 * 24 * time.Hour, Batch: 1000}) {
 		t.Errorf("the example's housekeeping = %+v, want the defaults stated", got)
 	}
+	if got := cfg.Console.WithDefaults(); *got.Enabled != *defaults.Console.WithDefaults().Enabled ||
+		got.SessionTTL != defaults.Console.WithDefaults().SessionTTL || cfg.Console.Enabled == nil || cfg.Console.SessionTTL == 0 {
+		t.Errorf("the example's console = %+v, want every key, at its default", cfg.Console)
+	}
 	if p, ok := cfg.Plan("pro-monthly"); !ok || p.Period != (fulfillment.Period{Months: 1}) || p.Grace != DefaultPlanGrace {
 		t.Errorf("the example's plan = %+v, %v; want monthly with the default grace", p, ok)
 	}

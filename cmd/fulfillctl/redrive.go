@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -28,8 +29,19 @@ scope.`,
 	return cmd
 }
 
-// redriveFlags adds the filter's flags to cmd.
+// redriveFlags adds the filter's flags to cmd; its times are read before
+// the command runs.
 func redriveFlags(cmd *cobra.Command, f *fulfillmentv1.RedriveFilter) {
+	var from, before string
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		now := time.Now()
+		var err error
+		if f.ReceivedAfter, err = timeFlag("--from", from, now); err != nil {
+			return err
+		}
+		f.ReceivedBefore, err = timeFlag("--before", before, now)
+		return err
+	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.Target, "target", "", "events (replay stored events) or outbox (retry messages); required")
 	fl.StringVar(&f.OrgId, "org", "", "the org of the items; required")
@@ -39,6 +51,9 @@ func redriveFlags(cmd *cobra.Command, f *fulfillmentv1.RedriveFilter) {
 	fl.StringVar(&f.Decision, "decision", "", "events only: only events with this decision")
 	fl.StringVar(&f.EndpointId, "endpoint", "", "events only: only events of this endpoint")
 	fl.StringVar(&f.DestinationId, "destination", "", "outbox only: only messages to this destination")
+	fl.StringVar(&f.Provider, "provider", "", "events only: only events of this provider (yolfi, tbank)")
+	fl.StringVar(&from, "from", "", "events only: only events received at or after this time: RFC 3339, or a duration back from now (1h)")
+	fl.StringVar(&before, "before", "", "events only: only events received before this time: RFC 3339, or a duration back from now")
 }
 
 func newRedrivePlanCmd(c *conn) *cobra.Command {
@@ -50,7 +65,8 @@ func newRedrivePlanCmd(c *conn) *cobra.Command {
 		Use:   "plan --target T --org ORG --state S [filters]",
 		Short: "Say what a re-drive with this filter would do; nothing changes",
 		Example: `  fulfillctl redrive plan --target outbox --org org_demo --state failed --destination crm
-  fulfillctl redrive plan --target events --org org_demo --state failed`,
+  fulfillctl redrive plan --target events --org org_demo --state failed
+  fulfillctl redrive plan --target events --org org_demo --state failed --provider tbank --from 2h`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var resp *fulfillmentv1.PlanRedriveResponse

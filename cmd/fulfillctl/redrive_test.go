@@ -37,6 +37,22 @@ func TestRedriveCommands(t *testing.T) {
 	if !strings.Contains(out, "matching items: 2\n") || !strings.Contains(out, "payment.confirmed") {
 		t.Errorf("plan:\n%s", out)
 	}
+	// The provider and time filters narrow the plan as they narrow events list.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--provider", "yolfi", "--from", "1h"}, "matching items: 2\n"},
+		{[]string{"--provider", "tbank"}, "matching items: 0\n"},
+		{[]string{"--before", "1h"}, "matching items: 0\n"},
+	} {
+		if out := s.ctlOK(t, append(append([]string{"redrive", "plan"}, filter...), c.args...)...); !strings.Contains(out, c.want) {
+			t.Errorf("plan %v:\n%s", c.args, out)
+		}
+	}
+	if _, _, err := s.ctl(t, append([]string{"redrive", "plan", "--from", "yesterday"}, filter...)...); err == nil || !strings.Contains(err.Error(), "--from") {
+		t.Errorf("plan --from yesterday: %v, want an error naming --from", err)
+	}
 	if _, _, err := s.ctl(t, append([]string{"redrive", "start"}, filter...)...); err == nil || !strings.Contains(err.Error(), "--yes") {
 		t.Errorf("start without --yes: %v", err)
 	}

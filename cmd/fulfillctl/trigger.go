@@ -250,7 +250,7 @@ func (tr *trigger) orderScenario(ctx context.Context, client fulfillmentv1.Fulfi
 		if err := tr.waitOrder(ctx, client, id, "refunded"); err != nil {
 			return err
 		}
-		expect = "refunded, its license revoked; a refund_after_fulfill reconciliation item to check"
+		expect = "refunded, its license revoked; a refund_after_fulfillment reconciliation item to check"
 		look = append(look, "fulfillctl recon list --order "+id)
 	}
 	return tr.done(expect, look)
