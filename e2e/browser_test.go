@@ -129,6 +129,31 @@ func (b *tab) text(sel string) string {
 	return bounded(b, "reading "+sel, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
 }
 
+// waitText waits until sel's text is want, reading it again and again for
+// up to a minute: unlike text, it outlasts a navigation under way (a plain
+// form's submission), during which one read may hang on the page being
+// replaced, and it says what the page showed last.
+func (b *tab) waitText(sel, want string) {
+	b.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	last := "(nothing read)"
+	for {
+		ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
+		got, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
+		cancel()
+		if err == nil {
+			if got == want {
+				return
+			}
+			last = fmt.Sprintf("%q", got)
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("browser: %s still shows %s after a minute, want %q", sel, last, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // count returns how many nodes match sel (without waiting for any).
 func (b *tab) count(sel string) int {
 	b.t.Helper()

@@ -55,13 +55,7 @@ func TestConsoleBulkRetry(t *testing.T) {
 	if !strings.Contains(admin.location(), "/console/redrive/") {
 		t.Fatalf("confirming landed on %s", admin.location())
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for admin.text("[data-testid=run-state]") != "done" {
-		if time.Now().After(deadline) {
-			t.Fatalf("the run page still says %q after 20s", admin.text("[data-testid=run-state]"))
-		}
-		time.Sleep(200 * time.Millisecond) // the page refreshes itself (htmx)
-	}
+	admin.waitText("[data-testid=run-state]", "done") // the page refreshes itself (htmx)
 	admin.accessible("bulk run")
 	admin.screenshot("bulk-run")
 	waitFor(t, "every message delivered", func() bool {
@@ -127,13 +121,8 @@ func TestConsoleBulkRetryCancel(t *testing.T) {
 	if err := hold.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for admin.text("[data-testid=run-state]") != "cancelled" {
-		if time.Now().After(deadline) {
-			t.Fatalf("after cancelling, the run page still says %q after 20s", admin.text("[data-testid=run-state]"))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	// The cancel was a plain form's submission: its answer replaces the page.
+	admin.waitText("[data-testid=run-state]", "cancelled")
 	if !strings.Contains(admin.text(".notice"), "cancelled") {
 		t.Errorf("the notice says %q, want that the run is cancelled", admin.text(".notice"))
 	}

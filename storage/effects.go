@@ -8,12 +8,12 @@ import (
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
 
-// queueEffects queues the writes of an outcome's effects, in order: the one
-// place where a decision becomes SQL. m is the event's order (nil when none
-// matched it), as the events before this one left it. It reports what it
-// queued for listeners.
-func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out fulfillment.Outcome) (q queued, err error) {
-	ev, p := le.ev, le.ev.Payment
+// queueEffects queues the writes of a step's effects on its order, in
+// order: the one place where an order's decision becomes SQL. The step's
+// order is nil when none matched the event. It reports what it queued for
+// listeners.
+func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, st fulfillment.Step) (q queued, err error) {
+	ev, p, m, out := le.ev, le.ev.Payment, st.Order, st.Outcome
 	var (
 		moveTo   fulfillment.State
 		markPaid bool
@@ -42,7 +42,7 @@ func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out f
 					network = CASE WHEN EXCLUDED.amount IS NULL THEN payment_attempts.network ELSE EXCLUDED.network END,
 					currency = CASE WHEN EXCLUDED.amount IS NULL THEN payment_attempts.currency ELSE EXCLUDED.currency END,
 					updated_at = now()`,
-				m.id, ev.Provider, p.AttemptRef, fulfillment.NextAttemptState(m.Attempts[attemptKey(ev)], e.State),
+				m.ID, ev.Provider, p.AttemptRef, st.Attempt,
 				value, token, network, currency)
 		case fulfillment.MoveOrder:
 			moveTo = e.To
@@ -57,14 +57,14 @@ func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out f
 					'LIC-' || upper(replace(gen_random_uuid()::text, '-', ''))
 				FROM order_lines l, generate_series(1, l.quantity) AS u
 				WHERE l.order_id = $1 AND l.kind = 'license'
-				ON CONFLICT ON CONSTRAINT entitlements_unit_key DO NOTHING`, m.id)
+				ON CONFLICT ON CONSTRAINT entitlements_unit_key DO NOTHING`, m.ID)
 		case fulfillment.CreditBalances:
 			b.Queue(`
 				INSERT INTO ledger_entries (order_id, line_no, account_ref, movement, currency, minor_units)
 				SELECT l.order_id, l.line_no, l.account_ref, 'credit', l.currency, l.unit_minor_units * l.quantity
 				FROM order_lines l
 				WHERE l.order_id = $1 AND l.kind = 'balance_credit'
-				ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, m.id)
+				ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, m.ID)
 		case fulfillment.ReverseCredits:
 			// The opposite of what is left of each credit, once.
 			b.Queue(`
@@ -72,7 +72,7 @@ func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out f
 				SELECT c.order_id, c.line_no, c.account_ref, 'refund_reversal', c.currency, -(c.minor_units + r.reversed)
 				FROM ledger_entries c, LATERAL (`+reversedSoFar+`) r
 				WHERE c.order_id = $1 AND c.movement = 'credit' AND c.minor_units + r.reversed > 0
-				ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, m.id)
+				ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, m.ID)
 		case fulfillment.ReverseCreditShare:
 			// Each credit's share of the refund, rounded down, within what
 			// is left of it; once per refund.
@@ -84,23 +84,23 @@ func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out f
 						c.minor_units + r.reversed) AS minor_units) s
 				WHERE c.order_id = $1 AND c.movement = 'credit' AND o.total_minor_units > 0 AND s.minor_units > 0
 				ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`,
-				m.id, e.Refunded.MinorUnits, e.Refund)
+				m.ID, e.Refunded.MinorUnits, e.Refund)
 		case fulfillment.RecordRefund:
 			value, token, network, currency := amountColumns(e.Refund.Amount)
 			b.Queue(`
 				INSERT INTO payment_refunds (order_id, provider, attempt_ref, amount, token, network, currency, inbox_event_id)
 				VALUES ($1, $2, nullif($3, ''), $4::numeric, $5, $6, $7, $8)
 				ON CONFLICT ON CONSTRAINT payment_refunds_once DO NOTHING`,
-				m.id, e.Refund.Attempt.Provider, e.Refund.Attempt.Ref, value, token, network, currency, le.id)
+				m.ID, e.Refund.Attempt.Provider, e.Refund.Attempt.Ref, value, token, network, currency, le.id)
 		case fulfillment.RevokeLicenses:
 			b.Queue(`
 				UPDATE entitlements SET revoked_at = now(), revoked_reason = $2
 				WHERE order_id = $1 AND kind = 'license' AND revoked_at IS NULL`,
-				m.id, fmt.Sprintf("refunded: %s event %s", ev.Provider, ev.EventID))
+				m.ID, fmt.Sprintf("refunded: %s event %s", ev.Provider, ev.EventID))
 		case fulfillment.OpenItem:
 			queueItem(b, e.Kind, le, m, out.Reason)
 		case fulfillment.RequestDeliveries:
-			queueLineRequests(b, m.id)
+			queueLineRequests(b, m.ID)
 			q.messages = true
 		case fulfillment.WithdrawDeliveries:
 			withdraw = true
@@ -127,25 +127,20 @@ func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, m *lockedOrder, out f
 				paid_payment_id  = CASE WHEN $3 THEN $6 ELSE paid_payment_id END,
 				paid_at          = CASE WHEN $3 THEN now() ELSE paid_at END,
 				updated_at = now()
-			WHERE id = $1`, m.id, moveTo, markPaid, opt(paid.AttemptRef), opt(paid.InvoiceID), opt(paid.PaymentID))
+			WHERE id = $1`, m.ID, moveTo, markPaid, opt(paid.AttemptRef), opt(paid.InvoiceID), opt(paid.PaymentID))
 	}
 	for _, t := range publish {
-		q.add(s.queuePublish(b, m.id, t))
+		q.add(s.queuePublish(b, m.ID, t))
 	}
 	if withdraw { // after order.refunded is recorded
-		q.add(queueWithdrawals(b, m.id))
+		q.add(queueWithdrawals(b, m.ID))
 	}
 	return q, nil
 }
 
-// attemptKey is the key of ev's payment attempt.
-func attemptKey(ev fulfillment.ProviderEvent) fulfillment.AttemptKey {
-	return fulfillment.AttemptKey{Provider: ev.Provider, Ref: ev.Payment.AttemptRef}
-}
-
 // queueItem opens a reconciliation item unless the situation its key names
 // already has one.
-func queueItem(b *pgx.Batch, kind fulfillment.ReconKind, le leasedEvent, m *lockedOrder, detail string) {
+func queueItem(b *pgx.Batch, kind fulfillment.ReconKind, le leasedEvent, m *fulfillment.LockedOrder, detail string) {
 	ev, p := le.ev, le.ev.Payment
 	subject := fulfillment.ItemSubject{
 		Provider: ev.Provider, OrgID: ev.OrgID, Environment: ev.Environment,
@@ -153,7 +148,7 @@ func queueItem(b *pgx.Batch, kind fulfillment.ReconKind, le leasedEvent, m *lock
 	}
 	var linked, expected *string
 	if m != nil {
-		subject.OrderID, linked = m.id, &m.id
+		subject.OrderID, linked = m.ID, &m.ID
 		if e, ok := m.Expected(p.Amount.Unit); ok {
 			expected = opt(e.Value.String())
 		}

@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -13,12 +12,16 @@ import (
 	"github.com/fulfillplatform/fulfillment/internal/failpoint"
 )
 
-// InboxProcess implements fulfillment.InboxWork. A batch costs four round
-// trips whatever its size: lock the events, lock their orders (in id order,
-// so that concurrent batches cannot deadlock), read the orders' attempts,
-// then send every write in one pipelined batch — and one commit. Events of
-// one order are decided in event order against the order as the previous
-// ones left it.
+// InboxProcess implements fulfillment.InboxWork. A batch is decided in one
+// pure step (fulfillment.DecideBatch) against what storage locks for it:
+// the events, their orders (in id order, so that concurrent batches cannot
+// deadlock) with their attempts and recorded refunds, and the subscriptions
+// they name. Then every write of the orders' effects goes in one pipelined
+// batch — and one commit. A subscription's decisions are written as they
+// come, and a subscription an order's payment is the first to pay is
+// created before the step is taken again. Events of one order (or
+// subscription) are decided in event order against what the previous ones
+// left.
 func (s *Store) InboxProcess(ctx context.Context, ids []int64, owner string) (map[int64]fulfillment.Outcome, error) {
 	done, err := s.InboxProcessEvents(ctx, ids, owner)
 	if err != nil {
@@ -49,52 +52,43 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 		if err != nil {
 			return err
 		}
+		snap := &fulfillment.Snapshot{Orders: orders, Subscriptions: subs, Plans: s.plans,
+			Created: map[fulfillment.SubscriptionKey]*fulfillment.SubscriptionRecord{}}
+		batch := make([]fulfillment.BatchEvent, len(events))
+		for i, le := range events {
+			batch[i] = fulfillment.BatchEvent{Event: le.ev, Received: le.received}
+		}
+		steps, err := decideBatch(ctx, tx, snap, batch)
+		if err != nil {
+			return err
+		}
 		b := &pgx.Batch{}
 		decided := decisions{}
-		for _, le := range events {
-			var (
-				out     fulfillment.Outcome
-				linked  *string // the order
-				applied *string // the subscription
-			)
-			m, matched := fulfillment.MatchOrder(le.ev, orders.find)
-			sub, named := subs[eventSubscriptionKey(le.ev)]
-			switch {
-			case !matched && named && fulfillment.ForSubscription(le.ev):
-				// A renewal the provider charged, or a lifecycle event: the
-				// subscription's rules decide.
-				out, err = s.decideSubscriptionEvent(ctx, tx, le, sub, false, &q)
-				applied = &sub.ID
-			case !matched && fulfillment.ForSubscription(le.ev) && isLifecycle(le.ev.Kind):
-				out = fulfillment.Outcome{Decision: fulfillment.DecisionUnmatched,
-					Reason: "the event names a subscription this service does not know (yet): nothing is applied"}
-			default:
-				var view *fulfillment.PaidOrder
-				if matched {
-					view = &m.PaidOrder
+		for i, st := range steps {
+			le := events[i]
+			var linked, applied *string // the order, the subscription
+			if sub := st.Subscription; sub != nil {
+				eq, err := s.applySubscription(ctx, tx, &sub.Record, sub.Plan, sub.Event,
+					subscriptionCause{eventRef: le.ev.EventID, inboxID: le.id}, sub.Outcome)
+				if err != nil {
+					return err
 				}
-				out = fulfillment.Decide(le.ev, view)
-				if slices.Contains(out.Effects, fulfillment.Effect(fulfillment.PaySubscriptions{})) {
-					applied, err = s.payOrderSubscription(ctx, tx, le, m, subs, &q)
-				}
+				q.add(eq)
+				applied = &sub.Record.ID
 			}
-			if err != nil {
-				return err
-			}
-			if applied == nil || matched {
+			if st.Subscription == nil || st.Order != nil {
 				// (A subscription's own decision applied its effects.)
-				eq, err := s.queueEffects(b, le, m, out)
+				eq, err := s.queueEffects(b, le, st)
 				if err != nil {
 					return err
 				}
 				q.add(eq)
 			}
-			if matched {
-				m.Apply(le.ev, out)
-				linked = &m.id
+			if st.Order != nil {
+				linked = &st.Order.ID
 			}
-			decided.add(le.id, out, linked, applied)
-			p := fulfillment.ProcessedEvent{Outcome: out, EventID: le.ev.EventID, Provider: le.ev.Provider,
+			decided.add(le.id, st.Outcome, linked, applied)
+			p := fulfillment.ProcessedEvent{Outcome: st.Outcome, EventID: le.ev.EventID, Provider: le.ev.Provider,
 				EndpointID: le.ev.EndpointID, Kind: le.ev.Kind, ReceivedAt: le.received, TraceParent: le.traceParent}
 			if linked != nil {
 				p.OrderID = *linked
@@ -114,6 +108,23 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 	s.wake(q)
 	failpoint.Inject("process-after-commit")
 	return outcomes, nil
+}
+
+// decideBatch decides the batch against snap (fulfillment.DecideBatch),
+// creating and locking first the subscriptions its payments are the first
+// to pay: one at a time, as the rules ask for them.
+func decideBatch(ctx context.Context, tx pgx.Tx, snap *fulfillment.Snapshot, batch []fulfillment.BatchEvent) ([]fulfillment.Step, error) {
+	for {
+		steps, need, err := fulfillment.DecideBatch(snap, batch)
+		if err != nil || need == nil {
+			return steps, err
+		}
+		rec, err := createSubscription(ctx, tx, *need)
+		if err != nil {
+			return nil, err
+		}
+		snap.Created[need.Key()] = rec
+	}
 }
 
 // decisions are the outcomes of a batch's events, recorded with one
@@ -207,24 +218,6 @@ func lockLeasedEvents(ctx context.Context, tx pgx.Tx, ids []int64, owner string)
 	return events, nil
 }
 
-// lockedOrder is a locked order as the events decided so far left it.
-type lockedOrder struct {
-	id string
-	fulfillment.PaidOrder
-	// subscriptionPlan and subscriptionFor are the plan and the customer
-	// of the order's subscription line, when it has one.
-	subscriptionPlan, subscriptionFor string
-}
-
-// lockedOrders are the orders of a batch, by the keys events name them with.
-type lockedOrders map[fulfillment.OrderKey]*lockedOrder
-
-// find is the order lookup of fulfillment.MatchOrder.
-func (lo lockedOrders) find(k fulfillment.OrderKey) (*lockedOrder, bool) {
-	o, ok := lo[k]
-	return o, ok
-}
-
 // lockedOrderRow is what lockOrders reads of an order, by column name.
 type lockedOrderRow struct {
 	ID                  uuid.UUID               `db:"id"`
@@ -252,7 +245,7 @@ type lockedOrderRow struct {
 // lockOrders locks every order the events name, in id order, and reads
 // their payment attempts. (Each key set is looked up through its own
 // unique index; an OR of the two would scan the table.)
-func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrders, error) {
+func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfillment.OrderKey]*fulfillment.LockedOrder, error) {
 	var mOrg, mEnv, mID, cOrg, cEnv, cID []string
 	for _, le := range events {
 		for _, k := range le.ev.OrderKeys() {
@@ -264,7 +257,7 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 			}
 		}
 	}
-	lo := lockedOrders{}
+	lo := map[fulfillment.OrderKey]*fulfillment.LockedOrder{}
 	if len(mID)+len(cID) == 0 {
 		return lo, nil
 	}
@@ -290,14 +283,14 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 				SELECT * FROM unnest($4::text[], $5::text[], $6::text[])))
 		ORDER BY id
 		FOR UPDATE OF o`, mOrg, mEnv, mID, cOrg, cEnv, cID)
-	byID := map[string]*lockedOrder{}
+	byID := map[string]*fulfillment.LockedOrder{}
 	var ids []string
 	err := forEachRow(rows, func(r pgx.Rows) error {
 		row, err := pgx.RowToStructByName[lockedOrderRow](r)
 		if err != nil {
 			return err
 		}
-		o := &lockedOrder{id: row.ID.String(), PaidOrder: fulfillment.PaidOrder{
+		o := &fulfillment.LockedOrder{ID: row.ID.String(), PaidOrder: fulfillment.PaidOrder{
 			State: row.State, Total: fulfillment.Money{Currency: row.TotalCurrency, MinorUnits: row.TotalMinorUnits},
 			HasExternalLines: row.HasExternalLines, HasSubscriptionLines: row.SubscriptionPlan != nil, Paid: row.Paid,
 			PaidBy:   fulfillment.PaidRefs{AttemptRef: str(row.PaidAttemptRef), InvoiceID: str(row.PaidInvoiceID), PaymentID: str(row.PaidPaymentID)},
@@ -307,10 +300,10 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedOrd
 			return err
 		}
 		if row.SubscriptionPlan != nil {
-			o.subscriptionPlan, o.subscriptionFor = *row.SubscriptionPlan, str(row.SubscriptionFor)
+			o.SubscriptionPlan, o.SubscriptionFor = *row.SubscriptionPlan, str(row.SubscriptionFor)
 		}
-		byID[o.id] = o
-		ids = append(ids, o.id)
+		byID[o.ID] = o
+		ids = append(ids, o.ID)
 		key := fulfillment.OrderKey{OrgID: row.OrgID, Environment: row.Environment}
 		key.Field, key.Value = fulfillment.ByMerchantOrderID, row.MerchantOrderID
 		lo[key] = o

@@ -16,21 +16,9 @@ var _ fulfillment.SubscriptionStore = (*Store)(nil)
 const subscriptionColumns = `id, org_id, environment, provider, provider_subscription_id, customer_ref, plan_id,
 	state, periods, period_start, period_end, last_event_at, access_ended_at, created_at, updated_at`
 
-// subscriptionKey names a subscription at its provider.
-type subscriptionKey struct {
-	org      string
-	env      fulfillment.Environment
-	provider fulfillment.Provider
-	id       string
-}
-
-func keyOf(r fulfillment.SubscriptionRef) subscriptionKey {
-	return subscriptionKey{r.OrgID, r.Environment, r.Provider, r.ProviderSubscriptionID}
-}
-
 // lockedSubscriptions are the subscriptions a transaction locked, by
 // provider key, as the decisions so far left them.
-type lockedSubscriptions map[subscriptionKey]*fulfillment.SubscriptionRecord
+type lockedSubscriptions map[fulfillment.SubscriptionKey]*fulfillment.SubscriptionRecord
 
 // lockSubscriptions locks the subscriptions where selects, in id order (so
 // that concurrent transactions cannot deadlock on them), and reads their
@@ -52,7 +40,7 @@ func lockSubscriptions(ctx context.Context, tx pgx.Tx, where string, args ...any
 	for i := range list {
 		rec := &list[i]
 		rec.Renewals = map[string]fulfillment.Renewal{}
-		locked[keyOf(rec.SubscriptionRef)], byID[rec.ID], ids[i] = rec, rec, rec.ID
+		locked[rec.Key()], byID[rec.ID], ids[i] = rec, rec, rec.ID
 	}
 	rows, _ = tx.Query(ctx, `SELECT subscription_id::text, period_key, period, coalesce(payment_id, '') FROM subscription_periods
 		WHERE subscription_id = ANY($1::uuid[])`, ids)
@@ -129,6 +117,7 @@ func (s *Store) SubscriptionApply(ctx context.Context, ref fulfillment.Subscript
 			return err
 		}
 		out = fulfillment.DecideSubscription(ev, rec.Subscription, plan)
+		rec.Apply(ev, out)
 		q, err = s.applySubscription(ctx, tx, rec, plan, ev, subscriptionCause{eventRef: eventRef}, out)
 		return err
 	})
@@ -164,7 +153,9 @@ func (s *Store) sweep(ctx context.Context, tx pgx.Tx, rec *fulfillment.Subscript
 	if !ok {
 		return false, queued{}, nil
 	}
-	q, err := s.applySubscription(ctx, tx, rec, plan, fulfillment.SubscriptionEvent{OccurredAt: now}, subscriptionCause{eventRef: "sweep"}, out)
+	ev := fulfillment.SubscriptionEvent{OccurredAt: now}
+	rec.Apply(ev, out)
+	q, err := s.applySubscription(ctx, tx, rec, plan, ev, subscriptionCause{eventRef: "sweep"}, out)
 	return err == nil, q, err
 }
 
@@ -176,13 +167,13 @@ type subscriptionCause struct {
 }
 
 // applySubscription applies out, the decision of ev about rec, in tx:
-// every effect the subscription rules make, in one place. It reschedules
+// every effect the subscription rules make, in one place; rec is the
+// subscription as the decision left it (Subscription.Apply). It reschedules
 // the subscription's sweep for when its access now ends, and reports what
 // it queued for listeners.
 func (s *Store) applySubscription(ctx context.Context, tx pgx.Tx, rec *fulfillment.SubscriptionRecord, plan fulfillment.Plan, ev fulfillment.SubscriptionEvent, cause subscriptionCause, out fulfillment.Outcome) (queued, error) {
 	var q queued
 	b := &pgx.Batch{}
-	rec.Apply(ev, out)
 	for _, effect := range out.Effects {
 		switch e := effect.(type) {
 		case fulfillment.GrantPeriod:
@@ -264,24 +255,13 @@ func nullTime(t time.Time) *time.Time {
 	return &t
 }
 
-// eventSubscriptionKey is the provider key of the subscription ev names
-// (its id is "" when it names none).
-func eventSubscriptionKey(ev fulfillment.ProviderEvent) subscriptionKey {
-	return subscriptionKey{ev.OrgID, ev.Environment, ev.Provider, ev.Payment.SubscriptionID}
-}
-
-// isLifecycle reports whether k is a provider's subscription event.
-func isLifecycle(k fulfillment.EventKind) bool {
-	return k == fulfillment.EventSubscriptionOverdue || k == fulfillment.EventSubscriptionCancelled
-}
-
 // lockEventSubscriptions locks the subscriptions the events name, in id
 // order, after their orders.
 func lockEventSubscriptions(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedSubscriptions, error) {
 	var org, env, provider, id []string
 	for _, le := range events {
-		if k := eventSubscriptionKey(le.ev); k.id != "" {
-			org, env, provider, id = append(org, k.org), append(env, string(k.env)), append(provider, string(k.provider)), append(id, k.id)
+		if k := le.ev.SubscriptionKey(); k.ID != "" {
+			org, env, provider, id = append(org, k.OrgID), append(env, string(k.Environment)), append(provider, string(k.Provider)), append(id, k.ID)
 		}
 	}
 	if len(id) == 0 {
@@ -289,38 +269,4 @@ func lockEventSubscriptions(ctx context.Context, tx pgx.Tx, events []leasedEvent
 	}
 	return lockSubscriptions(ctx, tx, `(org_id, environment, provider, provider_subscription_id) IN (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))`, org, env, provider, id)
-}
-
-// decideSubscriptionEvent decides and applies an event about rec: one
-// that no order matches, about the subscription it names, or (purchase)
-// the payment of an order's subscription line.
-func (s *Store) decideSubscriptionEvent(ctx context.Context, tx pgx.Tx, le leasedEvent, rec *fulfillment.SubscriptionRecord, purchase bool, q *queued) (fulfillment.Outcome, error) {
-	plan, err := s.plan(rec)
-	if err != nil {
-		return fulfillment.Outcome{}, err
-	}
-	ev := fulfillment.SubscriptionEventOf(le.ev, le.received)
-	ev.Purchase = purchase
-	out := fulfillment.DecideSubscription(ev, rec.Subscription, plan)
-	eq, err := s.applySubscription(ctx, tx, rec, plan, ev, subscriptionCause{eventRef: le.ev.EventID, inboxID: le.id}, out)
-	q.add(eq)
-	return out, err
-}
-
-// payOrderSubscription applies the PaySubscriptions effect of the event le
-// that paid the order m: the payment renews the subscription of m's
-// subscription line — creating it with its first period — as the
-// subscription rules decide. It returns the subscription's id.
-func (s *Store) payOrderSubscription(ctx context.Context, tx pgx.Tx, le leasedEvent, m *lockedOrder, subs lockedSubscriptions, q *queued) (*string, error) {
-	ref := fulfillment.OrderSubscriptionRef(le.ev, m.subscriptionPlan, m.subscriptionFor)
-	rec, ok := subs[keyOf(ref)]
-	if !ok {
-		var err error
-		if rec, err = createSubscription(ctx, tx, ref); err != nil {
-			return nil, err
-		}
-		subs[keyOf(ref)] = rec
-	}
-	_, err := s.decideSubscriptionEvent(ctx, tx, le, rec, true, q)
-	return &rec.ID, err
 }

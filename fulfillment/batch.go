@@ -1,0 +1,260 @@
+package fulfillment
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+// A batch of stored events is decided in one step, without I/O: given what
+// storage locked for it (a Snapshot) and the events in the order they are
+// decided, DecideBatch routes each event to the rules that decide it,
+// decides it against the state the events before it left, and returns per
+// event a Step: the decision, its effects, and the state storage records.
+// Storage then writes the steps; it decides nothing.
+
+// BatchEvent is one stored event of a batch.
+type BatchEvent struct {
+	Event ProviderEvent
+	// Received is when the event was stored: it stands in for an
+	// occurrence time the provider did not send.
+	Received time.Time
+}
+
+// LockedOrder is an order as a batch's snapshot holds it.
+type LockedOrder struct {
+	ID string
+	PaidOrder
+	// SubscriptionPlan and SubscriptionFor are the plan and the customer of
+	// the order's subscription line, when it has one.
+	SubscriptionPlan, SubscriptionFor string
+}
+
+// SubscriptionKey names a subscription at its provider.
+type SubscriptionKey struct {
+	OrgID       string
+	Environment Environment
+	Provider    Provider
+	// ID is the provider's id of the subscription (or the one the service
+	// gives a customer's subscription: CustomerSubscriptionID).
+	ID string
+}
+
+// Key is the provider key of the subscription r names.
+func (r SubscriptionRef) Key() SubscriptionKey {
+	return SubscriptionKey{r.OrgID, r.Environment, r.Provider, r.ProviderSubscriptionID}
+}
+
+// SubscriptionKey is the provider key of the subscription ev names; its ID
+// is "" when ev names none.
+func (ev ProviderEvent) SubscriptionKey() SubscriptionKey {
+	return SubscriptionKey{ev.OrgID, ev.Environment, ev.Provider, ev.Payment.SubscriptionID}
+}
+
+// Snapshot is what a batch is decided against, locked by storage for the
+// batch: the orders its events name, by every key they name them with; the
+// subscriptions they name, by provider key; and the configured plans.
+type Snapshot struct {
+	Orders        map[OrderKey]*LockedOrder
+	Subscriptions map[SubscriptionKey]*SubscriptionRecord
+	// Created are the subscriptions that an order's payment in the batch
+	// pays and that storage created (or found) for it, after an earlier
+	// DecideBatch asked for them. A created subscription exists for the
+	// events after the one that pays it, not before.
+	Created map[SubscriptionKey]*SubscriptionRecord
+	Plans   Plans
+}
+
+// Step is what the batch made of one event.
+type Step struct {
+	// Outcome is the decision of the event and the effects on its order
+	// (the order rules'), or, for an event that concerns a subscription
+	// alone, the subscription rules' outcome.
+	Outcome Outcome
+	// Order is the event's order (its state as the whole batch leaves it);
+	// nil when no order matches the event.
+	Order *LockedOrder
+	// Attempt is the state the event's payment attempt is recorded in
+	// after it (with a RecordAttempt effect): what was known, merged with
+	// what the event reports.
+	Attempt AttemptState
+	// Subscription is set when the subscription rules decided the event:
+	// an event about a subscription no order matches, or the payment of an
+	// order's subscription line (the order's Outcome has PaySubscriptions).
+	Subscription *SubscriptionStep
+}
+
+// SubscriptionStep is what the subscription rules made of an event.
+type SubscriptionStep struct {
+	// Record is the subscription as the event left it.
+	Record SubscriptionRecord
+	// Created is set when the event's payment is the first to pay the
+	// subscription in this batch and storage created it for the batch.
+	Created bool
+	Plan    Plan
+	// Event is the event as the subscription rules saw it.
+	Event   SubscriptionEvent
+	Outcome Outcome
+}
+
+// DecideBatch decides the events in order against snap, threading the state
+// each leaves to the next. It does not change snap. When an order's payment
+// pays a subscription the snapshot does not hold, it returns no steps and
+// that subscription, to create (or find) and lock: storage adds it to
+// snap.Created and calls again (the events before it are decided the same
+// way again). It fails when a subscription's plan is not configured (its
+// events wait until it is).
+func DecideBatch(snap *Snapshot, events []BatchEvent) ([]Step, *SubscriptionRef, error) {
+	b := newBatch(snap)
+	steps := make([]Step, len(events))
+	for i, be := range events {
+		st, need, err := b.decide(be)
+		if err != nil || need != nil {
+			return nil, need, err
+		}
+		steps[i] = st
+	}
+	return steps, nil, nil
+}
+
+// batch is the state a batch's events thread through: copies of the
+// snapshot's orders and subscriptions.
+type batch struct {
+	orders  map[OrderKey]*LockedOrder
+	subs    map[SubscriptionKey]*SubscriptionRecord
+	created map[SubscriptionKey]*SubscriptionRecord
+	plans   Plans
+}
+
+func newBatch(snap *Snapshot) *batch {
+	b := &batch{
+		orders:  make(map[OrderKey]*LockedOrder, len(snap.Orders)),
+		subs:    make(map[SubscriptionKey]*SubscriptionRecord, len(snap.Subscriptions)),
+		created: make(map[SubscriptionKey]*SubscriptionRecord, len(snap.Created)),
+		plans:   snap.Plans,
+	}
+	copies := map[*LockedOrder]*LockedOrder{} // an order is held under each of its keys
+	for k, o := range snap.Orders {
+		c, ok := copies[o]
+		if !ok {
+			c = o.clone()
+			copies[o] = c
+		}
+		b.orders[k] = c
+	}
+	for k, s := range snap.Subscriptions {
+		b.subs[k] = s.clone()
+	}
+	for k, s := range snap.Created {
+		b.created[k] = s.clone()
+	}
+	return b
+}
+
+func (o *LockedOrder) clone() *LockedOrder {
+	c := *o
+	c.Attempts = maps.Clone(o.Attempts)
+	c.PartialRefunds = slices.Clone(o.PartialRefunds)
+	return &c
+}
+
+func (s *SubscriptionRecord) clone() *SubscriptionRecord {
+	c := *s
+	c.Renewals = maps.Clone(s.Renewals)
+	return &c
+}
+
+func (b *batch) findOrder(k OrderKey) (*LockedOrder, bool) {
+	o, ok := b.orders[k]
+	return o, ok
+}
+
+// decide routes and decides one event: the order rules when an order
+// matches it; else the subscription rules when it names a subscription
+// this service knows; else an unknown subscription's lifecycle event is
+// unmatched, and every other event goes to the order rules, which decide
+// events of no order. A payment of an order's subscription line is
+// decided by both: the order rules for the order, the subscription rules
+// for the period it pays. need is the subscription to create first, when
+// that payment's subscription is not in the snapshot.
+func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error) {
+	ev := be.Event
+	order, matched := MatchOrder(ev, b.findOrder)
+	sub, named := b.subs[ev.SubscriptionKey()]
+	switch {
+	case !matched && named && ForSubscription(ev):
+		st.Subscription, err = b.decideSubscription(ev, be.Received, sub, false, false)
+		if err != nil {
+			return st, nil, err
+		}
+		st.Outcome = st.Subscription.Outcome
+		return st, nil, nil
+	case !matched && ForSubscription(ev) && ev.Kind.IsSubscriptionLifecycle():
+		st.Outcome = Outcome{Decision: DecisionUnmatched,
+			Reason: "the event names a subscription this service does not know (yet): nothing is applied"}
+		return st, nil, nil
+	}
+	var view *PaidOrder
+	if matched {
+		view = &order.PaidOrder
+	}
+	st.Outcome = Decide(ev, view)
+	if slices.Contains(st.Outcome.Effects, Effect(PaySubscriptions{})) {
+		ref := OrderSubscriptionRef(ev, order.SubscriptionPlan, order.SubscriptionFor)
+		rec, known := b.subs[ref.Key()]
+		created := false
+		if !known {
+			if rec, known = b.created[ref.Key()]; !known {
+				return st, &ref, nil
+			}
+			// From this event on, the subscription exists for the batch.
+			delete(b.created, ref.Key())
+			b.subs[ref.Key()] = rec
+			created = true
+		}
+		if st.Subscription, err = b.decideSubscription(ev, be.Received, rec, true, created); err != nil {
+			return st, nil, err
+		}
+	}
+	if matched {
+		if a := recordedAttempt(st.Outcome); a != "" {
+			st.Attempt = NextAttemptState(order.attempt(ev), a)
+		}
+		order.Apply(ev, st.Outcome)
+		st.Order = order
+	}
+	return st, nil, nil
+}
+
+// decideSubscription decides ev for rec with the subscription rules (a
+// purchase: the payment of an order's subscription line) and applies the
+// outcome to rec.
+func (b *batch) decideSubscription(ev ProviderEvent, received time.Time, rec *SubscriptionRecord, purchase, created bool) (*SubscriptionStep, error) {
+	plan, ok := b.plans[rec.PlanID]
+	if !ok {
+		return nil, fmt.Errorf("subscription %s is on plan %q, which is not configured: configure the plan again to apply its events",
+			rec.ID, rec.PlanID)
+	}
+	sev := SubscriptionEventOf(ev, received)
+	sev.Purchase = purchase
+	out := DecideSubscription(sev, rec.Subscription, plan)
+	rec.Apply(sev, out)
+	return &SubscriptionStep{Record: *rec.clone(), Created: created, Plan: plan, Event: sev, Outcome: out}, nil
+}
+
+// recordedAttempt is the attempt state out records, or "".
+func recordedAttempt(out Outcome) AttemptState {
+	for _, e := range out.Effects {
+		if r, ok := e.(RecordAttempt); ok {
+			return r.State
+		}
+	}
+	return ""
+}
+
+// IsSubscriptionLifecycle reports whether k is a provider's event about a
+// subscription itself (not a payment).
+func (k EventKind) IsSubscriptionLifecycle() bool {
+	return k == EventSubscriptionOverdue || k == EventSubscriptionCancelled
+}

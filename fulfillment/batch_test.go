@@ -1,0 +1,219 @@
+package fulfillment
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// The batch fixtures: org_a's live T-Bank orders priced 1000 RUB, and
+// subscriptions to the monthly plan.
+const batchOrg = "org_a"
+
+func batchEvent(id string, kind EventKind, merchantOrderID, payment string, minor int64) BatchEvent {
+	p := PaymentInfo{PaymentID: payment, MerchantOrderID: merchantOrderID, Amount: MinorAmount(minor, "RUB")}
+	p.AttemptRef = p.Attempt()
+	return BatchEvent{Received: jan1, Event: ProviderEvent{Provider: ProviderTBank, OrgID: batchOrg, Environment: EnvLive,
+		EventID: id, Kind: kind, Type: string(kind), OccurredAt: jan1, Payment: p}}
+}
+
+// named returns be naming the provider subscription sub.
+func named(be BatchEvent, sub string) BatchEvent {
+	be.Event.Payment.SubscriptionID = sub
+	return be
+}
+
+func batchOrder(id string) *LockedOrder {
+	return &LockedOrder{ID: id, PaidOrder: PaidOrder{State: StatePendingPayment, Total: Money{Currency: "RUB", MinorUnits: 1000}}}
+}
+
+func orderKey(merchantOrderID string) OrderKey {
+	return OrderKey{OrgID: batchOrg, Environment: EnvLive, Field: ByMerchantOrderID, Value: merchantOrderID}
+}
+
+func subKey(id string) SubscriptionKey {
+	return SubscriptionKey{OrgID: batchOrg, Environment: EnvLive, Provider: ProviderTBank, ID: id}
+}
+
+func batchSub(id, providerID string) *SubscriptionRecord {
+	return &SubscriptionRecord{ID: id, SubscriptionRef: SubscriptionRef{OrgID: batchOrg, Environment: EnvLive,
+		Provider: ProviderTBank, ProviderSubscriptionID: providerID, PlanID: monthly.ID}}
+}
+
+// summary is a step as one line: its decision, the rules that decided it
+// (order or subscription), the order's id, and the subscription's id.
+func summary(st Step) string {
+	parts := []string{string(st.Outcome.Decision)}
+	if st.Order != nil {
+		parts = append(parts, "order="+st.Order.ID)
+	}
+	if sub := st.Subscription; sub != nil {
+		parts = append(parts, "sub="+sub.Record.ID, "sub:"+string(sub.Outcome.Decision))
+		if sub.Created {
+			parts = append(parts, "created")
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// Every event is routed to the rules that decide it.
+func TestDecideBatchRoutes(t *testing.T) {
+	t.Parallel()
+	testOnLive := named(batchEvent("e", EventPaymentConfirmed, "", "pay_9", 1000), "sub_1")
+	testOnLive.Event.TestMode = true
+	cases := []struct {
+		name string
+		ev   BatchEvent
+		want string
+	}{
+		{"a payment of a known order: the order rules", batchEvent("e", EventPaymentConfirmed, "m-1", "pay_1", 1000), "fulfilled order=o1"},
+		{"a payment of an order that also names a subscription: the order rules first",
+			named(batchEvent("e", EventPaymentConfirmed, "m-1", "pay_1", 1000), "sub_1"), "fulfilled order=o1"},
+		{"a charge of a known subscription no order matches: the subscription rules",
+			named(batchEvent("e", EventPaymentConfirmed, "", "pay_2", 1000), "sub_1"), "renewed sub=s1 sub:renewed"},
+		{"a lifecycle event of a known subscription", named(batchEvent("e", EventSubscriptionCancelled, "", "", 0), "sub_1"),
+			"subscription_cancelled sub=s1 sub:subscription_cancelled"},
+		{"a lifecycle event of an unknown subscription: unmatched",
+			named(batchEvent("e", EventSubscriptionOverdue, "", "", 0), "sub_unknown"), "unmatched"},
+		{"a charge of an unknown subscription: the order rules, which find no order",
+			named(batchEvent("e", EventPaymentConfirmed, "", "pay_3", 1000), "sub_unknown"), "unmatched"},
+		{"a provider's test event on a live endpoint naming a known subscription: the order rules", testOnLive, "test_mode_ignored"},
+		{"an event of no order and no subscription", batchEvent("e", EventPaymentConfirmed, "m-nobody", "pay_4", 1000), "unmatched"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			snap := &Snapshot{
+				Orders:        map[OrderKey]*LockedOrder{orderKey("m-1"): batchOrder("o1")},
+				Subscriptions: map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): batchSub("s1", "sub_1")},
+				Plans:         Plans{monthly.ID: monthly},
+			}
+			steps, need, err := DecideBatch(snap, []BatchEvent{tc.ev})
+			if err != nil || need != nil {
+				t.Fatalf("DecideBatch: %v, needs %v", err, need)
+			}
+			if got := summary(steps[0]); got != tc.want {
+				t.Errorf("got  %s\nwant %s (reason: %s)", got, tc.want, steps[0].Outcome.Reason)
+			}
+		})
+	}
+}
+
+// Two events of one order in one batch: the second is decided against
+// what the first left, and the attempt's recorded state is threaded.
+func TestDecideBatchThreadsAnOrder(t *testing.T) {
+	t.Parallel()
+	snap := &Snapshot{Orders: map[OrderKey]*LockedOrder{orderKey("m-1"): batchOrder("o1")}}
+	steps, _, err := DecideBatch(snap, []BatchEvent{
+		batchEvent("e1", EventPartiallyRefunded, "m-1", "pay_1", 250),
+		batchEvent("e2", EventPaymentConfirmed, "m-1", "pay_1", 1000),
+		batchEvent("e3", EventPaymentConfirmed, "m-1", "pay_1", 1000),
+		batchEvent("e4", EventPartiallyRefunded, "m-1", "pay_1", 250),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, st := range steps {
+		got = append(got, string(st.Outcome.Decision)+"/"+string(st.Attempt))
+	}
+	want := []string{"partially_refunded/", "fulfilled/confirmed", "already_applied/confirmed", "already_applied/"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("decisions/attempts = %v, want %v", got, want)
+	}
+	// The confirmation takes back the share of the refund decided before
+	// it in the same batch.
+	if !reflect.DeepEqual(steps[1].Outcome.Effects[len(steps[1].Outcome.Effects)-1],
+		Effect(ReverseCreditShare{Money{"RUB", 250}, RefundRefOf(ProviderTBank, "pay_1", MinorAmount(250, "RUB"))})) {
+		t.Errorf("the confirmation's effects %+v do not end with the refund's share", steps[1].Outcome.Effects)
+	}
+	if o := snap.Orders[orderKey("m-1")]; o.Paid || len(o.PartialRefunds) != 0 || len(o.Attempts) != 0 {
+		t.Errorf("DecideBatch changed the snapshot's order: %+v", o)
+	}
+}
+
+// Two charges of one subscription in one batch pay two periods.
+func TestDecideBatchThreadsASubscription(t *testing.T) {
+	t.Parallel()
+	snap := &Snapshot{
+		Subscriptions: map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): batchSub("s1", "sub_1")},
+		Plans:         Plans{monthly.ID: monthly},
+	}
+	second := named(batchEvent("e2", EventPaymentConfirmed, "", "pay_2", 1000), "sub_1")
+	second.Event.OccurredAt = day(30)
+	steps, _, err := DecideBatch(snap, []BatchEvent{
+		named(batchEvent("e1", EventPaymentConfirmed, "", "pay_1", 1000), "sub_1"),
+		second,
+		named(batchEvent("e1-again", EventPaymentConfirmed, "", "pay_1", 1000), "sub_1"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, st := range steps {
+		got = append(got, summary(st)+" periods="+string(rune('0'+st.Subscription.Record.Periods)))
+	}
+	want := []string{"renewed sub=s1 sub:renewed periods=1", "renewed sub=s1 sub:renewed periods=2",
+		"already_applied sub=s1 sub:already_applied periods=2"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %v\nwant %v", got, want)
+	}
+	if s := snap.Subscriptions[subKey("sub_1")]; s.Periods != 0 || len(s.Renewals) != 0 {
+		t.Errorf("DecideBatch changed the snapshot's subscription: %+v", s)
+	}
+}
+
+// The payment of an order's subscription line pays a subscription the
+// snapshot does not hold: DecideBatch asks for it, and once storage created
+// it, the payment creates its first period — and the subscription exists
+// for the events after that payment, not before.
+func TestDecideBatchCreatesASubscription(t *testing.T) {
+	t.Parallel()
+	order := batchOrder("o1")
+	order.HasSubscriptionLines, order.SubscriptionPlan, order.SubscriptionFor = true, monthly.ID, "cust_1"
+	ref := SubscriptionRef{OrgID: batchOrg, Environment: EnvLive, Provider: ProviderTBank,
+		ProviderSubscriptionID: CustomerSubscriptionID(monthly.ID, "cust_1"), CustomerRef: "cust_1", PlanID: monthly.ID}
+	snap := &Snapshot{
+		Orders:  map[OrderKey]*LockedOrder{orderKey("m-1"): order},
+		Created: map[SubscriptionKey]*SubscriptionRecord{},
+		Plans:   Plans{monthly.ID: monthly},
+	}
+	cancelBefore := named(batchEvent("e0", EventSubscriptionCancelled, "", "", 0), ref.ProviderSubscriptionID)
+	pay := batchEvent("e1", EventPaymentConfirmed, "m-1", "pay_1", 1000)
+	cancelAfter := named(batchEvent("e2", EventSubscriptionCancelled, "", "", 0), ref.ProviderSubscriptionID)
+	cancelAfter.Event.OccurredAt = day(1)
+	events := []BatchEvent{cancelBefore, pay, cancelAfter}
+
+	steps, need, err := DecideBatch(snap, events)
+	if err != nil || steps != nil || need == nil || *need != ref {
+		t.Fatalf("DecideBatch = %v steps, needs %+v, %v; want no steps and a request for %+v", len(steps), need, err, ref)
+	}
+	created := &SubscriptionRecord{ID: "s-new", SubscriptionRef: ref}
+	snap.Created[ref.Key()] = created
+	steps, need, err = DecideBatch(snap, events)
+	if err != nil || need != nil {
+		t.Fatalf("DecideBatch again: %v, needs %v", err, need)
+	}
+	var got []string
+	for _, st := range steps {
+		got = append(got, summary(st))
+	}
+	want := []string{"unmatched", "fulfilled order=o1 sub=s-new sub:renewed created", "subscription_cancelled sub=s-new sub:subscription_cancelled"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %v\nwant %v", got, want)
+	}
+	if created.Periods != 0 {
+		t.Errorf("DecideBatch changed the created subscription: %+v", created)
+	}
+}
+
+// A subscription whose plan left the configuration fails the batch: its
+// events wait until the plan is back.
+func TestDecideBatchPlanNotConfigured(t *testing.T) {
+	t.Parallel()
+	snap := &Snapshot{Subscriptions: map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): batchSub("s1", "sub_1")}}
+	_, _, err := DecideBatch(snap, []BatchEvent{named(batchEvent("e", EventPaymentConfirmed, "", "pay_1", 1000), "sub_1")})
+	if err == nil || !strings.Contains(err.Error(), `plan "pro-monthly", which is not configured`) {
+		t.Errorf("DecideBatch = %v, want the plan named", err)
+	}
+}
