@@ -45,13 +45,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fulfillplatform/fulfillment/config"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/rig/loadgen"
 	"github.com/fulfillplatform/fulfillment/rig/pgcluster"
-	"github.com/fulfillplatform/fulfillment/storage"
 )
 
 type options struct {
@@ -408,93 +406,6 @@ func (b *bench) run(ctx context.Context) error {
 	return nil
 }
 
-// startCluster starts the durable cluster and creates the two databases.
-func (b *bench) startCluster(ctx context.Context) error {
-	var preload []string
-	if b.o.statements {
-		preload = append(preload, "shared_preload_libraries=pg_stat_statements", "pg_stat_statements.max=1000")
-	}
-	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(b.tmp, "pg"), Durable: true, Log: os.Stderr, Settings: preload})
-	if err != nil {
-		return err
-	}
-	b.cluster = c
-	b.cpu = &cpuMeter{postmasterPID: postmasterPID(filepath.Join(b.tmp, "pg", "data"))}
-	conn, err := pgx.Connect(ctx, c.URL("postgres"))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	var version string
-	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&version); err != nil {
-		return err
-	}
-	var settings []string
-	for _, name := range []string{"fsync", "synchronous_commit", "full_page_writes", "wal_sync_method", "max_connections", "shared_buffers", "max_wal_size", "shared_preload_libraries"} {
-		var v string
-		if err := conn.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v); err != nil {
-			return err
-		}
-		settings = append(settings, name+"="+v)
-	}
-	if !strings.Contains(strings.Join(settings, " "), "fsync=on") {
-		return fmt.Errorf("cluster is not durable: %s", strings.Join(settings, " "))
-	}
-	b.rep.Machine.PostgreSQL = version
-	b.rep.Machine.PGSettings = strings.Join(settings, " ")
-	b.logf("%s", version)
-	b.logf("%s", b.rep.Machine.PGSettings)
-	for _, db := range []string{"baseline", "baseline_nonotify", "service", "service_paused", "service_empty", "service_history", outboxDB} {
-		if _, err := conn.Exec(ctx, "CREATE DATABASE "+db); err != nil {
-			return fmt.Errorf("creating database %s: %w", db, err)
-		}
-	}
-	if err := storage.Migrate(ctx, c.URL("baseline")); err != nil {
-		return err
-	}
-	if err := storage.Migrate(ctx, c.URL("baseline_nonotify")); err != nil {
-		return err
-	}
-	nn, err := pgx.Connect(ctx, c.URL("baseline_nonotify"))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = nn.Close(context.WithoutCancel(ctx)) }()
-	var triggers []string
-	if err := nn.QueryRow(ctx, `SELECT coalesce(array_agg(tgname::text), '{}') FROM pg_trigger
-		WHERE tgrelid = 'inbox_events'::regclass AND NOT tgisinternal`).Scan(&triggers); err != nil {
-		return err
-	}
-	if len(triggers) == 0 {
-		if b.o.noNotify {
-			b.logf("inbox_events has no trigger: the baseline variant without it is skipped")
-		}
-		b.o.noNotify = false
-		return nil
-	}
-	b.logf("inbox_events triggers: %s", strings.Join(triggers, ", "))
-	// Every user trigger (the NOTIFY one), not the constraint triggers.
-	_, err = nn.Exec(ctx, "ALTER TABLE inbox_events DISABLE TRIGGER USER")
-	return err
-}
-
-// sampleWaits starts sampling pg_stat_activity; the returned function stops
-// it and returns the top activities.
-func (b *bench) sampleWaits(ctx context.Context) func() []loadgen.WaitShare {
-	s, err := loadgen.StartWaitSampler(ctx, b.cluster.URL("postgres"), 50*time.Millisecond)
-	if err != nil {
-		b.warn("sampling pg_stat_activity: %v", err)
-		return func() []loadgen.WaitShare { return nil }
-	}
-	return func() []loadgen.WaitShare { return s.Stop(6) }
-}
-
-func (b *bench) logWaits(what string, ws []loadgen.WaitShare) {
-	for _, w := range ws {
-		b.logf("  pg %-28s %s", what, w)
-	}
-}
-
 // baselineLevel runs the baseline at c clients on the real table, then
 // (informational) with its NOTIFY trigger disabled.
 func (b *bench) baselineLevel(ctx context.Context, c int) error {
@@ -528,73 +439,6 @@ func (b *bench) baselineLevel(ctx context.Context, c int) error {
 	return nil
 }
 
-// target is one running fulfillmentd with its database and clients.
-type target struct {
-	name   string
-	dbName string
-	svc    *service
-	db     *pgxpool.Pool // the service's database, for measurements
-	api    *loadgen.API
-	sender *loadgen.Sender // to the Yolfi endpoint
-	tbank  *loadgen.Sender // to the T-Bank endpoint, same connections
-	rest   *loadgen.REST
-}
-
-func (t *target) close() {
-	if t.api != nil {
-		_ = t.api.Close()
-	}
-	if t.sender != nil {
-		t.sender.Close()
-	}
-	if t.db != nil {
-		t.db.Close()
-	}
-	if t.svc != nil {
-		t.svc.stop()
-	}
-}
-
-// startTarget starts fulfillmentd on database dbName, its configuration
-// changed by tune (nil: the default), and connects to it.
-func (b *bench) startTarget(ctx context.Context, name, dbName string, tune func(*config.Config)) (*target, error) {
-	t := &target{name: name, dbName: dbName}
-	b.targets = append(b.targets, t)
-	dir := filepath.Join(b.tmp, "svc-"+name)
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, err
-	}
-	svc, err := startService(b.bin, dir, b.cluster.URL(dbName), b.o.maxConns, b.o.pprof, tune)
-	if err != nil {
-		return nil, err
-	}
-	t.svc = svc
-	b.logf("fulfillmentd %q pid %d on database %s: grpc %s, http %s, ingest %s (log %s)",
-		name, svc.pid(), dbName, svc.grpcAddr, svc.httpAddr, svc.ingestAddr, svc.logPath)
-	if t.db, err = loadgen.ConnectDB(ctx, b.cluster.URL(dbName)); err != nil {
-		return nil, err
-	}
-	if b.o.statements {
-		if err := loadgen.EnableStatements(ctx, t.db); err != nil {
-			b.warn("pg_stat_statements unavailable, statement costs not reported: %v", err)
-			b.o.statements = false
-		}
-	}
-	if t.api, err = loadgen.DialAPI(svc.grpcAddr, benchToken); err != nil {
-		return nil, err
-	}
-	t.sender = loadgen.NewSender("http://"+svc.ingestAddr+"/webhooks/"+endpointID, 512)
-	t.tbank = &loadgen.Sender{URL: "http://" + svc.ingestAddr + "/webhooks/" + tbankEndpointID, Client: t.sender.Client}
-	t.rest = loadgen.NewREST("http://"+svc.httpAddr, benchToken, 64)
-	return t, nil
-}
-
-// use makes t the measured service (the CPU column follows it).
-func (b *bench) use(t *target) {
-	b.t = t
-	b.cpu.servicePID = t.svc.pid()
-}
-
 // pausedAt are the concurrencies of the ingest levels with the inbox
 // processor paused: the goal's (pausedGoalAt), and one client, to show
 // what processing adds to one client's latency.
@@ -602,97 +446,6 @@ var (
 	pausedAt     = []int{1, 32, 64}
 	pausedGoalAt = []int{32, 64}
 )
-
-// on runs fn with p's service as the measured one.
-func (b *bench) on(p *provider, fn func() error) error {
-	if p.on == nil {
-		return fn()
-	}
-	main := b.t
-	b.use(p.on)
-	defer b.use(main)
-	return fn()
-}
-
-// createOrders pre-creates n orders (loadgen.OrderRequest) over gRPC with
-// 16 concurrent callers.
-func (b *bench) createOrders(ctx context.Context, n int) ([]loadgen.Order, error) {
-	return b.createOrdersOf(ctx, n, func(mid string) *fulfillmentv1.CreateOrderRequest {
-		return loadgen.OrderRequest(benchOrg, benchEnv, mid)
-	})
-}
-
-// createOrdersOf pre-creates n orders, each request built by request from
-// its merchant order id, over gRPC with 16 concurrent callers.
-func (b *bench) createOrdersOf(ctx context.Context, n int, request func(mid string) *fulfillmentv1.CreateOrderRequest) ([]loadgen.Order, error) {
-	b.orderSeq++
-	t0 := time.Now()
-	orders, err := b.t.api.CreateOrdersWith(ctx, fmt.Sprintf("bench-%s-%d", b.runID, b.orderSeq), n, 16, request)
-	if err != nil {
-		return nil, err
-	}
-	d := time.Since(t0)
-	b.logf("created %d orders in %.1fs (%.0f/s)", n, d.Seconds(), float64(n)/d.Seconds())
-	return orders, nil
-}
-
-// profile starts a CPU profile of fulfillmentd over d (with --pprof); the
-// returned function waits for it, saves it into --out and logs its top.
-func (b *bench) profile(ctx context.Context, name string, d time.Duration) func() {
-	if !b.o.pprof || b.t == nil || b.t.svc == nil || b.t.svc.debugAddr == "" {
-		return func() {}
-	}
-	path := filepath.Join(b.o.out, "pprof-"+name+".pb.gz")
-	if err := os.MkdirAll(b.o.out, 0o755); err != nil {
-		b.warn("profile %s: %v", name, err)
-		return func() {}
-	}
-	done := make(chan struct{})
-	var top string
-	var err error
-	go func() {
-		defer close(done)
-		top, err = b.t.svc.cpuProfile(ctx, d, path)
-	}()
-	return func() {
-		<-done
-		if err != nil {
-			b.warn("profile %s: %v", name, err)
-			return
-		}
-		b.rep.Profiles = append(b.rep.Profiles, path)
-		b.logf("fulfillmentd CPU profile during %s: %s\n%s", name, path, top)
-	}
-}
-
-// drain waits for the inbox backlog to be processed, so that each
-// measurement starts from the same state.
-func (b *bench) drain(ctx context.Context, what string) float64 {
-	timeout := b.o.drainTimeout
-	if left := b.o.budget - time.Since(b.start) - time.Minute; left < timeout {
-		timeout = max(left, 5*time.Second)
-	}
-	d, err := loadgen.Drain(ctx, b.t.db, timeout)
-	if err != nil && ctx.Err() == nil {
-		b.warn("after %s: %v", what, err)
-	}
-	if d > 500*time.Millisecond {
-		b.logf("drained the inbox backlog after %s in %.1fs", what, d.Seconds())
-	}
-	return round1(d.Seconds())
-}
-
-// ready prepares a measured run on orders just created: it drains the
-// inbox, then ANALYZEs the service's database, as autovacuum does within a
-// minute in a running service. Without it, the first runs would measure
-// plans cached while the tables were nearly empty (sequential scans that
-// grow with each table), which only a later ANALYZE replaces.
-func (b *bench) ready(ctx context.Context) {
-	b.drain(ctx, "creating orders")
-	if _, err := b.t.db.Exec(ctx, "ANALYZE"); err != nil && ctx.Err() == nil {
-		b.warn("analyzing the service's database: %v", err)
-	}
-}
 
 // ordersFor estimates how many orders a closed-loop webhook run of p at c
 // clients will use: its likely rate (from p's previous level, scaled by the
