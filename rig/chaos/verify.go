@@ -72,7 +72,7 @@ type inboxRow struct {
 	lastError string
 	// subID is the subscription it was applied to; received and
 	// processedAt when it was stored and processed; seq its place in
-	// processing order (subscriptions.go).
+	// processing order (check_subscriptions.go).
 	subID                 string
 	received, processedAt time.Time
 	seq                   int
