@@ -1,11 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"image/color"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -103,6 +106,20 @@ func writeChart(path string, r *Report) error {
 		return err
 	}
 	return f.Close()
+}
+
+// redrawChart draws the chart of the run saved in path (its JSON report)
+// into the same name with .png.
+func redrawChart(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var r Report
+	if err := json.Unmarshal(data, &r); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return writeChart(strings.TrimSuffix(path, filepath.Ext(path))+".png", &r)
 }
 
 func newPanel(title, ylabel string, ticks []plot.Tick) *plot.Plot {

@@ -97,6 +97,15 @@ type LoadLevel struct {
 	Note string `json:"note,omitempty"`
 }
 
+// Non200Total counts the non-200 answers and errors.
+func (l LoadLevel) Non200Total() int {
+	n := 0
+	for _, c := range l.Non200 {
+		n += c
+	}
+	return n
+}
+
 // IngestLevel is one closed-loop webhook run.
 type IngestLevel struct {
 	Provider string `json:"provider"` // Yolfi, T-Bank

@@ -1,0 +1,185 @@
+package main
+
+// The ingest phase: signed Yolfi and T-Bank webhooks through the HTTP
+// gateway, closed loop at each concurrency (also on a service whose inbox
+// processor is paused) and open loop at half of Yolfi's peak.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/rig/loadgen"
+)
+
+// provider is a webhook provider of the ingest sweep: its endpoint's signed
+// events, the orders they pay, and its levels.
+type provider struct {
+	name   string // as the table shows it
+	key    string // inbox_events.provider
+	src    loadgen.Source
+	order  func(org, env, mid string) *fulfillmentv1.CreateOrderRequest
+	sender func(*target) *loadgen.Sender
+	levels map[int]IngestLevel // by concurrency
+	lastC  int                 // the concurrency measured last
+	on     *target             // the service it is sent to; nil: the main one
+	at     []int               // the concurrencies it runs at; nil: all
+	report *[]IngestLevel      // where the report lists its levels
+}
+
+// pausedAt are the concurrencies of the ingest levels with the inbox
+// processor paused: the goal's (pausedGoalAt), and one client, to show
+// what processing adds to one client's latency.
+var (
+	pausedAt     = []int{1, 32, 64}
+	pausedGoalAt = []int{32, 64}
+)
+
+// ordersFor estimates how many orders a closed-loop webhook run of p at c
+// clients will use: its likely rate (from p's previous level, scaled by the
+// concurrency, with headroom), over the run, for the share of first
+// deliveries. Too few only shortens the measured window (the run stops
+// when they run out, with a warning).
+func (b *bench) ordersFor(p *provider, c int, seconds float64) int {
+	guess := 300.0
+	if prev, ok := p.levels[p.lastC]; ok {
+		guess = max(guess, prev.PerSecond*min(float64(c)/float64(p.lastC), 1.6)*1.25)
+	} else if prev, ok := b.yolfi.levels[b.yolfi.lastC]; ok && p == b.paused {
+		// Its first level: Yolfi's last one with the processor running,
+		// and room for ingest alone to be much faster.
+		guess = max(guess, prev.PerSecond*min(float64(c)/float64(b.yolfi.lastC), 1.6)*2.5)
+	}
+	if cur, ok := p.levels[c]; ok { // a re-run of a measured level
+		guess = max(guess, cur.PerSecond*1.15)
+	}
+	limit := 4000.0
+	if base := b.fastestBaseline(); base > 0 {
+		// The baseline so far (the orders are created before this
+		// level's): ingest with the processor running has reached 0.5×
+		// of it, ingest alone about 1×, and it grows with the clients.
+		floor := base * 0.7
+		if p == b.paused {
+			floor, limit = base, 6000
+		}
+		guess = max(guess, floor)
+	}
+	guess = min(guess, limit)
+	return int(guess*seconds*(1-b.o.redeliver)) + 200
+}
+
+// ingestLevel measures p's ingest at c clients over orders, its ratio to
+// the baseline, and records it.
+func (b *bench) ingestLevel(ctx context.Context, p *provider, c int, orders []loadgen.Order) error {
+	since := time.Now()
+	lvl := b.closedIngest(ctx, p, c, orders)
+	if base, ok := b.baseline[c]; ok && base.PerSecond > 0 {
+		lvl.BaselinePerSec = base.PerSecond
+		lvl.Ratio = round2(lvl.PerSecond / base.PerSecond)
+	}
+	if y, ok := b.yolfi.levels[c]; ok && p != b.yolfi && y.PerSecond > 0 {
+		lvl.RatioYolfi = round2(lvl.PerSecond / y.PerSecond)
+	}
+	b.logf("ingest %-6s %2d clients: %7.0f req/s (%.0f new/s)  %s  ratio %.2f  cpu %s  non-200 %d",
+		p.name, c, lvl.PerSecond, lvl.NewPerSecond, lvl.Latency, lvl.Ratio, lvl.CPU, lvl.Non200Total())
+	if p != b.paused { // its backlog stays: nothing processes it
+		lvl.DrainSeconds = b.drain(ctx, fmt.Sprintf("%s ingest at %d clients", p.name, c))
+		b.checkConfirmations(ctx, p, c, since)
+	}
+	p.levels[c], p.lastC = lvl, c
+	*p.report = append(*p.report, lvl)
+	return ctx.Err()
+}
+
+// checkConfirmations warns unless every payment confirmation p's level
+// sent since then fulfilled its order: the level measured the real path.
+func (b *bench) checkConfirmations(ctx context.Context, p *provider, c int, since time.Time) {
+	rows, err := b.t.db.Query(ctx, `SELECT coalesce(decision, state), count(*) FROM inbox_events
+		WHERE provider = $1 AND kind = 'payment_confirmed' AND received_at >= $2 GROUP BY 1`, p.key, since)
+	var decisions map[string]int
+	if err == nil {
+		decisions = map[string]int{}
+		var d string
+		var n int
+		_, err = pgx.ForEachRow(rows, []any{&d, &n}, func() error { decisions[d] = n; return nil })
+	}
+	switch {
+	case err != nil:
+		b.warn("%s ingest at %d clients: reading the decisions: %v", p.name, c, err)
+	case len(decisions) != 1 || decisions["fulfilled"] == 0:
+		b.warn("%s ingest at %d clients: payment confirmations decided %v (expected all fulfilled)", p.name, c, decisions)
+	}
+}
+
+// closedIngest runs p's webhook mix over orders with c closed-loop clients.
+func (b *bench) closedIngest(ctx context.Context, p *provider, c int, orders []loadgen.Order) IngestLevel {
+	mix := loadgen.NewMix(p.src, orders, b.o.redeliver, b.o.outOfOrder)
+	sender := p.sender(b.t)
+	mix.StopWhenExhausted = true
+	var prof func()
+	if c == 32 && !b.profiled {
+		b.profiled = true
+		prof = b.profile(ctx, "ingest32", b.o.warmup+b.o.phase)
+	}
+	cpu0 := b.cpu.sample()
+	waits := b.sampleWaits(ctx)
+	res := loadgen.RunClosed(ctx, loadgen.ClosedConfig{Workers: c, Warmup: b.o.warmup, Duration: b.o.phase},
+		func(ctx context.Context, _ int) (int, error) { return mix.Send(ctx, sender, false) })
+	ws := waits()
+	if prof != nil {
+		prof()
+	}
+	cpu := b.cpu.since(cpu0)
+	b.logWaits(fmt.Sprintf("ingest %s %d", p.name, c), ws)
+	newAcked := mix.Acked(loadgen.KindNew) + mix.Acked(loadgen.KindOutOfOrder)
+	allAcked := newAcked + mix.Acked(loadgen.KindRedelivery)
+	lvl := IngestLevel{Provider: p.name, LoadLevel: LoadLevel{Name: "ingest", Concurrency: c, Seconds: round2(res.Elapsed.Seconds()),
+		OK: res.OK, PerSecond: round1(res.Throughput()), Latency: res.Latency(), Non200: res.StatusCounts(), CPU: cpu, Waits: ws},
+		New: mix.Acked(loadgen.KindNew), Redeliveries: mix.Acked(loadgen.KindRedelivery), OutOfOrder: mix.Acked(loadgen.KindOutOfOrder)}
+	if allAcked > 0 {
+		lvl.NewPerSecond = round1(res.Throughput() * float64(newAcked) / float64(allAcked))
+	}
+	if mix.Exhausted() > 0 {
+		b.warn("%s ingest at %d clients: the %d pre-created orders ran out after %.1fs of the %.1fs window: measured over the shorter window",
+			p.name, c, len(orders), res.Elapsed.Seconds(), b.o.phase.Seconds())
+	}
+	return lvl
+}
+
+// openIngest runs an open-loop webhook stream at rate/s and returns its
+// acknowledgement figures and the ids of the measured new events.
+func (b *bench) openIngest(ctx context.Context, rate float64, d time.Duration, mix *loadgen.Mix) OpenIngest {
+	cfg := loadgen.OpenConfig{Rate: rate, Duration: d, Warmup: b.o.warmup, MaxInFlight: 256}
+	first := cfg.FirstMeasured()
+	cpu0 := b.cpu.sample()
+	waits := b.sampleWaits(ctx)
+	res := loadgen.RunOpen(ctx, cfg, func(ctx context.Context, i int) (int, error) {
+		return mix.Send(ctx, b.t.sender, i >= first)
+	})
+	ws := waits()
+	b.logWaits(fmt.Sprintf("open %.0f/s", rate), ws)
+	b.maxAccepted = max(b.maxAccepted, res.Throughput())
+	return OpenIngest{Offered: rate, Seconds: round2(res.Elapsed.Seconds()), OK: res.OK, PerSecond: round1(res.Throughput()),
+		Latency: res.Latency(), Late: res.Late, Unsent: res.Unsent, Non200: res.StatusCounts(), CPU: b.cpu.since(cpu0), Waits: ws}
+}
+
+func (b *bench) halfPeak(ctx context.Context) error {
+	rate := float64(int(b.peakIngest / 2))
+	if rate < 1 {
+		return errors.New("no ingest peak measured")
+	}
+	orders, err := b.createOrders(ctx, int(rate*(b.o.warmup+b.o.phase).Seconds()*(1-b.o.redeliver))+200)
+	if err != nil {
+		return err
+	}
+	b.ready(ctx)
+	mix := loadgen.NewMix(b.src, orders, b.o.redeliver, b.o.outOfOrder)
+	h := b.openIngest(ctx, rate, b.o.phase, mix)
+	b.rep.HalfPeak = &h
+	b.logf("ingest open loop at %.0f/s (½ of peak %.0f): %.0f/s  ack %s  late %d  cpu %s", rate, b.peakIngest, h.PerSecond, h.Latency, h.Late, h.CPU)
+	b.drain(ctx, "the half-peak run")
+	return ctx.Err()
+}

@@ -1,0 +1,122 @@
+package main
+
+// The saturating push: the most events per second the processor fulfils
+// while full-speed ingest keeps its backlog from emptying, and what each
+// event costs (CPU, statements).
+
+import (
+	"context"
+	"time"
+
+	"github.com/fulfillplatform/fulfillment/rig/loadgen"
+)
+
+// sustained pushes new payment.confirmed events as fast as push-workers
+// closed-loop clients can, and measures how many events per second the
+// processor completes while the backlog is never empty.
+func (b *bench) sustained(ctx context.Context) error {
+	w := b.o.pushWorkers
+	// The push ends when its orders run out: enough for the whole duration
+	// at the highest rate seen so far, with headroom.
+	guess := max(b.peakIngest, b.maxAccepted, 300) * 1.15
+	orders, err := b.createOrders(ctx, int(guess*b.o.push.Seconds())+200)
+	if err != nil {
+		return err
+	}
+	b.ready(ctx)
+	if b.o.statements {
+		if err := loadgen.ResetStatements(ctx, b.t.db); err != nil {
+			return err
+		}
+	}
+	mix := loadgen.NewMix(b.src, orders, 0, 0)
+	mix.StopWhenExhausted = true
+	prof := b.profile(ctx, "push", b.o.push)
+	cpu0 := b.cpu.sample()
+	waits := b.sampleWaits(ctx)
+	res := loadgen.RunClosed(ctx, loadgen.ClosedConfig{Workers: w, Duration: b.o.push},
+		func(ctx context.Context, _ int) (int, error) { return mix.Send(ctx, b.t.sender, true) })
+	pushWaits := waits()
+	prof()
+	cpuPush := b.cpu.since(cpu0)
+	cpu1 := b.cpu.sample()
+	waits = b.sampleWaits(ctx)
+	drainSecs := b.drain(ctx, "the saturating push")
+	drainWaits := waits()
+	cpuDrain := b.cpu.since(cpu1)
+	cpu2 := b.cpu.sample()
+	b.logWaits("push", pushWaits)
+	b.logWaits("drain", drainWaits)
+	var statements []loadgen.StatementCost
+	var allStatements loadgen.StatementCost
+	if b.o.statements {
+		// Read before the bench's own queries below; every event the push
+		// sent was acknowledged, and the drain processed it.
+		if statements, allStatements, err = loadgen.StatementCosts(ctx, b.t.db, len(mix.NewIDs()), 12); err != nil {
+			return err
+		}
+	}
+	if mix.Exhausted() > 0 && res.Elapsed < b.o.push*3/4 {
+		b.warn("push: the %d pre-created orders ran out after %.1fs", len(orders), res.Elapsed.Seconds())
+	}
+	ts, err := loadgen.Timings(ctx, b.t.db, b.key, mix.NewIDs())
+	if err != nil {
+		return err
+	}
+	first, last := loadgen.ReceivedSpan(ts)
+	s := &Sustained{Workers: w, PushSeconds: round2(res.Elapsed.Seconds()), IngestPerSecond: round1(res.Throughput()),
+		DrainSeconds: drainSecs, CPU: cpuPush, CPUDrain: cpuDrain, Waits: pushWaits, DrainWaits: drainWaits,
+		Statements: statements}
+	if b.o.statements {
+		s.StatementsTotal = &allStatements
+	}
+	f := loadgen.Fulfilled(ts)
+	s.Decisions = f.Decisions
+	if s.Events = f.Latency.N; s.Events > 0 {
+		// Every event of the push, acknowledged then processed, over the
+		// push and the drain; pending ones (a drain cut short) are left out.
+		s.ServiceUsPerEvent = round1((cpu2.service - cpu0.service) / float64(s.Events) * 1e6)
+		s.PostgresUsPerEvent = round1((cpu2.postgres - cpu0.postgres) / float64(s.Events) * 1e6)
+	}
+	// Under load: from one second after the first event (ramp-up) to the
+	// last receipt, the processor competes with full-speed ingest.
+	from := first.Add(time.Second)
+	if last.Sub(from) >= time.Second {
+		buckets := loadgen.PerSecond(ts, from, last)
+		s.PerSecondBuckets = buckets
+		total := 0
+		for _, n := range buckets {
+			total += n
+		}
+		s.FulfilledPerSec = round1(float64(total) / float64(len(buckets)))
+		s.FulfilledPerSecMd = float64(median(buckets))
+	}
+	processedByEnd := 0
+	for _, t := range ts {
+		if !t.ProcessedAt.IsZero() && !t.ProcessedAt.After(last) {
+			processedByEnd++
+		}
+	}
+	s.BacklogAtPushEnd = len(ts) - processedByEnd
+	s.ProcessingKeptUp = float64(s.BacklogAtPushEnd) < max(s.IngestPerSecond*0.25, 20)
+	if lp := loadgen.LastProcessed(ts); lp.Sub(last) > 500*time.Millisecond && s.BacklogAtPushEnd > 0 {
+		s.DrainPerSecond = round1(float64(s.BacklogAtPushEnd) / lp.Sub(last).Seconds())
+	}
+	b.rep.Sustained = s
+	b.logf("push %d workers: ingest %.0f/s; fulfilled under load %.0f/s (median bucket %.0f), drain %.0f/s, backlog at end %d, cpu push %s drain %s",
+		w, s.IngestPerSecond, s.FulfilledPerSec, s.FulfilledPerSecMd, s.DrainPerSecond, s.BacklogAtPushEnd, cpuPush, cpuDrain)
+	return ctx.Err()
+}
+
+func median(xs []int) int {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]int(nil), xs...)
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	return s[len(s)/2]
+}
