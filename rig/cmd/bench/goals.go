@@ -8,7 +8,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/rig/loadgen"
 )
 
-// goals evaluates issue 13's targets (and the earlier ones it keeps)
+// goals evaluates the performance targets
 // against what was measured.
 func (b *bench) goals() []Goal {
 	var gs []Goal

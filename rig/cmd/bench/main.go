@@ -17,7 +17,7 @@
 //   - console: every admin console page on that history, with 100,000
 //     orders added (console.go);
 //
-// prints one table, evaluates the goals, and writes
+// prints one table, evaluates the goals (goals.go), and writes
 // results/bench-<timestamp>.{json,md}, results/latest.{json,md} and
 // results/bench.png. Every phase's duration is printed.
 //

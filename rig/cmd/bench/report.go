@@ -201,7 +201,7 @@ type HistoryRun struct {
 	IngestLevel
 }
 
-// Goal is one target of the issue, met or missed, by how much.
+// Goal is one performance target, met or missed, by how much.
 type Goal struct {
 	Goal   string `json:"goal"`
 	Met    bool   `json:"met"`
