@@ -148,7 +148,10 @@ func (b *tab) waitText(sel, want string) {
 			last = fmt.Sprintf("%q", got)
 		}
 		if time.Now().After(deadline) {
-			b.t.Fatalf("browser: %s still shows %s after a minute, want %q", sel, last, want)
+			ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+			shown, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href + "\n" + document.body.innerText.slice(0, 2000)`))
+			cancel()
+			b.t.Fatalf("browser: %s still shows %s after a minute, want %q; the page (%v):\n%s", sel, last, want, err, shown)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

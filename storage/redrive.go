@@ -158,10 +158,20 @@ func (s *Store) RedriveList(ctx context.Context, orgs []string, org string) ([]f
 	return out, nil
 }
 
+// redriveLock is the transaction advisory lock of re-drive run $1 (the
+// two-key form, apart from the owners' one-key locks): a cancel holds it
+// while it waits for the batch being applied, and a batch of the run is
+// not started while it is held. PostgreSQL hands a released lock to its
+// waiter, so the cancel comes right after the batch it waited for: no other
+// batch of the run can start in between.
+const redriveLock = `(1380209238, ($1::bigint & 2147483647)::int)`
+
 // RedriveCancel implements fulfillment.RedriveStore.
 func (s *Store) RedriveCancel(ctx context.Context, id int64, by string) (fulfillment.Redrive, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE redrive_runs SET state = 'cancelled', cancelled_by = $2, finished_at = now()
-		WHERE id = $1 AND state = 'running'`, id, by)
+	tag, err := s.pool.Exec(ctx, `
+		WITH turn AS MATERIALIZED (SELECT pg_advisory_xact_lock`+redriveLock+`)
+		UPDATE redrive_runs SET state = 'cancelled', cancelled_by = $2, finished_at = now()
+		FROM turn WHERE id = $1 AND state = 'running'`, id, by)
 	if err != nil {
 		return fulfillment.Redrive{}, fmt.Errorf("cancelling re-drive: %w", interpret(err))
 	}
@@ -197,6 +207,14 @@ func (s *Store) RedriveStep(ctx context.Context, batch int) (bool, error) {
 		}
 		if err != nil {
 			return fmt.Errorf("claiming a re-drive: %w", interpret(err))
+		}
+		// A cancel waiting for the run's previous batch goes first.
+		var free bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock`+redriveLock, id).Scan(&free); err != nil {
+			return fmt.Errorf("claiming a re-drive: %w", interpret(err))
+		}
+		if !free {
+			return nil
 		}
 		found, target = true, fulfillment.RedriveTarget(actual)
 		apply := redriveApplyOutbox
