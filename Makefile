@@ -6,7 +6,11 @@
 
 SHELL      := /bin/bash
 TOOLS_BIN  := $(CURDIR)/.cache/bin
-TOOLS      := $(TOOLS_BIN)/.stamp
+# Two stamps: make generate needs buf and the protoc plugins only; make lint
+# also golangci-lint, the longest to build.
+GEN_TOOLS  := $(TOOLS_BIN)/.stamp-generate
+LINT_TOOLS := $(TOOLS_BIN)/.stamp-lint
+TOOLS      := $(GEN_TOOLS) $(LINT_TOOLS)
 export PATH := $(TOOLS_BIN):$(PATH)
 
 GO_TEST_FLAGS ?= -race -shuffle=on -count=1 -timeout=10m
@@ -82,15 +86,22 @@ fuzz: ## Run every fuzz target for $(FUZZTIME) each (Yolfi and T-Bank verify + p
 build: ## Build fulfillmentd and fulfillctl into .cache/.
 	go build -ldflags '$(LDFLAGS)' -o .cache/ ./cmd/fulfillmentd ./cmd/fulfillctl
 
-$(TOOLS): tools/go.mod tools/go.sum
-	cd tools && GOBIN=$(TOOLS_BIN) go install tool
+$(GEN_TOOLS): tools/go.mod tools/go.sum
+	cd tools && GOBIN=$(TOOLS_BIN) go install github.com/bufbuild/buf/cmd/buf \
+		github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway \
+		github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2 \
+		google.golang.org/grpc/cmd/protoc-gen-go-grpc google.golang.org/protobuf/cmd/protoc-gen-go
+	@touch $@
+
+$(LINT_TOOLS): tools/go.mod tools/go.sum
+	cd tools && GOBIN=$(TOOLS_BIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 	@touch $@
 
 .PHONY: tools
 tools: $(TOOLS) ## Install the pinned buf, protoc plugins and golangci-lint into .cache/bin.
 
 .PHONY: generate
-generate: $(TOOLS) ## Regenerate gen/ and the OpenAPI document from proto/.
+generate: $(GEN_TOOLS) ## Regenerate gen/ and the OpenAPI document from proto/.
 	buf generate
 
 .PHONY: check-generate
@@ -117,7 +128,7 @@ BREAKING_AGAINST ?= $(shell git show-ref --verify --quiet refs/heads/main && ech
 # breaking.use). On main itself it compares main with main and always passes,
 # which is why CI (which runs on main) does not run it.
 .PHONY: breaking
-breaking: $(TOOLS) ## Fail when proto/ breaks compatibility with main (run on a feature branch before merging).
+breaking: $(GEN_TOOLS) ## Fail when proto/ breaks compatibility with main (run on a feature branch before merging).
 	buf breaking --against '.git#$(BREAKING_AGAINST)'
 
 .PHONY: clean
