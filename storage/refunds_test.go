@@ -6,6 +6,7 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/storage"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"
 )
 
@@ -120,29 +121,8 @@ func TestRefundTellsLineDestinations(t *testing.T) {
 // that must not erase what its decision records.)
 func TestReplayedPartialRefundStaysRecorded(t *testing.T) {
 	t.Parallel()
-	s, conn := newOutboxStore(t)
+	s, conn, order, deliver := creditOrder(t)
 	ctx := context.Background()
-	spec, err := fulfillment.OrderDraft{
-		OrgID: "org_a", Environment: "live", MerchantOrderID: "m-1",
-		Lines: []fulfillment.LineDraft{
-			{SKU: "credits", Kind: "balance_credit", Quantity: 1, Currency: "RUB", MinorUnits: 20000, AccountRef: "acct-1"},
-		},
-	}.Validate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	order, _, err := s.OrderCreate(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deliver := func(ev fulfillment.ProviderEvent) (int64, string) {
-		t.Helper()
-		r, err := s.InboxInsert(ctx, ev, []byte("{}"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r.ID, processAll(t, s, 1)
-	}
 	refund, got := deliver(tbankEvent("partial-5000", fulfillment.EventPartiallyRefunded, 5000))
 	if got != "partially_refunded" {
 		t.Fatalf("partial refund before the confirmation: %s", got)
@@ -179,27 +159,12 @@ func TestReplayedPartialRefundStaysRecorded(t *testing.T) {
 // refund's share back, and the refund announced again adds nothing.
 func TestRefundIsAFactNotALabel(t *testing.T) {
 	t.Parallel()
-	s, conn := newOutboxStore(t)
+	_, conn, order, deliverID := creditOrder(t)
 	ctx := context.Background()
-	spec, err := fulfillment.OrderDraft{
-		OrgID: "org_a", Environment: "live", MerchantOrderID: "m-1",
-		Lines: []fulfillment.LineDraft{
-			{SKU: "credits", Kind: "balance_credit", Quantity: 1, Currency: "RUB", MinorUnits: 20000, AccountRef: "acct-1"},
-		},
-	}.Validate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	order, _, err := s.OrderCreate(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
 	deliver := func(ev fulfillment.ProviderEvent) string {
 		t.Helper()
-		if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
-			t.Fatal(err)
-		}
-		return processAll(t, s, 1)
+		_, decision := deliverID(ev)
+		return decision
 	}
 	if got := deliver(tbankEvent("partial-5000", fulfillment.EventPartiallyRefunded, 5000)); got != "partially_refunded" {
 		t.Fatalf("partial refund before the confirmation: %s", got)
@@ -230,27 +195,12 @@ func TestRefundIsAFactNotALabel(t *testing.T) {
 // Migrating down and up again loses nothing either.
 func TestMigration021RefundsBecomeRows(t *testing.T) {
 	t.Parallel()
-	s, conn := newOutboxStore(t)
+	_, conn, order, deliverID := creditOrder(t)
 	ctx := context.Background()
-	spec, err := fulfillment.OrderDraft{
-		OrgID: "org_a", Environment: "live", MerchantOrderID: "m-1",
-		Lines: []fulfillment.LineDraft{
-			{SKU: "credits", Kind: "balance_credit", Quantity: 1, Currency: "RUB", MinorUnits: 20000, AccountRef: "acct-1"},
-		},
-	}.Validate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	order, _, err := s.OrderCreate(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
 	deliver := func(ev fulfillment.ProviderEvent) string {
 		t.Helper()
-		if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
-			t.Fatal(err)
-		}
-		return processAll(t, s, 1)
+		_, decision := deliverID(ev)
+		return decision
 	}
 	for _, ev := range []struct {
 		ev   fulfillment.ProviderEvent
@@ -291,5 +241,35 @@ func TestMigration021RefundsBecomeRows(t *testing.T) {
 	}
 	if got := deliver(tbankEvent("partial-2000-again", fulfillment.EventPartiallyRefunded, 2000)); got != "already_applied" {
 		t.Errorf("a migrated refund announced again: %s, want already_applied", got)
+	}
+}
+
+// creditOrder is an order of org_a crediting 20000 RUB kopecks to acct-1,
+// and a function that stores an event and processes it, returning its
+// stored id and decision.
+func creditOrder(t *testing.T) (*storage.Store, *pgx.Conn, fulfillment.Order, func(fulfillment.ProviderEvent) (int64, string)) {
+	t.Helper()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	spec, err := fulfillment.OrderDraft{
+		OrgID: "org_a", Environment: "live", MerchantOrderID: "m-1",
+		Lines: []fulfillment.LineDraft{
+			{SKU: "credits", Kind: "balance_credit", Quantity: 1, Currency: "RUB", MinorUnits: 20000, AccountRef: "acct-1"},
+		},
+	}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	order, _, err := s.OrderCreate(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, conn, order, func(ev fulfillment.ProviderEvent) (int64, string) {
+		t.Helper()
+		r, err := s.InboxInsert(ctx, ev, []byte("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.ID, processAll(t, s, 1)
 	}
 }
