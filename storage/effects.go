@@ -98,7 +98,7 @@ func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, st fulfillment.Step) 
 				WHERE order_id = $1 AND kind = 'license' AND revoked_at IS NULL`,
 				m.ID, fmt.Sprintf("refunded: %s event %s", ev.Provider, ev.EventID))
 		case fulfillment.OpenItem:
-			queueItem(b, e.Kind, le, m, out.Reason)
+			queueItem(b, orderItem(e.Kind, le, m, out.Reason))
 		case fulfillment.RequestDeliveries:
 			queueLineRequests(b, m.ID)
 			q.messages = true
@@ -138,29 +138,21 @@ func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, st fulfillment.Step) 
 	return q, nil
 }
 
-// queueItem opens a reconciliation item unless the situation its key names
-// already has one.
-func queueItem(b *pgx.Batch, kind fulfillment.ReconKind, le leasedEvent, m *fulfillment.LockedOrder, detail string) {
+// orderItem is the item of kind that the event le opens, about its order
+// m (nil when none matched it).
+func orderItem(kind fulfillment.ReconKind, le leasedEvent, m *fulfillment.LockedOrder, detail string) item {
 	ev, p := le.ev, le.ev.Payment
-	subject := fulfillment.ItemSubject{
+	it := item{kind: kind, amount: p.Amount, detail: detail, subject: fulfillment.ItemSubject{
 		Provider: ev.Provider, OrgID: ev.OrgID, Environment: ev.Environment,
 		AttemptRef: p.AttemptRef, PaymentID: p.PaymentID, EventID: ev.EventID, InboxID: le.id,
-	}
-	var linked, expected *string
+	}}
 	if m != nil {
-		subject.OrderID, linked = m.ID, &m.ID
+		it.subject.OrderID = m.ID
 		if e, ok := m.Expected(p.Amount.Unit); ok {
-			expected = opt(e.Value.String())
+			it.expected = opt(e.Value.String())
 		}
 	}
-	value, token, network, currency := amountColumns(p.Amount)
-	b.Queue(`
-		INSERT INTO reconciliation_items (kind, org_id, environment, order_id, inbox_event_id, provider,
-			attempt_ref, payment_id, amount, expected_amount, token, network, currency, detail, dedupe_key)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::numeric, $11, $12, $13, $14, $15)
-		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
-		kind, ev.OrgID, ev.Environment, linked, le.id, ev.Provider, opt(p.AttemptRef), opt(p.PaymentID),
-		value, expected, token, network, currency, detail, fulfillment.ItemKey(kind, subject))
+	return it
 }
 
 // reversedSoFar is a lateral subquery of the credit row c: the (negative)

@@ -146,15 +146,12 @@ func (s *Store) StartFinish(ctx context.Context, id int64, o fulfillment.StartOu
 			}
 		}
 		if start.State == fulfillment.StartReview {
-			subject := fulfillment.ItemSubject{StartID: start.ID}
-			if _, err := tx.Exec(ctx, `
-				INSERT INTO reconciliation_items (kind, org_id, environment, order_id, payment_start_id, provider,
-					payment_id, amount, currency, detail, dedupe_key)
-				VALUES ($1, $2, $3, $4::uuid, $5, $6, $7, $8, $9, $10, $11)
-				ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
-				fulfillment.ReconDuplicateOrderID, start.OrgID, start.Environment, start.OrderID, start.ID,
-				start.Provider, opt(start.PaymentID), start.Amount.MinorUnits, start.Amount.Currency, start.Detail,
-				fulfillment.ItemKey(fulfillment.ReconDuplicateOrderID, subject)); err != nil {
+			b := &pgx.Batch{}
+			queueItem(b, item{kind: fulfillment.ReconDuplicateOrderID, detail: start.Detail,
+				amount: fulfillment.MinorAmount(start.Amount.MinorUnits, start.Amount.Currency),
+				subject: fulfillment.ItemSubject{StartID: start.ID, OrgID: start.OrgID, Environment: start.Environment,
+					OrderID: start.OrderID, Provider: start.Provider, PaymentID: start.PaymentID}})
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
 				return fmt.Errorf("opening reconciliation item: %w", interpret(err))
 			}
 		}

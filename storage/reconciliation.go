@@ -78,3 +78,42 @@ func (s *Store) ReconList(ctx context.Context, p fulfillment.ReconListParams) ([
 	}
 	return items, nil
 }
+
+// item is a reconciliation item to open: its kind, what it is about, the
+// payment's amount and what the order expected (when known), and why, in
+// words. Its key is fulfillment.ItemKey of its kind and subject, which
+// reads what names the situation for that kind: opening it again, from a
+// redelivery, a replay or a race, opens nothing.
+type item struct {
+	kind     fulfillment.ReconKind
+	subject  fulfillment.ItemSubject
+	amount   fulfillment.Amount
+	expected *string
+	detail   string
+}
+
+// queueItem queues the statement that opens it: the one builder of the
+// items whose subject is known here (the ones opened in bulk, from rows the
+// statement reads, are built in SQL with the same keys).
+func queueItem(b *pgx.Batch, it item) {
+	s := it.subject
+	value, token, network, currency := amountColumns(it.amount)
+	b.Queue(`
+		INSERT INTO reconciliation_items (kind, org_id, environment, order_id, subscription_id, inbox_event_id,
+			payment_start_id, outbox_message_id, provider, attempt_ref, payment_id,
+			amount, expected_amount, token, network, currency, detail, dedupe_key)
+		VALUES ($1, $2, $3, $4::uuid, $5::uuid, $6, $7, $8, $9, $10, $11,
+			$12::numeric, $13::numeric, $14, $15, $16, $17, $18)
+		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
+		it.kind, s.OrgID, s.Environment, opt(s.OrderID), opt(s.SubscriptionID), optID(s.InboxID),
+		optID(s.StartID), optID(s.MessageID), opt(string(s.Provider)), opt(s.AttemptRef), opt(s.PaymentID),
+		value, it.expected, token, network, currency, it.detail, fulfillment.ItemKey(it.kind, s))
+}
+
+// optID is id, or NULL for 0 (none).
+func optID(id int64) *int64 {
+	if id == 0 {
+		return nil
+	}
+	return &id
+}

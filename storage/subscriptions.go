@@ -186,17 +186,9 @@ func (s *Store) applySubscription(ctx context.Context, tx pgx.Tx, rec *fulfillme
 		case fulfillment.Publish:
 			q.add(s.queueSubscriptionPublish(b, rec, e.Topic))
 		case fulfillment.OpenItem:
-			subject := fulfillment.ItemSubject{SubscriptionID: rec.ID, PaymentID: ev.PaymentID, EventID: cause.eventRef}
-			var inboxID *int64
-			if cause.inboxID != 0 {
-				inboxID = &cause.inboxID
-			}
-			b.Queue(`INSERT INTO reconciliation_items (kind, org_id, environment, subscription_id, inbox_event_id, provider,
-					payment_id, detail, dedupe_key)
-				VALUES ($1, $2, $3, $4::uuid, $5, $6, $7, $8, $9)
-				ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
-				e.Kind, rec.OrgID, rec.Environment, rec.ID, inboxID, rec.Provider, opt(ev.PaymentID), out.Reason,
-				fulfillment.ItemKey(e.Kind, subject))
+			queueItem(b, item{kind: e.Kind, detail: out.Reason, subject: fulfillment.ItemSubject{
+				OrgID: rec.OrgID, Environment: rec.Environment, Provider: rec.Provider, SubscriptionID: rec.ID,
+				PaymentID: ev.PaymentID, EventID: cause.eventRef, InboxID: cause.inboxID}})
 		default:
 			return q, fmt.Errorf("applying %T to a subscription: not an effect of the subscription rules", effect)
 		}
