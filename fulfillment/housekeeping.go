@@ -17,7 +17,7 @@ type HousekeepingTask string
 
 // Housekeeping tasks.
 const (
-	TaskFulfillmentSLA HousekeepingTask = "fulfilment_sla" // as stored (migration 014): the first spelling stays in the database
+	TaskFulfillmentSLA HousekeepingTask = "fulfillment_sla"
 	TaskRawBodyPurge   HousekeepingTask = "raw_body_purge"
 )
 

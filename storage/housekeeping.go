@@ -72,7 +72,7 @@ func (s *Store) HousekeepingDone(ctx context.Context, id int64, owner string, n 
 // the batch), and counts the orders looked at and the items opened.
 //
 // The condition on the orders is fulfillment.PastFulfillmentSLA's; the
-// partial index orders_awaiting_fulfilment_idx holds exactly the orders
+// partial index orders_awaiting_fulfillment_idx holds exactly the orders
 // its states allow. Orders that have their item already are passed over,
 // so that a batch makes progress and an order stuck for days costs nothing
 // after its first item — but what makes an item once per order is its

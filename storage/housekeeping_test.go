@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/tern/v2/migrate"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/storage"
@@ -394,5 +395,40 @@ func TestHousekeepingPurgesRace(t *testing.T) {
 	if purged != n || count(t, conn, `SELECT count(*) FROM inbox_events WHERE raw_body IS NULL`) != n {
 		t.Errorf("%d purges reported, %d bodies purged; want %d each", purged,
 			count(t, conn, `SELECT count(*) FROM inbox_events WHERE raw_body IS NULL`), n)
+	}
+}
+
+// Migration 022 renames the SLA task to the one spelling, and back: the
+// task keeps its schedule and its last run.
+func TestMigration022OneSpelling(t *testing.T) {
+	t.Parallel()
+	_, conn := newStore(t)
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, `UPDATE housekeeping_tasks SET last_run_at = '2026-01-02T03:04:05Z', last_count = 7`); err != nil {
+		t.Fatal(err)
+	}
+	m, err := migrate.NewMigrator(ctx, conn, "schema_version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.LoadMigrations(storage.Migrations()); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		version int32
+		task    string
+	}{{21, "fulfilment_sla"}, {22, string(fulfillment.TaskFulfillmentSLA)}} {
+		if err := m.MigrateTo(ctx, step.version); err != nil {
+			t.Fatalf("migrating to %d: %v", step.version, err)
+		}
+		if n := count(t, conn, `SELECT count(*) FROM housekeeping_tasks WHERE task = $1 AND last_count = 7`, step.task); n != 1 {
+			t.Errorf("at version %d: %d tasks named %s with their last run, want 1", step.version, n, step.task)
+		}
+		if n := count(t, conn, `SELECT count(*) FROM housekeeping_tasks`); n != 2 {
+			t.Errorf("at version %d: %d tasks, want 2", step.version, n)
+		}
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO housekeeping_tasks (task) VALUES ('fulfilment_sla')`); err == nil {
+		t.Error("version 22 took a task of the old spelling")
 	}
 }

@@ -66,7 +66,7 @@ fulfillment_outbox_messages{destination="erp",state="uncertain"} 1
 fulfillment_outbox_messages{destination="old",state="failed"} 1
 # HELP fulfillment_housekeeping_last_success_timestamp_seconds When the housekeeping task last completed a run, on any replica (0: never).
 # TYPE fulfillment_housekeeping_last_success_timestamp_seconds gauge
-fulfillment_housekeeping_last_success_timestamp_seconds{task="fulfilment_sla"} 0
+fulfillment_housekeeping_last_success_timestamp_seconds{task="fulfillment_sla"} 0
 fulfillment_housekeeping_last_success_timestamp_seconds{task="raw_body_purge"} 1.7673230455e+09
 `
 	names := []string{"fulfillment_db_scrape_success", "fulfillment_inbox_pending_events", "fulfillment_outbox_messages",

@@ -85,7 +85,7 @@ func housekeepingObservers(reg prometheus.Registerer) worker.HousekeepingOptions
 	}, []string{"task", "outcome"})
 	rows := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fulfillment_housekeeping_rows_total",
-		Help: "Rows the housekeeping runs of this process changed, by task: paid_not_fulfilled items opened (fulfilment_sla), raw event bodies purged (raw_body_purge).",
+		Help: "Rows the housekeeping runs of this process changed, by task: paid_not_fulfilled items opened (fulfillment_sla), raw event bodies purged (raw_body_purge).",
 	}, []string{"task"})
 	reg.MustRegister(runs, rows)
 	known := map[fulfillment.HousekeepingTask]bool{}
