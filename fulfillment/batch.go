@@ -89,8 +89,10 @@ type Step struct {
 type SubscriptionStep struct {
 	// Record is the subscription as the event left it.
 	Record SubscriptionRecord
-	// Created is set when the event's payment is the first to pay the
-	// subscription in this batch and storage created it for the batch.
+	// Created is set when the subscription was not in the snapshot:
+	// storage created it for this payment (or found it, when a payment of
+	// another order created it first), and it exists for the batch from
+	// this event on.
 	Created bool
 	Plan    Plan
 	// Event is the event as the subscription rules saw it.
