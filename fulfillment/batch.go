@@ -1,7 +1,6 @@
 package fulfillment
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -89,12 +88,7 @@ type Step struct {
 type SubscriptionStep struct {
 	// Record is the subscription as the event left it.
 	Record SubscriptionRecord
-	// Created is set when the subscription was not in the snapshot:
-	// storage created it for this payment (or found it, when a payment of
-	// another order created it first), and it exists for the batch from
-	// this event on.
-	Created bool
-	Plan    Plan
+	Plan   Plan
 	// Event is the event as the subscription rules saw it.
 	Event   SubscriptionEvent
 	Outcome Outcome
@@ -186,7 +180,7 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 	sub, named := b.subs[ev.SubscriptionKey()]
 	switch {
 	case !matched && named && ForSubscription(ev):
-		st.Subscription, err = b.decideSubscription(ev, be.Received, sub, false, false)
+		st.Subscription, err = b.decideSubscription(ev, be.Received, sub, false)
 		if err != nil {
 			return st, nil, err
 		}
@@ -205,7 +199,6 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 	if slices.Contains(st.Outcome.Effects, Effect(PaySubscriptions{})) {
 		ref := OrderSubscriptionRef(ev, order.SubscriptionPlan, order.SubscriptionFor)
 		rec, known := b.subs[ref.Key()]
-		created := false
 		if !known {
 			if rec, known = b.created[ref.Key()]; !known {
 				return st, &ref, nil
@@ -213,9 +206,8 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 			// From this event on, the subscription exists for the batch.
 			delete(b.created, ref.Key())
 			b.subs[ref.Key()] = rec
-			created = true
 		}
-		if st.Subscription, err = b.decideSubscription(ev, be.Received, rec, true, created); err != nil {
+		if st.Subscription, err = b.decideSubscription(ev, be.Received, rec, true); err != nil {
 			return st, nil, err
 		}
 	}
@@ -232,17 +224,16 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 // decideSubscription decides ev for rec with the subscription rules (a
 // purchase: the payment of an order's subscription line) and applies the
 // outcome to rec.
-func (b *batch) decideSubscription(ev ProviderEvent, received time.Time, rec *SubscriptionRecord, purchase, created bool) (*SubscriptionStep, error) {
-	plan, ok := b.plans[rec.PlanID]
-	if !ok {
-		return nil, fmt.Errorf("subscription %s is on plan %q, which is not configured: configure the plan again to apply its events",
-			rec.ID, rec.PlanID)
+func (b *batch) decideSubscription(ev ProviderEvent, received time.Time, rec *SubscriptionRecord, purchase bool) (*SubscriptionStep, error) {
+	plan, err := b.plans.For(rec)
+	if err != nil {
+		return nil, err
 	}
 	sev := SubscriptionEventOf(ev, received)
 	sev.Purchase = purchase
 	out := DecideSubscription(sev, rec.Subscription, plan)
 	rec.Apply(sev, out)
-	return &SubscriptionStep{Record: *rec.clone(), Created: created, Plan: plan, Event: sev, Outcome: out}, nil
+	return &SubscriptionStep{Record: *rec.clone(), Plan: plan, Event: sev, Outcome: out}, nil
 }
 
 // recordedAttempt is the attempt state out records, or "".

@@ -405,6 +405,17 @@ type SubscriptionStore interface {
 // Plans are the configured plans, by id.
 type Plans map[string]Plan
 
+// For is the plan of rec, or an error saying its plan is not configured
+// (its events and sweeps wait until it is).
+func (ps Plans) For(rec *SubscriptionRecord) (Plan, error) {
+	p, ok := ps[rec.PlanID]
+	if !ok {
+		return p, fmt.Errorf("subscription %s is on plan %q, which is not configured: configure the plan again to apply its events",
+			rec.ID, rec.PlanID)
+	}
+	return p, nil
+}
+
 // SubscriptionFilter selects subscriptions. Empty fields match everything.
 type SubscriptionFilter struct {
 	// VisibleOrgs restricts the result to these orgs; nil means every org.

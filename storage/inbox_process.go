@@ -114,7 +114,9 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 // creating and locking first the subscriptions its payments are the first
 // to pay: one at a time, as the rules ask for them.
 func decideBatch(ctx context.Context, tx pgx.Tx, snap *fulfillment.Snapshot, batch []fulfillment.BatchEvent) ([]fulfillment.Step, error) {
-	for {
+	// Each round adds a subscription the step asked for, which it then
+	// holds: at most one round per event, and a last one.
+	for range len(batch) + 1 {
 		steps, need, err := fulfillment.DecideBatch(snap, batch)
 		if err != nil || need == nil {
 			return steps, err
@@ -125,6 +127,7 @@ func decideBatch(ctx context.Context, tx pgx.Tx, snap *fulfillment.Snapshot, bat
 		}
 		snap.Created[need.Key()] = rec
 	}
+	return nil, fmt.Errorf("deciding a batch: more subscriptions asked for than the batch has events")
 }
 
 // decisions are the outcomes of a batch's events, recorded with one

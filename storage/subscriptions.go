@@ -94,16 +94,6 @@ func createSubscription(ctx context.Context, tx pgx.Tx, ref fulfillment.Subscrip
 	return lockSubscription(ctx, tx, byProviderKey, ref.OrgID, ref.Environment, ref.Provider, ref.ProviderSubscriptionID)
 }
 
-// plan is the configured plan of rec.
-func (s *Store) plan(rec *fulfillment.SubscriptionRecord) (fulfillment.Plan, error) {
-	p, ok := s.plans[rec.PlanID]
-	if !ok {
-		return p, fmt.Errorf("subscription %s is on plan %q, which is not configured: configure the plan again to apply its events",
-			rec.ID, rec.PlanID)
-	}
-	return p, nil
-}
-
 // SubscriptionApply implements fulfillment.SubscriptionStore.
 func (s *Store) SubscriptionApply(ctx context.Context, ref fulfillment.SubscriptionRef, ev fulfillment.SubscriptionEvent, eventRef string, plan fulfillment.Plan) (fulfillment.Outcome, fulfillment.SubscriptionRecord, error) {
 	var (

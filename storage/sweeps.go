@@ -60,7 +60,7 @@ func (s *Store) SweepProcess(ctx context.Context, id int64, owner string, now ti
 		if err != nil {
 			return err
 		}
-		plan, err := s.plan(rec)
+		plan, err := s.plans.For(rec)
 		if err != nil {
 			return err
 		}
