@@ -67,7 +67,12 @@ func (d Destination) WithDefaults() Destination {
 
 // Destination returns the configured destination with id.
 func (c *Config) Destination(id string) (Destination, bool) {
-	for _, d := range c.Destinations {
+	return FindDestination(c.Destinations, id)
+}
+
+// FindDestination returns the destination of ds with id.
+func FindDestination(ds []Destination, id string) (Destination, bool) {
+	for _, d := range ds {
 		if d.ID == id {
 			return d, true
 		}

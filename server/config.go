@@ -30,13 +30,3 @@ type Config struct {
 	// listed; external order lines name one of them.
 	Destinations []config.Destination
 }
-
-// destination returns the destination with id.
-func (c *Config) destination(id string) (config.Destination, bool) {
-	for _, d := range c.Destinations {
-		if d.ID == id {
-			return d, true
-		}
-	}
-	return config.Destination{}, false
-}

@@ -54,7 +54,7 @@ func (s *Service) RetryOutboxMessage(ctx context.Context, req *fulfillmentv1.Ret
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := s.cfg.destination(d.DestinationID); !ok {
+	if _, ok := config.FindDestination(s.cfg.Destinations, d.DestinationID); !ok {
 		return nil, status.Errorf(codes.FailedPrecondition,
 			"message %d is for destination %q, which is not configured: configure it first", d.ID, d.DestinationID)
 	}
@@ -155,7 +155,7 @@ func (s *Service) configuredDestination(ctx context.Context, id string) (config.
 	if err := fulfillment.ValidateDestinationID("destination_id", id); err != nil {
 		return config.Destination{}, toStatus(ctx, s.log, err)
 	}
-	d, ok := s.cfg.destination(id)
+	d, ok := config.FindDestination(s.cfg.Destinations, id)
 	if !ok {
 		return d, status.Errorf(codes.NotFound, "destination %q is not configured", id)
 	}
