@@ -33,3 +33,18 @@ func TestWarnsWhenNobodyCanCall(t *testing.T) {
 		}
 	}
 }
+
+// A configuration mistake only the providers can see (here a signing
+// secret too short for its provider) stops the service before it touches
+// the database: with migrations on and a database that cannot be reached,
+// the error is the configuration's, not the connection's.
+func TestEndpointMistakeBeforeTheDatabase(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig("postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=1")
+	cfg.Database.Migrate = true
+	cfg.Endpoints[0].Secrets[0].Value = []byte("short")
+	_, err := app.New(context.Background(), cfg, slog.New(slog.NewJSONHandler(&bytes.Buffer{}, nil)))
+	if err == nil || !strings.Contains(err.Error(), "config: endpoints[0].secrets[0]") {
+		t.Fatalf("app.New = %v, want the endpoint's secret named before any connection", err)
+	}
+}

@@ -3,7 +3,6 @@ package server_test
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -77,11 +76,9 @@ func startServer(t *testing.T, mutate func(*config.Config)) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tlsCfg *tls.Config
-	if cfg.TLS != nil {
-		if tlsCfg, err = app.LoadTLS(cfg.TLS); err != nil {
-			t.Fatal(err)
-		}
+	tlsCfg, err := app.LoadTLS(cfg.TLS)
+	if err != nil {
+		t.Fatal(err)
 	}
 	srv, err := server.New(app.ServerConfig(cfg, endpoints, tlsCfg), store, log, server.Options{})
 	if err != nil {

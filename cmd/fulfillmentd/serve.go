@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -68,11 +67,9 @@ func runIngest(ctx context.Context, cfg *config.Config, log *slog.Logger) error 
 	reg.MustRegister(app.BuildInfo())
 	mux.Handle("/", traceHTTP(httpmetrics.New(reg, "ingest").Handler(gateway.Handler())))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	var tlsCfg *tls.Config
-	if cfg.TLS != nil {
-		if tlsCfg, err = app.LoadTLS(cfg.TLS); err != nil {
-			return err
-		}
+	tlsCfg, err := app.LoadTLS(cfg.TLS)
+	if err != nil {
+		return err
 	}
 	return app.ServeHTTP(ctx, "webhooks", lis, mux, tlsCfg, cfg.HTTP, log)
 }

@@ -67,9 +67,18 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 	for _, opt := range opts {
 		opt(&o)
 	}
+	// What only the configuration decides fails before the database is
+	// touched: a mistyped provider or a short secret migrates nothing.
+	endpoints, err := Endpoints(cfg)
+	if err != nil {
+		return nil, err
+	}
+	tlsCfg, err := LoadTLS(cfg.TLS)
+	if err != nil {
+		return nil, err
+	}
 	tracer, stopTracing := o.tracer, func(context.Context) error { return nil }
 	if tracer == nil {
-		var err error
 		if tracer, stopTracing, err = newTracerProvider(ctx, cfg.Tracing); err != nil {
 			return nil, err
 		}
@@ -100,15 +109,8 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 	for _, d := range cfg.Deprecated() {
 		log.Warn(d)
 	}
-	a := &App{log: log, store: store, http: cfg.HTTP, tracer: tracer, stopTracing: stopTracing}
-	if cfg.TLS != nil {
-		if a.tls, err = LoadTLS(cfg.TLS); err != nil {
-			store.Close()
-			_ = stopTracing(ctx)
-			return nil, err
-		}
-	}
-	if err := a.build(cfg); err != nil {
+	a := &App{log: log, store: store, http: cfg.HTTP, tracer: tracer, stopTracing: stopTracing, tls: tlsCfg}
+	if err := a.build(cfg, endpoints); err != nil {
 		a.Close()
 		return nil, err
 	}
@@ -133,15 +135,11 @@ func PoolerError(err error) error {
 	return errors.New("database: the URL used for sessions goes through a transaction-mode pooler, which cannot hold the sessions that queue liveness, LISTEN and migrations need: set database.session_url (session_url_env or session_url_file, or DATABASE_SESSION_URL) to a direct or session-pooled URL of the same database")
 }
 
-func (a *App) build(cfg *config.Config) error {
+func (a *App) build(cfg *config.Config, endpoints []ingest.Endpoint) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		a.store.MetricsCollector(storage.DefaultMetricsTimeout), BuildInfo())
 
-	endpoints, err := Endpoints(cfg)
-	if err != nil {
-		return err
-	}
 	payments, err := PaymentProviders(endpoints)
 	if err != nil {
 		return err

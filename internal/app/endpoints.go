@@ -65,8 +65,11 @@ func ServerConfig(cfg *config.Config, endpoints []ingest.Endpoint, tlsCfg *tls.C
 }
 
 // LoadTLS reads the configured key pair into the listeners' TLS settings
-// (TLS 1.2 at least).
+// (TLS 1.2 at least); without a tls section (nil) the listeners are plain.
 func LoadTLS(t *config.TLS) (*tls.Config, error) {
+	if t == nil {
+		return nil, nil
+	}
 	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("loading TLS key pair: %w", err)

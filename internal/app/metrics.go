@@ -3,7 +3,6 @@ package app
 import (
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -49,7 +48,7 @@ func pollObservers(reg prometheus.Registerer, pollers map[string]fulfillment.Sta
 		}
 		polls.WithLabelValues(endpoint, string(o)).Inc()
 		if o != worker.PollFailed {
-			last.WithLabelValues(endpoint).Set(unixNow())
+			last.WithLabelValues(endpoint).SetToCurrentTime()
 		}
 	}}
 }
@@ -71,7 +70,7 @@ func sweepObservers(reg prometheus.Registerer) worker.SweepOptions {
 	return worker.SweepOptions{OnSweep: func(o worker.SweepOutcome) {
 		sweeps.WithLabelValues(string(o)).Inc()
 		if o != worker.SweepFailed {
-			last.Set(unixNow())
+			last.SetToCurrentTime()
 		}
 	}}
 }
@@ -107,5 +106,3 @@ func housekeepingObservers(reg prometheus.Registerer) worker.HousekeepingOptions
 		rows.WithLabelValues(string(task)).Add(float64(done))
 	}}
 }
-
-func unixNow() float64 { return float64(time.Now().UnixNano()) / 1e9 }
