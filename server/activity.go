@@ -70,28 +70,33 @@ func activityKey(f fulfillment.ReconFilter) string {
 }
 
 // since is the first minute of the window from start (n minutes) that is
-// not kept for key: what must be counted.
-func (m *activityMemo) since(key string, start time.Time, n int) time.Time {
+// not kept for key — what must be counted — with a copy of the kept
+// minutes before it: another filter's call may forget key's minutes before
+// window runs.
+func (m *activityMemo) since(key string, start time.Time, n int) (time.Time, []fulfillment.ActivityMinute) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.keys[key]
+	var kept []fulfillment.ActivityMinute
 	for i := range n - 1 { // the last, current minute is never kept
 		t := start.Add(time.Duration(i) * time.Minute)
 		if s == nil {
-			return t
+			return t, kept
 		}
-		if _, ok := s.minutes[t.Unix()]; !ok {
-			return t
+		k, ok := s.minutes[t.Unix()]
+		if !ok {
+			return t, kept
 		}
+		kept = append(kept, k)
 	}
-	return start.Add(time.Duration(n-1) * time.Minute)
+	return start.Add(time.Duration(n-1) * time.Minute), kept
 }
 
-// window returns the n minutes from start: those before since as kept,
-// the rest from fresh (counted from since on). It keeps the fresh minutes
+// window returns the n minutes from start: kept (as since returned them),
+// then fresh (counted from since on). It keeps the fresh minutes
 // that ended activitySettle before now, and forgets minutes older than any
 // window.
-func (m *activityMemo) window(key string, start time.Time, n int, since time.Time, fresh []fulfillment.ActivityMinute, now time.Time) []fulfillment.ActivityMinute {
+func (m *activityMemo) window(key string, start time.Time, n int, kept, fresh []fulfillment.ActivityMinute, now time.Time) []fulfillment.ActivityMinute {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.keys[key]
@@ -115,14 +120,7 @@ func (m *activityMemo) window(key string, start time.Time, n int, since time.Tim
 		}
 	}
 	out := make([]fulfillment.ActivityMinute, 0, n)
-	for i := range n {
-		t := start.Add(time.Duration(i) * time.Minute)
-		if t.Before(since) {
-			out = append(out, s.minutes[t.Unix()])
-			continue
-		}
-		out = append(out, fresh[int(t.Sub(since)/time.Minute)])
-	}
+	out = append(append(out, kept...), fresh...)
 	s.last, s.lastAt, s.lastStart = out, now, start
 	return out
 }

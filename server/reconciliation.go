@@ -258,13 +258,13 @@ func (s *Service) GetActivity(ctx context.Context, req *fulfillmentv1.GetActivit
 	if last, at, ok := s.activity.recent(key, start, n, now); ok {
 		return activityResponse(last, at), nil
 	}
-	since := s.activity.since(key, start, n)
+	since, kept := s.activity.since(key, start, n)
 	counts, err := s.recon.ReconActivity(ctx, filter, since)
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
 	fresh := fulfillment.ActivityMinutes(since, n-int(since.Sub(start)/time.Minute), counts)
-	return activityResponse(s.activity.window(key, start, n, since, fresh, now), now), nil
+	return activityResponse(s.activity.window(key, start, n, kept, fresh, now), now), nil
 }
 
 func activityResponse(ms []fulfillment.ActivityMinute, at time.Time) *fulfillmentv1.GetActivityResponse {
