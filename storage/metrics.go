@@ -50,7 +50,7 @@ const DefaultMetricsTimeout = time.Second
 // metricsSQL reads every database gauge in one round trip, each part on a
 // partial or leading-column index: pending inbox events (the claim index),
 // undelivered outbox messages by destination (pending: the due index;
-// failed and uncertain: the stuck index), open reconciliation items and the
+// failed and uncertain: their index by destination), open reconciliation items and the
 // oldest one's age by kind (the open indexes), and the housekeeping tasks'
 // last runs (a row per task). Their cost grows with the backlog, never with
 // history. The age column carries the last run's time for housekeeping.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
@@ -166,12 +167,34 @@ func (s *Store) RedriveList(ctx context.Context, orgs []string, org string) ([]f
 // batch of the run can start in between.
 const redriveLock = `(1380209238, ($1::bigint & 2147483647)::int)`
 
+// redriveCancelWait bounds how long a cancel waits for the batch being
+// applied (PostgreSQL's lock_timeout).
+const redriveCancelWait = "10s"
+
+// sqlstateLockNotAvailable is lock_timeout's error.
+const sqlstateLockNotAvailable = "55P03"
+
 // RedriveCancel implements fulfillment.RedriveStore.
 func (s *Store) RedriveCancel(ctx context.Context, id int64, by string) (fulfillment.Redrive, error) {
-	tag, err := s.pool.Exec(ctx, `
-		WITH turn AS MATERIALIZED (SELECT pg_advisory_xact_lock`+redriveLock+`)
-		UPDATE redrive_runs SET state = 'cancelled', cancelled_by = $2, finished_at = now()
-		FROM turn WHERE id = $1 AND state = 'running'`, id, by)
+	var tag pgconn.CommandTag
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		// The batch being applied is waited for, within a bound: one held
+		// up behind other locks keeps the cancel from holding a connection
+		// (and its caller) for as long.
+		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+redriveCancelWait+`'`); err != nil {
+			return err
+		}
+		var err error
+		tag, err = tx.Exec(ctx, `
+			WITH turn AS MATERIALIZED (SELECT pg_advisory_xact_lock`+redriveLock+`)
+			UPDATE redrive_runs SET state = 'cancelled', cancelled_by = $2, finished_at = now()
+			FROM turn WHERE id = $1 AND state = 'running'`, id, by)
+		return err
+	})
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == sqlstateLockNotAvailable {
+		return fulfillment.Redrive{}, fmt.Errorf("%w: re-drive %d: the batch being applied has held its items for more than %s; "+
+			"nothing was cancelled: try again", fulfillment.ErrFailedPrecondition, id, redriveCancelWait)
+	}
 	if err != nil {
 		return fulfillment.Redrive{}, fmt.Errorf("cancelling re-drive: %w", interpret(err))
 	}

@@ -184,3 +184,50 @@ func TestRedrivePlanEventsByProviderAndTime(t *testing.T) {
 		t.Errorf("the run's filter = %+v, %v; want %+v", got.Filter, err, f)
 	}
 }
+
+// A cancel goes before the run's next batch and waits for the batch being
+// applied within a bound. While a cancel holds the run's turn, no batch of
+// the run starts; a cancel whose turn does not come (a batch held up for
+// longer than the bound) says so and changes nothing.
+func TestRedriveCancelTurn(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	failedMessages(t, conn, 3)
+	f := fulfillment.RedriveFilter{Target: fulfillment.RedriveOutbox, OrgID: "org_a", State: "failed", DestinationID: "crm"}
+	run, err := s.RedriveStart(ctx, f, "admin", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another session holds the run's turn, as a waiting cancel does.
+	turn, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = turn.Rollback(ctx) }()
+	if _, err := turn.Exec(ctx, `SELECT pg_advisory_xact_lock(1380209238, ($1::bigint & 2147483647)::int)`, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	if found, err := s.RedriveStep(ctx, 2); found || err != nil {
+		t.Errorf("a step while a cancel holds the run's turn: found %v, %v; want nothing applied", found, err)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM redrive_items WHERE run_id = $1 AND state = 'pending'`, run.ID); n != 3 {
+		t.Errorf("%d items pending after that step, want all 3", n)
+	}
+	// A cancel that cannot get the turn gives up after its bound.
+	started := time.Now()
+	if _, err := s.RedriveCancel(ctx, run.ID, "admin"); !errors.Is(err, fulfillment.ErrFailedPrecondition) {
+		t.Errorf("a cancel kept waiting: %v, want FAILED_PRECONDITION saying to try again", err)
+	}
+	t.Logf("the cancel gave up after %v", time.Since(started).Round(time.Millisecond))
+	if err := turn.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.RedriveGet(ctx, run.ID); err != nil || got.State != fulfillment.RedriveRunning {
+		t.Errorf("after the refused cancel the run is %+v, %v; want running", got, err)
+	}
+	// Once the turn is free, the cancel comes before any further batch.
+	if got, err := s.RedriveCancel(ctx, run.ID, "admin"); err != nil || got.State != fulfillment.RedriveCancelled || got.Applied != 0 {
+		t.Errorf("cancel: %+v, %v; want cancelled with nothing applied", got, err)
+	}
+}

@@ -14,7 +14,7 @@ import (
 // pollTimeout bounds one question to a provider.
 const pollTimeout = 15 * time.Second
 
-// NewPoller returns the status poller: a queue of the payments the service
+// NewPollerWith returns the status poller: a queue of the payments the service
 // started, each asked about (PaymentState) at its provider until its
 // outcome is known. Every answer goes into the inbox as an event of its
 // own, through the same rules as the provider's notifications, so a late
@@ -22,11 +22,7 @@ const pollTimeout = 15 * time.Second
 // outcome a notification brought first is not asked about. providers are
 // the endpoints' providers by endpoint id. cfg's backoff is the polling
 // cadence and its MaxAttempts how many polls a payment gets.
-func NewPoller(work fulfillment.PollWork, providers map[string]fulfillment.StatePoller, owners Owners, cfg Config, log *slog.Logger) *Queue {
-	return NewPollerWith(work, providers, owners, cfg, log, PollOptions{})
-}
-
-// NewPollerWith is NewPoller with an observer.
+// opts observes the polls.
 func NewPollerWith(work fulfillment.PollWork, providers map[string]fulfillment.StatePoller, owners Owners, cfg Config, log *slog.Logger, opts PollOptions) *Queue {
 	cfg.Batch = 1
 	t := &pollTable{work: work, providers: providers, log: log, opts: opts}
