@@ -74,6 +74,9 @@ type Step struct {
 	// Order is the event's order (its state as the whole batch leaves it);
 	// nil when no order matches the event.
 	Order *LockedOrder
+	// OrderState is the state the event left its order in (what the
+	// order events it publishes say), when an order matches it.
+	OrderState State
 	// Attempt is the state the event's payment attempt is recorded in
 	// after it (with a RecordAttempt effect): what was known, merged with
 	// what the event reports.
@@ -216,7 +219,7 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 			st.Attempt = NextAttemptState(order.attempt(ev), a)
 		}
 		order.Apply(ev, st.Outcome)
-		st.Order = order
+		st.Order, st.OrderState = order, order.State
 	}
 	return st, nil, nil
 }

@@ -112,11 +112,17 @@ func TestDecideBatchThreadsAnOrder(t *testing.T) {
 	}
 	var got []string
 	for _, st := range steps {
-		got = append(got, string(st.Outcome.Decision)+"/"+string(st.Attempt))
+		got = append(got, string(st.Outcome.Decision)+"/"+string(st.Attempt)+"/"+string(st.OrderState))
 	}
-	want := []string{"partially_refunded/", "fulfilled/confirmed", "already_applied/confirmed", "already_applied/"}
+	// Each step says the state its event left the order in; the order
+	// is held once, as the whole batch leaves it.
+	want := []string{"partially_refunded//pending_payment", "fulfilled/confirmed/fulfilled",
+		"already_applied/confirmed/fulfilled", "already_applied//fulfilled"}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("decisions/attempts = %v, want %v", got, want)
+		t.Errorf("decisions/attempts/states = %v, want %v", got, want)
+	}
+	if steps[0].Order != steps[3].Order || steps[0].Order.State != StateFulfilled {
+		t.Errorf("the steps hold the order %p (%s) and %p: want one order, as the batch leaves it", steps[0].Order, steps[0].Order.State, steps[3].Order)
 	}
 	// The confirmation takes back the share of the refund decided before
 	// it in the same batch.

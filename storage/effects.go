@@ -2,140 +2,466 @@ package storage
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
 
-// queueEffects queues the writes of a step's effects on its order, in
-// order: the one place where an order's decision becomes SQL. The step's
-// order is nil when none matched the event. It reports what it queued for
-// listeners.
-func (s *Store) queueEffects(b *pgx.Batch, le leasedEvent, st fulfillment.Step) (q queued, err error) {
-	ev, p, m, out := le.ev, le.ev.Payment, st.Order, st.Outcome
-	var (
-		moveTo   fulfillment.State
-		markPaid bool
-		publish  []fulfillment.Topic
-		withdraw bool
-	)
-	for _, effect := range out.Effects {
+// effectWriter is the one place where the rules' effects become SQL. It
+// gathers the effects of many decisions (a batch of inbox events, a
+// subscription's sweep, a delivery that completes an order) by kind, and
+// writes them with one statement per kind — multi-row, from arrays — in
+// this order:
+//
+//  1. payment attempts (one row per attempt: the batch's last state, with
+//     the last amount reported);
+//  2. partial refunds recorded;
+//  3. orders (one row per order: its last state, the refs of the payment
+//     that paid it);
+//  4. licenses granted, 5. balances credited;
+//  6. refund shares taken back — in rounds: an order's second share of the
+//     batch in the second statement, which reads what the first took back;
+//  7. whole credits taken back, 8. licenses revoked;
+//  9. subscription periods, 10. subscriptions (one row each, as the last
+//     decision left it), 11. their sweeps;
+//  12. reconciliation items;
+//  13. fulfillment.requested messages;
+//  14. order and subscription events, each with the state the decision
+//     that published it left, in decision order (the feed's order), with
+//     their outbox messages;
+//  15. order.refunded to the destinations of refunded orders (after 14,
+//     which records it).
+//
+// Each kind's rows are written in the order they were decided; kinds
+// depend only on kinds before them. Storage decides nothing here: which
+// effects, and the state they leave, come from the rules.
+type effectWriter struct {
+	s *Store
+
+	attempts      map[attemptID]int // index into attemptRows
+	attemptRows   []attemptRow
+	refunds       []refundRow
+	orders        map[string]int // index into orderRows
+	orderRows     []orderRow
+	grants        idSet
+	credits       idSet
+	shares        [][]shareRow // by round
+	reversals     idSet
+	revokes       map[string]string // order → reason; first wins
+	revokeOrder   []string
+	periods       []periodRow
+	subs          map[string]int // index into subRows
+	subRows       []fulfillment.SubscriptionRecord
+	sweeps        map[string]time.Time
+	sweepOrder    []string
+	items         []item
+	lineRequests  idSet
+	publishes     []publishRow
+	withdrawals   idSet
+	sharesByOrder map[string]int
+}
+
+type attemptID struct {
+	order    string
+	provider fulfillment.Provider
+	ref      string
+}
+
+type attemptRow struct {
+	attemptID
+	state                           fulfillment.AttemptState
+	value, token, network, currency *string
+}
+
+type refundRow struct {
+	order                           string
+	provider                        fulfillment.Provider
+	attemptRef                      string
+	value, token, network, currency *string
+	inboxID                         int64
+}
+
+type orderRow struct {
+	id    string
+	state fulfillment.State // "": unchanged
+	paid  bool
+	refs  fulfillment.PaidRefs
+}
+
+type shareRow struct {
+	order    string
+	refunded int64
+	ref      string
+}
+
+type periodRow struct {
+	subscription string
+	period       int
+	key          string
+	paymentID    *string
+	start, end   time.Time
+}
+
+// publishRow is an event to publish: about an order, or about a
+// subscription's period (periods, its number).
+type publishRow struct {
+	order, subscription string
+	topic               fulfillment.Topic
+	state               string
+	periods             int
+	periodEnd           *time.Time
+}
+
+// idSet is a set of ids that keeps the order they were added in.
+type idSet struct {
+	ids  []string
+	seen map[string]bool
+}
+
+func (s *idSet) add(id string) {
+	if s.seen[id] {
+		return
+	}
+	if s.seen == nil {
+		s.seen = map[string]bool{}
+	}
+	s.seen[id] = true
+	s.ids = append(s.ids, id)
+}
+
+func (s *Store) newEffectWriter() *effectWriter {
+	return &effectWriter{s: s, attempts: map[attemptID]int{}, orders: map[string]int{}, revokes: map[string]string{},
+		subs: map[string]int{}, sweeps: map[string]time.Time{}, sharesByOrder: map[string]int{}}
+}
+
+// orderStep adds the effects of an inbox event's decision (st, the step of
+// the batch that decided le) on its order; st.Order is nil when no order
+// matched the event.
+func (w *effectWriter) orderStep(le leasedEvent, st fulfillment.Step) error {
+	ev, p, m := le.ev, le.ev.Payment, st.Order
+	for _, effect := range st.Outcome.Effects {
 		if m == nil {
 			if _, ok := effect.(fulfillment.OpenItem); !ok {
-				return q, fmt.Errorf("applying %T: the event matches no order", effect)
+				return fmt.Errorf("applying %T: the event matches no order", effect)
 			}
 		}
 		switch e := effect.(type) {
 		case fulfillment.RecordAttempt:
-			value, token, network, currency := amountColumns(p.Amount)
-			// The stored state was read under the order row lock, which
-			// every event of the order takes; the unique key still
-			// guarantees one row per attempt.
-			b.Queue(`
-				INSERT INTO payment_attempts (order_id, provider, attempt_ref, state, amount, token, network, currency)
-				VALUES ($1, $2, $3, $4, $5::numeric, $6, $7, $8)
-				ON CONFLICT ON CONSTRAINT payment_attempts_ref_key DO UPDATE SET
-					state = EXCLUDED.state,
-					amount = coalesce(EXCLUDED.amount, payment_attempts.amount),
-					token = CASE WHEN EXCLUDED.amount IS NULL THEN payment_attempts.token ELSE EXCLUDED.token END,
-					network = CASE WHEN EXCLUDED.amount IS NULL THEN payment_attempts.network ELSE EXCLUDED.network END,
-					currency = CASE WHEN EXCLUDED.amount IS NULL THEN payment_attempts.currency ELSE EXCLUDED.currency END,
-					updated_at = now()`,
-				m.ID, ev.Provider, p.AttemptRef, st.Attempt,
-				value, token, network, currency)
+			w.attempt(attemptID{m.ID, ev.Provider, p.AttemptRef}, st.Attempt, p.Amount)
 		case fulfillment.MoveOrder:
-			moveTo = e.To
+			w.order(m.ID).state = e.To
 		case fulfillment.MarkPaid:
-			markPaid = true
+			o := w.order(m.ID)
+			o.paid, o.refs = true, p.PaidRefs()
 		case fulfillment.GrantLicenses:
-			// One license per unit; the unique key makes a repeated grant
-			// insert nothing.
-			b.Queue(`
-				INSERT INTO entitlements (order_id, line_no, unit, kind, value)
-				SELECT l.order_id, l.line_no, u, 'license',
-					'LIC-' || upper(replace(gen_random_uuid()::text, '-', ''))
-				FROM order_lines l, generate_series(1, l.quantity) AS u
-				WHERE l.order_id = $1 AND l.kind = 'license'
-				ON CONFLICT ON CONSTRAINT entitlements_unit_key DO NOTHING`, m.ID)
+			w.grants.add(m.ID)
 		case fulfillment.CreditBalances:
-			b.Queue(`
-				INSERT INTO ledger_entries (order_id, line_no, account_ref, movement, currency, minor_units)
-				SELECT l.order_id, l.line_no, l.account_ref, 'credit', l.currency, l.unit_minor_units * l.quantity
-				FROM order_lines l
-				WHERE l.order_id = $1 AND l.kind = 'balance_credit'
-				ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, m.ID)
+			w.credits.add(m.ID)
 		case fulfillment.ReverseCredits:
-			// The opposite of what is left of each credit, once.
-			b.Queue(`
-				INSERT INTO ledger_entries (order_id, line_no, account_ref, movement, currency, minor_units)
-				SELECT c.order_id, c.line_no, c.account_ref, 'refund_reversal', c.currency, -(c.minor_units + r.reversed)
-				FROM ledger_entries c, LATERAL (`+reversedSoFar+`) r
-				WHERE c.order_id = $1 AND c.movement = 'credit' AND c.minor_units + r.reversed > 0
-				ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, m.ID)
+			w.reversals.add(m.ID)
 		case fulfillment.ReverseCreditShare:
-			// Each credit's share of the refund, rounded down, within what
-			// is left of it; once per refund.
-			b.Queue(`
-				INSERT INTO ledger_entries (order_id, line_no, account_ref, movement, currency, minor_units, refund_ref)
-				SELECT c.order_id, c.line_no, c.account_ref, 'partial_reversal', c.currency, -s.minor_units, $3
-				FROM ledger_entries c JOIN orders o ON o.id = c.order_id, LATERAL (`+reversedSoFar+`) r,
-					LATERAL (SELECT least(floor(c.minor_units::numeric * $2 / o.total_minor_units)::bigint,
-						c.minor_units + r.reversed) AS minor_units) s
-				WHERE c.order_id = $1 AND c.movement = 'credit' AND o.total_minor_units > 0 AND s.minor_units > 0
-				ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`,
-				m.ID, e.Refunded.MinorUnits, e.Refund)
+			round := w.sharesByOrder[m.ID]
+			w.sharesByOrder[m.ID]++
+			if round == len(w.shares) {
+				w.shares = append(w.shares, nil)
+			}
+			w.shares[round] = append(w.shares[round], shareRow{m.ID, e.Refunded.MinorUnits, e.Refund})
 		case fulfillment.RecordRefund:
 			value, token, network, currency := amountColumns(e.Refund.Amount)
-			b.Queue(`
-				INSERT INTO payment_refunds (order_id, provider, attempt_ref, amount, token, network, currency, inbox_event_id)
-				VALUES ($1, $2, nullif($3, ''), $4::numeric, $5, $6, $7, $8)
-				ON CONFLICT ON CONSTRAINT payment_refunds_once DO NOTHING`,
-				m.ID, e.Refund.Attempt.Provider, e.Refund.Attempt.Ref, value, token, network, currency, le.id)
+			w.refunds = append(w.refunds, refundRow{m.ID, e.Refund.Attempt.Provider, e.Refund.Attempt.Ref,
+				value, token, network, currency, le.id})
 		case fulfillment.RevokeLicenses:
-			b.Queue(`
-				UPDATE entitlements SET revoked_at = now(), revoked_reason = $2
-				WHERE order_id = $1 AND kind = 'license' AND revoked_at IS NULL`,
-				m.ID, fmt.Sprintf("refunded: %s event %s", ev.Provider, ev.EventID))
+			if _, ok := w.revokes[m.ID]; !ok {
+				w.revokes[m.ID] = fmt.Sprintf("refunded: %s event %s", ev.Provider, ev.EventID)
+				w.revokeOrder = append(w.revokeOrder, m.ID)
+			}
 		case fulfillment.OpenItem:
-			queueItem(b, orderItem(e.Kind, le, m, out.Reason))
+			w.items = append(w.items, orderItem(e.Kind, le, m, st.Outcome.Reason))
 		case fulfillment.RequestDeliveries:
-			queueLineRequests(b, m.ID)
-			q.messages = true
+			w.lineRequests.add(m.ID)
 		case fulfillment.WithdrawDeliveries:
-			withdraw = true
-		case fulfillment.PaySubscriptions:
-			// Applied by InboxProcess (payOrderSubscription), which reads
-			// and locks the subscription the rules decide on.
+			w.withdrawals.add(m.ID)
 		case fulfillment.Publish:
-			// After the order's update below: the event carries the state
-			// the order is in.
-			publish = append(publish, e.Topic)
+			w.publishes = append(w.publishes, publishRow{order: m.ID, topic: e.Topic, state: string(st.OrderState)})
+		case fulfillment.PaySubscriptions:
+			// The subscription rules decided the period it pays: their
+			// step (st.Subscription) is added with subscriptionStep.
 		default:
-			return q, fmt.Errorf("applying %T: unknown effect", e)
+			return fmt.Errorf("applying %T to an order: unknown effect", e)
 		}
 	}
-	if moveTo != "" || markPaid {
-		// An absent ref is NULL, never '': a payment that does not identify
-		// itself records none.
-		paid := p.PaidRefs()
+	return nil
+}
+
+// orderDelivered adds the effects of fulfillment.DecideDelivered on order
+// id, which they leave in state.
+func (w *effectWriter) orderDelivered(id string, effects []fulfillment.Effect) error {
+	state := fulfillment.State("")
+	for _, effect := range effects {
+		switch e := effect.(type) {
+		case fulfillment.MoveOrder:
+			w.order(id).state, state = e.To, e.To
+		case fulfillment.Publish:
+			w.publishes = append(w.publishes, publishRow{order: id, topic: e.Topic, state: string(state)})
+		default:
+			return fmt.Errorf("applying %T after a delivery: not an effect of a delivery", e)
+		}
+	}
+	return nil
+}
+
+// subscriptionCause is what a subscription decision was made about, for
+// the items it opens: an inbox event, or the sweeper.
+type subscriptionCause struct {
+	eventRef string
+	inboxID  int64 // 0: none
+}
+
+// subscriptionStep adds the effects of out, the decision of ev about rec;
+// rec is the subscription as the decision left it (Subscription.Apply).
+// The subscription's sweep moves to when its access now ends.
+func (w *effectWriter) subscriptionStep(rec *fulfillment.SubscriptionRecord, plan fulfillment.Plan, ev fulfillment.SubscriptionEvent, cause subscriptionCause, out fulfillment.Outcome) error {
+	for _, effect := range out.Effects {
+		switch e := effect.(type) {
+		case fulfillment.GrantPeriod:
+			w.periods = append(w.periods, periodRow{rec.ID, e.Period, ev.PeriodKey(), opt(ev.PaymentID), e.Start, e.End})
+		case fulfillment.MoveSubscription, fulfillment.EndAccess:
+			// Recorded with the subscription's row.
+		case fulfillment.Publish:
+			w.publishes = append(w.publishes, publishRow{subscription: rec.ID, topic: e.Topic, state: string(rec.State),
+				periods: rec.Periods, periodEnd: nullTime(rec.PeriodEnd)})
+		case fulfillment.OpenItem:
+			w.items = append(w.items, item{kind: e.Kind, detail: out.Reason, subject: fulfillment.ItemSubject{
+				OrgID: rec.OrgID, Environment: rec.Environment, Provider: rec.Provider, SubscriptionID: rec.ID,
+				PaymentID: ev.PaymentID, EventID: cause.eventRef, InboxID: cause.inboxID}})
+		default:
+			return fmt.Errorf("applying %T to a subscription: not an effect of the subscription rules", effect)
+		}
+	}
+	if i, ok := w.subs[rec.ID]; ok {
+		w.subRows[i] = *rec
+	} else {
+		w.subs[rec.ID] = len(w.subRows)
+		w.subRows = append(w.subRows, *rec)
+	}
+	// The sweeper looks at the subscription when its access ends, unless
+	// an event extends it first: this moves its sweep (and takes it from a
+	// sweeper that holds it, which then finds it gone).
+	if ends := rec.AccessEnds(plan); !rec.AccessEnded && !ends.IsZero() {
+		if _, ok := w.sweeps[rec.ID]; !ok {
+			w.sweepOrder = append(w.sweepOrder, rec.ID)
+		}
+		w.sweeps[rec.ID] = ends
+	}
+	return nil
+}
+
+func (w *effectWriter) attempt(id attemptID, state fulfillment.AttemptState, amount fulfillment.Amount) {
+	value, token, network, currency := amountColumns(amount)
+	if i, ok := w.attempts[id]; ok {
+		a := &w.attemptRows[i]
+		a.state = state
+		if value != nil { // an amount reported replaces the one known
+			a.value, a.token, a.network, a.currency = value, token, network, currency
+		}
+		return
+	}
+	w.attempts[id] = len(w.attemptRows)
+	w.attemptRows = append(w.attemptRows, attemptRow{id, state, value, token, network, currency})
+}
+
+func (w *effectWriter) order(id string) *orderRow {
+	i, ok := w.orders[id]
+	if !ok {
+		i = len(w.orderRows)
+		w.orders[id] = i
+		w.orderRows = append(w.orderRows, orderRow{id: id})
+	}
+	return &w.orderRows[i]
+}
+
+// write queues the statements, in the order the writer's comment gives,
+// and reports what they queue for listeners.
+func (w *effectWriter) write(b *pgx.Batch) queued {
+	var q queued
+	if rows := w.attemptRows; len(rows) > 0 {
+		var order, provider, ref, state []string
+		var value, token, network, currency []*string
+		for _, a := range rows {
+			order, provider, ref, state = append(order, a.order), append(provider, string(a.provider)), append(ref, a.ref), append(state, string(a.state))
+			value, token, network, currency = append(value, a.value), append(token, a.token), append(network, a.network), append(currency, a.currency)
+		}
+		// The stored states were read under the order row locks, which
+		// every event of an order takes; the unique key still guarantees
+		// one row per attempt.
 		b.Queue(`
-			UPDATE orders SET
-				state = coalesce(nullif($2, ''), state),
-				paid_attempt_ref = CASE WHEN $3 THEN $4 ELSE paid_attempt_ref END,
-				paid_invoice_id  = CASE WHEN $3 THEN $5 ELSE paid_invoice_id END,
-				paid_payment_id  = CASE WHEN $3 THEN $6 ELSE paid_payment_id END,
-				paid_at          = CASE WHEN $3 THEN now() ELSE paid_at END,
+			INSERT INTO payment_attempts (order_id, provider, attempt_ref, state, amount, token, network, currency)
+			SELECT order_id::uuid, provider, attempt_ref, state, amount::numeric, token, network, currency
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
+				AS a (order_id, provider, attempt_ref, state, amount, token, network, currency)
+			ON CONFLICT ON CONSTRAINT payment_attempts_ref_key DO UPDATE SET
+				state = EXCLUDED.state,
+				amount = coalesce(EXCLUDED.amount, payment_attempts.amount),
+				token = CASE WHEN EXCLUDED.amount IS NULL THEN payment_attempts.token ELSE EXCLUDED.token END,
+				network = CASE WHEN EXCLUDED.amount IS NULL THEN payment_attempts.network ELSE EXCLUDED.network END,
+				currency = CASE WHEN EXCLUDED.amount IS NULL THEN payment_attempts.currency ELSE EXCLUDED.currency END,
+				updated_at = now()`, order, provider, ref, state, value, token, network, currency)
+	}
+	if rows := w.refunds; len(rows) > 0 {
+		var order, provider, ref []string
+		var value, token, network, currency []*string
+		var inbox []int64
+		for _, r := range rows {
+			order, provider, ref = append(order, r.order), append(provider, string(r.provider)), append(ref, r.attemptRef)
+			value, token, network, currency = append(value, r.value), append(token, r.token), append(network, r.network), append(currency, r.currency)
+			inbox = append(inbox, r.inboxID)
+		}
+		// In decision order: the snapshot reads an order's refunds by id.
+		b.Queue(`
+			INSERT INTO payment_refunds (order_id, provider, attempt_ref, amount, token, network, currency, inbox_event_id)
+			SELECT order_id::uuid, provider, nullif(attempt_ref, ''), amount::numeric, token, network, currency, inbox_event_id
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[])
+				WITH ORDINALITY AS r (order_id, provider, attempt_ref, amount, token, network, currency, inbox_event_id, n)
+			ORDER BY n
+			ON CONFLICT ON CONSTRAINT payment_refunds_once DO NOTHING`, order, provider, ref, value, token, network, currency, inbox)
+	}
+	if rows := w.orderRows; len(rows) > 0 {
+		var id, state []string
+		var paid []bool
+		var attemptRef, invoiceID, paymentID []*string
+		for _, o := range rows {
+			// An absent ref is NULL, never '': a payment that does not
+			// identify itself records none.
+			id, state, paid = append(id, o.id), append(state, string(o.state)), append(paid, o.paid)
+			attemptRef, invoiceID, paymentID = append(attemptRef, opt(o.refs.AttemptRef)), append(invoiceID, opt(o.refs.InvoiceID)), append(paymentID, opt(o.refs.PaymentID))
+		}
+		b.Queue(`
+			UPDATE orders o SET
+				state = coalesce(nullif(u.state, ''), o.state),
+				paid_attempt_ref = CASE WHEN u.paid THEN u.attempt_ref ELSE o.paid_attempt_ref END,
+				paid_invoice_id  = CASE WHEN u.paid THEN u.invoice_id ELSE o.paid_invoice_id END,
+				paid_payment_id  = CASE WHEN u.paid THEN u.payment_id ELSE o.paid_payment_id END,
+				paid_at          = CASE WHEN u.paid THEN now() ELSE o.paid_at END,
 				updated_at = now()
-			WHERE id = $1`, m.ID, moveTo, markPaid, opt(paid.AttemptRef), opt(paid.InvoiceID), opt(paid.PaymentID))
+			FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[], $5::text[], $6::text[])
+				AS u (id, state, paid, attempt_ref, invoice_id, payment_id)
+			WHERE o.id = u.id::uuid`, id, state, paid, attemptRef, invoiceID, paymentID)
 	}
-	for _, t := range publish {
-		q.add(s.queuePublish(b, m.ID, t))
+	if ids := w.grants.ids; len(ids) > 0 {
+		// One license per unit; the unique key makes a repeated grant
+		// insert nothing.
+		b.Queue(`
+			INSERT INTO entitlements (order_id, line_no, unit, kind, value)
+			SELECT l.order_id, l.line_no, u, 'license', 'LIC-' || upper(replace(gen_random_uuid()::text, '-', ''))
+			FROM order_lines l, generate_series(1, l.quantity) AS u
+			WHERE l.order_id = ANY($1::uuid[]) AND l.kind = 'license'
+			ON CONFLICT ON CONSTRAINT entitlements_unit_key DO NOTHING`, ids)
 	}
-	if withdraw { // after order.refunded is recorded
-		q.add(queueWithdrawals(b, m.ID))
+	if ids := w.credits.ids; len(ids) > 0 {
+		b.Queue(`
+			INSERT INTO ledger_entries (order_id, line_no, account_ref, movement, currency, minor_units)
+			SELECT l.order_id, l.line_no, l.account_ref, 'credit', l.currency, l.unit_minor_units * l.quantity
+			FROM order_lines l
+			WHERE l.order_id = ANY($1::uuid[]) AND l.kind = 'balance_credit'
+			ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, ids)
 	}
-	return q, nil
+	for _, round := range w.shares {
+		var order, ref []string
+		var refunded []int64
+		for _, r := range round {
+			order, refunded, ref = append(order, r.order), append(refunded, r.refunded), append(ref, r.ref)
+		}
+		// Each credit's share of the refund, rounded down, within what is
+		// left of it; once per refund.
+		b.Queue(`
+			INSERT INTO ledger_entries (order_id, line_no, account_ref, movement, currency, minor_units, refund_ref)
+			SELECT c.order_id, c.line_no, c.account_ref, 'partial_reversal', c.currency, -s.minor_units, f.refund_ref
+			FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS f (order_id, refunded, refund_ref)
+				JOIN ledger_entries c ON c.order_id = f.order_id AND c.movement = 'credit'
+				JOIN orders o ON o.id = c.order_id, LATERAL (`+reversedSoFar+`) r,
+				LATERAL (SELECT least(floor(c.minor_units::numeric * f.refunded / o.total_minor_units)::bigint,
+					c.minor_units + r.reversed) AS minor_units) s
+			WHERE o.total_minor_units > 0 AND s.minor_units > 0
+			ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, order, refunded, ref)
+	}
+	if ids := w.reversals.ids; len(ids) > 0 {
+		// The opposite of what is left of each credit, once.
+		b.Queue(`
+			INSERT INTO ledger_entries (order_id, line_no, account_ref, movement, currency, minor_units)
+			SELECT c.order_id, c.line_no, c.account_ref, 'refund_reversal', c.currency, -(c.minor_units + r.reversed)
+			FROM ledger_entries c, LATERAL (`+reversedSoFar+`) r
+			WHERE c.order_id = ANY($1::uuid[]) AND c.movement = 'credit' AND c.minor_units + r.reversed > 0
+			ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, ids)
+	}
+	if ids := w.revokeOrder; len(ids) > 0 {
+		reasons := make([]string, len(ids))
+		for i, id := range ids {
+			reasons[i] = w.revokes[id]
+		}
+		b.Queue(`
+			UPDATE entitlements e SET revoked_at = now(), revoked_reason = r.reason
+			FROM unnest($1::uuid[], $2::text[]) AS r (order_id, reason)
+			WHERE e.order_id = r.order_id AND e.kind = 'license' AND e.revoked_at IS NULL`, ids, reasons)
+	}
+	if rows := w.periods; len(rows) > 0 {
+		var sub, key []string
+		var period []int
+		var paymentID []*string
+		var start, end []time.Time
+		for _, p := range rows {
+			sub, period, key, paymentID = append(sub, p.subscription), append(period, p.period), append(key, p.key), append(paymentID, p.paymentID)
+			start, end = append(start, p.start), append(end, p.end)
+		}
+		// The unique keys make a repeated grant an error, never a second
+		// period: the decisions were made under the subscriptions' locks.
+		b.Queue(`
+			INSERT INTO subscription_periods (subscription_id, period, period_key, payment_id, starts_at, ends_at)
+			SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[])`,
+			sub, period, key, paymentID, start, end)
+	}
+	if rows := w.subRows; len(rows) > 0 {
+		var id, state []string
+		var periods []int
+		var start, end, last []*time.Time
+		var ended []bool
+		for _, rec := range rows {
+			id, state, periods = append(id, rec.ID), append(state, string(rec.State)), append(periods, rec.Periods)
+			start, end, last = append(start, nullTime(rec.PeriodStart)), append(end, nullTime(rec.PeriodEnd)), append(last, nullTime(rec.LastEventAt))
+			ended = append(ended, rec.AccessEnded)
+		}
+		b.Queue(`
+			UPDATE subscriptions s SET state = u.state, periods = u.periods, period_start = u.period_start,
+				period_end = u.period_end, last_event_at = u.last_event_at,
+				access_ended_at = CASE WHEN u.ended THEN coalesce(s.access_ended_at, now()) END, updated_at = now()
+			FROM unnest($1::uuid[], $2::text[], $3::int[], $4::timestamptz[], $5::timestamptz[], $6::timestamptz[], $7::bool[])
+				AS u (id, state, periods, period_start, period_end, last_event_at, ended)
+			WHERE s.id = u.id`, id, state, periods, start, end, last, ended)
+	}
+	if ids := w.sweepOrder; len(ids) > 0 {
+		at := make([]time.Time, len(ids))
+		for i, id := range ids {
+			at[i] = w.sweeps[id]
+		}
+		b.Queue(`
+			INSERT INTO subscription_sweeps (subscription_id, next_attempt_at)
+			SELECT * FROM unnest($1::uuid[], $2::timestamptz[])
+			ON CONFLICT (subscription_id) DO UPDATE SET next_attempt_at = EXCLUDED.next_attempt_at, state = 'pending',
+				attempts = 0, lease_owner = NULL, lease_until = NULL, last_error = NULL, processed_at = NULL`, ids, at)
+	}
+	queueItems(b, w.items)
+	if ids := w.lineRequests.ids; len(ids) > 0 {
+		queueLineRequests(b, ids)
+		q.messages = true
+	}
+	if len(w.publishes) > 0 {
+		q.add(w.s.queuePublishes(b, w.publishes))
+	}
+	if ids := w.withdrawals.ids; len(ids) > 0 {
+		q.add(queueWithdrawals(b, ids))
+	}
+	return q
 }
 
 // orderItem is the item of kind that the event le opens, about its order

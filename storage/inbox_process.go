@@ -16,12 +16,13 @@ import (
 // pure step (fulfillment.DecideBatch) against what storage locks for it:
 // the events, their orders (in id order, so that concurrent batches cannot
 // deadlock) with their attempts and recorded refunds, and the subscriptions
-// they name. Then every write of the orders' effects goes in one pipelined
-// batch — and one commit. A subscription's decisions are written as they
-// come, and a subscription an order's payment is the first to pay is
-// created before the step is taken again. Events of one order (or
+// they name. A subscription an order's payment is the first to pay is
+// created before the step is taken again. Then the effects of every
+// decision go in one pipelined batch of statements, one per kind of effect
+// (effectWriter) — and one commit. Events of one order (or
 // subscription) are decided in event order against what the previous ones
-// left.
+// left; their effects are written together, one statement per kind
+// (effectWriter).
 func (s *Store) InboxProcess(ctx context.Context, ids []int64, owner string) (map[int64]fulfillment.Outcome, error) {
 	done, err := s.InboxProcessEvents(ctx, ids, owner)
 	if err != nil {
@@ -62,27 +63,23 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 		if err != nil {
 			return err
 		}
-		b := &pgx.Batch{}
+		w := s.newEffectWriter()
 		decided := decisions{}
 		for i, st := range steps {
 			le := events[i]
 			var linked, applied *string // the order, the subscription
 			if sub := st.Subscription; sub != nil {
-				eq, err := s.applySubscription(ctx, tx, &sub.Record, sub.Plan, sub.Event,
-					subscriptionCause{eventRef: le.ev.EventID, inboxID: le.id}, sub.Outcome)
-				if err != nil {
+				cause := subscriptionCause{eventRef: le.ev.EventID, inboxID: le.id}
+				if err := w.subscriptionStep(&sub.Record, sub.Plan, sub.Event, cause, sub.Outcome); err != nil {
 					return err
 				}
-				q.add(eq)
 				applied = &sub.Record.ID
 			}
 			if st.Subscription == nil || st.Order != nil {
-				// (A subscription's own decision applied its effects.)
-				eq, err := s.queueEffects(b, le, st)
-				if err != nil {
+				// (A subscription's own decision has its effects above.)
+				if err := w.orderStep(le, st); err != nil {
 					return err
 				}
-				q.add(eq)
 			}
 			if st.Order != nil {
 				linked = &st.Order.ID
@@ -95,6 +92,8 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 			}
 			outcomes[le.id] = p
 		}
+		b := &pgx.Batch{}
+		q = w.write(b)
 		decided.queue(b)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("applying decisions: %w", interpret(err))

@@ -52,10 +52,10 @@ var outboxQueue = newLeasedTable(leasedTable{
 const payloadTimestamp = `to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`
 
 // queueLineRequests queues a fulfillment.requested message for each
-// external line of the order, to the line's destination. Lines stored
+// external line of the orders, to the line's destination. Lines stored
 // before destinations existed name none and get none: their order stays
 // fulfilling.
-func queueLineRequests(b *pgx.Batch, orderID string) {
+func queueLineRequests(b *pgx.Batch, orderIDs []string) {
 	b.Queue(`
 		INSERT INTO outbox_messages (destination_id, topic, idempotency_key, org_id, environment, order_id, line_no,
 			required, payload)
@@ -66,51 +66,101 @@ func queueLineRequests(b *pgx.Batch, orderID string) {
 				'line', jsonb_build_object('line_no', l.line_no, 'sku', l.sku, 'quantity', l.quantity,
 					'unit_price', jsonb_build_object('currency', l.currency, 'minor_units', l.unit_minor_units::text))))
 		FROM orders o JOIN order_lines l ON l.order_id = o.id
-		WHERE o.id = $1 AND l.kind = 'external' AND l.destination IS NOT NULL
-		ORDER BY l.line_no
+		WHERE o.id = ANY($1::uuid[]) AND l.kind = 'external' AND l.destination IS NOT NULL
+		ORDER BY o.id, l.line_no
 		ON CONFLICT ON CONSTRAINT outbox_messages_key DO NOTHING`,
-		orderID, fulfillment.TopicFulfillmentRequested, fulfillment.LineKeyFormat)
+		orderIDs, fulfillment.TopicFulfillmentRequested, fulfillment.LineKeyFormat)
 }
 
-// queuePublish records the order event topic, with the order as it is when
-// the statement runs, and queues a message announcing it for each
-// destination subscribed to it.
-func (s *Store) queuePublish(b *pgx.Batch, orderID string, topic fulfillment.Topic) queued {
-	destinations := s.subscriptions[topic]
+// queuePublishes records the events rows publish, in order, and queues a
+// message announcing each to every destination subscribed to its topic.
+// Each says the state its decision left: an order's event, its order's; a
+// subscription's, its subscription's with the period it is about. An
+// order publishes each topic once, a subscription each topic once per
+// period.
+func (s *Store) queuePublishes(b *pgx.Batch, rows []publishRow) queued {
+	var (
+		orders, subs   []*string
+		topics, states []string
+		periods        []*int
+		ends           []*time.Time
+	)
+	for _, r := range rows {
+		orders, subs = append(orders, opt(r.order)), append(subs, opt(r.subscription))
+		topics, states, ends = append(topics, string(r.topic)), append(states, r.state), append(ends, r.periodEnd)
+		periods = append(periods, optInt(r.periods))
+	}
+	dTopics, dIDs := s.subscribers(topics)
 	b.Queue(`
-		WITH event AS (
-			INSERT INTO order_events (org_id, environment, order_id, topic, payload)
-			SELECT o.org_id, o.environment, o.id, $2::text,
-				jsonb_build_object('type', $2::text, 'timestamp', `+payloadTimestamp+`, 'data', jsonb_build_object(
-					'order_id', o.id, 'org_id', o.org_id, 'environment', o.environment,
-					'merchant_order_id', o.merchant_order_id, 'state', o.state,
-					'total', jsonb_build_object('currency', o.total_currency, 'minor_units', o.total_minor_units::text)))
-			FROM orders o WHERE o.id = $1
-			ON CONFLICT ON CONSTRAINT order_events_once DO NOTHING
-			RETURNING org_id, environment, order_id, topic, payload
+		WITH p AS (
+			SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::int[], $6::timestamptz[])
+				WITH ORDINALITY AS p (order_id, subscription_id, topic, state, periods, period_end, n)
+		), event AS (
+			INSERT INTO order_events (org_id, environment, order_id, subscription_id, period, topic, payload)
+			SELECT org_id, environment, order_id, subscription_id, period, topic, payload FROM (
+				SELECT p.n, o.org_id, o.environment, o.id AS order_id, NULL::uuid AS subscription_id, NULL::int AS period,
+					p.topic, jsonb_build_object('type', p.topic, 'timestamp', `+payloadTimestamp+`, 'data', jsonb_build_object(
+						'order_id', o.id, 'org_id', o.org_id, 'environment', o.environment,
+						'merchant_order_id', o.merchant_order_id, 'state', p.state,
+						'total', jsonb_build_object('currency', o.total_currency, 'minor_units', o.total_minor_units::text))) AS payload
+				FROM p JOIN orders o ON o.id = p.order_id
+				UNION ALL
+				SELECT p.n, s.org_id, s.environment, NULL, s.id, p.periods,
+					p.topic, jsonb_build_object('type', p.topic, 'timestamp', `+payloadTimestamp+`, 'data', jsonb_build_object(
+						'subscription_id', s.id, 'org_id', s.org_id, 'environment', s.environment,
+						'provider', s.provider, 'provider_subscription_id', s.provider_subscription_id,
+						'customer_ref', s.customer_ref, 'plan_id', s.plan_id, 'state', p.state, 'periods', p.periods,
+						'period_end', p.period_end))
+				FROM p JOIN subscriptions s ON s.id = p.subscription_id
+			) x
+			ORDER BY n
+			-- order_events_once, order_events_subscription_once
+			ON CONFLICT DO NOTHING
+			RETURNING id, org_id, environment, order_id, subscription_id, period, topic, payload
 		)
 		INSERT INTO outbox_messages (destination_id, topic, idempotency_key, org_id, environment, order_id,
-			required, payload)
-		SELECT d.id, e.topic, format($3::text, e.order_id, e.topic), e.org_id, e.environment, e.order_id, false, e.payload
-		FROM event e, unnest($4::text[]) AS d (id)
+			subscription_id, required, payload)
+		SELECT d.id, e.topic,
+			CASE WHEN e.order_id IS NOT NULL THEN format($7::text, e.order_id, e.topic)
+				ELSE format($8::text, e.subscription_id, e.topic, e.period) END,
+			e.org_id, e.environment, e.order_id, e.subscription_id, false, e.payload
+		FROM event e JOIN unnest($9::text[], $10::text[]) AS d (topic, id) ON d.topic = e.topic
+		ORDER BY e.id, d.id
 		ON CONFLICT ON CONSTRAINT outbox_messages_key DO NOTHING`,
-		orderID, topic, fulfillment.EventKeyFormat, destinations)
-	return queued{messages: len(destinations) > 0, events: true}
+		orders, subs, topics, states, periods, ends,
+		fulfillment.EventKeyFormat, fulfillment.SubscriptionEventKeyFormat, dTopics, dIDs)
+	return queued{messages: len(dIDs) > 0, events: true}
 }
 
-// queueWithdrawals queues the order's order.refunded event (recorded
-// before, in this transaction or earlier) for each destination of its
-// external lines, subscribed or not, unless it has it already.
-func queueWithdrawals(b *pgx.Batch, orderID string) queued {
+// subscribers are the destinations subscribed to each of topics, as
+// pairs: (topic, destination id).
+func (s *Store) subscribers(topics []string) (pairTopics, ids []string) {
+	seen := map[string]bool{}
+	for _, t := range topics {
+		if seen[t] {
+			continue
+		}
+		seen[t] = true
+		for _, d := range s.subscriptions[fulfillment.Topic(t)] {
+			pairTopics, ids = append(pairTopics, t), append(ids, d)
+		}
+	}
+	return pairTopics, ids
+}
+
+// queueWithdrawals queues the orders' order.refunded events (recorded
+// before, in this transaction or earlier) for each destination of their
+// external lines, subscribed or not, unless they have them already.
+func queueWithdrawals(b *pgx.Batch, orderIDs []string) queued {
 	b.Queue(`
 		INSERT INTO outbox_messages (destination_id, topic, idempotency_key, org_id, environment, order_id,
 			required, payload)
 		SELECT DISTINCT l.destination, e.topic, format($3::text, e.order_id, e.topic), e.org_id, e.environment,
 			e.order_id, false, e.payload
 		FROM order_events e JOIN order_lines l ON l.order_id = e.order_id
-		WHERE e.order_id = $1 AND e.topic = $2 AND l.kind = 'external' AND l.destination IS NOT NULL
+		WHERE e.order_id = ANY($1::uuid[]) AND e.topic = $2 AND l.kind = 'external' AND l.destination IS NOT NULL
 		ON CONFLICT ON CONSTRAINT outbox_messages_key DO NOTHING`,
-		orderID, fulfillment.TopicOrderRefunded, fulfillment.EventKeyFormat)
+		orderIDs, fulfillment.TopicOrderRefunded, fulfillment.EventKeyFormat)
 	return queued{messages: true}
 }
 
@@ -277,18 +327,12 @@ func (s *Store) completeOrder(ctx context.Context, tx pgx.Tx, orderID string) (q
 	if err != nil {
 		return queued{}, fmt.Errorf("counting undelivered lines of order %s: %w", orderID, interpret(err))
 	}
-	b := &pgx.Batch{}
-	var q queued
-	for _, effect := range fulfillment.DecideDelivered(state, undelivered) {
-		switch e := effect.(type) {
-		case fulfillment.MoveOrder:
-			b.Queue(`UPDATE orders SET state = $2, updated_at = now() WHERE id = $1`, orderID, e.To)
-		case fulfillment.Publish:
-			q.add(s.queuePublish(b, orderID, e.Topic))
-		default:
-			return q, fmt.Errorf("applying %T after a delivery: not an effect of a delivery", e)
-		}
+	w := s.newEffectWriter()
+	if err := w.orderDelivered(orderID, fulfillment.DecideDelivered(state, undelivered)); err != nil {
+		return queued{}, err
 	}
+	b := &pgx.Batch{}
+	q := w.write(b)
 	if b.Len() == 0 {
 		return q, nil
 	}

@@ -92,22 +92,50 @@ type item struct {
 	detail   string
 }
 
-// queueItem queues the statement that opens it: the one builder of the
-// items whose subject is known here (the ones opened in bulk, from rows the
-// statement reads, are built in SQL with the same keys).
-func queueItem(b *pgx.Batch, it item) {
-	s := it.subject
-	value, token, network, currency := amountColumns(it.amount)
+// queueItem queues the statement that opens it.
+func queueItem(b *pgx.Batch, it item) { queueItems(b, []item{it}) }
+
+// queueItems queues the statement that opens items, none when there are
+// none: the one builder of the items whose subject is known here (the ones
+// opened in bulk, from rows the statement reads, are built in SQL with the
+// same keys).
+func queueItems(b *pgx.Batch, items []item) {
+	if len(items) == 0 {
+		return
+	}
+	var (
+		kind, org, env, detail, key               []string
+		order, sub, provider, attempt, payment    []*string
+		value, expected, token, network, currency []*string
+		inbox, start, message                     []*int64
+	)
+	for _, it := range items {
+		s := it.subject
+		v, t, n, c := amountColumns(it.amount)
+		kind, org, env = append(kind, string(it.kind)), append(org, s.OrgID), append(env, string(s.Environment))
+		order, sub = append(order, opt(s.OrderID)), append(sub, opt(s.SubscriptionID))
+		inbox, start, message = append(inbox, optID(s.InboxID)), append(start, optID(s.StartID)), append(message, optID(s.MessageID))
+		provider, attempt, payment = append(provider, opt(string(s.Provider))), append(attempt, opt(s.AttemptRef)), append(payment, opt(s.PaymentID))
+		value, expected, token, network, currency = append(value, v), append(expected, it.expected), append(token, t), append(network, n), append(currency, c)
+		detail, key = append(detail, it.detail), append(key, fulfillment.ItemKey(it.kind, s))
+	}
 	b.Queue(`
 		INSERT INTO reconciliation_items (kind, org_id, environment, order_id, subscription_id, inbox_event_id,
 			payment_start_id, outbox_message_id, provider, attempt_ref, payment_id,
 			amount, expected_amount, token, network, currency, detail, dedupe_key)
-		VALUES ($1, $2, $3, $4::uuid, $5::uuid, $6, $7, $8, $9, $10, $11,
-			$12::numeric, $13::numeric, $14, $15, $16, $17, $18)
+		SELECT kind, org_id, environment, order_id, subscription_id, inbox_event_id,
+			payment_start_id, outbox_message_id, provider, attempt_ref, payment_id,
+			amount::numeric, expected_amount::numeric, token, network, currency, detail, dedupe_key
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $5::uuid[], $6::bigint[], $7::bigint[], $8::bigint[],
+			$9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[],
+			$17::text[], $18::text[]) WITH ORDINALITY
+			AS i (kind, org_id, environment, order_id, subscription_id, inbox_event_id,
+				payment_start_id, outbox_message_id, provider, attempt_ref, payment_id,
+				amount, expected_amount, token, network, currency, detail, dedupe_key, n)
+		ORDER BY n
 		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
-		it.kind, s.OrgID, s.Environment, opt(s.OrderID), opt(s.SubscriptionID), optID(s.InboxID),
-		optID(s.StartID), optID(s.MessageID), opt(string(s.Provider)), opt(s.AttemptRef), opt(s.PaymentID),
-		value, it.expected, token, network, currency, it.detail, fulfillment.ItemKey(it.kind, s))
+		kind, org, env, order, sub, inbox, start, message, provider, attempt, payment,
+		value, expected, token, network, currency, detail, key)
 }
 
 // optID is id, or NULL for 0 (none).

@@ -149,84 +149,20 @@ func (s *Store) sweep(ctx context.Context, tx pgx.Tx, rec *fulfillment.Subscript
 	return err == nil, q, err
 }
 
-// subscriptionCause is what a subscription decision was made about, for
-// the items it opens: an inbox event, or the sweeper.
-type subscriptionCause struct {
-	eventRef string
-	inboxID  int64 // 0: none
-}
-
-// applySubscription applies out, the decision of ev about rec, in tx:
-// every effect the subscription rules make, in one place; rec is the
-// subscription as the decision left it (Subscription.Apply). It reschedules
-// the subscription's sweep for when its access now ends, and reports what
-// it queued for listeners.
+// applySubscription applies out, the decision of ev about rec, in tx;
+// rec is the subscription as the decision left it. It reports what it
+// queued for listeners.
 func (s *Store) applySubscription(ctx context.Context, tx pgx.Tx, rec *fulfillment.SubscriptionRecord, plan fulfillment.Plan, ev fulfillment.SubscriptionEvent, cause subscriptionCause, out fulfillment.Outcome) (queued, error) {
-	var q queued
+	w := s.newEffectWriter()
+	if err := w.subscriptionStep(rec, plan, ev, cause, out); err != nil {
+		return queued{}, err
+	}
 	b := &pgx.Batch{}
-	for _, effect := range out.Effects {
-		switch e := effect.(type) {
-		case fulfillment.GrantPeriod:
-			// The unique keys make a repeated grant an error, never a
-			// second period: the decision was made under the lock.
-			b.Queue(`INSERT INTO subscription_periods (subscription_id, period, period_key, payment_id, starts_at, ends_at)
-				VALUES ($1::uuid, $2, $3, $4, $5, $6)`, rec.ID, e.Period, ev.PeriodKey(), opt(ev.PaymentID), e.Start, e.End)
-		case fulfillment.MoveSubscription, fulfillment.EndAccess:
-			// Recorded with the subscription's row below.
-		case fulfillment.Publish:
-			q.add(s.queueSubscriptionPublish(b, rec, e.Topic))
-		case fulfillment.OpenItem:
-			queueItem(b, item{kind: e.Kind, detail: out.Reason, subject: fulfillment.ItemSubject{
-				OrgID: rec.OrgID, Environment: rec.Environment, Provider: rec.Provider, SubscriptionID: rec.ID,
-				PaymentID: ev.PaymentID, EventID: cause.eventRef, InboxID: cause.inboxID}})
-		default:
-			return q, fmt.Errorf("applying %T to a subscription: not an effect of the subscription rules", effect)
-		}
-	}
-	b.Queue(`UPDATE subscriptions SET state = $2, periods = $3, period_start = $4, period_end = $5,
-			last_event_at = $6, access_ended_at = CASE WHEN $7 THEN coalesce(access_ended_at, now()) END, updated_at = now()
-		WHERE id = $1::uuid`,
-		rec.ID, rec.State, rec.Periods, nullTime(rec.PeriodStart), nullTime(rec.PeriodEnd), nullTime(rec.LastEventAt), rec.AccessEnded)
-	// The sweeper looks at the subscription when its access ends, unless
-	// an event extends it first: this moves its sweep (and takes it from a
-	// sweeper that holds it, which then finds it gone).
-	if ends := rec.AccessEnds(plan); !rec.AccessEnded && !ends.IsZero() {
-		b.Queue(`INSERT INTO subscription_sweeps (subscription_id, next_attempt_at) VALUES ($1::uuid, $2)
-			ON CONFLICT (subscription_id) DO UPDATE SET next_attempt_at = EXCLUDED.next_attempt_at, state = 'pending',
-				attempts = 0, lease_owner = NULL, lease_until = NULL, last_error = NULL, processed_at = NULL`, rec.ID, ends)
-	}
+	q := w.write(b)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return q, fmt.Errorf("applying subscription decision: %w", interpret(err))
 	}
 	return q, nil
-}
-
-// queueSubscriptionPublish queues the subscription event topic of rec's
-// current period (rec as the decision left it) for the feed and for every
-// destination subscribed to it: once per subscription, topic and period.
-func (s *Store) queueSubscriptionPublish(b *pgx.Batch, rec *fulfillment.SubscriptionRecord, topic fulfillment.Topic) queued {
-	destinations := s.subscriptions[topic]
-	b.Queue(`
-		WITH event AS (
-			INSERT INTO order_events (org_id, environment, subscription_id, period, topic, payload)
-			SELECT s.org_id, s.environment, s.id, $4::int, $2::text,
-				jsonb_build_object('type', $2::text, 'timestamp', `+payloadTimestamp+`,
-					'data', jsonb_build_object('subscription_id', s.id, 'org_id', s.org_id, 'environment', s.environment,
-						'provider', s.provider, 'provider_subscription_id', s.provider_subscription_id,
-						'customer_ref', s.customer_ref, 'plan_id', s.plan_id, 'state', $3::text, 'periods', $4::int,
-						'period_end', $5::timestamptz))
-			FROM subscriptions s WHERE s.id = $1::uuid
-			ON CONFLICT ON CONSTRAINT order_events_subscription_once DO NOTHING
-			RETURNING org_id, environment, subscription_id, period, topic, payload
-		)
-		INSERT INTO outbox_messages (destination_id, topic, idempotency_key, org_id, environment, subscription_id,
-			required, payload)
-		SELECT d.id, e.topic, format($6::text, e.subscription_id, e.topic, e.period), e.org_id, e.environment,
-			e.subscription_id, false, e.payload
-		FROM event e, unnest($7::text[]) AS d (id)
-		ON CONFLICT ON CONSTRAINT outbox_messages_key DO NOTHING`,
-		rec.ID, topic, rec.State, rec.Periods, nullTime(rec.PeriodEnd), fulfillment.SubscriptionEventKeyFormat, destinations)
-	return queued{messages: len(destinations) > 0, events: true}
 }
 
 // nullTime is t, or NULL for the zero time.

@@ -68,3 +68,14 @@ func StatementCosts(ctx context.Context, db *pgxpool.Pool, events, limit int) (t
 	}
 	return top, total, nil
 }
+
+// WALBytes is the cluster's WAL insert position, in bytes: the
+// difference of two readings is the WAL written in between, by every
+// database of the cluster — what pg_stat_wal's wal_bytes counts, without
+// waiting for the backends to report it (they do so at most once a
+// second).
+func WALBytes(ctx context.Context, db *pgxpool.Pool) (int64, error) {
+	var n int64
+	err := db.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint").Scan(&n)
+	return n, err
+}

@@ -17,6 +17,10 @@ import (
 // writes the outputs.
 func (b *bench) finish() {
 	b.rep.Goals = b.goals()
+	b.rep.GoalsByKey = map[string]Goal{}
+	for _, g := range b.rep.Goals {
+		b.rep.GoalsByKey[g.Key] = g
+	}
 	b.rep.Machine = b.machine(b.rep.Machine)
 	b.rep.TotalSeconds = round1(time.Since(b.start).Seconds())
 	b.rep.buildTable()

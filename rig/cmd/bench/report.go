@@ -36,14 +36,16 @@ type Report struct {
 	Reads            []LoadLevel   `json:"reads"`
 	// Console is the admin console's pages on the history database
 	// (rig/cmd/bench/console.go).
-	Console  []LoadLevel `json:"console,omitempty"`
-	Outbox   *Outbox     `json:"outbox,omitempty"`
-	History  *History    `json:"history,omitempty"`
-	Goals    []Goal      `json:"goals"`
-	Phases   []Phase     `json:"phases"`
-	Warnings []string    `json:"warnings,omitempty"`
-	Profiles []string    `json:"pprof_files,omitempty"`
-	Table    []Row       `json:"table"`
+	Console []LoadLevel `json:"console,omitempty"`
+	Outbox  *Outbox     `json:"outbox,omitempty"`
+	History *History    `json:"history,omitempty"`
+	Goals   []Goal      `json:"goals"`
+	// GoalsByKey holds the same goals by key.
+	GoalsByKey map[string]Goal `json:"goals_by_key"`
+	Phases     []Phase         `json:"phases"`
+	Warnings   []string        `json:"warnings,omitempty"`
+	Profiles   []string        `json:"pprof_files,omitempty"`
+	Table      []Row           `json:"table"`
 }
 
 // Machine describes where the run happened.
@@ -160,11 +162,14 @@ type Sustained struct {
 	FulfilledPerSecMd float64  `json:"fulfilled_per_second_median_bucket"`
 	// CPU per event over push and drain, from the processes' own counters:
 	// every event of the push acknowledged and processed.
-	Events             int                 `json:"events"`
-	ServiceUsPerEvent  float64             `json:"service_cpu_us_per_event"`
-	PostgresUsPerEvent float64             `json:"postgres_cpu_us_per_event"`
-	Waits              []loadgen.WaitShare `json:"pg_activity_push,omitempty"`
-	DrainWaits         []loadgen.WaitShare `json:"pg_activity_drain,omitempty"`
+	Events             int     `json:"events"`
+	ServiceUsPerEvent  float64 `json:"service_cpu_us_per_event"`
+	PostgresUsPerEvent float64 `json:"postgres_cpu_us_per_event"`
+	// WALBytesPerEvent is the cluster's WAL (pg_stat_wal) written over
+	// push and drain, per event.
+	WALBytesPerEvent float64             `json:"wal_bytes_per_event"`
+	Waits            []loadgen.WaitShare `json:"pg_activity_push,omitempty"`
+	DrainWaits       []loadgen.WaitShare `json:"pg_activity_drain,omitempty"`
 	// Statements are the costliest statements of push and drain, per event
 	// (pg_stat_statements), and StatementsTotal the sum of all of them.
 	Statements      []loadgen.StatementCost `json:"pg_statements_per_event,omitempty"`
@@ -201,12 +206,15 @@ type HistoryRun struct {
 	IngestLevel
 }
 
-// Goal is one performance target, met or missed, by how much.
+// Goal is one performance target, met or missed, by how much. Key names it
+// in results (goals_by_key); WhenSet is what was measured when it was set.
 type Goal struct {
-	Goal   string `json:"goal"`
-	Met    bool   `json:"met"`
-	Value  string `json:"value"`
-	Margin string `json:"margin"`
+	Key     string `json:"key"`
+	Goal    string `json:"goal"`
+	Met     bool   `json:"met"`
+	Value   string `json:"value"`
+	Margin  string `json:"margin"`
+	WhenSet string `json:"when_set,omitempty"`
 }
 
 // Phase is how long one step took.
@@ -504,9 +512,16 @@ func (r *Report) Text() string {
 	_ = tw.Flush() // into a bytes.Buffer: cannot fail
 	b.WriteString("\nGoals:\n")
 	for _, g := range r.Goals {
-		fmt.Fprintf(&b, "  [%s] %s: %s (%s)\n", metWord(g.Met), g.Goal, g.Value, g.Margin)
+		fmt.Fprintf(&b, "  %-6s %s: %s (%s)%s\n", metWord(g.Met), g.Goal, g.Value, g.Margin, whenSet(g))
 	}
 	return b.String()
+}
+
+func whenSet(g Goal) string {
+	if g.WhenSet == "" {
+		return ""
+	}
+	return "; when set: " + g.WhenSet
 }
 
 func metWord(met bool) string {
@@ -532,7 +547,7 @@ func (r *Report) Markdown() string {
 	}
 	b.WriteString("\n## Goals\n\n")
 	for _, g := range r.Goals {
-		fmt.Fprintf(&b, "- **%s** — %s: %s (%s)\n", metWord(g.Met), g.Goal, g.Value, g.Margin)
+		fmt.Fprintf(&b, "- **%s** — %s: %s (%s)%s\n", metWord(g.Met), g.Goal, g.Value, g.Margin, whenSet(g))
 	}
 	b.WriteString("\n## Machine\n\n")
 	m := r.Machine

@@ -29,6 +29,10 @@ func (b *bench) sustained(ctx context.Context) error {
 			return err
 		}
 	}
+	wal0, err := loadgen.WALBytes(ctx, b.t.db)
+	if err != nil {
+		return err
+	}
 	mix := loadgen.NewMix(b.src, orders, 0, 0)
 	mix.StopWhenExhausted = true
 	prof := b.profile(ctx, "push", b.o.push)
@@ -45,6 +49,10 @@ func (b *bench) sustained(ctx context.Context) error {
 	drainWaits := waits()
 	cpuDrain := b.cpu.since(cpu1)
 	cpu2 := b.cpu.sample()
+	wal1, err := loadgen.WALBytes(ctx, b.t.db)
+	if err != nil {
+		return err
+	}
 	b.logWaits("push", pushWaits)
 	b.logWaits("drain", drainWaits)
 	var statements []loadgen.StatementCost
@@ -77,6 +85,7 @@ func (b *bench) sustained(ctx context.Context) error {
 		// push and the drain; pending ones (a drain cut short) are left out.
 		s.ServiceUsPerEvent = round1((cpu2.service - cpu0.service) / float64(s.Events) * 1e6)
 		s.PostgresUsPerEvent = round1((cpu2.postgres - cpu0.postgres) / float64(s.Events) * 1e6)
+		s.WALBytesPerEvent = round1(float64(wal1-wal0) / float64(s.Events))
 	}
 	// Under load: from one second after the first event (ramp-up) to the
 	// last receipt, the processor competes with full-speed ingest.
