@@ -25,9 +25,20 @@ type BatchEvent struct {
 type LockedOrder struct {
 	ID string
 	PaidOrder
+	OrgID           string
+	Environment     Environment
+	MerchantOrderID string
 	// SubscriptionPlan and SubscriptionFor are the plan and the customer of
 	// the order's subscription line, when it has one.
 	SubscriptionPlan, SubscriptionFor string
+	// ExternalLines are the order's external lines that name a
+	// destination: what RequestDeliveries asks for.
+	ExternalLines []ExternalLine
+}
+
+// Ref is what messages about o say of it.
+func (o *LockedOrder) Ref() OrderRef {
+	return OrderRef{OrderID: o.ID, OrgID: o.OrgID, Environment: o.Environment, MerchantOrderID: o.MerchantOrderID}
 }
 
 // SubscriptionKey names a subscription at its provider.

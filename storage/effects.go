@@ -39,6 +39,8 @@ import (
 // effects, and the state they leave, come from the rules.
 type effectWriter struct {
 	s *Store
+	// at is the time of the messages' bodies.
+	at time.Time
 
 	attempts      map[attemptID]int // index into attemptRows
 	attemptRows   []attemptRow
@@ -57,7 +59,8 @@ type effectWriter struct {
 	sweeps        map[string]time.Time
 	sweepOrder    []string
 	items         []item
-	lineRequests  idSet
+	lineRequests  []lineRequest
+	requested     map[string]bool // orders whose lines are requested
 	publishes     []publishRow
 	withdrawals   idSet
 	sharesByOrder map[string]int
@@ -105,13 +108,24 @@ type periodRow struct {
 }
 
 // publishRow is an event to publish: about an order, or about a
-// subscription's period (periods, its number).
+// subscription's period; body is its rendered payload.
 type publishRow struct {
 	order, subscription string
+	period              *int
 	topic               fulfillment.Topic
-	state               string
-	periods             int
-	periodEnd           *time.Time
+	org                 string
+	env                 fulfillment.Environment
+	body                string
+}
+
+// lineRequest is the fulfillment.requested message of an order's line.
+type lineRequest struct {
+	order       string
+	line        int
+	destination string
+	org         string
+	env         fulfillment.Environment
+	body        string
 }
 
 // idSet is a set of ids that keeps the order they were added in.
@@ -132,7 +146,7 @@ func (s *idSet) add(id string) {
 }
 
 func (s *Store) newEffectWriter() *effectWriter {
-	return &effectWriter{s: s, attempts: map[attemptID]int{}, orders: map[string]int{}, revokes: map[string]string{},
+	return &effectWriter{s: s, at: time.Now(), requested: map[string]bool{}, attempts: map[attemptID]int{}, orders: map[string]int{}, revokes: map[string]string{},
 		subs: map[string]int{}, sweeps: map[string]time.Time{}, sharesByOrder: map[string]int{}}
 }
 
@@ -180,11 +194,15 @@ func (w *effectWriter) orderStep(le leasedEvent, st fulfillment.Step) error {
 		case fulfillment.OpenItem:
 			w.items = append(w.items, orderItem(e.Kind, le, m, st.Outcome.Reason))
 		case fulfillment.RequestDeliveries:
-			w.lineRequests.add(m.ID)
+			if err := w.requestLines(m); err != nil {
+				return err
+			}
 		case fulfillment.WithdrawDeliveries:
 			w.withdrawals.add(m.ID)
 		case fulfillment.Publish:
-			w.publishes = append(w.publishes, publishRow{order: m.ID, topic: e.Topic, state: string(st.OrderState)})
+			if err := w.publishOrder(m.Ref(), e.Topic, st.OrderState, m.Total); err != nil {
+				return err
+			}
 		case fulfillment.PaySubscriptions:
 			// The subscription rules decided the period it pays: their
 			// step (st.Subscription) is added with subscriptionStep.
@@ -196,15 +214,16 @@ func (w *effectWriter) orderStep(le leasedEvent, st fulfillment.Step) error {
 }
 
 // orderDelivered adds the effects of fulfillment.DecideDelivered on order
-// id, which they leave in state.
-func (w *effectWriter) orderDelivered(id string, effects []fulfillment.Effect) error {
-	state := fulfillment.State("")
+// o, in state before them, of total.
+func (w *effectWriter) orderDelivered(o fulfillment.OrderRef, state fulfillment.State, total fulfillment.Money, effects []fulfillment.Effect) error {
 	for _, effect := range effects {
 		switch e := effect.(type) {
 		case fulfillment.MoveOrder:
-			w.order(id).state, state = e.To, e.To
+			w.order(o.OrderID).state, state = e.To, e.To
 		case fulfillment.Publish:
-			w.publishes = append(w.publishes, publishRow{order: id, topic: e.Topic, state: string(state)})
+			if err := w.publishOrder(o, e.Topic, state, total); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("applying %T after a delivery: not an effect of a delivery", e)
 		}
@@ -230,8 +249,13 @@ func (w *effectWriter) subscriptionStep(rec *fulfillment.SubscriptionRecord, pla
 		case fulfillment.MoveSubscription, fulfillment.EndAccess:
 			// Recorded with the subscription's row.
 		case fulfillment.Publish:
-			w.publishes = append(w.publishes, publishRow{subscription: rec.ID, topic: e.Topic, state: string(rec.State),
-				periods: rec.Periods, periodEnd: nullTime(rec.PeriodEnd)})
+			body, err := fulfillment.SubscriptionEventBody(e.Topic, rec, w.at).Render()
+			if err != nil {
+				return fmt.Errorf("rendering %s: %w", e.Topic, err)
+			}
+			period := rec.Periods
+			w.publishes = append(w.publishes, publishRow{subscription: rec.ID, period: &period, topic: e.Topic,
+				org: rec.OrgID, env: rec.Environment, body: body})
 		case fulfillment.OpenItem:
 			w.items = append(w.items, item{kind: e.Kind, detail: out.Reason, subject: fulfillment.ItemSubject{
 				OrgID: rec.OrgID, Environment: rec.Environment, Provider: rec.Provider, SubscriptionID: rec.ID,
@@ -254,6 +278,35 @@ func (w *effectWriter) subscriptionStep(rec *fulfillment.SubscriptionRecord, pla
 			w.sweepOrder = append(w.sweepOrder, rec.ID)
 		}
 		w.sweeps[rec.ID] = ends
+	}
+	return nil
+}
+
+// publishOrder adds the order event topic of o, in state.
+func (w *effectWriter) publishOrder(o fulfillment.OrderRef, topic fulfillment.Topic, state fulfillment.State, total fulfillment.Money) error {
+	body, err := fulfillment.OrderEventBody(topic, o, state, total, w.at).Render()
+	if err != nil {
+		return fmt.Errorf("rendering %s: %w", topic, err)
+	}
+	w.publishes = append(w.publishes, publishRow{order: o.OrderID, topic: topic, org: o.OrgID, env: o.Environment, body: body})
+	return nil
+}
+
+// requestLines adds a fulfillment.requested message for each external line
+// of m, to the line's destination, once. (Lines stored before
+// destinations existed name none and get none: their order stays
+// fulfilling.)
+func (w *effectWriter) requestLines(m *fulfillment.LockedOrder) error {
+	if w.requested[m.ID] {
+		return nil
+	}
+	w.requested[m.ID] = true
+	for _, l := range m.ExternalLines {
+		body, err := fulfillment.LineRequestBody(m.Ref(), l, w.at).Render()
+		if err != nil {
+			return fmt.Errorf("rendering %s: %w", fulfillment.TopicFulfillmentRequested, err)
+		}
+		w.lineRequests = append(w.lineRequests, lineRequest{m.ID, l.LineNo, l.Destination, m.OrgID, m.Environment, body})
 	}
 	return nil
 }
@@ -451,8 +504,8 @@ func (w *effectWriter) write(b *pgx.Batch) queued {
 				attempts = 0, lease_owner = NULL, lease_until = NULL, last_error = NULL, processed_at = NULL`, ids, at)
 	}
 	queueItems(b, w.items)
-	if ids := w.lineRequests.ids; len(ids) > 0 {
-		queueLineRequests(b, ids)
+	if len(w.lineRequests) > 0 {
+		queueLineRequests(b, w.lineRequests)
 		q.messages = true
 	}
 	if len(w.publishes) > 0 {

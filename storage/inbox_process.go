@@ -286,18 +286,19 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 		ORDER BY id
 		FOR UPDATE OF o`, mOrg, mEnv, mID, cOrg, cEnv, cID)
 	byID := map[string]*fulfillment.LockedOrder{}
-	var ids []string
+	var ids, external []string
 	err := forEachRow(rows, func(r pgx.Rows) error {
 		row, err := pgx.RowToStructByName[lockedOrderRow](r)
 		if err != nil {
 			return err
 		}
-		o := &fulfillment.LockedOrder{ID: row.ID.String(), PaidOrder: fulfillment.PaidOrder{
-			State: row.State, Total: fulfillment.Money{Currency: row.TotalCurrency, MinorUnits: row.TotalMinorUnits},
-			HasExternalLines: row.HasExternalLines, HasSubscriptionLines: row.SubscriptionPlan != nil, Paid: row.Paid,
-			PaidBy:   fulfillment.PaidRefs{AttemptRef: str(row.PaidAttemptRef), InvoiceID: str(row.PaidInvoiceID), PaymentID: str(row.PaidPaymentID)},
-			Attempts: map[fulfillment.AttemptKey]fulfillment.AttemptState{},
-		}}
+		o := &fulfillment.LockedOrder{ID: row.ID.String(), OrgID: row.OrgID, Environment: row.Environment,
+			MerchantOrderID: row.MerchantOrderID, PaidOrder: fulfillment.PaidOrder{
+				State: row.State, Total: fulfillment.Money{Currency: row.TotalCurrency, MinorUnits: row.TotalMinorUnits},
+				HasExternalLines: row.HasExternalLines, HasSubscriptionLines: row.SubscriptionPlan != nil, Paid: row.Paid,
+				PaidBy:   fulfillment.PaidRefs{AttemptRef: str(row.PaidAttemptRef), InvoiceID: str(row.PaidInvoiceID), PaymentID: str(row.PaidPaymentID)},
+				Attempts: map[fulfillment.AttemptKey]fulfillment.AttemptState{},
+			}}
 		if o.Settlement, err = settlementFrom(row.SettlementToken, row.SettlementNetwork, row.SettlementAmount, row.SettlementTolerance); err != nil {
 			return err
 		}
@@ -306,6 +307,9 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 		}
 		byID[o.ID] = o
 		ids = append(ids, o.ID)
+		if o.HasExternalLines {
+			external = append(external, o.ID)
+		}
 		key := fulfillment.OrderKey{OrgID: row.OrgID, Environment: row.Environment}
 		key.Field, key.Value = fulfillment.ByMerchantOrderID, row.MerchantOrderID
 		lo[key] = o
@@ -375,8 +379,32 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 				return nil
 			})
 		})
+	// The external lines of the orders that have any, which a payment
+	// asks their destinations to fulfil.
+	if len(external) > 0 {
+		b.Queue(`
+			SELECT order_id, line_no, sku, quantity, currency, unit_minor_units, destination
+			FROM order_lines
+			WHERE order_id = ANY($1::uuid[]) AND kind = 'external' AND destination IS NOT NULL
+			ORDER BY order_id, line_no`, external).
+			Query(func(rows pgx.Rows) error {
+				return forEachRow(rows, func(r pgx.Rows) error {
+					var (
+						orderID uuid.UUID
+						l       fulfillment.ExternalLine
+					)
+					if err := r.Scan(&orderID, &l.LineNo, &l.SKU, &l.Quantity, &l.UnitPrice.Currency,
+						&l.UnitPrice.MinorUnits, &l.Destination); err != nil {
+						return err
+					}
+					o := byID[orderID.String()]
+					o.ExternalLines = append(o.ExternalLines, l)
+					return nil
+				})
+			})
+	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("reading payment attempts and refunds: %w", interpret(err))
+		return nil, fmt.Errorf("reading payment attempts, refunds and lines: %w", interpret(err))
 	}
 	return lo, nil
 }

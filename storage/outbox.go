@@ -47,72 +47,50 @@ var outboxQueue = newLeasedTable(leasedTable{
 	},
 })
 
-// payloadTimestamp renders the transaction's time as a message body's
-// "timestamp" (RFC 3339, UTC, microseconds).
-const payloadTimestamp = `to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`
-
-// queueLineRequests queues a fulfillment.requested message for each
-// external line of the orders, to the line's destination. Lines stored
-// before destinations existed name none and get none: their order stays
-// fulfilling.
-func queueLineRequests(b *pgx.Batch, orderIDs []string) {
+// queueLineRequests queues the fulfillment.requested messages rows hold.
+func queueLineRequests(b *pgx.Batch, rows []lineRequest) {
+	var (
+		orders, dests, keys, orgs, envs, bodies []string
+		lines                                   []int
+	)
+	for _, r := range rows {
+		orders, lines, dests = append(orders, r.order), append(lines, r.line), append(dests, r.destination)
+		keys = append(keys, fulfillment.LineKey(r.order, r.line))
+		orgs, envs, bodies = append(orgs, r.org), append(envs, string(r.env)), append(bodies, r.body)
+	}
 	b.Queue(`
 		INSERT INTO outbox_messages (destination_id, topic, idempotency_key, org_id, environment, order_id, line_no,
 			required, payload)
-		SELECT l.destination, $2::text, format($3::text, o.id, l.line_no), o.org_id, o.environment, o.id, l.line_no, true,
-			jsonb_build_object('type', $2::text, 'timestamp', `+payloadTimestamp+`, 'data', jsonb_build_object(
-				'order_id', o.id, 'org_id', o.org_id, 'environment', o.environment,
-				'merchant_order_id', o.merchant_order_id,
-				'line', jsonb_build_object('line_no', l.line_no, 'sku', l.sku, 'quantity', l.quantity,
-					'unit_price', jsonb_build_object('currency', l.currency, 'minor_units', l.unit_minor_units::text))))
-		FROM orders o JOIN order_lines l ON l.order_id = o.id
-		WHERE o.id = ANY($1::uuid[]) AND l.kind = 'external' AND l.destination IS NOT NULL
-		ORDER BY o.id, l.line_no
+		SELECT destination, $1::text, key, org_id, environment, order_id, line_no, true, payload::jsonb
+		FROM unnest($2::uuid[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[]) WITH ORDINALITY
+			AS r (order_id, line_no, destination, key, org_id, environment, payload, n)
+		ORDER BY n
 		ON CONFLICT ON CONSTRAINT outbox_messages_key DO NOTHING`,
-		orderIDs, fulfillment.TopicFulfillmentRequested, fulfillment.LineKeyFormat)
+		fulfillment.TopicFulfillmentRequested, orders, lines, dests, keys, orgs, envs, bodies)
 }
 
 // queuePublishes records the events rows publish, in order, and queues a
 // message announcing each to every destination subscribed to its topic.
-// Each says the state its decision left: an order's event, its order's; a
-// subscription's, its subscription's with the period it is about. An
-// order publishes each topic once, a subscription each topic once per
+// An order publishes each topic once, a subscription each topic once per
 // period.
 func (s *Store) queuePublishes(b *pgx.Batch, rows []publishRow) queued {
 	var (
-		orders, subs   []*string
-		topics, states []string
-		periods        []*int
-		ends           []*time.Time
+		orders, subs       []*string
+		periods            []*int
+		topics, orgs, envs []string
+		bodies             []string
 	)
 	for _, r := range rows {
-		orders, subs = append(orders, opt(r.order)), append(subs, opt(r.subscription))
-		topics, states, ends = append(topics, string(r.topic)), append(states, r.state), append(ends, r.periodEnd)
-		periods = append(periods, optInt(r.periods))
+		orders, subs, periods = append(orders, opt(r.order)), append(subs, opt(r.subscription)), append(periods, r.period)
+		topics, orgs, envs, bodies = append(topics, string(r.topic)), append(orgs, r.org), append(envs, string(r.env)), append(bodies, r.body)
 	}
 	dTopics, dIDs := s.subscribers(topics)
 	b.Queue(`
-		WITH p AS (
-			SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::int[], $6::timestamptz[])
-				WITH ORDINALITY AS p (order_id, subscription_id, topic, state, periods, period_end, n)
-		), event AS (
+		WITH event AS (
 			INSERT INTO order_events (org_id, environment, order_id, subscription_id, period, topic, payload)
-			SELECT org_id, environment, order_id, subscription_id, period, topic, payload FROM (
-				SELECT p.n, o.org_id, o.environment, o.id AS order_id, NULL::uuid AS subscription_id, NULL::int AS period,
-					p.topic, jsonb_build_object('type', p.topic, 'timestamp', `+payloadTimestamp+`, 'data', jsonb_build_object(
-						'order_id', o.id, 'org_id', o.org_id, 'environment', o.environment,
-						'merchant_order_id', o.merchant_order_id, 'state', p.state,
-						'total', jsonb_build_object('currency', o.total_currency, 'minor_units', o.total_minor_units::text))) AS payload
-				FROM p JOIN orders o ON o.id = p.order_id
-				UNION ALL
-				SELECT p.n, s.org_id, s.environment, NULL, s.id, p.periods,
-					p.topic, jsonb_build_object('type', p.topic, 'timestamp', `+payloadTimestamp+`, 'data', jsonb_build_object(
-						'subscription_id', s.id, 'org_id', s.org_id, 'environment', s.environment,
-						'provider', s.provider, 'provider_subscription_id', s.provider_subscription_id,
-						'customer_ref', s.customer_ref, 'plan_id', s.plan_id, 'state', p.state, 'periods', p.periods,
-						'period_end', p.period_end))
-				FROM p JOIN subscriptions s ON s.id = p.subscription_id
-			) x
+			SELECT org_id, environment, order_id, subscription_id, period, topic, payload::jsonb
+			FROM unnest($1::text[], $2::text[], $3::uuid[], $4::uuid[], $5::int[], $6::text[], $7::text[]) WITH ORDINALITY
+				AS p (org_id, environment, order_id, subscription_id, period, topic, payload, n)
 			ORDER BY n
 			-- order_events_once, order_events_subscription_once
 			ON CONFLICT DO NOTHING
@@ -121,13 +99,13 @@ func (s *Store) queuePublishes(b *pgx.Batch, rows []publishRow) queued {
 		INSERT INTO outbox_messages (destination_id, topic, idempotency_key, org_id, environment, order_id,
 			subscription_id, required, payload)
 		SELECT d.id, e.topic,
-			CASE WHEN e.order_id IS NOT NULL THEN format($7::text, e.order_id, e.topic)
-				ELSE format($8::text, e.subscription_id, e.topic, e.period) END,
+			CASE WHEN e.order_id IS NOT NULL THEN format($8::text, e.order_id, e.topic)
+				ELSE format($9::text, e.subscription_id, e.topic, e.period) END,
 			e.org_id, e.environment, e.order_id, e.subscription_id, false, e.payload
-		FROM event e JOIN unnest($9::text[], $10::text[]) AS d (topic, id) ON d.topic = e.topic
+		FROM event e JOIN unnest($10::text[], $11::text[]) AS d (topic, id) ON d.topic = e.topic
 		ORDER BY e.id, d.id
 		ON CONFLICT ON CONSTRAINT outbox_messages_key DO NOTHING`,
-		orders, subs, topics, states, periods, ends,
+		orgs, envs, orders, subs, periods, topics, bodies,
 		fulfillment.EventKeyFormat, fulfillment.SubscriptionEventKeyFormat, dTopics, dIDs)
 	return queued{messages: len(dIDs) > 0, events: true}
 }
@@ -308,12 +286,17 @@ func (s *Store) OutboxRecord(ctx context.Context, id int64, owner string, a fulf
 func (s *Store) completeOrder(ctx context.Context, tx pgx.Tx, orderID string) (queued, error) {
 	var (
 		state       fulfillment.State
+		o           = fulfillment.OrderRef{OrderID: orderID}
+		total       fulfillment.Money
 		undelivered int
 	)
 	// The lock first, then the count in a statement of its own: under
 	// READ COMMITTED it sees what a concurrent delivery to this order
 	// committed while this one waited for the lock.
-	if err := tx.QueryRow(ctx, `SELECT state FROM orders WHERE id = $1 FOR UPDATE`, orderID).Scan(&state); err != nil {
+	if err := tx.QueryRow(ctx, `
+		SELECT state, org_id, environment, merchant_order_id, total_currency, total_minor_units
+		FROM orders WHERE id = $1 FOR UPDATE`, orderID).
+		Scan(&state, &o.OrgID, &o.Environment, &o.MerchantOrderID, &total.Currency, &total.MinorUnits); err != nil {
 		return queued{}, fmt.Errorf("locking order %s: %w", orderID, interpret(err))
 	}
 	// An external line awaits delivery until a message for it is
@@ -328,7 +311,7 @@ func (s *Store) completeOrder(ctx context.Context, tx pgx.Tx, orderID string) (q
 		return queued{}, fmt.Errorf("counting undelivered lines of order %s: %w", orderID, interpret(err))
 	}
 	w := s.newEffectWriter()
-	if err := w.orderDelivered(orderID, fulfillment.DecideDelivered(state, undelivered)); err != nil {
+	if err := w.orderDelivered(o, state, total, fulfillment.DecideDelivered(state, undelivered)); err != nil {
 		return queued{}, err
 	}
 	b := &pgx.Batch{}
