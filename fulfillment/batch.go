@@ -34,6 +34,10 @@ type LockedOrder struct {
 	// ExternalLines are the order's external lines that name a
 	// destination: what RequestDeliveries asks for.
 	ExternalLines []ExternalLine
+	// HasLicenseLines and HasBalanceLines say whether GrantLicenses and
+	// CreditBalances have anything to grant: storage writes nothing for
+	// them otherwise.
+	HasLicenseLines, HasBalanceLines bool
 }
 
 // Ref is what messages about o say of it.

@@ -9,9 +9,9 @@ import (
 // The bodies of outbox messages and of the event feed's events: the
 // service's public contract with the systems it tells. Every body is a
 // Payload; its Data is one of the types below, by Type. They are rendered
-// here and nowhere else (storage stores what Payload.Render returns), and their
-// JSON Schemas are under docs/schemas/, held to the rendered bodies by a
-// test.
+// here and nowhere else (storage stores what Payload.Render returns); their
+// schemas are in docs/openapi/webhooks.yaml, whose tests hold the bodies
+// the outbox delivers to them.
 
 // Payload is the body of a message: {"type", "timestamp", "data"}.
 type Payload struct {
@@ -28,6 +28,15 @@ type PayloadTime time.Time
 // MarshalJSON implements json.Marshaler.
 func (t PayloadTime) MarshalJSON() ([]byte, error) {
 	return []byte(`"` + time.Time(t).UTC().Format("2006-01-02T15:04:05.000000Z") + `"`), nil
+}
+
+// PeriodTime renders a time as RFC 3339 with its UTC offset and as many
+// fractional digits as it has: 2027-02-01T10:00:00+00:00.
+type PeriodTime time.Time
+
+// MarshalJSON implements json.Marshaler.
+func (t PeriodTime) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + time.Time(t).UTC().Format("2006-01-02T15:04:05.999999-07:00") + `"`), nil
 }
 
 // Price is an amount of a currency in its minor units, a decimal string
@@ -89,7 +98,7 @@ type SubscriptionEventData struct {
 	State                  SubscriptionState `json:"state"`
 	Periods                int               `json:"periods"`
 	// PeriodEnd is when the last paid period ends; null before any.
-	PeriodEnd *PayloadTime `json:"period_end"`
+	PeriodEnd *PeriodTime `json:"period_end"`
 }
 
 // OrderEventBody is the body of the order event topic of order o (as o's
@@ -112,7 +121,7 @@ func SubscriptionEventBody(topic Topic, rec *SubscriptionRecord, at time.Time) P
 		Provider: rec.Provider, ProviderSubscriptionID: rec.ProviderSubscriptionID, CustomerRef: rec.CustomerRef,
 		PlanID: rec.PlanID, State: rec.State, Periods: rec.Periods}
 	if !rec.PeriodEnd.IsZero() {
-		end := PayloadTime(rec.PeriodEnd)
+		end := PeriodTime(rec.PeriodEnd)
 		d.PeriodEnd = &end
 	}
 	return Payload{Type: topic, Timestamp: PayloadTime(at), Data: d}

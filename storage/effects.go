@@ -170,9 +170,13 @@ func (w *effectWriter) orderStep(le leasedEvent, st fulfillment.Step) error {
 			o := w.order(m.ID)
 			o.paid, o.refs = true, p.PaidRefs()
 		case fulfillment.GrantLicenses:
-			w.grants.add(m.ID)
+			if m.HasLicenseLines {
+				w.grants.add(m.ID)
+			}
 		case fulfillment.CreditBalances:
-			w.credits.add(m.ID)
+			if m.HasBalanceLines {
+				w.credits.add(m.ID)
+			}
 		case fulfillment.ReverseCredits:
 			w.reversals.add(m.ID)
 		case fulfillment.ReverseCreditShare:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -169,4 +170,64 @@ func writtenRows(t *testing.T, conn *pgx.Conn) string {
 		}
 	}
 	return b.String()
+}
+
+// A batch that waits for an order's lock decides against what the holder
+// of the lock committed: the order's attempts are read after the lock is
+// granted. (Read in the statement that waited, they would be as they were
+// when it began: under READ COMMITTED only the locked row is read again.)
+// Here the holder records the attempt as expired; the batch, which waited,
+// reports it created: it stays expired.
+func TestBatchWaitingForAnOrderSeesWhatItsHolderWrote(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	creditLicenseOrder(t, s, "m-1")
+	created := refundEvent("e1", "m-1", fulfillment.EventAttemptCreated, 20000)
+	if _, err := s.InboxInsert(ctx, created, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := s.InboxClaim(ctx, "w", 10, time.Minute, 10, nil)
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claim = %v, %v", claims, err)
+	}
+	holder, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM orders WHERE merchant_order_id = 'm-1' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, `
+		INSERT INTO payment_attempts (order_id, provider, attempt_ref, state)
+		SELECT id, 'tbank', 'pay-m-1', 'expired' FROM orders WHERE merchant_order_id = 'm-1'`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.InboxProcess(ctx, []int64{claims[0].ID}, "w")
+		done <- err
+	}()
+	// Once the batch waits for the order's lock, the holder commits.
+	deadline := time.Now().Add(10 * time.Second)
+	for count(t, conn, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the batch never waited for the order's lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var state string
+	if err := conn.QueryRow(ctx, `SELECT state FROM payment_attempts WHERE attempt_ref = 'pay-m-1'`).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	if state != "expired" {
+		t.Errorf("the attempt is %s after the batch, want expired: the batch did not see what the lock's holder wrote", state)
+	}
 }

@@ -220,7 +220,9 @@ func lockLeasedEvents(ctx context.Context, tx pgx.Tx, ids []int64, owner string)
 	return events, nil
 }
 
-// lockedOrderRow is what lockOrders reads of an order, by column name.
+// lockedOrderRow is what lockOrders reads of an order with its lock, by
+// column name: the order and what its lines hold (their arrays are
+// parallel: one element per external line).
 type lockedOrderRow struct {
 	ID                  uuid.UUID               `db:"id"`
 	OrgID               string                  `db:"org_id"`
@@ -238,15 +240,65 @@ type lockedOrderRow struct {
 	PaidAttemptRef      *string                 `db:"paid_attempt_ref"`
 	PaidInvoiceID       *string                 `db:"paid_invoice_id"`
 	PaidPaymentID       *string                 `db:"paid_payment_id"`
-	HasExternalLines    bool                    `db:"has_external_lines"`
 	StartedSessions     []string                `db:"started_sessions"`
-	SubscriptionPlan    *string                 `db:"subscription_plan"`
-	SubscriptionFor     *string                 `db:"subscription_for"`
+	// Its lines.
+	HasExternalLines bool     `db:"has_external_lines"`
+	HasLicenseLines  bool     `db:"has_license_lines"`
+	HasBalanceLines  bool     `db:"has_balance_lines"`
+	SubscriptionPlan *string  `db:"subscription_plan"`
+	SubscriptionFor  *string  `db:"subscription_for"`
+	LineNo           []int    `db:"line_no"`
+	LineSKU          []string `db:"line_sku"`
+	LineQuantity     []int    `db:"line_quantity"`
+	LineCurrency     []string `db:"line_currency"`
+	LineMinorUnits   []int64  `db:"line_minor_units"`
+	LineDestination  []string `db:"line_destination"`
 }
 
-// lockOrders locks every order the events name, in id order, and reads
-// their payment attempts. (Each key set is looked up through its own
+// lockOrdersSQL locks the orders named by merchant order id ($1-$3) or by
+// checkout session ($4-$6), in id order, and reads with each what its lines
+// hold (lines never change). (Each key set is looked up through its own
 // unique index; an OR of the two would scan the table.)
+const lockOrdersSQL = `
+	SELECT o.id, o.org_id, o.environment, o.merchant_order_id, o.checkout_session_id, o.state,
+		o.total_currency, o.total_minor_units,
+		o.settlement_token, o.settlement_network, o.settlement_amount::text, o.settlement_tolerance::text,
+		o.paid_at IS NOT NULL AS paid, o.paid_attempt_ref, o.paid_invoice_id, o.paid_payment_id,
+		ARRAY(SELECT provider_order_id FROM payment_starts ps WHERE ps.order_id = o.id) AS started_sessions,
+		l.has_external_lines, l.has_license_lines, l.has_balance_lines, l.subscription_plan, l.subscription_for,
+		l.line_no, l.line_sku, l.line_quantity, l.line_currency, l.line_minor_units, l.line_destination
+	FROM orders o
+	CROSS JOIN LATERAL (
+		SELECT coalesce(bool_or(kind = 'external'), false) AS has_external_lines,
+			coalesce(bool_or(kind = 'license'), false) AS has_license_lines,
+			coalesce(bool_or(kind = 'balance_credit'), false) AS has_balance_lines,
+			(array_agg(plan_id ORDER BY line_no) FILTER (WHERE kind = 'subscription'))[1] AS subscription_plan,
+			(array_agg(account_ref ORDER BY line_no) FILTER (WHERE kind = 'subscription'))[1] AS subscription_for,
+			array_agg(line_no ORDER BY line_no) FILTER (WHERE kind = 'external' AND destination IS NOT NULL) AS line_no,
+			array_agg(sku ORDER BY line_no) FILTER (WHERE kind = 'external' AND destination IS NOT NULL) AS line_sku,
+			array_agg(quantity ORDER BY line_no) FILTER (WHERE kind = 'external' AND destination IS NOT NULL) AS line_quantity,
+			array_agg(currency ORDER BY line_no) FILTER (WHERE kind = 'external' AND destination IS NOT NULL) AS line_currency,
+			array_agg(unit_minor_units ORDER BY line_no) FILTER (WHERE kind = 'external' AND destination IS NOT NULL) AS line_minor_units,
+			array_agg(destination ORDER BY line_no) FILTER (WHERE kind = 'external' AND destination IS NOT NULL) AS line_destination
+		FROM order_lines WHERE order_id = o.id) l
+	WHERE o.id IN (
+		SELECT id FROM orders WHERE (org_id, environment, merchant_order_id) IN (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
+		UNION
+		SELECT id FROM orders WHERE (org_id, environment, checkout_session_id) IN (
+			SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))
+		UNION
+		SELECT order_id FROM payment_starts WHERE (org_id, environment, provider_order_id) IN (
+			SELECT * FROM unnest($4::text[], $5::text[], $6::text[])))
+	ORDER BY o.id
+	FOR UPDATE OF o`
+
+// lockOrders locks every order the events name, in id order
+// (lockOrdersSQL), then reads their payment attempts and recorded refunds.
+// Those are read in statements of their own, after the locks: under READ
+// COMMITTED, a statement that waited for a lock sees the locked row as the
+// holder committed it, but every other table as it was when the statement
+// began — without what the holder wrote.
 func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfillment.OrderKey]*fulfillment.LockedOrder, error) {
 	var mOrg, mEnv, mID, cOrg, cEnv, cID []string
 	for _, le := range events {
@@ -263,53 +315,20 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 	if len(mID)+len(cID) == 0 {
 		return lo, nil
 	}
-	rows, _ := tx.Query(ctx, `
-		SELECT id, org_id, environment, merchant_order_id, checkout_session_id, state,
-			total_currency, total_minor_units,
-			settlement_token, settlement_network, settlement_amount::text, settlement_tolerance::text,
-			paid_at IS NOT NULL AS paid, paid_attempt_ref, paid_invoice_id, paid_payment_id,
-			EXISTS (SELECT 1 FROM order_lines l WHERE l.order_id = o.id AND l.kind = 'external') AS has_external_lines,
-			sl.plan_id AS subscription_plan, sl.account_ref AS subscription_for,
-			ARRAY(SELECT provider_order_id FROM payment_starts ps WHERE ps.order_id = o.id) AS started_sessions
-		FROM orders o LEFT JOIN LATERAL (
-			SELECT plan_id, account_ref FROM order_lines l WHERE l.order_id = o.id AND l.kind = 'subscription'
-			ORDER BY line_no LIMIT 1) sl ON true
-		WHERE id IN (
-			SELECT id FROM orders WHERE (org_id, environment, merchant_order_id) IN (
-				SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
-			UNION
-			SELECT id FROM orders WHERE (org_id, environment, checkout_session_id) IN (
-				SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))
-			UNION
-			SELECT order_id FROM payment_starts WHERE (org_id, environment, provider_order_id) IN (
-				SELECT * FROM unnest($4::text[], $5::text[], $6::text[])))
-		ORDER BY id
-		FOR UPDATE OF o`, mOrg, mEnv, mID, cOrg, cEnv, cID)
 	byID := map[string]*fulfillment.LockedOrder{}
-	var ids, external []string
+	var ids []string
+	rows, _ := tx.Query(ctx, lockOrdersSQL, mOrg, mEnv, mID, cOrg, cEnv, cID)
 	err := forEachRow(rows, func(r pgx.Rows) error {
 		row, err := pgx.RowToStructByName[lockedOrderRow](r)
 		if err != nil {
 			return err
 		}
-		o := &fulfillment.LockedOrder{ID: row.ID.String(), OrgID: row.OrgID, Environment: row.Environment,
-			MerchantOrderID: row.MerchantOrderID, PaidOrder: fulfillment.PaidOrder{
-				State: row.State, Total: fulfillment.Money{Currency: row.TotalCurrency, MinorUnits: row.TotalMinorUnits},
-				HasExternalLines: row.HasExternalLines, HasSubscriptionLines: row.SubscriptionPlan != nil, Paid: row.Paid,
-				PaidBy:   fulfillment.PaidRefs{AttemptRef: str(row.PaidAttemptRef), InvoiceID: str(row.PaidInvoiceID), PaymentID: str(row.PaidPaymentID)},
-				Attempts: map[fulfillment.AttemptKey]fulfillment.AttemptState{},
-			}}
-		if o.Settlement, err = settlementFrom(row.SettlementToken, row.SettlementNetwork, row.SettlementAmount, row.SettlementTolerance); err != nil {
+		o, err := row.order()
+		if err != nil {
 			return err
-		}
-		if row.SubscriptionPlan != nil {
-			o.SubscriptionPlan, o.SubscriptionFor = *row.SubscriptionPlan, str(row.SubscriptionFor)
 		}
 		byID[o.ID] = o
 		ids = append(ids, o.ID)
-		if o.HasExternalLines {
-			external = append(external, o.ID)
-		}
 		key := fulfillment.OrderKey{OrgID: row.OrgID, Environment: row.Environment}
 		key.Field, key.Value = fulfillment.ByMerchantOrderID, row.MerchantOrderID
 		lo[key] = o
@@ -332,7 +351,7 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 		return lo, nil
 	}
 	// The order locks protect the attempts and the recorded refunds:
-	// every writer of an order's attempts and decisions holds its order
+	// every writer of an order's attempts and refunds holds its order
 	// row. Both are read in one round trip.
 	b := &pgx.Batch{}
 	b.Queue(`SELECT order_id, provider, attempt_ref, state FROM payment_attempts WHERE order_id = ANY($1::uuid[])`, ids).
@@ -351,7 +370,7 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 			})
 		})
 	// The partial refunds recorded for the orders, in the order they were
-	// recorded (an order's refunds are recorded under its lock).
+	// recorded.
 	b.Queue(`
 		SELECT order_id, provider, attempt_ref, amount::text, token, network, currency
 		FROM payment_refunds
@@ -379,34 +398,35 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 				return nil
 			})
 		})
-	// The external lines of the orders that have any, which a payment
-	// asks their destinations to fulfil.
-	if len(external) > 0 {
-		b.Queue(`
-			SELECT order_id, line_no, sku, quantity, currency, unit_minor_units, destination
-			FROM order_lines
-			WHERE order_id = ANY($1::uuid[]) AND kind = 'external' AND destination IS NOT NULL
-			ORDER BY order_id, line_no`, external).
-			Query(func(rows pgx.Rows) error {
-				return forEachRow(rows, func(r pgx.Rows) error {
-					var (
-						orderID uuid.UUID
-						l       fulfillment.ExternalLine
-					)
-					if err := r.Scan(&orderID, &l.LineNo, &l.SKU, &l.Quantity, &l.UnitPrice.Currency,
-						&l.UnitPrice.MinorUnits, &l.Destination); err != nil {
-						return err
-					}
-					o := byID[orderID.String()]
-					o.ExternalLines = append(o.ExternalLines, l)
-					return nil
-				})
-			})
-	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("reading payment attempts, refunds and lines: %w", interpret(err))
+		return nil, fmt.Errorf("reading payment attempts and refunds: %w", interpret(err))
 	}
 	return lo, nil
+}
+
+// order is the order row holds.
+func (row *lockedOrderRow) order() (*fulfillment.LockedOrder, error) {
+	o := &fulfillment.LockedOrder{ID: row.ID.String(), OrgID: row.OrgID, Environment: row.Environment,
+		MerchantOrderID: row.MerchantOrderID, HasLicenseLines: row.HasLicenseLines, HasBalanceLines: row.HasBalanceLines,
+		PaidOrder: fulfillment.PaidOrder{
+			State: row.State, Total: fulfillment.Money{Currency: row.TotalCurrency, MinorUnits: row.TotalMinorUnits},
+			HasExternalLines: row.HasExternalLines, HasSubscriptionLines: row.SubscriptionPlan != nil, Paid: row.Paid,
+			PaidBy:   fulfillment.PaidRefs{AttemptRef: str(row.PaidAttemptRef), InvoiceID: str(row.PaidInvoiceID), PaymentID: str(row.PaidPaymentID)},
+			Attempts: map[fulfillment.AttemptKey]fulfillment.AttemptState{},
+		}}
+	var err error
+	if o.Settlement, err = settlementFrom(row.SettlementToken, row.SettlementNetwork, row.SettlementAmount, row.SettlementTolerance); err != nil {
+		return nil, err
+	}
+	if row.SubscriptionPlan != nil {
+		o.SubscriptionPlan, o.SubscriptionFor = *row.SubscriptionPlan, str(row.SubscriptionFor)
+	}
+	for i, no := range row.LineNo {
+		o.ExternalLines = append(o.ExternalLines, fulfillment.ExternalLine{LineNo: no, SKU: row.LineSKU[i], Quantity: row.LineQuantity[i],
+			UnitPrice:   fulfillment.Money{Currency: row.LineCurrency[i], MinorUnits: row.LineMinorUnits[i]},
+			Destination: row.LineDestination[i]})
+	}
+	return o, nil
 }
 
 // forEachRow calls fn for every row and closes rows.

@@ -7,6 +7,7 @@ package openapi_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
@@ -207,13 +208,19 @@ func TestWebhooksDocumentMatchesDeliveries(t *testing.T) {
 
 	produced := []string{"fulfillment.requested", "order.fulfilled", "order.on_hold",
 		"subscription.renewed", "subscription.past_due", "subscription.access_ended"}
-	waitFor(t, "delivered, a message of each topic", func() bool {
+	last := ""
+	waitFor(t, "delivered, a message of each topic (the last topics logged are missing)", func() bool {
+		var missing []string
 		for _, topic := range produced {
 			if len(deliveredOf(t, dest, topic)) == 0 {
-				return false
+				missing = append(missing, topic)
 			}
 		}
-		return true
+		if m := fmt.Sprint(missing); m != last && len(missing) > 0 {
+			t.Logf("not delivered yet: %s", m)
+			last = m
+		}
+		return len(missing) == 0
 	})
 	c := schemaChecker{doc}
 	for _, topic := range produced {

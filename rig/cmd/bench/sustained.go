@@ -60,7 +60,7 @@ func (b *bench) sustained(ctx context.Context) error {
 	if b.o.statements {
 		// Read before the bench's own queries below; every event the push
 		// sent was acknowledged, and the drain processed it.
-		if statements, allStatements, err = loadgen.StatementCosts(ctx, b.t.db, len(mix.NewIDs()), 12); err != nil {
+		if statements, allStatements, err = loadgen.StatementCosts(ctx, b.t.db, len(mix.NewIDs()), 24); err != nil {
 			return err
 		}
 	}
