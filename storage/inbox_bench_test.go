@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 	"github.com/fulfillplatform/fulfillment/storage"
@@ -17,15 +19,17 @@ import (
 // fresh migrated database from pgtest (make bench-micro runs them under
 // rig/cmd/pgrun; go test alone starts a throwaway cluster in TestMain).
 
-// benchStore opens a store with the service's defaults on a fresh database.
-func benchStore(b *testing.B) *storage.Store {
+// benchStore opens a store with the service's defaults on a fresh
+// database, and returns the database's URL too.
+func benchStore(b *testing.B) (*storage.Store, string) {
 	b.Helper()
-	s, err := storage.Open(context.Background(), pgtest.DB(b), storage.Options{MaxConns: 30})
+	url := pgtest.DB(b)
+	s, err := storage.Open(context.Background(), url, storage.Options{MaxConns: 30})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(s.Close)
-	return s
+	return s, url
 }
 
 // benchBody is a Yolfi payment.confirmed as it arrives (the raw body the
@@ -38,7 +42,7 @@ const benchBody = `{"id":"%s","type":"payment.confirmed","livemode":true,"orgId"
 // distinct events, as concurrent webhooks do; ns/op is wall time per event
 // (the inverse of throughput), not one insert's latency.
 func BenchmarkInboxInsert(b *testing.B) {
-	s := benchStore(b)
+	s, _ := benchStore(b)
 	ctx := context.Background()
 	var seq atomic.Int64
 	b.SetParallelism(16)
@@ -64,10 +68,13 @@ func BenchmarkInboxInsert(b *testing.B) {
 // confirmed payments, each of its own pending order (created beforehand):
 // one claim and one InboxProcess transaction (orders fulfilled, licenses
 // and credits granted, attempts and decisions recorded). ns/op is per
-// batch of 16; inserting the events is outside the timer.
+// batch of 16; inserting the events is outside the timer. WAL-B/event is
+// the WAL the cluster wrote per event: for the inserts (insert-WAL-B/event)
+// and for the claims and batches (process-WAL-B/event), machine-independent
+// figures of the storage shape.
 func BenchmarkInboxClaimProcess(b *testing.B) {
 	const batch = 16
-	s := benchStore(b)
+	s, url := benchStore(b)
 	ctx := context.Background()
 
 	// Orders for every event of the run, created concurrently.
@@ -96,10 +103,24 @@ func BenchmarkInboxClaimProcess(b *testing.B) {
 		b.FailNow()
 	}
 
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	lsn := func() int64 {
+		var n int64
+		if err := conn.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint").Scan(&n); err != nil {
+			b.Fatal(err)
+		}
+		return n
+	}
+	var insertWAL, processWAL int64
 	b.ReportAllocs()
 	b.ResetTimer()
 	for n := range b.N {
 		b.StopTimer()
+		before := lsn()
 		var ins sync.WaitGroup
 		for i := range batch {
 			ins.Add(1)
@@ -114,6 +135,8 @@ func BenchmarkInboxClaimProcess(b *testing.B) {
 			}()
 		}
 		ins.Wait()
+		mid := lsn()
+		insertWAL += mid - before
 		b.StartTimer()
 
 		claims, err := s.InboxClaim(ctx, "bench", batch, time.Minute, 10, nil)
@@ -128,6 +151,9 @@ func BenchmarkInboxClaimProcess(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		b.StopTimer()
+		processWAL += lsn() - mid
+		b.StartTimer()
 		if n == 0 {
 			b.StopTimer()
 			for _, id := range ids {
@@ -138,4 +164,7 @@ func BenchmarkInboxClaimProcess(b *testing.B) {
 			b.StartTimer()
 		}
 	}
+	events := float64(b.N * batch)
+	b.ReportMetric(float64(insertWAL)/events, "insert-WAL-B/event")
+	b.ReportMetric(float64(processWAL)/events, "process-WAL-B/event")
 }
