@@ -192,19 +192,26 @@ type OutboxWork interface {
 	OutboxReclaim(ctx context.Context) (int, error)
 	OutboxRetry(ctx context.Context, id int64, owner string, cause string, next time.Time, maxAttempts int) (failed bool, err error)
 	OutboxListen(ctx context.Context, wake func()) error
-	// OutboxLoad reads a message owner holds, or returns ErrLeaseLost.
-	OutboxLoad(ctx context.Context, id int64, owner string) (OutboxMessage, error)
+	// OutboxLoad reads the messages of ids that owner still holds, in id
+	// order, in one round trip.
+	OutboxLoad(ctx context.Context, ids []int64, owner string) ([]OutboxMessage, error)
 	// OutboxSending records that a request for the message may be on the
 	// wire from now on, until OutboxRecord.
 	OutboxSending(ctx context.Context, id int64, owner string) error
-	// OutboxRecord records an attempt and applies its outcome in one
-	// transaction: a delivered message fulfils its order when it was the
-	// last one the order awaited; an uncertain one opens an
-	// uncertain_delivery item; gone disables the destination and puts the
-	// message back without counting the attempt; retry changes nothing
-	// else (the caller then calls OutboxRetry). It returns ErrLeaseLost
-	// when owner no longer holds the message.
-	OutboxRecord(ctx context.Context, id int64, owner string, a DeliveryAttempt) error
+	// OutboxRecord records attempts, one per message, and applies their
+	// outcomes, all in one transaction: a delivered message fulfils its
+	// order when it was the last one the order awaited; an uncertain one
+	// opens an uncertain_delivery item; gone disables the destination and
+	// puts the message back without counting the attempt; retry changes
+	// nothing else (the caller then calls OutboxRetry). The messages owner
+	// no longer holds are left alone, and returned.
+	OutboxRecord(ctx context.Context, owner string, attempts []MessageAttempt) (lost []int64, err error)
+}
+
+// MessageAttempt is an attempt at the outbox message ID.
+type MessageAttempt struct {
+	ID int64
+	DeliveryAttempt
 }
 
 // ErrFailedPrecondition means the object is not in a state that allows

@@ -21,9 +21,9 @@ import (
 
 // benchStore opens a store with the service's defaults on a fresh
 // database, and returns the database's URL too.
-func benchStore(b *testing.B) (*storage.Store, string) {
+func benchStore(b *testing.B) (s *storage.Store, url string) {
 	b.Helper()
-	url := pgtest.DB(b)
+	url = pgtest.DB(b)
 	s, err := storage.Open(context.Background(), url, storage.Options{MaxConns: 30})
 	if err != nil {
 		b.Fatal(err)

@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -169,19 +168,28 @@ func (s *Store) OutboxListen(ctx context.Context, wake func()) error {
 }
 
 // OutboxLoad implements fulfillment.OutboxWork.
-func (s *Store) OutboxLoad(ctx context.Context, id int64, owner string) (fulfillment.OutboxMessage, error) {
-	m := fulfillment.OutboxMessage{ID: id}
-	err := s.pool.QueryRow(ctx, `
-		SELECT destination_id, topic, idempotency_key, payload::text, sending_since IS NOT NULL, created_at
-		FROM outbox_messages WHERE id = $1 AND state = 'pending' AND lease_owner = $2`, id, owner).
-		Scan(&m.DestinationID, &m.Topic, &m.Key, &m.Payload, &m.Interrupted, &m.CreatedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return m, fmt.Errorf("message %d: %w", id, fulfillment.ErrLeaseLost)
-	}
+func (s *Store) OutboxLoad(ctx context.Context, ids []int64, owner string) ([]fulfillment.OutboxMessage, error) {
+	rows, _ := s.pool.Query(ctx, `
+		SELECT id, destination_id, topic, idempotency_key, payload::text, sending_since IS NOT NULL, created_at
+		FROM outbox_messages WHERE id = ANY($1) AND state = 'pending' AND lease_owner = $2
+		ORDER BY id`, ids, owner)
+	var msgs []fulfillment.OutboxMessage
+	err := forEachRow(rows, func(r pgx.Rows) error {
+		var (
+			m       fulfillment.OutboxMessage
+			payload string
+		)
+		if err := r.Scan(&m.ID, &m.DestinationID, &m.Topic, &m.Key, &payload, &m.Interrupted, &m.CreatedAt); err != nil {
+			return err
+		}
+		m.Payload = []byte(payload)
+		msgs = append(msgs, m)
+		return nil
+	})
 	if err != nil {
-		return m, fmt.Errorf("reading outbox message: %w", interpret(err))
+		return nil, fmt.Errorf("reading outbox messages: %w", interpret(err))
 	}
-	return m, nil
+	return msgs, nil
 }
 
 // OutboxSending implements fulfillment.OutboxWork. It commits before the
@@ -199,120 +207,199 @@ func (s *Store) OutboxSending(ctx context.Context, id int64, owner string) error
 	return nil
 }
 
-// OutboxRecord implements fulfillment.OutboxWork.
-func (s *Store) OutboxRecord(ctx context.Context, id int64, owner string, a fulfillment.DeliveryAttempt) error {
-	var q queued
+// OutboxRecord implements fulfillment.OutboxWork. Its statements, in one
+// transaction: the messages' rows locked (in id order); their attempts
+// inserted and the delivered ones marked, one statement each; what the
+// other outcomes change, per message (they are rare); then the orders
+// whose last awaited message was delivered completed together
+// (completeOrders).
+func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfillment.MessageAttempt) ([]int64, error) {
+	var (
+		q    queued
+		lost []int64
+	)
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		var (
-			attempt          int
-			destination, org string
-			orderID          *string
-			required         bool
-		)
-		// The message row first, then (for a delivery) its order: the
+		lost = lost[:0]
+		ids := make([]int64, len(attempts))
+		for i, a := range attempts {
+			ids[i] = a.ID
+		}
+		type held struct {
+			attempt     int
+			destination string
+			orderID     *string
+			required    bool
+		}
+		// The message rows first, then (for deliveries) their orders: the
 		// order InboxProcess never takes, as it writes messages of locked
 		// orders only by inserting them.
-		err := tx.QueryRow(ctx, `
-			SELECT attempts, destination_id, org_id, order_id::text, required FROM outbox_messages
-			WHERE id = $1 AND state = 'pending' AND lease_owner = $2
-			FOR UPDATE`, id, owner).Scan(&attempt, &destination, &org, &orderID, &required)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("message %d: %w", id, fulfillment.ErrLeaseLost)
-		}
+		rows, _ := tx.Query(ctx, `
+			SELECT id, attempts, destination_id, order_id::text, required FROM outbox_messages
+			WHERE id = ANY($1) AND state = 'pending' AND lease_owner = $2
+			ORDER BY id
+			FOR UPDATE`, ids, owner)
+		byID := map[int64]held{}
+		err := forEachRow(rows, func(r pgx.Rows) error {
+			var (
+				id int64
+				h  held
+			)
+			if err := r.Scan(&id, &h.attempt, &h.destination, &h.orderID, &h.required); err != nil {
+				return err
+			}
+			byID[id] = h
+			return nil
+		})
 		if err != nil {
-			return fmt.Errorf("locking outbox message: %w", interpret(err))
+			return fmt.Errorf("locking outbox messages: %w", interpret(err))
 		}
+		var (
+			aID, aAttempt     []int64
+			aStarted          []time.Time
+			aStatus           []*int
+			aOutcome, aReason []string
+			delivered         []int64
+			deliveredStatus   []int
+			orders            []string
+			seenOrder         = map[string]bool{}
+		)
 		b := &pgx.Batch{}
+		for _, a := range attempts {
+			h, ok := byID[a.ID]
+			if !ok {
+				lost = append(lost, a.ID)
+				continue
+			}
+			aID, aAttempt, aStarted = append(aID, a.ID), append(aAttempt, int64(h.attempt)), append(aStarted, a.StartedAt)
+			aStatus, aOutcome, aReason = append(aStatus, optInt(a.Status)), append(aOutcome, string(a.Outcome)), append(aReason, a.Reason)
+			id := a.ID
+			switch a.Outcome {
+			case fulfillment.OutcomeDelivered:
+				delivered, deliveredStatus = append(delivered, id), append(deliveredStatus, a.Status)
+				if h.required && h.orderID != nil && !seenOrder[*h.orderID] {
+					seenOrder[*h.orderID] = true
+					orders = append(orders, *h.orderID)
+				}
+			case fulfillment.OutcomeUncertain, fulfillment.OutcomeInterrupted:
+				b.Queue(`
+					UPDATE outbox_messages SET state = 'uncertain', processed_at = clock_timestamp(),
+						lease_owner = NULL, lease_until = NULL, sending_since = NULL, last_status = $2, last_error = $3
+					WHERE id = $1`, id, optInt(a.Status), a.Reason)
+				b.Queue(`
+					INSERT INTO reconciliation_items (kind, org_id, environment, order_id, outbox_message_id, detail, dedupe_key)
+					SELECT 'uncertain_delivery', org_id, environment, order_id, id,
+						format('%s may or may not have received this %s message (%s), and it does not honour idempotency keys: '
+							|| 'check with it, then retry the message or resolve this item', destination_id, topic, $2::text), $3
+					FROM outbox_messages WHERE id = $1
+					ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
+					id, a.Reason, fulfillment.ItemKey(fulfillment.ReconUncertainDelivery, fulfillment.ItemSubject{MessageID: id}))
+			case fulfillment.OutcomeGone:
+				b.Queue(`
+					INSERT INTO outbox_destinations AS d (id, disabled_at, disabled_reason)
+					VALUES ($1, now(), $2)
+					ON CONFLICT (id) DO UPDATE SET disabled_at = coalesce(d.disabled_at, now()),
+						disabled_reason = coalesce(d.disabled_reason, EXCLUDED.disabled_reason), updated_at = now()`,
+					h.destination, fmt.Sprintf("answered %s to message %d", a.Reason, id))
+				b.Queue(`
+					UPDATE outbox_messages SET lease_owner = NULL, lease_until = NULL, sending_since = NULL,
+						next_attempt_at = clock_timestamp(), attempts = greatest(attempts - 1, 0),
+						last_status = $2, last_error = $3
+					WHERE id = $1`, id, a.Status, "destination disabled: "+a.Reason)
+			case fulfillment.OutcomeRetry:
+				b.Queue(`
+					UPDATE outbox_messages SET sending_since = NULL, last_status = $2 WHERE id = $1`, id, optInt(a.Status))
+			default:
+				return fmt.Errorf("recording delivery outcome %q: unknown", a.Outcome)
+			}
+		}
+		if len(aID) == 0 {
+			return nil
+		}
 		b.Queue(`
 			INSERT INTO outbox_attempts (message_id, attempt, started_at, status, outcome, reason)
-			VALUES ($1, $2, $3, $4, $5, $6)`,
-			id, attempt, a.StartedAt, optInt(a.Status), a.Outcome, a.Reason)
-		switch a.Outcome {
-		case fulfillment.OutcomeDelivered:
+			SELECT * FROM unnest($1::bigint[], $2::int[], $3::timestamptz[], $4::int[], $5::text[], $6::text[])`,
+			aID, aAttempt, aStarted, aStatus, aOutcome, aReason)
+		if len(delivered) > 0 {
 			b.Queue(`
-				UPDATE outbox_messages SET state = 'delivered', processed_at = clock_timestamp(),
-					lease_owner = NULL, lease_until = NULL, sending_since = NULL, last_status = $2, last_error = NULL
-				WHERE id = $1`, id, a.Status)
-		case fulfillment.OutcomeUncertain, fulfillment.OutcomeInterrupted:
-			b.Queue(`
-				UPDATE outbox_messages SET state = 'uncertain', processed_at = clock_timestamp(),
-					lease_owner = NULL, lease_until = NULL, sending_since = NULL, last_status = $2, last_error = $3
-				WHERE id = $1`, id, optInt(a.Status), a.Reason)
-			b.Queue(`
-				INSERT INTO reconciliation_items (kind, org_id, environment, order_id, outbox_message_id, detail, dedupe_key)
-				SELECT 'uncertain_delivery', org_id, environment, order_id, id,
-					format('%s may or may not have received this %s message (%s), and it does not honour idempotency keys: '
-						|| 'check with it, then retry the message or resolve this item', destination_id, topic, $2::text), $3
-				FROM outbox_messages WHERE id = $1
-				ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
-				id, a.Reason, fulfillment.ItemKey(fulfillment.ReconUncertainDelivery, fulfillment.ItemSubject{MessageID: id}))
-		case fulfillment.OutcomeGone:
-			b.Queue(`
-				INSERT INTO outbox_destinations AS d (id, disabled_at, disabled_reason)
-				VALUES ($1, now(), $2)
-				ON CONFLICT (id) DO UPDATE SET disabled_at = coalesce(d.disabled_at, now()),
-					disabled_reason = coalesce(d.disabled_reason, EXCLUDED.disabled_reason), updated_at = now()`,
-				destination, fmt.Sprintf("answered %s to message %d", a.Reason, id))
-			b.Queue(`
-				UPDATE outbox_messages SET lease_owner = NULL, lease_until = NULL, sending_since = NULL,
-					next_attempt_at = clock_timestamp(), attempts = greatest(attempts - 1, 0),
-					last_status = $2, last_error = $3
-				WHERE id = $1`, id, a.Status, "destination disabled: "+a.Reason)
-		case fulfillment.OutcomeRetry:
-			b.Queue(`
-				UPDATE outbox_messages SET sending_since = NULL, last_status = $2 WHERE id = $1`, id, optInt(a.Status))
-		default:
-			return fmt.Errorf("recording delivery outcome %q: unknown", a.Outcome)
+				UPDATE outbox_messages m SET state = 'delivered', processed_at = clock_timestamp(),
+					lease_owner = NULL, lease_until = NULL, sending_since = NULL, last_status = d.status, last_error = NULL
+				FROM unnest($1::bigint[], $2::int[]) AS d (id, status)
+				WHERE m.id = d.id`, delivered, deliveredStatus)
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return fmt.Errorf("recording delivery attempt: %w", interpret(err))
+			return fmt.Errorf("recording delivery attempts: %w", interpret(err))
 		}
-		if a.Outcome == fulfillment.OutcomeDelivered && required && orderID != nil {
-			var err error
-			q, err = s.completeOrder(ctx, tx, *orderID)
+		if len(orders) > 0 {
+			q, err = s.completeOrders(ctx, tx, orders)
 			return err
 		}
 		return nil
 	})
-	if err == nil {
-		s.wake(q)
+	if err != nil {
+		return nil, err
 	}
-	return err
+	s.wake(q)
+	return lost, nil
 }
 
-// completeOrder applies fulfillment.DecideDelivered to the order after one
-// of its required messages was delivered, holding the order's row lock. It
-// reports what it queued.
-func (s *Store) completeOrder(ctx context.Context, tx pgx.Tx, orderID string) (queued, error) {
-	var (
-		state       fulfillment.State
-		o           = fulfillment.OrderRef{OrderID: orderID}
-		total       fulfillment.Money
-		undelivered int
-	)
-	// The lock first, then the count in a statement of its own: under
-	// READ COMMITTED it sees what a concurrent delivery to this order
-	// committed while this one waited for the lock.
-	if err := tx.QueryRow(ctx, `
-		SELECT state, org_id, environment, merchant_order_id, total_currency, total_minor_units
-		FROM orders WHERE id = $1 FOR UPDATE`, orderID).
-		Scan(&state, &o.OrgID, &o.Environment, &o.MerchantOrderID, &total.Currency, &total.MinorUnits); err != nil {
-		return queued{}, fmt.Errorf("locking order %s: %w", orderID, interpret(err))
+// completeOrders applies fulfillment.DecideDelivered to each of the orders
+// after some of their required messages were delivered, holding the
+// orders' row locks (taken in id order). It reports what it queued.
+func (s *Store) completeOrders(ctx context.Context, tx pgx.Tx, orderIDs []string) (queued, error) {
+	type locked struct {
+		ref   fulfillment.OrderRef
+		state fulfillment.State
+		total fulfillment.Money
+	}
+	// The locks first, then the counts in a statement of their own: under
+	// READ COMMITTED it sees what concurrent deliveries to these orders
+	// committed while this one waited for the locks.
+	rows, _ := tx.Query(ctx, `
+		SELECT id::text, state, org_id, environment, merchant_order_id, total_currency, total_minor_units
+		FROM orders WHERE id = ANY($1::uuid[])
+		ORDER BY id
+		FOR UPDATE`, orderIDs)
+	var orders []locked
+	err := forEachRow(rows, func(r pgx.Rows) error {
+		var o locked
+		if err := r.Scan(&o.ref.OrderID, &o.state, &o.ref.OrgID, &o.ref.Environment, &o.ref.MerchantOrderID,
+			&o.total.Currency, &o.total.MinorUnits); err != nil {
+			return err
+		}
+		orders = append(orders, o)
+		return nil
+	})
+	if err != nil {
+		return queued{}, fmt.Errorf("locking orders: %w", interpret(err))
 	}
 	// An external line awaits delivery until a message for it is
 	// delivered; lines that name no destination never are.
-	err := tx.QueryRow(ctx, `
-		SELECT count(*) FROM order_lines l
-		WHERE l.order_id = $1 AND l.kind = 'external' AND NOT EXISTS (
+	undelivered := map[string]int{}
+	rows, _ = tx.Query(ctx, `
+		SELECT l.order_id::text, count(*) FROM order_lines l
+		WHERE l.order_id = ANY($1::uuid[]) AND l.kind = 'external' AND NOT EXISTS (
 			SELECT 1 FROM outbox_messages m
-			WHERE m.order_id = l.order_id AND m.line_no = l.line_no AND m.required AND m.state = 'delivered')`,
-		orderID).Scan(&undelivered)
+			WHERE m.order_id = l.order_id AND m.line_no = l.line_no AND m.required AND m.state = 'delivered')
+		GROUP BY l.order_id`, orderIDs)
+	err = forEachRow(rows, func(r pgx.Rows) error {
+		var (
+			id string
+			n  int
+		)
+		if err := r.Scan(&id, &n); err != nil {
+			return err
+		}
+		undelivered[id] = n
+		return nil
+	})
 	if err != nil {
-		return queued{}, fmt.Errorf("counting undelivered lines of order %s: %w", orderID, interpret(err))
+		return queued{}, fmt.Errorf("counting undelivered lines: %w", interpret(err))
 	}
 	w := s.newEffectWriter()
-	if err := w.orderDelivered(o, state, total, fulfillment.DecideDelivered(state, undelivered)); err != nil {
-		return queued{}, err
+	for _, o := range orders {
+		if err := w.orderDelivered(o.ref, o.state, o.total, fulfillment.DecideDelivered(o.state, undelivered[o.ref.OrderID])); err != nil {
+			return queued{}, err
+		}
 	}
 	b := &pgx.Batch{}
 	q := w.write(b)
@@ -320,7 +407,7 @@ func (s *Store) completeOrder(ctx context.Context, tx pgx.Tx, orderID string) (q
 		return q, nil
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return q, fmt.Errorf("completing order %s: %w", orderID, interpret(err))
+		return q, fmt.Errorf("completing orders: %w", interpret(err))
 	}
 	return q, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -70,17 +71,28 @@ func deliverNext(t *testing.T, s *storage.Store, destination string, outcome ful
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim for %s = %v, %v; want one message", destination, claims, err)
 	}
-	m, err := s.OutboxLoad(ctx, claims[0].ID, "w")
-	if err != nil {
-		t.Fatal(err)
+	msgs, err := s.OutboxLoad(ctx, []int64{claims[0].ID}, "w")
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("load = %v, %v; want the claimed message", msgs, err)
 	}
+	m := msgs[0]
 	status := map[fulfillment.DeliveryOutcome]int{fulfillment.OutcomeDelivered: 204, fulfillment.OutcomeGone: 410}[outcome]
-	if err := s.OutboxRecord(ctx, m.ID, "w", fulfillment.DeliveryAttempt{
+	if err := recordOne(s, m.ID, "w", fulfillment.DeliveryAttempt{
 		Outcome: outcome, Status: status, Reason: "test", StartedAt: time.Now(),
 	}); err != nil {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// recordOne records attempt a at message id alone, returning
+// ErrLeaseLost when owner no longer holds it.
+func recordOne(s *storage.Store, id int64, owner string, a fulfillment.DeliveryAttempt) error {
+	lost, err := s.OutboxRecord(context.Background(), owner, []fulfillment.MessageAttempt{{ID: id, DeliveryAttempt: a}})
+	if err == nil && len(lost) > 0 {
+		err = fulfillment.ErrLeaseLost
+	}
+	return err
 }
 
 // A paid order with external lines gets one message per line, in the
@@ -186,7 +198,7 @@ func TestOutboxConcurrentLastDeliveries(t *testing.T) {
 		errs := make(chan error, 2)
 		for _, id := range ids {
 			go func() {
-				errs <- s.OutboxRecord(ctx, id, "w", fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeDelivered, Status: 200, Reason: "ok", StartedAt: time.Now()})
+				errs <- recordOne(s, id, "w", fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeDelivered, Status: 200, Reason: "ok", StartedAt: time.Now()})
 			}()
 		}
 		for range 2 {
@@ -255,7 +267,7 @@ func TestOutboxUncertainFailedGone(t *testing.T) {
 		t.Error("an order with an uncertain and a failed delivery left fulfilling")
 	}
 	// A record for a message the worker no longer holds changes nothing.
-	err := s.OutboxRecord(ctx, m.ID, "w", fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeDelivered, Status: 200, Reason: "late"})
+	err := recordOne(s, m.ID, "w", fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeDelivered, Status: 200, Reason: "late"})
 	if !errors.Is(err, fulfillment.ErrLeaseLost) {
 		t.Errorf("record of a failed message = %v, want ErrLeaseLost", err)
 	}
@@ -282,5 +294,66 @@ func TestOutboxReleasePerDestination(t *testing.T) {
 	}
 	if n := count(t, conn, "SELECT count(*) FROM outbox_messages WHERE lease_owner = 'w'"); n != 1 {
 		t.Errorf("%d messages still leased, want shipping's", n)
+	}
+}
+
+// A worker records the attempts of its claimed messages in one
+// transaction: each attempt once, the delivered messages delivered, the
+// orders whose last line was delivered fulfilled and announced once each,
+// the message to retry left pending, and a message it no longer holds left
+// alone and returned.
+func TestOutboxRecordsAttemptsTogether(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	const orders = 4
+	for i := range orders {
+		m := fmt.Sprintf("m-%d", i)
+		externalOrder(t, s, m)
+		if _, err := s.InboxInsert(ctx, confirmedEvent("e-"+m, m), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	processAll(t, s, orders)
+	record := func(destination string, outcome func(i int) fulfillment.DeliveryOutcome) []int64 {
+		t.Helper()
+		claims, err := s.OutboxClaim(ctx, destination, "w", 10, time.Minute, 5, nil)
+		if err != nil || len(claims) != orders {
+			t.Fatalf("claim for %s = %v, %v; want %d messages", destination, claims, err, orders)
+		}
+		var attempts []fulfillment.MessageAttempt
+		for i, c := range claims {
+			attempts = append(attempts, fulfillment.MessageAttempt{ID: c.ID, DeliveryAttempt: fulfillment.DeliveryAttempt{
+				Outcome: outcome(i), Status: 200, Reason: "test", StartedAt: time.Now()}})
+		}
+		// And one the worker does not hold.
+		attempts = append(attempts, fulfillment.MessageAttempt{ID: 1 << 40, DeliveryAttempt: fulfillment.DeliveryAttempt{
+			Outcome: fulfillment.OutcomeDelivered, Status: 200, Reason: "test", StartedAt: time.Now()}})
+		lost, err := s.OutboxRecord(ctx, "w", attempts)
+		if err != nil || len(lost) != 1 || lost[0] != 1<<40 {
+			t.Fatalf("record = lost %v, %v; want the message it does not hold", lost, err)
+		}
+		return []int64{claims[0].ID}
+	}
+	delivered := func(int) fulfillment.DeliveryOutcome { return fulfillment.OutcomeDelivered }
+	record("licenses", delivered)
+	// The first order's shipping message is to be retried.
+	retried := record("shipping", func(i int) fulfillment.DeliveryOutcome {
+		if i == 0 {
+			return fulfillment.OutcomeRetry
+		}
+		return fulfillment.OutcomeDelivered
+	})
+	if n := count(t, conn, "SELECT count(*) FROM outbox_attempts"); n != 2*orders {
+		t.Errorf("%d attempts recorded, want %d", n, 2*orders)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM orders WHERE state = 'fulfilled'"); n != orders-1 {
+		t.Errorf("%d orders fulfilled, want %d (all but the one whose shipping is retried)", n, orders-1)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM order_events WHERE topic = 'order.fulfilled'"); n != orders-1 {
+		t.Errorf("%d order.fulfilled events, want %d", n, orders-1)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM outbox_messages WHERE id = $1 AND state = 'pending' AND lease_owner = 'w'", retried[0]); n != 1 {
+		t.Error("the message to retry is no longer pending, held by its worker (for its retry to be scheduled)")
 	}
 }

@@ -16,7 +16,7 @@ import (
 // the table's channel. The NOTIFY is sent after the writing transaction
 // commits, on purpose: a NOTIFY holds a database-wide lock until its
 // transaction commits, which would serialize the writers. Signals arriving
-// while one is sent coalesce into the next. Other replicas' NOTIFYs arrive
+// while one is sent, and for notifyEvery after it, coalesce into the next. Other replicas' NOTIFYs arrive
 // on one session connection per channel (see sessionConn) from the first
 // listener on, whatever the number of listeners. A NOTIFY carries its
 // sender's id: the listener skips its own, whose commits woke this
@@ -69,8 +69,20 @@ func (q *queueSignal) run(ctx context.Context) {
 			q.store.log.Warn("notifying other replicas", "channel", q.channel, "error", err) // they poll meanwhile
 		}
 		cancel()
+		// At most one NOTIFY per notifyEvery: under load, the commits of
+		// the interval coalesce into the next one (this process's readers
+		// were woken at each commit; other replicas' wait at most that
+		// much longer, or poll).
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(notifyEvery):
+		}
 	}
 }
+
+// notifyEvery is the shortest interval between two NOTIFYs of a signal.
+const notifyEvery = 10 * time.Millisecond
 
 // listen calls wake whenever rows may have been written, until ctx ends:
 // on commits in this process, and on every NOTIFY from other replicas.

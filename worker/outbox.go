@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -40,19 +41,32 @@ type Outbox struct {
 	wakes []func()
 }
 
+// idempotentBatch is how many messages a worker of an idempotent
+// destination claims at once, sends one after the other and records in one
+// transaction. A worker that stops in between leaves sent messages
+// unrecorded: they are sent again, which such a destination applies once.
+// (A destination that does not honour idempotency keys gets one message
+// per claim.)
+const idempotentBatch = 8
+
 // recordTimeout bounds recording an attempt, which happens even when the
 // dispatcher is stopping: the request was made.
 const recordTimeout = 10 * time.Second
 
 // NewOutbox returns the dispatcher of destinations. cfg tunes every
 // destination's queue (poll, lease, backoff); each destination sets its own
-// workers (Concurrency) and MaxAttempts, and claims one message at a time.
+// workers (Concurrency) and MaxAttempts; its workers claim idempotentBatch
+// messages at a time (one, when it is not idempotent).
 func NewOutbox(work fulfillment.OutboxWork, destinations []Destination, owners Owners, cfg Config, log *slog.Logger) *Outbox {
 	o := &Outbox{work: work}
 	for _, d := range destinations {
 		c := cfg
 		c.Workers, c.Batch, c.MaxAttempts = d.Concurrency, 1, d.MaxAttempts
-		t := &outboxTable{outbox: o, dest: d, log: log.With("destination", d.ID)}
+		if d.Idempotent {
+			c.Batch = idempotentBatch
+		}
+		c.defaults()
+		t := &outboxTable{outbox: o, dest: d, cfg: c, log: log.With("destination", d.ID)}
 		o.queues = append(o.queues, NewQueue("outbox "+d.ID, t, owners, c, log))
 	}
 	return o
@@ -78,6 +92,7 @@ func (o *Outbox) Listen(ctx context.Context) error {
 type outboxTable struct {
 	outbox *Outbox
 	dest   Destination
+	cfg    Config
 	log    *slog.Logger
 }
 
@@ -90,37 +105,75 @@ func (t *outboxTable) Claim(ctx context.Context, owner string, limit int, lease 
 	return claims, err
 }
 
-// Process makes one attempt at each claimed message and records it. An
-// attempt to retry is returned as an error, for the queue to schedule it.
+// Process makes one attempt at each claimed message, one after the other,
+// and records them together (one transaction); then it schedules the
+// attempts to retry, each after its backoff. A destination that does not
+// honour idempotency keys has one message per claim, marked as sending
+// (committed) before its request starts.
 func (t *outboxTable) Process(ctx context.Context, owner string, claims []Claim) error {
-	for _, c := range claims {
-		if err := t.attempt(ctx, owner, c); err != nil {
+	ids := make([]int64, len(claims))
+	tries := make(map[int64]int, len(claims))
+	for i, c := range claims {
+		ids[i], tries[c.ID] = c.ID, c.Attempts
+	}
+	msgs, err := t.outbox.work.OutboxLoad(ctx, ids, owner)
+	if err != nil {
+		return err
+	}
+	attempts := make([]fulfillment.MessageAttempt, 0, len(msgs))
+	for _, m := range msgs {
+		a, ok, err := t.attempt(ctx, owner, m)
+		if err != nil {
 			return err
+		}
+		if ok {
+			attempts = append(attempts, fulfillment.MessageAttempt{ID: m.ID, DeliveryAttempt: a})
+		}
+	}
+	if len(attempts) == 0 {
+		return nil
+	}
+	// The requests were made: they are recorded even when the dispatcher
+	// is stopping.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	lost, err := t.outbox.work.OutboxRecord(rctx, owner, attempts)
+	if err != nil {
+		return err
+	}
+	gone := make(map[int64]bool, len(lost))
+	for _, id := range lost {
+		gone[id] = true
+	}
+	for _, a := range attempts {
+		switch {
+		case gone[a.ID]:
+			t.log.Info("outbox message taken over by another worker", "message_id", a.ID, "outcome", a.Outcome)
+		case a.Outcome == fulfillment.OutcomeRetry:
+			t.retry(rctx, owner, a.ID, tries[a.ID], a.Reason)
+		case a.Outcome == fulfillment.OutcomeGone:
+			t.log.Warn("destination answered 410 Gone: disabled until an admin enables it", "message_id", a.ID)
+		case a.Outcome == fulfillment.OutcomeUncertain || a.Outcome == fulfillment.OutcomeInterrupted:
+			t.log.Warn("delivery uncertain: an uncertain_delivery item is open", "message_id", a.ID, "reason", a.Reason)
 		}
 	}
 	return nil
 }
 
-func (t *outboxTable) attempt(ctx context.Context, owner string, c Claim) error {
-	m, err := t.outbox.work.OutboxLoad(ctx, c.ID, owner)
-	if errors.Is(err, fulfillment.ErrLeaseLost) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
+// attempt makes one attempt at m; ok is false when the message is no longer
+// owner's to send.
+func (t *outboxTable) attempt(ctx context.Context, owner string, m fulfillment.OutboxMessage) (a fulfillment.DeliveryAttempt, ok bool, err error) {
 	started := time.Now()
-	var a fulfillment.DeliveryAttempt
 	switch {
 	case m.Interrupted && !t.dest.Idempotent:
 		a = fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeInterrupted,
 			Reason: "a request for it may have been on the wire when the worker sending it stopped; not sent again"}
 	default:
 		if !t.dest.Idempotent {
-			if err := t.outbox.work.OutboxSending(ctx, c.ID, owner); errors.Is(err, fulfillment.ErrLeaseLost) {
-				return nil
+			if err := t.outbox.work.OutboxSending(ctx, m.ID, owner); errors.Is(err, fulfillment.ErrLeaseLost) {
+				return a, false, nil
 			} else if err != nil {
-				return err
+				return a, false, err
 			}
 		}
 		// A request that started completes (within the destination's
@@ -129,23 +182,28 @@ func (t *outboxTable) attempt(ctx context.Context, owner string, c Claim) error 
 		failpoint.Inject("outbox-after-send")
 	}
 	a.StartedAt = started
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-	defer cancel()
-	err = t.outbox.work.OutboxRecord(rctx, c.ID, owner, a)
+	return a, true, nil
+}
+
+// retry schedules message id, whose attempt number attempt asked to be
+// retried, after its backoff (or fails it past its attempts).
+func (t *outboxTable) retry(ctx context.Context, owner string, id int64, attempt int, why string) {
+	next := time.Now().Add(backoff(attempt, t.cfg.BaseBackoff, t.cfg.MaxBackoff, rand.Float64()))
+	failed, err := t.outbox.work.OutboxRetry(ctx, id, owner, why, next, t.dest.MaxAttempts)
 	switch {
 	case errors.Is(err, fulfillment.ErrLeaseLost):
-		t.log.Info("outbox message taken over by another worker", "message_id", c.ID, "outcome", a.Outcome)
-		return nil
+		t.log.Info("outbox message taken over by another worker", "message_id", id)
+	case err != nil && errors.Is(err, fulfillment.ErrUnavailable):
+		t.log.Debug("recording failed attempt", "message_id", id, "error", err)
 	case err != nil:
-		return err
-	case a.Outcome == fulfillment.OutcomeRetry:
-		return errors.New(a.Reason)
-	case a.Outcome == fulfillment.OutcomeGone:
-		t.log.Warn("destination answered 410 Gone: disabled until an admin enables it", "message_id", c.ID)
-	case a.Outcome == fulfillment.OutcomeUncertain || a.Outcome == fulfillment.OutcomeInterrupted:
-		t.log.Warn("delivery uncertain: an uncertain_delivery item is open", "message_id", c.ID, "reason", a.Reason)
+		// It stays leased to this live owner: once its lease runs out,
+		// this owner claims it again.
+		t.log.Warn("recording failed attempt", "message_id", id, "error", err)
+	case failed:
+		t.log.Error("failed past its retry budget", "message_id", id, "attempts", attempt, "error", why)
+	default:
+		t.log.Warn("delivery failed; will retry", "message_id", id, "attempt", attempt, "retry_at", next, "error", why)
 	}
-	return nil
 }
 
 func (t *outboxTable) Retry(ctx context.Context, owner string, c Claim, cause string, next time.Time, maxAttempts int) (bool, error) {
