@@ -100,7 +100,7 @@ func (s *Store) OrderDetail(ctx context.Context, id string) (fulfillment.OrderDe
 		return fulfillment.OrderDetail{}, fmt.Errorf("reading payment starts: %w", interpret(err))
 	}
 
-	// One row per topic (order_events_once), so at most one per order topic.
+	// One row per topic (order_events_order_once), so at most one per order topic.
 	rows, _ = s.pool.Query(ctx, `
 		SELECT xid::text, id, topic, created_at FROM order_events WHERE order_id = $1 ORDER BY xid, id`, id)
 	d.Feed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.OrderEvent, error) {

@@ -2,12 +2,15 @@ package storage_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/tern/v2/migrate"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/storage"
@@ -24,34 +27,12 @@ import (
 // same order, each with the state its decision left.
 func TestOneBatchWritesWhatOneByOneWrites(t *testing.T) {
 	t.Parallel()
-	events := []fulfillment.ProviderEvent{
-		refundEvent("a1", "m-a", fulfillment.EventPaymentConfirmed, 20000),
-		refundEvent("c1", "m-c", fulfillment.EventPartiallyRefunded, 5000),
-		refundEvent("a2", "m-a", fulfillment.EventPartiallyRefunded, 5000),
-		refundEvent("a3", "m-a", fulfillment.EventPartiallyRefunded, 6000),
-		confirmedEvent("b1", "m-b"),
-		refundEvent("c2", "m-c", fulfillment.EventPaymentConfirmed, 20000),
-		refundEvent("c3", "m-c", fulfillment.EventPartiallyRefunded, 12000),
-		refundEvent("a4", "m-a", fulfillment.EventRefunded, 9000),
-		refundEvent("c4", "m-c", fulfillment.EventPartiallyRefunded, 8000),
-		refundEvent("a5", "m-a", fulfillment.EventRefunded, 9000),
-		confirmedEvent("x1", "m-nobody"),
-		refundEvent("a6", "m-a", fulfillment.EventPartiallyRefunded, 1000),
-		firstPayment("s1", "sub_1", "m-sub"),
-		subEvent("s2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 0), "inv_sub_1_2"),
-	}
-	refund := confirmedEvent("b2", "m-b")
-	refund.Kind, refund.Type = fulfillment.EventRefunded, "payment.refunded"
-	refund.Payment = confirmedEvent("b1", "m-b").Payment
-	events = append(events, refund)
+	events := batchScenario()
 
 	written := func(batch bool) (string, string) {
 		s, conn := newOutboxStore(t)
 		ctx := context.Background()
-		creditLicenseOrder(t, s, "m-a")
-		externalOrder(t, s, "m-b")
-		creditLicenseOrder(t, s, "m-c")
-		subscriptionOrder(t, s, "m-sub")
+		scenarioOrders(t, s)
 		var decisions []string
 		for _, ev := range events {
 			if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
@@ -230,4 +211,119 @@ func TestBatchWaitingForAnOrderSeesWhatItsHolderWrote(t *testing.T) {
 	if state != "expired" {
 		t.Errorf("the attempt is %s after the batch, want expired: the batch did not see what the lock's holder wrote", state)
 	}
+}
+
+// Migration 024 narrows the feed's two uniquenesses to their own kind of
+// event. From a database holding data of every kind written under version
+// 23 — the orders, attempts, refunds, licenses, ledger, events, messages,
+// items, subscriptions, periods and sweeps of the one-batch scenario —
+// migrating up keeps every row, and so does migrating down and up again;
+// every event delivered again then writes nothing new; and the narrowed
+// indexes still refuse an event recorded twice.
+func TestMigration024KeepsEveryKindOfData(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	m, err := migrate.NewMigrator(ctx, conn, "schema_version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.LoadMigrations(storage.Migrations()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MigrateTo(ctx, 23); err != nil {
+		t.Fatal(err)
+	}
+	scenarioOrders(t, s)
+	events := batchScenario()
+	for _, ev := range events {
+		if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	processAll(t, s, len(events))
+	want := writtenRows(t, conn)
+	for _, v := range []int32{24, 23, 24} {
+		if err := m.MigrateTo(ctx, v); err != nil {
+			t.Fatalf("migrating to %d: %v", v, err)
+		}
+		if got := writtenRows(t, conn); got != want {
+			t.Fatalf("at version %d the rows are:\n%s\nwant:\n%s", v, got, want)
+		}
+	}
+	// Every event again, as new deliveries of other ids: each is decided
+	// again, and finds its effects applied.
+	effectsBefore := effectRows(t, conn)
+	for _, ev := range events {
+		ev.EventID += "-again"
+		if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	processAll(t, s, len(events))
+	if got := effectRows(t, conn); got != effectsBefore {
+		t.Errorf("the events delivered again wrote effects: %s, before %s", got, effectsBefore)
+	}
+	// Each kind's uniqueness holds: an event of a topic its order (or its
+	// subscription's period) has already is refused.
+	for what, insert := range map[string]string{
+		"an order event": `INSERT INTO order_events (org_id, environment, order_id, topic, payload)
+			SELECT org_id, environment, order_id, topic, payload FROM order_events WHERE order_id IS NOT NULL LIMIT 1`,
+		"a subscription event": `INSERT INTO order_events (org_id, environment, subscription_id, period, topic, payload)
+			SELECT org_id, environment, subscription_id, period, topic, payload FROM order_events
+			WHERE subscription_id IS NOT NULL LIMIT 1`,
+	} {
+		_, err := conn.Exec(ctx, insert)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+			t.Errorf("%s recorded twice: %v, want a unique violation", what, err)
+		}
+	}
+}
+
+// scenarioOrders stores the orders of batchScenario.
+func scenarioOrders(t *testing.T, s *storage.Store) {
+	t.Helper()
+	creditLicenseOrder(t, s, "m-a")
+	externalOrder(t, s, "m-b")
+	creditLicenseOrder(t, s, "m-c")
+	subscriptionOrder(t, s, "m-sub")
+}
+
+// batchScenario is the events of TestOneBatchWritesWhatOneByOneWrites, for
+// the orders of scenarioOrders.
+func batchScenario() []fulfillment.ProviderEvent {
+	events := []fulfillment.ProviderEvent{
+		refundEvent("a1", "m-a", fulfillment.EventPaymentConfirmed, 20000),
+		refundEvent("c1", "m-c", fulfillment.EventPartiallyRefunded, 5000),
+		refundEvent("a2", "m-a", fulfillment.EventPartiallyRefunded, 5000),
+		refundEvent("a3", "m-a", fulfillment.EventPartiallyRefunded, 6000),
+		confirmedEvent("b1", "m-b"),
+		refundEvent("c2", "m-c", fulfillment.EventPaymentConfirmed, 20000),
+		refundEvent("c3", "m-c", fulfillment.EventPartiallyRefunded, 12000),
+		refundEvent("a4", "m-a", fulfillment.EventRefunded, 9000),
+		refundEvent("c4", "m-c", fulfillment.EventPartiallyRefunded, 8000),
+		refundEvent("a5", "m-a", fulfillment.EventRefunded, 9000),
+		confirmedEvent("x1", "m-nobody"),
+		refundEvent("a6", "m-a", fulfillment.EventPartiallyRefunded, 1000),
+		firstPayment("s1", "sub_1", "m-sub"),
+		subEvent("s2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 0), "inv_sub_1_2"),
+	}
+	refund := confirmedEvent("b2", "m-b")
+	refund.Kind, refund.Type = fulfillment.EventRefunded, "payment.refunded"
+	refund.Payment = confirmedEvent("b1", "m-b").Payment
+	events = append(events, refund)
+	return events
+}
+
+// effectRows counts the rows of every effect processing writes.
+func effectRows(t *testing.T, conn *pgx.Conn) string {
+	t.Helper()
+	var parts []string
+	for _, table := range []string{"order_events", "outbox_messages", "entitlements", "ledger_entries",
+		"payment_refunds", "payment_attempts", "subscription_periods", "subscriptions"} {
+		parts = append(parts, fmt.Sprintf("%s=%d", table, count(t, conn, "SELECT count(*) FROM "+table)))
+	}
+	parts = append(parts, fmt.Sprintf("ledger sum=%d", count(t, conn, "SELECT coalesce(sum(minor_units), 0)::int FROM ledger_entries")))
+	return strings.Join(parts, " ")
 }

@@ -91,7 +91,7 @@ func (s *Store) queuePublishes(b *pgx.Batch, rows []publishRow) queued {
 			FROM unnest($1::text[], $2::text[], $3::uuid[], $4::uuid[], $5::int[], $6::text[], $7::text[]) WITH ORDINALITY
 				AS p (org_id, environment, order_id, subscription_id, period, topic, payload, n)
 			ORDER BY n
-			-- order_events_once, order_events_subscription_once
+			-- order_events_order_once, order_events_subscription_period_once
 			ON CONFLICT DO NOTHING
 			RETURNING id, org_id, environment, order_id, subscription_id, period, topic, payload
 		)
