@@ -73,7 +73,7 @@ func refundEvent(id, merchantID string, kind fulfillment.EventKind, kopecks int6
 
 // creditLicenseOrder stores an order of org_a for 20000 kopecks: two
 // licenses and a credit of 10000 to acct-1.
-func creditLicenseOrder(t *testing.T, s *storage.Store, merchantID string) {
+func creditLicenseOrder(t *testing.T, s *storage.Store, merchantID string) fulfillment.Order {
 	t.Helper()
 	spec, err := fulfillment.OrderDraft{
 		OrgID: "org_a", Environment: "live", MerchantOrderID: merchantID,
@@ -85,9 +85,11 @@ func creditLicenseOrder(t *testing.T, s *storage.Store, merchantID string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.OrderCreate(context.Background(), spec); err != nil {
+	o, _, err := s.OrderCreate(context.Background(), spec)
+	if err != nil {
 		t.Fatal(err)
 	}
+	return o
 }
 
 // writtenRows renders every row processing writes, named by what does not

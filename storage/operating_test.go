@@ -48,19 +48,7 @@ func TestReplayNeverDuplicatesEffects(t *testing.T) {
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
 	externalOrder(t, s, "m-ext")
-	refundSpec, err := fulfillment.OrderDraft{
-		OrgID: "org_a", Environment: "live", MerchantOrderID: "m-1",
-		Lines: []fulfillment.LineDraft{
-			{SKU: "pro", Kind: "license", Quantity: 2, Currency: "RUB", MinorUnits: 5000},
-			{SKU: "credits", Kind: "balance_credit", Quantity: 1, Currency: "RUB", MinorUnits: 10000, AccountRef: "acct-1"},
-		},
-	}.Validate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := s.OrderCreate(ctx, refundSpec); err != nil {
-		t.Fatal(err)
-	}
+	creditLicenseOrder(t, s, "m-1")
 	events := []struct {
 		ev                fulfillment.ProviderEvent
 		first, afterwards string // the decisions

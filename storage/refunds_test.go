@@ -29,20 +29,7 @@ func TestRefundsReverseOnce(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
-	spec, err := fulfillment.OrderDraft{
-		OrgID: "org_a", Environment: "live", MerchantOrderID: "m-1",
-		Lines: []fulfillment.LineDraft{
-			{SKU: "pro", Kind: "license", Quantity: 2, Currency: "RUB", MinorUnits: 5000},
-			{SKU: "credits", Kind: "balance_credit", Quantity: 1, Currency: "RUB", MinorUnits: 10000, AccountRef: "acct-1"},
-		},
-	}.Validate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	order, _, err := s.OrderCreate(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	order := creditLicenseOrder(t, s, "m-1")
 	ledger := func() (rows, sum int) {
 		t.Helper()
 		return count(t, conn, "SELECT count(*) FROM ledger_entries WHERE order_id = $1", order.ID),
