@@ -52,18 +52,12 @@ func PastFulfillmentSLA(s State, paidAt, now time.Time, sla time.Duration) bool 
 // holds a long transaction. Every batch is idempotent: two replicas running
 // the same task at once (one lost its liveness mid-run) do no harm.
 type HousekeepingWork interface {
-	// HousekeepingClaim, HousekeepingRelease, HousekeepingReclaim and
-	// HousekeepingRetry are the inbox's counterparts.
-	HousekeepingClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error)
-	HousekeepingRelease(ctx context.Context, owner string) (int, error)
-	HousekeepingReclaim(ctx context.Context) (int, error)
-	HousekeepingRetry(ctx context.Context, id int64, owner string, cause string, next time.Time, maxAttempts int) (failed bool, err error)
-	// HousekeepingTask returns the task of claim id; ErrLeaseLost when
-	// owner no longer holds it.
+	// HousekeepingTask returns the task of claim id; a lease-lost error
+	// (worker.ErrLeaseLost) when owner no longer holds it.
 	HousekeepingTask(ctx context.Context, id int64, owner string) (HousekeepingTask, error)
 	// HousekeepingDone records a run of claim id that did n things and
-	// makes the task due again after interval (by the database's clock);
-	// ErrLeaseLost when owner no longer holds it.
+	// makes the task due again after interval (by the database's clock); a
+	// lease-lost error when owner no longer holds it.
 	HousekeepingDone(ctx context.Context, id int64, owner string, n int, interval time.Duration) error
 	// OpenOverdueFulfillments opens a paid_not_fulfilled item for up to
 	// limit orders past the SLA at now (the zero time: the database's

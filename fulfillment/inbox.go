@@ -2,14 +2,8 @@ package fulfillment
 
 import (
 	"context"
-	"errors"
 	"time"
 )
-
-// ErrLeaseLost means a worker tried to complete an inbox event whose lease
-// it no longer holds (it expired and another worker claimed the event). The
-// worker must drop the event: the new owner processes it.
-var ErrLeaseLost = errors.New("inbox lease lost")
 
 // InboxState is where a stored provider event is in its processing.
 type InboxState string
@@ -52,25 +46,9 @@ type InboxStore interface {
 	InboxInsert(ctx context.Context, ev ProviderEvent, rawBody []byte) (InboxReceipt, error)
 }
 
-// InboxWork is what inbox workers need from storage.
+// InboxWork is what inbox workers need from storage besides the inbox's
+// queue (claims, retries: the worker's Table).
 type InboxWork interface {
-	// InboxClaim leases up to limit due pending events to owner for lease.
-	// Events leased to others are skipped, not waited for, and an event
-	// whose lease ran out is taken only when its owner is no longer live —
-	// or is owner itself and the event is not among inFlight, the events
-	// owner is working on (a claim it lost track of: a failed retry, a claim
-	// whose answer never arrived). Each claim counts as an attempt; a due
-	// event that already used maxAttempts (its workers died before
-	// completing it) is failed instead, with a failed_event reconciliation
-	// item.
-	InboxClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]InboxClaim, error)
-	// InboxReclaim makes the events leased to owners that are no longer live
-	// (their process died) due at once, whatever their lease, and returns
-	// how many. Their claim stays counted as an attempt.
-	InboxReclaim(ctx context.Context) (int, error)
-	// InboxRelease gives back the events leased to owner that it has not
-	// processed (on shutdown), without counting the claim as an attempt.
-	InboxRelease(ctx context.Context, owner string) (int, error)
 	// InboxProcess decides and applies events in one transaction holding
 	// their orders' row locks: attempts, state changes, grants,
 	// reconciliation items and the events' decisions commit together, or
@@ -78,13 +56,6 @@ type InboxWork interface {
 	// result holds an outcome for each event owner still held; an event
 	// missing from it was taken over by another worker (owner was not live).
 	InboxProcess(ctx context.Context, ids []int64, owner string) (map[int64]Outcome, error)
-	// InboxRetry records a failed processing attempt: the event is retried at
-	// next, or, when it has used maxAttempts, marked failed with a
-	// failed_event reconciliation item. It returns ErrLeaseLost when owner no
-	// longer holds the event.
-	InboxRetry(ctx context.Context, id int64, owner string, cause string, next time.Time, maxAttempts int) (failed bool, err error)
-	// InboxListen calls wake whenever events are inserted, until ctx ends.
-	InboxListen(ctx context.Context, wake func()) error
 }
 
 // ProcessedEvent is an event InboxProcess decided, with what the
@@ -111,16 +82,6 @@ type InboxEventsProcessor interface {
 	// InboxProcessEvents is InboxProcess, with each event's ProcessedEvent.
 	InboxProcessEvents(ctx context.Context, ids []int64, owner string) (map[int64]ProcessedEvent, error)
 }
-
-// Claim is one leased item of a queue: an inbox event, an outbox message.
-type Claim struct {
-	ID int64
-	// Attempts counts the claims of the item, this one included.
-	Attempts int
-}
-
-// InboxClaim is one leased event.
-type InboxClaim = Claim
 
 // PaymentAttempt is one attempt to pay an order, as last reported.
 type PaymentAttempt struct {

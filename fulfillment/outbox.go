@@ -179,19 +179,6 @@ type DeliveryAttempt struct {
 // OutboxWork is the storage of the outbox dispatcher: a leased queue per
 // destination.
 type OutboxWork interface {
-	// OutboxClaim leases up to limit due messages of destination to owner,
-	// as InboxClaim does events; a disabled destination has none due.
-	OutboxClaim(ctx context.Context, destination, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error)
-	// OutboxRelease hands back destination's messages leased to owner:
-	// each destination's dispatcher stops on its own, and must not hand
-	// back what another one is still sending.
-	OutboxRelease(ctx context.Context, destination, owner string) (int, error)
-	// OutboxReclaim, OutboxRetry and OutboxListen are the inbox's
-	// counterparts. A message failed by OutboxRetry opens a failed_delivery
-	// item.
-	OutboxReclaim(ctx context.Context) (int, error)
-	OutboxRetry(ctx context.Context, id int64, owner string, cause string, next time.Time, maxAttempts int) (failed bool, err error)
-	OutboxListen(ctx context.Context, wake func()) error
 	// OutboxLoad reads the messages of ids that owner still holds, in id
 	// order, in one round trip.
 	OutboxLoad(ctx context.Context, ids []int64, owner string) ([]OutboxMessage, error)
@@ -203,7 +190,7 @@ type OutboxWork interface {
 	// order when it was the last one the order awaited; an uncertain one
 	// opens an uncertain_delivery item; gone disables the destination and
 	// puts the message back without counting the attempt; retry changes
-	// nothing else (the caller then calls OutboxRetry). The messages owner
+	// nothing else (the caller then has the queue retry the message). The messages owner
 	// no longer holds are left alone, and returned.
 	OutboxRecord(ctx context.Context, owner string, attempts []MessageAttempt) (lost []int64, err error)
 }

@@ -288,25 +288,16 @@ type PaymentStore interface {
 // started, as a leased queue — each due for a poll until its outcome is
 // known, polled again with backoff while it is not.
 type PollWork interface {
-	// PollClaim, PollRelease, PollReclaim and PollRetry are the inbox's
-	// counterparts; a poll that used its attempts is failed, in the same
-	// transaction opening a poll_failing item when its last attempt got no
-	// answer (FailedPoll.Failing) — none when the provider answered it: an
-	// abandoned payment page is no anomaly.
-	PollClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error)
-	PollRelease(ctx context.Context, owner string) (int, error)
-	PollReclaim(ctx context.Context) (int, error)
-	PollRetry(ctx context.Context, id int64, owner string, cause string, next time.Time, maxAttempts int) (failed bool, err error)
 	// PollLoad returns the start a claimed poll is about, and whether the
 	// outcome of its payment is known already (its attempt confirmed or
-	// ended, by a notification or an earlier poll); ErrLeaseLost when
-	// owner no longer holds the poll.
+	// ended, by a notification or an earlier poll); a lease-lost error
+	// (worker.ErrLeaseLost) when owner no longer holds the poll.
 	PollLoad(ctx context.Context, id int64, owner string) (s PaymentStart, known bool, err error)
 	// PollRecord stores ev, what the provider answered, in the inbox —
 	// unless an event with its id is there already — records that the
 	// provider answered this attempt (when ev has an id), and completes
-	// the poll when done, in one transaction; ErrLeaseLost when owner no
-	// longer holds the poll.
+	// the poll when done, in one transaction; a lease-lost error when
+	// owner no longer holds the poll.
 	PollRecord(ctx context.Context, id int64, owner string, ev ProviderEvent, raw []byte, done bool) error
 }
 

@@ -493,16 +493,10 @@ func CheckAccess(subs []SubscriptionRecord, plan Plan, now time.Time) (best Acce
 // leased queue item due when the subscription's access ends unless an
 // event extends it first.
 type SweepWork interface {
-	// SweepClaim, SweepRelease, SweepReclaim and SweepRetry are the
-	// inbox's counterparts.
-	SweepClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error)
-	SweepRelease(ctx context.Context, owner string) (int, error)
-	SweepReclaim(ctx context.Context) (int, error)
-	SweepRetry(ctx context.Context, id int64, owner string, cause string, next time.Time, maxAttempts int) (failed bool, err error)
 	// SweepProcess ends the access of the claimed sweep's subscription
 	// when the rules say so at now (the zero time: the database's clock),
 	// exactly once however many sweepers race, and completes the sweep —
-	// or moves it to when the access now ends. ErrLeaseLost when owner no
-	// longer holds the sweep.
+	// or moves it to when the access now ends. a lease-lost error
+	// (worker.ErrLeaseLost) when owner no longer holds the sweep.
 	SweepProcess(ctx context.Context, id int64, owner string, now time.Time) (ended bool, err error)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/storage"
+	"github.com/fulfillplatform/fulfillment/worker"
 )
 
 // Tokens of the reconciliation tests.
@@ -86,7 +87,7 @@ func reconFixture(t *testing.T) (*testServer, *storage.Store, map[string]string)
 func processInbox(t *testing.T, store *storage.Store, want int) {
 	t.Helper()
 	ctx := context.Background()
-	claims, err := store.InboxClaim(ctx, "test-worker", 100, time.Minute, 10, nil)
+	claims, err := store.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "test-worker", Limit: 100, Lease: time.Minute, MaxAttempts: 10})
 	if err != nil || len(claims) != want {
 		t.Fatalf("claimed %d events (%v), want %d", len(claims), err, want)
 	}

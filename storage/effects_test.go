@@ -14,6 +14,7 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/storage"
+	"github.com/fulfillplatform/fulfillment/worker"
 )
 
 // The effects of a batch are written with one statement per kind of
@@ -170,7 +171,7 @@ func TestBatchWaitingForAnOrderSeesWhatItsHolderWrote(t *testing.T) {
 	if _, err := s.InboxInsert(ctx, created, []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
-	claims, err := s.InboxClaim(ctx, "w", 10, time.Minute, 10, nil)
+	claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 10})
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim = %v, %v", claims, err)
 	}

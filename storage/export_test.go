@@ -36,8 +36,8 @@ type Statement struct {
 // and claim (a batch of 16) statements, which run all the time.
 func QueueStatementsForTest() []Statement {
 	return []Statement{
-		{"reclaim", inboxQueue.reclaimSQL, nil, 40},
-		{"claim", inboxQueue.claimSQL, []any{"owner", time.Minute, 16, 10, []int64{}}, 16},
+		{"reclaim", inboxTable.reclaimSQL, nil, 40},
+		{"claim", inboxTable.claimSQL, []any{"owner", time.Minute, 16, 10, []int64{}}, 16},
 	}
 }
 

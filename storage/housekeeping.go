@@ -13,37 +13,17 @@ import (
 
 var _ fulfillment.HousekeepingWork = (*Store)(nil)
 
-// housekeepingQueue is the housekeeper's queue: one row per task, due again
+// housekeepingTable is the housekeeper's queue (HousekeepingQueue): one row per task, due again
 // an interval after each run (HousekeepingDone moves it).
-var housekeepingQueue = newLeasedTable(leasedTable{table: "housekeeping_tasks", noun: "housekeeping task"})
-
-// HousekeepingClaim implements fulfillment.HousekeepingWork.
-func (s *Store) HousekeepingClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]fulfillment.Claim, error) {
-	return s.claim(ctx, housekeepingQueue, owner, limit, lease, maxAttempts, inFlight)
-}
-
-// HousekeepingRelease implements fulfillment.HousekeepingWork.
-func (s *Store) HousekeepingRelease(ctx context.Context, owner string) (int, error) {
-	return s.release(ctx, housekeepingQueue, owner)
-}
-
-// HousekeepingReclaim implements fulfillment.HousekeepingWork.
-func (s *Store) HousekeepingReclaim(ctx context.Context) (int, error) {
-	return s.reclaim(ctx, housekeepingQueue)
-}
-
-// HousekeepingRetry implements fulfillment.HousekeepingWork.
-func (s *Store) HousekeepingRetry(ctx context.Context, id int64, owner, cause string, next time.Time, maxAttempts int) (bool, error) {
-	return s.retry(ctx, housekeepingQueue, id, owner, cause, next, maxAttempts)
-}
+var housekeepingTable = newLeasedTable(leasedTable{table: "housekeeping_tasks", noun: "housekeeping task"})
 
 // HousekeepingTask implements fulfillment.HousekeepingWork.
 func (s *Store) HousekeepingTask(ctx context.Context, id int64, owner string) (fulfillment.HousekeepingTask, error) {
 	var task fulfillment.HousekeepingTask
-	err := s.pool.QueryRow(ctx, `SELECT task FROM housekeeping_tasks WHERE id = $1 AND state = 'pending' AND lease_owner = $2`,
+	err := s.pool.QueryRow(ctx, `SELECT task FROM housekeeping_tasks WHERE `+leaseHeld("", "ARRAY[$1::bigint]", "$2"),
 		id, owner).Scan(&task)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", fmt.Errorf("housekeeping task %d: %w", id, fulfillment.ErrLeaseLost)
+		return "", housekeepingTable.lost(id)
 	}
 	if err != nil {
 		return "", fmt.Errorf("reading housekeeping task: %w", interpret(err))
@@ -57,12 +37,12 @@ func (s *Store) HousekeepingDone(ctx context.Context, id int64, owner string, n 
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE housekeeping_tasks SET next_attempt_at = clock_timestamp() + $3::interval, attempts = 0,
 			lease_owner = NULL, lease_until = NULL, last_error = NULL, last_run_at = clock_timestamp(), last_count = $4
-		WHERE id = $1 AND state = 'pending' AND lease_owner = $2`, id, owner, interval, n)
+		WHERE `+leaseHeld("", "ARRAY[$1::bigint]", "$2"), id, owner, interval, n)
 	if err != nil {
 		return fmt.Errorf("completing housekeeping task: %w", interpret(err))
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("housekeeping task %d: %w", id, fulfillment.ErrLeaseLost)
+		return housekeepingTable.lost(id)
 	}
 	return nil
 }

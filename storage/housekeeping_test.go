@@ -188,7 +188,7 @@ func TestHousekeepersRace(t *testing.T) {
 	for range 2 {
 		live := s.NewLiveness()
 		wg.Go(func() { _ = live.Run(ctx) })
-		q := worker.NewHousekeeper(s, live, worker.HousekeepingConfig{Interval: 5 * time.Millisecond, FulfillmentSLA: testSLA, Batch: 3}, clock, log)
+		q := worker.NewHousekeeper(s.HousekeepingQueue(), s, live, worker.HousekeepingConfig{Interval: 5 * time.Millisecond, FulfillmentSLA: testSLA, Batch: 3}, clock, log)
 		wg.Go(func() { _ = q.Run(ctx) })
 	}
 	start := make(chan struct{})

@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -18,9 +17,9 @@ var (
 // inboxChannel is the LISTEN/NOTIFY channel an insert trigger signals.
 const inboxChannel = "inbox_events"
 
-// inboxQueue is the inbox as a leased queue. An event failed past its
+// inboxTable is the inbox as a leased table (InboxQueue). An event failed past its
 // attempts is decided 'failed' and opens a failed_event reconciliation item.
-var inboxQueue = newLeasedTable(leasedTable{
+var inboxTable = newLeasedTable(leasedTable{
 	table:     "inbox_events",
 	noun:      "event",
 	failedSet: [][2]string{{"decision", "'failed'"}},
@@ -47,41 +46,3 @@ var inboxQueue = newLeasedTable(leasedTable{
 		return nil
 	},
 })
-
-// InboxClaim implements fulfillment.InboxWork. Claiming pushes
-// next_attempt_at to the end of the lease, so leased events drop out of the
-// claim scan; the partial index holds pending events only, so a claim never
-// scans processed history. An event whose lease ran out is claimed only when
-// its owner is not live (its process died or lost its liveness lock): a
-// live worker keeps its events however long it takes, and a live owner takes
-// back its own whose lease ran out when they are not in flight. A due event that has
-// used its attempts without completing — its worker died each time, which
-// InboxRetry never saw — is failed here, with a failed_event item, instead
-// of being leased again.
-func (s *Store) InboxClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]fulfillment.InboxClaim, error) {
-	return s.claim(ctx, inboxQueue, owner, limit, lease, maxAttempts, inFlight)
-}
-
-// InboxRelease implements fulfillment.InboxWork.
-func (s *Store) InboxRelease(ctx context.Context, owner string) (int, error) {
-	return s.release(ctx, inboxQueue, owner)
-}
-
-// InboxReclaim implements fulfillment.InboxWork: the events leased to
-// owners that are not live are due at once, whatever their lease.
-func (s *Store) InboxReclaim(ctx context.Context) (int, error) {
-	return s.reclaim(ctx, inboxQueue)
-}
-
-// InboxRetry implements fulfillment.InboxWork.
-func (s *Store) InboxRetry(ctx context.Context, id int64, owner, cause string, next time.Time, maxAttempts int) (bool, error) {
-	return s.retry(ctx, inboxQueue, id, owner, cause, next, maxAttempts)
-}
-
-// InboxListen implements fulfillment.InboxWork. Inserts committed by this
-// store wake in-process listeners directly; inserts by other replicas
-// arrive as a NOTIFY.
-func (s *Store) InboxListen(ctx context.Context, wake func()) error {
-	s.inboxSignal.listen(ctx, wake)
-	return nil
-}

@@ -13,6 +13,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 	"github.com/fulfillplatform/fulfillment/storage"
+	"github.com/fulfillplatform/fulfillment/worker"
 )
 
 // The batch writers against the real PostgreSQL: each benchmark gets a
@@ -139,7 +140,7 @@ func BenchmarkInboxClaimProcess(b *testing.B) {
 		insertWAL += mid - before
 		b.StartTimer()
 
-		claims, err := s.InboxClaim(ctx, "bench", batch, time.Minute, 10, nil)
+		claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "bench", Limit: batch, Lease: time.Minute, MaxAttempts: 10})
 		if err != nil || len(claims) != batch {
 			b.Fatalf("claim = %d events, %v; want %d", len(claims), err, batch)
 		}

@@ -188,13 +188,10 @@ type leasedEvent struct {
 // lockLeasedEvents reads, in id order, the events of ids that owner still
 // holds, locking their rows. Events whose lease was lost are left out.
 //
-// The rows are found by primary key. The state is checked here, not in the
-// WHERE clause: there, it would let the planner's generic plan scan the
-// partial index of every pending event (the claim index) instead — a cost
-// that grows with the backlog, paid once per batch.
+// The rows are found by primary key (leaseHeld).
 func lockLeasedEvents(ctx context.Context, tx pgx.Tx, ids []int64, owner string) ([]leasedEvent, error) {
-	rows, _ := tx.Query(ctx, "SELECT "+inboxSelectList+`, received_at, state = 'pending'
-		FROM inbox_events WHERE id = ANY($1) AND lease_owner = $2
+	rows, _ := tx.Query(ctx, "SELECT "+inboxSelectList+`, received_at
+		FROM inbox_events WHERE `+leaseHeld("", "$1", "$2")+`
 		ORDER BY id
 		FOR UPDATE`, ids, owner)
 	var events []leasedEvent
@@ -202,13 +199,9 @@ func lockLeasedEvents(ctx context.Context, tx pgx.Tx, ids []int64, owner string)
 		var (
 			row      inboxRow
 			received time.Time
-			pending  bool
 		)
-		if err := r.Scan(append(row.scanDest(), &received, &pending)...); err != nil {
+		if err := r.Scan(append(row.scanDest(), &received)...); err != nil {
 			return err
-		}
-		if !pending {
-			return nil // completed by the time the lock was granted
 		}
 		ev, err := row.event()
 		events = append(events, leasedEvent{id: row.ID, ev: ev, received: received, traceParent: str(row.TraceParent)})

@@ -18,6 +18,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 	"github.com/fulfillplatform/fulfillment/storage"
+	"github.com/fulfillplatform/fulfillment/worker"
 )
 
 func confirmedEvent(id, merchantOrderID string) fulfillment.ProviderEvent {
@@ -80,15 +81,15 @@ func TestInboxLeaseLost(t *testing.T) {
 	if _, err := s.InboxInsert(ctx, confirmedEvent("evt_1", "m-1"), []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
-	a, err := s.InboxClaim(ctx, "worker-a", 10, 1500*time.Millisecond, 10, nil)
+	a, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "worker-a", Limit: 10, Lease: 1500 * time.Millisecond, MaxAttempts: 10})
 	if err != nil || len(a) != 1 {
 		t.Fatalf("claim A = %v, %v", a, err)
 	}
-	if b, _ := s.InboxClaim(ctx, "worker-b", 10, time.Minute, 10, nil); len(b) != 0 {
+	if b, _ := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "worker-b", Limit: 10, Lease: time.Minute, MaxAttempts: 10}); len(b) != 0 {
 		t.Fatalf("B claimed %v while A's lease held", b)
 	}
 	time.Sleep(1700 * time.Millisecond) // A's lease expires
-	b, err := s.InboxClaim(ctx, "worker-b", 10, time.Minute, 10, nil)
+	b, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "worker-b", Limit: 10, Lease: time.Minute, MaxAttempts: 10})
 	if err != nil || len(b) != 1 || b[0].Attempts != 2 {
 		t.Fatalf("claim B after expiry = %v, %v; want the event, attempt 2", b, err)
 	}
@@ -96,7 +97,7 @@ func TestInboxLeaseLost(t *testing.T) {
 	if outs, err := s.InboxProcess(ctx, []int64{a[0].ID}, "worker-a"); err != nil || len(outs) != 0 {
 		t.Errorf("A completes a taken event: %v, %v; want no outcome", outs, err)
 	}
-	if _, err := s.InboxRetry(ctx, a[0].ID, "worker-a", "late", time.Now(), 10); !errors.Is(err, fulfillment.ErrLeaseLost) {
+	if _, err := s.InboxQueue().Retry(ctx, "worker-a", worker.Claim{ID: a[0].ID}, "late", time.Now(), 10); !errors.Is(err, worker.ErrLeaseLost) {
 		t.Errorf("A reschedules a taken event: %v, want ErrLeaseLost", err)
 	}
 	outs, err := s.InboxProcess(ctx, []int64{b[0].ID}, "worker-b")
@@ -118,37 +119,6 @@ func TestInboxLeaseLost(t *testing.T) {
 	}
 }
 
-func TestInboxRetryBudget(t *testing.T) {
-	t.Parallel()
-	s, conn := newStore(t)
-	ctx := context.Background()
-	if _, err := s.InboxInsert(ctx, confirmedEvent("evt_1", "m-1"), []byte("{}")); err != nil {
-		t.Fatal(err)
-	}
-	for attempt := 1; attempt <= 3; attempt++ {
-		claims, err := s.InboxClaim(ctx, "w", 10, time.Minute, 3, nil)
-		if err != nil || len(claims) != 1 || claims[0].Attempts != attempt {
-			t.Fatalf("attempt %d: claim = %v, %v", attempt, claims, err)
-		}
-		failed, err := s.InboxRetry(ctx, claims[0].ID, "w", fmt.Sprintf("boom %d", attempt), time.Now(), 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if failed != (attempt == 3) {
-			t.Fatalf("attempt %d: failed = %v", attempt, failed)
-		}
-	}
-	if claims, _ := s.InboxClaim(ctx, "w", 10, time.Minute, 3, nil); len(claims) != 0 {
-		t.Errorf("a failed event was claimed again: %v", claims)
-	}
-	if got := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state = 'failed' AND last_error = 'boom 3'"); got != 1 {
-		t.Errorf("failed events = %d, want 1", got)
-	}
-	if got := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = 'failed_event'"); got != 1 {
-		t.Errorf("failed_event items = %d, want 1", got)
-	}
-}
-
 func TestInboxClaimsAreDisjoint(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t)
@@ -167,7 +137,7 @@ func TestInboxClaimsAreDisjoint(t *testing.T) {
 			defer wg.Done()
 			owner := fmt.Sprintf("w%d", w)
 			for {
-				claims, err := s.InboxClaim(ctx, owner, 3, time.Minute, 10, nil)
+				claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: owner, Limit: 3, Lease: time.Minute, MaxAttempts: 10})
 				if err != nil {
 					t.Error(err)
 					return
@@ -189,62 +159,6 @@ func TestInboxClaimsAreDisjoint(t *testing.T) {
 	wg.Wait()
 	if len(seen) != 40 {
 		t.Errorf("claimed %d events, want 40", len(seen))
-	}
-}
-
-// An event whose worker dies during every attempt (InboxRetry never runs)
-// is failed by the claim once it has used its attempts.
-func TestInboxClaimFailsAbandonedEvents(t *testing.T) {
-	t.Parallel()
-	s, conn := newStore(t)
-	ctx := context.Background()
-	if _, err := s.InboxInsert(ctx, confirmedEvent("evt_1", "m-1"), []byte("{}")); err != nil {
-		t.Fatal(err)
-	}
-	for attempt := 1; attempt <= 2; attempt++ {
-		claims, err := s.InboxClaim(ctx, fmt.Sprintf("dies-%d", attempt), 10, time.Millisecond, 2, nil)
-		if err != nil || len(claims) != 1 {
-			t.Fatalf("attempt %d: %v, %v", attempt, claims, err)
-		}
-		time.Sleep(5 * time.Millisecond) // the lease expires: the worker died
-	}
-	if claims, err := s.InboxClaim(ctx, "w", 10, time.Minute, 2, nil); err != nil || len(claims) != 0 {
-		t.Fatalf("third claim = %v, %v; want nothing", claims, err)
-	}
-	if got := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state = 'failed' AND lease_owner IS NULL"); got != 1 {
-		t.Errorf("failed events = %d, want 1", got)
-	}
-	if got := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = 'failed_event'"); got != 1 {
-		t.Errorf("failed_event items = %d, want 1", got)
-	}
-}
-
-func TestInboxRelease(t *testing.T) {
-	t.Parallel()
-	s, conn := newStore(t)
-	ctx := context.Background()
-	for i := range 3 {
-		if _, err := s.InboxInsert(ctx, confirmedEvent(fmt.Sprintf("evt_%d", i), "m-1"), []byte("{}")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if claims, err := s.InboxClaim(ctx, "leaving", 2, time.Hour, 10, nil); err != nil || len(claims) != 2 {
-		t.Fatalf("claim = %v, %v", claims, err)
-	}
-	if n, err := s.InboxRelease(ctx, "leaving"); err != nil || n != 2 {
-		t.Fatalf("released %d, %v; want 2", n, err)
-	}
-	claims, err := s.InboxClaim(ctx, "next", 10, time.Hour, 10, nil)
-	if err != nil || len(claims) != 3 {
-		t.Fatalf("claim after release = %v, %v; want all 3 at once", claims, err)
-	}
-	for _, c := range claims {
-		if c.Attempts != 1 {
-			t.Errorf("event %d: attempts %d after a release, want 1", c.ID, c.Attempts)
-		}
-	}
-	if got := count(t, conn, "SELECT count(*) FROM inbox_events WHERE lease_owner = 'leaving'"); got != 0 {
-		t.Errorf("%d events still leased to the released owner", got)
 	}
 }
 
@@ -319,7 +233,7 @@ func TestInboxProcessBatchOfOneOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	claims, err := s.InboxClaim(ctx, "w", 10, time.Minute, 10, nil)
+	claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 10})
 	if err != nil || len(claims) != 4 {
 		t.Fatalf("claim = %v, %v", claims, err)
 	}
@@ -378,7 +292,7 @@ func TestInboxListenWakesReplicas(t *testing.T) {
 	a, b := open(), open()
 	wakes := func(s *storage.Store) chan struct{} {
 		ch := make(chan struct{}, 100)
-		go func() { _ = s.InboxListen(ctx, func() { ch <- struct{}{} }) }()
+		go func() { _ = s.InboxQueue().Listen(ctx, func() { ch <- struct{}{} }) }()
 		<-ch // the listener's first catch-up wake: it is subscribed now
 		return ch
 	}
@@ -408,7 +322,7 @@ func unidentifiedEvent(id, merchantOrderID string) fulfillment.ProviderEvent {
 func processAll(t *testing.T, s *storage.Store, want int) string {
 	t.Helper()
 	ctx := context.Background()
-	claims, err := s.InboxClaim(ctx, "w", 100, time.Minute, 10, nil)
+	claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 100, Lease: time.Minute, MaxAttempts: 10})
 	if err != nil || len(claims) != want {
 		t.Fatalf("claim = %v, %v; want %d events", claims, err, want)
 	}

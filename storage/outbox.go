@@ -15,11 +15,11 @@ var _ fulfillment.OutboxWork = (*Store)(nil)
 // outboxChannel is the LISTEN/NOTIFY channel of new outbox messages.
 const outboxChannel = "outbox_messages"
 
-// outboxQueue is the outbox as a leased queue, one partition per
+// outboxTable is the outbox as a leased table (OutboxQueue), one partition per
 // destination: a destination's dispatcher claims its own messages, and none
 // while the destination is disabled. A message failed past its attempts
 // opens a failed_delivery item.
-var outboxQueue = newLeasedTable(leasedTable{
+var outboxTable = newLeasedTable(leasedTable{
 	table:     "outbox_messages",
 	noun:      "message",
 	partition: "destination_id",
@@ -141,37 +141,11 @@ func queueWithdrawals(b *pgx.Batch, orderIDs []string) queued {
 	return queued{messages: true}
 }
 
-// OutboxClaim implements fulfillment.OutboxWork.
-func (s *Store) OutboxClaim(ctx context.Context, destination, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]fulfillment.Claim, error) {
-	return s.claim(ctx, outboxQueue, owner, limit, lease, maxAttempts, inFlight, destination)
-}
-
-// OutboxRelease implements fulfillment.OutboxWork.
-func (s *Store) OutboxRelease(ctx context.Context, destination, owner string) (int, error) {
-	return s.release(ctx, outboxQueue, owner, destination)
-}
-
-// OutboxReclaim implements fulfillment.OutboxWork.
-func (s *Store) OutboxReclaim(ctx context.Context) (int, error) {
-	return s.reclaim(ctx, outboxQueue)
-}
-
-// OutboxRetry implements fulfillment.OutboxWork.
-func (s *Store) OutboxRetry(ctx context.Context, id int64, owner, cause string, next time.Time, maxAttempts int) (bool, error) {
-	return s.retry(ctx, outboxQueue, id, owner, cause, next, maxAttempts)
-}
-
-// OutboxListen implements fulfillment.OutboxWork.
-func (s *Store) OutboxListen(ctx context.Context, wake func()) error {
-	s.outboxSignal.listen(ctx, wake)
-	return nil
-}
-
 // OutboxLoad implements fulfillment.OutboxWork.
 func (s *Store) OutboxLoad(ctx context.Context, ids []int64, owner string) ([]fulfillment.OutboxMessage, error) {
 	rows, _ := s.pool.Query(ctx, `
 		SELECT id, destination_id, topic, idempotency_key, payload::text, sending_since IS NOT NULL, created_at
-		FROM outbox_messages WHERE id = ANY($1) AND state = 'pending' AND lease_owner = $2
+		FROM outbox_messages WHERE `+leaseHeld("", "$1", "$2")+`
 		ORDER BY id`, ids, owner)
 	var msgs []fulfillment.OutboxMessage
 	err := forEachRow(rows, func(r pgx.Rows) error {
@@ -197,12 +171,12 @@ func (s *Store) OutboxLoad(ctx context.Context, ids []int64, owner string) ([]fu
 func (s *Store) OutboxSending(ctx context.Context, id int64, owner string) error {
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE outbox_messages SET sending_since = clock_timestamp()
-		WHERE id = $1 AND state = 'pending' AND lease_owner = $2`, id, owner)
+		WHERE `+leaseHeld("", "ARRAY[$1::bigint]", "$2"), id, owner)
 	if err != nil {
 		return fmt.Errorf("marking outbox message as sending: %w", interpret(err))
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("message %d: %w", id, fulfillment.ErrLeaseLost)
+		return outboxTable.lost(id)
 	}
 	return nil
 }
@@ -235,7 +209,7 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 		// orders only by inserting them.
 		rows, _ := tx.Query(ctx, `
 			SELECT id, attempts, destination_id, order_id::text, required FROM outbox_messages
-			WHERE id = ANY($1) AND state = 'pending' AND lease_owner = $2
+			WHERE `+leaseHeld("", "$1", "$2")+`
 			ORDER BY id
 			FOR UPDATE`, ids, owner)
 		byID := map[int64]held{}

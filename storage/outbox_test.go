@@ -13,6 +13,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 	"github.com/fulfillplatform/fulfillment/storage"
+	"github.com/fulfillplatform/fulfillment/worker"
 )
 
 // newOutboxStore is newStore with crm subscribed to every order and
@@ -67,7 +68,7 @@ func externalOrder(t *testing.T, s *storage.Store, merchantID string) string {
 func deliverNext(t *testing.T, s *storage.Store, destination string, outcome fulfillment.DeliveryOutcome) fulfillment.OutboxMessage {
 	t.Helper()
 	ctx := context.Background()
-	claims, err := s.OutboxClaim(ctx, destination, "w", 1, time.Minute, 5, nil)
+	claims, err := s.OutboxQueue(destination).Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 1, Lease: time.Minute, MaxAttempts: 5})
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim for %s = %v, %v; want one message", destination, claims, err)
 	}
@@ -90,7 +91,7 @@ func deliverNext(t *testing.T, s *storage.Store, destination string, outcome ful
 func recordOne(s *storage.Store, id int64, owner string, a fulfillment.DeliveryAttempt) error {
 	lost, err := s.OutboxRecord(context.Background(), owner, []fulfillment.MessageAttempt{{ID: id, DeliveryAttempt: a}})
 	if err == nil && len(lost) > 0 {
-		err = fulfillment.ErrLeaseLost
+		err = worker.ErrLeaseLost
 	}
 	return err
 }
@@ -189,7 +190,7 @@ func TestOutboxConcurrentLastDeliveries(t *testing.T) {
 		processAll(t, s, 1)
 		var ids [2]int64
 		for j, d := range []string{"licenses", "shipping"} {
-			claims, err := s.OutboxClaim(ctx, d, "w", 1, time.Minute, 5, nil)
+			claims, err := s.OutboxQueue(d).Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 1, Lease: time.Minute, MaxAttempts: 5})
 			if err != nil || len(claims) != 1 {
 				t.Fatalf("claim: %v %v", claims, err)
 			}
@@ -242,7 +243,7 @@ func TestOutboxUncertainFailedGone(t *testing.T) {
 	if n := count(t, conn, "SELECT count(*) FROM outbox_messages WHERE id = $1 AND state = 'pending' AND attempts = 0", m.ID); n != 1 {
 		t.Error("the message answered 410 is not pending with its attempt uncounted")
 	}
-	if claims, err := s.OutboxClaim(ctx, "shipping", "w", 1, time.Minute, 5, nil); err != nil || len(claims) != 0 {
+	if claims, err := s.OutboxQueue("shipping").Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 1, Lease: time.Minute, MaxAttempts: 5}); err != nil || len(claims) != 0 {
 		t.Errorf("claim on a disabled destination = %v, %v; want nothing", claims, err)
 	}
 	if _, err := conn.Exec(ctx, "UPDATE outbox_destinations SET disabled_at = NULL"); err != nil {
@@ -250,11 +251,11 @@ func TestOutboxUncertainFailedGone(t *testing.T) {
 	}
 	// Retried to its last attempt: failed, with an item.
 	for attempt := 1; attempt <= 2; attempt++ {
-		claims, err := s.OutboxClaim(ctx, "shipping", "w", 1, time.Minute, 2, nil)
+		claims, err := s.OutboxQueue("shipping").Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 1, Lease: time.Minute, MaxAttempts: 2})
 		if err != nil || len(claims) != 1 {
 			t.Fatalf("attempt %d: claim = %v, %v", attempt, claims, err)
 		}
-		failed, err := s.OutboxRetry(ctx, claims[0].ID, "w", "HTTP 503", time.Now(), 2)
+		failed, err := s.OutboxQueue("").Retry(ctx, "w", worker.Claim{ID: claims[0].ID}, "HTTP 503", time.Now(), 2)
 		if err != nil || failed != (attempt == 2) {
 			t.Fatalf("attempt %d: retry = %v, %v", attempt, failed, err)
 		}
@@ -268,7 +269,7 @@ func TestOutboxUncertainFailedGone(t *testing.T) {
 	}
 	// A record for a message the worker no longer holds changes nothing.
 	err := recordOne(s, m.ID, "w", fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeDelivered, Status: 200, Reason: "late"})
-	if !errors.Is(err, fulfillment.ErrLeaseLost) {
+	if !errors.Is(err, worker.ErrLeaseLost) {
 		t.Errorf("record of a failed message = %v, want ErrLeaseLost", err)
 	}
 }
@@ -285,11 +286,11 @@ func TestOutboxReleasePerDestination(t *testing.T) {
 	}
 	processAll(t, s, 1)
 	for _, d := range []string{"licenses", "shipping"} {
-		if claims, err := s.OutboxClaim(ctx, d, "w", 1, time.Minute, 5, nil); err != nil || len(claims) != 1 {
+		if claims, err := s.OutboxQueue(d).Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 1, Lease: time.Minute, MaxAttempts: 5}); err != nil || len(claims) != 1 {
 			t.Fatalf("claim for %s: %v %v", d, claims, err)
 		}
 	}
-	if n, err := s.OutboxRelease(ctx, "licenses", "w"); err != nil || n != 1 {
+	if n, err := s.OutboxQueue("licenses").Release(ctx, "w"); err != nil || n != 1 {
 		t.Fatalf("release = %d, %v; want 1", n, err)
 	}
 	if n := count(t, conn, "SELECT count(*) FROM outbox_messages WHERE lease_owner = 'w'"); n != 1 {
@@ -317,7 +318,7 @@ func TestOutboxRecordsAttemptsTogether(t *testing.T) {
 	processAll(t, s, orders)
 	record := func(destination string, outcome func(i int) fulfillment.DeliveryOutcome) []int64 {
 		t.Helper()
-		claims, err := s.OutboxClaim(ctx, destination, "w", 10, time.Minute, 5, nil)
+		claims, err := s.OutboxQueue(destination).Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 5})
 		if err != nil || len(claims) != orders {
 			t.Fatalf("claim for %s = %v, %v; want %d messages", destination, claims, err, orders)
 		}

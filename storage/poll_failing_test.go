@@ -13,6 +13,7 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/storage"
+	"github.com/fulfillplatform/fulfillment/worker"
 )
 
 // refused is the cause the poller records when the bank cannot be reached.
@@ -23,11 +24,11 @@ const refused = "asking tbank-live for payment %s: connection refused"
 func failPoll(t *testing.T, s *storage.Store, owner string, st fulfillment.PaymentStart, maxAttempts int) bool {
 	t.Helper()
 	ctx := context.Background()
-	claims, err := s.PollClaim(ctx, owner, 10, time.Minute, maxAttempts, nil)
+	claims, err := s.PollQueue().Claim(ctx, worker.ClaimParams{Owner: owner, Limit: 10, Lease: time.Minute, MaxAttempts: maxAttempts})
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim = %v, %v; want the poll of payment %s", claims, err, st.PaymentID)
 	}
-	failed, err := s.PollRetry(ctx, claims[0].ID, owner, fmt.Sprintf(refused, st.PaymentID), time.Now(), maxAttempts)
+	failed, err := s.PollQueue().Retry(ctx, owner, worker.Claim{ID: claims[0].ID}, fmt.Sprintf(refused, st.PaymentID), time.Now(), maxAttempts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,14 +40,14 @@ func failPoll(t *testing.T, s *storage.Store, owner string, st fulfillment.Payme
 func answerPoll(t *testing.T, s *storage.Store, owner string, st fulfillment.PaymentStart, maxAttempts int) bool {
 	t.Helper()
 	ctx := context.Background()
-	claims, err := s.PollClaim(ctx, owner, 10, time.Minute, maxAttempts, nil)
+	claims, err := s.PollQueue().Claim(ctx, worker.ClaimParams{Owner: owner, Limit: 10, Lease: time.Minute, MaxAttempts: maxAttempts})
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim = %v, %v; want the poll of payment %s", claims, err, st.PaymentID)
 	}
 	if err := s.PollRecord(ctx, claims[0].ID, owner, polled(st, "NEW"), []byte(`{"Status":"NEW"}`), false); err != nil {
 		t.Fatal(err)
 	}
-	failed, err := s.PollRetry(ctx, claims[0].ID, owner, "not done yet: payment "+st.PaymentID+" is NEW", time.Now(), maxAttempts)
+	failed, err := s.PollQueue().Retry(ctx, owner, worker.Claim{ID: claims[0].ID}, "not done yet: payment "+st.PaymentID+" is NEW", time.Now(), maxAttempts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func TestPollFailingOpensOneItem(t *testing.T) {
 
 	// Nothing further: the poll is not claimed again, a late retry of the
 	// failed attempt finds it failed, and the other payment's poll goes on.
-	if claims, err := s.PollClaim(ctx, "w", 10, time.Minute, 3, nil); err != nil || len(claims) != 1 {
+	if claims, err := s.PollQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 3}); err != nil || len(claims) != 1 {
 		t.Fatalf("claim after failing = %v, %v; want only the other payment's poll", claims, err)
 	} else {
 		if err := s.PollRecord(ctx, claims[0].ID, "w", polled(other, "CONFIRMED"), []byte(`{"Status":"CONFIRMED"}`), true); err != nil {
@@ -121,7 +122,7 @@ func TestPollFailingOpensOneItem(t *testing.T) {
 	if err := conn.QueryRow(ctx, "SELECT id FROM payment_polls WHERE start_id = $1", st.ID).Scan(&pollID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.PollRetry(ctx, pollID, "w", "again", time.Now(), 3); !errors.Is(err, fulfillment.ErrLeaseLost) {
+	if _, err := s.PollQueue().Retry(ctx, "w", worker.Claim{ID: pollID}, "again", time.Now(), 3); !errors.Is(err, worker.ErrLeaseLost) {
 		t.Errorf("retry of a failed poll = %v, want ErrLeaseLost", err)
 	}
 	// The notification comes at last: the order is paid, the item stays.
@@ -185,14 +186,14 @@ func TestPollFailingAfterARelease(t *testing.T) {
 	s, conn := newPollStore(t)
 	ctx := context.Background()
 	st := startedPayment(t, s, "m-1", "901")
-	claims, err := s.PollClaim(ctx, "w", 10, time.Minute, 1, nil)
+	claims, err := s.PollQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 1})
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim = %v, %v", claims, err)
 	}
 	if err := s.PollRecord(ctx, claims[0].ID, "w", polled(st, "NEW"), []byte(`{"Status":"NEW"}`), false); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := s.PollRelease(ctx, "w"); err != nil || n != 1 {
+	if n, err := s.PollQueue().Release(ctx, "w"); err != nil || n != 1 {
 		t.Fatalf("release = %d, %v", n, err)
 	}
 	if failed := failPoll(t, s, "w", st, 1); !failed {
@@ -216,7 +217,7 @@ func TestPollFailingAbandoned(t *testing.T) {
 	// The last attempts: one worker stops asking, the other after storing
 	// the answer. Their leases (1 ms) run out; the owners hold no
 	// liveness, so they are dead.
-	claims, err := s.PollClaim(ctx, "dead", 10, time.Millisecond, 2, nil)
+	claims, err := s.PollQueue().Claim(ctx, worker.ClaimParams{Owner: "dead", Limit: 10, Lease: time.Millisecond, MaxAttempts: 2})
 	if err != nil || len(claims) != 2 {
 		t.Fatalf("claim = %v, %v; want both polls", claims, err)
 	}
@@ -225,12 +226,12 @@ func TestPollFailingAbandoned(t *testing.T) {
 			if err := s.PollRecord(ctx, c.ID, "dead", polled(answered, "NEW"), []byte(`{"Status":"NEW"}`), false); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.PollRetry(ctx, c.ID, "dead", "not done yet", time.Now(), 2); err != nil {
+			if _, err := s.PollQueue().Retry(ctx, "dead", worker.Claim{ID: c.ID}, "not done yet", time.Now(), 2); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	claims, err = s.PollClaim(ctx, "dead2", 10, time.Millisecond, 2, nil)
+	claims, err = s.PollQueue().Claim(ctx, worker.ClaimParams{Owner: "dead2", Limit: 10, Lease: time.Millisecond, MaxAttempts: 2})
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim = %v, %v; want the answered payment's second attempt (the other is abandoned)", claims, err)
 	}
@@ -238,7 +239,7 @@ func TestPollFailingAbandoned(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Millisecond)
-	if claims, err := s.PollClaim(ctx, "w", 10, time.Minute, 2, nil); err != nil || len(claims) != 0 {
+	if claims, err := s.PollQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 2}); err != nil || len(claims) != 0 {
 		t.Fatalf("claim = %v, %v; want both polls failed as abandoned", claims, err)
 	}
 	if n := count(t, conn, "SELECT count(*) FROM payment_polls WHERE state = 'failed'"); n != 2 {
@@ -285,7 +286,7 @@ func TestPollFailingRace(t *testing.T) {
 			for time.Now().Before(deadline) {
 				// Leases as short as an attempt: other replicas take over
 				// claims whose owner (holding no liveness) looks dead.
-				claims, err := s.PollClaim(ctx, owner, 2, time.Millisecond, maxAttempts, nil)
+				claims, err := s.PollQueue().Claim(ctx, worker.ClaimParams{Owner: owner, Limit: 2, Lease: time.Millisecond, MaxAttempts: maxAttempts})
 				if err != nil {
 					t.Error(err)
 					return
@@ -301,8 +302,8 @@ func TestPollFailingRace(t *testing.T) {
 					if w%3 == 0 {
 						continue // this replica stops during its attempts
 					}
-					_, err := s.PollRetry(ctx, c.ID, owner, "asking tbank-live for payment: HTTP 503", time.Now(), maxAttempts)
-					if err != nil && !errors.Is(err, fulfillment.ErrLeaseLost) {
+					_, err := s.PollQueue().Retry(ctx, owner, worker.Claim{ID: c.ID}, "asking tbank-live for payment: HTTP 503", time.Now(), maxAttempts)
+					if err != nil && !errors.Is(err, worker.ErrLeaseLost) {
 						t.Error(err)
 					}
 				}

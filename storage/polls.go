@@ -14,7 +14,7 @@ import (
 
 var _ fulfillment.PollWork = (*Store)(nil)
 
-// pollQueue is the status poller's queue: one row per started payment. A
+// pollTable is the status poller's queue (PollQueue): one row per started payment. A
 // poll that used its attempts is failed. When its last attempt got no
 // answer (answered_attempt, set by PollRecord, is behind attempts) it
 // opens a poll_failing item about its payment start, in the transaction
@@ -23,7 +23,7 @@ var _ fulfillment.PollWork = (*Store)(nil)
 // none. The item's key is the start, unique in the database, so a poll
 // opens one whichever path (Retry, or the claim failing it abandoned)
 // and however many replicas race.
-var pollQueue = newLeasedTable(leasedTable{
+var pollTable = newLeasedTable(leasedTable{
 	table: "payment_polls",
 	noun:  "poll",
 	// An attempt handed back is not counted: an answer it got counts for
@@ -94,34 +94,14 @@ func queuePoll(ctx context.Context, tx pgx.Tx, startID int64, after time.Duratio
 	return nil
 }
 
-// PollClaim implements fulfillment.PollWork.
-func (s *Store) PollClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]fulfillment.Claim, error) {
-	return s.claim(ctx, pollQueue, owner, limit, lease, maxAttempts, inFlight)
-}
-
-// PollRelease implements fulfillment.PollWork.
-func (s *Store) PollRelease(ctx context.Context, owner string) (int, error) {
-	return s.release(ctx, pollQueue, owner)
-}
-
-// PollReclaim implements fulfillment.PollWork.
-func (s *Store) PollReclaim(ctx context.Context) (int, error) {
-	return s.reclaim(ctx, pollQueue)
-}
-
-// PollRetry implements fulfillment.PollWork.
-func (s *Store) PollRetry(ctx context.Context, id int64, owner, cause string, next time.Time, maxAttempts int) (bool, error) {
-	return s.retry(ctx, pollQueue, id, owner, cause, next, maxAttempts)
-}
-
 // PollLoad implements fulfillment.PollWork. An outcome is known once the
 // started payment's attempt is anything but created.
 func (s *Store) PollLoad(ctx context.Context, id int64, owner string) (fulfillment.PaymentStart, bool, error) {
 	var known bool
 	start, err := scanStart(s.pool.QueryRow(ctx, `SELECT `+startColumns+` FROM payment_starts
-		WHERE id = (SELECT start_id FROM payment_polls WHERE id = $1 AND state = 'pending' AND lease_owner = $2)`, id, owner))
+		WHERE id = (SELECT start_id FROM payment_polls WHERE `+leaseHeld("", "ARRAY[$1::bigint]", "$2")+`)`, id, owner))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return start, false, fmt.Errorf("poll %d: %w", id, fulfillment.ErrLeaseLost)
+		return start, false, pollTable.lost(id)
 	}
 	if err != nil {
 		return start, false, fmt.Errorf("reading status poll: %w", interpret(err))
@@ -143,10 +123,10 @@ func (s *Store) PollRecord(ctx context.Context, id int64, owner string, ev fulfi
 		// An event is the provider's answer to this attempt.
 		var held bool
 		err := tx.QueryRow(ctx, `UPDATE payment_polls SET answered_attempt = CASE WHEN $3 THEN attempts ELSE answered_attempt END
-			WHERE id = $1 AND state = 'pending' AND lease_owner = $2 RETURNING true`,
+			WHERE `+leaseHeld("", "ARRAY[$1::bigint]", "$2")+` RETURNING true`,
 			id, owner, ev.EventID != "").Scan(&held)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("poll %d: %w", id, fulfillment.ErrLeaseLost)
+			return pollTable.lost(id)
 		}
 		if err != nil {
 			return fmt.Errorf("locking status poll: %w", interpret(err))

@@ -11,6 +11,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 	"github.com/fulfillplatform/fulfillment/storage"
+	"github.com/fulfillplatform/fulfillment/worker"
 )
 
 // newPollStore is a store whose started payments are due for a poll at
@@ -71,7 +72,7 @@ func TestPollFeedsTheInbox(t *testing.T) {
 	ctx := context.Background()
 	st := startedPayment(t, s, "m-1", "501")
 
-	claims, err := s.PollClaim(ctx, "w", 10, time.Minute, 5, nil)
+	claims, err := s.PollQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 5})
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim = %v, %v; want the started payment's poll", claims, err)
 	}
@@ -79,21 +80,21 @@ func TestPollFeedsTheInbox(t *testing.T) {
 	if err != nil || known || got.PaymentID != "501" {
 		t.Fatalf("load = %+v, %v, %v", got, known, err)
 	}
-	if _, _, err := s.PollLoad(ctx, claims[0].ID, "other"); !errors.Is(err, fulfillment.ErrLeaseLost) {
+	if _, _, err := s.PollLoad(ctx, claims[0].ID, "other"); !errors.Is(err, worker.ErrLeaseLost) {
 		t.Errorf("load by another owner = %v, want ErrLeaseLost", err)
 	}
 	// Not settled yet: the answer is stored, the poll stays pending.
 	if err := s.PollRecord(ctx, claims[0].ID, "w", polled(st, "NEW"), []byte(`{"Status":"NEW"}`), false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.PollRetry(ctx, claims[0].ID, "w", "payment 501 is NEW", time.Now(), 5); err != nil {
+	if _, err := s.PollQueue().Retry(ctx, "w", worker.Claim{ID: claims[0].ID}, "payment 501 is NEW", time.Now(), 5); err != nil {
 		t.Fatal(err)
 	}
 	// The notification comes, then the poll finds the same confirmation.
 	if _, err := s.InboxInsert(ctx, confirmedRUB("n", "", st.ProviderOrderID, "501"), []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
-	claims, err = s.PollClaim(ctx, "w", 10, time.Minute, 5, nil)
+	claims, err = s.PollQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 5})
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("second claim = %v, %v", claims, err)
 	}
@@ -114,7 +115,7 @@ func TestPollFeedsTheInbox(t *testing.T) {
 	if n := count(t, conn, "SELECT count(*) FROM payment_polls WHERE state = 'done'"); n != 1 {
 		t.Errorf("%d polls done, want 1", n)
 	}
-	if claims, err := s.PollClaim(ctx, "w", 10, time.Minute, 5, nil); err != nil || len(claims) != 0 {
+	if claims, err := s.PollQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 5}); err != nil || len(claims) != 0 {
 		t.Errorf("claim after done = %v, %v; want none", claims, err)
 	}
 }
@@ -130,7 +131,7 @@ func TestPollKnownOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	processAll(t, s, 1)
-	claims, err := s.PollClaim(ctx, "w", 10, time.Minute, 5, nil)
+	claims, err := s.PollQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 5})
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim = %v, %v", claims, err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 	"github.com/fulfillplatform/fulfillment/storage"
+	"github.com/fulfillplatform/fulfillment/worker"
 )
 
 // The probe tells a transaction pooler from a session pooler and from a
@@ -116,7 +117,7 @@ func TestStoreBehindTransactionPooler(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("events still pending after 20s")
 		}
-		claims, err := s.InboxClaim(ctx, owner, 8, time.Minute, 10, nil)
+		claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: owner, Limit: 8, Lease: time.Minute, MaxAttempts: 10})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/worker"
 )
 
 // leasedTable describes a table drained as a leased queue, and holds the
@@ -140,7 +140,7 @@ func newLeasedTable(t leasedTable) *leasedTable {
 			state = CASE WHEN attempts >= $4 THEN 'failed' ELSE 'pending' END, {retry_set}
 			last_error = $3, next_attempt_at = $5, lease_owner = NULL, lease_until = NULL,
 			processed_at = CASE WHEN attempts >= $4 THEN clock_timestamp() END
-		WHERE id = $1 AND state = 'pending' AND lease_owner = $2
+		WHERE ` + leaseHeld("", "ARRAY[$1::bigint]", "$2") + `
 		RETURNING state = 'failed'`)
 
 	t.releaseSQL = r.Replace(`
@@ -188,60 +188,152 @@ func partitionCond(column, param, gate string) string {
 	return cond
 }
 
-// claim leases up to limit due rows of t to owner for lease; partition
-// is the value of t's partition parameter, when t has one.
-func (s *Store) claim(ctx context.Context, t *leasedTable, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64, partition ...any) ([]fulfillment.Claim, error) {
+// Queue is a leased table as the queue a worker.Queue drains: claims,
+// retries, releases, reclaims, wake-ups. The work the claims are for is
+// the queue's own (the worker's process function); its statements check
+// that the lease is still theirs with leaseHeld.
+type Queue struct {
+	store *Store
+	table *leasedTable
+	// partition is the queue's value of the table's partition column
+	// (a destination), when the table has one.
+	partition string
+	// signal wakes its listeners when rows were inserted; nil when items
+	// fall due with time only (the worker's poll finds them).
+	signal *queueSignal
+}
+
+var _ worker.Table = (*Queue)(nil)
+
+// InboxQueue is the inbox: stored provider events, processed by
+// InboxProcess.
+func (s *Store) InboxQueue() *Queue {
+	return &Queue{store: s, table: inboxTable, signal: s.inboxSignal}
+}
+
+// OutboxQueue is the outbox messages to destination (none while it is
+// disabled), delivered by the dispatcher and recorded by OutboxRecord.
+func (s *Store) OutboxQueue(destination string) *Queue {
+	return &Queue{store: s, table: outboxTable, partition: destination, signal: s.outboxSignal}
+}
+
+// PollQueue is the status polls of started payments (PollLoad,
+// PollRecord).
+func (s *Store) PollQueue() *Queue { return &Queue{store: s, table: pollTable} }
+
+// SweepQueue is the subscription sweeps (SweepProcess).
+func (s *Store) SweepQueue() *Queue { return &Queue{store: s, table: sweepTable} }
+
+// HousekeepingQueue is the housekeeping tasks (HousekeepingTask,
+// HousekeepingDone).
+func (s *Store) HousekeepingQueue() *Queue { return &Queue{store: s, table: housekeepingTable} }
+
+// partitionArgs are the statements' partition parameter, when q has one.
+func (q *Queue) partitionArgs() []any {
+	if q.table.partition == "" {
+		return nil
+	}
+	return []any{q.partition}
+}
+
+// Claim implements worker.Table. Claiming pushes next_attempt_at to the
+// end of the lease, so leased rows drop out of the claim scan; the partial
+// index holds pending rows only, so a claim never scans the history. A row
+// whose lease ran out is claimed only when its owner is not live (its
+// process died or lost its liveness lock): a live worker keeps its rows
+// however long it takes, and a live owner takes back its own whose lease
+// ran out when they are not in flight. A due row that has used its
+// attempts without completing — its worker died each time, which Retry
+// never saw — is failed here instead of being leased again.
+func (q *Queue) Claim(ctx context.Context, p worker.ClaimParams) ([]worker.Claim, error) {
+	inFlight := p.InFlight
 	if inFlight == nil {
 		inFlight = []int64{}
 	}
-	args := append([]any{owner, lease, limit, maxAttempts, inFlight}, partition...)
-	rows, _ := s.leasePool.Query(ctx, t.claimSQL, args...)
-	claimed, err := pgx.CollectRows(rows, pgx.RowToStructByPos[fulfillment.Claim])
+	args := append([]any{p.Owner, p.Lease, p.Limit, p.MaxAttempts, inFlight}, q.partitionArgs()...)
+	rows, _ := q.store.leasePool.Query(ctx, q.table.claimSQL, args...)
+	claimed, err := pgx.CollectRows(rows, pgx.RowToStructByPos[worker.Claim])
 	if err != nil {
 		err = interpret(err)
-		s.unreachable(err)
-		return nil, fmt.Errorf("claiming %ss: %w", t.noun, err)
+		q.store.unreachable(err)
+		return nil, fmt.Errorf("claiming %ss: %w", q.table.noun, err)
 	}
 	return claimed, nil
 }
 
-// retry records a failed attempt at row id of t, leased to owner: it is due
-// again at next, or failed (and t.failed run) once it has used maxAttempts.
-func (s *Store) retry(ctx context.Context, t *leasedTable, id int64, owner, cause string, next time.Time, maxAttempts int) (bool, error) {
+// Retry implements worker.Table: a failed row is also failed by the
+// table's own rule (an item opened), in the same transaction.
+func (q *Queue) Retry(ctx context.Context, owner string, c worker.Claim, cause string, next time.Time, maxAttempts int) (bool, error) {
+	t := q.table
 	failed := false
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, t.retrySQL, id, owner, cause, maxAttempts, next).Scan(&failed)
+	err := q.store.withTx(ctx, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, t.retrySQL, c.ID, owner, cause, maxAttempts, next).Scan(&failed)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%s %d: %w", t.noun, id, fulfillment.ErrLeaseLost)
+			return t.lost(c.ID)
 		}
 		if err != nil {
 			return fmt.Errorf("recording failed attempt: %w", interpret(err))
 		}
 		if failed && t.failed != nil {
-			return t.failed(ctx, tx, id, cause, maxAttempts)
+			return t.failed(ctx, tx, c.ID, cause, maxAttempts)
 		}
 		return nil
 	})
 	return failed, err
 }
 
-// release hands back the rows of t (of the partition, when t has them)
-// leased to owner, without counting their claim as an attempt.
-func (s *Store) release(ctx context.Context, t *leasedTable, owner string, partition ...any) (int, error) {
-	tag, err := s.leasePool.Exec(ctx, t.releaseSQL, append([]any{owner}, partition...)...)
+// Release implements worker.Table, for q's partition only: each
+// destination's dispatcher stops on its own, and must not hand back what
+// another one is still sending.
+func (q *Queue) Release(ctx context.Context, owner string) (int, error) {
+	tag, err := q.store.leasePool.Exec(ctx, q.table.releaseSQL, append([]any{owner}, q.partitionArgs()...)...)
 	if err != nil {
-		return 0, fmt.Errorf("releasing %s leases: %w", t.noun, interpret(err))
+		return 0, fmt.Errorf("releasing %s leases: %w", q.table.noun, interpret(err))
 	}
 	return int(tag.RowsAffected()), nil
 }
 
-// reclaim makes the rows of t leased to owners that are not live due now.
-func (s *Store) reclaim(ctx context.Context, t *leasedTable) (int, error) {
-	tag, err := s.leasePool.Exec(ctx, t.reclaimSQL)
+// Reclaim implements worker.Table: the rows leased to owners that are not
+// live are due at once, whatever their lease (in every partition).
+func (q *Queue) Reclaim(ctx context.Context) (int, error) {
+	tag, err := q.store.leasePool.Exec(ctx, q.table.reclaimSQL)
 	if err != nil {
 		err = interpret(err)
-		s.unreachable(err)
-		return 0, fmt.Errorf("reclaiming %ss: %w", t.noun, err)
+		q.store.unreachable(err)
+		return 0, fmt.Errorf("reclaiming %ss: %w", q.table.noun, err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// Listen implements worker.Table. Inserts committed by this store wake
+// in-process listeners directly; inserts by other replicas arrive as a
+// NOTIFY. A queue without a signal waits for ctx: its rows fall due with
+// time, never by a commit, so the worker's poll finds them.
+func (q *Queue) Listen(ctx context.Context, wake func()) error {
+	if q.signal == nil {
+		<-ctx.Done()
+		return nil
+	}
+	q.signal.listen(ctx, wake)
+	return nil
+}
+
+// leaseHeld is the condition that the rows of ids (the SQL expression of
+// a bigint array) are still leased to owner (of a text): the check of
+// every statement completing or moving a claimed row. Its rows are found
+// by primary key: the condition does not name state, so a plan can never
+// take the partial index of pending rows (a scan of the whole queue) for
+// it. A row leaves 'pending' only with its lease cleared (every statement
+// that changes state sets lease_owner to NULL), so a lease held means a
+// pending row.
+func leaseHeld(alias, ids, owner string) string {
+	if alias != "" {
+		alias += "."
+	}
+	return alias + "id = ANY(" + ids + ") AND " + alias + "lease_owner = " + owner
+}
+
+// lost is the error of a claim of t that its owner no longer holds.
+func (t *leasedTable) lost(id int64) error {
+	return fmt.Errorf("%s %d: %w", t.noun, id, worker.ErrLeaseLost)
 }

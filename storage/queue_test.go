@@ -14,6 +14,7 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/storage"
+	"github.com/fulfillplatform/fulfillment/worker"
 )
 
 // live runs a liveness of s until stop is called (or the test ends) and
@@ -59,154 +60,332 @@ func insertPaidOrder(t *testing.T, s *storage.Store, id string) {
 	}
 }
 
-// A live worker keeps its claim past the lease, however long it holds the
-// batch: no claim or reclaim takes it, and it completes the event.
-func TestLiveOwnerKeepsClaimPastLease(t *testing.T) {
+// queueCase is one leased table, for the tests every queue handle passes
+// whatever its table.
+type queueCase struct {
+	name  string
+	table string
+	queue func(*storage.Store) *storage.Queue
+	// seed makes one item due and returns its id.
+	seed func(t *testing.T, s *storage.Store, conn *pgx.Conn) int64
+	// complete does the item's work under owner, as its worker would, and
+	// says whether owner still held it (the work's own lease check).
+	complete func(ctx context.Context, s *storage.Store, id int64, owner string) (held bool, err error)
+	// failedItem is the kind of reconciliation item an item failed past
+	// its attempts opens; "" for none.
+	failedItem string
+}
+
+// heldUnless is held, false, for a work that returns ErrLeaseLost when
+// owner no longer holds its item.
+func heldUnless(err error) (bool, error) {
+	if errors.Is(err, worker.ErrLeaseLost) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// queueCases are the five leased tables.
+var queueCases = []queueCase{
+	{
+		name: "inbox", table: "inbox_events", queue: (*storage.Store).InboxQueue, failedItem: "failed_event",
+		seed: func(t *testing.T, s *storage.Store, conn *pgx.Conn) int64 {
+			insertPaidOrder(t, s, "evt_1")
+			return int64(count(t, conn, "SELECT id FROM inbox_events WHERE event_id = 'evt_1'"))
+		},
+		complete: func(ctx context.Context, s *storage.Store, id int64, owner string) (bool, error) {
+			outs, err := s.InboxProcess(ctx, []int64{id}, owner)
+			return len(outs) == 1, err
+		},
+	},
+	{
+		name: "outbox", table: "outbox_messages", failedItem: "failed_delivery",
+		queue: func(s *storage.Store) *storage.Queue { return s.OutboxQueue("crm") },
+		seed: func(t *testing.T, _ *storage.Store, conn *pgx.Conn) int64 {
+			return int64(count(t, conn, `INSERT INTO outbox_messages
+				(destination_id, topic, idempotency_key, org_id, environment, required, payload)
+				VALUES ('crm', 'order.fulfilled', 'k1', 'org_a', 'live', false, '{}') RETURNING id`))
+		},
+		complete: func(ctx context.Context, s *storage.Store, id int64, owner string) (bool, error) {
+			lost, err := s.OutboxRecord(ctx, owner, []fulfillment.MessageAttempt{{ID: id,
+				DeliveryAttempt: fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeDelivered, Status: 200, StartedAt: time.Now()}}})
+			return err == nil && len(lost) == 0, err
+		},
+	},
+	{
+		name: "status poll", table: "payment_polls", queue: (*storage.Store).PollQueue, failedItem: "poll_failing",
+		seed: func(t *testing.T, s *storage.Store, conn *pgx.Conn) int64 {
+			st := startedPayment(t, s, "m-1", "501")
+			// Polls are queued only by a store that polls; this one is told to.
+			return int64(count(t, conn, `INSERT INTO payment_polls (start_id, next_attempt_at)
+				VALUES ($1, now() - interval '1 second') RETURNING id`, st.ID))
+		},
+		complete: func(ctx context.Context, s *storage.Store, id int64, owner string) (bool, error) {
+			return heldUnless(s.PollRecord(ctx, id, owner, fulfillment.ProviderEvent{}, nil, true))
+		},
+	},
+	{
+		name: "subscription sweep", table: "subscription_sweeps", queue: (*storage.Store).SweepQueue,
+		seed: func(t *testing.T, s *storage.Store, conn *pgx.Conn) int64 {
+			// Paid for one month, four months ago: its access has ended.
+			pay := fulfillment.SubscriptionEvent{Kind: fulfillment.SubRenewalPaid, OccurredAt: time.Now().AddDate(0, -4, 0), InvoiceID: "inv_1"}
+			if _, _, err := s.SubscriptionApply(context.Background(), subRef, pay, "evt", subPlan); err != nil {
+				t.Fatal(err)
+			}
+			return int64(count(t, conn, "SELECT id FROM subscription_sweeps"))
+		},
+		complete: func(ctx context.Context, s *storage.Store, id int64, owner string) (bool, error) {
+			_, err := s.SweepProcess(ctx, id, owner, time.Time{})
+			return heldUnless(err)
+		},
+	},
+	{
+		name: "housekeeping", table: "housekeeping_tasks", queue: (*storage.Store).HousekeepingQueue,
+		seed: func(t *testing.T, _ *storage.Store, conn *pgx.Conn) int64 {
+			return int64(count(t, conn, `
+				WITH later AS (UPDATE housekeeping_tasks SET next_attempt_at = now() + interval '1 hour'
+					WHERE task <> 'raw_body_purge')
+				UPDATE housekeeping_tasks SET next_attempt_at = now() - interval '1 second'
+				WHERE task = 'raw_body_purge' RETURNING id`))
+		},
+		complete: func(ctx context.Context, s *storage.Store, id int64, owner string) (bool, error) {
+			return heldUnless(s.HousekeepingDone(ctx, id, owner, 0, time.Hour))
+		},
+	},
+}
+
+// eachQueue runs test, in parallel, for every leased table, on a store
+// that has all of them, with one item due.
+func eachQueue(t *testing.T, test func(t *testing.T, c queueCase, s *storage.Store, conn *pgx.Conn, q *storage.Queue, id int64)) {
+	t.Helper()
 	t.Parallel()
-	s, conn := newStore(t)
-	ctx := context.Background()
-	insertPaidOrder(t, s, "evt_1")
-	_, a, _ := live(t, s)
-	claims, err := s.InboxClaim(ctx, a, 10, time.Second, 10, nil)
-	if err != nil || len(claims) != 1 {
-		t.Fatalf("claim A = %v, %v", claims, err)
+	for _, c := range queueCases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s, conn := newOutboxStore(t)
+			test(t, c, s, conn, c.queue(s), c.seed(t, s, conn))
+		})
 	}
-	time.Sleep(2 * time.Second) // the lease runs out; A is still alive
-	_, b, _ := live(t, s)
-	if got, err := s.InboxClaim(ctx, b, 10, time.Minute, 10, nil); err != nil || len(got) != 0 {
-		t.Fatalf("B claims a live worker's event past its lease: %v, %v", got, err)
+}
+
+// claimed claims under owner for lease with a budget of maxAttempts.
+func claimed(t *testing.T, q *storage.Queue, owner string, lease time.Duration, maxAttempts int, inFlight ...int64) []worker.Claim {
+	t.Helper()
+	got, err := q.Claim(context.Background(), worker.ClaimParams{Owner: owner, Limit: 10, Lease: lease, MaxAttempts: maxAttempts, InFlight: inFlight})
+	if err != nil {
+		t.Fatalf("claim by %s: %v", owner, err)
 	}
-	if n, err := s.InboxReclaim(ctx); err != nil || n != 0 {
-		t.Fatalf("reclaim took %d events of a live worker (%v), want 0", n, err)
-	}
-	outs, err := s.InboxProcess(ctx, []int64{claims[0].ID}, a)
-	if err != nil || outs[claims[0].ID].Decision != fulfillment.DecisionFulfilled {
-		t.Fatalf("A completes past its lease: %+v, %v; want fulfilled", outs, err)
-	}
-	if got := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state = 'processed' AND attempts = 1"); got != 1 {
-		t.Errorf("processed at the first attempt: %d events, want 1", got)
-	}
+	return got
+}
+
+// A live worker keeps its claim past the lease, however long it holds the
+// item: no claim or reclaim takes it, and it completes the item, which is
+// then done.
+func TestQueueLiveOwnerKeepsClaimPastLease(t *testing.T) {
+	eachQueue(t, func(t *testing.T, c queueCase, s *storage.Store, _ *pgx.Conn, q *storage.Queue, id int64) {
+		ctx := context.Background()
+		_, a, _ := live(t, s)
+		if got := claimed(t, q, a, time.Second, 10); len(got) != 1 || got[0].ID != id {
+			t.Fatalf("claim A = %v, want item %d", got, id)
+		}
+		time.Sleep(2 * time.Second) // the lease runs out; A is still alive
+		_, b, _ := live(t, s)
+		if got := claimed(t, q, b, time.Minute, 10); len(got) != 0 {
+			t.Fatalf("B claims a live worker's item past its lease: %v", got)
+		}
+		if n, err := q.Reclaim(ctx); err != nil || n != 0 {
+			t.Fatalf("reclaim took %d items of a live worker (%v), want 0", n, err)
+		}
+		if held, err := c.complete(ctx, s, id, a); err != nil || !held {
+			t.Fatalf("A completes past its lease: held %v, %v", held, err)
+		}
+		if got := claimed(t, q, b, time.Minute, 10); len(got) != 0 {
+			t.Errorf("a completed item claimed again: %v", got)
+		}
+	})
 }
 
 // A live owner takes back its own claim whose lease ran out when none of
 // its workers holds it (a retry that failed to record, a claim whose answer
 // was lost) — never one a worker still holds.
-func TestLiveOwnerTakesBackWhatItLostTrackOf(t *testing.T) {
-	t.Parallel()
-	s, _ := newStore(t)
-	ctx := context.Background()
-	insertPaidOrder(t, s, "evt_1")
-	_, a, _ := live(t, s)
-	claims, err := s.InboxClaim(ctx, a, 10, 200*time.Millisecond, 10, nil)
-	if err != nil || len(claims) != 1 {
-		t.Fatalf("claim = %v, %v", claims, err)
-	}
-	if got, err := s.InboxClaim(ctx, a, 10, time.Minute, 10, nil); err != nil || len(got) != 0 {
-		t.Fatalf("its own claim taken back inside its lease: %v, %v", got, err)
-	}
-	time.Sleep(400 * time.Millisecond) // the lease runs out
-	if got, err := s.InboxClaim(ctx, a, 10, time.Minute, 10, []int64{claims[0].ID}); err != nil || len(got) != 0 {
-		t.Fatalf("a claim one of its workers holds taken back: %v, %v", got, err)
-	}
-	got, err := s.InboxClaim(ctx, a, 10, time.Minute, 10, nil)
-	if err != nil || len(got) != 1 || got[0].ID != claims[0].ID || got[0].Attempts != 2 {
-		t.Fatalf("a claim it lost track of: %v, %v; want it back at attempt 2", got, err)
-	}
+func TestQueueLiveOwnerTakesBackWhatItLostTrackOf(t *testing.T) {
+	eachQueue(t, func(t *testing.T, _ queueCase, s *storage.Store, _ *pgx.Conn, q *storage.Queue, id int64) {
+		_, a, _ := live(t, s)
+		if got := claimed(t, q, a, 200*time.Millisecond, 10); len(got) != 1 {
+			t.Fatalf("claim = %v", got)
+		}
+		if got := claimed(t, q, a, time.Minute, 10); len(got) != 0 {
+			t.Fatalf("its own claim taken back inside its lease: %v", got)
+		}
+		time.Sleep(400 * time.Millisecond) // the lease runs out
+		if got := claimed(t, q, a, time.Minute, 10, id); len(got) != 0 {
+			t.Fatalf("a claim one of its workers holds taken back: %v", got)
+		}
+		if got := claimed(t, q, a, time.Minute, 10); len(got) != 1 || got[0].ID != id || got[0].Attempts != 2 {
+			t.Fatalf("a claim it lost track of: %v; want it back at attempt 2", got)
+		}
+	})
 }
 
 // When an owner stops being live, its claims are free at once, whatever
-// the lease; it can then neither complete nor reschedule them.
-func TestDeadOwnerReclaimedAtOnce(t *testing.T) {
-	t.Parallel()
-	s, conn := newStore(t)
-	ctx := context.Background()
-	insertPaidOrder(t, s, "evt_1")
-	_, a, stopA := live(t, s)
-	claims, err := s.InboxClaim(ctx, a, 10, time.Hour, 10, nil)
-	if err != nil || len(claims) != 1 {
-		t.Fatalf("claim A = %v, %v", claims, err)
-	}
-	_, b, _ := live(t, s)
-	if n, err := s.InboxReclaim(ctx); err != nil || n != 0 {
-		t.Fatalf("reclaim while A lives = %d, %v; want 0", n, err)
-	}
-	stopA() // A's session ends: its lock is gone as soon as the server sees it
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n, err := s.InboxReclaim(ctx)
-		if err != nil || n > 1 {
-			t.Fatalf("reclaim after A stopped = %d, %v; want 1", n, err)
+// the lease; it can then neither complete nor reschedule them, and the
+// owner that claims them next completes them.
+func TestQueueDeadOwnerReclaimedAtOnce(t *testing.T) {
+	eachQueue(t, func(t *testing.T, c queueCase, s *storage.Store, _ *pgx.Conn, q *storage.Queue, id int64) {
+		ctx := context.Background()
+		_, a, stopA := live(t, s)
+		if got := claimed(t, q, a, time.Hour, 10); len(got) != 1 {
+			t.Fatalf("claim A = %v", got)
 		}
-		if n == 1 {
-			break
+		_, b, _ := live(t, s)
+		if n, err := q.Reclaim(ctx); err != nil || n != 0 {
+			t.Fatalf("reclaim while A lives = %d, %v; want 0", n, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("A's claim was not reclaimed within 5s of its session's end")
+		stopA() // A's session ends: its lock is gone as soon as the server sees it
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			n, err := q.Reclaim(ctx)
+			if err != nil || n > 1 {
+				t.Fatalf("reclaim after A stopped = %d, %v; want 1", n, err)
+			}
+			if n == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("A's claim was not reclaimed within 5s of its session's end")
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	got, err := s.InboxClaim(ctx, b, 10, time.Hour, 10, nil)
-	if err != nil || len(got) != 1 || got[0].Attempts != 2 {
-		t.Fatalf("claim B = %v, %v; want the event at attempt 2", got, err)
-	}
-	if outs, err := s.InboxProcess(ctx, []int64{claims[0].ID}, a); err != nil || len(outs) != 0 {
-		t.Errorf("dead A completes: %v, %v; want no outcome", outs, err)
-	}
-	if _, err := s.InboxRetry(ctx, claims[0].ID, a, "late", time.Now(), 10); !errors.Is(err, fulfillment.ErrLeaseLost) {
-		t.Errorf("dead A reschedules: %v, want ErrLeaseLost", err)
-	}
-	if outs, err := s.InboxProcess(ctx, []int64{got[0].ID}, b); err != nil || len(outs) != 1 {
-		t.Fatalf("B processes = %v, %v", outs, err)
-	}
-	if got := count(t, conn, "SELECT count(*) FROM entitlements"); got != 2 {
-		t.Errorf("entitlements = %d, want 2", got)
-	}
+		if got := claimed(t, q, b, time.Hour, 10); len(got) != 1 || got[0].Attempts != 2 {
+			t.Fatalf("claim B = %v; want the item at attempt 2", got)
+		}
+		if held, err := c.complete(ctx, s, id, a); err != nil || held {
+			t.Errorf("dead A completes: held %v, %v; want its lease lost", held, err)
+		}
+		if _, err := q.Retry(ctx, a, worker.Claim{ID: id}, "late", time.Now(), 10); !errors.Is(err, worker.ErrLeaseLost) {
+			t.Errorf("dead A reschedules: %v, want ErrLeaseLost", err)
+		}
+		if held, err := c.complete(ctx, s, id, b); err != nil || !held {
+			t.Errorf("B completes: held %v, %v", held, err)
+		}
+	})
 }
 
 // A claim whose lease ran out is taken from an owner that never was live
 // (or died) at the claim itself, without a reclaim.
-func TestClaimTakesExpiredLeaseOfDeadOwner(t *testing.T) {
-	t.Parallel()
-	s, _ := newStore(t)
-	ctx := context.Background()
-	insertPaidOrder(t, s, "evt_1")
-	if got, err := s.InboxClaim(ctx, "gone", 10, 10*time.Millisecond, 10, nil); err != nil || len(got) != 1 {
-		t.Fatalf("claim = %v, %v", got, err)
-	}
-	time.Sleep(20 * time.Millisecond)
-	_, b, _ := live(t, s)
-	if got, err := s.InboxClaim(ctx, b, 10, time.Hour, 10, nil); err != nil || len(got) != 1 || got[0].Attempts != 2 {
-		t.Fatalf("claim B = %v, %v; want the event at attempt 2", got, err)
-	}
+func TestQueueClaimTakesExpiredLeaseOfDeadOwner(t *testing.T) {
+	eachQueue(t, func(t *testing.T, _ queueCase, s *storage.Store, _ *pgx.Conn, q *storage.Queue, _ int64) {
+		if got := claimed(t, q, "gone", 10*time.Millisecond, 10); len(got) != 1 {
+			t.Fatalf("claim = %v", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+		_, b, _ := live(t, s)
+		if got := claimed(t, q, b, time.Hour, 10); len(got) != 1 || got[0].Attempts != 2 {
+			t.Fatalf("claim B = %v; want the item at attempt 2", got)
+		}
+	})
 }
 
-// A worker that lost its liveness while it held its events locked in a
-// processing transaction still commits them: reclaim skips locked rows.
-func TestReclaimSkipsEventsBeingProcessed(t *testing.T) {
-	t.Parallel()
-	s, conn := newStore(t)
-	ctx := context.Background()
-	insertPaidOrder(t, s, "evt_1")
-	if got, err := s.InboxClaim(ctx, "lost", 10, time.Hour, 10, nil); err != nil || len(got) != 1 {
-		t.Fatalf("claim = %v, %v", got, err)
-	}
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SELECT id FROM inbox_events WHERE lease_owner = 'lost' FOR UPDATE"); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := s.InboxReclaim(ctx); err != nil || n != 0 {
-		t.Fatalf("reclaim of a locked event = %d, %v; want 0, at once", n, err)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := s.InboxReclaim(ctx); err != nil || n != 1 {
-		t.Fatalf("reclaim after the transaction = %d, %v; want 1", n, err)
-	}
+// A worker that lost its liveness while it held its items locked in a
+// transaction still commits them: reclaim skips locked rows.
+func TestQueueReclaimSkipsItemsBeingProcessed(t *testing.T) {
+	eachQueue(t, func(t *testing.T, c queueCase, _ *storage.Store, conn *pgx.Conn, q *storage.Queue, _ int64) {
+		ctx := context.Background()
+		if got := claimed(t, q, "lost", time.Hour, 10); len(got) != 1 {
+			t.Fatalf("claim = %v", got)
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err := tx.Exec(ctx, "SELECT id FROM "+c.table+" WHERE lease_owner = 'lost' FOR UPDATE"); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := q.Reclaim(ctx); err != nil || n != 0 {
+			t.Fatalf("reclaim of a locked item = %d, %v; want 0, at once", n, err)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := q.Reclaim(ctx); err != nil || n != 1 {
+			t.Fatalf("reclaim after the transaction = %d, %v; want 1", n, err)
+		}
+	})
+}
+
+// An item that fails every attempt is retried until it has used its
+// attempts, then failed — with its table's item, once — and never claimed
+// again.
+func TestQueueRetryBudget(t *testing.T) {
+	eachQueue(t, func(t *testing.T, c queueCase, _ *storage.Store, conn *pgx.Conn, q *storage.Queue, id int64) {
+		ctx := context.Background()
+		for attempt := 1; attempt <= 3; attempt++ {
+			got := claimed(t, q, "w", time.Minute, 3)
+			if len(got) != 1 || got[0].Attempts != attempt {
+				t.Fatalf("attempt %d: claim = %v", attempt, got)
+			}
+			failed, err := q.Retry(ctx, "w", got[0], fmt.Sprintf("boom %d", attempt), time.Now(), 3)
+			if err != nil || failed != (attempt == 3) {
+				t.Fatalf("attempt %d: failed = %v, %v", attempt, failed, err)
+			}
+		}
+		if got := claimed(t, q, "w", time.Minute, 3); len(got) != 0 {
+			t.Errorf("a failed item was claimed again: %v", got)
+		}
+		if got := count(t, conn, "SELECT count(*) FROM "+c.table+" WHERE id = $1 AND state = 'failed' AND last_error = 'boom 3' AND lease_owner IS NULL", id); got != 1 {
+			t.Errorf("failed items = %d, want 1", got)
+		}
+		if got, want := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = $1", c.failedItem), min(len(c.failedItem), 1); got != want {
+			t.Errorf("%q items = %d, want %d", c.failedItem, got, want)
+		}
+	})
+}
+
+// An item whose worker dies during every attempt (Retry never runs) is
+// reclaimed at once each time, and failed by the claim once it has used its
+// attempts, with its table's item.
+func TestQueueReclaimedItemFailsPastItsAttempts(t *testing.T) {
+	eachQueue(t, func(t *testing.T, c queueCase, _ *storage.Store, conn *pgx.Conn, q *storage.Queue, id int64) {
+		ctx := context.Background()
+		for attempt := 1; attempt <= 3; attempt++ {
+			if got := claimed(t, q, fmt.Sprintf("dies-%d", attempt), time.Hour, 3); len(got) != 1 || got[0].Attempts != attempt {
+				t.Fatalf("attempt %d: claim = %v", attempt, got)
+			}
+			if n, err := q.Reclaim(ctx); err != nil || n != 1 {
+				t.Fatalf("attempt %d: reclaim = %d, %v; want 1", attempt, n, err)
+			}
+		}
+		if got := claimed(t, q, "w", time.Hour, 3); len(got) != 0 {
+			t.Fatalf("claim past the attempts = %v; want nothing", got)
+		}
+		if got := count(t, conn, "SELECT count(*) FROM "+c.table+
+			" WHERE id = $1 AND state = 'failed' AND lease_owner IS NULL AND last_error LIKE 'abandoned%'", id); got != 1 {
+			t.Errorf("failed items = %d, want 1", got)
+		}
+		if got, want := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = $1", c.failedItem), min(len(c.failedItem), 1); got != want {
+			t.Errorf("%q items = %d, want %d", c.failedItem, got, want)
+		}
+	})
+}
+
+// Released claims are due again at once, their claim not counted as an
+// attempt, and leased to nobody.
+func TestQueueRelease(t *testing.T) {
+	eachQueue(t, func(t *testing.T, c queueCase, _ *storage.Store, conn *pgx.Conn, q *storage.Queue, _ int64) {
+		if got := claimed(t, q, "leaving", time.Hour, 10); len(got) != 1 {
+			t.Fatalf("claim = %v", got)
+		}
+		if n, err := q.Release(context.Background(), "leaving"); err != nil || n != 1 {
+			t.Fatalf("released %d, %v; want 1", n, err)
+		}
+		if got := count(t, conn, "SELECT count(*) FROM "+c.table+" WHERE lease_owner = 'leaving'"); got != 0 {
+			t.Errorf("%d items still leased to the released owner", got)
+		}
+		if got := claimed(t, q, "next", time.Hour, 10); len(got) != 1 || got[0].Attempts != 1 {
+			t.Fatalf("claim after release = %v; want the item at attempt 1", got)
+		}
+	})
 }
 
 // When the liveness connection breaks, the owner is lost for good: its
@@ -218,7 +397,7 @@ func TestLivenessConnectionLost(t *testing.T) {
 	insertPaidOrder(t, s, "evt_1")
 	l, a, _ := live(t, s)
 	_, lost := l.Owner()
-	if got, err := s.InboxClaim(ctx, a, 10, time.Hour, 10, nil); err != nil || len(got) != 1 {
+	if got, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: a, Limit: 10, Lease: time.Hour, MaxAttempts: 10}); err != nil || len(got) != 1 {
 		t.Fatalf("claim = %v, %v", got, err)
 	}
 	var killed int
@@ -234,39 +413,11 @@ func TestLivenessConnectionLost(t *testing.T) {
 		t.Fatal("the owner is still reported live 10s after its session ended")
 	}
 	b := waitOwner(t, l, a)
-	if n, err := s.InboxReclaim(ctx); err != nil || n != 1 {
+	if n, err := s.InboxQueue().Reclaim(ctx); err != nil || n != 1 {
 		t.Fatalf("reclaim of the lost owner's event = %d, %v; want 1", n, err)
 	}
-	if got, err := s.InboxClaim(ctx, b, 10, time.Hour, 10, nil); err != nil || len(got) != 1 {
+	if got, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: b, Limit: 10, Lease: time.Hour, MaxAttempts: 10}); err != nil || len(got) != 1 {
 		t.Fatalf("claim under the new owner = %v, %v", got, err)
-	}
-}
-
-// An event whose worker dies during every attempt is reclaimed at once each
-// time, and failed once it has used its attempts, with a failed_event item.
-func TestReclaimedEventFailsPastItsAttempts(t *testing.T) {
-	t.Parallel()
-	s, conn := newStore(t)
-	ctx := context.Background()
-	insertPaidOrder(t, s, "evt_1")
-	for attempt := 1; attempt <= 3; attempt++ {
-		got, err := s.InboxClaim(ctx, fmt.Sprintf("dies-%d", attempt), 10, time.Hour, 3, nil)
-		if err != nil || len(got) != 1 || got[0].Attempts != attempt {
-			t.Fatalf("attempt %d: claim = %v, %v", attempt, got, err)
-		}
-		if n, err := s.InboxReclaim(ctx); err != nil || n != 1 {
-			t.Fatalf("attempt %d: reclaim = %d, %v; want 1", attempt, n, err)
-		}
-	}
-	if got, err := s.InboxClaim(ctx, "w", 10, time.Hour, 3, nil); err != nil || len(got) != 0 {
-		t.Fatalf("claim past the attempts = %v, %v; want nothing", got, err)
-	}
-	if got := count(t, conn, `SELECT count(*) FROM inbox_events
-		WHERE state = 'failed' AND decision = 'failed' AND lease_owner IS NULL AND last_error LIKE 'abandoned%'`); got != 1 {
-		t.Errorf("failed events = %d, want 1", got)
-	}
-	if got := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = 'failed_event'"); got != 1 {
-		t.Errorf("failed_event items = %d, want 1", got)
 	}
 }
 

@@ -149,7 +149,7 @@ func TestSubscriptionFlowRenewalOnce(t *testing.T) {
 		}
 		ids = append(ids, r.ID)
 	}
-	if _, err := s.InboxClaim(ctx, "w", 100, time.Minute, 10, nil); err != nil {
+	if _, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 100, Lease: time.Minute, MaxAttempts: 10}); err != nil {
 		t.Fatal(err)
 	}
 	var (
@@ -341,7 +341,7 @@ func TestSubscriptionSweepersRace(t *testing.T) {
 	for range 2 {
 		live := s.NewLiveness()
 		wg.Go(func() { _ = live.Run(ctx) })
-		q := worker.NewSweeper(s, live, worker.Config{Workers: 3, Batch: 4, Poll: 20 * time.Millisecond}, nil, log)
+		q := worker.NewSweeper(s.SweepQueue(), s, live, worker.Config{Workers: 3, Batch: 4, Poll: 20 * time.Millisecond}, nil, log)
 		wg.Go(func() { _ = q.Run(ctx) })
 	}
 	deadline := time.Now().Add(30 * time.Second)

@@ -14,28 +14,10 @@ import (
 
 var _ fulfillment.SweepWork = (*Store)(nil)
 
-// sweepQueue is the sweeper's queue: one row per subscription, due when
+// sweepTable is the sweeper's queue (SweepQueue): one row per subscription, due when
 // its access ends unless an event extends it first (applySubscription
 // moves it).
-var sweepQueue = newLeasedTable(leasedTable{table: "subscription_sweeps", noun: "sweep"})
-
-// SweepClaim implements fulfillment.SweepWork.
-func (s *Store) SweepClaim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]fulfillment.Claim, error) {
-	return s.claim(ctx, sweepQueue, owner, limit, lease, maxAttempts, inFlight)
-}
-
-// SweepRelease implements fulfillment.SweepWork.
-func (s *Store) SweepRelease(ctx context.Context, owner string) (int, error) {
-	return s.release(ctx, sweepQueue, owner)
-}
-
-// SweepReclaim implements fulfillment.SweepWork.
-func (s *Store) SweepReclaim(ctx context.Context) (int, error) { return s.reclaim(ctx, sweepQueue) }
-
-// SweepRetry implements fulfillment.SweepWork.
-func (s *Store) SweepRetry(ctx context.Context, id int64, owner, cause string, next time.Time, maxAttempts int) (bool, error) {
-	return s.retry(ctx, sweepQueue, id, owner, cause, next, maxAttempts)
-}
+var sweepTable = newLeasedTable(leasedTable{table: "subscription_sweeps", noun: "sweep"})
 
 // SweepProcess implements fulfillment.SweepWork. The subscription is
 // locked before its sweep is written, as every writer of both does, and
@@ -48,10 +30,10 @@ func (s *Store) SweepProcess(ctx context.Context, id int64, owner string, now ti
 	)
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		var subID uuid.UUID
-		err := tx.QueryRow(ctx, `SELECT subscription_id FROM subscription_sweeps WHERE id = $1 AND state = 'pending' AND lease_owner = $2`,
+		err := tx.QueryRow(ctx, `SELECT subscription_id FROM subscription_sweeps WHERE `+leaseHeld("", "ARRAY[$1::bigint]", "$2"),
 			id, owner).Scan(&subID)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("sweep %d: %w", id, fulfillment.ErrLeaseLost)
+			return sweepTable.lost(id)
 		}
 		if err != nil {
 			return fmt.Errorf("reading sweep: %w", interpret(err))
@@ -82,11 +64,11 @@ func (s *Store) SweepProcess(ctx context.Context, id int64, owner string, now ti
 		if rec.AccessEnded || next.IsZero() {
 			_, err = tx.Exec(ctx, `UPDATE subscription_sweeps SET state = 'done', processed_at = clock_timestamp(),
 					lease_owner = NULL, lease_until = NULL, last_error = NULL
-				WHERE id = $1 AND lease_owner = $2`, id, owner)
+				WHERE `+leaseHeld("", "ARRAY[$1::bigint]", "$2"), id, owner)
 		} else {
 			_, err = tx.Exec(ctx, `UPDATE subscription_sweeps SET next_attempt_at = $3, attempts = 0,
 					lease_owner = NULL, lease_until = NULL
-				WHERE id = $1 AND lease_owner = $2`, id, owner, next)
+				WHERE `+leaseHeld("", "ARRAY[$1::bigint]", "$2"), id, owner, next)
 		}
 		if err != nil {
 			return fmt.Errorf("completing sweep: %w", interpret(err))

@@ -71,8 +71,8 @@ func (c HousekeepingConfig) WithDefaults() HousekeepingConfig {
 // what makes the tasks safe, though: every batch is idempotent (an item's
 // unique key, a purge of rows that still have a body), so that two runs at
 // once — a replica that lost its liveness mid-run — do no harm.
-func NewHousekeeper(work fulfillment.HousekeepingWork, owners Owners, cfg HousekeepingConfig, now func() time.Time, log *slog.Logger) *Queue {
-	return NewHousekeeperWith(work, owners, cfg, now, log, HousekeepingOptions{})
+func NewHousekeeper(table Table, work fulfillment.HousekeepingWork, owners Owners, cfg HousekeepingConfig, now func() time.Time, log *slog.Logger) *Queue {
+	return NewHousekeeperWith(table, work, owners, cfg, now, log, HousekeepingOptions{})
 }
 
 // HousekeepingOptions adds an observer to the housekeeper.
@@ -85,11 +85,10 @@ type HousekeepingOptions struct {
 }
 
 // NewHousekeeperWith is NewHousekeeper with an observer.
-func NewHousekeeperWith(work fulfillment.HousekeepingWork, owners Owners, cfg HousekeepingConfig, now func() time.Time, log *slog.Logger, opts HousekeepingOptions) *Queue {
+func NewHousekeeperWith(table Table, work fulfillment.HousekeepingWork, owners Owners, cfg HousekeepingConfig, now func() time.Time, log *slog.Logger, opts HousekeepingOptions) *Queue {
 	cfg = cfg.WithDefaults()
-	t := &housekeepingTable{work: work, cfg: cfg, now: now, log: log.With("queue", "housekeeping"),
-		notBefore: time.Now().Add(cfg.Interval), opts: opts}
-	return NewQueue("housekeeping", t, owners, Config{
+	h := &housekeeper{work: work, cfg: cfg, now: now, log: log.With("queue", "housekeeping"), opts: opts}
+	return NewQueue("housekeeping", notBefore{Table: table, at: time.Now().Add(cfg.Interval)}, h.Process, owners, Config{
 		Workers: 1,
 		Batch:   1,
 		Poll:    cfg.Interval,
@@ -101,39 +100,38 @@ func NewHousekeeperWith(work fulfillment.HousekeepingWork, owners Owners, cfg Ho
 	}, log)
 }
 
-// housekeepingTable is the housekeeping tasks as a Table.
-type housekeepingTable struct {
+// housekeeper runs the housekeeping tasks claimed.
+type housekeeper struct {
 	work fulfillment.HousekeepingWork
 	cfg  HousekeepingConfig
 	now  func() time.Time
 	log  *slog.Logger
-	// notBefore is when the first claim is made: one interval after the
-	// housekeeper was made. Housekeeping never competes with a replica's
-	// start-up, and the first queue a starting replica claims from is the
-	// one with work waiting (crash tests arm their failpoint at a claim,
-	// meaning the inbox's).
-	notBefore time.Time
-	opts      HousekeepingOptions
+	opts HousekeepingOptions
 }
 
-func (t *housekeepingTable) Claim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error) {
-	if time.Now().Before(t.notBefore) {
+// notBefore is a Table that claims nothing before at. The housekeeper's
+// first claim is made one interval after it was made: housekeeping never
+// competes with a replica's start-up, and the first queue a starting
+// replica claims from is the one with work waiting (crash tests arm their
+// failpoint at a claim, meaning the inbox's).
+type notBefore struct {
+	Table
+	at time.Time
+}
+
+func (t notBefore) Claim(ctx context.Context, p ClaimParams) ([]Claim, error) {
+	if time.Now().Before(t.at) {
 		return nil, nil
 	}
-	got, err := t.work.HousekeepingClaim(ctx, owner, limit, lease, maxAttempts, inFlight)
-	claims := make([]Claim, len(got))
-	for i, c := range got {
-		claims[i] = Claim(c)
-	}
-	return claims, err
+	return t.Table.Claim(ctx, p)
 }
 
 // Process runs the claimed tasks, each in batches of statements of their
 // own, and schedules each one's next run.
-func (t *housekeepingTable) Process(ctx context.Context, owner string, claims []Claim) error {
+func (t *housekeeper) Process(ctx context.Context, owner string, claims []Claim) error {
 	for _, c := range claims {
 		task, err := t.work.HousekeepingTask(ctx, c.ID, owner)
-		if errors.Is(err, fulfillment.ErrLeaseLost) {
+		if errors.Is(err, ErrLeaseLost) {
 			continue
 		}
 		if err != nil {
@@ -141,7 +139,7 @@ func (t *housekeepingTable) Process(ctx context.Context, owner string, claims []
 		}
 		n, err := t.Run(ctx, task)
 		if err == nil {
-			if err = t.work.HousekeepingDone(ctx, c.ID, owner, n, t.cfg.Interval); errors.Is(err, fulfillment.ErrLeaseLost) {
+			if err = t.work.HousekeepingDone(ctx, c.ID, owner, n, t.cfg.Interval); errors.Is(err, ErrLeaseLost) {
 				err = nil // the run's work is done; another replica has the task now
 			}
 		}
@@ -157,7 +155,7 @@ func (t *housekeepingTable) Process(ctx context.Context, owner string, claims []
 
 // Run runs one task at the housekeeper's clock: batches until one comes
 // back short, at most MaxBatches. It returns how many things it did.
-func (t *housekeepingTable) Run(ctx context.Context, task fulfillment.HousekeepingTask) (int, error) {
+func (t *housekeeper) Run(ctx context.Context, task fulfillment.HousekeepingTask) (int, error) {
 	var now time.Time
 	if t.now != nil {
 		now = t.now()
@@ -191,23 +189,4 @@ func (t *housekeepingTable) Run(ctx context.Context, task fulfillment.Housekeepi
 		t.log.Info("raw event bodies purged", "count", total, "retention", t.cfg.RawBodyRetention)
 	}
 	return total, nil
-}
-
-func (t *housekeepingTable) Retry(ctx context.Context, owner string, c Claim, cause string, next time.Time, maxAttempts int) (bool, error) {
-	return t.work.HousekeepingRetry(ctx, c.ID, owner, cause, next, maxAttempts)
-}
-
-func (t *housekeepingTable) Release(ctx context.Context, owner string) (int, error) {
-	return t.work.HousekeepingRelease(ctx, owner)
-}
-
-func (t *housekeepingTable) Reclaim(ctx context.Context) (int, error) {
-	return t.work.HousekeepingReclaim(ctx)
-}
-
-// Listen waits for ctx: tasks fall due with time, never by a commit, so
-// the queue's poll (the interval) finds them.
-func (*housekeepingTable) Listen(ctx context.Context, _ func()) error {
-	<-ctx.Done()
-	return nil
 }

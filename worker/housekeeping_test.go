@@ -25,7 +25,7 @@ type fakeHousekeeping struct {
 func (f *fakeHousekeeping) HousekeepingTask(_ context.Context, id int64, _ string) (fulfillment.HousekeepingTask, error) {
 	task, ok := f.tasks[id]
 	if !ok {
-		return "", fulfillment.ErrLeaseLost
+		return "", ErrLeaseLost
 	}
 	return task, nil
 }
@@ -57,7 +57,7 @@ func TestHousekeepingRunsInBatches(t *testing.T) {
 	at := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	work := &fakeHousekeeping{overdue: 25, bodies: 1000, done: map[int64]int{},
 		tasks: map[int64]fulfillment.HousekeepingTask{1: fulfillment.TaskFulfillmentSLA, 2: fulfillment.TaskRawBodyPurge}}
-	table := &housekeepingTable{work: work, now: func() time.Time { return at }, log: slog.New(slog.DiscardHandler),
+	table := &housekeeper{work: work, now: func() time.Time { return at }, log: slog.New(slog.DiscardHandler),
 		cfg: HousekeepingConfig{Interval: 7 * time.Second, Batch: 10, MaxBatches: 5}.WithDefaults()}
 	if err := table.Process(context.Background(), "w", []Claim{{ID: 1}, {ID: 2}, {ID: 3}}); err != nil {
 		t.Fatal(err)
@@ -87,11 +87,11 @@ func TestHousekeepingDatabaseClock(t *testing.T) {
 	t.Parallel()
 	work := &fakeHousekeeping{overdue: 1, done: map[int64]int{},
 		tasks: map[int64]fulfillment.HousekeepingTask{1: fulfillment.TaskFulfillmentSLA, 2: "vacuum"}}
-	table := &housekeepingTable{work: work, log: slog.New(slog.DiscardHandler), cfg: HousekeepingConfig{}.WithDefaults()}
+	table := &housekeeper{work: work, log: slog.New(slog.DiscardHandler), cfg: HousekeepingConfig{}.WithDefaults()}
 	if err := table.Process(context.Background(), "w", []Claim{{ID: 1}}); err != nil || len(work.nows) != 1 || !work.nows[0].IsZero() {
 		t.Errorf("Process = %v at %v, want the zero time", err, work.nows)
 	}
-	if err := table.Process(context.Background(), "w", []Claim{{ID: 2}}); err == nil || errors.Is(err, fulfillment.ErrLeaseLost) {
+	if err := table.Process(context.Background(), "w", []Claim{{ID: 2}}); err == nil || errors.Is(err, ErrLeaseLost) {
 		t.Errorf("an unknown task: %v", err)
 	}
 }

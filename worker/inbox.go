@@ -28,40 +28,31 @@ type InboxOptions struct {
 	Tracer trace.Tracer
 }
 
-// NewInbox returns the inbox processor: the queue of stored provider events,
-// each batch processed in one transaction by work. onOutcome, when not nil,
-// observes every processed event (metrics).
-func NewInbox(work fulfillment.InboxWork, owners Owners, cfg Config, log *slog.Logger, onOutcome func(fulfillment.Outcome)) *Queue {
-	return NewInboxWith(work, owners, cfg, log, InboxOptions{OnOutcome: onOutcome})
+// NewInbox returns the inbox processor: the queue of stored provider events
+// in table, each batch processed in one transaction by work. onOutcome,
+// when not nil, observes every processed event (metrics).
+func NewInbox(table Table, work fulfillment.InboxWork, owners Owners, cfg Config, log *slog.Logger, onOutcome func(fulfillment.Outcome)) *Queue {
+	return NewInboxWith(table, work, owners, cfg, log, InboxOptions{OnOutcome: onOutcome})
 }
 
 // NewInboxWith is NewInbox with observers. Each processed event writes one
 // INFO line: its id, its order, the decision (never its body or the
 // customer's reference).
-func NewInboxWith(work fulfillment.InboxWork, owners Owners, cfg Config, log *slog.Logger, opts InboxOptions) *Queue {
+func NewInboxWith(table Table, work fulfillment.InboxWork, owners Owners, cfg Config, log *slog.Logger, opts InboxOptions) *Queue {
 	if opts.Tracer == nil {
 		opts.Tracer = noop.NewTracerProvider().Tracer("")
 	}
-	return NewQueue("inbox", inboxTable{work: work, log: log, opts: opts}, owners, cfg, log)
+	return NewQueue("inbox", table, inboxWorker{work: work, log: log, opts: opts}.Process, owners, cfg, log)
 }
 
-// inboxTable is the inbox as a Table.
-type inboxTable struct {
+// inboxWorker processes the inbox's claims.
+type inboxWorker struct {
 	work fulfillment.InboxWork
 	log  *slog.Logger
 	opts InboxOptions
 }
 
-func (t inboxTable) Claim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error) {
-	got, err := t.work.InboxClaim(ctx, owner, limit, lease, maxAttempts, inFlight)
-	claims := make([]Claim, len(got))
-	for i, c := range got {
-		claims[i] = Claim{ID: c.ID, Attempts: c.Attempts}
-	}
-	return claims, err
-}
-
-func (t inboxTable) Process(ctx context.Context, owner string, claims []Claim) error {
+func (t inboxWorker) Process(ctx context.Context, owner string, claims []Claim) error {
 	start := time.Now()
 	ctx, span := t.opts.Tracer.Start(ctx, "inbox.process", trace.WithAttributes(attribute.Int("inbox.batch_size", len(claims))))
 	defer span.End()
@@ -88,7 +79,7 @@ func (t inboxTable) Process(ctx context.Context, owner string, claims []Claim) e
 
 // process runs the batch, with each event's details when the work tells
 // them.
-func (t inboxTable) process(ctx context.Context, ids []int64, owner string) (map[int64]fulfillment.ProcessedEvent, error) {
+func (t inboxWorker) process(ctx context.Context, ids []int64, owner string) (map[int64]fulfillment.ProcessedEvent, error) {
 	if p, ok := t.work.(fulfillment.InboxEventsProcessor); ok {
 		return p.InboxProcessEvents(ctx, ids, owner)
 	}
@@ -104,7 +95,7 @@ func (t inboxTable) process(ctx context.Context, ids []int64, owner string) (map
 }
 
 // processed logs, counts and traces one processed event.
-func (t inboxTable) processed(ctx context.Context, batch trace.Span, start time.Time, id int64, p fulfillment.ProcessedEvent) {
+func (t inboxWorker) processed(ctx context.Context, batch trace.Span, start time.Time, id int64, p fulfillment.ProcessedEvent) {
 	attrs := []slog.Attr{
 		slog.String("event_id", p.EventID), slog.String("endpoint", p.EndpointID), slog.String("kind", string(p.Kind)),
 		slog.Int64("inbox_id", id), slog.String("order_id", p.OrderID), slog.String("decision", string(p.Decision)),
@@ -134,18 +125,4 @@ func (t inboxTable) processed(ctx context.Context, batch trace.Span, start time.
 			attribute.String("webhook.event_id", p.EventID), attribute.Int64("inbox.id", id),
 			attribute.String("order.id", p.OrderID), attribute.String("inbox.decision", string(p.Decision))))
 	span.End()
-}
-
-func (t inboxTable) Retry(ctx context.Context, owner string, c Claim, cause string, next time.Time, maxAttempts int) (bool, error) {
-	return t.work.InboxRetry(ctx, c.ID, owner, cause, next, maxAttempts)
-}
-
-func (t inboxTable) Release(ctx context.Context, owner string) (int, error) {
-	return t.work.InboxRelease(ctx, owner)
-}
-
-func (t inboxTable) Reclaim(ctx context.Context) (int, error) { return t.work.InboxReclaim(ctx) }
-
-func (t inboxTable) Listen(ctx context.Context, wake func()) error {
-	return t.work.InboxListen(ctx, wake)
 }

@@ -41,7 +41,7 @@ func TestInboxDecisionLogLine(t *testing.T) {
 			OrderID: "0193-order", ReceivedAt: time.Now().Add(-1500 * time.Millisecond),
 		},
 	}}
-	table := inboxTable{work: work, log: log, opts: InboxOptions{
+	table := inboxWorker{work: work, log: log, opts: InboxOptions{
 		OnProcessed: func(p fulfillment.ProcessedEvent) { observed = append(observed, p) },
 	}}
 	table.opts.Tracer = noop.NewTracerProvider().Tracer("") // as NewInboxWith sets it

@@ -11,58 +11,17 @@ import (
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
 
-// fakeInbox is a fulfillment.InboxWork whose methods call its function
-// fields; a nil field does nothing.
+// fakeInbox is a fulfillment.InboxWork whose InboxProcess calls process.
 type fakeInbox struct {
-	claim   func(owner string, limit int, lease time.Duration, maxAttempts int) ([]fulfillment.InboxClaim, error)
 	process func(ids []int64, owner string) (map[int64]fulfillment.Outcome, error)
-	retry   func(id int64, owner, cause string, next time.Time, maxAttempts int) (bool, error)
-	release func(owner string) (int, error)
-	reclaim func() (int, error)
-}
-
-func (f *fakeInbox) InboxClaim(_ context.Context, owner string, limit int, lease time.Duration, maxAttempts int, _ []int64) ([]fulfillment.InboxClaim, error) {
-	if f.claim == nil {
-		return nil, nil
-	}
-	return f.claim(owner, limit, lease, maxAttempts)
 }
 
 func (f *fakeInbox) InboxProcess(_ context.Context, ids []int64, owner string) (map[int64]fulfillment.Outcome, error) {
-	if f.process == nil {
-		return nil, nil
-	}
 	return f.process(ids, owner)
 }
 
-func (f *fakeInbox) InboxRetry(_ context.Context, id int64, owner, cause string, next time.Time, maxAttempts int) (bool, error) {
-	if f.retry == nil {
-		return false, nil
-	}
-	return f.retry(id, owner, cause, next, maxAttempts)
-}
-
-func (f *fakeInbox) InboxRelease(_ context.Context, owner string) (int, error) {
-	if f.release == nil {
-		return 0, nil
-	}
-	return f.release(owner)
-}
-
-func (f *fakeInbox) InboxReclaim(context.Context) (int, error) {
-	if f.reclaim == nil {
-		return 0, nil
-	}
-	return f.reclaim()
-}
-
-func (*fakeInbox) InboxListen(ctx context.Context, _ func()) error {
-	<-ctx.Done()
-	return nil
-}
-
 // The inbox processor passes claims, owners and retries through to the
-// inbox's storage, and reports the outcome of every event it processed —
+// inbox's table and storage, and reports the outcome of every event it processed —
 // not of those another worker took over.
 func TestInboxProcessor(t *testing.T) {
 	t.Parallel()
@@ -74,13 +33,6 @@ func TestInboxProcessor(t *testing.T) {
 			claimed  bool
 		)
 		work := &fakeInbox{
-			claim: func(_ string, _ int, _ time.Duration, _ int) ([]fulfillment.InboxClaim, error) {
-				if claimed {
-					return nil, nil
-				}
-				claimed = true
-				return []fulfillment.InboxClaim{{ID: 1, Attempts: 1}, {ID: 2, Attempts: 1}, {ID: 3, Attempts: 4}}, nil
-			},
 			process: func(ids []int64, _ string) (map[int64]fulfillment.Outcome, error) {
 				switch {
 				case slices.Contains(ids, 3):
@@ -90,8 +42,17 @@ func TestInboxProcessor(t *testing.T) {
 				}
 				return map[int64]fulfillment.Outcome{}, nil // 2 was taken over
 			},
-			retry: func(id int64, owner, cause string, _ time.Time, maxAttempts int) (bool, error) {
-				retried.add(fmt.Sprintf("%d by %s at attempt budget %d: %s", id, owner, maxAttempts, cause))
+		}
+		table := &fakeTable{
+			claim: func(_ string, _ int, _ time.Duration, _ int) ([]Claim, error) {
+				if claimed {
+					return nil, nil
+				}
+				claimed = true
+				return []Claim{{ID: 1, Attempts: 1}, {ID: 2, Attempts: 1}, {ID: 3, Attempts: 4}}, nil
+			},
+			retry: func(owner string, c Claim, cause string, _ time.Time, maxAttempts int) (bool, error) {
+				retried.add(fmt.Sprintf("%d by %s at attempt budget %d: %s", c.ID, owner, maxAttempts, cause))
 				return false, nil
 			},
 			release: func(owner string) (int, error) {
@@ -99,7 +60,7 @@ func TestInboxProcessor(t *testing.T) {
 				return 0, nil
 			},
 		}
-		q := NewInbox(work, liveOwner("w1"), Config{Workers: 1, MaxAttempts: 9}, discard,
+		q := NewInbox(table, work, liveOwner("w1"), Config{Workers: 1, MaxAttempts: 9}, discard,
 			func(o fulfillment.Outcome) { outcomes.add(string(o.Decision)) })
 		stop := start(q)
 		synctest.Wait()

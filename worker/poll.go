@@ -23,10 +23,10 @@ const pollTimeout = 15 * time.Second
 // the endpoints' providers by endpoint id. cfg's backoff is the polling
 // cadence and its MaxAttempts how many polls a payment gets.
 // opts observes the polls.
-func NewPollerWith(work fulfillment.PollWork, providers map[string]fulfillment.StatePoller, owners Owners, cfg Config, log *slog.Logger, opts PollOptions) *Queue {
+func NewPollerWith(table Table, work fulfillment.PollWork, providers map[string]fulfillment.StatePoller, owners Owners, cfg Config, log *slog.Logger, opts PollOptions) *Queue {
 	cfg.Batch = 1
-	t := &pollTable{work: work, providers: providers, log: log, opts: opts}
-	return NewQueue("status poll", t, owners, cfg, log)
+	p := &poller{work: work, providers: providers, log: log, opts: opts}
+	return NewQueue("status poll", table, p.Process, owners, cfg, log)
 }
 
 // PollOutcome is what came of one poll.
@@ -57,26 +57,17 @@ type PollOptions struct {
 	OnPoll func(endpoint string, outcome PollOutcome)
 }
 
-// pollTable is the payment polls as a Table.
-type pollTable struct {
+// poller makes the polls claimed.
+type poller struct {
 	work      fulfillment.PollWork
 	providers map[string]fulfillment.StatePoller
 	log       *slog.Logger
 	opts      PollOptions
 }
 
-func (t *pollTable) Claim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error) {
-	got, err := t.work.PollClaim(ctx, owner, limit, lease, maxAttempts, inFlight)
-	claims := make([]Claim, len(got))
-	for i, c := range got {
-		claims[i] = Claim(c)
-	}
-	return claims, err
-}
-
 // Process polls each claimed payment. One that has no outcome yet is
 // returned as an error, for the queue to poll it again later.
-func (t *pollTable) Process(ctx context.Context, owner string, claims []Claim) error {
+func (t *poller) Process(ctx context.Context, owner string, claims []Claim) error {
 	for _, c := range claims {
 		if err := t.poll(ctx, owner, c); err != nil {
 			return err
@@ -85,10 +76,10 @@ func (t *pollTable) Process(ctx context.Context, owner string, claims []Claim) e
 	return nil
 }
 
-func (t *pollTable) poll(ctx context.Context, owner string, c Claim) error {
+func (t *poller) poll(ctx context.Context, owner string, c Claim) error {
 	start, known, err := t.work.PollLoad(ctx, c.ID, owner)
 	switch {
-	case errors.Is(err, fulfillment.ErrLeaseLost):
+	case errors.Is(err, ErrLeaseLost):
 		return nil
 	case err != nil:
 		return err
@@ -103,7 +94,7 @@ func (t *pollTable) poll(ctx context.Context, owner string, c Claim) error {
 // ask polls the payment of start at its provider, unless its outcome is
 // known already, and records the answer. outcome is empty when another
 // worker took the poll over.
-func (t *pollTable) ask(ctx context.Context, owner string, c Claim, start fulfillment.PaymentStart, known bool) (outcome PollOutcome, err error) {
+func (t *poller) ask(ctx context.Context, owner string, c Claim, start fulfillment.PaymentStart, known bool) (outcome PollOutcome, err error) {
 	if known { // a notification brought the outcome: nothing to ask
 		return t.record(ctx, owner, c, fulfillment.ProviderEvent{}, nil, true, PollKnown)
 	}
@@ -136,32 +127,15 @@ func (t *pollTable) ask(ctx context.Context, owner string, c Claim, start fulfil
 // record stores a poll's answer; it returns outcome once it is recorded,
 // PollFailed when it could not be, and no outcome when another worker took
 // the poll over.
-func (t *pollTable) record(ctx context.Context, owner string, c Claim, ev fulfillment.ProviderEvent, raw []byte, done bool, outcome PollOutcome) (PollOutcome, error) {
+func (t *poller) record(ctx context.Context, owner string, c Claim, ev fulfillment.ProviderEvent, raw []byte, done bool, outcome PollOutcome) (PollOutcome, error) {
 	err := t.work.PollRecord(ctx, c.ID, owner, ev, raw, done)
 	switch {
-	case errors.Is(err, fulfillment.ErrLeaseLost):
+	case errors.Is(err, ErrLeaseLost):
 		return "", nil
 	case err != nil:
 		return PollFailed, err
 	}
 	return outcome, nil
-}
-
-func (t *pollTable) Retry(ctx context.Context, owner string, c Claim, cause string, next time.Time, maxAttempts int) (bool, error) {
-	return t.work.PollRetry(ctx, c.ID, owner, cause, next, maxAttempts)
-}
-
-func (t *pollTable) Release(ctx context.Context, owner string) (int, error) {
-	return t.work.PollRelease(ctx, owner)
-}
-
-func (t *pollTable) Reclaim(ctx context.Context) (int, error) { return t.work.PollReclaim(ctx) }
-
-// Listen waits for ctx: polls fall due with time, never by a commit, so
-// the queue's poll interval finds them.
-func (*pollTable) Listen(ctx context.Context, _ func()) error {
-	<-ctx.Done()
-	return nil
 }
 
 // askFailure is a question to a provider that failed. Its text is what

@@ -1,9 +1,11 @@
-// Package worker runs the service's background work: leased queues — the
-// inbox processor turning stored provider events into order effects, and
-// the outbox next. A Queue claims due items of its table in batches under a
-// live owner, processes each batch, retries failures with capped
-// exponential backoff and jitter, hands its claims back on shutdown, and
-// frees the claims of owners that died.
+// Package worker runs the service's background work as leased queues. A
+// Queue claims due items of its Table (storage.Queue) in batches under a
+// live owner, has its Process do each batch's work, retries failures with
+// capped exponential backoff and jitter, hands its claims back on shutdown,
+// and frees the claims of owners that died. The queues' work: the inbox
+// processor turning stored provider events into effects, the outbox
+// dispatcher, the status poller, the subscription sweeper and the
+// housekeeper.
 package worker
 
 import (
@@ -27,23 +29,40 @@ type Claim struct {
 	Attempts int
 }
 
-// Table is the storage of one leased queue, implemented over each queued
-// table. Items are leased to an owner; an owner is live while its process
-// proves it (see Owners), and a live owner keeps its items whatever its
-// lease.
+// ErrLeaseLost means an item is no longer leased to the owner that tried to
+// complete or reschedule it: the owner stopped being live and another one
+// claimed the item. The work must be dropped: the new owner does it.
+var ErrLeaseLost = errors.New("lease lost")
+
+// ClaimParams says what one claim takes.
+type ClaimParams struct {
+	// Owner is the live owner the items are leased to.
+	Owner string
+	// Limit is the most items one claim takes.
+	Limit int
+	// Lease is how long claims leave a claimed item alone before they
+	// check whether its owner is still live.
+	Lease time.Duration
+	// MaxAttempts is the retry budget of one item: a due item that used it
+	// without completing (its workers died) is failed instead of claimed.
+	MaxAttempts int
+	// InFlight are the items Owner's workers hold: an item leased to Owner
+	// whose lease ran out and that is not among them (a claim it lost track
+	// of) is claimed again.
+	InFlight []int64
+}
+
+// Table is the storage of one leased queue (storage.Queue, over each
+// queued table). Items are leased to an owner; an owner is live while its
+// process proves it (see Owners), and a live owner keeps its items whatever
+// its lease.
 type Table interface {
-	// Claim leases up to limit due items to owner for lease, skipping those
-	// leased to live owners but owner's own whose lease ran out and that are
-	// not among inFlight (claims it lost track of); each claim counts as an
-	// attempt. A due item that has used maxAttempts without completing (its
-	// workers died) is failed instead.
-	Claim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error)
-	// Process completes claims in one transaction: all of them, or none
-	// when it fails. Claims owner no longer holds are left alone.
-	Process(ctx context.Context, owner string, claims []Claim) error
+	// Claim leases due items as p says, skipping those leased to live
+	// owners; each claim counts as an attempt.
+	Claim(ctx context.Context, p ClaimParams) ([]Claim, error)
 	// Retry records a failed attempt at c: it is due again at next, or
 	// failed (failed is true) when it has used maxAttempts. It returns
-	// fulfillment.ErrLeaseLost when owner no longer holds c.
+	// ErrLeaseLost when owner no longer holds c.
 	Retry(ctx context.Context, owner string, c Claim, cause string, next time.Time, maxAttempts int) (failed bool, err error)
 	// Release hands back the items leased to owner, not counting their
 	// claim as an attempt.
@@ -53,6 +72,25 @@ type Table interface {
 	Reclaim(ctx context.Context) (int, error)
 	// Listen calls wake whenever items may have become due, until ctx ends.
 	Listen(ctx context.Context, wake func()) error
+}
+
+// Process completes claims held by owner: the work of one queue. An error
+// means none of them completed, and each is then tried alone (see
+// Queue.process) — unless it is an ItemErrors, which names the claims that
+// did not complete, each with its cause, the others having completed.
+// Claims owner no longer holds are left alone.
+type Process func(ctx context.Context, owner string, claims []Claim) error
+
+// ItemErrors is what a Process returns when some claims of its batch did
+// not complete while the others did: each is retried after its backoff on
+// its own, with its cause, and the batch is not tried again.
+type ItemErrors map[int64]error
+
+func (e ItemErrors) Error() string {
+	for _, err := range e {
+		return fmt.Sprintf("%d items not completed, one because: %v", len(e), err)
+	}
+	return "no items failed"
 }
 
 // Owners tells a queue which owner to claim under (storage.Liveness).
@@ -115,6 +153,7 @@ func (c *Config) defaults() {
 type Queue struct {
 	name   string
 	table  Table
+	work   Process
 	owners Owners
 	cfg    Config
 	log    *slog.Logger
@@ -153,13 +192,14 @@ func (q *Queue) Down() error {
 	return nil
 }
 
-// NewQueue returns the queue called name (in logs) over table, claiming
-// under the owners' live owner.
-func NewQueue(name string, table Table, owners Owners, cfg Config, log *slog.Logger) *Queue {
+// NewQueue returns the queue called name (in logs) of table, whose claims
+// process completes, claiming under the owners' live owner.
+func NewQueue(name string, table Table, process Process, owners Owners, cfg Config, log *slog.Logger) *Queue {
 	cfg.defaults()
 	return &Queue{
 		name:     name,
 		table:    table,
+		work:     process,
 		owners:   owners,
 		cfg:      cfg,
 		log:      log.With("queue", name),
@@ -233,7 +273,8 @@ func (q *Queue) claimAndProcess(ctx context.Context, owner string, changed <-cha
 	// An item another worker claims meanwhile is missing from inFlight, but
 	// its lease has just begun: only items whose lease ran out are taken
 	// back.
-	claims, err := q.table.Claim(ctx, owner, q.cfg.Batch, q.cfg.Lease, q.cfg.MaxAttempts, q.holding())
+	claims, err := q.table.Claim(ctx, ClaimParams{Owner: owner, Limit: q.cfg.Batch, Lease: q.cfg.Lease,
+		MaxAttempts: q.cfg.MaxAttempts, InFlight: q.holding()})
 	if ctx.Err() == nil {
 		q.mu.Lock()
 		q.claimErr = err
@@ -299,18 +340,40 @@ func (q *Queue) done(claims []Claim) {
 }
 
 // ErrLater says that an item is not done yet, as expected (a payment
-// without an outcome), when an error of Table.Process wraps it: the item is
+// without an outcome), when an error of a Process wraps it: the item is
 // tried again after its backoff like a failure, and counts as an attempt,
 // but is no failure to warn about.
 var ErrLater = errors.New("not done yet")
 
-// process applies a batch of claims in one transaction. When the batch
-// fails, each item is tried alone, so that one failing item is retried (and
-// eventually failed) on its own without holding back the others.
+// retryTimeout bounds scheduling the retries of items whose work was done
+// (an ItemErrors), which happens even when the queue is stopping.
+const retryTimeout = 10 * time.Second
+
+// process completes a batch of claims. When the batch fails, each item is
+// tried alone, so that one failing item is retried (and eventually failed)
+// on its own without holding back the others; when some items of a batch
+// that did its work failed (ItemErrors), those are retried after their
+// backoff.
 func (q *Queue) process(ctx context.Context, owner string, claims []Claim) {
-	err := q.table.Process(ctx, owner, claims)
-	if err == nil || ctx.Err() != nil {
-		return // done, or shutting down: the claims are released or reclaimed
+	err := q.work(ctx, owner, claims)
+	if err == nil {
+		return
+	}
+	var items ItemErrors
+	if errors.As(err, &items) {
+		// The work was done (requests were made): its failures are
+		// recorded even when the queue is stopping.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retryTimeout)
+		defer cancel()
+		for _, c := range claims {
+			if cause, ok := items[c.ID]; ok {
+				q.retry(rctx, owner, c, cause)
+			}
+		}
+		return
+	}
+	if ctx.Err() != nil {
+		return // shutting down: the claims are released or reclaimed
 	}
 	if len(claims) > 1 {
 		for _, c := range claims {
@@ -318,16 +381,23 @@ func (q *Queue) process(ctx context.Context, owner string, claims []Claim) {
 		}
 		return
 	}
-	c := claims[0]
+	q.retry(ctx, owner, claims[0], err)
+}
+
+// retry schedules c, whose attempt failed with err, after its backoff, or
+// fails it past its attempts, and says so in the log.
+func (q *Queue) retry(ctx context.Context, owner string, c Claim, err error) {
 	next := time.Now().Add(q.backoff(c.Attempts))
 	failed, rerr := q.table.Retry(ctx, owner, c, err.Error(), next, q.cfg.MaxAttempts)
 	later := errors.Is(err, ErrLater)
 	switch {
-	case errors.Is(rerr, fulfillment.ErrLeaseLost):
+	case errors.Is(rerr, ErrLeaseLost):
 		q.log.Info("claim taken over by another worker", "id", c.ID)
 	case rerr != nil && errors.Is(rerr, fulfillment.ErrUnavailable):
 		q.log.Debug("recording failed attempt", "id", c.ID, "error", rerr) // the store says the database is unreachable, once
 	case rerr != nil:
+		// It stays leased to this live owner: once its lease runs out,
+		// this owner claims it again.
 		q.log.Warn("recording failed attempt", "id", c.ID, "error", rerr)
 	case later && failed:
 		q.log.Info("given up after its attempts", "id", c.ID, "attempts", c.Attempts, "last", err)

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
 
 // The tests run each queue in a synctest bubble: time is virtual, so that
@@ -31,7 +29,8 @@ type fakeTable struct {
 	inFlight func([]int64)
 }
 
-func (f *fakeTable) Claim(_ context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error) {
+func (f *fakeTable) Claim(_ context.Context, p ClaimParams) ([]Claim, error) {
+	owner, limit, lease, maxAttempts, inFlight := p.Owner, p.Limit, p.Lease, p.MaxAttempts, p.InFlight
 	if f.inFlight != nil {
 		f.inFlight(inFlight)
 	}
@@ -184,7 +183,7 @@ func TestQueueClaimsAndProcesses(t *testing.T) {
 						return nil
 					},
 				}
-				q := NewQueue("test", ft, liveOwner("a"), Config{Workers: 1, Batch: 2, Lease: 42 * time.Second, Poll: time.Minute, MaxAttempts: 7}, discard)
+				q := NewQueue("test", ft, ft.Process, liveOwner("a"), Config{Workers: 1, Batch: 2, Lease: 42 * time.Second, Poll: time.Minute, MaxAttempts: 7}, discard)
 				t0 := time.Now()
 				stop := start(q)
 				time.Sleep(time.Hour)
@@ -242,7 +241,7 @@ func TestQueueRetriesFailingItemAlone(t *testing.T) {
 				return false, nil
 			},
 		}
-		q := NewQueue("test", ft, liveOwner("a"), Config{Workers: 1, Batch: 3, BaseBackoff: time.Second, MaxAttempts: 5}, discard)
+		q := NewQueue("test", ft, ft.Process, liveOwner("a"), Config{Workers: 1, Batch: 3, BaseBackoff: time.Second, MaxAttempts: 5}, discard)
 		q.jitter = func() float64 { return 0.5 }
 		stop := start(q)
 		synctest.Wait()
@@ -256,6 +255,54 @@ func TestQueueRetriesFailingItemAlone(t *testing.T) {
 			t.Errorf("retries %q, want %q", got, want)
 		}
 	})
+}
+
+// A batch whose work was done but some of whose items did not complete
+// (ItemErrors) is not tried again: those items are retried on their own
+// after their backoff, each with its cause — also when the queue is
+// stopping as the batch ends.
+func TestQueueRetriesItemErrorsAfterBackoff(t *testing.T) {
+	t.Parallel()
+	for _, stopping := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stopping=%v", stopping), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var (
+					claimed   calls[time.Time]
+					processed calls[[]int64]
+					retried   calls[string]
+				)
+				ctx, cancel := context.WithCancel(context.Background())
+				ft := &fakeTable{
+					claim: batches(&claimed, []Claim{{1, 1}, {2, 2}, {3, 1}}),
+					process: func(_ context.Context, _ string, claims []Claim) error {
+						processed.add(ids(claims))
+						if stopping {
+							cancel()
+						}
+						return ItemErrors{2: errors.New("HTTP 503"), 3: errors.New("recording failed")}
+					},
+					retry: func(owner string, c Claim, cause string, next time.Time, maxAttempts int) (bool, error) {
+						retried.add(fmt.Sprintf("%s %d attempt %d: %s, in %v", owner, c.ID, c.Attempts, cause, time.Until(next)))
+						return false, nil
+					},
+				}
+				q := NewQueue("test", ft, ft.Process, liveOwner("a"), Config{Workers: 1, Batch: 3, BaseBackoff: time.Second, MaxAttempts: 5}, discard)
+				q.jitter = func() float64 { return 0 }
+				done := make(chan struct{})
+				go func() { defer close(done); _ = q.Run(ctx) }()
+				synctest.Wait()
+				cancel()
+				<-done
+				if got, want := fmt.Sprint(processed.all()), "[[1 2 3]]"; got != want {
+					t.Errorf("processed %s, want %s (the batch once)", got, want)
+				}
+				want := []string{"a 2 attempt 2: HTTP 503, in 2s", "a 3 attempt 1: recording failed, in 1s"}
+				if got := retried.all(); !slices.Equal(got, want) {
+					t.Errorf("retries %q, want %q", got, want)
+				}
+			})
+		})
+	}
 }
 
 // The retry delay doubles from the base per attempt, up to the ceiling, and
@@ -323,7 +370,7 @@ func TestQueueFailsItemAfterMaxAttempts(t *testing.T) {
 			},
 		}
 		poll := 100 * time.Millisecond
-		q := NewQueue("test", ft, liveOwner("a"), Config{Workers: 2, Poll: poll, MaxAttempts: maxAttempts,
+		q := NewQueue("test", ft, ft.Process, liveOwner("a"), Config{Workers: 2, Poll: poll, MaxAttempts: maxAttempts,
 			BaseBackoff: time.Second, MaxBackoff: 4 * time.Second}, discard)
 		q.jitter = func() float64 { return 0 }
 		stop := start(q)
@@ -371,7 +418,7 @@ func TestQueueReleasesOnShutdown(t *testing.T) {
 				return 2, nil
 			},
 		}
-		q := NewQueue("test", ft, liveOwner("a"), Config{Workers: 2, Batch: 4}, discard)
+		q := NewQueue("test", ft, ft.Process, liveOwner("a"), Config{Workers: 2, Batch: 4}, discard)
 		stop := start(q)
 		synctest.Wait()
 		if got := released.all(); len(got) != 0 {
@@ -404,7 +451,7 @@ func TestQueueReleasesNothingWithoutOwner(t *testing.T) {
 		}
 		never := make(chan struct{})
 		none := fakeOwners{owner: func() (string, <-chan struct{}) { return "", never }}
-		stop := start(NewQueue("test", ft, none, Config{Workers: 2}, discard))
+		stop := start(NewQueue("test", ft, ft.Process, none, Config{Workers: 2}, discard))
 		time.Sleep(time.Minute)
 		stop()
 		if got := claimed.all(); len(got) != 0 {
@@ -431,7 +478,7 @@ func TestQueueWakesOnNotify(t *testing.T) {
 				return nil
 			},
 		}
-		q := NewQueue("test", ft, liveOwner("a"), Config{Workers: 1, Poll: time.Hour}, discard)
+		q := NewQueue("test", ft, ft.Process, liveOwner("a"), Config{Workers: 1, Poll: time.Hour}, discard)
 		t0 := time.Now()
 		stop := start(q)
 		defer stop()
@@ -482,7 +529,7 @@ func TestQueueReclaimsAndWakes(t *testing.T) {
 				return 0, nil
 			},
 		}
-		q := NewQueue("test", ft, liveOwner("a"), Config{Workers: 2, Poll: time.Hour, Reclaim: time.Second}, discard)
+		q := NewQueue("test", ft, ft.Process, liveOwner("a"), Config{Workers: 2, Poll: time.Hour, Reclaim: time.Second}, discard)
 		t0 := time.Now()
 		stop := start(q)
 		time.Sleep(2500 * time.Millisecond)
@@ -523,7 +570,7 @@ func TestQueueNotifyWakesOneWorkerThenChains(t *testing.T) {
 				return nil
 			},
 		}
-		q := NewQueue("test", ft, liveOwner("a"), Config{Workers: 3, Batch: 2, Poll: time.Hour}, discard)
+		q := NewQueue("test", ft, ft.Process, liveOwner("a"), Config{Workers: 3, Batch: 2, Poll: time.Hour}, discard)
 		stop := start(q)
 		defer stop()
 		defer close(release) // before stop: the batches in flight end
@@ -592,7 +639,7 @@ func TestQueueDropsClaimsOfLostOwner(t *testing.T) {
 				return nil
 			},
 		}
-		q := NewQueue("test", ft, fakeOwners{owner: current}, Config{Workers: 1, Poll: time.Hour}, discard)
+		q := NewQueue("test", ft, ft.Process, fakeOwners{owner: current}, Config{Workers: 1, Poll: time.Hour}, discard)
 		t0 := time.Now()
 		stop := start(q)
 		defer stop()
@@ -637,10 +684,10 @@ func TestQueueSurvivesStorageErrors(t *testing.T) {
 			process: func(context.Context, string, []Claim) error { return errors.New("boom") },
 			retry: func(_ string, c Claim, _ string, _ time.Time, _ int) (bool, error) {
 				retried.add(c.ID)
-				return false, fmt.Errorf("event 7: %w", fulfillment.ErrLeaseLost)
+				return false, fmt.Errorf("event 7: %w", ErrLeaseLost)
 			},
 		}
-		stop := start(NewQueue("test", ft, liveOwner("a"), Config{Workers: 1, Poll: time.Second}, discard))
+		stop := start(NewQueue("test", ft, ft.Process, liveOwner("a"), Config{Workers: 1, Poll: time.Second}, discard))
 		time.Sleep(10 * time.Second)
 		stop()
 		mu.Lock()
@@ -685,7 +732,7 @@ func TestClaimsKnowWhatIsInFlight(t *testing.T) {
 			seen = append(seen, slices.Clone(ids))
 		},
 	}
-	q := NewQueue("test", ft, liveOwner("me"), Config{Workers: 2, Batch: 1, Poll: 5 * time.Millisecond}, slog.New(slog.DiscardHandler))
+	q := NewQueue("test", ft, ft.Process, liveOwner("me"), Config{Workers: 2, Batch: 1, Poll: 5 * time.Millisecond}, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { _ = q.Run(ctx); close(finished) }()
 	defer func() { cancel(); <-finished }()

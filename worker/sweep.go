@@ -16,13 +16,13 @@ import (
 // there, as the subscription's row lock and its recorded end decide — or,
 // when an event extended the access meanwhile, waits for the new end.
 // now is the sweeper's clock; nil is the database's.
-func NewSweeper(work fulfillment.SweepWork, owners Owners, cfg Config, now func() time.Time, log *slog.Logger) *Queue {
-	return NewSweeperWith(work, owners, cfg, now, log, SweepOptions{})
+func NewSweeper(table Table, work fulfillment.SweepWork, owners Owners, cfg Config, now func() time.Time, log *slog.Logger) *Queue {
+	return NewSweeperWith(table, work, owners, cfg, now, log, SweepOptions{})
 }
 
 // NewSweeperWith is NewSweeper with an observer.
-func NewSweeperWith(work fulfillment.SweepWork, owners Owners, cfg Config, now func() time.Time, log *slog.Logger, opts SweepOptions) *Queue {
-	return NewQueue("subscription sweep", &sweepTable{work: work, now: now, opts: opts}, owners, cfg, log)
+func NewSweeperWith(table Table, work fulfillment.SweepWork, owners Owners, cfg Config, now func() time.Time, log *slog.Logger, opts SweepOptions) *Queue {
+	return NewQueue("subscription sweep", table, (&sweeper{work: work, now: now, opts: opts}).Process, owners, cfg, log)
 }
 
 // SweepOutcome is what came of one sweep.
@@ -48,32 +48,23 @@ type SweepOptions struct {
 	OnSweep func(SweepOutcome)
 }
 
-// sweepTable is the subscription sweeps as a Table.
-type sweepTable struct {
+// sweeper makes the sweeps claimed.
+type sweeper struct {
 	work fulfillment.SweepWork
 	now  func() time.Time
 	opts SweepOptions
 }
 
-func (t *sweepTable) Claim(ctx context.Context, owner string, limit int, lease time.Duration, maxAttempts int, inFlight []int64) ([]Claim, error) {
-	got, err := t.work.SweepClaim(ctx, owner, limit, lease, maxAttempts, inFlight)
-	claims := make([]Claim, len(got))
-	for i, c := range got {
-		claims[i] = Claim(c)
-	}
-	return claims, err
-}
-
 // Process sweeps each claim in a transaction of its own: one
 // subscription's sweep never waits for another's.
-func (t *sweepTable) Process(ctx context.Context, owner string, claims []Claim) error {
+func (t *sweeper) Process(ctx context.Context, owner string, claims []Claim) error {
 	var now time.Time
 	if t.now != nil {
 		now = t.now()
 	}
 	for _, c := range claims {
 		ended, err := t.work.SweepProcess(ctx, c.ID, owner, now)
-		if errors.Is(err, fulfillment.ErrLeaseLost) {
+		if errors.Is(err, ErrLeaseLost) {
 			continue
 		}
 		t.observe(ctx, ended, err)
@@ -84,7 +75,7 @@ func (t *sweepTable) Process(ctx context.Context, owner string, claims []Claim) 
 	return nil
 }
 
-func (t *sweepTable) observe(ctx context.Context, ended bool, err error) {
+func (t *sweeper) observe(ctx context.Context, ended bool, err error) {
 	if t.opts.OnSweep == nil || ctx.Err() != nil {
 		return
 	}
@@ -96,21 +87,4 @@ func (t *sweepTable) observe(ctx context.Context, ended bool, err error) {
 	default:
 		t.opts.OnSweep(SweepUnchanged)
 	}
-}
-
-func (t *sweepTable) Retry(ctx context.Context, owner string, c Claim, cause string, next time.Time, maxAttempts int) (bool, error) {
-	return t.work.SweepRetry(ctx, c.ID, owner, cause, next, maxAttempts)
-}
-
-func (t *sweepTable) Release(ctx context.Context, owner string) (int, error) {
-	return t.work.SweepRelease(ctx, owner)
-}
-
-func (t *sweepTable) Reclaim(ctx context.Context) (int, error) { return t.work.SweepReclaim(ctx) }
-
-// Listen waits for ctx: sweeps fall due with time, never by a commit, so
-// the queue's poll interval finds them.
-func (*sweepTable) Listen(ctx context.Context, _ func()) error {
-	<-ctx.Done()
-	return nil
 }

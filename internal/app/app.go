@@ -173,7 +173,7 @@ func (a *App) build(cfg *config.Config, endpoints []ingest.Endpoint) error {
 
 	a.liveness = a.store.NewLiveness()
 	if !cfg.Inbox.Disabled {
-		a.inbox = worker.NewInboxWith(a.store, a.liveness, QueueConfig(cfg.Inbox), a.log, inboxObservers(reg, a.tracer))
+		a.inbox = worker.NewInboxWith(a.store.InboxQueue(), a.store, a.liveness, QueueConfig(cfg.Inbox), a.log, inboxObservers(reg, a.tracer))
 	}
 	if len(cfg.Destinations) > 0 && !cfg.Outbox.Disabled {
 		a.outbox = newOutbox(cfg, a.store, a.liveness, reg, a.log)
@@ -185,13 +185,13 @@ func (a *App) build(cfg *config.Config, endpoints []ingest.Endpoint) error {
 		}
 	}
 	if poll := cfg.StatusPoll.WithDefaults(); len(pollers) > 0 && !poll.Disabled {
-		a.poller = worker.NewPollerWith(a.store, pollers, a.liveness, QueueConfig(poll.Queue), a.log, pollObservers(reg, pollers))
+		a.poller = worker.NewPollerWith(a.store.PollQueue(), a.store, pollers, a.liveness, QueueConfig(poll.Queue), a.log, pollObservers(reg, pollers))
 	}
 	if sweep := config.SweepDefaults(cfg.SubscriptionSweep); len(cfg.Plans) > 0 && !sweep.Disabled {
-		a.sweeper = worker.NewSweeperWith(a.store, a.liveness, QueueConfig(sweep), nil, a.log, sweepObservers(reg))
+		a.sweeper = worker.NewSweeperWith(a.store.SweepQueue(), a.store, a.liveness, QueueConfig(sweep), nil, a.log, sweepObservers(reg))
 	}
 	if hk := cfg.Housekeeping.WithDefaults(); !hk.Disabled {
-		a.housekeep = worker.NewHousekeeperWith(a.store, a.liveness, worker.HousekeepingConfig{
+		a.housekeep = worker.NewHousekeeperWith(a.store.HousekeepingQueue(), a.store, a.liveness, worker.HousekeepingConfig{
 			Interval: hk.Interval, FulfillmentSLA: hk.FulfillmentSLA, RawBodyRetention: hk.RawBodyRetention, Batch: hk.Batch,
 		}, nil, a.log, housekeepingObservers(reg))
 	}
@@ -234,7 +234,6 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	if a.outbox != nil {
 		queues = append(queues, a.outbox.Queues()...)
-		g.Go(func() error { return a.outbox.Listen(ctx) })
 	}
 	if len(queues) > 0 {
 		g.Go(func() error { return runQueues(ctx, a.liveness, queues...) })

@@ -10,6 +10,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/outbox"
+	"github.com/fulfillplatform/fulfillment/storage"
 	"github.com/fulfillplatform/fulfillment/worker"
 )
 
@@ -27,7 +28,7 @@ func subscriptions(cfg *config.Config) map[fulfillment.Topic][]string {
 
 // newOutbox builds the dispatcher of the configured destinations, counting
 // attempts by destination and outcome.
-func newOutbox(cfg *config.Config, work fulfillment.OutboxWork, owners worker.Owners, reg prometheus.Registerer, log *slog.Logger) *worker.Outbox {
+func newOutbox(cfg *config.Config, store *storage.Store, owners worker.Owners, reg prometheus.Registerer, log *slog.Logger) *worker.Outbox {
 	attempts := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fulfillment_outbox_attempts_total",
 		Help: "Outbox delivery attempts, by destination and outcome.",
@@ -63,7 +64,8 @@ func newOutbox(cfg *config.Config, work fulfillment.OutboxWork, owners worker.Ow
 			},
 		}
 	}
-	return worker.NewOutbox(work, dests, owners, QueueConfig(cfg.Outbox), log)
+	table := func(destination string) worker.Table { return store.OutboxQueue(destination) }
+	return worker.NewOutbox(store, table, dests, owners, QueueConfig(cfg.Outbox), log)
 }
 
 // outcomeOf is what the dispatcher does after an attempt with verdict v.
