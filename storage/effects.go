@@ -42,28 +42,23 @@ type effectWriter struct {
 	// at is the time of the messages' bodies.
 	at time.Time
 
-	attempts      map[attemptID]int // index into attemptRows
-	attemptRows   []attemptRow
+	attempts      orderedRows[attemptID, attemptRow]
 	refunds       []refundRow
-	orders        map[string]int // index into orderRows
-	orderRows     []orderRow
+	orders        orderedRows[string, orderRow]
 	grants        idSet
 	credits       idSet
-	shares        [][]shareRow // by round
+	shares        [][]shareRow             // by round
+	sharesByOrder orderedRows[string, int] // order → its shares so far
 	reversals     idSet
-	revokes       map[string]string // order → reason; first wins
-	revokeOrder   []string
+	revokes       orderedRows[string, string] // order → reason; first wins
 	periods       []periodRow
-	subs          map[string]int // index into subRows
-	subRows       []fulfillment.SubscriptionRecord
-	sweeps        map[string]time.Time
-	sweepOrder    []string
+	subs          orderedRows[string, fulfillment.SubscriptionRecord]
+	sweeps        orderedRows[string, time.Time] // subscription → next sweep
 	items         []item
 	lineRequests  []lineRequest
 	requested     map[string]bool // orders whose lines are requested
 	publishes     []publishRow
 	withdrawals   idSet
-	sharesByOrder map[string]int
 }
 
 type attemptID struct {
@@ -128,26 +123,56 @@ type lineRequest struct {
 	body        string
 }
 
-// idSet is a set of ids that keeps the order they were added in.
-type idSet struct {
-	ids  []string
-	seen map[string]bool
+// orderedRows is a batch's rows of one kind, one per key, in the order
+// their keys were first added. The statements write the rows in that
+// order — the order they were decided in — rather than in a map's, which
+// changes from one run to the next: the rows a statement locks are locked
+// in the same order every time the same batch is written. Its zero value
+// is empty, ready to use.
+type orderedRows[K comparable, V any] struct {
+	index map[K]int // into order and rows
+	order []K
+	rows  []V
 }
 
-func (s *idSet) add(id string) {
-	if s.seen[id] {
-		return
+// at is the row of k, added last (zero) if k has none yet. It points into
+// the rows until the next key is added: callers use it at once.
+func (r *orderedRows[K, V]) at(k K) *V {
+	i, ok := r.index[k]
+	if !ok {
+		if r.index == nil {
+			r.index = map[K]int{}
+		}
+		i = len(r.rows)
+		r.index[k] = i
+		r.order = append(r.order, k)
+		r.rows = append(r.rows, *new(V))
 	}
-	if s.seen == nil {
-		s.seen = map[string]bool{}
-	}
-	s.seen[id] = true
-	s.ids = append(s.ids, id)
+	return &r.rows[i]
 }
+
+// add adds k, with a zero row, unless it has a row already.
+func (r *orderedRows[K, V]) add(k K) { r.at(k) }
+
+// has reports whether k has a row.
+func (r *orderedRows[K, V]) has(k K) bool {
+	_, ok := r.index[k]
+	return ok
+}
+
+// keys are the keys, in the order they were added. The caller does not
+// change them.
+func (r *orderedRows[K, V]) keys() []K { return r.order }
+
+// values are the rows, in the order of their keys. The caller does not
+// change them.
+func (r *orderedRows[K, V]) values() []V { return r.rows }
+
+// idSet is a set of ids that keeps the order they were added in.
+type idSet = orderedRows[string, struct{}]
 
 func (s *Store) newEffectWriter() *effectWriter {
-	return &effectWriter{s: s, at: time.Now(), requested: map[string]bool{}, attempts: map[attemptID]int{}, orders: map[string]int{}, revokes: map[string]string{},
-		subs: map[string]int{}, sweeps: map[string]time.Time{}, sharesByOrder: map[string]int{}}
+	return &effectWriter{s: s, at: time.Now(), requested: map[string]bool{}}
 }
 
 // orderStep adds the effects of an inbox event's decision (st, the step of
@@ -180,8 +205,10 @@ func (w *effectWriter) orderStep(le leasedEvent, st fulfillment.Step) error {
 		case fulfillment.ReverseCredits:
 			w.reversals.add(m.ID)
 		case fulfillment.ReverseCreditShare:
-			round := w.sharesByOrder[m.ID]
-			w.sharesByOrder[m.ID]++
+			// An order's nth share of the batch goes in round n.
+			n := w.sharesByOrder.at(m.ID)
+			round := *n
+			*n++
 			if round == len(w.shares) {
 				w.shares = append(w.shares, nil)
 			}
@@ -191,9 +218,8 @@ func (w *effectWriter) orderStep(le leasedEvent, st fulfillment.Step) error {
 			w.refunds = append(w.refunds, refundRow{m.ID, e.Refund.Attempt.Provider, e.Refund.Attempt.Ref,
 				value, token, network, currency, le.id})
 		case fulfillment.RevokeLicenses:
-			if _, ok := w.revokes[m.ID]; !ok {
-				w.revokes[m.ID] = fmt.Sprintf("refunded: %s event %s", ev.Provider, ev.EventID)
-				w.revokeOrder = append(w.revokeOrder, m.ID)
+			if !w.revokes.has(m.ID) {
+				*w.revokes.at(m.ID) = fmt.Sprintf("refunded: %s event %s", ev.Provider, ev.EventID)
 			}
 		case fulfillment.OpenItem:
 			w.items = append(w.items, orderItem(e.Kind, le, m, st.Outcome.Reason))
@@ -268,20 +294,12 @@ func (w *effectWriter) subscriptionStep(rec *fulfillment.SubscriptionRecord, pla
 			return fmt.Errorf("applying %T to a subscription: not an effect of the subscription rules", effect)
 		}
 	}
-	if i, ok := w.subs[rec.ID]; ok {
-		w.subRows[i] = *rec
-	} else {
-		w.subs[rec.ID] = len(w.subRows)
-		w.subRows = append(w.subRows, *rec)
-	}
+	*w.subs.at(rec.ID) = *rec
 	// The sweeper looks at the subscription when its access ends, unless
 	// an event extends it first: this moves its sweep (and takes it from a
 	// sweeper that holds it, which then finds it gone).
 	if ends := rec.AccessEnds(plan); !rec.AccessEnded && !ends.IsZero() {
-		if _, ok := w.sweeps[rec.ID]; !ok {
-			w.sweepOrder = append(w.sweepOrder, rec.ID)
-		}
-		w.sweeps[rec.ID] = ends
+		*w.sweeps.at(rec.ID) = ends
 	}
 	return nil
 }
@@ -317,33 +335,24 @@ func (w *effectWriter) requestLines(m *fulfillment.LockedOrder) error {
 
 func (w *effectWriter) attempt(id attemptID, state fulfillment.AttemptState, amount fulfillment.Amount) {
 	value, token, network, currency := amountColumns(amount)
-	if i, ok := w.attempts[id]; ok {
-		a := &w.attemptRows[i]
-		a.state = state
-		if value != nil { // an amount reported replaces the one known
-			a.value, a.token, a.network, a.currency = value, token, network, currency
-		}
-		return
+	a := w.attempts.at(id)
+	a.attemptID, a.state = id, state
+	if value != nil { // an amount reported replaces the one known (none, for a new attempt)
+		a.value, a.token, a.network, a.currency = value, token, network, currency
 	}
-	w.attempts[id] = len(w.attemptRows)
-	w.attemptRows = append(w.attemptRows, attemptRow{id, state, value, token, network, currency})
 }
 
 func (w *effectWriter) order(id string) *orderRow {
-	i, ok := w.orders[id]
-	if !ok {
-		i = len(w.orderRows)
-		w.orders[id] = i
-		w.orderRows = append(w.orderRows, orderRow{id: id})
-	}
-	return &w.orderRows[i]
+	o := w.orders.at(id)
+	o.id = id
+	return o
 }
 
 // write queues the statements, in the order the writer's comment gives,
 // and reports what they queue for listeners.
 func (w *effectWriter) write(b *pgx.Batch) queued {
 	var q queued
-	if rows := w.attemptRows; len(rows) > 0 {
+	if rows := w.attempts.values(); len(rows) > 0 {
 		var order, provider, ref, state []string
 		var value, token, network, currency []*string
 		for _, a := range rows {
@@ -384,7 +393,7 @@ func (w *effectWriter) write(b *pgx.Batch) queued {
 			ORDER BY n
 			ON CONFLICT ON CONSTRAINT payment_refunds_once DO NOTHING`, order, provider, ref, value, token, network, currency, inbox)
 	}
-	if rows := w.orderRows; len(rows) > 0 {
+	if rows := w.orders.values(); len(rows) > 0 {
 		var id, state []string
 		var paid []bool
 		var attemptRef, invoiceID, paymentID []*string
@@ -406,7 +415,7 @@ func (w *effectWriter) write(b *pgx.Batch) queued {
 				AS u (id, state, paid, attempt_ref, invoice_id, payment_id)
 			WHERE o.id = u.id::uuid`, id, state, paid, attemptRef, invoiceID, paymentID)
 	}
-	if ids := w.grants.ids; len(ids) > 0 {
+	if ids := w.grants.keys(); len(ids) > 0 {
 		// One license per unit; the unique key makes a repeated grant
 		// insert nothing.
 		b.Queue(`
@@ -416,7 +425,7 @@ func (w *effectWriter) write(b *pgx.Batch) queued {
 			WHERE l.order_id = ANY($1::uuid[]) AND l.kind = 'license'
 			ON CONFLICT ON CONSTRAINT entitlements_unit_key DO NOTHING`, ids)
 	}
-	if ids := w.credits.ids; len(ids) > 0 {
+	if ids := w.credits.keys(); len(ids) > 0 {
 		b.Queue(`
 			INSERT INTO ledger_entries (order_id, line_no, account_ref, movement, currency, minor_units)
 			SELECT l.order_id, l.line_no, l.account_ref, 'credit', l.currency, l.unit_minor_units * l.quantity
@@ -443,7 +452,7 @@ func (w *effectWriter) write(b *pgx.Batch) queued {
 			WHERE o.total_minor_units > 0 AND s.minor_units > 0
 			ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, order, refunded, ref)
 	}
-	if ids := w.reversals.ids; len(ids) > 0 {
+	if ids := w.reversals.keys(); len(ids) > 0 {
 		// The opposite of what is left of each credit, once.
 		b.Queue(`
 			INSERT INTO ledger_entries (order_id, line_no, account_ref, movement, currency, minor_units)
@@ -452,15 +461,11 @@ func (w *effectWriter) write(b *pgx.Batch) queued {
 			WHERE c.order_id = ANY($1::uuid[]) AND c.movement = 'credit' AND c.minor_units + r.reversed > 0
 			ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, ids)
 	}
-	if ids := w.revokeOrder; len(ids) > 0 {
-		reasons := make([]string, len(ids))
-		for i, id := range ids {
-			reasons[i] = w.revokes[id]
-		}
+	if ids := w.revokes.keys(); len(ids) > 0 {
 		b.Queue(`
 			UPDATE entitlements e SET revoked_at = now(), revoked_reason = r.reason
 			FROM unnest($1::uuid[], $2::text[]) AS r (order_id, reason)
-			WHERE e.order_id = r.order_id AND e.kind = 'license' AND e.revoked_at IS NULL`, ids, reasons)
+			WHERE e.order_id = r.order_id AND e.kind = 'license' AND e.revoked_at IS NULL`, ids, w.revokes.values())
 	}
 	if rows := w.periods; len(rows) > 0 {
 		var sub, key []string
@@ -478,7 +483,7 @@ func (w *effectWriter) write(b *pgx.Batch) queued {
 			SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[])`,
 			sub, period, key, paymentID, start, end)
 	}
-	if rows := w.subRows; len(rows) > 0 {
+	if rows := w.subs.values(); len(rows) > 0 {
 		var id, state []string
 		var periods []int
 		var start, end, last []*time.Time
@@ -496,16 +501,12 @@ func (w *effectWriter) write(b *pgx.Batch) queued {
 				AS u (id, state, periods, period_start, period_end, last_event_at, ended)
 			WHERE s.id = u.id`, id, state, periods, start, end, last, ended)
 	}
-	if ids := w.sweepOrder; len(ids) > 0 {
-		at := make([]time.Time, len(ids))
-		for i, id := range ids {
-			at[i] = w.sweeps[id]
-		}
+	if ids := w.sweeps.keys(); len(ids) > 0 {
 		b.Queue(`
 			INSERT INTO subscription_sweeps (subscription_id, next_attempt_at)
 			SELECT * FROM unnest($1::uuid[], $2::timestamptz[])
 			ON CONFLICT (subscription_id) DO UPDATE SET next_attempt_at = EXCLUDED.next_attempt_at, state = 'pending',
-				attempts = 0, lease_owner = NULL, lease_until = NULL, last_error = NULL, processed_at = NULL`, ids, at)
+				attempts = 0, lease_owner = NULL, lease_until = NULL, last_error = NULL, processed_at = NULL`, ids, w.sweeps.values())
 	}
 	queueItems(b, w.items)
 	if len(w.lineRequests) > 0 {
@@ -515,7 +516,7 @@ func (w *effectWriter) write(b *pgx.Batch) queued {
 	if len(w.publishes) > 0 {
 		q.add(w.s.queuePublishes(b, w.publishes))
 	}
-	if ids := w.withdrawals.ids; len(ids) > 0 {
+	if ids := w.withdrawals.keys(); len(ids) > 0 {
 		q.add(queueWithdrawals(b, ids))
 	}
 	return q

@@ -248,6 +248,13 @@ type lockedOrderRow struct {
 	LineDestination  []string `db:"line_destination"`
 }
 
+// requestedLine is the condition, on a row of order_lines, of the lines
+// that fulfillment.requested messages go to: external lines that name a
+// destination (lines stored before destinations existed name none). It is
+// a constant so that every array of those lines in lockOrdersSQL filters
+// the same lines, and the arrays stay parallel.
+const requestedLine = `kind = 'external' AND destination IS NOT NULL`
+
 // lockOrdersSQL locks the orders named by merchant order id ($1-$3) or by
 // checkout session ($4-$6), in id order, and reads with each what its lines
 // hold (lines never change). (Each key set is looked up through its own
@@ -267,12 +274,12 @@ const lockOrdersSQL = `
 			coalesce(bool_or(kind = 'balance_credit'), false) AS has_balance_lines,
 			(array_agg(plan_id ORDER BY line_no) FILTER (WHERE kind = 'subscription'))[1] AS subscription_plan,
 			(array_agg(account_ref ORDER BY line_no) FILTER (WHERE kind = 'subscription'))[1] AS subscription_for,
-			array_agg(line_no ORDER BY line_no) FILTER (WHERE kind = 'external' AND destination IS NOT NULL) AS line_no,
-			array_agg(sku ORDER BY line_no) FILTER (WHERE kind = 'external' AND destination IS NOT NULL) AS line_sku,
-			array_agg(quantity ORDER BY line_no) FILTER (WHERE kind = 'external' AND destination IS NOT NULL) AS line_quantity,
-			array_agg(currency ORDER BY line_no) FILTER (WHERE kind = 'external' AND destination IS NOT NULL) AS line_currency,
-			array_agg(unit_minor_units ORDER BY line_no) FILTER (WHERE kind = 'external' AND destination IS NOT NULL) AS line_minor_units,
-			array_agg(destination ORDER BY line_no) FILTER (WHERE kind = 'external' AND destination IS NOT NULL) AS line_destination
+			array_agg(line_no ORDER BY line_no) FILTER (WHERE ` + requestedLine + `) AS line_no,
+			array_agg(sku ORDER BY line_no) FILTER (WHERE ` + requestedLine + `) AS line_sku,
+			array_agg(quantity ORDER BY line_no) FILTER (WHERE ` + requestedLine + `) AS line_quantity,
+			array_agg(currency ORDER BY line_no) FILTER (WHERE ` + requestedLine + `) AS line_currency,
+			array_agg(unit_minor_units ORDER BY line_no) FILTER (WHERE ` + requestedLine + `) AS line_minor_units,
+			array_agg(destination ORDER BY line_no) FILTER (WHERE ` + requestedLine + `) AS line_destination
 		FROM order_lines WHERE order_id = o.id) l
 	WHERE o.id IN (
 		SELECT id FROM orders WHERE (org_id, environment, merchant_order_id) IN (
