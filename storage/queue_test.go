@@ -154,11 +154,10 @@ var queueCases = []queueCase{
 	},
 }
 
-// eachQueue runs test, in parallel, for every leased table, on a store
+// eachQueue runs test, its subtests in parallel, for every leased table, on a store
 // that has all of them, with one item due.
 func eachQueue(t *testing.T, test func(t *testing.T, c queueCase, s *storage.Store, conn *pgx.Conn, q *storage.Queue, id int64)) {
 	t.Helper()
-	t.Parallel()
 	for _, c := range queueCases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -182,6 +181,7 @@ func claimed(t *testing.T, q *storage.Queue, owner string, lease time.Duration, 
 // item: no claim or reclaim takes it, and it completes the item, which is
 // then done.
 func TestQueueLiveOwnerKeepsClaimPastLease(t *testing.T) {
+	t.Parallel()
 	eachQueue(t, func(t *testing.T, c queueCase, s *storage.Store, _ *pgx.Conn, q *storage.Queue, id int64) {
 		ctx := context.Background()
 		_, a, _ := live(t, s)
@@ -209,6 +209,7 @@ func TestQueueLiveOwnerKeepsClaimPastLease(t *testing.T) {
 // its workers holds it (a retry that failed to record, a claim whose answer
 // was lost) — never one a worker still holds.
 func TestQueueLiveOwnerTakesBackWhatItLostTrackOf(t *testing.T) {
+	t.Parallel()
 	eachQueue(t, func(t *testing.T, _ queueCase, s *storage.Store, _ *pgx.Conn, q *storage.Queue, id int64) {
 		_, a, _ := live(t, s)
 		if got := claimed(t, q, a, 200*time.Millisecond, 10); len(got) != 1 {
@@ -231,6 +232,7 @@ func TestQueueLiveOwnerTakesBackWhatItLostTrackOf(t *testing.T) {
 // the lease; it can then neither complete nor reschedule them, and the
 // owner that claims them next completes them.
 func TestQueueDeadOwnerReclaimedAtOnce(t *testing.T) {
+	t.Parallel()
 	eachQueue(t, func(t *testing.T, c queueCase, s *storage.Store, _ *pgx.Conn, q *storage.Queue, id int64) {
 		ctx := context.Background()
 		_, a, stopA := live(t, s)
@@ -274,6 +276,7 @@ func TestQueueDeadOwnerReclaimedAtOnce(t *testing.T) {
 // A claim whose lease ran out is taken from an owner that never was live
 // (or died) at the claim itself, without a reclaim.
 func TestQueueClaimTakesExpiredLeaseOfDeadOwner(t *testing.T) {
+	t.Parallel()
 	eachQueue(t, func(t *testing.T, _ queueCase, s *storage.Store, _ *pgx.Conn, q *storage.Queue, _ int64) {
 		if got := claimed(t, q, "gone", 10*time.Millisecond, 10); len(got) != 1 {
 			t.Fatalf("claim = %v", got)
@@ -289,6 +292,7 @@ func TestQueueClaimTakesExpiredLeaseOfDeadOwner(t *testing.T) {
 // A worker that lost its liveness while it held its items locked in a
 // transaction still commits them: reclaim skips locked rows.
 func TestQueueReclaimSkipsItemsBeingProcessed(t *testing.T) {
+	t.Parallel()
 	eachQueue(t, func(t *testing.T, c queueCase, _ *storage.Store, conn *pgx.Conn, q *storage.Queue, _ int64) {
 		ctx := context.Background()
 		if got := claimed(t, q, "lost", time.Hour, 10); len(got) != 1 {
@@ -318,6 +322,7 @@ func TestQueueReclaimSkipsItemsBeingProcessed(t *testing.T) {
 // attempts, then failed — with its table's item, once — and never claimed
 // again.
 func TestQueueRetryBudget(t *testing.T) {
+	t.Parallel()
 	eachQueue(t, func(t *testing.T, c queueCase, _ *storage.Store, conn *pgx.Conn, q *storage.Queue, id int64) {
 		ctx := context.Background()
 		for attempt := 1; attempt <= 3; attempt++ {
@@ -346,6 +351,7 @@ func TestQueueRetryBudget(t *testing.T) {
 // reclaimed at once each time, and failed by the claim once it has used its
 // attempts, with its table's item.
 func TestQueueReclaimedItemFailsPastItsAttempts(t *testing.T) {
+	t.Parallel()
 	eachQueue(t, func(t *testing.T, c queueCase, _ *storage.Store, conn *pgx.Conn, q *storage.Queue, id int64) {
 		ctx := context.Background()
 		for attempt := 1; attempt <= 3; attempt++ {
@@ -372,6 +378,7 @@ func TestQueueReclaimedItemFailsPastItsAttempts(t *testing.T) {
 // Released claims are due again at once, their claim not counted as an
 // attempt, and leased to nobody.
 func TestQueueRelease(t *testing.T) {
+	t.Parallel()
 	eachQueue(t, func(t *testing.T, c queueCase, _ *storage.Store, conn *pgx.Conn, q *storage.Queue, _ int64) {
 		if got := claimed(t, q, "leaving", time.Hour, 10); len(got) != 1 {
 			t.Fatalf("claim = %v", got)

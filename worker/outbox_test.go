@@ -30,7 +30,7 @@ func (f *fakeOutbox) OutboxLoad(_ context.Context, ids []int64, _ string) ([]ful
 	return out, nil
 }
 
-func (f *fakeOutbox) OutboxSending(context.Context, int64, string) error { return nil }
+func (*fakeOutbox) OutboxSending(context.Context, int64, string) error { return nil }
 
 func (f *fakeOutbox) OutboxRecord(_ context.Context, _ string, attempts []fulfillment.MessageAttempt) ([]int64, error) {
 	f.recorded = append(f.recorded, attempts)

@@ -265,6 +265,7 @@ func TestQueueRetriesItemErrorsAfterBackoff(t *testing.T) {
 	t.Parallel()
 	for _, stopping := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stopping=%v", stopping), func(t *testing.T) {
+			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				var (
 					claimed   calls[time.Time]
@@ -281,7 +282,7 @@ func TestQueueRetriesItemErrorsAfterBackoff(t *testing.T) {
 						}
 						return ItemErrors{2: errors.New("HTTP 503"), 3: errors.New("recording failed")}
 					},
-					retry: func(owner string, c Claim, cause string, next time.Time, maxAttempts int) (bool, error) {
+					retry: func(owner string, c Claim, cause string, next time.Time, _ int) (bool, error) {
 						retried.add(fmt.Sprintf("%s %d attempt %d: %s, in %v", owner, c.ID, c.Attempts, cause, time.Until(next)))
 						return false, nil
 					},
