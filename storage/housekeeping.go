@@ -20,7 +20,7 @@ var housekeepingTable = newLeasedTable(leasedTable{table: "housekeeping_tasks", 
 // HousekeepingTask implements fulfillment.HousekeepingWork.
 func (s *Store) HousekeepingTask(ctx context.Context, id int64, owner string) (fulfillment.HousekeepingTask, error) {
 	var task fulfillment.HousekeepingTask
-	err := s.pool.QueryRow(ctx, `SELECT task FROM housekeeping_tasks WHERE `+leaseHeld("", "ARRAY[$1::bigint]", "$2"),
+	err := s.pool.QueryRow(ctx, `SELECT task FROM housekeeping_tasks WHERE `+leaseHeld("ARRAY[$1::bigint]", "$2"),
 		id, owner).Scan(&task)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", housekeepingTable.lost(id)
@@ -37,7 +37,7 @@ func (s *Store) HousekeepingDone(ctx context.Context, id int64, owner string, n 
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE housekeeping_tasks SET next_attempt_at = clock_timestamp() + $3::interval, attempts = 0,
 			lease_owner = NULL, lease_until = NULL, last_error = NULL, last_run_at = clock_timestamp(), last_count = $4
-		WHERE `+leaseHeld("", "ARRAY[$1::bigint]", "$2"), id, owner, interval, n)
+		WHERE `+leaseHeld("ARRAY[$1::bigint]", "$2"), id, owner, interval, n)
 	if err != nil {
 		return fmt.Errorf("completing housekeeping task: %w", interpret(err))
 	}

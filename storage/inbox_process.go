@@ -191,7 +191,7 @@ type leasedEvent struct {
 // The rows are found by primary key (leaseHeld).
 func lockLeasedEvents(ctx context.Context, tx pgx.Tx, ids []int64, owner string) ([]leasedEvent, error) {
 	rows, _ := tx.Query(ctx, "SELECT "+inboxSelectList+`, received_at
-		FROM inbox_events WHERE `+leaseHeld("", "$1", "$2")+`
+		FROM inbox_events WHERE `+leaseHeld("$1", "$2")+`
 		ORDER BY id
 		FOR UPDATE`, ids, owner)
 	var events []leasedEvent

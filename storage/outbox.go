@@ -145,7 +145,7 @@ func queueWithdrawals(b *pgx.Batch, orderIDs []string) queued {
 func (s *Store) OutboxLoad(ctx context.Context, ids []int64, owner string) ([]fulfillment.OutboxMessage, error) {
 	rows, _ := s.pool.Query(ctx, `
 		SELECT id, destination_id, topic, idempotency_key, payload::text, sending_since IS NOT NULL, created_at
-		FROM outbox_messages WHERE `+leaseHeld("", "$1", "$2")+`
+		FROM outbox_messages WHERE `+leaseHeld("$1", "$2")+`
 		ORDER BY id`, ids, owner)
 	var msgs []fulfillment.OutboxMessage
 	err := forEachRow(rows, func(r pgx.Rows) error {
@@ -171,7 +171,7 @@ func (s *Store) OutboxLoad(ctx context.Context, ids []int64, owner string) ([]fu
 func (s *Store) OutboxSending(ctx context.Context, id int64, owner string) error {
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE outbox_messages SET sending_since = clock_timestamp()
-		WHERE `+leaseHeld("", "ARRAY[$1::bigint]", "$2"), id, owner)
+		WHERE `+leaseHeld("ARRAY[$1::bigint]", "$2"), id, owner)
 	if err != nil {
 		return fmt.Errorf("marking outbox message as sending: %w", interpret(err))
 	}
@@ -209,7 +209,7 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 		// orders only by inserting them.
 		rows, _ := tx.Query(ctx, `
 			SELECT id, attempts, destination_id, order_id::text, required FROM outbox_messages
-			WHERE `+leaseHeld("", "$1", "$2")+`
+			WHERE `+leaseHeld("$1", "$2")+`
 			ORDER BY id
 			FOR UPDATE`, ids, owner)
 		byID := map[int64]held{}

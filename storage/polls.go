@@ -99,7 +99,7 @@ func queuePoll(ctx context.Context, tx pgx.Tx, startID int64, after time.Duratio
 func (s *Store) PollLoad(ctx context.Context, id int64, owner string) (fulfillment.PaymentStart, bool, error) {
 	var known bool
 	start, err := scanStart(s.pool.QueryRow(ctx, `SELECT `+startColumns+` FROM payment_starts
-		WHERE id = (SELECT start_id FROM payment_polls WHERE `+leaseHeld("", "ARRAY[$1::bigint]", "$2")+`)`, id, owner))
+		WHERE id = (SELECT start_id FROM payment_polls WHERE `+leaseHeld("ARRAY[$1::bigint]", "$2")+`)`, id, owner))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return start, false, pollTable.lost(id)
 	}
@@ -123,7 +123,7 @@ func (s *Store) PollRecord(ctx context.Context, id int64, owner string, ev fulfi
 		// An event is the provider's answer to this attempt.
 		var held bool
 		err := tx.QueryRow(ctx, `UPDATE payment_polls SET answered_attempt = CASE WHEN $3 THEN attempts ELSE answered_attempt END
-			WHERE `+leaseHeld("", "ARRAY[$1::bigint]", "$2")+` RETURNING true`,
+			WHERE `+leaseHeld("ARRAY[$1::bigint]", "$2")+` RETURNING true`,
 			id, owner, ev.EventID != "").Scan(&held)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return pollTable.lost(id)

@@ -140,7 +140,7 @@ func newLeasedTable(t leasedTable) *leasedTable {
 			state = CASE WHEN attempts >= $4 THEN 'failed' ELSE 'pending' END, {retry_set}
 			last_error = $3, next_attempt_at = $5, lease_owner = NULL, lease_until = NULL,
 			processed_at = CASE WHEN attempts >= $4 THEN clock_timestamp() END
-		WHERE ` + leaseHeld("", "ARRAY[$1::bigint]", "$2") + `
+		WHERE ` + leaseHeld("ARRAY[$1::bigint]", "$2") + `
 		RETURNING state = 'failed'`)
 
 	t.releaseSQL = r.Replace(`
@@ -326,11 +326,8 @@ func (q *Queue) Listen(ctx context.Context, wake func()) error {
 // it. A row leaves 'pending' only with its lease cleared (every statement
 // that changes state sets lease_owner to NULL), so a lease held means a
 // pending row.
-func leaseHeld(alias, ids, owner string) string {
-	if alias != "" {
-		alias += "."
-	}
-	return alias + "id = ANY(" + ids + ") AND " + alias + "lease_owner = " + owner
+func leaseHeld(ids, owner string) string {
+	return "id = ANY(" + ids + ") AND lease_owner = " + owner
 }
 
 // lost is the error of a claim of t that its owner no longer holds.

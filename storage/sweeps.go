@@ -30,7 +30,7 @@ func (s *Store) SweepProcess(ctx context.Context, id int64, owner string, now ti
 	)
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		var subID uuid.UUID
-		err := tx.QueryRow(ctx, `SELECT subscription_id FROM subscription_sweeps WHERE `+leaseHeld("", "ARRAY[$1::bigint]", "$2"),
+		err := tx.QueryRow(ctx, `SELECT subscription_id FROM subscription_sweeps WHERE `+leaseHeld("ARRAY[$1::bigint]", "$2"),
 			id, owner).Scan(&subID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return sweepTable.lost(id)
@@ -64,11 +64,11 @@ func (s *Store) SweepProcess(ctx context.Context, id int64, owner string, now ti
 		if rec.AccessEnded || next.IsZero() {
 			_, err = tx.Exec(ctx, `UPDATE subscription_sweeps SET state = 'done', processed_at = clock_timestamp(),
 					lease_owner = NULL, lease_until = NULL, last_error = NULL
-				WHERE `+leaseHeld("", "ARRAY[$1::bigint]", "$2"), id, owner)
+				WHERE `+leaseHeld("ARRAY[$1::bigint]", "$2"), id, owner)
 		} else {
 			_, err = tx.Exec(ctx, `UPDATE subscription_sweeps SET next_attempt_at = $3, attempts = 0,
 					lease_owner = NULL, lease_until = NULL
-				WHERE `+leaseHeld("", "ARRAY[$1::bigint]", "$2"), id, owner, next)
+				WHERE `+leaseHeld("ARRAY[$1::bigint]", "$2"), id, owner, next)
 		}
 		if err != nil {
 			return fmt.Errorf("completing sweep: %w", interpret(err))

@@ -56,10 +56,7 @@ func (t inboxWorker) Process(ctx context.Context, owner string, claims []Claim) 
 	start := time.Now()
 	ctx, span := t.opts.Tracer.Start(ctx, "inbox.process", trace.WithAttributes(attribute.Int("inbox.batch_size", len(claims))))
 	defer span.End()
-	ids := make([]int64, len(claims))
-	for i, c := range claims {
-		ids[i] = c.ID
-	}
+	ids := claimIDs(claims)
 	outs, err := t.process(ctx, ids, owner)
 	if err != nil {
 		span.RecordError(err)

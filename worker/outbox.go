@@ -29,12 +29,6 @@ type Destination struct {
 	Deliver func(ctx context.Context, m fulfillment.OutboxMessage) fulfillment.DeliveryAttempt
 }
 
-// Outbox dispatches outbox messages: one queue per destination, so that a
-// slow or dead destination never holds back another.
-type Outbox struct {
-	queues []*Queue
-}
-
 // idempotentBatch is how many messages a worker of an idempotent
 // destination claims at once, sends one after the other and records in one
 // transaction. A worker that stops in between leaves sent messages
@@ -47,13 +41,14 @@ const idempotentBatch = 8
 // dispatcher is stopping: the requests were made.
 const recordTimeout = 10 * time.Second
 
-// NewOutbox returns the dispatcher of destinations, each draining its
-// queue, table(destination id), and recording its attempts with work. cfg
+// NewOutbox returns the outbox dispatcher: one queue per destination, so
+// that a slow or dead destination never holds back another, each draining
+// table(destination id) and recording its attempts with work. cfg
 // tunes every destination's queue (poll, lease, backoff); each destination
 // sets its own workers (Concurrency) and MaxAttempts; its workers claim
 // idempotentBatch messages at a time (one, when it is not idempotent).
-func NewOutbox(work fulfillment.OutboxWork, table func(destination string) Table, destinations []Destination, owners Owners, cfg Config, log *slog.Logger) *Outbox {
-	o := &Outbox{}
+func NewOutbox(work fulfillment.OutboxWork, table func(destination string) Table, destinations []Destination, owners Owners, cfg Config, log *slog.Logger) []*Queue {
+	var queues []*Queue
 	for _, d := range destinations {
 		c := cfg
 		c.Workers, c.Batch, c.MaxAttempts = d.Concurrency, 1, d.MaxAttempts
@@ -61,14 +56,10 @@ func NewOutbox(work fulfillment.OutboxWork, table func(destination string) Table
 			c.Batch = idempotentBatch
 		}
 		s := &sender{work: work, dest: d, log: log.With("destination", d.ID)}
-		o.queues = append(o.queues, NewQueue("outbox "+d.ID, table(d.ID), s.Process, owners, c, log))
+		queues = append(queues, NewQueue("outbox "+d.ID, table(d.ID), s.Process, owners, c, log))
 	}
-	return o
+	return queues
 }
-
-// Queues are the destinations' queues, for the caller to run under the
-// owners' liveness.
-func (o *Outbox) Queues() []*Queue { return o.queues }
 
 // sender delivers one destination's messages.
 type sender struct {
@@ -86,10 +77,7 @@ type sender struct {
 // claim, marked as sending (committed) before its request starts; sent
 // again, it is found interrupted and not sent.
 func (t *sender) Process(ctx context.Context, owner string, claims []Claim) error {
-	ids := make([]int64, len(claims))
-	for i, c := range claims {
-		ids[i] = c.ID
-	}
+	ids := claimIDs(claims)
 	msgs, err := t.work.OutboxLoad(ctx, ids, owner)
 	if err != nil {
 		return err

@@ -13,8 +13,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	mrand "math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,6 +29,15 @@ type Claim struct {
 	ID int64
 	// Attempts counts the claims of the item, this one included.
 	Attempts int
+}
+
+// claimIDs are the ids of claims, in their order.
+func claimIDs(claims []Claim) []int64 {
+	ids := make([]int64, len(claims))
+	for i, c := range claims {
+		ids[i] = c.ID
+	}
+	return ids
 }
 
 // ErrLeaseLost means an item is no longer leased to the owner that tried to
@@ -87,10 +98,11 @@ type Process func(ctx context.Context, owner string, claims []Claim) error
 type ItemErrors map[int64]error
 
 func (e ItemErrors) Error() string {
-	for _, err := range e {
-		return fmt.Sprintf("%d items not completed, one because: %v", len(e), err)
+	if len(e) == 0 {
+		return "no items failed"
 	}
-	return "no items failed"
+	first := slices.Min(slices.Collect(maps.Keys(e)))
+	return fmt.Sprintf("%d items not completed; item %d because: %v", len(e), first, e[first])
 }
 
 // Owners tells a queue which owner to claim under (storage.Liveness).

@@ -42,7 +42,7 @@ type App struct {
 	webhooks  http.Handler      // the gateway's, counted and timed
 	liveness  *storage.Liveness // the owner the queues claim under
 	inbox     *worker.Queue     // nil when inbox.disabled
-	outbox    *worker.Outbox    // nil without destinations, or when outbox.disabled
+	outbox    []*worker.Queue   // one per destination; none without destinations, or when outbox.disabled
 	poller    *worker.Queue     // nil without providers to poll, or when status_poll.disabled
 	sweeper   *worker.Queue     // nil without plans, or when subscription_sweep.disabled
 	housekeep *worker.Queue     // nil when housekeeping.disabled
@@ -232,9 +232,7 @@ func (a *App) Run(ctx context.Context) error {
 	if a.housekeep != nil {
 		queues = append(queues, a.housekeep)
 	}
-	if a.outbox != nil {
-		queues = append(queues, a.outbox.Queues()...)
-	}
+	queues = append(queues, a.outbox...)
 	if len(queues) > 0 {
 		g.Go(func() error { return runQueues(ctx, a.liveness, queues...) })
 		g.Go(func() error { a.health.watch(ctx, queues); return nil })

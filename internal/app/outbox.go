@@ -28,7 +28,7 @@ func subscriptions(cfg *config.Config) map[fulfillment.Topic][]string {
 
 // newOutbox builds the dispatcher of the configured destinations, counting
 // attempts by destination and outcome.
-func newOutbox(cfg *config.Config, store *storage.Store, owners worker.Owners, reg prometheus.Registerer, log *slog.Logger) *worker.Outbox {
+func newOutbox(cfg *config.Config, store *storage.Store, owners worker.Owners, reg prometheus.Registerer, log *slog.Logger) []*worker.Queue {
 	attempts := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fulfillment_outbox_attempts_total",
 		Help: "Outbox delivery attempts, by destination and outcome.",
