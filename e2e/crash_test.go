@@ -289,7 +289,7 @@ func inboxSummary(t *testing.T, s *stack) string {
 	return fmt.Sprintf("%d stored, %d pending (%d leased), %d processed",
 		s.count(t, "SELECT count(*) FROM inbox_events"),
 		s.count(t, "SELECT count(*) FROM inbox_events WHERE state = 'pending'"),
-		s.count(t, "SELECT count(*) FROM inbox_events WHERE state = 'pending' AND lease_owner IS NOT NULL"),
+		s.count(t, "SELECT count(*) FROM inbox_work WHERE state = 'pending' AND lease_owner IS NOT NULL"),
 		s.count(t, "SELECT count(*) FROM inbox_events WHERE state = 'processed'"))
 }
 
@@ -400,8 +400,8 @@ func inboxEvent(t *testing.T, s *stack, eventID string) inboxRow {
 	}
 	var r inboxRow
 	err := s.db.QueryRow(context.Background(), `
-		SELECT state, coalesce(decision, ''), attempts, lease_owner IS NOT NULL
-		FROM inbox_events WHERE event_id = $1`, eventID).Scan(&r.State, &r.Decision, &r.Attempts, &r.Leased)
+		SELECT e.state, coalesce(e.decision, ''), coalesce(w.attempts, e.attempts), w.lease_owner IS NOT NULL
+		FROM inbox_events e LEFT JOIN inbox_work w USING (id) WHERE e.event_id = $1`, eventID).Scan(&r.State, &r.Decision, &r.Attempts, &r.Leased)
 	if err != nil {
 		t.Fatalf("reading inbox event %s: %v", eventID, err)
 	}

@@ -214,7 +214,7 @@ func leaseOwner(t *testing.T, s *stack, eventID string) string {
 	t.Helper()
 	var owner string
 	err := s.db.QueryRow(context.Background(),
-		"SELECT coalesce(lease_owner, '') FROM inbox_events WHERE event_id = $1", eventID).Scan(&owner)
+		"SELECT coalesce(w.lease_owner, '') FROM inbox_events e JOIN inbox_work w USING (id) WHERE e.event_id = $1", eventID).Scan(&owner)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		t.Fatalf("reading event %s: %v", eventID, err)
 	}

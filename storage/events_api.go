@@ -16,10 +16,23 @@ var _ fulfillment.EventStore = (*Store)(nil)
 // storedEventColumns are what is read of a stored event beside
 // inboxSelectList (scanStoredEvent). A raw body that was purged is NULL or
 // empty: processing never reads it.
-const storedEventColumns = `, received_at, state, coalesce(decision, ''), coalesce(decision_reason, ''),
-	order_id, applied_subscription_id, attempts, CASE WHEN state = 'pending' THEN next_attempt_at END,
-	coalesce(last_error, ''), processed_at, coalesce(octet_length(raw_body), 0) = 0,
+var storedEventColumns = `, received_at, state, coalesce(decision, ''), coalesce(decision_reason, ''),
+	order_id, applied_subscription_id, ` + pendingWork("attempts") + `, ` + pendingWork("next_attempt_at") + `,
+	coalesce(` + pendingWork("last_error") + `, ''), processed_at, coalesce(octet_length(raw_body), 0) = 0,
 	(SELECT count(*) FROM inbox_replays x WHERE x.inbox_event_id = inbox_events.id)`
+
+// pendingWork is the column of a stored event that its work row holds
+// while it is pending (the attempts and the last error so far, when the
+// next attempt is due), and the stored event's own once it was decided
+// (NULL for next_attempt_at).
+func pendingWork(column string) string {
+	own := "inbox_events." + column
+	if column == "next_attempt_at" {
+		own = "NULL::timestamptz"
+	}
+	return "CASE WHEN state = 'pending' THEN coalesce((SELECT w." + column + " FROM inbox_work w WHERE w.id = inbox_events.id), " +
+		own + ") ELSE " + own + " END"
+}
 
 func scanStoredEvent(r pgx.Row, extra ...any) (fulfillment.StoredEvent, error) {
 	var (
@@ -135,8 +148,8 @@ func (s *Store) EventReplay(ctx context.Context, r fulfillment.EventReplayReques
 			SELECT id, $2, $3, state, decision, decision_reason, attempts, last_error
 			FROM inbox_events WHERE id = $1`, r.ID, r.Actor, opt(r.ActorDetail))
 		b.Queue(`
-			UPDATE inbox_events SET state = 'pending', attempts = 0, next_attempt_at = clock_timestamp(),
-				lease_owner = NULL, lease_until = NULL, last_error = NULL
+			WITH requeued AS (`+inboxRequeue("SELECT $1::bigint AS id")+`)
+			UPDATE inbox_events SET state = 'pending', attempts = 0, last_error = NULL
 			WHERE id = $1`, r.ID)
 		// Workers of other processes listen; the insert trigger does not
 		// fire on an update.

@@ -17,32 +17,57 @@ var (
 // inboxChannel is the LISTEN/NOTIFY channel an insert trigger signals.
 const inboxChannel = "inbox_events"
 
-// inboxTable is the inbox as a leased table (InboxQueue). An event failed past its
-// attempts is decided 'failed' and opens a failed_event reconciliation item.
+// inboxTable is the inbox as a leased table (InboxQueue): its queue is
+// inbox_work, a narrow row per queued event (inbox_events keeps the events
+// themselves, written when stored and when decided). A decision deletes
+// its event's row (lockLeasedEvents); an event failed past its attempts is
+// decided 'failed' on inbox_events too, with the attempts and the last
+// error, and opens a failed_event reconciliation item. Its work row stays,
+// failed, until the event is replayed.
 var inboxTable = newLeasedTable(leasedTable{
-	table:     "inbox_events",
-	noun:      "event",
-	failedSet: [][2]string{{"decision", "'failed'"}},
+	table: "inbox_work",
+	noun:  "event",
 	// The key is fulfillment.ItemKey's for a failed_event item, built in
 	// SQL for the events the claim fails in bulk.
-	abandoned: `
+	abandoned: []string{`
 		INSERT INTO reconciliation_items (kind, org_id, environment, inbox_event_id, provider, detail, dedupe_key)
 		SELECT 'failed_event', e.org_id, e.environment, e.id, e.provider,
 			'processing did not complete in ' || a.attempts || ' attempts (the worker stopped during each)',
 			'` + fulfillment.FailedEventKeyPrefix + `' || e.id
 		FROM abandoned a JOIN inbox_events e ON e.id = a.id
-		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
+		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`, `
+		UPDATE inbox_events e SET ` + inboxFailedSet + `, attempts = a.attempts,
+			last_error = coalesce(a.last_error || '; ', '') || 'abandoned: no attempt completed'
+		FROM abandoned a WHERE e.id = a.id`},
 	failed: func(ctx context.Context, tx pgx.Tx, id int64, cause string, maxAttempts int) error {
-		_, err := tx.Exec(ctx, `
+		b := &pgx.Batch{}
+		b.Queue(`
+			UPDATE inbox_events e SET `+inboxFailedSet+`, attempts = w.attempts, last_error = w.last_error
+			FROM inbox_work w WHERE w.id = $1 AND e.id = w.id`, id)
+		b.Queue(`
 			INSERT INTO reconciliation_items (kind, org_id, environment, inbox_event_id, provider, detail, dedupe_key)
 			SELECT 'failed_event', org_id, environment, id, provider, $2, $3
 			FROM inbox_events WHERE id = $1
 			ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
 			id, fmt.Sprintf("processing failed %d times; last error: %s", maxAttempts, cause),
 			fulfillment.ItemKey(fulfillment.ReconFailedEvent, fulfillment.ItemSubject{InboxID: id}))
-		if err != nil {
-			return fmt.Errorf("opening failed_event item: %w", interpret(err))
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("failing inbox event: %w", interpret(err))
 		}
 		return nil
 	},
 })
+
+// inboxFailedSet assigns the columns of a stored event that its queue
+// failed.
+const inboxFailedSet = `state = 'failed', decision = 'failed', processed_at = clock_timestamp()`
+
+// inboxRequeue is a data-modifying CTE that queues again the stored events
+// whose ids the query in %s returns (as "id"), each with a fresh work row
+// (a failed one is reset): what a replay or a re-drive does besides
+// setting the events' state to pending.
+func inboxRequeue(ids string) string {
+	return `INSERT INTO inbox_work (id) SELECT id FROM (` + ids + `) q
+		ON CONFLICT (id) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_at = clock_timestamp(),
+			lease_owner = NULL, lease_until = NULL, last_error = NULL, processed_at = NULL`
+}

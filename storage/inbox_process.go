@@ -84,7 +84,7 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 			if st.Order != nil {
 				linked = &st.Order.ID
 			}
-			decided.add(le.id, st.Outcome, linked, applied)
+			decided.add(le, st.Outcome, linked, applied)
 			p := fulfillment.ProcessedEvent{Outcome: st.Outcome, EventID: le.ev.EventID, Provider: le.ev.Provider,
 				EndpointID: le.ev.EndpointID, Kind: le.ev.Kind, ReceivedAt: le.received, TraceParent: le.traceParent}
 			if linked != nil {
@@ -134,14 +134,16 @@ func decideBatch(ctx context.Context, tx pgx.Tx, snap *fulfillment.Snapshot, bat
 // start, locks on the table and its indexes) is paid once per batch.
 type decisions struct {
 	ids                       []int64
+	attempts                  []int
 	states, decisions, reason []string
 	orders, subscriptions     []*string
 }
 
-// add records the outcome of event id, applied to the order linked and the
-// subscription applied (nil for none).
-func (d *decisions) add(id int64, out fulfillment.Outcome, linked, applied *string) {
-	d.ids = append(d.ids, id)
+// add records the outcome of event le, applied to the order linked and
+// the subscription applied (nil for none).
+func (d *decisions) add(le leasedEvent, out fulfillment.Outcome, linked, applied *string) {
+	d.ids = append(d.ids, le.id)
+	d.attempts = append(d.attempts, le.attempts)
 	d.states = append(d.states, string(fulfillment.InboxStateFor(out.Decision)))
 	d.decisions = append(d.decisions, string(out.Decision))
 	d.reason = append(d.reason, out.Reason)
@@ -169,12 +171,12 @@ func (d *decisions) queue(b *pgx.Batch) {
 				THEN e.decision ELSE d.decision END,
 			order_id = d.order_id::uuid, applied_subscription_id = d.subscription_id::uuid,
 			processed_at = clock.t + d.n * interval '1 microsecond',
-			lease_owner = NULL, lease_until = NULL, last_error = NULL
+			attempts = d.attempts, last_error = NULL
 		FROM clock,
-			unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY
-				AS d(id, state, decision, reason, order_id, subscription_id, n)
+			unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::int[]) WITH ORDINALITY
+				AS d(id, state, decision, reason, order_id, subscription_id, attempts, n)
 		WHERE e.id = d.id`,
-		d.ids, d.states, d.decisions, d.reason, d.orders, d.subscriptions)
+		d.ids, d.states, d.decisions, d.reason, d.orders, d.subscriptions, d.attempts)
 }
 
 // leasedEvent is an inbox event locked for processing.
@@ -183,28 +185,33 @@ type leasedEvent struct {
 	ev          fulfillment.ProviderEvent
 	received    time.Time
 	traceParent string // of the call that stored it
+	attempts    int    // the claims it took, this one included
 }
 
-// lockLeasedEvents reads, in id order, the events of ids that owner still
-// holds, locking their rows. Events whose lease was lost are left out.
-//
-// The rows are found by primary key (leaseHeld).
+// lockLeasedEvents takes the events of ids that owner still holds off the
+// queue, deleting their work rows (leaseHeld, by primary key), and reads
+// them in id order. Events whose lease was lost are left out. The deleted
+// rows are the batch's lock: until it commits, no claim or reclaim sees
+// them (SKIP LOCKED), and a concurrent replay waits; the stored events are
+// only written again by the decision, so they are read without a lock.
 func lockLeasedEvents(ctx context.Context, tx pgx.Tx, ids []int64, owner string) ([]leasedEvent, error) {
-	rows, _ := tx.Query(ctx, "SELECT "+inboxSelectList+`, received_at
-		FROM inbox_events WHERE `+leaseHeld("$1", "$2")+`
-		ORDER BY id
-		FOR UPDATE`, ids, owner)
+	rows, _ := tx.Query(ctx, `
+		WITH work AS (DELETE FROM inbox_work WHERE `+leaseHeld("$1", "$2")+` RETURNING id, attempts)
+		SELECT `+inboxSelectList+`, received_at, work.attempts
+		FROM inbox_events JOIN work USING (id)
+		ORDER BY id`, ids, owner)
 	var events []leasedEvent
 	err := forEachRow(rows, func(r pgx.Rows) error {
 		var (
 			row      inboxRow
 			received time.Time
+			attempts int
 		)
-		if err := r.Scan(append(row.scanDest(), &received)...); err != nil {
+		if err := r.Scan(append(row.scanDest(), &received, &attempts)...); err != nil {
 			return err
 		}
 		ev, err := row.event()
-		events = append(events, leasedEvent{id: row.ID, ev: ev, received: received, traceParent: str(row.TraceParent)})
+		events = append(events, leasedEvent{id: row.ID, ev: ev, received: received, traceParent: str(row.TraceParent), attempts: attempts})
 		return err
 	})
 	if err != nil {

@@ -118,7 +118,8 @@ var inboxWriteColumns = []inboxColumn{
 
 // inboxInsertSQL inserts the rows given as one array per column (in the
 // order of inboxColumns then inboxWriteColumns), skipping events stored
-// before, and returns each new row's id, state and key.
+// before, queues the new pending ones (a row of inbox_work each), and
+// returns each new row's id, state and key.
 var inboxInsertSQL = func() string {
 	cols := append(inboxColumns[:len(inboxColumns):len(inboxColumns)], inboxWriteColumns...)
 	names, arrays, values := make([]string, len(cols)), make([]string, len(cols)), make([]string, len(cols))
@@ -133,11 +134,16 @@ var inboxInsertSQL = func() string {
 		arrays[i] = fmt.Sprintf("$%d::%s", i+1, arrayType)
 	}
 	return fmt.Sprintf(`
-		INSERT INTO inbox_events (%[1]s, processed_at)
-		SELECT %[2]s, CASE WHEN u.state = 'pending' THEN NULL ELSE clock_timestamp() END
-		FROM unnest(%[3]s) AS u(%[1]s)
-		ON CONFLICT ON CONSTRAINT inbox_events_event_key DO NOTHING
-		RETURNING id, state, provider, org_id, environment, event_id`,
+		WITH stored AS (
+			INSERT INTO inbox_events (%[1]s, processed_at)
+			SELECT %[2]s, CASE WHEN u.state = 'pending' THEN NULL ELSE clock_timestamp() END
+			FROM unnest(%[3]s) AS u(%[1]s)
+			ON CONFLICT ON CONSTRAINT inbox_events_event_key DO NOTHING
+			RETURNING id, state, provider, org_id, environment, event_id
+		), queued AS (
+			INSERT INTO inbox_work (id) SELECT id FROM stored WHERE state = 'pending'
+		)
+		SELECT * FROM stored`,
 		strings.Join(names, ", "), strings.Join(values, ", "), strings.Join(arrays, ", "))
 }()
 

@@ -48,7 +48,7 @@ func TestInboxRowRoundTrip(t *testing.T) {
 			t.Fatalf("%s: %v", want.EventID, err)
 		}
 	}
-	if _, err := conn.Exec(ctx, "UPDATE inbox_events SET lease_owner = 'me'"); err != nil {
+	if _, err := conn.Exec(ctx, "UPDATE inbox_work SET lease_owner = 'me'"); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.LeasedEvents(ctx, []int64{1, 2, 3}, "me")

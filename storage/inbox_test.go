@@ -114,8 +114,11 @@ func TestInboxLeaseLost(t *testing.T) {
 	if got := count(t, conn, "SELECT count(*) FROM ledger_entries"); got != 1 {
 		t.Errorf("ledger entries = %d, want 1", got)
 	}
-	if got := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state = 'processed' AND lease_owner IS NULL"); got != 1 {
-		t.Errorf("processed, released events = %d, want 1", got)
+	if got := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state = 'processed' AND attempts = 2"); got != 1 {
+		t.Errorf("processed events that record both claims = %d, want 1", got)
+	}
+	if got := count(t, conn, "SELECT count(*) FROM inbox_work"); got != 0 {
+		t.Errorf("work rows left = %d, want 0 (a decision takes its event off the queue)", got)
 	}
 }
 

@@ -48,7 +48,8 @@ var (
 const DefaultMetricsTimeout = time.Second
 
 // metricsSQL reads every database gauge in one round trip, each part on a
-// partial or leading-column index: pending inbox events (the claim index),
+// partial or leading-column index: pending inbox events (the inbox's work
+// rows, each event found by primary key),
 // undelivered outbox messages by destination (pending: the due index;
 // failed and uncertain: their index by destination), open reconciliation items and the
 // oldest one's age by kind (the open indexes), and the housekeeping tasks'
@@ -57,7 +58,7 @@ const DefaultMetricsTimeout = time.Second
 const metricsSQL = `
 	SELECT 'inbox' AS what, '' AS label, '' AS label2, count(*)::float8 AS n,
 		coalesce(extract(epoch FROM clock_timestamp() - min(received_at)), 0)::float8 AS age
-	FROM inbox_events WHERE state = 'pending'
+	FROM inbox_work JOIN inbox_events USING (id) WHERE inbox_work.state = 'pending'
 	UNION ALL
 	(SELECT 'outbox', destination_id, 'pending', count(*), 0 FROM outbox_messages WHERE state = 'pending' GROUP BY destination_id)
 	UNION ALL

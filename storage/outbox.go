@@ -24,13 +24,13 @@ var outboxTable = newLeasedTable(leasedTable{
 	noun:      "message",
 	partition: "destination_id",
 	claimGate: `NOT EXISTS (SELECT 1 FROM outbox_destinations d WHERE d.id = $6 AND d.disabled_at IS NOT NULL)`,
-	abandoned: `
+	abandoned: []string{`
 		INSERT INTO reconciliation_items (kind, org_id, environment, order_id, outbox_message_id, detail, dedupe_key)
 		SELECT 'failed_delivery', m.org_id, m.environment, m.order_id, m.id,
 			'delivery to ' || m.destination_id || ' did not complete in ' || a.attempts || ' attempts (the worker stopped during each)',
 			'` + fulfillment.DeliveryKeyPrefix + `' || m.id
 		FROM abandoned a JOIN outbox_messages m ON m.id = a.id
-		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
+		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`},
 	failed: func(ctx context.Context, tx pgx.Tx, id int64, cause string, maxAttempts int) error {
 		_, err := tx.Exec(ctx, `
 			INSERT INTO reconciliation_items (kind, org_id, environment, order_id, outbox_message_id, detail, dedupe_key)

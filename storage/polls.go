@@ -32,7 +32,7 @@ var pollTable = newLeasedTable(leasedTable{
 	// The rule of fulfillment.FailedPoll, in SQL for the polls the claim
 	// fails in bulk: their last attempt never completed, so it was not
 	// answered unless its answer was stored before the worker stopped.
-	abandoned: `
+	abandoned: []string{`
 		INSERT INTO reconciliation_items (kind, org_id, environment, order_id, payment_start_id, provider,
 			attempt_ref, payment_id, amount, currency, detail, dedupe_key)
 		SELECT 'poll_failing', s.org_id, s.environment, s.order_id, s.id, s.provider, s.payment_id, s.payment_id,
@@ -50,7 +50,7 @@ var pollTable = newLeasedTable(leasedTable{
 			'` + fulfillment.StartKeyPrefix + `' || s.id
 		FROM abandoned a JOIN payment_polls p ON p.id = a.id JOIN payment_starts s ON s.id = p.start_id
 		WHERE p.answered_attempt < a.attempts
-		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
+		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`},
 	failed: openPollFailing,
 })
 

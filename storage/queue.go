@@ -34,10 +34,10 @@ type leasedTable struct {
 	// failedSet assigns, besides state, processed_at and the lease columns,
 	// the columns of a row failed past its attempts (column = value).
 	failedSet [][2]string
-	// abandoned is a data-modifying CTE of the claim, run on the rows
-	// "abandoned" (id, attempts) it failed because their owners died during
-	// every attempt; "" for none.
-	abandoned string
+	// abandoned are data-modifying CTEs of the claim, run on the rows
+	// "abandoned" (id, attempts, last_error) it failed because their owners
+	// died during every attempt.
+	abandoned []string
 	// releaseSet assigns, besides the lease columns and attempts, columns
 	// of a row handed back (column = value, on the row's values before).
 	releaseSet [][2]string
@@ -86,8 +86,8 @@ func newLeasedTable(t leasedTable) *leasedTable {
 		releaseSet = append(releaseSet, fmt.Sprintf("%s = %s,", kv[0], kv[1]))
 	}
 	abandonedCTE := ""
-	if t.abandoned != "" {
-		abandonedCTE = ", abandoned_effects AS (" + t.abandoned + ")"
+	for i, cte := range t.abandoned {
+		abandonedCTE += fmt.Sprintf(", abandoned_effects_%d AS (%s)", i, cte)
 	}
 	r := strings.NewReplacer(
 		"{table}", t.table,
@@ -125,7 +125,7 @@ func newLeasedTable(t leasedTable) *leasedTable {
 				lease_owner = NULL, lease_until = NULL,
 				last_error = coalesce(t.last_error || '; ', '') || 'abandoned: no attempt completed'
 			FROM due WHERE t.id = due.id AND due.attempts >= $4
-			RETURNING t.id, t.attempts
+			RETURNING t.id, t.attempts, t.last_error
 		){abandoned_effects}
 		UPDATE {table} t SET
 			lease_owner = $1,

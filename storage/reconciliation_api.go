@@ -125,14 +125,14 @@ func (s *Store) ReconSummary(ctx context.Context, f fulfillment.ReconFilter) ([]
 		})
 	}
 	// Pending and failed events are counted apart, each through its own
-	// partial index: one scan for both states would read every event of
+	// partial index (the pending ones through the inbox's work rows): one scan for both states would read every event of
 	// the org (the org leads the event key), a million rows with a
 	// million-event history. The inner conditions are the outer ones (the
 	// same arguments, in the same order).
 	inner, _ := scope("e")
 	counts("x", `SELECT x.org_id, x.environment, sum(x.pending)::bigint, sum(x.failed)::bigint FROM (
 			SELECT e.org_id, e.environment, count(*) AS pending, 0::bigint AS failed
-			FROM inbox_events e WHERE e.state = 'pending'`+inner+` GROUP BY 1, 2
+			FROM inbox_work w JOIN inbox_events e USING (id) WHERE w.state = 'pending'`+inner+` GROUP BY 1, 2
 			UNION ALL
 			SELECT e.org_id, e.environment, 0, count(*)
 			FROM inbox_events e WHERE e.state = 'failed'`+inner+` GROUP BY 1, 2

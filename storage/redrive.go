@@ -288,7 +288,7 @@ func (s *Store) RedriveStep(ctx context.Context, batch int) (bool, error) {
 // (the ids applied). They do what EventReplay and DeliveryRetry do to one
 // item, to the batch at once; an item no longer in a state the action
 // applies to is left alone (and marked skipped). $3 is who started the run.
-const (
+var (
 	redriveApplyEvents = `,
 			replays AS (
 				INSERT INTO inbox_replays (inbox_event_id, replayed_by, replayed_by_detail, previous_state,
@@ -297,9 +297,9 @@ const (
 				FROM inbox_events e JOIN picked p ON e.id = p.item_id WHERE e.state <> 'pending'
 				RETURNING inbox_event_id
 			),
+			requeued AS (` + inboxRequeue("SELECT inbox_event_id AS id FROM replays") + `),
 			done AS (
-				UPDATE inbox_events e SET state = 'pending', attempts = 0, next_attempt_at = clock_timestamp(),
-					lease_owner = NULL, lease_until = NULL, last_error = NULL
+				UPDATE inbox_events e SET state = 'pending', attempts = 0, last_error = NULL
 				FROM replays r WHERE e.id = r.inbox_event_id
 				RETURNING e.id
 			)`

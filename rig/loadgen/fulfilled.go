@@ -74,11 +74,11 @@ func Timings(ctx context.Context, db *pgxpool.Pool, key EventKey, ids []string) 
 	return out, nil
 }
 
-// Pending counts the inbox events waiting to be processed (the claim's
-// partial index makes this cheap whatever the history).
+// Pending counts the inbox events waiting to be processed (their work
+// rows: cheap whatever the history).
 func Pending(ctx context.Context, db *pgxpool.Pool) (int, error) {
 	var n int
-	err := db.QueryRow(ctx, `SELECT count(*) FROM inbox_events WHERE state = 'pending'`).Scan(&n)
+	err := db.QueryRow(ctx, `SELECT count(*) FROM inbox_work WHERE state = 'pending'`).Scan(&n)
 	return n, err
 }
 

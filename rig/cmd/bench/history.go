@@ -16,11 +16,11 @@ import (
 const historyInsert = `
 	INSERT INTO inbox_events (provider, endpoint_id, org_id, environment, event_id, event_type, kind, test_mode,
 		occurred_at, received_at, attempt_ref, payment_id, invoice_id, merchant_order_id, amount, token, network,
-		raw_body, state, decision, attempts, next_attempt_at, processed_at)
+		raw_body, state, decision, attempts, processed_at)
 	SELECT 'yolfi', $1, $2, $3, 'evt_' || substr(md5('hist' || g), 1, 24), 'payment.confirmed', 'payment_confirmed', false,
 		ts, ts, 'inv_hist_' || g, 'pay_hist_' || g, 'inv_hist_' || g, 'hist-' || g, 25, 'USDT', 'TRON',
 		convert_to('{"id":"hist-' || g || '","type":"payment.confirmed"}', 'UTF8'), 'processed', 'fulfilled', 1,
-		ts, ts + interval '4 milliseconds'
+		ts + interval '4 milliseconds'
 	FROM generate_series(1, $4::int) AS g, LATERAL (SELECT now() - interval '180 days' + g * interval '10 seconds' AS ts) AS t`
 
 // historyPhase compares the service without and with a large processed
