@@ -119,14 +119,34 @@ func TestSendNeverResends(t *testing.T) {
 		{idempotent: true, want: Delivered, requests: 2, conn: 2},  // resent on a second connection
 		{idempotent: false, want: Uncertain, requests: 1, conn: 2}, // a connection per delivery, no resend
 	} {
-		srv := startClosingServer(t)
-		s := NewSender()
-		d := testDestination(t, srv.url(), tc.idempotent)
-		if r := s.Send(t.Context(), d, Message{Key: "msg_first", Payload: []byte(`{}`)}); r.Verdict != Delivered {
-			t.Fatalf("idempotent %v, first message: %s %q", tc.idempotent, r.Verdict, r.Reason)
+		var (
+			srv            *closingServer
+			s              *Sender
+			r              Result
+			requests, conns int
+		)
+		// The resend needs the victim on the first message's connection,
+		// which the transport returns to its idle pool asynchronously,
+		// after the first answer was read: a victim that got a new
+		// connection (a loaded machine) tells nothing, and is sent again
+		// on a fresh server.
+		for try := 0; ; try++ {
+			srv = startClosingServer(t)
+			s = NewSender()
+			d := testDestination(t, srv.url(), tc.idempotent)
+			if r := s.Send(t.Context(), d, Message{Key: "msg_first", Payload: []byte(`{}`)}); r.Verdict != Delivered {
+				t.Fatalf("idempotent %v, first message: %s %q", tc.idempotent, r.Verdict, r.Reason)
+			}
+			var reused []bool
+			ctx := httptrace.WithClientTrace(t.Context(), &httptrace.ClientTrace{
+				GotConn: func(i httptrace.GotConnInfo) { reused = append(reused, i.Reused) }})
+			r = s.Send(ctx, d, Message{Key: victim, Payload: []byte(`{}`)})
+			requests, conns = srv.counts(victim)
+			if !tc.idempotent || (len(reused) > 0 && reused[0]) || try == 20 {
+				break
+			}
+			s.CloseIdleConnections()
 		}
-		r := s.Send(t.Context(), d, Message{Key: victim, Payload: []byte(`{}`)})
-		requests, conns := srv.counts(victim)
 		if r.Verdict != tc.want || requests != tc.requests || conns != tc.conn {
 			t.Errorf("idempotent %v: %s %q, the server saw the message %d times on %d connections; want %s, %d times on %d",
 				tc.idempotent, r.Verdict, r.Reason, requests, conns, tc.want, tc.requests, tc.conn)

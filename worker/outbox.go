@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -30,12 +31,12 @@ type Destination struct {
 }
 
 // idempotentBatch is how many messages a worker of an idempotent
-// destination claims at once, sends one after the other and records in one
-// transaction. A worker that stops in between leaves sent messages
-// unrecorded: they are sent again, which such a destination applies once.
-// (A destination that does not honour idempotency keys gets one message
-// per claim.)
-const idempotentBatch = 8
+// destination claims at once, sends (concurrently, within the
+// destination's concurrency) and records in one transaction. A worker that
+// stops in between leaves sent messages unrecorded: they are sent again,
+// which such a destination applies once. (A destination that does not
+// honour idempotency keys gets one message per claim.)
+const idempotentBatch = 32
 
 // recordTimeout bounds recording attempts, which happens even when the
 // dispatcher is stopping: the requests were made.
@@ -46,7 +47,9 @@ const recordTimeout = 10 * time.Second
 // table(destination id) and recording its attempts with work. cfg
 // tunes every destination's queue (poll, lease, backoff); each destination
 // sets its own workers (Concurrency) and MaxAttempts; its workers claim
-// idempotentBatch messages at a time (one, when it is not idempotent).
+// idempotentBatch messages at a time (one, when it is not idempotent), and
+// share Concurrency request slots: while one worker is claiming or
+// recording, the others' requests use its slots.
 func NewOutbox(work fulfillment.OutboxWork, table func(destination string) Table, destinations []Destination, owners Owners, cfg Config, log *slog.Logger) []*Queue {
 	var queues []*Queue
 	for _, d := range destinations {
@@ -55,7 +58,7 @@ func NewOutbox(work fulfillment.OutboxWork, table func(destination string) Table
 		if d.Idempotent {
 			c.Batch = idempotentBatch
 		}
-		s := &sender{work: work, dest: d, log: log.With("destination", d.ID)}
+		s := newSender(work, d, log.With("destination", d.ID))
 		queues = append(queues, NewQueue("outbox "+d.ID, table(d.ID), s.Process, owners, c, log))
 	}
 	return queues
@@ -66,10 +69,20 @@ type sender struct {
 	work fulfillment.OutboxWork
 	dest Destination
 	log  *slog.Logger
+	// slots holds a token per request in flight to the destination, across
+	// its workers: at most its Concurrency.
+	slots chan struct{}
 }
 
-// Process makes one attempt at each claimed message, one after the other,
-// and records them together (one transaction). The messages whose attempt
+// newSender returns d's sender, with d.Concurrency request slots (at
+// least one).
+func newSender(work fulfillment.OutboxWork, d Destination, log *slog.Logger) *sender {
+	return &sender{work: work, dest: d, log: log, slots: make(chan struct{}, max(d.Concurrency, 1))}
+}
+
+// Process makes one attempt at each claimed message, as many at a time as
+// the destination's free request slots allow, and records them together
+// (one transaction). The messages whose attempt
 // asks to be retried are returned as ItemErrors, for the queue to schedule
 // each after its backoff — as are all of them when the record failed: they
 // were sent, and are sent again after their backoff, not at once. A
@@ -82,18 +95,9 @@ func (t *sender) Process(ctx context.Context, owner string, claims []Claim) erro
 	if err != nil {
 		return err
 	}
-	attempts := make([]fulfillment.MessageAttempt, 0, len(msgs))
-	for _, m := range msgs {
-		a, ok, err := t.attempt(ctx, owner, m)
-		if err != nil { // marking it as sending failed: only a claim of one message marks
-			return err
-		}
-		if ok {
-			attempts = append(attempts, fulfillment.MessageAttempt{ID: m.ID, DeliveryAttempt: a})
-		}
-	}
-	if len(attempts) == 0 {
-		return nil
+	attempts, err := t.attemptAll(ctx, owner, msgs)
+	if err != nil || len(attempts) == 0 {
+		return err
 	}
 	// The requests were made: they are recorded even when the dispatcher
 	// is stopping.
@@ -128,6 +132,37 @@ func (t *sender) Process(ctx context.Context, owner string, claims []Claim) erro
 		return retry
 	}
 	return nil
+}
+
+// attemptAll makes one attempt at each of msgs, each in a request slot,
+// and returns those made, in msgs' order. An error is a sending mark that
+// failed to commit: only a claim of one message marks.
+func (t *sender) attemptAll(ctx context.Context, owner string, msgs []fulfillment.OutboxMessage) ([]fulfillment.MessageAttempt, error) {
+	made := make([]fulfillment.MessageAttempt, len(msgs))
+	errs := make([]error, len(msgs))
+	var wg sync.WaitGroup
+	for i, m := range msgs {
+		t.slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-t.slots }()
+			a, ok, err := t.attempt(ctx, owner, m)
+			if ok {
+				made[i] = fulfillment.MessageAttempt{ID: m.ID, DeliveryAttempt: a}
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	attempts := made[:0]
+	for _, a := range made {
+		if a.ID != 0 {
+			attempts = append(attempts, a)
+		}
+	}
+	return attempts, nil
 }
 
 // attempt makes one attempt at m; ok is false when the message is no longer

@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
@@ -15,6 +18,7 @@ import (
 // fakeOutbox is a fulfillment.OutboxWork over messages by id, recording
 // what it was asked to record.
 type fakeOutbox struct {
+	mu        sync.Mutex // guards recorded
 	msgs      map[int64]fulfillment.OutboxMessage
 	recordErr error
 	recorded  [][]fulfillment.MessageAttempt
@@ -33,14 +37,71 @@ func (f *fakeOutbox) OutboxLoad(_ context.Context, ids []int64, _ string) ([]ful
 func (*fakeOutbox) OutboxSending(context.Context, int64, string) error { return nil }
 
 func (f *fakeOutbox) OutboxRecord(_ context.Context, _ string, attempts []fulfillment.MessageAttempt) ([]int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.recorded = append(f.recorded, attempts)
 	return nil, f.recordErr
 }
 
-// A destination's claims are sent one after the other and recorded in one
-// call; the attempts that ask to be retried come back as ItemErrors, and
-// when the record fails every message sent does, so that the queue retries
-// each after its backoff rather than sending the batch again at once.
+// A claim's messages are sent concurrently, never more at once than the
+// destination's concurrency across its workers, and recorded together.
+func TestOutboxSenderSendsWithinConcurrency(t *testing.T) {
+	t.Parallel()
+	const concurrency, perClaim, workers = 3, 10, 2
+	msgs := map[int64]fulfillment.OutboxMessage{}
+	for id := range int64(perClaim * workers) {
+		msgs[id+1] = fulfillment.OutboxMessage{ID: id + 1}
+	}
+	work := &fakeOutbox{msgs: msgs}
+	var inFlight, most atomic.Int32
+	release := make(chan struct{})
+	s := newSender(work, Destination{ID: "crm", Idempotent: true, Concurrency: concurrency,
+		Deliver: func(context.Context, fulfillment.OutboxMessage) fulfillment.DeliveryAttempt {
+			n := inFlight.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			<-release
+			inFlight.Add(-1)
+			return fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeDelivered, Status: 200}
+		}}, slog.New(slog.DiscardHandler))
+	var wg sync.WaitGroup
+	for w := range workers {
+		claims := make([]Claim, perClaim)
+		for i := range claims {
+			claims[i] = Claim{ID: int64(w*perClaim + i + 1), Attempts: 1}
+		}
+		wg.Go(func() {
+			if err := s.Process(context.Background(), "w", claims); err != nil {
+				t.Errorf("Process: %v", err)
+			}
+		})
+	}
+	// Until the first requests are let through, exactly the slots are taken.
+	for inFlight.Load() < concurrency {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // room for a request past the limit to start
+	close(release)
+	wg.Wait()
+	if got := most.Load(); got != concurrency {
+		t.Errorf("at most %d requests in flight, want %d", got, concurrency)
+	}
+	work.mu.Lock()
+	defer work.mu.Unlock()
+	if len(work.recorded) != workers {
+		t.Fatalf("%d record calls, want one per claim", len(work.recorded))
+	}
+	for _, r := range work.recorded {
+		if len(r) != perClaim {
+			t.Errorf("a record of %d attempts, want %d", len(r), perClaim)
+		}
+	}
+}
+
+// A destination's claims are sent and recorded in one call; the attempts
+// that ask to be retried come back as ItemErrors, and when the record
+// fails every message sent does, so that the queue retries each after its
+// backoff rather than sending the batch again at once.
 func TestOutboxSenderRecordsBatchAndRetriesPerMessage(t *testing.T) {
 	t.Parallel()
 	claims := []Claim{{ID: 1, Attempts: 1}, {ID: 2, Attempts: 1}, {ID: 3, Attempts: 2}}
@@ -56,14 +117,15 @@ func TestOutboxSenderRecordsBatchAndRetriesPerMessage(t *testing.T) {
 			t.Parallel()
 			work := &fakeOutbox{msgs: map[int64]fulfillment.OutboxMessage{1: {ID: 1}, 2: {ID: 2}, 3: {ID: 3}}, recordErr: tc.recordErr}
 			var sent []int64
-			s := &sender{work: work, log: slog.New(slog.DiscardHandler), dest: Destination{ID: "crm", Idempotent: true,
+			// One request slot: the messages go one after the other.
+			s := newSender(work, Destination{ID: "crm", Idempotent: true, Concurrency: 1,
 				Deliver: func(_ context.Context, m fulfillment.OutboxMessage) fulfillment.DeliveryAttempt {
 					sent = append(sent, m.ID)
 					if m.ID == 2 {
 						return fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeRetry, Status: 503, Reason: "HTTP 503"}
 					}
 					return fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeDelivered, Status: 200}
-				}}}
+				}}, slog.New(slog.DiscardHandler))
 			err := s.Process(context.Background(), "w", claims)
 			if !slices.Equal(sent, []int64{1, 2, 3}) {
 				t.Errorf("sent %v, want each message once, in order", sent)
