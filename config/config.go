@@ -53,7 +53,7 @@ type Config struct {
 	Tracing   Tracing    `yaml:"tracing,omitempty"`
 	Endpoints []Endpoint `yaml:"endpoints,omitempty"`
 	Ingest    Ingest     `yaml:"ingest,omitempty"`
-	Inbox     Queue      `yaml:"inbox,omitempty"`
+	Inbox     Inbox      `yaml:"inbox,omitempty"`
 	// Destinations receive outbox deliveries; Outbox tunes their
 	// dispatcher (max_attempts is set per destination).
 	Destinations []Destination `yaml:"destinations,omitempty"`
@@ -71,7 +71,7 @@ type Config struct {
 	// Worker is the former name of Inbox. Load accepts it (not together
 	// with inbox), copies it into Inbox and leaves it set, so that serve
 	// warns at start.
-	Worker *Queue `yaml:"worker,omitempty"`
+	Worker *Inbox `yaml:"worker,omitempty"`
 	// Console configures the admin console (config/console.go).
 	Console Console `yaml:"console,omitempty"`
 }
@@ -159,6 +159,27 @@ type Queue struct {
 	MaxAttempts int           `yaml:"max_attempts"`
 	BaseBackoff time.Duration `yaml:"base_backoff"`
 	MaxBackoff  time.Duration `yaml:"max_backoff"`
+}
+
+// Inbox tunes the inbox processor, and how long a payment that arrived
+// before its order waits for it.
+type Inbox struct {
+	Queue `yaml:",inline"`
+	// LateMatchWindow is how long after it was received an event that
+	// matched no order is processed again, by itself, when the order it
+	// names is created (default 7 days; older ones wait for a person).
+	LateMatchWindow time.Duration `yaml:"late_match_window"`
+}
+
+// DefaultLateMatchWindow is inbox.late_match_window when unset.
+const DefaultLateMatchWindow = 7 * 24 * time.Hour
+
+// LateMatch is the late match window, its default when unset.
+func (i Inbox) LateMatch() time.Duration {
+	if i.LateMatchWindow == 0 {
+		return DefaultLateMatchWindow
+	}
+	return i.LateMatchWindow
 }
 
 // StatusPoll tunes the status poller: a leased queue of the started
@@ -714,6 +735,9 @@ func (c *Config) validate() error {
 	}
 	if err := c.Inbox.validate(inboxKey); err != nil {
 		return err
+	}
+	if c.Inbox.LateMatchWindow < 0 {
+		return fmt.Errorf("%s.late_match_window: must not be negative (0: the default, %v)", inboxKey, DefaultLateMatchWindow)
 	}
 	if err := c.validateDestinations(); err != nil {
 		return err

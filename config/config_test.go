@@ -283,7 +283,7 @@ func TestInboxQueueKeys(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.Inbox != want {
+			if cfg.Inbox.Queue != want {
 				t.Errorf("inbox = %+v, want %+v", cfg.Inbox, want)
 			}
 			if got := cfg.Worker != nil; got != tc.deprecated {
@@ -292,7 +292,7 @@ func TestInboxQueueKeys(t *testing.T) {
 		})
 	}
 	cfg, err := Load("", env(nil))
-	if err != nil || cfg.Inbox != (Queue{}) || cfg.Worker != nil {
+	if err != nil || cfg.Inbox != (Inbox{}) || cfg.Worker != nil {
 		t.Errorf("without a file: inbox %+v, worker %v, error %v; want the zero queue (worker's defaults)", cfg.Inbox, cfg.Worker, err)
 	}
 }

@@ -67,8 +67,8 @@ func testConfig(dbURL string) *config.Config {
 			{ID: testEP, Provider: "yolfi", Org: orgA, Environment: "test", Secrets: []config.Secret{{Value: []byte(testSecret)}}},
 		},
 		Ingest: config.Ingest{MaxBodyBytes: 256 << 10, Timeout: 2 * time.Second},
-		Inbox: config.Queue{Workers: 4, Batch: 8, Lease: 5 * time.Second, Poll: 50 * time.Millisecond,
-			MaxAttempts: 5, BaseBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
+		Inbox: config.Inbox{Queue: config.Queue{Workers: 4, Batch: 8, Lease: 5 * time.Second, Poll: 50 * time.Millisecond,
+			MaxAttempts: 5, BaseBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}},
 	}
 }
 
@@ -163,18 +163,23 @@ func authed(token string) context.Context {
 // credit, expecting 25 USDT on TRON with a 0.5 tolerance.
 func (s *stack) createOrder(t *testing.T, env, merchantOrderID string) *fulfillmentv1.Order {
 	t.Helper()
-	resp, err := s.client.CreateOrder(authed(orgAToken), &fulfillmentv1.CreateOrderRequest{
+	resp, err := s.client.CreateOrder(authed(orgAToken), orderRequest(env, merchantOrderID))
+	if err != nil {
+		t.Fatalf("CreateOrder: %v", err)
+	}
+	return resp.GetOrder()
+}
+
+// orderRequest is the CreateOrder request of createOrder.
+func orderRequest(env, merchantOrderID string) *fulfillmentv1.CreateOrderRequest {
+	return &fulfillmentv1.CreateOrderRequest{
 		OrgId: orgA, Environment: env, MerchantOrderId: merchantOrderID,
 		Lines: []*fulfillmentv1.OrderLine{
 			{Sku: defaultSKU, Kind: "license", Quantity: 2, UnitPrice: &fulfillmentv1.Money{Currency: "USD", MinorUnits: 1000}},
 			{Sku: creditSKU, Kind: "balance_credit", Quantity: 1, UnitPrice: &fulfillmentv1.Money{Currency: "USD", MinorUnits: creditMinor}, AccountRef: "acct_" + merchantOrderID},
 		},
 		Settlement: &fulfillmentv1.Settlement{Token: "USDT", Network: "TRON", Amount: "25.000000", Tolerance: "0.5"},
-	})
-	if err != nil {
-		t.Fatalf("CreateOrder: %v", err)
 	}
-	return resp.GetOrder()
 }
 
 // event builds a native Yolfi event for merchantOrderID.

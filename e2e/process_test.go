@@ -253,8 +253,8 @@ func procConfig(grpcAddr, httpAddr, ingestAddr string, lease time.Duration) *con
 		}},
 		Endpoints: []config.Endpoint{daemon.YolfiEndpoint(liveEP, orgA, "live", procEnvLiveSecret)},
 		Ingest:    config.Ingest{Timeout: 2 * time.Second},
-		Inbox: config.Queue{Workers: 2, Batch: 8, Lease: lease, Poll: 50 * time.Millisecond, MaxAttempts: 10,
-			BaseBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond},
+		Inbox: config.Inbox{Queue: config.Queue{Workers: 2, Batch: 8, Lease: lease, Poll: 50 * time.Millisecond, MaxAttempts: 10,
+			BaseBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}},
 	}
 }
 

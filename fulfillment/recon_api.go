@@ -28,9 +28,14 @@ const (
 	ResolutionRetried ReconResolution = "retried"
 	// ResolutionNoAction: looked at; nothing needs doing.
 	ResolutionNoAction ReconResolution = "no_action"
+	// ResolutionMatchedLater is the service's own: the order an unmatched
+	// payment named was created after it, and the payment was processed
+	// again against it. A person cannot choose it.
+	ResolutionMatchedLater ReconResolution = "matched_later"
 )
 
-// Resolutions lists every resolution, in the order documentation shows them.
+// Resolutions lists every resolution a person may choose, in the order
+// documentation shows them.
 var Resolutions = []ReconResolution{
 	ResolutionRefunded, ResolutionFulfilledManually, ResolutionConfirmedDuplicateDelivery,
 	ResolutionRevoked, ResolutionRetried, ResolutionNoAction,

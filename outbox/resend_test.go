@@ -120,9 +120,9 @@ func TestSendNeverResends(t *testing.T) {
 		{idempotent: false, want: Uncertain, requests: 1, conn: 2}, // a connection per delivery, no resend
 	} {
 		var (
-			srv            *closingServer
-			s              *Sender
-			r              Result
+			srv             *closingServer
+			s               *Sender
+			r               Result
 			requests, conns int
 		)
 		// The resend needs the victim on the first message's connection,

@@ -11,6 +11,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/internal/failpoint"
 )
 
 // orderColumns are the orders columns scanOrder reads, in its order.
@@ -29,6 +30,7 @@ func (s *Store) OrderCreate(ctx context.Context, spec fulfillment.OrderSpec) (fu
 	}
 	fingerprint := spec.Fingerprint()
 	created := false
+	late := 0 // events that came before the order, queued again
 	var createdAt time.Time
 	err = s.withTx(ctx, func(tx pgx.Tx) error {
 		total := spec.Total()
@@ -68,10 +70,17 @@ func (s *Store) OrderCreate(ctx context.Context, spec fulfillment.OrderSpec) (fu
 			return fmt.Errorf("inserting order lines: %w", interpret(err))
 		}
 		created = true
-		return nil
+		late, err = s.requeueLateEvents(ctx, tx, id, spec)
+		return err
 	})
 	if err != nil {
 		return fulfillment.Order{}, false, err
+	}
+	if late > 0 {
+		// Committed with the order: a crash from here on leaves the
+		// events queued, for any replica to process.
+		failpoint.Inject("order-after-create")
+		s.inboxSignal.committed()
 	}
 	if created {
 		return fulfillment.Order{ID: id.String(), OrderSpec: spec, State: fulfillment.StatePendingPayment,

@@ -51,6 +51,9 @@ type Store struct {
 	pollAfter time.Duration
 	// plans are the subscription plans, by id.
 	plans fulfillment.Plans
+	// lateMatch is how old an unmatched event may be and still be queued
+	// again when the order it names is created.
+	lateMatch time.Duration
 }
 
 var _ fulfillment.OrderStore = (*Store)(nil)
@@ -86,7 +89,14 @@ type Options struct {
 	// session-pooled URL of the same database, for when the main URL goes
 	// through a transaction-mode pooler. Empty: the main URL.
 	SessionURL string
+	// LateMatchWindow is how long after it was received an event that
+	// matched no order is queued again when its order is created (default
+	// DefaultLateMatchWindow).
+	LateMatchWindow time.Duration
 }
+
+// DefaultLateMatchWindow is Options.LateMatchWindow when unset.
+const DefaultLateMatchWindow = 7 * 24 * time.Hour
 
 // Open connects a pool to the database at url and checks it answers.
 //
@@ -126,7 +136,10 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{log: log, subscriptions: o.Subscriptions, pollAfter: o.StatusPollAfter, plans: o.Plans,
-		sessionCfg: sessionCfg}
+		sessionCfg: sessionCfg, lateMatch: o.LateMatchWindow}
+	if s.lateMatch == 0 {
+		s.lateMatch = DefaultLateMatchWindow
+	}
 	s.reach.s, s.reach.gaveUp, s.giveUpAfter = s, make(chan struct{}), o.GiveUpAfter
 	s.poolProbe = newPoolingProbe(cfg.ConnConfig.Copy())
 	s.sessionProbe = s.poolProbe

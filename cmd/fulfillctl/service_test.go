@@ -70,7 +70,7 @@ func startServiceWith(t *testing.T, configure func(*config.Config)) *service {
 		Endpoints: []config.Endpoint{{ID: svcEndpoint, Provider: "yolfi", Org: svcOrg, Environment: "live",
 			Secrets: []config.Secret{{Value: []byte(svcYolfiKey)}}}},
 		Ingest: config.Ingest{MaxBodyBytes: 256 << 10, Timeout: 2 * time.Second},
-		Inbox:  fast,
+		Inbox:  config.Inbox{Queue: fast},
 		Outbox: fast,
 	}
 	configure(cfg)

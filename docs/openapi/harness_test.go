@@ -78,7 +78,7 @@ func startService(t *testing.T, dest *receiver.Receiver) *service {
 			{ID: tbankEP, Provider: "tbank", Org: orgA, Environment: "live", Secrets: []config.Secret{{Value: []byte("bank-password")}}, Options: bank},
 		},
 		Ingest: config.Ingest{MaxBodyBytes: maxBody, Timeout: 2 * time.Second},
-		Inbox:  fast,
+		Inbox:  config.Inbox{Queue: fast},
 		Plans: []config.Plan{
 			{ID: "pro-monthly", Months: 1},
 			{ID: "daily", Days: 1},

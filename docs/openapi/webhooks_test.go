@@ -202,8 +202,22 @@ func TestWebhooksDocumentMatchesDeliveries(t *testing.T) {
 	s.mustWebhook(t, ended)
 	overdue := yolfiEvent(yolfi.TypeSubscriptionOverdue, "", now)
 	overdue.Data.SubscriptionID = "sub_due"
-	// After the renewal is stored: an overdue before it would be stale.
-	waitFor(t, "renewed", func() bool { return len(deliveredOf(t, dest, "subscription.renewed")) > 0 })
+	// After sub_due's own renewal is stored (sub_ended's may come first):
+	// an overdue before its subscription exists is unmatched, one before
+	// its renewal stale.
+	waitFor(t, "sub_due renewed", func() bool {
+		for _, d := range deliveredOf(t, dest, "subscription.renewed") {
+			var m struct {
+				Data struct {
+					ProviderSubscriptionID string `json:"provider_subscription_id"`
+				} `json:"data"`
+			}
+			if json.Unmarshal(d.Body, &m) == nil && m.Data.ProviderSubscriptionID == "sub_due" {
+				return true
+			}
+		}
+		return false
+	})
 	s.mustWebhook(t, overdue)
 
 	produced := []string{"fulfillment.requested", "order.fulfilled", "order.on_hold",

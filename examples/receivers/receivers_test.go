@@ -364,8 +364,8 @@ func startService(t *testing.T, url string) *service {
 		Endpoints: []config.Endpoint{{ID: yolfiEP, Provider: "yolfi", Org: orgA, Environment: "live",
 			Secrets: []config.Secret{{Value: []byte(yolfiSecret)}}}},
 		Ingest: config.Ingest{MaxBodyBytes: 256 << 10, Timeout: 2 * time.Second},
-		Inbox: config.Queue{Workers: 2, Batch: 8, Lease: 5 * time.Second, Poll: 50 * time.Millisecond,
-			MaxAttempts: 5, BaseBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
+		Inbox: config.Inbox{Queue: config.Queue{Workers: 2, Batch: 8, Lease: 5 * time.Second, Poll: 50 * time.Millisecond,
+			MaxAttempts: 5, BaseBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}},
 		Destinations: []config.Destination{config.Destination{
 			ID: destID, URL: url, Idempotent: &idempotent, Timeout: 5 * time.Second,
 			Events: []string{string(fulfillment.TopicOrderFulfilled)}, Keys: []stdwebhooks.Secret{secret(t, exampleSecret)},

@@ -100,6 +100,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 		// Polls are queued whether or not this process runs the poller.
 		StatusPollAfter: cfg.StatusPoll.WithDefaults().After,
 		TracerProvider:  tracer,
+		LateMatchWindow: cfg.Inbox.LateMatch(),
 	})
 	if err != nil {
 		_ = stopTracing(ctx)
@@ -173,7 +174,7 @@ func (a *App) build(cfg *config.Config, endpoints []ingest.Endpoint) error {
 
 	a.liveness = a.store.NewLiveness()
 	if !cfg.Inbox.Disabled {
-		a.inbox = worker.NewInboxWith(a.store.InboxQueue(), a.store, a.liveness, QueueConfig(cfg.Inbox), a.log, inboxObservers(reg, a.tracer))
+		a.inbox = worker.NewInboxWith(a.store.InboxQueue(), a.store, a.liveness, QueueConfig(cfg.Inbox.Queue), a.log, inboxObservers(reg, a.tracer))
 	}
 	if len(cfg.Destinations) > 0 && !cfg.Outbox.Disabled {
 		a.outbox = newOutbox(cfg, a.store, a.liveness, reg, a.log)

@@ -251,8 +251,8 @@ func (s *service) config() *config.Config {
 			daemon.TBankEndpoint(tbankEP, orgID, "live", envTBankPassword, tbankTerminal),
 		},
 		Ingest: config.Ingest{Timeout: 2 * time.Second},
-		Inbox: config.Queue{Workers: 4, Batch: 16, Lease: 2 * time.Second, Poll: 100 * time.Millisecond,
-			BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second, MaxAttempts: 50},
+		Inbox: config.Inbox{Queue: config.Queue{Workers: 4, Batch: 16, Lease: 2 * time.Second, Poll: 100 * time.Millisecond,
+			BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second, MaxAttempts: 50}},
 		Destinations: s.destinations,
 		Outbox:       config.Queue{Lease: 2 * time.Second, Poll: 100 * time.Millisecond, BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second},
 		// The subscription orders' plans, and a sweeper that ends access

@@ -20,7 +20,7 @@ func TestWriteConfigLoads(t *testing.T) {
 		}},
 		Endpoints: []config.Endpoint{YolfiEndpoint("yolfi-live", "org_a", "live", "T_SECRET"),
 			TBankEndpoint("tbank-live", "org_a", "live", "T_TBANK", "TestTerminal")},
-		Inbox: config.Queue{Workers: 2, Lease: 90 * time.Second, Poll: 50 * time.Millisecond},
+		Inbox: config.Inbox{Queue: config.Queue{Workers: 2, Lease: 90 * time.Second, Poll: 50 * time.Millisecond}},
 	}
 	path := filepath.Join(t.TempDir(), "c.yaml")
 	if err := WriteConfig(path, want); err != nil {

@@ -1,0 +1,90 @@
+package storage_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/storage"
+)
+
+// A payment that arrives before its order is decided unmatched with an
+// item; creating the order queues it again in the same transaction, and it
+// is then applied once: its item is resolved as matched_later with the
+// order, the event's replays say the service queued it, and a replay by
+// hand or a redelivery grants nothing more. An unmatched event older than
+// the window, one of another org and one naming another order stay
+// unmatched, their items open.
+func TestLateMatchAppliesAPaymentThatCameFirst(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	first := refundEvent("early", "m-late", fulfillment.EventPaymentConfirmed, 20000)
+	old := refundEvent("old", "m-old", fulfillment.EventPaymentConfirmed, 20000)
+	otherOrg := refundEvent("other-org", "m-late", fulfillment.EventPaymentConfirmed, 20000)
+	otherOrg.OrgID = "org_b"
+	otherOrder := refundEvent("other-order", "m-nobody", fulfillment.EventPaymentConfirmed, 20000)
+	ids := map[string]int64{}
+	for _, ev := range []fulfillment.ProviderEvent{first, old, otherOrg, otherOrder} {
+		r, err := s.InboxInsert(ctx, ev, []byte("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[ev.EventID] = r.ID
+	}
+	processAll(t, s, 4)
+	if n := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state = 'unmatched'"); n != 4 {
+		t.Fatalf("%d unmatched events, want 4", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = 'unmatched_payment' AND state = 'open'"); n != 4 {
+		t.Fatalf("%d open unmatched_payment items, want 4", n)
+	}
+	if _, err := conn.Exec(ctx, "UPDATE inbox_events SET received_at = now() - interval '8 days' WHERE id = $1", ids["old"]); err != nil {
+		t.Fatal(err)
+	}
+
+	order := creditLicenseOrder(t, s, "m-late")
+	creditLicenseOrder(t, s, "m-old")
+	if n := count(t, conn, "SELECT count(*) FROM inbox_work WHERE state = 'pending'"); n != 1 {
+		t.Fatalf("%d events queued by the orders' creation, want the one that came first", n)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM reconciliation_items
+		WHERE inbox_event_id = $1 AND state = 'resolved' AND resolution = 'matched_later' AND resolved_by = $2
+			AND order_id = $3::uuid`, ids["early"], storage.LateMatchActor, order.ID); n != 1 {
+		t.Errorf("the early payment's item is not resolved as matched_later with its order")
+	}
+	if n := count(t, conn, "SELECT count(*) FROM inbox_replays WHERE inbox_event_id = $1 AND replayed_by = $2 AND previous_state = 'unmatched'",
+		ids["early"], storage.LateMatchActor); n != 1 {
+		t.Errorf("the early payment's timeline does not show it was queued again when its order came")
+	}
+	if got := processAll(t, s, 1); got != string(fulfillment.DecisionFulfilled) {
+		t.Fatalf("the early payment, processed again: %s, want fulfilled", got)
+	}
+
+	// Replayed by hand, and delivered again: nothing more is granted.
+	if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: ids["early"], Actor: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := processAll(t, s, 1); got != string(fulfillment.DecisionAlreadyApplied) {
+		t.Errorf("replayed by hand: %s, want already_applied", got)
+	}
+	if r, err := s.InboxInsert(ctx, first, []byte("{}")); err != nil || !r.Duplicate {
+		t.Errorf("delivered again: %+v, %v; want a duplicate", r, err)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM entitlements WHERE order_id = $1::uuid", order.ID); n != 2 {
+		t.Errorf("licenses = %d, want 2", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM ledger_entries WHERE order_id = $1::uuid", order.ID); n != 1 {
+		t.Errorf("ledger entries = %d, want 1", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state = 'unmatched' AND id = ANY($1)",
+		[]int64{ids["old"], ids["other-org"], ids["other-order"]}); n != 3 {
+		t.Errorf("%d of the old, other org's and other order's events still unmatched, want 3", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = 'unmatched_payment' AND state = 'open'"); n != 3 {
+		t.Errorf("%d unmatched_payment items open, want 3 (the ones that stay for a person)", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM inbox_work"); n != 0 {
+		t.Errorf("%d work rows left", n)
+	}
+}
