@@ -139,6 +139,8 @@ type ItemSubject struct {
 	StartID int64
 	// SubscriptionID is the subscription it is about, when any.
 	SubscriptionID string
+	// Refund names the refund it is about (RefundRef), when any.
+	Refund string
 }
 
 // FailedEventKeyPrefix starts the key of a failed_event item; the stored
@@ -174,6 +176,9 @@ const StartKeyPrefix = "start|"
 //     — one per attempt the service started, however many polls failed;
 //   - refund_after_fulfillment: the refund event — every refund is money
 //     moving, a partial refund may follow another;
+//   - refund_not_applicable: the refund ("refund|<order>|<RefundRef>") —
+//     one per refund, also when a notification and a status poll both
+//     announce it;
 //   - anything else about a payment: the payment (provider, tenant, order,
 //     attempt, payment id), or the event when it names no payment.
 func ItemKey(kind ReconKind, s ItemSubject) string {
@@ -190,6 +195,11 @@ func ItemKey(kind ReconKind, s ItemSubject) string {
 		return OrderKeyPrefix + s.OrderID
 	case ReconDuplicateOrderID, ReconPollFailing:
 		return StartKeyPrefix + strconv.FormatInt(s.StartID, 10)
+	case ReconRefundNotApplicable:
+		if s.Refund != "" {
+			return fmt.Sprintf("refund|%s|%s|%s|%s", s.OrgID, s.Environment, s.OrderID, s.Refund)
+		}
+		return fmt.Sprintf("event|%s|%s|%s|%s", s.Provider, s.OrgID, s.Environment, s.EventID)
 	case ReconRefundAfterFulfill:
 		return fmt.Sprintf("event|%s|%s|%s|%s", s.Provider, s.OrgID, s.Environment, s.EventID)
 	default:

@@ -56,6 +56,13 @@ const (
 	// keeps its state and a refund_after_fulfillment item asks what to
 	// revoke.
 	DecisionPartiallyRefunded Decision = "partially_refunded"
+	// DecisionRefundNotApplicable: a partial refund that cannot apply to
+	// the payment it names: that payment was refunded in full already, or
+	// the refund is larger than what is left of the order's total after
+	// the partial refunds recorded before it. Nothing is recorded or taken
+	// back; a refund_not_applicable item asks a person to look at the
+	// money at the provider.
+	DecisionRefundNotApplicable Decision = "refund_not_applicable"
 	// DecisionOtherPaymentRefunded: a refund of a payment that did not pay
 	// the order (an extra payment, say). The order is untouched.
 	DecisionOtherPaymentRefunded Decision = "other_payment_refunded"
@@ -146,6 +153,15 @@ type RecordedRefund struct {
 // to these rules, as they are to a provider that keys refunds by amount.
 func RefundRef(ev ProviderEvent) string {
 	return RefundRefOf(ev.Provider, ev.Payment.AttemptRef, ev.Payment.Amount)
+}
+
+// ItemRefund is the refund an item opened by ev is about (its
+// ItemSubject.Refund): RefundRef(ev) when ev announces a refund, else "".
+func ItemRefund(ev ProviderEvent) string {
+	if ev.Kind != EventRefunded && ev.Kind != EventPartiallyRefunded {
+		return ""
+	}
+	return RefundRef(ev)
 }
 
 // RefundRefOf is RefundRef of a refund of attempt for amount.
@@ -443,7 +459,21 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 		return outcome(DecisionOtherPaymentRefunded,
 			fmt.Sprintf("part of a payment other than %s, which paid the order, was refunded", order.PaidBy.describe()))
 	}
-	recorded := RecordRefund{RecordedRefund{Attempt: AttemptKey{ev.Provider, ev.Payment.AttemptRef}, Ref: ref, Amount: ev.Payment.Amount}}
+	attempt := AttemptKey{ev.Provider, ev.Payment.AttemptRef}
+	if order.State == StateRefunded || order.attempt(ev) == AttemptRefunded {
+		return outcome(DecisionRefundNotApplicable,
+			fmt.Sprintf("%s refunded of a payment that was refunded in full already: nothing more can be refunded of it, "+
+				"so nothing is recorded or taken back; check at the provider what was returned", ev.Payment.Amount),
+			OpenItem{ReconRefundNotApplicable})
+	}
+	if left, ok := order.refundLeft(attempt, ev.Payment.Amount); ok && ev.Payment.Amount.Value.GreaterThan(decimal.NewFromInt(left)) {
+		return outcome(DecisionRefundNotApplicable,
+			fmt.Sprintf("%s refunded, more than the %s left of the order's total %s after the partial refunds recorded: "+
+				"nothing is recorded or taken back; check at the provider what was returned",
+				ev.Payment.Amount, MinorAmount(left, order.Total.Currency), MinorAmount(order.Total.MinorUnits, order.Total.Currency)),
+			OpenItem{ReconRefundNotApplicable})
+	}
+	recorded := RecordRefund{RecordedRefund{Attempt: attempt, Ref: ref, Amount: ev.Payment.Amount}}
 	granted := order.State == StateFulfilled || order.State == StateFulfilling
 	if share, ok := order.refundShare(ev.Payment.Amount); ok && granted {
 		return outcome(DecisionPartiallyRefunded,
@@ -454,6 +484,25 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 	return outcome(DecisionPartiallyRefunded,
 		fmt.Sprintf("%s of the payment was refunded while the order is %s: decide what to revoke", ev.Payment.Amount, order.State),
 		recorded, OpenItem{ReconRefundAfterFulfill})
+}
+
+// refundLeft is what is left to refund, in minor units of the order's
+// currency, of the order's total for a refund of amount of attempt: the
+// total less the partial refunds of that attempt recorded in that
+// currency. ok is false when amount is not a whole number of minor units
+// of the order's currency (it cannot be compared).
+func (o PaidOrder) refundLeft(attempt AttemptKey, amount Amount) (left int64, ok bool) {
+	u := amount.Unit
+	if !u.IsCurrency() || u.Currency != o.Total.Currency || !amount.Value.IsInteger() {
+		return 0, false
+	}
+	left = o.Total.MinorUnits
+	for _, r := range o.PartialRefunds {
+		if r.Attempt == attempt && r.Amount.Unit == u && r.Amount.Value.IsInteger() {
+			left -= r.Amount.Value.IntPart()
+		}
+	}
+	return max(left, 0), true
 }
 
 // refundShare is a refund of amount as a part of the order's total: known

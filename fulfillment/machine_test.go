@@ -349,6 +349,10 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 	held := &PaidOrder{State: StateOnHold, Total: total, Paid: true, PaidBy: byPay1}
 	refunded := &PaidOrder{State: StateRefunded, Total: total, Paid: true, PaidBy: byPay1}
 	cancelled := &PaidOrder{State: StateCancelled, Total: total}
+	// 50000 of the 250000 refunded already, of pay_1; 10000 of pay_2.
+	partlyRefunded := &PaidOrder{State: StateFulfilled, Total: total, Paid: true, PaidBy: byPay1, PartialRefunds: []RecordedRefund{
+		{Attempt: AttemptKey{ProviderTBank, "pay_1"}, Ref: "tbank:pay_1:50000 RUB", Amount: rub(50000)},
+		{Attempt: AttemptKey{ProviderTBank, "pay_2"}, Ref: "tbank:pay_2:10000 RUB", Amount: rub(10000)}}}
 	refundedFirst := &PaidOrder{State: StatePendingPayment, Total: total,
 		Attempts: map[AttemptKey]AttemptState{{ProviderTBank, "pay_1"}: AttemptRefunded}}
 
@@ -400,7 +404,17 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 		{"partial refund of all of it", payment(EventPartiallyRefunded, rub(250000), "", "pay_1"), fulfilled,
 			DecisionPartiallyRefunded, []Effect{ReverseCreditShare{Money{"RUB", 250000}, "tbank:pay_1:250000 RUB"}, OpenItem{ReconRefundAfterFulfill}}},
 		{"partial refund of more than the total", payment(EventPartiallyRefunded, rub(250001), "", "pay_1"), fulfilled,
-			DecisionPartiallyRefunded, []Effect{OpenItem{ReconRefundAfterFulfill}}},
+			DecisionRefundNotApplicable, []Effect{OpenItem{ReconRefundNotApplicable}}},
+		{"partial refund of more than is left after the partial refunds recorded", payment(EventPartiallyRefunded, rub(200001), "", "pay_1"),
+			partlyRefunded, DecisionRefundNotApplicable, []Effect{OpenItem{ReconRefundNotApplicable}}},
+		{"partial refund of what is left after the partial refunds recorded", payment(EventPartiallyRefunded, rub(200000), "", "pay_1"),
+			partlyRefunded, DecisionPartiallyRefunded, []Effect{ReverseCreditShare{Money{"RUB", 200000}, "tbank:pay_1:200000 RUB"}, OpenItem{ReconRefundAfterFulfill}}},
+		{"partial refund after the full refund", payment(EventPartiallyRefunded, rub(50000), "", "pay_1"), refunded,
+			DecisionRefundNotApplicable, []Effect{OpenItem{ReconRefundNotApplicable}}},
+		{"partial refund after a full refund before any payment", payment(EventPartiallyRefunded, rub(50000), "", "pay_1"), refundedFirst,
+			DecisionRefundNotApplicable, []Effect{OpenItem{ReconRefundNotApplicable}}},
+		{"partial refund of more than the total before any payment", payment(EventPartiallyRefunded, rub(250001), "", "pay_1"), pending,
+			DecisionRefundNotApplicable, []Effect{OpenItem{ReconRefundNotApplicable}}},
 		{"partial refund in another unit", payment(EventPartiallyRefunded, TokenAmount(decimal.RequireFromString("5"), "USDT", "TRON"), "", "pay_1"), fulfilled,
 			DecisionPartiallyRefunded, []Effect{OpenItem{ReconRefundAfterFulfill}}},
 		{"partial refund of another payment", payment(EventPartiallyRefunded, rub(50000), "", "pay_2"), fulfilled, DecisionOtherPaymentRefunded, nil},
@@ -472,7 +486,9 @@ func TestItemKey(t *testing.T) {
 		{ReconUnidentifiedPayment, true},
 		{ReconRefundAfterFulfill, false},
 		{ReconFailedEvent, false},
+		{ReconRefundNotApplicable, true}, // the same refund (Refund), announced twice
 	}
+	s.Refund, other.Refund = "tbank:pay_1:5000 RUB", "tbank:pay_1:5000 RUB"
 	for _, tc := range cases {
 		if got := ItemKey(tc.kind, s) == ItemKey(tc.kind, other); got != tc.sameAsEv2 {
 			t.Errorf("%s: same key for two events = %v, want %v", tc.kind, got, tc.sameAsEv2)
@@ -480,6 +496,11 @@ func TestItemKey(t *testing.T) {
 	}
 	if ItemKey(ReconFailedEvent, s) != "inbox|42" || ItemKey(ReconUnidentifiedPayment, s) != "order|o1" {
 		t.Errorf("keys %q %q", ItemKey(ReconFailedEvent, s), ItemKey(ReconUnidentifiedPayment, s))
+	}
+	otherRefund := other
+	otherRefund.Refund = "tbank:pay_1:6000 RUB"
+	if ItemKey(ReconRefundNotApplicable, s) == ItemKey(ReconRefundNotApplicable, otherRefund) {
+		t.Error("two refunds of different amounts share a refund_not_applicable key")
 	}
 	noRefs := s
 	noRefs.AttemptRef, noRefs.PaymentID = "", ""
@@ -519,6 +540,12 @@ func TestRefundSequences(t *testing.T) {
 			{EventPaymentConfirmed, "inv_1", "pay_1", DecisionUnidentifiedPayment},
 			{EventPaymentConfirmed, "inv_2", "pay_2", DecisionFulfilled},
 		}},
+		{"a partial refund after the full refund cannot apply", []step{
+			{EventPaymentConfirmed, "", "pay_1", DecisionFulfilled},
+			{EventRefunded, "", "pay_1", DecisionRefunded},
+			{EventPartiallyRefunded, "", "pay_1", DecisionRefundNotApplicable},
+			{EventPartiallyRefunded, "", "pay_1", DecisionRefundNotApplicable}, // nothing recorded: decided the same again
+		}},
 		{"a payment refunded before its confirmation", []step{
 			{EventRefunded, "", "pay_1", DecisionRefundedBeforePayment},
 			{EventPaymentConfirmed, "", "pay_1", DecisionStaleIgnored},
@@ -531,8 +558,12 @@ func TestRefundSequences(t *testing.T) {
 			o := &PaidOrder{State: StatePendingPayment, Total: Money{Currency: "RUB", MinorUnits: 100}}
 			for i, s := range tc.steps {
 				p := PaymentInfo{InvoiceID: s.invoice, PaymentID: s.payment, MerchantOrderID: "m"}
-				if s.kind == EventPaymentConfirmed {
+				switch s.kind {
+				case EventPaymentConfirmed:
 					p.Amount = MinorAmount(100, "RUB")
+				case EventPartiallyRefunded:
+					p.Amount = MinorAmount(10, "RUB")
+				default:
 				}
 				p.AttemptRef = p.Attempt()
 				ev := ProviderEvent{Provider: ProviderTBank, Environment: EnvLive, Kind: s.kind, Payment: p}

@@ -139,6 +139,10 @@ const (
 	ReconPaidNotFulfilled   ReconKind = "paid_not_fulfilled"
 	ReconFailedEvent        ReconKind = "failed_event"
 	ReconRefundAfterFulfill ReconKind = "refund_after_fulfillment"
+	// ReconRefundNotApplicable: a refund that cannot apply to the payment
+	// it names (DecisionRefundNotApplicable): nothing was recorded or
+	// taken back. One per refund (its RefundRef), however often announced.
+	ReconRefundNotApplicable ReconKind = "refund_not_applicable"
 	// ReconDuplicateOrderID: a provider already had a payment under the id
 	// of an attempt the service started, and it could not be linked.
 	ReconDuplicateOrderID ReconKind = "duplicate_order_id"
@@ -156,7 +160,7 @@ func (k ReconKind) Valid() bool {
 	switch k {
 	case ReconExtraPayment, ReconUnidentifiedPayment, ReconAmountMismatch, ReconOverpayment, ReconUnmatchedPayment,
 		ReconUncertainDelivery, ReconFailedDelivery, ReconPaidNotFulfilled, ReconFailedEvent, ReconRefundAfterFulfill,
-		ReconDuplicateOrderID, ReconPollFailing:
+		ReconRefundNotApplicable, ReconDuplicateOrderID, ReconPollFailing:
 		return true
 	}
 	return false
@@ -165,6 +169,6 @@ func (k ReconKind) Valid() bool {
 // ReconKinds lists every kind, in the order summaries show them.
 var ReconKinds = []ReconKind{
 	ReconUnmatchedPayment, ReconAmountMismatch, ReconOverpayment, ReconExtraPayment, ReconUnidentifiedPayment,
-	ReconDuplicateOrderID, ReconPollFailing, ReconPaidNotFulfilled, ReconRefundAfterFulfill, ReconFailedEvent,
+	ReconDuplicateOrderID, ReconPollFailing, ReconPaidNotFulfilled, ReconRefundAfterFulfill, ReconRefundNotApplicable, ReconFailedEvent,
 	ReconFailedDelivery, ReconUncertainDelivery,
 }

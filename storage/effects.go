@@ -529,6 +529,7 @@ func orderItem(kind fulfillment.ReconKind, le leasedEvent, m *fulfillment.Locked
 	it := item{kind: kind, amount: p.Amount, detail: detail, subject: fulfillment.ItemSubject{
 		Provider: ev.Provider, OrgID: ev.OrgID, Environment: ev.Environment,
 		AttemptRef: p.AttemptRef, PaymentID: p.PaymentID, EventID: ev.EventID, InboxID: le.id,
+		Refund: fulfillment.ItemRefund(ev),
 	}}
 	if m != nil {
 		it.subject.OrderID = m.ID

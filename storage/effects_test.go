@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,8 +20,9 @@ import (
 
 // The effects of a batch are written with one statement per kind of
 // effect. Whatever a batch holds — several events of one order (partial
-// refunds, whose shares read each other's — the last one's is cut to what
-// is left of the credit — then the full refund),
+// refunds, whose shares read each other's, then the full refund; partial
+// refunds that cannot apply: one larger than what is left, one after the
+// full refund),
 // a refund before its payment, deliveries requested then withdrawn, an
 // unmatched payment, a subscription's first payment and its renewal — one
 // batch writes exactly what the same events write processed one at a
@@ -57,7 +59,7 @@ func TestOneBatchWritesWhatOneByOneWrites(t *testing.T) {
 		t.Errorf("one batch wrote:\n%s\none by one:\n%s", got, want)
 	}
 	for _, must := range []string{"partial_reversal", "refund_reversal", "revoked", "m-b|licenses|order.refunded",
-		"subscription.renewed", "period 2", "unmatched"} {
+		"subscription.renewed", "period 2", "unmatched", "refund_not_applicable"} {
 		if !strings.Contains(want, must) {
 			t.Errorf("the scenario no longer writes %q: it tests less than it says", must)
 		}
@@ -236,7 +238,11 @@ func TestMigration024KeepsEveryKindOfData(t *testing.T) {
 		t.Fatal(err)
 	}
 	scenarioOrders(t, s)
-	events := batchScenario()
+	// Version 23 has no kind for the items of refunds that cannot apply
+	// (migration 025): the scenario without them.
+	events := slices.DeleteFunc(batchScenario(), func(ev fulfillment.ProviderEvent) bool {
+		return ev.EventID == "c4" || ev.EventID == "a6"
+	})
 	for _, ev := range events {
 		if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
 			t.Fatal(err)
@@ -308,10 +314,10 @@ func batchScenario() []fulfillment.ProviderEvent {
 		refundEvent("c2", "m-c", fulfillment.EventPaymentConfirmed, 20000),
 		refundEvent("c3", "m-c", fulfillment.EventPartiallyRefunded, 12000),
 		refundEvent("a4", "m-a", fulfillment.EventRefunded, 9000),
-		refundEvent("c4", "m-c", fulfillment.EventPartiallyRefunded, 8000),
+		refundEvent("c4", "m-c", fulfillment.EventPartiallyRefunded, 8000), // more than the 3000 left: cannot apply
 		refundEvent("a5", "m-a", fulfillment.EventRefunded, 9000),
 		confirmedEvent("x1", "m-nobody"),
-		refundEvent("a6", "m-a", fulfillment.EventPartiallyRefunded, 1000),
+		refundEvent("a6", "m-a", fulfillment.EventPartiallyRefunded, 1000), // after the full refund: cannot apply
 		firstPayment("s1", "sub_1", "m-sub"),
 		subEvent("s2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 0), "inv_sub_1_2"),
 	}

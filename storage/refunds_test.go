@@ -2,6 +2,7 @@ package storage_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -47,7 +48,9 @@ func TestRefundsReverseOnce(t *testing.T) {
 		{tbankEvent("partial-6000", fulfillment.EventPartiallyRefunded, 6000), "partially_refunded", 3, 4500, 0, 2},
 		{tbankEvent("refunded", fulfillment.EventRefunded, 9000), "refunded", 4, 0, 2, 3},
 		{tbankEvent("refunded-again", fulfillment.EventRefunded, 9000), "already_applied", 4, 0, 2, 3},
-		{tbankEvent("partial-late", fulfillment.EventPartiallyRefunded, 1000), "partially_refunded", 4, 0, 2, 4},
+		// After the full refund, nothing is left to refund: its own
+		// decision and item (TestRefundNotApplicableOnce), no ledger row.
+		{tbankEvent("partial-late", fulfillment.EventPartiallyRefunded, 1000), "refund_not_applicable", 4, 0, 2, 3},
 	}
 	for _, st := range steps {
 		if _, err := s.InboxInsert(ctx, st.ev, []byte("{}")); err != nil {
@@ -71,6 +74,83 @@ func TestRefundsReverseOnce(t *testing.T) {
 	}
 	if n := count(t, conn, "SELECT count(*) FROM order_events WHERE order_id = $1 AND topic = 'order.refunded'", order.ID); n != 1 {
 		t.Errorf("%d order.refunded events, want 1", n)
+	}
+}
+
+// A refund that cannot apply is decided refund_not_applicable and opens
+// exactly one refund_not_applicable item per refund — however often it is
+// announced (a notification, a status poll's answer) or replayed — and
+// moves no money: no ledger row, no recorded refund. Two ways: a partial
+// refund after the full refund, and one larger than what is left of the
+// order's total after the partial refunds recorded.
+func TestRefundNotApplicableOnce(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		// before are the events that leave the order as it is when the
+		// refund comes, with the ledger rows and sum they leave.
+		before    []fulfillment.ProviderEvent
+		rows, sum int
+		// refunds recorded before it.
+		refunds int
+		refund  fulfillment.ProviderEvent
+	}{
+		{"a partial refund after the full refund",
+			[]fulfillment.ProviderEvent{tbankEvent("T:pay-1:CONFIRMED", fulfillment.EventPaymentConfirmed, 20000),
+				tbankEvent("T:pay-1:REFUNDED", fulfillment.EventRefunded, 20000)},
+			2, 0, 0, tbankEvent("T:pay-1:PARTIAL_REFUNDED:5000", fulfillment.EventPartiallyRefunded, 5000)},
+		{"a partial refund larger than what is left",
+			[]fulfillment.ProviderEvent{tbankEvent("T:pay-1:CONFIRMED", fulfillment.EventPaymentConfirmed, 20000),
+				tbankEvent("T:pay-1:PARTIAL_REFUNDED:15000", fulfillment.EventPartiallyRefunded, 15000)},
+			// 15000 of 20000: three quarters of the 10000 credit.
+			2, 2500, 1, tbankEvent("T:pay-1:PARTIAL_REFUNDED:6000", fulfillment.EventPartiallyRefunded, 6000)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, conn := newOutboxStore(t)
+			ctx := context.Background()
+			order := creditLicenseOrder(t, s, "m-1")
+			for _, ev := range tc.before {
+				deliver(t, s, ev)
+			}
+			effects := func(when string) {
+				t.Helper()
+				rows := count(t, conn, "SELECT count(*) FROM ledger_entries WHERE order_id = $1", order.ID)
+				sum := count(t, conn, "SELECT coalesce(sum(minor_units), 0)::int FROM ledger_entries WHERE order_id = $1", order.ID)
+				if rows != tc.rows || sum != tc.sum {
+					t.Errorf("%s: %d ledger rows summing to %d, want %d summing to %d (the refund moves nothing)", when, rows, sum, tc.rows, tc.sum)
+				}
+				if n := count(t, conn, "SELECT count(*) FROM payment_refunds WHERE order_id = $1", order.ID); n != tc.refunds {
+					t.Errorf("%s: %d refunds recorded, want %d", when, n, tc.refunds)
+				}
+				if n := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE order_id = $1 AND kind = 'refund_not_applicable'", order.ID); n != 1 {
+					t.Errorf("%s: %d refund_not_applicable items, want 1", when, n)
+				}
+				if n := count(t, conn, "SELECT count(*) FROM inbox_events WHERE order_id = $1 AND decision = 'refund_not_applicable'", order.ID); n < 1 {
+					t.Errorf("%s: %d events decided refund_not_applicable", when, n)
+				}
+			}
+			if got := deliver(t, s, tc.refund); got != "refund_not_applicable" {
+				t.Fatalf("the refund: %s, want refund_not_applicable", got)
+			}
+			effects("the refund")
+			polled := tc.refund
+			polled.EventID = "poll:" + polled.EventID // the same refund, found by a status poll
+			if got := deliver(t, s, polled); got != "refund_not_applicable" {
+				t.Errorf("the refund announced again: %s, want refund_not_applicable", got)
+			}
+			effects("the refund announced again")
+			var id int64
+			if err := conn.QueryRow(ctx, "SELECT id FROM inbox_events WHERE event_id = $1", tc.refund.EventID).Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: id, Actor: "admin"}); err != nil {
+				t.Fatal(err)
+			}
+			processAll(t, s, 1)
+			effects("the refund replayed")
+		})
 	}
 }
 
@@ -262,5 +342,47 @@ func creditOrder(t *testing.T) (*storage.Store, *pgx.Conn, fulfillment.Order, fu
 			t.Fatal(err)
 		}
 		return r.ID, processAll(t, s, 1)
+	}
+}
+
+// Migration 025 rolls back only while no refund_not_applicable item
+// exists: items are evidence, and the previous schema has no kind for them.
+func TestMigration025RefundNotApplicable(t *testing.T) {
+	t.Parallel()
+	_, conn, _, deliver := creditOrder(t)
+	ctx := context.Background()
+	deliver(tbankEvent("confirmed", fulfillment.EventPaymentConfirmed, 20000))
+	if _, got := deliver(tbankEvent("partial-too-much", fulfillment.EventPartiallyRefunded, 20001)); got != "refund_not_applicable" {
+		t.Fatalf("a refund larger than the payment: %s", got)
+	}
+	m, err := migrate.NewMigrator(ctx, conn, "schema_version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.LoadMigrations(storage.Migrations()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MigrateTo(ctx, 24); err == nil || !strings.Contains(err.Error(), "refund_not_applicable reconciliation items exist") {
+		t.Fatalf("migrating down with a refund_not_applicable item: %v, want it refused", err)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = 'refund_not_applicable'"); n != 1 {
+		t.Fatalf("%d refund_not_applicable items after the refused rollback, want 1", n)
+	}
+	if _, err := conn.Exec(ctx, "DELETE FROM reconciliation_items"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MigrateTo(ctx, 24); err != nil {
+		t.Fatalf("migrating down without items: %v", err)
+	}
+	insert := `INSERT INTO reconciliation_items (kind, org_id, environment, detail, dedupe_key)
+		VALUES ('refund_not_applicable', 'org_a', 'live', 'd', 'k')`
+	if _, err := conn.Exec(ctx, insert); err == nil {
+		t.Error("version 24 took a refund_not_applicable item")
+	}
+	if err := m.MigrateTo(ctx, 25); err != nil {
+		t.Fatalf("migrating up again: %v", err)
+	}
+	if _, err := conn.Exec(ctx, insert); err != nil {
+		t.Errorf("version 25 refused a refund_not_applicable item: %v", err)
 	}
 }

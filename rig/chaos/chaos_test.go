@@ -342,7 +342,8 @@ func TestTBankNotifications(t *testing.T) {
 
 // The replay of a T-Bank order: partial refunds take back the credit's
 // share (rounded down) once each, the full refund the rest and the
-// licenses, each refund one item; a refund applied before the confirmation
+// licenses, each refund one item (a partial one after the full one cannot
+// apply: a refund_not_applicable item); a refund applied before the confirmation
 // leaves the order unpaid.
 func TestTBankReplay(t *testing.T) {
 	t.Parallel()
@@ -365,7 +366,9 @@ func TestTBankReplay(t *testing.T) {
 	} {
 		decisions = append(decisions, rp.apply(ev))
 	}
-	want := "[fulfilled stale_ignored partially_refunded partially_refunded refunded partially_refunded]"
+	// The partial refund after the full one cannot apply: its own decision
+	// and item, no ledger movement.
+	want := "[fulfilled stale_ignored partially_refunded partially_refunded refunded refund_not_applicable]"
 	if fmt.Sprint(decisions) != want {
 		t.Errorf("decisions %v, want %s", decisions, want)
 	}
@@ -376,7 +379,8 @@ func TestTBankReplay(t *testing.T) {
 		"line 1 partial_reversal -5 for tbank:42:7 RUB line 1 refund_reversal -44995]"; ledger != want {
 		t.Errorf("ledger %s, want %s", ledger, want)
 	}
-	if !rp.granted || !rp.revoked || !rp.announced || rp.order.State != fulfillment.StateRefunded || len(rp.items) != 4 || sum(rp.items) != 4 {
+	if !rp.granted || !rp.revoked || !rp.announced || rp.order.State != fulfillment.StateRefunded || len(rp.items) != 4 || sum(rp.items) != 4 ||
+		rp.items["refund_not_applicable|"+notice(tbank.StatusPartialRefunded, 100).EventID] != 1 {
 		t.Errorf("granted %v, revoked %v, announced %v, state %s, items %v", rp.granted, rp.revoked, rp.announced, rp.order.State, rp.items)
 	}
 

@@ -5,7 +5,7 @@ import (
 )
 
 // checkItems: the only reconciliation items are the extra payments and the
-// refunds (checked per order), one unmatched_payment per distinct
+// refunds, those that apply and those that cannot (checked per order), one unmatched_payment per distinct
 // test-endpoint payment and
 // the items of uncertain and failed outbox messages (checked with their
 // message); no failed_event, no amount_mismatch or overpayment; every license key
@@ -22,7 +22,8 @@ func (r *runner) checkItems(s *dbState) {
 	for _, it := range s.items {
 		c.Checked++
 		switch {
-		case (it.kind == itemExtraPayment || it.kind == itemUnidentified || it.kind == itemRefund) && it.env == "live" && it.orderID != "":
+		case (it.kind == itemExtraPayment || it.kind == itemUnidentified || it.kind == itemRefund || it.kind == itemRefundNotApplicable) &&
+			it.env == "live" && it.orderID != "":
 			// checked with its order
 		case r.subscriptionItem(it):
 			// checked with its subscription

@@ -32,6 +32,9 @@ const (
 	rubLicense    = 19900 // kopecks per license
 	rubCredit     = 50000 // kopecks of the balance credit
 	itemRefund    = string(fulfillment.ReconRefundAfterFulfill)
+	// itemRefundNotApplicable: a partial refund after the full one, say,
+	// which the reordered deliveries make.
+	itemRefundNotApplicable = string(fulfillment.ReconRefundNotApplicable)
 )
 
 // tbankEndpoint is the endpoint as the service knows it: the checker parses
@@ -197,7 +200,7 @@ func (rp *replay) apply(ev fulfillment.ProviderEvent) fulfillment.Decision {
 			// refund event).
 			key := fulfillment.ItemKey(e.Kind, fulfillment.ItemSubject{Provider: ev.Provider, OrgID: ev.OrgID,
 				Environment: ev.Environment, OrderID: rp.id, AttemptRef: ev.Payment.AttemptRef, PaymentID: ev.Payment.PaymentID,
-				EventID: ev.EventID})
+				EventID: ev.EventID, Refund: fulfillment.ItemRefund(ev)})
 			if !rp.keys[key] {
 				rp.keys[key] = true
 				rp.items[string(e.Kind)+"|"+ev.EventID]++
