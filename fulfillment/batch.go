@@ -211,7 +211,9 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 	}
 	var view *PaidOrder
 	if matched {
-		view = &order.PaidOrder
+		v := order.PaidOrder
+		v.PlanChange = b.planChange(ev, order)
+		view = &v
 	}
 	st.Outcome = Decide(ev, view)
 	if slices.Contains(st.Outcome.Effects, Effect(PaySubscriptions{})) {
@@ -237,6 +239,24 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 		st.Order, st.OrderState = order, order.State
 	}
 	return st, nil, nil
+}
+
+// planChange is the change of plan a payment ev of order o would make: its
+// subscription line's plan is not the plan of the subscription the
+// payment would pay a period of, which exists already. nil otherwise.
+func (b *batch) planChange(ev ProviderEvent, o *LockedOrder) *PlanChange {
+	if !o.HasSubscriptionLines || ev.Kind != EventPaymentConfirmed {
+		return nil
+	}
+	key := OrderSubscriptionRef(ev, o.SubscriptionPlan, o.SubscriptionFor).Key()
+	rec, known := b.subs[key]
+	if !known {
+		rec, known = b.created[key]
+	}
+	if !known || rec.PlanID == o.SubscriptionPlan {
+		return nil
+	}
+	return &PlanChange{From: rec.PlanID, To: o.SubscriptionPlan}
 }
 
 // decideSubscription decides ev for rec with the subscription rules (a

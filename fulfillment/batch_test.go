@@ -96,6 +96,64 @@ func TestDecideBatchRoutes(t *testing.T) {
 	}
 }
 
+// A payment of an order whose subscription line is for another plan than
+// the subscription the payment names is refused: the order on hold with a
+// plan_change item, and no period paid (no subscription step) — also for
+// a subscription the batch created for an earlier order's payment. The
+// line's plan, when it is the subscription's, pays a period as before.
+func TestDecideBatchRefusesPlanChanges(t *testing.T) {
+	t.Parallel()
+	yearly := Plan{ID: "pro-yearly", Period: Period{Months: 12}, Grace: monthly.Grace}
+	subscriptionOrder := func(id, plan string) *LockedOrder {
+		o := batchOrder(id)
+		o.HasSubscriptionLines, o.SubscriptionPlan, o.SubscriptionFor = true, plan, "user_42"
+		return o
+	}
+	cases := []struct {
+		name    string
+		plan    string // of the order's subscription line
+		created bool   // the subscription is one the batch created
+		want    string
+	}{
+		{"the subscription's plan: a period paid", monthly.ID, false, "fulfilled order=o1 sub=s1 sub:renewed"},
+		{"another plan: refused", yearly.ID, false, "plan_change_refused order=o1"},
+		{"another plan, of a subscription the batch created: refused", yearly.ID, true, "plan_change_refused order=o1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			snap := &Snapshot{
+				Orders:        map[OrderKey]*LockedOrder{orderKey("m-1"): subscriptionOrder("o1", tc.plan)},
+				Subscriptions: map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): batchSub("s1", "sub_1")},
+				Created:       map[SubscriptionKey]*SubscriptionRecord{},
+				Plans:         Plans{monthly.ID: monthly, yearly.ID: yearly},
+			}
+			if tc.created {
+				snap.Created[subKey("sub_1")] = snap.Subscriptions[subKey("sub_1")]
+				delete(snap.Subscriptions, subKey("sub_1"))
+			}
+			pay := named(batchEvent("e1", EventPaymentConfirmed, "m-1", "pay_1", 1000), "sub_1")
+			again := named(batchEvent("e2", EventPaymentConfirmed, "m-1", "pay_1", 1000), "sub_1")
+			steps, need, err := DecideBatch(snap, []BatchEvent{pay, again})
+			if err != nil || need != nil {
+				t.Fatalf("DecideBatch: %v, needs %v", err, need)
+			}
+			if got := summary(steps[0]); got != tc.want {
+				t.Errorf("got  %s\nwant %s (reason: %s)", got, tc.want, steps[0].Outcome.Reason)
+			}
+			if tc.plan != monthly.ID {
+				if item := steps[0].Outcome.Item(); item != ReconPlanChange || steps[0].OrderState != StateOnHold {
+					t.Errorf("item %q, order %s; want a plan_change item and the order on hold", item, steps[0].OrderState)
+				}
+			}
+			// The same payment again: the order is paid, nothing more.
+			if got := summary(steps[1]); got != "already_applied order=o1" {
+				t.Errorf("the payment again: %s", got)
+			}
+		})
+	}
+}
+
 // Two events of one order in one batch: the second is decided against
 // what the first left, and the attempt's recorded state is threaded.
 func TestDecideBatchThreadsAnOrder(t *testing.T) {

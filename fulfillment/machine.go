@@ -56,6 +56,12 @@ const (
 	// keeps its state and a refund_after_fulfillment item asks what to
 	// revoke.
 	DecisionPartiallyRefunded Decision = "partially_refunded"
+	// DecisionPlanChangeRefused: a payment of an order whose subscription
+	// line is for another plan than the subscription the payment names:
+	// plan changes are not applied. The order is paid but on hold, nothing
+	// granted, no period paid; a plan_change item hands the change (a
+	// refund, or the switch by hand) to a person.
+	DecisionPlanChangeRefused Decision = "plan_change_refused"
 	// DecisionRefundNotApplicable: a partial refund that cannot apply to
 	// the payment it names: that payment was refunded in full already, or
 	// the refund is larger than what is left of the order's total after
@@ -124,6 +130,11 @@ type PaidOrder struct {
 	HasExternalLines bool
 	// HasSubscriptionLines: fulfilling it pays subscription periods.
 	HasSubscriptionLines bool
+	// PlanChange is set, for the payment being decided, when the
+	// subscription that payment would pay a period of exists on another
+	// plan than the order's subscription line: the batch sets it
+	// (DecideBatch), nil otherwise.
+	PlanChange *PlanChange
 	// Paid is true once a confirmation was applied to the order (whether it
 	// fulfilled it or put it on hold).
 	Paid bool
@@ -138,6 +149,10 @@ type PaidOrder struct {
 	// credits.
 	PartialRefunds []RecordedRefund
 }
+
+// PlanChange is an order's subscription line for plan To paid for a
+// subscription on plan From.
+type PlanChange struct{ From, To string }
 
 // RecordedRefund is a partial refund as recorded: of which attempt, under
 // which RefundRef, for how much.
@@ -347,6 +362,14 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 		return hold(why)
 	case p.Amount.Value.LessThan(expected.Sub(tolerance)):
 		return hold(fmt.Sprintf("received %s, expected %s (tolerance %s)", p.Amount, Amount{expected, p.Amount.Unit}, tolerance))
+	}
+
+	if c := order.PlanChange; c != nil && order.HasSubscriptionLines {
+		return outcome(DecisionPlanChangeRefused,
+			fmt.Sprintf("the payment is for a subscription on plan %s, and the order's subscription line is for plan %s: "+
+				"a change of plan is not applied (how the periods paid are credited is the merchant's decision); "+
+				"the order is on hold, nothing granted, no period paid", c.From, c.To),
+			with(with(paid, enter(StateOnHold)...), OpenItem{ReconPlanChange})...)
 	}
 
 	next, reason := StateFulfilled, "confirmed payment of what the order expects"

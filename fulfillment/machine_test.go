@@ -349,6 +349,11 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 	held := &PaidOrder{State: StateOnHold, Total: total, Paid: true, PaidBy: byPay1}
 	refunded := &PaidOrder{State: StateRefunded, Total: total, Paid: true, PaidBy: byPay1}
 	cancelled := &PaidOrder{State: StateCancelled, Total: total}
+	// An order's subscription line for pro-yearly, paid for a subscription on pro-monthly.
+	planChange := &PaidOrder{State: StatePendingPayment, Total: total, HasSubscriptionLines: true,
+		PlanChange: &PlanChange{From: "pro-monthly", To: "pro-yearly"}}
+	planChangeHeld := &PaidOrder{State: StateOnHold, Total: total, HasSubscriptionLines: true, Paid: true, PaidBy: byPay1,
+		PlanChange: &PlanChange{From: "pro-monthly", To: "pro-yearly"}}
 	// 50000 of the 250000 refunded already, of pay_1; 10000 of pay_2.
 	partlyRefunded := &PaidOrder{State: StateFulfilled, Total: total, Paid: true, PaidBy: byPay1, PartialRefunds: []RecordedRefund{
 		{Attempt: AttemptKey{ProviderTBank, "pay_1"}, Ref: "tbank:pay_1:50000 RUB", Amount: rub(50000)},
@@ -378,6 +383,12 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 		{"token, for an order with no settlement", payment(EventPaymentConfirmed, TokenAmount(decimal.RequireFromString("25"), "USDT", "TRON"), "", "pay_1"), pending,
 			DecisionAmountMismatch, hold},
 		{"a confirmation of a refunded payment", payment(EventPaymentConfirmed, rub(250000), "", "pay_1"), refundedFirst, DecisionStaleIgnored, nil},
+		{"a subscription line for another plan than the subscription paid: refused, on hold", payment(EventPaymentConfirmed, rub(250000), "", "pay_1"),
+			planChange, DecisionPlanChangeRefused, append(hold[:4:4], OpenItem{ReconPlanChange})},
+		{"a subscription line for another plan, paid short: the amount first", payment(EventPaymentConfirmed, rub(249999), "", "pay_1"),
+			planChange, DecisionAmountMismatch, hold},
+		{"a subscription line for another plan, paid again: the order is paid", payment(EventPaymentConfirmed, rub(250000), "", "pay_1"),
+			planChangeHeld, DecisionAlreadyApplied, []Effect{confirmed}},
 		{"another payment after a refund before any payment", payment(EventPaymentConfirmed, rub(250000), "", "pay_2"), refundedFirst,
 			DecisionFulfilled, fulfil},
 

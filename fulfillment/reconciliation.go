@@ -153,6 +153,10 @@ const (
 	// start; a later notification settles the order as usual and leaves
 	// the item open for a person.
 	ReconPollFailing ReconKind = "poll_failing"
+	// ReconPlanChange: an order's subscription line is for another plan
+	// than the subscription its payment names (DecisionPlanChangeRefused):
+	// the order is on hold, nothing granted. One per payment.
+	ReconPlanChange ReconKind = "plan_change"
 )
 
 // Valid reports whether k is a known kind.
@@ -160,7 +164,7 @@ func (k ReconKind) Valid() bool {
 	switch k {
 	case ReconExtraPayment, ReconUnidentifiedPayment, ReconAmountMismatch, ReconOverpayment, ReconUnmatchedPayment,
 		ReconUncertainDelivery, ReconFailedDelivery, ReconPaidNotFulfilled, ReconFailedEvent, ReconRefundAfterFulfill,
-		ReconRefundNotApplicable, ReconDuplicateOrderID, ReconPollFailing:
+		ReconRefundNotApplicable, ReconDuplicateOrderID, ReconPollFailing, ReconPlanChange:
 		return true
 	}
 	return false
@@ -168,7 +172,7 @@ func (k ReconKind) Valid() bool {
 
 // ReconKinds lists every kind, in the order summaries show them.
 var ReconKinds = []ReconKind{
-	ReconUnmatchedPayment, ReconAmountMismatch, ReconOverpayment, ReconExtraPayment, ReconUnidentifiedPayment,
+	ReconUnmatchedPayment, ReconAmountMismatch, ReconOverpayment, ReconExtraPayment, ReconUnidentifiedPayment, ReconPlanChange,
 	ReconDuplicateOrderID, ReconPollFailing, ReconPaidNotFulfilled, ReconRefundAfterFulfill, ReconRefundNotApplicable, ReconFailedEvent,
 	ReconFailedDelivery, ReconUncertainDelivery,
 }

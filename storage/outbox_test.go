@@ -17,7 +17,7 @@ import (
 )
 
 // newOutboxStore is newStore with crm subscribed to every order and
-// subscription event, and the plan subPlan.
+// subscription event, and the plans subPlan and yearPlan.
 func newOutboxStore(t *testing.T) (*storage.Store, *pgx.Conn) {
 	t.Helper()
 	url := pgtest.DB(t)
@@ -27,7 +27,7 @@ func newOutboxStore(t *testing.T) (*storage.Store, *pgx.Conn) {
 		subs[topic] = []string{"crm"}
 	}
 	s, err := storage.Open(ctx, url, storage.Options{MaxConns: 10, Subscriptions: subs,
-		Plans: fulfillment.Plans{subPlan.ID: subPlan}})
+		Plans: fulfillment.Plans{subPlan.ID: subPlan, yearPlan.ID: yearPlan}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,18 +44,27 @@ func subEvent(id, subID string, kind fulfillment.EventKind, at time.Time, invoic
 // user_42, paid in 10 USDT.
 func subscriptionOrder(t *testing.T, s *storage.Store, merchantID string) {
 	t.Helper()
+	planOrder(t, s, merchantID, subPlan.ID)
+}
+
+// planOrder stores an order of one period of plan for user_42, paid in
+// 10 USDT, and returns its id.
+func planOrder(t *testing.T, s *storage.Store, merchantID, plan string) string {
+	t.Helper()
 	spec, err := fulfillment.OrderDraft{
 		OrgID: "org_a", Environment: "live", MerchantOrderID: merchantID,
 		Lines: []fulfillment.LineDraft{{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "USD", MinorUnits: 1000,
-			AccountRef: "user_42", PlanID: subPlan.ID}},
+			AccountRef: "user_42", PlanID: plan}},
 		Settlement: &fulfillment.SettlementDraft{Token: "USDT", Network: "TRON", Amount: "10"},
 	}.Validate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.OrderCreate(context.Background(), spec); err != nil {
+	o, _, err := s.OrderCreate(context.Background(), spec)
+	if err != nil {
 		t.Fatal(err)
 	}
+	return o.ID
 }
 
 // firstPayment is the payment of order merchantID that starts subscription
@@ -428,5 +437,68 @@ func TestSubscriptionFlowOrdersWithoutProviderSubscription(t *testing.T) {
 	want := subRow{State: "active", Periods: 2, End: subJan1.AddDate(0, 2, 0), Renewed: 2}
 	if got := readSub(t, conn, fulfillment.CustomerSubscriptionID(subPlan.ID, "user_42")); got != want {
 		t.Errorf("%+v, want %+v", got, want)
+	}
+}
+
+// An order for another plan (pro-yearly) whose payment names the
+// customer's subscription to pro-monthly is not a renewal of it: plan
+// changes are refused. The order is paid and on hold with one plan_change
+// item, and the subscription keeps its one period, its plan and its end —
+// however often the payment is announced or replayed.
+func TestSubscriptionFlowPlanChangeRefused(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	subscriptionOrder(t, s, "m-1")
+	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
+	orderID := planOrder(t, s, "m-2", yearPlan.ID)
+	change := subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 0, 10), "inv_2")
+	change.Payment.MerchantOrderID = "m-2"
+	if got := deliver(t, s, change); got != "plan_change_refused" {
+		t.Fatalf("the order for another plan: %s, want plan_change_refused", got)
+	}
+	check := func(when string) {
+		t.Helper()
+		want := subRow{State: "active", Periods: 1, End: subJan1.AddDate(0, 1, 0), Renewed: 1}
+		if got := readSub(t, conn, "sub_1"); got != want {
+			t.Errorf("%s: the subscription %+v, want %+v", when, got, want)
+		}
+		for what, q := range map[string]string{
+			"plan_change items":    `SELECT count(*) FROM reconciliation_items WHERE kind = 'plan_change' AND order_id = $1`,
+			"orders on hold":       `SELECT count(*) FROM orders WHERE id = $1 AND state = 'on_hold' AND paid_at IS NOT NULL`,
+			"order.on_hold events": `SELECT count(*) FROM order_events WHERE order_id = $1 AND topic = 'order.on_hold'`,
+		} {
+			if n := count(t, conn, q, orderID); n != 1 {
+				t.Errorf("%s: %d %s, want 1", when, n, what)
+			}
+		}
+		if n := count(t, conn, `SELECT count(*) FROM subscription_periods`); n != 1 {
+			t.Errorf("%s: %d periods in all, want the first order's only", when, n)
+		}
+		if n := count(t, conn, `SELECT count(*) FROM subscriptions WHERE plan_id = $1`, yearPlan.ID); n != 0 {
+			t.Errorf("%s: %d subscriptions to %s, want none", when, n, yearPlan.ID)
+		}
+		if n := count(t, conn, `SELECT count(*) FROM entitlements WHERE order_id = $1`, orderID); n != 0 {
+			t.Errorf("%s: %d entitlements of the refused order, want none", when, n)
+		}
+	}
+	check("refused")
+	change.EventID = "evt_2_again"
+	if got := deliver(t, s, change); got != "already_applied" {
+		t.Errorf("the payment announced again: %s, want already_applied", got)
+	}
+	check("announced again")
+	var id int64
+	if err := conn.QueryRow(ctx, `SELECT id FROM inbox_events WHERE event_id = 'evt_2'`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: id, Actor: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	processAll(t, s, 1)
+	check("replayed")
+	// A renewal of the subscription itself still pays its next period.
+	if got := deliver(t, s, subEvent("evt_3", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 0), "inv_3")); got != "renewed" {
+		t.Errorf("the subscription's own renewal: %s", got)
 	}
 }

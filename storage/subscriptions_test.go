@@ -13,7 +13,9 @@ var (
 	subRef = fulfillment.SubscriptionRef{OrgID: "org_a", Environment: fulfillment.EnvLive, Provider: fulfillment.ProviderYolfi,
 		ProviderSubscriptionID: "sub_1", CustomerRef: "user_42", PlanID: "pro-monthly"}
 	subPlan = fulfillment.Plan{ID: "pro-monthly", Period: fulfillment.Period{Months: 1}, Grace: 72 * time.Hour}
-	subJan1 = time.Date(2027, 1, 1, 10, 0, 0, 0, time.UTC)
+	// yearPlan is another plan, for changes of plan.
+	yearPlan = fulfillment.Plan{ID: "pro-yearly", Period: fulfillment.Period{Months: 12}, Grace: 72 * time.Hour}
+	subJan1  = time.Date(2027, 1, 1, 10, 0, 0, 0, time.UTC)
 )
 
 // concurrently runs fn n times at once.
