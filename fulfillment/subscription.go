@@ -61,14 +61,20 @@ type Subscription struct {
 	// LastEventAt is when the newest event applied to it occurred: a
 	// lifecycle event older than that is stale.
 	LastEventAt time.Time
-	// AccessEnded is set once, by the sweeper.
+	// AccessEnded is set once, by the sweeper or a refund.
 	AccessEnded bool
+	// LastPeriodRefunded: the payment of the latest paid period was
+	// refunded in full (RefundPeriod), which cut its access.
+	LastPeriodRefunded bool
 }
 
-// Renewal is one paid period: its number and the payment that paid it.
+// Renewal is one paid period: its number, the payment that paid it, when
+// it runs, and whether that payment was refunded in full.
 type Renewal struct {
-	Period    int
-	PaymentID string
+	Period     int
+	PaymentID  string
+	Start, End time.Time
+	Refunded   bool
 }
 
 // SubscriptionEventKind is what an event means to a subscription.
@@ -82,6 +88,11 @@ const (
 	SubOverdue SubscriptionEventKind = "overdue"
 	// SubCancelledEvent: the provider says the subscription was cancelled.
 	SubCancelledEvent SubscriptionEventKind = "cancelled"
+	// SubRefunded: a payment of the subscription was refunded in full.
+	SubRefunded SubscriptionEventKind = "refunded"
+	// SubPartiallyRefunded: part of a payment of the subscription was
+	// refunded.
+	SubPartiallyRefunded SubscriptionEventKind = "partially_refunded"
 )
 
 // SubscriptionEvent is a provider event as the subscription rules read it.
@@ -115,6 +126,10 @@ func SubscriptionEventOf(ev ProviderEvent, received time.Time) SubscriptionEvent
 		sev.Kind = SubOverdue
 	case EventSubscriptionCancelled:
 		sev.Kind = SubCancelledEvent
+	case EventRefunded:
+		sev.Kind = SubRefunded
+	case EventPartiallyRefunded:
+		sev.Kind = SubPartiallyRefunded
 	default:
 		sev.Kind = SubscriptionEventKind(ev.Kind)
 	}
@@ -176,6 +191,10 @@ const (
 	DecisionSubscriptionCancelled Decision = "subscription_cancelled"
 	// DecisionAccessEnded: the sweeper ended a subscription's access.
 	DecisionAccessEnded Decision = "access_ended"
+	// DecisionSubscriptionRefunded: the payment of a paid period was
+	// refunded in full: that period grants access until the refund when it
+	// had begun (access ends then, once), none of it when it had not.
+	DecisionSubscriptionRefunded Decision = "subscription_refunded"
 )
 
 // GrantPeriod grants paid period number Period, [Start, End), to the
@@ -184,6 +203,14 @@ const (
 type GrantPeriod struct {
 	Period     int
 	Start, End time.Time
+}
+
+// RefundPeriod records, once, that the payment of paid period Period was
+// refunded in full: the period grants access until Until at most — the
+// refund, or the period's start when it had not begun (none of it).
+type RefundPeriod struct {
+	Period int
+	Until  time.Time
 }
 
 // MoveSubscription moves the subscription to state To.
@@ -195,6 +222,7 @@ type EndAccess struct{}
 func (GrantPeriod) effect()      {}
 func (MoveSubscription) effect() {}
 func (EndAccess) effect()        {}
+func (RefundPeriod) effect()     {}
 
 // Subscription topics, for outbox subscribers and the event feed.
 const (
@@ -212,6 +240,8 @@ func DecideSubscription(ev SubscriptionEvent, sub Subscription, plan Plan) Outco
 	switch ev.Kind {
 	case SubRenewalPaid:
 		return decideRenewal(ev, sub, plan)
+	case SubRefunded, SubPartiallyRefunded:
+		return decideSubscriptionRefund(ev, sub)
 	case SubOverdue, SubCancelledEvent:
 		if ev.OccurredAt.Before(sub.LastEventAt) {
 			return outcome(DecisionStaleIgnored, fmt.Sprintf("occurred at %s, before the newest event applied (%s)",
@@ -274,6 +304,64 @@ func decideRenewal(ev SubscriptionEvent, sub Subscription, plan Plan) Outcome {
 	return outcome(DecisionRenewed, fmt.Sprintf("period %d paid: access until %s", n, end.UTC().Format(time.RFC3339)), effects...)
 }
 
+// decideSubscriptionRefund decides a refund of a payment of sub. A full
+// refund of the payment that paid the latest period cuts that period's
+// access at the refund (at its start when it had not begun): when it had
+// begun, access ends now, once, announced as subscription.access_ended,
+// and an item says the refunded access was partly used. A refund of an
+// earlier period records it and opens an item (the periods after it were
+// paid on their own, so access is not cut). A partial refund keeps access
+// and opens an item.
+func decideSubscriptionRefund(ev SubscriptionEvent, sub Subscription) Outcome {
+	key := ev.PeriodKey()
+	if key == "" {
+		return outcome(DecisionUnidentifiedRefund,
+			"the refund names neither invoice nor payment id, so the period it refunds cannot be told: check at the provider",
+			OpenItem{ReconRefundAfterFulfill})
+	}
+	r, paid := sub.Renewals[key]
+	if !paid || (r.PaymentID != "" && ev.PaymentID != "" && r.PaymentID != ev.PaymentID) {
+		return outcome(DecisionOtherPaymentRefunded, "the refunded payment paid no period of the subscription: access is unchanged")
+	}
+	if r.Refunded {
+		return outcome(DecisionAlreadyApplied, fmt.Sprintf("the payment of period %d was refunded already", r.Period))
+	}
+	at := ev.OccurredAt.UTC().Format(time.RFC3339)
+	if ev.Kind == SubPartiallyRefunded {
+		return outcome(DecisionPartiallyRefunded,
+			fmt.Sprintf("part of the payment of period %d was refunded: access is kept; decide whether to end it", r.Period),
+			OpenItem{ReconRefundAfterFulfill})
+	}
+	begun := !ev.OccurredAt.Before(r.Start)
+	until := ev.OccurredAt
+	if !begun {
+		until = r.Start
+	} else if until.After(r.End) {
+		until = r.End
+	}
+	refund := RefundPeriod{Period: r.Period, Until: until}
+	switch {
+	case r.Period != sub.Periods:
+		return outcome(DecisionSubscriptionRefunded,
+			fmt.Sprintf("the payment of period %d was refunded at %s; the periods after it were paid on their own, so access "+
+				"is not cut: decide what the customer keeps", r.Period, at),
+			refund, OpenItem{ReconRefundAfterFulfill})
+	case !begun:
+		return outcome(DecisionSubscriptionRefunded,
+			fmt.Sprintf("the payment of period %d was refunded at %s, before the period began: none of it is granted; "+
+				"access runs until the paid period before it ends, %s", r.Period, at, r.Start.UTC().Format(time.RFC3339)),
+			refund)
+	case sub.AccessEnded || sub.State == SubExpired:
+		return outcome(DecisionSubscriptionRefunded,
+			fmt.Sprintf("the payment of period %d was refunded at %s, after access had ended: the access refunded was used", r.Period, at),
+			refund, OpenItem{ReconRefundAfterFulfill})
+	}
+	return outcome(DecisionSubscriptionRefunded,
+		fmt.Sprintf("the payment of period %d was refunded at %s: access ended then; it had been used since %s",
+			r.Period, at, r.Start.UTC().Format(time.RFC3339)),
+		refund, EndAccess{}, MoveSubscription{SubExpired}, Publish{TopicSubscriptionAccessEnded}, OpenItem{ReconRefundAfterFulfill})
+}
+
 // Apply records what out changed, for the next event of the subscription.
 // Only an event that changed the subscription (a period, a state) becomes
 // the newest applied one: an event that was ignored, or changed nothing,
@@ -282,7 +370,7 @@ func (s *Subscription) Apply(ev SubscriptionEvent, out Outcome) {
 	changed := false
 	for _, e := range out.Effects {
 		switch e.(type) {
-		case GrantPeriod, MoveSubscription, EndAccess:
+		case GrantPeriod, MoveSubscription, EndAccess, RefundPeriod:
 			changed = true
 		}
 	}
@@ -293,8 +381,18 @@ func (s *Subscription) Apply(ev SubscriptionEvent, out Outcome) {
 			if s.Renewals == nil {
 				s.Renewals = map[string]Renewal{}
 			}
-			s.Renewals[ev.PeriodKey()] = Renewal{Period: e.Period, PaymentID: ev.PaymentID}
-			s.AccessEnded = false
+			s.Renewals[ev.PeriodKey()] = Renewal{Period: e.Period, PaymentID: ev.PaymentID, Start: e.Start, End: e.End}
+			s.AccessEnded, s.LastPeriodRefunded = false, false
+		case RefundPeriod:
+			if s.Renewals == nil {
+				s.Renewals = map[string]Renewal{}
+			}
+			r := s.Renewals[ev.PeriodKey()]
+			r.Refunded = true
+			s.Renewals[ev.PeriodKey()] = r
+			if e.Period == s.Periods {
+				s.PeriodEnd, s.LastPeriodRefunded = e.Until, true
+			}
 		case MoveSubscription:
 			s.State = e.To
 		case EndAccess:
@@ -337,6 +435,9 @@ func (s Subscription) AccessAt(now time.Time, plan Plan) Access {
 		return Access{Why: "no period was paid"}
 	}
 	if s.State == SubExpired {
+		if s.LastPeriodRefunded {
+			return Access{Why: fmt.Sprintf("access ended: the payment of period %d was refunded", s.Periods)}
+		}
 		return Access{Why: "access ended"}
 	}
 	until, why := s.AccessEnds(plan), "paid period"

@@ -1,6 +1,7 @@
 package fulfillment
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -179,5 +180,89 @@ func TestSubscriptionRenewedAfterExpiry(t *testing.T) {
 	sub.Apply(ev, out)
 	if out.Decision != DecisionRenewed || !sub.PeriodStart.Equal(day(70)) || sub.State != SubActive || !sub.AccessAt(day(71), monthly).Granted {
 		t.Errorf("renewal after expiry: %s, period from %s, %s", out.Decision, sub.PeriodStart, sub.State)
+	}
+}
+
+func refundOf(kind SubscriptionEventKind, at time.Time, invoice, payment string) SubscriptionEvent {
+	return SubscriptionEvent{Kind: kind, OccurredAt: at, InvoiceID: invoice, PaymentID: payment}
+}
+
+// Refunds of a subscription's payments. A full refund of the payment of
+// the latest period cuts that period's access at the refund when it had
+// begun — access ends then, once, announced, with an item since the
+// access was used — and takes all of it when it had not (the paid period
+// before it runs on, no item). A refund of an earlier period, or after
+// access ended, cuts nothing and opens an item; a partial refund keeps
+// access and opens an item; the same refund again is already applied.
+func TestSubscriptionRefunds(t *testing.T) {
+	t.Parallel()
+	feb1, mar1 := jan1.AddDate(0, 1, 0), jan1.AddDate(0, 2, 0)
+	paid := []SubscriptionEvent{renewal(jan1, "inv_1", "pay_1"), renewal(feb1, "inv_2", "pay_2")}
+	events := func(more ...SubscriptionEvent) []SubscriptionEvent { return append(paid[:2:2], more...) }
+	cases := []struct {
+		name   string
+		events []SubscriptionEvent
+		// the last event's decision and effects
+		decision Decision
+		effects  []Effect
+		// what the subscription grants on day 50 (Feb 20, within the
+		// second period), until when and why
+		granted bool
+		until   time.Time
+		why     string
+	}{
+		{"the latest period's payment refunded after it began: access ends at the refund",
+			events(refundOf(SubRefunded, day(40), "inv_2", "pay_2")), DecisionSubscriptionRefunded,
+			[]Effect{RefundPeriod{2, day(40)}, EndAccess{}, MoveSubscription{SubExpired}, Publish{TopicSubscriptionAccessEnded}, OpenItem{ReconRefundAfterFulfill}},
+			false, time.Time{}, "access ended: the payment of period 2 was refunded"},
+		{"the same refund again: once",
+			events(refundOf(SubRefunded, day(40), "inv_2", "pay_2"), refundOf(SubRefunded, day(41), "inv_2", "pay_2")), DecisionAlreadyApplied, nil,
+			false, time.Time{}, "access ended: the payment of period 2 was refunded"},
+		{"the latest period's payment refunded before it began: none of it, the paid period runs on",
+			[]SubscriptionEvent{renewal(jan1, "inv_1", "pay_1"), renewal(day(20), "inv_2", "pay_2"), refundOf(SubRefunded, day(25), "inv_2", "pay_2")},
+			DecisionSubscriptionRefunded, []Effect{RefundPeriod{2, feb1}},
+			false, feb1.Add(monthly.Grace), "grace while the renewal is awaited ended"},
+		{"an earlier period's payment refunded: access is not cut",
+			events(refundOf(SubRefunded, day(40), "inv_1", "pay_1")), DecisionSubscriptionRefunded,
+			[]Effect{RefundPeriod{1, feb1}, OpenItem{ReconRefundAfterFulfill}}, true, mar1, "paid period"},
+		{"a partial refund keeps access",
+			events(refundOf(SubPartiallyRefunded, day(40), "inv_2", "pay_2")), DecisionPartiallyRefunded,
+			[]Effect{OpenItem{ReconRefundAfterFulfill}}, true, mar1, "paid period"},
+		{"a refund of a payment that paid no period",
+			events(refundOf(SubRefunded, day(40), "inv_9", "pay_9")), DecisionOtherPaymentRefunded, nil, true, mar1, "paid period"},
+		{"a refund of another payment of a paid bill",
+			events(refundOf(SubRefunded, day(40), "inv_2", "pay_3")), DecisionOtherPaymentRefunded, nil, true, mar1, "paid period"},
+		{"a refund naming no payment",
+			events(refundOf(SubRefunded, day(40), "", "")), DecisionUnidentifiedRefund, []Effect{OpenItem{ReconRefundAfterFulfill}}, true, mar1, "paid period"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, sub := run(tc.events[:len(tc.events)-1]...)
+			last := tc.events[len(tc.events)-1]
+			out := DecideSubscription(last, sub, monthly)
+			if out.Decision != tc.decision || !reflect.DeepEqual(out.Effects, tc.effects) || out.Reason == "" {
+				t.Errorf("decided %s %+v (%s)\nwant    %s %+v", out.Decision, out.Effects, out.Reason, tc.decision, tc.effects)
+			}
+			sub.Apply(last, out)
+			a := sub.AccessAt(day(50), monthly)
+			if a.Granted != tc.granted || !a.Until.Equal(tc.until) || a.Why != tc.why {
+				t.Errorf("access on day 50 = %+v, want granted %v until %s: %q", a, tc.granted, tc.until, tc.why)
+			}
+			// Access ended by a refund is never ended again by the sweeper.
+			if _, swept := SweepSubscription(sub, monthly, day(120)); swept == sub.AccessEnded {
+				t.Errorf("swept %v on day 120 with access ended %v: want exactly one end", swept, sub.AccessEnded)
+			}
+		})
+	}
+}
+
+// After a refund ended access, a renewal starts a new period from its
+// payment, and the access it grants no longer says refunded.
+func TestSubscriptionRenewedAfterRefund(t *testing.T) {
+	t.Parallel()
+	_, sub := run(renewal(jan1, "inv_1", "pay_1"), refundOf(SubRefunded, day(10), "inv_1", "pay_1"), renewal(day(20), "inv_2", "pay_2"))
+	if a := sub.AccessAt(day(21), monthly); !a.Granted || sub.Periods != 2 || !sub.PeriodStart.Equal(day(20)) || a.Why != "paid period" {
+		t.Errorf("after a renewal following the refund: %+v, %d periods from %s", a, sub.Periods, sub.PeriodStart)
 	}
 }

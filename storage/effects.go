@@ -24,8 +24,9 @@ import (
 //  6. refund shares taken back — in rounds: an order's second share of the
 //     batch in the second statement, which reads what the first took back;
 //  7. whole credits taken back, 8. licenses revoked;
-//  9. subscription periods, 10. subscriptions (one row each, as the last
-//     decision left it), 11. their sweeps;
+//  9. subscription periods, then the periods whose payment was refunded
+//     in full, 10. subscriptions (one row each, as the last decision left
+//     it), 11. their sweeps;
 //  12. reconciliation items;
 //  13. fulfillment.requested messages;
 //  14. order and subscription events, each with the state the decision
@@ -42,23 +43,24 @@ type effectWriter struct {
 	// at is the time of the messages' bodies.
 	at time.Time
 
-	attempts      orderedRows[attemptID, attemptRow]
-	refunds       []refundRow
-	orders        orderedRows[string, orderRow]
-	grants        idSet
-	credits       idSet
-	shares        [][]shareRow             // by round
-	sharesByOrder orderedRows[string, int] // order → its shares so far
-	reversals     idSet
-	revokes       orderedRows[string, string] // order → reason; first wins
-	periods       []periodRow
-	subs          orderedRows[string, fulfillment.SubscriptionRecord]
-	sweeps        orderedRows[string, time.Time] // subscription → next sweep
-	items         []item
-	lineRequests  []lineRequest
-	requested     map[string]bool // orders whose lines are requested
-	publishes     []publishRow
-	withdrawals   idSet
+	attempts        orderedRows[attemptID, attemptRow]
+	refunds         []refundRow
+	orders          orderedRows[string, orderRow]
+	grants          idSet
+	credits         idSet
+	shares          [][]shareRow             // by round
+	sharesByOrder   orderedRows[string, int] // order → its shares so far
+	reversals       idSet
+	revokes         orderedRows[string, string] // order → reason; first wins
+	periods         []periodRow
+	refundedPeriods []periodRef
+	subs            orderedRows[string, fulfillment.SubscriptionRecord]
+	sweeps          orderedRows[string, time.Time] // subscription → next sweep
+	items           []item
+	lineRequests    []lineRequest
+	requested       map[string]bool // orders whose lines are requested
+	publishes       []publishRow
+	withdrawals     idSet
 }
 
 type attemptID struct {
@@ -92,6 +94,12 @@ type shareRow struct {
 	order    string
 	refunded int64
 	ref      string
+}
+
+// periodRef names a subscription's period.
+type periodRef struct {
+	subscription string
+	period       int
 }
 
 type periodRow struct {
@@ -276,6 +284,8 @@ func (w *effectWriter) subscriptionStep(rec *fulfillment.SubscriptionRecord, pla
 		switch e := effect.(type) {
 		case fulfillment.GrantPeriod:
 			w.periods = append(w.periods, periodRow{rec.ID, e.Period, ev.PeriodKey(), opt(ev.PaymentID), e.Start, e.End})
+		case fulfillment.RefundPeriod:
+			w.refundedPeriods = append(w.refundedPeriods, periodRef{rec.ID, e.Period})
 		case fulfillment.MoveSubscription, fulfillment.EndAccess:
 			// Recorded with the subscription's row.
 		case fulfillment.Publish:
@@ -482,6 +492,19 @@ func (w *effectWriter) write(b *pgx.Batch) queued {
 			INSERT INTO subscription_periods (subscription_id, period, period_key, payment_id, starts_at, ends_at)
 			SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[])`,
 			sub, period, key, paymentID, start, end)
+	}
+	if rows := w.refundedPeriods; len(rows) > 0 {
+		var sub []string
+		var period []int
+		for _, p := range rows {
+			sub, period = append(sub, p.subscription), append(period, p.period)
+		}
+		// Once: the first refund's time stays (the rules decide a refund
+		// of a refunded period already applied).
+		b.Queue(`
+			UPDATE subscription_periods p SET refunded_at = coalesce(p.refunded_at, now())
+			FROM unnest($1::uuid[], $2::int[]) AS r (subscription_id, period)
+			WHERE p.subscription_id = r.subscription_id AND p.period = r.period`, sub, period)
 	}
 	if rows := w.subs.values(); len(rows) > 0 {
 		var id, state []string

@@ -502,3 +502,98 @@ func TestSubscriptionFlowPlanChangeRefused(t *testing.T) {
 		t.Errorf("the subscription's own renewal: %s", got)
 	}
 }
+
+// A full refund of a recurrent charge's payment ends the access of the
+// period it paid, once: the period had begun, so access ends at the
+// refund — expired, one subscription.access_ended in the feed and in crm's
+// outbox, one item (the refunded access was used) — and CheckAccess says
+// why. The refund announced again, replayed, and the sweeper after it,
+// end nothing more (rows counted).
+func TestSubscriptionFlowRenewalRefunded(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	spec, err := fulfillment.OrderDraft{
+		OrgID: "org_a", Environment: "live", MerchantOrderID: "m-t", CheckoutSessionID: "m-t-1",
+		Lines: []fulfillment.LineDraft{{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "RUB", MinorUnits: 99000,
+			AccountRef: "user_7", PlanID: subPlan.ID}},
+	}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.OrderCreate(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	notice := func(status string, kind fulfillment.EventKind, paymentID, orderID string, at time.Time) fulfillment.ProviderEvent {
+		return fulfillment.ProviderEvent{
+			Provider: fulfillment.ProviderTBank, EndpointID: "tbank-live", OrgID: "org_a", Environment: fulfillment.EnvLive,
+			EventID: "T:" + paymentID + ":" + status, Type: status, Kind: kind, OccurredAt: at,
+			Payment: fulfillment.PaymentInfo{AttemptRef: paymentID, PaymentID: paymentID, CheckoutSessionID: orderID,
+				SubscriptionID: "101709", Amount: fulfillment.MinorAmount(99000, "RUB")},
+		}
+	}
+	feb1 := subJan1.AddDate(0, 1, 0)
+	refundAt := feb1.AddDate(0, 0, 9)
+	if got := deliver(t, s, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "700", "m-t-1", subJan1)); got != "fulfilled" {
+		t.Fatalf("first payment: %s", got)
+	}
+	if got := deliver(t, s, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "701", "charge-2", feb1)); got != "renewed" {
+		t.Fatalf("recurrent charge: %s", got)
+	}
+	refund := notice("REFUNDED", fulfillment.EventRefunded, "701", "charge-2", refundAt)
+	if got := deliver(t, s, refund); got != "subscription_refunded" {
+		t.Fatalf("the charge's refund: %s, want subscription_refunded", got)
+	}
+	var id string
+	if err := conn.QueryRow(ctx, `SELECT id::text FROM subscriptions WHERE provider_subscription_id = '101709'`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		want := subRow{State: "expired", Periods: 2, End: refundAt, Renewed: 2, Ended: 1, Items: 1}
+		if got := readSub(t, conn, "101709"); got != want {
+			t.Errorf("%s: %+v, want %+v", when, got, want)
+		}
+		for what, q := range map[string]string{
+			"access_ended messages to crm": `SELECT count(*) FROM outbox_messages WHERE subscription_id = $1 AND topic = 'subscription.access_ended'`,
+			"ends of access":               `SELECT count(*) FROM subscriptions WHERE id = $1 AND access_ended_at IS NOT NULL`,
+			"refunded periods":             `SELECT count(*) FROM subscription_periods WHERE subscription_id = $1 AND period = 2 AND refunded_at IS NOT NULL`,
+			"refund items":                 `SELECT count(*) FROM reconciliation_items WHERE subscription_id = $1 AND kind = 'refund_after_fulfillment'`,
+		} {
+			if n := count(t, conn, q, id); n != 1 {
+				t.Errorf("%s: %d %s, want 1", when, n, what)
+			}
+		}
+		if n := count(t, conn, `SELECT count(*) FROM subscription_periods WHERE subscription_id = $1 AND refunded_at IS NOT NULL`, id); n != 1 {
+			t.Errorf("%s: %d refunded periods in all, want the charge's only", when, n)
+		}
+		subs, err := s.SubscriptionsOf(ctx, "org_a", fulfillment.EnvLive, "user_7", subPlan.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := fulfillment.CheckAccess(subs, subPlan, refundAt.Add(time.Hour))
+		if a.Granted || a.Why != "access ended: the payment of period 2 was refunded" {
+			t.Errorf("%s: CheckAccess an hour after the refund = %+v, want no access, because of the refund", when, a)
+		}
+	}
+	check("refunded")
+	again := refund
+	again.EventID += ":again"
+	if got := deliver(t, s, again); got != "already_applied" {
+		t.Errorf("the refund announced again: %s, want already_applied", got)
+	}
+	check("announced again")
+	var inboxID int64
+	if err := conn.QueryRow(ctx, `SELECT id FROM inbox_events WHERE event_id = $1`, refund.EventID).Scan(&inboxID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: inboxID, Actor: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	processAll(t, s, 1)
+	check("replayed")
+	if swept, err := s.SubscriptionSweep(ctx, id, subPlan, subJan1.AddDate(0, 4, 0)); err != nil || swept {
+		t.Errorf("the sweep after the refund = %v, %v; want nothing to end", swept, err)
+	}
+	check("swept")
+}

@@ -14,7 +14,9 @@ import (
 var _ fulfillment.SubscriptionStore = (*Store)(nil)
 
 const subscriptionColumns = `id, org_id, environment, provider, provider_subscription_id, customer_ref, plan_id,
-	state, periods, period_start, period_end, last_event_at, access_ended_at, created_at, updated_at`
+	state, periods, period_start, period_end, last_event_at, access_ended_at, created_at, updated_at,
+	EXISTS (SELECT 1 FROM subscription_periods p WHERE p.subscription_id = subscriptions.id
+		AND p.period = subscriptions.periods AND p.refunded_at IS NOT NULL) AS last_period_refunded`
 
 // lockedSubscriptions are the subscriptions a transaction locked, by
 // provider key, as the decisions so far left them.
@@ -42,7 +44,11 @@ func lockSubscriptions(ctx context.Context, tx pgx.Tx, where string, args ...any
 		rec.Renewals = map[string]fulfillment.Renewal{}
 		locked[rec.Key()], byID[rec.ID], ids[i] = rec, rec, rec.ID
 	}
-	rows, _ = tx.Query(ctx, `SELECT subscription_id::text, period_key, period, coalesce(payment_id, '') FROM subscription_periods
+	// Read after the locks (in a statement of its own, it sees what the
+	// previous holder committed): the periods, and which were refunded.
+	rows, _ = tx.Query(ctx, `SELECT subscription_id::text, period_key, period, coalesce(payment_id, ''), starts_at, ends_at,
+		refunded_at IS NOT NULL
+		FROM subscription_periods
 		WHERE subscription_id = ANY($1::uuid[])`, ids)
 	err = forEachRow(rows, func(row pgx.Rows) error {
 		var (
@@ -50,10 +56,14 @@ func lockSubscriptions(ctx context.Context, tx pgx.Tx, where string, args ...any
 			key string
 			rn  fulfillment.Renewal
 		)
-		if err := row.Scan(&id, &key, &rn.Period, &rn.PaymentID); err != nil {
+		if err := row.Scan(&id, &key, &rn.Period, &rn.PaymentID, &rn.Start, &rn.End, &rn.Refunded); err != nil {
 			return err
 		}
-		byID[id].Renewals[key] = rn
+		rec := byID[id]
+		rec.Renewals[key] = rn
+		if rn.Period == rec.Periods {
+			rec.LastPeriodRefunded = rn.Refunded
+		}
 		return nil
 	})
 	if err != nil {

@@ -162,7 +162,8 @@ func scanSubscription(row pgx.Row) (fulfillment.SubscriptionRecord, error) {
 		bounds [3]*time.Time
 	)
 	if err := row.Scan(&id, &r.OrgID, &r.Environment, &r.Provider, &r.ProviderSubscriptionID, &r.CustomerRef, &r.PlanID,
-		&r.State, &r.Periods, &bounds[0], &bounds[1], &bounds[2], &r.AccessEndedAt, &r.CreatedAt, &r.UpdatedAt); err != nil {
+		&r.State, &r.Periods, &bounds[0], &bounds[1], &bounds[2], &r.AccessEndedAt, &r.CreatedAt, &r.UpdatedAt,
+		&r.LastPeriodRefunded); err != nil {
 		return fulfillment.SubscriptionRecord{}, err
 	}
 	r.ID = id.String()
