@@ -190,7 +190,8 @@ func (b *batch) findOrder(k OrderKey) (*LockedOrder, bool) {
 // unmatched, and every other event goes to the order rules, which decide
 // events of no order. A payment of an order's subscription line is
 // decided by both: the order rules for the order, the subscription rules
-// for the period it pays. need is the subscription to create first, when
+// for the period it pays; so is its refund, when the batch holds the
+// subscription. need is the subscription to create first, when
 // that payment's subscription is not in the snapshot.
 func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error) {
 	ev := be.Event
@@ -229,6 +230,17 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 		}
 		if st.Subscription, err = b.decideSubscription(ev, be.Received, rec, true); err != nil {
 			return st, nil, err
+		}
+	}
+	if slices.Contains(st.Outcome.Effects, Effect(RefundSubscriptions{})) {
+		// The refund of a payment that paid a period: the subscription
+		// rules decide what it does to that period's access, when the batch
+		// holds the subscription.
+		ref := OrderSubscriptionRef(ev, order.SubscriptionPlan, order.SubscriptionFor)
+		if rec, known := b.subs[ref.Key()]; known {
+			if st.Subscription, err = b.decideSubscription(ev, be.Received, rec, false); err != nil {
+				return st, nil, err
+			}
 		}
 	}
 	if matched {

@@ -154,6 +154,39 @@ func TestDecideBatchRefusesPlanChanges(t *testing.T) {
 	}
 }
 
+// The refund of the payment of an order's subscription line is decided by
+// both rules: the order's, and the subscription's for the period it paid —
+// when the batch holds the subscription (the refund names it).
+func TestDecideBatchRefundOfASubscriptionLine(t *testing.T) {
+	t.Parallel()
+	order := batchOrder("o1")
+	order.HasSubscriptionLines, order.SubscriptionPlan, order.SubscriptionFor = true, monthly.ID, "user_42"
+	snap := &Snapshot{
+		Orders:        map[OrderKey]*LockedOrder{orderKey("m-1"): order},
+		Subscriptions: map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): batchSub("s1", "sub_1")},
+		Created:       map[SubscriptionKey]*SubscriptionRecord{},
+		Plans:         Plans{monthly.ID: monthly},
+	}
+	refund := named(batchEvent("e2", EventRefunded, "m-1", "pay_1", 1000), "sub_1")
+	refund.Event.OccurredAt = day(10)
+	unnamed := batchEvent("e3", EventRefunded, "m-1", "pay_1", 1000)
+	steps, need, err := DecideBatch(snap, []BatchEvent{named(batchEvent("e1", EventPaymentConfirmed, "m-1", "pay_1", 1000), "sub_1"), refund, unnamed})
+	if err != nil || need != nil {
+		t.Fatalf("DecideBatch: %v, needs %v", err, need)
+	}
+	var got []string
+	for _, st := range steps {
+		got = append(got, summary(st))
+	}
+	want := []string{"fulfilled order=o1 sub=s1 sub:renewed", "refunded order=o1 sub=s1 sub:subscription_refunded", "already_applied order=o1"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	if rec := steps[1].Subscription.Record; rec.State != SubExpired || !rec.AccessEnded || !rec.PeriodEnd.Equal(day(10)) {
+		t.Errorf("after the refund: %s, ended %v, until %s; want expired at the refund", rec.State, rec.AccessEnded, rec.PeriodEnd)
+	}
+}
+
 // Two events of one order in one batch: the second is decided against
 // what the first left, and the attempt's recorded state is threaded.
 func TestDecideBatchThreadsAnOrder(t *testing.T) {

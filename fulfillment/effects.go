@@ -79,6 +79,15 @@ type WithdrawDeliveries struct{}
 // renewal), in the same transaction.
 type PaySubscriptions struct{}
 
+// RefundSubscriptions hands the refund of the payment that paid the order
+// to the subscription rules, for the period that payment paid of the
+// subscription of the order's subscription line: what the refund does to
+// that period's access they decide (DecideSubscription on a refund), in
+// the same transaction — when the batch holds that subscription (the
+// refund names it at its provider, or a payment before it in the batch
+// paid it).
+type RefundSubscriptions struct{}
+
 // OpenItem opens a reconciliation item of Kind about the event and its
 // order, unless the situation ItemKey names already has one.
 type OpenItem struct{ Kind ReconKind }
@@ -93,20 +102,21 @@ type RequestDeliveries struct{}
 // destination subscribed to it, under the event's key (EventKey).
 type Publish struct{ Topic Topic }
 
-func (RecordAttempt) effect()      {}
-func (MoveOrder) effect()          {}
-func (MarkPaid) effect()           {}
-func (GrantLicenses) effect()      {}
-func (CreditBalances) effect()     {}
-func (ReverseCredits) effect()     {}
-func (RevokeLicenses) effect()     {}
-func (ReverseCreditShare) effect() {}
-func (RecordRefund) effect()       {}
-func (OpenItem) effect()           {}
-func (RequestDeliveries) effect()  {}
-func (WithdrawDeliveries) effect() {}
-func (Publish) effect()            {}
-func (PaySubscriptions) effect()   {}
+func (RecordAttempt) effect()       {}
+func (MoveOrder) effect()           {}
+func (MarkPaid) effect()            {}
+func (GrantLicenses) effect()       {}
+func (CreditBalances) effect()      {}
+func (ReverseCredits) effect()      {}
+func (RevokeLicenses) effect()      {}
+func (ReverseCreditShare) effect()  {}
+func (RecordRefund) effect()        {}
+func (OpenItem) effect()            {}
+func (RequestDeliveries) effect()   {}
+func (WithdrawDeliveries) effect()  {}
+func (Publish) effect()             {}
+func (PaySubscriptions) effect()    {}
+func (RefundSubscriptions) effect() {}
 
 // grants are the effects of fulfilling an order's own lines.
 var grants = []Effect{GrantLicenses{}, CreditBalances{}}

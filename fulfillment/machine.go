@@ -466,6 +466,9 @@ func decideRefund(ev ProviderEvent, order PaidOrder) Outcome {
 		if order.HasExternalLines {
 			effects = append(effects, WithdrawDeliveries{})
 		}
+		if order.HasSubscriptionLines {
+			effects = append(effects, RefundSubscriptions{})
+		}
 		effects = append(effects, OpenItem{ReconRefundAfterFulfill})
 		reason = "the payment that paid the order was refunded: licenses revoked, balance credits reversed, order.refunded " +
 			"sent; check that the deliveries it requested were withdrawn"
@@ -499,10 +502,14 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 	recorded := RecordRefund{RecordedRefund{Attempt: attempt, Ref: ref, Amount: ev.Payment.Amount}}
 	granted := order.State == StateFulfilled || order.State == StateFulfilling
 	if share, ok := order.refundShare(ev.Payment.Amount); ok && granted {
+		effects := []Effect{recorded, ReverseCreditShare{share, ref}}
+		if order.HasSubscriptionLines {
+			effects = append(effects, RefundSubscriptions{})
+		}
 		return outcome(DecisionPartiallyRefunded,
 			fmt.Sprintf("%s of the payment was refunded: balance credits reversed in proportion; decide what to revoke of "+
 				"the licenses and deliveries, which cannot be split", ev.Payment.Amount),
-			recorded, ReverseCreditShare{share, ref}, OpenItem{ReconRefundAfterFulfill})
+			append(effects, OpenItem{ReconRefundAfterFulfill})...)
 	}
 	return outcome(DecisionPartiallyRefunded,
 		fmt.Sprintf("%s of the payment was refunded while the order is %s: decide what to revoke", ev.Payment.Amount, order.State),

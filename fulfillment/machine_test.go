@@ -352,6 +352,7 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 	// An order's subscription line for pro-yearly, paid for a subscription on pro-monthly.
 	planChange := &PaidOrder{State: StatePendingPayment, Total: total, HasSubscriptionLines: true,
 		PlanChange: &PlanChange{From: "pro-monthly", To: "pro-yearly"}}
+	subscribed := &PaidOrder{State: StateFulfilled, Total: total, Paid: true, PaidBy: byPay1, HasSubscriptionLines: true}
 	planChangeHeld := &PaidOrder{State: StateOnHold, Total: total, HasSubscriptionLines: true, Paid: true, PaidBy: byPay1,
 		PlanChange: &PlanChange{From: "pro-monthly", To: "pro-yearly"}}
 	// 50000 of the 250000 refunded already, of pay_1; 10000 of pay_2.
@@ -401,6 +402,12 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 		{"refund of the paying payment, external lines pending", payment(EventRefunded, rub(250000), "", "pay_1"), fulfilling,
 			DecisionRefunded, append(refund[:3:3], RevokeLicenses{}, ReverseCredits{}, OpenItem{ReconRefundAfterFulfill})},
 		{"refund of the paying payment, on hold: nothing granted", payment(EventRefunded, Amount{}, "", "pay_1"), held,
+			DecisionRefunded, refund},
+		{"refund of the payment of a subscription line: the subscription rules told", payment(EventRefunded, Amount{}, "", "pay_1"), subscribed,
+			DecisionRefunded, append(refund[:3:3], RevokeLicenses{}, ReverseCredits{}, RefundSubscriptions{}, OpenItem{ReconRefundAfterFulfill})},
+		{"partial refund of the payment of a subscription line: the subscription rules told", payment(EventPartiallyRefunded, rub(50000), "", "pay_1"), subscribed,
+			DecisionPartiallyRefunded, []Effect{ReverseCreditShare{Money{"RUB", 50000}, "tbank:pay_1:50000 RUB"}, RefundSubscriptions{}, OpenItem{ReconRefundAfterFulfill}}},
+		{"refund of a subscription line's order on hold: no period was paid", payment(EventRefunded, Amount{}, "", "pay_1"), planChangeHeld,
 			DecisionRefunded, refund},
 		{"refund announced again", payment(EventRefunded, Amount{}, "", "pay_1"), refunded, DecisionAlreadyApplied, []Effect{refundAttempt}},
 		{"refund of another payment", payment(EventRefunded, Amount{}, "", "pay_2"), fulfilled, DecisionOtherPaymentRefunded, []Effect{refundAttempt}},

@@ -241,9 +241,10 @@ func (w *effectWriter) orderStep(le leasedEvent, st fulfillment.Step) error {
 			if err := w.publishOrder(m.Ref(), e.Topic, st.OrderState, m.Total); err != nil {
 				return err
 			}
-		case fulfillment.PaySubscriptions:
-			// The subscription rules decided the period it pays: their
-			// step (st.Subscription) is added with subscriptionStep.
+		case fulfillment.PaySubscriptions, fulfillment.RefundSubscriptions:
+			// The subscription rules decided the period it pays, or what
+			// its refund does: their step (st.Subscription) is added with
+			// subscriptionStep.
 		default:
 			return fmt.Errorf("applying %T to an order: unknown effect", e)
 		}

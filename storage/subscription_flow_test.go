@@ -503,6 +503,70 @@ func TestSubscriptionFlowPlanChangeRefused(t *testing.T) {
 	}
 }
 
+// tbankSubscriptionOrder stores order m-t (checkout m-t-1) of one period
+// of pro-monthly for user_7, 99000 kopecks, and returns a T-Bank
+// notification about payment paymentID of checkout orderID naming the
+// card binding 101709 (the subscription).
+func tbankSubscriptionOrder(t *testing.T, s *storage.Store) func(status string, kind fulfillment.EventKind, paymentID, orderID string, at time.Time) fulfillment.ProviderEvent {
+	t.Helper()
+	spec, err := fulfillment.OrderDraft{
+		OrgID: "org_a", Environment: "live", MerchantOrderID: "m-t", CheckoutSessionID: "m-t-1",
+		Lines: []fulfillment.LineDraft{{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "RUB", MinorUnits: 99000,
+			AccountRef: "user_7", PlanID: subPlan.ID}},
+	}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.OrderCreate(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	return func(status string, kind fulfillment.EventKind, paymentID, orderID string, at time.Time) fulfillment.ProviderEvent {
+		return fulfillment.ProviderEvent{
+			Provider: fulfillment.ProviderTBank, EndpointID: "tbank-live", OrgID: "org_a", Environment: fulfillment.EnvLive,
+			EventID: "T:" + paymentID + ":" + status, Type: status, Kind: kind, OccurredAt: at,
+			Payment: fulfillment.PaymentInfo{AttemptRef: paymentID, PaymentID: paymentID, CheckoutSessionID: orderID,
+				SubscriptionID: "101709", Amount: fulfillment.MinorAmount(99000, "RUB")},
+		}
+	}
+}
+
+// The refund of the order's payment that paid the first period, naming
+// the subscription, is decided by both rules: the order is refunded, and
+// the period's access ends at the refund, once — one access_ended event,
+// an item for the order and one for the subscription (rows counted).
+func TestSubscriptionFlowOrderPaymentRefunded(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	notice := tbankSubscriptionOrder(t, s)
+	refundAt := subJan1.AddDate(0, 0, 9)
+	if got := deliver(t, s, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "700", "m-t-1", subJan1)); got != "fulfilled" {
+		t.Fatalf("first payment: %s", got)
+	}
+	refund := notice("REFUNDED", fulfillment.EventRefunded, "700", "m-t-1", refundAt)
+	if got := deliver(t, s, refund); got != "refunded" {
+		t.Fatalf("the refund: %s, want refunded", got)
+	}
+	refund.EventID += ":again"
+	if got := deliver(t, s, refund); got != "already_applied" {
+		t.Errorf("the refund again: %s, want already_applied", got)
+	}
+	want := subRow{State: "expired", Periods: 1, End: refundAt, Renewed: 1, Ended: 1, Items: 1}
+	if got := readSub(t, conn, "101709"); got != want {
+		t.Errorf("%+v, want %+v", got, want)
+	}
+	for what, q := range map[string]string{
+		"refunded orders":       `SELECT count(*) FROM orders WHERE merchant_order_id = 'm-t' AND state = 'refunded'`,
+		"order.refunded events": `SELECT count(*) FROM order_events e JOIN orders o ON o.id = e.order_id WHERE o.merchant_order_id = 'm-t' AND e.topic = 'order.refunded'`,
+		"the order's refund items": `SELECT count(*) FROM reconciliation_items i JOIN orders o ON o.id = i.order_id
+			WHERE o.merchant_order_id = 'm-t' AND i.kind = 'refund_after_fulfillment'`,
+		"refunded periods": `SELECT count(*) FROM subscription_periods WHERE refunded_at IS NOT NULL`,
+	} {
+		if n := count(t, conn, q); n != 1 {
+			t.Errorf("%d %s, want 1", n, what)
+		}
+	}
+}
+
 // A full refund of a recurrent charge's payment ends the access of the
 // period it paid, once: the period had begun, so access ends at the
 // refund — expired, one subscription.access_ended in the feed and in crm's
@@ -513,25 +577,7 @@ func TestSubscriptionFlowRenewalRefunded(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
-	spec, err := fulfillment.OrderDraft{
-		OrgID: "org_a", Environment: "live", MerchantOrderID: "m-t", CheckoutSessionID: "m-t-1",
-		Lines: []fulfillment.LineDraft{{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "RUB", MinorUnits: 99000,
-			AccountRef: "user_7", PlanID: subPlan.ID}},
-	}.Validate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := s.OrderCreate(ctx, spec); err != nil {
-		t.Fatal(err)
-	}
-	notice := func(status string, kind fulfillment.EventKind, paymentID, orderID string, at time.Time) fulfillment.ProviderEvent {
-		return fulfillment.ProviderEvent{
-			Provider: fulfillment.ProviderTBank, EndpointID: "tbank-live", OrgID: "org_a", Environment: fulfillment.EnvLive,
-			EventID: "T:" + paymentID + ":" + status, Type: status, Kind: kind, OccurredAt: at,
-			Payment: fulfillment.PaymentInfo{AttemptRef: paymentID, PaymentID: paymentID, CheckoutSessionID: orderID,
-				SubscriptionID: "101709", Amount: fulfillment.MinorAmount(99000, "RUB")},
-		}
-	}
+	notice := tbankSubscriptionOrder(t, s)
 	feb1 := subJan1.AddDate(0, 1, 0)
 	refundAt := feb1.AddDate(0, 0, 9)
 	if got := deliver(t, s, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "700", "m-t-1", subJan1)); got != "fulfilled" {
