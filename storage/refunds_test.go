@@ -345,44 +345,68 @@ func creditOrder(t *testing.T) (*storage.Store, *pgx.Conn, fulfillment.Order, fu
 	}
 }
 
-// Migration 025 rolls back only while no refund_not_applicable item
-// exists: items are evidence, and the previous schema has no kind for them.
-func TestMigration025RefundNotApplicable(t *testing.T) {
-	t.Parallel()
-	_, conn, _, deliver := creditOrder(t)
-	ctx := context.Background()
-	deliver(tbankEvent("confirmed", fulfillment.EventPaymentConfirmed, 20000))
-	if _, got := deliver(tbankEvent("partial-too-much", fulfillment.EventPartiallyRefunded, 20001)); got != "refund_not_applicable" {
-		t.Fatalf("a refund larger than the payment: %s", got)
-	}
-	m, err := migrate.NewMigrator(ctx, conn, "schema_version")
+// migrator is a migrator of conn's database loaded with the embedded
+// migrations, and the version of the migration whose file name ends in
+// suffix (so that a migration renumbered keeps its test).
+func migrator(t *testing.T, conn *pgx.Conn, suffix string) (m *migrate.Migrator, version int32) {
+	t.Helper()
+	m, err := migrate.NewMigrator(context.Background(), conn, "schema_version")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := m.LoadMigrations(storage.Migrations()); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.MigrateTo(ctx, 24); err == nil || !strings.Contains(err.Error(), "refund_not_applicable reconciliation items exist") {
-		t.Fatalf("migrating down with a refund_not_applicable item: %v, want it refused", err)
+	for _, mig := range m.Migrations {
+		if strings.HasSuffix(mig.Name, suffix) {
+			return m, mig.Sequence
+		}
 	}
-	if n := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = 'refund_not_applicable'"); n != 1 {
-		t.Fatalf("%d refund_not_applicable items after the refused rollback, want 1", n)
+	t.Fatalf("no migration named *%s", suffix)
+	return nil, 0
+}
+
+// kindRollback checks that the migration v, which adds the item kind
+// kind, rolls back only while no item of that kind exists (items are
+// evidence, the previous schema has no kind for them), and that the
+// version before it refuses such an item and v takes it again. The
+// database holds one item of kind.
+func kindRollback(t *testing.T, conn *pgx.Conn, m *migrate.Migrator, v int32, kind string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := m.MigrateTo(ctx, v-1); err == nil || !strings.Contains(err.Error(), kind+" reconciliation items exist") {
+		t.Fatalf("migrating down with a %s item: %v, want it refused", kind, err)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = $1", kind); n != 1 {
+		t.Fatalf("%d %s items after the refused rollback, want 1", n, kind)
 	}
 	if _, err := conn.Exec(ctx, "DELETE FROM reconciliation_items"); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.MigrateTo(ctx, 24); err != nil {
+	if err := m.MigrateTo(ctx, v-1); err != nil {
 		t.Fatalf("migrating down without items: %v", err)
 	}
-	insert := `INSERT INTO reconciliation_items (kind, org_id, environment, detail, dedupe_key)
-		VALUES ('refund_not_applicable', 'org_a', 'live', 'd', 'k')`
-	if _, err := conn.Exec(ctx, insert); err == nil {
-		t.Error("version 24 took a refund_not_applicable item")
+	insert := `INSERT INTO reconciliation_items (kind, org_id, environment, detail, dedupe_key) VALUES ($1, 'org_a', 'live', 'd', 'k')`
+	if _, err := conn.Exec(ctx, insert, kind); err == nil {
+		t.Errorf("version %d took a %s item", v-1, kind)
 	}
-	if err := m.MigrateTo(ctx, 25); err != nil {
+	if err := m.MigrateTo(ctx, v); err != nil {
 		t.Fatalf("migrating up again: %v", err)
 	}
-	if _, err := conn.Exec(ctx, insert); err != nil {
-		t.Errorf("version 25 refused a refund_not_applicable item: %v", err)
+	if _, err := conn.Exec(ctx, insert, kind); err != nil {
+		t.Errorf("version %d refused a %s item: %v", v, kind, err)
 	}
+}
+
+// Migration 025 (refund_not_applicable items) rolls back only while no
+// such item exists.
+func TestMigration025RefundNotApplicable(t *testing.T) {
+	t.Parallel()
+	_, conn, _, deliver := creditOrder(t)
+	deliver(tbankEvent("confirmed", fulfillment.EventPaymentConfirmed, 20000))
+	if _, got := deliver(tbankEvent("partial-too-much", fulfillment.EventPartiallyRefunded, 20001)); got != "refund_not_applicable" {
+		t.Fatalf("a refund larger than the payment: %s", got)
+	}
+	m, v := migrator(t, conn, "_refund_not_applicable.sql")
+	kindRollback(t, conn, m, v, "refund_not_applicable")
 }

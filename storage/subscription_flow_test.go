@@ -643,3 +643,56 @@ func TestSubscriptionFlowRenewalRefunded(t *testing.T) {
 	}
 	check("swept")
 }
+
+// Migration 026 (plan_change items) rolls back only while no such item
+// exists.
+func TestMigration026PlanChange(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	subscriptionOrder(t, s, "m-1")
+	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
+	planOrder(t, s, "m-2", yearPlan.ID)
+	change := subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 0, 10), "inv_2")
+	change.Payment.MerchantOrderID = "m-2"
+	if got := deliver(t, s, change); got != "plan_change_refused" {
+		t.Fatalf("the order for another plan: %s", got)
+	}
+	m, v := migrator(t, conn, "_plan_change.sql")
+	kindRollback(t, conn, m, v, "plan_change")
+}
+
+// Migration 027 (refunded periods) rolls back only while no period is
+// refunded: the previous schema cannot record it, and a refund decided
+// again would end access again.
+func TestMigration027SubscriptionRefunds(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	notice := tbankSubscriptionOrder(t, s)
+	deliver(t, s, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "700", "m-t-1", subJan1))
+	if got := deliver(t, s, notice("REFUNDED", fulfillment.EventRefunded, "700", "m-t-1", subJan1.AddDate(0, 0, 9))); got != "refunded" {
+		t.Fatalf("the refund: %s", got)
+	}
+	m, v := migrator(t, conn, "_subscription_refunds.sql")
+	if err := m.MigrateTo(ctx, v-1); err == nil || !strings.Contains(err.Error(), "refunded subscription periods exist") {
+		t.Fatalf("migrating down with a refunded period: %v, want it refused", err)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM subscription_periods WHERE refunded_at IS NOT NULL"); n != 1 {
+		t.Fatalf("%d refunded periods after the refused rollback, want 1", n)
+	}
+	if _, err := conn.Exec(ctx, "UPDATE subscription_periods SET refunded_at = NULL"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MigrateTo(ctx, v-1); err != nil {
+		t.Fatalf("migrating down without refunded periods: %v", err)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM information_schema.columns WHERE table_name = 'subscription_periods' AND column_name = 'refunded_at'"); n != 0 {
+		t.Errorf("refunded_at still there at version %d", v-1)
+	}
+	if err := m.MigrateTo(ctx, v); err != nil {
+		t.Fatalf("migrating up again: %v", err)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM subscription_periods WHERE refunded_at IS NULL"); n != 1 {
+		t.Errorf("%d periods after migrating up, want the one, not refunded", n)
+	}
+}
