@@ -1777,8 +1777,10 @@ type ReconciliationItem struct {
 	// Item id.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// "extra_payment", "unidentified_payment", "amount_mismatch", "overpayment",
-	// "unmatched_payment", "uncertain_delivery", "paid_not_fulfilled",
-	// "failed_event" or "refund_after_fulfillment".
+	// "unmatched_payment", "uncertain_delivery", "failed_delivery",
+	// "paid_not_fulfilled", "failed_event", "refund_after_fulfillment",
+	// "refund_not_applicable", "duplicate_order_id", "poll_failing" or
+	// "plan_change" (docs/reconciliation.md describes each).
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// "open" or "resolved".
 	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
