@@ -241,7 +241,7 @@ func TestMigration024KeepsEveryKindOfData(t *testing.T) {
 	latest := int32(len(m.Migrations))
 	scenarioOrders(t, s)
 	// Version 23 has no kind for the items of refunds that cannot apply
-	// (migration 025): the scenario without them.
+	// (migration 027): the scenario without them.
 	events := slices.DeleteFunc(batchScenario(), func(ev fulfillment.ProviderEvent) bool {
 		return ev.EventID == "c4" || ev.EventID == "a6"
 	})

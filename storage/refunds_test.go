@@ -398,9 +398,9 @@ func kindRollback(t *testing.T, conn *pgx.Conn, m *migrate.Migrator, v int32, ki
 	}
 }
 
-// Migration 025 (refund_not_applicable items) rolls back only while no
+// Migration 027 (refund_not_applicable items) rolls back only while no
 // such item exists.
-func TestMigration025RefundNotApplicable(t *testing.T) {
+func TestMigration027RefundNotApplicable(t *testing.T) {
 	t.Parallel()
 	_, conn, _, deliver := creditOrder(t)
 	deliver(tbankEvent("confirmed", fulfillment.EventPaymentConfirmed, 20000))

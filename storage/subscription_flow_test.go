@@ -644,9 +644,9 @@ func TestSubscriptionFlowRenewalRefunded(t *testing.T) {
 	check("swept")
 }
 
-// Migration 026 (plan_change items) rolls back only while no such item
+// Migration 028 (plan_change items) rolls back only while no such item
 // exists.
-func TestMigration026PlanChange(t *testing.T) {
+func TestMigration028PlanChange(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
 	subscriptionOrder(t, s, "m-1")
@@ -661,10 +661,10 @@ func TestMigration026PlanChange(t *testing.T) {
 	kindRollback(t, conn, m, v, "plan_change")
 }
 
-// Migration 027 (refunded periods) rolls back only while no period is
+// Migration 029 (refunded periods) rolls back only while no period is
 // refunded: the previous schema cannot record it, and a refund decided
 // again would end access again.
-func TestMigration027SubscriptionRefunds(t *testing.T) {
+func TestMigration029SubscriptionRefunds(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
