@@ -58,7 +58,10 @@ func TestOutboxSenderSendsWithinConcurrency(t *testing.T) {
 	s := newSender(work, Destination{ID: "crm", Idempotent: true, Concurrency: concurrency,
 		Deliver: func(context.Context, fulfillment.OutboxMessage) fulfillment.DeliveryAttempt {
 			n := inFlight.Add(1)
-			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			for m := most.Load(); n > m; m = most.Load() {
+				if most.CompareAndSwap(m, n) {
+					break
+				}
 			}
 			<-release
 			inFlight.Add(-1)
