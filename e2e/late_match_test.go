@@ -77,18 +77,7 @@ func TestLateMatchTBankPaymentBeforeOrder(t *testing.T) {
 	t.Parallel()
 	s := startTBank(t, fakebank.Options{}, nil)
 	const session = "cs-tb-late"
-	client, err := tbank.NewClient(s.bank.URL(), tbankTerminal, [][]byte{[]byte(tbankPassword)}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := client.Init(context.Background(), tbank.InitRequest{OrderID: session, Amount: rubMinor})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.bank.Pay(p.PaymentID); err != nil {
-		t.Fatal(err)
-	}
-	s.waitBank(t)
+	p := s.payAtBank(t, session, rubMinor)
 	s.settle(t)
 	unmatched := s.count(t, "SELECT count(*) FROM inbox_events WHERE state = 'unmatched'")
 	if unmatched == 0 {

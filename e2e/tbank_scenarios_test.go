@@ -262,18 +262,7 @@ func TestTBankAmountMismatch(t *testing.T) {
 	s := startTBank(t, fakebank.Options{Misbehaviour: fakebank.Misbehaviour{Repeat: 2}}, nil)
 	const session, paid = "cs-tb-amount", rubMinor - 1000
 	order := s.createRUBOrderWith(t, rubOrder{merchantOrderID: "tb-amount", checkoutSessionID: session})
-	client, err := tbank.NewClient(s.bank.URL(), tbankTerminal, [][]byte{[]byte(tbankPassword)}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := client.Init(context.Background(), tbank.InitRequest{OrderID: session, Amount: paid})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.bank.Pay(p.PaymentID); err != nil {
-		t.Fatal(err)
-	}
-	s.waitBank(t)
+	p := s.payAtBank(t, session, paid)
 	s.settle(t)
 	s.acked(t, 2)
 	// The bank's CONFIRMED once more, after processing.
@@ -501,6 +490,26 @@ func (s *tbankStack) payStarted(t *testing.T, orderID string) string {
 		t.Fatalf("start = %v, %v; want started", p, err)
 	}
 	return p.GetPaymentId()
+}
+
+// payAtBank starts a payment of amount kopecks at the bank itself, under
+// the bank order id orderID (as a merchant's own checkout does, not
+// StartPayment), pays it, and waits until the bank has notified it.
+func (s *tbankStack) payAtBank(t *testing.T, orderID string, amount int64) tbank.Payment {
+	t.Helper()
+	client, err := tbank.NewClient(s.bank.URL(), tbankTerminal, [][]byte{[]byte(tbankPassword)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := client.Init(context.Background(), tbank.InitRequest{OrderID: orderID, Amount: amount})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.bank.Pay(p.PaymentID); err != nil {
+		t.Fatal(err)
+	}
+	s.waitBank(t)
+	return p
 }
 
 // rubOrder is an order createRUBOrderWith creates.
