@@ -142,15 +142,8 @@ func (s *Store) EventReplay(ctx context.Context, r fulfillment.EventReplayReques
 			return fulfillment.ReplayPending(r.ID)
 		}
 		b := &pgx.Batch{}
-		b.Queue(`
-			INSERT INTO inbox_replays (inbox_event_id, replayed_by, replayed_by_detail, previous_state,
-				previous_decision, previous_reason, previous_attempts, previous_last_error)
-			SELECT id, $2, $3, state, decision, decision_reason, attempts, last_error
-			FROM inbox_events WHERE id = $1`, r.ID, r.Actor, opt(r.ActorDetail))
-		b.Queue(`
-			WITH requeued AS (`+inboxRequeue("SELECT $1::bigint AS id")+`)
-			UPDATE inbox_events SET state = 'pending', attempts = 0, last_error = NULL
-			WHERE id = $1`, r.ID)
+		b.Queue(`WITH `+inboxReplay("SELECT $1::bigint", "$2", "$3")+` SELECT count(*) FROM done`,
+			r.ID, r.Actor, opt(r.ActorDetail))
 		// Workers of other processes listen; the insert trigger does not
 		// fire on an update.
 		b.Queue(`SELECT pg_notify($1, '')`, inboxChannel)

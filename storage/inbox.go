@@ -62,12 +62,27 @@ var inboxTable = newLeasedTable(leasedTable{
 // failed.
 const inboxFailedSet = `state = 'failed', decision = 'failed', processed_at = clock_timestamp()`
 
-// inboxRequeue is a data-modifying CTE that queues again the stored events
-// whose ids the query in %s returns (as "id"), each with a fresh work row
-// (a failed one is reset): what a replay or a re-drive does besides
-// setting the events' state to pending.
-func inboxRequeue(ids string) string {
-	return `INSERT INTO inbox_work (id) SELECT id FROM (` + ids + `) q
-		ON CONFLICT (id) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_at = clock_timestamp(),
-			lease_owner = NULL, lease_until = NULL, last_error = NULL, processed_at = NULL`
+// inboxReplay is the CTEs that put back in the queue the stored events
+// that the query ids returns (one column), as replayed by the SQL
+// expression by with the detail expression detail: what an event replay,
+// a re-drive and a late match do. Events still pending are left alone.
+// "replays" records each one's outcome before (its id as "id"), "requeued"
+// gives it a fresh work row (resetting a failed one), and "done" sets it
+// pending and returns its id.
+func inboxReplay(ids, by, detail string) string {
+	return `replays AS (
+			INSERT INTO inbox_replays (inbox_event_id, replayed_by, replayed_by_detail, previous_state,
+				previous_decision, previous_reason, previous_attempts, previous_last_error)
+			SELECT e.id, ` + by + `, ` + detail + `, e.state, e.decision, e.decision_reason, e.attempts, e.last_error
+			FROM inbox_events e WHERE e.id IN (` + ids + `) AND e.state <> 'pending'
+			RETURNING inbox_event_id AS id
+		), requeued AS (
+			INSERT INTO inbox_work (id) SELECT id FROM replays
+			ON CONFLICT (id) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_at = clock_timestamp(),
+				lease_owner = NULL, lease_until = NULL, last_error = NULL, processed_at = NULL
+		), done AS (
+			UPDATE inbox_events e SET state = 'pending', attempts = 0, last_error = NULL
+			FROM replays r WHERE e.id = r.id
+			RETURNING e.id
+		)`
 }

@@ -10,6 +10,10 @@ import (
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
 
+// maxLateMatches bounds the events one order's creation queues again (the
+// oldest first); any beyond it stay unmatched, their items open.
+const maxLateMatches = 1000
+
 // LateMatchActor is who the service records as having queued again an
 // event whose order was created after it (the replay's replayed_by, the
 // item's resolved_by).
@@ -21,9 +25,10 @@ const LateMatchActor = "service"
 // none), received within the late match window ($5): each gets a replay
 // record (the timeline shows that the payment came first), a fresh work
 // row, and its unmatched_payment item resolved as matched_later, linked to
-// the order. The events are found through the partial indexes of
-// unmatched events, and locked: a concurrent replay of one waits, then
-// finds it pending.
+// the order (inboxReplay). At most $7 of them, the oldest. The events are
+// found through the partial indexes of unmatched events, and locked: a
+// concurrent replay of one waits, then finds it pending. It returns how
+// many it queued.
 var lateMatchSQL = `
 	WITH late AS MATERIALIZED (
 		SELECT id FROM inbox_events
@@ -34,40 +39,33 @@ var lateMatchSQL = `
 		WHERE state = 'unmatched' AND org_id = $1 AND environment = $2 AND checkout_session_id = $4
 			AND received_at > now() - $5::interval
 	), locked AS MATERIALIZED (
-		SELECT e.id, e.state, e.decision, e.decision_reason, e.attempts, e.last_error
-		FROM inbox_events e JOIN late USING (id)
+		SELECT e.id FROM inbox_events e JOIN late USING (id)
 		WHERE e.state = 'unmatched'
 		ORDER BY e.id
+		LIMIT $7
 		FOR UPDATE OF e
-	), replays AS (
-		INSERT INTO inbox_replays (inbox_event_id, replayed_by, replayed_by_detail, previous_state,
-			previous_decision, previous_reason, previous_attempts, previous_last_error)
-		SELECT id, '` + LateMatchActor + `', 'late match: order ' || $6::text || ' was created after this event',
-			state, decision, decision_reason, attempts, last_error
-		FROM locked
-	), requeued AS (` + inboxRequeue("SELECT id FROM locked") + `
-	), items AS (
+	), ` + inboxReplay("SELECT id FROM locked", "'"+LateMatchActor+"'",
+	"'late match: order ' || $6::text || ' was created after this event'") + `, items AS (
 		UPDATE reconciliation_items SET state = 'resolved', resolution = '` + string(fulfillment.ResolutionMatchedLater) + `',
 			resolved_at = clock_timestamp(), resolved_by = '` + LateMatchActor + `',
 			resolution_note = 'the order was created after the payment; the payment is processed again against it',
 			order_id = $6::uuid
 		WHERE kind = '` + string(fulfillment.ReconUnmatchedPayment) + `' AND state = 'open'
-			AND inbox_event_id IN (SELECT id FROM locked)
+			AND inbox_event_id IN (SELECT id FROM done)
 	)
-	UPDATE inbox_events e SET state = 'pending', attempts = 0, last_error = NULL
-	FROM locked WHERE e.id = locked.id`
+	SELECT count(*) FROM done`
 
 // requeueLateEvents queues again, in tx, the unmatched events that the
 // order spec (id) would have matched had it existed (lateMatchSQL), and
 // tells the other replicas' inbox workers when there are any. It returns
 // how many.
 func (s *Store) requeueLateEvents(ctx context.Context, tx pgx.Tx, id uuid.UUID, spec fulfillment.OrderSpec) (int, error) {
-	tag, err := tx.Exec(ctx, lateMatchSQL, spec.OrgID, spec.Environment, spec.MerchantOrderID,
-		opt(spec.CheckoutSessionID), s.lateMatch, id)
+	var n int
+	err := tx.QueryRow(ctx, lateMatchSQL, spec.OrgID, spec.Environment, spec.MerchantOrderID,
+		opt(spec.CheckoutSessionID), s.lateMatch, id, maxLateMatches).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("queueing the events that came before the order: %w", interpret(err))
 	}
-	n := int(tag.RowsAffected())
 	if n > 0 {
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, inboxChannel); err != nil {
 			return 0, fmt.Errorf("waking the inbox: %w", interpret(err))

@@ -289,20 +289,7 @@ func (s *Store) RedriveStep(ctx context.Context, batch int) (bool, error) {
 // item, to the batch at once; an item no longer in a state the action
 // applies to is left alone (and marked skipped). $3 is who started the run.
 var (
-	redriveApplyEvents = `,
-			replays AS (
-				INSERT INTO inbox_replays (inbox_event_id, replayed_by, replayed_by_detail, previous_state,
-					previous_decision, previous_reason, previous_attempts, previous_last_error)
-				SELECT e.id, $3, 're-drive ' || $1::text, e.state, e.decision, e.decision_reason, e.attempts, e.last_error
-				FROM inbox_events e JOIN picked p ON e.id = p.item_id WHERE e.state <> 'pending'
-				RETURNING inbox_event_id
-			),
-			requeued AS (` + inboxRequeue("SELECT inbox_event_id AS id FROM replays") + `),
-			done AS (
-				UPDATE inbox_events e SET state = 'pending', attempts = 0, last_error = NULL
-				FROM replays r WHERE e.id = r.inbox_event_id
-				RETURNING e.id
-			)`
+	redriveApplyEvents = `, ` + inboxReplay("SELECT item_id FROM picked", "$3", "'re-drive ' || $1::text")
 	redriveApplyOutbox = `,
 			done AS (
 				UPDATE outbox_messages m SET state = 'pending', attempts = 0, next_attempt_at = now(), processed_at = NULL,
