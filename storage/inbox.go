@@ -36,8 +36,7 @@ var inboxTable = newLeasedTable(leasedTable{
 			'` + fulfillment.FailedEventKeyPrefix + `' || e.id
 		FROM abandoned a JOIN inbox_events e ON e.id = a.id
 		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`, `
-		UPDATE inbox_events e SET ` + inboxFailedSet + `, attempts = a.attempts,
-			last_error = coalesce(a.last_error || '; ', '') || 'abandoned: no attempt completed'
+		UPDATE inbox_events e SET ` + inboxFailedSet + `, attempts = a.attempts, last_error = a.last_error
 		FROM abandoned a WHERE e.id = a.id`},
 	failed: func(ctx context.Context, tx pgx.Tx, id int64, cause string, maxAttempts int) error {
 		b := &pgx.Batch{}

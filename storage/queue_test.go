@@ -196,6 +196,14 @@ func failedOnce(t *testing.T, c queueCase, conn *pgx.Conn, id int64, lastError s
 	if got, want := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = $1", c.failedItem), min(len(c.failedItem), 1); got != want {
 		t.Errorf("%q items = %d, want %d", c.failedItem, got, want)
 	}
+	if c.table == "inbox_work" {
+		// The stored event says the same as its work row.
+		if got := count(t, conn, `SELECT count(*) FROM inbox_events e JOIN inbox_work w USING (id)
+			WHERE e.id = $1 AND e.state = 'failed' AND e.decision = 'failed' AND e.attempts = w.attempts
+				AND e.last_error = w.last_error`, id); got != 1 {
+			t.Errorf("the failed event's stored row does not record its attempts and last error as its work row does")
+		}
+	}
 }
 
 // A live worker keeps its claim past the lease, however long it holds the
