@@ -78,6 +78,16 @@ func refundEvent(id, merchantID string, kind fulfillment.EventKind, kopecks int6
 // licenses and a credit of 10000 to acct-1.
 func creditLicenseOrder(t *testing.T, s *storage.Store, merchantID string) fulfillment.Order {
 	t.Helper()
+	o, _, err := s.OrderCreate(context.Background(), creditLicenseSpec(t, merchantID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// creditLicenseSpec is the order creditLicenseOrder stores.
+func creditLicenseSpec(t *testing.T, merchantID string) fulfillment.OrderSpec {
+	t.Helper()
 	spec, err := fulfillment.OrderDraft{
 		OrgID: "org_a", Environment: "live", MerchantOrderID: merchantID,
 		Lines: []fulfillment.LineDraft{
@@ -88,11 +98,7 @@ func creditLicenseOrder(t *testing.T, s *storage.Store, merchantID string) fulfi
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, _, err := s.OrderCreate(context.Background(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return o
+	return spec
 }
 
 // writtenRows renders every row processing writes, named by what does not

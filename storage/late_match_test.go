@@ -2,6 +2,7 @@ package storage_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -86,5 +87,51 @@ func TestLateMatchAppliesAPaymentThatCameFirst(t *testing.T) {
 	}
 	if n := count(t, conn, "SELECT count(*) FROM inbox_work"); n != 0 {
 		t.Errorf("%d work rows left", n)
+	}
+}
+
+// Creates of the order racing each other and a replay of the payment by
+// hand: the payment is queued again once and applied once, whoever wins.
+func TestLateMatchConcurrentCreatesAndReplay(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	r, err := s.InboxInsert(ctx, refundEvent("early", "m-race", fulfillment.EventPaymentConfirmed, 20000), []byte("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	processAll(t, s, 1)
+	spec := creditLicenseSpec(t, "m-race")
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if _, _, err := s.OrderCreate(ctx, spec); err != nil {
+				t.Errorf("create: %v", err)
+			}
+		})
+	}
+	wg.Go(func() {
+		// Refused when a create queued it first: it is pending then.
+		_, _ = s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: r.ID, Actor: "admin"})
+	})
+	wg.Wait()
+	for n := count(t, conn, "SELECT count(*) FROM inbox_work WHERE state = 'pending'"); n > 0; n = count(t, conn,
+		"SELECT count(*) FROM inbox_work WHERE state = 'pending'") {
+		processAll(t, s, n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM orders WHERE merchant_order_id = 'm-race'"); n != 1 {
+		t.Fatalf("%d orders, want 1", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM entitlements"); n != 2 {
+		t.Errorf("licenses = %d, want 2", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM ledger_entries"); n != 1 {
+		t.Errorf("ledger entries = %d, want 1", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM inbox_replays WHERE replayed_by = $1", storage.LateMatchActor); n > 1 {
+		t.Errorf("the service queued the payment %d times, want at most once", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM inbox_events WHERE id = $1 AND state = 'processed'", r.ID); n != 1 {
+		t.Errorf("the payment is not processed")
 	}
 }
