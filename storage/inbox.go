@@ -67,7 +67,9 @@ const inboxFailedSet = `state = 'failed', decision = 'failed', processed_at = cl
 // a re-drive and a late match do. Events still pending are left alone.
 // "replays" records each one's outcome before (its id as "id"), "requeued"
 // gives it a fresh work row (resetting a failed one), and "done" sets it
-// pending and returns its id.
+// pending and returns its id. The work rows are due at the transaction's
+// start, all of them: claims, which take the oldest due first, take them
+// in id order (what came first is decided first).
 func inboxReplay(ids, by, detail string) string {
 	return `replays AS (
 			INSERT INTO inbox_replays (inbox_event_id, replayed_by, replayed_by_detail, previous_state,
@@ -76,8 +78,8 @@ func inboxReplay(ids, by, detail string) string {
 			FROM inbox_events e WHERE e.id IN (` + ids + `) AND e.state <> 'pending'
 			RETURNING inbox_event_id AS id
 		), requeued AS (
-			INSERT INTO inbox_work (id) SELECT id FROM replays
-			ON CONFLICT (id) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_at = clock_timestamp(),
+			INSERT INTO inbox_work (id, next_attempt_at) SELECT id, now() FROM replays
+			ON CONFLICT (id) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_at = now(),
 				lease_owner = NULL, lease_until = NULL, last_error = NULL, processed_at = NULL
 		), done AS (
 			UPDATE inbox_events e SET state = 'pending', attempts = 0, last_error = NULL

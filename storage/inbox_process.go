@@ -39,8 +39,12 @@ func (s *Store) InboxProcess(ctx context.Context, ids []int64, owner string) (ma
 // InboxProcess, telling each event's id, order and trace context too.
 func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner string) (map[int64]fulfillment.ProcessedEvent, error) {
 	outcomes := make(map[int64]fulfillment.ProcessedEvent, len(ids))
-	var q queued
+	var (
+		q    queued
+		late *lateSubscriptions
+	)
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		late = &lateSubscriptions{} // (a retried transaction starts again)
 		events, err := lockLeasedEvents(ctx, tx, ids, owner)
 		if err != nil || len(events) == 0 {
 			return err
@@ -59,7 +63,7 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 		for i, le := range events {
 			batch[i] = fulfillment.BatchEvent{Event: le.ev, Received: le.received}
 		}
-		steps, err := decideBatch(ctx, tx, snap, batch)
+		steps, err := decideBatch(ctx, tx, snap, batch, late)
 		if err != nil {
 			return err
 		}
@@ -67,6 +71,9 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 		decided := decisions{}
 		for i, st := range steps {
 			le := events[i]
+			if fulfillment.InboxStateFor(st.Outcome.Decision) == fulfillment.InboxUnmatched {
+				late.add(le.ev.SubscriptionKey(), false)
+			}
 			var linked, applied *string // the order, the subscription
 			if sub := st.Subscription; sub != nil {
 				cause := subscriptionCause{eventRef: le.ev.EventID, inboxID: le.id}
@@ -95,8 +102,14 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 		b := &pgx.Batch{}
 		q = w.write(b)
 		decided.queue(b)
+		// After the decisions: the events decided unmatched here are
+		// among those a subscription created here queues again.
+		late.queue(b, s.lateMatch)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("applying decisions: %w", interpret(err))
+		}
+		if err := notifyLate(ctx, tx, late.queued); err != nil {
+			return err
 		}
 		failpoint.Inject("process-before-commit")
 		return nil
@@ -105,14 +118,16 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 		return nil, err
 	}
 	s.wake(q)
+	s.wakeLate(late.queued)
 	failpoint.Inject("process-after-commit")
 	return outcomes, nil
 }
 
 // decideBatch decides the batch against snap (fulfillment.DecideBatch),
 // creating and locking first the subscriptions its payments are the first
-// to pay: one at a time, as the rules ask for them.
-func decideBatch(ctx context.Context, tx pgx.Tx, snap *fulfillment.Snapshot, batch []fulfillment.BatchEvent) ([]fulfillment.Step, error) {
+// to pay: one at a time, as the rules ask for them. Those it creates are
+// recorded in late.
+func decideBatch(ctx context.Context, tx pgx.Tx, snap *fulfillment.Snapshot, batch []fulfillment.BatchEvent, late *lateSubscriptions) ([]fulfillment.Step, error) {
 	// Each round adds a subscription the step asked for, which it then
 	// holds: at most one round per event, and a last one.
 	for range len(batch) + 1 {
@@ -120,7 +135,7 @@ func decideBatch(ctx context.Context, tx pgx.Tx, snap *fulfillment.Snapshot, bat
 		if err != nil || need == nil {
 			return steps, err
 		}
-		rec, err := createSubscription(ctx, tx, *need)
+		rec, err := createSubscription(ctx, tx, *need, late)
 		if err != nil {
 			return nil, err
 		}
@@ -156,7 +171,9 @@ func (d *decisions) add(le leasedEvent, out fulfillment.Outcome, linked, applied
 // (the rows of one statement are not updated in any particular order):
 // readers replay an order's or a subscription's events in that order. A replayed
 // event that is found already applied keeps the decision it records, so
-// that its history still says what it did; no money depends on a decision
+// that its history still says what it did (unless that was unmatched: an
+// event queued again when its order or subscription came, and found
+// applied, did nothing); no money depends on a decision
 // (what an event did is in rows of its own: attempts, refunds, grants).
 func (d *decisions) queue(b *pgx.Batch) {
 	if len(d.ids) == 0 {
@@ -165,9 +182,9 @@ func (d *decisions) queue(b *pgx.Batch) {
 	b.Queue(`
 		WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS t)
 		UPDATE inbox_events e SET state = d.state,
-			decision_reason = CASE WHEN d.decision = '`+string(fulfillment.DecisionAlreadyApplied)+`' AND e.decision IS NOT NULL
+			decision_reason = CASE WHEN d.decision = '`+string(fulfillment.DecisionAlreadyApplied)+`' AND e.decision <> '`+string(fulfillment.DecisionUnmatched)+`'
 				THEN e.decision_reason ELSE d.reason END,
-			decision = CASE WHEN d.decision = '`+string(fulfillment.DecisionAlreadyApplied)+`' AND e.decision IS NOT NULL
+			decision = CASE WHEN d.decision = '`+string(fulfillment.DecisionAlreadyApplied)+`' AND e.decision <> '`+string(fulfillment.DecisionUnmatched)+`'
 				THEN e.decision ELSE d.decision END,
 			order_id = d.order_id::uuid, applied_subscription_id = d.subscription_id::uuid,
 			processed_at = clock.t + d.n * interval '1 microsecond',

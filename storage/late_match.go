@@ -3,57 +3,92 @@ package storage
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/internal/failpoint"
 )
 
-// maxLateMatches bounds the events one order's creation queues again (the
-// oldest first); any beyond it stay unmatched, their items open.
+// maxLateMatches bounds the events one order's or one transaction's
+// subscriptions' creation queues again (the oldest first); any beyond it
+// stay unmatched, their items open.
 const maxLateMatches = 1000
 
 // LateMatchActor is who the service records as having queued again an
-// event whose order was created after it (the replay's replayed_by, the
-// item's resolved_by).
+// event whose order or subscription was created after it (the replay's
+// replayed_by, the item's resolved_by).
 const LateMatchActor = "service"
+
+// lateMatchDetail starts the replayed_by_detail of a late match's replay.
+const lateMatchDetail = "late match: "
+
+// lateMatchStatement is the statement that queues again the unmatched
+// events late selects, as rows (id, link): the event, and the order or
+// subscription (column linkColumn of its item) it names, created after
+// it. Each event gets a replay record by the service whose detail is
+// detail (an expression over the event's row e; the timeline shows that
+// the event came first), a fresh work row, and its unmatched_payment item
+// resolved as matched_later with note, linked to what it names
+// (inboxReplay). At most maxLateMatches of them, the oldest. The events
+// are locked: a concurrent replay of one waits, then finds it pending. It
+// returns how many it queued.
+func lateMatchStatement(late, linkColumn, detail, note string) string {
+	return `
+	WITH late AS MATERIALIZED (` + late + `
+	), locked AS MATERIALIZED (
+		SELECT e.id, late.link FROM inbox_events e JOIN late USING (id)
+		WHERE e.state = 'unmatched'
+		ORDER BY e.id
+		LIMIT ` + strconv.Itoa(maxLateMatches) + `
+		FOR UPDATE OF e
+	), ` + inboxReplay("SELECT id FROM locked", "'"+LateMatchActor+"'", "'"+lateMatchDetail+"' || "+detail) + `, items AS (
+		UPDATE reconciliation_items r SET state = 'resolved', resolution = '` + string(fulfillment.ResolutionMatchedLater) + `',
+			resolved_at = clock_timestamp(), resolved_by = '` + LateMatchActor + `',
+			resolution_note = '` + note + `', ` + linkColumn + ` = l.link
+		FROM locked l
+		WHERE r.inbox_event_id = l.id AND r.kind = '` + string(fulfillment.ReconUnmatchedPayment) + `' AND r.state = 'open'
+			AND l.id IN (SELECT id FROM done)
+	)
+	SELECT count(*) FROM done`
+}
 
 // lateMatchSQL queues again, in the transaction that creates order $6, the
 // events of its org ($1) and environment ($2) that were decided unmatched
 // and name its merchant order id ($3) or checkout session ($4, NULL for
-// none), received within the late match window ($5): each gets a replay
-// record (the timeline shows that the payment came first), a fresh work
-// row, and its unmatched_payment item resolved as matched_later, linked to
-// the order (inboxReplay). At most $7 of them, the oldest. The events are
-// found through the partial indexes of unmatched events, and locked: a
-// concurrent replay of one waits, then finds it pending. It returns how
-// many it queued.
-var lateMatchSQL = `
-	WITH late AS MATERIALIZED (
-		SELECT id FROM inbox_events
+// none), received within the late match window ($5)
+// (lateMatchStatement). The events are found through the partial indexes
+// of unmatched events.
+var lateMatchSQL = lateMatchStatement(`
+		SELECT id, $6::uuid AS link FROM inbox_events
 		WHERE state = 'unmatched' AND org_id = $1 AND environment = $2 AND merchant_order_id = $3
 			AND received_at > now() - $5::interval
 		UNION
-		SELECT id FROM inbox_events
+		SELECT id, $6::uuid FROM inbox_events
 		WHERE state = 'unmatched' AND org_id = $1 AND environment = $2 AND checkout_session_id = $4
-			AND received_at > now() - $5::interval
-	), locked AS MATERIALIZED (
-		SELECT e.id FROM inbox_events e JOIN late USING (id)
-		WHERE e.state = 'unmatched'
-		ORDER BY e.id
-		LIMIT $7
-		FOR UPDATE OF e
-	), ` + inboxReplay("SELECT id FROM locked", "'"+LateMatchActor+"'",
-	"'late match: order ' || $6::text || ' was created after this event'") + `, items AS (
-		UPDATE reconciliation_items SET state = 'resolved', resolution = '` + string(fulfillment.ResolutionMatchedLater) + `',
-			resolved_at = clock_timestamp(), resolved_by = '` + LateMatchActor + `',
-			resolution_note = 'the order was created after the payment; the payment is processed again against it',
-			order_id = $6::uuid
-		WHERE kind = '` + string(fulfillment.ReconUnmatchedPayment) + `' AND state = 'open'
-			AND inbox_event_id IN (SELECT id FROM done)
-	)
-	SELECT count(*) FROM done`
+			AND received_at > now() - $5::interval`,
+	"order_id", "'order ' || $6::text || ' was created after this event'",
+	"the order was created after the payment; the payment is processed again against it")
+
+// lateSubscriptionSQL queues again the events that were decided unmatched
+// and name, by provider key ($1 to $4, arrays), a subscription that exists
+// now, received within the late match window ($5)
+// (lateMatchStatement). The events are found through the partial index of
+// unmatched events by subscription (migration 030).
+var lateSubscriptionSQL = lateMatchStatement(`
+		SELECT e.id, s.id AS link
+		FROM subscriptions s
+		JOIN inbox_events e ON e.state = 'unmatched' AND e.org_id = s.org_id AND e.environment = s.environment
+			AND e.provider = s.provider AND e.subscription_id = s.provider_subscription_id
+			AND e.received_at > now() - $5::interval
+		WHERE (s.org_id, s.environment, s.provider, s.provider_subscription_id) IN (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))`,
+	"subscription_id", "'subscription ' || e.subscription_id || ' was created after this event'",
+	"the subscription was created after the payment; the payment is processed again against it")
 
 // requeueLateEvents queues again, in tx, the unmatched events that the
 // order spec (id) would have matched had it existed (lateMatchSQL), and
@@ -62,14 +97,126 @@ var lateMatchSQL = `
 func (s *Store) requeueLateEvents(ctx context.Context, tx pgx.Tx, id uuid.UUID, spec fulfillment.OrderSpec) (int, error) {
 	var n int
 	err := tx.QueryRow(ctx, lateMatchSQL, spec.OrgID, spec.Environment, spec.MerchantOrderID,
-		opt(spec.CheckoutSessionID), s.lateMatch, id, maxLateMatches).Scan(&n)
+		opt(spec.CheckoutSessionID), s.lateMatch, id).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("queueing the events that came before the order: %w", interpret(err))
 	}
-	if n > 0 {
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, inboxChannel); err != nil {
-			return 0, fmt.Errorf("waking the inbox: %w", interpret(err))
-		}
+	return n, notifyLate(ctx, tx, n)
+}
+
+// notifyLate tells the other replicas' inbox workers, on commit, that n
+// events were queued again (nothing when n is 0). A NOTIFY in the
+// transaction, unlike the signal sent after it, survives a crash right
+// after the commit.
+func notifyLate(ctx context.Context, tx pgx.Tx, n int) error {
+	if n == 0 {
+		return nil
 	}
-	return n, nil
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, inboxChannel); err != nil {
+		return fmt.Errorf("waking the inbox: %w", interpret(err))
+	}
+	return nil
+}
+
+// lateSubscriptionLock is the first key of the transaction advisory locks
+// that order, per subscription provider key, the transactions that create
+// a subscription after those that decide an event of it unmatched (see
+// lateSubscriptions). (The two-key locks are apart from the one-key locks
+// of the queue owners and the migrations.)
+const lateSubscriptionLock = 230
+
+// lateSubscriptions are the subscriptions a transaction created and those
+// its events were decided unmatched for, by provider key: at its end,
+// after its decisions are written, queue takes their locks and queues
+// again the unmatched events of those that exist.
+//
+// The locks close the race between a transaction that decides an event
+// unmatched because its subscription does not exist (yet) and one that
+// creates that subscription: neither sees what the other has not
+// committed. The creator takes its subscription's lock exclusively, the
+// decider shared, each at its end, and both then look for unmatched events
+// of subscriptions that exist, in a statement of its own (which sees what
+// was committed before it began). Whichever takes the lock second waits
+// for the other's commit and then finds what it left: the creator, the
+// events decided unmatched; the decider, the subscription — and queues its
+// own events again. The locks are taken in one order (by key), after every
+// row lock of the transaction.
+type lateSubscriptions struct {
+	keys   map[fulfillment.SubscriptionKey]bool // created: exclusive
+	queued int                                  // events queued again, once written
+}
+
+// add records key, created by the transaction or named by an event it
+// decided unmatched.
+func (l *lateSubscriptions) add(key fulfillment.SubscriptionKey, created bool) {
+	if key.ID == "" {
+		return
+	}
+	if l.keys == nil {
+		l.keys = map[fulfillment.SubscriptionKey]bool{}
+	}
+	l.keys[key] = l.keys[key] || created
+}
+
+// lockKey is the text whose hash is key's lock.
+func lockKey(k fulfillment.SubscriptionKey) string {
+	return k.OrgID + "\x1f" + string(k.Environment) + "\x1f" + string(k.Provider) + "\x1f" + k.ID
+}
+
+// queue adds to b the statements that take the locks and queue the events
+// again, within window; l.queued holds how many once b is sent. Nothing
+// when there are no keys.
+func (l *lateSubscriptions) queue(b *pgx.Batch, window time.Duration) {
+	if len(l.keys) == 0 {
+		return
+	}
+	keys := make([]fulfillment.SubscriptionKey, 0, len(l.keys))
+	for k := range l.keys {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return lockKey(keys[i]) < lockKey(keys[j]) })
+	var org, env, provider, id, lock []string
+	var exclusive []bool
+	for _, k := range keys {
+		org, env, provider, id = append(org, k.OrgID), append(env, string(k.Environment)), append(provider, string(k.Provider)), append(id, k.ID)
+		lock, exclusive = append(lock, lockKey(k)), append(exclusive, l.keys[k])
+	}
+	// In the order of the hashes (two keys of one hash are one lock,
+	// exclusive if either is).
+	b.Queue(`
+		SELECT CASE WHEN x THEN pg_advisory_xact_lock($3, h) ELSE pg_advisory_xact_lock_shared($3, h) END
+		FROM (SELECT hashtext(k) AS h, bool_or(x) AS x FROM unnest($1::text[], $2::bool[]) AS t(k, x)
+			GROUP BY 1 ORDER BY 1) locks`, lock, exclusive, lateSubscriptionLock)
+	b.Queue(lateSubscriptionSQL, org, env, provider, id, window).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&l.queued); err != nil {
+			return fmt.Errorf("queueing the events that came before their subscription: %w", interpret(err))
+		}
+		return nil
+	})
+}
+
+// requeue takes the locks and queues the events again in tx (queue), on
+// its own round trip, and tells the other replicas when it queued any.
+func (l *lateSubscriptions) requeue(ctx context.Context, tx pgx.Tx, window time.Duration) error {
+	b := &pgx.Batch{}
+	l.queue(b, window)
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("queueing the events that came before their subscription: %w", interpret(err))
+	}
+	return notifyLate(ctx, tx, l.queued)
+}
+
+// wakeLate wakes this process's inbox workers after a commit that queued n
+// events again (nothing when n is 0).
+func (s *Store) wakeLate(n int) {
+	if n == 0 {
+		return
+	}
+	// Committed: a crash from here on leaves the events queued, for any
+	// replica to process.
+	failpoint.Inject("late-match-after-commit")
+	s.inboxSignal.committed()
 }

@@ -88,19 +88,23 @@ func lockSubscription(ctx context.Context, tx pgx.Tx, where string, args ...any)
 const byProviderKey = `(org_id, environment, provider, provider_subscription_id) = ($1, $2, $3, $4)`
 
 // createSubscription creates the subscription ref names unless it exists,
-// and locks it.
-func createSubscription(ctx context.Context, tx pgx.Tx, ref fulfillment.SubscriptionRef) (*fulfillment.SubscriptionRecord, error) {
+// and locks it. It records the subscription in late when it created it:
+// the events that came before it are queued again at the end of the
+// transaction (lateSubscriptions).
+func createSubscription(ctx context.Context, tx pgx.Tx, ref fulfillment.SubscriptionRef, late *lateSubscriptions) (*fulfillment.SubscriptionRecord, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.Exec(ctx, `
+	tag, err := tx.Exec(ctx, `
 		INSERT INTO subscriptions (id, org_id, environment, provider, provider_subscription_id, customer_ref, plan_id)
 		VALUES ($1, $2, $3, $4, $5, $6, $7)
 		ON CONFLICT ON CONSTRAINT subscriptions_provider_key DO NOTHING`,
-		id, ref.OrgID, ref.Environment, ref.Provider, ref.ProviderSubscriptionID, ref.CustomerRef, ref.PlanID); err != nil {
+		id, ref.OrgID, ref.Environment, ref.Provider, ref.ProviderSubscriptionID, ref.CustomerRef, ref.PlanID)
+	if err != nil {
 		return nil, fmt.Errorf("recording subscription: %w", interpret(err))
 	}
+	late.add(ref.Key(), tag.RowsAffected() == 1)
 	return lockSubscription(ctx, tx, byProviderKey, ref.OrgID, ref.Environment, ref.Provider, ref.ProviderSubscriptionID)
 }
 
@@ -111,20 +115,24 @@ func (s *Store) SubscriptionApply(ctx context.Context, ref fulfillment.Subscript
 		rec *fulfillment.SubscriptionRecord
 		q   queued
 	)
+	late := &lateSubscriptions{}
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		if rec, err = createSubscription(ctx, tx, ref); err != nil {
+		if rec, err = createSubscription(ctx, tx, ref, late); err != nil {
 			return err
 		}
 		out = fulfillment.DecideSubscription(ev, rec.Subscription, plan)
 		rec.Apply(ev, out)
-		q, err = s.applySubscription(ctx, tx, rec, plan, ev, subscriptionCause{eventRef: eventRef}, out)
-		return err
+		if q, err = s.applySubscription(ctx, tx, rec, plan, ev, subscriptionCause{eventRef: eventRef}, out); err != nil {
+			return err
+		}
+		return late.requeue(ctx, tx, s.lateMatch)
 	})
 	if err != nil {
 		return out, fulfillment.SubscriptionRecord{}, err
 	}
 	s.wake(q)
+	s.wakeLate(late.queued)
 	return out, *rec, nil
 }
 

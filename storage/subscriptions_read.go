@@ -21,19 +21,31 @@ var _ fulfillment.SubscriptionReader = (*Store)(nil)
 // SubscriptionCreate implements fulfillment.SubscriptionReader. The unique
 // provider key decides which of several concurrent identical requests
 // creates the subscription; the others insert nothing and return the
-// committed one.
+// committed one. The transaction that creates it queues again the events
+// that came before it (lateSubscriptions).
 func (s *Store) SubscriptionCreate(ctx context.Context, ref fulfillment.SubscriptionRef) (fulfillment.SubscriptionRecord, bool, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return fulfillment.SubscriptionRecord{}, false, fmt.Errorf("generating subscription id: %w", err)
 	}
-	rec, err := scanSubscription(s.pool.QueryRow(ctx, `
-		INSERT INTO subscriptions (id, org_id, environment, provider, provider_subscription_id, customer_ref, plan_id)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)
-		ON CONFLICT ON CONSTRAINT subscriptions_provider_key DO NOTHING
-		RETURNING `+subscriptionColumns,
-		id, ref.OrgID, ref.Environment, ref.Provider, ref.ProviderSubscriptionID, ref.CustomerRef, ref.PlanID))
+	var rec fulfillment.SubscriptionRecord
+	late := &lateSubscriptions{}
+	err = s.withTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		rec, err = scanSubscription(tx.QueryRow(ctx, `
+			INSERT INTO subscriptions (id, org_id, environment, provider, provider_subscription_id, customer_ref, plan_id)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)
+			ON CONFLICT ON CONSTRAINT subscriptions_provider_key DO NOTHING
+			RETURNING `+subscriptionColumns,
+			id, ref.OrgID, ref.Environment, ref.Provider, ref.ProviderSubscriptionID, ref.CustomerRef, ref.PlanID))
+		if err != nil {
+			return err
+		}
+		late.add(ref.Key(), true)
+		return late.requeue(ctx, tx, s.lateMatch)
+	})
 	if err == nil {
+		s.wakeLate(late.queued)
 		return rec, true, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
