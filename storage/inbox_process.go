@@ -71,6 +71,11 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 		decided := decisions{}
 		for i, st := range steps {
 			le := events[i]
+			if le.lateMatched != "" {
+				// Queued again when what it names was created: the
+				// decision says the event came first.
+				st.Outcome.Reason += " (" + le.lateMatched + ")"
+			}
 			if fulfillment.InboxStateFor(st.Outcome.Decision) == fulfillment.InboxUnmatched {
 				late.add(le.ev.SubscriptionKey(), false)
 			}
@@ -203,6 +208,9 @@ type leasedEvent struct {
 	received    time.Time
 	traceParent string // of the call that stored it
 	attempts    int    // the claims it took, this one included
+	// lateMatched is the detail of the late match that queued it again
+	// (lateMatchDetail), when it was decided unmatched before; "" for none.
+	lateMatched string
 }
 
 // lockLeasedEvents takes the events of ids that owner still holds off the
@@ -214,8 +222,16 @@ type leasedEvent struct {
 func lockLeasedEvents(ctx context.Context, tx pgx.Tx, ids []int64, owner string) ([]leasedEvent, error) {
 	rows, _ := tx.Query(ctx, `
 		WITH work AS (DELETE FROM inbox_work WHERE `+leaseHeld("$1", "$2")+` RETURNING id, attempts)
-		SELECT `+inboxSelectList+`, received_at, work.attempts
+		SELECT `+inboxSelectList+`, received_at, work.attempts, late.detail
 		FROM inbox_events JOIN work USING (id)
+		LEFT JOIN LATERAL (
+			-- Only for an event decided unmatched before (a test on the
+			-- event alone: no index is read for the others).
+			SELECT CASE WHEN r.replayed_by = '`+LateMatchActor+`' AND starts_with(r.replayed_by_detail, '`+lateMatchDetail+`')
+				THEN r.replayed_by_detail END AS detail
+			FROM inbox_replays r
+			WHERE inbox_events.decision = '`+string(fulfillment.DecisionUnmatched)+`' AND r.inbox_event_id = inbox_events.id
+			ORDER BY r.id DESC LIMIT 1) late ON true
 		ORDER BY id`, ids, owner)
 	var events []leasedEvent
 	err := forEachRow(rows, func(r pgx.Rows) error {
@@ -223,12 +239,14 @@ func lockLeasedEvents(ctx context.Context, tx pgx.Tx, ids []int64, owner string)
 			row      inboxRow
 			received time.Time
 			attempts int
+			late     *string
 		)
-		if err := r.Scan(append(row.scanDest(), &received, &attempts)...); err != nil {
+		if err := r.Scan(append(row.scanDest(), &received, &attempts, &late)...); err != nil {
 			return err
 		}
 		ev, err := row.event()
-		events = append(events, leasedEvent{id: row.ID, ev: ev, received: received, traceParent: str(row.TraceParent), attempts: attempts})
+		events = append(events, leasedEvent{id: row.ID, ev: ev, received: received, traceParent: str(row.TraceParent),
+			attempts: attempts, lateMatched: str(late)})
 		return err
 	})
 	if err != nil {

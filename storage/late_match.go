@@ -24,7 +24,9 @@ const maxLateMatches = 1000
 // replayed_by, the item's resolved_by).
 const LateMatchActor = "service"
 
-// lateMatchDetail starts the replayed_by_detail of a late match's replay.
+// lateMatchDetail starts the replayed_by_detail of a late match's replay:
+// the processor reads it back to say, in the decision, that the event came
+// first.
 const lateMatchDetail = "late match: "
 
 // lateMatchStatement is the statement that queues again the unmatched

@@ -18,8 +18,8 @@ import (
 // the same transaction, queues them again; they then apply once, in the
 // order they came, whichever of the two came first: two periods paid, the
 // subscription cancelled at the end of the second. The renewal's item is
-// resolved matched_later with the subscription, both events' replays say
-// they came first, and a replay by hand or a redelivery
+// resolved matched_later with the subscription, both events' replays and
+// decisions say they came first, and a replay by hand or a redelivery
 // changes nothing. An event older than the window and one of another org
 // stay unmatched.
 func TestLateMatchSubscriptionEventsThatCameFirst(t *testing.T) {
@@ -89,6 +89,10 @@ func TestLateMatchSubscriptionEventsThatCameFirst(t *testing.T) {
 			want := subRow{State: "cancelled", Periods: 2, End: subJan1.AddDate(0, 2, 0), Renewed: 2, Items: 1}
 			if got := readSub(t, conn, "sub_1"); got != want {
 				t.Fatalf("after the early events %+v, want %+v", got, want)
+			}
+			if n := count(t, conn, `SELECT count(*) FROM inbox_events WHERE id = ANY($1) AND state = 'processed'
+				AND decision_reason LIKE '%(late match: subscription sub_1 was created after this event)'`, early); n != 2 {
+				t.Errorf("%d early events' decisions say they came first, want 2", n)
 			}
 
 			// Replayed by hand, and delivered again: nothing changes.

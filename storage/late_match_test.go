@@ -61,6 +61,10 @@ func TestLateMatchAppliesAPaymentThatCameFirst(t *testing.T) {
 	if got := processAll(t, s, 1); got != string(fulfillment.DecisionFulfilled) {
 		t.Fatalf("the early payment, processed again: %s, want fulfilled", got)
 	}
+	if n := count(t, conn, "SELECT count(*) FROM inbox_events WHERE id = $1 AND decision_reason LIKE $2",
+		ids["early"], "%(late match: order "+order.ID+" was created after this event)"); n != 1 {
+		t.Errorf("the early payment's decision does not say it came before its order")
+	}
 
 	// Replayed by hand, and delivered again: nothing more is granted.
 	if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: ids["early"], Actor: "admin"}); err != nil {
