@@ -9,7 +9,10 @@
 // and, for a quarter of the orders, T-Bank notifications the way the bank
 // does (retried until answered OK; reordered, redelivered, refunds: see
 // tbank.go), and for one Yolfi order in eight a subscription's renewals,
-// lifecycle events and lapse (subscriptions.go) —
+// lifecycle events and lapse (subscriptions.go) — some orders created only
+// after their events were processed (their payments come first), and for
+// some subscriptions renewals and lifecycle events sent before their first
+// payment (late matching queues both again) —
 // while it SIGKILLs and restarts fulfillmentd and stops PostgreSQL in
 // immediate mode and restarts it. During each database outage it asserts
 // the outage contract: no 200, a 503 within 2 s, recovery within 5 s of the
@@ -389,28 +392,13 @@ func (r *runner) createOrders(ctx context.Context) error {
 				if i >= len(r.w.orders) || ctx.Err() != nil {
 					return
 				}
-				o := r.w.orders[i]
-				for try := 0; ; try++ {
-					callCtx, cancel := context.WithTimeout(r.authed(ctx, r.orgToken), 10*time.Second)
-					resp, err := r.client.CreateOrder(callCtx, o.request())
-					cancel()
-					if err == nil {
-						o.id = resp.GetOrder().GetId()
-						break
-					}
-					switch status.Code(err) {
-					case codes.InvalidArgument, codes.AlreadyExists, codes.PermissionDenied, codes.Unauthenticated:
+				if o := r.w.orders[i]; !o.late { // late orders: createLateOrders
+					if err := r.createOrder(ctx, o); err != nil {
 						errMu.Lock()
-						fatal = fmt.Errorf("creating order %s: %w", o.mid, err)
+						fatal = err
 						errMu.Unlock()
 						return
-					default:
-						// Anything else may pass (a restart, an outage): retry.
 					}
-					if ctx.Err() != nil {
-						return
-					}
-					time.Sleep(min(time.Duration(try+1)*100*time.Millisecond, time.Second))
 				}
 			}
 		})
@@ -422,8 +410,63 @@ func (r *runner) createOrders(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("creating orders: %w", err)
 	}
-	r.logf("created %d orders in %v", len(r.w.orders), time.Since(t).Round(time.Millisecond))
+	r.logf("created %d orders in %v (%d more to create after their events)", len(r.w.orders)-r.w.stats.LateOrders,
+		time.Since(t).Round(time.Millisecond), r.w.stats.LateOrders)
 	return nil
+}
+
+// createOrder creates o, retrying any failure that may be transient
+// (CreateOrder is idempotent) until ctx ends; it returns the error of a
+// request refused for good.
+func (r *runner) createOrder(ctx context.Context, o *orderPlan) error {
+	for try := 0; ; try++ {
+		callCtx, cancel := context.WithTimeout(r.authed(ctx, r.orgToken), 10*time.Second)
+		resp, err := r.client.CreateOrder(callCtx, o.request())
+		cancel()
+		if err == nil {
+			o.id = resp.GetOrder().GetId()
+			return nil
+		}
+		switch status.Code(err) {
+		case codes.InvalidArgument, codes.AlreadyExists, codes.PermissionDenied, codes.Unauthenticated:
+			return fmt.Errorf("creating order %s: %w", o.mid, err)
+		default:
+			// Anything else may pass (a restart, an outage): retry.
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		time.Sleep(min(time.Duration(try+1)*100*time.Millisecond, time.Second))
+	}
+}
+
+// lateOrderEvents are the events of each late order, by order index.
+func (r *runner) lateOrderEvents() map[int][]int {
+	evs := map[int][]int{}
+	for j, e := range r.w.events {
+		if e.order >= 0 && r.w.orders[e.order].late {
+			evs[e.order] = append(evs[e.order], j)
+		}
+	}
+	return evs
+}
+
+// createLateOrders creates each late order once every event of it is
+// processed (decided unmatched: the order does not exist), while the
+// faults go on, until ctx ends.
+func (r *runner) createLateOrders(ctx context.Context, gate *processedGate) {
+	var wg sync.WaitGroup
+	for i, evs := range r.lateOrderEvents() {
+		wg.Go(func() {
+			if gate == nil || !gate.waitAll(ctx, evs, true) {
+				return
+			}
+			if err := r.createOrder(ctx, r.w.orders[i]); err != nil {
+				r.viol.add("harness", "creating a late order: %v", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // send plans the events over the send window and delivers them while the
@@ -441,7 +484,7 @@ func (r *runner) send(ctx context.Context) {
 	r.rep.Orders, r.rep.TestOnlyOrders, r.rep.Events = st.Orders, st.TestOnlyOrders, st.Events
 	r.rep.TestModeEvents, r.rep.ExtraPayments, r.rep.StaleEvents = st.TestModeEvents, st.ExtraPayments, st.StaleEvents
 	r.rep.Redeliveries, r.rep.Concurrent, r.rep.Deliveries = st.Redeliveries, st.Concurrent, st.Deliveries
-	r.rep.ExternalLines = st.ExternalLines
+	r.rep.ExternalLines, r.rep.LateOrders = st.ExternalLines, st.LateOrders
 	r.rep.TBank = st.TBank
 	r.rep.Subscriptions = st.Subscriptions
 	r.rep.SendWindow = window
@@ -463,6 +506,7 @@ func (r *runner) send(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { r.injectFaults(sendCtx, start, faults) })
 	wg.Go(func() { r.snd.run(sendCtx, start, r.w.deliveries) })
+	wg.Go(func() { r.createLateOrders(sendCtx, gate) })
 	progressDone := make(chan struct{})
 	go func() {
 		tick := time.NewTicker(10 * time.Second)

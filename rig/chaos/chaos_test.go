@@ -432,7 +432,7 @@ func TestSubscriptionWorkload(t *testing.T) {
 		deliveries[d.ev]++
 	}
 	events := map[int][]int{}
-	n := 0
+	n, early := 0, 0
 	for j, e := range w.events {
 		o := w.orders[max(e.order, 0)]
 		if e.order < 0 || o.sub == nil {
@@ -447,9 +447,18 @@ func TestSubscriptionWorkload(t *testing.T) {
 		if !ev.OccurredAt.IsZero() && (ev.OccurredAt.After(base.Add(12*time.Hour)) || !fulfillment.PlausibleOccurrence(ev.OccurredAt, base).Equal(ev.OccurredAt)) {
 			t.Fatalf("%s dated %s: more than 12h after the start %s", e.id, ev.OccurredAt, base)
 		}
-		if e.role == roleRenewal && (deliveries[j] < 2 || !slices.Contains(e.after, o.sub.first)) {
-			t.Fatalf("renewal %s delivered %d times, after %v (the first payment is %d)", e.id, deliveries[j], e.after, o.sub.first)
+		// A renewal comes after the first payment, or early: before it, the
+		// first payment after it.
+		after := slices.Contains(e.after, o.sub.first) || e.early && slices.Contains(w.events[o.sub.first].after, j)
+		if e.role == roleRenewal && (deliveries[j] < 2 || !after) {
+			t.Fatalf("renewal %s delivered %d times, after %v (the first payment is %d, early %v)", e.id, deliveries[j], e.after, o.sub.first, e.early)
 		}
+		if e.early {
+			early++
+		}
+	}
+	if early != st.Early || early == 0 {
+		t.Fatalf("%d early subscription events, stats %d", early, st.Early)
 	}
 	if n != st.Events {
 		t.Fatalf("%d subscription events, stats %d", n, st.Events)
@@ -460,19 +469,7 @@ func TestSubscriptionWorkload(t *testing.T) {
 	for i, evs := range events {
 		o := w.orders[i]
 		for try := range 30 {
-			// A processing order the gates allow: an event once those it
-			// comes after are placed.
-			placed, seq := map[int]bool{}, []int(nil)
-			for len(seq) < len(evs) {
-				var ready []int
-				for _, j := range evs {
-					if !placed[j] && !slices.ContainsFunc(w.events[j].after, func(a int) bool { return !placed[a] }) {
-						ready = append(ready, j)
-					}
-				}
-				j := ready[rng.IntN(len(ready))]
-				placed[j], seq = true, append(seq, j)
-			}
+			seq := gatedOrder(w, evs, rng)
 			rp := newSubReplay(o)
 			var ends []time.Time
 			var byRules []bool
@@ -495,6 +492,41 @@ func TestSubscriptionWorkload(t *testing.T) {
 			}
 		}
 	}
+}
+
+// gatedOrder is a random processing order of evs, one subscription
+// order's events, that the gates allow: an event is delivered once those
+// it comes after are applied (or, for one that waits for decisions only,
+// decided). An early event delivered before the subscription exists is
+// decided unmatched, and queued again when the payment that creates it is
+// applied: it is then applied in any order with the others.
+func gatedOrder(w *workload, evs []int, rng *rand.Rand) []int {
+	decided, applied, exists := map[int]bool{}, map[int]bool{}, false
+	var seq []int
+	for len(seq) < len(evs) {
+		var ready []int
+		for _, j := range evs {
+			e := w.events[j]
+			done := applied
+			if e.afterDecided {
+				done = decided
+			}
+			if !applied[j] && (!decided[j] || exists) && !slices.ContainsFunc(e.after, func(a int) bool { return !done[a] }) {
+				ready = append(ready, j)
+			}
+		}
+		j := ready[rng.IntN(len(ready))]
+		e := w.events[j]
+		decided[j] = true
+		if e.early && !exists {
+			continue // unmatched, until the subscription exists
+		}
+		applied[j], seq = true, append(seq, j)
+		if e.typ == yolfi.TypePaymentConfirmed && (e.role == rolePay || e.role == roleReannounce) {
+			exists = true
+		}
+	}
+	return seq
 }
 
 // subStoryForTest is a subscription order of the monthly plan started on

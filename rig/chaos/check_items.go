@@ -5,7 +5,8 @@ import (
 )
 
 // checkItems: the only reconciliation items are the extra payments and the
-// refunds, those that apply and those that cannot (checked per order), one unmatched_payment per distinct
+// refunds, those that apply and those that cannot, and the payments of late
+// orders that came first (checked per order), one unmatched_payment per distinct
 // test-endpoint payment and
 // the items of uncertain and failed outbox messages (checked with their
 // message); no failed_event, no amount_mismatch or overpayment; every license key
@@ -18,6 +19,12 @@ func (r *runner) checkItems(s *dbState) {
 			wantUnmatched[e.attemptRef()+"|"+e.payment] = true
 		}
 	}
+	late := map[string]bool{} // the late orders, by id
+	for _, o := range r.w.orders {
+		if row, ok := s.orders[o.mid]; ok && o.late {
+			late[row.id] = true
+		}
+	}
 	unmatched := 0
 	for _, it := range s.items {
 		c.Checked++
@@ -27,6 +34,8 @@ func (r *runner) checkItems(s *dbState) {
 			// checked with its order
 		case r.subscriptionItem(it):
 			// checked with its subscription
+		case it.kind == itemUnmatchedPayment && it.env == "live" && late[it.orderID]:
+			// a late order's payment that came first: checked with its order
 		case it.kind == itemUnmatchedPayment && it.env == "test" && it.orderID == "" && it.state == "open":
 			unmatched++
 		case it.messageID != 0 && (it.kind == itemUncertainDelivery || it.kind == itemFailedDelivery):

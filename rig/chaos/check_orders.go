@@ -152,6 +152,7 @@ func (r *runner) checkOrders(s *dbState) {
 		got := map[string]int{}
 		var others []string
 		nUnidentified := 0
+		matchedLater := map[string]int{} // a late order's payments' unmatched_payment items, resolved
 		for _, it := range s.items {
 			switch {
 			case it.orderID != row.id, it.messageID != 0: // another order's, or checked with its message
@@ -159,6 +160,8 @@ func (r *runner) checkOrders(s *dbState) {
 				got[it.paymentID]++
 			case it.kind == itemUnidentified && it.state == "open":
 				nUnidentified++
+			case o.late && it.kind == itemUnmatchedPayment && it.state == "resolved":
+				matchedLater[it.paymentID]++
 			default:
 				others = append(others, it.kind+"/"+it.state)
 			}
@@ -176,6 +179,10 @@ func (r *runner) checkOrders(s *dbState) {
 			extras.Failed++
 			r.viol.add("extra payment items", "order %s: %d open extra_payment items for payments %v (other items: %v), want one for each of %v",
 				o.mid, n, slices.Sorted(maps.Keys(got)), others, slices.Sorted(maps.Keys(payments)))
+		}
+
+		if o.late {
+			r.checkLateOrder(s, i, byOrder[i], matchedLater, &extras)
 		}
 
 		// Payment attempts, one per invoice of the applied events, in their
@@ -240,4 +247,38 @@ func sameKeys(a map[string]int, b map[string]bool) bool {
 		}
 	}
 	return true
+}
+
+// checkLateOrder: late order i was created once its events (evs) were all
+// processed, so every one stored was queued again by the service when the
+// order came, and each payment confirmed has its unmatched_payment item,
+// once, resolved (matchedLater: the order's, by payment).
+func (r *runner) checkLateOrder(s *dbState, i int, evs []int, matchedLater map[string]int, c *Check) {
+	o := r.w.orders[i]
+	want := map[string]bool{}
+	notMatched := 0
+	for _, j := range evs {
+		e := r.w.events[j]
+		rows := s.inbox[e.id]
+		if len(rows) == 0 {
+			continue
+		}
+		if !rows[0].lateMatched {
+			notMatched++
+		}
+		if e.typ == yolfi.TypePaymentConfirmed {
+			want[e.payment] = true
+		}
+	}
+	n := 0
+	for _, k := range matchedLater {
+		n += k
+	}
+	r.rep.DuplicatedEffects += max(0, n-len(want))
+	r.rep.Lost += max(0, len(want)-n)
+	if notMatched > 0 || n != len(want) || !sameKeys(matchedLater, want) {
+		c.Failed++
+		r.viol.add("late match", "order %s, created after its events: %d of them not queued again by the service; resolved unmatched_payment items for payments %v, want one for each of %v",
+			o.mid, notMatched, slices.Sorted(maps.Keys(matchedLater)), slices.Sorted(maps.Keys(want)))
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 )
 
 // subMessage is an outbox message a subscription's event calls for.
@@ -166,6 +167,29 @@ func (r *runner) checkSubscriptions(s *dbState) {
 			ok = false
 		}
 		if !ok {
+			replayed.Failed++
+		}
+
+		// Its early events were decided unmatched, then queued again by
+		// the service when the subscription was created; a payment's
+		// unmatched_payment item is then resolved.
+		lateOK := true
+		for _, j := range byOrder[i] {
+			e := r.w.events[j]
+			rows := s.inbox[e.id]
+			if !e.early || len(rows) == 0 {
+				continue
+			}
+			if !rows[0].lateMatched {
+				lateOK = false
+				r.viol.add("late match", "subscription %s: event %s (%s), sent before its subscription existed, was not queued again by the service",
+					sp.id, e.id, e.typ)
+			}
+			if e.typ == yolfi.TypePaymentConfirmed {
+				rp.items[itemUnmatchedPayment+"/resolved|"+e.id] = 1
+			}
+		}
+		if ok && !lateOK {
 			replayed.Failed++
 		}
 

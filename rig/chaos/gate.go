@@ -17,35 +17,55 @@ import (
 // events it comes after are processed, as the harness sees from the
 // inbox.
 type processedGate struct {
-	mu      sync.Mutex
-	done    map[int]bool
-	changed chan struct{} // closed (and replaced) whenever done grows
-	wanted  []int         // every event some event comes after
-	events  []*eventPlan
+	mu sync.Mutex
+	// done: applied (decided other than unmatched); decided: decided,
+	// unmatched or not.
+	done, decided map[int]bool
+	changed       chan struct{} // closed (and replaced) whenever either grows
+	wanted        []int         // every event some event comes after
+	events        []*eventPlan
 }
 
-func newProcessedGate(events []*eventPlan) *processedGate {
-	g := &processedGate{done: map[int]bool{}, changed: make(chan struct{}), events: events}
+// newProcessedGate is the gate of events, watching also the events of
+// extra (what late orders wait for).
+func newProcessedGate(events []*eventPlan, extra []int) *processedGate {
+	g := &processedGate{done: map[int]bool{}, decided: map[int]bool{}, changed: make(chan struct{}), events: events}
 	seen := map[int]bool{}
+	want := func(j int) {
+		if !seen[j] {
+			seen[j] = true
+			g.wanted = append(g.wanted, j)
+		}
+	}
 	for _, e := range events {
 		for _, j := range e.after {
-			if !seen[j] {
-				seen[j] = true
-				g.wanted = append(g.wanted, j)
-			}
+			want(j)
 		}
+	}
+	for _, j := range extra {
+		want(j)
 	}
 	return g
 }
 
-// wait returns true once every event ev comes after is processed, false
-// when ctx ends first.
+// wait returns true once every event ev comes after is applied (decided,
+// when ev waits for decisions only), false when ctx ends first.
 func (g *processedGate) wait(ctx context.Context, ev int) bool {
+	return g.waitAll(ctx, g.events[ev].after, g.events[ev].afterDecided)
+}
+
+// waitAll returns true once every event of evs is applied (decided, when
+// decided), false when ctx ends first. evs must be watched (wanted).
+func (g *processedGate) waitAll(ctx context.Context, evs []int, decided bool) bool {
 	for {
 		g.mu.Lock()
+		done := g.done
+		if decided {
+			done = g.decided
+		}
 		ok := true
-		for _, j := range g.events[ev].after {
-			ok = ok && g.done[j]
+		for _, j := range evs {
+			ok = ok && done[j]
 		}
 		ch := g.changed
 		g.mu.Unlock()
@@ -78,19 +98,24 @@ func (g *processedGate) run(ctx context.Context, db *pgxpool.Pool) {
 		}
 		g.mu.Unlock()
 		if len(ids) > 0 {
-			rows, err := db.Query(ctx, `SELECT event_id FROM inbox_events
+			rows, err := db.Query(ctx, `SELECT event_id, state <> 'unmatched' FROM inbox_events
 				WHERE provider = 'yolfi' AND org_id = $1 AND environment = 'live' AND event_id = ANY($2) AND state <> 'pending'`, orgID, ids)
-			var got []string
+			var got []decidedEvent
 			if err == nil {
-				got, err = pgx.CollectRows(rows, pgx.RowTo[string])
+				got, err = pgx.CollectRows(rows, pgx.RowToStructByPos[decidedEvent])
 			}
 			if err == nil && len(got) > 0 {
 				g.mu.Lock()
-				for _, id := range got {
-					g.done[byID[id]] = true
+				grew := false
+				for _, d := range got {
+					j := byID[d.ID]
+					grew = grew || !g.decided[j] || d.Applied
+					g.decided[j], g.done[j] = true, d.Applied
 				}
-				close(g.changed)
-				g.changed = make(chan struct{})
+				if grew {
+					close(g.changed)
+					g.changed = make(chan struct{})
+				}
 				g.mu.Unlock()
 			}
 		}
@@ -102,10 +127,21 @@ func (g *processedGate) run(ctx context.Context, db *pgxpool.Pool) {
 	}
 }
 
+// decidedEvent is a watched event the inbox decided: applied unless
+// unmatched.
+type decidedEvent struct {
+	ID      string
+	Applied bool
+}
+
 // startGate starts the gate of the workload's events, if any waits for
 // another, and returns it (nil: none) with the function that stops it.
 func (r *runner) startGate(ctx context.Context) (*processedGate, func(), error) {
-	g := newProcessedGate(r.w.events)
+	var extra []int
+	for _, evs := range r.lateOrderEvents() {
+		extra = append(extra, evs...)
+	}
+	g := newProcessedGate(r.w.events, extra)
 	if len(g.wanted) == 0 {
 		return nil, func() {}, nil
 	}

@@ -27,6 +27,13 @@ type Report struct {
 	Concurrent     int // of which sent at the same moment as another copy
 	Deliveries     int // planned deliveries: events + redeliveries
 	ExternalLines  int // order lines fulfilled through the outbox
+	// LateOrders are created only after every event of theirs was
+	// processed (decided unmatched): their payments come first.
+	LateOrders int
+	// LateMatched counts the events the service queued again itself when
+	// their order or subscription was created (inbox_replays by the
+	// service), at the check.
+	LateMatched int
 	// TBank is the T-Bank traffic, and what became of it.
 	TBank TBankReport
 	// Subscriptions is the subscription traffic, and what became of it.
@@ -112,13 +119,17 @@ type SubscriptionReport struct {
 	Overdue        int // subscription.overdue events
 	Cancelled      int // subscription.cancelled events
 	InvoiceOverdue int // invoice.overdue of paid renewal invoices
-	Lapsing        int // subscriptions whose access must be over at the check
-	Acked          int // distinct events acknowledged
-	Lost           int // acknowledged events not stored, and effects missing
-	Duplicated     int // their inbox rows, and effects, beyond what is due
-	Stale          int // lifecycle events the rules ignored as stale
-	Periods        int // periods paid at the end
-	Ended          int // subscriptions whose access the sweeper ended
+	// Early counts renewals and lifecycle events delivered (and decided
+	// unmatched) before the first payment that creates their subscription
+	// is sent.
+	Early      int
+	Lapsing    int // subscriptions whose access must be over at the check
+	Acked      int // distinct events acknowledged
+	Lost       int // acknowledged events not stored, and effects missing
+	Duplicated int // their inbox rows, and effects, beyond what is due
+	Stale      int // lifecycle events the rules ignored as stale
+	Periods    int // periods paid at the end
+	Ended      int // subscriptions whose access the sweeper ended
 }
 
 // Check is the result of one verification over many subjects.
@@ -218,6 +229,8 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	p("workload:        %d orders (%d test-mode only), %d events (%d test-mode, %d extra payments, %d stale overdue)",
 		r.Orders, r.TestOnlyOrders, r.Events, r.TestModeEvents, r.ExtraPayments, r.StaleEvents)
 	p("external lines:  %d, each to %s or %s", r.ExternalLines, destIdempotent, destPlain)
+	p("late matching:   %d orders created after their events, %d subscription events sent before their subscription; %d events queued again by the service",
+		r.LateOrders, r.Subscriptions.Early, r.LateMatched)
 	p("tbank:           %d notifications acked of %d, %d orders, %d refunds (%d partial, %d full); %d orders refunded",
 		r.TBank.Acked, r.TBank.Notifications, r.TBank.Orders, r.TBank.PartialRefunds+r.TBank.FullRefunds,
 		r.TBank.PartialRefunds, r.TBank.FullRefunds, r.TBank.Refunded)

@@ -161,16 +161,42 @@ func (g *generator) planSubscription(i int, start, spread, window time.Duration)
 		g.addSub(i, yolfi.TypeInvoiceCreated, inv(1), "", sp.start.Add(-time.Minute), true, rolePay, max(0, t0-g.uniform(0, spread/8)), nil)
 	}
 	sp.first = g.addSub(i, yolfi.TypePaymentConfirmed, inv(1), pay(1), sp.start, true, rolePay, t0, nil)
+	firstAgain := -1 // the first payment announced again, if it is
 	if g.rng.Float64() < 0.1 {
-		g.addSub(i, yolfi.TypePaymentConfirmed, inv(1), pay(1), sp.start, true, roleReannounce, later(), nil)
+		firstAgain = g.addSub(i, yolfi.TypePaymentConfirmed, inv(1), pay(1), sp.start, true, roleReannounce, later(), nil)
 		st.Reannounced++
 	}
 	afterFirst := []int{sp.first}
+	// Early: a quarter of the subscriptions that stay in access hear of
+	// their renewals, their overdue notice and a cancellation that leaves
+	// access to the check before their subscription exists: those are
+	// delivered first, and the first payment only once each is processed
+	// (decided unmatched). Creating the subscription queues them again.
+	// (Such events may then be applied in any order without access running
+	// out before the check, so the sweeper still has no choice of moment.)
+	early := sp.story == storyActive && g.rng.IntN(4) == 0
+	var earlyIdx []int
+	// first is when an event is first delivered, and what it waits for:
+	// early, at once and before the first payment; else at at, after.
+	first := func(at time.Duration, after []int) (time.Duration, []int) {
+		if !early {
+			return at, after
+		}
+		return max(0, t0-g.uniform(0, spread/8)), nil
+	}
+	addEarly := func(idx int) int {
+		if early {
+			earlyIdx = append(earlyIdx, idx)
+			g.w.events[idx].early = true
+			st.Early++
+		}
+		return idx
+	}
 	var renewals []int // renewal j is renewals[j-1]
 	for j := 1; j < sp.periods; j++ {
 		created := sp.due(j).Add(g.uniform(0, 2*time.Hour)).Truncate(time.Second)
-		at := later()
-		idx := g.addSub(i, yolfi.TypePaymentConfirmed, inv(j+1), pay(j+1), created, false, roleRenewal, at, afterFirst)
+		at, gate := first(later(), afterFirst)
+		idx := addEarly(g.addSub(i, yolfi.TypePaymentConfirmed, inv(j+1), pay(j+1), created, false, roleRenewal, at, gate))
 		renewals = append(renewals, idx)
 		st.Renewals++
 		if g.rng.Float64() < 0.3 {
@@ -207,7 +233,8 @@ func (g *generator) planSubscription(i int, start, spread, window time.Duration)
 		// Overdue a day after a period ended: before the next renewal's
 		// date (stale if that renewal is applied first), or after the last.
 		created := after(sp.due(g.rng.IntN(sp.periods)), 24*time.Hour+g.uniform(0, 2*time.Hour))
-		g.addSub(i, yolfi.TypeSubscriptionOverdue, "", "", created, false, roleLifecycle, later(), afterFirst)
+		at, gate := first(later(), afterFirst)
+		addEarly(g.addSub(i, yolfi.TypeSubscriptionOverdue, "", "", created, false, roleLifecycle, at, gate))
 		st.Overdue++
 	}
 	switch {
@@ -233,8 +260,23 @@ func (g *generator) planSubscription(i int, start, spread, window time.Duration)
 				gate = append(gate, idx)
 			}
 		}
-		g.addSub(i, yolfi.TypeSubscriptionCancelled, "", "", created, false, roleLifecycle, later(), gate)
+		at := later()
+		if len(gate) == 1 {
+			// It waits for no renewal: it may come early.
+			at, gate = first(at, gate)
+			addEarly(g.addSub(i, yolfi.TypeSubscriptionCancelled, "", "", created, false, roleLifecycle, at, gate))
+		} else {
+			g.addSub(i, yolfi.TypeSubscriptionCancelled, "", "", created, false, roleLifecycle, at, gate)
+		}
 		st.Cancelled++
+	}
+	if len(earlyIdx) > 0 {
+		// Either announcement of the first payment may create the
+		// subscription.
+		g.w.events[sp.first].after, g.w.events[sp.first].afterDecided = earlyIdx, true
+		if firstAgain >= 0 {
+			g.w.events[firstAgain].after, g.w.events[firstAgain].afterDecided = earlyIdx, true
+		}
 	}
 }
 

@@ -76,6 +76,9 @@ type inboxRow struct {
 	subID                 string
 	received, processedAt time.Time
 	seq                   int
+	// lateMatched: the service queued it again when its order or
+	// subscription was created (a replay of its own).
+	lateMatched bool
 }
 
 type orderRow struct {
@@ -93,21 +96,22 @@ type itemRow struct {
 // dbState is everything the checks read from the database, read once
 // after the inbox settled.
 type dbState struct {
-	inbox    map[string][]inboxRow  // by provider event id
-	byOrder  map[string][]inboxRow  // by order id, in processing order
-	orders   map[string]orderRow    // by merchant order id
-	eventIDs map[int64]string       // provider event id by inbox id
-	licenses map[string]int         // by order id
-	distinct map[string]int         // distinct license values by order id
-	revoked  map[string]int         // revoked licenses by order id
-	ledger   map[string]int         // by order id
-	entries  map[string][]ledgerRow // ledger entries by order id
-	items    []itemRow
-	attempts map[string]map[string]string // order id → attempt ref → state
-	messages map[string]outboxRow         // by msgKey
-	msgItems map[int64][]itemRow          // items by outbox message id
-	outcomes map[string]int64             // outbox attempts by outcome
-	subs     *subscriptionState
+	lateMatched int                    // events the service queued again itself (late matching)
+	inbox       map[string][]inboxRow  // by provider event id
+	byOrder     map[string][]inboxRow  // by order id, in processing order
+	orders      map[string]orderRow    // by merchant order id
+	eventIDs    map[int64]string       // provider event id by inbox id
+	licenses    map[string]int         // by order id
+	distinct    map[string]int         // distinct license values by order id
+	revoked     map[string]int         // revoked licenses by order id
+	ledger      map[string]int         // by order id
+	entries     map[string][]ledgerRow // ledger entries by order id
+	items       []itemRow
+	attempts    map[string]map[string]string // order id → attempt ref → state
+	messages    map[string]outboxRow         // by msgKey
+	msgItems    map[int64][]itemRow          // items by outbox message id
+	outcomes    map[string]int64             // outbox attempts by outcome
+	subs        *subscriptionState
 
 	totalLicenses, distinctLicenses int
 	strayLicenses                   int // entitlements outside their line's units, or on a non-license line
@@ -146,11 +150,13 @@ func loadState(ctx context.Context, db *pgxpool.Pool) (*dbState, error) {
 		{"inbox_events", `
 			SELECT id, event_id, endpoint_id, environment, state, coalesce(decision, ''), coalesce(order_id::text, ''),
 				attempts, coalesce(last_error, ''), coalesce(applied_subscription_id::text, ''), received_at,
-				coalesce(processed_at, received_at)
+				coalesce(processed_at, received_at),
+				EXISTS (SELECT 1 FROM inbox_replays r WHERE r.inbox_event_id = inbox_events.id AND r.replayed_by = 'service')
 			FROM inbox_events ORDER BY processed_at NULLS LAST, id`,
 			[]any{&e.id, &e.eventID, &e.endpoint, &e.env, &e.state, &e.decision, &e.orderID, &e.attempts, &e.lastError,
-				&e.subID, &e.received, &e.processedAt}, func() {
+				&e.subID, &e.received, &e.processedAt, &e.lateMatched}, func() {
 				e.seq++
+				s.lateMatched += btoi(e.lateMatched)
 				s.inbox[e.eventID] = append(s.inbox[e.eventID], e)
 				s.eventIDs[e.id] = e.eventID
 				if e.orderID != "" {
@@ -236,6 +242,7 @@ func (r *runner) verify(ctx context.Context, db *pgxpool.Pool) error {
 			r.rep.MaxAttempts = max(r.rep.MaxAttempts, e.attempts)
 		}
 	}
+	r.rep.LateMatched = s.lateMatched
 	r.checkStored(s)
 	r.checkProcessed(s)
 	r.checkOrders(s)

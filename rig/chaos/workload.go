@@ -61,7 +61,11 @@ type orderPlan struct {
 	// a subscription renewed, lapsed and cancelled by events of its own
 	// (subscriptions.go).
 	sub *subPlan
-	id  string
+	// late: created only once every event of it is processed (each
+	// decided unmatched), as by a storefront slower than the provider;
+	// creating it queues them again (late matching).
+	late bool
+	id   string
 }
 
 // request is the CreateOrder request of the order; repeating it is
@@ -140,6 +144,14 @@ type eventPlan struct {
 	// one is first delivered, as a provider's renewal comes after the
 	// payment that started the subscription (subscriptions.go).
 	after []int
+	// early: a subscription's event delivered, and processed, before the
+	// first payment that creates its subscription is sent
+	// (planSubscription).
+	early bool
+	// afterDecided: the events after need only be decided (unmatched
+	// will do), not applied: the first payment of a subscription whose
+	// events come early waits for them so.
+	afterDecided bool
 }
 
 // attemptRef is the payment attempt the service derives from the event
@@ -215,6 +227,10 @@ func newWorkload(seed int64, nOrders int, tbankPassword []byte) *workload {
 		}
 		if !o.testOnly && !o.tbank && g.rng.IntN(8) == 0 {
 			g.subscribe(o)
+		}
+		if !o.testOnly && !o.tbank && o.sub == nil && g.rng.IntN(16) == 0 {
+			o.late = true
+			w.stats.LateOrders++
 		}
 		w.stats.ExternalLines += len(o.external)
 		w.orders = append(w.orders, o)
