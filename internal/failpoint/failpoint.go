@@ -13,4 +13,5 @@ package failpoint
 const EnvVar = "FULFILLMENT_FAILPOINT"
 
 // Points lists the failpoints the code declares.
-var Points = []string{"after-claim", "process-before-commit", "process-after-commit", "outbox-after-send", "order-after-create"}
+var Points = []string{"after-claim", "process-before-commit", "process-after-commit", "outbox-after-send", "order-after-create",
+	"late-match-after-commit"}
