@@ -28,9 +28,9 @@ const (
 	ResolutionRetried ReconResolution = "retried"
 	// ResolutionNoAction: looked at; nothing needs doing.
 	ResolutionNoAction ReconResolution = "no_action"
-	// ResolutionMatchedLater is the service's own: the order an unmatched
-	// payment named was created after it, and the payment was processed
-	// again against it. A person cannot choose it.
+	// ResolutionMatchedLater is the service's own: the order or
+	// subscription an unmatched payment named was created after it, and the
+	// payment was processed again against it. A person cannot choose it.
 	ResolutionMatchedLater ReconResolution = "matched_later"
 )
 

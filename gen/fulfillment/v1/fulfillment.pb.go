@@ -1824,7 +1824,8 @@ type ReconciliationItem struct {
 	// How it was resolved: "refunded", "fulfilled_manually",
 	// "confirmed_duplicate_delivery", "revoked", "retried" or "no_action";
 	// or, by the service itself (resolved_by "service"), "matched_later":
-	// the order an unmatched payment named was created after it.
+	// the order or subscription an unmatched payment named was created after
+	// it.
 	Resolution string `protobuf:"bytes,22,opt,name=resolution,proto3" json:"resolution,omitempty"`
 	// What the resolver added about themselves (a name, a ticket); the
 	// resolver itself (resolved_by) is the token's name.
