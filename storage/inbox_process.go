@@ -41,10 +41,10 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 	outcomes := make(map[int64]fulfillment.ProcessedEvent, len(ids))
 	var (
 		q    queued
-		late *lateSubscriptions
+		late *lateMatches
 	)
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		late = &lateSubscriptions{} // (a retried transaction starts again)
+		late = &lateMatches{} // (a retried transaction starts again)
 		events, err := lockLeasedEvents(ctx, tx, ids, owner)
 		if err != nil || len(events) == 0 {
 			return err
@@ -77,7 +77,7 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 				st.Outcome.Reason += " (" + le.lateMatched + ")"
 			}
 			if fulfillment.InboxStateFor(st.Outcome.Decision) == fulfillment.InboxUnmatched {
-				late.add(le.ev.SubscriptionKey(), false)
+				late.addUnmatched(le)
 			}
 			var linked, applied *string // the order, the subscription
 			if sub := st.Subscription; sub != nil {
@@ -108,7 +108,8 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 		q = w.write(b)
 		decided.queue(b)
 		// After the decisions: the events decided unmatched here are
-		// among those a subscription created here queues again.
+		// among those a subscription created here queues again, and an
+		// order or subscription created meanwhile queues them too.
 		late.queue(b, s.lateMatch)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("applying decisions: %w", interpret(err))
@@ -132,7 +133,7 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 // creating and locking first the subscriptions its payments are the first
 // to pay: one at a time, as the rules ask for them. Those it creates are
 // recorded in late.
-func decideBatch(ctx context.Context, tx pgx.Tx, snap *fulfillment.Snapshot, batch []fulfillment.BatchEvent, late *lateSubscriptions) ([]fulfillment.Step, error) {
+func decideBatch(ctx context.Context, tx pgx.Tx, snap *fulfillment.Snapshot, batch []fulfillment.BatchEvent, late *lateMatches) ([]fulfillment.Step, error) {
 	// Each round adds a subscription the step asked for, which it then
 	// holds: at most one round per event, and a last one.
 	for range len(batch) + 1 {

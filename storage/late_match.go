@@ -92,15 +92,39 @@ var lateSubscriptionSQL = lateMatchStatement(`
 	"subscription_id", "'subscription ' || e.subscription_id || ' was created after this event'",
 	"the subscription was created after the payment; the payment is processed again against it")
 
+// lateOrderByEventSQL queues again the events of $1 (decided unmatched in
+// this transaction) that an order created since names, by merchant order
+// id or checkout session, received within the late match window ($2)
+// (lateMatchStatement).
+var lateOrderByEventSQL = lateMatchStatement(`
+		SELECT DISTINCT ON (e.id) e.id, o.id AS link
+		FROM inbox_events e
+		JOIN orders o ON o.org_id = e.org_id AND o.environment = e.environment
+			AND (o.merchant_order_id = e.merchant_order_id OR o.checkout_session_id = e.checkout_session_id)
+		WHERE e.id = ANY($1) AND e.state = 'unmatched' AND e.received_at > now() - $2::interval
+		ORDER BY e.id, o.id`,
+	"order_id", "'order ' || (SELECT l.link FROM locked l WHERE l.id = e.id)::text || ' was created after this event'",
+	"the order was created after the payment; the payment is processed again against it")
+
 // requeueLateEvents queues again, in tx, the unmatched events that the
-// order spec (id) would have matched had it existed (lateMatchSQL), and
-// tells the other replicas' inbox workers when there are any. It returns
-// how many.
+// order spec (id) would have matched had it existed (lateMatchSQL), after
+// taking the order's keys' locks (lateMatches), and tells the other
+// replicas' inbox workers when there are any. It returns how many.
 func (s *Store) requeueLateEvents(ctx context.Context, tx pgx.Tx, id uuid.UUID, spec fulfillment.OrderSpec) (int, error) {
+	l := &lateMatches{}
+	key := fulfillment.OrderKey{OrgID: spec.OrgID, Environment: spec.Environment,
+		Field: fulfillment.ByMerchantOrderID, Value: spec.MerchantOrderID}
+	l.lock(orderLockKey(key), true)
+	if spec.CheckoutSessionID != "" {
+		key.Field, key.Value = fulfillment.ByCheckoutSessionID, spec.CheckoutSessionID
+		l.lock(orderLockKey(key), true)
+	}
+	b := &pgx.Batch{}
+	l.queueLocks(b)
 	var n int
-	err := tx.QueryRow(ctx, lateMatchSQL, spec.OrgID, spec.Environment, spec.MerchantOrderID,
-		opt(spec.CheckoutSessionID), s.lateMatch, id).Scan(&n)
-	if err != nil {
+	b.Queue(lateMatchSQL, spec.OrgID, spec.Environment, spec.MerchantOrderID,
+		opt(spec.CheckoutSessionID), s.lateMatch, id).QueryRow(func(row pgx.Row) error { return row.Scan(&n) })
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return 0, fmt.Errorf("queueing the events that came before the order: %w", interpret(err))
 	}
 	return n, notifyLate(ctx, tx, n)
@@ -120,93 +144,139 @@ func notifyLate(ctx context.Context, tx pgx.Tx, n int) error {
 	return nil
 }
 
-// lateSubscriptionLock is the first key of the transaction advisory locks
-// that order, per subscription provider key, the transactions that create
-// a subscription after those that decide an event of it unmatched (see
-// lateSubscriptions). (The two-key locks are apart from the one-key locks
-// of the queue owners and the migrations.)
-const lateSubscriptionLock = 230
+// lateMatchLock is the first key of the transaction advisory locks that
+// order, per key an event names (an order's merchant order id or checkout
+// session, a subscription's provider key), the transactions that create
+// what it names after those that decide such an event unmatched (see
+// lateMatches). (The two-key locks are apart from the one-key locks of the
+// queue owners and the migrations.)
+const lateMatchLock = 230
 
-// lateSubscriptions are the subscriptions a transaction created and those
-// its events were decided unmatched for, by provider key: at its end,
-// after its decisions are written, queue takes their locks and queues
-// again the unmatched events of those that exist.
+// lateMatches are what a transaction must queue again at its end, after
+// its decisions are written: the unmatched events of the subscriptions it
+// created, and its own events it decided unmatched whose order or
+// subscription now exists.
 //
 // The locks close the race between a transaction that decides an event
-// unmatched because its subscription does not exist (yet) and one that
-// creates that subscription: neither sees what the other has not
-// committed. The creator takes its subscription's lock exclusively, the
-// decider shared, each at its end, and both then look for unmatched events
-// of subscriptions that exist, in a statement of its own (which sees what
-// was committed before it began). Whichever takes the lock second waits
-// for the other's commit and then finds what it left: the creator, the
-// events decided unmatched; the decider, the subscription — and queues its
-// own events again. The locks are taken in one order (by key), after every
-// row lock of the transaction.
-type lateSubscriptions struct {
-	keys   map[fulfillment.SubscriptionKey]bool // created: exclusive
-	queued int                                  // events queued again, once written
+// unmatched because what it names does not exist (yet) and one that
+// creates it: neither sees what the other has not committed. The creator
+// takes the lock of each key of what it created exclusively, the decider
+// those its unmatched events name shared, each at its end, and both then
+// look for the unmatched events of what exists, in a statement of its own
+// (which sees what was committed before it began). Whichever takes a lock
+// second waits for the other's commit and then finds what it left: the
+// creator, the events decided unmatched; the decider, the order or
+// subscription — and queues its own events again. The locks are taken in
+// one order (by hash), after every row lock of the transaction.
+type lateMatches struct {
+	locks     map[string]bool                      // lock key → exclusive
+	subs      map[fulfillment.SubscriptionKey]bool // whose unmatched events to queue again
+	unmatched []int64                              // events decided unmatched here that name an order
+	queued    int                                  // events queued again, once written
 }
 
-// add records key, created by the transaction or named by an event it
-// decided unmatched.
-func (l *lateSubscriptions) add(key fulfillment.SubscriptionKey, created bool) {
+// lock records the lock of key, exclusive or shared (exclusive wins).
+func (l *lateMatches) lock(key string, exclusive bool) {
+	if l.locks == nil {
+		l.locks = map[string]bool{}
+	}
+	l.locks[key] = l.locks[key] || exclusive
+}
+
+// addSubscription records key, created by the transaction or named by an
+// event it decided unmatched.
+func (l *lateMatches) addSubscription(key fulfillment.SubscriptionKey, created bool) {
 	if key.ID == "" {
 		return
 	}
-	if l.keys == nil {
-		l.keys = map[fulfillment.SubscriptionKey]bool{}
+	if l.subs == nil {
+		l.subs = map[fulfillment.SubscriptionKey]bool{}
 	}
-	l.keys[key] = l.keys[key] || created
+	l.subs[key] = true
+	l.lock(subscriptionLockKey(key), created)
 }
 
-// lockKey is the text whose hash is key's lock.
-func lockKey(k fulfillment.SubscriptionKey) string {
-	return k.OrgID + "\x1f" + string(k.Environment) + "\x1f" + string(k.Provider) + "\x1f" + k.ID
+// addUnmatched records event le, decided unmatched by the transaction.
+func (l *lateMatches) addUnmatched(le leasedEvent) {
+	l.addSubscription(le.ev.SubscriptionKey(), false)
+	keys := le.ev.OrderKeys()
+	for _, k := range keys {
+		l.lock(orderLockKey(k), false)
+	}
+	if len(keys) > 0 {
+		l.unmatched = append(l.unmatched, le.id)
+	}
+}
+
+// subscriptionLockKey and orderLockKey are the texts whose hashes are the
+// locks of a subscription's and an order's keys.
+func subscriptionLockKey(k fulfillment.SubscriptionKey) string {
+	return "subscription\x1f" + k.OrgID + "\x1f" + string(k.Environment) + "\x1f" + string(k.Provider) + "\x1f" + k.ID
+}
+
+func orderLockKey(k fulfillment.OrderKey) string {
+	return "order\x1f" + k.OrgID + "\x1f" + string(k.Environment) + "\x1f" + string(k.Field) + "\x1f" + k.Value
+}
+
+// queueLocks adds to b the statement that takes the locks, in the order of
+// their hashes (two keys of one hash are one lock, exclusive if either
+// is).
+func (l *lateMatches) queueLocks(b *pgx.Batch) {
+	if len(l.locks) == 0 {
+		return
+	}
+	keys := make([]string, 0, len(l.locks))
+	for k := range l.locks {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	exclusive := make([]bool, len(keys))
+	for i, k := range keys {
+		exclusive[i] = l.locks[k]
+	}
+	b.Queue(`
+		SELECT CASE WHEN x THEN pg_advisory_xact_lock($3, h) ELSE pg_advisory_xact_lock_shared($3, h) END
+		FROM (SELECT hashtext(k) AS h, bool_or(x) AS x FROM unnest($1::text[], $2::bool[]) AS t(k, x)
+			GROUP BY 1 ORDER BY 1) locks`, keys, exclusive, lateMatchLock)
 }
 
 // queue adds to b the statements that take the locks and queue the events
 // again, within window; l.queued holds how many once b is sent. Nothing
-// when there are no keys.
-func (l *lateSubscriptions) queue(b *pgx.Batch, window time.Duration) {
-	if len(l.keys) == 0 {
-		return
-	}
-	keys := make([]fulfillment.SubscriptionKey, 0, len(l.keys))
-	for k := range l.keys {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return lockKey(keys[i]) < lockKey(keys[j]) })
-	var org, env, provider, id, lock []string
-	var exclusive []bool
-	for _, k := range keys {
-		org, env, provider, id = append(org, k.OrgID), append(env, string(k.Environment)), append(provider, string(k.Provider)), append(id, k.ID)
-		lock, exclusive = append(lock, lockKey(k)), append(exclusive, l.keys[k])
-	}
-	// In the order of the hashes (two keys of one hash are one lock,
-	// exclusive if either is).
-	b.Queue(`
-		SELECT CASE WHEN x THEN pg_advisory_xact_lock($3, h) ELSE pg_advisory_xact_lock_shared($3, h) END
-		FROM (SELECT hashtext(k) AS h, bool_or(x) AS x FROM unnest($1::text[], $2::bool[]) AS t(k, x)
-			GROUP BY 1 ORDER BY 1) locks`, lock, exclusive, lateSubscriptionLock)
-	b.Queue(lateSubscriptionSQL, org, env, provider, id, window).QueryRow(func(row pgx.Row) error {
-		if err := row.Scan(&l.queued); err != nil {
-			return fmt.Errorf("queueing the events that came before their subscription: %w", interpret(err))
+// when there is nothing to look for.
+func (l *lateMatches) queue(b *pgx.Batch, window time.Duration) {
+	l.queueLocks(b)
+	count := func(what string) func(pgx.Row) error {
+		return func(row pgx.Row) error {
+			var n int
+			if err := row.Scan(&n); err != nil {
+				return fmt.Errorf("queueing the events that came before their %s: %w", what, interpret(err))
+			}
+			l.queued += n
+			return nil
 		}
-		return nil
-	})
+	}
+	if len(l.subs) > 0 {
+		var org, env, provider, id []string
+		for k := range l.subs {
+			org, env, provider, id = append(org, k.OrgID), append(env, string(k.Environment)), append(provider, string(k.Provider)), append(id, k.ID)
+		}
+		b.Queue(lateSubscriptionSQL, org, env, provider, id, window).QueryRow(count("subscription"))
+	}
+	if len(l.unmatched) > 0 {
+		b.Queue(lateOrderByEventSQL, l.unmatched, window).QueryRow(count("order"))
+	}
 }
 
 // requeue takes the locks and queues the events again in tx (queue), on
 // its own round trip, and tells the other replicas when it queued any.
-func (l *lateSubscriptions) requeue(ctx context.Context, tx pgx.Tx, window time.Duration) error {
+func (l *lateMatches) requeue(ctx context.Context, tx pgx.Tx, window time.Duration) error {
 	b := &pgx.Batch{}
 	l.queue(b, window)
 	if b.Len() == 0 {
 		return nil
 	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("queueing the events that came before their subscription: %w", interpret(err))
+		return fmt.Errorf("queueing the events that came before what they name: %w", interpret(err))
 	}
 	return notifyLate(ctx, tx, l.queued)
 }

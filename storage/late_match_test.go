@@ -2,11 +2,14 @@ package storage_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/storage"
+	"github.com/fulfillplatform/fulfillment/worker"
 )
 
 // A payment that arrives before its order is decided unmatched with an
@@ -137,5 +140,49 @@ func TestLateMatchConcurrentCreatesAndReplay(t *testing.T) {
 	}
 	if n := count(t, conn, "SELECT count(*) FROM inbox_events WHERE id = $1 AND state = 'processed'", r.ID); n != 1 {
 		t.Errorf("the payment is not processed")
+	}
+}
+
+// A payment decided unmatched while another transaction creates its
+// order: neither sees what the other has not committed, yet the payment is
+// queued again (by the create, or by the decision itself) and applied.
+// Each round races the decision of a payment with its order's creation.
+func TestLateMatchPaymentRacesItsOrder(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	const rounds = 20
+	for i := range rounds {
+		merchant := fmt.Sprintf("m-race-%d", i)
+		r, err := s.InboxInsert(ctx, refundEvent("early-"+merchant, merchant, fulfillment.EventPaymentConfirmed, 20000), []byte("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 10}); err != nil ||
+			len(claims) != 1 {
+			t.Fatalf("claim = %v, %v; want the payment", claims, err)
+		}
+		spec := creditLicenseSpec(t, merchant)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if _, err := s.InboxProcess(ctx, []int64{r.ID}, "w"); err != nil {
+				t.Error(err)
+			}
+		})
+		wg.Go(func() {
+			if _, _, err := s.OrderCreate(ctx, spec); err != nil {
+				t.Error(err)
+			}
+		})
+		wg.Wait()
+		if n := count(t, conn, "SELECT count(*) FROM inbox_work WHERE state = 'pending'"); n > 0 {
+			processAll(t, s, n)
+		}
+	}
+	if n := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state <> 'processed'"); n != 0 {
+		t.Errorf("%d payments left unmatched or unprocessed", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM ledger_entries"); n != rounds {
+		t.Errorf("%d orders paid, want %d", n, rounds)
 	}
 }

@@ -90,8 +90,8 @@ const byProviderKey = `(org_id, environment, provider, provider_subscription_id)
 // createSubscription creates the subscription ref names unless it exists,
 // and locks it. It records the subscription in late when it created it:
 // the events that came before it are queued again at the end of the
-// transaction (lateSubscriptions).
-func createSubscription(ctx context.Context, tx pgx.Tx, ref fulfillment.SubscriptionRef, late *lateSubscriptions) (*fulfillment.SubscriptionRecord, error) {
+// transaction (lateMatches).
+func createSubscription(ctx context.Context, tx pgx.Tx, ref fulfillment.SubscriptionRef, late *lateMatches) (*fulfillment.SubscriptionRecord, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, err
@@ -104,7 +104,7 @@ func createSubscription(ctx context.Context, tx pgx.Tx, ref fulfillment.Subscrip
 	if err != nil {
 		return nil, fmt.Errorf("recording subscription: %w", interpret(err))
 	}
-	late.add(ref.Key(), tag.RowsAffected() == 1)
+	late.addSubscription(ref.Key(), tag.RowsAffected() == 1)
 	return lockSubscription(ctx, tx, byProviderKey, ref.OrgID, ref.Environment, ref.Provider, ref.ProviderSubscriptionID)
 }
 
@@ -115,7 +115,7 @@ func (s *Store) SubscriptionApply(ctx context.Context, ref fulfillment.Subscript
 		rec *fulfillment.SubscriptionRecord
 		q   queued
 	)
-	late := &lateSubscriptions{}
+	late := &lateMatches{}
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		if rec, err = createSubscription(ctx, tx, ref, late); err != nil {

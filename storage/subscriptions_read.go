@@ -22,14 +22,14 @@ var _ fulfillment.SubscriptionReader = (*Store)(nil)
 // provider key decides which of several concurrent identical requests
 // creates the subscription; the others insert nothing and return the
 // committed one. The transaction that creates it queues again the events
-// that came before it (lateSubscriptions).
+// that came before it (lateMatches).
 func (s *Store) SubscriptionCreate(ctx context.Context, ref fulfillment.SubscriptionRef) (fulfillment.SubscriptionRecord, bool, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return fulfillment.SubscriptionRecord{}, false, fmt.Errorf("generating subscription id: %w", err)
 	}
 	var rec fulfillment.SubscriptionRecord
-	late := &lateSubscriptions{}
+	late := &lateMatches{}
 	err = s.withTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		rec, err = scanSubscription(tx.QueryRow(ctx, `
@@ -41,7 +41,7 @@ func (s *Store) SubscriptionCreate(ctx context.Context, ref fulfillment.Subscrip
 		if err != nil {
 			return err
 		}
-		late.add(ref.Key(), true)
+		late.addSubscription(ref.Key(), true)
 		return late.requeue(ctx, tx, s.lateMatch)
 	})
 	if err == nil {
