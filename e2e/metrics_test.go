@@ -85,7 +85,7 @@ func TestMetricsOfEveryCallAndQueue(t *testing.T) {
 	})
 	waitFor(t, "every order.fulfilled delivered to crm, and tried at erp", func() bool {
 		return s.count(t, "SELECT count(*) FROM outbox_messages WHERE destination_id = 'crm' AND state <> 'delivered'") == 0 &&
-			s.count(t, "SELECT count(*) FROM outbox_messages WHERE destination_id = 'erp' AND attempts = 0") == 0
+			s.count(t, "SELECT count(*) FROM outbox_work WHERE destination_id = 'erp' AND attempts = 0") == 0
 	})
 	// erp's messages stay pending: it answers 503, and has retries enough.
 	erpPending := float64(s.count(t, "SELECT count(*) FROM outbox_messages WHERE destination_id = 'erp' AND state = 'pending'"))

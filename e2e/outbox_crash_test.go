@@ -228,7 +228,7 @@ func TestOutboxCrashBatch(t *testing.T) {
 			// Each recorded delivery completes its order (one line to
 			// deliver), so as many orders are fulfilled as attempts were
 			// recorded.
-			leased := p1.count(t, "SELECT count(*) FROM outbox_messages WHERE lease_owner IS NOT NULL")
+			leased := p1.count(t, "SELECT count(*) FROM outbox_work WHERE lease_owner IS NOT NULL")
 			recorded := p1.count(t, "SELECT count(*) FROM outbox_attempts")
 			fulfilled := p1.count(t, "SELECT count(*) FROM order_events WHERE topic = $1", string(fulfillment.TopicOrderFulfilled))
 			if leased != tc.leased || recorded != tc.recorded || fulfilled != tc.recorded {

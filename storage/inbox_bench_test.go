@@ -3,6 +3,7 @@ package storage_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -168,4 +169,126 @@ func BenchmarkInboxClaimProcess(b *testing.B) {
 	events := float64(b.N * batch)
 	b.ReportMetric(float64(insertWAL)/events, "insert-WAL-B/event")
 	b.ReportMetric(float64(processWAL)/events, "process-WAL-B/event")
+}
+
+// BenchmarkOutboxDeliver is a dispatcher's turn on a batch of 32
+// fulfillment.requested messages to one idempotent destination, each of
+// its own paid order with one external line (paid beforehand, outside the
+// timer): one claim, one load and one OutboxRecord transaction recording
+// every message delivered and completing their orders. ns/op is per batch;
+// WAL-B/delivery is the WAL the cluster wrote per message for the claim,
+// load and record, a machine-independent figure of the outbox's shape. With
+// BENCH_WALRANGE set it prints where each batch's WAL starts, for
+// pg_waldump to break the batch down by relation.
+func BenchmarkOutboxDeliver(b *testing.B) {
+	const batch = 32
+	s, url := benchStore(b)
+	ctx := context.Background()
+	n := b.N * batch
+	var (
+		wg   sync.WaitGroup
+		next atomic.Int64
+	)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+				mo := fmt.Sprintf("x-%d", i)
+				spec, err := fulfillment.OrderDraft{
+					OrgID: "org_a", Environment: "live", MerchantOrderID: mo,
+					Lines: []fulfillment.LineDraft{
+						{SKU: "key-server", Kind: "external", Quantity: 1, Currency: "USD", MinorUnits: 3000, Destination: "licenses"},
+					},
+					Settlement: &fulfillment.SettlementDraft{Token: "USDT", Network: "TRON", Amount: "30.000000"},
+				}.Validate()
+				if err == nil {
+					_, _, err = s.OrderCreate(ctx, spec)
+				}
+				if err == nil {
+					id := fmt.Sprintf("evt_%d", i)
+					_, err = s.InboxInsert(ctx, confirmedEvent(id, mo), fmt.Appendf(nil, benchBody, id, mo))
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
+	for {
+		claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "bench", Limit: 64, Lease: time.Minute, MaxAttempts: 10})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(claims) == 0 {
+			break
+		}
+		ids := make([]int64, len(claims))
+		for i, c := range claims {
+			ids[i] = c.ID
+		}
+		if _, err := s.InboxProcess(ctx, ids, "bench"); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	lsn := func() int64 {
+		var n int64
+		if err := conn.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint").Scan(&n); err != nil {
+			b.Fatal(err)
+		}
+		return n
+	}
+	q := s.OutboxQueue("licenses")
+	var wal int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		before := lsn()
+		claims, err := q.Claim(ctx, worker.ClaimParams{Owner: "bench", Limit: batch, Lease: time.Minute, MaxAttempts: 10})
+		if err != nil || len(claims) != batch {
+			b.Fatalf("claim = %d messages, %v; want %d", len(claims), err, batch)
+		}
+		ids := make([]int64, len(claims))
+		for i, c := range claims {
+			ids[i] = c.ID
+		}
+		msgs, err := s.OutboxLoad(ctx, ids, "bench")
+		if err != nil || len(msgs) != batch {
+			b.Fatalf("load = %d messages, %v; want %d", len(msgs), err, batch)
+		}
+		attempts := make([]fulfillment.MessageAttempt, len(msgs))
+		for i, m := range msgs {
+			attempts[i] = fulfillment.MessageAttempt{ID: m.ID, DeliveryAttempt: fulfillment.DeliveryAttempt{
+				Outcome: fulfillment.OutcomeDelivered, Status: 204, StartedAt: time.Now()}}
+		}
+		if lost, err := s.OutboxRecord(ctx, "bench", attempts); err != nil || len(lost) > 0 {
+			b.Fatalf("record: lost %v, %v", lost, err)
+		}
+		b.StopTimer()
+		wal += lsn() - before
+		if os.Getenv("BENCH_WALRANGE") != "" {
+			fmt.Printf("WALRANGE %d\n", before)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	var undelivered int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM orders WHERE state <> 'fulfilled'`).Scan(&undelivered); err != nil {
+		b.Fatal(err)
+	}
+	if undelivered != n-b.N*batch {
+		b.Fatalf("%d orders not fulfilled, want %d", undelivered, n-b.N*batch)
+	}
+	b.ReportMetric(float64(wal)/float64(b.N*batch), "WAL-B/delivery")
 }

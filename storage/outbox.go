@@ -17,10 +17,16 @@ const outboxChannel = "outbox_messages"
 
 // outboxTable is the outbox as a leased table (OutboxQueue), one partition per
 // destination: a destination's dispatcher claims its own messages, and none
-// while the destination is disabled. A message failed past its attempts
-// opens a failed_delivery item.
+// while the destination is disabled. Its queue is outbox_work, a narrow row
+// per queued message (outbox_messages keeps the messages themselves, written
+// when queued and when their outcome is recorded; a trigger queues every
+// message inserted pending). Recording a delivered or uncertain message
+// deletes its row (OutboxRecord); a message failed past its attempts is
+// failed on outbox_messages too, with the attempts and the last error, and
+// opens a failed_delivery item. Its work row stays, failed, until the
+// message is retried.
 var outboxTable = newLeasedTable(leasedTable{
-	table:     "outbox_messages",
+	table:     "outbox_work",
 	noun:      "message",
 	partition: "destination_id",
 	claimGate: `NOT EXISTS (SELECT 1 FROM outbox_destinations d WHERE d.id = $6 AND d.disabled_at IS NOT NULL)`,
@@ -30,21 +36,61 @@ var outboxTable = newLeasedTable(leasedTable{
 			'delivery to ' || m.destination_id || ' did not complete in ' || a.attempts || ' attempts (the worker stopped during each)',
 			'` + fulfillment.DeliveryKeyPrefix + `' || m.id
 		FROM abandoned a JOIN outbox_messages m ON m.id = a.id
-		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`},
+		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`, `
+		UPDATE outbox_messages m SET ` + outboxFailedSet + `, attempts = a.attempts, last_error = a.last_error
+		FROM abandoned a WHERE m.id = a.id`},
 	failed: func(ctx context.Context, tx pgx.Tx, id int64, cause string, maxAttempts int) error {
-		_, err := tx.Exec(ctx, `
+		b := &pgx.Batch{}
+		b.Queue(`
+			UPDATE outbox_messages m SET `+outboxFailedSet+`, attempts = w.attempts, last_error = w.last_error
+			FROM outbox_work w WHERE w.id = $1 AND m.id = w.id`, id)
+		b.Queue(`
 			INSERT INTO reconciliation_items (kind, org_id, environment, order_id, outbox_message_id, detail, dedupe_key)
 			SELECT 'failed_delivery', org_id, environment, order_id, id,
 				format('delivery to %s failed %s times; last error: %s', destination_id, $2::int, $3::text), $4
 			FROM outbox_messages WHERE id = $1
 			ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
 			id, maxAttempts, cause, fulfillment.ItemKey(fulfillment.ReconFailedDelivery, fulfillment.ItemSubject{MessageID: id}))
-		if err != nil {
-			return fmt.Errorf("opening failed_delivery item: %w", interpret(err))
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("failing outbox message: %w", interpret(err))
 		}
 		return nil
 	},
 })
+
+// outboxFailedSet assigns the columns of a message that its queue failed.
+const outboxFailedSet = `state = 'failed', processed_at = clock_timestamp()`
+
+// outboxRequeue is the CTEs that put back in the queue the messages that
+// the query ids returns (one column) and whose state the SQL condition
+// retryable allows, noting why on each with the text expression note (of
+// the message's row before, m): what a retry and a re-drive do. "work"
+// locks the messages' work rows first, so that a retry racing a claim or a
+// record sees its outcome; a message leased at that moment is left alone.
+// "done" ends the chain with the ids put back. attempts start again from
+// 0, except for a message still pending (a retry only moves it forward).
+func outboxRequeue(ids, retryable, note string) string {
+	return `
+		work AS (
+			SELECT id, lease_owner FROM outbox_work WHERE id IN (` + ids + `) FOR UPDATE
+		), requeued AS (
+			UPDATE outbox_messages m SET
+				attempts = CASE WHEN m.state = 'pending' THEN m.attempts ELSE 0 END,
+				processed_at = NULL, state = 'pending',
+				last_error = CASE WHEN m.state = 'pending' THEN m.last_error ELSE ` + note + ` END
+			WHERE m.id IN (` + ids + `) AND (` + retryable + `)
+				AND NOT EXISTS (SELECT 1 FROM work w WHERE w.id = m.id AND w.lease_owner IS NOT NULL)
+			RETURNING m.id, m.destination_id, m.attempts, m.last_error
+		), done AS (
+			INSERT INTO outbox_work AS w (id, destination_id, attempts, last_error)
+			SELECT id, destination_id, attempts, last_error FROM requeued
+			ON CONFLICT (id) DO UPDATE SET state = 'pending', next_attempt_at = clock_timestamp(),
+				attempts = CASE WHEN w.state = 'pending' THEN w.attempts ELSE EXCLUDED.attempts END,
+				last_error = CASE WHEN w.state = 'pending' THEN w.last_error ELSE EXCLUDED.last_error END,
+				lease_owner = NULL, lease_until = NULL, sending_since = NULL, processed_at = NULL
+			RETURNING w.id
+		)`
+}
 
 // queueLineRequests queues the fulfillment.requested messages rows hold.
 func queueLineRequests(b *pgx.Batch, rows []lineRequest) {
@@ -144,9 +190,10 @@ func queueWithdrawals(b *pgx.Batch, orderIDs []string) queued {
 // OutboxLoad implements fulfillment.OutboxWork.
 func (s *Store) OutboxLoad(ctx context.Context, ids []int64, owner string) ([]fulfillment.OutboxMessage, error) {
 	rows, _ := s.pool.Query(ctx, `
-		SELECT id, destination_id, topic, idempotency_key, payload::text, sending_since IS NOT NULL, created_at
-		FROM outbox_messages WHERE `+leaseHeld("$1", "$2")+`
-		ORDER BY id`, ids, owner)
+		SELECT m.id, m.destination_id, m.topic, m.idempotency_key, m.payload::text, w.sending_since IS NOT NULL, m.created_at
+		FROM outbox_work w JOIN outbox_messages m ON m.id = w.id
+		WHERE w.id = ANY($1) AND w.lease_owner = $2
+		ORDER BY m.id`, ids, owner)
 	var msgs []fulfillment.OutboxMessage
 	err := forEachRow(rows, func(r pgx.Rows) error {
 		var (
@@ -170,7 +217,7 @@ func (s *Store) OutboxLoad(ctx context.Context, ids []int64, owner string) ([]fu
 // request starts, synchronously: after a crash, the mark must be there.
 func (s *Store) OutboxSending(ctx context.Context, id int64, owner string) error {
 	tag, err := s.pool.Exec(ctx, `
-		UPDATE outbox_messages SET sending_since = clock_timestamp()
+		UPDATE outbox_work SET sending_since = clock_timestamp()
 		WHERE `+leaseHeld("ARRAY[$1::bigint]", "$2"), id, owner)
 	if err != nil {
 		return fmt.Errorf("marking outbox message as sending: %w", interpret(err))
@@ -182,11 +229,11 @@ func (s *Store) OutboxSending(ctx context.Context, id int64, owner string) error
 }
 
 // OutboxRecord implements fulfillment.OutboxWork. Its statements, in one
-// transaction: the messages' rows locked (in id order); their attempts
-// inserted and the delivered ones marked, one statement each; what the
-// other outcomes change, per message (they are rare); then the orders
-// whose last awaited message was delivered completed together
-// (completeOrders).
+// transaction: the messages' work rows locked (in id order), which checks
+// the leases; their attempts inserted, and the delivered ones taken off the
+// queue and marked, one statement each; what the other outcomes change, per
+// message (they are rare); then the orders whose last awaited message was
+// delivered completed together (completeOrders).
 func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfillment.MessageAttempt) ([]int64, error) {
 	var (
 		q    queued
@@ -204,14 +251,15 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 			orderID     *string
 			required    bool
 		}
-		// The message rows first, then (for deliveries) their orders: the
+		// The work rows first, then (for deliveries) their orders: the
 		// order InboxProcess never takes, as it writes messages of locked
 		// orders only by inserting them.
 		rows, _ := tx.Query(ctx, `
-			SELECT id, attempts, destination_id, order_id::text, required FROM outbox_messages
-			WHERE `+leaseHeld("$1", "$2")+`
-			ORDER BY id
-			FOR UPDATE`, ids, owner)
+			SELECT w.id, w.attempts, m.destination_id, m.order_id::text, m.required
+			FROM outbox_work w JOIN outbox_messages m ON m.id = w.id
+			WHERE w.id = ANY($1) AND w.lease_owner = $2
+			ORDER BY w.id
+			FOR UPDATE OF w`, ids, owner)
 		byID := map[int64]held{}
 		err := forEachRow(rows, func(r pgx.Rows) error {
 			var (
@@ -256,9 +304,10 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 				}
 			case fulfillment.OutcomeUncertain, fulfillment.OutcomeInterrupted:
 				b.Queue(`
-					UPDATE outbox_messages SET state = 'uncertain', processed_at = clock_timestamp(),
-						lease_owner = NULL, lease_until = NULL, sending_since = NULL, last_status = $2, last_error = $3
-					WHERE id = $1`, id, optInt(a.Status), a.Reason)
+					WITH work AS (DELETE FROM outbox_work WHERE id = $1 RETURNING id, attempts)
+					UPDATE outbox_messages m SET state = 'uncertain', processed_at = clock_timestamp(),
+						attempts = w.attempts, last_status = $2, last_error = $3
+					FROM work w WHERE m.id = w.id`, id, optInt(a.Status), a.Reason)
 				b.Queue(`
 					INSERT INTO reconciliation_items (kind, org_id, environment, order_id, outbox_message_id, detail, dedupe_key)
 					SELECT 'uncertain_delivery', org_id, environment, order_id, id,
@@ -275,13 +324,13 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 						disabled_reason = coalesce(d.disabled_reason, EXCLUDED.disabled_reason), updated_at = now()`,
 					h.destination, fmt.Sprintf("answered %s to message %d", a.Reason, id))
 				b.Queue(`
-					UPDATE outbox_messages SET lease_owner = NULL, lease_until = NULL, sending_since = NULL,
-						next_attempt_at = clock_timestamp(), attempts = greatest(attempts - 1, 0),
-						last_status = $2, last_error = $3
-					WHERE id = $1`, id, a.Status, "destination disabled: "+a.Reason)
+					UPDATE outbox_work SET lease_owner = NULL, lease_until = NULL, sending_since = NULL,
+						next_attempt_at = clock_timestamp(), attempts = greatest(attempts - 1, 0), last_error = $2
+					WHERE id = $1`, id, "destination disabled: "+a.Reason)
+				b.Queue(`UPDATE outbox_messages SET last_status = $2 WHERE id = $1`, id, a.Status)
 			case fulfillment.OutcomeRetry:
-				b.Queue(`
-					UPDATE outbox_messages SET sending_since = NULL, last_status = $2 WHERE id = $1`, id, optInt(a.Status))
+				b.Queue(`UPDATE outbox_work SET sending_since = NULL WHERE id = $1`, id)
+				b.Queue(`UPDATE outbox_messages SET last_status = $2 WHERE id = $1`, id, optInt(a.Status))
 			default:
 				return fmt.Errorf("recording delivery outcome %q: unknown", a.Outcome)
 			}
@@ -295,10 +344,11 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 			aID, aAttempt, aStarted, aStatus, aOutcome, aReason)
 		if len(delivered) > 0 {
 			b.Queue(`
+				WITH work AS (DELETE FROM outbox_work WHERE id = ANY($1) RETURNING id, attempts)
 				UPDATE outbox_messages m SET state = 'delivered', processed_at = clock_timestamp(),
-					lease_owner = NULL, lease_until = NULL, sending_since = NULL, last_status = d.status, last_error = NULL
-				FROM unnest($1::bigint[], $2::int[]) AS d (id, status)
-				WHERE m.id = d.id`, delivered, deliveredStatus)
+					attempts = w.attempts, last_status = d.status, last_error = NULL
+				FROM work w JOIN unnest($1::bigint[], $2::int[]) AS d (id, status) ON d.id = w.id
+				WHERE m.id = w.id`, delivered, deliveredStatus)
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("recording delivery attempts: %w", interpret(err))

@@ -14,10 +14,15 @@ import (
 var _ fulfillment.OutboxStore = (*Store)(nil)
 
 // deliveryColumns are what a listing reads of a message (scanDelivery).
+// A queued message's attempts, next attempt and last error are its work
+// row's (deliveryFrom).
 const deliveryColumns = `m.id, m.destination_id, m.topic, m.idempotency_key, m.org_id, m.environment, m.order_id,
-	m.line_no, m.required, m.state, m.attempts,
-	CASE WHEN m.state = 'pending' THEN m.next_attempt_at END, coalesce(m.last_status, 0), coalesce(m.last_error, ''),
-	m.created_at, m.processed_at`
+	m.line_no, m.required, m.state, coalesce(w.attempts, m.attempts),
+	CASE WHEN m.state = 'pending' THEN w.next_attempt_at END, coalesce(m.last_status, 0),
+	coalesce(w.last_error, m.last_error, ''), m.created_at, m.processed_at`
+
+// deliveryFrom is the FROM clause of deliveryColumns.
+const deliveryFrom = ` FROM outbox_messages m LEFT JOIN outbox_work w ON w.id = m.id AND m.state = 'pending'`
 
 func scanDelivery(r pgx.Row, extra ...any) (fulfillment.Delivery, error) {
 	var (
@@ -46,7 +51,7 @@ func (s *Store) DeliveryList(ctx context.Context, p fulfillment.DeliveryListPara
 	w.eq("m.destination_id", f.DestinationID)
 	w.uuidEq("m.order_id", f.OrderID)
 	w.below("m.id", p.BeforeID)
-	rows, _ := s.pool.Query(ctx, "SELECT "+deliveryColumns+" FROM outbox_messages m"+w.sql()+
+	rows, _ := s.pool.Query(ctx, "SELECT "+deliveryColumns+deliveryFrom+w.sql()+
 		" ORDER BY m.id DESC LIMIT "+w.arg(p.Limit), w.args...)
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.Delivery, error) { return scanDelivery(r) })
 	if err != nil {
@@ -61,8 +66,8 @@ func (s *Store) orderDeliveries(ctx context.Context, orderID string) ([]fulfillm
 	total := 0
 	rows, _ := s.pool.Query(ctx, `
 		SELECT * FROM (
-			SELECT `+deliveryColumns+`, count(*) OVER ()
-			FROM outbox_messages m WHERE m.order_id = $1 ORDER BY m.id DESC LIMIT $2) newest
+			SELECT `+deliveryColumns+`, count(*) OVER ()`+deliveryFrom+`
+			WHERE m.order_id = $1 ORDER BY m.id DESC LIMIT $2) newest
 		ORDER BY 1`, orderID, fulfillment.MaxHistoryItems)
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.Delivery, error) {
 		return scanDelivery(r, &total)
@@ -76,7 +81,7 @@ func (s *Store) orderDeliveries(ctx context.Context, orderID string) ([]fulfillm
 // DeliveryGet implements fulfillment.OutboxStore.
 func (s *Store) DeliveryGet(ctx context.Context, id int64) (fulfillment.Delivery, error) {
 	var payload string
-	d, err := scanDelivery(s.pool.QueryRow(ctx, "SELECT "+deliveryColumns+", m.payload::text FROM outbox_messages m WHERE m.id = $1", id), &payload)
+	d, err := scanDelivery(s.pool.QueryRow(ctx, "SELECT "+deliveryColumns+", m.payload::text"+deliveryFrom+" WHERE m.id = $1", id), &payload)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, fmt.Errorf("%w: outbox message %d", fulfillment.ErrNotFound, id)
 	}
@@ -107,18 +112,12 @@ func (s *Store) DeliveryGet(ctx context.Context, id int64) (fulfillment.Delivery
 // and applies, so two operators retrying at once, or a retry racing the
 // dispatcher's claim, cannot both win: a claimed message has a lease owner.
 func (s *Store) DeliveryRetry(ctx context.Context, id int64, by string, resend bool) (fulfillment.Delivery, error) {
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE outbox_messages SET next_attempt_at = now(),
-			attempts = CASE WHEN state = 'pending' THEN attempts ELSE 0 END,
-			processed_at = CASE WHEN state = 'pending' THEN processed_at END,
-			last_error = CASE state
-				WHEN 'pending' THEN last_error
-				WHEN 'delivered' THEN 'sent again by ' || $2 || ' after it was delivered'
-				ELSE 'retried by ' || $2 || ' after: ' || coalesce(last_error, 'no error recorded') END,
-			state = 'pending', lease_owner = NULL, lease_until = NULL, sending_since = NULL
-		WHERE id = $1 AND (state IN ('failed', 'uncertain')
-			OR (state = 'pending' AND lease_owner IS NULL)
-			OR (state = 'delivered' AND $3))`, id, by, resend)
+	var requeued int
+	err := s.pool.QueryRow(ctx, `WITH`+outboxRequeue("$1::bigint",
+		`m.state IN ('failed', 'uncertain', 'pending') OR (m.state = 'delivered' AND $3)`,
+		`CASE m.state WHEN 'delivered' THEN 'sent again by ' || $2 || ' after it was delivered'
+			ELSE 'retried by ' || $2 || ' after: ' || coalesce(m.last_error, 'no error recorded') END`)+`
+		SELECT count(*) FROM done`, id, by, resend).Scan(&requeued)
 	if err != nil {
 		return fulfillment.Delivery{}, fmt.Errorf("retrying outbox message: %w", interpret(err))
 	}
@@ -126,7 +125,7 @@ func (s *Store) DeliveryRetry(ctx context.Context, id int64, by string, resend b
 	if err != nil {
 		return d, err
 	}
-	if tag.RowsAffected() == 0 {
+	if requeued == 0 {
 		switch d.State {
 		case fulfillment.DeliveryDelivered:
 			return d, fmt.Errorf("%w: message %d was delivered: pass resend to send it again under the same key",

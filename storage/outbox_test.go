@@ -293,7 +293,7 @@ func TestOutboxReleasePerDestination(t *testing.T) {
 	if n, err := s.OutboxQueue("licenses").Release(ctx, "w"); err != nil || n != 1 {
 		t.Fatalf("release = %d, %v; want 1", n, err)
 	}
-	if n := count(t, conn, "SELECT count(*) FROM outbox_messages WHERE lease_owner = 'w'"); n != 1 {
+	if n := count(t, conn, "SELECT count(*) FROM outbox_work WHERE lease_owner = 'w'"); n != 1 {
 		t.Errorf("%d messages still leased, want shipping's", n)
 	}
 }
@@ -354,7 +354,7 @@ func TestOutboxRecordsAttemptsTogether(t *testing.T) {
 	if n := count(t, conn, "SELECT count(*) FROM order_events WHERE topic = 'order.fulfilled'"); n != orders-1 {
 		t.Errorf("%d order.fulfilled events, want %d", n, orders-1)
 	}
-	if n := count(t, conn, "SELECT count(*) FROM outbox_messages WHERE id = $1 AND state = 'pending' AND lease_owner = 'w'", retried[0]); n != 1 {
+	if n := count(t, conn, "SELECT count(*) FROM outbox_messages m JOIN outbox_work w USING (id) WHERE m.id = $1 AND m.state = 'pending' AND w.lease_owner = 'w'", retried[0]); n != 1 {
 		t.Error("the message to retry is no longer pending, held by its worker (for its retry to be scheduled)")
 	}
 }

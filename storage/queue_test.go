@@ -99,7 +99,7 @@ var queueCases = []queueCase{
 		},
 	},
 	{
-		name: "outbox", table: "outbox_messages", failedItem: "failed_delivery",
+		name: "outbox", table: "outbox_work", failedItem: "failed_delivery",
 		queue: func(s *storage.Store) *storage.Queue { return s.OutboxQueue("crm") },
 		seed: func(t *testing.T, _ *storage.Store, conn *pgx.Conn) int64 {
 			return int64(count(t, conn, `INSERT INTO outbox_messages
@@ -196,12 +196,20 @@ func failedOnce(t *testing.T, c queueCase, conn *pgx.Conn, id int64, lastError s
 	if got, want := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = $1", c.failedItem), min(len(c.failedItem), 1); got != want {
 		t.Errorf("%q items = %d, want %d", c.failedItem, got, want)
 	}
-	if c.table == "inbox_work" {
+	switch c.table {
+	case "inbox_work":
 		// The stored event says the same as its work row.
 		if got := count(t, conn, `SELECT count(*) FROM inbox_events e JOIN inbox_work w USING (id)
 			WHERE e.id = $1 AND e.state = 'failed' AND e.decision = 'failed' AND e.attempts = w.attempts
 				AND e.last_error = w.last_error`, id); got != 1 {
 			t.Errorf("the failed event's stored row does not record its attempts and last error as its work row does")
+		}
+	case "outbox_work":
+		// So does the message.
+		if got := count(t, conn, `SELECT count(*) FROM outbox_messages m JOIN outbox_work w USING (id)
+			WHERE m.id = $1 AND m.state = 'failed' AND m.processed_at IS NOT NULL AND m.attempts = w.attempts
+				AND m.last_error = w.last_error`, id); got != 1 {
+			t.Errorf("the failed message does not record its attempts and last error as its work row does")
 		}
 	}
 }

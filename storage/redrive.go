@@ -290,12 +290,6 @@ func (s *Store) RedriveStep(ctx context.Context, batch int) (bool, error) {
 // applies to is left alone (and marked skipped). $3 is who started the run.
 var (
 	redriveApplyEvents = `, ` + inboxReplay("SELECT item_id FROM picked", "$3", "'re-drive ' || $1::text")
-	redriveApplyOutbox = `,
-			done AS (
-				UPDATE outbox_messages m SET state = 'pending', attempts = 0, next_attempt_at = now(), processed_at = NULL,
-					lease_owner = NULL, lease_until = NULL, sending_since = NULL,
-					last_error = 're-driven by ' || $3 || ' (run ' || $1::text || ') after: ' || coalesce(last_error, 'no error recorded')
-				FROM picked p WHERE m.id = p.item_id AND m.state IN ('failed', 'uncertain')
-				RETURNING m.id
-			)`
+	redriveApplyOutbox = `,` + outboxRequeue("SELECT item_id FROM picked", "m.state IN ('failed', 'uncertain')",
+		`'re-driven by ' || $3 || ' (run ' || $1::text || ') after: ' || coalesce(m.last_error, 'no error recorded')`)
 )
