@@ -34,6 +34,25 @@ func benchStore(b *testing.B) (s *storage.Store, url string) {
 	return s, url
 }
 
+// walPosition connects to the database at url and returns the connection
+// and a function reading the cluster's WAL insert position, in bytes.
+func walPosition(b *testing.B, url string) (*pgx.Conn, func() int64) {
+	b.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn, func() int64 {
+		var n int64
+		if err := conn.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint").Scan(&n); err != nil {
+			b.Fatal(err)
+		}
+		return n
+	}
+}
+
 // benchBody is a Yolfi payment.confirmed as it arrives (the raw body the
 // inbox keeps).
 const benchBody = `{"id":"%s","type":"payment.confirmed","livemode":true,"orgId":"org_a","createdAt":"2026-11-29T10:15:30Z",` +
@@ -105,18 +124,7 @@ func BenchmarkInboxClaimProcess(b *testing.B) {
 		b.FailNow()
 	}
 
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = conn.Close(context.Background()) }()
-	lsn := func() int64 {
-		var n int64
-		if err := conn.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint").Scan(&n); err != nil {
-			b.Fatal(err)
-		}
-		return n
-	}
+	_, lsn := walPosition(b, url)
 	var insertWAL, processWAL int64
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -237,18 +245,7 @@ func BenchmarkOutboxDeliver(b *testing.B) {
 		}
 	}
 
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = conn.Close(context.Background()) }()
-	lsn := func() int64 {
-		var n int64
-		if err := conn.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint").Scan(&n); err != nil {
-			b.Fatal(err)
-		}
-		return n
-	}
+	conn, lsn := walPosition(b, url)
 	q := s.OutboxQueue("licenses")
 	var wal int64
 	b.ReportAllocs()
