@@ -36,7 +36,7 @@ func benchStore(b *testing.B) (s *storage.Store, url string) {
 
 // walPosition connects to the database at url and returns the connection
 // and a function reading the cluster's WAL insert position, in bytes.
-func walPosition(b *testing.B, url string) (*pgx.Conn, func() int64) {
+func walPosition(b *testing.B, url string) (conn *pgx.Conn, position func() int64) {
 	b.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, url)
