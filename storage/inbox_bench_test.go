@@ -53,6 +53,30 @@ func walPosition(b *testing.B, url string) (conn *pgx.Conn, position func() int6
 	}
 }
 
+// eachConcurrently runs do(0) … do(n-1) on workers goroutines, as concurrent
+// callers would, and stops the benchmark on the first error.
+func eachConcurrently(b *testing.B, workers, n int, do func(i int) error) {
+	b.Helper()
+	var (
+		wg   sync.WaitGroup
+		next atomic.Int64
+	)
+	for range workers {
+		wg.Go(func() {
+			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+				if err := do(int(i - 1)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
+}
+
 // benchBody is a Yolfi payment.confirmed as it arrives (the raw body the
 // inbox keeps).
 const benchBody = `{"id":"%s","type":"payment.confirmed","livemode":true,"orgId":"org_a","createdAt":"2026-11-29T10:15:30Z",` +
@@ -103,26 +127,10 @@ func BenchmarkInboxClaimProcess(b *testing.B) {
 	for i := range specs {
 		specs[i] = spec(b, "org_a", fmt.Sprintf("m-%d", i+1))
 	}
-	var (
-		wg   sync.WaitGroup
-		next atomic.Int64
-	)
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := next.Add(1); i <= int64(len(specs)); i = next.Add(1) {
-				if _, _, err := s.OrderCreate(ctx, specs[i-1]); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if b.Failed() {
-		b.FailNow()
-	}
+	eachConcurrently(b, 16, len(specs), func(i int) error {
+		_, _, err := s.OrderCreate(ctx, specs[i])
+		return err
+	})
 
 	_, lsn := walPosition(b, url)
 	var insertWAL, processWAL int64
@@ -193,41 +201,24 @@ func BenchmarkOutboxDeliver(b *testing.B) {
 	s, url := benchStore(b)
 	ctx := context.Background()
 	n := b.N * batch
-	var (
-		wg   sync.WaitGroup
-		next atomic.Int64
-	)
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
-				mo := fmt.Sprintf("x-%d", i)
-				spec, err := fulfillment.OrderDraft{
-					OrgID: "org_a", Environment: "live", MerchantOrderID: mo,
-					Lines: []fulfillment.LineDraft{
-						{SKU: "key-server", Kind: "external", Quantity: 1, Currency: "USD", MinorUnits: 3000, Destination: "licenses"},
-					},
-					Settlement: &fulfillment.SettlementDraft{Token: "USDT", Network: "TRON", Amount: "30.000000"},
-				}.Validate()
-				if err == nil {
-					_, _, err = s.OrderCreate(ctx, spec)
-				}
-				if err == nil {
-					id := fmt.Sprintf("evt_%d", i)
-					_, err = s.InboxInsert(ctx, confirmedEvent(id, mo), fmt.Appendf(nil, benchBody, id, mo))
-				}
-				if err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if b.Failed() {
-		b.FailNow()
-	}
+	eachConcurrently(b, 8, n, func(i int) error {
+		mo := fmt.Sprintf("x-%d", i+1)
+		spec, err := fulfillment.OrderDraft{
+			OrgID: "org_a", Environment: "live", MerchantOrderID: mo,
+			Lines: []fulfillment.LineDraft{
+				{SKU: "key-server", Kind: "external", Quantity: 1, Currency: "USD", MinorUnits: 3000, Destination: "licenses"},
+			},
+			Settlement: &fulfillment.SettlementDraft{Token: "USDT", Network: "TRON", Amount: "30.000000"},
+		}.Validate()
+		if err == nil {
+			_, _, err = s.OrderCreate(ctx, spec)
+		}
+		if err == nil {
+			id := fmt.Sprintf("evt_%d", i+1)
+			_, err = s.InboxInsert(ctx, confirmedEvent(id, mo), fmt.Appendf(nil, benchBody, id, mo))
+		}
+		return err
+	})
 	for {
 		claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "bench", Limit: 64, Lease: time.Minute, MaxAttempts: 10})
 		if err != nil {

@@ -88,9 +88,10 @@ func lockSubscription(ctx context.Context, tx pgx.Tx, where string, args ...any)
 const byProviderKey = `(org_id, environment, provider, provider_subscription_id) = ($1, $2, $3, $4)`
 
 // createSubscription creates the subscription ref names unless it exists,
-// and locks it. It records the subscription in late when it created it:
-// the events that came before it are queued again at the end of the
-// transaction (lateMatches).
+// and locks it. It records the subscription in late, as created when it
+// created it (its late-match lock exclusive, else shared): the events that
+// came before it are queued again at the end of the transaction
+// (lateMatches).
 func createSubscription(ctx context.Context, tx pgx.Tx, ref fulfillment.SubscriptionRef, late *lateMatches) (*fulfillment.SubscriptionRecord, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
