@@ -11,24 +11,29 @@ import (
 	"time"
 )
 
+// TestFreeAddrs checks that both pickers return distinct loopback
+// addresses. Whether a port is still free when listened on again is not
+// asserted: other test processes (the chaos test among them) draw from the
+// same range at the same time, and may rightly hold one. What keeps a port
+// usable across restarts, its lying outside the ephemeral range, is
+// checked by TestFreeAddrsOutsideEphemeralRange.
 func TestFreeAddrs(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		free func(int) ([]string, error)
-		// stays free: a port outside the ephemeral range cannot be taken
-		// meanwhile as the source port of some other connection (other
-		// tests run at the same time), so it can be listened on again.
-		staysFree bool
 	}{
-		{"FreeAddrs", FreeAddrs, false},
-		{"FreeAddrsOutsideEphemeral", FreeAddrsOutsideEphemeral, true},
+		{"FreeAddrs", FreeAddrs},
+		{"FreeAddrsOutsideEphemeral", FreeAddrsOutsideEphemeral},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			addrs, err := tc.free(4)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if len(addrs) != 4 {
+				t.Fatalf("asked for 4 addresses, got %v", addrs)
 			}
 			seen := map[string]bool{}
 			for _, a := range addrs {
@@ -39,14 +44,6 @@ func TestFreeAddrs(t *testing.T) {
 				if host, _, err := net.SplitHostPort(a); err != nil || host != "127.0.0.1" {
 					t.Fatalf("%s is not a loopback address", a)
 				}
-				if !tc.staysFree {
-					continue
-				}
-				l, err := net.Listen("tcp", a)
-				if err != nil {
-					t.Fatalf("listening on %s: %v", a, err)
-				}
-				_ = l.Close()
 			}
 		})
 	}
