@@ -368,6 +368,16 @@ type TLS struct {
 	KeyFile  string `yaml:"key_file"`
 }
 
+// QueueVacuum tunes the service's own VACUUM of its queue tables (the
+// inbox's, the outbox's and the other leased tables): every Interval it
+// counts their dead rows, and vacuums those past DeadRows. It keeps the
+// claims' index scans short between autovacuum runs.
+type QueueVacuum struct {
+	Disabled bool          `yaml:"disabled"`
+	Interval time.Duration `yaml:"interval"`  // default 1s
+	DeadRows int64         `yaml:"dead_rows"` // default 2000
+}
+
 // Database configures PostgreSQL. The connection URL may hold a password, so
 // it is referenced like every other secret; DATABASE_URL wins when set.
 type Database struct {
@@ -383,6 +393,8 @@ type Database struct {
 	// has not answered for this long, for a supervisor to act on; 0 (the
 	// default) waits for it however long, answering webhooks 503.
 	ExitAfterUnreachable time.Duration `yaml:"exit_after_unreachable"`
+	// QueueVacuum is how the service vacuums its queue tables.
+	QueueVacuum QueueVacuum `yaml:"queue_vacuum"`
 
 	// SessionURLEnv and SessionURLFile reference the optional
 	// database.session_url: where the connections that need a server
@@ -700,6 +712,9 @@ func (c *Config) validate() error {
 	}
 	if e := c.Database.ExitAfterUnreachable; e < 0 || (e > 0 && e < 5*time.Second) {
 		return errors.New("database.exit_after_unreachable: 0 (never exit) or at least 5s")
+	}
+	if v := c.Database.QueueVacuum; v.Interval < 0 || (v.Interval > 0 && v.Interval < 100*time.Millisecond) || v.DeadRows < 0 {
+		return errors.New("database.queue_vacuum: interval 0 (the default, 1s) or at least 100ms; dead_rows not negative")
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -39,14 +39,15 @@ type App struct {
 	store     *storage.Store
 	srv       *server.Server
 	gateway   *ingest.Gateway
-	webhooks  http.Handler      // the gateway's, counted and timed
-	liveness  *storage.Liveness // the owner the queues claim under
-	inbox     *worker.Queue     // nil when inbox.disabled
-	outbox    []*worker.Queue   // one per destination; none without destinations, or when outbox.disabled
-	poller    *worker.Queue     // nil without providers to poll, or when status_poll.disabled
-	sweeper   *worker.Queue     // nil without plans, or when subscription_sweep.disabled
-	housekeep *worker.Queue     // nil when housekeeping.disabled
-	health    *queueHealth      // whether each queue can claim work
+	webhooks  http.Handler         // the gateway's, counted and timed
+	liveness  *storage.Liveness    // the owner the queues claim under
+	inbox     *worker.Queue        // nil when inbox.disabled
+	outbox    []*worker.Queue      // one per destination; none without destinations, or when outbox.disabled
+	poller    *worker.Queue        // nil without providers to poll, or when status_poll.disabled
+	sweeper   *worker.Queue        // nil without plans, or when subscription_sweep.disabled
+	housekeep *worker.Queue        // nil when housekeeping.disabled
+	vacuum    *storage.QueueVacuum // nil when database.queue_vacuum.disabled
+	health    *queueHealth         // whether each queue can claim work
 	ingestLis net.Listener
 	debugLis  net.Listener // nil unless listen.debug is set
 	// tls is the listeners' TLS (nil: plain), loaded once.
@@ -191,6 +192,9 @@ func (a *App) build(cfg *config.Config, endpoints []ingest.Endpoint) error {
 	if sweep := config.SweepDefaults(cfg.SubscriptionSweep); len(cfg.Plans) > 0 && !sweep.Disabled {
 		a.sweeper = worker.NewSweeperWith(a.store.SweepQueue(), a.store, a.liveness, QueueConfig(sweep), nil, a.log, sweepObservers(reg))
 	}
+	if v := cfg.Database.QueueVacuum; !v.Disabled {
+		a.vacuum = &storage.QueueVacuum{Interval: v.Interval, DeadRows: v.DeadRows}
+	}
 	if hk := cfg.Housekeeping.WithDefaults(); !hk.Disabled {
 		a.housekeep = worker.NewHousekeeperWith(a.store.HousekeepingQueue(), a.store, a.liveness, worker.HousekeepingConfig{
 			Interval: hk.Interval, FulfillmentSLA: hk.FulfillmentSLA, RawBodyRetention: hk.RawBodyRetention, Batch: hk.Batch,
@@ -237,6 +241,9 @@ func (a *App) Run(ctx context.Context) error {
 	if len(queues) > 0 {
 		g.Go(func() error { return runQueues(ctx, a.liveness, queues...) })
 		g.Go(func() error { a.health.watch(ctx, queues); return nil })
+	}
+	if a.vacuum != nil {
+		g.Go(func() error { return a.store.VacuumQueues(ctx, *a.vacuum) })
 	}
 	g.Go(func() error {
 		select {

@@ -1,0 +1,184 @@
+package storage_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/storage"
+	"github.com/fulfillplatform/fulfillment/worker"
+)
+
+// claimScanBuffers is the shared buffers a claim's scan of outbox_work
+// reads to find the first due rows of crm.
+func claimScanBuffers(t *testing.T, conn *pgx.Conn) int {
+	t.Helper()
+	var plan []struct {
+		Plan struct {
+			Hit  int `json:"Shared Hit Blocks"`
+			Read int `json:"Shared Read Blocks"`
+		} `json:"Plan"`
+	}
+	var raw []byte
+	if err := conn.QueryRow(context.Background(), `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
+		SELECT id FROM outbox_work WHERE state = 'pending' AND destination_id = 'crm' AND next_attempt_at <= now()
+		ORDER BY next_attempt_at, id LIMIT 16`).Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &plan); err != nil || len(plan) != 1 {
+		t.Fatalf("reading the plan %s: %v", raw, err)
+	}
+	return plan[0].Plan.Hit + plan[0].Plan.Read
+}
+
+// churnOutbox queues messages for crm, then claims and delivers them all,
+// which deletes their work rows.
+func churnOutbox(t *testing.T, s *storage.Store, conn *pgx.Conn, messages int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox_messages
+		(destination_id, topic, idempotency_key, org_id, environment, required, payload)
+		SELECT 'crm', 'order.fulfilled', 'k' || g, 'org_a', 'live', false, '{}' FROM generate_series(1, $1) g`, messages); err != nil {
+		t.Fatal(err)
+	}
+	q := s.OutboxQueue("crm")
+	for delivered := 0; delivered < messages; {
+		claims, err := q.Claim(ctx, worker.ClaimParams{Owner: "w1", Limit: 100, Lease: time.Minute, MaxAttempts: 5})
+		if err != nil || len(claims) == 0 {
+			t.Fatalf("claim after %d delivered: %v, %d claimed", delivered, err, len(claims))
+		}
+		attempts := make([]fulfillment.MessageAttempt, len(claims))
+		for i, c := range claims {
+			attempts[i] = fulfillment.MessageAttempt{ID: c.ID, DeliveryAttempt: fulfillment.DeliveryAttempt{
+				Outcome: fulfillment.OutcomeDelivered, Status: 200, StartedAt: time.Now()}}
+		}
+		if lost, err := s.OutboxRecord(ctx, "w1", attempts); err != nil || len(lost) != 0 {
+			t.Fatalf("recording: %v, %d lost", err, len(lost))
+		}
+		delivered += len(claims)
+	}
+}
+
+// TestVacuumQueuesKeepsClaimsShort churns 6,000 messages through the
+// outbox's queue (claimed, delivered: their work rows deleted), which
+// leaves the head of its claim index full of dead entries, and counts the
+// buffers a claim's scan reads before and after the queue vacuum runs.
+func TestVacuumQueuesKeepsClaimsShort(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	// Autovacuum would do, a minute later, what this test waits for.
+	if _, err := conn.Exec(ctx, "ALTER TABLE outbox_work SET (autovacuum_enabled = false)"); err != nil {
+		t.Fatal(err)
+	}
+	const messages = 6000
+	churnOutbox(t, s, conn, messages)
+	if n := count(t, conn, "SELECT count(*) FROM outbox_work"); n != 0 {
+		t.Fatalf("%d work rows left after every message was delivered", n)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox_messages
+		(destination_id, topic, idempotency_key, org_id, environment, required, payload)
+		VALUES ('crm', 'order.fulfilled', 'last', 'org_a', 'live', false, '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	claimScanBuffers(t, conn) // marks the dead entries, as claims would
+	before := claimScanBuffers(t, conn)
+	if before < 20 {
+		t.Fatalf("the claim scan read %d buffers over %d dead entries: the test no longer sets up the churn it measures", before, 2*messages)
+	}
+
+	vctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.VacuumQueues(vctx, storage.QueueVacuum{Interval: 20 * time.Millisecond, DeadRows: 1000})
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for count(t, conn, "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'outbox_work'") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("outbox_work was not vacuumed within 20s of the queue vacuum's start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	after := claimScanBuffers(t, conn)
+	// A table under the threshold is left alone.
+	time.Sleep(200 * time.Millisecond)
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("claim scan: %d buffers before the queue vacuum, %d after", before, after)
+	if after > 8 || after*5 > before {
+		t.Errorf("the claim scan read %d buffers before the queue vacuum and %d after; want at most 8 after, and a fifth of before", before, after)
+	}
+	if n := count(t, conn, "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'outbox_work'"); n != 1 {
+		t.Errorf("outbox_work vacuumed %d times, want once: its dead rows were under the threshold after the first", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM outbox_work WHERE state = 'pending'"); n != 1 {
+		t.Errorf("%d pending work rows after the vacuum, want the last message's only", n)
+	}
+}
+
+// TestVacuumQueuesWaitsOutAnOldSnapshot holds a snapshot older than the
+// deletions of 3,000 work rows, so that no VACUUM may remove them: the
+// queue vacuum must try once, and then leave the table alone until it has
+// as many more dead rows again, rather than vacuum it every interval.
+func TestVacuumQueuesWaitsOutAnOldSnapshot(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, "ALTER TABLE outbox_work SET (autovacuum_enabled = false)"); err != nil {
+		t.Fatal(err)
+	}
+	old, err := pgx.Connect(ctx, conn.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = old.Close(ctx) }()
+	tx, err := old.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SELECT count(*) FROM outbox_work"); err != nil { // takes the snapshot
+		t.Fatal(err)
+	}
+	const messages = 3000
+	churnOutbox(t, s, conn, messages)
+	// The pool's sessions report their deletions within seconds; the
+	// vacuum starts once they have, so that its count is final.
+	deadline := time.Now().Add(30 * time.Second)
+	for count(t, conn, "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'outbox_work'") < 2*messages {
+		if time.Now().After(deadline) {
+			t.Fatal("outbox_work's dead rows were not reported within 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	vctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.VacuumQueues(vctx, storage.QueueVacuum{Interval: 20 * time.Millisecond, DeadRows: 1000})
+	}()
+	deadline = time.Now().Add(20 * time.Second)
+	for count(t, conn, "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'outbox_work'") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("outbox_work was not vacuumed within 20s of the queue vacuum's start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // some 25 intervals
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, conn, "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'outbox_work'"); n != 1 {
+		t.Errorf("outbox_work vacuumed %d times in 25 intervals while a snapshot kept its dead rows; want once", n)
+	}
+	if n := count(t, conn, "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'outbox_work'"); n < 2*messages {
+		t.Errorf("outbox_work has %d dead rows after the vacuum; the held snapshot should have kept %d: the test no longer sets up what it means to", n, 2*messages)
+	}
+}
