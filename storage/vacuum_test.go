@@ -63,6 +63,33 @@ func churnOutbox(t *testing.T, s *storage.Store, conn *pgx.Conn, messages int) {
 	}
 }
 
+// startQueueVacuum runs the queue vacuum (every 20 ms, past 1,000 dead
+// rows) until the stop it returns is called, once it has vacuumed
+// outbox_work.
+func startQueueVacuum(t *testing.T, s *storage.Store, conn *pgx.Conn) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- s.VacuumQueues(ctx, storage.QueueVacuum{Interval: 20 * time.Millisecond, DeadRows: 1000})
+	}()
+	stop = func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for count(t, conn, "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'outbox_work'") == 0 {
+		if time.Now().After(deadline) {
+			stop()
+			t.Fatal("outbox_work was not vacuumed within 20s of the queue vacuum's start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return stop
+}
+
 // TestVacuumQueuesKeepsClaimsShort churns 6,000 messages through the
 // outbox's queue (claimed, delivered: their work rows deleted), which
 // leaves the head of its claim index full of dead entries, and counts the
@@ -91,25 +118,11 @@ func TestVacuumQueuesKeepsClaimsShort(t *testing.T) {
 		t.Fatalf("the claim scan read %d buffers over %d dead entries: the test no longer sets up the churn it measures", before, 2*messages)
 	}
 
-	vctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- s.VacuumQueues(vctx, storage.QueueVacuum{Interval: 20 * time.Millisecond, DeadRows: 1000})
-	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for count(t, conn, "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'outbox_work'") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("outbox_work was not vacuumed within 20s of the queue vacuum's start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	stop := startQueueVacuum(t, s, conn)
 	after := claimScanBuffers(t, conn)
 	// A table under the threshold is left alone.
 	time.Sleep(200 * time.Millisecond)
 	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	t.Logf("claim scan: %d buffers before the queue vacuum, %d after", before, after)
 	if after > 8 || after*5 > before {
 		t.Errorf("the claim scan read %d buffers before the queue vacuum and %d after; want at most 8 after, and a fifth of before", before, after)
@@ -158,23 +171,9 @@ func TestVacuumQueuesWaitsOutAnOldSnapshot(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	vctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- s.VacuumQueues(vctx, storage.QueueVacuum{Interval: 20 * time.Millisecond, DeadRows: 1000})
-	}()
-	deadline = time.Now().Add(20 * time.Second)
-	for count(t, conn, "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'outbox_work'") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("outbox_work was not vacuumed within 20s of the queue vacuum's start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	stop := startQueueVacuum(t, s, conn)
 	time.Sleep(500 * time.Millisecond) // some 25 intervals
 	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 	if n := count(t, conn, "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'outbox_work'"); n != 1 {
 		t.Errorf("outbox_work vacuumed %d times in 25 intervals while a snapshot kept its dead rows; want once", n)
 	}
