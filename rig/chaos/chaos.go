@@ -452,16 +452,23 @@ func (r *runner) lateOrderEvents() map[int][]int {
 }
 
 // createLateOrders creates each late order once every event of it is
-// processed (decided unmatched: the order does not exist), while the
-// faults go on, until ctx ends.
+// processed (decided unmatched: the order does not exist) or, a racing
+// one, once the first of its events is acknowledged (stored, perhaps being
+// decided), while the faults go on, until ctx ends.
 func (r *runner) createLateOrders(ctx context.Context, gate *processedGate) {
 	var wg sync.WaitGroup
 	for i, evs := range r.lateOrderEvents() {
 		wg.Go(func() {
-			if gate == nil || !gate.waitAll(ctx, evs, true) {
+			o := r.w.orders[i]
+			switch {
+			case o.racing:
+				if !r.snd.waitAcked(ctx, evs) {
+					return
+				}
+			case gate == nil || !gate.waitAll(ctx, evs, true):
 				return
 			}
-			if err := r.createOrder(ctx, r.w.orders[i]); err != nil {
+			if err := r.createOrder(ctx, o); err != nil {
 				r.viol.add("harness", "creating a late order: %v", err)
 			}
 		})
@@ -484,7 +491,7 @@ func (r *runner) send(ctx context.Context) {
 	r.rep.Orders, r.rep.TestOnlyOrders, r.rep.Events = st.Orders, st.TestOnlyOrders, st.Events
 	r.rep.TestModeEvents, r.rep.ExtraPayments, r.rep.StaleEvents = st.TestModeEvents, st.ExtraPayments, st.StaleEvents
 	r.rep.Redeliveries, r.rep.Concurrent, r.rep.Deliveries = st.Redeliveries, st.Concurrent, st.Deliveries
-	r.rep.ExternalLines, r.rep.LateOrders = st.ExternalLines, st.LateOrders
+	r.rep.ExternalLines, r.rep.LateOrders, r.rep.RacingOrders = st.ExternalLines, st.LateOrders, st.RacingOrders
 	r.rep.TBank = st.TBank
 	r.rep.Subscriptions = st.Subscriptions
 	r.rep.SendWindow = window

@@ -731,3 +731,54 @@ func TestSubscriptionCheckDecision(t *testing.T) {
 		t.Errorf("violations %v, want one wrong decision", v)
 	}
 }
+
+// The late-order check: an order created once its events were decided
+// must have each of them queued again, each payment's item resolved once;
+// a racing one (created while they were being processed) may have them
+// matched at once instead, but none left unmatched.
+func TestLateOrderCheck(t *testing.T) {
+	t.Parallel()
+	type event struct {
+		state       string
+		lateMatched bool
+	}
+	for _, tc := range []struct {
+		name      string
+		racing    bool
+		ev        event
+		items     int // resolved unmatched_payment items of the payment
+		fails     bool
+		lost, dup int
+	}{
+		{"late: queued again, its item resolved", false, event{"processed", true}, 1, false, 0, 0},
+		{"late: not queued again", false, event{"processed", false}, 1, true, 0, 0},
+		{"late: left unmatched", false, event{"unmatched", false}, 0, true, 1, 0},
+		{"late: its item resolved twice", false, event{"processed", true}, 2, true, 0, 1},
+		{"racing: matched at once", true, event{"processed", false}, 0, false, 0, 0},
+		{"racing: queued again, its item resolved", true, event{"processed", true}, 1, false, 0, 0},
+		{"racing: queued again, no item resolved", true, event{"processed", true}, 0, true, 1, 0},
+		{"racing: matched at once, an item resolved", true, event{"processed", false}, 1, true, 0, 1},
+		{"racing: left unmatched", true, event{"unmatched", false}, 0, true, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w := &workload{
+				orders: []*orderPlan{{mid: "chaos-000001", late: true, racing: tc.racing}},
+				events: []*eventPlan{{id: "evt_1", order: 0, typ: yolfi.TypePaymentConfirmed, payment: "pay_1"}},
+			}
+			s := &dbState{inbox: map[string][]inboxRow{"evt_1": {{id: 1, eventID: "evt_1", env: "live",
+				state: tc.ev.state, lateMatched: tc.ev.lateMatched}}}}
+			matchedLater := map[string]int{}
+			if tc.items > 0 {
+				matchedLater["pay_1"] = tc.items
+			}
+			r := &runner{o: Options{Log: io.Discard}, w: w, viol: newViolations()}
+			c := Check{}
+			r.checkLateOrder(s, 0, []int{0}, matchedLater, &c)
+			if (c.Failed > 0) != tc.fails || r.rep.Lost != tc.lost || r.rep.DuplicatedEffects != tc.dup {
+				t.Errorf("failed %d, lost %d, duplicated %d; want failed %v, lost %d, duplicated %d (violations %v)",
+					c.Failed, r.rep.Lost, r.rep.DuplicatedEffects, tc.fails, tc.lost, tc.dup, r.viol.list())
+			}
+		})
+	}
+}

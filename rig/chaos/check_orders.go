@@ -252,22 +252,32 @@ func sameKeys(a map[string]int, b map[string]bool) bool {
 // checkLateOrder: late order i was created once its events (evs) were all
 // processed, so every one stored was queued again by the service when the
 // order came, and each payment confirmed has its unmatched_payment item,
-// once, resolved (matchedLater: the order's, by payment).
+// once, resolved (matchedLater: the order's, by payment). A racing order
+// was created while its events were being processed: each was matched
+// either at once (no item) or late (queued again, its item resolved), and
+// none is left unmatched.
 func (r *runner) checkLateOrder(s *dbState, i int, evs []int, matchedLater map[string]int, c *Check) {
 	o := r.w.orders[i]
 	want := map[string]bool{}
-	notMatched := 0
+	notMatched, left := 0, 0
 	for _, j := range evs {
 		e := r.w.events[j]
 		rows := s.inbox[e.id]
 		if len(rows) == 0 {
 			continue
 		}
-		if !rows[0].lateMatched {
+		if rows[0].state == "unmatched" {
+			left++
+		}
+		if !rows[0].lateMatched && !o.racing {
 			notMatched++
 		}
-		if e.typ == yolfi.TypePaymentConfirmed {
+		if e.typ == yolfi.TypePaymentConfirmed && (rows[0].lateMatched || !o.racing) {
 			want[e.payment] = true
+		}
+		if e.typ == yolfi.TypePaymentConfirmed && o.racing {
+			r.rep.RacingLate += btoi(rows[0].lateMatched)
+			r.rep.RacingAtOnce += btoi(!rows[0].lateMatched && rows[0].state != "unmatched")
 		}
 	}
 	n := 0
@@ -276,9 +286,9 @@ func (r *runner) checkLateOrder(s *dbState, i int, evs []int, matchedLater map[s
 	}
 	r.rep.DuplicatedEffects += max(0, n-len(want))
 	r.rep.Lost += max(0, len(want)-n)
-	if notMatched > 0 || n != len(want) || !sameKeys(matchedLater, want) {
+	if notMatched > 0 || left > 0 || n != len(want) || !sameKeys(matchedLater, want) {
 		c.Failed++
-		r.viol.add("late match", "order %s, created after its events: %d of them not queued again by the service; resolved unmatched_payment items for payments %v, want one for each of %v",
-			o.mid, notMatched, slices.Sorted(maps.Keys(matchedLater)), slices.Sorted(maps.Keys(want)))
+		r.viol.add("late match", "order %s, created after its events (racing them: %v): %d of them not queued again by the service, %d left unmatched; resolved unmatched_payment items for payments %v, want one for each of %v",
+			o.mid, o.racing, notMatched, left, slices.Sorted(maps.Keys(matchedLater)), slices.Sorted(maps.Keys(want)))
 	}
 }

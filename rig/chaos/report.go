@@ -30,6 +30,14 @@ type Report struct {
 	// LateOrders are created only after every event of theirs was
 	// processed (decided unmatched): their payments come first.
 	LateOrders int
+	// RacingOrders (of LateOrders) are created as soon as one of their
+	// events is acknowledged, racing its processing: matched at once or
+	// late, never left unmatched.
+	RacingOrders int
+	// RacingAtOnce and RacingLate count the racing orders' confirmed
+	// payments matched when first processed, and queued again by the
+	// service, at the check: both show the race was run.
+	RacingAtOnce, RacingLate int
 	// LateMatched counts the events the service queued again itself when
 	// their order or subscription was created (inbox_replays by the
 	// service), at the check.
@@ -229,8 +237,8 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	p("workload:        %d orders (%d test-mode only), %d events (%d test-mode, %d extra payments, %d stale overdue)",
 		r.Orders, r.TestOnlyOrders, r.Events, r.TestModeEvents, r.ExtraPayments, r.StaleEvents)
 	p("external lines:  %d, each to %s or %s", r.ExternalLines, destIdempotent, destPlain)
-	p("late matching:   %d orders created after their events, %d subscription events sent before their subscription; %d events queued again by the service",
-		r.LateOrders, r.Subscriptions.Early, r.LateMatched)
+	p("late matching:   %d orders created after their events (%d while the first was being processed: %d payments matched at once, %d later), %d subscription events sent before their subscription; %d events queued again by the service",
+		r.LateOrders, r.RacingOrders, r.RacingAtOnce, r.RacingLate, r.Subscriptions.Early, r.LateMatched)
 	p("tbank:           %d notifications acked of %d, %d orders, %d refunds (%d partial, %d full); %d orders refunded",
 		r.TBank.Acked, r.TBank.Notifications, r.TBank.Orders, r.TBank.PartialRefunds+r.TBank.FullRefunds,
 		r.TBank.PartialRefunds, r.TBank.FullRefunds, r.TBank.Refunded)

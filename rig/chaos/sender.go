@@ -183,6 +183,25 @@ func (s *sender) count(answer string) {
 	s.mu.Unlock()
 }
 
+// waitAcked returns true once any event of evs is acknowledged, false
+// when ctx ends first.
+func (s *sender) waitAcked(ctx context.Context, evs []int) bool {
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		for _, j := range evs {
+			if s.acked[j].Load() {
+				return true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
 // ackedCount is the number of distinct events acknowledged.
 func (s *sender) ackedCount() int {
 	n := 0

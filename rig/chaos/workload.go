@@ -65,7 +65,11 @@ type orderPlan struct {
 	// decided unmatched), as by a storefront slower than the provider;
 	// creating it queues them again (late matching).
 	late bool
-	id   string
+	// racing (a late order): created as soon as its first event is
+	// acknowledged, while the service may be deciding it, rather than
+	// once its events are decided: the race late matching's locks close.
+	racing bool
+	id     string
 }
 
 // request is the CreateOrder request of the order; repeating it is
@@ -230,7 +234,9 @@ func newWorkload(seed int64, nOrders int, tbankPassword []byte) *workload {
 		}
 		if !o.testOnly && !o.tbank && o.sub == nil && g.rng.IntN(16) == 0 {
 			o.late = true
+			o.racing = w.stats.LateOrders%2 == 1
 			w.stats.LateOrders++
+			w.stats.RacingOrders += btoi(o.racing)
 		}
 		w.stats.ExternalLines += len(o.external)
 		w.orders = append(w.orders, o)
