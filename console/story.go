@@ -141,11 +141,14 @@ func timeline(o *fulfillmentv1.Order, inbox map[string]*fulfillmentv1.InboxEvent
 	for _, e := range h.GetEvents() {
 		entry := storyEntry{At: e.GetReceiveTime(), Kind: "event", Title: fmt.Sprintf("Event %s %s", e.GetType(), e.GetEventId()),
 			Detail: "decision: " + e.GetDecision()}
+		if e.GetMatchedLater() {
+			entry.Title += " (came before the order; processed again when it appeared)"
+		}
+		if r := e.GetDecisionReason(); r != "" {
+			entry.Detail += " — " + r
+		}
 		if ie, ok := inbox[e.GetEventId()]; ok {
 			entry.Href = Prefix + "events/" + ie.GetId()
-			if r := ie.GetDecisionReason(); r != "" {
-				entry.Detail += " — " + r
-			}
 		}
 		add(entry)
 		st := stateOf[e.GetDecision()]

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/tbank"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	"github.com/fulfillplatform/fulfillment/rig/daemon"
@@ -67,6 +68,20 @@ func TestLateMatchYolfiPaymentBeforeOrder(t *testing.T) {
 	}
 	if resolved, open := s.matchedLater(t, order.GetId()); resolved != 1 || open != 0 {
 		t.Errorf("unmatched_payment items: %d resolved as matched_later with the order, %d open; want 1 and 0", resolved, open)
+	}
+	// The order's timeline says the payment came first.
+	resp, err := s.client.GetOrder(authed(orgAToken), &fulfillmentv1.GetOrderRequest{OrderId: order.GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var later int
+	for _, e := range resp.GetOrder().GetHistory().GetEvents() {
+		if e.GetMatchedLater() && strings.Contains(e.GetDecisionReason(), "was created after this event") {
+			later++
+		}
+	}
+	if later != 1 {
+		t.Errorf("%d events of the order's timeline say they came before it, want 1: %v", later, resp.GetOrder().GetHistory().GetEvents())
 	}
 }
 

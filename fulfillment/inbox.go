@@ -122,6 +122,10 @@ type TimelineEvent struct {
 	Type       string
 	ReceivedAt time.Time
 	Decision   Decision
+	Reason     string
+	// MatchedLater: the event came before its order, and the service
+	// queued it again when the order appeared (late matching).
+	MatchedLater bool
 }
 
 // OrderDetail is an order with its history. Attempts and Events hold the

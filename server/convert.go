@@ -131,10 +131,12 @@ func orderDetailToProto(d fulfillment.OrderDetail, showSecrets bool) *fulfillmen
 	}
 	for _, e := range d.Events {
 		h.Events = append(h.Events, &fulfillmentv1.OrderEvent{
-			EventId:     e.EventID,
-			Type:        e.Type,
-			ReceiveTime: timestamppb.New(e.ReceivedAt),
-			Decision:    string(e.Decision),
+			EventId:        e.EventID,
+			Type:           e.Type,
+			ReceiveTime:    timestamppb.New(e.ReceivedAt),
+			Decision:       string(e.Decision),
+			DecisionReason: e.Reason,
+			MatchedLater:   e.MatchedLater,
 		})
 	}
 	for _, m := range d.Deliveries {

@@ -73,14 +73,19 @@ func (s *Store) OrderDetail(ctx context.Context, id string) (fulfillment.OrderDe
 	}
 
 	rows, _ = s.pool.Query(ctx, `
-		SELECT event_id, event_type, received_at, decision, total FROM (
-			SELECT id, event_id, event_type, received_at, coalesce(decision, '') AS decision, count(*) OVER () AS total
+		SELECT event_id, event_type, received_at, decision, decision_reason,
+			EXISTS (SELECT 1 FROM inbox_replays r WHERE r.inbox_event_id = newest.id
+				AND r.replayed_by = '`+LateMatchActor+`' AND r.replayed_by_detail LIKE '`+lateMatchDetail+`%'),
+			total
+		FROM (
+			SELECT id, event_id, event_type, received_at, coalesce(decision, '') AS decision,
+				coalesce(decision_reason, '') AS decision_reason, count(*) OVER () AS total
 			FROM inbox_events WHERE order_id = $1 ORDER BY received_at DESC, id DESC LIMIT $2) newest
 		ORDER BY received_at, id`, id, fulfillment.MaxHistoryItems)
 	total = 0
 	d.Events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.TimelineEvent, error) {
 		var e fulfillment.TimelineEvent
-		err := r.Scan(&e.EventID, &e.Type, &e.ReceivedAt, &e.Decision, &total)
+		err := r.Scan(&e.EventID, &e.Type, &e.ReceivedAt, &e.Decision, &e.Reason, &e.MatchedLater, &total)
 		return e, err
 	})
 	if err != nil {

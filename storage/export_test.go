@@ -49,3 +49,9 @@ func ProbePooling(ctx context.Context, url string) (Pooling, error) {
 	}
 	return probePooling(ctx, cfg)
 }
+
+// OrderLockKey is the text whose hash is the late-match lock of k, and
+// LateMatchLock the first key of those locks (for tests that hold one).
+func OrderLockKey(k fulfillment.OrderKey) string { return orderLockKey(k) }
+
+const LateMatchLock = lateMatchLock

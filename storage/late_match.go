@@ -76,6 +76,18 @@ var lateMatchSQL = lateMatchStatement(`
 	"order_id", "'order ' || $6::text || ' was created after this event'",
 	"the order was created after the payment; the payment is processed again against it")
 
+// lateStartSQL queues again, in the transaction that registers attempt $4
+// (its provider order id) of order $6, the events of its org ($1) and
+// environment ($2) decided unmatched that name the attempt as their
+// checkout session, received within the late match window ($5); $3 is
+// unused (NULL) (lateMatchStatement).
+var lateStartSQL = lateMatchStatement(`
+		SELECT id, $6::uuid AS link FROM inbox_events
+		WHERE state = 'unmatched' AND org_id = $1 AND environment = $2 AND checkout_session_id = $4
+			AND received_at > now() - $5::interval AND $3::text IS NULL`,
+	"order_id", "'payment attempt ' || $4 || ' of order ' || $6::text || ' was registered after this event'",
+	"the payment attempt was registered after the payment; the payment is processed again against its order")
+
 // lateSubscriptionSQL queues again the events that were decided unmatched
 // and name, by provider key ($1 to $4, arrays), a subscription that exists
 // now, received within the late match window ($5)
@@ -94,36 +106,47 @@ var lateSubscriptionSQL = lateMatchStatement(`
 
 // lateOrderByEventSQL queues again the events of $1 (decided unmatched in
 // this transaction) that an order created since names, by merchant order
-// id or checkout session, received within the late match window ($2)
+// id or checkout session, or a payment start registered since names by its
+// provider order id, received within the late match window ($2)
 // (lateMatchStatement).
 var lateOrderByEventSQL = lateMatchStatement(`
-		SELECT DISTINCT ON (e.id) e.id, o.id AS link
+		SELECT DISTINCT ON (e.id) e.id, m.link
 		FROM inbox_events e
-		JOIN orders o ON o.org_id = e.org_id AND o.environment = e.environment
-			AND (o.merchant_order_id = e.merchant_order_id OR o.checkout_session_id = e.checkout_session_id)
+		CROSS JOIN LATERAL (
+			SELECT o.id AS link FROM orders o
+			WHERE o.org_id = e.org_id AND o.environment = e.environment
+				AND (o.merchant_order_id = e.merchant_order_id OR o.checkout_session_id = e.checkout_session_id)
+			UNION ALL
+			SELECT ps.order_id FROM payment_starts ps
+			WHERE ps.org_id = e.org_id AND ps.environment = e.environment AND ps.provider_order_id = e.checkout_session_id) m
 		WHERE e.id = ANY($1) AND e.state = 'unmatched' AND e.received_at > now() - $2::interval
-		ORDER BY e.id, o.id`,
+		ORDER BY e.id, m.link`,
 	"order_id", "'order ' || (SELECT l.link FROM locked l WHERE l.id = e.id)::text || ' was created after this event'",
 	"the order was created after the payment; the payment is processed again against it")
 
-// requeueLateEvents queues again, in tx, the unmatched events that the
-// order spec (id) would have matched had it existed (lateMatchSQL), after
-// taking the order's keys' locks (lateMatches), and tells the other
-// replicas' inbox workers when there are any. It returns how many.
-func (s *Store) requeueLateEvents(ctx context.Context, tx pgx.Tx, id uuid.UUID, spec fulfillment.OrderSpec) (int, error) {
+// requeueLateEvents queues again, in tx, the unmatched events that order
+// id would have matched had it existed, by its merchant order id or the
+// checkout session, with statement (lateMatchSQL for an order's creation:
+// both keys; lateStartSQL for a payment start: the attempt's provider
+// order id as the session, no merchant order id), after taking those
+// keys' locks (lateMatches), and tells the other replicas' inbox workers
+// when there are any. It returns how many.
+func (s *Store) requeueLateEvents(ctx context.Context, tx pgx.Tx, statement string, id uuid.UUID, org string,
+	env fulfillment.Environment, merchantOrderID, checkoutSessionID string) (int, error) {
 	l := &lateMatches{}
-	key := fulfillment.OrderKey{OrgID: spec.OrgID, Environment: spec.Environment,
-		Field: fulfillment.ByMerchantOrderID, Value: spec.MerchantOrderID}
-	l.lock(orderLockKey(key), true)
-	if spec.CheckoutSessionID != "" {
-		key.Field, key.Value = fulfillment.ByCheckoutSessionID, spec.CheckoutSessionID
-		l.lock(orderLockKey(key), true)
+	for _, k := range []fulfillment.OrderKey{
+		{OrgID: org, Environment: env, Field: fulfillment.ByMerchantOrderID, Value: merchantOrderID},
+		{OrgID: org, Environment: env, Field: fulfillment.ByCheckoutSessionID, Value: checkoutSessionID},
+	} {
+		if k.Value != "" {
+			l.lock(orderLockKey(k), true)
+		}
 	}
 	b := &pgx.Batch{}
 	l.queueLocks(b)
 	var n int
-	b.Queue(lateMatchSQL, spec.OrgID, spec.Environment, spec.MerchantOrderID,
-		opt(spec.CheckoutSessionID), s.lateMatch, id).QueryRow(func(row pgx.Row) error { return row.Scan(&n) })
+	b.Queue(statement, org, env, opt(merchantOrderID), opt(checkoutSessionID), s.lateMatch, id).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&n) })
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return 0, fmt.Errorf("queueing the events that came before the order: %w", interpret(err))
 	}
@@ -168,6 +191,14 @@ const lateMatchLock = 230
 // creator, the events decided unmatched; the decider, the order or
 // subscription — and queues its own events again. The locks are taken in
 // one order (by hash), after every row lock of the transaction.
+//
+// One wait can still close a cycle: a creator that holds its lock and
+// queues an event again waits for the event's row, which a batch deciding
+// that event anew (it was unmatched before, and was replayed) has written
+// and holds while it waits for the creator's lock. PostgreSQL breaks such a
+// deadlock after deadlock_timeout by rolling one of the two back: a batch
+// is retried by its queue, and an order's creation or a payment start runs
+// again (withRetriedTx), to find the event decided.
 type lateMatches struct {
 	locks     map[string]bool                      // lock key → exclusive
 	subs      map[fulfillment.SubscriptionKey]bool // whose unmatched events to queue again

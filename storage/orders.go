@@ -32,7 +32,10 @@ func (s *Store) OrderCreate(ctx context.Context, spec fulfillment.OrderSpec) (fu
 	created := false
 	late := 0 // events that came before the order, queued again
 	var createdAt time.Time
-	err = s.withTx(ctx, func(tx pgx.Tx) error {
+	// Run again after a deadlock: the queueing of the events that came
+	// first may meet a batch deciding one of them again (see lateMatches).
+	err = s.withRetriedTx(ctx, func(tx pgx.Tx) error {
+		created, late = false, 0
 		total := spec.Total()
 		var token, network, amount, tolerance *string
 		if st := spec.Settlement; st != nil {
@@ -70,7 +73,7 @@ func (s *Store) OrderCreate(ctx context.Context, spec fulfillment.OrderSpec) (fu
 			return fmt.Errorf("inserting order lines: %w", interpret(err))
 		}
 		created = true
-		late, err = s.requeueLateEvents(ctx, tx, id, spec)
+		late, err = s.requeueLateEvents(ctx, tx, lateMatchSQL, id, spec.OrgID, spec.Environment, spec.MerchantOrderID, spec.CheckoutSessionID)
 		return err
 	})
 	if err != nil {

@@ -40,8 +40,11 @@ func (s *Store) StartBegin(ctx context.Context, r fulfillment.StartRequest) (ful
 	var (
 		start fulfillment.PaymentStart
 		ask   bool
+		late  int // events that named the attempt before it was registered, queued again
 	)
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
+	// Run again after a deadlock, as OrderCreate.
+	err := s.withRetriedTx(ctx, func(tx pgx.Tx) error {
+		ask, late = false, 0
 		var (
 			org, env, state string
 			total           fulfillment.Money
@@ -108,8 +111,21 @@ func (s *Store) StartBegin(ctx context.Context, r fulfillment.StartRequest) (ful
 			return fmt.Errorf("recording payment start: %w", interpret(err))
 		}
 		ask = true
+		if step == fulfillment.StepNew {
+			// An event naming the attempt's provider order id, decided
+			// before the attempt was registered, is processed again now.
+			orderID, err := uuid.Parse(start.OrderID)
+			if err != nil {
+				return fmt.Errorf("payment start of order %q: %w", start.OrderID, err)
+			}
+			late, err = s.requeueLateEvents(ctx, tx, lateStartSQL, orderID, org, fulfillment.Environment(env), "", start.ProviderOrderID)
+			return err
+		}
 		return nil
 	})
+	if err == nil {
+		s.wakeLate(late)
+	}
 	return start, ask, err
 }
 

@@ -280,6 +280,27 @@ func (s *Store) withTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return nil
 }
 
+// withRetriedTx is withTx, run again (three runs at most) when PostgreSQL
+// rolled the transaction back to break a deadlock or a serialization
+// failure, which a second run does not meet. fn must be safe to run again:
+// it must set, not accumulate, what it leaves behind.
+func (s *Store) withRetriedTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	for run := 1; ; run++ {
+		err := s.withTx(ctx, fn)
+		if run == 3 || !rolledBack(err) || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// rolledBack reports whether err is PostgreSQL's rollback of a
+// transaction it chose to break a deadlock or a serialization failure
+// (SQLSTATE class 40).
+func rolledBack(err error) bool {
+	code := sqlstateOf(err)
+	return len(code) == 5 && code[:2] == "40"
+}
+
 // SQLSTATE codes the store reacts to.
 const (
 	sqlstateUniqueViolation = "23505"
@@ -311,7 +332,8 @@ func interpret(err error) error {
 			return fmt.Errorf("%w: %w", fulfillment.ErrConflict, err)
 		case pgErr.Code[:2] == "08", // connection exception
 			pgErr.Code[:2] == "57", // operator intervention: shutdown, cancel
-			pgErr.Code[:2] == "53": // insufficient resources
+			pgErr.Code[:2] == "53", // insufficient resources
+			pgErr.Code[:2] == "40": // rolled back to break a deadlock or a serialization failure: a retry runs anew
 			return fmt.Errorf("%w: %w", fulfillment.ErrUnavailable, err)
 		}
 		return err

@@ -575,7 +575,13 @@ type OrderEvent struct {
 	// When the event was received.
 	ReceiveTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=receive_time,json=receiveTime,proto3" json:"receive_time,omitempty"`
 	// What the event did to the order, e.g. "fulfilled" or "stale_ignored".
-	Decision      string `protobuf:"bytes,4,opt,name=decision,proto3" json:"decision,omitempty"`
+	Decision string `protobuf:"bytes,4,opt,name=decision,proto3" json:"decision,omitempty"`
+	// Why, in a sentence (empty until decided).
+	DecisionReason string `protobuf:"bytes,5,opt,name=decision_reason,json=decisionReason,proto3" json:"decision_reason,omitempty"`
+	// The event came before the order (or the payment attempt) it names: it
+	// was decided unmatched, and the service processed it again when the
+	// order appeared.
+	MatchedLater  bool `protobuf:"varint,6,opt,name=matched_later,json=matchedLater,proto3" json:"matched_later,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -636,6 +642,20 @@ func (x *OrderEvent) GetDecision() string {
 		return x.Decision
 	}
 	return ""
+}
+
+func (x *OrderEvent) GetDecisionReason() string {
+	if x != nil {
+		return x.DecisionReason
+	}
+	return ""
+}
+
+func (x *OrderEvent) GetMatchedLater() bool {
+	if x != nil {
+		return x.MatchedLater
+	}
+	return false
 }
 
 // Order is what a customer must receive, and what has happened to it.
@@ -7053,13 +7073,15 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\bmovement\x18\x03 \x01(\tR\bmovement\x12-\n" +
 	"\x06amount\x18\x04 \x01(\v2\x15.fulfillment.v1.MoneyR\x06amount\x12;\n" +
 	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"\x96\x01\n" +
+	"createTime\"\xe4\x01\n" +
 	"\n" +
 	"OrderEvent\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12=\n" +
 	"\freceive_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vreceiveTime\x12\x1a\n" +
-	"\bdecision\x18\x04 \x01(\tR\bdecision\"\xde\x04\n" +
+	"\bdecision\x18\x04 \x01(\tR\bdecision\x12'\n" +
+	"\x0fdecision_reason\x18\x05 \x01(\tR\x0edecisionReason\x12#\n" +
+	"\rmatched_later\x18\x06 \x01(\bR\fmatchedLater\"\xde\x04\n" +
 	"\x05Order\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06org_id\x18\x02 \x01(\tR\x05orgId\x12 \n" +
