@@ -307,6 +307,23 @@ func TestTimelineStates(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("with an external line: %q, want %q", got, want)
 	}
+	refused := &fulfillmentv1.OrderHistory{Events: []*fulfillmentv1.OrderEvent{{EventId: "evt_2", Type: "payment.confirmed",
+		Decision: "plan_change_refused", ReceiveTime: at(1)}}}
+	got = states(&fulfillmentv1.Order{History: refused, CreateTime: at(0)})
+	if want := []string{"State → on_hold"}; !slices.Equal(got, want) {
+		t.Errorf("a plan change refused: %q, want %q", got, want)
+	}
+	late := &fulfillmentv1.OrderHistory{Events: []*fulfillmentv1.OrderEvent{{EventId: "evt_3", Type: "payment.confirmed",
+		Decision: "fulfilled", DecisionReason: "paid (late match: order o-1 was created after this event)", MatchedLater: true, ReceiveTime: at(1)}}}
+	var event storyEntry
+	for _, e := range timeline(&fulfillmentv1.Order{History: late, CreateTime: at(0)}, nil, nil, nil) {
+		if e.Kind == "event" {
+			event = e
+		}
+	}
+	if !strings.Contains(event.Title, "came before the order") || !strings.Contains(event.Detail, "late match: order o-1") {
+		t.Errorf("a payment that came first: %q — %q; want it to say so, with the decision's reason", event.Title, event.Detail)
+	}
 	a := &fulfillmentv1.DeliveryAttempt{Status: 200, Outcome: "delivered", Reason: "HTTP 200"}
 	if s := attemptLine(a); s != "HTTP 200, delivered" {
 		t.Errorf("attempt line = %q", s)

@@ -112,11 +112,12 @@ func (c *Console) story(ctx context.Context, s *session, orderID string) (*story
 
 // stateOf is the state a decision moves an order to, if any.
 var stateOf = map[string]string{
-	"fulfilled":          "fulfilled",
-	"amount_mismatch":    "on_hold",
-	"refunded":           "refunded",
-	"partially_refunded": "refunded in part",
-	"attempt_expired":    "",
+	"fulfilled":           "fulfilled",
+	"amount_mismatch":     "on_hold",
+	"plan_change_refused": "on_hold",
+	"refunded":            "refunded",
+	"partially_refunded":  "refunded in part",
+	"attempt_expired":     "",
 }
 
 func timeline(o *fulfillmentv1.Order, inbox map[string]*fulfillmentv1.InboxEvent,

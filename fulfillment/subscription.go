@@ -537,6 +537,9 @@ type PaidPeriod struct {
 	Bill      string
 	PaymentID string
 	CreatedAt time.Time
+	// RefundedAt is when the payment that paid it was refunded in full
+	// (zero: it was not); its access ended then, or never began.
+	RefundedAt time.Time
 }
 
 // SubscriptionDetail is a subscription with its paid periods, oldest

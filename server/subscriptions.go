@@ -62,6 +62,7 @@ func (s *Service) GetSubscription(ctx context.Context, req *fulfillmentv1.GetSub
 			Bill:       p.Bill,
 			PaymentId:  p.PaymentID,
 			CreateTime: timestamppb.New(p.CreatedAt),
+			RefundTime: optTime(p.RefundedAt),
 		})
 	}
 	if plan, ok := s.plans[d.PlanID]; ok {

@@ -621,6 +621,19 @@ func TestSubscriptionFlowRenewalRefunded(t *testing.T) {
 		if a.Granted || a.Why != "access ended: the payment of period 2 was refunded" {
 			t.Errorf("%s: CheckAccess an hour after the refund = %+v, want no access, because of the refund", when, a)
 		}
+		d, err := s.SubscriptionGet(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var refunded []int
+		for _, p := range d.Periods {
+			if !p.RefundedAt.IsZero() {
+				refunded = append(refunded, p.Period)
+			}
+		}
+		if len(d.Periods) != 2 || !slices.Equal(refunded, []int{2}) {
+			t.Errorf("%s: GetSubscription's periods %+v; want 2, the second refunded", when, d.Periods)
+		}
 	}
 	check("refunded")
 	again := refund

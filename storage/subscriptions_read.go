@@ -82,13 +82,17 @@ func (s *Store) SubscriptionGet(ctx context.Context, id string) (fulfillment.Sub
 		return err
 	})
 	total := 0
-	b.Queue(`SELECT period, starts_at, ends_at, period_key, coalesce(payment_id, ''), created_at, count(*) OVER ()
+	b.Queue(`SELECT period, starts_at, ends_at, period_key, coalesce(payment_id, ''), created_at, refunded_at, count(*) OVER ()
 		FROM subscription_periods WHERE subscription_id = $1::uuid ORDER BY period DESC LIMIT $2`,
 		id, fulfillment.MaxSubscriptionPeriods).Query(func(rows pgx.Rows) error {
 		return forEachRow(rows, func(row pgx.Rows) error {
 			var p fulfillment.PaidPeriod
-			if err := row.Scan(&p.Period, &p.Start, &p.End, &p.Bill, &p.PaymentID, &p.CreatedAt, &total); err != nil {
+			var refunded *time.Time
+			if err := row.Scan(&p.Period, &p.Start, &p.End, &p.Bill, &p.PaymentID, &p.CreatedAt, &refunded, &total); err != nil {
 				return err
+			}
+			if refunded != nil {
+				p.RefundedAt = *refunded
 			}
 			d.Periods = append(d.Periods, p)
 			return nil

@@ -5456,7 +5456,10 @@ type PaidPeriod struct {
 	// The provider's id of the payment that paid it.
 	PaymentId string `protobuf:"bytes,5,opt,name=payment_id,json=paymentId,proto3" json:"payment_id,omitempty"`
 	// When it was granted.
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// When the payment that paid it was refunded in full: the period's
+	// access ended then (none, if it had not begun). Absent: not refunded.
+	RefundTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=refund_time,json=refundTime,proto3" json:"refund_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5529,6 +5532,13 @@ func (x *PaidPeriod) GetPaymentId() string {
 func (x *PaidPeriod) GetCreateTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *PaidPeriod) GetRefundTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RefundTime
 	}
 	return nil
 }
@@ -7515,7 +7525,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\vcreate_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"\x86\x02\n" +
+	"updateTime\"\xc3\x02\n" +
 	"\n" +
 	"PaidPeriod\x12\x16\n" +
 	"\x06period\x18\x01 \x01(\x05R\x06period\x129\n" +
@@ -7526,7 +7536,9 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\n" +
 	"payment_id\x18\x05 \x01(\tR\tpaymentId\x12;\n" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"\xac\x01\n" +
+	"createTime\x12;\n" +
+	"\vrefund_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"refundTime\"\xac\x01\n" +
 	"\x06Access\x12\x1d\n" +
 	"\n" +
 	"has_access\x18\x01 \x01(\bR\thasAccess\x120\n" +
@@ -7864,90 +7876,91 @@ var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
 	88,  // 86: fulfillment.v1.PaidPeriod.start_time:type_name -> google.protobuf.Timestamp
 	88,  // 87: fulfillment.v1.PaidPeriod.end_time:type_name -> google.protobuf.Timestamp
 	88,  // 88: fulfillment.v1.PaidPeriod.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 89: fulfillment.v1.Access.until:type_name -> google.protobuf.Timestamp
-	88,  // 90: fulfillment.v1.Access.check_time:type_name -> google.protobuf.Timestamp
-	62,  // 91: fulfillment.v1.CreateSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
-	62,  // 92: fulfillment.v1.GetSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
-	63,  // 93: fulfillment.v1.GetSubscriptionResponse.periods:type_name -> fulfillment.v1.PaidPeriod
-	64,  // 94: fulfillment.v1.GetSubscriptionResponse.access:type_name -> fulfillment.v1.Access
-	62,  // 95: fulfillment.v1.ListSubscriptionsResponse.subscriptions:type_name -> fulfillment.v1.Subscription
-	88,  // 96: fulfillment.v1.CheckAccessResponse.until:type_name -> google.protobuf.Timestamp
-	88,  // 97: fulfillment.v1.CheckAccessResponse.check_time:type_name -> google.protobuf.Timestamp
-	88,  // 98: fulfillment.v1.RedriveFilter.received_after:type_name -> google.protobuf.Timestamp
-	88,  // 99: fulfillment.v1.RedriveFilter.received_before:type_name -> google.protobuf.Timestamp
-	73,  // 100: fulfillment.v1.PlanRedriveRequest.filter:type_name -> fulfillment.v1.RedriveFilter
-	74,  // 101: fulfillment.v1.PlanRedriveResponse.sample:type_name -> fulfillment.v1.RedriveSample
-	73,  // 102: fulfillment.v1.Redrive.filter:type_name -> fulfillment.v1.RedriveFilter
-	88,  // 103: fulfillment.v1.Redrive.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 104: fulfillment.v1.Redrive.finish_time:type_name -> google.protobuf.Timestamp
-	73,  // 105: fulfillment.v1.StartRedriveRequest.filter:type_name -> fulfillment.v1.RedriveFilter
-	77,  // 106: fulfillment.v1.StartRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
-	77,  // 107: fulfillment.v1.GetRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
-	77,  // 108: fulfillment.v1.ListRedrivesResponse.redrives:type_name -> fulfillment.v1.Redrive
-	77,  // 109: fulfillment.v1.CancelRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
-	10,  // 110: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
-	12,  // 111: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
-	14,  // 112: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
-	17,  // 113: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
-	20,  // 114: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
-	22,  // 115: fulfillment.v1.FulfillmentService.GetReconciliationSummary:input_type -> fulfillment.v1.GetReconciliationSummaryRequest
-	23,  // 116: fulfillment.v1.FulfillmentService.GetActivity:input_type -> fulfillment.v1.GetActivityRequest
-	29,  // 117: fulfillment.v1.FulfillmentService.GetReconciliationItem:input_type -> fulfillment.v1.GetReconciliationItemRequest
-	32,  // 118: fulfillment.v1.FulfillmentService.ResolveReconciliationItem:input_type -> fulfillment.v1.ResolveReconciliationItemRequest
-	57,  // 119: fulfillment.v1.FulfillmentService.StartPayment:input_type -> fulfillment.v1.StartPaymentRequest
-	44,  // 120: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
-	46,  // 121: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
-	48,  // 122: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
-	51,  // 123: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
-	53,  // 124: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
-	55,  // 125: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
-	36,  // 126: fulfillment.v1.FulfillmentService.ListInboxEvents:input_type -> fulfillment.v1.ListInboxEventsRequest
-	38,  // 127: fulfillment.v1.FulfillmentService.GetInboxEvent:input_type -> fulfillment.v1.GetInboxEventRequest
-	40,  // 128: fulfillment.v1.FulfillmentService.ReplayInboxEvent:input_type -> fulfillment.v1.ReplayInboxEventRequest
-	60,  // 129: fulfillment.v1.FulfillmentService.WatchOrderEvents:input_type -> fulfillment.v1.WatchOrderEventsRequest
-	65,  // 130: fulfillment.v1.FulfillmentService.CreateSubscription:input_type -> fulfillment.v1.CreateSubscriptionRequest
-	67,  // 131: fulfillment.v1.FulfillmentService.GetSubscription:input_type -> fulfillment.v1.GetSubscriptionRequest
-	69,  // 132: fulfillment.v1.FulfillmentService.ListSubscriptions:input_type -> fulfillment.v1.ListSubscriptionsRequest
-	71,  // 133: fulfillment.v1.FulfillmentService.CheckAccess:input_type -> fulfillment.v1.CheckAccessRequest
-	75,  // 134: fulfillment.v1.FulfillmentService.PlanRedrive:input_type -> fulfillment.v1.PlanRedriveRequest
-	78,  // 135: fulfillment.v1.FulfillmentService.StartRedrive:input_type -> fulfillment.v1.StartRedriveRequest
-	80,  // 136: fulfillment.v1.FulfillmentService.GetRedrive:input_type -> fulfillment.v1.GetRedriveRequest
-	82,  // 137: fulfillment.v1.FulfillmentService.ListRedrives:input_type -> fulfillment.v1.ListRedrivesRequest
-	84,  // 138: fulfillment.v1.FulfillmentService.CancelRedrive:input_type -> fulfillment.v1.CancelRedriveRequest
-	11,  // 139: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
-	13,  // 140: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
-	15,  // 141: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
-	18,  // 142: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
-	21,  // 143: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
-	26,  // 144: fulfillment.v1.FulfillmentService.GetReconciliationSummary:output_type -> fulfillment.v1.GetReconciliationSummaryResponse
-	24,  // 145: fulfillment.v1.FulfillmentService.GetActivity:output_type -> fulfillment.v1.GetActivityResponse
-	30,  // 146: fulfillment.v1.FulfillmentService.GetReconciliationItem:output_type -> fulfillment.v1.GetReconciliationItemResponse
-	33,  // 147: fulfillment.v1.FulfillmentService.ResolveReconciliationItem:output_type -> fulfillment.v1.ResolveReconciliationItemResponse
-	58,  // 148: fulfillment.v1.FulfillmentService.StartPayment:output_type -> fulfillment.v1.StartPaymentResponse
-	45,  // 149: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
-	47,  // 150: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
-	49,  // 151: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
-	52,  // 152: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
-	54,  // 153: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
-	56,  // 154: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
-	37,  // 155: fulfillment.v1.FulfillmentService.ListInboxEvents:output_type -> fulfillment.v1.ListInboxEventsResponse
-	39,  // 156: fulfillment.v1.FulfillmentService.GetInboxEvent:output_type -> fulfillment.v1.GetInboxEventResponse
-	41,  // 157: fulfillment.v1.FulfillmentService.ReplayInboxEvent:output_type -> fulfillment.v1.ReplayInboxEventResponse
-	61,  // 158: fulfillment.v1.FulfillmentService.WatchOrderEvents:output_type -> fulfillment.v1.WatchOrderEventsResponse
-	66,  // 159: fulfillment.v1.FulfillmentService.CreateSubscription:output_type -> fulfillment.v1.CreateSubscriptionResponse
-	68,  // 160: fulfillment.v1.FulfillmentService.GetSubscription:output_type -> fulfillment.v1.GetSubscriptionResponse
-	70,  // 161: fulfillment.v1.FulfillmentService.ListSubscriptions:output_type -> fulfillment.v1.ListSubscriptionsResponse
-	72,  // 162: fulfillment.v1.FulfillmentService.CheckAccess:output_type -> fulfillment.v1.CheckAccessResponse
-	76,  // 163: fulfillment.v1.FulfillmentService.PlanRedrive:output_type -> fulfillment.v1.PlanRedriveResponse
-	79,  // 164: fulfillment.v1.FulfillmentService.StartRedrive:output_type -> fulfillment.v1.StartRedriveResponse
-	81,  // 165: fulfillment.v1.FulfillmentService.GetRedrive:output_type -> fulfillment.v1.GetRedriveResponse
-	83,  // 166: fulfillment.v1.FulfillmentService.ListRedrives:output_type -> fulfillment.v1.ListRedrivesResponse
-	85,  // 167: fulfillment.v1.FulfillmentService.CancelRedrive:output_type -> fulfillment.v1.CancelRedriveResponse
-	139, // [139:168] is the sub-list for method output_type
-	110, // [110:139] is the sub-list for method input_type
-	110, // [110:110] is the sub-list for extension type_name
-	110, // [110:110] is the sub-list for extension extendee
-	0,   // [0:110] is the sub-list for field type_name
+	88,  // 89: fulfillment.v1.PaidPeriod.refund_time:type_name -> google.protobuf.Timestamp
+	88,  // 90: fulfillment.v1.Access.until:type_name -> google.protobuf.Timestamp
+	88,  // 91: fulfillment.v1.Access.check_time:type_name -> google.protobuf.Timestamp
+	62,  // 92: fulfillment.v1.CreateSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
+	62,  // 93: fulfillment.v1.GetSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
+	63,  // 94: fulfillment.v1.GetSubscriptionResponse.periods:type_name -> fulfillment.v1.PaidPeriod
+	64,  // 95: fulfillment.v1.GetSubscriptionResponse.access:type_name -> fulfillment.v1.Access
+	62,  // 96: fulfillment.v1.ListSubscriptionsResponse.subscriptions:type_name -> fulfillment.v1.Subscription
+	88,  // 97: fulfillment.v1.CheckAccessResponse.until:type_name -> google.protobuf.Timestamp
+	88,  // 98: fulfillment.v1.CheckAccessResponse.check_time:type_name -> google.protobuf.Timestamp
+	88,  // 99: fulfillment.v1.RedriveFilter.received_after:type_name -> google.protobuf.Timestamp
+	88,  // 100: fulfillment.v1.RedriveFilter.received_before:type_name -> google.protobuf.Timestamp
+	73,  // 101: fulfillment.v1.PlanRedriveRequest.filter:type_name -> fulfillment.v1.RedriveFilter
+	74,  // 102: fulfillment.v1.PlanRedriveResponse.sample:type_name -> fulfillment.v1.RedriveSample
+	73,  // 103: fulfillment.v1.Redrive.filter:type_name -> fulfillment.v1.RedriveFilter
+	88,  // 104: fulfillment.v1.Redrive.create_time:type_name -> google.protobuf.Timestamp
+	88,  // 105: fulfillment.v1.Redrive.finish_time:type_name -> google.protobuf.Timestamp
+	73,  // 106: fulfillment.v1.StartRedriveRequest.filter:type_name -> fulfillment.v1.RedriveFilter
+	77,  // 107: fulfillment.v1.StartRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
+	77,  // 108: fulfillment.v1.GetRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
+	77,  // 109: fulfillment.v1.ListRedrivesResponse.redrives:type_name -> fulfillment.v1.Redrive
+	77,  // 110: fulfillment.v1.CancelRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
+	10,  // 111: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
+	12,  // 112: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
+	14,  // 113: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
+	17,  // 114: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
+	20,  // 115: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
+	22,  // 116: fulfillment.v1.FulfillmentService.GetReconciliationSummary:input_type -> fulfillment.v1.GetReconciliationSummaryRequest
+	23,  // 117: fulfillment.v1.FulfillmentService.GetActivity:input_type -> fulfillment.v1.GetActivityRequest
+	29,  // 118: fulfillment.v1.FulfillmentService.GetReconciliationItem:input_type -> fulfillment.v1.GetReconciliationItemRequest
+	32,  // 119: fulfillment.v1.FulfillmentService.ResolveReconciliationItem:input_type -> fulfillment.v1.ResolveReconciliationItemRequest
+	57,  // 120: fulfillment.v1.FulfillmentService.StartPayment:input_type -> fulfillment.v1.StartPaymentRequest
+	44,  // 121: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
+	46,  // 122: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
+	48,  // 123: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
+	51,  // 124: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
+	53,  // 125: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
+	55,  // 126: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
+	36,  // 127: fulfillment.v1.FulfillmentService.ListInboxEvents:input_type -> fulfillment.v1.ListInboxEventsRequest
+	38,  // 128: fulfillment.v1.FulfillmentService.GetInboxEvent:input_type -> fulfillment.v1.GetInboxEventRequest
+	40,  // 129: fulfillment.v1.FulfillmentService.ReplayInboxEvent:input_type -> fulfillment.v1.ReplayInboxEventRequest
+	60,  // 130: fulfillment.v1.FulfillmentService.WatchOrderEvents:input_type -> fulfillment.v1.WatchOrderEventsRequest
+	65,  // 131: fulfillment.v1.FulfillmentService.CreateSubscription:input_type -> fulfillment.v1.CreateSubscriptionRequest
+	67,  // 132: fulfillment.v1.FulfillmentService.GetSubscription:input_type -> fulfillment.v1.GetSubscriptionRequest
+	69,  // 133: fulfillment.v1.FulfillmentService.ListSubscriptions:input_type -> fulfillment.v1.ListSubscriptionsRequest
+	71,  // 134: fulfillment.v1.FulfillmentService.CheckAccess:input_type -> fulfillment.v1.CheckAccessRequest
+	75,  // 135: fulfillment.v1.FulfillmentService.PlanRedrive:input_type -> fulfillment.v1.PlanRedriveRequest
+	78,  // 136: fulfillment.v1.FulfillmentService.StartRedrive:input_type -> fulfillment.v1.StartRedriveRequest
+	80,  // 137: fulfillment.v1.FulfillmentService.GetRedrive:input_type -> fulfillment.v1.GetRedriveRequest
+	82,  // 138: fulfillment.v1.FulfillmentService.ListRedrives:input_type -> fulfillment.v1.ListRedrivesRequest
+	84,  // 139: fulfillment.v1.FulfillmentService.CancelRedrive:input_type -> fulfillment.v1.CancelRedriveRequest
+	11,  // 140: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
+	13,  // 141: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
+	15,  // 142: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
+	18,  // 143: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
+	21,  // 144: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
+	26,  // 145: fulfillment.v1.FulfillmentService.GetReconciliationSummary:output_type -> fulfillment.v1.GetReconciliationSummaryResponse
+	24,  // 146: fulfillment.v1.FulfillmentService.GetActivity:output_type -> fulfillment.v1.GetActivityResponse
+	30,  // 147: fulfillment.v1.FulfillmentService.GetReconciliationItem:output_type -> fulfillment.v1.GetReconciliationItemResponse
+	33,  // 148: fulfillment.v1.FulfillmentService.ResolveReconciliationItem:output_type -> fulfillment.v1.ResolveReconciliationItemResponse
+	58,  // 149: fulfillment.v1.FulfillmentService.StartPayment:output_type -> fulfillment.v1.StartPaymentResponse
+	45,  // 150: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
+	47,  // 151: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
+	49,  // 152: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
+	52,  // 153: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
+	54,  // 154: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
+	56,  // 155: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
+	37,  // 156: fulfillment.v1.FulfillmentService.ListInboxEvents:output_type -> fulfillment.v1.ListInboxEventsResponse
+	39,  // 157: fulfillment.v1.FulfillmentService.GetInboxEvent:output_type -> fulfillment.v1.GetInboxEventResponse
+	41,  // 158: fulfillment.v1.FulfillmentService.ReplayInboxEvent:output_type -> fulfillment.v1.ReplayInboxEventResponse
+	61,  // 159: fulfillment.v1.FulfillmentService.WatchOrderEvents:output_type -> fulfillment.v1.WatchOrderEventsResponse
+	66,  // 160: fulfillment.v1.FulfillmentService.CreateSubscription:output_type -> fulfillment.v1.CreateSubscriptionResponse
+	68,  // 161: fulfillment.v1.FulfillmentService.GetSubscription:output_type -> fulfillment.v1.GetSubscriptionResponse
+	70,  // 162: fulfillment.v1.FulfillmentService.ListSubscriptions:output_type -> fulfillment.v1.ListSubscriptionsResponse
+	72,  // 163: fulfillment.v1.FulfillmentService.CheckAccess:output_type -> fulfillment.v1.CheckAccessResponse
+	76,  // 164: fulfillment.v1.FulfillmentService.PlanRedrive:output_type -> fulfillment.v1.PlanRedriveResponse
+	79,  // 165: fulfillment.v1.FulfillmentService.StartRedrive:output_type -> fulfillment.v1.StartRedriveResponse
+	81,  // 166: fulfillment.v1.FulfillmentService.GetRedrive:output_type -> fulfillment.v1.GetRedriveResponse
+	83,  // 167: fulfillment.v1.FulfillmentService.ListRedrives:output_type -> fulfillment.v1.ListRedrivesResponse
+	85,  // 168: fulfillment.v1.FulfillmentService.CancelRedrive:output_type -> fulfillment.v1.CancelRedriveResponse
+	140, // [140:169] is the sub-list for method output_type
+	111, // [111:140] is the sub-list for method input_type
+	111, // [111:111] is the sub-list for extension type_name
+	111, // [111:111] is the sub-list for extension extendee
+	0,   // [0:111] is the sub-list for field type_name
 }
 
 func init() { file_fulfillment_v1_fulfillment_proto_init() }
