@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -44,7 +45,8 @@ func (s *stack) matchedLater(t *testing.T, orderID string) (resolved, open int) 
 
 // A Yolfi payment.confirmed delivered before CreateOrder over real HTTP: it
 // is stored unmatched, with an item; once the order is created it is
-// applied within seconds, once — delivered again, it grants nothing more —
+// applied within seconds, once — delivered again and replayed by hand, it
+// grants nothing more —
 // and its item is resolved as matched_later with the order.
 func TestLateMatchYolfiPaymentBeforeOrder(t *testing.T) {
 	t.Parallel()
@@ -62,9 +64,17 @@ func TestLateMatchYolfiPaymentBeforeOrder(t *testing.T) {
 	t.Logf("applied %v after CreateOrder", took.Round(time.Millisecond))
 
 	s.sendOK(t, paid) // delivered again
+	var id int64
+	if err := s.db.QueryRow(context.Background(), "SELECT id FROM inbox_events WHERE event_id = $1", paid.ID).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.client.ReplayInboxEvent(authed(adminToken), // and replayed by hand
+		&fulfillmentv1.ReplayInboxEventRequest{InboxEventId: strconv.FormatInt(id, 10), ActorDetail: "test"}); err != nil {
+		t.Fatalf("replaying the payment: %v", err)
+	}
 	s.settle(t)
 	if e := s.effects(t, order.GetId()); e.Licenses != 2 || e.Credits != 1 || e.State != "fulfilled" {
-		t.Errorf("after a redelivery: %v; want fulfilled, 2 licenses and 1 credit", e)
+		t.Errorf("after a redelivery and a replay by hand: %v; want fulfilled, 2 licenses and 1 credit", e)
 	}
 	if resolved, open := s.matchedLater(t, order.GetId()); resolved != 1 || open != 0 {
 		t.Errorf("unmatched_payment items: %d resolved as matched_later with the order, %d open; want 1 and 0", resolved, open)
