@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
 
 // Why the service vacuums its own queues.
@@ -103,7 +105,9 @@ func (s *Store) VacuumQueues(ctx context.Context, v QueueVacuum) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		s.log.Warn("queue vacuum: cannot read which queue tables this role may vacuum; trying again", "err", interpret(err))
+		if err := interpret(err); !errors.Is(err, fulfillment.ErrUnavailable) { // an outage is said once, elsewhere
+			s.log.Warn("queue vacuum: cannot read which queue tables this role may vacuum; trying again", "err", err)
+		}
 		if !sleepCtx(ctx, v.Interval*10) {
 			return nil
 		}
@@ -123,6 +127,9 @@ func (s *Store) VacuumQueues(ctx context.Context, v QueueVacuum) error {
 		switch {
 		case ctx.Err() != nil:
 			return nil
+		case errors.Is(err, fulfillment.ErrUnavailable):
+			// The database is unreachable: the service says so once,
+			// elsewhere; the vacuum tries again at the next interval.
 		case err != nil && !warned:
 			s.log.Warn("queue vacuum failed; trying again every interval", "err", err)
 			warned = true
