@@ -80,6 +80,32 @@ type Snapshot struct {
 	Plans   Plans
 }
 
+// SubscriptionKeys are the subscriptions to lock for a batch of events,
+// once their orders are locked: each one an event names at its provider,
+// and the subscription of the order an event matches when the order has a
+// subscription line (the one its payment pays a period of, and its refund
+// may end the access of), even when the event names none: the customer's
+// subscription under the id the service gave it. Each key once, in the
+// events' order.
+func SubscriptionKeys(events []ProviderEvent, orders map[OrderKey]*LockedOrder) []SubscriptionKey {
+	var keys []SubscriptionKey
+	seen := map[SubscriptionKey]bool{}
+	add := func(k SubscriptionKey) {
+		if k.ID != "" && !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	for _, ev := range events {
+		add(ev.SubscriptionKey())
+		o, ok := MatchOrder(ev, func(k OrderKey) (*LockedOrder, bool) { o, ok := orders[k]; return o, ok })
+		if ok && o.HasSubscriptionLines && o.SubscriptionPlan != "" {
+			add(OrderSubscriptionRef(ev, o.SubscriptionPlan, o.SubscriptionFor).Key())
+		}
+	}
+	return keys
+}
+
 // Step is what the batch made of one event.
 type Step struct {
 	// Outcome is the decision of the event and the effects on its order

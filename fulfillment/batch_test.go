@@ -311,3 +311,44 @@ func TestDecideBatchPlanNotConfigured(t *testing.T) {
 		t.Errorf("DecideBatch = %v, want the plan named", err)
 	}
 }
+
+// The subscriptions a batch is decided against: those its events name,
+// and the subscription of each matched order with a subscription line,
+// under the service's own id when the event names none; each once.
+func TestSubscriptionKeys(t *testing.T) {
+	t.Parallel()
+	plain := batchOrder("o-plain")
+	sub := batchOrder("o-sub")
+	sub.HasSubscriptionLines, sub.SubscriptionPlan, sub.SubscriptionFor = true, monthly.ID, "user_1"
+	orders := map[OrderKey]*LockedOrder{orderKey("m-plain"): plain, orderKey("m-sub"): sub}
+	customer := subKey(CustomerSubscriptionID(monthly.ID, "user_1"))
+	for _, tc := range []struct {
+		name   string
+		events []BatchEvent
+		want   []SubscriptionKey
+	}{
+		{"an order without a subscription line", []BatchEvent{batchEvent("e1", EventRefunded, "m-plain", "p1", 1000)}, nil},
+		{"no order", []BatchEvent{batchEvent("e1", EventRefunded, "m-nobody", "p1", 1000)}, nil},
+		{"named, no order", []BatchEvent{named(batchEvent("e1", EventSubscriptionCancelled, "", "p1", 1000), "sub_1")}, []SubscriptionKey{subKey("sub_1")}},
+		{"a subscription order's refund naming none", []BatchEvent{batchEvent("e1", EventRefunded, "m-sub", "p1", 1000)},
+			[]SubscriptionKey{customer}},
+		{"a subscription order's payment naming its subscription", []BatchEvent{named(batchEvent("e1", EventPaymentConfirmed, "m-sub", "p1", 1000), "sub_1")},
+			[]SubscriptionKey{subKey("sub_1")}},
+		{"each once, in the events' order", []BatchEvent{
+			batchEvent("e1", EventPaymentConfirmed, "m-sub", "p1", 1000),
+			named(batchEvent("e2", EventSubscriptionCancelled, "", "p2", 1000), "sub_2"),
+			batchEvent("e3", EventRefunded, "m-sub", "p1", 1000),
+		}, []SubscriptionKey{customer, subKey("sub_2")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			evs := make([]ProviderEvent, len(tc.events))
+			for i, be := range tc.events {
+				evs[i] = be.Event
+			}
+			if got := SubscriptionKeys(evs, orders); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("SubscriptionKeys = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

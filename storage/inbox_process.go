@@ -53,7 +53,7 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 		if err != nil {
 			return err
 		}
-		subs, err := lockEventSubscriptions(ctx, tx, events)
+		subs, err := lockEventSubscriptions(ctx, tx, events, orders)
 		if err != nil {
 			return err
 		}

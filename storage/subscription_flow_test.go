@@ -567,6 +567,72 @@ func TestSubscriptionFlowOrderPaymentRefunded(t *testing.T) {
 	}
 }
 
+// An order that paid the customer's subscription under the service's own
+// id (its payment named no subscription at the bank): the refund of that
+// payment names none either, yet the batch holds the order's subscription,
+// so the period's access ends at the refund, once, as when the refund
+// names the subscription (rows counted, after the refund is announced
+// again and replayed).
+func TestSubscriptionFlowRefundOfAnOrderWithoutProviderSubscription(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	withBinding := tbankSubscriptionOrder(t, s)
+	notice := func(status string, kind fulfillment.EventKind, at time.Time) fulfillment.ProviderEvent {
+		ev := withBinding(status, kind, "700", "m-t-1", at)
+		ev.Payment.SubscriptionID = "" // no card binding: a one-off payment
+		return ev
+	}
+	refundAt := subJan1.AddDate(0, 0, 9)
+	if got := deliver(t, s, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, subJan1)); got != "fulfilled" {
+		t.Fatalf("the payment: %s", got)
+	}
+	refund := notice("REFUNDED", fulfillment.EventRefunded, refundAt)
+	if got := deliver(t, s, refund); got != "refunded" {
+		t.Fatalf("the refund: %s, want refunded", got)
+	}
+	customerSub := fulfillment.CustomerSubscriptionID(subPlan.ID, "user_7")
+	check := func(when string) {
+		t.Helper()
+		want := subRow{State: "expired", Periods: 1, End: refundAt, Renewed: 1, Ended: 1, Items: 1}
+		if got := readSub(t, conn, customerSub); got != want {
+			t.Errorf("%s: %+v, want %+v", when, got, want)
+		}
+		for what, q := range map[string]string{
+			"refunded orders":  `SELECT count(*) FROM orders WHERE merchant_order_id = 'm-t' AND state = 'refunded'`,
+			"refunded periods": `SELECT count(*) FROM subscription_periods WHERE refunded_at IS NOT NULL`,
+			"ends of access":   `SELECT count(*) FROM subscriptions WHERE access_ended_at IS NOT NULL`,
+		} {
+			if n := count(t, conn, q); n != 1 {
+				t.Errorf("%s: %d %s, want 1", when, n, what)
+			}
+		}
+		subs, err := s.SubscriptionsOf(ctx, "org_a", fulfillment.EnvLive, "user_7", subPlan.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, _ := fulfillment.CheckAccess(subs, subPlan, refundAt.Add(time.Hour)); a.Granted {
+			t.Errorf("%s: CheckAccess an hour after the refund = %+v, want no access", when, a)
+		}
+	}
+	check("refunded")
+	again := refund
+	again.EventID += ":again"
+	if got := deliver(t, s, again); got != "already_applied" {
+		t.Errorf("the refund announced again: %s, want already_applied", got)
+	}
+	check("announced again")
+	var inboxID int64
+	if err := conn.QueryRow(ctx, `SELECT id FROM inbox_events WHERE event_id = $1`, refund.EventID).Scan(&inboxID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: inboxID, Actor: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	processAll(t, s, 1)
+	check("replayed")
+}
+
 // A full refund of a recurrent charge's payment ends the access of the
 // period it paid, once: the period had begun, so access ends at the
 // refund — expired, one subscription.access_ended in the feed and in crm's

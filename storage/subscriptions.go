@@ -192,14 +192,17 @@ func nullTime(t time.Time) *time.Time {
 	return &t
 }
 
-// lockEventSubscriptions locks the subscriptions the events name, in id
-// order, after their orders.
-func lockEventSubscriptions(ctx context.Context, tx pgx.Tx, events []leasedEvent) (lockedSubscriptions, error) {
+// lockEventSubscriptions locks the subscriptions the batch's events are
+// decided against (fulfillment.SubscriptionKeys: those they name, and
+// those of the orders they match), in id order.
+func lockEventSubscriptions(ctx context.Context, tx pgx.Tx, events []leasedEvent, orders map[fulfillment.OrderKey]*fulfillment.LockedOrder) (lockedSubscriptions, error) {
+	evs := make([]fulfillment.ProviderEvent, len(events))
+	for i, le := range events {
+		evs[i] = le.ev
+	}
 	var org, env, provider, id []string
-	for _, le := range events {
-		if k := le.ev.SubscriptionKey(); k.ID != "" {
-			org, env, provider, id = append(org, k.OrgID), append(env, string(k.Environment)), append(provider, string(k.Provider)), append(id, k.ID)
-		}
+	for _, k := range fulfillment.SubscriptionKeys(evs, orders) {
+		org, env, provider, id = append(org, k.OrgID), append(env, string(k.Environment)), append(provider, string(k.Provider)), append(id, k.ID)
 	}
 	if len(id) == 0 {
 		return lockedSubscriptions{}, nil
