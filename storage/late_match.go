@@ -197,8 +197,9 @@ const lateMatchLock = 230
 // that event anew (it was unmatched before, and was replayed) has written
 // and holds while it waits for the creator's lock. PostgreSQL breaks such a
 // deadlock after deadlock_timeout by rolling one of the two back: a batch
-// is retried by its queue, and an order's creation or a payment start runs
-// again (withRetriedTx), to find the event decided.
+// is retried by its queue, and an order's creation, a payment start or a
+// subscription's creation by the API runs again (withRetriedTx), to find
+// the event decided.
 type lateMatches struct {
 	locks     map[string]bool                      // lock key → exclusive
 	subs      map[fulfillment.SubscriptionKey]bool // whose unmatched events to queue again

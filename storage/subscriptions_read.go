@@ -29,8 +29,10 @@ func (s *Store) SubscriptionCreate(ctx context.Context, ref fulfillment.Subscrip
 		return fulfillment.SubscriptionRecord{}, false, fmt.Errorf("generating subscription id: %w", err)
 	}
 	var rec fulfillment.SubscriptionRecord
-	late := &lateMatches{}
-	err = s.withTx(ctx, func(tx pgx.Tx) error {
+	var late *lateMatches
+	// Run again after a deadlock, as OrderCreate (see lateMatches).
+	err = s.withRetriedTx(ctx, func(tx pgx.Tx) error {
+		late = &lateMatches{}
 		var err error
 		rec, err = scanSubscription(tx.QueryRow(ctx, `
 			INSERT INTO subscriptions (id, org_id, environment, provider, provider_subscription_id, customer_ref, plan_id)
