@@ -349,8 +349,15 @@ func (q Queue) validate(key string) error {
 			return fmt.Errorf("%s.%s: must not be negative", key, f.name)
 		}
 	}
+	if q.Batch > MaxQueueBatch {
+		return fmt.Errorf("%s.batch: at most %d (the items one claim and one transaction take)", key, MaxQueueBatch)
+	}
 	return nil
 }
+
+// MaxQueueBatch bounds the items one claim of a queue takes (and, for the
+// inbox, one transaction processes).
+const MaxQueueBatch = 1000
 
 // Listen holds the listener addresses (host:port).
 type Listen struct {
