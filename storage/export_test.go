@@ -55,3 +55,14 @@ func ProbePooling(ctx context.Context, url string) (Pooling, error) {
 func OrderLockKey(k fulfillment.OrderKey) string { return orderLockKey(k) }
 
 const LateMatchLock = lateMatchLock
+
+// InboxInsertBatch stores evs with one statement of the group commit, as
+// one flush of its batch does (for tests of the statement's locking).
+func (s *Store) InboxInsertBatch(ctx context.Context, evs []fulfillment.ProviderEvent) error {
+	batch := make([]*insertRequest, len(evs))
+	for i, ev := range evs {
+		batch[i] = &insertRequest{ctx: ctx, ev: ev, raw: []byte("{}"), done: make(chan insertResult, 1)}
+	}
+	_, err := s.inboxInsertBatch(ctx, batch)
+	return err
+}

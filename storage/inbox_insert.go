@@ -1,9 +1,11 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -141,6 +143,12 @@ func (in *inserter) flush(batch []*insertRequest) {
 	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	defer cancel()
 	receipts, err := in.store.inboxInsertBatch(ctx, live)
+	if rolledBack(err) {
+		// PostgreSQL broke a deadlock by rolling the batch back (the
+		// rows' order rules out one with another replica's batch, not
+		// every one): once more, whole.
+		receipts, err = in.store.inboxInsertBatch(ctx, live)
+	}
 	if err == nil {
 		for i, r := range live {
 			r.done <- insertResult{receipt: receipts[i]}
@@ -172,8 +180,15 @@ type eventKey struct {
 // a receipt per request, in order.
 func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([]fulfillment.InboxReceipt, error) {
 	n := len(batch)
+	// In the order of the dedupe key: two replicas' batches holding the
+	// same redelivered events then take their keys' locks in one order,
+	// and cannot deadlock on them.
+	sorted := slices.SortedStableFunc(slices.Values(batch), func(a, b *insertRequest) int {
+		return cmp.Or(cmp.Compare(a.ev.Provider, b.ev.Provider), cmp.Compare(a.ev.OrgID, b.ev.OrgID),
+			cmp.Compare(a.ev.Environment, b.ev.Environment), cmp.Compare(a.ev.EventID, b.ev.EventID))
+	})
 	rows := make([]inboxRow, n)
-	for i, r := range batch {
+	for i, r := range sorted {
 		rows[i] = inboxRowOf(r.ev)
 		rows[i].RawBody = r.raw
 		rows[i].State = string(fulfillment.InboxPending)
