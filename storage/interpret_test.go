@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"syscall"
 	"testing"
 
@@ -30,6 +31,8 @@ func TestInterpret(t *testing.T) {
 		{"unexpected EOF", fmt.Errorf("reading: %w", io.ErrUnexpectedEOF), fulfillment.ErrUnavailable},
 		{"connection reset", fmt.Errorf("writing: %w", syscall.ECONNRESET), fulfillment.ErrUnavailable},
 		{"deadline", context.DeadlineExceeded, fulfillment.ErrUnavailable},
+		{"deadlock detected", &pgconn.PgError{Code: "40P01"}, fulfillment.ErrUnavailable},
+		{"serialization failure", &pgconn.PgError{Code: "40001"}, fulfillment.ErrUnavailable},
 		{"syntax error", &pgconn.PgError{Code: "42601"}, nil},
 		{"check violation", &pgconn.PgError{Code: "23514"}, nil},
 	}
@@ -44,5 +47,20 @@ func TestInterpret(t *testing.T) {
 		if !errors.Is(got, tc.want) {
 			t.Errorf("%s: interpret = %v, want it to wrap %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A transaction PostgreSQL rolled back (a deadlock) is worth retrying, but
+// says nothing of the database's reachability; a lost connection does.
+func TestRolledBackIsNotUnreachable(t *testing.T) {
+	t.Parallel()
+	deadlock := interpret(&pgconn.PgError{Code: "40P01"})
+	if !rolledBack(deadlock) || rolledBack(interpret(&pgconn.PgError{Code: "08006"})) {
+		t.Errorf("rolledBack: deadlock %v, connection failure %v; want true, false",
+			rolledBack(deadlock), rolledBack(interpret(&pgconn.PgError{Code: "08006"})))
+	}
+	s := &Store{log: slog.New(slog.DiscardHandler)}
+	if s.unreachable(deadlock) {
+		t.Error("a deadlock was taken for an unreachable database")
 	}
 }

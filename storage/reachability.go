@@ -37,8 +37,8 @@ func (s *Store) GiveUpAfter() time.Duration { return s.giveUpAfter }
 // unreachable reports err when it says the database could not be reached,
 // and returns whether it did: the caller then leaves the telling to it.
 func (s *Store) unreachable(err error) bool {
-	if !errors.Is(err, fulfillment.ErrUnavailable) || errors.Is(err, context.Canceled) {
-		return false
+	if !errors.Is(err, fulfillment.ErrUnavailable) || errors.Is(err, context.Canceled) || rolledBack(err) {
+		return false // (a transaction PostgreSQL rolled back came from a database that answers)
 	}
 	r := &s.reach
 	r.mu.Lock()
