@@ -50,8 +50,9 @@ func TestInterpret(t *testing.T) {
 	}
 }
 
-// A transaction PostgreSQL rolled back (a deadlock) is worth retrying, but
-// says nothing of the database's reachability; a lost connection does.
+// A transaction PostgreSQL rolled back (a deadlock) or a statement it
+// cancelled (a timeout) is worth retrying, but says nothing of the
+// database's reachability; a lost connection does.
 func TestRolledBackIsNotUnreachable(t *testing.T) {
 	t.Parallel()
 	deadlock := interpret(&pgconn.PgError{Code: "40P01"})
@@ -62,5 +63,8 @@ func TestRolledBackIsNotUnreachable(t *testing.T) {
 	s := &Store{log: slog.New(slog.DiscardHandler)}
 	if s.unreachable(deadlock) {
 		t.Error("a deadlock was taken for an unreachable database")
+	}
+	if s.unreachable(interpret(&pgconn.PgError{Code: "57014"})) {
+		t.Error("a statement cancelled on its timeout was taken for an unreachable database")
 	}
 }

@@ -37,8 +37,11 @@ func (s *Store) GiveUpAfter() time.Duration { return s.giveUpAfter }
 // unreachable reports err when it says the database could not be reached,
 // and returns whether it did: the caller then leaves the telling to it.
 func (s *Store) unreachable(err error) bool {
-	if !errors.Is(err, fulfillment.ErrUnavailable) || errors.Is(err, context.Canceled) || rolledBack(err) {
-		return false // (a transaction PostgreSQL rolled back came from a database that answers)
+	if !errors.Is(err, fulfillment.ErrUnavailable) || errors.Is(err, context.Canceled) ||
+		rolledBack(err) || sqlstateOf(err) == sqlstateQueryCanceled {
+		// (A transaction PostgreSQL rolled back, a statement it cancelled
+		// on a timeout, came from a database that answers.)
+		return false
 	}
 	r := &s.reach
 	r.mu.Lock()

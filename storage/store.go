@@ -305,6 +305,7 @@ func rolledBack(err error) bool {
 const (
 	sqlstateUniqueViolation = "23505"
 	sqlstateUndefinedTable  = "42P01"
+	sqlstateQueryCanceled   = "57014"
 )
 
 // sqlstateOf is the SQLSTATE of a database error, "" for other errors.
