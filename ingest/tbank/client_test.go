@@ -513,8 +513,9 @@ func TestClientTransportErrors(t *testing.T) {
 	hang := make(chan struct{})
 	slow := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-hang }))
 	t.Cleanup(func() { close(hang); slow.Close() })
-	closed := httptest.NewServer(http.NotFoundHandler())
-	closed.Close()
+	// Port 1 on loopback: nothing listens there, and no test's server can
+	// be given it (a closed server's port can be, by a parallel test).
+	const refusing = "http://127.0.0.1:1"
 
 	short, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
@@ -522,7 +523,7 @@ func TestClientTransportErrors(t *testing.T) {
 	if ue, ok := errors.AsType[*tbank.UnknownOutcomeError](err); !ok || ue.StatusCode != 0 || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("timeout: %v, want an *UnknownOutcomeError wrapping the deadline", err)
 	}
-	_, err = newClient(t, closed.URL, password).GetState(ctx(t), "1")
+	_, err = newClient(t, refusing, password).GetState(ctx(t), "1")
 	if ue, ok := errors.AsType[*tbank.UnknownOutcomeError](err); !ok || ue.StatusCode != 0 {
 		t.Errorf("connection refused: %v, want an *UnknownOutcomeError without status", err)
 	}
