@@ -615,6 +615,14 @@ func TestSubscriptionFlowRefundOfAnOrderWithoutProviderSubscription(t *testing.T
 			t.Errorf("%s: CheckAccess an hour after the refund = %+v, want no access", when, a)
 		}
 	}
+	refundAgainAndReplayed(t, s, conn, refund, check)
+}
+
+// refundAgainAndReplayed checks what a processed refund left (check), then
+// announces it again and replays it by hand, checking after each.
+func refundAgainAndReplayed(t *testing.T, s *storage.Store, conn *pgx.Conn, refund fulfillment.ProviderEvent, check func(when string)) {
+	t.Helper()
+	ctx := context.Background()
 	check("refunded")
 	again := refund
 	again.EventID += ":again"
@@ -701,22 +709,7 @@ func TestSubscriptionFlowRenewalRefunded(t *testing.T) {
 			t.Errorf("%s: GetSubscription's periods %+v; want 2, the second refunded", when, d.Periods)
 		}
 	}
-	check("refunded")
-	again := refund
-	again.EventID += ":again"
-	if got := deliver(t, s, again); got != "already_applied" {
-		t.Errorf("the refund announced again: %s, want already_applied", got)
-	}
-	check("announced again")
-	var inboxID int64
-	if err := conn.QueryRow(ctx, `SELECT id FROM inbox_events WHERE event_id = $1`, refund.EventID).Scan(&inboxID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: inboxID, Actor: "admin"}); err != nil {
-		t.Fatal(err)
-	}
-	processAll(t, s, 1)
-	check("replayed")
+	refundAgainAndReplayed(t, s, conn, refund, check)
 	if swept, err := s.SubscriptionSweep(ctx, id, subPlan, subJan1.AddDate(0, 4, 0)); err != nil || swept {
 		t.Errorf("the sweep after the refund = %v, %v; want nothing to end", swept, err)
 	}
