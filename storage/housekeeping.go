@@ -52,8 +52,9 @@ func (s *Store) HousekeepingDone(ctx context.Context, id int64, owner string, n 
 // the batch), and counts the orders looked at and the items opened.
 //
 // The condition on the orders is fulfillment.PastFulfillmentSLA's; the
-// partial index orders_awaiting_fulfillment_idx holds exactly the orders
-// its states allow. Orders that have their item already are passed over,
+// orders its states allow are the rows of orders_unsettled that its
+// partial index orders_unsettled_awaiting_idx holds (the order is read
+// again under its lock). Orders that have their item already are passed over,
 // so that a batch makes progress and an order stuck for days costs nothing
 // after its first item — but what makes an item once per order is its
 // unique key (ON CONFLICT … DO NOTHING), whatever the sweepers racing. The
@@ -64,12 +65,12 @@ func (s *Store) HousekeepingDone(ctx context.Context, id int64, owner string, n 
 const overdueFulfillmentsSQL = `
 	WITH due AS (
 		SELECT o.id, o.org_id, o.environment, o.state, o.paid_at, o.paid_attempt_ref, o.paid_payment_id
-		FROM orders o
-		WHERE o.paid_at IS NOT NULL AND o.state IN ('paid', 'fulfilling')
-			AND o.paid_at < coalesce($1::timestamptz, now()) - $2::interval
+		FROM orders_unsettled w JOIN orders o ON o.id = w.order_id
+		WHERE w.state IN ('paid', 'fulfilling') AND w.paid_at < coalesce($1::timestamptz, now()) - $2::interval
+			AND o.paid_at IS NOT NULL AND o.state IN ('paid', 'fulfilling')
 			AND NOT EXISTS (SELECT 1 FROM reconciliation_items i
 				WHERE i.kind = 'paid_not_fulfilled' AND i.dedupe_key = $3 || o.id::text)
-		ORDER BY o.paid_at, o.id
+		ORDER BY w.paid_at, w.order_id
 		LIMIT $4
 		FOR SHARE OF o SKIP LOCKED
 	), opened AS (

@@ -116,7 +116,8 @@ func BenchmarkInboxInsert(b *testing.B) {
 // batch of 16; inserting the events is outside the timer. WAL-B/event is
 // the WAL the cluster wrote per event: for the inserts (insert-WAL-B/event)
 // and for the claims and batches (process-WAL-B/event), machine-independent
-// figures of the storage shape.
+// figures of the storage shape. With BENCH_WALRANGE set it prints where each
+// batch's inserts, claim and processing start and end, for pg_waldump.
 func BenchmarkInboxClaimProcess(b *testing.B) {
 	const batch = 16
 	s, url := benchStore(b)
@@ -170,7 +171,11 @@ func BenchmarkInboxClaimProcess(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StopTimer()
-		processWAL += lsn() - mid
+		end := lsn()
+		processWAL += end - mid
+		if os.Getenv("BENCH_WALRANGE") != "" {
+			fmt.Printf("WALRANGE %d %d %d\n", before, mid, end)
+		}
 		b.StartTimer()
 		if n == 0 {
 			b.StopTimer()

@@ -138,8 +138,7 @@ func (s *Store) ReconSummary(ctx context.Context, f fulfillment.ReconFilter) ([]
 			FROM inbox_events e WHERE e.state = 'failed'`+inner+` GROUP BY 1, 2
 		) x WHERE true`,
 		func(sr *fulfillment.ReconSummaryRow, n []int64) { sr.EventsPending, sr.EventsFailed = n[0], n[1] })
-	counts("o", `SELECT o.org_id, o.environment, count(*) FROM orders o
-		WHERE o.paid_at IS NOT NULL AND o.state IN ('paid', 'fulfilling', 'on_hold')`,
+	counts("o", `SELECT o.org_id, o.environment, count(*) FROM orders_unsettled o WHERE true`,
 		func(sr *fulfillment.ReconSummaryRow, n []int64) { sr.PaidNotFulfilled = n[0] })
 	counts("m", `SELECT m.org_id, m.environment, count(*) FILTER (WHERE m.state = 'failed'), count(*) FILTER (WHERE m.state = 'uncertain')
 		FROM outbox_messages m WHERE m.state IN ('failed', 'uncertain')`,

@@ -59,4 +59,11 @@ func (r *runner) checkItems(s *dbState) {
 		r.viol.add("licenses", "%d license keys, %d distinct, %d outside their line's units", s.totalLicenses, s.distinctLicenses, s.strayLicenses)
 	}
 	r.addCheck(c)
+
+	c = Check{Name: "orders_unsettled holds exactly the paid orders not settled", Checked: s.unsettled}
+	if s.wrongUnsettled > 0 {
+		c.Failed++
+		r.viol.add("orders_unsettled", "%d paid, unsettled orders missing from orders_unsettled or held there wrongly", s.wrongUnsettled)
+	}
+	r.addCheck(c)
 }

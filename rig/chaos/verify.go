@@ -115,6 +115,7 @@ type dbState struct {
 
 	totalLicenses, distinctLicenses int
 	strayLicenses                   int // entitlements outside their line's units, or on a non-license line
+	unsettled, wrongUnsettled       int // rows of orders_unsettled; paid, unsettled orders it misses or holds wrongly
 }
 
 // loadState reads the run's database, one query a table (or figure).
@@ -181,6 +182,13 @@ func loadState(ctx context.Context, db *pgxpool.Pool) (*dbState, error) {
 			SELECT count(*) FROM entitlements e JOIN order_lines l USING (order_id, line_no)
 			WHERE l.kind <> 'license' OR e.unit > l.quantity`,
 			[]any{&s.strayLicenses}, func() {}},
+		{"orders_unsettled against the orders", `
+			WITH want AS (SELECT id, org_id, environment, state, paid_at FROM orders
+					WHERE paid_at IS NOT NULL AND state IN ('paid', 'fulfilling', 'on_hold')),
+				got AS (SELECT order_id, org_id, environment, state, paid_at FROM orders_unsettled)
+			SELECT (SELECT count(*) FROM got),
+				(SELECT count(*) FROM ((SELECT * FROM want EXCEPT SELECT * FROM got) UNION ALL (SELECT * FROM got EXCEPT SELECT * FROM want)) x)`,
+			[]any{&s.unsettled, &s.wrongUnsettled}, func() {}},
 		{"ledger_entries", `SELECT order_id::text, line_no, movement, minor_units, coalesce(refund_ref, '') FROM ledger_entries`,
 			[]any{&orderID, &l.line, &l.movement, &l.minor, &l.ref}, func() {
 				s.ledger[orderID]++

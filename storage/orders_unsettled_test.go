@@ -1,0 +1,165 @@
+package storage_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/tern/v2/migrate"
+	"github.com/shopspring/decimal"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/storage"
+)
+
+// unsettledRows lists orders_unsettled, and how many paid orders waiting
+// for their fulfillment or a person it misses or holds wrongly: zero when
+// it is what the orders say.
+func unsettledRows(t *testing.T, conn *pgx.Conn) (rows string, wrong int) {
+	t.Helper()
+	ctx := context.Background()
+	const fromOrders = `SELECT id, org_id, environment, state, paid_at FROM orders
+		WHERE paid_at IS NOT NULL AND state IN ('paid', 'fulfilling', 'on_hold')`
+	const fromTable = `SELECT order_id, org_id, environment, state, paid_at FROM orders_unsettled`
+	wrong = count(t, conn, `SELECT count(*) FROM ((`+fromOrders+` EXCEPT `+fromTable+`) UNION ALL (`+fromTable+` EXCEPT `+fromOrders+`)) x`)
+	r, err := conn.Query(ctx, `SELECT o.merchant_order_id, u.state FROM orders_unsettled u JOIN orders o ON o.id = u.order_id
+		ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r.Next() {
+		var mo, state string
+		if err := r.Scan(&mo, &state); err != nil {
+			t.Fatal(err)
+		}
+		rows += mo + "=" + state + " "
+	}
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return rows, wrong
+}
+
+// The paid orders whose fulfillment is not settled are rows of their own,
+// which a trigger keeps with the orders: an order fulfilled at once never
+// has one, an order delivering its external lines or on hold has one until
+// it is settled (here: refunded, and by hand). Migration 033 builds the
+// same rows from the orders, and its down migration gives back the two
+// partial indexes.
+func TestOrdersUnsettledFollowTheOrders(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	for _, mo := range []string{"u-lic", "u-hold"} {
+		if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", mo)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	externalOrder(t, s, "u-ext")
+	externalOrder(t, s, "u-refunded")
+	short := confirmedEvent("h1", "u-hold")
+	short.Payment.Amount = fulfillment.TokenAmount(decimal.RequireFromString("20"), "USDT", "TRON")
+	events := []fulfillment.ProviderEvent{confirmedEvent("l1", "u-lic"), short, confirmedEvent("e1", "u-ext"),
+		confirmedEvent("r1", "u-refunded")}
+	for _, ev := range events {
+		if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	processAll(t, s, len(events))
+	const want = "u-ext=fulfilling u-hold=on_hold u-refunded=fulfilling "
+	if got, wrong := unsettledRows(t, conn); got != want || wrong != 0 {
+		t.Fatalf("after the payments: %q (%d wrong), want %q", got, wrong, want)
+	}
+	refund := confirmedEvent("r2", "u-refunded")
+	refund.Kind, refund.Type = fulfillment.EventRefunded, "payment.refunded"
+	refund.Payment = confirmedEvent("r1", "u-refunded").Payment
+	if _, err := s.InboxInsert(ctx, refund, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	processAll(t, s, 1)
+	const refunded = "u-ext=fulfilling u-hold=on_hold "
+	if got, wrong := unsettledRows(t, conn); got != refunded || wrong != 0 {
+		t.Fatalf("after the refund: %q (%d wrong), want %q", got, wrong, refunded)
+	}
+	// An operator's fix in SQL is followed too.
+	if _, err := conn.Exec(ctx, `UPDATE orders SET state = 'cancelled' WHERE merchant_order_id = 'u-hold'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `UPDATE orders SET state = 'paid', paid_at = now() - interval '1 day',
+		paid_payment_id = 'by-hand' WHERE merchant_order_id = 'u-lic'`); err != nil {
+		t.Fatal(err)
+	}
+	const settled = "u-ext=fulfilling u-lic=paid "
+	if got, wrong := unsettledRows(t, conn); got != settled || wrong != 0 {
+		t.Fatalf("after the fixes by hand: %q (%d wrong), want %q", got, wrong, settled)
+	}
+
+	m, err := migrate.NewMigrator(ctx, conn, "schema_version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.LoadMigrations(storage.Migrations()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MigrateTo(ctx, 32); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM pg_indexes
+		WHERE indexname IN ('orders_awaiting_fulfillment_idx', 'orders_paid_unfulfilled_idx')`); n != 2 {
+		t.Errorf("at version 32: %d of the two partial indexes on orders", n)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM pg_tables WHERE tablename = 'orders_unsettled'`); n != 0 {
+		t.Error("at version 32 orders_unsettled exists")
+	}
+	if err := m.MigrateTo(ctx, int32(len(m.Migrations))); err != nil {
+		t.Fatal(err)
+	}
+	if got, wrong := unsettledRows(t, conn); got != settled || wrong != 0 {
+		t.Errorf("migrated down and up again: %q (%d wrong), want %q", got, wrong, settled)
+	}
+}
+
+// An order's update at payment is HOT: no index covers a column it
+// changes, and its page has room (fillfactor). Each payment here is its
+// own transaction, so that the page is pruned between them, as it is
+// between payments in production. An index on a column the update
+// changes — the order's state, its payment's time or references — makes
+// every one of them write an entry into every index of the table again.
+func TestOrderUpdateAtPaymentIsHOT(t *testing.T) {
+	t.Parallel()
+	s, conn := newStore(t)
+	ctx := context.Background()
+	const orders = 24
+	for i := range orders {
+		if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", fmt.Sprintf("hot-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range orders {
+		if _, err := s.InboxInsert(ctx, confirmedEvent(fmt.Sprintf("p%d", i), fmt.Sprintf("hot-%d", i)), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		if got := processAll(t, s, 1); got != string(fulfillment.DecisionFulfilled) {
+			t.Fatalf("payment %d: %s, want fulfilled", i, got)
+		}
+	}
+	// A backend reports its statistics when it exits (an idle one only
+	// every few seconds): closing the store ends its backends.
+	s.Close()
+	var updates, hot int64
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if err := conn.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'orders'`).
+			Scan(&updates, &hot); err != nil {
+			t.Fatal(err)
+		}
+		if updates >= orders || time.Now().After(deadline) {
+			break
+		}
+	}
+	if updates != orders || hot != updates {
+		t.Errorf("orders: %d updates, %d of them HOT; want %d, all HOT", updates, hot, orders)
+	}
+}
