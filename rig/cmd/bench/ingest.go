@@ -43,9 +43,14 @@ var (
 // clients will use: its likely rate (from p's previous level, scaled by the
 // concurrency, with headroom), over the run, for the share of first
 // deliveries. Too few only shortens the measured window (the run stops
-// when they run out, with a warning).
+// when they run out, with a warning), unless they run out before it starts:
+// a first level with nothing to go by (no level measured, no baseline yet)
+// assumes 300/s per client, up to the limit.
 func (b *bench) ordersFor(p *provider, c int, seconds float64) int {
 	guess := 300.0
+	if _, ok := b.yolfi.levels[b.yolfi.lastC]; !ok && b.fastestBaseline() == 0 {
+		guess = 300 * float64(c)
+	}
 	if prev, ok := p.levels[p.lastC]; ok {
 		guess = max(guess, prev.PerSecond*min(float64(c)/float64(p.lastC), 1.6)*1.25)
 	} else if prev, ok := b.yolfi.levels[b.yolfi.lastC]; ok && p == b.paused {
@@ -57,13 +62,16 @@ func (b *bench) ordersFor(p *provider, c int, seconds float64) int {
 		guess = max(guess, cur.PerSecond*1.15)
 	}
 	limit := 4000.0
+	if p == b.paused {
+		limit = 6000
+	}
 	if base := b.fastestBaseline(); base > 0 {
 		// The baseline so far (the orders are created before this
 		// level's): ingest with the processor running has reached 0.5×
 		// of it, ingest alone about 1×, and it grows with the clients.
 		floor := base * 0.7
 		if p == b.paused {
-			floor, limit = base, 6000
+			floor = base
 		}
 		guess = max(guess, floor)
 	}
