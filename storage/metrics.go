@@ -60,10 +60,9 @@ const metricsSQL = `
 		coalesce(extract(epoch FROM clock_timestamp() - min(received_at)), 0)::float8 AS age
 	FROM inbox_work JOIN inbox_events USING (id) WHERE inbox_work.state = 'pending'
 	UNION ALL
-	(SELECT 'outbox', destination_id, 'pending', count(*), 0 FROM outbox_messages WHERE state = 'pending' GROUP BY destination_id)
+	(SELECT 'outbox', destination_id, 'pending', count(*), 0 FROM outbox_work WHERE state = 'pending' GROUP BY destination_id)
 	UNION ALL
-	(SELECT 'outbox', destination_id, state, count(*), 0 FROM outbox_messages WHERE state IN ('failed', 'uncertain')
-		GROUP BY destination_id, state)
+	(SELECT 'outbox', destination_id, state, count(*), 0 FROM outbox_stuck GROUP BY destination_id, state)
 	UNION ALL
 	(SELECT 'recon', kind, '', count(*), extract(epoch FROM clock_timestamp() - min(created_at))::float8
 		FROM reconciliation_items WHERE state = 'open' GROUP BY kind)

@@ -3,6 +3,7 @@ package storage_test
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"testing"
 	"time"
 
@@ -125,9 +126,12 @@ func TestOrdersUnsettledFollowTheOrders(t *testing.T) {
 // An order's update at payment is HOT: no index covers a column it
 // changes, and its page has room (fillfactor). Each payment here is its
 // own transaction, so that the page is pruned between them, as it is
-// between payments in production. An index on a column the update
-// changes — the order's state, its payment's time or references — makes
-// every one of them write an entry into every index of the table again.
+// between payments in production. An update that finds its page full (its
+// dead versions not prunable yet, which other work in the cluster can
+// delay) is not HOT, so the count asks for some; what must hold is that
+// no index covers a column the update changes — the order's state, its
+// payment's time or references —, which would make none HOT: every one of
+// them would write an entry into every index of the table again.
 func TestOrderUpdateAtPaymentIsHOT(t *testing.T) {
 	t.Parallel()
 	s, conn := newStore(t)
@@ -159,7 +163,29 @@ func TestOrderUpdateAtPaymentIsHOT(t *testing.T) {
 			break
 		}
 	}
-	if updates != orders || hot != updates {
-		t.Errorf("orders: %d updates, %d of them HOT; want %d, all HOT", updates, hot, orders)
+	if updates != orders || hot == 0 {
+		t.Errorf("orders: %d updates, %d of them HOT; want %d, HOT", updates, hot, orders)
+	}
+	noIndexCovers(t, conn, "orders", "state", "paid_at", "paid_attempt_ref", "paid_invoice_id", "paid_payment_id", "updated_at")
+}
+
+// noIndexCovers fails the test when an index of table names one of
+// columns, in its key, its expressions or its predicate.
+func noIndexCovers(t *testing.T, conn *pgx.Conn, table string, columns ...string) {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), `SELECT pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = $1::regclass`, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, def := range defs {
+		for _, c := range columns {
+			if regexp.MustCompile(`\b` + c + `\b`).MatchString(def) {
+				t.Errorf("%s: covers %s, which the update changes: it cannot be HOT", def, c)
+			}
+		}
 	}
 }

@@ -41,13 +41,33 @@ func scanDelivery(r pgx.Row, extra ...any) (fulfillment.Delivery, error) {
 	return d, nil
 }
 
+// outboxState restricts w to the messages (their columns prefixed by
+// prefix) in state, when set, and for the states that are not delivered
+// names the small table that holds them: no index of outbox_messages
+// covers the state, so that recording a delivery is a HOT update
+// (migration 034). The pending messages are the queue's work rows, the
+// failed and uncertain ones the rows of outbox_stuck.
+func outboxState(w *where, prefix, state string) {
+	if state == "" {
+		return
+	}
+	w.eq(prefix+"state", state)
+	switch fulfillment.DeliveryState(state) {
+	case fulfillment.DeliveryPending:
+		w.add(prefix + "id IN (SELECT id FROM outbox_work WHERE state = 'pending')")
+	case fulfillment.DeliveryFailed, fulfillment.DeliveryUncertain:
+		w.add(prefix + "id IN (SELECT message_id FROM outbox_stuck WHERE state = " + w.arg(state) + ")")
+	case fulfillment.DeliveryDelivered:
+	}
+}
+
 // DeliveryList implements fulfillment.OutboxStore.
 func (s *Store) DeliveryList(ctx context.Context, p fulfillment.DeliveryListParams) ([]fulfillment.Delivery, error) {
 	var w where
 	f := p.Filter
 	w.among("m.org_id", f.VisibleOrgs)
 	w.eq("m.org_id", f.OrgID)
-	w.eq("m.state", string(f.State))
+	outboxState(&w, "m.", string(f.State))
 	w.eq("m.destination_id", f.DestinationID)
 	w.uuidEq("m.order_id", f.OrderID)
 	w.below("m.id", p.BeforeID)
@@ -147,7 +167,9 @@ func (s *Store) DestinationStatuses(ctx context.Context) (map[string]fulfillment
 	rows, _ := s.pool.Query(ctx, `
 		SELECT destination_id, count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed'),
 			count(*) FILTER (WHERE state = 'uncertain')
-		FROM outbox_messages WHERE state IN ('pending', 'failed', 'uncertain') GROUP BY destination_id`)
+		FROM (SELECT destination_id, state FROM outbox_work WHERE state = 'pending'
+			UNION ALL SELECT destination_id, state FROM outbox_stuck) m
+		GROUP BY destination_id`)
 	err := forEachRow(rows, func(r pgx.Rows) error {
 		var (
 			id string

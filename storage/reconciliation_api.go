@@ -141,7 +141,7 @@ func (s *Store) ReconSummary(ctx context.Context, f fulfillment.ReconFilter) ([]
 	counts("o", `SELECT o.org_id, o.environment, count(*) FROM orders_unsettled o WHERE true`,
 		func(sr *fulfillment.ReconSummaryRow, n []int64) { sr.PaidNotFulfilled = n[0] })
 	counts("m", `SELECT m.org_id, m.environment, count(*) FILTER (WHERE m.state = 'failed'), count(*) FILTER (WHERE m.state = 'uncertain')
-		FROM outbox_messages m WHERE m.state IN ('failed', 'uncertain')`,
+		FROM outbox_stuck m WHERE true`,
 		func(sr *fulfillment.ReconSummaryRow, n []int64) { sr.OutboxFailed, sr.OutboxUncertain = n[0], n[1] })
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("summarizing reconciliation: %w", interpret(err))

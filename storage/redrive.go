@@ -20,8 +20,8 @@ var _ fulfillment.RedriveStore = (*Store)(nil)
 func redriveMatch(f fulfillment.RedriveFilter) (table string, w where) {
 	w.eq("org_id", f.OrgID)
 	w.eq("environment", string(f.Environment))
-	w.eq("state", f.State)
 	if f.Target == fulfillment.RedriveEvents {
+		w.eq("state", f.State)
 		w.eq("event_type", f.Type)
 		w.eq("decision", f.Decision)
 		w.eq("endpoint_id", f.EndpointID)
@@ -34,6 +34,7 @@ func redriveMatch(f fulfillment.RedriveFilter) (table string, w where) {
 		}
 		return "inbox_events", w
 	}
+	outboxState(&w, "", f.State)
 	w.eq("destination_id", f.DestinationID)
 	return "outbox_messages", w
 }

@@ -66,4 +66,11 @@ func (r *runner) checkItems(s *dbState) {
 		r.viol.add("orders_unsettled", "%d paid, unsettled orders missing from orders_unsettled or held there wrongly", s.wrongUnsettled)
 	}
 	r.addCheck(c)
+
+	c = Check{Name: "outbox_stuck holds exactly the failed and uncertain messages", Checked: s.stuck}
+	if s.wrongStuck > 0 {
+		c.Failed++
+		r.viol.add("outbox_stuck", "%d failed or uncertain messages missing from outbox_stuck or held there wrongly", s.wrongStuck)
+	}
+	r.addCheck(c)
 }

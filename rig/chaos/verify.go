@@ -116,6 +116,7 @@ type dbState struct {
 	totalLicenses, distinctLicenses int
 	strayLicenses                   int // entitlements outside their line's units, or on a non-license line
 	unsettled, wrongUnsettled       int // rows of orders_unsettled; paid, unsettled orders it misses or holds wrongly
+	stuck, wrongStuck               int // rows of outbox_stuck; failed or uncertain messages it misses or holds wrongly
 }
 
 // loadState reads the run's database, one query a table (or figure).
@@ -189,6 +190,13 @@ func loadState(ctx context.Context, db *pgxpool.Pool) (*dbState, error) {
 			SELECT (SELECT count(*) FROM got),
 				(SELECT count(*) FROM ((SELECT * FROM want EXCEPT SELECT * FROM got) UNION ALL (SELECT * FROM got EXCEPT SELECT * FROM want)) x)`,
 			[]any{&s.unsettled, &s.wrongUnsettled}, func() {}},
+		{"outbox_stuck against the messages", `
+			WITH want AS (SELECT id, org_id, environment, destination_id, state FROM outbox_messages
+					WHERE state IN ('failed', 'uncertain')),
+				got AS (SELECT message_id, org_id, environment, destination_id, state FROM outbox_stuck)
+			SELECT (SELECT count(*) FROM got),
+				(SELECT count(*) FROM ((SELECT * FROM want EXCEPT SELECT * FROM got) UNION ALL (SELECT * FROM got EXCEPT SELECT * FROM want)) x)`,
+			[]any{&s.stuck, &s.wrongStuck}, func() {}},
 		{"ledger_entries", `SELECT order_id::text, line_no, movement, minor_units, coalesce(refund_ref, '') FROM ledger_entries`,
 			[]any{&orderID, &l.line, &l.movement, &l.minor, &l.ref}, func() {
 				s.ledger[orderID]++

@@ -1,0 +1,191 @@
+package storage_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/tern/v2/migrate"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/storage"
+	"github.com/fulfillplatform/fulfillment/worker"
+)
+
+// stuckRows lists outbox_stuck, and how many failed or uncertain messages
+// it misses or holds wrongly: zero when it is what the messages say.
+func stuckRows(t *testing.T, conn *pgx.Conn) (rows string, wrong int) {
+	t.Helper()
+	const fromMessages = `SELECT id, org_id, environment, destination_id, state FROM outbox_messages
+		WHERE state IN ('failed', 'uncertain')`
+	const fromTable = `SELECT message_id, org_id, environment, destination_id, state FROM outbox_stuck`
+	wrong = count(t, conn, `SELECT count(*) FROM ((`+fromMessages+` EXCEPT `+fromTable+`) UNION ALL (`+fromTable+` EXCEPT `+fromMessages+`)) x`)
+	r, err := conn.Query(context.Background(), `SELECT destination_id, state FROM outbox_stuck ORDER BY 1, 2`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r.Next() {
+		var dest, state string
+		if err := r.Scan(&dest, &state); err != nil {
+			t.Fatal(err)
+		}
+		rows += dest + "=" + state + " "
+	}
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return rows, wrong
+}
+
+// The failed and uncertain messages are rows of their own, which a trigger
+// keeps with the messages; the readers that list or count messages by
+// state read them (and the queue's work rows for the pending ones).
+// Migration 034 builds the same rows from the messages, and its down
+// migration gives back the three indexes.
+func TestOutboxStuckFollowTheMessages(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	externalOrder(t, s, "s-1")
+	if _, err := s.InboxInsert(ctx, confirmedEvent("p1", "s-1"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	processAll(t, s, 1)
+	claims, err := s.OutboxQueue("licenses").Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 1, Lease: time.Minute, MaxAttempts: 1})
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claim = %v, %v; want the licenses message", claims, err)
+	}
+	if failed, err := s.OutboxQueue("licenses").Retry(ctx, "w", claims[0], "boom", time.Now(), 1); err != nil || !failed {
+		t.Fatalf("retry past its attempts = %v, %v; want failed", failed, err)
+	}
+	deliverNext(t, s, "shipping", fulfillment.OutcomeUncertain)
+	const stuck = "licenses=failed shipping=uncertain "
+	if got, wrong := stuckRows(t, conn); got != stuck || wrong != 0 {
+		t.Fatalf("after a gone and an uncertain delivery: %q (%d wrong), want %q", got, wrong, stuck)
+	}
+	list := func(state fulfillment.DeliveryState) string {
+		t.Helper()
+		ds, err := s.DeliveryList(ctx, fulfillment.DeliveryListParams{Filter: fulfillment.DeliveryFilter{State: state}, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := ""
+		for _, d := range ds {
+			out += d.DestinationID + " "
+		}
+		return out
+	}
+	if got := list(fulfillment.DeliveryFailed); got != "licenses " {
+		t.Errorf("failed messages: %q, want licenses", got)
+	}
+	if got := list(fulfillment.DeliveryUncertain); got != "shipping " {
+		t.Errorf("uncertain messages: %q, want shipping", got)
+	}
+	statuses, err := s.DestinationStatuses(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := statuses["licenses"]; st.Failed != 1 || st.Pending != 0 || st.Uncertain != 0 {
+		t.Errorf("licenses: %+v, want one failed", st)
+	}
+
+	if _, err := s.DeliveryRetry(ctx, claims[0].ID, "test", false); err != nil {
+		t.Fatal(err)
+	}
+	if got, wrong := stuckRows(t, conn); got != "shipping=uncertain " || wrong != 0 {
+		t.Fatalf("after a retry: %q (%d wrong), want the uncertain one", got, wrong)
+	}
+	if got := list(fulfillment.DeliveryPending); got != "licenses " {
+		t.Errorf("pending messages: %q, want licenses", got)
+	}
+	if statuses, err = s.DestinationStatuses(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := statuses["licenses"]; st.Failed != 0 || st.Pending != 1 {
+		t.Errorf("licenses after the retry: %+v, want one pending", st)
+	}
+	// An operator's fix in SQL is followed too.
+	if _, err := conn.Exec(ctx, `UPDATE outbox_messages SET state = 'failed' WHERE destination_id = 'crm'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, wrong := stuckRows(t, conn); wrong != 0 {
+		t.Fatalf("after a fix by hand: %d wrong", wrong)
+	}
+
+	m, err := migrate.NewMigrator(ctx, conn, "schema_version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.LoadMigrations(storage.Migrations()); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := stuckRows(t, conn)
+	if err := m.MigrateTo(ctx, 33); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM pg_indexes WHERE indexname IN
+		('outbox_messages_list_idx', 'outbox_messages_stuck_idx', 'outbox_messages_stuck_destination_idx')`); n != 3 {
+		t.Errorf("at version 33: %d of the three indexes on outbox_messages", n)
+	}
+	if err := m.MigrateTo(ctx, int32(len(m.Migrations))); err != nil {
+		t.Fatal(err)
+	}
+	if got, wrong := stuckRows(t, conn); got != want || wrong != 0 {
+		t.Errorf("migrated down and up again: %q (%d wrong), want %q", got, wrong, want)
+	}
+}
+
+// Recording a delivery is a HOT update of the message: no index covers a
+// column it changes, and its page has room (fillfactor). Each delivery
+// here is its own transaction, as the pages are pruned between a
+// dispatcher's batches. As for orders (TestOrderUpdateAtPaymentIsHOT), the
+// count asks for some HOT updates, and no index may cover a column the
+// update changes.
+func TestDeliveryRecordIsHOT(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	const orders = 12
+	for i := range orders {
+		spec, err := fulfillment.OrderDraft{
+			OrgID: "org_a", Environment: "live", MerchantOrderID: fmt.Sprintf("hot-%d", i),
+			Lines: []fulfillment.LineDraft{
+				{SKU: "key-server", Kind: "external", Quantity: 1, Currency: "USD", MinorUnits: 3000, Destination: "licenses"},
+			},
+			Settlement: &fulfillment.SettlementDraft{Token: "USDT", Network: "TRON", Amount: "30.000000"},
+		}.Validate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.OrderCreate(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.InboxInsert(ctx, confirmedEvent(fmt.Sprintf("p%d", i), fmt.Sprintf("hot-%d", i)), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	processAll(t, s, orders)
+	for range orders {
+		deliverNext(t, s, "licenses", fulfillment.OutcomeDelivered)
+	}
+	// A backend reports its statistics when it exits: closing the store
+	// ends its backends.
+	s.Close()
+	var updates, hot, delivered int64
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if err := conn.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd, (SELECT count(*) FROM outbox_messages WHERE destination_id = 'licenses'
+				AND state = 'delivered') FROM pg_stat_user_tables WHERE relname = 'outbox_messages'`).Scan(&updates, &hot, &delivered); err != nil {
+			t.Fatal(err)
+		}
+		if updates >= orders || time.Now().After(deadline) {
+			break
+		}
+	}
+	if delivered != orders || updates < orders || hot == 0 {
+		t.Errorf("outbox_messages: %d delivered, %d updates, %d of them HOT; want %d delivered, HOT updates",
+			delivered, updates, hot, orders)
+	}
+	noIndexCovers(t, conn, "outbox_messages", "state", "processed_at", "attempts", "last_status", "last_error")
+}
