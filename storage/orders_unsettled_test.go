@@ -15,27 +15,35 @@ import (
 	"github.com/fulfillplatform/fulfillment/storage"
 )
 
-// unsettledRows lists orders_unsettled, and how many paid orders waiting
-// for their fulfillment or a person it misses or holds wrongly: zero when
-// it is what the orders say.
-func unsettledRows(t *testing.T, conn *pgx.Conn) (rows string, wrong int) {
+// kept describes a table that a trigger keeps with another: the rows it
+// must hold (want, from the source table), the rows it holds (got, the same
+// columns), and a listing of them for messages (two text columns).
+type kept struct{ want, got, list string }
+
+// unsettled is orders_unsettled: the paid orders waiting for their
+// fulfillment or a person.
+var unsettled = kept{
+	want: `SELECT id, org_id, environment, state, paid_at FROM orders
+		WHERE paid_at IS NOT NULL AND state IN ('paid', 'fulfilling', 'on_hold')`,
+	got:  `SELECT order_id, org_id, environment, state, paid_at FROM orders_unsettled`,
+	list: `SELECT o.merchant_order_id, u.state FROM orders_unsettled u JOIN orders o ON o.id = u.order_id ORDER BY 1`,
+}
+
+// rows lists k's table ("a=b " per row), and how many rows it misses or
+// holds wrongly: zero when it is what its source says.
+func (k kept) rows(t *testing.T, conn *pgx.Conn) (rows string, wrong int) {
 	t.Helper()
-	ctx := context.Background()
-	const fromOrders = `SELECT id, org_id, environment, state, paid_at FROM orders
-		WHERE paid_at IS NOT NULL AND state IN ('paid', 'fulfilling', 'on_hold')`
-	const fromTable = `SELECT order_id, org_id, environment, state, paid_at FROM orders_unsettled`
-	wrong = count(t, conn, `SELECT count(*) FROM ((`+fromOrders+` EXCEPT `+fromTable+`) UNION ALL (`+fromTable+` EXCEPT `+fromOrders+`)) x`)
-	r, err := conn.Query(ctx, `SELECT o.merchant_order_id, u.state FROM orders_unsettled u JOIN orders o ON o.id = u.order_id
-		ORDER BY 1`)
+	wrong = count(t, conn, `SELECT count(*) FROM ((`+k.want+` EXCEPT `+k.got+`) UNION ALL (`+k.got+` EXCEPT `+k.want+`)) x`)
+	r, err := conn.Query(context.Background(), k.list)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for r.Next() {
-		var mo, state string
-		if err := r.Scan(&mo, &state); err != nil {
+		var a, b string
+		if err := r.Scan(&a, &b); err != nil {
 			t.Fatal(err)
 		}
-		rows += mo + "=" + state + " "
+		rows += a + "=" + b + " "
 	}
 	if err := r.Err(); err != nil {
 		t.Fatal(err)
@@ -71,7 +79,7 @@ func TestOrdersUnsettledFollowTheOrders(t *testing.T) {
 	}
 	processAll(t, s, len(events))
 	const want = "u-ext=fulfilling u-hold=on_hold u-refunded=fulfilling "
-	if got, wrong := unsettledRows(t, conn); got != want || wrong != 0 {
+	if got, wrong := unsettled.rows(t, conn); got != want || wrong != 0 {
 		t.Fatalf("after the payments: %q (%d wrong), want %q", got, wrong, want)
 	}
 	refund := confirmedEvent("r2", "u-refunded")
@@ -82,7 +90,7 @@ func TestOrdersUnsettledFollowTheOrders(t *testing.T) {
 	}
 	processAll(t, s, 1)
 	const refunded = "u-ext=fulfilling u-hold=on_hold "
-	if got, wrong := unsettledRows(t, conn); got != refunded || wrong != 0 {
+	if got, wrong := unsettled.rows(t, conn); got != refunded || wrong != 0 {
 		t.Fatalf("after the refund: %q (%d wrong), want %q", got, wrong, refunded)
 	}
 	// An operator's fix in SQL is followed too.
@@ -94,7 +102,7 @@ func TestOrdersUnsettledFollowTheOrders(t *testing.T) {
 		t.Fatal(err)
 	}
 	const settled = "u-ext=fulfilling u-lic=paid "
-	if got, wrong := unsettledRows(t, conn); got != settled || wrong != 0 {
+	if got, wrong := unsettled.rows(t, conn); got != settled || wrong != 0 {
 		t.Fatalf("after the fixes by hand: %q (%d wrong), want %q", got, wrong, settled)
 	}
 
@@ -118,7 +126,7 @@ func TestOrdersUnsettledFollowTheOrders(t *testing.T) {
 	if err := m.MigrateTo(ctx, int32(len(m.Migrations))); err != nil {
 		t.Fatal(err)
 	}
-	if got, wrong := unsettledRows(t, conn); got != settled || wrong != 0 {
+	if got, wrong := unsettled.rows(t, conn); got != settled || wrong != 0 {
 		t.Errorf("migrated down and up again: %q (%d wrong), want %q", got, wrong, settled)
 	}
 }

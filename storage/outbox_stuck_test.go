@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -14,29 +13,11 @@ import (
 	"github.com/fulfillplatform/fulfillment/worker"
 )
 
-// stuckRows lists outbox_stuck, and how many failed or uncertain messages
-// it misses or holds wrongly: zero when it is what the messages say.
-func stuckRows(t *testing.T, conn *pgx.Conn) (rows string, wrong int) {
-	t.Helper()
-	const fromMessages = `SELECT id, org_id, environment, destination_id, state FROM outbox_messages
-		WHERE state IN ('failed', 'uncertain')`
-	const fromTable = `SELECT message_id, org_id, environment, destination_id, state FROM outbox_stuck`
-	wrong = count(t, conn, `SELECT count(*) FROM ((`+fromMessages+` EXCEPT `+fromTable+`) UNION ALL (`+fromTable+` EXCEPT `+fromMessages+`)) x`)
-	r, err := conn.Query(context.Background(), `SELECT destination_id, state FROM outbox_stuck ORDER BY 1, 2`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for r.Next() {
-		var dest, state string
-		if err := r.Scan(&dest, &state); err != nil {
-			t.Fatal(err)
-		}
-		rows += dest + "=" + state + " "
-	}
-	if err := r.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return rows, wrong
+// stuck is outbox_stuck: the failed and uncertain messages.
+var stuck = kept{
+	want: `SELECT id, org_id, environment, destination_id, state FROM outbox_messages WHERE state IN ('failed', 'uncertain')`,
+	got:  `SELECT message_id, org_id, environment, destination_id, state FROM outbox_stuck`,
+	list: `SELECT destination_id, state FROM outbox_stuck ORDER BY 1, 2`,
 }
 
 // The failed and uncertain messages are rows of their own, which a trigger
@@ -61,9 +42,9 @@ func TestOutboxStuckFollowTheMessages(t *testing.T) {
 		t.Fatalf("retry past its attempts = %v, %v; want failed", failed, err)
 	}
 	deliverNext(t, s, "shipping", fulfillment.OutcomeUncertain)
-	const stuck = "licenses=failed shipping=uncertain "
-	if got, wrong := stuckRows(t, conn); got != stuck || wrong != 0 {
-		t.Fatalf("after a gone and an uncertain delivery: %q (%d wrong), want %q", got, wrong, stuck)
+	const failed = "licenses=failed shipping=uncertain "
+	if got, wrong := stuck.rows(t, conn); got != failed || wrong != 0 {
+		t.Fatalf("after a failed and an uncertain delivery: %q (%d wrong), want %q", got, wrong, failed)
 	}
 	list := func(state fulfillment.DeliveryState) string {
 		t.Helper()
@@ -94,7 +75,7 @@ func TestOutboxStuckFollowTheMessages(t *testing.T) {
 	if _, err := s.DeliveryRetry(ctx, claims[0].ID, "test", false); err != nil {
 		t.Fatal(err)
 	}
-	if got, wrong := stuckRows(t, conn); got != "shipping=uncertain " || wrong != 0 {
+	if got, wrong := stuck.rows(t, conn); got != "shipping=uncertain " || wrong != 0 {
 		t.Fatalf("after a retry: %q (%d wrong), want the uncertain one", got, wrong)
 	}
 	if got := list(fulfillment.DeliveryPending); got != "licenses " {
@@ -110,7 +91,7 @@ func TestOutboxStuckFollowTheMessages(t *testing.T) {
 	if _, err := conn.Exec(ctx, `UPDATE outbox_messages SET state = 'failed' WHERE destination_id = 'crm'`); err != nil {
 		t.Fatal(err)
 	}
-	if _, wrong := stuckRows(t, conn); wrong != 0 {
+	if _, wrong := stuck.rows(t, conn); wrong != 0 {
 		t.Fatalf("after a fix by hand: %d wrong", wrong)
 	}
 
@@ -121,7 +102,7 @@ func TestOutboxStuckFollowTheMessages(t *testing.T) {
 	if err := m.LoadMigrations(storage.Migrations()); err != nil {
 		t.Fatal(err)
 	}
-	want, _ := stuckRows(t, conn)
+	want, _ := stuck.rows(t, conn)
 	if err := m.MigrateTo(ctx, 33); err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +113,7 @@ func TestOutboxStuckFollowTheMessages(t *testing.T) {
 	if err := m.MigrateTo(ctx, int32(len(m.Migrations))); err != nil {
 		t.Fatal(err)
 	}
-	if got, wrong := stuckRows(t, conn); got != want || wrong != 0 {
+	if got, wrong := stuck.rows(t, conn); got != want || wrong != 0 {
 		t.Errorf("migrated down and up again: %q (%d wrong), want %q", got, wrong, want)
 	}
 }
