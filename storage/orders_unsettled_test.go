@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/tern/v2/migrate"
 	"github.com/shopspring/decimal"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
-	"github.com/fulfillplatform/fulfillment/storage"
 )
 
 // kept describes a table that a trigger keeps with another: the rows it
@@ -106,22 +104,16 @@ func TestOrdersUnsettledFollowTheOrders(t *testing.T) {
 		t.Fatalf("after the fixes by hand: %q (%d wrong), want %q", got, wrong, settled)
 	}
 
-	m, err := migrate.NewMigrator(ctx, conn, "schema_version")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.LoadMigrations(storage.Migrations()); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.MigrateTo(ctx, 32); err != nil {
+	m, v := migrator(t, conn, "_orders_unsettled.sql")
+	if err := m.MigrateTo(ctx, v-1); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(t, conn, `SELECT count(*) FROM pg_indexes
 		WHERE indexname IN ('orders_awaiting_fulfillment_idx', 'orders_paid_unfulfilled_idx')`); n != 2 {
-		t.Errorf("at version 32: %d of the two partial indexes on orders", n)
+		t.Errorf("at version %d: %d of the two partial indexes on orders", v-1, n)
 	}
 	if n := count(t, conn, `SELECT count(*) FROM pg_tables WHERE tablename = 'orders_unsettled'`); n != 0 {
-		t.Error("at version 32 orders_unsettled exists")
+		t.Errorf("at version %d orders_unsettled exists", v-1)
 	}
 	if err := m.MigrateTo(ctx, int32(len(m.Migrations))); err != nil {
 		t.Fatal(err)

@@ -6,10 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/tern/v2/migrate"
-
 	"github.com/fulfillplatform/fulfillment/fulfillment"
-	"github.com/fulfillplatform/fulfillment/storage"
 	"github.com/fulfillplatform/fulfillment/worker"
 )
 
@@ -95,20 +92,14 @@ func TestOutboxStuckFollowTheMessages(t *testing.T) {
 		t.Fatalf("after a fix by hand: %d wrong", wrong)
 	}
 
-	m, err := migrate.NewMigrator(ctx, conn, "schema_version")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.LoadMigrations(storage.Migrations()); err != nil {
-		t.Fatal(err)
-	}
+	m, v := migrator(t, conn, "_outbox_stuck.sql")
 	want, _ := stuck.rows(t, conn)
-	if err := m.MigrateTo(ctx, 33); err != nil {
+	if err := m.MigrateTo(ctx, v-1); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(t, conn, `SELECT count(*) FROM pg_indexes WHERE indexname IN
 		('outbox_messages_list_idx', 'outbox_messages_stuck_idx', 'outbox_messages_stuck_destination_idx')`); n != 3 {
-		t.Errorf("at version 33: %d of the three indexes on outbox_messages", n)
+		t.Errorf("at version %d: %d of the three indexes on outbox_messages", v-1, n)
 	}
 	if err := m.MigrateTo(ctx, int32(len(m.Migrations))); err != nil {
 		t.Fatal(err)
