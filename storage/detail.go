@@ -80,7 +80,8 @@ func (s *Store) OrderDetail(ctx context.Context, id string) (fulfillment.OrderDe
 		FROM (
 			SELECT id, event_id, event_type, received_at, coalesce(decision, '') AS decision,
 				coalesce(decision_reason, '') AS decision_reason, count(*) OVER () AS total
-			FROM inbox_events WHERE order_id = $1 ORDER BY received_at DESC, id DESC LIMIT $2) newest
+			FROM inbox_events WHERE id IN (SELECT event_id FROM inbox_event_orders WHERE order_id = $1)
+			ORDER BY received_at DESC, id DESC LIMIT $2) newest
 		ORDER BY received_at, id`, id, fulfillment.MaxHistoryItems)
 	total = 0
 	d.Events, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.TimelineEvent, error) {

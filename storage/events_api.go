@@ -59,19 +59,47 @@ func scanStoredEvent(r pgx.Row, extra ...any) (fulfillment.StoredEvent, error) {
 	return se, err
 }
 
+// inboxState adds to w the condition that events are in state, and the
+// set of rows that holds the events in that state when one does: the work
+// rows of the pending events, the unresolved events (failed, unmatched).
+// The set is read first, so a few events in that state are not looked for
+// among the whole history.
+func inboxState(w *where, state string) {
+	if state == "" {
+		return
+	}
+	w.eq("state", state)
+	switch fulfillment.InboxState(state) {
+	case fulfillment.InboxPending:
+		w.add("id IN (SELECT id FROM inbox_work WHERE state = 'pending')")
+	case fulfillment.InboxFailed, fulfillment.InboxUnmatched:
+		w.add("id IN (SELECT event_id FROM inbox_unresolved WHERE state = " + w.arg(state) + ")")
+	case fulfillment.InboxProcessed, fulfillment.InboxIgnored:
+	}
+}
+
+// inboxOrder adds to w the condition that events are linked to order id
+// (none when id is ""), read through the order's links.
+func inboxOrder(w *where, id string) {
+	if id != "" {
+		w.add("id IN (SELECT event_id FROM inbox_event_orders WHERE order_id = " + w.arg(id) + "::uuid)")
+	}
+}
+
 // EventList implements fulfillment.EventStore. Newest first by id, read
 // backwards through the primary key; the filters are conditions on it
-// (order: the inbox_events_order_idx).
+// (state and order: through the rows that hold them, inboxState and
+// inboxOrder).
 func (s *Store) EventList(ctx context.Context, p fulfillment.EventListParams) ([]fulfillment.StoredEvent, error) {
 	var w where
 	f := p.Filter
 	w.among("org_id", f.VisibleOrgs)
 	w.eq("org_id", f.OrgID)
-	w.eq("state", string(f.State))
+	inboxState(&w, string(f.State))
 	w.eq("decision", string(f.Decision))
 	w.eq("event_type", f.Type)
 	w.eq("endpoint_id", f.EndpointID)
-	w.uuidEq("order_id", f.OrderID)
+	inboxOrder(&w, f.OrderID)
 	w.eq("provider", string(f.Provider))
 	if !f.ReceivedAfter.IsZero() {
 		w.add("received_at >= " + w.arg(f.ReceivedAfter))

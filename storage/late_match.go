@@ -63,14 +63,14 @@ func lateMatchStatement(late, linkColumn, detail, note string) string {
 // events of its org ($1) and environment ($2) that were decided unmatched
 // and name its merchant order id ($3) or checkout session ($4, NULL for
 // none), received within the late match window ($5)
-// (lateMatchStatement). The events are found through the partial indexes
-// of unmatched events.
+// (lateMatchStatement). The events are found among the unresolved ones,
+// through their partial indexes of unmatched events.
 var lateMatchSQL = lateMatchStatement(`
-		SELECT id, $6::uuid AS link FROM inbox_events
+		SELECT event_id AS id, $6::uuid AS link FROM inbox_unresolved
 		WHERE state = 'unmatched' AND org_id = $1 AND environment = $2 AND merchant_order_id = $3
 			AND received_at > now() - $5::interval
 		UNION
-		SELECT id, $6::uuid FROM inbox_events
+		SELECT event_id, $6::uuid FROM inbox_unresolved
 		WHERE state = 'unmatched' AND org_id = $1 AND environment = $2 AND checkout_session_id = $4
 			AND received_at > now() - $5::interval`,
 	"order_id", "'order ' || $6::text || ' was created after this event'",
@@ -82,7 +82,7 @@ var lateMatchSQL = lateMatchStatement(`
 // checkout session, received within the late match window ($5); $3 is
 // unused (NULL) (lateMatchStatement).
 var lateStartSQL = lateMatchStatement(`
-		SELECT id, $6::uuid AS link FROM inbox_events
+		SELECT event_id AS id, $6::uuid AS link FROM inbox_unresolved
 		WHERE state = 'unmatched' AND org_id = $1 AND environment = $2 AND checkout_session_id = $4
 			AND received_at > now() - $5::interval AND $3::text IS NULL`,
 	"order_id", "'payment attempt ' || $4 || ' of order ' || $6::text || ' was registered after this event'",
@@ -91,14 +91,14 @@ var lateStartSQL = lateMatchStatement(`
 // lateSubscriptionSQL queues again the events that were decided unmatched
 // and name, by provider key ($1 to $4, arrays), a subscription that exists
 // now, received within the late match window ($5)
-// (lateMatchStatement). The events are found through the partial index of
-// unmatched events by subscription (migration 030).
+// (lateMatchStatement). The events are found among the unresolved ones,
+// through their partial index of unmatched events by subscription.
 var lateSubscriptionSQL = lateMatchStatement(`
-		SELECT e.id, s.id AS link
+		SELECT u.event_id AS id, s.id AS link
 		FROM subscriptions s
-		JOIN inbox_events e ON e.state = 'unmatched' AND e.org_id = s.org_id AND e.environment = s.environment
-			AND e.provider = s.provider AND e.subscription_id = s.provider_subscription_id
-			AND e.received_at > now() - $5::interval
+		JOIN inbox_unresolved u ON u.state = 'unmatched' AND u.org_id = s.org_id AND u.environment = s.environment
+			AND u.provider = s.provider AND u.subscription_id = s.provider_subscription_id
+			AND u.received_at > now() - $5::interval
 		WHERE (s.org_id, s.environment, s.provider, s.provider_subscription_id) IN (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))`,
 	"subscription_id", "'subscription ' || e.subscription_id || ' was created after this event'",

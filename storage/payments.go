@@ -190,8 +190,9 @@ func (s *Store) StartRelease(ctx context.Context, id int64, detail string) error
 func (s *Store) StartKnownPaymentID(ctx context.Context, start fulfillment.PaymentStart) (string, error) {
 	var id string
 	err := s.pool.QueryRow(ctx, `
-		SELECT payment_id FROM inbox_events -- the order's events (an index), as the start matches them
-		WHERE order_id = $1::uuid AND provider = $2 AND checkout_session_id = $3 AND payment_id IS NOT NULL
+		SELECT payment_id FROM inbox_events -- the order's events, as the start matches them
+		WHERE id IN (SELECT event_id FROM inbox_event_orders WHERE order_id = $1::uuid)
+			AND provider = $2 AND checkout_session_id = $3 AND payment_id IS NOT NULL
 		ORDER BY id DESC LIMIT 1`,
 		start.OrderID, start.Provider, start.ProviderOrderID).Scan(&id)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {

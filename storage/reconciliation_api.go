@@ -124,8 +124,8 @@ func (s *Store) ReconSummary(ctx context.Context, f fulfillment.ReconFilter) ([]
 			})
 		})
 	}
-	// Pending and failed events are counted apart, each through its own
-	// partial index (the pending ones through the inbox's work rows): one scan for both states would read every event of
+	// Pending and failed events are counted apart, each through the rows
+	// that hold them (the inbox's work rows, the unresolved events): one scan for both states would read every event of
 	// the org (the org leads the event key), a million rows with a
 	// million-event history. The inner conditions are the outer ones (the
 	// same arguments, in the same order).
@@ -135,7 +135,7 @@ func (s *Store) ReconSummary(ctx context.Context, f fulfillment.ReconFilter) ([]
 			FROM inbox_work w JOIN inbox_events e USING (id) WHERE w.state = 'pending'`+inner+` GROUP BY 1, 2
 			UNION ALL
 			SELECT e.org_id, e.environment, 0, count(*)
-			FROM inbox_events e WHERE e.state = 'failed'`+inner+` GROUP BY 1, 2
+			FROM inbox_unresolved e WHERE e.state = 'failed'`+inner+` GROUP BY 1, 2
 		) x WHERE true`,
 		func(sr *fulfillment.ReconSummaryRow, n []int64) { sr.EventsPending, sr.EventsFailed = n[0], n[1] })
 	counts("o", `SELECT o.org_id, o.environment, count(*) FROM orders_unsettled o WHERE true`,

@@ -21,7 +21,7 @@ func redriveMatch(f fulfillment.RedriveFilter) (table string, w where) {
 	w.eq("org_id", f.OrgID)
 	w.eq("environment", string(f.Environment))
 	if f.Target == fulfillment.RedriveEvents {
-		w.eq("state", f.State)
+		inboxState(&w, f.State)
 		w.eq("event_type", f.Type)
 		w.eq("decision", f.Decision)
 		w.eq("endpoint_id", f.EndpointID)

@@ -60,17 +60,12 @@ func (r *runner) checkItems(s *dbState) {
 	}
 	r.addCheck(c)
 
-	c = Check{Name: "orders_unsettled holds exactly the paid orders not settled", Checked: s.unsettled}
-	if s.wrongUnsettled > 0 {
-		c.Failed++
-		r.viol.add("orders_unsettled", "%d paid, unsettled orders missing from orders_unsettled or held there wrongly", s.wrongUnsettled)
+	for i, k := range keptTables {
+		c = Check{Name: k.table + " holds exactly " + k.holds, Checked: s.kept[i].rows}
+		if s.kept[i].wrong > 0 {
+			c.Failed++
+			r.viol.add(k.table, "%d of %s missing from %s or held there wrongly", s.kept[i].wrong, k.holds, k.table)
+		}
+		r.addCheck(c)
 	}
-	r.addCheck(c)
-
-	c = Check{Name: "outbox_stuck holds exactly the failed and uncertain messages", Checked: s.stuck}
-	if s.wrongStuck > 0 {
-		c.Failed++
-		r.viol.add("outbox_stuck", "%d failed or uncertain messages missing from outbox_stuck or held there wrongly", s.wrongStuck)
-	}
-	r.addCheck(c)
 }

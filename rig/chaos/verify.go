@@ -115,8 +115,41 @@ type dbState struct {
 
 	totalLicenses, distinctLicenses int
 	strayLicenses                   int // entitlements outside their line's units, or on a non-license line
-	unsettled, wrongUnsettled       int // rows of orders_unsettled; paid, unsettled orders it misses or holds wrongly
-	stuck, wrongStuck               int // rows of outbox_stuck; failed or uncertain messages it misses or holds wrongly
+	// kept are, per keptTables, the rows the table holds and how many rows
+	// of its source it misses or holds wrongly.
+	kept []keptRows
+}
+
+// keptRows are what a kept table holds against its source.
+type keptRows struct{ rows, wrong int }
+
+// keptTables are the tables that triggers keep with another table: what
+// each holds (for the check's name), the rows it must hold (want, from its
+// source) and the rows it holds (got, the same columns).
+var keptTables = []struct{ table, holds, want, got string }{
+	{"orders_unsettled", "the paid orders not settled",
+		`SELECT id, org_id, environment, state, paid_at FROM orders
+			WHERE paid_at IS NOT NULL AND state IN ('paid', 'fulfilling', 'on_hold')`,
+		`SELECT order_id, org_id, environment, state, paid_at FROM orders_unsettled`},
+	{"outbox_stuck", "the failed and uncertain messages",
+		`SELECT id, org_id, environment, destination_id, state FROM outbox_messages WHERE state IN ('failed', 'uncertain')`,
+		`SELECT message_id, org_id, environment, destination_id, state FROM outbox_stuck`},
+	{"inbox_unresolved", "the failed and unmatched events",
+		`SELECT id, org_id, environment, provider, state, received_at, merchant_order_id, checkout_session_id, subscription_id
+			FROM inbox_events WHERE state IN ('failed', 'unmatched')`,
+		`SELECT event_id, org_id, environment, provider, state, received_at, merchant_order_id, checkout_session_id,
+			subscription_id FROM inbox_unresolved`},
+	{"inbox_event_orders", "the events linked to an order",
+		`SELECT order_id, id FROM inbox_events WHERE order_id IS NOT NULL`,
+		`SELECT order_id, event_id FROM inbox_event_orders`},
+}
+
+// tableRead is one query of loadState: row is called with dest scanned,
+// for each row.
+type tableRead struct {
+	what, query string
+	dest        []any
+	row         func()
 }
 
 // loadState reads the run's database, one query a table (or figure).
@@ -140,11 +173,7 @@ func loadState(ctx context.Context, db *pgxpool.Pool) (*dbState, error) {
 		outcome         string
 		outcomeAttempts int64
 	)
-	reads := []struct {
-		what, query string
-		dest        []any
-		row         func()
-	}{
+	reads := []tableRead{
 		// Processing order: an event that touches an order commits while
 		// it holds the order's row lock, and stamps processed_at after
 		// taking it, so processed_at orders each order's events as they
@@ -183,20 +212,6 @@ func loadState(ctx context.Context, db *pgxpool.Pool) (*dbState, error) {
 			SELECT count(*) FROM entitlements e JOIN order_lines l USING (order_id, line_no)
 			WHERE l.kind <> 'license' OR e.unit > l.quantity`,
 			[]any{&s.strayLicenses}, func() {}},
-		{"orders_unsettled against the orders", `
-			WITH want AS (SELECT id, org_id, environment, state, paid_at FROM orders
-					WHERE paid_at IS NOT NULL AND state IN ('paid', 'fulfilling', 'on_hold')),
-				got AS (SELECT order_id, org_id, environment, state, paid_at FROM orders_unsettled)
-			SELECT (SELECT count(*) FROM got),
-				(SELECT count(*) FROM ((SELECT * FROM want EXCEPT SELECT * FROM got) UNION ALL (SELECT * FROM got EXCEPT SELECT * FROM want)) x)`,
-			[]any{&s.unsettled, &s.wrongUnsettled}, func() {}},
-		{"outbox_stuck against the messages", `
-			WITH want AS (SELECT id, org_id, environment, destination_id, state FROM outbox_messages
-					WHERE state IN ('failed', 'uncertain')),
-				got AS (SELECT message_id, org_id, environment, destination_id, state FROM outbox_stuck)
-			SELECT (SELECT count(*) FROM got),
-				(SELECT count(*) FROM ((SELECT * FROM want EXCEPT SELECT * FROM got) UNION ALL (SELECT * FROM got EXCEPT SELECT * FROM want)) x)`,
-			[]any{&s.stuck, &s.wrongStuck}, func() {}},
 		{"ledger_entries", `SELECT order_id::text, line_no, movement, minor_units, coalesce(refund_ref, '') FROM ledger_entries`,
 			[]any{&orderID, &l.line, &l.movement, &l.minor, &l.ref}, func() {
 				s.ledger[orderID]++
@@ -227,6 +242,14 @@ func loadState(ctx context.Context, db *pgxpool.Pool) (*dbState, error) {
 			[]any{&m.id, &m.dest, &m.topic, &m.key, &m.orderID, &m.state, &m.attempts}, func() { s.messages[msgKey(m.dest, m.key)] = m }},
 		{"outbox_attempts", `SELECT outcome, count(*) FROM outbox_attempts GROUP BY outcome`,
 			[]any{&outcome, &outcomeAttempts}, func() { s.outcomes[outcome] = outcomeAttempts }},
+	}
+	s.kept = make([]keptRows, len(keptTables))
+	for i, k := range keptTables {
+		reads = append(reads, tableRead{k.table + " against its source", `
+			WITH want AS (` + k.want + `), got AS (` + k.got + `)
+			SELECT (SELECT count(*) FROM got),
+				(SELECT count(*) FROM ((SELECT * FROM want EXCEPT SELECT * FROM got) UNION ALL (SELECT * FROM got EXCEPT SELECT * FROM want)) x)`,
+			[]any{&s.kept[i].rows, &s.kept[i].wrong}, func() {}})
 	}
 	for _, rd := range reads {
 		rows, err := db.Query(ctx, rd.query)

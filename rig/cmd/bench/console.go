@@ -69,7 +69,7 @@ func (b *bench) consolePhase(ctx context.Context, t *target) error {
 		if _, err := t.db.Exec(ctx, consoleLink, benchOrg, benchEnv); err != nil {
 			return fmt.Errorf("linking events: %w", err)
 		}
-		for _, table := range []string{"orders", "order_lines", "payment_attempts", "inbox_events"} {
+		for _, table := range []string{"orders", "order_lines", "payment_attempts", "inbox_events", "inbox_event_orders"} {
 			if _, err := t.db.Exec(ctx, "VACUUM ANALYZE "+table); err != nil {
 				return err
 			}
