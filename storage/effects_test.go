@@ -201,9 +201,15 @@ func TestBatchWaitingForAnOrderSeesWhatItsHolderWrote(t *testing.T) {
 		_, err := s.InboxProcess(ctx, []int64{claims[0].ID}, "w")
 		done <- err
 	}()
-	// Once the batch waits for the order's lock, the holder commits.
-	deadline := time.Now().Add(10 * time.Second)
+	// Once the batch waits for the order's lock, the holder commits. A
+	// batch that ends before it waits has failed the test.
+	deadline := time.Now().Add(30 * time.Second)
 	for count(t, conn, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("the batch ended (%v) without waiting for the order's lock", err)
+		default:
+		}
 		if time.Now().After(deadline) {
 			t.Fatal("the batch never waited for the order's lock")
 		}
