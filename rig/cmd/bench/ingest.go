@@ -45,11 +45,17 @@ var (
 // deliveries. Too few only shortens the measured window (the run stops
 // when they run out, with a warning), unless they run out before it starts:
 // a first level with nothing to go by (no level measured, no baseline yet)
-// assumes 300/s per client, up to the limit.
+// assumes 600/s per client (1,500/s with the processor paused), up to the
+// limit.
 func (b *bench) ordersFor(p *provider, c int, seconds float64) int {
 	guess := 300.0
 	if _, ok := b.yolfi.levels[b.yolfi.lastC]; !ok && b.fastestBaseline() == 0 {
-		guess = 300 * float64(c)
+		// The first level: nothing measured yet. From one client,
+		// ingest has reached about 450/s, and alone about 1,250/s.
+		guess = 600 * float64(c)
+		if p == b.paused {
+			guess = 1500 * float64(c)
+		}
 	}
 	if prev, ok := p.levels[p.lastC]; ok {
 		guess = max(guess, prev.PerSecond*min(float64(c)/float64(p.lastC), 1.6)*1.25)
@@ -63,7 +69,7 @@ func (b *bench) ordersFor(p *provider, c int, seconds float64) int {
 	}
 	limit := 4000.0
 	if p == b.paused {
-		limit = 6000
+		limit = 9000
 	}
 	if base := b.fastestBaseline(); base > 0 {
 		// The baseline so far (the orders are created before this
