@@ -68,6 +68,7 @@ func newRootCmd() *cobra.Command {
 			if configPath == "" && os.Getenv(config.EnvConfig) == "" {
 				log.Warn("no configuration file (--config or $" + config.EnvConfig + "): running on defaults; see config/example.yaml")
 			}
+			tuneGC(os.Getenv)
 			return runServe(cmd.Context(), cfg, log)
 		},
 	}
@@ -157,6 +158,7 @@ func newRootCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			tuneGC(os.Getenv)
 			return runIngest(cmd.Context(), cfg, newLogger(cfg.Log))
 		},
 	}
