@@ -7,7 +7,7 @@ import (
 
 // The long-running commands set the collector's target unless GOGC is in
 // the environment.
-func TestTuneGC(t *testing.T) {
+func TestTuneGC(t *testing.T) { //nolint:paralleltest // sets the process's collector target
 	before := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(before)
 	env := func(gogc string) func(string) string {
