@@ -167,9 +167,14 @@ type Sustained struct {
 	PostgresUsPerEvent float64 `json:"postgres_cpu_us_per_event"`
 	// WALBytesPerEvent is the cluster's WAL (pg_stat_wal) written over
 	// push and drain, per event.
-	WALBytesPerEvent float64             `json:"wal_bytes_per_event"`
-	Waits            []loadgen.WaitShare `json:"pg_activity_push,omitempty"`
-	DrainWaits       []loadgen.WaitShare `json:"pg_activity_drain,omitempty"`
+	WALBytesPerEvent float64 `json:"wal_bytes_per_event"`
+	// WALImagesPerEvent are the full-page images among that WAL, per event,
+	// and Checkpoints the checkpoints that began meanwhile: the WAL figure
+	// moves with them from run to run.
+	WALImagesPerEvent float64             `json:"wal_full_page_images_per_event"`
+	Checkpoints       int64               `json:"checkpoints"`
+	Waits             []loadgen.WaitShare `json:"pg_activity_push,omitempty"`
+	DrainWaits        []loadgen.WaitShare `json:"pg_activity_drain,omitempty"`
 	// Statements are the costliest statements of push and drain, per event
 	// (pg_stat_statements), and StatementsTotal the sum of all of them.
 	Statements      []loadgen.StatementCost `json:"pg_statements_per_event,omitempty"`
@@ -337,6 +342,7 @@ func (r *Report) buildTable() {
 		}
 		if s.Events > 0 {
 			note += fmt.Sprintf("; CPU per event (push + drain, %d events) svc %.0f µs, pg %.0f µs", s.Events, s.ServiceUsPerEvent, s.PostgresUsPerEvent)
+			note += fmt.Sprintf("; WAL %.0f B per event, %.2f full-page images, %d checkpoints begun", s.WALBytesPerEvent, s.WALImagesPerEvent, s.Checkpoints)
 		}
 		rows = append(rows, Row{"pipeline", "max sustained fulfilled (saturating push)", fmt.Sprint(s.Workers), "-",
 			rate(s.FulfilledPerSec) + " fulfilled", "", "", "", "", s.CPU.String(), note})

@@ -39,6 +39,10 @@ func (b *bench) sustained(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	fpi0, ckpt0, err := loadgen.WALImages(ctx, b.t.db)
+	if err != nil {
+		return err
+	}
 	mix := loadgen.NewMix(b.src, orders, 0, 0)
 	mix.StopWhenExhausted = true
 	prof := b.profile(ctx, "push", b.o.push)
@@ -56,6 +60,10 @@ func (b *bench) sustained(ctx context.Context) error {
 	cpuDrain := b.cpu.since(cpu1)
 	cpu2 := b.cpu.sample()
 	wal1, err := loadgen.WALBytes(ctx, b.t.db)
+	if err != nil {
+		return err
+	}
+	fpi1, ckpt1, err := loadgen.WALImages(ctx, b.t.db)
 	if err != nil {
 		return err
 	}
@@ -92,6 +100,8 @@ func (b *bench) sustained(ctx context.Context) error {
 		s.ServiceUsPerEvent = round1((cpu2.service - cpu0.service) / float64(s.Events) * 1e6)
 		s.PostgresUsPerEvent = round1((cpu2.postgres - cpu0.postgres) / float64(s.Events) * 1e6)
 		s.WALBytesPerEvent = round1(float64(wal1-wal0) / float64(s.Events))
+		s.WALImagesPerEvent = round2(float64(fpi1-fpi0) / float64(s.Events))
+		s.Checkpoints = ckpt1 - ckpt0
 	}
 	// Under load: from one second after the first event (ramp-up) to the
 	// last receipt, the processor competes with full-speed ingest.
