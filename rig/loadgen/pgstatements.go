@@ -69,21 +69,23 @@ func StatementCosts(ctx context.Context, db *pgxpool.Pool, events, limit int) (t
 	return top, total, nil
 }
 
-// WALBytes is the cluster's WAL insert position, in bytes: the
-// difference of two readings is the WAL written in between, by every
-// database of the cluster — what pg_stat_wal's wal_bytes counts, without
-// waiting for the backends to report it (they do so at most once a
-// second).
 // WALImages is the cluster's count of full-page images written to the WAL
 // (pg_stat_wal.wal_fpi) and of checkpoints begun (pg_stat_bgwriter, timed
 // and requested): a page's first change after a checkpoint writes the whole
-// page, so the WAL of a window depends on whether one began in it.
+// page, so the WAL of a window depends on whether one began in it. The
+// backends report their images at most once a second: a reading may miss
+// the last second's.
 func WALImages(ctx context.Context, db *pgxpool.Pool) (images, checkpoints int64, err error) {
 	err = db.QueryRow(ctx, `SELECT (SELECT wal_fpi FROM pg_stat_wal),
 		(SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter)`).Scan(&images, &checkpoints)
 	return images, checkpoints, err
 }
 
+// WALBytes is the cluster's WAL insert position, in bytes: the
+// difference of two readings is the WAL written in between, by every
+// database of the cluster — what pg_stat_wal's wal_bytes counts, without
+// waiting for the backends to report it (they do so at most once a
+// second).
 func WALBytes(ctx context.Context, db *pgxpool.Pool) (int64, error) {
 	var n int64
 	err := db.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint").Scan(&n)
