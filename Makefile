@@ -50,7 +50,7 @@ test-alerts: ## Check the Prometheus alert rules and run their unit tests (promt
 	cd deploy/prometheus && promtool test rules fulfillment.rules.test.yml
 
 .PHONY: bench
-bench: ## Benchmark: raw-PostgreSQL baseline vs webhook ingest (Yolfi, T-Bank), pipeline latency, reads, outbox deliveries, 1M-event history; writes results/ (JSON, Markdown, PNG). Under 10 min on 2 cores.
+bench: ## Benchmark: raw-PostgreSQL baseline vs webhook ingest (Yolfi, T-Bank), pipeline latency, reads, outbox deliveries, 1M-event history; writes results/ (JSON, Markdown, PNG). About 10 min on 2 cores.
 	go run ./rig/cmd/bench $(BENCH_FLAGS)
 
 .PHONY: bench-quick
