@@ -200,19 +200,7 @@ func TestEventDecisionIsHOT(t *testing.T) {
 	if got := processAll(t, s, events); strings.Count(got, string(fulfillment.DecisionFulfilled)) != events {
 		t.Fatalf("decisions %s, want every payment fulfilled", got)
 	}
-	// A backend reports its statistics when it exits: closing the store
-	// ends its backends.
-	s.Close()
-	var updates, hot int64
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if err := conn.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
-			WHERE relname = 'inbox_events'`).Scan(&updates, &hot); err != nil {
-			t.Fatal(err)
-		}
-		if updates >= events || time.Now().After(deadline) {
-			break
-		}
-	}
+	updates, hot := tableUpdates(t, s, conn, "inbox_events", events)
 	if updates != events || hot == 0 {
 		t.Errorf("inbox_events: %d updates, %d of them HOT; want %d, HOT", updates, hot, events)
 	}

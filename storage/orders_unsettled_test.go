@@ -11,6 +11,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/storage"
 )
 
 // kept describes a table that a trigger keeps with another: the rows it
@@ -150,23 +151,29 @@ func TestOrderUpdateAtPaymentIsHOT(t *testing.T) {
 			t.Fatalf("payment %d: %s, want fulfilled", i, got)
 		}
 	}
-	// A backend reports its statistics when it exits (an idle one only
-	// every few seconds): closing the store ends its backends.
-	s.Close()
-	var updates, hot int64
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if err := conn.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'orders'`).
-			Scan(&updates, &hot); err != nil {
-			t.Fatal(err)
-		}
-		if updates >= orders || time.Now().After(deadline) {
-			break
-		}
-	}
+	updates, hot := tableUpdates(t, s, conn, "orders", orders)
 	if updates != orders || hot == 0 {
 		t.Errorf("orders: %d updates, %d of them HOT; want %d, HOT", updates, hot, orders)
 	}
 	noIndexCovers(t, conn, "orders", "state", "paid_at", "paid_attempt_ref", "paid_invoice_id", "paid_payment_id", "updated_at")
+}
+
+// tableUpdates closes s and reads how many rows of table were updated, and
+// how many of those updates were HOT, waiting up to 30 s for want updates
+// to be counted: a backend reports its statistics when it exits (an idle
+// one only every few seconds), and closing the store ends its backends.
+func tableUpdates(t *testing.T, s *storage.Store, conn *pgx.Conn, table string, want int64) (updates, hot int64) {
+	t.Helper()
+	s.Close()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if err := conn.QueryRow(context.Background(), `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+			WHERE relname = $1`, table).Scan(&updates, &hot); err != nil {
+			t.Fatal(err)
+		}
+		if updates >= want || time.Now().After(deadline) {
+			return updates, hot
+		}
+	}
 }
 
 // noIndexCovers fails the test when an index of table names one of

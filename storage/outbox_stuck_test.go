@@ -142,19 +142,8 @@ func TestDeliveryRecordIsHOT(t *testing.T) {
 	for range orders {
 		deliverNext(t, s, "licenses", fulfillment.OutcomeDelivered)
 	}
-	// A backend reports its statistics when it exits: closing the store
-	// ends its backends.
-	s.Close()
-	var updates, hot, delivered int64
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if err := conn.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd, (SELECT count(*) FROM outbox_messages WHERE destination_id = 'licenses'
-				AND state = 'delivered') FROM pg_stat_user_tables WHERE relname = 'outbox_messages'`).Scan(&updates, &hot, &delivered); err != nil {
-			t.Fatal(err)
-		}
-		if updates >= orders || time.Now().After(deadline) {
-			break
-		}
-	}
+	updates, hot := tableUpdates(t, s, conn, "outbox_messages", orders)
+	delivered := count(t, conn, `SELECT count(*) FROM outbox_messages WHERE destination_id = 'licenses' AND state = 'delivered'`)
 	if delivered != orders || updates < orders || hot == 0 {
 		t.Errorf("outbox_messages: %d delivered, %d updates, %d of them HOT; want %d delivered, HOT updates",
 			delivered, updates, hot, orders)

@@ -15,11 +15,9 @@ import "runtime/debug"
 const defaultGCPercent = 400
 
 // tuneGC sets the collector's target to defaultGCPercent unless getenv
-// says GOGC, and reports whether it did.
-func tuneGC(getenv func(string) string) bool {
-	if getenv("GOGC") != "" {
-		return false
+// says GOGC.
+func tuneGC(getenv func(string) string) {
+	if getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
 	}
-	debug.SetGCPercent(defaultGCPercent)
-	return true
 }

@@ -18,15 +18,11 @@ func TestTuneGC(t *testing.T) { //nolint:paralleltest // sets the process's coll
 			return ""
 		}
 	}
-	if !tuneGC(env("")) {
-		t.Error("without GOGC: not tuned")
-	}
+	tuneGC(env(""))
 	if got := debug.SetGCPercent(100); got != defaultGCPercent {
 		t.Errorf("without GOGC: target %d, want %d", got, defaultGCPercent)
 	}
-	if tuneGC(env("50")) {
-		t.Error("with GOGC=50: tuned anyway")
-	}
+	tuneGC(env("50"))
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Errorf("with GOGC set: target %d, want it left alone (100)", got)
 	}

@@ -342,7 +342,7 @@ func (r *Report) buildTable() {
 		}
 		if s.Events > 0 {
 			note += fmt.Sprintf("; CPU per event (push + drain, %d events) svc %.0f µs, pg %.0f µs", s.Events, s.ServiceUsPerEvent, s.PostgresUsPerEvent)
-			note += fmt.Sprintf("; WAL %.0f B per event, %.2f full-page images, %d checkpoints begun", s.WALBytesPerEvent, s.WALImagesPerEvent, s.Checkpoints)
+			note += fmt.Sprintf("; WAL per event %.0f B and %.2f full-page images; checkpoints begun: %d", s.WALBytesPerEvent, s.WALImagesPerEvent, s.Checkpoints)
 		}
 		rows = append(rows, Row{"pipeline", "max sustained fulfilled (saturating push)", fmt.Sprint(s.Workers), "-",
 			rate(s.FulfilledPerSec) + " fulfilled", "", "", "", "", s.CPU.String(), note})
