@@ -15,21 +15,12 @@ import (
 
 // unresolved is inbox_unresolved: the failed and unmatched events, with
 // what late matching looks them up by.
-var unresolved = kept{
-	want: `SELECT id, org_id, environment, provider, state, received_at, merchant_order_id, checkout_session_id, subscription_id
-		FROM inbox_events WHERE state IN ('failed', 'unmatched')`,
-	got: `SELECT event_id, org_id, environment, provider, state, received_at, merchant_order_id, checkout_session_id, subscription_id
-		FROM inbox_unresolved`,
-	list: `SELECT e.event_id, u.state FROM inbox_unresolved u JOIN inbox_events e ON e.id = u.event_id ORDER BY 1`,
-}
+var unresolved = keptTable("inbox_unresolved",
+	`SELECT e.event_id, u.state FROM inbox_unresolved u JOIN inbox_events e ON e.id = u.event_id ORDER BY 1`)
 
 // eventOrders is inbox_event_orders: the events linked to an order.
-var eventOrders = kept{
-	want: `SELECT order_id, id FROM inbox_events WHERE order_id IS NOT NULL`,
-	got:  `SELECT order_id, event_id FROM inbox_event_orders`,
-	list: `SELECT o.merchant_order_id, e.event_id FROM inbox_event_orders l
-		JOIN orders o ON o.id = l.order_id JOIN inbox_events e ON e.id = l.event_id ORDER BY 1, 2`,
-}
+var eventOrders = keptTable("inbox_event_orders", `SELECT o.merchant_order_id, e.event_id FROM inbox_event_orders l
+	JOIN orders o ON o.id = l.order_id JOIN inbox_events e ON e.id = l.event_id ORDER BY 1, 2`)
 
 // The failed and unmatched events, and the events of each order, are rows
 // of their own, which triggers keep with the events, whoever changes them:

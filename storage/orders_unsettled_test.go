@@ -14,25 +14,33 @@ import (
 	"github.com/fulfillplatform/fulfillment/storage"
 )
 
-// kept describes a table that a trigger keeps with another: the rows it
-// must hold (want, from the source table), the rows it holds (got, the same
-// columns), and a listing of them for messages (two text columns).
-type kept struct{ want, got, list string }
+// kept is a table of storage.KeptTables with a listing of its rows for
+// messages (two text columns).
+type kept struct {
+	storage.KeptTable
+	list string
+}
+
+// keptTable is the kept table named table, listed by list.
+func keptTable(table, list string) kept {
+	for _, k := range storage.KeptTables {
+		if k.Table == table {
+			return kept{k, list}
+		}
+	}
+	panic("no kept table " + table)
+}
 
 // unsettled is orders_unsettled: the paid orders waiting for their
 // fulfillment or a person.
-var unsettled = kept{
-	want: `SELECT id, org_id, environment, state, paid_at FROM orders
-		WHERE paid_at IS NOT NULL AND state IN ('paid', 'fulfilling', 'on_hold')`,
-	got:  `SELECT order_id, org_id, environment, state, paid_at FROM orders_unsettled`,
-	list: `SELECT o.merchant_order_id, u.state FROM orders_unsettled u JOIN orders o ON o.id = u.order_id ORDER BY 1`,
-}
+var unsettled = keptTable("orders_unsettled",
+	`SELECT o.merchant_order_id, u.state FROM orders_unsettled u JOIN orders o ON o.id = u.order_id ORDER BY 1`)
 
 // rows lists k's table ("a=b " per row), and how many rows it misses or
 // holds wrongly: zero when it is what its source says.
 func (k kept) rows(t *testing.T, conn *pgx.Conn) (rows string, wrong int) {
 	t.Helper()
-	wrong = count(t, conn, `SELECT count(*) FROM ((`+k.want+` EXCEPT `+k.got+`) UNION ALL (`+k.got+` EXCEPT `+k.want+`)) x`)
+	wrong = count(t, conn, `SELECT count(*) FROM ((`+k.Want+` EXCEPT `+k.Got+`) UNION ALL (`+k.Got+` EXCEPT `+k.Want+`)) x`)
 	r, err := conn.Query(context.Background(), k.list)
 	if err != nil {
 		t.Fatal(err)

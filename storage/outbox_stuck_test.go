@@ -11,11 +11,7 @@ import (
 )
 
 // stuck is outbox_stuck: the failed and uncertain messages.
-var stuck = kept{
-	want: `SELECT id, org_id, environment, destination_id, state FROM outbox_messages WHERE state IN ('failed', 'uncertain')`,
-	got:  `SELECT message_id, org_id, environment, destination_id, state FROM outbox_stuck`,
-	list: `SELECT destination_id, state FROM outbox_stuck ORDER BY 1, 2`,
-}
+var stuck = keptTable("outbox_stuck", `SELECT destination_id, state FROM outbox_stuck ORDER BY 1, 2`)
 
 // The failed and uncertain messages are rows of their own, which a trigger
 // keeps with the messages; the readers that list or count messages by

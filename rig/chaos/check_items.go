@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/storage"
 )
 
 // checkItems: the only reconciliation items are the extra payments and the
@@ -60,11 +61,11 @@ func (r *runner) checkItems(s *dbState) {
 	}
 	r.addCheck(c)
 
-	for i, k := range keptTables {
-		c = Check{Name: k.table + " holds exactly " + k.holds, Checked: s.kept[i].rows}
+	for i, k := range storage.KeptTables {
+		c = Check{Name: k.Table + " holds exactly " + k.Holds, Checked: s.kept[i].rows}
 		if s.kept[i].wrong > 0 {
 			c.Failed++
-			r.viol.add(k.table, "%d of %s missing from %s or held there wrongly", s.kept[i].wrong, k.holds, k.table)
+			r.viol.add(k.Table, "%d of %s missing from %s or held there wrongly", s.kept[i].wrong, k.Holds, k.Table)
 		}
 		r.addCheck(c)
 	}

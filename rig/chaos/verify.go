@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/storage"
 )
 
 // Decisions and states as the service records them (fulfillment package).
@@ -115,34 +116,13 @@ type dbState struct {
 
 	totalLicenses, distinctLicenses int
 	strayLicenses                   int // entitlements outside their line's units, or on a non-license line
-	// kept are, per keptTables, the rows the table holds and how many rows
+	// kept are, per storage.KeptTables, the rows the table holds and how many rows
 	// of its source it misses or holds wrongly.
 	kept []keptRows
 }
 
 // keptRows are what a kept table holds against its source.
 type keptRows struct{ rows, wrong int }
-
-// keptTables are the tables that triggers keep with another table: what
-// each holds (for the check's name), the rows it must hold (want, from its
-// source) and the rows it holds (got, the same columns).
-var keptTables = []struct{ table, holds, want, got string }{
-	{"orders_unsettled", "the paid orders not settled",
-		`SELECT id, org_id, environment, state, paid_at FROM orders
-			WHERE paid_at IS NOT NULL AND state IN ('paid', 'fulfilling', 'on_hold')`,
-		`SELECT order_id, org_id, environment, state, paid_at FROM orders_unsettled`},
-	{"outbox_stuck", "the failed and uncertain messages",
-		`SELECT id, org_id, environment, destination_id, state FROM outbox_messages WHERE state IN ('failed', 'uncertain')`,
-		`SELECT message_id, org_id, environment, destination_id, state FROM outbox_stuck`},
-	{"inbox_unresolved", "the failed and unmatched events",
-		`SELECT id, org_id, environment, provider, state, received_at, merchant_order_id, checkout_session_id, subscription_id
-			FROM inbox_events WHERE state IN ('failed', 'unmatched')`,
-		`SELECT event_id, org_id, environment, provider, state, received_at, merchant_order_id, checkout_session_id,
-			subscription_id FROM inbox_unresolved`},
-	{"inbox_event_orders", "the events linked to an order",
-		`SELECT order_id, id FROM inbox_events WHERE order_id IS NOT NULL`,
-		`SELECT order_id, event_id FROM inbox_event_orders`},
-}
 
 // tableRead is one query of loadState: row is called with dest scanned,
 // for each row.
@@ -243,10 +223,10 @@ func loadState(ctx context.Context, db *pgxpool.Pool) (*dbState, error) {
 		{"outbox_attempts", `SELECT outcome, count(*) FROM outbox_attempts GROUP BY outcome`,
 			[]any{&outcome, &outcomeAttempts}, func() { s.outcomes[outcome] = outcomeAttempts }},
 	}
-	s.kept = make([]keptRows, len(keptTables))
-	for i, k := range keptTables {
-		reads = append(reads, tableRead{k.table + " against its source", `
-			WITH want AS (` + k.want + `), got AS (` + k.got + `)
+	s.kept = make([]keptRows, len(storage.KeptTables))
+	for i, k := range storage.KeptTables {
+		reads = append(reads, tableRead{k.Table + " against its source", `
+			WITH want AS (` + k.Want + `), got AS (` + k.Got + `)
 			SELECT (SELECT count(*) FROM got),
 				(SELECT count(*) FROM ((SELECT * FROM want EXCEPT SELECT * FROM got) UNION ALL (SELECT * FROM got EXCEPT SELECT * FROM want)) x)`,
 			[]any{&s.kept[i].rows, &s.kept[i].wrong}, func() {}})
