@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/worker"
 )
 
 // Group commit. Concurrent InboxInsert calls are committed together: a
@@ -201,25 +202,38 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 	}
 
 	// One statement, one implicit transaction: the rows it returns are
-	// only read to the end once it has committed.
+	// only read to the end once it has committed. The new pending events
+	// it leases to this process's inbox queue (hand-off) are handed to it
+	// then; the others are claimed, woken by the signal.
+	handoff, h := s.inboxHandoff(n)
+	var handed []worker.Claim
 	found := make(map[eventKey]fulfillment.InboxReceipt, n)
 	pending := false
-	result, _ := s.pool.Query(ctx, inboxInsertSQL, inboxInsertArgs(rows)...)
+	result, _ := s.pool.Query(ctx, inboxInsertSQL, inboxInsertArgs(rows, h)...)
 	err := forEachRow(result, func(r pgx.Rows) error {
 		var (
-			rec fulfillment.InboxReceipt
-			k   eventKey
+			rec       fulfillment.InboxReceipt
+			k         eventKey
+			wasHanded bool
 		)
-		if err := r.Scan(&rec.ID, &rec.State, &k.provider, &k.org, &k.env, &k.eventID); err != nil {
+		if err := r.Scan(&rec.ID, &rec.State, &k.provider, &k.org, &k.env, &k.eventID, &wasHanded); err != nil {
 			return err
 		}
-		pending = pending || rec.State == fulfillment.InboxPending
+		if wasHanded {
+			handed = append(handed, worker.Claim{ID: rec.ID, Attempts: 1})
+		} else {
+			pending = pending || rec.State == fulfillment.InboxPending
+		}
 		found[k] = rec
 		return nil
 	})
 	if err != nil {
+		// Leased rows that did commit stay with their live owner, which
+		// claims them back once their lease ran out (ClaimParams.InFlight).
+		handoff.Deliver(h, nil)
 		return nil, fmt.Errorf("storing inbox events: %w", interpret(err))
 	}
+	handoff.Deliver(h, handed)
 	if len(found) < uniqueKeys(batch) {
 		// Redeliveries. The insert waited for any conflicting insert to
 		// commit, so this later statement sees every row it skipped.
@@ -290,5 +304,39 @@ func uniqueKeys(batch []*insertRequest) int {
 func InboxInsertStatement(ev fulfillment.ProviderEvent, raw []byte) (sql string, args []any) {
 	row := inboxRowOf(ev)
 	row.RawBody, row.State = raw, string(fulfillment.InboxPending)
-	return inboxInsertSQL, inboxInsertArgs([]inboxRow{row})
+	return inboxInsertSQL, inboxInsertArgs([]inboxRow{row}, worker.Handoff{})
 }
+
+// InboxHandoff is an inbox queue that takes the events this process stores
+// as they are stored (worker.Queue): they are inserted leased to its owner
+// and handed to it after their commit, never claimed.
+type InboxHandoff interface {
+	Reserve(n int) worker.Handoff
+	Deliver(h worker.Handoff, claims []worker.Claim)
+}
+
+// HandInboxTo makes the group commit hand the events it stores to q, this
+// process's inbox queue, as far as q has room (nil: no hand-off). Events
+// stored while q takes none are queued unleased and claimed.
+func (s *Store) HandInboxTo(q InboxHandoff) {
+	if q == nil {
+		s.handoff.Store(nil)
+		return
+	}
+	s.handoff.Store(&q)
+}
+
+// inboxHandoff reserves a hand-off of at most n events.
+func (s *Store) inboxHandoff(n int) (InboxHandoff, worker.Handoff) {
+	q := s.handoff.Load()
+	if q == nil {
+		return noHandoff{}, worker.Handoff{}
+	}
+	return *q, (*q).Reserve(n)
+}
+
+// noHandoff takes nothing.
+type noHandoff struct{}
+
+func (noHandoff) Reserve(int) worker.Handoff             { return worker.Handoff{} }
+func (noHandoff) Deliver(worker.Handoff, []worker.Claim) {}

@@ -8,6 +8,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/worker"
 )
 
 // inboxRow is an inbox_events row as the service writes and reads it. It
@@ -119,7 +120,11 @@ var inboxWriteColumns = []inboxColumn{
 // inboxInsertSQL inserts the rows given as one array per column (in the
 // order of inboxColumns then inboxWriteColumns), skipping events stored
 // before, queues the new pending ones (a row of inbox_work each), and
-// returns each new row's id, state and key.
+// returns each new row's id, state and key, and whether its work row was
+// handed off. The three parameters after the columns are a hand-off
+// (worker.Handoff): the first new pending rows, up to its count, are queued
+// leased to its owner (NULL: none) for its lease, their claim counted as
+// an attempt, as a claim would have left them.
 var inboxInsertSQL = func() string {
 	cols := append(inboxColumns[:len(inboxColumns):len(inboxColumns)], inboxWriteColumns...)
 	names, arrays, values := make([]string, len(cols)), make([]string, len(cols)), make([]string, len(cols))
@@ -133,6 +138,7 @@ var inboxInsertSQL = func() string {
 		}
 		arrays[i] = fmt.Sprintf("$%d::%s", i+1, arrayType)
 	}
+	owner, count, lease := len(cols)+1, len(cols)+2, len(cols)+3
 	return fmt.Sprintf(`
 		WITH stored AS (
 			INSERT INTO inbox_events (%[1]s, processed_at)
@@ -141,22 +147,30 @@ var inboxInsertSQL = func() string {
 			ON CONFLICT ON CONSTRAINT inbox_events_event_key DO NOTHING
 			RETURNING id, state, provider, org_id, environment, event_id
 		), queued AS (
-			INSERT INTO inbox_work (id) SELECT id FROM stored WHERE state = 'pending'
+			INSERT INTO inbox_work (id, lease_owner, lease_until, next_attempt_at, attempts)
+			SELECT id, CASE WHEN handed THEN $%[4]d::text END,
+				CASE WHEN handed THEN clock_timestamp() + $%[6]d::interval END,
+				clock_timestamp() + CASE WHEN handed THEN $%[6]d::interval ELSE interval '0' END,
+				CASE WHEN handed THEN 1 ELSE 0 END
+			FROM (SELECT id, $%[4]d::text IS NOT NULL AND row_number() OVER (ORDER BY id) <= $%[5]d::int AS handed
+				FROM stored WHERE state = 'pending') p
+			RETURNING id, lease_owner IS NOT NULL AS handed
 		)
-		SELECT * FROM stored`,
-		strings.Join(names, ", "), strings.Join(values, ", "), strings.Join(arrays, ", "))
+		SELECT s.*, coalesce(q.handed, false) FROM stored s LEFT JOIN queued q USING (id)`,
+		strings.Join(names, ", "), strings.Join(values, ", "), strings.Join(arrays, ", "), owner, count, lease)
 }()
 
-// inboxInsertArgs are the arguments of inboxInsertSQL for rows.
-func inboxInsertArgs(rows []inboxRow) []any {
-	args := make([]any, 0, len(inboxColumns)+len(inboxWriteColumns))
+// inboxInsertArgs are the arguments of inboxInsertSQL for rows, with
+// hand-off h.
+func inboxInsertArgs(rows []inboxRow, h worker.Handoff) []any {
+	args := make([]any, 0, len(inboxColumns)+len(inboxWriteColumns)+3)
 	for _, c := range inboxColumns {
 		args = append(args, c.array(rows))
 	}
 	for _, c := range inboxWriteColumns {
 		args = append(args, c.array(rows))
 	}
-	return args
+	return append(args, opt(h.Owner), h.N, h.Lease)
 }
 
 // inboxSelectList reads id and inboxColumns, in scanDest's order.

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -37,6 +38,9 @@ type Store struct {
 	// reach says when the database is unreachable, once.
 	reach    reachability
 	inserter *inserter
+	// handoff is this process's inbox queue, which takes the events the
+	// group commit stores (HandInboxTo), when set.
+	handoff atomic.Pointer[InboxHandoff]
 
 	// inboxSignal, outboxSignal and feedSignal wake the processors of the
 	// inbox and the outbox, and the readers of the order event feed.

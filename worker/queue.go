@@ -18,6 +18,7 @@ import (
 	mrand "math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -172,9 +173,16 @@ type Queue struct {
 	wake   chan struct{}
 	jitter func() float64 // in [0, 1)
 
+	// claimDue says that a claim may find items: a notification came
+	// since the last claim began.
+	claimDue atomic.Bool
+
 	mu       sync.Mutex
 	inFlight map[int64]struct{} // the items this queue's workers hold
 	claimErr error              // the last claim's failure, nil after a claim that worked
+	running  bool               // Run's workers take items (see Reserve)
+	reserved int                // items reserved for hand-offs, not delivered yet
+	handed   []handedClaims     // items handed to the queue, not taken yet
 }
 
 // Name is the queue's name, as in logs and metrics.
@@ -225,6 +233,7 @@ func NewQueue(name string, table Table, process Process, owners Owners, cfg Conf
 // claimed but did not process (processing in flight is rolled back). The
 // owners must stay live until it returns.
 func (q *Queue) Run(ctx context.Context) error {
+	q.setRunning(true)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = q.table.Listen(ctx, q.notify) })
 	wg.Go(func() { q.reclaim(ctx) })
@@ -233,6 +242,7 @@ func (q *Queue) Run(ctx context.Context) error {
 	}
 	q.log.Info(q.name+" processor started", "workers", q.cfg.Workers)
 	wg.Wait()
+	q.setRunning(false)
 
 	owner, _ := q.owners.Owner()
 	if owner == "" {
@@ -248,33 +258,69 @@ func (q *Queue) Run(ctx context.Context) error {
 	return nil
 }
 
-// notify wakes one idle worker; notifications arriving while one is
-// pending coalesce. A worker that claims a full batch wakes the next (see
+// setRunning says whether Run's workers take items; when they stop, the
+// items handed to them and not taken are forgotten (Run releases them).
+func (q *Queue) setRunning(running bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.running = running
+	if !running {
+		for _, h := range q.handed {
+			for _, c := range h.claims {
+				delete(q.inFlight, c.ID)
+			}
+		}
+		q.handed = nil
+	}
+}
+
+// notify says that items may be due in the table, and wakes one idle
+// worker to claim them; notifications arriving while one is pending
+// coalesce. A worker that claims a full batch wakes the next (see
 // claimAndProcess), so that a backlog is worked on by every worker, while a
 // trickle of single events costs one claim each, not one per worker.
 func (q *Queue) notify() {
+	q.claimDue.Store(true)
+	q.wakeOne()
+}
+
+// wakeOne wakes one idle worker: to claim when notify says so, and to take
+// the items handed to the queue.
+func (q *Queue) wakeOne() {
 	select {
 	case q.wake <- struct{}{}:
 	default:
 	}
 }
 
-// loop claims and processes until ctx ends: again at once after a full
-// batch, else when woken, when the owner changes, or after Poll.
+// loop works until ctx ends: on the items handed to the queue first, and
+// else on a claim — at first, again at once after a full batch, else when
+// notified, when the owner changes, or after Poll.
 func (q *Queue) loop(ctx context.Context) {
 	poll := time.NewTimer(q.cfg.Poll)
 	defer poll.Stop()
+	claim := true
 	for ctx.Err() == nil {
 		owner, changed := q.owners.Owner()
-		if owner != "" && q.claimAndProcess(ctx, owner, changed) == q.cfg.Batch {
-			continue // more may be waiting
+		if owner != "" {
+			if handed := q.takeHanded(owner); len(handed) > 0 {
+				q.processHeld(ctx, owner, changed, handed)
+				continue
+			}
+			if claim || q.claimDue.Swap(false) {
+				if claim = q.claimAndProcess(ctx, owner, changed) == q.cfg.Batch; claim {
+					continue // more may be waiting
+				}
+			}
 		}
 		poll.Reset(q.cfg.Poll)
 		select {
 		case <-ctx.Done():
 		case <-q.wake:
 		case <-poll.C:
+			claim = true
 		case <-changed:
+			claim = true
 		}
 	}
 }
@@ -293,8 +339,8 @@ func (q *Queue) claimAndProcess(ctx context.Context, owner string, changed <-cha
 		q.mu.Unlock()
 	}
 	q.hold(claims)
-	defer q.done(claims)
 	if err != nil {
+		q.done(claims)
 		switch {
 		case ctx.Err() != nil:
 		case errors.Is(err, fulfillment.ErrUnavailable):
@@ -310,16 +356,23 @@ func (q *Queue) claimAndProcess(ctx context.Context, owner string, changed <-cha
 	if len(claims) == q.cfg.Batch {
 		q.notify() // more may be due: another worker takes the next batch
 	}
-	failpoint.Inject("after-claim")
+	q.processHeld(ctx, owner, changed, claims)
+	return len(claims)
+}
+
+// processHeld processes claims the queue holds under owner (claimed or
+// handed), unless owner was lost meanwhile, and then forgets them.
+func (q *Queue) processHeld(ctx context.Context, owner string, changed <-chan struct{}, claims []Claim) {
+	defer q.done(claims)
+	failpoint.Inject("after-claim") // (handed items are claims too)
 	select {
 	case <-changed:
 		// Liveness was lost: the claims are other replicas' to take.
 		q.log.Warn("dropping claims of an owner that is no longer live; they are reclaimed", "count", len(claims))
-		return len(claims)
+		return
 	default:
 	}
 	q.process(ctx, owner, claims)
-	return len(claims)
 }
 
 // holding lists the items this queue's workers hold.

@@ -89,6 +89,28 @@ func liveOwner(id string) fakeOwners {
 	return fakeOwners{owner: func() (string, <-chan struct{}) { return id, never }}
 }
 
+// switchingOwner is first live, until lose makes next the live owner
+// ("" for none).
+func switchingOwner(first string) (owners fakeOwners, lose func(next string)) {
+	var (
+		mu      sync.Mutex
+		owner   = first
+		changed = make(chan struct{})
+	)
+	owners = fakeOwners{owner: func() (string, <-chan struct{}) {
+		mu.Lock()
+		defer mu.Unlock()
+		return owner, changed
+	}}
+	return owners, func(next string) {
+		mu.Lock()
+		defer mu.Unlock()
+		owner = next
+		close(changed)
+		changed = make(chan struct{})
+	}
+}
+
 // calls records what a fake saw, safe for concurrent use.
 type calls[T any] struct {
 	mu   sync.Mutex
@@ -605,23 +627,7 @@ func TestQueueNotifyWakesOneWorkerThenChains(t *testing.T) {
 func TestQueueDropsClaimsOfLostOwner(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		var (
-			mu      sync.Mutex
-			owner   = "a"
-			changed = make(chan struct{})
-		)
-		current := func() (string, <-chan struct{}) {
-			mu.Lock()
-			defer mu.Unlock()
-			return owner, changed
-		}
-		lose := func(next string) {
-			mu.Lock()
-			defer mu.Unlock()
-			owner = next
-			close(changed)
-			changed = make(chan struct{})
-		}
+		owners, lose := switchingOwner("a")
 		var (
 			claimedBy calls[string]
 			processed calls[string]
@@ -640,7 +646,7 @@ func TestQueueDropsClaimsOfLostOwner(t *testing.T) {
 				return nil
 			},
 		}
-		q := NewQueue("test", ft, ft.Process, fakeOwners{owner: current}, Config{Workers: 1, Poll: time.Hour}, discard)
+		q := NewQueue("test", ft, ft.Process, owners, Config{Workers: 1, Poll: time.Hour}, discard)
 		t0 := time.Now()
 		stop := start(q)
 		defer stop()

@@ -176,6 +176,9 @@ func (a *App) build(cfg *config.Config, endpoints []ingest.Endpoint) error {
 	a.liveness = a.store.NewLiveness()
 	if !cfg.Inbox.Disabled {
 		a.inbox = worker.NewInboxWith(a.store.InboxQueue(), a.store, a.liveness, QueueConfig(cfg.Inbox.Queue), a.log, inboxObservers(reg, a.tracer))
+		// The events this process stores go straight to its processor,
+		// as far as it has room: no claim.
+		a.store.HandInboxTo(a.inbox)
 	}
 	if len(cfg.Destinations) > 0 && !cfg.Outbox.Disabled {
 		a.outbox = newOutbox(cfg, a.store, a.liveness, reg, a.log)
