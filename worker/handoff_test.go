@@ -46,7 +46,7 @@ func TestQueueTakesHandedItems(t *testing.T) {
 			t.Fatalf("reserved %+v beyond the room", more)
 		}
 		q.Deliver(h, []Claim{{1, 1}, {2, 1}, {3, 1}, {4, 1}}) // 2 of the 6 unused
-		synctest.Wait() // both workers took theirs: 3 and 1
+		synctest.Wait()                                       // both workers took theirs: 3 and 1
 		if got := slices.Sorted(slices.Values(q.holding())); fmt.Sprint(got) != "[1 2 3 4]" {
 			t.Errorf("in flight %v, want the 4 handed items (a claim is told them)", got)
 		}
