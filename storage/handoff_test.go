@@ -39,8 +39,8 @@ func runInbox(t *testing.T, s *storage.Store, l *storage.Liveness, workers, batc
 	return table
 }
 
-// storeConcurrently stores n payments of n orders (prefix-0 to prefix-n-1)
-// from n goroutines, each event twice.
+// storeConcurrently creates n orders (m-prefix-0 to m-prefix-n-1) and stores
+// a payment of each twice, from 2n goroutines at once.
 func storeConcurrently(t *testing.T, s *storage.Store, prefix string, n int) {
 	t.Helper()
 	ctx := context.Background()

@@ -9,7 +9,7 @@ import "runtime/debug"
 // with its request: at the runtime's default of 100, a CPU profile under
 // load put the collector at about a quarter of the service's CPU. At 400
 // the heap grows to up to five times the live one between collections, and
-// make bench measured 20–23% less service CPU per event (two paired runs).
+// make bench measured 20–23% less service CPU per event (three paired runs).
 // GOGC set in the environment wins; in a container with a tight memory
 // limit, set GOMEMLIMIT too.
 const defaultGCPercent = 400
