@@ -427,22 +427,24 @@ func (w *effectWriter) write(b *pgx.Batch) queued {
 			WHERE o.id = u.id::uuid`, id, state, paid, attemptRef, invoiceID, paymentID)
 	}
 	if ids := w.grants.keys(); len(ids) > 0 {
-		// One license per unit; the unique key makes a repeated grant
-		// insert nothing.
+		// One license per unit. The rules grant an order's lines once, when
+		// its payment moves it out of pending_payment under its row lock:
+		// the unique key makes a second grant an error (the batch fails and
+		// its events are tried alone), never a second license, and a plain
+		// insert spares each row the conflict check and its WAL record.
 		b.Queue(`
 			INSERT INTO entitlements (order_id, line_no, unit, kind, value)
 			SELECT l.order_id, l.line_no, u, 'license', 'LIC-' || upper(replace(gen_random_uuid()::text, '-', ''))
 			FROM order_lines l, generate_series(1, l.quantity) AS u
-			WHERE l.order_id = ANY($1::uuid[]) AND l.kind = 'license'
-			ON CONFLICT ON CONSTRAINT entitlements_unit_key DO NOTHING`, ids)
+			WHERE l.order_id = ANY($1::uuid[]) AND l.kind = 'license'`, ids)
 	}
 	if ids := w.credits.keys(); len(ids) > 0 {
+		// Once per line, as the licenses.
 		b.Queue(`
 			INSERT INTO ledger_entries (order_id, line_no, account_ref, movement, currency, minor_units)
 			SELECT l.order_id, l.line_no, l.account_ref, 'credit', l.currency, l.unit_minor_units * l.quantity
 			FROM order_lines l
-			WHERE l.order_id = ANY($1::uuid[]) AND l.kind = 'balance_credit'
-			ON CONFLICT ON CONSTRAINT ledger_entries_movement_key DO NOTHING`, ids)
+			WHERE l.order_id = ANY($1::uuid[]) AND l.kind = 'balance_credit'`, ids)
 	}
 	for _, round := range w.shares {
 		var order, ref []string

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/worker"
 )
 
 // Migration 037 makes the keys that entitlements, payment attempts and
@@ -69,5 +73,91 @@ func TestMigration037KeepsEveryKindOfData(t *testing.T) {
 		if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
 			t.Errorf("%s recorded twice: %v, want a unique violation", what, err)
 		}
+	}
+}
+
+// Migration 038 drops the foreign keys of the rows a decision writes about
+// an order (licenses, credits, attempts, feed events, the event's order),
+// which the effect writer names only from rows it read under the order's
+// lock. From a database whose every kind of row was written without them
+// (the one-batch scenario at the latest version), migrating down adds them
+// back and validates every row; up, down and up again keep every row; and
+// the events delivered again write nothing.
+func TestMigration038KeepsEveryKindOfData(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	scenarioOrders(t, s)
+	events := batchScenario()
+	for _, ev := range events {
+		if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	processAll(t, s, len(events))
+	want := writtenRows(t, conn)
+	checks := func() int {
+		t.Helper()
+		return count(t, conn, `SELECT count(*)::int FROM pg_constraint WHERE contype = 'f' AND conname IN (
+			'entitlements_order_id_line_no_fkey', 'ledger_entries_order_id_line_no_fkey', 'payment_attempts_order_id_fkey',
+			'order_events_order_id_fkey', 'inbox_events_order_id_fkey')`)
+	}
+	m, v := migrator(t, conn, "_effect_rows_unchecked.sql")
+	for _, step := range []struct {
+		version int32
+		checks  int
+	}{{v - 1, 5}, {v, 0}, {v - 1, 5}, {int32(len(m.Migrations)), 0}} {
+		if err := m.MigrateTo(ctx, step.version); err != nil {
+			t.Fatalf("migrating to %d: %v", step.version, err)
+		}
+		if got := writtenRows(t, conn); got != want {
+			t.Fatalf("at version %d the rows are:\n%s\nwant:\n%s", step.version, got, want)
+		}
+		if got := checks(); got != step.checks {
+			t.Errorf("at version %d: %d of the foreign keys, want %d", step.version, got, step.checks)
+		}
+	}
+	deliveredAgainWriteNothing(t, s, conn, events)
+}
+
+// The licenses and credits of an order are inserted without a conflict
+// clause: the rules grant them once, on the payment that moves the order
+// out of pending_payment. Should an order be granted again all the same
+// (here: its state and payment put back by hand, and a second payment), the unique keys
+// refuse the grant — the batch fails, nothing of it is written — rather
+// than let it grant twice.
+func TestASecondGrantIsRefusedByTheKeys(t *testing.T) {
+	t.Parallel()
+	s, conn := newStore(t)
+	ctx := context.Background()
+	creditLicenseOrder(t, s, "m-a")
+	if _, err := s.InboxInsert(ctx, refundEvent("a1", "m-a", fulfillment.EventPaymentConfirmed, 20000), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if got := processAll(t, s, 1); got != string(fulfillment.DecisionFulfilled) {
+		t.Fatalf("first payment: %s, want fulfilled", got)
+	}
+	granted := effectRows(t, conn)
+	if _, err := conn.Exec(ctx, `UPDATE orders SET state = 'pending_payment', paid_attempt_ref = NULL,
+		paid_invoice_id = NULL, paid_payment_id = NULL, paid_at = NULL WHERE merchant_order_id = 'm-a'`); err != nil {
+		t.Fatal(err)
+	}
+	again := refundEvent("a2", "m-a", fulfillment.EventPaymentConfirmed, 20000)
+	again.Payment.AttemptRef, again.Payment.PaymentID = "att-again", "pay-again"
+	stored, err := s.InboxInsert(ctx, again, []byte("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 10})
+	if err != nil || len(claims) != 1 || claims[0].ID != stored.ID {
+		t.Fatalf("claim = %v, %v; want event %d", claims, err, stored.ID)
+	}
+	_, err = s.InboxProcess(ctx, []int64{stored.ID}, "w")
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+		t.Fatalf("granting the order again: %v, want a unique violation", err)
+	}
+	if got := effectRows(t, conn); got != granted {
+		t.Errorf("after the second grant the effects are %s, want those of the first: %s", got, granted)
 	}
 }
