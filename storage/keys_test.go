@@ -120,44 +120,57 @@ func TestMigration038KeepsEveryKindOfData(t *testing.T) {
 	deliveredAgainWriteNothing(t, s, conn, events)
 }
 
-// The licenses and credits of an order are inserted without a conflict
-// clause: the rules grant them once, on the payment that moves the order
-// out of pending_payment. Should an order be granted again all the same
-// (here: its state and payment put back by hand, and a second payment), the unique keys
-// refuse the grant — the batch fails, nothing of it is written — rather
-// than let it grant twice.
-func TestASecondGrantIsRefusedByTheKeys(t *testing.T) {
+// The licenses and credits of an order, and its events, are inserted
+// without a conflict clause: the rules grant an order's lines once, on the
+// payment that moves it out of pending_payment, and enter each announced
+// state once. Should an order be granted or announce a state again all the
+// same (here: its state and payment put back by hand, and a second payment
+// decided as the first), the unique keys refuse it — the batch fails,
+// nothing of it is written — rather than let it grant or announce twice.
+func TestASecondGrantOrAnnouncementIsRefusedByTheKeys(t *testing.T) {
 	t.Parallel()
-	s, conn := newStore(t)
-	ctx := context.Background()
-	creditLicenseOrder(t, s, "m-a")
-	if _, err := s.InboxInsert(ctx, refundEvent("a1", "m-a", fulfillment.EventPaymentConfirmed, 20000), []byte("{}")); err != nil {
-		t.Fatal(err)
-	}
-	if got := processAll(t, s, 1); got != string(fulfillment.DecisionFulfilled) {
-		t.Fatalf("first payment: %s, want fulfilled", got)
-	}
-	granted := effectRows(t, conn)
-	if _, err := conn.Exec(ctx, `UPDATE orders SET state = 'pending_payment', paid_attempt_ref = NULL,
-		paid_invoice_id = NULL, paid_payment_id = NULL, paid_at = NULL WHERE merchant_order_id = 'm-a'`); err != nil {
-		t.Fatal(err)
-	}
-	again := refundEvent("a2", "m-a", fulfillment.EventPaymentConfirmed, 20000)
-	again.Payment.AttemptRef, again.Payment.PaymentID = "att-again", "pay-again"
-	stored, err := s.InboxInsert(ctx, again, []byte("{}"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 10})
-	if err != nil || len(claims) != 1 || claims[0].ID != stored.ID {
-		t.Fatalf("claim = %v, %v; want event %d", claims, err, stored.ID)
-	}
-	_, err = s.InboxProcess(ctx, []int64{stored.ID}, "w")
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
-		t.Fatalf("granting the order again: %v, want a unique violation", err)
-	}
-	if got := effectRows(t, conn); got != granted {
-		t.Errorf("after the second grant the effects are %s, want those of the first: %s", got, granted)
+	for _, tc := range []struct {
+		name     string
+		kopecks  int64
+		decision fulfillment.Decision
+	}{
+		{"granted again", 20000, fulfillment.DecisionFulfilled},
+		{"on hold again", 100, fulfillment.DecisionAmountMismatch},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, conn := newStore(t)
+			ctx := context.Background()
+			creditLicenseOrder(t, s, "m-a")
+			if _, err := s.InboxInsert(ctx, refundEvent("a1", "m-a", fulfillment.EventPaymentConfirmed, tc.kopecks), []byte("{}")); err != nil {
+				t.Fatal(err)
+			}
+			if got := processAll(t, s, 1); got != string(tc.decision) {
+				t.Fatalf("first payment: %s, want %s", got, tc.decision)
+			}
+			first := effectRows(t, conn)
+			if _, err := conn.Exec(ctx, `UPDATE orders SET state = 'pending_payment', paid_attempt_ref = NULL,
+				paid_invoice_id = NULL, paid_payment_id = NULL, paid_at = NULL WHERE merchant_order_id = 'm-a'`); err != nil {
+				t.Fatal(err)
+			}
+			again := refundEvent("a2", "m-a", fulfillment.EventPaymentConfirmed, tc.kopecks)
+			again.Payment.AttemptRef, again.Payment.PaymentID = "att-again", "pay-again"
+			stored, err := s.InboxInsert(ctx, again, []byte("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 10})
+			if err != nil || len(claims) != 1 || claims[0].ID != stored.ID {
+				t.Fatalf("claim = %v, %v; want event %d", claims, err, stored.ID)
+			}
+			_, err = s.InboxProcess(ctx, []int64{stored.ID}, "w")
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+				t.Fatalf("deciding the second payment as the first: %v, want a unique violation", err)
+			}
+			if got := effectRows(t, conn); got != first {
+				t.Errorf("after the second payment the effects are %s, want those of the first: %s", got, first)
+			}
+		})
 	}
 }

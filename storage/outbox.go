@@ -117,7 +117,7 @@ func queueLineRequests(b *pgx.Batch, rows []lineRequest) {
 // queuePublishes records the events rows publish, in order, and queues a
 // message announcing each to every destination subscribed to its topic.
 // An order publishes each topic once, a subscription each topic once per
-// period.
+// period (a repeat of which inserts nothing).
 func (s *Store) queuePublishes(b *pgx.Batch, rows []publishRow) queued {
 	var (
 		orders, subs       []*string
@@ -137,8 +137,12 @@ func (s *Store) queuePublishes(b *pgx.Batch, rows []publishRow) queued {
 			FROM unnest($1::text[], $2::text[], $3::uuid[], $4::uuid[], $5::int[], $6::text[], $7::text[]) WITH ORDINALITY
 				AS p (org_id, environment, order_id, subscription_id, period, topic, payload, n)
 			ORDER BY n
-			-- order_events_order_once, order_events_subscription_period_once
-			ON CONFLICT DO NOTHING
+			-- A subscription publishes a topic once per period: a repeat
+			-- inserts nothing. An order enters each announced state once
+			-- (the rules never enter fulfilled, refunded or on_hold twice),
+			-- so its events take no conflict check: order_events_order_once
+			-- makes a repeat an error, never a second event.
+			ON CONFLICT (subscription_id, topic, period) WHERE subscription_id IS NOT NULL DO NOTHING
 			RETURNING id, org_id, environment, order_id, subscription_id, period, topic, payload
 		)
 		INSERT INTO outbox_messages (destination_id, topic, idempotency_key, org_id, environment, order_id,
