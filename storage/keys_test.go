@@ -79,7 +79,7 @@ func TestMigration037KeepsEveryKindOfData(t *testing.T) {
 // Migration 038 drops the foreign keys of the rows a decision writes about
 // an order (licenses, credits, attempts, feed events, the event's order),
 // which the effect writer names only from rows it read under the order's
-// lock. From a database whose every kind of row was written without them
+// lock, and that of a delivery attempt to its message. From a database whose every kind of row was written without them
 // (the one-batch scenario at the latest version), migrating down adds them
 // back and validates every row; up, down and up again keep every row; and
 // the events delivered again write nothing.
@@ -100,13 +100,13 @@ func TestMigration038KeepsEveryKindOfData(t *testing.T) {
 		t.Helper()
 		return count(t, conn, `SELECT count(*)::int FROM pg_constraint WHERE contype = 'f' AND conname IN (
 			'entitlements_order_id_line_no_fkey', 'ledger_entries_order_id_line_no_fkey', 'payment_attempts_order_id_fkey',
-			'order_events_order_id_fkey', 'inbox_events_order_id_fkey')`)
+			'order_events_order_id_fkey', 'inbox_events_order_id_fkey', 'outbox_attempts_message_id_fkey')`)
 	}
 	m, v := migrator(t, conn, "_effect_rows_unchecked.sql")
 	for _, step := range []struct {
 		version int32
 		checks  int
-	}{{v - 1, 5}, {v, 0}, {v - 1, 5}, {int32(len(m.Migrations)), 0}} {
+	}{{v - 1, 6}, {v, 0}, {v - 1, 6}, {int32(len(m.Migrations)), 0}} {
 		if err := m.MigrateTo(ctx, step.version); err != nil {
 			t.Fatalf("migrating to %d: %v", step.version, err)
 		}
