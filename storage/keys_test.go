@@ -3,9 +3,11 @@ package storage_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -16,23 +18,13 @@ import (
 // feed events are read by their primary keys, in place of the ids nothing
 // read them by. From a database holding data of every kind (the one-batch
 // scenario), migrating down, up, down and up again keeps every row; every
-// event delivered again then writes nothing new (the statements' ON
-// CONFLICT names the new primary keys); and each key still refuses a row
-// recorded twice.
+// event delivered again then writes nothing new (the attempts' ON CONFLICT
+// names the new primary key); and each key still refuses a row recorded
+// twice.
 func TestMigration037KeepsEveryKindOfData(t *testing.T) {
 	t.Parallel()
-	s, conn := newOutboxStore(t)
 	ctx := context.Background()
-	scenarioOrders(t, s)
-	events := batchScenario()
-	for _, ev := range events {
-		if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	processAll(t, s, len(events))
-	want := writtenRows(t, conn)
-	primaryKeys := func() string {
+	primaryKeys := func(conn *pgx.Conn) string {
 		t.Helper()
 		var keys string
 		if err := conn.QueryRow(ctx, `SELECT string_agg(pg_get_constraintdef(oid), '; ' ORDER BY conrelid::regclass::text)
@@ -42,24 +34,9 @@ func TestMigration037KeepsEveryKindOfData(t *testing.T) {
 		}
 		return keys
 	}
-	const before = "PRIMARY KEY (id); PRIMARY KEY (id); PRIMARY KEY (id)"
-	const after = "PRIMARY KEY (order_id, line_no, unit); PRIMARY KEY (xid, id); PRIMARY KEY (order_id, provider, attempt_ref)"
-	m, v := migrator(t, conn, "_keys_read_by.sql")
-	for _, step := range []struct {
-		version int32
-		keys    string
-	}{{v - 1, before}, {v, after}, {v - 1, before}, {int32(len(m.Migrations)), after}} {
-		if err := m.MigrateTo(ctx, step.version); err != nil {
-			t.Fatalf("migrating to %d: %v", step.version, err)
-		}
-		if got := writtenRows(t, conn); got != want {
-			t.Fatalf("at version %d the rows are:\n%s\nwant:\n%s", step.version, got, want)
-		}
-		if got := primaryKeys(); got != step.keys {
-			t.Errorf("at version %d the primary keys are %s, want %s", step.version, got, step.keys)
-		}
-	}
-	deliveredAgainWriteNothing(t, s, conn, events)
+	conn := scenarioAcrossMigration(t, "_keys_read_by.sql", primaryKeys,
+		"PRIMARY KEY (id); PRIMARY KEY (id); PRIMARY KEY (id)",
+		"PRIMARY KEY (order_id, line_no, unit); PRIMARY KEY (xid, id); PRIMARY KEY (order_id, provider, attempt_ref)")
 	for what, insert := range map[string]string{
 		"a unit granted": `INSERT INTO entitlements (order_id, line_no, unit, kind, value)
 			SELECT order_id, line_no, unit, kind, value || '-2' FROM entitlements LIMIT 1`,
@@ -79,12 +56,30 @@ func TestMigration037KeepsEveryKindOfData(t *testing.T) {
 // Migration 038 drops the foreign keys of the rows a decision writes about
 // an order (licenses, credits, attempts, feed events, the event's order),
 // which the effect writer names only from rows it read under the order's
-// lock, and that of a delivery attempt to its message. From a database whose every kind of row was written without them
-// (the one-batch scenario at the latest version), migrating down adds them
-// back and validates every row; up, down and up again keep every row; and
-// the events delivered again write nothing.
+// lock, and that of a delivery attempt to its message. From a database
+// whose every kind of row was written without them (the one-batch
+// scenario at the latest version), migrating down adds them back and
+// validates every row; up, down and up again keep every row; and the
+// events delivered again write nothing.
 func TestMigration038KeepsEveryKindOfData(t *testing.T) {
 	t.Parallel()
+	checks := func(conn *pgx.Conn) string {
+		t.Helper()
+		return fmt.Sprint(count(t, conn, `SELECT count(*)::int FROM pg_constraint WHERE contype = 'f' AND conname IN (
+			'entitlements_order_id_line_no_fkey', 'ledger_entries_order_id_line_no_fkey', 'payment_attempts_order_id_fkey',
+			'order_events_order_id_fkey', 'inbox_events_order_id_fkey', 'outbox_attempts_message_id_fkey')`), " foreign keys")
+	}
+	scenarioAcrossMigration(t, "_effect_rows_unchecked.sql", checks, "6 foreign keys", "0 foreign keys")
+}
+
+// scenarioAcrossMigration processes the one-batch scenario (data of every
+// kind) at the latest version, then migrates to just below the migration
+// named *suffix, to it, below it again and to the latest: at each step
+// every row is as it was, and schema (what the migration changes) is
+// before below it and after from it on. Every event delivered again then
+// writes nothing. It returns the database's connection.
+func scenarioAcrossMigration(t *testing.T, suffix string, schema func(*pgx.Conn) string, before, after string) *pgx.Conn {
+	t.Helper()
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
 	scenarioOrders(t, s)
@@ -96,28 +91,23 @@ func TestMigration038KeepsEveryKindOfData(t *testing.T) {
 	}
 	processAll(t, s, len(events))
 	want := writtenRows(t, conn)
-	checks := func() int {
-		t.Helper()
-		return count(t, conn, `SELECT count(*)::int FROM pg_constraint WHERE contype = 'f' AND conname IN (
-			'entitlements_order_id_line_no_fkey', 'ledger_entries_order_id_line_no_fkey', 'payment_attempts_order_id_fkey',
-			'order_events_order_id_fkey', 'inbox_events_order_id_fkey', 'outbox_attempts_message_id_fkey')`)
-	}
-	m, v := migrator(t, conn, "_effect_rows_unchecked.sql")
+	m, v := migrator(t, conn, suffix)
 	for _, step := range []struct {
 		version int32
-		checks  int
-	}{{v - 1, 6}, {v, 0}, {v - 1, 6}, {int32(len(m.Migrations)), 0}} {
+		schema  string
+	}{{v - 1, before}, {v, after}, {v - 1, before}, {int32(len(m.Migrations)), after}} {
 		if err := m.MigrateTo(ctx, step.version); err != nil {
 			t.Fatalf("migrating to %d: %v", step.version, err)
 		}
 		if got := writtenRows(t, conn); got != want {
 			t.Fatalf("at version %d the rows are:\n%s\nwant:\n%s", step.version, got, want)
 		}
-		if got := checks(); got != step.checks {
-			t.Errorf("at version %d: %d of the foreign keys, want %d", step.version, got, step.checks)
+		if got := schema(conn); got != step.schema {
+			t.Errorf("at version %d: %s, want %s", step.version, got, step.schema)
 		}
 	}
 	deliveredAgainWriteNothing(t, s, conn, events)
+	return conn
 }
 
 // The licenses and credits of an order, and its events, are inserted
