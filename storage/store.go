@@ -154,6 +154,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 		return nil, err
 	}
 	cfg.BeforeConnect = s.beforeConnect
+	cfg.AfterConnect = encodeUUIDStrings
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating connection pool: %w", err)
