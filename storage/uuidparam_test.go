@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -11,6 +12,7 @@ import (
 // still fail to (and pgx then sends them as text, for PostgreSQL to
 // refuse); strings for text parameters are untouched.
 func TestUUIDStringsEncodeInBinary(t *testing.T) {
+	t.Parallel()
 	m := pgtype.NewMap()
 	registerUUIDStrings(m)
 	const id = "6ba7b810-9dad-11d1-80b4-00c04fd430c8"
@@ -31,7 +33,7 @@ func TestUUIDStringsEncodeInBinary(t *testing.T) {
 			t.Errorf("%q encoded in binary as % x", bad, b)
 		}
 	}
-	if upper, err := m.Encode(pgtype.UUIDOID, pgtype.BinaryFormatCode, "6BA7B810-9DAD-11D1-80B4-00C04FD430C8", nil); err != nil || string(upper) != string(one) {
+	if upper, err := m.Encode(pgtype.UUIDOID, pgtype.BinaryFormatCode, "6BA7B810-9DAD-11D1-80B4-00C04FD430C8", nil); err != nil || !bytes.Equal(upper, one) {
 		t.Errorf("upper case: % x, %v; want % x", upper, err, one)
 	}
 	text, err := m.Encode(pgtype.TextOID, pgtype.BinaryFormatCode, id, nil)
