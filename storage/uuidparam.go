@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -26,9 +27,9 @@ func encodeUUIDStrings(_ context.Context, conn *pgx.Conn) error {
 // registerUUIDStrings replaces m's uuid and uuid[] types by the same with
 // uuidCodec.
 func registerUUIDStrings(m *pgtype.Map) {
-	uuid := &pgtype.Type{Name: "uuid", OID: pgtype.UUIDOID, Codec: uuidCodec{}}
-	m.RegisterType(uuid)
-	m.RegisterType(&pgtype.Type{Name: "_uuid", OID: pgtype.UUIDArrayOID, Codec: &pgtype.ArrayCodec{ElementType: uuid}})
+	t := &pgtype.Type{Name: "uuid", OID: pgtype.UUIDOID, Codec: uuidCodec{}}
+	m.RegisterType(t)
+	m.RegisterType(&pgtype.Type{Name: "_uuid", OID: pgtype.UUIDArrayOID, Codec: &pgtype.ArrayCodec{ElementType: t}})
 }
 
 // uuidCodec is pgx's uuid codec, which also encodes a string in binary.
@@ -44,47 +45,20 @@ func (c uuidCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any
 type uuidStringPlan struct{}
 
 // Encode appends the 16 bytes of the uuid value spells (the binary format
-// of a uuid), without allocating.
+// of a uuid), without allocating. Only the canonical form (8-4-4-4-12 hex
+// digits) is taken: PostgreSQL reads a few others, which go as text, and
+// uuid.Parse reads some PostgreSQL does not (urn:uuid:), which must not
+// pass here.
 func (uuidStringPlan) Encode(value any, buf []byte) ([]byte, error) {
-	u, ok := parseUUID(value.(string))
-	if !ok {
+	s := value.(string)
+	if len(s) != 36 {
+		return nil, errNotUUID
+	}
+	u, err := uuid.Parse(s)
+	if err != nil {
 		return nil, errNotUUID
 	}
 	return append(buf, u[:]...), nil
 }
 
 var errNotUUID = errors.New("not a uuid in its canonical form")
-
-// parseUUID reads a uuid in its canonical form: 32 hex digits in groups
-// of 8-4-4-4-12. (PostgreSQL reads more forms; pgx sends those as text.)
-func parseUUID(s string) (u [16]byte, ok bool) {
-	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
-		return u, false
-	}
-	j := 0
-	for i := 0; i < 36; {
-		if s[i] == '-' {
-			i++
-			continue
-		}
-		hi, lo := unhex(s[i]), unhex(s[i+1])
-		if hi > 15 || lo > 15 {
-			return u, false
-		}
-		u[j] = hi<<4 | lo
-		i, j = i+2, j+1
-	}
-	return u, true
-}
-
-func unhex(c byte) byte {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0'
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10
-	}
-	return 255
-}

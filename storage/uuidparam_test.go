@@ -28,7 +28,8 @@ func TestUUIDStringsEncodeInBinary(t *testing.T) {
 	if err := m.Scan(pgtype.UUIDArrayOID, pgtype.BinaryFormatCode, arr, &back); err != nil || len(back) != 2 || back[1].String() != id {
 		t.Fatalf("uuid[] read back as %v, %v; want [%s %s]", back, err, id, id)
 	}
-	for _, bad := range []string{"not-a-uuid", "6ba7b810-9dad-11d1-80b4-00c04fd430cg", "6ba7b810x9dad-11d1-80b4-00c04fd430c8", id + "0"} {
+	for _, bad := range []string{"not-a-uuid", "6ba7b810-9dad-11d1-80b4-00c04fd430cg", "6ba7b810x9dad-11d1-80b4-00c04fd430c8", id + "0",
+		"urn:uuid:" + id, "{" + id + "}", "6ba7b8109dad11d180b400c04fd430c8"} {
 		if b, err := m.Encode(pgtype.UUIDArrayOID, pgtype.BinaryFormatCode, []string{bad}, nil); err == nil {
 			t.Errorf("%q encoded in binary as % x", bad, b)
 		}
