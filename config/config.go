@@ -169,6 +169,11 @@ type Inbox struct {
 	// matched no order is processed again, by itself, when the order it
 	// names is created (default 7 days; older ones wait for a person).
 	LateMatchWindow time.Duration `yaml:"late_match_window"`
+	// QueueOnly stores every received event queued, for the inbox
+	// processors to decide. By default a group commit of received events
+	// decides them in the transaction that stores them, and queues only
+	// what it cannot decide there.
+	QueueOnly bool `yaml:"queue_only"`
 }
 
 // DefaultLateMatchWindow is inbox.late_match_window when unset.

@@ -50,6 +50,7 @@ func TestCrashAtFailpoint(t *testing.T) {
 		t.Run(tc.spec, func(t *testing.T) {
 			t.Parallel()
 			ps := newProcService(t, bin)
+			ps.queueOnly = true
 			p := ps.start(t, tc.spec)
 			mid := fmt.Sprintf("crash-%d", i)
 			order := p.createOrder(t, "live", mid)
@@ -150,14 +151,81 @@ func TestCrashAtFailpoint(t *testing.T) {
 	}
 }
 
+// TestCrashDecidingOnReceipt kills fulfillmentd inside the transaction
+// that stores a confirmed payment and decides it (decide-before-commit),
+// and just after its commit, before the 200 is written
+// (decide-after-commit). Either way the provider got no acknowledgement
+// and redelivers; after the restart the order is fulfilled once, whatever
+// the first process had committed.
+func TestCrashDecidingOnReceipt(t *testing.T) {
+	t.Parallel()
+	bin := procFailpointBuild.binary(t)
+	for i, tc := range []struct {
+		point     string
+		committed bool
+	}{{"decide-before-commit", false}, {"decide-after-commit", true}} {
+		t.Run(tc.point, func(t *testing.T) {
+			t.Parallel()
+			ps := newProcService(t, bin)
+			p := ps.start(t, tc.point)
+			mid := fmt.Sprintf("crash-receipt-%d", i)
+			order := p.createOrder(t, "live", mid)
+			ev := event(yolfi.TypePaymentConfirmed, mid, "inv_"+mid)
+			if code, err := p.deliver(ev); err == nil {
+				t.Fatalf("delivered with status %d; want no answer, the process killed at %s", code, tc.point)
+			}
+			if st := p.waitExit(t, 20*time.Second); !daemon.Killed(st) ||
+				!strings.Contains(p.output.String(), "failpoint: killing the process at "+tc.point) {
+				t.Fatalf("fulfillmentd exited with %v; want killed at %s", st, tc.point)
+			}
+			stored := p.count(t, "SELECT count(*) FROM inbox_events")
+			queued := p.count(t, "SELECT count(*) FROM inbox_work")
+			want := effects{State: "pending_payment", Items: map[string]int{}}
+			if tc.committed {
+				want = effects{State: "fulfilled", Licenses: 2, Credits: 1, Attempts: 1, Items: map[string]int{}}
+			}
+			if got := p.effects(t, order.GetId()); !sameEffects(got, want) || stored != map[bool]int{false: 0, true: 1}[tc.committed] || queued != 0 {
+				t.Fatalf("after the kill at %s: %d events stored, %d queued, effects %v; want %v, nothing queued", tc.point, stored, queued, got, want)
+			}
+			if tc.committed {
+				if row := inboxEvent(t, p.stack, ev.ID); row.State != "processed" || row.Attempts != 1 || row.Leased {
+					t.Fatalf("the committed event is %+v; want processed on its one attempt", row)
+				}
+			}
+
+			// The provider redelivers what was not acknowledged.
+			p2 := ps.start(t, "")
+			p2.sendOK(t, ev)
+			p2.sendOK(t, ev)
+			p2.settle(t)
+			assertFulfilledOnce(t, p2.stack, order.GetId(), []yolfi.Payload{ev})
+			if row := inboxEvent(t, p2.stack, ev.ID); row.State != "processed" || row.Attempts != 1 {
+				t.Errorf("after the redeliveries the event is %+v; want processed once", row)
+			}
+		})
+	}
+}
+
 // TestKillDuringConcurrentConfirmations SIGKILLs fulfillmentd (the
 // production build, no failpoint) while twenty confirmations are being
 // acknowledged, restarts it and redelivers every event, as providers do when
 // they got no 200 (and sometimes when they did); kills it again while the
-// workers process them, restarts and redelivers once more.
+// workers process them (queued: inbox.queue_only; decided as they are
+// stored, the default, nothing may be left to process by then), restarts
+// and redelivers once more.
 func TestKillDuringConcurrentConfirmations(t *testing.T) {
 	t.Parallel()
+	for _, queueOnly := range []bool{false, true} {
+		t.Run(map[bool]string{false: "decided on receipt", true: "queued"}[queueOnly], func(t *testing.T) {
+			t.Parallel()
+			killDuringConcurrentConfirmations(t, queueOnly)
+		})
+	}
+}
+
+func killDuringConcurrentConfirmations(t *testing.T, queueOnly bool) {
 	ps := newProcService(t, procPlainBuild.binary(t))
+	ps.queueOnly = queueOnly
 	p := ps.start(t, "")
 	const n = 20
 	orders := make([]string, n)
@@ -229,13 +297,15 @@ func TestKillDuringConcurrentConfirmations(t *testing.T) {
 	t.Logf("first kill: %d acknowledged, %d unanswered; inbox: %s", nAcked, nFailed, inboxSummary(t, p.stack))
 
 	// Restart; every event is redelivered, concurrently. Kill again as soon
-	// as a worker has committed one, with others leased or being processed.
+	// as a worker has committed one, with others leased or being processed
+	// (at once when every event is processed already: the redeliveries
+	// decided the unanswered ones as they stored them).
 	const processed = "SELECT count(*) FROM inbox_events WHERE state = 'processed'"
 	before := p.count(t, processed)
 	p2 := ps.start(t, "")
 	redeliverAll(t, p2, evs)
 	deadline := time.Now().Add(20 * time.Second)
-	for p2.count(t, processed) == before {
+	for p2.count(t, processed) == before && before < n {
 		if time.Now().After(deadline) {
 			t.Fatalf("no event processed 20s after the restart; inbox: %s", inboxSummary(t, p2.stack))
 		}

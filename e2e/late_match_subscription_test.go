@@ -197,6 +197,7 @@ func TestLateMatchSubscriptionSurvivesACrash(t *testing.T) {
 	t.Parallel()
 	ps := newProcService(t, procFailpointBuild.binary(t))
 	ps.configure = withLateSubPlan
+	ps.queueOnly = true // (the inbox processor's batch queues the renewal again)
 	p := ps.start(t, "late-match-after-commit")
 	start := time.Now().AddDate(0, -1, -5).UTC().Truncate(time.Second)
 	renewal := subEvent(yolfi.TypePaymentConfirmed, "sub_crash", "", "inv_crash_2", start.AddDate(0, 1, 0))

@@ -122,7 +122,8 @@ func TestTraceFollowsWebhook(t *testing.T) {
 	spans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	s := startObserved(t, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil, app.WithTracerProvider(tp))
+	queued := func(c *config.Config) { c.Inbox.QueueOnly = true }
+	s := startObserved(t, slog.New(slog.NewJSONHandler(io.Discard, nil)), queued, app.WithTracerProvider(tp))
 	s.createOrder(t, "live", "obs-trace")
 	ev := event(yolfi.TypePaymentConfirmed, "obs-trace", "inv_obs-trace")
 	s.sendOK(t, ev)
@@ -167,6 +168,41 @@ func TestTraceFollowsWebhook(t *testing.T) {
 	}
 	if queries == 0 {
 		t.Errorf("no query spans under the processing batch")
+	}
+}
+
+// An event decided as it is stored has its processing span in the
+// webhook's trace too: a child of RecordEvent, with no batch to link to.
+func TestTraceOfEventDecidedOnReceipt(t *testing.T) {
+	t.Parallel()
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	s := startObserved(t, slog.New(slog.NewJSONHandler(io.Discard, nil)), nil, app.WithTracerProvider(tp))
+	s.createOrder(t, "live", "obs-trace-receipt")
+	ev := event(yolfi.TypePaymentConfirmed, "obs-trace-receipt", "inv_obs-trace-receipt")
+	s.sendOK(t, ev)
+	if n := s.count(t, "SELECT count(*) FROM inbox_work"); n != 0 {
+		t.Fatalf("%d events queued; want the payment decided as it was stored", n)
+	}
+	var record, process tracetest.SpanStub
+	waitFor(t, "the event's processing span", func() bool {
+		for _, sp := range spans.GetSpans() {
+			switch {
+			case strings.HasSuffix(sp.Name, "FulfillmentService/RecordEvent"):
+				record = sp
+			case sp.Name == "inbox.process_event" && hasAttr(sp, "webhook.event_id", ev.ID):
+				process = sp
+			}
+		}
+		return process.SpanContext.IsValid() && record.SpanContext.IsValid()
+	})
+	if process.SpanContext.TraceID() != record.SpanContext.TraceID() || process.Parent.SpanID() != record.SpanContext.SpanID() {
+		t.Errorf("processing span in trace %s under %s; want a child of RecordEvent's span %s", process.SpanContext.TraceID(),
+			process.Parent.SpanID(), record.SpanContext.SpanID())
+	}
+	if !hasAttr(process, "inbox.decision", "fulfilled") || len(process.Links) != 0 {
+		t.Errorf("processing span: attributes %v, links %v; want decision fulfilled and no batch", process.Attributes, process.Links)
 	}
 }
 

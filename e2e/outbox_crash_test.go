@@ -52,6 +52,7 @@ func TestOutboxCrash(t *testing.T) {
 			t.Parallel()
 			r := startReceiver(t, tc.idempotent, nil)
 			ps := newProcService(t, bin)
+			ps.queueOnly = strings.HasPrefix(tc.failpoint, "process-") // (the inbox processor's transaction)
 			ps.configure = func(c *config.Config) {
 				c.Destinations = []config.Destination{procDestination("dest", r, tc.idempotent)}
 				c.Outbox = config.Queue{Poll: 50 * time.Millisecond, BaseBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}

@@ -167,6 +167,7 @@ func TestKillBehindPgBouncer(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			ps := newProcService(t, bin)
+			ps.queueOnly = true // (a claim to kill)
 			_, ps.serveURL, ps.sessionURL = behindBouncer(t, mode, ps.dbURL)
 			if mode == "session" {
 				ps.configure = func(c *config.Config) { c.Database.MaxConns = 3 } // two replicas ≤ 20 server sessions

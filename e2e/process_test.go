@@ -125,6 +125,9 @@ type procService struct {
 	// configure, when set, changes the configuration of the processes
 	// started next.
 	configure func(*config.Config)
+	// queueOnly stores every event queued (inbox.queue_only): for the
+	// tests of the inbox processor's claims and failpoints.
+	queueOnly bool
 	// serveURL and sessionURL, when set, are the processes' DATABASE_URL
 	// (dbURL otherwise) and DATABASE_SESSION_URL: a pooler's, say.
 	serveURL, sessionURL string
@@ -182,6 +185,7 @@ func (ps *procService) startOnce(t *testing.T, failpointSpec string, extraEnv []
 	grpcAddr, httpAddr, ingestAddr := ports[0], ports[1], ports[2]
 	cfgPath := filepath.Join(t.TempDir(), fmt.Sprintf("fulfillmentd-%d.yaml", ps.n))
 	cfg := procConfig(grpcAddr, httpAddr, ingestAddr, ps.lease)
+	cfg.Inbox.QueueOnly = ps.queueOnly
 	if ps.configure != nil {
 		ps.configure(cfg)
 	}

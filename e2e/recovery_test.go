@@ -36,6 +36,7 @@ const recoveryBound = 5 * time.Second
 func TestRecoveryAfterRestart(t *testing.T) {
 	t.Parallel()
 	ps := newProcService(t, procFailpointBuild.binary(t))
+	ps.queueOnly = true // (claims to kill or hold)
 	p := ps.start(t, "after-claim")
 	order := p.createOrder(t, "live", "restart-1")
 	ev := event(yolfi.TypePaymentConfirmed, "restart-1", "inv_restart-1")
@@ -72,6 +73,7 @@ func TestRecoveryAfterRestart(t *testing.T) {
 func TestRecoveryByLiveReplica(t *testing.T) {
 	t.Parallel()
 	ps := newProcService(t, procFailpointBuild.binary(t))
+	ps.queueOnly = true // (claims to kill or hold)
 	b, ev, took := killClaimHolder(t, ps, "replica-1")
 	t.Logf("recovery: processed by the live replica %v after the kill", took.Round(time.Millisecond))
 	if took > recoveryBound {
@@ -125,6 +127,7 @@ func killClaimHolder(t *testing.T, ps *procService, merchantOrderID string) (b *
 func TestLiveWorkerKeepsClaimPastLease(t *testing.T) {
 	t.Parallel()
 	ps := newProcService(t, procFailpointBuild.binary(t))
+	ps.queueOnly = true // (claims to kill or hold)
 	ps.lease = time.Second
 	a := ps.start(t, "after-claim,sleep=4s")
 	order := a.createOrder(t, "live", "slow-1")

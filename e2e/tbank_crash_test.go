@@ -149,6 +149,7 @@ type tbankProcs struct {
 func newTBankProcs(t *testing.T, bin string, bankOpts fakebank.Options) *tbankProcs {
 	t.Helper()
 	tp := &tbankProcs{ps: newProcService(t, bin), relay: newTBankRelay(t)}
+	tp.ps.queueOnly = true // (the inbox processor's failpoints)
 	tp.bank = startFakeBank(t, bankOpts, tp.relay)
 	endpoints := tbankEndpoints(t, tp.bank, tp.relay, config.Secret{Env: procEnvTBankPassword})
 	tp.ps.configure = func(c *config.Config) {

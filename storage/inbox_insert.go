@@ -201,13 +201,54 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 		}
 	}
 
+	found := make(map[eventKey]fulfillment.InboxReceipt, n)
+	if !s.decideOnReceipt || !s.storeDecided(ctx, sorted, rows, found) {
+		clear(found)
+		if err := s.storeQueued(ctx, rows, found); err != nil {
+			return nil, err
+		}
+	}
+	if len(found) < uniqueKeys(batch) {
+		// Redeliveries. The insert waited for any conflicting insert to
+		// commit, so this later statement sees every row it skipped.
+		provider, org, env, eventID := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		for i, r := range rows {
+			provider[i], org[i], env[i], eventID[i] = r.Provider, r.OrgID, r.Environment, r.EventID
+		}
+		result, _ := s.pool.Query(ctx, `
+			SELECT id, state, provider, org_id, environment, event_id FROM inbox_events
+			WHERE (provider, org_id, environment, event_id) IN (
+				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))`,
+			provider, org, env, eventID)
+		if err := collectReceipts(result, found, true); err != nil {
+			return nil, fmt.Errorf("reading redelivered inbox events: %w", interpret(err))
+		}
+	}
+	receipts := make([]fulfillment.InboxReceipt, n)
+	for i, r := range batch {
+		k := eventKey{string(r.ev.Provider), r.ev.OrgID, string(r.ev.Environment), r.ev.EventID}
+		rec, ok := found[k]
+		if !ok {
+			return nil, fmt.Errorf("storing inbox event %s: row neither inserted nor found", r.ev.EventID)
+		}
+		receipts[i] = rec
+		// The first request of a key in the batch owns a fresh insert; any
+		// other request for it is a duplicate.
+		rec.Duplicate = true
+		found[k] = rec
+	}
+	return receipts, nil
+}
+
+// storeQueued inserts rows pending, queued for the inbox processors, with
+// one statement, and records each new row in found.
+func (s *Store) storeQueued(ctx context.Context, rows []inboxRow, found map[eventKey]fulfillment.InboxReceipt) error {
 	// One statement, one implicit transaction: the rows it returns are
 	// only read to the end once it has committed. The new pending events
 	// it leases to this process's inbox queue (hand-off) are handed to it
 	// then; the others are claimed, woken by the signal.
-	handoff, h := s.inboxHandoff(n)
+	handoff, h := s.inboxHandoff(len(rows))
 	var handed []worker.Claim
-	found := make(map[eventKey]fulfillment.InboxReceipt, n)
 	pending := false
 	result, _ := s.pool.Query(ctx, inboxInsertSQL, inboxInsertArgs(rows, h)...)
 	err := forEachRow(result, func(r pgx.Rows) error {
@@ -231,42 +272,13 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 		// Leased rows that did commit stay with their live owner, which
 		// claims them back once their lease ran out (ClaimParams.InFlight).
 		handoff.Deliver(h, nil)
-		return nil, fmt.Errorf("storing inbox events: %w", interpret(err))
+		return fmt.Errorf("storing inbox events: %w", interpret(err))
 	}
 	handoff.Deliver(h, handed)
-	if len(found) < uniqueKeys(batch) {
-		// Redeliveries. The insert waited for any conflicting insert to
-		// commit, so this later statement sees every row it skipped.
-		provider, org, env, eventID := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		for i, r := range rows {
-			provider[i], org[i], env[i], eventID[i] = r.Provider, r.OrgID, r.Environment, r.EventID
-		}
-		result, _ = s.pool.Query(ctx, `
-			SELECT id, state, provider, org_id, environment, event_id FROM inbox_events
-			WHERE (provider, org_id, environment, event_id) IN (
-				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))`,
-			provider, org, env, eventID)
-		if err := collectReceipts(result, found, true); err != nil {
-			return nil, fmt.Errorf("reading redelivered inbox events: %w", interpret(err))
-		}
-	}
 	if pending {
 		s.inboxSignal.committed()
 	}
-	receipts := make([]fulfillment.InboxReceipt, n)
-	for i, r := range batch {
-		k := eventKey{string(r.ev.Provider), r.ev.OrgID, string(r.ev.Environment), r.ev.EventID}
-		rec, ok := found[k]
-		if !ok {
-			return nil, fmt.Errorf("storing inbox event %s: row neither inserted nor found", r.ev.EventID)
-		}
-		receipts[i] = rec
-		// The first request of a key in the batch owns a fresh insert; any
-		// other request for it is a duplicate.
-		rec.Duplicate = true
-		found[k] = rec
-	}
-	return receipts, nil
+	return nil
 }
 
 // collectReceipts reads (id, state, key) rows into found, keeping entries

@@ -49,72 +49,11 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 		if err != nil || len(events) == 0 {
 			return err
 		}
-		orders, err := lockOrders(ctx, tx, events)
+		steps, err := s.decideEvents(ctx, tx, events, late)
 		if err != nil {
 			return err
 		}
-		subs, err := lockEventSubscriptions(ctx, tx, events, orders)
-		if err != nil {
-			return err
-		}
-		snap := &fulfillment.Snapshot{Orders: orders, Subscriptions: subs, Plans: s.plans,
-			Created: map[fulfillment.SubscriptionKey]*fulfillment.SubscriptionRecord{}}
-		batch := make([]fulfillment.BatchEvent, len(events))
-		for i, le := range events {
-			batch[i] = fulfillment.BatchEvent{Event: le.ev, Received: le.received}
-		}
-		steps, err := decideBatch(ctx, tx, snap, batch, late)
-		if err != nil {
-			return err
-		}
-		w := s.newEffectWriter()
-		decided := decisions{}
-		for i, st := range steps {
-			le := events[i]
-			if le.lateMatched != "" {
-				// Queued again when what it names was created: the
-				// decision says the event came first.
-				st.Outcome.Reason += " (" + le.lateMatched + ")"
-			}
-			if fulfillment.InboxStateFor(st.Outcome.Decision) == fulfillment.InboxUnmatched {
-				late.addUnmatched(le)
-			}
-			var linked, applied *string // the order, the subscription
-			if sub := st.Subscription; sub != nil {
-				cause := subscriptionCause{eventRef: le.ev.EventID, inboxID: le.id}
-				if err := w.subscriptionStep(&sub.Record, sub.Plan, sub.Event, cause, sub.Outcome); err != nil {
-					return err
-				}
-				applied = &sub.Record.ID
-			}
-			if st.Subscription == nil || st.Order != nil {
-				// (A subscription's own decision has its effects above.)
-				if err := w.orderStep(le, st); err != nil {
-					return err
-				}
-			}
-			if st.Order != nil {
-				linked = &st.Order.ID
-			}
-			decided.add(le, st.Outcome, linked, applied)
-			p := fulfillment.ProcessedEvent{Outcome: st.Outcome, EventID: le.ev.EventID, Provider: le.ev.Provider,
-				EndpointID: le.ev.EndpointID, Kind: le.ev.Kind, ReceivedAt: le.received, TraceParent: le.traceParent}
-			if linked != nil {
-				p.OrderID = *linked
-			}
-			outcomes[le.id] = p
-		}
-		b := &pgx.Batch{}
-		q = w.write(b)
-		decided.queue(b)
-		// After the decisions: the events decided unmatched here are
-		// among those a subscription created here queues again, and an
-		// order or subscription created meanwhile queues them too.
-		late.queue(b, s.lateMatch)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return fmt.Errorf("applying decisions: %w", interpret(err))
-		}
-		if err := notifyLate(ctx, tx, late.queued); err != nil {
+		if q, err = s.applySteps(ctx, tx, events, steps, late, true, outcomes); err != nil {
 			return err
 		}
 		failpoint.Inject("process-before-commit")
@@ -127,6 +66,97 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 	s.wakeLate(late.queued)
 	failpoint.Inject("process-after-commit")
 	return outcomes, nil
+}
+
+// decideEvents locks what the events name — their orders (in id order, so
+// that concurrent batches cannot deadlock) with their attempts and
+// recorded refunds, and their subscriptions — and decides them, in the
+// order given, in one pure step (decideBatch).
+func (s *Store) decideEvents(ctx context.Context, tx pgx.Tx, events []leasedEvent, late *lateMatches) ([]fulfillment.Step, error) {
+	orders, err := lockOrders(ctx, tx, events)
+	if err != nil {
+		return nil, err
+	}
+	subs, err := lockEventSubscriptions(ctx, tx, events, orders)
+	if err != nil {
+		return nil, err
+	}
+	snap := &fulfillment.Snapshot{Orders: orders, Subscriptions: subs, Plans: s.plans,
+		Created: map[fulfillment.SubscriptionKey]*fulfillment.SubscriptionRecord{}}
+	batch := make([]fulfillment.BatchEvent, len(events))
+	for i, le := range events {
+		batch[i] = fulfillment.BatchEvent{Event: le.ev, Received: le.received}
+	}
+	return decideBatch(ctx, tx, snap, batch, late)
+}
+
+// applySteps writes the effects of the steps decided for events (step i
+// is event i's) in one pipelined batch of statements, one per kind of
+// effect (effectWriter), with the decisions when record is set (events
+// decided as they are stored carry theirs in their rows already), and
+// adds each event to outcomes. It returns what the batch queued, to wake
+// once committed.
+func (s *Store) applySteps(ctx context.Context, tx pgx.Tx, events []leasedEvent, steps []fulfillment.Step, late *lateMatches,
+	record bool, outcomes map[int64]fulfillment.ProcessedEvent) (queued, error) {
+	w := s.newEffectWriter()
+	decided := decisions{}
+	for i, st := range steps {
+		le := events[i]
+		out, linked, applied := decisionOf(le, st)
+		if fulfillment.InboxStateFor(out.Decision) == fulfillment.InboxUnmatched {
+			late.addUnmatched(le)
+		}
+		if sub := st.Subscription; sub != nil {
+			cause := subscriptionCause{eventRef: le.ev.EventID, inboxID: le.id}
+			if err := w.subscriptionStep(&sub.Record, sub.Plan, sub.Event, cause, sub.Outcome); err != nil {
+				return queued{}, err
+			}
+		}
+		if st.Subscription == nil || st.Order != nil {
+			// (A subscription's own decision has its effects above.)
+			if err := w.orderStep(le, st); err != nil {
+				return queued{}, err
+			}
+		}
+		decided.add(le, out, linked, applied)
+		p := fulfillment.ProcessedEvent{Outcome: out, EventID: le.ev.EventID, Provider: le.ev.Provider,
+			EndpointID: le.ev.EndpointID, Kind: le.ev.Kind, ReceivedAt: le.received, TraceParent: le.traceParent}
+		if linked != nil {
+			p.OrderID = *linked
+		}
+		outcomes[le.id] = p
+	}
+	b := &pgx.Batch{}
+	q := w.write(b)
+	if record {
+		decided.queue(b)
+	}
+	// After the decisions: the events decided unmatched here are
+	// among those a subscription created here queues again, and an
+	// order or subscription created meanwhile queues them too.
+	late.queue(b, s.lateMatch)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return queued{}, fmt.Errorf("applying decisions: %w", interpret(err))
+	}
+	return q, notifyLate(ctx, tx, late.queued)
+}
+
+// decisionOf is what step st records of event le: its outcome, the order
+// it is linked to and the subscription it applied to (nil for none).
+func decisionOf(le leasedEvent, st fulfillment.Step) (out fulfillment.Outcome, linked, applied *string) {
+	out = st.Outcome
+	if le.lateMatched != "" {
+		// Queued again when what it names was created: the decision says
+		// the event came first.
+		out.Reason += " (" + le.lateMatched + ")"
+	}
+	if st.Order != nil {
+		linked = &st.Order.ID
+	}
+	if st.Subscription != nil {
+		applied = &st.Subscription.Record.ID
+	}
+	return out, linked, applied
 }
 
 // decideBatch decides the batch against snap (fulfillment.DecideBatch),

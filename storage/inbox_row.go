@@ -42,6 +42,14 @@ type inboxRow struct {
 	State             string
 	Decision          *string
 	DecisionReason    *string
+	// Set when the event is decided in the transaction that stores it
+	// (NULL, 0: as a queued event is stored): when it was received (the
+	// time its decision was taken at), the order and the subscription it
+	// applied to, and its attempts.
+	ReceivedAt            *time.Time
+	OrderID               *string
+	AppliedSubscriptionID *string
+	Attempts              int
 	// TraceParent is the W3C traceparent of the call that stored the
 	// event, for its processing to join that trace.
 	TraceParent *string
@@ -82,6 +90,13 @@ func numericColumn(name string, field func(r *inboxRow) **string) inboxColumn {
 	return c
 }
 
+// uuidColumn is a uuid column carried as text.
+func uuidColumn(name string, field func(r *inboxRow) **string) inboxColumn {
+	c := column(name, "uuid", field)
+	c.text = true
+	return c
+}
+
 // inboxColumns are the columns the service writes when it stores an event
 // and reads when it processes one (id, set by the database, is read only).
 var inboxColumns = []inboxColumn{
@@ -115,6 +130,10 @@ var inboxWriteColumns = []inboxColumn{
 	column("state", "text", func(r *inboxRow) *string { return &r.State }),
 	column("decision", "text", func(r *inboxRow) **string { return &r.Decision }),
 	column("decision_reason", "text", func(r *inboxRow) **string { return &r.DecisionReason }),
+	column("received_at", "timestamptz", func(r *inboxRow) **time.Time { return &r.ReceivedAt }),
+	uuidColumn("order_id", func(r *inboxRow) **string { return &r.OrderID }),
+	uuidColumn("applied_subscription_id", func(r *inboxRow) **string { return &r.AppliedSubscriptionID }),
+	column("attempts", "int", func(r *inboxRow) *int { return &r.Attempts }),
 }
 
 // inboxInsertSQL inserts the rows given as one array per column (in the
@@ -136,14 +155,19 @@ var inboxInsertSQL = func() string {
 			arrayType = "text[]"
 			values[i] += "::" + c.sqlType
 		}
+		if c.name == "received_at" {
+			values[i] = "coalesce(u.received_at, clock_timestamp())"
+		}
 		arrays[i] = fmt.Sprintf("$%d::%s", i+1, arrayType)
 	}
 	owner, count, lease := len(cols)+1, len(cols)+2, len(cols)+3
+	// A decided row's processed_at follows the rows' order, a microsecond
+	// apart at least: the order they were decided in.
 	return fmt.Sprintf(`
 		WITH stored AS (
 			INSERT INTO inbox_events (%[1]s, processed_at)
-			SELECT %[2]s, CASE WHEN u.state = 'pending' THEN NULL ELSE clock_timestamp() END
-			FROM unnest(%[3]s) AS u(%[1]s)
+			SELECT %[2]s, CASE WHEN u.state = 'pending' THEN NULL ELSE clock_timestamp() + u.n * interval '1 microsecond' END
+			FROM unnest(%[3]s) WITH ORDINALITY AS u(%[1]s, n)
 			ON CONFLICT ON CONSTRAINT inbox_events_event_key DO NOTHING
 			RETURNING id, state, provider, org_id, environment, event_id
 		), queued AS (

@@ -42,6 +42,9 @@ var (
 		"Acquisitions that had to wait for a connection (none was idle).", []string{"pool"}, nil)
 	descPoolWait = prometheus.NewDesc("fulfillment_db_pool_acquire_wait_seconds_total",
 		"Time spent acquiring connections from the pool.", []string{"pool"}, nil)
+	descReceiptBatches = prometheus.NewDesc("fulfillment_inbox_receipt_batches_total",
+		"Group commits of received events by how they were stored: decided (in the transaction that stored them), or queued for the inbox processors because an event was stored before (redelivered), what they name stayed locked (locked) or deciding failed (failed).",
+		[]string{"outcome"}, nil)
 )
 
 // DefaultMetricsTimeout bounds the database reads of one scrape.
@@ -96,7 +99,7 @@ type dbCollector struct {
 func (*dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInboxPending, descInboxOldest, descOutbox, descHousekeepingLast, descRecon, descReconOldest, descScrapeOK,
 		descScrapeDuration, descPoolAcquired, descPoolIdle, descPoolTotal, descPoolMax, descPoolAcquires,
-		descPoolWaits, descPoolWait} {
+		descPoolWaits, descPoolWait, descReceiptBatches} {
 		ch <- d
 	}
 }
@@ -104,6 +107,13 @@ func (*dbCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	poolStats(ch, "main", c.s.pool.Stat())
 	poolStats(ch, "lease", c.s.leasePool.Stat())
+	if c.s.decideOnReceipt {
+		n := &c.s.decidedCount
+		for outcome, v := range map[string]int64{"decided": n.decided.Load(), "redelivered": n.redelivered.Load(),
+			"locked": n.locked.Load(), "failed": n.failed.Load()} {
+			ch <- prometheus.MustNewConstMetric(descReceiptBatches, prometheus.CounterValue, float64(v), outcome)
+		}
+	}
 
 	start := time.Now()
 	metrics, err := c.read()

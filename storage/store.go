@@ -41,6 +41,12 @@ type Store struct {
 	// handoff is this process's inbox queue, which takes the events the
 	// group commit stores (HandInboxTo), when set.
 	handoff atomic.Pointer[InboxHandoff]
+	// decideOnReceipt decides the events the group commit stores in its
+	// own transaction (Options.DecideOnReceipt); decidedObserver, when
+	// set, observes each event decided so.
+	decideOnReceipt bool
+	decidedObserver atomic.Pointer[DecidedObserver]
+	decidedCount    decidedCounts
 
 	// inboxSignal, outboxSignal and feedSignal wake the processors of the
 	// inbox and the outbox, and the readers of the order event feed.
@@ -97,6 +103,12 @@ type Options struct {
 	// matched no order is queued again when its order is created (default
 	// DefaultLateMatchWindow).
 	LateMatchWindow time.Duration
+	// DecideOnReceipt decides the events the group commit stores in the
+	// transaction that stores them, as a batch (see storeDecided): an
+	// event is then acknowledged decided, with its effects committed. A
+	// batch that cannot be decided so is stored queued, for the inbox
+	// processors. Off: every event is queued.
+	DecideOnReceipt bool
 }
 
 // DefaultLateMatchWindow is Options.LateMatchWindow when unset.
@@ -140,7 +152,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{log: log, subscriptions: o.Subscriptions, pollAfter: o.StatusPollAfter, plans: o.Plans,
-		sessionCfg: sessionCfg, lateMatch: o.LateMatchWindow}
+		sessionCfg: sessionCfg, lateMatch: o.LateMatchWindow, decideOnReceipt: o.DecideOnReceipt}
 	if s.lateMatch == 0 {
 		s.lateMatch = DefaultLateMatchWindow
 	}

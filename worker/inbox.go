@@ -103,7 +103,23 @@ func (t inboxWorker) process(ctx context.Context, ids []int64, owner string) (ma
 	return res, nil
 }
 
-// processed logs, counts and traces one processed event.
+// InboxObserver is what the inbox processor of log and opts does with an
+// event it decided, for the events the store decides in the transaction
+// that stores them (storage.Store.ObserveDecided): it logs the event,
+// counts it and traces it, as a child of the call that stored it. ctx is
+// that call's; start is when the decision began.
+func InboxObserver(log *slog.Logger, opts InboxOptions) func(ctx context.Context, start time.Time, id int64, p fulfillment.ProcessedEvent) {
+	if opts.Tracer == nil {
+		opts.Tracer = noop.NewTracerProvider().Tracer("")
+	}
+	t := inboxWorker{log: log, opts: opts}
+	return func(ctx context.Context, start time.Time, id int64, p fulfillment.ProcessedEvent) {
+		t.processed(ctx, nil, start, id, p)
+	}
+}
+
+// processed logs, counts and traces one processed event; its span is
+// linked to the span of its batch when there is one (not nil).
 func (t inboxWorker) processed(ctx context.Context, batch trace.Span, start time.Time, id int64, p fulfillment.ProcessedEvent) {
 	attrs := []slog.Attr{
 		slog.String("event_id", p.EventID), slog.String("endpoint", p.EndpointID), slog.String("kind", string(p.Kind)),
@@ -120,18 +136,20 @@ func (t inboxWorker) processed(ctx context.Context, batch trace.Span, start time
 	if t.opts.OnProcessed != nil && p.EventID != "" {
 		t.opts.OnProcessed(p)
 	}
-	if p.TraceParent == "" || !batch.SpanContext().IsValid() { // tracing is off
+	if p.TraceParent == "" || batch != nil && !batch.SpanContext().IsValid() { // tracing is off
 		return
 	}
 	parent := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": p.TraceParent})
 	if !trace.SpanContextFromContext(parent).IsValid() {
 		return
 	}
-	_, span := t.opts.Tracer.Start(parent, "inbox.process_event",
-		trace.WithTimestamp(start),
-		trace.WithLinks(trace.Link{SpanContext: batch.SpanContext()}),
+	opts := []trace.SpanStartOption{trace.WithTimestamp(start)}
+	if batch != nil {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: batch.SpanContext()}))
+	}
+	_, span := t.opts.Tracer.Start(parent, "inbox.process_event", append(opts,
 		trace.WithAttributes(
 			attribute.String("webhook.event_id", p.EventID), attribute.Int64("inbox.id", id),
-			attribute.String("order.id", p.OrderID), attribute.String("inbox.decision", string(p.Decision))))
+			attribute.String("order.id", p.OrderID), attribute.String("inbox.decision", string(p.Decision))))...)
 	span.End()
 }

@@ -102,6 +102,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 		StatusPollAfter: cfg.StatusPoll.WithDefaults().After,
 		TracerProvider:  tracer,
 		LateMatchWindow: cfg.Inbox.LateMatch(),
+		DecideOnReceipt: !cfg.Inbox.QueueOnly,
 	})
 	if err != nil {
 		_ = stopTracing(ctx)
@@ -174,8 +175,11 @@ func (a *App) build(cfg *config.Config, endpoints []ingest.Endpoint) error {
 	}
 
 	a.liveness = a.store.NewLiveness()
+	observers := inboxObservers(reg, a.tracer)
+	// The events decided as they are stored are seen as the processor's.
+	a.store.ObserveDecided(worker.InboxObserver(a.log, observers))
 	if !cfg.Inbox.Disabled {
-		a.inbox = worker.NewInboxWith(a.store.InboxQueue(), a.store, a.liveness, QueueConfig(cfg.Inbox.Queue), a.log, inboxObservers(reg, a.tracer))
+		a.inbox = worker.NewInboxWith(a.store.InboxQueue(), a.store, a.liveness, QueueConfig(cfg.Inbox.Queue), a.log, observers)
 		// The events this process stores go straight to its processor,
 		// as far as it has room: no claim.
 		a.store.HandInboxTo(a.inbox)

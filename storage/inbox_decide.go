@@ -1,0 +1,245 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/internal/failpoint"
+	"github.com/fulfillplatform/fulfillment/worker"
+)
+
+// Deciding on receipt. With Options.DecideOnReceipt, a group commit does
+// in its one transaction what the inbox processor would do in the next
+// one: it locks what the batch's events name, decides them in one pure
+// step, inserts each event with its decision, and writes their effects.
+// The event is never queued: no work row, no claim, no second write of
+// its row, no second commit — and it is acknowledged with its effects
+// committed.
+//
+// A batch that cannot be decided so is stored queued instead, as without
+// the option, by a second transaction: nothing of the first one remains.
+// That happens when
+//   - an event of the batch was stored before (a redelivery), twice: the
+//     first time, the batch is decided again without the events found
+//     stored;
+//   - an order or a subscription the batch names, or one of its events'
+//     keys, stays locked by another transaction past decideLockWait (an
+//     inbox processor's batch, another group commit's): the ack does not
+//     wait behind it;
+//   - anything else fails (a unique key refusing a repeated grant, say):
+//     the inbox processor then retries the events alone.
+
+// decideLockWait bounds each lock wait of a batch decided on receipt
+// (lock_timeout, for its transaction only).
+const decideLockWait = "50ms"
+
+// DecidedObserver observes an event decided on receipt, after its commit:
+// ctx is the call that stored it, start is when its batch began.
+type DecidedObserver func(ctx context.Context, start time.Time, id int64, p fulfillment.ProcessedEvent)
+
+// ObserveDecided makes o observe the events decided on receipt (nil:
+// none), as the inbox processor's observers see the events it decides.
+func (s *Store) ObserveDecided(o DecidedObserver) {
+	if o == nil {
+		s.decidedObserver.Store(nil)
+		return
+	}
+	s.decidedObserver.Store(&o)
+}
+
+// decidedCounts count the group commits by outcome (metrics).
+type decidedCounts struct {
+	decided, redelivered, locked, failed atomic.Int64
+}
+
+// errStoredBefore is a decided batch's refusal: an event of it was stored
+// by another transaction.
+var errStoredBefore = errors.New("an event of the batch was stored before")
+
+// storeDecided stores the batch decided on receipt (see above): reqs and
+// rows in the order of their keys, a request's row at its index. It
+// records each new row in found and reports whether it committed; false
+// means nothing was stored, and found holds nothing of it.
+func (s *Store) storeDecided(ctx context.Context, reqs []*insertRequest, rows []inboxRow, found map[eventKey]fulfillment.InboxReceipt) bool {
+	var skip map[eventKey]bool // stored before
+	for try := 1; try <= 2; try++ {
+		stored, err := s.tryDecided(ctx, reqs, rows, skip, found)
+		switch {
+		case err == nil:
+			s.decidedCount.decided.Add(1)
+			stored.observe(s)
+			return true
+		case errors.Is(err, errStoredBefore) && try == 1:
+			if skip == nil {
+				skip = map[eventKey]bool{}
+			}
+			for k := range found {
+				skip[k] = true
+			}
+			clear(found)
+			continue
+		case errors.Is(err, errStoredBefore):
+			s.decidedCount.redelivered.Add(1)
+		case sqlstateOf(err) == sqlstateLockNotAvailable:
+			s.decidedCount.locked.Add(1)
+		default:
+			s.decidedCount.failed.Add(1)
+			s.log.Debug("inbox: a batch could not be decided on receipt, queued", "events", len(reqs), "error", err)
+		}
+		clear(found)
+		return false
+	}
+	return false
+}
+
+// decidedBatch is a committed batch decided on receipt, to observe.
+type decidedBatch struct {
+	start    time.Time
+	outcomes map[int64]fulfillment.ProcessedEvent
+	ctxs     map[int64]context.Context // the call that stored each event
+	queued   queued
+	late     int
+}
+
+// observe wakes what the batch queued and tells the observer about its
+// events.
+func (b *decidedBatch) observe(s *Store) {
+	s.wake(b.queued)
+	s.wakeLate(b.late)
+	failpoint.Inject("decide-after-commit")
+	o := s.decidedObserver.Load()
+	if o == nil {
+		return
+	}
+	for id, p := range b.outcomes {
+		(*o)(b.ctxs[id], b.start, id, p)
+	}
+}
+
+// tryDecided is one try of storeDecided, leaving out the events of skip.
+// It returns errStoredBefore, with found holding the keys stored before,
+// when an event turns out stored.
+func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []inboxRow, skip map[eventKey]bool,
+	found map[eventKey]fulfillment.InboxReceipt) (*decidedBatch, error) {
+	// The rows to insert, one per key (the first request of a key owns
+	// its insert), with their requests.
+	var (
+		insert []inboxRow
+		owners []*insertRequest
+	)
+	for i, r := range rows {
+		k := eventKey{r.Provider, r.OrgID, r.Environment, r.EventID}
+		if skip[k] || i > 0 && k == (eventKey{rows[i-1].Provider, rows[i-1].OrgID, rows[i-1].Environment, rows[i-1].EventID}) {
+			continue
+		}
+		insert, owners = append(insert, r), append(owners, reqs[i])
+	}
+	out := &decidedBatch{start: time.Now(), outcomes: map[int64]fulfillment.ProcessedEvent{}, ctxs: map[int64]context.Context{}}
+	if len(insert) == 0 {
+		return out, nil
+	}
+	late := &lateMatches{}
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		var (
+			received time.Time
+			setting  string
+		)
+		if err := tx.QueryRow(ctx, `SELECT clock_timestamp(), set_config('lock_timeout', $1, true)`, decideLockWait).
+			Scan(&received, &setting); err != nil {
+			return fmt.Errorf("starting a decided batch: %w", interpret(err))
+		}
+		// The events to decide: all but the test-mode ones, stored
+		// ignored. events[j] is the row at index[j].
+		var (
+			events []leasedEvent
+			index  []int
+		)
+		for i := range insert {
+			insert[i].ReceivedAt = &received
+			if insert[i].State != string(fulfillment.InboxPending) {
+				continue
+			}
+			events = append(events, leasedEvent{ev: owners[i].ev, received: received, traceParent: str(insert[i].TraceParent), attempts: 1})
+			index = append(index, i)
+		}
+		steps, err := s.decideEvents(ctx, tx, events, late)
+		if err != nil {
+			return err
+		}
+		for j, st := range steps {
+			o, linked, applied := decisionOf(events[j], st)
+			r := &insert[index[j]]
+			decision, reason := string(o.Decision), o.Reason
+			r.State, r.Decision, r.DecisionReason = string(fulfillment.InboxStateFor(o.Decision)), &decision, &reason
+			r.OrderID, r.AppliedSubscriptionID, r.Attempts = linked, applied, 1
+		}
+		ids, err := insertDecided(ctx, tx, insert, found)
+		if err != nil {
+			return err
+		}
+		for j := range events {
+			events[j].id = ids[index[j]]
+		}
+		for i, id := range ids {
+			out.ctxs[id] = owners[i].ctx
+		}
+		if out.queued, err = s.applySteps(ctx, tx, events, steps, late, false, out.outcomes); err != nil {
+			return err
+		}
+		failpoint.Inject("decide-before-commit")
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out.late = late.queued
+	return out, nil
+}
+
+// insertDecided inserts rows, decided, and records each in found; it
+// returns their ids, in order. When a row's event was stored before, it
+// returns errStoredBefore with found holding only those events' keys.
+func insertDecided(ctx context.Context, tx pgx.Tx, rows []inboxRow, found map[eventKey]fulfillment.InboxReceipt) ([]int64, error) {
+	inserted := make(map[eventKey]fulfillment.InboxReceipt, len(rows))
+	result, _ := tx.Query(ctx, inboxInsertSQL, inboxInsertArgs(rows, worker.Handoff{})...)
+	err := forEachRow(result, func(r pgx.Rows) error {
+		var (
+			rec    fulfillment.InboxReceipt
+			k      eventKey
+			handed bool
+		)
+		if err := r.Scan(&rec.ID, &rec.State, &k.provider, &k.org, &k.env, &k.eventID, &handed); err != nil {
+			return err
+		}
+		inserted[k] = rec
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storing inbox events: %w", interpret(err))
+	}
+	ids := make([]int64, len(rows))
+	before := false
+	for i, r := range rows {
+		k := eventKey{r.Provider, r.OrgID, r.Environment, r.EventID}
+		rec, ok := inserted[k]
+		if !ok {
+			// (The insert waited for the transaction that stored it.)
+			found[k], before = fulfillment.InboxReceipt{}, true
+			continue
+		}
+		ids[i] = rec.ID
+	}
+	if before {
+		return nil, errStoredBefore
+	}
+	for k, rec := range inserted {
+		found[k] = rec
+	}
+	return ids, nil
+}

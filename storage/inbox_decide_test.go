@@ -1,0 +1,200 @@
+package storage_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/rig/pgtest"
+	"github.com/fulfillplatform/fulfillment/storage"
+)
+
+// newDecidingStore is newStore deciding events on receipt.
+func newDecidingStore(t *testing.T) (*storage.Store, *pgx.Conn) {
+	t.Helper()
+	s, conn, _ := newDecidingStoreAt(t)
+	return s, conn
+}
+
+// newDecidingStoreAt is newDecidingStore, with its database's URL.
+func newDecidingStoreAt(t *testing.T) (*storage.Store, *pgx.Conn, string) {
+	t.Helper()
+	url := pgtest.DB(t)
+	ctx := context.Background()
+	s, err := storage.Open(ctx, url, storage.Options{MaxConns: 30, DecideOnReceipt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return s, conn, url
+}
+
+// Ten orders' confirmations, each delivered five times at once: every
+// event is stored once and every order is granted once. A batch that met
+// another batch's lock on its order past decideLockWait (a slow machine)
+// was stored queued instead: it is processed, and the counts are taken
+// after.
+func TestDecidedOnReceiptGrantsOnce(t *testing.T) {
+	t.Parallel()
+	s, conn := newDecidingStore(t)
+	ctx := context.Background()
+	const orders, deliveries = 10, 5
+	for i := range orders {
+		if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", fmt.Sprintf("m-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receipts := make([]fulfillment.InboxReceipt, orders*deliveries)
+	errs := make([]error, len(receipts))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range receipts {
+		wg.Go(func() {
+			<-start
+			o := i % orders
+			receipts[i], errs[i] = s.InboxInsert(ctx, confirmedEvent(fmt.Sprintf("evt_%d", o), fmt.Sprintf("m-%d", o)), []byte(`{}`))
+		})
+	}
+	close(start)
+	wg.Wait()
+	fresh := 0
+	for i, r := range receipts {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if !r.Duplicate {
+			fresh++
+			if r.State != fulfillment.InboxProcessed && r.State != fulfillment.InboxPending {
+				t.Errorf("receipt %d: state %s; want the event acknowledged processed, or pending (queued)", i, r.State)
+			}
+		}
+	}
+	if fresh != orders {
+		t.Errorf("%d receipts of a new event, want %d", fresh, orders)
+	}
+	if queued := count(t, conn, "SELECT count(*) FROM inbox_work"); queued > 0 {
+		t.Logf("%d of %d events queued (their batch met a lock)", queued, orders)
+		processAll(t, s, queued)
+	}
+	for _, c := range []struct {
+		what  string
+		query string
+		want  int
+	}{
+		{"events stored", "SELECT count(*) FROM inbox_events", orders},
+		{"events decided fulfilled on their first attempt",
+			"SELECT count(*) FROM inbox_events WHERE state = 'processed' AND decision = 'fulfilled' AND attempts = 1 AND order_id IS NOT NULL", orders},
+		{"events still queued", "SELECT count(*) FROM inbox_work", 0},
+		{"licenses", "SELECT count(*) FROM entitlements", 2 * orders},
+		{"credits", "SELECT count(*) FROM ledger_entries", orders},
+		{"orders fulfilled", "SELECT count(*) FROM orders WHERE state = 'fulfilled'", orders},
+		{"order.fulfilled events", "SELECT count(*) FROM order_events WHERE topic = 'order.fulfilled'", orders},
+	} {
+		if got := count(t, conn, c.query); got != c.want {
+			t.Errorf("%s: %d, want %d", c.what, got, c.want)
+		}
+	}
+}
+
+// A batch holding a redelivery: the events stored before are left out and
+// the others decided, in the same flush; the redelivery grants nothing.
+func TestDecidedBatchWithRedelivery(t *testing.T) {
+	t.Parallel()
+	s, conn := newDecidingStore(t)
+	ctx := context.Background()
+	for _, m := range []string{"m-a", "m-b"} {
+		if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := confirmedEvent("evt_a", "m-a"), confirmedEvent("evt_b", "m-b")
+	if r, err := s.InboxInsert(ctx, a, []byte(`{}`)); err != nil || r.State != fulfillment.InboxProcessed {
+		t.Fatalf("first delivery: %+v, %v; want processed", r, err)
+	}
+	if err := s.InboxInsertBatch(ctx, []fulfillment.ProviderEvent{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state = 'processed' AND decision = 'fulfilled'"); got != 2 {
+		t.Errorf("%d events decided fulfilled, want 2", got)
+	}
+	if q, l := count(t, conn, "SELECT count(*) FROM inbox_work"), count(t, conn, "SELECT count(*) FROM entitlements"); q != 0 || l != 4 {
+		t.Errorf("%d events queued, %d licenses; want none queued, 4 licenses (2 per order)", q, l)
+	}
+}
+
+// An order held locked by another transaction past the wait: the batch
+// naming it is stored queued, whole, and the inbox processor decides it
+// once the lock is gone.
+func TestDecidedOnReceiptQueuesWhatIsLocked(t *testing.T) {
+	t.Parallel()
+	s, conn, url := newDecidingStoreAt(t)
+	ctx := context.Background()
+	for _, m := range []string{"m-locked", "m-free"} {
+		if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holder, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Close(context.Background()) })
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM orders WHERE merchant_order_id = 'm-locked' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	evs := []fulfillment.ProviderEvent{confirmedEvent("evt_locked", "m-locked"), confirmedEvent("evt_free", "m-free")}
+	if err := s.InboxInsertBatch(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	pending := "SELECT count(*) FROM inbox_events JOIN inbox_work USING (id) WHERE inbox_events.state = 'pending'"
+	if queued, granted := count(t, conn, pending), count(t, conn, "SELECT count(*) FROM entitlements"); queued != 2 || granted != 0 {
+		t.Fatalf("with the order locked: %d events queued, %d licenses; want both queued, nothing granted", queued, granted)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := processAll(t, s, 2); got != "fulfilled,fulfilled" {
+		t.Errorf("decisions = %s, want fulfilled,fulfilled", got)
+	}
+	if got := count(t, conn, "SELECT count(*) FROM entitlements"); got != 4 {
+		t.Errorf("%d licenses, want 4", got)
+	}
+}
+
+// A payment decided unmatched as it is stored opens its item, and is
+// queued again when its order is created.
+func TestDecidedUnmatchedIsMatchedLater(t *testing.T) {
+	t.Parallel()
+	s, conn := newDecidingStore(t)
+	ctx := context.Background()
+	r, err := s.InboxInsert(ctx, confirmedEvent("evt_early", "m-late"), []byte(`{}`))
+	if err != nil || r.State != fulfillment.InboxUnmatched {
+		t.Fatalf("early payment: %+v, %v; want unmatched", r, err)
+	}
+	if got := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = 'unmatched_payment' AND state = 'open'"); got != 1 {
+		t.Fatalf("%d unmatched_payment items open, want 1", got)
+	}
+	if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", "m-late")); err != nil {
+		t.Fatal(err)
+	}
+	if got := processAll(t, s, 1); got != "fulfilled" {
+		t.Errorf("decision after the order came = %s, want fulfilled", got)
+	}
+	if l, open := count(t, conn, "SELECT count(*) FROM entitlements"),
+		count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE state = 'open'"); l != 2 || open != 0 {
+		t.Errorf("%d licenses, %d items open; want 2 licenses, the item resolved", l, open)
+	}
+}
