@@ -39,6 +39,16 @@ import (
 // (lock_timeout, for its transaction only).
 const decideLockWait = "50ms"
 
+// decidedStartSQL starts a decided batch: it sets the lock wait ($1) for
+// the transaction, and returns the time of its receipt and the positions
+// (from 1) of the events of the arrays $2 to $5 (provider, org,
+// environment, event id) that are stored already.
+const decidedStartSQL = `
+	SELECT clock_timestamp(), set_config('lock_timeout', $1, true),
+		ARRAY(SELECT u.n::int FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS u(p, o, e, id, n)
+			WHERE EXISTS (SELECT 1 FROM inbox_events i
+				WHERE i.provider = u.p AND i.org_id = u.o AND i.environment = u.e AND i.event_id = u.id))`
+
 // DecidedObserver observes an event decided on receipt, after its commit:
 // ctx is the call that stored it, start is when its batch began.
 type DecidedObserver func(ctx context.Context, start time.Time, id int64, p fulfillment.ProcessedEvent)
@@ -122,37 +132,48 @@ func (b *decidedBatch) observe(s *Store) {
 	}
 }
 
-// tryDecided is one try of storeDecided, leaving out the events of skip.
-// It returns errStoredBefore, with found holding the keys stored before,
-// when an event turns out stored.
+// tryDecided is one try of storeDecided, leaving out the events of skip
+// and those it finds stored already (a redelivery costs one index lookup,
+// not a decision rolled back). It returns errStoredBefore, with found
+// holding the keys stored before, when an event turns out stored by a
+// transaction that committed meanwhile.
 func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []inboxRow, skip map[eventKey]bool,
 	found map[eventKey]fulfillment.InboxReceipt) (*decidedBatch, error) {
-	// The rows to insert, one per key (the first request of a key owns
-	// its insert), with their requests.
-	var (
-		insert []inboxRow
-		owners []*insertRequest
-	)
-	for i, r := range rows {
-		k := eventKey{r.Provider, r.OrgID, r.Environment, r.EventID}
-		if skip[k] || i > 0 && k == (eventKey{rows[i-1].Provider, rows[i-1].OrgID, rows[i-1].Environment, rows[i-1].EventID}) {
-			continue
-		}
-		insert, owners = append(insert, r), append(owners, reqs[i])
-	}
 	out := &decidedBatch{start: time.Now(), outcomes: map[int64]fulfillment.ProcessedEvent{}, ctxs: map[int64]context.Context{}}
-	if len(insert) == 0 {
-		return out, nil
-	}
 	late := &lateMatches{}
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		// The lock wait, the clock, and which of the rows are stored.
 		var (
 			received time.Time
-			setting  string
+			stored   []int32
 		)
-		if err := tx.QueryRow(ctx, `SELECT clock_timestamp(), set_config('lock_timeout', $1, true)`, decideLockWait).
-			Scan(&received, &setting); err != nil {
+		n := len(rows)
+		provider, org, env, eventID := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		for i, r := range rows {
+			provider[i], org[i], env[i], eventID[i] = r.Provider, r.OrgID, r.Environment, r.EventID
+		}
+		if err := tx.QueryRow(ctx, decidedStartSQL, decideLockWait, provider, org, env, eventID).Scan(&received, nil, &stored); err != nil {
 			return fmt.Errorf("starting a decided batch: %w", interpret(err))
+		}
+		storedBefore := make(map[int]bool, len(stored))
+		for _, i := range stored {
+			storedBefore[int(i)-1] = true
+		}
+		// The rows to insert, one per key (the first request of a key
+		// owns its insert), with their requests.
+		var (
+			insert []inboxRow
+			owners []*insertRequest
+		)
+		for i, r := range rows {
+			k := eventKey{r.Provider, r.OrgID, r.Environment, r.EventID}
+			if skip[k] || storedBefore[i] || i > 0 && k == (eventKey{rows[i-1].Provider, rows[i-1].OrgID, rows[i-1].Environment, rows[i-1].EventID}) {
+				continue
+			}
+			insert, owners = append(insert, r), append(owners, reqs[i])
+		}
+		if len(insert) == 0 {
+			return nil
 		}
 		// The events to decide: all but the test-mode ones, stored
 		// ignored. events[j] is the row at index[j].

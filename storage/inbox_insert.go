@@ -37,7 +37,7 @@ type insertResult struct {
 
 // Group commit bounds.
 const (
-	defaultInsertFlushers = 4
+	defaultInsertFlushers = 2
 	defaultInsertBatch    = 256
 	// flushTimeout bounds one flush; the callers' own deadlines are shorter.
 	flushTimeout = 10 * time.Second

@@ -102,7 +102,8 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 		StatusPollAfter: cfg.StatusPoll.WithDefaults().After,
 		TracerProvider:  tracer,
 		LateMatchWindow: cfg.Inbox.LateMatch(),
-		DecideOnReceipt: !cfg.Inbox.QueueOnly,
+		// (A replica with no inbox processor decides nothing either.)
+		DecideOnReceipt: !cfg.Inbox.QueueOnly && !cfg.Inbox.Disabled,
 	})
 	if err != nil {
 		_ = stopTracing(ctx)
