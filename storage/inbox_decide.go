@@ -16,18 +16,19 @@ import (
 
 // Deciding on receipt. With Options.DecideOnReceipt, a group commit does
 // in its one transaction what the inbox processor would do in the next
-// one: it locks what the batch's events name, decides them in one pure
-// step, inserts each event with its decision, and writes their effects.
-// The event is never queued: no work row, no claim, no second write of
-// its row, no second commit — and it is acknowledged with its effects
-// committed.
+// one: it looks up which of the batch's events are stored already (those
+// are redeliveries, left out), locks what the others name, decides them
+// in one pure step, inserts each event with its decision, and writes
+// their effects. The event is never queued: no work row, no claim, no
+// second write of its row, no second commit — and it is acknowledged with
+// its effects committed.
 //
 // A batch that cannot be decided so is stored queued instead, as without
 // the option, by a second transaction: nothing of the first one remains.
 // That happens when
-//   - an event of the batch was stored before (a redelivery), twice: the
-//     first time, the batch is decided again without the events found
-//     stored;
+//   - an event of the batch was stored by another transaction after the
+//     look-up, twice: the first time, the batch is decided again without
+//     the events found stored;
 //   - an order or a subscription the batch names, or one of its events'
 //     keys, stays locked by another transaction past decideLockWait (an
 //     inbox processor's batch, another group commit's): the ack does not
@@ -230,16 +231,9 @@ func insertDecided(ctx context.Context, tx pgx.Tx, rows []inboxRow, found map[ev
 	inserted := make(map[eventKey]fulfillment.InboxReceipt, len(rows))
 	result, _ := tx.Query(ctx, inboxInsertSQL, inboxInsertArgs(rows, worker.Handoff{})...)
 	err := forEachRow(result, func(r pgx.Rows) error {
-		var (
-			rec    fulfillment.InboxReceipt
-			k      eventKey
-			handed bool
-		)
-		if err := r.Scan(&rec.ID, &rec.State, &k.provider, &k.org, &k.env, &k.eventID, &handed); err != nil {
-			return err
-		}
+		rec, k, _, err := scanStored(r)
 		inserted[k] = rec
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("storing inbox events: %w", interpret(err))

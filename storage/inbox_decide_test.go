@@ -3,13 +3,15 @@ package storage_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
-	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 	"github.com/fulfillplatform/fulfillment/storage"
 )
 
@@ -23,19 +25,30 @@ func newDecidingStore(t *testing.T) (*storage.Store, *pgx.Conn) {
 // newDecidingStoreAt is newDecidingStore, with its database's URL.
 func newDecidingStoreAt(t *testing.T) (*storage.Store, *pgx.Conn, string) {
 	t.Helper()
-	url := pgtest.DB(t)
-	ctx := context.Background()
-	s, err := storage.Open(ctx, url, storage.Options{MaxConns: 30, DecideOnReceipt: true})
+	return openStore(t, storage.Options{MaxConns: 30, DecideOnReceipt: true})
+}
+
+// receiptBatches is what s's collector says of its group commits, by
+// outcome (fulfillment_inbox_receipt_batches_total).
+func receiptBatches(t *testing.T, s *storage.Store) string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(s.MetricsCollector(0))
+	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Close)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
+	var got []string
+	for _, f := range families {
+		if f.GetName() != "fulfillment_inbox_receipt_batches_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			got = append(got, fmt.Sprintf("%s=%v", m.GetLabel()[0].GetValue(), m.GetCounter().GetValue()))
+		}
 	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	return s, conn, url
+	slices.Sort(got)
+	return strings.Join(got, " ")
 }
 
 // Ten orders' confirmations, each delivered five times at once: every
@@ -126,8 +139,17 @@ func TestDecidedBatchWithRedelivery(t *testing.T) {
 	if got := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state = 'processed' AND decision = 'fulfilled'"); got != 2 {
 		t.Errorf("%d events decided fulfilled, want 2", got)
 	}
+	// The redelivery was found before anything was inserted: b took the
+	// next id. (A try rolled back on a's conflict would have drawn ids
+	// from the sequence for both events, never given back.)
+	if gap := count(t, conn, `SELECT (SELECT id FROM inbox_events WHERE event_id = 'evt_b') - (SELECT id FROM inbox_events WHERE event_id = 'evt_a')`); gap != 1 {
+		t.Errorf("evt_b's id is evt_a's + %d; want + 1, the redelivery left out before the insert", gap)
+	}
 	if q, l := count(t, conn, "SELECT count(*) FROM inbox_work"), count(t, conn, "SELECT count(*) FROM entitlements"); q != 0 || l != 4 {
 		t.Errorf("%d events queued, %d licenses; want none queued, 4 licenses (2 per order)", q, l)
+	}
+	if got, want := receiptBatches(t, s), "decided=2 failed=0 locked=0 redelivered=0"; got != want {
+		t.Errorf("group commits: %s, want %s", got, want)
 	}
 }
 
@@ -162,6 +184,9 @@ func TestDecidedOnReceiptQueuesWhatIsLocked(t *testing.T) {
 	pending := "SELECT count(*) FROM inbox_events JOIN inbox_work USING (id) WHERE inbox_events.state = 'pending'"
 	if queued, granted := count(t, conn, pending), count(t, conn, "SELECT count(*) FROM entitlements"); queued != 2 || granted != 0 {
 		t.Fatalf("with the order locked: %d events queued, %d licenses; want both queued, nothing granted", queued, granted)
+	}
+	if got, want := receiptBatches(t, s), "decided=0 failed=0 locked=1 redelivered=0"; got != want {
+		t.Errorf("group commits: %s, want %s", got, want)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)

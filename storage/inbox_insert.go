@@ -252,12 +252,8 @@ func (s *Store) storeQueued(ctx context.Context, rows []inboxRow, found map[even
 	pending := false
 	result, _ := s.pool.Query(ctx, inboxInsertSQL, inboxInsertArgs(rows, h)...)
 	err := forEachRow(result, func(r pgx.Rows) error {
-		var (
-			rec       fulfillment.InboxReceipt
-			k         eventKey
-			wasHanded bool
-		)
-		if err := r.Scan(&rec.ID, &rec.State, &k.provider, &k.org, &k.env, &k.eventID, &wasHanded); err != nil {
+		rec, k, wasHanded, err := scanStored(r)
+		if err != nil {
 			return err
 		}
 		if wasHanded {
@@ -279,6 +275,13 @@ func (s *Store) storeQueued(ctx context.Context, rows []inboxRow, found map[even
 		s.inboxSignal.committed()
 	}
 	return nil
+}
+
+// scanStored reads a row that inboxInsertSQL returns: the event's receipt,
+// its key, and whether it was leased to this process's inbox queue.
+func scanStored(r pgx.Rows) (rec fulfillment.InboxReceipt, k eventKey, handed bool, err error) {
+	err = r.Scan(&rec.ID, &rec.State, &k.provider, &k.org, &k.env, &k.eventID, &handed)
+	return rec, k, handed, err
 }
 
 // collectReceipts reads (id, state, key) rows into found, keeping entries

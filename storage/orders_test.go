@@ -20,9 +20,18 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // connection for counting rows behind the store's back.
 func newStore(t *testing.T) (*storage.Store, *pgx.Conn) {
 	t.Helper()
+	s, conn, _ := openStore(t, storage.Options{MaxConns: 30})
+	return s, conn
+}
+
+// openStore opens a store with o on a fresh database, and a connection of
+// its own to that database, whose URL it returns too; both close with the
+// test.
+func openStore(t *testing.T, o storage.Options) (*storage.Store, *pgx.Conn, string) {
+	t.Helper()
 	url := pgtest.DB(t)
 	ctx := context.Background()
-	s, err := storage.Open(ctx, url, storage.Options{MaxConns: 30})
+	s, err := storage.Open(ctx, url, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +41,7 @@ func newStore(t *testing.T) (*storage.Store, *pgx.Conn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	return s, conn
+	return s, conn, url
 }
 
 func spec(t testing.TB, org, merchantID string) fulfillment.OrderSpec {
