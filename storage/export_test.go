@@ -66,3 +66,7 @@ func (s *Store) InboxInsertBatch(ctx context.Context, evs []fulfillment.Provider
 	_, err := s.inboxInsertBatch(ctx, batch)
 	return err
 }
+
+// SetDecideLockWait sets how long a batch decided on receipt waits for
+// each lock (a PostgreSQL interval, such as "30s").
+func (s *Store) SetDecideLockWait(d string) { s.decideLockWait = d }

@@ -30,25 +30,29 @@ import (
 //     look-up, twice: the first time, the batch is decided again without
 //     the events found stored;
 //   - an order or a subscription the batch names, or one of its events'
-//     keys, stays locked by another transaction past decideLockWait (an
+//     keys, stays locked by another transaction past the lock wait (an
 //     inbox processor's batch, another group commit's): the ack does not
 //     wait behind it;
 //   - anything else fails (a unique key refusing a repeated grant, say):
 //     the inbox processor then retries the events alone.
 
-// decideLockWait bounds each lock wait of a batch decided on receipt
-// (lock_timeout, for its transaction only).
-const decideLockWait = "50ms"
+// defaultDecideLockWait bounds each lock wait of a batch decided on
+// receipt (lock_timeout, for its transaction only): Store.decideLockWait,
+// which tests may lengthen.
+const defaultDecideLockWait = "50ms"
 
 // decidedStartSQL starts a decided batch: it sets the lock wait ($1) for
-// the transaction, and returns the time of its receipt and the positions
+// the transaction, and returns the time of its receipt, the positions
 // (from 1) of the events of the arrays $2 to $5 (provider, org,
-// environment, event id) that are stored already.
+// environment, event id) that are stored already, and an id from the
+// table's sequence for each event, in order (those of events left out
+// are never used: a sequence has gaps anyway).
 const decidedStartSQL = `
 	SELECT clock_timestamp(), set_config('lock_timeout', $1, true),
 		ARRAY(SELECT u.n::int FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS u(p, o, e, id, n)
 			WHERE EXISTS (SELECT 1 FROM inbox_events i
-				WHERE i.provider = u.p AND i.org_id = u.o AND i.environment = u.e AND i.event_id = u.id))`
+				WHERE i.provider = u.p AND i.org_id = u.o AND i.environment = u.e AND i.event_id = u.id)),
+		ARRAY(SELECT nextval(pg_get_serial_sequence('inbox_events', 'id')) FROM generate_series(1, cardinality($2::text[])))`
 
 // DecidedObserver observes an event decided on receipt, after its commit:
 // ctx is the call that stored it, start is when its batch began.
@@ -143,17 +147,19 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 	out := &decidedBatch{start: time.Now(), outcomes: map[int64]fulfillment.ProcessedEvent{}, ctxs: map[int64]context.Context{}}
 	late := &lateMatches{}
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		// The lock wait, the clock, and which of the rows are stored.
+		// The lock wait, the clock, which of the rows are stored, and ids
+		// for them.
 		var (
 			received time.Time
 			stored   []int32
+			ids      []int64
 		)
 		n := len(rows)
 		provider, org, env, eventID := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		for i, r := range rows {
 			provider[i], org[i], env[i], eventID[i] = r.Provider, r.OrgID, r.Environment, r.EventID
 		}
-		if err := tx.QueryRow(ctx, decidedStartSQL, decideLockWait, provider, org, env, eventID).Scan(&received, nil, &stored); err != nil {
+		if err := tx.QueryRow(ctx, decidedStartSQL, s.decideLockWait, provider, org, env, eventID).Scan(&received, nil, &stored, &ids); err != nil {
 			return fmt.Errorf("starting a decided batch: %w", interpret(err))
 		}
 		storedBefore := make(map[int]bool, len(stored))
@@ -171,6 +177,7 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 			if skip[k] || storedBefore[i] || i > 0 && k == (eventKey{rows[i-1].Provider, rows[i-1].OrgID, rows[i-1].Environment, rows[i-1].EventID}) {
 				continue
 			}
+			r.ID = ids[i]
 			insert, owners = append(insert, r), append(owners, reqs[i])
 		}
 		if len(insert) == 0 {
@@ -184,10 +191,12 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 		)
 		for i := range insert {
 			insert[i].ReceivedAt = &received
+			out.ctxs[insert[i].ID] = owners[i].ctx
 			if insert[i].State != string(fulfillment.InboxPending) {
 				continue
 			}
-			events = append(events, leasedEvent{ev: owners[i].ev, received: received, traceParent: str(insert[i].TraceParent), attempts: 1})
+			events = append(events, leasedEvent{id: insert[i].ID, ev: owners[i].ev, received: received,
+				traceParent: str(insert[i].TraceParent), attempts: 1})
 			index = append(index, i)
 		}
 		steps, err := s.decideEvents(ctx, tx, events, late)
@@ -201,17 +210,10 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 			r.State, r.Decision, r.DecisionReason = string(fulfillment.InboxStateFor(o.Decision)), &decision, &reason
 			r.OrderID, r.AppliedSubscriptionID, r.Attempts = linked, applied, 1
 		}
-		ids, err := insertDecided(ctx, tx, insert, found)
-		if err != nil {
-			return err
-		}
-		for j := range events {
-			events[j].id = ids[index[j]]
-		}
-		for i, id := range ids {
-			out.ctxs[id] = owners[i].ctx
-		}
-		if out.queued, err = s.applySteps(ctx, tx, events, steps, late, false, out.outcomes); err != nil {
+		// The events, then their effects, in one round trip.
+		b := &pgx.Batch{}
+		queueInsertDecided(b, insert, found)
+		if out.queued, err = s.applySteps(ctx, tx, b, events, steps, late, false, out.outcomes); err != nil {
 			return err
 		}
 		failpoint.Inject("decide-before-commit")
@@ -224,37 +226,40 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 	return out, nil
 }
 
-// insertDecided inserts rows, decided, and records each in found; it
-// returns their ids, in order. When a row's event was stored before, it
-// returns errStoredBefore with found holding only those events' keys.
-func insertDecided(ctx context.Context, tx pgx.Tx, rows []inboxRow, found map[eventKey]fulfillment.InboxReceipt) ([]int64, error) {
-	inserted := make(map[eventKey]fulfillment.InboxReceipt, len(rows))
-	result, _ := tx.Query(ctx, inboxInsertSQL, inboxInsertArgs(rows, worker.Handoff{})...)
-	err := forEachRow(result, func(r pgx.Rows) error {
-		rec, k, _, err := scanStored(r)
-		inserted[k] = rec
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("storing inbox events: %w", interpret(err))
-	}
+// queueInsertDecided adds to b the insert of rows, decided, with their
+// ids, and records each row inserted in found. When a row's event turns
+// out stored by another transaction, the batch ends with errStoredBefore
+// (before the effects that name the row), found holding only those
+// events' keys.
+func queueInsertDecided(b *pgx.Batch, rows []inboxRow, found map[eventKey]fulfillment.InboxReceipt) {
 	ids := make([]int64, len(rows))
-	before := false
 	for i, r := range rows {
-		k := eventKey{r.Provider, r.OrgID, r.Environment, r.EventID}
-		rec, ok := inserted[k]
-		if !ok {
-			// (The insert waited for the transaction that stored it.)
-			found[k], before = fulfillment.InboxReceipt{}, true
-			continue
+		ids[i] = r.ID
+	}
+	b.Queue(inboxInsertDecidedSQL, append(inboxInsertArgs(rows, worker.Handoff{}), ids)...).Query(func(result pgx.Rows) error {
+		inserted := make(map[eventKey]fulfillment.InboxReceipt, len(rows))
+		err := forEachRow(result, func(r pgx.Rows) error {
+			rec, k, _, err := scanStored(r)
+			inserted[k] = rec
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("storing inbox events: %w", interpret(err))
 		}
-		ids[i] = rec.ID
-	}
-	if before {
-		return nil, errStoredBefore
-	}
-	for k, rec := range inserted {
-		found[k] = rec
-	}
-	return ids, nil
+		before := false
+		for _, r := range rows {
+			k := eventKey{r.Provider, r.OrgID, r.Environment, r.EventID}
+			if _, ok := inserted[k]; !ok {
+				// (The insert waited for the transaction that stored it.)
+				found[k], before = fulfillment.InboxReceipt{}, true
+			}
+		}
+		if before {
+			return errStoredBefore
+		}
+		for k, rec := range inserted {
+			found[k] = rec
+		}
+		return nil
+	})
 }

@@ -53,7 +53,7 @@ func receiptBatches(t *testing.T, s *storage.Store) string {
 
 // Ten orders' confirmations, each delivered five times at once: every
 // event is stored once and every order is granted once. A batch that met
-// another batch's lock on its order past decideLockWait (a slow machine)
+// another batch's lock on its order past the lock wait (a slow machine)
 // was stored queued instead: it is processed, and the counts are taken
 // after.
 func TestDecidedOnReceiptGrantsOnce(t *testing.T) {
@@ -139,11 +139,12 @@ func TestDecidedBatchWithRedelivery(t *testing.T) {
 	if got := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state = 'processed' AND decision = 'fulfilled'"); got != 2 {
 		t.Errorf("%d events decided fulfilled, want 2", got)
 	}
-	// The redelivery was found before anything was inserted: b took the
-	// next id. (A try rolled back on a's conflict would have drawn ids
-	// from the sequence for both events, never given back.)
-	if gap := count(t, conn, `SELECT (SELECT id FROM inbox_events WHERE event_id = 'evt_b') - (SELECT id FROM inbox_events WHERE event_id = 'evt_a')`); gap != 1 {
-		t.Errorf("evt_b's id is evt_a's + %d; want + 1, the redelivery left out before the insert", gap)
+	// The redelivery was found before anything was inserted, in one try:
+	// the batch drew an id for each of its two events, in key order, and
+	// b has the second. (A try rolled back on a's conflict would have
+	// drawn two more, never given back.)
+	if gap := count(t, conn, `SELECT (SELECT id FROM inbox_events WHERE event_id = 'evt_b') - (SELECT id FROM inbox_events WHERE event_id = 'evt_a')`); gap != 2 {
+		t.Errorf("evt_b's id is evt_a's + %d; want + 2, the redelivery left out before the insert", gap)
 	}
 	if q, l := count(t, conn, "SELECT count(*) FROM inbox_work"), count(t, conn, "SELECT count(*) FROM entitlements"); q != 0 || l != 4 {
 		t.Errorf("%d events queued, %d licenses; want none queued, 4 licenses (2 per order)", q, l)
@@ -221,5 +222,75 @@ func TestDecidedUnmatchedIsMatchedLater(t *testing.T) {
 	if l, open := count(t, conn, "SELECT count(*) FROM entitlements"),
 		count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE state = 'open'"); l != 2 || open != 0 {
 		t.Errorf("%d licenses, %d items open; want 2 licenses, the item resolved", l, open)
+	}
+}
+
+// An event that another transaction stores while a decided batch holding
+// it waits for that transaction's insert: the batch's insert finds it
+// stored, the batch is rolled back and decided again without it, and
+// nothing of the first try remains — its order is granted only when the
+// other transaction's (queued) event is processed.
+func TestDecidedBatchMeetsAnEventStoredMeanwhile(t *testing.T) {
+	t.Parallel()
+	s, conn, url := newDecidingStoreAt(t)
+	s.SetDecideLockWait("30s") // so that the insert waits for the holder's commit, however slow the machine
+	ctx := context.Background()
+	for _, m := range []string{"m-x", "m-y"} {
+		if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x, y := confirmedEvent("evt_x", "m-x"), confirmedEvent("evt_y", "m-y")
+	holder, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Close(context.Background()) })
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	sql, args := storage.InboxInsertStatement(x, []byte(`{}`))
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.InboxInsertBatch(ctx, []fulfillment.ProviderEvent{x, y}) }()
+	// The batch's insert waits for the holder's transaction (the look-up
+	// before it could not see the uncommitted row).
+	waitFor(t, "the batch's insert to wait for the holder", func() bool {
+		return count(t, conn, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND wait_event = 'transactionid' AND query LIKE '%INSERT INTO inbox_events%'`) == 1
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what  string
+		query string
+		want  int
+	}{
+		{"events stored", "SELECT count(*) FROM inbox_events", 2},
+		{"evt_y decided fulfilled on receipt", "SELECT count(*) FROM inbox_events WHERE event_id = 'evt_y' AND decision = 'fulfilled'", 1},
+		{"evt_x queued by the holder", "SELECT count(*) FROM inbox_events JOIN inbox_work USING (id) WHERE event_id = 'evt_x' AND inbox_events.state = 'pending'", 1},
+		{"licenses of m-x", "SELECT count(*) FROM entitlements e JOIN orders o ON o.id = e.order_id WHERE o.merchant_order_id = 'm-x'", 0},
+		{"licenses of m-y", "SELECT count(*) FROM entitlements e JOIN orders o ON o.id = e.order_id WHERE o.merchant_order_id = 'm-y'", 2},
+	} {
+		if got := count(t, conn, c.query); got != c.want {
+			t.Errorf("%s: %d, want %d", c.what, got, c.want)
+		}
+	}
+	if got, want := receiptBatches(t, s), "decided=1 failed=0 locked=0 redelivered=0"; got != want {
+		t.Errorf("group commits: %s, want %s", got, want)
+	}
+	if got := processAll(t, s, 1); got != "fulfilled" {
+		t.Errorf("the holder's event: %s, want fulfilled", got)
+	}
+	if got := count(t, conn, "SELECT count(*) FROM entitlements"); got != 4 {
+		t.Errorf("%d licenses, want 4 (2 per order)", got)
 	}
 }

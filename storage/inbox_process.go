@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -53,7 +54,7 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 		if err != nil {
 			return err
 		}
-		if q, err = s.applySteps(ctx, tx, events, steps, late, true, outcomes); err != nil {
+		if q, err = s.applySteps(ctx, tx, nil, events, steps, late, true, outcomes); err != nil {
 			return err
 		}
 		failpoint.Inject("process-before-commit")
@@ -91,12 +92,12 @@ func (s *Store) decideEvents(ctx context.Context, tx pgx.Tx, events []leasedEven
 }
 
 // applySteps writes the effects of the steps decided for events (step i
-// is event i's) in one pipelined batch of statements, one per kind of
-// effect (effectWriter), with the decisions when record is set (events
-// decided as they are stored carry theirs in their rows already), and
-// adds each event to outcomes. It returns what the batch queued, to wake
-// once committed.
-func (s *Store) applySteps(ctx context.Context, tx pgx.Tx, events []leasedEvent, steps []fulfillment.Step, late *lateMatches,
+// is event i's) in one pipelined batch of statements, after those b holds
+// already (nil for none), one per kind of effect (effectWriter), with the
+// decisions when record is set (events decided as they are stored carry
+// theirs in their rows already), and adds each event to outcomes. It
+// returns what the batch queued, to wake once committed.
+func (s *Store) applySteps(ctx context.Context, tx pgx.Tx, b *pgx.Batch, events []leasedEvent, steps []fulfillment.Step, late *lateMatches,
 	record bool, outcomes map[int64]fulfillment.ProcessedEvent) (queued, error) {
 	w := s.newEffectWriter()
 	decided := decisions{}
@@ -126,7 +127,9 @@ func (s *Store) applySteps(ctx context.Context, tx pgx.Tx, events []leasedEvent,
 		}
 		outcomes[le.id] = p
 	}
-	b := &pgx.Batch{}
+	if b == nil {
+		b = &pgx.Batch{}
+	}
 	q := w.write(b)
 	if record {
 		decided.queue(b)
@@ -136,6 +139,9 @@ func (s *Store) applySteps(ctx context.Context, tx pgx.Tx, events []leasedEvent,
 	// order or subscription created meanwhile queues them too.
 	late.queue(b, s.lateMatch)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		if errors.Is(err, errStoredBefore) {
+			return queued{}, err
+		}
 		return queued{}, fmt.Errorf("applying decisions: %w", interpret(err))
 	}
 	return q, notifyLate(ctx, tx, late.queued)
@@ -328,10 +334,23 @@ type lockedOrderRow struct {
 // the same lines, and the arrays stay parallel.
 const requestedLine = `kind = 'external' AND destination IS NOT NULL`
 
-// lockOrdersSQL locks the orders named by merchant order id ($1-$3) or by
-// checkout session ($4-$6), in id order, and reads with each what its lines
-// hold (lines never change). (Each key set is looked up through its own
-// unique index; an OR of the two would scan the table.)
+// namedOrders selects the ids of the orders named by merchant order id
+// ($1-$3) or by checkout session ($4-$6): the order's own session, or the
+// provider order id of a payment the service started for it. (Each key set
+// is looked up through its own unique index; an OR of the two would scan
+// the table.)
+const namedOrders = `
+		SELECT id FROM orders WHERE (org_id, environment, merchant_order_id) IN (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
+		UNION
+		SELECT id FROM orders WHERE (org_id, environment, checkout_session_id) IN (
+			SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))
+		UNION
+		SELECT order_id FROM payment_starts WHERE (org_id, environment, provider_order_id) IN (
+			SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))`
+
+// lockOrdersSQL locks the orders named by $1-$6 (namedOrders), in id
+// order, and reads with each what its lines hold (lines never change).
 const lockOrdersSQL = `
 	SELECT o.id, o.org_id, o.environment, o.merchant_order_id, o.checkout_session_id, o.state,
 		o.total_currency, o.total_minor_units,
@@ -354,15 +373,7 @@ const lockOrdersSQL = `
 			array_agg(unit_minor_units ORDER BY line_no) FILTER (WHERE ` + requestedLine + `) AS line_minor_units,
 			array_agg(destination ORDER BY line_no) FILTER (WHERE ` + requestedLine + `) AS line_destination
 		FROM order_lines WHERE order_id = o.id) l
-	WHERE o.id IN (
-		SELECT id FROM orders WHERE (org_id, environment, merchant_order_id) IN (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
-		UNION
-		SELECT id FROM orders WHERE (org_id, environment, checkout_session_id) IN (
-			SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))
-		UNION
-		SELECT order_id FROM payment_starts WHERE (org_id, environment, provider_order_id) IN (
-			SELECT * FROM unnest($4::text[], $5::text[], $6::text[])))
+	WHERE o.id IN (` + namedOrders + `)
 	ORDER BY o.id
 	FOR UPDATE OF o`
 
@@ -371,7 +382,11 @@ const lockOrdersSQL = `
 // Those are read in statements of their own, after the locks: under READ
 // COMMITTED, a statement that waited for a lock sees the locked row as the
 // holder committed it, but every other table as it was when the statement
-// began — without what the holder wrote.
+// began — without what the holder wrote. The three statements go in one
+// round trip: the reads name the orders by the same keys, and run, each
+// with a snapshot of its own, once the locks are held. (An order that a
+// read finds and the lock did not — created in between — is not the
+// batch's, and is left out.)
 func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfillment.OrderKey]*fulfillment.LockedOrder, error) {
 	var mOrg, mEnv, mID, cOrg, cEnv, cID []string
 	for _, le := range events {
@@ -389,90 +404,84 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 		return lo, nil
 	}
 	byID := map[string]*fulfillment.LockedOrder{}
-	var ids []string
-	rows, _ := tx.Query(ctx, lockOrdersSQL, mOrg, mEnv, mID, cOrg, cEnv, cID)
-	err := forEachRow(rows, func(r pgx.Rows) error {
-		row, err := pgx.RowToStructByName[lockedOrderRow](r)
-		if err != nil {
-			return err
-		}
-		o, err := row.order()
-		if err != nil {
-			return err
-		}
-		byID[o.ID] = o
-		ids = append(ids, o.ID)
-		key := fulfillment.OrderKey{OrgID: row.OrgID, Environment: row.Environment}
-		key.Field, key.Value = fulfillment.ByMerchantOrderID, row.MerchantOrderID
-		lo[key] = o
-		// A checkout session is the order's own, or the provider order id
-		// of a payment the service started for it.
-		sessions := row.StartedSessions
-		if row.CheckoutSessionID != nil {
-			sessions = append(sessions, *row.CheckoutSessionID)
-		}
-		for _, id := range sessions {
-			key.Field, key.Value = fulfillment.ByCheckoutSessionID, id
-			lo[key] = o
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("locking orders: %w", interpret(err))
-	}
-	if len(ids) == 0 {
-		return lo, nil
-	}
-	// The order locks protect the attempts and the recorded refunds:
-	// every writer of an order's attempts and refunds holds its order
-	// row. Both are read in one round trip.
 	b := &pgx.Batch{}
-	b.Queue(`SELECT order_id, provider, attempt_ref, state FROM payment_attempts WHERE order_id = ANY($1::uuid[])`, ids).
-		Query(func(rows pgx.Rows) error {
-			return forEachRow(rows, func(r pgx.Rows) error {
-				var (
-					orderID uuid.UUID
-					k       fulfillment.AttemptKey
-					state   fulfillment.AttemptState
-				)
-				if err := r.Scan(&orderID, &k.Provider, &k.Ref, &state); err != nil {
-					return err
-				}
-				byID[orderID.String()].Attempts[k] = state
-				return nil
-			})
+	b.Queue(lockOrdersSQL, mOrg, mEnv, mID, cOrg, cEnv, cID).Query(func(rows pgx.Rows) error {
+		return forEachRow(rows, func(r pgx.Rows) error {
+			row, err := pgx.RowToStructByName[lockedOrderRow](r)
+			if err != nil {
+				return err
+			}
+			o, err := row.order()
+			if err != nil {
+				return err
+			}
+			byID[o.ID] = o
+			key := fulfillment.OrderKey{OrgID: row.OrgID, Environment: row.Environment}
+			key.Field, key.Value = fulfillment.ByMerchantOrderID, row.MerchantOrderID
+			lo[key] = o
+			// A checkout session is the order's own, or the provider order
+			// id of a payment the service started for it.
+			sessions := row.StartedSessions
+			if row.CheckoutSessionID != nil {
+				sessions = append(sessions, *row.CheckoutSessionID)
+			}
+			for _, id := range sessions {
+				key.Field, key.Value = fulfillment.ByCheckoutSessionID, id
+				lo[key] = o
+			}
+			return nil
 		})
+	})
+	// The order locks protect the attempts and the recorded refunds:
+	// every writer of an order's attempts and refunds holds its order row.
+	b.Queue(`SELECT order_id, provider, attempt_ref, state FROM payment_attempts WHERE order_id IN (`+namedOrders+`)`,
+		mOrg, mEnv, mID, cOrg, cEnv, cID).Query(func(rows pgx.Rows) error {
+		return forEachRow(rows, func(r pgx.Rows) error {
+			var (
+				orderID uuid.UUID
+				k       fulfillment.AttemptKey
+				state   fulfillment.AttemptState
+			)
+			if err := r.Scan(&orderID, &k.Provider, &k.Ref, &state); err != nil {
+				return err
+			}
+			if o := byID[orderID.String()]; o != nil {
+				o.Attempts[k] = state
+			}
+			return nil
+		})
+	})
 	// The partial refunds recorded for the orders, in the order they were
 	// recorded.
 	b.Queue(`
 		SELECT order_id, provider, attempt_ref, amount::text, token, network, currency
 		FROM payment_refunds
-		WHERE order_id = ANY($1::uuid[])
-		ORDER BY id`, ids).
-		Query(func(rows pgx.Rows) error {
-			return forEachRow(rows, func(r pgx.Rows) error {
-				var (
-					orderID                         uuid.UUID
-					rr                              fulfillment.RecordedRefund
-					attemptRef                      *string
-					value, token, network, currency *string
-				)
-				if err := r.Scan(&orderID, &rr.Attempt.Provider, &attemptRef, &value, &token, &network, &currency); err != nil {
-					return err
-				}
-				rr.Attempt.Ref = str(attemptRef)
-				var err error
-				if rr.Amount, err = amountOf(value, token, network, currency); err != nil {
-					return err
-				}
-				rr.Ref = fulfillment.RefundRefOf(rr.Attempt.Provider, rr.Attempt.Ref, rr.Amount)
-				o := byID[orderID.String()]
+		WHERE order_id IN (`+namedOrders+`)
+		ORDER BY id`, mOrg, mEnv, mID, cOrg, cEnv, cID).Query(func(rows pgx.Rows) error {
+		return forEachRow(rows, func(r pgx.Rows) error {
+			var (
+				orderID                         uuid.UUID
+				rr                              fulfillment.RecordedRefund
+				attemptRef                      *string
+				value, token, network, currency *string
+			)
+			if err := r.Scan(&orderID, &rr.Attempt.Provider, &attemptRef, &value, &token, &network, &currency); err != nil {
+				return err
+			}
+			rr.Attempt.Ref = str(attemptRef)
+			var err error
+			if rr.Amount, err = amountOf(value, token, network, currency); err != nil {
+				return err
+			}
+			rr.Ref = fulfillment.RefundRefOf(rr.Attempt.Provider, rr.Attempt.Ref, rr.Amount)
+			if o := byID[orderID.String()]; o != nil {
 				o.PartialRefunds = append(o.PartialRefunds, rr)
-				return nil
-			})
+			}
+			return nil
 		})
+	})
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("reading payment attempts and refunds: %w", interpret(err))
+		return nil, fmt.Errorf("locking orders and reading their payment attempts and refunds: %w", interpret(err))
 	}
 	return lo, nil
 }

@@ -144,7 +144,16 @@ var inboxWriteColumns = []inboxColumn{
 // (worker.Handoff): the first new pending rows, up to its count, are queued
 // leased to its owner (NULL: none) for its lease, their claim counted as
 // an attempt, as a claim would have left them.
-var inboxInsertSQL = func() string {
+var inboxInsertSQL = inboxInsert(false)
+
+// inboxInsertDecidedSQL is inboxInsertSQL with each row's id given, as one
+// more array after the hand-off's parameters (ids drawn from the table's
+// sequence beforehand, as decidedStartSQL does): the rows a batch decided
+// on receipt, whose effects the same round trip writes, naming them.
+var inboxInsertDecidedSQL = inboxInsert(true)
+
+// inboxInsert builds inboxInsertSQL, with the ids given when withIDs.
+func inboxInsert(withIDs bool) string {
 	cols := append(inboxColumns[:len(inboxColumns):len(inboxColumns)], inboxWriteColumns...)
 	names, arrays, values := make([]string, len(cols)), make([]string, len(cols)), make([]string, len(cols))
 	for i, c := range cols {
@@ -161,11 +170,17 @@ var inboxInsertSQL = func() string {
 		arrays[i] = fmt.Sprintf("$%d::%s", i+1, arrayType)
 	}
 	owner, count, lease := len(cols)+1, len(cols)+2, len(cols)+3
+	overriding := ""
+	if withIDs {
+		names, values = append(names, "id"), append(values, "u.id")
+		arrays = append(arrays, fmt.Sprintf("$%d::bigint[]", len(cols)+4))
+		overriding = " OVERRIDING SYSTEM VALUE"
+	}
 	// A decided row's processed_at follows the rows' order, a microsecond
 	// apart at least: the order they were decided in.
 	return fmt.Sprintf(`
 		WITH stored AS (
-			INSERT INTO inbox_events (%[1]s, processed_at)
+			INSERT INTO inbox_events (%[1]s, processed_at)%[7]s
 			SELECT %[2]s, CASE WHEN u.state = 'pending' THEN NULL ELSE clock_timestamp() + u.n * interval '1 microsecond' END
 			FROM unnest(%[3]s) WITH ORDINALITY AS u(%[1]s, n)
 			ON CONFLICT ON CONSTRAINT inbox_events_event_key DO NOTHING
@@ -181,8 +196,8 @@ var inboxInsertSQL = func() string {
 			RETURNING id, lease_owner IS NOT NULL AS handed
 		)
 		SELECT s.*, coalesce(q.handed, false) FROM stored s LEFT JOIN queued q USING (id)`,
-		strings.Join(names, ", "), strings.Join(values, ", "), strings.Join(arrays, ", "), owner, count, lease)
-}()
+		strings.Join(names, ", "), strings.Join(values, ", "), strings.Join(arrays, ", "), owner, count, lease, overriding)
+}
 
 // inboxInsertArgs are the arguments of inboxInsertSQL for rows, with
 // hand-off h.

@@ -45,6 +45,7 @@ type Store struct {
 	// own transaction (Options.DecideOnReceipt); decidedObserver, when
 	// set, observes each event decided so.
 	decideOnReceipt bool
+	decideLockWait  string // lock_timeout of a decided batch
 	decidedObserver atomic.Pointer[DecidedObserver]
 	decidedCount    decidedCounts
 
@@ -152,7 +153,8 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{log: log, subscriptions: o.Subscriptions, pollAfter: o.StatusPollAfter, plans: o.Plans,
-		sessionCfg: sessionCfg, lateMatch: o.LateMatchWindow, decideOnReceipt: o.DecideOnReceipt}
+		sessionCfg: sessionCfg, lateMatch: o.LateMatchWindow, decideOnReceipt: o.DecideOnReceipt,
+		decideLockWait: defaultDecideLockWait}
 	if s.lateMatch == 0 {
 		s.lateMatch = DefaultLateMatchWindow
 	}
