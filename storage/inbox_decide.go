@@ -46,13 +46,15 @@ const defaultDecideLockWait = "50ms"
 // (from 1) of the events of the arrays $2 to $5 (provider, org,
 // environment, event id) that are stored already, and an id from the
 // table's sequence for each event, in order (those of events left out
-// are never used: a sequence has gaps anyway).
+// are never used: a sequence has gaps anyway). The sequence is looked up
+// once (an init plan), not once per id: 3 catalog buffers each.
 const decidedStartSQL = `
 	SELECT clock_timestamp(), set_config('lock_timeout', $1, true),
 		ARRAY(SELECT u.n::int FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS u(p, o, e, id, n)
 			WHERE EXISTS (SELECT 1 FROM inbox_events i
 				WHERE i.provider = u.p AND i.org_id = u.o AND i.environment = u.e AND i.event_id = u.id)),
-		ARRAY(SELECT nextval(pg_get_serial_sequence('inbox_events', 'id')) FROM generate_series(1, cardinality($2::text[])))`
+		ARRAY(SELECT nextval((SELECT pg_get_serial_sequence('inbox_events', 'id')::regclass))
+			FROM generate_series(1, cardinality($2::text[])))`
 
 // DecidedObserver observes an event decided on receipt, after its commit:
 // ctx is the call that stored it, start is when its batch began.
