@@ -334,23 +334,10 @@ type lockedOrderRow struct {
 // the same lines, and the arrays stay parallel.
 const requestedLine = `kind = 'external' AND destination IS NOT NULL`
 
-// namedOrders selects the ids of the orders named by merchant order id
-// ($1-$3) or by checkout session ($4-$6): the order's own session, or the
-// provider order id of a payment the service started for it. (Each key set
-// is looked up through its own unique index; an OR of the two would scan
-// the table.)
-const namedOrders = `
-		SELECT id FROM orders WHERE (org_id, environment, merchant_order_id) IN (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
-		UNION
-		SELECT id FROM orders WHERE (org_id, environment, checkout_session_id) IN (
-			SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))
-		UNION
-		SELECT order_id FROM payment_starts WHERE (org_id, environment, provider_order_id) IN (
-			SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))`
-
-// lockOrdersSQL locks the orders named by $1-$6 (namedOrders), in id
-// order, and reads with each what its lines hold (lines never change).
+// lockOrdersSQL locks the orders named by merchant order id ($1-$3) or by
+// checkout session ($4-$6), in id order, and reads with each what its lines
+// hold (lines never change). (Each key set is looked up through its own
+// unique index; an OR of the two would scan the table.)
 const lockOrdersSQL = `
 	SELECT o.id, o.org_id, o.environment, o.merchant_order_id, o.checkout_session_id, o.state,
 		o.total_currency, o.total_minor_units,
@@ -373,7 +360,15 @@ const lockOrdersSQL = `
 			array_agg(unit_minor_units ORDER BY line_no) FILTER (WHERE ` + requestedLine + `) AS line_minor_units,
 			array_agg(destination ORDER BY line_no) FILTER (WHERE ` + requestedLine + `) AS line_destination
 		FROM order_lines WHERE order_id = o.id) l
-	WHERE o.id IN (` + namedOrders + `)
+	WHERE o.id IN (
+		SELECT id FROM orders WHERE (org_id, environment, merchant_order_id) IN (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
+		UNION
+		SELECT id FROM orders WHERE (org_id, environment, checkout_session_id) IN (
+			SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))
+		UNION
+		SELECT order_id FROM payment_starts WHERE (org_id, environment, provider_order_id) IN (
+			SELECT * FROM unnest($4::text[], $5::text[], $6::text[])))
 	ORDER BY o.id
 	FOR UPDATE OF o`
 
@@ -382,11 +377,7 @@ const lockOrdersSQL = `
 // Those are read in statements of their own, after the locks: under READ
 // COMMITTED, a statement that waited for a lock sees the locked row as the
 // holder committed it, but every other table as it was when the statement
-// began — without what the holder wrote. The three statements go in one
-// round trip: the reads name the orders by the same keys, and run, each
-// with a snapshot of its own, once the locks are held. (An order that a
-// read finds and the lock did not — created in between — is not the
-// batch's, and is left out.)
+// began — without what the holder wrote.
 func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfillment.OrderKey]*fulfillment.LockedOrder, error) {
 	var mOrg, mEnv, mID, cOrg, cEnv, cID []string
 	for _, le := range events {
@@ -404,84 +395,90 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 		return lo, nil
 	}
 	byID := map[string]*fulfillment.LockedOrder{}
-	b := &pgx.Batch{}
-	b.Queue(lockOrdersSQL, mOrg, mEnv, mID, cOrg, cEnv, cID).Query(func(rows pgx.Rows) error {
-		return forEachRow(rows, func(r pgx.Rows) error {
-			row, err := pgx.RowToStructByName[lockedOrderRow](r)
-			if err != nil {
-				return err
-			}
-			o, err := row.order()
-			if err != nil {
-				return err
-			}
-			byID[o.ID] = o
-			key := fulfillment.OrderKey{OrgID: row.OrgID, Environment: row.Environment}
-			key.Field, key.Value = fulfillment.ByMerchantOrderID, row.MerchantOrderID
+	var ids []string
+	rows, _ := tx.Query(ctx, lockOrdersSQL, mOrg, mEnv, mID, cOrg, cEnv, cID)
+	err := forEachRow(rows, func(r pgx.Rows) error {
+		row, err := pgx.RowToStructByName[lockedOrderRow](r)
+		if err != nil {
+			return err
+		}
+		o, err := row.order()
+		if err != nil {
+			return err
+		}
+		byID[o.ID] = o
+		ids = append(ids, o.ID)
+		key := fulfillment.OrderKey{OrgID: row.OrgID, Environment: row.Environment}
+		key.Field, key.Value = fulfillment.ByMerchantOrderID, row.MerchantOrderID
+		lo[key] = o
+		// A checkout session is the order's own, or the provider order id
+		// of a payment the service started for it.
+		sessions := row.StartedSessions
+		if row.CheckoutSessionID != nil {
+			sessions = append(sessions, *row.CheckoutSessionID)
+		}
+		for _, id := range sessions {
+			key.Field, key.Value = fulfillment.ByCheckoutSessionID, id
 			lo[key] = o
-			// A checkout session is the order's own, or the provider order
-			// id of a payment the service started for it.
-			sessions := row.StartedSessions
-			if row.CheckoutSessionID != nil {
-				sessions = append(sessions, *row.CheckoutSessionID)
-			}
-			for _, id := range sessions {
-				key.Field, key.Value = fulfillment.ByCheckoutSessionID, id
-				lo[key] = o
-			}
-			return nil
-		})
+		}
+		return nil
 	})
+	if err != nil {
+		return nil, fmt.Errorf("locking orders: %w", interpret(err))
+	}
+	if len(ids) == 0 {
+		return lo, nil
+	}
 	// The order locks protect the attempts and the recorded refunds:
-	// every writer of an order's attempts and refunds holds its order row.
-	b.Queue(`SELECT order_id, provider, attempt_ref, state FROM payment_attempts WHERE order_id IN (`+namedOrders+`)`,
-		mOrg, mEnv, mID, cOrg, cEnv, cID).Query(func(rows pgx.Rows) error {
-		return forEachRow(rows, func(r pgx.Rows) error {
-			var (
-				orderID uuid.UUID
-				k       fulfillment.AttemptKey
-				state   fulfillment.AttemptState
-			)
-			if err := r.Scan(&orderID, &k.Provider, &k.Ref, &state); err != nil {
-				return err
-			}
-			if o := byID[orderID.String()]; o != nil {
-				o.Attempts[k] = state
-			}
-			return nil
+	// every writer of an order's attempts and refunds holds its order
+	// row. Both are read in one round trip.
+	b := &pgx.Batch{}
+	b.Queue(`SELECT order_id, provider, attempt_ref, state FROM payment_attempts WHERE order_id = ANY($1::uuid[])`, ids).
+		Query(func(rows pgx.Rows) error {
+			return forEachRow(rows, func(r pgx.Rows) error {
+				var (
+					orderID uuid.UUID
+					k       fulfillment.AttemptKey
+					state   fulfillment.AttemptState
+				)
+				if err := r.Scan(&orderID, &k.Provider, &k.Ref, &state); err != nil {
+					return err
+				}
+				byID[orderID.String()].Attempts[k] = state
+				return nil
+			})
 		})
-	})
 	// The partial refunds recorded for the orders, in the order they were
 	// recorded.
 	b.Queue(`
 		SELECT order_id, provider, attempt_ref, amount::text, token, network, currency
 		FROM payment_refunds
-		WHERE order_id IN (`+namedOrders+`)
-		ORDER BY id`, mOrg, mEnv, mID, cOrg, cEnv, cID).Query(func(rows pgx.Rows) error {
-		return forEachRow(rows, func(r pgx.Rows) error {
-			var (
-				orderID                         uuid.UUID
-				rr                              fulfillment.RecordedRefund
-				attemptRef                      *string
-				value, token, network, currency *string
-			)
-			if err := r.Scan(&orderID, &rr.Attempt.Provider, &attemptRef, &value, &token, &network, &currency); err != nil {
-				return err
-			}
-			rr.Attempt.Ref = str(attemptRef)
-			var err error
-			if rr.Amount, err = amountOf(value, token, network, currency); err != nil {
-				return err
-			}
-			rr.Ref = fulfillment.RefundRefOf(rr.Attempt.Provider, rr.Attempt.Ref, rr.Amount)
-			if o := byID[orderID.String()]; o != nil {
+		WHERE order_id = ANY($1::uuid[])
+		ORDER BY id`, ids).
+		Query(func(rows pgx.Rows) error {
+			return forEachRow(rows, func(r pgx.Rows) error {
+				var (
+					orderID                         uuid.UUID
+					rr                              fulfillment.RecordedRefund
+					attemptRef                      *string
+					value, token, network, currency *string
+				)
+				if err := r.Scan(&orderID, &rr.Attempt.Provider, &attemptRef, &value, &token, &network, &currency); err != nil {
+					return err
+				}
+				rr.Attempt.Ref = str(attemptRef)
+				var err error
+				if rr.Amount, err = amountOf(value, token, network, currency); err != nil {
+					return err
+				}
+				rr.Ref = fulfillment.RefundRefOf(rr.Attempt.Provider, rr.Attempt.Ref, rr.Amount)
+				o := byID[orderID.String()]
 				o.PartialRefunds = append(o.PartialRefunds, rr)
-			}
-			return nil
+				return nil
+			})
 		})
-	})
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("locking orders and reading their payment attempts and refunds: %w", interpret(err))
+		return nil, fmt.Errorf("reading payment attempts and refunds: %w", interpret(err))
 	}
 	return lo, nil
 }
