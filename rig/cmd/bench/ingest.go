@@ -170,14 +170,26 @@ func (b *bench) openIngest(ctx context.Context, rate float64, d time.Duration, m
 	first := cfg.FirstMeasured()
 	cpu0 := b.cpu.sample()
 	waits := b.sampleWaits(ctx)
+	gc0, gcErr := b.t.svc.receiptBatches(ctx)
 	res := loadgen.RunOpen(ctx, cfg, func(ctx context.Context, i int) (int, error) {
 		return mix.Send(ctx, b.t.sender, i >= first)
 	})
 	ws := waits()
 	b.logWaits(fmt.Sprintf("open %.0f/s", rate), ws)
 	b.maxAccepted = max(b.maxAccepted, res.Throughput())
-	return OpenIngest{Offered: rate, Seconds: round2(res.Elapsed.Seconds()), OK: res.OK, PerSecond: round1(res.Throughput()),
+	out := OpenIngest{Offered: rate, Seconds: round2(res.Elapsed.Seconds()), OK: res.OK, PerSecond: round1(res.Throughput()),
 		Latency: res.Latency(), Late: res.Late, Unsent: res.Unsent, Non200: res.StatusCounts(), CPU: b.cpu.since(cpu0), Waits: ws}
+	gc1, err := b.t.svc.receiptBatches(ctx)
+	switch {
+	case gcErr != nil || err != nil:
+		b.warn("open loop at %.0f/s: the service's group commits not read: %v", rate, errors.Join(gcErr, err))
+	case gc1 != nil:
+		out.GroupCommits = map[string]float64{}
+		for k, v := range gc1 {
+			out.GroupCommits[k] = v - gc0[k]
+		}
+	}
+	return out
 }
 
 func (b *bench) halfPeak(ctx context.Context) error {

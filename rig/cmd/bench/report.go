@@ -134,6 +134,29 @@ type OpenIngest struct {
 	Non200    map[int]int         `json:"non_200,omitempty"`
 	CPU       CPUShare            `json:"cpu"`
 	Waits     []loadgen.WaitShare `json:"pg_activity,omitempty"`
+	// GroupCommits counts the service's group commits of webhooks during
+	// the run by outcome: decided on receipt, or queued (locked,
+	// redelivered, failed); none when it decides nothing on receipt.
+	GroupCommits map[string]float64 `json:"group_commits,omitempty"`
+}
+
+// groupCommitNote says how the group commits of an open-loop run stored
+// their events, when any was queued: "queued group commits 3 of 120
+// (locked 3)".
+func groupCommitNote(g map[string]float64) string {
+	var all, queued float64
+	var why []string
+	for _, k := range []string{"decided", "locked", "redelivered", "failed"} {
+		all += g[k]
+		if k != "decided" && g[k] > 0 {
+			queued += g[k]
+			why = append(why, fmt.Sprintf("%s %.0f", k, g[k]))
+		}
+	}
+	if queued == 0 {
+		return ""
+	}
+	return fmt.Sprintf("queued group commits %.0f of %.0f (%s)", queued, all, strings.Join(why, ", "))
 }
 
 // Pipeline is an open-loop run of new payment.confirmed events with their
@@ -329,7 +352,7 @@ func (r *Report) buildTable() {
 	if h := r.HalfPeak; h != nil {
 		rows = append(rows, Row{"ingest", "Yolfi webhook mix, open loop at ½ peak", "-", rate(h.Offered), rate(h.PerSecond) + " req",
 			ms(h.Latency.P50), ms(h.Latency.P99), ms(h.Latency.P999), non200(h.Non200), h.CPU.String(),
-			joinNotes(fmt.Sprintf("late %d", h.Late), unsentNote(h.Unsent), waitNote(h.Waits))})
+			joinNotes(fmt.Sprintf("late %d", h.Late), unsentNote(h.Unsent), groupCommitNote(h.GroupCommits), waitNote(h.Waits))})
 	}
 	for _, p := range r.Pipeline {
 		rows = append(rows, pipelineRows("pipeline", p)...)
@@ -451,7 +474,7 @@ func pipelineRows(phase string, p Pipeline) []Row {
 	return []Row{
 		{phase, fmt.Sprintf("ack @%s/s open loop", rate(a.Offered)), "-", rate(a.Offered), rate(a.PerSecond) + " req",
 			ms(a.Latency.P50), ms(a.Latency.P99), ms(a.Latency.P999), non200(a.Non200), a.CPU.String(),
-			joinNotes(fmt.Sprintf("late %d", a.Late), unsentNote(a.Unsent), waitNote(a.Waits))},
+			joinNotes(fmt.Sprintf("late %d", a.Late), unsentNote(a.Unsent), groupCommitNote(a.GroupCommits), waitNote(a.Waits))},
 		{phase, fmt.Sprintf("ack→fulfilled @%s/s (DB clock)", rate(a.Offered)), "-", rate(a.Offered), "",
 			ms(f.Latency.P50), ms(f.Latency.P99), ms(f.Latency.P999), "", "",
 			joinNotes(fmt.Sprintf("n=%d", f.Latency.N), pending, fmt.Sprintf("drain %.1fs", p.DrainSeconds))},

@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/rig/daemon"
 )
@@ -158,4 +161,43 @@ func (s *service) cpuProfile(ctx context.Context, d time.Duration, path string) 
 		return "", fmt.Errorf("go tool pprof: %w\n%s", err, out)
 	}
 	return string(out), nil
+}
+
+// receiptBatches reads the service's count of webhook group commits by
+// outcome (fulfillment_inbox_receipt_batches_total: decided on receipt, or
+// queued because an event was stored meanwhile, a lock was held or
+// deciding failed); nil when it exports none (its inbox processor is off).
+func (s *service) receiptBatches(ctx context.Context) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.httpAddr+"/metrics", http.NoBody)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading /metrics: %w", err)
+	}
+	f, ok := families["fulfillment_inbox_receipt_batches_total"]
+	if !ok {
+		return nil, nil
+	}
+	out := map[string]float64{}
+	for _, m := range f.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "outcome" {
+				out[l.GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out, nil
 }
