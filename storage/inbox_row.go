@@ -2,6 +2,7 @@ package storage
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -154,7 +155,7 @@ var inboxInsertDecidedSQL = inboxInsert(true)
 
 // inboxInsert builds inboxInsertSQL, with the ids given when withIDs.
 func inboxInsert(withIDs bool) string {
-	cols := append(inboxColumns[:len(inboxColumns):len(inboxColumns)], inboxWriteColumns...)
+	cols := slices.Concat(inboxColumns, inboxWriteColumns)
 	names, arrays, values := make([]string, len(cols)), make([]string, len(cols)), make([]string, len(cols))
 	for i, c := range cols {
 		names[i] = c.name
