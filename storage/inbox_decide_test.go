@@ -28,6 +28,31 @@ func newDecidingStoreAt(t *testing.T) (*storage.Store, *pgx.Conn, string) {
 	return openStore(t, storage.Options{MaxConns: 30, DecideOnReceipt: true})
 }
 
+// decidingStoreWithHolder is newDecidingStoreAt with an order for each
+// merchant order id of orders, and a transaction begun on a connection
+// of its own (rolled back at the end unless committed), to hold locks.
+func decidingStoreWithHolder(t *testing.T, orders ...string) (*storage.Store, *pgx.Conn, pgx.Tx) {
+	t.Helper()
+	s, conn, url := newDecidingStoreAt(t)
+	ctx := context.Background()
+	for _, m := range orders {
+		if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holder, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Close(context.Background()) })
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return s, conn, tx
+}
+
 // receiptBatches is what s's collector says of its group commits, by
 // outcome (fulfillment_inbox_receipt_batches_total).
 func receiptBatches(t *testing.T, s *storage.Store) string {
@@ -159,22 +184,8 @@ func TestDecidedBatchWithRedelivery(t *testing.T) {
 // once the lock is gone.
 func TestDecidedOnReceiptQueuesWhatIsLocked(t *testing.T) {
 	t.Parallel()
-	s, conn, url := newDecidingStoreAt(t)
+	s, conn, tx := decidingStoreWithHolder(t, "m-locked", "m-free")
 	ctx := context.Background()
-	for _, m := range []string{"m-locked", "m-free"} {
-		if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", m)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	holder, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = holder.Close(context.Background()) })
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := tx.Exec(ctx, "SELECT 1 FROM orders WHERE merchant_order_id = 'm-locked' FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
@@ -232,25 +243,10 @@ func TestDecidedUnmatchedIsMatchedLater(t *testing.T) {
 // other transaction's (queued) event is processed.
 func TestDecidedBatchMeetsAnEventStoredMeanwhile(t *testing.T) {
 	t.Parallel()
-	s, conn, url := newDecidingStoreAt(t)
+	s, conn, tx := decidingStoreWithHolder(t, "m-x", "m-y")
 	s.SetDecideLockWait("30s") // so that the insert waits for the holder's commit, however slow the machine
 	ctx := context.Background()
-	for _, m := range []string{"m-x", "m-y"} {
-		if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", m)); err != nil {
-			t.Fatal(err)
-		}
-	}
 	x, y := confirmedEvent("evt_x", "m-x"), confirmedEvent("evt_y", "m-y")
-	holder, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = holder.Close(context.Background()) })
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
 	sql, args := storage.InboxInsertStatement(x, []byte(`{}`))
 	if _, err := tx.Exec(ctx, sql, args...); err != nil {
 		t.Fatal(err)
