@@ -63,7 +63,8 @@ func (s *Store) InboxInsertBatch(ctx context.Context, evs []fulfillment.Provider
 	for i, ev := range evs {
 		batch[i] = &insertRequest{ctx: ctx, ev: ev, raw: []byte("{}"), done: make(chan insertResult, 1)}
 	}
-	_, err := s.inboxInsertBatch(ctx, batch)
+	_, after, err := s.inboxInsertBatch(ctx, batch)
+	after()
 	return err
 }
 

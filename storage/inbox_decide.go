@@ -81,17 +81,18 @@ var errStoredBefore = errors.New("an event of the batch was stored before")
 
 // storeDecided stores the batch decided on receipt (see above): reqs and
 // rows in the order of their keys, a request's row at its index. It
-// records each new row in found and reports whether it committed; false
-// means nothing was stored, and found holds nothing of it.
-func (s *Store) storeDecided(ctx context.Context, reqs []*insertRequest, rows []inboxRow, found map[eventKey]fulfillment.InboxReceipt) bool {
+// records each new row in found and returns the committed batch, whose
+// observe the caller runs once the acknowledgements are out; nil means
+// nothing was stored, and found holds nothing of it.
+func (s *Store) storeDecided(ctx context.Context, reqs []*insertRequest, rows []inboxRow, found map[eventKey]fulfillment.InboxReceipt) *decidedBatch {
 	var skip map[eventKey]bool // stored before
 	for try := 1; try <= 2; try++ {
 		stored, err := s.tryDecided(ctx, reqs, rows, skip, found)
 		switch {
 		case err == nil:
 			s.decidedCount.decided.Add(1)
-			stored.observe(s)
-			return true
+			stored.committed(s)
+			return stored
 		case errors.Is(err, errStoredBefore) && try == 1:
 			if skip == nil {
 				skip = map[eventKey]bool{}
@@ -110,9 +111,9 @@ func (s *Store) storeDecided(ctx context.Context, reqs []*insertRequest, rows []
 			s.log.Debug("inbox: a batch could not be decided on receipt, queued", "events", len(reqs), "error", err)
 		}
 		clear(found)
-		return false
+		return nil
 	}
-	return false
+	return nil
 }
 
 // decidedBatch is a committed batch decided on receipt, to observe.
@@ -124,12 +125,16 @@ type decidedBatch struct {
 	late     int
 }
 
-// observe wakes what the batch queued and tells the observer about its
-// events.
-func (b *decidedBatch) observe(s *Store) {
+// committed wakes what the batch queued, at once.
+func (b *decidedBatch) committed(s *Store) {
 	s.wake(b.queued)
 	s.wakeLate(b.late)
 	failpoint.Inject("decide-after-commit")
+}
+
+// observe tells the observer about the batch's events (logs, metrics,
+// spans): after their acknowledgements, which need not wait for it.
+func (b *decidedBatch) observe(s *Store) {
 	o := s.decidedObserver.Load()
 	if o == nil {
 		return
@@ -146,9 +151,14 @@ func (b *decidedBatch) observe(s *Store) {
 // transaction that committed meanwhile.
 func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []inboxRow, skip map[eventKey]bool,
 	found map[eventKey]fulfillment.InboxReceipt) (*decidedBatch, error) {
-	out := &decidedBatch{start: time.Now(), outcomes: map[int64]fulfillment.ProcessedEvent{}, ctxs: map[int64]context.Context{}}
-	late := &lateMatches{}
+	var (
+		out  *decidedBatch
+		late *lateMatches
+	)
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		// (Anew on each run of the transaction.)
+		out = &decidedBatch{start: time.Now(), outcomes: map[int64]fulfillment.ProcessedEvent{}, ctxs: map[int64]context.Context{}}
+		late = &lateMatches{}
 		// The lock wait, the clock, which of the rows are stored, and ids
 		// for them.
 		var (
@@ -230,9 +240,10 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 
 // queueInsertDecided adds to b the insert of rows, decided, with their
 // ids, and records each row inserted in found. When a row's event turns
-// out stored by another transaction, the batch ends with errStoredBefore
-// (before the effects that name the row), found holding only those
-// events' keys.
+// out stored by another transaction, reading the batch's results ends
+// with errStoredBefore, found holding only those events' keys: the effects
+// queued after the insert were sent with it and ran, and the transaction
+// is rolled back.
 func queueInsertDecided(b *pgx.Batch, rows []inboxRow, found map[eventKey]fulfillment.InboxReceipt) {
 	ids := make([]int64, len(rows))
 	for i, r := range rows {

@@ -143,12 +143,22 @@ func (in *inserter) flush(batch []*insertRequest) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	defer cancel()
-	receipts, err := in.store.inboxInsertBatch(ctx, live)
+	// What a batch decided on receipt leaves to observe runs once the
+	// acknowledgements are out.
+	var observe []func()
+	defer func() {
+		for _, o := range observe {
+			o()
+		}
+	}()
+	receipts, after, err := in.store.inboxInsertBatch(ctx, live)
+	observe = append(observe, after)
 	if rolledBack(err) {
 		// PostgreSQL broke a deadlock by rolling the batch back (the
 		// rows' order rules out one with another replica's batch, not
 		// every one): once more, whole.
-		receipts, err = in.store.inboxInsertBatch(ctx, live)
+		receipts, after, err = in.store.inboxInsertBatch(ctx, live)
+		observe = append(observe, after)
 	}
 	if err == nil {
 		for i, r := range live {
@@ -163,7 +173,8 @@ func (in *inserter) flush(batch []*insertRequest) {
 		return
 	}
 	for _, r := range live {
-		receipts, err := in.store.inboxInsertBatch(ctx, []*insertRequest{r})
+		receipts, after, err := in.store.inboxInsertBatch(ctx, []*insertRequest{r})
+		observe = append(observe, after)
 		if err != nil {
 			r.done <- insertResult{err: err}
 			continue
@@ -178,8 +189,11 @@ type eventKey struct {
 }
 
 // inboxInsertBatch inserts the batch's events in one transaction and returns
-// a receipt per request, in order.
-func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([]fulfillment.InboxReceipt, error) {
+// a receipt per request, in order, and what to run once they are answered
+// (the observers of the events it decided, if any; never nil, and due even
+// when it fails after the commit).
+func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) (_ []fulfillment.InboxReceipt, after func(), _ error) {
+	after = func() {}
 	n := len(batch)
 	// In the order of the dedupe key: two replicas' batches holding the
 	// same redelivered events then take their keys' locks in one order,
@@ -202,10 +216,16 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 	}
 
 	found := make(map[eventKey]fulfillment.InboxReceipt, n)
-	if !s.decideOnReceipt || !s.storeDecided(ctx, sorted, rows, found) {
+	var decided *decidedBatch
+	if s.decideOnReceipt {
+		decided = s.storeDecided(ctx, sorted, rows, found)
+	}
+	if decided != nil {
+		after = func() { decided.observe(s) }
+	} else {
 		clear(found)
 		if err := s.storeQueued(ctx, rows, found); err != nil {
-			return nil, err
+			return nil, after, err
 		}
 	}
 	if len(found) < uniqueKeys(batch) {
@@ -221,7 +241,7 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))`,
 			provider, org, env, eventID)
 		if err := collectReceipts(result, found, true); err != nil {
-			return nil, fmt.Errorf("reading redelivered inbox events: %w", interpret(err))
+			return nil, after, fmt.Errorf("reading redelivered inbox events: %w", interpret(err))
 		}
 	}
 	receipts := make([]fulfillment.InboxReceipt, n)
@@ -229,7 +249,7 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 		k := eventKey{string(r.ev.Provider), r.ev.OrgID, string(r.ev.Environment), r.ev.EventID}
 		rec, ok := found[k]
 		if !ok {
-			return nil, fmt.Errorf("storing inbox event %s: row neither inserted nor found", r.ev.EventID)
+			return nil, after, fmt.Errorf("storing inbox event %s: row neither inserted nor found", r.ev.EventID)
 		}
 		receipts[i] = rec
 		// The first request of a key in the batch owns a fresh insert; any
@@ -237,7 +257,7 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) ([
 		rec.Duplicate = true
 		found[k] = rec
 	}
-	return receipts, nil
+	return receipts, after, nil
 }
 
 // storeQueued inserts rows pending, queued for the inbox processors, with
