@@ -11,7 +11,6 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/internal/failpoint"
-	"github.com/fulfillplatform/fulfillment/worker"
 )
 
 // Deciding on receipt. With Options.DecideOnReceipt, a group commit does
@@ -166,17 +165,13 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 			stored   []int32
 			ids      []int64
 		)
-		n := len(rows)
-		provider, org, env, eventID := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		for i, r := range rows {
-			provider[i], org[i], env[i], eventID[i] = r.Provider, r.OrgID, r.Environment, r.EventID
-		}
+		provider, org, env, eventID := keyArrays(rows)
 		if err := tx.QueryRow(ctx, decidedStartSQL, s.decideLockWait, provider, org, env, eventID).Scan(&received, nil, &stored, &ids); err != nil {
 			return fmt.Errorf("starting a decided batch: %w", interpret(err))
 		}
-		storedBefore := make(map[int]bool, len(stored))
+		storedBefore := make([]bool, len(rows))
 		for _, i := range stored {
-			storedBefore[int(i)-1] = true
+			storedBefore[i-1] = true
 		}
 		// The rows to insert, one per key (the first request of a key
 		// owns its insert), with their requests.
@@ -185,8 +180,8 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 			owners []*insertRequest
 		)
 		for i, r := range rows {
-			k := eventKey{r.Provider, r.OrgID, r.Environment, r.EventID}
-			if skip[k] || storedBefore[i] || i > 0 && k == (eventKey{rows[i-1].Provider, rows[i-1].OrgID, rows[i-1].Environment, rows[i-1].EventID}) {
+			k := r.key()
+			if skip[k] || storedBefore[i] || i > 0 && k == rows[i-1].key() {
 				continue
 			}
 			r.ID = ids[i]
@@ -245,11 +240,7 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 // queued after the insert were sent with it and ran, and the transaction
 // is rolled back.
 func queueInsertDecided(b *pgx.Batch, rows []inboxRow, found map[eventKey]fulfillment.InboxReceipt) {
-	ids := make([]int64, len(rows))
-	for i, r := range rows {
-		ids[i] = r.ID
-	}
-	b.Queue(inboxInsertDecidedSQL, append(inboxInsertArgs(rows, worker.Handoff{}), ids)...).Query(func(result pgx.Rows) error {
+	b.Queue(inboxInsertDecidedSQL, inboxDecidedArgs(rows)...).Query(func(result pgx.Rows) error {
 		inserted := make(map[eventKey]fulfillment.InboxReceipt, len(rows))
 		err := forEachRow(result, func(r pgx.Rows) error {
 			rec, k, _, err := scanStored(r)
@@ -261,7 +252,7 @@ func queueInsertDecided(b *pgx.Batch, rows []inboxRow, found map[eventKey]fulfil
 		}
 		before := false
 		for _, r := range rows {
-			k := eventKey{r.Provider, r.OrgID, r.Environment, r.EventID}
+			k := r.key()
 			if _, ok := inserted[k]; !ok {
 				// (The insert waited for the transaction that stored it.)
 				found[k], before = fulfillment.InboxReceipt{}, true

@@ -188,6 +188,20 @@ type eventKey struct {
 	provider, org, env, eventID string
 }
 
+// key is r's unique key.
+func (r *inboxRow) key() eventKey { return eventKey{r.Provider, r.OrgID, r.Environment, r.EventID} }
+
+// keyArrays are the keys of rows as one array per key column, the
+// parameters of a look-up by key.
+func keyArrays(rows []inboxRow) (provider, org, env, eventID []string) {
+	n := len(rows)
+	provider, org, env, eventID = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	for i, r := range rows {
+		provider[i], org[i], env[i], eventID[i] = r.Provider, r.OrgID, r.Environment, r.EventID
+	}
+	return provider, org, env, eventID
+}
+
 // inboxInsertBatch inserts the batch's events in one transaction and returns
 // a receipt per request, in order, and what to run once they are answered
 // (the observers of the events it decided, if any; never nil, and due even
@@ -231,10 +245,7 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) (_
 	if len(found) < uniqueKeys(batch) {
 		// Redeliveries. The insert waited for any conflicting insert to
 		// commit, so this later statement sees every row it skipped.
-		provider, org, env, eventID := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		for i, r := range rows {
-			provider[i], org[i], env[i], eventID[i] = r.Provider, r.OrgID, r.Environment, r.EventID
-		}
+		provider, org, env, eventID := keyArrays(rows)
 		result, _ := s.pool.Query(ctx, `
 			SELECT id, state, provider, org_id, environment, event_id FROM inbox_events
 			WHERE (provider, org_id, environment, event_id) IN (

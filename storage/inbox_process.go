@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -139,9 +138,6 @@ func (s *Store) applySteps(ctx context.Context, tx pgx.Tx, b *pgx.Batch, events 
 	// order or subscription created meanwhile queues them too.
 	late.queue(b, s.lateMatch)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		if errors.Is(err, errStoredBefore) {
-			return queued{}, err
-		}
 		return queued{}, fmt.Errorf("applying decisions: %w", interpret(err))
 	}
 	return q, notifyLate(ctx, tx, late.queued)

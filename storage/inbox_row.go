@@ -131,10 +131,49 @@ var inboxWriteColumns = []inboxColumn{
 	column("state", "text", func(r *inboxRow) *string { return &r.State }),
 	column("decision", "text", func(r *inboxRow) **string { return &r.Decision }),
 	column("decision_reason", "text", func(r *inboxRow) **string { return &r.DecisionReason }),
+}
+
+// inboxDecidedColumns are written too when an event is decided in the
+// transaction that stores it: its id (drawn beforehand), when it was
+// received, the order and the subscription it applied to, its attempts.
+var inboxDecidedColumns = []inboxColumn{
+	column("id", "bigint", func(r *inboxRow) *int64 { return &r.ID }),
 	column("received_at", "timestamptz", func(r *inboxRow) **time.Time { return &r.ReceivedAt }),
 	uuidColumn("order_id", func(r *inboxRow) **string { return &r.OrderID }),
 	uuidColumn("applied_subscription_id", func(r *inboxRow) **string { return &r.AppliedSubscriptionID }),
 	column("attempts", "int", func(r *inboxRow) *int { return &r.Attempts }),
+}
+
+var (
+	inboxQueuedInsert  = slices.Concat(inboxColumns, inboxWriteColumns)
+	inboxDecidedInsert = slices.Concat(inboxColumns, inboxWriteColumns, inboxDecidedColumns)
+)
+
+// unnestColumns are, for an insert of cols given as one array parameter
+// each ($1 on), the column list, the values read from the unnest alias u,
+// and the array parameters.
+func unnestColumns(cols []inboxColumn) (names, values, arrays string) {
+	n, v, a := make([]string, len(cols)), make([]string, len(cols)), make([]string, len(cols))
+	for i, c := range cols {
+		n[i] = c.name
+		arrayType := c.sqlType + "[]"
+		v[i] = "u." + c.name
+		if c.text {
+			arrayType = "text[]"
+			v[i] += "::" + c.sqlType
+		}
+		a[i] = fmt.Sprintf("$%d::%s", i+1, arrayType)
+	}
+	return strings.Join(n, ", "), strings.Join(v, ", "), strings.Join(a, ", ")
+}
+
+// columnArgs are the array parameters of cols for rows, in order.
+func columnArgs(rows []inboxRow, cols []inboxColumn, extra int) []any {
+	args := make([]any, 0, len(cols)+extra)
+	for _, c := range cols {
+		args = append(args, c.array(rows))
+	}
+	return args
 }
 
 // inboxInsertSQL inserts the rows given as one array per column (in the
@@ -145,45 +184,14 @@ var inboxWriteColumns = []inboxColumn{
 // (worker.Handoff): the first new pending rows, up to its count, are queued
 // leased to its owner (NULL: none) for its lease, their claim counted as
 // an attempt, as a claim would have left them.
-var inboxInsertSQL = inboxInsert(false)
-
-// inboxInsertDecidedSQL is inboxInsertSQL with each row's id given, as one
-// more array after the hand-off's parameters (ids drawn from the table's
-// sequence beforehand, as decidedStartSQL does): the rows a batch decided
-// on receipt, whose effects the same round trip writes, naming them.
-var inboxInsertDecidedSQL = inboxInsert(true)
-
-// inboxInsert builds inboxInsertSQL, with the ids given when withIDs.
-func inboxInsert(withIDs bool) string {
-	cols := slices.Concat(inboxColumns, inboxWriteColumns)
-	names, arrays, values := make([]string, len(cols)), make([]string, len(cols)), make([]string, len(cols))
-	for i, c := range cols {
-		names[i] = c.name
-		arrayType := c.sqlType + "[]"
-		values[i] = "u." + c.name
-		if c.text {
-			arrayType = "text[]"
-			values[i] += "::" + c.sqlType
-		}
-		if c.name == "received_at" {
-			values[i] = "coalesce(u.received_at, clock_timestamp())"
-		}
-		arrays[i] = fmt.Sprintf("$%d::%s", i+1, arrayType)
-	}
-	owner, count, lease := len(cols)+1, len(cols)+2, len(cols)+3
-	overriding := ""
-	if withIDs {
-		names, values = append(names, "id"), append(values, "u.id")
-		arrays = append(arrays, fmt.Sprintf("$%d::bigint[]", len(cols)+4))
-		overriding = " OVERRIDING SYSTEM VALUE"
-	}
-	// A decided row's processed_at follows the rows' order, a microsecond
-	// apart at least: the order they were decided in.
+var inboxInsertSQL = func() string {
+	names, values, arrays := unnestColumns(inboxQueuedInsert)
+	owner, count, lease := len(inboxQueuedInsert)+1, len(inboxQueuedInsert)+2, len(inboxQueuedInsert)+3
 	return fmt.Sprintf(`
 		WITH stored AS (
-			INSERT INTO inbox_events (%[1]s, processed_at)%[7]s
-			SELECT %[2]s, CASE WHEN u.state = 'pending' THEN NULL ELSE clock_timestamp() + u.n * interval '1 microsecond' END
-			FROM unnest(%[3]s) WITH ORDINALITY AS u(%[1]s, n)
+			INSERT INTO inbox_events (%[1]s, processed_at)
+			SELECT %[2]s, CASE WHEN u.state = 'pending' THEN NULL ELSE clock_timestamp() END
+			FROM unnest(%[3]s) AS u(%[1]s)
 			ON CONFLICT ON CONSTRAINT inbox_events_event_key DO NOTHING
 			RETURNING id, state, provider, org_id, environment, event_id
 		), queued AS (
@@ -197,21 +205,35 @@ func inboxInsert(withIDs bool) string {
 			RETURNING id, lease_owner IS NOT NULL AS handed
 		)
 		SELECT s.*, coalesce(q.handed, false) FROM stored s LEFT JOIN queued q USING (id)`,
-		strings.Join(names, ", "), strings.Join(values, ", "), strings.Join(arrays, ", "), owner, count, lease, overriding)
-}
+		names, values, arrays, owner, count, lease)
+}()
 
 // inboxInsertArgs are the arguments of inboxInsertSQL for rows, with
 // hand-off h.
 func inboxInsertArgs(rows []inboxRow, h worker.Handoff) []any {
-	args := make([]any, 0, len(inboxColumns)+len(inboxWriteColumns)+3)
-	for _, c := range inboxColumns {
-		args = append(args, c.array(rows))
-	}
-	for _, c := range inboxWriteColumns {
-		args = append(args, c.array(rows))
-	}
-	return append(args, opt(h.Owner), h.N, h.Lease)
+	return append(columnArgs(rows, inboxQueuedInsert, 3), opt(h.Owner), h.N, h.Lease)
 }
+
+// inboxInsertDecidedSQL inserts rows decided in the transaction that
+// stores them, with their ids (drawn from the table's sequence beforehand,
+// as decidedStartSQL does, so that the effects sent in the same round trip
+// can name them), skipping events stored before, and returns what
+// inboxInsertSQL returns (none is queued: a decided row is never pending).
+// A row's processed_at follows the rows' order, a microsecond apart at
+// least: the order they were decided in. Its arguments are
+// inboxDecidedArgs.
+var inboxInsertDecidedSQL = func() string {
+	names, values, arrays := unnestColumns(inboxDecidedInsert)
+	return fmt.Sprintf(`
+		INSERT INTO inbox_events (%[1]s, processed_at) OVERRIDING SYSTEM VALUE
+		SELECT %[2]s, clock_timestamp() + u.n * interval '1 microsecond'
+		FROM unnest(%[3]s) WITH ORDINALITY AS u(%[1]s, n)
+		ON CONFLICT ON CONSTRAINT inbox_events_event_key DO NOTHING
+		RETURNING id, state, provider, org_id, environment, event_id, false`, names, values, arrays)
+}()
+
+// inboxDecidedArgs are the arguments of inboxInsertDecidedSQL for rows.
+func inboxDecidedArgs(rows []inboxRow) []any { return columnArgs(rows, inboxDecidedInsert, 0) }
 
 // inboxSelectList reads id and inboxColumns, in scanDest's order.
 var inboxSelectList = func() string {
