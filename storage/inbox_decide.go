@@ -41,19 +41,22 @@ import (
 const defaultDecideLockWait = "50ms"
 
 // decidedStartSQL starts a decided batch: it sets the lock wait ($1) for
-// the transaction, and returns the time of its receipt, the positions
+// the transaction, and returns the time of its receipt; the positions
 // (from 1) of the events of the arrays $2 to $5 (provider, org,
-// environment, event id) that are stored already, and an id from the
-// table's sequence for each event, in order (those of events left out
-// are never used: a sequence has gaps anyway). The sequence is looked up
-// once (an init plan), not once per id: 3 catalog buffers each.
+// environment, event id) that are stored already, with the id and state
+// of each, for their receipts; and an id from the table's sequence for
+// each event, in order (those of events left out are never used: a
+// sequence has gaps anyway). The sequence is looked up once (an init
+// plan), not once per id: 3 catalog buffers each.
 const decidedStartSQL = `
-	SELECT clock_timestamp(), set_config('lock_timeout', $1, true),
-		ARRAY(SELECT u.n::int FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS u(p, o, e, id, n)
-			WHERE EXISTS (SELECT 1 FROM inbox_events i
-				WHERE i.provider = u.p AND i.org_id = u.o AND i.environment = u.e AND i.event_id = u.id)),
+	SELECT clock_timestamp(), set_config('lock_timeout', $1, true), s.n, s.id, s.state,
 		ARRAY(SELECT nextval((SELECT pg_get_serial_sequence('inbox_events', 'id')::regclass))
-			FROM generate_series(1, cardinality($2::text[])))`
+			FROM generate_series(1, cardinality($2::text[])))
+	FROM (
+		SELECT coalesce(array_agg(u.n::int), '{}') AS n, coalesce(array_agg(i.id), '{}') AS id,
+			coalesce(array_agg(i.state), '{}') AS state
+		FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS u(p, o, e, id, n)
+		JOIN inbox_events i ON i.provider = u.p AND i.org_id = u.o AND i.environment = u.e AND i.event_id = u.id) s`
 
 // DecidedObserver observes an event decided on receipt, after its commit:
 // ctx is the call that stored it, start is when its batch began.
@@ -80,7 +83,7 @@ var errStoredBefore = errors.New("an event of the batch was stored before")
 
 // storeDecided stores the batch decided on receipt (see above): reqs and
 // rows in the order of their keys, a request's row at its index. It
-// records each new row in found and returns the committed batch, whose
+// records each row in found (new, or found stored already) and returns the committed batch, whose
 // observe the caller runs once the acknowledgements are out; nil means
 // nothing was stored, and found holds nothing of it.
 func (s *Store) storeDecided(ctx context.Context, reqs []*insertRequest, rows []inboxRow, found map[eventKey]fulfillment.InboxReceipt) *decidedBatch {
@@ -161,17 +164,23 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 		// The lock wait, the clock, which of the rows are stored, and ids
 		// for them.
 		var (
-			received time.Time
-			stored   []int32
-			ids      []int64
+			received     time.Time
+			stored       []int32
+			storedIDs    []int64
+			storedStates []fulfillment.InboxState
+			ids          []int64
 		)
 		provider, org, env, eventID := keyArrays(rows)
-		if err := tx.QueryRow(ctx, decidedStartSQL, s.decideLockWait, provider, org, env, eventID).Scan(&received, nil, &stored, &ids); err != nil {
+		if err := tx.QueryRow(ctx, decidedStartSQL, s.decideLockWait, provider, org, env, eventID).
+			Scan(&received, nil, &stored, &storedIDs, &storedStates, &ids); err != nil {
 			return fmt.Errorf("starting a decided batch: %w", interpret(err))
 		}
+		// The events stored already are redeliveries: their receipts are
+		// their rows as found.
 		storedBefore := make([]bool, len(rows))
-		for _, i := range stored {
+		for j, i := range stored {
 			storedBefore[i-1] = true
+			found[rows[i-1].key()] = fulfillment.InboxReceipt{ID: storedIDs[j], State: storedStates[j], Duplicate: true}
 		}
 		// The rows to insert, one per key (the first request of a key
 		// owns its insert), with their requests.
@@ -236,7 +245,7 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 // queueInsertDecided adds to b the insert of rows, decided, with their
 // ids, and records each row inserted in found. When a row's event turns
 // out stored by another transaction, reading the batch's results ends
-// with errStoredBefore, found holding only those events' keys: the effects
+// with errStoredBefore, found holding those events' keys: the effects
 // queued after the insert were sent with it and ran, and the transaction
 // is rolled back.
 func queueInsertDecided(b *pgx.Batch, rows []inboxRow, found map[eventKey]fulfillment.InboxReceipt) {

@@ -155,8 +155,9 @@ func TestDecidedBatchWithRedelivery(t *testing.T) {
 		}
 	}
 	a, b := confirmedEvent("evt_a", "m-a"), confirmedEvent("evt_b", "m-b")
-	if r, err := s.InboxInsert(ctx, a, []byte(`{}`)); err != nil || r.State != fulfillment.InboxProcessed {
-		t.Fatalf("first delivery: %+v, %v; want processed", r, err)
+	first, err := s.InboxInsert(ctx, a, []byte(`{}`))
+	if err != nil || first.State != fulfillment.InboxProcessed {
+		t.Fatalf("first delivery: %+v, %v; want processed", first, err)
 	}
 	if err := s.InboxInsertBatch(ctx, []fulfillment.ProviderEvent{a, b}); err != nil {
 		t.Fatal(err)
@@ -176,6 +177,11 @@ func TestDecidedBatchWithRedelivery(t *testing.T) {
 	}
 	if got, want := receiptBatches(t, s), "decided=2 failed=0 locked=0 redelivered=0"; got != want {
 		t.Errorf("group commits: %s, want %s", got, want)
+	}
+	// Delivered again alone: its receipt is the stored row's, a duplicate,
+	// read by the batch's look-up.
+	if r, err := s.InboxInsert(ctx, a, []byte(`{}`)); err != nil || !r.Duplicate || r.ID != first.ID || r.State != fulfillment.InboxProcessed {
+		t.Errorf("third delivery: %+v, %v; want a duplicate of %+v", r, err, first)
 	}
 }
 
