@@ -40,8 +40,8 @@ import (
 // which tests may lengthen.
 const defaultDecideLockWait = "50ms"
 
-// decidedStartSQL starts a decided batch: it sets the lock wait ($1) for
-// the transaction, and returns the time of its receipt; the positions
+// decidedStartSQL starts a decided batch: it sets the lock wait ($1) and
+// generic plans (genericPlans) for the transaction, and returns the time of its receipt; the positions
 // (from 1) of the events of the arrays $2 to $5 (provider, org,
 // environment, event id) that are stored already, with the id and state
 // of each, for their receipts; and an id from the table's sequence for
@@ -49,7 +49,7 @@ const defaultDecideLockWait = "50ms"
 // sequence has gaps anyway). The sequence is looked up once (an init
 // plan), not once per id: 3 catalog buffers each.
 const decidedStartSQL = `
-	SELECT clock_timestamp(), set_config('lock_timeout', $1, true), s.n, s.id, s.state,
+	SELECT clock_timestamp(), set_config('lock_timeout', $1, true), ` + genericPlans + `, s.n, s.id, s.state,
 		ARRAY(SELECT nextval((SELECT pg_get_serial_sequence('inbox_events', 'id')::regclass))
 			FROM generate_series(1, cardinality($2::text[])))
 	FROM (
@@ -87,21 +87,15 @@ var errStoredBefore = errors.New("an event of the batch was stored before")
 // observe the caller runs once the acknowledgements are out; nil means
 // nothing was stored, and found holds nothing of it.
 func (s *Store) storeDecided(ctx context.Context, reqs []*insertRequest, rows []inboxRow, found map[eventKey]fulfillment.InboxReceipt) *decidedBatch {
-	var skip map[eventKey]bool // stored before
 	for try := 1; try <= 2; try++ {
-		stored, err := s.tryDecided(ctx, reqs, rows, skip, found)
+		stored, err := s.tryDecided(ctx, reqs, rows, found)
 		switch {
 		case err == nil:
 			s.decidedCount.decided.Add(1)
 			stored.committed(s)
 			return stored
 		case errors.Is(err, errStoredBefore) && try == 1:
-			if skip == nil {
-				skip = map[eventKey]bool{}
-			}
-			for k := range found {
-				skip[k] = true
-			}
+			// Its look-up finds the event stored now.
 			clear(found)
 			continue
 		case errors.Is(err, errStoredBefore):
@@ -146,12 +140,11 @@ func (b *decidedBatch) observe(s *Store) {
 	}
 }
 
-// tryDecided is one try of storeDecided, leaving out the events of skip
-// and those it finds stored already (a redelivery costs one index lookup,
-// not a decision rolled back). It returns errStoredBefore, with found
-// holding the keys stored before, when an event turns out stored by a
-// transaction that committed meanwhile.
-func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []inboxRow, skip map[eventKey]bool,
+// tryDecided is one try of storeDecided, leaving out the events it finds
+// stored already (a redelivery costs one index lookup, not a decision
+// rolled back). It returns errStoredBefore when an event turns out stored
+// by a transaction that committed meanwhile.
+func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []inboxRow,
 	found map[eventKey]fulfillment.InboxReceipt) (*decidedBatch, error) {
 	var (
 		out  *decidedBatch
@@ -172,7 +165,7 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 		)
 		provider, org, env, eventID := keyArrays(rows)
 		if err := tx.QueryRow(ctx, decidedStartSQL, s.decideLockWait, provider, org, env, eventID).
-			Scan(&received, nil, &stored, &storedIDs, &storedStates, &ids); err != nil {
+			Scan(&received, nil, nil, &stored, &storedIDs, &storedStates, &ids); err != nil {
 			return fmt.Errorf("starting a decided batch: %w", interpret(err))
 		}
 		// The events stored already are redeliveries: their receipts are
@@ -190,7 +183,7 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 		)
 		for i, r := range rows {
 			k := r.key()
-			if skip[k] || storedBefore[i] || i > 0 && k == rows[i-1].key() {
+			if storedBefore[i] || i > 0 && k == rows[i-1].key() {
 				continue
 			}
 			r.ID = ids[i]
@@ -244,10 +237,10 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 
 // queueInsertDecided adds to b the insert of rows, decided, with their
 // ids, and records each row inserted in found. When a row's event turns
-// out stored by another transaction, reading the batch's results ends
-// with errStoredBefore, found holding those events' keys: the effects
-// queued after the insert were sent with it and ran, and the transaction
-// is rolled back.
+// out stored by another transaction since the look-up (the insert waited
+// for it to commit), the insert fails on the event's key and reading the
+// batch's results ends with errStoredBefore: the transaction is rolled
+// back, and the next try's look-up finds the event.
 func queueInsertDecided(b *pgx.Batch, rows []inboxRow, found map[eventKey]fulfillment.InboxReceipt) {
 	b.Queue(inboxInsertDecidedSQL, inboxDecidedArgs(rows)...).Query(func(result pgx.Rows) error {
 		inserted := make(map[eventKey]fulfillment.InboxReceipt, len(rows))
@@ -256,19 +249,11 @@ func queueInsertDecided(b *pgx.Batch, rows []inboxRow, found map[eventKey]fulfil
 			inserted[k] = rec
 			return err
 		})
-		if err != nil {
-			return fmt.Errorf("storing inbox events: %w", interpret(err))
-		}
-		before := false
-		for _, r := range rows {
-			k := r.key()
-			if _, ok := inserted[k]; !ok {
-				// (The insert waited for the transaction that stored it.)
-				found[k], before = fulfillment.InboxReceipt{}, true
-			}
-		}
-		if before {
+		switch {
+		case sqlstateOf(err) == sqlstateUniqueViolation && constraintName(err) == inboxEventKey:
 			return errStoredBefore
+		case err != nil:
+			return fmt.Errorf("storing inbox events: %w", interpret(err))
 		}
 		for k, rec := range inserted {
 			found[k] = rec

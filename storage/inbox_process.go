@@ -68,6 +68,22 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 	return outcomes, nil
 }
 
+// genericPlans, a select expression, makes the statements after it in its
+// transaction run on generic plans (plan_cache_mode): those of deciding a
+// batch and writing its effects, which the batch's transaction starts with
+// it (decidedStartSQL, lockLeasedEvents). Their parameters are arrays, one
+// element per event, and PostgreSQL plans a statement anew at each run
+// while it expects a custom plan, made for the arrays' actual lengths, to
+// cost less than a generic one — always, for arrays. Planning them cost a
+// fifth of PostgreSQL's CPU per event in the saturating push (the order
+// lock's more than its execution), and a lone webhook's ack 0.7 ms of 3.2
+// (make bench, docs/performance.md). A generic plan reads them by their
+// keys' indexes whatever the lengths.
+// The statements before it (the look-up of stored events, the claim) keep
+// custom plans: under transaction pooling, statements are described rather
+// than prepared, and every one is planned anew regardless.
+const genericPlans = `set_config('plan_cache_mode', 'force_generic_plan', true)`
+
 // decideEvents locks what the events name — their orders (in id order, so
 // that concurrent batches cannot deadlock) with their attempts and
 // recorded refunds, and their subscriptions — and decides them, in the
@@ -255,7 +271,7 @@ type leasedEvent struct {
 func lockLeasedEvents(ctx context.Context, tx pgx.Tx, ids []int64, owner string) ([]leasedEvent, error) {
 	rows, _ := tx.Query(ctx, `
 		WITH work AS (DELETE FROM inbox_work WHERE `+leaseHeld("$1", "$2")+` RETURNING id, attempts)
-		SELECT `+inboxSelectList+`, received_at, work.attempts, late.detail
+		SELECT `+inboxSelectList+`, received_at, work.attempts, late.detail, `+genericPlans+`
 		FROM inbox_events JOIN work USING (id)
 		LEFT JOIN LATERAL (
 			-- Only for an event decided unmatched before (a test on the
@@ -274,7 +290,7 @@ func lockLeasedEvents(ctx context.Context, tx pgx.Tx, ids []int64, owner string)
 			attempts int
 			late     *string
 		)
-		if err := r.Scan(append(row.scanDest(), &received, &attempts, &late)...); err != nil {
+		if err := r.Scan(append(row.scanDest(), &received, &attempts, &late, nil)...); err != nil {
 			return err
 		}
 		ev, err := row.event()
@@ -339,7 +355,10 @@ const lockOrdersSQL = `
 		o.total_currency, o.total_minor_units,
 		o.settlement_token, o.settlement_network, o.settlement_amount::text, o.settlement_tolerance::text,
 		o.paid_at IS NOT NULL AS paid, o.paid_attempt_ref, o.paid_invoice_id, o.paid_payment_id,
-		ARRAY(SELECT provider_order_id FROM payment_starts ps WHERE ps.order_id = o.id) AS started_sessions,
+		-- (Read only when an event names a checkout session.)
+		CASE WHEN cardinality($6::text[]) > 0
+			THEN ARRAY(SELECT provider_order_id FROM payment_starts ps WHERE ps.order_id = o.id)
+			ELSE '{}' END AS started_sessions,
 		l.has_external_lines, l.has_license_lines, l.has_balance_lines, l.subscription_plan, l.subscription_for,
 		l.line_no, l.line_sku, l.line_quantity, l.line_currency, l.line_minor_units, l.line_destination
 	FROM orders o

@@ -214,21 +214,25 @@ func inboxInsertArgs(rows []inboxRow, h worker.Handoff) []any {
 	return append(columnArgs(rows, inboxQueuedInsert, 3), opt(h.Owner), h.N, h.Lease)
 }
 
+// inboxEventKey is the unique key of an event in the inbox.
+const inboxEventKey = "inbox_events_event_key"
+
 // inboxInsertDecidedSQL inserts rows decided in the transaction that
 // stores them, with their ids (drawn from the table's sequence beforehand,
 // as decidedStartSQL does, so that the effects sent in the same round trip
-// can name them), skipping events stored before, and returns what
-// inboxInsertSQL returns (none is queued: a decided row is never pending).
-// A row's processed_at follows the rows' order, a microsecond apart at
-// least: the order they were decided in. Its arguments are
-// inboxDecidedArgs.
+// can name them), and returns what inboxInsertSQL returns (none is
+// queued: a decided row is never pending). The batch's events were looked
+// up first: an event stored since is an error on inboxEventKey, and the
+// batch is tried again (a conflict clause would cost every row a
+// speculative insertion and its WAL record). A row's processed_at follows
+// the rows' order, a microsecond apart at least: the order they were
+// decided in. Its arguments are inboxDecidedArgs.
 var inboxInsertDecidedSQL = func() string {
 	names, values, arrays := unnestColumns(inboxDecidedInsert)
 	return fmt.Sprintf(`
 		INSERT INTO inbox_events (%[1]s, processed_at) OVERRIDING SYSTEM VALUE
 		SELECT %[2]s, clock_timestamp() + u.n * interval '1 microsecond'
 		FROM unnest(%[3]s) WITH ORDINALITY AS u(%[1]s, n)
-		ON CONFLICT ON CONSTRAINT inbox_events_event_key DO NOTHING
 		RETURNING id, state, provider, org_id, environment, event_id, false`, names, values, arrays)
 }()
 

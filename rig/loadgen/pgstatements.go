@@ -13,9 +13,13 @@ import (
 // executing (waits for locks and the CPU included, the commit's WAL flush
 // not), the shared buffers it touched and the WAL it wrote.
 type StatementCost struct {
-	Query    string  `json:"query"`
-	Calls    float64 `json:"calls_per_event"`
-	ExecUs   float64 `json:"exec_us_per_event"`
+	Query  string  `json:"query"`
+	Calls  float64 `json:"calls_per_event"`
+	ExecUs float64 `json:"exec_us_per_event"`
+	// PlanUs is the time spent planning it (pg_stat_statements.track_planning
+	// on; 0 otherwise): a statement run on a custom plan is planned anew
+	// at each run.
+	PlanUs   float64 `json:"plan_us_per_event"`
 	Buffers  float64 `json:"buffers_per_event"`
 	WALBytes float64 `json:"wal_bytes_per_event"`
 }
@@ -39,15 +43,15 @@ func ResetStatements(ctx context.Context, db *pgxpool.Pool) error {
 // of them, and their sum over all statements, each divided by events.
 func StatementCosts(ctx context.Context, db *pgxpool.Pool, events, limit int) (top []StatementCost, total StatementCost, err error) {
 	rows, _ := db.Query(ctx, `
-		SELECT query, calls::float8, total_exec_time * 1000,
+		SELECT query, calls::float8, total_exec_time * 1000, total_plan_time * 1000,
 			(shared_blks_hit + shared_blks_read + shared_blks_dirtied + shared_blks_written)::float8, wal_bytes::float8
 		FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 			AND query NOT LIKE '%pg_stat_statements%'
-		ORDER BY total_exec_time DESC`)
+		ORDER BY total_exec_time + total_plan_time DESC`)
 	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StatementCost, error) {
 		var c StatementCost
-		err := r.Scan(&c.Query, &c.Calls, &c.ExecUs, &c.Buffers, &c.WALBytes)
+		err := r.Scan(&c.Query, &c.Calls, &c.ExecUs, &c.PlanUs, &c.Buffers, &c.WALBytes)
 		return c, err
 	})
 	if err != nil || events <= 0 {
@@ -57,9 +61,10 @@ func StatementCosts(ctx context.Context, db *pgxpool.Pool, events, limit int) (t
 	total.Query = "all statements"
 	for i, c := range all {
 		c.Query = strings.Join(strings.Fields(c.Query), " ")
-		c.Calls, c.ExecUs, c.Buffers, c.WALBytes = c.Calls/n, c.ExecUs/n, c.Buffers/n, c.WALBytes/n
+		c.Calls, c.ExecUs, c.PlanUs, c.Buffers, c.WALBytes = c.Calls/n, c.ExecUs/n, c.PlanUs/n, c.Buffers/n, c.WALBytes/n
 		total.Calls += c.Calls
 		total.ExecUs += c.ExecUs
+		total.PlanUs += c.PlanUs
 		total.Buffers += c.Buffers
 		total.WALBytes += c.WALBytes
 		if i < limit {

@@ -22,7 +22,8 @@ import (
 func (b *bench) startCluster(ctx context.Context) error {
 	var preload []string
 	if b.o.statements {
-		preload = append(preload, "shared_preload_libraries=pg_stat_statements", "pg_stat_statements.max=1000")
+		preload = append(preload, "shared_preload_libraries=pg_stat_statements", "pg_stat_statements.max=1000",
+			"pg_stat_statements.track_planning=on")
 	}
 	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: filepath.Join(b.tmp, "pg"), Durable: true, Log: os.Stderr, Settings: preload})
 	if err != nil {
