@@ -122,6 +122,10 @@ type Step struct {
 	// after it (with a RecordAttempt effect): what was known, merged with
 	// what the event reports.
 	Attempt AttemptState
+	// NewAttempt is set when the event records an attempt (Attempt is
+	// set) that was not recorded before it, in the snapshot or by an
+	// earlier event of the batch: its record is a new row.
+	NewAttempt bool
 	// Subscription is set when the subscription rules decided the event:
 	// an event about a subscription no order matches, or the payment of an
 	// order's subscription line (the order's Outcome has PaySubscriptions).
@@ -271,7 +275,8 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 	}
 	if matched {
 		if a := recordedAttempt(st.Outcome); a != "" {
-			st.Attempt = NextAttemptState(order.attempt(ev), a)
+			_, known := order.Attempts[AttemptKey{ev.Provider, ev.Payment.AttemptRef}]
+			st.Attempt, st.NewAttempt = NextAttemptState(order.attempt(ev), a), !known
 		}
 		order.Apply(ev, st.Outcome)
 		st.Order, st.OrderState = order, order.State

@@ -203,11 +203,16 @@ func TestDecideBatchThreadsAnOrder(t *testing.T) {
 	}
 	var got []string
 	for _, st := range steps {
-		got = append(got, string(st.Outcome.Decision)+"/"+string(st.Attempt)+"/"+string(st.OrderState))
+		attempt := string(st.Attempt)
+		if st.NewAttempt {
+			attempt += "+new"
+		}
+		got = append(got, string(st.Outcome.Decision)+"/"+attempt+"/"+string(st.OrderState))
 	}
 	// Each step says the state its event left the order in; the order
-	// is held once, as the whole batch leaves it.
-	want := []string{"partially_refunded//pending_payment", "fulfilled/confirmed/fulfilled",
+	// is held once, as the whole batch leaves it. The attempt is new to
+	// the first event that records it.
+	want := []string{"partially_refunded//pending_payment", "fulfilled/confirmed+new/fulfilled",
 		"already_applied/confirmed/fulfilled", "already_applied//fulfilled"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("decisions/attempts/states = %v, want %v", got, want)
@@ -223,6 +228,22 @@ func TestDecideBatchThreadsAnOrder(t *testing.T) {
 	}
 	if o := snap.Orders[orderKey("m-1")]; o.Paid || len(o.PartialRefunds) != 0 || len(o.Attempts) != 0 {
 		t.Errorf("DecideBatch changed the snapshot's order: %+v", o)
+	}
+}
+
+// An attempt the snapshot holds (a payment the service started) is not
+// new to the event that confirms it.
+func TestDecideBatchKnownAttempt(t *testing.T) {
+	t.Parallel()
+	o := batchOrder("o1")
+	o.Attempts = map[AttemptKey]AttemptState{{ProviderTBank, "pay_1"}: AttemptCreated}
+	snap := &Snapshot{Orders: map[OrderKey]*LockedOrder{orderKey("m-1"): o}}
+	steps, _, err := DecideBatch(snap, []BatchEvent{batchEvent("e1", EventPaymentConfirmed, "m-1", "pay_1", 1000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := steps[0]; st.Attempt != AttemptConfirmed || st.NewAttempt {
+		t.Errorf("attempt %q, new %v; want confirmed, not new", st.Attempt, st.NewAttempt)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 // this order:
 //
 //  1. payment attempts (one row per attempt: the batch's last state, with
-//     the last amount reported);
+//     the last amount reported; the new ones inserted, the others updated);
 //  2. partial refunds recorded;
 //  3. orders (one row per order: its last state, the refs of the payment
 //     that paid it);
@@ -73,6 +73,24 @@ type attemptRow struct {
 	attemptID
 	state                           fulfillment.AttemptState
 	value, token, network, currency *string
+	// insert is set when the attempt has no row yet (the first step of
+	// the batch that records it says it is new).
+	insert bool
+}
+
+// attemptColumns are attempt rows as the arrays of a statement.
+type attemptColumns struct {
+	order, provider, ref, state     []string
+	value, token, network, currency []*string
+}
+
+func (c *attemptColumns) add(a attemptRow) {
+	c.order, c.provider, c.ref, c.state = append(c.order, a.order), append(c.provider, string(a.provider)), append(c.ref, a.ref), append(c.state, string(a.state))
+	c.value, c.token, c.network, c.currency = append(c.value, a.value), append(c.token, a.token), append(c.network, a.network), append(c.currency, a.currency)
+}
+
+func (c *attemptColumns) args() []any {
+	return []any{c.order, c.provider, c.ref, c.state, c.value, c.token, c.network, c.currency}
 }
 
 type refundRow struct {
@@ -196,7 +214,7 @@ func (w *effectWriter) orderStep(le leasedEvent, st fulfillment.Step) error {
 		}
 		switch e := effect.(type) {
 		case fulfillment.RecordAttempt:
-			w.attempt(attemptID{m.ID, ev.Provider, p.AttemptRef}, st.Attempt, p.Amount)
+			w.attempt(attemptID{m.ID, ev.Provider, p.AttemptRef}, st.Attempt, st.NewAttempt, p.Amount)
 		case fulfillment.MoveOrder:
 			w.order(m.ID).state = e.To
 		case fulfillment.MarkPaid:
@@ -344,8 +362,11 @@ func (w *effectWriter) requestLines(m *fulfillment.LockedOrder) error {
 	return nil
 }
 
-func (w *effectWriter) attempt(id attemptID, state fulfillment.AttemptState, amount fulfillment.Amount) {
+func (w *effectWriter) attempt(id attemptID, state fulfillment.AttemptState, isNew bool, amount fulfillment.Amount) {
 	value, token, network, currency := amountColumns(amount)
+	if !w.attempts.has(id) {
+		w.attempts.at(id).insert = isNew
+	}
 	a := w.attempts.at(id)
 	a.attemptID, a.state = id, state
 	if value != nil { // an amount reported replaces the one known (none, for a new attempt)
@@ -364,27 +385,41 @@ func (w *effectWriter) order(id string) *orderRow {
 func (w *effectWriter) write(b *pgx.Batch) queued {
 	var q queued
 	if rows := w.attempts.values(); len(rows) > 0 {
-		var order, provider, ref, state []string
-		var value, token, network, currency []*string
+		var ins, upd attemptColumns
 		for _, a := range rows {
-			order, provider, ref, state = append(order, a.order), append(provider, string(a.provider)), append(ref, a.ref), append(state, string(a.state))
-			value, token, network, currency = append(value, a.value), append(token, a.token), append(network, a.network), append(currency, a.currency)
+			if a.insert {
+				ins.add(a)
+			} else {
+				upd.add(a)
+			}
 		}
-		// The stored states were read under the order row locks, which
-		// every event of an order takes; the unique key still guarantees
-		// one row per attempt.
-		b.Queue(`
-			INSERT INTO payment_attempts (order_id, provider, attempt_ref, state, amount, token, network, currency)
-			SELECT order_id::uuid, provider, attempt_ref, state, amount::numeric, token, network, currency
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
-				AS a (order_id, provider, attempt_ref, state, amount, token, network, currency)
-			ON CONFLICT ON CONSTRAINT payment_attempts_ref_key DO UPDATE SET
-				state = EXCLUDED.state,
-				amount = coalesce(EXCLUDED.amount, payment_attempts.amount),
-				token = CASE WHEN EXCLUDED.amount IS NULL THEN payment_attempts.token ELSE EXCLUDED.token END,
-				network = CASE WHEN EXCLUDED.amount IS NULL THEN payment_attempts.network ELSE EXCLUDED.network END,
-				currency = CASE WHEN EXCLUDED.amount IS NULL THEN payment_attempts.currency ELSE EXCLUDED.currency END,
-				updated_at = now()`, order, provider, ref, state, value, token, network, currency)
+		// The stored attempts were read under the order row locks: a new
+		// one is a plain insert, a known one an update. No row pays for a
+		// conflict check: the unique key makes a second row an error,
+		// never a second attempt. (A payment start records its payment's
+		// attempt without the order's lock: one recorded between the read
+		// and the insert fails the batch, whose events are decided again,
+		// reading it.)
+		if len(ins.order) > 0 {
+			b.Queue(`
+				INSERT INTO payment_attempts (order_id, provider, attempt_ref, state, amount, token, network, currency)
+				SELECT order_id::uuid, provider, attempt_ref, state, amount::numeric, token, network, currency
+				FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
+					AS a (order_id, provider, attempt_ref, state, amount, token, network, currency)`, ins.args()...)
+		}
+		if len(upd.order) > 0 {
+			b.Queue(`
+				UPDATE payment_attempts p SET
+					state = a.state,
+					amount = coalesce(a.amount::numeric, p.amount),
+					token = CASE WHEN a.amount IS NULL THEN p.token ELSE a.token END,
+					network = CASE WHEN a.amount IS NULL THEN p.network ELSE a.network END,
+					currency = CASE WHEN a.amount IS NULL THEN p.currency ELSE a.currency END,
+					updated_at = now()
+				FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
+					AS a (order_id, provider, attempt_ref, state, amount, token, network, currency)
+				WHERE p.order_id = a.order_id::uuid AND p.provider = a.provider AND p.attempt_ref = a.attempt_ref`, upd.args()...)
+		}
 	}
 	if rows := w.refunds; len(rows) > 0 {
 		var order, provider, ref []string

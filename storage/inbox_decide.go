@@ -91,7 +91,9 @@ func (s *Store) storeDecided(ctx context.Context, reqs []*insertRequest, rows []
 		stored, err := s.tryDecided(ctx, reqs, rows, found)
 		switch {
 		case err == nil:
-			s.decidedCount.decided.Add(1)
+			if len(stored.ctxs) > 0 { // (redeliveries alone store nothing)
+				s.decidedCount.decided.Add(1)
+			}
 			stored.committed(s)
 			return stored
 		case errors.Is(err, errStoredBefore) && try == 1:

@@ -178,6 +178,13 @@ func TestDecidedBatchWithRedelivery(t *testing.T) {
 	if got, want := receiptBatches(t, s), "decided=2 failed=0 locked=0 redelivered=0"; got != want {
 		t.Errorf("group commits: %s, want %s", got, want)
 	}
+	// A batch of a redelivery alone stores nothing: it is not counted.
+	if again, err := s.InboxInsert(ctx, b, []byte(`{}`)); err != nil || !again.Duplicate {
+		t.Fatalf("redelivery of evt_b: %+v, %v; want a duplicate", again, err)
+	}
+	if got, want := receiptBatches(t, s), "decided=2 failed=0 locked=0 redelivered=0"; got != want {
+		t.Errorf("group commits after a redelivery alone: %s, want %s", got, want)
+	}
 	// Delivered again alone: its receipt is the stored row's, a duplicate,
 	// read by the batch's look-up.
 	if r, err := s.InboxInsert(ctx, a, []byte(`{}`)); err != nil || !r.Duplicate || r.ID != first.ID || r.State != fulfillment.InboxProcessed {
