@@ -200,6 +200,21 @@ func TestStartedPaymentMatchesItsOrder(t *testing.T) {
 	if id, err := s.StartKnownPaymentID(ctx, first); err != nil || id != "" {
 		t.Errorf("known payment id of the first attempt = %q, %v; want none", id, err)
 	}
+	// The first start recorded its payment's attempt (created); the
+	// second's was recorded by its confirmation, once, and a later
+	// confirmation of the first payment updates the row the start wrote.
+	if _, err := s.InboxInsert(ctx, confirmedRUB("d", "", first.ProviderOrderID, "100"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	processAll(t, s, 1)
+	var attempts string
+	if err := conn.QueryRow(ctx, `SELECT string_agg(attempt_ref || '=' || state, ',' ORDER BY attempt_ref)
+		FROM payment_attempts WHERE order_id = $1::uuid`, order).Scan(&attempts); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != "100=confirmed,101=confirmed" {
+		t.Errorf("attempts %s, want 100=confirmed,101=confirmed", attempts)
+	}
 }
 
 // confirmedRUB is a T-Bank-like confirmation of 192 RUB naming its order by
