@@ -183,7 +183,14 @@ func TestBatchWaitingForAnOrderSeesWhatItsHolderWrote(t *testing.T) {
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim = %v, %v", claims, err)
 	}
-	holder, err := conn.Begin(ctx)
+	// The lock's holder has a connection of its own: pg_stat_activity,
+	// read in a transaction, is as its first read found it.
+	holderConn, err := pgx.ConnectConfig(ctx, conn.Config().Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holderConn.Close(context.Background()) }()
+	holder, err := holderConn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
