@@ -263,9 +263,21 @@ func TestOrderEventFeedOneReaderPerProcess(t *testing.T) {
 	scans := func() int {
 		return s.count(t, "SELECT (coalesce(seq_scan, 0) + coalesce(idx_scan, 0))::int FROM pg_stat_user_tables WHERE relname = 'order_events'")
 	}
-	time.Sleep(time.Second) // the streams are all following
-	const window = 5 * time.Second
+	// The streams are all following once their first reads are counted:
+	// a backend publishes its counts when it goes idle, or up to 10 s
+	// later when it published less than a second before. Wait until the
+	// count settles (one reader's pace: a scan a second).
 	before := scans()
+	for settle := time.Now().Add(15 * time.Second); time.Now().Before(settle); {
+		time.Sleep(1500 * time.Millisecond)
+		n := scans()
+		settled := n-before <= 3
+		before = n
+		if settled {
+			break
+		}
+	}
+	const window = 5 * time.Second
 	time.Sleep(window)
 	// PostgreSQL publishes a busy backend's counts at most once a second.
 	time.Sleep(1500 * time.Millisecond)
