@@ -74,6 +74,29 @@ func (ts *testServer) pay(t *testing.T, id string, from time.Time, months, n int
 	}
 }
 
+// payPeriod records one paid period of subscription id, from start to end
+// (a month or so: the dates a test needs, which a whole month from a given
+// day cannot always give — no monthly period ends on March 30th).
+func (ts *testServer) payPeriod(t *testing.T, id string, start, end time.Time, state string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, ts.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	if _, err := conn.Exec(ctx, `
+		INSERT INTO subscription_periods (subscription_id, period, period_key, payment_id, starts_at, ends_at)
+		VALUES ($1::uuid, 1, 'invoice:inv_1', 'pay_1', $2, $3)`, id, start, end); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `
+		UPDATE subscriptions SET periods = 1, state = $4, period_start = $2, period_end = $3, updated_at = now()
+		WHERE id = $1::uuid`, id, start, end, state); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // wantViolation checks that err is INVALID_ARGUMENT whose first field
 // violation names field.
 func wantViolation(t *testing.T, what string, err error, field string) {
@@ -465,9 +488,9 @@ func TestCheckAccess(t *testing.T) {
 
 	// A period that ended a day ago, renewal awaited: the plan's 72h grace.
 	late := ts.createSubscription(t, subscriptionRequest("org_a", "sub_late", "user_late", "pro-monthly"))
-	ts.pay(t, late, now.AddDate(0, -1, -1), 1, 1, "active")
+	ts.payPeriod(t, late, now.AddDate(0, 0, -31), now.AddDate(0, 0, -1), "active")
 	if end := periodEnd(late); !end.Before(now) || end.Before(now.Add(-72*time.Hour)) {
-		t.Fatalf("the period paid a month and a day ago ends at %v", end)
+		t.Fatalf("the period that ended a day ago ends at %v", end)
 	}
 	resp = check("user_late", "pro-monthly")
 	if want := periodEnd(late).Add(72 * time.Hour); !resp.GetHasAccess() || !resp.GetUntil().AsTime().Equal(want) || resp.GetReason() != "grace while the renewal is awaited" {
