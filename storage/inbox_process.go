@@ -350,15 +350,39 @@ const requestedLine = `kind = 'external' AND destination IS NOT NULL`
 // checkout session ($4-$6), in id order, and reads with each what its lines
 // hold (lines never change). (Each key set is looked up through its own
 // unique index; an OR of the two would scan the table.)
-const lockOrdersSQL = `
+var lockOrdersSQL = fmt.Sprintf(lockedOrdersSelect,
+	`ARRAY(SELECT provider_order_id FROM payment_starts ps WHERE ps.order_id = o.id)`) + `
+	WHERE o.id IN (
+		SELECT id FROM orders WHERE (org_id, environment, merchant_order_id) IN (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
+		UNION
+		SELECT id FROM orders WHERE (org_id, environment, checkout_session_id) IN (
+			SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))
+		UNION
+		SELECT order_id FROM payment_starts WHERE (org_id, environment, provider_order_id) IN (
+			SELECT * FROM unnest($4::text[], $5::text[], $6::text[])))
+	ORDER BY o.id
+	FOR UPDATE OF o`
+
+// lockOrdersByMerchantSQL is lockOrdersSQL for a batch whose events name
+// their orders by merchant order id alone ($1-$3), as a Yolfi payment
+// does: each order is read once, through its key's index, where
+// lockOrdersSQL collects ids and reads each order again by its primary key
+// (13.1 → 9.1 buffers per event in a restricted make bench run), and no
+// started payment is read.
+var lockOrdersByMerchantSQL = fmt.Sprintf(lockedOrdersSelect, `'{}'::text[]`) + `
+	WHERE (o.org_id, o.environment, o.merchant_order_id) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
+	ORDER BY o.id
+	FOR UPDATE OF o`
+
+// lockedOrdersSelect reads a locked order and what its lines hold, the
+// expression of its started payments' ids (%s) its started_sessions.
+const lockedOrdersSelect = `
 	SELECT o.id, o.org_id, o.environment, o.merchant_order_id, o.checkout_session_id, o.state,
 		o.total_currency, o.total_minor_units,
 		o.settlement_token, o.settlement_network, o.settlement_amount::text, o.settlement_tolerance::text,
 		o.paid_at IS NOT NULL AS paid, o.paid_attempt_ref, o.paid_invoice_id, o.paid_payment_id,
-		-- (Read only when an event names a checkout session.)
-		CASE WHEN cardinality($6::text[]) > 0
-			THEN ARRAY(SELECT provider_order_id FROM payment_starts ps WHERE ps.order_id = o.id)
-			ELSE '{}' END AS started_sessions,
+		%s AS started_sessions,
 		l.has_external_lines, l.has_license_lines, l.has_balance_lines, l.subscription_plan, l.subscription_for,
 		l.line_no, l.line_sku, l.line_quantity, l.line_currency, l.line_minor_units, l.line_destination
 	FROM orders o
@@ -374,18 +398,7 @@ const lockOrdersSQL = `
 			array_agg(currency ORDER BY line_no) FILTER (WHERE ` + requestedLine + `) AS line_currency,
 			array_agg(unit_minor_units ORDER BY line_no) FILTER (WHERE ` + requestedLine + `) AS line_minor_units,
 			array_agg(destination ORDER BY line_no) FILTER (WHERE ` + requestedLine + `) AS line_destination
-		FROM order_lines WHERE order_id = o.id) l
-	WHERE o.id IN (
-		SELECT id FROM orders WHERE (org_id, environment, merchant_order_id) IN (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
-		UNION
-		SELECT id FROM orders WHERE (org_id, environment, checkout_session_id) IN (
-			SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))
-		UNION
-		SELECT order_id FROM payment_starts WHERE (org_id, environment, provider_order_id) IN (
-			SELECT * FROM unnest($4::text[], $5::text[], $6::text[])))
-	ORDER BY o.id
-	FOR UPDATE OF o`
+		FROM order_lines WHERE order_id = o.id) l`
 
 // lockOrders locks every order the events name, in id order
 // (lockOrdersSQL), then reads their payment attempts and recorded refunds.
@@ -411,7 +424,12 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 	}
 	byID := map[string]*fulfillment.LockedOrder{}
 	var ids []string
-	rows, _ := tx.Query(ctx, lockOrdersSQL, mOrg, mEnv, mID, cOrg, cEnv, cID)
+	var rows pgx.Rows
+	if len(cID) == 0 {
+		rows, _ = tx.Query(ctx, lockOrdersByMerchantSQL, mOrg, mEnv, mID)
+	} else {
+		rows, _ = tx.Query(ctx, lockOrdersSQL, mOrg, mEnv, mID, cOrg, cEnv, cID)
+	}
 	err := forEachRow(rows, func(r pgx.Rows) error {
 		row, err := pgx.RowToStructByName[lockedOrderRow](r)
 		if err != nil {
