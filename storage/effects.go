@@ -393,13 +393,11 @@ func (w *effectWriter) write(b *pgx.Batch) queued {
 				upd.add(a)
 			}
 		}
-		// The stored attempts were read under the order row locks: a new
-		// one is a plain insert, a known one an update. No row pays for a
-		// conflict check: the unique key makes a second row an error,
-		// never a second attempt. (A payment start records its payment's
-		// attempt without the order's lock: one recorded between the read
-		// and the insert fails the batch, whose events are decided again,
-		// reading it.)
+		// The stored attempts were read under the order row locks, which
+		// every writer of an order's attempts takes (a payment start
+		// too): a new one is a plain insert, a known one an update. No row
+		// pays for a conflict check: the unique key makes a second row an
+		// error, never a second attempt.
 		if len(ins.order) > 0 {
 			b.Queue(`
 				INSERT INTO payment_attempts (order_id, provider, attempt_ref, state, amount, token, network, currency)

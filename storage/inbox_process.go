@@ -463,9 +463,8 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 		return lo, nil
 	}
 	// The order locks protect the attempts and the recorded refunds:
-	// every decision that writes them holds its order row (a payment
-	// start records its attempt without it: see effectWriter.write).
-	// Both are read in one round trip.
+	// every writer of an order's attempts and refunds holds its order
+	// row (a payment start too). Both are read in one round trip.
 	b := &pgx.Batch{}
 	b.Queue(`SELECT order_id, provider, attempt_ref, state FROM payment_attempts WHERE order_id = ANY($1::uuid[])`, ids).
 		Query(func(rows pgx.Rows) error {

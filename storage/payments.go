@@ -133,6 +133,14 @@ func (s *Store) StartBegin(ctx context.Context, r fulfillment.StartRequest) (ful
 func (s *Store) StartFinish(ctx context.Context, id int64, o fulfillment.StartOutcome) (fulfillment.PaymentStart, error) {
 	var start fulfillment.PaymentStart
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		// The order's row lock first, as StartBegin takes it: the attempt
+		// recorded below is written under it, as every decision about the
+		// order writes its attempts, so a decision never meets an attempt
+		// inserted after it read the order's.
+		if _, err := tx.Exec(ctx, `
+			SELECT 1 FROM orders WHERE id = (SELECT order_id FROM payment_starts WHERE id = $1) FOR UPDATE`, id); err != nil {
+			return fmt.Errorf("locking the order of payment start %d: %w", id, interpret(err))
+		}
 		var err error
 		start, err = scanStart(tx.QueryRow(ctx, `
 			UPDATE payment_starts SET state = $2, payment_id = coalesce($3, payment_id),

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/storage"
 )
@@ -225,5 +227,60 @@ func confirmedRUB(id, merchantOrderID, session, paymentID string) fulfillment.Pr
 		EventID: "T1:" + paymentID + ":CONFIRMED:" + id, Type: "CONFIRMED", Kind: fulfillment.EventPaymentConfirmed,
 		Payment: fulfillment.PaymentInfo{AttemptRef: paymentID, PaymentID: paymentID, CheckoutSessionID: session,
 			MerchantOrderID: merchantOrderID, Amount: fulfillment.MinorAmount(19200, "RUB")},
+	}
+}
+
+// Finishing a payment start records its payment's attempt under the order's
+// row lock, as every decision about the order writes its attempts: a
+// decision that read the order's attempts under that lock cannot meet the
+// attempt inserted meanwhile. StartFinish waits for a holder of the lock.
+func TestStartFinishTakesTheOrderLock(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	order := rubOrder(t, s, "m-1")
+	st, _, err := s.StartBegin(ctx, startRequest(order, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holderConn, err := pgx.ConnectConfig(ctx, conn.Config().Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holderConn.Close(context.Background()) }()
+	holder, err := holderConn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM orders WHERE id = $1::uuid FOR UPDATE`, order); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.StartFinish(ctx, st.ID, fulfillment.StartOutcome{State: fulfillment.StartStarted, PaymentID: "100"})
+		done <- err
+	}()
+	waitFor(t, "StartFinish to wait for the order's lock", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("StartFinish ended (%v) while another transaction held the order's lock", err)
+		default:
+		}
+		return count(t, conn, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND datname = current_database() AND query LIKE '%FOR UPDATE%'
+				AND pid <> $1`, holderConn.PgConn().PID()) == 1
+	})
+	if n := count(t, conn, "SELECT count(*) FROM payment_attempts WHERE order_id = $1::uuid", order); n != 0 {
+		t.Errorf("%d attempts recorded while the order was locked, want none", n)
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM payment_attempts WHERE order_id = $1::uuid AND attempt_ref = '100'", order); n != 1 {
+		t.Errorf("%d attempts recorded, want 1", n)
 	}
 }
