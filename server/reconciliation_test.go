@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -165,14 +164,7 @@ func TestReconciliationAPI(t *testing.T) {
 	// A minute that ended is counted once and kept: an event moved into one
 	// afterwards is not counted again (rows are stamped when written, so
 	// this happens only by hand), while the current minute is counted anew.
-	conn, err := pgx.Connect(context.Background(), ts.db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close(context.Background()) }()
-	if _, err := conn.Exec(context.Background(), `UPDATE inbox_events SET received_at = now() - interval '10 minutes' WHERE event_id = 'evt_stray'`); err != nil {
-		t.Fatal(err)
-	}
+	ts.exec(t, `UPDATE inbox_events SET received_at = now() - interval '10 minutes' WHERE event_id = 'evt_stray'`)
 	// (A window of 59 minutes: the same answer is reused for 5 s.)
 	act, err = ts.client.GetActivity(withToken(tokReconA), &fulfillmentv1.GetActivityRequest{Minutes: 59})
 	if ev, _, _ := sumOf(act); err != nil || ev != 2 {
@@ -344,14 +336,7 @@ func TestInboxEventsAPI(t *testing.T) {
 		}
 	}
 	// By provider and by when they were received: evt_stray an hour ago.
-	conn, err := pgx.Connect(context.Background(), ts.db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close(context.Background()) }()
-	if _, err := conn.Exec(context.Background(), `UPDATE inbox_events SET received_at = now() - interval '1 hour' WHERE event_id = 'evt_stray'`); err != nil {
-		t.Fatal(err)
-	}
+	ts.exec(t, `UPDATE inbox_events SET received_at = now() - interval '1 hour' WHERE event_id = 'evt_stray'`)
 	halfHourAgo := timestamppb.New(time.Now().Add(-30 * time.Minute))
 	for _, c := range []struct {
 		req  *fulfillmentv1.ListInboxEventsRequest

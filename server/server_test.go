@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -121,6 +122,21 @@ func withToken(token string) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	_ = cancel // the test's lifetime bounds it
 	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+}
+
+// exec runs a statement on the service's database directly: what a test
+// arranges that no API does.
+func (ts *testServer) exec(t *testing.T, query string, args ...any) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, ts.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	if _, err := conn.Exec(ctx, query, args...); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // do sends a REST request and decodes the JSON answer into a map.

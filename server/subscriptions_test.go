@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -52,26 +51,16 @@ func (ts *testServer) createSubscription(t *testing.T, req *fulfillmentv1.Create
 // these tests).
 func (ts *testServer) pay(t *testing.T, id string, from time.Time, months, n int, state string) {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, ts.db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
-	if _, err := conn.Exec(ctx, `
+	ts.exec(t, `
 		INSERT INTO subscription_periods (subscription_id, period, period_key, payment_id, starts_at, ends_at)
 		SELECT $1::uuid, g, 'invoice:inv_' || g, 'pay_' || g, $2::timestamptz + (g - 1) * $3 * interval '1 month',
 			$2::timestamptz + g * $3 * interval '1 month'
-		FROM generate_series(1, $4::int) AS g`, id, from, months, n); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, `
+		FROM generate_series(1, $4::int) AS g`, id, from, months, n)
+	ts.exec(t, `
 		UPDATE subscriptions SET periods = $4, state = $5,
 			period_start = $2::timestamptz + ($4 - 1) * $3 * interval '1 month',
 			period_end = $2::timestamptz + $4 * $3 * interval '1 month', updated_at = now()
-		WHERE id = $1::uuid`, id, from, months, n, state); err != nil {
-		t.Fatal(err)
-	}
+		WHERE id = $1::uuid`, id, from, months, n, state)
 }
 
 // payPeriod records one paid period of subscription id, from start to end
@@ -79,22 +68,12 @@ func (ts *testServer) pay(t *testing.T, id string, from time.Time, months, n int
 // day cannot always give — no monthly period ends on March 30th).
 func (ts *testServer) payPeriod(t *testing.T, id string, start, end time.Time, state string) {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, ts.db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
-	if _, err := conn.Exec(ctx, `
+	ts.exec(t, `
 		INSERT INTO subscription_periods (subscription_id, period, period_key, payment_id, starts_at, ends_at)
-		VALUES ($1::uuid, 1, 'invoice:inv_1', 'pay_1', $2, $3)`, id, start, end); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, `
+		VALUES ($1::uuid, 1, 'invoice:inv_1', 'pay_1', $2, $3)`, id, start, end)
+	ts.exec(t, `
 		UPDATE subscriptions SET periods = 1, state = $4, period_start = $2, period_end = $3, updated_at = now()
-		WHERE id = $1::uuid`, id, start, end, state); err != nil {
-		t.Fatal(err)
-	}
+		WHERE id = $1::uuid`, id, start, end, state)
 }
 
 // wantViolation checks that err is INVALID_ARGUMENT whose first field
