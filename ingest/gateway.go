@@ -194,8 +194,15 @@ func (g *Gateway) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	ep.Adapter.Acknowledge(w)
 	took := time.Since(start)
 	g.ack.WithLabelValues(id).Observe(took.Seconds())
-	// The event id, never its body: the line that says it arrived.
-	g.log.LogAttrs(r.Context(), slog.LevelInfo, "webhook "+outcome,
+	// The event id, never its body. A new event's line is at DEBUG: the
+	// line that tells an operator of it is the processor's "event
+	// processed", with its decision (one line per event at INFO, not two).
+	// A redelivery has no other line.
+	level := slog.LevelInfo
+	if outcome == outcomeAccepted {
+		level = slog.LevelDebug
+	}
+	g.log.LogAttrs(r.Context(), level, "webhook "+outcome,
 		slog.String("endpoint", id), slog.String("event_id", ev.EventID), slog.String("kind", string(ev.Kind)),
 		slog.Duration("duration", took))
 }
