@@ -2,6 +2,7 @@ package logging_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
@@ -41,5 +42,35 @@ func TestFormats(t *testing.T) {
 	}
 	if _, ok := rec["duration"]; ok {
 		t.Errorf("json line keeps duration in nanoseconds: %v", rec)
+	}
+}
+
+// The level is written as slog writes it without a ReplaceAttr, custom
+// levels included, in both formats: the handler's shortcut for it (a
+// string, not a value encoding/json marshals) changes no line.
+func TestFormatsWriteLevelsAsSlogDoes(t *testing.T) {
+	t.Parallel()
+	for _, format := range []string{logging.FormatJSON, logging.FormatText} {
+		for _, level := range []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError, slog.LevelWarn + 2} {
+			var got, want bytes.Buffer
+			opts := &slog.HandlerOptions{Level: slog.LevelDebug}
+			plain := slog.Handler(slog.NewJSONHandler(&want, opts))
+			if format == logging.FormatText {
+				plain = slog.NewTextHandler(&want, opts)
+			}
+			slog.New(logging.NewFormatHandler(&got, format, slog.LevelDebug, 0)).Log(context.Background(), level, "m", "k", "v")
+			slog.New(plain).Log(context.Background(), level, "m", "k", "v")
+			// The lines differ in their time only.
+			strip := func(b *bytes.Buffer) string {
+				line := b.String()
+				if i := strings.Index(line, "level"); i > 0 {
+					return line[i:]
+				}
+				return line
+			}
+			if strip(&got) != strip(&want) {
+				t.Errorf("%s at %v: wrote %q, slog writes %q", format, level, got.String(), want.String())
+			}
+		}
 	}
 }
