@@ -81,7 +81,7 @@ type attemptRow struct {
 // attemptColumns are attempt rows as the arrays of a statement.
 type attemptColumns struct {
 	order, provider, ref, state     []string
-	value, token, network, currency []*string
+	value, token, network, currency nulls[string]
 }
 
 func (c *attemptColumns) add(a attemptRow) {
@@ -421,7 +421,7 @@ func (w *effectWriter) write(b *pgx.Batch) queued {
 	}
 	if rows := w.refunds; len(rows) > 0 {
 		var order, provider, ref []string
-		var value, token, network, currency []*string
+		var value, token, network, currency nulls[string]
 		var inbox []int64
 		for _, r := range rows {
 			order, provider, ref = append(order, r.order), append(provider, string(r.provider)), append(ref, r.attemptRef)
@@ -440,7 +440,7 @@ func (w *effectWriter) write(b *pgx.Batch) queued {
 	if rows := w.orders.values(); len(rows) > 0 {
 		var id, state []string
 		var paid []bool
-		var attemptRef, invoiceID, paymentID []*string
+		var attemptRef, invoiceID, paymentID nulls[string]
 		for _, o := range rows {
 			// An absent ref is NULL, never '': a payment that does not
 			// identify itself records none.
@@ -516,7 +516,7 @@ func (w *effectWriter) write(b *pgx.Batch) queued {
 	if rows := w.periods; len(rows) > 0 {
 		var sub, key []string
 		var period []int
-		var paymentID []*string
+		var paymentID nulls[string]
 		var start, end []time.Time
 		for _, p := range rows {
 			sub, period, key, paymentID = append(sub, p.subscription), append(period, p.period), append(key, p.key), append(paymentID, p.paymentID)
@@ -545,7 +545,7 @@ func (w *effectWriter) write(b *pgx.Batch) queued {
 	if rows := w.subs.values(); len(rows) > 0 {
 		var id, state []string
 		var periods []int
-		var start, end, last []*time.Time
+		var start, end, last nulls[time.Time]
 		var ended []bool
 		for _, rec := range rows {
 			id, state, periods = append(id, rec.ID), append(state, string(rec.State)), append(periods, rec.Periods)

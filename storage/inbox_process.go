@@ -205,7 +205,7 @@ type decisions struct {
 	ids                       []int64
 	attempts                  []int
 	states, decisions, reason []string
-	orders, subscriptions     []*string
+	orders, subscriptions     nulls[string]
 }
 
 // add records the outcome of event le, applied to the order linked and

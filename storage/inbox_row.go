@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/shopspring/decimal"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -75,7 +76,7 @@ func column[T any](name, sqlType string, field func(r *inboxRow) *T) inboxColumn
 		name: name, sqlType: sqlType,
 		field: func(r *inboxRow) any { return field(r) },
 		array: func(rows []inboxRow) any {
-			out := make([]T, len(rows))
+			out := make(pgtype.FlatArray[T], len(rows)) // not []T: see nulls
 			for i := range rows {
 				out[i] = *field(&rows[i])
 			}
@@ -260,6 +261,12 @@ func (r *inboxRow) scanDest() []any {
 	}
 	return dest
 }
+
+// nulls is a column of nullable values, as one array parameter of a
+// multi-row statement. pgx encodes a slice of a type it does not know
+// (pointers included) through reflection, with an allocation per element;
+// a FlatArray directly.
+type nulls[T any] = pgtype.FlatArray[*T]
 
 // opt is s as a nullable column: nil when empty.
 func opt(s string) *string {

@@ -120,8 +120,8 @@ func queueLineRequests(b *pgx.Batch, rows []lineRequest) {
 // period (a repeat of which inserts nothing).
 func (s *Store) queuePublishes(b *pgx.Batch, rows []publishRow) queued {
 	var (
-		orders, subs       []*string
-		periods            []*int
+		orders, subs       nulls[string]
+		periods            nulls[int]
 		topics, orgs, envs []string
 		bodies             []string
 	)
@@ -282,7 +282,7 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 		var (
 			aID, aAttempt     []int64
 			aStarted          []time.Time
-			aStatus           []*int
+			aStatus           nulls[int]
 			aOutcome, aReason []string
 			delivered         []int64
 			deliveredStatus   []int

@@ -105,9 +105,9 @@ func queueItems(b *pgx.Batch, items []item) {
 	}
 	var (
 		kind, org, env, detail, key               []string
-		order, sub, provider, attempt, payment    []*string
-		value, expected, token, network, currency []*string
-		inbox, start, message                     []*int64
+		order, sub, provider, attempt, payment    nulls[string]
+		value, expected, token, network, currency nulls[string]
+		inbox, start, message                     nulls[int64]
 	)
 	for _, it := range items {
 		s := it.subject
