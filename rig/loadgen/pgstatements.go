@@ -19,8 +19,15 @@ type StatementCost struct {
 	// PlanUs is the time spent planning it (pg_stat_statements.track_planning
 	// on; 0 otherwise): a statement run on a custom plan is planned anew
 	// at each run.
-	PlanUs   float64 `json:"plan_us_per_event"`
-	Buffers  float64 `json:"buffers_per_event"`
+	PlanUs  float64 `json:"plan_us_per_event"`
+	Buffers float64 `json:"buffers_per_event"`
+	// The buffers' parts: found in shared buffers, read into them, changed
+	// when they were clean, written out by the backend itself (no clean
+	// buffer was free).
+	Hit      float64 `json:"buffers_hit_per_event"`
+	Read     float64 `json:"buffers_read_per_event"`
+	Dirtied  float64 `json:"buffers_dirtied_per_event"`
+	Written  float64 `json:"buffers_written_per_event"`
 	WALBytes float64 `json:"wal_bytes_per_event"`
 }
 
@@ -44,14 +51,16 @@ func ResetStatements(ctx context.Context, db *pgxpool.Pool) error {
 func StatementCosts(ctx context.Context, db *pgxpool.Pool, events, limit int) (top []StatementCost, total StatementCost, err error) {
 	rows, _ := db.Query(ctx, `
 		SELECT query, calls::float8, total_exec_time * 1000, total_plan_time * 1000,
-			(shared_blks_hit + shared_blks_read + shared_blks_dirtied + shared_blks_written)::float8, wal_bytes::float8
+			shared_blks_hit::float8, shared_blks_read::float8, shared_blks_dirtied::float8, shared_blks_written::float8,
+			wal_bytes::float8
 		FROM pg_stat_statements
 		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 			AND query NOT LIKE '%pg_stat_statements%'
 		ORDER BY total_exec_time + total_plan_time DESC`)
 	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StatementCost, error) {
 		var c StatementCost
-		err := r.Scan(&c.Query, &c.Calls, &c.ExecUs, &c.PlanUs, &c.Buffers, &c.WALBytes)
+		err := r.Scan(&c.Query, &c.Calls, &c.ExecUs, &c.PlanUs, &c.Hit, &c.Read, &c.Dirtied, &c.Written, &c.WALBytes)
+		c.Buffers = c.Hit + c.Read + c.Dirtied + c.Written
 		return c, err
 	})
 	if err != nil || events <= 0 {
@@ -61,11 +70,16 @@ func StatementCosts(ctx context.Context, db *pgxpool.Pool, events, limit int) (t
 	total.Query = "all statements"
 	for i, c := range all {
 		c.Query = strings.Join(strings.Fields(c.Query), " ")
-		c.Calls, c.ExecUs, c.PlanUs, c.Buffers, c.WALBytes = c.Calls/n, c.ExecUs/n, c.PlanUs/n, c.Buffers/n, c.WALBytes/n
+		c.Calls, c.ExecUs, c.PlanUs, c.WALBytes = c.Calls/n, c.ExecUs/n, c.PlanUs/n, c.WALBytes/n
+		c.Buffers, c.Hit, c.Read, c.Dirtied, c.Written = c.Buffers/n, c.Hit/n, c.Read/n, c.Dirtied/n, c.Written/n
 		total.Calls += c.Calls
 		total.ExecUs += c.ExecUs
 		total.PlanUs += c.PlanUs
 		total.Buffers += c.Buffers
+		total.Hit += c.Hit
+		total.Read += c.Read
+		total.Dirtied += c.Dirtied
+		total.Written += c.Written
 		total.WALBytes += c.WALBytes
 		if i < limit {
 			top = append(top, c)

@@ -594,14 +594,15 @@ func (r *Report) Markdown() string {
 		}
 	}
 	if s := r.Sustained; s != nil && s.StatementsTotal != nil {
-		b.WriteString("\n## PostgreSQL per event\n\nThe saturating push and its drain, from pg_stat_statements (reset before the push): per event acknowledged and processed, each statement's executions, execution time (lock waits and time off the CPU included, the commit's WAL flush not), planning time (a statement on a custom plan is planned at each run), shared buffers touched (planning's included) and WAL written; the costliest statements by execution and planning time, then all of them.\n\n")
-		b.WriteString("| calls | exec µs | plan µs | buffers | WAL bytes | statement |\n|---|---|---|---|---|---|\n")
+		b.WriteString("\n## PostgreSQL per event\n\nThe saturating push and its drain, from pg_stat_statements (reset before the push): per event acknowledged and processed, each statement's executions, execution time (lock waits and time off the CPU included, the commit's WAL flush not), planning time (a statement on a custom plan is planned at each run), shared buffers touched (planning's included) — hit + read + dirtied + written, each shown — and WAL written; the costliest statements by execution and planning time, then all of them.\n\n")
+		b.WriteString("| calls | exec µs | plan µs | buffers | hit | read | dirtied | written | WAL bytes | statement |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, c := range append(s.Statements, *s.StatementsTotal) {
 			q := c.Query
 			if len(q) > 110 {
 				q = q[:110] + "…"
 			}
-			fmt.Fprintf(&b, "| %.2f | %.0f | %.0f | %.1f | %.0f | `%s` |\n", c.Calls, c.ExecUs, c.PlanUs, c.Buffers, c.WALBytes, strings.ReplaceAll(q, "|", "\\|"))
+			fmt.Fprintf(&b, "| %.2f | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | `%s` |\n", c.Calls, c.ExecUs, c.PlanUs, c.Buffers,
+				c.Hit, c.Read, c.Dirtied, c.Written, c.WALBytes, strings.ReplaceAll(q, "|", "\\|"))
 		}
 	}
 	b.WriteString("\n## Phase durations\n\n| phase | seconds |\n|---|---|\n")
