@@ -35,11 +35,11 @@ func NewFormatHandler(w io.Writer, format string, level slog.Leveler, interval t
 // reflection walk per line, 3% of the service's CPU at thousands of
 // events a second, for the same text.
 func millis(groups []string, a slog.Attr) slog.Attr {
-	switch a.Value.Kind() {
-	case slog.KindDuration:
+	if a.Value.Kind() == slog.KindDuration {
 		return slog.Float64(a.Key+"_ms", Millis(a.Value.Duration()))
-	case slog.KindAny:
-		if l, ok := a.Value.Any().(slog.Level); ok && len(groups) == 0 && a.Key == slog.LevelKey {
+	}
+	if a.Value.Kind() == slog.KindAny && len(groups) == 0 && a.Key == slog.LevelKey {
+		if l, ok := a.Value.Any().(slog.Level); ok {
 			return slog.String(a.Key, l.String())
 		}
 	}
