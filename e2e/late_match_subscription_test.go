@@ -114,7 +114,7 @@ func TestLateMatchSubscriptionEventsBeforeTheFirstPayment(t *testing.T) {
 		withLateSubPlan(c)
 		withDestinations(destination(t, "crm", crm, true, 5*time.Second, "subscription.renewed"))(c)
 	})
-	start := time.Now().AddDate(0, -1, -5).UTC().Truncate(time.Second)
+	start := monthAndDaysAgo()
 	renewal := subEvent(yolfi.TypePaymentConfirmed, "sub_late", "", "inv_late_2", start.AddDate(0, 1, 0))
 	cancel := subEvent(yolfi.TypeSubscriptionCancelled, "sub_late", "", "", start.AddDate(0, 1, 2))
 	old := subEvent(yolfi.TypePaymentConfirmed, "sub_late", "", "inv_late_old", start.AddDate(0, 0, 3))
@@ -201,7 +201,7 @@ func TestLateMatchSubscriptionSurvivesACrash(t *testing.T) {
 	ps.configure = withLateSubPlan
 	ps.queueOnly = true // (the inbox processor's batch queues the renewal again)
 	p := ps.start(t, "late-match-after-commit")
-	start := time.Now().AddDate(0, -1, -5).UTC().Truncate(time.Second)
+	start := monthAndDaysAgo()
 	renewal := subEvent(yolfi.TypePaymentConfirmed, "sub_crash", "", "inv_crash_2", start.AddDate(0, 1, 0))
 	if code, err := p.deliver(renewal); err != nil || code != http.StatusOK {
 		t.Fatalf("renewal: %d, %v; want 200", code, err)
@@ -231,4 +231,17 @@ func TestLateMatchSubscriptionSurvivesACrash(t *testing.T) {
 	if got := p2.subCounts(t, "sub_crash"); got != want {
 		t.Errorf("after the restart and a redelivery: %+v, want %+v", got, want)
 	}
+}
+
+// monthAndDaysAgo is a time about a month and five days ago, on a day of
+// the month no later than the 28th: a month later is then on the same
+// day, as the tests' expected period ends take it (a run of periods from
+// the 29th to the 31st ends on shorter months' last days:
+// fulfillment.TestPeriodEnds).
+func monthAndDaysAgo() time.Time {
+	t := time.Now().AddDate(0, -1, -5).UTC().Truncate(time.Second)
+	if t.Day() > 28 {
+		t = t.AddDate(0, 0, 28-t.Day())
+	}
+	return t
 }

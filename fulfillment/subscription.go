@@ -37,7 +37,33 @@ const (
 type Period struct{ Months, Days int }
 
 // After is the end of a period starting at t.
-func (p Period) After(t time.Time) time.Time { return t.AddDate(0, p.Months, p.Days) }
+func (p Period) After(t time.Time) time.Time { return p.afterOn(t, t.Day()) }
+
+// afterOn is the end of a period starting at t, in a run of periods that
+// began on day of the month: its months later on that day, or on the last
+// day of that month when it has fewer days, at t's time; then its days
+// later. A monthly run from January 31st ends on February 28th (29th), March
+// 31st, April 30th: never on March 3rd, where adding a month to January 31st
+// lands (time.AddDate normalizes February 31st), nor, after February, on
+// the 28th of each month.
+//
+// day is t's own day unless t is that day, or the last day of a month
+// shorter than it; a plan with days as well as months counts from t.
+func (p Period) afterOn(t time.Time, day int) time.Time {
+	if p.Months == 0 {
+		return t.AddDate(0, 0, p.Days)
+	}
+	if p.Days != 0 || (day != t.Day() && (day < t.Day() || !lastOfMonth(t))) {
+		day = t.Day()
+	}
+	y, m, _ := t.Date()
+	first := time.Date(y, m+time.Month(p.Months), 1, t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), t.Location())
+	last := first.AddDate(0, 1, -1).Day()
+	return first.AddDate(0, 0, min(day, last)-1+p.Days)
+}
+
+// lastOfMonth says whether t is on the last day of its month.
+func lastOfMonth(t time.Time) bool { return t.AddDate(0, 0, 1).Day() == 1 }
 
 // Plan is what a subscription is sold as.
 type Plan struct {
@@ -299,9 +325,32 @@ func decideRenewal(ev SubscriptionEvent, sub Subscription, plan Plan) Outcome {
 		start = ev.OccurredAt
 	}
 	n := sub.Periods + 1
-	end := plan.Period.After(start)
+	end := plan.Period.afterOn(start, sub.runDay(start))
 	effects := with(with([]Effect{GrantPeriod{Period: n, Start: start, End: end}}, move...), Publish{TopicSubscriptionRenewed})
 	return outcome(DecisionRenewed, fmt.Sprintf("period %d paid: access until %s", n, end.UTC().Format(time.RFC3339)), effects...)
+}
+
+// runDay is the day of the month the periods of sub that a period
+// starting at start follows run from: the day the first of them began,
+// each after the first starting when the one before it ended. A period
+// that starts anew (the first, one after access ended or was cut by a
+// refund) starts its own run: start's day.
+func (sub Subscription) runDay(start time.Time) int {
+	byNumber := make(map[int]Renewal, len(sub.Renewals))
+	for _, r := range sub.Renewals {
+		byNumber[r.Period] = r
+	}
+	r, ok := byNumber[sub.Periods]
+	if !ok || !r.End.Equal(start) {
+		return start.Day()
+	}
+	for {
+		prev, ok := byNumber[r.Period-1]
+		if !ok || !prev.End.Equal(r.Start) {
+			return r.Start.Day()
+		}
+		r = prev
+	}
 }
 
 // decideSubscriptionRefund decides a refund of a payment of sub. A full

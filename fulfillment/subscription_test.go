@@ -266,3 +266,78 @@ func TestSubscriptionRenewedAfterRefund(t *testing.T) {
 		t.Errorf("after a renewal following the refund: %+v, %d periods from %s", a, sub.Periods, sub.PeriodStart)
 	}
 }
+
+// A period of months ends on the day of the month its run of periods
+// began, or on the last day of a month too short for it: never past that
+// month (AddDate turns January 31st plus a month into March 3rd), and a
+// run that passed through a short month keeps its day afterwards.
+func TestPeriodEnds(t *testing.T) {
+	t.Parallel()
+	at := func(y int, m time.Month, d int) time.Time { return time.Date(y, m, d, 10, 30, 0, 0, time.UTC) }
+	cases := []struct {
+		name   string
+		period Period
+		start  time.Time
+		day    int
+		want   time.Time
+	}{
+		{"a month from the 1st", Period{Months: 1}, at(2027, 1, 1), 1, at(2027, 2, 1)},
+		{"a month from the 15th", Period{Months: 1}, at(2027, 3, 15), 15, at(2027, 4, 15)},
+		{"a month from January 31st ends on the last day of February", Period{Months: 1}, at(2027, 1, 31), 31, at(2027, 2, 28)},
+		{"in a leap year, on the 29th", Period{Months: 1}, at(2028, 1, 31), 31, at(2028, 2, 29)},
+		{"the run of the 31st goes back to the 31st after February", Period{Months: 1}, at(2027, 2, 28), 31, at(2027, 3, 31)},
+		{"and to the 30th in a month of 30 days", Period{Months: 1}, at(2027, 3, 31), 31, at(2027, 4, 30)},
+		{"the run of the 30th after February", Period{Months: 1}, at(2027, 2, 28), 30, at(2027, 3, 30)},
+		{"a start on the 28th that is not the month's last keeps its day", Period{Months: 1}, at(2027, 4, 28), 31, at(2027, 5, 28)},
+		{"a start on another day than its run's keeps its own (periods computed before)", Period{Months: 1}, at(2027, 3, 3), 31, at(2027, 4, 3)},
+		{"a year from February 29th", Period{Months: 12}, at(2028, 2, 29), 29, at(2029, 2, 28)},
+		{"a run of February 29th returns to it in a leap year", Period{Months: 12}, at(2031, 2, 28), 29, at(2032, 2, 29)},
+		{"three months from November 30th", Period{Months: 3}, at(2027, 11, 30), 30, at(2028, 2, 29)},
+		{"days only: counted from the start", Period{Days: 30}, at(2027, 1, 31), 31, at(2027, 3, 2)},
+		{"months and days: counted from the start", Period{Months: 1, Days: 1}, at(2027, 1, 31), 31, at(2027, 3, 1)},
+	}
+	for _, c := range cases {
+		if got := c.period.afterOn(c.start, c.day); !got.Equal(c.want) {
+			t.Errorf("%s: %+v from %s (day %d) ends %s, want %s", c.name, c.period, c.start.Format(time.DateOnly), c.day,
+				got.Format(time.RFC3339), c.want.Format(time.RFC3339))
+		}
+	}
+	if got, want := (Period{Months: 1}).After(at(2027, 1, 31)), at(2027, 2, 28); !got.Equal(want) {
+		t.Errorf("After(January 31st) = %s, want %s", got, want)
+	}
+}
+
+// The renewals of a subscription first paid on January 31st: each period
+// follows the one before, on the 31st or the month's last day — the run's
+// day, read from the periods paid. A period after access ended starts a
+// run of its own.
+func TestMonthlyRenewalsKeepTheirDay(t *testing.T) {
+	t.Parallel()
+	jan31 := time.Date(2027, 1, 31, 9, 0, 0, 0, time.UTC)
+	_, sub := run(renewal(jan31, "inv_1", "pay_1"), renewal(jan31.AddDate(0, 0, 27), "inv_2", "pay_2"),
+		renewal(jan31.AddDate(0, 0, 58), "inv_3", "pay_3"), renewal(jan31.AddDate(0, 0, 88), "inv_4", "pay_4"))
+	want := []string{"2027-01-31", "2027-02-28", "2027-03-31", "2027-04-30", "2027-05-31"}
+	byNumber := map[int]Renewal{}
+	for _, r := range sub.Renewals {
+		byNumber[r.Period] = r
+	}
+	got := []string{byNumber[1].Start.Format(time.DateOnly)}
+	for n := 1; n <= 4; n++ {
+		got = append(got, byNumber[n].End.Format(time.DateOnly))
+	}
+	if !reflect.DeepEqual(got, want) || sub.Periods != 4 || !sub.PeriodEnd.Equal(time.Date(2027, 5, 31, 9, 0, 0, 0, time.UTC)) {
+		t.Errorf("periods run %v (%d periods, ending %s), want %v", got, sub.Periods, sub.PeriodEnd, want)
+	}
+
+	// Access ended on May 31st; a payment on June 15th starts a run of the
+	// 15th.
+	sub.State = SubExpired
+	jun15 := time.Date(2027, 6, 15, 12, 0, 0, 0, time.UTC)
+	out := DecideSubscription(renewal(jun15, "inv_5", "pay_5"), sub, monthly)
+	if len(out.Effects) == 0 {
+		t.Fatalf("renewal after expiry: %+v", out)
+	}
+	if g, ok := out.Effects[0].(GrantPeriod); !ok || !g.Start.Equal(jun15) || !g.End.Equal(jun15.AddDate(0, 1, 0)) {
+		t.Errorf("renewal after expiry grants %+v, want June 15th to July 15th", out.Effects[0])
+	}
+}
