@@ -330,17 +330,17 @@ func decideRenewal(ev SubscriptionEvent, sub Subscription, plan Plan) Outcome {
 	return outcome(DecisionRenewed, fmt.Sprintf("period %d paid: access until %s", n, end.UTC().Format(time.RFC3339)), effects...)
 }
 
-// runDay is the day of the month the periods of sub that a period
+// runDay is the day of the month the periods of s that a period
 // starting at start follows run from: the day the first of them began,
 // each after the first starting when the one before it ended. A period
 // that starts anew (the first, one after access ended or was cut by a
 // refund) starts its own run: start's day.
-func (sub Subscription) runDay(start time.Time) int {
-	byNumber := make(map[int]Renewal, len(sub.Renewals))
-	for _, r := range sub.Renewals {
+func (s Subscription) runDay(start time.Time) int {
+	byNumber := make(map[int]Renewal, len(s.Renewals))
+	for _, r := range s.Renewals {
 		byNumber[r.Period] = r
 	}
-	r, ok := byNumber[sub.Periods]
+	r, ok := byNumber[s.Periods]
 	if !ok || !r.End.Equal(start) {
 		return start.Day()
 	}
