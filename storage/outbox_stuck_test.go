@@ -146,3 +146,55 @@ func TestDeliveryRecordIsHOT(t *testing.T) {
 	}
 	noIndexCovers(t, conn, "outbox_messages", "state", "processed_at", "attempts", "last_status", "last_error")
 }
+
+// A dispatcher records a batch of deliveries in one transaction, in which
+// no page can be pruned: every message of the batch needs room for its
+// new version on its own page (fillfactor, migration 039) for its update to
+// be HOT. Forty messages of a realistic payload (fulfillment.requested of
+// an order whose merchant id and SKU are of a real size) fill several
+// pages; all forty updates must be HOT.
+func TestDeliveryBatchIsHOT(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	const orders = 40
+	for i := range orders {
+		mo := fmt.Sprintf("order-2027-01-%05d-web-checkout", i)
+		spec, err := fulfillment.OrderDraft{
+			OrgID: "org_a", Environment: "live", MerchantOrderID: mo,
+			Lines: []fulfillment.LineDraft{{SKU: "enterprise-license-key-server-annual", Kind: "external", Quantity: 1,
+				Currency: "USD", MinorUnits: 3000, Destination: "licenses"}},
+			Settlement: &fulfillment.SettlementDraft{Token: "USDT", Network: "TRON", Amount: "30.000000"},
+		}.Validate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.OrderCreate(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.InboxInsert(ctx, confirmedEvent(fmt.Sprintf("p%d", i), mo), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	processAll(t, s, orders)
+	var size int
+	if err := conn.QueryRow(ctx, `SELECT avg(pg_column_size(m.*))::int FROM outbox_messages m`).Scan(&size); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := s.OutboxQueue("licenses").Claim(ctx, worker.ClaimParams{Owner: "w", Limit: orders, Lease: time.Minute, MaxAttempts: 5})
+	if err != nil || len(claims) != orders {
+		t.Fatalf("claim = %d messages, %v; want %d", len(claims), err, orders)
+	}
+	batch := make([]fulfillment.MessageAttempt, len(claims))
+	for i, c := range claims {
+		batch[i] = fulfillment.MessageAttempt{ID: c.ID, DeliveryAttempt: fulfillment.DeliveryAttempt{
+			Outcome: fulfillment.OutcomeDelivered, Status: 204, Reason: "test", StartedAt: time.Now()}}
+	}
+	if lost, err := s.OutboxRecord(ctx, "w", batch); err != nil || len(lost) > 0 {
+		t.Fatalf("record = %v lost, %v", lost, err)
+	}
+	updates, hot := tableUpdates(t, s, conn, "outbox_messages", orders)
+	if updates != orders || hot != orders {
+		t.Errorf("outbox_messages of %d bytes: %d updates recording one batch, %d of them HOT; want %d, all HOT", size, updates, hot, orders)
+	}
+}
