@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/storage"
 	"github.com/fulfillplatform/fulfillment/worker"
 )
 
@@ -114,26 +115,8 @@ func TestOutboxStuckFollowTheMessages(t *testing.T) {
 func TestDeliveryRecordIsHOT(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
-	ctx := context.Background()
 	const orders = 12
-	for i := range orders {
-		spec, err := fulfillment.OrderDraft{
-			OrgID: "org_a", Environment: "live", MerchantOrderID: fmt.Sprintf("hot-%d", i),
-			Lines: []fulfillment.LineDraft{
-				{SKU: "key-server", Kind: "external", Quantity: 1, Currency: "USD", MinorUnits: 3000, Destination: "licenses"},
-			},
-			Settlement: &fulfillment.SettlementDraft{Token: "USDT", Network: "TRON", Amount: "30.000000"},
-		}.Validate()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := s.OrderCreate(ctx, spec); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.InboxInsert(ctx, confirmedEvent(fmt.Sprintf("p%d", i), fmt.Sprintf("hot-%d", i)), []byte("{}")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	payExternalOrders(t, s, orders, "hot-%d", "key-server")
 	processAll(t, s, orders)
 	for range orders {
 		deliverNext(t, s, "licenses", fulfillment.OutcomeDelivered)
@@ -158,24 +141,7 @@ func TestDeliveryBatchIsHOT(t *testing.T) {
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
 	const orders = 40
-	for i := range orders {
-		mo := fmt.Sprintf("order-2027-01-%05d-web-checkout", i)
-		spec, err := fulfillment.OrderDraft{
-			OrgID: "org_a", Environment: "live", MerchantOrderID: mo,
-			Lines: []fulfillment.LineDraft{{SKU: "enterprise-license-key-server-annual", Kind: "external", Quantity: 1,
-				Currency: "USD", MinorUnits: 3000, Destination: "licenses"}},
-			Settlement: &fulfillment.SettlementDraft{Token: "USDT", Network: "TRON", Amount: "30.000000"},
-		}.Validate()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := s.OrderCreate(ctx, spec); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.InboxInsert(ctx, confirmedEvent(fmt.Sprintf("p%d", i), mo), []byte("{}")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	payExternalOrders(t, s, orders, "order-2027-01-%05d-web-checkout", "enterprise-license-key-server-annual")
 	processAll(t, s, orders)
 	var size int
 	if err := conn.QueryRow(ctx, `SELECT avg(pg_column_size(m.*))::int FROM outbox_messages m`).Scan(&size); err != nil {
@@ -196,5 +162,31 @@ func TestDeliveryBatchIsHOT(t *testing.T) {
 	updates, hot := tableUpdates(t, s, conn, "outbox_messages", orders)
 	if updates != orders || hot != orders {
 		t.Errorf("outbox_messages of %d bytes: %d updates recording one batch, %d of them HOT; want %d, all HOT", size, updates, hot, orders)
+	}
+}
+
+// payExternalOrders creates n orders, each with one external line of sku
+// for the licenses destination and a merchant order id of format (from
+// its number), and stores a payment of each.
+func payExternalOrders(t *testing.T, s *storage.Store, n int, format, sku string) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		mo := fmt.Sprintf(format, i)
+		spec, err := fulfillment.OrderDraft{
+			OrgID: "org_a", Environment: "live", MerchantOrderID: mo,
+			Lines: []fulfillment.LineDraft{{SKU: sku, Kind: "external", Quantity: 1, Currency: "USD", MinorUnits: 3000,
+				Destination: "licenses"}},
+			Settlement: &fulfillment.SettlementDraft{Token: "USDT", Network: "TRON", Amount: "30.000000"},
+		}.Validate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.OrderCreate(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.InboxInsert(ctx, confirmedEvent(fmt.Sprintf("p%d", i), mo), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
