@@ -35,8 +35,12 @@ type Destination struct {
 // destination's concurrency) and records in one transaction. A worker that
 // stops in between leaves sent messages unrecorded: they are sent again,
 // which such a destination applies once. (A destination that does not
-// honour idempotency keys gets one message per claim.)
-const idempotentBatch = 32
+// honour idempotency keys gets one message per claim.) A claim, a load and
+// a record cost round trips and a commit per batch whatever its size: in
+// the bench's drain of 4,000 messages, batches of 64 delivered 8,491 to
+// 9,737 messages/s (0.10 commits per delivery) where batches of 32
+// delivered 6,102 to 6,933 (0.16); 128 did no better than 64.
+const idempotentBatch = 64
 
 // recordTimeout bounds recording attempts, which happens even when the
 // dispatcher is stopping: the requests were made.
