@@ -157,6 +157,32 @@ func (b *tab) waitText(sel, want string) {
 	}
 }
 
+// waitLocation waits until the page's URL contains part, for up to a
+// minute. A plain form's submission navigates after Submit returns: until
+// then the page before it is shown, and may hold what the next step waits
+// for (a list before its search), which a step would then act on while the
+// page is being replaced.
+func (b *tab) waitLocation(part string) {
+	b.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	last := "(nothing read)"
+	for {
+		ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
+		loc, err := chromedp.Run(ctx, chromedp.Location())
+		cancel()
+		if err == nil {
+			if strings.Contains(loc, part) {
+				return
+			}
+			last = loc
+		}
+		if time.Now().After(deadline) {
+			b.t.Fatalf("browser: the page is still at %s after a minute, want a URL with %q", last, part)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // count returns how many nodes match sel (without waiting for any).
 func (b *tab) count(sel string) int {
 	b.t.Helper()

@@ -125,8 +125,11 @@ func TestConsoleBrowser(t *testing.T) {
 	step(t, "find the order and read its story", func(t *testing.T) {
 		admin.t = t
 		admin.open(base+"/console/orders", "#q")
-		admin.do("searching", chromedp.SendKeys(chromedp.CSS("#q"), consoleDupMOI), chromedp.Submit(chromedp.CSS("#q")),
-			chromedp.WaitVisible(chromedp.CSS("[data-testid=orders]")))
+		admin.do("searching", chromedp.SendKeys(chromedp.CSS("#q"), consoleDupMOI), chromedp.Submit(chromedp.CSS("#q")))
+		// The list before the search has the same table: wait for the
+		// search's page.
+		admin.waitLocation("q=" + consoleDupMOI)
+		admin.do("reading the results", chromedp.WaitVisible(chromedp.CSS("[data-testid=orders]")))
 		admin.accessible("orders")
 		admin.click("[data-testid=orders] tbody tr a", "[data-testid=timeline]")
 		if !strings.HasSuffix(admin.location(), "/console/orders/"+order.GetId()) {
