@@ -76,37 +76,41 @@ func NewMix(src Source, orders []Order, redeliver, outOfOrder float64) *Mix {
 // Next picks the next event to send. Once every order's confirmation has
 // been sent it falls back to redeliveries (counted by Exhausted), or with
 // StopWhenExhausted reports ok = false.
+// A call that drew an order always returns it, even when another call
+// found none left meanwhile: its confirmation is one of every order's.
 func (m *Mix) Next() (ev Event, k Kind, ok bool) {
-	ev, k = m.next1()
-	if m.StopWhenExhausted && m.exhaustedNow.Load() {
+	ev, k, drawn := m.next1()
+	if m.StopWhenExhausted && !drawn && m.exhaustedNow.Load() {
 		return Event{}, k, false
 	}
 	return ev, k, true
 }
 
-func (m *Mix) next1() (Event, Kind) {
+// next1 picks the next event; drawn says it is the confirmation of an
+// order drawn from the list.
+func (m *Mix) next1() (Event, Kind, bool) {
 	r := rand.Float64()
 	if r < m.Redeliver {
 		if ev, ok := m.pick(); ok {
-			return ev, KindRedelivery
+			return ev, KindRedelivery, false
 		}
 	} else if r < m.Redeliver+m.OutOfOrder {
 		if ev, ok := m.pickConfirmed(); ok {
-			return m.Source.Stale(ev), KindOutOfOrder
+			return m.Source.Stale(ev), KindOutOfOrder, false
 		}
 	}
 	i := m.next.Add(1) - 1
 	if int(i) < len(m.orders) {
-		return m.Source.Confirmed(m.orders[i].MerchantOrderID), KindNew
+		return m.Source.Confirmed(m.orders[i].MerchantOrderID), KindNew, true
 	}
 	m.exhausted.Add(1)
 	m.exhaustedNow.Store(true)
 	if ev, ok := m.pick(); ok {
-		return ev, KindRedelivery
+		return ev, KindRedelivery, false
 	}
 	// Nothing acknowledged yet and no order left: a confirmation for an
 	// unknown order (recorded as unmatched).
-	return m.Source.Confirmed("unknown-order"), KindNew
+	return m.Source.Confirmed("unknown-order"), KindNew, false
 }
 
 func (m *Mix) pick() (Event, bool) {
