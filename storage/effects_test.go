@@ -183,21 +183,7 @@ func TestBatchWaitingForAnOrderSeesWhatItsHolderWrote(t *testing.T) {
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim = %v, %v", claims, err)
 	}
-	// The lock's holder has a connection of its own: pg_stat_activity,
-	// read in a transaction, is as its first read found it.
-	holderConn, err := pgx.ConnectConfig(ctx, conn.Config().Copy())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holderConn.Close(context.Background()) }()
-	holder, err := holderConn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(ctx) }()
-	if _, err := holder.Exec(ctx, `SELECT 1 FROM orders WHERE merchant_order_id = 'm-1' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	holder, holderPID := holdOrderLock(t, conn, `merchant_order_id = 'm-1'`)
 	if _, err := holder.Exec(ctx, `
 		INSERT INTO payment_attempts (order_id, provider, attempt_ref, state)
 		SELECT id, 'tbank', 'pay-m-1', 'expired' FROM orders WHERE merchant_order_id = 'm-1'`); err != nil {
@@ -210,18 +196,7 @@ func TestBatchWaitingForAnOrderSeesWhatItsHolderWrote(t *testing.T) {
 	}()
 	// Once the batch waits for the order's lock, the holder commits. A
 	// batch that ends before it waits has failed the test.
-	deadline := time.Now().Add(30 * time.Second)
-	for count(t, conn, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`) == 0 {
-		select {
-		case err := <-done:
-			t.Fatalf("the batch ended (%v) without waiting for the order's lock", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the batch never waited for the order's lock")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitForLockWaiter(t, conn, holderPID, "the batch", done)
 	if err := holder.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -360,4 +335,49 @@ func effectRows(t *testing.T, conn *pgx.Conn) string {
 	}
 	parts = append(parts, fmt.Sprintf("ledger sum=%d", count(t, conn, "SELECT coalesce(sum(minor_units), 0)::int FROM ledger_entries")))
 	return strings.Join(parts, " ")
+}
+
+// holdOrderLock begins a transaction that locks the orders where selects
+// (FOR UPDATE), on a connection of its own — pg_stat_activity, read inside
+// a transaction, stays as its first read found it, so the test's own
+// connection must not hold the lock — and returns it with its backend's
+// pid. The transaction is rolled back and the connection closed at the
+// test's end, unless the test commits it first.
+func holdOrderLock(t *testing.T, conn *pgx.Conn, where string, args ...any) (pgx.Tx, uint32) {
+	t.Helper()
+	ctx := context.Background()
+	holderConn, err := pgx.ConnectConfig(ctx, conn.Config().Copy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holderConn.Close(context.Background()) })
+	holder, err := holderConn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Rollback(context.Background()) })
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM orders WHERE `+where+` FOR UPDATE`, args...); err != nil {
+		t.Fatal(err)
+	}
+	return holder, holderConn.PgConn().PID()
+}
+
+// waitForLockWaiter waits, for up to 30 s, until a backend of the test's
+// database other than the holder's waits for a lock; who (running in the
+// background, its result on done) failing to wait fails the test.
+func waitForLockWaiter(t *testing.T, conn *pgx.Conn, holderPID uint32, who string, done <-chan error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for count(t, conn, `SELECT count(*) FROM pg_stat_activity
+		WHERE wait_event_type = 'Lock' AND datname = current_database() AND pid <> $1`, holderPID) == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("%s ended (%v) without waiting for the order's lock", who, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never waited for the order's lock", who)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/storage"
 )
@@ -243,34 +241,13 @@ func TestStartFinishTakesTheOrderLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	holderConn, err := pgx.ConnectConfig(ctx, conn.Config().Copy())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holderConn.Close(context.Background()) }()
-	holder, err := holderConn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = holder.Rollback(ctx) }()
-	if _, err := holder.Exec(ctx, `SELECT 1 FROM orders WHERE id = $1::uuid FOR UPDATE`, order); err != nil {
-		t.Fatal(err)
-	}
+	holder, holderPID := holdOrderLock(t, conn, "id = $1::uuid", order)
 	done := make(chan error, 1)
 	go func() {
 		_, err := s.StartFinish(ctx, st.ID, fulfillment.StartOutcome{State: fulfillment.StartStarted, PaymentID: "100"})
 		done <- err
 	}()
-	waitFor(t, "StartFinish to wait for the order's lock", func() bool {
-		select {
-		case err := <-done:
-			t.Fatalf("StartFinish ended (%v) while another transaction held the order's lock", err)
-		default:
-		}
-		return count(t, conn, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND datname = current_database() AND query LIKE '%FOR UPDATE%'
-				AND pid <> $1`, holderConn.PgConn().PID()) == 1
-	})
+	waitForLockWaiter(t, conn, holderPID, "StartFinish", done)
 	if n := count(t, conn, "SELECT count(*) FROM payment_attempts WHERE order_id = $1::uuid", order); n != 0 {
 		t.Errorf("%d attempts recorded while the order was locked, want none", n)
 	}
