@@ -343,7 +343,7 @@ func effectRows(t *testing.T, conn *pgx.Conn) string {
 // connection must not hold the lock — and returns it with its backend's
 // pid. The transaction is rolled back and the connection closed at the
 // test's end, unless the test commits it first.
-func holdOrderLock(t *testing.T, conn *pgx.Conn, where string, args ...any) (pgx.Tx, uint32) {
+func holdOrderLock(t *testing.T, conn *pgx.Conn, where string, args ...any) (holder pgx.Tx, pid uint32) {
 	t.Helper()
 	ctx := context.Background()
 	holderConn, err := pgx.ConnectConfig(ctx, conn.Config().Copy())
@@ -351,7 +351,7 @@ func holdOrderLock(t *testing.T, conn *pgx.Conn, where string, args ...any) (pgx
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = holderConn.Close(context.Background()) })
-	holder, err := holderConn.Begin(ctx)
+	holder, err = holderConn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
