@@ -34,10 +34,26 @@ type LockedOrder struct {
 	// ExternalLines are the order's external lines that name a
 	// destination: what RequestDeliveries asks for.
 	ExternalLines []ExternalLine
-	// HasLicenseLines and HasBalanceLines say whether GrantLicenses and
-	// CreditBalances have anything to grant: storage writes nothing for
-	// them otherwise.
-	HasLicenseLines, HasBalanceLines bool
+	// LicenseLines and BalanceLines are what GrantLicenses and
+	// CreditBalances grant: the order's license lines and its balance
+	// credits, read with its lock (lines never change), so that granting
+	// them reads nothing again.
+	LicenseLines []LicenseLine
+	BalanceLines []BalanceLine
+}
+
+// LicenseLine is an order line of licenses: one per unit of Quantity.
+type LicenseLine struct {
+	LineNo   int
+	Quantity int64
+}
+
+// BalanceLine is an order line that credits Account with Amount (the
+// line's unit price times its quantity).
+type BalanceLine struct {
+	LineNo  int
+	Account string
+	Amount  Money
 }
 
 // Ref is what messages about o say of it.

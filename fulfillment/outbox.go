@@ -34,6 +34,21 @@ var OrderTopics = []Topic{TopicOrderFulfilled, TopicOrderRefunded, TopicOrderOnH
 var EventTopics = []Topic{TopicOrderFulfilled, TopicOrderRefunded, TopicOrderOnHold,
 	TopicSubscriptionRenewed, TopicSubscriptionPastDue, TopicSubscriptionAccessEnded}
 
+// TopicState is the state an order event announces, the inverse of
+// StateTopic: "" for a topic that announces no order state.
+func TopicState(t Topic) State {
+	switch t {
+	case TopicOrderFulfilled:
+		return StateFulfilled
+	case TopicOrderRefunded:
+		return StateRefunded
+	case TopicOrderOnHold:
+		return StateOnHold
+	default:
+		return ""
+	}
+}
+
 // StateTopic is the order event announcing that an order entered state s,
 // or "" when entering s is not announced.
 func StateTopic(s State) Topic {

@@ -1,6 +1,7 @@
 package fulfillment
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -41,6 +42,33 @@ func TestPayloadRendering(t *testing.T) {
 		got, err := tc.p.Render()
 		if err != nil || got != tc.want {
 			t.Errorf("%s:\n got %s, %v\nwant %s", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+// TopicState undoes StateTopic: the feed renders an order event's state
+// from its topic, so every announced state must come back from its topic,
+// and a topic announcing no order state must name none.
+func TestTopicStateUndoesStateTopic(t *testing.T) {
+	t.Parallel()
+	announced := 0
+	for _, s := range []State{StatePendingPayment, StatePaid, StateFulfilling, StateFulfilled, StateOnHold,
+		StateCancelled, StateExpired, StateRefunded} {
+		topic := StateTopic(s)
+		if topic == "" {
+			continue
+		}
+		announced++
+		if got := TopicState(topic); got != s {
+			t.Errorf("TopicState(StateTopic(%s)) = %q", s, got)
+		}
+	}
+	if announced != len(OrderTopics) {
+		t.Errorf("%d states announced, want one per order topic (%d)", announced, len(OrderTopics))
+	}
+	for _, topic := range EventTopics {
+		if st := TopicState(topic); (st != "") != slices.Contains(OrderTopics, topic) {
+			t.Errorf("TopicState(%s) = %q", topic, st)
 		}
 	}
 }

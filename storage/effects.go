@@ -46,10 +46,10 @@ type effectWriter struct {
 	attempts        orderedRows[attemptID, attemptRow]
 	refunds         []refundRow
 	orders          orderedRows[string, orderRow]
-	grants          idSet
-	credits         idSet
-	shares          [][]shareRow             // by round
-	sharesByOrder   orderedRows[string, int] // order → its shares so far
+	grants          orderedRows[string, []fulfillment.LicenseLine] // order → its license lines
+	credits         orderedRows[string, []fulfillment.BalanceLine] // order → its balance lines
+	shares          [][]shareRow                                   // by round
+	sharesByOrder   orderedRows[string, int]                       // order → its shares so far
 	reversals       idSet
 	revokes         orderedRows[string, string] // order → reason; first wins
 	periods         []periodRow
@@ -129,7 +129,9 @@ type periodRow struct {
 }
 
 // publishRow is an event to publish: about an order, or about a
-// subscription's period; body is its rendered payload.
+// subscription's period; body is its rendered payload. derived says that
+// the event is stored without it: the feed renders it again from the
+// event and its order (FeedRead).
 type publishRow struct {
 	order, subscription string
 	period              *int
@@ -137,6 +139,7 @@ type publishRow struct {
 	org                 string
 	env                 fulfillment.Environment
 	body                string
+	derived             bool
 }
 
 // lineRequest is the fulfillment.requested message of an order's line.
@@ -198,7 +201,9 @@ func (r *orderedRows[K, V]) values() []V { return r.rows }
 type idSet = orderedRows[string, struct{}]
 
 func (s *Store) newEffectWriter() *effectWriter {
-	return &effectWriter{s: s, at: time.Now(), requested: map[string]bool{}}
+	// In microseconds, what PostgreSQL keeps: the time of an event's body
+	// is its row's created_at, from which the feed renders it again.
+	return &effectWriter{s: s, at: time.Now().Truncate(time.Microsecond), requested: map[string]bool{}}
 }
 
 // orderStep adds the effects of an inbox event's decision (st, the step of
@@ -221,12 +226,12 @@ func (w *effectWriter) orderStep(le leasedEvent, st fulfillment.Step) error {
 			o := w.order(m.ID)
 			o.paid, o.refs = true, p.PaidRefs()
 		case fulfillment.GrantLicenses:
-			if m.HasLicenseLines {
-				w.grants.add(m.ID)
+			if len(m.LicenseLines) > 0 {
+				*w.grants.at(m.ID) = m.LicenseLines
 			}
 		case fulfillment.CreditBalances:
-			if m.HasBalanceLines {
-				w.credits.add(m.ID)
+			if len(m.BalanceLines) > 0 {
+				*w.credits.at(m.ID) = m.BalanceLines
 			}
 		case fulfillment.ReverseCredits:
 			w.reversals.add(m.ID)
@@ -333,13 +338,17 @@ func (w *effectWriter) subscriptionStep(rec *fulfillment.SubscriptionRecord, pla
 	return nil
 }
 
-// publishOrder adds the order event topic of o, in state.
+// publishOrder adds the order event topic of o, in state. Its body is all
+// facts the feed has without it — the order (whose ref and total never
+// change), the state its topic announces, the event's time — so the event
+// is stored without it, unless state is not its topic's.
 func (w *effectWriter) publishOrder(o fulfillment.OrderRef, topic fulfillment.Topic, state fulfillment.State, total fulfillment.Money) error {
 	body, err := fulfillment.OrderEventBody(topic, o, state, total, w.at).Render()
 	if err != nil {
 		return fmt.Errorf("rendering %s: %w", topic, err)
 	}
-	w.publishes = append(w.publishes, publishRow{order: o.OrderID, topic: topic, org: o.OrgID, env: o.Environment, body: body})
+	w.publishes = append(w.publishes, publishRow{order: o.OrderID, topic: topic, org: o.OrgID, env: o.Environment, body: body,
+		derived: state == fulfillment.TopicState(topic)})
 	return nil
 }
 
@@ -382,7 +391,7 @@ func (w *effectWriter) order(id string) *orderRow {
 
 // write queues the statements, in the order the writer's comment gives,
 // and reports what they queue for listeners.
-func (w *effectWriter) write(b *pgx.Batch) queued {
+func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 	var q queued
 	if rows := w.attempts.values(); len(rows) > 0 {
 		var ins, upd attemptColumns
@@ -459,25 +468,43 @@ func (w *effectWriter) write(b *pgx.Batch) queued {
 				AS u (id, state, paid, attempt_ref, invoice_id, payment_id)
 			WHERE o.id = u.id::uuid`, id, state, paid, attemptRef, invoiceID, paymentID)
 	}
-	if ids := w.grants.keys(); len(ids) > 0 {
-		// One license per unit. The rules grant an order's lines once, when
-		// its payment moves it out of pending_payment under its row lock:
-		// the unique key makes a second grant an error (the batch fails and
-		// its events are tried alone), never a second license, and a plain
-		// insert spares each row the conflict check and its WAL record.
+	if len(w.grants.keys()) > 0 {
+		// One license per unit, of the lines read with the order's lock.
+		// The rules grant an order's lines once, when its payment moves it
+		// out of pending_payment under that lock: the unique key makes a
+		// second grant an error (the batch fails and its events are tried
+		// alone), never a second license, and a plain insert spares each
+		// row the conflict check and its WAL record.
+		var order []string
+		var line []int
+		var quantity []int64
+		for i, id := range w.grants.keys() {
+			for _, l := range w.grants.values()[i] {
+				order, line, quantity = append(order, id), append(line, l.LineNo), append(quantity, l.Quantity)
+			}
+		}
 		b.Queue(`
 			INSERT INTO entitlements (order_id, line_no, unit, kind, value)
-			SELECT l.order_id, l.line_no, u, 'license', 'LIC-' || upper(replace(gen_random_uuid()::text, '-', ''))
-			FROM order_lines l, generate_series(1, l.quantity) AS u
-			WHERE l.order_id = ANY($1::uuid[]) AND l.kind = 'license'`, ids)
+			SELECT g.order_id, g.line_no, u, 'license', 'LIC-' || upper(replace(gen_random_uuid()::text, '-', ''))
+			FROM unnest($1::uuid[], $2::int[], $3::bigint[]) AS g (order_id, line_no, quantity),
+				generate_series(1, g.quantity) AS u`, order, line, quantity)
 	}
-	if ids := w.credits.keys(); len(ids) > 0 {
-		// Once per line, as the licenses.
+	if len(w.credits.keys()) > 0 {
+		// One credit per line, ever, as the licenses.
+		var order, account, currency []string
+		var line []int
+		var minor []int64
+		for i, id := range w.credits.keys() {
+			for _, l := range w.credits.values()[i] {
+				order, line, account = append(order, id), append(line, l.LineNo), append(account, l.Account)
+				currency, minor = append(currency, l.Amount.Currency), append(minor, l.Amount.MinorUnits)
+			}
+		}
 		b.Queue(`
 			INSERT INTO ledger_entries (order_id, line_no, account_ref, movement, currency, minor_units)
-			SELECT l.order_id, l.line_no, l.account_ref, 'credit', l.currency, l.unit_minor_units * l.quantity
-			FROM order_lines l
-			WHERE l.order_id = ANY($1::uuid[]) AND l.kind = 'balance_credit'`, ids)
+			SELECT c.order_id, c.line_no, c.account_ref, 'credit', c.currency, c.minor_units
+			FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::bigint[])
+				AS c (order_id, line_no, account_ref, currency, minor_units)`, order, line, account, currency, minor)
 	}
 	for _, round := range w.shares {
 		var order, ref []string
@@ -573,12 +600,37 @@ func (w *effectWriter) write(b *pgx.Batch) queued {
 		q.messages = true
 	}
 	if len(w.publishes) > 0 {
-		q.add(w.s.queuePublishes(b, w.publishes))
+		q.add(w.s.queuePublishes(b, w.publishes, w.at))
 	}
 	if ids := w.withdrawals.keys(); len(ids) > 0 {
-		q.add(queueWithdrawals(b, ids))
+		withdrawn, err := w.withdrawn(ids)
+		if err != nil {
+			return q, err
+		}
+		q.add(queueWithdrawals(b, withdrawn))
 	}
-	return q
+	return q, nil
+}
+
+// withdrawn is the order.refunded event of each order of ids: the rules
+// withdraw an order's deliveries in the decision that refunds it, which
+// publishes that event.
+func (w *effectWriter) withdrawn(ids []string) ([]publishRow, error) {
+	refunded := map[string]publishRow{}
+	for _, p := range w.publishes {
+		if p.topic == fulfillment.TopicOrderRefunded && p.order != "" {
+			refunded[p.order] = p
+		}
+	}
+	rows := make([]publishRow, 0, len(ids))
+	for _, id := range ids {
+		p, ok := refunded[id]
+		if !ok {
+			return nil, fmt.Errorf("withdrawing the deliveries of order %s: it publishes no %s", id, fulfillment.TopicOrderRefunded)
+		}
+		rows = append(rows, p)
+	}
+	return rows, nil
 }
 
 // orderItem is the item of kind that the event le opens, about its order

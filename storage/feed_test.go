@@ -2,6 +2,8 @@ package storage_test
 
 import (
 	"context"
+	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 
@@ -82,4 +84,102 @@ func TestFeedNeverSkipsAnEventCommittedLate(t *testing.T) {
 	if len(got) != 2 || got[0] != ids[0] || got[1] != ids[1] {
 		t.Fatalf("read %v, want %v: the older transaction's event first", got, ids)
 	}
+}
+
+// An order event is stored without its body (migration 040): the feed
+// renders it from the order, the topic and the event's time. What it
+// renders is the body its outbox messages carry, and what the down
+// migration stores again; a subscription event keeps its own.
+func TestFeedRendersTheBodiesOfOrderEvents(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	scenarioOrders(t, s)
+	events := batchScenario()
+	for _, ev := range events {
+		if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	processAll(t, s, len(events))
+
+	var stored, rendered, subscriptions int
+	err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE payload IS NOT NULL AND order_id IS NOT NULL),
+		count(*) FILTER (WHERE payload IS NULL), count(*) FILTER (WHERE payload IS NOT NULL AND subscription_id IS NOT NULL)
+		FROM order_events`).Scan(&stored, &rendered, &subscriptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored != 0 || rendered == 0 || subscriptions == 0 {
+		t.Fatalf("order events with a stored body %d, without %d; subscription events with one %d: want 0, some, some",
+			stored, rendered, subscriptions)
+	}
+
+	// Every event is announced to crm: the feed's body is its message's.
+	feed := readWholeFeed(t, s, rendered+subscriptions)
+	for _, e := range feed {
+		var messages int
+		err := conn.QueryRow(ctx, `SELECT count(*) FROM outbox_messages
+			WHERE destination_id = 'crm' AND topic = $1 AND coalesce(order_id::text, subscription_id::text) = $2
+				AND payload = $3::jsonb`,
+			e.Topic, e.OrderID+e.SubscriptionID, string(e.Payload)).Scan(&messages)
+		if err != nil || messages != 1 {
+			t.Errorf("%d messages (%v) announce %s of %s%s with the feed's body\n%s", messages, err, e.Topic, e.OrderID,
+				e.SubscriptionID, e.Payload)
+		}
+	}
+
+	// The version before stores every body; the feed reads the same.
+	m, v := migrator(t, conn, "_order_events_rendered.sql")
+	if err := m.MigrateTo(ctx, v-1); err != nil {
+		t.Fatal(err)
+	}
+	var missing int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM order_events WHERE payload IS NULL`).Scan(&missing); err != nil || missing != 0 {
+		t.Fatalf("%d events without a body at version %d (%v)", missing, v-1, err)
+	}
+	before := readWholeFeed(t, s, len(feed))
+	for i, e := range before {
+		if !sameJSON(t, string(e.Payload), string(feed[i].Payload)) {
+			t.Errorf("at version %d the body of %s of %s%s is\n%s\nwant\n%s", v-1, e.Topic, e.OrderID, e.SubscriptionID,
+				e.Payload, feed[i].Payload)
+		}
+	}
+	if err := m.MigrateTo(ctx, int32(len(m.Migrations))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readWholeFeed reads the feed from its start until it holds n events:
+// transactions of other tests, in other databases of the cluster, may hold
+// the horizon back a while (transaction ids are cluster-wide).
+func readWholeFeed(t *testing.T, s *storage.Store, n int) []fulfillment.OrderEvent {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		events, err := s.FeedRead(context.Background(), fulfillment.FeedParams{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(events) >= n || time.Now().After(deadline) {
+			if len(events) != n {
+				t.Fatalf("the feed holds %d events, want %d", len(events), n)
+			}
+			return events
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// sameJSON reports whether a and b are the same JSON value.
+func sameJSON(t *testing.T, a, b string) bool {
+	t.Helper()
+	var va, vb any
+	if err := json.Unmarshal([]byte(a), &va); err != nil {
+		t.Fatalf("%s: %v", a, err)
+	}
+	if err := json.Unmarshal([]byte(b), &vb); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	return reflect.DeepEqual(va, vb)
 }

@@ -145,7 +145,10 @@ func (s *Store) applySteps(ctx context.Context, tx pgx.Tx, b *pgx.Batch, events 
 	if b == nil {
 		b = &pgx.Batch{}
 	}
-	q := w.write(b)
+	q, err := w.write(b)
+	if err != nil {
+		return q, err
+	}
 	if record {
 		decided.queue(b)
 	}
@@ -327,8 +330,12 @@ type lockedOrderRow struct {
 	StartedSessions     []string                `db:"started_sessions"`
 	// Its lines.
 	HasExternalLines bool     `db:"has_external_lines"`
-	HasLicenseLines  bool     `db:"has_license_lines"`
-	HasBalanceLines  bool     `db:"has_balance_lines"`
+	LicenseLineNo    []int    `db:"license_line_no"`
+	LicenseQuantity  []int64  `db:"license_quantity"`
+	BalanceLineNo    []int    `db:"balance_line_no"`
+	BalanceAccount   []string `db:"balance_account"`
+	BalanceCurrency  []string `db:"balance_currency"`
+	BalanceMinor     []int64  `db:"balance_minor_units"`
 	SubscriptionPlan *string  `db:"subscription_plan"`
 	SubscriptionFor  *string  `db:"subscription_for"`
 	LineNo           []int    `db:"line_no"`
@@ -383,13 +390,13 @@ const lockedOrdersSelect = `
 		o.settlement_token, o.settlement_network, o.settlement_amount::text, o.settlement_tolerance::text,
 		o.paid_at IS NOT NULL AS paid, o.paid_attempt_ref, o.paid_invoice_id, o.paid_payment_id,
 		%s AS started_sessions,
-		l.has_external_lines, l.has_license_lines, l.has_balance_lines, l.subscription_plan, l.subscription_for,
-		l.line_no, l.line_sku, l.line_quantity, l.line_currency, l.line_minor_units, l.line_destination
+		l.has_external_lines, l.subscription_plan, l.subscription_for,
+		l.line_no, l.line_sku, l.line_quantity, l.line_currency, l.line_minor_units, l.line_destination,
+		l.license_line_no, l.license_quantity,
+		l.balance_line_no, l.balance_account, l.balance_currency, l.balance_minor_units
 	FROM orders o
 	CROSS JOIN LATERAL (
 		SELECT coalesce(bool_or(kind = 'external'), false) AS has_external_lines,
-			coalesce(bool_or(kind = 'license'), false) AS has_license_lines,
-			coalesce(bool_or(kind = 'balance_credit'), false) AS has_balance_lines,
 			(array_agg(plan_id ORDER BY line_no) FILTER (WHERE kind = 'subscription'))[1] AS subscription_plan,
 			(array_agg(account_ref ORDER BY line_no) FILTER (WHERE kind = 'subscription'))[1] AS subscription_for,
 			array_agg(line_no ORDER BY line_no) FILTER (WHERE ` + requestedLine + `) AS line_no,
@@ -397,7 +404,13 @@ const lockedOrdersSelect = `
 			array_agg(quantity ORDER BY line_no) FILTER (WHERE ` + requestedLine + `) AS line_quantity,
 			array_agg(currency ORDER BY line_no) FILTER (WHERE ` + requestedLine + `) AS line_currency,
 			array_agg(unit_minor_units ORDER BY line_no) FILTER (WHERE ` + requestedLine + `) AS line_minor_units,
-			array_agg(destination ORDER BY line_no) FILTER (WHERE ` + requestedLine + `) AS line_destination
+			array_agg(destination ORDER BY line_no) FILTER (WHERE ` + requestedLine + `) AS line_destination,
+			array_agg(line_no ORDER BY line_no) FILTER (WHERE kind = 'license') AS license_line_no,
+			array_agg(quantity ORDER BY line_no) FILTER (WHERE kind = 'license') AS license_quantity,
+			array_agg(line_no ORDER BY line_no) FILTER (WHERE kind = 'balance_credit') AS balance_line_no,
+			array_agg(account_ref ORDER BY line_no) FILTER (WHERE kind = 'balance_credit') AS balance_account,
+			array_agg(currency ORDER BY line_no) FILTER (WHERE kind = 'balance_credit') AS balance_currency,
+			array_agg(unit_minor_units * quantity ORDER BY line_no) FILTER (WHERE kind = 'balance_credit') AS balance_minor_units
 		FROM order_lines WHERE order_id = o.id) l`
 
 // lockOrders locks every order the events name, in id order
@@ -519,7 +532,7 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 // order is the order row holds.
 func (row *lockedOrderRow) order() (*fulfillment.LockedOrder, error) {
 	o := &fulfillment.LockedOrder{ID: row.ID.String(), OrgID: row.OrgID, Environment: row.Environment,
-		MerchantOrderID: row.MerchantOrderID, HasLicenseLines: row.HasLicenseLines, HasBalanceLines: row.HasBalanceLines,
+		MerchantOrderID: row.MerchantOrderID,
 		PaidOrder: fulfillment.PaidOrder{
 			State: row.State, Total: fulfillment.Money{Currency: row.TotalCurrency, MinorUnits: row.TotalMinorUnits},
 			HasExternalLines: row.HasExternalLines, HasSubscriptionLines: row.SubscriptionPlan != nil, Paid: row.Paid,
@@ -537,6 +550,13 @@ func (row *lockedOrderRow) order() (*fulfillment.LockedOrder, error) {
 		o.ExternalLines = append(o.ExternalLines, fulfillment.ExternalLine{LineNo: no, SKU: row.LineSKU[i], Quantity: row.LineQuantity[i],
 			UnitPrice:   fulfillment.Money{Currency: row.LineCurrency[i], MinorUnits: row.LineMinorUnits[i]},
 			Destination: row.LineDestination[i]})
+	}
+	for i, no := range row.LicenseLineNo {
+		o.LicenseLines = append(o.LicenseLines, fulfillment.LicenseLine{LineNo: no, Quantity: row.LicenseQuantity[i]})
+	}
+	for i, no := range row.BalanceLineNo {
+		o.BalanceLines = append(o.BalanceLines, fulfillment.BalanceLine{LineNo: no, Account: row.BalanceAccount[i],
+			Amount: fulfillment.Money{Currency: row.BalanceCurrency[i], MinorUnits: row.BalanceMinor[i]}})
 	}
 	return o, nil
 }

@@ -114,28 +114,35 @@ func queueLineRequests(b *pgx.Batch, rows []lineRequest) {
 		fulfillment.TopicFulfillmentRequested, orders, lines, dests, keys, orgs, envs, bodies)
 }
 
-// queuePublishes records the events rows publish, in order, and queues a
-// message announcing each to every destination subscribed to its topic.
-// An order publishes each topic once, a subscription each topic once per
-// period (a repeat of which inserts nothing).
-func (s *Store) queuePublishes(b *pgx.Batch, rows []publishRow) queued {
+// queuePublishes records the events rows publish, in order, at at, and
+// queues a message announcing each to every destination subscribed to its
+// topic, with its body. An event whose body the feed renders again
+// (publishRow.derived) is stored without it. An order publishes each topic
+// once, a subscription each topic once per period (a repeat of which
+// inserts nothing: its first row of the batch is the one kept).
+func (s *Store) queuePublishes(b *pgx.Batch, rows []publishRow, at time.Time) queued {
 	var (
 		orders, subs       nulls[string]
 		periods            nulls[int]
 		topics, orgs, envs []string
 		bodies             []string
+		kept               []bool
 	)
 	for _, r := range rows {
 		orders, subs, periods = append(orders, opt(r.order)), append(subs, opt(r.subscription)), append(periods, r.period)
 		topics, orgs, envs, bodies = append(topics, string(r.topic)), append(orgs, r.org), append(envs, string(r.env)), append(bodies, r.body)
+		kept = append(kept, !r.derived)
 	}
 	dTopics, dIDs := s.subscribers(topics)
 	b.Queue(`
-		WITH event AS (
-			INSERT INTO order_events (org_id, environment, order_id, subscription_id, period, topic, payload)
-			SELECT org_id, environment, order_id, subscription_id, period, topic, payload::jsonb
-			FROM unnest($1::text[], $2::text[], $3::uuid[], $4::uuid[], $5::int[], $6::text[], $7::text[]) WITH ORDINALITY
-				AS p (org_id, environment, order_id, subscription_id, period, topic, payload, n)
+		WITH p AS (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $4::uuid[], $5::int[], $6::text[], $7::text[], $8::bool[])
+				WITH ORDINALITY AS p (org_id, environment, order_id, subscription_id, period, topic, payload, kept, n)
+		), event AS (
+			INSERT INTO order_events (org_id, environment, order_id, subscription_id, period, topic, payload, created_at)
+			SELECT org_id, environment, order_id, subscription_id, period, topic,
+				CASE WHEN kept THEN payload::jsonb END, $9::timestamptz
+			FROM p
 			ORDER BY n
 			-- A subscription publishes a topic once per period: a repeat
 			-- inserts nothing. An order enters each announced state once
@@ -143,18 +150,21 @@ func (s *Store) queuePublishes(b *pgx.Batch, rows []publishRow) queued {
 			-- so its events take no conflict check: order_events_order_once
 			-- makes a repeat an error, never a second event.
 			ON CONFLICT (subscription_id, topic, period) WHERE subscription_id IS NOT NULL DO NOTHING
-			RETURNING id, org_id, environment, order_id, subscription_id, period, topic, payload
+			RETURNING id, org_id, environment, order_id, subscription_id, period, topic
 		)
 		INSERT INTO outbox_messages (destination_id, topic, idempotency_key, org_id, environment, order_id,
 			subscription_id, required, payload)
 		SELECT d.id, e.topic,
-			CASE WHEN e.order_id IS NOT NULL THEN format($8::text, e.order_id, e.topic)
-				ELSE format($9::text, e.subscription_id, e.topic, e.period) END,
-			e.org_id, e.environment, e.order_id, e.subscription_id, false, e.payload
-		FROM event e JOIN unnest($10::text[], $11::text[]) AS d (topic, id) ON d.topic = e.topic
-		ORDER BY e.id, d.id
+			CASE WHEN e.order_id IS NOT NULL THEN format($10::text, e.order_id, e.topic)
+				ELSE format($11::text, e.subscription_id, e.topic, e.period) END,
+			e.org_id, e.environment, e.order_id, e.subscription_id, false, p.payload::jsonb
+		FROM event e
+			JOIN p ON p.topic = e.topic
+				AND (p.order_id = e.order_id OR (p.subscription_id = e.subscription_id AND p.period = e.period))
+			JOIN unnest($12::text[], $13::text[]) AS d (topic, id) ON d.topic = e.topic
+		ORDER BY e.id, d.id, p.n
 		ON CONFLICT ON CONSTRAINT outbox_messages_key DO NOTHING`,
-		orgs, envs, orders, subs, periods, topics, bodies,
+		orgs, envs, orders, subs, periods, topics, bodies, kept, at,
 		fulfillment.EventKeyFormat, fulfillment.SubscriptionEventKeyFormat, dTopics, dIDs)
 	return queued{messages: len(dIDs) > 0, events: true}
 }
@@ -175,19 +185,26 @@ func (s *Store) subscribers(topics []string) (pairTopics, ids []string) {
 	return pairTopics, ids
 }
 
-// queueWithdrawals queues the orders' order.refunded events (recorded
-// before, in this transaction or earlier) for each destination of their
-// external lines, subscribed or not, unless they have them already.
-func queueWithdrawals(b *pgx.Batch, orderIDs []string) queued {
+// queueWithdrawals queues the order.refunded events rows hold (recorded in
+// this transaction) for each destination of their orders' external lines,
+// subscribed or not, unless they have them already.
+func queueWithdrawals(b *pgx.Batch, rows []publishRow) queued {
+	var orders, bodies []string
+	for _, r := range rows {
+		orders, bodies = append(orders, r.order), append(bodies, r.body)
+	}
 	b.Queue(`
 		INSERT INTO outbox_messages (destination_id, topic, idempotency_key, org_id, environment, order_id,
 			required, payload)
-		SELECT DISTINCT l.destination, e.topic, format($3::text, e.order_id, e.topic), e.org_id, e.environment,
-			e.order_id, false, e.payload
-		FROM order_events e JOIN order_lines l ON l.order_id = e.order_id
-		WHERE e.order_id = ANY($1::uuid[]) AND e.topic = $2 AND l.kind = 'external' AND l.destination IS NOT NULL
+		SELECT DISTINCT ON (l.destination, e.order_id) l.destination, e.topic, format($3::text, e.order_id, e.topic),
+			e.org_id, e.environment, e.order_id, false, r.payload::jsonb
+		FROM unnest($1::uuid[], $4::text[]) AS r (order_id, payload)
+			JOIN order_events e ON e.order_id = r.order_id AND e.topic = $2
+			JOIN order_lines l ON l.order_id = e.order_id
+		WHERE l.kind = 'external' AND l.destination IS NOT NULL
+		ORDER BY l.destination, e.order_id
 		ON CONFLICT ON CONSTRAINT outbox_messages_key DO NOTHING`,
-		orderIDs, fulfillment.TopicOrderRefunded, fulfillment.EventKeyFormat)
+		orders, fulfillment.TopicOrderRefunded, fulfillment.EventKeyFormat, bodies)
 	return queued{messages: true}
 }
 
@@ -430,7 +447,10 @@ func (s *Store) completeOrders(ctx context.Context, tx pgx.Tx, orderIDs []string
 		}
 	}
 	b := &pgx.Batch{}
-	q := w.write(b)
+	q, err := w.write(b)
+	if err != nil {
+		return q, err
+	}
 	if b.Len() == 0 {
 		return q, nil
 	}

@@ -177,7 +177,10 @@ func (s *Store) applySubscription(ctx context.Context, tx pgx.Tx, rec *fulfillme
 		return queued{}, err
 	}
 	b := &pgx.Batch{}
-	q := w.write(b)
+	q, err := w.write(b)
+	if err != nil {
+		return q, err
+	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return q, fmt.Errorf("applying subscription decision: %w", interpret(err))
 	}
