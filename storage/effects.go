@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
@@ -42,6 +44,9 @@ type effectWriter struct {
 	s *Store
 	// at is the time of the messages' bodies.
 	at time.Time
+	// versions are the orders the decisions were made on, locked: only
+	// those are updated, each at the version of its row that was locked.
+	versions orderVersions
 
 	attempts        orderedRows[attemptID, attemptRow]
 	refunds         []refundRow
@@ -197,13 +202,16 @@ func (r *orderedRows[K, V]) keys() []K { return r.order }
 // change them.
 func (r *orderedRows[K, V]) values() []V { return r.rows }
 
+// orderVersions are the locked orders' row versions (ctid), by id.
+type orderVersions map[string]pgtype.TID
+
 // idSet is a set of ids that keeps the order they were added in.
 type idSet = orderedRows[string, struct{}]
 
 func (s *Store) newEffectWriter() *effectWriter {
 	// In microseconds, what PostgreSQL keeps: the time of an event's body
 	// is its row's created_at, from which the feed renders it again.
-	return &effectWriter{s: s, at: time.Now().Truncate(time.Microsecond), requested: map[string]bool{}}
+	return &effectWriter{s: s, at: time.Now().Truncate(time.Microsecond), versions: orderVersions{}, requested: map[string]bool{}}
 }
 
 // orderStep adds the effects of an inbox event's decision (st, the step of
@@ -448,14 +456,26 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 	}
 	if rows := w.orders.values(); len(rows) > 0 {
 		var id, state []string
+		var version []pgtype.TID
 		var paid []bool
 		var attemptRef, invoiceID, paymentID nulls[string]
 		for _, o := range rows {
+			v, ok := w.versions[o.id]
+			if !ok {
+				return q, fmt.Errorf("updating order %s: it was not locked", o.id)
+			}
 			// An absent ref is NULL, never '': a payment that does not
 			// identify itself records none.
-			id, state, paid = append(id, o.id), append(state, string(o.state)), append(paid, o.paid)
+			id, version, state, paid = append(id, o.id), append(version, v), append(state, string(o.state)), append(paid, o.paid)
 			attemptRef, invoiceID, paymentID = append(attemptRef, opt(o.refs.AttemptRef)), append(invoiceID, opt(o.refs.InvoiceID)), append(paymentID, opt(o.refs.PaymentID))
 		}
+		// Each order is found at the row version its lock read (a TID
+		// scan: no descent of the primary key), which no one can have
+		// replaced since: the lock is held, and nothing before this
+		// statement updates an order. Should one have, its row is not
+		// found, and the count below fails the batch rather than lose
+		// the update.
+		want := len(rows)
 		b.Queue(`
 			UPDATE orders o SET
 				state = coalesce(nullif(u.state, ''), o.state),
@@ -464,9 +484,15 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 				paid_payment_id  = CASE WHEN u.paid THEN u.payment_id ELSE o.paid_payment_id END,
 				paid_at          = CASE WHEN u.paid THEN now() ELSE o.paid_at END,
 				updated_at = now()
-			FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[], $5::text[], $6::text[])
-				AS u (id, state, paid, attempt_ref, invoice_id, payment_id)
-			WHERE o.id = u.id::uuid`, id, state, paid, attemptRef, invoiceID, paymentID)
+			FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[], $5::text[], $6::text[], $7::tid[])
+				AS u (id, state, paid, attempt_ref, invoice_id, payment_id, version)
+			WHERE o.ctid = u.version AND o.id = u.id::uuid`, id, state, paid, attemptRef, invoiceID, paymentID, version).
+			Exec(func(tag pgconn.CommandTag) error {
+				if int(tag.RowsAffected()) != want {
+					return fmt.Errorf("updating orders: %d of %d found at the version locked", tag.RowsAffected(), want)
+				}
+				return nil
+			})
 	}
 	if len(w.grants.keys()) > 0 {
 		// One license per unit, of the lines read with the order's lock.

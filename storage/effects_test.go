@@ -383,3 +383,34 @@ func waitForLockWaiter(t *testing.T, conn *pgx.Conn, holderPID uint32, who strin
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// The writer updates an order at the row version its lock read. Should
+// the row have been replaced since (no decision does that), the update
+// finds nothing, and the writer fails the transaction rather than lose
+// the order's new state.
+func TestOrderUpdatedAtTheVersionLocked(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	id := externalOrder(t, s, "m-version")
+	state := func() string {
+		t.Helper()
+		var st string
+		if err := conn.QueryRow(ctx, `SELECT state FROM orders WHERE id = $1`, id).Scan(&st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	if err := s.MoveLockedOrder(ctx, id, fulfillment.StateCancelled, true); err == nil || !strings.Contains(err.Error(), "0 of 1 found") {
+		t.Errorf("moving an order whose row was replaced after its lock: %v, want 0 of 1 found", err)
+	}
+	if st := state(); st != string(fulfillment.StatePendingPayment) {
+		t.Errorf("after the failed move the order is %s, want pending_payment", st)
+	}
+	if err := s.MoveLockedOrder(ctx, id, fulfillment.StateCancelled, false); err != nil {
+		t.Fatal(err)
+	}
+	if st := state(); st != string(fulfillment.StateCancelled) {
+		t.Errorf("after the move the order is %s, want cancelled", st)
+	}
+}

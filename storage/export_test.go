@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
@@ -71,3 +72,29 @@ func (s *Store) InboxInsertBatch(ctx context.Context, evs []fulfillment.Provider
 // SetDecideLockWait sets how long a batch decided on receipt waits for
 // each lock (a PostgreSQL interval, such as "30s").
 func (s *Store) SetDecideLockWait(d string) { s.decideLockWait = d }
+
+// MoveLockedOrder moves order id to state to through the effect writer, in
+// a transaction that locks the order first, as decisions do; touched
+// updates the order once more between the lock and the writer, as no
+// statement of a decision does.
+func (s *Store) MoveLockedOrder(ctx context.Context, id string, to fulfillment.State, touched bool) error {
+	return s.withTx(ctx, func(tx pgx.Tx) error {
+		w := s.newEffectWriter()
+		var version pgtype.TID
+		if err := tx.QueryRow(ctx, `SELECT ctid FROM orders WHERE id = $1 FOR UPDATE`, id).Scan(&version); err != nil {
+			return err
+		}
+		w.versions[id] = version
+		if touched {
+			if _, err := tx.Exec(ctx, `UPDATE orders SET updated_at = now() WHERE id = $1`, id); err != nil {
+				return err
+			}
+		}
+		w.order(id).state = to
+		b := &pgx.Batch{}
+		if _, err := w.write(b); err != nil {
+			return err
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+}

@@ -210,7 +210,7 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 				traceParent: str(insert[i].TraceParent), attempts: 1})
 			index = append(index, i)
 		}
-		steps, err := s.decideEvents(ctx, tx, events, late)
+		steps, versions, err := s.decideEvents(ctx, tx, events, late)
 		if err != nil {
 			return err
 		}
@@ -224,7 +224,7 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 		// The events, then their effects, in one round trip.
 		b := &pgx.Batch{}
 		queueInsertDecided(b, insert, found)
-		if out.queued, err = s.applySteps(ctx, tx, b, events, steps, late, false, out.outcomes); err != nil {
+		if out.queued, err = s.applySteps(ctx, tx, b, events, steps, versions, late, false, out.outcomes); err != nil {
 			return err
 		}
 		failpoint.Inject("decide-before-commit")

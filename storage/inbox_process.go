@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/internal/failpoint"
@@ -49,11 +50,11 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 		if err != nil || len(events) == 0 {
 			return err
 		}
-		steps, err := s.decideEvents(ctx, tx, events, late)
+		steps, versions, err := s.decideEvents(ctx, tx, events, late)
 		if err != nil {
 			return err
 		}
-		if q, err = s.applySteps(ctx, tx, nil, events, steps, late, true, outcomes); err != nil {
+		if q, err = s.applySteps(ctx, tx, nil, events, steps, versions, late, true, outcomes); err != nil {
 			return err
 		}
 		failpoint.Inject("process-before-commit")
@@ -87,15 +88,16 @@ const genericPlans = `set_config('plan_cache_mode', 'force_generic_plan', true)`
 // decideEvents locks what the events name — their orders (in id order, so
 // that concurrent batches cannot deadlock) with their attempts and
 // recorded refunds, and their subscriptions — and decides them, in the
-// order given, in one pure step (decideBatch).
-func (s *Store) decideEvents(ctx context.Context, tx pgx.Tx, events []leasedEvent, late *lateMatches) ([]fulfillment.Step, error) {
-	orders, err := lockOrders(ctx, tx, events)
+// order given, in one pure step (decideBatch). It returns the steps and
+// the row version each order was locked at.
+func (s *Store) decideEvents(ctx context.Context, tx pgx.Tx, events []leasedEvent, late *lateMatches) ([]fulfillment.Step, orderVersions, error) {
+	orders, versions, err := lockOrders(ctx, tx, events)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	subs, err := lockEventSubscriptions(ctx, tx, events, orders)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	snap := &fulfillment.Snapshot{Orders: orders, Subscriptions: subs, Plans: s.plans,
 		Created: map[fulfillment.SubscriptionKey]*fulfillment.SubscriptionRecord{}}
@@ -103,18 +105,21 @@ func (s *Store) decideEvents(ctx context.Context, tx pgx.Tx, events []leasedEven
 	for i, le := range events {
 		batch[i] = fulfillment.BatchEvent{Event: le.ev, Received: le.received}
 	}
-	return decideBatch(ctx, tx, snap, batch, late)
+	steps, err := decideBatch(ctx, tx, snap, batch, late)
+	return steps, versions, err
 }
 
 // applySteps writes the effects of the steps decided for events (step i
 // is event i's) in one pipelined batch of statements, after those b holds
 // already (nil for none), one per kind of effect (effectWriter), with the
 // decisions when record is set (events decided as they are stored carry
-// theirs in their rows already), and adds each event to outcomes. It
-// returns what the batch queued, to wake once committed.
-func (s *Store) applySteps(ctx context.Context, tx pgx.Tx, b *pgx.Batch, events []leasedEvent, steps []fulfillment.Step, late *lateMatches,
-	record bool, outcomes map[int64]fulfillment.ProcessedEvent) (queued, error) {
+// theirs in their rows already), and adds each event to outcomes. The
+// orders were locked at versions. It returns what the batch queued, to
+// wake once committed.
+func (s *Store) applySteps(ctx context.Context, tx pgx.Tx, b *pgx.Batch, events []leasedEvent, steps []fulfillment.Step,
+	versions orderVersions, late *lateMatches, record bool, outcomes map[int64]fulfillment.ProcessedEvent) (queued, error) {
 	w := s.newEffectWriter()
+	w.versions = versions
 	decided := decisions{}
 	for i, st := range steps {
 		le := events[i]
@@ -312,6 +317,7 @@ func lockLeasedEvents(ctx context.Context, tx pgx.Tx, ids []int64, owner string)
 // parallel: one element per external line).
 type lockedOrderRow struct {
 	ID                  uuid.UUID               `db:"id"`
+	Version             pgtype.TID              `db:"ctid"`
 	OrgID               string                  `db:"org_id"`
 	Environment         fulfillment.Environment `db:"environment"`
 	MerchantOrderID     string                  `db:"merchant_order_id"`
@@ -385,7 +391,7 @@ var lockOrdersByMerchantSQL = fmt.Sprintf(lockedOrdersSelect, `'{}'::text[]`) + 
 // lockedOrdersSelect reads a locked order and what its lines hold, the
 // expression of its started payments' ids (%s) its started_sessions.
 const lockedOrdersSelect = `
-	SELECT o.id, o.org_id, o.environment, o.merchant_order_id, o.checkout_session_id, o.state,
+	SELECT o.id, o.ctid, o.org_id, o.environment, o.merchant_order_id, o.checkout_session_id, o.state,
 		o.total_currency, o.total_minor_units,
 		o.settlement_token, o.settlement_network, o.settlement_amount::text, o.settlement_tolerance::text,
 		o.paid_at IS NOT NULL AS paid, o.paid_attempt_ref, o.paid_invoice_id, o.paid_payment_id,
@@ -419,7 +425,7 @@ const lockedOrdersSelect = `
 // COMMITTED, a statement that waited for a lock sees the locked row as the
 // holder committed it, but every other table as it was when the statement
 // began — without what the holder wrote.
-func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfillment.OrderKey]*fulfillment.LockedOrder, error) {
+func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfillment.OrderKey]*fulfillment.LockedOrder, orderVersions, error) {
 	var mOrg, mEnv, mID, cOrg, cEnv, cID []string
 	for _, le := range events {
 		for _, k := range le.ev.OrderKeys() {
@@ -432,8 +438,9 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 		}
 	}
 	lo := map[fulfillment.OrderKey]*fulfillment.LockedOrder{}
+	versions := orderVersions{}
 	if len(mID)+len(cID) == 0 {
-		return lo, nil
+		return lo, versions, nil
 	}
 	byID := map[string]*fulfillment.LockedOrder{}
 	var ids []string
@@ -453,6 +460,7 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 			return err
 		}
 		byID[o.ID] = o
+		versions[o.ID] = row.Version
 		ids = append(ids, o.ID)
 		key := fulfillment.OrderKey{OrgID: row.OrgID, Environment: row.Environment}
 		key.Field, key.Value = fulfillment.ByMerchantOrderID, row.MerchantOrderID
@@ -470,10 +478,10 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("locking orders: %w", interpret(err))
+		return nil, nil, fmt.Errorf("locking orders: %w", interpret(err))
 	}
 	if len(ids) == 0 {
-		return lo, nil
+		return lo, versions, nil
 	}
 	// The order locks protect the attempts and the recorded refunds:
 	// every writer of an order's attempts and refunds holds its order
@@ -524,9 +532,9 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 			})
 		})
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("reading payment attempts and refunds: %w", interpret(err))
+		return nil, nil, fmt.Errorf("reading payment attempts and refunds: %w", interpret(err))
 	}
-	return lo, nil
+	return lo, versions, nil
 }
 
 // order is the order row holds.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
@@ -392,22 +393,23 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 // orders' row locks (taken in id order). It reports what it queued.
 func (s *Store) completeOrders(ctx context.Context, tx pgx.Tx, orderIDs []string) (queued, error) {
 	type locked struct {
-		ref   fulfillment.OrderRef
-		state fulfillment.State
-		total fulfillment.Money
+		ref     fulfillment.OrderRef
+		version pgtype.TID
+		state   fulfillment.State
+		total   fulfillment.Money
 	}
 	// The locks first, then the counts in a statement of their own: under
 	// READ COMMITTED it sees what concurrent deliveries to these orders
 	// committed while this one waited for the locks.
 	rows, _ := tx.Query(ctx, `
-		SELECT id::text, state, org_id, environment, merchant_order_id, total_currency, total_minor_units
+		SELECT id::text, ctid, state, org_id, environment, merchant_order_id, total_currency, total_minor_units
 		FROM orders WHERE id = ANY($1::uuid[])
 		ORDER BY id
 		FOR UPDATE`, orderIDs)
 	var orders []locked
 	err := forEachRow(rows, func(r pgx.Rows) error {
 		var o locked
-		if err := r.Scan(&o.ref.OrderID, &o.state, &o.ref.OrgID, &o.ref.Environment, &o.ref.MerchantOrderID,
+		if err := r.Scan(&o.ref.OrderID, &o.version, &o.state, &o.ref.OrgID, &o.ref.Environment, &o.ref.MerchantOrderID,
 			&o.total.Currency, &o.total.MinorUnits); err != nil {
 			return err
 		}
@@ -442,6 +444,7 @@ func (s *Store) completeOrders(ctx context.Context, tx pgx.Tx, orderIDs []string
 	}
 	w := s.newEffectWriter()
 	for _, o := range orders {
+		w.versions[o.ref.OrderID] = o.version
 		if err := w.orderDelivered(o.ref, o.state, o.total, fulfillment.DecideDelivered(o.state, undelivered[o.ref.OrderID])); err != nil {
 			return queued{}, err
 		}
