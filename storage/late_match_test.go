@@ -281,6 +281,11 @@ func TestLateMatchCreateRunsAgainAfterADeadlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = bconn.Close(ctx) }()
+	// The creation waits first, so its deadlock check runs first, unless
+	// a loaded machine delays it past the batch's: the batch checks late.
+	if _, err := bconn.Exec(ctx, "SET deadlock_timeout = '60s'"); err != nil {
+		t.Fatal(err)
+	}
 	batch, err := bconn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
