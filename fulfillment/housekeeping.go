@@ -68,6 +68,9 @@ type HousekeepingWork interface {
 	OpenOverdueFulfillments(ctx context.Context, now time.Time, sla time.Duration, limit int) (seen, opened int, err error)
 	// PurgeRawBodies drops the raw bodies of up to limit events received
 	// longer than retention before now (the zero time: the database's
-	// clock) that are no longer pending, and returns how many.
-	PurgeRawBodies(ctx context.Context, now time.Time, retention time.Duration, limit int) (int, error)
+	// clock) that are no longer pending, and returns how many events it
+	// went through (fewer than limit: no more are left for now) and how
+	// many bodies it dropped. An event still pending keeps its body, and
+	// loses it in a later batch once it has settled.
+	PurgeRawBodies(ctx context.Context, now time.Time, retention time.Duration, limit int) (seen, purged int, err error)
 }

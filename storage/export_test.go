@@ -98,3 +98,8 @@ func (s *Store) MoveLockedOrder(ctx context.Context, id string, to fulfillment.S
 		return tx.SendBatch(ctx, b).Close()
 	})
 }
+
+// PurgeRawBodiesSQL is PurgeRawBodies' statement: $1 now (NULL: the
+// database's), $2 the retention, $3 the batch (for tests that read its
+// plan).
+const PurgeRawBodiesSQL = purgeRawBodiesSQL

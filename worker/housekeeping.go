@@ -69,8 +69,9 @@ func (c HousekeepingConfig) WithDefaults() HousekeepingConfig {
 // claim is retried with backoff when a run fails, and a replica's claims
 // cost one indexed read of two rows per interval. Mutual exclusion is not
 // what makes the tasks safe, though: every batch is idempotent (an item's
-// unique key, a purge of rows that still have a body), so that two runs at
-// once — a replica that lost its liveness mid-run — do no harm.
+// unique key, a purge of rows that still have a body, whose batches lock
+// its cursor in turn), so that two runs at once — a replica that lost its
+// liveness mid-run — do no harm.
 func NewHousekeeper(table Table, work fulfillment.HousekeepingWork, owners Owners, cfg HousekeepingConfig, now func() time.Time, log *slog.Logger) *Queue {
 	return NewHousekeeperWith(table, work, owners, cfg, now, log, HousekeepingOptions{})
 }
@@ -168,8 +169,7 @@ func (t *housekeeper) Run(ctx context.Context, task fulfillment.HousekeepingTask
 		case fulfillment.TaskFulfillmentSLA:
 			seen, done, err = t.work.OpenOverdueFulfillments(ctx, now, t.cfg.FulfillmentSLA, t.cfg.Batch)
 		case fulfillment.TaskRawBodyPurge:
-			done, err = t.work.PurgeRawBodies(ctx, now, t.cfg.RawBodyRetention, t.cfg.Batch)
-			seen = done
+			seen, done, err = t.work.PurgeRawBodies(ctx, now, t.cfg.RawBodyRetention, t.cfg.Batch)
 		default:
 			return total, fmt.Errorf("unknown housekeeping task %q", task)
 		}

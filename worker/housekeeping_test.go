@@ -42,11 +42,11 @@ func (f *fakeHousekeeping) OpenOverdueFulfillments(_ context.Context, now time.T
 	return n, n, nil
 }
 
-func (f *fakeHousekeeping) PurgeRawBodies(_ context.Context, now time.Time, _ time.Duration, limit int) (int, error) {
+func (f *fakeHousekeeping) PurgeRawBodies(_ context.Context, now time.Time, _ time.Duration, limit int) (seen, purged int, err error) {
 	f.nows, f.statements = append(f.nows, now), f.statements+1
 	n := min(f.bodies, limit)
 	f.bodies -= n
-	return n, nil
+	return n, n, nil
 }
 
 // A run works in batches until one comes back short, at most MaxBatches of
