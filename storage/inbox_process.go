@@ -312,44 +312,60 @@ func lockLeasedEvents(ctx context.Context, tx pgx.Tx, ids []int64, owner string)
 	return events, nil
 }
 
-// lockedOrderRow is what lockOrders reads of an order with its lock, by
-// column name: the order and what its lines hold (their arrays are
-// parallel: one element per external line).
+// lockedOrderRow is what lockOrders reads of an order with its lock, in
+// the order of lockedOrdersSelect's columns (scan): the order and what its
+// lines hold (the arrays of a kind of line are parallel: one element per
+// line).
 type lockedOrderRow struct {
-	ID                  uuid.UUID               `db:"id"`
-	Version             pgtype.TID              `db:"ctid"`
-	OrgID               string                  `db:"org_id"`
-	Environment         fulfillment.Environment `db:"environment"`
-	MerchantOrderID     string                  `db:"merchant_order_id"`
-	CheckoutSessionID   *string                 `db:"checkout_session_id"`
-	State               fulfillment.State       `db:"state"`
-	TotalCurrency       string                  `db:"total_currency"`
-	TotalMinorUnits     int64                   `db:"total_minor_units"`
-	SettlementToken     *string                 `db:"settlement_token"`
-	SettlementNetwork   *string                 `db:"settlement_network"`
-	SettlementAmount    *string                 `db:"settlement_amount"`
-	SettlementTolerance *string                 `db:"settlement_tolerance"`
-	Paid                bool                    `db:"paid"`
-	PaidAttemptRef      *string                 `db:"paid_attempt_ref"`
-	PaidInvoiceID       *string                 `db:"paid_invoice_id"`
-	PaidPaymentID       *string                 `db:"paid_payment_id"`
-	StartedSessions     []string                `db:"started_sessions"`
+	ID                  uuid.UUID
+	Version             pgtype.TID
+	OrgID               string
+	Environment         fulfillment.Environment
+	MerchantOrderID     string
+	CheckoutSessionID   *string
+	State               fulfillment.State
+	TotalCurrency       string
+	TotalMinorUnits     int64
+	SettlementToken     *string
+	SettlementNetwork   *string
+	SettlementAmount    *string
+	SettlementTolerance *string
+	Paid                bool
+	PaidAttemptRef      *string
+	PaidInvoiceID       *string
+	PaidPaymentID       *string
+	StartedSessions     []string
 	// Its lines.
-	HasExternalLines bool     `db:"has_external_lines"`
-	LicenseLineNo    []int    `db:"license_line_no"`
-	LicenseQuantity  []int64  `db:"license_quantity"`
-	BalanceLineNo    []int    `db:"balance_line_no"`
-	BalanceAccount   []string `db:"balance_account"`
-	BalanceCurrency  []string `db:"balance_currency"`
-	BalanceMinor     []int64  `db:"balance_minor_units"`
-	SubscriptionPlan *string  `db:"subscription_plan"`
-	SubscriptionFor  *string  `db:"subscription_for"`
-	LineNo           []int    `db:"line_no"`
-	LineSKU          []string `db:"line_sku"`
-	LineQuantity     []int    `db:"line_quantity"`
-	LineCurrency     []string `db:"line_currency"`
-	LineMinorUnits   []int64  `db:"line_minor_units"`
-	LineDestination  []string `db:"line_destination"`
+	HasExternalLines bool
+	SubscriptionPlan *string
+	SubscriptionFor  *string
+	// The external lines that name a destination.
+	LineNo          []int
+	LineSKU         []string
+	LineQuantity    []int
+	LineCurrency    []string
+	LineMinorUnits  []int64
+	LineDestination []string
+	LicenseLineNo   []int
+	LicenseQuantity []int64
+	BalanceLineNo   []int
+	BalanceAccount  []string
+	BalanceCurrency []string
+	BalanceMinor    []int64
+}
+
+// scan reads a row of lockedOrdersSelect into row, column by column (a
+// scan by name cost 4% of the service's CPU in the bench's push).
+func (row *lockedOrderRow) scan(r pgx.Rows) error {
+	return r.Scan(&row.ID, &row.Version, &row.OrgID, &row.Environment, &row.MerchantOrderID, &row.CheckoutSessionID,
+		&row.State, &row.TotalCurrency, &row.TotalMinorUnits,
+		&row.SettlementToken, &row.SettlementNetwork, &row.SettlementAmount, &row.SettlementTolerance,
+		&row.Paid, &row.PaidAttemptRef, &row.PaidInvoiceID, &row.PaidPaymentID,
+		&row.StartedSessions,
+		&row.HasExternalLines, &row.SubscriptionPlan, &row.SubscriptionFor,
+		&row.LineNo, &row.LineSKU, &row.LineQuantity, &row.LineCurrency, &row.LineMinorUnits, &row.LineDestination,
+		&row.LicenseLineNo, &row.LicenseQuantity,
+		&row.BalanceLineNo, &row.BalanceAccount, &row.BalanceCurrency, &row.BalanceMinor)
 }
 
 // requestedLine is the condition, on a row of order_lines, of the lines
@@ -451,8 +467,8 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 		rows, _ = tx.Query(ctx, lockOrdersSQL, mOrg, mEnv, mID, cOrg, cEnv, cID)
 	}
 	err := forEachRow(rows, func(r pgx.Rows) error {
-		row, err := pgx.RowToStructByName[lockedOrderRow](r)
-		if err != nil {
+		var row lockedOrderRow
+		if err := row.scan(r); err != nil {
 			return err
 		}
 		o, err := row.order()
