@@ -301,6 +301,23 @@ func scenarioOrders(t *testing.T, s *storage.Store) {
 	subscriptionOrder(t, s, "m-sub")
 }
 
+// processedScenario stores batchScenario's events for the orders of
+// scenarioOrders, on a store with outbox destinations, and processes them
+// in one batch.
+func processedScenario(t *testing.T) (*storage.Store, *pgx.Conn, []fulfillment.ProviderEvent) {
+	t.Helper()
+	s, conn := newOutboxStore(t)
+	scenarioOrders(t, s)
+	events := batchScenario()
+	for _, ev := range events {
+		if _, err := s.InboxInsert(context.Background(), ev, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	processAll(t, s, len(events))
+	return s, conn, events
+}
+
 // batchScenario is the events of TestOneBatchWritesWhatOneByOneWrites, for
 // the orders of scenarioOrders.
 func batchScenario() []fulfillment.ProviderEvent {

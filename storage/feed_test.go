@@ -92,16 +92,8 @@ func TestFeedNeverSkipsAnEventCommittedLate(t *testing.T) {
 // migration stores again; a subscription event keeps its own.
 func TestFeedRendersTheBodiesOfOrderEvents(t *testing.T) {
 	t.Parallel()
-	s, conn := newOutboxStore(t)
+	s, conn, _ := processedScenario(t)
 	ctx := context.Background()
-	scenarioOrders(t, s)
-	events := batchScenario()
-	for _, ev := range events {
-		if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	processAll(t, s, len(events))
 
 	var stored, rendered, subscriptions int
 	err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE payload IS NOT NULL AND order_id IS NOT NULL),

@@ -303,17 +303,7 @@ func TestHousekeepingPurgeRawBodies(t *testing.T) {
 
 	purge := func(now time.Time) int {
 		t.Helper()
-		total := 0
-		for {
-			seen, n, err := s.PurgeRawBodies(ctx, now, retention, 2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			total += n
-			if seen < 2 {
-				return total
-			}
-		}
+		return purgeAll(t, s, now, retention, 2)
 	}
 	if n := purge(time.Now().Add(retention - time.Hour)); n != 0 || bodies() != 4 {
 		t.Fatalf("inside the retention: %d purged, %d bodies left; want 0 and 4", n, bodies())
@@ -436,17 +426,7 @@ func TestHousekeepingPurgeComesBack(t *testing.T) {
 
 	purge := func(now time.Time) int {
 		t.Helper()
-		total := 0
-		for {
-			seen, n, err := s.PurgeRawBodies(ctx, now, retention, 2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			total += n
-			if seen < 2 {
-				return total
-			}
-		}
+		return purgeAll(t, s, now, retention, 2)
 	}
 	withBody := func() []string {
 		t.Helper()
@@ -519,18 +499,7 @@ func TestHousekeepingPurgeSkipsHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	past := time.Now().Add(retention + time.Hour)
-	purged := 0
-	for {
-		seen, n, err := s.PurgeRawBodies(ctx, past, retention, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		purged += n
-		if seen < 1000 {
-			break
-		}
-	}
-	if purged != history {
+	if purged := purgeAll(t, s, past, retention, 1000); purged != history {
 		t.Fatalf("the history: %d purged, want %d", purged, history)
 	}
 	for _, id := range []string{"e1", "e2", "e3"} {
@@ -670,5 +639,23 @@ func TestMigration022OneSpelling(t *testing.T) {
 	}
 	if _, err := conn.Exec(ctx, `INSERT INTO housekeeping_tasks (task) VALUES ('fulfilment_sla')`); err == nil {
 		t.Error("version 22 took a task of the old spelling")
+	}
+}
+
+// purgeAll runs the purge at now in batches of batch until one goes
+// through fewer events than that, as the housekeeper does, and returns how
+// many bodies it purged.
+func purgeAll(t *testing.T, s *storage.Store, now time.Time, retention time.Duration, batch int) int {
+	t.Helper()
+	total := 0
+	for {
+		seen, n, err := s.PurgeRawBodies(context.Background(), now, retention, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+		if seen < batch {
+			return total
+		}
 	}
 }

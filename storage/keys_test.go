@@ -80,16 +80,8 @@ func TestMigration038KeepsEveryKindOfData(t *testing.T) {
 // writes nothing. It returns the database's connection.
 func scenarioAcrossMigration(t *testing.T, suffix string, schema func(*pgx.Conn) string, before, after string) *pgx.Conn {
 	t.Helper()
-	s, conn := newOutboxStore(t)
+	s, conn, events := processedScenario(t)
 	ctx := context.Background()
-	scenarioOrders(t, s)
-	events := batchScenario()
-	for _, ev := range events {
-		if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	processAll(t, s, len(events))
 	want := writtenRows(t, conn)
 	m, v := migrator(t, conn, suffix)
 	for _, step := range []struct {
