@@ -306,23 +306,27 @@ func (l *limiter) sweep(now time.Time) {
 }
 
 // oneLineRecord returns r with its message and values on one line: r itself
-// when nothing needs rewriting, else a new record.
+// when nothing needs rewriting, else a new record. It looks before it
+// copies: nearly every record needs nothing, and a copy of its attributes
+// (past the few a record holds inline) is an allocation per line.
 func oneLineRecord(r slog.Record) slog.Record {
 	msg := oneLine(r.Message)
-	changed := msg != r.Message
-	var buf [8]slog.Attr
-	attrs := buf[:0]
-	r.Attrs(func(a slog.Attr) bool {
-		v, c := oneLineValue(a.Value)
-		changed = changed || c
-		attrs = append(attrs, slog.Attr{Key: a.Key, Value: v})
-		return true
-	})
-	if !changed {
-		return r
+	if msg == r.Message {
+		changed := false
+		r.Attrs(func(a slog.Attr) bool {
+			_, changed = oneLineValue(a.Value)
+			return !changed
+		})
+		if !changed {
+			return r
+		}
 	}
 	out := slog.NewRecord(r.Time, r.Level, msg, r.PC)
-	out.AddAttrs(attrs...)
+	r.Attrs(func(a slog.Attr) bool {
+		v, _ := oneLineValue(a.Value)
+		out.AddAttrs(slog.Attr{Key: a.Key, Value: v})
+		return true
+	})
 	return out
 }
 

@@ -221,6 +221,10 @@ func TestHandlerWritesValuesOnOneLine(t *testing.T) {
 		{"the message", slog.LevelWarn, "two\nlines", nil, "msg", "two; lines"},
 		{"nil pointer error", slog.LevelWarn, "m", []any{"error", (*nilError)(nil)}, "msg", "m"},
 		{"non-comparable values", slog.LevelInfo, "m", []any{"ids", []int{1, 2}}, "ids", []any{1.0, 2.0}},
+		{"the ninth value, after eight on one line", slog.LevelInfo, "m", []any{"a1", "x", "a2", "x", "a3", "x", "a4", 4,
+			"a5", "x", "a6", "x", "a7", "x", "a8", "x", "detail", "a\nb"}, "detail", "a; b"},
+		{"the message and a value", slog.LevelWarn, "two\nlines", []any{"a1", "x", "detail", "a\nb"}, "detail", "a; b"},
+		{"a value kept beside one rewritten", slog.LevelWarn, "m", []any{"a1", "x\ny", "a2", "kept"}, "a2", "kept"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
