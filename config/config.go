@@ -261,12 +261,20 @@ func (h Housekeeping) WithDefaults() Housekeeping {
 	return h
 }
 
+// MinRawBodyRetention is the shortest housekeeping.raw_body_retention.
+const MinRawBodyRetention = time.Minute
+
 func (h Housekeeping) validate() error {
 	switch {
 	case h.Interval < 0 || h.FulfillmentSLA < 0 || h.RawBodyRetention < 0 || h.Batch < 0:
 		return errors.New("housekeeping: interval, fulfillment_sla, raw_body_retention and batch must not be negative")
 	case h.Interval > 0 && h.Interval < time.Second:
 		return errors.New("housekeeping.interval: at least 1s")
+	case h.RawBodyRetention > 0 && h.RawBodyRetention < MinRawBodyRetention:
+		// The purge walks the events in id order and passes those received
+		// longer than the retention ago; an event takes up to seconds to
+		// be stored, so a shorter retention could pass one not committed yet.
+		return fmt.Errorf("housekeeping.raw_body_retention: at least %s", MinRawBodyRetention)
 	case h.Batch > MaxHousekeepingBatch:
 		return fmt.Errorf("housekeeping.batch: at most %d (one statement's rows)", MaxHousekeepingBatch)
 	}

@@ -141,6 +141,7 @@ func TestLoadErrors(t *testing.T) {
 		{"negative worker poll (deprecated key)", "worker: { poll: -1s }\n", vars, "worker.poll: must not be negative"},
 		{"negative housekeeping sla", "housekeeping: { fulfillment_sla: -1h }\n", vars, "housekeeping: interval, fulfillment_sla"},
 		{"housekeeping interval under a second", "housekeeping: { interval: 10ms }\n", vars, "housekeeping.interval: at least 1s"},
+		{"raw body retention under a minute", "housekeeping: { raw_body_retention: 30s }\n", vars, "housekeeping.raw_body_retention: at least 1m0s"},
 		{"housekeeping batch too large", "housekeeping: { batch: 20000 }\n", vars, "housekeeping.batch: at most 10000"},
 		{"housekeeping unknown key", "housekeeping: { retention: 1h }\n", vars, `unknown key "retention"`},
 		{"unknown inbox key", "inbox: { leese: 1s }\n", vars, `unknown key "leese"`},

@@ -56,7 +56,8 @@ type OrderEvent struct {
 	OrderID        string
 	SubscriptionID string
 	Topic          Topic
-	// Payload is the event's JSON, as outbox messages announcing it carry.
+	// Payload is the event's JSON: the same value as the body of the outbox
+	// messages announcing it (members may come in another order).
 	Payload   []byte
 	CreatedAt time.Time
 }

@@ -5179,7 +5179,8 @@ type WatchOrderEventsResponse struct {
 	OrgId       string                 `protobuf:"bytes,4,opt,name=org_id,json=orgId,proto3" json:"org_id,omitempty"`
 	Environment string                 `protobuf:"bytes,5,opt,name=environment,proto3" json:"environment,omitempty"`
 	CreateTime  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	// The event as JSON: the body outbox messages announcing it carry.
+	// The event as JSON: the same JSON value as the body outbox messages
+	// announcing it carry (its members' order and spacing may differ).
 	Payload string `protobuf:"bytes,7,opt,name=payload,proto3" json:"payload,omitempty"`
 	// The subscription of a subscription event; empty for an order event.
 	SubscriptionId string `protobuf:"bytes,8,opt,name=subscription_id,json=subscriptionId,proto3" json:"subscription_id,omitempty"`
