@@ -136,7 +136,8 @@ type periodRow struct {
 // publishRow is an event to publish: about an order, or about a
 // subscription's period; body is its rendered payload. derived says that
 // the event is stored without it: the feed renders it again from the
-// event and its order (FeedRead).
+// event and its order (FeedRead). Such a body is rendered (from payload)
+// only for the messages that carry it (renderBodies).
 type publishRow struct {
 	order, subscription string
 	period              *int
@@ -145,6 +146,7 @@ type publishRow struct {
 	env                 fulfillment.Environment
 	body                string
 	derived             bool
+	payload             fulfillment.Payload
 }
 
 // lineRequest is the fulfillment.requested message of an order's line.
@@ -351,12 +353,45 @@ func (w *effectWriter) subscriptionStep(rec *fulfillment.SubscriptionRecord, pla
 // change), the state its topic announces, the event's time — so the event
 // is stored without it, unless state is not its topic's.
 func (w *effectWriter) publishOrder(o fulfillment.OrderRef, topic fulfillment.Topic, state fulfillment.State, total fulfillment.Money) error {
-	body, err := fulfillment.OrderEventBody(topic, o, state, total, w.at).Render()
-	if err != nil {
-		return fmt.Errorf("rendering %s: %w", topic, err)
+	p := publishRow{order: o.OrderID, topic: topic, org: o.OrgID, env: o.Environment,
+		payload: fulfillment.OrderEventBody(topic, o, state, total, w.at), derived: state == fulfillment.TopicState(topic)}
+	if !p.derived {
+		if err := p.render(); err != nil {
+			return err
+		}
 	}
-	w.publishes = append(w.publishes, publishRow{order: o.OrderID, topic: topic, org: o.OrgID, env: o.Environment, body: body,
-		derived: state == fulfillment.TopicState(topic)})
+	w.publishes = append(w.publishes, p)
+	return nil
+}
+
+// render renders p's body from its payload.
+func (p *publishRow) render() error {
+	body, err := p.payload.Render()
+	if err != nil {
+		return fmt.Errorf("rendering %s: %w", p.topic, err)
+	}
+	p.body = body
+	return nil
+}
+
+// renderBodies renders the bodies not rendered yet that messages carry:
+// those of the events a destination subscribes to, and the order.refunded
+// of the orders whose deliveries are withdrawn. The others are stored
+// without them, and nothing sends them.
+func (w *effectWriter) renderBodies() error {
+	for i := range w.publishes {
+		p := &w.publishes[i]
+		if p.body != "" {
+			continue
+		}
+		withdrawn := p.topic == fulfillment.TopicOrderRefunded && w.withdrawals.has(p.order)
+		if len(w.s.subscriptions[p.topic]) == 0 && !withdrawn {
+			continue
+		}
+		if err := p.render(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -626,6 +661,9 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 		q.messages = true
 	}
 	if len(w.publishes) > 0 {
+		if err := w.renderBodies(); err != nil {
+			return q, err
+		}
 		q.add(w.s.queuePublishes(b, w.publishes, w.at))
 	}
 	if ids := w.withdrawals.keys(); len(ids) > 0 {

@@ -175,3 +175,37 @@ func sameJSON(t *testing.T, a, b string) bool {
 	}
 	return reflect.DeepEqual(va, vb)
 }
+
+// With no destination subscribed to anything, an order event's body is
+// rendered only for the messages that carry it: the order.refunded that
+// withdraws a refunded order's deliveries from the destinations of its
+// lines, which is the body the feed renders.
+func TestWithdrawalsCarryTheRenderedBody(t *testing.T) {
+	t.Parallel()
+	s, conn, _ := openStore(t, storage.Options{MaxConns: 10})
+	ctx := context.Background()
+	externalOrder(t, s, "m-w")
+	refund := confirmedEvent("w2", "m-w")
+	refund.Kind, refund.Type = fulfillment.EventRefunded, "payment.refunded"
+	refund.Payment = confirmedEvent("w1", "m-w").Payment
+	for _, ev := range []fulfillment.ProviderEvent{confirmedEvent("w1", "m-w"), refund} {
+		if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	processAll(t, s, 2)
+	if n := count(t, conn, `SELECT count(*) FROM order_events WHERE topic = 'order.refunded' AND payload IS NULL`); n != 1 {
+		t.Fatalf("%d order.refunded events stored without a body, want 1", n)
+	}
+	feed := readWholeFeed(t, s, 1)
+	var withdrawals int
+	err := conn.QueryRow(ctx, `SELECT count(*) FROM outbox_messages
+		WHERE topic = 'order.refunded' AND destination_id IN ('licenses', 'shipping') AND payload = $1::jsonb`,
+		string(feed[0].Payload)).Scan(&withdrawals)
+	if err != nil || withdrawals != 2 {
+		t.Errorf("%d withdrawals (%v) carry the feed's body\n%s\nwant 2: licenses and shipping", withdrawals, err, feed[0].Payload)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM outbox_messages WHERE NOT required`); n != 2 {
+		t.Errorf("%d messages besides the lines' requests, want the 2 withdrawals", n)
+	}
+}
