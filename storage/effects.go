@@ -134,10 +134,10 @@ type periodRow struct {
 }
 
 // publishRow is an event to publish: about an order, or about a
-// subscription's period; body is its rendered payload. derived says that
-// the event is stored without it: the feed renders it again from the
-// event and its order (FeedRead). Such a body is rendered (from payload)
-// only for the messages that carry it (renderBodies).
+// subscription's period, with its payload. derived says that the event is
+// stored without its body: the feed renders it again from the event and
+// its order (FeedRead). body is the payload rendered, when the event's row
+// or a message holds it (renderBodies).
 type publishRow struct {
 	order, subscription string
 	period              *int
@@ -271,9 +271,7 @@ func (w *effectWriter) orderStep(le leasedEvent, st fulfillment.Step) error {
 		case fulfillment.WithdrawDeliveries:
 			w.withdrawals.add(m.ID)
 		case fulfillment.Publish:
-			if err := w.publishOrder(m.Ref(), e.Topic, st.OrderState, m.Total); err != nil {
-				return err
-			}
+			w.publishOrder(m.Ref(), e.Topic, st.OrderState, m.Total)
 		case fulfillment.PaySubscriptions, fulfillment.RefundSubscriptions:
 			// The subscription rules decided the period it pays, or what
 			// its refund does: their step (st.Subscription) is added with
@@ -293,9 +291,7 @@ func (w *effectWriter) orderDelivered(o fulfillment.OrderRef, state fulfillment.
 		case fulfillment.MoveOrder:
 			w.order(o.OrderID).state, state = e.To, e.To
 		case fulfillment.Publish:
-			if err := w.publishOrder(o, e.Topic, state, total); err != nil {
-				return err
-			}
+			w.publishOrder(o, e.Topic, state, total)
 		default:
 			return fmt.Errorf("applying %T after a delivery: not an effect of a delivery", e)
 		}
@@ -323,13 +319,11 @@ func (w *effectWriter) subscriptionStep(rec *fulfillment.SubscriptionRecord, pla
 		case fulfillment.MoveSubscription, fulfillment.EndAccess:
 			// Recorded with the subscription's row.
 		case fulfillment.Publish:
-			body, err := fulfillment.SubscriptionEventBody(e.Topic, rec, w.at).Render()
-			if err != nil {
-				return fmt.Errorf("rendering %s: %w", e.Topic, err)
-			}
+			// Stored with its body: it holds the subscription as this
+			// decision leaves it, which later ones change.
 			period := rec.Periods
 			w.publishes = append(w.publishes, publishRow{subscription: rec.ID, period: &period, topic: e.Topic,
-				org: rec.OrgID, env: rec.Environment, body: body})
+				org: rec.OrgID, env: rec.Environment, payload: fulfillment.SubscriptionEventBody(e.Topic, rec, w.at)})
 		case fulfillment.OpenItem:
 			w.items = append(w.items, item{kind: e.Kind, detail: out.Reason, subject: fulfillment.ItemSubject{
 				OrgID: rec.OrgID, Environment: rec.Environment, Provider: rec.Provider, SubscriptionID: rec.ID,
@@ -352,45 +346,27 @@ func (w *effectWriter) subscriptionStep(rec *fulfillment.SubscriptionRecord, pla
 // facts the feed has without it — the order (whose ref and total never
 // change), the state its topic announces, the event's time — so the event
 // is stored without it, unless state is not its topic's.
-func (w *effectWriter) publishOrder(o fulfillment.OrderRef, topic fulfillment.Topic, state fulfillment.State, total fulfillment.Money) error {
-	p := publishRow{order: o.OrderID, topic: topic, org: o.OrgID, env: o.Environment,
-		payload: fulfillment.OrderEventBody(topic, o, state, total, w.at), derived: state == fulfillment.TopicState(topic)}
-	if !p.derived {
-		if err := p.render(); err != nil {
-			return err
-		}
-	}
-	w.publishes = append(w.publishes, p)
-	return nil
+func (w *effectWriter) publishOrder(o fulfillment.OrderRef, topic fulfillment.Topic, state fulfillment.State, total fulfillment.Money) {
+	w.publishes = append(w.publishes, publishRow{order: o.OrderID, topic: topic, org: o.OrgID, env: o.Environment,
+		payload: fulfillment.OrderEventBody(topic, o, state, total, w.at), derived: state == fulfillment.TopicState(topic)})
 }
 
-// render renders p's body from its payload.
-func (p *publishRow) render() error {
-	body, err := p.payload.Render()
-	if err != nil {
-		return fmt.Errorf("rendering %s: %w", p.topic, err)
-	}
-	p.body = body
-	return nil
-}
-
-// renderBodies renders the bodies not rendered yet that messages carry:
-// those of the events a destination subscribes to, and the order.refunded
-// of the orders whose deliveries are withdrawn. The others are stored
-// without them, and nothing sends them.
+// renderBodies renders the bodies that are stored or sent: those of the
+// events stored with theirs, of the events a destination subscribes to,
+// and the order.refunded of the orders whose deliveries are withdrawn.
+// Nothing reads the others.
 func (w *effectWriter) renderBodies() error {
 	for i := range w.publishes {
 		p := &w.publishes[i]
-		if p.body != "" {
-			continue
-		}
 		withdrawn := p.topic == fulfillment.TopicOrderRefunded && w.withdrawals.has(p.order)
-		if len(w.s.subscriptions[p.topic]) == 0 && !withdrawn {
+		if p.derived && len(w.s.subscriptions[p.topic]) == 0 && !withdrawn {
 			continue
 		}
-		if err := p.render(); err != nil {
-			return err
+		body, err := p.payload.Render()
+		if err != nil {
+			return fmt.Errorf("rendering %s: %w", p.topic, err)
 		}
+		p.body = body
 	}
 	return nil
 }
