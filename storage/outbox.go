@@ -187,25 +187,24 @@ func (s *Store) subscribers(topics []string) (pairTopics, ids []string) {
 }
 
 // queueWithdrawals queues the order.refunded events rows hold (recorded in
-// this transaction) for each destination of their orders' external lines,
-// subscribed or not, unless they have them already.
+// this batch, before) for each destination of their orders' external
+// lines, subscribed or not, unless they have them already.
 func queueWithdrawals(b *pgx.Batch, rows []publishRow) queued {
-	var orders, bodies []string
+	var orders, orgs, envs, bodies []string
 	for _, r := range rows {
-		orders, bodies = append(orders, r.order), append(bodies, r.body)
+		orders, orgs, envs, bodies = append(orders, r.order), append(orgs, r.org), append(envs, string(r.env)), append(bodies, r.body)
 	}
 	b.Queue(`
 		INSERT INTO outbox_messages (destination_id, topic, idempotency_key, org_id, environment, order_id,
 			required, payload)
-		SELECT DISTINCT ON (l.destination, e.order_id) l.destination, e.topic, format($3::text, e.order_id, e.topic),
-			e.org_id, e.environment, e.order_id, false, r.payload::jsonb
-		FROM unnest($1::uuid[], $4::text[]) AS r (order_id, payload)
-			JOIN order_events e ON e.order_id = r.order_id AND e.topic = $2
-			JOIN order_lines l ON l.order_id = e.order_id
+		SELECT DISTINCT ON (l.destination, r.order_id) l.destination, $2, format($3::text, r.order_id, $2::text),
+			r.org_id, r.environment, r.order_id, false, r.payload::jsonb
+		FROM unnest($1::uuid[], $4::text[], $5::text[], $6::text[]) AS r (order_id, org_id, environment, payload)
+			JOIN order_lines l ON l.order_id = r.order_id
 		WHERE l.kind = 'external' AND l.destination IS NOT NULL
-		ORDER BY l.destination, e.order_id
+		ORDER BY l.destination, r.order_id
 		ON CONFLICT ON CONSTRAINT outbox_messages_key DO NOTHING`,
-		orders, fulfillment.TopicOrderRefunded, fulfillment.EventKeyFormat, bodies)
+		orders, fulfillment.TopicOrderRefunded, fulfillment.EventKeyFormat, orgs, envs, bodies)
 	return queued{messages: true}
 }
 
