@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -103,3 +104,34 @@ func (s *Store) MoveLockedOrder(ctx context.Context, id string, to fulfillment.S
 // database's), $2 the retention, $3 the batch (for tests that read its
 // plan).
 const PurgeRawBodiesSQL = purgeRawBodiesSQL
+
+// PipelinedForTest runs a pipelinedTx: first in the round trip of its
+// BEGIN, mid on their own in between, and last with its COMMIT, the last
+// of which reports failLast from its callback (nil: its result).
+func (s *Store) PipelinedForTest(ctx context.Context, first, mid, last []string, failLast error) error {
+	return s.withPipelinedTx(ctx, func(b *pgx.Batch) {
+		for _, q := range first {
+			b.Queue(q)
+		}
+	}, func(tx *pipelinedTx) error {
+		for _, q := range mid {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return err
+			}
+		}
+		if len(last) == 0 {
+			return nil
+		}
+		b := &pgx.Batch{}
+		for i, q := range last {
+			qq := b.Queue(q)
+			if i == len(last)-1 && failLast != nil {
+				qq.Exec(func(pgconn.CommandTag) error { return failLast })
+			}
+		}
+		return tx.commitWith(ctx, b)
+	})
+}
+
+// ErrCommittedUnread is errCommittedUnread.
+var ErrCommittedUnread = errCommittedUnread

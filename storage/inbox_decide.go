@@ -152,24 +152,37 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 		out  *decidedBatch
 		late *lateMatches
 	)
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		// (Anew on each run of the transaction.)
+	var (
+		received     time.Time
+		stored       []int32
+		storedIDs    []int64
+		storedStates []fulfillment.InboxState
+		ids          []int64
+		lock         *orderLock
+	)
+	// Its first round trip: BEGIN; the lock wait, the clock, which of the
+	// rows are stored, and ids for them; and the locks of the orders the
+	// rows name — those found stored too, which are rare, rather than a
+	// round trip more.
+	first := func(b *pgx.Batch) {
+		provider, org, env, eventID := keyArrays(rows)
+		b.Queue(decidedStartSQL, s.decideLockWait, provider, org, env, eventID).QueryRow(func(row pgx.Row) error {
+			if err := row.Scan(&received, nil, nil, &stored, &storedIDs, &storedStates, &ids); err != nil {
+				return fmt.Errorf("starting a decided batch: %w", interpret(err))
+			}
+			return nil
+		})
+		var named []leasedEvent
+		for i, r := range rows {
+			if r.State == string(fulfillment.InboxPending) {
+				named = append(named, leasedEvent{ev: reqs[i].ev})
+			}
+		}
+		lock = queueOrderLock(b, named)
+	}
+	err := s.withPipelinedTx(ctx, first, func(tx *pipelinedTx) error {
 		out = &decidedBatch{start: time.Now(), outcomes: map[int64]fulfillment.ProcessedEvent{}, ctxs: map[int64]context.Context{}}
 		late = &lateMatches{}
-		// The lock wait, the clock, which of the rows are stored, and ids
-		// for them.
-		var (
-			received     time.Time
-			stored       []int32
-			storedIDs    []int64
-			storedStates []fulfillment.InboxState
-			ids          []int64
-		)
-		provider, org, env, eventID := keyArrays(rows)
-		if err := tx.QueryRow(ctx, decidedStartSQL, s.decideLockWait, provider, org, env, eventID).
-			Scan(&received, nil, nil, &stored, &storedIDs, &storedStates, &ids); err != nil {
-			return fmt.Errorf("starting a decided batch: %w", interpret(err))
-		}
 		// The events stored already are redeliveries: their receipts are
 		// their rows as found.
 		storedBefore := make([]bool, len(rows))
@@ -210,7 +223,10 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 				traceParent: str(insert[i].TraceParent), attempts: 1})
 			index = append(index, i)
 		}
-		steps, versions, err := s.decideEvents(ctx, tx, events, late)
+		if err := lock.read(ctx, tx); err != nil {
+			return err
+		}
+		steps, versions, err := s.decideLocked(ctx, tx, events, lock, late)
 		if err != nil {
 			return err
 		}
@@ -221,14 +237,13 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 			r.State, r.Decision, r.DecisionReason = string(fulfillment.InboxStateFor(o.Decision)), &decision, &reason
 			r.OrderID, r.AppliedSubscriptionID, r.Attempts = linked, applied, 1
 		}
-		// The events, then their effects, in one round trip.
+		// The events, then their effects, and the COMMIT, in one round
+		// trip.
 		b := &pgx.Batch{}
 		queueInsertDecided(b, insert, found)
-		if out.queued, err = s.applySteps(ctx, tx, b, events, steps, versions, late, false, out.outcomes); err != nil {
-			return err
-		}
-		failpoint.Inject("decide-before-commit")
-		return nil
+		tx.beforeCommit = func() { failpoint.Inject("decide-before-commit") }
+		out.queued, err = s.applySteps(ctx, tx, b, events, steps, versions, late, false, out.outcomes)
+		return err
 	})
 	if err != nil {
 		return nil, err

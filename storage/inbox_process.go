@@ -90,23 +90,29 @@ const genericPlans = `set_config('plan_cache_mode', 'force_generic_plan', true)`
 // recorded refunds, and their subscriptions — and decides them, in the
 // order given, in one pure step (decideBatch). It returns the steps and
 // the row version each order was locked at.
-func (s *Store) decideEvents(ctx context.Context, tx pgx.Tx, events []leasedEvent, late *lateMatches) ([]fulfillment.Step, orderVersions, error) {
-	orders, versions, err := lockOrders(ctx, tx, events)
+func (s *Store) decideEvents(ctx context.Context, tx querier, events []leasedEvent, late *lateMatches) ([]fulfillment.Step, orderVersions, error) {
+	lock, err := lockOrders(ctx, tx, events)
 	if err != nil {
 		return nil, nil, err
 	}
-	subs, err := lockEventSubscriptions(ctx, tx, events, orders)
+	return s.decideLocked(ctx, tx, events, lock, late)
+}
+
+// decideLocked is decideEvents once the events' orders are locked: lock
+// holds them, and at least those the events name.
+func (s *Store) decideLocked(ctx context.Context, tx querier, events []leasedEvent, lock *orderLock, late *lateMatches) ([]fulfillment.Step, orderVersions, error) {
+	subs, err := lockEventSubscriptions(ctx, tx, events, lock.orders)
 	if err != nil {
 		return nil, nil, err
 	}
-	snap := &fulfillment.Snapshot{Orders: orders, Subscriptions: subs, Plans: s.plans,
+	snap := &fulfillment.Snapshot{Orders: lock.orders, Subscriptions: subs, Plans: s.plans,
 		Created: map[fulfillment.SubscriptionKey]*fulfillment.SubscriptionRecord{}}
 	batch := make([]fulfillment.BatchEvent, len(events))
 	for i, le := range events {
 		batch[i] = fulfillment.BatchEvent{Event: le.ev, Received: le.received}
 	}
 	steps, err := decideBatch(ctx, tx, snap, batch, late)
-	return steps, versions, err
+	return steps, lock.versions, err
 }
 
 // applySteps writes the effects of the steps decided for events (step i
@@ -115,8 +121,9 @@ func (s *Store) decideEvents(ctx context.Context, tx pgx.Tx, events []leasedEven
 // decisions when record is set (events decided as they are stored carry
 // theirs in their rows already), and adds each event to outcomes. The
 // orders were locked at versions. It returns what the batch queued, to
-// wake once committed.
-func (s *Store) applySteps(ctx context.Context, tx pgx.Tx, b *pgx.Batch, events []leasedEvent, steps []fulfillment.Step,
+// wake once committed. In a pipelinedTx, the COMMIT goes with the batch
+// when nothing is left to do after it.
+func (s *Store) applySteps(ctx context.Context, tx querier, b *pgx.Batch, events []leasedEvent, steps []fulfillment.Step,
 	versions orderVersions, late *lateMatches, record bool, outcomes map[int64]fulfillment.ProcessedEvent) (queued, error) {
 	w := s.newEffectWriter()
 	w.versions = versions
@@ -160,7 +167,15 @@ func (s *Store) applySteps(ctx context.Context, tx pgx.Tx, b *pgx.Batch, events 
 	// After the decisions: the events decided unmatched here are
 	// among those a subscription created here queues again, and an
 	// order or subscription created meanwhile queues them too.
+	n := b.Len()
 	late.queue(b, s.lateMatch)
+	if ptx, ok := tx.(*pipelinedTx); ok && b.Len() == n {
+		// Nothing to wake after the batch: its COMMIT goes with it.
+		if err := ptx.commitWith(ctx, b); err != nil {
+			return queued{}, fmt.Errorf("applying decisions: %w", interpret(err))
+		}
+		return q, nil
+	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return queued{}, fmt.Errorf("applying decisions: %w", interpret(err))
 	}
@@ -189,7 +204,7 @@ func decisionOf(le leasedEvent, st fulfillment.Step) (out fulfillment.Outcome, l
 // creating and locking first the subscriptions its payments are the first
 // to pay: one at a time, as the rules ask for them. Those it creates are
 // recorded in late.
-func decideBatch(ctx context.Context, tx pgx.Tx, snap *fulfillment.Snapshot, batch []fulfillment.BatchEvent, late *lateMatches) ([]fulfillment.Step, error) {
+func decideBatch(ctx context.Context, tx querier, snap *fulfillment.Snapshot, batch []fulfillment.BatchEvent, late *lateMatches) ([]fulfillment.Step, error) {
 	// Each round adds a subscription the step asked for, which it then
 	// holds: at most one round per event, and a last one.
 	for range len(batch) + 1 {
@@ -436,12 +451,38 @@ const lockedOrdersSelect = `
 		FROM order_lines WHERE order_id = o.id) l`
 
 // lockOrders locks every order the events name, in id order
-// (lockOrdersSQL), then reads their payment attempts and recorded refunds.
-// Those are read in statements of their own, after the locks: under READ
-// COMMITTED, a statement that waited for a lock sees the locked row as the
-// holder committed it, but every other table as it was when the statement
-// began — without what the holder wrote.
-func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfillment.OrderKey]*fulfillment.LockedOrder, orderVersions, error) {
+// (lockOrdersSQL), then reads their payment attempts and recorded refunds:
+// queueOrderLock, then orderLock.read.
+func lockOrders(ctx context.Context, tx querier, events []leasedEvent) (*orderLock, error) {
+	b := &pgx.Batch{}
+	l := queueOrderLock(b, events)
+	if b.Len() > 0 {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return nil, err
+		}
+	}
+	if err := l.read(ctx, tx); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// orderLock is the lock of the orders a batch's events name: once its
+// statement has run, the orders by each of their keys and the row version
+// each was locked at.
+type orderLock struct {
+	orders   map[fulfillment.OrderKey]*fulfillment.LockedOrder
+	versions orderVersions
+	byID     map[string]*fulfillment.LockedOrder
+	ids      []string // in id order
+}
+
+// queueOrderLock adds to b the statement that locks every order the
+// events name, in id order (lockOrdersSQL): none when they name none.
+// Once b has run, read completes the lock.
+func queueOrderLock(b *pgx.Batch, events []leasedEvent) *orderLock {
+	l := &orderLock{orders: map[fulfillment.OrderKey]*fulfillment.LockedOrder{}, versions: orderVersions{},
+		byID: map[string]*fulfillment.LockedOrder{}}
 	var mOrg, mEnv, mID, cOrg, cEnv, cID []string
 	for _, le := range events {
 		for _, k := range le.ev.OrderKeys() {
@@ -453,57 +494,66 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 			}
 		}
 	}
-	lo := map[fulfillment.OrderKey]*fulfillment.LockedOrder{}
-	versions := orderVersions{}
 	if len(mID)+len(cID) == 0 {
-		return lo, versions, nil
+		return l
 	}
-	byID := map[string]*fulfillment.LockedOrder{}
-	var ids []string
-	var rows pgx.Rows
+	var q *pgx.QueuedQuery
 	if len(cID) == 0 {
-		rows, _ = tx.Query(ctx, lockOrdersByMerchantSQL, mOrg, mEnv, mID)
+		q = b.Queue(lockOrdersByMerchantSQL, mOrg, mEnv, mID)
 	} else {
-		rows, _ = tx.Query(ctx, lockOrdersSQL, mOrg, mEnv, mID, cOrg, cEnv, cID)
+		q = b.Queue(lockOrdersSQL, mOrg, mEnv, mID, cOrg, cEnv, cID)
 	}
-	err := forEachRow(rows, func(r pgx.Rows) error {
-		var row lockedOrderRow
-		if err := row.scan(r); err != nil {
-			return err
-		}
-		o, err := row.order()
+	q.Query(func(rows pgx.Rows) error {
+		err := forEachRow(rows, func(r pgx.Rows) error {
+			var row lockedOrderRow
+			if err := row.scan(r); err != nil {
+				return err
+			}
+			o, err := row.order()
+			if err != nil {
+				return err
+			}
+			l.byID[o.ID] = o
+			l.versions[o.ID] = row.Version
+			l.ids = append(l.ids, o.ID)
+			key := fulfillment.OrderKey{OrgID: row.OrgID, Environment: row.Environment}
+			key.Field, key.Value = fulfillment.ByMerchantOrderID, row.MerchantOrderID
+			l.orders[key] = o
+			// A checkout session is the order's own, or the provider order
+			// id of a payment the service started for it.
+			sessions := row.StartedSessions
+			if row.CheckoutSessionID != nil {
+				sessions = append(sessions, *row.CheckoutSessionID)
+			}
+			for _, id := range sessions {
+				key.Field, key.Value = fulfillment.ByCheckoutSessionID, id
+				l.orders[key] = o
+			}
+			return nil
+		})
 		if err != nil {
-			return err
-		}
-		byID[o.ID] = o
-		versions[o.ID] = row.Version
-		ids = append(ids, o.ID)
-		key := fulfillment.OrderKey{OrgID: row.OrgID, Environment: row.Environment}
-		key.Field, key.Value = fulfillment.ByMerchantOrderID, row.MerchantOrderID
-		lo[key] = o
-		// A checkout session is the order's own, or the provider order id
-		// of a payment the service started for it.
-		sessions := row.StartedSessions
-		if row.CheckoutSessionID != nil {
-			sessions = append(sessions, *row.CheckoutSessionID)
-		}
-		for _, id := range sessions {
-			key.Field, key.Value = fulfillment.ByCheckoutSessionID, id
-			lo[key] = o
+			return fmt.Errorf("locking orders: %w", interpret(err))
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("locking orders: %w", interpret(err))
+	return l
+}
+
+// read reads the payment attempts and recorded refunds of the orders
+// locked, in one round trip. They are read in statements of their own,
+// after the locks: under READ COMMITTED, a statement that waited for a lock
+// sees the locked row as the holder committed it, but every other table as
+// it was when the statement began — without what the holder wrote. (The
+// order locks protect the attempts and the recorded refunds: every writer
+// of an order's attempts and refunds holds its order row, a payment start
+// too.)
+func (l *orderLock) read(ctx context.Context, tx querier) error {
+	if len(l.ids) == 0 {
+		return nil
 	}
-	if len(ids) == 0 {
-		return lo, versions, nil
-	}
-	// The order locks protect the attempts and the recorded refunds:
-	// every writer of an order's attempts and refunds holds its order
-	// row (a payment start too). Both are read in one round trip.
+	byID := l.byID
 	b := &pgx.Batch{}
-	b.Queue(`SELECT order_id, provider, attempt_ref, state FROM payment_attempts WHERE order_id = ANY($1::uuid[])`, ids).
+	b.Queue(`SELECT order_id, provider, attempt_ref, state FROM payment_attempts WHERE order_id = ANY($1::uuid[])`, l.ids).
 		Query(func(rows pgx.Rows) error {
 			return forEachRow(rows, func(r pgx.Rows) error {
 				var (
@@ -524,7 +574,7 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 		SELECT order_id, provider, attempt_ref, amount::text, token, network, currency
 		FROM payment_refunds
 		WHERE order_id = ANY($1::uuid[])
-		ORDER BY id`, ids).
+		ORDER BY id`, l.ids).
 		Query(func(rows pgx.Rows) error {
 			return forEachRow(rows, func(r pgx.Rows) error {
 				var (
@@ -548,9 +598,9 @@ func lockOrders(ctx context.Context, tx pgx.Tx, events []leasedEvent) (map[fulfi
 			})
 		})
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, nil, fmt.Errorf("reading payment attempts and refunds: %w", interpret(err))
+		return fmt.Errorf("reading payment attempts and refunds: %w", interpret(err))
 	}
-	return lo, versions, nil
+	return nil
 }
 
 // order is the order row holds.

@@ -157,7 +157,7 @@ func (s *Store) requeueLateEvents(ctx context.Context, tx pgx.Tx, statement stri
 // events were queued again (nothing when n is 0). A NOTIFY in the
 // transaction, unlike the signal sent after it, survives a crash right
 // after the commit.
-func notifyLate(ctx context.Context, tx pgx.Tx, n int) error {
+func notifyLate(ctx context.Context, tx querier, n int) error {
 	if n == 0 {
 		return nil
 	}

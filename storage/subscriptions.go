@@ -25,7 +25,7 @@ type lockedSubscriptions map[fulfillment.SubscriptionKey]*fulfillment.Subscripti
 // lockSubscriptions locks the subscriptions where selects, in id order (so
 // that concurrent transactions cannot deadlock on them), and reads their
 // paid periods in the same round trip.
-func lockSubscriptions(ctx context.Context, tx pgx.Tx, where string, args ...any) (lockedSubscriptions, error) {
+func lockSubscriptions(ctx context.Context, tx querier, where string, args ...any) (lockedSubscriptions, error) {
 	rows, _ := tx.Query(ctx, `SELECT `+subscriptionColumns+` FROM subscriptions WHERE `+where+` ORDER BY id FOR UPDATE`, args...)
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.SubscriptionRecord, error) {
 		return scanSubscription(r)
@@ -73,7 +73,7 @@ func lockSubscriptions(ctx context.Context, tx pgx.Tx, where string, args ...any
 }
 
 // lockSubscription locks the one subscription where selects.
-func lockSubscription(ctx context.Context, tx pgx.Tx, where string, args ...any) (*fulfillment.SubscriptionRecord, error) {
+func lockSubscription(ctx context.Context, tx querier, where string, args ...any) (*fulfillment.SubscriptionRecord, error) {
 	locked, err := lockSubscriptions(ctx, tx, where, args...)
 	if err != nil {
 		return nil, err
@@ -92,7 +92,7 @@ const byProviderKey = `(org_id, environment, provider, provider_subscription_id)
 // created it (its late-match lock exclusive, else shared): the events that
 // came before it are queued again at the end of the transaction
 // (lateMatches).
-func createSubscription(ctx context.Context, tx pgx.Tx, ref fulfillment.SubscriptionRef, late *lateMatches) (*fulfillment.SubscriptionRecord, error) {
+func createSubscription(ctx context.Context, tx querier, ref fulfillment.SubscriptionRef, late *lateMatches) (*fulfillment.SubscriptionRecord, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, err
@@ -198,7 +198,7 @@ func nullTime(t time.Time) *time.Time {
 // lockEventSubscriptions locks the subscriptions the batch's events are
 // decided against (fulfillment.SubscriptionKeys: those they name, and
 // those of the orders they match), in id order.
-func lockEventSubscriptions(ctx context.Context, tx pgx.Tx, events []leasedEvent, orders map[fulfillment.OrderKey]*fulfillment.LockedOrder) (lockedSubscriptions, error) {
+func lockEventSubscriptions(ctx context.Context, tx querier, events []leasedEvent, orders map[fulfillment.OrderKey]*fulfillment.LockedOrder) (lockedSubscriptions, error) {
 	evs := make([]fulfillment.ProviderEvent, len(events))
 	for i, le := range events {
 		evs[i] = le.ev

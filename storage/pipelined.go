@@ -1,0 +1,117 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// querier is what the statements of a decision need of the transaction
+// they run in: a pgx.Tx, or a pipelinedTx.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// A pipelinedTx is a transaction whose BEGIN goes out with its first
+// statements, in one round trip, and whose COMMIT with its last ones
+// (commitWith): two round trips fewer than a pgx.Tx, whose Begin and Commit
+// each wait for their answer. The statements between run on its
+// connection as in any transaction.
+type pipelinedTx struct {
+	conn *pgxpool.Conn
+	// open: the transaction began and has not ended.
+	open bool
+	// beforeCommit, when set, runs right before the COMMIT is sent.
+	beforeCommit func()
+}
+
+// withPipelinedTx runs fn in a pipelinedTx whose first round trip sends
+// BEGIN and the statements first queues, and commits it unless fn did
+// (commitWith); any error rolls it back. first's statements report their
+// errors through their callbacks, as in any batch.
+func (s *Store) withPipelinedTx(ctx context.Context, first func(*pgx.Batch), fn func(*pipelinedTx) error) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("beginning transaction: %w", interpret(err))
+	}
+	defer conn.Release() // (a connection left in a transaction is closed, not pooled)
+	tx := &pipelinedTx{conn: conn}
+	defer tx.rollback(ctx)
+
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	first(b)
+	tx.open = true
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if !tx.open {
+		return nil
+	}
+	return tx.commitWith(ctx, &pgx.Batch{})
+}
+
+func (tx *pipelinedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return tx.conn.Exec(ctx, sql, args...)
+}
+
+func (tx *pipelinedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return tx.conn.Query(ctx, sql, args...)
+}
+
+func (tx *pipelinedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return tx.conn.QueryRow(ctx, sql, args...)
+}
+
+func (tx *pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return tx.conn.SendBatch(ctx, b)
+}
+
+// errCommittedUnread is commitWith's failure to read the results of a
+// batch whose statements all ran, its COMMIT too: the transaction
+// committed, but what its callbacks were to record is not known.
+var errCommittedUnread = errors.New("the transaction committed, but its results could not be read")
+
+// commitWith sends b's statements and the COMMIT in one round trip. A
+// statement that fails skips the rest, the COMMIT too, and the deferred
+// rollback ends the transaction.
+func (tx *pipelinedTx) commitWith(ctx context.Context, b *pgx.Batch) error {
+	b.Queue("COMMIT")
+	if tx.beforeCommit != nil {
+		tx.beforeCommit()
+	}
+	err := tx.conn.SendBatch(ctx, b).Close()
+	// Idle once the COMMIT ran: the transaction committed, or the COMMIT
+	// failed with an error of its own. An error PostgreSQL reports before
+	// it skips it, and leaves the transaction open, failed.
+	tx.open = tx.conn.Conn().PgConn().TxStatus() != 'I'
+	var pgErr *pgconn.PgError
+	if err != nil && !tx.open && !errors.As(err, &pgErr) {
+		return fmt.Errorf("%w: %w", errCommittedUnread, err)
+	}
+	return err
+}
+
+// rollback ends the transaction if it is still open. When the connection
+// cannot say ROLLBACK, its release closes it, which ends the transaction
+// all the same.
+func (tx *pipelinedTx) rollback(ctx context.Context) {
+	if !tx.open {
+		return
+	}
+	tx.open = false
+	if tx.conn.Conn().PgConn().TxStatus() == 'I' {
+		return
+	}
+	_, _ = tx.conn.Exec(ctx, "ROLLBACK")
+}
