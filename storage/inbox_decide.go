@@ -163,7 +163,7 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 	// Its first round trip: BEGIN; the lock wait, the clock, which of the
 	// rows are stored, and ids for them; and the locks of the orders the
 	// rows name — those found stored too, which are rare, rather than a
-	// round trip more.
+	// round trip more — with their attempts and refunds.
 	first := func(b *pgx.Batch) {
 		provider, org, env, eventID := keyArrays(rows)
 		b.Queue(decidedStartSQL, s.decideLockWait, provider, org, env, eventID).QueryRow(func(row pgx.Row) error {
@@ -222,9 +222,6 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 			events = append(events, leasedEvent{id: insert[i].ID, ev: owners[i].ev, received: received,
 				traceParent: str(insert[i].TraceParent), attempts: 1})
 			index = append(index, i)
-		}
-		if err := lock.read(ctx, tx); err != nil {
-			return err
 		}
 		steps, versions, err := s.decideLocked(ctx, tx, events, lock, late)
 		if err != nil {

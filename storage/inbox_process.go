@@ -394,7 +394,7 @@ const requestedLine = `kind = 'external' AND destination IS NOT NULL`
 // checkout session ($4-$6), in id order, and reads with each what its lines
 // hold (lines never change). (Each key set is looked up through its own
 // unique index; an OR of the two would scan the table.)
-var lockOrdersSQL = fmt.Sprintf(lockedOrdersSelect,
+var lockOrdersSQL = notingLocked(fmt.Sprintf(lockedOrdersSelect,
 	`ARRAY(SELECT provider_order_id FROM payment_starts ps WHERE ps.order_id = o.id)`) + `
 	WHERE o.id IN (
 		SELECT id FROM orders WHERE (org_id, environment, merchant_order_id) IN (
@@ -406,7 +406,7 @@ var lockOrdersSQL = fmt.Sprintf(lockedOrdersSelect,
 		SELECT order_id FROM payment_starts WHERE (org_id, environment, provider_order_id) IN (
 			SELECT * FROM unnest($4::text[], $5::text[], $6::text[])))
 	ORDER BY o.id
-	FOR UPDATE OF o`
+	FOR UPDATE OF o`)
 
 // lockOrdersByMerchantSQL is lockOrdersSQL for a batch whose events name
 // their orders by merchant order id alone ($1-$3), as a Yolfi payment
@@ -414,10 +414,28 @@ var lockOrdersSQL = fmt.Sprintf(lockedOrdersSelect,
 // lockOrdersSQL collects ids and reads each order again by its primary key
 // (13.1 → 9.1 buffers per event in a restricted make bench run), and no
 // started payment is read.
-var lockOrdersByMerchantSQL = fmt.Sprintf(lockedOrdersSelect, `'{}'::text[]`) + `
+var lockOrdersByMerchantSQL = notingLocked(fmt.Sprintf(lockedOrdersSelect, `'{}'::text[]`) + `
 	WHERE (o.org_id, o.environment, o.merchant_order_id) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
 	ORDER BY o.id
-	FOR UPDATE OF o`
+	FOR UPDATE OF o`)
+
+// lockedOrdersSetting is the setting, local to its transaction, where the
+// order lock notes the ids of the orders it locked (notingLocked), for the
+// statements after it in the same round trip (lockedOrders).
+const lockedOrdersSetting = "fulfillment.locked_orders"
+
+// notingLocked is lock, a statement that locks orders and returns them,
+// noting their ids in lockedOrdersSetting, once all are locked (an init
+// plan, run before the first row is returned even when none is).
+func notingLocked(lock string) string {
+	return `WITH locked AS MATERIALIZED (` + lock + `)
+	SELECT * FROM locked
+	WHERE (SELECT set_config('` + lockedOrdersSetting + `', coalesce(array_agg(id)::text, '{}'), true) FROM locked) IS NOT NULL`
+}
+
+// lockedOrders is the array of the ids of the orders the last order lock
+// of the transaction locked (notingLocked); NULL before any.
+const lockedOrders = `nullif(current_setting('` + lockedOrdersSetting + `', true), '')::uuid[]`
 
 // lockedOrdersSelect reads a locked order and what its lines hold, the
 // expression of its started payments' ids (%s) its started_sessions.
@@ -451,8 +469,8 @@ const lockedOrdersSelect = `
 		FROM order_lines WHERE order_id = o.id) l`
 
 // lockOrders locks every order the events name, in id order
-// (lockOrdersSQL), then reads their payment attempts and recorded refunds:
-// queueOrderLock, then orderLock.read.
+// (lockOrdersSQL), and reads their payment attempts and recorded refunds,
+// in one round trip (queueOrderLock).
 func lockOrders(ctx context.Context, tx querier, events []leasedEvent) (*orderLock, error) {
 	b := &pgx.Batch{}
 	l := queueOrderLock(b, events)
@@ -461,25 +479,30 @@ func lockOrders(ctx context.Context, tx querier, events []leasedEvent) (*orderLo
 			return nil, err
 		}
 	}
-	if err := l.read(ctx, tx); err != nil {
-		return nil, err
-	}
 	return l, nil
 }
 
 // orderLock is the lock of the orders a batch's events name: once its
-// statement has run, the orders by each of their keys and the row version
-// each was locked at.
+// statements have run, the orders by each of their keys, with their
+// attempts and recorded refunds, and the row version each was locked at.
 type orderLock struct {
 	orders   map[fulfillment.OrderKey]*fulfillment.LockedOrder
 	versions orderVersions
 	byID     map[string]*fulfillment.LockedOrder
-	ids      []string // in id order
 }
 
-// queueOrderLock adds to b the statement that locks every order the
-// events name, in id order (lockOrdersSQL): none when they name none.
-// Once b has run, read completes the lock.
+// queueOrderLock adds to b the statements that lock every order the
+// events name, in id order (lockOrdersSQL), then read their payment
+// attempts and recorded refunds: none when they name no order.
+//
+// The attempts and refunds are read in statements of their own, after the
+// lock's: under READ COMMITTED, a statement that waited for a lock sees
+// the locked row as the holder committed it, but every other table as it
+// was when the statement began — without what the holder wrote. (The order
+// locks protect the attempts and the recorded refunds: every writer of an
+// order's attempts and refunds holds its order row, a payment start too.)
+// They find the orders' ids where the lock noted them (lockedOrders), so
+// that all go in one round trip.
 func queueOrderLock(b *pgx.Batch, events []leasedEvent) *orderLock {
 	l := &orderLock{orders: map[fulfillment.OrderKey]*fulfillment.LockedOrder{}, versions: orderVersions{},
 		byID: map[string]*fulfillment.LockedOrder{}}
@@ -515,7 +538,6 @@ func queueOrderLock(b *pgx.Batch, events []leasedEvent) *orderLock {
 			}
 			l.byID[o.ID] = o
 			l.versions[o.ID] = row.Version
-			l.ids = append(l.ids, o.ID)
 			key := fulfillment.OrderKey{OrgID: row.OrgID, Environment: row.Environment}
 			key.Field, key.Value = fulfillment.ByMerchantOrderID, row.MerchantOrderID
 			l.orders[key] = o
@@ -536,26 +558,9 @@ func queueOrderLock(b *pgx.Batch, events []leasedEvent) *orderLock {
 		}
 		return nil
 	})
-	return l
-}
-
-// read reads the payment attempts and recorded refunds of the orders
-// locked, in one round trip. They are read in statements of their own,
-// after the locks: under READ COMMITTED, a statement that waited for a lock
-// sees the locked row as the holder committed it, but every other table as
-// it was when the statement began — without what the holder wrote. (The
-// order locks protect the attempts and the recorded refunds: every writer
-// of an order's attempts and refunds holds its order row, a payment start
-// too.)
-func (l *orderLock) read(ctx context.Context, tx querier) error {
-	if len(l.ids) == 0 {
-		return nil
-	}
-	byID := l.byID
-	b := &pgx.Batch{}
-	b.Queue(`SELECT order_id, provider, attempt_ref, state FROM payment_attempts WHERE order_id = ANY($1::uuid[])`, l.ids).
+	b.Queue(`SELECT order_id, provider, attempt_ref, state FROM payment_attempts WHERE order_id = ANY(` + lockedOrders + `)`).
 		Query(func(rows pgx.Rows) error {
-			return forEachRow(rows, func(r pgx.Rows) error {
+			err := forEachRow(rows, func(r pgx.Rows) error {
 				var (
 					orderID uuid.UUID
 					k       fulfillment.AttemptKey
@@ -564,19 +569,27 @@ func (l *orderLock) read(ctx context.Context, tx querier) error {
 				if err := r.Scan(&orderID, &k.Provider, &k.Ref, &state); err != nil {
 					return err
 				}
-				byID[orderID.String()].Attempts[k] = state
+				o, err := l.locked(orderID)
+				if err != nil {
+					return err
+				}
+				o.Attempts[k] = state
 				return nil
 			})
+			if err != nil {
+				return fmt.Errorf("reading payment attempts: %w", interpret(err))
+			}
+			return nil
 		})
 	// The partial refunds recorded for the orders, in the order they were
 	// recorded.
 	b.Queue(`
 		SELECT order_id, provider, attempt_ref, amount::text, token, network, currency
 		FROM payment_refunds
-		WHERE order_id = ANY($1::uuid[])
-		ORDER BY id`, l.ids).
+		WHERE order_id = ANY(` + lockedOrders + `)
+		ORDER BY id`).
 		Query(func(rows pgx.Rows) error {
-			return forEachRow(rows, func(r pgx.Rows) error {
+			err := forEachRow(rows, func(r pgx.Rows) error {
 				var (
 					orderID                         uuid.UUID
 					rr                              fulfillment.RecordedRefund
@@ -592,15 +605,28 @@ func (l *orderLock) read(ctx context.Context, tx querier) error {
 					return err
 				}
 				rr.Ref = fulfillment.RefundRefOf(rr.Attempt.Provider, rr.Attempt.Ref, rr.Amount)
-				o := byID[orderID.String()]
+				o, err := l.locked(orderID)
+				if err != nil {
+					return err
+				}
 				o.PartialRefunds = append(o.PartialRefunds, rr)
 				return nil
 			})
+			if err != nil {
+				return fmt.Errorf("reading recorded refunds: %w", interpret(err))
+			}
+			return nil
 		})
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("reading payment attempts and refunds: %w", interpret(err))
+	return l
+}
+
+// locked is the order of id the lock holds.
+func (l *orderLock) locked(id uuid.UUID) (*fulfillment.LockedOrder, error) {
+	o := l.byID[id.String()]
+	if o == nil {
+		return nil, fmt.Errorf("order %s read with the locked orders, but not locked", id)
 	}
-	return nil
+	return o, nil
 }
 
 // order is the order row holds.

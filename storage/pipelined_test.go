@@ -37,7 +37,7 @@ func TestPipelinedTransaction(t *testing.T) {
 		{name: "the first round trip fails", first: []string{"INSERT INTO pipelined VALUES (1)", "INSERT INTO pipelined VALUES (1)"},
 			last: []string{"INSERT INTO pipelined VALUES (3)"}, wantCode: "23505"},
 		{name: "the last round trip fails", first: []string{"INSERT INTO pipelined VALUES (1)"},
-			last: []string{"INSERT INTO pipelined VALUES (2)", "INSERT INTO pipelined VALUES (1)", "INSERT INTO pipelined VALUES (3)"},
+			last:     []string{"INSERT INTO pipelined VALUES (2)", "INSERT INTO pipelined VALUES (1)", "INSERT INTO pipelined VALUES (3)"},
 			wantCode: "23505"},
 		{name: "a statement between fails", first: []string{"INSERT INTO pipelined VALUES (1)"}, mid: []string{"SELECT 1/0"},
 			last: []string{"INSERT INTO pipelined VALUES (3)"}, wantCode: "22012"},
