@@ -434,8 +434,12 @@ func notingLocked(lock string) string {
 }
 
 // lockedOrders is the array of the ids of the orders the last order lock
-// of the transaction locked (notingLocked); NULL before any.
-const lockedOrders = `nullif(current_setting('` + lockedOrdersSetting + `', true), '')::uuid[]`
+// of the transaction locked (notingLocked); NULL before any. It is a
+// subquery, an init plan evaluated once per statement: as an expression,
+// the setting would be read and parsed again for every row a scan
+// filters (0.6 ms per statement over a few thousand attempts, at one
+// client).
+const lockedOrders = `(SELECT nullif(current_setting('` + lockedOrdersSetting + `', true), '')::uuid[])::uuid[]`
 
 // lockedOrdersSelect reads a locked order and what its lines hold, the
 // expression of its started payments' ids (%s) its started_sessions.
