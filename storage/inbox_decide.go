@@ -47,9 +47,13 @@ const defaultDecideLockWait = "50ms"
 // of each, for their receipts; and an id from the table's sequence for
 // each event, in order (those of events left out are never used: a
 // sequence has gaps anyway). The sequence is looked up once (an init
-// plan), not once per id: 3 catalog buffers each.
+// plan), not once per id: 3 catalog buffers each. It notes the positions
+// of the stored events in storedEventsSetting, where the order lock sent
+// after it in the same round trip finds them (storedEvents): the orders
+// only redeliveries name are not locked.
 const decidedStartSQL = `
-	SELECT clock_timestamp(), set_config('lock_timeout', $1, true), ` + genericPlans + `, s.n, s.id, s.state,
+	SELECT clock_timestamp(), set_config('lock_timeout', $1, true), ` + genericPlans + `,
+		set_config('` + storedEventsSetting + `', s.n::text, true), s.n, s.id, s.state,
 		ARRAY(SELECT nextval((SELECT pg_get_serial_sequence('inbox_events', 'id')::regclass))
 			FROM generate_series(1, cardinality($2::text[])))
 	FROM (
@@ -162,23 +166,25 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 	)
 	// Its first round trip: BEGIN; the lock wait, the clock, which of the
 	// rows are stored, and ids for them; and the locks of the orders the
-	// rows name — those found stored too, which are rare, rather than a
-	// round trip more — with their attempts and refunds.
+	// rows not found stored name, with their attempts and refunds.
 	first := func(b *pgx.Batch) {
 		provider, org, env, eventID := keyArrays(rows)
 		b.Queue(decidedStartSQL, s.decideLockWait, provider, org, env, eventID).QueryRow(func(row pgx.Row) error {
-			if err := row.Scan(&received, nil, nil, &stored, &storedIDs, &storedStates, &ids); err != nil {
+			if err := row.Scan(&received, nil, nil, nil, &stored, &storedIDs, &storedStates, &ids); err != nil {
 				return fmt.Errorf("starting a decided batch: %w", interpret(err))
 			}
 			return nil
 		})
-		var named []leasedEvent
+		var (
+			named     []leasedEvent
+			positions []int
+		)
 		for i, r := range rows {
 			if r.State == string(fulfillment.InboxPending) {
-				named = append(named, leasedEvent{ev: reqs[i].ev})
+				named, positions = append(named, leasedEvent{ev: reqs[i].ev}), append(positions, i+1)
 			}
 		}
-		lock = queueOrderLock(b, named)
+		lock = queueOrderLock(b, named, positions)
 	}
 	err := s.withPipelinedTx(ctx, first, func(tx *pipelinedTx) error {
 		out = &decidedBatch{start: time.Now(), outcomes: map[int64]fulfillment.ProcessedEvent{}, ctxs: map[int64]context.Context{}}

@@ -192,6 +192,35 @@ func TestDecidedBatchWithRedelivery(t *testing.T) {
 	}
 }
 
+// A redelivery does not lock the order it names: with that order held
+// locked by another transaction, a batch of the redelivery and a new event
+// of another order is decided at once, not queued after the lock wait,
+// and so is the redelivery alone.
+func TestDecidedBatchDoesNotLockARedeliveredOrder(t *testing.T) {
+	t.Parallel()
+	s, conn, tx := decidingStoreWithHolder(t, "m-held", "m-free")
+	ctx := context.Background()
+	held := confirmedEvent("evt_held", "m-held")
+	if first, err := s.InboxInsert(ctx, held, []byte(`{}`)); err != nil || first.State != fulfillment.InboxProcessed {
+		t.Fatalf("first delivery: %+v, %v; want processed", first, err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM orders WHERE merchant_order_id = 'm-held' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InboxInsertBatch(ctx, []fulfillment.ProviderEvent{held, confirmedEvent("evt_free", "m-free")}); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := s.InboxInsert(ctx, held, []byte(`{}`)); err != nil || !again.Duplicate {
+		t.Fatalf("redelivery alone: %+v, %v; want a duplicate", again, err)
+	}
+	if got, want := receiptBatches(t, s), "decided=2 failed=0 locked=0 redelivered=0"; got != want {
+		t.Errorf("group commits: %s, want %s (a batch locked was one that waited for the redelivered order)", got, want)
+	}
+	if queued, granted := count(t, conn, "SELECT count(*) FROM inbox_work"), count(t, conn, "SELECT count(*) FROM entitlements"); queued != 0 || granted != 4 {
+		t.Errorf("%d events queued, %d licenses; want none queued, 4 licenses (2 per order)", queued, granted)
+	}
+}
+
 // An order held locked by another transaction past the wait: the batch
 // naming it is stored queued, whole, and the inbox processor decides it
 // once the lock is gone.

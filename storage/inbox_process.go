@@ -392,32 +392,51 @@ const requestedLine = `kind = 'external' AND destination IS NOT NULL`
 
 // lockOrdersSQL locks the orders named by merchant order id ($1-$3) or by
 // checkout session ($4-$6), in id order, and reads with each what its lines
-// hold (lines never change). (Each key set is looked up through its own
+// hold (lines never change). $7 and $8 are the positions of the events
+// that name each key (queueOrderLock; NULL: none), those of the keys
+// ($1-$3, then $4-$6). (Each key set is looked up through its own
 // unique index; an OR of the two would scan the table.)
 var lockOrdersSQL = notingLocked(fmt.Sprintf(lockedOrdersSelect,
 	`ARRAY(SELECT provider_order_id FROM payment_starts ps WHERE ps.order_id = o.id)`) + `
 	WHERE o.id IN (
 		SELECT id FROM orders WHERE (org_id, environment, merchant_order_id) IN (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
+			SELECT k.o, k.e, k.v FROM unnest($1::text[], $2::text[], $3::text[], $7::int[]) AS k(o, e, v, n)
+			WHERE ` + notStored + `)
 		UNION
 		SELECT id FROM orders WHERE (org_id, environment, checkout_session_id) IN (
-			SELECT * FROM unnest($4::text[], $5::text[], $6::text[]))
+			SELECT k.o, k.e, k.v FROM unnest($4::text[], $5::text[], $6::text[], $8::int[]) AS k(o, e, v, n)
+			WHERE ` + notStored + `)
 		UNION
 		SELECT order_id FROM payment_starts WHERE (org_id, environment, provider_order_id) IN (
-			SELECT * FROM unnest($4::text[], $5::text[], $6::text[])))
+			SELECT k.o, k.e, k.v FROM unnest($4::text[], $5::text[], $6::text[], $8::int[]) AS k(o, e, v, n)
+			WHERE ` + notStored + `))
 	ORDER BY o.id
 	FOR UPDATE OF o`)
 
 // lockOrdersByMerchantSQL is lockOrdersSQL for a batch whose events name
-// their orders by merchant order id alone ($1-$3), as a Yolfi payment
+// their orders by merchant order id alone ($1-$3, and $4 the positions of
+// the events that name them), as a Yolfi payment
 // does: each order is read once, through its key's index, where
 // lockOrdersSQL collects ids and reads each order again by its primary key
 // (13.1 → 9.1 buffers per event in a restricted make bench run), and no
 // started payment is read.
 var lockOrdersByMerchantSQL = notingLocked(fmt.Sprintf(lockedOrdersSelect, `'{}'::text[]`) + `
-	WHERE (o.org_id, o.environment, o.merchant_order_id) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
+	WHERE (o.org_id, o.environment, o.merchant_order_id) IN (
+		SELECT k.o, k.e, k.v FROM unnest($1::text[], $2::text[], $3::text[], $4::int[]) AS k(o, e, v, n)
+		WHERE ` + notStored + `)
 	ORDER BY o.id
 	FOR UPDATE OF o`)
+
+// storedEventsSetting is the setting, local to its transaction, where
+// decidedStartSQL notes the positions of the events of its batch it found
+// stored; notStored, the condition on a key of the order lock (a row k
+// with the position n of the event that names it, NULL for none) that
+// leaves out those of those events. (The setting is read once per
+// statement, an init plan: see lockedOrders.)
+const (
+	storedEventsSetting = "fulfillment.stored_events"
+	notStored           = `(k.n IS NULL OR k.n <> ALL((SELECT coalesce(nullif(current_setting('` + storedEventsSetting + `', true), ''), '{}')::int[])::int[]))`
+)
 
 // lockedOrdersSetting is the setting, local to its transaction, where the
 // order lock notes the ids of the orders it locked (notingLocked), for the
@@ -477,7 +496,7 @@ const lockedOrdersSelect = `
 // in one round trip (queueOrderLock).
 func lockOrders(ctx context.Context, tx querier, events []leasedEvent) (*orderLock, error) {
 	b := &pgx.Batch{}
-	l := queueOrderLock(b, events)
+	l := queueOrderLock(b, events, nil)
 	if b.Len() > 0 {
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return nil, err
@@ -507,17 +526,30 @@ type orderLock struct {
 // order's attempts and refunds holds its order row, a payment start too.)
 // They find the orders' ids where the lock noted them (lockedOrders), so
 // that all go in one round trip.
-func queueOrderLock(b *pgx.Batch, events []leasedEvent) *orderLock {
+//
+// positions, when not nil, are the events' positions in the arrays of a
+// decidedStartSQL sent before: the orders of those it found stored are
+// left out.
+func queueOrderLock(b *pgx.Batch, events []leasedEvent, positions []int) *orderLock {
 	l := &orderLock{orders: map[fulfillment.OrderKey]*fulfillment.LockedOrder{}, versions: orderVersions{},
 		byID: map[string]*fulfillment.LockedOrder{}}
-	var mOrg, mEnv, mID, cOrg, cEnv, cID []string
-	for _, le := range events {
+	var (
+		mOrg, mEnv, mID, cOrg, cEnv, cID []string
+		mPos, cPos                       nulls[int]
+	)
+	for i, le := range events {
+		var pos *int
+		if positions != nil {
+			pos = &positions[i]
+		}
 		for _, k := range le.ev.OrderKeys() {
 			switch k.Field {
 			case fulfillment.ByMerchantOrderID:
 				mOrg, mEnv, mID = append(mOrg, k.OrgID), append(mEnv, string(k.Environment)), append(mID, k.Value)
+				mPos = append(mPos, pos)
 			case fulfillment.ByCheckoutSessionID:
 				cOrg, cEnv, cID = append(cOrg, k.OrgID), append(cEnv, string(k.Environment)), append(cID, k.Value)
+				cPos = append(cPos, pos)
 			}
 		}
 	}
@@ -526,9 +558,9 @@ func queueOrderLock(b *pgx.Batch, events []leasedEvent) *orderLock {
 	}
 	var q *pgx.QueuedQuery
 	if len(cID) == 0 {
-		q = b.Queue(lockOrdersByMerchantSQL, mOrg, mEnv, mID)
+		q = b.Queue(lockOrdersByMerchantSQL, mOrg, mEnv, mID, mPos)
 	} else {
-		q = b.Queue(lockOrdersSQL, mOrg, mEnv, mID, cOrg, cEnv, cID)
+		q = b.Queue(lockOrdersSQL, mOrg, mEnv, mID, cOrg, cEnv, cID, mPos, cPos)
 	}
 	q.Query(func(rows pgx.Rows) error {
 		err := forEachRow(rows, func(r pgx.Rows) error {
