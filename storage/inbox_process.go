@@ -41,24 +41,24 @@ func (s *Store) InboxProcess(ctx context.Context, ids []int64, owner string) (ma
 func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner string) (map[int64]fulfillment.ProcessedEvent, error) {
 	outcomes := make(map[int64]fulfillment.ProcessedEvent, len(ids))
 	var (
-		q    queued
-		late *lateMatches
+		q      queued
+		late   = &lateMatches{}
+		events []leasedEvent
 	)
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		late = &lateMatches{} // (a retried transaction starts again)
-		events, err := lockLeasedEvents(ctx, tx, ids, owner)
-		if err != nil || len(events) == 0 {
-			return err
+	// BEGIN goes with the events' lock, COMMIT with the effects: three
+	// round trips, the orders' locks between (pipelinedTx).
+	first := func(b *pgx.Batch) { queueLeasedEvents(b, ids, owner, &events) }
+	err := s.withPipelinedTx(ctx, first, func(tx *pipelinedTx) error {
+		if len(events) == 0 {
+			return nil
 		}
 		steps, versions, err := s.decideEvents(ctx, tx, events, late)
 		if err != nil {
 			return err
 		}
-		if q, err = s.applySteps(ctx, tx, nil, events, steps, versions, late, true, outcomes); err != nil {
-			return err
-		}
-		failpoint.Inject("process-before-commit")
-		return nil
+		tx.beforeCommit = func() { failpoint.Inject("process-before-commit") }
+		q, err = s.applySteps(ctx, tx, nil, events, steps, versions, late, true, outcomes)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -291,8 +291,20 @@ type leasedEvent struct {
 // rows are the batch's lock: until it commits, no claim or reclaim sees
 // them (SKIP LOCKED), and a concurrent replay waits; the stored events are
 // only written again by the decision, so they are read without a lock.
-func lockLeasedEvents(ctx context.Context, tx pgx.Tx, ids []int64, owner string) ([]leasedEvent, error) {
-	rows, _ := tx.Query(ctx, `
+func lockLeasedEvents(ctx context.Context, tx querier, ids []int64, owner string) ([]leasedEvent, error) {
+	var events []leasedEvent
+	b := &pgx.Batch{}
+	queueLeasedEvents(b, ids, owner, &events)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	return events, nil
+}
+
+// queueLeasedEvents adds lockLeasedEvents' statement to b, which appends
+// the events to out as it reads them.
+func queueLeasedEvents(b *pgx.Batch, ids []int64, owner string, out *[]leasedEvent) {
+	b.Queue(`
 		WITH work AS (DELETE FROM inbox_work WHERE `+leaseHeld("$1", "$2")+` RETURNING id, attempts)
 		SELECT `+inboxSelectList+`, received_at, work.attempts, late.detail, `+genericPlans+`
 		FROM inbox_events JOIN work USING (id)
@@ -304,27 +316,27 @@ func lockLeasedEvents(ctx context.Context, tx pgx.Tx, ids []int64, owner string)
 			FROM inbox_replays r
 			WHERE inbox_events.decision = '`+string(fulfillment.DecisionUnmatched)+`' AND r.inbox_event_id = inbox_events.id
 			ORDER BY r.id DESC LIMIT 1) late ON true
-		ORDER BY id`, ids, owner)
-	var events []leasedEvent
-	err := forEachRow(rows, func(r pgx.Rows) error {
-		var (
-			row      inboxRow
-			received time.Time
-			attempts int
-			late     *string
-		)
-		if err := r.Scan(append(row.scanDest(), &received, &attempts, &late, nil)...); err != nil {
+		ORDER BY id`, ids, owner).Query(func(rows pgx.Rows) error {
+		err := forEachRow(rows, func(r pgx.Rows) error {
+			var (
+				row      inboxRow
+				received time.Time
+				attempts int
+				late     *string
+			)
+			if err := r.Scan(append(row.scanDest(), &received, &attempts, &late, nil)...); err != nil {
+				return err
+			}
+			ev, err := row.event()
+			*out = append(*out, leasedEvent{id: row.ID, ev: ev, received: received, traceParent: str(row.TraceParent),
+				attempts: attempts, lateMatched: str(late)})
 			return err
+		})
+		if err != nil {
+			return fmt.Errorf("locking inbox events: %w", interpret(err))
 		}
-		ev, err := row.event()
-		events = append(events, leasedEvent{id: row.ID, ev: ev, received: received, traceParent: str(row.TraceParent),
-			attempts: attempts, lateMatched: str(late)})
-		return err
+		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("locking inbox events: %w", interpret(err))
-	}
-	return events, nil
 }
 
 // lockedOrderRow is what lockOrders reads of an order with its lock, in
