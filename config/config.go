@@ -174,6 +174,27 @@ type Inbox struct {
 	// decides them in the transaction that stores them, and queues only
 	// what it cannot decide there.
 	QueueOnly bool `yaml:"queue_only"`
+	// ReceiptFlushers is the number of group commits of received events
+	// that run at once, each on a connection of its own (0: the default,
+	// DefaultReceiptFlushers).
+	ReceiptFlushers int `yaml:"receipt_flushers"`
+}
+
+// DefaultReceiptFlushers is inbox.receipt_flushers when unset: on 2 cores,
+// fewer and larger group commits cost less CPU per event than more and
+// smaller ones (docs/performance.md). MaxReceiptFlushers bounds it.
+const (
+	DefaultReceiptFlushers = 2
+	MaxReceiptFlushers     = 16
+)
+
+// Flushers is the number of group commits of received events that run at
+// once, its default when unset.
+func (i Inbox) Flushers() int {
+	if i.ReceiptFlushers == 0 {
+		return DefaultReceiptFlushers
+	}
+	return i.ReceiptFlushers
 }
 
 // DefaultLateMatchWindow is inbox.late_match_window when unset.
@@ -773,6 +794,13 @@ func (c *Config) validate() error {
 	}
 	if c.Inbox.LateMatchWindow < 0 {
 		return fmt.Errorf("%s.late_match_window: must not be negative (0: the default, %v)", inboxKey, DefaultLateMatchWindow)
+	}
+	if f := c.Inbox.ReceiptFlushers; f < 0 || f > MaxReceiptFlushers {
+		return fmt.Errorf("%s.receipt_flushers: from 1 to %d (0: the default, %d)", inboxKey, MaxReceiptFlushers, DefaultReceiptFlushers)
+	}
+	if f := c.Inbox.ReceiptFlushers; f > 0 && c.Database.MaxConns > 0 && int32(f) >= c.Database.MaxConns {
+		return fmt.Errorf("%s.receipt_flushers: %d must be less than database.max_conns (%d): each group commit holds a connection while it runs",
+			inboxKey, f, c.Database.MaxConns)
 	}
 	if err := c.validateDestinations(); err != nil {
 		return err

@@ -87,6 +87,10 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown nested key", "listen: { grcp: \":1\" }\n", vars, `unknown key "grcp"`},
 		{"bad yaml", "listen: [\n", vars, "line"},
 		{"bad address", "listen: { grpc: \"localhost\" }\n", vars, "listen.grpc"},
+		{"negative receipt flushers", "inbox: { receipt_flushers: -1 }\n", vars, "inbox.receipt_flushers: from 1 to 16"},
+		{"too many receipt flushers", "inbox: { receipt_flushers: 17 }\n", vars, "inbox.receipt_flushers: from 1 to 16"},
+		{"receipt flushers take every connection", "database: { max_conns: 4 }\ninbox: { receipt_flushers: 4 }\n", vars,
+			"inbox.receipt_flushers: 4 must be less than database.max_conns (4)"},
 		{"bad port", "listen: { http: \"127.0.0.1:99999\" }\n", vars, "listen.http"},
 		{"same address twice", "listen: { grpc: \"127.0.0.1:1\", http: \"127.0.0.1:1\" }\n", vars, "different addresses"},
 		{"missing env secret", token, map[string]string{}, "auth.tokens[0].token_env: environment variable CHECKOUT_TOKEN is not set"},
@@ -473,5 +477,22 @@ func TestLoadMistakesNameLineKeyAndFix(t *testing.T) {
 				t.Errorf("error\n%s\nwant\n%s", err, want)
 			}
 		})
+	}
+}
+
+// inbox.receipt_flushers: the number given, or the default when unset.
+func TestReceiptFlushers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		yaml string
+		want int
+	}{{"", DefaultReceiptFlushers}, {"inbox: { receipt_flushers: 3 }\n", 3}} {
+		c, err := parse([]byte(tc.yaml), env(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Inbox.Flushers(); got != tc.want {
+			t.Errorf("%q: %d flushers, want %d", tc.yaml, got, tc.want)
+		}
 	}
 }

@@ -82,7 +82,7 @@ type Options struct {
 	// Logger receives the store's own warnings (nil: discarded).
 	Logger *slog.Logger
 	// InsertFlushers is the number of concurrent group commits of inbox
-	// inserts (default 4); InsertBatch caps the rows of one (default 256).
+	// inserts (default 2); InsertBatch caps the rows of one (default 256).
 	InsertFlushers, InsertBatch int
 	// Subscriptions lists, for each order or subscription event, the ids
 	// of the destinations it is delivered to.

@@ -104,6 +104,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 		LateMatchWindow: cfg.Inbox.LateMatch(),
 		// (A replica with no inbox processor decides nothing either.)
 		DecideOnReceipt: !cfg.Inbox.QueueOnly && !cfg.Inbox.Disabled,
+		InsertFlushers:  cfg.Inbox.Flushers(),
 	})
 	if err != nil {
 		_ = stopTracing(ctx)
