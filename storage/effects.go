@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -486,9 +485,13 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 		// statement updates an order. Should one have, its row is not
 		// found, and the count below fails the batch rather than lose
 		// the update.
+		// The count is checked by PostgreSQL, not by a callback: in a
+		// pipelinedTx the COMMIT goes in the same round trip, and only an
+		// error of a statement stops it. (An integer cast of the message is
+		// an error that carries it, without a function of the schema's.)
 		want := len(rows)
 		b.Queue(`
-			UPDATE orders o SET
+			WITH updated AS (UPDATE orders o SET
 				state = coalesce(nullif(u.state, ''), o.state),
 				paid_attempt_ref = CASE WHEN u.paid THEN u.attempt_ref ELSE o.paid_attempt_ref END,
 				paid_invoice_id  = CASE WHEN u.paid THEN u.invoice_id ELSE o.paid_invoice_id END,
@@ -497,10 +500,18 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 				updated_at = now()
 			FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[], $5::text[], $6::text[], $7::tid[])
 				AS u (id, state, paid, attempt_ref, invoice_id, payment_id, version)
-			WHERE o.ctid = u.version AND o.id = u.id::uuid`, id, state, paid, attemptRef, invoiceID, paymentID, version).
-			Exec(func(tag pgconn.CommandTag) error {
-				if int(tag.RowsAffected()) != want {
-					return fmt.Errorf("updating orders: %d of %d found at the version locked", tag.RowsAffected(), want)
+			WHERE o.ctid = u.version AND o.id = u.id::uuid
+			RETURNING 1)
+			SELECT CASE WHEN count(*) = $8 THEN count(*)
+				ELSE ('updating orders: ' || count(*) || ' of ' || $8 || ' found at the version locked')::bigint END
+			FROM updated`, id, state, paid, attemptRef, invoiceID, paymentID, version, want).
+			QueryRow(func(row pgx.Row) error {
+				var n int
+				if err := row.Scan(&n); err != nil {
+					return fmt.Errorf("updating orders: %w", interpret(err))
+				}
+				if n != want {
+					return fmt.Errorf("updating orders: %d of %d found at the version locked", n, want)
 				}
 				return nil
 			})

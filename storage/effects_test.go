@@ -424,6 +424,15 @@ func TestOrderUpdatedAtTheVersionLocked(t *testing.T) {
 	if st := state(); st != string(fulfillment.StatePendingPayment) {
 		t.Errorf("after the failed move the order is %s, want pending_payment", st)
 	}
+	// Nothing of the failed move's transaction was committed: the COMMIT
+	// went in the round trip of the update, and PostgreSQL refused it.
+	var touched bool
+	if err := conn.QueryRow(ctx, `SELECT updated_at = '2000-01-01' FROM orders WHERE id = $1`, id).Scan(&touched); err != nil {
+		t.Fatal(err)
+	}
+	if touched {
+		t.Error("the failed move's transaction committed what it wrote before the update")
+	}
 	if err := s.MoveLockedOrder(ctx, id, fulfillment.StateCancelled, false); err != nil {
 		t.Fatal(err)
 	}

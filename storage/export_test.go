@@ -79,15 +79,19 @@ func (s *Store) SetDecideLockWait(d string) { s.decideLockWait = d }
 // updates the order once more between the lock and the writer, as no
 // statement of a decision does.
 func (s *Store) MoveLockedOrder(ctx context.Context, id string, to fulfillment.State, touched bool) error {
-	return s.withTx(ctx, func(tx pgx.Tx) error {
-		w := s.newEffectWriter()
-		var version pgtype.TID
-		if err := tx.QueryRow(ctx, `SELECT ctid FROM orders WHERE id = $1 FOR UPDATE`, id).Scan(&version); err != nil {
-			return err
-		}
+	w := s.newEffectWriter()
+	var version pgtype.TID
+	lock := func(b *pgx.Batch) {
+		b.Queue(`SELECT ctid FROM orders WHERE id = $1 FOR UPDATE`, id).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&version)
+		})
+	}
+	// As a decision's effects are written: in a pipelinedTx, with the
+	// COMMIT in the round trip of the update.
+	return s.withPipelinedTx(ctx, lock, func(tx *pipelinedTx) error {
 		w.versions[id] = version
 		if touched {
-			if _, err := tx.Exec(ctx, `UPDATE orders SET updated_at = now() WHERE id = $1`, id); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE orders SET updated_at = '2000-01-01' WHERE id = $1`, id); err != nil {
 				return err
 			}
 		}
@@ -96,7 +100,7 @@ func (s *Store) MoveLockedOrder(ctx context.Context, id string, to fulfillment.S
 		if _, err := w.write(b); err != nil {
 			return err
 		}
-		return tx.SendBatch(ctx, b).Close()
+		return tx.commitWith(ctx, b)
 	})
 }
 

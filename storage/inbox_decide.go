@@ -100,6 +100,15 @@ func (s *Store) storeDecided(ctx context.Context, reqs []*insertRequest, rows []
 			}
 			stored.committed(s)
 			return stored
+		case errors.Is(err, errCommittedUnread):
+			// Committed, whatever a callback could not read: the batch
+			// stands decided. Its events missing from found are read back
+			// as the batch's redeliveries are (their receipts say
+			// duplicate).
+			s.log.Warn("inbox: a decided batch committed, but its results could not be read", "events", len(reqs), "error", err)
+			s.decidedCount.decided.Add(1)
+			stored.committed(s)
+			return stored
 		case errors.Is(err, errStoredBefore) && try == 1:
 			// Its look-up finds the event stored now.
 			clear(found)
@@ -248,11 +257,11 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 		out.queued, err = s.applySteps(ctx, tx, b, events, steps, versions, late, false, out.outcomes)
 		return err
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, errCommittedUnread) {
 		return nil, err
 	}
 	out.late = late.queued
-	return out, nil
+	return out, err
 }
 
 // queueInsertDecided adds to b the insert of rows, decided, with their

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -60,6 +61,11 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 		q, err = s.applySteps(ctx, tx, nil, events, steps, versions, late, true, outcomes)
 		return err
 	})
+	if errors.Is(err, errCommittedUnread) {
+		// Committed: the outcomes were decided before the batch was sent.
+		s.log.Warn("inbox: a processed batch committed, but its results could not be read", "events", len(events), "error", err)
+		err = nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -172,6 +178,9 @@ func (s *Store) applySteps(ctx context.Context, tx querier, b *pgx.Batch, events
 	if ptx, ok := tx.(*pipelinedTx); ok && b.Len() == n {
 		// Nothing to wake after the batch: its COMMIT goes with it.
 		if err := ptx.commitWith(ctx, b); err != nil {
+			if errors.Is(err, errCommittedUnread) {
+				return q, err // (committed: what it queued is to wake)
+			}
 			return queued{}, fmt.Errorf("applying decisions: %w", interpret(err))
 		}
 		return q, nil

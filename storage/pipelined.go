@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fulfillplatform/fulfillment/internal/failpoint"
 )
 
 // querier is what the statements of a decision need of the transaction
@@ -28,7 +30,9 @@ type pipelinedTx struct {
 	conn *pgxpool.Conn
 	// open: the transaction began and has not ended.
 	open bool
-	// beforeCommit, when set, runs right before the COMMIT is sent.
+	// beforeCommit, when set, runs right before the COMMIT is sent (a
+	// failpoint: in a failpoints build, after the statements sent with it
+	// have run).
 	beforeCommit func()
 }
 
@@ -86,6 +90,14 @@ var errCommittedUnread = errors.New("the transaction committed, but its results 
 // statement that fails skips the rest, the COMMIT too, and the deferred
 // rollback ends the transaction.
 func (tx *pipelinedTx) commitWith(ctx context.Context, b *pgx.Batch) error {
+	if failpoint.Enabled && tx.beforeCommit != nil && b.Len() > 0 {
+		// A crash test's failpoint before the commit: b's statements run
+		// first, so that the crash leaves them written and uncommitted.
+		if err := tx.conn.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		b = &pgx.Batch{}
+	}
 	b.Queue("COMMIT")
 	if tx.beforeCommit != nil {
 		tx.beforeCommit()
