@@ -58,7 +58,14 @@ func (b *bench) ordersFor(p *provider, c int, seconds float64) int {
 		}
 	}
 	if prev, ok := p.levels[p.lastC]; ok {
-		guess = max(guess, prev.PerSecond*min(float64(c)/float64(p.lastC), 1.6)*1.25)
+		// From one client to eight, ingest has grown about fourfold (one
+		// client waits for each commit; eight share them); past that,
+		// about 1.6-fold per doubling, at most.
+		grow := 1.6
+		if p.lastC == 1 {
+			grow = 4
+		}
+		guess = max(guess, prev.PerSecond*min(float64(c)/float64(p.lastC), grow)*1.25)
 	} else if prev, ok := b.yolfi.levels[b.yolfi.lastC]; ok && p == b.paused {
 		// Its first level: Yolfi's last one with the processor running,
 		// and room for ingest alone to be much faster.
