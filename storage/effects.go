@@ -484,11 +484,10 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 		// replaced since: the lock is held, and nothing before this
 		// statement updates an order. Should one have, its row is not
 		// found, and the count below fails the batch rather than lose
-		// the update.
-		// The count is checked by PostgreSQL, not by a callback: in a
-		// pipelinedTx the COMMIT goes in the same round trip, and only an
-		// error of a statement stops it. (An integer cast of the message is
-		// an error that carries it, without a function of the schema's.)
+		// the update. PostgreSQL checks the count, not a callback: the
+		// COMMIT goes in the same round trip, and only a statement's error
+		// stops it. (A cast of the message to an integer is an error that
+		// carries it, with no function of the schema's.)
 		want := len(rows)
 		b.Queue(`
 			WITH updated AS (UPDATE orders o SET
@@ -504,17 +503,7 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 			RETURNING 1)
 			SELECT CASE WHEN count(*) = $8 THEN count(*)
 				ELSE ('updating orders: ' || count(*) || ' of ' || $8 || ' found at the version locked')::bigint END
-			FROM updated`, id, state, paid, attemptRef, invoiceID, paymentID, version, want).
-			QueryRow(func(row pgx.Row) error {
-				var n int
-				if err := row.Scan(&n); err != nil {
-					return fmt.Errorf("updating orders: %w", interpret(err))
-				}
-				if n != want {
-					return fmt.Errorf("updating orders: %d of %d found at the version locked", n, want)
-				}
-				return nil
-			})
+			FROM updated`, id, state, paid, attemptRef, invoiceID, paymentID, version, want)
 	}
 	if len(w.grants.keys()) > 0 {
 		// One license per unit, of the lines read with the order's lock.

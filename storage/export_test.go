@@ -16,7 +16,10 @@ import (
 func (s *Store) LeasedEvents(ctx context.Context, ids []int64, owner string) ([]fulfillment.ProviderEvent, error) {
 	var evs []fulfillment.ProviderEvent
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		les, err := lockLeasedEvents(ctx, tx, ids, owner)
+		var les []leasedEvent
+		b := &pgx.Batch{}
+		queueLeasedEvents(b, ids, owner, &les)
+		err := tx.SendBatch(ctx, b).Close()
 		for _, le := range les {
 			evs = append(evs, le.ev)
 		}

@@ -20,7 +20,7 @@ const inboxChannel = "inbox_events"
 // inboxTable is the inbox as a leased table (InboxQueue): its queue is
 // inbox_work, a narrow row per queued event (inbox_events keeps the events
 // themselves, written when stored and when decided). A decision deletes
-// its event's row (lockLeasedEvents); an event failed past its attempts is
+// its event's row (queueLeasedEvents); an event failed past its attempts is
 // decided 'failed' on inbox_events too, with the attempts and the last
 // error, and opens a failed_event reconciliation item. Its work row stays,
 // failed, until the event is replayed.

@@ -78,7 +78,7 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 // genericPlans, a select expression, makes the statements after it in its
 // transaction run on generic plans (plan_cache_mode): those of deciding a
 // batch and writing its effects, which the batch's transaction starts with
-// it (decidedStartSQL, lockLeasedEvents). Their parameters are arrays, one
+// it (decidedStartSQL, queueLeasedEvents). Their parameters are arrays, one
 // element per event, and PostgreSQL plans a statement anew at each run
 // while it expects a custom plan, made for the arrays' actual lengths, to
 // cost less than a generic one — always, for arrays. Planning them cost a
@@ -127,9 +127,8 @@ func (s *Store) decideLocked(ctx context.Context, tx querier, events []leasedEve
 // decisions when record is set (events decided as they are stored carry
 // theirs in their rows already), and adds each event to outcomes. The
 // orders were locked at versions. It returns what the batch queued, to
-// wake once committed. In a pipelinedTx, the COMMIT goes with the batch
-// when nothing is left to do after it.
-func (s *Store) applySteps(ctx context.Context, tx querier, b *pgx.Batch, events []leasedEvent, steps []fulfillment.Step,
+// wake once committed: it commits tx, whose COMMIT goes with the batch.
+func (s *Store) applySteps(ctx context.Context, tx *pipelinedTx, b *pgx.Batch, events []leasedEvent, steps []fulfillment.Step,
 	versions orderVersions, late *lateMatches, record bool, outcomes map[int64]fulfillment.ProcessedEvent) (queued, error) {
 	w := s.newEffectWriter()
 	w.versions = versions
@@ -173,22 +172,14 @@ func (s *Store) applySteps(ctx context.Context, tx querier, b *pgx.Batch, events
 	// After the decisions: the events decided unmatched here are
 	// among those a subscription created here queues again, and an
 	// order or subscription created meanwhile queues them too.
-	n := b.Len()
 	late.queue(b, s.lateMatch)
-	if ptx, ok := tx.(*pipelinedTx); ok && b.Len() == n {
-		// Nothing to wake after the batch: its COMMIT goes with it.
-		if err := ptx.commitWith(ctx, b); err != nil {
-			if errors.Is(err, errCommittedUnread) {
-				return q, err // (committed: what it queued is to wake)
-			}
-			return queued{}, fmt.Errorf("applying decisions: %w", interpret(err))
+	if err := tx.commitWith(ctx, b); err != nil {
+		if errors.Is(err, errCommittedUnread) {
+			return q, err // (committed: what it queued is to wake)
 		}
-		return q, nil
-	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return queued{}, fmt.Errorf("applying decisions: %w", interpret(err))
 	}
-	return q, notifyLate(ctx, tx, late.queued)
+	return q, nil
 }
 
 // decisionOf is what step st records of event le: its outcome, the order
@@ -294,24 +285,14 @@ type leasedEvent struct {
 	lateMatched string
 }
 
-// lockLeasedEvents takes the events of ids that owner still holds off the
-// queue, deleting their work rows (leaseHeld, by primary key), and reads
+// queueLeasedEvents adds to b the statement that takes the events of ids
+// that owner still holds off the queue, deleting their work rows
+// (leaseHeld, by primary key), and reads
 // them in id order. Events whose lease was lost are left out. The deleted
 // rows are the batch's lock: until it commits, no claim or reclaim sees
 // them (SKIP LOCKED), and a concurrent replay waits; the stored events are
 // only written again by the decision, so they are read without a lock.
-func lockLeasedEvents(ctx context.Context, tx querier, ids []int64, owner string) ([]leasedEvent, error) {
-	var events []leasedEvent
-	b := &pgx.Batch{}
-	queueLeasedEvents(b, ids, owner, &events)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, err
-	}
-	return events, nil
-}
-
-// queueLeasedEvents adds lockLeasedEvents' statement to b, which appends
-// the events to out as it reads them.
+// It appends them to out as it reads them.
 func queueLeasedEvents(b *pgx.Batch, ids []int64, owner string, out *[]leasedEvent) {
 	b.Queue(`
 		WITH work AS (DELETE FROM inbox_work WHERE `+leaseHeld("$1", "$2")+` RETURNING id, attempts)

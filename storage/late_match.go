@@ -38,7 +38,9 @@ const lateMatchDetail = "late match: "
 // resolved as matched_later with note, linked to what it names
 // (inboxReplay). At most maxLateMatches of them, the oldest. The events
 // are locked: a concurrent replay of one waits, then finds it pending. It
-// returns how many it queued.
+// returns how many it queued, and when it queued any, tells the other
+// replicas' inbox workers, on commit (a NOTIFY in the transaction, unlike
+// the signal sent after it, survives a crash right after the commit).
 func lateMatchStatement(late, linkColumn, detail, note string) string {
 	return `
 	WITH late AS MATERIALIZED (` + late + `
@@ -56,7 +58,7 @@ func lateMatchStatement(late, linkColumn, detail, note string) string {
 		WHERE r.inbox_event_id = l.id AND r.kind = '` + string(fulfillment.ReconUnmatchedPayment) + `' AND r.state = 'open'
 			AND l.id IN (SELECT id FROM done)
 	)
-	SELECT count(*) FROM done`
+	SELECT count(*), CASE WHEN count(*) > 0 THEN pg_notify('` + inboxChannel + `', '') END FROM done`
 }
 
 // lateMatchSQL queues again, in the transaction that creates order $6, the
@@ -146,25 +148,11 @@ func (s *Store) requeueLateEvents(ctx context.Context, tx pgx.Tx, statement stri
 	l.queueLocks(b)
 	var n int
 	b.Queue(statement, org, env, opt(merchantOrderID), opt(checkoutSessionID), s.lateMatch, id).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&n) })
+		QueryRow(func(row pgx.Row) error { return row.Scan(&n, nil) })
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return 0, fmt.Errorf("queueing the events that came before the order: %w", interpret(err))
 	}
-	return n, notifyLate(ctx, tx, n)
-}
-
-// notifyLate tells the other replicas' inbox workers, on commit, that n
-// events were queued again (nothing when n is 0). A NOTIFY in the
-// transaction, unlike the signal sent after it, survives a crash right
-// after the commit.
-func notifyLate(ctx context.Context, tx querier, n int) error {
-	if n == 0 {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, inboxChannel); err != nil {
-		return fmt.Errorf("waking the inbox: %w", interpret(err))
-	}
-	return nil
+	return n, nil
 }
 
 // lateMatchLock is the first key of the transaction advisory locks that
@@ -280,7 +268,7 @@ func (l *lateMatches) queue(b *pgx.Batch, window time.Duration) {
 	count := func(what string) func(pgx.Row) error {
 		return func(row pgx.Row) error {
 			var n int
-			if err := row.Scan(&n); err != nil {
+			if err := row.Scan(&n, nil); err != nil {
 				return fmt.Errorf("queueing the events that came before their %s: %w", what, interpret(err))
 			}
 			l.queued += n
@@ -300,7 +288,7 @@ func (l *lateMatches) queue(b *pgx.Batch, window time.Duration) {
 }
 
 // requeue takes the locks and queues the events again in tx (queue), on
-// its own round trip, and tells the other replicas when it queued any.
+// its own round trip.
 func (l *lateMatches) requeue(ctx context.Context, tx pgx.Tx, window time.Duration) error {
 	b := &pgx.Batch{}
 	l.queue(b, window)
@@ -310,7 +298,7 @@ func (l *lateMatches) requeue(ctx context.Context, tx pgx.Tx, window time.Durati
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("queueing the events that came before what they name: %w", interpret(err))
 	}
-	return notifyLate(ctx, tx, l.queued)
+	return nil
 }
 
 // wakeLate wakes this process's inbox workers after a commit that queued n

@@ -25,11 +25,11 @@ type querier interface {
 // statements, in one round trip, and whose COMMIT with its last ones
 // (commitWith): two round trips fewer than a pgx.Tx, whose Begin and Commit
 // each wait for their answer. The statements between run on its
-// connection as in any transaction.
+// connection as in any transaction. Whether it is still open is the
+// connection's: not idle (PostgreSQL's transaction status, as its last
+// answer said).
 type pipelinedTx struct {
-	conn *pgxpool.Conn
-	// open: the transaction began and has not ended.
-	open bool
+	*pgxpool.Conn
 	// beforeCommit, when set, runs right before the COMMIT is sent (a
 	// failpoint: in a failpoints build, after the statements sent with it
 	// have run).
@@ -46,40 +46,26 @@ func (s *Store) withPipelinedTx(ctx context.Context, first func(*pgx.Batch), fn 
 		return fmt.Errorf("beginning transaction: %w", interpret(err))
 	}
 	defer conn.Release() // (a connection left in a transaction is closed, not pooled)
-	tx := &pipelinedTx{conn: conn}
+	tx := &pipelinedTx{Conn: conn}
 	defer tx.rollback(ctx)
 
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	first(b)
-	tx.open = true
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
 	if err := fn(tx); err != nil {
 		return err
 	}
-	if !tx.open {
+	if !tx.open() {
 		return nil
 	}
 	return tx.commitWith(ctx, &pgx.Batch{})
 }
 
-func (tx *pipelinedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return tx.conn.Exec(ctx, sql, args...)
-}
-
-func (tx *pipelinedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return tx.conn.Query(ctx, sql, args...)
-}
-
-func (tx *pipelinedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return tx.conn.QueryRow(ctx, sql, args...)
-}
-
-func (tx *pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return tx.conn.SendBatch(ctx, b)
-}
+// open says whether the transaction began and has not ended.
+func (tx *pipelinedTx) open() bool { return tx.Conn.Conn().PgConn().TxStatus() != 'I' }
 
 // errCommittedUnread is commitWith's failure to read the results of a
 // batch whose statements all ran, its COMMIT too: the transaction
@@ -93,7 +79,7 @@ func (tx *pipelinedTx) commitWith(ctx context.Context, b *pgx.Batch) error {
 	if failpoint.Enabled && tx.beforeCommit != nil && b.Len() > 0 {
 		// A crash test's failpoint before the commit: b's statements run
 		// first, so that the crash leaves them written and uncommitted.
-		if err := tx.conn.SendBatch(ctx, b).Close(); err != nil {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		b = &pgx.Batch{}
@@ -102,13 +88,12 @@ func (tx *pipelinedTx) commitWith(ctx context.Context, b *pgx.Batch) error {
 	if tx.beforeCommit != nil {
 		tx.beforeCommit()
 	}
-	err := tx.conn.SendBatch(ctx, b).Close()
+	err := tx.SendBatch(ctx, b).Close()
 	// Idle once the COMMIT ran: the transaction committed, or the COMMIT
 	// failed with an error of its own. An error PostgreSQL reports before
 	// it skips it, and leaves the transaction open, failed.
-	tx.open = tx.conn.Conn().PgConn().TxStatus() != 'I'
 	var pgErr *pgconn.PgError
-	if err != nil && !tx.open && !errors.As(err, &pgErr) {
+	if err != nil && !tx.open() && !errors.As(err, &pgErr) {
 		return fmt.Errorf("%w: %w", errCommittedUnread, err)
 	}
 	return err
@@ -118,12 +103,7 @@ func (tx *pipelinedTx) commitWith(ctx context.Context, b *pgx.Batch) error {
 // cannot say ROLLBACK, its release closes it, which ends the transaction
 // all the same.
 func (tx *pipelinedTx) rollback(ctx context.Context) {
-	if !tx.open {
-		return
+	if tx.open() && !tx.Conn.Conn().IsClosed() {
+		_, _ = tx.Exec(ctx, "ROLLBACK")
 	}
-	tx.open = false
-	if tx.conn.Conn().PgConn().TxStatus() == 'I' {
-		return
-	}
-	_, _ = tx.conn.Exec(ctx, "ROLLBACK")
 }
