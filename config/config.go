@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -452,15 +451,6 @@ type Database struct {
 	SessionURL string `yaml:"-"`
 }
 
-// PoolSize is the size of the connection pool: max_conns, or pgx's
-// default when unset (4, or the number of CPUs if larger).
-func (d Database) PoolSize() int {
-	if d.MaxConns > 0 {
-		return int(d.MaxConns)
-	}
-	return max(4, runtime.NumCPU())
-}
-
 // Auth lists the bearer tokens callers authenticate with.
 type Auth struct {
 	Tokens []Token `yaml:"tokens"`
@@ -807,10 +797,6 @@ func (c *Config) validate() error {
 	}
 	if f := c.Inbox.ReceiptFlushers; f < 0 || f > MaxReceiptFlushers {
 		return fmt.Errorf("%s.receipt_flushers: from 1 to %d (0: the default, %d)", inboxKey, MaxReceiptFlushers, DefaultReceiptFlushers)
-	}
-	if f, conns := c.Inbox.ReceiptFlushers, c.Database.PoolSize(); f > 0 && f >= conns {
-		return fmt.Errorf("%s.receipt_flushers: %d must be less than the connection pool's size, %d (database.max_conns): each group commit holds a connection while it runs",
-			inboxKey, f, conns)
 	}
 	if err := c.validateDestinations(); err != nil {
 		return err

@@ -3,7 +3,6 @@ package config
 import (
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -90,8 +89,6 @@ func TestLoadErrors(t *testing.T) {
 		{"bad address", "listen: { grpc: \"localhost\" }\n", vars, "listen.grpc"},
 		{"negative receipt flushers", "inbox: { receipt_flushers: -1 }\n", vars, "inbox.receipt_flushers: from 1 to 16"},
 		{"too many receipt flushers", "inbox: { receipt_flushers: 17 }\n", vars, "inbox.receipt_flushers: from 1 to 16"},
-		{"receipt flushers take every connection", "database: { max_conns: 4 }\ninbox: { receipt_flushers: 4 }\n", vars,
-			"inbox.receipt_flushers: 4 must be less than the connection pool's size, 4 (database.max_conns)"},
 		{"bad port", "listen: { http: \"127.0.0.1:99999\" }\n", vars, "listen.http"},
 		{"same address twice", "listen: { grpc: \"127.0.0.1:1\", http: \"127.0.0.1:1\" }\n", vars, "different addresses"},
 		{"missing env secret", token, map[string]string{}, "auth.tokens[0].token_env: environment variable CHECKOUT_TOKEN is not set"},
@@ -495,18 +492,5 @@ func TestReceiptFlushers(t *testing.T) {
 		if got := c.Inbox.Flushers(); got != tc.want {
 			t.Errorf("%q: %d flushers, want %d", tc.yaml, got, tc.want)
 		}
-	}
-}
-
-// With database.max_conns unset, the flushers are held to pgx's default
-// pool size: 4, or the number of CPUs.
-func TestReceiptFlushersWithinTheDefaultPool(t *testing.T) {
-	t.Parallel()
-	if runtime.NumCPU() >= MaxReceiptFlushers+1 {
-		t.Skipf("%d CPUs: the default pool holds every number of flushers allowed", runtime.NumCPU())
-	}
-	_, err := parse([]byte("inbox: { receipt_flushers: 16 }\n"), env(nil))
-	if err == nil || !strings.Contains(err.Error(), "inbox.receipt_flushers: 16 must be less than the connection pool's size") {
-		t.Errorf("16 flushers with the default pool: %v", err)
 	}
 }

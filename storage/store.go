@@ -140,6 +140,14 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	if o.MaxConns > 0 {
 		cfg.MaxConns = o.MaxConns
 	}
+	if o.InsertFlushers <= 0 {
+		o.InsertFlushers = defaultInsertFlushers
+	}
+	if int32(o.InsertFlushers) >= cfg.MaxConns {
+		// Each group commit holds a connection while it runs.
+		return nil, fmt.Errorf("%d group commits of received webhooks (inbox.receipt_flushers) need a connection pool larger than %d (database.max_conns)",
+			o.InsertFlushers, cfg.MaxConns)
+	}
 	connectTimeout := o.ConnectTimeout
 	if connectTimeout == 0 {
 		connectTimeout = 2 * time.Second
@@ -186,9 +194,6 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("creating connection pool: %w", err)
 	}
 	s.pool, s.leasePool = pool, leasePool
-	if o.InsertFlushers <= 0 {
-		o.InsertFlushers = defaultInsertFlushers
-	}
 	if o.InsertBatch <= 0 {
 		o.InsertBatch = defaultInsertBatch
 	}
