@@ -47,15 +47,25 @@ func payOrder(t *testing.T, s *storage.Store, id, merchantID string) string {
 // short, and returns the items opened.
 func openOverdue(t *testing.T, s *storage.Store, now time.Time, batch int) int {
 	t.Helper()
-	opened := 0
+	return batchesUntilShort(t, batch, func() (int, int, error) {
+		return s.OpenOverdueFulfillments(context.Background(), now, testSLA, batch)
+	})
+}
+
+// batchesUntilShort runs a housekeeping task's batch until one goes through
+// fewer rows than batch, as the housekeeper does, and returns what they did
+// in all (run: the rows a batch went through, and what it did).
+func batchesUntilShort(t *testing.T, batch int, run func() (seen, done int, err error)) int {
+	t.Helper()
+	total := 0
 	for {
-		seen, n, err := s.OpenOverdueFulfillments(context.Background(), now, testSLA, batch)
+		seen, n, err := run()
 		if err != nil {
 			t.Fatal(err)
 		}
-		opened += n
+		total += n
 		if seen < batch {
-			return opened
+			return total
 		}
 	}
 }
@@ -647,15 +657,7 @@ func TestMigration022OneSpelling(t *testing.T) {
 // many bodies it purged.
 func purgeAll(t *testing.T, s *storage.Store, now time.Time, retention time.Duration, batch int) int {
 	t.Helper()
-	total := 0
-	for {
-		seen, n, err := s.PurgeRawBodies(context.Background(), now, retention, batch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		total += n
-		if seen < batch {
-			return total
-		}
-	}
+	return batchesUntilShort(t, batch, func() (int, int, error) {
+		return s.PurgeRawBodies(context.Background(), now, retention, batch)
+	})
 }
