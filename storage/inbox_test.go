@@ -97,7 +97,7 @@ func TestInboxLeaseLost(t *testing.T) {
 	if outs, err := s.InboxProcess(ctx, []int64{a[0].ID}, "worker-a"); err != nil || len(outs) != 0 {
 		t.Errorf("A completes a taken event: %v, %v; want no outcome", outs, err)
 	}
-	if _, err := s.InboxQueue().Retry(ctx, "worker-a", worker.Claim{ID: a[0].ID}, "late", time.Now(), 10); !errors.Is(err, worker.ErrLeaseLost) {
+	if _, err := retryOne(ctx, s.InboxQueue(), "worker-a", worker.Claim{ID: a[0].ID}, "late", time.Now(), 10); !errors.Is(err, worker.ErrLeaseLost) {
 		t.Errorf("A reschedules a taken event: %v, want ErrLeaseLost", err)
 	}
 	outs, err := s.InboxProcess(ctx, []int64{b[0].ID}, "worker-b")

@@ -59,7 +59,7 @@ func TestInboxUnresolvedAndEventOrdersFollowTheEvents(t *testing.T) {
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim = %v, %v; want f1", claims, err)
 	}
-	if failed, err := q.Retry(ctx, "w", claims[0], "boom", time.Now(), 1); err != nil || !failed {
+	if failed, err := retryOne(ctx, q, "w", claims[0], "boom", time.Now(), 1); err != nil || !failed {
 		t.Fatalf("retry past its attempts = %v, %v; want failed", failed, err)
 	}
 	check := func(when, wantUnresolved, wantLinks string) {

@@ -32,7 +32,7 @@ func TestOutboxStuckFollowTheMessages(t *testing.T) {
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim = %v, %v; want the licenses message", claims, err)
 	}
-	if failed, err := s.OutboxQueue("licenses").Retry(ctx, "w", claims[0], "boom", time.Now(), 1); err != nil || !failed {
+	if failed, err := retryOne(ctx, s.OutboxQueue("licenses"), "w", claims[0], "boom", time.Now(), 1); err != nil || !failed {
 		t.Fatalf("retry past its attempts = %v, %v; want failed", failed, err)
 	}
 	deliverNext(t, s, "shipping", fulfillment.OutcomeUncertain)

@@ -255,7 +255,7 @@ func TestOutboxUncertainFailedGone(t *testing.T) {
 		if err != nil || len(claims) != 1 {
 			t.Fatalf("attempt %d: claim = %v, %v", attempt, claims, err)
 		}
-		failed, err := s.OutboxQueue("").Retry(ctx, "w", worker.Claim{ID: claims[0].ID}, "HTTP 503", time.Now(), 2)
+		failed, err := retryOne(ctx, s.OutboxQueue(""), "w", worker.Claim{ID: claims[0].ID}, "HTTP 503", time.Now(), 2)
 		if err != nil || failed != (attempt == 2) {
 			t.Fatalf("attempt %d: retry = %v, %v", attempt, failed, err)
 		}

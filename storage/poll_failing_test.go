@@ -28,7 +28,7 @@ func failPoll(t *testing.T, s *storage.Store, owner string, st fulfillment.Payme
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim = %v, %v; want the poll of payment %s", claims, err, st.PaymentID)
 	}
-	failed, err := s.PollQueue().Retry(ctx, owner, worker.Claim{ID: claims[0].ID}, fmt.Sprintf(refused, st.PaymentID), time.Now(), maxAttempts)
+	failed, err := retryOne(ctx, s.PollQueue(), owner, worker.Claim{ID: claims[0].ID}, fmt.Sprintf(refused, st.PaymentID), time.Now(), maxAttempts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func answerPoll(t *testing.T, s *storage.Store, owner string, st fulfillment.Pay
 	if err := s.PollRecord(ctx, claims[0].ID, owner, polled(st, "NEW"), []byte(`{"Status":"NEW"}`), false); err != nil {
 		t.Fatal(err)
 	}
-	failed, err := s.PollQueue().Retry(ctx, owner, worker.Claim{ID: claims[0].ID}, "not done yet: payment "+st.PaymentID+" is NEW", time.Now(), maxAttempts)
+	failed, err := retryOne(ctx, s.PollQueue(), owner, worker.Claim{ID: claims[0].ID}, "not done yet: payment "+st.PaymentID+" is NEW", time.Now(), maxAttempts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestPollFailingOpensOneItem(t *testing.T) {
 	if err := conn.QueryRow(ctx, "SELECT id FROM payment_polls WHERE start_id = $1", st.ID).Scan(&pollID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.PollQueue().Retry(ctx, "w", worker.Claim{ID: pollID}, "again", time.Now(), 3); !errors.Is(err, worker.ErrLeaseLost) {
+	if _, err := retryOne(ctx, s.PollQueue(), "w", worker.Claim{ID: pollID}, "again", time.Now(), 3); !errors.Is(err, worker.ErrLeaseLost) {
 		t.Errorf("retry of a failed poll = %v, want ErrLeaseLost", err)
 	}
 	// The notification comes at last: the order is paid, the item stays.
@@ -226,7 +226,7 @@ func TestPollFailingAbandoned(t *testing.T) {
 			if err := s.PollRecord(ctx, c.ID, "dead", polled(answered, "NEW"), []byte(`{"Status":"NEW"}`), false); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.PollQueue().Retry(ctx, "dead", worker.Claim{ID: c.ID}, "not done yet", time.Now(), 2); err != nil {
+			if _, err := retryOne(ctx, s.PollQueue(), "dead", worker.Claim{ID: c.ID}, "not done yet", time.Now(), 2); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -302,7 +302,7 @@ func TestPollFailingRace(t *testing.T) {
 					if w%3 == 0 {
 						continue // this replica stops during its attempts
 					}
-					_, err := s.PollQueue().Retry(ctx, owner, worker.Claim{ID: c.ID}, "asking tbank-live for payment: HTTP 503", time.Now(), maxAttempts)
+					_, err := retryOne(ctx, s.PollQueue(), owner, worker.Claim{ID: c.ID}, "asking tbank-live for payment: HTTP 503", time.Now(), maxAttempts)
 					if err != nil && !errors.Is(err, worker.ErrLeaseLost) {
 						t.Error(err)
 					}

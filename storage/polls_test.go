@@ -87,7 +87,7 @@ func TestPollFeedsTheInbox(t *testing.T) {
 	if err := s.PollRecord(ctx, claims[0].ID, "w", polled(st, "NEW"), []byte(`{"Status":"NEW"}`), false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.PollQueue().Retry(ctx, "w", worker.Claim{ID: claims[0].ID}, "payment 501 is NEW", time.Now(), 5); err != nil {
+	if _, err := retryOne(ctx, s.PollQueue(), "w", worker.Claim{ID: claims[0].ID}, "payment 501 is NEW", time.Now(), 5); err != nil {
 		t.Fatal(err)
 	}
 	// The notification comes, then the poll finds the same confirmation.

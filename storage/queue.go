@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -135,13 +134,17 @@ func newLeasedTable(t leasedTable) *leasedTable {
 		FROM due WHERE t.id = due.id AND due.attempts < $4 AND {async_commit}
 		RETURNING t.id, t.attempts`)
 
+	// The failed attempts of a batch, one row of unnest each ($1 ids, $3
+	// causes, $5 due times), owner $2, budget $4; the rows still leased to
+	// the owner are returned, failed or not.
 	t.retrySQL = r.Replace(`
 		UPDATE {table} SET
 			state = CASE WHEN attempts >= $4 THEN 'failed' ELSE 'pending' END, {retry_set}
-			last_error = $3, next_attempt_at = $5, lease_owner = NULL, lease_until = NULL,
+			last_error = f.cause, next_attempt_at = f.due, lease_owner = NULL, lease_until = NULL,
 			processed_at = CASE WHEN attempts >= $4 THEN clock_timestamp() END
-		WHERE ` + leaseHeld("ARRAY[$1::bigint]", "$2") + `
-		RETURNING state = 'failed'`)
+		FROM unnest($1::bigint[], $3::text[], $5::timestamptz[]) AS f(failed_id, cause, due)
+		WHERE id = f.failed_id AND ` + leaseHeld("$1::bigint[]", "$2") + `
+		RETURNING id, state = 'failed'`)
 
 	t.releaseSQL = r.Replace(`
 		UPDATE {table} SET {release_set} lease_owner = NULL, lease_until = NULL,
@@ -261,25 +264,61 @@ func (q *Queue) Claim(ctx context.Context, p worker.ClaimParams) ([]worker.Claim
 	return claimed, nil
 }
 
-// Retry implements worker.Table: a failed row is also failed by the
-// table's own rule (an item opened), in the same transaction.
-func (q *Queue) Retry(ctx context.Context, owner string, c worker.Claim, cause string, next time.Time, maxAttempts int) (bool, error) {
+// Retry implements worker.Table, in one statement whatever the number of
+// attempts; a row failed is also failed by the table's own rule (an item
+// opened), in the same transaction.
+func (q *Queue) Retry(ctx context.Context, owner string, rs []worker.Retry, maxAttempts int) ([]worker.RetryOutcome, error) {
+	if len(rs) == 0 {
+		return nil, nil
+	}
 	t := q.table
-	failed := false
+	ids, causes, due := make([]int64, len(rs)), make([]string, len(rs)), make([]time.Time, len(rs))
+	at := make(map[int64]int, len(rs))
+	for i, r := range rs {
+		if _, twice := at[r.Claim.ID]; twice {
+			return nil, fmt.Errorf("recording failed attempts: %s %d is given twice", t.noun, r.Claim.ID)
+		}
+		at[r.Claim.ID] = i
+		ids[i], causes[i], due[i] = r.Claim.ID, r.Cause, r.Next
+	}
+	var outcomes []worker.RetryOutcome
 	err := q.store.withTx(ctx, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, t.retrySQL, c.ID, owner, cause, maxAttempts, next).Scan(&failed)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return t.lost(c.ID)
+		outcomes = make([]worker.RetryOutcome, len(rs))
+		for i := range outcomes {
+			outcomes[i] = worker.RetryLost // unless the statement returns its row
 		}
+		var failed []int64
+		rows, _ := tx.Query(ctx, t.retrySQL, ids, owner, causes, maxAttempts, due)
+		var (
+			id       int64
+			isFailed bool
+		)
+		_, err := pgx.ForEachRow(rows, []any{&id, &isFailed}, func() error {
+			outcomes[at[id]] = worker.RetryScheduled
+			if isFailed {
+				outcomes[at[id]] = worker.RetryFailed
+				failed = append(failed, id)
+			}
+			return nil
+		})
 		if err != nil {
-			return fmt.Errorf("recording failed attempt: %w", interpret(err))
+			return fmt.Errorf("recording failed attempts: %w", interpret(err))
 		}
-		if failed && t.failed != nil {
-			return t.failed(ctx, tx, c.ID, cause, maxAttempts)
+		if t.failed == nil {
+			return nil
+		}
+		for _, id := range failed { // rare: an item past its attempts
+			if err := t.failed(ctx, tx, id, causes[at[id]], maxAttempts); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
-	return failed, err
+	if err != nil {
+		q.store.unreachable(err)
+		return nil, err
+	}
+	return outcomes, nil
 }
 
 // Release implements worker.Table, for q's partition only: each

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -214,6 +215,89 @@ func failedOnce(t *testing.T, c queueCase, conn *pgx.Conn, id int64, lastError s
 	}
 }
 
+// retryOne records one failed attempt at c, due again at next, and says
+// whether it failed it; ErrLeaseLost when owner no longer held c.
+func retryOne(ctx context.Context, q *storage.Queue, owner string, c worker.Claim, cause string, next time.Time, maxAttempts int) (bool, error) {
+	outcomes, err := q.Retry(ctx, owner, []worker.Retry{{Claim: c, Cause: cause, Next: next}}, maxAttempts)
+	switch {
+	case err != nil:
+		return false, err
+	case len(outcomes) != 1:
+		return false, fmt.Errorf("%d outcomes of one attempt", len(outcomes))
+	case outcomes[0] == worker.RetryLost:
+		return false, fmt.Errorf("item %d: %w", c.ID, worker.ErrLeaseLost)
+	}
+	return outcomes[0] == worker.RetryFailed, nil
+}
+
+// The failed attempts of a batch are recorded in one transaction, each
+// with its own cause and due time: those still leased to the owner
+// scheduled, or failed (with their item) past the budget; one another
+// owner took left as it was. A destination that is down costs a commit per
+// batch, not per message.
+func TestQueueRetryRecordsABatchInOneTransaction(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	const n = 20
+	ids := make([]int64, n)
+	for i := range ids {
+		ids[i] = int64(count(t, conn, `INSERT INTO outbox_messages
+			(destination_id, topic, idempotency_key, org_id, environment, required, payload)
+			VALUES ('crm', 'order.fulfilled', $1, 'org_a', 'live', false, '{}') RETURNING id`, fmt.Sprintf("k%d", i)))
+	}
+	q := s.OutboxQueue("crm")
+	claims, err := q.Claim(ctx, worker.ClaimParams{Owner: "w", Limit: n, Lease: time.Hour, MaxAttempts: 3})
+	if err != nil || len(claims) != n {
+		t.Fatalf("claim = %d, %v; want %d", len(claims), err, n)
+	}
+	// The first has used its budget; the second was taken by another owner.
+	if _, err := conn.Exec(ctx, "UPDATE outbox_work SET attempts = 3 WHERE id = $1", claims[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "UPDATE outbox_work SET lease_owner = 'other' WHERE id = $1", claims[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	base := time.Now().Add(time.Hour).Truncate(time.Second)
+	rs := make([]worker.Retry, n)
+	for i, c := range claims {
+		rs[i] = worker.Retry{Claim: c, Cause: fmt.Sprintf("HTTP 503 (%d)", i), Next: base.Add(time.Duration(i) * time.Second)}
+	}
+	outcomes, err := q.Retry(ctx, "w", rs, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Repeat([]worker.RetryOutcome{worker.RetryScheduled}, n)
+	want[0], want[1] = worker.RetryFailed, worker.RetryLost
+	if !slices.Equal(outcomes, want) {
+		t.Fatalf("outcomes %v, want %v", outcomes, want)
+	}
+	for i, c := range claims[2:] {
+		i += 2
+		if got := count(t, conn, `SELECT count(*) FROM outbox_work WHERE id = $1 AND state = 'pending'
+			AND lease_owner IS NULL AND last_error = $2 AND next_attempt_at = $3`, c.ID, rs[i].Cause, rs[i].Next); got != 1 {
+			t.Errorf("item %d is not pending, unleased, with its own cause and due time", i)
+		}
+	}
+	if got := count(t, conn, "SELECT count(*) FROM outbox_work WHERE id = $1 AND lease_owner = 'other' AND last_error IS NULL", claims[1].ID); got != 1 {
+		t.Error("the item another owner took was changed")
+	}
+	if got := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = 'failed_delivery' AND outbox_message_id = $1", claims[0].ID); got != 1 {
+		t.Errorf("%d failed_delivery items for the item past its budget, want 1", got)
+	}
+	// One transaction wrote them all: the item and the rows share their xmin.
+	if got := count(t, conn, `SELECT count(DISTINCT x) FROM (
+			SELECT xmin::text AS x FROM outbox_work WHERE id = ANY($1) AND id <> $2
+			UNION ALL SELECT xmin::text FROM reconciliation_items WHERE outbox_message_id = $3) w`,
+		ids, claims[1].ID, claims[0].ID); got != 1 {
+		t.Errorf("the batch's attempts were recorded by %d transactions, want 1", got)
+	}
+	// A claim given twice is refused.
+	if _, err := q.Retry(ctx, "w", []worker.Retry{rs[2], rs[2]}, 3); err == nil {
+		t.Error("a claim given twice was recorded")
+	}
+}
+
 // A live worker keeps its claim past the lease, however long it holds the
 // item: no claim or reclaim takes it, and it completes the item, which is
 // then done.
@@ -301,7 +385,7 @@ func TestQueueDeadOwnerReclaimedAtOnce(t *testing.T) {
 		if held, err := c.complete(ctx, s, id, a); err != nil || held {
 			t.Errorf("dead A completes: held %v, %v; want its lease lost", held, err)
 		}
-		if _, err := q.Retry(ctx, a, worker.Claim{ID: id}, "late", time.Now(), 10); !errors.Is(err, worker.ErrLeaseLost) {
+		if _, err := retryOne(ctx, q, a, worker.Claim{ID: id}, "late", time.Now(), 10); !errors.Is(err, worker.ErrLeaseLost) {
 			t.Errorf("dead A reschedules: %v, want ErrLeaseLost", err)
 		}
 		if held, err := c.complete(ctx, s, id, b); err != nil || !held {
@@ -367,7 +451,7 @@ func TestQueueRetryBudget(t *testing.T) {
 			if len(got) != 1 || got[0].Attempts != attempt {
 				t.Fatalf("attempt %d: claim = %v", attempt, got)
 			}
-			failed, err := q.Retry(ctx, "w", got[0], fmt.Sprintf("boom %d", attempt), time.Now(), 3)
+			failed, err := retryOne(ctx, q, "w", got[0], fmt.Sprintf("boom %d", attempt), time.Now(), 3)
 			if err != nil || failed != (attempt == 3) {
 				t.Fatalf("attempt %d: failed = %v, %v", attempt, failed, err)
 			}

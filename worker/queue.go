@@ -72,10 +72,12 @@ type Table interface {
 	// Claim leases due items as p says, skipping those leased to live
 	// owners; each claim counts as an attempt.
 	Claim(ctx context.Context, p ClaimParams) ([]Claim, error)
-	// Retry records a failed attempt at c: it is due again at next, or
-	// failed (failed is true) when it has used maxAttempts. It returns
-	// ErrLeaseLost when owner no longer holds c.
-	Retry(ctx context.Context, owner string, c Claim, cause string, next time.Time, maxAttempts int) (failed bool, err error)
+	// Retry records failed attempts at claims owner holds, all in one
+	// transaction, each claim at most once: each is due again at its
+	// Next, or failed when it has used maxAttempts. It returns what became
+	// of each, in the order of rs; a claim owner no longer holds is
+	// RetryLost and left alone. An error means none was recorded.
+	Retry(ctx context.Context, owner string, rs []Retry, maxAttempts int) ([]RetryOutcome, error)
 	// Release hands back the items leased to owner, not counting their
 	// claim as an attempt.
 	Release(ctx context.Context, owner string) (int, error)
@@ -85,6 +87,28 @@ type Table interface {
 	// Listen calls wake whenever items may have become due, until ctx ends.
 	Listen(ctx context.Context, wake func()) error
 }
+
+// Retry is a failed attempt at a claim, to record (Table.Retry).
+type Retry struct {
+	Claim Claim
+	// Cause is why the attempt failed: the item's last error.
+	Cause string
+	// Next is when the item is due again, unless it is failed.
+	Next time.Time
+}
+
+// RetryOutcome is what Table.Retry did with a failed attempt.
+type RetryOutcome uint8
+
+const (
+	// RetryScheduled means the item is due again at its Next.
+	RetryScheduled RetryOutcome = iota
+	// RetryFailed means the item used its attempts and is failed.
+	RetryFailed
+	// RetryLost means the owner no longer held the item (ErrLeaseLost):
+	// it was left to the owner that claimed it since.
+	RetryLost
+)
 
 // Process completes claims held by owner: the work of one queue. An error
 // means none of them completed, and each is then tried alone (see
@@ -427,14 +451,18 @@ func (q *Queue) process(ctx context.Context, owner string, claims []Claim) {
 	var items ItemErrors
 	if errors.As(err, &items) {
 		// The work was done (requests were made): its failures are
-		// recorded even when the queue is stopping.
+		// recorded even when the queue is stopping, all in one
+		// transaction (a destination that is down fails a whole batch).
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retryTimeout)
 		defer cancel()
+		var failed []Claim
+		var causes []error
 		for _, c := range claims {
 			if cause, ok := items[c.ID]; ok {
-				q.retry(rctx, owner, c, cause)
+				failed, causes = append(failed, c), append(causes, cause)
 			}
 		}
+		q.retry(rctx, owner, failed, causes)
 		return
 	}
 	if ctx.Err() != nil {
@@ -446,34 +474,53 @@ func (q *Queue) process(ctx context.Context, owner string, claims []Claim) {
 		}
 		return
 	}
-	q.retry(ctx, owner, claims[0], err)
+	q.retry(ctx, owner, claims, []error{err})
 }
 
-// retry schedules c, whose attempt failed with err, after its backoff, or
-// fails it past its attempts, and says so in the log.
-func (q *Queue) retry(ctx context.Context, owner string, c Claim, err error) {
-	next := time.Now().Add(q.backoff(c.Attempts))
-	failed, rerr := q.table.Retry(ctx, owner, c, err.Error(), next, q.cfg.MaxAttempts)
-	later := errors.Is(err, ErrLater)
+// retry schedules each of claims, whose attempt failed with the cause of
+// the same index, after its backoff, or fails it past its attempts — in
+// one call of the table — and says so in the log, a line per claim.
+func (q *Queue) retry(ctx context.Context, owner string, claims []Claim, causes []error) {
+	if len(claims) == 0 {
+		return
+	}
+	rs := make([]Retry, len(claims))
+	for i, c := range claims {
+		rs[i] = Retry{Claim: c, Cause: causes[i].Error(), Next: time.Now().Add(q.backoff(c.Attempts))}
+	}
+	outcomes, rerr := q.table.Retry(ctx, owner, rs, q.cfg.MaxAttempts)
 	switch {
-	case errors.Is(rerr, ErrLeaseLost):
-		q.log.Info("claim taken over by another worker", "id", c.ID)
 	case rerr != nil && errors.Is(rerr, fulfillment.ErrUnavailable):
-		q.log.Debug("recording failed attempt", "id", c.ID, "error", rerr) // the store says the database is unreachable, once
+		q.log.Debug("recording failed attempts", "ids", claimIDs(claims), "error", rerr) // the store says the database is unreachable, once
+		return
 	case rerr != nil:
-		// It stays leased to this live owner: once its lease runs out,
-		// this owner claims it again.
-		q.log.Warn("recording failed attempt", "id", c.ID, "error", rerr)
-	case later && failed:
-		q.log.Info("given up after its attempts", "id", c.ID, "attempts", c.Attempts, "last", err)
-	case later:
-		q.log.Debug("to be tried again", "id", c.ID, "attempt", c.Attempts, "retry_at", next, "why", err)
-	case failed:
-		q.log.Error("failed past its retry budget", "id", c.ID, "attempts", c.Attempts, "error", err)
-	case errors.Is(err, fulfillment.ErrUnavailable):
-		q.log.Debug("processing failed; will retry", "id", c.ID, "attempt", c.Attempts, "retry_at", next, "error", err)
-	default:
-		q.log.Warn("processing failed; will retry", "id", c.ID, "attempt", c.Attempts, "retry_at", next, "error", err)
+		// They stay leased to this live owner: once their lease runs out,
+		// this owner claims them again.
+		q.log.Warn("recording failed attempts", "ids", claimIDs(claims), "error", rerr)
+		return
+	case len(outcomes) != len(rs):
+		q.log.Error("recording failed attempts", "ids", claimIDs(claims),
+			"error", fmt.Sprintf("the table answered %d outcomes for %d attempts", len(outcomes), len(rs)))
+		return
+	}
+	for i, r := range rs {
+		c, err, next := r.Claim, causes[i], r.Next
+		later := errors.Is(err, ErrLater)
+		failed := outcomes[i] == RetryFailed
+		switch {
+		case outcomes[i] == RetryLost:
+			q.log.Info("claim taken over by another worker", "id", c.ID)
+		case later && failed:
+			q.log.Info("given up after its attempts", "id", c.ID, "attempts", c.Attempts, "last", err)
+		case later:
+			q.log.Debug("to be tried again", "id", c.ID, "attempt", c.Attempts, "retry_at", next, "why", err)
+		case failed:
+			q.log.Error("failed past its retry budget", "id", c.ID, "attempts", c.Attempts, "error", err)
+		case errors.Is(err, fulfillment.ErrUnavailable):
+			q.log.Debug("processing failed; will retry", "id", c.ID, "attempt", c.Attempts, "retry_at", next, "error", err)
+		default:
+			q.log.Warn("processing failed; will retry", "id", c.ID, "attempt", c.Attempts, "retry_at", next, "error", err)
+		}
 	}
 }
 

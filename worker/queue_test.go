@@ -22,6 +22,7 @@ type fakeTable struct {
 	claim   func(owner string, limit int, lease time.Duration, maxAttempts int) ([]Claim, error)
 	process func(ctx context.Context, owner string, claims []Claim) error
 	retry   func(owner string, c Claim, cause string, next time.Time, maxAttempts int) (bool, error)
+	retries func(ids []int64) // each call of Retry, before retry sees its attempts
 	release func(owner string) (int, error)
 	reclaim func() (int, error)
 	listen  func(ctx context.Context, wake func()) error
@@ -47,11 +48,33 @@ func (f *fakeTable) Process(ctx context.Context, owner string, claims []Claim) e
 	return f.process(ctx, owner, claims)
 }
 
-func (f *fakeTable) Retry(_ context.Context, owner string, c Claim, cause string, next time.Time, maxAttempts int) (bool, error) {
-	if f.retry == nil {
-		return false, nil
+// Retry hands each attempt to retry, in order; ErrLeaseLost from it makes
+// the attempt's outcome RetryLost, any other error the call's. retries,
+// when set, sees the ids of each call first.
+func (f *fakeTable) Retry(_ context.Context, owner string, rs []Retry, maxAttempts int) ([]RetryOutcome, error) {
+	if f.retries != nil {
+		ids := make([]int64, len(rs))
+		for i, r := range rs {
+			ids[i] = r.Claim.ID
+		}
+		f.retries(ids)
 	}
-	return f.retry(owner, c, cause, next, maxAttempts)
+	outcomes := make([]RetryOutcome, len(rs))
+	for i, r := range rs {
+		if f.retry == nil {
+			continue
+		}
+		failed, err := f.retry(owner, r.Claim, r.Cause, r.Next, maxAttempts)
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			outcomes[i] = RetryLost
+		case err != nil:
+			return nil, err
+		case failed:
+			outcomes[i] = RetryFailed
+		}
+	}
+	return outcomes, nil
 }
 
 func (f *fakeTable) Release(_ context.Context, owner string) (int, error) {
@@ -281,8 +304,8 @@ func TestQueueRetriesFailingItemAlone(t *testing.T) {
 
 // A batch whose work was done but some of whose items did not complete
 // (ItemErrors) is not tried again: those items are retried on their own
-// after their backoff, each with its cause — also when the queue is
-// stopping as the batch ends.
+// after their backoff, each with its cause, all in one call of the table
+// (one transaction) — also when the queue is stopping as the batch ends.
 func TestQueueRetriesItemErrorsAfterBackoff(t *testing.T) {
 	t.Parallel()
 	for _, stopping := range []bool{false, true} {
@@ -293,10 +316,12 @@ func TestQueueRetriesItemErrorsAfterBackoff(t *testing.T) {
 					claimed   calls[time.Time]
 					processed calls[[]int64]
 					retried   calls[string]
+					calls     calls[[]int64]
 				)
 				ctx, cancel := context.WithCancel(context.Background())
 				ft := &fakeTable{
-					claim: batches(&claimed, []Claim{{1, 1}, {2, 2}, {3, 1}}),
+					retries: calls.add,
+					claim:   batches(&claimed, []Claim{{1, 1}, {2, 2}, {3, 1}}),
 					process: func(_ context.Context, _ string, claims []Claim) error {
 						processed.add(ids(claims))
 						if stopping {
@@ -322,6 +347,9 @@ func TestQueueRetriesItemErrorsAfterBackoff(t *testing.T) {
 				want := []string{"a 2 attempt 2: HTTP 503, in 2s", "a 3 attempt 1: recording failed, in 1s"}
 				if got := retried.all(); !slices.Equal(got, want) {
 					t.Errorf("retries %q, want %q", got, want)
+				}
+				if got, want := fmt.Sprint(calls.all()), "[[2 3]]"; got != want {
+					t.Errorf("calls of the table's Retry %s, want %s (one for the batch)", got, want)
 				}
 			})
 		})
