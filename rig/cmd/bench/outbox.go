@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -30,9 +31,10 @@ const (
 
 // Outbox is what the outbox phase measured.
 type Outbox struct {
-	Backlog int           `json:"backlog_messages"`
-	Drains  []OutboxDrain `json:"drains"`
-	Lag     *OutboxLag    `json:"lag,omitempty"`
+	Backlog int            `json:"backlog_messages"`
+	Drains  []OutboxDrain  `json:"drains"`
+	Lag     *OutboxLag     `json:"lag,omitempty"`
+	Failing *OutboxFailing `json:"failing,omitempty"`
 	// Repeats counts requests the receiver got again for a key it had
 	// (retries); Forged those that failed verification. Both should be 0.
 	Repeats int `json:"receiver_repeats"`
@@ -58,6 +60,17 @@ type OutboxDrain struct {
 	CPU               CPUShare            `json:"cpu"`
 	BaselineCPU       CPUShare            `json:"cpu_direct"`
 	Waits             []loadgen.WaitShare `json:"pg_activity,omitempty"`
+}
+
+// OutboxFailing is a backlog sent to a destination that answers every
+// request 503, until each message was attempted once: what recording the
+// failed attempts costs the database.
+type OutboxFailing struct {
+	Concurrency int             `json:"concurrency"`
+	Messages    int             `json:"messages"`
+	Attempts    int             `json:"failed_attempts"` // requests the destination answered 503
+	Seconds     float64         `json:"seconds"`
+	PerAttempt  loadgen.PerItem `json:"database_per_failed_attempt"`
 }
 
 // OutboxLag is a pipeline run (open-loop payments) of orders with an
@@ -141,6 +154,16 @@ func (b *bench) outboxPhase(ctx context.Context) error {
 		if err := b.phase(fmt.Sprintf("outbox: ack→delivered at %d payments/s open loop", b.o.outboxRate), func() error {
 			l, err := o.lag(ctx, b.o.outboxRate)
 			rep.Lag = l
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	if b.o.outboxBacklog > 0 {
+		// Last: its messages stay pending, retried, in the database.
+		if err := b.phase(fmt.Sprintf("outbox: %d line messages to a destination answering 503", b.o.outboxBacklog), func() error {
+			f, err := o.failing(ctx)
+			rep.Failing = f
 			return err
 		}); err != nil {
 			return err
@@ -345,4 +368,75 @@ func (o *outboxRun) lag(ctx context.Context, rate int) (*OutboxLag, error) {
 	l.Announced = loadgen.Summarize(lags)
 	o.logf("outbox lag at %d/s: ack→line delivered %s | ack→order.fulfilled delivered %s", rate, l.Line, l.Announced)
 	return l, ctx.Err()
+}
+
+// failing fills a backlog with a paused dispatcher, as a drain does, then
+// starts one whose line destination answers every request 503 and
+// counts what the database did until each message was attempted once
+// (retries fall due a second or more later; those that came meanwhile
+// count as attempts too).
+func (o *outboxRun) failing(ctx context.Context) (*OutboxFailing, error) {
+	var answered atomic.Int64
+	down, err := receiver.New(receiver.Options{Secrets: o.dest.Secrets, Idempotent: true,
+		Plan: func(string, int) receiver.Action {
+			answered.Add(1)
+			return receiver.Action{Status: 503}
+		}})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = down.Close() }()
+	n := o.o.outboxBacklog
+	paused, err := o.startTarget(ctx, "outbox-failing-paused", outboxDB, outboxTune(down.URL(), 0, false, true))
+	if err != nil {
+		return nil, err
+	}
+	o.use(paused)
+	orders, err := o.externalOrders(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	o.drain(ctx, "creating orders")
+	mix := loadgen.NewMix(o.src, orders, 0, 0)
+	mix.StopWhenExhausted = true
+	loadgen.RunClosed(ctx, loadgen.ClosedConfig{Workers: fillWorkers, Duration: o.o.drainTimeout},
+		func(ctx context.Context, _ int) (int, error) { return mix.Send(ctx, paused.sender, false) })
+	o.drain(ctx, "paying the failing backlog's orders")
+	msgs, err := loadgen.PendingMessages(ctx, o.db, lineDest, n)
+	if err != nil {
+		return nil, err
+	}
+	paused.close()
+	f := &OutboxFailing{Concurrency: config.DefaultDestinationConcurrency, Messages: len(msgs)}
+	if _, err := o.db.Exec(ctx, "VACUUM ANALYZE"); err != nil {
+		return f, fmt.Errorf("vacuuming before the failing run: %w", err)
+	}
+	before, err := loadgen.ReadDBCounters(ctx, o.db)
+	if err != nil {
+		return f, err
+	}
+	t, err := o.startTarget(ctx, "outbox-failing", outboxDB, outboxTune(down.URL(), 0, false, false))
+	if err != nil {
+		return f, err
+	}
+	o.use(t)
+	t0 := time.Now()
+	deadline := t0.Add(o.drainWait())
+	for answered.Load() < int64(len(msgs)) && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	f.Seconds = round2(time.Since(t0).Seconds())
+	t.close()
+	after, err := loadgen.ReadDBCounters(ctx, o.db)
+	if err != nil {
+		return f, err
+	}
+	f.Attempts = int(answered.Load())
+	if f.Attempts < len(msgs) {
+		o.warn("outbox failing run: %d of %d messages attempted", f.Attempts, len(msgs))
+	}
+	f.PerAttempt = after.Sub(before).Per(f.Attempts)
+	o.logf("outbox failing destination: %d failed attempts of %d messages in %.1fs; per failed attempt %s",
+		f.Attempts, f.Messages, f.Seconds, f.PerAttempt)
+	return f, ctx.Err()
 }

@@ -516,6 +516,11 @@ func outboxRows(ob *Outbox) []Row {
 				l.LineFirstQuarterP50, l.LineLastQuarterP50))),
 			lagRow("order.fulfilled delivered", l.Announced, "the line's delivery fulfils the order, which is announced to a 2nd destination"))
 	}
+	if f := ob.Failing; f != nil {
+		rows = append(rows, Row{"outbox", fmt.Sprintf("a backlog of %d to a destination answering 503", f.Messages),
+			fmt.Sprint(f.Concurrency), "-", fmt.Sprintf("%d failed attempts", f.Attempts), "", "", "", "", "",
+			joinNotes(fmt.Sprintf("in %.1fs", f.Seconds), "per failed attempt "+f.PerAttempt.String())})
+	}
 	return rows
 }
 
