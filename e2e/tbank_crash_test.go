@@ -5,14 +5,18 @@ package e2e_test
 // after (and, for contrast, right before) the transaction that writes the
 // order's new state commits; a new process is started on the same data, the
 // bank's retries and redeliveries reach it, and the order is granted once.
+// And the crash right after a payment start re-drove the notifications that
+// came before it.
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fulfillplatform/fulfillment/config"
+	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest/tbank"
 	"github.com/fulfillplatform/fulfillment/rig/daemon"
 	"github.com/fulfillplatform/fulfillment/rig/fakebank"
@@ -167,4 +171,59 @@ func (tp *tbankProcs) start(t *testing.T, failpointSpec string) (*proc, *tbankSt
 	p := tp.ps.start(t, failpointSpec, procEnvTBankPassword+"="+tbankPassword)
 	tp.relay.forwardTo(t, p.ingestURL)
 	return p, &tbankStack{stack: p.stack, bank: tp.bank}
+}
+
+// A T-Bank payment under the bank order id of the order's first attempt,
+// made before StartPayment registered that attempt (as a checkout that
+// called the bank itself would): its notifications are stored unmatched.
+// StartPayment then registers the attempt, and the process is killed right
+// after that transaction commits (SIGKILL at the failpoint
+// start-after-create), before any worker processed the re-driven
+// notifications: the registration and the re-drive committed together, so
+// the restarted service applies the payment within seconds, once, and the
+// bank's notifications sent again grant nothing more.
+func TestLateStartMatchSurvivesACrash(t *testing.T) {
+	t.Parallel()
+	tp := newTBankProcs(t, procFailpointBuild.binary(t), fakebank.Options{})
+	p, s := tp.start(t, "start-after-create")
+	order := s.createRUBOrder(t, "tb-late-start")
+	pay := s.payAtBank(t, fulfillment.ProviderOrderID(order.GetId(), 1), rubMinor)
+	confirmed := tbankEventID(pay.PaymentID, tbank.StatusConfirmed)
+	waitEventState(t, s.stack, confirmed, "unmatched")
+
+	// The answer never comes: the process dies once the start committed.
+	_, err := s.startPayment(order.GetId(), tbankFail, false)
+	st := p.waitExit(t, 20*time.Second)
+	if !daemon.Killed(st) || !strings.Contains(p.output.String(), "failpoint: killing the process at start-after-create") {
+		t.Fatalf("fulfillmentd exited with %v (StartPayment: %v); want killed at start-after-create", st, err)
+	}
+	if n := s.count(t, "SELECT count(*) FROM payment_starts WHERE order_id = $1", order.GetId()); n != 1 {
+		t.Fatalf("%d payment starts after the crash, want the one registered", n)
+	}
+	if row := inboxEvent(t, s.stack, confirmed); row.State == "unmatched" {
+		t.Fatalf("CONFIRMED is %v after the crash: its re-drive did not commit with the start", row)
+	}
+
+	p2, s2 := tp.start(t, "")
+	restarted := time.Now()
+	took := s2.waitLicenses(t, order.GetId(), 1, restarted)
+	t.Logf("applied %v after the restart", took.Round(time.Millisecond))
+	for _, n := range s2.bank.Notifications() {
+		if code, answer, err := s2.deliverTBank(n.Body); err != nil || code != http.StatusOK || answer != "OK" {
+			t.Errorf("%s again: %d %q %v", n.Status, code, answer, err)
+		}
+	}
+	s2.settle(t)
+	if e := s2.effects(t, order.GetId()); e.Licenses != 1 || e.State != "fulfilled" {
+		t.Errorf("after the restart and the notifications again: %v; want fulfilled, 1 license", e)
+	}
+	if n := s2.count(t, "SELECT count(*) FROM inbox_events WHERE state = 'unmatched'"); n != 0 {
+		t.Errorf("%d events still unmatched, want none", n)
+	}
+	if resolved, open := s2.matchedLater(t, order.GetId()); resolved == 0 || open != 0 {
+		t.Errorf("unmatched_payment items: %d resolved as matched_later with the order, %d open; want every one resolved", resolved, open)
+	}
+	if !p2.running() {
+		t.Errorf("the restarted fulfillmentd died: %v", p2.child.State())
+	}
 }

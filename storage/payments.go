@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/internal/failpoint"
 )
 
 var _ fulfillment.PaymentStore = (*Store)(nil)
@@ -124,6 +125,11 @@ func (s *Store) StartBegin(ctx context.Context, r fulfillment.StartRequest) (ful
 		return nil
 	})
 	if err == nil {
+		if late > 0 {
+			// Committed with the attempt's registration: a crash from here
+			// on leaves the events queued, for any replica to process.
+			failpoint.Inject("start-after-create")
+		}
 		s.wakeLate(late)
 	}
 	return start, ask, err

@@ -14,4 +14,4 @@ const EnvVar = "FULFILLMENT_FAILPOINT"
 
 // Points lists the failpoints the code declares.
 var Points = []string{"after-claim", "process-before-commit", "process-after-commit", "outbox-after-send", "order-after-create",
-	"late-match-after-commit", "decide-before-commit", "decide-after-commit"}
+	"late-match-after-commit", "decide-before-commit", "decide-after-commit", "start-after-create"}
