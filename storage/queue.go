@@ -1,8 +1,10 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -136,14 +138,17 @@ func newLeasedTable(t leasedTable) *leasedTable {
 
 	// The failed attempts of a batch, one row of unnest each ($1 ids, $3
 	// causes, $5 due times), owner $2, budget $4; the rows still leased to
-	// the owner are returned, failed or not.
+	// the owner are returned, failed or not. Each row is found by its own
+	// id: with the ids as an array condition too, a generic plan (made for
+	// an array of ten) joined every row leased to the owner with every
+	// attempt, quadratic in the batch.
 	t.retrySQL = r.Replace(`
 		UPDATE {table} SET
 			state = CASE WHEN attempts >= $4 THEN 'failed' ELSE 'pending' END, {retry_set}
 			last_error = f.cause, next_attempt_at = f.due, lease_owner = NULL, lease_until = NULL,
 			processed_at = CASE WHEN attempts >= $4 THEN clock_timestamp() END
 		FROM unnest($1::bigint[], $3::text[], $5::timestamptz[]) AS f(failed_id, cause, due)
-		WHERE id = f.failed_id AND ` + leaseHeld("$1::bigint[]", "$2") + `
+		WHERE ` + leaseHeld("ARRAY[f.failed_id]", "$2") + `
 		RETURNING id, state = 'failed'`)
 
 	t.releaseSQL = r.Replace(`
@@ -266,23 +271,30 @@ func (q *Queue) Claim(ctx context.Context, p worker.ClaimParams) ([]worker.Claim
 
 // Retry implements worker.Table, in one statement whatever the number of
 // attempts; a row failed is also failed by the table's own rule (an item
-// opened), in the same transaction.
+// opened), in the same transaction. The rows are written in id order, as
+// every batch statement of a queue locks them, and the transaction runs
+// again when PostgreSQL broke a deadlock by rolling it back. A cause is
+// stored as valid UTF-8 without NUL bytes, which a text column refuses:
+// one attempt's cause cannot fail its batch.
 func (q *Queue) Retry(ctx context.Context, owner string, rs []worker.Retry, maxAttempts int) ([]worker.RetryOutcome, error) {
 	if len(rs) == 0 {
 		return nil, nil
 	}
 	t := q.table
-	ids, causes, due := make([]int64, len(rs)), make([]string, len(rs)), make([]time.Time, len(rs))
 	at := make(map[int64]int, len(rs))
 	for i, r := range rs {
 		if _, twice := at[r.Claim.ID]; twice {
 			return nil, fmt.Errorf("recording failed attempts: %s %d is given twice", t.noun, r.Claim.ID)
 		}
 		at[r.Claim.ID] = i
-		ids[i], causes[i], due[i] = r.Claim.ID, r.Cause, r.Next
+	}
+	sorted := slices.SortedFunc(slices.Values(rs), func(a, b worker.Retry) int { return cmp.Compare(a.Claim.ID, b.Claim.ID) })
+	ids, causes, due := make([]int64, len(rs)), make([]string, len(rs)), make([]time.Time, len(rs))
+	for i, r := range sorted {
+		ids[i], causes[i], due[i] = r.Claim.ID, storableText(r.Cause), r.Next
 	}
 	var outcomes []worker.RetryOutcome
-	err := q.store.withTx(ctx, func(tx pgx.Tx) error {
+	err := q.store.withRetriedTx(ctx, func(tx pgx.Tx) error {
 		outcomes = make([]worker.RetryOutcome, len(rs))
 		for i := range outcomes {
 			outcomes[i] = worker.RetryLost // unless the statement returns its row
@@ -308,7 +320,7 @@ func (q *Queue) Retry(ctx context.Context, owner string, rs []worker.Retry, maxA
 			return nil
 		}
 		for _, id := range failed { // rare: an item past its attempts
-			if err := t.failed(ctx, tx, id, causes[at[id]], maxAttempts); err != nil {
+			if err := t.failed(ctx, tx, id, storableText(rs[at[id]].Cause), maxAttempts); err != nil {
 				return err
 			}
 		}
@@ -319,6 +331,11 @@ func (q *Queue) Retry(ctx context.Context, owner string, rs []worker.Retry, maxA
 		return nil, err
 	}
 	return outcomes, nil
+}
+
+// storableText is s as a text column takes it: valid UTF-8, without NUL.
+func storableText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
 }
 
 // Release implements worker.Table, for q's partition only: each

@@ -263,10 +263,17 @@ func TestQueueRetryRecordsABatchInOneTransaction(t *testing.T) {
 	for i, c := range claims {
 		rs[i] = worker.Retry{Claim: c, Cause: fmt.Sprintf("HTTP 503 (%d)", i), Next: base.Add(time.Duration(i) * time.Second)}
 	}
+	// A cause a text column refuses (a NUL byte, invalid UTF-8) is stored
+	// cleaned, not refused with the batch. The attempts come in any order.
+	rs[3].Cause = "HTTP 503 \x00and \xff"
+	slices.Reverse(rs)
 	outcomes, err := q.Retry(ctx, "w", rs, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
+	slices.Reverse(rs)
+	slices.Reverse(outcomes)
+	rs[3].Cause = "HTTP 503 and \uFFFD"
 	want := slices.Repeat([]worker.RetryOutcome{worker.RetryScheduled}, n)
 	want[0], want[1] = worker.RetryFailed, worker.RetryLost
 	if !slices.Equal(outcomes, want) {

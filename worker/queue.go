@@ -493,6 +493,13 @@ func (q *Queue) retry(ctx context.Context, owner string, claims []Claim, causes 
 	case rerr != nil && errors.Is(rerr, fulfillment.ErrUnavailable):
 		q.log.Debug("recording failed attempts", "ids", claimIDs(claims), "error", rerr) // the store says the database is unreachable, once
 		return
+	case rerr != nil && len(claims) > 1:
+		// Recorded alone, one attempt that the table refuses cannot keep
+		// the others leased until their lease runs out.
+		for i, c := range claims {
+			q.retry(ctx, owner, []Claim{c}, causes[i:i+1])
+		}
+		return
 	case rerr != nil:
 		// They stay leased to this live owner: once their lease runs out,
 		// this owner claims them again.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -313,14 +314,14 @@ func TestQueueRetriesItemErrorsAfterBackoff(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				var (
-					claimed   calls[time.Time]
-					processed calls[[]int64]
-					retried   calls[string]
-					calls     calls[[]int64]
+					claimed    calls[time.Time]
+					processed  calls[[]int64]
+					retried    calls[string]
+					retryCalls calls[[]int64]
 				)
 				ctx, cancel := context.WithCancel(context.Background())
 				ft := &fakeTable{
-					retries: calls.add,
+					retries: retryCalls.add,
 					claim:   batches(&claimed, []Claim{{1, 1}, {2, 2}, {3, 1}}),
 					process: func(_ context.Context, _ string, claims []Claim) error {
 						processed.add(ids(claims))
@@ -348,12 +349,45 @@ func TestQueueRetriesItemErrorsAfterBackoff(t *testing.T) {
 				if got := retried.all(); !slices.Equal(got, want) {
 					t.Errorf("retries %q, want %q", got, want)
 				}
-				if got, want := fmt.Sprint(calls.all()), "[[2 3]]"; got != want {
+				if got, want := fmt.Sprint(retryCalls.all()), "[[2 3]]"; got != want {
 					t.Errorf("calls of the table's Retry %s, want %s (one for the batch)", got, want)
 				}
 			})
 		})
 	}
+}
+
+// A batch of failed attempts the table refuses as a whole (one attempt
+// it cannot store) is recorded again one attempt at a time: the others
+// are not kept leased until their lease runs out.
+func TestQueueRetriesAloneWhenTheTableRefusesTheBatch(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var retryCalls calls[[]int64]
+		ctx, cancel := context.WithCancel(context.Background())
+		ft := &fakeTable{
+			retries: retryCalls.add,
+			claim:   batches(new(calls[time.Time]), []Claim{{1, 1}, {2, 1}, {3, 1}}),
+			process: func(context.Context, string, []Claim) error {
+				return ItemErrors{1: errors.New("HTTP 503"), 2: errors.New("bad\x00cause"), 3: errors.New("HTTP 503")}
+			},
+			retry: func(_ string, _ Claim, cause string, _ time.Time, _ int) (bool, error) {
+				if strings.Contains(cause, "\x00") {
+					return false, errors.New("invalid byte sequence")
+				}
+				return false, nil
+			},
+		}
+		q := NewQueue("test", ft, ft.Process, liveOwner("a"), Config{Workers: 1, Batch: 3}, discard)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = q.Run(ctx) }()
+		synctest.Wait()
+		cancel()
+		<-done
+		if got, want := fmt.Sprint(retryCalls.all()), "[[1 2 3] [1] [2] [3]]"; got != want {
+			t.Errorf("calls of the table's Retry %s, want %s (the batch, then each alone)", got, want)
+		}
+	})
 }
 
 // The retry delay doubles from the base per attempt, up to the ceiling, and

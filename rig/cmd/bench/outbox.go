@@ -376,10 +376,13 @@ func (o *outboxRun) lag(ctx context.Context, rate int) (*OutboxLag, error) {
 // (retries fall due a second or more later; those that came meanwhile
 // count as attempts too).
 func (o *outboxRun) failing(ctx context.Context) (*OutboxFailing, error) {
-	var answered atomic.Int64
+	var answered, firsts atomic.Int64 // requests, and messages attempted
 	down, err := receiver.New(receiver.Options{Secrets: o.dest.Secrets, Idempotent: true,
-		Plan: func(string, int) receiver.Action {
+		Plan: func(_ string, n int) receiver.Action {
 			answered.Add(1)
+			if n == 1 {
+				firsts.Add(1)
+			}
 			return receiver.Action{Status: 503}
 		}})
 	if err != nil {
@@ -422,7 +425,7 @@ func (o *outboxRun) failing(ctx context.Context) (*OutboxFailing, error) {
 	o.use(t)
 	t0 := time.Now()
 	deadline := t0.Add(o.drainWait())
-	for answered.Load() < int64(len(msgs)) && time.Now().Before(deadline) && ctx.Err() == nil {
+	for firsts.Load() < int64(len(msgs)) && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
 	}
 	f.Seconds = round2(time.Since(t0).Seconds())
@@ -432,8 +435,8 @@ func (o *outboxRun) failing(ctx context.Context) (*OutboxFailing, error) {
 		return f, err
 	}
 	f.Attempts = int(answered.Load())
-	if f.Attempts < len(msgs) {
-		o.warn("outbox failing run: %d of %d messages attempted", f.Attempts, len(msgs))
+	if n := int(firsts.Load()); n < len(msgs) {
+		o.warn("outbox failing run: %d of %d messages attempted", n, len(msgs))
 	}
 	f.PerAttempt = after.Sub(before).Per(f.Attempts)
 	o.logf("outbox failing destination: %d failed attempts of %d messages in %.1fs; per failed attempt %s",
