@@ -192,21 +192,21 @@ func (o *outboxRun) externalOrders(ctx context.Context, n int) ([]loadgen.Order,
 	})
 }
 
-// backlog fills a backlog with a paused dispatcher, POSTs the same
-// messages straight to the receiver (the baseline), then starts a
-// dispatcher at concurrency c and times the backlog's deliveries at the
-// receiver.
-func (o *outboxRun) backlog(ctx context.Context, c int) (OutboxDrain, error) {
-	d := OutboxDrain{Concurrency: c}
-	n := o.o.outboxBacklog
-	paused, err := o.startTarget(ctx, fmt.Sprintf("outbox-paused-%d", c), outboxDB, outboxTune(o.rcv.URL(), c, false, true))
+// fill has a fulfillmentd named name, its dispatcher paused (line
+// destination url at concurrency c, 0 for the default), take n orders with
+// an external line and their payments, and returns the line messages left
+// pending (with a warning when there are fewer than n) and how long the
+// payments took.
+func (o *outboxRun) fill(ctx context.Context, name, url string, c, n int) ([]outbox.Message, time.Duration, error) {
+	paused, err := o.startTarget(ctx, name, outboxDB, outboxTune(url, c, false, true))
 	if err != nil {
-		return d, err
+		return nil, 0, err
 	}
+	defer paused.close()
 	o.use(paused)
 	orders, err := o.externalOrders(ctx, n)
 	if err != nil {
-		return d, err
+		return nil, 0, err
 	}
 	o.drain(ctx, "creating orders")
 	t0 := time.Now()
@@ -215,16 +215,30 @@ func (o *outboxRun) backlog(ctx context.Context, c int) (OutboxDrain, error) {
 	fill := loadgen.RunClosed(ctx, loadgen.ClosedConfig{Workers: fillWorkers, Duration: o.o.drainTimeout},
 		func(ctx context.Context, _ int) (int, error) { return mix.Send(ctx, paused.sender, false) })
 	o.drain(ctx, "paying the backlog's orders")
-	d.FillSeconds = round1(time.Since(t0).Seconds())
+	took := time.Since(t0)
 	msgs, err := loadgen.PendingMessages(ctx, o.db, lineDest, n)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(msgs) < n {
+		o.warn("outbox %s: %d of %d orders have a pending message (payments %s)", name, len(msgs), n, statusNote(fill.StatusCounts()))
+	}
+	return msgs, took, nil
+}
+
+// backlog fills a backlog with a paused dispatcher, POSTs the same
+// messages straight to the receiver (the baseline), then starts a
+// dispatcher at concurrency c and times the backlog's deliveries at the
+// receiver.
+func (o *outboxRun) backlog(ctx context.Context, c int) (OutboxDrain, error) {
+	d := OutboxDrain{Concurrency: c}
+	n := o.o.outboxBacklog
+	msgs, took, err := o.fill(ctx, fmt.Sprintf("outbox-paused-%d", c), o.rcv.URL(), c, n)
 	if err != nil {
 		return d, err
 	}
-	paused.close()
+	d.FillSeconds = round1(took.Seconds())
 	d.Messages = len(msgs)
-	if len(msgs) < n {
-		o.warn("outbox at concurrency %d: %d of %d orders have a pending message (payments %s)", c, len(msgs), n, statusNote(fill.StatusCounts()))
-	}
 	keys := make([]string, len(msgs))
 	for i, m := range msgs {
 		keys[i] = m.Key
@@ -389,27 +403,10 @@ func (o *outboxRun) failing(ctx context.Context) (*OutboxFailing, error) {
 		return nil, err
 	}
 	defer func() { _ = down.Close() }()
-	n := o.o.outboxBacklog
-	paused, err := o.startTarget(ctx, "outbox-failing-paused", outboxDB, outboxTune(down.URL(), 0, false, true))
+	msgs, _, err := o.fill(ctx, "outbox-failing-paused", down.URL(), 0, o.o.outboxBacklog)
 	if err != nil {
 		return nil, err
 	}
-	o.use(paused)
-	orders, err := o.externalOrders(ctx, n)
-	if err != nil {
-		return nil, err
-	}
-	o.drain(ctx, "creating orders")
-	mix := loadgen.NewMix(o.src, orders, 0, 0)
-	mix.StopWhenExhausted = true
-	loadgen.RunClosed(ctx, loadgen.ClosedConfig{Workers: fillWorkers, Duration: o.o.drainTimeout},
-		func(ctx context.Context, _ int) (int, error) { return mix.Send(ctx, paused.sender, false) })
-	o.drain(ctx, "paying the failing backlog's orders")
-	msgs, err := loadgen.PendingMessages(ctx, o.db, lineDest, n)
-	if err != nil {
-		return nil, err
-	}
-	paused.close()
 	f := &OutboxFailing{Concurrency: config.DefaultDestinationConcurrency, Messages: len(msgs)}
 	if _, err := o.db.Exec(ctx, "VACUUM ANALYZE"); err != nil {
 		return f, fmt.Errorf("vacuuming before the failing run: %w", err)
