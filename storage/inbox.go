@@ -38,20 +38,31 @@ var inboxTable = newLeasedTable(leasedTable{
 		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`, `
 		UPDATE inbox_events e SET ` + inboxFailedSet + `, attempts = a.attempts, last_error = a.last_error
 		FROM abandoned a WHERE e.id = a.id`},
-	failed: func(ctx context.Context, tx pgx.Tx, id int64, cause string, maxAttempts int) error {
-		b := &pgx.Batch{}
-		b.Queue(`
+	failed: func(ctx context.Context, tx pgx.Tx, failed []failedAttempt, maxAttempts int) error {
+		rows, _ := tx.Query(ctx, `
 			UPDATE inbox_events e SET `+inboxFailedSet+`, attempts = w.attempts, last_error = w.last_error
-			FROM inbox_work w WHERE w.id = $1 AND e.id = w.id`, id)
-		b.Queue(`
-			INSERT INTO reconciliation_items (kind, org_id, environment, inbox_event_id, provider, detail, dedupe_key)
-			SELECT 'failed_event', org_id, environment, id, provider, $2, $3
-			FROM inbox_events WHERE id = $1
-			ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
-			id, fmt.Sprintf("processing failed %d times; last error: %s", maxAttempts, cause),
-			fulfillment.ItemKey(fulfillment.ReconFailedEvent, fulfillment.ItemSubject{InboxID: id}))
+			FROM inbox_work w WHERE w.id = ANY($1) AND e.id = w.id
+			RETURNING e.id, e.org_id, e.environment, e.provider`, failedIDs(failed))
+		subjects := map[int64]fulfillment.ItemSubject{}
+		var s fulfillment.ItemSubject
+		_, err := pgx.ForEachRow(rows, []any{&s.InboxID, &s.OrgID, &s.Environment, &s.Provider}, func() error {
+			subjects[s.InboxID] = s
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("failing inbox events: %w", interpret(err))
+		}
+		items := make([]item, 0, len(failed))
+		for _, f := range failed {
+			if s, ok := subjects[f.id]; ok {
+				items = append(items, item{kind: fulfillment.ReconFailedEvent, subject: s,
+					detail: fmt.Sprintf("processing failed %d times; last error: %s", maxAttempts, f.cause)})
+			}
+		}
+		b := &pgx.Batch{}
+		queueItems(b, items)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return fmt.Errorf("failing inbox event: %w", interpret(err))
+			return fmt.Errorf("opening failed_event items: %w", interpret(err))
 		}
 		return nil
 	},

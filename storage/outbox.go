@@ -40,20 +40,35 @@ var outboxTable = newLeasedTable(leasedTable{
 		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`, `
 		UPDATE outbox_messages m SET ` + outboxFailedSet + `, attempts = a.attempts, last_error = a.last_error
 		FROM abandoned a WHERE m.id = a.id`},
-	failed: func(ctx context.Context, tx pgx.Tx, id int64, cause string, maxAttempts int) error {
-		b := &pgx.Batch{}
-		b.Queue(`
+	failed: func(ctx context.Context, tx pgx.Tx, failed []failedAttempt, maxAttempts int) error {
+		rows, _ := tx.Query(ctx, `
 			UPDATE outbox_messages m SET `+outboxFailedSet+`, attempts = w.attempts, last_error = w.last_error
-			FROM outbox_work w WHERE w.id = $1 AND m.id = w.id`, id)
-		b.Queue(`
-			INSERT INTO reconciliation_items (kind, org_id, environment, order_id, outbox_message_id, detail, dedupe_key)
-			SELECT 'failed_delivery', org_id, environment, order_id, id,
-				format('delivery to %s failed %s times; last error: %s', destination_id, $2::int, $3::text), $4
-			FROM outbox_messages WHERE id = $1
-			ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
-			id, maxAttempts, cause, fulfillment.ItemKey(fulfillment.ReconFailedDelivery, fulfillment.ItemSubject{MessageID: id}))
+			FROM outbox_work w WHERE w.id = ANY($1) AND m.id = w.id
+			RETURNING m.id, m.org_id, m.environment, coalesce(m.order_id::text, ''), m.destination_id`, failedIDs(failed))
+		type failedMessage struct {
+			subject     fulfillment.ItemSubject
+			destination string
+		}
+		messages := map[int64]failedMessage{}
+		var m failedMessage
+		_, err := pgx.ForEachRow(rows, []any{&m.subject.MessageID, &m.subject.OrgID, &m.subject.Environment, &m.subject.OrderID, &m.destination}, func() error {
+			messages[m.subject.MessageID] = m
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("failing outbox messages: %w", interpret(err))
+		}
+		items := make([]item, 0, len(failed))
+		for _, f := range failed {
+			if m, ok := messages[f.id]; ok {
+				items = append(items, item{kind: fulfillment.ReconFailedDelivery, subject: m.subject,
+					detail: fmt.Sprintf("delivery to %s failed %d times; last error: %s", m.destination, maxAttempts, f.cause)})
+			}
+		}
+		b := &pgx.Batch{}
+		queueItems(b, items)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return fmt.Errorf("failing outbox message: %w", interpret(err))
+			return fmt.Errorf("opening failed_delivery items: %w", interpret(err))
 		}
 		return nil
 	},

@@ -51,12 +51,19 @@ var pollTable = newLeasedTable(leasedTable{
 		FROM abandoned a JOIN payment_polls p ON p.id = a.id JOIN payment_starts s ON s.id = p.start_id
 		WHERE p.answered_attempt < a.attempts
 		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`},
-	failed: openPollFailing,
+	failed: func(ctx context.Context, tx pgx.Tx, failed []failedAttempt, _ int) error {
+		for _, f := range failed { // rare: one poll per started payment
+			if err := openPollFailing(ctx, tx, f.id, f.cause); err != nil {
+				return err
+			}
+		}
+		return nil
+	},
 })
 
 // openPollFailing opens the poll_failing item of poll id, failed past its
 // attempts with cause, when its last attempt got no answer.
-func openPollFailing(ctx context.Context, tx pgx.Tx, id int64, cause string, _ int) error {
+func openPollFailing(ctx context.Context, tx pgx.Tx, id int64, cause string) error {
 	p := fulfillment.FailedPoll{LastError: cause}
 	var startID int64
 	err := tx.QueryRow(ctx, `

@@ -42,8 +42,9 @@ type leasedTable struct {
 	// releaseSet assigns, besides the lease columns and attempts, columns
 	// of a row handed back (column = value, on the row's values before).
 	releaseSet [][2]string
-	// failed completes, in Retry's transaction, a row Retry failed.
-	failed func(ctx context.Context, tx pgx.Tx, id int64, cause string, maxAttempts int) error
+	// failed completes, in Retry's transaction, the rows Retry failed
+	// (failedAttempt), all of them at once.
+	failed func(ctx context.Context, tx pgx.Tx, failed []failedAttempt, maxAttempts int) error
 	// partition, when set, names the column that splits the table into
 	// queues: one per value (a destination), each claiming and releasing
 	// its own rows only. A claim takes the value as $6, a release as $2;
@@ -299,7 +300,7 @@ func (q *Queue) Retry(ctx context.Context, owner string, rs []worker.Retry, maxA
 		for i := range outcomes {
 			outcomes[i] = worker.RetryLost // unless the statement returns its row
 		}
-		var failed []int64
+		var failed []failedAttempt
 		rows, _ := tx.Query(ctx, t.retrySQL, ids, owner, causes, maxAttempts, due)
 		var (
 			id       int64
@@ -309,28 +310,39 @@ func (q *Queue) Retry(ctx context.Context, owner string, rs []worker.Retry, maxA
 			outcomes[at[id]] = worker.RetryScheduled
 			if isFailed {
 				outcomes[at[id]] = worker.RetryFailed
-				failed = append(failed, id)
+				failed = append(failed, failedAttempt{id: id, cause: storableText(rs[at[id]].Cause)})
 			}
 			return nil
 		})
 		if err != nil {
 			return fmt.Errorf("recording failed attempts: %w", interpret(err))
 		}
-		if t.failed == nil {
+		if t.failed == nil || len(failed) == 0 {
 			return nil
 		}
-		for _, id := range failed { // rare: an item past its attempts
-			if err := t.failed(ctx, tx, id, storableText(rs[at[id]].Cause), maxAttempts); err != nil {
-				return err
-			}
-		}
-		return nil
+		return t.failed(ctx, tx, failed, maxAttempts)
 	})
 	if err != nil {
 		q.store.unreachable(err)
 		return nil, err
 	}
 	return outcomes, nil
+}
+
+// failedAttempt is a row that Retry failed past its attempts, with the
+// cause of its last attempt.
+type failedAttempt struct {
+	id    int64
+	cause string
+}
+
+// failedIDs are the ids of failed, in order.
+func failedIDs(failed []failedAttempt) []int64 {
+	ids := make([]int64, len(failed))
+	for i, f := range failed {
+		ids[i] = f.id
+	}
+	return ids
 }
 
 // storableText is s as a text column takes it: valid UTF-8, without NUL.

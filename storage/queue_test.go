@@ -251,8 +251,9 @@ func TestQueueRetryRecordsABatchInOneTransaction(t *testing.T) {
 	if err != nil || len(claims) != n {
 		t.Fatalf("claim = %d, %v; want %d", len(claims), err, n)
 	}
-	// The first has used its budget; the second was taken by another owner.
-	if _, err := conn.Exec(ctx, "UPDATE outbox_work SET attempts = 3 WHERE id = $1", claims[0].ID); err != nil {
+	// The first and the last have used their budget; the second was taken
+	// by another owner.
+	if _, err := conn.Exec(ctx, "UPDATE outbox_work SET attempts = 3 WHERE id IN ($1, $2)", claims[0].ID, claims[n-1].ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := conn.Exec(ctx, "UPDATE outbox_work SET lease_owner = 'other' WHERE id = $1", claims[1].ID); err != nil {
@@ -275,11 +276,11 @@ func TestQueueRetryRecordsABatchInOneTransaction(t *testing.T) {
 	slices.Reverse(outcomes)
 	rs[3].Cause = "HTTP 503 and \uFFFD"
 	want := slices.Repeat([]worker.RetryOutcome{worker.RetryScheduled}, n)
-	want[0], want[1] = worker.RetryFailed, worker.RetryLost
+	want[0], want[1], want[n-1] = worker.RetryFailed, worker.RetryLost, worker.RetryFailed
 	if !slices.Equal(outcomes, want) {
 		t.Fatalf("outcomes %v, want %v", outcomes, want)
 	}
-	for i, c := range claims[2:] {
+	for i, c := range claims[2 : n-1] {
 		i += 2
 		if got := count(t, conn, `SELECT count(*) FROM outbox_work WHERE id = $1 AND state = 'pending'
 			AND lease_owner IS NULL AND last_error = $2 AND next_attempt_at = $3`, c.ID, rs[i].Cause, rs[i].Next); got != 1 {
@@ -289,14 +290,23 @@ func TestQueueRetryRecordsABatchInOneTransaction(t *testing.T) {
 	if got := count(t, conn, "SELECT count(*) FROM outbox_work WHERE id = $1 AND lease_owner = 'other' AND last_error IS NULL", claims[1].ID); got != 1 {
 		t.Error("the item another owner took was changed")
 	}
-	if got := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = 'failed_delivery' AND outbox_message_id = $1", claims[0].ID); got != 1 {
-		t.Errorf("%d failed_delivery items for the item past its budget, want 1", got)
+	// Each item past its budget is failed, its message too, with an item
+	// of its own that gives its destination and its last cause.
+	for _, i := range []int{0, n - 1} {
+		detail := fmt.Sprintf("delivery to crm failed 3 times; last error: %s", rs[i].Cause)
+		if got := count(t, conn, `SELECT count(*) FROM reconciliation_items r
+			JOIN outbox_messages m ON m.id = r.outbox_message_id AND m.state = 'failed'
+			JOIN outbox_work w ON w.id = m.id AND w.state = 'failed'
+			WHERE r.kind = 'failed_delivery' AND r.outbox_message_id = $1 AND r.detail = $2
+				AND r.org_id = 'org_a' AND r.environment = 'live'`, claims[i].ID, detail); got != 1 {
+			t.Errorf("item %d past its budget: %d failed messages with a failed_delivery item %q, want 1", i, got, detail)
+		}
 	}
-	// One transaction wrote them all: the item and the rows share their xmin.
+	// One transaction wrote them all: the items and the rows share their xmin.
 	if got := count(t, conn, `SELECT count(DISTINCT x) FROM (
 			SELECT xmin::text AS x FROM outbox_work WHERE id = ANY($1) AND id <> $2
-			UNION ALL SELECT xmin::text FROM reconciliation_items WHERE outbox_message_id = $3) w`,
-		ids, claims[1].ID, claims[0].ID); got != 1 {
+			UNION ALL SELECT xmin::text FROM reconciliation_items WHERE outbox_message_id = ANY($3)) w`,
+		ids, claims[1].ID, []int64{claims[0].ID, claims[n-1].ID}); got != 1 {
 		t.Errorf("the batch's attempts were recorded by %d transactions, want 1", got)
 	}
 	// A claim given twice is refused.
