@@ -38,11 +38,11 @@ var inboxTable = newLeasedTable(leasedTable{
 		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`, `
 		UPDATE inbox_events e SET ` + inboxFailedSet + `, attempts = a.attempts, last_error = a.last_error
 		FROM abandoned a WHERE e.id = a.id`},
-	failed: func(ctx context.Context, tx pgx.Tx, failed []failedAttempt, maxAttempts int) error {
+	failed: func(ctx context.Context, tx pgx.Tx, ids []int64, causes []string, maxAttempts int) error {
 		rows, _ := tx.Query(ctx, `
 			UPDATE inbox_events e SET `+inboxFailedSet+`, attempts = w.attempts, last_error = w.last_error
 			FROM inbox_work w WHERE w.id = ANY($1) AND e.id = w.id
-			RETURNING e.id, e.org_id, e.environment, e.provider`, failedIDs(failed))
+			RETURNING e.id, e.org_id, e.environment, e.provider`, ids)
 		subjects := map[int64]fulfillment.ItemSubject{}
 		var s fulfillment.ItemSubject
 		_, err := pgx.ForEachRow(rows, []any{&s.InboxID, &s.OrgID, &s.Environment, &s.Provider}, func() error {
@@ -52,11 +52,11 @@ var inboxTable = newLeasedTable(leasedTable{
 		if err != nil {
 			return fmt.Errorf("failing inbox events: %w", interpret(err))
 		}
-		items := make([]item, 0, len(failed))
-		for _, f := range failed {
-			if s, ok := subjects[f.id]; ok {
+		items := make([]item, 0, len(ids))
+		for i, id := range ids {
+			if s, ok := subjects[id]; ok {
 				items = append(items, item{kind: fulfillment.ReconFailedEvent, subject: s,
-					detail: fmt.Sprintf("processing failed %d times; last error: %s", maxAttempts, f.cause)})
+					detail: fmt.Sprintf("processing failed %d times; last error: %s", maxAttempts, causes[i])})
 			}
 		}
 		b := &pgx.Batch{}

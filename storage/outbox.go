@@ -40,11 +40,11 @@ var outboxTable = newLeasedTable(leasedTable{
 		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`, `
 		UPDATE outbox_messages m SET ` + outboxFailedSet + `, attempts = a.attempts, last_error = a.last_error
 		FROM abandoned a WHERE m.id = a.id`},
-	failed: func(ctx context.Context, tx pgx.Tx, failed []failedAttempt, maxAttempts int) error {
+	failed: func(ctx context.Context, tx pgx.Tx, ids []int64, causes []string, maxAttempts int) error {
 		rows, _ := tx.Query(ctx, `
 			UPDATE outbox_messages m SET `+outboxFailedSet+`, attempts = w.attempts, last_error = w.last_error
 			FROM outbox_work w WHERE w.id = ANY($1) AND m.id = w.id
-			RETURNING m.id, m.org_id, m.environment, coalesce(m.order_id::text, ''), m.destination_id`, failedIDs(failed))
+			RETURNING m.id, m.org_id, m.environment, coalesce(m.order_id::text, ''), m.destination_id`, ids)
 		type failedMessage struct {
 			subject     fulfillment.ItemSubject
 			destination string
@@ -58,11 +58,11 @@ var outboxTable = newLeasedTable(leasedTable{
 		if err != nil {
 			return fmt.Errorf("failing outbox messages: %w", interpret(err))
 		}
-		items := make([]item, 0, len(failed))
-		for _, f := range failed {
-			if m, ok := messages[f.id]; ok {
+		items := make([]item, 0, len(ids))
+		for i, id := range ids {
+			if m, ok := messages[id]; ok {
 				items = append(items, item{kind: fulfillment.ReconFailedDelivery, subject: m.subject,
-					detail: fmt.Sprintf("delivery to %s failed %d times; last error: %s", m.destination, maxAttempts, f.cause)})
+					detail: fmt.Sprintf("delivery to %s failed %d times; last error: %s", m.destination, maxAttempts, causes[i])})
 			}
 		}
 		b := &pgx.Batch{}

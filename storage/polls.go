@@ -51,9 +51,9 @@ var pollTable = newLeasedTable(leasedTable{
 		FROM abandoned a JOIN payment_polls p ON p.id = a.id JOIN payment_starts s ON s.id = p.start_id
 		WHERE p.answered_attempt < a.attempts
 		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`},
-	failed: func(ctx context.Context, tx pgx.Tx, failed []failedAttempt, _ int) error {
-		for _, f := range failed { // rare: one poll per started payment
-			if err := openPollFailing(ctx, tx, f.id, f.cause); err != nil {
+	failed: func(ctx context.Context, tx pgx.Tx, ids []int64, causes []string, _ int) error {
+		for i, id := range ids { // rare: one poll per started payment
+			if err := openPollFailing(ctx, tx, id, causes[i]); err != nil {
 				return err
 			}
 		}

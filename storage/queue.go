@@ -42,9 +42,9 @@ type leasedTable struct {
 	// releaseSet assigns, besides the lease columns and attempts, columns
 	// of a row handed back (column = value, on the row's values before).
 	releaseSet [][2]string
-	// failed completes, in Retry's transaction, the rows Retry failed
-	// (failedAttempt), all of them at once.
-	failed func(ctx context.Context, tx pgx.Tx, failed []failedAttempt, maxAttempts int) error
+	// failed completes, in Retry's transaction, the rows Retry failed,
+	// all of them at once: ids, with the cause of each one's last attempt.
+	failed func(ctx context.Context, tx pgx.Tx, ids []int64, causes []string, maxAttempts int) error
 	// partition, when set, names the column that splits the table into
 	// queues: one per value (a destination), each claiming and releasing
 	// its own rows only. A claim takes the value as $6, a release as $2;
@@ -300,7 +300,10 @@ func (q *Queue) Retry(ctx context.Context, owner string, rs []worker.Retry, maxA
 		for i := range outcomes {
 			outcomes[i] = worker.RetryLost // unless the statement returns its row
 		}
-		var failed []failedAttempt
+		var (
+			failed       []int64
+			failedCauses []string
+		)
 		rows, _ := tx.Query(ctx, t.retrySQL, ids, owner, causes, maxAttempts, due)
 		var (
 			id       int64
@@ -310,7 +313,7 @@ func (q *Queue) Retry(ctx context.Context, owner string, rs []worker.Retry, maxA
 			outcomes[at[id]] = worker.RetryScheduled
 			if isFailed {
 				outcomes[at[id]] = worker.RetryFailed
-				failed = append(failed, failedAttempt{id: id, cause: storableText(rs[at[id]].Cause)})
+				failed, failedCauses = append(failed, id), append(failedCauses, storableText(rs[at[id]].Cause))
 			}
 			return nil
 		})
@@ -320,29 +323,13 @@ func (q *Queue) Retry(ctx context.Context, owner string, rs []worker.Retry, maxA
 		if t.failed == nil || len(failed) == 0 {
 			return nil
 		}
-		return t.failed(ctx, tx, failed, maxAttempts)
+		return t.failed(ctx, tx, failed, failedCauses, maxAttempts)
 	})
 	if err != nil {
 		q.store.unreachable(err)
 		return nil, err
 	}
 	return outcomes, nil
-}
-
-// failedAttempt is a row that Retry failed past its attempts, with the
-// cause of its last attempt.
-type failedAttempt struct {
-	id    int64
-	cause string
-}
-
-// failedIDs are the ids of failed, in order.
-func failedIDs(failed []failedAttempt) []int64 {
-	ids := make([]int64, len(failed))
-	for i, f := range failed {
-		ids[i] = f.id
-	}
-	return ids
 }
 
 // storableText is s as a text column takes it: valid UTF-8, without NUL.
