@@ -142,3 +142,8 @@ func (s *Store) PipelinedForTest(ctx context.Context, first, mid, last []string,
 
 // ErrCommittedUnread is errCommittedUnread.
 var ErrCommittedUnread = errCommittedUnread
+
+// FailDecidedResults makes reading a decided batch's stored events back
+// fail with err after its COMMIT ran, as a callback's failure would:
+// the batch committed, its results unread (errCommittedUnread).
+func (s *Store) FailDecidedResults(err error) { s.unreadResults = err }

@@ -2,6 +2,7 @@ package storage_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -330,5 +331,35 @@ func TestDecidedBatchMeetsAnEventStoredMeanwhile(t *testing.T) {
 	}
 	if got := count(t, conn, "SELECT count(*) FROM entitlements"); got != 4 {
 		t.Errorf("%d licenses, want 4 (2 per order)", got)
+	}
+}
+
+// A decided batch whose COMMIT ran but whose results could not be read
+// back (a callback's failure after the commit, errCommittedUnread) stands
+// decided: its events are answered as stored (their receipts read back,
+// as a redelivery's are: duplicate), not as refused or queued again, and
+// each is decided and granted once; a redelivery then grants nothing more.
+func TestDecidedBatchCommittedButUnreadStandsDecided(t *testing.T) {
+	t.Parallel()
+	s, conn, _ := decidingStoreWithHolder(t, "m-1", "m-2")
+	ctx := context.Background()
+	s.FailDecidedResults(errors.New("results lost after the commit"))
+	evs := []fulfillment.ProviderEvent{confirmedEvent("evt_1", "m-1"), confirmedEvent("evt_2", "m-2")}
+	if err := s.InboxInsertBatch(ctx, evs); err != nil {
+		t.Fatalf("a committed batch whose results were not read: %v; want its events answered as stored", err)
+	}
+	if got, want := receiptBatches(t, s), "decided=1 failed=0 locked=0 redelivered=0"; got != want {
+		t.Errorf("group commits: %s, want %s", got, want)
+	}
+	s.FailDecidedResults(nil)
+	for _, ev := range evs {
+		if again, err := s.InboxInsert(ctx, ev, []byte(`{}`)); err != nil || !again.Duplicate || again.State != fulfillment.InboxProcessed {
+			t.Errorf("%s again: %+v, %v; want a duplicate of a processed event", ev.EventID, again, err)
+		}
+	}
+	const decided = `SELECT count(*) FROM inbox_events WHERE state = 'processed' AND decision = 'fulfilled'`
+	if stored, queued, granted := count(t, conn, decided), count(t, conn, "SELECT count(*) FROM inbox_work"),
+		count(t, conn, "SELECT count(*) FROM entitlements"); stored != 2 || queued != 0 || granted != 4 {
+		t.Errorf("%d events decided fulfilled, %d queued, %d licenses; want 2, none, 4 (2 per order)", stored, queued, granted)
 	}
 }

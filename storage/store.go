@@ -46,6 +46,9 @@ type Store struct {
 	// set, observes each event decided so.
 	decideOnReceipt bool
 	decideLockWait  string // lock_timeout of a decided batch
+	// unreadResults, set by tests only, is the failure of reading a
+	// decided batch's stored events back, after its COMMIT ran.
+	unreadResults   error
 	decidedObserver atomic.Pointer[DecidedObserver]
 	decidedCount    decidedCounts
 
