@@ -143,7 +143,8 @@ func (s *Store) PipelinedForTest(ctx context.Context, first, mid, last []string,
 // ErrCommittedUnread is errCommittedUnread.
 var ErrCommittedUnread = errCommittedUnread
 
-// FailDecidedResults makes reading a decided batch's stored events back
-// fail with err after its COMMIT ran, as a callback's failure would:
-// the batch committed, its results unread (errCommittedUnread).
-func (s *Store) FailDecidedResults(err error) { s.unreadResults = err }
+// FailBatchResults makes reading the results of a decided batch (its
+// stored events) or of a processed batch (its effects) fail with err after
+// its COMMIT ran, as a callback's failure would: the batch committed, its
+// results unread (errCommittedUnread). nil ends it.
+func (s *Store) FailBatchResults(err error) { s.unreadResults = err }

@@ -8,12 +8,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/storage"
+	"github.com/fulfillplatform/fulfillment/worker"
 )
 
 // newDecidingStore is newStore deciding events on receipt.
@@ -343,7 +345,7 @@ func TestDecidedBatchCommittedButUnreadStandsDecided(t *testing.T) {
 	t.Parallel()
 	s, conn, _ := decidingStoreWithHolder(t, "m-1", "m-2")
 	ctx := context.Background()
-	s.FailDecidedResults(errors.New("results lost after the commit"))
+	s.FailBatchResults(errors.New("results lost after the commit"))
 	evs := []fulfillment.ProviderEvent{confirmedEvent("evt_1", "m-1"), confirmedEvent("evt_2", "m-2")}
 	if err := s.InboxInsertBatch(ctx, evs); err != nil {
 		t.Fatalf("a committed batch whose results were not read: %v; want its events answered as stored", err)
@@ -351,7 +353,7 @@ func TestDecidedBatchCommittedButUnreadStandsDecided(t *testing.T) {
 	if got, want := receiptBatches(t, s), "decided=1 failed=0 locked=0 redelivered=0"; got != want {
 		t.Errorf("group commits: %s, want %s", got, want)
 	}
-	s.FailDecidedResults(nil)
+	s.FailBatchResults(nil)
 	for _, ev := range evs {
 		if again, err := s.InboxInsert(ctx, ev, []byte(`{}`)); err != nil || !again.Duplicate || again.State != fulfillment.InboxProcessed {
 			t.Errorf("%s again: %+v, %v; want a duplicate of a processed event", ev.EventID, again, err)
@@ -361,5 +363,33 @@ func TestDecidedBatchCommittedButUnreadStandsDecided(t *testing.T) {
 	if stored, queued, granted := count(t, conn, decided), count(t, conn, "SELECT count(*) FROM inbox_work"),
 		count(t, conn, "SELECT count(*) FROM entitlements"); stored != 2 || queued != 0 || granted != 4 {
 		t.Errorf("%d events decided fulfilled, %d queued, %d licenses; want 2, none, 4 (2 per order)", stored, queued, granted)
+	}
+}
+
+// The same for the inbox processor's batch: committed, its effects'
+// results unread, it returns the outcomes it decided, and the event is
+// processed once — its work row gone, so no claim takes it again.
+func TestProcessedBatchCommittedButUnreadStandsProcessed(t *testing.T) {
+	t.Parallel()
+	s, conn := newStore(t) // not deciding on receipt: the event is queued
+	ctx := context.Background()
+	insertPaidOrder(t, s, "evt_1")
+	claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 5})
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claim = %v, %v; want the queued event", claims, err)
+	}
+	s.FailBatchResults(errors.New("results lost after the commit"))
+	outs, err := s.InboxProcessEvents(ctx, []int64{claims[0].ID}, "w")
+	if err != nil || len(outs) != 1 || outs[claims[0].ID].Decision != fulfillment.DecisionFulfilled {
+		t.Fatalf("process = %v, %v; want the event's fulfilled outcome", outs, err)
+	}
+	s.FailBatchResults(nil)
+	if again, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w2", Limit: 10, Lease: time.Minute, MaxAttempts: 5}); err != nil || len(again) != 0 {
+		t.Errorf("claim after = %v, %v; want nothing left to process", again, err)
+	}
+	const processed = `SELECT count(*) FROM inbox_events WHERE state = 'processed' AND decision = 'fulfilled'`
+	if stored, queued, granted := count(t, conn, processed), count(t, conn, "SELECT count(*) FROM inbox_work"),
+		count(t, conn, "SELECT count(*) FROM entitlements"); stored != 1 || queued != 0 || granted != 2 {
+		t.Errorf("%d events processed, %d work rows, %d licenses; want 1, none, 2", stored, queued, granted)
 	}
 }

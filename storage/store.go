@@ -47,7 +47,8 @@ type Store struct {
 	decideOnReceipt bool
 	decideLockWait  string // lock_timeout of a decided batch
 	// unreadResults, set by tests only, is the failure of reading a
-	// decided batch's stored events back, after its COMMIT ran.
+	// batch's results after its COMMIT ran: a decided batch's stored
+	// events, a processed batch's effects.
 	unreadResults   error
 	decidedObserver atomic.Pointer[DecidedObserver]
 	decidedCount    decidedCounts
