@@ -113,16 +113,17 @@ func (s *Store) MoveLockedOrder(ctx context.Context, id string, to fulfillment.S
 const PurgeRawBodiesSQL = purgeRawBodiesSQL
 
 // PipelinedForTest runs a pipelinedTx: first in the round trip of its
-// BEGIN, mid on their own in between, and last with its COMMIT, the last
-// of which reports failLast from its callback (nil: its result).
-func (s *Store) PipelinedForTest(ctx context.Context, first, mid, last []string, failLast error) error {
+// BEGIN, mid on their own in between (their errors ignored with
+// swallowMid, as a faulty caller would), and last with its COMMIT, the
+// last of which reports failLast from its callback (nil: its result).
+func (s *Store) PipelinedForTest(ctx context.Context, first, mid, last []string, failLast error, swallowMid bool) error {
 	return s.withPipelinedTx(ctx, func(b *pgx.Batch) {
 		for _, q := range first {
 			b.Queue(q)
 		}
 	}, func(tx *pipelinedTx) error {
 		for _, q := range mid {
-			if _, err := tx.Exec(ctx, q); err != nil {
+			if _, err := tx.Exec(ctx, q); err != nil && !swallowMid {
 				return err
 			}
 		}
@@ -142,6 +143,9 @@ func (s *Store) PipelinedForTest(ctx context.Context, first, mid, last []string,
 
 // ErrCommittedUnread is errCommittedUnread.
 var ErrCommittedUnread = errCommittedUnread
+
+// ErrRolledBackAtCommit is errRolledBackAtCommit.
+var ErrRolledBackAtCommit = errRolledBackAtCommit
 
 // FailBatchResults makes reading the results of a decided batch (its
 // stored events) or of a processed batch (its effects) fail with err after

@@ -72,6 +72,11 @@ func (tx *pipelinedTx) open() bool { return tx.Conn.Conn().PgConn().TxStatus() !
 // committed, but what its callbacks were to record is not known.
 var errCommittedUnread = errors.New("the transaction committed, but its results could not be read")
 
+// errRolledBackAtCommit is commitWith's COMMIT answered ROLLBACK: an
+// earlier statement's error had aborted the transaction, and nothing of
+// it was committed.
+var errRolledBackAtCommit = errors.New("the transaction was rolled back at its COMMIT: an earlier statement failed")
+
 // commitWith sends b's statements and the COMMIT in one round trip. A
 // statement that fails skips the rest, the COMMIT too, and the deferred
 // rollback ends the transaction.
@@ -84,11 +89,20 @@ func (tx *pipelinedTx) commitWith(ctx context.Context, b *pgx.Batch) error {
 		}
 		b = &pgx.Batch{}
 	}
-	b.Queue("COMMIT")
+	// A COMMIT of a transaction that an error aborted (one a caller went
+	// on after) ends it with a ROLLBACK, and says so only in its tag.
+	rolledBack := false
+	b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		rolledBack = tag.String() != "COMMIT"
+		return nil
+	})
 	if tx.beforeCommit != nil {
 		tx.beforeCommit()
 	}
 	err := tx.SendBatch(ctx, b).Close()
+	if rolledBack {
+		return errRolledBackAtCommit
+	}
 	// Idle once the COMMIT ran: the transaction committed, or the COMMIT
 	// failed with an error of its own. An error PostgreSQL reports before
 	// it skips it, and leaves the transaction open, failed.
