@@ -118,6 +118,11 @@ func (s *Store) storeDecided(ctx context.Context, reqs []*insertRequest, rows []
 			s.decidedCount.redelivered.Add(1)
 		case sqlstateOf(err) == sqlstateLockNotAvailable:
 			s.decidedCount.locked.Add(1)
+		case errors.Is(err, errRolledBackAtCommit):
+			// A statement's error went unseen until the COMMIT: a bug of
+			// ours, not of the batch's. Stored queued, it is decided anew.
+			s.decidedCount.failed.Add(1)
+			s.log.Warn("inbox: a batch decided on receipt was rolled back at its COMMIT, queued", "events", len(reqs), "error", err)
 		default:
 			s.decidedCount.failed.Add(1)
 			s.log.Debug("inbox: a batch could not be decided on receipt, queued", "events", len(reqs), "error", err)

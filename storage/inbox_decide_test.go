@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/internal/failpoint"
 	"github.com/fulfillplatform/fulfillment/storage"
 	"github.com/fulfillplatform/fulfillment/worker"
 )
@@ -343,6 +344,9 @@ func TestDecidedBatchMeetsAnEventStoredMeanwhile(t *testing.T) {
 // each is decided and granted once; a redelivery then grants nothing more.
 func TestDecidedBatchCommittedButUnreadStandsDecided(t *testing.T) {
 	t.Parallel()
+	if failpoint.Enabled {
+		t.Skip("a failpoints build sends the COMMIT after the batch's results: the failure rolls it back")
+	}
 	s, conn, _ := decidingStoreWithHolder(t, "m-1", "m-2")
 	ctx := context.Background()
 	s.FailBatchResults(errors.New("results lost after the commit"))
@@ -371,6 +375,9 @@ func TestDecidedBatchCommittedButUnreadStandsDecided(t *testing.T) {
 // processed once — its work row gone, so no claim takes it again.
 func TestProcessedBatchCommittedButUnreadStandsProcessed(t *testing.T) {
 	t.Parallel()
+	if failpoint.Enabled {
+		t.Skip("a failpoints build sends the COMMIT after the batch's results: the failure rolls it back")
+	}
 	s, conn := newStore(t) // not deciding on receipt: the event is queued
 	ctx := context.Background()
 	insertPaidOrder(t, s, "evt_1")

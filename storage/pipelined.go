@@ -101,6 +101,9 @@ func (tx *pipelinedTx) commitWith(ctx context.Context, b *pgx.Batch) error {
 	}
 	err := tx.SendBatch(ctx, b).Close()
 	if rolledBack {
+		if err != nil {
+			return fmt.Errorf("%w: %w", errRolledBackAtCommit, err)
+		}
 		return errRolledBackAtCommit
 	}
 	// Idle once the COMMIT ran: the transaction committed, or the COMMIT

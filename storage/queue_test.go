@@ -199,6 +199,14 @@ func failedOnce(t *testing.T, c queueCase, conn *pgx.Conn, id int64, lastError s
 	}
 	switch c.table {
 	case "inbox_work":
+		// Its item names the event, its org, environment and provider, under
+		// the event's key.
+		if got := count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE kind = 'failed_event'
+			AND inbox_event_id = $1 AND org_id = 'org_a' AND environment = 'live' AND provider = 'yolfi'
+			AND order_id IS NULL AND subscription_id IS NULL AND dedupe_key = $2`,
+			id, fulfillment.ItemKey(fulfillment.ReconFailedEvent, fulfillment.ItemSubject{InboxID: id})); got != 1 {
+			t.Errorf("the failed_event item does not name the event, its org, environment and provider under its key")
+		}
 		// The stored event says the same as its work row.
 		if got := count(t, conn, `SELECT count(*) FROM inbox_events e JOIN inbox_work w USING (id)
 			WHERE e.id = $1 AND e.state = 'failed' AND e.decision = 'failed' AND e.attempts = w.attempts
