@@ -147,10 +147,8 @@ var ErrCommittedUnread = errCommittedUnread
 // ErrRolledBackAtCommit is errRolledBackAtCommit.
 var ErrRolledBackAtCommit = errRolledBackAtCommit
 
-// FailBatchResults makes reading the results of a decided batch (its
-// stored events) or of a processed batch (its effects) fail with err after
-// its COMMIT ran, as a callback's failure would: the batch committed, its
-// results unread (errCommittedUnread). nil ends it. In a failpoints
-// build the COMMIT goes in a round trip of its own, after the failure:
-// the batch is rolled back instead.
+// FailBatchResults makes reading the results of the last batch of every
+// pipelined transaction (a decided batch's, a processed batch's) fail
+// with err after its COMMIT ran, as a callback's failure would: the batch
+// committed, its results unread (errCommittedUnread). nil ends it.
 func (s *Store) FailBatchResults(err error) { s.unreadResults = err }

@@ -59,12 +59,7 @@ var inboxTable = newLeasedTable(leasedTable{
 					detail: fmt.Sprintf("processing failed %d times; last error: %s", maxAttempts, causes[i])})
 			}
 		}
-		b := &pgx.Batch{}
-		queueItems(b, items)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return fmt.Errorf("opening failed_event items: %w", interpret(err))
-		}
-		return nil
+		return openItems(ctx, tx, items)
 	},
 })
 

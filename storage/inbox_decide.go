@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/internal/failpoint"
@@ -259,9 +258,6 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 		// trip.
 		b := &pgx.Batch{}
 		queueInsertDecided(b, insert, found)
-		if s.unreadResults != nil {
-			b.Queue("SELECT 1").Exec(func(pgconn.CommandTag) error { clear(found); return s.unreadResults })
-		}
 		tx.beforeCommit = func() { failpoint.Inject("decide-before-commit") }
 		out.queued, err = s.applySteps(ctx, tx, b, events, steps, versions, late, false, out.outcomes)
 		return err

@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
-	"github.com/fulfillplatform/fulfillment/internal/failpoint"
 	"github.com/fulfillplatform/fulfillment/storage"
 	"github.com/fulfillplatform/fulfillment/worker"
 )
@@ -339,14 +338,11 @@ func TestDecidedBatchMeetsAnEventStoredMeanwhile(t *testing.T) {
 
 // A decided batch whose COMMIT ran but whose results could not be read
 // back (a callback's failure after the commit, errCommittedUnread) stands
-// decided: its events are answered as stored (their receipts read back,
-// as a redelivery's are: duplicate), not as refused or queued again, and
-// each is decided and granted once; a redelivery then grants nothing more.
+// decided: its events are answered as stored, not as refused or queued
+// again, and each is decided and granted once; a redelivery then grants
+// nothing more.
 func TestDecidedBatchCommittedButUnreadStandsDecided(t *testing.T) {
 	t.Parallel()
-	if failpoint.Enabled {
-		t.Skip("a failpoints build sends the COMMIT after the batch's results: the failure rolls it back")
-	}
 	s, conn, _ := decidingStoreWithHolder(t, "m-1", "m-2")
 	ctx := context.Background()
 	s.FailBatchResults(errors.New("results lost after the commit"))
@@ -375,9 +371,6 @@ func TestDecidedBatchCommittedButUnreadStandsDecided(t *testing.T) {
 // processed once — its work row gone, so no claim takes it again.
 func TestProcessedBatchCommittedButUnreadStandsProcessed(t *testing.T) {
 	t.Parallel()
-	if failpoint.Enabled {
-		t.Skip("a failpoints build sends the COMMIT after the batch's results: the failure rolls it back")
-	}
 	s, conn := newStore(t) // not deciding on receipt: the event is queued
 	ctx := context.Background()
 	insertPaidOrder(t, s, "evt_1")

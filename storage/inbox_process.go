@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -59,12 +58,7 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 			return err
 		}
 		tx.beforeCommit = func() { failpoint.Inject("process-before-commit") }
-		var b *pgx.Batch
-		if s.unreadResults != nil {
-			b = &pgx.Batch{}
-			b.Queue("SELECT 1").Exec(func(pgconn.CommandTag) error { return s.unreadResults })
-		}
-		q, err = s.applySteps(ctx, tx, b, events, steps, versions, late, true, outcomes)
+		q, err = s.applySteps(ctx, tx, nil, events, steps, versions, late, true, outcomes)
 		return err
 	})
 	if errors.Is(err, errCommittedUnread) {

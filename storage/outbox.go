@@ -65,12 +65,7 @@ var outboxTable = newLeasedTable(leasedTable{
 					detail: fmt.Sprintf("delivery to %s failed %d times; last error: %s", m.destination, maxAttempts, causes[i])})
 			}
 		}
-		b := &pgx.Batch{}
-		queueItems(b, items)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return fmt.Errorf("opening failed_delivery items: %w", interpret(err))
-		}
-		return nil
+		return openItems(ctx, tx, items)
 	},
 })
 

@@ -34,6 +34,9 @@ type pipelinedTx struct {
 	// failpoint: in a failpoints build, after the statements sent with it
 	// have run).
 	beforeCommit func()
+	// unreadResults is the store's (set by tests only): a failure of
+	// reading the batch sent with the COMMIT, after the COMMIT ran.
+	unreadResults error
 }
 
 // withPipelinedTx runs fn in a pipelinedTx whose first round trip sends
@@ -46,7 +49,7 @@ func (s *Store) withPipelinedTx(ctx context.Context, first func(*pgx.Batch), fn 
 		return fmt.Errorf("beginning transaction: %w", interpret(err))
 	}
 	defer conn.Release() // (a connection left in a transaction is closed, not pooled)
-	tx := &pipelinedTx{Conn: conn}
+	tx := &pipelinedTx{Conn: conn, unreadResults: s.unreadResults}
 	defer tx.rollback(ctx)
 
 	b := &pgx.Batch{}
@@ -88,6 +91,9 @@ func (tx *pipelinedTx) commitWith(ctx context.Context, b *pgx.Batch) error {
 			return err
 		}
 		b = &pgx.Batch{}
+	}
+	if tx.unreadResults != nil {
+		b.Queue("SELECT 1").Exec(func(pgconn.CommandTag) error { return tx.unreadResults })
 	}
 	// A COMMIT of a transaction that an error aborted (one a caller went
 	// on after) ends it with a ROLLBACK, and says so only in its tag.

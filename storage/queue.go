@@ -289,10 +289,14 @@ func (q *Queue) Retry(ctx context.Context, owner string, rs []worker.Retry, maxA
 		}
 		at[r.Claim.ID] = i
 	}
-	sorted := slices.SortedFunc(slices.Values(rs), func(a, b worker.Retry) int { return cmp.Compare(a.Claim.ID, b.Claim.ID) })
+	clean := make([]worker.Retry, len(rs)) // rs with storable causes
+	for i, r := range rs {
+		r.Cause = storableText(r.Cause)
+		clean[i] = r
+	}
 	ids, causes, due := make([]int64, len(rs)), make([]string, len(rs)), make([]time.Time, len(rs))
-	for i, r := range sorted {
-		ids[i], causes[i], due[i] = r.Claim.ID, storableText(r.Cause), r.Next
+	for i, r := range slices.SortedFunc(slices.Values(clean), func(a, b worker.Retry) int { return cmp.Compare(a.Claim.ID, b.Claim.ID) }) {
+		ids[i], causes[i], due[i] = r.Claim.ID, r.Cause, r.Next
 	}
 	var outcomes []worker.RetryOutcome
 	err := q.store.withRetriedTx(ctx, func(tx pgx.Tx) error {
@@ -313,7 +317,7 @@ func (q *Queue) Retry(ctx context.Context, owner string, rs []worker.Retry, maxA
 			outcomes[at[id]] = worker.RetryScheduled
 			if isFailed {
 				outcomes[at[id]] = worker.RetryFailed
-				failed, failedCauses = append(failed, id), append(failedCauses, storableText(rs[at[id]].Cause))
+				failed, failedCauses = append(failed, id), append(failedCauses, clean[at[id]].Cause)
 			}
 			return nil
 		})

@@ -138,6 +138,16 @@ func queueItems(b *pgx.Batch, items []item) {
 		value, expected, token, network, currency, detail, key)
 }
 
+// openItems opens items in tx, in one statement (queueItems).
+func openItems(ctx context.Context, tx pgx.Tx, items []item) error {
+	b := &pgx.Batch{}
+	queueItems(b, items)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("opening reconciliation items: %w", interpret(err))
+	}
+	return nil
+}
+
 // optID is id, or NULL for 0 (none).
 func optID(id int64) *int64 {
 	if id == 0 {

@@ -46,9 +46,9 @@ type Store struct {
 	// set, observes each event decided so.
 	decideOnReceipt bool
 	decideLockWait  string // lock_timeout of a decided batch
-	// unreadResults, set by tests only, is the failure of reading a
-	// batch's results after its COMMIT ran: a decided batch's stored
-	// events, a processed batch's effects.
+	// unreadResults, set by tests only, is the failure of reading the
+	// results of a pipelined transaction's last batch after its COMMIT
+	// ran (pipelinedTx.commitWith).
 	unreadResults   error
 	decidedObserver atomic.Pointer[DecidedObserver]
 	decidedCount    decidedCounts
