@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,6 +165,42 @@ func TestOrderUpdateAtPaymentIsHOT(t *testing.T) {
 		t.Errorf("orders: %d updates, %d of them HOT; want %d, HOT", updates, hot, orders)
 	}
 	noIndexCovers(t, conn, "orders", "state", "paid_at", "paid_attempt_ref", "paid_invoice_id", "paid_payment_id", "updated_at")
+}
+
+// A batch pays many orders in one transaction, in which no page can be
+// pruned: every order of the batch needs room for its paid version on its
+// own page (fillfactor, migration 042) for its update to be HOT. Orders
+// created one after another fill their pages together, and their payments
+// arrive together too (a checkout's burst): forty of them, created in a
+// row and paid by one batch of the inbox processor (the same statements
+// as a group commit deciding on receipt), must all be updated HOT. With
+// orders' former fillfactor of 80, about a third were not, each writing
+// an entry into every index of the table.
+func TestOrderBatchPaymentIsHOT(t *testing.T) {
+	t.Parallel()
+	s, conn := newStore(t)
+	ctx := context.Background()
+	const orders = 40
+	for i := range orders {
+		mo := fmt.Sprintf("order-2027-01-%05d-web-checkout", i)
+		if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", mo)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.InboxInsert(ctx, confirmedEvent(fmt.Sprintf("p%d", i), mo), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var pages int
+	if err := conn.QueryRow(ctx, `SELECT count(DISTINCT (ctid::text::point)[0]) FROM orders`).Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if got := processAll(t, s, orders); strings.Count(got, string(fulfillment.DecisionFulfilled)) != orders {
+		t.Fatalf("decisions %s, want %d fulfilled", got, orders)
+	}
+	updates, hot := tableUpdates(t, s, conn, "orders", orders)
+	if updates != orders || hot != orders {
+		t.Errorf("orders on %d pages: %d updates paying them in one batch, %d of them HOT; want %d, all HOT", pages, updates, hot, orders)
+	}
 }
 
 // tableUpdates closes s and reads how many rows of table were updated, and
