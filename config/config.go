@@ -178,6 +178,10 @@ type Inbox struct {
 	// that run at once, each on a connection of its own (0: the default,
 	// DefaultReceiptFlushers).
 	ReceiptFlushers int `yaml:"receipt_flushers"`
+	// ReceiptLinger is how long at most a group commit that finds only a
+	// few received events waits for more while another group commit is
+	// in flight (unset: DefaultReceiptLinger; 0s: it never waits).
+	ReceiptLinger *time.Duration `yaml:"receipt_linger"`
 }
 
 // DefaultReceiptFlushers is inbox.receipt_flushers when unset: on 2 cores,
@@ -195,6 +199,22 @@ func (i Inbox) Flushers() int {
 		return DefaultReceiptFlushers
 	}
 	return i.ReceiptFlushers
+}
+
+// DefaultReceiptLinger is inbox.receipt_linger when unset; MaxReceiptLinger
+// bounds it: every webhook of a lingering batch waits that long at most
+// before its commit starts.
+const (
+	DefaultReceiptLinger = 2 * time.Millisecond
+	MaxReceiptLinger     = 20 * time.Millisecond
+)
+
+// Linger is inbox.receipt_linger, its default when unset.
+func (i Inbox) Linger() time.Duration {
+	if i.ReceiptLinger == nil {
+		return DefaultReceiptLinger
+	}
+	return *i.ReceiptLinger
 }
 
 // DefaultLateMatchWindow is inbox.late_match_window when unset.
@@ -797,6 +817,9 @@ func (c *Config) validate() error {
 	}
 	if f := c.Inbox.ReceiptFlushers; f < 0 || f > MaxReceiptFlushers {
 		return fmt.Errorf("%s.receipt_flushers: from 1 to %d (0: the default, %d)", inboxKey, MaxReceiptFlushers, DefaultReceiptFlushers)
+	}
+	if l := c.Inbox.ReceiptLinger; l != nil && (*l < 0 || *l > MaxReceiptLinger) {
+		return fmt.Errorf("%s.receipt_linger: from 0s (never) to %s (unset: the default, %s)", inboxKey, MaxReceiptLinger, DefaultReceiptLinger)
 	}
 	if err := c.validateDestinations(); err != nil {
 		return err

@@ -89,6 +89,9 @@ func TestLoadErrors(t *testing.T) {
 		{"bad address", "listen: { grpc: \"localhost\" }\n", vars, "listen.grpc"},
 		{"negative receipt flushers", "inbox: { receipt_flushers: -1 }\n", vars, "inbox.receipt_flushers: from 1 to 16"},
 		{"too many receipt flushers", "inbox: { receipt_flushers: 17 }\n", vars, "inbox.receipt_flushers: from 1 to 16"},
+		{"negative receipt linger", "inbox: { receipt_linger: -1ms }\n", vars, "inbox.receipt_linger: from 0s (never) to 20ms"},
+		{"receipt linger too long", "inbox: { receipt_linger: 1s }\n", vars, "inbox.receipt_linger: from 0s (never) to 20ms"},
+		{"receipt linger not a duration", "inbox: { receipt_linger: soon }\n", vars, "receipt_linger"},
 		{"bad port", "listen: { http: \"127.0.0.1:99999\" }\n", vars, "listen.http"},
 		{"same address twice", "listen: { grpc: \"127.0.0.1:1\", http: \"127.0.0.1:1\" }\n", vars, "different addresses"},
 		{"missing env secret", token, map[string]string{}, "auth.tokens[0].token_env: environment variable CHECKOUT_TOKEN is not set"},
@@ -491,6 +494,24 @@ func TestReceiptFlushers(t *testing.T) {
 		}
 		if got := c.Inbox.Flushers(); got != tc.want {
 			t.Errorf("%q: %d flushers, want %d", tc.yaml, got, tc.want)
+		}
+	}
+}
+
+// inbox.receipt_linger: the duration given, 0s included (never), or the
+// default when unset.
+func TestReceiptLinger(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		yaml string
+		want time.Duration
+	}{{"", DefaultReceiptLinger}, {"inbox: { receipt_linger: 0s }\n", 0}, {"inbox: { receipt_linger: 500us }\n", 500 * time.Microsecond}} {
+		c, err := parse([]byte(tc.yaml), env(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Inbox.Linger(); got != tc.want {
+			t.Errorf("%q: linger %s, want %s", tc.yaml, got, tc.want)
 		}
 	}
 }

@@ -152,3 +152,10 @@ var ErrRolledBackAtCommit = errRolledBackAtCommit
 // with err after its COMMIT ran, as a callback's failure would: the batch
 // committed, its results unread (errCommittedUnread). nil ends it.
 func (s *Store) FailBatchResults(err error) { s.unreadResults = err }
+
+// InsertsTaken is whether every InboxInsert request so far was taken by a
+// group commit, and how many were.
+func (s *Store) InsertsTaken() (all bool, sent int64) {
+	sent = s.inserter.sent.Load()
+	return len(s.inserter.requests) == 0, sent
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,6 +22,15 @@ import (
 // is flushed alone at once; under heavy load one commit (one WAL flush)
 // serves many requests. Each caller returns only after the transaction
 // holding its own row has committed.
+//
+// In between, a flusher that finds only a few requests while another
+// flusher's commit is in flight lingers: it waits for more requests, up to
+// lingerFill of them, for as long as the other commit runs and at most the
+// linger (Options.InsertLinger). Without it, a steady few hundred webhooks
+// a second keep both flushers committing batches of one or two, each
+// batch paying its statements' fixed cost and a WAL flush; with it, the
+// commits carry several events each, for a fraction of a millisecond more
+// per ack. Alone, a request never lingers: nothing else is in flight.
 
 // insertRequest is one InboxInsert waiting for a flusher.
 type insertRequest struct {
@@ -39,6 +49,10 @@ type insertResult struct {
 const (
 	defaultInsertFlushers = 2
 	defaultInsertBatch    = 256
+	// DefaultInsertLinger is Options.InsertLinger when unset.
+	DefaultInsertLinger = 2 * time.Millisecond
+	// lingerFill is the batch a lingering flusher stops waiting at.
+	lingerFill = 8
 	// flushTimeout bounds one flush; the callers' own deadlines are shorter.
 	flushTimeout = 10 * time.Second
 )
@@ -48,16 +62,25 @@ type inserter struct {
 	store    *Store
 	requests chan *insertRequest
 	maxBatch int
+	linger   time.Duration // 0: never
+	// inFlight counts the flushes running; a flush that ends signals
+	// ended (without blocking: one pending signal is enough to wake a
+	// lingering flusher, which looks at inFlight again).
+	inFlight atomic.Int32
+	ended    chan struct{}
+	sent     atomic.Int64 // requests put in requests so far (tests)
 	stop     chan struct{}
 	stopped  chan struct{}
 	once     sync.Once
 }
 
-func newInserter(s *Store, flushers, maxBatch int) *inserter {
+func newInserter(s *Store, flushers, maxBatch int, linger time.Duration) *inserter {
 	in := &inserter{
 		store:    s,
 		requests: make(chan *insertRequest, maxBatch),
 		maxBatch: maxBatch,
+		linger:   linger,
+		ended:    make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
@@ -92,6 +115,7 @@ func (s *Store) InboxInsert(ctx context.Context, ev fulfillment.ProviderEvent, r
 	req := &insertRequest{ctx: ctx, ev: ev, raw: rawBody, done: make(chan insertResult, 1)}
 	select {
 	case s.inserter.requests <- req:
+		s.inserter.sent.Add(1)
 	case <-s.inserter.stop:
 		return fulfillment.InboxReceipt{}, errStoreClosed
 	case <-ctx.Done():
@@ -125,8 +149,40 @@ func (in *inserter) flushLoop() {
 				break drain
 			}
 		}
+		if in.linger > 0 && len(batch) < min(lingerFill, in.maxBatch) && in.inFlight.Load() > 0 {
+			batch = in.gather(batch)
+		}
+		in.inFlight.Add(1)
 		in.flush(batch)
+		in.inFlight.Add(-1)
+		select {
+		case in.ended <- struct{}{}:
+		default:
+		}
 	}
+}
+
+// gather adds requests to batch while another flush is in flight, until it
+// holds lingerFill of them or the linger is over. It never waits past a
+// stop: the batch in hand is still flushed.
+func (in *inserter) gather(batch []*insertRequest) []*insertRequest {
+	t := time.NewTimer(in.linger)
+	defer t.Stop()
+	for len(batch) < min(lingerFill, in.maxBatch) {
+		select {
+		case r := <-in.requests:
+			batch = append(batch, r)
+		case <-in.ended:
+			if in.inFlight.Load() == 0 {
+				return batch
+			}
+		case <-t.C:
+			return batch
+		case <-in.stop:
+			return batch
+		}
+	}
+	return batch
 }
 
 // flush commits a batch; when the batch fails as a whole, each request is

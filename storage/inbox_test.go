@@ -216,6 +216,117 @@ func TestInboxInsertGroupCommit(t *testing.T) {
 	}
 }
 
+// A group commit that finds a few requests while another group commit is
+// in flight lingers (Options.InsertLinger): it gathers the requests that
+// arrive meanwhile, and commits them together once it holds eight of them
+// or the other commit ends — not at the end of the linger, here an hour.
+// Requests arrive one at a time, each taken before the next is sent: a
+// group commit that did not linger would commit each alone. The commit in
+// flight is an insert waiting for a holder's transaction that stores the
+// same event. Alone, a request does not linger at all.
+func TestInboxInsertLingersWhileACommitIsInFlight(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		linger time.Duration
+		// transactions storing the eight requests, and the three
+		// requests sent after them
+		eight, three string
+	}{
+		{"linger", time.Hour, "1", "1"},
+		{"never", 0, "8", "3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, conn, url := openStore(t, storage.Options{MaxConns: 10, InsertLinger: &tc.linger})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if _, err := s.InboxInsert(ctx, confirmedEvent("evt_alone", "m-1"), []byte("{}")); err != nil {
+				t.Fatal(err)
+			}
+
+			holder, err := pgx.Connect(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = holder.Close(context.Background()) }()
+			tx, err := holder.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(context.Background()) }()
+			held := confirmedEvent("evt_held", "m-1")
+			sql, args := storage.InboxInsertStatement(held, []byte("{}"))
+			if _, err := tx.Exec(ctx, sql, args...); err != nil {
+				t.Fatal(err)
+			}
+			inFlight := make(chan error, 1)
+			go func() {
+				_, err := s.InboxInsert(ctx, held, []byte("{}"))
+				inFlight <- err
+			}()
+			waitFor(t, "the group commit in flight to wait for the holder", func() bool {
+				return count(t, conn, `SELECT count(*) FROM pg_stat_activity
+					WHERE wait_event_type = 'Lock' AND datname = current_database() AND query LIKE '%INSERT INTO inbox_events%'`) == 1
+			})
+
+			send := func(ids []string) <-chan error {
+				done := make(chan error, len(ids))
+				for _, id := range ids {
+					_, before := s.InsertsTaken()
+					go func() {
+						_, err := s.InboxInsert(ctx, confirmedEvent(id, "m-1"), []byte("{}"))
+						done <- err
+					}()
+					waitFor(t, "a group commit to take "+id, func() bool {
+						all, sent := s.InsertsTaken()
+						return all && sent == before+1
+					})
+				}
+				return done
+			}
+			wait := func(done <-chan error, n int) {
+				for range n {
+					if err := <-done; err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			transactions := func(ids []string) string {
+				return fmt.Sprint(count(t, conn, `SELECT count(DISTINCT xmin::text) FROM inbox_events WHERE event_id = ANY($1)`, ids))
+			}
+
+			// Eight: committed together while the other commit still
+			// waits.
+			var eight []string
+			for i := range 8 {
+				eight = append(eight, fmt.Sprintf("evt_8_%d", i))
+			}
+			wait(send(eight), len(eight))
+			if got := transactions(eight); got != tc.eight {
+				t.Errorf("8 requests sent one at a time stored by %s transactions, want %s", got, tc.eight)
+			}
+
+			// Three: committed together once the other commit ends.
+			three := []string{"evt_3_0", "evt_3_1", "evt_3_2"}
+			done := send(three)
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			wait(done, len(three))
+			if err := <-inFlight; err != nil {
+				t.Fatal(err)
+			}
+			if got := transactions(three); got != tc.three {
+				t.Errorf("3 requests sent one at a time stored by %s transactions, want %s", got, tc.three)
+			}
+			if got := count(t, conn, "SELECT count(*) FROM inbox_events"); got != 1+1+8+3 {
+				t.Errorf("%d events stored, want 13", got)
+			}
+		})
+	}
+}
+
 // Several events of one order in one batch are decided in event order,
 // each against the order as the previous one left it.
 func TestInboxProcessBatchOfOneOrder(t *testing.T) {

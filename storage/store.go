@@ -88,6 +88,10 @@ type Options struct {
 	// InsertFlushers is the number of concurrent group commits of inbox
 	// inserts (default 2); InsertBatch caps the rows of one (default 256).
 	InsertFlushers, InsertBatch int
+	// InsertLinger is how long at most a group commit that finds only a
+	// few requests waits for more while another one is in flight (see
+	// inserter); nil: DefaultInsertLinger, 0: it never waits.
+	InsertLinger *time.Duration
 	// Subscriptions lists, for each order or subscription event, the ids
 	// of the destinations it is delivered to.
 	Subscriptions map[fulfillment.Topic][]string
@@ -207,7 +211,11 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	for _, sig := range []*queueSignal{s.inboxSignal, s.outboxSignal, s.feedSignal} {
 		s.bg.Go(func() { sig.run(s.bgCtx) })
 	}
-	s.inserter = newInserter(s, o.InsertFlushers, o.InsertBatch)
+	linger := DefaultInsertLinger
+	if o.InsertLinger != nil {
+		linger = max(*o.InsertLinger, 0)
+	}
+	s.inserter = newInserter(s, o.InsertFlushers, o.InsertBatch, linger)
 	return s, nil
 }
 
