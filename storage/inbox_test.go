@@ -223,7 +223,7 @@ func TestInboxInsertGroupCommit(t *testing.T) {
 // Requests arrive one at a time, each taken before the next is sent: a
 // group commit that did not linger would commit each alone. The commit in
 // flight is an insert waiting for a holder's transaction that stores the
-// same event. Alone, a request does not linger at all.
+// same event (holdACommit). Alone, a request does not linger at all.
 func TestInboxInsertLingersWhileACommitIsInFlight(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -239,84 +239,32 @@ func TestInboxInsertLingersWhileACommitIsInFlight(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s, conn, url := openStore(t, storage.Options{MaxConns: 10, InsertLinger: &tc.linger})
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
 			if _, err := s.InboxInsert(ctx, confirmedEvent("evt_alone", "m-1"), []byte("{}")); err != nil {
 				t.Fatal(err)
 			}
+			release := holdACommit(ctx, t, s, conn, url)
 
-			holder, err := pgx.Connect(ctx, url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = holder.Close(context.Background()) }()
-			tx, err := holder.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = tx.Rollback(context.Background()) }()
-			held := confirmedEvent("evt_held", "m-1")
-			sql, args := storage.InboxInsertStatement(held, []byte("{}"))
-			if _, err := tx.Exec(ctx, sql, args...); err != nil {
-				t.Fatal(err)
-			}
-			inFlight := make(chan error, 1)
-			go func() {
-				_, err := s.InboxInsert(ctx, held, []byte("{}"))
-				inFlight <- err
-			}()
-			waitFor(t, "the group commit in flight to wait for the holder", func() bool {
-				return count(t, conn, `SELECT count(*) FROM pg_stat_activity
-					WHERE wait_event_type = 'Lock' AND datname = current_database() AND query LIKE '%INSERT INTO inbox_events%'`) == 1
-			})
-
-			send := func(ids []string) <-chan error {
-				done := make(chan error, len(ids))
-				for _, id := range ids {
-					_, before := s.InsertsTaken()
-					go func() {
-						_, err := s.InboxInsert(ctx, confirmedEvent(id, "m-1"), []byte("{}"))
-						done <- err
-					}()
-					waitFor(t, "a group commit to take "+id, func() bool {
-						all, sent := s.InsertsTaken()
-						return all && sent == before+1
-					})
-				}
-				return done
-			}
-			wait := func(done <-chan error, n int) {
-				for range n {
-					if err := <-done; err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
 			transactions := func(ids []string) string {
 				return fmt.Sprint(count(t, conn, `SELECT count(DISTINCT xmin::text) FROM inbox_events WHERE event_id = ANY($1)`, ids))
 			}
-
 			// Eight: committed together while the other commit still
 			// waits.
 			var eight []string
 			for i := range 8 {
 				eight = append(eight, fmt.Sprintf("evt_8_%d", i))
 			}
-			wait(send(eight), len(eight))
+			awaitInserts(t, sendOneByOne(ctx, t, s, eight), len(eight))
 			if got := transactions(eight); got != tc.eight {
 				t.Errorf("8 requests sent one at a time stored by %s transactions, want %s", got, tc.eight)
 			}
 
 			// Three: committed together once the other commit ends.
 			three := []string{"evt_3_0", "evt_3_1", "evt_3_2"}
-			done := send(three)
-			if err := tx.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
-			wait(done, len(three))
-			if err := <-inFlight; err != nil {
-				t.Fatal(err)
-			}
+			done := sendOneByOne(ctx, t, s, three)
+			release()
+			awaitInserts(t, done, len(three))
 			if got := transactions(three); got != tc.three {
 				t.Errorf("3 requests sent one at a time stored by %s transactions, want %s", got, tc.three)
 			}
@@ -324,6 +272,98 @@ func TestInboxInsertLingersWhileACommitIsInFlight(t *testing.T) {
 				t.Errorf("%d events stored, want 13", got)
 			}
 		})
+	}
+}
+
+// A lingering group commit waits no longer than the linger: a request that
+// arrives while another commit stays in flight is committed after the
+// linger, not when that commit ends.
+func TestInboxInsertLingersNoLongerThanTheLinger(t *testing.T) {
+	t.Parallel()
+	linger := 100 * time.Millisecond
+	s, conn, url := openStore(t, storage.Options{MaxConns: 10, InsertLinger: &linger})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	release := holdACommit(ctx, t, s, conn, url)
+	start := time.Now()
+	awaitInserts(t, sendOneByOne(ctx, t, s, []string{"evt_late"}), 1)
+	if waited := time.Since(start); waited < linger {
+		t.Errorf("committed after %s, while another commit was in flight: it did not linger (%s)", waited, linger)
+	}
+	if got := count(t, conn, `SELECT count(*) FROM inbox_events WHERE event_id = 'evt_held'`); got != 0 {
+		t.Errorf("the held event is stored: the commit in flight ended first")
+	}
+	release()
+}
+
+// holdACommit puts a group commit of s in flight and keeps it there: it
+// stores an event in a transaction of its own, left open, then has s store
+// the same event, whose insert waits for that transaction. release commits
+// the transaction, and waits for s's commit to end.
+func holdACommit(ctx context.Context, t *testing.T, s *storage.Store, conn *pgx.Conn, url string) (release func()) {
+	t.Helper()
+	holder, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Close(context.Background()) })
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	held := confirmedEvent("evt_held", "m-1")
+	sql, args := storage.InboxInsertStatement(held, []byte("{}"))
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
+		t.Fatal(err)
+	}
+	inFlight := make(chan error, 1)
+	go func() {
+		_, err := s.InboxInsert(ctx, held, []byte("{}"))
+		inFlight <- err
+	}()
+	waitFor(t, "the group commit in flight to wait for the holder", func() bool {
+		return count(t, conn, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND datname = current_database() AND query LIKE '%INSERT INTO inbox_events%'`) == 1
+	})
+	return func() {
+		t.Helper()
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-inFlight; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// sendOneByOne stores an event of each of ids through s, each from its own
+// goroutine, sending the next only once a group commit took the one before;
+// each insert's error goes to the channel it returns.
+func sendOneByOne(ctx context.Context, t *testing.T, s *storage.Store, ids []string) <-chan error {
+	t.Helper()
+	done := make(chan error, len(ids))
+	for _, id := range ids {
+		_, before := s.InsertsTaken()
+		go func() {
+			_, err := s.InboxInsert(ctx, confirmedEvent(id, "m-1"), []byte("{}"))
+			done <- err
+		}()
+		waitFor(t, "a group commit to take "+id, func() bool {
+			all, sent := s.InsertsTaken()
+			return all && sent == before+1
+		})
+	}
+	return done
+}
+
+// awaitInserts waits for n inserts' results on done, and fails on an error.
+func awaitInserts(t *testing.T, done <-chan error, n int) {
+	t.Helper()
+	for range n {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
