@@ -110,3 +110,50 @@ func WALBytes(ctx context.Context, db *pgxpool.Pool) (int64, error) {
 	err := db.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint").Scan(&n)
 	return n, err
 }
+
+// TableUpdates are the rows updated in each table of the database db is
+// connected to, and how many of those updates were HOT (no new index
+// entries), as the backends have reported them so far: a backend reports
+// its counts at most once a second, so a reading taken right after a run
+// may miss its last second's, of both counts together.
+type TableUpdates map[string]UpdateCounts
+
+// UpdateCounts are a table's updates, and the HOT ones among them.
+type UpdateCounts struct {
+	Updates int64 `json:"updates"`
+	HOT     int64 `json:"hot"`
+}
+
+// ReadTableUpdates reads TableUpdates from pg_stat_user_tables.
+func ReadTableUpdates(ctx context.Context, db *pgxpool.Pool) (TableUpdates, error) {
+	rows, err := db.Query(ctx, `SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	t := TableUpdates{}
+	for rows.Next() {
+		var (
+			name string
+			c    UpdateCounts
+		)
+		if err := rows.Scan(&name, &c.Updates, &c.HOT); err != nil {
+			return nil, err
+		}
+		t[name] = c
+	}
+	return t, rows.Err()
+}
+
+// Since are the updates made from before to t, for the tables that had
+// any.
+func (t TableUpdates) Since(before TableUpdates) TableUpdates {
+	d := TableUpdates{}
+	for name, c := range t {
+		b := before[name]
+		if n := c.Updates - b.Updates; n > 0 {
+			d[name] = UpdateCounts{Updates: n, HOT: c.HOT - b.HOT}
+		}
+	}
+	return d
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -194,10 +195,13 @@ type Sustained struct {
 	// WALImagesPerEvent are the full-page images among that WAL, per event,
 	// and Checkpoints the checkpoints that began meanwhile: the WAL figure
 	// moves with them from run to run.
-	WALImagesPerEvent float64             `json:"wal_full_page_images_per_event"`
-	Checkpoints       int64               `json:"checkpoints"`
-	Waits             []loadgen.WaitShare `json:"pg_activity_push,omitempty"`
-	DrainWaits        []loadgen.WaitShare `json:"pg_activity_drain,omitempty"`
+	WALImagesPerEvent float64 `json:"wal_full_page_images_per_event"`
+	Checkpoints       int64   `json:"checkpoints"`
+	// Updates are the rows each table had updated over push and drain,
+	// and the HOT ones (pg_stat_user_tables, once the backends reported them).
+	Updates    loadgen.TableUpdates `json:"table_updates,omitempty"`
+	Waits      []loadgen.WaitShare  `json:"pg_activity_push,omitempty"`
+	DrainWaits []loadgen.WaitShare  `json:"pg_activity_drain,omitempty"`
 	// Statements are the costliest statements of push and drain, per event
 	// (pg_stat_statements), and StatementsTotal the sum of all of them.
 	Statements      []loadgen.StatementCost `json:"pg_statements_per_event,omitempty"`
@@ -366,6 +370,9 @@ func (r *Report) buildTable() {
 		if s.Events > 0 {
 			note += fmt.Sprintf("; CPU per event (push + drain, %d events) svc %.0f µs, pg %.0f µs", s.Events, s.ServiceUsPerEvent, s.PostgresUsPerEvent)
 			note += fmt.Sprintf("; WAL per event %.0f B and %.2f full-page images; checkpoints begun: %d", s.WALBytesPerEvent, s.WALImagesPerEvent, s.Checkpoints)
+		}
+		if u := updatesNote(s.Updates); u != "" {
+			note += "; " + u
 		}
 		rows = append(rows, Row{"pipeline", "max sustained fulfilled (saturating push)", fmt.Sprint(s.Workers), "-",
 			rate(s.FulfilledPerSec) + " fulfilled", "", "", "", "", s.CPU.String(), note})
@@ -703,4 +710,19 @@ func (r *Report) activity() []activity {
 		}
 	}
 	return out
+}
+
+// updatesNote says, for each table with rows updated, how many updates
+// and how many of them HOT: an update that is not HOT writes an entry into
+// every index of its table.
+func updatesNote(u loadgen.TableUpdates) string {
+	names := slices.Sorted(maps.Keys(u))
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %d (%d HOT)", n, u[n].Updates, u[n].HOT))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "rows updated: " + strings.Join(parts, ", ")
 }

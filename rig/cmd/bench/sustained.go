@@ -9,6 +9,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fulfillplatform/fulfillment/rig/loadgen"
 )
 
@@ -45,6 +47,10 @@ func (b *bench) sustained(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	upd0, err := loadgen.ReadTableUpdates(ctx, b.t.db)
+	if err != nil {
+		return err
+	}
 	mix := loadgen.NewMix(b.src, orders, 0, 0)
 	mix.StopWhenExhausted = true
 	prof := b.profile(ctx, "push", b.o.push)
@@ -58,6 +64,7 @@ func (b *bench) sustained(ctx context.Context) error {
 	cpu1 := b.cpu.sample()
 	waits = b.sampleWaits(ctx)
 	drainSecs := b.drain(ctx, "the saturating push")
+	drained := time.Now()
 	drainWaits := waits()
 	cpuDrain := b.cpu.since(cpu1)
 	cpu2 := b.cpu.sample()
@@ -102,6 +109,12 @@ func (b *bench) sustained(ctx context.Context) error {
 			allStatements.Calls += unseen.Calls
 		}
 	}
+	// After the statements' costs, which the bench's own queries would
+	// join: the update counts, once the backends have reported them.
+	upd1, err := settledTableUpdates(ctx, b.t.db, drained)
+	if err != nil {
+		return err
+	}
 	if mix.Exhausted() > 0 && res.Elapsed < b.o.push*3/4 {
 		b.warn("push: the %d pre-created orders ran out after %.1fs", len(orders), res.Elapsed.Seconds())
 	}
@@ -112,7 +125,7 @@ func (b *bench) sustained(ctx context.Context) error {
 	first, last := loadgen.ReceivedSpan(ts)
 	s := &Sustained{Workers: w, PushSeconds: round2(res.Elapsed.Seconds()), IngestPerSecond: round1(res.Throughput()),
 		DrainSeconds: drainSecs, CPU: cpuPush, CPUDrain: cpuDrain, Waits: pushWaits, DrainWaits: drainWaits,
-		Statements: statements}
+		Statements: statements, Updates: upd1.Since(upd0)}
 	if b.o.statements {
 		s.StatementsTotal = &allStatements
 	}
@@ -155,6 +168,20 @@ func (b *bench) sustained(ctx context.Context) error {
 	b.logf("push %d workers: ingest %.0f/s; fulfilled under load %.0f/s (median bucket %.0f), drain %.0f/s, backlog at end %d, cpu push %s drain %s",
 		w, s.IngestPerSecond, s.FulfilledPerSec, s.FulfilledPerSecMd, s.DrainPerSecond, s.BacklogAtPushEnd, cpuPush, cpuDrain)
 	return ctx.Err()
+}
+
+// settledTableUpdates reads the tables' update counts once the backends
+// have reported them: a busy backend reports its counts at most once a
+// second, an idle one within 10 s (PostgreSQL 15), so the reading waits
+// until 11 s past idle, the end of the drain. (Readings a second apart
+// agreed well before that, with a quarter of the updates unreported.)
+func settledTableUpdates(ctx context.Context, db *pgxpool.Pool, idle time.Time) (loadgen.TableUpdates, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(time.Until(idle.Add(11 * time.Second))):
+	}
+	return loadgen.ReadTableUpdates(ctx, db)
 }
 
 func median(xs []int) int {
