@@ -43,6 +43,14 @@ func decidingStoreWithHolder(t *testing.T, orders ...string) (*storage.Store, *p
 			t.Fatal(err)
 		}
 	}
+	return s, conn, holderTx(ctx, t, url)
+}
+
+// holderTx begins a transaction on a connection of its own to the
+// database at url; both end with the test (the transaction rolled back
+// unless committed).
+func holderTx(ctx context.Context, t *testing.T, url string) pgx.Tx {
+	t.Helper()
 	holder, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +61,7 @@ func decidingStoreWithHolder(t *testing.T, orders ...string) (*storage.Store, *p
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	return s, conn, tx
+	return tx
 }
 
 // receiptBatches is what s's collector says of its group commits, by

@@ -143,16 +143,7 @@ func (in *inserter) flushLoop() {
 		case <-in.stop:
 			return
 		}
-		batch := []*insertRequest{first}
-	drain:
-		for len(batch) < in.maxBatch {
-			select {
-			case r := <-in.requests:
-				batch = append(batch, r)
-			default:
-				break drain
-			}
-		}
+		batch := in.takeWaiting([]*insertRequest{first})
 		if in.linger > 0 && len(batch) < min(lingerFill, in.maxBatch) && in.inFlight.Load() > 0 &&
 			in.lingering.CompareAndSwap(false, true) {
 			batch = in.gather(batch)
@@ -193,6 +184,12 @@ wait:
 			return batch
 		}
 	}
+	return in.takeWaiting(batch)
+}
+
+// takeWaiting adds to batch the requests waiting, without waiting for
+// more, up to the batch's bound.
+func (in *inserter) takeWaiting(batch []*insertRequest) []*insertRequest {
 	for len(batch) < in.maxBatch {
 		select {
 		case r := <-in.requests:

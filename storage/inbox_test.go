@@ -302,16 +302,7 @@ func TestInboxInsertLingersNoLongerThanTheLinger(t *testing.T) {
 // the transaction, and waits for s's commit to end.
 func holdACommit(ctx context.Context, t *testing.T, s *storage.Store, conn *pgx.Conn, url string) (release func()) {
 	t.Helper()
-	holder, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = holder.Close(context.Background()) })
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	tx := holderTx(ctx, t, url)
 	held := confirmedEvent("evt_held", "m-1")
 	sql, args := storage.InboxInsertStatement(held, []byte("{}"))
 	if _, err := tx.Exec(ctx, sql, args...); err != nil {
