@@ -39,27 +39,15 @@ var inboxTable = newLeasedTable(leasedTable{
 		UPDATE inbox_events e SET ` + inboxFailedSet + `, attempts = a.attempts, last_error = a.last_error
 		FROM abandoned a WHERE e.id = a.id`},
 	failed: func(ctx context.Context, tx pgx.Tx, ids []int64, causes []string, maxAttempts int) error {
-		rows, _ := tx.Query(ctx, `
+		var e fulfillment.ItemSubject
+		return failRows(ctx, tx, `
 			UPDATE inbox_events e SET `+inboxFailedSet+`, attempts = w.attempts, last_error = w.last_error
 			FROM inbox_work w WHERE w.id = ANY($1) AND e.id = w.id
-			RETURNING e.id, e.org_id, e.environment, e.provider`, ids)
-		subjects := map[int64]fulfillment.ItemSubject{}
-		var s fulfillment.ItemSubject
-		_, err := pgx.ForEachRow(rows, []any{&s.InboxID, &s.OrgID, &s.Environment, &s.Provider}, func() error {
-			subjects[s.InboxID] = s
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("failing inbox events: %w", interpret(err))
-		}
-		items := make([]item, 0, len(ids))
-		for i, id := range ids {
-			if s, ok := subjects[id]; ok {
-				items = append(items, item{kind: fulfillment.ReconFailedEvent, subject: s,
-					detail: fmt.Sprintf("processing failed %d times; last error: %s", maxAttempts, causes[i])})
-			}
-		}
-		return openItems(ctx, tx, items)
+			RETURNING e.id, e.org_id, e.environment, e.provider`, ids, causes,
+			&e.InboxID, []any{&e.InboxID, &e.OrgID, &e.Environment, &e.Provider}, func(cause string) item {
+				return item{kind: fulfillment.ReconFailedEvent, subject: e,
+					detail: fmt.Sprintf("processing failed %d times; last error: %s", maxAttempts, cause)}
+			})
 	},
 })
 

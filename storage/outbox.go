@@ -41,31 +41,18 @@ var outboxTable = newLeasedTable(leasedTable{
 		UPDATE outbox_messages m SET ` + outboxFailedSet + `, attempts = a.attempts, last_error = a.last_error
 		FROM abandoned a WHERE m.id = a.id`},
 	failed: func(ctx context.Context, tx pgx.Tx, ids []int64, causes []string, maxAttempts int) error {
-		rows, _ := tx.Query(ctx, `
+		var (
+			m           fulfillment.ItemSubject
+			destination string
+		)
+		return failRows(ctx, tx, `
 			UPDATE outbox_messages m SET `+outboxFailedSet+`, attempts = w.attempts, last_error = w.last_error
 			FROM outbox_work w WHERE w.id = ANY($1) AND m.id = w.id
-			RETURNING m.id, m.org_id, m.environment, coalesce(m.order_id::text, ''), m.destination_id`, ids)
-		type failedMessage struct {
-			subject     fulfillment.ItemSubject
-			destination string
-		}
-		messages := map[int64]failedMessage{}
-		var m failedMessage
-		_, err := pgx.ForEachRow(rows, []any{&m.subject.MessageID, &m.subject.OrgID, &m.subject.Environment, &m.subject.OrderID, &m.destination}, func() error {
-			messages[m.subject.MessageID] = m
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("failing outbox messages: %w", interpret(err))
-		}
-		items := make([]item, 0, len(ids))
-		for i, id := range ids {
-			if m, ok := messages[id]; ok {
-				items = append(items, item{kind: fulfillment.ReconFailedDelivery, subject: m.subject,
-					detail: fmt.Sprintf("delivery to %s failed %d times; last error: %s", m.destination, maxAttempts, causes[i])})
-			}
-		}
-		return openItems(ctx, tx, items)
+			RETURNING m.id, m.org_id, m.environment, coalesce(m.order_id::text, ''), m.destination_id`, ids, causes,
+			&m.MessageID, []any{&m.MessageID, &m.OrgID, &m.Environment, &m.OrderID, &destination}, func(cause string) item {
+				return item{kind: fulfillment.ReconFailedDelivery, subject: m,
+					detail: fmt.Sprintf("delivery to %s failed %d times; last error: %s", destination, maxAttempts, cause)}
+			})
 	},
 })
 

@@ -148,6 +148,34 @@ func openItems(ctx context.Context, tx pgx.Tx, items []item) error {
 	return nil
 }
 
+// failRows runs fail, a statement that fails the rows of ids ($1) and
+// returns, for each, its id and then the columns the item of a failed row
+// reads, scanned into into (id among them); it then opens, in tx, the item
+// that build makes of each failed row, from the cause of its last attempt
+// (causes[i] is ids[i]'s), in the order of ids.
+func failRows(ctx context.Context, tx pgx.Tx, fail string, ids []int64, causes []string,
+	id *int64, into []any, build func(cause string) item) error {
+	causeOf := make(map[int64]string, len(ids))
+	for i, id := range ids {
+		causeOf[id] = causes[i]
+	}
+	built := make(map[int64]item, len(ids))
+	rows, _ := tx.Query(ctx, fail, ids)
+	if _, err := pgx.ForEachRow(rows, into, func() error {
+		built[*id] = build(causeOf[*id])
+		return nil
+	}); err != nil {
+		return fmt.Errorf("failing rows: %w", interpret(err))
+	}
+	items := make([]item, 0, len(built))
+	for _, id := range ids {
+		if it, ok := built[id]; ok {
+			items = append(items, it)
+		}
+	}
+	return openItems(ctx, tx, items)
+}
+
 // optID is id, or NULL for 0 (none).
 func optID(id int64) *int64 {
 	if id == 0 {
