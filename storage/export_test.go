@@ -153,9 +153,30 @@ var ErrRolledBackAtCommit = errRolledBackAtCommit
 // committed, its results unread (errCommittedUnread). nil ends it.
 func (s *Store) FailBatchResults(err error) { s.unreadResults = err }
 
-// InsertsTaken is whether every InboxInsert request so far was taken by a
-// group commit, and how many were.
-func (s *Store) InsertsTaken() (all bool, sent int64) {
-	sent = s.inserter.sent.Load()
-	return len(s.inserter.requests) == 0, sent
+// InboxInsertTaken stores ev as InboxInsert does, and returns once a
+// group commit has taken it and closed its batch, with the wait for its
+// commit: a request sent after it cannot join that batch. It waits until
+// no request is queued and the request is answered, or every flusher is
+// flushing or lingering (none is between taking a request and closing its
+// batch).
+func (s *Store) InboxInsertTaken(ctx context.Context, ev fulfillment.ProviderEvent, rawBody []byte) (func() (fulfillment.InboxReceipt, error), error) {
+	in := s.inserter
+	req, err := in.enqueue(ctx, ev, rawBody)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		busy := int(in.inFlight.Load())
+		if in.lingering.Load() {
+			busy++
+		}
+		if len(in.requests) == 0 && (len(req.done) > 0 || busy == in.flushers) {
+			return req.await, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
 }

@@ -65,14 +65,14 @@ type inserter struct {
 	store    *Store
 	requests chan *insertRequest
 	maxBatch int
+	flushers int
 	linger   time.Duration // 0: never
 	// inFlight counts the batches being committed; one that is done
 	// signals ended (without blocking: one pending signal is enough to
 	// wake the lingering flusher, which looks at inFlight again).
 	inFlight  atomic.Int32
 	ended     chan struct{}
-	lingering atomic.Bool  // a flusher is in gather
-	sent      atomic.Int64 // requests put in requests so far (tests)
+	lingering atomic.Bool // a flusher is in gather
 	stop      chan struct{}
 	stopped   chan struct{}
 	once      sync.Once
@@ -83,6 +83,7 @@ func newInserter(s *Store, flushers, maxBatch int, linger time.Duration) *insert
 		store:    s,
 		requests: make(chan *insertRequest, maxBatch),
 		maxBatch: maxBatch,
+		flushers: flushers,
 		linger:   linger,
 		ended:    make(chan struct{}, 1),
 		stop:     make(chan struct{}),
@@ -116,22 +117,35 @@ var errStoreClosed = fmt.Errorf("%w: store closed", fulfillment.ErrUnavailable)
 // the event key makes a redelivery a no-op, whatever the concurrency: no
 // preceding read decides anything.
 func (s *Store) InboxInsert(ctx context.Context, ev fulfillment.ProviderEvent, rawBody []byte) (fulfillment.InboxReceipt, error) {
+	req, err := s.inserter.enqueue(ctx, ev, rawBody)
+	if err != nil {
+		return fulfillment.InboxReceipt{}, err
+	}
+	return req.await()
+}
+
+// enqueue hands ev to the flushers.
+func (in *inserter) enqueue(ctx context.Context, ev fulfillment.ProviderEvent, rawBody []byte) (*insertRequest, error) {
 	req := &insertRequest{ctx: ctx, ev: ev, raw: rawBody, done: make(chan insertResult, 1)}
 	select {
-	case s.inserter.requests <- req:
-		s.inserter.sent.Add(1)
-	case <-s.inserter.stop:
-		return fulfillment.InboxReceipt{}, errStoreClosed
+	case in.requests <- req:
+		return req, nil
+	case <-in.stop:
+		return nil, errStoreClosed
 	case <-ctx.Done():
-		return fulfillment.InboxReceipt{}, fmt.Errorf("%w: storing inbox event: %w", fulfillment.ErrUnavailable, ctx.Err())
+		return nil, fmt.Errorf("%w: storing inbox event: %w", fulfillment.ErrUnavailable, ctx.Err())
 	}
+}
+
+// await waits for the commit of r's row.
+func (r *insertRequest) await() (fulfillment.InboxReceipt, error) {
 	select {
-	case res := <-req.done:
+	case res := <-r.done:
 		return res.receipt, res.err
-	case <-ctx.Done():
+	case <-r.ctx.Done():
 		// The row may still commit: the provider's retry is then a
 		// duplicate. Nothing is acknowledged before its commit.
-		return fulfillment.InboxReceipt{}, fmt.Errorf("%w: storing inbox event: %w", fulfillment.ErrUnavailable, ctx.Err())
+		return fulfillment.InboxReceipt{}, fmt.Errorf("%w: storing inbox event: %w", fulfillment.ErrUnavailable, r.ctx.Err())
 	}
 }
 

@@ -328,22 +328,21 @@ func holdACommit(ctx context.Context, t *testing.T, s *storage.Store, conn *pgx.
 	}
 }
 
-// sendOneByOne stores an event of each of ids through s, each from its own
-// goroutine, sending the next only once a group commit took the one before;
-// each insert's error goes to the channel it returns.
+// sendOneByOne stores an event of each of ids through s, sending the next
+// only once a group commit took the one before; each insert's error goes
+// to the channel it returns.
 func sendOneByOne(ctx context.Context, t *testing.T, s *storage.Store, ids []string) <-chan error {
 	t.Helper()
 	done := make(chan error, len(ids))
 	for _, id := range ids {
-		_, before := s.InsertsTaken()
+		await, err := s.InboxInsertTaken(ctx, confirmedEvent(id, "m-1"), []byte("{}"))
+		if err != nil {
+			t.Fatalf("a group commit to take %s: %v", id, err)
+		}
 		go func() {
-			_, err := s.InboxInsert(ctx, confirmedEvent(id, "m-1"), []byte("{}"))
+			_, err := await()
 			done <- err
 		}()
-		waitFor(t, "a group commit to take "+id, func() bool {
-			all, sent := s.InsertsTaken()
-			return all && sent == before+1
-		})
 	}
 	return done
 }
