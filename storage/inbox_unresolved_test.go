@@ -2,7 +2,6 @@ package storage_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -177,17 +176,8 @@ func inboxID(t *testing.T, conn *pgx.Conn, eventID string) int64 {
 func TestEventDecisionIsHOT(t *testing.T) {
 	t.Parallel()
 	s, conn := newStore(t)
-	ctx := context.Background()
 	const events = 24
-	for i := range events {
-		mo := fmt.Sprintf("hot-%d", i)
-		if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", mo)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.InboxInsert(ctx, confirmedEvent(fmt.Sprintf("p%d", i), mo), []byte(`{"a body":"of some size"}`)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	queuePayments(t, s, events, "hot-%d", []byte(`{"a body":"of some size"}`))
 	if got := processAll(t, s, events); strings.Count(got, string(fulfillment.DecisionFulfilled)) != events {
 		t.Fatalf("decisions %s, want every payment fulfilled", got)
 	}

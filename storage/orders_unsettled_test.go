@@ -181,15 +181,7 @@ func TestOrderBatchPaymentIsHOT(t *testing.T) {
 	s, conn := newStore(t)
 	ctx := context.Background()
 	const orders = 40
-	for i := range orders {
-		mo := fmt.Sprintf("order-2027-01-%05d-web-checkout", i)
-		if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", mo)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.InboxInsert(ctx, confirmedEvent(fmt.Sprintf("p%d", i), mo), []byte("{}")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	queuePayments(t, s, orders, "order-2027-01-%05d-web-checkout", []byte("{}"))
 	var pages int
 	if err := conn.QueryRow(ctx, `SELECT count(DISTINCT (ctid::text::point)[0]) FROM orders`).Scan(&pages); err != nil {
 		t.Fatal(err)
@@ -200,6 +192,23 @@ func TestOrderBatchPaymentIsHOT(t *testing.T) {
 	updates, hot := tableUpdates(t, s, conn, "orders", orders)
 	if updates != orders || hot != orders {
 		t.Errorf("orders on %d pages: %d updates paying them in one batch, %d of them HOT; want %d, all HOT", pages, updates, hot, orders)
+	}
+}
+
+// queuePayments creates n orders, their merchant order ids of format (from
+// their number), and stores a payment of each, with body, queued for the
+// inbox processor (s does not decide on receipt).
+func queuePayments(t *testing.T, s *storage.Store, n int, format string, body []byte) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		mo := fmt.Sprintf(format, i)
+		if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", mo)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.InboxInsert(ctx, confirmedEvent(fmt.Sprintf("p%d", i), mo), body); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
