@@ -52,8 +52,6 @@ type insertResult struct {
 const (
 	defaultInsertFlushers = 2
 	defaultInsertBatch    = 256
-	// DefaultInsertLinger is Options.InsertLinger when unset.
-	DefaultInsertLinger = 2 * time.Millisecond
 	// lingerFill is the batch a lingering flusher stops waiting at.
 	lingerFill = 8
 	// flushTimeout bounds one flush; the callers' own deadlines are shorter.

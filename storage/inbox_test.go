@@ -238,7 +238,7 @@ func TestInboxInsertLingersWhileACommitIsInFlight(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s, conn, url := openStore(t, storage.Options{MaxConns: 10, InsertLinger: &tc.linger})
+			s, conn, url := openStore(t, storage.Options{MaxConns: 10, InsertLinger: tc.linger})
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
 			if _, err := s.InboxInsert(ctx, confirmedEvent("evt_alone", "m-1"), []byte("{}")); err != nil {
@@ -281,7 +281,7 @@ func TestInboxInsertLingersWhileACommitIsInFlight(t *testing.T) {
 func TestInboxInsertLingersNoLongerThanTheLinger(t *testing.T) {
 	t.Parallel()
 	linger := 100 * time.Millisecond
-	s, conn, url := openStore(t, storage.Options{MaxConns: 10, InsertLinger: &linger})
+	s, conn, url := openStore(t, storage.Options{MaxConns: 10, InsertLinger: linger})
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	release := holdACommit(ctx, t, s, conn, url)

@@ -90,8 +90,9 @@ type Options struct {
 	InsertFlushers, InsertBatch int
 	// InsertLinger is how long at most a group commit that finds only a
 	// few requests waits for more while another one is in flight (see
-	// inserter); nil: DefaultInsertLinger, 0: it never waits.
-	InsertLinger *time.Duration
+	// inserter); 0: it never waits (the service's default is the
+	// configuration's, inbox.receipt_linger).
+	InsertLinger time.Duration
 	// Subscriptions lists, for each order or subscription event, the ids
 	// of the destinations it is delivered to.
 	Subscriptions map[fulfillment.Topic][]string
@@ -211,11 +212,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	for _, sig := range []*queueSignal{s.inboxSignal, s.outboxSignal, s.feedSignal} {
 		s.bg.Go(func() { sig.run(s.bgCtx) })
 	}
-	linger := DefaultInsertLinger
-	if o.InsertLinger != nil {
-		linger = max(*o.InsertLinger, 0)
-	}
-	s.inserter = newInserter(s, o.InsertFlushers, o.InsertBatch, linger)
+	s.inserter = newInserter(s, o.InsertFlushers, o.InsertBatch, max(o.InsertLinger, 0))
 	return s, nil
 }
 

@@ -105,7 +105,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 		// (A replica with no inbox processor decides nothing either.)
 		DecideOnReceipt: !cfg.Inbox.QueueOnly && !cfg.Inbox.Disabled,
 		InsertFlushers:  cfg.Inbox.Flushers(),
-		InsertLinger:    new(cfg.Inbox.Linger()),
+		InsertLinger:    cfg.Inbox.Linger(),
 	})
 	if err != nil {
 		_ = stopTracing(ctx)
