@@ -180,3 +180,34 @@ func (s *Store) InboxInsertTaken(ctx context.Context, ev fulfillment.ProviderEve
 		}
 	}
 }
+
+// PreparedPlan is a statement prepared on a pooled connection, with how
+// many times PostgreSQL ran it on a generic plan and on a custom one.
+type PreparedPlan struct {
+	Statement       string
+	Generic, Custom int64
+}
+
+// PreparedPlans reads the statements prepared on the store's idle pooled
+// connections (all of them, when nothing runs).
+func (s *Store) PreparedPlans(ctx context.Context) ([]PreparedPlan, error) {
+	var plans []PreparedPlan
+	for _, c := range s.pool.AcquireAllIdle(ctx) {
+		rows, err := c.Query(ctx, `SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements`,
+			pgx.QueryExecModeSimpleProtocol)
+		if err == nil {
+			var some []PreparedPlan
+			some, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (PreparedPlan, error) {
+				var p PreparedPlan
+				err := r.Scan(&p.Statement, &p.Generic, &p.Custom)
+				return p, err
+			})
+			plans = append(plans, some...)
+		}
+		c.Release()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return plans, nil
+}

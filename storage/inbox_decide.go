@@ -40,8 +40,8 @@ import (
 // which tests may lengthen.
 const defaultDecideLockWait = "50ms"
 
-// decidedStartSQL starts a decided batch: it sets the lock wait ($1) and
-// generic plans (genericPlans) for the transaction, and returns the time of its receipt; the positions
+// decidedStartSQL starts a decided batch: it sets the lock wait ($1) for
+// the transaction, and returns the time of its receipt; the positions
 // (from 1) of the events of the arrays $2 to $5 (provider, org,
 // environment, event id) that are stored already, with the id and state
 // of each, for their receipts; and an id from the table's sequence for
@@ -52,7 +52,7 @@ const defaultDecideLockWait = "50ms"
 // after it in the same round trip finds them (storedEvents): the orders
 // only redeliveries name are not locked.
 const decidedStartSQL = `
-	SELECT clock_timestamp(), set_config('lock_timeout', $1, true), ` + genericPlans + `,
+	SELECT clock_timestamp(), set_config('lock_timeout', $1, true),
 		set_config('` + storedEventsSetting + `', s.n::text, true), s.n, s.id, s.state,
 		ARRAY(SELECT nextval((SELECT pg_get_serial_sequence('inbox_events', 'id')::regclass))
 			FROM generate_series(1, cardinality($2::text[])))
@@ -184,7 +184,7 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 	first := func(b *pgx.Batch) {
 		provider, org, env, eventID := keyArrays(rows)
 		b.Queue(decidedStartSQL, s.decideLockWait, provider, org, env, eventID).QueryRow(func(row pgx.Row) error {
-			if err := row.Scan(&received, nil, nil, nil, &stored, &storedIDs, &storedStates, &ids); err != nil {
+			if err := row.Scan(&received, nil, nil, &stored, &storedIDs, &storedStates, &ids); err != nil {
 				return fmt.Errorf("starting a decided batch: %w", interpret(err))
 			}
 			return nil

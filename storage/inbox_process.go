@@ -75,22 +75,6 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 	return outcomes, nil
 }
 
-// genericPlans, a select expression, makes the statements after it in its
-// transaction run on generic plans (plan_cache_mode): those of deciding a
-// batch and writing its effects, which the batch's transaction starts with
-// it (decidedStartSQL, queueLeasedEvents). Their parameters are arrays, one
-// element per event, and PostgreSQL plans a statement anew at each run
-// while it expects a custom plan, made for the arrays' actual lengths, to
-// cost less than a generic one — always, for arrays. Planning them cost a
-// fifth of PostgreSQL's CPU per event in the saturating push (the order
-// lock's more than its execution), and a lone webhook's ack 0.7 ms of 3.2
-// (make bench, docs/performance.md). A generic plan reads them by their
-// keys' indexes whatever the lengths.
-// The statements before it (the look-up of stored events, the claim) keep
-// custom plans: under transaction pooling, statements are described rather
-// than prepared, and every one is planned anew regardless.
-const genericPlans = `set_config('plan_cache_mode', 'force_generic_plan', true)`
-
 // decideEvents locks what the events name — their orders (in id order, so
 // that concurrent batches cannot deadlock) with their attempts and
 // recorded refunds, and their subscriptions — and decides them, in the
@@ -296,7 +280,7 @@ type leasedEvent struct {
 func queueLeasedEvents(b *pgx.Batch, ids []int64, owner string, out *[]leasedEvent) {
 	b.Queue(`
 		WITH work AS (DELETE FROM inbox_work WHERE `+leaseHeld("$1", "$2")+` RETURNING id, attempts)
-		SELECT `+inboxSelectList+`, received_at, work.attempts, late.detail, `+genericPlans+`
+		SELECT `+inboxSelectList+`, received_at, work.attempts, late.detail
 		FROM inbox_events JOIN work USING (id)
 		LEFT JOIN LATERAL (
 			-- Only for an event decided unmatched before (a test on the
@@ -314,7 +298,7 @@ func queueLeasedEvents(b *pgx.Batch, ids []int64, owner string, out *[]leasedEve
 				attempts int
 				late     *string
 			)
-			if err := r.Scan(append(row.scanDest(), &received, &attempts, &late, nil)...); err != nil {
+			if err := r.Scan(append(row.scanDest(), &received, &attempts, &late)...); err != nil {
 				return err
 			}
 			ev, err := row.event()
