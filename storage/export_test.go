@@ -2,6 +2,8 @@ package storage
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -210,4 +212,53 @@ func (s *Store) PreparedPlans(ctx context.Context) ([]PreparedPlan, error) {
 		}
 	}
 	return plans, nil
+}
+
+// ExplainPrepared explains the statement prepared on the store's idle
+// pooled connections whose text holds fragment, as it runs on its cached
+// generic plan, with args (SQL literals) as its parameters: the plan of
+// each connection that prepared it, or none.
+func (s *Store) ExplainPrepared(ctx context.Context, fragment, args string) ([]string, error) {
+	var plans []string
+	for _, c := range s.pool.AcquireAllIdle(ctx) {
+		plan, err := explainPrepared(ctx, c.Conn(), fragment, args)
+		c.Release()
+		if err != nil {
+			return nil, err
+		}
+		if plan != "" {
+			plans = append(plans, plan)
+		}
+	}
+	return plans, nil
+}
+
+func explainPrepared(ctx context.Context, conn *pgx.Conn, fragment, args string) (string, error) {
+	var name string
+	err := conn.QueryRow(ctx, `SELECT name FROM pg_prepared_statements WHERE strpos(statement, $1) > 0`,
+		pgx.QueryExecModeSimpleProtocol, fragment).Scan(&name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan", pgx.QueryExecModeSimpleProtocol); err != nil {
+		return "", err
+	}
+	stmt := "EXPLAIN EXECUTE " + pgx.Identifier{name}.Sanitize()
+	if args != "" {
+		stmt += "(" + args + ")"
+	}
+	rows, err := tx.Query(ctx, stmt, pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		return "", err
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return strings.Join(lines, "\n"), err
 }

@@ -91,3 +91,54 @@ func oneLine(sql string) string {
 	}
 	return sql
 }
+
+// The look-ups of a decided batch probe their keys' indexes even when
+// their plans were made on nearly empty tables — a new database's first
+// webhooks — where a scan of the whole table costs least: PostgreSQL keeps
+// a generic plan until the next ANALYZE, by which time the scan may read
+// thousands of rows for each webhook.
+func TestBatchLookupsProbeKeysWhateverTheTablesSize(t *testing.T) {
+	t.Parallel()
+	other, conn, url := openStore(t, storage.Options{MaxConns: 4})
+	ctx := context.Background()
+	s, err := storage.Open(ctx, url, storage.Options{MaxConns: 2, InsertFlushers: 1, DecideOnReceipt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	for i := range 4 {
+		mo := fmt.Sprintf("m-%d", i)
+		if _, _, err := other.OrderCreate(ctx, spec(t, "org_a", mo)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.InboxInsert(ctx, confirmedEvent(fmt.Sprintf("evt_%d", i), mo), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			// As autovacuum would soon: the tables' statistics say one
+			// page of a few rows, and the next batches' plans are made
+			// on them.
+			if _, err := conn.Exec(ctx, "ANALYZE"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, c := range []struct{ what, fragment, args string }{
+		{"stored events", "FROM inbox_events i", `'50ms', '{yolfi}', '{org_a}', '{live}', '{evt_none}'`},
+		{"payment attempts", "FROM payment_attempts a", ""},
+		{"recorded refunds", "FROM payment_refunds r", ""},
+	} {
+		plans, err := s.ExplainPrepared(ctx, c.fragment, c.args)
+		if err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		if len(plans) == 0 {
+			t.Errorf("%s: no prepared statement reads them (%q)", c.what, c.fragment)
+		}
+		for _, p := range plans {
+			if strings.Contains(p, "Seq Scan") || !strings.Contains(p, "Index") {
+				t.Errorf("%s: read by a scan of the table, not by their key's index:\n%s", c.what, p)
+			}
+		}
+	}
+}

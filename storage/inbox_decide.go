@@ -46,21 +46,25 @@ const defaultDecideLockWait = "50ms"
 // environment, event id) that are stored already, with the id and state
 // of each, for their receipts; and an id from the table's sequence for
 // each event, in order (those of events left out are never used: a
-// sequence has gaps anyway). The sequence is looked up once (an init
-// plan), not once per id: 3 catalog buffers each. It notes the positions
+// sequence has gaps anyway; the identity column's sequence is named by
+// PostgreSQL, and named here rather than looked up in the catalog at each
+// run). Each event is looked up by its key alone (a lateral probe of the
+// key's index, whatever the table's size when the plan was made). It
+// notes the positions
 // of the stored events in storedEventsSetting, where the order lock sent
 // after it in the same round trip finds them (storedEvents): the orders
 // only redeliveries name are not locked.
 const decidedStartSQL = `
 	SELECT clock_timestamp(), set_config('lock_timeout', $1, true),
 		set_config('` + storedEventsSetting + `', s.n::text, true), s.n, s.id, s.state,
-		ARRAY(SELECT nextval((SELECT pg_get_serial_sequence('inbox_events', 'id')::regclass))
+		ARRAY(SELECT nextval('inbox_events_id_seq')
 			FROM generate_series(1, cardinality($2::text[])))
 	FROM (
 		SELECT coalesce(array_agg(u.n::int), '{}') AS n, coalesce(array_agg(i.id), '{}') AS id,
 			coalesce(array_agg(i.state), '{}') AS state
 		FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS u(p, o, e, id, n)
-		JOIN inbox_events i ON i.provider = u.p AND i.org_id = u.o AND i.environment = u.e AND i.event_id = u.id) s`
+		JOIN LATERAL (SELECT i.id, i.state FROM inbox_events i
+			WHERE i.provider = u.p AND i.org_id = u.o AND i.environment = u.e AND i.event_id = u.id LIMIT 1) i ON true) s`
 
 // DecidedObserver observes an event decided on receipt, after its commit:
 // ctx is the call that stored it, start is when its batch began.

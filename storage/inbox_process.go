@@ -580,7 +580,12 @@ func queueOrderLock(b *pgx.Batch, events []leasedEvent, positions []int) *orderL
 		}
 		return nil
 	})
-	b.Queue(`SELECT order_id, provider, attempt_ref, state FROM payment_attempts WHERE order_id = ANY(` + lockedOrders + `)`).
+	// The locked orders' payment attempts. Each order's are read by a
+	// probe of their key's index (a lateral subquery that PostgreSQL
+	// cannot turn into a join over the whole table), as are its refunds.
+	b.Queue(`
+		SELECT a.order_id, a.provider, a.attempt_ref, a.state
+		FROM unnest(` + lockedOrders + `) AS l (id), LATERAL (SELECT * FROM payment_attempts a WHERE a.order_id = l.id OFFSET 0) a`).
 		Query(func(rows pgx.Rows) error {
 			err := forEachRow(rows, func(r pgx.Rows) error {
 				var (
@@ -606,10 +611,9 @@ func queueOrderLock(b *pgx.Batch, events []leasedEvent, positions []int) *orderL
 	// The partial refunds recorded for the orders, in the order they were
 	// recorded.
 	b.Queue(`
-		SELECT order_id, provider, attempt_ref, amount::text, token, network, currency
-		FROM payment_refunds
-		WHERE order_id = ANY(` + lockedOrders + `)
-		ORDER BY id`).
+		SELECT r.order_id, r.provider, r.attempt_ref, r.amount::text, r.token, r.network, r.currency
+		FROM unnest(` + lockedOrders + `) AS l (id), LATERAL (SELECT * FROM payment_refunds r WHERE r.order_id = l.id OFFSET 0) r
+		ORDER BY r.id`).
 		Query(func(rows pgx.Rows) error {
 			err := forEachRow(rows, func(r pgx.Rows) error {
 				var (

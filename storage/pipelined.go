@@ -40,8 +40,9 @@ type pipelinedTx struct {
 }
 
 // withPipelinedTx runs fn in a pipelinedTx whose first round trip sends
-// BEGIN, generic plans (genericPlans) and the statements first queues, and commits it unless fn did
-// (commitWith); any error rolls it back. first's statements report their
+// BEGIN, how its statements are planned (batchPlans) and the statements
+// first queues, and commits it unless fn did (commitWith); any error rolls
+// it back. first's statements report their
 // errors through their callbacks, as in any batch.
 func (s *Store) withPipelinedTx(ctx context.Context, first func(*pgx.Batch), fn func(*pipelinedTx) error) error {
 	conn, err := s.pool.Acquire(ctx)
@@ -54,7 +55,7 @@ func (s *Store) withPipelinedTx(ctx context.Context, first func(*pgx.Batch), fn 
 
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(genericPlans)
+	b.Queue(batchPlans)
 	first(b)
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return err
@@ -68,22 +69,29 @@ func (s *Store) withPipelinedTx(ctx context.Context, first func(*pgx.Batch), fn 
 	return tx.commitWith(ctx, &pgx.Batch{})
 }
 
-// genericPlans, sent right after a pipelinedTx's BEGIN, makes every
-// statement of the transaction run on a generic plan (plan_cache_mode):
-// those that decide a batch and write its effects, and the first ones too
-// (the look-up of stored events, the claim), whose plans PostgreSQL
-// chooses before any of them runs. Their parameters are arrays, one
-// element per event, and PostgreSQL plans a prepared statement anew at
-// each run while it expects a custom plan, made for the arrays' actual
-// lengths, to cost less than a generic one — always, for arrays. Planning
-// the order lock cost more than running it in the saturating push, and
-// planning the look-up of stored events 120 µs of a lone webhook's batch
-// (docs/performance.md). A generic plan reads them by their keys' indexes
-// whatever the lengths, and PostgreSQL keeps it per connection until an
-// ANALYZE. Under transaction pooling statements are described rather
-// than prepared, and each is planned anyway; the setting ends with the
+// batchPlans, sent right after a pipelinedTx's BEGIN, sets how PostgreSQL
+// plans the transaction's statements — those that decide a batch and
+// write its effects, and the first ones too (the look-up of stored
+// events, the claim), whose plans it chooses before any of them runs:
+//   - generic plans (plan_cache_mode). The statements take arrays, one
+//     element per event, and PostgreSQL plans a prepared statement anew at
+//     each run while it expects a custom plan, made for the arrays' actual
+//     lengths, to cost less than a generic one — always, for arrays.
+//     Planning the order lock cost more than running it in the saturating
+//     push, and planning the look-up of stored events 120 µs of a lone
+//     webhook's batch. A generic plan is made once per connection, and
+//     again after an ANALYZE of its tables.
+//   - no sequential scans while an index serves (enable_seqscan). Every
+//     statement here reads and writes rows by their keys. A plan made
+//     while a table is nearly empty (a new database, its first webhooks)
+//     scans it whole, cheapest then, and a generic plan is kept: with a
+//     few thousand events stored, the look-up of one webhook's event read
+//     600 buffers instead of 3 until the next ANALYZE.
+//
+// Under transaction pooling statements are described rather than
+// prepared and planned at each run; both settings end with the
 // transaction.
-const genericPlans = "SET LOCAL plan_cache_mode = force_generic_plan"
+const batchPlans = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)`
 
 // open says whether the transaction began and has not ended.
 func (tx *pipelinedTx) open() bool { return tx.Conn.Conn().PgConn().TxStatus() != 'I' }
