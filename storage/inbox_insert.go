@@ -326,10 +326,13 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) (_
 		// Redeliveries. The insert waited for any conflicting insert to
 		// commit, so this later statement sees every row it skipped.
 		provider, org, env, eventID := keyArrays(rows)
+		// One probe of the key's index per event, whatever the table's
+		// size says to the planner.
 		result, _ := s.pool.Query(ctx, `
-			SELECT id, state, provider, org_id, environment, event_id FROM inbox_events
-			WHERE (provider, org_id, environment, event_id) IN (
-				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))`,
+			SELECT i.id, i.state, i.provider, i.org_id, i.environment, i.event_id
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u (p, o, e, id),
+				LATERAL (SELECT * FROM inbox_events i
+					WHERE i.provider = u.p AND i.org_id = u.o AND i.environment = u.e AND i.event_id = u.id LIMIT 1) i`,
 			provider, org, env, eventID)
 		if err := collectReceipts(result, found, true); err != nil {
 			return nil, after, fmt.Errorf("reading redelivered inbox events: %w", interpret(err))
