@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
@@ -190,11 +191,38 @@ type PreparedPlan struct {
 	Generic, Custom int64
 }
 
-// PreparedPlans reads the statements prepared on the store's idle pooled
-// connections (all of them, when nothing runs).
+// allConns acquires every connection of the store's pool, once what runs
+// on them (a notification sent after a commit) has released them.
+func (s *Store) allConns(ctx context.Context) ([]*pgxpool.Conn, error) {
+	for range 200 {
+		conns := s.pool.AcquireAllIdle(ctx)
+		if len(conns) == int(s.pool.Stat().TotalConns()) {
+			return conns, nil
+		}
+		for _, c := range conns {
+			c.Release()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil, errors.New("the pool's connections stayed busy")
+}
+
+func releaseAll(conns []*pgxpool.Conn) {
+	for _, c := range conns {
+		c.Release()
+	}
+}
+
+// PreparedPlans reads the statements prepared on the store's pooled
+// connections.
 func (s *Store) PreparedPlans(ctx context.Context) ([]PreparedPlan, error) {
+	conns, err := s.allConns(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseAll(conns)
 	var plans []PreparedPlan
-	for _, c := range s.pool.AcquireAllIdle(ctx) {
+	for _, c := range conns {
 		rows, err := c.Query(ctx, `SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements`,
 			pgx.QueryExecModeSimpleProtocol)
 		if err == nil {
@@ -206,7 +234,6 @@ func (s *Store) PreparedPlans(ctx context.Context) ([]PreparedPlan, error) {
 			})
 			plans = append(plans, some...)
 		}
-		c.Release()
 		if err != nil {
 			return nil, err
 		}
@@ -214,15 +241,19 @@ func (s *Store) PreparedPlans(ctx context.Context) ([]PreparedPlan, error) {
 	return plans, nil
 }
 
-// ExplainPrepared explains the statement prepared on the store's idle
-// pooled connections whose text holds fragment, as it runs on its cached
-// generic plan, with args (SQL literals) as its parameters: the plan of
-// each connection that prepared it, or none.
+// ExplainPrepared explains the statement prepared on the store's pooled
+// connections whose text holds fragment, as it runs on its cached generic
+// plan, with args (SQL literals) as its parameters: the plan of each
+// connection that prepared it, or none.
 func (s *Store) ExplainPrepared(ctx context.Context, fragment, args string) ([]string, error) {
+	conns, err := s.allConns(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseAll(conns)
 	var plans []string
-	for _, c := range s.pool.AcquireAllIdle(ctx) {
+	for _, c := range conns {
 		plan, err := explainPrepared(ctx, c.Conn(), fragment, args)
-		c.Release()
 		if err != nil {
 			return nil, err
 		}
