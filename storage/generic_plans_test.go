@@ -124,7 +124,7 @@ func TestBatchLookupsProbeKeysWhateverTheTablesSize(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ what, fragment, args string }{
-		{"stored events", "FROM inbox_events i", `'50ms', '{yolfi}', '{org_a}', '{live}', '{evt_none}'`},
+		{"stored events", "set_config('lock_timeout'", `'50ms', '{yolfi}', '{org_a}', '{live}', '{evt_none}'`},
 		{"payment attempts", "FROM payment_attempts a", ""},
 		{"recorded refunds", "FROM payment_refunds r", ""},
 	} {

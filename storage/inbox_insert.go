@@ -329,9 +329,9 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) (_
 		// One probe of the key's index per event, whatever the table's
 		// size says to the planner.
 		result, _ := s.pool.Query(ctx, `
-			SELECT i.id, i.state, i.provider, i.org_id, i.environment, i.event_id
+			SELECT i.id, i.state, u.p, u.o, u.e, u.id
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u (p, o, e, id),
-				LATERAL (SELECT * FROM inbox_events i
+				LATERAL (SELECT i.id, i.state FROM inbox_events i
 					WHERE i.provider = u.p AND i.org_id = u.o AND i.environment = u.e AND i.event_id = u.id LIMIT 1) i`,
 			provider, org, env, eventID)
 		if err := collectReceipts(result, found, true); err != nil {

@@ -584,8 +584,9 @@ func queueOrderLock(b *pgx.Batch, events []leasedEvent, positions []int) *orderL
 	// probe of their key's index (a lateral subquery that PostgreSQL
 	// cannot turn into a join over the whole table), as are its refunds.
 	b.Queue(`
-		SELECT a.order_id, a.provider, a.attempt_ref, a.state
-		FROM unnest(` + lockedOrders + `) AS l (id), LATERAL (SELECT * FROM payment_attempts a WHERE a.order_id = l.id OFFSET 0) a`).
+		SELECT l.id, a.provider, a.attempt_ref, a.state
+		FROM unnest(` + lockedOrders + `) AS l (id), LATERAL (
+			SELECT a.provider, a.attempt_ref, a.state FROM payment_attempts a WHERE a.order_id = l.id OFFSET 0) a`).
 		Query(func(rows pgx.Rows) error {
 			err := forEachRow(rows, func(r pgx.Rows) error {
 				var (
@@ -611,8 +612,10 @@ func queueOrderLock(b *pgx.Batch, events []leasedEvent, positions []int) *orderL
 	// The partial refunds recorded for the orders, in the order they were
 	// recorded.
 	b.Queue(`
-		SELECT r.order_id, r.provider, r.attempt_ref, r.amount::text, r.token, r.network, r.currency
-		FROM unnest(` + lockedOrders + `) AS l (id), LATERAL (SELECT * FROM payment_refunds r WHERE r.order_id = l.id OFFSET 0) r
+		SELECT l.id, r.provider, r.attempt_ref, r.amount::text, r.token, r.network, r.currency
+		FROM unnest(` + lockedOrders + `) AS l (id), LATERAL (
+			SELECT r.id, r.provider, r.attempt_ref, r.amount, r.token, r.network, r.currency
+			FROM payment_refunds r WHERE r.order_id = l.id OFFSET 0) r
 		ORDER BY r.id`).
 		Query(func(rows pgx.Rows) error {
 			err := forEachRow(rows, func(r pgx.Rows) error {
