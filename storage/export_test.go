@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
@@ -191,54 +190,49 @@ type PreparedPlan struct {
 	Generic, Custom int64
 }
 
-// allConns acquires every connection of the store's pool, once what runs
-// on them (a notification sent after a commit) has released them.
-func (s *Store) allConns(ctx context.Context) ([]*pgxpool.Conn, error) {
+// eachConn runs f on every connection of the store's pool, once what ran
+// on them (a notification sent after a commit) has released them all.
+func (s *Store) eachConn(ctx context.Context, f func(*pgx.Conn) error) error {
 	for range 200 {
 		conns := s.pool.AcquireAllIdle(ctx)
-		if len(conns) == int(s.pool.Stat().TotalConns()) {
-			return conns, nil
+		if len(conns) < int(s.pool.Stat().TotalConns()) {
+			for _, c := range conns {
+				c.Release()
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
 		}
+		defer func() {
+			for _, c := range conns {
+				c.Release()
+			}
+		}()
 		for _, c := range conns {
-			c.Release()
+			if err := f(c.Conn()); err != nil {
+				return err
+			}
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
 	}
-	return nil, errors.New("the pool's connections stayed busy")
-}
-
-func releaseAll(conns []*pgxpool.Conn) {
-	for _, c := range conns {
-		c.Release()
-	}
+	return errors.New("the pool's connections stayed busy")
 }
 
 // PreparedPlans reads the statements prepared on the store's pooled
 // connections.
 func (s *Store) PreparedPlans(ctx context.Context) ([]PreparedPlan, error) {
-	conns, err := s.allConns(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer releaseAll(conns)
 	var plans []PreparedPlan
-	for _, c := range conns {
-		rows, err := c.Query(ctx, `SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements`,
+	err := s.eachConn(ctx, func(conn *pgx.Conn) error {
+		rows, _ := conn.Query(ctx, `SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements`,
 			pgx.QueryExecModeSimpleProtocol)
-		if err == nil {
-			var some []PreparedPlan
-			some, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (PreparedPlan, error) {
-				var p PreparedPlan
-				err := r.Scan(&p.Statement, &p.Generic, &p.Custom)
-				return p, err
-			})
-			plans = append(plans, some...)
-		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	return plans, nil
+		some, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PreparedPlan, error) {
+			var p PreparedPlan
+			err := r.Scan(&p.Statement, &p.Generic, &p.Custom)
+			return p, err
+		})
+		plans = append(plans, some...)
+		return err
+	})
+	return plans, err
 }
 
 // ExplainPrepared explains the statement prepared on the store's pooled
@@ -246,22 +240,15 @@ func (s *Store) PreparedPlans(ctx context.Context) ([]PreparedPlan, error) {
 // plan, with args (SQL literals) as its parameters: the plan of each
 // connection that prepared it, or none.
 func (s *Store) ExplainPrepared(ctx context.Context, fragment, args string) ([]string, error) {
-	conns, err := s.allConns(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer releaseAll(conns)
 	var plans []string
-	for _, c := range conns {
-		plan, err := explainPrepared(ctx, c.Conn(), fragment, args)
-		if err != nil {
-			return nil, err
-		}
+	err := s.eachConn(ctx, func(conn *pgx.Conn) error {
+		plan, err := explainPrepared(ctx, conn, fragment, args)
 		if plan != "" {
 			plans = append(plans, plan)
 		}
-	}
-	return plans, nil
+		return err
+	})
+	return plans, err
 }
 
 func explainPrepared(ctx context.Context, conn *pgx.Conn, fragment, args string) (string, error) {

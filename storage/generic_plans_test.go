@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fulfillplatform/fulfillment/storage"
 	"github.com/fulfillplatform/fulfillment/worker"
 )
@@ -26,13 +28,8 @@ func TestPipelinedBatchesRunOnGenericPlans(t *testing.T) {
 	for _, decide := range []bool{true, false} {
 		t.Run(map[bool]string{true: "decided on receipt", false: "inbox processor"}[decide], func(t *testing.T) {
 			t.Parallel()
-			other, _, url := openStore(t, storage.Options{MaxConns: 4})
+			s, other, _ := batchesOnlyStore(t, decide)
 			ctx := context.Background()
-			s, err := storage.Open(ctx, url, storage.Options{MaxConns: 2, InsertFlushers: 1, DecideOnReceipt: decide})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(s.Close)
 			for i := range batches {
 				mo := fmt.Sprintf("m-%d", i)
 				if _, _, err := other.OrderCreate(ctx, spec(t, "org_a", mo)); err != nil {
@@ -83,6 +80,20 @@ func TestPipelinedBatchesRunOnGenericPlans(t *testing.T) {
 	}
 }
 
+// batchesOnlyStore opens a store for the batches under test (deciding on
+// receipt or not; one group commit), and another store of the same
+// database, with a connection of its own, for everything else.
+func batchesOnlyStore(t *testing.T, decide bool) (s, other *storage.Store, conn *pgx.Conn) {
+	t.Helper()
+	other, conn, url := openStore(t, storage.Options{MaxConns: 4})
+	s, err := storage.Open(context.Background(), url, storage.Options{MaxConns: 2, InsertFlushers: 1, DecideOnReceipt: decide})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s, other, conn
+}
+
 // oneLine is the start of a statement's text on one line, for a message.
 func oneLine(sql string) string {
 	sql = strings.Join(strings.Fields(sql), " ")
@@ -99,13 +110,8 @@ func oneLine(sql string) string {
 // thousands of rows for each webhook.
 func TestBatchLookupsProbeKeysWhateverTheTablesSize(t *testing.T) {
 	t.Parallel()
-	other, conn, url := openStore(t, storage.Options{MaxConns: 4})
+	s, other, conn := batchesOnlyStore(t, true)
 	ctx := context.Background()
-	s, err := storage.Open(ctx, url, storage.Options{MaxConns: 2, InsertFlushers: 1, DecideOnReceipt: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
 	for i := range 4 {
 		mo := fmt.Sprintf("m-%d", i)
 		if _, _, err := other.OrderCreate(ctx, spec(t, "org_a", mo)); err != nil {
