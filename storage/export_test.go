@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
@@ -193,28 +194,36 @@ type PreparedPlan struct {
 // eachConn runs f on every connection of the store's pool, once what ran
 // on them (a notification sent after a commit) has released them all.
 func (s *Store) eachConn(ctx context.Context, f func(*pgx.Conn) error) error {
+	conns, err := s.allConns(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for _, c := range conns {
+		if err := f(c.Conn()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allConns acquires every connection of the store's pool.
+func (s *Store) allConns(ctx context.Context) ([]*pgxpool.Conn, error) {
 	for range 200 {
 		conns := s.pool.AcquireAllIdle(ctx)
-		if len(conns) < int(s.pool.Stat().TotalConns()) {
-			for _, c := range conns {
-				c.Release()
-			}
-			time.Sleep(10 * time.Millisecond)
-			continue
+		if len(conns) == int(s.pool.Stat().TotalConns()) {
+			return conns, nil
 		}
-		defer func() {
-			for _, c := range conns {
-				c.Release()
-			}
-		}()
 		for _, c := range conns {
-			if err := f(c.Conn()); err != nil {
-				return err
-			}
+			c.Release()
 		}
-		return nil
+		time.Sleep(10 * time.Millisecond)
 	}
-	return errors.New("the pool's connections stayed busy")
+	return nil, errors.New("the pool's connections stayed busy")
 }
 
 // PreparedPlans reads the statements prepared on the store's pooled
