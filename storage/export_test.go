@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -245,9 +246,9 @@ func (s *Store) PreparedPlans(ctx context.Context) ([]PreparedPlan, error) {
 }
 
 // ExplainPrepared explains the statement prepared on the store's pooled
-// connections whose text holds fragment, as it runs on its cached generic
-// plan, with args (SQL literals) as its parameters: the plan of each
-// connection that prepared it, or none.
+// connections whose text holds fragment, as it runs in a batch's
+// transaction, on its cached generic plan, with args (SQL literals) as its
+// parameters: the plan of each connection that prepared it, or none.
 func (s *Store) ExplainPrepared(ctx context.Context, fragment, args string) ([]string, error) {
 	var plans []string
 	err := s.eachConn(ctx, func(conn *pgx.Conn) error {
@@ -261,31 +262,33 @@ func (s *Store) ExplainPrepared(ctx context.Context, fragment, args string) ([]s
 }
 
 func explainPrepared(ctx context.Context, conn *pgx.Conn, fragment, args string) (string, error) {
-	var name string
-	err := conn.QueryRow(ctx, `SELECT name FROM pg_prepared_statements WHERE strpos(statement, $1) > 0`,
-		pgx.QueryExecModeSimpleProtocol, fragment).Scan(&name)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
-	if err != nil {
+	rows, _ := conn.Query(ctx, `SELECT name FROM pg_prepared_statements WHERE strpos(statement, $1) > 0`,
+		pgx.QueryExecModeSimpleProtocol, fragment)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	switch {
+	case err != nil:
 		return "", err
+	case len(names) == 0:
+		return "", nil
+	case len(names) > 1:
+		return "", fmt.Errorf("%d prepared statements hold %q", len(names), fragment)
 	}
+	name := names[0]
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return "", err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan", pgx.QueryExecModeSimpleProtocol); err != nil {
+	// As a batch's transaction plans (a plan made here, none being
+	// cached, is made as there).
+	if _, err := tx.Exec(ctx, batchPlans, pgx.QueryExecModeSimpleProtocol); err != nil {
 		return "", err
 	}
 	stmt := "EXPLAIN EXECUTE " + pgx.Identifier{name}.Sanitize()
 	if args != "" {
 		stmt += "(" + args + ")"
 	}
-	rows, err := tx.Query(ctx, stmt, pgx.QueryExecModeSimpleProtocol)
-	if err != nil {
-		return "", err
-	}
+	rows, _ = tx.Query(ctx, stmt, pgx.QueryExecModeSimpleProtocol)
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	return strings.Join(lines, "\n"), err
 }

@@ -48,12 +48,11 @@ const defaultDecideLockWait = "50ms"
 // each event, in order (those of events left out are never used: a
 // sequence has gaps anyway; the identity column's sequence is named by
 // PostgreSQL, and named here rather than looked up in the catalog at each
-// run). Each event is looked up by its key alone (a lateral probe of the
-// key's index, whatever the table's size when the plan was made). It
-// notes the positions
-// of the stored events in storedEventsSetting, where the order lock sent
-// after it in the same round trip finds them (storedEvents): the orders
-// only redeliveries name are not locked.
+// run). Each event is looked up by a lateral probe of its key's index,
+// whatever the statistics the plan was made with (batchPlans). It notes
+// the positions of the stored events in storedEventsSetting, where the
+// order lock sent after it in the same round trip finds them
+// (storedEvents): the orders only redeliveries name are not locked.
 const decidedStartSQL = `
 	SELECT clock_timestamp(), set_config('lock_timeout', $1, true),
 		set_config('` + storedEventsSetting + `', s.n::text, true), s.n, s.id, s.state,

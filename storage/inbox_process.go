@@ -275,13 +275,15 @@ type leasedEvent struct {
 // them in id order. Events whose lease was lost are left out. The deleted
 // rows are the batch's lock: until it commits, no claim or reclaim sees
 // them (SKIP LOCKED), and a concurrent replay waits; the stored events are
-// only written again by the decision, so they are read without a lock.
+// only written again by the decision, so they are read without a lock,
+// each by a probe of the primary key (a lateral subquery: whatever the
+// statistics the generic plan was made with, see batchPlans).
 // It appends them to out as it reads them.
 func queueLeasedEvents(b *pgx.Batch, ids []int64, owner string, out *[]leasedEvent) {
 	b.Queue(`
 		WITH work AS (DELETE FROM inbox_work WHERE `+leaseHeld("$1", "$2")+` RETURNING id, attempts)
 		SELECT `+inboxSelectList+`, received_at, work.attempts, late.detail
-		FROM inbox_events JOIN work USING (id)
+		FROM work JOIN LATERAL (SELECT * FROM inbox_events i WHERE i.id = work.id OFFSET 0) inbox_events USING (id)
 		LEFT JOIN LATERAL (
 			-- Only for an event decided unmatched before (a test on the
 			-- event alone: no index is read for the others).
@@ -582,7 +584,9 @@ func queueOrderLock(b *pgx.Batch, events []leasedEvent, positions []int) *orderL
 	})
 	// The locked orders' payment attempts. Each order's are read by a
 	// probe of their key's index (a lateral subquery that PostgreSQL
-	// cannot turn into a join over the whole table), as are its refunds.
+	// cannot turn into a join over the whole table), as are its refunds;
+	// the lock notes each order once (its ids come from one UNION or IN),
+	// which the probes rely on not to read an order's rows twice.
 	b.Queue(`
 		SELECT l.id, a.provider, a.attempt_ref, a.state
 		FROM unnest(` + lockedOrders + `) AS l (id), LATERAL (

@@ -81,12 +81,16 @@ func (s *Store) withPipelinedTx(ctx context.Context, first func(*pgx.Batch), fn 
 //     push, and planning the look-up of stored events 120 µs of a lone
 //     webhook's batch. A generic plan is made once per connection, and
 //     again after an ANALYZE of its tables.
-//   - no sequential scans while an index serves (enable_seqscan). Every
-//     statement here reads and writes rows by their keys. A plan made
-//     while a table is nearly empty (a new database, its first webhooks)
-//     scans it whole, cheapest then, and a generic plan is kept: with a
-//     few thousand events stored, the look-up of one webhook's event read
-//     600 buffers instead of 3 until the next ANALYZE.
+//   - no sequential scans while an index serves (enable_seqscan). A
+//     generic plan made on the statistics of a nearly empty table (a new
+//     database, its first webhooks) scans it whole, cheapest then, and is
+//     kept as the table grows, until the next ANALYZE: with a few thousand
+//     events stored, the look-up of one webhook's event read 600 buffers
+//     instead of 3. The look-ups of stored and leased events, attempts
+//     and refunds probe their key's index by a lateral subquery, which no
+//     statistics turn into a scan; the other statements' plans still
+//     follow the statistics (without sequential scans, a stale plan scans
+//     a whole index instead) until autovacuum's ANALYZE.
 //
 // Under transaction pooling statements are described rather than
 // prepared and planned at each run; both settings end with the
