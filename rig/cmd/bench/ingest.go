@@ -158,6 +158,14 @@ func (b *bench) closedIngest(ctx context.Context, p *provider, c int, orders []l
 		b.profiled = true
 		prof = b.profile(ctx, "ingest32", b.o.warmup+b.o.phase)
 	}
+	// One client's statements, per webhook: each batch holds one.
+	countStatements := c == 1 && b.o.statements
+	if countStatements {
+		if err := loadgen.ResetStatements(ctx, b.t.db); err != nil {
+			b.warn("resetting pg_stat_statements: %v", err)
+			countStatements = false
+		}
+	}
 	cpu0 := b.cpu.sample()
 	waits := b.sampleWaits(ctx)
 	res := loadgen.RunClosed(ctx, loadgen.ClosedConfig{Workers: c, Warmup: b.o.warmup, Duration: b.o.phase},
@@ -175,6 +183,14 @@ func (b *bench) closedIngest(ctx context.Context, p *provider, c int, orders []l
 		New: mix.Acked(loadgen.KindNew), Redeliveries: mix.Acked(loadgen.KindRedelivery), OutOfOrder: mix.Acked(loadgen.KindOutOfOrder)}
 	if allAcked > 0 {
 		lvl.NewPerSecond = round1(res.Throughput() * float64(newAcked) / float64(allAcked))
+	}
+	if countStatements && allAcked > 0 {
+		top, total, err := loadgen.StatementCosts(ctx, b.t.db, allAcked, 8)
+		if err != nil {
+			b.warn("reading pg_stat_statements after %s ingest at 1 client: %v", p.name, err)
+		} else {
+			lvl.Statements, lvl.StatementsTotal = top, &total
+		}
 	}
 	if mix.Exhausted() > 0 {
 		b.warn("%s ingest at %d clients: the %d pre-created orders ran out after %.1fs of the %.1fs window: measured over the shorter window",

@@ -121,6 +121,10 @@ type IngestLevel struct {
 	Ratio          float64 `json:"ratio_ingest_over_baseline"`
 	RatioYolfi     float64 `json:"ratio_over_yolfi,omitempty"` // T-Bank's, over Yolfi's at the same concurrency
 	DrainSeconds   float64 `json:"drain_seconds_after"`
+	// With one client, PostgreSQL's statements per webhook acknowledged
+	// (pg_stat_statements reset before the level), the costliest and all.
+	Statements      []loadgen.StatementCost `json:"pg_statements_per_webhook,omitempty"`
+	StatementsTotal *loadgen.StatementCost  `json:"pg_statements_total_per_webhook,omitempty"`
 }
 
 // OpenIngest is an open-loop webhook run at a fixed rate.
@@ -607,14 +611,21 @@ func (r *Report) Markdown() string {
 	}
 	if s := r.Sustained; s != nil && s.StatementsTotal != nil {
 		b.WriteString("\n## PostgreSQL per event\n\nThe saturating push and its drain, from pg_stat_statements (reset before the push): per event acknowledged and processed, each statement's executions, execution time (lock waits and time off the CPU included, the commit's WAL flush not), planning time (a statement on a custom plan is planned at each run), shared buffers touched (planning's included) — hit + read + dirtied + written, each shown — and WAL written; the costliest statements by execution and planning time, then all of them.\n\n")
-		b.WriteString("| calls | exec µs | plan µs | buffers | hit | read | dirtied | written | WAL bytes | statement |\n|---|---|---|---|---|---|---|---|---|---|\n")
-		for _, c := range append(s.Statements, *s.StatementsTotal) {
-			q := c.Query
-			if len(q) > 110 {
-				q = q[:110] + "…"
+		statementTable(&b, s.Statements, *s.StatementsTotal)
+	}
+	var one []IngestLevel
+	for _, levels := range [][]IngestLevel{r.IngestPaused, r.Ingest, r.IngestTBank} {
+		for _, l := range levels {
+			if l.Concurrency == 1 && l.StatementsTotal != nil {
+				one = append(one, l)
 			}
-			fmt.Fprintf(&b, "| %.2f | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | `%s` |\n", c.Calls, c.ExecUs, c.PlanUs, c.Buffers,
-				c.Hit, c.Read, c.Dirtied, c.Written, c.WALBytes, strings.ReplaceAll(q, "|", "\\|"))
+		}
+	}
+	if len(one) > 0 {
+		b.WriteString("\n## PostgreSQL per webhook, one client\n\nThe one-client ingest levels, from pg_stat_statements (reset before each level): per webhook acknowledged (redeliveries and out-of-order ones included), the same columns as above; the costliest statements, then all of them. A lone webhook's batch pays each statement's fixed cost alone, and these levels run on a new database, whose tables were analyzed nearly empty.\n")
+		for _, l := range one {
+			fmt.Fprintf(&b, "\n**%s**\n\n", l.Provider)
+			statementTable(&b, l.Statements, *l.StatementsTotal)
 		}
 	}
 	b.WriteString("\n## Phase durations\n\n| phase | seconds |\n|---|---|\n")
@@ -630,6 +641,20 @@ func (r *Report) Markdown() string {
 	}
 	b.WriteString("\nChart: `bench.png` (throughput and p99 against concurrency).\n")
 	return b.String()
+}
+
+// statementTable writes the rows of a per-event (or per-webhook) table of
+// statements, then their total.
+func statementTable(b *strings.Builder, rows []loadgen.StatementCost, total loadgen.StatementCost) {
+	b.WriteString("| calls | exec µs | plan µs | buffers | hit | read | dirtied | written | WAL bytes | statement |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, c := range append(rows, total) {
+		q := c.Query
+		if len(q) > 110 {
+			q = q[:110] + "…"
+		}
+		fmt.Fprintf(b, "| %.2f | %.0f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | `%s` |\n", c.Calls, c.ExecUs, c.PlanUs, c.Buffers,
+			c.Hit, c.Read, c.Dirtied, c.Written, c.WALBytes, strings.ReplaceAll(q, "|", "\\|"))
+	}
 }
 
 // write stores the report as results/bench-<timestamp>.{json,md} and
