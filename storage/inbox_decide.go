@@ -62,8 +62,15 @@ const decidedStartSQL = `
 		SELECT coalesce(array_agg(u.n::int), '{}') AS n, coalesce(array_agg(i.id), '{}') AS id,
 			coalesce(array_agg(i.state), '{}') AS state
 		FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS u(p, o, e, id, n)
-		JOIN LATERAL (SELECT i.id, i.state FROM inbox_events i
-			WHERE i.provider = u.p AND i.org_id = u.o AND i.environment = u.e AND i.event_id = u.id LIMIT 1) i ON true) s`
+		JOIN ` + storedEventProbe + ` ON true) s`
+
+// storedEventProbe is the id and state (i) of the stored event of the key
+// (u.p, u.o, u.e, u.id) — provider, org, environment, event id — if any:
+// one probe of the key's index per key, as a lateral subquery, which no
+// statistics the plan is made with turn into a scan of the table or of
+// the whole index.
+const storedEventProbe = `LATERAL (SELECT i.id, i.state FROM inbox_events i
+	WHERE i.provider = u.p AND i.org_id = u.o AND i.environment = u.e AND i.event_id = u.id LIMIT 1) i`
 
 // DecidedObserver observes an event decided on receipt, after its commit:
 // ctx is the call that stored it, start is when its batch began.

@@ -331,10 +331,9 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) (_
 		// nearly empty would scan it whole as it grows (see batchPlans).
 		result, _ := s.pool.Query(ctx, `
 			SELECT i.id, i.state, u.p, u.o, u.e, u.id
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u (p, o, e, id),
-				LATERAL (SELECT i.id, i.state FROM inbox_events i
-					WHERE i.provider = u.p AND i.org_id = u.o AND i.environment = u.e AND i.event_id = u.id LIMIT 1) i`,
-			provider, org, env, eventID)
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u (p, o, e, id)
+			JOIN `+storedEventProbe+` ON true`,
+			pgx.QueryExecModeExec, provider, org, env, eventID)
 		if err := collectReceipts(result, found, true); err != nil {
 			return nil, after, fmt.Errorf("reading redelivered inbox events: %w", interpret(err))
 		}

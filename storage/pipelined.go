@@ -42,8 +42,8 @@ type pipelinedTx struct {
 // withPipelinedTx runs fn in a pipelinedTx whose first round trip sends
 // BEGIN, how its statements are planned (batchPlans) and the statements
 // first queues, and commits it unless fn did (commitWith); any error rolls
-// it back. first's statements report their
-// errors through their callbacks, as in any batch.
+// it back. first's statements report their errors through their
+// callbacks, as in any batch.
 func (s *Store) withPipelinedTx(ctx context.Context, first func(*pgx.Batch), fn func(*pipelinedTx) error) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -72,7 +72,8 @@ func (s *Store) withPipelinedTx(ctx context.Context, first func(*pgx.Batch), fn 
 // batchPlans, sent right after a pipelinedTx's BEGIN, sets how PostgreSQL
 // plans the transaction's statements — those that decide a batch and
 // write its effects, and the first ones too (the look-up of stored
-// events, the claim), whose plans it chooses before any of them runs:
+// events, the read of the leased ones), whose plans it chooses before any
+// of them runs:
 //   - generic plans (plan_cache_mode). The statements take arrays, one
 //     element per event, and PostgreSQL plans a prepared statement anew at
 //     each run while it expects a custom plan, made for the arrays' actual
