@@ -91,7 +91,9 @@ func (s *Store) withPipelinedTx(ctx context.Context, first func(*pgx.Batch), fn 
 //     and refunds probe their key's index by a lateral subquery, which no
 //     statistics turn into a scan; the other statements' plans still
 //     follow the statistics (without sequential scans, a stale plan scans
-//     a whole index instead) until autovacuum's ANALYZE.
+//     a whole index instead) until the next ANALYZE, which the queue
+//     vacuum's pass runs on a young table about every doubling
+//     (VacuumQueues).
 //
 // Under transaction pooling statements are described rather than
 // prepared and planned at each run; both settings end with the

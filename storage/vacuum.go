@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,6 +36,19 @@ import (
 // the point; TRUNCATE false never takes the table's exclusive lock to give
 // its empty tail back, which a hot queue would wait on.
 
+// Why it analyzes young tables too.
+//
+// A batch's statements run on generic plans (batchPlans), which
+// PostgreSQL makes once per connection and keeps until an ANALYZE of
+// their tables. Made on the statistics of a nearly empty table — a new
+// database, its first webhooks — a plan scans the table or a whole index,
+// cheapest then, and goes on doing so as the table grows: autovacuum
+// analyzes a table at the earliest a minute later. So the same pass
+// analyzes each table a batch reads by key once it has changed by more
+// rows than it held at its last ANALYZE (and by StaleRows at least): a
+// young table about every doubling, an old one never (autovacuum's tenth
+// comes first). The ANALYZE makes every connection plan again.
+
 // QueueVacuum tunes the vacuuming of the leased tables. Zero values take
 // the defaults.
 type QueueVacuum struct {
@@ -42,8 +57,11 @@ type QueueVacuum struct {
 	// DeadRows is the count of dead rows past which a table is vacuumed
 	// (default 2,000: about 14 index pages left for each claim to walk).
 	DeadRows int64
-	// Timeout bounds one VACUUM (default 30s).
+	// Timeout bounds one VACUUM or ANALYZE (default 30s).
 	Timeout time.Duration
+	// StaleRows is the fewest changed rows since a table's last ANALYZE
+	// for which the pass analyzes it (default 1,000).
+	StaleRows int64
 }
 
 // Defaults of QueueVacuum.
@@ -51,6 +69,7 @@ const (
 	DefaultQueueVacuumInterval = time.Second
 	DefaultQueueVacuumDeadRows = 2000
 	defaultQueueVacuumTimeout  = 30 * time.Second
+	defaultStaleRows           = 1000
 )
 
 // WithDefaults is v with its zero values filled in.
@@ -64,13 +83,30 @@ func (v QueueVacuum) WithDefaults() QueueVacuum {
 	if v.Timeout <= 0 {
 		v.Timeout = defaultQueueVacuumTimeout
 	}
+	if v.StaleRows <= 0 {
+		v.StaleRows = defaultStaleRows
+	}
 	return v
 }
 
 // queueTables are the leased tables, vacuumed by VacuumQueues.
 var queueTables = []*leasedTable{inboxTable, outboxTable, pollTable, sweepTable, housekeepingTable}
 
-// vacuumableSQL names the queue tables this session's role may vacuum:
+// keyedTables are the tables a batch's statements read by key, analyzed
+// when their statistics are stale.
+var keyedTables = []string{"inbox_events", "inbox_unresolved", "orders", "order_lines", "payment_attempts",
+	"payment_refunds", "payment_starts", "subscriptions", "entitlements", "ledger_entries"}
+
+// staleSQL names the tables among $1 that changed by more rows since their
+// last ANALYZE than they held then, and by $2 at least.
+const staleSQL = `
+	SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+	WHERE s.relid = ANY (SELECT to_regclass(t)::oid FROM unnest($1::text[]) t)
+		AND s.n_mod_since_analyze >= greatest($2::bigint, c.reltuples::bigint)
+	ORDER BY 1`
+
+// vacuumableSQL names the tables among $1 this session's role may vacuum
+// (or analyze):
 // their owner (or a member of it), the database's owner, or a superuser.
 const vacuumableSQL = `
 	SELECT c.relname FROM pg_class c
@@ -95,11 +131,18 @@ func (s *Store) VacuumQueues(ctx context.Context, v QueueVacuum) error {
 	for i, t := range queueTables {
 		names[i] = t.table
 	}
-	var tables []string
+	var tables, keyed []string
 	for {
-		rows, _ := s.pool.Query(ctx, vacuumableSQL, names)
-		var err error
-		if tables, err = pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {
+		rows, _ := s.pool.Query(ctx, vacuumableSQL, append(slices.Clone(names), keyedTables...))
+		allowed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err == nil {
+			for _, t := range allowed {
+				if slices.Contains(names, t) {
+					tables = append(tables, t)
+				} else {
+					keyed = append(keyed, t)
+				}
+			}
 			break
 		}
 		if ctx.Err() != nil {
@@ -116,11 +159,11 @@ func (s *Store) VacuumQueues(ctx context.Context, v QueueVacuum) error {
 		s.log.Info("queue vacuum: this role may not vacuum some queue tables (it does not own them); autovacuum alone keeps their claim scans short",
 			"vacuumed", tables, "all", names)
 	}
-	if len(tables) == 0 {
+	if len(tables) == 0 && len(keyed) == 0 {
 		<-ctx.Done()
 		return nil
 	}
-	vac := queueVacuumer{s: s, v: v, tables: tables, floor: make(map[string]int64)}
+	vac := queueVacuumer{s: s, v: v, tables: tables, keyed: keyed, floor: make(map[string]int64)}
 	warned := false
 	for sleepCtx(ctx, v.Interval) {
 		n, err := vac.pass(ctx)
@@ -136,7 +179,7 @@ func (s *Store) VacuumQueues(ctx context.Context, v QueueVacuum) error {
 		case err == nil:
 			warned = false
 			if n > 0 {
-				s.log.Debug("queue vacuum", "tables", n)
+				s.log.Debug("queue vacuum and analyze", "tables", n)
 			}
 		}
 	}
@@ -148,6 +191,7 @@ type queueVacuumer struct {
 	s      *Store
 	v      QueueVacuum
 	tables []string
+	keyed  []string // the tables analyzed when stale
 	// floor is, for each table vacuumed, the dead rows its last VACUUM
 	// could not remove: rows a transaction older than their deletion may
 	// still see. A table is vacuumed again once it has DeadRows more than
@@ -157,8 +201,52 @@ type queueVacuumer struct {
 }
 
 // pass vacuums each table that has at least DeadRows dead rows over its
-// floor, and returns how many it vacuumed.
+// floor, analyzes the keyed tables whose statistics are stale, and returns
+// how many tables it vacuumed or analyzed.
 func (q *queueVacuumer) pass(ctx context.Context) (int, error) {
+	vacuumed, err := q.vacuumQueues(ctx)
+	if err != nil {
+		return vacuumed, err
+	}
+	analyzed, err := q.analyzeStale(ctx)
+	return vacuumed + analyzed, err
+}
+
+// analyzeStale analyzes the keyed tables whose statistics are stale
+// (staleSQL), in one ANALYZE, and returns how many.
+func (q *queueVacuumer) analyzeStale(ctx context.Context) (int, error) {
+	if len(q.keyed) == 0 {
+		return 0, nil
+	}
+	rows, _ := q.s.pool.Query(ctx, staleSQL, q.keyed, q.v.StaleRows)
+	stale, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, fmt.Errorf("reading the tables' changes since their statistics: %w", interpret(err))
+	}
+	if len(stale) == 0 {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, q.v.Timeout)
+	defer cancel()
+	names := make([]string, len(stale))
+	for i, t := range stale {
+		names[i] = pgx.Identifier{t}.Sanitize()
+	}
+	// SKIP_LOCKED leaves a table another replica or autovacuum analyzes.
+	if _, err := q.s.pool.Exec(ctx, "ANALYZE (SKIP_LOCKED) "+strings.Join(names, ", ")); err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return 0, fmt.Errorf("analyzing %s: took longer than %s", strings.Join(stale, ", "), q.v.Timeout)
+		}
+		return 0, fmt.Errorf("analyzing %s: %w", strings.Join(stale, ", "), interpret(err))
+	}
+	return len(stale), nil
+}
+
+// vacuumQueues is pass's VACUUM of the queue tables.
+func (q *queueVacuumer) vacuumQueues(ctx context.Context) (int, error) {
+	if len(q.tables) == 0 {
+		return 0, nil
+	}
 	counts, err := q.deadRows(ctx, q.tables)
 	if err != nil {
 		return 0, err

@@ -3,6 +3,7 @@ package storage_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -179,5 +180,55 @@ func TestVacuumQueuesWaitsOutAnOldSnapshot(t *testing.T) {
 	}
 	if n := count(t, conn, "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'outbox_work'"); n < 2*messages {
 		t.Errorf("outbox_work has %d dead rows after the vacuum; the held snapshot should have kept %d: the test no longer sets up what it means to", n, 2*messages)
+	}
+}
+
+// The pass analyzes a table a batch reads by key once it has changed by
+// more rows than its statistics counted (a young table), so that the
+// generic plans made on them are made again; an old table, changed by
+// less than it holds, is left to autovacuum.
+func TestVacuumQueuesAnalyzesYoungTables(t *testing.T) {
+	t.Parallel()
+	s, conn := newStore(t)
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, "ANALYZE inbox_events, orders"); err != nil { // both empty: 0 rows counted
+		t.Fatal(err)
+	}
+	analyzed := func(table string) int {
+		return count(t, conn, "SELECT analyze_count::int FROM pg_stat_user_tables WHERE relname = $1", table)
+	}
+	before := analyzed("orders")
+	evs := make([]fulfillment.ProviderEvent, 300)
+	for i := range evs {
+		evs[i] = confirmedEvent(fmt.Sprintf("evt_%d", i), "m-none")
+	}
+	if err := s.InboxInsertBatch(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.VacuumQueues(runCtx, storage.QueueVacuum{Interval: 20 * time.Millisecond, StaleRows: 100})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	// The inserts' counts reach pg_stat_user_tables within 10 s of their
+	// backend going idle.
+	deadline := time.Now().Add(20 * time.Second)
+	for analyzed("inbox_events") == 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("inbox_events, 300 rows inserted since it was analyzed empty, was not analyzed within 20s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := count(t, conn, "SELECT reltuples::int FROM pg_class WHERE relname = 'inbox_events'"); n != 300 {
+		t.Errorf("inbox_events' statistics count %d rows, want 300", n)
+	}
+	if after := analyzed("orders"); after != before {
+		t.Errorf("orders, unchanged, analyzed %d times more", after-before)
 	}
 }
