@@ -118,6 +118,11 @@ func queueLineRequests(b *pgx.Batch, rows []lineRequest) {
 // (publishRow.derived) is stored without it. An order publishes each topic
 // once, a subscription each topic once per period (a repeat of which
 // inserts nothing: its first row of the batch is the one kept).
+//
+// The conflict clause is sent only with a subscription's event: with it,
+// PostgreSQL inserts every row of the statement speculatively, which costs
+// each a second WAL record (its confirmation), and an order's event needs
+// no clause (below).
 func (s *Store) queuePublishes(b *pgx.Batch, rows []publishRow, at time.Time) queued {
 	var (
 		orders, subs       nulls[string]
@@ -125,11 +130,15 @@ func (s *Store) queuePublishes(b *pgx.Batch, rows []publishRow, at time.Time) qu
 		topics, orgs, envs []string
 		bodies             []string
 		kept               []bool
+		onConflict         string
 	)
 	for _, r := range rows {
 		orders, subs, periods = append(orders, opt(r.order)), append(subs, opt(r.subscription)), append(periods, r.period)
 		topics, orgs, envs, bodies = append(topics, string(r.topic)), append(orgs, r.org), append(envs, string(r.env)), append(bodies, r.body)
 		kept = append(kept, !r.derived)
+		if r.subscription != "" {
+			onConflict = periodOnce
+		}
 	}
 	dTopics, dIDs := s.subscribers(topics)
 	b.Queue(`
@@ -147,7 +156,7 @@ func (s *Store) queuePublishes(b *pgx.Batch, rows []publishRow, at time.Time) qu
 			-- (the rules never enter fulfilled, refunded or on_hold twice),
 			-- so its events take no conflict check: order_events_order_once
 			-- makes a repeat an error, never a second event.
-			ON CONFLICT (subscription_id, topic, period) WHERE subscription_id IS NOT NULL DO NOTHING
+			`+onConflict+`
 			RETURNING id, org_id, environment, order_id, subscription_id, period, topic
 		)
 		INSERT INTO outbox_messages (destination_id, topic, idempotency_key, org_id, environment, order_id,
@@ -166,6 +175,10 @@ func (s *Store) queuePublishes(b *pgx.Batch, rows []publishRow, at time.Time) qu
 		fulfillment.EventKeyFormat, fulfillment.SubscriptionEventKeyFormat, dTopics, dIDs)
 	return queued{messages: len(dIDs) > 0, events: true}
 }
+
+// periodOnce makes a subscription's repeated event of a period insert
+// nothing (queuePublishes).
+const periodOnce = "ON CONFLICT (subscription_id, topic, period) WHERE subscription_id IS NOT NULL DO NOTHING"
 
 // subscribers are the destinations subscribed to each of topics, as
 // pairs: (topic, destination id).
