@@ -86,7 +86,11 @@ func (b *bench) machine(m Machine) Machine {
 	if b.o.quick {
 		mode = "QUICK smoke run (short phases, small history): not for comparison"
 	}
-	m.Description = fmt.Sprintf("%s — %s; nproc %d (%s); %s durable (fsync on, synchronous_commit on); %s; commit %s; fulfillmentd max_conns %d, default workers; generator on the same machine",
-		m.Date, mode, m.NProc, m.CPUModel, pg, m.GoVersion, m.Commit, b.o.maxConns)
+	speed := ""
+	if m.SpeedStart != nil {
+		speed = fmt.Sprintf("; speed at the start: HMAC %.0f ns, PostgreSQL sum %.1f ms", m.SpeedStart.GoNs, m.SpeedStart.PGMs)
+	}
+	m.Description = fmt.Sprintf("%s — %s; nproc %d (%s); %s durable (fsync on, synchronous_commit on); %s; commit %s; fulfillmentd max_conns %d, default workers; generator on the same machine%s",
+		m.Date, mode, m.NProc, m.CPUModel, pg, m.GoVersion, m.Commit, b.o.maxConns, speed)
 	return m
 }

@@ -283,6 +283,12 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	b.bin = binPath
+	if sp, err := b.measureSpeed(ctx); err != nil {
+		b.warn("measuring the machine's speed: %v", err)
+	} else {
+		b.rep.Machine.SpeedStart = &sp
+		b.logf("speed: %s", speedLine(&sp, nil))
+	}
 	b.src = loadgen.YolfiSource{Org: benchOrg, Live: true, Secret: []byte(benchSecret), BodySize: loadgen.DefaultBodySize}
 	b.key = loadgen.EventKey{Provider: "yolfi", Org: benchOrg, Environment: benchEnv}
 	b.yolfi = &provider{name: "Yolfi", key: "yolfi", src: b.src, order: loadgen.OrderRequest,
@@ -377,6 +383,14 @@ func (b *bench) run(ctx context.Context) error {
 	if o.historyRows > 0 {
 		if err := b.historyPhase(ctx); err != nil {
 			return err
+		}
+	}
+	if b.rep.Machine.SpeedStart != nil {
+		if sp, err := b.measureSpeed(ctx); err != nil {
+			b.warn("measuring the machine's speed: %v", err)
+		} else {
+			b.rep.Machine.SpeedEnd = &sp
+			b.checkSpeed(*b.rep.Machine.SpeedStart, sp)
 		}
 	}
 	b.finish()

@@ -61,6 +61,10 @@ type Machine struct {
 	Commit      string `json:"commit"`
 	ServiceLog  string `json:"service_log_bytes"`
 	Description string `json:"description"`
+	// SpeedStart and SpeedEnd are the machine's speed before anything was
+	// measured and after everything was (nil: not taken).
+	SpeedStart *Speed `json:"speed_start,omitempty"`
+	SpeedEnd   *Speed `json:"speed_end,omitempty"`
 }
 
 // Settings are the knobs of the run.
@@ -596,8 +600,8 @@ func (r *Report) Markdown() string {
 	}
 	b.WriteString("\n## Machine\n\n")
 	m := r.Machine
-	fmt.Fprintf(&b, "- date: %s\n- nproc: %d (%s)\n- kernel: %s\n- Go: %s\n- PostgreSQL: %s\n- PostgreSQL settings: %s\n- commit: %s\n",
-		m.Date, m.NProc, m.CPUModel, m.Kernel, m.GoVersion, m.PostgreSQL, m.PGSettings, m.Commit)
+	fmt.Fprintf(&b, "- date: %s\n- nproc: %d (%s)\n- kernel: %s\n- Go: %s\n- PostgreSQL: %s\n- PostgreSQL settings: %s\n- commit: %s\n- speed: %s\n",
+		m.Date, m.NProc, m.CPUModel, m.Kernel, m.GoVersion, m.PostgreSQL, m.PGSettings, m.Commit, speedLine(m.SpeedStart, m.SpeedEnd))
 	b.WriteString("\n## How each figure is measured\n\n")
 	for _, s := range r.Methods {
 		fmt.Fprintf(&b, "- %s\n", s)

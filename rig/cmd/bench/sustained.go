@@ -5,8 +5,10 @@ package main
 // event costs (CPU, statements).
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -184,15 +186,12 @@ func settledTableUpdates(ctx context.Context, db *pgxpool.Pool, idle time.Time) 
 	return loadgen.ReadTableUpdates(ctx, db)
 }
 
-func median(xs []int) int {
+// median is the middle of xs (the upper one of an even count; zero for
+// none); xs is left as it was.
+func median[T cmp.Ordered](xs []T) T {
 	if len(xs) == 0 {
-		return 0
+		var zero T
+		return zero
 	}
-	s := append([]int(nil), xs...)
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
-	return s[len(s)/2]
+	return slices.Sorted(slices.Values(xs))[len(xs)/2]
 }
