@@ -283,11 +283,8 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	b.bin = binPath
-	if sp, err := b.measureSpeed(ctx); err != nil {
-		b.warn("measuring the machine's speed: %v", err)
-	} else {
-		b.rep.Machine.SpeedStart = &sp
-		b.logf("speed: %s", speedLine(&sp, nil))
+	if b.rep.Machine.SpeedStart = b.speedNow(ctx); b.rep.Machine.SpeedStart != nil {
+		b.logf("speed: %s", speedLine(b.rep.Machine.SpeedStart, nil))
 	}
 	b.src = loadgen.YolfiSource{Org: benchOrg, Live: true, Secret: []byte(benchSecret), BodySize: loadgen.DefaultBodySize}
 	b.key = loadgen.EventKey{Provider: "yolfi", Org: benchOrg, Environment: benchEnv}
@@ -385,12 +382,9 @@ func (b *bench) run(ctx context.Context) error {
 			return err
 		}
 	}
-	if b.rep.Machine.SpeedStart != nil {
-		if sp, err := b.measureSpeed(ctx); err != nil {
-			b.warn("measuring the machine's speed: %v", err)
-		} else {
-			b.rep.Machine.SpeedEnd = &sp
-			b.checkSpeed(*b.rep.Machine.SpeedStart, sp)
+	if start := b.rep.Machine.SpeedStart; start != nil {
+		if b.rep.Machine.SpeedEnd = b.speedNow(ctx); b.rep.Machine.SpeedEnd != nil {
+			b.checkSpeed(*start, *b.rep.Machine.SpeedEnd)
 		}
 	}
 	b.finish()

@@ -65,6 +65,17 @@ func (b *bench) measureSpeed(ctx context.Context) (Speed, error) {
 	return s, nil
 }
 
+// speedNow is the machine's speed now (measureSpeed); nil, with a
+// warning, when it could not be measured.
+func (b *bench) speedNow(ctx context.Context) *Speed {
+	sp, err := b.measureSpeed(ctx)
+	if err != nil {
+		b.warn("measuring the machine's speed: %v", err)
+		return nil
+	}
+	return &sp
+}
+
 // speedDrift is by how much the machine's speed may move between the
 // start and the end of a run before the bench warns.
 const speedDrift = 0.25
