@@ -154,9 +154,9 @@ func (b *bench) closedIngest(ctx context.Context, p *provider, c int, orders []l
 	sender := p.sender(b.t)
 	mix.StopWhenExhausted = true
 	var prof func()
-	if c == 32 && !b.profiled {
-		b.profiled = true
-		prof = b.profile(ctx, "ingest32", b.o.warmup+b.o.phase)
+	if name := fmt.Sprintf("ingest%d", c); (c == 1 && p == b.yolfi || c == 32) && !b.profiled[name] {
+		b.profiled[name] = true
+		prof = b.profile(ctx, name, b.o.warmup+b.o.phase)
 	}
 	// One client's statements, per webhook: each batch holds one.
 	countStatements := c == 1 && b.o.statements

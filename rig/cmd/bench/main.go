@@ -101,7 +101,7 @@ func main() {
 	flag.Float64Var(&o.outOfOrder, "out-of-order", 0.05, "share of ingest requests that are out-of-order invoice events")
 	flag.BoolVar(&o.noNotify, "baseline-no-notify", true, "also run the baseline with the table's triggers (a per-row NOTIFY) disabled, when it has any (informational)")
 	flag.BoolVar(&o.statements, "statements", true, "load pg_stat_statements and report what each statement costs per event over the saturating push and its drain")
-	flag.BoolVar(&o.pprof, "pprof", false, "serve pprof from fulfillmentd (listen.debug) and save CPU profiles of the 32-client ingest level and the saturating push into --out")
+	flag.BoolVar(&o.pprof, "pprof", false, "serve pprof from fulfillmentd (listen.debug) and save CPU profiles of the first 32-client ingest level (ingest alone: the processor paused), Yolfi's one-client level and the saturating push into --out")
 	flag.IntVar(&o.rounds, "history-rounds", 3, "alternating rounds (without history, with history) of the history comparison")
 	flag.DurationVar(&o.budget, "budget", 9*time.Minute+30*time.Second, "whole-run budget: past it, waits for the inbox backlog are cut short (with a warning)")
 	flag.StringVar(&outboxConc, "outbox-concurrency", "4,16", "destination concurrencies of the outbox drain")
@@ -207,11 +207,11 @@ type bench struct {
 	runID    string          // random run id in merchant order ids
 
 	baseline     map[int]LoadLevel
-	yolfi, tbank *provider // the ingest sweep's, in the order measured
-	paused       *provider // Yolfi's on a service with its inbox processor paused
-	peakIngest   float64   // Yolfi's
-	maxAccepted  float64   // highest 200/s of any open-loop run
-	profiled     bool      // the ingest level has been profiled
+	yolfi, tbank *provider       // the ingest sweep's, in the order measured
+	paused       *provider       // Yolfi's on a service with its inbox processor paused
+	peakIngest   float64         // Yolfi's
+	maxAccepted  float64         // highest 200/s of any open-loop run
+	profiled     map[string]bool // the ingest levels profiled (--pprof), by profile name
 	emptyPipe    map[int]*Pipeline
 }
 
@@ -245,7 +245,7 @@ func round2(x float64) float64 { return float64(int(x*100+0.5)) / 100 }
 func (b *bench) run(ctx context.Context) error {
 	b.start = time.Now()
 	b.rep.Started = b.start
-	b.baseline, b.emptyPipe = map[int]LoadLevel{}, map[int]*Pipeline{}
+	b.baseline, b.emptyPipe, b.profiled = map[int]LoadLevel{}, map[int]*Pipeline{}, map[string]bool{}
 	b.runID = strconv.FormatInt(b.start.Unix()%100000, 36)
 	o := b.o
 	b.rep.Settings = Settings{Quick: o.quick, Concurrencies: o.concurrencies, WarmupSeconds: o.warmup.Seconds(),
