@@ -626,7 +626,7 @@ func (r *Report) Markdown() string {
 		}
 	}
 	if len(one) > 0 {
-		b.WriteString("\n## PostgreSQL per webhook, one client\n\nThe one-client ingest levels, from pg_stat_statements (reset before each level): per webhook acknowledged (redeliveries and out-of-order ones included), the same columns as above; the costliest statements, then all of them. A lone webhook's batch pays each statement's fixed cost alone, and these levels run on a new database, whose tables were analyzed nearly empty.\n")
+		b.WriteString("\n## PostgreSQL per webhook, one client\n\nThe one-client ingest levels, from pg_stat_statements (reset before each level): per webhook acknowledged (redeliveries and out-of-order ones included), the same columns as above; the costliest statements, then all of them. A lone webhook's batch pays each statement's fixed cost alone, and these levels run on a new database, whose tables are young: their statistics follow them as the service's queue vacuum analyzes them, about every doubling.\n")
 		for _, l := range one {
 			fmt.Fprintf(&b, "\n**%s**\n\n", l.Provider)
 			statementTable(&b, l.Statements, *l.StatementsTotal)
