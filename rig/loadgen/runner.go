@@ -68,6 +68,21 @@ func (r Result) Non200() int {
 // Latency summarizes the latencies of the 200 answers.
 func (r Result) Latency() Summary { return Summarize(r.Latencies) }
 
+// Merge takes runs together as one: their counts and latencies pooled,
+// their measured windows added, the offered rate the first's.
+func Merge(runs ...Result) Result {
+	r := Result{Statuses: map[int]int{}}
+	for i := range runs {
+		r.merge(&runs[i])
+		r.Elapsed += runs[i].Elapsed
+		r.Unsent += runs[i].Unsent
+	}
+	if len(runs) > 0 {
+		r.Offered = runs[0].Offered
+	}
+	return r
+}
+
 func (r *Result) merge(o *Result) {
 	r.Requests += o.Requests
 	r.OK += o.OK

@@ -199,22 +199,36 @@ func (b *bench) closedIngest(ctx context.Context, p *provider, c int, orders []l
 	return lvl
 }
 
-// openIngest runs an open-loop webhook stream at rate/s and returns its
-// acknowledgement figures and the ids of the measured new events.
-func (b *bench) openIngest(ctx context.Context, rate float64, d time.Duration, mix *loadgen.Mix) OpenIngest {
+// openIngest runs an open-loop webhook stream at rate/s over windows
+// back-to-back windows of d (each after its own warm-up) and returns their
+// acknowledgement figures pooled, with each window's p99 when there are
+// several.
+func (b *bench) openIngest(ctx context.Context, rate float64, d time.Duration, windows int, mix *loadgen.Mix) OpenIngest {
 	cfg := loadgen.OpenConfig{Rate: rate, Duration: d, Warmup: b.o.warmup, MaxInFlight: 256}
 	first := cfg.FirstMeasured()
 	cpu0 := b.cpu.sample()
 	waits := b.sampleWaits(ctx)
 	gc0, gcErr := b.t.svc.receiptBatches(ctx)
-	res := loadgen.RunOpen(ctx, cfg, func(ctx context.Context, i int) (int, error) {
-		return mix.Send(ctx, b.t.sender, i >= first)
-	})
+	runs := make([]loadgen.Result, 0, windows)
+	var windowP99 []float64
+	for range windows {
+		run := loadgen.RunOpen(ctx, cfg, func(ctx context.Context, i int) (int, error) {
+			return mix.Send(ctx, b.t.sender, i >= first)
+		})
+		runs = append(runs, run)
+		if windows > 1 {
+			windowP99 = append(windowP99, loadgen.Ms(run.Latency().P99))
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	res := loadgen.Merge(runs...)
 	ws := waits()
 	b.logWaits(fmt.Sprintf("open %.0f/s", rate), ws)
 	b.maxAccepted = max(b.maxAccepted, res.Throughput())
 	out := OpenIngest{Offered: rate, Seconds: round2(res.Elapsed.Seconds()), OK: res.OK, PerSecond: round1(res.Throughput()),
-		Latency: res.Latency(), Late: res.Late, Unsent: res.Unsent, Non200: res.StatusCounts(), CPU: b.cpu.since(cpu0), Waits: ws}
+		Latency: res.Latency(), WindowP99: windowP99, Late: res.Late, Unsent: res.Unsent, Non200: res.StatusCounts(), CPU: b.cpu.since(cpu0), Waits: ws}
 	gc1, err := b.t.svc.receiptBatches(ctx)
 	switch {
 	case gcErr != nil || err != nil:
@@ -233,15 +247,17 @@ func (b *bench) halfPeak(ctx context.Context) error {
 	if rate < 1 {
 		return errors.New("no ingest peak measured")
 	}
-	orders, err := b.createOrders(ctx, int(rate*(b.o.warmup+b.o.phase).Seconds()*(1-b.o.redeliver))+200)
+	windows := b.o.halfPeakWindows
+	orders, err := b.createOrders(ctx, int(rate*(b.o.warmup+b.o.phase).Seconds()*float64(windows)*(1-b.o.redeliver))+200)
 	if err != nil {
 		return err
 	}
 	b.ready(ctx)
 	mix := loadgen.NewMix(b.src, orders, b.o.redeliver, b.o.outOfOrder)
-	h := b.openIngest(ctx, rate, b.o.phase, mix)
+	h := b.openIngest(ctx, rate, b.o.phase, windows, mix)
 	b.rep.HalfPeak = &h
-	b.logf("ingest open loop at %.0f/s (½ of peak %.0f): %.0f/s  ack %s  late %d  cpu %s", rate, b.peakIngest, h.PerSecond, h.Latency, h.Late, h.CPU)
+	b.logf("ingest open loop at %.0f/s (½ of peak %.0f): %.0f/s  ack %s  late %d  cpu %s%s",
+		rate, b.peakIngest, h.PerSecond, h.Latency, h.Late, h.CPU, windowsNote(h.WindowP99))
 	b.drain(ctx, "the half-peak run")
 	return ctx.Err()
 }

@@ -7,7 +7,8 @@
 //   - ingest: signed Yolfi webhooks, then signed T-Bank notifications,
 //     through the HTTP gateway at the same concurrencies, with redeliveries
 //     and out-of-order events, and their ratio to the baseline; plus an
-//     open-loop run of Yolfi's at half its peak;
+//     open-loop run of Yolfi's at half its peak (three back-to-back windows,
+//     their answers pooled);
 //   - pipeline: ack and ack→fulfilled latency at fixed offered rates (open
 //     loop), and the maximum sustained fulfilled/s;
 //   - reads: GetOrder over gRPC and REST, and CheckAccess over gRPC for
@@ -52,28 +53,31 @@ type options struct {
 	rates         []int
 	warmup        time.Duration
 	phase         time.Duration
-	pipeline      time.Duration
-	reads         time.Duration
-	push          time.Duration
-	drainTimeout  time.Duration
-	maxConns      int
-	readWorkers   int
-	accessWorkers int
-	subscriptions int
-	pushWorkers   int
-	replicas      []int         // replica counts of the replicas push
-	replicaPush   time.Duration // length of each
-	redeliver     float64
-	outOfOrder    float64
-	keep          bool
-	noNotify      bool
-	pprof         bool
-	statements    bool
-	rounds        int
-	budget        time.Duration
-	outboxConc    []int
-	outboxBacklog int
-	outboxRate    int
+	// halfPeakWindows is how many back-to-back windows of phase the
+	// half-peak run pools.
+	halfPeakWindows int
+	pipeline        time.Duration
+	reads           time.Duration
+	push            time.Duration
+	drainTimeout    time.Duration
+	maxConns        int
+	readWorkers     int
+	accessWorkers   int
+	subscriptions   int
+	pushWorkers     int
+	replicas        []int         // replica counts of the replicas push
+	replicaPush     time.Duration // length of each
+	redeliver       float64
+	outOfOrder      float64
+	keep            bool
+	noNotify        bool
+	pprof           bool
+	statements      bool
+	rounds          int
+	budget          time.Duration
+	outboxConc      []int
+	outboxBacklog   int
+	outboxRate      int
 }
 
 func main() {
@@ -86,6 +90,7 @@ func main() {
 	flag.StringVar(&rates, "rates", "500,1000", "offered events/s of the pipeline phase")
 	flag.DurationVar(&o.phase, "duration", 6*time.Second, "measured length of each baseline/ingest level")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up before each run")
+	flag.IntVar(&o.halfPeakWindows, "half-peak-windows", 3, "back-to-back windows of --duration the open loop at half of peak pools (its p99 rests on every window's answers)")
 	flag.DurationVar(&o.pipeline, "pipeline-duration", 8*time.Second, "measured length of each pipeline rate")
 	flag.DurationVar(&o.reads, "reads-duration", 5*time.Second, "measured length of each read run")
 	flag.DurationVar(&o.push, "push-duration", 8*time.Second, "length of the saturating push (max sustained fulfilled/s)")
@@ -126,6 +131,9 @@ func main() {
 	if o.outboxConc, err = parseInts(outboxConc); err != nil {
 		fatal(fmt.Errorf("--outbox-concurrency: %w", err))
 	}
+	if o.halfPeakWindows < 1 {
+		fatal(fmt.Errorf("--half-peak-windows: %d is not a positive number", o.halfPeakWindows))
+	}
 	if replicas != "" {
 		if o.replicas, err = parseInts(replicas); err != nil {
 			fatal(fmt.Errorf("--replicas: %w", err))
@@ -140,6 +148,9 @@ func main() {
 			}
 		}
 		pick("duration", &o.phase, 2*time.Second)
+		if !set["half-peak-windows"] {
+			o.halfPeakWindows = 1
+		}
 		pick("warmup", &o.warmup, 500*time.Millisecond)
 		pick("pipeline-duration", &o.pipeline, 2*time.Second)
 		pick("reads-duration", &o.reads, 2*time.Second)

@@ -133,11 +133,14 @@ type IngestLevel struct {
 
 // OpenIngest is an open-loop webhook run at a fixed rate.
 type OpenIngest struct {
-	Offered   float64             `json:"offered_per_second"`
-	Seconds   float64             `json:"seconds"`
-	OK        int                 `json:"ok"`
-	PerSecond float64             `json:"per_second"`
-	Latency   loadgen.Summary     `json:"ack_latency"`
+	Offered   float64         `json:"offered_per_second"`
+	Seconds   float64         `json:"seconds"`
+	OK        int             `json:"ok"`
+	PerSecond float64         `json:"per_second"`
+	Latency   loadgen.Summary `json:"ack_latency"`
+	// WindowP99 is each window's p99 (ms) when the run pooled several
+	// back-to-back windows (Latency is over all of them).
+	WindowP99 []float64           `json:"window_p99_ms,omitempty"`
 	Late      int                 `json:"late"`
 	Unsent    int                 `json:"unsent"`
 	Non200    map[int]int         `json:"non_200,omitempty"`
@@ -364,7 +367,8 @@ func (r *Report) buildTable() {
 	if h := r.HalfPeak; h != nil {
 		rows = append(rows, Row{"ingest", "Yolfi webhook mix, open loop at ½ peak", "-", rate(h.Offered), rate(h.PerSecond) + " req",
 			ms(h.Latency.P50), ms(h.Latency.P99), ms(h.Latency.P999), non200(h.Non200), h.CPU.String(),
-			joinNotes(fmt.Sprintf("late %d", h.Late), unsentNote(h.Unsent), groupCommitNote(h.GroupCommits), waitNote(h.Waits))})
+			joinNotes(fmt.Sprintf("late %d", h.Late), strings.TrimPrefix(windowsNote(h.WindowP99), "; "), unsentNote(h.Unsent),
+				groupCommitNote(h.GroupCommits), waitNote(h.Waits))})
 	}
 	for _, p := range r.Pipeline {
 		rows = append(rows, pipelineRows("pipeline", p)...)
