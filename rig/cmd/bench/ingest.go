@@ -5,10 +5,12 @@ package main
 // processor is paused) and open loop at half of Yolfi's peak.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -199,36 +201,28 @@ func (b *bench) closedIngest(ctx context.Context, p *provider, c int, orders []l
 	return lvl
 }
 
-// openIngest runs an open-loop webhook stream at rate/s over windows
-// back-to-back windows of d (each after its own warm-up) and returns their
-// acknowledgement figures pooled, with each window's p99 when there are
-// several.
-func (b *bench) openIngest(ctx context.Context, rate float64, d time.Duration, windows int, mix *loadgen.Mix) OpenIngest {
+// openIngest runs an open-loop webhook stream at rate/s and returns its
+// acknowledgement figures.
+func (b *bench) openIngest(ctx context.Context, rate float64, d time.Duration, mix *loadgen.Mix) OpenIngest {
+	out, _ := b.openRun(ctx, rate, d, mix)
+	return out
+}
+
+// openRun is openIngest, with the run's answers.
+func (b *bench) openRun(ctx context.Context, rate float64, d time.Duration, mix *loadgen.Mix) (OpenIngest, loadgen.Result) {
 	cfg := loadgen.OpenConfig{Rate: rate, Duration: d, Warmup: b.o.warmup, MaxInFlight: 256}
 	first := cfg.FirstMeasured()
 	cpu0 := b.cpu.sample()
 	waits := b.sampleWaits(ctx)
 	gc0, gcErr := b.t.svc.receiptBatches(ctx)
-	runs := make([]loadgen.Result, 0, windows)
-	var windowP99 []float64
-	for range windows {
-		run := loadgen.RunOpen(ctx, cfg, func(ctx context.Context, i int) (int, error) {
-			return mix.Send(ctx, b.t.sender, i >= first)
-		})
-		runs = append(runs, run)
-		if windows > 1 {
-			windowP99 = append(windowP99, loadgen.Ms(run.Latency().P99))
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	res := loadgen.Merge(runs...)
+	res := loadgen.RunOpen(ctx, cfg, func(ctx context.Context, i int) (int, error) {
+		return mix.Send(ctx, b.t.sender, i >= first)
+	})
 	ws := waits()
 	b.logWaits(fmt.Sprintf("open %.0f/s", rate), ws)
 	b.maxAccepted = max(b.maxAccepted, res.Throughput())
 	out := OpenIngest{Offered: rate, Seconds: round2(res.Elapsed.Seconds()), OK: res.OK, PerSecond: round1(res.Throughput()),
-		Latency: res.Latency(), WindowP99: windowP99, Late: res.Late, Unsent: res.Unsent, Non200: res.StatusCounts(), CPU: b.cpu.since(cpu0), Waits: ws}
+		Latency: res.Latency(), Late: res.Late, Unsent: res.Unsent, Non200: res.StatusCounts(), CPU: b.cpu.since(cpu0), Waits: ws}
 	gc1, err := b.t.svc.receiptBatches(ctx)
 	switch {
 	case gcErr != nil || err != nil:
@@ -239,25 +233,82 @@ func (b *bench) openIngest(ctx context.Context, rate float64, d time.Duration, w
 			out.GroupCommits[k] = v - gc0[k]
 		}
 	}
-	return out
+	return out, res
 }
 
+// halfPeak runs Yolfi's webhook mix open loop at half its peak, in
+// --half-peak-windows windows. Each is prepared as one run alone would be
+// (its own orders, the inbox drained, ANALYZE), so that no window starts
+// behind the work its neighbours left; their answers are pooled.
 func (b *bench) halfPeak(ctx context.Context) error {
 	rate := float64(int(b.peakIngest / 2))
 	if rate < 1 {
 		return errors.New("no ingest peak measured")
 	}
-	windows := b.o.halfPeakWindows
-	orders, err := b.createOrders(ctx, int(rate*(b.o.warmup+b.o.phase).Seconds()*float64(windows)*(1-b.o.redeliver))+200)
-	if err != nil {
-		return err
+	var (
+		windows []OpenIngest
+		answers []loadgen.Result
+	)
+	for range b.o.halfPeakWindows {
+		orders, err := b.createOrders(ctx, int(rate*(b.o.warmup+b.o.phase).Seconds()*(1-b.o.redeliver))+200)
+		if err != nil {
+			return err
+		}
+		b.ready(ctx)
+		mix := loadgen.NewMix(b.src, orders, b.o.redeliver, b.o.outOfOrder)
+		w, res := b.openRun(ctx, rate, b.o.phase, mix)
+		windows, answers = append(windows, w), append(answers, res)
+		if len(windows) < b.o.halfPeakWindows {
+			b.logf("ingest open loop at %.0f/s, window %d: ack %s", rate, len(windows), w.Latency)
+		}
+		b.drain(ctx, "the half-peak run")
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 	}
-	b.ready(ctx)
-	mix := loadgen.NewMix(b.src, orders, b.o.redeliver, b.o.outOfOrder)
-	h := b.openIngest(ctx, rate, b.o.phase, windows, mix)
+	h := pooledOpen(windows, loadgen.Merge(answers...))
 	b.rep.HalfPeak = &h
 	b.logf("ingest open loop at %.0f/s (½ of peak %.0f): %.0f/s  ack %s  late %d  cpu %s%s",
 		rate, b.peakIngest, h.PerSecond, h.Latency, h.Late, h.CPU, windowsNote(h.WindowP99))
-	b.drain(ctx, "the half-peak run")
 	return ctx.Err()
+}
+
+// pooledOpen is the figures of open-loop windows of one rate taken
+// together: their answers pooled (all), their CPU shares and PostgreSQL's
+// activity averaged over the windows, their group commits added, and each
+// window's p99 when there are several.
+func pooledOpen(windows []OpenIngest, all loadgen.Result) OpenIngest {
+	if len(windows) == 1 {
+		return windows[0]
+	}
+	out := OpenIngest{Offered: windows[0].Offered, Seconds: round2(all.Elapsed.Seconds()), OK: all.OK,
+		PerSecond: round1(all.Throughput()), Latency: all.Latency(), Late: all.Late, Unsent: all.Unsent, Non200: all.StatusCounts()}
+	n := float64(len(windows))
+	waits := map[[2]string]float64{}
+	for _, w := range windows {
+		out.WindowP99 = append(out.WindowP99, loadgen.Ms(w.Latency.P99))
+		out.CPU.Service += w.CPU.Service / n
+		out.CPU.Postgres += w.CPU.Postgres / n
+		out.CPU.Generator += w.CPU.Generator / n
+		out.CPU.Other += w.CPU.Other / n
+		for _, ws := range w.Waits {
+			waits[[2]string{ws.Wait, ws.Query}] += ws.Avg / n
+		}
+		for k, v := range w.GroupCommits {
+			if out.GroupCommits == nil {
+				out.GroupCommits = map[string]float64{}
+			}
+			out.GroupCommits[k] += v
+		}
+	}
+	for k, avg := range waits {
+		out.Waits = append(out.Waits, loadgen.WaitShare{Wait: k[0], Query: k[1], Avg: avg})
+	}
+	slices.SortFunc(out.Waits, func(a, b loadgen.WaitShare) int {
+		return cmp.Or(cmp.Compare(b.Avg, a.Avg), cmp.Compare(a.Wait, b.Wait), cmp.Compare(a.Query, b.Query))
+	})
+	if len(out.Waits) > 6 {
+		out.Waits = out.Waits[:6]
+	}
+	return out
 }

@@ -7,8 +7,8 @@
 //   - ingest: signed Yolfi webhooks, then signed T-Bank notifications,
 //     through the HTTP gateway at the same concurrencies, with redeliveries
 //     and out-of-order events, and their ratio to the baseline; plus an
-//     open-loop run of Yolfi's at half its peak (three back-to-back windows,
-//     their answers pooled);
+//     open-loop run of Yolfi's at half its peak (three windows, their
+//     answers pooled);
 //   - pipeline: ack and ack→fulfilled latency at fixed offered rates (open
 //     loop), and the maximum sustained fulfilled/s;
 //   - reads: GetOrder over gRPC and REST, and CheckAccess over gRPC for
@@ -53,8 +53,8 @@ type options struct {
 	rates         []int
 	warmup        time.Duration
 	phase         time.Duration
-	// halfPeakWindows is how many back-to-back windows of phase the
-	// half-peak run pools.
+	// halfPeakWindows is how many windows of phase the half-peak run
+	// pools.
 	halfPeakWindows int
 	pipeline        time.Duration
 	reads           time.Duration
@@ -90,7 +90,7 @@ func main() {
 	flag.StringVar(&rates, "rates", "500,1000", "offered events/s of the pipeline phase")
 	flag.DurationVar(&o.phase, "duration", 6*time.Second, "measured length of each baseline/ingest level")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up before each run")
-	flag.IntVar(&o.halfPeakWindows, "half-peak-windows", 3, "back-to-back windows of --duration the open loop at half of peak pools (its p99 rests on every window's answers)")
+	flag.IntVar(&o.halfPeakWindows, "half-peak-windows", 3, "windows of --duration the open loop at half of peak pools, each on its own orders (its p99 rests on every window's answers)")
 	flag.DurationVar(&o.pipeline, "pipeline-duration", 8*time.Second, "measured length of each pipeline rate")
 	flag.DurationVar(&o.reads, "reads-duration", 5*time.Second, "measured length of each read run")
 	flag.DurationVar(&o.push, "push-duration", 8*time.Second, "length of the saturating push (max sustained fulfilled/s)")

@@ -28,7 +28,7 @@ func (b *bench) pipelineOf(ctx context.Context, rate int, label string, create f
 	b.ready(ctx)
 	mix := loadgen.NewMix(b.src, orders, 0, 0)
 	p := &Pipeline{Label: label}
-	p.Ack = b.openIngest(ctx, float64(rate), b.o.pipeline, 1, mix)
+	p.Ack = b.openIngest(ctx, float64(rate), b.o.pipeline, mix)
 	p.DrainSeconds = b.drain(ctx, fmt.Sprintf("the %d/s pipeline run", rate))
 	ts, err := loadgen.Timings(ctx, b.t.db, b.key, mix.NewIDs())
 	if err != nil {
