@@ -286,7 +286,7 @@ func pooledOpen(windows []OpenIngest, all loadgen.Result) OpenIngest {
 	n := float64(len(windows))
 	waits := map[[2]string]float64{}
 	for _, w := range windows {
-		out.WindowP99 = append(out.WindowP99, loadgen.Ms(w.Latency.P99))
+		out.WindowP99 = append(out.WindowP99, round2(loadgen.Ms(w.Latency.P99)))
 		out.CPU.Service += w.CPU.Service / n
 		out.CPU.Postgres += w.CPU.Postgres / n
 		out.CPU.Generator += w.CPU.Generator / n
