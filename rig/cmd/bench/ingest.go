@@ -258,8 +258,8 @@ func (b *bench) halfPeak(ctx context.Context) error {
 		mix := loadgen.NewMix(b.src, orders, b.o.redeliver, b.o.outOfOrder)
 		w, res := b.openRun(ctx, rate, b.o.phase, mix)
 		windows, answers = append(windows, w), append(answers, res)
-		if len(windows) < b.o.halfPeakWindows {
-			b.logf("ingest open loop at %.0f/s, window %d: ack %s", rate, len(windows), w.Latency)
+		if b.o.halfPeakWindows > 1 {
+			b.logf("ingest open loop at %.0f/s, window %d of %d: ack %s  cpu %s", rate, len(windows), b.o.halfPeakWindows, w.Latency, w.CPU)
 		}
 		b.drain(ctx, "the half-peak run")
 		if ctx.Err() != nil {
@@ -275,18 +275,21 @@ func (b *bench) halfPeak(ctx context.Context) error {
 
 // pooledOpen is the figures of open-loop windows of one rate taken
 // together: their answers pooled (all), their CPU shares and PostgreSQL's
-// activity averaged over the windows, their group commits added, and each
-// window's p99 when there are several.
+// activity averaged over the windows (each window's CPU kept too, so that
+// one noisy window shows), their group commits added (none when a window's
+// were not read), and each window's p99 when there are several.
 func pooledOpen(windows []OpenIngest, all loadgen.Result) OpenIngest {
 	if len(windows) == 1 {
 		return windows[0]
 	}
 	out := OpenIngest{Offered: windows[0].Offered, Seconds: round2(all.Elapsed.Seconds()), OK: all.OK,
-		PerSecond: round1(all.Throughput()), Latency: all.Latency(), Late: all.Late, Unsent: all.Unsent, Non200: all.StatusCounts()}
+		PerSecond: round1(all.Throughput()), Latency: all.Latency(), Late: all.Late, Unsent: all.Unsent, Non200: all.StatusCounts(),
+		GroupCommits: map[string]float64{}}
 	n := float64(len(windows))
 	waits := map[[2]string]float64{}
 	for _, w := range windows {
 		out.WindowP99 = append(out.WindowP99, round2(loadgen.Ms(w.Latency.P99)))
+		out.WindowCPU = append(out.WindowCPU, w.CPU)
 		out.CPU.Service += w.CPU.Service / n
 		out.CPU.Postgres += w.CPU.Postgres / n
 		out.CPU.Generator += w.CPU.Generator / n
@@ -294,15 +297,18 @@ func pooledOpen(windows []OpenIngest, all loadgen.Result) OpenIngest {
 		for _, ws := range w.Waits {
 			waits[[2]string{ws.Wait, ws.Query}] += ws.Avg / n
 		}
+		if w.GroupCommits == nil {
+			out.GroupCommits = nil
+		}
 		for k, v := range w.GroupCommits {
-			if out.GroupCommits == nil {
-				out.GroupCommits = map[string]float64{}
+			if out.GroupCommits != nil {
+				out.GroupCommits[k] += v
 			}
-			out.GroupCommits[k] += v
 		}
 	}
+	out.CPU = CPUShare{round2(out.CPU.Service), round2(out.CPU.Postgres), round2(out.CPU.Generator), round2(out.CPU.Other)}
 	for k, avg := range waits {
-		out.Waits = append(out.Waits, loadgen.WaitShare{Wait: k[0], Query: k[1], Avg: avg})
+		out.Waits = append(out.Waits, loadgen.WaitShare{Wait: k[0], Query: k[1], Avg: round2(avg)})
 	}
 	slices.SortFunc(out.Waits, func(a, b loadgen.WaitShare) int {
 		return cmp.Or(cmp.Compare(b.Avg, a.Avg), cmp.Compare(a.Wait, b.Wait), cmp.Compare(a.Query, b.Query))

@@ -260,7 +260,7 @@ func (b *bench) run(ctx context.Context) error {
 	b.runID = strconv.FormatInt(b.start.Unix()%100000, 36)
 	o := b.o
 	b.rep.Settings = Settings{Quick: o.quick, Concurrencies: o.concurrencies, WarmupSeconds: o.warmup.Seconds(),
-		PhaseSeconds: o.phase.Seconds(), PipelineSeconds: o.pipeline.Seconds(), PipelineRates: o.rates,
+		PhaseSeconds: o.phase.Seconds(), HalfPeakWindows: o.halfPeakWindows, PipelineSeconds: o.pipeline.Seconds(), PipelineRates: o.rates,
 		Redeliver: o.redeliver, OutOfOrder: o.outOfOrder, BodyBytes: loadgen.DefaultBodySize,
 		HistoryRows: o.historyRows, ServiceMaxConns: o.maxConns, ReadWorkers: o.readWorkers, PushWorkers: o.pushWorkers,
 		AccessWorkers: o.accessWorkers, Subscriptions: o.subscriptions,

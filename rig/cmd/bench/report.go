@@ -69,10 +69,13 @@ type Machine struct {
 
 // Settings are the knobs of the run.
 type Settings struct {
-	Quick           bool    `json:"quick"`
-	Concurrencies   []int   `json:"concurrencies"`
-	WarmupSeconds   float64 `json:"warmup_seconds"`
-	PhaseSeconds    float64 `json:"phase_seconds"`
+	Quick         bool    `json:"quick"`
+	Concurrencies []int   `json:"concurrencies"`
+	WarmupSeconds float64 `json:"warmup_seconds"`
+	PhaseSeconds  float64 `json:"phase_seconds"`
+	// HalfPeakWindows is how many windows of PhaseSeconds the half-peak
+	// run pooled.
+	HalfPeakWindows int     `json:"half_peak_windows"`
 	PipelineSeconds float64 `json:"pipeline_seconds"`
 	PipelineRates   []int   `json:"pipeline_rates"`
 	Redeliver       float64 `json:"redeliver_share"`
@@ -139,8 +142,10 @@ type OpenIngest struct {
 	PerSecond float64         `json:"per_second"`
 	Latency   loadgen.Summary `json:"ack_latency"`
 	// WindowP99 is each window's p99 (ms) when the run pooled several
-	// back-to-back windows (Latency is over all of them).
-	WindowP99 []float64           `json:"window_p99_ms,omitempty"`
+	// windows (Latency is over all of them).
+	WindowP99 []float64 `json:"window_p99_ms,omitempty"`
+	// WindowCPU is each window's CPU share then.
+	WindowCPU []CPUShare          `json:"window_cpu,omitempty"`
 	Late      int                 `json:"late"`
 	Unsent    int                 `json:"unsent"`
 	Non200    map[int]int         `json:"non_200,omitempty"`
