@@ -292,3 +292,30 @@ func explainPrepared(ctx context.Context, conn *pgx.Conn, fragment, args string)
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	return strings.Join(lines, "\n"), err
 }
+
+// FeedRow is one feed event for PublishForTest: an order's (Order set) or
+// a subscription's period (Subscription and Period set).
+type FeedRow struct {
+	Order, Subscription string
+	Period              int
+	Topic               fulfillment.Topic
+}
+
+// PublishForTest stores rows, live events of org with an empty payload, as
+// one statement of a batch's feed events (queuePublishes), in a
+// transaction of its own.
+func (s *Store) PublishForTest(ctx context.Context, org string, rows []FeedRow) error {
+	prs := make([]publishRow, 0, len(rows))
+	for _, r := range rows {
+		pr := publishRow{order: r.Order, subscription: r.Subscription, topic: r.Topic, org: org, env: fulfillment.EnvLive, body: "{}"}
+		if r.Subscription != "" {
+			pr.period = &r.Period
+		}
+		prs = append(prs, pr)
+	}
+	return s.withTx(ctx, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		s.queuePublishes(b, prs, time.Now())
+		return tx.SendBatch(ctx, b).Close()
+	})
+}
