@@ -157,10 +157,7 @@ func RunClosed(ctx context.Context, cfg ClosedConfig, do Request) Result {
 		})
 	}
 	wg.Wait()
-	total := Result{Statuses: map[int]int{}}
-	for i := range results {
-		total.merge(&results[i])
-	}
+	total := Merge(results...)
 	total.Elapsed = min(time.Since(measureFrom), cfg.Duration)
 	if ctx.Err() != nil {
 		total.Elapsed = max(time.Since(measureFrom), 0)
@@ -272,12 +269,12 @@ dispatch:
 	}
 	close(jobs)
 	wg.Wait()
-	res := Result{Statuses: map[int]int{}, Offered: cfg.Rate, Unsent: unsent}
+	res := Merge(results...)
+	res.Offered, res.Unsent = cfg.Rate, unsent
 	end := measureFrom.Add(cfg.Duration)
-	for i := range results {
-		res.merge(&results[i])
-		if lastDone[i].After(end) {
-			end = lastDone[i]
+	for _, done := range lastDone {
+		if done.After(end) {
+			end = done
 		}
 	}
 	res.Elapsed = end.Sub(measureFrom)

@@ -286,29 +286,25 @@ func pooledOpen(windows []OpenIngest, all loadgen.Result) OpenIngest {
 		PerSecond: round1(all.Throughput()), Latency: all.Latency(), Late: all.Late, Unsent: all.Unsent, Non200: all.StatusCounts(),
 		GroupCommits: map[string]float64{}}
 	n := float64(len(windows))
+	var cpu CPUShare
 	waits := map[[2]string]float64{}
 	for _, w := range windows {
 		out.WindowP99 = append(out.WindowP99, round2(loadgen.Ms(w.Latency.P99)))
 		out.WindowCPU = append(out.WindowCPU, w.CPU)
-		out.CPU.Service += w.CPU.Service / n
-		out.CPU.Postgres += w.CPU.Postgres / n
-		out.CPU.Generator += w.CPU.Generator / n
-		out.CPU.Other += w.CPU.Other / n
+		cpu = CPUShare{cpu.Service + w.CPU.Service, cpu.Postgres + w.CPU.Postgres, cpu.Generator + w.CPU.Generator, cpu.Other + w.CPU.Other}
 		for _, ws := range w.Waits {
-			waits[[2]string{ws.Wait, ws.Query}] += ws.Avg / n
-		}
-		if w.GroupCommits == nil {
-			out.GroupCommits = nil
+			waits[[2]string{ws.Wait, ws.Query}] += ws.Avg
 		}
 		for k, v := range w.GroupCommits {
-			if out.GroupCommits != nil {
-				out.GroupCommits[k] += v
-			}
+			out.GroupCommits[k] += v
 		}
 	}
-	out.CPU = CPUShare{round2(out.CPU.Service), round2(out.CPU.Postgres), round2(out.CPU.Generator), round2(out.CPU.Other)}
+	out.CPU = CPUShare{round2(cpu.Service / n), round2(cpu.Postgres / n), round2(cpu.Generator / n), round2(cpu.Other / n)}
+	if slices.ContainsFunc(windows, func(w OpenIngest) bool { return w.GroupCommits == nil }) {
+		out.GroupCommits = nil // a window's were not read: a sum would say less than happened
+	}
 	for k, avg := range waits {
-		out.Waits = append(out.Waits, loadgen.WaitShare{Wait: k[0], Query: k[1], Avg: round2(avg)})
+		out.Waits = append(out.Waits, loadgen.WaitShare{Wait: k[0], Query: k[1], Avg: round2(avg / n)})
 	}
 	slices.SortFunc(out.Waits, func(a, b loadgen.WaitShare) int {
 		return cmp.Or(cmp.Compare(b.Avg, a.Avg), cmp.Compare(a.Wait, b.Wait), cmp.Compare(a.Query, b.Query))

@@ -80,6 +80,10 @@ type options struct {
 	outboxRate      int
 }
 
+// maxHalfPeakWindows bounds --half-peak-windows: each window creates its
+// orders and runs for --duration, within the run's budget.
+const maxHalfPeakWindows = 10
+
 func main() {
 	var o options
 	var conc, rates, outboxConc, replicas string
@@ -131,8 +135,8 @@ func main() {
 	if o.outboxConc, err = parseInts(outboxConc); err != nil {
 		fatal(fmt.Errorf("--outbox-concurrency: %w", err))
 	}
-	if o.halfPeakWindows < 1 {
-		fatal(fmt.Errorf("--half-peak-windows: %d is not a positive number", o.halfPeakWindows))
+	if o.halfPeakWindows < 1 || o.halfPeakWindows > maxHalfPeakWindows {
+		fatal(fmt.Errorf("--half-peak-windows: %d is not from 1 to %d", o.halfPeakWindows, maxHalfPeakWindows))
 	}
 	if replicas != "" {
 		if o.replicas, err = parseInts(replicas); err != nil {
