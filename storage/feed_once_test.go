@@ -5,11 +5,9 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
-	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 	"github.com/fulfillplatform/fulfillment/storage"
 )
 
@@ -21,17 +19,7 @@ import (
 func TestFeedEventsOncePerOrderAndPeriodWhateverTheStatement(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := pgtest.DB(t)
-	s, err := storage.Open(ctx, url, storage.Options{MaxConns: 4, Plans: fulfillment.Plans{subPlan.ID: subPlan}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	s, conn, _ := openStore(t, storage.Options{MaxConns: 4, Plans: fulfillment.Plans{subPlan.ID: subPlan}})
 	first := fulfillment.SubscriptionEvent{Kind: fulfillment.SubRenewalPaid, OccurredAt: subJan1, InvoiceID: "inv_1", PaymentID: "pay_1"}
 	_, sub, err := s.SubscriptionApply(ctx, subRef, first, "evt_1", subPlan)
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
-	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 	"github.com/fulfillplatform/fulfillment/storage"
 	"github.com/fulfillplatform/fulfillment/worker"
 )
@@ -20,23 +19,12 @@ import (
 // subscription event, and the plans subPlan and yearPlan.
 func newOutboxStore(t *testing.T) (*storage.Store, *pgx.Conn) {
 	t.Helper()
-	url := pgtest.DB(t)
-	ctx := context.Background()
 	subs := map[fulfillment.Topic][]string{}
 	for _, topic := range fulfillment.EventTopics {
 		subs[topic] = []string{"crm"}
 	}
-	s, err := storage.Open(ctx, url, storage.Options{MaxConns: 10, Subscriptions: subs,
+	s, conn, _ := openStore(t, storage.Options{MaxConns: 10, Subscriptions: subs,
 		Plans: fulfillment.Plans{subPlan.ID: subPlan, yearPlan.ID: yearPlan}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return s, conn
 }
 
