@@ -81,3 +81,38 @@ func TestPooledOpenTakesWindowsTogether(t *testing.T) {
 		t.Errorf("one window: %+v, want it as it was", one)
 	}
 }
+
+func TestSustainedCountsAShortPushAndNotAnEmptyOne(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 5, 22, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		span, ramp time.Duration
+	}{
+		{8 * time.Second, time.Second},
+		{4 * time.Second, time.Second},
+		{2 * time.Second, 500 * time.Millisecond}, // --quick: a whole second is left to count
+		{time.Second, 250 * time.Millisecond},
+	} {
+		if got := underLoadFrom(t0, t0.Add(tc.span)).Sub(t0); got != tc.ramp {
+			t.Errorf("push of %v: counts from %v in, want %v", tc.span, got, tc.ramp)
+		}
+	}
+
+	sustained := func(buckets []int) Goal {
+		b := &bench{baseline: map[int]LoadLevel{32: {PerSecond: 3000}}}
+		b.rep.Sustained = &Sustained{FulfilledPerSec: 3300, PerSecondBuckets: buckets, ProcessingKeptUp: true}
+		for _, g := range b.coreGoals() {
+			if g.Key == "sustained_over_baseline" {
+				return g
+			}
+		}
+		t.Fatal("no sustained goal")
+		return Goal{}
+	}
+	if g := sustained([]int{3300}); !g.Met || !strings.HasPrefix(g.Value, "1.10×") {
+		t.Errorf("one whole second counted: %+v", g)
+	}
+	if g := sustained(nil); g.Met || !strings.HasPrefix(g.Value, "not measured: the push's receipts spanned less than a whole second") {
+		t.Errorf("no second counted: %+v, want it not measured, and said why", g)
+	}
+}

@@ -142,9 +142,9 @@ func (b *bench) sustained(ctx context.Context) error {
 		s.WALImagesPerEvent = round2(float64(fpi1-fpi0) / float64(s.Events))
 		s.Checkpoints = ckpt1 - ckpt0
 	}
-	// Under load: from one second after the first event (ramp-up) to the
-	// last receipt, the processor competes with full-speed ingest.
-	from := first.Add(time.Second)
+	// Under load: from the end of the ramp-up to the last receipt, the
+	// processor competes with full-speed ingest.
+	from := underLoadFrom(first, last)
 	if last.Sub(from) >= time.Second {
 		buckets := loadgen.PerSecond(ts, from, last)
 		s.PerSecondBuckets = buckets
@@ -194,4 +194,13 @@ func median[T cmp.Ordered](xs []T) T {
 		return zero
 	}
 	return slices.Sorted(slices.Values(xs))[len(xs)/2]
+}
+
+// underLoadFrom is when the sustained rate of a push whose receipts span
+// first to last starts counting: one second in (the ramp-up), or a quarter
+// of the span when it is shorter than four seconds, so that a short push
+// (--quick's two seconds) keeps a whole second to count; one shorter than
+// about 1.3 s keeps none, and the rate is not measured.
+func underLoadFrom(first, last time.Time) time.Time {
+	return first.Add(min(time.Second, last.Sub(first)/4))
 }
