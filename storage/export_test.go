@@ -319,3 +319,7 @@ func (s *Store) PublishForTest(ctx context.Context, org string, rows []FeedRow) 
 		return tx.SendBatch(ctx, b).Close()
 	})
 }
+
+// SetProcessLockWait sets how long the inbox processor's batch waits for
+// a lock (PostgreSQL's lock_timeout, e.g. "100ms").
+func (s *Store) SetProcessLockWait(d string) { s.processLockWait = d }

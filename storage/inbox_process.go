@@ -48,7 +48,10 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 	)
 	// BEGIN goes with the events' lock, COMMIT with the effects: three
 	// round trips, the orders' locks between (pipelinedTx).
-	first := func(b *pgx.Batch) { queueLeasedEvents(b, ids, owner, &events) }
+	first := func(b *pgx.Batch) {
+		b.Queue(processLockWaitSQL, s.processLockWait)
+		queueLeasedEvents(b, ids, owner, &events)
+	}
 	err := s.withPipelinedTx(ctx, first, func(tx *pipelinedTx) error {
 		if len(events) == 0 {
 			return nil
@@ -74,6 +77,23 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 	failpoint.Inject("process-after-commit")
 	return outcomes, nil
 }
+
+// defaultProcessLockWait bounds each lock wait of the inbox processor's
+// batch (lock_timeout, for its transaction only): Store.processLockWait,
+// which tests may shorten. The batch locks what its events name, and
+// another transaction may keep one of those locked without end (an
+// operator's open psql session, a client stuck in a transaction). Without
+// a bound, every other event of the batch, already acknowledged, would
+// wait as long. With one, the batch fails, the inbox processor tries each
+// of its events alone (worker.Queue), and only the event whose order is
+// held waits, retried after its backoff, and failed, for a person to look
+// at, once it has used its attempts. A few seconds is hundreds of times
+// what another batch holds an order for.
+const defaultProcessLockWait = "5s"
+
+// processLockWaitSQL sets the lock wait ($1) of the inbox processor's
+// batch for its transaction, before anything of it waits for a lock.
+const processLockWaitSQL = `SELECT set_config('lock_timeout', $1, true)`
 
 // decideEvents locks what the events name — their orders (in id order, so
 // that concurrent batches cannot deadlock) with their attempts and
@@ -184,17 +204,48 @@ func decisionOf(le leasedEvent, st fulfillment.Step) (out fulfillment.Outcome, l
 	return out, linked, applied
 }
 
+// subscriptionCreateLock is the first key of the transaction advisory
+// locks a batch takes before it creates its first subscription, one per
+// org and environment of its events, the second key being their hash
+// (apart from the other two-key locks: lateMatchLock, redriveLock). A
+// batch creates the subscriptions its payments are the first to pay one at
+// a time, in the order of its events, each insert waiting for any other
+// transaction's insert of the same key: two batches creating the same two
+// subscriptions in opposite orders would each create one and wait for the
+// other's. Holding these locks, a batch creates all of its subscriptions
+// before another batch of the same org and environment creates any, and
+// that one then finds them created. A batch takes all of its locks at
+// once, in the order of their hashes, so that two batches cannot each
+// hold one the other waits for.
+const subscriptionCreateLock = 231
+
 // decideBatch decides the batch against snap (fulfillment.DecideBatch),
 // creating and locking first the subscriptions its payments are the first
-// to pay: one at a time, as the rules ask for them. Those it creates are
-// recorded in late.
+// to pay: one at a time, as the rules ask for them, under the
+// subscriptionCreateLock of each org and environment of the batch. Those
+// it creates are recorded in late.
 func decideBatch(ctx context.Context, tx querier, snap *fulfillment.Snapshot, batch []fulfillment.BatchEvent, late *lateMatches) ([]fulfillment.Step, error) {
+	locked := false
 	// Each round adds a subscription the step asked for, which it then
 	// holds: at most one round per event, and a last one.
 	for range len(batch) + 1 {
 		steps, need, err := fulfillment.DecideBatch(snap, batch)
 		if err != nil || need == nil {
 			return steps, err
+		}
+		if !locked {
+			scopes := make([]string, len(batch))
+			for i, be := range batch {
+				scopes[i] = be.Event.OrgID + "/" + string(be.Event.Environment)
+			}
+			_, err := tx.Exec(ctx, `
+				SELECT pg_advisory_xact_lock($1, h)
+				FROM (SELECT DISTINCT hashtext(s) AS h FROM unnest($2::text[]) AS s ORDER BY 1) scopes`,
+				subscriptionCreateLock, scopes)
+			if err != nil {
+				return nil, fmt.Errorf("waiting for the batches creating subscriptions: %w", interpret(err))
+			}
+			locked = true
 		}
 		rec, err := createSubscription(ctx, tx, *need, late)
 		if err != nil {
