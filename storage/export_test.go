@@ -323,3 +323,13 @@ func (s *Store) PublishForTest(ctx context.Context, org string, rows []FeedRow) 
 // SetProcessLockWait sets how long the inbox processor's batch waits for
 // a lock (PostgreSQL's lock_timeout, e.g. "100ms").
 func (s *Store) SetProcessLockWait(d string) { s.processLockWait = d }
+
+// InsertQueuedAfterClose puts a request for ev straight into the group
+// commit's queue of a closed store, as enqueue may when the stop and the
+// queue are ready together, and returns its answer.
+func (s *Store) InsertQueuedAfterClose(ctx context.Context, ev fulfillment.ProviderEvent) error {
+	req := &insertRequest{ctx: ctx, ev: ev, raw: []byte(`{}`), done: make(chan insertResult, 1), stopped: s.inserter.stopped}
+	s.inserter.requests <- req
+	_, err := req.await()
+	return err
+}

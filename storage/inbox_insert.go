@@ -41,6 +41,10 @@ type insertRequest struct {
 	ev   fulfillment.ProviderEvent
 	raw  []byte
 	done chan insertResult // buffered: a flusher never blocks on it
+	// stopped is closed once the flushers have stopped, each after
+	// answering the requests of its batch in progress: a request still
+	// unanswered then is one no flusher took, and never will.
+	stopped <-chan struct{}
 }
 
 type insertResult struct {
@@ -124,7 +128,7 @@ func (s *Store) InboxInsert(ctx context.Context, ev fulfillment.ProviderEvent, r
 
 // enqueue hands ev to the flushers.
 func (in *inserter) enqueue(ctx context.Context, ev fulfillment.ProviderEvent, rawBody []byte) (*insertRequest, error) {
-	req := &insertRequest{ctx: ctx, ev: ev, raw: rawBody, done: make(chan insertResult, 1)}
+	req := &insertRequest{ctx: ctx, ev: ev, raw: rawBody, done: make(chan insertResult, 1), stopped: in.stopped}
 	select {
 	case in.requests <- req:
 		return req, nil
@@ -144,6 +148,16 @@ func (r *insertRequest) await() (fulfillment.InboxReceipt, error) {
 		// The row may still commit: the provider's retry is then a
 		// duplicate. Nothing is acknowledged before its commit.
 		return fulfillment.InboxReceipt{}, fmt.Errorf("%w: storing inbox event: %w", fulfillment.ErrUnavailable, r.ctx.Err())
+	case <-r.stopped:
+		// Closed while r waited in the queue (enqueue may pick the
+		// queue over the stop when both are ready): nothing stored it,
+		// and its caller hears so now rather than at its deadline.
+		select {
+		case res := <-r.done:
+			return res.receipt, res.err
+		default:
+			return fulfillment.InboxReceipt{}, errStoreClosed
+		}
 	}
 }
 

@@ -698,3 +698,20 @@ func TestInboxInsertBatchesOfTwoReplicasDoNotDeadlock(t *testing.T) {
 		t.Errorf("%d events stored, want %d", n, rounds*events)
 	}
 }
+
+// A webhook whose request reached the group commit's queue as the store
+// closed, which no flusher takes any more, is answered unavailable at
+// once (its caller answers 503, the provider retries), not left waiting
+// for its caller's deadline.
+func TestARequestQueuedAsTheStoreClosesIsAnsweredAtOnce(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := s.InsertQueuedAfterClose(ctx, confirmedEvent("e-late", "m-late"))
+	if !errors.Is(err, fulfillment.ErrUnavailable) || ctx.Err() != nil {
+		t.Fatalf("after %v: %v, want unavailable before the deadline", time.Since(start).Round(time.Millisecond), err)
+	}
+}
