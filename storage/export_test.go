@@ -320,9 +320,10 @@ func (s *Store) PublishForTest(ctx context.Context, org string, rows []FeedRow) 
 	})
 }
 
-// SetProcessLockWait sets how long the inbox processor's batch waits for
-// a lock (PostgreSQL's lock_timeout, e.g. "100ms").
-func (s *Store) SetProcessLockWait(d string) { s.processLockWait = d }
+// SetWorkLockWait sets how long a queue's work (the inbox processor's
+// batch, a sweep) waits for a lock (PostgreSQL's lock_timeout, e.g.
+// "100ms").
+func (s *Store) SetWorkLockWait(d string) { s.workLockWait = d }
 
 // InsertQueuedAfterClose puts a request for ev straight into the group
 // commit's queue of a closed store, as enqueue may when the stop and the

@@ -19,7 +19,7 @@ import (
 func TestALockedOrderHoldsBackOnlyItsOwnEvent(t *testing.T) {
 	t.Parallel()
 	s, conn, url := openStore(t, storage.Options{MaxConns: 10})
-	s.SetProcessLockWait("100ms")
+	s.SetWorkLockWait("100ms")
 	ctx := context.Background()
 	for _, m := range []string{"m-held", "m-free"} {
 		if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", m)); err != nil {

@@ -49,7 +49,7 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 	// BEGIN goes with the events' lock, COMMIT with the effects: three
 	// round trips, the orders' locks between (pipelinedTx).
 	first := func(b *pgx.Batch) {
-		b.Queue(processLockWaitSQL, s.processLockWait)
+		b.Queue(workLockWaitSQL, s.workLockWait)
 		queueLeasedEvents(b, ids, owner, &events)
 	}
 	err := s.withPipelinedTx(ctx, first, func(tx *pipelinedTx) error {
@@ -78,22 +78,23 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 	return outcomes, nil
 }
 
-// defaultProcessLockWait bounds each lock wait of the inbox processor's
-// batch (lock_timeout, for its transaction only): Store.processLockWait,
-// which tests may shorten. The batch locks what its events name, and
-// another transaction may keep one of those locked without end (an
-// operator's open psql session, a client stuck in a transaction). Without
-// a bound, every other event of the batch, already acknowledged, would
-// wait as long. With one, the batch fails, the inbox processor tries each
-// of its events alone (worker.Queue), and only the event whose order is
-// held waits, retried after its backoff, and failed, for a person to look
-// at, once it has used its attempts. A few seconds is hundreds of times
-// what another batch holds an order for.
-const defaultProcessLockWait = "5s"
+// defaultWorkLockWait bounds each lock wait of a queue's work — the inbox
+// processor's batch, a subscription's sweep (lock_timeout, for its
+// transaction only): Store.workLockWait, which tests may shorten. The work
+// locks what it names, and another transaction may keep one of those
+// locked without end (an operator's open psql session, a client stuck in a
+// transaction). Without a bound, every other item the worker holds,
+// events already acknowledged among them, would wait as long. With one,
+// the work fails, its queue tries each item alone (worker.Queue), and only
+// the item whose order or subscription is held waits, retried after its
+// backoff, and failed, for a person to look at, once it has used its
+// attempts. A few seconds is hundreds of times what another batch holds an
+// order for.
+const defaultWorkLockWait = "5s"
 
-// processLockWaitSQL sets the lock wait ($1) of the inbox processor's
-// batch for its transaction, before anything of it waits for a lock.
-const processLockWaitSQL = `SELECT set_config('lock_timeout', $1, true)`
+// workLockWaitSQL sets the lock wait ($1) of a queue's work for its
+// transaction, before anything of it waits for a lock.
+const workLockWaitSQL = `SELECT set_config('lock_timeout', $1, true)`
 
 // decideEvents locks what the events name — their orders (in id order, so
 // that concurrent batches cannot deadlock) with their attempts and

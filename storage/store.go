@@ -46,7 +46,7 @@ type Store struct {
 	// set, observes each event decided so.
 	decideOnReceipt bool
 	decideLockWait  string // lock_timeout of a decided batch
-	processLockWait string // lock_timeout of an inbox processor's batch
+	workLockWait    string // lock_timeout of a queue's work (inbox batch, sweep)
 	// unreadResults, set by tests only, is the failure of reading the
 	// results of a pipelined transaction's last batch after its COMMIT
 	// ran (pipelinedTx.commitWith).
@@ -172,7 +172,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	}
 	s := &Store{log: log, subscriptions: o.Subscriptions, pollAfter: o.StatusPollAfter, plans: o.Plans,
 		sessionCfg: sessionCfg, lateMatch: o.LateMatchWindow, decideOnReceipt: o.DecideOnReceipt,
-		decideLockWait: defaultDecideLockWait, processLockWait: defaultProcessLockWait}
+		decideLockWait: defaultDecideLockWait, workLockWait: defaultWorkLockWait}
 	if s.lateMatch == 0 {
 		s.lateMatch = DefaultLateMatchWindow
 	}

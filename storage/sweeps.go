@@ -20,8 +20,9 @@ var _ fulfillment.SweepWork = (*Store)(nil)
 var sweepTable = newLeasedTable(leasedTable{table: "subscription_sweeps", noun: "sweep"})
 
 // SweepProcess implements fulfillment.SweepWork. The subscription is
-// locked before its sweep is written, as every writer of both does, and
-// decided on as it is now: a renewal committed meanwhile has moved the
+// locked (waiting at most the work lock wait, defaultWorkLockWait) before
+// its sweep is written, as every writer of both does, and decided on as
+// it is now: a renewal committed meanwhile has moved the
 // sweep, which this then leaves alone.
 func (s *Store) SweepProcess(ctx context.Context, id int64, owner string, now time.Time) (bool, error) {
 	var (
@@ -29,6 +30,9 @@ func (s *Store) SweepProcess(ctx context.Context, id int64, owner string, now ti
 		q     queued
 	)
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, workLockWaitSQL, s.workLockWait); err != nil {
+			return fmt.Errorf("setting the lock wait: %w", interpret(err))
+		}
 		var subID uuid.UUID
 		err := tx.QueryRow(ctx, `SELECT subscription_id FROM subscription_sweeps WHERE `+leaseHeld("ARRAY[$1::bigint]", "$2"),
 			id, owner).Scan(&subID)
