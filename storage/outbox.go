@@ -31,6 +31,11 @@ var outboxTable = newLeasedTable(leasedTable{
 	noun:      "message",
 	partition: "destination_id",
 	claimGate: `NOT EXISTS (SELECT 1 FROM outbox_destinations d WHERE d.id = $6 AND d.disabled_at IS NOT NULL)`,
+	// A message marked as being sent (OutboxSending) may have been
+	// delivered: its worker died with the request possibly on the wire.
+	// Failed, a person would send it again; claimed, the dispatcher records
+	// it uncertain, without sending it, and opens its item.
+	unfailable: `sending_since IS NOT NULL`,
 	abandoned: []string{`
 		INSERT INTO reconciliation_items (kind, org_id, environment, order_id, outbox_message_id, detail, dedupe_key)
 		SELECT 'failed_delivery', m.org_id, m.environment, m.order_id, m.id,
@@ -66,7 +71,11 @@ const outboxFailedSet = `state = 'failed', processed_at = clock_timestamp()`
 // locks the messages' work rows first, so that a retry racing a claim or a
 // record sees its outcome; a message leased at that moment is left alone.
 // "done" ends the chain with the ids put back. attempts start again from
-// 0, except for a message still pending (a retry only moves it forward).
+// 0, except for a message still pending (a retry only moves it forward),
+// which also keeps its sending mark: its request may have been on the wire
+// when its worker stopped, and its next claim then records it uncertain
+// rather than sending it again. A failed or uncertain message retried by a
+// person is sent.
 func outboxRequeue(ids, retryable, note string) string {
 	return `
 		work AS (
@@ -85,7 +94,10 @@ func outboxRequeue(ids, retryable, note string) string {
 			ON CONFLICT (id) DO UPDATE SET state = 'pending', next_attempt_at = clock_timestamp(),
 				attempts = CASE WHEN w.state = 'pending' THEN w.attempts ELSE EXCLUDED.attempts END,
 				last_error = CASE WHEN w.state = 'pending' THEN w.last_error ELSE EXCLUDED.last_error END,
-				lease_owner = NULL, lease_until = NULL, sending_since = NULL, processed_at = NULL
+				lease_owner = NULL, lease_until = NULL, processed_at = NULL,
+				-- A pending message keeps its mark: hurried by a retry, it is
+				-- still one whose request may have been on the wire.
+				sending_since = CASE WHEN w.state = 'pending' THEN w.sending_since END
 			RETURNING w.id
 		)`
 }

@@ -39,6 +39,12 @@ type leasedTable struct {
 	// "abandoned" (id, attempts, last_error) it failed because their owners
 	// died during every attempt.
 	abandoned []string
+	// unfailable, when set, is an SQL condition on a row (its columns
+	// unqualified) under which it is never failed past its attempts, by a
+	// claim or a retry: it is claimed again, for its work to say what
+	// became of it (an outbox message whose request may have been on the
+	// wire is recorded uncertain, not failed).
+	unfailable string
 	// releaseSet assigns, besides the lease columns and attempts, columns
 	// of a row handed back (column = value, on the row's values before).
 	releaseSet [][2]string
@@ -79,10 +85,16 @@ func ownerKey(expr string) string {
 
 // newLeasedTable builds the statements of t.
 func newLeasedTable(t leasedTable) *leasedTable {
+	failable := "true"
+	if t.unfailable != "" {
+		failable = "NOT (" + t.unfailable + ")"
+	}
+	// A row that used its attempts ($4) is failed, unless it may not be.
+	exhausted := "(attempts >= $4 AND " + failable + ")"
 	var abandonSet, retrySet, releaseSet []string
 	for _, kv := range t.failedSet {
 		abandonSet = append(abandonSet, fmt.Sprintf("%s = %s,", kv[0], kv[1]))
-		retrySet = append(retrySet, fmt.Sprintf("%s = CASE WHEN attempts >= $4 THEN %s END,", kv[0], kv[1]))
+		retrySet = append(retrySet, fmt.Sprintf("%s = CASE WHEN %s THEN %s END,", kv[0], exhausted, kv[1]))
 	}
 	for _, kv := range t.releaseSet {
 		releaseSet = append(releaseSet, fmt.Sprintf("%s = %s,", kv[0], kv[1]))
@@ -102,6 +114,8 @@ func newLeasedTable(t leasedTable) *leasedTable {
 		"{partition}", partitionCond(t.partition, "$6", t.claimGate),
 		"{release_partition}", partitionCond(t.partition, "$2", ""),
 		"{async_commit}", asyncCommit,
+		"{failable}", failable,
+		"{exhausted}", exhausted,
 	)
 
 	// Due rows, oldest first (now(), the statement's start, is stable: the
@@ -110,10 +124,11 @@ func newLeasedTable(t leasedTable) *leasedTable {
 	// its owner is not live — or is the claimer itself and the row is not
 	// among the ones it works on ($5): a claim it lost track of. A row that has used its
 	// attempts without completing — its owner died during each, so Retry
-	// never saw it — is failed instead of being leased again.
+	// never saw it — is failed instead of being leased again (unless it
+	// may not be: unfailable).
 	t.claimSQL = r.Replace(`
 		WITH due AS (
-			SELECT id, attempts FROM {table}
+			SELECT id, attempts, {failable} AS failable FROM {table}
 			WHERE state = 'pending' AND next_attempt_at <= now(){partition}
 				AND CASE WHEN lease_owner IS NULL THEN true
 					WHEN lease_owner = $1 THEN id <> ALL($5::bigint[])
@@ -126,7 +141,7 @@ func newLeasedTable(t leasedTable) *leasedTable {
 				state = 'failed', {abandon_set} processed_at = clock_timestamp(),
 				lease_owner = NULL, lease_until = NULL,
 				last_error = coalesce(t.last_error || '; ', '') || 'abandoned: no attempt completed'
-			FROM due WHERE t.id = due.id AND due.attempts >= $4
+			FROM due WHERE t.id = due.id AND due.attempts >= $4 AND due.failable
 			RETURNING t.id, t.attempts, t.last_error
 		){abandoned_effects}
 		UPDATE {table} t SET
@@ -134,7 +149,7 @@ func newLeasedTable(t leasedTable) *leasedTable {
 			lease_until = clock_timestamp() + $2::interval,
 			next_attempt_at = clock_timestamp() + $2::interval,
 			attempts = t.attempts + 1
-		FROM due WHERE t.id = due.id AND due.attempts < $4 AND {async_commit}
+		FROM due WHERE t.id = due.id AND (due.attempts < $4 OR NOT due.failable) AND {async_commit}
 		RETURNING t.id, t.attempts`)
 
 	// The failed attempts of a batch, one row of unnest each ($1 ids, $3
@@ -145,9 +160,9 @@ func newLeasedTable(t leasedTable) *leasedTable {
 	// attempt, quadratic in the batch.
 	t.retrySQL = r.Replace(`
 		UPDATE {table} SET
-			state = CASE WHEN attempts >= $4 THEN 'failed' ELSE 'pending' END, {retry_set}
+			state = CASE WHEN {exhausted} THEN 'failed' ELSE 'pending' END, {retry_set}
 			last_error = f.cause, next_attempt_at = f.due, lease_owner = NULL, lease_until = NULL,
-			processed_at = CASE WHEN attempts >= $4 THEN clock_timestamp() END
+			processed_at = CASE WHEN {exhausted} THEN clock_timestamp() END
 		FROM unnest($1::bigint[], $3::text[], $5::timestamptz[]) AS f(failed_id, cause, due)
 		WHERE ` + leaseHeld("ARRAY[f.failed_id]", "$2") + `
 		RETURNING id, state = 'failed'`)
