@@ -105,12 +105,14 @@ var errNoSession = errors.New("no live session")
 
 // sessionOf returns the request's live session: the cookie names a stored,
 // unexpired session whose token is still configured with the same value.
+// Only the cookie the console sets over the request's scheme counts: under
+// TLS the __Host- one, which only this host can have set, never the plain
+// one, which a sibling subdomain or a plain-HTTP answer can plant (to sign
+// an operator in as someone else).
 func (c *Console) sessionOf(r *http.Request) (*session, error) {
-	ck, err := r.Cookie(hostCookie)
+	ck, err := r.Cookie(sessionCookie(r, "", time.Time{}).Name)
 	if err != nil {
-		if ck, err = r.Cookie(cookieName); err != nil {
-			return nil, errNoSession
-		}
+		return nil, errNoSession
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(ck.Value)
 	if err != nil || len(raw) != sessionIDBytes {

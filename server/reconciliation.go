@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 )
@@ -159,7 +160,8 @@ func (s *Service) evidence(ctx context.Context, it fulfillment.ReconItem) (*fulf
 		if err != nil {
 			return nil, err
 		}
-		ev.Order = orderDetailToProto(d, p.OwnsOrg(d.OrgID))
+		// License keys are secrets GetOrder shows to orders:read only.
+		ev.Order = orderDetailToProto(d, p.OwnsOrg(d.OrgID) && p.HasScope(config.ScopeOrdersRead))
 		for _, st := range d.Starts {
 			if st.ID == it.PaymentStartID {
 				ev.PaymentStart = paymentStartToProto(st)

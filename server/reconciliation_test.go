@@ -228,6 +228,27 @@ func TestReconciliationAPI(t *testing.T) {
 		ev.GetDelivery() != nil || ev.GetSubscription() != nil || ev.GetPaymentStart() != nil {
 		t.Errorf("the extra_payment item with its evidence: %v", got)
 	}
+	// License keys are secrets of orders:read: a reconciliation token sees
+	// that the order's licenses exist, not their keys; the org's admin sees
+	// them.
+	ents := ev.GetOrder().GetHistory().GetEntitlements()
+	if len(ents) == 0 {
+		t.Fatal("the extra_payment item's order has no licenses to check")
+	}
+	for _, e := range ents {
+		if e.GetValue() != "" {
+			t.Errorf("a reconciliation token without orders:read sees the license key of unit %d", e.GetUnit())
+		}
+	}
+	asAdmin, err := ts.client.GetReconciliationItem(withToken(tokAdminA), &fulfillmentv1.GetReconciliationItemRequest{ItemId: extra[0].GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range asAdmin.GetEvidence().GetOrder().GetHistory().GetEntitlements() {
+		if e.GetValue() == "" {
+			t.Errorf("the org's admin does not see the license key of unit %d", e.GetUnit())
+		}
+	}
 	_, err = ts.client.GetReconciliationItem(withToken(tokReconA), &fulfillmentv1.GetReconciliationItemRequest{ItemId: orgB.GetId()})
 	wantCode(t, "org_a's token reading org_b's item", err, codes.PermissionDenied, "org_b")
 	_, err = ts.client.GetReconciliationItem(withToken(tokReconA), &fulfillmentv1.GetReconciliationItemRequest{ItemId: "999999"})
