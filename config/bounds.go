@@ -54,6 +54,11 @@ type GRPC struct {
 	// KeepaliveMinTime: a client pinging more often than this is
 	// disconnected (default 10s).
 	KeepaliveMinTime time.Duration `yaml:"keepalive_min_time"`
+	// MaxCallDuration bounds the handling of one unary call (default 30s):
+	// a call without a deadline, or with a later one, gets this one, so
+	// that no call holds a database connection without end. Streams (the
+	// order event feed) are not bounded by it.
+	MaxCallDuration time.Duration `yaml:"max_call_duration"`
 }
 
 // Defaults of the listener bounds.
@@ -85,6 +90,7 @@ func (g GRPC) WithDefaults() GRPC {
 	setInt(&g.KeepaliveTime, time.Minute)
 	setInt(&g.KeepaliveTimeout, 20*time.Second)
 	setInt(&g.KeepaliveMinTime, 10*time.Second)
+	setInt(&g.MaxCallDuration, 30*time.Second)
 	return g
 }
 
@@ -113,7 +119,7 @@ func (c *Config) validateBounds() error {
 		"http.write_timeout": h.WriteTimeout, "http.idle_timeout": h.IdleTimeout,
 		"grpc.connection_timeout": g.ConnectionTimeout, "grpc.max_connection_idle": g.MaxConnectionIdle,
 		"grpc.keepalive_time": g.KeepaliveTime, "grpc.keepalive_timeout": g.KeepaliveTimeout,
-		"grpc.keepalive_min_time": g.KeepaliveMinTime,
+		"grpc.keepalive_min_time": g.KeepaliveMinTime, "grpc.max_call_duration": g.MaxCallDuration,
 	} {
 		if d < 0 {
 			return fmt.Errorf("%s: must not be negative", key)

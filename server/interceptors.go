@@ -150,6 +150,21 @@ func recoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 	}
 }
 
+// boundUnary gives a unary call at most limit to be handled: a caller that
+// sets no deadline, or a later one, gets this one (grpc.max_call_duration),
+// so that no call holds a database connection without end. The caller's
+// own earlier deadline stands.
+func boundUnary(limit time.Duration) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if d, ok := ctx.Deadline(); !ok || time.Until(d) > limit {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, limit)
+			defer cancel()
+		}
+		return handler(ctx, req)
+	}
+}
+
 // Log attributes travelling with the context, added to every line logged with
 // it through contextHandler.
 type logAttrsKey struct{}

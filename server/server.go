@@ -108,7 +108,8 @@ func New(cfg Config, store Store, log *slog.Logger, opts Options) (*Server, erro
 			Timeout:           g.KeepaliveTimeout,
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: g.KeepaliveMinTime, PermitWithoutStream: true}),
-		grpc.ChainUnaryInterceptor(append(unaryMetrics, recoverUnary(log), logUnary(log), s.auth.UnaryInterceptor, limitResponse(g.MaxSendBytes, log))...),
+		grpc.ChainUnaryInterceptor(append(unaryMetrics, recoverUnary(log), logUnary(log), boundUnary(g.MaxCallDuration),
+			s.auth.UnaryInterceptor, limitResponse(g.MaxSendBytes, log))...),
 		grpc.ChainStreamInterceptor(append(streamMetrics, s.auth.StreamInterceptor)...),
 	)...)
 	s.svc = newService(store, &s.cfg, log)
