@@ -198,10 +198,23 @@ func principalFrom(ctx context.Context) *Principal {
 	return p
 }
 
-// requireOrg fails with PERMISSION_DENIED unless the caller may act for org.
+// requireOrg fails with PERMISSION_DENIED unless the caller may act for
+// org, which the caller named.
 func requireOrg(p *Principal, org string) error {
 	if p.AllowsOrg(org) {
 		return nil
 	}
 	return status.Error(codes.PermissionDenied, fmt.Sprintf("token %q may not act for org %q", p.Name, org))
+}
+
+// requireVisible is requireOrg for an object the caller named by its id,
+// found in org: one of an org the caller may not act for answers as one
+// that does not exist does (missing, the store's error for an id it does
+// not hold), so that a token cannot learn which org an id belongs to, or
+// how many objects other orgs have.
+func requireVisible(p *Principal, org string, missing error) error {
+	if p.AllowsOrg(org) {
+		return nil
+	}
+	return status.Error(codes.NotFound, missing.Error())
 }

@@ -317,7 +317,7 @@ func TestAuth(t *testing.T) {
 		{"missing scope to create", "POST", "/v1/orders", tokReader, orderBody("org_a", "r-1"), 403},
 		{"missing scope to read", "GET", "/v1/orders/" + aID, tokIngest, nil, 403},
 		{"create for another org", "POST", "/v1/orders", tokCheckout, orderBody("org_b", "x-1"), 403},
-		{"read another org's order", "GET", "/v1/orders/" + bID, tokCheckout, nil, 403},
+		{"read another org's order (as an unknown one)", "GET", "/v1/orders/" + bID, tokCheckout, nil, 404},
 		{"list another org", "GET", "/v1/orders?org_id=org_b", tokCheckout, nil, 403},
 		{"reader reads own org", "GET", "/v1/orders/" + aID, tokReader, nil, 200},
 		{"admin reads any org", "GET", "/v1/orders/" + bID, tokOps, nil, 200},
@@ -350,8 +350,9 @@ func TestAuth(t *testing.T) {
 		t.Errorf("gRPC without token: %v", err)
 	}
 	_, err = ts.client.GetOrder(withToken(tokCheckout), &fulfillmentv1.GetOrderRequest{OrderId: bID})
-	if status.Code(err) != codes.PermissionDenied {
-		t.Errorf("gRPC cross-org: %v", err)
+	_, unknown := ts.client.GetOrder(withToken(tokCheckout), &fulfillmentv1.GetOrderRequest{OrderId: "01890a5d-ac96-774b-bcce-b302099a8057"})
+	if status.Code(err) != codes.NotFound || status.Convert(err).Message() != status.Convert(unknown).Message() {
+		t.Errorf("gRPC cross-org: %v, want NOT_FOUND as an unknown order's %v", err, unknown)
 	}
 	// Refused creates stored nothing.
 	_, body = ts.do(t, "GET", "/v1/orders", tokOps, nil)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -144,7 +145,7 @@ func (s *Service) visibleReconItem(ctx context.Context, id string) (fulfillment.
 	if err != nil {
 		return it, toStatus(ctx, s.log, err)
 	}
-	if err := requireOrg(principalFrom(ctx), it.OrgID); err != nil {
+	if err := requireVisible(principalFrom(ctx), it.OrgID, fmt.Errorf("%w: reconciliation item %d", fulfillment.ErrNotFound, n)); err != nil {
 		return it, err
 	}
 	return it, nil

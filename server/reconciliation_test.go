@@ -107,6 +107,16 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, msg string)
 	}
 }
 
+// wantHidden checks that err answers an object of another org as a
+// missing one: NOT_FOUND, with the message an unknown id gets (msg), and
+// nothing naming the org.
+func wantHidden(t *testing.T, what string, err error, msg string) {
+	t.Helper()
+	if status.Code(err) != codes.NotFound || status.Convert(err).Message() != msg {
+		t.Errorf("%s: %v, want NOT_FOUND %q, as an unknown id", what, err, msg)
+	}
+}
+
 func itemsOf(t *testing.T, token string, req *fulfillmentv1.ListReconciliationItemsRequest, ts *testServer) []*fulfillmentv1.ReconciliationItem {
 	t.Helper()
 	resp, err := ts.client.ListReconciliationItems(withToken(token), req)
@@ -250,7 +260,7 @@ func TestReconciliationAPI(t *testing.T) {
 		}
 	}
 	_, err = ts.client.GetReconciliationItem(withToken(tokReconA), &fulfillmentv1.GetReconciliationItemRequest{ItemId: orgB.GetId()})
-	wantCode(t, "org_a's token reading org_b's item", err, codes.PermissionDenied, "org_b")
+	wantHidden(t, "org_a's token reading org_b's item", err, "not found: reconciliation item "+orgB.GetId())
 	_, err = ts.client.GetReconciliationItem(withToken(tokReconA), &fulfillmentv1.GetReconciliationItemRequest{ItemId: "999999"})
 	wantCode(t, "an unknown item", err, codes.NotFound, "reconciliation item 999999")
 	_, err = ts.client.GetReconciliationItem(withToken(tokReconA), &fulfillmentv1.GetReconciliationItemRequest{ItemId: "x"})
@@ -267,7 +277,7 @@ func TestReconciliationAPI(t *testing.T) {
 	wantCode(t, "resolving without the write scope", err, codes.PermissionDenied, `lacks the "reconciliation:write" scope`)
 	_, err = ts.client.ResolveReconciliationItem(withToken(tokReconA), &fulfillmentv1.ResolveReconciliationItemRequest{
 		ItemId: orgB.GetId(), Resolution: "no_action", Note: "not mine"})
-	wantCode(t, "org_a's token resolving org_b's item", err, codes.PermissionDenied, "org_b")
+	wantHidden(t, "org_a's token resolving org_b's item", err, "not found: reconciliation item "+orgB.GetId())
 	_, err = ts.client.ResolveReconciliationItem(withToken(tokReconA), &fulfillmentv1.ResolveReconciliationItemRequest{ItemId: extra[0].GetId(), Resolution: "fixed"})
 	wantCode(t, "an unknown resolution, no note", err, codes.InvalidArgument, "resolution: must be one of")
 	if st := status.Convert(err); len(st.Details()) != 1 {
@@ -410,9 +420,9 @@ func TestInboxEventsAPI(t *testing.T) {
 		t.Errorf("REST GetInboxEvent: %d %v", code, body)
 	}
 	_, err = ts.client.GetInboxEvent(withToken(tokAdminA), &fulfillmentv1.GetInboxEventRequest{InboxEventId: events["evt_b"]})
-	wantCode(t, "org_a's admin reading org_b's event", err, codes.PermissionDenied, "org_b")
+	wantHidden(t, "org_a's admin reading org_b's event", err, "not found: stored event "+events["evt_b"])
 	_, err = ts.client.ReplayInboxEvent(withToken(tokAdminA), &fulfillmentv1.ReplayInboxEventRequest{InboxEventId: events["evt_b"]})
-	wantCode(t, "org_a's admin replaying org_b's event", err, codes.PermissionDenied, "org_b")
+	wantHidden(t, "org_a's admin replaying org_b's event", err, "not found: stored event "+events["evt_b"])
 	if b, err := ts.client.GetInboxEvent(withToken(tokOps), &fulfillmentv1.GetInboxEventRequest{InboxEventId: events["evt_b"]}); err != nil ||
 		b.GetEvent().GetState() != "unmatched" || b.GetEvent().GetReplayCount() != 0 {
 		t.Errorf("org_b's event after the refused replay: %v, %v", b, err)

@@ -330,10 +330,10 @@ func TestSubscriptionAuth(t *testing.T) {
 		call  func(context.Context) error
 		want  codes.Code
 	}{
-		{"read another org's subscription", tokCheckout, func(ctx context.Context) error {
+		{"read another org's subscription (as an unknown one)", tokCheckout, func(ctx context.Context) error {
 			_, err := ts.client.GetSubscription(ctx, &fulfillmentv1.GetSubscriptionRequest{SubscriptionId: b})
 			return err
-		}, codes.PermissionDenied},
+		}, codes.NotFound},
 		{"list another org", tokCheckout, func(ctx context.Context) error {
 			_, err := ts.client.ListSubscriptions(ctx, &fulfillmentv1.ListSubscriptionsRequest{OrgId: "org_b"})
 			return err
