@@ -107,7 +107,7 @@ func (t *sender) Process(ctx context.Context, owner string, claims []Claim) erro
 	// is stopping.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	lost, err := t.work.OutboxRecord(rctx, owner, attempts)
+	lost, err := t.record(rctx, owner, attempts)
 	if err != nil {
 		failed := make(ItemErrors, len(attempts))
 		for _, a := range attempts {
@@ -167,6 +167,31 @@ func (t *sender) attemptAll(ctx context.Context, owner string, msgs []fulfillmen
 		}
 	}
 	return attempts, nil
+}
+
+// record records attempts, again while the database is unavailable for a
+// moment (a failover, a broken connection, a deadlock broken by rolling
+// this transaction back) and ctx leaves time: the requests were made, and
+// an outcome thrown away is a message sent again, or, for a destination
+// that does not honour idempotency keys, one found interrupted and left
+// uncertain. A record that committed before its answer was lost finds its
+// delivered and uncertain messages no longer held the next time (it says
+// they were taken over), and records a retried one's attempt twice.
+func (t *sender) record(ctx context.Context, owner string, attempts []fulfillment.MessageAttempt) ([]int64, error) {
+	wait := 50 * time.Millisecond
+	for {
+		lost, err := t.work.OutboxRecord(ctx, owner, attempts)
+		if err == nil || !errors.Is(err, fulfillment.ErrUnavailable) {
+			return lost, err
+		}
+		t.log.Warn("recording delivery attempts; trying again", "messages", len(attempts), "error", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // attempt makes one attempt at m; ok is false when the message is no longer

@@ -21,7 +21,9 @@ type fakeOutbox struct {
 	mu        sync.Mutex // guards recorded
 	msgs      map[int64]fulfillment.OutboxMessage
 	recordErr error
-	recorded  [][]fulfillment.MessageAttempt
+	// recordFails is how many calls recordErr answers (0: every one).
+	recordFails int
+	recorded    [][]fulfillment.MessageAttempt
 }
 
 func (f *fakeOutbox) OutboxLoad(_ context.Context, ids []int64, _ string) ([]fulfillment.OutboxMessage, error) {
@@ -40,6 +42,9 @@ func (f *fakeOutbox) OutboxRecord(_ context.Context, _ string, attempts []fulfil
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.recorded = append(f.recorded, attempts)
+	if f.recordFails > 0 && len(f.recorded) > f.recordFails {
+		return nil, nil
+	}
 	return nil, f.recordErr
 }
 
@@ -108,17 +113,24 @@ func TestOutboxSenderSendsWithinConcurrency(t *testing.T) {
 func TestOutboxSenderRecordsBatchAndRetriesPerMessage(t *testing.T) {
 	t.Parallel()
 	claims := []Claim{{ID: 1, Attempts: 1}, {ID: 2, Attempts: 1}, {ID: 3, Attempts: 2}}
+	unavailable := fmt.Errorf("%w: the database went away", fulfillment.ErrUnavailable)
 	for _, tc := range []struct {
-		name      string
-		recordErr error
-		want      []int64 // the messages to retry
+		name        string
+		recordErr   error
+		recordFails int
+		want        []int64 // the messages to retry
+		records     int     // calls of OutboxRecord
 	}{
-		{"recorded", nil, []int64{2}},
-		{"record failed", errors.New("connection reset"), []int64{1, 2, 3}},
+		{"recorded", nil, 0, []int64{2}, 1},
+		{"record failed", errors.New("connection reset"), 0, []int64{1, 2, 3}, 1},
+		// A failover: the outcomes are recorded once the database is back,
+		// not thrown away (which sends the delivered ones again).
+		{"record unavailable twice, then recorded", unavailable, 2, []int64{2}, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			work := &fakeOutbox{msgs: map[int64]fulfillment.OutboxMessage{1: {ID: 1}, 2: {ID: 2}, 3: {ID: 3}}, recordErr: tc.recordErr}
+			work := &fakeOutbox{msgs: map[int64]fulfillment.OutboxMessage{1: {ID: 1}, 2: {ID: 2}, 3: {ID: 3}},
+				recordErr: tc.recordErr, recordFails: tc.recordFails}
 			var sent []int64
 			// One request slot: the messages go one after the other.
 			s := newSender(work, Destination{ID: "crm", Idempotent: true, Concurrency: 1,
@@ -133,8 +145,8 @@ func TestOutboxSenderRecordsBatchAndRetriesPerMessage(t *testing.T) {
 			if !slices.Equal(sent, []int64{1, 2, 3}) {
 				t.Errorf("sent %v, want each message once, in order", sent)
 			}
-			if len(work.recorded) != 1 || len(work.recorded[0]) != 3 {
-				t.Errorf("recorded %v, want the three attempts in one call", work.recorded)
+			if len(work.recorded) != tc.records || len(work.recorded[0]) != 3 {
+				t.Errorf("recorded %v, want the three attempts in one call, %d times", work.recorded, tc.records)
 			}
 			var items ItemErrors
 			if !errors.As(err, &items) {
@@ -143,7 +155,7 @@ func TestOutboxSenderRecordsBatchAndRetriesPerMessage(t *testing.T) {
 			if got := slices.Sorted(maps.Keys(items)); !slices.Equal(got, tc.want) {
 				t.Errorf("to retry %v, want %v", got, tc.want)
 			}
-			if tc.recordErr == nil && fmt.Sprint(items[2]) != "HTTP 503" {
+			if tc.want[0] == 2 && fmt.Sprint(items[2]) != "HTTP 503" {
 				t.Errorf("retry cause %q, want the attempt's reason", items[2])
 			}
 		})
