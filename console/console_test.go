@@ -133,6 +133,9 @@ func TestSafeNext(t *testing.T) {
 		{"/console/login", "/console/"},
 		{"/console/\\evil", "/console/"},
 		{"", "/console/"},
+		{"/console/../metrics", "/console/"},             // leaves the console once cleaned
+		{"/console/orders/../../v1/orders", "/console/"}, // so does this
+		{"/console/./login", "/console/"},                // the sign-in page, once cleaned
 	}
 	for _, c := range cases {
 		if got := safeNext(c.in); got != c.want {
@@ -327,5 +330,22 @@ func TestTimelineStates(t *testing.T) {
 	a := &fulfillmentv1.DeliveryAttempt{Status: 200, Outcome: "delivered", Reason: "HTTP 200"}
 	if s := attemptLine(a); s != "HTTP 200, delivered" {
 		t.Errorf("attempt line = %q", s)
+	}
+}
+
+// Sign-in failures are counted per client: an IPv4 address, or an IPv6
+// address's /64, which one host usually holds whole (a client rotating its
+// addresses within it is one client).
+func TestClientOfGroupsAnIPv6Slash64(t *testing.T) {
+	t.Parallel()
+	of := func(addr string) string { return clientOf(&http.Request{RemoteAddr: addr}) }
+	if a, b := of("[2001:db8:1:2::1]:4000"), of("[2001:db8:1:2:ffff::9]:5000"); a != b {
+		t.Errorf("one /64: %q and %q, want one client", a, b)
+	}
+	if a, b := of("[2001:db8:1:2::1]:4000"), of("[2001:db8:1:3::1]:4000"); a == b {
+		t.Errorf("two /64s: both %q, want two clients", a)
+	}
+	if a, b := of("192.0.2.1:4000"), of("192.0.2.2:4000"); a == b || a != "192.0.2.1" {
+		t.Errorf("IPv4: %q and %q, want each address apart", a, b)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -247,7 +248,13 @@ func canSignIn(t config.Token) bool {
 
 // safeNext keeps a post-sign-in target inside the console.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, Prefix) || strings.HasPrefix(next, Prefix+"login") || strings.ContainsAny(next, "\\\r\n") {
+	if !strings.HasPrefix(next, Prefix) || strings.ContainsAny(next, "\\\r\n") {
+		return Prefix
+	}
+	// As the browser will resolve it: "/console/../metrics" leaves the
+	// console, "/console/./login" is the sign-in page.
+	p, _, _ := strings.Cut(next, "?")
+	if clean := path.Clean(p) + "/"; !strings.HasPrefix(clean, Prefix) || strings.HasPrefix(clean, Prefix+"login") {
 		return Prefix
 	}
 	return next

@@ -32,11 +32,16 @@ func newSignInLimit() *signInLimit {
 }
 
 // clientOf is the address a request came from (no proxy header is
-// trusted: a client could name any address in one).
+// trusted: a client could name any address in one): an IPv4 address, or
+// an IPv6 address's /64, which one host usually holds whole, so that
+// rotating addresses within it gains no fresh sign-in attempts.
 func clientOf(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
+		return (&net.IPNet{IP: ip.Mask(net.CIDRMask(64, 128)), Mask: net.CIDRMask(64, 128)}).String()
 	}
 	return host
 }
