@@ -184,7 +184,9 @@ func (t *sender) record(ctx context.Context, owner string, attempts []fulfillmen
 		if err == nil || !errors.Is(err, fulfillment.ErrUnavailable) {
 			return lost, err
 		}
-		t.log.Warn("recording delivery attempts; trying again", "messages", len(attempts), "error", err)
+		// Debug: the store says once that the database is unreachable,
+		// and an outage would otherwise log this for every claim.
+		t.log.Debug("recording delivery attempts; trying again", "messages", len(attempts), "error", err)
 		select {
 		case <-ctx.Done():
 			return nil, err
