@@ -79,7 +79,7 @@ func (s *Store) InboxInsertBatch(ctx context.Context, evs []fulfillment.Provider
 
 // SetDecideLockWait sets how long a batch decided on receipt waits for
 // each lock (a PostgreSQL interval, such as "30s").
-func (s *Store) SetDecideLockWait(d string) { s.decideLockWait = d }
+func (s *Store) SetDecideLockWait(d string) { s.decideLockWait, s.decideSettings = d, batchSettings(d) }
 
 // MoveLockedOrder moves order id to state to through the effect writer, in
 // a transaction that locks the order first, as decisions do; touched
@@ -95,7 +95,7 @@ func (s *Store) MoveLockedOrder(ctx context.Context, id string, to fulfillment.S
 	}
 	// As a decision's effects are written: in a pipelinedTx, with the
 	// COMMIT in the round trip of the update.
-	return s.withPipelinedTx(ctx, lock, func(tx *pipelinedTx) error {
+	return s.withPipelinedTx(ctx, batchSettings(defaultWorkLockWait), lock, func(tx *pipelinedTx) error {
 		w.versions[id] = version
 		if touched {
 			if _, err := tx.Exec(ctx, `UPDATE orders SET updated_at = '2000-01-01' WHERE id = $1`, id); err != nil {
@@ -121,7 +121,7 @@ const PurgeRawBodiesSQL = purgeRawBodiesSQL
 // swallowMid, as a faulty caller would), and last with its COMMIT, the
 // last of which reports failLast from its callback (nil: its result).
 func (s *Store) PipelinedForTest(ctx context.Context, first, mid, last []string, failLast error, swallowMid bool) error {
-	return s.withPipelinedTx(ctx, func(b *pgx.Batch) {
+	return s.withPipelinedTx(ctx, batchSettings(defaultWorkLockWait), func(b *pgx.Batch) {
 		for _, q := range first {
 			b.Queue(q)
 		}
@@ -281,7 +281,7 @@ func explainPrepared(ctx context.Context, conn *pgx.Conn, fragment, args string)
 	defer func() { _ = tx.Rollback(ctx) }()
 	// As a batch's transaction plans (a plan made here, none being
 	// cached, is made as there).
-	if _, err := tx.Exec(ctx, batchPlans, pgx.QueryExecModeSimpleProtocol); err != nil {
+	if _, err := tx.Exec(ctx, batchSettings(defaultWorkLockWait), pgx.QueryExecModeSimpleProtocol); err != nil {
 		return "", err
 	}
 	stmt := "EXPLAIN EXECUTE " + pgx.Identifier{name}.Sanitize()
@@ -323,7 +323,7 @@ func (s *Store) PublishForTest(ctx context.Context, org string, rows []FeedRow) 
 // SetWorkLockWait sets how long a queue's work (the inbox processor's
 // batch, a sweep) waits for a lock (PostgreSQL's lock_timeout, e.g.
 // "100ms").
-func (s *Store) SetWorkLockWait(d string) { s.workLockWait = d }
+func (s *Store) SetWorkLockWait(d string) { s.workLockWait, s.workSettings = d, batchSettings(d) }
 
 // InsertQueuedAfterClose puts a request for ev straight into the group
 // commit's queue of a closed store, as enqueue may when the stop and the

@@ -98,7 +98,7 @@ func TestBatchLookupsProbeKeysWhateverTheStatistics(t *testing.T) {
 		decide  bool
 		lookups []lookup
 	}{
-		{true, []lookup{{"stored events", "set_config('lock_timeout'", `'50ms', '{yolfi}', '{org_a}', '{live}', '{evt_none}'`, "inbox_events"}, attempts, refunds}},
+		{true, []lookup{{"stored events", "nextval('inbox_events_id_seq')", `'{yolfi}', '{org_a}', '{live}', '{evt_none}'`, "inbox_events"}, attempts, refunds}},
 		{false, []lookup{{"leased events", "DELETE FROM inbox_work", `'{1}', 'w'`, "inbox_events"}, attempts, refunds}},
 	} {
 		t.Run(map[bool]string{true: "decided on receipt", false: "inbox processor"}[c.decide], func(t *testing.T) {

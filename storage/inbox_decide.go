@@ -40,28 +40,27 @@ import (
 // which tests may lengthen.
 const defaultDecideLockWait = "50ms"
 
-// decidedStartSQL starts a decided batch: it sets the lock wait ($1) for
-// the transaction, and returns the time of its receipt; the positions
-// (from 1) of the events of the arrays $2 to $5 (provider, org,
+// decidedStartSQL starts a decided batch, whose transaction waits for a
+// lock at most decideLockWait (batchSettings): it returns the time of its
+// receipt; the positions (from 1) of the events of the arrays $1 to $4 (provider, org,
 // environment, event id) that are stored already, with the id and state
 // of each, for their receipts; and an id from the table's sequence for
 // each event, in order (those of events left out are never used: a
 // sequence has gaps anyway; the identity column's sequence is named by
 // PostgreSQL, and named here rather than looked up in the catalog at each
 // run). Each event is looked up by a lateral probe of its key's index,
-// whatever the statistics the plan was made with (batchPlans). It notes
+// whatever the statistics the plan was made with (batchSettings). It notes
 // the positions of the stored events in storedEventsSetting, where the
 // order lock sent after it in the same round trip finds them
 // (storedEvents): the orders only redeliveries name are not locked.
 const decidedStartSQL = `
-	SELECT clock_timestamp(), set_config('lock_timeout', $1, true),
-		set_config('` + storedEventsSetting + `', s.n::text, true), s.n, s.id, s.state,
+	SELECT clock_timestamp(), set_config('` + storedEventsSetting + `', s.n::text, true), s.n, s.id, s.state,
 		ARRAY(SELECT nextval('inbox_events_id_seq')
-			FROM generate_series(1, cardinality($2::text[])))
+			FROM generate_series(1, cardinality($1::text[])))
 	FROM (
 		SELECT coalesce(array_agg(u.n::int), '{}') AS n, coalesce(array_agg(i.id), '{}') AS id,
 			coalesce(array_agg(i.state), '{}') AS state
-		FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS u(p, o, e, id, n)
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS u(p, o, e, id, n)
 		JOIN ` + storedEventProbe + ` ON true) s`
 
 // storedEventProbe is the id and state (i) of the stored event of the key
@@ -188,13 +187,13 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 		ids          []int64
 		lock         *orderLock
 	)
-	// Its first round trip: BEGIN; the lock wait, the clock, which of the
+	// Its first round trip: BEGIN and the lock wait; the clock, which of the
 	// rows are stored, and ids for them; and the locks of the orders the
 	// rows not found stored name, with their attempts and refunds.
 	first := func(b *pgx.Batch) {
 		provider, org, env, eventID := keyArrays(rows)
-		b.Queue(decidedStartSQL, s.decideLockWait, provider, org, env, eventID).QueryRow(func(row pgx.Row) error {
-			if err := row.Scan(&received, nil, nil, &stored, &storedIDs, &storedStates, &ids); err != nil {
+		b.Queue(decidedStartSQL, provider, org, env, eventID).QueryRow(func(row pgx.Row) error {
+			if err := row.Scan(&received, nil, &stored, &storedIDs, &storedStates, &ids); err != nil {
 				return fmt.Errorf("starting a decided batch: %w", interpret(err))
 			}
 			return nil
@@ -210,7 +209,7 @@ func (s *Store) tryDecided(ctx context.Context, reqs []*insertRequest, rows []in
 		}
 		lock = queueOrderLock(b, named, positions)
 	}
-	err := s.withPipelinedTx(ctx, first, func(tx *pipelinedTx) error {
+	err := s.withPipelinedTx(ctx, s.decideSettings, first, func(tx *pipelinedTx) error {
 		out = &decidedBatch{start: time.Now(), outcomes: map[int64]fulfillment.ProcessedEvent{}, ctxs: map[int64]context.Context{}}
 		late = &lateMatches{}
 		// The events stored already are redeliveries: their receipts are

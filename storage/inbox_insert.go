@@ -342,7 +342,7 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) (_
 		provider, org, env, eventID := keyArrays(rows)
 		// One probe of the key's index per event, planned for each run
 		// (QueryExecModeExec): a generic plan made while the table was
-		// nearly empty would scan it whole as it grows (see batchPlans).
+		// nearly empty would scan it whole as it grows (see batchSettings).
 		result, _ := s.pool.Query(ctx, `
 			SELECT i.id, i.state, u.p, u.o, u.e, u.id
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u (p, o, e, id)

@@ -48,11 +48,8 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 	)
 	// BEGIN goes with the events' lock, COMMIT with the effects: three
 	// round trips, the orders' locks between (pipelinedTx).
-	first := func(b *pgx.Batch) {
-		b.Queue(workLockWaitSQL, s.workLockWait)
-		queueLeasedEvents(b, ids, owner, &events)
-	}
-	err := s.withPipelinedTx(ctx, first, func(tx *pipelinedTx) error {
+	first := func(b *pgx.Batch) { queueLeasedEvents(b, ids, owner, &events) }
+	err := s.withPipelinedTx(ctx, s.workSettings, first, func(tx *pipelinedTx) error {
 		if len(events) == 0 {
 			return nil
 		}
@@ -93,7 +90,8 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 const defaultWorkLockWait = "5s"
 
 // workLockWaitSQL sets the lock wait ($1) of a queue's work for its
-// transaction, before anything of it waits for a lock.
+// transaction, before anything of it waits for a lock (a pipelined
+// transaction sets it with its plans: batchSettings).
 const workLockWaitSQL = `SELECT set_config('lock_timeout', $1, true)`
 
 // decideEvents locks what the events name — their orders (in id order, so
@@ -329,7 +327,7 @@ type leasedEvent struct {
 // them (SKIP LOCKED), and a concurrent replay waits; the stored events are
 // only written again by the decision, so they are read without a lock,
 // each by a probe of the primary key (a lateral subquery: whatever the
-// statistics the generic plan was made with, see batchPlans).
+// statistics the generic plan was made with, see batchSettings).
 // It appends them to out as it reads them.
 func queueLeasedEvents(b *pgx.Batch, ids []int64, owner string, out *[]leasedEvent) {
 	b.Queue(`

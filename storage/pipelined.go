@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -40,11 +41,11 @@ type pipelinedTx struct {
 }
 
 // withPipelinedTx runs fn in a pipelinedTx whose first round trip sends
-// BEGIN, how its statements are planned (batchPlans) and the statements
-// first queues, and commits it unless fn did (commitWith); any error rolls
+// BEGIN, settings (batchSettings: how its statements are planned and how
+// long each waits for a lock at most) and the statements first queues, and commits it unless fn did (commitWith); any error rolls
 // it back. first's statements report their errors through their
 // callbacks, as in any batch.
-func (s *Store) withPipelinedTx(ctx context.Context, first func(*pgx.Batch), fn func(*pipelinedTx) error) error {
+func (s *Store) withPipelinedTx(ctx context.Context, settings string, first func(*pgx.Batch), fn func(*pipelinedTx) error) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("beginning transaction: %w", interpret(err))
@@ -55,7 +56,7 @@ func (s *Store) withPipelinedTx(ctx context.Context, first func(*pgx.Batch), fn 
 
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(batchPlans)
+	b.Queue(settings)
 	first(b)
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return err
@@ -69,7 +70,7 @@ func (s *Store) withPipelinedTx(ctx context.Context, first func(*pgx.Batch), fn 
 	return tx.commitWith(ctx, &pgx.Batch{})
 }
 
-// batchPlans, sent right after a pipelinedTx's BEGIN, sets how PostgreSQL
+// batchSettings, sent right after a pipelinedTx's BEGIN, sets how PostgreSQL
 // plans the transaction's statements — those that decide a batch and
 // write its effects, and the first ones too (the look-up of stored
 // events, the read of the leased ones), whose plans it chooses before any
@@ -98,7 +99,18 @@ func (s *Store) withPipelinedTx(ctx context.Context, first func(*pgx.Batch), fn 
 // Under transaction pooling statements are described rather than
 // prepared and planned at each run; both settings end with the
 // transaction.
-const batchPlans = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)`
+//
+// It sets the transaction's lock wait (lock_timeout) too, before any of its
+// statements waits for a lock: decideLockWait for a batch decided on
+// receipt, workLockWait for the inbox processor's. The wait is written in
+// the statement, not passed as a parameter: a statement with parameters
+// is planned for them at its first runs, and this one runs before the
+// plans are generic. The Store keeps the statement of each wait
+// (decideSettings, workSettings).
+func batchSettings(lockWait string) string {
+	return `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
+		set_config('lock_timeout', '` + strings.ReplaceAll(lockWait, "'", "''") + `', true)`
+}
 
 // open says whether the transaction began and has not ended.
 func (tx *pipelinedTx) open() bool { return tx.Conn.Conn().PgConn().TxStatus() != 'I' }

@@ -47,6 +47,9 @@ type Store struct {
 	decideOnReceipt bool
 	decideLockWait  string // lock_timeout of a decided batch
 	workLockWait    string // lock_timeout of a queue's work (inbox batch, sweep)
+	// decideSettings and workSettings start the pipelined transactions
+	// of those two (batchSettings of each wait).
+	decideSettings, workSettings string
 	// unreadResults, set by tests only, is the failure of reading the
 	// results of a pipelined transaction's last batch after its COMMIT
 	// ran (pipelinedTx.commitWith).
@@ -172,7 +175,8 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	}
 	s := &Store{log: log, subscriptions: o.Subscriptions, pollAfter: o.StatusPollAfter, plans: o.Plans,
 		sessionCfg: sessionCfg, lateMatch: o.LateMatchWindow, decideOnReceipt: o.DecideOnReceipt,
-		decideLockWait: defaultDecideLockWait, workLockWait: defaultWorkLockWait}
+		decideLockWait: defaultDecideLockWait, workLockWait: defaultWorkLockWait,
+		decideSettings: batchSettings(defaultDecideLockWait), workSettings: batchSettings(defaultWorkLockWait)}
 	if s.lateMatch == 0 {
 		s.lateMatch = DefaultLateMatchWindow
 	}

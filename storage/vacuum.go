@@ -38,7 +38,7 @@ import (
 
 // Why it analyzes young tables too.
 //
-// A batch's statements run on generic plans (batchPlans), which
+// A batch's statements run on generic plans (batchSettings), which
 // PostgreSQL makes once per connection and keeps until an ANALYZE of
 // their tables. Made on the statistics of a nearly empty table — a new
 // database, its first webhooks — a plan scans the table or a whole index,
