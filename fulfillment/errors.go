@@ -14,6 +14,18 @@ import (
 // the caller).
 var ErrNotFound = errors.New("not found")
 
+// Not found, as the store says it of what a caller named by its id, and as
+// the API says it of one of an org the caller may not see: the two read
+// alike, so that a caller cannot tell them apart.
+var (
+	ErrOrderNotFound        = fmt.Errorf("order %w", ErrNotFound)
+	ErrSubscriptionNotFound = fmt.Errorf("subscription %w", ErrNotFound)
+)
+
+// NotFoundID is not found for the object of kind what ("stored event")
+// and number id (see ErrOrderNotFound).
+func NotFoundID(what string, id int64) error { return fmt.Errorf("%w: %s %d", ErrNotFound, what, id) }
+
 // ErrConflict means an idempotency key was reused with different content: the
 // existing object was left unchanged.
 var ErrConflict = errors.New("conflict")

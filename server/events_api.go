@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -74,7 +73,7 @@ func (s *Service) GetInboxEvent(ctx context.Context, req *fulfillmentv1.GetInbox
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	if err := requireVisible(p, e.Event.OrgID, fmt.Errorf("%w: stored event %d", fulfillment.ErrNotFound, n)); err != nil {
+	if err := requireVisible(p, e.Event.OrgID, fulfillment.NotFoundID("stored event", n)); err != nil {
 		return nil, err
 	}
 	body := rawBodyWithheld
@@ -103,7 +102,7 @@ func (s *Service) ReplayInboxEvent(ctx context.Context, req *fulfillmentv1.Repla
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	if err := requireVisible(p, e.Event.OrgID, fmt.Errorf("%w: stored event %d", fulfillment.ErrNotFound, n)); err != nil {
+	if err := requireVisible(p, e.Event.OrgID, fulfillment.NotFoundID("stored event", n)); err != nil {
 		return nil, err
 	}
 	if e, err = s.events.EventReplay(ctx, r); err != nil {

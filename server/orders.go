@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync/atomic"
 
@@ -102,7 +101,7 @@ func (s *Service) GetOrder(ctx context.Context, req *fulfillmentv1.GetOrderReque
 		return nil, toStatus(ctx, s.log, err)
 	}
 	p := principalFrom(ctx)
-	if err := requireVisible(p, detail.OrgID, fmt.Errorf("order %w", fulfillment.ErrNotFound)); err != nil {
+	if err := requireVisible(p, detail.OrgID, fulfillment.ErrOrderNotFound); err != nil {
 		return nil, err
 	}
 	return &fulfillmentv1.GetOrderResponse{Order: orderDetailToProto(detail, p.OwnsOrg(detail.OrgID))}, nil

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 
 	"google.golang.org/grpc/codes"
@@ -78,7 +77,7 @@ func (s *Service) visibleDelivery(ctx context.Context, id string) (fulfillment.D
 	if err != nil {
 		return d, toStatus(ctx, s.log, err)
 	}
-	if err := requireVisible(principalFrom(ctx), d.OrgID, fmt.Errorf("%w: outbox message %d", fulfillment.ErrNotFound, n)); err != nil {
+	if err := requireVisible(principalFrom(ctx), d.OrgID, fulfillment.NotFoundID("outbox message", n)); err != nil {
 		return d, err
 	}
 	return d, nil

@@ -46,7 +46,7 @@ func (s *Service) StartPayment(ctx context.Context, req *fulfillmentv1.StartPaym
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	if err := requireVisible(p, order.OrgID, fmt.Errorf("order %w", fulfillment.ErrNotFound)); err != nil {
+	if err := requireVisible(p, order.OrgID, fulfillment.ErrOrderNotFound); err != nil {
 		return nil, err
 	}
 	if order.OrgID != ep.OrgID || order.Environment != ep.Environment {

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -145,7 +144,7 @@ func (s *Service) visibleReconItem(ctx context.Context, id string) (fulfillment.
 	if err != nil {
 		return it, toStatus(ctx, s.log, err)
 	}
-	if err := requireVisible(principalFrom(ctx), it.OrgID, fmt.Errorf("%w: reconciliation item %d", fulfillment.ErrNotFound, n)); err != nil {
+	if err := requireVisible(principalFrom(ctx), it.OrgID, fulfillment.NotFoundID("reconciliation item", n)); err != nil {
 		return it, err
 	}
 	return it, nil

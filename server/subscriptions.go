@@ -46,7 +46,7 @@ func (s *Service) GetSubscription(ctx context.Context, req *fulfillmentv1.GetSub
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	if err := requireVisible(principalFrom(ctx), d.OrgID, fmt.Errorf("subscription %w", fulfillment.ErrNotFound)); err != nil {
+	if err := requireVisible(principalFrom(ctx), d.OrgID, fulfillment.ErrSubscriptionNotFound); err != nil {
 		return nil, err
 	}
 	resp := &fulfillmentv1.GetSubscriptionResponse{

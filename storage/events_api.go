@@ -128,7 +128,7 @@ func (s *Store) EventGet(ctx context.Context, id int64, withBody bool) (fulfillm
 	se, err := scanStoredEvent(s.pool.QueryRow(ctx, "SELECT "+inboxSelectList+storedEventColumns+", "+bodyExpr+
 		" FROM inbox_events WHERE id = $1", id), &body)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return se, fmt.Errorf("%w: stored event %d", fulfillment.ErrNotFound, id)
+		return se, fulfillment.NotFoundID("stored event", id)
 	}
 	if err != nil {
 		return se, fmt.Errorf("reading inbox event: %w", interpret(err))
@@ -161,7 +161,7 @@ func (s *Store) EventReplay(ctx context.Context, r fulfillment.EventReplayReques
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `SELECT state FROM inbox_events WHERE id = $1 FOR UPDATE`, r.ID).Scan(&state)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: stored event %d", fulfillment.ErrNotFound, r.ID)
+			return fulfillment.NotFoundID("stored event", r.ID)
 		}
 		if err != nil {
 			return fmt.Errorf("locking inbox event: %w", interpret(err))

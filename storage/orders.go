@@ -115,7 +115,7 @@ func (s *Store) orderGetWhere(ctx context.Context, where string, args ...any) (f
 	row := s.pool.QueryRow(ctx, "SELECT "+orderColumns+" FROM orders WHERE "+where, args...)
 	order, fingerprint, err := scanOrder(row)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fulfillment.Order{}, "", fmt.Errorf("order %w", fulfillment.ErrNotFound)
+		return fulfillment.Order{}, "", fulfillment.ErrOrderNotFound
 	}
 	if err != nil {
 		return fulfillment.Order{}, "", fmt.Errorf("reading order: %w", interpret(err))

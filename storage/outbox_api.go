@@ -103,7 +103,7 @@ func (s *Store) DeliveryGet(ctx context.Context, id int64) (fulfillment.Delivery
 	var payload string
 	d, err := scanDelivery(s.pool.QueryRow(ctx, "SELECT "+deliveryColumns+", m.payload::text"+deliveryFrom+" WHERE m.id = $1", id), &payload)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return d, fmt.Errorf("%w: outbox message %d", fulfillment.ErrNotFound, id)
+		return d, fulfillment.NotFoundID("outbox message", id)
 	}
 	if err != nil {
 		return d, fmt.Errorf("reading outbox message: %w", interpret(err))

@@ -57,7 +57,7 @@ func (s *Store) StartBegin(ctx context.Context, r fulfillment.StartRequest) (ful
 			Scan(&org, &env, &state, &total.Currency, &total.MinorUnits, &now)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows) || (err == nil && r.VisibleOrgs != nil && !slices.Contains(r.VisibleOrgs, org)):
-			return fmt.Errorf("order %w", fulfillment.ErrNotFound)
+			return fulfillment.ErrOrderNotFound
 		case err != nil:
 			return fmt.Errorf("locking order: %w", interpret(err))
 		}

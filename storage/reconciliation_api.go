@@ -17,7 +17,7 @@ import (
 func (s *Store) ReconGet(ctx context.Context, id int64) (fulfillment.ReconItem, error) {
 	it, err := scanReconItem(s.pool.QueryRow(ctx, "SELECT "+reconColumns+reconFrom+" WHERE r.id = $1", id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return it, fmt.Errorf("%w: reconciliation item %d", fulfillment.ErrNotFound, id)
+		return it, fulfillment.NotFoundID("reconciliation item", id)
 	}
 	if err != nil {
 		return it, fmt.Errorf("reading reconciliation item: %w", interpret(err))

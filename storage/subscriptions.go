@@ -81,7 +81,7 @@ func lockSubscription(ctx context.Context, tx querier, where string, args ...any
 	for _, rec := range locked {
 		return rec, nil
 	}
-	return nil, fmt.Errorf("subscription %w", fulfillment.ErrNotFound)
+	return nil, fulfillment.ErrSubscriptionNotFound
 }
 
 // byProviderKey selects a subscription by its provider key ($1 to $4).

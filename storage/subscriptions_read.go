@@ -102,7 +102,7 @@ func (s *Store) SubscriptionGet(ctx context.Context, id string) (fulfillment.Sub
 	})
 	err := s.pool.SendBatch(ctx, b).Close()
 	if errors.Is(err, pgx.ErrNoRows) {
-		return d, fmt.Errorf("subscription %w", fulfillment.ErrNotFound)
+		return d, fulfillment.ErrSubscriptionNotFound
 	}
 	if err != nil {
 		return d, fmt.Errorf("reading subscription: %w", interpret(err))
@@ -163,7 +163,7 @@ func (s *Store) querySubscriptions(ctx context.Context, what, query string, args
 func (s *Store) subscriptionWhere(ctx context.Context, where string, args ...any) (fulfillment.SubscriptionRecord, error) {
 	rec, err := scanSubscription(s.pool.QueryRow(ctx, `SELECT `+subscriptionColumns+` FROM subscriptions WHERE `+where, args...))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return rec, fmt.Errorf("subscription %w", fulfillment.ErrNotFound)
+		return rec, fulfillment.ErrSubscriptionNotFound
 	}
 	if err != nil {
 		return rec, fmt.Errorf("reading subscription: %w", interpret(err))
