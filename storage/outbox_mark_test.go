@@ -2,6 +2,7 @@ package storage_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -92,5 +93,42 @@ func TestACrashDuringTheLastAttemptLeavesTheMessageToTheDispatcher(t *testing.T)
 	}
 	if got := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = 'uncertain_delivery' AND outbox_message_id = $1", id); got != 1 {
 		t.Errorf("%d uncertain_delivery items for message %d, want 1", got, id)
+	}
+}
+
+// A record whose commit went through but whose answer was lost is sent
+// again by the dispatcher (worker: sender.record): the second finds the
+// message no longer its owner's, and adds nothing. The delivery is
+// recorded once, and the order it completes is fulfilled once.
+func TestARecordRepeatedAfterItsCommitAddsNothing(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	orderID := externalOrder(t, s, "m-twice")
+	if _, err := s.InboxInsert(ctx, confirmedEvent("e-twice", "m-twice"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	processAll(t, s, 1)
+	deliverNext(t, s, "shipping", fulfillment.OutcomeDelivered)
+	claims, err := s.OutboxQueue("licenses").Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 1, Lease: time.Minute, MaxAttempts: 5})
+	if err != nil || len(claims) != 1 {
+		t.Fatal(claims, err)
+	}
+	id := claims[0].ID
+	delivered := fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeDelivered, Status: 204, Reason: "test", StartedAt: time.Now()}
+	if err := recordOne(s, id, "w", delivered); err != nil {
+		t.Fatal(err)
+	}
+	if err := recordOne(s, id, "w", delivered); !errors.Is(err, worker.ErrLeaseLost) {
+		t.Fatalf("the repeated record: %v, want the message no longer held", err)
+	}
+	if got := count(t, conn, "SELECT count(*) FROM outbox_attempts WHERE message_id = $1", id); got != 1 {
+		t.Errorf("%d attempts recorded, want 1", got)
+	}
+	if got := count(t, conn, "SELECT count(*) FROM order_events WHERE order_id = $1 AND topic = 'order.fulfilled'", orderID); got != 1 {
+		t.Errorf("the order fulfilled %d times, want once", got)
+	}
+	if got := count(t, conn, "SELECT count(*) FROM outbox_messages WHERE order_id = $1 AND topic = 'order.fulfilled'", orderID); got > 1 {
+		t.Errorf("%d order.fulfilled messages, want at most one", got)
 	}
 }
