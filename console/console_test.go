@@ -345,6 +345,9 @@ func TestClientOfGroupsAnIPv6Slash64(t *testing.T) {
 	if a, b := of("[2001:db8:1:2::1]:4000"), of("[2001:db8:1:3::1]:4000"); a == b {
 		t.Errorf("two /64s: both %q, want two clients", a)
 	}
+	if a := of("[fe80::1%eth0]:4000"); a != "fe80::/64" {
+		t.Errorf("a link-local address with its zone: %q, want its /64", a)
+	}
 	if a, b := of("192.0.2.1:4000"), of("192.0.2.2:4000"); a == b || a != "192.0.2.1" {
 		t.Errorf("IPv4: %q and %q, want each address apart", a, b)
 	}

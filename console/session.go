@@ -111,7 +111,7 @@ var errNoSession = errors.New("no live session")
 // one, which a sibling subdomain or a plain-HTTP answer can plant (to sign
 // an operator in as someone else).
 func (c *Console) sessionOf(r *http.Request) (*session, error) {
-	ck, err := r.Cookie(sessionCookie(r, "", time.Time{}).Name)
+	ck, err := r.Cookie(sessionCookieName(r))
 	if err != nil {
 		return nil, errNoSession
 	}
@@ -225,13 +225,22 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request, s *session) {
 	http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
 }
 
+// sessionCookieName is the session cookie's name over r's scheme: under
+// TLS the __Host- one.
+func sessionCookieName(r *http.Request) string {
+	if r.TLS != nil {
+		return hostCookie
+	}
+	return cookieName
+}
+
 // sessionCookie names the session: HttpOnly, SameSite=Strict, and under
 // TLS Secure with the __Host- prefix.
 func sessionCookie(r *http.Request, value string, expires time.Time) *http.Cookie {
-	ck := &http.Cookie{Name: cookieName, Value: value, Path: Prefix, Expires: expires,
+	ck := &http.Cookie{Name: sessionCookieName(r), Value: value, Path: Prefix, Expires: expires,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode}
 	if r.TLS != nil {
-		ck.Name, ck.Path, ck.Secure = hostCookie, "/", true
+		ck.Path, ck.Secure = "/", true
 	}
 	return ck
 }

@@ -3,6 +3,7 @@ package console
 import (
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -40,8 +41,8 @@ func clientOf(r *http.Request) string {
 	if err != nil {
 		return r.RemoteAddr
 	}
-	if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
-		return (&net.IPNet{IP: ip.Mask(net.CIDRMask(64, 128)), Mask: net.CIDRMask(64, 128)}).String()
+	if a, err := netip.ParseAddr(host); err == nil && a.Is6() && !a.Is4In6() {
+		return netip.PrefixFrom(a.WithZone(""), 64).Masked().String()
 	}
 	return host
 }

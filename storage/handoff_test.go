@@ -32,11 +32,18 @@ func runInbox(t *testing.T, s *storage.Store, l *storage.Liveness, workers, batc
 	table := &countingTable{Table: s.InboxQueue()}
 	q := worker.NewInbox(table, s, l, worker.Config{Workers: workers, Batch: batch, Poll: time.Hour}, slog.New(slog.DiscardHandler), nil)
 	s.HandInboxTo(q)
+	runQueue(t, q)
+	t.Cleanup(func() { s.HandInboxTo(nil) }) // before the queue stops: cleanups run last first
+	return table
+}
+
+// runQueue runs q until the test ends.
+func runQueue(t *testing.T, q *worker.Queue) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = q.Run(ctx) }()
-	t.Cleanup(func() { s.HandInboxTo(nil); cancel(); <-done })
-	return table
+	t.Cleanup(func() { cancel(); <-done })
 }
 
 // storeConcurrently creates n orders (m-prefix-0 to m-prefix-n-1) and stores

@@ -45,10 +45,7 @@ func TestALockedOrderHoldsBackOnlyItsOwnEvent(t *testing.T) {
 	table := &countingTable{Table: s.InboxQueue()}
 	q := worker.NewInbox(table, s, l, worker.Config{Workers: 1, Batch: 64, Poll: 50 * time.Millisecond,
 		BaseBackoff: 50 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}, slog.New(slog.DiscardHandler), nil)
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = q.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
+	runQueue(t, q)
 	waitFor(t, "the free order's licenses, while the other order stays locked", func() bool { return licenses("m-free") == 2 })
 	if got := table.claimed.Load(); got < 2 {
 		t.Fatalf("the processor claimed %d events, want both in its first batch", got)

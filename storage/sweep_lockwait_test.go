@@ -41,10 +41,7 @@ func TestALockedSubscriptionHoldsBackOnlyItsOwnSweep(t *testing.T) {
 	live, _, _ := live(t, s)
 	q := worker.NewSweeper(s.SweepQueue(), s, live, worker.Config{Workers: 1, Batch: 4, Poll: 20 * time.Millisecond,
 		BaseBackoff: 50 * time.Millisecond, MaxBackoff: 100 * time.Millisecond}, nil, slog.New(slog.DiscardHandler))
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = q.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
+	runQueue(t, q)
 
 	waitFor(t, "the free subscription's access ended, while the other stays locked", func() bool { return ended("sub_free") == 1 })
 	if got := ended("sub_held"); got != 0 {
