@@ -89,11 +89,6 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 // order for.
 const defaultWorkLockWait = "5s"
 
-// workLockWaitSQL sets the lock wait ($1) of a queue's work for its
-// transaction, before anything of it waits for a lock (a pipelined
-// transaction sets it with its plans: batchSettings).
-const workLockWaitSQL = `SELECT set_config('lock_timeout', $1, true)`
-
 // decideEvents locks what the events name — their orders (in id order, so
 // that concurrent batches cannot deadlock) with their attempts and
 // recorded refunds, and their subscriptions — and decides them, in the

@@ -30,12 +30,11 @@ func (s *Store) SweepProcess(ctx context.Context, id int64, owner string, now ti
 		q     queued
 	)
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, workLockWaitSQL, s.workLockWait); err != nil {
-			return fmt.Errorf("setting the lock wait: %w", interpret(err))
-		}
+		// The lock wait is set with the read of the sweep, before the
+		// subscription's lock (a sweep no longer held locks nothing).
 		var subID uuid.UUID
-		err := tx.QueryRow(ctx, `SELECT subscription_id FROM subscription_sweeps WHERE `+leaseHeld("ARRAY[$1::bigint]", "$2"),
-			id, owner).Scan(&subID)
+		err := tx.QueryRow(ctx, `SELECT subscription_id, set_config('lock_timeout', $3, true) FROM subscription_sweeps WHERE `+
+			leaseHeld("ARRAY[$1::bigint]", "$2"), id, owner, s.workLockWait).Scan(&subID, nil)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return sweepTable.lost(id)
 		}
