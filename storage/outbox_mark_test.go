@@ -17,11 +17,7 @@ import (
 func claimSent(t *testing.T, s *storage.Store, m string, maxAttempts int) int64 {
 	t.Helper()
 	ctx := context.Background()
-	externalOrder(t, s, m)
-	if _, err := s.InboxInsert(ctx, confirmedEvent("e-"+m, m), []byte("{}")); err != nil {
-		t.Fatal(err)
-	}
-	processAll(t, s, 1)
+	paidExternalOrder(t, s, m, "e-"+m)
 	q := s.OutboxQueue("licenses")
 	claims, err := q.Claim(ctx, worker.ClaimParams{Owner: "dead", Limit: 1, Lease: time.Minute, MaxAttempts: maxAttempts})
 	if err != nil || len(claims) != 1 {
@@ -104,11 +100,7 @@ func TestARecordRepeatedAfterItsCommitAddsNothing(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
-	orderID := externalOrder(t, s, "m-twice")
-	if _, err := s.InboxInsert(ctx, confirmedEvent("e-twice", "m-twice"), []byte("{}")); err != nil {
-		t.Fatal(err)
-	}
-	processAll(t, s, 1)
+	orderID := paidExternalOrder(t, s, "m-twice", "e-twice")
 	deliverNext(t, s, "shipping", fulfillment.OutcomeDelivered)
 	claims, err := s.OutboxQueue("licenses").Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 1, Lease: time.Minute, MaxAttempts: 5})
 	if err != nil || len(claims) != 1 {

@@ -23,11 +23,7 @@ func TestOutboxStuckFollowTheMessages(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
-	externalOrder(t, s, "s-1")
-	if _, err := s.InboxInsert(ctx, confirmedEvent("p1", "s-1"), []byte("{}")); err != nil {
-		t.Fatal(err)
-	}
-	processAll(t, s, 1)
+	paidExternalOrder(t, s, "s-1", "p1")
 	claims, err := s.OutboxQueue("licenses").Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 1, Lease: time.Minute, MaxAttempts: 1})
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim = %v, %v; want the licenses message", claims, err)

@@ -51,6 +51,19 @@ func externalOrder(t *testing.T, s *storage.Store, merchantID string) string {
 	return o.ID
 }
 
+// paidExternalOrder stores externalOrder's order of merchantID and the
+// payment eventID confirms, processed: its lines' messages are queued. It
+// returns the order's id.
+func paidExternalOrder(t *testing.T, s *storage.Store, merchantID, eventID string) string {
+	t.Helper()
+	id := externalOrder(t, s, merchantID)
+	if _, err := s.InboxInsert(context.Background(), confirmedEvent(eventID, merchantID), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	processAll(t, s, 1)
+	return id
+}
+
 // deliverNext claims destination's next message under owner and records
 // outcome for it; it returns the message.
 func deliverNext(t *testing.T, s *storage.Store, destination string, outcome fulfillment.DeliveryOutcome) fulfillment.OutboxMessage {
@@ -209,11 +222,7 @@ func TestOutboxUncertainFailedGone(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
-	orderID := externalOrder(t, s, "m-1")
-	if _, err := s.InboxInsert(ctx, confirmedEvent("e1", "m-1"), []byte("{}")); err != nil {
-		t.Fatal(err)
-	}
-	processAll(t, s, 1)
+	orderID := paidExternalOrder(t, s, "m-1", "e1")
 
 	m := deliverNext(t, s, "licenses", fulfillment.OutcomeUncertain)
 	if n := count(t, conn, `SELECT count(*) FROM reconciliation_items
@@ -268,11 +277,7 @@ func TestOutboxReleasePerDestination(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
-	externalOrder(t, s, "m-1")
-	if _, err := s.InboxInsert(ctx, confirmedEvent("e1", "m-1"), []byte("{}")); err != nil {
-		t.Fatal(err)
-	}
-	processAll(t, s, 1)
+	paidExternalOrder(t, s, "m-1", "e1")
 	for _, d := range []string{"licenses", "shipping"} {
 		if claims, err := s.OutboxQueue(d).Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 1, Lease: time.Minute, MaxAttempts: 5}); err != nil || len(claims) != 1 {
 			t.Fatalf("claim for %s: %v %v", d, claims, err)

@@ -160,11 +160,7 @@ func TestRefundTellsLineDestinations(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t) // crm subscribes to every order event
 	ctx := context.Background()
-	orderID := externalOrder(t, s, "m-1")
-	if _, err := s.InboxInsert(ctx, confirmedEvent("e1", "m-1"), []byte("{}")); err != nil {
-		t.Fatal(err)
-	}
-	processAll(t, s, 1)
+	orderID := paidExternalOrder(t, s, "m-1", "e1")
 	refund := confirmedEvent("e2", "m-1")
 	refund.Kind, refund.Type = fulfillment.EventRefunded, "payment.refunded"
 	refund.Payment = confirmedEvent("e1", "m-1").Payment // the payment that paid
