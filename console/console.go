@@ -130,6 +130,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /console/outbox", c.authed(c.outbox))
 	m.HandleFunc("GET /console/outbox/{id}", c.authed(c.message))
 	m.HandleFunc("POST /console/outbox/{id}/retry", c.authed(c.retryMessage))
+	m.HandleFunc("POST /console/outbox/{id}/confirm", c.authed(c.confirmMessage))
 	m.HandleFunc("GET /console/destinations", c.authed(c.destinations))
 	m.HandleFunc("POST /console/destinations/{id}/disable", c.authed(c.disableDestination))
 	m.HandleFunc("POST /console/destinations/{id}/enable", c.authed(c.enableDestination))

@@ -42,7 +42,8 @@ func (c *Console) outbox(w http.ResponseWriter, r *http.Request, s *session) {
 
 type messageView struct {
 	Message *fulfillmentv1.OutboxMessage
-	// Retryable: failed or uncertain, sent again with its attempts reset.
+	// Retryable: failed or uncertain, sent again with its attempts reset;
+	// or confirmed delivered, when the destination says it has it.
 	Retryable bool
 	// Waiting: pending, its next attempt later; it can be sent now.
 	Waiting bool
@@ -82,6 +83,21 @@ func (c *Console) retryMessage(w http.ResponseWriter, r *http.Request, s *sessio
 		return
 	}
 	done(w, r, Prefix+"outbox/"+id, what)
+}
+
+// confirmMessage records that a failed or uncertain message reached its
+// destination (ConfirmOutboxDelivery), with the note saying how the
+// destination confirmed it: nothing is sent.
+func (c *Console) confirmMessage(w http.ResponseWriter, r *http.Request, s *session) {
+	id, note := r.PathValue("id"), strings.TrimSpace(r.PostForm.Get("note"))
+	resp, err := c.api.ConfirmOutboxDelivery(s.call(r.Context()), &fulfillmentv1.ConfirmOutboxDeliveryRequest{
+		MessageId: id, Note: note, ActorDetail: "console"})
+	c.record(r.Context(), s.Name(), resp.GetMessage().GetOrgId(), "outbox.confirm_delivered", "outbox_message", id, outcome(err), note)
+	if err != nil {
+		c.apiFail(w, r, s, err)
+		return
+	}
+	done(w, r, Prefix+"outbox/"+id, "confirmed")
 }
 
 type destinationsView struct {

@@ -310,6 +310,14 @@ type OutboxStore interface {
 	// resend is set. Anything else is ErrFailedPrecondition and changes
 	// nothing.
 	DeliveryRetry(ctx context.Context, id int64, by string, resend bool) (Delivery, error)
+	// DeliveryConfirm records that a failed or uncertain message reached
+	// its destination after all, as a person confirmed with it: nothing is
+	// sent; the message is delivered, its order completes when it was the
+	// last one awaited, and its open failed_delivery or uncertain_delivery
+	// item is resolved as ResolutionConfirmedDelivered, in one
+	// transaction. Any other message is ErrFailedPrecondition and nothing
+	// changes.
+	DeliveryConfirm(ctx context.Context, c DeliveryConfirmation) (Delivery, error)
 	// DestinationStatuses returns the status of every destination that
 	// has messages or was disabled, by id.
 	DestinationStatuses(ctx context.Context) (map[string]DestinationStatus, error)
@@ -363,4 +371,32 @@ func ValidateNote(field, v string) error {
 // topic of the subscription's period.
 func SubscriptionEventKey(subscriptionID string, topic Topic, period int) string {
 	return fmt.Sprintf(SubscriptionEventKeyFormat, subscriptionID, topic, strconv.Itoa(period))
+}
+
+// DeliveryConfirmation is a person's word that a failed or uncertain
+// message reached its destination: checked with the destination, which
+// has it (once).
+type DeliveryConfirmation struct {
+	MessageID int64
+	// Note says how it was confirmed (whom at the destination, a ticket):
+	// required. It becomes the note of the message's item.
+	Note string
+	// Actor is the calling token's name, never a request field;
+	// ActorDetail is free text the person adds (their name).
+	Actor       string
+	ActorDetail string
+}
+
+// Validate checks the request-supplied fields.
+func (c DeliveryConfirmation) Validate() error {
+	var vs violations
+	if c.Note == "" {
+		vs.add("note", "is required: say how the destination confirmed it has the message, for whoever looks next")
+	} else if err := RuleNote.Check(c.Note); err != nil {
+		vs.add("note", "%v", err)
+	}
+	if c.ActorDetail != "" {
+		checkText(&vs, "actor_detail", c.ActorDetail, false)
+	}
+	return vs.err()
 }

@@ -32,6 +32,12 @@ const (
 	// subscription an unmatched payment named was created after it, and the
 	// payment was processed again against it. A person cannot choose it.
 	ResolutionMatchedLater ReconResolution = "matched_later"
+	// ResolutionConfirmedDelivered is set with a person's confirmation
+	// that a failed or uncertain message reached its destination
+	// (OutboxStore.DeliveryConfirm), which marks the message delivered.
+	// Resolving an item by hand cannot choose it: the message would stay
+	// undelivered.
+	ResolutionConfirmedDelivered ReconResolution = "confirmed_delivered"
 )
 
 // Resolutions lists every resolution a person may choose, in the order

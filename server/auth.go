@@ -60,16 +60,17 @@ var methodScopes = map[string]string{
 	// Stored events carry payers' data (and raw bodies): admin only for
 	// now. GetInboxEvent includes a raw body only when the caller holds
 	// admin itself (rawBodyScope), so a later read scope would not see one.
-	fulfillmentv1.FulfillmentService_ListInboxEvents_FullMethodName:    config.ScopeAdmin,
-	fulfillmentv1.FulfillmentService_GetInboxEvent_FullMethodName:      config.ScopeAdmin,
-	fulfillmentv1.FulfillmentService_ReplayInboxEvent_FullMethodName:   config.ScopeAdmin,
-	fulfillmentv1.FulfillmentService_ListOutboxMessages_FullMethodName: config.ScopeOutboxRead,
-	fulfillmentv1.FulfillmentService_GetOutboxMessage_FullMethodName:   config.ScopeOutboxRead,
-	fulfillmentv1.FulfillmentService_RetryOutboxMessage_FullMethodName: config.ScopeAdmin,
-	fulfillmentv1.FulfillmentService_ListDestinations_FullMethodName:   config.ScopeAdmin,
-	fulfillmentv1.FulfillmentService_DisableDestination_FullMethodName: config.ScopeAdmin,
-	fulfillmentv1.FulfillmentService_EnableDestination_FullMethodName:  config.ScopeAdmin,
-	fulfillmentv1.FulfillmentService_WatchOrderEvents_FullMethodName:   config.ScopeOrdersRead,
+	fulfillmentv1.FulfillmentService_ListInboxEvents_FullMethodName:       config.ScopeAdmin,
+	fulfillmentv1.FulfillmentService_GetInboxEvent_FullMethodName:         config.ScopeAdmin,
+	fulfillmentv1.FulfillmentService_ReplayInboxEvent_FullMethodName:      config.ScopeAdmin,
+	fulfillmentv1.FulfillmentService_ListOutboxMessages_FullMethodName:    config.ScopeOutboxRead,
+	fulfillmentv1.FulfillmentService_GetOutboxMessage_FullMethodName:      config.ScopeOutboxRead,
+	fulfillmentv1.FulfillmentService_RetryOutboxMessage_FullMethodName:    config.ScopeAdmin,
+	fulfillmentv1.FulfillmentService_ConfirmOutboxDelivery_FullMethodName: config.ScopeAdmin,
+	fulfillmentv1.FulfillmentService_ListDestinations_FullMethodName:      config.ScopeAdmin,
+	fulfillmentv1.FulfillmentService_DisableDestination_FullMethodName:    config.ScopeAdmin,
+	fulfillmentv1.FulfillmentService_EnableDestination_FullMethodName:     config.ScopeAdmin,
+	fulfillmentv1.FulfillmentService_WatchOrderEvents_FullMethodName:      config.ScopeOrdersRead,
 	// Subscriptions are created by whoever creates orders (a checkout),
 	// and read by whoever reads orders (CheckAccess: the services that
 	// sell the plans).

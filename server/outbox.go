@@ -66,6 +66,24 @@ func (s *Service) RetryOutboxMessage(ctx context.Context, req *fulfillmentv1.Ret
 	return &fulfillmentv1.RetryOutboxMessageResponse{Message: deliveryToProto(d)}, nil
 }
 
+// ConfirmOutboxDelivery implements fulfillmentv1.FulfillmentServiceServer.
+func (s *Service) ConfirmOutboxDelivery(ctx context.Context, req *fulfillmentv1.ConfirmOutboxDeliveryRequest) (*fulfillmentv1.ConfirmOutboxDeliveryResponse, error) {
+	c := fulfillment.DeliveryConfirmation{Note: req.GetNote(), Actor: principalFrom(ctx).Name, ActorDetail: req.GetActorDetail()}
+	if err := c.Validate(); err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	d, err := s.visibleDelivery(ctx, req.GetMessageId())
+	if err != nil {
+		return nil, err
+	}
+	c.MessageID = d.ID
+	if d, err = s.outbox.DeliveryConfirm(ctx, c); err != nil {
+		return nil, toStatus(ctx, s.log, err)
+	}
+	s.log.InfoContext(ctx, "outbox message confirmed delivered by hand", "message_id", d.ID, "destination", d.DestinationID)
+	return &fulfillmentv1.ConfirmOutboxDeliveryResponse{Message: deliveryToProto(d)}, nil
+}
+
 // visibleDelivery reads the message named by id, when the caller may see
 // its org.
 func (s *Service) visibleDelivery(ctx context.Context, id string) (fulfillment.Delivery, error) {

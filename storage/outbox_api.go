@@ -161,6 +161,78 @@ func (s *Store) DeliveryRetry(ctx context.Context, id int64, by string, resend b
 	return d, nil
 }
 
+// DeliveryConfirm implements fulfillment.OutboxStore. The message's rows
+// are locked first (its work row, then the message), then its order's
+// (completeOrders): the order the dispatcher's recording and a retry take
+// them in. Two people confirming at once, or a confirmation racing a
+// retry, find the message changed once they hold its lock, and all but
+// the first change nothing.
+func (s *Store) DeliveryConfirm(ctx context.Context, c fulfillment.DeliveryConfirmation) (fulfillment.Delivery, error) {
+	var (
+		confirmed bool
+		q         queued
+	)
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		var (
+			orderID  *string
+			required bool
+		)
+		// A failed message keeps its work row (failed) until retried; an
+		// uncertain one has none, nor has a delivered one. The work row is
+		// locked first, as a retry (outboxRequeue) locks it before the
+		// message: a retry and a confirmation of one failed message wait for
+		// each other, and cannot deadlock.
+		if _, err := tx.Exec(ctx, `SELECT FROM outbox_work WHERE id = $1 FOR UPDATE`, c.MessageID); err != nil {
+			return fmt.Errorf("confirming outbox message delivered: %w", interpret(err))
+		}
+		err := tx.QueryRow(ctx, `
+			WITH m AS (
+				SELECT id FROM outbox_messages WHERE id = $1 AND state IN ('failed', 'uncertain') FOR UPDATE
+			), work AS (
+				DELETE FROM outbox_work w USING m WHERE w.id = m.id
+			), done AS (
+				UPDATE outbox_messages o SET state = 'delivered', processed_at = clock_timestamp(), last_error = NULL
+				FROM m WHERE o.id = m.id
+				RETURNING o.id, o.order_id::text, o.required
+			), items AS (
+				UPDATE reconciliation_items r SET state = 'resolved', resolution = $2, resolution_note = $3,
+					resolved_by = $4, resolved_by_detail = $5, resolved_at = now()
+				FROM done WHERE r.outbox_message_id = done.id AND r.state = 'open'
+					AND r.kind IN ('failed_delivery', 'uncertain_delivery')
+			)
+			SELECT order_id, required FROM done`,
+			c.MessageID, fulfillment.ResolutionConfirmedDelivered, c.Note, c.Actor, opt(c.ActorDetail)).Scan(&orderID, &required)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("confirming outbox message delivered: %w", interpret(err))
+		}
+		confirmed = true
+		if required && orderID != nil {
+			q, err = s.completeOrders(ctx, tx, []string{*orderID})
+		}
+		return err
+	})
+	if err != nil {
+		return fulfillment.Delivery{}, err
+	}
+	s.wake(q)
+	d, err := s.DeliveryGet(ctx, c.MessageID)
+	if err != nil || confirmed {
+		return d, err
+	}
+	switch d.State {
+	case fulfillment.DeliveryDelivered:
+		return d, fmt.Errorf("%w: message %d is delivered already", fulfillment.ErrFailedPrecondition, c.MessageID)
+	case fulfillment.DeliveryPending:
+		return d, fmt.Errorf("%w: message %d is queued to be sent: a message is confirmed only once failed or uncertain; "+
+			"look at it again once its attempt is recorded", fulfillment.ErrFailedPrecondition, c.MessageID)
+	case fulfillment.DeliveryFailed, fulfillment.DeliveryUncertain: // confirmed or retried by a concurrent call in between
+	}
+	return d, fmt.Errorf("%w: message %d is %s and cannot be confirmed now: look at it again", fulfillment.ErrFailedPrecondition, c.MessageID, d.State)
+}
+
 // DestinationStatuses implements fulfillment.OutboxStore.
 func (s *Store) DestinationStatuses(ctx context.Context) (map[string]fulfillment.DestinationStatus, error) {
 	out := map[string]fulfillment.DestinationStatus{}

@@ -21,9 +21,9 @@ const defaultListLimit = 100
 func newOutboxCmd(c *conn) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "outbox",
-		Short: "List, show and retry outbox messages (deliveries to destinations)",
+		Short: "List, show, retry and confirm outbox messages (deliveries to destinations)",
 	}
-	cmd.AddCommand(newOutboxListCmd(c), newOutboxGetCmd(c), newOutboxRetryCmd(c))
+	cmd.AddCommand(newOutboxListCmd(c), newOutboxGetCmd(c), newOutboxRetryCmd(c), newOutboxConfirmCmd(c))
 	return cmd
 }
 
@@ -136,6 +136,39 @@ the admin scope.`,
 			m.GetId(), m.GetState(), m.GetDestinationId(), m.GetIdempotencyKey())
 	})
 	cmd.Flags().BoolVar(&resend, "resend", false, "also send a delivered message again (for a receiver that lost it)")
+	return cmd
+}
+
+func newOutboxConfirmCmd(c *conn) *cobra.Command {
+	req := &fulfillmentv1.ConfirmOutboxDeliveryRequest{}
+	cmd := newIDCmd(c, &cobra.Command{
+		Use:   "confirm MESSAGE_ID --note TEXT",
+		Short: "Record that a failed or uncertain message reached its destination",
+		Long: `Confirm records what a person learnt from the destination: it has a failed
+or uncertain message (once). Nothing is sent. The message is delivered, its
+order is fulfilled when it was the last message the order awaited, and the
+message's open failed_delivery or uncertain_delivery item is resolved as
+confirmed_delivered, with the note (required: how the destination
+confirmed it) and --actor-detail (your name, a ticket). The resolver
+recorded is the token's name. It prints the message, delivered.
+
+If the destination does not have the message, retry it instead (outbox
+retry). A message that is pending, being sent or delivered is
+FAILED_PRECONDITION, and nothing changes. Needs the admin scope.`,
+		Example: `  fulfillctl outbox list --state uncertain
+  fulfillctl outbox get 1234          # then check with the destination
+  fulfillctl outbox confirm 1234 --note "shipping's on-call sees it applied once (INC-7)" --actor-detail Dana`,
+	}, func(ctx context.Context, client fulfillmentv1.FulfillmentServiceClient, id string) (*fulfillmentv1.OutboxMessage, error) {
+		req.MessageId = id
+		resp, err := client.ConfirmOutboxDelivery(ctx, req)
+		return resp.GetMessage(), err
+	}, messageDetail, func(m *fulfillmentv1.OutboxMessage) string {
+		return fmt.Sprintf("message %s is %s: nothing was sent; its item is resolved as confirmed_delivered", m.GetId(), m.GetState())
+	})
+	f := cmd.Flags()
+	f.StringVar(&req.Note, "note", "", "how the destination confirmed it has the message (required)")
+	f.StringVar(&req.ActorDetail, "actor-detail", "", "who confirmed it, or a ticket, beside the token's name")
+	_ = cmd.MarkFlagRequired("note")
 	return cmd
 }
 

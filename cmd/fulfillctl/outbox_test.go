@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -251,6 +252,23 @@ func TestOutboxAndDestinationCommands(t *testing.T) {
 	}
 	_, _, err = s.ctl(t, "destinations", "enable", "nope")
 	wantAPIError(t, err, codes.NotFound, `NOT_FOUND: destination "nope" is not configured`)
+
+	// crm has the third message, its on-call says: confirmed, it is
+	// delivered and nothing is sent; a second confirmation is refused.
+	if _, _, err := s.ctl(t, "outbox", "confirm", ids[2]); err == nil || !strings.Contains(err.Error(), `"note" not set`) {
+		t.Errorf("confirm without --note: %v", err)
+	}
+	out, errOut, err = s.ctl(t, "outbox", "confirm", ids[2], "--note", "crm's on-call sees it applied once", "--actor-detail", "Dana")
+	if err != nil || !regexp.MustCompile(`(?m)^state +delivered$`).MatchString(out) ||
+		errOut != "message "+ids[2]+" is delivered: nothing was sent; its item is resolved as confirmed_delivered\n" {
+		t.Fatalf("outbox confirm: %v\n%s\nstderr %q", err, out, errOut)
+	}
+	time.Sleep(300 * time.Millisecond) // claim polls: nothing may be sent
+	if key := fulfillment.LineKey(orders[2], 1); crm.Requests(key) != 1 {
+		t.Errorf("crm had %d requests of %s after the confirmation, want the first only", crm.Requests(key), key)
+	}
+	_, _, err = s.ctl(t, "outbox", "confirm", ids[2], "--note", "again")
+	wantAPIError(t, err, codes.FailedPrecondition, "FAILED_PRECONDITION: message "+ids[2]+" is delivered already")
 }
 
 // The history shows how many older attempts the service left out.

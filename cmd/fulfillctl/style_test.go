@@ -98,6 +98,7 @@ func TestEveryCommandOneStyle(t *testing.T) {
 		"outbox list":          nil,
 		"outbox get":           {"1"},
 		"outbox retry":         {"1"},
+		"outbox confirm":       {"1", "--note", "x"},
 		"destinations list":    nil,
 		"destinations disable": {"crm", "--reason", "maintenance"},
 		"destinations enable":  {"crm"},

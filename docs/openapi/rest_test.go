@@ -33,6 +33,7 @@ var lookupBodies = map[string]string{
 	"FulfillmentService_StartPayment":              `{"endpoint_id": "` + tbankEP + `"}`,
 	"FulfillmentService_ResolveReconciliationItem": `{"resolution": "fulfilled_manually", "note": "checked by hand"}`,
 	"FulfillmentService_DisableDestination":        `{"reason": "maintenance"}`,
+	"FulfillmentService_ConfirmOutboxDelivery":     `{"note": "the destination has it"}`,
 }
 
 // Conflicting second calls: the first creates, the second has the same key

@@ -1845,7 +1845,8 @@ type ReconciliationItem struct {
 	// "confirmed_duplicate_delivery", "revoked", "retried" or "no_action";
 	// or, by the service itself (resolved_by "service"), "matched_later":
 	// the order or subscription an unmatched payment named was created after
-	// it.
+	// it; or "confirmed_delivered", set by ConfirmOutboxDelivery: a person
+	// confirmed the destination has the message.
 	Resolution string `protobuf:"bytes,22,opt,name=resolution,proto3" json:"resolution,omitempty"`
 	// What the resolver added about themselves (a name, a ticket); the
 	// resolver itself (resolved_by) is the token's name.
@@ -4440,6 +4441,117 @@ func (x *RetryOutboxMessageResponse) GetMessage() *OutboxMessage {
 	return nil
 }
 
+// ConfirmOutboxDeliveryRequest names a failed or uncertain message that
+// its destination confirmed it has.
+type ConfirmOutboxDeliveryRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	MessageId string                 `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// How the destination confirmed it (whom, a ticket): required; it
+	// becomes the note of the message's reconciliation item.
+	Note string `protobuf:"bytes,2,opt,name=note,proto3" json:"note,omitempty"`
+	// Free text about who confirmed it (a name), kept with the item's
+	// resolution beside the calling token's name.
+	ActorDetail   string `protobuf:"bytes,3,opt,name=actor_detail,json=actorDetail,proto3" json:"actor_detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfirmOutboxDeliveryRequest) Reset() {
+	*x = ConfirmOutboxDeliveryRequest{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfirmOutboxDeliveryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfirmOutboxDeliveryRequest) ProtoMessage() {}
+
+func (x *ConfirmOutboxDeliveryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfirmOutboxDeliveryRequest.ProtoReflect.Descriptor instead.
+func (*ConfirmOutboxDeliveryRequest) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ConfirmOutboxDeliveryRequest) GetMessageId() string {
+	if x != nil {
+		return x.MessageId
+	}
+	return ""
+}
+
+func (x *ConfirmOutboxDeliveryRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+func (x *ConfirmOutboxDeliveryRequest) GetActorDetail() string {
+	if x != nil {
+		return x.ActorDetail
+	}
+	return ""
+}
+
+// ConfirmOutboxDeliveryResponse is the message, delivered.
+type ConfirmOutboxDeliveryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Message       *OutboxMessage         `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfirmOutboxDeliveryResponse) Reset() {
+	*x = ConfirmOutboxDeliveryResponse{}
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfirmOutboxDeliveryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfirmOutboxDeliveryResponse) ProtoMessage() {}
+
+func (x *ConfirmOutboxDeliveryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfirmOutboxDeliveryResponse.ProtoReflect.Descriptor instead.
+func (*ConfirmOutboxDeliveryResponse) Descriptor() ([]byte, []int) {
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ConfirmOutboxDeliveryResponse) GetMessage() *OutboxMessage {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
 // Destination is a configured receiver of outbox messages.
 type Destination struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4466,7 +4578,7 @@ type Destination struct {
 
 func (x *Destination) Reset() {
 	*x = Destination{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[50]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4478,7 +4590,7 @@ func (x *Destination) String() string {
 func (*Destination) ProtoMessage() {}
 
 func (x *Destination) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[50]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4491,7 +4603,7 @@ func (x *Destination) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Destination.ProtoReflect.Descriptor instead.
 func (*Destination) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{50}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Destination) GetId() string {
@@ -4573,7 +4685,7 @@ type ListDestinationsRequest struct {
 
 func (x *ListDestinationsRequest) Reset() {
 	*x = ListDestinationsRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[51]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4585,7 +4697,7 @@ func (x *ListDestinationsRequest) String() string {
 func (*ListDestinationsRequest) ProtoMessage() {}
 
 func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[51]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4598,7 +4710,7 @@ func (x *ListDestinationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsRequest.ProtoReflect.Descriptor instead.
 func (*ListDestinationsRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{51}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{53}
 }
 
 // ListDestinationsResponse lists every configured destination.
@@ -4611,7 +4723,7 @@ type ListDestinationsResponse struct {
 
 func (x *ListDestinationsResponse) Reset() {
 	*x = ListDestinationsResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[52]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4623,7 +4735,7 @@ func (x *ListDestinationsResponse) String() string {
 func (*ListDestinationsResponse) ProtoMessage() {}
 
 func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[52]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4636,7 +4748,7 @@ func (x *ListDestinationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDestinationsResponse.ProtoReflect.Descriptor instead.
 func (*ListDestinationsResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{52}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListDestinationsResponse) GetDestinations() []*Destination {
@@ -4658,7 +4770,7 @@ type DisableDestinationRequest struct {
 
 func (x *DisableDestinationRequest) Reset() {
 	*x = DisableDestinationRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[53]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4670,7 +4782,7 @@ func (x *DisableDestinationRequest) String() string {
 func (*DisableDestinationRequest) ProtoMessage() {}
 
 func (x *DisableDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[53]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4683,7 +4795,7 @@ func (x *DisableDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisableDestinationRequest.ProtoReflect.Descriptor instead.
 func (*DisableDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{53}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DisableDestinationRequest) GetDestinationId() string {
@@ -4710,7 +4822,7 @@ type DisableDestinationResponse struct {
 
 func (x *DisableDestinationResponse) Reset() {
 	*x = DisableDestinationResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[54]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4722,7 +4834,7 @@ func (x *DisableDestinationResponse) String() string {
 func (*DisableDestinationResponse) ProtoMessage() {}
 
 func (x *DisableDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[54]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4735,7 +4847,7 @@ func (x *DisableDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisableDestinationResponse.ProtoReflect.Descriptor instead.
 func (*DisableDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{54}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DisableDestinationResponse) GetDestination() *Destination {
@@ -4755,7 +4867,7 @@ type EnableDestinationRequest struct {
 
 func (x *EnableDestinationRequest) Reset() {
 	*x = EnableDestinationRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[55]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4767,7 +4879,7 @@ func (x *EnableDestinationRequest) String() string {
 func (*EnableDestinationRequest) ProtoMessage() {}
 
 func (x *EnableDestinationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[55]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4780,7 +4892,7 @@ func (x *EnableDestinationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnableDestinationRequest.ProtoReflect.Descriptor instead.
 func (*EnableDestinationRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{55}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *EnableDestinationRequest) GetDestinationId() string {
@@ -4800,7 +4912,7 @@ type EnableDestinationResponse struct {
 
 func (x *EnableDestinationResponse) Reset() {
 	*x = EnableDestinationResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[56]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4812,7 +4924,7 @@ func (x *EnableDestinationResponse) String() string {
 func (*EnableDestinationResponse) ProtoMessage() {}
 
 func (x *EnableDestinationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[56]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4825,7 +4937,7 @@ func (x *EnableDestinationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnableDestinationResponse.ProtoReflect.Descriptor instead.
 func (*EnableDestinationResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{56}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *EnableDestinationResponse) GetDestination() *Destination {
@@ -4859,7 +4971,7 @@ type StartPaymentRequest struct {
 
 func (x *StartPaymentRequest) Reset() {
 	*x = StartPaymentRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[57]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4871,7 +4983,7 @@ func (x *StartPaymentRequest) String() string {
 func (*StartPaymentRequest) ProtoMessage() {}
 
 func (x *StartPaymentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[57]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4884,7 +4996,7 @@ func (x *StartPaymentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPaymentRequest.ProtoReflect.Descriptor instead.
 func (*StartPaymentRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{57}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *StartPaymentRequest) GetOrderId() string {
@@ -4932,7 +5044,7 @@ type StartPaymentResponse struct {
 
 func (x *StartPaymentResponse) Reset() {
 	*x = StartPaymentResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[58]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4944,7 +5056,7 @@ func (x *StartPaymentResponse) String() string {
 func (*StartPaymentResponse) ProtoMessage() {}
 
 func (x *StartPaymentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[58]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4957,7 +5069,7 @@ func (x *StartPaymentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartPaymentResponse.ProtoReflect.Descriptor instead.
 func (*StartPaymentResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{58}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *StartPaymentResponse) GetPayment() *PaymentStart {
@@ -4996,7 +5108,7 @@ type PaymentStart struct {
 
 func (x *PaymentStart) Reset() {
 	*x = PaymentStart{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[59]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5008,7 +5120,7 @@ func (x *PaymentStart) String() string {
 func (*PaymentStart) ProtoMessage() {}
 
 func (x *PaymentStart) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[59]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5021,7 +5133,7 @@ func (x *PaymentStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PaymentStart.ProtoReflect.Descriptor instead.
 func (*PaymentStart) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{59}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PaymentStart) GetOrderId() string {
@@ -5116,7 +5228,7 @@ type WatchOrderEventsRequest struct {
 
 func (x *WatchOrderEventsRequest) Reset() {
 	*x = WatchOrderEventsRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[60]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5128,7 +5240,7 @@ func (x *WatchOrderEventsRequest) String() string {
 func (*WatchOrderEventsRequest) ProtoMessage() {}
 
 func (x *WatchOrderEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[60]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5141,7 +5253,7 @@ func (x *WatchOrderEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchOrderEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchOrderEventsRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{60}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *WatchOrderEventsRequest) GetCursor() string {
@@ -5190,7 +5302,7 @@ type WatchOrderEventsResponse struct {
 
 func (x *WatchOrderEventsResponse) Reset() {
 	*x = WatchOrderEventsResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[61]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5202,7 +5314,7 @@ func (x *WatchOrderEventsResponse) String() string {
 func (*WatchOrderEventsResponse) ProtoMessage() {}
 
 func (x *WatchOrderEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[61]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5215,7 +5327,7 @@ func (x *WatchOrderEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchOrderEventsResponse.ProtoReflect.Descriptor instead.
 func (*WatchOrderEventsResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{61}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *WatchOrderEventsResponse) GetCursor() string {
@@ -5316,7 +5428,7 @@ type Subscription struct {
 
 func (x *Subscription) Reset() {
 	*x = Subscription{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[62]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5328,7 +5440,7 @@ func (x *Subscription) String() string {
 func (*Subscription) ProtoMessage() {}
 
 func (x *Subscription) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[62]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5341,7 +5453,7 @@ func (x *Subscription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscription.ProtoReflect.Descriptor instead.
 func (*Subscription) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{62}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *Subscription) GetId() string {
@@ -5467,7 +5579,7 @@ type PaidPeriod struct {
 
 func (x *PaidPeriod) Reset() {
 	*x = PaidPeriod{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[63]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5479,7 +5591,7 @@ func (x *PaidPeriod) String() string {
 func (*PaidPeriod) ProtoMessage() {}
 
 func (x *PaidPeriod) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[63]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5492,7 +5604,7 @@ func (x *PaidPeriod) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PaidPeriod.ProtoReflect.Descriptor instead.
 func (*PaidPeriod) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{63}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *PaidPeriod) GetPeriod() int32 {
@@ -5568,7 +5680,7 @@ type Access struct {
 
 func (x *Access) Reset() {
 	*x = Access{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[64]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5580,7 +5692,7 @@ func (x *Access) String() string {
 func (*Access) ProtoMessage() {}
 
 func (x *Access) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[64]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5593,7 +5705,7 @@ func (x *Access) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Access.ProtoReflect.Descriptor instead.
 func (*Access) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{64}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *Access) GetHasAccess() bool {
@@ -5647,7 +5759,7 @@ type CreateSubscriptionRequest struct {
 
 func (x *CreateSubscriptionRequest) Reset() {
 	*x = CreateSubscriptionRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[65]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5659,7 +5771,7 @@ func (x *CreateSubscriptionRequest) String() string {
 func (*CreateSubscriptionRequest) ProtoMessage() {}
 
 func (x *CreateSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[65]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5672,7 +5784,7 @@ func (x *CreateSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{65}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *CreateSubscriptionRequest) GetOrgId() string {
@@ -5730,7 +5842,7 @@ type CreateSubscriptionResponse struct {
 
 func (x *CreateSubscriptionResponse) Reset() {
 	*x = CreateSubscriptionResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[66]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5742,7 +5854,7 @@ func (x *CreateSubscriptionResponse) String() string {
 func (*CreateSubscriptionResponse) ProtoMessage() {}
 
 func (x *CreateSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[66]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5755,7 +5867,7 @@ func (x *CreateSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{66}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CreateSubscriptionResponse) GetSubscription() *Subscription {
@@ -5783,7 +5895,7 @@ type GetSubscriptionRequest struct {
 
 func (x *GetSubscriptionRequest) Reset() {
 	*x = GetSubscriptionRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[67]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5795,7 +5907,7 @@ func (x *GetSubscriptionRequest) String() string {
 func (*GetSubscriptionRequest) ProtoMessage() {}
 
 func (x *GetSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[67]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5808,7 +5920,7 @@ func (x *GetSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*GetSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{67}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GetSubscriptionRequest) GetSubscriptionId() string {
@@ -5836,7 +5948,7 @@ type GetSubscriptionResponse struct {
 
 func (x *GetSubscriptionResponse) Reset() {
 	*x = GetSubscriptionResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[68]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5848,7 +5960,7 @@ func (x *GetSubscriptionResponse) String() string {
 func (*GetSubscriptionResponse) ProtoMessage() {}
 
 func (x *GetSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[68]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5861,7 +5973,7 @@ func (x *GetSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*GetSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{68}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetSubscriptionResponse) GetSubscription() *Subscription {
@@ -5917,7 +6029,7 @@ type ListSubscriptionsRequest struct {
 
 func (x *ListSubscriptionsRequest) Reset() {
 	*x = ListSubscriptionsRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[69]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5929,7 +6041,7 @@ func (x *ListSubscriptionsRequest) String() string {
 func (*ListSubscriptionsRequest) ProtoMessage() {}
 
 func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[69]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5942,7 +6054,7 @@ func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{69}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListSubscriptionsRequest) GetOrgId() string {
@@ -6007,7 +6119,7 @@ type ListSubscriptionsResponse struct {
 
 func (x *ListSubscriptionsResponse) Reset() {
 	*x = ListSubscriptionsResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[70]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6019,7 +6131,7 @@ func (x *ListSubscriptionsResponse) String() string {
 func (*ListSubscriptionsResponse) ProtoMessage() {}
 
 func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[70]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6032,7 +6144,7 @@ func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{70}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListSubscriptionsResponse) GetSubscriptions() []*Subscription {
@@ -6066,7 +6178,7 @@ type CheckAccessRequest struct {
 
 func (x *CheckAccessRequest) Reset() {
 	*x = CheckAccessRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[71]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6078,7 +6190,7 @@ func (x *CheckAccessRequest) String() string {
 func (*CheckAccessRequest) ProtoMessage() {}
 
 func (x *CheckAccessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[71]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6091,7 +6203,7 @@ func (x *CheckAccessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckAccessRequest.ProtoReflect.Descriptor instead.
 func (*CheckAccessRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{71}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *CheckAccessRequest) GetOrgId() string {
@@ -6145,7 +6257,7 @@ type CheckAccessResponse struct {
 
 func (x *CheckAccessResponse) Reset() {
 	*x = CheckAccessResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[72]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6157,7 +6269,7 @@ func (x *CheckAccessResponse) String() string {
 func (*CheckAccessResponse) ProtoMessage() {}
 
 func (x *CheckAccessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[72]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6170,7 +6282,7 @@ func (x *CheckAccessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckAccessResponse.ProtoReflect.Descriptor instead.
 func (*CheckAccessResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{72}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *CheckAccessResponse) GetHasAccess() bool {
@@ -6239,7 +6351,7 @@ type RedriveFilter struct {
 
 func (x *RedriveFilter) Reset() {
 	*x = RedriveFilter{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[73]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6251,7 +6363,7 @@ func (x *RedriveFilter) String() string {
 func (*RedriveFilter) ProtoMessage() {}
 
 func (x *RedriveFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[73]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6264,7 +6376,7 @@ func (x *RedriveFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveFilter.ProtoReflect.Descriptor instead.
 func (*RedriveFilter) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{73}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *RedriveFilter) GetTarget() string {
@@ -6360,7 +6472,7 @@ type RedriveSample struct {
 
 func (x *RedriveSample) Reset() {
 	*x = RedriveSample{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[74]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6372,7 +6484,7 @@ func (x *RedriveSample) String() string {
 func (*RedriveSample) ProtoMessage() {}
 
 func (x *RedriveSample) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[74]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6385,7 +6497,7 @@ func (x *RedriveSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveSample.ProtoReflect.Descriptor instead.
 func (*RedriveSample) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{74}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *RedriveSample) GetId() string {
@@ -6419,7 +6531,7 @@ type PlanRedriveRequest struct {
 
 func (x *PlanRedriveRequest) Reset() {
 	*x = PlanRedriveRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[75]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6431,7 +6543,7 @@ func (x *PlanRedriveRequest) String() string {
 func (*PlanRedriveRequest) ProtoMessage() {}
 
 func (x *PlanRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[75]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6444,7 +6556,7 @@ func (x *PlanRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRedriveRequest.ProtoReflect.Descriptor instead.
 func (*PlanRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{75}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *PlanRedriveRequest) GetFilter() *RedriveFilter {
@@ -6471,7 +6583,7 @@ type PlanRedriveResponse struct {
 
 func (x *PlanRedriveResponse) Reset() {
 	*x = PlanRedriveResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[76]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6483,7 +6595,7 @@ func (x *PlanRedriveResponse) String() string {
 func (*PlanRedriveResponse) ProtoMessage() {}
 
 func (x *PlanRedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[76]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6496,7 +6608,7 @@ func (x *PlanRedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlanRedriveResponse.ProtoReflect.Descriptor instead.
 func (*PlanRedriveResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{76}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *PlanRedriveResponse) GetMatched() int64 {
@@ -6556,7 +6668,7 @@ type Redrive struct {
 
 func (x *Redrive) Reset() {
 	*x = Redrive{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[77]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6568,7 +6680,7 @@ func (x *Redrive) String() string {
 func (*Redrive) ProtoMessage() {}
 
 func (x *Redrive) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[77]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6581,7 +6693,7 @@ func (x *Redrive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Redrive.ProtoReflect.Descriptor instead.
 func (*Redrive) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{77}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *Redrive) GetId() string {
@@ -6673,7 +6785,7 @@ type StartRedriveRequest struct {
 
 func (x *StartRedriveRequest) Reset() {
 	*x = StartRedriveRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[78]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6685,7 +6797,7 @@ func (x *StartRedriveRequest) String() string {
 func (*StartRedriveRequest) ProtoMessage() {}
 
 func (x *StartRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[78]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6698,7 +6810,7 @@ func (x *StartRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRedriveRequest.ProtoReflect.Descriptor instead.
 func (*StartRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{78}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *StartRedriveRequest) GetFilter() *RedriveFilter {
@@ -6725,7 +6837,7 @@ type StartRedriveResponse struct {
 
 func (x *StartRedriveResponse) Reset() {
 	*x = StartRedriveResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[79]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6737,7 +6849,7 @@ func (x *StartRedriveResponse) String() string {
 func (*StartRedriveResponse) ProtoMessage() {}
 
 func (x *StartRedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[79]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6750,7 +6862,7 @@ func (x *StartRedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRedriveResponse.ProtoReflect.Descriptor instead.
 func (*StartRedriveResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{79}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *StartRedriveResponse) GetRedrive() *Redrive {
@@ -6770,7 +6882,7 @@ type GetRedriveRequest struct {
 
 func (x *GetRedriveRequest) Reset() {
 	*x = GetRedriveRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[80]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6782,7 +6894,7 @@ func (x *GetRedriveRequest) String() string {
 func (*GetRedriveRequest) ProtoMessage() {}
 
 func (x *GetRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[80]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6795,7 +6907,7 @@ func (x *GetRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRedriveRequest.ProtoReflect.Descriptor instead.
 func (*GetRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{80}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *GetRedriveRequest) GetRedriveId() string {
@@ -6815,7 +6927,7 @@ type GetRedriveResponse struct {
 
 func (x *GetRedriveResponse) Reset() {
 	*x = GetRedriveResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[81]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6827,7 +6939,7 @@ func (x *GetRedriveResponse) String() string {
 func (*GetRedriveResponse) ProtoMessage() {}
 
 func (x *GetRedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[81]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6840,7 +6952,7 @@ func (x *GetRedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRedriveResponse.ProtoReflect.Descriptor instead.
 func (*GetRedriveResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{81}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *GetRedriveResponse) GetRedrive() *Redrive {
@@ -6861,7 +6973,7 @@ type ListRedrivesRequest struct {
 
 func (x *ListRedrivesRequest) Reset() {
 	*x = ListRedrivesRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[82]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6873,7 +6985,7 @@ func (x *ListRedrivesRequest) String() string {
 func (*ListRedrivesRequest) ProtoMessage() {}
 
 func (x *ListRedrivesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[82]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6886,7 +6998,7 @@ func (x *ListRedrivesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRedrivesRequest.ProtoReflect.Descriptor instead.
 func (*ListRedrivesRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{82}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ListRedrivesRequest) GetOrgId() string {
@@ -6906,7 +7018,7 @@ type ListRedrivesResponse struct {
 
 func (x *ListRedrivesResponse) Reset() {
 	*x = ListRedrivesResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[83]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6918,7 +7030,7 @@ func (x *ListRedrivesResponse) String() string {
 func (*ListRedrivesResponse) ProtoMessage() {}
 
 func (x *ListRedrivesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[83]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6931,7 +7043,7 @@ func (x *ListRedrivesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRedrivesResponse.ProtoReflect.Descriptor instead.
 func (*ListRedrivesResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{83}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ListRedrivesResponse) GetRedrives() []*Redrive {
@@ -6951,7 +7063,7 @@ type CancelRedriveRequest struct {
 
 func (x *CancelRedriveRequest) Reset() {
 	*x = CancelRedriveRequest{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[84]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6963,7 +7075,7 @@ func (x *CancelRedriveRequest) String() string {
 func (*CancelRedriveRequest) ProtoMessage() {}
 
 func (x *CancelRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[84]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6976,7 +7088,7 @@ func (x *CancelRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRedriveRequest.ProtoReflect.Descriptor instead.
 func (*CancelRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{84}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *CancelRedriveRequest) GetRedriveId() string {
@@ -6996,7 +7108,7 @@ type CancelRedriveResponse struct {
 
 func (x *CancelRedriveResponse) Reset() {
 	*x = CancelRedriveResponse{}
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[85]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7008,7 +7120,7 @@ func (x *CancelRedriveResponse) String() string {
 func (*CancelRedriveResponse) ProtoMessage() {}
 
 func (x *CancelRedriveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[85]
+	mi := &file_fulfillment_v1_fulfillment_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7021,7 +7133,7 @@ func (x *CancelRedriveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRedriveResponse.ProtoReflect.Descriptor instead.
 func (*CancelRedriveResponse) Descriptor() ([]byte, []int) {
-	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{85}
+	return file_fulfillment_v1_fulfillment_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *CancelRedriveResponse) GetRedrive() *Redrive {
@@ -7440,6 +7552,13 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"message_id\x18\x01 \x01(\tR\tmessageId\x12\x16\n" +
 	"\x06resend\x18\x02 \x01(\bR\x06resend\"U\n" +
 	"\x1aRetryOutboxMessageResponse\x127\n" +
+	"\amessage\x18\x01 \x01(\v2\x1d.fulfillment.v1.OutboxMessageR\amessage\"t\n" +
+	"\x1cConfirmOutboxDeliveryRequest\x12\x1d\n" +
+	"\n" +
+	"message_id\x18\x01 \x01(\tR\tmessageId\x12\x12\n" +
+	"\x04note\x18\x02 \x01(\tR\x04note\x12!\n" +
+	"\factor_detail\x18\x03 \x01(\tR\vactorDetail\"X\n" +
+	"\x1dConfirmOutboxDeliveryResponse\x127\n" +
 	"\amessage\x18\x01 \x01(\v2\x1d.fulfillment.v1.OutboxMessageR\amessage\"\xb9\x02\n" +
 	"\vDestination\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
@@ -7648,7 +7767,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\n" +
 	"redrive_id\x18\x01 \x01(\tR\tredriveId\"J\n" +
 	"\x15CancelRedriveResponse\x121\n" +
-	"\aredrive\x18\x01 \x01(\v2\x17.fulfillment.v1.RedriveR\aredrive2\xf4\x16\n" +
+	"\aredrive\x18\x01 \x01(\v2\x17.fulfillment.v1.RedriveR\aredrive2\xea\x17\n" +
 	"\x12FulfillmentService\x12V\n" +
 	"\vCreateOrder\x12\".fulfillment.v1.CreateOrderRequest\x1a#.fulfillment.v1.CreateOrderResponse\x12M\n" +
 	"\bGetOrder\x12\x1f.fulfillment.v1.GetOrderRequest\x1a .fulfillment.v1.GetOrderResponse\x12S\n" +
@@ -7663,7 +7782,8 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\fStartPayment\x12#.fulfillment.v1.StartPaymentRequest\x1a$.fulfillment.v1.StartPaymentResponse\x12k\n" +
 	"\x12ListOutboxMessages\x12).fulfillment.v1.ListOutboxMessagesRequest\x1a*.fulfillment.v1.ListOutboxMessagesResponse\x12e\n" +
 	"\x10GetOutboxMessage\x12'.fulfillment.v1.GetOutboxMessageRequest\x1a(.fulfillment.v1.GetOutboxMessageResponse\x12k\n" +
-	"\x12RetryOutboxMessage\x12).fulfillment.v1.RetryOutboxMessageRequest\x1a*.fulfillment.v1.RetryOutboxMessageResponse\x12e\n" +
+	"\x12RetryOutboxMessage\x12).fulfillment.v1.RetryOutboxMessageRequest\x1a*.fulfillment.v1.RetryOutboxMessageResponse\x12t\n" +
+	"\x15ConfirmOutboxDelivery\x12,.fulfillment.v1.ConfirmOutboxDeliveryRequest\x1a-.fulfillment.v1.ConfirmOutboxDeliveryResponse\x12e\n" +
 	"\x10ListDestinations\x12'.fulfillment.v1.ListDestinationsRequest\x1a(.fulfillment.v1.ListDestinationsResponse\x12k\n" +
 	"\x12DisableDestination\x12).fulfillment.v1.DisableDestinationRequest\x1a*.fulfillment.v1.DisableDestinationResponse\x12h\n" +
 	"\x11EnableDestination\x12(.fulfillment.v1.EnableDestinationRequest\x1a).fulfillment.v1.EnableDestinationResponse\x12b\n" +
@@ -7694,7 +7814,7 @@ func file_fulfillment_v1_fulfillment_proto_rawDescGZIP() []byte {
 	return file_fulfillment_v1_fulfillment_proto_rawDescData
 }
 
-var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
+var file_fulfillment_v1_fulfillment_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
 var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
 	(*Money)(nil),                             // 0: fulfillment.v1.Money
 	(*OrderLine)(nil),                         // 1: fulfillment.v1.OrderLine
@@ -7746,222 +7866,227 @@ var file_fulfillment_v1_fulfillment_proto_goTypes = []any{
 	(*GetOutboxMessageResponse)(nil),          // 47: fulfillment.v1.GetOutboxMessageResponse
 	(*RetryOutboxMessageRequest)(nil),         // 48: fulfillment.v1.RetryOutboxMessageRequest
 	(*RetryOutboxMessageResponse)(nil),        // 49: fulfillment.v1.RetryOutboxMessageResponse
-	(*Destination)(nil),                       // 50: fulfillment.v1.Destination
-	(*ListDestinationsRequest)(nil),           // 51: fulfillment.v1.ListDestinationsRequest
-	(*ListDestinationsResponse)(nil),          // 52: fulfillment.v1.ListDestinationsResponse
-	(*DisableDestinationRequest)(nil),         // 53: fulfillment.v1.DisableDestinationRequest
-	(*DisableDestinationResponse)(nil),        // 54: fulfillment.v1.DisableDestinationResponse
-	(*EnableDestinationRequest)(nil),          // 55: fulfillment.v1.EnableDestinationRequest
-	(*EnableDestinationResponse)(nil),         // 56: fulfillment.v1.EnableDestinationResponse
-	(*StartPaymentRequest)(nil),               // 57: fulfillment.v1.StartPaymentRequest
-	(*StartPaymentResponse)(nil),              // 58: fulfillment.v1.StartPaymentResponse
-	(*PaymentStart)(nil),                      // 59: fulfillment.v1.PaymentStart
-	(*WatchOrderEventsRequest)(nil),           // 60: fulfillment.v1.WatchOrderEventsRequest
-	(*WatchOrderEventsResponse)(nil),          // 61: fulfillment.v1.WatchOrderEventsResponse
-	(*Subscription)(nil),                      // 62: fulfillment.v1.Subscription
-	(*PaidPeriod)(nil),                        // 63: fulfillment.v1.PaidPeriod
-	(*Access)(nil),                            // 64: fulfillment.v1.Access
-	(*CreateSubscriptionRequest)(nil),         // 65: fulfillment.v1.CreateSubscriptionRequest
-	(*CreateSubscriptionResponse)(nil),        // 66: fulfillment.v1.CreateSubscriptionResponse
-	(*GetSubscriptionRequest)(nil),            // 67: fulfillment.v1.GetSubscriptionRequest
-	(*GetSubscriptionResponse)(nil),           // 68: fulfillment.v1.GetSubscriptionResponse
-	(*ListSubscriptionsRequest)(nil),          // 69: fulfillment.v1.ListSubscriptionsRequest
-	(*ListSubscriptionsResponse)(nil),         // 70: fulfillment.v1.ListSubscriptionsResponse
-	(*CheckAccessRequest)(nil),                // 71: fulfillment.v1.CheckAccessRequest
-	(*CheckAccessResponse)(nil),               // 72: fulfillment.v1.CheckAccessResponse
-	(*RedriveFilter)(nil),                     // 73: fulfillment.v1.RedriveFilter
-	(*RedriveSample)(nil),                     // 74: fulfillment.v1.RedriveSample
-	(*PlanRedriveRequest)(nil),                // 75: fulfillment.v1.PlanRedriveRequest
-	(*PlanRedriveResponse)(nil),               // 76: fulfillment.v1.PlanRedriveResponse
-	(*Redrive)(nil),                           // 77: fulfillment.v1.Redrive
-	(*StartRedriveRequest)(nil),               // 78: fulfillment.v1.StartRedriveRequest
-	(*StartRedriveResponse)(nil),              // 79: fulfillment.v1.StartRedriveResponse
-	(*GetRedriveRequest)(nil),                 // 80: fulfillment.v1.GetRedriveRequest
-	(*GetRedriveResponse)(nil),                // 81: fulfillment.v1.GetRedriveResponse
-	(*ListRedrivesRequest)(nil),               // 82: fulfillment.v1.ListRedrivesRequest
-	(*ListRedrivesResponse)(nil),              // 83: fulfillment.v1.ListRedrivesResponse
-	(*CancelRedriveRequest)(nil),              // 84: fulfillment.v1.CancelRedriveRequest
-	(*CancelRedriveResponse)(nil),             // 85: fulfillment.v1.CancelRedriveResponse
-	nil,                                       // 86: fulfillment.v1.RecordEventRequest.RefsEntry
-	nil,                                       // 87: fulfillment.v1.InboxEvent.RefsEntry
-	(*timestamppb.Timestamp)(nil),             // 88: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),               // 89: google.protobuf.Duration
+	(*ConfirmOutboxDeliveryRequest)(nil),      // 50: fulfillment.v1.ConfirmOutboxDeliveryRequest
+	(*ConfirmOutboxDeliveryResponse)(nil),     // 51: fulfillment.v1.ConfirmOutboxDeliveryResponse
+	(*Destination)(nil),                       // 52: fulfillment.v1.Destination
+	(*ListDestinationsRequest)(nil),           // 53: fulfillment.v1.ListDestinationsRequest
+	(*ListDestinationsResponse)(nil),          // 54: fulfillment.v1.ListDestinationsResponse
+	(*DisableDestinationRequest)(nil),         // 55: fulfillment.v1.DisableDestinationRequest
+	(*DisableDestinationResponse)(nil),        // 56: fulfillment.v1.DisableDestinationResponse
+	(*EnableDestinationRequest)(nil),          // 57: fulfillment.v1.EnableDestinationRequest
+	(*EnableDestinationResponse)(nil),         // 58: fulfillment.v1.EnableDestinationResponse
+	(*StartPaymentRequest)(nil),               // 59: fulfillment.v1.StartPaymentRequest
+	(*StartPaymentResponse)(nil),              // 60: fulfillment.v1.StartPaymentResponse
+	(*PaymentStart)(nil),                      // 61: fulfillment.v1.PaymentStart
+	(*WatchOrderEventsRequest)(nil),           // 62: fulfillment.v1.WatchOrderEventsRequest
+	(*WatchOrderEventsResponse)(nil),          // 63: fulfillment.v1.WatchOrderEventsResponse
+	(*Subscription)(nil),                      // 64: fulfillment.v1.Subscription
+	(*PaidPeriod)(nil),                        // 65: fulfillment.v1.PaidPeriod
+	(*Access)(nil),                            // 66: fulfillment.v1.Access
+	(*CreateSubscriptionRequest)(nil),         // 67: fulfillment.v1.CreateSubscriptionRequest
+	(*CreateSubscriptionResponse)(nil),        // 68: fulfillment.v1.CreateSubscriptionResponse
+	(*GetSubscriptionRequest)(nil),            // 69: fulfillment.v1.GetSubscriptionRequest
+	(*GetSubscriptionResponse)(nil),           // 70: fulfillment.v1.GetSubscriptionResponse
+	(*ListSubscriptionsRequest)(nil),          // 71: fulfillment.v1.ListSubscriptionsRequest
+	(*ListSubscriptionsResponse)(nil),         // 72: fulfillment.v1.ListSubscriptionsResponse
+	(*CheckAccessRequest)(nil),                // 73: fulfillment.v1.CheckAccessRequest
+	(*CheckAccessResponse)(nil),               // 74: fulfillment.v1.CheckAccessResponse
+	(*RedriveFilter)(nil),                     // 75: fulfillment.v1.RedriveFilter
+	(*RedriveSample)(nil),                     // 76: fulfillment.v1.RedriveSample
+	(*PlanRedriveRequest)(nil),                // 77: fulfillment.v1.PlanRedriveRequest
+	(*PlanRedriveResponse)(nil),               // 78: fulfillment.v1.PlanRedriveResponse
+	(*Redrive)(nil),                           // 79: fulfillment.v1.Redrive
+	(*StartRedriveRequest)(nil),               // 80: fulfillment.v1.StartRedriveRequest
+	(*StartRedriveResponse)(nil),              // 81: fulfillment.v1.StartRedriveResponse
+	(*GetRedriveRequest)(nil),                 // 82: fulfillment.v1.GetRedriveRequest
+	(*GetRedriveResponse)(nil),                // 83: fulfillment.v1.GetRedriveResponse
+	(*ListRedrivesRequest)(nil),               // 84: fulfillment.v1.ListRedrivesRequest
+	(*ListRedrivesResponse)(nil),              // 85: fulfillment.v1.ListRedrivesResponse
+	(*CancelRedriveRequest)(nil),              // 86: fulfillment.v1.CancelRedriveRequest
+	(*CancelRedriveResponse)(nil),             // 87: fulfillment.v1.CancelRedriveResponse
+	nil,                                       // 88: fulfillment.v1.RecordEventRequest.RefsEntry
+	nil,                                       // 89: fulfillment.v1.InboxEvent.RefsEntry
+	(*timestamppb.Timestamp)(nil),             // 90: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),               // 91: google.protobuf.Duration
 }
 var file_fulfillment_v1_fulfillment_proto_depIdxs = []int32{
 	0,   // 0: fulfillment.v1.OrderLine.unit_price:type_name -> fulfillment.v1.Money
-	88,  // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 3: fulfillment.v1.Entitlement.revoke_time:type_name -> google.protobuf.Timestamp
+	90,  // 1: fulfillment.v1.PaymentAttempt.create_time:type_name -> google.protobuf.Timestamp
+	90,  // 2: fulfillment.v1.Entitlement.create_time:type_name -> google.protobuf.Timestamp
+	90,  // 3: fulfillment.v1.Entitlement.revoke_time:type_name -> google.protobuf.Timestamp
 	0,   // 4: fulfillment.v1.LedgerEntry.amount:type_name -> fulfillment.v1.Money
-	88,  // 5: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 6: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
+	90,  // 5: fulfillment.v1.LedgerEntry.create_time:type_name -> google.protobuf.Timestamp
+	90,  // 6: fulfillment.v1.OrderEvent.receive_time:type_name -> google.protobuf.Timestamp
 	1,   // 7: fulfillment.v1.Order.lines:type_name -> fulfillment.v1.OrderLine
 	0,   // 8: fulfillment.v1.Order.total:type_name -> fulfillment.v1.Money
 	2,   // 9: fulfillment.v1.Order.settlement:type_name -> fulfillment.v1.Settlement
-	88,  // 10: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 11: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
+	90,  // 10: fulfillment.v1.Order.create_time:type_name -> google.protobuf.Timestamp
+	90,  // 11: fulfillment.v1.Order.update_time:type_name -> google.protobuf.Timestamp
 	8,   // 12: fulfillment.v1.Order.history:type_name -> fulfillment.v1.OrderHistory
 	3,   // 13: fulfillment.v1.OrderHistory.payment_attempts:type_name -> fulfillment.v1.PaymentAttempt
 	4,   // 14: fulfillment.v1.OrderHistory.entitlements:type_name -> fulfillment.v1.Entitlement
 	5,   // 15: fulfillment.v1.OrderHistory.ledger_entries:type_name -> fulfillment.v1.LedgerEntry
 	6,   // 16: fulfillment.v1.OrderHistory.events:type_name -> fulfillment.v1.OrderEvent
 	42,  // 17: fulfillment.v1.OrderHistory.deliveries:type_name -> fulfillment.v1.OutboxMessage
-	59,  // 18: fulfillment.v1.OrderHistory.payment_starts:type_name -> fulfillment.v1.PaymentStart
+	61,  // 18: fulfillment.v1.OrderHistory.payment_starts:type_name -> fulfillment.v1.PaymentStart
 	9,   // 19: fulfillment.v1.OrderHistory.feed_events:type_name -> fulfillment.v1.OrderFeedEvent
-	88,  // 20: fulfillment.v1.OrderFeedEvent.create_time:type_name -> google.protobuf.Timestamp
+	90,  // 20: fulfillment.v1.OrderFeedEvent.create_time:type_name -> google.protobuf.Timestamp
 	1,   // 21: fulfillment.v1.CreateOrderRequest.lines:type_name -> fulfillment.v1.OrderLine
 	2,   // 22: fulfillment.v1.CreateOrderRequest.settlement:type_name -> fulfillment.v1.Settlement
 	7,   // 23: fulfillment.v1.CreateOrderResponse.order:type_name -> fulfillment.v1.Order
 	7,   // 24: fulfillment.v1.GetOrderResponse.order:type_name -> fulfillment.v1.Order
 	7,   // 25: fulfillment.v1.ListOrdersResponse.orders:type_name -> fulfillment.v1.Order
-	88,  // 26: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
+	90,  // 26: fulfillment.v1.RecordEventRequest.occur_time:type_name -> google.protobuf.Timestamp
 	16,  // 27: fulfillment.v1.RecordEventRequest.payment:type_name -> fulfillment.v1.EventPayment
-	86,  // 28: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
-	88,  // 29: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 30: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
-	88,  // 31: fulfillment.v1.ListReconciliationItemsRequest.create_time_from:type_name -> google.protobuf.Timestamp
-	88,  // 32: fulfillment.v1.ListReconciliationItemsRequest.create_time_before:type_name -> google.protobuf.Timestamp
+	88,  // 28: fulfillment.v1.RecordEventRequest.refs:type_name -> fulfillment.v1.RecordEventRequest.RefsEntry
+	90,  // 29: fulfillment.v1.ReconciliationItem.create_time:type_name -> google.protobuf.Timestamp
+	90,  // 30: fulfillment.v1.ReconciliationItem.resolve_time:type_name -> google.protobuf.Timestamp
+	90,  // 31: fulfillment.v1.ListReconciliationItemsRequest.create_time_from:type_name -> google.protobuf.Timestamp
+	90,  // 32: fulfillment.v1.ListReconciliationItemsRequest.create_time_before:type_name -> google.protobuf.Timestamp
 	19,  // 33: fulfillment.v1.ListReconciliationItemsResponse.items:type_name -> fulfillment.v1.ReconciliationItem
 	25,  // 34: fulfillment.v1.GetActivityResponse.minutes:type_name -> fulfillment.v1.ActivityMinute
-	88,  // 35: fulfillment.v1.GetActivityResponse.check_time:type_name -> google.protobuf.Timestamp
-	88,  // 36: fulfillment.v1.ActivityMinute.start_time:type_name -> google.protobuf.Timestamp
+	90,  // 35: fulfillment.v1.GetActivityResponse.check_time:type_name -> google.protobuf.Timestamp
+	90,  // 36: fulfillment.v1.ActivityMinute.start_time:type_name -> google.protobuf.Timestamp
 	27,  // 37: fulfillment.v1.GetReconciliationSummaryResponse.summaries:type_name -> fulfillment.v1.ReconciliationSummary
-	88,  // 38: fulfillment.v1.GetReconciliationSummaryResponse.check_time:type_name -> google.protobuf.Timestamp
+	90,  // 38: fulfillment.v1.GetReconciliationSummaryResponse.check_time:type_name -> google.protobuf.Timestamp
 	28,  // 39: fulfillment.v1.ReconciliationSummary.open_by_kind:type_name -> fulfillment.v1.ReconciliationKindCount
-	88,  // 40: fulfillment.v1.ReconciliationSummary.oldest_open_time:type_name -> google.protobuf.Timestamp
-	89,  // 41: fulfillment.v1.ReconciliationSummary.oldest_open_age:type_name -> google.protobuf.Duration
+	90,  // 40: fulfillment.v1.ReconciliationSummary.oldest_open_time:type_name -> google.protobuf.Timestamp
+	91,  // 41: fulfillment.v1.ReconciliationSummary.oldest_open_age:type_name -> google.protobuf.Duration
 	19,  // 42: fulfillment.v1.GetReconciliationItemResponse.item:type_name -> fulfillment.v1.ReconciliationItem
 	31,  // 43: fulfillment.v1.GetReconciliationItemResponse.evidence:type_name -> fulfillment.v1.ReconciliationEvidence
 	7,   // 44: fulfillment.v1.ReconciliationEvidence.order:type_name -> fulfillment.v1.Order
 	34,  // 45: fulfillment.v1.ReconciliationEvidence.event:type_name -> fulfillment.v1.InboxEvent
 	42,  // 46: fulfillment.v1.ReconciliationEvidence.delivery:type_name -> fulfillment.v1.OutboxMessage
-	59,  // 47: fulfillment.v1.ReconciliationEvidence.payment_start:type_name -> fulfillment.v1.PaymentStart
-	62,  // 48: fulfillment.v1.ReconciliationEvidence.subscription:type_name -> fulfillment.v1.Subscription
+	61,  // 47: fulfillment.v1.ReconciliationEvidence.payment_start:type_name -> fulfillment.v1.PaymentStart
+	64,  // 48: fulfillment.v1.ReconciliationEvidence.subscription:type_name -> fulfillment.v1.Subscription
 	19,  // 49: fulfillment.v1.ResolveReconciliationItemResponse.item:type_name -> fulfillment.v1.ReconciliationItem
-	88,  // 50: fulfillment.v1.InboxEvent.occur_time:type_name -> google.protobuf.Timestamp
-	88,  // 51: fulfillment.v1.InboxEvent.receive_time:type_name -> google.protobuf.Timestamp
+	90,  // 50: fulfillment.v1.InboxEvent.occur_time:type_name -> google.protobuf.Timestamp
+	90,  // 51: fulfillment.v1.InboxEvent.receive_time:type_name -> google.protobuf.Timestamp
 	16,  // 52: fulfillment.v1.InboxEvent.payment:type_name -> fulfillment.v1.EventPayment
-	87,  // 53: fulfillment.v1.InboxEvent.refs:type_name -> fulfillment.v1.InboxEvent.RefsEntry
-	88,  // 54: fulfillment.v1.InboxEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
-	88,  // 55: fulfillment.v1.InboxEvent.process_time:type_name -> google.protobuf.Timestamp
+	89,  // 53: fulfillment.v1.InboxEvent.refs:type_name -> fulfillment.v1.InboxEvent.RefsEntry
+	90,  // 54: fulfillment.v1.InboxEvent.next_attempt_time:type_name -> google.protobuf.Timestamp
+	90,  // 55: fulfillment.v1.InboxEvent.process_time:type_name -> google.protobuf.Timestamp
 	35,  // 56: fulfillment.v1.InboxEvent.replays:type_name -> fulfillment.v1.EventReplay
-	88,  // 57: fulfillment.v1.EventReplay.replay_time:type_name -> google.protobuf.Timestamp
-	88,  // 58: fulfillment.v1.ListInboxEventsRequest.received_after:type_name -> google.protobuf.Timestamp
-	88,  // 59: fulfillment.v1.ListInboxEventsRequest.received_before:type_name -> google.protobuf.Timestamp
+	90,  // 57: fulfillment.v1.EventReplay.replay_time:type_name -> google.protobuf.Timestamp
+	90,  // 58: fulfillment.v1.ListInboxEventsRequest.received_after:type_name -> google.protobuf.Timestamp
+	90,  // 59: fulfillment.v1.ListInboxEventsRequest.received_before:type_name -> google.protobuf.Timestamp
 	34,  // 60: fulfillment.v1.ListInboxEventsResponse.events:type_name -> fulfillment.v1.InboxEvent
 	34,  // 61: fulfillment.v1.GetInboxEventResponse.event:type_name -> fulfillment.v1.InboxEvent
 	34,  // 62: fulfillment.v1.ReplayInboxEventResponse.event:type_name -> fulfillment.v1.InboxEvent
-	88,  // 63: fulfillment.v1.OutboxMessage.next_attempt_time:type_name -> google.protobuf.Timestamp
-	88,  // 64: fulfillment.v1.OutboxMessage.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 65: fulfillment.v1.OutboxMessage.process_time:type_name -> google.protobuf.Timestamp
+	90,  // 63: fulfillment.v1.OutboxMessage.next_attempt_time:type_name -> google.protobuf.Timestamp
+	90,  // 64: fulfillment.v1.OutboxMessage.create_time:type_name -> google.protobuf.Timestamp
+	90,  // 65: fulfillment.v1.OutboxMessage.process_time:type_name -> google.protobuf.Timestamp
 	43,  // 66: fulfillment.v1.OutboxMessage.attempt_history:type_name -> fulfillment.v1.DeliveryAttempt
-	88,  // 67: fulfillment.v1.DeliveryAttempt.start_time:type_name -> google.protobuf.Timestamp
-	88,  // 68: fulfillment.v1.DeliveryAttempt.finish_time:type_name -> google.protobuf.Timestamp
+	90,  // 67: fulfillment.v1.DeliveryAttempt.start_time:type_name -> google.protobuf.Timestamp
+	90,  // 68: fulfillment.v1.DeliveryAttempt.finish_time:type_name -> google.protobuf.Timestamp
 	42,  // 69: fulfillment.v1.ListOutboxMessagesResponse.messages:type_name -> fulfillment.v1.OutboxMessage
 	42,  // 70: fulfillment.v1.GetOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
 	42,  // 71: fulfillment.v1.RetryOutboxMessageResponse.message:type_name -> fulfillment.v1.OutboxMessage
-	88,  // 72: fulfillment.v1.Destination.disable_time:type_name -> google.protobuf.Timestamp
-	50,  // 73: fulfillment.v1.ListDestinationsResponse.destinations:type_name -> fulfillment.v1.Destination
-	50,  // 74: fulfillment.v1.DisableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
-	50,  // 75: fulfillment.v1.EnableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
-	59,  // 76: fulfillment.v1.StartPaymentResponse.payment:type_name -> fulfillment.v1.PaymentStart
-	0,   // 77: fulfillment.v1.PaymentStart.amount:type_name -> fulfillment.v1.Money
-	88,  // 78: fulfillment.v1.PaymentStart.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 79: fulfillment.v1.PaymentStart.update_time:type_name -> google.protobuf.Timestamp
-	88,  // 80: fulfillment.v1.WatchOrderEventsResponse.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 81: fulfillment.v1.Subscription.current_period_start_time:type_name -> google.protobuf.Timestamp
-	88,  // 82: fulfillment.v1.Subscription.current_period_end_time:type_name -> google.protobuf.Timestamp
-	88,  // 83: fulfillment.v1.Subscription.access_end_time:type_name -> google.protobuf.Timestamp
-	88,  // 84: fulfillment.v1.Subscription.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 85: fulfillment.v1.Subscription.update_time:type_name -> google.protobuf.Timestamp
-	88,  // 86: fulfillment.v1.PaidPeriod.start_time:type_name -> google.protobuf.Timestamp
-	88,  // 87: fulfillment.v1.PaidPeriod.end_time:type_name -> google.protobuf.Timestamp
-	88,  // 88: fulfillment.v1.PaidPeriod.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 89: fulfillment.v1.PaidPeriod.refund_time:type_name -> google.protobuf.Timestamp
-	88,  // 90: fulfillment.v1.Access.until:type_name -> google.protobuf.Timestamp
-	88,  // 91: fulfillment.v1.Access.check_time:type_name -> google.protobuf.Timestamp
-	62,  // 92: fulfillment.v1.CreateSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
-	62,  // 93: fulfillment.v1.GetSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
-	63,  // 94: fulfillment.v1.GetSubscriptionResponse.periods:type_name -> fulfillment.v1.PaidPeriod
-	64,  // 95: fulfillment.v1.GetSubscriptionResponse.access:type_name -> fulfillment.v1.Access
-	62,  // 96: fulfillment.v1.ListSubscriptionsResponse.subscriptions:type_name -> fulfillment.v1.Subscription
-	88,  // 97: fulfillment.v1.CheckAccessResponse.until:type_name -> google.protobuf.Timestamp
-	88,  // 98: fulfillment.v1.CheckAccessResponse.check_time:type_name -> google.protobuf.Timestamp
-	88,  // 99: fulfillment.v1.RedriveFilter.received_after:type_name -> google.protobuf.Timestamp
-	88,  // 100: fulfillment.v1.RedriveFilter.received_before:type_name -> google.protobuf.Timestamp
-	73,  // 101: fulfillment.v1.PlanRedriveRequest.filter:type_name -> fulfillment.v1.RedriveFilter
-	74,  // 102: fulfillment.v1.PlanRedriveResponse.sample:type_name -> fulfillment.v1.RedriveSample
-	73,  // 103: fulfillment.v1.Redrive.filter:type_name -> fulfillment.v1.RedriveFilter
-	88,  // 104: fulfillment.v1.Redrive.create_time:type_name -> google.protobuf.Timestamp
-	88,  // 105: fulfillment.v1.Redrive.finish_time:type_name -> google.protobuf.Timestamp
-	73,  // 106: fulfillment.v1.StartRedriveRequest.filter:type_name -> fulfillment.v1.RedriveFilter
-	77,  // 107: fulfillment.v1.StartRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
-	77,  // 108: fulfillment.v1.GetRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
-	77,  // 109: fulfillment.v1.ListRedrivesResponse.redrives:type_name -> fulfillment.v1.Redrive
-	77,  // 110: fulfillment.v1.CancelRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
-	10,  // 111: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
-	12,  // 112: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
-	14,  // 113: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
-	17,  // 114: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
-	20,  // 115: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
-	22,  // 116: fulfillment.v1.FulfillmentService.GetReconciliationSummary:input_type -> fulfillment.v1.GetReconciliationSummaryRequest
-	23,  // 117: fulfillment.v1.FulfillmentService.GetActivity:input_type -> fulfillment.v1.GetActivityRequest
-	29,  // 118: fulfillment.v1.FulfillmentService.GetReconciliationItem:input_type -> fulfillment.v1.GetReconciliationItemRequest
-	32,  // 119: fulfillment.v1.FulfillmentService.ResolveReconciliationItem:input_type -> fulfillment.v1.ResolveReconciliationItemRequest
-	57,  // 120: fulfillment.v1.FulfillmentService.StartPayment:input_type -> fulfillment.v1.StartPaymentRequest
-	44,  // 121: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
-	46,  // 122: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
-	48,  // 123: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
-	51,  // 124: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
-	53,  // 125: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
-	55,  // 126: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
-	36,  // 127: fulfillment.v1.FulfillmentService.ListInboxEvents:input_type -> fulfillment.v1.ListInboxEventsRequest
-	38,  // 128: fulfillment.v1.FulfillmentService.GetInboxEvent:input_type -> fulfillment.v1.GetInboxEventRequest
-	40,  // 129: fulfillment.v1.FulfillmentService.ReplayInboxEvent:input_type -> fulfillment.v1.ReplayInboxEventRequest
-	60,  // 130: fulfillment.v1.FulfillmentService.WatchOrderEvents:input_type -> fulfillment.v1.WatchOrderEventsRequest
-	65,  // 131: fulfillment.v1.FulfillmentService.CreateSubscription:input_type -> fulfillment.v1.CreateSubscriptionRequest
-	67,  // 132: fulfillment.v1.FulfillmentService.GetSubscription:input_type -> fulfillment.v1.GetSubscriptionRequest
-	69,  // 133: fulfillment.v1.FulfillmentService.ListSubscriptions:input_type -> fulfillment.v1.ListSubscriptionsRequest
-	71,  // 134: fulfillment.v1.FulfillmentService.CheckAccess:input_type -> fulfillment.v1.CheckAccessRequest
-	75,  // 135: fulfillment.v1.FulfillmentService.PlanRedrive:input_type -> fulfillment.v1.PlanRedriveRequest
-	78,  // 136: fulfillment.v1.FulfillmentService.StartRedrive:input_type -> fulfillment.v1.StartRedriveRequest
-	80,  // 137: fulfillment.v1.FulfillmentService.GetRedrive:input_type -> fulfillment.v1.GetRedriveRequest
-	82,  // 138: fulfillment.v1.FulfillmentService.ListRedrives:input_type -> fulfillment.v1.ListRedrivesRequest
-	84,  // 139: fulfillment.v1.FulfillmentService.CancelRedrive:input_type -> fulfillment.v1.CancelRedriveRequest
-	11,  // 140: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
-	13,  // 141: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
-	15,  // 142: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
-	18,  // 143: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
-	21,  // 144: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
-	26,  // 145: fulfillment.v1.FulfillmentService.GetReconciliationSummary:output_type -> fulfillment.v1.GetReconciliationSummaryResponse
-	24,  // 146: fulfillment.v1.FulfillmentService.GetActivity:output_type -> fulfillment.v1.GetActivityResponse
-	30,  // 147: fulfillment.v1.FulfillmentService.GetReconciliationItem:output_type -> fulfillment.v1.GetReconciliationItemResponse
-	33,  // 148: fulfillment.v1.FulfillmentService.ResolveReconciliationItem:output_type -> fulfillment.v1.ResolveReconciliationItemResponse
-	58,  // 149: fulfillment.v1.FulfillmentService.StartPayment:output_type -> fulfillment.v1.StartPaymentResponse
-	45,  // 150: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
-	47,  // 151: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
-	49,  // 152: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
-	52,  // 153: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
-	54,  // 154: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
-	56,  // 155: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
-	37,  // 156: fulfillment.v1.FulfillmentService.ListInboxEvents:output_type -> fulfillment.v1.ListInboxEventsResponse
-	39,  // 157: fulfillment.v1.FulfillmentService.GetInboxEvent:output_type -> fulfillment.v1.GetInboxEventResponse
-	41,  // 158: fulfillment.v1.FulfillmentService.ReplayInboxEvent:output_type -> fulfillment.v1.ReplayInboxEventResponse
-	61,  // 159: fulfillment.v1.FulfillmentService.WatchOrderEvents:output_type -> fulfillment.v1.WatchOrderEventsResponse
-	66,  // 160: fulfillment.v1.FulfillmentService.CreateSubscription:output_type -> fulfillment.v1.CreateSubscriptionResponse
-	68,  // 161: fulfillment.v1.FulfillmentService.GetSubscription:output_type -> fulfillment.v1.GetSubscriptionResponse
-	70,  // 162: fulfillment.v1.FulfillmentService.ListSubscriptions:output_type -> fulfillment.v1.ListSubscriptionsResponse
-	72,  // 163: fulfillment.v1.FulfillmentService.CheckAccess:output_type -> fulfillment.v1.CheckAccessResponse
-	76,  // 164: fulfillment.v1.FulfillmentService.PlanRedrive:output_type -> fulfillment.v1.PlanRedriveResponse
-	79,  // 165: fulfillment.v1.FulfillmentService.StartRedrive:output_type -> fulfillment.v1.StartRedriveResponse
-	81,  // 166: fulfillment.v1.FulfillmentService.GetRedrive:output_type -> fulfillment.v1.GetRedriveResponse
-	83,  // 167: fulfillment.v1.FulfillmentService.ListRedrives:output_type -> fulfillment.v1.ListRedrivesResponse
-	85,  // 168: fulfillment.v1.FulfillmentService.CancelRedrive:output_type -> fulfillment.v1.CancelRedriveResponse
-	140, // [140:169] is the sub-list for method output_type
-	111, // [111:140] is the sub-list for method input_type
-	111, // [111:111] is the sub-list for extension type_name
-	111, // [111:111] is the sub-list for extension extendee
-	0,   // [0:111] is the sub-list for field type_name
+	42,  // 72: fulfillment.v1.ConfirmOutboxDeliveryResponse.message:type_name -> fulfillment.v1.OutboxMessage
+	90,  // 73: fulfillment.v1.Destination.disable_time:type_name -> google.protobuf.Timestamp
+	52,  // 74: fulfillment.v1.ListDestinationsResponse.destinations:type_name -> fulfillment.v1.Destination
+	52,  // 75: fulfillment.v1.DisableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
+	52,  // 76: fulfillment.v1.EnableDestinationResponse.destination:type_name -> fulfillment.v1.Destination
+	61,  // 77: fulfillment.v1.StartPaymentResponse.payment:type_name -> fulfillment.v1.PaymentStart
+	0,   // 78: fulfillment.v1.PaymentStart.amount:type_name -> fulfillment.v1.Money
+	90,  // 79: fulfillment.v1.PaymentStart.create_time:type_name -> google.protobuf.Timestamp
+	90,  // 80: fulfillment.v1.PaymentStart.update_time:type_name -> google.protobuf.Timestamp
+	90,  // 81: fulfillment.v1.WatchOrderEventsResponse.create_time:type_name -> google.protobuf.Timestamp
+	90,  // 82: fulfillment.v1.Subscription.current_period_start_time:type_name -> google.protobuf.Timestamp
+	90,  // 83: fulfillment.v1.Subscription.current_period_end_time:type_name -> google.protobuf.Timestamp
+	90,  // 84: fulfillment.v1.Subscription.access_end_time:type_name -> google.protobuf.Timestamp
+	90,  // 85: fulfillment.v1.Subscription.create_time:type_name -> google.protobuf.Timestamp
+	90,  // 86: fulfillment.v1.Subscription.update_time:type_name -> google.protobuf.Timestamp
+	90,  // 87: fulfillment.v1.PaidPeriod.start_time:type_name -> google.protobuf.Timestamp
+	90,  // 88: fulfillment.v1.PaidPeriod.end_time:type_name -> google.protobuf.Timestamp
+	90,  // 89: fulfillment.v1.PaidPeriod.create_time:type_name -> google.protobuf.Timestamp
+	90,  // 90: fulfillment.v1.PaidPeriod.refund_time:type_name -> google.protobuf.Timestamp
+	90,  // 91: fulfillment.v1.Access.until:type_name -> google.protobuf.Timestamp
+	90,  // 92: fulfillment.v1.Access.check_time:type_name -> google.protobuf.Timestamp
+	64,  // 93: fulfillment.v1.CreateSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
+	64,  // 94: fulfillment.v1.GetSubscriptionResponse.subscription:type_name -> fulfillment.v1.Subscription
+	65,  // 95: fulfillment.v1.GetSubscriptionResponse.periods:type_name -> fulfillment.v1.PaidPeriod
+	66,  // 96: fulfillment.v1.GetSubscriptionResponse.access:type_name -> fulfillment.v1.Access
+	64,  // 97: fulfillment.v1.ListSubscriptionsResponse.subscriptions:type_name -> fulfillment.v1.Subscription
+	90,  // 98: fulfillment.v1.CheckAccessResponse.until:type_name -> google.protobuf.Timestamp
+	90,  // 99: fulfillment.v1.CheckAccessResponse.check_time:type_name -> google.protobuf.Timestamp
+	90,  // 100: fulfillment.v1.RedriveFilter.received_after:type_name -> google.protobuf.Timestamp
+	90,  // 101: fulfillment.v1.RedriveFilter.received_before:type_name -> google.protobuf.Timestamp
+	75,  // 102: fulfillment.v1.PlanRedriveRequest.filter:type_name -> fulfillment.v1.RedriveFilter
+	76,  // 103: fulfillment.v1.PlanRedriveResponse.sample:type_name -> fulfillment.v1.RedriveSample
+	75,  // 104: fulfillment.v1.Redrive.filter:type_name -> fulfillment.v1.RedriveFilter
+	90,  // 105: fulfillment.v1.Redrive.create_time:type_name -> google.protobuf.Timestamp
+	90,  // 106: fulfillment.v1.Redrive.finish_time:type_name -> google.protobuf.Timestamp
+	75,  // 107: fulfillment.v1.StartRedriveRequest.filter:type_name -> fulfillment.v1.RedriveFilter
+	79,  // 108: fulfillment.v1.StartRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
+	79,  // 109: fulfillment.v1.GetRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
+	79,  // 110: fulfillment.v1.ListRedrivesResponse.redrives:type_name -> fulfillment.v1.Redrive
+	79,  // 111: fulfillment.v1.CancelRedriveResponse.redrive:type_name -> fulfillment.v1.Redrive
+	10,  // 112: fulfillment.v1.FulfillmentService.CreateOrder:input_type -> fulfillment.v1.CreateOrderRequest
+	12,  // 113: fulfillment.v1.FulfillmentService.GetOrder:input_type -> fulfillment.v1.GetOrderRequest
+	14,  // 114: fulfillment.v1.FulfillmentService.ListOrders:input_type -> fulfillment.v1.ListOrdersRequest
+	17,  // 115: fulfillment.v1.FulfillmentService.RecordEvent:input_type -> fulfillment.v1.RecordEventRequest
+	20,  // 116: fulfillment.v1.FulfillmentService.ListReconciliationItems:input_type -> fulfillment.v1.ListReconciliationItemsRequest
+	22,  // 117: fulfillment.v1.FulfillmentService.GetReconciliationSummary:input_type -> fulfillment.v1.GetReconciliationSummaryRequest
+	23,  // 118: fulfillment.v1.FulfillmentService.GetActivity:input_type -> fulfillment.v1.GetActivityRequest
+	29,  // 119: fulfillment.v1.FulfillmentService.GetReconciliationItem:input_type -> fulfillment.v1.GetReconciliationItemRequest
+	32,  // 120: fulfillment.v1.FulfillmentService.ResolveReconciliationItem:input_type -> fulfillment.v1.ResolveReconciliationItemRequest
+	59,  // 121: fulfillment.v1.FulfillmentService.StartPayment:input_type -> fulfillment.v1.StartPaymentRequest
+	44,  // 122: fulfillment.v1.FulfillmentService.ListOutboxMessages:input_type -> fulfillment.v1.ListOutboxMessagesRequest
+	46,  // 123: fulfillment.v1.FulfillmentService.GetOutboxMessage:input_type -> fulfillment.v1.GetOutboxMessageRequest
+	48,  // 124: fulfillment.v1.FulfillmentService.RetryOutboxMessage:input_type -> fulfillment.v1.RetryOutboxMessageRequest
+	50,  // 125: fulfillment.v1.FulfillmentService.ConfirmOutboxDelivery:input_type -> fulfillment.v1.ConfirmOutboxDeliveryRequest
+	53,  // 126: fulfillment.v1.FulfillmentService.ListDestinations:input_type -> fulfillment.v1.ListDestinationsRequest
+	55,  // 127: fulfillment.v1.FulfillmentService.DisableDestination:input_type -> fulfillment.v1.DisableDestinationRequest
+	57,  // 128: fulfillment.v1.FulfillmentService.EnableDestination:input_type -> fulfillment.v1.EnableDestinationRequest
+	36,  // 129: fulfillment.v1.FulfillmentService.ListInboxEvents:input_type -> fulfillment.v1.ListInboxEventsRequest
+	38,  // 130: fulfillment.v1.FulfillmentService.GetInboxEvent:input_type -> fulfillment.v1.GetInboxEventRequest
+	40,  // 131: fulfillment.v1.FulfillmentService.ReplayInboxEvent:input_type -> fulfillment.v1.ReplayInboxEventRequest
+	62,  // 132: fulfillment.v1.FulfillmentService.WatchOrderEvents:input_type -> fulfillment.v1.WatchOrderEventsRequest
+	67,  // 133: fulfillment.v1.FulfillmentService.CreateSubscription:input_type -> fulfillment.v1.CreateSubscriptionRequest
+	69,  // 134: fulfillment.v1.FulfillmentService.GetSubscription:input_type -> fulfillment.v1.GetSubscriptionRequest
+	71,  // 135: fulfillment.v1.FulfillmentService.ListSubscriptions:input_type -> fulfillment.v1.ListSubscriptionsRequest
+	73,  // 136: fulfillment.v1.FulfillmentService.CheckAccess:input_type -> fulfillment.v1.CheckAccessRequest
+	77,  // 137: fulfillment.v1.FulfillmentService.PlanRedrive:input_type -> fulfillment.v1.PlanRedriveRequest
+	80,  // 138: fulfillment.v1.FulfillmentService.StartRedrive:input_type -> fulfillment.v1.StartRedriveRequest
+	82,  // 139: fulfillment.v1.FulfillmentService.GetRedrive:input_type -> fulfillment.v1.GetRedriveRequest
+	84,  // 140: fulfillment.v1.FulfillmentService.ListRedrives:input_type -> fulfillment.v1.ListRedrivesRequest
+	86,  // 141: fulfillment.v1.FulfillmentService.CancelRedrive:input_type -> fulfillment.v1.CancelRedriveRequest
+	11,  // 142: fulfillment.v1.FulfillmentService.CreateOrder:output_type -> fulfillment.v1.CreateOrderResponse
+	13,  // 143: fulfillment.v1.FulfillmentService.GetOrder:output_type -> fulfillment.v1.GetOrderResponse
+	15,  // 144: fulfillment.v1.FulfillmentService.ListOrders:output_type -> fulfillment.v1.ListOrdersResponse
+	18,  // 145: fulfillment.v1.FulfillmentService.RecordEvent:output_type -> fulfillment.v1.RecordEventResponse
+	21,  // 146: fulfillment.v1.FulfillmentService.ListReconciliationItems:output_type -> fulfillment.v1.ListReconciliationItemsResponse
+	26,  // 147: fulfillment.v1.FulfillmentService.GetReconciliationSummary:output_type -> fulfillment.v1.GetReconciliationSummaryResponse
+	24,  // 148: fulfillment.v1.FulfillmentService.GetActivity:output_type -> fulfillment.v1.GetActivityResponse
+	30,  // 149: fulfillment.v1.FulfillmentService.GetReconciliationItem:output_type -> fulfillment.v1.GetReconciliationItemResponse
+	33,  // 150: fulfillment.v1.FulfillmentService.ResolveReconciliationItem:output_type -> fulfillment.v1.ResolveReconciliationItemResponse
+	60,  // 151: fulfillment.v1.FulfillmentService.StartPayment:output_type -> fulfillment.v1.StartPaymentResponse
+	45,  // 152: fulfillment.v1.FulfillmentService.ListOutboxMessages:output_type -> fulfillment.v1.ListOutboxMessagesResponse
+	47,  // 153: fulfillment.v1.FulfillmentService.GetOutboxMessage:output_type -> fulfillment.v1.GetOutboxMessageResponse
+	49,  // 154: fulfillment.v1.FulfillmentService.RetryOutboxMessage:output_type -> fulfillment.v1.RetryOutboxMessageResponse
+	51,  // 155: fulfillment.v1.FulfillmentService.ConfirmOutboxDelivery:output_type -> fulfillment.v1.ConfirmOutboxDeliveryResponse
+	54,  // 156: fulfillment.v1.FulfillmentService.ListDestinations:output_type -> fulfillment.v1.ListDestinationsResponse
+	56,  // 157: fulfillment.v1.FulfillmentService.DisableDestination:output_type -> fulfillment.v1.DisableDestinationResponse
+	58,  // 158: fulfillment.v1.FulfillmentService.EnableDestination:output_type -> fulfillment.v1.EnableDestinationResponse
+	37,  // 159: fulfillment.v1.FulfillmentService.ListInboxEvents:output_type -> fulfillment.v1.ListInboxEventsResponse
+	39,  // 160: fulfillment.v1.FulfillmentService.GetInboxEvent:output_type -> fulfillment.v1.GetInboxEventResponse
+	41,  // 161: fulfillment.v1.FulfillmentService.ReplayInboxEvent:output_type -> fulfillment.v1.ReplayInboxEventResponse
+	63,  // 162: fulfillment.v1.FulfillmentService.WatchOrderEvents:output_type -> fulfillment.v1.WatchOrderEventsResponse
+	68,  // 163: fulfillment.v1.FulfillmentService.CreateSubscription:output_type -> fulfillment.v1.CreateSubscriptionResponse
+	70,  // 164: fulfillment.v1.FulfillmentService.GetSubscription:output_type -> fulfillment.v1.GetSubscriptionResponse
+	72,  // 165: fulfillment.v1.FulfillmentService.ListSubscriptions:output_type -> fulfillment.v1.ListSubscriptionsResponse
+	74,  // 166: fulfillment.v1.FulfillmentService.CheckAccess:output_type -> fulfillment.v1.CheckAccessResponse
+	78,  // 167: fulfillment.v1.FulfillmentService.PlanRedrive:output_type -> fulfillment.v1.PlanRedriveResponse
+	81,  // 168: fulfillment.v1.FulfillmentService.StartRedrive:output_type -> fulfillment.v1.StartRedriveResponse
+	83,  // 169: fulfillment.v1.FulfillmentService.GetRedrive:output_type -> fulfillment.v1.GetRedriveResponse
+	85,  // 170: fulfillment.v1.FulfillmentService.ListRedrives:output_type -> fulfillment.v1.ListRedrivesResponse
+	87,  // 171: fulfillment.v1.FulfillmentService.CancelRedrive:output_type -> fulfillment.v1.CancelRedriveResponse
+	142, // [142:172] is the sub-list for method output_type
+	112, // [112:142] is the sub-list for method input_type
+	112, // [112:112] is the sub-list for extension type_name
+	112, // [112:112] is the sub-list for extension extendee
+	0,   // [0:112] is the sub-list for field type_name
 }
 
 func init() { file_fulfillment_v1_fulfillment_proto_init() }
@@ -7976,7 +8101,7 @@ func file_fulfillment_v1_fulfillment_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fulfillment_v1_fulfillment_proto_rawDesc), len(file_fulfillment_v1_fulfillment_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   88,
+			NumMessages:   90,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

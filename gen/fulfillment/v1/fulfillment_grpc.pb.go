@@ -32,6 +32,7 @@ const (
 	FulfillmentService_ListOutboxMessages_FullMethodName        = "/fulfillment.v1.FulfillmentService/ListOutboxMessages"
 	FulfillmentService_GetOutboxMessage_FullMethodName          = "/fulfillment.v1.FulfillmentService/GetOutboxMessage"
 	FulfillmentService_RetryOutboxMessage_FullMethodName        = "/fulfillment.v1.FulfillmentService/RetryOutboxMessage"
+	FulfillmentService_ConfirmOutboxDelivery_FullMethodName     = "/fulfillment.v1.FulfillmentService/ConfirmOutboxDelivery"
 	FulfillmentService_ListDestinations_FullMethodName          = "/fulfillment.v1.FulfillmentService/ListDestinations"
 	FulfillmentService_DisableDestination_FullMethodName        = "/fulfillment.v1.FulfillmentService/DisableDestination"
 	FulfillmentService_EnableDestination_FullMethodName         = "/fulfillment.v1.FulfillmentService/EnableDestination"
@@ -130,6 +131,15 @@ type FulfillmentServiceClient interface {
 	// FAILED_PRECONDITION and nothing changes. The message's reconciliation
 	// item stays open until resolved.
 	RetryOutboxMessage(ctx context.Context, in *RetryOutboxMessageRequest, opts ...grpc.CallOption) (*RetryOutboxMessageResponse, error)
+	// ConfirmOutboxDelivery records that a failed or uncertain message
+	// reached its destination after all, as a person confirmed with the
+	// destination (scope "admin"). Nothing is sent: the message is
+	// delivered, its order is fulfilled when it was the last message the
+	// order awaited, and the message's open failed_delivery or
+	// uncertain_delivery item is resolved as "confirmed_delivered" with the
+	// note, in one transaction. Any other message (pending, being sent,
+	// delivered) is FAILED_PRECONDITION and nothing changes.
+	ConfirmOutboxDelivery(ctx context.Context, in *ConfirmOutboxDeliveryRequest, opts ...grpc.CallOption) (*ConfirmOutboxDeliveryResponse, error)
 	// ListDestinations lists the configured destinations, whether each is
 	// enabled, and how many of its messages are pending, failed or
 	// uncertain (scope "admin").
@@ -342,6 +352,16 @@ func (c *fulfillmentServiceClient) RetryOutboxMessage(ctx context.Context, in *R
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RetryOutboxMessageResponse)
 	err := c.cc.Invoke(ctx, FulfillmentService_RetryOutboxMessage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fulfillmentServiceClient) ConfirmOutboxDelivery(ctx context.Context, in *ConfirmOutboxDeliveryRequest, opts ...grpc.CallOption) (*ConfirmOutboxDeliveryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ConfirmOutboxDeliveryResponse)
+	err := c.cc.Invoke(ctx, FulfillmentService_ConfirmOutboxDelivery_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -597,6 +617,15 @@ type FulfillmentServiceServer interface {
 	// FAILED_PRECONDITION and nothing changes. The message's reconciliation
 	// item stays open until resolved.
 	RetryOutboxMessage(context.Context, *RetryOutboxMessageRequest) (*RetryOutboxMessageResponse, error)
+	// ConfirmOutboxDelivery records that a failed or uncertain message
+	// reached its destination after all, as a person confirmed with the
+	// destination (scope "admin"). Nothing is sent: the message is
+	// delivered, its order is fulfilled when it was the last message the
+	// order awaited, and the message's open failed_delivery or
+	// uncertain_delivery item is resolved as "confirmed_delivered" with the
+	// note, in one transaction. Any other message (pending, being sent,
+	// delivered) is FAILED_PRECONDITION and nothing changes.
+	ConfirmOutboxDelivery(context.Context, *ConfirmOutboxDeliveryRequest) (*ConfirmOutboxDeliveryResponse, error)
 	// ListDestinations lists the configured destinations, whether each is
 	// enabled, and how many of its messages are pending, failed or
 	// uncertain (scope "admin").
@@ -723,6 +752,9 @@ func (UnimplementedFulfillmentServiceServer) GetOutboxMessage(context.Context, *
 }
 func (UnimplementedFulfillmentServiceServer) RetryOutboxMessage(context.Context, *RetryOutboxMessageRequest) (*RetryOutboxMessageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RetryOutboxMessage not implemented")
+}
+func (UnimplementedFulfillmentServiceServer) ConfirmOutboxDelivery(context.Context, *ConfirmOutboxDeliveryRequest) (*ConfirmOutboxDeliveryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ConfirmOutboxDelivery not implemented")
 }
 func (UnimplementedFulfillmentServiceServer) ListDestinations(context.Context, *ListDestinationsRequest) (*ListDestinationsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListDestinations not implemented")
@@ -1023,6 +1055,24 @@ func _FulfillmentService_RetryOutboxMessage_Handler(srv interface{}, ctx context
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(FulfillmentServiceServer).RetryOutboxMessage(ctx, req.(*RetryOutboxMessageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FulfillmentService_ConfirmOutboxDelivery_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConfirmOutboxDeliveryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FulfillmentServiceServer).ConfirmOutboxDelivery(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FulfillmentService_ConfirmOutboxDelivery_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FulfillmentServiceServer).ConfirmOutboxDelivery(ctx, req.(*ConfirmOutboxDeliveryRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1366,6 +1416,10 @@ var FulfillmentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RetryOutboxMessage",
 			Handler:    _FulfillmentService_RetryOutboxMessage_Handler,
+		},
+		{
+			MethodName: "ConfirmOutboxDelivery",
+			Handler:    _FulfillmentService_ConfirmOutboxDelivery_Handler,
 		},
 		{
 			MethodName: "ListDestinations",
