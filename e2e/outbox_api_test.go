@@ -25,12 +25,7 @@ import (
 func TestOutboxAPI(t *testing.T) {
 	t.Parallel()
 	// The first request of every key is applied, and its answer lost.
-	blind := startReceiver(t, false, func(_ string, n int) receiver.Action {
-		if n == 1 {
-			return receiver.Action{After: 3 * time.Second}
-		}
-		return receiver.Action{}
-	})
+	blind := startReceiver(t, false, slowOnce)
 	s := startReplicaWith(t, pgtest.DB(t), withDestinations(destination(t, "blind", blind, false, 300*time.Millisecond)))
 	order := s.createExternalOrder(t, "api-1", "blind")
 	s.pay(t, "api-1")

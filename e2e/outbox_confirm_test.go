@@ -13,7 +13,6 @@ import (
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
-	"github.com/fulfillplatform/fulfillment/rig/receiver"
 )
 
 // orgBAdminToken holds admin for another org than the order's.
@@ -27,28 +26,13 @@ const orgBAdminToken = "tok-org-b-admin-0123456789abcdef"
 // second confirmation changes nothing.
 func TestConfirmingAnUncertainDeliveryFulfilsTheOrderWithoutSendingAgain(t *testing.T) {
 	t.Parallel()
-	blind := startReceiver(t, false, func(_ string, n int) receiver.Action {
-		if n == 1 {
-			return receiver.Action{After: 3 * time.Second}
-		}
-		return receiver.Action{}
-	})
+	blind := startReceiver(t, false, slowOnce)
 	s := startReplicaWith(t, pgtest.DB(t), func(c *config.Config) {
 		withDestinations(destination(t, "blind", blind, false, 300*time.Millisecond))(c)
 		c.Auth.Tokens = append(c.Auth.Tokens, config.Token{Name: "org-b-admin", Secret: orgBAdminToken,
 			Scopes: []string{config.ScopeAdmin}, Orgs: []string{"org_b"}})
 	})
-	order := s.createExternalOrder(t, "confirm-1", "blind")
-	s.pay(t, "confirm-1")
-	key := fulfillment.LineKey(order.GetId(), 1)
-	waitFor(t, "uncertain", func() bool { return s.message(t, key) == "uncertain" })
-	if st := s.effects(t, order.GetId()).State; st != "fulfilling" {
-		t.Fatalf("order is %s with its only delivery uncertain, want fulfilling", st)
-	}
-	var id string
-	if err := s.db.QueryRow(t.Context(), `SELECT id::text FROM outbox_messages WHERE idempotency_key = $1`, key).Scan(&id); err != nil {
-		t.Fatal(err)
-	}
+	order, key, id := s.uncertainDelivery(t, "confirm-1", "blind")
 	path := "/v1/outbox/messages/" + id + ":confirmDelivery"
 	note := map[string]any{"note": "blind's on-call saw it applied once (INC-7)", "actor_detail": "Ann"}
 
@@ -109,21 +93,9 @@ func TestConfirmingAnUncertainDeliveryFulfilsTheOrderWithoutSendingAgain(t *test
 func TestConsoleConfirmsAnUncertainDelivery(t *testing.T) {
 	t.Parallel()
 	browser := startBrowser(t)
-	blind := startReceiver(t, false, func(_ string, n int) receiver.Action {
-		if n == 1 {
-			return receiver.Action{After: 3 * time.Second}
-		}
-		return receiver.Action{}
-	})
+	blind := startReceiver(t, false, slowOnce)
 	s := startReplicaWith(t, pgtest.DB(t), withConsole(destination(t, "blind", blind, false, 300*time.Millisecond)))
-	order := s.createExternalOrder(t, "console-confirm-1", "blind")
-	s.pay(t, "console-confirm-1")
-	key := fulfillment.LineKey(order.GetId(), 1)
-	waitFor(t, "uncertain", func() bool { return s.message(t, key) == "uncertain" })
-	var id string
-	if err := s.db.QueryRow(t.Context(), `SELECT id::text FROM outbox_messages WHERE idempotency_key = $1`, key).Scan(&id); err != nil {
-		t.Fatal(err)
-	}
+	order, key, id := s.uncertainDelivery(t, "console-confirm-1", "blind")
 
 	admin := newTab(t, browser)
 	admin.signIn(s.restURL, adminToken)
@@ -155,4 +127,24 @@ func TestConsoleConfirmsAnUncertainDelivery(t *testing.T) {
 	if n := admin.count("[data-testid=audit] tr[data-action='outbox.confirm_delivered']"); n != 2 {
 		t.Errorf("the audit log holds %d confirmations, want 2 (one refused, one done)", n)
 	}
+}
+
+// uncertainDelivery pays a new order moi with one line for destination,
+// whose receiver loses the first answer (slowOnce) and does not honour
+// idempotency keys, and waits until the line's message is uncertain and
+// the order still fulfilling. It returns the order and the message's key
+// and id.
+func (s *stack) uncertainDelivery(t *testing.T, moi, destination string) (order *fulfillmentv1.Order, key, id string) {
+	t.Helper()
+	order = s.createExternalOrder(t, moi, destination)
+	s.pay(t, moi)
+	key = fulfillment.LineKey(order.GetId(), 1)
+	waitFor(t, "uncertain", func() bool { return s.message(t, key) == "uncertain" })
+	if st := s.effects(t, order.GetId()).State; st != "fulfilling" {
+		t.Fatalf("order is %s with its only delivery uncertain, want fulfilling", st)
+	}
+	if err := s.db.QueryRow(t.Context(), `SELECT id::text FROM outbox_messages WHERE idempotency_key = $1`, key).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return order, key, id
 }

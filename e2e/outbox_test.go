@@ -144,18 +144,22 @@ func TestOutboxFlakyReceiverOneEffect(t *testing.T) {
 	}
 }
 
+// slowOnce answers the first request of every key after 3 s, longer than
+// the destinations' timeouts here: the receiver applied it, and its answer
+// is lost. Later requests are answered at once.
+func slowOnce(_ string, n int) receiver.Action {
+	if n == 1 {
+		return receiver.Action{After: 3 * time.Second}
+	}
+	return receiver.Action{}
+}
+
 // A timeout after the receiver applied the message: retried with the same
 // key when the receiver honours it (one effect); never sent again when it
 // does not — the message is uncertain, with an item, after exactly one
 // request.
 func TestOutboxTimeouts(t *testing.T) {
 	t.Parallel()
-	slowOnce := func(_ string, n int) receiver.Action {
-		if n == 1 {
-			return receiver.Action{After: 3 * time.Second}
-		}
-		return receiver.Action{}
-	}
 	idem := startReceiver(t, true, slowOnce)
 	blind := startReceiver(t, false, slowOnce)
 	s := startReplicaWith(t, pgtest.DB(t), withDestinations(

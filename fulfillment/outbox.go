@@ -390,13 +390,6 @@ type DeliveryConfirmation struct {
 // Validate checks the request-supplied fields.
 func (c DeliveryConfirmation) Validate() error {
 	var vs violations
-	if c.Note == "" {
-		vs.add("note", "is required: say how the destination confirmed it has the message, for whoever looks next")
-	} else if err := RuleNote.Check(c.Note); err != nil {
-		vs.add("note", "%v", err)
-	}
-	if c.ActorDetail != "" {
-		checkText(&vs, "actor_detail", c.ActorDetail, false)
-	}
+	checkNote(&vs, c.Note, "say how the destination confirmed it has the message", c.ActorDetail)
 	return vs.err()
 }

@@ -89,15 +89,21 @@ func (r ReconResolve) Validate() error {
 	case !r.Resolution.Valid():
 		vs.add("resolution", "must be one of %s", resolutionList())
 	}
-	if r.Note == "" {
-		vs.add("note", "is required: say what was done and why, for whoever looks next")
-	} else if err := RuleNote.Check(r.Note); err != nil {
+	checkNote(&vs, r.Note, "say what was done and why", r.ActorDetail)
+	return vs.err()
+}
+
+// checkNote checks what a person writes with an action: the note, required
+// (missing says what it should say), and the optional actor detail.
+func checkNote(vs *violations, note, missing, actorDetail string) {
+	if note == "" {
+		vs.add("note", "is required: %s, for whoever looks next", missing)
+	} else if err := RuleNote.Check(note); err != nil {
 		vs.add("note", "%v", err)
 	}
-	if r.ActorDetail != "" {
-		checkText(&vs, "actor_detail", r.ActorDetail, false)
+	if actorDetail != "" {
+		checkText(vs, "actor_detail", actorDetail, false)
 	}
-	return vs.err()
 }
 
 func resolutionList() string {

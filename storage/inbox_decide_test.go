@@ -134,11 +134,7 @@ func TestDecidedOnReceiptGrantsOnce(t *testing.T) {
 		t.Logf("%d of %d events queued (their batch met a lock)", queued, orders)
 		processAll(t, s, queued)
 	}
-	for _, c := range []struct {
-		what  string
-		query string
-		want  int
-	}{
+	wantCounts(t, conn, []countCheck{
 		{"events stored", "SELECT count(*) FROM inbox_events", orders},
 		{"events decided fulfilled on their first attempt",
 			"SELECT count(*) FROM inbox_events WHERE state = 'processed' AND decision = 'fulfilled' AND attempts = 1 AND order_id IS NOT NULL", orders},
@@ -147,11 +143,7 @@ func TestDecidedOnReceiptGrantsOnce(t *testing.T) {
 		{"credits", "SELECT count(*) FROM ledger_entries", orders},
 		{"orders fulfilled", "SELECT count(*) FROM orders WHERE state = 'fulfilled'", orders},
 		{"order.fulfilled events", "SELECT count(*) FROM order_events WHERE topic = 'order.fulfilled'", orders},
-	} {
-		if got := count(t, conn, c.query); got != c.want {
-			t.Errorf("%s: %d, want %d", c.what, got, c.want)
-		}
-	}
+	})
 }
 
 // A batch holding a redelivery: the events stored before are left out and
@@ -318,21 +310,13 @@ func TestDecidedBatchMeetsAnEventStoredMeanwhile(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct {
-		what  string
-		query string
-		want  int
-	}{
+	wantCounts(t, conn, []countCheck{
 		{"events stored", "SELECT count(*) FROM inbox_events", 2},
 		{"evt_y decided fulfilled on receipt", "SELECT count(*) FROM inbox_events WHERE event_id = 'evt_y' AND decision = 'fulfilled'", 1},
 		{"evt_x queued by the holder", "SELECT count(*) FROM inbox_events JOIN inbox_work USING (id) WHERE event_id = 'evt_x' AND inbox_events.state = 'pending'", 1},
 		{"licenses of m-x", "SELECT count(*) FROM entitlements e JOIN orders o ON o.id = e.order_id WHERE o.merchant_order_id = 'm-x'", 0},
 		{"licenses of m-y", "SELECT count(*) FROM entitlements e JOIN orders o ON o.id = e.order_id WHERE o.merchant_order_id = 'm-y'", 2},
-	} {
-		if got := count(t, conn, c.query); got != c.want {
-			t.Errorf("%s: %d, want %d", c.what, got, c.want)
-		}
-	}
+	})
 	if got, want := receiptBatches(t, s), "decided=1 failed=0 locked=0 redelivered=0"; got != want {
 		t.Errorf("group commits: %s, want %s", got, want)
 	}

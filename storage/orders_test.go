@@ -69,6 +69,24 @@ func count(t *testing.T, conn *pgx.Conn, query string, args ...any) int {
 	return n
 }
 
+// countCheck is a count a test expects: what it counts, its query and
+// the count.
+type countCheck struct {
+	what, query string
+	want        int
+}
+
+// wantCounts runs each check's query with args and reports each count that
+// differs.
+func wantCounts(t *testing.T, conn *pgx.Conn, checks []countCheck, args ...any) {
+	t.Helper()
+	for _, c := range checks {
+		if got := count(t, conn, c.query, args...); got != c.want {
+			t.Errorf("%s: %d, want %d", c.what, got, c.want)
+		}
+	}
+}
+
 func TestOrderCreateGet(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t)

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
-	"github.com/fulfillplatform/fulfillment/worker"
 )
 
 // confirmation is a person's confirmation of message id.
@@ -62,10 +60,7 @@ func TestAConfirmedDeliveryCompletesItsOrderOnce(t *testing.T) {
 		t.Errorf("confirming a delivered message: %v, want FailedPrecondition", err)
 	}
 
-	for _, c := range []struct {
-		what, query string
-		want        int
-	}{
+	wantCounts(t, conn, []countCheck{
 		{"order.fulfilled events", fulfilledEvents, 1},
 		{"order fulfilled", `SELECT count(*) FROM orders WHERE id = $1 AND state = 'fulfilled'`, 1},
 		{"order.fulfilled messages to crm", `SELECT count(*) FROM outbox_messages
@@ -78,11 +73,7 @@ func TestAConfirmedDeliveryCompletesItsOrderOnce(t *testing.T) {
 			WHERE order_id = $1 AND kind = 'uncertain_delivery' AND state = 'resolved' AND resolution = 'confirmed_delivered'
 				AND resolved_by = 'ops' AND resolved_by_detail = 'Ann' AND resolution_note LIKE 'shipping says%'`, 1},
 		{"open items", `SELECT count(*) FROM reconciliation_items WHERE order_id = $1 AND state = 'open'`, 0},
-	} {
-		if got := count(t, conn, c.query, order); got != c.want {
-			t.Errorf("%s: %d, want %d", c.what, got, c.want)
-		}
-	}
+	}, order)
 	if got, wrong := stuck.rows(t, conn); got != "" || wrong != 0 {
 		t.Errorf("stuck messages after the confirmation: %q (%d wrong), want none", got, wrong)
 	}
@@ -96,36 +87,23 @@ func TestAConfirmedFailedMessageLeavesTheQueue(t *testing.T) {
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
 	order := paidExternalOrder(t, s, "c-2", "p2")
-	claims, err := s.OutboxQueue("licenses").Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 1, Lease: time.Minute, MaxAttempts: 1})
-	if err != nil || len(claims) != 1 {
-		t.Fatalf("claim = %v, %v; want the licenses message", claims, err)
-	}
-	if failed, err := retryOne(ctx, s.OutboxQueue("licenses"), "w", claims[0], "boom", time.Now(), 1); err != nil || !failed {
-		t.Fatalf("retry past its attempts = %v, %v; want failed", failed, err)
-	}
+	failed := failNext(t, s, "licenses")
 	deliverNext(t, s, "shipping", fulfillment.OutcomeDelivered)
 	if n := count(t, conn, `SELECT count(*) FROM orders WHERE id = $1 AND state = 'fulfilling'`, order); n != 1 {
 		t.Fatalf("order not fulfilling with its licenses message failed")
 	}
-	if _, err := s.DeliveryConfirm(ctx, confirmation(claims[0].ID)); err != nil {
+	if _, err := s.DeliveryConfirm(ctx, confirmation(failed.ID)); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct {
-		what, query string
-		want        int
-	}{
+	wantCounts(t, conn, []countCheck{
 		{"work rows of the order's messages", `SELECT count(*) FROM outbox_work w JOIN outbox_messages m ON m.id = w.id
 			WHERE m.order_id = $1 AND m.topic = 'fulfillment.requested'`, 0},
 		{"order fulfilled", `SELECT count(*) FROM orders WHERE id = $1 AND state = 'fulfilled'`, 1},
 		{"order.fulfilled events", `SELECT count(*) FROM order_events WHERE order_id = $1 AND topic = 'order.fulfilled'`, 1},
 		{"failed_delivery items resolved as confirmed", `SELECT count(*) FROM reconciliation_items
 			WHERE order_id = $1 AND kind = 'failed_delivery' AND resolution = 'confirmed_delivered'`, 1},
-	} {
-		if got := count(t, conn, c.query, order); got != c.want {
-			t.Errorf("%s: %d, want %d", c.what, got, c.want)
-		}
-	}
-	if _, err := s.DeliveryRetry(ctx, claims[0].ID, "test", false); !errors.Is(err, fulfillment.ErrFailedPrecondition) {
+	}, order)
+	if _, err := s.DeliveryRetry(ctx, failed.ID, "test", false); !errors.Is(err, fulfillment.ErrFailedPrecondition) {
 		t.Errorf("retrying the confirmed message without resend: %v, want FailedPrecondition", err)
 	}
 }
@@ -167,14 +145,8 @@ func TestARetryAndAConfirmationAtOnceTakeEffectOnce(t *testing.T) {
 		// A message a retry made pending in an earlier round is older:
 		// it may be the one claimed and failed here.
 		paidExternalOrder(t, s, fmt.Sprintf("race-%d", i), fmt.Sprintf("pr-%d", i))
-		claims, err := s.OutboxQueue("licenses").Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 1, Lease: time.Minute, MaxAttempts: 1})
-		if err != nil || len(claims) != 1 {
-			t.Fatalf("claim = %v, %v; want the licenses message", claims, err)
-		}
-		if failed, err := retryOne(ctx, s.OutboxQueue("licenses"), "w", claims[0], "boom", time.Now(), 1); err != nil || !failed {
-			t.Fatalf("retry past its attempts = %v, %v; want failed", failed, err)
-		}
-		id := claims[0].ID
+		failed := failNext(t, s, "licenses")
+		id := failed.ID
 		var retryErr, confirmErr error
 		var wg sync.WaitGroup
 		wg.Go(func() { _, retryErr = s.DeliveryRetry(ctx, id, "ops", false) })

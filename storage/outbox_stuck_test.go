@@ -24,13 +24,7 @@ func TestOutboxStuckFollowTheMessages(t *testing.T) {
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
 	paidExternalOrder(t, s, "s-1", "p1")
-	claims, err := s.OutboxQueue("licenses").Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 1, Lease: time.Minute, MaxAttempts: 1})
-	if err != nil || len(claims) != 1 {
-		t.Fatalf("claim = %v, %v; want the licenses message", claims, err)
-	}
-	if failed, err := retryOne(ctx, s.OutboxQueue("licenses"), "w", claims[0], "boom", time.Now(), 1); err != nil || !failed {
-		t.Fatalf("retry past its attempts = %v, %v; want failed", failed, err)
-	}
+	licenses := failNext(t, s, "licenses")
 	deliverNext(t, s, "shipping", fulfillment.OutcomeUncertain)
 	const failed = "licenses=failed shipping=uncertain "
 	if got, wrong := stuck.rows(t, conn); got != failed || wrong != 0 {
@@ -62,7 +56,7 @@ func TestOutboxStuckFollowTheMessages(t *testing.T) {
 		t.Errorf("licenses: %+v, want one failed", st)
 	}
 
-	if _, err := s.DeliveryRetry(ctx, claims[0].ID, "test", false); err != nil {
+	if _, err := s.DeliveryRetry(ctx, licenses.ID, "test", false); err != nil {
 		t.Fatal(err)
 	}
 	if got, wrong := stuck.rows(t, conn); got != "shipping=uncertain " || wrong != 0 {

@@ -87,6 +87,21 @@ func deliverNext(t *testing.T, s *storage.Store, destination string, outcome ful
 	return m
 }
 
+// failNext claims destination's next message and fails it past its only
+// attempt (which opens its failed_delivery item); it returns the claim.
+func failNext(t *testing.T, s *storage.Store, destination string) worker.Claim {
+	t.Helper()
+	ctx := context.Background()
+	claims, err := s.OutboxQueue(destination).Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 1, Lease: time.Minute, MaxAttempts: 1})
+	if err != nil || len(claims) != 1 {
+		t.Fatalf("claim for %s = %v, %v; want one message", destination, claims, err)
+	}
+	if failed, err := retryOne(ctx, s.OutboxQueue(destination), "w", claims[0], "boom", time.Now(), 1); err != nil || !failed {
+		t.Fatalf("retry past its attempts = %v, %v; want failed", failed, err)
+	}
+	return claims[0]
+}
+
 // recordOne records attempt a at message id alone, returning
 // ErrLeaseLost when owner no longer holds it.
 func recordOne(s *storage.Store, id int64, owner string, a fulfillment.DeliveryAttempt) error {
