@@ -352,3 +352,35 @@ func TestClientOfGroupsAnIPv6Slash64(t *testing.T) {
 		t.Errorf("IPv4: %q and %q, want each address apart", a, b)
 	}
 }
+
+// What a browser says of where a POST came from decides; a client that
+// says nothing (no browser) is let through to the CSRF token and the
+// session's SameSite=Strict cookie.
+func TestSameOrigin(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, site, origin string
+		want               bool
+	}{
+		{"same origin", "same-origin", "https://console.example", true},
+		{"typed by the user", "none", "", true},
+		{"no browser headers", "", "", true},
+		{"another site", "cross-site", "https://evil.example", false},
+		{"a sibling subdomain", "same-site", "https://x.console.example", false},
+		{"another origin, no fetch metadata", "", "https://evil.example", false},
+		{"an opaque origin (sandboxed frame)", "", "null", false},
+		{"an opaque origin with same-origin metadata", "same-origin", "null", false},
+		{"a malformed origin", "", "https://[::1", false},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "https://console.example/console/login", http.NoBody)
+		if c.site != "" {
+			r.Header.Set("Sec-Fetch-Site", c.site)
+		}
+		if c.origin != "" {
+			r.Header.Set("Origin", c.origin)
+		}
+		if got := sameOrigin(r); got != c.want {
+			t.Errorf("%s: sameOrigin = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
