@@ -149,6 +149,9 @@ func TestLoadErrors(t *testing.T) {
 		{"raw body retention under a minute", "housekeeping: { raw_body_retention: 30s }\n", vars, "housekeeping.raw_body_retention: at least 1m0s"},
 		{"housekeeping batch too large", "housekeeping: { batch: 20000 }\n", vars, "housekeeping.batch: at most 10000"},
 		{"housekeeping unknown key", "housekeeping: { retention: 1h }\n", vars, `unknown key "retention"`},
+		{"trusted proxy not an address", "console: { trusted_proxies: [10.0.0.0/8, proxy.internal] }\n", vars, `console.trusted_proxies[1]: "proxy.internal" is neither`},
+		{"trusted proxy with a zone", "console: { trusted_proxies: ['fe80::1%eth0'] }\n", vars, `console.trusted_proxies[0]`},
+		{"too many trusted proxies", "console: { trusted_proxies: [" + strings.Repeat("10.0.0.1, ", 64) + "10.0.0.2] }\n", vars, "console.trusted_proxies: 65 entries, at most 64"},
 		{"unknown inbox key", "inbox: { leese: 1s }\n", vars, `unknown key "leese"`},
 		{"inbox and worker", "inbox: { workers: 2 }\nworker: { workers: 3 }\n", vars, "worker: the deprecated name of inbox: set only inbox"},
 		{"empty inbox and worker", "inbox: {}\nworker: { workers: 3 }\n", vars, "set only inbox"},
@@ -229,7 +232,8 @@ func TestExampleLoads(t *testing.T) {
 		t.Errorf("the example's housekeeping = %+v, want the defaults stated", got)
 	}
 	if got := cfg.Console.WithDefaults(); *got.Enabled != *defaults.Console.WithDefaults().Enabled ||
-		got.SessionTTL != defaults.Console.WithDefaults().SessionTTL || cfg.Console.Enabled == nil || cfg.Console.SessionTTL == 0 {
+		got.SessionTTL != defaults.Console.WithDefaults().SessionTTL || cfg.Console.Enabled == nil || cfg.Console.SessionTTL == 0 ||
+		len(got.TrustedProxies) != 0 {
 		t.Errorf("the example's console = %+v, want every key, at its default", cfg.Console)
 	}
 	if p, ok := cfg.Plan("pro-monthly"); !ok || p.Period != (fulfillment.Period{Months: 1}) || p.Grace != DefaultPlanGrace {

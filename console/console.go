@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"google.golang.org/grpc"
@@ -53,6 +54,9 @@ type Options struct {
 	Tokens []config.Token
 	// SessionTTL is how long a sign-in lasts.
 	SessionTTL time.Duration
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names
+	// the client (config.Console.TrustedProxies).
+	TrustedProxies []netip.Prefix
 	// Store keeps sessions and the audit log.
 	Store fulfillment.ConsoleStore
 	// Log receives the console's own warnings; never a token or a body.
@@ -72,8 +76,10 @@ type Console struct {
 	tokens map[[sha256.Size]byte]config.Token // by the hash of the value
 	byName map[string]config.Token
 	mux    *http.ServeMux
-	// signIns limits failed sign-ins per client address.
+	// signIns limits failed sign-ins per client address; proxies are the
+	// trusted reverse proxies (clientOf).
 	signIns *signInLimit
+	proxies []netip.Prefix
 }
 
 // New prepares the console; Mount connects it to the API.
@@ -84,7 +90,7 @@ func New(o Options) (*Console, error) {
 	}
 	c := &Console{
 		store: o.Store, log: o.Log,
-		ttl: o.SessionTTL, now: o.Now, pages: pg, signIns: newSignInLimit(),
+		ttl: o.SessionTTL, now: o.Now, pages: pg, signIns: newSignInLimit(), proxies: o.TrustedProxies,
 		tokens: make(map[[sha256.Size]byte]config.Token, len(o.Tokens)),
 		byName: make(map[string]config.Token, len(o.Tokens)),
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strings"
@@ -338,7 +339,7 @@ func TestTimelineStates(t *testing.T) {
 // addresses within it is one client).
 func TestClientOfGroupsAnIPv6Slash64(t *testing.T) {
 	t.Parallel()
-	of := func(addr string) string { return clientOf(&http.Request{RemoteAddr: addr}) }
+	of := func(addr string) string { return clientOf(&http.Request{RemoteAddr: addr}, nil) }
 	if a, b := of("[2001:db8:1:2::1]:4000"), of("[2001:db8:1:2:ffff::9]:5000"); a != b {
 		t.Errorf("one /64: %q and %q, want one client", a, b)
 	}
@@ -350,6 +351,39 @@ func TestClientOfGroupsAnIPv6Slash64(t *testing.T) {
 	}
 	if a, b := of("192.0.2.1:4000"), of("192.0.2.2:4000"); a == b || a != "192.0.2.1" {
 		t.Errorf("IPv4: %q and %q, want each address apart", a, b)
+	}
+}
+
+// Behind trusted reverse proxies the client is the nearest address in
+// X-Forwarded-For that is not one of them; what the client wrote before it
+// is never read, and no other peer's header is.
+func TestClientOfBehindTrustedProxies(t *testing.T) {
+	t.Parallel()
+	proxies := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8:ffff::/48")}
+	for _, c := range []struct {
+		name, peer string
+		xff        []string
+		want       string
+	}{
+		{"no proxy: the peer", "192.0.2.1:4000", nil, "192.0.2.1"},
+		{"an untrusted peer's header is ignored", "192.0.2.1:4000", []string{"198.51.100.9"}, "192.0.2.1"},
+		{"one proxy", "10.0.0.2:4000", []string{"198.51.100.9"}, "198.51.100.9"},
+		{"two proxies", "10.0.0.2:4000", []string{"198.51.100.9, 10.1.1.1"}, "198.51.100.9"},
+		{"a forged entry before the client is not read", "10.0.0.2:4000", []string{"203.0.113.5, 198.51.100.9"}, "198.51.100.9"},
+		{"headers repeated", "10.0.0.2:4000", []string{"203.0.113.5", "198.51.100.9"}, "198.51.100.9"},
+		{"an IPv6 client's /64", "[2001:db8:ffff::1]:4000", []string{"2001:db8:1:2::77"}, "2001:db8:1:2::/64"},
+		{"a mapped IPv4 proxy", "[::ffff:10.0.0.2]:4000", []string{"198.51.100.9"}, "198.51.100.9"},
+		{"no header from the proxy: the proxy", "10.0.0.2:4000", nil, "10.0.0.2"},
+		{"garbage from the proxy: the proxy", "10.0.0.2:4000", []string{"unknown"}, "10.0.0.2"},
+		{"garbage before a trusted hop: that hop", "10.0.0.2:4000", []string{"junk, 10.3.3.3"}, "10.3.3.3"},
+	} {
+		r := &http.Request{RemoteAddr: c.peer, Header: http.Header{}}
+		for _, v := range c.xff {
+			r.Header.Add("X-Forwarded-For", v)
+		}
+		if got := clientOf(r, proxies); got != c.want {
+			t.Errorf("%s: client %q, want %q", c.name, got, c.want)
+		}
 	}
 }
 

@@ -174,7 +174,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := safeNext(r.PostForm.Get("next"))
-	client := clientOf(r)
+	client := clientOf(r, c.proxies)
 	if d := c.signIns.wait(client, c.now()); d > 0 {
 		secs := int((d + time.Second - 1) / time.Second)
 		w.Header().Set("Retry-After", strconv.Itoa(secs))

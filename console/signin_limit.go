@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,19 +33,52 @@ func newSignInLimit() *signInLimit {
 	return &signInLimit{clients: map[string]*rate.Limiter{}}
 }
 
-// clientOf is the address a request came from (no proxy header is
-// trusted: a client could name any address in one): an IPv4 address, or
-// an IPv6 address's /64, which one host usually holds whole, so that
-// rotating addresses within it gains no fresh sign-in attempts.
-func clientOf(r *http.Request) string {
+// clientOf is the client a request came from: an IPv4 address, or an
+// IPv6 address's /64, which one host usually holds whole, so that
+// rotating addresses within it gains no fresh sign-in attempts. It is the
+// request's peer, unless that is one of proxies: then X-Forwarded-For is
+// read from its end, each proxy having appended the peer it saw, and the
+// first address that is not a trusted proxy is the client. Entries before
+// that one are whatever the client wrote, and are never read; from any
+// other peer the header is ignored, as a client could name any address in
+// it.
+func clientOf(r *http.Request, proxies []netip.Prefix) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr
 	}
-	if a, err := netip.ParseAddr(host); err == nil && a.Is6() && !a.Is4In6() {
-		return netip.PrefixFrom(a.WithZone(""), 64).Masked().String()
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
 	}
-	return host
+	a = a.WithZone("").Unmap()
+	if trusted(a, proxies) {
+		hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+		for i := len(hops) - 1; i >= 0; i-- {
+			hop, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+			if err != nil {
+				break // not an address: the nearest trusted hop stands
+			}
+			a = hop.WithZone("").Unmap()
+			if !trusted(a, proxies) {
+				break
+			}
+		}
+	}
+	if a.Is6() {
+		return netip.PrefixFrom(a, 64).Masked().String()
+	}
+	return a.String()
+}
+
+// trusted reports whether a is in one of proxies.
+func trusted(a netip.Addr, proxies []netip.Prefix) bool {
+	for _, p := range proxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // wait says how long client must wait before its next sign-in; 0 when it

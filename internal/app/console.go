@@ -18,7 +18,8 @@ func newConsole(cfg *config.Config, store *storage.Store, log *slog.Logger) (fun
 	if !cc.On() {
 		return nil, nil
 	}
-	c, err := console.New(console.Options{Tokens: cfg.Auth.Tokens, SessionTTL: cc.SessionTTL, Store: store, Log: log})
+	c, err := console.New(console.Options{Tokens: cfg.Auth.Tokens, SessionTTL: cc.SessionTTL,
+		TrustedProxies: cc.ProxyPrefixes(), Store: store, Log: log})
 	if err != nil {
 		return nil, err
 	}
