@@ -389,7 +389,9 @@ func TestClientOfBehindTrustedProxies(t *testing.T) {
 
 // What a browser says of where a POST came from decides; a client that
 // says nothing (no browser) is let through to the CSRF token and the
-// session's SameSite=Strict cookie.
+// session's SameSite=Strict cookie. The console's pages are no-referrer,
+// so its own forms come with Origin: null; Sec-Fetch-Site tells them from
+// a sandboxed page's.
 func TestSameOrigin(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -402,8 +404,8 @@ func TestSameOrigin(t *testing.T) {
 		{"another site", "cross-site", "https://evil.example", false},
 		{"a sibling subdomain", "same-site", "https://x.console.example", false},
 		{"another origin, no fetch metadata", "", "https://evil.example", false},
-		{"an opaque origin (sandboxed frame)", "", "null", false},
-		{"an opaque origin with same-origin metadata", "same-origin", "null", false},
+		{"the console's own form (no-referrer: an opaque origin)", "same-origin", "null", true},
+		{"an opaque origin from another site (sandboxed frame)", "cross-site", "null", false},
 		{"a malformed origin", "", "https://[::1", false},
 	} {
 		r := httptest.NewRequest(http.MethodPost, "https://console.example/console/login", http.NoBody)

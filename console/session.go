@@ -271,16 +271,17 @@ func safeNext(next string) string {
 
 // sameOrigin reports whether a state-changing request came from the
 // console's origin: the browser's Sec-Fetch-Site or Origin, when sent,
-// must say so (both are set by browsers, not by pages). An opaque origin
-// ("null": a sandboxed frame, a data: page, a redirect across origins) is
-// nobody's, so not the console's.
+// must say so (both are set by browsers, not by pages). An opaque Origin
+// ("null") says nothing either way: the console's own forms send it, as
+// its pages' Referrer-Policy is no-referrer; Sec-Fetch-Site, which
+// browsers send beside it, tells a sandboxed or foreign page's apart.
 func sameOrigin(r *http.Request) bool {
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
 		return false
 	}
-	if o := r.Header.Get("Origin"); o != "" {
+	if o := r.Header.Get("Origin"); o != "" && o != "null" {
 		u, err := url.Parse(o)
-		if err != nil || o == "null" || u.Host != r.Host {
+		if err != nil || u.Host != r.Host {
 			return false
 		}
 	}

@@ -355,7 +355,7 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 					INSERT INTO reconciliation_items (kind, org_id, environment, order_id, outbox_message_id, detail, dedupe_key)
 					SELECT 'uncertain_delivery', org_id, environment, order_id, id,
 						format('%s may or may not have received this %s message (%s), and it does not honour idempotency keys: '
-							|| 'check with it, then retry the message or resolve this item', destination_id, topic, $2::text), $3
+							|| 'check with it, then retry the message if it does not have it, or confirm it delivered if it does', destination_id, topic, $2::text), $3
 					FROM outbox_messages WHERE id = $1
 					ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
 					id, a.Reason, fulfillment.ItemKey(fulfillment.ReconUncertainDelivery, fulfillment.ItemSubject{MessageID: id}))

@@ -185,9 +185,11 @@ func (s *Store) DeliveryConfirm(ctx context.Context, c fulfillment.DeliveryConfi
 		if _, err := tx.Exec(ctx, `SELECT FROM outbox_work WHERE id = $1 FOR UPDATE`, c.MessageID); err != nil {
 			return fmt.Errorf("confirming outbox message delivered: %w", interpret(err))
 		}
+		// The message's item, failed or uncertain, has one key either way
+		// (fulfillment.ItemKey), which the items' unique index finds.
 		err := tx.QueryRow(ctx, `
 			WITH m AS (
-				SELECT id FROM outbox_messages WHERE id = $1 AND state IN ('failed', 'uncertain') FOR UPDATE
+				SELECT id FROM outbox_messages WHERE id = $1 AND state IN ('failed', 'uncertain') FOR NO KEY UPDATE
 			), work AS (
 				DELETE FROM outbox_work w USING m WHERE w.id = m.id
 			), done AS (
@@ -197,11 +199,12 @@ func (s *Store) DeliveryConfirm(ctx context.Context, c fulfillment.DeliveryConfi
 			), items AS (
 				UPDATE reconciliation_items r SET state = 'resolved', resolution = $2, resolution_note = $3,
 					resolved_by = $4, resolved_by_detail = $5, resolved_at = now()
-				FROM done WHERE r.outbox_message_id = done.id AND r.state = 'open'
-					AND r.kind IN ('failed_delivery', 'uncertain_delivery')
+				FROM done WHERE r.kind IN ('failed_delivery', 'uncertain_delivery') AND r.dedupe_key = $6
+					AND r.state = 'open'
 			)
 			SELECT order_id, required FROM done`,
-			c.MessageID, fulfillment.ResolutionConfirmedDelivered, c.Note, c.Actor, opt(c.ActorDetail)).Scan(&orderID, &required)
+			c.MessageID, fulfillment.ResolutionConfirmedDelivered, c.Note, c.Actor, opt(c.ActorDetail),
+			fulfillment.ItemKey(fulfillment.ReconUncertainDelivery, fulfillment.ItemSubject{MessageID: c.MessageID})).Scan(&orderID, &required)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}

@@ -163,7 +163,7 @@ FAILED_PRECONDITION, and nothing changes. Needs the admin scope.`,
 		resp, err := client.ConfirmOutboxDelivery(ctx, req)
 		return resp.GetMessage(), err
 	}, messageDetail, func(m *fulfillmentv1.OutboxMessage) string {
-		return fmt.Sprintf("message %s is %s: nothing was sent; its item is resolved as confirmed_delivered", m.GetId(), m.GetState())
+		return fmt.Sprintf("message %s is %s: nothing was sent; its open item, if any, is resolved as confirmed_delivered", m.GetId(), m.GetState())
 	})
 	f := cmd.Flags()
 	f.StringVar(&req.Note, "note", "", "how the destination confirmed it has the message (required)")

@@ -4446,8 +4446,9 @@ func (x *RetryOutboxMessageResponse) GetMessage() *OutboxMessage {
 type ConfirmOutboxDeliveryRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	MessageId string                 `protobuf:"bytes,1,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
-	// How the destination confirmed it (whom, a ticket): required; it
-	// becomes the note of the message's reconciliation item.
+	// How the destination confirmed it (whom, a ticket): required, one
+	// line, at most 500 bytes; it becomes the note of the message's
+	// reconciliation item.
 	Note string `protobuf:"bytes,2,opt,name=note,proto3" json:"note,omitempty"`
 	// Free text about who confirmed it (a name), kept with the item's
 	// resolution beside the calling token's name.
