@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -418,5 +419,42 @@ func TestSameOrigin(t *testing.T) {
 		if got := sameOrigin(r); got != c.want {
 			t.Errorf("%s: sameOrigin = %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// A flood of addresses past the limit's memory neither forgets the clients
+// still limited (the guesser stays held back) nor lets newcomers guess
+// freely: they share one limit until the remembered ones refill, and then
+// the refilled ones are forgotten.
+func TestSignInLimitPastItsMemory(t *testing.T) {
+	t.Parallel()
+	l := newSignInLimit()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	const guesser = "192.0.2.1"
+	for range signInBurst {
+		l.failed(guesser, now)
+	}
+	for i := range signInClients {
+		l.failed(fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255), now)
+	}
+	if d := l.wait(guesser, now); d == 0 {
+		t.Fatal("the guesser was forgotten by a flood of other addresses")
+	}
+	for i := range signInBurst {
+		l.failed(fmt.Sprintf("198.51.100.%d", i), now)
+	}
+	if d := l.wait("198.51.100.200", now); d == 0 {
+		t.Error("newcomers past the memory guess without limit")
+	}
+	if n := len(l.clients); n > signInClients+1 {
+		t.Errorf("%d clients remembered, want at most %d", n, signInClients+1)
+	}
+	later := now.Add(signInBurst * signInEvery)
+	l.failed("203.0.113.1", later)
+	if n := len(l.clients); n != 1 {
+		t.Errorf("%d clients remembered once every limit refilled, want only the newest", n)
+	}
+	if d := l.wait(guesser, later); d != 0 {
+		t.Errorf("the guesser waits %v after its limit refilled", d)
 	}
 }

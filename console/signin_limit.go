@@ -19,9 +19,13 @@ import (
 const (
 	signInBurst = 5
 	signInEvery = 12 * time.Second
-	// signInClients bounds the addresses remembered: past it, the oldest
-	// memory is dropped at once (a flood of addresses forgets, never grows).
-	signInClients = 10_000
+	// signInClients bounds the clients remembered. Past it, the clients
+	// whose limit has refilled (who hold nothing back) are forgotten; if
+	// every one is still limited, each further client shares one limit,
+	// overflowClient's, until some refill. A flood of addresses neither
+	// grows the memory nor wipes the limits of the clients in it.
+	signInClients  = 10_000
+	overflowClient = "(any other client)"
 )
 
 type signInLimit struct {
@@ -86,7 +90,7 @@ func trusted(a netip.Addr, proxies []netip.Prefix) bool {
 func (l *signInLimit) wait(client string, now time.Time) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	lim, ok := l.clients[client]
+	lim, ok := l.limiter(client)
 	if !ok || lim.TokensAt(now) >= 1 {
 		return 0
 	}
@@ -103,10 +107,33 @@ func (l *signInLimit) failed(client string, now time.Time) {
 	lim, ok := l.clients[client]
 	if !ok {
 		if len(l.clients) >= signInClients {
-			clear(l.clients)
+			for c, lim := range l.clients {
+				if lim.TokensAt(now) >= signInBurst {
+					delete(l.clients, c)
+				}
+			}
 		}
-		lim = rate.NewLimiter(rate.Every(signInEvery), signInBurst)
-		l.clients[client] = lim
+		if len(l.clients) >= signInClients {
+			client = overflowClient
+			lim, ok = l.clients[client]
+		}
+		if !ok {
+			lim = rate.NewLimiter(rate.Every(signInEvery), signInBurst)
+			l.clients[client] = lim
+		}
 	}
 	lim.AllowN(now, 1)
+}
+
+// limiter is client's limiter, or the overflow's when client is not
+// remembered and the memory is full.
+func (l *signInLimit) limiter(client string) (*rate.Limiter, bool) {
+	if lim, ok := l.clients[client]; ok {
+		return lim, true
+	}
+	if len(l.clients) >= signInClients {
+		lim, ok := l.clients[overflowClient]
+		return lim, ok
+	}
+	return nil, false
 }
