@@ -3,6 +3,7 @@ package fulfillment
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -94,9 +95,10 @@ func (r ReconResolve) Validate() error {
 }
 
 // checkNote checks what a person writes with an action: the note, required
-// (missing says what it should say), and the optional actor detail.
+// (missing says what it should say; spaces alone say nothing), and the
+// optional actor detail.
 func checkNote(vs *violations, note, missing, actorDetail string) {
-	if note == "" {
+	if strings.TrimSpace(note) == "" {
 		vs.add("note", "is required: %s, for whoever looks next", missing)
 	} else if err := RuleNote.Check(note); err != nil {
 		vs.add("note", "%v", err)

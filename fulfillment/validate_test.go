@@ -255,3 +255,34 @@ func TestOrderFilterAndPageSize(t *testing.T) {
 		}
 	}
 }
+
+// What a person writes with a resolution or a confirmation: a note that
+// says something (spaces alone do not), within the note's rule, and an
+// optional detail within its own.
+func TestNotesOfPeople(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, note, detail string
+		want               string // the violation's field; "" for none
+	}{
+		{"a note", "refunded at the bank", "Dana", ""},
+		{"no note", "", "", "note"},
+		{"spaces alone", "   ", "", "note"},
+		{"two lines", "one\ntwo", "", "note"},
+		{"too long", strings.Repeat("x", RuleNote.Max+1), "", "note"},
+		{"a detail with a control character", "ok", "Dana\x00", "actor_detail"},
+	} {
+		for kind, err := range map[string]error{
+			"resolution":   ReconResolve{Resolution: ResolutionNoAction, Note: c.note, ActorDetail: c.detail}.Validate(),
+			"confirmation": DeliveryConfirmation{MessageID: 1, Note: c.note, ActorDetail: c.detail}.Validate(),
+		} {
+			var ve *ValidationError
+			switch {
+			case c.want == "" && err != nil:
+				t.Errorf("%s, %s: %v, want none", c.name, kind, err)
+			case c.want != "" && (!errors.As(err, &ve) || len(ve.Violations) != 1 || ve.Violations[0].Field != c.want):
+				t.Errorf("%s, %s: %v, want one violation of %s", c.name, kind, err, c.want)
+			}
+		}
+	}
+}
