@@ -114,7 +114,10 @@ func TestConsoleBulkRetryCancel(t *testing.T) {
 	if st := admin.text("[data-testid=run-state]"); st != "running" {
 		t.Fatalf("the run page says %q, want running", st)
 	}
-	admin.do("cancelling", chromedp.Click(chromedp.CSS("[data-action=cancel]"), chromedp.NodeVisible))
+	// The run page refreshes itself (htmx) and may swap the button between
+	// a query for its node and a click on it; a click in the page itself
+	// finds the button of the moment.
+	bounded(admin, "cancelling", chromedp.Evaluate[bool](`(() => { document.querySelector("[data-action=cancel]").click(); return true })()`))
 	waitFor(t, "the cancel waiting behind the batch", func() bool {
 		return s.count(t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%cancelled_by%'`) == 1
 	})
