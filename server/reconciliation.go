@@ -134,7 +134,7 @@ func (s *Service) ResolveReconciliationItem(ctx context.Context, req *fulfillmen
 }
 
 // visibleReconItem reads the item id names, when the caller may see its
-// org; another org's item is PERMISSION_DENIED, as orders are.
+// org; another org's item is NOT_FOUND, as an unknown id (requireVisible).
 func (s *Service) visibleReconItem(ctx context.Context, id string) (fulfillment.ReconItem, error) {
 	n, err := fulfillment.ParseReconItemID("item_id", id)
 	if err != nil {

@@ -79,7 +79,7 @@ func (s *Store) InboxInsertBatch(ctx context.Context, evs []fulfillment.Provider
 
 // SetDecideLockWait sets how long a batch decided on receipt waits for
 // each lock (a PostgreSQL interval, such as "30s").
-func (s *Store) SetDecideLockWait(d string) { s.decideLockWait, s.decideSettings = d, batchSettings(d) }
+func (s *Store) SetDecideLockWait(d string) { s.decideSettings = batchSettings(d) }
 
 // MoveLockedOrder moves order id to state to through the effect writer, in
 // a transaction that locks the order first, as decisions do; touched

@@ -36,12 +36,12 @@ import (
 //     the inbox processor then retries the events alone.
 
 // defaultDecideLockWait bounds each lock wait of a batch decided on
-// receipt (lock_timeout, for its transaction only): Store.decideLockWait,
-// which tests may lengthen.
+// receipt (lock_timeout, for its transaction only), set by
+// Store.decideSettings, which tests may lengthen.
 const defaultDecideLockWait = "50ms"
 
 // decidedStartSQL starts a decided batch, whose transaction waits for a
-// lock at most decideLockWait (batchSettings): it returns the time of its
+// lock at most defaultDecideLockWait (decideSettings): it returns the time of its
 // receipt; the positions (from 1) of the events of the arrays $1 to $4 (provider, org,
 // environment, event id) that are stored already, with the id and state
 // of each, for their receipts; and an id from the table's sequence for

@@ -197,8 +197,7 @@ func (s *Store) DeliveryConfirm(ctx context.Context, c fulfillment.DeliveryConfi
 				FROM m WHERE o.id = m.id
 				RETURNING o.id, o.order_id::text, o.required
 			), items AS (
-				UPDATE reconciliation_items r SET state = 'resolved', resolution = $2, resolution_note = $3,
-					resolved_by = $4, resolved_by_detail = $5, resolved_at = now()
+				UPDATE reconciliation_items r SET `+resolvedBy+`
 				FROM done WHERE r.kind IN ('failed_delivery', 'uncertain_delivery') AND r.dedupe_key = $6
 					AND r.state = 'open'
 			)

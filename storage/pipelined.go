@@ -101,8 +101,8 @@ func (s *Store) withPipelinedTx(ctx context.Context, settings string, first func
 // transaction.
 //
 // It sets the transaction's lock wait (lock_timeout) too, before any of its
-// statements waits for a lock: decideLockWait for a batch decided on
-// receipt, workLockWait for the inbox processor's. The wait is written in
+// statements waits for a lock: defaultDecideLockWait for a batch decided
+// on receipt, Store.workLockWait for the inbox processor's. The wait is written in
 // the statement, not passed as a parameter: a statement with parameters
 // is planned for them at its first runs, and this one runs before the
 // plans are generic. The Store keeps the statement of each wait

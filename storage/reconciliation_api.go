@@ -25,13 +25,18 @@ func (s *Store) ReconGet(ctx context.Context, id int64) (fulfillment.ReconItem, 
 	return it, nil
 }
 
+// resolvedBy is what a person's resolution sets on an item: the
+// resolution ($2), their note ($3), who ($4: the token's name) and their
+// detail ($5), and when.
+const resolvedBy = `state = 'resolved', resolution = $2, resolution_note = $3,
+	resolved_by = $4, resolved_by_detail = $5, resolved_at = now()`
+
 // ReconResolve implements fulfillment.ReconStore. One statement: the
 // update applies to an open item only, so two people resolving at once
 // cannot both succeed; the loser reads who won.
 func (s *Store) ReconResolve(ctx context.Context, r fulfillment.ReconResolve) (fulfillment.ReconItem, error) {
 	tag, err := s.pool.Exec(ctx, `
-		UPDATE reconciliation_items SET state = 'resolved', resolution = $2, resolution_note = $3,
-			resolved_by = $4, resolved_by_detail = $5, resolved_at = now()
+		UPDATE reconciliation_items SET `+resolvedBy+`
 		WHERE id = $1 AND state = 'open'`, r.ID, r.Resolution, r.Note, r.Actor, opt(r.ActorDetail))
 	if err != nil {
 		return fulfillment.ReconItem{}, fmt.Errorf("resolving reconciliation item: %w", interpret(err))

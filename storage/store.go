@@ -45,10 +45,12 @@ type Store struct {
 	// own transaction (Options.DecideOnReceipt); decidedObserver, when
 	// set, observes each event decided so.
 	decideOnReceipt bool
-	decideLockWait  string // lock_timeout of a decided batch
-	workLockWait    string // lock_timeout of a queue's work (inbox batch, sweep)
-	// decideSettings and workSettings start the pipelined transactions
-	// of those two (batchSettings of each wait).
+	// workLockWait is the lock_timeout of a queue's work (inbox batch,
+	// sweep). decideSettings and workSettings start the pipelined
+	// transactions of a decided batch and of an inbox batch
+	// (batchSettings, each with its lock wait: defaultDecideLockWait,
+	// workLockWait).
+	workLockWait                 string
 	decideSettings, workSettings string
 	// unreadResults, set by tests only, is the failure of reading the
 	// results of a pipelined transaction's last batch after its COMMIT
@@ -175,7 +177,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	}
 	s := &Store{log: log, subscriptions: o.Subscriptions, pollAfter: o.StatusPollAfter, plans: o.Plans,
 		sessionCfg: sessionCfg, lateMatch: o.LateMatchWindow, decideOnReceipt: o.DecideOnReceipt,
-		decideLockWait: defaultDecideLockWait, workLockWait: defaultWorkLockWait,
+		workLockWait:   defaultWorkLockWait,
 		decideSettings: batchSettings(defaultDecideLockWait), workSettings: batchSettings(defaultWorkLockWait)}
 	if s.lateMatch == 0 {
 		s.lateMatch = DefaultLateMatchWindow

@@ -178,8 +178,7 @@ func (t *sender) attemptAll(ctx context.Context, owner string, msgs []fulfillmen
 // delivered and uncertain messages no longer held the next time (it says
 // they were taken over), and records a retried one's attempt twice.
 func (t *sender) record(ctx context.Context, owner string, attempts []fulfillment.MessageAttempt) ([]int64, error) {
-	wait := 50 * time.Millisecond
-	for {
+	for try := 1; ; try++ {
 		lost, err := t.work.OutboxRecord(ctx, owner, attempts)
 		if err == nil || !errors.Is(err, fulfillment.ErrUnavailable) {
 			return lost, err
@@ -190,9 +189,8 @@ func (t *sender) record(ctx context.Context, owner string, attempts []fulfillmen
 		select {
 		case <-ctx.Done():
 			return nil, err
-		case <-time.After(wait):
+		case <-time.After(backoff(try, 50*time.Millisecond, time.Second, 0)):
 		}
-		wait = min(2*wait, time.Second)
 	}
 }
 
