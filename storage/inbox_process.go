@@ -213,6 +213,23 @@ func decisionOf(le leasedEvent, st fulfillment.Step) (out fulfillment.Outcome, l
 // hold one the other waits for.
 const subscriptionCreateLock = 231
 
+// lockSubscriptionCreation takes the subscriptionCreateLock of each org and
+// environment of batch, all at once, in the order of their hashes.
+func lockSubscriptionCreation(ctx context.Context, tx querier, batch []fulfillment.BatchEvent) error {
+	scopes := make([]string, len(batch))
+	for i, be := range batch {
+		scopes[i] = be.Event.OrgID + "/" + string(be.Event.Environment)
+	}
+	_, err := tx.Exec(ctx, `
+		SELECT pg_advisory_xact_lock($1, h)
+		FROM (SELECT DISTINCT hashtext(s) AS h FROM unnest($2::text[]) AS s ORDER BY 1) scopes`,
+		subscriptionCreateLock, scopes)
+	if err != nil {
+		return fmt.Errorf("waiting for the batches creating subscriptions: %w", interpret(err))
+	}
+	return nil
+}
+
 // decideBatch decides the batch against snap (fulfillment.DecideBatch),
 // creating and locking first the subscriptions its payments are the first
 // to pay: one at a time, as the rules ask for them, under the
@@ -228,16 +245,8 @@ func decideBatch(ctx context.Context, tx querier, snap *fulfillment.Snapshot, ba
 			return steps, err
 		}
 		if !locked {
-			scopes := make([]string, len(batch))
-			for i, be := range batch {
-				scopes[i] = be.Event.OrgID + "/" + string(be.Event.Environment)
-			}
-			_, err := tx.Exec(ctx, `
-				SELECT pg_advisory_xact_lock($1, h)
-				FROM (SELECT DISTINCT hashtext(s) AS h FROM unnest($2::text[]) AS s ORDER BY 1) scopes`,
-				subscriptionCreateLock, scopes)
-			if err != nil {
-				return nil, fmt.Errorf("waiting for the batches creating subscriptions: %w", interpret(err))
+			if err := lockSubscriptionCreation(ctx, tx, batch); err != nil {
+				return nil, err
 			}
 			locked = true
 		}
