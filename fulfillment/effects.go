@@ -153,24 +153,22 @@ type ItemSubject struct {
 	Refund string
 }
 
-// FailedEventKeyPrefix starts the key of a failed_event item; the stored
-// event's id follows. Storage fails abandoned events in bulk, in SQL, and
-// builds their keys from it.
-const FailedEventKeyPrefix = "inbox|"
+// failedEventKeyPrefix starts the key of a failed_event item; the stored
+// event's id follows.
+const failedEventKeyPrefix = "inbox|"
 
 // OrderKeyPrefix starts the key of an item about an order as a whole; the
-// order's id follows. Housekeeping opens paid_not_fulfilled items in bulk,
-// in SQL, and builds their keys from it.
+// order's id follows. Housekeeping looks for the orders past the SLA that
+// have no paid_not_fulfilled item yet by the keys it makes from it.
 const OrderKeyPrefix = "order|"
 
-// DeliveryKeyPrefix starts the key of an item about an outbox message; the
+// deliveryKeyPrefix starts the key of an item about an outbox message; the
 // message's id follows.
-const DeliveryKeyPrefix = "outbox|"
+const deliveryKeyPrefix = "outbox|"
 
-// StartKeyPrefix starts the key of an item about a payment the service
-// started; the payment start's id follows. Storage opens poll_failing
-// items of abandoned polls in bulk, in SQL, and builds their keys from it.
-const StartKeyPrefix = "start|"
+// startKeyPrefix starts the key of an item about a payment the service
+// started; the payment start's id follows.
+const startKeyPrefix = "start|"
 
 // ItemKey names the situation an item is about, so that a redelivery, a
 // retry or a replay never opens a second item for it (reconciliation items
@@ -198,13 +196,13 @@ func ItemKey(kind ReconKind, s ItemSubject) string {
 	}
 	switch kind {
 	case ReconFailedEvent:
-		return FailedEventKeyPrefix + strconv.FormatInt(s.InboxID, 10)
+		return failedEventKeyPrefix + strconv.FormatInt(s.InboxID, 10)
 	case ReconFailedDelivery, ReconUncertainDelivery:
-		return DeliveryKeyPrefix + strconv.FormatInt(s.MessageID, 10)
+		return deliveryKeyPrefix + strconv.FormatInt(s.MessageID, 10)
 	case ReconUnidentifiedPayment, ReconPaidNotFulfilled:
 		return OrderKeyPrefix + s.OrderID
 	case ReconDuplicateOrderID, ReconPollFailing:
-		return StartKeyPrefix + strconv.FormatInt(s.StartID, 10)
+		return startKeyPrefix + strconv.FormatInt(s.StartID, 10)
 	case ReconRefundNotApplicable:
 		if s.Refund != "" {
 			return fmt.Sprintf("refund|%s|%s|%s|%s", s.OrgID, s.Environment, s.OrderID, s.Refund)

@@ -2,6 +2,7 @@ package fulfillment
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -44,6 +45,13 @@ func (s State) AwaitingFulfillment() bool {
 // storage.Store.OpenOverdueFulfillments applies the same rule in SQL.
 func PastFulfillmentSLA(s State, paidAt, now time.Time, sla time.Duration) bool {
 	return s.AwaitingFulfillment() && !paidAt.IsZero() && paidAt.Before(now.Add(-sla))
+}
+
+// OverdueDetail is the detail of the paid_not_fulfilled item of an order
+// in state s, paid at paidAt, past the fulfillment SLA sla.
+func OverdueDetail(s State, paidAt time.Time, sla time.Duration) string {
+	return fmt.Sprintf("paid at %s and still %s past the fulfillment SLA of %s",
+		paidAt.UTC().Format(time.RFC3339), s, sla)
 }
 
 // HousekeepingWork is the storage of the housekeeper: one leased queue item

@@ -43,3 +43,15 @@ func TestPaidNotFulfilledKey(t *testing.T) {
 		t.Errorf("keys %q and %q, want both %q", ka, kb, OrderKeyPrefix+"o1")
 	}
 }
+
+// The item of an overdue order says when it was paid (in UTC, whatever the
+// clock's zone), what it still is, and the SLA it is past.
+func TestOverdueDetail(t *testing.T) {
+	t.Parallel()
+	paid := time.Date(2026, 3, 1, 15, 4, 5, 0, time.FixedZone("MSK", 3*3600))
+	got := OverdueDetail(StateFulfilling, paid, 24*time.Hour)
+	want := "paid at 2026-03-01T12:04:05Z and still fulfilling past the fulfillment SLA of 24h0m0s"
+	if got != want {
+		t.Errorf("OverdueDetail = %q, want %q", got, want)
+	}
+}

@@ -19,6 +19,9 @@ type FailedPoll struct {
 	// LastError is why the last attempt failed, as the poller recorded it
 	// (never a body: the poller records what failed, not what was sent).
 	LastError string
+	// Abandoned is set when the last attempt never completed: the worker
+	// stopped during it, and LastError is the error recorded before it.
+	Abandoned bool
 }
 
 // Failing reports whether p opens a poll_failing item: its last attempt
@@ -50,8 +53,17 @@ func (p FailedPoll) Detail() string {
 	if last == "" {
 		last = "none recorded"
 	}
+	payment := p.PaymentID
+	if payment == "" {
+		payment = "unknown"
+	}
+	if p.Abandoned {
+		return fmt.Sprintf("the status poll of payment %s at endpoint %s gave up after %s, %s, the last never completing "+
+			"(the worker stopped during it); last recorded error: %s. ",
+			payment, p.EndpointID, attemptsText(p.Attempts), answers, last) + PollFailingAdvice
+	}
 	return fmt.Sprintf("the status poll of payment %s at endpoint %s gave up after %s, %s; last error: %s. ",
-		p.PaymentID, p.EndpointID, attemptsText(p.Attempts), answers, last) + PollFailingAdvice
+		payment, p.EndpointID, attemptsText(p.Attempts), answers, last) + PollFailingAdvice
 }
 
 // PollFailingAdvice ends the detail of every poll_failing item: what it

@@ -29,6 +29,12 @@ func TestFailedPoll(t *testing.T) {
 		{"no error recorded", FailedPoll{PaymentID: "7", Attempts: 3}, true, 3, []string{"last error: none recorded."}},
 		{"one attempt", FailedPoll{PaymentID: "7", EndpointID: "e", Attempts: 1, LastError: "timed out"}, true, 1,
 			[]string{"at endpoint e gave up after 1 attempt, unanswered; last error: timed out."}},
+		{"abandoned: the worker stopped during the last", FailedPoll{PaymentID: "7", EndpointID: "e", Attempts: 4, Answered: 2,
+			LastError: "HTTP 503", Abandoned: true}, true, 2,
+			[]string{"gave up after 4 attempts, the last 2 unanswered (the provider last answered attempt 2), the last never completing " +
+				"(the worker stopped during it); last recorded error: HTTP 503."}},
+		{"abandoned before any error", FailedPoll{EndpointID: "e", Attempts: 2, Abandoned: true}, true, 2,
+			[]string{"payment unknown at endpoint e", "none of them answered, the last never completing", "last recorded error: none recorded."}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -47,9 +47,9 @@ func (s *Store) HousekeepingDone(ctx context.Context, id int64, owner string, n 
 	return nil
 }
 
-// overdueFulfillmentsSQL opens the items of one batch of orders past the
-// SLA ($1 now, NULL for the database's; $2 the SLA; $3 the key prefix; $4
-// the batch), and counts the orders looked at and the items opened.
+// overdueFulfillmentsSQL reads one batch of orders past the SLA ($1 now,
+// NULL for the database's; $2 the SLA; $3 the key prefix; $4 the batch)
+// that have no item yet, for OpenOverdueFulfillments to open theirs.
 //
 // The condition on the orders is fulfillment.PastFulfillmentSLA's; the
 // orders its states allow are the rows of orders_unsettled that its
@@ -63,32 +63,42 @@ func (s *Store) HousekeepingDone(ctx context.Context, id int64, owner string, n 
 // that an order fulfilled meanwhile is read as it is now and none moves on
 // before the item is committed.
 const overdueFulfillmentsSQL = `
-	WITH due AS (
-		SELECT o.id, o.org_id, o.environment, o.state, o.paid_at, o.paid_attempt_ref, o.paid_payment_id
-		FROM orders_unsettled w JOIN orders o ON o.id = w.order_id
-		WHERE w.state IN ('paid', 'fulfilling') AND w.paid_at < coalesce($1::timestamptz, now()) - $2::interval
-			AND o.paid_at IS NOT NULL AND o.state IN ('paid', 'fulfilling')
-			AND NOT EXISTS (SELECT 1 FROM reconciliation_items i
-				WHERE i.kind = 'paid_not_fulfilled' AND i.dedupe_key = $3 || o.id::text)
-		ORDER BY w.paid_at, w.order_id
-		LIMIT $4
-		FOR SHARE OF o SKIP LOCKED
-	), opened AS (
-		INSERT INTO reconciliation_items (kind, org_id, environment, order_id, attempt_ref, payment_id, detail, dedupe_key)
-		SELECT 'paid_not_fulfilled', org_id, environment, id, paid_attempt_ref, paid_payment_id,
-			format('paid at %s and still %s past the fulfillment SLA of %s',
-				to_char(paid_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), state, $2::interval),
-			$3 || id::text
-		FROM due
-		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING
-		RETURNING 1
-	)
-	SELECT (SELECT count(*) FROM due), (SELECT count(*) FROM opened)`
+	SELECT o.id::text, o.org_id, o.environment, o.state, o.paid_at, o.paid_attempt_ref, o.paid_payment_id
+	FROM orders_unsettled w JOIN orders o ON o.id = w.order_id
+	WHERE w.state IN ('paid', 'fulfilling') AND w.paid_at < coalesce($1::timestamptz, now()) - $2::interval
+		AND o.paid_at IS NOT NULL AND o.state IN ('paid', 'fulfilling')
+		AND NOT EXISTS (SELECT 1 FROM reconciliation_items i
+			WHERE i.kind = 'paid_not_fulfilled' AND i.dedupe_key = $3 || o.id::text)
+	ORDER BY w.paid_at, w.order_id
+	LIMIT $4
+	FOR SHARE OF o SKIP LOCKED`
 
 // OpenOverdueFulfillments implements fulfillment.HousekeepingWork, in one
-// statement (its own transaction).
+// short transaction: the batch's orders read and locked, then their items
+// opened by the one item builder.
 func (s *Store) OpenOverdueFulfillments(ctx context.Context, now time.Time, sla time.Duration, limit int) (seen, opened int, err error) {
-	err = s.pool.QueryRow(ctx, overdueFulfillmentsSQL, optTime(now), sla, fulfillment.OrderKeyPrefix, limit).Scan(&seen, &opened)
+	err = s.withTx(ctx, func(tx pgx.Tx) error {
+		rows, _ := tx.Query(ctx, overdueFulfillmentsSQL, optTime(now), sla, fulfillment.OrderKeyPrefix, limit)
+		var (
+			items            []item
+			subject          fulfillment.ItemSubject
+			state            fulfillment.State
+			paidAt           time.Time
+			attempt, payment *string
+		)
+		_, err := pgx.ForEachRow(rows, []any{&subject.OrderID, &subject.OrgID, &subject.Environment, &state, &paidAt, &attempt, &payment}, func() error {
+			subject.AttemptRef, subject.PaymentID = str(attempt), str(payment)
+			items = append(items, item{kind: fulfillment.ReconPaidNotFulfilled, subject: subject,
+				detail: fulfillment.OverdueDetail(state, paidAt, sla)})
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		seen = len(items)
+		opened, err = openItems(ctx, tx, items)
+		return err
+	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("opening paid_not_fulfilled items: %w", interpret(err))
 	}

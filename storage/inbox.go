@@ -27,26 +27,21 @@ const inboxChannel = "inbox_events"
 var inboxTable = newLeasedTable(leasedTable{
 	table: "inbox_work",
 	noun:  "event",
-	// The key is fulfillment.ItemKey's for a failed_event item, built in
-	// SQL for the events the claim fails in bulk.
-	abandoned: []string{`
-		INSERT INTO reconciliation_items (kind, org_id, environment, inbox_event_id, provider, detail, dedupe_key)
-		SELECT 'failed_event', e.org_id, e.environment, e.id, e.provider,
-			'processing did not complete in ' || a.attempts || ' attempts (the worker stopped during each)',
-			'` + fulfillment.FailedEventKeyPrefix + `' || e.id
-		FROM abandoned a JOIN inbox_events e ON e.id = a.id
-		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`, `
-		UPDATE inbox_events e SET ` + inboxFailedSet + `, attempts = a.attempts, last_error = a.last_error
-		FROM abandoned a WHERE e.id = a.id`},
-	failed: func(ctx context.Context, tx pgx.Tx, ids []int64, causes []string, maxAttempts int) error {
-		var e fulfillment.ItemSubject
+	failed: func(ctx context.Context, tx pgx.Tx, failed []failedRow, maxAttempts int) error {
+		var (
+			e        fulfillment.ItemSubject
+			attempts int
+		)
 		return failRows(ctx, tx, `
 			UPDATE inbox_events e SET `+inboxFailedSet+`, attempts = w.attempts, last_error = w.last_error
 			FROM inbox_work w WHERE w.id = ANY($1) AND e.id = w.id
-			RETURNING e.id, e.org_id, e.environment, e.provider`, ids, causes,
-			&e.InboxID, []any{&e.InboxID, &e.OrgID, &e.Environment, &e.Provider}, func(cause string) item {
-				return item{kind: fulfillment.ReconFailedEvent, subject: e,
-					detail: fmt.Sprintf("processing failed %d times; last error: %s", maxAttempts, cause)}
+			RETURNING e.id, e.org_id, e.environment, e.provider, e.attempts`, failed,
+			&e.InboxID, []any{&e.InboxID, &e.OrgID, &e.Environment, &e.Provider, &attempts}, func(r failedRow) item {
+				detail := fmt.Sprintf("processing failed %d times; last error: %s", maxAttempts, r.cause)
+				if r.abandoned {
+					detail = fmt.Sprintf("processing did not complete in %d attempts (the worker stopped during each)", attempts)
+				}
+				return item{kind: fulfillment.ReconFailedEvent, subject: e, detail: detail}
 			})
 	},
 })

@@ -36,27 +36,22 @@ var outboxTable = newLeasedTable(leasedTable{
 	// Failed, a person would send it again; claimed, the dispatcher records
 	// it uncertain, without sending it, and opens its item.
 	unfailable: `sending_since IS NOT NULL`,
-	abandoned: []string{`
-		INSERT INTO reconciliation_items (kind, org_id, environment, order_id, outbox_message_id, detail, dedupe_key)
-		SELECT 'failed_delivery', m.org_id, m.environment, m.order_id, m.id,
-			'delivery to ' || m.destination_id || ' did not complete in ' || a.attempts || ' attempts (the worker stopped during each)',
-			'` + fulfillment.DeliveryKeyPrefix + `' || m.id
-		FROM abandoned a JOIN outbox_messages m ON m.id = a.id
-		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`, `
-		UPDATE outbox_messages m SET ` + outboxFailedSet + `, attempts = a.attempts, last_error = a.last_error
-		FROM abandoned a WHERE m.id = a.id`},
-	failed: func(ctx context.Context, tx pgx.Tx, ids []int64, causes []string, maxAttempts int) error {
+	failed: func(ctx context.Context, tx pgx.Tx, failed []failedRow, maxAttempts int) error {
 		var (
 			m           fulfillment.ItemSubject
 			destination string
+			attempts    int
 		)
 		return failRows(ctx, tx, `
 			UPDATE outbox_messages m SET `+outboxFailedSet+`, attempts = w.attempts, last_error = w.last_error
 			FROM outbox_work w WHERE w.id = ANY($1) AND m.id = w.id
-			RETURNING m.id, m.org_id, m.environment, coalesce(m.order_id::text, ''), m.destination_id`, ids, causes,
-			&m.MessageID, []any{&m.MessageID, &m.OrgID, &m.Environment, &m.OrderID, &destination}, func(cause string) item {
-				return item{kind: fulfillment.ReconFailedDelivery, subject: m,
-					detail: fmt.Sprintf("delivery to %s failed %d times; last error: %s", destination, maxAttempts, cause)}
+			RETURNING m.id, m.org_id, m.environment, coalesce(m.order_id::text, ''), m.destination_id, m.attempts`, failed,
+			&m.MessageID, []any{&m.MessageID, &m.OrgID, &m.Environment, &m.OrderID, &destination, &attempts}, func(r failedRow) item {
+				detail := fmt.Sprintf("delivery to %s failed %d times; last error: %s", destination, maxAttempts, r.cause)
+				if r.abandoned {
+					detail = fmt.Sprintf("delivery to %s did not complete in %d attempts (the worker stopped during each)", destination, attempts)
+				}
+				return item{kind: fulfillment.ReconFailedDelivery, subject: m, detail: detail}
 			})
 	},
 })
@@ -289,16 +284,18 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 			ids[i] = a.ID
 		}
 		type held struct {
-			attempt     int
-			destination string
-			orderID     *string
-			required    bool
+			attempt            int
+			destination, topic string
+			orderID            *string
+			required           bool
+			org                string
+			environment        fulfillment.Environment
 		}
 		// The work rows first, then (for deliveries) their orders: the
 		// order InboxProcess never takes, as it writes messages of locked
 		// orders only by inserting them.
 		rows, _ := tx.Query(ctx, `
-			SELECT w.id, w.attempts, m.destination_id, m.order_id::text, m.required
+			SELECT w.id, w.attempts, m.destination_id, m.topic, m.order_id::text, m.required, m.org_id, m.environment
 			FROM outbox_work w JOIN outbox_messages m ON m.id = w.id
 			WHERE w.id = ANY($1) AND w.lease_owner = $2
 			ORDER BY w.id
@@ -309,7 +306,7 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 				id int64
 				h  held
 			)
-			if err := r.Scan(&id, &h.attempt, &h.destination, &h.orderID, &h.required); err != nil {
+			if err := r.Scan(&id, &h.attempt, &h.destination, &h.topic, &h.orderID, &h.required, &h.org, &h.environment); err != nil {
 				return err
 			}
 			byID[id] = h
@@ -351,14 +348,11 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 					UPDATE outbox_messages m SET state = 'uncertain', processed_at = clock_timestamp(),
 						attempts = w.attempts, last_status = $2, last_error = $3
 					FROM work w WHERE m.id = w.id`, id, optInt(a.Status), a.Reason)
-				b.Queue(`
-					INSERT INTO reconciliation_items (kind, org_id, environment, order_id, outbox_message_id, detail, dedupe_key)
-					SELECT 'uncertain_delivery', org_id, environment, order_id, id,
-						format('%s may or may not have received this %s message (%s), and it does not honour idempotency keys: '
-							|| 'check with it, then retry the message if it does not have it, or confirm it delivered if it does', destination_id, topic, $2::text), $3
-					FROM outbox_messages WHERE id = $1
-					ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
-					id, a.Reason, fulfillment.ItemKey(fulfillment.ReconUncertainDelivery, fulfillment.ItemSubject{MessageID: id}))
+				queueItem(b, item{kind: fulfillment.ReconUncertainDelivery,
+					subject: fulfillment.ItemSubject{OrgID: h.org, Environment: h.environment, OrderID: str(h.orderID), MessageID: id},
+					detail: fmt.Sprintf("%s may or may not have received this %s message (%s), and it does not honour idempotency keys: "+
+						"check with it, then retry the message if it does not have it, or confirm it delivered if it does",
+						h.destination, h.topic, a.Reason)})
 			case fulfillment.OutcomeGone:
 				b.Queue(`
 					INSERT INTO outbox_destinations AS d (id, disabled_at, disabled_reason)

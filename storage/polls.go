@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,31 +28,9 @@ var pollTable = newLeasedTable(leasedTable{
 	// An attempt handed back is not counted: an answer it got counts for
 	// the attempt before, so that the next attempt starts unanswered.
 	releaseSet: [][2]string{{"answered_attempt", "least(answered_attempt, greatest(attempts - 1, 0))"}},
-	// The rule of fulfillment.FailedPoll, in SQL for the polls the claim
-	// fails in bulk: their last attempt never completed, so it was not
-	// answered unless its answer was stored before the worker stopped.
-	abandoned: []string{`
-		INSERT INTO reconciliation_items (kind, org_id, environment, order_id, payment_start_id, provider,
-			attempt_ref, payment_id, amount, currency, detail, dedupe_key)
-		SELECT 'poll_failing', s.org_id, s.environment, s.order_id, s.id, s.provider, s.payment_id, s.payment_id,
-			s.minor_units, s.currency,
-			format('the status poll of payment %s at endpoint %s gave up after %s, %s, the last never completing '
-				|| '(the worker stopped during it); last recorded error: %s. ',
-				coalesce(s.payment_id, 'unknown'), s.endpoint_id,
-				a.attempts || CASE WHEN a.attempts = 1 THEN ' attempt' ELSE ' attempts' END,
-				CASE WHEN p.answered_attempt = 0 AND a.attempts = 1 THEN 'unanswered'
-					WHEN p.answered_attempt = 0 THEN 'none of them answered'
-					ELSE format('the last %s unanswered (the provider last answered attempt %s)',
-						a.attempts - p.answered_attempt, p.answered_attempt) END,
-				coalesce(nullif(left(regexp_replace(p.last_error, '[[:cntrl:]]', ' ', 'g'), 300), ''), 'none'))
-				|| '` + strings.ReplaceAll(fulfillment.PollFailingAdvice, "'", "''") + `',
-			'` + fulfillment.StartKeyPrefix + `' || s.id
-		FROM abandoned a JOIN payment_polls p ON p.id = a.id JOIN payment_starts s ON s.id = p.start_id
-		WHERE p.answered_attempt < a.attempts
-		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`},
-	failed: func(ctx context.Context, tx pgx.Tx, ids []int64, causes []string, _ int) error {
-		for i, id := range ids { // rare: one poll per started payment
-			if err := openPollFailing(ctx, tx, id, causes[i]); err != nil {
+	failed: func(ctx context.Context, tx pgx.Tx, failed []failedRow, _ int) error {
+		for _, r := range failed { // rare: one poll per started payment
+			if err := openPollFailing(ctx, tx, r); err != nil {
 				return err
 			}
 		}
@@ -61,33 +38,31 @@ var pollTable = newLeasedTable(leasedTable{
 	},
 })
 
-// openPollFailing opens the poll_failing item of poll id, failed past its
-// attempts with cause, when its last attempt got no answer.
-func openPollFailing(ctx context.Context, tx pgx.Tx, id int64, cause string) error {
-	p := fulfillment.FailedPoll{LastError: cause}
-	var startID int64
+// openPollFailing opens the poll_failing item of the failed poll r when
+// its last attempt got no answer (fulfillment.FailedPoll).
+func openPollFailing(ctx context.Context, tx pgx.Tx, r failedRow) error {
+	var (
+		p        = fulfillment.FailedPoll{LastError: r.cause, Abandoned: r.abandoned}
+		s        fulfillment.ItemSubject
+		minor    int64
+		currency string
+	)
 	err := tx.QueryRow(ctx, `
-		SELECT p.start_id, p.attempts, p.answered_attempt, s.endpoint_id, coalesce(s.payment_id, '')
-		FROM payment_polls p JOIN payment_starts s ON s.id = p.start_id WHERE p.id = $1`, id).
-		Scan(&startID, &p.Attempts, &p.Answered, &p.EndpointID, &p.PaymentID)
+		SELECT p.attempts, p.answered_attempt, s.endpoint_id, coalesce(s.payment_id, ''),
+			s.id, s.org_id, s.environment, s.order_id::text, s.provider, s.minor_units, s.currency
+		FROM payment_polls p JOIN payment_starts s ON s.id = p.start_id WHERE p.id = $1`, r.id).
+		Scan(&p.Attempts, &p.Answered, &p.EndpointID, &p.PaymentID,
+			&s.StartID, &s.OrgID, &s.Environment, &s.OrderID, &s.Provider, &minor, &currency)
 	if err != nil {
 		return fmt.Errorf("reading failed status poll: %w", interpret(err))
 	}
 	if !p.Failing() {
 		return nil
 	}
-	_, err = tx.Exec(ctx, `
-		INSERT INTO reconciliation_items (kind, org_id, environment, order_id, payment_start_id, provider,
-			attempt_ref, payment_id, amount, currency, detail, dedupe_key)
-		SELECT $2, org_id, environment, order_id, id, provider, payment_id, payment_id, minor_units, currency, $3, $4
-		FROM payment_starts WHERE id = $1
-		ON CONFLICT ON CONSTRAINT reconciliation_items_dedupe_key DO NOTHING`,
-		startID, fulfillment.ReconPollFailing, p.Detail(),
-		fulfillment.ItemKey(fulfillment.ReconPollFailing, fulfillment.ItemSubject{StartID: startID}))
-	if err != nil {
-		return fmt.Errorf("opening poll_failing item: %w", interpret(err))
-	}
-	return nil
+	s.AttemptRef, s.PaymentID = p.PaymentID, p.PaymentID
+	_, err = openItems(ctx, tx, []item{{kind: fulfillment.ReconPollFailing, subject: s,
+		amount: fulfillment.MinorAmount(minor, currency), detail: p.Detail()}})
+	return err
 }
 
 // queuePoll queues the first poll of a started payment, after.

@@ -35,10 +35,6 @@ type leasedTable struct {
 	// failedSet assigns, besides state, processed_at and the lease columns,
 	// the columns of a row failed past its attempts (column = value).
 	failedSet [][2]string
-	// abandoned are data-modifying CTEs of the claim, run on the rows
-	// "abandoned" (id, attempts, last_error) it failed because their owners
-	// died during every attempt.
-	abandoned []string
 	// unfailable, when set, is an SQL condition on a row (its columns
 	// unqualified) under which it is never failed past its attempts, by a
 	// claim or a retry: it is claimed again, for its work to say what
@@ -48,9 +44,12 @@ type leasedTable struct {
 	// releaseSet assigns, besides the lease columns and attempts, columns
 	// of a row handed back (column = value, on the row's values before).
 	releaseSet [][2]string
-	// failed completes, in Retry's transaction, the rows Retry failed,
-	// all of them at once: ids, with the cause of each one's last attempt.
-	failed func(ctx context.Context, tx pgx.Tx, ids []int64, causes []string, maxAttempts int) error
+	// failed completes the rows failed past their attempts, all of them at
+	// once, in the transaction that failed them: by Retry (each with the
+	// cause of its last attempt) or by a claim (abandoned: their worker
+	// stopped during every attempt). It opens their items, through the
+	// one item builder (queueItems).
+	failed func(ctx context.Context, tx pgx.Tx, rows []failedRow, maxAttempts int) error
 	// partition, when set, names the column that splits the table into
 	// queues: one per value (a destination), each claiming and releasing
 	// its own rows only. A claim takes the value as $6, a release as $2;
@@ -58,7 +57,17 @@ type leasedTable struct {
 	// partition is not disabled).
 	partition, claimGate string
 
-	claimSQL, retrySQL, releaseSQL, reclaimSQL string
+	claimSQL, abandonSQL, retrySQL, releaseSQL, reclaimSQL string
+}
+
+// failedRow is a row failed past its attempts: its id, the cause of its
+// last attempt (for an abandoned row, the last error recorded before), and
+// whether a claim failed it abandoned — no attempt completed, its worker
+// stopped during each — rather than Retry after a failed attempt.
+type failedRow struct {
+	id        int64
+	cause     string
+	abandoned bool
 }
 
 // ownerDead is an SQL condition true when the owner named by the text
@@ -83,6 +92,17 @@ func ownerKey(expr string) string {
 	return "hashtextextended(" + expr + ", 7297428471)"
 }
 
+// claimable is the condition that a pending row may be taken by the
+// claimer named by owner (a text parameter) working on the rows of
+// inFlight (a bigint array parameter): it is leased to nobody, or to an
+// owner that is not live, or to the claimer itself but not among its rows
+// in flight (a claim it lost track of).
+func claimable(owner, inFlight string) string {
+	return `CASE WHEN lease_owner IS NULL THEN true
+		WHEN lease_owner = ` + owner + ` THEN id <> ALL(` + inFlight + `::bigint[])
+		ELSE ` + ownerDead("lease_owner") + ` END`
+}
+
 // newLeasedTable builds the statements of t.
 func newLeasedTable(t leasedTable) *leasedTable {
 	failable := "true"
@@ -99,17 +119,11 @@ func newLeasedTable(t leasedTable) *leasedTable {
 	for _, kv := range t.releaseSet {
 		releaseSet = append(releaseSet, fmt.Sprintf("%s = %s,", kv[0], kv[1]))
 	}
-	abandonedCTE := ""
-	for i, cte := range t.abandoned {
-		abandonedCTE += fmt.Sprintf(", abandoned_effects_%d AS (%s)", i, cte)
-	}
 	r := strings.NewReplacer(
 		"{table}", t.table,
 		"{abandon_set}", strings.Join(abandonSet, " "),
 		"{retry_set}", strings.Join(retrySet, " "),
 		"{release_set}", strings.Join(releaseSet, " "),
-		"{abandoned_effects}", abandonedCTE,
-		"{lease_owner_dead}", ownerDead("lease_owner"),
 		"{owner_dead}", ownerDead("o.lease_owner"),
 		"{partition}", partitionCond(t.partition, "$6", t.claimGate),
 		"{release_partition}", partitionCond(t.partition, "$2", ""),
@@ -122,35 +136,44 @@ func newLeasedTable(t leasedTable) *leasedTable {
 	// scan ends at the first row that is not due, before the leased ones). A
 	// due row that is still leased (its lease ran out) is taken only when
 	// its owner is not live — or is the claimer itself and the row is not
-	// among the ones it works on ($5): a claim it lost track of. A row that has used its
-	// attempts without completing — its owner died during each, so Retry
-	// never saw it — is failed instead of being leased again (unless it
-	// may not be: unfailable).
+	// among the ones it works on ($5): a claim it lost track of. A row that
+	// has used its attempts without completing — its owner died during
+	// each, so Retry never saw it — is not leased again (unless it may not
+	// be failed: unfailable) but returned as abandoned (the third column),
+	// for Claim to fail (abandonSQL).
 	t.claimSQL = r.Replace(`
 		WITH due AS (
-			SELECT id, attempts, {failable} AS failable FROM {table}
+			SELECT id, attempts, attempts >= $4 AND {failable} AS abandoned FROM {table}
 			WHERE state = 'pending' AND next_attempt_at <= now(){partition}
-				AND CASE WHEN lease_owner IS NULL THEN true
-					WHEN lease_owner = $1 THEN id <> ALL($5::bigint[])
-					ELSE {lease_owner_dead} END
+				AND ` + claimable("$1", "$5") + `
 			ORDER BY next_attempt_at, id
 			LIMIT $3
 			FOR UPDATE SKIP LOCKED
-		), abandoned AS (
+		), claimed AS (
 			UPDATE {table} t SET
-				state = 'failed', {abandon_set} processed_at = clock_timestamp(),
-				lease_owner = NULL, lease_until = NULL,
-				last_error = coalesce(t.last_error || '; ', '') || 'abandoned: no attempt completed'
-			FROM due WHERE t.id = due.id AND due.attempts >= $4 AND due.failable
-			RETURNING t.id, t.attempts, t.last_error
-		){abandoned_effects}
+				lease_owner = $1,
+				lease_until = clock_timestamp() + $2::interval,
+				next_attempt_at = clock_timestamp() + $2::interval,
+				attempts = t.attempts + 1
+			FROM due WHERE t.id = due.id AND NOT due.abandoned AND {async_commit}
+			RETURNING t.id, t.attempts
+		)
+		SELECT id, attempts, false FROM claimed
+		UNION ALL
+		SELECT id, attempts, true FROM due WHERE abandoned`)
+
+	// The abandoned rows of a claim ($1), failed, each if it still is
+	// (pending, claimable by the claimer $3 with its rows in flight $4, its
+	// attempts $2 used, failable), with the last error recorded before (a
+	// subquery reads the statement's snapshot: the row as it was).
+	t.abandonSQL = r.Replace(`
 		UPDATE {table} t SET
-			lease_owner = $1,
-			lease_until = clock_timestamp() + $2::interval,
-			next_attempt_at = clock_timestamp() + $2::interval,
-			attempts = t.attempts + 1
-		FROM due WHERE t.id = due.id AND (due.attempts < $4 OR NOT due.failable) AND {async_commit}
-		RETURNING t.id, t.attempts`)
+			state = 'failed', {abandon_set} processed_at = clock_timestamp(),
+			lease_owner = NULL, lease_until = NULL,
+			last_error = coalesce(t.last_error || '; ', '') || 'abandoned: no attempt completed'
+		WHERE id = ANY($1) AND state = 'pending' AND attempts >= $2 AND {failable}
+			AND ` + claimable("$3", "$4") + `
+		RETURNING id, coalesce((SELECT b.last_error FROM {table} b WHERE b.id = t.id), '')`)
 
 	// The failed attempts of a batch, one row of unnest each ($1 ids, $3
 	// causes, $5 due times), owner $2, budget $4; the rows still leased to
@@ -268,7 +291,8 @@ func (q *Queue) partitionArgs() []any {
 // however long it takes, and a live owner takes back its own whose lease
 // ran out when they are not in flight. A due row that has used its
 // attempts without completing — its worker died each time, which Retry
-// never saw — is failed here instead of being leased again.
+// never saw — is failed instead of being leased again, by the table's own
+// rule as Retry fails one (failAbandoned).
 func (q *Queue) Claim(ctx context.Context, p worker.ClaimParams) ([]worker.Claim, error) {
 	inFlight := p.InFlight
 	if inFlight == nil {
@@ -276,13 +300,55 @@ func (q *Queue) Claim(ctx context.Context, p worker.ClaimParams) ([]worker.Claim
 	}
 	args := append([]any{p.Owner, p.Lease, p.Limit, p.MaxAttempts, inFlight}, q.partitionArgs()...)
 	rows, _ := q.store.leasePool.Query(ctx, q.table.claimSQL, args...)
-	claimed, err := pgx.CollectRows(rows, pgx.RowToStructByPos[worker.Claim])
+	var (
+		claimed     []worker.Claim
+		abandoned   []int64
+		c           worker.Claim
+		isAbandoned bool
+	)
+	_, err := pgx.ForEachRow(rows, []any{&c.ID, &c.Attempts, &isAbandoned}, func() error {
+		if isAbandoned {
+			abandoned = append(abandoned, c.ID)
+		} else {
+			claimed = append(claimed, c)
+		}
+		return nil
+	})
+	if err == nil && len(abandoned) > 0 {
+		err = q.failAbandoned(ctx, p.Owner, inFlight, abandoned, p.MaxAttempts)
+	}
 	if err != nil {
 		err = interpret(err)
 		q.store.unreachable(err)
 		return nil, fmt.Errorf("claiming %ss: %w", q.table.noun, err)
 	}
 	return claimed, nil
+}
+
+// failAbandoned fails the rows of ids, which a claim by owner (with the
+// rows of inFlight in flight) found abandoned, and completes them as the
+// table does the rows Retry fails, in one transaction. A row that another
+// claim failed meanwhile is left as it is.
+func (q *Queue) failAbandoned(ctx context.Context, owner string, inFlight, ids []int64, maxAttempts int) error {
+	slices.Sort(ids)
+	return q.store.withRetriedTx(ctx, func(tx pgx.Tx) error {
+		rows, _ := tx.Query(ctx, q.table.abandonSQL, ids, maxAttempts, owner, inFlight)
+		var (
+			failed []failedRow
+			r      = failedRow{abandoned: true}
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&r.id, &r.cause}, func() error {
+			failed = append(failed, r)
+			return nil
+		}); err != nil {
+			return fmt.Errorf("failing abandoned %ss: %w", q.table.noun, interpret(err))
+		}
+		if q.table.failed == nil || len(failed) == 0 {
+			return nil
+		}
+		slices.SortFunc(failed, func(a, b failedRow) int { return cmp.Compare(a.id, b.id) })
+		return q.table.failed(ctx, tx, failed, maxAttempts)
+	})
 }
 
 // Retry implements worker.Table, in one statement whatever the number of
@@ -319,10 +385,7 @@ func (q *Queue) Retry(ctx context.Context, owner string, rs []worker.Retry, maxA
 		for i := range outcomes {
 			outcomes[i] = worker.RetryLost // unless the statement returns its row
 		}
-		var (
-			failed       []int64
-			failedCauses []string
-		)
+		var failed []failedRow
 		rows, _ := tx.Query(ctx, t.retrySQL, ids, owner, causes, maxAttempts, due)
 		var (
 			id       int64
@@ -332,7 +395,7 @@ func (q *Queue) Retry(ctx context.Context, owner string, rs []worker.Retry, maxA
 			outcomes[at[id]] = worker.RetryScheduled
 			if isFailed {
 				outcomes[at[id]] = worker.RetryFailed
-				failed, failedCauses = append(failed, id), append(failedCauses, clean[at[id]].Cause)
+				failed = append(failed, failedRow{id: id, cause: clean[at[id]].Cause})
 			}
 			return nil
 		})
@@ -342,7 +405,7 @@ func (q *Queue) Retry(ctx context.Context, owner string, rs []worker.Retry, maxA
 		if t.failed == nil || len(failed) == 0 {
 			return nil
 		}
-		return t.failed(ctx, tx, failed, failedCauses, maxAttempts)
+		return t.failed(ctx, tx, failed, maxAttempts)
 	})
 	if err != nil {
 		q.store.unreachable(err)

@@ -507,6 +507,12 @@ func TestQueueReclaimedItemFailsPastItsAttempts(t *testing.T) {
 			t.Fatalf("claim past the attempts = %v; want nothing", got)
 		}
 		failedOnce(t, c, conn, id, "abandoned%")
+		if c.table == "inbox_work" || c.table == "outbox_work" {
+			if got := count(t, conn, `SELECT count(*) FROM reconciliation_items
+				WHERE detail LIKE '%did not complete in 3 attempts (the worker stopped during each)'`); got != 1 {
+				t.Errorf("the %s item does not say that no attempt completed", c.failedItem)
+			}
+		}
 	})
 }
 

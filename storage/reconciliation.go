@@ -96,9 +96,7 @@ type item struct {
 func queueItem(b *pgx.Batch, it item) { queueItems(b, []item{it}) }
 
 // queueItems queues the statement that opens items, none when there are
-// none: the one builder of the items whose subject is known here (the ones
-// opened in bulk, from rows the statement reads, are built in SQL with the
-// same keys).
+// none: the one builder of reconciliation items, whoever opens them.
 func queueItems(b *pgx.Batch, items []item) {
 	if len(items) == 0 {
 		return
@@ -138,31 +136,40 @@ func queueItems(b *pgx.Batch, items []item) {
 		value, expected, token, network, currency, detail, key)
 }
 
-// openItems opens items in tx, in one statement (queueItems).
-func openItems(ctx context.Context, tx pgx.Tx, items []item) error {
+// openItems opens items in tx, in one statement (queueItems), and returns
+// how many it opened: an item opened before is not opened again.
+func openItems(ctx context.Context, tx pgx.Tx, items []item) (int, error) {
+	if len(items) == 0 {
+		return 0, nil
+	}
 	b := &pgx.Batch{}
 	queueItems(b, items)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("opening reconciliation items: %w", interpret(err))
+	br := tx.SendBatch(ctx, b)
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
-	return nil
+	if err != nil {
+		return 0, fmt.Errorf("opening reconciliation items: %w", interpret(err))
+	}
+	return int(tag.RowsAffected()), nil
 }
 
-// failRows runs fail, a statement that fails the rows of ids ($1) and
-// returns, for each, its id and then the columns the item of a failed row
-// reads, scanned into into (id among them); it then opens, in tx, the item
-// that build makes of each failed row, from the cause of its last attempt
-// (causes[i] is ids[i]'s), in the order of ids.
-func failRows(ctx context.Context, tx pgx.Tx, fail string, ids []int64, causes []string,
-	id *int64, into []any, build func(cause string) item) error {
-	causeOf := make(map[int64]string, len(ids))
-	for i, id := range ids {
-		causeOf[id] = causes[i]
+// failRows runs fail, a statement that fails the rows of failed (their ids
+// are $1) and returns, for each, its id and then the columns the item of a
+// failed row reads, scanned into into (id among them); it then opens, in
+// tx, the item that build makes of each failed row, in the order of failed.
+func failRows(ctx context.Context, tx pgx.Tx, fail string, failed []failedRow,
+	id *int64, into []any, build func(r failedRow) item) error {
+	ids := make([]int64, len(failed))
+	byID := make(map[int64]failedRow, len(failed))
+	for i, r := range failed {
+		ids[i], byID[r.id] = r.id, r
 	}
-	built := make(map[int64]item, len(ids))
+	built := make(map[int64]item, len(failed))
 	rows, _ := tx.Query(ctx, fail, ids)
 	if _, err := pgx.ForEachRow(rows, into, func() error {
-		built[*id] = build(causeOf[*id])
+		built[*id] = build(byID[*id])
 		return nil
 	}); err != nil {
 		return fmt.Errorf("failing rows: %w", interpret(err))
@@ -173,7 +180,8 @@ func failRows(ctx context.Context, tx pgx.Tx, fail string, ids []int64, causes [
 			items = append(items, it)
 		}
 	}
-	return openItems(ctx, tx, items)
+	_, err := openItems(ctx, tx, items)
+	return err
 }
 
 // optID is id, or NULL for 0 (none).
