@@ -56,9 +56,9 @@ func OverdueDetail(s State, paidAt time.Time, sla time.Duration) string {
 
 // HousekeepingWork is the storage of the housekeeper: one leased queue item
 // per task, due again an interval after each run, and the tasks' work in
-// bounded batches — each batch a statement of its own, so that no run
-// holds a long transaction. Every batch is idempotent: two replicas running
-// the same task at once (one lost its liveness mid-run) do no harm.
+// bounded batches — each batch a short transaction of its own, so that no
+// run holds a long transaction. Every batch is idempotent: two replicas
+// running the same task at once (one lost its liveness mid-run) do no harm.
 type HousekeepingWork interface {
 	// HousekeepingTask returns the task of claim id; a lease-lost error
 	// (worker.ErrLeaseLost) when owner no longer holds it.

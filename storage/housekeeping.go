@@ -93,14 +93,14 @@ func (s *Store) OpenOverdueFulfillments(ctx context.Context, now time.Time, sla 
 			return nil
 		})
 		if err != nil {
-			return err
+			return interpret(err)
 		}
 		seen = len(items)
 		opened, err = openItems(ctx, tx, items)
 		return err
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("opening paid_not_fulfilled items: %w", interpret(err))
+		return 0, 0, fmt.Errorf("opening paid_not_fulfilled items: %w", err)
 	}
 	return seen, opened, nil
 }

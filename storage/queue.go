@@ -314,11 +314,12 @@ func (q *Queue) Claim(ctx context.Context, p worker.ClaimParams) ([]worker.Claim
 		}
 		return nil
 	})
-	if err == nil && len(abandoned) > 0 {
+	if err != nil {
+		err = interpret(err)
+	} else if len(abandoned) > 0 {
 		err = q.failAbandoned(ctx, p.Owner, inFlight, abandoned, p.MaxAttempts)
 	}
 	if err != nil {
-		err = interpret(err)
 		q.store.unreachable(err)
 		return nil, fmt.Errorf("claiming %ss: %w", q.table.noun, err)
 	}
