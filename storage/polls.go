@@ -28,40 +28,44 @@ var pollTable = newLeasedTable(leasedTable{
 	// An attempt handed back is not counted: an answer it got counts for
 	// the attempt before, so that the next attempt starts unanswered.
 	releaseSet: [][2]string{{"answered_attempt", "least(answered_attempt, greatest(attempts - 1, 0))"}},
-	failed: func(ctx context.Context, tx pgx.Tx, failed []failedRow, _ int) error {
-		for _, r := range failed { // rare: one poll per started payment
-			if err := openPollFailing(ctx, tx, r); err != nil {
-				return err
-			}
-		}
-		return nil
-	},
+	failed:     openPollsFailing,
 })
 
-// openPollFailing opens the poll_failing item of the failed poll r when
-// its last attempt got no answer (fulfillment.FailedPoll).
-func openPollFailing(ctx context.Context, tx pgx.Tx, r failedRow) error {
+// openPollsFailing opens, in one statement, the poll_failing items of the
+// failed polls whose last attempt got no answer (fulfillment.FailedPoll),
+// after reading each one's poll and started payment in one statement.
+func openPollsFailing(ctx context.Context, tx pgx.Tx, failed []failedRow, _ int) error {
+	ids := make([]int64, len(failed))
+	byID := make(map[int64]failedRow, len(failed))
+	for i, r := range failed {
+		ids[i], byID[r.id] = r.id, r
+	}
+	rows, _ := tx.Query(ctx, `
+		SELECT p.id, p.attempts, p.answered_attempt, s.endpoint_id, coalesce(s.payment_id, ''),
+			s.id, s.org_id, s.environment, s.order_id::text, s.provider, s.minor_units, s.currency
+		FROM payment_polls p JOIN payment_starts s ON s.id = p.start_id WHERE p.id = ANY($1) ORDER BY p.id`, ids)
 	var (
-		p        = fulfillment.FailedPoll{LastError: r.cause, Abandoned: r.abandoned}
+		items    []item
+		id       int64
+		p        fulfillment.FailedPoll
 		s        fulfillment.ItemSubject
 		minor    int64
 		currency string
 	)
-	err := tx.QueryRow(ctx, `
-		SELECT p.attempts, p.answered_attempt, s.endpoint_id, coalesce(s.payment_id, ''),
-			s.id, s.org_id, s.environment, s.order_id::text, s.provider, s.minor_units, s.currency
-		FROM payment_polls p JOIN payment_starts s ON s.id = p.start_id WHERE p.id = $1`, r.id).
-		Scan(&p.Attempts, &p.Answered, &p.EndpointID, &p.PaymentID,
-			&s.StartID, &s.OrgID, &s.Environment, &s.OrderID, &s.Provider, &minor, &currency)
-	if err != nil {
-		return fmt.Errorf("reading failed status poll: %w", interpret(err))
-	}
-	if !p.Failing() {
+	_, err := pgx.ForEachRow(rows, []any{&id, &p.Attempts, &p.Answered, &p.EndpointID, &p.PaymentID,
+		&s.StartID, &s.OrgID, &s.Environment, &s.OrderID, &s.Provider, &minor, &currency}, func() error {
+		p.LastError, p.Abandoned = byID[id].cause, byID[id].abandoned
+		if p.Failing() {
+			s.AttemptRef, s.PaymentID = p.PaymentID, p.PaymentID
+			items = append(items, item{kind: fulfillment.ReconPollFailing, subject: s,
+				amount: fulfillment.MinorAmount(minor, currency), detail: p.Detail()})
+		}
 		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("reading failed status polls: %w", interpret(err))
 	}
-	s.AttemptRef, s.PaymentID = p.PaymentID, p.PaymentID
-	_, err = openItems(ctx, tx, []item{{kind: fulfillment.ReconPollFailing, subject: s,
-		amount: fulfillment.MinorAmount(minor, currency), detail: p.Detail()}})
+	_, err = openItems(ctx, tx, items)
 	return err
 }
 
