@@ -140,7 +140,9 @@ func newLeasedTable(t leasedTable) *leasedTable {
 	// has used its attempts without completing — its owner died during
 	// each, so Retry never saw it — is not leased again (unless it may not
 	// be failed: unfailable) but returned as abandoned (the third column),
-	// for Claim to fail (abandonSQL).
+	// for Claim to fail (abandonSQL); a claim that finds any leases nothing,
+	// so that a failure to fail them loses no lease (Claim claims again once
+	// they are failed).
 	t.claimSQL = r.Replace(`
 		WITH due AS (
 			SELECT id, attempts, attempts >= $4 AND {failable} AS abandoned FROM {table}
@@ -155,25 +157,31 @@ func newLeasedTable(t leasedTable) *leasedTable {
 				lease_until = clock_timestamp() + $2::interval,
 				next_attempt_at = clock_timestamp() + $2::interval,
 				attempts = t.attempts + 1
-			FROM due WHERE t.id = due.id AND NOT due.abandoned AND {async_commit}
+			FROM due WHERE t.id = due.id AND NOT due.abandoned
+				AND NOT EXISTS (SELECT 1 FROM due a WHERE a.abandoned) AND {async_commit}
 			RETURNING t.id, t.attempts
 		)
 		SELECT id, attempts, false FROM claimed
 		UNION ALL
 		SELECT id, attempts, true FROM due WHERE abandoned`)
 
-	// The abandoned rows of a claim ($1), failed, each if it still is
-	// (pending, claimable by the claimer $3 with its rows in flight $4, its
-	// attempts $2 used, failable), with the last error recorded before (a
-	// subquery reads the statement's snapshot: the row as it was).
+	// The abandoned rows of a claim ($1), locked in id order (skipping any
+	// a transaction holds: the next claim finds them again) and failed, each
+	// if it still is abandoned (pending, claimable by the claimer $3 with
+	// its rows in flight $4, its attempts $2 used, failable), with the last
+	// error recorded before (a subquery reads the statement's snapshot: the
+	// row as it was).
 	t.abandonSQL = r.Replace(`
+		WITH locked AS (
+			SELECT id AS locked_id FROM {table} WHERE id = ANY($1) ORDER BY id FOR UPDATE SKIP LOCKED
+		)
 		UPDATE {table} t SET
 			state = 'failed', {abandon_set} processed_at = clock_timestamp(),
 			lease_owner = NULL, lease_until = NULL,
 			last_error = coalesce(t.last_error || '; ', '') || 'abandoned: no attempt completed'
-		WHERE id = ANY($1) AND state = 'pending' AND attempts >= $2 AND {failable}
+		FROM locked WHERE t.id = locked.locked_id AND state = 'pending' AND attempts >= $2 AND {failable}
 			AND ` + claimable("$3", "$4") + `
-		RETURNING id, coalesce((SELECT b.last_error FROM {table} b WHERE b.id = t.id), '')`)
+		RETURNING t.id, coalesce((SELECT b.last_error FROM {table} b WHERE b.id = t.id), '')`)
 
 	// The failed attempts of a batch, one row of unnest each ($1 ids, $3
 	// causes, $5 due times), owner $2, budget $4; the rows still leased to
@@ -299,14 +307,39 @@ func (q *Queue) Claim(ctx context.Context, p worker.ClaimParams) ([]worker.Claim
 		inFlight = []int64{}
 	}
 	args := append([]any{p.Owner, p.Lease, p.Limit, p.MaxAttempts, inFlight}, q.partitionArgs()...)
+	for round := 1; ; round++ {
+		claimed, abandoned, err := q.claim(ctx, args)
+		failed := 0
+		if err == nil && len(abandoned) > 0 {
+			failed, err = q.failAbandoned(ctx, p.Owner, inFlight, abandoned, p.MaxAttempts)
+		}
+		if err != nil {
+			q.store.unreachable(err)
+			return nil, fmt.Errorf("claiming %ss: %w", q.table.noun, err)
+		}
+		// A claim that found abandoned rows leased nothing: claim again
+		// once they are failed — while failing them goes on (a row a
+		// transaction holds is failed by a later claim), and a bounded
+		// number of times (each round fails up to the claim's limit).
+		if len(abandoned) == 0 || failed == 0 || round == maxAbandonRounds {
+			return claimed, nil
+		}
+	}
+}
+
+// maxAbandonRounds bounds the claims of one Claim that find abandoned rows
+// and fail them before claiming again.
+const maxAbandonRounds = 16
+
+// claim runs the claim statement with args and returns the rows it leased
+// and the abandoned rows it found (and did not lease).
+func (q *Queue) claim(ctx context.Context, args []any) (claimed []worker.Claim, abandoned []int64, err error) {
 	rows, _ := q.store.leasePool.Query(ctx, q.table.claimSQL, args...)
 	var (
-		claimed     []worker.Claim
-		abandoned   []int64
 		c           worker.Claim
 		isAbandoned bool
 	)
-	_, err := pgx.ForEachRow(rows, []any{&c.ID, &c.Attempts, &isAbandoned}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.Attempts, &isAbandoned}, func() error {
 		if isAbandoned {
 			abandoned = append(abandoned, c.ID)
 		} else {
@@ -314,30 +347,19 @@ func (q *Queue) Claim(ctx context.Context, p worker.ClaimParams) ([]worker.Claim
 		}
 		return nil
 	})
-	if err != nil {
-		err = interpret(err)
-	} else if len(abandoned) > 0 {
-		err = q.failAbandoned(ctx, p.Owner, inFlight, abandoned, p.MaxAttempts)
-	}
-	if err != nil {
-		q.store.unreachable(err)
-		return nil, fmt.Errorf("claiming %ss: %w", q.table.noun, err)
-	}
-	return claimed, nil
+	return claimed, abandoned, interpret(err)
 }
 
 // failAbandoned fails the rows of ids, which a claim by owner (with the
 // rows of inFlight in flight) found abandoned, and completes them as the
 // table does the rows Retry fails, in one transaction. A row that another
 // claim failed meanwhile is left as it is.
-func (q *Queue) failAbandoned(ctx context.Context, owner string, inFlight, ids []int64, maxAttempts int) error {
-	slices.Sort(ids)
-	return q.store.withRetriedTx(ctx, func(tx pgx.Tx) error {
+func (q *Queue) failAbandoned(ctx context.Context, owner string, inFlight, ids []int64, maxAttempts int) (int, error) {
+	var failed []failedRow
+	err := q.store.withRetriedTx(ctx, func(tx pgx.Tx) error {
+		failed = failed[:0]
 		rows, _ := tx.Query(ctx, q.table.abandonSQL, ids, maxAttempts, owner, inFlight)
-		var (
-			failed []failedRow
-			r      = failedRow{abandoned: true}
-		)
+		r := failedRow{abandoned: true}
 		if _, err := pgx.ForEachRow(rows, []any{&r.id, &r.cause}, func() error {
 			failed = append(failed, r)
 			return nil
@@ -350,6 +372,7 @@ func (q *Queue) failAbandoned(ctx context.Context, owner string, inFlight, ids [
 		slices.SortFunc(failed, func(a, b failedRow) int { return cmp.Compare(a.id, b.id) })
 		return q.table.failed(ctx, tx, failed, maxAttempts)
 	})
+	return len(failed), err
 }
 
 // Retry implements worker.Table, in one statement whatever the number of

@@ -619,3 +619,58 @@ func TestQueueStatementsReadOnlyWhatTheyNeed(t *testing.T) {
 		}
 	}
 }
+
+// A claim that finds an abandoned row leases nothing until the row is
+// failed: when failing it errors (here a trigger refusing the message's
+// update once), the claim returns the error and the healthy row behind it
+// keeps its attempts, unleased; the next claim fails the abandoned row,
+// with its item, and leases the healthy one.
+func TestQueueClaimLosesNoLeaseWhenFailingAbandonedFails(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	message := func(key string) int64 {
+		return int64(count(t, conn, `INSERT INTO outbox_messages
+			(destination_id, topic, idempotency_key, org_id, environment, required, payload)
+			VALUES ('crm', 'order.fulfilled', $1, 'org_a', 'live', false, '{}') RETURNING id`, key))
+	}
+	abandoned, healthy := message("abandoned"), message("healthy")
+	if _, err := conn.Exec(ctx, `UPDATE outbox_work SET attempts = 3, next_attempt_at = now() - interval '2 minutes' WHERE id = $1`, abandoned); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `UPDATE outbox_work SET attempts = 2, last_error = 'HTTP 503', next_attempt_at = now() - interval '1 minute' WHERE id = $1`, healthy); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `
+		CREATE TABLE refusals (n int); INSERT INTO refusals VALUES (1);
+		CREATE FUNCTION refuse_once() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF (SELECT n FROM refusals) > 0 THEN RAISE EXCEPTION 'refused once'; END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_once BEFORE UPDATE ON outbox_messages FOR EACH ROW EXECUTE FUNCTION refuse_once()`); err != nil {
+		t.Fatal(err)
+	}
+	q := s.OutboxQueue("crm")
+	params := worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Hour, MaxAttempts: 3}
+	if got, err := q.Claim(ctx, params); err == nil || len(got) != 0 {
+		t.Fatalf("claim while failing the abandoned row errs = %v, %v; want no claims and the error", got, err)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM outbox_work WHERE id = $1 AND lease_owner IS NULL AND attempts = 2`, healthy); n != 1 {
+		t.Fatalf("the healthy row was leased (or its attempt counted) by a claim that returned an error")
+	}
+	if n := count(t, conn, `SELECT count(*) FROM outbox_work WHERE state = 'failed'`); n != 0 {
+		t.Fatalf("%d rows failed by a claim that returned an error", n)
+	}
+	if _, err := conn.Exec(ctx, `UPDATE refusals SET n = 0`); err != nil {
+		t.Fatal(err)
+	}
+	got, err := q.Claim(ctx, params)
+	if err != nil || len(got) != 1 || got[0].ID != healthy || got[0].Attempts != 3 {
+		t.Fatalf("claim = %v, %v; want the healthy message at its third attempt", got, err)
+	}
+	wantCounts(t, conn, []countCheck{
+		{"failed abandoned rows", `SELECT count(*) FROM outbox_work WHERE state = 'failed' AND id = $1`, 1},
+		{"its failed_delivery items", `SELECT count(*) FROM reconciliation_items WHERE kind = 'failed_delivery' AND outbox_message_id = $1`, 1},
+	}, abandoned)
+}
