@@ -31,6 +31,10 @@ const (
 type signInLimit struct {
 	mu      sync.Mutex
 	clients map[string]*rate.Limiter
+	// pruned is when the full memory was last searched for refilled
+	// clients: at most once a signInEvery, so that a flood of newcomers
+	// does not scan the whole memory with every failed sign-in.
+	pruned time.Time
 }
 
 func newSignInLimit() *signInLimit {
@@ -106,7 +110,8 @@ func (l *signInLimit) failed(client string, now time.Time) {
 	defer l.mu.Unlock()
 	lim, ok := l.clients[client]
 	if !ok {
-		if len(l.clients) >= signInClients {
+		if len(l.clients) >= signInClients && now.Sub(l.pruned) >= signInEvery {
+			l.pruned = now
 			for c, lim := range l.clients {
 				if lim.TokensAt(now) >= signInBurst {
 					delete(l.clients, c)
