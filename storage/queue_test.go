@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -673,4 +674,36 @@ func TestQueueClaimLosesNoLeaseWhenFailingAbandonedFails(t *testing.T) {
 		{"failed abandoned rows", `SELECT count(*) FROM outbox_work WHERE state = 'failed' AND id = $1`, 1},
 		{"its failed_delivery items", `SELECT count(*) FROM reconciliation_items WHERE kind = 'failed_delivery' AND outbox_message_id = $1`, 1},
 	}, abandoned)
+}
+
+// Replicas whose workers die during every attempt race over one item: once
+// it has used its attempts, several claims find it abandoned at once, and
+// it is failed once, with its table's item once.
+func TestQueueAbandonedItemFailedOnceByRacingClaims(t *testing.T) {
+	t.Parallel()
+	eachQueue(t, func(t *testing.T, c queueCase, _ *storage.Store, conn *pgx.Conn, q *storage.Queue, id int64) {
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 30 {
+					// Each claim's owner is gone at once: its claims are due
+					// again when their millisecond lease runs out.
+					_, err := q.Claim(ctx, worker.ClaimParams{Owner: fmt.Sprintf("dies-%d-%d", g, i), Limit: 10,
+						Lease: time.Millisecond, MaxAttempts: 3})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			})
+		}
+		wg.Wait()
+		if got := claimed(t, q, "w", time.Hour, 3); len(got) != 0 {
+			t.Fatalf("claim after the race = %v; want nothing", got)
+		}
+		// Failed twice, its last error would say "abandoned" twice.
+		failedOnce(t, c, conn, id, "abandoned: no attempt completed")
+	})
 }
