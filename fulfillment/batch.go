@@ -31,6 +31,11 @@ type LockedOrder struct {
 	// SubscriptionPlan and SubscriptionFor are the plan and the customer of
 	// the order's subscription line, when it has one.
 	SubscriptionPlan, SubscriptionFor string
+	// PaidSubscription is the id (SubscriptionRecord.ID) of the
+	// subscription whose period the order's payment paid, once it did: the
+	// refund of that payment, and its later events, are about that
+	// subscription whatever they name.
+	PaidSubscription string
 	// ExternalLines are the order's external lines that name a
 	// destination: what RequestDeliveries asks for.
 	ExternalLines []ExternalLine
@@ -102,9 +107,10 @@ type Snapshot struct {
 // subscription line (the one its payment pays a period of, and its refund
 // may end the access of), even when the event names none: the customer's
 // subscription under the id the service gave it. Each key once, in the
-// events' order.
-func SubscriptionKeys(events []ProviderEvent, orders map[OrderKey]*LockedOrder) []SubscriptionKey {
-	var keys []SubscriptionKey
+// events' order. ids are the subscriptions the matched orders' payments
+// paid (LockedOrder.PaidSubscription), by id: whatever key they are known
+// by now.
+func SubscriptionKeys(events []ProviderEvent, orders map[OrderKey]*LockedOrder) (keys []SubscriptionKey, ids []string) {
 	seen := map[SubscriptionKey]bool{}
 	add := func(k SubscriptionKey) {
 		if k.ID != "" && !seen[k] {
@@ -118,8 +124,11 @@ func SubscriptionKeys(events []ProviderEvent, orders map[OrderKey]*LockedOrder) 
 		if ok && o.HasSubscriptionLines && o.SubscriptionPlan != "" {
 			add(OrderSubscriptionRef(ev, o.SubscriptionPlan, o.SubscriptionFor).Key())
 		}
+		if ok && o.PaidSubscription != "" && !slices.Contains(ids, o.PaidSubscription) {
+			ids = append(ids, o.PaidSubscription)
+		}
 	}
-	return keys
+	return keys, ids
 }
 
 // Step is what the batch made of one event.
@@ -237,7 +246,10 @@ func (b *batch) findOrder(k OrderKey) (*LockedOrder, bool) {
 // events of no order. A payment of an order's subscription line is
 // decided by both: the order rules for the order, the subscription rules
 // for the period it pays; so is its refund, when the batch holds the
-// subscription. need is the subscription to create first, when
+// subscription (the order's, whatever the refund names); and a later event
+// of that payment that names the subscription at its provider gives it
+// that id, when it had the service's own (bindSubscription). need is the
+// subscription to create first, when
 // that payment's subscription is not in the snapshot.
 func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error) {
 	ev := be.Event
@@ -277,16 +289,21 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 		if st.Subscription, err = b.decideSubscription(ev, be.Received, rec, true); err != nil {
 			return st, nil, err
 		}
+		order.PaidSubscription = rec.ID
 	}
 	if slices.Contains(st.Outcome.Effects, Effect(RefundSubscriptions{})) {
 		// The refund of a payment that paid a period: the subscription
 		// rules decide what it does to that period's access, when the batch
 		// holds the subscription.
-		ref := OrderSubscriptionRef(ev, order.SubscriptionPlan, order.SubscriptionFor)
-		if rec, known := b.subs[ref.Key()]; known {
+		if rec, known := b.orderSubscription(ev, order); known {
 			if st.Subscription, err = b.decideSubscription(ev, be.Received, rec, false); err != nil {
 				return st, nil, err
 			}
+		}
+	}
+	if matched && st.Subscription == nil {
+		if st.Subscription, err = b.bindSubscription(ev, be.Received, order, &st.Outcome); err != nil {
+			return st, nil, err
 		}
 	}
 	if matched {
@@ -298,6 +315,68 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 		st.Order, st.OrderState = order, order.State
 	}
 	return st, nil, nil
+}
+
+// orderSubscription is the subscription order's payment paid a period of,
+// when the batch holds it: the one the order records (its
+// PaidSubscription), else — an order paid before orders recorded it —
+// the one ev would pay (OrderSubscriptionRef).
+func (b *batch) orderSubscription(ev ProviderEvent, o *LockedOrder) (*SubscriptionRecord, bool) {
+	if o.PaidSubscription != "" {
+		_, rec, ok := b.subscriptionByID(o.PaidSubscription)
+		return rec, ok
+	}
+	rec, ok := b.subs[OrderSubscriptionRef(ev, o.SubscriptionPlan, o.SubscriptionFor).Key()]
+	return rec, ok
+}
+
+// subscriptionByID is the subscription of id the batch holds, and its key.
+func (b *batch) subscriptionByID(id string) (SubscriptionKey, *SubscriptionRecord, bool) {
+	for k, rec := range b.subs {
+		if rec.ID == id {
+			return k, rec, true
+		}
+	}
+	return SubscriptionKey{}, nil, false
+}
+
+// bindSubscription is the step that gives the subscription order's
+// payment paid the id at its provider that a later event of that same
+// payment names, when the payment was applied from an event that named
+// none and the subscription is still under the id the service gave it
+// (CustomerSubscriptionID). A T-Bank status poll's answer names no card
+// binding, the bank's notification of the same payment does
+// (RebillId): the recurrent charges name the subscription by it, so it
+// must be found by it. Nothing (nil) when there is nothing to bind, or
+// when another subscription already goes by that id. out, the order's
+// outcome, says so in its reason.
+func (b *batch) bindSubscription(ev ProviderEvent, received time.Time, o *LockedOrder, out *Outcome) (*SubscriptionStep, error) {
+	id := ev.Payment.SubscriptionID
+	if id == "" || o.PaidSubscription == "" || ev.Kind != EventPaymentConfirmed || out.Decision != DecisionAlreadyApplied {
+		return nil, nil
+	}
+	if same, known := o.PaidBy.SamePayment(ev.Payment); !same || !known {
+		return nil, nil
+	}
+	key, rec, ok := b.subscriptionByID(o.PaidSubscription)
+	if !ok || rec.Provider != ev.Provider || rec.ProviderSubscriptionID != CustomerSubscriptionID(o.SubscriptionPlan, o.SubscriptionFor) {
+		return nil, nil
+	}
+	bound := SubscriptionKey{rec.OrgID, rec.Environment, rec.Provider, id}
+	if _, taken := b.subs[bound]; taken {
+		return nil, nil
+	}
+	plan, err := b.plans.For(rec)
+	if err != nil {
+		return nil, err
+	}
+	delete(b.subs, key)
+	rec.ProviderSubscriptionID = id
+	b.subs[bound] = rec
+	out.Reason += "; the subscription it paid is now known at " + string(ev.Provider) + " by " + id
+	return &SubscriptionStep{Record: *rec, Plan: plan, Event: SubscriptionEventOf(ev, received),
+		Outcome: Outcome{Decision: DecisionAlreadyApplied, Reason: "the payment that paid the subscription names it " + id,
+			Effects: []Effect{BindSubscription{ProviderSubscriptionID: id}}}}, nil
 }
 
 // planChange is the change of plan a payment ev of order o would make: its

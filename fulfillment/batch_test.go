@@ -187,6 +187,118 @@ func TestDecideBatchRefundOfASubscriptionLine(t *testing.T) {
 	}
 }
 
+// The refund of the payment that paid a subscription's period is about
+// that subscription whatever it names: a refund naming no card binding,
+// of a payment that named one (the order records the subscription it
+// paid, PaidSubscription), ends the period's access as the named one
+// does; a second refund is already applied.
+func TestDecideBatchRefundOfThePaidSubscription(t *testing.T) {
+	t.Parallel()
+	order := batchOrder("o1")
+	order.HasSubscriptionLines, order.SubscriptionPlan, order.SubscriptionFor = true, monthly.ID, "user_42"
+	snap := &Snapshot{
+		Orders:        map[OrderKey]*LockedOrder{orderKey("m-1"): order},
+		Subscriptions: map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): batchSub("s1", "sub_1")},
+		Plans:         Plans{monthly.ID: monthly},
+	}
+	unnamed := batchEvent("e2", EventRefunded, "m-1", "pay_1", 1000)
+	unnamed.Event.OccurredAt = day(10)
+	steps, need, err := DecideBatch(snap, []BatchEvent{named(batchEvent("e1", EventPaymentConfirmed, "m-1", "pay_1", 1000), "sub_1"),
+		unnamed, named(batchEvent("e3", EventRefunded, "m-1", "pay_1", 1000), "sub_1")})
+	if err != nil || need != nil {
+		t.Fatalf("DecideBatch: %v, needs %v", err, need)
+	}
+	var got []string
+	for _, st := range steps {
+		got = append(got, summary(st))
+	}
+	want := []string{"fulfilled order=o1 sub=s1 sub:renewed", "refunded order=o1 sub=s1 sub:subscription_refunded", "already_applied order=o1"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	if o := steps[0].Order; o.PaidSubscription != "s1" {
+		t.Errorf("the paid order records subscription %q, want s1", o.PaidSubscription)
+	}
+
+	// The same refund in a later batch: the order, paid, names its
+	// subscription by id; the snapshot holds it under its provider key.
+	paid := batchOrder("o1")
+	paid.HasSubscriptionLines, paid.SubscriptionPlan, paid.SubscriptionFor = true, monthly.ID, "user_42"
+	paid.Apply(named(batchEvent("e1", EventPaymentConfirmed, "m-1", "pay_1", 1000), "sub_1").Event, steps[0].Outcome)
+	paid.PaidSubscription = "s1"
+	snap.Orders = map[OrderKey]*LockedOrder{orderKey("m-1"): paid}
+	snap.Subscriptions = map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): &steps[0].Subscription.Record}
+	steps, _, err = DecideBatch(snap, []BatchEvent{unnamed})
+	if err != nil || len(steps) != 1 || summary(steps[0]) != "refunded order=o1 sub=s1 sub:subscription_refunded" {
+		t.Fatalf("a later batch: %v, %v; want the subscription's period refunded", steps, err)
+	}
+}
+
+// A payment applied from an event that named no subscription (a bank's
+// status answer names no card binding) paid a subscription under the id
+// the service gave it. The bank's notification of the same payment names
+// the binding: the subscription takes it, so that the recurrent charges
+// that name it renew that subscription — once, and only when no other
+// subscription goes by that id.
+func TestDecideBatchBindsThePaidSubscription(t *testing.T) {
+	t.Parallel()
+	order := batchOrder("o1")
+	order.HasSubscriptionLines, order.SubscriptionPlan, order.SubscriptionFor = true, monthly.ID, "cust_1"
+	customer := CustomerSubscriptionID(monthly.ID, "cust_1")
+	created := batchSub("s-new", customer)
+	created.CustomerRef = "cust_1"
+	snap := &Snapshot{
+		Orders:  map[OrderKey]*LockedOrder{orderKey("m-1"): order},
+		Created: map[SubscriptionKey]*SubscriptionRecord{subKey(customer): created},
+		Plans:   Plans{monthly.ID: monthly},
+	}
+	polled := batchEvent("poll:e1", EventPaymentConfirmed, "m-1", "pay_1", 1000)
+	notified := named(batchEvent("e1", EventPaymentConfirmed, "m-1", "pay_1", 1000), "101709")
+	charge := named(batchEvent("e2", EventPaymentConfirmed, "", "pay_2", 1000), "101709")
+	charge.Event.OccurredAt = day(30)
+	events := []BatchEvent{polled, notified, named(batchEvent("e1-again", EventPaymentConfirmed, "m-1", "pay_1", 1000), "101709"), charge}
+	steps, need, err := DecideBatch(snap, events)
+	if err != nil || need != nil {
+		t.Fatalf("DecideBatch: %v, needs %v", err, need)
+	}
+	var got []string
+	for _, st := range steps {
+		got = append(got, summary(st))
+	}
+	want := []string{"fulfilled order=o1 sub=s-new sub:renewed", "already_applied order=o1 sub=s-new sub:already_applied",
+		"already_applied order=o1", "renewed sub=s-new sub:renewed"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	bind := steps[1].Subscription
+	if bind.Record.ProviderSubscriptionID != "101709" || !reflect.DeepEqual(bind.Outcome.Effects, []Effect{BindSubscription{"101709"}}) {
+		t.Errorf("the binding step: %s, %v", bind.Record.ProviderSubscriptionID, bind.Outcome.Effects)
+	}
+	if !strings.Contains(steps[1].Outcome.Reason, "now known at tbank by 101709") {
+		t.Errorf("the notification's reason %q does not say the subscription took the binding", steps[1].Outcome.Reason)
+	}
+	if p := steps[3].Subscription.Record.Periods; p != 2 {
+		t.Errorf("the recurrent charge left %d periods, want 2", p)
+	}
+	if created.ProviderSubscriptionID != customer {
+		t.Errorf("DecideBatch changed the snapshot's subscription: %+v", created)
+	}
+
+	// Another subscription goes by the binding already: nothing is bound.
+	snap.Subscriptions = map[SubscriptionKey]*SubscriptionRecord{subKey("101709"): batchSub("s-other", "101709")}
+	steps, _, err = DecideBatch(snap, events[:2])
+	if err != nil || len(steps) != 2 || summary(steps[1]) != "already_applied order=o1" {
+		t.Fatalf("with 101709 taken: %v, %v; want the notification already applied, nothing bound", steps, err)
+	}
+	// A payment of the order that is not the one that paid it binds nothing.
+	other := named(batchEvent("e9", EventPaymentConfirmed, "m-1", "pay_9", 1000), "555")
+	snap.Subscriptions = nil
+	steps, _, err = DecideBatch(snap, []BatchEvent{polled, other})
+	if err != nil || len(steps) != 2 || steps[1].Subscription != nil {
+		t.Fatalf("another payment: %v, %v; want nothing bound", steps, err)
+	}
+}
+
 // Two events of one order in one batch: the second is decided against
 // what the first left, and the attempt's recorded state is threaded.
 func TestDecideBatchThreadsAnOrder(t *testing.T) {
@@ -341,25 +453,33 @@ func TestSubscriptionKeys(t *testing.T) {
 	plain := batchOrder("o-plain")
 	sub := batchOrder("o-sub")
 	sub.HasSubscriptionLines, sub.SubscriptionPlan, sub.SubscriptionFor = true, monthly.ID, "user_1"
-	orders := map[OrderKey]*LockedOrder{orderKey("m-plain"): plain, orderKey("m-sub"): sub}
+	paid := batchOrder("o-paid")
+	paid.HasSubscriptionLines, paid.SubscriptionPlan, paid.SubscriptionFor = true, monthly.ID, "user_1"
+	paid.PaidSubscription = "s-paid"
+	orders := map[OrderKey]*LockedOrder{orderKey("m-plain"): plain, orderKey("m-sub"): sub, orderKey("m-paid"): paid}
 	customer := subKey(CustomerSubscriptionID(monthly.ID, "user_1"))
 	for _, tc := range []struct {
 		name   string
 		events []BatchEvent
 		want   []SubscriptionKey
+		ids    []string
 	}{
-		{"an order without a subscription line", []BatchEvent{batchEvent("e1", EventRefunded, "m-plain", "p1", 1000)}, nil},
-		{"no order", []BatchEvent{batchEvent("e1", EventRefunded, "m-nobody", "p1", 1000)}, nil},
-		{"named, no order", []BatchEvent{named(batchEvent("e1", EventSubscriptionCancelled, "", "p1", 1000), "sub_1")}, []SubscriptionKey{subKey("sub_1")}},
+		{"an order without a subscription line", []BatchEvent{batchEvent("e1", EventRefunded, "m-plain", "p1", 1000)}, nil, nil},
+		{"no order", []BatchEvent{batchEvent("e1", EventRefunded, "m-nobody", "p1", 1000)}, nil, nil},
+		{"named, no order", []BatchEvent{named(batchEvent("e1", EventSubscriptionCancelled, "", "p1", 1000), "sub_1")}, []SubscriptionKey{subKey("sub_1")}, nil},
 		{"a subscription order's refund naming none", []BatchEvent{batchEvent("e1", EventRefunded, "m-sub", "p1", 1000)},
-			[]SubscriptionKey{customer}},
+			[]SubscriptionKey{customer}, nil},
 		{"a subscription order's payment naming its subscription", []BatchEvent{named(batchEvent("e1", EventPaymentConfirmed, "m-sub", "p1", 1000), "sub_1")},
-			[]SubscriptionKey{subKey("sub_1")}},
+			[]SubscriptionKey{subKey("sub_1")}, nil},
 		{"each once, in the events' order", []BatchEvent{
 			batchEvent("e1", EventPaymentConfirmed, "m-sub", "p1", 1000),
 			named(batchEvent("e2", EventSubscriptionCancelled, "", "p2", 1000), "sub_2"),
 			batchEvent("e3", EventRefunded, "m-sub", "p1", 1000),
-		}, []SubscriptionKey{customer, subKey("sub_2")}},
+		}, []SubscriptionKey{customer, subKey("sub_2")}, nil},
+		{"a paid order's refund: also the subscription it paid, by id, once", []BatchEvent{
+			named(batchEvent("e1", EventRefunded, "m-paid", "p1", 1000), "sub_1"),
+			batchEvent("e2", EventRefunded, "m-paid", "p1", 1000),
+		}, []SubscriptionKey{subKey("sub_1"), customer}, []string{"s-paid"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -367,8 +487,8 @@ func TestSubscriptionKeys(t *testing.T) {
 			for i, be := range tc.events {
 				evs[i] = be.Event
 			}
-			if got := SubscriptionKeys(evs, orders); !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("SubscriptionKeys = %v, want %v", got, tc.want)
+			if got, ids := SubscriptionKeys(evs, orders); !reflect.DeepEqual(got, tc.want) || !reflect.DeepEqual(ids, tc.ids) {
+				t.Errorf("SubscriptionKeys = %v, %v; want %v, %v", got, ids, tc.want, tc.ids)
 			}
 		})
 	}

@@ -245,10 +245,16 @@ type MoveSubscription struct{ To SubscriptionState }
 // EndAccess records that the subscription's access ended, once.
 type EndAccess struct{}
 
+// BindSubscription gives the subscription the id its provider names it
+// by (SubscriptionRef.ProviderSubscriptionID), in place of the one the
+// service gave it: see DecideBatch.
+type BindSubscription struct{ ProviderSubscriptionID string }
+
 func (GrantPeriod) effect()      {}
 func (MoveSubscription) effect() {}
 func (EndAccess) effect()        {}
 func (RefundPeriod) effect()     {}
+func (BindSubscription) effect() {}
 
 // Subscription topics, for outbox subscribers and the event feed.
 const (

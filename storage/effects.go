@@ -106,10 +106,11 @@ type refundRow struct {
 }
 
 type orderRow struct {
-	id    string
-	state fulfillment.State // "": unchanged
-	paid  bool
-	refs  fulfillment.PaidRefs
+	id           string
+	state        fulfillment.State // "": unchanged
+	paid         bool
+	refs         fulfillment.PaidRefs
+	subscription string // the subscription its payment paid; "": unchanged
 }
 
 type shareRow struct {
@@ -271,10 +272,16 @@ func (w *effectWriter) orderStep(le leasedEvent, st fulfillment.Step) error {
 			w.withdrawals.add(m.ID)
 		case fulfillment.Publish:
 			w.publishOrder(m.Ref(), e.Topic, st.OrderState, m.Total)
-		case fulfillment.PaySubscriptions, fulfillment.RefundSubscriptions:
-			// The subscription rules decided the period it pays, or what
-			// its refund does: their step (st.Subscription) is added with
-			// subscriptionStep.
+		case fulfillment.PaySubscriptions:
+			// The subscription rules decided the period it pays: their
+			// step (st.Subscription) is added with subscriptionStep. The
+			// order records which subscription it paid.
+			if st.Subscription != nil {
+				w.order(m.ID).subscription = st.Subscription.Record.ID
+			}
+		case fulfillment.RefundSubscriptions:
+			// The subscription rules decided what its refund does: their
+			// step is added with subscriptionStep.
 		default:
 			return fmt.Errorf("applying %T to an order: unknown effect", e)
 		}
@@ -315,7 +322,7 @@ func (w *effectWriter) subscriptionStep(rec *fulfillment.SubscriptionRecord, pla
 			w.periods = append(w.periods, periodRow{rec.ID, e.Period, ev.PeriodKey(), opt(ev.PaymentID), e.Start, e.End})
 		case fulfillment.RefundPeriod:
 			w.refundedPeriods = append(w.refundedPeriods, periodRef{rec.ID, e.Period})
-		case fulfillment.MoveSubscription, fulfillment.EndAccess:
+		case fulfillment.MoveSubscription, fulfillment.EndAccess, fulfillment.BindSubscription:
 			// Recorded with the subscription's row.
 		case fulfillment.Publish:
 			// Stored with its body: it holds the subscription as this
@@ -468,7 +475,7 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 		var id, state []string
 		var version []pgtype.TID
 		var paid []bool
-		var attemptRef, invoiceID, paymentID nulls[string]
+		var attemptRef, invoiceID, paymentID, subscription nulls[string]
 		for _, o := range rows {
 			v, ok := w.versions[o.id]
 			if !ok {
@@ -478,6 +485,7 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 			// identify itself records none.
 			id, version, state, paid = append(id, o.id), append(version, v), append(state, string(o.state)), append(paid, o.paid)
 			attemptRef, invoiceID, paymentID = append(attemptRef, opt(o.refs.AttemptRef)), append(invoiceID, opt(o.refs.InvoiceID)), append(paymentID, opt(o.refs.PaymentID))
+			subscription = append(subscription, opt(o.subscription))
 		}
 		// Each order is found at the row version its lock read (a TID
 		// scan: no descent of the primary key), which no one can have
@@ -496,14 +504,15 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 				paid_invoice_id  = CASE WHEN u.paid THEN u.invoice_id ELSE o.paid_invoice_id END,
 				paid_payment_id  = CASE WHEN u.paid THEN u.payment_id ELSE o.paid_payment_id END,
 				paid_at          = CASE WHEN u.paid THEN now() ELSE o.paid_at END,
+				paid_subscription_id = coalesce(u.subscription, o.paid_subscription_id),
 				updated_at = now()
-			FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[], $5::text[], $6::text[], $7::tid[])
-				AS u (id, state, paid, attempt_ref, invoice_id, payment_id, version)
+			FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[], $5::text[], $6::text[], $7::tid[], $9::uuid[])
+				AS u (id, state, paid, attempt_ref, invoice_id, payment_id, version, subscription)
 			WHERE o.ctid = u.version AND o.id = u.id::uuid
 			RETURNING 1)
 			SELECT CASE WHEN count(*) = $8 THEN count(*)
 				ELSE ('updating orders: ' || count(*) || ' of ' || $8 || ' found at the version locked')::bigint END
-			FROM updated`, id, state, paid, attemptRef, invoiceID, paymentID, version, want)
+			FROM updated`, id, state, paid, attemptRef, invoiceID, paymentID, version, want, subscription)
 	}
 	if len(w.grants.keys()) > 0 {
 		// One license per unit, of the lines read with the order's lock.
@@ -611,18 +620,20 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 		var periods []int
 		var start, end, last nulls[time.Time]
 		var ended []bool
+		var providerID []string
 		for _, rec := range rows {
 			id, state, periods = append(id, rec.ID), append(state, string(rec.State)), append(periods, rec.Periods)
 			start, end, last = append(start, nullTime(rec.PeriodStart)), append(end, nullTime(rec.PeriodEnd)), append(last, nullTime(rec.LastEventAt))
-			ended = append(ended, rec.AccessEnded)
+			ended, providerID = append(ended, rec.AccessEnded), append(providerID, rec.ProviderSubscriptionID)
 		}
 		b.Queue(`
 			UPDATE subscriptions s SET state = u.state, periods = u.periods, period_start = u.period_start,
 				period_end = u.period_end, last_event_at = u.last_event_at,
-				access_ended_at = CASE WHEN u.ended THEN coalesce(s.access_ended_at, now()) END, updated_at = now()
-			FROM unnest($1::uuid[], $2::text[], $3::int[], $4::timestamptz[], $5::timestamptz[], $6::timestamptz[], $7::bool[])
-				AS u (id, state, periods, period_start, period_end, last_event_at, ended)
-			WHERE s.id = u.id`, id, state, periods, start, end, last, ended)
+				access_ended_at = CASE WHEN u.ended THEN coalesce(s.access_ended_at, now()) END,
+				provider_subscription_id = u.provider_subscription_id, updated_at = now()
+			FROM unnest($1::uuid[], $2::text[], $3::int[], $4::timestamptz[], $5::timestamptz[], $6::timestamptz[], $7::bool[], $8::text[])
+				AS u (id, state, periods, period_start, period_end, last_event_at, ended, provider_subscription_id)
+			WHERE s.id = u.id`, id, state, periods, start, end, last, ended, providerID)
 	}
 	if ids := w.sweeps.keys(); len(ids) > 0 {
 		b.Queue(`

@@ -391,6 +391,7 @@ type lockedOrderRow struct {
 	PaidAttemptRef      *string
 	PaidInvoiceID       *string
 	PaidPaymentID       *string
+	PaidSubscription    *string
 	StartedSessions     []string
 	// Its lines.
 	HasExternalLines bool
@@ -418,7 +419,7 @@ func (row *lockedOrderRow) scan(r pgx.Rows) error {
 		&row.State, &row.TotalCurrency, &row.TotalMinorUnits,
 		&row.SettlementToken, &row.SettlementNetwork, &row.SettlementAmount, &row.SettlementTolerance,
 		&row.Paid, &row.PaidAttemptRef, &row.PaidInvoiceID, &row.PaidPaymentID,
-		&row.StartedSessions,
+		&row.PaidSubscription, &row.StartedSessions,
 		&row.HasExternalLines, &row.SubscriptionPlan, &row.SubscriptionFor,
 		&row.LineNo, &row.LineSKU, &row.LineQuantity, &row.LineCurrency, &row.LineMinorUnits, &row.LineDestination,
 		&row.LicenseLineNo, &row.LicenseQuantity,
@@ -509,7 +510,7 @@ const lockedOrdersSelect = `
 		o.total_currency, o.total_minor_units,
 		o.settlement_token, o.settlement_network, o.settlement_amount::text, o.settlement_tolerance::text,
 		o.paid_at IS NOT NULL AS paid, o.paid_attempt_ref, o.paid_invoice_id, o.paid_payment_id,
-		%s AS started_sessions,
+		o.paid_subscription_id::text, %s AS started_sessions,
 		l.has_external_lines, l.subscription_plan, l.subscription_for,
 		l.line_no, l.line_sku, l.line_quantity, l.line_currency, l.line_minor_units, l.line_destination,
 		l.license_line_no, l.license_quantity,
@@ -732,6 +733,7 @@ func (row *lockedOrderRow) order() (*fulfillment.LockedOrder, error) {
 	}
 	if row.SubscriptionPlan != nil {
 		o.SubscriptionPlan, o.SubscriptionFor = *row.SubscriptionPlan, str(row.SubscriptionFor)
+		o.PaidSubscription = str(row.PaidSubscription)
 	}
 	for i, no := range row.LineNo {
 		o.ExternalLines = append(o.ExternalLines, fulfillment.ExternalLine{LineNo: no, SKU: row.LineSKU[i], Quantity: row.LineQuantity[i],

@@ -156,3 +156,24 @@ func TestASecondGrantOrAnnouncementIsRefusedByTheKeys(t *testing.T) {
 		})
 	}
 }
+
+// Migration 044 records on each order the subscription its payment paid.
+// From a database holding data of every kind (the one-batch scenario),
+// migrating down, up, down and up again keeps every row, and up records
+// it on every paid order whose events were applied to a subscription, as
+// processing records it: the same subscription.
+func TestMigration044OrderPaidSubscription(t *testing.T) {
+	t.Parallel()
+	recorded := func(conn *pgx.Conn) string {
+		t.Helper()
+		if count(t, conn, `SELECT count(*) FROM information_schema.columns
+			WHERE table_name = 'orders' AND column_name = 'paid_subscription_id'`) == 0 {
+			return "no column"
+		}
+		return fmt.Sprint(count(t, conn, `SELECT count(*) FROM orders o WHERE o.paid_subscription_id IS NOT NULL`), " recorded, ",
+			count(t, conn, `SELECT count(*) FROM orders o WHERE o.paid_subscription_id IS DISTINCT FROM (
+				SELECT e.applied_subscription_id FROM inbox_event_orders l JOIN inbox_events e ON e.id = l.event_id
+				WHERE l.order_id = o.id AND e.applied_subscription_id IS NOT NULL ORDER BY e.id LIMIT 1)`), " otherwise")
+	}
+	scenarioAcrossMigration(t, "_order_paid_subscription.sql", recorded, "no column", "1 recorded, 0 otherwise")
+}

@@ -567,6 +567,85 @@ func TestSubscriptionFlowOrderPaymentRefunded(t *testing.T) {
 	}
 }
 
+// The payment named the card binding (the subscription goes by it); its
+// refund notification names none. The order records the subscription it
+// paid, so the period's access ends at the refund all the same, once
+// (rows counted, after the named refund comes too).
+func TestSubscriptionFlowRefundNamingNoBinding(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	notice := tbankSubscriptionOrder(t, s)
+	refundAt := subJan1.AddDate(0, 0, 9)
+	if got := deliver(t, s, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "700", "m-t-1", subJan1)); got != "fulfilled" {
+		t.Fatalf("first payment: %s", got)
+	}
+	refund := notice("REFUNDED", fulfillment.EventRefunded, "700", "m-t-1", refundAt)
+	unnamed := refund
+	unnamed.EventID, unnamed.Payment.SubscriptionID = refund.EventID+":unnamed", ""
+	if got := deliver(t, s, unnamed); got != "refunded" {
+		t.Fatalf("the refund naming no binding: %s, want refunded", got)
+	}
+	if got := deliver(t, s, refund); got != "already_applied" {
+		t.Errorf("the refund naming it: %s, want already_applied", got)
+	}
+	want := subRow{State: "expired", Periods: 1, End: refundAt, Renewed: 1, Ended: 1, Items: 1}
+	if got := readSub(t, conn, "101709"); got != want {
+		t.Errorf("%+v, want %+v", got, want)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM subscription_periods WHERE refunded_at IS NOT NULL`); n != 1 {
+		t.Errorf("%d refunded periods, want 1", n)
+	}
+}
+
+// The first payment of a T-Bank subscription order is applied from the
+// status poll (GetState names no card binding): it pays the customer's
+// subscription under the service's own id. The bank's notification of
+// that payment names the binding (RebillId): the subscription takes it,
+// so the recurrent charges that name it renew that subscription, once
+// each (rows counted, after the notification and a charge come again).
+func TestSubscriptionFlowPolledPaymentTakesTheBinding(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	notice := tbankSubscriptionOrder(t, s)
+	polled := notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "700", "m-t-1", subJan1)
+	polled.EventID, polled.Payment.SubscriptionID = "poll:"+polled.EventID, ""
+	if got := deliver(t, s, polled); got != "fulfilled" {
+		t.Fatalf("the polled payment: %s", got)
+	}
+	notified := notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "700", "m-t-1", subJan1)
+	if got := deliver(t, s, notified); got != "already_applied" {
+		t.Fatalf("the notification: %s, want already_applied", got)
+	}
+	notified.EventID += ":again"
+	if got := deliver(t, s, notified); got != "already_applied" {
+		t.Fatalf("the notification again: %s, want already_applied", got)
+	}
+	charge := notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "701", "charge-2", subJan1.AddDate(0, 1, 0))
+	if got := deliver(t, s, charge); got != "renewed" {
+		t.Fatalf("the recurrent charge naming the binding: %s, want renewed", got)
+	}
+	charge.EventID += ":again"
+	if got := deliver(t, s, charge); got != "already_applied" {
+		t.Errorf("the charge again: %s, want already_applied", got)
+	}
+	if got := readSub(t, conn, "101709"); got.Periods != 2 || got.Renewed != 2 || got.State != "active" {
+		t.Errorf("the subscription by its binding: %+v, want active, 2 periods, 2 renewed events", got)
+	}
+	for what, q := range map[string]string{
+		"subscriptions":                  `SELECT count(*) FROM subscriptions`,
+		"subscriptions by the binding":   `SELECT count(*) FROM subscriptions WHERE provider_subscription_id = '101709'`,
+		"orders recording it":            `SELECT count(*) FROM orders o JOIN subscriptions s ON s.id = o.paid_subscription_id WHERE s.provider_subscription_id = '101709'`,
+		"events decided for it, applied": `SELECT count(*) FROM inbox_events e JOIN subscriptions s ON s.id = e.applied_subscription_id WHERE e.event_id = 'T:700:CONFIRMED'`,
+	} {
+		if n := count(t, conn, q); n != 1 {
+			t.Errorf("%d %s, want 1", n, what)
+		}
+	}
+	if n := count(t, conn, `SELECT count(*) FROM reconciliation_items`); n != 0 {
+		t.Errorf("%d items, want none", n)
+	}
+}
+
 // An order that paid the customer's subscription under the service's own
 // id (its payment named no subscription at the bank): the refund of that
 // payment names none either, yet the batch holds the order's subscription,

@@ -196,20 +196,26 @@ func nullTime(t time.Time) *time.Time {
 }
 
 // lockEventSubscriptions locks the subscriptions the batch's events are
-// decided against (fulfillment.SubscriptionKeys: those they name, and
-// those of the orders they match), in id order.
+// decided against (fulfillment.SubscriptionKeys: those they name, those
+// of the orders they match, and those the orders' payments paid), in id
+// order.
 func lockEventSubscriptions(ctx context.Context, tx querier, events []leasedEvent, orders map[fulfillment.OrderKey]*fulfillment.LockedOrder) (lockedSubscriptions, error) {
 	evs := make([]fulfillment.ProviderEvent, len(events))
 	for i, le := range events {
 		evs[i] = le.ev
 	}
+	keys, ids := fulfillment.SubscriptionKeys(evs, orders)
 	var org, env, provider, id []string
-	for _, k := range fulfillment.SubscriptionKeys(evs, orders) {
+	for _, k := range keys {
 		org, env, provider, id = append(org, k.OrgID), append(env, string(k.Environment)), append(provider, string(k.Provider)), append(id, k.ID)
 	}
-	if len(id) == 0 {
-		return lockedSubscriptions{}, nil
+	switch {
+	case len(ids) > 0:
+		return lockSubscriptions(ctx, tx, `(org_id, environment, provider, provider_subscription_id) IN (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])) OR id = ANY($5::uuid[])`, org, env, provider, id, ids)
+	case len(id) > 0:
+		return lockSubscriptions(ctx, tx, `(org_id, environment, provider, provider_subscription_id) IN (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))`, org, env, provider, id)
 	}
-	return lockSubscriptions(ctx, tx, `(org_id, environment, provider, provider_subscription_id) IN (
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))`, org, env, provider, id)
+	return lockedSubscriptions{}, nil
 }
