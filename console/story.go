@@ -211,7 +211,8 @@ func attemptLine(a *fulfillmentv1.DeliveryAttempt) string {
 	}
 	b.WriteString(a.GetOutcome())
 	if a.GetFinishTime() != nil && a.GetStartTime() != nil {
-		fmt.Fprintf(&b, " in %s", a.GetFinishTime().AsTime().Sub(a.GetStartTime().AsTime()).Round(time.Millisecond))
+		// The attempt's own duration, not when the next one is due.
+		fmt.Fprintf(&b, " (the attempt took %s)", a.GetFinishTime().AsTime().Sub(a.GetStartTime().AsTime()).Round(time.Millisecond))
 	}
 	if r := a.GetReason(); r != "" && r != fmt.Sprintf("HTTP %d", a.GetStatus()) {
 		b.WriteString(" — " + r)

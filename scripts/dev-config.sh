@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Writes the development configuration used by `make run` into DIR (once),
+# Writes the development configuration used by `make run` into DIR (again
+# at every run: change it with the FULFILLMENT_* environment overrides of
+# docs/configuration.md, not by editing the file),
 # with freshly generated dev tokens kept in files next to it, and the banner
 # telling how to call the service (banner.txt, printed by make run once the
 # service serves). Never use this configuration in production.
@@ -86,15 +88,22 @@ log:
 YAML
 
 # The banner: make run prints it once the service answers /readyz.
+addr=""
+if [ "$grpc" != 127.0.0.1:9090 ]; then # fulfillctl's default address
+	addr="
+  gRPC is not on fulfillctl's default address: first, in each terminal, export FULFILLCTL_ADDR=$grpc
+"
+fi
 cat >"$dir/banner.txt" <<TEXT
 
-  Fulfillment service (development setup; config: $dir/config.yaml)
+  Fulfillment service (development setup; config: $dir/config.yaml,
+  written again by every make run: override with FULFILLMENT_* variables)
     gRPC      $grpc   (reflection on: grpcurl -plaintext $grpc list)
     REST      http://$http/v1/orders
     OpenAPI   http://$http/openapi.json
     health    http://$http/healthz   http://$http/readyz
     console   http://$http/console/   (sign in with the token in $dir/admin.token)
-
+$addr
   Create an order, then read it back (in another terminal):
 
     TOKEN=\$(cat $dir/checkout.token)

@@ -343,8 +343,8 @@ func (tr *trigger) renewal(ctx context.Context, client fulfillmentv1.Fulfillment
 	if !resp.GetCreated() {
 		how = "found"
 	}
-	_, _ = fmt.Fprintf(tr.out, "subscription %s %s: provider id %s, plan %s, %d periods paid\n", sub.GetId(), how, subID,
-		sub.GetPlanId(), sub.GetPeriods())
+	_, _ = fmt.Fprintf(tr.out, "subscription %s %s: provider id %s, plan %s, %s paid\n", sub.GetId(), how, subID,
+		sub.GetPlanId(), plural(sub.GetPeriods(), "period"))
 	var h hook
 	if tb {
 		h, err = tr.tbankHook(tbankNotice{OrderID: "trg-renewal-" + randomHex(6), PaymentID: json.Number(randomDigits(10)),
@@ -361,7 +361,7 @@ func (tr *trigger) renewal(ctx context.Context, client fulfillmentv1.Fulfillment
 		return err
 	}
 	want := sub.GetPeriods() + 1
-	if err := tr.wait(ctx, fmt.Sprintf("subscription %s has %d periods paid", sub.GetId(), want), func() (bool, error) {
+	if err := tr.wait(ctx, fmt.Sprintf("subscription %s has %s paid", sub.GetId(), plural(want, "period")), func() (bool, error) {
 		got, err := client.GetSubscription(ctx, &fulfillmentv1.GetSubscriptionRequest{SubscriptionId: sub.GetId()})
 		return got.GetSubscription().GetPeriods() >= want, err
 	}); err != nil {
@@ -531,4 +531,12 @@ func allDigits(s string) bool {
 		}
 	}
 	return true
+}
+
+// plural is n and noun, with an s unless n is 1.
+func plural[N ~int32 | ~int64 | ~int](n N, noun string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, noun)
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

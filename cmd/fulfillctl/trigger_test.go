@@ -175,12 +175,12 @@ func TestTriggerScenarios(t *testing.T) {
 		// renewal: each run pays one more period of the subscription.
 		out, _ = s.triggered(t, "renewal", append(args, "--plan", "pro-monthly", "--customer", "user_"+provider))
 		m := regexp.MustCompile(`(?m)^subscription (\S+) registered: provider id (\S+), plan pro-monthly, 0 periods paid$`).FindStringSubmatch(out)
-		if len(m) != 3 || !strings.Contains(out, "subscription "+m[1]+" has 1 periods paid\n") {
+		if len(m) != 3 || !strings.Contains(out, "subscription "+m[1]+" has 1 period paid\n") {
 			t.Fatalf("%s renewal printed:\n%s", provider, out)
 		}
 		sub, providerID := m[1], m[2]
 		out, _ = s.triggered(t, "renewal", append(args, "--plan", "pro-monthly", "--customer", "user_"+provider, "--subscription-id", providerID))
-		if !strings.Contains(out, "subscription "+sub+" found: provider id "+providerID+", plan pro-monthly, 1 periods paid\n") {
+		if !strings.Contains(out, "subscription "+sub+" found: provider id "+providerID+", plan pro-monthly, 1 period paid\n") {
 			t.Errorf("%s renewal again printed:\n%s", provider, out)
 		}
 		got, err := s.client.GetSubscription(admin(t), &fulfillmentv1.GetSubscriptionRequest{SubscriptionId: sub})

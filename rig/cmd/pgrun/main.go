@@ -80,6 +80,11 @@ func run(ctx context.Context) error {
 	}
 	announce := func() {}
 	if *ready != "" {
+		// Before anything starts: a server that already answers there
+		// (another instance on the same ports) would be announced as this one.
+		if err := notServing(*ready); err != nil {
+			return err
+		}
 		announce = func() { go announceReady(ctx, *ready, *banner) }
 	}
 
@@ -130,6 +135,17 @@ func ended(err error) string {
 		return fmt.Sprintf("stopped by signal %d", int(code)-128)
 	}
 	return "failed (" + err.Error() + ")"
+}
+
+// notServing fails when something already answers at url.
+func notServing(url string) error {
+	resp, err := (&http.Client{Timeout: time.Second}).Get(url)
+	if err != nil {
+		return nil
+	}
+	_ = resp.Body.Close()
+	return fmt.Errorf("something already answers at %s (another instance?): stop it, or give this one other ports "+
+		"(make run: FULFILLMENT_LISTEN_GRPC, FULFILLMENT_LISTEN_HTTP, FULFILLMENT_LISTEN_INGEST; docs/configuration.md)", url)
 }
 
 // announceReady prints the banner file once url answers 200, polling until
