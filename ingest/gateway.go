@@ -133,12 +133,18 @@ func (g *Gateway) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		g.reject(w, r, ep.Adapter, id, http.StatusMethodNotAllowed, outcomeMethod, "webhooks are POSTed", nil)
 		return
 	}
+	tooLarge := "body exceeds " + strconv.FormatInt(g.opts.MaxBodyBytes, 10) + " bytes"
+	if r.ContentLength > g.opts.MaxBodyBytes {
+		// Refused as declared, before any of it is read (and before a
+		// client that asked to continue is told to send it).
+		g.reject(w, r, ep.Adapter, id, http.StatusRequestEntityTooLarge, outcomeTooLarge, tooLarge, nil)
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.opts.MaxBodyBytes))
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			g.reject(w, r, ep.Adapter, id, http.StatusRequestEntityTooLarge, outcomeTooLarge,
-				"body exceeds "+strconv.FormatInt(g.opts.MaxBodyBytes, 10)+" bytes", nil)
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			g.reject(w, r, ep.Adapter, id, http.StatusRequestEntityTooLarge, outcomeTooLarge, tooLarge, nil)
 			return
 		}
 		g.reject(w, r, ep.Adapter, id, http.StatusBadRequest, outcomeInvalid, "could not read the body", err)

@@ -111,6 +111,17 @@ func TestGatewayRejectsBeforeRecording(t *testing.T) {
 		{"unsigned", func() *httptest.ResponseRecorder { return post(h, []byte(body), "") }, 401},
 		{"wrong secret", func() *httptest.ResponseRecorder { return post(h, []byte(body), "another-secret-0123456789") }, 401},
 		{"too large", func() *httptest.ResponseRecorder { return post(h, bytes.Repeat([]byte("x"), 5000), secret) }, 413},
+		{"declared too large", func() *httptest.ResponseRecorder {
+			// A signed body whose declared length is past the limit:
+			// refused as declared, before any of it is read.
+			req := httptest.NewRequest("POST", "/webhooks/ep", strings.NewReader(body))
+			req.Header.Set(yolfi.EventIDHeader, "evt_1")
+			req.Header.Set("X-Yolfi-Signature", yolfi.Sign([]byte(secret), []byte(body)))
+			req.ContentLength = 1 << 30
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			return w
+		}, 413},
 		{"not JSON", func() *httptest.ResponseRecorder { return post(h, []byte("nope"), secret) }, 400},
 		{"org mismatch", func() *httptest.ResponseRecorder {
 			return post(h, []byte(strings.Replace(body, `"livemode":true`, `"livemode":true,"orgId":"org_b"`, 1)), secret)

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/utilities"
@@ -113,7 +114,14 @@ func (s *Server) newHTTPHandler(ctx context.Context) (http.Handler, error) {
 		mux.Handle("GET /metrics", s.opts.Metrics)
 	}
 	if s.opts.Console != nil {
-		mux.Handle("/console/", s.opts.Console(s.local))
+		console := s.opts.Console(s.local)
+		mux.Handle("/console/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := addressUTF8(r); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			console.ServeHTTP(w, r)
+		}))
 		mux.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -159,6 +167,10 @@ func (s *Server) guardREST(next http.Handler) http.Handler {
 			refuseUnread(w, 0, err)
 			return
 		}
+		if err := addressUTF8(r); err != nil {
+			refuseUnread(w, http.StatusBadRequest, status.Error(codes.InvalidArgument, err.Error()))
+			return
+		}
 		if r.ContentLength > limit {
 			refuseUnread(w, http.StatusRequestEntityTooLarge, status.Error(codes.InvalidArgument, tooLarge))
 			return
@@ -178,6 +190,31 @@ func (s *Server) guardREST(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// addressUTF8 fails when the request's path or a query parameter, decoded,
+// is not UTF-8: every text the API takes is a protobuf string, which must
+// be, and the gateway would fail to encode the call (an internal error)
+// rather than refuse it.
+func addressUTF8(r *http.Request) error {
+	if !utf8.ValidString(r.URL.Path) {
+		return errors.New("the request's path is not valid UTF-8 once percent-decoded")
+	}
+	query, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil // (the gateway's own parser answers malformed queries)
+	}
+	for key, values := range query {
+		if !utf8.ValidString(key) {
+			return errors.New("a query parameter's name is not valid UTF-8 once percent-decoded")
+		}
+		for _, v := range values {
+			if !utf8.ValidString(v) {
+				return fmt.Errorf("query parameter %q is not valid UTF-8 once percent-decoded", key)
+			}
+		}
+	}
+	return nil
 }
 
 // restError answers a request the gateway did not forward, in the

@@ -202,6 +202,28 @@ func TestUnknownQueryParameter(t *testing.T) {
 	}
 }
 
+// A path or query parameter that is not UTF-8 once percent-decoded is
+// refused (400, INVALID_ARGUMENT, naming what), on REST and on the
+// console, not an internal error from encoding the call.
+func TestAddressNotUTF8(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, nil)
+	for path, want := range map[string]string{
+		"/v1/orders?org_id=org_a&merchant_order_id=%FF": `query parameter "merchant_order_id" is not valid UTF-8`,
+		"/v1/orders/%FF":                  "the request's path is not valid UTF-8",
+		"/v1/reconciliation/items/%C3%28": "the request's path is not valid UTF-8",
+		"/v1/orders?org_id=org_a&%FF=1":   "a query parameter's name is not valid UTF-8",
+	} {
+		code, body := ts.do(t, "GET", path, tokOps, nil)
+		if code != http.StatusBadRequest || fmt.Sprint(body["code"]) != "3" || !strings.Contains(fmt.Sprint(body["message"]), want) {
+			t.Errorf("GET %s: %d %v, want 400, code 3, %q", path, code, body, want)
+		}
+	}
+	if code, body := ts.do(t, "GET", "/v1/orders?org_id=org_a&merchant_order_id=%C3%A9", tokOps, nil); code != http.StatusOK {
+		t.Errorf("a UTF-8 parameter: %d %v, want 200", code, body)
+	}
+}
+
 // maximalOrder is a CreateOrder request of 100 lines whose texts are all at
 // their longest: the largest item a listing page can hold.
 func maximalOrder(merchantID string) *fulfillmentv1.CreateOrderRequest {
