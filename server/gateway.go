@@ -108,20 +108,20 @@ func (s *Server) newHTTPHandler(ctx context.Context) (http.Handler, error) {
 	}
 
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", s.traceREST(s.guardREST(gw)))
+	mux.Handle("/v1/", s.traceREST(s.boundCall(s.guardREST(gw))))
 	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
 	if s.opts.Metrics != nil {
 		mux.Handle("GET /metrics", s.opts.Metrics)
 	}
 	if s.opts.Console != nil {
 		console := s.opts.Console(s.local)
-		mux.Handle("/console/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mux.Handle("/console/", s.boundCall(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if err := addressUTF8(r); err != nil {
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return
 			}
 			console.ServeHTTP(w, r)
-		}))
+		})))
 		mux.Handle("GET /console", http.RedirectHandler("/console/", http.StatusMovedPermanently))
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -138,6 +138,20 @@ func (s *Server) newHTTPHandler(ctx context.Context) (http.Handler, error) {
 		h = httpmetrics.New(reg, "http").Handler(h)
 	}
 	return h, nil
+}
+
+// boundCall holds a REST request or a console page to grpc.max_call_duration
+// from its arrival, as a gRPC call is held from its own: the calls they
+// make share the in-process connection's streams
+// (grpc.max_concurrent_streams), and one that waits for a stream waits
+// within that time, not for as long as the calls ahead of it take.
+func (s *Server) boundCall(next http.Handler) http.Handler {
+	limit := s.cfg.GRPC.WithDefaults().MaxCallDuration
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), limit)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 // nameRESTRoute names the REST route of a request, for its metrics: the
@@ -186,10 +200,52 @@ func (s *Server) guardREST(next http.Handler) http.Handler {
 				refuseUnread(w, http.StatusBadRequest, status.Error(codes.InvalidArgument, "the request body could not be read in full"))
 				return
 			}
+			if err := oneJSONValue(body); err != nil {
+				refuseUnread(w, http.StatusBadRequest, status.Error(codes.InvalidArgument, err.Error()))
+				return
+			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// oneJSONValue fails when body is not one JSON value with nothing but
+// white space after it, saying where: the gateway reads the first value
+// and ignores the rest (a body with trailing data would be acted on), and
+// its decoder's errors name no place. What the value holds is the
+// gateway's to check.
+func oneJSONValue(body []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var v json.RawMessage
+	err := dec.Decode(&v)
+	var syntax *json.SyntaxError
+	switch {
+	case errors.As(err, &syntax):
+		return fmt.Errorf("the request body is not valid JSON at %s: %s", lineColumn(body, syntax.Offset-1), syntax.Error())
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return errors.New("the request body ends before its JSON value does")
+	case err != nil:
+		return fmt.Errorf("the request body is not valid JSON: %w", err)
+	}
+	rest := dec.InputOffset()
+	for i := rest; i < int64(len(body)); i++ {
+		switch body[i] {
+		case ' ', '\t', '\r', '\n':
+		default:
+			return fmt.Errorf("the request body goes on after its JSON value, at %s: it must hold one value", lineColumn(body, i))
+		}
+	}
+	return nil
+}
+
+// lineColumn is where byte offset sits in text: "line L, column C", both
+// counted from 1, columns in bytes.
+func lineColumn(text []byte, offset int64) string {
+	offset = max(min(offset, int64(len(text))), 0)
+	line := 1 + bytes.Count(text[:offset], []byte("\n"))
+	column := offset - int64(bytes.LastIndexByte(text[:offset], '\n'))
+	return fmt.Sprintf("line %d, column %d", line, column)
 }
 
 // addressUTF8 fails when the request's path or a query parameter, decoded,

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strings"
 	"testing"
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
@@ -39,5 +40,29 @@ func TestBodyError(t *testing.T) {
 	}
 	if _, ok := bodyError("order_id: must be a UUID"); ok {
 		t.Error("a service message was reworded")
+	}
+}
+
+// A REST body is one JSON value and nothing after it but white space;
+// what is wrong is said with its place.
+func TestOneJSONValue(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string]string{
+		`{"a": 1}`:                       "",
+		" {\"a\": 1}\n\t ":               "",
+		`{"a": 1} {"org_id": "x"}`:       "the request body goes on after its JSON value, at line 1, column 10: it must hold one value",
+		"{\"a\": 1}\n garbage":           "the request body goes on after its JSON value, at line 2, column 2: it must hold one value",
+		`{"a": 1`:                        "the request body ends before its JSON value does",
+		"{\n  \"a\": x}":                 "the request body is not valid JSON at line 2, column 8: invalid character 'x' looking for beginning of value",
+		`bogus=1`:                        "the request body is not valid JSON at line 1, column 1: invalid character 'b' looking for beginning of value",
+		`[` + strings.Repeat("[", 20000): "the request body is not valid JSON at line 1, column 10001: invalid character '[' exceeded max depth",
+	} {
+		got := ""
+		if err := oneJSONValue([]byte(body)); err != nil {
+			got = err.Error()
+		}
+		if got != want {
+			t.Errorf("%.40q: %q, want %q", body, got, want)
+		}
 	}
 }

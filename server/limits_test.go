@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"bufio"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -222,6 +224,78 @@ func TestAddressNotUTF8(t *testing.T) {
 	if code, body := ts.do(t, "GET", "/v1/orders?org_id=org_a&merchant_order_id=%C3%A9", tokOps, nil); code != http.StatusOK {
 		t.Errorf("a UTF-8 parameter: %d %v, want 200", code, body)
 	}
+}
+
+// A REST body holding more after its JSON value is refused whole, and
+// stores nothing: the gateway would read the first value and act on it.
+func TestBodyWithTrailingData(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, nil)
+	valid, err := json.Marshal(orderBody("org_a", "trailing-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{string(valid) + ` {"org_id": "org_b"}`, string(valid) + "\n garbage"} {
+		req, err := http.NewRequest("POST", ts.httpURL+"/v1/orders", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tokCheckout)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(raw), "goes on after its JSON value") {
+			t.Errorf("%.60q…: %d %s, want 400 saying the body goes on", body[len(body)-20:], resp.StatusCode, raw)
+		}
+	}
+	list, err := ts.client.ListOrders(withToken(tokOps), &fulfillmentv1.ListOrdersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(list.GetOrders()); n != 0 {
+		t.Errorf("%d orders stored by bodies with trailing data", n)
+	}
+}
+
+// A REST call waits for a stream of the in-process connection within
+// grpc.max_call_duration from its arrival: with the only stream
+// (max_concurrent_streams 1) held by an order event feed, it is answered
+// DEADLINE_EXCEEDED (504) about then, rather than when the feed ends.
+func TestRESTCallWaitingForAStreamIsBounded(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, func(c *config.Config) {
+		c.GRPC.MaxConcurrentStreams = 1
+		c.GRPC.MaxCallDuration = time.Second
+	})
+	ctx, cancel := context.WithCancel(withToken(tokOps))
+	defer cancel()
+	feed, err := fulfillmentv1.NewFulfillmentServiceClient(ts.local).WatchOrderEvents(ctx, &fulfillmentv1.WatchOrderEventsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := feed.Header(); err != nil {
+		t.Fatalf("the feed did not start: %v", err)
+	}
+	client := &http.Client{Timeout: 20 * time.Second}
+	req, err := http.NewRequest("GET", ts.httpURL+"/v1/orders", http.NoBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tokOps)
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("the call waited past %v: %v", time.Since(start).Round(time.Millisecond), err)
+	}
+	_ = resp.Body.Close()
+	took := time.Since(start)
+	if resp.StatusCode != http.StatusGatewayTimeout || took > 10*time.Second {
+		t.Errorf("%d after %v, want 504 after about a second", resp.StatusCode, took.Round(time.Millisecond))
+	}
+	t.Logf("%d after %v", resp.StatusCode, took.Round(time.Millisecond))
 }
 
 // maximalOrder is a CreateOrder request of 100 lines whose texts are all at

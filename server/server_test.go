@@ -54,6 +54,7 @@ type testServer struct {
 	httpURL  string
 	grpcAddr string
 	conn     *grpc.ClientConn // plain-text connection; nil with TLS
+	local    *grpc.ClientConn // the in-process connection REST and the console call through
 	client   fulfillmentv1.FulfillmentServiceClient
 	logs     *syncBuffer
 	db       string // the database's URL, for what a test writes behind the service's back
@@ -102,7 +103,7 @@ func startServer(t *testing.T, mutate func(*config.Config)) *testServer {
 	case err := <-done:
 		t.Fatalf("server did not start: %v", err)
 	}
-	ts := &testServer{httpURL: "http://" + srv.HTTPAddr(), grpcAddr: srv.GRPCAddr(), logs: logs, db: db}
+	ts := &testServer{httpURL: "http://" + srv.HTTPAddr(), grpcAddr: srv.GRPCAddr(), logs: logs, db: db, local: srv.LocalConn()}
 	if cfg.TLS == nil {
 		conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
