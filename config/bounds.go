@@ -23,6 +23,12 @@ type HTTP struct {
 	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// IdleTimeout closes a keep-alive connection idle this long (default 2m).
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxConnections caps the connections open at once on each HTTP
+	// listener, the API's and the webhooks' (default 1024): more wait to
+	// be accepted, so that clients holding connections open cannot take
+	// every file the process may open (its database connections and
+	// deliveries need some).
+	MaxConnections int `yaml:"max_connections"`
 }
 
 // GRPC bounds the gRPC listener (listen.grpc) and the responses of the API,
@@ -40,6 +46,9 @@ type GRPC struct {
 	// MaxConcurrentStreams caps the calls in flight on one connection
 	// (default 100).
 	MaxConcurrentStreams uint32 `yaml:"max_concurrent_streams"`
+	// MaxConnections caps the connections open at once on the gRPC
+	// listener (default 1024): more wait to be accepted.
+	MaxConnections int `yaml:"max_connections"`
 	// ConnectionTimeout bounds a new connection's handshake (default 10s).
 	ConnectionTimeout time.Duration `yaml:"connection_timeout"`
 	// MaxConnectionIdle closes a connection without calls for this long
@@ -66,6 +75,7 @@ const (
 	DefaultHTTPMaxBodyBytes = 1 << 20
 	DefaultGRPCMaxMsgBytes  = 4 << 20
 	DefaultGRPCMaxPageBytes = 1 << 20
+	DefaultMaxConnections   = 1024
 )
 
 // WithDefaults returns h with the defaults in place of zero values (Load
@@ -76,6 +86,7 @@ func (h HTTP) WithDefaults() HTTP {
 	setInt(&h.ReadTimeout, 30*time.Second)
 	setInt(&h.WriteTimeout, 60*time.Second)
 	setInt(&h.IdleTimeout, 2*time.Minute)
+	setInt(&h.MaxConnections, DefaultMaxConnections)
 	return h
 }
 
@@ -85,6 +96,7 @@ func (g GRPC) WithDefaults() GRPC {
 	setInt(&g.MaxSendBytes, DefaultGRPCMaxMsgBytes)
 	setInt(&g.MaxPageBytes, DefaultGRPCMaxPageBytes)
 	setInt(&g.MaxConcurrentStreams, 100)
+	setInt(&g.MaxConnections, DefaultMaxConnections)
 	setInt(&g.ConnectionTimeout, 10*time.Second)
 	setInt(&g.MaxConnectionIdle, 5*time.Minute)
 	setInt(&g.KeepaliveTime, time.Minute)
@@ -128,6 +140,10 @@ func (c *Config) validateBounds() error {
 	switch {
 	case h.MaxBodyBytes < 0:
 		return errors.New("http.max_body_bytes: must not be negative")
+	case h.MaxConnections < 0:
+		return errors.New("http.max_connections: must not be negative")
+	case g.MaxConnections < 0:
+		return errors.New("grpc.max_connections: must not be negative")
 	case g.MaxRecvBytes < minGRPCRecvBytes:
 		return fmt.Errorf("grpc.max_recv_bytes: at least %d, so that the largest webhook can be recorded", minGRPCRecvBytes)
 	case h.MaxBodyBytes > int64(g.MaxRecvBytes):

@@ -298,6 +298,45 @@ func TestRESTCallWaitingForAStreamIsBounded(t *testing.T) {
 	t.Logf("%d after %v", resp.StatusCode, took.Round(time.Millisecond))
 }
 
+// The HTTP listener holds at most http.max_connections connections open:
+// with its two taken by clients that send nothing, a third waits to be
+// accepted (its request is not answered), and is served once one of them
+// goes.
+func TestHTTPConnectionsCapped(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, func(c *config.Config) { c.HTTP.MaxConnections = 2 })
+	addr := strings.TrimPrefix(ts.httpURL, "http://")
+	var held []net.Conn
+	t.Cleanup(func() {
+		for _, c := range held {
+			_ = c.Close()
+		}
+	})
+	for range 2 {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, conn)
+	}
+	get := func(timeout time.Duration) (int, error) {
+		client := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := client.Get(ts.httpURL + "/healthz")
+		if err != nil {
+			return 0, err
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	if code, err := get(time.Second); err == nil {
+		t.Fatalf("with both connections taken, a third was answered %d", code)
+	}
+	_ = held[0].Close()
+	if code, err := get(10 * time.Second); err != nil || code != http.StatusOK {
+		t.Fatalf("with one connection free: %d, %v; want 200", code, err)
+	}
+}
+
 // maximalOrder is a CreateOrder request of 100 lines whose texts are all at
 // their longest: the largest item a listing page can hold.
 func maximalOrder(merchantID string) *fulfillmentv1.CreateOrderRequest {

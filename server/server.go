@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -147,6 +148,8 @@ func (s *Server) Listen() error {
 		_ = s.grpcLis.Close() // the listen error is the one to report
 		return fmt.Errorf("listening for HTTP on %s: %w", s.cfg.HTTPAddr, err)
 	}
+	s.grpcLis = netutil.LimitListener(s.grpcLis, s.cfg.GRPC.WithDefaults().MaxConnections)
+	s.httpLis = netutil.LimitListener(s.httpLis, s.cfg.HTTP.WithDefaults().MaxConnections)
 	return nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fulfillplatform/fulfillment/config"
@@ -171,6 +172,7 @@ func (a *App) build(cfg *config.Config, endpoints []ingest.Endpoint) error {
 	if a.ingestLis, err = net.Listen("tcp", cfg.Listen.Ingest); err != nil {
 		return fmt.Errorf("listening for webhooks on %s: %w", cfg.Listen.Ingest, err)
 	}
+	a.ingestLis = netutil.LimitListener(a.ingestLis, cfg.HTTP.WithDefaults().MaxConnections)
 	if cfg.Listen.Debug != "" {
 		if a.debugLis, err = net.Listen("tcp", cfg.Listen.Debug); err != nil {
 			return fmt.Errorf("listening for pprof on %s: %w", cfg.Listen.Debug, err)
