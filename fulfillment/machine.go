@@ -141,6 +141,11 @@ type PaidOrder struct {
 	// PaidBy identifies the payment that paid the order: empty while unpaid,
 	// and when that payment did not identify itself.
 	PaidBy PaidRefs
+	// PaidByEvent names the event that paid the order (PaidEventRef) when
+	// its payment names no payment id: PaidBy cannot tell that payment
+	// from another of the same invoice, but that same event, processed
+	// again, is already applied.
+	PaidByEvent string
 	// Attempts holds the recorded state of the order's payment attempts.
 	Attempts map[AttemptKey]AttemptState
 	// PartialRefunds are the partial refunds recorded for the order, in
@@ -196,7 +201,7 @@ func (o *PaidOrder) Apply(ev ProviderEvent, out Outcome) {
 		case MoveOrder:
 			o.State = e.To
 		case MarkPaid:
-			o.Paid, o.PaidBy = true, ev.Payment.PaidRefs()
+			o.Paid, o.PaidBy, o.PaidByEvent = true, ev.Payment.PaidRefs(), PaidEventRef(ev)
 		case RecordAttempt:
 			if o.Attempts == nil {
 				o.Attempts = map[AttemptKey]AttemptState{}
@@ -229,6 +234,16 @@ func (p PaymentInfo) PaidRefs() PaidRefs {
 		return PaidRefs{}
 	}
 	return PaidRefs{AttemptRef: p.AttemptRef, InvoiceID: p.InvoiceID, PaymentID: p.PaymentID}
+}
+
+// PaidEventRef is what an order that ev pays records of ev
+// (PaidOrder.PaidByEvent): its provider and id when its payment names no
+// payment id, "" otherwise (the payment id tells it apart).
+func PaidEventRef(ev ProviderEvent) string {
+	if ev.Payment.PaymentID != "" || ev.EventID == "" {
+		return ""
+	}
+	return string(ev.Provider) + "/" + ev.EventID
 }
 
 // SamePayment compares the payment r with confirmation p. Two payment ids
@@ -319,6 +334,9 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 	p := ev.Payment
 	confirmed := recordAttempt(ev, AttemptConfirmed)
 	if order.Paid {
+		if order.PaidByEvent != "" && order.PaidByEvent == PaidEventRef(ev) {
+			return outcome(DecisionAlreadyApplied, "this event already paid the order", confirmed...)
+		}
 		switch same, known := order.PaidBy.SamePayment(p); {
 		case !known:
 			return unidentified(order.PaidBy, p, confirmed)

@@ -21,6 +21,9 @@ func TestDecide(t *testing.T) {
 	paidByPayment := &PaidOrder{State: StateFulfilled, Settlement: settlement, Paid: true, PaidBy: PaidRefs{AttemptRef: "pay_1", PaymentID: "pay_1"}}
 	// … or by a payment that named neither invoice nor payment: no refs.
 	paidUnidentified := &PaidOrder{State: StateFulfilled, Settlement: settlement, Paid: true}
+	// … and by which event, when its payment named no payment id.
+	paidByInvoiceEvent := *paidByInvoice
+	paidByInvoiceEvent.PaidByEvent = "yolfi/evt_paid"
 	heldUnidentified := &PaidOrder{State: StateOnHold, Settlement: settlement, Paid: true}
 	external := &PaidOrder{State: StatePendingPayment, Settlement: settlement, HasExternalLines: true}
 	noSettlement := &PaidOrder{State: StatePendingPayment}
@@ -36,6 +39,10 @@ func TestDecide(t *testing.T) {
 	other.Payment.AttemptRef, other.Payment.InvoiceID, other.Payment.PaymentID = "inv_2", "inv_2", "pay_2"
 	invoiceOnly := confirmed("25", "USDT", "TRON")
 	invoiceOnly.Payment.PaymentID = ""
+	invoiceOnlyPaid := invoiceOnly
+	invoiceOnlyPaid.Provider, invoiceOnlyPaid.EventID = ProviderYolfi, "evt_paid"
+	invoiceOnlyAnother := invoiceOnlyPaid
+	invoiceOnlyAnother.EventID = "evt_another"
 	paymentOnly := confirmed("25", "USDT", "TRON")
 	paymentOnly.Payment.AttemptRef, paymentOnly.Payment.InvoiceID = "pay_1", ""
 	// Unidentifiable: a merchant order id alone, or with a checkout session
@@ -104,6 +111,10 @@ func TestDecide(t *testing.T) {
 		{"identified paid, same payment id without the invoice", paymentOnly, paid,
 			shape{Decision: DecisionAlreadyApplied, Attempt: AttemptConfirmed}},
 		{"paid by invoice only, same invoice again", invoiceOnly, paidByInvoice,
+			shape{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
+		{"paid by invoice only, the event that paid it again (a replay)", invoiceOnlyPaid, &paidByInvoiceEvent,
+			shape{Decision: DecisionAlreadyApplied, Attempt: AttemptConfirmed}},
+		{"paid by invoice only, another event of the same invoice", invoiceOnlyAnother, &paidByInvoiceEvent,
 			shape{Decision: DecisionUnidentifiedPayment, Attempt: AttemptConfirmed, Item: ReconUnidentifiedPayment}},
 		{"paid by invoice only, another invoice", other, paidByInvoice,
 			shape{Decision: DecisionDuplicatePayment, Attempt: AttemptConfirmed, Item: ReconExtraPayment}},

@@ -111,6 +111,7 @@ type orderRow struct {
 	paid         bool
 	refs         fulfillment.PaidRefs
 	subscription string // the subscription its payment paid; "": unchanged
+	event        string // with paid: fulfillment.PaidEventRef of the event that paid it
 }
 
 type shareRow struct {
@@ -234,7 +235,7 @@ func (w *effectWriter) orderStep(le leasedEvent, st fulfillment.Step) error {
 			w.order(m.ID).state = e.To
 		case fulfillment.MarkPaid:
 			o := w.order(m.ID)
-			o.paid, o.refs = true, p.PaidRefs()
+			o.paid, o.refs, o.event = true, p.PaidRefs(), fulfillment.PaidEventRef(ev)
 		case fulfillment.GrantLicenses:
 			if len(m.LicenseLines) > 0 {
 				*w.grants.at(m.ID) = m.LicenseLines
@@ -475,7 +476,7 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 		var id, state []string
 		var version []pgtype.TID
 		var paid []bool
-		var attemptRef, invoiceID, paymentID, subscription nulls[string]
+		var attemptRef, invoiceID, paymentID, subscription, event nulls[string]
 		for _, o := range rows {
 			v, ok := w.versions[o.id]
 			if !ok {
@@ -485,7 +486,7 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 			// identify itself records none.
 			id, version, state, paid = append(id, o.id), append(version, v), append(state, string(o.state)), append(paid, o.paid)
 			attemptRef, invoiceID, paymentID = append(attemptRef, opt(o.refs.AttemptRef)), append(invoiceID, opt(o.refs.InvoiceID)), append(paymentID, opt(o.refs.PaymentID))
-			subscription = append(subscription, opt(o.subscription))
+			subscription, event = append(subscription, opt(o.subscription)), append(event, opt(o.event))
 		}
 		// Each order is found at the row version its lock read (a TID
 		// scan: no descent of the primary key), which no one can have
@@ -504,15 +505,16 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 				paid_invoice_id  = CASE WHEN u.paid THEN u.invoice_id ELSE o.paid_invoice_id END,
 				paid_payment_id  = CASE WHEN u.paid THEN u.payment_id ELSE o.paid_payment_id END,
 				paid_at          = CASE WHEN u.paid THEN now() ELSE o.paid_at END,
+				paid_event       = CASE WHEN u.paid THEN u.event ELSE o.paid_event END,
 				paid_subscription_id = coalesce(u.subscription, o.paid_subscription_id),
 				updated_at = now()
-			FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[], $5::text[], $6::text[], $7::tid[], $9::uuid[])
-				AS u (id, state, paid, attempt_ref, invoice_id, payment_id, version, subscription)
+			FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[], $5::text[], $6::text[], $7::tid[], $9::uuid[], $10::text[])
+				AS u (id, state, paid, attempt_ref, invoice_id, payment_id, version, subscription, event)
 			WHERE o.ctid = u.version AND o.id = u.id::uuid
 			RETURNING 1)
 			SELECT CASE WHEN count(*) = $8 THEN count(*)
 				ELSE ('updating orders: ' || count(*) || ' of ' || $8 || ' found at the version locked')::bigint END
-			FROM updated`, id, state, paid, attemptRef, invoiceID, paymentID, version, want, subscription)
+			FROM updated`, id, state, paid, attemptRef, invoiceID, paymentID, version, want, subscription, event)
 	}
 	if len(w.grants.keys()) > 0 {
 		// One license per unit, of the lines read with the order's lock.

@@ -392,6 +392,7 @@ type lockedOrderRow struct {
 	PaidInvoiceID       *string
 	PaidPaymentID       *string
 	PaidSubscription    *string
+	PaidEvent           *string
 	StartedSessions     []string
 	// Its lines.
 	HasExternalLines bool
@@ -419,7 +420,7 @@ func (row *lockedOrderRow) scan(r pgx.Rows) error {
 		&row.State, &row.TotalCurrency, &row.TotalMinorUnits,
 		&row.SettlementToken, &row.SettlementNetwork, &row.SettlementAmount, &row.SettlementTolerance,
 		&row.Paid, &row.PaidAttemptRef, &row.PaidInvoiceID, &row.PaidPaymentID,
-		&row.PaidSubscription, &row.StartedSessions,
+		&row.PaidSubscription, &row.PaidEvent, &row.StartedSessions,
 		&row.HasExternalLines, &row.SubscriptionPlan, &row.SubscriptionFor,
 		&row.LineNo, &row.LineSKU, &row.LineQuantity, &row.LineCurrency, &row.LineMinorUnits, &row.LineDestination,
 		&row.LicenseLineNo, &row.LicenseQuantity,
@@ -510,7 +511,7 @@ const lockedOrdersSelect = `
 		o.total_currency, o.total_minor_units,
 		o.settlement_token, o.settlement_network, o.settlement_amount::text, o.settlement_tolerance::text,
 		o.paid_at IS NOT NULL AS paid, o.paid_attempt_ref, o.paid_invoice_id, o.paid_payment_id,
-		o.paid_subscription_id::text, %s AS started_sessions,
+		o.paid_subscription_id::text, o.paid_event, %s AS started_sessions,
 		l.has_external_lines, l.subscription_plan, l.subscription_for,
 		l.line_no, l.line_sku, l.line_quantity, l.line_currency, l.line_minor_units, l.line_destination,
 		l.license_line_no, l.license_quantity,
@@ -724,8 +725,9 @@ func (row *lockedOrderRow) order() (*fulfillment.LockedOrder, error) {
 		PaidOrder: fulfillment.PaidOrder{
 			State: row.State, Total: fulfillment.Money{Currency: row.TotalCurrency, MinorUnits: row.TotalMinorUnits},
 			HasExternalLines: row.HasExternalLines, HasSubscriptionLines: row.SubscriptionPlan != nil, Paid: row.Paid,
-			PaidBy:   fulfillment.PaidRefs{AttemptRef: str(row.PaidAttemptRef), InvoiceID: str(row.PaidInvoiceID), PaymentID: str(row.PaidPaymentID)},
-			Attempts: map[fulfillment.AttemptKey]fulfillment.AttemptState{},
+			PaidBy:      fulfillment.PaidRefs{AttemptRef: str(row.PaidAttemptRef), InvoiceID: str(row.PaidInvoiceID), PaymentID: str(row.PaidPaymentID)},
+			PaidByEvent: str(row.PaidEvent),
+			Attempts:    map[fulfillment.AttemptKey]fulfillment.AttemptState{},
 		}}
 	var err error
 	if o.Settlement, err = settlementFrom(row.SettlementToken, row.SettlementNetwork, row.SettlementAmount, row.SettlementTolerance); err != nil {

@@ -177,3 +177,48 @@ func TestMigration044OrderPaidSubscription(t *testing.T) {
 	}
 	scenarioAcrossMigration(t, "_order_paid_subscription.sql", recorded, "no column", "1 recorded, 0 otherwise")
 }
+
+// Migration 045 records on each order paid by a payment that named no
+// payment id the event that paid it. Processing records it; migrating
+// down and up again finds the same event for the same order (and none for
+// an order whose payment named its id), and every row of the one-batch
+// scenario is kept.
+func TestMigration045OrderPaidEvent(t *testing.T) {
+	t.Parallel()
+	s, conn, _ := processedScenario(t)
+	ctx := context.Background()
+	if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", "m-invoice-only")); err != nil {
+		t.Fatal(err)
+	}
+	ev := confirmedEvent("evt_invoice_only", "m-invoice-only")
+	ev.Payment.PaymentID = ""
+	if got := deliver(t, s, ev); got != "fulfilled" {
+		t.Fatalf("the invoice-only payment: %s", got)
+	}
+	recorded := func() string {
+		t.Helper()
+		var refs string
+		if err := conn.QueryRow(ctx, `SELECT coalesce(string_agg(merchant_order_id || '=' || paid_event, ', '
+			ORDER BY merchant_order_id), 'none') FROM orders WHERE paid_event IS NOT NULL`).Scan(&refs); err != nil {
+			t.Fatal(err)
+		}
+		return refs
+	}
+	const want = "m-invoice-only=yolfi/evt_invoice_only"
+	if got := recorded(); got != want {
+		t.Fatalf("processed: %s, want %s", got, want)
+	}
+	rows := writtenRows(t, conn)
+	m, v := migrator(t, conn, "_order_paid_event.sql")
+	for _, version := range []int32{v - 1, v, v - 1, int32(len(m.Migrations))} {
+		if err := m.MigrateTo(ctx, version); err != nil {
+			t.Fatalf("migrating to %d: %v", version, err)
+		}
+		if got := writtenRows(t, conn); got != rows {
+			t.Fatalf("at version %d the rows are:\n%s\nwant:\n%s", version, got, rows)
+		}
+	}
+	if got := recorded(); got != want {
+		t.Errorf("migrated down and up: %s, want %s", got, want)
+	}
+}

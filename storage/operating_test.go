@@ -38,7 +38,8 @@ func effects(t *testing.T, conn *pgx.Conn) string {
 }
 
 // Every event of a fulfilled order with external lines (paid, then paid
-// again: an extra payment) and of a refunded T-Bank order (paid, partially
+// again: an extra payment), of an order paid by a payment naming its
+// invoice and no payment id, and of a refunded T-Bank order (paid, partially
 // refunded twice, refunded, refunded again), and an unmatched payment,
 // replayed 10 times each through the real processor: every effect is
 // unchanged, and each replay is recorded. One body is purged first: its
@@ -49,6 +50,12 @@ func TestReplayNeverDuplicatesEffects(t *testing.T) {
 	ctx := context.Background()
 	externalOrder(t, s, "m-ext")
 	creditLicenseOrder(t, s, "m-1")
+	if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", "m-inv")); err != nil {
+		t.Fatal(err)
+	}
+	// A payment naming its invoice and no payment id of its own.
+	invoiceOnly := confirmedEvent("evt_invoice_only", "m-inv")
+	invoiceOnly.Payment.PaymentID = ""
 	events := []struct {
 		ev                fulfillment.ProviderEvent
 		first, afterwards string // the decisions
@@ -56,6 +63,7 @@ func TestReplayNeverDuplicatesEffects(t *testing.T) {
 		{confirmedEvent("evt_paid", "m-ext"), "fulfilled", "already_applied"},
 		{confirmedEvent("evt_extra", "m-ext"), "duplicate_payment", "duplicate_payment"},
 		{confirmedEvent("evt_nobody", "m-none"), "unmatched", "unmatched"},
+		{invoiceOnly, "fulfilled", "already_applied"},
 		{tbankEvent("confirmed", fulfillment.EventPaymentConfirmed, 20000), "fulfilled", ""},
 		{tbankEvent("partial-5000", fulfillment.EventPartiallyRefunded, 5000), "partially_refunded", ""},
 		{tbankEvent("partial-6000", fulfillment.EventPartiallyRefunded, 6000), "partially_refunded", ""},
