@@ -16,8 +16,11 @@ import (
 
 // Bounds of the order event feed.
 const (
-	// maxWatchers bounds the feed streams one process serves at once.
-	maxWatchers = 256
+	// maxWatchers bounds the feed streams one process serves at once;
+	// maxWatchersPerToken, those of one token among them, so that one
+	// caller (or org) cannot take them all.
+	maxWatchers         = 256
+	maxWatchersPerToken = 32
 	// feedBatch is how many events one read of the feed takes.
 	feedBatch = 100
 	// feedPoll: without a notification, the feed is read again after
@@ -25,6 +28,30 @@ const (
 	// last read are sent then.
 	feedPoll = time.Second
 )
+
+// watchFor counts a feed stream of token, unless it follows
+// maxWatchersPerToken already; unwatchFor counts it out.
+func (s *Service) watchFor(token string) bool {
+	s.watchersMu.Lock()
+	defer s.watchersMu.Unlock()
+	if s.byToken[token] >= maxWatchersPerToken {
+		return false
+	}
+	if s.byToken == nil {
+		s.byToken = map[string]int{}
+	}
+	s.byToken[token]++
+	return true
+}
+
+func (s *Service) unwatchFor(token string) {
+	s.watchersMu.Lock()
+	defer s.watchersMu.Unlock()
+	s.byToken[token]--
+	if s.byToken[token] <= 0 {
+		delete(s.byToken, token)
+	}
+}
 
 // errFeedStopping ends a feed stream when the server shuts down: the
 // caller resumes elsewhere, or after the restart, from its cursor.
@@ -51,6 +78,11 @@ func (s *Service) WatchOrderEvents(req *fulfillmentv1.WatchOrderEventsRequest, s
 			return err
 		}
 	}
+	if !s.watchFor(p.Name) {
+		return status.Errorf(codes.ResourceExhausted, "this token already follows %d order event feeds on this server: "+
+			"close one (one feed per consumer carries every event it may see)", maxWatchersPerToken)
+	}
+	defer s.unwatchFor(p.Name)
 	if s.watchers.Add(1) > maxWatchers {
 		s.watchers.Add(-1)
 		return status.Errorf(codes.ResourceExhausted, "this server already streams %d order event feeds: retry later, or on another replica", maxWatchers)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fulfillplatform/fulfillment/config"
@@ -334,6 +336,68 @@ func TestHTTPConnectionsCapped(t *testing.T) {
 	_ = held[0].Close()
 	if code, err := get(10 * time.Second); err != nil || code != http.StatusOK {
 		t.Fatalf("with one connection free: %d, %v; want 200", code, err)
+	}
+}
+
+// One token follows at most 32 order event feeds on one server: the 33rd
+// is RESOURCE_EXHAUSTED, saying so, while another token still follows one,
+// and the first gets a place back when one of its feeds ends.
+func TestFeedsPerToken(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, nil)
+	open := func(token string) (context.CancelFunc, error) {
+		ctx, cancel := context.WithCancel(withToken(token))
+		feed, err := ts.client.WatchOrderEvents(ctx, &fulfillmentv1.WatchOrderEventsRequest{})
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		// A feed sends its headers at once; a refused one ends without
+		// them, with its status.
+		md, err := feed.Header()
+		if err == nil && md == nil {
+			_, err = feed.Recv()
+		}
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		return cancel, nil
+	}
+	var cancels []context.CancelFunc
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	for i := range 32 {
+		cancel, err := open(tokOps)
+		if err != nil {
+			t.Fatalf("feed %d: %v", i+1, err)
+		}
+		cancels = append(cancels, cancel)
+	}
+	_, err := open(tokOps)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "this token already follows 32 order event feeds") {
+		t.Fatalf("the 33rd feed of one token: %v, want RESOURCE_EXHAUSTED naming the token's feeds", err)
+	}
+	if c, err := open(tokCheckout); err != nil {
+		t.Errorf("another token's feed: %v", err)
+	} else {
+		cancels = append(cancels, c)
+	}
+	cancels[0]()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := open(tokOps)
+		if err == nil {
+			cancels = append(cancels, c)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a feed ended, yet the token gets no place back: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -25,8 +26,11 @@ type Service struct {
 	// the providers by endpoint id.
 	payStore fulfillment.PaymentStore
 	payments map[string]fulfillment.PaymentProvider
-	// watchers counts the feed streams being served.
-	watchers atomic.Int64
+	// watchers counts the feed streams being served; byToken, those of
+	// each token (Principal.Name), under watchersMu.
+	watchers   atomic.Int64
+	watchersMu sync.Mutex
+	byToken    map[string]int
 	// stopping is closed when the server starts shutting down: feed
 	// streams, which never end on their own, end then.
 	stopping chan struct{}
