@@ -67,6 +67,22 @@ func TestDatabaseOutage(t *testing.T) {
 		t.Errorf("lines saying the database is unreachable: %q; want one, at ERROR", said)
 	}
 
+	// The API says so too, with when to try again (after the lines above:
+	// a call that fails logs its own).
+	req, err := http.NewRequest("GET", "http://"+a.HTTPAddr()+"/v1/orders", http.NoBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := (&http.Client{Timeout: 40 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("REST during the outage: %d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+
 	if err := cluster.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}

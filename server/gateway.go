@@ -341,8 +341,16 @@ func (s *Server) gatewayError(ctx context.Context, mux *runtime.ServeMux, _ runt
 			err = status.Error(codes.InvalidArgument, msg)
 		}
 	}
+	if status.Code(err) == codes.Unavailable {
+		// As the webhooks' 503 says: worth trying again shortly.
+		w.Header().Set("Retry-After", retryAfterUnavailable)
+	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, errorMarshaler, w, r, err)
 }
+
+// retryAfterUnavailable is the Retry-After of a REST answer 503, in
+// seconds.
+const retryAfterUnavailable = "5"
 
 // errorMarshaler writes error answers (google.rpc.Status): only the
 // fields that say something, unlike answers, which carry every field.

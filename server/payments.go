@@ -50,8 +50,10 @@ func (s *Service) StartPayment(ctx context.Context, req *fulfillmentv1.StartPaym
 		return nil, err
 	}
 	if order.OrgID != ep.OrgID || order.Environment != ep.Environment {
-		return nil, status.Errorf(codes.FailedPrecondition, "endpoint %q takes payments of org %s (%s); the order is of org %s (%s)",
-			ep.ID, ep.OrgID, ep.Environment, order.OrgID, order.Environment)
+		// (Whose the endpoint is stays unsaid: the caller may not see
+		// that org.)
+		return nil, status.Errorf(codes.FailedPrecondition, "endpoint %q does not take payments of org %s (%s), the order's: "+
+			"start them with an endpoint of that org and environment", ep.ID, order.OrgID, order.Environment)
 	}
 	if total := order.Total(); total.Currency != prov.Currency() {
 		return nil, status.Errorf(codes.FailedPrecondition, "endpoint %q takes %s; the order's total is in %s", ep.ID, prov.Currency(), total.Currency)

@@ -130,8 +130,8 @@ func typeMessage(path string) string {
 	switch path {
 	case "livemode":
 		return "livemode must be true or false"
-	case "data":
-		return "data must be an object"
+	case "data", "data.customer":
+		return path + " must be an object"
 	case amountPath:
 		return amountPath + ` must be a decimal string such as "25.000000"`
 	case "":

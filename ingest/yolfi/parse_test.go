@@ -211,6 +211,7 @@ func TestParse(t *testing.T) {
 		{name: "createdAt out of range", body: withTop(map[string]any{"createdAt": "2026-13-40T10:15:30Z"}), wantErr: ingest.ErrInvalidPayload, wantMsg: "createdAt must be an RFC 3339 time"},
 		{name: "data not an object", body: withTop(map[string]any{"data": "inv_1"}), wantErr: ingest.ErrInvalidPayload, wantMsg: "data must be an object"},
 		{name: "data an array", body: withTop(map[string]any{"data": []any{}}), wantErr: ingest.ErrInvalidPayload, wantMsg: "data must be an object"},
+		{name: "data.customer a string", body: withData(map[string]any{"customer": "user_7"}), wantErr: ingest.ErrInvalidPayload, wantMsg: "data.customer must be an object"},
 		{name: "several problems are listed together", body: `{"type":"payment.confirmed","createdAt":"now"}`, wantErr: ingest.ErrInvalidPayload, wantMsg: "id is required; createdAt must be"},
 
 		// The event id header.
