@@ -101,6 +101,10 @@ func (s *Server) newHTTPHandler(ctx context.Context) (http.Handler, error) {
 		// The HTTP layer already echoes X-Request-Id; no gRPC metadata leaks out.
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
 		runtime.WithErrorHandler(s.gatewayError),
+		runtime.WithRoutingErrorHandler(s.routingError),
+		// A POST is a POST: no form-encoded POST read as a GET, and no
+		// X-HTTP-Method-Override.
+		runtime.WithDisablePathLengthFallback(),
 		runtime.WithMiddlewares(nameRESTRoute, noQueryWhereUnused),
 	)
 	if err := fulfillmentv1.RegisterFulfillmentServiceHandler(ctx, gw, s.local); err != nil {

@@ -66,3 +66,25 @@ func TestOneJSONValue(t *testing.T) {
 		}
 	}
 }
+
+// The methods a 405 lists are the documented ones of the routes the path
+// matches, custom verbs apart.
+func TestAllowedMethods(t *testing.T) {
+	t.Parallel()
+	for path, want := range map[string]string{
+		"/v1/orders":                         "GET, POST",
+		"/v1/orders/0190-x":                  "GET",
+		"/v1/orders/0190-x/payments":         "POST",
+		"/v1/reconciliation/items/8":         "GET",
+		"/v1/reconciliation/items/8:resolve": "POST",
+		"/v1/redrives:plan":                  "POST",
+		"/v1/redrives/7:cancel":              "POST",
+		"/v1/orders/0190-x:resolve":          "",
+		"/v1/nothing":                        "",
+		"/v1/orders//payments":               "",
+	} {
+		if got := allowedMethods(path); got != want {
+			t.Errorf("%s: %q, want %q", path, got, want)
+		}
+	}
+}

@@ -401,6 +401,47 @@ func TestFeedsPerToken(t *testing.T) {
 	}
 }
 
+// A method a path does not take is 405 listing the ones it does (Allow),
+// and a form-encoded POST to a route that only reads is not read as a GET.
+func TestRESTMethodNotAllowed(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, nil)
+	for _, tc := range []struct{ method, path, allow string }{
+		{"DELETE", "/v1/orders", "GET, POST"},
+		{"PUT", "/v1/orders/019a2b3c-4d5e-7f60-8a9b-0c1d2e3f4a5b", "GET"},
+		{"PATCH", "/v1/reconciliation/items/8:resolve", "POST"},
+	} {
+		req, err := http.NewRequest(tc.method, ts.httpURL+tc.path, http.NoBody)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tokOps)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != tc.allow || !strings.Contains(string(raw), "it takes "+tc.allow) {
+			t.Errorf("%s %s: %d, Allow %q, %s; want 405, Allow %q", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), raw, tc.allow)
+		}
+	}
+	req, err := http.NewRequest("POST", ts.httpURL+"/v1/reconciliation/items/8", strings.NewReader("bogus=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tokOps)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusNotFound {
+		t.Errorf("a form POST to a route that only reads: %d, want it refused", resp.StatusCode)
+	}
+}
+
 // maximalOrder is a CreateOrder request of 100 lines whose texts are all at
 // their longest: the largest item a listing page can hold.
 func maximalOrder(merchantID string) *fulfillmentv1.CreateOrderRequest {
