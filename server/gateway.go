@@ -447,7 +447,55 @@ func (strictQueryParser) Parse(msg proto.Message, values url.Values, filter *uti
 			return fmt.Errorf("unknown query parameter %q: this method accepts %s", key, fieldNames(md))
 		}
 	}
-	return (&runtime.DefaultQueryParser{}).Parse(msg, values, filter)
+	if err := (&runtime.DefaultQueryParser{}).Parse(msg, values, filter); err != nil {
+		return queryError(md, values, err)
+	}
+	return nil
+}
+
+// queryParseError is how grpc-gateway's query parser says which parameter
+// it could not read: `parsing field "page_size": strconv.ParseInt: …`.
+var queryParseError = regexp.MustCompile(`^parsing field "([^"]+)": `)
+
+// queryError rewords the query parser's refusal for a person: the
+// parameter, its value and what it must be, without the library's
+// internals (Go's parse errors, its time layout).
+func queryError(md protoreflect.MessageDescriptor, values url.Values, err error) error {
+	m := queryParseError.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	key := m[1]
+	fd := md.Fields().ByTextName(key)
+	if fd == nil {
+		fd = md.Fields().ByJSONName(key)
+	}
+	if fd == nil {
+		return err
+	}
+	value := values.Get(fd.TextName())
+	if value == "" {
+		value = values.Get(fd.JSONName())
+	}
+	var want string
+	switch fd.Kind() {
+	case protoreflect.Int32Kind, protoreflect.Int64Kind, protoreflect.Sint32Kind, protoreflect.Sint64Kind,
+		protoreflect.Uint32Kind, protoreflect.Uint64Kind, protoreflect.Fixed32Kind, protoreflect.Fixed64Kind,
+		protoreflect.Sfixed32Kind, protoreflect.Sfixed64Kind:
+		want = "a whole number"
+	case protoreflect.BoolKind:
+		want = "true or false"
+	case protoreflect.EnumKind:
+		want = "one of the values the API reference lists"
+	case protoreflect.MessageKind:
+		if fd.Message().FullName() == "google.protobuf.Timestamp" {
+			want = `an RFC 3339 time such as "2026-11-29T10:15:30Z"`
+		}
+	}
+	if want == "" {
+		return err
+	}
+	return fmt.Errorf("query parameter %s: %q is not %s", fd.TextName(), value, want)
 }
 
 // knownField reports whether a query key (a dotted field path, by proto or

@@ -198,6 +198,18 @@ func TestUnknownQueryParameter(t *testing.T) {
 	if code, body := ts.do(t, "POST", "/v1/orders?org_id=org_a", tokCheckout, orderBody("org_a", "q-1")); code != http.StatusBadRequest {
 		t.Errorf("POST with a query: %d %v, want 400", code, body)
 	}
+	// A value that is not of the parameter's type is named, with what it
+	// must be, in words without the parser's internals.
+	for path, want := range map[string]string{
+		"/v1/orders?page_size=abc":                            `query parameter page_size: "abc" is not a whole number`,
+		"/v1/orders?pageSize=abc":                             `query parameter page_size: "abc" is not a whole number`,
+		"/v1/reconciliation/items?create_time_from=yesterday": `query parameter create_time_from: "yesterday" is not an RFC 3339 time such as "2026-11-29T10:15:30Z"`,
+	} {
+		code, body := ts.do(t, "GET", path, tokOps, nil)
+		if code != http.StatusBadRequest || fmt.Sprint(body["message"]) != want {
+			t.Errorf("GET %s: %d %v, want 400 %q", path, code, body, want)
+		}
+	}
 	// Known parameters, by proto or JSON name, still work.
 	for _, path := range []string{"/v1/orders?org_id=org_a&page_size=5", "/v1/orders?orgId=org_a", "/v1/reconciliation/items?kind=extra_payment"} {
 		if code, body := ts.do(t, "GET", path, tokOps, nil); code != http.StatusOK {
