@@ -491,6 +491,8 @@ func queryError(md protoreflect.MessageDescriptor, values url.Values, err error)
 		if fd.Message().FullName() == "google.protobuf.Timestamp" {
 			want = `an RFC 3339 time such as "2026-11-29T10:15:30Z"`
 		}
+	case protoreflect.FloatKind, protoreflect.DoubleKind, protoreflect.StringKind, protoreflect.BytesKind, protoreflect.GroupKind:
+		// (No request of the API has such a field the parser can refuse.)
 	}
 	if want == "" {
 		return err

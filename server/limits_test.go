@@ -240,6 +240,32 @@ func TestAddressNotUTF8(t *testing.T) {
 	}
 }
 
+// doRaw sends a request of method to path with token and the raw body (""
+// for none) and the headers given as name, value pairs; it returns the
+// answer's status, headers and body.
+func (ts *testServer) doRaw(t *testing.T, method, path, token, body string, headers ...string) (code int, header http.Header, answer string) {
+	t.Helper()
+	var rd io.Reader = http.NoBody
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, ts.httpURL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(raw)
+}
+
 // A REST body holding more after its JSON value is refused whole, and
 // stores nothing: the gateway would read the first value and act on it.
 func TestBodyWithTrailingData(t *testing.T) {
@@ -250,19 +276,9 @@ func TestBodyWithTrailingData(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, body := range []string{string(valid) + ` {"org_id": "org_b"}`, string(valid) + "\n garbage"} {
-		req, err := http.NewRequest("POST", ts.httpURL+"/v1/orders", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+tokCheckout)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(raw), "goes on after its JSON value") {
-			t.Errorf("%.60q…: %d %s, want 400 saying the body goes on", body[len(body)-20:], resp.StatusCode, raw)
+		code, _, raw := ts.doRaw(t, "POST", "/v1/orders", tokCheckout, body)
+		if code != http.StatusBadRequest || !strings.Contains(raw, "goes on after its JSON value") {
+			t.Errorf("%.60q…: %d %s, want 400 saying the body goes on", body[len(body)-20:], code, raw)
 		}
 	}
 	list, err := ts.client.ListOrders(withToken(tokOps), &fulfillmentv1.ListOrdersRequest{})
@@ -423,34 +439,14 @@ func TestRESTMethodNotAllowed(t *testing.T) {
 		{"PUT", "/v1/orders/019a2b3c-4d5e-7f60-8a9b-0c1d2e3f4a5b", "GET"},
 		{"PATCH", "/v1/reconciliation/items/8:resolve", "POST"},
 	} {
-		req, err := http.NewRequest(tc.method, ts.httpURL+tc.path, http.NoBody)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+tokOps)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != tc.allow || !strings.Contains(string(raw), "it takes "+tc.allow) {
-			t.Errorf("%s %s: %d, Allow %q, %s; want 405, Allow %q", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), raw, tc.allow)
+		code, h, raw := ts.doRaw(t, tc.method, tc.path, tokOps, "")
+		if code != http.StatusMethodNotAllowed || h.Get("Allow") != tc.allow || !strings.Contains(raw, "it takes "+tc.allow) {
+			t.Errorf("%s %s: %d, Allow %q, %s; want 405, Allow %q", tc.method, tc.path, code, h.Get("Allow"), raw, tc.allow)
 		}
 	}
-	req, err := http.NewRequest("POST", ts.httpURL+"/v1/reconciliation/items/8", strings.NewReader("bogus=1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+tokOps)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusNotFound {
-		t.Errorf("a form POST to a route that only reads: %d, want it refused", resp.StatusCode)
+	code, _, _ := ts.doRaw(t, "POST", "/v1/reconciliation/items/8", tokOps, "bogus=1", "Content-Type", "application/x-www-form-urlencoded")
+	if code == http.StatusOK || code == http.StatusNotFound {
+		t.Errorf("a form POST to a route that only reads: %d, want it refused", code)
 	}
 }
 
