@@ -24,9 +24,10 @@ type HTTP struct {
 	// IdleTimeout closes a keep-alive connection idle this long (default 2m).
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// MaxConnections caps the connections open at once on each HTTP
-	// listener, the API's and the webhooks' (default 1024): more wait to
-	// be accepted, so that clients holding connections open cannot take
-	// every file the process may open (its database connections and
+	// listener, the API's and the webhooks' (default 1024): past it, a new
+	// connection takes the place of an idle keep-alive one, or is closed
+	// when none is idle, so that clients holding connections open cannot
+	// take every file the process may open (its database connections and
 	// deliveries need some).
 	MaxConnections int `yaml:"max_connections"`
 }

@@ -204,7 +204,8 @@ func (s *Server) guardREST(next http.Handler) http.Handler {
 				refuseUnread(w, http.StatusBadRequest, status.Error(codes.InvalidArgument, "the request body could not be read in full"))
 				return
 			}
-			if err := oneJSONValue(body); err != nil {
+			// (A body of white space alone is no body, as the gateway reads it.)
+			if err := oneJSONValue(body); err != nil && len(bytes.TrimSpace(body)) > 0 {
 				refuseUnread(w, http.StatusBadRequest, status.Error(codes.InvalidArgument, err.Error()))
 				return
 			}
@@ -482,7 +483,7 @@ func queryError(md protoreflect.MessageDescriptor, values url.Values, err error)
 	case protoreflect.Int32Kind, protoreflect.Int64Kind, protoreflect.Sint32Kind, protoreflect.Sint64Kind,
 		protoreflect.Uint32Kind, protoreflect.Uint64Kind, protoreflect.Fixed32Kind, protoreflect.Fixed64Kind,
 		protoreflect.Sfixed32Kind, protoreflect.Sfixed64Kind:
-		want = "a whole number"
+		want = "a whole number in the parameter's range"
 	case protoreflect.BoolKind:
 		want = "true or false"
 	case protoreflect.EnumKind:

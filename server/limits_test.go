@@ -201,8 +201,9 @@ func TestUnknownQueryParameter(t *testing.T) {
 	// A value that is not of the parameter's type is named, with what it
 	// must be, in words without the parser's internals.
 	for path, want := range map[string]string{
-		"/v1/orders?page_size=abc":                            `query parameter page_size: "abc" is not a whole number`,
-		"/v1/orders?pageSize=abc":                             `query parameter page_size: "abc" is not a whole number`,
+		"/v1/orders?page_size=abc":                            `query parameter page_size: "abc" is not a whole number in the parameter's range`,
+		"/v1/orders?pageSize=abc":                             `query parameter page_size: "abc" is not a whole number in the parameter's range`,
+		"/v1/orders?page_size=99999999999":                    `query parameter page_size: "99999999999" is not a whole number in the parameter's range`,
 		"/v1/reconciliation/items?create_time_from=yesterday": `query parameter create_time_from: "yesterday" is not an RFC 3339 time such as "2026-11-29T10:15:30Z"`,
 	} {
 		code, body := ts.do(t, "GET", path, tokOps, nil)
@@ -288,6 +289,10 @@ func TestBodyWithTrailingData(t *testing.T) {
 	if n := len(list.GetOrders()); n != 0 {
 		t.Errorf("%d orders stored by bodies with trailing data", n)
 	}
+	// White space alone is no body, as none at all: the call goes on.
+	if code, _, raw := ts.doRaw(t, "POST", "/v1/events/999:replay", tokOps, "\n "); code != http.StatusNotFound {
+		t.Errorf("a body of white space: %d %s, want the call's own answer (404: no such event)", code, raw)
+	}
 }
 
 // A REST call waits for a stream of the in-process connection within
@@ -328,14 +333,29 @@ func TestRESTCallWaitingForAStreamIsBounded(t *testing.T) {
 	t.Logf("%d after %v", resp.StatusCode, took.Round(time.Millisecond))
 }
 
-// The HTTP listener holds at most http.max_connections connections open:
-// with its two taken by clients that send nothing, a third waits to be
-// accepted (its request is not answered), and is served once one of them
-// goes.
+// The HTTP listener holds at most http.max_connections connections open.
+// With its two taken by clients that send nothing, a third is closed at
+// once, and served once one of them goes. With its two taken by idle
+// keep-alive connections, a third is served: an idle one makes room.
 func TestHTTPConnectionsCapped(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, func(c *config.Config) { c.HTTP.MaxConnections = 2 })
 	addr := strings.TrimPrefix(ts.httpURL, "http://")
+	healthz := func(client *http.Client) error {
+		resp, err := client.Get(ts.httpURL + "/healthz")
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("answered %d", resp.StatusCode)
+		}
+		return nil
+	}
+	fresh := func() *http.Client {
+		return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	}
 	var held []net.Conn
 	t.Cleanup(func() {
 		for _, c := range held {
@@ -349,21 +369,38 @@ func TestHTTPConnectionsCapped(t *testing.T) {
 		}
 		held = append(held, conn)
 	}
-	get := func(timeout time.Duration) (int, error) {
-		client := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
-		resp, err := client.Get(ts.httpURL + "/healthz")
-		if err != nil {
-			return 0, err
+	time.Sleep(100 * time.Millisecond) // (both accepted)
+	if err := healthz(fresh()); err == nil {
+		t.Fatal("with both connections taken by clients that send nothing, a third was served")
+	}
+	for _, c := range held {
+		_ = c.Close()
+	}
+	held = nil
+	// The server sees them go as it reads them.
+	for deadline := time.Now().Add(5 * time.Second); healthz(fresh()) != nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the connections closed, yet no request is served")
 		}
-		_ = resp.Body.Close()
-		return resp.StatusCode, nil
 	}
-	if code, err := get(time.Second); err == nil {
-		t.Fatalf("with both connections taken, a third was answered %d", code)
+	time.Sleep(100 * time.Millisecond) // (and that one's)
+	// Two clients that keep their connection open, idle, between requests.
+	for range 2 {
+		keep := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{}}
+		if err := healthz(keep); err != nil {
+			t.Fatalf("a keep-alive client: %v", err)
+		}
 	}
-	_ = held[0].Close()
-	if code, err := get(10 * time.Second); err != nil || code != http.StatusOK {
-		t.Fatalf("with one connection free: %d, %v; want 200", code, err)
+	// (Idle as soon as the server has written their answers: a request
+	// that comes before that may be refused, and is tried again.)
+	for i := range 3 {
+		err := healthz(fresh())
+		for deadline := time.Now().Add(2 * time.Second); err != nil && time.Now().Before(deadline); err = healthz(fresh()) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("request %d with two idle keep-alive connections open: %v; want it served", i+1, err)
+		}
 	}
 }
 

@@ -149,7 +149,7 @@ func (s *Server) Listen() error {
 		return fmt.Errorf("listening for HTTP on %s: %w", s.cfg.HTTPAddr, err)
 	}
 	s.grpcLis = netutil.LimitListener(s.grpcLis, s.cfg.GRPC.WithDefaults().MaxConnections)
-	s.httpLis = netutil.LimitListener(s.httpLis, s.cfg.HTTP.WithDefaults().MaxConnections)
+	s.httpLis = LimitConnections(s.httpLis, s.cfg.HTTP.WithDefaults().MaxConnections)
 	return nil
 }
 
@@ -178,6 +178,9 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("building gateway: %w", err)
 	}
 	httpSrv := NewHTTPServer(handler, s.cfg.HTTP, s.log)
+	if l, ok := s.httpLis.(*ConnLimit); ok {
+		httpSrv.ConnState = l.Track
+	}
 
 	grpcLis, httpLis := s.grpcLis, s.httpLis
 	if tlsCfg != nil {

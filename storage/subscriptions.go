@@ -211,8 +211,12 @@ func lockEventSubscriptions(ctx context.Context, tx querier, events []leasedEven
 	}
 	switch {
 	case len(ids) > 0:
-		return lockSubscriptions(ctx, tx, `(org_id, environment, provider, provider_subscription_id) IN (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])) OR id = ANY($5::uuid[])`, org, env, provider, id, ids)
+		// (A UNION of ids, not an OR of the two conditions, which no index
+		// serves: the table would be scanned.)
+		return lockSubscriptions(ctx, tx, `id IN (
+			SELECT s.id FROM subscriptions s WHERE (s.org_id, s.environment, s.provider, s.provider_subscription_id) IN (
+				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))
+			UNION ALL SELECT unnest($5::uuid[]))`, org, env, provider, id, ids)
 	case len(id) > 0:
 		return lockSubscriptions(ctx, tx, `(org_id, environment, provider, provider_subscription_id) IN (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))`, org, env, provider, id)

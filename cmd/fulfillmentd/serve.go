@@ -11,7 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 
 	"github.com/fulfillplatform/fulfillment/config"
@@ -64,7 +63,7 @@ func runIngest(ctx context.Context, cfg *config.Config, log *slog.Logger) error 
 	if err != nil {
 		return fmt.Errorf("listening for webhooks on %s: %w", cfg.Listen.Ingest, err)
 	}
-	lis = netutil.LimitListener(lis, cfg.HTTP.WithDefaults().MaxConnections)
+	lis = server.LimitConnections(lis, cfg.HTTP.WithDefaults().MaxConnections)
 	mux := http.NewServeMux()
 	reg.MustRegister(app.BuildInfo())
 	mux.Handle("/", traceHTTP(httpmetrics.New(reg, "ingest").Handler(gateway.Handler())))

@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fulfillplatform/fulfillment/config"
@@ -172,7 +171,7 @@ func (a *App) build(cfg *config.Config, endpoints []ingest.Endpoint) error {
 	if a.ingestLis, err = net.Listen("tcp", cfg.Listen.Ingest); err != nil {
 		return fmt.Errorf("listening for webhooks on %s: %w", cfg.Listen.Ingest, err)
 	}
-	a.ingestLis = netutil.LimitListener(a.ingestLis, cfg.HTTP.WithDefaults().MaxConnections)
+	a.ingestLis = server.LimitConnections(a.ingestLis, cfg.HTTP.WithDefaults().MaxConnections)
 	if cfg.Listen.Debug != "" {
 		if a.debugLis, err = net.Listen("tcp", cfg.Listen.Debug); err != nil {
 			return fmt.Errorf("listening for pprof on %s: %w", cfg.Listen.Debug, err)
@@ -354,10 +353,13 @@ func warnUnreachable(cfg *config.Config, log *slog.Logger) {
 // ServeHTTP serves h on lis, within the timeouts of bounds, until ctx ends,
 // then shuts down gracefully.
 func ServeHTTP(ctx context.Context, name string, lis net.Listener, h http.Handler, t *tls.Config, bounds config.HTTP, log *slog.Logger) error {
+	srv := server.NewHTTPServer(h, bounds, log)
+	if l, ok := lis.(*server.ConnLimit); ok {
+		srv.ConnState = l.Track
+	}
 	if t != nil {
 		lis = tls.NewListener(lis, t.Clone())
 	}
-	srv := server.NewHTTPServer(h, bounds, log)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
 	log.Info("serving "+name, "addr", lis.Addr().String())
