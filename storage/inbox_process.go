@@ -142,6 +142,14 @@ func (s *Store) applySteps(ctx context.Context, tx *pipelinedTx, b *pgx.Batch, e
 			if err := w.subscriptionStep(&sub.Record, sub.Plan, sub.Event, cause, sub.Outcome); err != nil {
 				return queued{}, err
 			}
+			for _, e := range sub.Outcome.Effects {
+				if _, bound := e.(fulfillment.BindSubscription); bound {
+					// The subscription goes by a key of the provider's from
+					// now on, as if created with it: the events that named
+					// it before, decided unmatched, are queued again.
+					late.addSubscription(sub.Record.Key(), true)
+				}
+			}
 		}
 		if st.Subscription == nil || st.Order != nil {
 			// (A subscription's own decision has its effects above.)

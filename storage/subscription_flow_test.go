@@ -646,6 +646,33 @@ func TestSubscriptionFlowPolledPaymentTakesTheBinding(t *testing.T) {
 	}
 }
 
+// A recurrent charge naming the binding comes before the notification
+// that gives the subscription that binding: unmatched then, it is queued
+// again when the binding is taken, and renews the subscription once.
+func TestSubscriptionFlowChargeBeforeTheBinding(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	notice := tbankSubscriptionOrder(t, s)
+	polled := notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "700", "m-t-1", subJan1)
+	polled.EventID, polled.Payment.SubscriptionID = "poll:"+polled.EventID, ""
+	if got := deliver(t, s, polled); got != "fulfilled" {
+		t.Fatalf("the polled payment: %s", got)
+	}
+	charge := notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "701", "charge-2", subJan1.AddDate(0, 1, 0))
+	if got := deliver(t, s, charge); got != "unmatched" {
+		t.Fatalf("the charge before the binding: %s, want unmatched", got)
+	}
+	if got := deliver(t, s, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "700", "m-t-1", subJan1)); got != "already_applied" {
+		t.Fatalf("the notification: %s, want already_applied", got)
+	}
+	if got := processAll(t, s, 1); got != "renewed" {
+		t.Fatalf("the charge queued again: %s, want renewed", got)
+	}
+	if got := readSub(t, conn, "101709"); got.Periods != 2 || got.Renewed != 2 {
+		t.Errorf("the subscription by its binding: %+v, want 2 periods, 2 renewed events", got)
+	}
+}
+
 // An order that paid the customer's subscription under the service's own
 // id (its payment named no subscription at the bank): the refund of that
 // payment names none either, yet the batch holds the order's subscription,
