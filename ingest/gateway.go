@@ -120,6 +120,11 @@ func (g *Gateway) Handler() http.Handler {
 	return mux
 }
 
+// RetryAfterUnavailable is the Retry-After, in seconds, of an answer 503
+// (the event, or the call, could not be stored or read now): the service's
+// REST answers say the same.
+const RetryAfterUnavailable = "5"
+
 func (g *Gateway) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	id := r.PathValue("endpoint_id")
@@ -183,7 +188,7 @@ func (g *Gateway) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, fulfillment.ErrUnavailable):
 		// Not stored, for now: the provider must retry.
-		w.Header().Set("Retry-After", "5")
+		w.Header().Set("Retry-After", RetryAfterUnavailable)
 		g.reject(w, r, ep.Adapter, id, http.StatusServiceUnavailable, outcomeUnavailable, "temporarily unable to store the event; retry", err)
 		return
 	case err != nil:

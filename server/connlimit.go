@@ -7,29 +7,33 @@ import (
 	"sync"
 )
 
-// ConnLimit is a listener that holds at most max connections open at once.
+// connLimit is a listener that holds at most max connections open at once.
 // Past it, a new connection takes the place of an idle keep-alive one,
 // which is closed (its client connects again, as after http.idle_timeout),
 // or is closed at once when none is idle. Clients holding connections open
 // then cannot take every file the process may open, and idle ones never
-// keep a probe or a new client waiting. Its Track must be the HTTP
-// server's ConnState: it tells which connections are idle.
-type ConnLimit struct {
+// keep a probe or a new client waiting. Its track is the HTTP server's
+// ConnState: it tells which connections are idle.
+type connLimit struct {
 	net.Listener
 	max  int
 	mu   sync.Mutex
 	open map[*limitedConn]http.ConnState
 }
 
-// LimitConnections returns l holding at most limit connections open.
-func LimitConnections(l net.Listener, limit int) *ConnLimit {
-	return &ConnLimit{Listener: l, max: limit, open: map[*limitedConn]http.ConnState{}}
+// limitConnections returns l holding at most limit connections open, as
+// srv follows them: the one way an HTTP listener is capped
+// (http.max_connections). TLS, if any, goes on top of it.
+func limitConnections(srv *http.Server, l net.Listener, limit int) net.Listener {
+	cl := &connLimit{Listener: l, max: limit, open: map[*limitedConn]http.ConnState{}}
+	srv.ConnState = cl.track
+	return cl
 }
 
 // limitedConn leaves its listener's count when it closes.
 type limitedConn struct {
 	net.Conn
-	l    *ConnLimit
+	l    *connLimit
 	once sync.Once
 }
 
@@ -43,7 +47,7 @@ func (c *limitedConn) Close() error {
 }
 
 // Accept returns the next connection admitted.
-func (l *ConnLimit) Accept() (net.Conn, error) {
+func (l *connLimit) Accept() (net.Conn, error) {
 	for {
 		conn, err := l.Listener.Accept()
 		if err != nil {
@@ -59,7 +63,7 @@ func (l *ConnLimit) Accept() (net.Conn, error) {
 
 // admit counts c in, making room by closing an idle connection when the
 // listener holds max already; false when none is idle.
-func (l *ConnLimit) admit(c *limitedConn) bool {
+func (l *connLimit) admit(c *limitedConn) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.open) >= l.max {
@@ -80,8 +84,8 @@ func (l *ConnLimit) admit(c *limitedConn) bool {
 	return true
 }
 
-// Track follows the state of each connection (http.Server.ConnState).
-func (l *ConnLimit) Track(conn net.Conn, st http.ConnState) {
+// track follows the state of each connection (http.Server.ConnState).
+func (l *connLimit) track(conn net.Conn, st http.ConnState) {
 	if tc, ok := conn.(*tls.Conn); ok {
 		conn = tc.NetConn()
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -29,27 +30,41 @@ const (
 	feedPoll = time.Second
 )
 
-// watchFor counts a feed stream of token, unless it follows
-// maxWatchersPerToken already; unwatchFor counts it out.
-func (s *Service) watchFor(token string) bool {
-	s.watchersMu.Lock()
-	defer s.watchersMu.Unlock()
-	if s.byToken[token] >= maxWatchersPerToken {
-		return false
-	}
-	if s.byToken == nil {
-		s.byToken = map[string]int{}
-	}
-	s.byToken[token]++
-	return true
+// feedSlots counts the feed streams served, in all and by token
+// (Principal.Name), within maxWatchers and maxWatchersPerToken.
+type feedSlots struct {
+	mu      sync.Mutex
+	total   int
+	byToken map[string]int
 }
 
-func (s *Service) unwatchFor(token string) {
-	s.watchersMu.Lock()
-	defer s.watchersMu.Unlock()
-	s.byToken[token]--
-	if s.byToken[token] <= 0 {
-		delete(s.byToken, token)
+// take counts a stream of token in, or says which bound it would pass.
+func (f *feedSlots) take(token string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.byToken[token] >= maxWatchersPerToken:
+		return status.Errorf(codes.ResourceExhausted, "this token already follows %d order event feeds on this server: "+
+			"close one (one feed per consumer carries every event it may see)", maxWatchersPerToken)
+	case f.total >= maxWatchers:
+		return status.Errorf(codes.ResourceExhausted, "this server already streams %d order event feeds: retry later, or on another replica", maxWatchers)
+	}
+	if f.byToken == nil {
+		f.byToken = map[string]int{}
+	}
+	f.total++
+	f.byToken[token]++
+	return nil
+}
+
+// release counts a stream of token out.
+func (f *feedSlots) release(token string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.total--
+	f.byToken[token]--
+	if f.byToken[token] <= 0 {
+		delete(f.byToken, token)
 	}
 }
 
@@ -78,16 +93,10 @@ func (s *Service) WatchOrderEvents(req *fulfillmentv1.WatchOrderEventsRequest, s
 			return err
 		}
 	}
-	if !s.watchFor(p.Name) {
-		return status.Errorf(codes.ResourceExhausted, "this token already follows %d order event feeds on this server: "+
-			"close one (one feed per consumer carries every event it may see)", maxWatchersPerToken)
+	if err := s.feeds.take(p.Name); err != nil {
+		return err
 	}
-	defer s.unwatchFor(p.Name)
-	if s.watchers.Add(1) > maxWatchers {
-		s.watchers.Add(-1)
-		return status.Errorf(codes.ResourceExhausted, "this server already streams %d order event feeds: retry later, or on another replica", maxWatchers)
-	}
-	defer s.watchers.Add(-1)
+	defer s.feeds.release(p.Name)
 	// Headers now, not with the first event: the caller knows it is
 	// following the feed even while there is nothing to send.
 	if err := stream.SendHeader(metadata.MD{}); err != nil {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/ingest"
 	"github.com/fulfillplatform/fulfillment/internal/httpmetrics"
 )
 
@@ -348,14 +349,10 @@ func (s *Server) gatewayError(ctx context.Context, mux *runtime.ServeMux, _ runt
 	}
 	if status.Code(err) == codes.Unavailable {
 		// As the webhooks' 503 says: worth trying again shortly.
-		w.Header().Set("Retry-After", retryAfterUnavailable)
+		w.Header().Set("Retry-After", ingest.RetryAfterUnavailable)
 	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, errorMarshaler, w, r, err)
 }
-
-// retryAfterUnavailable is the Retry-After of a REST answer 503, in
-// seconds.
-const retryAfterUnavailable = "5"
 
 // errorMarshaler writes error answers (google.rpc.Status): only the
 // fields that say something, unlike answers, which carry every field.

@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
@@ -26,11 +24,8 @@ type Service struct {
 	// the providers by endpoint id.
 	payStore fulfillment.PaymentStore
 	payments map[string]fulfillment.PaymentProvider
-	// watchers counts the feed streams being served; byToken, those of
-	// each token (Principal.Name), under watchersMu.
-	watchers   atomic.Int64
-	watchersMu sync.Mutex
-	byToken    map[string]int
+	// feeds counts the feed streams being served.
+	feeds feedSlots
 	// stopping is closed when the server starts shutting down: feed
 	// streams, which never end on their own, end then.
 	stopping chan struct{}

@@ -149,7 +149,6 @@ func (s *Server) Listen() error {
 		return fmt.Errorf("listening for HTTP on %s: %w", s.cfg.HTTPAddr, err)
 	}
 	s.grpcLis = netutil.LimitListener(s.grpcLis, s.cfg.GRPC.WithDefaults().MaxConnections)
-	s.httpLis = LimitConnections(s.httpLis, s.cfg.HTTP.WithDefaults().MaxConnections)
 	return nil
 }
 
@@ -177,12 +176,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("building gateway: %w", err)
 	}
-	httpSrv := NewHTTPServer(handler, s.cfg.HTTP, s.log)
-	if l, ok := s.httpLis.(*ConnLimit); ok {
-		httpSrv.ConnState = l.Track
-	}
+	httpSrv, httpLis := NewHTTPServer(handler, s.cfg.HTTP, s.log, s.httpLis)
 
-	grpcLis, httpLis := s.grpcLis, s.httpLis
+	grpcLis := s.grpcLis
 	if tlsCfg != nil {
 		grpcLis = tlsListener(grpcLis, tlsCfg, "h2")
 		httpLis = tls.NewListener(httpLis, tlsCfg.Clone())
@@ -273,10 +269,12 @@ func (s *Server) setHealth(ctx context.Context, h *health.Server) {
 }
 
 // NewHTTPServer returns an HTTP server for h bounded by c's timeouts (its
-// zero values are the defaults).
-func NewHTTPServer(h http.Handler, c config.HTTP, log *slog.Logger) *http.Server {
+// zero values are the defaults), and lis holding at most
+// c.MaxConnections of its connections open (connLimit), for it to serve
+// (with TLS, if any, on top).
+func NewHTTPServer(h http.Handler, c config.HTTP, log *slog.Logger, lis net.Listener) (*http.Server, net.Listener) {
 	c = c.WithDefaults()
-	return &http.Server{
+	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
 		ReadTimeout:       c.ReadTimeout,
@@ -285,6 +283,7 @@ func NewHTTPServer(h http.Handler, c config.HTTP, log *slog.Logger) *http.Server
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	return srv, limitConnections(srv, lis, c.MaxConnections)
 }
 
 // Ready is closed once Run serves.

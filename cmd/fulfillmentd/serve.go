@@ -63,7 +63,6 @@ func runIngest(ctx context.Context, cfg *config.Config, log *slog.Logger) error 
 	if err != nil {
 		return fmt.Errorf("listening for webhooks on %s: %w", cfg.Listen.Ingest, err)
 	}
-	lis = server.LimitConnections(lis, cfg.HTTP.WithDefaults().MaxConnections)
 	mux := http.NewServeMux()
 	reg.MustRegister(app.BuildInfo())
 	mux.Handle("/", traceHTTP(httpmetrics.New(reg, "ingest").Handler(gateway.Handler())))

@@ -171,7 +171,6 @@ func (a *App) build(cfg *config.Config, endpoints []ingest.Endpoint) error {
 	if a.ingestLis, err = net.Listen("tcp", cfg.Listen.Ingest); err != nil {
 		return fmt.Errorf("listening for webhooks on %s: %w", cfg.Listen.Ingest, err)
 	}
-	a.ingestLis = server.LimitConnections(a.ingestLis, cfg.HTTP.WithDefaults().MaxConnections)
 	if cfg.Listen.Debug != "" {
 		if a.debugLis, err = net.Listen("tcp", cfg.Listen.Debug); err != nil {
 			return fmt.Errorf("listening for pprof on %s: %w", cfg.Listen.Debug, err)
@@ -353,10 +352,7 @@ func warnUnreachable(cfg *config.Config, log *slog.Logger) {
 // ServeHTTP serves h on lis, within the timeouts of bounds, until ctx ends,
 // then shuts down gracefully.
 func ServeHTTP(ctx context.Context, name string, lis net.Listener, h http.Handler, t *tls.Config, bounds config.HTTP, log *slog.Logger) error {
-	srv := server.NewHTTPServer(h, bounds, log)
-	if l, ok := lis.(*server.ConnLimit); ok {
-		srv.ConnState = l.Track
-	}
+	srv, lis := server.NewHTTPServer(h, bounds, log, lis)
 	if t != nil {
 		lis = tls.NewListener(lis, t.Clone())
 	}
