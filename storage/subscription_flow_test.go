@@ -509,10 +509,17 @@ func TestSubscriptionFlowPlanChangeRefused(t *testing.T) {
 // card binding 101709 (the subscription).
 func tbankSubscriptionOrder(t *testing.T, s *storage.Store) func(status string, kind fulfillment.EventKind, paymentID, orderID string, at time.Time) fulfillment.ProviderEvent {
 	t.Helper()
+	return tbankSubscriptionOrderOf(t, s, "m-t", "user_7", "101709")
+}
+
+// tbankSubscriptionOrderOf is tbankSubscriptionOrder for order merchantID
+// (checkout merchantID-1) of customer, its notifications naming binding.
+func tbankSubscriptionOrderOf(t *testing.T, s *storage.Store, merchantID, customer, binding string) func(status string, kind fulfillment.EventKind, paymentID, orderID string, at time.Time) fulfillment.ProviderEvent {
+	t.Helper()
 	spec, err := fulfillment.OrderDraft{
-		OrgID: "org_a", Environment: "live", MerchantOrderID: "m-t", CheckoutSessionID: "m-t-1",
+		OrgID: "org_a", Environment: "live", MerchantOrderID: merchantID, CheckoutSessionID: merchantID + "-1",
 		Lines: []fulfillment.LineDraft{{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "RUB", MinorUnits: 99000,
-			AccountRef: "user_7", PlanID: subPlan.ID}},
+			AccountRef: customer, PlanID: subPlan.ID}},
 	}.Validate()
 	if err != nil {
 		t.Fatal(err)
@@ -525,8 +532,20 @@ func tbankSubscriptionOrder(t *testing.T, s *storage.Store) func(status string, 
 			Provider: fulfillment.ProviderTBank, EndpointID: "tbank-live", OrgID: "org_a", Environment: fulfillment.EnvLive,
 			EventID: "T:" + paymentID + ":" + status, Type: status, Kind: kind, OccurredAt: at,
 			Payment: fulfillment.PaymentInfo{AttemptRef: paymentID, PaymentID: paymentID, CheckoutSessionID: orderID,
-				SubscriptionID: "101709", Amount: fulfillment.MinorAmount(99000, "RUB")},
+				SubscriptionID: binding, Amount: fulfillment.MinorAmount(99000, "RUB")},
 		}
+	}
+}
+
+// payPolled delivers the confirmation of payment paymentID of checkout
+// orderID as the status poller stores it (GetState names no card
+// binding), which fulfills the order.
+func payPolled(t *testing.T, s *storage.Store, notice func(string, fulfillment.EventKind, string, string, time.Time) fulfillment.ProviderEvent, paymentID, orderID string) {
+	t.Helper()
+	polled := notice("CONFIRMED", fulfillment.EventPaymentConfirmed, paymentID, orderID, subJan1)
+	polled.EventID, polled.Payment.SubscriptionID = "poll:"+polled.EventID, ""
+	if got := deliver(t, s, polled); got != "fulfilled" {
+		t.Fatalf("the polled payment %s: %s", paymentID, got)
 	}
 }
 
@@ -607,11 +626,7 @@ func TestSubscriptionFlowPolledPaymentTakesTheBinding(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
 	notice := tbankSubscriptionOrder(t, s)
-	polled := notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "700", "m-t-1", subJan1)
-	polled.EventID, polled.Payment.SubscriptionID = "poll:"+polled.EventID, ""
-	if got := deliver(t, s, polled); got != "fulfilled" {
-		t.Fatalf("the polled payment: %s", got)
-	}
+	payPolled(t, s, notice, "700", "m-t-1")
 	notified := notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "700", "m-t-1", subJan1)
 	if got := deliver(t, s, notified); got != "already_applied" {
 		t.Fatalf("the notification: %s, want already_applied", got)
@@ -653,11 +668,7 @@ func TestSubscriptionFlowChargeBeforeTheBinding(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
 	notice := tbankSubscriptionOrder(t, s)
-	polled := notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "700", "m-t-1", subJan1)
-	polled.EventID, polled.Payment.SubscriptionID = "poll:"+polled.EventID, ""
-	if got := deliver(t, s, polled); got != "fulfilled" {
-		t.Fatalf("the polled payment: %s", got)
-	}
+	payPolled(t, s, notice, "700", "m-t-1")
 	charge := notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "701", "charge-2", subJan1.AddDate(0, 1, 0))
 	if got := deliver(t, s, charge); got != "unmatched" {
 		t.Fatalf("the charge before the binding: %s, want unmatched", got)
@@ -670,6 +681,69 @@ func TestSubscriptionFlowChargeBeforeTheBinding(t *testing.T) {
 	}
 	if got := readSub(t, conn, "101709"); got.Periods != 2 || got.Renewed != 2 {
 		t.Errorf("the subscription by its binding: %+v, want 2 periods, 2 renewed events", got)
+	}
+}
+
+// The notification that gives a subscription its card binding races a
+// recurrent charge naming that binding, decided at the same time by two
+// workers: neither sees what the other has not committed, yet the charge
+// is applied once — by its own batch when the binding committed first,
+// else queued again by the binding (the late-match locks). Each round
+// counts the periods and subscriptions it leaves.
+func TestSubscriptionBindingRacesItsCharge(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	const rounds = 20
+	for i := range rounds {
+		binding := fmt.Sprintf("%d", 900000+i)
+		merchant := fmt.Sprintf("m-race-%d", i)
+		notice := tbankSubscriptionOrderOf(t, s, merchant, fmt.Sprintf("user_race_%d", i), binding)
+		payment, charge := fmt.Sprintf("%d", 7000+2*i), fmt.Sprintf("%d", 7001+2*i)
+		payPolled(t, s, notice, payment, merchant+"-1")
+		var ids []int64
+		for _, ev := range []fulfillment.ProviderEvent{
+			notice("CONFIRMED", fulfillment.EventPaymentConfirmed, charge, "charge-"+binding, subJan1.AddDate(0, 1, 0)),
+			notice("CONFIRMED", fulfillment.EventPaymentConfirmed, payment, merchant+"-1", subJan1),
+		} {
+			r, err := s.InboxInsert(ctx, ev, []byte(`{}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, r.ID)
+		}
+		if claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 10}); err != nil ||
+			len(claims) != 2 {
+			t.Fatalf("claim = %v, %v; want 2 events", claims, err)
+		}
+		next := make(chan int64, 2)
+		next <- ids[0]
+		next <- ids[1]
+		concurrently(2, func() {
+			if _, err := s.InboxProcess(ctx, []int64{<-next}, "w"); err != nil {
+				t.Error(err)
+			}
+		})
+		if n := count(t, conn, "SELECT count(*) FROM inbox_work WHERE state = 'pending'"); n > 0 {
+			processAll(t, s, n)
+		}
+	}
+	if n := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state <> 'processed'"); n != 0 {
+		t.Errorf("%d events left unmatched or unprocessed", n)
+	}
+	for what, q := range map[string]string{
+		"periods paid":                 `SELECT count(*) FROM subscription_periods`,
+		"subscriptions":                `SELECT count(*) FROM subscriptions`,
+		"subscriptions by a binding":   `SELECT count(*) FROM subscriptions WHERE provider_subscription_id LIKE '9%'`,
+		"subscriptions of two periods": `SELECT count(*) FROM subscriptions WHERE periods = 2`,
+	} {
+		want := rounds
+		if what == "periods paid" {
+			want = 2 * rounds
+		}
+		if n := count(t, conn, q); n != want {
+			t.Errorf("%d %s, want %d", n, what, want)
+		}
 	}
 }
 
