@@ -27,6 +27,23 @@ func batchOrder(id string) *LockedOrder {
 	return &LockedOrder{ID: id, PaidOrder: PaidOrder{State: StatePendingPayment, Total: Money{Currency: "RUB", MinorUnits: 1000}}}
 }
 
+// subscriptionOrder is batchOrder(id) with a subscription line of the
+// monthly plan for customer.
+func subscriptionOrder(id, customer string) *LockedOrder {
+	o := batchOrder(id)
+	o.HasSubscriptionLines, o.SubscriptionPlan, o.SubscriptionFor = true, monthly.ID, customer
+	return o
+}
+
+// summaries are the steps' summaries, in order.
+func summaries(steps []Step) []string {
+	var got []string
+	for _, st := range steps {
+		got = append(got, summary(st))
+	}
+	return got
+}
+
 func orderKey(merchantOrderID string) OrderKey {
 	return OrderKey{OrgID: batchOrg, Environment: EnvLive, Field: ByMerchantOrderID, Value: merchantOrderID}
 }
@@ -104,9 +121,9 @@ func TestDecideBatchRoutes(t *testing.T) {
 func TestDecideBatchRefusesPlanChanges(t *testing.T) {
 	t.Parallel()
 	yearly := Plan{ID: "pro-yearly", Period: Period{Months: 12}, Grace: monthly.Grace}
-	subscriptionOrder := func(id, plan string) *LockedOrder {
-		o := batchOrder(id)
-		o.HasSubscriptionLines, o.SubscriptionPlan, o.SubscriptionFor = true, plan, "user_42"
+	planOrder := func(id, plan string) *LockedOrder {
+		o := subscriptionOrder(id, "user_42")
+		o.SubscriptionPlan = plan
 		return o
 	}
 	cases := []struct {
@@ -123,7 +140,7 @@ func TestDecideBatchRefusesPlanChanges(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			snap := &Snapshot{
-				Orders:        map[OrderKey]*LockedOrder{orderKey("m-1"): subscriptionOrder("o1", tc.plan)},
+				Orders:        map[OrderKey]*LockedOrder{orderKey("m-1"): planOrder("o1", tc.plan)},
 				Subscriptions: map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): batchSub("s1", "sub_1")},
 				Created:       map[SubscriptionKey]*SubscriptionRecord{},
 				Plans:         Plans{monthly.ID: monthly, yearly.ID: yearly},
@@ -159,8 +176,7 @@ func TestDecideBatchRefusesPlanChanges(t *testing.T) {
 // when the batch holds the subscription (the refund names it).
 func TestDecideBatchRefundOfASubscriptionLine(t *testing.T) {
 	t.Parallel()
-	order := batchOrder("o1")
-	order.HasSubscriptionLines, order.SubscriptionPlan, order.SubscriptionFor = true, monthly.ID, "user_42"
+	order := subscriptionOrder("o1", "user_42")
 	snap := &Snapshot{
 		Orders:        map[OrderKey]*LockedOrder{orderKey("m-1"): order},
 		Subscriptions: map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): batchSub("s1", "sub_1")},
@@ -174,10 +190,7 @@ func TestDecideBatchRefundOfASubscriptionLine(t *testing.T) {
 	if err != nil || need != nil {
 		t.Fatalf("DecideBatch: %v, needs %v", err, need)
 	}
-	var got []string
-	for _, st := range steps {
-		got = append(got, summary(st))
-	}
+	got := summaries(steps)
 	want := []string{"fulfilled order=o1 sub=s1 sub:renewed", "refunded order=o1 sub=s1 sub:subscription_refunded", "already_applied order=o1"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %q\nwant %q", got, want)
@@ -194,8 +207,7 @@ func TestDecideBatchRefundOfASubscriptionLine(t *testing.T) {
 // does; a second refund is already applied.
 func TestDecideBatchRefundOfThePaidSubscription(t *testing.T) {
 	t.Parallel()
-	order := batchOrder("o1")
-	order.HasSubscriptionLines, order.SubscriptionPlan, order.SubscriptionFor = true, monthly.ID, "user_42"
+	order := subscriptionOrder("o1", "user_42")
 	snap := &Snapshot{
 		Orders:        map[OrderKey]*LockedOrder{orderKey("m-1"): order},
 		Subscriptions: map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): batchSub("s1", "sub_1")},
@@ -208,10 +220,7 @@ func TestDecideBatchRefundOfThePaidSubscription(t *testing.T) {
 	if err != nil || need != nil {
 		t.Fatalf("DecideBatch: %v, needs %v", err, need)
 	}
-	var got []string
-	for _, st := range steps {
-		got = append(got, summary(st))
-	}
+	got := summaries(steps)
 	want := []string{"fulfilled order=o1 sub=s1 sub:renewed", "refunded order=o1 sub=s1 sub:subscription_refunded", "already_applied order=o1"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %q\nwant %q", got, want)
@@ -222,8 +231,7 @@ func TestDecideBatchRefundOfThePaidSubscription(t *testing.T) {
 
 	// The same refund in a later batch: the order, paid, names its
 	// subscription by id; the snapshot holds it under its provider key.
-	paid := batchOrder("o1")
-	paid.HasSubscriptionLines, paid.SubscriptionPlan, paid.SubscriptionFor = true, monthly.ID, "user_42"
+	paid := subscriptionOrder("o1", "user_42")
 	paid.Apply(named(batchEvent("e1", EventPaymentConfirmed, "m-1", "pay_1", 1000), "sub_1").Event, steps[0].Outcome)
 	paid.PaidSubscription = "s1"
 	snap.Orders = map[OrderKey]*LockedOrder{orderKey("m-1"): paid}
@@ -242,8 +250,7 @@ func TestDecideBatchRefundOfThePaidSubscription(t *testing.T) {
 // subscription goes by that id.
 func TestDecideBatchBindsThePaidSubscription(t *testing.T) {
 	t.Parallel()
-	order := batchOrder("o1")
-	order.HasSubscriptionLines, order.SubscriptionPlan, order.SubscriptionFor = true, monthly.ID, "cust_1"
+	order := subscriptionOrder("o1", "cust_1")
 	customer := CustomerSubscriptionID(monthly.ID, "cust_1")
 	created := batchSub("s-new", customer)
 	created.CustomerRef = "cust_1"
@@ -261,10 +268,7 @@ func TestDecideBatchBindsThePaidSubscription(t *testing.T) {
 	if err != nil || need != nil {
 		t.Fatalf("DecideBatch: %v, needs %v", err, need)
 	}
-	var got []string
-	for _, st := range steps {
-		got = append(got, summary(st))
-	}
+	got := summaries(steps)
 	want := []string{"fulfilled order=o1 sub=s-new sub:renewed", "already_applied order=o1 sub=s-new sub:already_applied",
 		"already_applied order=o1", "renewed sub=s-new sub:renewed"}
 	if !reflect.DeepEqual(got, want) {
@@ -396,8 +400,7 @@ func TestDecideBatchThreadsASubscription(t *testing.T) {
 // for the events after that payment, not before.
 func TestDecideBatchCreatesASubscription(t *testing.T) {
 	t.Parallel()
-	order := batchOrder("o1")
-	order.HasSubscriptionLines, order.SubscriptionPlan, order.SubscriptionFor = true, monthly.ID, "cust_1"
+	order := subscriptionOrder("o1", "cust_1")
 	ref := SubscriptionRef{OrgID: batchOrg, Environment: EnvLive, Provider: ProviderTBank,
 		ProviderSubscriptionID: CustomerSubscriptionID(monthly.ID, "cust_1"), CustomerRef: "cust_1", PlanID: monthly.ID}
 	snap := &Snapshot{
@@ -421,10 +424,7 @@ func TestDecideBatchCreatesASubscription(t *testing.T) {
 	if err != nil || need != nil {
 		t.Fatalf("DecideBatch again: %v, needs %v", err, need)
 	}
-	var got []string
-	for _, st := range steps {
-		got = append(got, summary(st))
-	}
+	got := summaries(steps)
 	want := []string{"unmatched", "fulfilled order=o1 sub=s-new sub:renewed", "subscription_cancelled sub=s-new sub:subscription_cancelled"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %v\nwant %v", got, want)
@@ -451,10 +451,8 @@ func TestDecideBatchPlanNotConfigured(t *testing.T) {
 func TestSubscriptionKeys(t *testing.T) {
 	t.Parallel()
 	plain := batchOrder("o-plain")
-	sub := batchOrder("o-sub")
-	sub.HasSubscriptionLines, sub.SubscriptionPlan, sub.SubscriptionFor = true, monthly.ID, "user_1"
-	paid := batchOrder("o-paid")
-	paid.HasSubscriptionLines, paid.SubscriptionPlan, paid.SubscriptionFor = true, monthly.ID, "user_1"
+	sub := subscriptionOrder("o-sub", "user_1")
+	paid := subscriptionOrder("o-paid", "user_1")
 	paid.PaidSubscription = "s-paid"
 	orders := map[OrderKey]*LockedOrder{orderKey("m-plain"): plain, orderKey("m-sub"): sub, orderKey("m-paid"): paid}
 	customer := subKey(CustomerSubscriptionID(monthly.ID, "user_1"))
