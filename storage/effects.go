@@ -160,6 +160,18 @@ type lineRequest struct {
 	body        string
 }
 
+// setSparse sets element i of *a, an array of n elements, to v: *a stays
+// nil (a NULL array) until some element is not empty.
+func setSparse(a *nulls[string], n, i int, v string) {
+	if v == "" {
+		return
+	}
+	if *a == nil {
+		*a = make(nulls[string], n)
+	}
+	(*a)[i] = &v
+}
+
 // orderedRows is a batch's rows of one kind, one per key, in the order
 // their keys were first added. The statements write the rows in that
 // order — the order they were decided in — rather than in a map's, which
@@ -477,7 +489,7 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 		var version []pgtype.TID
 		var paid []bool
 		var attemptRef, invoiceID, paymentID, subscription, event nulls[string]
-		for _, o := range rows {
+		for i, o := range rows {
 			v, ok := w.versions[o.id]
 			if !ok {
 				return q, fmt.Errorf("updating order %s: it was not locked", o.id)
@@ -486,7 +498,11 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 			// identify itself records none.
 			id, version, state, paid = append(id, o.id), append(version, v), append(state, string(o.state)), append(paid, o.paid)
 			attemptRef, invoiceID, paymentID = append(attemptRef, opt(o.refs.AttemptRef)), append(invoiceID, opt(o.refs.InvoiceID)), append(paymentID, opt(o.refs.PaymentID))
-			subscription, event = append(subscription, opt(o.subscription)), append(event, opt(o.event))
+			// Most batches pay no subscription and name every payment: those
+			// columns go as one NULL each (unnest reads it as NULLs), not as
+			// arrays of NULLs built and encoded element by element.
+			setSparse(&subscription, len(rows), i, o.subscription)
+			setSparse(&event, len(rows), i, o.event)
 		}
 		// Each order is found at the row version its lock read (a TID
 		// scan: no descent of the primary key), which no one can have
