@@ -10,6 +10,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/storage"
 	"github.com/fulfillplatform/fulfillment/worker"
+	"github.com/jackc/pgx/v5"
 )
 
 // Subscription events that arrive before their subscription: a renewal
@@ -192,44 +193,47 @@ func TestLateMatchSubscriptionCreatedByHand(t *testing.T) {
 func TestLateMatchSubscriptionRacesItsCreation(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
-	ctx := context.Background()
 	const rounds = 20
 	for i := range rounds {
 		sub, order := fmt.Sprintf("sub_%d", i), fmt.Sprintf("m-%d", i)
 		subscriptionOrder(t, s, order)
-		var ids []int64
-		for _, ev := range []fulfillment.ProviderEvent{
+		decideTogether(t, s, conn,
 			subEvent("evt_renewal_"+sub, sub, fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 0), "inv_"+sub+"_2"),
-			firstPayment("evt_first_"+sub, sub, order),
-		} {
-			r, err := s.InboxInsert(ctx, ev, []byte(`{}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids = append(ids, r.ID)
-		}
-		if claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 10}); err != nil ||
-			len(claims) != 2 {
-			t.Fatalf("claim = %v, %v; want 2 events", claims, err)
-		}
-		next := make(chan int64, 2)
-		next <- ids[0]
-		next <- ids[1]
-		concurrently(2, func() {
-			id := <-next
-			if _, err := s.InboxProcess(ctx, []int64{id}, "w"); err != nil {
-				t.Error(err)
-			}
-		})
-		if n := count(t, conn, "SELECT count(*) FROM inbox_work WHERE state = 'pending'"); n > 0 {
-			processAll(t, s, n)
-		}
+			firstPayment("evt_first_"+sub, sub, order))
 	}
 	if n := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state <> 'processed'"); n != 0 {
 		t.Errorf("%d events left unmatched or unprocessed", n)
 	}
 	if n := count(t, conn, "SELECT count(*) FROM subscription_periods"); n != 2*rounds {
 		t.Errorf("%d periods paid, want %d", n, 2*rounds)
+	}
+}
+
+// decideTogether stores a and b, claims them, and decides each in a batch
+// of its own at the same time, as two workers would; then it processes
+// what they queued again.
+func decideTogether(t *testing.T, s *storage.Store, conn *pgx.Conn, a, b fulfillment.ProviderEvent) {
+	t.Helper()
+	ctx := context.Background()
+	next := make(chan int64, 2)
+	for _, ev := range []fulfillment.ProviderEvent{a, b} {
+		r, err := s.InboxInsert(ctx, ev, []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		next <- r.ID
+	}
+	if claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 10}); err != nil ||
+		len(claims) != 2 {
+		t.Fatalf("claim = %v, %v; want 2 events", claims, err)
+	}
+	concurrently(2, func() {
+		if _, err := s.InboxProcess(ctx, []int64{<-next}, "w"); err != nil {
+			t.Error(err)
+		}
+	})
+	if n := count(t, conn, "SELECT count(*) FROM inbox_work WHERE state = 'pending'"); n > 0 {
+		processAll(t, s, n)
 	}
 }
 

@@ -693,7 +693,6 @@ func TestSubscriptionFlowChargeBeforeTheBinding(t *testing.T) {
 func TestSubscriptionBindingRacesItsCharge(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
-	ctx := context.Background()
 	const rounds = 20
 	for i := range rounds {
 		binding := fmt.Sprintf("%d", 900000+i)
@@ -701,32 +700,9 @@ func TestSubscriptionBindingRacesItsCharge(t *testing.T) {
 		notice := tbankSubscriptionOrderOf(t, s, merchant, fmt.Sprintf("user_race_%d", i), binding)
 		payment, charge := fmt.Sprintf("%d", 7000+2*i), fmt.Sprintf("%d", 7001+2*i)
 		payPolled(t, s, notice, payment, merchant+"-1")
-		var ids []int64
-		for _, ev := range []fulfillment.ProviderEvent{
+		decideTogether(t, s, conn,
 			notice("CONFIRMED", fulfillment.EventPaymentConfirmed, charge, "charge-"+binding, subJan1.AddDate(0, 1, 0)),
-			notice("CONFIRMED", fulfillment.EventPaymentConfirmed, payment, merchant+"-1", subJan1),
-		} {
-			r, err := s.InboxInsert(ctx, ev, []byte(`{}`))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids = append(ids, r.ID)
-		}
-		if claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 10}); err != nil ||
-			len(claims) != 2 {
-			t.Fatalf("claim = %v, %v; want 2 events", claims, err)
-		}
-		next := make(chan int64, 2)
-		next <- ids[0]
-		next <- ids[1]
-		concurrently(2, func() {
-			if _, err := s.InboxProcess(ctx, []int64{<-next}, "w"); err != nil {
-				t.Error(err)
-			}
-		})
-		if n := count(t, conn, "SELECT count(*) FROM inbox_work WHERE state = 'pending'"); n > 0 {
-			processAll(t, s, n)
-		}
+			notice("CONFIRMED", fulfillment.EventPaymentConfirmed, payment, merchant+"-1", subJan1))
 	}
 	if n := count(t, conn, "SELECT count(*) FROM inbox_events WHERE state <> 'processed'"); n != 0 {
 		t.Errorf("%d events left unmatched or unprocessed", n)
