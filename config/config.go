@@ -252,10 +252,10 @@ func (p StatusPoll) WithDefaults() StatusPoll {
 // SweepDefaults fills in the zero values of the subscription sweeper's
 // queue: 1 worker claiming due sweeps every 5 s; a sweep that fails (its
 // plan left the configuration, the database is gone) is retried after 1
-// minute doubling to 1 hour, 200 times (over a week) before it is given
-// up.
+// minute doubling to 1 hour. It is never given up: after 10 attempts
+// (about 4 hours) it opens a sweep_failing item and starts another round.
 func SweepDefaults(q Queue) Queue {
-	return q.orDefaults(Queue{Workers: 1, MaxAttempts: 200, Poll: 5 * time.Second, Lease: 30 * time.Second,
+	return q.orDefaults(Queue{Workers: 1, MaxAttempts: 10, Poll: 5 * time.Second, Lease: 30 * time.Second,
 		BaseBackoff: time.Minute, MaxBackoff: time.Hour})
 }
 

@@ -151,6 +151,9 @@ type ItemSubject struct {
 	SubscriptionID string
 	// Refund names the refund it is about (RefundRef), when any.
 	Refund string
+	// Periods is the number of periods the subscription had paid, for an
+	// item about the end of its access (sweep_failing).
+	Periods int
 }
 
 // failedEventKeyPrefix starts the key of a failed_event item; the stored
@@ -187,9 +190,15 @@ const startKeyPrefix = "start|"
 //   - refund_not_applicable: the refund ("refund|<order>|<RefundRef>") —
 //     one per refund, also when a notification and a status poll both
 //     announce it;
+//   - sweep_failing: the subscription and its paid periods
+//     ("sweep|<subscription>|<periods>") — one per access end, however
+//     many rounds of attempts fail;
 //   - anything else about a payment: the payment (provider, tenant, order,
 //     attempt, payment id), or the event when it names no payment.
 func ItemKey(kind ReconKind, s ItemSubject) string {
+	if kind == ReconSweepFailing {
+		return fmt.Sprintf("sweep|%s|%d", s.SubscriptionID, s.Periods)
+	}
 	if s.SubscriptionID != "" {
 		// A subscription's payment, or the event, once per kind.
 		return fmt.Sprintf("subscription|%s|%s|%s|%s", s.SubscriptionID, kind, s.PaymentID, s.EventID)

@@ -531,6 +531,13 @@ func TestItemKey(t *testing.T) {
 	if ItemKey(ReconRefundNotApplicable, s) == ItemKey(ReconRefundNotApplicable, otherRefund) {
 		t.Error("two refunds of different amounts share a refund_not_applicable key")
 	}
+	// A failing sweep: one item per access end, the next period's end its own.
+	sweep := ItemSubject{OrgID: "org_a", Environment: EnvLive, SubscriptionID: "s1", Periods: 3}
+	later := sweep
+	later.Periods = 4
+	if k := ItemKey(ReconSweepFailing, sweep); k != "sweep|s1|3" || k == ItemKey(ReconSweepFailing, later) {
+		t.Errorf("sweep_failing keys %q and %q (4 periods)", k, ItemKey(ReconSweepFailing, later))
+	}
 	noRefs := s
 	noRefs.AttemptRef, noRefs.PaymentID = "", ""
 	if ItemKey(ReconExtraPayment, noRefs) == ItemKey(ReconExtraPayment, ItemSubject{OrderID: "o1", EventID: "evt_2"}) {

@@ -157,6 +157,13 @@ const (
 	// than the subscription its payment names (DecisionPlanChangeRefused):
 	// the order is on hold, nothing granted. One per payment.
 	ReconPlanChange ReconKind = "plan_change"
+	// ReconSweepFailing: the sweep that ends a subscription's access used
+	// its attempts without completing (its plan is no longer configured,
+	// or the database kept failing it): the access has not ended. The
+	// sweep is never given up: it is due again after its backoff, and ends
+	// the access once what failed it is fixed. One per subscription and
+	// paid period (ItemSubject.Periods).
+	ReconSweepFailing ReconKind = "sweep_failing"
 )
 
 // Valid reports whether k is a known kind.
@@ -164,7 +171,7 @@ func (k ReconKind) Valid() bool {
 	switch k {
 	case ReconExtraPayment, ReconUnidentifiedPayment, ReconAmountMismatch, ReconOverpayment, ReconUnmatchedPayment,
 		ReconUncertainDelivery, ReconFailedDelivery, ReconPaidNotFulfilled, ReconFailedEvent, ReconRefundAfterFulfill,
-		ReconRefundNotApplicable, ReconDuplicateOrderID, ReconPollFailing, ReconPlanChange:
+		ReconRefundNotApplicable, ReconDuplicateOrderID, ReconPollFailing, ReconPlanChange, ReconSweepFailing:
 		return true
 	}
 	return false
@@ -173,6 +180,6 @@ func (k ReconKind) Valid() bool {
 // ReconKinds lists every kind, in the order summaries show them.
 var ReconKinds = []ReconKind{
 	ReconUnmatchedPayment, ReconAmountMismatch, ReconOverpayment, ReconExtraPayment, ReconUnidentifiedPayment, ReconPlanChange,
-	ReconDuplicateOrderID, ReconPollFailing, ReconPaidNotFulfilled, ReconRefundAfterFulfill, ReconRefundNotApplicable, ReconFailedEvent,
+	ReconDuplicateOrderID, ReconPollFailing, ReconSweepFailing, ReconPaidNotFulfilled, ReconRefundAfterFulfill, ReconRefundNotApplicable, ReconFailedEvent,
 	ReconFailedDelivery, ReconUncertainDelivery,
 }

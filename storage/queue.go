@@ -50,6 +50,9 @@ type leasedTable struct {
 	// stopped during every attempt). It opens their items, through the
 	// one item builder (queueItems).
 	failed func(ctx context.Context, tx pgx.Tx, rows []failedRow, maxAttempts int) error
+	// rearms says that failed puts its rows back in the queue (pending,
+	// their attempts from 0): Retry reports them scheduled, not failed.
+	rearms bool
 	// partition, when set, names the column that splits the table into
 	// queues: one per value (a destination), each claiming and releasing
 	// its own rows only. A claim takes the value as $6, a release as $2;
@@ -418,7 +421,9 @@ func (q *Queue) Retry(ctx context.Context, owner string, rs []worker.Retry, maxA
 		_, err := pgx.ForEachRow(rows, []any{&id, &isFailed}, func() error {
 			outcomes[at[id]] = worker.RetryScheduled
 			if isFailed {
-				outcomes[at[id]] = worker.RetryFailed
+				if !t.rearms {
+					outcomes[at[id]] = worker.RetryFailed
+				}
 				failed = append(failed, failedRow{id: id, cause: clean[at[id]].Cause})
 			}
 			return nil

@@ -76,6 +76,9 @@ type queueCase struct {
 	// failedItem is the kind of reconciliation item an item failed past
 	// its attempts opens; "" for none.
 	failedItem string
+	// rearms: an item past its attempts opens its item and is put back,
+	// never failed (a sweep).
+	rearms bool
 }
 
 // heldUnless is held, false, for a work that returns ErrLeaseLost when
@@ -128,6 +131,7 @@ var queueCases = []queueCase{
 	},
 	{
 		name: "subscription sweep", table: "subscription_sweeps", queue: (*storage.Store).SweepQueue,
+		failedItem: "sweep_failing", rearms: true,
 		seed: func(t *testing.T, s *storage.Store, conn *pgx.Conn) int64 {
 			// Paid for one month, four months ago: its access has ended.
 			pay := fulfillment.SubscriptionEvent{Kind: fulfillment.SubRenewalPaid, OccurredAt: time.Now().AddDate(0, -4, 0), InvoiceID: "inv_1"}
@@ -191,9 +195,13 @@ func claimed(t *testing.T, q *storage.Queue, owner string, lease time.Duration, 
 // opened once.
 func failedOnce(t *testing.T, c queueCase, conn *pgx.Conn, id int64, lastError string) {
 	t.Helper()
+	state := "state = 'failed' AND lease_owner IS NULL"
+	if c.rearms {
+		state = "state = 'pending'" // put back; a claim may hold it again
+	}
 	if got := count(t, conn, "SELECT count(*) FROM "+c.table+
-		" WHERE id = $1 AND state = 'failed' AND lease_owner IS NULL AND last_error LIKE $2", id, lastError); got != 1 {
-		t.Errorf("failed items = %d, want 1", got)
+		" WHERE id = $1 AND "+state+" AND last_error LIKE $2", id, lastError); got != 1 {
+		t.Errorf("items failed (or put back) = %d, want 1", got)
 	}
 	if got, want := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE kind = $1", c.failedItem), min(len(c.failedItem), 1); got != want {
 		t.Errorf("%q items = %d, want %d", c.failedItem, got, want)
@@ -221,6 +229,30 @@ func failedOnce(t *testing.T, c queueCase, conn *pgx.Conn, id int64, lastError s
 				AND m.last_error = w.last_error`, id); got != 1 {
 			t.Errorf("the failed message does not record its attempts and last error as its work row does")
 		}
+	case "subscription_sweeps":
+		// Its item names the subscription, under its key.
+		if got := count(t, conn, `SELECT count(*) FROM reconciliation_items i JOIN subscriptions s ON s.id = i.subscription_id
+			JOIN subscription_sweeps w ON w.subscription_id = s.id
+			WHERE i.kind = 'sweep_failing' AND w.id = $1 AND i.org_id = 'org_a' AND i.provider = 'yolfi'
+				AND i.dedupe_key = 'sweep|' || s.id || '|' || s.periods`, id); got != 1 {
+			t.Errorf("the sweep_failing item does not name the subscription, its org and provider under its key")
+		}
+	}
+}
+
+// claimedAfterItsAttempts checks what a claim got after the item used its
+// attempts: nothing, or, for a table that puts items back, the item at its
+// first attempt again.
+func claimedAfterItsAttempts(t *testing.T, c queueCase, got []worker.Claim, id int64) {
+	t.Helper()
+	if c.rearms {
+		if len(got) != 1 || got[0].ID != id || got[0].Attempts != 1 {
+			t.Errorf("claim of an item put back = %v; want it at its first attempt", got)
+		}
+		return
+	}
+	if len(got) != 0 {
+		t.Errorf("a failed item was claimed again: %v", got)
 	}
 }
 
@@ -478,14 +510,12 @@ func TestQueueRetryBudget(t *testing.T) {
 				t.Fatalf("attempt %d: claim = %v", attempt, got)
 			}
 			failed, err := retryOne(ctx, q, "w", got[0], fmt.Sprintf("boom %d", attempt), time.Now(), 3)
-			if err != nil || failed != (attempt == 3) {
+			if err != nil || failed != (attempt == 3 && !c.rearms) {
 				t.Fatalf("attempt %d: failed = %v, %v", attempt, failed, err)
 			}
 		}
-		if got := claimed(t, q, "w", time.Minute, 3); len(got) != 0 {
-			t.Errorf("a failed item was claimed again: %v", got)
-		}
 		failedOnce(t, c, conn, id, "boom 3")
+		claimedAfterItsAttempts(t, c, claimed(t, q, "w", time.Minute, 3), id)
 	})
 }
 
@@ -504,9 +534,7 @@ func TestQueueReclaimedItemFailsPastItsAttempts(t *testing.T) {
 				t.Fatalf("attempt %d: reclaim = %d, %v; want 1", attempt, n, err)
 			}
 		}
-		if got := claimed(t, q, "w", time.Hour, 3); len(got) != 0 {
-			t.Fatalf("claim past the attempts = %v; want nothing", got)
-		}
+		claimedAfterItsAttempts(t, c, claimed(t, q, "w", time.Hour, 3), id)
 		failedOnce(t, c, conn, id, "abandoned%")
 		if c.table == "inbox_work" || c.table == "outbox_work" {
 			if got := count(t, conn, `SELECT count(*) FROM reconciliation_items
@@ -700,10 +728,11 @@ func TestQueueAbandonedItemFailedOnceByRacingClaims(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if got := claimed(t, q, "w", time.Hour, 3); len(got) != 0 {
+		if got := claimed(t, q, "w", time.Hour, 3); len(got) != 0 && !c.rearms {
 			t.Fatalf("claim after the race = %v; want nothing", got)
 		}
-		// Failed twice, its last error would say "abandoned" twice.
+		// Failed twice, its last error would say "abandoned" twice (put
+		// back round after round, it says so once).
 		failedOnce(t, c, conn, id, "abandoned: no attempt completed")
 	})
 }

@@ -1799,8 +1799,9 @@ type ReconciliationItem struct {
 	// "extra_payment", "unidentified_payment", "amount_mismatch", "overpayment",
 	// "unmatched_payment", "uncertain_delivery", "failed_delivery",
 	// "paid_not_fulfilled", "failed_event", "refund_after_fulfillment",
-	// "refund_not_applicable", "duplicate_order_id", "poll_failing" or
-	// "plan_change" (docs/reconciliation.md describes each).
+	// "refund_not_applicable", "duplicate_order_id", "poll_failing",
+	// "plan_change" or "sweep_failing" (docs/reconciliation.md describes
+	// each).
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// "open" or "resolved".
 	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
