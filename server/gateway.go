@@ -242,7 +242,58 @@ func oneJSONValue(body []byte) error {
 			return fmt.Errorf("the request body goes on after its JSON value, at %s: it must hold one value", lineColumn(body, i))
 		}
 	}
+	if at := loneSurrogate(body[:rest]); at >= 0 {
+		return fmt.Errorf("the request body is not valid JSON at %s: %s is half of a UTF-16 surrogate pair, without its other half: a text must be valid Unicode",
+			lineColumn(body, int64(at)), body[at:at+6])
+	}
 	return nil
+}
+
+// loneSurrogate returns the offset of the first \u escape in the valid
+// JSON text that is half of a UTF-16 surrogate pair without its other
+// half, or -1. Every backslash of valid JSON is inside a string.
+func loneSurrogate(text []byte) int {
+	for i := 0; i < len(text); i++ {
+		if text[i] != '\\' {
+			continue
+		}
+		if i+1 < len(text) && text[i+1] != 'u' {
+			i++ // an escape of one character: \\, \", \n…
+			continue
+		}
+		r := hex4(text[i+2:])
+		switch {
+		case r >= 0xDC00 && r <= 0xDFFF: // a low half first
+			return i
+		case r >= 0xD800 && r <= 0xDBFF:
+			if j := i + 6; j+1 < len(text) && text[j] == '\\' && text[j+1] == 'u' {
+				if low := hex4(text[j+2:]); low >= 0xDC00 && low <= 0xDFFF {
+					i = j + 5
+					continue
+				}
+			}
+			return i
+		}
+		i += 5
+	}
+	return -1
+}
+
+// hex4 is the value of the four hex digits that start b (valid JSON has
+// them after \u).
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		default:
+			r = r<<4 | rune(c-'A'+10)
+		}
+	}
+	return r
 }
 
 // lineColumn is where byte offset sits in text: "line L, column C", both

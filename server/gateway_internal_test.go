@@ -56,6 +56,12 @@ func TestOneJSONValue(t *testing.T) {
 		"{\n  \"a\": x}":                 "the request body is not valid JSON at line 2, column 8: invalid character 'x' looking for beginning of value",
 		`bogus=1`:                        "the request body is not valid JSON at line 1, column 1: invalid character 'b' looking for beginning of value",
 		`[` + strings.Repeat("[", 20000): "the request body is not valid JSON at line 1, column 10001: invalid character '[' exceeded max depth",
+		// Surrogate pairs: whole, or half of one (a text that is not Unicode).
+		`{"note": "\ud83d\ude00 \\ud800 \u00e9"}`: "",
+		"{\"note\":\n \"a\\ud800\"}":              "the request body is not valid JSON at line 2, column 4: \\ud800 is half of a UTF-16 surrogate pair, without its other half: a text must be valid Unicode",
+		`{"note": "\uDE00\ud83d"}`:                "the request body is not valid JSON at line 1, column 11: \\uDE00 is half of a UTF-16 surrogate pair, without its other half: a text must be valid Unicode",
+		`{"note": "\ud83d\u0041"}`:                "the request body is not valid JSON at line 1, column 11: \\ud83d is half of a UTF-16 surrogate pair, without its other half: a text must be valid Unicode",
+		`{"note": "\ud83d"}`:                      "the request body is not valid JSON at line 1, column 11: \\ud83d is half of a UTF-16 surrogate pair, without its other half: a text must be valid Unicode",
 	} {
 		got := ""
 		if err := oneJSONValue([]byte(body)); err != nil {

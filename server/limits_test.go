@@ -282,12 +282,19 @@ func TestBodyWithTrailingData(t *testing.T) {
 			t.Errorf("%.60q…: %d %s, want 400 saying the body goes on", body[len(body)-20:], code, raw)
 		}
 	}
+	// Half of a surrogate pair is no Unicode text: refused with its place,
+	// not as the protobuf decoder's "unexpected EOF".
+	lone := strings.Replace(string(valid), `"trailing-1"`, `"trailing-\ud800"`, 1)
+	if code, _, raw := ts.doRaw(t, "POST", "/v1/orders", tokCheckout, lone); code != http.StatusBadRequest ||
+		!strings.Contains(raw, `\\ud800 is half of a UTF-16 surrogate pair`) {
+		t.Errorf("a body with half a surrogate pair: %d %s, want 400 saying so", code, raw)
+	}
 	list, err := ts.client.ListOrders(withToken(tokOps), &fulfillmentv1.ListOrdersRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n := len(list.GetOrders()); n != 0 {
-		t.Errorf("%d orders stored by bodies with trailing data", n)
+		t.Errorf("%d orders stored by bodies with trailing data or half a surrogate pair", n)
 	}
 	// White space alone is no body, as none at all: the call goes on.
 	if code, _, raw := ts.doRaw(t, "POST", "/v1/events/999:replay", tokOps, "\n "); code != http.StatusNotFound {
@@ -475,6 +482,7 @@ func TestRESTMethodNotAllowed(t *testing.T) {
 		{"DELETE", "/v1/orders", "GET, POST"},
 		{"PUT", "/v1/orders/019a2b3c-4d5e-7f60-8a9b-0c1d2e3f4a5b", "GET"},
 		{"PATCH", "/v1/reconciliation/items/8:resolve", "POST"},
+		{"PUT", "/v1/orders%2Fx", "GET"}, // the gateway routes the path decoded: /v1/orders/x
 	} {
 		code, h, raw := ts.doRaw(t, tc.method, tc.path, tokOps, "")
 		if code != http.StatusMethodNotAllowed || h.Get("Allow") != tc.allow || !strings.Contains(raw, "it takes "+tc.allow) {
