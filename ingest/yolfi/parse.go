@@ -16,7 +16,7 @@ import (
 // the merchant's reference (a subscription's customer).
 //
 // It returns an error wrapping ingest.ErrInvalidPayload when the body is not
-// a valid Yolfi event (or its X-Yolfi-Event-ID header disagrees with it), and
+// a valid Yolfi event (or an X-Yolfi-Event-ID header disagrees with it), and
 // one wrapping ingest.ErrOrgMismatch when it names another org than ep's.
 // Error messages never quote the body.
 func Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfillment.ProviderEvent, error) {
@@ -42,12 +42,12 @@ func Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfillment.Pro
 		return fulfillment.ProviderEvent{}, err
 	}
 
-	// The header is an unsigned copy of the id that Yolfi always sends: a
-	// missing or different one means the request was not sent by Yolfi as
-	// documented, or was mangled on its way.
+	// The header is an unsigned copy of the id, which Yolfi may leave out
+	// (the signed body's id is the one that counts): a different one, or
+	// two, mean the request was not sent by Yolfi as documented, or was
+	// mangled on its way.
 	switch ids := h.Values(EventIDHeader); {
 	case len(ids) == 0:
-		return fulfillment.ProviderEvent{}, ingest.Invalid("the " + EventIDHeader + " header is missing; Yolfi sends it with the body's id")
 	case len(ids) > 1:
 		return fulfillment.ProviderEvent{}, ingest.Invalid("more than one " + EventIDHeader + " header")
 	case ids[0] != p.ID:
