@@ -239,11 +239,12 @@ func (b *batch) findOrder(k OrderKey) (*LockedOrder, bool) {
 	return o, ok
 }
 
-// decide routes and decides one event: the order rules when an order
-// matches it; else the subscription rules when it names a subscription
-// this service knows; else an unknown subscription's lifecycle event is
-// unmatched, and every other event goes to the order rules, which decide
-// events of no order. A payment of an order's subscription line is
+// decide routes and decides one event: a subscription's lifecycle event
+// (cancelled, overdue) to the subscription rules, unmatched when it names
+// a subscription this service does not know, whatever order it names too;
+// any other event to the order rules when an order matches it; else to the
+// subscription rules when it names a subscription this service knows;
+// else to the order rules, which decide events of no order. A payment of an order's subscription line is
 // decided by both: the order rules for the order, the subscription rules
 // for the period it pays; so is its refund, when the batch holds the
 // subscription (the order's, whatever the refund names); and a later event
@@ -255,15 +256,18 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 	ev := be.Event
 	order, matched := MatchOrder(ev, b.findOrder)
 	sub, named := b.subs[ev.SubscriptionKey()]
+	// A lifecycle event (cancelled, overdue) is about the subscription
+	// whatever else it names: an order it also names has no rule for it.
+	lifecycle := ForSubscription(ev) && ev.Kind.IsSubscriptionLifecycle()
 	switch {
-	case !matched && named && ForSubscription(ev):
+	case (!matched || lifecycle) && named && ForSubscription(ev):
 		st.Subscription, err = b.decideSubscription(ev, be.Received, sub, false)
 		if err != nil {
 			return st, nil, err
 		}
 		st.Outcome = st.Subscription.Outcome
 		return st, nil, nil
-	case !matched && ForSubscription(ev) && ev.Kind.IsSubscriptionLifecycle():
+	case lifecycle:
 		st.Outcome = Outcome{Decision: DecisionUnmatched,
 			Reason: "the event names a subscription this service does not know (yet): nothing is applied"}
 		return st, nil, nil

@@ -89,6 +89,13 @@ func TestDecideBatchRoutes(t *testing.T) {
 			"subscription_cancelled sub=s1 sub:subscription_cancelled"},
 		{"a lifecycle event of an unknown subscription: unmatched",
 			named(batchEvent("e", EventSubscriptionOverdue, "", "", 0), "sub_unknown"), "unmatched"},
+		// An order it names too has no rule for it.
+		{"a lifecycle event of a known subscription that also names an order: the subscription rules",
+			named(batchEvent("e", EventSubscriptionCancelled, "m-1", "", 0), "sub_1"), "subscription_cancelled sub=s1 sub:subscription_cancelled"},
+		{"an overdue of a known subscription that also names an order: the subscription rules",
+			named(batchEvent("e", EventSubscriptionOverdue, "m-1", "", 0), "sub_1"), "past_due sub=s1 sub:past_due"},
+		{"a lifecycle event of an unknown subscription that names an order: unmatched",
+			named(batchEvent("e", EventSubscriptionCancelled, "m-1", "", 0), "sub_unknown"), "unmatched"},
 		{"a charge of an unknown subscription: the order rules, which find no order",
 			named(batchEvent("e", EventPaymentConfirmed, "", "pay_3", 1000), "sub_unknown"), "unmatched"},
 		{"a provider's test event on a live endpoint naming a known subscription: the order rules", testOnLive, "test_mode_ignored"},

@@ -244,6 +244,30 @@ func TestSubscriptionFlowOverdueThenRenewal(t *testing.T) {
 	}
 }
 
+// A lifecycle event that also names the order that started the
+// subscription is the subscription's: the overdue makes it past_due, once
+// however often it is announced, and the order is left as it is.
+func TestSubscriptionFlowLifecycleEventNamingItsOrder(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	subscriptionOrder(t, s, "m-1")
+	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
+	overdue := subEvent("evt_od", "sub_1", fulfillment.EventSubscriptionOverdue, subJan1.AddDate(0, 1, 1), "")
+	overdue.Payment.MerchantOrderID = "m-1"
+	again := overdue
+	again.EventID = "evt_od_again"
+	if got := deliver(t, s, overdue, again); got != "past_due,already_applied" {
+		t.Fatalf("overdue naming the order, twice: %s", got)
+	}
+	want := subRow{State: "past_due", Periods: 1, End: subJan1.AddDate(0, 1, 0), Renewed: 1, PastDue: 1}
+	if got := readSub(t, conn, "sub_1"); got != want {
+		t.Errorf("%+v, want %+v", got, want)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM orders WHERE merchant_order_id = 'm-1' AND state = 'fulfilled'`); n != 1 {
+		t.Errorf("the order that started the subscription is no longer fulfilled")
+	}
+}
+
 // A subscription.overdue older than a renewal applied before it is
 // stale: the subscription stays active, nothing is announced.
 func TestSubscriptionFlowStaleOverdue(t *testing.T) {
