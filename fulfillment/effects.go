@@ -193,6 +193,9 @@ const startKeyPrefix = "start|"
 //   - sweep_failing: the subscription and its paid periods
 //     ("sweep|<subscription>|<periods>") — one per access end, however
 //     many rounds of attempts fail;
+//   - anything else about a subscription's payment: the subscription, the
+//     kind and the payment id — one however many events announce the
+//     payment; the event too when it names no payment, or for a refund;
 //   - anything else about a payment: the payment (provider, tenant, order,
 //     attempt, payment id), or the event when it names no payment.
 func ItemKey(kind ReconKind, s ItemSubject) string {
@@ -200,7 +203,12 @@ func ItemKey(kind ReconKind, s ItemSubject) string {
 		return fmt.Sprintf("sweep|%s|%d", s.SubscriptionID, s.Periods)
 	}
 	if s.SubscriptionID != "" {
-		// A subscription's payment, or the event, once per kind.
+		// A subscription's payment once per kind, however many events
+		// announce it; the event, when it names no payment. Every refund
+		// is money moving: one per refund event.
+		if s.PaymentID != "" && kind != ReconRefundAfterFulfill && kind != ReconRefundNotApplicable {
+			return fmt.Sprintf("subscription|%s|%s|%s|", s.SubscriptionID, kind, s.PaymentID)
+		}
 		return fmt.Sprintf("subscription|%s|%s|%s|%s", s.SubscriptionID, kind, s.PaymentID, s.EventID)
 	}
 	switch kind {

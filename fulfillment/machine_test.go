@@ -531,6 +531,22 @@ func TestItemKey(t *testing.T) {
 	if ItemKey(ReconRefundNotApplicable, s) == ItemKey(ReconRefundNotApplicable, otherRefund) {
 		t.Error("two refunds of different amounts share a refund_not_applicable key")
 	}
+	// A subscription's payment: one item per kind, whatever event announced
+	// it; a refund's item per event; an event naming no payment its own.
+	subPay := ItemSubject{OrgID: "org_a", Environment: EnvLive, SubscriptionID: "s1", PaymentID: "pay_7", EventID: "evt_1"}
+	again := subPay
+	again.EventID = "evt_2"
+	if ItemKey(ReconExtraPayment, subPay) != ItemKey(ReconExtraPayment, again) {
+		t.Error("one subscription payment announced twice has two extra_payment keys")
+	}
+	if ItemKey(ReconRefundAfterFulfill, subPay) == ItemKey(ReconRefundAfterFulfill, again) {
+		t.Error("two refund events of a subscription's payment share a refund_after_fulfillment key")
+	}
+	noPay, noPayAgain := subPay, again
+	noPay.PaymentID, noPayAgain.PaymentID = "", ""
+	if ItemKey(ReconExtraPayment, noPay) == ItemKey(ReconExtraPayment, noPayAgain) {
+		t.Error("two events of a subscription naming no payment share a key")
+	}
 	// A failing sweep: one item per access end, the next period's end its own.
 	sweep := ItemSubject{OrgID: "org_a", Environment: EnvLive, SubscriptionID: "s1", Periods: 3}
 	later := sweep

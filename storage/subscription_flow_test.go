@@ -268,6 +268,27 @@ func TestSubscriptionFlowLifecycleEventNamingItsOrder(t *testing.T) {
 	}
 }
 
+// A charge after the cancellation opens one extra_payment item, however
+// many event ids announce that payment.
+func TestSubscriptionFlowExtraPaymentItemOncePerPayment(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	subscriptionOrder(t, s, "m-1")
+	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
+	if got := deliver(t, s, subEvent("evt_cancel", "sub_1", fulfillment.EventSubscriptionCancelled, subJan1.AddDate(0, 0, 10), "")); got != "subscription_cancelled" {
+		t.Fatalf("cancel: %s", got)
+	}
+	charge := subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 0), "inv_2")
+	again := charge
+	again.EventID = "evt_2_again"
+	if got := deliver(t, s, charge) + "," + deliver(t, s, again); got != "duplicate_payment,duplicate_payment" {
+		t.Fatalf("the charge after the cancellation, announced twice: %s", got)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE kind = 'extra_payment' AND payment_id = 'pay_inv_2'`); n != 1 {
+		t.Errorf("%d extra_payment items for one payment, want 1", n)
+	}
+}
+
 // A subscription.overdue older than a renewal applied before it is
 // stale: the subscription stays active, nothing is announced.
 func TestSubscriptionFlowStaleOverdue(t *testing.T) {
