@@ -131,6 +131,66 @@ func SubscriptionKeys(events []ProviderEvent, orders map[OrderKey]*LockedOrder) 
 	return keys, ids
 }
 
+// RefundedPayment names a payment at its provider whose refund a batch
+// decides without an order or a subscription to go by: the subscription
+// whose period that payment paid is the one to lock (a T-Bank refund of a
+// recurrent charge names no card binding).
+type RefundedPayment struct {
+	OrgID       string
+	Environment Environment
+	Provider    Provider
+	PaymentID   string
+}
+
+// RefundedPayments are the payments whose subscriptions to lock for a
+// batch, besides SubscriptionKeys: those of the refunds that match no
+// order of orders and name no subscription (refundOfAPeriod). Each once,
+// in the events' order.
+func RefundedPayments(events []ProviderEvent, orders map[OrderKey]*LockedOrder) []RefundedPayment {
+	var out []RefundedPayment
+	for _, ev := range events {
+		if !refundOfAPeriod(ev) {
+			continue
+		}
+		if _, ok := MatchOrder(ev, func(k OrderKey) (*LockedOrder, bool) { o, ok := orders[k]; return o, ok }); ok {
+			continue
+		}
+		p := ev.refundedPayment()
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// refundOfAPeriod reports whether ev is a refund that, matching no order,
+// is looked up as the refund of a subscription's period by its payment:
+// it names a payment and no subscription.
+func refundOfAPeriod(ev ProviderEvent) bool {
+	return (ev.Kind == EventRefunded || ev.Kind == EventPartiallyRefunded) && ev.Payment.PaymentID != "" &&
+		ev.Payment.SubscriptionID == "" && (!ev.TestMode || ev.Environment != EnvLive)
+}
+
+func (ev ProviderEvent) refundedPayment() RefundedPayment {
+	return RefundedPayment{ev.OrgID, ev.Environment, ev.Provider, ev.Payment.PaymentID}
+}
+
+// periodPaidBy is the subscription the batch holds one of whose periods
+// payment paid.
+func (b *batch) periodPaidBy(p RefundedPayment) (*SubscriptionRecord, bool) {
+	for _, rec := range b.subs {
+		if rec.OrgID != p.OrgID || rec.Environment != p.Environment || rec.Provider != p.Provider {
+			continue
+		}
+		for _, r := range rec.Renewals {
+			if r.PaymentID == p.PaymentID {
+				return rec, true
+			}
+		}
+	}
+	return nil, false
+}
+
 // Step is what the batch made of one event.
 type Step struct {
 	// Outcome is the decision of the event and the effects on its order
@@ -243,8 +303,9 @@ func (b *batch) findOrder(k OrderKey) (*LockedOrder, bool) {
 // (cancelled, overdue) to the subscription rules, unmatched when it names
 // a subscription this service does not know, whatever order it names too;
 // any other event to the order rules when an order matches it; else to the
-// subscription rules when it names a subscription this service knows;
-// else to the order rules, which decide events of no order. A payment of an order's subscription line is
+// subscription rules when it names a subscription this service knows, or
+// is the refund of a payment that paid one of its periods; else to the
+// order rules, which decide events of no order. A payment of an order's subscription line is
 // decided by both: the order rules for the order, the subscription rules
 // for the period it pays; so is its refund, when the batch holds the
 // subscription (the order's, whatever the refund names); and a later event
@@ -267,6 +328,18 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 		}
 		st.Outcome = st.Subscription.Outcome
 		return st, nil, nil
+	case !matched && refundOfAPeriod(ev):
+		// The refund of a payment that paid a period, naming no
+		// subscription: the subscription rules, when the batch holds the
+		// subscription that payment paid; else the order rules, which
+		// find no order.
+		if rec, ok := b.periodPaidBy(ev.refundedPayment()); ok {
+			if st.Subscription, err = b.decideSubscription(ev, be.Received, rec, false); err != nil {
+				return st, nil, err
+			}
+			st.Outcome = st.Subscription.Outcome
+			return st, nil, nil
+		}
 	case lifecycle:
 		st.Outcome = Outcome{Decision: DecisionUnmatched,
 			Reason: "the event names a subscription this service does not know (yet): nothing is applied"}

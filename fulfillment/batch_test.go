@@ -2,6 +2,7 @@ package fulfillment
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -117,6 +118,53 @@ func TestDecideBatchRoutes(t *testing.T) {
 				t.Errorf("got  %s\nwant %s (reason: %s)", got, tc.want, steps[0].Outcome.Reason)
 			}
 		})
+	}
+}
+
+// The refund of a payment that paid a period, naming no subscription and
+// matching no order (a T-Bank refund of a recurrent charge), is the
+// subscription's whose period that payment paid: RefundedPayments names
+// the payment to lock it by, and the batch finds it by its periods. A
+// refund matching an order is the order's to route.
+func TestDecideBatchRefundOfAChargeNamingNoSubscription(t *testing.T) {
+	t.Parallel()
+	sub := batchSub("s1", "sub_1")
+	sub.Periods = 2
+	sub.Renewals = map[string]Renewal{
+		"payment:pay_1": {Period: 1, PaymentID: "pay_1", Start: jan1.AddDate(0, -1, 0), End: jan1},
+		"payment:pay_2": {Period: 2, PaymentID: "pay_2", Start: jan1, End: jan1.AddDate(0, 1, 0)},
+	}
+	snap := &Snapshot{
+		Orders:        map[OrderKey]*LockedOrder{orderKey("m-1"): batchOrder("o1")},
+		Subscriptions: map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): sub},
+		Plans:         Plans{monthly.ID: monthly},
+	}
+	charge := batchEvent("e1", EventRefunded, "", "pay_2", 1000)
+	partial := batchEvent("e2", EventPartiallyRefunded, "", "pay_1", 500)
+	unknown := batchEvent("e3", EventRefunded, "", "pay_9", 1000)
+	ofOrder := batchEvent("e4", EventRefunded, "m-1", "pay_3", 1000)
+	evs := []BatchEvent{charge, partial, unknown, ofOrder}
+	var events []ProviderEvent
+	for _, be := range evs {
+		events = append(events, be.Event)
+	}
+	want := []RefundedPayment{{batchOrg, EnvLive, ProviderTBank, "pay_2"}, {batchOrg, EnvLive, ProviderTBank, "pay_1"},
+		{batchOrg, EnvLive, ProviderTBank, "pay_9"}}
+	if got := RefundedPayments(events, snap.Orders); !slices.Equal(got, want) {
+		t.Errorf("RefundedPayments = %v, want %v", got, want)
+	}
+	steps, need, err := DecideBatch(snap, evs)
+	if err != nil || need != nil {
+		t.Fatalf("DecideBatch: %v, needs %v", err, need)
+	}
+	wantSteps := []string{
+		"subscription_refunded sub=s1 sub:subscription_refunded",
+		"partially_refunded sub=s1 sub:partially_refunded",
+		"unmatched",
+		"refunded_before_payment order=o1",
+	}
+	if got := summaries(steps); !slices.Equal(got, wantSteps) {
+		t.Errorf("steps:\n got %q\nwant %q", got, wantSteps)
 	}
 }
 

@@ -661,6 +661,43 @@ func TestSubscriptionFlowRefundNamingNoBinding(t *testing.T) {
 	}
 }
 
+// The bank's refund of a recurrent charge names no card binding, and the
+// charge has no order: the refund is the subscription's whose period the
+// charge paid. A full refund of the period begun ends its access at the
+// refund, once however often it is announced; a refund of a payment that
+// paid no period is the order rules', which find no order.
+func TestSubscriptionFlowChargeRefundNamingNoBinding(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	notice := tbankSubscriptionOrder(t, s)
+	feb1 := subJan1.AddDate(0, 1, 0)
+	refundAt := feb1.AddDate(0, 0, 9)
+	deliver(t, s, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "700", "m-t-1", subJan1))
+	if got := deliver(t, s, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "701", "charge-2", feb1)); got != "renewed" {
+		t.Fatalf("the recurrent charge: %s", got)
+	}
+	unnamed := func(ev fulfillment.ProviderEvent) fulfillment.ProviderEvent {
+		ev.Payment.SubscriptionID = "" // as the bank notifies a refund
+		return ev
+	}
+	refund := unnamed(notice("REFUNDED", fulfillment.EventRefunded, "701", "charge-2", refundAt))
+	again := refund
+	again.EventID += ":again"
+	if got := deliver(t, s, refund, again); got != "subscription_refunded,already_applied" {
+		t.Fatalf("the charge's refund naming no binding, twice: %s", got)
+	}
+	want := subRow{State: "expired", Periods: 2, End: refundAt, Renewed: 2, Ended: 1, Items: 1}
+	if got := readSub(t, conn, "101709"); got != want {
+		t.Errorf("%+v, want %+v", got, want)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM subscription_periods WHERE refunded_at IS NOT NULL AND payment_id = '701'`); n != 1 {
+		t.Errorf("%d refunded periods paid by 701, want 1", n)
+	}
+	if got := deliver(t, s, unnamed(notice("REFUNDED", fulfillment.EventRefunded, "999", "charge-x", refundAt))); got != "unmatched" {
+		t.Errorf("the refund of a payment that paid no period: %s, want unmatched", got)
+	}
+}
+
 // The first payment of a T-Bank subscription order is applied from the
 // status poll (GetState names no card binding): it pays the customer's
 // subscription under the service's own id. The bank's notification of

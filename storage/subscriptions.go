@@ -197,8 +197,9 @@ func nullTime(t time.Time) *time.Time {
 
 // lockEventSubscriptions locks the subscriptions the batch's events are
 // decided against (fulfillment.SubscriptionKeys: those they name, those
-// of the orders they match, and those the orders' payments paid), in id
-// order.
+// of the orders they match, and those the orders' payments paid; and
+// fulfillment.RefundedPayments: those whose periods the payments of
+// refunds naming neither paid), in id order.
 func lockEventSubscriptions(ctx context.Context, tx querier, events []leasedEvent, orders map[fulfillment.OrderKey]*fulfillment.LockedOrder) (lockedSubscriptions, error) {
 	evs := make([]fulfillment.ProviderEvent, len(events))
 	for i, le := range events {
@@ -209,14 +210,25 @@ func lockEventSubscriptions(ctx context.Context, tx querier, events []leasedEven
 	for _, k := range keys {
 		org, env, provider, id = append(org, k.OrgID), append(env, string(k.Environment)), append(provider, string(k.Provider)), append(id, k.ID)
 	}
+	var pOrg, pEnv, pProvider, pPayment []string
+	for _, p := range fulfillment.RefundedPayments(evs, orders) {
+		pOrg, pEnv = append(pOrg, p.OrgID), append(pEnv, string(p.Environment))
+		pProvider, pPayment = append(pProvider, string(p.Provider)), append(pPayment, p.PaymentID)
+	}
 	switch {
-	case len(ids) > 0:
-		// (A UNION of ids, not an OR of the two conditions, which no index
-		// serves: the table would be scanned.)
+	case len(ids) > 0 || len(pPayment) > 0:
+		// (A UNION of ids, not an OR of the conditions, which no index
+		// serves: the table would be scanned.) The subscriptions whose
+		// periods refunded payments paid are found by the periods'
+		// payment index.
 		return lockSubscriptions(ctx, tx, `id IN (
 			SELECT s.id FROM subscriptions s WHERE (s.org_id, s.environment, s.provider, s.provider_subscription_id) IN (
 				SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))
-			UNION ALL SELECT unnest($5::uuid[]))`, org, env, provider, id, ids)
+			UNION ALL SELECT unnest($5::uuid[])
+			UNION ALL SELECT s.id FROM subscription_periods p JOIN subscriptions s ON s.id = p.subscription_id
+				WHERE p.payment_id = ANY($9::text[]) AND (s.org_id, s.environment, s.provider, p.payment_id) IN (
+					SELECT * FROM unnest($6::text[], $7::text[], $8::text[], $9::text[])))`,
+			org, env, provider, id, ids, pOrg, pEnv, pProvider, pPayment)
 	case len(id) > 0:
 		return lockSubscriptions(ctx, tx, `(org_id, environment, provider, provider_subscription_id) IN (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))`, org, env, provider, id)
