@@ -190,9 +190,8 @@ func (ev ProviderEvent) Validate() error {
 			vs.add("payment", "a confirmed payment needs a merchant order, checkout session, invoice or payment id")
 		}
 	case EventPartiallyRefunded:
-		if !p.Amount.Known() {
-			vs.add("payment.amount", "is required for a partial refund: how much was returned")
-		}
+		// Its amount is how much was returned, when the announcement says
+		// (a status poll's answer does not).
 	case EventSubscriptionOverdue, EventSubscriptionCancelled:
 		if p.SubscriptionID == "" {
 			vs.add("payment.subscription_id", "is required for a subscription event: the subscription it concerns")

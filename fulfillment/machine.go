@@ -504,6 +504,19 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 			fmt.Sprintf("part of a payment other than %s, which paid the order, was refunded", order.PaidBy.describe()))
 	}
 	attempt := AttemptKey{ev.Provider, ev.Payment.AttemptRef}
+	if !ev.Payment.Amount.Known() {
+		// A status poll's answer says the payment is partly refunded, not
+		// by how much: nothing can be recorded or taken back from it.
+		if slices.ContainsFunc(order.PartialRefunds, func(r RecordedRefund) bool { return r.Attempt == attempt }) {
+			return outcome(DecisionAlreadyApplied,
+				"a partial refund of this payment is recorded already; this announcement gives no amount to tell another one apart")
+		}
+		return outcome(DecisionRefundNotApplicable,
+			fmt.Sprintf("part of the payment was refunded by an amount this announcement does not give (a status poll's answer), "+
+				"while the order is %s: nothing is recorded or taken back; the refund's notification records it when it comes; "+
+				"look the payment's refunds up at the provider", order.State),
+			OpenItem{ReconRefundNotApplicable})
+	}
 	if order.State == StateRefunded || order.attempt(ev) == AttemptRefunded {
 		return outcome(DecisionRefundNotApplicable,
 			fmt.Sprintf("%s refunded of a payment that was refunded in full already: nothing more can be refunded of it, "+

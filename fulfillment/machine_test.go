@@ -699,12 +699,15 @@ func TestPartialRefundBeforeConfirmation(t *testing.T) {
 }
 
 // One partial refund announced twice under different event ids (a
-// notification and a status poll's answer) is one refund: its share is
-// taken once, one item.
+// notification, with its amount, and a status poll's answer, without) is
+// one refund: its share is taken once, one item.
 func TestPartialRefundAnnouncedTwice(t *testing.T) {
 	t.Parallel()
 	event := func(id string, kind EventKind, minor int64) ProviderEvent {
-		p := PaymentInfo{PaymentID: "pay_1", MerchantOrderID: "m-1", Amount: MinorAmount(minor, "RUB")}
+		p := PaymentInfo{PaymentID: "pay_1", MerchantOrderID: "m-1"}
+		if minor > 0 {
+			p.Amount = MinorAmount(minor, "RUB")
+		}
 		p.AttemptRef = p.Attempt()
 		return ProviderEvent{Provider: ProviderTBank, Environment: EnvLive, EventID: id, Kind: kind, Type: string(kind), Payment: p}
 	}
@@ -712,7 +715,7 @@ func TestPartialRefundAnnouncedTwice(t *testing.T) {
 		order := &PaidOrder{State: StatePendingPayment, Total: Money{Currency: "RUB", MinorUnits: 20000}}
 		events := []ProviderEvent{
 			event("T:pay_1:PARTIAL_REFUNDED:5000", EventPartiallyRefunded, 5000),
-			event("poll:T:pay_1:PARTIAL_REFUNDED:5000", EventPartiallyRefunded, 5000),
+			event("poll:T:pay_1:PARTIAL_REFUNDED:20000", EventPartiallyRefunded, 0),
 		}
 		confirm := event("T:pay_1:CONFIRMED", EventPaymentConfirmed, 20000)
 		if confirmedFirst {
@@ -735,6 +738,37 @@ func TestPartialRefundAnnouncedTwice(t *testing.T) {
 		}
 		if shares != 1 || items != 1 {
 			t.Errorf("confirmed first %v: %d shares taken, %d items; want 1 and 1", confirmedFirst, shares, items)
+		}
+	}
+}
+
+// A status poll's answer that a payment is partly refunded gives no
+// amount: nothing is recorded or taken back, and an item asks a person to
+// look the refunds up — also before the order is paid, when the
+// confirmation that comes later takes no share for it.
+func TestPartialRefundOfUnknownAmount(t *testing.T) {
+	t.Parallel()
+	p := PaymentInfo{PaymentID: "pay_1", MerchantOrderID: "m-1"}
+	p.AttemptRef = p.Attempt()
+	polled := ProviderEvent{Provider: ProviderTBank, EndpointID: "tbank-live", OrgID: "org_a", Environment: EnvLive, EventID: "poll:T:pay_1:PARTIAL_REFUNDED:20000",
+		Kind: EventPartiallyRefunded, Type: "PARTIAL_REFUNDED", Payment: p}
+	if err := polled.Validate(); err != nil {
+		t.Fatalf("a partial refund without its amount: %v", err)
+	}
+	for _, state := range []State{StatePendingPayment, StateFulfilled} {
+		order := &PaidOrder{State: state, Total: Money{Currency: "RUB", MinorUnits: 20000}}
+		out := Decide(polled, order)
+		want := []Effect{OpenItem{ReconRefundNotApplicable}}
+		if out.Decision != DecisionRefundNotApplicable || !slices.Equal(out.Effects, want) {
+			t.Errorf("%s: %s %v, want refund_not_applicable and its item alone", state, out.Decision, out.Effects)
+		}
+		order.Apply(polled, out)
+		confirm := polled
+		confirm.EventID, confirm.Kind, confirm.Payment.Amount = "T:pay_1:CONFIRMED", EventPaymentConfirmed, MinorAmount(20000, "RUB")
+		for _, e := range Decide(confirm, order).Effects {
+			if _, ok := e.(ReverseCreditShare); ok {
+				t.Errorf("%s: the confirmation takes back a share of a refund of unknown amount", state)
+			}
 		}
 	}
 }

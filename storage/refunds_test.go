@@ -22,6 +22,14 @@ func tbankEvent(id string, kind fulfillment.EventKind, kopecks int64) fulfillmen
 	}
 }
 
+// pollOfNoAmount is a status poll's answer that payment pay-1 is partly
+// refunded: GetState does not say by how much.
+func pollOfNoAmount() fulfillment.ProviderEvent {
+	ev := tbankEvent("poll:T:pay-1:PARTIAL_REFUNDED:20000", fulfillment.EventPartiallyRefunded, 0)
+	ev.Payment.Amount = fulfillment.Amount{}
+	return ev
+}
+
 // Partial refunds take back their share of a balance credit, once each; the
 // full refund what is left, and revokes the licenses (still listed); a
 // refund announced again changes nothing. The ledger of the order ends at
@@ -104,6 +112,9 @@ func TestRefundNotApplicableOnce(t *testing.T) {
 				tbankEvent("T:pay-1:PARTIAL_REFUNDED:15000", fulfillment.EventPartiallyRefunded, 15000)},
 			// 15000 of 20000: three quarters of the 10000 credit.
 			2, 2500, 1, tbankEvent("T:pay-1:PARTIAL_REFUNDED:6000", fulfillment.EventPartiallyRefunded, 6000)},
+		{"a status poll's partial refund, of no amount",
+			[]fulfillment.ProviderEvent{tbankEvent("T:pay-1:CONFIRMED", fulfillment.EventPaymentConfirmed, 20000)},
+			1, 10000, 0, pollOfNoAmount()},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

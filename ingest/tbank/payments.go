@@ -90,12 +90,20 @@ func providerPayment(p Payment) fulfillment.ProviderPayment {
 // prefix, so that the answer and the notification of one status are two
 // events, which the order's rules apply once. Its raw evidence is the
 // answer's fields (no card data: GetState returns none). It is final once
-// the payment is confirmed or ended.
+// the payment is confirmed or ended. A partly refunded (or reversed)
+// payment's event carries no amount: GetState's is the payment's.
 func (p *payments) PolledEvent(pay fulfillment.ProviderPayment) (ev fulfillment.ProviderEvent, raw []byte, final bool, err error) {
 	kopecks := strconv.FormatInt(pay.Amount.MinorUnits, 10)
+	amount := fulfillment.MinorAmount(pay.Amount.MinorUnits, currency)
+	if partial[pay.Status] {
+		// GetState's Amount is the payment's, not what a partial refund or
+		// reversal returned: the event says the payment is partly
+		// refunded, not by how much (the notification does).
+		amount = fulfillment.Amount{}
+	}
 	ev, err = event(p.ep, pollPrefix, paymentState{
 		terminalKey: pay.Account, orderID: pay.ProviderOrderID, paymentID: pay.PaymentID, status: pay.Status,
-		amount: fulfillment.MinorAmount(pay.Amount.MinorUnits, currency), kopecks: kopecks,
+		amount: amount, kopecks: kopecks,
 	}, map[string]string{RefSource: "GetState"})
 	if err != nil {
 		return ev, nil, false, err

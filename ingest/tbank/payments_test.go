@@ -86,6 +86,17 @@ func TestPaymentsStartAndPoll(t *testing.T) {
 		t.Errorf("polled CONFIRMED = %+v, final %v, %v; want a final confirmation %s", ev, final, err, wantID)
 	}
 
+	// Partly refunded: GetState's Amount is the payment's, so the event
+	// says the payment is partly refunded, not by how much.
+	if err := bank.Cancel(started.PaymentID, 5000); err != nil {
+		t.Fatal(err)
+	}
+	ev, _, final, err = p.PolledEvent(state(tbank.StatusPartialRefunded))
+	if err != nil || !final || ev.Kind != fulfillment.EventPartiallyRefunded || ev.Payment.Amount.Known() ||
+		ev.EventID != "poll:T1DEMO:"+started.PaymentID+":PARTIAL_REFUNDED:19200" {
+		t.Errorf("polled PARTIAL_REFUNDED = %+v, final %v, %v; want a final partial refund of no amount", ev, final, err)
+	}
+
 	if _, err := p.PaymentState(ctx, "999999999"); !errors.As(err, &refusal) || refusal.Duplicate {
 		t.Errorf("state of an unknown payment = %v, want a refusal", err)
 	}
