@@ -175,22 +175,6 @@ func (ev ProviderEvent) refundedPayment() RefundedPayment {
 	return RefundedPayment{ev.OrgID, ev.Environment, ev.Provider, ev.Payment.PaymentID}
 }
 
-// periodPaidBy is the subscription the batch holds one of whose periods
-// payment paid.
-func (b *batch) periodPaidBy(p RefundedPayment) (*SubscriptionRecord, bool) {
-	for _, rec := range b.subs {
-		if rec.OrgID != p.OrgID || rec.Environment != p.Environment || rec.Provider != p.Provider {
-			continue
-		}
-		for _, r := range rec.Renewals {
-			if r.PaymentID == p.PaymentID {
-				return rec, true
-			}
-		}
-	}
-	return nil, false
-}
-
 // Step is what the batch made of one event.
 type Step struct {
 	// Outcome is the decision of the event and the effects on its order
@@ -411,6 +395,22 @@ func (b *batch) orderSubscription(ev ProviderEvent, o *LockedOrder) (*Subscripti
 	}
 	rec, ok := b.subs[OrderSubscriptionRef(ev, o.SubscriptionPlan, o.SubscriptionFor).Key()]
 	return rec, ok
+}
+
+// periodPaidBy is the subscription the batch holds one of whose periods
+// payment paid.
+func (b *batch) periodPaidBy(p RefundedPayment) (*SubscriptionRecord, bool) {
+	for _, rec := range b.subs {
+		if rec.OrgID != p.OrgID || rec.Environment != p.Environment || rec.Provider != p.Provider {
+			continue
+		}
+		for _, r := range rec.Renewals {
+			if r.PaymentID == p.PaymentID {
+				return rec, true
+			}
+		}
+	}
+	return nil, false
 }
 
 // subscriptionByID is the subscription of id the batch holds, and its key.
