@@ -89,6 +89,11 @@ type Subscription struct {
 	LastEventAt time.Time
 	// AccessEnded is set once, by the sweeper or a refund.
 	AccessEnded bool
+	// CancelledAt is when the cancellation applied to it occurred: kept
+	// when its access ends, so that a charge after it is still an extra
+	// payment; cleared when the customer buys it again. Zero: never
+	// cancelled (or cancelled before the service kept the time).
+	CancelledAt time.Time
 	// LastPeriodRefunded: the payment of the latest paid period was
 	// refunded in full (RefundPeriod), which cut its access.
 	LastPeriodRefunded bool
@@ -314,14 +319,18 @@ func decideRenewal(ev SubscriptionEvent, sub Subscription, plan Plan) Outcome {
 			OpenItem{ReconExtraPayment})
 	}
 	move := []Effect{MoveSubscription{SubActive}}
-	if sub.State == SubCancelled && !ev.Purchase {
-		if !ev.OccurredAt.Before(sub.LastEventAt) {
+	if cancelled := sub.cancelledAt(); !cancelled.IsZero() && !ev.Purchase {
+		switch {
+		case !ev.OccurredAt.Before(cancelled):
+			// Also once the sweeper ended the access: a charge after the
+			// cancellation never starts the subscription again.
 			return outcome(DecisionDuplicatePayment, "a payment for a cancelled subscription: it needs a refund review",
 				OpenItem{ReconExtraPayment})
+		case sub.State == SubCancelled:
+			// Paid before the cancellation, announced after it: the period
+			// is paid for, and the subscription stays cancelled.
+			move = nil
 		}
-		// Paid before the cancellation, announced after it: the period is
-		// paid for, and the subscription stays cancelled.
-		move = nil
 	}
 	// The next period follows the paid one without a gap — a renewal paid
 	// late still pays the period it was due for — unless access had ended:
@@ -334,6 +343,19 @@ func decideRenewal(ev SubscriptionEvent, sub Subscription, plan Plan) Outcome {
 	end := plan.Period.afterOn(start, sub.runDay(start))
 	effects := with(with([]Effect{GrantPeriod{Period: n, Start: start, End: end}}, move...), Publish{TopicSubscriptionRenewed})
 	return outcome(DecisionRenewed, fmt.Sprintf("period %d paid: access until %s", n, end.UTC().Format(time.RFC3339)), effects...)
+}
+
+// cancelledAt is when s was cancelled: CancelledAt, else, for a
+// subscription cancelled before that was kept, the newest event applied
+// to it (its cancellation or later); zero when it is not cancelled.
+func (s Subscription) cancelledAt() time.Time {
+	switch {
+	case !s.CancelledAt.IsZero():
+		return s.CancelledAt
+	case s.State == SubCancelled:
+		return s.LastEventAt
+	}
+	return time.Time{}
 }
 
 // runDay is the day of the month the periods of s that a period
@@ -450,6 +472,12 @@ func (s *Subscription) Apply(ev SubscriptionEvent, out Outcome) {
 			}
 		case MoveSubscription:
 			s.State = e.To
+			switch {
+			case e.To == SubCancelled:
+				s.CancelledAt = ev.OccurredAt
+			case e.To == SubActive && ev.Purchase:
+				s.CancelledAt = time.Time{} // bought again
+			}
 		case EndAccess:
 			s.AccessEnded = true
 		}

@@ -183,6 +183,45 @@ func TestSubscriptionRenewedAfterExpiry(t *testing.T) {
 	}
 }
 
+// A cancelled subscription stays cancelled once the sweeper ended its
+// access: a charge after the cancellation is an extra payment, before the
+// sweep and after it; a purchase (the customer buying the plan again)
+// starts it again, and a charge after that renews it.
+func TestSubscriptionChargeAfterCancelledAccessEnded(t *testing.T) {
+	t.Parallel()
+	feb1 := jan1.AddDate(0, 1, 0)
+	_, sub := run(renewal(jan1, "inv_1", "pay_1"), lifecycle(SubCancelledEvent, day(10)))
+	if !sub.CancelledAt.Equal(day(10)) {
+		t.Fatalf("cancelled at %s, want day 10", sub.CancelledAt)
+	}
+	charge := renewal(feb1.Add(time.Second), "inv_2", "pay_2")
+	if out := DecideSubscription(charge, sub, monthly); out.Decision != DecisionDuplicatePayment {
+		t.Fatalf("before the sweep: %s, want duplicate_payment", out.Decision)
+	}
+	out, swept := SweepSubscription(sub, monthly, feb1)
+	if !swept {
+		t.Fatal("not swept at the end of the cancelled period")
+	}
+	sub.Apply(SubscriptionEvent{OccurredAt: feb1}, out)
+	out = DecideSubscription(charge, sub, monthly)
+	sub.Apply(charge, out)
+	if out.Decision != DecisionDuplicatePayment || out.Item() != ReconExtraPayment || sub.State != SubExpired || sub.Periods != 1 {
+		t.Errorf("after the sweep: %s (item %q), %s with %d periods; want duplicate_payment and its item, expired with 1",
+			out.Decision, out.Item(), sub.State, sub.Periods)
+	}
+	buy := renewal(day(40), "inv_3", "pay_3")
+	buy.Purchase = true
+	out = DecideSubscription(buy, sub, monthly)
+	sub.Apply(buy, out)
+	if out.Decision != DecisionRenewed || sub.State != SubActive || !sub.CancelledAt.IsZero() {
+		t.Errorf("bought again: %s, %s, cancelled at %s; want renewed, active, not cancelled", out.Decision, sub.State, sub.CancelledAt)
+	}
+	next := renewal(day(75), "inv_4", "pay_4")
+	if out := DecideSubscription(next, sub, monthly); out.Decision != DecisionRenewed {
+		t.Errorf("a charge after buying again: %s, want renewed", out.Decision)
+	}
+}
+
 func refundOf(kind SubscriptionEventKind, at time.Time, invoice, payment string) SubscriptionEvent {
 	return SubscriptionEvent{Kind: kind, OccurredAt: at, InvoiceID: invoice, PaymentID: payment}
 }

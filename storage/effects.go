@@ -636,22 +636,24 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 	if rows := w.subs.values(); len(rows) > 0 {
 		var id, state []string
 		var periods []int
-		var start, end, last nulls[time.Time]
+		var start, end, last, cancelled nulls[time.Time]
 		var ended []bool
 		var providerID []string
 		for _, rec := range rows {
 			id, state, periods = append(id, rec.ID), append(state, string(rec.State)), append(periods, rec.Periods)
 			start, end, last = append(start, nullTime(rec.PeriodStart)), append(end, nullTime(rec.PeriodEnd)), append(last, nullTime(rec.LastEventAt))
 			ended, providerID = append(ended, rec.AccessEnded), append(providerID, rec.ProviderSubscriptionID)
+			cancelled = append(cancelled, nullTime(rec.CancelledAt))
 		}
 		b.Queue(`
 			UPDATE subscriptions s SET state = u.state, periods = u.periods, period_start = u.period_start,
 				period_end = u.period_end, last_event_at = u.last_event_at,
 				access_ended_at = CASE WHEN u.ended THEN coalesce(s.access_ended_at, now()) END,
-				provider_subscription_id = u.provider_subscription_id, updated_at = now()
-			FROM unnest($1::uuid[], $2::text[], $3::int[], $4::timestamptz[], $5::timestamptz[], $6::timestamptz[], $7::bool[], $8::text[])
-				AS u (id, state, periods, period_start, period_end, last_event_at, ended, provider_subscription_id)
-			WHERE s.id = u.id`, id, state, periods, start, end, last, ended, providerID)
+				provider_subscription_id = u.provider_subscription_id, cancelled_at = u.cancelled_at, updated_at = now()
+			FROM unnest($1::uuid[], $2::text[], $3::int[], $4::timestamptz[], $5::timestamptz[], $6::timestamptz[], $7::bool[], $8::text[],
+				$9::timestamptz[])
+				AS u (id, state, periods, period_start, period_end, last_event_at, ended, provider_subscription_id, cancelled_at)
+			WHERE s.id = u.id`, id, state, periods, start, end, last, ended, providerID, cancelled)
 	}
 	if ids := w.sweeps.keys(); len(ids) > 0 {
 		b.Queue(`

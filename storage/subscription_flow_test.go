@@ -320,6 +320,60 @@ func TestSubscriptionFlowPurchaseBeforeItsOrder(t *testing.T) {
 	}
 }
 
+// A cancelled subscription whose access the sweeper ended keeps its
+// cancellation: a charge after it is an extra payment with its item, and
+// the subscription stays expired (it was started again before).
+func TestSubscriptionFlowChargeAfterCancelledAccessEnded(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	subscriptionOrder(t, s, "m-1")
+	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
+	if got := deliver(t, s, subEvent("evt_cancel", "sub_1", fulfillment.EventSubscriptionCancelled, subJan1.AddDate(0, 0, 10), "")); got != "subscription_cancelled" {
+		t.Fatalf("cancel: %s", got)
+	}
+	var id string
+	if err := conn.QueryRow(ctx, `SELECT id::text FROM subscriptions WHERE provider_subscription_id = 'sub_1'`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if swept, err := s.SubscriptionSweep(ctx, id, subPlan, subJan1.AddDate(0, 1, 1)); err != nil || !swept {
+		t.Fatalf("the sweep after the cancelled period = %v, %v", swept, err)
+	}
+	charge := subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 2), "inv_2")
+	if got := deliver(t, s, charge); got != "duplicate_payment" {
+		t.Errorf("a charge after the cancellation, access ended: %s, want duplicate_payment", got)
+	}
+	want := subRow{State: "expired", Periods: 1, End: subJan1.AddDate(0, 1, 0), Renewed: 1, Ended: 1, Items: 1}
+	if got := readSub(t, conn, "sub_1"); got != want {
+		t.Errorf("%+v, want %+v", got, want)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM subscriptions WHERE cancelled_at = $1`, subJan1.AddDate(0, 0, 10)); n != 1 {
+		t.Errorf("the cancellation's time is not kept through the sweep")
+	}
+}
+
+// Migration 048 gives the subscriptions cancelled before it the time of
+// their newest event as their cancellation's, and rolls back.
+func TestMigration048CancelledAt(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	subscriptionOrder(t, s, "m-1")
+	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
+	deliver(t, s, subEvent("evt_cancel", "sub_1", fulfillment.EventSubscriptionCancelled, subJan1.AddDate(0, 0, 10), ""))
+	m, v := migrator(t, conn, "_subscription_cancelled_at.sql")
+	if err := m.MigrateTo(ctx, v-1); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MigrateTo(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM subscriptions WHERE state = 'cancelled' AND cancelled_at = last_event_at
+		AND cancelled_at = $1`, subJan1.AddDate(0, 0, 10)); n != 1 {
+		t.Errorf("the cancelled subscription has no cancellation time after the migration")
+	}
+}
+
 // A subscription.overdue older than a renewal applied before it is
 // stale: the subscription stays active, nothing is announced.
 func TestSubscriptionFlowStaleOverdue(t *testing.T) {

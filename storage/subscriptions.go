@@ -14,7 +14,7 @@ import (
 var _ fulfillment.SubscriptionStore = (*Store)(nil)
 
 const subscriptionColumns = `id, org_id, environment, provider, provider_subscription_id, customer_ref, plan_id,
-	state, periods, period_start, period_end, last_event_at, access_ended_at, created_at, updated_at,
+	state, periods, period_start, period_end, last_event_at, access_ended_at, created_at, updated_at, cancelled_at,
 	EXISTS (SELECT 1 FROM subscription_periods p WHERE p.subscription_id = subscriptions.id
 		AND p.period = subscriptions.periods AND p.refunded_at IS NOT NULL) AS last_period_refunded`
 

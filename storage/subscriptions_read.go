@@ -177,16 +177,16 @@ func scanSubscription(row pgx.Row) (fulfillment.SubscriptionRecord, error) {
 	var (
 		r      fulfillment.SubscriptionRecord
 		id     uuid.UUID
-		bounds [3]*time.Time
+		bounds [4]*time.Time
 	)
 	if err := row.Scan(&id, &r.OrgID, &r.Environment, &r.Provider, &r.ProviderSubscriptionID, &r.CustomerRef, &r.PlanID,
-		&r.State, &r.Periods, &bounds[0], &bounds[1], &bounds[2], &r.AccessEndedAt, &r.CreatedAt, &r.UpdatedAt,
+		&r.State, &r.Periods, &bounds[0], &bounds[1], &bounds[2], &r.AccessEndedAt, &r.CreatedAt, &r.UpdatedAt, &bounds[3],
 		&r.LastPeriodRefunded); err != nil {
 		return fulfillment.SubscriptionRecord{}, err
 	}
 	r.ID = id.String()
 	// NULL is "none": the zero time.
-	for i, p := range []*time.Time{&r.PeriodStart, &r.PeriodEnd, &r.LastEventAt} {
+	for i, p := range []*time.Time{&r.PeriodStart, &r.PeriodEnd, &r.LastEventAt, &r.CancelledAt} {
 		if bounds[i] != nil {
 			*p = *bounds[i]
 		}
