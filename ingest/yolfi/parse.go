@@ -22,7 +22,14 @@ import (
 func Parse(ep fulfillment.Endpoint, h http.Header, body []byte) (fulfillment.ProviderEvent, error) {
 	var p Payload
 	if err := ingest.DecodePayload(body, &p, typeMessage); err != nil {
-		return fulfillment.ProviderEvent{}, err
+		// An event of a type this adapter does not know is stored and
+		// ignored whatever its data holds: Yolfi may shape a new type's
+		// data otherwise. Its envelope alone is read then.
+		var env envelope
+		if ingest.DecodePayload(body, &env, typeMessage) != nil || kindOf(env.Type) != fulfillment.EventOther {
+			return fulfillment.ProviderEvent{}, err
+		}
+		p = Payload{ID: env.ID, Type: env.Type, Livemode: env.Livemode, OrgID: env.OrgID, CreatedAt: env.CreatedAt}
 	}
 
 	var bad ingest.Problems

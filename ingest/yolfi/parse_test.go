@@ -106,6 +106,17 @@ func TestParse(t *testing.T) {
 		{name: "subscription.cancelled", body: minimal("subscription.cancelled", map[string]any{"subscriptionId": "sub_1"}), check: kindIs(fulfillment.EventSubscriptionCancelled)},
 		{name: "subscription.cancelled without its subscription", body: minimal("subscription.cancelled", nil), wantErr: ingest.ErrInvalidPayload, wantMsg: "data.subscriptionId is required"},
 		{name: "unknown type is other", body: minimal("payout.sent", nil), check: kindIs(fulfillment.EventOther)},
+		// A type this adapter does not know may shape its data otherwise:
+		// stored and ignored, its envelope read.
+		{name: "unknown type with data of other shapes", body: minimal("payout.sent", map[string]any{"amount": 25, "customer": "c_1", "paymentId": []int{1}}),
+			check: func(t *testing.T, ev fulfillment.ProviderEvent) {
+				kindIs(fulfillment.EventOther)(t, ev)
+				if ev.EventID == "" || ev.Type != "payout.sent" || ev.Payment.PaymentID != "" {
+					t.Errorf("event %+v", ev)
+				}
+			}},
+		{name: "known type with data of another shape", body: minimal("payment.confirmed", map[string]any{"amount": 25}),
+			wantErr: ingest.ErrInvalidPayload, wantMsg: "data.amount must be a decimal string"},
 		{name: "type that only looks like a known one", body: minimal("Payment.Confirmed", nil), check: kindIs(fulfillment.EventOther)},
 		{name: "no data at all", body: `{"id":"evt_1","type":"invoice.created"}`, check: func(t *testing.T, ev fulfillment.ProviderEvent) {
 			if ev.Payment != (fulfillment.PaymentInfo{}) || !ev.OccurredAt.IsZero() || ev.TestMode {
@@ -191,7 +202,7 @@ func TestParse(t *testing.T) {
 		{name: "duplicate nested member", body: `{"id":"evt_1","type":"x","data":{"metadata":{"k":1,"k":2}}}`, wantErr: ingest.ErrInvalidPayload, wantMsg: "appears twice"},
 		{name: "case variant of id", body: `{"ID":"evt_1","type":"x"}`, wantErr: ingest.ErrInvalidPayload, wantMsg: `spelled exactly "id"`},
 		{name: "case variant of orgId next to orgId", body: `{"id":"evt_1","type":"x","orgId":"org_7Hc2Lq","ORGID":"org_other"}`, wantErr: ingest.ErrInvalidPayload, wantMsg: `spelled exactly "orgId"`},
-		{name: "case variant of data.amount", body: `{"id":"evt_1","type":"x","data":{"Amount":"1"}}`, wantErr: ingest.ErrInvalidPayload, wantMsg: `spelled exactly "data.amount"`},
+		{name: "case variant of data.amount", body: `{"id":"evt_1","type":"payment.confirmed","data":{"Amount":"1"}}`, wantErr: ingest.ErrInvalidPayload, wantMsg: `spelled exactly "data.amount"`},
 		{name: "nesting too deep", body: `{"id":"evt_1","type":"x","data":{"metadata":` + nested + `}}`, wantErr: ingest.ErrInvalidPayload, wantMsg: "nests deeper"},
 
 		// Envelope fields.

@@ -1,6 +1,8 @@
 package yolfi
 
 import (
+	"encoding/json"
+
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
 
@@ -36,6 +38,18 @@ type Payload struct {
 	// CreatedAt is when the event happened, RFC 3339.
 	CreatedAt string      `json:"createdAt,omitempty"`
 	Data      PayloadData `json:"data,omitzero"`
+}
+
+// envelope is a Payload whose data is not read: what Parse reads of an
+// event of a type it does not know when its data is not shaped as
+// PayloadData models it.
+type envelope struct {
+	ID        string          `json:"id"`
+	Type      string          `json:"type"`
+	Livemode  *bool           `json:"livemode,omitempty"`
+	OrgID     string          `json:"orgId,omitempty"`
+	CreatedAt string          `json:"createdAt,omitempty"`
+	Data      json.RawMessage `json:"data,omitempty"`
 }
 
 // PayloadData is the "data" object of a Payload.
