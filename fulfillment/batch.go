@@ -131,6 +131,14 @@ func SubscriptionKeys(events []ProviderEvent, orders map[OrderKey]*LockedOrder) 
 	return keys, ids
 }
 
+// OfSubscriptionAlone reports whether ev is a subscription's lifecycle
+// event (cancelled, overdue) naming its subscription: it is about the
+// subscription whatever else it names — an order it also names has no rule
+// for it — and, unmatched, waits for that subscription, not for an order.
+func (ev ProviderEvent) OfSubscriptionAlone() bool {
+	return ForSubscription(ev) && ev.Kind.IsSubscriptionLifecycle()
+}
+
 // RefundedPayment names a payment at its provider whose refund a batch
 // decides without an order or a subscription to go by: the subscription
 // whose period that payment paid is the one to lock (a T-Bank refund of a
@@ -302,9 +310,7 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 	ev := be.Event
 	order, matched := MatchOrder(ev, b.findOrder)
 	sub, named := b.subs[ev.SubscriptionKey()]
-	// A lifecycle event (cancelled, overdue) is about the subscription
-	// whatever else it names: an order it also names has no rule for it.
-	lifecycle := ForSubscription(ev) && ev.Kind.IsSubscriptionLifecycle()
+	lifecycle := ev.OfSubscriptionAlone()
 	// A payment that names a merchant order is a purchase (a renewal
 	// names none): when no order matches it, its order is not stored yet,
 	// and the order rules leave it unmatched until it is, whatever

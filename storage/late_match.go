@@ -216,9 +216,14 @@ func (l *lateMatches) addSubscription(key fulfillment.SubscriptionKey, created b
 	l.lock(subscriptionLockKey(key), created)
 }
 
-// addUnmatched records event le, decided unmatched by the transaction.
+// addUnmatched records event le, decided unmatched by the transaction: it
+// waits for the subscription it names, and for the order it names unless
+// it is a subscription's lifecycle event (which no order decides).
 func (l *lateMatches) addUnmatched(le leasedEvent) {
 	l.addSubscription(le.ev.SubscriptionKey(), false)
+	if le.ev.OfSubscriptionAlone() {
+		return
+	}
 	keys := le.ev.OrderKeys()
 	for _, k := range keys {
 		l.lock(orderLockKey(k), false)

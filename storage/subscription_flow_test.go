@@ -266,6 +266,20 @@ func TestSubscriptionFlowLifecycleEventNamingItsOrder(t *testing.T) {
 	if n := count(t, conn, `SELECT count(*) FROM orders WHERE merchant_order_id = 'm-1' AND state = 'fulfilled'`); n != 1 {
 		t.Errorf("the order that started the subscription is no longer fulfilled")
 	}
+	// One naming the order and a subscription nobody knows waits for that
+	// subscription, not for the order, which exists: unmatched, and not
+	// queued again.
+	stranger := subEvent("evt_od_stranger", "sub_unknown", fulfillment.EventSubscriptionOverdue, subJan1.AddDate(0, 1, 1), "")
+	stranger.Payment.MerchantOrderID = "m-1"
+	if got := deliver(t, s, stranger); got != "unmatched" {
+		t.Errorf("an overdue of an unknown subscription naming an order: %s, want unmatched", got)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM inbox_work WHERE state = 'pending'`); n != 0 {
+		t.Errorf("%d events queued again after an unmatched lifecycle event naming an existing order", n)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM inbox_events WHERE event_id = 'evt_od_stranger' AND state = 'unmatched'`); n != 1 {
+		t.Errorf("the overdue of an unknown subscription is not left unmatched")
+	}
 }
 
 // A charge after the cancellation opens one extra_payment item, however

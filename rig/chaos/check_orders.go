@@ -22,11 +22,17 @@ func (r *runner) checkOrders(s *dbState) {
 	// An order's live events, acknowledged or not: one stored whose
 	// acknowledgement was lost (or never came) takes part like any other.
 	byOrder := make([][]int, len(r.w.orders))
+	var foreign []int // subscription events naming a plain order
 	for i, e := range r.w.events {
-		if !e.testMode {
+		switch {
+		case e.testMode:
+		case r.w.orders[e.order].sub == nil && (e.typ == yolfi.TypeSubscriptionOverdue || e.typ == yolfi.TypeSubscriptionCancelled):
+			foreign = append(foreign, i)
+		default:
 			byOrder[e.order] = append(byOrder[e.order], i)
 		}
 	}
+	r.checkForeignSubscriptionEvents(s, foreign)
 	grants := Check{Name: "paid orders fulfilled, licenses and credits exactly once"}
 	extras := Check{Name: "one open extra_payment item per extra payment"}
 	replay := Check{Name: "no order regressed: decisions replay the state machine"}
@@ -291,4 +297,25 @@ func (r *runner) checkLateOrder(s *dbState, i int, evs []int, matchedLater map[s
 		r.viol.add("late match", "order %s, created after its events (racing them: %v): %d of them not queued again by the service, %d left unmatched; resolved unmatched_payment items for payments %v, want one for each of %v",
 			o.mid, o.racing, notMatched, left, slices.Sorted(maps.Keys(matchedLater)), slices.Sorted(maps.Keys(want)))
 	}
+}
+
+// checkForeignSubscriptionEvents: a subscription event naming a plain order
+// and a subscription the service does not know is the subscription's, not
+// the order's: stored once, unmatched, linked to no order.
+func (r *runner) checkForeignSubscriptionEvents(s *dbState, events []int) {
+	c := Check{Name: "subscription events naming a plain order: unmatched, not the order's"}
+	for _, j := range events {
+		e := r.w.events[j]
+		rows := s.inbox[e.id]
+		if len(rows) == 0 {
+			continue // not stored: the sender's checks report what was acknowledged
+		}
+		c.Checked++
+		if len(rows) != 1 || rows[0].decision != decUnmatched || rows[0].orderID != "" {
+			c.Failed++
+			r.viol.add("wrong decision", "event %s (%s) naming order %s and an unknown subscription: stored %d times, decided %q, order %q; want once, unmatched, no order",
+				e.id, e.typ, r.w.orders[e.order].mid, len(rows), rows[0].decision, rows[0].orderID)
+		}
+	}
+	r.addCheck(c)
 }

@@ -29,10 +29,13 @@ type subReplay struct {
 	exists bool
 	sub    fulfillment.Subscription
 	// The effects: periods granted, events published (topic|period), items
-	// opened (kind|event id) — each once.
+	// opened (kind|event id) — each once; an item about a payment (not a
+	// refund) once per kind and payment, under the event that opened it
+	// (itemOf: kind|payment id → that key).
 	periods []subPeriodRow
 	topics  map[string]int
 	items   map[string]int
+	itemOf  map[string]string
 	// unmatched counts the unmatched_payment items of payments decided
 	// before the subscription existed, by payment id.
 	unmatched map[string]int
@@ -41,7 +44,8 @@ type subReplay struct {
 }
 
 func newSubReplay(o *orderPlan) *subReplay {
-	return &subReplay{sp: o.sub, mid: o.mid, topics: map[string]int{}, items: map[string]int{}, unmatched: map[string]int{},
+	return &subReplay{sp: o.sub, mid: o.mid, topics: map[string]int{}, items: map[string]int{}, itemOf: map[string]string{},
+		unmatched: map[string]int{},
 		decisions: map[string]int{},
 		order: fulfillment.PaidOrder{State: fulfillment.StatePendingPayment, HasSubscriptionLines: true,
 			Total:      fulfillment.Money{Currency: "USD", MinorUnits: subMinor},
@@ -55,20 +59,24 @@ type subStep struct {
 	order, sub bool
 }
 
-// apply decides ev, received at received, the way the inbox does: an event
-// no order matches that names the known subscription is the subscription
-// rules'; one naming it before it exists is unmatched (a lifecycle event)
-// or the order rules' (unmatched, for a payment); what matches the order
-// is the state machine's, and the payment that pays it pays a period of
-// the subscription (created by it) as a purchase.
+// apply decides ev, received at received, the way the inbox does: a
+// lifecycle event naming the known subscription is the subscription
+// rules', whatever order it names, and unmatched before the subscription
+// exists; any other event no order matches that names the known
+// subscription is the subscription rules' too, unless it is a purchase
+// (a payment naming a merchant order); what matches the order is the state
+// machine's, and the payment that pays it pays a period of the
+// subscription (created by it) as a purchase.
 func (rp *subReplay) apply(ev fulfillment.ProviderEvent, received time.Time) subStep {
 	ev.OccurredAt = fulfillment.PlausibleOccurrence(ev.OccurredAt, received)
 	matched := ev.Payment.MerchantOrderID == rp.mid && !ev.TestMode
-	lifecycle := ev.Kind == fulfillment.EventSubscriptionOverdue || ev.Kind == fulfillment.EventSubscriptionCancelled
+	lifecycle := fulfillment.ForSubscription(ev) &&
+		(ev.Kind == fulfillment.EventSubscriptionOverdue || ev.Kind == fulfillment.EventSubscriptionCancelled)
+	purchase := ev.Kind == fulfillment.EventPaymentConfirmed && ev.Payment.MerchantOrderID != ""
 	switch {
-	case !matched && rp.exists && fulfillment.ForSubscription(ev):
+	case (!matched && !purchase || lifecycle) && rp.exists && fulfillment.ForSubscription(ev):
 		return subStep{decision: rp.decide(ev, received, false).Decision, sub: true}
-	case !matched && fulfillment.ForSubscription(ev) && lifecycle:
+	case lifecycle:
 		return subStep{decision: fulfillment.DecisionUnmatched}
 	}
 	var view *fulfillment.PaidOrder
@@ -112,6 +120,14 @@ func (rp *subReplay) record(sev fulfillment.SubscriptionEvent, out fulfillment.O
 		case fulfillment.Publish:
 			rp.topics[topicKey(string(e.Topic), rp.sub.Periods)] = 1
 		case fulfillment.OpenItem:
+			refund := e.Kind == fulfillment.ReconRefundAfterFulfill || e.Kind == fulfillment.ReconRefundNotApplicable
+			if sev.PaymentID != "" && !refund {
+				k := string(e.Kind) + "|" + sev.PaymentID
+				if _, opened := rp.itemOf[k]; opened {
+					continue // the item of that payment, opened by an earlier event
+				}
+				rp.itemOf[k] = eventRef
+			}
 			rp.items[string(e.Kind)+"|"+eventRef] = 1
 		}
 	}
