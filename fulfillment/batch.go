@@ -294,11 +294,11 @@ func (b *batch) findOrder(k OrderKey) (*LockedOrder, bool) {
 // decide routes and decides one event: a subscription's lifecycle event
 // (cancelled, overdue) to the subscription rules, unmatched when it names
 // a subscription this service does not know, whatever order it names too;
-// any other event to the order rules when an order matches it, or when it
-// is a payment naming a merchant order not stored yet (a purchase, not a
-// renewal); else to the subscription rules when it names a subscription
-// this service knows, or is the refund of a payment that paid one of its
-// periods; else to the order rules, which decide events of no order. A payment of an order's subscription line is
+// any other event to the order rules when an order matches it; else to the
+// subscription rules when it names a subscription this service knows, or
+// is the refund of a payment that paid one of its periods; else to the
+// order rules, which decide events of no order. A payment of an order's
+// subscription line is
 // decided by both: the order rules for the order, the subscription rules
 // for the period it pays; so is its refund, when the batch holds the
 // subscription (the order's, whatever the refund names); and a later event
@@ -311,13 +311,8 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 	order, matched := MatchOrder(ev, b.findOrder)
 	sub, named := b.subs[ev.SubscriptionKey()]
 	lifecycle := ev.OfSubscriptionAlone()
-	// A payment that names a merchant order is a purchase (a renewal
-	// names none): when no order matches it, its order is not stored yet,
-	// and the order rules leave it unmatched until it is, whatever
-	// subscription it names.
-	purchase := ev.Kind == EventPaymentConfirmed && ev.Payment.MerchantOrderID != ""
 	switch {
-	case (!matched && !purchase || lifecycle) && named && ForSubscription(ev):
+	case (!matched || lifecycle) && named && ForSubscription(ev):
 		st.Subscription, err = b.decideSubscription(ev, be.Received, sub, false)
 		if err != nil {
 			return st, nil, err

@@ -97,8 +97,6 @@ func TestDecideBatchRoutes(t *testing.T) {
 			named(batchEvent("e", EventSubscriptionOverdue, "m-1", "", 0), "sub_1"), "past_due sub=s1 sub:past_due"},
 		{"a lifecycle event of an unknown subscription that names an order: unmatched",
 			named(batchEvent("e", EventSubscriptionCancelled, "m-1", "", 0), "sub_unknown"), "unmatched"},
-		{"a purchase naming an order not stored yet and a known subscription: the order rules, which find no order yet",
-			named(batchEvent("e", EventPaymentConfirmed, "m-later", "pay_5", 1000), "sub_1"), "unmatched"},
 		{"a charge of an unknown subscription: the order rules, which find no order",
 			named(batchEvent("e", EventPaymentConfirmed, "", "pay_3", 1000), "sub_unknown"), "unmatched"},
 		{"a provider's test event on a live endpoint naming a known subscription: the order rules", testOnLive, "test_mode_ignored"},

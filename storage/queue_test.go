@@ -242,10 +242,10 @@ func failedOnce(t *testing.T, c queueCase, conn *pgx.Conn, id int64, lastError s
 
 // claimedAfterItsAttempts checks what a claim got after the item used its
 // attempts: nothing, or, for a table that puts items back, the item at its
-// first attempt again.
-func claimedAfterItsAttempts(t *testing.T, c queueCase, got []worker.Claim, id int64) {
+// first attempt again when it is due (abandoned, it is due an hour later).
+func claimedAfterItsAttempts(t *testing.T, c queueCase, got []worker.Claim, id int64, due bool) {
 	t.Helper()
-	if c.rearms {
+	if c.rearms && due {
 		if len(got) != 1 || got[0].ID != id || got[0].Attempts != 1 {
 			t.Errorf("claim of an item put back = %v; want it at its first attempt", got)
 		}
@@ -515,7 +515,7 @@ func TestQueueRetryBudget(t *testing.T) {
 			}
 		}
 		failedOnce(t, c, conn, id, "boom 3")
-		claimedAfterItsAttempts(t, c, claimed(t, q, "w", time.Minute, 3), id)
+		claimedAfterItsAttempts(t, c, claimed(t, q, "w", time.Minute, 3), id, true)
 	})
 }
 
@@ -534,8 +534,13 @@ func TestQueueReclaimedItemFailsPastItsAttempts(t *testing.T) {
 				t.Fatalf("attempt %d: reclaim = %d, %v; want 1", attempt, n, err)
 			}
 		}
-		claimedAfterItsAttempts(t, c, claimed(t, q, "w", time.Hour, 3), id)
+		claimedAfterItsAttempts(t, c, claimed(t, q, "w", time.Hour, 3), id, false)
 		failedOnce(t, c, conn, id, "abandoned%")
+		if c.rearms {
+			if n := count(t, conn, "SELECT count(*) FROM "+c.table+` WHERE id = $1 AND next_attempt_at > now() + interval '50 minutes'`, id); n != 1 {
+				t.Errorf("the abandoned item put back is not due an hour later")
+			}
+		}
 		if c.table == "inbox_work" || c.table == "outbox_work" {
 			if got := count(t, conn, `SELECT count(*) FROM reconciliation_items
 				WHERE detail LIKE '%did not complete in 3 attempts (the worker stopped during each)'`); got != 1 {

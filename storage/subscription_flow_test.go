@@ -303,37 +303,6 @@ func TestSubscriptionFlowExtraPaymentItemOncePerPayment(t *testing.T) {
 	}
 }
 
-// The subscription is registered ahead of its payments, and the order's
-// payment, naming the order and the subscription, comes before the order
-// is stored: it is a purchase, left unmatched (not taken for a renewal)
-// until the order is created, which processes it again: the order is
-// fulfilled and the subscription's first period paid, once.
-func TestSubscriptionFlowPurchaseBeforeItsOrder(t *testing.T) {
-	t.Parallel()
-	s, conn := newOutboxStore(t)
-	if _, _, err := s.SubscriptionCreate(context.Background(), subRef); err != nil {
-		t.Fatal(err)
-	}
-	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "unmatched" {
-		t.Fatalf("the purchase before its order: %s, want unmatched", got)
-	}
-	subscriptionOrder(t, s, "m-1")
-	if got := processAll(t, s, 1); got != "fulfilled" {
-		t.Fatalf("the purchase once its order is stored: %s, want fulfilled", got)
-	}
-	if n := count(t, conn, `SELECT count(*) FROM orders WHERE merchant_order_id = 'm-1' AND state = 'fulfilled'`); n != 1 {
-		t.Errorf("the order is not fulfilled")
-	}
-	// Items: the unmatched payment's, resolved by the service.
-	want := subRow{State: "active", Periods: 1, End: subJan1.AddDate(0, 1, 0), Renewed: 1, Items: 1}
-	if got := readSub(t, conn, "sub_1"); got != want {
-		t.Errorf("%+v, want %+v", got, want)
-	}
-	if n := count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE state = 'open' OR resolution <> 'matched_later'`); n != 0 {
-		t.Errorf("%d items open, or resolved otherwise than matched_later, after the purchase was matched", n)
-	}
-}
-
 // A cancelled subscription whose access the sweeper ended keeps its
 // cancellation: a charge after it is an extra payment with its item, and
 // the subscription stays expired (it was started again before).
@@ -385,6 +354,27 @@ func TestMigration048CancelledAt(t *testing.T) {
 	if n := count(t, conn, `SELECT count(*) FROM subscriptions WHERE state = 'cancelled' AND cancelled_at = last_event_at
 		AND cancelled_at = $1`, subJan1.AddDate(0, 0, 10)); n != 1 {
 		t.Errorf("the cancelled subscription has no cancellation time after the migration")
+	}
+}
+
+// A subscription registered with CreateSubscription takes its first
+// payment in place of an order, also when that payment names the
+// storefront's own merchant order id, which no order of the service has.
+func TestSubscriptionFlowRegisteredTakesItsFirstPayment(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	if _, _, err := s.SubscriptionCreate(context.Background(), subRef); err != nil {
+		t.Fatal(err)
+	}
+	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "storefront-1")); got != "renewed" {
+		t.Fatalf("the first payment of a registered subscription: %s, want renewed", got)
+	}
+	want := subRow{State: "active", Periods: 1, End: subJan1.AddDate(0, 1, 0), Renewed: 1}
+	if got := readSub(t, conn, "sub_1"); got != want {
+		t.Errorf("%+v, want %+v", got, want)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM inbox_work WHERE state = 'pending'`); n != 0 {
+		t.Errorf("%d events queued again", n)
 	}
 }
 

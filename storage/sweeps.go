@@ -23,7 +23,9 @@ var _ fulfillment.SweepWork = (*Store)(nil)
 // sweep_failing item about its subscription, in the transaction that
 // would have failed it, and is put back: pending, its attempts counted
 // from 0 again, due after the backoff of its last attempt (a sweep
-// abandoned by workers that stopped during each attempt: at once). Once
+// abandoned by workers that stopped during each attempt: an hour later,
+// so that a sweep that takes its process down does not do so at once
+// again). Once
 // what failed it is fixed — most often a plan removed from the
 // configuration while subscriptions on it are still live — it ends the
 // access as any sweep does.
@@ -40,11 +42,17 @@ func rearmSweeps(ctx context.Context, tx pgx.Tx, failed []failedRow, maxAttempts
 		attempts int
 		next     time.Time
 	)
+	// The rows of one call are all abandoned (a claim's) or all retried.
+	delay := "interval '0'"
+	if len(failed) > 0 && failed[0].abandoned {
+		delay = "interval '1 hour'"
+	}
 	return failRows(ctx, tx, `
 		WITH prior AS (
 			SELECT id, attempts FROM subscription_sweeps WHERE id = ANY($1)
 		)
 		UPDATE subscription_sweeps w SET state = 'pending', attempts = 0, processed_at = NULL,
+			next_attempt_at = greatest(w.next_attempt_at, clock_timestamp() + `+delay+`),
 			last_error = regexp_replace(w.last_error, '(abandoned: no attempt completed)(; abandoned: no attempt completed)+$', '\1')
 		FROM subscriptions s, prior p WHERE w.id = ANY($1) AND w.state = 'failed' AND s.id = w.subscription_id AND p.id = w.id
 		RETURNING w.id, s.id::text, s.org_id, s.environment, s.provider, s.periods, p.attempts, w.next_attempt_at`, failed,

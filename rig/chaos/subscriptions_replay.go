@@ -63,18 +63,16 @@ type subStep struct {
 // lifecycle event naming the known subscription is the subscription
 // rules', whatever order it names, and unmatched before the subscription
 // exists; any other event no order matches that names the known
-// subscription is the subscription rules' too, unless it is a purchase
-// (a payment naming a merchant order); what matches the order is the state
-// machine's, and the payment that pays it pays a period of the
+// subscription is the subscription rules' too; what matches the order is
+// the state machine's, and the payment that pays it pays a period of the
 // subscription (created by it) as a purchase.
 func (rp *subReplay) apply(ev fulfillment.ProviderEvent, received time.Time) subStep {
 	ev.OccurredAt = fulfillment.PlausibleOccurrence(ev.OccurredAt, received)
 	matched := ev.Payment.MerchantOrderID == rp.mid && !ev.TestMode
 	lifecycle := fulfillment.ForSubscription(ev) &&
 		(ev.Kind == fulfillment.EventSubscriptionOverdue || ev.Kind == fulfillment.EventSubscriptionCancelled)
-	purchase := ev.Kind == fulfillment.EventPaymentConfirmed && ev.Payment.MerchantOrderID != ""
 	switch {
-	case (!matched && !purchase || lifecycle) && rp.exists && fulfillment.ForSubscription(ev):
+	case (!matched || lifecycle) && rp.exists && fulfillment.ForSubscription(ev):
 		return subStep{decision: rp.decide(ev, received, false).Decision, sub: true}
 	case lifecycle:
 		return subStep{decision: fulfillment.DecisionUnmatched}
