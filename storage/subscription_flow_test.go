@@ -282,16 +282,29 @@ func TestSubscriptionFlowLifecycleEventNamingItsOrder(t *testing.T) {
 	}
 }
 
+// cancelledSubscription pays the first period of subscription sub_1
+// through order m-1, cancels the subscription at cancelAt, and returns its
+// id.
+func cancelledSubscription(t *testing.T, s *storage.Store, conn *pgx.Conn, cancelAt time.Time) string {
+	t.Helper()
+	subscriptionOrder(t, s, "m-1")
+	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
+	if got := deliver(t, s, subEvent("evt_cancel", "sub_1", fulfillment.EventSubscriptionCancelled, cancelAt, "")); got != "subscription_cancelled" {
+		t.Fatalf("cancel: %s", got)
+	}
+	var id string
+	if err := conn.QueryRow(context.Background(), `SELECT id::text FROM subscriptions WHERE provider_subscription_id = 'sub_1'`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
 // A charge after the cancellation opens one extra_payment item, however
 // many event ids announce that payment.
 func TestSubscriptionFlowExtraPaymentItemOncePerPayment(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
-	subscriptionOrder(t, s, "m-1")
-	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
-	if got := deliver(t, s, subEvent("evt_cancel", "sub_1", fulfillment.EventSubscriptionCancelled, subJan1.AddDate(0, 0, 10), "")); got != "subscription_cancelled" {
-		t.Fatalf("cancel: %s", got)
-	}
+	cancelledSubscription(t, s, conn, subJan1.AddDate(0, 0, 10))
 	charge := subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 0), "inv_2")
 	again := charge
 	again.EventID = "evt_2_again"
@@ -310,15 +323,7 @@ func TestSubscriptionFlowChargeAfterCancelledAccessEnded(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
-	subscriptionOrder(t, s, "m-1")
-	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
-	if got := deliver(t, s, subEvent("evt_cancel", "sub_1", fulfillment.EventSubscriptionCancelled, subJan1.AddDate(0, 0, 10), "")); got != "subscription_cancelled" {
-		t.Fatalf("cancel: %s", got)
-	}
-	var id string
-	if err := conn.QueryRow(ctx, `SELECT id::text FROM subscriptions WHERE provider_subscription_id = 'sub_1'`).Scan(&id); err != nil {
-		t.Fatal(err)
-	}
+	id := cancelledSubscription(t, s, conn, subJan1.AddDate(0, 0, 10))
 	if swept, err := s.SubscriptionSweep(ctx, id, subPlan, subJan1.AddDate(0, 1, 1)); err != nil || !swept {
 		t.Fatalf("the sweep after the cancelled period = %v, %v", swept, err)
 	}
@@ -435,15 +440,7 @@ func TestSubscriptionFlowCancelMidPeriod(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
-	subscriptionOrder(t, s, "m-1")
-	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
-	if got := deliver(t, s, subEvent("evt_c", "sub_1", fulfillment.EventSubscriptionCancelled, subJan1.AddDate(0, 0, 14), "")); got != "subscription_cancelled" {
-		t.Fatalf("cancel: %s", got)
-	}
-	var id string
-	if err := conn.QueryRow(ctx, `SELECT id::text FROM subscriptions`).Scan(&id); err != nil {
-		t.Fatal(err)
-	}
+	id := cancelledSubscription(t, s, conn, subJan1.AddDate(0, 0, 14))
 	end := subJan1.AddDate(0, 1, 0)
 	for _, now := range []time.Time{subJan1.AddDate(0, 0, 20), end.Add(-time.Second)} {
 		if swept, err := s.SubscriptionSweep(ctx, id, subPlan, now); err != nil || swept {
