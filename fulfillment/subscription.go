@@ -319,6 +319,7 @@ func decideRenewal(ev SubscriptionEvent, sub Subscription, plan Plan) Outcome {
 			OpenItem{ReconExtraPayment})
 	}
 	move := []Effect{MoveSubscription{SubActive}}
+	resumed := false
 	if cancelled := sub.cancelledAt(); !cancelled.IsZero() && !ev.Purchase {
 		switch {
 		case !ev.OccurredAt.Before(cancelled):
@@ -330,13 +331,18 @@ func decideRenewal(ev SubscriptionEvent, sub Subscription, plan Plan) Outcome {
 			// Paid before the cancellation, announced after it: the period
 			// is paid for, and the subscription stays cancelled.
 			move = nil
+		default:
+			// The same, once the sweeper ended the cancelled access: the
+			// period paid follows the paid one, as it would have before
+			// the sweep, and the subscription is cancelled again.
+			move, resumed = []Effect{MoveSubscription{SubCancelled}}, true
 		}
 	}
 	// The next period follows the paid one without a gap — a renewal paid
 	// late still pays the period it was due for — unless access had ended:
 	// then it starts with the payment.
 	start := sub.PeriodEnd
-	if sub.Periods == 0 || sub.State == SubExpired {
+	if sub.Periods == 0 || sub.State == SubExpired && !resumed {
 		start = ev.OccurredAt
 	}
 	n := sub.Periods + 1
@@ -473,7 +479,7 @@ func (s *Subscription) Apply(ev SubscriptionEvent, out Outcome) {
 		case MoveSubscription:
 			s.State = e.To
 			switch {
-			case e.To == SubCancelled:
+			case e.To == SubCancelled && s.CancelledAt.IsZero():
 				s.CancelledAt = ev.OccurredAt
 			case e.To == SubActive && ev.Purchase:
 				s.CancelledAt = time.Time{} // bought again

@@ -222,6 +222,38 @@ func TestSubscriptionChargeAfterCancelledAccessEnded(t *testing.T) {
 	}
 }
 
+// A charge paid before the cancellation and announced after it pays the
+// period after the paid one and leaves the subscription cancelled, whether
+// the sweeper ended the cancelled access before it came or not.
+func TestSubscriptionChargeBeforeTheCancellationAnnouncedLate(t *testing.T) {
+	t.Parallel()
+	feb1 := jan1.AddDate(0, 1, 0)
+	cancelled := func(sweep bool) Subscription {
+		_, sub := run(renewal(jan1, "inv_1", "pay_1"), lifecycle(SubCancelledEvent, day(10)))
+		if sweep {
+			out, ok := SweepSubscription(sub, monthly, feb1)
+			if !ok {
+				t.Fatal("not swept at the end of the cancelled period")
+			}
+			sub.Apply(SubscriptionEvent{OccurredAt: feb1}, out)
+		}
+		return sub
+	}
+	charge := renewal(day(5), "inv_2", "pay_2") // before the cancellation
+	for name, sub := range map[string]Subscription{"before the sweep": cancelled(false), "after the sweep": cancelled(true)} {
+		out := DecideSubscription(charge, sub, monthly)
+		sub.Apply(charge, out)
+		if out.Decision != DecisionRenewed || sub.State != SubCancelled || sub.Periods != 2 ||
+			!sub.PeriodStart.Equal(feb1) || !sub.CancelledAt.Equal(day(10)) {
+			t.Errorf("%s: %s, %s with %d periods from %s, cancelled at %s; want renewed, cancelled, 2 periods from Feb 1, cancelled on day 10",
+				name, out.Decision, sub.State, sub.Periods, sub.PeriodStart, sub.CancelledAt)
+		}
+		if a := sub.AccessAt(feb1.AddDate(0, 0, 10), monthly); !a.Granted {
+			t.Errorf("%s: no access in the period paid: %+v", name, a)
+		}
+	}
+}
+
 func refundOf(kind SubscriptionEventKind, at time.Time, invoice, payment string) SubscriptionEvent {
 	return SubscriptionEvent{Kind: kind, OccurredAt: at, InvoiceID: invoice, PaymentID: payment}
 }

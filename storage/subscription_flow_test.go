@@ -340,6 +340,38 @@ func TestSubscriptionFlowChargeAfterCancelledAccessEnded(t *testing.T) {
 	}
 }
 
+// A charge paid before the cancellation and announced after the sweeper
+// ended the cancelled access pays the period after the paid one: access
+// comes back until that period ends, the subscription stays cancelled, and
+// the sweeper ends the access again then, once.
+func TestSubscriptionFlowChargeBeforeTheCancellationAfterTheSweep(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	id := cancelledSubscription(t, s, conn, subJan1.AddDate(0, 0, 10))
+	feb1 := subJan1.AddDate(0, 1, 0)
+	if swept, err := s.SubscriptionSweep(ctx, id, subPlan, feb1.Add(time.Hour)); err != nil || !swept {
+		t.Fatalf("the sweep after the cancelled period = %v, %v", swept, err)
+	}
+	if got := deliver(t, s, subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 0, 5), "inv_2")); got != "renewed" {
+		t.Fatalf("the charge paid before the cancellation: %s, want renewed", got)
+	}
+	want := subRow{State: "cancelled", Periods: 2, End: feb1.AddDate(0, 1, 0), Renewed: 2, Ended: 1}
+	if got := readSub(t, conn, "sub_1"); got != want {
+		t.Errorf("%+v, want %+v", got, want)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM subscriptions WHERE access_ended_at IS NULL`); n != 1 {
+		t.Errorf("the access ended by the sweep is not given back for the period paid")
+	}
+	if swept, err := s.SubscriptionSweep(ctx, id, subPlan, feb1.AddDate(0, 1, 1)); err != nil || !swept {
+		t.Fatalf("the sweep after the period paid = %v, %v", swept, err)
+	}
+	want.State, want.Ended = "expired", 2
+	if got := readSub(t, conn, "sub_1"); got != want {
+		t.Errorf("after the second sweep %+v, want %+v", got, want)
+	}
+}
+
 // Migration 048 gives the subscriptions cancelled before it the time of
 // their newest event as their cancellation's, and rolls back.
 func TestMigration048CancelledAt(t *testing.T) {
