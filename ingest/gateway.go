@@ -138,18 +138,17 @@ func (g *Gateway) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		g.reject(w, r, ep.Adapter, id, http.StatusMethodNotAllowed, outcomeMethod, "webhooks are POSTed", nil)
 		return
 	}
-	tooLarge := "body exceeds " + strconv.FormatInt(g.opts.MaxBodyBytes, 10) + " bytes"
 	if r.ContentLength > g.opts.MaxBodyBytes {
 		// Refused as declared, before any of it is read (and before a
 		// client that asked to continue is told to send it).
-		g.reject(w, r, ep.Adapter, id, http.StatusRequestEntityTooLarge, outcomeTooLarge, tooLarge, nil)
+		g.rejectTooLarge(w, r, ep.Adapter, id)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.opts.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			g.reject(w, r, ep.Adapter, id, http.StatusRequestEntityTooLarge, outcomeTooLarge, tooLarge, nil)
+			g.rejectTooLarge(w, r, ep.Adapter, id)
 			return
 		}
 		g.reject(w, r, ep.Adapter, id, http.StatusBadRequest, outcomeInvalid, "could not read the body", err)
@@ -216,6 +215,12 @@ func (g *Gateway) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	g.log.LogAttrs(r.Context(), level, "webhook "+outcome,
 		slog.String("endpoint", id), slog.String("event_id", ev.EventID), slog.String("kind", string(ev.Kind)),
 		slog.Duration("duration", took))
+}
+
+// rejectTooLarge answers a body over the limit 413, declared or read.
+func (g *Gateway) rejectTooLarge(w http.ResponseWriter, r *http.Request, a Adapter, endpoint string) {
+	g.reject(w, r, a, endpoint, http.StatusRequestEntityTooLarge, outcomeTooLarge,
+		"body exceeds "+strconv.FormatInt(g.opts.MaxBodyBytes, 10)+" bytes", nil)
 }
 
 // reject answers a refused request, counts it, and logs it when the log
