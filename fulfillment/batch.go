@@ -120,7 +120,7 @@ func SubscriptionKeys(events []ProviderEvent, orders map[OrderKey]*LockedOrder) 
 	}
 	for _, ev := range events {
 		add(ev.SubscriptionKey())
-		o, ok := MatchOrder(ev, func(k OrderKey) (*LockedOrder, bool) { o, ok := orders[k]; return o, ok })
+		o, ok := MatchOrder(ev, lookupIn(orders))
 		if ok && o.HasSubscriptionLines && o.SubscriptionPlan != "" {
 			add(OrderSubscriptionRef(ev, o.SubscriptionPlan, o.SubscriptionFor).Key())
 		}
@@ -129,6 +129,14 @@ func SubscriptionKeys(events []ProviderEvent, orders map[OrderKey]*LockedOrder) 
 		}
 	}
 	return keys, ids
+}
+
+// lookupIn finds orders by key in orders, for MatchOrder.
+func lookupIn(orders map[OrderKey]*LockedOrder) func(OrderKey) (*LockedOrder, bool) {
+	return func(k OrderKey) (*LockedOrder, bool) {
+		o, ok := orders[k]
+		return o, ok
+	}
 }
 
 // OfSubscriptionAlone reports whether ev is a subscription's lifecycle
@@ -160,7 +168,7 @@ func RefundedPayments(events []ProviderEvent, orders map[OrderKey]*LockedOrder) 
 		if !refundOfAPeriod(ev) {
 			continue
 		}
-		if _, ok := MatchOrder(ev, func(k OrderKey) (*LockedOrder, bool) { o, ok := orders[k]; return o, ok }); ok {
+		if _, ok := MatchOrder(ev, lookupIn(orders)); ok {
 			continue
 		}
 		p := ev.refundedPayment()

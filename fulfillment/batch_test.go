@@ -36,6 +36,17 @@ func subscriptionOrder(id, customer string) *LockedOrder {
 	return o
 }
 
+// decided is DecideBatch of snap and evs, which must need no subscription
+// created first.
+func decided(t *testing.T, snap *Snapshot, evs []BatchEvent) []Step {
+	t.Helper()
+	steps, need, err := DecideBatch(snap, evs)
+	if err != nil || need != nil {
+		t.Fatalf("DecideBatch: %v, needs %v", err, need)
+	}
+	return steps
+}
+
 // summaries are the steps' summaries, in order.
 func summaries(steps []Step) []string {
 	var got []string
@@ -110,10 +121,7 @@ func TestDecideBatchRoutes(t *testing.T) {
 				Subscriptions: map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): batchSub("s1", "sub_1")},
 				Plans:         Plans{monthly.ID: monthly},
 			}
-			steps, need, err := DecideBatch(snap, []BatchEvent{tc.ev})
-			if err != nil || need != nil {
-				t.Fatalf("DecideBatch: %v, needs %v", err, need)
-			}
+			steps := decided(t, snap, []BatchEvent{tc.ev})
 			if got := summary(steps[0]); got != tc.want {
 				t.Errorf("got  %s\nwant %s (reason: %s)", got, tc.want, steps[0].Outcome.Reason)
 			}
@@ -153,10 +161,7 @@ func TestDecideBatchRefundOfAChargeNamingNoSubscription(t *testing.T) {
 	if got := RefundedPayments(events, snap.Orders); !slices.Equal(got, want) {
 		t.Errorf("RefundedPayments = %v, want %v", got, want)
 	}
-	steps, need, err := DecideBatch(snap, evs)
-	if err != nil || need != nil {
-		t.Fatalf("DecideBatch: %v, needs %v", err, need)
-	}
+	steps := decided(t, snap, evs)
 	wantSteps := []string{
 		"subscription_refunded sub=s1 sub:subscription_refunded",
 		"partially_refunded sub=s1 sub:partially_refunded",
@@ -206,10 +211,7 @@ func TestDecideBatchRefusesPlanChanges(t *testing.T) {
 			}
 			pay := named(batchEvent("e1", EventPaymentConfirmed, "m-1", "pay_1", 1000), "sub_1")
 			again := named(batchEvent("e2", EventPaymentConfirmed, "m-1", "pay_1", 1000), "sub_1")
-			steps, need, err := DecideBatch(snap, []BatchEvent{pay, again})
-			if err != nil || need != nil {
-				t.Fatalf("DecideBatch: %v, needs %v", err, need)
-			}
+			steps := decided(t, snap, []BatchEvent{pay, again})
 			if got := summary(steps[0]); got != tc.want {
 				t.Errorf("got  %s\nwant %s (reason: %s)", got, tc.want, steps[0].Outcome.Reason)
 			}
@@ -241,10 +243,7 @@ func TestDecideBatchRefundOfASubscriptionLine(t *testing.T) {
 	refund := named(batchEvent("e2", EventRefunded, "m-1", "pay_1", 1000), "sub_1")
 	refund.Event.OccurredAt = day(10)
 	unnamed := batchEvent("e3", EventRefunded, "m-1", "pay_1", 1000)
-	steps, need, err := DecideBatch(snap, []BatchEvent{named(batchEvent("e1", EventPaymentConfirmed, "m-1", "pay_1", 1000), "sub_1"), refund, unnamed})
-	if err != nil || need != nil {
-		t.Fatalf("DecideBatch: %v, needs %v", err, need)
-	}
+	steps := decided(t, snap, []BatchEvent{named(batchEvent("e1", EventPaymentConfirmed, "m-1", "pay_1", 1000), "sub_1"), refund, unnamed})
 	got := summaries(steps)
 	want := []string{"fulfilled order=o1 sub=s1 sub:renewed", "refunded order=o1 sub=s1 sub:subscription_refunded", "already_applied order=o1"}
 	if !reflect.DeepEqual(got, want) {
@@ -270,11 +269,8 @@ func TestDecideBatchRefundOfThePaidSubscription(t *testing.T) {
 	}
 	unnamed := batchEvent("e2", EventRefunded, "m-1", "pay_1", 1000)
 	unnamed.Event.OccurredAt = day(10)
-	steps, need, err := DecideBatch(snap, []BatchEvent{named(batchEvent("e1", EventPaymentConfirmed, "m-1", "pay_1", 1000), "sub_1"),
+	steps := decided(t, snap, []BatchEvent{named(batchEvent("e1", EventPaymentConfirmed, "m-1", "pay_1", 1000), "sub_1"),
 		unnamed, named(batchEvent("e3", EventRefunded, "m-1", "pay_1", 1000), "sub_1")})
-	if err != nil || need != nil {
-		t.Fatalf("DecideBatch: %v, needs %v", err, need)
-	}
 	got := summaries(steps)
 	want := []string{"fulfilled order=o1 sub=s1 sub:renewed", "refunded order=o1 sub=s1 sub:subscription_refunded", "already_applied order=o1"}
 	if !reflect.DeepEqual(got, want) {
@@ -291,9 +287,9 @@ func TestDecideBatchRefundOfThePaidSubscription(t *testing.T) {
 	paid.PaidSubscription = "s1"
 	snap.Orders = map[OrderKey]*LockedOrder{orderKey("m-1"): paid}
 	snap.Subscriptions = map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): &steps[0].Subscription.Record}
-	steps, _, err = DecideBatch(snap, []BatchEvent{unnamed})
-	if err != nil || len(steps) != 1 || summary(steps[0]) != "refunded order=o1 sub=s1 sub:subscription_refunded" {
-		t.Fatalf("a later batch: %v, %v; want the subscription's period refunded", steps, err)
+	steps = decided(t, snap, []BatchEvent{unnamed})
+	if len(steps) != 1 || summary(steps[0]) != "refunded order=o1 sub=s1 sub:subscription_refunded" {
+		t.Fatalf("a later batch: %v; want the subscription's period refunded", steps)
 	}
 }
 
@@ -319,10 +315,7 @@ func TestDecideBatchBindsThePaidSubscription(t *testing.T) {
 	charge := named(batchEvent("e2", EventPaymentConfirmed, "", "pay_2", 1000), "101709")
 	charge.Event.OccurredAt = day(30)
 	events := []BatchEvent{polled, notified, named(batchEvent("e1-again", EventPaymentConfirmed, "m-1", "pay_1", 1000), "101709"), charge}
-	steps, need, err := DecideBatch(snap, events)
-	if err != nil || need != nil {
-		t.Fatalf("DecideBatch: %v, needs %v", err, need)
-	}
+	steps := decided(t, snap, events)
 	got := summaries(steps)
 	want := []string{"fulfilled order=o1 sub=s-new sub:renewed", "already_applied order=o1 sub=s-new sub:already_applied",
 		"already_applied order=o1", "renewed sub=s-new sub:renewed"}
@@ -345,16 +338,16 @@ func TestDecideBatchBindsThePaidSubscription(t *testing.T) {
 
 	// Another subscription goes by the binding already: nothing is bound.
 	snap.Subscriptions = map[SubscriptionKey]*SubscriptionRecord{subKey("101709"): batchSub("s-other", "101709")}
-	steps, _, err = DecideBatch(snap, events[:2])
-	if err != nil || len(steps) != 2 || summary(steps[1]) != "already_applied order=o1" {
-		t.Fatalf("with 101709 taken: %v, %v; want the notification already applied, nothing bound", steps, err)
+	steps = decided(t, snap, events[:2])
+	if len(steps) != 2 || summary(steps[1]) != "already_applied order=o1" {
+		t.Fatalf("with 101709 taken: %v; want the notification already applied, nothing bound", steps)
 	}
 	// A payment of the order that is not the one that paid it binds nothing.
 	other := named(batchEvent("e9", EventPaymentConfirmed, "m-1", "pay_9", 1000), "555")
 	snap.Subscriptions = nil
-	steps, _, err = DecideBatch(snap, []BatchEvent{polled, other})
-	if err != nil || len(steps) != 2 || steps[1].Subscription != nil {
-		t.Fatalf("another payment: %v, %v; want nothing bound", steps, err)
+	steps = decided(t, snap, []BatchEvent{polled, other})
+	if len(steps) != 2 || steps[1].Subscription != nil {
+		t.Fatalf("another payment: %v; want nothing bound", steps)
 	}
 }
 

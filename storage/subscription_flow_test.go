@@ -98,6 +98,14 @@ type subRow struct {
 	Items                   int
 }
 
+// wantSub fails t when subscription subID is not as want says.
+func wantSub(t *testing.T, conn *pgx.Conn, subID string, want subRow) {
+	t.Helper()
+	if got := readSub(t, conn, subID); got != want {
+		t.Errorf("%+v, want %+v", got, want)
+	}
+}
+
 func readSub(t *testing.T, conn *pgx.Conn, subID string) subRow {
 	t.Helper()
 	var r subRow
@@ -239,9 +247,7 @@ func TestSubscriptionFlowOverdueThenRenewal(t *testing.T) {
 		t.Errorf("renewal, overdue again: %s", got)
 	}
 	want := subRow{State: "active", Periods: 2, End: subJan1.AddDate(0, 2, 0), Renewed: 2, PastDue: 1}
-	if got := readSub(t, conn, "sub_1"); got != want {
-		t.Errorf("%+v, want %+v", got, want)
-	}
+	wantSub(t, conn, "sub_1", want)
 }
 
 // A lifecycle event that also names the order that started the
@@ -260,9 +266,7 @@ func TestSubscriptionFlowLifecycleEventNamingItsOrder(t *testing.T) {
 		t.Fatalf("overdue naming the order, twice: %s", got)
 	}
 	want := subRow{State: "past_due", Periods: 1, End: subJan1.AddDate(0, 1, 0), Renewed: 1, PastDue: 1}
-	if got := readSub(t, conn, "sub_1"); got != want {
-		t.Errorf("%+v, want %+v", got, want)
-	}
+	wantSub(t, conn, "sub_1", want)
 	if n := count(t, conn, `SELECT count(*) FROM orders WHERE merchant_order_id = 'm-1' AND state = 'fulfilled'`); n != 1 {
 		t.Errorf("the order that started the subscription is no longer fulfilled")
 	}
@@ -332,9 +336,7 @@ func TestSubscriptionFlowChargeAfterCancelledAccessEnded(t *testing.T) {
 		t.Errorf("a charge after the cancellation, access ended: %s, want duplicate_payment", got)
 	}
 	want := subRow{State: "expired", Periods: 1, End: subJan1.AddDate(0, 1, 0), Renewed: 1, Ended: 1, Items: 1}
-	if got := readSub(t, conn, "sub_1"); got != want {
-		t.Errorf("%+v, want %+v", got, want)
-	}
+	wantSub(t, conn, "sub_1", want)
 	if n := count(t, conn, `SELECT count(*) FROM subscriptions WHERE cancelled_at = $1`, subJan1.AddDate(0, 0, 10)); n != 1 {
 		t.Errorf("the cancellation's time is not kept through the sweep")
 	}
@@ -357,9 +359,7 @@ func TestSubscriptionFlowChargeBeforeTheCancellationAfterTheSweep(t *testing.T) 
 		t.Fatalf("the charge paid before the cancellation: %s, want renewed", got)
 	}
 	want := subRow{State: "cancelled", Periods: 2, End: feb1.AddDate(0, 1, 0), Renewed: 2, Ended: 1}
-	if got := readSub(t, conn, "sub_1"); got != want {
-		t.Errorf("%+v, want %+v", got, want)
-	}
+	wantSub(t, conn, "sub_1", want)
 	if n := count(t, conn, `SELECT count(*) FROM subscriptions WHERE access_ended_at IS NULL`); n != 1 {
 		t.Errorf("the access ended by the sweep is not given back for the period paid")
 	}
@@ -407,9 +407,7 @@ func TestSubscriptionFlowRegisteredTakesItsFirstPayment(t *testing.T) {
 		t.Fatalf("the first payment of a registered subscription: %s, want renewed", got)
 	}
 	want := subRow{State: "active", Periods: 1, End: subJan1.AddDate(0, 1, 0), Renewed: 1}
-	if got := readSub(t, conn, "sub_1"); got != want {
-		t.Errorf("%+v, want %+v", got, want)
-	}
+	wantSub(t, conn, "sub_1", want)
 	if n := count(t, conn, `SELECT count(*) FROM inbox_work WHERE state = 'pending'`); n != 0 {
 		t.Errorf("%d events queued again", n)
 	}
@@ -427,9 +425,7 @@ func TestSubscriptionFlowStaleOverdue(t *testing.T) {
 		t.Errorf("stale overdue: %s", got)
 	}
 	want := subRow{State: "active", Periods: 2, End: subJan1.AddDate(0, 2, 0), Renewed: 2}
-	if got := readSub(t, conn, "sub_1"); got != want {
-		t.Errorf("%+v, want %+v", got, want)
-	}
+	wantSub(t, conn, "sub_1", want)
 }
 
 // The invoice.overdue of a renewal attempt, after that renewal was paid,
@@ -485,9 +481,7 @@ func TestSubscriptionFlowCancelMidPeriod(t *testing.T) {
 		}
 	}
 	want := subRow{State: "expired", Periods: 1, End: end, Renewed: 1, Ended: 1}
-	if got := readSub(t, conn, "sub_1"); got != want {
-		t.Errorf("%+v, want %+v", got, want)
-	}
+	wantSub(t, conn, "sub_1", want)
 }
 
 // Two sweepers, each a leased queue under its own live owner, run at once
@@ -598,9 +592,7 @@ func TestSubscriptionFlowOrdersWithoutProviderSubscription(t *testing.T) {
 		}
 	}
 	want := subRow{State: "active", Periods: 2, End: subJan1.AddDate(0, 2, 0), Renewed: 2}
-	if got := readSub(t, conn, fulfillment.CustomerSubscriptionID(subPlan.ID, "user_42")); got != want {
-		t.Errorf("%+v, want %+v", got, want)
-	}
+	wantSub(t, conn, fulfillment.CustomerSubscriptionID(subPlan.ID, "user_42"), want)
 }
 
 // An order for another plan (pro-yearly) whose payment names the
@@ -733,9 +725,7 @@ func TestSubscriptionFlowOrderPaymentRefunded(t *testing.T) {
 		t.Errorf("the refund again: %s, want already_applied", got)
 	}
 	want := subRow{State: "expired", Periods: 1, End: refundAt, Renewed: 1, Ended: 1, Items: 1}
-	if got := readSub(t, conn, "101709"); got != want {
-		t.Errorf("%+v, want %+v", got, want)
-	}
+	wantSub(t, conn, "101709", want)
 	for what, q := range map[string]string{
 		"refunded orders":       `SELECT count(*) FROM orders WHERE merchant_order_id = 'm-t' AND state = 'refunded'`,
 		"order.refunded events": `SELECT count(*) FROM order_events e JOIN orders o ON o.id = e.order_id WHERE o.merchant_order_id = 'm-t' AND e.topic = 'order.refunded'`,
@@ -771,9 +761,7 @@ func TestSubscriptionFlowRefundNamingNoBinding(t *testing.T) {
 		t.Errorf("the refund naming it: %s, want already_applied", got)
 	}
 	want := subRow{State: "expired", Periods: 1, End: refundAt, Renewed: 1, Ended: 1, Items: 1}
-	if got := readSub(t, conn, "101709"); got != want {
-		t.Errorf("%+v, want %+v", got, want)
-	}
+	wantSub(t, conn, "101709", want)
 	if n := count(t, conn, `SELECT count(*) FROM subscription_periods WHERE refunded_at IS NOT NULL`); n != 1 {
 		t.Errorf("%d refunded periods, want 1", n)
 	}
@@ -805,9 +793,7 @@ func TestSubscriptionFlowChargeRefundNamingNoBinding(t *testing.T) {
 		t.Fatalf("the charge's refund naming no binding, twice: %s", got)
 	}
 	want := subRow{State: "expired", Periods: 2, End: refundAt, Renewed: 2, Ended: 1, Items: 1}
-	if got := readSub(t, conn, "101709"); got != want {
-		t.Errorf("%+v, want %+v", got, want)
-	}
+	wantSub(t, conn, "101709", want)
 	if n := count(t, conn, `SELECT count(*) FROM subscription_periods WHERE refunded_at IS NOT NULL AND payment_id = '701'`); n != 1 {
 		t.Errorf("%d refunded periods paid by 701, want 1", n)
 	}
