@@ -802,6 +802,33 @@ func TestSubscriptionFlowChargeRefundNamingNoBinding(t *testing.T) {
 	}
 }
 
+// The same refund of a charge, naming no binding, decided by two workers
+// at once (two deliveries of it): the period is refunded once, its access
+// ended once, one item — in each of 5 subscriptions.
+func TestSubscriptionFlowChargeRefundDecidedTwiceAtOnce(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	feb1 := subJan1.AddDate(0, 1, 0)
+	for i := range 5 {
+		binding := fmt.Sprintf("10170%d", i)
+		notice := tbankSubscriptionOrderOf(t, s, fmt.Sprintf("m-t%d", i), fmt.Sprintf("user_%d", i), binding)
+		deliver(t, s, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, fmt.Sprintf("70%d", i), fmt.Sprintf("m-t%d-1", i), subJan1))
+		charge := fmt.Sprintf("80%d", i)
+		if got := deliver(t, s, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, charge, "charge-"+charge, feb1)); got != "renewed" {
+			t.Fatalf("the recurrent charge: %s", got)
+		}
+		refund := notice("REFUNDED", fulfillment.EventRefunded, charge, "charge-"+charge, feb1.AddDate(0, 0, 9))
+		refund.Payment.SubscriptionID = "" // as the bank notifies a refund
+		again := refund
+		again.EventID += ":again"
+		decideTogether(t, s, conn, refund, again)
+		wantSub(t, conn, binding, subRow{State: "expired", Periods: 2, End: feb1.AddDate(0, 0, 9), Renewed: 2, Ended: 1, Items: 1})
+	}
+	if n := count(t, conn, `SELECT count(*) FROM subscription_periods WHERE refunded_at IS NOT NULL`); n != 5 {
+		t.Errorf("%d refunded periods, want 5", n)
+	}
+}
+
 // The first payment of a T-Bank subscription order is applied from the
 // status poll (GetState names no card binding): it pays the customer's
 // subscription under the service's own id. The bank's notification of
