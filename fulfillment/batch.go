@@ -191,6 +191,17 @@ func (ev ProviderEvent) refundedPayment() RefundedPayment {
 	return RefundedPayment{ev.OrgID, ev.Environment, ev.Provider, ev.Payment.PaymentID}
 }
 
+// WaitsForItsPayment is the payment a refund ev, decided unmatched, waits
+// for: a period paid by it, recorded after the refund was decided, has the
+// refund decided again (a charge may be announced after its refund). ok is
+// false for any other event, and for a refund that names no payment.
+func (ev ProviderEvent) WaitsForItsPayment() (p RefundedPayment, ok bool) {
+	if (ev.Kind != EventRefunded && ev.Kind != EventPartiallyRefunded) || ev.Payment.PaymentID == "" {
+		return RefundedPayment{}, false
+	}
+	return ev.refundedPayment(), true
+}
+
 // Step is what the batch made of one event.
 type Step struct {
 	// Outcome is the decision of the event and the effects on its order
@@ -330,8 +341,9 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 	case !matched && refundOfAPeriod(ev):
 		// The refund of a payment that paid a period, naming no
 		// subscription: the subscription rules, when the batch holds the
-		// subscription that payment paid; else the order rules, which
-		// find no order.
+		// subscription that payment paid. Else it waits for an order, or
+		// for a period paid by its payment: a charge's refund may be
+		// announced before the charge.
 		if rec, ok := b.periodPaidBy(ev.refundedPayment()); ok {
 			if st.Subscription, err = b.decideSubscription(ev, be.Received, rec, false); err != nil {
 				return st, nil, err
@@ -339,6 +351,10 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 			st.Outcome = st.Subscription.Outcome
 			return st, nil, nil
 		}
+		st.Outcome = Outcome{Decision: DecisionUnmatched, Reason: "no order matches the refund, and no period of a " +
+			"subscription is paid by the refunded payment (yet): nothing is applied; the refund is decided again when " +
+			"its order or such a period is recorded"}
+		return st, nil, nil
 	case lifecycle:
 		st.Outcome = Outcome{Decision: DecisionUnmatched,
 			Reason: "the event names a subscription this service does not know (yet): nothing is applied"}

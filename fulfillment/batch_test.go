@@ -151,7 +151,8 @@ func TestDecideBatchRefundOfAChargeNamingNoSubscription(t *testing.T) {
 	partial := batchEvent("e2", EventPartiallyRefunded, "", "pay_1", 500)
 	unknown := batchEvent("e3", EventRefunded, "", "pay_9", 1000)
 	ofOrder := batchEvent("e4", EventRefunded, "m-1", "pay_3", 1000)
-	evs := []BatchEvent{charge, partial, unknown, ofOrder}
+	namedUnknown := named(batchEvent("e5", EventRefunded, "", "pay_8", 1000), "sub_1")
+	evs := []BatchEvent{charge, partial, unknown, ofOrder, namedUnknown}
 	var events []ProviderEvent
 	for _, be := range evs {
 		events = append(events, be.Event)
@@ -167,9 +168,19 @@ func TestDecideBatchRefundOfAChargeNamingNoSubscription(t *testing.T) {
 		"partially_refunded sub=s1 sub:partially_refunded",
 		"unmatched",
 		"refunded_before_payment order=o1",
+		"unmatched sub=s1 sub:unmatched",
 	}
 	if got := summaries(steps); !slices.Equal(got, wantSteps) {
 		t.Errorf("steps:\n got %q\nwant %q", got, wantSteps)
+	}
+	// The two unmatched refunds wait for a period paid by their payments.
+	for _, be := range []BatchEvent{unknown, namedUnknown} {
+		if p, ok := be.Event.WaitsForItsPayment(); !ok || p != be.Event.refundedPayment() {
+			t.Errorf("%s waits for %v (%v), want its payment", be.Event.EventID, p, ok)
+		}
+	}
+	if _, ok := batchEvent("e6", EventPaymentConfirmed, "", "pay_8", 1000).Event.WaitsForItsPayment(); ok {
+		t.Errorf("a payment waits for its payment")
 	}
 }
 

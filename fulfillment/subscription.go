@@ -402,9 +402,16 @@ func decideSubscriptionRefund(ev SubscriptionEvent, sub Subscription) Outcome {
 			"the refund names neither invoice nor payment id, so the period it refunds cannot be told: check at the provider",
 			OpenItem{ReconRefundAfterFulfill})
 	}
-	r, paid := sub.Renewals[key]
-	if !paid || (r.PaymentID != "" && ev.PaymentID != "" && r.PaymentID != ev.PaymentID) {
+	r, found, billPaid := sub.refundedRenewal(ev)
+	switch {
+	case !found && (billPaid || ev.PaymentID == ""):
 		return outcome(DecisionOtherPaymentRefunded, "the refunded payment paid no period of the subscription: access is unchanged")
+	case !found:
+		// Refunds come before their payments too: the charge's
+		// announcement may be late. Nothing is applied until a period
+		// paid by the payment is recorded, which queues the refund again.
+		return outcome(DecisionUnmatched, "no period of the subscription is paid by the refunded payment (yet): nothing is "+
+			"applied; the refund is decided again when a period paid by it is recorded")
 	}
 	if r.Refunded {
 		return outcome(DecisionAlreadyApplied, fmt.Sprintf("the payment of period %d was refunded already", r.Period))
@@ -443,6 +450,26 @@ func decideSubscriptionRefund(ev SubscriptionEvent, sub Subscription) Outcome {
 		fmt.Sprintf("the payment of period %d was refunded at %s: access ended then; it had been used since %s",
 			r.Period, at, r.Start.UTC().Format(time.RFC3339)),
 		refund, EndAccess{}, MoveSubscription{SubExpired}, Publish{TopicSubscriptionAccessEnded}, OpenItem{ReconRefundAfterFulfill})
+}
+
+// refundedRenewal is the paid period a refund ev takes back: the one its
+// bill (PeriodKey) paid, unless another payment of that bill did; else,
+// when it names a payment, the one that payment paid (a refund may name
+// the payment alone of a period paid under its invoice). billPaid tells
+// that ev's bill was paid by another payment.
+func (s Subscription) refundedRenewal(ev SubscriptionEvent) (r Renewal, found, billPaid bool) {
+	r, billPaid = s.Renewals[ev.PeriodKey()]
+	if billPaid && (r.PaymentID == "" || ev.PaymentID == "" || r.PaymentID == ev.PaymentID) {
+		return r, true, true
+	}
+	if ev.PaymentID != "" {
+		for _, paid := range s.Renewals {
+			if paid.PaymentID == ev.PaymentID {
+				return paid, true, billPaid
+			}
+		}
+	}
+	return Renewal{}, false, billPaid
 }
 
 // Apply records what out changed, for the next event of the subscription.

@@ -143,11 +143,20 @@ func (s *Store) applySteps(ctx context.Context, tx *pipelinedTx, b *pgx.Batch, e
 				return queued{}, err
 			}
 			for _, e := range sub.Outcome.Effects {
-				if _, bound := e.(fulfillment.BindSubscription); bound {
+				switch e.(type) {
+				case fulfillment.BindSubscription:
 					// The subscription goes by a key of the provider's from
 					// now on, as if created with it: the events that named
 					// it before, decided unmatched, are queued again.
 					late.addSubscription(sub.Record.Key(), true)
+				case fulfillment.GrantPeriod:
+					// A refund of the payment announced before it, decided
+					// unmatched, is queued again.
+					if id := sub.Event.PaymentID; id != "" {
+						r := sub.Record
+						late.addPayment(fulfillment.RefundedPayment{OrgID: r.OrgID, Environment: r.Environment,
+							Provider: r.Provider, PaymentID: id}, true)
+					}
 				}
 			}
 		}

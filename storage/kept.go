@@ -19,10 +19,11 @@ var KeptTables = []KeptTable{
 		`SELECT id, org_id, environment, destination_id, state FROM outbox_messages WHERE state IN ('failed', 'uncertain')`,
 		`SELECT message_id, org_id, environment, destination_id, state FROM outbox_stuck`},
 	{"inbox_unresolved", "the failed and unmatched events",
-		`SELECT id, org_id, environment, provider, state, received_at, merchant_order_id, checkout_session_id, subscription_id
+		`SELECT id, org_id, environment, provider, state, received_at, merchant_order_id, checkout_session_id, subscription_id,
+			CASE WHEN kind IN ('refunded', 'partially_refunded') THEN payment_id END
 			FROM inbox_events WHERE state IN ('failed', 'unmatched')`,
 		`SELECT event_id, org_id, environment, provider, state, received_at, merchant_order_id, checkout_session_id,
-			subscription_id FROM inbox_unresolved`},
+			subscription_id, payment_id FROM inbox_unresolved`},
 	{"inbox_event_orders", "the events linked to an order",
 		`SELECT order_id, id FROM inbox_events WHERE order_id IS NOT NULL`,
 		`SELECT order_id, event_id FROM inbox_event_orders`},

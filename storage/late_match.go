@@ -94,17 +94,38 @@ var lateStartSQL = lateMatchStatement(`
 // and name, by provider key ($1 to $4, arrays), a subscription that exists
 // now, received within the late match window ($5)
 // (lateMatchStatement). The events are found among the unresolved ones,
-// through their partial index of unmatched events by subscription.
+// through their partial index of unmatched events by subscription. A
+// refund that names a payment waits for a period paid by it
+// (latePaymentSQL), not for the subscription.
 var lateSubscriptionSQL = lateMatchStatement(`
 		SELECT u.event_id AS id, s.id AS link
 		FROM subscriptions s
 		JOIN inbox_unresolved u ON u.state = 'unmatched' AND u.org_id = s.org_id AND u.environment = s.environment
 			AND u.provider = s.provider AND u.subscription_id = s.provider_subscription_id
-			AND u.received_at > now() - $5::interval
+			AND u.received_at > now() - $5::interval AND u.payment_id IS NULL
 		WHERE (s.org_id, s.environment, s.provider, s.provider_subscription_id) IN (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))`,
 	"subscription_id", "'subscription ' || e.subscription_id || ' was created after this event'",
 	"the subscription was created after the payment; the payment is processed again against it")
+
+// latePaymentSQL queues again the refunds that were decided unmatched and
+// name, by provider key ($1 to $4, arrays), a payment that paid a period
+// now, received within the late match window ($5) (lateMatchStatement):
+// each is queued against the subscription of that period, the one it
+// names when it names one. The refunds are found among the unresolved
+// events through their partial index by payment, the periods through
+// theirs.
+var latePaymentSQL = lateMatchStatement(`
+		SELECT DISTINCT ON (u.event_id) u.event_id AS id, s.id AS link
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS k(org_id, environment, provider, payment_id)
+		JOIN inbox_unresolved u ON u.state = 'unmatched' AND u.org_id = k.org_id AND u.environment = k.environment
+			AND u.provider = k.provider AND u.payment_id = k.payment_id AND u.received_at > now() - $5::interval
+		JOIN subscription_periods p ON p.payment_id = k.payment_id
+		JOIN subscriptions s ON s.id = p.subscription_id AND s.org_id = k.org_id AND s.environment = k.environment
+			AND s.provider = k.provider AND (u.subscription_id IS NULL OR u.subscription_id = s.provider_subscription_id)
+		ORDER BY u.event_id, s.id`,
+	"subscription_id", "'a period paid by payment ' || e.payment_id || ' was recorded after this refund'",
+	"the payment was recorded after its refund; the refund is processed again against the period it paid")
 
 // lateOrderByEventSQL queues again the events of $1 (decided unmatched in
 // this transaction) that an order created since names, by merchant order
@@ -191,6 +212,7 @@ const lateMatchLock = 230
 type lateMatches struct {
 	locks     map[string]bool                      // lock key → exclusive
 	subs      map[fulfillment.SubscriptionKey]bool // whose unmatched events to queue again
+	payments  map[fulfillment.RefundedPayment]bool // whose unmatched refunds to queue again
 	unmatched []int64                              // events decided unmatched here that name an order
 	queued    int                                  // events queued again, once written
 }
@@ -216,11 +238,25 @@ func (l *lateMatches) addSubscription(key fulfillment.SubscriptionKey, created b
 	l.lock(subscriptionLockKey(key), created)
 }
 
+// addPayment records payment p, which paid a period recorded by the
+// transaction (paid) or is refunded by an event it decided unmatched.
+func (l *lateMatches) addPayment(p fulfillment.RefundedPayment, paid bool) {
+	if l.payments == nil {
+		l.payments = map[fulfillment.RefundedPayment]bool{}
+	}
+	l.payments[p] = true
+	l.lock(paymentLockKey(p), paid)
+}
+
 // addUnmatched records event le, decided unmatched by the transaction: it
-// waits for the subscription it names, and for the order it names unless
-// it is a subscription's lifecycle event (which no order decides).
+// waits for the subscription it names, for a period paid by the payment
+// it refunds, and for the order it names unless it is a subscription's
+// lifecycle event (which no order decides).
 func (l *lateMatches) addUnmatched(le leasedEvent) {
 	l.addSubscription(le.ev.SubscriptionKey(), false)
+	if p, ok := le.ev.WaitsForItsPayment(); ok {
+		l.addPayment(p, false)
+	}
 	if le.ev.OfSubscriptionAlone() {
 		return
 	}
@@ -237,6 +273,10 @@ func (l *lateMatches) addUnmatched(le leasedEvent) {
 // locks of a subscription's and an order's keys.
 func subscriptionLockKey(k fulfillment.SubscriptionKey) string {
 	return "subscription\x1f" + k.OrgID + "\x1f" + string(k.Environment) + "\x1f" + string(k.Provider) + "\x1f" + k.ID
+}
+
+func paymentLockKey(p fulfillment.RefundedPayment) string {
+	return "payment\x1f" + p.OrgID + "\x1f" + string(p.Environment) + "\x1f" + string(p.Provider) + "\x1f" + p.PaymentID
 }
 
 func orderLockKey(k fulfillment.OrderKey) string {
@@ -286,6 +326,13 @@ func (l *lateMatches) queue(b *pgx.Batch, window time.Duration) {
 			org, env, provider, id = append(org, k.OrgID), append(env, string(k.Environment)), append(provider, string(k.Provider)), append(id, k.ID)
 		}
 		b.Queue(lateSubscriptionSQL, org, env, provider, id, window).QueryRow(count("subscription"))
+	}
+	if len(l.payments) > 0 {
+		var org, env, provider, id []string
+		for p := range l.payments {
+			org, env, provider, id = append(org, p.OrgID), append(env, string(p.Environment)), append(provider, string(p.Provider)), append(id, p.PaymentID)
+		}
+		b.Queue(latePaymentSQL, org, env, provider, id, window).QueryRow(count("payment"))
 	}
 	if len(l.unmatched) > 0 {
 		b.Queue(lateOrderByEventSQL, l.unmatched, window).QueryRow(count("order"))

@@ -829,6 +829,128 @@ func TestSubscriptionFlowChargeRefundDecidedTwiceAtOnce(t *testing.T) {
 	}
 }
 
+// A recurrent charge's refund delivered before the charge: the bank's
+// refund names no card binding, and no period is paid by the payment yet,
+// so it waits, unmatched. The charge pays its period and, in the same
+// transaction, queues the refund again, which then refunds that period:
+// access ends at the refund, once, one item (rows counted). The same when
+// the refund names the binding. A refund of a payment that pays no period
+// stays unmatched. The same again when the refund and then the charge are
+// decided in one batch.
+func TestSubscriptionFlowChargeRefundBeforeTheCharge(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ named, oneBatch bool }{{false, false}, {true, false}, {false, true}} {
+		t.Run(fmt.Sprintf("naming the binding %v, in one batch %v", tc.named, tc.oneBatch), func(t *testing.T) {
+			t.Parallel()
+			s, conn := newOutboxStore(t)
+			notice := tbankSubscriptionOrder(t, s)
+			feb1 := subJan1.AddDate(0, 1, 0)
+			refundAt := feb1.AddDate(0, 0, 9)
+			named := tc.named
+			deliver(t, s, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "700", "m-t-1", subJan1))
+			refund := notice("REFUNDED", fulfillment.EventRefunded, "701", "charge-2", refundAt)
+			if !named {
+				refund.Payment.SubscriptionID = "" // as the bank notifies a refund
+			}
+			charge := notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "701", "charge-2", feb1)
+			if tc.oneBatch {
+				if got := deliver(t, s, refund, charge); got != "unmatched,renewed" {
+					t.Fatalf("the refund, then its charge: %s, want unmatched,renewed", got)
+				}
+			} else {
+				if got := deliver(t, s, refund); got != "unmatched" {
+					t.Fatalf("the refund before its charge: %s, want unmatched", got)
+				}
+				if got := deliver(t, s, charge); got != "renewed" {
+					t.Fatalf("the recurrent charge: %s", got)
+				}
+			}
+			if got := processAll(t, s, 1); got != "subscription_refunded" {
+				t.Fatalf("the refund queued again by its charge: %s, want subscription_refunded", got)
+			}
+			again := refund
+			again.EventID += ":again"
+			if got := deliver(t, s, again); got != "already_applied" {
+				t.Errorf("the refund again: %s, want already_applied", got)
+			}
+			wantSub(t, conn, "101709", subRow{State: "expired", Periods: 2, End: refundAt, Renewed: 2, Ended: 1, Items: 1})
+			wantCounts(t, conn, []countCheck{
+				{"refunded periods paid by 701", `SELECT count(*) FROM subscription_periods WHERE refunded_at IS NOT NULL AND payment_id = '701'`, 1},
+				{"events left unmatched", `SELECT count(*) FROM inbox_events WHERE state = 'unmatched'`, 0},
+			})
+			other := notice("REFUNDED", fulfillment.EventRefunded, "999", "charge-x", refundAt)
+			if !named {
+				other.Payment.SubscriptionID = ""
+			}
+			if got := deliver(t, s, other); got != "unmatched" {
+				t.Errorf("the refund of a payment that paid no period: %s, want unmatched", got)
+			}
+			if n := count(t, conn, "SELECT count(*) FROM inbox_work WHERE state = 'pending'"); n != 0 {
+				t.Errorf("%d events queued again after a refund that waits for its payment, want none", n)
+			}
+		})
+	}
+}
+
+// Migration 049 gives the unmatched refunds stored before it their
+// payment, which late matching finds them by: a charge's refund decided
+// unmatched under the schema before it is queued again by the charge
+// after it, and refunds the period once.
+func TestMigration049LateMatchByPayment(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	notice := tbankSubscriptionOrder(t, s)
+	feb1 := subJan1.AddDate(0, 1, 0)
+	deliver(t, s, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "700", "m-t-1", subJan1))
+	refund := notice("REFUNDED", fulfillment.EventRefunded, "701", "charge-2", feb1.AddDate(0, 0, 9))
+	refund.Payment.SubscriptionID = ""
+	if got := deliver(t, s, refund); got != "unmatched" {
+		t.Fatalf("the refund before its charge: %s, want unmatched", got)
+	}
+	m, v := migrator(t, conn, "_late_match_by_payment.sql")
+	for _, version := range []int32{v - 1, v} {
+		if err := m.MigrateTo(ctx, version); err != nil {
+			t.Fatalf("migrating to %d: %v", version, err)
+		}
+	}
+	if n := count(t, conn, `SELECT count(*) FROM inbox_unresolved WHERE state = 'unmatched' AND payment_id = '701'`); n != 1 {
+		t.Fatalf("%d unmatched refunds of 701 after the migration, want 1", n)
+	}
+	deliver(t, s, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "701", "charge-2", feb1))
+	if got := processAll(t, s, 1); got != "subscription_refunded" {
+		t.Fatalf("the refund queued again by its charge: %s, want subscription_refunded", got)
+	}
+	wantSub(t, conn, "101709", subRow{State: "expired", Periods: 2, End: feb1.AddDate(0, 0, 9), Renewed: 2, Ended: 1, Items: 1})
+}
+
+// A charge and its refund (naming no binding) decided at the same time by
+// two workers: neither sees what the other has not committed, yet the
+// refund applies once — by its own batch when the charge committed first,
+// else queued again by the charge (the payment's late-match lock). Each
+// round counts what it leaves.
+func TestSubscriptionFlowChargeRacesItsRefund(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	const rounds = 20
+	feb1 := subJan1.AddDate(0, 1, 0)
+	for i := range rounds {
+		binding := fmt.Sprintf("%d", 800000+i)
+		merchant := fmt.Sprintf("m-refund-race-%d", i)
+		notice := tbankSubscriptionOrderOf(t, s, merchant, fmt.Sprintf("user_refund_race_%d", i), binding)
+		deliver(t, s, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, fmt.Sprintf("%d", 6000+2*i), merchant+"-1", subJan1))
+		charge := fmt.Sprintf("%d", 6001+2*i)
+		refund := notice("REFUNDED", fulfillment.EventRefunded, charge, "charge-"+charge, feb1.AddDate(0, 0, 9))
+		refund.Payment.SubscriptionID = "" // as the bank notifies a refund
+		decideTogether(t, s, conn, refund, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, charge, "charge-"+charge, feb1))
+		wantSub(t, conn, binding, subRow{State: "expired", Periods: 2, End: feb1.AddDate(0, 0, 9), Renewed: 2, Ended: 1, Items: 1})
+	}
+	wantCounts(t, conn, []countCheck{
+		{"refunded periods", `SELECT count(*) FROM subscription_periods WHERE refunded_at IS NOT NULL`, rounds},
+		{"events not processed", `SELECT count(*) FROM inbox_events WHERE state <> 'processed'`, 0},
+	})
+}
+
 // The first payment of a T-Bank subscription order is applied from the
 // status poll (GetState names no card binding): it pays the customer's
 // subscription under the service's own id. The bank's notification of
