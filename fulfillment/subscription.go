@@ -494,12 +494,14 @@ func (s *Subscription) Apply(ev SubscriptionEvent, out Outcome) {
 			s.Renewals[ev.PeriodKey()] = Renewal{Period: e.Period, PaymentID: ev.PaymentID, Start: e.Start, End: e.End}
 			s.AccessEnded, s.LastPeriodRefunded = false, false
 		case RefundPeriod:
-			if s.Renewals == nil {
-				s.Renewals = map[string]Renewal{}
+			// The period refunded, under its own key: a refund may name
+			// another key of it (refundedRenewal).
+			for k, r := range s.Renewals {
+				if r.Period == e.Period {
+					r.Refunded = true
+					s.Renewals[k] = r
+				}
 			}
-			r := s.Renewals[ev.PeriodKey()]
-			r.Refunded = true
-			s.Renewals[ev.PeriodKey()] = r
 			if e.Period == s.Periods {
 				s.PeriodEnd, s.LastPeriodRefunded = e.Until, true
 			}

@@ -322,6 +322,16 @@ func TestSubscriptionRefunds(t *testing.T) {
 				t.Errorf("decided %s %+v (%s)\nwant    %s %+v", out.Decision, out.Effects, out.Reason, tc.decision, tc.effects)
 			}
 			sub.Apply(last, out)
+			if len(sub.Renewals) != 2 {
+				t.Errorf("%d renewals after the refund, want the 2 paid", len(sub.Renewals))
+			}
+			for _, e := range tc.effects {
+				if rp, ok := e.(RefundPeriod); ok {
+					if r, _, _ := sub.refundedRenewal(last); r.Period != rp.Period || !r.Refunded {
+						t.Errorf("after the refund, its period is %+v, want period %d refunded", r, rp.Period)
+					}
+				}
+			}
 			a := sub.AccessAt(day(50), monthly)
 			if a.Granted != tc.granted || !a.Until.Equal(tc.until) || a.Why != tc.why {
 				t.Errorf("access on day 50 = %+v, want granted %v until %s: %q", a, tc.granted, tc.until, tc.why)
