@@ -394,6 +394,64 @@ func TestMigration048CancelledAt(t *testing.T) {
 	}
 }
 
+// Migration 050 gives the subscriptions that were cancelled and then
+// expired before migration 048 kept cancellations the time of the
+// cancellation applied to them last, unless a purchase came after it: a
+// charge after that cancellation is then an extra payment.
+func TestMigration050ExpiredCancelledAt(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	cancelAt := subJan1.AddDate(0, 0, 10)
+	id := cancelledSubscription(t, s, conn, cancelAt)
+	if swept, err := s.SubscriptionSweep(ctx, id, subPlan, subJan1.AddDate(0, 1, 1)); err != nil || !swept {
+		t.Fatalf("the sweep after the cancelled period = %v, %v", swept, err)
+	}
+	// A second subscription, cancelled, expired, then bought again and
+	// expired again: it is not cancelled.
+	planOrder(t, s, "m-2", subPlan.ID)
+	first := firstPayment("evt_b1", "sub_2", "m-2")
+	first.Payment.InvoiceID, first.Payment.PaymentID = "inv_b1", "pay_b1"
+	deliver(t, s, first)
+	deliver(t, s, subEvent("evt_b_cancel", "sub_2", fulfillment.EventSubscriptionCancelled, cancelAt, ""))
+	var id2 string
+	if err := conn.QueryRow(ctx, `SELECT id::text FROM subscriptions WHERE provider_subscription_id = 'sub_2'`).Scan(&id2); err != nil {
+		t.Fatal(err)
+	}
+	if swept, err := s.SubscriptionSweep(ctx, id2, subPlan, subJan1.AddDate(0, 1, 1)); err != nil || !swept {
+		t.Fatalf("the sweep of the second = %v, %v", swept, err)
+	}
+	planOrder(t, s, "m-3", subPlan.ID)
+	again := firstPayment("evt_b2", "sub_2", "m-3")
+	again.OccurredAt, again.Payment.InvoiceID, again.Payment.PaymentID = subJan1.AddDate(0, 2, 0), "inv_b2", "pay_b2"
+	if got := deliver(t, s, again); got != "fulfilled" {
+		t.Fatalf("bought again: %s", got)
+	}
+	if swept, err := s.SubscriptionSweep(ctx, id2, subPlan, subJan1.AddDate(0, 5, 0)); err != nil || !swept {
+		t.Fatalf("the sweep of the second, bought again = %v, %v", swept, err)
+	}
+	// As the schema before migration 048 left them.
+	if _, err := conn.Exec(ctx, `UPDATE subscriptions SET cancelled_at = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	m, v := migrator(t, conn, "_expired_cancelled_at.sql")
+	for _, version := range []int32{v - 1, v, v - 1, v} {
+		if err := m.MigrateTo(ctx, version); err != nil {
+			t.Fatalf("migrating to %d: %v", version, err)
+		}
+	}
+	if n := count(t, conn, `SELECT count(*) FROM subscriptions WHERE id = $1 AND state = 'expired' AND cancelled_at = $2`, id, cancelAt); n != 1 {
+		t.Errorf("the expired subscription has no cancellation time after the migration")
+	}
+	if n := count(t, conn, `SELECT count(*) FROM subscriptions WHERE cancelled_at IS NOT NULL`); n != 1 {
+		t.Errorf("%d subscriptions cancelled after the migration, want 1 (the one bought again is not)", n)
+	}
+	charge := subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 2), "inv_2")
+	if got := deliver(t, s, charge); got != "duplicate_payment" {
+		t.Errorf("a charge after the cancellation, after the migration: %s, want duplicate_payment", got)
+	}
+}
+
 // A subscription registered with CreateSubscription takes its first
 // payment in place of an order, also when that payment names the
 // storefront's own merchant order id, which no order of the service has.
