@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -106,6 +108,11 @@ type Renewal struct {
 	PaymentID  string
 	Start, End time.Time
 	Refunded   bool
+	// PaidAt is when the payment occurred (zero: not known, a period
+	// paid before the service kept it); Purchase, that it was the
+	// payment of an order for the plan rather than a charge.
+	PaidAt   time.Time
+	Purchase bool
 }
 
 // SubscriptionEventKind is what an event means to a subscription.
@@ -281,6 +288,9 @@ func DecideSubscription(ev SubscriptionEvent, sub Subscription, plan Plan) Outco
 		return decideSubscriptionRefund(ev, sub)
 	case SubOverdue, SubCancelledEvent:
 		if ev.OccurredAt.Before(sub.LastEventAt) {
+			if out, ok := decideLateCancellation(ev, sub); ok {
+				return out
+			}
 			return outcome(DecisionStaleIgnored, fmt.Sprintf("occurred at %s, before the newest event applied (%s)",
 				ev.OccurredAt.UTC().Format(time.RFC3339), sub.LastEventAt.UTC().Format(time.RFC3339)))
 		}
@@ -349,6 +359,43 @@ func decideRenewal(ev SubscriptionEvent, sub Subscription, plan Plan) Outcome {
 	end := plan.Period.afterOn(start, sub.runDay(start))
 	effects := with(with([]Effect{GrantPeriod{Period: n, Start: start, End: end}}, move...), Publish{TopicSubscriptionRenewed})
 	return outcome(DecisionRenewed, fmt.Sprintf("period %d paid: access until %s", n, end.UTC().Format(time.RFC3339)), effects...)
+}
+
+// decideLateCancellation decides a cancellation announced after charges
+// that occurred after it were applied (ok): they renewed the subscription
+// as if it were not cancelled. It is cancelled now: access runs until the
+// periods paid end, never less, and an item asks for a review of the
+// charges paid after the cancellation, as for a charge announced after it.
+// Not when the customer bought the plan again after the cancellation (a
+// purchase clears it), nor when no charge after it is known: that
+// cancellation is stale.
+func decideLateCancellation(ev SubscriptionEvent, sub Subscription) (out Outcome, ok bool) {
+	if ev.Kind != SubCancelledEvent || (sub.State != SubActive && sub.State != SubPastDue) {
+		return Outcome{}, false
+	}
+	var after []Renewal
+	for _, r := range sub.Renewals {
+		if r.PaidAt.IsZero() || r.PaidAt.Before(ev.OccurredAt) {
+			continue
+		}
+		if r.Purchase {
+			return Outcome{}, false
+		}
+		after = append(after, r)
+	}
+	if len(after) == 0 {
+		return Outcome{}, false
+	}
+	slices.SortFunc(after, func(a, b Renewal) int { return a.Period - b.Period })
+	paid := make([]string, len(after))
+	for i, r := range after {
+		paid[i] = fmt.Sprintf("period %d by payment %s", r.Period, r.PaymentID)
+	}
+	return outcome(DecisionSubscriptionCancelled,
+		fmt.Sprintf("cancelled at %s, announced after charges that occurred after it were applied (%s): access until the "+
+			"paid period ends at %s; those charges need a refund review", ev.OccurredAt.UTC().Format(time.RFC3339),
+			strings.Join(paid, ", "), sub.PeriodEnd.UTC().Format(time.RFC3339)),
+		MoveSubscription{SubCancelled}, OpenItem{ReconExtraPayment}), true
 }
 
 // cancelledAt is when s was cancelled: CancelledAt, else, for a
@@ -491,7 +538,8 @@ func (s *Subscription) Apply(ev SubscriptionEvent, out Outcome) {
 			if s.Renewals == nil {
 				s.Renewals = map[string]Renewal{}
 			}
-			s.Renewals[ev.PeriodKey()] = Renewal{Period: e.Period, PaymentID: ev.PaymentID, Start: e.Start, End: e.End}
+			s.Renewals[ev.PeriodKey()] = Renewal{Period: e.Period, PaymentID: ev.PaymentID, Start: e.Start, End: e.End,
+				PaidAt: ev.OccurredAt, Purchase: ev.Purchase}
 			s.AccessEnded, s.LastPeriodRefunded = false, false
 		case RefundPeriod:
 			// The period refunded, under its own key: a refund may name

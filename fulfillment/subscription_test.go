@@ -100,6 +100,20 @@ func TestSubscriptionRules(t *testing.T) {
 		{"a renewal paid after the cancellation is an extra payment",
 			[]SubscriptionEvent{renewal(jan1, "inv_1", "pay_1"), lifecycle(SubCancelledEvent, day(10)), renewal(day(31), "inv_2", "pay_2")},
 			"renewed,subscription_cancelled,duplicate_payment", 1, jan1.AddDate(0, 1, 0), SubCancelled},
+		{"a cancellation announced after a charge that occurred after it: cancelled, the period paid kept",
+			[]SubscriptionEvent{renewal(jan1, "inv_1", "pay_1"), renewal(day(31), "inv_2", "pay_2"), lifecycle(SubCancelledEvent, day(10))},
+			"renewed,renewed,subscription_cancelled", 2, jan1.AddDate(0, 2, 0), SubCancelled},
+		{"a cancellation announced after a charge that occurred before it: cancelled",
+			[]SubscriptionEvent{renewal(jan1, "inv_1", "pay_1"), renewal(day(30), "inv_2", "pay_2"), lifecycle(SubCancelledEvent, day(31))},
+			"renewed,renewed,subscription_cancelled", 2, jan1.AddDate(0, 2, 0), SubCancelled},
+		{"a cancellation announced after the plan was bought again after it: stale",
+			[]SubscriptionEvent{renewal(jan1, "inv_1", "pay_1"),
+				{Kind: SubRenewalPaid, OccurredAt: day(12), InvoiceID: "inv_2", PaymentID: "pay_2", Purchase: true},
+				lifecycle(SubCancelledEvent, day(10))},
+			"renewed,renewed,stale_ignored", 2, jan1.AddDate(0, 2, 0), SubActive},
+		{"a cancellation announced after an overdue notice that came after it: stale",
+			[]SubscriptionEvent{renewal(jan1, "inv_1", "pay_1"), lifecycle(SubOverdue, day(32)), lifecycle(SubCancelledEvent, day(10))},
+			"renewed,past_due,stale_ignored", 1, jan1.AddDate(0, 1, 0), SubPastDue},
 		{"a payment naming no bill cannot pay a period",
 			[]SubscriptionEvent{renewal(jan1, "", "")},
 			"unidentified_payment", 0, time.Time{}, ""},
@@ -251,6 +265,41 @@ func TestSubscriptionChargeBeforeTheCancellationAnnouncedLate(t *testing.T) {
 		if a := sub.AccessAt(feb1.AddDate(0, 0, 10), monthly); !a.Granted {
 			t.Errorf("%s: no access in the period paid: %+v", name, a)
 		}
+	}
+}
+
+// A cancellation announced after a charge that occurred after it was
+// applied: the subscription is cancelled, the period that charge paid is
+// kept (access until it ends), an extra_payment item names the charge for
+// a refund review, and the cancellation's time is kept: the next charge is
+// an extra payment too.
+func TestSubscriptionCancellationAnnouncedAfterALaterCharge(t *testing.T) {
+	t.Parallel()
+	_, sub := run(renewal(jan1, "inv_1", "pay_1"), renewal(day(31), "inv_2", "pay_2"))
+	cancel := lifecycle(SubCancelledEvent, day(10))
+	out := DecideSubscription(cancel, sub, monthly)
+	want := []Effect{MoveSubscription{SubCancelled}, OpenItem{ReconExtraPayment}}
+	if out.Decision != DecisionSubscriptionCancelled || !reflect.DeepEqual(out.Effects, want) ||
+		!strings.Contains(out.Reason, "period 2 by payment pay_2") {
+		t.Fatalf("decided %s %+v (%s), want subscription_cancelled %+v naming period 2", out.Decision, out.Effects, out.Reason, want)
+	}
+	sub.Apply(cancel, out)
+	if !sub.CancelledAt.Equal(day(10)) || !sub.LastEventAt.Equal(day(31)) {
+		t.Errorf("cancelled at %s, newest event %s; want day 10 and day 31", sub.CancelledAt, sub.LastEventAt)
+	}
+	if a := sub.AccessAt(day(50), monthly); !a.Granted || !a.Until.Equal(jan1.AddDate(0, 2, 0)) {
+		t.Errorf("access on day 50 = %+v, want until the paid period ends", a)
+	}
+	if out := DecideSubscription(renewal(day(59), "inv_3", "pay_3"), sub, monthly); out.Decision != DecisionDuplicatePayment {
+		t.Errorf("the next charge: %s, want duplicate_payment", out.Decision)
+	}
+	// A period paid before the service kept when it was paid tells nothing.
+	unknown := sub.Renewals["invoice:inv_2"]
+	unknown.PaidAt = time.Time{}
+	_, again := run(renewal(jan1, "inv_1", "pay_1"), renewal(day(31), "inv_2", "pay_2"))
+	again.Renewals["invoice:inv_2"] = unknown
+	if out := DecideSubscription(cancel, again, monthly); out.Decision != DecisionStaleIgnored {
+		t.Errorf("with the charge's time unknown: %s, want stale_ignored", out.Decision)
 	}
 }
 

@@ -132,6 +132,8 @@ type periodRow struct {
 	key          string
 	paymentID    *string
 	start, end   time.Time
+	paidAt       time.Time
+	purchase     bool
 }
 
 // publishRow is an event to publish: about an order, or about a
@@ -332,7 +334,8 @@ func (w *effectWriter) subscriptionStep(rec *fulfillment.SubscriptionRecord, pla
 	for _, effect := range out.Effects {
 		switch e := effect.(type) {
 		case fulfillment.GrantPeriod:
-			w.periods = append(w.periods, periodRow{rec.ID, e.Period, ev.PeriodKey(), opt(ev.PaymentID), e.Start, e.End})
+			w.periods = append(w.periods, periodRow{rec.ID, e.Period, ev.PeriodKey(), opt(ev.PaymentID), e.Start, e.End,
+				ev.OccurredAt, ev.Purchase})
 		case fulfillment.RefundPeriod:
 			w.refundedPeriods = append(w.refundedPeriods, periodRef{rec.ID, e.Period})
 		case fulfillment.MoveSubscription, fulfillment.EndAccess, fulfillment.BindSubscription:
@@ -608,17 +611,19 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 		var sub, key []string
 		var period []int
 		var paymentID nulls[string]
-		var start, end []time.Time
+		var start, end, paidAt []time.Time
+		var purchase []bool
 		for _, p := range rows {
 			sub, period, key, paymentID = append(sub, p.subscription), append(period, p.period), append(key, p.key), append(paymentID, p.paymentID)
-			start, end = append(start, p.start), append(end, p.end)
+			start, end, paidAt, purchase = append(start, p.start), append(end, p.end), append(paidAt, p.paidAt), append(purchase, p.purchase)
 		}
 		// The unique keys make a repeated grant an error, never a second
 		// period: the decisions were made under the subscriptions' locks.
 		b.Queue(`
-			INSERT INTO subscription_periods (subscription_id, period, period_key, payment_id, starts_at, ends_at)
-			SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[])`,
-			sub, period, key, paymentID, start, end)
+			INSERT INTO subscription_periods (subscription_id, period, period_key, payment_id, starts_at, ends_at, paid_at, purchase)
+			SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[],
+				$7::timestamptz[], $8::bool[])`,
+			sub, period, key, paymentID, start, end, paidAt, purchase)
 	}
 	if rows := w.refundedPeriods; len(rows) > 0 {
 		var sub []string

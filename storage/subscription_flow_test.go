@@ -435,7 +435,7 @@ func TestMigration050ExpiredCancelledAt(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, v := migrator(t, conn, "_expired_cancelled_at.sql")
-	for _, version := range []int32{v - 1, v, v - 1, v} {
+	for _, version := range []int32{v - 1, v, v - 1, v, int32(len(m.Migrations))} {
 		if err := m.MigrateTo(ctx, version); err != nil {
 			t.Fatalf("migrating to %d: %v", version, err)
 		}
@@ -449,6 +449,69 @@ func TestMigration050ExpiredCancelledAt(t *testing.T) {
 	charge := subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 2), "inv_2")
 	if got := deliver(t, s, charge); got != "duplicate_payment" {
 		t.Errorf("a charge after the cancellation, after the migration: %s, want duplicate_payment", got)
+	}
+}
+
+// A cancellation announced after a charge that occurred after it was
+// applied cancels the subscription: the period the charge paid is kept,
+// one extra_payment item asks for a review of that charge, and the next
+// charge is an extra payment of its own (rows counted). Announced again,
+// it changes nothing.
+func TestSubscriptionFlowCancellationAnnouncedAfterALaterCharge(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	subscriptionOrder(t, s, "m-1")
+	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
+	feb1 := subJan1.AddDate(0, 1, 0)
+	if got := deliver(t, s, subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, feb1, "inv_2")); got != "renewed" {
+		t.Fatalf("the charge after the cancellation, announced first: %s", got)
+	}
+	cancel := subEvent("evt_cancel", "sub_1", fulfillment.EventSubscriptionCancelled, subJan1.AddDate(0, 0, 10), "")
+	if got := deliver(t, s, cancel); got != "subscription_cancelled" {
+		t.Fatalf("the cancellation announced late: %s, want subscription_cancelled", got)
+	}
+	want := subRow{State: "cancelled", Periods: 2, End: feb1.AddDate(0, 1, 0), Renewed: 2, Items: 1}
+	wantSub(t, conn, "sub_1", want)
+	cancel.EventID += "_again"
+	if got := deliver(t, s, cancel); got != "stale_ignored" {
+		t.Errorf("the cancellation again: %s, want stale_ignored", got)
+	}
+	if got := deliver(t, s, subEvent("evt_3", "sub_1", fulfillment.EventPaymentConfirmed, feb1.AddDate(0, 1, 0), "inv_3")); got != "duplicate_payment" {
+		t.Errorf("the next charge: %s, want duplicate_payment", got)
+	}
+	want.Items = 2
+	wantSub(t, conn, "sub_1", want)
+	wantCounts(t, conn, []countCheck{
+		{"extra_payment items", `SELECT count(*) FROM reconciliation_items WHERE kind = 'extra_payment'`, 2},
+		{"cancellations kept", `SELECT count(*) FROM subscriptions WHERE cancelled_at = '` + subJan1.AddDate(0, 0, 10).Format(time.RFC3339) + `'`, 1},
+		{"periods with their payment's time", `SELECT count(*) FROM subscription_periods WHERE paid_at IS NOT NULL`, 2},
+		{"purchases", `SELECT count(*) FROM subscription_periods WHERE purchase`, 1},
+	})
+}
+
+// Migration 051 adds when each period's payment occurred, and rolls back
+// keeping the periods. Periods paid before it have no time: a
+// cancellation announced after their charges is stale, as before it.
+func TestMigration051PeriodPaidAt(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	subscriptionOrder(t, s, "m-1")
+	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
+	deliver(t, s, subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 0), "inv_2"))
+	m, v := migrator(t, conn, "_period_paid_at.sql")
+	for _, version := range []int32{v - 1, v, v - 1, int32(len(m.Migrations))} {
+		if err := m.MigrateTo(ctx, version); err != nil {
+			t.Fatalf("migrating to %d: %v", version, err)
+		}
+	}
+	wantCounts(t, conn, []countCheck{
+		{"periods", `SELECT count(*) FROM subscription_periods`, 2},
+		{"periods with a time", `SELECT count(*) FROM subscription_periods WHERE paid_at IS NOT NULL OR purchase`, 0},
+	})
+	cancel := subEvent("evt_cancel", "sub_1", fulfillment.EventSubscriptionCancelled, subJan1.AddDate(0, 0, 10), "")
+	if got := deliver(t, s, cancel); got != "stale_ignored" {
+		t.Errorf("a cancellation announced after charges paid before the migration: %s, want stale_ignored", got)
 	}
 }
 
@@ -974,6 +1037,9 @@ func TestMigration049LateMatchByPayment(t *testing.T) {
 	}
 	if n := count(t, conn, `SELECT count(*) FROM inbox_unresolved WHERE state = 'unmatched' AND payment_id = '701'`); n != 1 {
 		t.Fatalf("%d unmatched refunds of 701 after the migration, want 1", n)
+	}
+	if err := m.MigrateTo(ctx, int32(len(m.Migrations))); err != nil {
+		t.Fatal(err)
 	}
 	deliver(t, s, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "701", "charge-2", feb1))
 	if got := processAll(t, s, 1); got != "subscription_refunded" {

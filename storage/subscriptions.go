@@ -47,17 +47,21 @@ func lockSubscriptions(ctx context.Context, tx querier, where string, args ...an
 	// Read after the locks (in a statement of its own, it sees what the
 	// previous holder committed): the periods, and which were refunded.
 	rows, _ = tx.Query(ctx, `SELECT subscription_id::text, period_key, period, coalesce(payment_id, ''), starts_at, ends_at,
-		refunded_at IS NOT NULL
+		refunded_at IS NOT NULL, paid_at, purchase
 		FROM subscription_periods
 		WHERE subscription_id = ANY($1::uuid[])`, ids)
 	err = forEachRow(rows, func(row pgx.Rows) error {
 		var (
-			id  string
-			key string
-			rn  fulfillment.Renewal
+			id     string
+			key    string
+			rn     fulfillment.Renewal
+			paidAt *time.Time
 		)
-		if err := row.Scan(&id, &key, &rn.Period, &rn.PaymentID, &rn.Start, &rn.End, &rn.Refunded); err != nil {
+		if err := row.Scan(&id, &key, &rn.Period, &rn.PaymentID, &rn.Start, &rn.End, &rn.Refunded, &paidAt, &rn.Purchase); err != nil {
 			return err
+		}
+		if paidAt != nil {
+			rn.PaidAt = *paidAt
 		}
 		rec := byID[id]
 		rec.Renewals[key] = rn
