@@ -96,13 +96,17 @@ var lateStartSQL = lateMatchStatement(`
 // (lateMatchStatement). The events are found among the unresolved ones,
 // through their partial index of unmatched events by subscription. A
 // refund that names a payment waits for a period paid by it
-// (latePaymentSQL), not for the subscription.
+// (latePaymentSQL): it is queued again by the subscription only when such
+// a period is the subscription's already (the subscription takes the key
+// the refund names after that period was paid).
 var lateSubscriptionSQL = lateMatchStatement(`
 		SELECT u.event_id AS id, s.id AS link
 		FROM subscriptions s
 		JOIN inbox_unresolved u ON u.state = 'unmatched' AND u.org_id = s.org_id AND u.environment = s.environment
 			AND u.provider = s.provider AND u.subscription_id = s.provider_subscription_id
-			AND u.received_at > now() - $5::interval AND u.payment_id IS NULL
+			AND u.received_at > now() - $5::interval
+			AND (u.payment_id IS NULL OR EXISTS (SELECT 1 FROM subscription_periods p
+				WHERE p.subscription_id = s.id AND p.payment_id = u.payment_id))
 		WHERE (s.org_id, s.environment, s.provider, s.provider_subscription_id) IN (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))`,
 	"subscription_id", "'subscription ' || e.subscription_id || ' was created after this event'",

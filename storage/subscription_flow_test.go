@@ -1048,6 +1048,28 @@ func TestMigration049LateMatchByPayment(t *testing.T) {
 	wantSub(t, conn, "101709", subRow{State: "expired", Periods: 2, End: feb1.AddDate(0, 0, 9), Renewed: 2, Ended: 1, Items: 1})
 }
 
+// A refund that names the card binding, and no order, of the payment that
+// paid the customer's subscription while it went by the service's own id
+// (the poller applied the payment): unmatched until the subscription takes
+// the binding, which queues it again; it then refunds that period.
+func TestSubscriptionFlowRefundNamingTheBindingBeforeIt(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	notice := tbankSubscriptionOrder(t, s)
+	payPolled(t, s, notice, "700", "m-t-1")
+	refundAt := subJan1.AddDate(0, 0, 9)
+	if got := deliver(t, s, notice("REFUNDED", fulfillment.EventRefunded, "700", "", refundAt)); got != "unmatched" {
+		t.Fatalf("the refund before the binding: %s, want unmatched", got)
+	}
+	if got := deliver(t, s, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "700", "m-t-1", subJan1)); got != "already_applied" {
+		t.Fatalf("the notification that binds: %s", got)
+	}
+	if got := processAll(t, s, 1); got != "subscription_refunded" {
+		t.Fatalf("the refund queued again by the binding: %s, want subscription_refunded", got)
+	}
+	wantSub(t, conn, "101709", subRow{State: "expired", Periods: 1, End: refundAt, Renewed: 1, Ended: 1, Items: 1})
+}
+
 // A charge and its refund (naming no binding) decided at the same time by
 // two workers: neither sees what the other has not committed, yet the
 // refund applies once — by its own batch when the charge committed first,
