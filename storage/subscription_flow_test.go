@@ -1070,6 +1070,69 @@ func TestSubscriptionFlowRefundNamingTheBindingBeforeIt(t *testing.T) {
 	wantSub(t, conn, "101709", subRow{State: "expired", Periods: 1, End: refundAt, Renewed: 1, Ended: 1, Items: 1})
 }
 
+// Migration 052 puts back in the queue the refunds that the rules before
+// migration 049 lost, decided before the period their payment paid was
+// recorded: one unmatched (naming no binding), one other_payment_refunded
+// (naming it). Decided again, each refunds its period once; a refund of a
+// payment that paid no period stays unmatched; the migration run again
+// puts nothing back.
+func TestMigration052RefundsBeforeTheirCharge(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	notice := tbankSubscriptionOrder(t, s)
+	feb1, mar1 := subJan1.AddDate(0, 1, 0), subJan1.AddDate(0, 2, 0)
+	refundAt := mar1.AddDate(0, 0, 9)
+	deliver(t, s, notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "700", "m-t-1", subJan1))
+	unnamed := notice("REFUNDED", fulfillment.EventRefunded, "701", "charge-2", refundAt)
+	unnamed.Payment.SubscriptionID = ""
+	named := notice("REFUNDED", fulfillment.EventRefunded, "702", "charge-3", refundAt)
+	none := notice("REFUNDED", fulfillment.EventRefunded, "999", "charge-x", refundAt)
+	none.Payment.SubscriptionID = ""
+	if got := deliver(t, s, unnamed, named, none); got != "unmatched,unmatched,unmatched" {
+		t.Fatalf("the refunds before their charges: %s", got)
+	}
+	// As the rules before migration 049 left them.
+	for _, q := range []string{
+		`UPDATE inbox_unresolved SET payment_id = NULL`,
+		`UPDATE inbox_events SET state = 'processed', decision = 'other_payment_refunded' WHERE payment_id = '702'`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []fulfillment.ProviderEvent{
+		notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "701", "charge-2", feb1),
+		notice("CONFIRMED", fulfillment.EventPaymentConfirmed, "702", "charge-3", mar1),
+	} {
+		if got := deliver(t, s, c); got != "renewed" {
+			t.Fatalf("the charge %s: %s", c.Payment.PaymentID, got)
+		}
+	}
+	m, v := migrator(t, conn, "_refunds_before_their_charge.sql")
+	for _, version := range []int32{v - 1, v, int32(len(m.Migrations))} {
+		if err := m.MigrateTo(ctx, version); err != nil {
+			t.Fatalf("migrating to %d: %v", version, err)
+		}
+	}
+	if got := processAll(t, s, 2); got != "subscription_refunded,subscription_refunded" {
+		t.Fatalf("the refunds put back: %s", got)
+	}
+	wantSub(t, conn, "101709", subRow{State: "expired", Periods: 3, End: refundAt, Renewed: 3, Ended: 1, Items: 2})
+	if err := m.MigrateTo(ctx, v-1); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MigrateTo(ctx, int32(len(m.Migrations))); err != nil {
+		t.Fatal(err)
+	}
+	wantCounts(t, conn, []countCheck{
+		{"refunded periods", `SELECT count(*) FROM subscription_periods WHERE refunded_at IS NOT NULL`, 2},
+		{"events put back again", `SELECT count(*) FROM inbox_work WHERE state = 'pending'`, 0},
+		{"replays by the migration", `SELECT count(*) FROM inbox_replays WHERE replayed_by_detail LIKE 'migration 052:%'`, 2},
+		{"unmatched refunds", `SELECT count(*) FROM inbox_events WHERE state = 'unmatched' AND payment_id = '999'`, 1},
+	})
+}
+
 // A charge and its refund (naming no binding) decided at the same time by
 // two workers: neither sees what the other has not committed, yet the
 // refund applies once — by its own batch when the charge committed first,
