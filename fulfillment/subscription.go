@@ -254,6 +254,19 @@ type RefundPeriod struct {
 // MoveSubscription moves the subscription to state To.
 type MoveSubscription struct{ To SubscriptionState }
 
+// RecordCancellation keeps At as when the subscription was cancelled, when
+// that is earlier than the cancellation kept (or none is): its state does
+// not change.
+type RecordCancellation struct{ At time.Time }
+
+// OpenChargeItem opens a reconciliation item of Kind about a payment of
+// the subscription other than the event's own: one per kind and payment,
+// as OpenItem for the event's payment.
+type OpenChargeItem struct {
+	Kind      ReconKind
+	PaymentID string
+}
+
 // EndAccess records that the subscription's access ended, once.
 type EndAccess struct{}
 
@@ -262,11 +275,13 @@ type EndAccess struct{}
 // service gave it: see DecideBatch.
 type BindSubscription struct{ ProviderSubscriptionID string }
 
-func (GrantPeriod) effect()      {}
-func (MoveSubscription) effect() {}
-func (EndAccess) effect()        {}
-func (RefundPeriod) effect()     {}
-func (BindSubscription) effect() {}
+func (GrantPeriod) effect()        {}
+func (MoveSubscription) effect()   {}
+func (RecordCancellation) effect() {}
+func (OpenChargeItem) effect()     {}
+func (EndAccess) effect()          {}
+func (RefundPeriod) effect()       {}
+func (BindSubscription) effect()   {}
 
 // Subscription topics, for outbox subscribers and the event feed.
 const (
@@ -287,10 +302,10 @@ func DecideSubscription(ev SubscriptionEvent, sub Subscription, plan Plan) Outco
 	case SubRefunded, SubPartiallyRefunded:
 		return decideSubscriptionRefund(ev, sub)
 	case SubOverdue, SubCancelledEvent:
+		if out, ok := decideLateCancellation(ev, sub); ok {
+			return out
+		}
 		if ev.OccurredAt.Before(sub.LastEventAt) {
-			if out, ok := decideLateCancellation(ev, sub); ok {
-				return out
-			}
 			return outcome(DecisionStaleIgnored, fmt.Sprintf("occurred at %s, before the newest event applied (%s)",
 				ev.OccurredAt.UTC().Format(time.RFC3339), sub.LastEventAt.UTC().Format(time.RFC3339)))
 		}
@@ -361,41 +376,85 @@ func decideRenewal(ev SubscriptionEvent, sub Subscription, plan Plan) Outcome {
 	return outcome(DecisionRenewed, fmt.Sprintf("period %d paid: access until %s", n, end.UTC().Format(time.RFC3339)), effects...)
 }
 
-// decideLateCancellation decides a cancellation announced after charges
-// that occurred after it were applied (ok): they renewed the subscription
-// as if it were not cancelled. It is cancelled now: access runs until the
-// periods paid end, never less, and an item asks for a review of the
-// charges paid after the cancellation, as for a charge announced after it.
-// Not when the customer bought the plan again after the cancellation (a
-// purchase clears it), nor when no charge after it is known: that
-// cancellation is stale.
+// decideLateCancellation decides a cancellation announced after what
+// followed it was applied (ok), so that it ends as it would have, had it
+// come first — except that nothing paid is taken away:
+//   - the charges that occurred at or after it (not purchases, nor charges
+//     refunded already) renewed the subscription as if it were not
+//     cancelled: each gets the extra_payment item it would have had, under
+//     its payment, for a refund review, and its period is kept;
+//   - an active or past-due subscription is cancelled (access until the
+//     periods paid end); one whose access ended, or that a later
+//     cancellation cancelled, keeps this earlier cancellation's time, so a
+//     charge after it is an extra payment;
+//   - when the customer bought the plan again after it, the purchase
+//     stands (it clears a cancellation): only the charges between get
+//     their items.
+//
+// Not when this cancellation, or an earlier one, is recorded already (a
+// redelivery), nor for an active or past-due subscription with nothing
+// paid after it: the regular rules decide those (cancelled, or stale when
+// a newer event, an overdue notice, was applied).
 func decideLateCancellation(ev SubscriptionEvent, sub Subscription) (out Outcome, ok bool) {
-	if ev.Kind != SubCancelledEvent || (sub.State != SubActive && sub.State != SubPastDue) {
+	at := ev.OccurredAt
+	if ev.Kind != SubCancelledEvent || !sub.CancelledAt.IsZero() && !at.Before(sub.CancelledAt) {
 		return Outcome{}, false
 	}
-	var after []Renewal
-	for _, r := range sub.Renewals {
-		if r.PaidAt.IsZero() || r.PaidAt.Before(ev.OccurredAt) {
+	charges, boughtAt := sub.chargesFrom(at)
+	ended := sub.State == SubExpired || sub.State == SubCancelled
+	if len(charges) == 0 && (!ended || !boughtAt.IsZero()) {
+		return Outcome{}, false
+	}
+	var (
+		effects []Effect
+		reason  string
+		when    = at.UTC().Format(time.RFC3339)
+	)
+	decision := DecisionSubscriptionCancelled
+	switch {
+	case !boughtAt.IsZero():
+		decision = DecisionStaleIgnored
+		reason = fmt.Sprintf("cancelled at %s, before the plan was bought again at %s: the subscription stays as it is",
+			when, boughtAt.UTC().Format(time.RFC3339))
+	case ended:
+		effects = append(effects, RecordCancellation{At: at})
+		reason = fmt.Sprintf("cancelled at %s, announced when the subscription was %s already: it stays so, and its "+
+			"cancellation is kept from then on (a charge after it is an extra payment)", when, sub.State)
+	default:
+		effects = append(effects, MoveSubscription{SubCancelled})
+		reason = fmt.Sprintf("cancelled at %s: access until the paid period ends at %s", when, sub.PeriodEnd.UTC().Format(time.RFC3339))
+	}
+	if len(charges) > 0 {
+		paid := make([]string, len(charges))
+		for i, r := range charges {
+			paid[i] = fmt.Sprintf("period %d by payment %s", r.Period, r.PaymentID)
+			effects = append(effects, OpenChargeItem{Kind: ReconExtraPayment, PaymentID: r.PaymentID})
+		}
+		reason += fmt.Sprintf("; charged after the cancellation and applied before it was announced: %s, kept; "+
+			"each needs a refund review", strings.Join(paid, ", "))
+	}
+	return outcome(decision, reason, effects...), true
+}
+
+// chargesFrom are the periods of s paid by a charge (not a purchase) that
+// occurred at or after at, and before the first purchase after at, in
+// period order, leaving out those refunded; boughtAt is when that purchase
+// occurred (zero: none). Periods paid before the service kept when their
+// payment occurred are never among them.
+func (s Subscription) chargesFrom(at time.Time) (charges []Renewal, boughtAt time.Time) {
+	for _, r := range s.Renewals {
+		if r.Purchase && !r.PaidAt.Before(at) && (boughtAt.IsZero() || r.PaidAt.Before(boughtAt)) {
+			boughtAt = r.PaidAt
+		}
+	}
+	for _, r := range s.Renewals {
+		if r.Purchase || r.Refunded || r.PaidAt.IsZero() || r.PaidAt.Before(at) || !boughtAt.IsZero() && !r.PaidAt.Before(boughtAt) {
 			continue
 		}
-		if r.Purchase {
-			return Outcome{}, false
-		}
-		after = append(after, r)
+		charges = append(charges, r)
 	}
-	if len(after) == 0 {
-		return Outcome{}, false
-	}
-	slices.SortFunc(after, func(a, b Renewal) int { return a.Period - b.Period })
-	paid := make([]string, len(after))
-	for i, r := range after {
-		paid[i] = fmt.Sprintf("period %d by payment %s", r.Period, r.PaymentID)
-	}
-	return outcome(DecisionSubscriptionCancelled,
-		fmt.Sprintf("cancelled at %s, announced after charges that occurred after it were applied (%s): access until the "+
-			"paid period ends at %s; those charges need a refund review", ev.OccurredAt.UTC().Format(time.RFC3339),
-			strings.Join(paid, ", "), sub.PeriodEnd.UTC().Format(time.RFC3339)),
-		MoveSubscription{SubCancelled}, OpenItem{ReconExtraPayment}), true
+	slices.SortFunc(charges, func(a, b Renewal) int { return a.Period - b.Period })
+	return charges, boughtAt
 }
 
 // cancelledAt is when s was cancelled: CancelledAt, else, for a
@@ -527,7 +586,7 @@ func (s *Subscription) Apply(ev SubscriptionEvent, out Outcome) {
 	changed := false
 	for _, e := range out.Effects {
 		switch e.(type) {
-		case GrantPeriod, MoveSubscription, EndAccess, RefundPeriod:
+		case GrantPeriod, MoveSubscription, EndAccess, RefundPeriod, RecordCancellation:
 			changed = true
 		}
 	}
@@ -560,6 +619,10 @@ func (s *Subscription) Apply(ev SubscriptionEvent, out Outcome) {
 				s.CancelledAt = ev.OccurredAt
 			case e.To == SubActive && ev.Purchase:
 				s.CancelledAt = time.Time{} // bought again
+			}
+		case RecordCancellation:
+			if s.CancelledAt.IsZero() || e.At.Before(s.CancelledAt) {
+				s.CancelledAt = e.At
 			}
 		case EndAccess:
 			s.AccessEnded = true

@@ -1,7 +1,9 @@
 package fulfillment
 
 import (
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -278,7 +280,7 @@ func TestSubscriptionCancellationAnnouncedAfterALaterCharge(t *testing.T) {
 	_, sub := run(renewal(jan1, "inv_1", "pay_1"), renewal(day(31), "inv_2", "pay_2"))
 	cancel := lifecycle(SubCancelledEvent, day(10))
 	out := DecideSubscription(cancel, sub, monthly)
-	want := []Effect{MoveSubscription{SubCancelled}, OpenItem{ReconExtraPayment}}
+	want := []Effect{MoveSubscription{SubCancelled}, OpenChargeItem{ReconExtraPayment, "pay_2"}}
 	if out.Decision != DecisionSubscriptionCancelled || !reflect.DeepEqual(out.Effects, want) ||
 		!strings.Contains(out.Reason, "period 2 by payment pay_2") {
 		t.Fatalf("decided %s %+v (%s), want subscription_cancelled %+v naming period 2", out.Decision, out.Effects, out.Reason, want)
@@ -300,6 +302,101 @@ func TestSubscriptionCancellationAnnouncedAfterALaterCharge(t *testing.T) {
 	again.Renewals["invoice:inv_2"] = unknown
 	if out := DecideSubscription(cancel, again, monthly); out.Decision != DecisionStaleIgnored {
 		t.Errorf("with the charge's time unknown: %s, want stale_ignored", out.Decision)
+	}
+}
+
+// sweepAt stands for the sweeper in a story: it ends the access due at
+// its time, if any.
+var sweepAt = SubscriptionEventKind("(the sweeper)")
+
+// tell decides a story's events in turn, as storage applies them, and
+// returns the subscription it leaves and the extra_payment items it opened,
+// one per payment (the item key's rule).
+func tell(events ...SubscriptionEvent) (sub Subscription, items map[string]bool) {
+	items = map[string]bool{}
+	for _, ev := range events {
+		var out Outcome
+		if ev.Kind == sweepAt {
+			var ok bool
+			if out, ok = SweepSubscription(sub, monthly, ev.OccurredAt); !ok {
+				continue
+			}
+		} else {
+			out = DecideSubscription(ev, sub, monthly)
+		}
+		for _, e := range out.Effects {
+			switch e := e.(type) {
+			case OpenItem:
+				if e.Kind == ReconExtraPayment {
+					items[ev.PaymentID] = true
+				}
+			case OpenChargeItem:
+				items[e.PaymentID] = true
+			}
+		}
+		sub.Apply(ev, out)
+	}
+	return sub, items
+}
+
+// A cancellation announced late ends as it would have, had it come before
+// what followed it: the same state, the same cancellation time kept, and
+// the same charges (by payment) up for a refund review — the periods those
+// charges paid are kept (nothing paid is taken away), so only their count
+// may differ.
+func TestSubscriptionCancellationInEitherOrder(t *testing.T) {
+	t.Parallel()
+	purchase := func(at time.Time, invoice, payment string) SubscriptionEvent {
+		ev := renewal(at, invoice, payment)
+		ev.Purchase = true
+		return ev
+	}
+	feb1 := jan1.AddDate(0, 1, 0)
+	cancel := func(at time.Time) SubscriptionEvent { return lifecycle(SubCancelledEvent, at) }
+	sweep := lifecycle(sweepAt, day(75))
+	first := renewal(jan1, "inv_1", "pay_1")
+	cases := []struct {
+		name string
+		// inPlace delivers the cancellation in its place, late after
+		// the events that follow it.
+		inPlace, late []SubscriptionEvent
+	}{
+		{"a charge after it",
+			[]SubscriptionEvent{first, cancel(day(10)), renewal(day(31), "inv_2", "pay_2")},
+			[]SubscriptionEvent{first, renewal(day(31), "inv_2", "pay_2"), cancel(day(10))}},
+		{"a charge at its very moment",
+			[]SubscriptionEvent{first, cancel(feb1), renewal(feb1, "inv_2", "pay_2")},
+			[]SubscriptionEvent{first, renewal(feb1, "inv_2", "pay_2"), cancel(feb1)}},
+		{"a charge after it, then a purchase",
+			[]SubscriptionEvent{first, cancel(day(10)), renewal(day(31), "inv_2", "pay_2"), purchase(day(40), "inv_3", "pay_3")},
+			[]SubscriptionEvent{first, renewal(day(31), "inv_2", "pay_2"), purchase(day(40), "inv_3", "pay_3"), cancel(day(10))}},
+		{"a charge after it, the access ended, another charge",
+			[]SubscriptionEvent{first, cancel(day(10)), renewal(day(31), "inv_2", "pay_2"), sweep, renewal(day(90), "inv_3", "pay_3")},
+			[]SubscriptionEvent{first, renewal(day(31), "inv_2", "pay_2"), sweep, cancel(day(10)), renewal(day(90), "inv_3", "pay_3")}},
+		{"a charge after it, then a later cancellation",
+			[]SubscriptionEvent{first, cancel(day(10)), renewal(day(31), "inv_2", "pay_2"), cancel(day(45))},
+			[]SubscriptionEvent{first, renewal(day(31), "inv_2", "pay_2"), cancel(day(45)), cancel(day(10))}},
+		{"the access ended without a charge, then a charge",
+			[]SubscriptionEvent{first, cancel(day(10)), sweep, renewal(day(90), "inv_3", "pay_3")},
+			[]SubscriptionEvent{first, sweep, cancel(day(10)), renewal(day(90), "inv_3", "pay_3")}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			inPlace, inPlaceItems := tell(tc.inPlace...)
+			late, lateItems := tell(tc.late...)
+			if late.State != inPlace.State || !late.CancelledAt.Equal(inPlace.CancelledAt) || !maps.Equal(lateItems, inPlaceItems) {
+				t.Errorf("late: %s, cancelled at %s, items %v\nin place: %s, cancelled at %s, items %v",
+					late.State, late.CancelledAt, lateItems, inPlace.State, inPlace.CancelledAt, inPlaceItems)
+			}
+			// Announced again, it changes nothing.
+			again := append(slices.Clone(tc.late), tc.late[len(tc.late)-1])
+			if tc.late[len(tc.late)-1].Kind == SubCancelledEvent {
+				if sub, items := tell(again...); sub.State != late.State || !sub.CancelledAt.Equal(late.CancelledAt) || !maps.Equal(items, lateItems) {
+					t.Errorf("announced again: %s, cancelled at %s, items %v", sub.State, sub.CancelledAt, items)
+				}
+			}
+		})
 	}
 }
 

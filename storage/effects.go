@@ -338,7 +338,7 @@ func (w *effectWriter) subscriptionStep(rec *fulfillment.SubscriptionRecord, pla
 				ev.OccurredAt, ev.Purchase})
 		case fulfillment.RefundPeriod:
 			w.refundedPeriods = append(w.refundedPeriods, periodRef{rec.ID, e.Period})
-		case fulfillment.MoveSubscription, fulfillment.EndAccess, fulfillment.BindSubscription:
+		case fulfillment.MoveSubscription, fulfillment.EndAccess, fulfillment.BindSubscription, fulfillment.RecordCancellation:
 			// Recorded with the subscription's row.
 		case fulfillment.Publish:
 			// Stored with its body: it holds the subscription as this
@@ -350,6 +350,10 @@ func (w *effectWriter) subscriptionStep(rec *fulfillment.SubscriptionRecord, pla
 			w.items = append(w.items, item{kind: e.Kind, detail: out.Reason, subject: fulfillment.ItemSubject{
 				OrgID: rec.OrgID, Environment: rec.Environment, Provider: rec.Provider, SubscriptionID: rec.ID,
 				PaymentID: ev.PaymentID, EventID: cause.eventRef, InboxID: cause.inboxID}})
+		case fulfillment.OpenChargeItem:
+			w.items = append(w.items, item{kind: e.Kind, detail: out.Reason, subject: fulfillment.ItemSubject{
+				OrgID: rec.OrgID, Environment: rec.Environment, Provider: rec.Provider, SubscriptionID: rec.ID,
+				PaymentID: e.PaymentID, EventID: cause.eventRef, InboxID: cause.inboxID}})
 		default:
 			return fmt.Errorf("applying %T to a subscription: not an effect of the subscription rules", effect)
 		}

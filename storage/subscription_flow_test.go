@@ -483,6 +483,8 @@ func TestSubscriptionFlowCancellationAnnouncedAfterALaterCharge(t *testing.T) {
 	wantSub(t, conn, "sub_1", want)
 	wantCounts(t, conn, []countCheck{
 		{"extra_payment items", `SELECT count(*) FROM reconciliation_items WHERE kind = 'extra_payment'`, 2},
+		{"items naming the charge after the cancellation", `SELECT count(*) FROM reconciliation_items
+			WHERE kind = 'extra_payment' AND payment_id = 'pay_inv_2'`, 1},
 		{"cancellations kept", `SELECT count(*) FROM subscriptions WHERE cancelled_at = '` + subJan1.AddDate(0, 0, 10).Format(time.RFC3339) + `'`, 1},
 		{"periods with their payment's time", `SELECT count(*) FROM subscription_periods WHERE paid_at IS NOT NULL`, 2},
 		{"purchases", `SELECT count(*) FROM subscription_periods WHERE purchase`, 1},
@@ -513,6 +515,38 @@ func TestMigration051PeriodPaidAt(t *testing.T) {
 	if got := deliver(t, s, cancel); got != "stale_ignored" {
 		t.Errorf("a cancellation announced after charges paid before the migration: %s, want stale_ignored", got)
 	}
+}
+
+// The same cancellation announced once the sweeper ended the access the
+// charge after it paid: the subscription stays expired, the cancellation's
+// time is kept, the charge has its item, and the next charge is an extra
+// payment with its own, as if the cancellation had come first.
+func TestSubscriptionFlowCancellationAnnouncedAfterTheSweep(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	subscriptionOrder(t, s, "m-1")
+	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
+	feb1 := subJan1.AddDate(0, 1, 0)
+	deliver(t, s, subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, feb1, "inv_2"))
+	var id string
+	if err := conn.QueryRow(ctx, `SELECT id::text FROM subscriptions WHERE provider_subscription_id = 'sub_1'`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if swept, err := s.SubscriptionSweep(ctx, id, subPlan, feb1.AddDate(0, 1, 5)); err != nil || !swept {
+		t.Fatalf("sweep = %v, %v", swept, err)
+	}
+	if got := deliver(t, s, subEvent("evt_cancel", "sub_1", fulfillment.EventSubscriptionCancelled, subJan1.AddDate(0, 0, 10), "")); got != "subscription_cancelled" {
+		t.Fatalf("the cancellation after the sweep: %s, want subscription_cancelled", got)
+	}
+	if got := deliver(t, s, subEvent("evt_3", "sub_1", fulfillment.EventPaymentConfirmed, feb1.AddDate(0, 2, 0), "inv_3")); got != "duplicate_payment" {
+		t.Errorf("the next charge: %s, want duplicate_payment", got)
+	}
+	wantSub(t, conn, "sub_1", subRow{State: "expired", Periods: 2, End: feb1.AddDate(0, 1, 0), Renewed: 2, Ended: 1, Items: 2})
+	wantCounts(t, conn, []countCheck{
+		{"items naming each charge", `SELECT count(DISTINCT payment_id) FROM reconciliation_items
+			WHERE kind = 'extra_payment' AND payment_id IN ('pay_inv_2', 'pay_inv_3')`, 2},
+	})
 }
 
 // A subscription registered with CreateSubscription takes its first

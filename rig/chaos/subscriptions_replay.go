@@ -127,6 +127,13 @@ func (rp *subReplay) record(sev fulfillment.SubscriptionEvent, out fulfillment.O
 				rp.itemOf[k] = eventRef
 			}
 			rp.items[string(e.Kind)+"|"+eventRef] = 1
+		case fulfillment.OpenChargeItem:
+			// (About a charge applied before: never a refund's.)
+			k := string(e.Kind) + "|" + e.PaymentID
+			if _, opened := rp.itemOf[k]; !opened {
+				rp.itemOf[k] = eventRef
+				rp.items[string(e.Kind)+"|"+eventRef] = 1
+			}
 		}
 	}
 }
