@@ -301,21 +301,15 @@ func DecideSubscription(ev SubscriptionEvent, sub Subscription, plan Plan) Outco
 		return decideRenewal(ev, sub, plan)
 	case SubRefunded, SubPartiallyRefunded:
 		return decideSubscriptionRefund(ev, sub)
-	case SubOverdue, SubCancelledEvent:
-		if out, ok := decideLateCancellation(ev, sub); ok {
-			return out
-		}
+	case SubCancelledEvent:
+		return decideCancellation(ev, sub)
+	case SubOverdue:
 		if ev.OccurredAt.Before(sub.LastEventAt) {
 			return outcome(DecisionStaleIgnored, fmt.Sprintf("occurred at %s, before the newest event applied (%s)",
 				ev.OccurredAt.UTC().Format(time.RFC3339), sub.LastEventAt.UTC().Format(time.RFC3339)))
 		}
 		if sub.State == SubExpired || sub.State == SubCancelled {
 			return outcome(DecisionStaleIgnored, "the subscription is "+string(sub.State)+": it is not moved back")
-		}
-		if ev.Kind == SubCancelledEvent {
-			return outcome(DecisionSubscriptionCancelled,
-				"cancelled: access until the paid period ends at "+sub.PeriodEnd.UTC().Format(time.RFC3339),
-				MoveSubscription{SubCancelled})
 		}
 		if sub.State == SubPastDue {
 			return outcome(DecisionAlreadyApplied, "the subscription is already past due")
@@ -376,49 +370,55 @@ func decideRenewal(ev SubscriptionEvent, sub Subscription, plan Plan) Outcome {
 	return outcome(DecisionRenewed, fmt.Sprintf("period %d paid: access until %s", n, end.UTC().Format(time.RFC3339)), effects...)
 }
 
-// decideLateCancellation decides a cancellation announced after what
-// followed it was applied (ok), so that it ends as it would have, had it
-// come first — except that nothing paid is taken away:
-//   - the charges that occurred at or after it (not purchases, nor charges
-//     refunded already) renewed the subscription as if it were not
+// decideCancellation decides a cancellation. It ends as it would have,
+// had it been applied before the events that occurred after it, whatever
+// order they were announced in — except that nothing paid is taken away:
+//   - the charges that occurred at or after it (not purchases) that were
+//     applied before it renewed the subscription as if it were not
 //     cancelled: each gets the extra_payment item it would have had, under
 //     its payment, for a refund review, and its period is kept;
-//   - an active or past-due subscription is cancelled (access until the
-//     periods paid end); one whose access ended, or that a later
-//     cancellation cancelled, keeps this earlier cancellation's time, so a
-//     charge after it is an extra payment;
+//   - an active or past-due subscription is cancelled, access until the
+//     periods paid end (an overdue notice after it changes nothing);
+//   - one whose access ended, or that a later cancellation cancelled,
+//     keeps its state and this cancellation's time, so that a charge after
+//     it is an extra payment;
 //   - when the customer bought the plan again after it, the purchase
 //     stands (it clears a cancellation): only the charges between get
 //     their items.
 //
-// Not when this cancellation, or an earlier one, is recorded already (a
-// redelivery), nor for an active or past-due subscription with nothing
-// paid after it: the regular rules decide those (cancelled, or stale when
-// a newer event, an overdue notice, was applied).
-func decideLateCancellation(ev SubscriptionEvent, sub Subscription) (out Outcome, ok bool) {
+// The same cancellation again, or one after the cancellation kept, is
+// stale. So is one older than the newest event applied when a period's
+// payment time is not known (paid before the service kept it), as before
+// it did.
+func decideCancellation(ev SubscriptionEvent, sub Subscription) Outcome {
 	at := ev.OccurredAt
-	if ev.Kind != SubCancelledEvent || !sub.CancelledAt.IsZero() && !at.Before(sub.CancelledAt) {
-		return Outcome{}, false
+	when := at.UTC().Format(time.RFC3339)
+	if !sub.CancelledAt.IsZero() && !at.Before(sub.CancelledAt) {
+		return outcome(DecisionStaleIgnored, fmt.Sprintf("occurred at %s; the subscription was cancelled at %s already",
+			when, sub.CancelledAt.UTC().Format(time.RFC3339)))
 	}
-	charges, boughtAt := sub.chargesFrom(at)
-	ended := sub.State == SubExpired || sub.State == SubCancelled
-	if len(charges) == 0 && (!ended || !boughtAt.IsZero()) {
-		return Outcome{}, false
+	charges, boughtAt, unknown := sub.chargesFrom(at)
+	switch {
+	case unknown && at.Before(sub.LastEventAt):
+		return outcome(DecisionStaleIgnored, fmt.Sprintf("occurred at %s, before the newest event applied (%s)",
+			when, sub.LastEventAt.UTC().Format(time.RFC3339)))
+	case !boughtAt.IsZero() && len(charges) == 0:
+		return outcome(DecisionStaleIgnored, fmt.Sprintf("occurred at %s, before the plan was bought again at %s",
+			when, boughtAt.UTC().Format(time.RFC3339)))
 	}
 	var (
-		effects []Effect
-		reason  string
-		when    = at.UTC().Format(time.RFC3339)
+		effects  []Effect
+		reason   string
+		decision = DecisionSubscriptionCancelled
 	)
-	decision := DecisionSubscriptionCancelled
 	switch {
 	case !boughtAt.IsZero():
 		decision = DecisionStaleIgnored
 		reason = fmt.Sprintf("cancelled at %s, before the plan was bought again at %s: the subscription stays as it is",
 			when, boughtAt.UTC().Format(time.RFC3339))
-	case ended:
+	case sub.State == SubExpired || sub.State == SubCancelled:
 		effects = append(effects, RecordCancellation{At: at})
-		reason = fmt.Sprintf("cancelled at %s, announced when the subscription was %s already: it stays so, and its "+
+		reason = fmt.Sprintf("cancelled at %s, when the subscription was %s already: it stays so, and its "+
 			"cancellation is kept from then on (a charge after it is an extra payment)", when, sub.State)
 	default:
 		effects = append(effects, MoveSubscription{SubCancelled})
@@ -433,28 +433,31 @@ func decideLateCancellation(ev SubscriptionEvent, sub Subscription) (out Outcome
 		reason += fmt.Sprintf("; charged after the cancellation and applied before it was announced: %s, kept; "+
 			"each needs a refund review", strings.Join(paid, ", "))
 	}
-	return outcome(decision, reason, effects...), true
+	return outcome(decision, reason, effects...)
 }
 
 // chargesFrom are the periods of s paid by a charge (not a purchase) that
 // occurred at or after at, and before the first purchase after at, in
-// period order, leaving out those refunded; boughtAt is when that purchase
-// occurred (zero: none). Periods paid before the service kept when their
-// payment occurred are never among them.
-func (s Subscription) chargesFrom(at time.Time) (charges []Renewal, boughtAt time.Time) {
+// period order, refunded or not; boughtAt is when that purchase occurred
+// (zero: none). The purchase that started the subscription (its first
+// period) is no purchase after a cancellation of it, whenever it is dated.
+// unknown says that a period was paid before the service kept when its
+// payment occurred: it is never among them.
+func (s Subscription) chargesFrom(at time.Time) (charges []Renewal, boughtAt time.Time, unknown bool) {
 	for _, r := range s.Renewals {
-		if r.Purchase && !r.PaidAt.Before(at) && (boughtAt.IsZero() || r.PaidAt.Before(boughtAt)) {
+		unknown = unknown || r.PaidAt.IsZero()
+		if r.Purchase && r.Period > 1 && !r.PaidAt.IsZero() && !r.PaidAt.Before(at) && (boughtAt.IsZero() || r.PaidAt.Before(boughtAt)) {
 			boughtAt = r.PaidAt
 		}
 	}
 	for _, r := range s.Renewals {
-		if r.Purchase || r.Refunded || r.PaidAt.IsZero() || r.PaidAt.Before(at) || !boughtAt.IsZero() && !r.PaidAt.Before(boughtAt) {
+		if r.Purchase || r.PaidAt.IsZero() || r.PaidAt.Before(at) || !boughtAt.IsZero() && !r.PaidAt.Before(boughtAt) {
 			continue
 		}
 		charges = append(charges, r)
 	}
 	slices.SortFunc(charges, func(a, b Renewal) int { return a.Period - b.Period })
-	return charges, boughtAt
+	return charges, boughtAt, unknown
 }
 
 // cancelledAt is when s was cancelled: CancelledAt, else, for a

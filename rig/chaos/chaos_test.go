@@ -640,7 +640,7 @@ func subCheckFixture(t *testing.T) (*runner, *dbState) {
 	s.orders[o.mid] = orderRow{id: orderID, env: "live", state: string(rp.order.State), paidAttempt: "inv_1", paidPayID: "pay_1"}
 	s.attempts[orderID] = map[string]string{"inv_1": "confirmed"}
 	s.subs.rows[o.sub.id] = subRow{id: subID, providerID: o.sub.id, customer: o.sub.customer, plan: o.sub.cfg.ID,
-		state: string(rp.sub.State), periods: rp.sub.Periods, periodEnd: rp.sub.PeriodEnd, lastEventAt: rp.sub.LastEventAt, accessEnded: rp.sub.AccessEnded}
+		state: string(rp.sub.State), periods: rp.sub.Periods, periodEnd: rp.sub.PeriodEnd, lastEventAt: rp.sub.LastEventAt, accessEnded: rp.sub.AccessEnded, cancelledAt: rp.sub.CancelledAt}
 	s.subs.periods[subID] = slices.Clone(rp.periods)
 	s.subs.events[subID] = maps.Clone(rp.topics)
 	for k := range rp.items {

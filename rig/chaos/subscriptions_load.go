@@ -17,7 +17,7 @@ import (
 type subRow struct {
 	id, providerID, customer, plan, state string
 	periods                               int
-	periodEnd, lastEventAt                time.Time
+	periodEnd, lastEventAt, cancelledAt   time.Time
 	accessEnded                           bool
 }
 
@@ -49,6 +49,7 @@ func loadSubscriptions(ctx context.Context, db *pgxpool.Pool, s *dbState) error 
 	var (
 		row          subRow
 		end, last    *time.Time
+		cancelled    *time.Time
 		subID, topic string
 		p            subPeriodRow
 		period, n    int
@@ -60,10 +61,10 @@ func loadSubscriptions(ctx context.Context, db *pgxpool.Pool, s *dbState) error 
 	}{
 		{"subscriptions", `
 			SELECT id::text, provider_subscription_id, customer_ref, plan_id, state, periods, period_end, last_event_at,
-				access_ended_at IS NOT NULL
+				access_ended_at IS NOT NULL, cancelled_at
 			FROM subscriptions`,
-			[]any{&row.id, &row.providerID, &row.customer, &row.plan, &row.state, &row.periods, &end, &last, &row.accessEnded}, func() {
-				row.periodEnd, row.lastEventAt = deref(end), deref(last)
+			[]any{&row.id, &row.providerID, &row.customer, &row.plan, &row.state, &row.periods, &end, &last, &row.accessEnded, &cancelled}, func() {
+				row.periodEnd, row.lastEventAt, row.cancelledAt = deref(end), deref(last), deref(cancelled)
 				ss.rows[row.providerID] = row
 			}},
 		{"subscription_periods", `

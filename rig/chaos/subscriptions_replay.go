@@ -128,11 +128,12 @@ func (rp *subReplay) record(sev fulfillment.SubscriptionEvent, out fulfillment.O
 			}
 			rp.items[string(e.Kind)+"|"+eventRef] = 1
 		case fulfillment.OpenChargeItem:
-			// (About a charge applied before: never a refund's.)
+			// About a charge applied before (never a refund's): one item
+			// per payment, so an event may open several.
 			k := string(e.Kind) + "|" + e.PaymentID
 			if _, opened := rp.itemOf[k]; !opened {
 				rp.itemOf[k] = eventRef
-				rp.items[string(e.Kind)+"|"+eventRef] = 1
+				rp.items[string(e.Kind)+"|"+eventRef]++
 			}
 		}
 	}
@@ -177,6 +178,9 @@ func compareSubscription(rp *subReplay, db subDB) (lost, dup int, diffs []string
 		// The sweeper stamps its own moment; an event's is the replay's.
 		if !rp.swept && !row.lastEventAt.Equal(rp.sub.LastEventAt) {
 			diffs = append(diffs, fmt.Sprintf("its newest event is dated %s, want %s", row.lastEventAt.UTC(), rp.sub.LastEventAt.UTC()))
+		}
+		if !row.cancelledAt.Equal(rp.sub.CancelledAt) {
+			diffs = append(diffs, fmt.Sprintf("its cancellation is kept at %s, want %s", row.cancelledAt.UTC(), rp.sub.CancelledAt.UTC()))
 		}
 	}
 	want := map[string]subPeriodRow{}
