@@ -452,6 +452,23 @@ func TestMigration050ExpiredCancelledAt(t *testing.T) {
 	}
 }
 
+// renewedSubscription stores subscription sub_1, bought through order m-1
+// on Jan 1 and renewed by a charge on Feb 1 (invoice inv_2), and returns
+// its id.
+func renewedSubscription(t *testing.T, s *storage.Store, conn *pgx.Conn) string {
+	t.Helper()
+	subscriptionOrder(t, s, "m-1")
+	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
+	if got := deliver(t, s, subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 0), "inv_2")); got != "renewed" {
+		t.Fatalf("the charge of Feb 1: %s", got)
+	}
+	var id string
+	if err := conn.QueryRow(context.Background(), `SELECT id::text FROM subscriptions WHERE provider_subscription_id = 'sub_1'`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
 // A cancellation announced after a charge that occurred after it was
 // applied cancels the subscription: the period the charge paid is kept,
 // one extra_payment item asks for a review of that charge, and the next
@@ -460,12 +477,8 @@ func TestMigration050ExpiredCancelledAt(t *testing.T) {
 func TestSubscriptionFlowCancellationAnnouncedAfterALaterCharge(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
-	subscriptionOrder(t, s, "m-1")
-	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
+	renewedSubscription(t, s, conn)
 	feb1 := subJan1.AddDate(0, 1, 0)
-	if got := deliver(t, s, subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, feb1, "inv_2")); got != "renewed" {
-		t.Fatalf("the charge after the cancellation, announced first: %s", got)
-	}
 	cancel := subEvent("evt_cancel", "sub_1", fulfillment.EventSubscriptionCancelled, subJan1.AddDate(0, 0, 10), "")
 	if got := deliver(t, s, cancel); got != "subscription_cancelled" {
 		t.Fatalf("the cancellation announced late: %s, want subscription_cancelled", got)
@@ -498,9 +511,7 @@ func TestMigration051PeriodPaidAt(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
-	subscriptionOrder(t, s, "m-1")
-	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
-	deliver(t, s, subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 0), "inv_2"))
+	renewedSubscription(t, s, conn)
 	m, v := migrator(t, conn, "_period_paid_at.sql")
 	for _, version := range []int32{v - 1, v, v - 1, int32(len(m.Migrations))} {
 		if err := m.MigrateTo(ctx, version); err != nil {
@@ -525,14 +536,8 @@ func TestSubscriptionFlowCancellationAnnouncedAfterTheSweep(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
-	subscriptionOrder(t, s, "m-1")
-	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
+	id := renewedSubscription(t, s, conn)
 	feb1 := subJan1.AddDate(0, 1, 0)
-	deliver(t, s, subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, feb1, "inv_2"))
-	var id string
-	if err := conn.QueryRow(ctx, `SELECT id::text FROM subscriptions WHERE provider_subscription_id = 'sub_1'`).Scan(&id); err != nil {
-		t.Fatal(err)
-	}
 	if swept, err := s.SubscriptionSweep(ctx, id, subPlan, feb1.AddDate(0, 1, 5)); err != nil || !swept {
 		t.Fatalf("sweep = %v, %v", swept, err)
 	}
