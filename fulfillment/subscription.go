@@ -339,9 +339,13 @@ func decideRenewal(ev SubscriptionEvent, sub Subscription, plan Plan) Outcome {
 	}
 	move := []Effect{MoveSubscription{SubActive}}
 	resumed := false
-	if cancelled := sub.cancelledAt(); !cancelled.IsZero() && !ev.Purchase {
+	// A purchase at or after the cancellation buys the plan again (and
+	// clears the cancellation); one before it, announced late, is paid
+	// for as a charge before it is, and so is the first period's.
+	cancelled := sub.cancelledAt()
+	if rebought := ev.Purchase && sub.Periods > 0 && !ev.OccurredAt.Before(cancelled); !cancelled.IsZero() && !rebought {
 		switch {
-		case !ev.OccurredAt.Before(cancelled):
+		case !ev.Purchase && !ev.OccurredAt.Before(cancelled):
 			// Also once the sweeper ended the access: a charge after the
 			// cancellation never starts the subscription again.
 			return outcome(DecisionDuplicatePayment, "a payment for a cancelled subscription: it needs a refund review",
@@ -437,7 +441,7 @@ func decideCancellation(ev SubscriptionEvent, sub Subscription) Outcome {
 }
 
 // chargesFrom are the periods of s paid by a charge (not a purchase) that
-// occurred at or after at, and before the first purchase after at, in
+// occurred at or after at, and not after the first purchase after at, in
 // period order, refunded or not; boughtAt is when that purchase occurred
 // (zero: none). The purchase that started the subscription (its first
 // period) is no purchase after a cancellation of it, whenever it is dated.
@@ -451,7 +455,7 @@ func (s Subscription) chargesFrom(at time.Time) (charges []Renewal, boughtAt tim
 		}
 	}
 	for _, r := range s.Renewals {
-		if r.Purchase || r.PaidAt.IsZero() || r.PaidAt.Before(at) || !boughtAt.IsZero() && !r.PaidAt.Before(boughtAt) {
+		if r.Purchase || r.PaidAt.IsZero() || r.PaidAt.Before(at) || !boughtAt.IsZero() && r.PaidAt.After(boughtAt) {
 			continue
 		}
 		charges = append(charges, r)
