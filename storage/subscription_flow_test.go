@@ -554,6 +554,34 @@ func TestSubscriptionFlowCancellationAnnouncedAfterTheSweep(t *testing.T) {
 	})
 }
 
+// An order for the plan paid before the cancellation and announced after
+// it is fulfilled and pays its period; the subscription stays cancelled
+// (only a purchase after the cancellation buys the plan again). One paid
+// after it subscribes the customer again.
+func TestSubscriptionFlowPurchaseBeforeTheCancellationAnnouncedAfterIt(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	cancelledSubscription(t, s, conn, subJan1.AddDate(0, 0, 10))
+	buy := func(merchantID, id, invoice string, at time.Time) string {
+		t.Helper()
+		planOrder(t, s, merchantID, subPlan.ID)
+		ev := subEvent(id, "sub_1", fulfillment.EventPaymentConfirmed, at, invoice)
+		ev.Payment.MerchantOrderID = merchantID
+		return deliver(t, s, ev)
+	}
+	if got := buy("m-2", "evt_buy_before", "inv_2", subJan1.AddDate(0, 0, 5)); got != "fulfilled" {
+		t.Fatalf("the order paid before the cancellation: %s", got)
+	}
+	wantSub(t, conn, "sub_1", subRow{State: "cancelled", Periods: 2, End: subJan1.AddDate(0, 2, 0), Renewed: 2})
+	if got := buy("m-3", "evt_buy_after", "inv_3", subJan1.AddDate(0, 0, 20)); got != "fulfilled" {
+		t.Fatalf("the order paid after the cancellation: %s", got)
+	}
+	wantSub(t, conn, "sub_1", subRow{State: "active", Periods: 3, End: subJan1.AddDate(0, 3, 0), Renewed: 3})
+	if n := count(t, conn, `SELECT count(*) FROM subscriptions WHERE cancelled_at IS NULL`); n != 1 {
+		t.Errorf("the cancellation is kept after the plan was bought again")
+	}
+}
+
 // A subscription registered with CreateSubscription takes its first
 // payment in place of an order, also when that payment names the
 // storefront's own merchant order id, which no order of the service has.
