@@ -261,13 +261,13 @@ func loneSurrogate(text []byte) int {
 			i++ // an escape of one character: \\, \", \n…
 			continue
 		}
-		r := hex4(text[i+2:])
+		r := hex4At(text, i+2)
 		switch {
 		case r >= 0xDC00 && r <= 0xDFFF: // a low half first
 			return i
 		case r >= 0xD800 && r <= 0xDBFF:
 			if j := i + 6; j+1 < len(text) && text[j] == '\\' && text[j+1] == 'u' {
-				if low := hex4(text[j+2:]); low >= 0xDC00 && low <= 0xDFFF {
+				if low := hex4At(text, j+2); low >= 0xDC00 && low <= 0xDFFF {
 					i = j + 5
 					continue
 				}
@@ -279,21 +279,11 @@ func loneSurrogate(text []byte) int {
 	return -1
 }
 
-// hex4 is the value of the four hex digits that start b (valid JSON has
+// hex4At is the value of the four hex digits at text[at:] (valid JSON has
 // them after \u).
-func hex4(b []byte) rune {
-	var r rune
-	for _, c := range b[:4] {
-		switch {
-		case c >= '0' && c <= '9':
-			r = r<<4 | rune(c-'0')
-		case c >= 'a' && c <= 'f':
-			r = r<<4 | rune(c-'a'+10)
-		default:
-			r = r<<4 | rune(c-'A'+10)
-		}
-	}
-	return r
+func hex4At(text []byte, at int) uint64 {
+	v, _ := strconv.ParseUint(string(text[at:at+4]), 16, 16)
+	return v
 }
 
 // lineColumn is where byte offset sits in text: "line L, column C", both
