@@ -183,8 +183,8 @@ func RefundedPayments(events []ProviderEvent, orders map[OrderKey]*LockedOrder) 
 // is looked up as the refund of a subscription's period by its payment:
 // it names a payment and no subscription.
 func refundOfAPeriod(ev ProviderEvent) bool {
-	return (ev.Kind == EventRefunded || ev.Kind == EventPartiallyRefunded) && ev.Payment.PaymentID != "" &&
-		ev.Payment.SubscriptionID == "" && (!ev.TestMode || ev.Environment != EnvLive)
+	_, waits := ev.WaitsForItsPayment()
+	return waits && ev.Payment.SubscriptionID == "" && (!ev.TestMode || ev.Environment != EnvLive)
 }
 
 func (ev ProviderEvent) refundedPayment() RefundedPayment {
@@ -196,7 +196,7 @@ func (ev ProviderEvent) refundedPayment() RefundedPayment {
 // refund decided again (a charge may be announced after its refund). ok is
 // false for any other event, and for a refund that names no payment.
 func (ev ProviderEvent) WaitsForItsPayment() (p RefundedPayment, ok bool) {
-	if (ev.Kind != EventRefunded && ev.Kind != EventPartiallyRefunded) || ev.Payment.PaymentID == "" {
+	if !ev.Kind.IsRefund() || ev.Payment.PaymentID == "" {
 		return RefundedPayment{}, false
 	}
 	return ev.refundedPayment(), true
@@ -429,10 +429,8 @@ func (b *batch) periodPaidBy(p RefundedPayment) (*SubscriptionRecord, bool) {
 		if rec.OrgID != p.OrgID || rec.Environment != p.Environment || rec.Provider != p.Provider {
 			continue
 		}
-		for _, r := range rec.Renewals {
-			if r.PaymentID == p.PaymentID {
-				return rec, true
-			}
+		if _, ok := rec.renewalPaidBy(p.PaymentID); ok {
+			return rec, true
 		}
 	}
 	return nil, false
@@ -529,6 +527,10 @@ func recordedAttempt(out Outcome) AttemptState {
 	}
 	return ""
 }
+
+// IsRefund reports whether k announces money returned to the payer, all
+// of a payment or part of it.
+func (k EventKind) IsRefund() bool { return k == EventRefunded || k == EventPartiallyRefunded }
 
 // IsSubscriptionLifecycle reports whether k is a provider's event about a
 // subscription itself (not a payment).

@@ -178,7 +178,7 @@ func RefundRef(ev ProviderEvent) string {
 // ItemRefund is the refund an item opened by ev is about (its
 // ItemSubject.Refund): RefundRef(ev) when ev announces a refund, else "".
 func ItemRefund(ev ProviderEvent) string {
-	if ev.Kind != EventRefunded && ev.Kind != EventPartiallyRefunded {
+	if !ev.Kind.IsRefund() {
 		return ""
 	}
 	return RefundRef(ev)

@@ -575,14 +575,23 @@ func (s Subscription) refundedRenewal(ev SubscriptionEvent) (r Renewal, found, b
 	if billPaid && (r.PaymentID == "" || ev.PaymentID == "" || r.PaymentID == ev.PaymentID) {
 		return r, true, true
 	}
-	if ev.PaymentID != "" {
-		for _, paid := range s.Renewals {
-			if paid.PaymentID == ev.PaymentID {
-				return paid, true, billPaid
-			}
-		}
+	if paid, ok := s.renewalPaidBy(ev.PaymentID); ok {
+		return paid, true, billPaid
 	}
 	return Renewal{}, false, billPaid
+}
+
+// renewalPaidBy is the period of s that payment paid, when one did.
+func (s Subscription) renewalPaidBy(payment string) (Renewal, bool) {
+	if payment == "" {
+		return Renewal{}, false
+	}
+	for _, r := range s.Renewals {
+		if r.PaymentID == payment {
+			return r, true
+		}
+	}
+	return Renewal{}, false
 }
 
 // Apply records what out changed, for the next event of the subscription.
