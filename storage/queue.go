@@ -50,9 +50,12 @@ type leasedTable struct {
 	// stopped during every attempt). It opens their items, through the
 	// one item builder (queueItems).
 	failed func(ctx context.Context, tx pgx.Tx, rows []failedRow, maxAttempts int) error
-	// rearms says that failed puts its rows back in the queue (pending,
-	// their attempts from 0): Retry reports them scheduled, not failed.
-	rearms bool
+	// rearmAfter, when set, says that the table's rows are never failed:
+	// a row that used its attempts is put back in the queue instead
+	// (pending, its attempts from 0), due after the backoff of its last
+	// attempt, or, abandoned, after rearmAfter (an SQL interval); failed
+	// then opens its items, and Retry reports it scheduled.
+	rearmAfter string
 	// partition, when set, names the column that splits the table into
 	// queues: one per value (a destination), each claiming and releasing
 	// its own rows only. A claim takes the value as $6, a release as $2;
@@ -122,10 +125,29 @@ func newLeasedTable(t leasedTable) *leasedTable {
 	for _, kv := range t.releaseSet {
 		releaseSet = append(releaseSet, fmt.Sprintf("%s = %s,", kv[0], kv[1]))
 	}
+	// What becomes of a row that used its attempts: failed, or, in a table
+	// that puts its rows back, pending again with its attempts from 0 (so
+	// that a row returned with none used them: attempts = 0).
+	const abandonedError = "abandoned: no attempt completed"
+	retryState := "state = CASE WHEN " + exhausted + " THEN 'failed' ELSE 'pending' END, " + strings.Join(retrySet, " ") + `
+			processed_at = CASE WHEN ` + exhausted + " THEN clock_timestamp() END,"
+	retryFailed := "state = 'failed'"
+	abandonState := "state = 'failed', " + strings.Join(abandonSet, " ") + " processed_at = clock_timestamp(),"
+	abandonError := "coalesce(t.last_error || '; ', '') || '" + abandonedError + "'"
+	if t.rearmAfter != "" {
+		retryState = "state = 'pending', attempts = CASE WHEN " + exhausted + " THEN 0 ELSE attempts END, processed_at = NULL,"
+		retryFailed = "attempts = 0"
+		abandonState = "state = 'pending', attempts = 0, next_attempt_at = clock_timestamp() + interval '" + t.rearmAfter +
+			"', processed_at = NULL,"
+		// Put back round after round, it says so once.
+		abandonError = "CASE WHEN t.last_error LIKE '%" + abandonedError + "' THEN t.last_error ELSE " + abandonError + " END"
+	}
 	r := strings.NewReplacer(
 		"{table}", t.table,
-		"{abandon_set}", strings.Join(abandonSet, " "),
-		"{retry_set}", strings.Join(retrySet, " "),
+		"{abandon_state}", abandonState,
+		"{abandon_error}", abandonError,
+		"{retry_state}", retryState,
+		"{retry_failed}", retryFailed,
 		"{release_set}", strings.Join(releaseSet, " "),
 		"{owner_dead}", ownerDead("o.lease_owner"),
 		"{partition}", partitionCond(t.partition, "$6", t.claimGate),
@@ -179,9 +201,9 @@ func newLeasedTable(t leasedTable) *leasedTable {
 			SELECT id AS locked_id FROM {table} WHERE id = ANY($1) ORDER BY id FOR UPDATE SKIP LOCKED
 		)
 		UPDATE {table} t SET
-			state = 'failed', {abandon_set} processed_at = clock_timestamp(),
+			{abandon_state}
 			lease_owner = NULL, lease_until = NULL,
-			last_error = coalesce(t.last_error || '; ', '') || 'abandoned: no attempt completed'
+			last_error = {abandon_error}
 		FROM locked WHERE t.id = locked.locked_id AND state = 'pending' AND attempts >= $2 AND {failable}
 			AND ` + claimable("$3", "$4") + `
 		RETURNING t.id, coalesce((SELECT b.last_error FROM {table} b WHERE b.id = t.id), '')`)
@@ -194,12 +216,11 @@ func newLeasedTable(t leasedTable) *leasedTable {
 	// attempt, quadratic in the batch.
 	t.retrySQL = r.Replace(`
 		UPDATE {table} SET
-			state = CASE WHEN {exhausted} THEN 'failed' ELSE 'pending' END, {retry_set}
-			last_error = f.cause, next_attempt_at = f.due, lease_owner = NULL, lease_until = NULL,
-			processed_at = CASE WHEN {exhausted} THEN clock_timestamp() END
+			{retry_state}
+			last_error = f.cause, next_attempt_at = f.due, lease_owner = NULL, lease_until = NULL
 		FROM unnest($1::bigint[], $3::text[], $5::timestamptz[]) AS f(failed_id, cause, due)
 		WHERE ` + leaseHeld("ARRAY[f.failed_id]", "$2") + `
-		RETURNING id, state = 'failed'`)
+		RETURNING id, {retry_failed}`)
 
 	t.releaseSQL = r.Replace(`
 		UPDATE {table} SET {release_set} lease_owner = NULL, lease_until = NULL,
@@ -421,7 +442,7 @@ func (q *Queue) Retry(ctx context.Context, owner string, rs []worker.Retry, maxA
 		_, err := pgx.ForEachRow(rows, []any{&id, &isFailed}, func() error {
 			outcomes[at[id]] = worker.RetryScheduled
 			if isFailed {
-				if !t.rearms {
+				if t.rearmAfter == "" {
 					outcomes[at[id]] = worker.RetryFailed
 				}
 				failed = append(failed, failedRow{id: id, cause: clean[at[id]].Cause})

@@ -19,47 +19,34 @@ var _ fulfillment.SweepWork = (*Store)(nil)
 // moves it).
 //
 // A sweep is never given up: ending an access that is over stays owed
-// however long it fails. A sweep that used its attempts opens a
-// sweep_failing item about its subscription, in the transaction that
-// would have failed it, and is put back: pending, its attempts counted
-// from 0 again, due after the backoff of its last attempt (a sweep
-// abandoned by workers that stopped during each attempt: an hour later,
-// so that a sweep that takes its process down does not do so at once
-// again). Once
-// what failed it is fixed — most often a plan removed from the
-// configuration while subscriptions on it are still live — it ends the
-// access as any sweep does.
-var sweepTable = newLeasedTable(leasedTable{table: "subscription_sweeps", noun: "sweep", failed: rearmSweeps, rearms: true})
+// however long it fails. A sweep that used its attempts is put back by
+// its queue (rearmAfter): pending, its attempts counted from 0 again, due
+// after the backoff of its last attempt, or an hour later when its
+// workers stopped during each attempt (so that a sweep that takes its
+// process down does not do so at once again); and it opens a sweep_failing
+// item about its subscription (sweepFailing). Once what failed it is
+// fixed — most often a plan removed from the configuration while
+// subscriptions on it are still live — it ends the access as any sweep
+// does.
+var sweepTable = newLeasedTable(leasedTable{table: "subscription_sweeps", noun: "sweep", failed: sweepFailing, rearmAfter: "1 hour"})
 
-// rearmSweeps puts back the sweeps of failed, failed past their attempts,
-// and opens their sweep_failing items, one per subscription and paid
-// period: a sweep failing again for the same access end opens none. A
-// sweep abandoned round after round says so once in its last error.
-func rearmSweeps(ctx context.Context, tx pgx.Tx, failed []failedRow, maxAttempts int) error {
+// sweepFailing opens the sweep_failing items of the sweeps of failed,
+// which used their attempts and were put back, one per subscription and
+// paid period: a sweep failing again for the same access end opens none.
+func sweepFailing(ctx context.Context, tx pgx.Tx, failed []failedRow, maxAttempts int) error {
 	var (
-		s        fulfillment.ItemSubject
-		id       int64
-		attempts int
-		next     time.Time
+		s    fulfillment.ItemSubject
+		id   int64
+		next time.Time
 	)
-	// The rows of one call are all abandoned (a claim's) or all retried.
-	delay := "interval '0'"
-	if len(failed) > 0 && failed[0].abandoned {
-		delay = "interval '1 hour'"
-	}
 	return failRows(ctx, tx, `
-		WITH prior AS (
-			SELECT id, attempts FROM subscription_sweeps WHERE id = ANY($1)
-		)
-		UPDATE subscription_sweeps w SET state = 'pending', attempts = 0, processed_at = NULL,
-			next_attempt_at = greatest(w.next_attempt_at, clock_timestamp() + `+delay+`),
-			last_error = regexp_replace(w.last_error, '(abandoned: no attempt completed)(; abandoned: no attempt completed)+$', '\1')
-		FROM subscriptions s, prior p WHERE w.id = ANY($1) AND w.state = 'failed' AND s.id = w.subscription_id AND p.id = w.id
-		RETURNING w.id, s.id::text, s.org_id, s.environment, s.provider, s.periods, p.attempts, w.next_attempt_at`, failed,
-		&id, []any{&id, &s.SubscriptionID, &s.OrgID, &s.Environment, &s.Provider, &s.Periods, &attempts, &next}, func(r failedRow) item {
+		SELECT w.id, s.id::text, s.org_id, s.environment, s.provider, s.periods, w.next_attempt_at
+		FROM subscription_sweeps w JOIN subscriptions s ON s.id = w.subscription_id
+		WHERE w.id = ANY($1)`, failed,
+		&id, []any{&id, &s.SubscriptionID, &s.OrgID, &s.Environment, &s.Provider, &s.Periods, &next}, func(r failedRow) item {
 			detail := fmt.Sprintf("the sweep that ends this subscription's access failed %d times; last error: %s", maxAttempts, r.cause)
 			if r.abandoned {
-				detail = fmt.Sprintf("the sweep that ends this subscription's access did not complete in %d attempts (the worker stopped during each)", attempts)
+				detail = fmt.Sprintf("the sweep that ends this subscription's access did not complete in %d attempts (the worker stopped during each)", maxAttempts)
 			}
 			detail += fmt.Sprintf(". Its access has not ended. The sweeper tries again from %s on, until it succeeds: fix what fails it (a plan missing from the configuration: configure it again)",
 				next.UTC().Format(time.RFC3339))
