@@ -291,13 +291,30 @@ func TestSubscriptionFlowLifecycleEventNamingItsOrder(t *testing.T) {
 // id.
 func cancelledSubscription(t *testing.T, s *storage.Store, conn *pgx.Conn, cancelAt time.Time) string {
 	t.Helper()
+	return subscriptionAfter(t, s, conn, subEvent("evt_cancel", "sub_1", fulfillment.EventSubscriptionCancelled, cancelAt, ""),
+		"subscription_cancelled")
+}
+
+// subscriptionAfter stores subscription sub_1, bought through order m-1 on
+// Jan 1, then delivers ev, fails t unless it is decided want, and returns
+// the subscription's id.
+func subscriptionAfter(t *testing.T, s *storage.Store, conn *pgx.Conn, ev fulfillment.ProviderEvent, want string) string {
+	t.Helper()
 	subscriptionOrder(t, s, "m-1")
 	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
-	if got := deliver(t, s, subEvent("evt_cancel", "sub_1", fulfillment.EventSubscriptionCancelled, cancelAt, "")); got != "subscription_cancelled" {
-		t.Fatalf("cancel: %s", got)
+	if got := deliver(t, s, ev); got != want {
+		t.Fatalf("%s: %s, want %s", ev.EventID, got, want)
 	}
+	return subscriptionID(t, conn, "sub_1")
+}
+
+// subscriptionID is the id of the subscription its provider knows by
+// providerID.
+func subscriptionID(t *testing.T, conn *pgx.Conn, providerID string) string {
+	t.Helper()
 	var id string
-	if err := conn.QueryRow(context.Background(), `SELECT id::text FROM subscriptions WHERE provider_subscription_id = 'sub_1'`).Scan(&id); err != nil {
+	if err := conn.QueryRow(context.Background(), `SELECT id::text FROM subscriptions WHERE provider_subscription_id = $1`,
+		providerID).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
 	return id
@@ -414,10 +431,7 @@ func TestMigration050ExpiredCancelledAt(t *testing.T) {
 	first.Payment.InvoiceID, first.Payment.PaymentID = "inv_b1", "pay_b1"
 	deliver(t, s, first)
 	deliver(t, s, subEvent("evt_b_cancel", "sub_2", fulfillment.EventSubscriptionCancelled, cancelAt, ""))
-	var id2 string
-	if err := conn.QueryRow(ctx, `SELECT id::text FROM subscriptions WHERE provider_subscription_id = 'sub_2'`).Scan(&id2); err != nil {
-		t.Fatal(err)
-	}
+	id2 := subscriptionID(t, conn, "sub_2")
 	if swept, err := s.SubscriptionSweep(ctx, id2, subPlan, subJan1.AddDate(0, 1, 1)); err != nil || !swept {
 		t.Fatalf("the sweep of the second = %v, %v", swept, err)
 	}
@@ -457,16 +471,8 @@ func TestMigration050ExpiredCancelledAt(t *testing.T) {
 // its id.
 func renewedSubscription(t *testing.T, s *storage.Store, conn *pgx.Conn) string {
 	t.Helper()
-	subscriptionOrder(t, s, "m-1")
-	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
-	if got := deliver(t, s, subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 0), "inv_2")); got != "renewed" {
-		t.Fatalf("the charge of Feb 1: %s", got)
-	}
-	var id string
-	if err := conn.QueryRow(context.Background(), `SELECT id::text FROM subscriptions WHERE provider_subscription_id = 'sub_1'`).Scan(&id); err != nil {
-		t.Fatal(err)
-	}
-	return id
+	return subscriptionAfter(t, s, conn, subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 0), "inv_2"),
+		"renewed")
 }
 
 // A cancellation announced after a charge that occurred after it was
@@ -1431,10 +1437,7 @@ func TestSubscriptionFlowRenewalRefunded(t *testing.T) {
 	if got := deliver(t, s, refund); got != "subscription_refunded" {
 		t.Fatalf("the charge's refund: %s, want subscription_refunded", got)
 	}
-	var id string
-	if err := conn.QueryRow(ctx, `SELECT id::text FROM subscriptions WHERE provider_subscription_id = '101709'`).Scan(&id); err != nil {
-		t.Fatal(err)
-	}
+	id := subscriptionID(t, conn, "101709")
 	check := func(when string) {
 		t.Helper()
 		want := subRow{State: "expired", Periods: 2, End: refundAt, Renewed: 2, Ended: 1, Items: 1}
