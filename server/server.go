@@ -98,7 +98,9 @@ func New(cfg Config, store Store, log *slog.Logger, opts Options) (*Server, erro
 		dialTrace = append(dialTrace, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), prop)))
 	}
 	unaryMetrics, streamMetrics := rpcMetrics(opts.Registerer)
+	codec := newRequestCodec()
 	s.grpcSrv = grpc.NewServer(append(srvTrace,
+		grpc.ForceServerCodecV2(codec),
 		grpc.MaxRecvMsgSize(g.MaxRecvBytes),
 		grpc.MaxSendMsgSize(g.MaxSendBytes),
 		grpc.MaxConcurrentStreams(g.MaxConcurrentStreams),
@@ -110,8 +112,8 @@ func New(cfg Config, store Store, log *slog.Logger, opts Options) (*Server, erro
 		}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: g.KeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(append(unaryMetrics, recoverUnary(log), logUnary(log), boundUnary(g.MaxCallDuration),
-			s.auth.UnaryInterceptor, limitResponse(g.MaxSendBytes, log))...),
-		grpc.ChainStreamInterceptor(append(streamMetrics, s.auth.StreamInterceptor)...),
+			codec.noteUndecodable, s.auth.UnaryInterceptor, refuseUndecodable, limitResponse(g.MaxSendBytes, log))...),
+		grpc.ChainStreamInterceptor(append(streamMetrics, s.auth.StreamInterceptor, codec.refuseUndecodableStream)...),
 	)...)
 	s.svc = newService(store, &s.cfg, log)
 	s.svc.payments = opts.Payments
