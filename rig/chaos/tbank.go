@@ -116,17 +116,24 @@ func (g *generator) planTBank(i int, at func(int) time.Duration, spread, window 
 // other way in alt. Its id is the service's dedup key,
 // TerminalKey:PaymentId:Status, plus :Amount for PARTIAL_REFUNDED.
 func (g *generator) addTBank(i int, status, payment string, amount int64, errorCode, role string, at time.Duration) {
-	f := fakebank.NoticeFields{TerminalKey: tbankTerminal, OrderID: g.w.orders[i].session(), PaymentID: payment,
-		Status: status, Amount: amount, ErrorCode: errorCode, PaymentIDAsString: g.rng.IntN(2) == 0}
+	g.notice(i, fakebank.NoticeFields{TerminalKey: tbankTerminal, OrderID: g.w.orders[i].session(), PaymentID: payment,
+		Status: status, Amount: amount, ErrorCode: errorCode, PaymentIDAsString: g.rng.IntN(2) == 0}, role, at)
+	g.w.stats.TBank.Notifications++
+}
+
+// notice plans notification f of order i, its PaymentId spelled as f says
+// in body and the other way in alt, and returns it.
+func (g *generator) notice(i int, f fakebank.NoticeFields, role string, at time.Duration) *eventPlan {
 	body := fakebank.NoticeBody(f, g.w.tbankPassword)
 	f.PaymentIDAsString = !f.PaymentIDAsString
-	id := tbankTerminal + ":" + payment + ":" + status
-	if status == tbank.StatusPartialRefunded {
-		id += ":" + strconv.FormatInt(amount, 10)
+	id := tbankTerminal + ":" + f.PaymentID + ":" + f.Status
+	if f.Status == tbank.StatusPartialRefunded {
+		id += ":" + strconv.FormatInt(f.Amount, 10)
 	}
-	g.w.events = append(g.w.events, &eventPlan{id: id, order: i, typ: status, endpoint: tbankEP, payment: payment,
-		role: role, at: at, body: body, alt: fakebank.NoticeBody(f, g.w.tbankPassword), amount: amount})
-	g.w.stats.TBank.Notifications++
+	e := &eventPlan{id: id, order: i, typ: f.Status, endpoint: tbankEP, payment: f.PaymentID,
+		role: role, at: at, body: body, alt: fakebank.NoticeBody(f, g.w.tbankPassword), amount: f.Amount}
+	g.w.events = append(g.w.events, e)
+	return e
 }
 
 // ledgerRow is one ledger movement.
