@@ -20,8 +20,9 @@ import (
 )
 
 // TestChaosShort runs the short profile: 300 orders, 3000 events (plus 20%
-// redeliveries) offered over about 30s, at least 5 kills and one PostgreSQL
-// restart — about 45s on an idle machine, bounded at 75s so that a loaded
+// redeliveries) offered over about 30s — subscription charges refunded
+// among them, some refunds before their charge — at least 5 kills and one
+// PostgreSQL restart — about 45s on an idle machine, bounded at 75s so that a loaded
 // machine slows it down without failing it. CHAOS_SEED reproduces a run
 // (its seed is logged). It starts its own PostgreSQL and ignores
 // DATABASE_URL. Not parallel: its timing assertions want the CPU this
@@ -64,6 +65,12 @@ func TestChaosShort(t *testing.T) { //nolint:paralleltest // see above: alone on
 	}
 	if rep.Kills < 5 || rep.PGRestarts < 1 {
 		t.Fatalf("only %d kills and %d PostgreSQL restarts, want at least 5 and 1", rep.Kills, rep.PGRestarts)
+	}
+	// The refunds of subscription charges, some sent before their charge,
+	// are part of the short run too (a few dozen at 300 orders).
+	if sb := rep.Subscriptions; sb.RefundsFirst == 0 || sb.RefundsApplied == 0 || sb.RefundedPeriods == 0 {
+		t.Fatalf("charge refunds: %d sent before their charge, %d applied, %d periods refunded; want some of each",
+			sb.RefundsFirst, sb.RefundsApplied, sb.RefundedPeriods)
 	}
 	t.Logf("%s (seed %d, %d kills, %d PostgreSQL restarts, slowest 503 %v, recovery %v, %v)",
 		rep.Summary(), rep.Seed, rep.Kills, rep.PGRestarts, rep.Max503Latency.Round(time.Millisecond),

@@ -417,14 +417,22 @@ func (r *runner) createOrders(ctx context.Context) error {
 
 // createOrder creates o, retrying any failure that may be transient
 // (CreateOrder is idempotent) until ctx ends; it returns the error of a
-// request refused for good.
+// request refused for good. A charged subscription has no order: it
+// registers the subscription (CreateSubscription, idempotent too).
 func (r *runner) createOrder(ctx context.Context, o *orderPlan) error {
 	for try := 0; ; try++ {
 		callCtx, cancel := context.WithTimeout(r.authed(ctx, r.orgToken), 10*time.Second)
-		resp, err := r.client.CreateOrder(callCtx, o.request())
+		var err error
+		if o.sub != nil && o.sub.tbank {
+			_, err = r.client.CreateSubscription(callCtx, o.sub.registration())
+		} else {
+			var resp *fulfillmentv1.CreateOrderResponse
+			if resp, err = r.client.CreateOrder(callCtx, o.request()); err == nil {
+				o.id = resp.GetOrder().GetId()
+			}
+		}
 		cancel()
 		if err == nil {
-			o.id = resp.GetOrder().GetId()
 			return nil
 		}
 		switch status.Code(err) {

@@ -112,7 +112,7 @@ func TestWorkloadShape(t *testing.T) {
 		t.Errorf("external lines by order: %v; %d lines counted", kinds, st.ExternalLines)
 	}
 	for i, o := range w.orders {
-		if _, ok := confirmAt[i]; ok == (o.testOnly || o.tbank) {
+		if _, ok := confirmAt[i]; ok == (o.testOnly || o.tbank || o.sub != nil && o.sub.tbank) {
 			t.Fatalf("order %s: test-only %v, paying confirmation planned %v", o.mid, o.testOnly, ok)
 		}
 	}
@@ -293,8 +293,8 @@ func TestTBankNotifications(t *testing.T) {
 	amounts := map[int]map[int64]bool{}
 	n := 0
 	for j, e := range w.events {
-		if e.endpoint != tbankEP {
-			continue
+		if e.endpoint != tbankEP || w.orders[e.order].sub != nil {
+			continue // charged subscriptions: TestChargeWorkload
 		}
 		n++
 		for _, body := range [][]byte{e.body, e.alt} {
@@ -327,7 +327,7 @@ func TestTBankNotifications(t *testing.T) {
 	}
 	for _, e := range w.events {
 		switch {
-		case e.endpoint != tbankEP:
+		case e.endpoint != tbankEP || w.orders[e.order].sub != nil:
 		case e.role == roleRefund && e.at < confirmed[e.order]:
 			t.Fatalf("refund %s at %v before its confirmation at %v", e.id, e.at, confirmed[e.order])
 		case e.typ == tbank.StatusAuthorized && e.at > confirmed[e.order]:
@@ -414,7 +414,7 @@ func TestSubscriptionWorkload(t *testing.T) {
 		if !o.testOnly && !o.tbank {
 			yolfiOrders++
 		}
-		if o.sub != nil {
+		if o.sub != nil && !o.sub.tbank { // charged subscriptions: TestChargeWorkload
 			stories[o.sub.story]++
 			if l := o.request().GetLines(); len(l) != 1 || l[0].GetKind() != "subscription" || l[0].GetPlanId() != o.sub.cfg.ID || l[0].GetAccountRef() != o.sub.customer {
 				t.Fatalf("order %s: lines %v", o.mid, l)
@@ -439,6 +439,9 @@ func TestSubscriptionWorkload(t *testing.T) {
 			continue
 		}
 		n++
+		if o.sub.tbank {
+			continue
+		}
 		events[e.order] = append(events[e.order], j)
 		ev, err := parseYolfi(e)
 		if err != nil || ev.EventID != e.id || ev.Payment.SubscriptionID != o.sub.id || ev.TestMode {
@@ -778,6 +781,213 @@ func TestLateOrderCheck(t *testing.T) {
 			if (c.Failed > 0) != tc.fails || r.rep.Lost != tc.lost || r.rep.DuplicatedEffects != tc.dup {
 				t.Errorf("failed %d, lost %d, duplicated %d; want failed %v, lost %d, duplicated %d (violations %v)",
 					c.Failed, r.rep.Lost, r.rep.DuplicatedEffects, tc.fails, tc.lost, tc.dup, r.viol.list())
+			}
+		})
+	}
+}
+
+// Charged subscriptions are about a quarter of the T-Bank share, each
+// registered with 1 to 3 charges; their notifications are signed and parse
+// to their planned id, the charges naming the card binding; every charge
+// and refund is delivered twice at least; a refund sent after its charge
+// waits for it to be applied, one sent before it has the charge wait for
+// its decision (unmatched), one racing it is sent with it (a partial one
+// first: the rest after) and waits for nothing — each kind
+// planned, partial refunds too.
+func TestChargeWorkload(t *testing.T) {
+	t.Parallel()
+	w := plan(7, 800, 8000, 30*time.Second)
+	st := w.stats.Subscriptions
+	tbankShare := st.Registered + w.stats.TBank.Orders
+	if st.Registered < tbankShare/8 || st.Registered > tbankShare/2 || st.Charges < st.Registered || st.Charges > 3*st.Registered {
+		t.Fatalf("%d charged subscriptions of %d T-Bank orders and subscriptions, %d charges", st.Registered, tbankShare, st.Charges)
+	}
+	if st.RefundedCharges == 0 || st.RefundsFirst == 0 || st.RefundsRacing == 0 || st.PartialChargeRefunds == 0 ||
+		st.ChargeRefunds != st.RefundedCharges+st.PartialChargeRefunds {
+		t.Fatalf("missing ingredients: %+v", st)
+	}
+	deliveries := map[int]int{}
+	for _, d := range w.deliveries {
+		deliveries[d.ev]++
+	}
+	charge := map[string]int{} // payment → its CONFIRMED
+	early, racing, registered := 0, 0, 0
+	for j, e := range w.events {
+		if e.order < 0 || w.orders[e.order].sub == nil || !w.orders[e.order].sub.tbank {
+			continue
+		}
+		sp := w.orders[e.order].sub
+		for _, body := range [][]byte{e.body, e.alt} {
+			if err := tbank.Verify(body, [][]byte{[]byte(testTBankPassword)}); err != nil {
+				t.Fatalf("%s: %v", e.id, err)
+			}
+			ev, err := tbank.Parse(tbankEndpoint, tbankTerminal, body)
+			if err != nil || ev.EventID != e.id || ev.Payment.PaymentID != e.payment ||
+				(e.typ == tbank.StatusConfirmed && ev.Payment.SubscriptionID != sp.id) {
+				t.Fatalf("%s parses to %+v: %v", e.id, ev, err)
+			}
+		}
+		if deliveries[j] < 2 {
+			t.Fatalf("%s delivered %d times, want 2 at least", e.id, deliveries[j])
+		}
+		if e.typ == tbank.StatusConfirmed {
+			charge[e.payment] = j
+		}
+	}
+	for i, o := range w.orders {
+		if o.sub != nil && o.sub.tbank {
+			registered++
+			if r := o.sub.registration(); r.GetProviderSubscriptionId() != o.sub.id || r.GetProvider() != "tbank" || i == 0 {
+				t.Fatalf("order %d: registration %v", i, r)
+			}
+		}
+	}
+	for j, e := range w.events {
+		if e.role != roleRefund || w.orders[e.order].sub == nil {
+			continue
+		}
+		c := w.events[charge[e.payment]]
+		switch {
+		case e.early:
+			early++
+			if !slices.Contains(c.after, j) || !c.afterDecided {
+				t.Fatalf("refund %s is sent first, but its charge waits for %v (decided %v)", e.id, c.after, c.afterDecided)
+			}
+		case len(e.after) == 0:
+			racing++
+			if e.at < c.at {
+				t.Fatalf("racing refund %s at %v, before its charge at %v", e.id, e.at, c.at)
+			}
+		case !slices.Equal(e.after, []int{charge[e.payment]}) || e.afterDecided:
+			t.Fatalf("refund %s waits for %v, not its charge %d applied", e.id, e.after, charge[e.payment])
+		}
+	}
+	if early != st.RefundsFirst || racing != st.RefundsRacing || registered != st.Registered || len(charge) != st.Charges {
+		t.Fatalf("%d refunds first, %d racing, %d registered, %d charges; stats %+v", early, racing, registered, len(charge), st)
+	}
+}
+
+// chargeStoryForTest is a charged subscription with three charges: the
+// first refunded in full after it (naming no binding), the second
+// refunded before it was charged, the third partly refunded, then in
+// full naming the binding.
+func chargeStoryForTest() (w *workload, ev map[string]int) {
+	w = &workload{tbankPassword: []byte(testTBankPassword)}
+	w.g = &generator{rng: rand.New(rand.NewPCG(1, 2)), w: w}
+	sp := &subPlan{id: bindingID(1), customer: "cust_m-1", cfg: planMonthly, plan: planMonthly.Domain(), tbank: true, periods: 3}
+	w.orders = []*orderPlan{{mid: "m-1", sub: sp}}
+	g := w.g
+	ev = map[string]int{
+		"c1":         g.addCharge(0, tbank.StatusConfirmed, chargeID(1, 1), "m-1-c1", rubPeriod, true, roleRenewal, 0, nil),
+		"r1":         g.addCharge(0, tbank.StatusRefunded, chargeID(1, 1), "m-1-c1", rubPeriod, false, roleRefund, 0, nil),
+		"r2":         g.addCharge(0, tbank.StatusRefunded, chargeID(1, 2), "m-1-c2", rubPeriod, false, roleRefund, 0, nil),
+		"c2":         g.addCharge(0, tbank.StatusConfirmed, chargeID(1, 2), "m-1-c2", rubPeriod, true, roleRenewal, 0, nil),
+		"c3":         g.addCharge(0, tbank.StatusConfirmed, chargeID(1, 3), "m-1-c3", rubPeriod, true, roleRenewal, 0, nil),
+		"r3 partial": g.addCharge(0, tbank.StatusPartialRefunded, chargeID(1, 3), "m-1-c3", 1000, false, roleRefund, 0, nil),
+		"r3":         g.addCharge(0, tbank.StatusRefunded, chargeID(1, 3), "m-1-c3", rubPeriod-1000, true, roleRefund, 0, nil),
+	}
+	return w, ev
+}
+
+// replayCharges replays the events of chargeStoryForTest named in order,
+// a second apart from at, and returns the replay and the decisions.
+func replayCharges(t *testing.T, w *workload, ev map[string]int, at time.Time, order ...string) (*subReplay, []inboxRow, string) {
+	t.Helper()
+	rp := newSubReplay(w.orders[0])
+	var got []string
+	var seq []inboxRow
+	for k, name := range order {
+		e := w.events[ev[name]]
+		pe, err := parseEvent(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		received := at.Add(time.Duration(k) * time.Second)
+		step := rp.applyCharge(pe, received)
+		got = append(got, fmt.Sprintf("%s:%s%s", name, step.decision, map[bool]string{true: "+sub"}[step.sub]))
+		state := "processed"
+		if step.decision == fulfillment.DecisionUnmatched {
+			state = "unmatched"
+		}
+		seq = append(seq, inboxRow{id: int64(k + 1), eventID: e.id, state: state, decision: string(step.decision), received: received, seq: k + 1})
+	}
+	return rp, seq, strings.Join(got, " ")
+}
+
+// The replay of a charged subscription: a refund before its charge waits,
+// unmatched; the first charge pays a period that begins at once, so its
+// refund ends access at the refund (an item, access_ended); a charge after
+// that starts a new period at its payment, and the refund queued again
+// behind it refunds that one; a partial refund keeps access (an item), and
+// the full refund after it ends it again (an item more).
+func TestChargeReplay(t *testing.T) {
+	t.Parallel()
+	w, ev := chargeStoryForTest()
+	at := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	rp, _, got := replayCharges(t, w, ev, at, "r2", "c1", "r1", "c2", "r2", "c3", "r3 partial", "r3")
+	want := "r2:unmatched c1:renewed+sub r1:subscription_refunded+sub c2:renewed+sub r2:subscription_refunded+sub " +
+		"c3:renewed+sub r3 partial:partially_refunded+sub r3:subscription_refunded+sub"
+	if got != want {
+		t.Errorf("decisions %s,\nwant %s", got, want)
+	}
+	if keys := rp.refundedKeys(); len(keys) != 3 {
+		t.Errorf("periods refunded %v, want all three", keys)
+	}
+	wantItems := map[string]int{chargeID(1, 1): 1, chargeID(1, 2): 1, chargeID(1, 3): 2}
+	if !maps.Equal(rp.chargeItems, wantItems) || rp.sub.State != fulfillment.SubExpired ||
+		rp.topics["subscription.access_ended|1"] != 1 || rp.topics["subscription.access_ended|2"] != 1 {
+		t.Errorf("items by charge %v, state %s, events %v", rp.chargeItems, rp.sub.State, rp.topics)
+	}
+
+	// The refund received before its charge: none of the period is
+	// granted, and there is nothing to end.
+	rp, _, got = replayCharges(t, w, ev, at, "c1", "r2", "c2", "r2")
+	if want := "c1:renewed+sub r2:unmatched c2:renewed+sub r2:subscription_refunded+sub"; got != want || len(rp.chargeItems) != 0 ||
+		rp.sub.State != fulfillment.SubActive || rp.sub.PeriodEnd != rp.sub.Renewals["payment:"+chargeID(1, 2)].Start {
+		t.Errorf("decisions %s, items %v, state %s, period end %s; want %s, no item, active to the end of period 1",
+			got, rp.chargeItems, rp.sub.State, rp.sub.PeriodEnd, want)
+	}
+}
+
+// The charge check counts what a refund left against the rules: a period
+// not marked refunded or a refund left unmatched behind its charge is
+// lost, a mark the rules did not make duplicated; an item of a charge
+// beyond the rules' is reported (and counted in the share).
+func TestChargeCheck(t *testing.T) {
+	t.Parallel()
+	w, ev := chargeStoryForTest()
+	at := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	events := map[string]*eventPlan{}
+	for _, e := range w.events {
+		events[e.id] = e
+	}
+	for _, tc := range []struct {
+		name      string
+		order     []string
+		spoil     func(c *chargeCheck)
+		lost, dup int
+		share     int // the share's lost and duplicated
+	}{
+		{"as the rules say", []string{"c1", "r1"}, func(*chargeCheck) {}, 0, 0, 0},
+		{"a refunded mark missing", []string{"c1", "r1"}, func(c *chargeCheck) { c.refunded = nil }, 1, 0, 1},
+		{"a mark the rules did not make", []string{"c1"}, func(c *chargeCheck) { c.refunded = []string{"payment:" + chargeID(1, 1)} }, 0, 1, 1},
+		{"a refund left unmatched behind its charge", []string{"r2", "c2"}, func(*chargeCheck) {}, 1, 0, 1},
+		{"a second item of a charge", []string{"c1", "r1"}, func(c *chargeCheck) { c.items[chargeID(1, 1)]++ }, 0, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rp, seq, _ := replayCharges(t, w, ev, at, tc.order...)
+			c := chargeCheck{rp: rp, seq: seq, refunded: rp.refundedKeys(), paid: map[string]bool{}, items: maps.Clone(rp.chargeItems)}
+			for _, p := range rp.periods {
+				c.paid[p.payment] = true
+			}
+			tc.spoil(&c)
+			r := &runner{o: Options{Log: io.Discard}, w: w, viol: newViolations()}
+			lost, dup, diffs := r.checkCharges(c, events)
+			sb := r.rep.Subscriptions
+			if lost != tc.lost || dup != tc.dup || sb.ChargeLost+sb.ChargeDuplicated != tc.share || (len(diffs) == 0) != (tc.share == 0) {
+				t.Errorf("lost %d, duplicated %d, share %d+%d, diffs %v; want %d, %d, %d", lost, dup, sb.ChargeLost, sb.ChargeDuplicated,
+					diffs, tc.lost, tc.dup, tc.share)
 			}
 		})
 	}

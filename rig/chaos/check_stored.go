@@ -20,7 +20,7 @@ func (r *runner) checkStored(s *dbState) {
 		case len(rows) == 0:
 			c.Failed++
 			r.rep.Lost++
-			if e.endpoint == tbankEP {
+			if r.ofTBankOrder(e) {
 				r.rep.TBank.Lost++
 			}
 			if r.subOf(e) != nil {
@@ -30,7 +30,7 @@ func (r *runner) checkStored(s *dbState) {
 		case len(rows) > 1:
 			c.Failed++
 			r.rep.DuplicatedEffects += len(rows) - 1
-			if e.endpoint == tbankEP {
+			if r.ofTBankOrder(e) {
 				r.rep.TBank.Duplicated += len(rows) - 1
 			}
 			if r.subOf(e) != nil {
@@ -45,7 +45,7 @@ func (r *runner) checkStored(s *dbState) {
 	for i, e := range r.w.events {
 		if r.snd.acked[i].Load() {
 			one(e)
-			if e.endpoint == tbankEP {
+			if r.ofTBankOrder(e) {
 				r.rep.TBank.Acked++
 			}
 			if r.subOf(e) != nil {

@@ -80,14 +80,20 @@ func (r *runner) checkSubscriptions(s *dbState) {
 	checked := map[string]bool{}
 	decisions := map[string]int{}
 	r.subUnmatched, r.subMessages = map[string]int{}, nil
+	charges := Check{Name: "charge refunds: periods refunded once, none lost, items per charge"}
+	eventOf := map[string]*eventPlan{}
+	for _, e := range r.w.events {
+		eventOf[e.id] = e
+	}
 	for i, o := range r.w.orders {
 		sp := o.sub
 		if sp == nil {
 			continue
 		}
 		replayed.Checked++
+		// A charged subscription has no order (orow is empty).
 		orow, ok := s.orders[o.mid]
-		if !ok {
+		if !ok && !sp.tbank {
 			replayed.Failed++
 			r.viol.add("missing order", "order %s does not exist", o.mid)
 			continue
@@ -120,13 +126,18 @@ func (r *runner) checkSubscriptions(s *dbState) {
 		byRules := make([]bool, len(seq))   // the event was the subscription rules' to decide
 		for k, ev := range seq {
 			e := r.w.events[idx[ev.eventID]]
-			pe, err := parseYolfi(e)
+			pe, err := parseEvent(e)
 			if err != nil {
 				ok = false
 				r.viol.add("checker", "event %s does not parse: %v", e.id, err)
 				continue
 			}
-			step := rp.apply(pe, ev.received)
+			var step subStep
+			if sp.tbank {
+				step = rp.applyCharge(pe, ev.received)
+			} else {
+				step = rp.apply(pe, ev.received)
+			}
 			wantOrder, wantSub := "", ""
 			if step.order {
 				wantOrder = orow.id
@@ -157,13 +168,17 @@ func (r *runner) checkSubscriptions(s *dbState) {
 				}
 			}
 		}
-		for _, ev := range append(slices.Clone(s.byOrder[orow.id]), applied[subID]...) {
+		var linked []inboxRow
+		if !sp.tbank {
+			linked = slices.Clone(s.byOrder[orow.id])
+		}
+		for _, ev := range append(linked, applied[subID]...) {
 			if !mine[ev.eventID] {
 				ok = false
 				r.viol.add("misrouted event", "event %s is linked to subscription order %s or its subscription, which it is not about", ev.eventID, o.mid)
 			}
 		}
-		if !r.orderAsReplayed(s, o.mid, orow, rp.order) {
+		if !sp.tbank && !r.orderAsReplayed(s, o.mid, orow, rp.order) {
 			ok = false
 		}
 		if !ok {
@@ -171,8 +186,9 @@ func (r *runner) checkSubscriptions(s *dbState) {
 		}
 
 		// Its early events were decided unmatched, then queued again by
-		// the service when the subscription was created; a payment's
-		// unmatched_payment item is then resolved.
+		// the service when the subscription was created (a charge's refund:
+		// when the charge paid its period); a payment's unmatched_payment
+		// item is then resolved.
 		lateOK := true
 		for _, j := range byOrder[i] {
 			e := r.w.events[j]
@@ -182,7 +198,7 @@ func (r *runner) checkSubscriptions(s *dbState) {
 			}
 			if !rows[0].lateMatched {
 				lateOK = false
-				r.viol.add("late match", "subscription %s: event %s (%s), sent before its subscription existed, was not queued again by the service",
+				r.viol.add("late match", "subscription %s: event %s (%s), sent before its subscription existed (or its charge), was not queued again by the service",
 					sp.id, e.id, e.typ)
 			}
 			if e.typ == yolfi.TypePaymentConfirmed {
@@ -205,16 +221,35 @@ func (r *runner) checkSubscriptions(s *dbState) {
 		if srow != nil {
 			db.periods, db.events, db.items = ss.periods[subID], ss.events[subID], itemsOf[subID]
 			st.Periods += len(db.periods)
-			st.Ended += btoi(srow.accessEnded)
+			st.Ended += btoi(srow.accessEnded && !sp.tbank) // (a charged one's: ended by a refund)
 		}
 		effects.Checked++
 		lost, dup, diffs := compareSubscription(rp, db)
 		// Its order: paid once, and granting nothing of its own.
-		if n := s.licenses[orow.id] + s.ledger[orow.id]; n > 0 {
+		if n := s.licenses[orow.id] + s.ledger[orow.id]; !sp.tbank && n > 0 {
 			dup += n
 			diffs = append(diffs, fmt.Sprintf("its order has %d licenses and ledger entries", n))
 		}
 		count(lost, dup)
+		if sp.tbank {
+			charges.Checked++
+			c := chargeCheck{rp: rp, seq: seq, paid: map[string]bool{}, items: map[string]int{}}
+			for _, p := range db.periods {
+				c.paid[p.payment] = true
+			}
+			c.refunded = ss.refunded[subID]
+			for _, it := range s.items {
+				if subID != "" && it.subscriptionID == subID && refundItem(it.kind) {
+					c.items[it.paymentID]++
+				}
+			}
+			lost, dup, diffs := r.checkCharges(c, eventOf)
+			count(lost, dup)
+			if len(diffs) > 0 {
+				charges.Failed++
+				r.viol.add("charge refunds", "subscription %s: %s (%d lost, %d duplicated)", sp.id, strings.Join(diffs, "; "), lost, dup)
+			}
+		}
 		if len(diffs) > 0 {
 			effects.Failed++
 			r.viol.add("subscription effects", "subscription %s (%s, order %s): %s (%d lost, %d duplicated)",
@@ -271,10 +306,15 @@ func (r *runner) checkSubscriptions(s *dbState) {
 	r.addCheck(replayed)
 	r.addCheck(effects)
 	r.addCheck(ended)
+	r.addCheck(charges)
 	r.addCheck(other)
 	st.Stale = decisions[string(fulfillment.DecisionStaleIgnored)]
 	r.logf("subscriptions: decisions %s; %d periods, %d subscriptions ended (%d due to end)",
 		formatCounts(decisions), st.Periods, st.Ended, st.Lapsing)
+	r.logf("charged subscriptions: %d registered, %d charges, %d refunds of %d of them (%d sent before their charge, %d with it); "+
+		"%d applied (%d queued again by their charge), %d periods refunded",
+		st.Registered, st.Charges, st.ChargeRefunds, st.RefundedCharges, st.RefundsFirst, st.RefundsRacing,
+		st.RefundsApplied, st.RefundsRequeued, st.RefundedPeriods)
 }
 
 func formatCounts(m map[string]int) string {

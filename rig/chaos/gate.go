@@ -99,7 +99,7 @@ func (g *processedGate) run(ctx context.Context, db *pgxpool.Pool) {
 		g.mu.Unlock()
 		if len(ids) > 0 {
 			rows, err := db.Query(ctx, `SELECT event_id, state <> 'unmatched' FROM inbox_events
-				WHERE provider = 'yolfi' AND org_id = $1 AND environment = 'live' AND event_id = ANY($2) AND state <> 'pending'`, orgID, ids)
+				WHERE provider IN ('yolfi', 'tbank') AND org_id = $1 AND environment = 'live' AND event_id = ANY($2) AND state <> 'pending'`, orgID, ids)
 			var got []decidedEvent
 			if err == nil {
 				got, err = pgx.CollectRows(rows, pgx.RowToStructByPos[decidedEvent])

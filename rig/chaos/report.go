@@ -138,6 +138,25 @@ type SubscriptionReport struct {
 	Stale      int // lifecycle events the rules ignored as stale
 	Periods    int // periods paid at the end
 	Ended      int // subscriptions whose access the sweeper ended
+
+	// The charged subscriptions (charges.go): registered, then paid by
+	// T-Bank recurrent charges, some refunded.
+	Registered           int // subscriptions registered ahead of their charges
+	Charges              int // recurrent charges, each of one more period
+	RefundedCharges      int // charges with refunds
+	ChargeRefunds        int // refund notifications of charges
+	PartialChargeRefunds int // of which PARTIAL_REFUNDED
+	RefundsFirst         int // refunds delivered (and decided unmatched) before their charge is sent
+	RefundsRacing        int // refunds delivered at the same moment as their charge
+	// At the check: refunds decided subscription_refunded or
+	// partially_refunded, of which queued again by their charge's
+	// transaction; periods marked refunded.
+	RefundsApplied, RefundsRequeued, RefundedPeriods int
+	// ChargeLost and ChargeDuplicated are what a refund of a charge should
+	// have left and did not (a period not marked refunded, a refund left
+	// unmatched, an item), and what it left beyond: part of Lost and
+	// Duplicated.
+	ChargeLost, ChargeDuplicated int
 }
 
 // Check is the result of one verification over many subjects.
@@ -186,8 +205,9 @@ func (r *Report) OK() bool { return len(r.Violations) == 0 && r.Incomplete == ""
 // effects; outbox: X delivered once, 0 doubled, U uncertain (all with
 // items)", with ", F failed" before the parenthesis when messages failed,
 // then "; tbank: T acked, 0 lost, 0 duplicated" when the run had T-Bank
-// traffic (its share of the totals before), and "; subscriptions: S acked,
-// 0 lost, 0 duplicated" likewise — and otherwise that line marked
+// traffic (its share of the totals before), "; subscriptions: S acked,
+// 0 lost, 0 duplicated" likewise, and "; charge refunds: A applied, 0
+// lost, 0 duplicated" when charges were refunded — and otherwise that line marked
 // FAILED (or NOT COMPLETED) followed by one line per violation.
 func (r *Report) Summary() string {
 	t := r.outboxTotals()
@@ -206,6 +226,9 @@ func (r *Report) Summary() string {
 	}
 	if sb := r.Subscriptions; sb.Events > 0 {
 		head += fmt.Sprintf("; subscriptions: %d acked, %d lost, %d duplicated", sb.Acked, sb.Lost, sb.Duplicated)
+	}
+	if sb := r.Subscriptions; sb.ChargeRefunds > 0 {
+		head += fmt.Sprintf("; charge refunds: %d applied, %d lost, %d duplicated", sb.RefundsApplied, sb.ChargeLost, sb.ChargeDuplicated)
 	}
 	if r.OK() {
 		return head
@@ -246,6 +269,9 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	p("subscriptions:   %d events acked of %d, %d orders (%d to lapse); %d renewals (%d out of order, %d announced again, %d extra payments), %d overdue, %d cancelled, %d invoice.overdue; %d stale ignored; %d periods, %d ended",
 		sb.Acked, sb.Events, sb.Orders, sb.Lapsing, sb.Renewals, sb.OutOfOrder, sb.Reannounced, sb.ExtraPayments,
 		sb.Overdue, sb.Cancelled, sb.InvoiceOverdue, sb.Stale, sb.Periods, sb.Ended)
+	p("charges:         %d subscriptions registered, %d recurrent charges, %d of them refunded: %d refunds (%d partial; %d sent before their charge, %d with it); %d applied (%d queued again by their charge), %d periods refunded",
+		sb.Registered, sb.Charges, sb.RefundedCharges, sb.ChargeRefunds, sb.PartialChargeRefunds, sb.RefundsFirst, sb.RefundsRacing,
+		sb.RefundsApplied, sb.RefundsRequeued, sb.RefundedPeriods)
 	p("deliveries:      %d planned (%d redeliveries, %d of them concurrent) over %v", r.Deliveries, r.Redeliveries, r.Concurrent, r.SendWindow.Round(time.Second))
 	p("sender:          %d requests, %d retries; answers %s", r.Requests, r.Retries, formatAnswers(r.Answers))
 	p("faults:          %d fulfillmentd SIGKILLs, %d PostgreSQL immediate stops, %d unexpected exits, %d processes started",

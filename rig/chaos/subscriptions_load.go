@@ -38,6 +38,9 @@ type subscriptionState struct {
 	rows    map[string]subRow         // by provider subscription id
 	periods map[string][]subPeriodRow // by subscription id
 	events  map[string]map[string]int // subscription id → topic|period → order_events rows
+	// refunded are the keys of the periods marked refunded, by
+	// subscription id.
+	refunded map[string][]string
 	// Sweeps that failed, or are due and not done.
 	failedSweeps, dueSweeps int
 }
@@ -45,7 +48,8 @@ type subscriptionState struct {
 // loadSubscriptions reads the subscriptions, their periods, events and
 // sweeps into s.
 func loadSubscriptions(ctx context.Context, db *pgxpool.Pool, s *dbState) error {
-	ss := &subscriptionState{rows: map[string]subRow{}, periods: map[string][]subPeriodRow{}, events: map[string]map[string]int{}}
+	ss := &subscriptionState{rows: map[string]subRow{}, periods: map[string][]subPeriodRow{}, events: map[string]map[string]int{},
+		refunded: map[string][]string{}}
 	var (
 		row          subRow
 		end, last    *time.Time
@@ -53,6 +57,7 @@ func loadSubscriptions(ctx context.Context, db *pgxpool.Pool, s *dbState) error 
 		subID, topic string
 		p            subPeriodRow
 		period, n    int
+		refunded     bool
 	)
 	reads := []struct {
 		what, query string
@@ -68,8 +73,14 @@ func loadSubscriptions(ctx context.Context, db *pgxpool.Pool, s *dbState) error 
 				ss.rows[row.providerID] = row
 			}},
 		{"subscription_periods", `
-			SELECT subscription_id::text, period, period_key, coalesce(payment_id, ''), starts_at, ends_at FROM subscription_periods`,
-			[]any{&subID, &p.period, &p.key, &p.payment, &p.start, &p.end}, func() { ss.periods[subID] = append(ss.periods[subID], p) }},
+			SELECT subscription_id::text, period, period_key, coalesce(payment_id, ''), starts_at, ends_at, refunded_at IS NOT NULL
+			FROM subscription_periods`,
+			[]any{&subID, &p.period, &p.key, &p.payment, &p.start, &p.end, &refunded}, func() {
+				ss.periods[subID] = append(ss.periods[subID], p)
+				if refunded {
+					ss.refunded[subID] = append(ss.refunded[subID], p.key)
+				}
+			}},
 		{"subscription events", `
 			SELECT subscription_id::text, topic, period, count(*) FROM order_events WHERE subscription_id IS NOT NULL GROUP BY 1, 2, 3`,
 			[]any{&subID, &topic, &period, &n}, func() {

@@ -44,8 +44,12 @@ type subPlan struct {
 	plan     fulfillment.Plan
 	story    subStory
 	start    time.Time // createdAt of the first payment
-	periods  int       // the periods the first payment and the renewals pay
+	periods  int       // the periods the first payment and the renewals pay (charged: the charges)
 	first    int       // the paying confirmation (event index)
+	// tbank: a charged subscription (charges.go), registered ahead of its
+	// payments under its card binding (id) and paid by recurrent charges;
+	// no order.
+	tbank bool
 }
 
 // lapses reports whether the subscription's access must be over at the

@@ -14,6 +14,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/ingest/tbank"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 )
 
@@ -36,6 +37,9 @@ type subReplay struct {
 	topics  map[string]int
 	items   map[string]int
 	itemOf  map[string]string
+	// chargeItems counts the refund items by the payment refunded
+	// (checkCharges).
+	chargeItems map[string]int
 	// unmatched counts the unmatched_payment items of payments decided
 	// before the subscription existed, by payment id.
 	unmatched map[string]int
@@ -44,12 +48,17 @@ type subReplay struct {
 }
 
 func newSubReplay(o *orderPlan) *subReplay {
-	return &subReplay{sp: o.sub, mid: o.mid, topics: map[string]int{}, items: map[string]int{}, itemOf: map[string]string{},
-		unmatched: map[string]int{},
+	rp := &subReplay{sp: o.sub, mid: o.mid, topics: map[string]int{}, items: map[string]int{}, itemOf: map[string]string{},
+		unmatched: map[string]int{}, chargeItems: map[string]int{},
 		decisions: map[string]int{},
 		order: fulfillment.PaidOrder{State: fulfillment.StatePendingPayment, HasSubscriptionLines: true,
 			Total:      fulfillment.Money{Currency: "USD", MinorUnits: subMinor},
 			Settlement: &fulfillment.Settlement{Token: payToken, Network: payNetwork, Amount: decimal.RequireFromString(payAmount)}}}
+	if o.sub.tbank {
+		// Registered before its events: active, with no period paid.
+		rp.exists, rp.sub.State = true, fulfillment.SubActive
+	}
+	return rp
 }
 
 // subStep is what processing one event did: its decision, and whether it
@@ -127,6 +136,9 @@ func (rp *subReplay) record(sev fulfillment.SubscriptionEvent, out fulfillment.O
 				rp.itemOf[k] = eventRef
 			}
 			rp.items[string(e.Kind)+"|"+eventRef] = 1
+			if refund {
+				rp.chargeItems[sev.PaymentID]++
+			}
 		case fulfillment.OpenChargeItem:
 			// About a charge applied before (never a refund's): one item
 			// per payment, so an event may open several.
@@ -237,6 +249,15 @@ func countDiff(want, got map[string]int) (lost, dup int) {
 // yolfiLive is the live Yolfi endpoint as the service knows it: the
 // checker parses what it sent the way the service does.
 var yolfiLive = fulfillment.Endpoint{ID: liveEP, Provider: fulfillment.ProviderYolfi, OrgID: orgID, Environment: fulfillment.EnvLive}
+
+// parseEvent parses a planned event from its bytes, as the webhook
+// gateway of its endpoint does.
+func parseEvent(e *eventPlan) (fulfillment.ProviderEvent, error) {
+	if e.endpoint == tbankEP {
+		return tbank.Parse(tbankEndpoint, tbankTerminal, e.body)
+	}
+	return parseYolfi(e)
+}
 
 // parseYolfi parses a planned Yolfi event from its bytes, as the webhook
 // gateway does.

@@ -136,6 +136,12 @@ func (g *generator) notice(i int, f fakebank.NoticeFields, role string, at time.
 	return e
 }
 
+// ofTBankOrder reports whether e is a notification of a T-Bank order (the
+// T-Bank share of the report), not of a charged subscription's.
+func (r *runner) ofTBankOrder(e *eventPlan) bool {
+	return e.endpoint == tbankEP && e.order >= 0 && r.w.orders[e.order].tbank
+}
+
 // ledgerRow is one ledger movement.
 type ledgerRow struct {
 	line     int

@@ -39,9 +39,9 @@ const (
 	roleAbandoned  = "abandoned"  // an invoice that expires or is cancelled unpaid
 	roleOther      = "other"      // an event type that does not concern orders
 	roleTest       = "test"       // a provider test-mode event
-	roleRefund     = "refund"     // a T-Bank REFUNDED or PARTIAL_REFUNDED of the paying payment
+	roleRefund     = "refund"     // a T-Bank REFUNDED or PARTIAL_REFUNDED of the paying payment, or of a recurrent charge (charges.go)
 	roleProbe      = "probe"      // an outage probe (no order)
-	roleRenewal    = "renewal"    // a payment.confirmed that renews a subscription (subscriptions.go)
+	roleRenewal    = "renewal"    // a payment.confirmed that renews a subscription (subscriptions.go), or a T-Bank recurrent charge (charges.go)
 	roleLifecycle  = "lifecycle"  // subscription.overdue / .cancelled, invoice.overdue of a renewal (subscriptions.go)
 )
 
@@ -59,7 +59,9 @@ type orderPlan struct {
 	tbank bool
 	// sub: one subscription line, and nothing else, paid in USDT; it starts
 	// a subscription renewed, lapsed and cancelled by events of its own
-	// (subscriptions.go).
+	// (subscriptions.go). When sub.tbank, there is no order: the
+	// subscription is registered ahead of its payments and paid by T-Bank
+	// recurrent charges, some of them refunded (charges.go).
 	sub *subPlan
 	// late: created only once every event of it is processed (each
 	// decided unmatched), as by a storefront slower than the provider;
@@ -150,7 +152,8 @@ type eventPlan struct {
 	after []int
 	// early: a subscription's event delivered, and processed, before the
 	// first payment that creates its subscription is sent
-	// (planSubscription).
+	// (planSubscription), or a charge's refund before the charge
+	// (planCharges).
 	early bool
 	// afterDecided: the events after need only be decided (unmatched
 	// will do), not applied: the first payment of a subscription whose
@@ -213,7 +216,8 @@ type generator struct {
 var externalPlan = [][]string{nil, nil, nil, nil, nil, {destIdempotent}, {destPlain}, {destPlain}, {destIdempotent, destPlain}, {destIdempotent, destPlain}}
 
 // newWorkload plans nOrders orders, a quarter of them paid through T-Bank,
-// whose notifications are signed with tbankPassword.
+// whose notifications are signed with tbankPassword — a quarter of those
+// charged subscriptions instead (charges.go).
 func newWorkload(seed int64, nOrders int, tbankPassword []byte) *workload {
 	w := &workload{tbankPassword: tbankPassword}
 	g := &generator{rng: rand.New(rand.NewPCG(uint64(seed), uint64(seed)^0x9e3779b97f4a7c15)), w: w}
@@ -229,7 +233,11 @@ func newWorkload(seed int64, nOrders int, tbankPassword []byte) *workload {
 		if !o.testOnly && g.rng.IntN(4) == 0 {
 			o.tbank, o.credit, o.external = true, true, nil
 		}
-		if !o.testOnly && !o.tbank && g.rng.IntN(8) == 0 {
+		// (Not order 0, whose order the outage probe reads.)
+		if o.tbank && g.rng.IntN(4) == 0 && i > 0 {
+			g.registerCharged(o, i)
+		}
+		if !o.testOnly && !o.tbank && o.sub == nil && g.rng.IntN(8) == 0 {
 			g.subscribe(o)
 		}
 		if !o.testOnly && !o.tbank && o.sub == nil && g.rng.IntN(16) == 0 {
@@ -278,6 +286,10 @@ func (w *workload) planEvents(nEvents int, window time.Duration, now time.Time) 
 		}
 		if o.tbank {
 			g.planTBank(i, at, spread, window)
+			continue
+		}
+		if o.sub != nil && o.sub.tbank {
+			g.planCharges(i, starts[i], spread, window)
 			continue
 		}
 		if o.sub != nil {
