@@ -9,7 +9,9 @@
 // and, for a quarter of the orders, T-Bank notifications the way the bank
 // does (retried until answered OK; reordered, redelivered, refunds: see
 // tbank.go), and for one Yolfi order in eight a subscription's renewals,
-// lifecycle events and lapse (subscriptions.go) — some orders created only
+// lifecycle events and lapse (subscriptions.go), and T-Bank subscriptions'
+// recurrent charges and their refunds, some before the charge (charges.go)
+// — some orders created only
 // after their events were processed (their payments come first), and for
 // some subscriptions renewals and lifecycle events sent before their first
 // payment (late matching queues both again) —

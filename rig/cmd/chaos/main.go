@@ -1,8 +1,10 @@
 // Command chaos is the fault-injection run of fulfillmentd (make chaos): it
 // drives a real fulfillmentd on a real, durable PostgreSQL with
 // provider-like webhook load (Yolfi events, T-Bank notifications with
-// refunds for a quarter of the orders, and subscriptions' renewals,
-// lifecycle events and lapses for one Yolfi order in eight) while
+// refunds for a quarter of the orders, subscriptions' renewals,
+// lifecycle events and lapses for one Yolfi order in eight, and T-Bank
+// subscriptions' recurrent charges, half of them refunded, some refunds
+// before their charge) while
 // SIGKILLing fulfillmentd and stopping PostgreSQL in immediate mode at
 // random moments, then checks that nothing acknowledged was lost and
 // nothing was granted, reversed or ended twice, and that the outbox
