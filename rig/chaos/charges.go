@@ -194,8 +194,8 @@ func (rp *subReplay) refundedKeys() []string {
 type chargeCheck struct {
 	rp  *subReplay
 	seq []inboxRow // its events as stored, in processing order
-	// refunded are the keys of its periods marked refunded (refunded_at),
-	// paid the payments that paid its periods.
+	// refunded are the keys of its periods marked refunded (refunded_at);
+	// paid holds the payments that paid its periods.
 	refunded []string
 	paid     map[string]bool
 	// items are its refund items (refund_after_fulfillment,
