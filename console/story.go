@@ -132,8 +132,12 @@ func timeline(o *fulfillmentv1.Order, inbox map[string]*fulfillmentv1.InboxEvent
 		Detail: fmt.Sprintf("%s, %d lines, total %s, expecting %s %s on %s", o.GetMerchantOrderId(), len(o.GetLines()),
 			money(o.GetTotal()), o.GetSettlement().GetAmount(), o.GetSettlement().GetToken(), o.GetSettlement().GetNetwork())})
 	for _, p := range h.GetPaymentStarts() {
+		state := p.GetState()
+		if ps := p.GetPaymentState(); ps != "" {
+			state += ", payment " + ps // the start stays started; this is what the payer did
+		}
 		add(storyEntry{At: p.GetCreateTime(), Kind: "payment", Title: "Payment started at " + p.GetEndpointId(),
-			Detail: fmt.Sprintf("attempt %d, %s %s", p.GetAttempt(), p.GetState(), p.GetDetail())})
+			Detail: fmt.Sprintf("attempt %d, %s %s", p.GetAttempt(), state, p.GetDetail())})
 	}
 	for _, p := range h.GetPaymentAttempts() {
 		add(storyEntry{At: p.GetCreateTime(), Kind: "payment", Title: "Payment attempt " + p.GetProviderRef(),

@@ -66,8 +66,10 @@ func TestTBankStartPaymentAndPay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if starts := got.GetOrder().GetHistory().GetPaymentStarts(); len(starts) != 1 || starts[0].GetPaymentId() != first.GetPaymentId() {
-		t.Errorf("GetOrder's payment starts %v, want the one started", starts)
+	// The start stays started; its payment shows that it was paid.
+	if starts := got.GetOrder().GetHistory().GetPaymentStarts(); len(starts) != 1 || starts[0].GetPaymentId() != first.GetPaymentId() ||
+		starts[0].GetState() != "started" || starts[0].GetPaymentState() != "confirmed" {
+		t.Errorf("GetOrder's payment starts %v, want the one started, its payment confirmed", starts)
 	}
 	// A paid order starts no payment.
 	if _, err := s.startPayment(order.GetId(), tbankFail, true); status.Code(err) != codes.FailedPrecondition {

@@ -63,9 +63,16 @@ type PaymentStart struct {
 	BusyUntil time.Time
 	// Asks counts the calls that asked the provider about it: more than
 	// one, and an earlier answer was lost (the provider may have acted).
-	Asks      int
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	Asks int
+	// PaymentState is what became of the provider's payment, as the
+	// order's payment attempt of PaymentID records it (confirmed,
+	// expired…); "" while none is recorded. State says how the start
+	// itself ended and stays "started" once the provider created the
+	// payment: whether the payer paid is this. Only an order's detail
+	// (OrderDetail) reads it.
+	PaymentState AttemptState
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 }
 
 // ProviderOrderID is the id under which attempt n of an order is known at

@@ -167,7 +167,7 @@ func paymentStartToProto(s fulfillment.PaymentStart) *fulfillmentv1.PaymentStart
 		OrderId: s.OrderID, EndpointId: s.EndpointID, Attempt: int32(s.Attempt), //nolint:gosec // at most MaxPaymentStarts
 		ProviderOrderId: s.ProviderOrderID, State: string(s.State),
 		Amount:    &fulfillmentv1.Money{Currency: s.Amount.Currency, MinorUnits: s.Amount.MinorUnits},
-		PaymentId: s.PaymentID, PaymentUrl: s.PaymentURL, Detail: s.Detail,
+		PaymentId: s.PaymentID, PaymentUrl: s.PaymentURL, Detail: s.Detail, PaymentState: string(s.PaymentState),
 		CreateTime: timestamppb.New(s.CreatedAt), UpdateTime: timestamppb.New(s.UpdatedAt),
 	}
 }

@@ -100,8 +100,16 @@ func (s *Store) OrderDetail(ctx context.Context, id string) (fulfillment.OrderDe
 	}
 	d.OmittedDeliveries = omitted(total, len(d.Deliveries))
 
-	rows, _ = s.pool.Query(ctx, `SELECT `+startColumns+` FROM payment_starts WHERE order_id = $1 ORDER BY attempt`, id)
-	d.Starts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.PaymentStart, error) { return scanStart(r) })
+	// Each start with what became of its payment: the start's own state
+	// stays started once the provider created the payment.
+	rows, _ = s.pool.Query(ctx, `SELECT `+startColumns+`, `+startPaymentState+`
+		FROM payment_starts WHERE order_id = $1 ORDER BY attempt`, id)
+	d.Starts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.PaymentStart, error) {
+		var payment string
+		st, err := scanStartWith(r, &payment)
+		st.PaymentState = fulfillment.AttemptState(payment)
+		return st, err
+	})
 	if err != nil {
 		return fulfillment.OrderDetail{}, fmt.Errorf("reading payment starts: %w", interpret(err))
 	}

@@ -20,15 +20,27 @@ const startColumns = `id, order_id, org_id, environment, endpoint_id, provider, 
 	currency, minor_units, description, coalesce(payment_id, ''), coalesce(payment_url, ''), detail,
 	busy_until, asks, created_at, updated_at`
 
-func scanStart(r pgx.Row) (fulfillment.PaymentStart, error) {
+// startPaymentState is, after startColumns, the state of the start's
+// payment as the order's payment attempt records it (empty for none): the
+// attempt StartFinish records under the payment id, which notifications and
+// polls move on (fulfillment.PaymentStart.PaymentState). Read by the
+// attempts' unique key.
+const startPaymentState = `coalesce((SELECT a.state FROM payment_attempts a
+	WHERE a.order_id = payment_starts.order_id AND a.provider = payment_starts.provider
+		AND a.attempt_ref = payment_starts.payment_id), '')`
+
+func scanStart(r pgx.Row) (fulfillment.PaymentStart, error) { return scanStartWith(r) }
+
+// scanStartWith scans startColumns, then more.
+func scanStartWith(r pgx.Row, more ...any) (fulfillment.PaymentStart, error) {
 	var (
 		s         fulfillment.PaymentStart
 		orderID   uuid.UUID
 		busyUntil *time.Time
 	)
-	err := r.Scan(&s.ID, &orderID, &s.OrgID, &s.Environment, &s.EndpointID, &s.Provider, &s.Attempt,
+	err := r.Scan(append([]any{&s.ID, &orderID, &s.OrgID, &s.Environment, &s.EndpointID, &s.Provider, &s.Attempt,
 		&s.ProviderOrderID, &s.State, &s.Amount.Currency, &s.Amount.MinorUnits, &s.Description, &s.PaymentID,
-		&s.PaymentURL, &s.Detail, &busyUntil, &s.Asks, &s.CreatedAt, &s.UpdatedAt)
+		&s.PaymentURL, &s.Detail, &busyUntil, &s.Asks, &s.CreatedAt, &s.UpdatedAt}, more...)...)
 	s.OrderID = orderID.String()
 	if busyUntil != nil {
 		s.BusyUntil = *busyUntil

@@ -139,3 +139,70 @@ func TestPollKnownOutcome(t *testing.T) {
 		t.Errorf("load = known %v, %v; want the outcome known", known, err)
 	}
 }
+
+// A started payment's order detail shows what became of its payment — the
+// attempt as its notifications and polls recorded it, one row each — beside
+// the start, which stays started: confirmed by a notification, confirmed
+// by a poll, cancelled, not paid yet.
+func TestStartedPaymentShowsItsOutcome(t *testing.T) {
+	t.Parallel()
+	s, conn := newPollStore(t)
+	ctx := context.Background()
+	notified := startedPayment(t, s, "m-1", "701")
+	viaPoll := startedPayment(t, s, "m-2", "702")
+	cancelled := startedPayment(t, s, "m-3", "703")
+	unpaid := startedPayment(t, s, "m-4", "704")
+
+	if _, err := s.InboxInsert(ctx, confirmedRUB("n", "", notified.ProviderOrderID, "701"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	cancel := polled(cancelled, "CANCELED")
+	cancel.EventID, cancel.Kind = "T1:703:CANCELED", fulfillment.EventAttemptCancelled
+	if _, err := s.InboxInsert(ctx, cancel, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := s.PollQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 5})
+	if err != nil || len(claims) != 4 {
+		t.Fatalf("claim = %v, %v; want the four started payments' polls", claims, err)
+	}
+	for _, c := range claims {
+		st, _, err := s.PollLoad(ctx, c.ID, "w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.ID == viaPoll.ID {
+			if err := s.PollRecord(ctx, c.ID, "w", polled(st, "CONFIRMED"), []byte(`{"Status":"CONFIRMED"}`), true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	processAll(t, s, 3)
+
+	for _, tc := range []struct {
+		start     fulfillment.PaymentStart
+		order     fulfillment.State
+		payment   fulfillment.AttemptState
+		confirmed int
+	}{
+		{notified, fulfillment.StateFulfilled, fulfillment.AttemptConfirmed, 1},
+		{viaPoll, fulfillment.StateFulfilled, fulfillment.AttemptConfirmed, 1},
+		{cancelled, fulfillment.StatePendingPayment, fulfillment.AttemptCancelled, 0},
+		{unpaid, fulfillment.StatePendingPayment, fulfillment.AttemptCreated, 0},
+	} {
+		d, err := s.OrderDetail(ctx, tc.start.OrderID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.State != tc.order || len(d.Starts) != 1 || d.Starts[0].State != fulfillment.StartStarted || d.Starts[0].PaymentState != tc.payment {
+			t.Errorf("payment %s: order %s, starts %+v; want the order %s, its start started with its payment %s",
+				tc.start.PaymentID, d.State, d.Starts, tc.order, tc.payment)
+		}
+		if n := count(t, conn, "SELECT count(*) FROM payment_attempts WHERE order_id = $1::uuid AND attempt_ref = $2 AND state = $3",
+			tc.start.OrderID, tc.start.PaymentID, tc.payment); n != 1 {
+			t.Errorf("payment %s: %d attempts %s, want 1", tc.start.PaymentID, n, tc.payment)
+		}
+		if n := count(t, conn, "SELECT count(*) FROM entitlements WHERE order_id = $1::uuid", tc.start.OrderID); n != tc.confirmed {
+			t.Errorf("payment %s: %d licenses, want %d", tc.start.PaymentID, n, tc.confirmed)
+		}
+	}
+}

@@ -338,10 +338,12 @@ func orderDetail(w io.Writer, o *fulfillmentv1.Order) error {
 				return t.flush()
 			}},
 			part{"payments started", len(h.GetPaymentStarts()), 0, func(w io.Writer) error {
-				t := newTable(w, "ATTEMPT", "ENDPOINT", "STATE", "PROVIDER ORDER", "PAYMENT", "AMOUNT", "CREATED")
+				// STATE is the start's (started once the provider created
+				// the payment); PAYMENT STATE what became of the payment.
+				t := newTable(w, "ATTEMPT", "ENDPOINT", "STATE", "PROVIDER ORDER", "PAYMENT", "PAYMENT STATE", "AMOUNT", "CREATED")
 				for _, p := range h.GetPaymentStarts() {
 					t.row(strconv.Itoa(int(p.GetAttempt())), p.GetEndpointId(), p.GetState(), p.GetProviderOrderId(), p.GetPaymentId(),
-						moneyText(p.GetAmount()), timeText(p.GetCreateTime()))
+						p.GetPaymentState(), moneyText(p.GetAmount()), timeText(p.GetCreateTime()))
 				}
 				return t.flush()
 			}},
@@ -396,6 +398,9 @@ func paymentStartDetail(w io.Writer, p *fulfillmentv1.PaymentStart) error {
 	f.row("state", p.GetState())
 	f.row("amount", moneyText(p.GetAmount()))
 	f.row("payment", p.GetPaymentId())
+	if ps := p.GetPaymentState(); ps != "" {
+		f.row("payment state", ps)
+	}
 	f.row("payment url", p.GetPaymentUrl())
 	f.row("detail", p.GetDetail())
 	f.row("created", timeText(p.GetCreateTime()))

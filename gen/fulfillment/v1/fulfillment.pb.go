@@ -5097,13 +5097,20 @@ type PaymentStart struct {
 	// refused: detail says why), "pending_review" (the provider already had
 	// a payment under this id that could not be linked: a
 	// duplicate_order_id reconciliation item is open).
-	State         string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
-	Amount        *Money                 `protobuf:"bytes,6,opt,name=amount,proto3" json:"amount,omitempty"`
-	PaymentId     string                 `protobuf:"bytes,7,opt,name=payment_id,json=paymentId,proto3" json:"payment_id,omitempty"`
-	PaymentUrl    string                 `protobuf:"bytes,8,opt,name=payment_url,json=paymentUrl,proto3" json:"payment_url,omitempty"`
-	Detail        string                 `protobuf:"bytes,9,opt,name=detail,proto3" json:"detail,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	State      string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	Amount     *Money                 `protobuf:"bytes,6,opt,name=amount,proto3" json:"amount,omitempty"`
+	PaymentId  string                 `protobuf:"bytes,7,opt,name=payment_id,json=paymentId,proto3" json:"payment_id,omitempty"`
+	PaymentUrl string                 `protobuf:"bytes,8,opt,name=payment_url,json=paymentUrl,proto3" json:"payment_url,omitempty"`
+	Detail     string                 `protobuf:"bytes,9,opt,name=detail,proto3" json:"detail,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	UpdateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	// What became of the payment, as the order's payment attempt under
+	// payment_id records it (PaymentAttempt.state: "created", "confirmed",
+	// "expired", "cancelled" or "refunded"); empty while none is recorded.
+	// state says how the start ended and stays "started" once the provider
+	// created the payment: this says whether it was paid. Set in GetOrder
+	// and a reconciliation item's evidence; empty in StartPayment's answer.
+	PaymentState  string `protobuf:"bytes,12,opt,name=payment_state,json=paymentState,proto3" json:"payment_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5213,6 +5220,13 @@ func (x *PaymentStart) GetUpdateTime() *timestamppb.Timestamp {
 		return x.UpdateTime
 	}
 	return nil
+}
+
+func (x *PaymentStart) GetPaymentState() string {
+	if x != nil {
+		return x.PaymentState
+	}
+	return ""
 }
 
 // WatchOrderEventsRequest says where to start and which events to send.
@@ -7597,7 +7611,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\vdescription\x18\x04 \x01(\tR\vdescription\x12'\n" +
 	"\x0freplace_attempt\x18\x05 \x01(\x05R\x0ereplaceAttempt\"N\n" +
 	"\x14StartPaymentResponse\x126\n" +
-	"\apayment\x18\x01 \x01(\v2\x1c.fulfillment.v1.PaymentStartR\apayment\"\xa7\x03\n" +
+	"\apayment\x18\x01 \x01(\v2\x1c.fulfillment.v1.PaymentStartR\apayment\"\xcc\x03\n" +
 	"\fPaymentStart\x12\x19\n" +
 	"\border_id\x18\x01 \x01(\tR\aorderId\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
@@ -7615,7 +7629,8 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"updateTime\"j\n" +
+	"updateTime\x12#\n" +
+	"\rpayment_state\x18\f \x01(\tR\fpaymentState\"j\n" +
 	"\x17WatchOrderEventsRequest\x12\x16\n" +
 	"\x06cursor\x18\x01 \x01(\tR\x06cursor\x12\x15\n" +
 	"\x06org_id\x18\x02 \x01(\tR\x05orgId\x12 \n" +
