@@ -417,3 +417,99 @@ func TestMigration027RefundNotApplicable(t *testing.T) {
 	m, v := migrator(t, conn, "_refund_not_applicable.sql")
 	kindRollback(t, conn, m, v, "refund_not_applicable")
 }
+
+// A partial refund that a status poll finds before its notification comes
+// (the poll's answer gives no amount: refund_not_applicable) is one item:
+// the notification that records it with its amount takes the poll's item
+// over — refund_after_fulfillment, its own event and amount, both
+// announcements in its detail — rather than opening a second. Found after
+// the confirmation, before it (its notification late too) and in one batch
+// with its notification; replays change nothing. An item a person resolved
+// already is kept as resolved, and the notification's opens beside it.
+func TestPolledPartialRefundThenItsNotificationIsOneItem(t *testing.T) {
+	t.Parallel()
+	confirmed := tbankEvent("T:pay-1:CONFIRMED", fulfillment.EventPaymentConfirmed, 20000)
+	notified := tbankEvent("T:pay-1:PARTIAL_REFUNDED:5000", fulfillment.EventPartiallyRefunded, 5000)
+	cases := []struct {
+		name string
+		// batches are delivered in turn, each processed as one batch.
+		batches [][]fulfillment.ProviderEvent
+		// resolve resolves the poll's item before the notification.
+		resolve   bool
+		items     int
+		decisions string
+	}{
+		{"polled after the confirmation", [][]fulfillment.ProviderEvent{{confirmed}, {pollOfNoAmount()}, {notified}}, false, 1,
+			"fulfilled,refund_not_applicable,partially_refunded"},
+		{"polled before the confirmation", [][]fulfillment.ProviderEvent{{pollOfNoAmount()}, {confirmed}, {notified}}, false, 1,
+			"refund_not_applicable,fulfilled,partially_refunded"},
+		{"polled in the notification's batch", [][]fulfillment.ProviderEvent{{confirmed}, {pollOfNoAmount(), notified}}, false, 1,
+			"fulfilled,refund_not_applicable,partially_refunded"},
+		{"the poll's item resolved first", [][]fulfillment.ProviderEvent{{confirmed}, {pollOfNoAmount()}, {notified}}, true, 2,
+			"fulfilled,refund_not_applicable,partially_refunded"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, conn := newOutboxStore(t)
+			ctx := context.Background()
+			order := creditLicenseOrder(t, s, "m-1")
+			var decisions []string
+			for _, b := range tc.batches {
+				if b[len(b)-1].EventID == notified.EventID && tc.resolve {
+					var id int64
+					if err := conn.QueryRow(ctx, "SELECT id FROM reconciliation_items WHERE order_id = $1 AND kind = 'refund_not_applicable'",
+						order.ID).Scan(&id); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := s.ReconResolve(ctx, fulfillment.ReconResolve{ID: id, Resolution: fulfillment.ResolutionNoAction,
+						Note: "5000 refunded at the bank", Actor: "ops"}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				decisions = append(decisions, deliver(t, s, b...))
+			}
+			if got := strings.Join(decisions, ","); got != tc.decisions {
+				t.Fatalf("decisions %s, want %s", got, tc.decisions)
+			}
+			check := func(when string) {
+				t.Helper()
+				if n := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE order_id = $1", order.ID); n != tc.items {
+					t.Errorf("%s: %d items, want %d", when, n, tc.items)
+				}
+				// The open one is the notification's, and says both.
+				if n := count(t, conn, `SELECT count(*) FROM reconciliation_items r JOIN inbox_events e ON e.id = r.inbox_event_id
+					WHERE r.order_id = $1 AND r.state = 'open' AND r.kind = 'refund_after_fulfillment' AND e.event_id = $2
+						AND r.amount = 5000 AND r.currency = 'RUB' AND r.detail LIKE '5000 RUB minor units of the payment was refunded%'
+						AND (r.detail LIKE '%by an amount this announcement does not give%') = $3`,
+					order.ID, notified.EventID, !tc.resolve); n != 1 {
+					t.Errorf("%s: %d open refund_after_fulfillment items of the notification (with the poll's words: %v), want 1",
+						when, n, !tc.resolve)
+				}
+				if n := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE order_id = $1 AND state = 'resolved' AND kind = 'refund_not_applicable'",
+					order.ID); n != tc.items-1 {
+					t.Errorf("%s: %d resolved refund_not_applicable items, want %d", when, n, tc.items-1)
+				}
+				// The refund is recorded once, its share taken once.
+				if n := count(t, conn, "SELECT count(*) FROM payment_refunds WHERE order_id = $1", order.ID); n != 1 {
+					t.Errorf("%s: %d refunds recorded, want 1", when, n)
+				}
+				if sum := count(t, conn, "SELECT coalesce(sum(minor_units), 0)::int FROM ledger_entries WHERE order_id = $1", order.ID); sum != 7500 {
+					t.Errorf("%s: the ledger sums to %d, want 7500 (a quarter of the credit taken back)", when, sum)
+				}
+			}
+			check("the announcements")
+			for _, ev := range []fulfillment.ProviderEvent{pollOfNoAmount(), notified} {
+				var id int64
+				if err := conn.QueryRow(ctx, "SELECT id FROM inbox_events WHERE event_id = $1", ev.EventID).Scan(&id); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: id, Actor: "admin"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			processAll(t, s, 2)
+			check("replays")
+		})
+	}
+}
