@@ -16,6 +16,7 @@ import (
 // interceptor whatever the later ones answer, so a caller sending garbage
 // without a token leaves nothing behind in the codec.
 func TestUndecodableRequestLeavesNothingNoted(t *testing.T) {
+	t.Parallel()
 	c := newRequestCodec()
 	req := &fulfillmentv1.GetOrderRequest{}
 	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer{0xff, 0xff}}, req); err != nil {

@@ -38,7 +38,7 @@ func TestUndecodableRequestIsInvalidArgument(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, nil)
 	garbage := rawMessage{0xff, 0xff, 0xff, 0xff}
-	notUTF8 := rawMessage{0x0a, 0x01, 0xff} // order_id = "\xff"
+	notUTF8 := rawMessage{0x0a, 0x01, 0xff} // field 1 (order_id), one byte long: 0xff, not UTF-8
 	for _, c := range []struct {
 		name    string
 		token   string

@@ -193,7 +193,8 @@ func (rp *replay) apply(ev fulfillment.ProviderEvent) fulfillment.Decision {
 		s.Refund = t.Refund
 		if owner, opened := rp.keys[fulfillment.ItemKey(t.Kind, s)]; opened {
 			delete(rp.keys, fulfillment.ItemKey(t.Kind, s))
-			if rp.items[owner]--; rp.items[owner] == 0 {
+			rp.items[owner]--
+			if rp.items[owner] == 0 {
 				delete(rp.items, owner)
 			}
 		}
