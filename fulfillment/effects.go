@@ -92,26 +92,6 @@ type RefundSubscriptions struct{}
 // order, unless the situation ItemKey names already has one.
 type OpenItem struct{ Kind ReconKind }
 
-// TakeOverItem makes the item its outcome opens (OpenItem) take the place
-// of the open item of Kind about Refund (ItemSubject.Refund) of the same
-// order, when there is one: an item an earlier announcement of the same
-// refund opened, which could not say all of it. The item keeps its id and
-// the time it was opened and becomes the outcome's — its kind, event,
-// amount and key —, its detail the outcome's followed by the earlier one's
-// (TakenOverDetail): one item per refund, and neither announcement lost.
-// An earlier item a person resolved already stays as it was resolved, as
-// evidence, and the outcome's item opens beside it.
-type TakeOverItem struct {
-	Kind   ReconKind
-	Refund string
-}
-
-// TakenOverDetail is the detail of an item that took over an item of kind
-// whose detail was earlier.
-func TakenOverDetail(detail string, kind ReconKind, earlier string) string {
-	return detail + " — An earlier announcement of this refund had opened this item as " + string(kind) + ": " + earlier
-}
-
 // RequestDeliveries queues, in the same transaction, one outbox message per
 // external line of the order: a fulfillment.requested message to the line's
 // destination, under the line's key (LineKey). The order is fulfilled once
@@ -132,7 +112,6 @@ func (RevokeLicenses) effect()      {}
 func (ReverseCreditShare) effect()  {}
 func (RecordRefund) effect()        {}
 func (OpenItem) effect()            {}
-func (TakeOverItem) effect()        {}
 func (RequestDeliveries) effect()   {}
 func (WithdrawDeliveries) effect()  {}
 func (Publish) effect()             {}
@@ -150,17 +129,6 @@ func (o Outcome) Item() ReconKind {
 		}
 	}
 	return ""
-}
-
-// TakesOver returns the item o's item takes the place of (TakeOverItem),
-// if any.
-func (o Outcome) TakesOver() (TakeOverItem, bool) {
-	for _, e := range o.Effects {
-		if t, ok := e.(TakeOverItem); ok {
-			return t, true
-		}
-	}
-	return TakeOverItem{}, false
 }
 
 // ItemSubject is what a reconciliation item is about.
@@ -221,9 +189,7 @@ const startKeyPrefix = "start|"
 //     moving, a partial refund may follow another;
 //   - refund_not_applicable: the refund ("refund|<order>|<RefundRef>") —
 //     one per refund, also when a notification and a status poll both
-//     announce it; a status poll's refund of no amount is the payment's
-//     refund of unknown amount (UnknownRefundRef), whose item the
-//     notification that records the refund takes over (TakeOverItem);
+//     announce it;
 //   - sweep_failing: the subscription and its paid periods
 //     ("sweep|<subscription>|<periods>") — one per access end, however
 //     many rounds of attempts fail;

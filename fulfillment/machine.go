@@ -175,11 +175,6 @@ func RefundRef(ev ProviderEvent) string {
 	return RefundRefOf(ev.Provider, ev.Payment.AttemptRef, ev.Payment.Amount)
 }
 
-// UnknownRefundRef names a refund of attempt whose amount is not known (a
-// status poll's answer that the payment is partly refunded): RefundRefOf
-// with no amount, as RefundRef names such an announcement.
-func UnknownRefundRef(p Provider, attempt string) string { return RefundRefOf(p, attempt, Amount{}) }
-
 // ItemRefund is the refund an item opened by ev is about (its
 // ItemSubject.Refund): RefundRef(ev) when ev announces a refund, else "".
 func ItemRefund(ev ProviderEvent) string {
@@ -536,15 +531,6 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 			OpenItem{ReconRefundNotApplicable})
 	}
 	recorded := RecordRefund{RecordedRefund{Attempt: attempt, Ref: ref, Amount: ev.Payment.Amount}}
-	// A status poll may have found this payment partly refunded before
-	// this announcement came, and opened a refund_not_applicable item for
-	// a refund of unknown amount: this is that refund (no partial refund of
-	// the payment was recorded then, or the poll would have been
-	// already_applied), and its item becomes this one, so that a person
-	// sees one item per refund. Once this refund is recorded, the poll's
-	// answer, processed again, is already_applied: nothing opens it again.
-	item := []Effect{OpenItem{ReconRefundAfterFulfill},
-		TakeOverItem{ReconRefundNotApplicable, UnknownRefundRef(ev.Provider, ev.Payment.AttemptRef)}}
 	granted := order.State == StateFulfilled || order.State == StateFulfilling
 	if share, ok := order.refundShare(ev.Payment.Amount); ok && granted {
 		effects := []Effect{recorded, ReverseCreditShare{share, ref}}
@@ -554,11 +540,11 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 		return outcome(DecisionPartiallyRefunded,
 			fmt.Sprintf("%s of the payment was refunded: balance credits reversed in proportion; decide what to revoke of "+
 				"the licenses and deliveries, which cannot be split", ev.Payment.Amount),
-			append(effects, item...)...)
+			append(effects, OpenItem{ReconRefundAfterFulfill})...)
 	}
 	return outcome(DecisionPartiallyRefunded,
 		fmt.Sprintf("%s of the payment was refunded while the order is %s: decide what to revoke", ev.Payment.Amount, order.State),
-		append([]Effect{recorded}, item...)...)
+		recorded, OpenItem{ReconRefundAfterFulfill})
 }
 
 // refundLeft is what is left to refund, in minor units of the order's

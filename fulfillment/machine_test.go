@@ -1,7 +1,6 @@
 package fulfillment
 
 import (
-	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -452,14 +451,11 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 			DecisionPartiallyRefunded, []Effect{OpenItem{ReconRefundAfterFulfill}}},
 		{"refund for no order", payment(EventRefunded, Amount{}, "", "pay_1"), nil, DecisionUnmatched, nil},
 	}
-	// A partial refund that applies is recorded first, as a fact of its
-	// own, and its item takes the place of the one a status poll's
-	// announcement of it, of no amount, may have opened.
+	// A partial refund that applies is recorded first, as a fact of its own.
 	for i, tc := range cases {
 		if tc.decision == DecisionPartiallyRefunded {
 			recorded := RecordRefund{RecordedRefund{Attempt: AttemptKey{ProviderTBank, "pay_1"}, Ref: RefundRef(tc.ev), Amount: tc.ev.Payment.Amount}}
-			cases[i].effects = append(append([]Effect{recorded}, tc.effects...),
-				TakeOverItem{ReconRefundNotApplicable, UnknownRefundRef(ProviderTBank, "pay_1")})
+			cases[i].effects = append([]Effect{recorded}, tc.effects...)
 		}
 	}
 	for _, tc := range cases {
@@ -742,56 +738,6 @@ func TestPartialRefundAnnouncedTwice(t *testing.T) {
 		}
 		if shares != 1 || items != 1 {
 			t.Errorf("confirmed first %v: %d shares taken, %d items; want 1 and 1", confirmedFirst, shares, items)
-		}
-	}
-}
-
-// A partial refund a status poll found first (refund_not_applicable: no
-// amount) and its notification then recorded is one item: the
-// notification's item takes over the poll's, whose key it names — before
-// or after the confirmation; the poll's answer again is already_applied.
-func TestPartialRefundPolledFirst(t *testing.T) {
-	t.Parallel()
-	event := func(id string, kind EventKind, minor int64) ProviderEvent {
-		p := PaymentInfo{PaymentID: "pay_1", MerchantOrderID: "m-1"}
-		if minor > 0 {
-			p.Amount = MinorAmount(minor, "RUB")
-		}
-		p.AttemptRef = p.Attempt()
-		return ProviderEvent{Provider: ProviderTBank, OrgID: "org_a", Environment: EnvLive, EventID: id, Kind: kind, Type: string(kind), Payment: p}
-	}
-	subject := func(ev ProviderEvent) ItemSubject {
-		return ItemSubject{Provider: ev.Provider, OrgID: ev.OrgID, Environment: ev.Environment, OrderID: "o-1",
-			AttemptRef: ev.Payment.AttemptRef, PaymentID: ev.Payment.PaymentID, EventID: ev.EventID, Refund: ItemRefund(ev)}
-	}
-	polled := event("poll:T:pay_1:PARTIAL_REFUNDED:20000", EventPartiallyRefunded, 0)
-	notified := event("T:pay_1:PARTIAL_REFUNDED:5000", EventPartiallyRefunded, 5000)
-	confirm := event("T:pay_1:CONFIRMED", EventPaymentConfirmed, 20000)
-	for _, events := range [][]ProviderEvent{{confirm, polled, notified, polled}, {polled, confirm, notified, polled}} {
-		order := &PaidOrder{State: StatePendingPayment, Total: Money{Currency: "RUB", MinorUnits: 20000}}
-		items := map[string]ReconKind{} // open items by key
-		var decisions []Decision
-		for _, ev := range events {
-			out := Decide(ev, order)
-			decisions = append(decisions, out.Decision)
-			if t, ok := out.TakesOver(); ok {
-				s := subject(ev)
-				s.Refund = t.Refund
-				if items[ItemKey(t.Kind, s)] == t.Kind {
-					delete(items, ItemKey(t.Kind, s))
-				}
-			}
-			if k := out.Item(); k != "" {
-				items[ItemKey(k, subject(ev))] = k
-			}
-			order.Apply(ev, out)
-		}
-		want := []Decision{DecisionRefundNotApplicable, DecisionPartiallyRefunded, DecisionAlreadyApplied}
-		if got := slices.DeleteFunc(decisions, func(d Decision) bool { return d == DecisionFulfilled }); !slices.Equal(got, want) {
-			t.Errorf("%s first: decisions %v, want %v around the confirmation", events[0].EventID, got, want)
-		}
-		if len(items) != 1 || !slices.Contains(slices.Collect(maps.Values(items)), ReconRefundAfterFulfill) {
-			t.Errorf("%s first: items %v, want the notification's refund_after_fulfillment alone", events[0].EventID, items)
 		}
 	}
 }

@@ -28,8 +28,7 @@ import (
 //  9. subscription periods, then the periods whose payment was refunded
 //     in full, 10. subscriptions (one row each, as the last decision left
 //     it), 11. their sweeps;
-//  12. reconciliation items (first the earlier items some of them take
-//     the place of, takeOverItems);
+//  12. reconciliation items;
 //  13. fulfillment.requested messages;
 //  14. order and subscription events, each with the state the decision
 //     that published it left, in decision order (the feed's order), with
@@ -279,15 +278,7 @@ func (w *effectWriter) orderStep(le leasedEvent, st fulfillment.Step) error {
 				*w.revokes.at(m.ID) = fmt.Sprintf("refunded: %s event %s", ev.Provider, ev.EventID)
 			}
 		case fulfillment.OpenItem:
-			it := orderItem(e.Kind, le, m, st.Outcome.Reason)
-			if t, ok := st.Outcome.TakesOver(); ok {
-				s := it.subject
-				s.Refund = t.Refund
-				it.takeOver = &itemRef{t.Kind, fulfillment.ItemKey(t.Kind, s)}
-			}
-			w.items = append(w.items, it)
-		case fulfillment.TakeOverItem:
-			// With the item the outcome opens (OpenItem).
+			w.items = append(w.items, orderItem(e.Kind, le, m, st.Outcome.Reason))
 		case fulfillment.RequestDeliveries:
 			if err := w.requestLines(m); err != nil {
 				return err
@@ -680,7 +671,6 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 			ON CONFLICT (subscription_id) DO UPDATE SET next_attempt_at = EXCLUDED.next_attempt_at, state = 'pending',
 				attempts = 0, lease_owner = NULL, lease_until = NULL, last_error = NULL, processed_at = NULL`, ids, w.sweeps.values())
 	}
-	w.takeOverItems(b)
 	queueItems(b, w.items)
 	if len(w.lineRequests) > 0 {
 		queueLineRequests(b, w.lineRequests)
@@ -739,84 +729,6 @@ func orderItem(kind fulfillment.ReconKind, le leasedEvent, m *fulfillment.Locked
 		}
 	}
 	return it
-}
-
-// takeOverItems makes each item that takes another's place
-// (fulfillment.TakeOverItem) do so. An item opened earlier in the batch is
-// not written: its detail goes after the taking item's. One opened by an
-// earlier transaction becomes the taking item — its kind, key, event,
-// amount and payment, its detail after the new one —, keeping its id and
-// opening time, while open; the insert that follows then finds it under
-// the taking item's key and opens nothing. Resolved, it stays as it was
-// resolved and the taking item opens beside it; so does it when an item
-// holds the taking item's key already (its event processed again), which
-// a second row of that key would break. The items are the batch's orders'
-// own, under their row locks, so no other transaction opens or takes them
-// meanwhile.
-func (w *effectWriter) takeOverItems(b *pgx.Batch) {
-	var (
-		taking  []item
-		dropped = map[int]bool{}
-	)
-	for i := range w.items {
-		it := &w.items[i]
-		if it.takeOver == nil {
-			continue
-		}
-		// An item stored already holds the earlier detail; the batch's
-		// copy of it (the same situation announced again) opens nothing.
-		taking = append(taking, *it)
-		folded := false
-		for j := range w.items[:i] {
-			e := w.items[j]
-			if !dropped[j] && e.kind == it.takeOver.kind && fulfillment.ItemKey(e.kind, e.subject) == it.takeOver.key {
-				if !folded {
-					it.detail, folded = fulfillment.TakenOverDetail(it.detail, e.kind, e.detail), true
-				}
-				dropped[j] = true
-			}
-		}
-	}
-	if len(dropped) > 0 {
-		kept := w.items[:0]
-		for i, it := range w.items {
-			if !dropped[i] {
-				kept = append(kept, it)
-			}
-		}
-		w.items = kept
-	}
-	if len(taking) == 0 {
-		return
-	}
-	var (
-		oldKind, oldKey, kind, key, prefix        []string
-		attempt, payment                          nulls[string]
-		value, expected, token, network, currency nulls[string]
-		inbox                                     nulls[int64]
-	)
-	for _, it := range taking {
-		s := it.subject
-		v, t, n, c := amountColumns(it.amount)
-		oldKind, oldKey = append(oldKind, string(it.takeOver.kind)), append(oldKey, it.takeOver.key)
-		kind, key = append(kind, string(it.kind)), append(key, fulfillment.ItemKey(it.kind, s))
-		// The earlier item's detail follows, as TakenOverDetail puts it.
-		prefix = append(prefix, fulfillment.TakenOverDetail(it.detail, it.takeOver.kind, ""))
-		attempt, payment, inbox = append(attempt, opt(s.AttemptRef)), append(payment, opt(s.PaymentID)), append(inbox, optID(s.InboxID))
-		value, expected, token, network, currency = append(value, v), append(expected, it.expected), append(token, t), append(network, n), append(currency, c)
-	}
-	b.Queue(`
-		UPDATE reconciliation_items r SET kind = t.kind, dedupe_key = t.dedupe_key, inbox_event_id = t.inbox_event_id,
-			attempt_ref = t.attempt_ref, payment_id = t.payment_id, amount = t.amount::numeric,
-			expected_amount = t.expected_amount::numeric, token = t.token, network = t.network, currency = t.currency,
-			detail = t.prefix || r.detail
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[], $8::text[],
-			$9::text[], $10::text[], $11::text[], $12::text[], $13::text[])
-			AS t (old_kind, old_key, kind, dedupe_key, inbox_event_id, attempt_ref, payment_id, amount,
-				expected_amount, token, network, currency, prefix)
-		WHERE r.kind = t.old_kind AND r.dedupe_key = t.old_key AND r.state = 'open'
-			AND NOT EXISTS (SELECT 1 FROM reconciliation_items x WHERE x.kind = t.kind AND x.dedupe_key = t.dedupe_key)`,
-		oldKind, oldKey, kind, key, inbox, attempt, payment, value, expected, token, network, currency, prefix)
 }
 
 // reversedSoFar is a lateral subquery of the credit row c: the (negative)

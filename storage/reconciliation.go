@@ -90,15 +90,6 @@ type item struct {
 	amount   fulfillment.Amount
 	expected *string
 	detail   string
-	// takeOver is the open item this one takes the place of, when there
-	// is one (fulfillment.TakeOverItem): the effect writer's alone.
-	takeOver *itemRef
-}
-
-// itemRef names an item by its unique key.
-type itemRef struct {
-	kind fulfillment.ReconKind
-	key  string
 }
 
 // queueItem queues the statement that opens it.

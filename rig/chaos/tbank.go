@@ -170,12 +170,12 @@ type replay struct {
 	// granted: licenses were granted; revoked: then revoked; announced:
 	// order.fulfilled was published.
 	granted, revoked, announced bool
-	items                       map[string]int    // kind|event id → items due
-	keys                        map[string]string // their ItemKeys → their items' kind|event id
+	items                       map[string]int  // kind|event id → items due
+	keys                        map[string]bool // their ItemKeys
 }
 
 func newReplay(o *orderPlan, orderID string) *replay {
-	return &replay{o: o, id: orderID, items: map[string]int{}, keys: map[string]string{},
+	return &replay{o: o, id: orderID, items: map[string]int{}, keys: map[string]bool{},
 		order: fulfillment.PaidOrder{State: fulfillment.StatePendingPayment, Total: fulfillment.Money{Currency: tbank.Currency, MinorUnits: o.total()}}}
 }
 
@@ -184,21 +184,6 @@ func newReplay(o *orderPlan, orderID string) *replay {
 func (rp *replay) apply(ev fulfillment.ProviderEvent) fulfillment.Decision {
 	const creditLine = 1
 	out := fulfillment.Decide(ev, &rp.order)
-	subject := fulfillment.ItemSubject{Provider: ev.Provider, OrgID: ev.OrgID, Environment: ev.Environment, OrderID: rp.id,
-		AttemptRef: ev.Payment.AttemptRef, PaymentID: ev.Payment.PaymentID, EventID: ev.EventID, Refund: fulfillment.ItemRefund(ev)}
-	if t, ok := out.TakesOver(); ok {
-		// The item out opens takes the place of an earlier announcement's
-		// (a poll's refund of no amount), which is then its row.
-		s := subject
-		s.Refund = t.Refund
-		if owner, opened := rp.keys[fulfillment.ItemKey(t.Kind, s)]; opened {
-			delete(rp.keys, fulfillment.ItemKey(t.Kind, s))
-			rp.items[owner]--
-			if rp.items[owner] == 0 {
-				delete(rp.items, owner)
-			}
-		}
-	}
 	for _, e := range out.Effects {
 		switch e := e.(type) {
 		case fulfillment.GrantLicenses:
@@ -226,9 +211,11 @@ func (rp *replay) apply(ev fulfillment.ProviderEvent) fulfillment.Decision {
 		case fulfillment.OpenItem:
 			// One item per situation, as its key names it (a refund's: the
 			// refund event).
-			key := fulfillment.ItemKey(e.Kind, subject)
-			if _, opened := rp.keys[key]; !opened {
-				rp.keys[key] = string(e.Kind) + "|" + ev.EventID
+			key := fulfillment.ItemKey(e.Kind, fulfillment.ItemSubject{Provider: ev.Provider, OrgID: ev.OrgID,
+				Environment: ev.Environment, OrderID: rp.id, AttemptRef: ev.Payment.AttemptRef, PaymentID: ev.Payment.PaymentID,
+				EventID: ev.EventID, Refund: fulfillment.ItemRefund(ev)})
+			if !rp.keys[key] {
+				rp.keys[key] = true
 				rp.items[string(e.Kind)+"|"+ev.EventID]++
 			}
 		case fulfillment.Publish:
