@@ -226,6 +226,14 @@ type Step struct {
 	// an event about a subscription no order matches, or the payment of an
 	// order's subscription line (the order's Outcome has PaySubscriptions).
 	Subscription *SubscriptionStep
+	// AwaitedOrder is set when the subscription rules took a payment that
+	// names a merchant order no order matches as a renewal, and it paid a
+	// period: the order may be created after its payment (a subscription
+	// registered ahead with CreateSubscription, its first order created
+	// late), or never (the storefront's own order id). Storage decides the
+	// payment again for that order if it is created (late matching); the
+	// order rules then find the period paid (PaidOrder.PeriodPaidBefore).
+	AwaitedOrder *OrderKey
 }
 
 // SubscriptionStep is what the subscription rules made of an event.
@@ -322,7 +330,9 @@ func (b *batch) findOrder(k OrderKey) (*LockedOrder, bool) {
 // for the period it pays; so is its refund, when the batch holds the
 // subscription (the order's, whatever the refund names); and a later event
 // of that payment that names the subscription at its provider gives it
-// that id, when it had the service's own (bindSubscription). need is the
+// that id, when it had the service's own (bindSubscription). A payment
+// the subscription rules took as a renewal for want of the merchant order
+// it names says so (Step.AwaitedOrder). need is the
 // subscription to create first, when
 // that payment's subscription is not in the snapshot.
 func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error) {
@@ -337,6 +347,9 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 			return st, nil, err
 		}
 		st.Outcome = st.Subscription.Outcome
+		if !matched {
+			st.AwaitedOrder = awaitedOrder(ev, st.Outcome)
+		}
 		return st, nil, nil
 	case !matched && refundOfAPeriod(ev):
 		// The refund of a payment that paid a period, naming no
@@ -364,6 +377,7 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 	if matched {
 		v := order.PaidOrder
 		v.PlanChange = b.planChange(ev, order)
+		v.PeriodPaidBefore = b.periodPaidBefore(ev, be.Received, order)
 		view = &v
 	}
 	st.Outcome = Decide(ev, view)
@@ -483,6 +497,38 @@ func (b *batch) bindSubscription(ev ProviderEvent, received time.Time, o *Locked
 	return &SubscriptionStep{Record: *rec, Plan: plan, Event: SubscriptionEventOf(ev, received),
 		Outcome: Outcome{Decision: DecisionAlreadyApplied, Reason: "the payment that paid the subscription names it " + id,
 			Effects: []Effect{BindSubscription{ProviderSubscriptionID: id}}}}, nil
+}
+
+// awaitedOrder is the order a payment ev, decided by the subscription
+// rules, waits for (Step.AwaitedOrder): the merchant order it names, when
+// it paid a period. A renewal names no merchant order; a T-Bank charge's
+// own order id is its checkout session, never awaited.
+func awaitedOrder(ev ProviderEvent, out Outcome) *OrderKey {
+	if ev.Kind != EventPaymentConfirmed || ev.Payment.MerchantOrderID == "" ||
+		!slices.ContainsFunc(out.Effects, func(e Effect) bool { _, ok := e.(GrantPeriod); return ok }) {
+		return nil
+	}
+	return &OrderKey{OrgID: ev.OrgID, Environment: ev.Environment, Field: ByMerchantOrderID, Value: ev.Payment.MerchantOrderID}
+}
+
+// periodPaidBefore is the period, of the subscription that unpaid order
+// o's subscription line pays, that the payment ev confirms or refunds in
+// full paid already, when the batch holds that subscription: the
+// subscription rules took that payment as a renewal before o was created
+// (awaitedOrder). nil otherwise.
+func (b *batch) periodPaidBefore(ev ProviderEvent, received time.Time, o *LockedOrder) *Renewal {
+	if !o.HasSubscriptionLines || o.Paid || ev.Kind != EventPaymentConfirmed && ev.Kind != EventRefunded {
+		return nil
+	}
+	rec, known := b.subs[OrderSubscriptionRef(ev, o.SubscriptionPlan, o.SubscriptionFor).Key()]
+	if !known {
+		return nil
+	}
+	r, paid := rec.periodPaidBy(SubscriptionEventOf(ev, received))
+	if !paid {
+		return nil
+	}
+	return &r
 }
 
 // planChange is the change of plan a payment ev of order o would make: its

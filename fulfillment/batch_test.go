@@ -550,3 +550,68 @@ func TestSubscriptionKeys(t *testing.T) {
 		})
 	}
 }
+
+// A registered subscription's first payment that names a merchant order
+// the batch does not hold: the subscription rules take it as a renewal,
+// and the step says it awaits that order when it paid a period. Decided
+// again once the order exists, it pays the order, and the subscription
+// rules find its period paid already: nothing paid twice. Refunded before
+// the order came, it pays nothing; refunded while the order is unpaid, its
+// period is refunded by the subscription rules.
+func TestDecideBatchPaymentBeforeItsOrder(t *testing.T) {
+	t.Parallel()
+	pay := named(batchEvent("e1", EventPaymentConfirmed, "m-1", "pay_1", 1000), "sub_1")
+	cases := []struct {
+		name    string
+		ev      BatchEvent
+		period  string // "": none paid; "paid", "refunded": by pay_1
+		order   bool   // the batch holds order m-1
+		want    string
+		awaited string // the merchant order the step awaits
+	}{
+		{"before its order: a renewal awaiting the order", pay, "", false, "renewed sub=s1 sub:renewed", "m-1"},
+		{"naming no merchant order: a renewal awaiting none",
+			named(batchEvent("e1", EventPaymentConfirmed, "", "pay_1", 1000), "sub_1"), "", false, "renewed sub=s1 sub:renewed", ""},
+		{"announced again before its order: paid already, awaiting none", pay, "paid", false,
+			"already_applied sub=s1 sub:already_applied", ""},
+		{"once its order exists: the order fulfilled, the period paid already", pay, "paid", true,
+			"fulfilled order=o1 sub=s1 sub:already_applied", ""},
+		{"once its order exists, refunded before: nothing paid", pay, "refunded", true, "stale_ignored order=o1", ""},
+		{"its refund while the order is unpaid: the period refunded",
+			named(batchEvent("e1", EventRefunded, "m-1", "pay_1", 1000), "sub_1"), "paid", true,
+			"refunded_before_payment order=o1 sub=s1 sub:subscription_refunded", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sub := batchSub("s1", "sub_1")
+			if tc.period != "" {
+				sub.State, sub.Periods, sub.PeriodStart, sub.PeriodEnd = SubActive, 1, jan1, jan1.AddDate(0, 1, 0)
+				sub.Renewals = map[string]Renewal{"payment:pay_1": {Period: 1, PaymentID: "pay_1", Start: jan1,
+					End: jan1.AddDate(0, 1, 0), Refunded: tc.period == "refunded"}}
+			}
+			snap := &Snapshot{Orders: map[OrderKey]*LockedOrder{},
+				Subscriptions: map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): sub}, Plans: Plans{monthly.ID: monthly}}
+			if tc.order {
+				snap.Orders[orderKey("m-1")] = subscriptionOrder("o1", "user_42")
+			}
+			st := decided(t, snap, []BatchEvent{tc.ev})[0]
+			if got := summary(st); got != tc.want {
+				t.Errorf("got  %s\nwant %s (reason: %s)", got, tc.want, st.Outcome.Reason)
+			}
+			awaited := ""
+			if st.AwaitedOrder != nil {
+				if *st.AwaitedOrder != orderKey(st.AwaitedOrder.Value) {
+					t.Errorf("awaits %+v, not an order of the event's org by merchant order id", *st.AwaitedOrder)
+				}
+				awaited = st.AwaitedOrder.Value
+			}
+			if awaited != tc.awaited {
+				t.Errorf("awaits order %q, want %q", awaited, tc.awaited)
+			}
+			if st.Order != nil && st.OrderState == StateFulfilled && st.Order.PaidSubscription != "s1" {
+				t.Errorf("the order records it paid subscription %q, want s1", st.Order.PaidSubscription)
+			}
+		})
+	}
+}

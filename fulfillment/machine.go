@@ -135,6 +135,13 @@ type PaidOrder struct {
 	// plan than the order's subscription line: the batch sets it
 	// (DecideBatch), nil otherwise.
 	PlanChange *PlanChange
+	// PeriodPaidBefore is set, for the payment or the full refund being
+	// decided while the order is unpaid, when that payment paid a period
+	// of the subscription the order's subscription line pays already: the
+	// subscription rules took it as a renewal because the order was
+	// created after it (Step.AwaitedOrder). The batch sets it
+	// (DecideBatch), nil otherwise.
+	PeriodPaidBefore *Renewal
 	// Paid is true once a confirmation was applied to the order (whether it
 	// fulfilled it or put it on hold).
 	Paid bool
@@ -347,6 +354,16 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 			fmt.Sprintf("the order was already paid by %s; this payment needs a refund review", order.PaidBy.describe()),
 			with(confirmed, OpenItem{ReconExtraPayment})...)
 	}
+	if r := order.PeriodPaidBefore; r != nil && r.Refunded {
+		// The payment paid a period before the order existed, and its
+		// refund took that period back: the money went back to the payer.
+		// The attempt is recorded refunded, as a refund announced now
+		// would have it.
+		return outcome(DecisionStaleIgnored,
+			fmt.Sprintf("this payment paid period %d of the subscription before the order was created, and was refunded: "+
+				"nothing is granted", r.Period),
+			recordAttempt(ev, AttemptRefunded)...)
+	}
 	if order.attempt(ev) == AttemptRefunded {
 		// A refund of this attempt came first. When the attempt is the
 		// payment itself, this confirms the refunded payment; otherwise
@@ -411,6 +428,13 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 		reason = fmt.Sprintf("received %s, more than the expected %s: fulfilled, overpayment flagged",
 			p.Amount, Amount{expected, p.Amount.Unit})
 	}
+	if r := order.PeriodPaidBefore; r != nil && order.HasSubscriptionLines {
+		// PaySubscriptions stays: the subscription rules find the period
+		// paid by this payment (already applied), and the order records
+		// the subscription it paid.
+		reason += fmt.Sprintf("; this payment paid period %d of the subscription before the order was created: "+
+			"no period is paid again", r.Period)
+	}
 	return outcome(DecisionFulfilled, reason, effects...)
 }
 
@@ -456,9 +480,16 @@ func decideRefund(ev ProviderEvent, order PaidOrder) Outcome {
 		if order.attempt(ev) == AttemptRefunded {
 			return outcome(DecisionAlreadyApplied, "this refund was already recorded")
 		}
-		return outcome(DecisionRefundedBeforePayment,
-			"refunded before any confirmation was applied: nothing was granted, and a confirmation of this payment will not fulfil the order",
-			refunded...)
+		reason := "refunded before any confirmation was applied: nothing was granted, and a confirmation of this payment will not fulfil the order"
+		if r := order.PeriodPaidBefore; r != nil && order.HasSubscriptionLines {
+			// The payment paid a period before the order existed: the
+			// subscription rules take that period back.
+			return outcome(DecisionRefundedBeforePayment,
+				reason+fmt.Sprintf("; the payment paid period %d of the subscription before the order was created: "+
+					"the subscription's rules decide what its refund does to that period", r.Period),
+				with(refunded, RefundSubscriptions{})...)
+		}
+		return outcome(DecisionRefundedBeforePayment, reason, refunded...)
 	}
 	switch same, known := order.PaidBy.SamePayment(ev.Payment); {
 	case known && !same:

@@ -772,3 +772,65 @@ func TestPartialRefundOfUnknownAmount(t *testing.T) {
 		}
 	}
 }
+
+// A payment that paid a period of the order's subscription before the
+// order was created (PeriodPaidBefore, set by the batch): it pays the
+// order as any payment, its PaySubscriptions finding the period paid
+// already; refunded before the order came, it pays nothing; and its refund
+// while the order is unpaid has the subscription rules take the period
+// back.
+func TestDecidePeriodPaidBeforeTheOrder(t *testing.T) {
+	t.Parallel()
+	settlement := &Settlement{Token: "USDT", Network: "TRON", Amount: decimal.RequireFromString("25")}
+	order := func(r *Renewal, attempt AttemptState) *PaidOrder {
+		o := &PaidOrder{State: StatePendingPayment, Settlement: settlement, HasSubscriptionLines: true, PeriodPaidBefore: r,
+			Attempts: map[AttemptKey]AttemptState{}}
+		if attempt != "" {
+			o.Attempts[AttemptKey{ProviderYolfi, "inv_1"}] = attempt
+		}
+		return o
+	}
+	paid := &Renewal{Period: 1, PaymentID: "pay_1"}
+	refunded := &Renewal{Period: 1, PaymentID: "pay_1", Refunded: true}
+	event := func(k EventKind) ProviderEvent {
+		return ProviderEvent{Provider: ProviderYolfi, Environment: EnvLive, Kind: k, Type: string(k),
+			Payment: PaymentInfo{AttemptRef: "inv_1", InvoiceID: "inv_1", PaymentID: "pay_1", MerchantOrderID: "m-1",
+				SubscriptionID: "sub_1", Amount: TokenAmount(decimal.RequireFromString("25"), "USDT", "TRON")}}
+	}
+	fulfilled := []Effect{RecordAttempt{AttemptConfirmed}, MarkPaid{}, MoveOrder{StateFulfilled}, Publish{TopicOrderFulfilled},
+		GrantLicenses{}, CreditBalances{}, PaySubscriptions{}}
+	cases := []struct {
+		name   string
+		ev     ProviderEvent
+		order  *PaidOrder
+		want   Decision
+		effect []Effect
+		reason string
+	}{
+		{"the payment, its period paid: the order paid and fulfilled, the period found paid", event(EventPaymentConfirmed),
+			order(paid, ""), DecisionFulfilled, fulfilled, "paid period 1 of the subscription before the order was created"},
+		{"the payment, no period paid before: as any payment", event(EventPaymentConfirmed),
+			order(nil, ""), DecisionFulfilled, fulfilled, "confirmed payment"},
+		{"the payment, its period refunded: nothing granted, the attempt refunded", event(EventPaymentConfirmed),
+			order(refunded, ""), DecisionStaleIgnored, []Effect{RecordAttempt{AttemptRefunded}}, "and was refunded"},
+		{"the payment, its period refunded by the order's refund first: the same", event(EventPaymentConfirmed),
+			order(refunded, AttemptRefunded), DecisionStaleIgnored, []Effect{RecordAttempt{AttemptRefunded}}, "and was refunded"},
+		{"its refund, the order unpaid: the subscription rules take the period back", event(EventRefunded),
+			order(paid, ""), DecisionRefundedBeforePayment, []Effect{RecordAttempt{AttemptRefunded}, RefundSubscriptions{}},
+			"the subscription's rules decide"},
+		{"its refund again: recorded already", event(EventRefunded),
+			order(paid, AttemptRefunded), DecisionAlreadyApplied, nil, "already recorded"},
+		{"a refund, no period paid before: the order's alone", event(EventRefunded),
+			order(nil, ""), DecisionRefundedBeforePayment, []Effect{RecordAttempt{AttemptRefunded}}, "nothing was granted"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := Decide(tc.ev, tc.order)
+			if got.Decision != tc.want || !reflect.DeepEqual(got.Effects, tc.effect) || !strings.Contains(got.Reason, tc.reason) {
+				t.Errorf("Decide =\n %+v\nwant %s, %+v, a reason saying %q", got, tc.want, tc.effect, tc.reason)
+			}
+			checkInvariants(t, tc.ev, tc.order, got)
+		})
+	}
+}

@@ -581,6 +581,14 @@ func (s Subscription) refundedRenewal(ev SubscriptionEvent) (r Renewal, found, b
 	return Renewal{}, false, billPaid
 }
 
+// periodPaidBy is the paid period of s that ev's payment paid, as a
+// refund of it finds it (refundedRenewal): the one its bill paid, unless
+// another payment of that bill did, else the one its payment id paid.
+func (s Subscription) periodPaidBy(ev SubscriptionEvent) (Renewal, bool) {
+	r, found, _ := s.refundedRenewal(ev)
+	return r, found
+}
+
 // renewalPaidBy is the period of s that payment paid, when one did.
 func (s Subscription) renewalPaidBy(payment string) (Renewal, bool) {
 	if payment == "" {
