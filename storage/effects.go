@@ -134,6 +134,11 @@ type periodRow struct {
 	start, end   time.Time
 	paidAt       time.Time
 	purchase     bool
+	// awaited, when set, is the merchant order id the payment named that
+	// no order had (fulfillment.Step.AwaitedOrder), and inboxID the event
+	// that paid it: the order's creation finds it by them.
+	awaited *string
+	inboxID *int64
 }
 
 // publishRow is an event to publish: about an order, or about a
@@ -325,6 +330,10 @@ func (w *effectWriter) orderDelivered(o fulfillment.OrderRef, state fulfillment.
 type subscriptionCause struct {
 	eventRef string
 	inboxID  int64 // 0: none
+	// awaited is the merchant order id a payment that paid a period
+	// named, waiting for that order (fulfillment.Step.AwaitedOrder); ""
+	// for none.
+	awaited string
 }
 
 // subscriptionStep adds the effects of out, the decision of ev about rec;
@@ -334,8 +343,12 @@ func (w *effectWriter) subscriptionStep(rec *fulfillment.SubscriptionRecord, pla
 	for _, effect := range out.Effects {
 		switch e := effect.(type) {
 		case fulfillment.GrantPeriod:
-			w.periods = append(w.periods, periodRow{rec.ID, e.Period, ev.PeriodKey(), opt(ev.PaymentID), e.Start, e.End,
-				ev.OccurredAt, ev.Purchase})
+			p := periodRow{subscription: rec.ID, period: e.Period, key: ev.PeriodKey(), paymentID: opt(ev.PaymentID),
+				start: e.Start, end: e.End, paidAt: ev.OccurredAt, purchase: ev.Purchase}
+			if cause.awaited != "" {
+				p.awaited, p.inboxID = &cause.awaited, optID(cause.inboxID)
+			}
+			w.periods = append(w.periods, p)
 		case fulfillment.RefundPeriod:
 			w.refundedPeriods = append(w.refundedPeriods, periodRef{rec.ID, e.Period})
 		case fulfillment.MoveSubscription, fulfillment.EndAccess, fulfillment.BindSubscription, fulfillment.RecordCancellation:
@@ -614,20 +627,23 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 	if rows := w.periods; len(rows) > 0 {
 		var sub, key []string
 		var period []int
-		var paymentID nulls[string]
+		var paymentID, awaited nulls[string]
+		var inbox nulls[int64]
 		var start, end, paidAt []time.Time
 		var purchase []bool
 		for _, p := range rows {
 			sub, period, key, paymentID = append(sub, p.subscription), append(period, p.period), append(key, p.key), append(paymentID, p.paymentID)
 			start, end, paidAt, purchase = append(start, p.start), append(end, p.end), append(paidAt, p.paidAt), append(purchase, p.purchase)
+			awaited, inbox = append(awaited, p.awaited), append(inbox, p.inboxID)
 		}
 		// The unique keys make a repeated grant an error, never a second
 		// period: the decisions were made under the subscriptions' locks.
 		b.Queue(`
-			INSERT INTO subscription_periods (subscription_id, period, period_key, payment_id, starts_at, ends_at, paid_at, purchase)
+			INSERT INTO subscription_periods (subscription_id, period, period_key, payment_id, starts_at, ends_at, paid_at, purchase,
+				awaited_merchant_order_id, inbox_event_id)
 			SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[],
-				$7::timestamptz[], $8::bool[])`,
-			sub, period, key, paymentID, start, end, paidAt, purchase)
+				$7::timestamptz[], $8::bool[], $9::text[], $10::bigint[])`,
+			sub, period, key, paymentID, start, end, paidAt, purchase, awaited, inbox)
 	}
 	if rows := w.refundedPeriods; len(rows) > 0 {
 		var sub []string

@@ -139,6 +139,13 @@ func (s *Store) applySteps(ctx context.Context, tx *pipelinedTx, b *pgx.Batch, e
 		}
 		if sub := st.Subscription; sub != nil {
 			cause := subscriptionCause{eventRef: le.ev.EventID, inboxID: le.id}
+			if k := st.AwaitedOrder; k != nil {
+				// The payment paid a period for want of the order it
+				// names: the period keeps that order's id, and the order,
+				// created meanwhile, has it queued again.
+				cause.awaited = k.Value
+				late.addAwaited(le.id, *k)
+			}
 			if err := w.subscriptionStep(&sub.Record, sub.Plan, sub.Event, cause, sub.Outcome); err != nil {
 				return queued{}, err
 			}
@@ -336,7 +343,9 @@ type leasedEvent struct {
 	traceParent string // of the call that stored it
 	attempts    int    // the claims it took, this one included
 	// lateMatched is the detail of the late match that queued it again
-	// (lateMatchDetail), when it was decided unmatched before; "" for none.
+	// (lateMatchDetail), when it was decided unmatched before, or it was a
+	// payment that renewed a subscription for want of its order; "" for
+	// none.
 	lateMatched string
 }
 
@@ -356,12 +365,15 @@ func queueLeasedEvents(b *pgx.Batch, ids []int64, owner string, out *[]leasedEve
 		SELECT `+inboxSelectList+`, received_at, work.attempts, late.detail
 		FROM work JOIN LATERAL (SELECT * FROM inbox_events i WHERE i.id = work.id OFFSET 0) inbox_events USING (id)
 		LEFT JOIN LATERAL (
-			-- Only for an event decided unmatched before (a test on the
-			-- event alone: no index is read for the others).
+			-- Only for an event decided unmatched before, or a payment a
+			-- subscription took for want of its order (a test on the event
+			-- alone: no index is read for the others).
 			SELECT CASE WHEN r.replayed_by = '`+LateMatchActor+`' AND starts_with(r.replayed_by_detail, '`+lateMatchDetail+`')
 				THEN r.replayed_by_detail END AS detail
 			FROM inbox_replays r
-			WHERE inbox_events.decision = '`+string(fulfillment.DecisionUnmatched)+`' AND r.inbox_event_id = inbox_events.id
+			WHERE (inbox_events.decision = '`+string(fulfillment.DecisionUnmatched)+`'
+					OR inbox_events.decision = '`+string(fulfillment.DecisionRenewed)+`' AND inbox_events.order_id IS NULL)
+				AND r.inbox_event_id = inbox_events.id
 			ORDER BY r.id DESC LIMIT 1) late ON true
 		ORDER BY id`, ids, owner).Query(func(rows pgx.Rows) error {
 		err := forEachRow(rows, func(r pgx.Rows) error {

@@ -29,24 +29,36 @@ const LateMatchActor = "service"
 // first.
 const lateMatchDetail = "late match: "
 
-// lateMatchStatement is the statement that queues again the unmatched
-// events late selects, as rows (id, link): the event, and the order or
-// subscription (column linkColumn of its item) it names, created after
-// it. Each event gets a replay record by the service whose detail is
-// detail (an expression over the event's row e; the timeline shows that
-// the event came first), a fresh work row, and its unmatched_payment item
+// unmatchedEvent is the condition on a locked event e that a late match
+// queues again: it is still unmatched (not decided again meanwhile).
+const unmatchedEvent = `e.state = 'unmatched'`
+
+// awaitingEvent is the condition on a locked event e, a payment that paid
+// a subscription's period for want of the merchant order it names
+// (fulfillment.Step.AwaitedOrder), that a late match of that order queues
+// again: it is not pending, and was not decided for an order since (once
+// it is, it is the order's, and never queued again by it).
+const awaitingEvent = `e.state = 'processed' AND e.order_id IS NULL`
+
+// lateMatchStatement is the statement that queues again the events late
+// selects, as rows (id, link), that are still as wanted says (a condition
+// on the locked event e: unmatchedEvent, awaitingEvent): the event, and
+// the order or subscription (column linkColumn of its item) it names,
+// created after it. Each event gets a replay record by the service whose
+// detail is detail (an expression over the event's row e; the timeline
+// shows that the event came first), a fresh work row, and its unmatched_payment item
 // resolved as matched_later with note, linked to what it names
 // (inboxReplay). At most maxLateMatches of them, the oldest. The events
 // are locked: a concurrent replay of one waits, then finds it pending. It
 // returns how many it queued, and when it queued any, tells the other
 // replicas' inbox workers, on commit (a NOTIFY in the transaction, unlike
 // the signal sent after it, survives a crash right after the commit).
-func lateMatchStatement(late, linkColumn, detail, note string) string {
+func lateMatchStatement(late, wanted, linkColumn, detail, note string) string {
 	return `
 	WITH late AS MATERIALIZED (` + late + `
 	), locked AS MATERIALIZED (
 		SELECT e.id, late.link FROM inbox_events e JOIN late USING (id)
-		WHERE e.state = 'unmatched'
+		WHERE ` + wanted + `
 		ORDER BY e.id
 		LIMIT ` + strconv.Itoa(maxLateMatches) + `
 		FOR UPDATE OF e
@@ -64,9 +76,12 @@ func lateMatchStatement(late, linkColumn, detail, note string) string {
 // lateMatchSQL queues again, in the transaction that creates order $6, the
 // events of its org ($1) and environment ($2) that were decided unmatched
 // and name its merchant order id ($3) or checkout session ($4, NULL for
-// none), received within the late match window ($5)
-// (lateMatchStatement). The events are found among the unresolved ones,
-// through their partial indexes of unmatched events.
+// none), and the payments naming its merchant order id that paid a
+// subscription's period for want of it (awaitingEvent), received within
+// the late match window ($5) (lateMatchStatement). The events are found
+// among the unresolved ones, through their partial indexes of unmatched
+// events; the payments by the periods they paid, through theirs of the
+// periods that await an order.
 var lateMatchSQL = lateMatchStatement(`
 		SELECT event_id AS id, $6::uuid AS link FROM inbox_unresolved
 		WHERE state = 'unmatched' AND org_id = $1 AND environment = $2 AND merchant_order_id = $3
@@ -74,8 +89,13 @@ var lateMatchSQL = lateMatchStatement(`
 		UNION
 		SELECT event_id, $6::uuid FROM inbox_unresolved
 		WHERE state = 'unmatched' AND org_id = $1 AND environment = $2 AND checkout_session_id = $4
-			AND received_at > now() - $5::interval`,
-	"order_id", "'order ' || $6::text || ' was created after this event'",
+			AND received_at > now() - $5::interval
+		UNION
+		SELECT p.inbox_event_id, $6::uuid FROM subscription_periods p
+		JOIN subscriptions s ON s.id = p.subscription_id AND s.org_id = $1 AND s.environment = $2
+		JOIN inbox_events e ON e.id = p.inbox_event_id AND e.received_at > now() - $5::interval
+		WHERE p.awaited_merchant_order_id = $3`,
+	"("+unmatchedEvent+") OR ("+awaitingEvent+")", "order_id", "'order ' || $6::text || ' was created after this event'",
 	"the order was created after the payment; the payment is processed again against it")
 
 // lateStartSQL queues again, in the transaction that registers attempt $4
@@ -87,7 +107,7 @@ var lateStartSQL = lateMatchStatement(`
 		SELECT event_id AS id, $6::uuid AS link FROM inbox_unresolved
 		WHERE state = 'unmatched' AND org_id = $1 AND environment = $2 AND checkout_session_id = $4
 			AND received_at > now() - $5::interval AND $3::text IS NULL`,
-	"order_id", "'payment attempt ' || $4 || ' of order ' || $6::text || ' was registered after this event'",
+	unmatchedEvent, "order_id", "'payment attempt ' || $4 || ' of order ' || $6::text || ' was registered after this event'",
 	"the payment attempt was registered after the payment; the payment is processed again against its order")
 
 // lateSubscriptionSQL queues again the events that were decided unmatched
@@ -109,7 +129,7 @@ var lateSubscriptionSQL = lateMatchStatement(`
 				WHERE p.subscription_id = s.id AND p.payment_id = u.payment_id))
 		WHERE (s.org_id, s.environment, s.provider, s.provider_subscription_id) IN (
 			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]))`,
-	"subscription_id", "'subscription ' || e.subscription_id || ' was created after this event'",
+	unmatchedEvent, "subscription_id", "'subscription ' || e.subscription_id || ' was created after this event'",
 	"the subscription was created after the payment; the payment is processed again against it")
 
 // latePaymentSQL queues again the refunds that were decided unmatched and
@@ -128,7 +148,7 @@ var latePaymentSQL = lateMatchStatement(`
 		JOIN subscriptions s ON s.id = p.subscription_id AND s.org_id = k.org_id AND s.environment = k.environment
 			AND s.provider = k.provider AND (u.subscription_id IS NULL OR u.subscription_id = s.provider_subscription_id)
 		ORDER BY u.event_id, s.id`,
-	"subscription_id", "'a period paid by payment ' || e.payment_id || ' was recorded after this refund'",
+	unmatchedEvent, "subscription_id", "'a period paid by payment ' || e.payment_id || ' was recorded after this refund'",
 	"the payment was recorded after its refund; the refund is processed again against the period it paid")
 
 // lateOrderByEventSQL queues again the events of $1 (decided unmatched in
@@ -148,13 +168,27 @@ var lateOrderByEventSQL = lateMatchStatement(`
 			WHERE ps.org_id = e.org_id AND ps.environment = e.environment AND ps.provider_order_id = e.checkout_session_id) m
 		WHERE e.id = ANY($1) AND e.state = 'unmatched' AND e.received_at > now() - $2::interval
 		ORDER BY e.id, m.link`,
-	"order_id", "'order ' || (SELECT l.link FROM locked l WHERE l.id = e.id)::text || ' was created after this event'",
+	unmatchedEvent, "order_id", "'order ' || (SELECT l.link FROM locked l WHERE l.id = e.id)::text || ' was created after this event'",
+	"the order was created after the payment; the payment is processed again against it")
+
+// lateAwaitedSQL queues again the payments of $1 (decided in this
+// transaction) that paid a subscription's period for want of the merchant
+// order they name (fulfillment.Step.AwaitedOrder), when an order created
+// since has that id, received within the late match window ($2)
+// (lateMatchStatement). The order rules then decide each for its order.
+var lateAwaitedSQL = lateMatchStatement(`
+		SELECT e.id, o.id AS link
+		FROM inbox_events e
+		JOIN orders o ON o.org_id = e.org_id AND o.environment = e.environment AND o.merchant_order_id = e.merchant_order_id
+		WHERE e.id = ANY($1) AND e.received_at > now() - $2::interval`,
+	awaitingEvent, "order_id", "'order ' || (SELECT l.link FROM locked l WHERE l.id = e.id)::text || ' was created after this event'",
 	"the order was created after the payment; the payment is processed again against it")
 
 // requeueLateEvents queues again, in tx, the unmatched events that order
 // id would have matched had it existed, by its merchant order id or the
 // checkout session, with statement (lateMatchSQL for an order's creation:
-// both keys; lateStartSQL for a payment start: the attempt's provider
+// both keys, and the payments that paid a subscription's period for want
+// of the order; lateStartSQL for a payment start: the attempt's provider
 // order id as the session, no merchant order id), after taking those
 // keys' locks (lateMatches), and tells the other replicas' inbox workers
 // when there are any. It returns how many.
@@ -190,8 +224,10 @@ const lateMatchLock = 230
 
 // lateMatches are what a transaction must queue again at its end, after
 // its decisions are written: the unmatched events of the subscriptions it
-// created, and its own events it decided unmatched whose order or
-// subscription now exists.
+// created, its own events it decided unmatched whose order or
+// subscription now exists, and its own payments that paid a
+// subscription's period for want of the order they name, which now
+// exists.
 //
 // The locks close the race between a transaction that decides an event
 // unmatched because what it names does not exist (yet) and one that
@@ -218,6 +254,7 @@ type lateMatches struct {
 	subs      map[fulfillment.SubscriptionKey]bool // whose unmatched events to queue again
 	payments  map[fulfillment.RefundedPayment]bool // whose unmatched refunds to queue again
 	unmatched []int64                              // events decided unmatched here that name an order
+	awaited   []int64                              // payments decided here that paid a period awaiting their order
 	queued    int                                  // events queued again, once written
 }
 
@@ -271,6 +308,15 @@ func (l *lateMatches) addUnmatched(le leasedEvent) {
 	if len(keys) > 0 {
 		l.unmatched = append(l.unmatched, le.id)
 	}
+}
+
+// addAwaited records event id, a payment the transaction decided that
+// paid a subscription's period for want of order k, the merchant order it
+// names (fulfillment.Step.AwaitedOrder): it waits for that order, as an
+// unmatched event does, under that order's lock.
+func (l *lateMatches) addAwaited(id int64, k fulfillment.OrderKey) {
+	l.lock(orderLockKey(k), false)
+	l.awaited = append(l.awaited, id)
 }
 
 // subscriptionLockKey and orderLockKey are the texts whose hashes are the
@@ -340,6 +386,9 @@ func (l *lateMatches) queue(b *pgx.Batch, window time.Duration) {
 	}
 	if len(l.unmatched) > 0 {
 		b.Queue(lateOrderByEventSQL, l.unmatched, window).QueryRow(count("order"))
+	}
+	if len(l.awaited) > 0 {
+		b.Queue(lateAwaitedSQL, l.awaited, window).QueryRow(count("order"))
 	}
 }
 

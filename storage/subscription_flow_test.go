@@ -607,6 +607,296 @@ func TestSubscriptionFlowRegisteredTakesItsFirstPayment(t *testing.T) {
 	}
 }
 
+// lateOrder stores order merchantID of one period of pro-monthly for
+// user_42 and a license, paid in 10 USDT, and returns its id and whether
+// this call created it.
+func lateOrder(t *testing.T, s *storage.Store, merchantID string) (string, bool) {
+	t.Helper()
+	spec, err := fulfillment.OrderDraft{
+		OrgID: "org_a", Environment: "live", MerchantOrderID: merchantID,
+		Lines: []fulfillment.LineDraft{
+			{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "USD", MinorUnits: 1000, AccountRef: "user_42", PlanID: subPlan.ID},
+			{SKU: "pro-license", Kind: "license", Quantity: 1, Currency: "USD", MinorUnits: 500},
+		},
+		Settlement: &fulfillment.SettlementDraft{Token: "USDT", Network: "TRON", Amount: "10"},
+	}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, created, err := s.OrderCreate(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o.ID, created
+}
+
+// firstRefund is the full refund, at at, of firstPayment("…", "sub_1",
+// merchantID), naming both.
+func firstRefund(id, merchantID string, at time.Time) fulfillment.ProviderEvent {
+	ev := subEvent(id, "sub_1", fulfillment.EventRefunded, at, "inv_sub_1_1")
+	ev.Payment.PaymentID, ev.Payment.MerchantOrderID = "pay_inv_sub_1_1", merchantID
+	return ev
+}
+
+// A subscription registered with CreateSubscription, whose first order
+// the merchant creates after the order's payment came: the payment, naming
+// the subscription and the order, is the subscription's first period (no
+// order then). The order's creation queues it again for the order, which
+// is paid and fulfilled by it: its license granted once, no second period,
+// no item. The same payment announced again and the order created again
+// change nothing; the refund of that payment afterwards refunds the order
+// and the period, once (rows counted at each step).
+func TestSubscriptionFlowRegisteredOrderCreatedAfterItsPayment(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	if _, _, err := s.SubscriptionCreate(ctx, subRef); err != nil {
+		t.Fatal(err)
+	}
+	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "renewed" {
+		t.Fatalf("the first payment before its order: %s, want renewed", got)
+	}
+	id, _ := lateOrder(t, s, "m-1")
+	if got := processAll(t, s, 1); got != "fulfilled" {
+		t.Fatalf("the first payment once its order is created: %s, want fulfilled", got)
+	}
+	// $1 is the order, $2 the subscription.
+	sub := subscriptionID(t, conn, "sub_1")
+	paid := []countCheck{
+		{"fulfilled orders paid by the payment, recording the subscription", `SELECT count(*) FROM orders
+			WHERE id = $1 AND state = 'fulfilled' AND paid_payment_id = 'pay_inv_sub_1_1' AND paid_subscription_id = $2`, 1},
+		{"licenses", `SELECT count(*) FROM entitlements WHERE (order_id = $1 OR $2 = '') AND kind = 'license' AND revoked_at IS NULL`, 1},
+		{"order.fulfilled events", `SELECT count(*) FROM order_events WHERE (order_id = $1 OR $2 = '') AND topic = 'order.fulfilled'`, 1},
+		{"events of the order and the subscription", `SELECT count(*) FROM order_events WHERE order_id = $1 OR subscription_id = $2`, 2},
+		{"crm messages", `SELECT count(*) FROM outbox_messages WHERE (order_id = $1 OR subscription_id = $2) AND destination_id = 'crm'`, 2},
+		{"periods", `SELECT count(*) FROM subscription_periods WHERE (subscription_id = $2 OR $1 = '') AND refunded_at IS NULL`, 1},
+		{"items", `SELECT count(*) FROM reconciliation_items WHERE order_id = $1 OR subscription_id = $2`, 0},
+		{"the payment's decision, for the order, saying why", `SELECT count(*) FROM inbox_events WHERE event_id = 'evt_1'
+			AND order_id = $1 AND applied_subscription_id = $2 AND decision = 'fulfilled'
+			AND decision_reason LIKE '%(late match: order ' || $1 || ' was created after this event)'`, 1},
+	}
+	wantCounts(t, conn, paid, id, sub)
+	queued := `SELECT count(*) FROM inbox_work WHERE state = 'pending'`
+	if n := count(t, conn, queued); n != 0 {
+		t.Errorf("%d events queued again", n)
+	}
+	wantSub(t, conn, "sub_1", subRow{State: "active", Periods: 1, End: subJan1.AddDate(0, 1, 0), Renewed: 1})
+
+	if got := deliver(t, s, firstPayment("evt_1b", "sub_1", "m-1")); got != "already_applied" {
+		t.Errorf("the payment announced again: %s, want already_applied", got)
+	}
+	if again, created := lateOrder(t, s, "m-1"); again != id || created {
+		t.Errorf("the order created again: %s, created %v; want %s, not created", again, created, id)
+	}
+	wantCounts(t, conn, paid, id, sub)
+	if n := count(t, conn, queued); n != 0 {
+		t.Errorf("%d events queued again", n)
+	}
+
+	refundAt := subJan1.AddDate(0, 0, 9)
+	if got := deliver(t, s, firstRefund("evt_r", "m-1", refundAt)); got != "refunded" {
+		t.Fatalf("the refund: %s, want refunded", got)
+	}
+	wantCounts(t, conn, []countCheck{
+		{"refunded orders", `SELECT count(*) FROM orders WHERE id = $1 AND state = 'refunded'`, 1},
+		{"licenses left", `SELECT count(*) FROM entitlements WHERE order_id = $1 AND revoked_at IS NULL`, 0},
+		{"the order's refund items", `SELECT count(*) FROM reconciliation_items WHERE order_id = $1 AND kind = 'refund_after_fulfillment'`, 1},
+	}, id)
+	if n := count(t, conn, `SELECT count(*) FROM subscription_periods WHERE subscription_id = $1 AND refunded_at IS NOT NULL`, sub); n != 1 {
+		t.Errorf("%d refunded periods, want 1", n)
+	}
+	wantSub(t, conn, "sub_1", subRow{State: "expired", Periods: 1, End: refundAt, Renewed: 1, Ended: 1, Items: 1})
+}
+
+// The same, with the payment refunded before the order is created: the
+// refund takes the period back (the subscription's rules), and the
+// payment, decided again for the order, pays nothing — the money went
+// back — so the order stays unpaid, nothing granted, no second item.
+func TestSubscriptionFlowRegisteredPaymentRefundedBeforeItsOrder(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	if _, _, err := s.SubscriptionCreate(context.Background(), subRef); err != nil {
+		t.Fatal(err)
+	}
+	refundAt := subJan1.AddDate(0, 0, 9)
+	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "renewed" {
+		t.Fatalf("the first payment before its order: %s, want renewed", got)
+	}
+	if got := deliver(t, s, firstRefund("evt_r", "m-1", refundAt)); got != "subscription_refunded" {
+		t.Fatalf("its refund before the order: %s, want subscription_refunded", got)
+	}
+	id, _ := lateOrder(t, s, "m-1")
+	if got := processAll(t, s, 1); got != "stale_ignored" {
+		t.Fatalf("the refunded payment once its order is created: %s, want stale_ignored", got)
+	}
+	wantCounts(t, conn, []countCheck{
+		{"unpaid orders", `SELECT count(*) FROM orders WHERE id = $1 AND state = 'pending_payment' AND paid_at IS NULL`, 1},
+		{"licenses", `SELECT count(*) FROM entitlements WHERE order_id = $1`, 0},
+		{"order events", `SELECT count(*) FROM order_events WHERE order_id = $1`, 0},
+		{"the order's items", `SELECT count(*) FROM reconciliation_items WHERE order_id = $1`, 0},
+		{"events queued", `SELECT count(*) FROM inbox_work WHERE state = 'pending' AND $1 <> ''`, 0},
+	}, id)
+	wantSub(t, conn, "sub_1", subRow{State: "expired", Periods: 1, End: refundAt, Renewed: 1, Ended: 1, Items: 1})
+}
+
+// The same, with the refund decided after the order is created but before
+// the payment queued again for it: the refund, the order's now (unpaid),
+// has the subscription rules take the period back, and the payment then
+// pays nothing (rows counted).
+func TestSubscriptionFlowRegisteredPaymentRefundedOnceItsOrderIsCreated(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	if _, _, err := s.SubscriptionCreate(ctx, subRef); err != nil {
+		t.Fatal(err)
+	}
+	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "renewed" {
+		t.Fatalf("the first payment before its order: %s, want renewed", got)
+	}
+	id, _ := lateOrder(t, s, "m-1")
+	refundAt := subJan1.AddDate(0, 0, 9)
+	r, err := s.InboxInsert(ctx, firstRefund("evt_r", "m-1", refundAt), []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 10})
+	if err != nil || len(claims) != 2 {
+		t.Fatalf("claim = %v, %v; want the payment and its refund", claims, err)
+	}
+	payment := claims[0].ID
+	if payment == r.ID {
+		payment = claims[1].ID
+	}
+	for _, step := range []struct {
+		id   int64
+		want fulfillment.Decision
+	}{{r.ID, fulfillment.DecisionRefundedBeforePayment}, {payment, fulfillment.DecisionStaleIgnored}} {
+		outs, err := s.InboxProcess(ctx, []int64{step.id}, "w")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := outs[step.id].Decision; got != step.want {
+			t.Errorf("event %d: %s, want %s (%s)", step.id, got, step.want, outs[step.id].Reason)
+		}
+	}
+	wantCounts(t, conn, []countCheck{
+		{"unpaid orders", `SELECT count(*) FROM orders WHERE id = $1 AND state = 'pending_payment' AND paid_at IS NULL`, 1},
+		{"licenses", `SELECT count(*) FROM entitlements WHERE order_id = $1`, 0},
+		{"order events", `SELECT count(*) FROM order_events WHERE order_id = $1`, 0},
+		{"the order's items", `SELECT count(*) FROM reconciliation_items WHERE order_id = $1`, 0},
+		{"events queued", `SELECT count(*) FROM inbox_work WHERE state = 'pending' AND $1 <> ''`, 0},
+	}, id)
+	wantSub(t, conn, "sub_1", subRow{State: "expired", Periods: 1, End: refundAt, Renewed: 1, Ended: 1, Items: 1})
+}
+
+// Migration 053 keeps, with a period paid for want of the order its
+// payment named, that order's merchant id and the event that paid it, and
+// rolls back keeping the periods. A period paid before it awaits no order:
+// the order created after it stays unpaid, as before the migration.
+func TestMigration053PeriodAwaitedOrder(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	if _, _, err := s.SubscriptionCreate(ctx, subRef); err != nil {
+		t.Fatal(err)
+	}
+	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "renewed" {
+		t.Fatalf("the first payment before its order: %s, want renewed", got)
+	}
+	awaiting := `SELECT count(*) FROM subscription_periods p JOIN inbox_events e ON e.id = p.inbox_event_id
+		WHERE p.awaited_merchant_order_id = 'm-1' AND e.event_id = 'evt_1'`
+	if n := count(t, conn, awaiting); n != 1 {
+		t.Fatalf("%d periods awaiting order m-1, paid by evt_1; want 1", n)
+	}
+	m, v := migrator(t, conn, "_period_awaited_order.sql")
+	for _, version := range []int32{v - 1, v, v - 1, int32(len(m.Migrations))} {
+		if err := m.MigrateTo(ctx, version); err != nil {
+			t.Fatalf("migrating to %d: %v", version, err)
+		}
+	}
+	wantCounts(t, conn, []countCheck{
+		{"periods", `SELECT count(*) FROM subscription_periods`, 1},
+		{"periods awaiting an order", `SELECT count(*) FROM subscription_periods WHERE awaited_merchant_order_id IS NOT NULL`, 0},
+		{"the index of periods awaiting an order", `SELECT count(*) FROM pg_indexes WHERE indexname = 'subscription_periods_awaited_order_idx'`, 1},
+	})
+	lateOrder(t, s, "m-1")
+	if n := count(t, conn, `SELECT count(*) FROM inbox_work WHERE state = 'pending'`); n != 0 {
+		t.Errorf("%d events queued by the order of a period paid before the migration, want none", n)
+	}
+}
+
+// The order's creation races the decision of its payment, which a
+// registered subscription takes for want of the order: neither sees what
+// the other has not committed, yet each order is paid by its payment,
+// once — by the payment's own batch queueing it again when the order
+// committed first, else by the order's creation (the late-match locks of
+// the merchant order id). Each round counts what it leaves.
+func TestSubscriptionFlowRegisteredOrderRacesItsPayment(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	const rounds = 20
+	for i := range rounds {
+		ref := subRef
+		ref.ProviderSubscriptionID = fmt.Sprintf("sub_race_%d", i)
+		if _, _, err := s.SubscriptionCreate(ctx, ref); err != nil {
+			t.Fatal(err)
+		}
+		merchant := fmt.Sprintf("m-race-%d", i)
+		r, err := s.InboxInsert(ctx, firstPayment(fmt.Sprintf("evt_race_%d", i), ref.ProviderSubscriptionID, merchant), []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 10}); err != nil ||
+			len(claims) != 1 {
+			t.Fatalf("claim = %v, %v; want the payment", claims, err)
+		}
+		jobs := make(chan func(), 2)
+		jobs <- func() { lateOrder(t, s, merchant) }
+		jobs <- func() {
+			if _, err := s.InboxProcess(ctx, []int64{r.ID}, "w"); err != nil {
+				t.Error(err)
+			}
+		}
+		concurrently(2, func() { (<-jobs)() })
+		if n := count(t, conn, "SELECT count(*) FROM inbox_work WHERE state = 'pending'"); n > 0 {
+			processAll(t, s, n)
+		}
+	}
+	wantCounts(t, conn, []countCheck{
+		{"events left unprocessed", `SELECT count(*) FROM inbox_events WHERE state <> 'processed'`, 0},
+		{"payments decided for their order", `SELECT count(*) FROM inbox_events WHERE decision = 'fulfilled' AND order_id IS NOT NULL`, rounds},
+		{"orders fulfilled", `SELECT count(*) FROM orders WHERE state = 'fulfilled' AND paid_subscription_id IS NOT NULL`, rounds},
+		{"licenses", `SELECT count(*) FROM entitlements`, rounds},
+		{"periods paid", `SELECT count(*) FROM subscription_periods`, rounds},
+		{"subscriptions of one period", `SELECT count(*) FROM subscriptions WHERE periods = 1`, rounds},
+		{"items", `SELECT count(*) FROM reconciliation_items`, 0},
+	})
+}
+
+// An order created after the late-match window (inbox.late_match_window)
+// of the payment that named it is left as before: the payment stays the
+// subscription's, and the order unpaid.
+func TestSubscriptionFlowRegisteredOrderCreatedAfterTheWindow(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	if _, _, err := s.SubscriptionCreate(context.Background(), subRef); err != nil {
+		t.Fatal(err)
+	}
+	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "renewed" {
+		t.Fatalf("the first payment before its order: %s, want renewed", got)
+	}
+	if _, err := conn.Exec(context.Background(), "UPDATE inbox_events SET received_at = now() - interval '8 days'"); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := lateOrder(t, s, "m-1")
+	wantCounts(t, conn, []countCheck{
+		{"events queued", `SELECT count(*) FROM inbox_work WHERE state = 'pending' AND $1 <> ''`, 0},
+		{"unpaid orders", `SELECT count(*) FROM orders WHERE id = $1 AND state = 'pending_payment'`, 1},
+	}, id)
+	wantSub(t, conn, "sub_1", subRow{State: "active", Periods: 1, End: subJan1.AddDate(0, 1, 0), Renewed: 1})
+}
+
 // A subscription.overdue older than a renewal applied before it is
 // stale: the subscription stays active, nothing is announced.
 func TestSubscriptionFlowStaleOverdue(t *testing.T) {
