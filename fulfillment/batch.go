@@ -348,7 +348,7 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 		}
 		st.Outcome = st.Subscription.Outcome
 		if !matched {
-			st.AwaitedOrder = awaitedOrder(ev, st.Outcome)
+			st.AwaitedOrder = awaitedOrder(ev, be.Received, sub)
 		}
 		return st, nil, nil
 	case !matched && refundOfAPeriod(ev):
@@ -374,10 +374,11 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 		return st, nil, nil
 	}
 	var view *PaidOrder
+	var periodOf *SubscriptionRecord // the subscription of PaidOrder.PeriodOfAnother
 	if matched {
 		v := order.PaidOrder
 		v.PlanChange = b.planChange(ev, order)
-		v.PeriodPaidBefore = b.periodPaidBefore(ev, be.Received, order)
+		v.PeriodPaidBefore, v.PeriodOfAnother, periodOf = b.periodPaidBefore(ev, be.Received, order)
 		view = &v
 	}
 	st.Outcome = Decide(ev, view)
@@ -405,6 +406,14 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 			if st.Subscription, err = b.decideSubscription(ev, be.Received, rec, false); err != nil {
 				return st, nil, err
 			}
+		}
+	}
+	if periodOf != nil && ev.Kind == EventRefunded && st.Subscription == nil {
+		// The refund of a payment that stays a subscription's (its
+		// PeriodOfAnother): the subscription rules decide what it does to
+		// the period it paid, as they would had no order matched.
+		if st.Subscription, err = b.decideSubscription(ev, be.Received, periodOf, false); err != nil {
+			return st, nil, err
 		}
 	}
 	if matched && st.Subscription == nil {
@@ -500,35 +509,73 @@ func (b *batch) bindSubscription(ev ProviderEvent, received time.Time, o *Locked
 }
 
 // awaitedOrder is the order a payment ev, decided by the subscription
-// rules, waits for (Step.AwaitedOrder): the merchant order it names, when
-// it paid a period. A renewal names no merchant order; a T-Bank charge's
-// own order id is its checkout session, never awaited.
-func awaitedOrder(ev ProviderEvent, out Outcome) *OrderKey {
-	if ev.Kind != EventPaymentConfirmed || ev.Payment.MerchantOrderID == "" ||
-		!slices.ContainsFunc(out.Effects, func(e Effect) bool { _, ok := e.(GrantPeriod); return ok }) {
+// rules for rec, waits for (Step.AwaitedOrder): the merchant order it
+// names, when it is the payment of rec's first period, not refunded —
+// whether it paid that period now or an earlier decision did (the payment
+// announced again, or replayed while the order was being created: its
+// transaction must take the order's late-match lock all the same, or the
+// order, committed meanwhile, may not see it processed and never queue
+// it). Only the first period's payment may be an order's that comes late:
+// a later charge naming that order is the subscription's renewal. A
+// renewal names no merchant order; a T-Bank charge's own order id is its
+// checkout session, never awaited.
+func awaitedOrder(ev ProviderEvent, received time.Time, rec *SubscriptionRecord) *OrderKey {
+	if ev.Kind != EventPaymentConfirmed || ev.Payment.MerchantOrderID == "" {
+		return nil
+	}
+	if r, paid := rec.periodPaidBy(SubscriptionEventOf(ev, received)); !paid || r.Period != 1 || r.Refunded {
 		return nil
 	}
 	return &OrderKey{OrgID: ev.OrgID, Environment: ev.Environment, Field: ByMerchantOrderID, Value: ev.Payment.MerchantOrderID}
 }
 
-// periodPaidBefore is the period, of the subscription that unpaid order
-// o's subscription line pays, that the payment ev confirms or refunds in
-// full paid already, when the batch holds that subscription: the
-// subscription rules took that payment as a renewal before o was created
-// (awaitedOrder). nil otherwise.
-func (b *batch) periodPaidBefore(ev ProviderEvent, received time.Time, o *LockedOrder) *Renewal {
-	if !o.HasSubscriptionLines || o.Paid || ev.Kind != EventPaymentConfirmed && ev.Kind != EventRefunded {
-		return nil
+// periodPaidBefore tells what the payment ev confirms or refunds in full
+// paid already, for order o, when that payment paid a period of a
+// subscription the batch holds and did not pay o: before is that period
+// when it is the first period of the very subscription unpaid o's
+// subscription line pays — the order came after its payment, and may
+// claim it (PaidOrder.PeriodPaidBefore); else another is that period, and
+// rec its subscription — the payment stays that subscription's, whatever
+// o is (PaidOrder.PeriodOfAnother). All nil when the payment paid no
+// period the batch knows of, or paid o, or cannot be told from the one
+// that did.
+func (b *batch) periodPaidBefore(ev ProviderEvent, received time.Time, o *LockedOrder) (before, another *Renewal, rec *SubscriptionRecord) {
+	if ev.Kind != EventPaymentConfirmed && ev.Kind != EventRefunded {
+		return nil, nil, nil
 	}
-	rec, known := b.subs[OrderSubscriptionRef(ev, o.SubscriptionPlan, o.SubscriptionFor).Key()]
-	if !known {
-		return nil
+	if same, known := o.PaidBy.SamePayment(ev.Payment); o.Paid && (same || !known) {
+		return nil, nil, nil
 	}
-	r, paid := rec.periodPaidBy(SubscriptionEventOf(ev, received))
+	rec, r, paid := b.periodOf(ev, received)
 	if !paid {
-		return nil
+		return nil, nil, nil
 	}
-	return &r
+	if !o.Paid && o.HasSubscriptionLines && r.Period == 1 &&
+		b.subs[OrderSubscriptionRef(ev, o.SubscriptionPlan, o.SubscriptionFor).Key()] == rec {
+		return &r, nil, nil
+	}
+	return nil, &r, rec
+}
+
+// periodOf is the subscription the batch holds that ev's payment paid a
+// period of, and that period: the subscription ev names, else the one
+// whose period its payment id paid.
+func (b *batch) periodOf(ev ProviderEvent, received time.Time) (*SubscriptionRecord, Renewal, bool) {
+	sev := SubscriptionEventOf(ev, received)
+	if rec, ok := b.subs[ev.SubscriptionKey()]; ok {
+		if r, paid := rec.periodPaidBy(sev); paid {
+			return rec, r, true
+		}
+	}
+	if ev.Payment.PaymentID == "" {
+		return nil, Renewal{}, false
+	}
+	if rec, ok := b.periodPaidBy(ev.refundedPayment()); ok {
+		if r, paid := rec.periodPaidBy(sev); paid {
+			return rec, r, true
+		}
+	}
+	return nil, Renewal{}, false
 }
 
 // planChange is the change of plan a payment ev of order o would make: its

@@ -553,47 +553,95 @@ func TestSubscriptionKeys(t *testing.T) {
 
 // A registered subscription's first payment that names a merchant order
 // the batch does not hold: the subscription rules take it as a renewal,
-// and the step says it awaits that order when it paid a period. Decided
-// again once the order exists, it pays the order, and the subscription
-// rules find its period paid already: nothing paid twice. Refunded before
-// the order came, it pays nothing; refunded while the order is unpaid, its
-// period is refunded by the subscription rules.
+// and the step says it awaits that order while it is the payment of the
+// subscription's first period, not refunded — announced again too, so
+// that its transaction takes the order's late-match lock. Decided again
+// once the order exists, it pays the order when the order's subscription
+// line pays that subscription, and the subscription rules find its period
+// paid already: nothing paid twice; when it does not fit that order, the
+// order stays unpaid, an item open. For any other order (no subscription
+// line), and for a later charge naming the order, the payment stays the
+// subscription's: the order takes nothing of it, and its refund is the
+// subscription rules' as without an order. Refunded before the order came,
+// it pays nothing; refunded while the order is unpaid, its period is
+// refunded by the subscription rules.
 func TestDecideBatchPaymentBeforeItsOrder(t *testing.T) {
 	t.Parallel()
 	pay := named(batchEvent("e1", EventPaymentConfirmed, "m-1", "pay_1", 1000), "sub_1")
+	refund := named(batchEvent("e1", EventRefunded, "m-1", "pay_1", 1000), "sub_1")
+	license := func() *LockedOrder { return batchOrder("o1") }
+	subscribed := func() *LockedOrder { return subscriptionOrder("o1", "user_42") }
+	dearer := func() *LockedOrder { o := subscribed(); o.Total.MinorUnits = 1500; return o }
+	paidByPay0 := func() *LockedOrder {
+		o := subscribed()
+		o.State, o.Paid, o.PaidBy, o.PaidSubscription = StateFulfilled, true, PaidRefs{AttemptRef: "pay_0", PaymentID: "pay_0"}, "s1"
+		return o
+	}
 	cases := []struct {
-		name    string
-		ev      BatchEvent
-		period  string // "": none paid; "paid", "refunded": by pay_1
-		order   bool   // the batch holds order m-1
+		name string
+		ev   BatchEvent
+		// period is what pay_1 paid: "" nothing; "first", "refunded":
+		// period 1 (refunded); "second": period 2, period 1 paid by
+		// pay_0; "other": nothing, period 1 paid by pay_0.
+		period  string
+		order   func() *LockedOrder // the order m-1 the batch holds, nil for none
 		want    string
 		awaited string // the merchant order the step awaits
+		paid    bool   // the order paid, after the step
+		item    ReconKind
 	}{
-		{"before its order: a renewal awaiting the order", pay, "", false, "renewed sub=s1 sub:renewed", "m-1"},
+		{"before its order: a renewal awaiting the order", pay, "", nil, "renewed sub=s1 sub:renewed", "m-1", false, ""},
 		{"naming no merchant order: a renewal awaiting none",
-			named(batchEvent("e1", EventPaymentConfirmed, "", "pay_1", 1000), "sub_1"), "", false, "renewed sub=s1 sub:renewed", ""},
-		{"announced again before its order: paid already, awaiting none", pay, "paid", false,
-			"already_applied sub=s1 sub:already_applied", ""},
-		{"once its order exists: the order fulfilled, the period paid already", pay, "paid", true,
-			"fulfilled order=o1 sub=s1 sub:already_applied", ""},
-		{"once its order exists, refunded before: nothing paid", pay, "refunded", true, "stale_ignored order=o1", ""},
-		{"its refund while the order is unpaid: the period refunded",
-			named(batchEvent("e1", EventRefunded, "m-1", "pay_1", 1000), "sub_1"), "paid", true,
-			"refunded_before_payment order=o1 sub=s1 sub:subscription_refunded", ""},
+			named(batchEvent("e1", EventPaymentConfirmed, "", "pay_1", 1000), "sub_1"), "", nil, "renewed sub=s1 sub:renewed", "", false, ""},
+		{"announced again before its order: paid already, still awaiting it", pay, "first", nil,
+			"already_applied sub=s1 sub:already_applied", "m-1", false, ""},
+		{"announced again before its order, refunded: awaiting none", pay, "refunded", nil,
+			"already_applied sub=s1 sub:already_applied", "", false, ""},
+		{"a later charge naming the order: a renewal awaiting none", pay, "other", nil, "renewed sub=s1 sub:renewed", "", false, ""},
+		{"a later charge announced again: awaiting none", pay, "second", nil,
+			"already_applied sub=s1 sub:already_applied", "", false, ""},
+		{"once its order exists: the order fulfilled, the period paid already", pay, "first", subscribed,
+			"fulfilled order=o1 sub=s1 sub:already_applied", "", true, ""},
+		{"once its order exists, refunded before: nothing paid", pay, "refunded", subscribed, "stale_ignored order=o1", "", false, ""},
+		{"its refund while the order is unpaid: the period refunded", refund, "first", subscribed,
+			"refunded_before_payment order=o1 sub=s1 sub:subscription_refunded", "", false, ""},
+		{"once an order of another price exists: the order unpaid, an item", pay, "first", dearer,
+			"amount_mismatch order=o1", "", false, ReconAmountMismatch},
+		{"then its refund: the period refunded", refund, "first", dearer,
+			"refunded_before_payment order=o1 sub=s1 sub:subscription_refunded", "", false, ""},
+		{"once an order with no subscription line exists: the subscription's still", pay, "first", license,
+			"already_applied order=o1", "", false, ""},
+		{"then its refund: the period refunded", refund, "first", license,
+			"refunded_before_payment order=o1 sub=s1 sub:subscription_refunded", "", false, ""},
+		{"a later charge once its order exists: the subscription's still", pay, "second", subscribed,
+			"already_applied order=o1", "", false, ""},
+		{"a later charge once the order is paid: no extra payment", pay, "second", paidByPay0,
+			"already_applied order=o1", "", true, ""},
+		{"its refund once the order is paid: the period refunded", refund, "second", paidByPay0,
+			"other_payment_refunded order=o1 sub=s1 sub:subscription_refunded", "", true, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			sub := batchSub("s1", "sub_1")
-			if tc.period != "" {
+			month := func(n int, payment string, refunded bool) Renewal {
+				return Renewal{Period: n, PaymentID: payment, Start: jan1.AddDate(0, n-1, 0), End: jan1.AddDate(0, n, 0), Refunded: refunded}
+			}
+			switch tc.period {
+			case "first", "refunded":
 				sub.State, sub.Periods, sub.PeriodStart, sub.PeriodEnd = SubActive, 1, jan1, jan1.AddDate(0, 1, 0)
-				sub.Renewals = map[string]Renewal{"payment:pay_1": {Period: 1, PaymentID: "pay_1", Start: jan1,
-					End: jan1.AddDate(0, 1, 0), Refunded: tc.period == "refunded"}}
+				sub.Renewals = map[string]Renewal{"payment:pay_1": month(1, "pay_1", tc.period == "refunded")}
+			case "other":
+				sub.State, sub.Periods, sub.PeriodStart, sub.PeriodEnd = SubActive, 1, jan1, jan1.AddDate(0, 1, 0)
+				sub.Renewals = map[string]Renewal{"payment:pay_0": month(1, "pay_0", false)}
+			case "second":
+				sub.State, sub.Periods, sub.PeriodStart, sub.PeriodEnd = SubActive, 2, jan1.AddDate(0, 1, 0), jan1.AddDate(0, 2, 0)
+				sub.Renewals = map[string]Renewal{"payment:pay_0": month(1, "pay_0", false), "payment:pay_1": month(2, "pay_1", false)}
 			}
 			snap := &Snapshot{Orders: map[OrderKey]*LockedOrder{},
 				Subscriptions: map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): sub}, Plans: Plans{monthly.ID: monthly}}
-			if tc.order {
-				snap.Orders[orderKey("m-1")] = subscriptionOrder("o1", "user_42")
+			if tc.order != nil {
+				snap.Orders[orderKey("m-1")] = tc.order()
 			}
 			st := decided(t, snap, []BatchEvent{tc.ev})[0]
 			if got := summary(st); got != tc.want {
@@ -609,8 +657,25 @@ func TestDecideBatchPaymentBeforeItsOrder(t *testing.T) {
 			if awaited != tc.awaited {
 				t.Errorf("awaits order %q, want %q", awaited, tc.awaited)
 			}
-			if st.Order != nil && st.OrderState == StateFulfilled && st.Order.PaidSubscription != "s1" {
-				t.Errorf("the order records it paid subscription %q, want s1", st.Order.PaidSubscription)
+			if st.Order != nil {
+				if st.Order.Paid != tc.paid {
+					t.Errorf("the order paid: %v, want %v", st.Order.Paid, tc.paid)
+				}
+				if st.OrderState == StateFulfilled && st.Order.PaidSubscription != "s1" {
+					t.Errorf("the order records it paid subscription %q, want s1", st.Order.PaidSubscription)
+				}
+			}
+			var items []ReconKind
+			for _, e := range st.Outcome.Effects {
+				if it, ok := e.(OpenItem); ok {
+					items = append(items, it.Kind)
+				}
+				if _, ok := e.(GrantLicenses); ok && !tc.paid {
+					t.Error("licenses granted to an order the payment did not pay")
+				}
+			}
+			if tc.item == "" && len(items) > 0 || tc.item != "" && !slices.Equal(items, []ReconKind{tc.item}) {
+				t.Errorf("items %v, want %q", items, tc.item)
 			}
 		})
 	}

@@ -136,12 +136,21 @@ type PaidOrder struct {
 	// (DecideBatch), nil otherwise.
 	PlanChange *PlanChange
 	// PeriodPaidBefore is set, for the payment or the full refund being
-	// decided while the order is unpaid, when that payment paid a period
-	// of the subscription the order's subscription line pays already: the
-	// subscription rules took it as a renewal because the order was
-	// created after it (Step.AwaitedOrder). The batch sets it
-	// (DecideBatch), nil otherwise.
+	// decided while the order is unpaid, when that payment paid the first
+	// period of the very subscription the order's subscription line pays
+	// already: the subscription rules took it as that period because the
+	// order was created after it (Step.AwaitedOrder). The order may claim
+	// it: it is paid by it when it fits the order as it is. The batch sets
+	// it (DecideBatch), nil otherwise.
 	PeriodPaidBefore *Renewal
+	// PeriodOfAnother is set, for the payment or the full refund being
+	// decided, when that payment paid a period of a subscription and is
+	// not the order's: a later period, or one of a subscription the order
+	// has no line for, or the order was paid by another payment. That
+	// payment stays the subscription's: the order rules take nothing of it
+	// (its refund is the subscription rules' too). The batch sets it
+	// (DecideBatch), nil otherwise.
+	PeriodOfAnother *Renewal
 	// Paid is true once a confirmation was applied to the order (whether it
 	// fulfilled it or put it on hold).
 	Paid bool
@@ -340,6 +349,19 @@ func with(effects []Effect, more ...Effect) []Effect {
 func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 	p := ev.Payment
 	confirmed := recordAttempt(ev, AttemptConfirmed)
+	if r := order.PeriodOfAnother; r != nil {
+		// A subscription's payment (period 1 of a subscription the order
+		// does not pay, or a later period, or the order has a payment of
+		// its own): the order was created after it, or named by a renewal.
+		// Taking it for the order too would grant twice for one payment,
+		// and leave a period its refund could not take back. Nothing to
+		// look at: the order awaits a payment of its own, as it would had
+		// the payment named no order.
+		return outcome(DecisionAlreadyApplied,
+			fmt.Sprintf("this payment paid period %d of a subscription the order does not pay with it (the order was created "+
+				"after the payment, or is paid by another): it stays the subscription's, and the order is neither paid nor "+
+				"granted anything by it", r.Period))
+	}
 	if order.Paid {
 		if order.PaidByEvent != "" && order.PaidByEvent == PaidEventRef(ev) {
 			return outcome(DecisionAlreadyApplied, "this event already paid the order", confirmed...)
@@ -387,7 +409,14 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 	// Unpaid: an unidentifiable payment pays like any other (PaidRefs then
 	// records none).
 	paid := with(confirmed, MarkPaid{})
+	// claimed is the payment of a period of the order's subscription, paid
+	// before the order was created (PeriodPaidBefore): the period is paid,
+	// and stays the subscription's unless the order fits the payment.
+	claimed := order.PeriodPaidBefore != nil && order.HasSubscriptionLines
 	hold := func(reason string) Outcome {
+		if claimed {
+			return unclaimed(DecisionAmountMismatch, reason, confirmed, ReconAmountMismatch)
+		}
 		return outcome(DecisionAmountMismatch, reason,
 			with(with(paid, enter(StateOnHold)...), OpenItem{ReconAmountMismatch})...)
 	}
@@ -400,6 +429,11 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 	}
 
 	if c := order.PlanChange; c != nil && order.HasSubscriptionLines {
+		if claimed {
+			return unclaimed(DecisionPlanChangeRefused,
+				fmt.Sprintf("the payment is for a subscription on plan %s, and the order's subscription line is for plan %s",
+					c.From, c.To), confirmed, ReconPlanChange)
+		}
 		return outcome(DecisionPlanChangeRefused,
 			fmt.Sprintf("the payment is for a subscription on plan %s, and the order's subscription line is for plan %s: "+
 				"a change of plan is not applied (how the periods paid are credited is the merchant's decision); "+
@@ -436,6 +470,20 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 			"no period is paid again", r.Period)
 	}
 	return outcome(DecisionFulfilled, reason, effects...)
+}
+
+// unclaimed is the outcome d of a payment that paid the first period of
+// the order's subscription before the order was created (its
+// PeriodPaidBefore) and does not fit the order (why): the order stays
+// unpaid — holding it paid would leave behind it a period that the
+// payment's refund, then the order's, could not take back — and a person
+// decides, with item kind: refund the payment (its refund takes the period
+// back, the subscription's rules), or settle the order by hand. The
+// period stays paid meanwhile.
+func unclaimed(d Decision, why string, confirmed []Effect, kind ReconKind) Outcome {
+	return outcome(d, why+": this payment paid period 1 of the subscription before the order was created, and does not fit "+
+		"the order; the order stays unpaid, the period paid, nothing granted: a person decides",
+		with(confirmed, OpenItem{kind})...)
 }
 
 // Expected is what the order expects of a payment in unit u — its
@@ -489,11 +537,19 @@ func decideRefund(ev ProviderEvent, order PaidOrder) Outcome {
 					"the subscription's rules decide what its refund does to that period", r.Period),
 				with(refunded, RefundSubscriptions{})...)
 		}
+		if r := order.PeriodOfAnother; r != nil {
+			reason += fmt.Sprintf("; the payment paid period %d of a subscription, whose rules decide what its refund does "+
+				"to that period", r.Period)
+		}
 		return outcome(DecisionRefundedBeforePayment, reason, refunded...)
 	}
 	switch same, known := order.PaidBy.SamePayment(ev.Payment); {
 	case known && !same:
 		reason := fmt.Sprintf("the refunded payment is not %s, which paid the order", order.PaidBy.describe())
+		if r := order.PeriodOfAnother; r != nil {
+			reason += fmt.Sprintf("; it paid period %d of a subscription, whose rules decide what its refund does to that period",
+				r.Period)
+		}
 		if ev.Payment.AttemptRef == order.PaidBy.AttemptRef {
 			// Another payment of the paying attempt: the attempt as a whole
 			// is not refunded.

@@ -773,12 +773,15 @@ func TestPartialRefundOfUnknownAmount(t *testing.T) {
 	}
 }
 
-// A payment that paid a period of the order's subscription before the
-// order was created (PeriodPaidBefore, set by the batch): it pays the
-// order as any payment, its PaySubscriptions finding the period paid
-// already; refunded before the order came, it pays nothing; and its refund
-// while the order is unpaid has the subscription rules take the period
-// back.
+// A payment that paid the first period of the order's subscription before
+// the order was created (PeriodPaidBefore, set by the batch): it pays the
+// order as any payment when it fits it, its PaySubscriptions finding the
+// period paid already; when it does not (the price, the plan), the order
+// stays unpaid and an item opens, and its refund then is the period's;
+// refunded before the order came, it pays nothing; and its refund while
+// the order is unpaid has the subscription rules take the period back. A
+// payment that stays a subscription's (PeriodOfAnother) is neither the
+// order's payment nor an extra one.
 func TestDecidePeriodPaidBeforeTheOrder(t *testing.T) {
 	t.Parallel()
 	settlement := &Settlement{Token: "USDT", Network: "TRON", Amount: decimal.RequireFromString("25")}
@@ -792,6 +795,25 @@ func TestDecidePeriodPaidBeforeTheOrder(t *testing.T) {
 	}
 	paid := &Renewal{Period: 1, PaymentID: "pay_1"}
 	refunded := &Renewal{Period: 1, PaymentID: "pay_1", Refunded: true}
+	withAttempt := func(o *PaidOrder, a AttemptState) *PaidOrder {
+		c := *o
+		c.Attempts = map[AttemptKey]AttemptState{{ProviderYolfi, "inv_1"}: a}
+		return &c
+	}
+	dearer := order(paid, "")
+	dearer.Settlement = &Settlement{Token: "USDT", Network: "TRON", Amount: decimal.RequireFromString("30")}
+	otherPlan := order(paid, "")
+	otherPlan.PlanChange = &PlanChange{From: "pro-monthly", To: "pro-yearly"}
+	// another is an order the payment did not pay, the payment having paid
+	// period 2 of a subscription; paid, by another payment.
+	another := func(paidByOther bool) *PaidOrder {
+		o := order(nil, "")
+		o.PeriodOfAnother = &Renewal{Period: 2, PaymentID: "pay_1"}
+		if paidByOther {
+			o.State, o.Paid, o.PaidBy = StateFulfilled, true, PaidRefs{AttemptRef: "inv_0", InvoiceID: "inv_0", PaymentID: "pay_0"}
+		}
+		return o
+	}
 	event := func(k EventKind) ProviderEvent {
 		return ProviderEvent{Provider: ProviderYolfi, Environment: EnvLive, Kind: k, Type: string(k),
 			Payment: PaymentInfo{AttemptRef: "inv_1", InvoiceID: "inv_1", PaymentID: "pay_1", MerchantOrderID: "m-1",
@@ -822,6 +844,23 @@ func TestDecidePeriodPaidBeforeTheOrder(t *testing.T) {
 			order(paid, AttemptRefunded), DecisionAlreadyApplied, nil, "already recorded"},
 		{"a refund, no period paid before: the order's alone", event(EventRefunded),
 			order(nil, ""), DecisionRefundedBeforePayment, []Effect{RecordAttempt{AttemptRefunded}}, "nothing was granted"},
+		{"the payment, its period paid, short of the order's price: the order unpaid, an item", event(EventPaymentConfirmed),
+			dearer, DecisionAmountMismatch, []Effect{RecordAttempt{AttemptConfirmed}, OpenItem{ReconAmountMismatch}},
+			"the order stays unpaid, the period paid"},
+		{"the payment, its period paid, for another plan than the order's: the order unpaid, an item",
+			event(EventPaymentConfirmed), otherPlan, DecisionPlanChangeRefused,
+			[]Effect{RecordAttempt{AttemptConfirmed}, OpenItem{ReconPlanChange}}, "the order stays unpaid, the period paid"},
+		{"then its refund: the subscription rules take the period back", event(EventRefunded),
+			withAttempt(dearer, AttemptConfirmed), DecisionRefundedBeforePayment,
+			[]Effect{RecordAttempt{AttemptRefunded}, RefundSubscriptions{}}, "the subscription's rules decide"},
+		{"a payment of another subscription's period: the order takes nothing", event(EventPaymentConfirmed),
+			another(false), DecisionAlreadyApplied, nil, "it stays the subscription's"},
+		{"the same, the order paid by another payment: no extra payment", event(EventPaymentConfirmed),
+			another(true), DecisionAlreadyApplied, nil, "it stays the subscription's"},
+		{"its refund, the order unpaid: the order's attempt refunded, the period the subscription's", event(EventRefunded),
+			another(false), DecisionRefundedBeforePayment, []Effect{RecordAttempt{AttemptRefunded}}, "whose rules decide"},
+		{"its refund, the order paid by another payment: the period the subscription's", event(EventRefunded),
+			another(true), DecisionOtherPaymentRefunded, []Effect{RecordAttempt{AttemptRefunded}}, "whose rules decide"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
