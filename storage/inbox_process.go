@@ -140,9 +140,13 @@ func (s *Store) applySteps(ctx context.Context, tx *pipelinedTx, b *pgx.Batch, e
 		if sub := st.Subscription; sub != nil {
 			cause := subscriptionCause{eventRef: le.ev.EventID, inboxID: le.id}
 			if k := st.AwaitedOrder; k != nil {
-				// The payment paid a period for want of the order it
-				// names: the period keeps that order's id, and the order,
-				// created meanwhile, has it queued again.
+				// The payment of the subscription's first period, for
+				// want of the order it names: the period it pays now
+				// keeps that order's id, and the order, created
+				// meanwhile, has it queued again — also when it paid
+				// the period before (announced again, or replayed while
+				// the order is being created, which finds it pending and
+				// leaves it to this transaction).
 				cause.awaited = k.Value
 				late.addAwaited(le.id, *k)
 			}

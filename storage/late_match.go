@@ -311,9 +311,9 @@ func (l *lateMatches) addUnmatched(le leasedEvent) {
 }
 
 // addAwaited records event id, a payment the transaction decided that
-// paid a subscription's period for want of order k, the merchant order it
-// names (fulfillment.Step.AwaitedOrder): it waits for that order, as an
-// unmatched event does, under that order's lock.
+// paid a subscription's first period, now or before, for want of order k,
+// the merchant order it names (fulfillment.Step.AwaitedOrder): it waits
+// for that order, as an unmatched event does, under that order's lock.
 func (l *lateMatches) addAwaited(id int64, k fulfillment.OrderKey) {
 	l.lock(orderLockKey(k), false)
 	l.awaited = append(l.awaited, id)

@@ -2,6 +2,7 @@ package storage_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/shopspring/decimal"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -823,6 +825,17 @@ func TestMigration053PeriodAwaitedOrder(t *testing.T) {
 	if n := count(t, conn, `SELECT count(*) FROM inbox_work WHERE state = 'pending'`); n != 0 {
 		t.Errorf("%d events queued by the order of a period paid before the migration, want none", n)
 	}
+	// Only a first period awaits an order, and with the event that paid it.
+	for _, bad := range []string{
+		`UPDATE subscription_periods SET awaited_merchant_order_id = 'm-1'`,
+		`UPDATE subscription_periods SET awaited_merchant_order_id = 'm-1', period = 2,
+			inbox_event_id = (SELECT id FROM inbox_events WHERE event_id = 'evt_1')`,
+	} {
+		_, err := conn.Exec(ctx, bad)
+		if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.ConstraintName != "subscription_periods_awaited_first" {
+			t.Errorf("%s: %v, want a violation of subscription_periods_awaited_first", bad, err)
+		}
+	}
 }
 
 // The order's creation races the decision of its payment, which a
@@ -895,6 +908,262 @@ func TestSubscriptionFlowRegisteredOrderCreatedAfterTheWindow(t *testing.T) {
 		{"unpaid orders", `SELECT count(*) FROM orders WHERE id = $1 AND state = 'pending_payment'`, 1},
 	}, id)
 	wantSub(t, conn, "sub_1", subRow{State: "active", Periods: 1, End: subJan1.AddDate(0, 1, 0), Renewed: 1})
+}
+
+// lineOrder stores order merchantID of lines, paid in amount USDT, and
+// returns its id.
+func lineOrder(t *testing.T, s *storage.Store, merchantID, amount string, lines ...fulfillment.LineDraft) string {
+	t.Helper()
+	spec, err := fulfillment.OrderDraft{
+		OrgID: "org_a", Environment: "live", MerchantOrderID: merchantID, Lines: lines,
+		Settlement: &fulfillment.SettlementDraft{Token: "USDT", Network: "TRON", Amount: amount},
+	}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _, err := s.OrderCreate(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o.ID
+}
+
+// lateOrderUnfit is a registered subscription's first payment, followed by
+// an order created after it whose subscription line pays that subscription
+// but that the payment does not fit (create: another price, another plan).
+// The payment, queued again for it, leaves the order unpaid with an item
+// of kind item (decision) — never on hold and marked paid, which would let
+// the payment's refund, then the order's, leave the period paid: the money
+// back with the payer, the access kept. Announced again, it changes
+// nothing; its full refund then is the period's (the subscription's
+// rules), once, and the order stays unpaid (rows counted).
+func lateOrderUnfit(t *testing.T, create func(*storage.Store) string, decision, item string) {
+	t.Helper()
+	s, conn := newOutboxStore(t)
+	if _, _, err := s.SubscriptionCreate(context.Background(), subRef); err != nil {
+		t.Fatal(err)
+	}
+	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "renewed" {
+		t.Fatalf("the first payment before its order: %s, want renewed", got)
+	}
+	id := create(s)
+	if got := processAll(t, s, 1); got != decision {
+		t.Fatalf("the payment once its order is created: %s, want %s", got, decision)
+	}
+	sub := subscriptionID(t, conn, "sub_1")
+	// $1 is the order, $2 the subscription.
+	unpaid := []countCheck{
+		{"unpaid orders", `SELECT count(*) FROM orders WHERE id = $1 AND state = 'pending_payment' AND paid_at IS NULL AND $2 <> ''`, 1},
+		{"entitlements", `SELECT count(*) FROM entitlements WHERE order_id = $1 AND $2 <> ''`, 0},
+		{"order events", `SELECT count(*) FROM order_events WHERE order_id = $1 AND $2 <> ''`, 0},
+		{"the order's items", `SELECT count(*) FROM reconciliation_items WHERE order_id = $1 AND kind = '` + item + `' AND $2 <> ''`, 1},
+		{"items", `SELECT count(*) FROM reconciliation_items WHERE order_id = $1 OR subscription_id = $2`, 1},
+		{"events queued", `SELECT count(*) FROM inbox_work WHERE state = 'pending' AND $1 <> '' AND $2 <> ''`, 0},
+	}
+	wantCounts(t, conn, unpaid, id, sub)
+	wantSub(t, conn, "sub_1", subRow{State: "active", Periods: 1, End: subJan1.AddDate(0, 1, 0), Renewed: 1})
+	if got := deliver(t, s, firstPayment("evt_1b", "sub_1", "m-1")); got != decision {
+		t.Errorf("the payment announced again: %s, want %s", got, decision)
+	}
+	wantCounts(t, conn, unpaid, id, sub)
+
+	refundAt := subJan1.AddDate(0, 0, 9)
+	if got := deliver(t, s, firstRefund("evt_r", "m-1", refundAt)); got != "refunded_before_payment" {
+		t.Fatalf("the refund: %s, want refunded_before_payment", got)
+	}
+	if got := deliver(t, s, firstRefund("evt_r2", "m-1", refundAt)); got != "already_applied" {
+		t.Errorf("the refund announced again: %s, want already_applied", got)
+	}
+	wantCounts(t, conn, unpaid[:3], id, sub)
+	if n := count(t, conn, `SELECT count(*) FROM subscription_periods WHERE subscription_id = $1 AND refunded_at IS NOT NULL`, sub); n != 1 {
+		t.Errorf("%d refunded periods, want 1", n)
+	}
+	wantSub(t, conn, "sub_1", subRow{State: "expired", Periods: 1, End: refundAt, Renewed: 1, Ended: 1, Items: 1})
+}
+
+// The late order priced higher than its payment (20 USDT, 10 paid):
+// amount_mismatch, the order unpaid (lateOrderUnfit). The first version
+// held it paid, and the payment's refund refunded the order, leaving the
+// period paid and the subscription active.
+func TestSubscriptionFlowRegisteredOrderOfAnotherPriceLeftUnpaid(t *testing.T) {
+	t.Parallel()
+	lateOrderUnfit(t, func(s *storage.Store) string {
+		return lineOrder(t, s, "m-1", "20", fulfillment.LineDraft{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "USD",
+			MinorUnits: 2000, AccountRef: "user_42", PlanID: subPlan.ID})
+	}, "amount_mismatch", "amount_mismatch")
+}
+
+// The late order for another plan than the subscription's:
+// plan_change_refused, the order unpaid (lateOrderUnfit); the first
+// version held it paid, and the refund kept the period.
+func TestSubscriptionFlowRegisteredOrderForAnotherPlanLeftUnpaid(t *testing.T) {
+	t.Parallel()
+	lateOrderUnfit(t, func(s *storage.Store) string { return planOrder(t, s, "m-1", yearPlan.ID) },
+		"plan_change_refused", "plan_change")
+}
+
+// A late order with the merchant order id the first payment named but no
+// subscription line (a license): the payment paid the subscription's
+// period, and stays the subscription's — decided again for the order, it
+// is already_applied: no license, the order unpaid, no item (the order
+// awaits a payment of its own, as it did before late matching; had the
+// order come first, the payment would have paid it and no period). The
+// first version granted the license too: one payment, two entitlements.
+// Its refund then takes the period back, as with no order (rows counted).
+func TestSubscriptionFlowRegisteredOrderWithoutItsSubscription(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	if _, _, err := s.SubscriptionCreate(context.Background(), subRef); err != nil {
+		t.Fatal(err)
+	}
+	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "renewed" {
+		t.Fatalf("the first payment before its order: %s, want renewed", got)
+	}
+	license := fulfillment.LineDraft{SKU: "pro-license", Kind: "license", Quantity: 1, Currency: "USD", MinorUnits: 1000}
+	id := lineOrder(t, s, "m-1", "10", license)
+	if got := processAll(t, s, 1); got != "already_applied" {
+		t.Fatalf("the payment once the order is created: %s, want already_applied", got)
+	}
+	lineOrder(t, s, "m-1", "10", license)
+	sub := subscriptionID(t, conn, "sub_1")
+	unpaid := []countCheck{
+		{"unpaid orders", `SELECT count(*) FROM orders WHERE id = $1 AND state = 'pending_payment' AND paid_at IS NULL AND $2 <> ''`, 1},
+		{"entitlements", `SELECT count(*) FROM entitlements WHERE order_id = $1 AND $2 <> ''`, 0},
+		{"order events", `SELECT count(*) FROM order_events WHERE order_id = $1 AND $2 <> ''`, 0},
+		{"items", `SELECT count(*) FROM reconciliation_items WHERE order_id = $1 OR subscription_id = $2`, 0},
+		{"periods paid by the payment", `SELECT count(*) FROM subscription_periods
+			WHERE subscription_id = $2 AND payment_id = 'pay_inv_sub_1_1' AND refunded_at IS NULL AND $1 <> ''`, 1},
+		{"events queued", `SELECT count(*) FROM inbox_work WHERE state = 'pending' AND $1 <> '' AND $2 <> ''`, 0},
+	}
+	wantCounts(t, conn, unpaid, id, sub)
+	refundAt := subJan1.AddDate(0, 0, 9)
+	if got := deliver(t, s, firstRefund("evt_r", "m-1", refundAt)); got != "refunded_before_payment" {
+		t.Fatalf("the refund: %s, want refunded_before_payment", got)
+	}
+	if got := deliver(t, s, firstRefund("evt_r2", "m-1", refundAt)); got != "already_applied" {
+		t.Errorf("the refund announced again: %s, want already_applied", got)
+	}
+	wantCounts(t, conn, unpaid[:3], id, sub)
+	if n := count(t, conn, `SELECT count(*) FROM subscription_periods WHERE subscription_id = $1 AND refunded_at IS NOT NULL`, sub); n != 1 {
+		t.Errorf("%d refunded periods, want 1", n)
+	}
+	wantSub(t, conn, "sub_1", subRow{State: "expired", Periods: 1, End: refundAt, Renewed: 1, Ended: 1, Items: 1})
+}
+
+// Two charges of a registered subscription name the same merchant order
+// before it is created (its id kept in the subscription's metadata, say):
+// only the first period's payment awaits the order — the second is a
+// renewal, never the order's payment. The order's creation queues the
+// first alone, which pays it; the second stays the subscription's, and its
+// refund takes its period back as with no order (other_payment_refunded
+// for the order). The first version queued both, flagged the second an
+// extra payment and kept its period on refund (rows counted).
+func TestSubscriptionFlowRegisteredSecondChargeNamingTheOrder(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	if _, _, err := s.SubscriptionCreate(context.Background(), subRef); err != nil {
+		t.Fatal(err)
+	}
+	second := subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 0), "inv_sub_1_2")
+	second.Payment.MerchantOrderID = "m-1"
+	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"), second); got != "renewed,renewed" {
+		t.Fatalf("the charges before the order: %s, want renewed,renewed", got)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM subscription_periods WHERE awaited_merchant_order_id IS NOT NULL`); n != 1 {
+		t.Errorf("%d periods await the order, want 1 (the first)", n)
+	}
+	id, _ := lateOrder(t, s, "m-1")
+	if got := processAll(t, s, 1); got != "fulfilled" {
+		t.Fatalf("the first charge once the order is created: %s, want fulfilled", got)
+	}
+	sub := subscriptionID(t, conn, "sub_1")
+	wantCounts(t, conn, []countCheck{
+		{"orders fulfilled by the first charge", `SELECT count(*) FROM orders
+			WHERE id = $1 AND state = 'fulfilled' AND paid_payment_id = 'pay_inv_sub_1_1' AND $2 <> ''`, 1},
+		{"periods paid", `SELECT count(*) FROM subscription_periods WHERE subscription_id = $2 AND refunded_at IS NULL AND $1 <> ''`, 2},
+		{"items", `SELECT count(*) FROM reconciliation_items WHERE order_id = $1 OR subscription_id = $2`, 0},
+		{"events queued", `SELECT count(*) FROM inbox_work WHERE state = 'pending' AND $1 <> '' AND $2 <> ''`, 0},
+	}, id, sub)
+	if got := deliver(t, s, subEventNamed(second, "evt_2b")); got != "already_applied" {
+		t.Errorf("the second charge announced again: %s, want already_applied", got)
+	}
+	if n := count(t, conn, `SELECT count(*) FROM reconciliation_items`); n != 0 {
+		t.Errorf("%d items, want none", n)
+	}
+	refundAt := subJan1.AddDate(0, 1, 3)
+	refund := subEvent("evt_r2", "sub_1", fulfillment.EventRefunded, refundAt, "inv_sub_1_2")
+	refund.Payment.PaymentID, refund.Payment.MerchantOrderID = "pay_inv_sub_1_2", "m-1"
+	if got := deliver(t, s, refund); got != "other_payment_refunded" {
+		t.Fatalf("the second charge's refund: %s, want other_payment_refunded", got)
+	}
+	wantCounts(t, conn, []countCheck{
+		{"orders still fulfilled", `SELECT count(*) FROM orders WHERE id = $1 AND state = 'fulfilled' AND $2 <> ''`, 1},
+		{"periods refunded: the second", `SELECT count(*) FROM subscription_periods
+			WHERE subscription_id = $2 AND refunded_at IS NOT NULL AND period = 2 AND $1 <> ''`, 1},
+		{"periods paid", `SELECT count(*) FROM subscription_periods WHERE subscription_id = $2 AND refunded_at IS NULL AND $1 <> ''`, 1},
+	}, id, sub)
+}
+
+// subEventNamed is ev under another event id: the same payment announced
+// again.
+func subEventNamed(ev fulfillment.ProviderEvent, id string) fulfillment.ProviderEvent {
+	ev.EventID = id
+	return ev
+}
+
+// A payment a registered subscription took for want of its order, replayed
+// by a person (EventReplay) while the order is being created: the replay,
+// decided before the order committed, is already applied to the
+// subscription, yet its transaction takes the order's late-match lock and
+// queues it again once the order exists — else the order's creation,
+// finding it pending, and the replay, not finding the order, would leave
+// the order unpaid. Each order is paid once (rows counted).
+func TestSubscriptionFlowRegisteredOrderRacesItsReplayedPayment(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	const rounds = 20
+	for i := range rounds {
+		ref := subRef
+		ref.ProviderSubscriptionID = fmt.Sprintf("sub_replay_%d", i)
+		if _, _, err := s.SubscriptionCreate(ctx, ref); err != nil {
+			t.Fatal(err)
+		}
+		merchant := fmt.Sprintf("m-replay-%d", i)
+		r, err := s.InboxInsert(ctx, firstPayment(fmt.Sprintf("evt_replay_%d", i), ref.ProviderSubscriptionID, merchant), []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := processAll(t, s, 1); got != "renewed" {
+			t.Fatalf("the payment before its order: %s, want renewed", got)
+		}
+		if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: r.ID, Actor: "admin"}); err != nil {
+			t.Fatal(err)
+		}
+		if claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 10}); err != nil ||
+			len(claims) != 1 {
+			t.Fatalf("claim = %v, %v; want the replayed payment", claims, err)
+		}
+		jobs := make(chan func(), 2)
+		jobs <- func() { lateOrder(t, s, merchant) }
+		jobs <- func() {
+			if _, err := s.InboxProcess(ctx, []int64{r.ID}, "w"); err != nil {
+				t.Error(err)
+			}
+		}
+		concurrently(2, func() { (<-jobs)() })
+		if n := count(t, conn, "SELECT count(*) FROM inbox_work WHERE state = 'pending'"); n > 0 {
+			processAll(t, s, n)
+		}
+	}
+	wantCounts(t, conn, []countCheck{
+		{"events left unprocessed", `SELECT count(*) FROM inbox_events WHERE state <> 'processed'`, 0},
+		{"orders fulfilled", `SELECT count(*) FROM orders WHERE state = 'fulfilled' AND paid_subscription_id IS NOT NULL`, rounds},
+		{"licenses", `SELECT count(*) FROM entitlements`, rounds},
+		{"periods paid", `SELECT count(*) FROM subscription_periods`, rounds},
+		{"items", `SELECT count(*) FROM reconciliation_items`, 0},
+		{"events queued", `SELECT count(*) FROM inbox_work WHERE state = 'pending'`, 0},
+	})
 }
 
 // A subscription.overdue older than a renewal applied before it is

@@ -10,10 +10,19 @@
 ALTER TABLE subscription_periods ADD COLUMN awaited_merchant_order_id text,
     ADD COLUMN inbox_event_id bigint;
 
+-- Only the payment of a subscription's first period may be an order's
+-- that came late: a later charge naming that order is a renewal, never the
+-- order's payment (fulfillment.Step.AwaitedOrder). And the event that paid
+-- it comes with the order it awaits. NOT VALID: no row has either yet (the
+-- columns are new), so nothing is read under the table's lock.
+ALTER TABLE subscription_periods ADD CONSTRAINT subscription_periods_awaited_first
+    CHECK (awaited_merchant_order_id IS NULL OR period = 1 AND inbox_event_id IS NOT NULL) NOT VALID;
+
 CREATE INDEX subscription_periods_awaited_order_idx ON subscription_periods (awaited_merchant_order_id)
     WHERE awaited_merchant_order_id IS NOT NULL;
 
 ---- create above / drop below ----
 
 DROP INDEX subscription_periods_awaited_order_idx;
+ALTER TABLE subscription_periods DROP CONSTRAINT subscription_periods_awaited_first;
 ALTER TABLE subscription_periods DROP COLUMN awaited_merchant_order_id, DROP COLUMN inbox_event_id;
