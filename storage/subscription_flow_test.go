@@ -908,6 +908,22 @@ func TestSubscriptionFlowRegisteredOrderCreatedAfterTheWindow(t *testing.T) {
 		{"unpaid orders", `SELECT count(*) FROM orders WHERE id = $1 AND state = 'pending_payment'`, 1},
 	}, id)
 	wantSub(t, conn, "sub_1", subRow{State: "active", Periods: 1, End: subJan1.AddDate(0, 1, 0), Renewed: 1})
+
+	// What a person does for such an order (or one left unpaid before
+	// migration 053, whose period keeps no order id): replay the payment.
+	// Decided again, it finds the order and pays it, and no second period.
+	if _, err := s.EventReplay(context.Background(), fulfillment.EventReplayRequest{ID: inboxID(t, conn, "evt_1"), Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := processAll(t, s, 1); got != "fulfilled" {
+		t.Fatalf("the payment replayed by a person: %s, want fulfilled", got)
+	}
+	wantCounts(t, conn, []countCheck{
+		{"fulfilled orders", `SELECT count(*) FROM orders WHERE id = $1 AND state = 'fulfilled'`, 1},
+		{"licenses", `SELECT count(*) FROM entitlements WHERE order_id = $1`, 1},
+		{"items", `SELECT count(*) FROM reconciliation_items WHERE order_id = $1`, 0},
+	}, id)
+	wantSub(t, conn, "sub_1", subRow{State: "active", Periods: 1, End: subJan1.AddDate(0, 1, 0), Renewed: 1})
 }
 
 // lineOrder stores order merchantID of lines, paid in amount USDT, and
