@@ -191,6 +191,10 @@ type runner struct {
 	// by payment id (checkSubscriptions).
 	subMessages  []subMessage
 	subUnmatched map[string]int
+	// lateFirstOrders are the late orders of registered subscriptions
+	// paid before them (late_first.go), by id: checkLateFirst counts their
+	// items.
+	lateFirstOrders map[string]bool
 
 	rep Report // figures filled in as the run goes
 }
@@ -394,8 +398,11 @@ func (r *runner) createOrders(ctx context.Context) error {
 				if i >= len(r.w.orders) || ctx.Err() != nil {
 					return
 				}
-				if o := r.w.orders[i]; !o.late { // late orders: createLateOrders
-					if err := r.createOrder(ctx, o); err != nil {
+				o := r.w.orders[i]
+				// Late orders: createLateOrders; those of a subscription
+				// paid before them are registered now (late_first.go).
+				if !o.late || o.lateFirstSub() {
+					if err := r.create(ctx, o, o.late || o.sub != nil && o.sub.tbank); err != nil {
 						errMu.Lock()
 						fatal = err
 						errMu.Unlock()
@@ -412,8 +419,9 @@ func (r *runner) createOrders(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("creating orders: %w", err)
 	}
-	r.logf("created %d orders in %v (%d more to create after their events)", len(r.w.orders)-r.w.stats.LateOrders,
-		time.Since(t).Round(time.Millisecond), r.w.stats.LateOrders)
+	lf := r.w.stats.LateFirst.Stories
+	r.logf("created %d orders and registered %d subscriptions in %v (%d more orders to create after their events)",
+		len(r.w.orders)-r.w.stats.LateOrders-lf, lf, time.Since(t).Round(time.Millisecond), r.w.stats.LateOrders+lf)
 	return nil
 }
 
@@ -422,10 +430,16 @@ func (r *runner) createOrders(ctx context.Context) error {
 // request refused for good. A charged subscription has no order: it
 // registers the subscription (CreateSubscription, idempotent too).
 func (r *runner) createOrder(ctx context.Context, o *orderPlan) error {
+	return r.create(ctx, o, o.sub != nil && o.sub.tbank)
+}
+
+// create creates o as createOrder does, or registers its subscription
+// instead when register.
+func (r *runner) create(ctx context.Context, o *orderPlan, register bool) error {
 	for try := 0; ; try++ {
 		callCtx, cancel := context.WithTimeout(r.authed(ctx, r.orgToken), 10*time.Second)
 		var err error
-		if o.sub != nil && o.sub.tbank {
+		if register {
 			_, err = r.client.CreateSubscription(callCtx, o.sub.registration())
 		} else {
 			var resp *fulfillmentv1.CreateOrderResponse
@@ -504,6 +518,7 @@ func (r *runner) send(ctx context.Context) {
 	r.rep.ExternalLines, r.rep.LateOrders, r.rep.RacingOrders = st.ExternalLines, st.LateOrders, st.RacingOrders
 	r.rep.TBank = st.TBank
 	r.rep.Subscriptions = st.Subscriptions
+	r.rep.LateFirst = st.LateFirst
 	r.rep.SendWindow = window
 	faults := planFaults(r.o.Seed, window, r.o.Kills, r.o.PGRestarts)
 	r.logf("sending %d deliveries of %d events over %v (%.0f/s) with %d faults",

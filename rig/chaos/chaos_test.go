@@ -112,7 +112,7 @@ func TestWorkloadShape(t *testing.T) {
 		t.Errorf("external lines by order: %v; %d lines counted", kinds, st.ExternalLines)
 	}
 	for i, o := range w.orders {
-		if _, ok := confirmAt[i]; ok == (o.testOnly || o.tbank || o.sub != nil && o.sub.tbank) {
+		if _, ok := confirmAt[i]; ok == (o.testOnly || o.tbank || o.sub != nil && (o.sub.tbank || o.lateFirstSub())) {
 			t.Fatalf("order %s: test-only %v, paying confirmation planned %v", o.mid, o.testOnly, ok)
 		}
 	}
@@ -414,7 +414,7 @@ func TestSubscriptionWorkload(t *testing.T) {
 		if !o.testOnly && !o.tbank {
 			yolfiOrders++
 		}
-		if o.sub != nil && !o.sub.tbank { // charged subscriptions: TestChargeWorkload
+		if o.sub != nil && !o.sub.tbank && !o.lateFirstSub() { // charged subscriptions: TestChargeWorkload; paid before their order: TestLateFirstWorkload
 			stories[o.sub.story]++
 			if l := o.request().GetLines(); len(l) != 1 || l[0].GetKind() != "subscription" || l[0].GetPlanId() != o.sub.cfg.ID || l[0].GetAccountRef() != o.sub.customer {
 				t.Fatalf("order %s: lines %v", o.mid, l)
@@ -439,7 +439,7 @@ func TestSubscriptionWorkload(t *testing.T) {
 			continue
 		}
 		n++
-		if o.sub.tbank {
+		if o.sub.tbank || o.lateFirstSub() {
 			continue
 		}
 		events[e.order] = append(events[e.order], j)

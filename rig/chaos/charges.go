@@ -69,7 +69,11 @@ func (g *generator) registerCharged(o *orderPlan, i int) {
 // registration is the CreateSubscription request of a charged
 // subscription; repeating it is idempotent.
 func (sp *subPlan) registration() *fulfillmentv1.CreateSubscriptionRequest {
-	return &fulfillmentv1.CreateSubscriptionRequest{OrgId: orgID, Environment: "live", Provider: string(fulfillment.ProviderTBank),
+	provider := fulfillment.ProviderTBank
+	if !sp.tbank {
+		provider = fulfillment.ProviderYolfi // late_first.go
+	}
+	return &fulfillmentv1.CreateSubscriptionRequest{OrgId: orgID, Environment: "live", Provider: string(provider),
 		ProviderSubscriptionId: sp.id, CustomerRef: sp.customer, PlanId: sp.cfg.ID}
 }
 

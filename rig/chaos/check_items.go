@@ -33,6 +33,8 @@ func (r *runner) checkItems(s *dbState) {
 		case (it.kind == itemExtraPayment || it.kind == itemUnidentified || it.kind == itemRefund || it.kind == itemRefundNotApplicable) &&
 			it.env == "live" && it.orderID != "":
 			// checked with its order
+		case r.lateFirstOrders[it.orderID]:
+			// a late order of a subscription paid before it: checkLateFirst
 		case r.subscriptionItem(it):
 			// checked with its subscription
 		case it.kind == itemUnmatchedPayment && it.env == "live" && late[it.orderID]:

@@ -90,6 +90,13 @@ func (r *runner) checkSubscriptions(s *dbState) {
 		if sp == nil {
 			continue
 		}
+		if sp.lateOrder != lateNone {
+			// Paid before its order: checkLateFirst.
+			if row, found := ss.rows[sp.id]; found {
+				checked[row.id] = true
+			}
+			continue
+		}
 		replayed.Checked++
 		// A charged subscription has no order (orow is empty).
 		orow, ok := s.orders[o.mid]

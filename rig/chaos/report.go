@@ -30,6 +30,9 @@ type Report struct {
 	// LateOrders are created only after every event of theirs was
 	// processed (decided unmatched): their payments come first.
 	LateOrders int
+	// LateFirst: the registered subscriptions paid before their order is
+	// created (late_first.go).
+	LateFirst LateFirstReport
 	// RacingOrders (of LateOrders) are created as soon as one of their
 	// events is acknowledged, racing its processing: matched at once or
 	// late, never left unmatched.
@@ -230,6 +233,9 @@ func (r *Report) Summary() string {
 	if sb := r.Subscriptions; sb.ChargeRefunds > 0 {
 		head += fmt.Sprintf("; charge refunds: %d applied, %d lost, %d duplicated", sb.RefundsApplied, sb.ChargeLost, sb.ChargeDuplicated)
 	}
+	if lf := r.LateFirst; lf.Stories > 0 {
+		head += fmt.Sprintf("; late first payments: %d claimed, %d lost, %d duplicated", lf.Claimed, lf.Lost, lf.Duplicated)
+	}
 	if r.OK() {
 		return head
 	}
@@ -262,6 +268,9 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	p("external lines:  %d, each to %s or %s", r.ExternalLines, destIdempotent, destPlain)
 	p("late matching:   %d orders created after their events (%d while the first was being processed: %d payments matched at once, %d later), %d subscription events sent before their subscription; %d events queued again by the service",
 		r.LateOrders, r.RacingOrders, r.RacingAtOnce, r.RacingLate, r.Subscriptions.Early, r.LateMatched)
+	lf := r.LateFirst
+	p("late first pay:  %d subscriptions registered and paid before their order (%d orders fit, %d of them racing the payment; %d of another price, %d license only); %d orders claimed their payment (%d queued again); %d lost, %d duplicated",
+		lf.Stories, lf.Fit, lf.Racing, lf.OtherPrice, lf.LicenseOnly, lf.Claimed, lf.ClaimedLate, lf.Lost, lf.Duplicated)
 	p("tbank:           %d notifications acked of %d, %d orders, %d refunds (%d partial, %d full); %d orders refunded",
 		r.TBank.Acked, r.TBank.Notifications, r.TBank.Orders, r.TBank.PartialRefunds+r.TBank.FullRefunds,
 		r.TBank.PartialRefunds, r.TBank.FullRefunds, r.TBank.Refunded)

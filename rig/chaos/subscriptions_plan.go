@@ -50,6 +50,10 @@ type subPlan struct {
 	// payments under its card binding (id) and paid by recurrent charges;
 	// no order.
 	tbank bool
+	// lateOrder: a Yolfi subscription registered ahead of its first
+	// payment, whose order is created after that payment (late_first.go);
+	// lateNone otherwise.
+	lateOrder int
 }
 
 // lapses reports whether the subscription's access must be over at the

@@ -30,6 +30,7 @@ const (
 	decIgnoredType      = "ignored_type"
 
 	itemExtraPayment      = "extra_payment"
+	itemAmountMismatch    = "amount_mismatch"
 	itemUnidentified      = "unidentified_payment"
 	itemUnmatchedPayment  = "unmatched_payment"
 	itemUncertainDelivery = string(fulfillment.ReconUncertainDelivery)
@@ -267,6 +268,7 @@ func (r *runner) verify(ctx context.Context, db *pgxpool.Pool) error {
 	r.checkOrders(s)
 	r.checkTBank(s)
 	r.checkSubscriptions(s)
+	r.checkLateFirst(s)
 	r.checkTestMode(s)
 	r.checkItems(s)
 	r.checkOutbox(s)

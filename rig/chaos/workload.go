@@ -43,6 +43,7 @@ const (
 	roleProbe      = "probe"      // an outage probe (no order)
 	roleRenewal    = "renewal"    // a payment.confirmed that renews a subscription (subscriptions.go), or a T-Bank recurrent charge (charges.go)
 	roleLifecycle  = "lifecycle"  // subscription.overdue / .cancelled, invoice.overdue of a renewal (subscriptions.go)
+	roleFirst      = "first"      // a registered subscription's first payment, before its order (late_first.go)
 )
 
 // orderPlan is one order of the workload.
@@ -79,6 +80,9 @@ type orderPlan struct {
 func (o *orderPlan) request() *fulfillmentv1.CreateOrderRequest {
 	if o.tbank {
 		return o.tbankRequest()
+	}
+	if o.lateFirstSub() {
+		return o.lateFirstRequest()
 	}
 	if o.sub != nil {
 		return o.subRequest()
@@ -246,12 +250,27 @@ func newWorkload(seed int64, nOrders int, tbankPassword []byte) *workload {
 			w.stats.LateOrders++
 			w.stats.RacingOrders += btoi(o.racing)
 		}
+		// A subscription registered ahead, paid before its order is
+		// created (late_first.go).
+		if !o.testOnly && !o.tbank && o.sub == nil && !o.late && i > 0 && i != nOrders/2 && g.rng.IntN(30) == 0 {
+			g.registerLateFirst(o, g.pickLateFirst())
+		}
 		w.stats.ExternalLines += len(o.external)
 		w.orders = append(w.orders, o)
 	}
 	if !slices.ContainsFunc(w.orders, func(o *orderPlan) bool { return o.testOnly }) {
 		o := w.orders[nOrders/2] // at least one
 		o.testOnly, o.tbank, o.sub = true, false, nil
+	}
+	if w.stats.LateFirst.Fit == 0 {
+		// At least one order claims its first payment, however short the run.
+		for i, o := range w.orders {
+			if i > 0 && !o.testOnly && !o.tbank && o.sub == nil && !o.late {
+				w.stats.ExternalLines -= len(o.external)
+				g.registerLateFirst(o, lateFit)
+				break
+			}
+		}
 	}
 	return w
 }
@@ -286,6 +305,10 @@ func (w *workload) planEvents(nEvents int, window time.Duration, now time.Time) 
 		}
 		if o.tbank {
 			g.planTBank(i, at, spread, window)
+			continue
+		}
+		if o.lateFirstSub() {
+			g.planLateFirst(i, starts[i], spread)
 			continue
 		}
 		if o.sub != nil && o.sub.tbank {
@@ -355,7 +378,7 @@ func (w *workload) planEvents(nEvents int, window time.Duration, now time.Time) 
 	// PaymentId either way.
 	for i, e := range w.events {
 		w.deliveries = append(w.deliveries, g.delivery(i, e.at))
-		if g.rng.Float64() >= 0.2 && e.role != roleRefund && e.role != roleRenewal {
+		if g.rng.Float64() >= 0.2 && e.role != roleRefund && e.role != roleRenewal && e.role != roleFirst {
 			continue
 		}
 		if g.rng.Float64() < 1.0/3 {
