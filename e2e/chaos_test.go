@@ -72,6 +72,11 @@ func TestChaosShort(t *testing.T) { //nolint:paralleltest // see above: alone on
 		t.Fatalf("charge refunds: %d sent before their charge, %d applied, %d periods refunded; want some of each",
 			sb.RefundsFirst, sb.RefundsApplied, sb.RefundedPeriods)
 	}
+	// A registered subscription's first payment, claimed by its order
+	// created after it: at least one such order per run.
+	if lf := rep.LateFirst; lf.Claimed == 0 {
+		t.Fatalf("late first payments: %d orders fit of %d stories, none claimed its payment", lf.Fit, lf.Stories)
+	}
 	t.Logf("%s (seed %d, %d kills, %d PostgreSQL restarts, slowest 503 %v, recovery %v, %v)",
 		rep.Summary(), rep.Seed, rep.Kills, rep.PGRestarts, rep.Max503Latency.Round(time.Millisecond),
 		rep.Recoveries, time.Since(start).Round(100*time.Millisecond))

@@ -1,8 +1,9 @@
 package chaos
 
 // Orders created after their first payment (docs/subscriptions.md, "An
-// order created after its payment"): one Yolfi order in thirty (and at
-// least one per run) is instead a subscription of the monthly plan,
+// order created after its payment"): one Yolfi order in thirty (and, however
+// short the run, two that fit, one of another amount, one license-only) is
+// instead a subscription of the monthly plan,
 // registered (CreateSubscription) before the send phase, whose first
 // payment — a payment.confirmed naming the subscription and the merchant
 // order id, which no order has yet — is delivered twice at least (a third

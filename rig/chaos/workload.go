@@ -262,14 +262,25 @@ func newWorkload(seed int64, nOrders int, tbankPassword []byte) *workload {
 		o := w.orders[nOrders/2] // at least one
 		o.testOnly, o.tbank, o.sub = true, false, nil
 	}
-	if w.stats.LateFirst.Fit == 0 {
-		// At least one order claims its first payment, however short the run.
-		for i, o := range w.orders {
-			if i > 0 && !o.testOnly && !o.tbank && o.sub == nil && !o.late {
-				w.stats.ExternalLines -= len(o.external)
-				g.registerLateFirst(o, lateFit)
-				break
-			}
+	// However short the run, two orders fit their first payment (one of
+	// them racing it), one asks another amount, one has a license alone.
+	lf := &w.stats.LateFirst
+	for i, o := range w.orders {
+		var kind int
+		switch {
+		case lf.Fit < 2:
+			kind = lateFit
+		case lf.OtherPrice == 0:
+			kind = lateOtherPrice
+		case lf.LicenseOnly == 0:
+			kind = lateLicenseOnly
+		}
+		if kind == lateNone {
+			break
+		}
+		if i > 0 && !o.testOnly && !o.tbank && o.sub == nil && !o.late {
+			w.stats.ExternalLines -= len(o.external)
+			g.registerLateFirst(o, kind)
 		}
 	}
 	return w
