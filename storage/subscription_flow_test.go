@@ -710,6 +710,17 @@ func TestSubscriptionFlowRegisteredOrderCreatedAfterItsPayment(t *testing.T) {
 	wantSub(t, conn, "sub_1", subRow{State: "expired", Periods: 1, End: refundAt, Renewed: 1, Ended: 1, Items: 1})
 }
 
+// orderTookNothing counts what an order ($1) created after its payment
+// holds when that payment, refunded first, paid it nothing: unpaid, no
+// license, no event, no item, nothing queued.
+var orderTookNothing = []countCheck{
+	{"unpaid orders", `SELECT count(*) FROM orders WHERE id = $1 AND state = 'pending_payment' AND paid_at IS NULL`, 1},
+	{"licenses", `SELECT count(*) FROM entitlements WHERE order_id = $1`, 0},
+	{"order events", `SELECT count(*) FROM order_events WHERE order_id = $1`, 0},
+	{"the order's items", `SELECT count(*) FROM reconciliation_items WHERE order_id = $1`, 0},
+	{"events queued", `SELECT count(*) FROM inbox_work WHERE state = 'pending' AND $1 <> ''`, 0},
+}
+
 // The same, with the payment refunded before the order is created: the
 // refund takes the period back (the subscription's rules), and the
 // payment, decided again for the order, pays nothing — the money went
@@ -731,13 +742,7 @@ func TestSubscriptionFlowRegisteredPaymentRefundedBeforeItsOrder(t *testing.T) {
 	if got := processAll(t, s, 1); got != "stale_ignored" {
 		t.Fatalf("the refunded payment once its order is created: %s, want stale_ignored", got)
 	}
-	wantCounts(t, conn, []countCheck{
-		{"unpaid orders", `SELECT count(*) FROM orders WHERE id = $1 AND state = 'pending_payment' AND paid_at IS NULL`, 1},
-		{"licenses", `SELECT count(*) FROM entitlements WHERE order_id = $1`, 0},
-		{"order events", `SELECT count(*) FROM order_events WHERE order_id = $1`, 0},
-		{"the order's items", `SELECT count(*) FROM reconciliation_items WHERE order_id = $1`, 0},
-		{"events queued", `SELECT count(*) FROM inbox_work WHERE state = 'pending' AND $1 <> ''`, 0},
-	}, id)
+	wantCounts(t, conn, orderTookNothing, id)
 	wantSub(t, conn, "sub_1", subRow{State: "expired", Periods: 1, End: refundAt, Renewed: 1, Ended: 1, Items: 1})
 }
 
@@ -781,13 +786,7 @@ func TestSubscriptionFlowRegisteredPaymentRefundedOnceItsOrderIsCreated(t *testi
 			t.Errorf("event %d: %s, want %s (%s)", step.id, got, step.want, outs[step.id].Reason)
 		}
 	}
-	wantCounts(t, conn, []countCheck{
-		{"unpaid orders", `SELECT count(*) FROM orders WHERE id = $1 AND state = 'pending_payment' AND paid_at IS NULL`, 1},
-		{"licenses", `SELECT count(*) FROM entitlements WHERE order_id = $1`, 0},
-		{"order events", `SELECT count(*) FROM order_events WHERE order_id = $1`, 0},
-		{"the order's items", `SELECT count(*) FROM reconciliation_items WHERE order_id = $1`, 0},
-		{"events queued", `SELECT count(*) FROM inbox_work WHERE state = 'pending' AND $1 <> ''`, 0},
-	}, id)
+	wantCounts(t, conn, orderTookNothing, id)
 	wantSub(t, conn, "sub_1", subRow{State: "expired", Periods: 1, End: refundAt, Renewed: 1, Ended: 1, Items: 1})
 }
 
@@ -838,6 +837,29 @@ func TestMigration053PeriodAwaitedOrder(t *testing.T) {
 	}
 }
 
+// raceOrderAndDecision claims payment id, the one event queued, then
+// creates late order merchant while it decides the payment, and decides
+// whatever either of them queued again.
+func raceOrderAndDecision(t *testing.T, s *storage.Store, conn *pgx.Conn, id int64, merchant string) {
+	t.Helper()
+	ctx := context.Background()
+	if claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 10}); err != nil ||
+		len(claims) != 1 {
+		t.Fatalf("claim = %v, %v; want the payment", claims, err)
+	}
+	jobs := make(chan func(), 2)
+	jobs <- func() { lateOrder(t, s, merchant) }
+	jobs <- func() {
+		if _, err := s.InboxProcess(ctx, []int64{id}, "w"); err != nil {
+			t.Error(err)
+		}
+	}
+	concurrently(2, func() { (<-jobs)() })
+	if n := count(t, conn, "SELECT count(*) FROM inbox_work WHERE state = 'pending'"); n > 0 {
+		processAll(t, s, n)
+	}
+}
+
 // The order's creation races the decision of its payment, which a
 // registered subscription takes for want of the order: neither sees what
 // the other has not committed, yet each order is paid by its payment,
@@ -860,21 +882,7 @@ func TestSubscriptionFlowRegisteredOrderRacesItsPayment(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 10}); err != nil ||
-			len(claims) != 1 {
-			t.Fatalf("claim = %v, %v; want the payment", claims, err)
-		}
-		jobs := make(chan func(), 2)
-		jobs <- func() { lateOrder(t, s, merchant) }
-		jobs <- func() {
-			if _, err := s.InboxProcess(ctx, []int64{r.ID}, "w"); err != nil {
-				t.Error(err)
-			}
-		}
-		concurrently(2, func() { (<-jobs)() })
-		if n := count(t, conn, "SELECT count(*) FROM inbox_work WHERE state = 'pending'"); n > 0 {
-			processAll(t, s, n)
-		}
+		raceOrderAndDecision(t, s, conn, r.ID, merchant)
 	}
 	wantCounts(t, conn, []countCheck{
 		{"events left unprocessed", `SELECT count(*) FROM inbox_events WHERE state <> 'processed'`, 0},
@@ -983,6 +991,16 @@ func lateOrderUnfit(t *testing.T, create func(*storage.Store) string, decision, 
 	}
 	wantCounts(t, conn, unpaid, id, sub)
 
+	refundWhileUnpaid(t, s, conn, unpaid[:3], id, sub)
+}
+
+// refundWhileUnpaid delivers the full refund of the registered
+// subscription's first payment, twice, while late order id is unpaid: the
+// order's refunded_before_payment, then already_applied; unpaid ($1 the
+// order, $2 the subscription sub) still holds; the subscription's rules
+// take the period back, once, and end its access at the refund.
+func refundWhileUnpaid(t *testing.T, s *storage.Store, conn *pgx.Conn, unpaid []countCheck, id, sub string) {
+	t.Helper()
 	refundAt := subJan1.AddDate(0, 0, 9)
 	if got := deliver(t, s, firstRefund("evt_r", "m-1", refundAt)); got != "refunded_before_payment" {
 		t.Fatalf("the refund: %s, want refunded_before_payment", got)
@@ -990,7 +1008,7 @@ func lateOrderUnfit(t *testing.T, create func(*storage.Store) string, decision, 
 	if got := deliver(t, s, firstRefund("evt_r2", "m-1", refundAt)); got != "already_applied" {
 		t.Errorf("the refund announced again: %s, want already_applied", got)
 	}
-	wantCounts(t, conn, unpaid[:3], id, sub)
+	wantCounts(t, conn, unpaid, id, sub)
 	if n := count(t, conn, `SELECT count(*) FROM subscription_periods WHERE subscription_id = $1 AND refunded_at IS NOT NULL`, sub); n != 1 {
 		t.Errorf("%d refunded periods, want 1", n)
 	}
@@ -1052,18 +1070,7 @@ func TestSubscriptionFlowRegisteredOrderWithoutItsSubscription(t *testing.T) {
 		{"events queued", `SELECT count(*) FROM inbox_work WHERE state = 'pending' AND $1 <> '' AND $2 <> ''`, 0},
 	}
 	wantCounts(t, conn, unpaid, id, sub)
-	refundAt := subJan1.AddDate(0, 0, 9)
-	if got := deliver(t, s, firstRefund("evt_r", "m-1", refundAt)); got != "refunded_before_payment" {
-		t.Fatalf("the refund: %s, want refunded_before_payment", got)
-	}
-	if got := deliver(t, s, firstRefund("evt_r2", "m-1", refundAt)); got != "already_applied" {
-		t.Errorf("the refund announced again: %s, want already_applied", got)
-	}
-	wantCounts(t, conn, unpaid[:3], id, sub)
-	if n := count(t, conn, `SELECT count(*) FROM subscription_periods WHERE subscription_id = $1 AND refunded_at IS NOT NULL`, sub); n != 1 {
-		t.Errorf("%d refunded periods, want 1", n)
-	}
-	wantSub(t, conn, "sub_1", subRow{State: "expired", Periods: 1, End: refundAt, Renewed: 1, Ended: 1, Items: 1})
+	refundWhileUnpaid(t, s, conn, unpaid[:3], id, sub)
 }
 
 // Two charges of a registered subscription name the same merchant order
@@ -1156,21 +1163,7 @@ func TestSubscriptionFlowRegisteredOrderRacesItsReplayedPayment(t *testing.T) {
 		if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: r.ID, Actor: "admin"}); err != nil {
 			t.Fatal(err)
 		}
-		if claims, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 10}); err != nil ||
-			len(claims) != 1 {
-			t.Fatalf("claim = %v, %v; want the replayed payment", claims, err)
-		}
-		jobs := make(chan func(), 2)
-		jobs <- func() { lateOrder(t, s, merchant) }
-		jobs <- func() {
-			if _, err := s.InboxProcess(ctx, []int64{r.ID}, "w"); err != nil {
-				t.Error(err)
-			}
-		}
-		concurrently(2, func() { (<-jobs)() })
-		if n := count(t, conn, "SELECT count(*) FROM inbox_work WHERE state = 'pending'"); n > 0 {
-			processAll(t, s, n)
-		}
+		raceOrderAndDecision(t, s, conn, r.ID, merchant)
 	}
 	wantCounts(t, conn, []countCheck{
 		{"events left unprocessed", `SELECT count(*) FROM inbox_events WHERE state <> 'processed'`, 0},
