@@ -614,22 +614,9 @@ func TestSubscriptionFlowRegisteredTakesItsFirstPayment(t *testing.T) {
 // this call created it.
 func lateOrder(t *testing.T, s *storage.Store, merchantID string) (string, bool) {
 	t.Helper()
-	spec, err := fulfillment.OrderDraft{
-		OrgID: "org_a", Environment: "live", MerchantOrderID: merchantID,
-		Lines: []fulfillment.LineDraft{
-			{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "USD", MinorUnits: 1000, AccountRef: "user_42", PlanID: subPlan.ID},
-			{SKU: "pro-license", Kind: "license", Quantity: 1, Currency: "USD", MinorUnits: 500},
-		},
-		Settlement: &fulfillment.SettlementDraft{Token: "USDT", Network: "TRON", Amount: "10"},
-	}.Validate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, created, err := s.OrderCreate(context.Background(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return o.ID, created
+	return createOrder(t, s, merchantID, "10",
+		fulfillment.LineDraft{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "USD", MinorUnits: 1000, AccountRef: "user_42", PlanID: subPlan.ID},
+		fulfillment.LineDraft{SKU: "pro-license", Kind: "license", Quantity: 1, Currency: "USD", MinorUnits: 500})
 }
 
 // firstRefund is the full refund, at at, of firstPayment("…", "sub_1",
@@ -938,6 +925,14 @@ func TestSubscriptionFlowRegisteredOrderCreatedAfterTheWindow(t *testing.T) {
 // returns its id.
 func lineOrder(t *testing.T, s *storage.Store, merchantID, amount string, lines ...fulfillment.LineDraft) string {
 	t.Helper()
+	id, _ := createOrder(t, s, merchantID, amount, lines...)
+	return id
+}
+
+// createOrder stores order merchantID of lines, paid in amount USDT, and
+// returns its id and whether this call created it.
+func createOrder(t *testing.T, s *storage.Store, merchantID, amount string, lines ...fulfillment.LineDraft) (string, bool) {
+	t.Helper()
 	spec, err := fulfillment.OrderDraft{
 		OrgID: "org_a", Environment: "live", MerchantOrderID: merchantID, Lines: lines,
 		Settlement: &fulfillment.SettlementDraft{Token: "USDT", Network: "TRON", Amount: amount},
@@ -945,11 +940,11 @@ func lineOrder(t *testing.T, s *storage.Store, merchantID, amount string, lines 
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, _, err := s.OrderCreate(context.Background(), spec)
+	o, created, err := s.OrderCreate(context.Background(), spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return o.ID
+	return o.ID, created
 }
 
 // lateOrderUnfit is a registered subscription's first payment, followed by
