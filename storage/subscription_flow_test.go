@@ -609,6 +609,22 @@ func TestSubscriptionFlowRegisteredTakesItsFirstPayment(t *testing.T) {
 	}
 }
 
+// registeredPaidFirst is a store whose subscription sub_1, registered
+// ahead (CreateSubscription), took its first payment (evt_1) as its first
+// period, renewed: the payment names merchant order m-1, which no order
+// has yet.
+func registeredPaidFirst(t *testing.T) (*storage.Store, *pgx.Conn) {
+	t.Helper()
+	s, conn := newOutboxStore(t)
+	if _, _, err := s.SubscriptionCreate(context.Background(), subRef); err != nil {
+		t.Fatal(err)
+	}
+	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "renewed" {
+		t.Fatalf("the first payment before its order: %s, want renewed", got)
+	}
+	return s, conn
+}
+
 // lateOrder stores order merchantID of one period of pro-monthly for
 // user_42 and a license, paid in 10 USDT, and returns its id and whether
 // this call created it.
@@ -637,14 +653,7 @@ func firstRefund(id, merchantID string, at time.Time) fulfillment.ProviderEvent 
 // and the period, once (rows counted at each step).
 func TestSubscriptionFlowRegisteredOrderCreatedAfterItsPayment(t *testing.T) {
 	t.Parallel()
-	s, conn := newOutboxStore(t)
-	ctx := context.Background()
-	if _, _, err := s.SubscriptionCreate(ctx, subRef); err != nil {
-		t.Fatal(err)
-	}
-	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "renewed" {
-		t.Fatalf("the first payment before its order: %s, want renewed", got)
-	}
+	s, conn := registeredPaidFirst(t)
 	id, _ := lateOrder(t, s, "m-1")
 	if got := processAll(t, s, 1); got != "fulfilled" {
 		t.Fatalf("the first payment once its order is created: %s, want fulfilled", got)
@@ -739,14 +748,8 @@ func TestSubscriptionFlowRegisteredPaymentRefundedBeforeItsOrder(t *testing.T) {
 // pays nothing (rows counted).
 func TestSubscriptionFlowRegisteredPaymentRefundedOnceItsOrderIsCreated(t *testing.T) {
 	t.Parallel()
-	s, conn := newOutboxStore(t)
+	s, conn := registeredPaidFirst(t)
 	ctx := context.Background()
-	if _, _, err := s.SubscriptionCreate(ctx, subRef); err != nil {
-		t.Fatal(err)
-	}
-	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "renewed" {
-		t.Fatalf("the first payment before its order: %s, want renewed", got)
-	}
 	id, _ := lateOrder(t, s, "m-1")
 	refundAt := subJan1.AddDate(0, 0, 9)
 	r, err := s.InboxInsert(ctx, firstRefund("evt_r", "m-1", refundAt), []byte(`{}`))
@@ -783,14 +786,8 @@ func TestSubscriptionFlowRegisteredPaymentRefundedOnceItsOrderIsCreated(t *testi
 // the order created after it stays unpaid, as before the migration.
 func TestMigration053PeriodAwaitedOrder(t *testing.T) {
 	t.Parallel()
-	s, conn := newOutboxStore(t)
+	s, conn := registeredPaidFirst(t)
 	ctx := context.Background()
-	if _, _, err := s.SubscriptionCreate(ctx, subRef); err != nil {
-		t.Fatal(err)
-	}
-	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "renewed" {
-		t.Fatalf("the first payment before its order: %s, want renewed", got)
-	}
 	awaiting := `SELECT count(*) FROM subscription_periods p JOIN inbox_events e ON e.id = p.inbox_event_id
 		WHERE p.awaited_merchant_order_id = 'm-1' AND e.event_id = 'evt_1'`
 	if n := count(t, conn, awaiting); n != 1 {
@@ -887,13 +884,7 @@ func TestSubscriptionFlowRegisteredOrderRacesItsPayment(t *testing.T) {
 // subscription's, and the order unpaid.
 func TestSubscriptionFlowRegisteredOrderCreatedAfterTheWindow(t *testing.T) {
 	t.Parallel()
-	s, conn := newOutboxStore(t)
-	if _, _, err := s.SubscriptionCreate(context.Background(), subRef); err != nil {
-		t.Fatal(err)
-	}
-	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "renewed" {
-		t.Fatalf("the first payment before its order: %s, want renewed", got)
-	}
+	s, conn := registeredPaidFirst(t)
 	if _, err := conn.Exec(context.Background(), "UPDATE inbox_events SET received_at = now() - interval '8 days'"); err != nil {
 		t.Fatal(err)
 	}
@@ -958,13 +949,7 @@ func createOrder(t *testing.T, s *storage.Store, merchantID, amount string, line
 // rules), once, and the order stays unpaid (rows counted).
 func lateOrderUnfit(t *testing.T, create func(*storage.Store) string, decision, item string) {
 	t.Helper()
-	s, conn := newOutboxStore(t)
-	if _, _, err := s.SubscriptionCreate(context.Background(), subRef); err != nil {
-		t.Fatal(err)
-	}
-	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "renewed" {
-		t.Fatalf("the first payment before its order: %s, want renewed", got)
-	}
+	s, conn := registeredPaidFirst(t)
 	id := create(s)
 	if got := processAll(t, s, 1); got != decision {
 		t.Fatalf("the payment once its order is created: %s, want %s", got, decision)
@@ -1041,13 +1026,7 @@ func TestSubscriptionFlowRegisteredOrderForAnotherPlanLeftUnpaid(t *testing.T) {
 // Its refund then takes the period back, as with no order (rows counted).
 func TestSubscriptionFlowRegisteredOrderWithoutItsSubscription(t *testing.T) {
 	t.Parallel()
-	s, conn := newOutboxStore(t)
-	if _, _, err := s.SubscriptionCreate(context.Background(), subRef); err != nil {
-		t.Fatal(err)
-	}
-	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "renewed" {
-		t.Fatalf("the first payment before its order: %s, want renewed", got)
-	}
+	s, conn := registeredPaidFirst(t)
 	license := fulfillment.LineDraft{SKU: "pro-license", Kind: "license", Quantity: 1, Currency: "USD", MinorUnits: 1000}
 	id := lineOrder(t, s, "m-1", "10", license)
 	if got := processAll(t, s, 1); got != "already_applied" {
