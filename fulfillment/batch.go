@@ -559,8 +559,12 @@ func (b *batch) periodPaidBefore(ev ProviderEvent, received time.Time, o *Locked
 
 // periodOf is the subscription the batch holds that ev's payment paid a
 // period of, and that period: the subscription ev names, else the one
-// whose period its payment id paid.
+// whose period its payment id paid. A batch that holds no subscription
+// (an order's payments alone, the common batch) has nothing to look up.
 func (b *batch) periodOf(ev ProviderEvent, received time.Time) (*SubscriptionRecord, Renewal, bool) {
+	if len(b.subs) == 0 {
+		return nil, Renewal{}, false
+	}
 	sev := SubscriptionEventOf(ev, received)
 	if rec, ok := b.subs[ev.SubscriptionKey()]; ok {
 		if r, paid := rec.periodPaidBy(sev); paid {
