@@ -412,7 +412,7 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 	// claimed is the payment of a period of the order's subscription, paid
 	// before the order was created (PeriodPaidBefore): the period is paid,
 	// and stays the subscription's unless the order fits the payment.
-	claimed := order.PeriodPaidBefore != nil && order.HasSubscriptionLines
+	claimed := order.PeriodPaidBefore != nil
 	hold := func(reason string) Outcome {
 		if claimed {
 			return unclaimed(DecisionAmountMismatch, reason, confirmed, ReconAmountMismatch)
@@ -462,7 +462,7 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 		reason = fmt.Sprintf("received %s, more than the expected %s: fulfilled, overpayment flagged",
 			p.Amount, Amount{expected, p.Amount.Unit})
 	}
-	if r := order.PeriodPaidBefore; r != nil && order.HasSubscriptionLines {
+	if r := order.PeriodPaidBefore; r != nil {
 		// PaySubscriptions stays: the subscription rules find the period
 		// paid by this payment (already applied), and the order records
 		// the subscription it paid.
@@ -484,6 +484,17 @@ func unclaimed(d Decision, why string, confirmed []Effect, kind ReconKind) Outco
 	return outcome(d, why+": this payment paid period 1 of the subscription before the order was created, and does not fit "+
 		"the order; the order stays unpaid, the period paid, nothing granted: a person decides",
 		with(confirmed, OpenItem{kind})...)
+}
+
+// periodOfAnotherNote is what a refund's reason adds when the refunded
+// payment paid a period of a subscription and is not the order's
+// (PeriodOfAnother): the subscription's rules decide that period too.
+func (o PaidOrder) periodOfAnotherNote() string {
+	if r := o.PeriodOfAnother; r != nil {
+		return fmt.Sprintf("; the payment paid period %d of a subscription, whose rules decide what its refund does to "+
+			"that period", r.Period)
+	}
+	return ""
 }
 
 // Expected is what the order expects of a payment in unit u — its
@@ -529,7 +540,7 @@ func decideRefund(ev ProviderEvent, order PaidOrder) Outcome {
 			return outcome(DecisionAlreadyApplied, "this refund was already recorded")
 		}
 		reason := "refunded before any confirmation was applied: nothing was granted, and a confirmation of this payment will not fulfil the order"
-		if r := order.PeriodPaidBefore; r != nil && order.HasSubscriptionLines {
+		if r := order.PeriodPaidBefore; r != nil {
 			// The payment paid a period before the order existed: the
 			// subscription rules take that period back.
 			return outcome(DecisionRefundedBeforePayment,
@@ -537,19 +548,12 @@ func decideRefund(ev ProviderEvent, order PaidOrder) Outcome {
 					"the subscription's rules decide what its refund does to that period", r.Period),
 				with(refunded, RefundSubscriptions{})...)
 		}
-		if r := order.PeriodOfAnother; r != nil {
-			reason += fmt.Sprintf("; the payment paid period %d of a subscription, whose rules decide what its refund does "+
-				"to that period", r.Period)
-		}
-		return outcome(DecisionRefundedBeforePayment, reason, refunded...)
+		return outcome(DecisionRefundedBeforePayment, reason+order.periodOfAnotherNote(), refunded...)
 	}
 	switch same, known := order.PaidBy.SamePayment(ev.Payment); {
 	case known && !same:
-		reason := fmt.Sprintf("the refunded payment is not %s, which paid the order", order.PaidBy.describe())
-		if r := order.PeriodOfAnother; r != nil {
-			reason += fmt.Sprintf("; it paid period %d of a subscription, whose rules decide what its refund does to that period",
-				r.Period)
-		}
+		reason := fmt.Sprintf("the refunded payment is not %s, which paid the order", order.PaidBy.describe()) +
+			order.periodOfAnotherNote()
 		if ev.Payment.AttemptRef == order.PaidBy.AttemptRef {
 			// Another payment of the paying attempt: the attempt as a whole
 			// is not refunded.
