@@ -321,27 +321,32 @@ func (b *batch) findOrder(k OrderKey) (*LockedOrder, bool) {
 // decide routes and decides one event: a subscription's lifecycle event
 // (cancelled, overdue) to the subscription rules, unmatched when it names
 // a subscription this service does not know, whatever order it names too;
-// any other event to the order rules when an order matches it; else to the
+// a charge of the subscription a paid order's payment paid, naming that
+// order as well, to the subscription rules as a renewal, the order
+// untouched (renewsPaidSubscription): a provider may copy the first
+// checkout's merchant order id into the charges that renew it, and such a
+// charge pays the next period, not the order a second time; any other
+// event to the order rules when an order matches it; else to the
 // subscription rules when it names a subscription this service knows, or
 // is the refund of a payment that paid one of its periods; else to the
 // order rules, which decide events of no order. A payment of an order's
-// subscription line is
-// decided by both: the order rules for the order, the subscription rules
-// for the period it pays; so is its refund, when the batch holds the
-// subscription (the order's, whatever the refund names); and a later event
-// of that payment that names the subscription at its provider gives it
-// that id, when it had the service's own (bindSubscription). A payment
-// the subscription rules took as a renewal for want of the merchant order
-// it names says so (Step.AwaitedOrder). need is the
-// subscription to create first, when
-// that payment's subscription is not in the snapshot.
+// subscription line is decided by both: the order rules for the order,
+// the subscription rules for the period it pays; so is its refund, when
+// the batch holds the subscription (the order's, whatever the refund
+// names), and the refund of a payment that paid a period and is not the
+// order's (PaidOrder.PeriodOfAnother); and a later event of the order's
+// payment that names the subscription at its provider gives it that id,
+// when it had the service's own (bindSubscription). A payment the
+// subscription rules took as a renewal for want of the merchant order it
+// names says so (Step.AwaitedOrder). need is the subscription to create
+// first, when that payment's subscription is not in the snapshot.
 func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error) {
 	ev := be.Event
 	order, matched := MatchOrder(ev, b.findOrder)
 	sub, named := b.subs[ev.SubscriptionKey()]
 	lifecycle := ev.OfSubscriptionAlone()
 	switch {
-	case (!matched || lifecycle) && named && ForSubscription(ev):
+	case (!matched || lifecycle || renewsPaidSubscription(ev, order, sub)) && named && ForSubscription(ev):
 		st.Subscription, err = b.decideSubscription(ev, be.Received, sub, false)
 		if err != nil {
 			return st, nil, err
@@ -430,6 +435,23 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 		st.Order, st.OrderState = order, order.State
 	}
 	return st, nil, nil
+}
+
+// renewsPaidSubscription reports whether ev, which matches order o and
+// names subscription sub at its provider (either may be nil), is a charge
+// that renews sub: a confirmed payment of o, paid, whose payment paid a
+// period of sub (its PaidSubscription), and that is told apart from o's
+// payment. Decided by the order rules it would be o's second payment,
+// duplicate_payment, and pay no period. A payment that cannot be told from
+// o's (PaidRefs.SamePayment) is left to the order rules, which ask a
+// person to check it: taking it for a renewal could pay a period for a
+// payment announced again.
+func renewsPaidSubscription(ev ProviderEvent, o *LockedOrder, sub *SubscriptionRecord) bool {
+	if o == nil || sub == nil || ev.Kind != EventPaymentConfirmed || !o.Paid || o.PaidSubscription == "" || o.PaidSubscription != sub.ID {
+		return false
+	}
+	same, known := o.PaidBy.SamePayment(ev.Payment)
+	return known && !same
 }
 
 // orderSubscription is the subscription order's payment paid a period of,

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The batch fixtures: org_a's live T-Bank orders priced 1000 RUB, and
@@ -615,8 +616,8 @@ func TestDecideBatchPaymentBeforeItsOrder(t *testing.T) {
 			"refunded_before_payment order=o1 sub=s1 sub:subscription_refunded", "", false, ""},
 		{"a later charge once its order exists: the subscription's still", pay, "second", subscribed,
 			"already_applied order=o1", "", false, ""},
-		{"a later charge once the order is paid: no extra payment", pay, "second", paidByPay0,
-			"already_applied order=o1", "", true, ""},
+		{"a later charge once the order is paid: the subscription's renewal, no extra payment", pay, "second", paidByPay0,
+			"already_applied sub=s1 sub:already_applied", "", true, ""},
 		{"its refund once the order is paid: the period refunded", refund, "second", paidByPay0,
 			"other_payment_refunded order=o1 sub=s1 sub:subscription_refunded", "", true, ""},
 	}
@@ -676,6 +677,123 @@ func TestDecideBatchPaymentBeforeItsOrder(t *testing.T) {
 			}
 			if tc.item == "" && len(items) > 0 || tc.item != "" && !slices.Equal(items, []ReconKind{tc.item}) {
 				t.Errorf("items %v, want %q", items, tc.item)
+			}
+		})
+	}
+}
+
+// A charge of the subscription a paid order's payment paid that names the
+// order too (a provider copies the first checkout's merchant order id into
+// its renewals) is decided by the subscription rules as a renewal, as if
+// no order matched: it pays the next period once per bill, or is an extra
+// payment where the subscription's rules say so (cancelled before it); the
+// order takes nothing of it — no step of the order, no effect, its payment
+// and attempts as they were. A payment naming no subscription, or another
+// one, is still the order's second payment; the order's own payment again
+// is already applied to it; a payment that cannot be told from the order's
+// is still one for a person to check; and an unpaid order is paid by it.
+// The charge's refund, naming the order alone, is the subscription's too.
+func TestDecideBatchChargeOfThePaidSubscription(t *testing.T) {
+	t.Parallel()
+	feb1 := jan1.AddDate(0, 1, 0)
+	at := func(be BatchEvent, when time.Time) BatchEvent {
+		be.Event.OccurredAt = when
+		return be
+	}
+	charge := func(id string) BatchEvent {
+		return at(named(batchEvent(id, EventPaymentConfirmed, "m-1", "pay_2", 1000), "sub_1"), feb1)
+	}
+	own := named(batchEvent("e1-again", EventPaymentConfirmed, "m-1", "pay_1", 1000), "sub_1")
+	paid := func() *LockedOrder {
+		o := subscriptionOrder("o1", "user_42")
+		o.State, o.Paid, o.PaidBy, o.PaidSubscription = StateFulfilled, true, PaidRefs{AttemptRef: "pay_1", PaymentID: "pay_1"}, "s1"
+		o.Attempts = map[AttemptKey]AttemptState{{ProviderTBank, "pay_1"}: AttemptConfirmed}
+		return o
+	}
+	cases := []struct {
+		name    string
+		order   func() *LockedOrder
+		events  []BatchEvent
+		want    []string
+		periods int // of s1, after the batch
+		items   []ReconKind
+	}{
+		{"a charge naming the order and its subscription: renewed, the order untouched", paid,
+			[]BatchEvent{charge("e2"), own}, []string{"renewed sub=s1 sub:renewed", "already_applied order=o1"}, 2, nil},
+		{"the same charge twice: one period", paid, []BatchEvent{charge("e2"), charge("e2-again")},
+			[]string{"renewed sub=s1 sub:renewed", "already_applied sub=s1 sub:already_applied"}, 2, nil},
+		{"a charge naming another subscription: the order's second payment", paid,
+			[]BatchEvent{named(charge("e2"), "sub_2")}, []string{"duplicate_payment order=o1"}, 1, []ReconKind{ReconExtraPayment}},
+		{"a charge naming no subscription: the order's second payment", paid,
+			[]BatchEvent{named(charge("e2"), "")}, []string{"duplicate_payment order=o1"}, 1, []ReconKind{ReconExtraPayment}},
+		{"the order's own payment again: already applied", paid, []BatchEvent{own}, []string{"already_applied order=o1"}, 1, nil},
+		{"a charge that cannot be told from the order's payment: for a person to check", func() *LockedOrder {
+			o := paid()
+			o.PaidBy = PaidRefs{}
+			return o
+		}, []BatchEvent{charge("e2")}, []string{"unidentified_payment order=o1"}, 1, []ReconKind{ReconUnidentifiedPayment}},
+		{"the order unpaid: paid by the charge", func() *LockedOrder { return subscriptionOrder("o1", "user_42") },
+			[]BatchEvent{charge("e2")}, []string{"fulfilled order=o1 sub=s1 sub:renewed"}, 2, nil},
+		{"the subscription cancelled before the charge: an extra payment of the subscription's", paid,
+			[]BatchEvent{at(named(batchEvent("e0", EventSubscriptionCancelled, "", "", 0), "sub_1"), day(20)), charge("e2")},
+			[]string{"subscription_cancelled sub=s1 sub:subscription_cancelled", "duplicate_payment sub=s1 sub:duplicate_payment"},
+			1, []ReconKind{ReconExtraPayment}},
+		{"the charge's refund naming the order alone: its period refunded", paid,
+			[]BatchEvent{charge("e2"), at(batchEvent("e3", EventRefunded, "m-1", "pay_2", 1000), feb1.AddDate(0, 0, 3))},
+			[]string{"renewed sub=s1 sub:renewed", "other_payment_refunded order=o1 sub=s1 sub:subscription_refunded"}, 2, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sub := batchSub("s1", "sub_1")
+			sub.State, sub.Periods, sub.PeriodStart, sub.PeriodEnd, sub.LastEventAt = SubActive, 1, jan1, feb1, jan1
+			sub.Renewals = map[string]Renewal{"payment:pay_1": {Period: 1, PaymentID: "pay_1", Start: jan1, End: feb1, PaidAt: jan1, Purchase: true}}
+			snap := &Snapshot{
+				Orders: map[OrderKey]*LockedOrder{orderKey("m-1"): tc.order()},
+				Subscriptions: map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): sub,
+					subKey("sub_2"): batchSub("s2", "sub_2")},
+				Plans: Plans{monthly.ID: monthly},
+			}
+			steps := decided(t, snap, tc.events)
+			if got := summaries(steps); !slices.Equal(got, tc.want) {
+				t.Errorf("steps:\n got %q\nwant %q", got, tc.want)
+			}
+			periods := sub.Periods
+			var items []ReconKind
+			for _, st := range steps {
+				if st.Subscription != nil && st.Subscription.Record.ID == "s1" {
+					periods = st.Subscription.Record.Periods
+				}
+				if st.AwaitedOrder != nil {
+					t.Errorf("%s awaits order %v", st.Outcome.Decision, *st.AwaitedOrder)
+				}
+				if st.Order == nil && (st.Subscription == nil || !reflect.DeepEqual(st.Outcome, st.Subscription.Outcome)) {
+					t.Errorf("a step of no order decided %+v, not by the subscription rules", st.Outcome)
+				}
+				for _, e := range st.Outcome.Effects {
+					if it, ok := e.(OpenItem); ok {
+						items = append(items, it.Kind)
+					}
+				}
+			}
+			if periods != tc.periods {
+				t.Errorf("s1 has %d periods, want %d", periods, tc.periods)
+			}
+			if !slices.Equal(items, tc.items) {
+				t.Errorf("items %v, want %v", items, tc.items)
+			}
+			// The order as the batch leaves it, when a step shows it: a
+			// paid order still paid by its own payment, and the charge no
+			// attempt of it unless the order rules decided the charge.
+			for i, st := range steps {
+				if o := st.Order; o != nil && o.Paid && o.PaidBy.PaymentID == "pay_1" && st.Outcome.Decision == DecisionAlreadyApplied {
+					if _, ok := o.Attempts[AttemptKey{ProviderTBank, "pay_2"}]; ok || o.State != StateFulfilled {
+						t.Errorf("step %d: the order %s, attempts %v; want it fulfilled, no attempt of the charge", i, o.State, o.Attempts)
+					}
+				}
+			}
+			if o := snap.Orders[orderKey("m-1")]; o.Attempts[AttemptKey{ProviderTBank, "pay_2"}] != "" {
+				t.Errorf("DecideBatch changed the snapshot's order: %+v", o)
 			}
 		})
 	}
