@@ -1101,6 +1101,130 @@ func TestSubscriptionFlowRegisteredSecondChargeNamingTheOrder(t *testing.T) {
 	}, id, sub)
 }
 
+// A charge of the subscription an order paid that names that order too
+// (the provider copied the first checkout's merchant order id into its
+// renewals) renews the subscription: delivered twice at once and replayed,
+// it pays period 2 once — one subscription.renewed, no extra_payment item
+// — and the order keeps what its own payment gave it, and nothing more
+// (its license, its credit, its event, its one attempt). Its full refund,
+// delivered twice, refunds period 2, once, and ends its access; the order
+// keeps its grants. The first version decided the charge as the order's
+// second payment: duplicate_payment, an extra_payment item, no period
+// (rows counted).
+func TestSubscriptionFlowChargeNamingItsPaidOrder(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	id := lineOrder(t, s, "m-1", "10",
+		fulfillment.LineDraft{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "USD", MinorUnits: 1000, AccountRef: "user_42", PlanID: subPlan.ID},
+		fulfillment.LineDraft{SKU: "pro-license", Kind: "license", Quantity: 1, Currency: "USD", MinorUnits: 500},
+		fulfillment.LineDraft{SKU: "credits", Kind: "balance_credit", Quantity: 1, Currency: "USD", MinorUnits: 500, AccountRef: "acct_1"})
+	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "fulfilled" {
+		t.Fatalf("the order's payment: %s, want fulfilled", got)
+	}
+	sub := subscriptionID(t, conn, "sub_1")
+	feb1 := subJan1.AddDate(0, 1, 0)
+	charge := subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, feb1, "inv_sub_1_2")
+	charge.Payment.MerchantOrderID = "m-1"
+
+	// $1 is the order, $2 the subscription.
+	order := []countCheck{
+		{"the order, fulfilled, paid by its own payment", `SELECT count(*) FROM orders WHERE id = $1 AND state = 'fulfilled'
+			AND paid_payment_id = 'pay_inv_sub_1_1' AND paid_subscription_id = $2`, 1},
+		{"licenses", `SELECT count(*) FROM entitlements WHERE order_id = $1 AND revoked_at IS NULL AND $2 <> ''`, 1},
+		{"ledger entries", `SELECT count(*) FROM ledger_entries WHERE order_id = $1 AND movement = 'credit' AND $2 <> ''`, 1},
+		{"all ledger entries", `SELECT count(*) FROM ledger_entries WHERE order_id = $1 AND $2 <> ''`, 1},
+		{"order events", `SELECT count(*) FROM order_events WHERE order_id = $1 AND topic = 'order.fulfilled' AND $2 <> ''`, 1},
+		{"all order events", `SELECT count(*) FROM order_events WHERE order_id = $1 AND $2 <> ''`, 1},
+		{"the order's items", `SELECT count(*) FROM reconciliation_items WHERE order_id = $1 AND $2 <> ''`, 0},
+	}
+	renewed := append(slices.Clip(order), []countCheck{
+		{"the order's attempts", `SELECT count(*) FROM payment_attempts WHERE order_id = $1 AND $2 <> ''`, 1},
+		{"periods", `SELECT count(*) FROM subscription_periods WHERE subscription_id = $2 AND refunded_at IS NULL AND $1 <> ''`, 2},
+		{"period 2, paid by the charge", `SELECT count(*) FROM subscription_periods
+			WHERE subscription_id = $2 AND period = 2 AND payment_id = 'pay_inv_sub_1_2' AND $1 <> ''`, 1},
+		{"extra_payment items", `SELECT count(*) FROM reconciliation_items WHERE kind = 'extra_payment' AND $1 <> '' AND $2 <> ''`, 0},
+		{"items", `SELECT count(*) FROM reconciliation_items WHERE order_id = $1 OR subscription_id = $2`, 0},
+		{"subscription.renewed of period 2", `SELECT count(*) FROM order_events
+			WHERE subscription_id = $2 AND topic = 'subscription.renewed' AND period = 2 AND $1 <> ''`, 1},
+		{"the charge's events, the subscription's, of no order", `SELECT count(*) FROM inbox_events
+			WHERE event_id LIKE 'evt_2%' AND order_id IS NULL AND applied_subscription_id = $2 AND $1 <> ''`, 2},
+		{"events queued", `SELECT count(*) FROM inbox_work WHERE state = 'pending' AND $1 <> '' AND $2 <> ''`, 0},
+	}...)
+	wantCounts(t, conn, order, id, sub)
+
+	// The charge delivered twice (two event ids), decided at once.
+	var ids []int64
+	for _, eventID := range []string{"evt_2a", "evt_2b"} {
+		r, err := s.InboxInsert(ctx, subEventNamed(charge, eventID), []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	if _, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 10}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu        sync.Mutex
+		decisions []string
+		next      = make(chan int64, len(ids))
+	)
+	for _, id := range ids {
+		next <- id
+	}
+	concurrently(len(ids), func() {
+		id := <-next
+		outs, err := s.InboxProcess(ctx, []int64{id}, "w")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		mu.Lock()
+		decisions = append(decisions, string(outs[id].Decision))
+		mu.Unlock()
+	})
+	slices.Sort(decisions)
+	if got := strings.Join(decisions, ","); got != "already_applied,renewed" {
+		t.Errorf("the charge delivered twice: %s, want renewed and already_applied", got)
+	}
+	wantCounts(t, conn, renewed, id, sub)
+	want := subRow{State: "active", Periods: 2, End: feb1.AddDate(0, 1, 0), Renewed: 2}
+	wantSub(t, conn, "sub_1", want)
+
+	// Replayed by a person: nothing more.
+	if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: ids[0], Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := processAll(t, s, 1); got != "already_applied" {
+		t.Errorf("the charge replayed: %s, want already_applied", got)
+	}
+	wantCounts(t, conn, renewed, id, sub)
+	wantSub(t, conn, "sub_1", want)
+
+	// Its full refund, naming the order and the subscription, delivered
+	// twice: the period it paid is refunded once, its access ended once.
+	refundAt := feb1.AddDate(0, 0, 3)
+	refund := subEvent("evt_r2", "sub_1", fulfillment.EventRefunded, refundAt, "inv_sub_1_2")
+	refund.Payment.PaymentID, refund.Payment.MerchantOrderID = "pay_inv_sub_1_2", "m-1"
+	for _, eventID := range []string{"evt_r2a", "evt_r2b"} {
+		if got := deliver(t, s, subEventNamed(refund, eventID)); got != "other_payment_refunded" {
+			t.Errorf("the charge's refund (%s): %s, want other_payment_refunded (the order's), the period the subscription's", eventID, got)
+		}
+		wantCounts(t, conn, append(slices.Clip(order), []countCheck{
+			{"period 2 refunded", `SELECT count(*) FROM subscription_periods
+				WHERE subscription_id = $2 AND period = 2 AND refunded_at IS NOT NULL AND $1 <> ''`, 1},
+			{"periods refunded", `SELECT count(*) FROM subscription_periods WHERE subscription_id = $2 AND refunded_at IS NOT NULL AND $1 <> ''`, 1},
+			{"the refund's decisions applied to the subscription", `SELECT count(*) FROM inbox_events
+				WHERE event_id = '` + eventID + `' AND applied_subscription_id = $2 AND $1 <> ''`, 1},
+			{"refund items", `SELECT count(*) FROM reconciliation_items
+				WHERE subscription_id = $2 AND kind = 'refund_after_fulfillment' AND $1 <> ''`, 1},
+			{"extra_payment items", `SELECT count(*) FROM reconciliation_items WHERE kind = 'extra_payment' AND $1 <> '' AND $2 <> ''`, 0},
+		}...), id, sub)
+		wantSub(t, conn, "sub_1", subRow{State: "expired", Periods: 2, End: refundAt, Renewed: 2, Ended: 1, Items: 1})
+	}
+}
+
 // subEventNamed is ev under another event id: the same payment announced
 // again.
 func subEventNamed(ev fulfillment.ProviderEvent, id string) fulfillment.ProviderEvent {
