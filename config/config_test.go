@@ -2,7 +2,9 @@ package config
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -517,5 +519,47 @@ func TestReceiptLinger(t *testing.T) {
 		if got := c.Inbox.Linger(); got != tc.want {
 			t.Errorf("%q: linger %s, want %s", tc.yaml, got, tc.want)
 		}
+	}
+}
+
+// The configuration make run writes (scripts/dev-config.sh) loads, and the
+// banner it prints keeps each command as it is to be pasted: a command
+// continued on the next line ends in a backslash, and no continuation is
+// joined onto the line before it (an unescaped backslash in the script's
+// here-document would join them, leaving a run of blanks inside a line).
+func TestDevConfigAndBanner(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("bash not found")
+	}
+	dir := t.TempDir()
+	out, err := exec.Command("bash", "../scripts/dev-config.sh", dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("dev-config.sh: %v\n%s", err, out)
+	}
+	cfg, err := Load(filepath.Join(dir, "config.yaml"), env(map[string]string{"DATABASE_URL": "postgres://localhost/db"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Endpoints) == 0 || len(cfg.Auth.Tokens) == 0 {
+		t.Errorf("the dev configuration has %d endpoints and %d tokens, want some of each", len(cfg.Endpoints), len(cfg.Auth.Tokens))
+	}
+	banner, err := os.ReadFile(filepath.Join(dir, "banner.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	command := regexp.MustCompile(`^\s*(curl|\.cache/|FULFILLCTL_|FAKEBANK_|go run)`)
+	comment := regexp.MustCompile(`\s+# .*$`)
+	continued := 0
+	for i, line := range strings.Split(string(banner), "\n") {
+		if command.MatchString(line) && strings.Contains(comment.ReplaceAllString(strings.TrimSpace(line), ""), "   ") {
+			t.Errorf("banner line %d holds a continuation joined onto it: %q", i+1, line)
+		}
+		if strings.HasSuffix(line, ` \`) {
+			continued++
+		}
+	}
+	if continued == 0 {
+		t.Errorf("the banner continues no command on a second line; this test looks at nothing:\n%s", banner)
 	}
 }

@@ -166,15 +166,15 @@ $addr
       "lines": [{"sku": "pro", "kind": "subscription", "quantity": 1, "plan_id": "pro-monthly",
                  "account_ref": "user_42", "unit_price": {"currency": "USD", "minor_units": 900}}],
       "settlement": {"token": "USDT", "network": "TRON", "amount": "9.000000"}}'
-    .cache/fulfillctl webhook send --url http://$ingest/webhooks/yolfi-test --secret-file $dir/yolfi-test.secret \
+    .cache/fulfillctl webhook send --url http://$ingest/webhooks/yolfi-test --secret-file $dir/yolfi-test.secret \\
       --org org_demo --merchant-order-id demo-4 --subscription-id sub_demo --amount 9.000000 --test
-    curl -sS -H "Authorization: Bearer \$TOKEN" \
+    curl -sS -H "Authorization: Bearer \$TOKEN" \\
       "http://$http/v1/access?org_id=org_demo&environment=test&customer_ref=user_42&plan_id=pro-monthly"
     # the next month's renewal, delivered twice: one more period
-    .cache/fulfillctl webhook send --url http://$ingest/webhooks/yolfi-test --secret-file $dir/yolfi-test.secret \
+    .cache/fulfillctl webhook send --url http://$ingest/webhooks/yolfi-test --secret-file $dir/yolfi-test.secret \\
       --org org_demo --subscription-id sub_demo --invoice-id inv_demo_2 --amount 9.000000 --test --repeat 2
     # cancelled: access stays until the paid period ends, then the sweeper ends it
-    .cache/fulfillctl webhook send --url http://$ingest/webhooks/yolfi-test --secret-file $dir/yolfi-test.secret \
+    .cache/fulfillctl webhook send --url http://$ingest/webhooks/yolfi-test --secret-file $dir/yolfi-test.secret \\
       --org org_demo --type subscription.cancelled --subscription-id sub_demo --test
     curl -sS -H "Authorization: Bearer \$TOKEN" "http://$http/v1/subscriptions?org_id=org_demo"
 
