@@ -144,7 +144,6 @@ func readSub(t *testing.T, conn *pgx.Conn, subID string) subRow {
 func TestSubscriptionFlowRenewalOnce(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
-	ctx := context.Background()
 	subscriptionOrder(t, s, "m-1")
 	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "fulfilled" {
 		t.Fatalf("first payment: %s", got)
@@ -160,38 +159,8 @@ func TestSubscriptionFlowRenewalOnce(t *testing.T) {
 	renewal := func(id string) fulfillment.ProviderEvent {
 		return subEvent(id, "sub_1", fulfillment.EventPaymentConfirmed, subJan1.AddDate(0, 1, 0), "inv_2")
 	}
-	var ids []int64
-	for _, id := range []string{"evt_2a", "evt_2b", "evt_2c"} {
-		r, err := s.InboxInsert(ctx, renewal(id), []byte(`{}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, r.ID)
-	}
-	if _, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 100, Lease: time.Minute, MaxAttempts: 10}); err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu        sync.Mutex
-		decisions []string
-		next      = make(chan int64, len(ids))
-	)
-	for _, id := range ids {
-		next <- id
-	}
-	concurrently(len(ids), func() {
-		id := <-next
-		outs, err := s.InboxProcess(ctx, []int64{id}, "w")
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		mu.Lock()
-		decisions = append(decisions, string(outs[id].Decision))
-		mu.Unlock()
-	})
-	slices.Sort(decisions)
-	if got := strings.Join(decisions, ","); got != "already_applied,already_applied,renewed" {
+	_, decisions := decideAtOnce(t, s, renewal("evt_2a"), renewal("evt_2b"), renewal("evt_2c"))
+	if got := decisions; got != "already_applied,already_applied,renewed" {
 		t.Errorf("decisions %s, want one renewed and two already_applied", got)
 	}
 	if got := deliver(t, s, firstPayment("evt_1b", "sub_1", "m-1")); got != "already_applied" {
@@ -1154,38 +1123,8 @@ func TestSubscriptionFlowChargeNamingItsPaidOrder(t *testing.T) {
 	wantCounts(t, conn, order, id, sub)
 
 	// The charge delivered twice (two event ids), decided at once.
-	var ids []int64
-	for _, eventID := range []string{"evt_2a", "evt_2b"} {
-		r, err := s.InboxInsert(ctx, subEventNamed(charge, eventID), []byte(`{}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, r.ID)
-	}
-	if _, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 10}); err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu        sync.Mutex
-		decisions []string
-		next      = make(chan int64, len(ids))
-	)
-	for _, id := range ids {
-		next <- id
-	}
-	concurrently(len(ids), func() {
-		id := <-next
-		outs, err := s.InboxProcess(ctx, []int64{id}, "w")
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		mu.Lock()
-		decisions = append(decisions, string(outs[id].Decision))
-		mu.Unlock()
-	})
-	slices.Sort(decisions)
-	if got := strings.Join(decisions, ","); got != "already_applied,renewed" {
+	ids, decisions := decideAtOnce(t, s, subEventNamed(charge, "evt_2a"), subEventNamed(charge, "evt_2b"))
+	if got := decisions; got != "already_applied,renewed" {
 		t.Errorf("the charge delivered twice: %s, want renewed and already_applied", got)
 	}
 	wantCounts(t, conn, renewed, id, sub)
@@ -2203,4 +2142,44 @@ func TestMigration029SubscriptionRefunds(t *testing.T) {
 	if n := count(t, conn, "SELECT count(*) FROM subscription_periods WHERE refunded_at IS NULL"); n != 1 {
 		t.Errorf("%d periods after migrating up, want the one, not refunded", n)
 	}
+}
+
+// decideAtOnce stores events, queued, then decides each in a transaction
+// of its own, all at once, and returns their inbox ids and their decisions,
+// sorted and joined with commas.
+func decideAtOnce(t *testing.T, s *storage.Store, events ...fulfillment.ProviderEvent) ([]int64, string) {
+	t.Helper()
+	ctx := context.Background()
+	ids := make([]int64, 0, len(events))
+	for _, ev := range events {
+		r, err := s.InboxInsert(ctx, ev, []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	if _, err := s.InboxQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 100, Lease: time.Minute, MaxAttempts: 10}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu        sync.Mutex
+		decisions []string
+		next      = make(chan int64, len(ids))
+	)
+	for _, id := range ids {
+		next <- id
+	}
+	concurrently(len(ids), func() {
+		id := <-next
+		outs, err := s.InboxProcess(ctx, []int64{id}, "w")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		mu.Lock()
+		decisions = append(decisions, string(outs[id].Decision))
+		mu.Unlock()
+	})
+	slices.Sort(decisions)
+	return ids, strings.Join(decisions, ",")
 }
