@@ -440,14 +440,25 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 // renewsPaidSubscription reports whether ev, which matches order o and
 // names subscription sub at its provider (either may be nil), is a charge
 // that renews sub: a confirmed payment of o, paid, whose payment paid a
-// period of sub (its PaidSubscription), and that is told apart from o's
-// payment. Decided by the order rules it would be o's second payment,
-// duplicate_payment, and pay no period. A payment that cannot be told from
-// o's (PaidRefs.SamePayment) is left to the order rules, which ask a
-// person to check it: taking it for a renewal could pay a period for a
-// payment announced again.
+// period of sub (its PaidSubscription), that is told apart from o's
+// payment, and that is no payment of o's own checkout. Decided by the
+// order rules it would be o's second payment, duplicate_payment, and pay
+// no period. Where it may be o's second payment, the order rules keep it,
+// and their extra_payment item asks a person to look: a renewal is charged
+// by the provider without a checkout, so a payment naming a checkout
+// session (every T-Bank payment, whose OrderId is its checkout session; a
+// second payment of a Yolfi checkout) is o's, and so is a payment of an
+// attempt o recorded. A payment that cannot be told from o's
+// (PaidRefs.SamePayment) is left to the order rules too: taking it for a
+// renewal could pay a period for a payment announced again.
 func renewsPaidSubscription(ev ProviderEvent, o *LockedOrder, sub *SubscriptionRecord) bool {
 	if o == nil || sub == nil || ev.Kind != EventPaymentConfirmed || !o.Paid || o.PaidSubscription == "" || o.PaidSubscription != sub.ID {
+		return false
+	}
+	if ev.Payment.CheckoutSessionID != "" {
+		return false
+	}
+	if _, recorded := o.Attempts[AttemptKey{ev.Provider, ev.Payment.AttemptRef}]; recorded {
 		return false
 	}
 	same, known := o.PaidBy.SamePayment(ev.Payment)

@@ -2144,6 +2144,49 @@ func TestMigration029SubscriptionRefunds(t *testing.T) {
 	}
 }
 
+// A Yolfi customer pays the order's checkout twice, an hour apart: a second
+// invoice of the same checkout session, which names the order
+// (merchantOrderId) and the subscription the checkout is for
+// (subscriptionId). That is the order's second payment, not a renewal: an
+// extra_payment item for a refund review, and one period (rows counted; the
+// first version of the renewal rule paid period 2 and opened no item). The
+// first invoice paid twice (another payment id) is one extra_payment item
+// too.
+func TestSubscriptionFlowSecondCheckoutPaymentNamingItsSubscription(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	id := lineOrder(t, s, "m-1", "10",
+		fulfillment.LineDraft{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "USD", MinorUnits: 1000, AccountRef: "user_42", PlanID: subPlan.ID})
+	first := firstPayment("evt_1", "sub_1", "m-1")
+	first.Payment.CheckoutSessionID = "cs_1"
+	if got := deliver(t, s, first); got != "fulfilled" {
+		t.Fatalf("the order's payment: %s", got)
+	}
+	sub := subscriptionID(t, conn, "sub_1")
+
+	// The same checkout paid again: a second invoice, an hour later.
+	again := subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.Add(time.Hour), "inv_sub_1_1b")
+	again.Payment.MerchantOrderID, again.Payment.CheckoutSessionID = "m-1", "cs_1"
+	if got := deliver(t, s, again); got != "duplicate_payment" {
+		t.Errorf("second payment of the checkout: %s, want duplicate_payment", got)
+	}
+	wantCounts(t, conn, []countCheck{
+		{"periods", `SELECT count(*) FROM subscription_periods WHERE subscription_id = $2 AND $1 <> ''`, 1},
+		{"extra_payment items", `SELECT count(*) FROM reconciliation_items WHERE kind = 'extra_payment' AND (order_id = $1 OR subscription_id = $2)`, 1},
+	}, id, sub)
+
+	// The first invoice paid twice (another payment id): one item.
+	twice := subEvent("evt_3", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.Add(2*time.Hour), "inv_sub_1_1")
+	twice.Payment.PaymentID, twice.Payment.MerchantOrderID = "pay_other", "m-1"
+	if got := deliver(t, s, twice); got != "duplicate_payment" {
+		t.Errorf("the first invoice paid twice: %s, want duplicate_payment", got)
+	}
+	wantCounts(t, conn, []countCheck{
+		{"extra_payment items of pay_other", `SELECT count(*) FROM reconciliation_items WHERE kind = 'extra_payment'
+			AND payment_id = 'pay_other' AND (order_id = $1 OR subscription_id = $2)`, 1},
+	}, id, sub)
+}
+
 // decideAtOnce stores events, queued, then decides each in a transaction
 // of its own, all at once, and returns their inbox ids and their decisions,
 // sorted and joined with commas.

@@ -1,0 +1,177 @@
+package fulfillment
+
+import (
+	"testing"
+	"time"
+)
+
+// A payment that names a paid order and the subscription its payment paid
+// is a renewal only when it cannot be the order's own second payment
+// (renewsPaidSubscription). These are T-Bank's cases: every T-Bank payment
+// names its checkout session (its OrderId), so one that matches the order
+// is the order's, and a person is asked to look (an extra_payment item);
+// a renewal charged for the same order would be paid a period silently.
+// The first version of the rule, which looked only at the subscription the
+// payment named, failed all four.
+
+// paidByCardFixture: order o1 (T-Bank, subscription line, total 1000 RUB), paid
+// by pay_1 of attempt sess-1, which paid period 1 of s1 — known at the bank
+// by its card binding (RebillId) "R1". The order's second payment start
+// sess-2 is one of its checkout sessions too (payment_starts.provider_order_id).
+func paidByCardFixture() (*Snapshot, *SubscriptionRecord) {
+	feb1 := jan1.AddDate(0, 1, 0)
+	o := subscriptionOrder("o1", "user_42")
+	o.State, o.Paid, o.PaidBy, o.PaidSubscription = StateFulfilled, true, PaidRefs{AttemptRef: "pay_1", PaymentID: "pay_1"}, "s1"
+	o.Attempts = map[AttemptKey]AttemptState{{ProviderTBank, "pay_1"}: AttemptConfirmed}
+	sub := batchSub("s1", "R1")
+	sub.State, sub.Periods, sub.PeriodStart, sub.PeriodEnd, sub.LastEventAt = SubActive, 1, jan1, feb1, jan1
+	sub.Renewals = map[string]Renewal{"payment:pay_1": {Period: 1, PaymentID: "pay_1", Start: jan1, End: feb1, PaidAt: jan1, Purchase: true}}
+	sess := func(v string) OrderKey {
+		return OrderKey{OrgID: batchOrg, Environment: EnvLive, Field: ByCheckoutSessionID, Value: v}
+	}
+	return &Snapshot{
+		Orders:        map[OrderKey]*LockedOrder{sess("sess-1"): o, sess("sess-2"): o},
+		Subscriptions: map[SubscriptionKey]*SubscriptionRecord{subKey("R1"): sub},
+		Plans:         Plans{monthly.ID: monthly},
+	}, sub
+}
+
+// tbankEvent is a T-Bank notification (or GetState answer when rebill is
+// "") of payment pay in checkout session sess: OrderId, PaymentId, RebillId.
+func tbankEvent(id string, kind EventKind, sess, pay, rebill string, minor int64, at time.Time) BatchEvent {
+	p := PaymentInfo{PaymentID: pay, CheckoutSessionID: sess, SubscriptionID: rebill, Amount: MinorAmount(minor, "RUB")}
+	p.AttemptRef = p.Attempt()
+	return BatchEvent{Received: at, Event: ProviderEvent{Provider: ProviderTBank, OrgID: batchOrg, Environment: EnvLive,
+		EventID: id, Kind: kind, Type: string(kind), OccurredAt: at, Payment: p}}
+}
+
+// extraPaymentItems counts the extra_payment items steps open, by the order
+// rules or the subscription rules (once for a step of no order, whose
+// outcome is the subscription rules').
+func extraPaymentItems(steps []Step) (n int) {
+	for _, st := range steps {
+		for _, e := range st.Outcome.Effects {
+			if it, ok := e.(OpenItem); ok && it.Kind == ReconExtraPayment {
+				n++
+			}
+		}
+		if st.Subscription != nil && !ofNoOrder(st) {
+			for _, e := range st.Subscription.Outcome.Effects {
+				if it, ok := e.(OpenItem); ok && it.Kind == ReconExtraPayment {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
+func ofNoOrder(st Step) bool { return st.Order == nil }
+
+// periodsAfter is how many periods s1 has after steps, sub being s1 as the
+// snapshot held it.
+func periodsAfter(steps []Step, sub *SubscriptionRecord) int {
+	p := sub.Periods
+	for _, st := range steps {
+		if st.Subscription != nil && st.Subscription.Record.ID == "s1" {
+			p = st.Subscription.Record.Periods
+		}
+	}
+	return p
+}
+
+// The customer pays the order a second time (a second payment start of
+// the order, same card: same RebillId), for the order's total, an hour
+// after the first. T-Bank recurrent charges never name the order's OrderId
+// (docs/subscriptions.md: a charge names an order id of its own), so this is
+// the order's second payment, and it needs a refund review, not a period.
+func TestDecideBatchTBankSecondPaymentOfThePaidOrder(t *testing.T) {
+	snap, sub := paidByCardFixture()
+	second := tbankEvent("n2", EventPaymentConfirmed, "sess-2", "pay_2", "R1", 1000, jan1.Add(time.Hour))
+	steps := decided(t, snap, []BatchEvent{second})
+	t.Logf("steps %q", summaries(steps))
+	if got := extraPaymentItems(steps); got != 1 || periodsAfter(steps, sub) != 1 {
+		t.Errorf("second payment of the order: %d extra_payment items, %d periods; want 1 item, 1 period", got, periodsAfter(steps, sub))
+	}
+}
+
+// The same second payment, found first by the status poller (GetState
+// names no RebillId), then notified by the bank (with RebillId). One payment:
+// it must be decided one way: not an item asking to refund it (the poll's)
+// and a period granted for it (the notification's).
+func TestDecideBatchPollThenNotificationOfASecondPayment(t *testing.T) {
+	snap, sub := paidByCardFixture()
+	at := jan1.Add(time.Hour)
+	steps := decided(t, snap, []BatchEvent{
+		tbankEvent("poll:n2", EventPaymentConfirmed, "sess-2", "pay_2", "", 1000, at),
+		tbankEvent("n2", EventPaymentConfirmed, "sess-2", "pay_2", "R1", 1000, at),
+	})
+	t.Logf("steps %q", summaries(steps))
+	// (Storage keeps one extra_payment item per order and payment.)
+	if got, p := extraPaymentItems(steps), periodsAfter(steps, sub); got > 0 && p > 1 {
+		t.Errorf("one payment: %d extra_payment item effects and %d new periods; want an item or a period, not both", got, p-1)
+	}
+}
+
+// Order paid from the poller (no binding: the subscription goes by the
+// customer key). The order's second payment's notification (RebillId R1)
+// comes before pay_1's notification binds R1: duplicate_payment, an item.
+// pay_1's notification binds R1. The second payment's notification is then
+// delivered again / replayed (`fulfillctl events replay`): decided as the
+// first time, it pays no period (a replay moves no money), and the item it
+// opened stays the one about it.
+func TestDecideBatchSecondPaymentAgainAfterBinding(t *testing.T) {
+	customer := CustomerSubscriptionID(monthly.ID, "user_42")
+	snap, sub := paidByCardFixture()
+	delete(snap.Subscriptions, subKey("R1"))
+	sub.ProviderSubscriptionID = customer
+	snap.Subscriptions[subKey(customer)] = sub
+	at := jan1.Add(time.Hour)
+	second := tbankEvent("n2", EventPaymentConfirmed, "sess-2", "pay_2", "R1", 1000, at)
+	steps := decided(t, snap, []BatchEvent{
+		second,
+		tbankEvent("n1", EventPaymentConfirmed, "sess-1", "pay_1", "R1", 1000, jan1), // binds R1
+		second, // replayed
+	})
+	t.Logf("steps %q", summaries(steps))
+	if summary(steps[2]) != summary(steps[0]) || periodsAfter(steps, sub) != 1 {
+		t.Errorf("replay of the second payment: %q, first decided %q, %d periods; want the same decision, 1 period",
+			summary(steps[2]), summary(steps[0]), periodsAfter(steps, sub))
+	}
+}
+
+// A payment naming the order's checkout session and R1, then partly
+// refunded (T-Bank PARTIAL_REFUNDED names OrderId and PaymentId). The same
+// partial refund of a charge that names no order is the subscription
+// rules' (partially_refunded + refund_after_fulfillment item). Whichever
+// rules take the pair, a person must hear of the payment: money returned
+// and a period kept with no item would tell nobody.
+func TestDecideBatchPartialRefundOfASecondPayment(t *testing.T) {
+	for _, rebill := range []string{"", "R1"} {
+		snap, _ := paidByCardFixture()
+		at := jan1.AddDate(0, 1, 0)
+		steps := decided(t, snap, []BatchEvent{
+			tbankEvent("n2", EventPaymentConfirmed, "sess-1", "pay_2", "R1", 1000, at),
+			tbankEvent("n2p", EventPartiallyRefunded, "sess-1", "pay_2", rebill, 400, at.AddDate(0, 0, 2)),
+		})
+		t.Logf("rebill %q: steps %q", rebill, summaries(steps))
+		// Some item about pay_2 must reach a person: the extra_payment of
+		// the charge (as before the change) or the partial refund's
+		// refund_after_fulfillment (as for a charge naming no order).
+		var n int
+		for _, st := range steps {
+			effects := st.Outcome.Effects
+			if st.Subscription != nil && st.Order != nil {
+				effects = append(effects, st.Subscription.Outcome.Effects...)
+			}
+			for _, e := range effects {
+				if _, ok := e.(OpenItem); ok {
+					n++
+				}
+			}
+		}
+		if n == 0 {
+			t.Errorf("renewal charge then its partial refund (rebill %q): no item at all", rebill)
+		}
+	}
+}
