@@ -86,6 +86,7 @@ func periodsAfter(steps []Step, sub *SubscriptionRecord) int {
 // (docs/subscriptions.md: a charge names an order id of its own), so this is
 // the order's second payment, and it needs a refund review, not a period.
 func TestDecideBatchTBankSecondPaymentOfThePaidOrder(t *testing.T) {
+	t.Parallel()
 	snap, sub := paidByCardFixture()
 	second := tbankEvent("n2", EventPaymentConfirmed, "sess-2", "pay_2", "R1", 1000, jan1.Add(time.Hour))
 	steps := decided(t, snap, []BatchEvent{second})
@@ -100,6 +101,7 @@ func TestDecideBatchTBankSecondPaymentOfThePaidOrder(t *testing.T) {
 // it must be decided one way: not an item asking to refund it (the poll's)
 // and a period granted for it (the notification's).
 func TestDecideBatchPollThenNotificationOfASecondPayment(t *testing.T) {
+	t.Parallel()
 	snap, sub := paidByCardFixture()
 	at := jan1.Add(time.Hour)
 	steps := decided(t, snap, []BatchEvent{
@@ -121,6 +123,7 @@ func TestDecideBatchPollThenNotificationOfASecondPayment(t *testing.T) {
 // first time, it pays no period (a replay moves no money), and the item it
 // opened stays the one about it.
 func TestDecideBatchSecondPaymentAgainAfterBinding(t *testing.T) {
+	t.Parallel()
 	customer := CustomerSubscriptionID(monthly.ID, "user_42")
 	snap, sub := paidByCardFixture()
 	delete(snap.Subscriptions, subKey("R1"))
@@ -147,6 +150,7 @@ func TestDecideBatchSecondPaymentAgainAfterBinding(t *testing.T) {
 // rules take the pair, a person must hear of the payment: money returned
 // and a period kept with no item would tell nobody.
 func TestDecideBatchPartialRefundOfASecondPayment(t *testing.T) {
+	t.Parallel()
 	for _, rebill := range []string{"", "R1"} {
 		snap, _ := paidByCardFixture()
 		at := jan1.AddDate(0, 1, 0)

@@ -2190,10 +2190,10 @@ func TestSubscriptionFlowSecondCheckoutPaymentNamingItsSubscription(t *testing.T
 // decideAtOnce stores events, queued, then decides each in a transaction
 // of its own, all at once, and returns their inbox ids and their decisions,
 // sorted and joined with commas.
-func decideAtOnce(t *testing.T, s *storage.Store, events ...fulfillment.ProviderEvent) ([]int64, string) {
+func decideAtOnce(t *testing.T, s *storage.Store, events ...fulfillment.ProviderEvent) (ids []int64, decisions string) {
 	t.Helper()
 	ctx := context.Background()
-	ids := make([]int64, 0, len(events))
+	ids = make([]int64, 0, len(events))
 	for _, ev := range events {
 		r, err := s.InboxInsert(ctx, ev, []byte(`{}`))
 		if err != nil {
@@ -2205,9 +2205,9 @@ func decideAtOnce(t *testing.T, s *storage.Store, events ...fulfillment.Provider
 		t.Fatal(err)
 	}
 	var (
-		mu        sync.Mutex
-		decisions []string
-		next      = make(chan int64, len(ids))
+		mu      sync.Mutex
+		decided []string
+		next    = make(chan int64, len(ids))
 	)
 	for _, id := range ids {
 		next <- id
@@ -2220,9 +2220,9 @@ func decideAtOnce(t *testing.T, s *storage.Store, events ...fulfillment.Provider
 			return
 		}
 		mu.Lock()
-		decisions = append(decisions, string(outs[id].Decision))
+		decided = append(decided, string(outs[id].Decision))
 		mu.Unlock()
 	})
-	slices.Sort(decisions)
-	return ids, strings.Join(decisions, ",")
+	slices.Sort(decided)
+	return ids, strings.Join(decided, ",")
 }
