@@ -197,6 +197,10 @@ func TestSummary(t *testing.T) {
 	if got, want := r.Summary(), "chaos: 12 acked, 0 lost, 0 duplicated effects; outbox: 0 delivered once, 0 doubled, 0 uncertain (all with items); subscriptions: 5 acked, 1 lost, 2 duplicated"; got != want {
 		t.Fatalf("Summary() = %q, want %q", got, want)
 	}
+	r.Subscriptions.NamingOrder, r.Subscriptions.NamingRenewed, r.Subscriptions.NamingExtra = 4, 3, 1
+	if got, want := r.Summary(), "chaos: 12 acked, 0 lost, 0 duplicated effects; outbox: 0 delivered once, 0 doubled, 0 uncertain (all with items); subscriptions: 5 acked, 1 lost, 2 duplicated (4 renewal payments naming their order: 3 renewed, 1 duplicate_payment, 0 already_applied)"; got != want {
+		t.Fatalf("Summary() = %q, want %q", got, want)
+	}
 	r = Report{Incomplete: "context canceled"}
 	if r.OK() || !strings.Contains(r.Summary(), "NOT COMPLETED") {
 		t.Fatalf("an incomplete run summarized as %q", r.Summary())
@@ -606,6 +610,61 @@ func TestSubscriptionReplay(t *testing.T) {
 	}
 }
 
+// The replay of renewals that name the subscription's order too, the
+// order paid by the first payment: each is the subscription's renewal, as
+// if it named no order — February's pays period 2, its announcement again
+// (naming the order or not) is already applied, the second payment of
+// March's bill, first to come, pays period 3 and March's own payment is
+// then the extra payment (an item of the subscription), the charge after
+// the cancellation too — none linked to the order, which
+// keeps its payment, its attempt and no item. The first payment announced
+// again stays the order's (already applied).
+func TestSubscriptionReplayNamingOrder(t *testing.T) {
+	t.Parallel()
+	w, ev := subStoryForTest(t)
+	sp, g := w.orders[0].sub, w.g
+	month := func(n int) time.Time { return sp.start.AddDate(0, n, 0) }
+	ev["feb"] = g.addSub(0, yolfi.TypePaymentConfirmed, "inv_2", "pay_2", month(1), true, roleRenewal, 0, nil)
+	ev["feb again"] = g.addSub(0, yolfi.TypePaymentConfirmed, "inv_2", "pay_2", month(1), true, roleRenewal, 0, nil)
+	ev["feb once more"] = g.addSub(0, yolfi.TypePaymentConfirmed, "inv_2", "pay_2", month(1), false, roleRenewal, 0, nil)
+	ev["mar extra"] = g.addSub(0, yolfi.TypePaymentConfirmed, "inv_3", "pay_3b", month(2).Add(time.Hour), true, roleRenewal, 0, nil)
+	ev["apr"] = g.addSub(0, yolfi.TypePaymentConfirmed, "inv_4", "pay_4", month(3).Add(-12*time.Hour), true, roleRenewal, 0, nil)
+	ev["first again"] = g.addSub(0, yolfi.TypePaymentConfirmed, "inv_1", "pay_1", sp.start, true, roleReannounce, 0, nil)
+	rp := newSubReplay(w.orders[0])
+	var got []string
+	for _, name := range []string{"first", "feb", "feb again", "mar extra", "feb once more", "mar", "first again", "cancel", "apr"} {
+		pe, err := parseYolfi(w.events[ev[name]])
+		if err != nil {
+			t.Fatal(err)
+		}
+		step := rp.apply(pe, g.base)
+		got = append(got, fmt.Sprintf("%s:%s%s%s", name, step.decision, map[bool]string{true: "+order"}[step.order], map[bool]string{true: "+sub"}[step.sub]))
+	}
+	want := "[first:fulfilled+order+sub feb:renewed+sub feb again:already_applied+sub mar extra:renewed+sub " +
+		"feb once more:already_applied+sub mar:duplicate_payment+sub first again:already_applied+order " +
+		"cancel:subscription_cancelled+sub apr:duplicate_payment+sub]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("decisions %v,\nwant %s", got, want)
+	}
+	var bills []string
+	for _, p := range rp.periods {
+		bills = append(bills, fmt.Sprintf("%d:%s:%s", p.period, p.key, p.payment))
+	}
+	if fmt.Sprint(bills) != "[1:invoice:inv_1:pay_1 2:invoice:inv_2:pay_2 3:invoice:inv_3:pay_3b]" {
+		t.Errorf("periods %v", bills)
+	}
+	items := slices.Sorted(maps.Keys(rp.items))
+	if len(items) != 2 || !strings.HasPrefix(items[0], itemExtraPayment+"|") || !strings.HasPrefix(items[1], itemExtraPayment+"|") ||
+		rp.topics["subscription.renewed|2"] != 1 || rp.topics["subscription.renewed|3"] != 1 || len(rp.topics) != 3 {
+		t.Errorf("items %v, events %v; want two extra_payment items, subscription.renewed of periods 1 to 3", items, rp.topics)
+	}
+	o := rp.order
+	if o.State != fulfillment.StateFulfilled || o.PaidBy.PaymentID != "pay_1" || len(o.Attempts) != 1 || o.Attempts[fulfillment.AttemptKey{Provider: fulfillment.ProviderYolfi, Ref: "inv_1"}] != fulfillment.AttemptConfirmed || len(rp.orderItems) != 0 {
+		t.Errorf("the order is %s paid by %s, attempts %v, items %v; want fulfilled by pay_1, inv_1 confirmed alone, no item",
+			o.State, o.PaidBy.PaymentID, o.Attempts, rp.orderItems)
+	}
+}
+
 // subCheckFixture is the story of subStoryForTest processed in one order
 // on Mar 31, and a database holding exactly what the rules say it leaves,
 // swept on May 1.
@@ -691,6 +750,11 @@ func TestSubscriptionCheck(t *testing.T) {
 		}, 1, 0},
 		{"a renewal event missing", func(s *dbState) { delete(s.subs.events[subID], "subscription.renewed|2") }, 1, 0},
 		{"an extra_payment item twice", func(s *dbState) { s.items = append(s.items, s.items[0]) }, 0, 1},
+		{"an extra_payment item of the order", func(s *dbState) {
+			it := s.items[0]
+			it.subscriptionID, it.orderID = "", "order-1"
+			s.items = append(s.items, it)
+		}, 0, 1},
 		{"the subscription not stored", func(s *dbState) {
 			delete(s.subs.rows, "ysub_m-1")
 			s.subs.periods, s.subs.events, s.items = nil, nil, nil

@@ -56,19 +56,27 @@ func (r *runner) checkSubscriptions(s *dbState) {
 			}
 		}
 	}
-	itemsOf := map[string]map[string]int{} // subscription id → its items
+	itemsOf := map[string]map[string]int{}    // subscription id → its items
+	orderItems := map[string]map[string]int{} // order id → the items naming it and no subscription
 	for _, it := range s.items {
+		k := it.kind
+		if it.state != "open" {
+			k += "/" + it.state
+		}
+		k += "|" + s.eventIDs[it.inboxID]
 		if it.subscriptionID == "" {
+			if it.orderID != "" {
+				if orderItems[it.orderID] == nil {
+					orderItems[it.orderID] = map[string]int{}
+				}
+				orderItems[it.orderID][k]++
+			}
 			continue
 		}
 		if itemsOf[it.subscriptionID] == nil {
 			itemsOf[it.subscriptionID] = map[string]int{}
 		}
-		k := it.kind
-		if it.state != "open" {
-			k += "/" + it.state
-		}
-		itemsOf[it.subscriptionID][k+"|"+s.eventIDs[it.inboxID]]++
+		itemsOf[it.subscriptionID][k]++
 	}
 	count := func(lost, dup int) {
 		r.rep.Lost, r.rep.DuplicatedEffects = r.rep.Lost+lost, r.rep.DuplicatedEffects+dup
@@ -156,6 +164,17 @@ func (r *runner) checkSubscriptions(s *dbState) {
 				ok = false
 				r.viol.add("wrong decision", "subscription %s: event %s (%s, %s) decided %q (order %q, subscription %q), want %q (order %q, subscription %q) at that point of its history",
 					sp.id, e.id, e.typ, e.role, ev.decision, ev.orderID, ev.subID, step.decision, wantOrder, wantSub)
+			} else if e.role == roleRenewal && pe.Payment.MerchantOrderID == o.mid && step.sub && !step.order {
+				// A renewal naming its order, decided as the rules say by the
+				// subscription's.
+				switch step.decision {
+				case fulfillment.DecisionRenewed:
+					st.NamingRenewed++
+				case fulfillment.DecisionDuplicatePayment:
+					st.NamingExtra++
+				case fulfillment.DecisionAlreadyApplied:
+					st.NamingApplied++
+				}
 			}
 			if rp.exists {
 				ends[k] = rp.sub.AccessEnds(sp.plan)
@@ -232,10 +251,18 @@ func (r *runner) checkSubscriptions(s *dbState) {
 		}
 		effects.Checked++
 		lost, dup, diffs := compareSubscription(rp, db)
-		// Its order: paid once, and granting nothing of its own.
+		// Its order: paid once, and granting nothing of its own; its items
+		// those the order rules opened (none for a renewal naming it).
 		if n := s.licenses[orow.id] + s.ledger[orow.id]; !sp.tbank && n > 0 {
 			dup += n
 			diffs = append(diffs, fmt.Sprintf("its order has %d licenses and ledger entries", n))
+		}
+		if !sp.tbank {
+			l, d := countDiff(rp.orderItems, orderItems[orow.id])
+			lost, dup = lost+l, dup+d
+			if l+d > 0 {
+				diffs = append(diffs, fmt.Sprintf("its order's items %s, want %s", truncMap(orderItems[orow.id]), truncMap(rp.orderItems)))
+			}
 		}
 		count(lost, dup)
 		if sp.tbank {
@@ -318,6 +345,8 @@ func (r *runner) checkSubscriptions(s *dbState) {
 	st.Stale = decisions[string(fulfillment.DecisionStaleIgnored)]
 	r.logf("subscriptions: decisions %s; %d periods, %d subscriptions ended (%d due to end)",
 		formatCounts(decisions), st.Periods, st.Ended, st.Lapsing)
+	r.logf("renewals naming their order: %d sent; decided by the subscription rules: %d renewed, %d duplicate_payment, %d already_applied",
+		st.NamingOrder, st.NamingRenewed, st.NamingExtra, st.NamingApplied)
 	r.logf("charged subscriptions: %d registered, %d charges, %d refunds of %d of them (%d sent before their charge, %d with it); "+
 		"%d applied (%d queued again by their charge), %d periods refunded",
 		st.Registered, st.Charges, st.ChargeRefunds, st.RefundedCharges, st.RefundsFirst, st.RefundsRacing,

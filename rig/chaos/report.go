@@ -141,6 +141,14 @@ type SubscriptionReport struct {
 	Stale      int // lifecycle events the rules ignored as stale
 	Periods    int // periods paid at the end
 	Ended      int // subscriptions whose access the sweeper ended
+	// NamingOrder counts the renewal payments (announcements again and
+	// second payments of a bill among them) that name the subscription's
+	// merchant order too; at the check, NamingRenewed those of them the
+	// subscription rules decided renewed, NamingExtra duplicate_payment
+	// (a bill paid already, a charge after the cancellation), and
+	// NamingApplied already_applied (the same payment again) — none linked
+	// to the order.
+	NamingOrder, NamingRenewed, NamingExtra, NamingApplied int
 
 	// The charged subscriptions (charges.go): registered, then paid by
 	// T-Bank recurrent charges, some refunded.
@@ -209,7 +217,8 @@ func (r *Report) OK() bool { return len(r.Violations) == 0 && r.Incomplete == ""
 // items)", with ", F failed" before the parenthesis when messages failed,
 // then "; tbank: T acked, 0 lost, 0 duplicated" when the run had T-Bank
 // traffic (its share of the totals before), "; subscriptions: S acked,
-// 0 lost, 0 duplicated" likewise, and "; charge refunds: A applied, 0
+// 0 lost, 0 duplicated" likewise (then, in parentheses, what became of the
+// renewals that named their order), and "; charge refunds: A applied, 0
 // lost, 0 duplicated" when charges were refunded — and otherwise that line marked
 // FAILED (or NOT COMPLETED) followed by one line per violation.
 func (r *Report) Summary() string {
@@ -229,6 +238,10 @@ func (r *Report) Summary() string {
 	}
 	if sb := r.Subscriptions; sb.Events > 0 {
 		head += fmt.Sprintf("; subscriptions: %d acked, %d lost, %d duplicated", sb.Acked, sb.Lost, sb.Duplicated)
+		if sb.NamingOrder > 0 {
+			head += fmt.Sprintf(" (%d renewal payments naming their order: %d renewed, %d duplicate_payment, %d already_applied)",
+				sb.NamingOrder, sb.NamingRenewed, sb.NamingExtra, sb.NamingApplied)
+		}
 	}
 	if sb := r.Subscriptions; sb.ChargeRefunds > 0 {
 		head += fmt.Sprintf("; charge refunds: %d applied, %d lost, %d duplicated", sb.RefundsApplied, sb.ChargeLost, sb.ChargeDuplicated)
@@ -278,6 +291,8 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	p("subscriptions:   %d events acked of %d, %d orders (%d to lapse); %d renewals (%d out of order, %d announced again, %d extra payments), %d overdue, %d cancelled, %d invoice.overdue; %d stale ignored; %d periods, %d ended",
 		sb.Acked, sb.Events, sb.Orders, sb.Lapsing, sb.Renewals, sb.OutOfOrder, sb.Reannounced, sb.ExtraPayments,
 		sb.Overdue, sb.Cancelled, sb.InvoiceOverdue, sb.Stale, sb.Periods, sb.Ended)
+	p("naming order:    %d renewal payments named their subscription's order; decided by the subscription rules: %d renewed, %d duplicate_payment, %d already_applied",
+		sb.NamingOrder, sb.NamingRenewed, sb.NamingExtra, sb.NamingApplied)
 	p("charges:         %d subscriptions registered, %d recurrent charges, %d of them refunded: %d refunds (%d partial; %d sent before their charge, %d with it); %d applied (%d queued again by their charge), %d periods refunded",
 		sb.Registered, sb.Charges, sb.RefundedCharges, sb.ChargeRefunds, sb.PartialChargeRefunds, sb.RefundsFirst, sb.RefundsRacing,
 		sb.RefundsApplied, sb.RefundsRequeued, sb.RefundedPeriods)

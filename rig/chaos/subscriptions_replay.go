@@ -37,6 +37,9 @@ type subReplay struct {
 	topics  map[string]int
 	items   map[string]int
 	itemOf  map[string]string
+	// orderItems are the items the order rules opened for the order
+	// (kind|event id), each once.
+	orderItems map[string]int
 	// chargeItems counts the refund items by the payment refunded
 	// (checkCharges).
 	chargeItems map[string]int
@@ -49,7 +52,7 @@ type subReplay struct {
 
 func newSubReplay(o *orderPlan) *subReplay {
 	rp := &subReplay{sp: o.sub, mid: o.mid, topics: map[string]int{}, items: map[string]int{}, itemOf: map[string]string{},
-		unmatched: map[string]int{}, chargeItems: map[string]int{},
+		unmatched: map[string]int{}, chargeItems: map[string]int{}, orderItems: map[string]int{},
 		decisions: map[string]int{},
 		order: fulfillment.PaidOrder{State: fulfillment.StatePendingPayment, HasSubscriptionLines: true,
 			Total:      fulfillment.Money{Currency: "USD", MinorUnits: subMinor},
@@ -71,17 +74,20 @@ type subStep struct {
 // apply decides ev, received at received, the way the inbox does: a
 // lifecycle event naming the known subscription is the subscription
 // rules', whatever order it names, and unmatched before the subscription
-// exists; any other event no order matches that names the known
-// subscription is the subscription rules' too; what matches the order is
-// the state machine's, and the payment that pays it pays a period of the
-// subscription (created by it) as a purchase.
+// exists; so is a confirmed payment that names the known subscription and
+// the paid order, and is told apart from the payment that paid the order
+// (renews): a renewal, the order untouched; any other event no order
+// matches that names the known subscription is the subscription rules'
+// too; what matches the order is the state machine's, and the payment
+// that pays it pays a period of the subscription (created by it) as a
+// purchase.
 func (rp *subReplay) apply(ev fulfillment.ProviderEvent, received time.Time) subStep {
 	ev.OccurredAt = fulfillment.PlausibleOccurrence(ev.OccurredAt, received)
 	matched := ev.Payment.MerchantOrderID == rp.mid && !ev.TestMode
 	lifecycle := fulfillment.ForSubscription(ev) &&
 		(ev.Kind == fulfillment.EventSubscriptionOverdue || ev.Kind == fulfillment.EventSubscriptionCancelled)
 	switch {
-	case (!matched || lifecycle) && rp.exists && fulfillment.ForSubscription(ev):
+	case (!matched || lifecycle || rp.renews(ev)) && rp.exists && fulfillment.ForSubscription(ev):
 		return subStep{decision: rp.decide(ev, received, false).Decision, sub: true}
 	case lifecycle:
 		return subStep{decision: fulfillment.DecisionUnmatched}
@@ -101,8 +107,25 @@ func (rp *subReplay) apply(ev fulfillment.ProviderEvent, received time.Time) sub
 	}
 	if matched {
 		rp.order.Apply(ev, out)
+		for _, e := range out.Effects {
+			if it, ok := e.(fulfillment.OpenItem); ok {
+				rp.orderItems[string(it.Kind)+"|"+ev.EventID] = 1
+			}
+		}
 	}
 	return step
+}
+
+// renews reports whether ev, a payment naming the order, renews the
+// subscription the order's payment paid: a confirmed payment, the order
+// paid — by the payment that created the subscription, the only one it
+// pays a period of — and ev's payment told apart from that one.
+func (rp *subReplay) renews(ev fulfillment.ProviderEvent) bool {
+	if ev.Kind != fulfillment.EventPaymentConfirmed || !rp.order.Paid || !rp.exists || ev.Payment.SubscriptionID != rp.sp.id {
+		return false
+	}
+	same, known := rp.order.PaidBy.SamePayment(ev.Payment)
+	return known && !same
 }
 
 // decide applies ev to the subscription under its rules.
