@@ -437,6 +437,8 @@ func TestSubscriptionWorkload(t *testing.T) {
 	}
 	events := map[int][]int{}
 	n, early := 0, 0
+	naming, namingExtra, namingAgain := 0, 0, 0
+	paid := map[string]bool{} // the renewal payments planned, first announcements
 	for j, e := range w.events {
 		o := w.orders[max(e.order, 0)]
 		if e.order < 0 || o.sub == nil {
@@ -463,9 +465,26 @@ func TestSubscriptionWorkload(t *testing.T) {
 		if e.early {
 			early++
 		}
+		// A renewal naming its order is sent once the first payment is
+		// applied, never early: that payment has paid the order then.
+		if e.role == roleRenewal && ev.Payment.MerchantOrderID != "" {
+			if ev.Payment.MerchantOrderID != o.mid || e.early || !slices.Contains(e.after, o.sub.first) || w.events[o.sub.first].afterDecided && slices.Contains(w.events[o.sub.first].after, j) {
+				t.Fatalf("renewal %s names order %q, early %v, after %v (the first payment is %d)", e.id, ev.Payment.MerchantOrderID, e.early, e.after, o.sub.first)
+			}
+			naming++
+			namingExtra += btoi(strings.HasSuffix(e.payment, "_b"))
+			namingAgain += btoi(paid[e.payment])
+		}
+		if e.role == roleRenewal {
+			paid[e.payment] = true
+		}
 	}
 	if early != st.Early || early == 0 {
 		t.Fatalf("%d early subscription events, stats %d", early, st.Early)
+	}
+	if naming != st.NamingOrder || naming < st.Renewals/5 || namingExtra == 0 || namingAgain == 0 {
+		t.Fatalf("%d renewal payments name their order (%d second payments of a bill, %d announced again), stats %d, of %d renewals",
+			naming, namingExtra, namingAgain, st.NamingOrder, st.Renewals)
 	}
 	if n != st.Events {
 		t.Fatalf("%d subscription events, stats %d", n, st.Events)

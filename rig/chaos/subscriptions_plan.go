@@ -203,23 +203,44 @@ func (g *generator) planSubscription(i int, start, spread, window time.Duration)
 	var renewals []int // renewal j is renewals[j-1]
 	for j := 1; j < sp.periods; j++ {
 		created := sp.due(j).Add(g.uniform(0, 2*time.Hour)).Truncate(time.Second)
+		// A third of the renewals name the subscription's merchant order
+		// too, as a provider that copies the first checkout's order id
+		// into its charges does: the order is paid by then, and the rules
+		// take such a charge for the subscription's renewal, not the
+		// order's second payment. They are never early: one delivered
+		// before the first payment would find the order unpaid and be
+		// taken for the order's payment (the first payment, later, for a
+		// renewal), its period dated from the renewal's date.
+		names := g.rng.Float64() < 1.0/3
 		at, gate := first(later(), afterFirst)
-		idx := addEarly(g.addSub(i, yolfi.TypePaymentConfirmed, inv(j+1), pay(j+1), created, false, roleRenewal, at, gate))
+		if names {
+			at, gate = later(), afterFirst
+		}
+		idx := g.addSub(i, yolfi.TypePaymentConfirmed, inv(j+1), pay(j+1), created, names, roleRenewal, at, gate)
+		if !names {
+			addEarly(idx)
+		}
 		renewals = append(renewals, idx)
 		st.Renewals++
+		st.NamingOrder += btoi(names)
 		if g.rng.Float64() < 0.3 {
 			// The same payment under another event id: at the same moment
-			// (two events of one bill at once), or at another.
+			// (two events of one bill at once), or at another; when the
+			// renewal names the order, half of them do too.
 			again := at
 			if g.rng.IntN(2) == 0 {
 				again = later()
 			}
-			g.addSub(i, yolfi.TypePaymentConfirmed, inv(j+1), pay(j+1), created, false, roleRenewal, again, afterFirst)
+			m := names && g.rng.IntN(2) == 0
+			g.addSub(i, yolfi.TypePaymentConfirmed, inv(j+1), pay(j+1), created, m, roleRenewal, again, afterFirst)
 			st.Reannounced++
+			st.NamingOrder += btoi(m)
 		}
 		if g.rng.Float64() < 0.1 {
-			g.addSub(i, yolfi.TypePaymentConfirmed, inv(j+1), pay(j+1)+"_b", after(created, time.Hour), false, roleRenewal, later(), afterFirst)
+			m := names && g.rng.IntN(2) == 0
+			g.addSub(i, yolfi.TypePaymentConfirmed, inv(j+1), pay(j+1)+"_b", after(created, time.Hour), m, roleRenewal, later(), afterFirst)
 			st.ExtraPayments++
+			st.NamingOrder += btoi(m)
 		}
 		if g.rng.Float64() < 0.25 {
 			// The renewal invoice's expiry, once it is paid; for an active
