@@ -119,9 +119,16 @@ func (rp *subReplay) apply(ev fulfillment.ProviderEvent, received time.Time) sub
 // renews reports whether ev, a payment naming the order, renews the
 // subscription the order's payment paid: a confirmed payment, the order
 // paid — by the payment that created the subscription, the only one it
-// pays a period of — and ev's payment told apart from that one.
+// pays a period of — ev naming no checkout session and no attempt the
+// order recorded, and ev's payment told apart from the order's.
 func (rp *subReplay) renews(ev fulfillment.ProviderEvent) bool {
 	if ev.Kind != fulfillment.EventPaymentConfirmed || !rp.order.Paid || !rp.exists || ev.Payment.SubscriptionID != rp.sp.id {
+		return false
+	}
+	if ev.Payment.CheckoutSessionID != "" {
+		return false
+	}
+	if _, recorded := rp.order.Attempts[fulfillment.AttemptKey{Provider: ev.Provider, Ref: ev.Payment.AttemptRef}]; recorded {
 		return false
 	}
 	same, known := rp.order.PaidBy.SamePayment(ev.Payment)
