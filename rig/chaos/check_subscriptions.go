@@ -174,6 +174,7 @@ func (r *runner) checkSubscriptions(s *dbState) {
 					st.NamingExtra++
 				case fulfillment.DecisionAlreadyApplied:
 					st.NamingApplied++
+				default: // no heading of the summary counts it
 				}
 			}
 			if rp.exists {
