@@ -323,9 +323,10 @@ func (b *batch) findOrder(k OrderKey) (*LockedOrder, bool) {
 // a subscription this service does not know, whatever order it names too;
 // a charge of the subscription a paid order's payment paid, naming that
 // order as well, to the subscription rules as a renewal, the order
-// untouched (renewsPaidSubscription): a provider may copy the first
-// checkout's merchant order id into the charges that renew it, and such a
-// charge pays the next period, not the order a second time; any other
+// untouched, and so the events of that charge's invoice
+// (renewsPaidSubscription): a provider may copy the first checkout's
+// merchant order id into the charges that renew it, and such a charge pays
+// the next period, not the order a second time; any other
 // event to the order rules when an order matches it; else to the
 // subscription rules when it names a subscription this service knows, or
 // is the refund of a payment that paid one of its periods; else to the
@@ -438,21 +439,29 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 }
 
 // renewsPaidSubscription reports whether ev, which matches order o and
-// names subscription sub at its provider (either may be nil), is a charge
-// that renews sub: a confirmed payment of o, paid, whose payment paid a
-// period of sub (its PaidSubscription), that is told apart from o's
-// payment, and that is no payment of o's own checkout. Decided by the
-// order rules it would be o's second payment, duplicate_payment, and pay
-// no period. Where it may be o's second payment, the order rules keep it,
-// and their extra_payment item asks a person to look: a renewal is charged
-// by the provider without a checkout, so a payment naming a checkout
-// session (every T-Bank payment, whose OrderId is its checkout session; a
-// second payment of a Yolfi checkout) is o's, and so is a payment of an
-// attempt o recorded. A payment that cannot be told from o's
-// (PaidRefs.SamePayment) is left to the order rules too: taking it for a
-// renewal could pay a period for a payment announced again.
+// names subscription sub at its provider (either may be nil), is about a
+// renewal of sub: a confirmed payment of o, paid — or the creation, expiry
+// or cancellation of that payment's invoice — whose payment paid a period
+// of sub (its PaidSubscription), that is told apart from o's payment, and
+// that is no payment of o's own checkout. Decided by the order rules, the
+// payment would be o's second payment, duplicate_payment, and pay no
+// period; its invoice's events would record that invoice as an attempt of
+// o, and so make its payment o's. Where it may be o's second payment, the
+// order rules keep it, and their extra_payment item asks a person to look:
+// a renewal is charged by the provider without a checkout, so a payment
+// naming a checkout session (every T-Bank payment, whose OrderId is its
+// checkout session; a second payment of a Yolfi checkout) is o's, and so
+// is a payment of an attempt o recorded (its own invoice paid again). A
+// payment that cannot be told from o's (PaidRefs.SamePayment) is left to
+// the order rules too: taking it for a renewal could pay a period for a
+// payment announced again.
 func renewsPaidSubscription(ev ProviderEvent, o *LockedOrder, sub *SubscriptionRecord) bool {
-	if o == nil || sub == nil || ev.Kind != EventPaymentConfirmed || !o.Paid || o.PaidSubscription == "" || o.PaidSubscription != sub.ID {
+	if o == nil || sub == nil || !o.Paid || o.PaidSubscription == "" || o.PaidSubscription != sub.ID {
+		return false
+	}
+	switch ev.Kind {
+	case EventPaymentConfirmed, EventAttemptCreated, EventAttemptExpired, EventAttemptCancelled:
+	default:
 		return false
 	}
 	if ev.Payment.CheckoutSessionID != "" {

@@ -179,3 +179,55 @@ func TestDecideBatchPartialRefundOfASecondPayment(t *testing.T) {
 		}
 	}
 }
+
+// A renewal whose invoice's creation (or expiry: the renewal paid late)
+// names the paid order and is applied before its payment is renewed all
+// the same, as it is without that event: the invoice's event goes where
+// its payment goes, to the subscription rules, and records no attempt of
+// the order. Decided by the order rules (stale_ignored), it recorded the
+// renewal's invoice as an attempt of the order, and the payment then
+// counted as the order's second payment: duplicate_payment, an
+// extra_payment item, no period — and so every renewal announced that way.
+func TestDecideBatchRenewalAfterItsInvoiceEvent(t *testing.T) {
+	t.Parallel()
+	feb1 := jan1.AddDate(0, 1, 0)
+	yev := func(id string, kind EventKind, invoice, payment string) BatchEvent {
+		p := PaymentInfo{InvoiceID: invoice, PaymentID: payment, MerchantOrderID: "m-1", SubscriptionID: "sub_1"}
+		if kind == EventPaymentConfirmed {
+			p.Amount = MinorAmount(1000, "RUB")
+		}
+		p.AttemptRef = p.Attempt()
+		return BatchEvent{Received: feb1, Event: ProviderEvent{Provider: ProviderTBank, OrgID: batchOrg, Environment: EnvLive,
+			EventID: id, Kind: kind, Type: string(kind), OccurredAt: feb1, Payment: p}}
+	}
+	for _, tc := range []struct {
+		name   string
+		before BatchEvent
+	}{
+		{"invoice.created first", yev("e2c", EventAttemptCreated, "inv_2", "")},
+		{"invoice.overdue first (paid late)", yev("e2o", EventAttemptExpired, "inv_2", "")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			o := subscriptionOrder("o1", "user_42")
+			o.State, o.Paid, o.PaidBy, o.PaidSubscription = StateFulfilled, true, PaidRefs{AttemptRef: "inv_1", InvoiceID: "inv_1", PaymentID: "pay_1"}, "s1"
+			o.Attempts = map[AttemptKey]AttemptState{{ProviderTBank, "inv_1"}: AttemptConfirmed}
+			sub := batchSub("s1", "sub_1")
+			sub.State, sub.Periods, sub.PeriodStart, sub.PeriodEnd, sub.LastEventAt = SubActive, 1, jan1, feb1, jan1
+			sub.Renewals = map[string]Renewal{"invoice:inv_1": {Period: 1, PaymentID: "pay_1", Start: jan1, End: feb1, PaidAt: jan1, Purchase: true}}
+			snap := &Snapshot{Orders: map[OrderKey]*LockedOrder{orderKey("m-1"): o},
+				Subscriptions: map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): sub}, Plans: Plans{monthly.ID: monthly}}
+
+			alone := decided(t, snap, []BatchEvent{yev("e2", EventPaymentConfirmed, "inv_2", "pay_2")})
+			steps := decided(t, snap, []BatchEvent{tc.before, yev("e2", EventPaymentConfirmed, "inv_2", "pay_2")})
+			t.Logf("renewal alone: %q; after its invoice event: %q", summaries(alone), summaries(steps))
+			if periodsAfter(alone, sub) != 2 {
+				t.Fatalf("renewal alone: %d periods, want 2", periodsAfter(alone, sub))
+			}
+			if p := periodsAfter(steps, sub); p != 2 || extraPaymentItems(steps) != 0 {
+				t.Errorf("renewal after its own %s: %q, %d periods, %d extra_payment items; want renewed (2 periods, no item) as without it",
+					tc.before.Event.Kind, summaries(steps), p, extraPaymentItems(steps))
+			}
+		})
+	}
+}

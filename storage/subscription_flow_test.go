@@ -2187,6 +2187,111 @@ func TestSubscriptionFlowSecondCheckoutPaymentNamingItsSubscription(t *testing.T
 	}, id, sub)
 }
 
+// The events of a renewal's invoice that name the paid order go where the
+// renewal goes: its invoice.created, applied before the charge, is the
+// subscription rules' (ignored_type, as for a renewal naming no order) and
+// records no attempt of the order, so the charge after it is renewed all
+// the same. The order rules took it (stale_ignored) and recorded the
+// invoice as the order's attempt; the charge was then the order's second
+// payment: duplicate_payment, an extra_payment item, no period 2 (rows
+// counted; a review's test). The charge replayed, its invoice's late
+// invoice.overdue and the charge announced again change nothing.
+func TestSubscriptionFlowRenewalAfterItsInvoiceCreated(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	id := lineOrder(t, s, "m-1", "10",
+		fulfillment.LineDraft{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "USD", MinorUnits: 1000, AccountRef: "user_42", PlanID: subPlan.ID})
+	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "fulfilled" {
+		t.Fatalf("the order's payment: %s", got)
+	}
+	sub := subscriptionID(t, conn, "sub_1")
+	feb1 := subJan1.AddDate(0, 1, 0)
+	invoiceEvent := func(eventID string, kind fulfillment.EventKind, at time.Time) fulfillment.ProviderEvent {
+		ev := subEvent(eventID, "sub_1", kind, at, "inv_sub_1_2")
+		ev.Payment.MerchantOrderID = "m-1"
+		return ev
+	}
+	charge := invoiceEvent("evt_2", fulfillment.EventPaymentConfirmed, feb1)
+	counts := []countCheck{
+		{"periods", `SELECT count(*) FROM subscription_periods WHERE subscription_id = $2 AND $1 <> ''`, 2},
+		{"period 2, paid by the charge", `SELECT count(*) FROM subscription_periods
+			WHERE subscription_id = $2 AND period = 2 AND payment_id = 'pay_inv_sub_1_2' AND $1 <> ''`, 1},
+		{"items", `SELECT count(*) FROM reconciliation_items WHERE order_id = $1 OR subscription_id = $2`, 0},
+		{"the order's attempts", `SELECT count(*) FROM payment_attempts WHERE order_id = $1 AND $2 <> ''`, 1},
+	}
+	for _, step := range []struct {
+		what string
+		ev   fulfillment.ProviderEvent
+		want string
+	}{
+		{"the renewal invoice's invoice.created", invoiceEvent("evt_2c", fulfillment.EventAttemptCreated, feb1.Add(-time.Minute)), "ignored_type"},
+		{"the renewal after it", charge, "renewed"},
+		{"its invoice.overdue, late", invoiceEvent("evt_2o", fulfillment.EventAttemptExpired, feb1.Add(time.Hour)), "ignored_type"},
+		{"the renewal announced again", subEventNamed(charge, "evt_2again"), "already_applied"},
+	} {
+		if got := deliver(t, s, step.ev); got != step.want {
+			t.Errorf("%s: %s, want %s", step.what, got, step.want)
+		}
+	}
+	wantCounts(t, conn, counts, id, sub)
+	var evID int64
+	if err := conn.QueryRow(ctx, `SELECT id FROM inbox_events WHERE event_id = 'evt_2'`).Scan(&evID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: evID, Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := processAll(t, s, 1); got != "already_applied" {
+		t.Errorf("the renewal replayed: %s, want already_applied", got)
+	}
+	wantCounts(t, conn, counts, id, sub)
+}
+
+// A renewal naming its order, then a cancellation that occurred before the
+// charge: the charge keeps its period and gets the extra_payment item of a
+// charge after the cancellation, once — also when it is replayed and
+// announced again (a review's test).
+func TestSubscriptionFlowRenewalNamingItsOrderBeforeALateCancellation(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	id := lineOrder(t, s, "m-1", "10",
+		fulfillment.LineDraft{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "USD", MinorUnits: 1000, AccountRef: "user_42", PlanID: subPlan.ID})
+	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "fulfilled" {
+		t.Fatalf("the order's payment: %s", got)
+	}
+	sub := subscriptionID(t, conn, "sub_1")
+	feb1 := subJan1.AddDate(0, 1, 0)
+	charge := subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, feb1, "inv_sub_1_2")
+	charge.Payment.MerchantOrderID = "m-1"
+	if got := deliver(t, s, charge); got != "renewed" {
+		t.Fatalf("renewal: %s", got)
+	}
+	cancel := subEvent("evt_c", "sub_1", fulfillment.EventSubscriptionCancelled, feb1.AddDate(0, 0, -2), "")
+	if got := deliver(t, s, cancel); got != "subscription_cancelled" {
+		t.Errorf("the cancellation: %s, want subscription_cancelled", got)
+	}
+	var evID int64
+	if err := conn.QueryRow(ctx, `SELECT id FROM inbox_events WHERE event_id = 'evt_2'`).Scan(&evID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: evID, Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := processAll(t, s, 1); got != "already_applied" {
+		t.Errorf("the renewal replayed: %s, want already_applied", got)
+	}
+	if got := deliver(t, s, subEventNamed(charge, "evt_2again")); got != "already_applied" {
+		t.Errorf("the renewal announced again: %s, want already_applied", got)
+	}
+	wantCounts(t, conn, []countCheck{
+		{"periods", `SELECT count(*) FROM subscription_periods WHERE subscription_id = $2 AND $1 <> ''`, 2},
+		{"extra_payment items", `SELECT count(*) FROM reconciliation_items WHERE kind = 'extra_payment' AND (order_id = $1 OR subscription_id = $2)`, 1},
+		{"items", `SELECT count(*) FROM reconciliation_items WHERE (order_id = $1 OR subscription_id = $2)`, 1},
+	}, id, sub)
+}
+
 // decideAtOnce stores events, queued, then decides each in a transaction
 // of its own, all at once, and returns their inbox ids and their decisions,
 // sorted and joined with commas.
