@@ -75,8 +75,9 @@ func TestChaosShort(t *testing.T) { //nolint:paralleltest // see above: alone on
 	// Renewals that name their subscription's order too, decided by the
 	// subscription rules (renewed, the order untouched): a third of the
 	// Yolfi renewals, a dozen or so at 300 orders.
-	if sb := rep.Subscriptions; sb.NamingOrder == 0 || sb.NamingRenewed == 0 {
-		t.Fatalf("renewals naming their order: %d sent, %d renewed by the subscription rules; want some of each", sb.NamingOrder, sb.NamingRenewed)
+	if sb := rep.Subscriptions; sb.NamingOrder == 0 || sb.NamingRenewed == 0 || sb.NamingInvoices == 0 {
+		t.Fatalf("renewals naming their order: %d sent, %d renewed by the subscription rules, %d of their invoices' events naming it; want some of each",
+			sb.NamingOrder, sb.NamingRenewed, sb.NamingInvoices)
 	}
 	// A registered subscription's first payment, claimed by its order
 	// created after it: at least one such order per run.

@@ -346,8 +346,8 @@ func (r *runner) checkSubscriptions(s *dbState) {
 	st.Stale = decisions[string(fulfillment.DecisionStaleIgnored)]
 	r.logf("subscriptions: decisions %s; %d periods, %d subscriptions ended (%d due to end)",
 		formatCounts(decisions), st.Periods, st.Ended, st.Lapsing)
-	r.logf("renewals naming their order: %d sent; decided by the subscription rules: %d renewed, %d duplicate_payment, %d already_applied",
-		st.NamingOrder, st.NamingRenewed, st.NamingExtra, st.NamingApplied)
+	r.logf("renewals naming their order: %d sent; decided by the subscription rules: %d renewed, %d duplicate_payment, %d already_applied; %d events of their invoices naming it",
+		st.NamingOrder, st.NamingRenewed, st.NamingExtra, st.NamingApplied, st.NamingInvoices)
 	r.logf("charged subscriptions: %d registered, %d charges, %d refunds of %d of them (%d sent before their charge, %d with it); "+
 		"%d applied (%d queued again by their charge), %d periods refunded",
 		st.Registered, st.Charges, st.ChargeRefunds, st.RefundedCharges, st.RefundsFirst, st.RefundsRacing,

@@ -149,6 +149,10 @@ type SubscriptionReport struct {
 	// NamingApplied already_applied (the same payment again) — none linked
 	// to the order.
 	NamingOrder, NamingRenewed, NamingExtra, NamingApplied int
+	// NamingInvoices counts the events of those renewals' invoices
+	// (created, overdue) that name the order too: the subscription rules'
+	// as well, recording no attempt of the order.
+	NamingInvoices int
 
 	// The charged subscriptions (charges.go): registered, then paid by
 	// T-Bank recurrent charges, some refunded.
@@ -291,8 +295,8 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	p("subscriptions:   %d events acked of %d, %d orders (%d to lapse); %d renewals (%d out of order, %d announced again, %d extra payments), %d overdue, %d cancelled, %d invoice.overdue; %d stale ignored; %d periods, %d ended",
 		sb.Acked, sb.Events, sb.Orders, sb.Lapsing, sb.Renewals, sb.OutOfOrder, sb.Reannounced, sb.ExtraPayments,
 		sb.Overdue, sb.Cancelled, sb.InvoiceOverdue, sb.Stale, sb.Periods, sb.Ended)
-	p("naming order:    %d renewal payments named their subscription's order; decided by the subscription rules: %d renewed, %d duplicate_payment, %d already_applied",
-		sb.NamingOrder, sb.NamingRenewed, sb.NamingExtra, sb.NamingApplied)
+	p("naming order:    %d renewal payments named their subscription's order; decided by the subscription rules: %d renewed, %d duplicate_payment, %d already_applied; %d events of their invoices named it too",
+		sb.NamingOrder, sb.NamingRenewed, sb.NamingExtra, sb.NamingApplied, sb.NamingInvoices)
 	p("charges:         %d subscriptions registered, %d recurrent charges, %d of them refunded: %d refunds (%d partial; %d sent before their charge, %d with it); %d applied (%d queued again by their charge), %d periods refunded",
 		sb.Registered, sb.Charges, sb.RefundedCharges, sb.ChargeRefunds, sb.PartialChargeRefunds, sb.RefundsFirst, sb.RefundsRacing,
 		sb.RefundsApplied, sb.RefundsRequeued, sb.RefundedPeriods)

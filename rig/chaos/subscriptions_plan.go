@@ -216,6 +216,14 @@ func (g *generator) planSubscription(i int, start, spread, window time.Duration)
 		if names {
 			at, gate = later(), afterFirst
 		}
+		if names && g.rng.IntN(2) == 0 {
+			// The renewal invoice's creation, naming the order too, sent
+			// with its payment: applied before it or after, it records no
+			// attempt of the order, and the payment is renewed all the
+			// same.
+			g.addSub(i, yolfi.TypeInvoiceCreated, inv(j+1), "", created.Add(-time.Minute), true, roleLifecycle, at, afterFirst)
+			st.NamingInvoices++
+		}
 		idx := g.addSub(i, yolfi.TypePaymentConfirmed, inv(j+1), pay(j+1), created, names, roleRenewal, at, gate)
 		if !names {
 			addEarly(idx)
@@ -249,8 +257,9 @@ func (g *generator) planSubscription(i int, start, spread, window time.Duration)
 			if sp.story != storyActive || g.rng.IntN(2) == 0 {
 				when = after(created, 24*time.Hour)
 			}
-			g.addSub(i, yolfi.TypeInvoiceOverdue, inv(j+1), "", when, false, roleLifecycle, min(at+g.uniform(100*time.Millisecond, spread/2), window), []int{idx})
+			g.addSub(i, yolfi.TypeInvoiceOverdue, inv(j+1), "", when, names, roleLifecycle, min(at+g.uniform(100*time.Millisecond, spread/2), window), []int{idx})
 			st.InvoiceOverdue++
+			st.NamingInvoices += btoi(names)
 		}
 	}
 	for k := 1; k < len(renewals); k++ {

@@ -116,13 +116,19 @@ func (rp *subReplay) apply(ev fulfillment.ProviderEvent, received time.Time) sub
 	return step
 }
 
-// renews reports whether ev, a payment naming the order, renews the
-// subscription the order's payment paid: a confirmed payment, the order
-// paid — by the payment that created the subscription, the only one it
-// pays a period of — ev naming no checkout session and no attempt the
-// order recorded, and ev's payment told apart from the order's.
+// renews reports whether ev, naming the order, is about a renewal of the
+// subscription the order's payment paid: a confirmed payment, or its
+// invoice's creation, expiry or cancellation; the order paid — by the
+// payment that created the subscription, the only one it pays a period
+// of — ev naming no checkout session and no attempt the order recorded,
+// and ev's payment told apart from the order's.
 func (rp *subReplay) renews(ev fulfillment.ProviderEvent) bool {
-	if ev.Kind != fulfillment.EventPaymentConfirmed || !rp.order.Paid || !rp.exists || ev.Payment.SubscriptionID != rp.sp.id {
+	if !rp.order.Paid || !rp.exists || ev.Payment.SubscriptionID != rp.sp.id {
+		return false
+	}
+	switch ev.Kind {
+	case fulfillment.EventPaymentConfirmed, fulfillment.EventAttemptCreated, fulfillment.EventAttemptExpired, fulfillment.EventAttemptCancelled:
+	default:
 		return false
 	}
 	if ev.Payment.CheckoutSessionID != "" {
