@@ -442,8 +442,9 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 // names subscription sub at its provider (either may be nil), is about a
 // renewal of sub: a confirmed payment of o, paid — or the creation, expiry
 // or cancellation of that payment's invoice — whose payment paid a period
-// of sub (its PaidSubscription), that is told apart from o's payment, and
-// that is no payment of o's own checkout. Decided by the order rules, the
+// of sub (its PaidSubscription), that is told apart from o's payment (an
+// invoice's event: of another attempt and invoice than the ones that paid
+// o), and that is no payment of o's own checkout. Decided by the order rules, the
 // payment would be o's second payment, duplicate_payment, and pay no
 // period; its invoice's events would record that invoice as an attempt of
 // o, and so make its payment o's. Where it may be o's second payment, the
@@ -469,6 +470,13 @@ func renewsPaidSubscription(ev ProviderEvent, o *LockedOrder, sub *SubscriptionR
 	}
 	if _, recorded := o.Attempts[AttemptKey{ev.Provider, ev.Payment.AttemptRef}]; recorded {
 		return false
+	}
+	if ev.Kind != EventPaymentConfirmed {
+		// An invoice's event names no payment, so SamePayment cannot tell
+		// it from o's payment when that named no invoice: it is o's own
+		// when it is of the attempt or the invoice that paid o.
+		return ev.Payment.AttemptRef != "" && ev.Payment.AttemptRef != o.PaidBy.AttemptRef &&
+			(o.PaidBy.InvoiceID == "" || ev.Payment.InvoiceID != o.PaidBy.InvoiceID)
 	}
 	same, known := o.PaidBy.SamePayment(ev.Payment)
 	return known && !same

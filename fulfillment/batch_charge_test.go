@@ -197,7 +197,7 @@ func TestDecideBatchRenewalAfterItsInvoiceEvent(t *testing.T) {
 			p.Amount = MinorAmount(1000, "RUB")
 		}
 		p.AttemptRef = p.Attempt()
-		return BatchEvent{Received: feb1, Event: ProviderEvent{Provider: ProviderTBank, OrgID: batchOrg, Environment: EnvLive,
+		return BatchEvent{Received: feb1, Event: ProviderEvent{Provider: ProviderYolfi, OrgID: batchOrg, Environment: EnvLive,
 			EventID: id, Kind: kind, Type: string(kind), OccurredAt: feb1, Payment: p}}
 	}
 	for _, tc := range []struct {
@@ -211,12 +211,12 @@ func TestDecideBatchRenewalAfterItsInvoiceEvent(t *testing.T) {
 			t.Parallel()
 			o := subscriptionOrder("o1", "user_42")
 			o.State, o.Paid, o.PaidBy, o.PaidSubscription = StateFulfilled, true, PaidRefs{AttemptRef: "inv_1", InvoiceID: "inv_1", PaymentID: "pay_1"}, "s1"
-			o.Attempts = map[AttemptKey]AttemptState{{ProviderTBank, "inv_1"}: AttemptConfirmed}
-			sub := batchSub("s1", "sub_1")
+			o.Attempts = map[AttemptKey]AttemptState{{ProviderYolfi, "inv_1"}: AttemptConfirmed}
+			sub := yolfiSub("s1", "sub_1")
 			sub.State, sub.Periods, sub.PeriodStart, sub.PeriodEnd, sub.LastEventAt = SubActive, 1, jan1, feb1, jan1
 			sub.Renewals = map[string]Renewal{"invoice:inv_1": {Period: 1, PaymentID: "pay_1", Start: jan1, End: feb1, PaidAt: jan1, Purchase: true}}
 			snap := &Snapshot{Orders: map[OrderKey]*LockedOrder{orderKey("m-1"): o},
-				Subscriptions: map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): sub}, Plans: Plans{monthly.ID: monthly}}
+				Subscriptions: map[SubscriptionKey]*SubscriptionRecord{yolfiKey("sub_1"): sub}, Plans: Plans{monthly.ID: monthly}}
 
 			alone := decided(t, snap, []BatchEvent{yev("e2", EventPaymentConfirmed, "inv_2", "pay_2")})
 			steps := decided(t, snap, []BatchEvent{tc.before, yev("e2", EventPaymentConfirmed, "inv_2", "pay_2")})
@@ -229,5 +229,61 @@ func TestDecideBatchRenewalAfterItsInvoiceEvent(t *testing.T) {
 					tc.before.Event.Kind, summaries(steps), p, extraPaymentItems(steps))
 			}
 		})
+	}
+}
+
+// yolfiKey and yolfiSub are the batch fixtures at Yolfi.
+func yolfiKey(id string) SubscriptionKey {
+	return SubscriptionKey{OrgID: batchOrg, Environment: EnvLive, Provider: ProviderYolfi, ID: id}
+}
+
+func yolfiSub(id, providerID string) *SubscriptionRecord {
+	s := batchSub(id, providerID)
+	s.Provider = ProviderYolfi
+	return s
+}
+
+// yolfiEv is a Yolfi event naming merchant order m-1 and subscription
+// sub_1 (a renewal's shape: no checkout session) unless changed by the caller.
+func yolfiEv(id string, kind EventKind, invoice, payment, session string, minor int64) BatchEvent {
+	feb1 := jan1.AddDate(0, 1, 0)
+	p := PaymentInfo{InvoiceID: invoice, PaymentID: payment, CheckoutSessionID: session, MerchantOrderID: "m-1", SubscriptionID: "sub_1"}
+	if kind == EventPaymentConfirmed {
+		p.Amount = MinorAmount(minor, "RUB")
+	}
+	p.AttemptRef = p.Attempt()
+	return BatchEvent{Received: feb1, Event: ProviderEvent{Provider: ProviderYolfi, OrgID: batchOrg, Environment: EnvLive,
+		EventID: id, Kind: kind, Type: string(kind), OccurredAt: feb1, Payment: p}}
+}
+
+// The order's payment named a payment id and no invoice (a checkout's
+// payment can). Its renewal's invoice.created, naming no payment, cannot be
+// told from it by SamePayment; it is of another attempt and invoice than
+// the ones that paid the order, so it goes where its payment goes, and the
+// payment after it renews as it does alone. Left to the order rules, it
+// recorded the renewal's invoice as the order's attempt, and the payment
+// was duplicate_payment (a third review's test).
+func TestDecideBatchRenewalInvoiceWhenTheOrdersPaymentNamedNoInvoice(t *testing.T) {
+	t.Parallel()
+	feb1 := jan1.AddDate(0, 1, 0)
+	o := subscriptionOrder("o1", "user_42")
+	o.State, o.Paid, o.PaidBy, o.PaidSubscription = StateFulfilled, true, PaidRefs{AttemptRef: "pay_1", PaymentID: "pay_1"}, "s1"
+	o.Attempts = map[AttemptKey]AttemptState{{ProviderYolfi, "pay_1"}: AttemptConfirmed}
+	sub := yolfiSub("s1", "sub_1")
+	sub.State, sub.Periods, sub.PeriodStart, sub.PeriodEnd, sub.LastEventAt = SubActive, 1, jan1, feb1, jan1
+	sub.Renewals = map[string]Renewal{"payment:pay_1": {Period: 1, PaymentID: "pay_1", Start: jan1, End: feb1, PaidAt: jan1, Purchase: true}}
+	snap := &Snapshot{Orders: map[OrderKey]*LockedOrder{orderKey("m-1"): o},
+		Subscriptions: map[SubscriptionKey]*SubscriptionRecord{yolfiKey("sub_1"): sub}, Plans: Plans{monthly.ID: monthly}}
+
+	pay := yolfiEv("e2", EventPaymentConfirmed, "inv_2", "pay_2", "", 1000)
+	alone := decided(t, snap, []BatchEvent{pay})
+	steps := decided(t, snap, []BatchEvent{yolfiEv("e2c", EventAttemptCreated, "inv_2", "", "", 0), pay})
+	t.Logf("alone: %q; after invoice.created: %q", summaries(alone), summaries(steps))
+	if periodsAfter(alone, sub) != 2 {
+		t.Fatalf("renewal alone: %d periods, want 2", periodsAfter(alone, sub))
+	}
+	if p := periodsAfter(steps, sub); p != 2 || extraPaymentItems(steps) != 0 {
+		t.Errorf("renewal after its invoice.created: %q, %d periods, %d extra_payment items; want renewed as alone",
+			summaries(steps), p, extraPaymentItems(steps))
 	}
 }

@@ -2292,6 +2292,41 @@ func TestSubscriptionFlowRenewalNamingItsOrderBeforeALateCancellation(t *testing
 	}, id, sub)
 }
 
+// The order's payment named a payment id but no invoice: its renewal's
+// invoice.created naming the order is the subscription rules' all the
+// same (ignored_type), and the renewal after it renews (rows counted; a
+// third review's test: the order rules had recorded the invoice as the
+// order's attempt, and the renewal was duplicate_payment, no period 2).
+func TestSubscriptionFlowRenewalInvoiceWhenTheOrdersPaymentNamedNoInvoice(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	id := lineOrder(t, s, "m-1", "10",
+		fulfillment.LineDraft{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "USD", MinorUnits: 1000, AccountRef: "user_42", PlanID: subPlan.ID})
+	first := firstPayment("evt_1", "sub_1", "m-1")
+	first.Payment.InvoiceID = ""
+	first.Payment.PaymentID = "pay_1"
+	first.Payment.AttemptRef = first.Payment.Attempt()
+	if got := deliver(t, s, first); got != "fulfilled" {
+		t.Fatalf("the order's payment: %s", got)
+	}
+	sub := subscriptionID(t, conn, "sub_1")
+	feb1 := subJan1.AddDate(0, 1, 0)
+	created := subEvent("evt_2c", "sub_1", fulfillment.EventAttemptCreated, feb1, "inv_sub_1_2")
+	created.Payment.MerchantOrderID = "m-1"
+	charge := subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, feb1, "inv_sub_1_2")
+	charge.Payment.MerchantOrderID = "m-1"
+	if got := deliver(t, s, created); got != "ignored_type" {
+		t.Errorf("the renewal invoice's invoice.created: %s, want ignored_type", got)
+	}
+	if got := deliver(t, s, charge); got != "renewed" {
+		t.Errorf("the renewal after it: %s, want renewed", got)
+	}
+	wantCounts(t, conn, []countCheck{
+		{"periods", `SELECT count(*) FROM subscription_periods WHERE subscription_id = $2 AND $1 <> ''`, 2},
+		{"items", `SELECT count(*) FROM reconciliation_items WHERE order_id = $1 OR subscription_id = $2`, 0},
+	}, id, sub)
+}
+
 // decideAtOnce stores events, queued, then decides each in a transaction
 // of its own, all at once, and returns their inbox ids and their decisions,
 // sorted and joined with commas.

@@ -121,7 +121,8 @@ func (rp *subReplay) apply(ev fulfillment.ProviderEvent, received time.Time) sub
 // invoice's creation, expiry or cancellation; the order paid — by the
 // payment that created the subscription, the only one it pays a period
 // of — ev naming no checkout session and no attempt the order recorded,
-// and ev's payment told apart from the order's.
+// and ev's payment told apart from the order's (an invoice's event: of
+// another attempt and invoice than the ones that paid the order).
 func (rp *subReplay) renews(ev fulfillment.ProviderEvent) bool {
 	if !rp.order.Paid || !rp.exists || ev.Payment.SubscriptionID != rp.sp.id {
 		return false
@@ -136,6 +137,10 @@ func (rp *subReplay) renews(ev fulfillment.ProviderEvent) bool {
 	}
 	if _, recorded := rp.order.Attempts[fulfillment.AttemptKey{Provider: ev.Provider, Ref: ev.Payment.AttemptRef}]; recorded {
 		return false
+	}
+	if ev.Kind != fulfillment.EventPaymentConfirmed {
+		return ev.Payment.AttemptRef != "" && ev.Payment.AttemptRef != rp.order.PaidBy.AttemptRef &&
+			(rp.order.PaidBy.InvoiceID == "" || ev.Payment.InvoiceID != rp.order.PaidBy.InvoiceID)
 	}
 	same, known := rp.order.PaidBy.SamePayment(ev.Payment)
 	return known && !same
