@@ -19,13 +19,8 @@ import (
 // by its card binding (RebillId) "R1". The order's second payment start
 // sess-2 is one of its checkout sessions too (payment_starts.provider_order_id).
 func paidByCardFixture() (*Snapshot, *SubscriptionRecord) {
-	feb1 := jan1.AddDate(0, 1, 0)
-	o := subscriptionOrder("o1", "user_42")
-	o.State, o.Paid, o.PaidBy, o.PaidSubscription = StateFulfilled, true, PaidRefs{AttemptRef: "pay_1", PaymentID: "pay_1"}, "s1"
-	o.Attempts = map[AttemptKey]AttemptState{{ProviderTBank, "pay_1"}: AttemptConfirmed}
 	sub := batchSub("s1", "R1")
-	sub.State, sub.Periods, sub.PeriodStart, sub.PeriodEnd, sub.LastEventAt = SubActive, 1, jan1, feb1, jan1
-	sub.Renewals = map[string]Renewal{"payment:pay_1": {Period: 1, PaymentID: "pay_1", Start: jan1, End: feb1, PaidAt: jan1, Purchase: true}}
+	o := paidSubscriptionOrder(ProviderTBank, PaidRefs{AttemptRef: "pay_1", PaymentID: "pay_1"}, sub, "payment:pay_1")
 	sess := func(v string) OrderKey {
 		return OrderKey{OrgID: batchOrg, Environment: EnvLive, Field: ByCheckoutSessionID, Value: v}
 	}
@@ -209,12 +204,8 @@ func TestDecideBatchRenewalAfterItsInvoiceEvent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			o := subscriptionOrder("o1", "user_42")
-			o.State, o.Paid, o.PaidBy, o.PaidSubscription = StateFulfilled, true, PaidRefs{AttemptRef: "inv_1", InvoiceID: "inv_1", PaymentID: "pay_1"}, "s1"
-			o.Attempts = map[AttemptKey]AttemptState{{ProviderYolfi, "inv_1"}: AttemptConfirmed}
 			sub := yolfiSub("s1", "sub_1")
-			sub.State, sub.Periods, sub.PeriodStart, sub.PeriodEnd, sub.LastEventAt = SubActive, 1, jan1, feb1, jan1
-			sub.Renewals = map[string]Renewal{"invoice:inv_1": {Period: 1, PaymentID: "pay_1", Start: jan1, End: feb1, PaidAt: jan1, Purchase: true}}
+			o := paidSubscriptionOrder(ProviderYolfi, PaidRefs{AttemptRef: "inv_1", InvoiceID: "inv_1", PaymentID: "pay_1"}, sub, "invoice:inv_1")
 			snap := &Snapshot{Orders: map[OrderKey]*LockedOrder{orderKey("m-1"): o},
 				Subscriptions: map[SubscriptionKey]*SubscriptionRecord{yolfiKey("sub_1"): sub}, Plans: Plans{monthly.ID: monthly}}
 
@@ -265,13 +256,8 @@ func yolfiEv(id string, kind EventKind, invoice, payment, session string, minor 
 // was duplicate_payment (a third review's test).
 func TestDecideBatchRenewalInvoiceWhenTheOrdersPaymentNamedNoInvoice(t *testing.T) {
 	t.Parallel()
-	feb1 := jan1.AddDate(0, 1, 0)
-	o := subscriptionOrder("o1", "user_42")
-	o.State, o.Paid, o.PaidBy, o.PaidSubscription = StateFulfilled, true, PaidRefs{AttemptRef: "pay_1", PaymentID: "pay_1"}, "s1"
-	o.Attempts = map[AttemptKey]AttemptState{{ProviderYolfi, "pay_1"}: AttemptConfirmed}
 	sub := yolfiSub("s1", "sub_1")
-	sub.State, sub.Periods, sub.PeriodStart, sub.PeriodEnd, sub.LastEventAt = SubActive, 1, jan1, feb1, jan1
-	sub.Renewals = map[string]Renewal{"payment:pay_1": {Period: 1, PaymentID: "pay_1", Start: jan1, End: feb1, PaidAt: jan1, Purchase: true}}
+	o := paidSubscriptionOrder(ProviderYolfi, PaidRefs{AttemptRef: "pay_1", PaymentID: "pay_1"}, sub, "payment:pay_1")
 	snap := &Snapshot{Orders: map[OrderKey]*LockedOrder{orderKey("m-1"): o},
 		Subscriptions: map[SubscriptionKey]*SubscriptionRecord{yolfiKey("sub_1"): sub}, Plans: Plans{monthly.ID: monthly}}
 
@@ -286,4 +272,18 @@ func TestDecideBatchRenewalInvoiceWhenTheOrdersPaymentNamedNoInvoice(t *testing.
 		t.Errorf("renewal after its invoice.created: %q, %d periods, %d extra_payment items; want renewed as alone",
 			summaries(steps), p, extraPaymentItems(steps))
 	}
+}
+
+// paidSubscriptionOrder is order o1 of customer user_42, fulfilled by the
+// payment refs names (its attempt recorded confirmed at provider p), which
+// paid period 1 of sub (January) as its bill: the order and sub as a
+// snapshot holds them once that payment is decided.
+func paidSubscriptionOrder(p Provider, refs PaidRefs, sub *SubscriptionRecord, bill string) *LockedOrder {
+	feb1 := jan1.AddDate(0, 1, 0)
+	o := subscriptionOrder("o1", "user_42")
+	o.State, o.Paid, o.PaidBy, o.PaidSubscription = StateFulfilled, true, refs, sub.ID
+	o.Attempts = map[AttemptKey]AttemptState{{p, refs.AttemptRef}: AttemptConfirmed}
+	sub.State, sub.Periods, sub.PeriodStart, sub.PeriodEnd, sub.LastEventAt = SubActive, 1, jan1, feb1, jan1
+	sub.Renewals = map[string]Renewal{bill: {Period: 1, PaymentID: refs.PaymentID, Start: jan1, End: feb1, PaidAt: jan1, Purchase: true}}
+	return o
 }

@@ -2155,14 +2155,9 @@ func TestMigration029SubscriptionRefunds(t *testing.T) {
 func TestSubscriptionFlowSecondCheckoutPaymentNamingItsSubscription(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
-	id := lineOrder(t, s, "m-1", "10",
-		fulfillment.LineDraft{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "USD", MinorUnits: 1000, AccountRef: "user_42", PlanID: subPlan.ID})
 	first := firstPayment("evt_1", "sub_1", "m-1")
 	first.Payment.CheckoutSessionID = "cs_1"
-	if got := deliver(t, s, first); got != "fulfilled" {
-		t.Fatalf("the order's payment: %s", got)
-	}
-	sub := subscriptionID(t, conn, "sub_1")
+	id, sub := paidSubscriptionOrder(t, s, conn, first)
 
 	// The same checkout paid again: a second invoice, an hour later.
 	again := subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, subJan1.Add(time.Hour), "inv_sub_1_1b")
@@ -2199,13 +2194,7 @@ func TestSubscriptionFlowSecondCheckoutPaymentNamingItsSubscription(t *testing.T
 func TestSubscriptionFlowRenewalAfterItsInvoiceCreated(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
-	ctx := context.Background()
-	id := lineOrder(t, s, "m-1", "10",
-		fulfillment.LineDraft{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "USD", MinorUnits: 1000, AccountRef: "user_42", PlanID: subPlan.ID})
-	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "fulfilled" {
-		t.Fatalf("the order's payment: %s", got)
-	}
-	sub := subscriptionID(t, conn, "sub_1")
+	id, sub := paidSubscriptionOrder(t, s, conn, firstPayment("evt_1", "sub_1", "m-1"))
 	feb1 := subJan1.AddDate(0, 1, 0)
 	invoiceEvent := func(eventID string, kind fulfillment.EventKind, at time.Time) fulfillment.ProviderEvent {
 		ev := subEvent(eventID, "sub_1", kind, at, "inv_sub_1_2")
@@ -2235,14 +2224,7 @@ func TestSubscriptionFlowRenewalAfterItsInvoiceCreated(t *testing.T) {
 		}
 	}
 	wantCounts(t, conn, counts, id, sub)
-	var evID int64
-	if err := conn.QueryRow(ctx, `SELECT id FROM inbox_events WHERE event_id = 'evt_2'`).Scan(&evID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: evID, Actor: "ops"}); err != nil {
-		t.Fatal(err)
-	}
-	if got := processAll(t, s, 1); got != "already_applied" {
+	if got := replayStored(t, s, conn, "evt_2"); got != "already_applied" {
 		t.Errorf("the renewal replayed: %s, want already_applied", got)
 	}
 	wantCounts(t, conn, counts, id, sub)
@@ -2255,13 +2237,7 @@ func TestSubscriptionFlowRenewalAfterItsInvoiceCreated(t *testing.T) {
 func TestSubscriptionFlowRenewalNamingItsOrderBeforeALateCancellation(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
-	ctx := context.Background()
-	id := lineOrder(t, s, "m-1", "10",
-		fulfillment.LineDraft{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "USD", MinorUnits: 1000, AccountRef: "user_42", PlanID: subPlan.ID})
-	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "fulfilled" {
-		t.Fatalf("the order's payment: %s", got)
-	}
-	sub := subscriptionID(t, conn, "sub_1")
+	id, sub := paidSubscriptionOrder(t, s, conn, firstPayment("evt_1", "sub_1", "m-1"))
 	feb1 := subJan1.AddDate(0, 1, 0)
 	charge := subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, feb1, "inv_sub_1_2")
 	charge.Payment.MerchantOrderID = "m-1"
@@ -2272,14 +2248,7 @@ func TestSubscriptionFlowRenewalNamingItsOrderBeforeALateCancellation(t *testing
 	if got := deliver(t, s, cancel); got != "subscription_cancelled" {
 		t.Errorf("the cancellation: %s, want subscription_cancelled", got)
 	}
-	var evID int64
-	if err := conn.QueryRow(ctx, `SELECT id FROM inbox_events WHERE event_id = 'evt_2'`).Scan(&evID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: evID, Actor: "ops"}); err != nil {
-		t.Fatal(err)
-	}
-	if got := processAll(t, s, 1); got != "already_applied" {
+	if got := replayStored(t, s, conn, "evt_2"); got != "already_applied" {
 		t.Errorf("the renewal replayed: %s, want already_applied", got)
 	}
 	if got := deliver(t, s, subEventNamed(charge, "evt_2again")); got != "already_applied" {
@@ -2300,16 +2269,11 @@ func TestSubscriptionFlowRenewalNamingItsOrderBeforeALateCancellation(t *testing
 func TestSubscriptionFlowRenewalInvoiceWhenTheOrdersPaymentNamedNoInvoice(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
-	id := lineOrder(t, s, "m-1", "10",
-		fulfillment.LineDraft{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "USD", MinorUnits: 1000, AccountRef: "user_42", PlanID: subPlan.ID})
 	first := firstPayment("evt_1", "sub_1", "m-1")
 	first.Payment.InvoiceID = ""
 	first.Payment.PaymentID = "pay_1"
 	first.Payment.AttemptRef = first.Payment.Attempt()
-	if got := deliver(t, s, first); got != "fulfilled" {
-		t.Fatalf("the order's payment: %s", got)
-	}
-	sub := subscriptionID(t, conn, "sub_1")
+	id, sub := paidSubscriptionOrder(t, s, conn, first)
 	feb1 := subJan1.AddDate(0, 1, 0)
 	created := subEvent("evt_2c", "sub_1", fulfillment.EventAttemptCreated, feb1, "inv_sub_1_2")
 	created.Payment.MerchantOrderID = "m-1"
@@ -2325,6 +2289,35 @@ func TestSubscriptionFlowRenewalInvoiceWhenTheOrdersPaymentNamedNoInvoice(t *tes
 		{"periods", `SELECT count(*) FROM subscription_periods WHERE subscription_id = $2 AND $1 <> ''`, 2},
 		{"items", `SELECT count(*) FROM reconciliation_items WHERE order_id = $1 OR subscription_id = $2`, 0},
 	}, id, sub)
+}
+
+// paidSubscriptionOrder creates order m-1 of one subscription line (plan
+// subPlan, customer user_42) and delivers first, its payment, which must
+// fulfil it; it returns the order's id and that of the subscription the
+// payment created, sub_1.
+func paidSubscriptionOrder(t *testing.T, s *storage.Store, conn *pgx.Conn, first fulfillment.ProviderEvent) (orderID, subID string) {
+	t.Helper()
+	orderID = lineOrder(t, s, "m-1", "10",
+		fulfillment.LineDraft{SKU: "pro", Kind: "subscription", Quantity: 1, Currency: "USD", MinorUnits: 1000, AccountRef: "user_42", PlanID: subPlan.ID})
+	if got := deliver(t, s, first); got != "fulfilled" {
+		t.Fatalf("the order's payment: %s", got)
+	}
+	return orderID, subscriptionID(t, conn, "sub_1")
+}
+
+// replayStored replays the stored event of provider event id eventID, as
+// a person does, and returns its new decision.
+func replayStored(t *testing.T, s *storage.Store, conn *pgx.Conn, eventID string) string {
+	t.Helper()
+	ctx := context.Background()
+	var id int64
+	if err := conn.QueryRow(ctx, `SELECT id FROM inbox_events WHERE event_id = $1`, eventID).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: id, Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	return processAll(t, s, 1)
 }
 
 // decideAtOnce stores events, queued, then decides each in a transaction
