@@ -209,7 +209,9 @@ type Step struct {
 	// alone, the subscription rules' outcome.
 	Outcome Outcome
 	// Order is the event's order (its state as the whole batch leaves it);
-	// nil when no order matches the event.
+	// nil when no order matches the event, and when the event is about a
+	// renewal the subscription rules took though it names its paid order
+	// (renewsPaidSubscription).
 	Order *LockedOrder
 	// OrderState is the state the event left its order in (what the
 	// order events it publishes say), when an order matches it.
@@ -223,8 +225,10 @@ type Step struct {
 	// earlier event of the batch: its record is a new row.
 	NewAttempt bool
 	// Subscription is set when the subscription rules decided the event:
-	// an event about a subscription no order matches, or the payment of an
-	// order's subscription line (the order's Outcome has PaySubscriptions).
+	// an event about a subscription no order matches (or a renewal, or its
+	// invoice's event, that names its paid order: renewsPaidSubscription),
+	// or the payment of an order's subscription line (the order's Outcome
+	// has PaySubscriptions).
 	Subscription *SubscriptionStep
 	// AwaitedOrder is set when the subscription rules took a payment that
 	// names a merchant order no order matches as a renewal, and it paid a
@@ -347,7 +351,7 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 	sub, named := b.subs[ev.SubscriptionKey()]
 	lifecycle := ev.OfSubscriptionAlone()
 	switch {
-	case (!matched || lifecycle || renewsPaidSubscription(ev, order, sub)) && named && ForSubscription(ev):
+	case (!matched || lifecycle || renewsPaidSubscription(ev, be.Received, order, sub)) && named && ForSubscription(ev):
 		st.Subscription, err = b.decideSubscription(ev, be.Received, sub, false)
 		if err != nil {
 			return st, nil, err
@@ -438,25 +442,29 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 	return st, nil, nil
 }
 
-// renewsPaidSubscription reports whether ev, which matches order o and
-// names subscription sub at its provider (either may be nil), is about a
-// renewal of sub: a confirmed payment of o, paid — or the creation, expiry
-// or cancellation of that payment's invoice — whose payment paid a period
-// of sub (its PaidSubscription), that is told apart from o's payment (an
-// invoice's event: of another attempt and invoice than the ones that paid
-// o), and that is no payment of o's own checkout. Decided by the order rules, the
-// payment would be o's second payment, duplicate_payment, and pay no
-// period; its invoice's events would record that invoice as an attempt of
-// o, and so make its payment o's. Where it may be o's second payment, the
-// order rules keep it, and their extra_payment item asks a person to look:
-// a renewal is charged by the provider without a checkout, so a payment
-// naming a checkout session (every T-Bank payment, whose OrderId is its
-// checkout session; a second payment of a Yolfi checkout) is o's, and so
-// is a payment of an attempt o recorded (its own invoice paid again). A
-// payment that cannot be told from o's (PaidRefs.SamePayment) is left to
-// the order rules too: taking it for a renewal could pay a period for a
-// payment announced again.
-func renewsPaidSubscription(ev ProviderEvent, o *LockedOrder, sub *SubscriptionRecord) bool {
+// renewsPaidSubscription reports whether ev, received at received, which
+// matches order o and names subscription sub at its provider (either may
+// be nil), is about a renewal of sub: a confirmed payment that is not o's,
+// or the creation, expiry or cancellation of that payment's invoice, when
+// o is paid and its payment paid a period of sub (o's PaidSubscription).
+// Decided by the order rules, the payment would be o's second payment,
+// duplicate_payment, and pay no period; its invoice's events would record
+// that invoice as an attempt of o, and so make its payment o's.
+//
+// Where ev may be o's own, the order rules keep it, and their
+// extra_payment item asks a person to look. A renewal is charged by the
+// provider without a checkout, so an event naming a checkout session
+// (every T-Bank event, whose OrderId is its checkout session; a second
+// payment of a Yolfi checkout) is o's. So is an event of an attempt o
+// recorded (its own invoice, paid again), and a payment that cannot be
+// told from o's (PaidRefs.SamePayment): taking it for a renewal could pay
+// a period for a payment announced again. An invoice's event names no
+// payment: it is o's own when it names no attempt, or is of the attempt
+// or the invoice that paid o; and, when o's payment named no invoice, when
+// it occurred no later than that payment (o's own invoice, announced late:
+// a renewal's invoice is created long after the purchase), or when that
+// time is not known.
+func renewsPaidSubscription(ev ProviderEvent, received time.Time, o *LockedOrder, sub *SubscriptionRecord) bool {
 	if o == nil || sub == nil || !o.Paid || o.PaidSubscription == "" || o.PaidSubscription != sub.ID {
 		return false
 	}
@@ -471,15 +479,19 @@ func renewsPaidSubscription(ev ProviderEvent, o *LockedOrder, sub *SubscriptionR
 	if _, recorded := o.Attempts[AttemptKey{ev.Provider, ev.Payment.AttemptRef}]; recorded {
 		return false
 	}
-	if ev.Kind != EventPaymentConfirmed {
-		// An invoice's event names no payment, so SamePayment cannot tell
-		// it from o's payment when that named no invoice: it is o's own
-		// when it is of the attempt or the invoice that paid o.
-		return ev.Payment.AttemptRef != "" && ev.Payment.AttemptRef != o.PaidBy.AttemptRef &&
-			(o.PaidBy.InvoiceID == "" || ev.Payment.InvoiceID != o.PaidBy.InvoiceID)
+	if ev.Kind == EventPaymentConfirmed {
+		same, known := o.PaidBy.SamePayment(ev.Payment)
+		return known && !same
 	}
-	same, known := o.PaidBy.SamePayment(ev.Payment)
-	return known && !same
+	if ev.Payment.AttemptRef == "" || ev.Payment.AttemptRef == o.PaidBy.AttemptRef {
+		return false
+	}
+	if o.PaidBy.InvoiceID != "" {
+		return ev.Payment.InvoiceID != o.PaidBy.InvoiceID
+	}
+	// Both times as the subscription rules record them (Renewal.PaidAt).
+	paid, ok := sub.renewalPaidBy(o.PaidBy.PaymentID)
+	return ok && !paid.PaidAt.IsZero() && SubscriptionEventOf(ev, received).OccurredAt.After(paid.PaidAt)
 }
 
 // orderSubscription is the subscription order's payment paid a period of,

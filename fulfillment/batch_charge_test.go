@@ -287,3 +287,36 @@ func paidSubscriptionOrder(p Provider, refs PaidRefs, sub *SubscriptionRecord, b
 	sub.Renewals = map[string]Renewal{bill: {Period: 1, PaymentID: refs.PaymentID, Start: jan1, End: feb1, PaidAt: jan1, Purchase: true}}
 	return o
 }
+
+// The order's own invoice, when the order's payment named no invoice:
+// paid without a checkout by a payment naming pay_1 alone, then its
+// invoice's creation announced late (the webhooks race; the event is dated
+// when the invoice was created, before the payment), then that invoice
+// paid again. The late invoice.created is the order's (stale_ignored, its
+// attempt recorded) and the second payment is the order's second payment:
+// an extra_payment item, no period. Taken for a renewal's invoice (a
+// fourth review's test), it recorded nothing, and the second payment paid
+// period 2 with no item. The same invoice event when the time of the
+// order's payment is not known stays the order's too.
+func TestDecideBatchOrdersOwnInvoiceAnnouncedLate(t *testing.T) {
+	t.Parallel()
+	for _, known := range []bool{true, false} {
+		sub := yolfiSub("s1", "sub_1")
+		o := paidSubscriptionOrder(ProviderYolfi, PaidRefs{AttemptRef: "pay_1", PaymentID: "pay_1"}, sub, "payment:pay_1")
+		created := yolfiEv("e1c", EventAttemptCreated, "inv_1", "", "", 0)
+		created.Event.OccurredAt = jan1.Add(-time.Minute)
+		if !known {
+			r := sub.Renewals["payment:pay_1"]
+			r.PaidAt = time.Time{}
+			sub.Renewals["payment:pay_1"] = r
+			created.Event.OccurredAt = jan1.AddDate(0, 1, 0) // a renewal's time, but nothing to compare it with
+		}
+		snap := &Snapshot{Orders: map[OrderKey]*LockedOrder{orderKey("m-1"): o},
+			Subscriptions: map[SubscriptionKey]*SubscriptionRecord{yolfiKey("sub_1"): sub}, Plans: Plans{monthly.ID: monthly}}
+		steps := decided(t, snap, []BatchEvent{created, yolfiEv("e3", EventPaymentConfirmed, "inv_1", "pay_3", "", 1000)})
+		if got := summaries(steps); got[0] != "stale_ignored order=o1" || periodsAfter(steps, sub) != 1 || extraPaymentItems(steps) != 1 {
+			t.Errorf("payment time known %v: %q, %d periods, %d extra_payment items; want stale_ignored for the order, then its second payment (1 period, 1 item)",
+				known, got, periodsAfter(steps, sub), extraPaymentItems(steps))
+		}
+	}
+}

@@ -87,7 +87,7 @@ func (rp *subReplay) apply(ev fulfillment.ProviderEvent, received time.Time) sub
 	lifecycle := fulfillment.ForSubscription(ev) &&
 		(ev.Kind == fulfillment.EventSubscriptionOverdue || ev.Kind == fulfillment.EventSubscriptionCancelled)
 	switch {
-	case (!matched || lifecycle || rp.renews(ev)) && rp.exists && fulfillment.ForSubscription(ev):
+	case (!matched || lifecycle || rp.renews(ev, received)) && rp.exists && fulfillment.ForSubscription(ev):
 		return subStep{decision: rp.decide(ev, received, false).Decision, sub: true}
 	case lifecycle:
 		return subStep{decision: fulfillment.DecisionUnmatched}
@@ -122,8 +122,9 @@ func (rp *subReplay) apply(ev fulfillment.ProviderEvent, received time.Time) sub
 // payment that created the subscription, the only one it pays a period
 // of — ev naming no checkout session and no attempt the order recorded,
 // and ev's payment told apart from the order's (an invoice's event: of
-// another attempt and invoice than the ones that paid the order).
-func (rp *subReplay) renews(ev fulfillment.ProviderEvent) bool {
+// another attempt and invoice than the ones that paid the order, and, when
+// that payment named no invoice, after it).
+func (rp *subReplay) renews(ev fulfillment.ProviderEvent, received time.Time) bool {
 	if !rp.order.Paid || !rp.exists || ev.Payment.SubscriptionID != rp.sp.id {
 		return false
 	}
@@ -139,8 +140,19 @@ func (rp *subReplay) renews(ev fulfillment.ProviderEvent) bool {
 		return false
 	}
 	if ev.Kind != fulfillment.EventPaymentConfirmed {
-		return ev.Payment.AttemptRef != "" && ev.Payment.AttemptRef != rp.order.PaidBy.AttemptRef &&
-			(rp.order.PaidBy.InvoiceID == "" || ev.Payment.InvoiceID != rp.order.PaidBy.InvoiceID)
+		by := rp.order.PaidBy
+		if ev.Payment.AttemptRef == "" || ev.Payment.AttemptRef == by.AttemptRef {
+			return false
+		}
+		if by.InvoiceID != "" {
+			return ev.Payment.InvoiceID != by.InvoiceID
+		}
+		for _, r := range rp.sub.Renewals {
+			if by.PaymentID != "" && r.PaymentID == by.PaymentID {
+				return !r.PaidAt.IsZero() && fulfillment.SubscriptionEventOf(ev, received).OccurredAt.After(r.PaidAt)
+			}
+		}
+		return false
 	}
 	same, known := rp.order.PaidBy.SamePayment(ev.Payment)
 	return known && !same
