@@ -822,19 +822,9 @@ func raceOrderAndDecision(t *testing.T, s *storage.Store, conn *pgx.Conn, id int
 func TestSubscriptionFlowRegisteredOrderRacesItsPayment(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
-	ctx := context.Background()
 	const rounds = 20
 	for i := range rounds {
-		ref := subRef
-		ref.ProviderSubscriptionID = fmt.Sprintf("sub_race_%d", i)
-		if _, _, err := s.SubscriptionCreate(ctx, ref); err != nil {
-			t.Fatal(err)
-		}
-		merchant := fmt.Sprintf("m-race-%d", i)
-		r, err := s.InboxInsert(ctx, firstPayment(fmt.Sprintf("evt_race_%d", i), ref.ProviderSubscriptionID, merchant), []byte(`{}`))
-		if err != nil {
-			t.Fatal(err)
-		}
+		r, merchant := registeredPayment(t, s, "race", i)
 		raceOrderAndDecision(t, s, conn, r.ID, merchant)
 	}
 	wantCounts(t, conn, []countCheck{
@@ -1184,16 +1174,7 @@ func TestSubscriptionFlowRegisteredOrderRacesItsReplayedPayment(t *testing.T) {
 	ctx := context.Background()
 	const rounds = 20
 	for i := range rounds {
-		ref := subRef
-		ref.ProviderSubscriptionID = fmt.Sprintf("sub_replay_%d", i)
-		if _, _, err := s.SubscriptionCreate(ctx, ref); err != nil {
-			t.Fatal(err)
-		}
-		merchant := fmt.Sprintf("m-replay-%d", i)
-		r, err := s.InboxInsert(ctx, firstPayment(fmt.Sprintf("evt_replay_%d", i), ref.ProviderSubscriptionID, merchant), []byte(`{}`))
-		if err != nil {
-			t.Fatal(err)
-		}
+		r, merchant := registeredPayment(t, s, "replay", i)
 		if got := processAll(t, s, 1); got != "renewed" {
 			t.Fatalf("the payment before its order: %s, want renewed", got)
 		}
@@ -2318,6 +2299,26 @@ func replayStored(t *testing.T, s *storage.Store, conn *pgx.Conn, eventID string
 		t.Fatal(err)
 	}
 	return processAll(t, s, 1)
+}
+
+// registeredPayment registers subscription sub_<tag>_<i> and stores,
+// queued, its first payment, evt_<tag>_<i>, naming merchant order
+// m-<tag>-<i>, which no order has (yet); it returns the stored event and
+// that merchant order id.
+func registeredPayment(t *testing.T, s *storage.Store, tag string, i int) (stored fulfillment.InboxReceipt, merchant string) {
+	t.Helper()
+	ctx := context.Background()
+	ref := subRef
+	ref.ProviderSubscriptionID = fmt.Sprintf("sub_%s_%d", tag, i)
+	if _, _, err := s.SubscriptionCreate(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	merchant = fmt.Sprintf("m-%s-%d", tag, i)
+	stored, err := s.InboxInsert(ctx, firstPayment(fmt.Sprintf("evt_%s_%d", tag, i), ref.ProviderSubscriptionID, merchant), []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stored, merchant
 }
 
 // decideAtOnce stores events, queued, then decides each in a transaction
