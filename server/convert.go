@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -285,4 +286,19 @@ func refsFromProto(req *fulfillmentv1.RecordEventRequest) map[string]string {
 		}
 	}
 	return refs
+}
+
+// filterTime reads a request's optional time filter, the zero time when
+// absent. A Timestamp outside the range it may hold (0001-01-01 to
+// 9999-12-31, as the REST gateway and protojson enforce) is a violation of
+// field: the database would read it as another time, or fail.
+func filterTime(field string, ts *timestamppb.Timestamp) (time.Time, error) {
+	if ts == nil {
+		return time.Time{}, nil
+	}
+	if ts.CheckValid() != nil {
+		return time.Time{}, &fulfillment.ValidationError{Violations: []fulfillment.FieldViolation{{Field: field,
+			Description: "must be a time from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z"}}}
+	}
+	return ts.AsTime(), nil
 }

@@ -36,13 +36,10 @@ func (s *Service) ListInboxEvents(ctx context.Context, req *fulfillmentv1.ListIn
 		OrderID:     req.GetOrderId(),
 		Provider:    fulfillment.Provider(req.GetProvider()),
 	}
-	if req.GetReceivedAfter() != nil {
-		filter.ReceivedAfter = req.GetReceivedAfter().AsTime()
-	}
-	if req.GetReceivedBefore() != nil {
-		filter.ReceivedBefore = req.GetReceivedBefore().AsTime()
-	}
-	pg, err := s.listing(ctx, p, filter.Validate(), filter.OrgID, req,
+	var afterErr, beforeErr error
+	filter.ReceivedAfter, afterErr = filterTime("received_after", req.GetReceivedAfter())
+	filter.ReceivedBefore, beforeErr = filterTime("received_before", req.GetReceivedBefore())
+	pg, err := s.listing(ctx, p, joinViolations(filter.Validate(), afterErr, beforeErr), filter.OrgID, req,
 		filter.OrgID, string(filter.State), string(filter.Decision), filter.Type, filter.EndpointID, filter.OrderID,
 		filter.VisibleOrgs, string(filter.Provider), filter.ReceivedAfter.UnixNano(), filter.ReceivedBefore.UnixNano())
 	if err != nil {

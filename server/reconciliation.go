@@ -27,13 +27,10 @@ func (s *Service) ListReconciliationItems(ctx context.Context, req *fulfillmentv
 		State:       fulfillment.ReconState(req.GetState()),
 		OrderID:     req.GetOrderId(),
 	}
-	if req.GetCreateTimeFrom() != nil {
-		filter.CreatedFrom = req.GetCreateTimeFrom().AsTime()
-	}
-	if req.GetCreateTimeBefore() != nil {
-		filter.CreatedBefore = req.GetCreateTimeBefore().AsTime()
-	}
-	pg, err := s.listing(ctx, p, filter.Validate(), filter.OrgID, req,
+	var fromErr, beforeErr error
+	filter.CreatedFrom, fromErr = filterTime("create_time_from", req.GetCreateTimeFrom())
+	filter.CreatedBefore, beforeErr = filterTime("create_time_before", req.GetCreateTimeBefore())
+	pg, err := s.listing(ctx, p, joinViolations(filter.Validate(), fromErr, beforeErr), filter.OrgID, req,
 		filter.OrgID, string(filter.Kind), string(filter.State), filter.OrderID, filter.VisibleOrgs,
 		string(filter.Environment), filter.CreatedFrom.UnixNano(), filter.CreatedBefore.UnixNano())
 	if err != nil {

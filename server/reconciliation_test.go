@@ -461,3 +461,43 @@ func TestInboxEventsAPI(t *testing.T) {
 		t.Errorf("REST replay: %d %v", code, body)
 	}
 }
+
+// A time filter outside the range a Timestamp may hold (years 1 to 9999)
+// is refused, naming the field, as the REST gateway refuses it: the
+// database took such a time for another one (a listing "after" a time
+// millions of years away listed today's events) or failed (INTERNAL).
+func TestTimeFiltersOutOfRange(t *testing.T) {
+	t.Parallel()
+	ts, _, _ := reconFixture(t)
+	far := &timestamppb.Timestamp{Seconds: 1 << 62}            // wraps around in the database
+	farther := &timestamppb.Timestamp{Seconds: 1 << 44}        // out of the database's range
+	year10000 := &timestamppb.Timestamp{Seconds: 253402300800} // 10000-01-01
+	early := &timestamppb.Timestamp{Seconds: -(1 << 44)}
+	for _, c := range []struct {
+		field string
+		ts    *timestamppb.Timestamp
+	}{{"far", far}, {"farther", farther}, {"year 10000", year10000}, {"early", early}} {
+		resp, err := ts.client.ListInboxEvents(withToken(tokOps), &fulfillmentv1.ListInboxEventsRequest{ReceivedAfter: c.ts})
+		wantCode(t, c.field+": events received after it", err, codes.InvalidArgument, "received_after")
+		if len(resp.GetEvents()) > 0 {
+			t.Errorf("%s: events received after it: %d listed", c.field, len(resp.GetEvents()))
+		}
+		_, err = ts.client.ListInboxEvents(withToken(tokOps), &fulfillmentv1.ListInboxEventsRequest{ReceivedBefore: c.ts})
+		wantCode(t, c.field+": events received before it", err, codes.InvalidArgument, "received_before")
+		_, err = ts.client.ListReconciliationItems(withToken(tokOps), &fulfillmentv1.ListReconciliationItemsRequest{CreateTimeFrom: c.ts})
+		wantCode(t, c.field+": items created from it", err, codes.InvalidArgument, "create_time_from")
+		_, err = ts.client.ListReconciliationItems(withToken(tokOps), &fulfillmentv1.ListReconciliationItemsRequest{CreateTimeBefore: c.ts})
+		wantCode(t, c.field+": items created before it", err, codes.InvalidArgument, "create_time_before")
+		filter := &fulfillmentv1.RedriveFilter{Target: "events", OrgId: "org_a", State: "processed", ReceivedAfter: c.ts}
+		_, err = ts.client.PlanRedrive(withToken(tokOps), &fulfillmentv1.PlanRedriveRequest{Filter: filter})
+		wantCode(t, c.field+": a re-drive plan", err, codes.InvalidArgument, "received_after")
+		_, err = ts.client.StartRedrive(withToken(tokOps), &fulfillmentv1.StartRedriveRequest{Filter: filter})
+		wantCode(t, c.field+": a re-drive", err, codes.InvalidArgument, "received_after")
+	}
+	// The range's ends are times.
+	for _, end := range []*timestamppb.Timestamp{{Seconds: -62135596800}, {Seconds: 253402300799, Nanos: 999999999}} {
+		if _, err := ts.client.ListInboxEvents(withToken(tokOps), &fulfillmentv1.ListInboxEventsRequest{ReceivedBefore: end}); err != nil {
+			t.Errorf("events received before %v: %v", end.AsTime(), err)
+		}
+	}
+}

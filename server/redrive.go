@@ -22,19 +22,18 @@ const (
 	redrivePoll  = time.Second
 )
 
-func redriveFilterFromProto(f *fulfillmentv1.RedriveFilter) fulfillment.RedriveFilter {
+// redriveFilterFromProto reads a request's filter; the error is its times'
+// violations, if any (filterTime).
+func redriveFilterFromProto(f *fulfillmentv1.RedriveFilter) (fulfillment.RedriveFilter, error) {
 	out := fulfillment.RedriveFilter{
 		Target: fulfillment.RedriveTarget(f.GetTarget()), OrgID: f.GetOrgId(), Environment: fulfillment.Environment(f.GetEnvironment()),
 		State: f.GetState(), Type: f.GetType(), Decision: f.GetDecision(), EndpointID: f.GetEndpointId(), DestinationID: f.GetDestinationId(),
 		Provider: fulfillment.Provider(f.GetProvider()),
 	}
-	if f.GetReceivedAfter() != nil {
-		out.ReceivedAfter = f.GetReceivedAfter().AsTime()
-	}
-	if f.GetReceivedBefore() != nil {
-		out.ReceivedBefore = f.GetReceivedBefore().AsTime()
-	}
-	return out
+	var afterErr, beforeErr error
+	out.ReceivedAfter, afterErr = filterTime("filter.received_after", f.GetReceivedAfter())
+	out.ReceivedBefore, beforeErr = filterTime("filter.received_before", f.GetReceivedBefore())
+	return out, joinViolations(afterErr, beforeErr)
 }
 
 func redriveFilterToProto(f fulfillment.RedriveFilter) *fulfillmentv1.RedriveFilter {
@@ -66,8 +65,8 @@ func redriveToProto(d fulfillment.Redrive) *fulfillmentv1.Redrive {
 // checkedRedriveFilter validates a request's filter and the caller's right
 // to its org.
 func (s *Service) checkedRedriveFilter(ctx context.Context, pf *fulfillmentv1.RedriveFilter) (fulfillment.RedriveFilter, error) {
-	f := redriveFilterFromProto(pf)
-	if err := f.Validate(); err != nil {
+	f, terr := redriveFilterFromProto(pf)
+	if err := joinViolations(f.Validate(), terr); err != nil {
 		return f, toStatus(ctx, s.log, err)
 	}
 	return f, requireOrg(principalFrom(ctx), f.OrgID)
