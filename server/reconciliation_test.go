@@ -501,3 +501,32 @@ func TestTimeFiltersOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// Another org's re-drive answers as an unknown one does, with the same
+// message, to GetRedrive and CancelRedrive: an unknown id answered
+// "reading re-drive N: not found: no rows in result set" (the driver's
+// words) and another org's "not found", which told a token limited to org_a
+// which ids were other orgs' runs.
+func TestOtherOrgsRedriveHidden(t *testing.T) {
+	t.Parallel()
+	ts, _, _ := reconFixture(t)
+	started, err := ts.client.StartRedrive(withToken(tokOps), &fulfillmentv1.StartRedriveRequest{
+		Filter: &fulfillmentv1.RedriveFilter{Target: "events", OrgId: "org_b", State: "unmatched"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := started.GetRedrive().GetId()
+	unknown := "999999"
+	for _, c := range []struct{ id, msg string }{{id, "not found: re-drive " + id}, {unknown, "not found: re-drive " + unknown}} {
+		_, err := ts.client.GetRedrive(withToken(tokAdminA), &fulfillmentv1.GetRedriveRequest{RedriveId: c.id})
+		wantHidden(t, "org_a's admin reading re-drive "+c.id, err, c.msg)
+		_, err = ts.client.CancelRedrive(withToken(tokAdminA), &fulfillmentv1.CancelRedriveRequest{RedriveId: c.id})
+		wantHidden(t, "org_a's admin cancelling re-drive "+c.id, err, c.msg)
+	}
+	_, err = ts.client.GetRedrive(withToken(tokOps), &fulfillmentv1.GetRedriveRequest{RedriveId: unknown})
+	wantHidden(t, "an unknown re-drive", err, "not found: re-drive "+unknown)
+	if got, err := ts.client.GetRedrive(withToken(tokOps), &fulfillmentv1.GetRedriveRequest{RedriveId: id}); err != nil ||
+		got.GetRedrive().GetCancelledBy() != "" {
+		t.Errorf("org_b's re-drive after org_a's refused cancel: %v, %v", got, err)
+	}
+}

@@ -121,8 +121,8 @@ func (s *Service) visibleRedrive(ctx context.Context, id string) (fulfillment.Re
 	if err != nil {
 		return d, toStatus(ctx, s.log, err)
 	}
-	if !principalFrom(ctx).AllowsOrg(d.Filter.OrgID) {
-		return d, toStatus(ctx, s.log, fulfillment.ErrNotFound)
+	if err := requireVisible(principalFrom(ctx), d.Filter.OrgID, fulfillment.NotFoundID("re-drive", n)); err != nil {
+		return d, err
 	}
 	return d, nil
 }

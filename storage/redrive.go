@@ -137,6 +137,9 @@ func (s *Store) RedriveStart(ctx context.Context, f fulfillment.RedriveFilter, b
 // RedriveGet implements fulfillment.RedriveStore.
 func (s *Store) RedriveGet(ctx context.Context, id int64) (fulfillment.Redrive, error) {
 	d, err := scanRedrive(s.pool.QueryRow(ctx, `SELECT `+redriveColumns+` FROM redrive_runs WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return d, fulfillment.NotFoundID("re-drive", id)
+	}
 	if err != nil {
 		return d, fmt.Errorf("reading re-drive %d: %w", id, interpret(err))
 	}
