@@ -3,6 +3,7 @@ package console
 import (
 	"net/http"
 	"net/url"
+	"slices"
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 )
@@ -73,7 +74,14 @@ func (c *Console) startRedrive(w http.ResponseWriter, r *http.Request, s *sessio
 	}
 	resp, err := c.api.StartRedrive(s.call(r.Context()), &fulfillmentv1.StartRedriveRequest{Filter: f, ActorDetail: "console"})
 	d := resp.GetRedrive()
-	c.record(r.Context(), s.Name(), f.GetOrgId(), "redrive.start", "redrive", d.GetId(), outcome(err),
+	// The org the form names is the entry's only when the session may act
+	// for it: a refused attempt on another org is in the actor's own log,
+	// not in that org's.
+	org := f.GetOrgId()
+	if orgs := s.Orgs(); orgs != nil && !slices.Contains(orgs, org) {
+		org = ""
+	}
+	c.record(r.Context(), s.Name(), org, "redrive.start", "redrive", d.GetId(), outcome(err),
 		f.GetTarget()+" "+f.GetState()+" "+f.GetDestinationId()+f.GetType())
 	if err != nil {
 		c.apiFail(w, r, s, err)

@@ -1,8 +1,12 @@
 package e2e_test
 
 import (
+	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -83,5 +87,70 @@ func TestStartPaymentHidesProviderAddress(t *testing.T) {
 		if strings.Contains(msg, secret) || strings.Contains(stored, secret) {
 			t.Errorf("the bank's address (%s) shows: answer %q, order %s", secret, msg, stored)
 		}
+	}
+}
+
+// An admin limited to org_a who asks the console to re-drive org_b's events
+// is refused, and the refusal is in the audit log of its own actions only:
+// org_b's operators do not see it. The entry was filed under the org the
+// form named, so any org-limited admin could write entries, with its own
+// text, into another org's audit page.
+func TestConsoleRefusedActionStaysOutOfAnotherOrgsAudit(t *testing.T) {
+	t.Parallel()
+	s := startReplicaWith(t, pgtest.DB(t), func(c *config.Config) {
+		withConsole()(c)
+		c.Auth.Tokens = append(c.Auth.Tokens, config.Token{Name: "org-a-admin", Secret: orgAdminToken,
+			Scopes: []string{config.ScopeAdmin}, Orgs: []string{orgA}})
+	})
+	signIn := func(token string) *http.Client {
+		t.Helper()
+		jar, err := cookiejar.New(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := c.PostForm(s.restURL+"/console/login", url.Values{"token": {token}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("signing in: %d", resp.StatusCode)
+		}
+		return c
+	}
+	page := func(c *http.Client, path string) string {
+		t.Helper()
+		resp, err := c.Get(s.restURL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d", path, resp.StatusCode)
+		}
+		return string(b)
+	}
+	const planted = "planted-by-org-a"
+	orgAAdmin := signIn(orgAdminToken)
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page(orgAAdmin, "/console/audit"))
+	if m == nil {
+		t.Fatal("no CSRF token on the audit page")
+	}
+	resp, err := orgAAdmin.PostForm(s.restURL+"/console/redrive", url.Values{"csrf": {m[1]},
+		"target": {"events"}, "org_id": {orgB}, "state": {"failed"}, "type": {planted}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("org_a's admin re-driving org_b: %d, want 403", resp.StatusCode)
+	}
+	if own := page(orgAAdmin, "/console/audit?action=redrive.start"); !strings.Contains(own, "PermissionDenied") {
+		t.Errorf("org_a's admin's audit lacks its refused re-drive:\n%s", own)
+	}
+	if b := page(signIn(orgBOpsToken), "/console/audit"); strings.Contains(b, planted) || strings.Contains(b, "org-a-admin") {
+		t.Errorf("org_b's audit shows org_a's admin's refused action:\n%s", b)
 	}
 }
