@@ -37,7 +37,7 @@ const (
 	maxFormBytes = 64 << 10
 	// requestTimeout bounds one page: every API call it makes.
 	requestTimeout = 10 * time.Second
-	// pageSize is the rows of one listing page (the API allows 100).
+	// pageSize is the rows of one listing page (the API allows up to 500).
 	pageSize = 50
 )
 

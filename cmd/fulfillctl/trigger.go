@@ -379,7 +379,7 @@ func (tr *trigger) yolfiHook(data yolfi.PayloadData) (hook, error) {
 		prefix = yolfi.TestEventIDPrefix
 	}
 	p := yolfi.Payload{ID: yolfi.NewID(prefix), Type: yolfi.TypePaymentConfirmed, Livemode: &live, OrgID: tr.org,
-		CreatedAt: time.Now().UTC().Format(time.RFC3339), Data: data}
+		CreatedAt: time.Now().UTC().Format(createdAtLayout), Data: data}
 	body, err := json.Marshal(p)
 	if err != nil {
 		return hook{}, fmt.Errorf("encoding the event: %w", err)

@@ -20,6 +20,10 @@ import (
 // webhookTimeout bounds each delivery of webhook send.
 const webhookTimeout = 10 * time.Second
 
+// createdAtLayout is the createdAt of an event sent without --created-at:
+// RFC 3339 in UTC, to the millisecond.
+const createdAtLayout = "2006-01-02T15:04:05.000Z07:00"
+
 // maxShownResponse is how much of a response body webhook send prints.
 const maxShownResponse = 200
 
@@ -204,13 +208,17 @@ func (s *webhookSend) payload(cmd *cobra.Command) (yolfi.Payload, error) {
 	if !changed("invoice-id") && !strings.HasPrefix(s.eventType, "subscription.") {
 		invoiceID = yolfi.NewID("inv_")
 	}
-	createdAt := time.Now().UTC().Format(time.RFC3339)
+	// Milliseconds, not whole seconds: events sent one after another (a
+	// renewal, then the cancellation) keep their order in the rules, which
+	// take a charge announced in the second of a cancellation for one made
+	// after it.
+	createdAt := time.Now().UTC().Format(createdAtLayout)
 	if changed("created-at") {
 		t, err := time.Parse(time.RFC3339, s.createdAt)
 		if err != nil {
 			return yolfi.Payload{}, errors.New(`--created-at must be an RFC 3339 time such as "2026-11-29T10:15:30Z"`)
 		}
-		createdAt = t.UTC().Format(time.RFC3339)
+		createdAt = t.UTC().Format(time.RFC3339Nano)
 	}
 	var customer *yolfi.PayloadCustomer
 	if s.customerRef != "" {

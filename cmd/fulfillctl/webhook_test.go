@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,5 +64,10 @@ func TestWebhookSendSubscriptionEvents(t *testing.T) {
 			t.Fatalf("%v: %v", tc.args, err)
 		}
 		tc.check(t, ev)
+		// Sent one after the other, a renewal and the cancellation it
+		// precedes must not share a createdAt: the default has milliseconds.
+		if !slices.Contains(tc.args, "--created-at") && !regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`).MatchString(p.CreatedAt) {
+			t.Errorf("%v: createdAt %q, want RFC 3339 in UTC to the millisecond", tc.args, p.CreatedAt)
+		}
 	}
 }
