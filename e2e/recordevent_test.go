@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,9 +17,11 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 	"github.com/fulfillplatform/fulfillment/server"
 )
 
@@ -112,6 +115,53 @@ func TestRecordEventRefusesWhatNoAdapterSends(t *testing.T) {
 		if st.Code() != want || !strings.Contains(st.Message(), tc.field+":") {
 			t.Errorf("%s: %v, want %s naming %s", tc.name, err, want, tc.field)
 		}
+	}
+	if n := s.count(t, "SELECT count(*) FROM inbox_events"); n != 0 {
+		t.Errorf("refused events stored %d rows", n)
+	}
+}
+
+// A gateway's token limited to one org learns nothing of another org's
+// endpoints: an event for org_b's endpoint, sent with org_b, is refused for
+// the org (PERMISSION_DENIED), and sent with its own org, it is answered as
+// one for an endpoint that is not configured — the same words as for a
+// name no endpoint has — where it was told the endpoint's org
+// ("org_id: endpoint ... is configured with org_id ...").
+func TestOrgLimitedGatewayLearnsNoOtherOrgsEndpoint(t *testing.T) {
+	t.Parallel()
+	const edgeA = "tok-ingest-org-a-0123456789"
+	s := startReplicaWith(t, pgtest.DB(t), func(c *config.Config) {
+		c.Auth.Tokens = append(c.Auth.Tokens, config.Token{Name: "edge-a", Secret: edgeA, Scopes: []string{config.ScopeIngest}, Orgs: []string{orgA}})
+		c.Endpoints = append(c.Endpoints, config.Endpoint{ID: "yolfi-b", Provider: "yolfi", Org: orgB, Environment: "live",
+			Secrets: []config.Secret{{Value: []byte(liveSecret)}}})
+	})
+	unknown := func(id string) string {
+		return fmt.Sprintf("endpoint_id: %q is not a webhook endpoint of this service's configuration (endpoints[].id)", id)
+	}
+	for _, c := range []struct {
+		name     string
+		endpoint string
+		org      string
+		code     codes.Code
+		msg      string
+	}{
+		{"org_b's endpoint, org_b", "yolfi-b", orgB, codes.PermissionDenied, fmt.Sprintf("token %q may not act for org %q", "edge-a", orgB)},
+		{"org_b's endpoint, its own org", "yolfi-b", orgA, codes.FailedPrecondition, unknown("yolfi-b")},
+		{"no such endpoint", "yolfi-nowhere", orgA, codes.FailedPrecondition, unknown("yolfi-nowhere")},
+	} {
+		req := recordRequest("probe-1")
+		req.EndpointId, req.OrgId = c.endpoint, c.org
+		_, err := s.client.RecordEvent(authed(edgeA), req)
+		if st := status.Convert(err); st.Code() != c.code || st.Message() != c.msg {
+			t.Errorf("%s: %v; want %s %q", c.name, err, c.code, c.msg)
+		}
+	}
+	// The every-org gateway is still told what is wrong with org_b's.
+	req := recordRequest("probe-2")
+	req.EndpointId = "yolfi-b"
+	_, err := s.client.RecordEvent(authed(ingestToken), req)
+	if st := status.Convert(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), "org_id: endpoint \"yolfi-b\" is configured with") {
+		t.Errorf("the every-org gateway, org_b's endpoint with org_a: %v", err)
 	}
 	if n := s.count(t, "SELECT count(*) FROM inbox_events"); n != 0 {
 		t.Errorf("refused events stored %d rows", n)

@@ -18,14 +18,15 @@ import (
 // is configured.
 func (s *Service) RecordEvent(ctx context.Context, req *fulfillmentv1.RecordEventRequest) (*fulfillmentv1.RecordEventResponse, error) {
 	ev, err := eventFromProto(req)
-	if err == nil {
-		err = s.checkEndpoint(ev)
-	}
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
-	if err := requireOrg(principalFrom(ctx), ev.OrgID); err != nil {
+	p := principalFrom(ctx)
+	if err := requireOrg(p, ev.OrgID); err != nil {
 		return nil, err
+	}
+	if err := s.checkEndpoint(ev, p); err != nil {
+		return nil, toStatus(ctx, s.log, err)
 	}
 	receipt, err := s.record(ctx, ev, req.GetRawBody())
 	if err != nil {
@@ -47,10 +48,13 @@ func (s *Service) record(ctx context.Context, ev fulfillment.ProviderEvent, rawB
 // itself may be sound — the gateway's configuration and this service's
 // disagree — so the answer is FAILED_PRECONDITION, which a gateway reports
 // as its own failure (500) rather than as a refused event (400): the
-// provider keeps retrying while someone mends the configuration.
-func (s *Service) checkEndpoint(ev fulfillment.ProviderEvent) error {
+// provider keeps retrying while someone mends the configuration. An
+// endpoint of an org that caller (nil: any) may not act for answers as one
+// that is not configured: a token limited to one org learns nothing of
+// another org's endpoints.
+func (s *Service) checkEndpoint(ev fulfillment.ProviderEvent, caller *Principal) error {
 	ep, ok := s.endpoints[ev.EndpointID]
-	if !ok {
+	if !ok || caller != nil && !caller.AllowsOrg(ep.OrgID) {
 		return status.Errorf(codes.FailedPrecondition,
 			"endpoint_id: %q is not a webhook endpoint of this service's configuration (endpoints[].id)", ev.EndpointID)
 	}

@@ -94,7 +94,7 @@ func (r *LocalRecorder) RecordEvent(ctx context.Context, ev fulfillment.Provider
 	defer span.End()
 	err := checkRecorded(ev, rawBody)
 	if err == nil {
-		err = r.svc.checkEndpoint(ev)
+		err = r.svc.checkEndpoint(ev, nil)
 	}
 	var receipt fulfillment.InboxReceipt
 	if err == nil {
