@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/internal/app"
@@ -27,6 +28,16 @@ func runServe(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	return a.Run(ctx)
 }
+
+// upstreamKeepalive makes the gateway ping its upstream connection when it
+// has heard nothing on it for 10 s (the most often the service lets a
+// client ping, grpc.keepalive_min_time by default), and drop it when the
+// ping is not answered within 5 s. A connection whose far end vanished
+// without a reset (a host gone, a flow dropped by a NAT or load balancer)
+// would otherwise be kept for as long as the kernel keeps retrying, about
+// a quarter of an hour, every webhook answered 503 meanwhile, however
+// reachable the service is on a new connection.
+var upstreamKeepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}
 
 // runIngest runs only the webhook gateway, forwarding to a remote
 // FulfillmentService (ingest.upstream).
@@ -48,7 +59,8 @@ func runIngest(ctx context.Context, cfg *config.Config, log *slog.Logger) error 
 		defer cancel()
 		_ = stopTracing(flushCtx)
 	}()
-	conn, err := grpc.NewClient(up.Addr, append(traceDial, grpc.WithTransportCredentials(creds))...)
+	conn, err := grpc.NewClient(up.Addr, append(traceDial, grpc.WithTransportCredentials(creds),
+		grpc.WithKeepaliveParams(upstreamKeepalive))...)
 	if err != nil {
 		return fmt.Errorf("connecting to %s: %w", up.Addr, err)
 	}

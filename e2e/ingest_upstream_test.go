@@ -1,0 +1,189 @@
+package e2e_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fulfillplatform/fulfillment/config"
+	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/rig/daemon"
+)
+
+// silentProxy forwards TCP connections to target. cut makes every
+// connection open at that moment go silent, both ways, without closing
+// it — as when the far host vanishes, or a NAT or load balancer drops the
+// flow, and no reset ever comes back. Connections made afterwards are
+// forwarded again: the service is reachable, only the old path is dead.
+type silentProxy struct {
+	lis    net.Listener
+	target string
+	mu     sync.Mutex
+	open   []*atomic.Bool // one per connection: silenced
+	conns  []net.Conn
+	closed bool
+}
+
+func newSilentProxy(t *testing.T, target string) *silentProxy {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &silentProxy{lis: lis, target: target}
+	var conns sync.WaitGroup
+	t.Cleanup(func() {
+		_ = lis.Close()
+		p.mu.Lock()
+		p.closed = true
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+		p.mu.Unlock()
+		conns.Wait()
+	})
+	go func() {
+		for {
+			in, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = in.Close()
+				continue
+			}
+			silent := &atomic.Bool{}
+			p.mu.Lock()
+			if p.closed {
+				p.mu.Unlock()
+				_, _ = in.Close(), out.Close()
+				return
+			}
+			p.open = append(p.open, silent)
+			p.conns = append(p.conns, in, out)
+			conns.Add(2)
+			p.mu.Unlock()
+			pipe := func(dst, src net.Conn) {
+				defer conns.Done()
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := src.Read(buf)
+					if n > 0 && !silent.Load() {
+						if _, werr := dst.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						_ = dst.Close()
+						return
+					}
+				}
+			}
+			go pipe(out, in)
+			go pipe(in, out)
+		}
+	}()
+	return p
+}
+
+func (p *silentProxy) addr() string { return p.lis.Addr().String() }
+
+// cut silences every connection open now.
+func (p *silentProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.open {
+		s.Store(true)
+	}
+}
+
+// A gateway process (fulfillmentd ingest) whose connection to the service
+// went silent — no answer, no reset — while the service stays reachable
+// on a new connection: webhooks are answered 503 for a while (the provider
+// retries), and the gateway finds out that the connection is dead and
+// connects again within seconds, so that webhooks are stored and answered
+// 200 again. It used to keep the dead connection for as long as the
+// kernel did (with requests in flight, about a quarter of an hour; here,
+// for good), answering every webhook 503 after its ingest.timeout.
+func TestIngestProcessUpstreamGoesSilent(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	bin := procPlainBuild.binary(t)
+	proxy := newSilentProxy(t, s.grpcAddr)
+
+	addrs, err := daemon.FreeAddrs(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tokenEnv, secretEnv = "E2E_UPSTREAM_TOKEN", "E2E_YOLFI_LIVE_SECRET"
+	cfg := &config.Config{
+		Listen:    config.Listen{Ingest: addrs[0]},
+		Log:       config.Log{Level: "info"},
+		Endpoints: []config.Endpoint{daemon.YolfiEndpoint(liveEP, orgA, "live", secretEnv)},
+		Ingest: config.Ingest{Timeout: 2 * time.Second,
+			Upstream: config.Upstream{Addr: proxy.addr(), TokenEnv: tokenEnv}},
+	}
+	cfgPath := filepath.Join(t.TempDir(), "ingest.yaml")
+	if err := daemon.WriteConfig(cfgPath, cfg); err != nil {
+		t.Fatal(err)
+	}
+	out := &daemon.Buffer{}
+	child, err := daemon.Start(bin, []string{"ingest", "--config", cfgPath},
+		daemon.ChildEnv(tokenEnv+"="+ingestToken, secretEnv+"="+liveSecret), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := child.Stop(15 * time.Second); err != nil {
+			t.Errorf("fulfillmentd ingest: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("fulfillmentd ingest output:\n%s", out.Tail(16<<10))
+		}
+	})
+	gateway := "http://" + addrs[0]
+	waitFor(t, "fulfillmentd ingest to serve", func() bool {
+		resp, err := http.Get(gateway + "/healthz")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	via := &stack{ingestURL: gateway, client: s.client, db: s.db}
+	via.sendOK(t, event(yolfi.TypeInvoiceCreated, "silent-0", "inv_silent_0"))
+
+	proxy.cut()
+	ev := event(yolfi.TypeInvoiceCreated, "silent-1", "inv_silent_1")
+	cut := time.Now()
+	for first := true; ; first = false {
+		code := via.send(t, liveEP, liveSecret, ev)
+		if code == http.StatusOK {
+			break
+		}
+		if code != http.StatusServiceUnavailable {
+			t.Fatalf("webhook answered %d while the upstream connection is silent, want 503 (the provider retries)", code)
+		}
+		if first {
+			t.Logf("first webhook after the cut: %d", code)
+		}
+		if time.Since(cut) > 60*time.Second {
+			t.Fatalf("the gateway still answers 503 %v after its upstream connection went silent, the service reachable all along",
+				time.Since(cut).Round(time.Second))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("stored again %v after the connection went silent", time.Since(cut).Round(100*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var n int
+	if err := s.db.QueryRow(ctx, "SELECT count(*) FROM inbox_events WHERE event_id = $1", ev.ID).Scan(&n); err != nil || n != 1 {
+		t.Errorf("%d inbox rows (%v) for the webhook acknowledged, want 1", n, err)
+	}
+}
