@@ -23,6 +23,7 @@ import (
 type silentProxy struct {
 	lis    net.Listener
 	target string
+	down   atomic.Bool // new connections are closed at once, as by a host that refuses them
 	mu     sync.Mutex
 	open   []*atomic.Bool // one per connection: silenced
 	conns  []net.Conn
@@ -52,6 +53,10 @@ func newSilentProxy(t *testing.T, target string) *silentProxy {
 			in, err := lis.Accept()
 			if err != nil {
 				return
+			}
+			if p.down.Load() {
+				_ = in.Close()
+				continue
 			}
 			out, err := net.Dial("tcp", target)
 			if err != nil {
@@ -94,6 +99,15 @@ func newSilentProxy(t *testing.T, target string) *silentProxy {
 
 func (p *silentProxy) addr() string { return p.lis.Addr().String() }
 
+// drop closes every connection open now, as a service that stops does.
+func (p *silentProxy) drop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+}
+
 // cut silences every connection open now.
 func (p *silentProxy) cut() {
 	p.mu.Lock()
@@ -114,49 +128,8 @@ func (p *silentProxy) cut() {
 func TestIngestProcessUpstreamGoesSilent(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
-	bin := procPlainBuild.binary(t)
 	proxy := newSilentProxy(t, s.grpcAddr)
-
-	addrs, err := daemon.FreeAddrs(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const tokenEnv, secretEnv = "E2E_UPSTREAM_TOKEN", "E2E_YOLFI_LIVE_SECRET"
-	cfg := &config.Config{
-		Listen:    config.Listen{Ingest: addrs[0]},
-		Log:       config.Log{Level: "info"},
-		Endpoints: []config.Endpoint{daemon.YolfiEndpoint(liveEP, orgA, "live", secretEnv)},
-		Ingest: config.Ingest{Timeout: 2 * time.Second,
-			Upstream: config.Upstream{Addr: proxy.addr(), TokenEnv: tokenEnv}},
-	}
-	cfgPath := filepath.Join(t.TempDir(), "ingest.yaml")
-	if err := daemon.WriteConfig(cfgPath, cfg); err != nil {
-		t.Fatal(err)
-	}
-	out := &daemon.Buffer{}
-	child, err := daemon.Start(bin, []string{"ingest", "--config", cfgPath},
-		daemon.ChildEnv(tokenEnv+"="+ingestToken, secretEnv+"="+liveSecret), out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := child.Stop(15 * time.Second); err != nil {
-			t.Errorf("fulfillmentd ingest: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("fulfillmentd ingest output:\n%s", out.Tail(16<<10))
-		}
-	})
-	gateway := "http://" + addrs[0]
-	waitFor(t, "fulfillmentd ingest to serve", func() bool {
-		resp, err := http.Get(gateway + "/healthz")
-		if err != nil {
-			return false
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	via := &stack{ingestURL: gateway, client: s.client, db: s.db}
+	via := startIngestProcess(t, s, proxy.addr())
 	via.sendOK(t, event(yolfi.TypeInvoiceCreated, "silent-0", "inv_silent_0"))
 
 	proxy.cut()
@@ -186,4 +159,90 @@ func TestIngestProcessUpstreamGoesSilent(t *testing.T) {
 	if err := s.db.QueryRow(ctx, "SELECT count(*) FROM inbox_events WHERE event_id = $1", ev.ID).Scan(&n); err != nil || n != 1 {
 		t.Errorf("%d inbox rows (%v) for the webhook acknowledged, want 1", n, err)
 	}
+}
+
+// A gateway process (fulfillmentd ingest) whose service was unreachable
+// for a while (here 20 s: connections refused) stores webhooks again
+// within seconds of the service's return. Between its attempts to
+// connect, gRPC waits longer each time, by default up to two minutes: the
+// gateway answered 503 for a quarter of a minute after a 20-s outage, and
+// could for two minutes after a long one, while a provider that retries a
+// few times over minutes (Yolfi: three attempts in four) gives up.
+func TestIngestProcessUpstreamBackAfterAnOutage(t *testing.T) {
+	t.Parallel()
+	s := startStack(t)
+	proxy := newSilentProxy(t, s.grpcAddr)
+	via := startIngestProcess(t, s, proxy.addr())
+	via.sendOK(t, event(yolfi.TypeInvoiceCreated, "outage-0", "inv_outage_0"))
+
+	proxy.down.Store(true)
+	proxy.drop()
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		if code := via.send(t, liveEP, liveSecret, event(yolfi.TypeInvoiceCreated, "outage-x", "")); code != http.StatusServiceUnavailable {
+			t.Fatalf("webhook answered %d while the service is unreachable, want 503 (the provider retries)", code)
+		}
+	}
+	proxy.down.Store(false)
+	back := time.Now()
+	ev := event(yolfi.TypeInvoiceCreated, "outage-1", "inv_outage_1")
+	for via.send(t, liveEP, liveSecret, ev) != http.StatusOK {
+		if time.Since(back) > 30*time.Second {
+			t.Fatal("the gateway still answers 503 30 s after the service is reachable again")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	took := time.Since(back)
+	t.Logf("stored again %v after the service was reachable again", took.Round(100*time.Millisecond))
+	if took > 5*time.Second {
+		t.Errorf("stored again %v after the service was reachable again, want within 5 s", took.Round(100*time.Millisecond))
+	}
+}
+
+// startIngestProcess runs fulfillmentd ingest (the webhook gateway alone)
+// forwarding to the service of s at upstream, and returns s as seen
+// through it: webhooks go to the process, counts to s's database.
+func startIngestProcess(t *testing.T, s *stack, upstream string) *stack {
+	t.Helper()
+	bin := procPlainBuild.binary(t)
+
+	addrs, err := daemon.FreeAddrs(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tokenEnv, secretEnv = "E2E_UPSTREAM_TOKEN", "E2E_YOLFI_LIVE_SECRET"
+	cfg := &config.Config{
+		Listen:    config.Listen{Ingest: addrs[0]},
+		Log:       config.Log{Level: "info"},
+		Endpoints: []config.Endpoint{daemon.YolfiEndpoint(liveEP, orgA, "live", secretEnv)},
+		Ingest: config.Ingest{Timeout: 2 * time.Second,
+			Upstream: config.Upstream{Addr: upstream, TokenEnv: tokenEnv}},
+	}
+	cfgPath := filepath.Join(t.TempDir(), "ingest.yaml")
+	if err := daemon.WriteConfig(cfgPath, cfg); err != nil {
+		t.Fatal(err)
+	}
+	out := &daemon.Buffer{}
+	child, err := daemon.Start(bin, []string{"ingest", "--config", cfgPath},
+		daemon.ChildEnv(tokenEnv+"="+ingestToken, secretEnv+"="+liveSecret), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := child.Stop(15 * time.Second); err != nil {
+			t.Errorf("fulfillmentd ingest: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("fulfillmentd ingest output:\n%s", out.Tail(16<<10))
+		}
+	})
+	gateway := "http://" + addrs[0]
+	waitFor(t, "fulfillmentd ingest to serve", func() bool {
+		resp, err := http.Get(gateway + "/healthz")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return &stack{ingestURL: gateway, client: s.client, db: s.db}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/fulfillplatform/fulfillment/config"
@@ -39,6 +40,17 @@ func runServe(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 // reachable the service is on a new connection.
 var upstreamKeepalive = keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}
 
+// upstreamReconnect bounds the wait between the gateway's attempts to
+// connect to an unreachable upstream to 2 s (gRPC's default grows to two
+// minutes), and each attempt to 5 s (20 s by default): after an outage,
+// webhooks are stored again within seconds, where they were answered 503
+// for up to two minutes more — long enough for a provider that retries a
+// few times over minutes to give up.
+var upstreamReconnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+	MinConnectTimeout: 5 * time.Second,
+}
+
 // runIngest runs only the webhook gateway, forwarding to a remote
 // FulfillmentService (ingest.upstream).
 func runIngest(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
@@ -60,7 +72,7 @@ func runIngest(ctx context.Context, cfg *config.Config, log *slog.Logger) error 
 		_ = stopTracing(flushCtx)
 	}()
 	conn, err := grpc.NewClient(up.Addr, append(traceDial, grpc.WithTransportCredentials(creds),
-		grpc.WithKeepaliveParams(upstreamKeepalive))...)
+		grpc.WithKeepaliveParams(upstreamKeepalive), grpc.WithConnectParams(upstreamReconnect))...)
 	if err != nil {
 		return fmt.Errorf("connecting to %s: %w", up.Addr, err)
 	}
