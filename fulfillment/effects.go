@@ -143,6 +143,10 @@ type ItemSubject struct {
 	EventID string
 	// InboxID is the stored event that opened it, when any.
 	InboxID int64
+	// Replays is how many times that stored event had been replayed, for
+	// an item about its failure (failed_event): each replay is a new round
+	// of attempts, and a round that fails is a situation of its own.
+	Replays int
 	// MessageID is the outbox message it is about, when any.
 	MessageID int64
 	// StartID is the payment start it is about, when any.
@@ -176,7 +180,9 @@ const startKeyPrefix = "start|"
 // ItemKey names the situation an item is about, so that a redelivery, a
 // retry or a replay never opens a second item for it (reconciliation items
 // are unique on kind and key). It is the only place such keys are made:
-//   - failed_event: the stored event ("inbox|<id>");
+//   - failed_event: the stored event ("inbox|<id>"), and after a replay
+//     the round of attempts too ("inbox|<id>|<replays>") — retries never
+//     open a second item, a failure after a replay does;
 //   - failed_delivery, uncertain_delivery: the outbox message
 //     ("outbox|<id>");
 //   - unidentified_payment: the order ("order|<id>") — one per order,
@@ -213,7 +219,11 @@ func ItemKey(kind ReconKind, s ItemSubject) string {
 	}
 	switch kind {
 	case ReconFailedEvent:
-		return failedEventKeyPrefix + strconv.FormatInt(s.InboxID, 10)
+		key := failedEventKeyPrefix + strconv.FormatInt(s.InboxID, 10)
+		if s.Replays > 0 {
+			key += "|" + strconv.Itoa(s.Replays)
+		}
+		return key
 	case ReconFailedDelivery, ReconUncertainDelivery:
 		return deliveryKeyPrefix + strconv.FormatInt(s.MessageID, 10)
 	case ReconUnidentifiedPayment, ReconPaidNotFulfilled:

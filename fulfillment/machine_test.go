@@ -526,6 +526,13 @@ func TestItemKey(t *testing.T) {
 	if ItemKey(ReconFailedEvent, s) != "inbox|42" || ItemKey(ReconUnidentifiedPayment, s) != "order|o1" {
 		t.Errorf("keys %q %q", ItemKey(ReconFailedEvent, s), ItemKey(ReconUnidentifiedPayment, s))
 	}
+	// A failure after a replay is a round of its own; the first round's key
+	// is the one items opened before rounds were told apart have.
+	replayed := s
+	replayed.Replays = 2
+	if got := ItemKey(ReconFailedEvent, replayed); got != "inbox|42|2" {
+		t.Errorf("failed_event key after two replays: %q", got)
+	}
 	otherRefund := other
 	otherRefund.Refund = "tbank:pay_1:6000 RUB"
 	if ItemKey(ReconRefundNotApplicable, s) == ItemKey(ReconRefundNotApplicable, otherRefund) {

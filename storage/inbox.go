@@ -22,7 +22,8 @@ const inboxChannel = "inbox_events"
 // themselves, written when stored and when decided). A decision deletes
 // its event's row (queueLeasedEvents); an event failed past its attempts is
 // decided 'failed' on inbox_events too, with the attempts and the last
-// error, and opens a failed_event reconciliation item. Its work row stays,
+// error, and opens a failed_event reconciliation item: one per round of
+// attempts (the first, and each after a replay). Its work row stays,
 // failed, until the event is replayed.
 var inboxTable = newLeasedTable(leasedTable{
 	table: "inbox_work",
@@ -35,8 +36,9 @@ var inboxTable = newLeasedTable(leasedTable{
 		return failRows(ctx, tx, `
 			UPDATE inbox_events e SET `+inboxFailedSet+`, attempts = w.attempts, last_error = w.last_error
 			FROM inbox_work w WHERE w.id = ANY($1) AND e.id = w.id
-			RETURNING e.id, e.org_id, e.environment, e.provider, e.attempts`, failed,
-			&e.InboxID, []any{&e.InboxID, &e.OrgID, &e.Environment, &e.Provider, &attempts}, func(r failedRow) item {
+			RETURNING e.id, e.org_id, e.environment, e.provider, e.attempts,
+				(SELECT count(*) FROM inbox_replays r WHERE r.inbox_event_id = e.id)::int`, failed,
+			&e.InboxID, []any{&e.InboxID, &e.OrgID, &e.Environment, &e.Provider, &attempts, &e.Replays}, func(r failedRow) item {
 				detail := fmt.Sprintf("processing failed %d times; last error: %s", maxAttempts, r.cause)
 				if r.abandoned {
 					detail = fmt.Sprintf("processing did not complete in %d attempts (the worker stopped during each)", attempts)

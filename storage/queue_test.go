@@ -741,3 +741,64 @@ func TestQueueAbandonedItemFailedOnceByRacingClaims(t *testing.T) {
 		failedOnce(t, c, conn, id, "abandoned: no attempt completed")
 	})
 }
+
+// An event failed past its attempts opens a failed_event item; its
+// attempts' retries open no second one. Replayed, it is a new round: failed
+// again, it opens an item of its own — whether the first was resolved
+// (the person replayed, resolved, and moved on: nothing else would tell
+// them, the alert is on open items) or not.
+func TestQueueEventFailedAgainAfterAReplayOpensAnItem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, conn := newOutboxStore(t)
+	q := s.InboxQueue()
+	id := queueCases[0].seed(t, s, conn)
+	failRound := func(round int) {
+		t.Helper()
+		for attempt := 1; attempt <= 2; attempt++ {
+			got := claimed(t, q, "w", time.Minute, 2)
+			if len(got) != 1 || got[0].ID != id {
+				t.Fatalf("round %d, attempt %d: claim = %v", round, attempt, got)
+			}
+			if _, err := retryOne(ctx, q, "w", got[0], fmt.Sprintf("boom %d.%d", round, attempt), time.Now(), 2); err != nil {
+				t.Fatalf("round %d, attempt %d: %v", round, attempt, err)
+			}
+		}
+	}
+	items := func() (open, all int) {
+		t.Helper()
+		return count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE kind = 'failed_event' AND inbox_event_id = $1 AND state = 'open'`, id),
+			count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE kind = 'failed_event' AND inbox_event_id = $1`, id)
+	}
+	replay := func() {
+		t.Helper()
+		if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: id, Actor: "ops"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	failRound(1)
+	if open, all := items(); open != 1 || all != 1 {
+		t.Fatalf("failed once: %d open items of %d, want 1 of 1", open, all)
+	}
+	first := count(t, conn, `SELECT id FROM reconciliation_items WHERE kind = 'failed_event' AND inbox_event_id = $1`, id)
+	if _, err := s.ReconResolve(ctx, fulfillment.ReconResolve{ID: int64(first), Resolution: fulfillment.ResolutionRetried,
+		Note: "replayed", Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	replay()
+	failRound(2)
+	if open, all := items(); open != 1 || all != 2 {
+		t.Fatalf("failed again after a replay, its first item resolved: %d open items of %d, want 1 of 2", open, all)
+	}
+	if got := count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE kind = 'failed_event' AND inbox_event_id = $1
+		AND state = 'open' AND detail LIKE '%boom 2.2%'`, id); got != 1 {
+		t.Error("the new item does not say the new round's last error")
+	}
+	// Replayed again with its item still open, and failed: one more.
+	replay()
+	failRound(3)
+	if open, all := items(); open != 2 || all != 3 {
+		t.Fatalf("failed a third time, the second item open: %d open items of %d, want 2 of 3", open, all)
+	}
+}
