@@ -372,6 +372,13 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 		case same:
 			return outcome(DecisionAlreadyApplied, "this payment already paid the order", confirmed...)
 		}
+		if order.attempt(ev) == AttemptRefunded && p.PaymentID != "" && p.PaymentID == p.AttemptRef {
+			// The provider returned this payment in full before its
+			// confirmation came: nothing is owed for it, and an item
+			// asking for its refund would have it refunded twice.
+			return outcome(DecisionStaleIgnored, fmt.Sprintf("this payment was refunded before its confirmation was applied, "+
+				"and the order was paid by %s: nothing is granted, nothing is owed", order.PaidBy.describe()))
+		}
 		return outcome(DecisionDuplicatePayment,
 			fmt.Sprintf("the order was already paid by %s; this payment needs a refund review", order.PaidBy.describe()),
 			with(confirmed, OpenItem{ReconExtraPayment})...)

@@ -610,6 +610,15 @@ func TestRefundSequences(t *testing.T) {
 			{EventPaymentConfirmed, "", "pay_1", DecisionStaleIgnored},
 			{EventRefunded, "", "pay_1", DecisionAlreadyApplied},
 		}},
+		// The bank returned pay_1 before its confirmation came, and before
+		// or after another payment paid the order: nothing is owed for it,
+		// and no item asks a person to refund it (again).
+		{"a payment refunded before its confirmation, confirmed after another paid", []step{
+			{EventRefunded, "", "pay_1", DecisionRefundedBeforePayment},
+			{EventPaymentConfirmed, "", "pay_2", DecisionFulfilled},
+			{EventPaymentConfirmed, "", "pay_1", DecisionStaleIgnored},
+			{EventPaymentConfirmed, "", "pay_3", DecisionDuplicatePayment},
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

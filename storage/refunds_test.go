@@ -2,6 +2,7 @@ package storage_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -416,4 +417,64 @@ func TestMigration027RefundNotApplicable(t *testing.T) {
 	}
 	m, v := migrator(t, conn, "_refund_not_applicable.sql")
 	kindRollback(t, conn, m, v, "refund_not_applicable")
+}
+
+// The bank returned payment pay-2 in full before its confirmation came;
+// pay-1 paid the order meanwhile. pay-2's confirmation, arriving after,
+// grants nothing and opens no extra_payment item (nothing is owed: an
+// item asking for its refund would have it refunded twice), and the same
+// when every event is replayed after; a third payment is an extra payment.
+func TestPaymentRefundedBeforeItsConfirmationAfterAnotherPaid(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	order := creditLicenseOrder(t, s, "m-1")
+	of := func(id string, kind fulfillment.EventKind, pay string) fulfillment.ProviderEvent {
+		ev := tbankEvent(id, kind, 20000)
+		ev.Payment.AttemptRef, ev.Payment.PaymentID = pay, pay
+		return ev
+	}
+	effects := func() string {
+		t.Helper()
+		return fmt.Sprintf("entitlements %d, ledger %d, extra_payment items %d, items %d",
+			count(t, conn, "SELECT count(*) FROM entitlements WHERE order_id = $1", order.ID),
+			count(t, conn, "SELECT count(*) FROM ledger_entries WHERE order_id = $1", order.ID),
+			count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE order_id = $1 AND kind = 'extra_payment'", order.ID),
+			count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE order_id = $1", order.ID))
+	}
+	steps := []struct {
+		ev       fulfillment.ProviderEvent
+		decision string
+	}{
+		{of("refunded-2", fulfillment.EventRefunded, "pay-2"), "refunded_before_payment"},
+		{of("confirmed-1", fulfillment.EventPaymentConfirmed, "pay-1"), "fulfilled"},
+		{of("confirmed-2", fulfillment.EventPaymentConfirmed, "pay-2"), "stale_ignored"},
+	}
+	for _, st := range steps {
+		if _, err := s.InboxInsert(ctx, st.ev, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		if got := processAll(t, s, 1); got != st.decision {
+			t.Fatalf("%s: decision %s, want %s", st.ev.EventID, got, st.decision)
+		}
+	}
+	const want = "entitlements 2, ledger 1, extra_payment items 0, items 0"
+	if got := effects(); got != want {
+		t.Fatalf("after the three events: %s; want %s", got, want)
+	}
+	for _, st := range steps {
+		replayStored(t, s, conn, st.ev.EventID)
+	}
+	if got := effects(); got != want {
+		t.Fatalf("after replaying them: %s; want %s", got, want)
+	}
+	if _, err := s.InboxInsert(ctx, of("confirmed-3", fulfillment.EventPaymentConfirmed, "pay-3"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if got := processAll(t, s, 1); got != "duplicate_payment" {
+		t.Fatalf("a third payment: %s, want duplicate_payment", got)
+	}
+	if got, want := effects(), "entitlements 2, ledger 1, extra_payment items 1, items 1"; got != want {
+		t.Errorf("after a third payment: %s; want %s", got, want)
+	}
 }
