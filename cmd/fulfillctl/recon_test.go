@@ -202,6 +202,15 @@ func TestReconAndEventsCommands(t *testing.T) {
 	if _, stderr, code := s.run(t, bin, "events", "replay", "999999"); code != 1 || stderr != "fulfillctl: NOT_FOUND: stored event 999999\n" {
 		t.Errorf("binary, replaying an unknown event: exit %d, stderr %q", code, stderr)
 	}
+	// Replaying the payment for no order: its item stays open, and the note
+	// says so and how to resolve it once the event is processed.
+	unmatched := strings.Fields(lines[1])[0]
+	_, errOut, err = s.ctl(t, "events", "replay", unmatched)
+	if err != nil || errOut != "event "+unmatched+" is pending again (replay 1): the processor decides it again against the current state; "+
+		"its unmatched_payment item stays open: once it is processed (events get "+unmatched+"), resolve the item "+
+		"(recon list --kind unmatched_payment --state open, then recon resolve ITEM_ID --resolution retried)\n" {
+		t.Errorf("events replay of an unmatched payment: %v, stderr %q", err, errOut)
+	}
 
 	// orders get by the merchant's order id.
 	byRef := fromJSON(t, s.ctlOK(t, "orders", "get", "--org", svcOrg, "--merchant-order-id", "ctl-recon-1", "--json"), &fulfillmentv1.Order{})
