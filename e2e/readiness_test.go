@@ -111,8 +111,9 @@ func TestReadinessFollowsQueues(t *testing.T) {
 			downLines = append(downLines, l)
 		}
 	}
-	if len(downLines) != 1 || !strings.Contains(downLines[0], "not permitted to log in") {
-		t.Errorf("log lines saying the inbox cannot claim work: %q; want one, with the cause", downLines)
+	if len(downLines) != 1 || !strings.Contains(downLines[0], "not permitted to log in") ||
+		!strings.Contains(downLines[0], "webhooks are still acknowledged while the database answers") {
+		t.Errorf("log lines saying the inbox cannot claim work: %q; want one, with the cause, saying webhooks are acknowledged only while the database answers", downLines)
 	}
 
 	if _, err := admin.Exec(ctx, "ALTER ROLE "+role+" LOGIN"); err != nil {

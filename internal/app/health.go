@@ -96,7 +96,7 @@ func (h *queueHealth) check(starting bool) {
 			h.log.Info("queue claims work again", "queue", name)
 			delete(h.logged, name)
 		case err != nil && !h.logged[name] && (h.wasUp[name] || !starting):
-			h.log.Error("queue cannot claim work: this process acknowledges webhooks but does not process them", "queue", name, "cause", err)
+			h.log.Error("queue cannot claim work: its work waits until it claims again (webhooks are still acknowledged while the database answers)", "queue", name, "cause", err)
 			h.logged[name] = true
 		}
 	}
