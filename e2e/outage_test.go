@@ -1,9 +1,13 @@
 package e2e_test
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +30,7 @@ func TestDatabaseOutage(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cluster.Stop() })
 
+	ctl := buildFulfillctl(t)
 	cfg := testConfig(cluster.URL("fulfillment"))
 	cfg.Database.Migrate = true
 	// This test checks what the service does while it runs, not how it
@@ -81,6 +86,21 @@ func TestDatabaseOutage(t *testing.T) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Errorf("REST during the outage: %d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+
+	// fulfillctl, answered UNAVAILABLE by a running service, says that the
+	// database is what does not answer, not to look for the service.
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(adminToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, ctl, "--addr", a.GRPCAddr(), "--token-file", tokenFile, "recon", "summary")
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err == nil || !strings.HasPrefix(stderr.String(), "fulfillctl: UNAVAILABLE: ") ||
+		!strings.Contains(stderr.String(), "fulfillmentd answered, but its database does not") ||
+		strings.Contains(stderr.String(), "check that fulfillmentd is running") {
+		t.Errorf("fulfillctl recon summary during the outage: %v, stderr %q; want UNAVAILABLE saying the database does not answer", err, stderr.String())
 	}
 
 	if err := cluster.Restart(ctx); err != nil {

@@ -34,6 +34,11 @@ var ErrConflict = errors.New("conflict")
 // now; the caller should retry.
 var ErrUnavailable = errors.New("unavailable")
 
+// ReasonDatabaseUnavailable is the google.rpc.ErrorInfo reason of the
+// UNAVAILABLE the API answers for ErrUnavailable: the service is up, its
+// database does not answer, so a client need not look for the service.
+const ReasonDatabaseUnavailable = "DATABASE_UNAVAILABLE"
+
 // FieldViolation names one invalid field of a request and says why.
 type FieldViolation struct {
 	// Field is the request field path, e.g. "lines[0].quantity".

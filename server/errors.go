@@ -45,16 +45,25 @@ func toStatus(ctx context.Context, log *slog.Logger, err error) error {
 	}
 	for _, e := range errorCodes {
 		if errors.Is(err, e.err) {
-			msg := err.Error()
 			if e.code == codes.Unavailable {
 				log.WarnContext(ctx, "dependency unavailable", "error", err)
-				msg = "service temporarily unavailable, retry later"
+				return databaseUnavailable()
 			}
-			return status.Error(e.code, msg)
+			return status.Error(e.code, err.Error())
 		}
 	}
 	log.ErrorContext(ctx, "internal error", "error", err)
 	return status.Error(codes.Internal, "internal error")
+}
+
+// databaseUnavailable is the status of a call that failed for want of the
+// database (fulfillment.ErrUnavailable), with an ErrorInfo saying so.
+func databaseUnavailable() error {
+	st := status.New(codes.Unavailable, "service temporarily unavailable (its database does not answer), retry later")
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: fulfillment.ReasonDatabaseUnavailable, Domain: "fulfillment"}); err == nil {
+		return d.Err()
+	}
+	return st.Err()
 }
 
 // invalidArgument builds INVALID_ARGUMENT with a google.rpc.BadRequest

@@ -11,11 +11,13 @@ import (
 	"unicode"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 )
 
@@ -32,20 +34,23 @@ func (c *conn) call(ctx context.Context, fn func(context.Context, fulfillmentv1.
 	defer done()
 	err = apiError(fn(ctx, client))
 	if e, ok := errors.AsType[*rpcError](err); ok && e.hint == "" {
-		e.hint = c.hint(e.st.Code())
+		e.hint = c.hint(e.st)
 	}
 	return err
 }
 
-// hint says what to do about an API error of code, or "" when the
-// service's message is all there is to say.
-func (c *conn) hint(code codes.Code) string {
-	switch code {
+// hint says what to do about an API error, or "" when the service's
+// message is all there is to say.
+func (c *conn) hint(st *status.Status) string {
+	switch st.Code() {
 	case codes.Unauthenticated:
 		return "pass a token the service knows: --token-file FILE, $FULFILLCTL_TOKEN_FILE or $FULFILLCTL_TOKEN"
 	case codes.PermissionDenied:
 		return "use a token with that scope and org (--token-file), or ask an admin for one"
 	case codes.Unavailable:
+		if databaseDown(st) {
+			return "fulfillmentd answered, but its database does not: its /readyz and its log ('database unreachable') say more; retry once the database is back"
+		}
 		return fmt.Sprintf("check that fulfillmentd is running and reachable at %s (--addr, $FULFILLCTL_ADDR)", c.addr)
 	case codes.DeadlineExceeded:
 		return "the service did not answer in time: try again"
@@ -54,6 +59,18 @@ func (c *conn) hint(code codes.Code) string {
 		// state) or there is nothing to do but report it.
 		return ""
 	}
+}
+
+// databaseDown says whether st is the service's UNAVAILABLE for want of its
+// database (a google.rpc.ErrorInfo with that reason), not a service that
+// cannot be reached.
+func databaseDown(st *status.Status) bool {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetReason() == fulfillment.ReasonDatabaseUnavailable {
+			return true
+		}
+	}
+	return false
 }
 
 // newIDCmd completes cmd, a command taking one id, with --json and a RunE
