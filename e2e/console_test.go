@@ -301,6 +301,11 @@ func TestConsoleBrowser(t *testing.T) {
 		if n := admin.text("[data-testid=replays]"); n != "1" {
 			t.Errorf("replays shown: %q", n)
 		}
+		// What the event's processing said before the replay stays readable
+		// (for a failed event, why it failed).
+		if h := admin.text("[data-testid=replay-history]"); !strings.Contains(h, "confirmed payment of what the order expects") {
+			t.Errorf("the replay history lacks the reason before the replay: %q", h)
+		}
 		admin.click("[data-action=reveal]", "[data-testid=raw-body]")
 		if raw := admin.text("[data-testid=raw-body]"); !strings.Contains(raw, consoleDupMOI) {
 			t.Errorf("the raw body shown lacks the order: %q", raw)
