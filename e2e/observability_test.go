@@ -70,6 +70,7 @@ func TestMetricsAfterTraffic(t *testing.T) {
 		`fulfillment_outbox_messages{destination="crm",state="pending"}`,
 		`fulfillment_outbox_messages{destination="crm",state="failed"} 0`,
 		`fulfillment_outbox_messages{destination="crm",state="uncertain"} 0`,
+		`fulfillment_outbox_destination_disabled{destination="crm"} 0`,
 		`fulfillment_outbox_attempts_total{destination="crm",outcome="delivered"}`,
 		`fulfillment_outbox_attempt_duration_seconds_count{destination="crm"}`,
 		`fulfillment_outbox_delivery_latency_seconds_count{destination="crm"}`,

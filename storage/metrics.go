@@ -17,6 +17,8 @@ var (
 		"Age of the oldest pending inbox event (0 when none).", nil, nil)
 	descOutbox = prometheus.NewDesc("fulfillment_outbox_messages",
 		"Outbox messages that are not delivered, by destination and state (pending, failed, uncertain).", []string{"destination", "state"}, nil)
+	descDestinationDisabled = prometheus.NewDesc("fulfillment_outbox_destination_disabled",
+		"1 while deliveries to the destination are stopped (disabled by a person, or by its answer 410 Gone), 0 while they go on.", []string{"destination"}, nil)
 	descHousekeepingLast = prometheus.NewDesc("fulfillment_housekeeping_last_success_timestamp_seconds",
 		"When the housekeeping task last completed a run, on any replica (0: never).", []string{"task"}, nil)
 	descRecon = prometheus.NewDesc("fulfillment_reconciliation_open_items",
@@ -54,7 +56,8 @@ const DefaultMetricsTimeout = time.Second
 // partial or leading-column index: pending inbox events (the inbox's work
 // rows, each event found by primary key),
 // undelivered outbox messages by destination (pending: the due index;
-// failed and uncertain: their index by destination), open reconciliation items and the
+// failed and uncertain: their index by destination), the destinations
+// disabled (a row per destination), open reconciliation items and the
 // oldest one's age by kind (the open indexes), and the housekeeping tasks'
 // last runs (a row per task). Their cost grows with the backlog, never with
 // history. The age column carries the last run's time for housekeeping.
@@ -66,6 +69,8 @@ const metricsSQL = `
 	(SELECT 'outbox', destination_id, 'pending', count(*), 0 FROM outbox_work WHERE state = 'pending' GROUP BY destination_id)
 	UNION ALL
 	(SELECT 'outbox', destination_id, state, count(*), 0 FROM outbox_stuck GROUP BY destination_id, state)
+	UNION ALL
+	(SELECT 'destination', id, '', CASE WHEN disabled_at IS NULL THEN 0 ELSE 1 END, 0 FROM outbox_destinations)
 	UNION ALL
 	(SELECT 'recon', kind, '', count(*), extract(epoch FROM clock_timestamp() - min(created_at))::float8
 		FROM reconciliation_items WHERE state = 'open' GROUP BY kind)
@@ -97,7 +102,7 @@ type dbCollector struct {
 }
 
 func (*dbCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descInboxPending, descInboxOldest, descOutbox, descHousekeepingLast, descRecon, descReconOldest, descScrapeOK,
+	for _, d := range []*prometheus.Desc{descInboxPending, descInboxOldest, descOutbox, descDestinationDisabled, descHousekeepingLast, descRecon, descReconOldest, descScrapeOK,
 		descScrapeDuration, descPoolAcquired, descPoolIdle, descPoolTotal, descPoolMax, descPoolAcquires,
 		descPoolWaits, descPoolWait, descReceiptBatches} {
 		ch <- d
@@ -145,11 +150,13 @@ func (c *dbCollector) read() ([]prometheus.Metric, error) {
 	// database has none; a destination no longer configured has those it
 	// has messages in.
 	outbox := map[[2]string]float64{}
+	disabled := map[string]float64{}
 	for _, dests := range c.s.subscriptions {
 		for _, d := range dests {
 			for _, st := range outboxStates {
 				outbox[[2]string{d, st}] = 0
 			}
+			disabled[d] = 0
 		}
 	}
 	for rows.Next() {
@@ -167,6 +174,8 @@ func (c *dbCollector) read() ([]prometheus.Metric, error) {
 				prometheus.MustNewConstMetric(descInboxOldest, prometheus.GaugeValue, max(age, 0)))
 		case "outbox":
 			outbox[[2]string{label, label2}] = n
+		case "destination":
+			disabled[label] = n
 		case "housekeeping":
 			out = append(out, prometheus.MustNewConstMetric(descHousekeepingLast, prometheus.GaugeValue, age, label))
 		case "recon":
@@ -179,6 +188,9 @@ func (c *dbCollector) read() ([]prometheus.Metric, error) {
 	}
 	for k, n := range outbox {
 		out = append(out, prometheus.MustNewConstMetric(descOutbox, prometheus.GaugeValue, n, k[0], k[1]))
+	}
+	for d, n := range disabled {
+		out = append(out, prometheus.MustNewConstMetric(descDestinationDisabled, prometheus.GaugeValue, n, d))
 	}
 	return out, nil
 }

@@ -18,7 +18,8 @@ import (
 // does not answer, it still succeeds with the pools' statistics and
 // fulfillment_db_scrape_success 0. Undelivered outbox messages are counted
 // by destination: every configured one has each state, at 0 when it has
-// none, and one no longer configured has those it has messages in. The
+// none, and one no longer configured has those it has messages in; so are
+// disabled destinations (every configured one at 0 unless disabled). The
 // housekeeping tasks' last runs are the database's.
 func TestMetricsCollector(t *testing.T) {
 	t.Parallel()
@@ -41,7 +42,8 @@ func TestMetricsCollector(t *testing.T) {
 			('erp', 'order.fulfilled', 'k4', 'org_a', 'live', false, '{}', 'delivered'),
 			('old', 'order.fulfilled', 'k5', 'org_a', 'live', false, '{}', 'failed'),
 			('crm', 'order.fulfilled', 'k6', 'org_a', 'live', false, '{}', 'pending');
-		UPDATE housekeeping_tasks SET last_run_at = '2026-01-02T03:04:05.5Z' WHERE task = 'raw_body_purge'`)
+		UPDATE housekeeping_tasks SET last_run_at = '2026-01-02T03:04:05.5Z' WHERE task = 'raw_body_purge';
+		INSERT INTO outbox_destinations (id, disabled_at, disabled_reason) VALUES ('erp', now(), 'answered 410 Gone'), ('old', now(), 'by ops')`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,12 +66,17 @@ fulfillment_outbox_messages{destination="erp",state="failed"} 0
 fulfillment_outbox_messages{destination="erp",state="pending"} 2
 fulfillment_outbox_messages{destination="erp",state="uncertain"} 1
 fulfillment_outbox_messages{destination="old",state="failed"} 1
+# HELP fulfillment_outbox_destination_disabled 1 while deliveries to the destination are stopped (disabled by a person, or by its answer 410 Gone), 0 while they go on.
+# TYPE fulfillment_outbox_destination_disabled gauge
+fulfillment_outbox_destination_disabled{destination="crm"} 0
+fulfillment_outbox_destination_disabled{destination="erp"} 1
+fulfillment_outbox_destination_disabled{destination="old"} 1
 # HELP fulfillment_housekeeping_last_success_timestamp_seconds When the housekeeping task last completed a run, on any replica (0: never).
 # TYPE fulfillment_housekeeping_last_success_timestamp_seconds gauge
 fulfillment_housekeeping_last_success_timestamp_seconds{task="fulfillment_sla"} 0
 fulfillment_housekeeping_last_success_timestamp_seconds{task="raw_body_purge"} 1.7673230455e+09
 `
-	names := []string{"fulfillment_db_scrape_success", "fulfillment_inbox_pending_events", "fulfillment_outbox_messages",
+	names := []string{"fulfillment_db_scrape_success", "fulfillment_inbox_pending_events", "fulfillment_outbox_messages", "fulfillment_outbox_destination_disabled",
 		"fulfillment_housekeeping_last_success_timestamp_seconds"}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(strings.Replace(want, "%d", "1", 1)), names...); err != nil {
 		t.Error(err)
