@@ -3,6 +3,7 @@ package fulfillment
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/shopspring/decimal"
 )
@@ -288,7 +289,7 @@ func Decide(ev ProviderEvent, order *PaidOrder) Outcome {
 		return Outcome{Decision: DecisionIgnoredType, Reason: fmt.Sprintf("event type %q does not concern orders", ev.Type)}
 	}
 	if order == nil {
-		out := Outcome{Decision: DecisionUnmatched, Reason: "no order matches the event's merchant order id or checkout session"}
+		out := Outcome{Decision: DecisionUnmatched, Reason: unmatchedReason(ev)}
 		if ev.Kind == EventPaymentConfirmed {
 			out.Effects = []Effect{OpenItem{ReconUnmatchedPayment}}
 		}
@@ -327,6 +328,21 @@ func Decide(ev ProviderEvent, order *PaidOrder) Outcome {
 		// and a kind this switch does not know is ignored below.
 	}
 	return Outcome{Decision: DecisionIgnoredType, Reason: fmt.Sprintf("event kind %q does not concern orders", ev.Kind)}
+}
+
+// unmatchedReason says what an event no order matches named its order by,
+// for the person who looks for that order (the keys are the merchant's and
+// the provider's identifiers, never the payer's).
+func unmatchedReason(ev ProviderEvent) string {
+	keys := ev.OrderKeys()
+	if len(keys) == 0 {
+		return "the event names no order (no merchant order id, no checkout session)"
+	}
+	named := make([]string, len(keys))
+	for i, k := range keys {
+		named[i] = fmt.Sprintf("%s %q", k.Field, k.Value)
+	}
+	return "no order matches " + strings.Join(named, " or ") + " (yet)"
 }
 
 func outcome(d Decision, reason string, effects ...Effect) Outcome {

@@ -889,3 +889,25 @@ func TestDecidePeriodPaidBeforeTheOrder(t *testing.T) {
 		})
 	}
 }
+
+// An event no order matches says what it named its order by, for the person
+// looking for that order; one that names none says so.
+func TestUnmatchedSaysWhatItLookedFor(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		merchant, session, want string
+	}{
+		{"late-1", "", `no order matches merchant_order_id "late-1" (yet)`},
+		{"late-1", "cs_1", `no order matches merchant_order_id "late-1" or checkout_session_id "cs_1" (yet)`},
+		{"", "cs_1", `no order matches checkout_session_id "cs_1" (yet)`},
+		{"", "", "the event names no order (no merchant order id, no checkout session)"},
+	} {
+		ev := ProviderEvent{Provider: ProviderYolfi, OrgID: "org_a", Environment: EnvLive, Kind: EventPaymentConfirmed,
+			Payment: PaymentInfo{MerchantOrderID: tc.merchant, CheckoutSessionID: tc.session, InvoiceID: "inv_1", AttemptRef: "inv_1",
+				Amount: TokenAmount(decimal.RequireFromString("25"), "USDT", "TRON")}}
+		out := Decide(ev, nil)
+		if out.Decision != DecisionUnmatched || out.Reason != tc.want || !slices.Contains(out.Effects, Effect(OpenItem{ReconUnmatchedPayment})) {
+			t.Errorf("%q/%q: %s %q %v; want unmatched %q with an unmatched_payment item", tc.merchant, tc.session, out.Decision, out.Reason, out.Effects, tc.want)
+		}
+	}
+}
