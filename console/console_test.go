@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -456,5 +457,25 @@ func TestSignInLimitPastItsMemory(t *testing.T) {
 	}
 	if d := l.wait(guesser, later); d != 0 {
 		t.Errorf("the guesser waits %v after its limit refilled", d)
+	}
+}
+
+// A resolution's note is recorded in the audit log cut to 500 bytes: the
+// cut keeps whole characters. It cut inside one (a note in Cyrillic, or
+// with a dash), and PostgreSQL refused the entry as invalid UTF-8, so the
+// resolution was missing from the audit log.
+func TestAuditDetailCutKeepsWholeCharacters(t *testing.T) {
+	t.Parallel()
+	c, st := newTestConsole(t)
+	note := "a" + strings.Repeat("—", 166) // 499 bytes, as the API allows
+	c.record(context.Background(), "ops", "org_a", "reconciliation.resolve", "reconciliation_item", "1", "ok", "no_action: "+note)
+	if len(st.audit) != 1 {
+		t.Fatalf("%d entries recorded", len(st.audit))
+	}
+	if d := st.audit[0].Detail; !utf8.ValidString(d) || !strings.HasPrefix(d, "no_action: a—") {
+		t.Errorf("recorded detail is not valid UTF-8 (%v) or lost its start: %q", utf8.ValidString(d), d)
+	}
+	if got := truncate("ab—", 3); got != "ab…" {
+		t.Errorf("truncate(%q, 3) = %q, want %q", "ab—", got, "ab…")
 	}
 }

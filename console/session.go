@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -323,9 +324,14 @@ func outcome(err error) string {
 	return status.Code(err).String()
 }
 
+// truncate cuts s to at most n bytes, at a character's start: a cut
+// inside a character is not UTF-8, which PostgreSQL refuses to store.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }
