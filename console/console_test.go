@@ -479,3 +479,37 @@ func TestAuditDetailCutKeepsWholeCharacters(t *testing.T) {
 		t.Errorf("truncate(%q, 3) = %q, want %q", "ab—", got, "ab…")
 	}
 }
+
+// renderPage renders page with data for an admin of every org.
+func renderPage(t *testing.T, page, target string, data any) string {
+	t.Helper()
+	c, _ := newTestConsole(t)
+	s := &session{ConsoleSession: fulfillment.ConsoleSession{TokenName: "ops", CSRFToken: "csrf"}, token: c.byName["ops"]}
+	w := httptest.NewRecorder()
+	c.render(w, httptest.NewRequest(http.MethodGet, target, nil), s, http.StatusOK, page, page, data)
+	if w.Code != http.StatusOK {
+		t.Fatalf("rendering %s: %d", page, w.Code)
+	}
+	return w.Body.String()
+}
+
+// The overview's counts by kind are per org and environment: each links
+// to that org's and environment's open items of the kind. They linked to
+// every org's, so an operator clicking org_a's "amount_mismatch: 1" found
+// org_b's items listed too.
+func TestOverviewKindLinksKeepTheirOrg(t *testing.T) {
+	t.Parallel()
+	body := renderPage(t, "overview", "/console/?refresh=off", overviewView{Summary: &fulfillmentv1.GetReconciliationSummaryResponse{
+		Summaries: []*fulfillmentv1.ReconciliationSummary{
+			{OrgId: "org_a", Environment: "live", OpenItems: 1, OpenByKind: []*fulfillmentv1.ReconciliationKindCount{{Kind: "amount_mismatch", Open: 1}}},
+			{OrgId: "org_b", Environment: "test", OpenItems: 2, OpenByKind: []*fulfillmentv1.ReconciliationKindCount{{Kind: "amount_mismatch", Open: 2}}},
+		}}})
+	for _, want := range []string{
+		`href="/console/reconciliation?environment=live&amp;kind=amount_mismatch&amp;org_id=org_a&amp;state=open"`,
+		`href="/console/reconciliation?environment=test&amp;kind=amount_mismatch&amp;org_id=org_b&amp;state=open"`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the overview has no link %s", want)
+		}
+	}
+}
