@@ -513,3 +513,19 @@ func TestOverviewKindLinksKeepTheirOrg(t *testing.T) {
 		}
 	}
 }
+
+// The outbox's "Retry every message this filter matches…" plans a bulk
+// retry, which has no order filter: a list filtered by order does not
+// offer it. It did, and the plan retried every failed message of the org,
+// not the order's only.
+func TestOutboxRetryAllOnlyForFiltersARunKeeps(t *testing.T) {
+	t.Parallel()
+	byOrder := renderPage(t, "outbox", "/console/outbox", outboxView{State: "failed", OrgID: "org_a", OrderID: "0195f1d2-0000-7000-8000-000000000001"})
+	if strings.Contains(byOrder, `data-action="plan-retry"`) {
+		t.Errorf("a list filtered by order offers to retry every message of the org")
+	}
+	byOrg := renderPage(t, "outbox", "/console/outbox", outboxView{State: "failed", OrgID: "org_a"})
+	if !strings.Contains(byOrg, `data-action="plan-retry"`) {
+		t.Errorf("a list of an org's failed messages does not offer the bulk retry")
+	}
+}
