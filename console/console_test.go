@@ -139,6 +139,10 @@ func TestSafeNext(t *testing.T) {
 		{"/console/../metrics", "/console/"},             // leaves the console once cleaned
 		{"/console/orders/../../v1/orders", "/console/"}, // so does this
 		{"/console/./login", "/console/"},                // the sign-in page, once cleaned
+		{"/console/%2e%2e/metrics", "/console/"},         // browsers read %2e%2e as ..
+		{"/console/%2E%2e/%2e%2E/v1/orders", "/console/"},
+		{"/console/%2e/login", "/console/"},
+		{"/console/orders?q=%2e%2e", "/console/orders?q=%2e%2e"}, // a query is not a path
 	}
 	for _, c := range cases {
 		if got := safeNext(c.in); got != c.want {

@@ -263,7 +263,13 @@ func safeNext(next string) string {
 	}
 	// As the browser will resolve it: "/console/../metrics" leaves the
 	// console, "/console/./login" is the sign-in page.
+	// A browser reads "%2e" in a path as "." too: "/console/%2e%2e/metrics"
+	// is "/console/../metrics".
 	p, _, _ := strings.Cut(next, "?")
+	p, err := url.PathUnescape(p)
+	if err != nil {
+		return Prefix
+	}
 	if clean := path.Clean(p) + "/"; !strings.HasPrefix(clean, Prefix) || strings.HasPrefix(clean, Prefix+"login") {
 		return Prefix
 	}
