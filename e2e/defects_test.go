@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -23,8 +24,8 @@ import (
 const orgAdminToken = "tok-org-a-admin-0123456789abcdef"
 
 // Destinations are shared by every org: an admin token limited to one org
-// may list them but not disable or enable one, over gRPC and REST, and the
-// destination is left as it was.
+// may list them, their messages counted for its org only, but not disable
+// or enable one, over gRPC and REST, and the destination is left as it was.
 func TestOrgLimitedAdminCannotToggleDestinations(t *testing.T) {
 	t.Parallel()
 	crm := startReceiver(t, true, nil)
@@ -51,6 +52,29 @@ func TestOrgLimitedAdminCannotToggleDestinations(t *testing.T) {
 	admin := authed(adminToken)
 	if _, err := s.client.DisableDestination(admin, &fulfillmentv1.DisableDestinationRequest{DestinationId: "crm", Reason: "maintenance"}); err != nil {
 		t.Fatalf("every-org admin disable: %v", err)
+	}
+	// While it is disabled, its messages wait: each token sees them counted
+	// for the orgs it may see. The limited admin saw every org's.
+	if _, err := s.db.Exec(context.Background(), `
+		INSERT INTO outbox_messages (destination_id, topic, idempotency_key, org_id, environment, required, payload, state)
+		VALUES ('crm', 'order.fulfilled', 'b1', 'org_b', 'live', false, '{}', 'pending'),
+			('crm', 'order.fulfilled', 'b2', 'org_b', 'live', false, '{}', 'pending'),
+			('crm', 'order.fulfilled', 'b3', 'org_b', 'live', false, '{}', 'failed'),
+			('crm', 'order.fulfilled', 'a1', $1, 'live', false, '{}', 'pending')`, orgA); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name            string
+		ctx             context.Context
+		pending, failed int64
+	}{{"org_a's admin", limited, 1, 0}, {"the every-org admin", admin, 3, 1}} {
+		dests, err := s.client.ListDestinations(c.ctx, &fulfillmentv1.ListDestinationsRequest{})
+		if err != nil || len(dests.GetDestinations()) != 1 {
+			t.Fatalf("%s: destinations %v, %v", c.name, dests, err)
+		}
+		if d := dests.GetDestinations()[0]; d.GetPending() != c.pending || d.GetFailed() != c.failed {
+			t.Errorf("%s: crm's messages counted %d pending, %d failed; want %d and %d", c.name, d.GetPending(), d.GetFailed(), c.pending, c.failed)
+		}
 	}
 	if _, err := s.client.EnableDestination(limited, &fulfillmentv1.EnableDestinationRequest{DestinationId: "crm"}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("org-limited enable: %v, want PERMISSION_DENIED", err)

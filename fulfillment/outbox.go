@@ -319,8 +319,9 @@ type OutboxStore interface {
 	// changes.
 	DeliveryConfirm(ctx context.Context, c DeliveryConfirmation) (Delivery, error)
 	// DestinationStatuses returns the status of every destination that
-	// has messages or was disabled, by id.
-	DestinationStatuses(ctx context.Context) (map[string]DestinationStatus, error)
+	// has messages or was disabled, by id, its messages counted for orgs
+	// only (nil: every org).
+	DestinationStatuses(ctx context.Context, orgs []string) (map[string]DestinationStatus, error)
 	// DestinationDisable disables a destination (its messages wait); a
 	// disabled one keeps its first reason. DestinationEnable enables it.
 	DestinationDisable(ctx context.Context, id, reason string) error

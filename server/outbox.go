@@ -103,7 +103,9 @@ func (s *Service) visibleDelivery(ctx context.Context, id string) (fulfillment.D
 
 // ListDestinations implements fulfillmentv1.FulfillmentServiceServer.
 func (s *Service) ListDestinations(ctx context.Context, _ *fulfillmentv1.ListDestinationsRequest) (*fulfillmentv1.ListDestinationsResponse, error) {
-	statuses, err := s.outbox.DestinationStatuses(ctx)
+	// Destinations are every org's; their messages are counted for the
+	// orgs the caller may see.
+	statuses, err := s.outbox.DestinationStatuses(ctx, principalFrom(ctx).VisibleOrgs())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}
@@ -182,7 +184,7 @@ func (s *Service) configuredDestination(ctx context.Context, id string) (config.
 
 // destinationNow renders d with its status as stored now.
 func (s *Service) destinationNow(ctx context.Context, d config.Destination) (*fulfillmentv1.Destination, error) {
-	statuses, err := s.outbox.DestinationStatuses(ctx)
+	statuses, err := s.outbox.DestinationStatuses(ctx, principalFrom(ctx).VisibleOrgs())
 	if err != nil {
 		return nil, toStatus(ctx, s.log, err)
 	}

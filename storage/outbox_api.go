@@ -235,15 +235,19 @@ func (s *Store) DeliveryConfirm(ctx context.Context, c fulfillment.DeliveryConfi
 	return d, fmt.Errorf("%w: message %d is %s and cannot be confirmed now: look at it again", fulfillment.ErrFailedPrecondition, c.MessageID, d.State)
 }
 
-// DestinationStatuses implements fulfillment.OutboxStore.
-func (s *Store) DestinationStatuses(ctx context.Context) (map[string]fulfillment.DestinationStatus, error) {
+// DestinationStatuses implements fulfillment.OutboxStore. Counted for
+// every org, the pending messages are the due index's rows alone; for some
+// orgs, each is looked up for its org.
+func (s *Store) DestinationStatuses(ctx context.Context, orgs []string) (map[string]fulfillment.DestinationStatus, error) {
 	out := map[string]fulfillment.DestinationStatus{}
 	rows, _ := s.pool.Query(ctx, `
 		SELECT destination_id, count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE state = 'failed'),
 			count(*) FILTER (WHERE state = 'uncertain')
-		FROM (SELECT destination_id, state FROM outbox_work WHERE state = 'pending'
-			UNION ALL SELECT destination_id, state FROM outbox_stuck) m
-		GROUP BY destination_id`)
+		FROM (SELECT w.destination_id, w.state FROM outbox_work w
+				WHERE w.state = 'pending' AND ($1::text[] IS NULL
+					OR EXISTS (SELECT 1 FROM outbox_messages m WHERE m.id = w.id AND m.org_id = ANY($1)))
+			UNION ALL SELECT destination_id, state FROM outbox_stuck WHERE $1::text[] IS NULL OR org_id = ANY($1)) m
+		GROUP BY destination_id`, orgs)
 	err := forEachRow(rows, func(r pgx.Rows) error {
 		var (
 			id string

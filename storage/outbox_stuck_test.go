@@ -48,7 +48,7 @@ func TestOutboxStuckFollowTheMessages(t *testing.T) {
 	if got := list(fulfillment.DeliveryUncertain); got != "shipping " {
 		t.Errorf("uncertain messages: %q, want shipping", got)
 	}
-	statuses, err := s.DestinationStatuses(ctx)
+	statuses, err := s.DestinationStatuses(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestOutboxStuckFollowTheMessages(t *testing.T) {
 	if got := list(fulfillment.DeliveryPending); got != "licenses " {
 		t.Errorf("pending messages: %q, want licenses", got)
 	}
-	if statuses, err = s.DestinationStatuses(ctx); err != nil {
+	if statuses, err = s.DestinationStatuses(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	if st := statuses["licenses"]; st.Failed != 0 || st.Pending != 1 {
