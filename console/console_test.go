@@ -533,3 +533,22 @@ func TestOutboxRetryAllOnlyForFiltersARunKeeps(t *testing.T) {
 		t.Errorf("a list of an org's failed messages does not offer the bulk retry")
 	}
 }
+
+// An order's lines are numbered as its deliveries, the API and fulfillctl
+// number them, from 0: the lines table counted from 1 while the
+// deliveries beside it said "line 0" for the first.
+func TestOrderLinesNumberedAsTheirDeliveries(t *testing.T) {
+	t.Parallel()
+	zero := int32(0)
+	body := renderPage(t, "order", "/console/orders/o1", &storyView{
+		Order: &fulfillmentv1.Order{Id: "o1", MerchantOrderId: "m-1", State: "fulfilling",
+			Total:      &fulfillmentv1.Money{Currency: "USD", MinorUnits: 900},
+			Settlement: &fulfillmentv1.Settlement{Amount: "9.000000", Token: "USDT", Network: "TRON"},
+			Lines: []*fulfillmentv1.OrderLine{{Sku: "crm-seat", Kind: "external", Quantity: 1, Destination: "crm",
+				UnitPrice: &fulfillmentv1.Money{Currency: "USD", MinorUnits: 900}}}},
+		Deliveries: []*fulfillmentv1.OutboxMessage{{Id: "7", Topic: "fulfillment.requested", DestinationId: "crm", LineNo: &zero, State: "pending"}},
+	})
+	if !strings.Contains(body, `<tr><td>0</td><td>crm-seat</td>`) || !strings.Contains(body, `<td>crm</td><td>0</td><td>pending</td>`) {
+		t.Errorf("the first line and its delivery are not both numbered 0:\n%s", body)
+	}
+}

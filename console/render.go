@@ -165,7 +165,6 @@ var funcs = template.FuncMap{
 	"join":       strings.Join,
 	"lineNo":     lineNo,
 	"scopeAdmin": func() string { return config.ScopeAdmin },
-	"add":        func(a, b int) int { return a + b },
 	"inputTime":  inputTime,
 }
 
