@@ -490,7 +490,7 @@ func renderPage(t *testing.T, page, target string, data any) string {
 	c, _ := newTestConsole(t)
 	s := &session{ConsoleSession: fulfillment.ConsoleSession{TokenName: "ops", CSRFToken: "csrf"}, token: c.byName["ops"]}
 	w := httptest.NewRecorder()
-	c.render(w, httptest.NewRequest(http.MethodGet, target, nil), s, http.StatusOK, page, page, data)
+	c.render(w, httptest.NewRequest(http.MethodGet, target, http.NoBody), s, http.StatusOK, page, page, data)
 	if w.Code != http.StatusOK {
 		t.Fatalf("rendering %s: %d", page, w.Code)
 	}
