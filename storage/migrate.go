@@ -109,7 +109,13 @@ func MigrationStatusOf(ctx context.Context, url string) (MigrationStatus, error)
 		return st, fmt.Errorf("listing migrations: %w", err)
 	}
 	st.Latest = int32(len(files))
-	conn, err := pgx.Connect(ctx, url)
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		// The URL may hold a password: never echo it (pgx's redaction
+		// misses some forms, such as "password = x").
+		return st, errors.New("parsing database URL: malformed connection string")
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return st, fmt.Errorf("connecting: %w", interpret(err))
 	}

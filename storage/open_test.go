@@ -43,3 +43,37 @@ func TestOpenRefusesFlushersThatTakeThePool(t *testing.T) {
 		}
 	}
 }
+
+// A database URL may hold a password: a URL that does not parse is
+// refused without echoing it, by every way in, also in the keyword/value
+// form with blanks around '=' (libpq's syntax) and a URL naming its
+// password as a parameter, which pgx's own redaction misses.
+func TestMalformedDatabaseURLIsNotEchoed(t *testing.T) {
+	t.Parallel()
+	const secret = "DBPASS_s3cr3t"
+	urls := []string{
+		"postgres://user:" + secret + "@127.0.0.1:1/db?sslmode=bogus",
+		"host=127.0.0.1 port=1 user=u password = " + secret + " dbname=x connect_timeout=abc",
+		"postgres://user:" + secret + ":more@localhost:%zz/db",
+		"postgres://user@127.0.0.1:1/db?password=" + secret + "&sslmode=bogus",
+	}
+	ctx := context.Background()
+	for _, u := range urls {
+		errs := map[string]error{"Migrate": storage.Migrate(ctx, u)}
+		_, errs["MigrationStatusOf"] = storage.MigrationStatusOf(ctx, u)
+		s, err := storage.Open(ctx, u, storage.Options{})
+		if err == nil {
+			s.Close()
+		}
+		errs["Open"] = err
+		for name, err := range errs {
+			if err == nil {
+				t.Errorf("%s(%q): no error", name, u)
+				continue
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("%s: the error quotes the password: %v", name, err)
+			}
+		}
+	}
+}
