@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -735,6 +736,27 @@ func secret(key, prefix, env, file string, getenv func(string) string) (string, 
 	}
 }
 
+// checkOTLPEndpoint refuses a collector address that holds credentials or
+// a URL that does not parse, never quoting it: the OTLP/gRPC exporter sends
+// no credentials from it, and prints a URL it cannot parse, whole, on
+// stderr.
+func checkOTLPEndpoint(v string) error {
+	if !strings.Contains(v, "://") {
+		if strings.Contains(v, "@") {
+			return errors.New("must not hold credentials (host:port, or http(s)://host:port)")
+		}
+		return nil
+	}
+	u, err := url.Parse(v)
+	switch {
+	case err != nil:
+		return errors.New("not a valid URL (http(s)://host:port; the value is not quoted, it may hold credentials)")
+	case u.User != nil:
+		return errors.New("must not hold credentials: the exporter does not send them")
+	}
+	return nil
+}
+
 var tokenName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
 
 func (c *Config) validate() error {
@@ -786,6 +808,9 @@ func (c *Config) validate() error {
 	case "", LogFormatJSON, LogFormatText:
 	default:
 		return fmt.Errorf("log.format: %q is not one of json, text", c.Log.Format)
+	}
+	if err := checkOTLPEndpoint(c.Tracing.OTLPEndpoint); err != nil {
+		return fmt.Errorf("tracing.otlp_endpoint: %w", err)
 	}
 	if r := c.Tracing.SampleRatio; r != nil && (*r < 0 || *r > 1) {
 		return fmt.Errorf("tracing.sample_ratio: %v is not between 0 and 1", *r)

@@ -188,6 +188,40 @@ func TestLoadErrors(t *testing.T) {
 	}
 }
 
+// A collector's URL may hold credentials: one the exporter cannot use is
+// refused without quoting it. The OTLP/gRPC exporter sends no credentials
+// from the URL, and prints a URL it cannot parse, whole, on stderr.
+func TestOTLPEndpointCredentialsRefusedUnquoted(t *testing.T) {
+	t.Parallel()
+	const secret = "OTLPPASS_s3cr3t"
+	for _, v := range []string{
+		"https://user:" + secret + "@collector.internal:4317",
+		"https://user:" + secret + "@collector.internal:%zz",
+		"user:" + secret + "@collector.internal:4317",
+	} {
+		path := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(path, []byte("tracing: { otlp_endpoint: \""+v+"\" }\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(path, env(nil))
+		switch {
+		case err == nil:
+			t.Errorf("%s: loaded, want tracing.otlp_endpoint refused", v)
+		case !strings.Contains(err.Error(), "tracing.otlp_endpoint"), strings.Contains(err.Error(), secret):
+			t.Errorf("%s: %v; want tracing.otlp_endpoint named, the value not quoted", v, err)
+		}
+	}
+	for _, v := range []string{"otel-collector:4317", "http://127.0.0.1:4317", "https://collector.internal:4317"} {
+		path := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(path, []byte("tracing: { otlp_endpoint: \""+v+"\" }\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load(path, env(nil)); err != nil {
+			t.Errorf("%s: %v", v, err)
+		}
+	}
+}
+
 func TestLoadMissingFile(t *testing.T) {
 	t.Parallel()
 	_, err := Load("/nonexistent/config.yaml", env(nil))
