@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
+	neturl "net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -747,7 +747,7 @@ func checkOTLPEndpoint(v string) error {
 		}
 		return nil
 	}
-	u, err := url.Parse(v)
+	u, err := neturl.Parse(v)
 	switch {
 	case err != nil:
 		return errors.New("not a valid URL (http(s)://host:port; the value is not quoted, it may hold credentials)")
