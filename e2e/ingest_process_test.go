@@ -2,13 +2,10 @@ package e2e_test
 
 import (
 	"net/http"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
-	"github.com/fulfillplatform/fulfillment/rig/daemon"
 )
 
 // TestIngestProcess runs the webhook gateway as a process of its own
@@ -19,49 +16,7 @@ import (
 func TestIngestProcess(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
-	bin := procPlainBuild.binary(t)
-
-	addrs, err := daemon.FreeAddrs(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const tokenEnv, secretEnv = "E2E_UPSTREAM_TOKEN", "E2E_YOLFI_LIVE_SECRET"
-	cfg := &config.Config{
-		Listen:    config.Listen{Ingest: addrs[0]},
-		Log:       config.Log{Level: "info"},
-		Endpoints: []config.Endpoint{daemon.YolfiEndpoint(liveEP, orgA, "live", secretEnv)},
-		Ingest: config.Ingest{Timeout: 5 * time.Second,
-			Upstream: config.Upstream{Addr: s.grpcAddr, TokenEnv: tokenEnv}},
-	}
-	cfgPath := filepath.Join(t.TempDir(), "ingest.yaml")
-	if err := daemon.WriteConfig(cfgPath, cfg); err != nil {
-		t.Fatal(err)
-	}
-	out := &daemon.Buffer{}
-	child, err := daemon.Start(bin, []string{"ingest", "--config", cfgPath},
-		daemon.ChildEnv(tokenEnv+"="+ingestToken, secretEnv+"="+liveSecret), out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := child.Stop(15 * time.Second); err != nil {
-			t.Errorf("fulfillmentd ingest: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("fulfillmentd ingest output:\n%s", out.Tail(16<<10))
-		}
-	})
-	gateway := "http://" + addrs[0]
-	waitFor(t, "fulfillmentd ingest to serve", func() bool {
-		resp, err := http.Get(gateway + "/healthz")
-		if err != nil {
-			return false
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-
-	via := &stack{ingestURL: gateway, client: s.client, db: s.db}
+	via := startIngestProcess(t, s, s.grpcAddr, 5*time.Second)
 	order := s.createOrder(t, "live", "split-1")
 	paid := event(yolfi.TypePaymentConfirmed, "split-1", "inv_split_1")
 	for range 3 {
@@ -83,7 +38,7 @@ func TestIngestProcess(t *testing.T) {
 		t.Errorf("after one payment delivered 3 times through the gateway process: %v, want 2 licenses, 1 credit, fulfilled", e)
 	}
 
-	m := scrape(t, gateway)
+	m := scrape(t, via.ingestURL)
 	webhookRoute := []string{"listener", "ingest", "route", "/webhooks/{endpoint_id}", "method", "post"}
 	if got := m.value(t, "fulfillment_http_requests_total", append(webhookRoute, "code", "200")...); got != 3 {
 		t.Errorf("gateway counted %v accepted webhook requests, want 3", got)

@@ -129,7 +129,7 @@ func TestIngestProcessUpstreamGoesSilent(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
 	proxy := newSilentProxy(t, s.grpcAddr)
-	via := startIngestProcess(t, s, proxy.addr())
+	via := startIngestProcess(t, s, proxy.addr(), 2*time.Second)
 	via.sendOK(t, event(yolfi.TypeInvoiceCreated, "silent-0", "inv_silent_0"))
 
 	proxy.cut()
@@ -172,7 +172,7 @@ func TestIngestProcessUpstreamBackAfterAnOutage(t *testing.T) {
 	t.Parallel()
 	s := startStack(t)
 	proxy := newSilentProxy(t, s.grpcAddr)
-	via := startIngestProcess(t, s, proxy.addr())
+	via := startIngestProcess(t, s, proxy.addr(), 2*time.Second)
 	via.sendOK(t, event(yolfi.TypeInvoiceCreated, "outage-0", "inv_outage_0"))
 
 	proxy.down.Store(true)
@@ -199,9 +199,10 @@ func TestIngestProcessUpstreamBackAfterAnOutage(t *testing.T) {
 }
 
 // startIngestProcess runs fulfillmentd ingest (the webhook gateway alone)
-// forwarding to the service of s at upstream, and returns s as seen
-// through it: webhooks go to the process, counts to s's database.
-func startIngestProcess(t *testing.T, s *stack, upstream string) *stack {
+// forwarding to the service of s at upstream, storing each webhook within
+// timeout (ingest.timeout), and returns s as seen through it: webhooks go
+// to the process, counts to s's database.
+func startIngestProcess(t *testing.T, s *stack, upstream string, timeout time.Duration) *stack {
 	t.Helper()
 	bin := procPlainBuild.binary(t)
 
@@ -214,7 +215,7 @@ func startIngestProcess(t *testing.T, s *stack, upstream string) *stack {
 		Listen:    config.Listen{Ingest: addrs[0]},
 		Log:       config.Log{Level: "info"},
 		Endpoints: []config.Endpoint{daemon.YolfiEndpoint(liveEP, orgA, "live", secretEnv)},
-		Ingest: config.Ingest{Timeout: 2 * time.Second,
+		Ingest: config.Ingest{Timeout: timeout,
 			Upstream: config.Upstream{Addr: upstream, TokenEnv: tokenEnv}},
 	}
 	cfgPath := filepath.Join(t.TempDir(), "ingest.yaml")
