@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -249,4 +250,37 @@ func monthAndDaysAgo() time.Time {
 		t = t.AddDate(0, 0, 28-t.Day())
 	}
 	return t
+}
+
+// A replica started without a plan that live subscriptions are on says so
+// at once, naming the plan and how many subscriptions: their events would
+// fail only later, after their retries, once one came. Subscriptions whose
+// access ended, and plans still configured, are not named.
+func TestStartWarnsOfPlansSubscriptionsStillUse(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.DB(t)
+	first := startReplicaWith(t, dbURL, withLateSubPlan)
+	if _, err := first.db.Exec(context.Background(), `
+		INSERT INTO subscriptions (id, org_id, environment, provider, provider_subscription_id, customer_ref, plan_id, access_ended_at)
+		VALUES (gen_random_uuid(), 'org_a', 'live', 'yolfi', 'sub_w1', 'user_1', 'gone-monthly', NULL),
+			(gen_random_uuid(), 'org_a', 'live', 'yolfi', 'sub_w2', 'user_2', 'gone-monthly', NULL),
+			(gen_random_uuid(), 'org_a', 'live', 'yolfi', 'sub_w3', 'user_3', 'ended-monthly', now()),
+			(gen_random_uuid(), 'org_a', 'live', 'yolfi', 'sub_w4', 'user_4', $1, NULL)`, lateSubPlan); err != nil {
+		t.Fatal(err)
+	}
+	sink := &logSink{}
+	startService(t, dbURL, withLateSubPlan, slog.New(slog.NewJSONHandler(sink, nil)))
+	var warning string
+	waitFor(t, "the warning about plans no longer configured", func() bool {
+		for _, l := range sink.lines() {
+			if strings.Contains(l, "plans that the configuration does not have") {
+				warning = l
+				return true
+			}
+		}
+		return false
+	})
+	if !strings.Contains(warning, `"gone-monthly":2`) || strings.Contains(warning, "ended-monthly") || strings.Contains(warning, lateSubPlan) {
+		t.Errorf("warning %s; want gone-monthly with 2 subscriptions, and neither ended-monthly nor %s", warning, lateSubPlan)
+	}
 }

@@ -194,3 +194,30 @@ func scanSubscription(row pgx.Row) (fulfillment.SubscriptionRecord, error) {
 	r.AccessEnded = r.AccessEndedAt != nil
 	return r, nil
 }
+
+// SubscriptionsOnPlansNotIn counts the subscriptions whose access has not
+// ended on each plan that plans does not hold (at most 50 plans): what a
+// configuration that lost a plan still has to serve. It reads the whole
+// table once; the caller bounds it with ctx.
+func (s *Store) SubscriptionsOnPlansNotIn(ctx context.Context, plans []string) (map[string]int64, error) {
+	rows, _ := s.pool.Query(ctx, `
+		SELECT plan_id, count(*) FROM subscriptions
+		WHERE access_ended_at IS NULL AND plan_id <> ALL($1::text[])
+		GROUP BY plan_id ORDER BY plan_id LIMIT 50`, plans)
+	out := map[string]int64{}
+	err := forEachRow(rows, func(r pgx.Rows) error {
+		var (
+			plan string
+			n    int64
+		)
+		if err := r.Scan(&plan, &n); err != nil {
+			return err
+		}
+		out[plan] = n
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("counting subscriptions by plan: %w", interpret(err))
+	}
+	return out, nil
+}

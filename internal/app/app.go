@@ -47,6 +47,7 @@ type App struct {
 	sweeper   *worker.Queue        // nil without plans, or when subscription_sweep.disabled
 	housekeep *worker.Queue        // nil when housekeeping.disabled
 	vacuum    *storage.QueueVacuum // nil when database.queue_vacuum.disabled
+	plans     []string             // the configured plans' ids
 	health    *queueHealth         // whether each queue can claim work
 	ingestLis net.Listener
 	debugLis  net.Listener // nil unless listen.debug is set
@@ -115,7 +116,11 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 	for _, d := range cfg.Deprecated() {
 		log.Warn(d)
 	}
-	a := &App{log: log, store: store, http: cfg.HTTP, tracer: tracer, stopTracing: stopTracing, tls: tlsCfg}
+	a := &App{log: log, store: store, http: cfg.HTTP, tracer: tracer, stopTracing: stopTracing, tls: tlsCfg,
+		plans: make([]string, 0, len(cfg.Plans))}
+	for _, p := range cfg.Plans {
+		a.plans = append(a.plans, p.ID)
+	}
 	if err := a.build(cfg, endpoints); err != nil {
 		a.Close()
 		return nil, err
@@ -255,6 +260,7 @@ func (a *App) Run(ctx context.Context) error {
 	if a.vacuum != nil {
 		g.Go(func() error { return a.store.VacuumQueues(ctx, *a.vacuum) })
 	}
+	g.Go(func() error { a.warnPlansMissing(ctx); return nil })
 	g.Go(func() error {
 		select {
 		case <-ctx.Done():
@@ -346,6 +352,27 @@ func warnUnreachable(cfg *config.Config, log *slog.Logger) {
 	}
 	if len(cfg.Endpoints) == 0 {
 		log.Warn("no webhook endpoints are configured (endpoints): every webhook will be answered 404; see config/example.yaml")
+	}
+}
+
+// plansCheckTimeout bounds the start's count of subscriptions by plan.
+const plansCheckTimeout = 10 * time.Second
+
+// warnPlansMissing says, once at start, which plans live subscriptions are
+// on that the configuration does not have: their events fail, after their
+// retries, and their access is never ended, until the plan is configured
+// again — a plan taken out of plans: by mistake shows now, not when the
+// first renewal fails. A database that does not answer is said elsewhere.
+func (a *App) warnPlansMissing(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, plansCheckTimeout)
+	defer cancel()
+	missing, err := a.store.SubscriptionsOnPlansNotIn(ctx, a.plans)
+	switch {
+	case err != nil:
+		a.log.Debug("counting subscriptions by plan", "error", err)
+	case len(missing) > 0:
+		a.log.Warn("live subscriptions are on plans that the configuration does not have: their events fail and their access "+
+			"is not ended until each plan is in plans: again", "subscriptions_by_plan", missing)
 	}
 }
 
