@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 
@@ -27,6 +26,18 @@ func Migrations() fs.FS {
 	return sub
 }
 
+// parseConnConfig parses the connection string url, named what in the
+// error. The string may hold a password, and pgx's error quotes it (its
+// redaction misses some forms, such as "password = x"): the error never
+// does.
+func parseConnConfig(what, url string) (*pgx.ConnConfig, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parsing %s: malformed connection string", what)
+	}
+	return cfg, nil
+}
+
 // Migrate applies every pending migration to the database at url. Tern holds
 // a session advisory lock while it migrates, so replicas starting together
 // apply each migration once: url must keep sessions (a direct or
@@ -34,9 +45,9 @@ func Migrations() fs.FS {
 // lock taken under transaction pooling could stay held on a pooled server
 // session for good.
 func Migrate(ctx context.Context, url string) error {
-	cfg, err := pgx.ParseConfig(url)
+	cfg, err := parseConnConfig("database URL", url)
 	if err != nil {
-		return errors.New("parsing database URL: malformed connection string")
+		return err
 	}
 	pooling, err := probePooling(ctx, cfg)
 	if err != nil {
@@ -109,11 +120,9 @@ func MigrationStatusOf(ctx context.Context, url string) (MigrationStatus, error)
 		return st, fmt.Errorf("listing migrations: %w", err)
 	}
 	st.Latest = int32(len(files))
-	cfg, err := pgx.ParseConfig(url)
+	cfg, err := parseConnConfig("database URL", url)
 	if err != nil {
-		// The URL may hold a password: never echo it (pgx's redaction
-		// misses some forms, such as "password = x").
-		return st, errors.New("parsing database URL: malformed connection string")
+		return st, err
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {

@@ -148,8 +148,8 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	}
 	sessionCfg := cfg.ConnConfig.Copy()
 	if o.SessionURL != "" {
-		if sessionCfg, err = pgx.ParseConfig(o.SessionURL); err != nil {
-			return nil, errors.New("parsing database session URL: malformed connection string")
+		if sessionCfg, err = parseConnConfig("database session URL", o.SessionURL); err != nil {
+			return nil, err
 		}
 	}
 	if o.MaxConns > 0 {
