@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -127,37 +126,14 @@ func (p *silentProxy) cut() {
 // for good), answering every webhook 503 after its ingest.timeout.
 func TestIngestProcessUpstreamGoesSilent(t *testing.T) {
 	t.Parallel()
-	s := startStack(t)
-	proxy := newSilentProxy(t, s.grpcAddr)
-	via := startIngestProcess(t, s, proxy.addr(), 2*time.Second)
-	via.sendOK(t, event(yolfi.TypeInvoiceCreated, "silent-0", "inv_silent_0"))
+	s, proxy, via := gatewayBehindProxy(t, "silent")
 
 	proxy.cut()
 	ev := event(yolfi.TypeInvoiceCreated, "silent-1", "inv_silent_1")
-	cut := time.Now()
-	for first := true; ; first = false {
-		code := via.send(t, liveEP, liveSecret, ev)
-		if code == http.StatusOK {
-			break
-		}
-		if code != http.StatusServiceUnavailable {
-			t.Fatalf("webhook answered %d while the upstream connection is silent, want 503 (the provider retries)", code)
-		}
-		if first {
-			t.Logf("first webhook after the cut: %d", code)
-		}
-		if time.Since(cut) > 60*time.Second {
-			t.Fatalf("the gateway still answers 503 %v after its upstream connection went silent, the service reachable all along",
-				time.Since(cut).Round(time.Second))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Logf("stored again %v after the connection went silent", time.Since(cut).Round(100*time.Millisecond))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var n int
-	if err := s.db.QueryRow(ctx, "SELECT count(*) FROM inbox_events WHERE event_id = $1", ev.ID).Scan(&n); err != nil || n != 1 {
-		t.Errorf("%d inbox rows (%v) for the webhook acknowledged, want 1", n, err)
+	took := sendUntilStored(t, via, ev, 60*time.Second, "its upstream connection went silent, the service reachable all along")
+	t.Logf("stored again %v after the connection went silent", took.Round(100*time.Millisecond))
+	if n := s.count(t, "SELECT count(*) FROM inbox_events WHERE event_id = $1", ev.ID); n != 1 {
+		t.Errorf("%d inbox rows for the webhook acknowledged, want 1", n)
 	}
 }
 
@@ -165,15 +141,12 @@ func TestIngestProcessUpstreamGoesSilent(t *testing.T) {
 // for a while (here 20 s: connections refused) stores webhooks again
 // within seconds of the service's return. Between its attempts to
 // connect, gRPC waits longer each time, by default up to two minutes: the
-// gateway answered 503 for a quarter of a minute after a 20-s outage, and
-// could for two minutes after a long one, while a provider that retries a
+// gateway answered 503 for 7 s more after a 20-s outage, and could for two
+// minutes after a long one, while a provider that retries a
 // few times over minutes (Yolfi: three attempts in four) gives up.
 func TestIngestProcessUpstreamBackAfterAnOutage(t *testing.T) {
 	t.Parallel()
-	s := startStack(t)
-	proxy := newSilentProxy(t, s.grpcAddr)
-	via := startIngestProcess(t, s, proxy.addr(), 2*time.Second)
-	via.sendOK(t, event(yolfi.TypeInvoiceCreated, "outage-0", "inv_outage_0"))
+	_, proxy, via := gatewayBehindProxy(t, "outage")
 
 	proxy.down.Store(true)
 	proxy.drop()
@@ -183,18 +156,45 @@ func TestIngestProcessUpstreamBackAfterAnOutage(t *testing.T) {
 		}
 	}
 	proxy.down.Store(false)
-	back := time.Now()
-	ev := event(yolfi.TypeInvoiceCreated, "outage-1", "inv_outage_1")
-	for via.send(t, liveEP, liveSecret, ev) != http.StatusOK {
-		if time.Since(back) > 30*time.Second {
-			t.Fatal("the gateway still answers 503 30 s after the service is reachable again")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	took := time.Since(back)
+	took := sendUntilStored(t, via, event(yolfi.TypeInvoiceCreated, "outage-1", "inv_outage_1"), 30*time.Second,
+		"the service is reachable again")
 	t.Logf("stored again %v after the service was reachable again", took.Round(100*time.Millisecond))
 	if took > 5*time.Second {
 		t.Errorf("stored again %v after the service was reachable again, want within 5 s", took.Round(100*time.Millisecond))
+	}
+}
+
+// gatewayBehindProxy runs a service, and a gateway process (2 s to store
+// a webhook) reaching it through a silentProxy, and stores one webhook
+// through them (tag names it): the service, the proxy, and the service as
+// the gateway's webhooks reach it.
+func gatewayBehindProxy(t *testing.T, tag string) (s *stack, proxy *silentProxy, via *stack) {
+	t.Helper()
+	s = startStack(t)
+	proxy = newSilentProxy(t, s.grpcAddr)
+	via = startIngestProcess(t, s, proxy.addr(), 2*time.Second)
+	via.sendOK(t, event(yolfi.TypeInvoiceCreated, tag+"-0", "inv_"+tag+"_0"))
+	return s, proxy, via
+}
+
+// sendUntilStored sends ev through via until it is answered 200, every
+// other answer a 503 (the provider retries), for at most within; it
+// returns how long that took. what says what kept it from being stored.
+func sendUntilStored(t *testing.T, via *stack, ev yolfi.Payload, within time.Duration, what string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		code := via.send(t, liveEP, liveSecret, ev)
+		if code == http.StatusOK {
+			return time.Since(start)
+		}
+		if code != http.StatusServiceUnavailable {
+			t.Fatalf("webhook answered %d while %s, want 503 (the provider retries)", code, what)
+		}
+		if time.Since(start) > within {
+			t.Fatalf("the gateway still answers 503 %v after %s", time.Since(start).Round(time.Second), what)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
