@@ -131,6 +131,7 @@ func (s *Store) applySteps(ctx context.Context, tx *pipelinedTx, b *pgx.Batch, e
 	w := s.newEffectWriter()
 	w.versions = versions
 	decided := decisions{}
+	answered := answeredItems{}
 	for i, st := range steps {
 		le := events[i]
 		out, linked, applied := decisionOf(le, st)
@@ -178,6 +179,7 @@ func (s *Store) applySteps(ctx context.Context, tx *pipelinedTx, b *pgx.Batch, e
 			}
 		}
 		decided.add(le, out, linked, applied)
+		answered.add(le, out)
 		p := fulfillment.ProcessedEvent{Outcome: out, EventID: le.ev.EventID, Provider: le.ev.Provider,
 			EndpointID: le.ev.EndpointID, Kind: le.ev.Kind, ReceivedAt: le.received, TraceParent: le.traceParent}
 		if linked != nil {
@@ -195,6 +197,7 @@ func (s *Store) applySteps(ctx context.Context, tx *pipelinedTx, b *pgx.Batch, e
 	if record {
 		decided.queue(b)
 	}
+	answered.queue(b)
 	// After the decisions: the events decided unmatched here are
 	// among those a subscription created here queues again, and an
 	// order or subscription created meanwhile queues them too.
@@ -287,6 +290,12 @@ func decideBatch(ctx context.Context, tx querier, snap *fulfillment.Snapshot, ba
 	return nil, fmt.Errorf("deciding a batch: more subscriptions asked for than the batch has events")
 }
 
+// keptDecision is the condition, on a stored event e and its new decision
+// d, under which e keeps the decision it records (decisions.queue): found
+// already applied, after a decision that applied something.
+const keptDecision = `d.decision = '` + string(fulfillment.DecisionAlreadyApplied) + `'
+	AND e.decision NOT IN ('` + string(fulfillment.DecisionUnmatched) + `', '` + string(fulfillment.InboxFailed) + `')`
+
 // decisions are the outcomes of a batch's events, recorded with one
 // statement: the per-statement work of PostgreSQL (planning, executor
 // start, locks on the table and its indexes) is paid once per batch.
@@ -309,14 +318,56 @@ func (d *decisions) add(le leasedEvent, out fulfillment.Outcome, linked, applied
 	d.subscriptions = append(d.subscriptions, applied)
 }
 
+// answeredItems are the open items about a batch's events that their
+// decisions answer, each event's with a note saying what it was decided: a
+// failed event queued again (replayed, re-driven) and decided now answers
+// its failed_event items, one per round of attempts that failed; a payment
+// decided unmatched, queued again by a person and matched now, its
+// unmatched_payment item (a late match resolves that item itself, as it
+// queues the event). An event decided for the first time answers none.
+type answeredItems struct {
+	ids          []int64
+	kinds, notes []string
+}
+
+// add records what the outcome out of event le answers.
+func (a *answeredItems) add(le leasedEvent, out fulfillment.Outcome) {
+	var kind fulfillment.ReconKind
+	switch state := fulfillment.InboxStateFor(out.Decision); {
+	case le.previous == string(fulfillment.InboxFailed):
+		kind = fulfillment.ReconFailedEvent
+	case le.previous == string(fulfillment.DecisionUnmatched) && state != fulfillment.InboxUnmatched:
+		kind = fulfillment.ReconUnmatchedPayment
+	default:
+		return
+	}
+	a.ids = append(a.ids, le.id)
+	a.kinds = append(a.kinds, string(kind))
+	a.notes = append(a.notes, fmt.Sprintf("the event was processed again and decided %s: %s", out.Decision, out.Reason))
+}
+
+// queue adds to b the statement that resolves the items a answers, as
+// retried by the service (none when a is empty: an event decided for the
+// first time costs nothing). The open items are read by their partial
+// index of open items of a kind.
+func (a *answeredItems) queue(b *pgx.Batch) {
+	if len(a.ids) == 0 {
+		return
+	}
+	b.Queue(`
+		UPDATE reconciliation_items r SET state = 'resolved', resolution = '`+string(fulfillment.ResolutionRetried)+`',
+			resolved_at = clock_timestamp(), resolved_by = '`+LateMatchActor+`', resolution_note = a.note
+		FROM unnest($1::bigint[], $2::text[], $3::text[]) AS a(id, kind, note)
+		WHERE r.kind = a.kind AND r.state = 'open' AND r.inbox_event_id = a.id`, a.ids, a.kinds, a.notes)
+}
+
 // queue adds the statement that records the decisions to b. Their
 // processed_at follow the order they were decided in, a microsecond apart
 // (the rows of one statement are not updated in any particular order):
 // readers replay an order's or a subscription's events in that order. A replayed
 // event that is found already applied keeps the decision it records, so
-// that its history still says what it did (unless that was unmatched: an
-// event queued again when its order or subscription came, and found
-// applied, did nothing); no money depends on a decision
+// that its history still says what it did (unless that was unmatched or
+// failed: it did nothing then); no money depends on a decision
 // (what an event did is in rows of its own: attempts, refunds, grants).
 func (d *decisions) queue(b *pgx.Batch) {
 	if len(d.ids) == 0 {
@@ -325,10 +376,8 @@ func (d *decisions) queue(b *pgx.Batch) {
 	b.Queue(`
 		WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS t)
 		UPDATE inbox_events e SET state = d.state,
-			decision_reason = CASE WHEN d.decision = '`+string(fulfillment.DecisionAlreadyApplied)+`' AND e.decision <> '`+string(fulfillment.DecisionUnmatched)+`'
-				THEN e.decision_reason ELSE d.reason END,
-			decision = CASE WHEN d.decision = '`+string(fulfillment.DecisionAlreadyApplied)+`' AND e.decision <> '`+string(fulfillment.DecisionUnmatched)+`'
-				THEN e.decision ELSE d.decision END,
+			decision_reason = CASE WHEN `+keptDecision+` THEN e.decision_reason ELSE d.reason END,
+			decision = CASE WHEN `+keptDecision+` THEN e.decision ELSE d.decision END,
 			order_id = d.order_id::uuid, applied_subscription_id = d.subscription_id::uuid,
 			processed_at = clock.t + d.n * interval '1 microsecond',
 			attempts = d.attempts, last_error = NULL
@@ -351,6 +400,9 @@ type leasedEvent struct {
 	// payment that renewed a subscription for want of its order; "" for
 	// none.
 	lateMatched string
+	// previous is the decision it had before it was queued again (a
+	// replay, a re-drive, a late match); "" for an event never decided.
+	previous string
 }
 
 // queueLeasedEvents adds to b the statement that takes the events of ids
@@ -366,7 +418,7 @@ type leasedEvent struct {
 func queueLeasedEvents(b *pgx.Batch, ids []int64, owner string, out *[]leasedEvent) {
 	b.Queue(`
 		WITH work AS (DELETE FROM inbox_work WHERE `+leaseHeld("$1", "$2")+` RETURNING id, attempts)
-		SELECT `+inboxSelectList+`, received_at, work.attempts, late.detail
+		SELECT `+inboxSelectList+`, received_at, work.attempts, late.detail, inbox_events.decision
 		FROM work JOIN LATERAL (SELECT * FROM inbox_events i WHERE i.id = work.id OFFSET 0) inbox_events USING (id)
 		LEFT JOIN LATERAL (
 			-- Only for an event decided unmatched before, or a payment a
@@ -386,13 +438,14 @@ func queueLeasedEvents(b *pgx.Batch, ids []int64, owner string, out *[]leasedEve
 				received time.Time
 				attempts int
 				late     *string
+				previous *string
 			)
-			if err := r.Scan(append(row.scanDest(), &received, &attempts, &late)...); err != nil {
+			if err := r.Scan(append(row.scanDest(), &received, &attempts, &late, &previous)...); err != nil {
 				return err
 			}
 			ev, err := row.event()
 			*out = append(*out, leasedEvent{id: row.ID, ev: ev, received: received, traceParent: str(row.TraceParent),
-				attempts: attempts, lateMatched: str(late)})
+				attempts: attempts, lateMatched: str(late), previous: str(previous)})
 			return err
 		})
 		if err != nil {

@@ -753,18 +753,7 @@ func TestQueueEventFailedAgainAfterAReplayOpensAnItem(t *testing.T) {
 	s, conn := newOutboxStore(t)
 	q := s.InboxQueue()
 	id := queueCases[0].seed(t, s, conn)
-	failRound := func(round int) {
-		t.Helper()
-		for attempt := 1; attempt <= 2; attempt++ {
-			got := claimed(t, q, "w", time.Minute, 2)
-			if len(got) != 1 || got[0].ID != id {
-				t.Fatalf("round %d, attempt %d: claim = %v", round, attempt, got)
-			}
-			if _, err := retryOne(ctx, q, "w", got[0], fmt.Sprintf("boom %d.%d", round, attempt), time.Now(), 2); err != nil {
-				t.Fatalf("round %d, attempt %d: %v", round, attempt, err)
-			}
-		}
-	}
+	failRound := func(round int) { t.Helper(); failInboxRound(t, q, id, round) }
 	items := func() (open, all int) {
 		t.Helper()
 		return count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE kind = 'failed_event' AND inbox_event_id = $1 AND state = 'open'`, id),
@@ -801,4 +790,181 @@ func TestQueueEventFailedAgainAfterAReplayOpensAnItem(t *testing.T) {
 	if open, all := items(); open != 2 || all != 3 {
 		t.Fatalf("failed a third time, the second item open: %d open items of %d, want 2 of 3", open, all)
 	}
+}
+
+// failInboxRound fails event id's round of two attempts (round numbers
+// its errors, "boom <round>.<attempt>").
+func failInboxRound(t *testing.T, q *storage.Queue, id int64, round int) {
+	t.Helper()
+	for attempt := 1; attempt <= 2; attempt++ {
+		got := claimed(t, q, "w", time.Minute, 2)
+		if len(got) != 1 || got[0].ID != id {
+			t.Fatalf("round %d, attempt %d: claim = %v", round, attempt, got)
+		}
+		if _, err := retryOne(context.Background(), q, "w", got[0], fmt.Sprintf("boom %d.%d", round, attempt), time.Now(), 2); err != nil {
+			t.Fatalf("round %d, attempt %d: %v", round, attempt, err)
+		}
+	}
+}
+
+// processInbox claims what the inbox has due and processes it, as its
+// worker would, and returns the outcomes by event id.
+func processInbox(t *testing.T, s *storage.Store) map[int64]fulfillment.Outcome {
+	t.Helper()
+	got := claimed(t, s.InboxQueue(), "w", time.Minute, 2)
+	ids := make([]int64, len(got))
+	for i, c := range got {
+		ids[i] = c.ID
+	}
+	outs, err := s.InboxProcess(context.Background(), ids, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return outs
+}
+
+// A failed event that a person replays, once decided, answers its
+// failed_event items: the service resolves every open one (the rounds
+// before, resolved by hand or not) as retried, saying what the event was
+// decided. It pays its order once, and a second replay changes nothing.
+func TestQueueEventReplayedAndDecidedResolvesItsFailedItems(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, conn := newOutboxStore(t)
+	q := s.InboxQueue()
+	id := queueCases[0].seed(t, s, conn)
+	replay := func() {
+		t.Helper()
+		if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: id, Actor: "ops"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failInboxRound(t, q, id, 1)
+	replay()
+	failInboxRound(t, q, id, 2)
+	if got := count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE kind = 'failed_event' AND inbox_event_id = $1 AND state = 'open'`, id); got != 2 {
+		t.Fatalf("open failed_event items after two failed rounds = %d, want 2", got)
+	}
+	// An item of another kind about the event stays as it is.
+	other := count(t, conn, `INSERT INTO reconciliation_items (kind, state, org_id, environment, provider, inbox_event_id, dedupe_key, detail)
+		VALUES ('unidentified_payment', 'open', 'org_a', 'live', 'yolfi', $1, 'test|other', 'another question') RETURNING id`, id)
+	replay()
+	if outs := processInbox(t, s); outs[id].Decision != fulfillment.DecisionFulfilled {
+		t.Fatalf("replayed event decided %+v, want fulfilled", outs[id])
+	}
+	wantCounts(t, conn, []countCheck{
+		{"open failed_event items", `SELECT count(*) FROM reconciliation_items WHERE kind = 'failed_event' AND inbox_event_id = $1 AND state = 'open'`, 0},
+		{"failed_event items resolved by the service as retried, naming the decision", `SELECT count(*) FROM reconciliation_items
+			WHERE kind = 'failed_event' AND inbox_event_id = $1 AND state = 'resolved' AND resolution = 'retried'
+				AND resolved_by = 'service' AND resolved_at IS NOT NULL AND resolution_note LIKE '%decided fulfilled%'`, 2},
+		{"the other item, still open", `SELECT count(*) FROM reconciliation_items WHERE inbox_event_id = $1 AND state = 'open'
+			AND kind = 'unidentified_payment'`, 1},
+		{"attempts of its order", `SELECT count(*) FROM payment_attempts a JOIN orders o ON o.id = a.order_id
+			WHERE o.merchant_order_id = 'm-evt_1' AND $1::bigint > 0`, 1},
+	}, id)
+	grants := count(t, conn, `SELECT count(*) FROM entitlements`)
+	if grants == 0 {
+		t.Fatal("the replayed payment granted nothing")
+	}
+	var resolvedAt time.Time
+	if err := conn.QueryRow(ctx, `SELECT max(resolved_at) FROM reconciliation_items WHERE kind = 'failed_event'`).Scan(&resolvedAt); err != nil {
+		t.Fatal(err)
+	}
+	// Replayed again: already applied, nothing granted, no item touched.
+	replay()
+	if outs := processInbox(t, s); outs[id].Decision != fulfillment.DecisionAlreadyApplied {
+		t.Fatalf("second replay decided %+v, want already_applied", outs[id])
+	}
+	wantCounts(t, conn, []countCheck{
+		{"grants after the second replay", `SELECT count(*) FROM entitlements WHERE $1::timestamptz IS NOT NULL`, grants},
+		{"items resolved again", `SELECT count(*) FROM reconciliation_items WHERE resolved_at > $1`, 0},
+	}, resolvedAt)
+	if got := count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE id = $1 AND state = 'open'`, other); got != 1 {
+		t.Error("the item of another kind about the event was resolved")
+	}
+}
+
+// A failed event replayed after another event applied its payment is
+// decided already_applied: the stored event says so (not "failed", the
+// decision it had), and its failed_event item is resolved.
+func TestQueueFailedEventReplayedFoundAppliedSaysSo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, conn := newOutboxStore(t)
+	q := s.InboxQueue()
+	id := queueCases[0].seed(t, s, conn)
+	failInboxRound(t, q, id, 1)
+	// The same payment, announced again under another event id.
+	again := confirmedEvent("evt_1", "m-evt_1")
+	again.EventID = "evt_1_again"
+	if _, err := s.InboxInsert(ctx, again, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if outs := processInbox(t, s); len(outs) != 1 {
+		t.Fatalf("processed %v, want the second announcement alone", outs)
+	}
+	if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: id, Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	if outs := processInbox(t, s); outs[id].Decision != fulfillment.DecisionAlreadyApplied {
+		t.Fatalf("replayed event decided %+v, want already_applied", outs[id])
+	}
+	wantCounts(t, conn, []countCheck{
+		{"the replayed event, processed and already applied", `SELECT count(*) FROM inbox_events
+			WHERE id = $1 AND state = 'processed' AND decision = 'already_applied' AND last_error IS NULL`, 1},
+		{"its open failed_event items", `SELECT count(*) FROM reconciliation_items WHERE inbox_event_id = $1 AND state = 'open'`, 0},
+		{"attempts", `SELECT count(*) FROM payment_attempts WHERE $1::bigint > 0`, 1},
+	}, id)
+}
+
+// A payment decided unmatched that a person replays once its order exists
+// (created too late for the late match to queue it again) and that
+// matches now answers its unmatched_payment item: the service resolves it
+// as retried. Decided unmatched again, the item would stay open.
+func TestQueueUnmatchedPaymentReplayedAndMatchedResolvesItsItem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, conn, _ := openStore(t, storage.Options{MaxConns: 10, LateMatchWindow: time.Microsecond})
+	ev := confirmedEvent("evt_late", "m-late")
+	if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	id := int64(count(t, conn, "SELECT id FROM inbox_events WHERE event_id = 'evt_late'"))
+	replay := func() {
+		t.Helper()
+		if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: id, Actor: "ops"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := func() int {
+		t.Helper()
+		return count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE kind = 'unmatched_payment'
+			AND inbox_event_id = $1 AND state = 'open'`, id)
+	}
+	if outs := processInbox(t, s); outs[id].Decision != fulfillment.DecisionUnmatched {
+		t.Fatalf("decided %+v, want unmatched", outs[id])
+	}
+	// Replayed before its order exists: unmatched again, its item open.
+	replay()
+	if outs := processInbox(t, s); outs[id].Decision != fulfillment.DecisionUnmatched || open() != 1 {
+		t.Fatalf("replayed without its order: decided %+v with %d open items, want unmatched with its item", outs[id], open())
+	}
+	if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", "m-late")); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(t, conn, "SELECT count(*) FROM inbox_work WHERE id = $1", id); got != 0 || open() != 1 {
+		t.Fatalf("queued by the order's creation (%d) or its item resolved (%d open): the late match window should have passed", got, open())
+	}
+	replay()
+	if outs := processInbox(t, s); outs[id].Decision != fulfillment.DecisionFulfilled {
+		t.Fatalf("replayed with its order: decided %+v, want fulfilled", outs[id])
+	}
+	wantCounts(t, conn, []countCheck{
+		{"open items", `SELECT count(*) FROM reconciliation_items WHERE state = 'open' AND $1::bigint > 0`, 0},
+		{"its item, resolved by the service as retried", `SELECT count(*) FROM reconciliation_items WHERE kind = 'unmatched_payment'
+			AND inbox_event_id = $1 AND state = 'resolved' AND resolution = 'retried' AND resolved_by = 'service'
+			AND resolution_note LIKE '%decided fulfilled%'`, 1},
+		{"its order's attempts", `SELECT count(*) FROM payment_attempts a JOIN orders o ON o.id = a.order_id
+			WHERE o.merchant_order_id = 'm-late' AND $1::bigint > 0`, 1},
+	}, id)
 }

@@ -137,14 +137,14 @@ order decides "already_applied" the second time. Use it after a failed
 event's cause was fixed, or after an order it could not match was created.
 The replay is recorded (the token's name, --actor-detail, and what the
 event's processing said before); a purged raw body does not matter. An event
-pending already is FAILED_PRECONDITION and nothing changes. The event's
-reconciliation item (failed_event, unmatched_payment) stays open, and the
-alert on it with it: once the event is processed, resolve it (recon resolve
-ITEM_ID --resolution retried). Needs the admin scope.`,
+pending already is FAILED_PRECONDITION and nothing changes. Once the event
+is decided, the service resolves its open failed_event items as retried, and
+its unmatched_payment item once it matches; failed again, or unmatched
+again, they stay open. Needs the admin scope.`,
 		Example: `  fulfillctl events list --state failed
   fulfillctl events replay 1234 --actor-detail "ticket 4411"
   fulfillctl events get 1234          # its new decision, once processed
-  fulfillctl recon list --kind failed_event --state open   # then recon resolve ITEM_ID --resolution retried`,
+  fulfillctl recon list --kind failed_event --state open   # what is still open`,
 	}, func(ctx context.Context, client fulfillmentv1.FulfillmentServiceClient, id string) (*fulfillmentv1.InboxEvent, error) {
 		req.InboxEventId = id
 		resp, err := client.ReplayInboxEvent(ctx, req)
@@ -153,28 +153,18 @@ ITEM_ID --resolution retried). Needs the admin scope.`,
 		note := fmt.Sprintf("event %s is pending again (replay %d): the processor decides it again against the current state",
 			e.GetId(), e.GetReplayCount())
 		if r := e.GetReplays(); len(r) > 0 {
-			if kind := replayItemKind(r[0].GetPreviousState(), e.GetKind()); kind != "" {
-				note += fmt.Sprintf("; its %s item stays open: once it is processed (events get %s), resolve the item "+
-					"(recon list --kind %s --state open, then recon resolve ITEM_ID --resolution retried)", kind, e.GetId(), kind)
+			// What the service resolves once the event is decided.
+			switch r[0].GetPreviousState() {
+			case "failed":
+				note += fmt.Sprintf("; its failed_event items are resolved once it is decided (events get %s)", e.GetId())
+			case "unmatched":
+				note += fmt.Sprintf("; an unmatched_payment item of it is resolved once it matches (events get %s)", e.GetId())
 			}
 		}
 		return note
 	})
 	cmd.Flags().StringVar(&req.ActorDetail, "actor-detail", "", "who asked, or a ticket, beside the token's name")
 	return cmd
-}
-
-// replayItemKind is the kind of the reconciliation item an event of kind
-// had opened in state (before its replay), which the replay leaves open:
-// the replay's note says so. "" when it opened none.
-func replayItemKind(state, kind string) string {
-	switch {
-	case state == "failed":
-		return "failed_event"
-	case state == "unmatched" && kind == "payment_confirmed":
-		return "unmatched_payment"
-	}
-	return ""
 }
 
 // eventTable writes events as a table, one row each.

@@ -202,13 +202,12 @@ func TestReconAndEventsCommands(t *testing.T) {
 	if _, stderr, code := s.run(t, bin, "events", "replay", "999999"); code != 1 || stderr != "fulfillctl: NOT_FOUND: stored event 999999\n" {
 		t.Errorf("binary, replaying an unknown event: exit %d, stderr %q", code, stderr)
 	}
-	// Replaying the payment for no order: its item stays open, and the note
-	// says so and how to resolve it once the event is processed.
+	// Replaying the payment for no order: the note says what happens to its
+	// items once the event is decided.
 	unmatched := strings.Fields(lines[1])[0]
 	_, errOut, err = s.ctl(t, "events", "replay", unmatched)
 	if err != nil || errOut != "event "+unmatched+" is pending again (replay 1): the processor decides it again against the current state; "+
-		"its unmatched_payment item stays open: once it is processed (events get "+unmatched+"), resolve the item "+
-		"(recon list --kind unmatched_payment --state open, then recon resolve ITEM_ID --resolution retried)\n" {
+		"an unmatched_payment item of it is resolved once it matches (events get "+unmatched+")\n" {
 		t.Errorf("events replay of an unmatched payment: %v, stderr %q", err, errOut)
 	}
 
