@@ -76,6 +76,12 @@ func TestOutboxAPI(t *testing.T) {
 	if st := s.effects(t, order.GetId()).State; st != "fulfilled" {
 		t.Errorf("order is %s after the retried delivery, want fulfilled", st)
 	}
+	// Its item is answered: the service resolved it.
+	item, err := s.client.GetReconciliationItem(admin, &fulfillmentv1.GetReconciliationItemRequest{ItemId: items.GetItems()[0].GetId()})
+	if it := item.GetItem(); err != nil || it.GetState() != "resolved" || it.GetResolution() != "retried" || it.GetResolvedBy() != "service" ||
+		!strings.Contains(it.GetResolutionNote(), "delivered to blind") {
+		t.Errorf("the uncertain_delivery item after the retried delivery: %v, %v; want resolved retried by the service", item, err)
+	}
 	_, err = s.client.RetryOutboxMessage(admin, &fulfillmentv1.RetryOutboxMessageRequest{MessageId: m.GetId()})
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("retry of a delivered message: %v, want FailedPrecondition", err)

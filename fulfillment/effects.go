@@ -143,12 +143,14 @@ type ItemSubject struct {
 	EventID string
 	// InboxID is the stored event that opened it, when any.
 	InboxID int64
-	// Replays is how many times that stored event had been replayed, for
-	// an item about its failure (failed_event): each replay is a new round
-	// of attempts, and a round that fails is a situation of its own.
-	Replays int
 	// MessageID is the outbox message it is about, when any.
 	MessageID int64
+	// Round is, for an item about the failure of a stored event
+	// (failed_event) or of a message's delivery (failed_delivery,
+	// uncertain_delivery), how many times the event had been replayed, or
+	// the message retried: each is a new round of attempts, and a round
+	// that fails is a situation of its own.
+	Round int
 	// StartID is the payment start it is about, when any.
 	StartID int64
 	// SubscriptionID is the subscription it is about, when any.
@@ -184,7 +186,9 @@ const startKeyPrefix = "start|"
 //     the round of attempts too ("inbox|<id>|<replays>") — retries never
 //     open a second item, a failure after a replay does;
 //   - failed_delivery, uncertain_delivery: the outbox message
-//     ("outbox|<id>");
+//     ("outbox|<id>"), and after a person's retry the round too
+//     ("outbox|<id>|<retries>") — the dispatcher's own retries never open
+//     a second item, a failure after a person's retry does;
 //   - unidentified_payment: the order ("order|<id>") — one per order,
 //     however many announcements;
 //   - paid_not_fulfilled: the order ("order|<id>") — one per order,
@@ -219,13 +223,9 @@ func ItemKey(kind ReconKind, s ItemSubject) string {
 	}
 	switch kind {
 	case ReconFailedEvent:
-		key := failedEventKeyPrefix + strconv.FormatInt(s.InboxID, 10)
-		if s.Replays > 0 {
-			key += "|" + strconv.Itoa(s.Replays)
-		}
-		return key
+		return roundKey(failedEventKeyPrefix, s.InboxID, s.Round)
 	case ReconFailedDelivery, ReconUncertainDelivery:
-		return deliveryKeyPrefix + strconv.FormatInt(s.MessageID, 10)
+		return roundKey(deliveryKeyPrefix, s.MessageID, s.Round)
 	case ReconUnidentifiedPayment, ReconPaidNotFulfilled:
 		return OrderKeyPrefix + s.OrderID
 	case ReconDuplicateOrderID, ReconPollFailing:
@@ -244,4 +244,15 @@ func ItemKey(kind ReconKind, s ItemSubject) string {
 		}
 		return key
 	}
+}
+
+// roundKey is the key of an item about round of attempts at id (prefix
+// names what id is): the first round's key names id alone, as keys did
+// before rounds were told apart.
+func roundKey(prefix string, id int64, round int) string {
+	key := prefix + strconv.FormatInt(id, 10)
+	if round > 0 {
+		key += "|" + strconv.Itoa(round)
+	}
+	return key
 }

@@ -529,9 +529,18 @@ func TestItemKey(t *testing.T) {
 	// A failure after a replay is a round of its own; the first round's key
 	// is the one items opened before rounds were told apart have.
 	replayed := s
-	replayed.Replays = 2
+	replayed.Round = 2
 	if got := ItemKey(ReconFailedEvent, replayed); got != "inbox|42|2" {
 		t.Errorf("failed_event key after two replays: %q", got)
+	}
+	// So is a delivery's after a person's retry, failed or uncertain.
+	message := ItemSubject{OrgID: "org_a", Environment: EnvLive, MessageID: 7}
+	retried := message
+	retried.Round = 1
+	for _, kind := range []ReconKind{ReconFailedDelivery, ReconUncertainDelivery} {
+		if first, next := ItemKey(kind, message), ItemKey(kind, retried); first != "outbox|7" || next != "outbox|7|1" {
+			t.Errorf("%s keys of the first round and the one after a retry: %q, %q", kind, first, next)
+		}
 	}
 	otherRefund := other
 	otherRefund.Refund = "tbank:pay_1:6000 RUB"

@@ -38,7 +38,7 @@ var inboxTable = newLeasedTable(leasedTable{
 			FROM inbox_work w WHERE w.id = ANY($1) AND e.id = w.id
 			RETURNING e.id, e.org_id, e.environment, e.provider, e.attempts,
 				(SELECT count(*) FROM inbox_replays r WHERE r.inbox_event_id = e.id)::int`, failed,
-			&e.InboxID, []any{&e.InboxID, &e.OrgID, &e.Environment, &e.Provider, &attempts, &e.Replays}, func(r failedRow) item {
+			&e.InboxID, []any{&e.InboxID, &e.OrgID, &e.Environment, &e.Provider, &attempts, &e.Round}, func(r failedRow) item {
 				detail := fmt.Sprintf("processing failed %d times; last error: %s", maxAttempts, r.cause)
 				if r.abandoned {
 					detail = fmt.Sprintf("processing did not complete in %d attempts (the worker stopped during each)", attempts)

@@ -45,8 +45,8 @@ var outboxTable = newLeasedTable(leasedTable{
 		return failRows(ctx, tx, `
 			UPDATE outbox_messages m SET `+outboxFailedSet+`, attempts = w.attempts, last_error = w.last_error
 			FROM outbox_work w WHERE w.id = ANY($1) AND m.id = w.id
-			RETURNING m.id, m.org_id, m.environment, coalesce(m.order_id::text, ''), m.destination_id, m.attempts`, failed,
-			&m.MessageID, []any{&m.MessageID, &m.OrgID, &m.Environment, &m.OrderID, &destination, &attempts}, func(r failedRow) item {
+			RETURNING m.id, m.org_id, m.environment, coalesce(m.order_id::text, ''), m.destination_id, m.attempts, m.retries`, failed,
+			&m.MessageID, []any{&m.MessageID, &m.OrgID, &m.Environment, &m.OrderID, &destination, &attempts, &m.Round}, func(r failedRow) item {
 				detail := fmt.Sprintf("delivery to %s failed %d times; last error: %s", destination, maxAttempts, r.cause)
 				if r.abandoned {
 					detail = fmt.Sprintf("delivery to %s did not complete in %d attempts (the worker stopped during each)", destination, attempts)
@@ -66,8 +66,9 @@ const outboxFailedSet = `state = 'failed', processed_at = clock_timestamp()`
 // locks the messages' work rows first, so that a retry racing a claim or a
 // record sees its outcome; a message leased at that moment is left alone.
 // "done" ends the chain with the ids put back. attempts start again from
-// 0, except for a message still pending (a retry only moves it forward),
-// which also keeps its sending mark: its request may have been on the wire
+// 0 and a new round begins (retries counts it: its failure is a
+// situation of its own), except for a message still pending (a retry only
+// moves it forward), which also keeps its sending mark: its request may have been on the wire
 // when its worker stopped, and its next claim then records it uncertain
 // rather than sending it again. A failed or uncertain message retried by a
 // person is sent.
@@ -78,6 +79,7 @@ func outboxRequeue(ids, retryable, note string) string {
 		), requeued AS (
 			UPDATE outbox_messages m SET
 				attempts = CASE WHEN m.state = 'pending' THEN m.attempts ELSE 0 END,
+				retries = m.retries + CASE WHEN m.state = 'pending' THEN 0 ELSE 1 END,
 				processed_at = NULL, state = 'pending',
 				last_error = CASE WHEN m.state = 'pending' THEN m.last_error ELSE ` + note + ` END
 			WHERE m.id IN (` + ids + `) AND (` + retryable + `)
@@ -290,12 +292,13 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 			required           bool
 			org                string
 			environment        fulfillment.Environment
+			retries            int
 		}
 		// The work rows first, then (for deliveries) their orders: the
 		// order InboxProcess never takes, as it writes messages of locked
 		// orders only by inserting them.
 		rows, _ := tx.Query(ctx, `
-			SELECT w.id, w.attempts, m.destination_id, m.topic, m.order_id::text, m.required, m.org_id, m.environment
+			SELECT w.id, w.attempts, m.destination_id, m.topic, m.order_id::text, m.required, m.org_id, m.environment, m.retries
 			FROM outbox_work w JOIN outbox_messages m ON m.id = w.id
 			WHERE w.id = ANY($1) AND w.lease_owner = $2
 			ORDER BY w.id
@@ -306,7 +309,7 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 				id int64
 				h  held
 			)
-			if err := r.Scan(&id, &h.attempt, &h.destination, &h.topic, &h.orderID, &h.required, &h.org, &h.environment); err != nil {
+			if err := r.Scan(&id, &h.attempt, &h.destination, &h.topic, &h.orderID, &h.required, &h.org, &h.environment, &h.retries); err != nil {
 				return err
 			}
 			byID[id] = h
@@ -322,6 +325,7 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 			aOutcome, aReason []string
 			delivered         []int64
 			deliveredStatus   []int
+			answered          answeredDeliveries
 			orders            []string
 			seenOrder         = map[string]bool{}
 		)
@@ -338,6 +342,13 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 			switch a.Outcome {
 			case fulfillment.OutcomeDelivered:
 				delivered, deliveredStatus = append(delivered, id), append(deliveredStatus, a.Status)
+				if h.retries > 0 {
+					// A round after a person's retry: the items of the
+					// rounds before are answered.
+					answered.ids = append(answered.ids, id)
+					answered.notes = append(answered.notes, fmt.Sprintf("the message was retried and delivered to %s (HTTP %d)",
+						h.destination, a.Status))
+				}
 				if h.required && h.orderID != nil && !seenOrder[*h.orderID] {
 					seenOrder[*h.orderID] = true
 					orders = append(orders, *h.orderID)
@@ -349,7 +360,8 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 						attempts = w.attempts, last_status = $2, last_error = $3
 					FROM work w WHERE m.id = w.id`, id, optInt(a.Status), a.Reason)
 				queueItem(b, item{kind: fulfillment.ReconUncertainDelivery,
-					subject: fulfillment.ItemSubject{OrgID: h.org, Environment: h.environment, OrderID: str(h.orderID), MessageID: id},
+					subject: fulfillment.ItemSubject{OrgID: h.org, Environment: h.environment, OrderID: str(h.orderID), MessageID: id,
+						Round: h.retries},
 					detail: fmt.Sprintf("%s may or may not have received this %s message (%s), and it does not honour idempotency keys: "+
 						"check with it, then retry the message if it does not have it, or confirm it delivered if it does",
 						h.destination, h.topic, a.Reason)})
@@ -387,6 +399,7 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 				FROM work w JOIN unnest($1::bigint[], $2::int[]) AS d (id, status) ON d.id = w.id
 				WHERE m.id = w.id`, delivered, deliveredStatus)
 		}
+		answered.queue(b)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("recording delivery attempts: %w", interpret(err))
 		}
@@ -401,6 +414,30 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 	}
 	s.wake(q)
 	return lost, nil
+}
+
+// answeredDeliveries are the messages delivered after a person's retry,
+// with a note each: their open failed_delivery and uncertain_delivery
+// items, opened by the rounds before, are answered.
+type answeredDeliveries struct {
+	ids   []int64
+	notes []string
+}
+
+// queue adds to b the statement that resolves the items a answers, as
+// retried by the service (none when a is empty: a message delivered in its
+// first round has no item). The open items are read by their partial
+// index of open items of a kind.
+func (a answeredDeliveries) queue(b *pgx.Batch) {
+	if len(a.ids) == 0 {
+		return
+	}
+	b.Queue(`
+		UPDATE reconciliation_items r SET state = 'resolved', resolution = '`+string(fulfillment.ResolutionRetried)+`',
+			resolved_at = clock_timestamp(), resolved_by = '`+LateMatchActor+`', resolution_note = a.note
+		FROM unnest($1::bigint[], $2::text[]) AS a(id, note)
+		WHERE r.kind IN ('`+string(fulfillment.ReconFailedDelivery)+`', '`+string(fulfillment.ReconUncertainDelivery)+`')
+			AND r.state = 'open' AND r.outbox_message_id = a.id`, a.ids, a.notes)
 }
 
 // completeOrders applies fulfillment.DecideDelivered to each of the orders

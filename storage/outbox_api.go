@@ -185,8 +185,7 @@ func (s *Store) DeliveryConfirm(ctx context.Context, c fulfillment.DeliveryConfi
 		if _, err := tx.Exec(ctx, `SELECT FROM outbox_work WHERE id = $1 FOR UPDATE`, c.MessageID); err != nil {
 			return fmt.Errorf("confirming outbox message delivered: %w", interpret(err))
 		}
-		// The message's item, failed or uncertain, has one key either way
-		// (fulfillment.ItemKey), which the items' unique index finds.
+		// Its open items, failed or uncertain, of every round.
 		err := tx.QueryRow(ctx, `
 			WITH m AS (
 				SELECT id FROM outbox_messages WHERE id = $1 AND state IN ('failed', 'uncertain') FOR NO KEY UPDATE
@@ -198,12 +197,11 @@ func (s *Store) DeliveryConfirm(ctx context.Context, c fulfillment.DeliveryConfi
 				RETURNING o.id, o.order_id::text, o.required
 			), items AS (
 				UPDATE reconciliation_items r SET `+resolvedBy+`
-				FROM done WHERE r.kind IN ('failed_delivery', 'uncertain_delivery') AND r.dedupe_key = $6
+				FROM done WHERE r.kind IN ('failed_delivery', 'uncertain_delivery') AND r.outbox_message_id = done.id
 					AND r.state = 'open'
 			)
 			SELECT order_id, required FROM done`,
-			c.MessageID, fulfillment.ResolutionConfirmedDelivered, c.Note, c.Actor, opt(c.ActorDetail),
-			fulfillment.ItemKey(fulfillment.ReconUncertainDelivery, fulfillment.ItemSubject{MessageID: c.MessageID})).Scan(&orderID, &required)
+			c.MessageID, fulfillment.ResolutionConfirmedDelivered, c.Note, c.Actor, opt(c.ActorDetail)).Scan(&orderID, &required)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}

@@ -968,3 +968,115 @@ func TestQueueUnmatchedPaymentReplayedAndMatchedResolvesItsItem(t *testing.T) {
 			WHERE o.merchant_order_id = 'm-late' AND $1::bigint > 0`, 1},
 	}, id)
 }
+
+// failMessageRound fails message id's round of two attempts.
+func failMessageRound(t *testing.T, q *storage.Queue, id int64, round int) {
+	t.Helper()
+	for attempt := 1; attempt <= 2; attempt++ {
+		got := claimed(t, q, "w", time.Minute, 2)
+		if len(got) != 1 || got[0].ID != id {
+			t.Fatalf("round %d, attempt %d: claim = %v", round, attempt, got)
+		}
+		if _, err := retryOne(context.Background(), q, "w", got[0], fmt.Sprintf("boom %d.%d", round, attempt), time.Now(), 2); err != nil {
+			t.Fatalf("round %d, attempt %d: %v", round, attempt, err)
+		}
+	}
+}
+
+// recordOutcome claims message id and records outcome for it.
+func recordOutcome(t *testing.T, s *storage.Store, q *storage.Queue, id int64, outcome fulfillment.DeliveryOutcome, status int) {
+	t.Helper()
+	got := claimed(t, q, "w", time.Minute, 2)
+	if len(got) != 1 || got[0].ID != id {
+		t.Fatalf("claim = %v, want message %d", got, id)
+	}
+	lost, err := s.OutboxRecord(context.Background(), "w", []fulfillment.MessageAttempt{{ID: id,
+		DeliveryAttempt: fulfillment.DeliveryAttempt{Outcome: outcome, Status: status, Reason: "test", StartedAt: time.Now()}}})
+	if err != nil || len(lost) != 0 {
+		t.Fatalf("recording %s: lost %v, %v", outcome, lost, err)
+	}
+}
+
+// A message a person retries is a new round: failed again (or uncertain
+// again), it opens an item of its own, whether the one before was resolved
+// or not; delivered, it answers every open item about it, which the
+// service resolves as retried. A retry that only hurries a pending message
+// is no new round.
+func TestOutboxRetriedMessageRoundsAndItsItems(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, conn := newOutboxStore(t)
+	q := s.OutboxQueue("crm")
+	id := queueCases[1].seed(t, s, conn)
+	retry := func() {
+		t.Helper()
+		if _, err := s.DeliveryRetry(ctx, id, "ops", false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	items := func() (open, all int) {
+		t.Helper()
+		return count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE outbox_message_id = $1 AND state = 'open'`, id),
+			count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE outbox_message_id = $1`, id)
+	}
+	failMessageRound(t, q, id, 1)
+	first := count(t, conn, `SELECT id FROM reconciliation_items WHERE kind = 'failed_delivery' AND outbox_message_id = $1`, id)
+	if _, err := s.ReconResolve(ctx, fulfillment.ReconResolve{ID: int64(first), Resolution: fulfillment.ResolutionRetried,
+		Note: "retried", Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	retry()
+	failMessageRound(t, q, id, 2)
+	if open, all := items(); open != 1 || all != 2 {
+		t.Fatalf("failed again after a retry, its first item resolved: %d open items of %d, want 1 of 2", open, all)
+	}
+	retry()
+	recordOutcome(t, s, q, id, fulfillment.OutcomeUncertain, 0)
+	if open, all := items(); open != 2 || all != 3 {
+		t.Fatalf("uncertain after a second retry: %d open items of %d, want 2 of 3", open, all)
+	}
+	retry()
+	// Hurried while pending: the same round.
+	retry()
+	recordOutcome(t, s, q, id, fulfillment.OutcomeDelivered, 200)
+	wantCounts(t, conn, []countCheck{
+		{"open items", `SELECT count(*) FROM reconciliation_items WHERE outbox_message_id = $1 AND state = 'open'`, 0},
+		{"items resolved by the service as retried", `SELECT count(*) FROM reconciliation_items WHERE outbox_message_id = $1
+			AND state = 'resolved' AND resolution = 'retried' AND resolved_by = 'service' AND resolution_note LIKE '%delivered%'`, 2},
+		{"the item a person resolved, as they did", `SELECT count(*) FROM reconciliation_items WHERE outbox_message_id = $1
+			AND resolved_by = 'ops'`, 1},
+		{"delivered", `SELECT count(*) FROM outbox_messages WHERE id = $1 AND state = 'delivered'`, 1},
+		{"attempts recorded", `SELECT count(*) FROM outbox_attempts WHERE message_id = $1`, 2},
+	}, id)
+	// Sent again after it was delivered, and failed: a round of its own.
+	if _, err := s.DeliveryRetry(ctx, id, "ops", true); err != nil {
+		t.Fatal(err)
+	}
+	failMessageRound(t, q, id, 4)
+	if open, all := items(); open != 1 || all != 4 {
+		t.Fatalf("failed after a resend: %d open items of %d, want 1 of 4", open, all)
+	}
+}
+
+// A person's confirmation that a message was delivered resolves every open
+// item about it, whatever round opened it.
+func TestOutboxConfirmedResolvesEveryRoundsItem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, conn := newOutboxStore(t)
+	q := s.OutboxQueue("crm")
+	id := queueCases[1].seed(t, s, conn)
+	failMessageRound(t, q, id, 1)
+	if _, err := s.DeliveryRetry(ctx, id, "ops", false); err != nil {
+		t.Fatal(err)
+	}
+	failMessageRound(t, q, id, 2)
+	if _, err := s.DeliveryConfirm(ctx, fulfillment.DeliveryConfirmation{MessageID: id, Note: "it has it", Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	wantCounts(t, conn, []countCheck{
+		{"items", `SELECT count(*) FROM reconciliation_items WHERE outbox_message_id = $1`, 2},
+		{"items resolved as confirmed delivered", `SELECT count(*) FROM reconciliation_items WHERE outbox_message_id = $1
+			AND state = 'resolved' AND resolution = 'confirmed_delivered' AND resolved_by = 'ops'`, 2},
+	}, id)
+}

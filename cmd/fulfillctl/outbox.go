@@ -121,7 +121,8 @@ prints the message, pending, and asks no confirmation.
 
 An uncertain message may have arrived: a destination that does not honour
 idempotency keys then applies it twice. Check with the destination first.
-The message's reconciliation item stays open. A message being sent at that
+Once it is delivered, the service resolves its reconciliation items; failed
+or uncertain again, it opens a new one. A message being sent at that
 moment, or a delivered one without --resend, is FAILED_PRECONDITION. Needs
 the admin scope.`,
 		Example: `  fulfillctl outbox list --state uncertain

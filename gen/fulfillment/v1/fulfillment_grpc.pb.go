@@ -128,8 +128,9 @@ type FulfillmentServiceClient interface {
 	// resend set, for a receiver that lost it (its attempts start again, and
 	// until it is delivered again its line counts as awaiting delivery). A
 	// message being sent at that moment, or delivered without resend, is
-	// FAILED_PRECONDITION and nothing changes. The message's reconciliation
-	// item stays open until resolved.
+	// FAILED_PRECONDITION and nothing changes. Once the message is delivered,
+	// the service resolves its open reconciliation items (retried); failed or
+	// uncertain again, it opens one for the new round.
 	RetryOutboxMessage(ctx context.Context, in *RetryOutboxMessageRequest, opts ...grpc.CallOption) (*RetryOutboxMessageResponse, error)
 	// ConfirmOutboxDelivery records that a failed or uncertain message
 	// reached its destination after all, as a person confirmed with the
@@ -614,8 +615,9 @@ type FulfillmentServiceServer interface {
 	// resend set, for a receiver that lost it (its attempts start again, and
 	// until it is delivered again its line counts as awaiting delivery). A
 	// message being sent at that moment, or delivered without resend, is
-	// FAILED_PRECONDITION and nothing changes. The message's reconciliation
-	// item stays open until resolved.
+	// FAILED_PRECONDITION and nothing changes. Once the message is delivered,
+	// the service resolves its open reconciliation items (retried); failed or
+	// uncertain again, it opens one for the new round.
 	RetryOutboxMessage(context.Context, *RetryOutboxMessageRequest) (*RetryOutboxMessageResponse, error)
 	// ConfirmOutboxDelivery records that a failed or uncertain message
 	// reached its destination after all, as a person confirmed with the
