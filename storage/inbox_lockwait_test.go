@@ -54,8 +54,8 @@ func TestALockedOrderHoldsBackOnlyItsOwnEvent(t *testing.T) {
 		t.Fatalf("%d licenses of the locked order while it is locked", got)
 	}
 	if got := count(t, conn, `SELECT count(*) FROM inbox_work w JOIN inbox_events e ON e.id = w.id
-		WHERE e.merchant_order_id = 'm-held' AND w.last_error LIKE '%lock timeout%'`); got != 1 {
-		t.Fatalf("the locked order's event: %d pending with a lock wait as its error, want 1", got)
+		WHERE e.merchant_order_id = 'm-held' AND w.last_error LIKE 'event e-m-held of yolfi-live: %lock timeout%'`); got != 1 {
+		t.Fatalf("the locked order's event: %d pending with a lock wait as its error, naming the event, want 1", got)
 	}
 
 	if err := holder.Rollback(ctx); err != nil {

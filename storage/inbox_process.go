@@ -66,6 +66,13 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 		s.log.Warn("inbox: a processed batch committed, but its results could not be read", "events", len(events), "error", err)
 		err = nil
 	}
+	if err != nil && len(events) == 1 {
+		// Tried alone (a batch that failed is tried event by event), its
+		// error is this event's: it names the event as its provider does,
+		// for the retry's log line, its last_error and its item.
+		ev := events[0].ev
+		return nil, fmt.Errorf("event %s of %s: %w", ev.EventID, ev.EndpointID, err)
+	}
 	if err != nil {
 		return nil, err
 	}
