@@ -339,18 +339,26 @@ type answeredItems struct {
 
 // add records what the outcome out of event le answers.
 func (a *answeredItems) add(le leasedEvent, out fulfillment.Outcome) {
-	var kind fulfillment.ReconKind
-	switch state := fulfillment.InboxStateFor(out.Decision); {
-	case le.previous == string(fulfillment.InboxFailed):
-		kind = fulfillment.ReconFailedEvent
-	case le.previous == string(fulfillment.DecisionUnmatched) && state != fulfillment.InboxUnmatched:
-		kind = fulfillment.ReconUnmatchedPayment
-	default:
-		return
+	var kinds []fulfillment.ReconKind
+	failed := le.previous == string(fulfillment.InboxFailed)
+	if failed {
+		kinds = append(kinds, fulfillment.ReconFailedEvent)
 	}
-	a.ids = append(a.ids, le.id)
-	a.kinds = append(a.kinds, string(kind))
-	a.notes = append(a.notes, fmt.Sprintf("the event was processed again and decided %s: %s", out.Decision, out.Reason))
+	// A failed event may have been an unmatched payment before the round
+	// that failed (replayed once its order existed, say): its decision
+	// then says failed, no longer unmatched, but its unmatched_payment
+	// item is still open, and a match answers it as well. An event that
+	// never was unmatched has no such item, and the statement finds none.
+	if (failed || le.previous == string(fulfillment.DecisionUnmatched)) &&
+		fulfillment.InboxStateFor(out.Decision) != fulfillment.InboxUnmatched {
+		kinds = append(kinds, fulfillment.ReconUnmatchedPayment)
+	}
+	note := fmt.Sprintf("the event was processed again and decided %s: %s", out.Decision, out.Reason)
+	for _, kind := range kinds {
+		a.ids = append(a.ids, le.id)
+		a.kinds = append(a.kinds, string(kind))
+		a.notes = append(a.notes, note)
+	}
 }
 
 // queue adds to b the statement that resolves the items a answers, as

@@ -969,6 +969,50 @@ func TestQueueUnmatchedPaymentReplayedAndMatchedResolvesItsItem(t *testing.T) {
 	}, id)
 }
 
+// A payment decided unmatched, replayed by a person, whose round of
+// attempts then failed ("failed" is the decision it records now), and
+// replayed again once its order exists, answers its unmatched_payment item
+// too once it matches: the item is about the payment, which is paid now,
+// not about the decision the round before it recorded.
+func TestQueueUnmatchedPaymentFailedThenMatchedResolvesItsItem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, conn, _ := openStore(t, storage.Options{MaxConns: 10, LateMatchWindow: time.Microsecond})
+	if _, err := s.InboxInsert(ctx, confirmedEvent("evt_late", "m-late"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	id := int64(count(t, conn, "SELECT id FROM inbox_events WHERE event_id = 'evt_late'"))
+	replay := func() {
+		t.Helper()
+		if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: id, Actor: "ops"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if outs := processInbox(t, s); outs[id].Decision != fulfillment.DecisionUnmatched {
+		t.Fatalf("decided %+v, want unmatched", outs[id])
+	}
+	replay()
+	failInboxRound(t, s.InboxQueue(), id, 1)
+	if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", "m-late")); err != nil {
+		t.Fatal(err)
+	}
+	replay()
+	if outs := processInbox(t, s); outs[id].Decision != fulfillment.DecisionFulfilled {
+		t.Fatalf("replayed with its order: decided %+v, want fulfilled", outs[id])
+	}
+	wantCounts(t, conn, []countCheck{
+		{"open items", `SELECT count(*) FROM reconciliation_items WHERE state = 'open' AND $1::bigint > 0`, 0},
+		{"its unmatched_payment item, resolved by the service as retried", `SELECT count(*) FROM reconciliation_items
+			WHERE kind = 'unmatched_payment' AND inbox_event_id = $1 AND state = 'resolved' AND resolution = 'retried'
+				AND resolved_by = 'service' AND resolution_note LIKE '%decided fulfilled%'`, 1},
+		{"its failed_event item, resolved by the service as retried", `SELECT count(*) FROM reconciliation_items
+			WHERE kind = 'failed_event' AND inbox_event_id = $1 AND state = 'resolved' AND resolution = 'retried'
+				AND resolved_by = 'service'`, 1},
+		{"its order's attempts", `SELECT count(*) FROM payment_attempts a JOIN orders o ON o.id = a.order_id
+			WHERE o.merchant_order_id = 'm-late' AND $1::bigint > 0`, 1},
+	}, id)
+}
+
 // failMessageRound fails message id's round of two attempts.
 func failMessageRound(t *testing.T, q *storage.Queue, id int64, round int) {
 	t.Helper()
