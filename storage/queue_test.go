@@ -1124,3 +1124,56 @@ func TestOutboxConfirmedResolvesEveryRoundsItem(t *testing.T) {
 			AND state = 'resolved' AND resolution = 'confirmed_delivered' AND resolved_by = 'ops'`, 2},
 	}, id)
 }
+
+// Migration 054 counts the retry of a message that a person retried before
+// it and that is still pending: its first round's item (key outbox|<id>)
+// is there already, so the round it is in opens an item of its own when it
+// fails, and answers that item when it is delivered. Uncounted, it opened
+// none (the key of the first round's item) and answered none.
+func TestMigration054RetriedBeforeIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, conn := newOutboxStore(t)
+	q := s.OutboxQueue("crm")
+	failing := queueCases[1].seed(t, s, conn)
+	failMessageRound(t, q, failing, 1)
+	delivered := int64(count(t, conn, `INSERT INTO outbox_messages
+		(destination_id, topic, idempotency_key, org_id, environment, required, payload)
+		VALUES ('crm', 'order.fulfilled', 'k2', 'org_a', 'live', false, '{}') RETURNING id`))
+	failMessageRound(t, q, delivered, 1)
+	m, v := migrator(t, conn, "_outbox_retries.sql")
+	if err := m.MigrateTo(ctx, v-1); err != nil {
+		t.Fatal(err)
+	}
+	// Retried as the service did before the migration; the second message
+	// is due later, so that the first is claimed alone.
+	for _, id := range []int64{failing, delivered} {
+		if _, err := conn.Exec(ctx, `
+			WITH requeued AS (
+				UPDATE outbox_messages SET attempts = 0, processed_at = NULL, state = 'pending', last_error = 'retried by ops'
+				WHERE id = $1 AND state = 'failed' RETURNING id
+			)
+			UPDATE outbox_work w SET state = 'pending', attempts = 0, last_error = NULL, processed_at = NULL,
+				next_attempt_at = clock_timestamp() + CASE WHEN w.id = $2 THEN interval '1 hour' ELSE interval '0' END
+			FROM requeued r WHERE w.id = r.id`, id, delivered); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.MigrateTo(ctx, int32(len(m.Migrations))); err != nil {
+		t.Fatal(err)
+	}
+	failMessageRound(t, q, failing, 2)
+	if _, err := conn.Exec(ctx, `UPDATE outbox_work SET next_attempt_at = clock_timestamp() WHERE id = $1`, delivered); err != nil {
+		t.Fatal(err)
+	}
+	recordOutcome(t, s, q, delivered, fulfillment.OutcomeDelivered, 200)
+	wantCounts(t, conn, []countCheck{
+		{"items of the message failed again", `SELECT count(*) FROM reconciliation_items WHERE outbox_message_id = $1`, 2},
+		{"its open items", `SELECT count(*) FROM reconciliation_items WHERE outbox_message_id = $1 AND state = 'open'`, 2},
+	}, failing)
+	wantCounts(t, conn, []countCheck{
+		{"items of the message delivered", `SELECT count(*) FROM reconciliation_items WHERE outbox_message_id = $1`, 1},
+		{"its item, resolved by the service as retried", `SELECT count(*) FROM reconciliation_items
+			WHERE outbox_message_id = $1 AND state = 'resolved' AND resolution = 'retried' AND resolved_by = 'service'`, 1},
+	}, delivered)
+}
