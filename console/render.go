@@ -93,7 +93,7 @@ var notices = map[string]string{
 	"replayed":  "The event was queued for processing again.",
 	"retried":   "The message was queued for delivery again.",
 	"resent":    "The message will be sent again under the same idempotency key.",
-	"confirmed": "The message is recorded as delivered (nothing was sent); its open item, if any, is resolved.",
+	"confirmed": "The message is recorded as delivered (nothing was sent); its open items, if any, are resolved.",
 	"disabled":  "The destination is disabled: nothing is delivered to it until it is enabled.",
 	"enabled":   "The destination is enabled again.",
 	"resolved":  "The item is resolved.",

@@ -149,22 +149,28 @@ again, they stay open. Needs the admin scope.`,
 		req.InboxEventId = id
 		resp, err := client.ReplayInboxEvent(ctx, req)
 		return resp.GetEvent(), err
-	}, eventDetail, func(e *fulfillmentv1.InboxEvent) string {
-		note := fmt.Sprintf("event %s is pending again (replay %d): the processor decides it again against the current state",
-			e.GetId(), e.GetReplayCount())
-		if r := e.GetReplays(); len(r) > 0 {
-			// What the service resolves once the event is decided.
-			switch r[0].GetPreviousState() {
-			case "failed":
-				note += fmt.Sprintf("; its failed_event items are resolved once it is decided (events get %s)", e.GetId())
-			case "unmatched":
-				note += fmt.Sprintf("; an unmatched_payment item of it is resolved once it matches (events get %s)", e.GetId())
-			}
-		}
-		return note
-	})
+	}, eventDetail, replayNote)
 	cmd.Flags().StringVar(&req.ActorDetail, "actor-detail", "", "who asked, or a ticket, beside the token's name")
 	return cmd
+}
+
+// replayNote is what events replay says of the replayed event e: that it is
+// pending again, and what the service resolves once it is decided.
+func replayNote(e *fulfillmentv1.InboxEvent) string {
+	note := fmt.Sprintf("event %s is pending again (replay %d): the processor decides it again against the current state",
+		e.GetId(), e.GetReplayCount())
+	if r := e.GetReplays(); len(r) > 0 {
+		switch {
+		case r[0].GetPreviousState() == "failed":
+			note += fmt.Sprintf("; its failed_event items are resolved once it is decided (events get %s)", e.GetId())
+		case r[0].GetPreviousState() == "unmatched" && e.GetKind() == "payment_confirmed":
+			// Only a confirmed payment decided unmatched opened an
+			// unmatched_payment item; another event (a refund, an attempt)
+			// opened none, and the note says nothing of one.
+			note += fmt.Sprintf("; an unmatched_payment item of it is resolved once it matches (events get %s)", e.GetId())
+		}
+	}
+	return note
 }
 
 // eventTable writes events as a table, one row each.

@@ -148,8 +148,8 @@ func newOutboxConfirmCmd(c *conn) *cobra.Command {
 		Long: `Confirm records what a person learnt from the destination: it has a failed
 or uncertain message (once). Nothing is sent. The message is delivered, its
 order is fulfilled when it was the last message the order awaited, and the
-message's open failed_delivery or uncertain_delivery item is resolved as
-confirmed_delivered, with the note (required: how the destination
+message's open failed_delivery and uncertain_delivery items (of every
+round) are resolved as confirmed_delivered, with the note (required: how the destination
 confirmed it) and --actor-detail (your name, a ticket). The resolver
 recorded is the token's name. It prints the message, delivered.
 
@@ -164,7 +164,7 @@ FAILED_PRECONDITION, and nothing changes. Needs the admin scope.`,
 		resp, err := client.ConfirmOutboxDelivery(ctx, req)
 		return resp.GetMessage(), err
 	}, messageDetail, func(m *fulfillmentv1.OutboxMessage) string {
-		return fmt.Sprintf("message %s is %s: nothing was sent; its open item, if any, is resolved as confirmed_delivered", m.GetId(), m.GetState())
+		return fmt.Sprintf("message %s is %s: nothing was sent; its open items, if any, are resolved as confirmed_delivered", m.GetId(), m.GetState())
 	})
 	f := cmd.Flags()
 	f.StringVar(&req.Note, "note", "", "how the destination confirmed it has the message (required)")

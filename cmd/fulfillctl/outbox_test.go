@@ -260,7 +260,7 @@ func TestOutboxAndDestinationCommands(t *testing.T) {
 	}
 	out, errOut, err = s.ctl(t, "outbox", "confirm", ids[2], "--note", "crm's on-call sees it applied once", "--actor-detail", "Dana")
 	if err != nil || !regexp.MustCompile(`(?m)^state +delivered$`).MatchString(out) ||
-		errOut != "message "+ids[2]+" is delivered: nothing was sent; its open item, if any, is resolved as confirmed_delivered\n" {
+		errOut != "message "+ids[2]+" is delivered: nothing was sent; its open items, if any, are resolved as confirmed_delivered\n" {
 		t.Fatalf("outbox confirm: %v\n%s\nstderr %q", err, out, errOut)
 	}
 	time.Sleep(300 * time.Millisecond) // claim polls: nothing may be sent

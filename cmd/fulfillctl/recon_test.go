@@ -279,3 +279,25 @@ func TestReplayTenTimesThroughTheWorker(t *testing.T) {
 		t.Errorf("the event after 10 replays: %v, %v", e, err)
 	}
 }
+
+// The replay's note names only the items the event has: an unmatched_payment
+// item for a confirmed payment decided unmatched, none for another event
+// decided unmatched (a refund, an attempt), failed_event items for a failed
+// one.
+func TestReplayNoteNamesTheEventsItems(t *testing.T) {
+	t.Parallel()
+	const pending = "event 7 is pending again (replay 1): the processor decides it again against the current state"
+	for _, c := range []struct{ kind, previous, want string }{
+		{"payment_confirmed", "unmatched", pending + "; an unmatched_payment item of it is resolved once it matches (events get 7)"},
+		{"refunded", "unmatched", pending},
+		{"attempt_created", "unmatched", pending},
+		{"refunded", "failed", pending + "; its failed_event items are resolved once it is decided (events get 7)"},
+		{"payment_confirmed", "processed", pending},
+	} {
+		e := &fulfillmentv1.InboxEvent{Id: "7", Kind: c.kind, ReplayCount: 1,
+			Replays: []*fulfillmentv1.EventReplay{{PreviousState: c.previous}}}
+		if got := replayNote(e); got != c.want {
+			t.Errorf("%s, %s before: %q, want %q", c.kind, c.previous, got, c.want)
+		}
+	}
+}

@@ -136,9 +136,9 @@ type FulfillmentServiceClient interface {
 	// reached its destination after all, as a person confirmed with the
 	// destination (scope "admin"). Nothing is sent: the message is
 	// delivered, its order is fulfilled when it was the last message the
-	// order awaited, and the message's open failed_delivery or
-	// uncertain_delivery item is resolved as "confirmed_delivered" with the
-	// note, in one transaction. Any other message (pending, being sent,
+	// order awaited, and the message's open failed_delivery and
+	// uncertain_delivery items, of every round, are resolved as
+	// "confirmed_delivered" with the note, in one transaction. Any other message (pending, being sent,
 	// delivered) is FAILED_PRECONDITION and nothing changes.
 	ConfirmOutboxDelivery(ctx context.Context, in *ConfirmOutboxDeliveryRequest, opts ...grpc.CallOption) (*ConfirmOutboxDeliveryResponse, error)
 	// ListDestinations lists the configured destinations, whether each is
@@ -623,9 +623,9 @@ type FulfillmentServiceServer interface {
 	// reached its destination after all, as a person confirmed with the
 	// destination (scope "admin"). Nothing is sent: the message is
 	// delivered, its order is fulfilled when it was the last message the
-	// order awaited, and the message's open failed_delivery or
-	// uncertain_delivery item is resolved as "confirmed_delivered" with the
-	// note, in one transaction. Any other message (pending, being sent,
+	// order awaited, and the message's open failed_delivery and
+	// uncertain_delivery items, of every round, are resolved as
+	// "confirmed_delivered" with the note, in one transaction. Any other message (pending, being sent,
 	// delivered) is FAILED_PRECONDITION and nothing changes.
 	ConfirmOutboxDelivery(context.Context, *ConfirmOutboxDeliveryRequest) (*ConfirmOutboxDeliveryResponse, error)
 	// ListDestinations lists the configured destinations, whether each is
