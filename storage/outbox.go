@@ -95,6 +95,11 @@ func outboxRequeue(ids, retryable, note string) string {
 				-- A pending message keeps its mark: hurried by a retry, it is
 				-- still one whose request may have been on the wire.
 				sending_since = CASE WHEN w.state = 'pending' THEN w.sending_since END
+			-- A row leased meanwhile is left alone: "work" could not see it
+			-- (another retry put the message back, and a dispatcher claimed
+			-- it, after this statement began), and its lease is a send
+			-- under way, which another claim would make a second one.
+			WHERE w.lease_owner IS NULL
 			RETURNING w.id
 		)`
 }

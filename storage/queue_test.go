@@ -1177,3 +1177,43 @@ func TestMigration054RetriedBeforeIt(t *testing.T) {
 			WHERE outbox_message_id = $1 AND state = 'resolved' AND resolution = 'retried' AND resolved_by = 'service'`, 1},
 	}, delivered)
 }
+
+// Two people retry one uncertain message at the same moment, and a
+// dispatcher claims it between the first retry's commit and the second's
+// write: the second finds it being sent and leaves its lease alone. Wiped,
+// another claim would send it while the first send is under way — twice,
+// to a destination that does not honour idempotency keys.
+func TestOutboxRetryRacingAClaimLeavesTheLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, conn, url := openStore(t, storage.Options{MaxConns: 10, Subscriptions: map[fulfillment.Topic][]string{}})
+	q := s.OutboxQueue("crm")
+	id := queueCases[1].seed(t, s, conn)
+	recordOutcome(t, s, q, id, fulfillment.OutcomeUncertain, 0)
+	// The first retry and the claim right after it, committed together
+	// once the second retry waits for the message.
+	first := holderTx(ctx, t, url)
+	if _, err := first.Exec(ctx, `UPDATE outbox_messages SET state = 'pending', attempts = 0, retries = retries + 1 WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Exec(ctx, `INSERT INTO outbox_work (id, destination_id, attempts, lease_owner, lease_until)
+		VALUES ($1, 'crm', 1, 'sender', now() + interval '1 minute')`, id); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := s.DeliveryRetry(ctx, id, "ops", false); done <- err }()
+	waitFor(t, "the second retry waiting for the message", func() bool {
+		return count(t, conn, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND datname = current_database() AND query LIKE '%outbox_messages%'`) == 1
+	})
+	if err := first.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil && !errors.Is(err, fulfillment.ErrFailedPrecondition) {
+		t.Fatalf("second retry: %v, want success or FailedPrecondition", err)
+	}
+	wantCounts(t, conn, []countCheck{
+		{"the claim's lease, kept", `SELECT count(*) FROM outbox_work WHERE id = $1 AND lease_owner = 'sender' AND attempts = 1`, 1},
+		{"rounds counted", `SELECT retries FROM outbox_messages WHERE id = $1`, 1},
+	}, id)
+}
