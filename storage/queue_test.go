@@ -753,7 +753,7 @@ func TestQueueEventFailedAgainAfterAReplayOpensAnItem(t *testing.T) {
 	s, conn := newOutboxStore(t)
 	q := s.InboxQueue()
 	id := queueCases[0].seed(t, s, conn)
-	failRound := func(round int) { t.Helper(); failInboxRound(t, q, id, round) }
+	failRound := func(round int) { t.Helper(); failItemRound(t, q, id, round) }
 	items := func() (open, all int) {
 		t.Helper()
 		return count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE kind = 'failed_event' AND inbox_event_id = $1 AND state = 'open'`, id),
@@ -792,9 +792,9 @@ func TestQueueEventFailedAgainAfterAReplayOpensAnItem(t *testing.T) {
 	}
 }
 
-// failInboxRound fails event id's round of two attempts (round numbers
-// its errors, "boom <round>.<attempt>").
-func failInboxRound(t *testing.T, q *storage.Queue, id int64, round int) {
+// failItemRound fails item id's round of two attempts, whatever its queue q
+// (round numbers its errors, "boom <round>.<attempt>").
+func failItemRound(t *testing.T, q *storage.Queue, id int64, round int) {
 	t.Helper()
 	for attempt := 1; attempt <= 2; attempt++ {
 		got := claimed(t, q, "w", time.Minute, 2)
@@ -839,9 +839,9 @@ func TestQueueEventReplayedAndDecidedResolvesItsFailedItems(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	failInboxRound(t, q, id, 1)
+	failItemRound(t, q, id, 1)
 	replay()
-	failInboxRound(t, q, id, 2)
+	failItemRound(t, q, id, 2)
 	if got := count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE kind = 'failed_event' AND inbox_event_id = $1 AND state = 'open'`, id); got != 2 {
 		t.Fatalf("open failed_event items after two failed rounds = %d, want 2", got)
 	}
@@ -893,7 +893,7 @@ func TestQueueFailedEventReplayedFoundAppliedSaysSo(t *testing.T) {
 	s, conn := newOutboxStore(t)
 	q := s.InboxQueue()
 	id := queueCases[0].seed(t, s, conn)
-	failInboxRound(t, q, id, 1)
+	failItemRound(t, q, id, 1)
 	// The same payment, announced again under another event id.
 	again := confirmedEvent("evt_1", "m-evt_1")
 	again.EventID = "evt_1_again"
@@ -992,7 +992,7 @@ func TestQueueUnmatchedPaymentFailedThenMatchedResolvesItsItem(t *testing.T) {
 		t.Fatalf("decided %+v, want unmatched", outs[id])
 	}
 	replay()
-	failInboxRound(t, s.InboxQueue(), id, 1)
+	failItemRound(t, s.InboxQueue(), id, 1)
 	if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", "m-late")); err != nil {
 		t.Fatal(err)
 	}
@@ -1011,20 +1011,6 @@ func TestQueueUnmatchedPaymentFailedThenMatchedResolvesItsItem(t *testing.T) {
 		{"its order's attempts", `SELECT count(*) FROM payment_attempts a JOIN orders o ON o.id = a.order_id
 			WHERE o.merchant_order_id = 'm-late' AND $1::bigint > 0`, 1},
 	}, id)
-}
-
-// failMessageRound fails message id's round of two attempts.
-func failMessageRound(t *testing.T, q *storage.Queue, id int64, round int) {
-	t.Helper()
-	for attempt := 1; attempt <= 2; attempt++ {
-		got := claimed(t, q, "w", time.Minute, 2)
-		if len(got) != 1 || got[0].ID != id {
-			t.Fatalf("round %d, attempt %d: claim = %v", round, attempt, got)
-		}
-		if _, err := retryOne(context.Background(), q, "w", got[0], fmt.Sprintf("boom %d.%d", round, attempt), time.Now(), 2); err != nil {
-			t.Fatalf("round %d, attempt %d: %v", round, attempt, err)
-		}
-	}
 }
 
 // recordOutcome claims message id and records outcome for it.
@@ -1063,14 +1049,14 @@ func TestOutboxRetriedMessageRoundsAndItsItems(t *testing.T) {
 		return count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE outbox_message_id = $1 AND state = 'open'`, id),
 			count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE outbox_message_id = $1`, id)
 	}
-	failMessageRound(t, q, id, 1)
+	failItemRound(t, q, id, 1)
 	first := count(t, conn, `SELECT id FROM reconciliation_items WHERE kind = 'failed_delivery' AND outbox_message_id = $1`, id)
 	if _, err := s.ReconResolve(ctx, fulfillment.ReconResolve{ID: int64(first), Resolution: fulfillment.ResolutionRetried,
 		Note: "retried", Actor: "ops"}); err != nil {
 		t.Fatal(err)
 	}
 	retry()
-	failMessageRound(t, q, id, 2)
+	failItemRound(t, q, id, 2)
 	if open, all := items(); open != 1 || all != 2 {
 		t.Fatalf("failed again after a retry, its first item resolved: %d open items of %d, want 1 of 2", open, all)
 	}
@@ -1096,7 +1082,7 @@ func TestOutboxRetriedMessageRoundsAndItsItems(t *testing.T) {
 	if _, err := s.DeliveryRetry(ctx, id, "ops", true); err != nil {
 		t.Fatal(err)
 	}
-	failMessageRound(t, q, id, 4)
+	failItemRound(t, q, id, 4)
 	if open, all := items(); open != 1 || all != 4 {
 		t.Fatalf("failed after a resend: %d open items of %d, want 1 of 4", open, all)
 	}
@@ -1110,11 +1096,11 @@ func TestOutboxConfirmedResolvesEveryRoundsItem(t *testing.T) {
 	s, conn := newOutboxStore(t)
 	q := s.OutboxQueue("crm")
 	id := queueCases[1].seed(t, s, conn)
-	failMessageRound(t, q, id, 1)
+	failItemRound(t, q, id, 1)
 	if _, err := s.DeliveryRetry(ctx, id, "ops", false); err != nil {
 		t.Fatal(err)
 	}
-	failMessageRound(t, q, id, 2)
+	failItemRound(t, q, id, 2)
 	if _, err := s.DeliveryConfirm(ctx, fulfillment.DeliveryConfirmation{MessageID: id, Note: "it has it", Actor: "ops"}); err != nil {
 		t.Fatal(err)
 	}
@@ -1136,11 +1122,11 @@ func TestMigration054RetriedBeforeIt(t *testing.T) {
 	s, conn := newOutboxStore(t)
 	q := s.OutboxQueue("crm")
 	failing := queueCases[1].seed(t, s, conn)
-	failMessageRound(t, q, failing, 1)
+	failItemRound(t, q, failing, 1)
 	delivered := int64(count(t, conn, `INSERT INTO outbox_messages
 		(destination_id, topic, idempotency_key, org_id, environment, required, payload)
 		VALUES ('crm', 'order.fulfilled', 'k2', 'org_a', 'live', false, '{}') RETURNING id`))
-	failMessageRound(t, q, delivered, 1)
+	failItemRound(t, q, delivered, 1)
 	m, v := migrator(t, conn, "_outbox_retries.sql")
 	if err := m.MigrateTo(ctx, v-1); err != nil {
 		t.Fatal(err)
@@ -1162,7 +1148,7 @@ func TestMigration054RetriedBeforeIt(t *testing.T) {
 	if err := m.MigrateTo(ctx, int32(len(m.Migrations))); err != nil {
 		t.Fatal(err)
 	}
-	failMessageRound(t, q, failing, 2)
+	failItemRound(t, q, failing, 2)
 	if _, err := conn.Exec(ctx, `UPDATE outbox_work SET next_attempt_at = clock_timestamp() WHERE id = $1`, delivered); err != nil {
 		t.Fatal(err)
 	}
