@@ -924,18 +924,7 @@ func TestQueueFailedEventReplayedFoundAppliedSaysSo(t *testing.T) {
 func TestQueueUnmatchedPaymentReplayedAndMatchedResolvesItsItem(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, conn, _ := openStore(t, storage.Options{MaxConns: 10, LateMatchWindow: time.Microsecond})
-	ev := confirmedEvent("evt_late", "m-late")
-	if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
-		t.Fatal(err)
-	}
-	id := int64(count(t, conn, "SELECT id FROM inbox_events WHERE event_id = 'evt_late'"))
-	replay := func() {
-		t.Helper()
-		if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: id, Actor: "ops"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s, conn, id, replay := paymentBeforeItsOrder(t)
 	open := func() int {
 		t.Helper()
 		return count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE kind = 'unmatched_payment'
@@ -977,17 +966,7 @@ func TestQueueUnmatchedPaymentReplayedAndMatchedResolvesItsItem(t *testing.T) {
 func TestQueueUnmatchedPaymentFailedThenMatchedResolvesItsItem(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, conn, _ := openStore(t, storage.Options{MaxConns: 10, LateMatchWindow: time.Microsecond})
-	if _, err := s.InboxInsert(ctx, confirmedEvent("evt_late", "m-late"), []byte("{}")); err != nil {
-		t.Fatal(err)
-	}
-	id := int64(count(t, conn, "SELECT id FROM inbox_events WHERE event_id = 'evt_late'"))
-	replay := func() {
-		t.Helper()
-		if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: id, Actor: "ops"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s, conn, id, replay := paymentBeforeItsOrder(t)
 	if outs := processInbox(t, s); outs[id].Decision != fulfillment.DecisionUnmatched {
 		t.Fatalf("decided %+v, want unmatched", outs[id])
 	}
@@ -1202,4 +1181,24 @@ func TestOutboxRetryRacingAClaimLeavesTheLease(t *testing.T) {
 		{"the claim's lease, kept", `SELECT count(*) FROM outbox_work WHERE id = $1 AND lease_owner = 'sender' AND attempts = 1`, 1},
 		{"rounds counted", `SELECT retries FROM outbox_messages WHERE id = $1`, 1},
 	}, id)
+}
+
+// paymentBeforeItsOrder stores a confirmation naming order m-late, which
+// does not exist, on a store whose late match window is over at once (an
+// order created later does not queue it again), and returns its id and a
+// replay of it by a person.
+func paymentBeforeItsOrder(t *testing.T) (s *storage.Store, conn *pgx.Conn, id int64, replay func()) {
+	t.Helper()
+	ctx := context.Background()
+	s, conn, _ = openStore(t, storage.Options{MaxConns: 10, LateMatchWindow: time.Microsecond})
+	if _, err := s.InboxInsert(ctx, confirmedEvent("evt_late", "m-late"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	id = int64(count(t, conn, "SELECT id FROM inbox_events WHERE event_id = 'evt_late'"))
+	return s, conn, id, func() {
+		t.Helper()
+		if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: id, Actor: "ops"}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
