@@ -58,9 +58,9 @@ bench-quick: ## Smoke test of make bench (2 s phases, 20k history rows).
 	go run ./rig/cmd/bench --quick
 
 .PHONY: chaos
-chaos: ## Kill fulfillmentd and PostgreSQL at random under provider-like load; check nothing is lost or doubled.
+chaos: ## Kill fulfillmentd and PostgreSQL at random under provider-like load; check nothing is lost or doubled (a failing run's folder is kept).
 	go build -o .cache/fulfillmentd ./cmd/fulfillmentd
-	go run ./rig/cmd/chaos --binary .cache/fulfillmentd $(CHAOS_FLAGS)
+	go run ./rig/cmd/chaos --binary .cache/fulfillmentd --keep $(CHAOS_FLAGS)
 
 # BENCHTIME: go test -benchtime for make bench-micro. CI's 100x runs each
 # benchmark 100 times, to keep them compiling and passing; measure with e.g.
