@@ -333,8 +333,8 @@ func (d *decisions) add(le leasedEvent, out fulfillment.Outcome, linked, applied
 // unmatched_payment item (a late match resolves that item itself, as it
 // queues the event). An event decided for the first time answers none.
 type answeredItems struct {
-	ids          []int64
-	kinds, notes []string
+	ids                []int64
+	kinds, keys, notes []string
 }
 
 // add records what the outcome out of event le answers.
@@ -355,8 +355,16 @@ func (a *answeredItems) add(le leasedEvent, out fulfillment.Outcome) {
 	}
 	note := fmt.Sprintf("the event was processed again and decided %s: %s", out.Decision, out.Reason)
 	for _, kind := range kinds {
+		// An unmatched_payment item is about the payment, which another
+		// announcement of it may have opened: found by its key too. A
+		// failed_event item is the event's alone.
+		key := ""
+		if kind == fulfillment.ReconUnmatchedPayment {
+			key = fulfillment.ItemKey(kind, orderItem(kind, le, nil, "").subject)
+		}
 		a.ids = append(a.ids, le.id)
 		a.kinds = append(a.kinds, string(kind))
+		a.keys = append(a.keys, key)
 		a.notes = append(a.notes, note)
 	}
 }
@@ -364,7 +372,7 @@ func (a *answeredItems) add(le leasedEvent, out fulfillment.Outcome) {
 // queue adds to b the statement that resolves the items a answers, as
 // retried by the service (none when a is empty: an event decided for the
 // first time costs nothing). The open items are read by their partial
-// index of open items of a kind.
+// index of open items of a kind, and by their unique key.
 func (a *answeredItems) queue(b *pgx.Batch) {
 	if len(a.ids) == 0 {
 		return
@@ -372,8 +380,9 @@ func (a *answeredItems) queue(b *pgx.Batch) {
 	b.Queue(`
 		UPDATE reconciliation_items r SET state = 'resolved', resolution = '`+string(fulfillment.ResolutionRetried)+`',
 			resolved_at = clock_timestamp(), resolved_by = '`+LateMatchActor+`', resolution_note = a.note
-		FROM unnest($1::bigint[], $2::text[], $3::text[]) AS a(id, kind, note)
-		WHERE r.kind = a.kind AND r.state = 'open' AND r.inbox_event_id = a.id`, a.ids, a.kinds, a.notes)
+		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS a(id, kind, key, note)
+		WHERE r.kind = a.kind AND r.state = 'open' AND (r.inbox_event_id = a.id OR r.dedupe_key = a.key)`,
+		a.ids, a.kinds, a.keys, a.notes)
 }
 
 // queue adds the statement that records the decisions to b. Their

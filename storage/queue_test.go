@@ -1202,3 +1202,40 @@ func paymentBeforeItsOrder(t *testing.T) (s *storage.Store, conn *pgx.Conn, id i
 		}
 	}
 }
+
+// A payment announced twice, both announcements decided unmatched, has
+// one unmatched_payment item, opened by the first. The second, replayed by
+// a person once the order exists, matches and answers it: the item is
+// about the payment, whichever announcement opened it.
+func TestQueueSecondAnnouncementReplayedAndMatchedResolvesThePaymentsItem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, conn, first, _ := paymentBeforeItsOrder(t)
+	again := confirmedEvent("evt_late", "m-late")
+	again.EventID = "evt_late_again"
+	if _, err := s.InboxInsert(ctx, again, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	second := int64(count(t, conn, "SELECT id FROM inbox_events WHERE event_id = 'evt_late_again'"))
+	if outs := processInbox(t, s); outs[first].Decision != fulfillment.DecisionUnmatched || outs[second].Decision != fulfillment.DecisionUnmatched {
+		t.Fatalf("decided %+v, want both unmatched", outs)
+	}
+	if got := count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE kind = 'unmatched_payment' AND state = 'open'
+		AND inbox_event_id = $1`, first); got != 1 {
+		t.Fatalf("%d open unmatched_payment items opened by the first announcement, want 1", got)
+	}
+	if _, _, err := s.OrderCreate(ctx, spec(t, "org_a", "m-late")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: second, Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	if outs := processInbox(t, s); outs[second].Decision != fulfillment.DecisionFulfilled {
+		t.Fatalf("the second announcement, replayed with its order: decided %+v, want fulfilled", outs[second])
+	}
+	wantCounts(t, conn, []countCheck{
+		{"open items", `SELECT count(*) FROM reconciliation_items WHERE state = 'open' AND $1::bigint > 0`, 0},
+		{"the payment's item, resolved by the service", `SELECT count(*) FROM reconciliation_items WHERE kind = 'unmatched_payment'
+			AND inbox_event_id = $1 AND resolution = 'retried' AND resolved_by = 'service'`, 1},
+	}, first)
+}
