@@ -56,9 +56,13 @@ const inboxFailedSet = `state = 'failed', decision = 'failed', processed_at = cl
 // that the query ids returns (one column), as replayed by the SQL
 // expression by with the detail expression detail: what an event replay,
 // a re-drive and a late match do. Events still pending are left alone.
-// "replays" records each one's outcome before (its id as "id"), "requeued"
-// gives it a fresh work row (resetting a failed one), and "done" sets it
-// pending and returns its id. The work rows are due at the transaction's
+// "replays" locks them (in id order, as a late match does) and records
+// each one's outcome before (its id as "id"): an event another transaction put back meanwhile (a person's
+// replay, and a claim of it, committed after this statement began) is
+// found pending once its lock is free, and left alone — its claim's lease
+// is a processing under way, which "requeued" would otherwise clear.
+// "requeued" gives it a fresh work row (resetting a failed one), and
+// "done" sets it pending and returns its id. The work rows are due at the transaction's
 // start, all of them: claims, which take the oldest due first, take them
 // in id order (what came first is decided first).
 func inboxReplay(ids, by, detail string) string {
@@ -67,6 +71,8 @@ func inboxReplay(ids, by, detail string) string {
 				previous_decision, previous_reason, previous_attempts, previous_last_error)
 			SELECT e.id, ` + by + `, ` + detail + `, e.state, e.decision, e.decision_reason, e.attempts, e.last_error
 			FROM inbox_events e WHERE e.id IN (` + ids + `) AND e.state <> 'pending'
+			ORDER BY e.id
+			FOR UPDATE OF e
 			RETURNING inbox_event_id AS id
 		), requeued AS (
 			INSERT INTO inbox_work (id, next_attempt_at) SELECT id, now() FROM replays

@@ -1239,3 +1239,48 @@ func TestQueueSecondAnnouncementReplayedAndMatchedResolvesThePaymentsItem(t *tes
 			AND inbox_event_id = $1 AND resolution = 'retried' AND resolved_by = 'service'`, 1},
 	}, first)
 }
+
+// A re-drive that replays a failed event which a person replayed, and a
+// processor claimed, after the re-drive's statement began: it finds the
+// event pending once it holds its lock, and leaves it — no second replay
+// recorded, the claim's lease kept (wiped, another worker would claim the
+// event while the first processes it).
+func TestRedriveRacingAReplayAndAClaimLeavesTheEvent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, conn, url := openStore(t, storage.Options{MaxConns: 10})
+	insertPaidOrder(t, s, "evt_1")
+	id := int64(count(t, conn, "SELECT id FROM inbox_events WHERE event_id = 'evt_1'"))
+	failItemRound(t, s.InboxQueue(), id, 1)
+	run, err := s.RedriveStart(ctx, fulfillment.RedriveFilter{Target: fulfillment.RedriveEvents, OrgID: "org_a", State: "failed"}, "admin", "")
+	if err != nil || run.Total != 1 {
+		t.Fatalf("start: %+v, %v", run, err)
+	}
+	// A person's replay and the claim right after it, committed together
+	// once the re-drive waits for them.
+	replayed := holderTx(ctx, t, url)
+	if _, err := replayed.Exec(ctx, `UPDATE inbox_events SET state = 'pending', attempts = 0 WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := replayed.Exec(ctx, `UPDATE inbox_work SET state = 'pending', attempts = 1, last_error = NULL,
+		lease_owner = 'processor', lease_until = now() + interval '1 minute' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := s.RedriveStep(ctx, 10); done <- err }()
+	waitFor(t, "the re-drive waiting for the event", func() bool {
+		return count(t, conn, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND datname = current_database() AND query LIKE '%inbox_replays%'`) == 1
+	})
+	if err := replayed.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	wantCounts(t, conn, []countCheck{
+		{"the claim's lease, kept", `SELECT count(*) FROM inbox_work WHERE id = $1 AND lease_owner = 'processor' AND attempts = 1`, 1},
+		{"replays recorded by the re-drive", `SELECT count(*) FROM inbox_replays WHERE inbox_event_id = $1`, 0},
+		{"the re-drive's item, skipped", `SELECT count(*) FROM redrive_items WHERE item_id = $1 AND state = 'skipped'`, 1},
+	}, id)
+}
