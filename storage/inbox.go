@@ -57,14 +57,15 @@ const inboxFailedSet = `state = 'failed', decision = 'failed', processed_at = cl
 // expression by with the detail expression detail: what an event replay,
 // a re-drive and a late match do. Events still pending are left alone.
 // "replays" locks them (in id order, as a late match does) and records
-// each one's outcome before (its id as "id"): an event another transaction put back meanwhile (a person's
-// replay, and a claim of it, committed after this statement began) is
-// found pending once its lock is free, and left alone — its claim's lease
-// is a processing under way, which "requeued" would otherwise clear.
-// "requeued" gives it a fresh work row (resetting a failed one), and
-// "done" sets it pending and returns its id. The work rows are due at the transaction's
-// start, all of them: claims, which take the oldest due first, take them
-// in id order (what came first is decided first).
+// each one's outcome before (its id as "id"): an event another
+// transaction put back meanwhile (a person's replay, and a claim of it,
+// committed after this statement began) is found pending once its lock is
+// free, and left alone — its claim's lease is a processing under way,
+// which "requeued" would otherwise clear. "requeued" gives it a fresh work
+// row (resetting a failed one), and "done" sets it pending and returns its
+// id. The work rows are due at the transaction's start, all of them:
+// claims, which take the oldest due first, take them in id order (what
+// came first is decided first).
 func inboxReplay(ids, by, detail string) string {
 	return `replays AS (
 			INSERT INTO inbox_replays (inbox_event_id, replayed_by, replayed_by_detail, previous_state,

@@ -68,9 +68,9 @@ const outboxFailedSet = `state = 'failed', processed_at = clock_timestamp()`
 // "done" ends the chain with the ids put back. attempts start again from
 // 0 and a new round begins (retries counts it: its failure is a
 // situation of its own), except for a message still pending (a retry only
-// moves it forward), which also keeps its sending mark: its request may have been on the wire
-// when its worker stopped, and its next claim then records it uncertain
-// rather than sending it again. A failed or uncertain message retried by a
+// moves it forward), which also keeps its sending mark: its request may
+// have been on the wire when its worker stopped, and its next claim then
+// records it uncertain rather than sending it again. A failed or uncertain message retried by a
 // person is sent.
 func outboxRequeue(ids, retryable, note string) string {
 	return `
