@@ -195,11 +195,15 @@ func scanSubscription(row pgx.Row) (fulfillment.SubscriptionRecord, error) {
 	return r, nil
 }
 
-// SubscriptionsOnPlansNotIn counts the subscriptions whose access has not
-// ended on each plan that plans does not hold (at most 50 plans): what a
-// configuration that lost a plan still has to serve. It reads the whole
-// table once; the caller bounds it with ctx.
-func (s *Store) SubscriptionsOnPlansNotIn(ctx context.Context, plans []string) (map[string]int64, error) {
+// SubscriptionsOnUnconfiguredPlans counts the subscriptions whose access
+// has not ended on each plan the store was not given (Options.Plans; at
+// most 50 plans): what a configuration that lost a plan still has to
+// serve. It reads the whole table once; the caller bounds it with ctx.
+func (s *Store) SubscriptionsOnUnconfiguredPlans(ctx context.Context) (map[string]int64, error) {
+	plans := make([]string, 0, len(s.plans))
+	for id := range s.plans {
+		plans = append(plans, id)
+	}
 	rows, _ := s.pool.Query(ctx, `
 		SELECT plan_id, count(*) FROM subscriptions
 		WHERE access_ended_at IS NULL AND plan_id <> ALL($1::text[])

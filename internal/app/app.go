@@ -47,7 +47,6 @@ type App struct {
 	sweeper   *worker.Queue        // nil without plans, or when subscription_sweep.disabled
 	housekeep *worker.Queue        // nil when housekeeping.disabled
 	vacuum    *storage.QueueVacuum // nil when database.queue_vacuum.disabled
-	plans     []string             // the configured plans' ids
 	health    *queueHealth         // whether each queue can claim work
 	ingestLis net.Listener
 	debugLis  net.Listener // nil unless listen.debug is set
@@ -116,11 +115,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 	for _, d := range cfg.Deprecated() {
 		log.Warn(d)
 	}
-	a := &App{log: log, store: store, http: cfg.HTTP, tracer: tracer, stopTracing: stopTracing, tls: tlsCfg,
-		plans: make([]string, 0, len(cfg.Plans))}
-	for _, p := range cfg.Plans {
-		a.plans = append(a.plans, p.ID)
-	}
+	a := &App{log: log, store: store, http: cfg.HTTP, tracer: tracer, stopTracing: stopTracing, tls: tlsCfg}
 	if err := a.build(cfg, endpoints); err != nil {
 		a.Close()
 		return nil, err
@@ -366,7 +361,7 @@ const plansCheckTimeout = 10 * time.Second
 func (a *App) warnPlansMissing(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, plansCheckTimeout)
 	defer cancel()
-	missing, err := a.store.SubscriptionsOnPlansNotIn(ctx, a.plans)
+	missing, err := a.store.SubscriptionsOnUnconfiguredPlans(ctx)
 	switch {
 	case err != nil:
 		a.log.Debug("counting subscriptions by plan", "error", err)
