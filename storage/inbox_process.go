@@ -186,7 +186,7 @@ func (s *Store) applySteps(ctx context.Context, tx *pipelinedTx, b *pgx.Batch, e
 			}
 		}
 		decided.add(le, out, linked, applied)
-		answered.add(le, out)
+		answer(&answered, le, out)
 		p := fulfillment.ProcessedEvent{Outcome: out, EventID: le.ev.EventID, Provider: le.ev.Provider,
 			EndpointID: le.ev.EndpointID, Kind: le.ev.Kind, ReceivedAt: le.received, TraceParent: le.traceParent}
 		if linked != nil {
@@ -325,64 +325,31 @@ func (d *decisions) add(le leasedEvent, out fulfillment.Outcome, linked, applied
 	d.subscriptions = append(d.subscriptions, applied)
 }
 
-// answeredItems are the open items about a batch's events that their
-// decisions answer, each event's with a note saying what it was decided: a
-// failed event queued again (replayed, re-driven) and decided now answers
-// its failed_event items, one per round of attempts that failed; a payment
-// decided unmatched, queued again by a person and matched now, its
+// answer records in a the open items about event le that its outcome out
+// answers, with a note saying what it was decided: a failed event queued
+// again (replayed, re-driven) and decided now answers its failed_event
+// items, one per round of attempts that failed; a payment decided
+// unmatched, queued again by a person and matched now, its
 // unmatched_payment item (a late match resolves that item itself, as it
 // queues the event). An event decided for the first time answers none.
-type answeredItems struct {
-	ids                []int64
-	kinds, keys, notes []string
-}
-
-// add records what the outcome out of event le answers.
-func (a *answeredItems) add(le leasedEvent, out fulfillment.Outcome) {
-	var kinds []fulfillment.ReconKind
+func answer(a *answeredItems, le leasedEvent, out fulfillment.Outcome) {
 	failed := le.previous == string(fulfillment.InboxFailed)
+	note := fmt.Sprintf("the event was processed again and decided %s: %s", out.Decision, out.Reason)
 	if failed {
-		kinds = append(kinds, fulfillment.ReconFailedEvent)
+		a.add(fulfillment.ReconFailedEvent, le.id, 0, "", note)
 	}
 	// A failed event may have been an unmatched payment before the round
 	// that failed (replayed once its order existed, say): its decision
 	// then says failed, no longer unmatched, but its unmatched_payment
 	// item is still open, and a match answers it as well. An event that
 	// never was unmatched has no such item, and the statement finds none.
+	// The item is about the payment, which another announcement of it may
+	// have opened: found by its key too.
 	if (failed || le.previous == string(fulfillment.DecisionUnmatched)) &&
 		fulfillment.InboxStateFor(out.Decision) != fulfillment.InboxUnmatched {
-		kinds = append(kinds, fulfillment.ReconUnmatchedPayment)
+		kind := fulfillment.ReconUnmatchedPayment
+		a.add(kind, le.id, 0, fulfillment.ItemKey(kind, orderItem(kind, le, nil, "").subject), note)
 	}
-	note := fmt.Sprintf("the event was processed again and decided %s: %s", out.Decision, out.Reason)
-	for _, kind := range kinds {
-		// An unmatched_payment item is about the payment, which another
-		// announcement of it may have opened: found by its key too. A
-		// failed_event item is the event's alone.
-		key := ""
-		if kind == fulfillment.ReconUnmatchedPayment {
-			key = fulfillment.ItemKey(kind, orderItem(kind, le, nil, "").subject)
-		}
-		a.ids = append(a.ids, le.id)
-		a.kinds = append(a.kinds, string(kind))
-		a.keys = append(a.keys, key)
-		a.notes = append(a.notes, note)
-	}
-}
-
-// queue adds to b the statement that resolves the items a answers, as
-// retried by the service (none when a is empty: an event decided for the
-// first time costs nothing). The open items are read by their partial
-// index of open items of a kind, and by their unique key.
-func (a *answeredItems) queue(b *pgx.Batch) {
-	if len(a.ids) == 0 {
-		return
-	}
-	b.Queue(`
-		UPDATE reconciliation_items r SET state = 'resolved', resolution = '`+string(fulfillment.ResolutionRetried)+`',
-			resolved_at = clock_timestamp(), resolved_by = '`+LateMatchActor+`', resolution_note = a.note
-		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS a(id, kind, key, note)
-		WHERE r.kind = a.kind AND r.state = 'open' AND (r.inbox_event_id = a.id OR r.dedupe_key = a.key)`,
-		a.ids, a.kinds, a.keys, a.notes)
 }
 
 // queue adds the statement that records the decisions to b. Their

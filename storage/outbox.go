@@ -330,7 +330,7 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 			aOutcome, aReason []string
 			delivered         []int64
 			deliveredStatus   []int
-			answered          answeredDeliveries
+			answered          answeredItems
 			orders            []string
 			seenOrder         = map[string]bool{}
 		)
@@ -350,9 +350,9 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 				if h.retries > 0 {
 					// A round after a person's retry: the items of the
 					// rounds before are answered.
-					answered.ids = append(answered.ids, id)
-					answered.notes = append(answered.notes, fmt.Sprintf("the message was retried and delivered to %s (HTTP %d)",
-						h.destination, a.Status))
+					note := fmt.Sprintf("the message was retried and delivered to %s (HTTP %d)", h.destination, a.Status)
+					answered.add(fulfillment.ReconFailedDelivery, 0, id, "", note)
+					answered.add(fulfillment.ReconUncertainDelivery, 0, id, "", note)
 				}
 				if h.required && h.orderID != nil && !seenOrder[*h.orderID] {
 					seenOrder[*h.orderID] = true
@@ -419,30 +419,6 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 	}
 	s.wake(q)
 	return lost, nil
-}
-
-// answeredDeliveries are the messages delivered after a person's retry,
-// with a note each: their open failed_delivery and uncertain_delivery
-// items, opened by the rounds before, are answered.
-type answeredDeliveries struct {
-	ids   []int64
-	notes []string
-}
-
-// queue adds to b the statement that resolves the items a answers, as
-// retried by the service (none when a is empty: a message delivered in its
-// first round has no item). The open items are read by their partial
-// index of open items of a kind.
-func (a answeredDeliveries) queue(b *pgx.Batch) {
-	if len(a.ids) == 0 {
-		return
-	}
-	b.Queue(`
-		UPDATE reconciliation_items r SET state = 'resolved', resolution = '`+string(fulfillment.ResolutionRetried)+`',
-			resolved_at = clock_timestamp(), resolved_by = '`+LateMatchActor+`', resolution_note = a.note
-		FROM unnest($1::bigint[], $2::text[]) AS a(id, note)
-		WHERE r.kind IN ('`+string(fulfillment.ReconFailedDelivery)+`', '`+string(fulfillment.ReconUncertainDelivery)+`')
-			AND r.state = 'open' AND r.outbox_message_id = a.id`, a.ids, a.notes)
 }
 
 // completeOrders applies fulfillment.DecideDelivered to each of the orders

@@ -191,3 +191,37 @@ func optID(id int64) *int64 {
 	}
 	return &id
 }
+
+// answeredItems are open items that what a batch just did answers: a
+// replayed event decided, a retried message delivered. queue resolves them
+// as retried by the service, each with its note. An item is found by its
+// kind and the stored event or the message it is about, or by its key
+// (0 and "": none).
+type answeredItems struct {
+	kinds, keys, notes []string
+	events, messages   []int64
+}
+
+// add records that note answers the open items of kind about stored event
+// event or message message, or under key.
+func (a *answeredItems) add(kind fulfillment.ReconKind, event, message int64, key, note string) {
+	a.kinds, a.keys, a.notes = append(a.kinds, string(kind)), append(a.keys, key), append(a.notes, note)
+	a.events, a.messages = append(a.events, event), append(a.messages, message)
+}
+
+// queue adds to b the statement that resolves the items a answers (none
+// when a is empty: an event decided, or a message delivered, in its first
+// round costs nothing). The open items are read by their partial index of
+// open items of a kind, and by their unique key.
+func (a *answeredItems) queue(b *pgx.Batch) {
+	if len(a.kinds) == 0 {
+		return
+	}
+	b.Queue(`
+		UPDATE reconciliation_items r SET state = 'resolved', resolution = '`+string(fulfillment.ResolutionRetried)+`',
+			resolved_at = clock_timestamp(), resolved_by = '`+LateMatchActor+`', resolution_note = a.note
+		FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[]) AS a(kind, event, message, key, note)
+		WHERE r.kind = a.kind AND r.state = 'open'
+			AND (r.inbox_event_id = a.event OR r.outbox_message_id = a.message OR r.dedupe_key = a.key)`,
+		a.kinds, a.events, a.messages, a.keys, a.notes)
+}
