@@ -334,6 +334,9 @@ func (d *decisions) add(le leasedEvent, out fulfillment.Outcome, linked, applied
 // queues the event). An event decided for the first time answers none.
 func answer(a *answeredItems, le leasedEvent, out fulfillment.Outcome) {
 	failed := le.previous == string(fulfillment.InboxFailed)
+	if !failed && le.previous != string(fulfillment.DecisionUnmatched) {
+		return // (every event decided as it is stored, and most others)
+	}
 	note := fmt.Sprintf("the event was processed again and decided %s: %s", out.Decision, out.Reason)
 	if failed {
 		a.add(fulfillment.ReconFailedEvent, le.id, 0, "", note)
@@ -345,8 +348,7 @@ func answer(a *answeredItems, le leasedEvent, out fulfillment.Outcome) {
 	// never was unmatched has no such item, and the statement finds none.
 	// The item is about the payment, which another announcement of it may
 	// have opened: found by its key too.
-	if (failed || le.previous == string(fulfillment.DecisionUnmatched)) &&
-		fulfillment.InboxStateFor(out.Decision) != fulfillment.InboxUnmatched {
+	if fulfillment.InboxStateFor(out.Decision) != fulfillment.InboxUnmatched {
 		kind := fulfillment.ReconUnmatchedPayment
 		a.add(kind, le.id, 0, fulfillment.ItemKey(kind, orderItem(kind, le, nil, "").subject), note)
 	}
