@@ -1284,3 +1284,65 @@ func TestRedriveRacingAReplayAndAClaimLeavesTheEvent(t *testing.T) {
 		{"the re-drive's item, skipped", `SELECT count(*) FROM redrive_items WHERE item_id = $1 AND state = 'skipped'`, 1},
 	}, id)
 }
+
+// The items a replayed decision (or a retried delivery) answers are found
+// by probes of their subject's index — the open items of the stored event,
+// of the message, and the item under its key — not among every open item
+// of their kind, which a backlog of failed deliveries makes thousands.
+func TestAnsweredItemsAreFoundByTheirSubject(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, conn := newOutboxStore(t)
+	id := queueCases[0].seed(t, s, conn)
+	failItemRound(t, s.InboxQueue(), id, 1)
+	// Many open items of the same kind, about other things.
+	if _, err := conn.Exec(ctx, `INSERT INTO reconciliation_items (kind, state, org_id, environment, provider, dedupe_key, detail)
+		SELECT 'failed_event', 'open', 'org_a', 'live', 'yolfi', 'test|' || n, 'another event' FROM generate_series(1, 2000) n;
+		ANALYZE reconciliation_items`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EventReplay(ctx, fulfillment.EventReplayRequest{ID: id, Actor: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	if outs := processInbox(t, s); outs[id].Decision != fulfillment.DecisionFulfilled {
+		t.Fatalf("replayed event decided %+v, want fulfilled", outs[id])
+	}
+	wantCounts(t, conn, []countCheck{
+		{"the event's item, resolved", `SELECT count(*) FROM reconciliation_items WHERE inbox_event_id = $1 AND resolution = 'retried'`, 1},
+		{"open items", `SELECT count(*) FROM reconciliation_items WHERE state = 'open' AND $1::bigint > 0`, 2000},
+	}, id)
+	plans, err := s.ExplainPrepared(ctx, "answered AS (", `'{failed_event}', '{1}', '{2}', '{k}', '{n}'`)
+	if err != nil || len(plans) == 0 {
+		t.Fatalf("the answering statement's plans: %v, %v", plans, err)
+	}
+	for _, plan := range plans {
+		lines := strings.Split(plan, "\n")
+		probed := map[string]bool{}
+		for i, l := range lines {
+			if strings.Contains(l, "Seq Scan on reconciliation_items") {
+				t.Fatalf("reconciliation_items read by a scan of the table:\n%s", plan)
+			}
+			if !strings.Contains(l, "using reconciliation_items_") && !strings.Contains(l, "Bitmap Index Scan on reconciliation_items_") {
+				continue
+			}
+			if i+1 == len(lines) || !strings.Contains(lines[i+1], "Index Cond") {
+				t.Fatalf("an index of reconciliation_items read whole, not probed:\n%s", plan)
+			}
+			cond, by := strings.TrimSpace(lines[i+1]), ""
+			for _, key := range []string{"inbox_event_id =", "outbox_message_id =", "dedupe_key =", "(id = "} {
+				if strings.Contains(cond, key) {
+					by = key
+				}
+			}
+			if by == "" {
+				t.Fatalf("reconciliation_items probed by neither an item's subject nor its key (%s):\n%s", cond, plan)
+			}
+			probed[by] = true
+		}
+		for _, subject := range []string{"inbox_event_id =", "outbox_message_id =", "dedupe_key ="} {
+			if !probed[subject] {
+				t.Errorf("no probe by %s:\n%s", subject, plan)
+			}
+		}
+	}
+}

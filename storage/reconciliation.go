@@ -211,17 +211,32 @@ func (a *answeredItems) add(kind fulfillment.ReconKind, event, message int64, ke
 
 // queue adds to b the statement that resolves the items a answers (none
 // when a is empty: an event decided, or a message delivered, in its first
-// round costs nothing). The open items are read by their partial index of
-// open items of a kind, and by their unique key.
+// round costs nothing). Each way of finding an item is a probe of its own
+// index: the open items by stored event, the open items by message
+// (migration 055), the items by key.
 func (a *answeredItems) queue(b *pgx.Batch) {
 	if len(a.kinds) == 0 {
 		return
 	}
 	b.Queue(`
+		WITH a AS MATERIALIZED (
+			SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[])
+				AS a (kind, event, message, key, note)
+		), answered AS (
+			-- Each read probes its index for the batch's values (= ANY),
+			-- whatever the statistics say of the open items.
+			SELECT i.id, a.note FROM reconciliation_items i JOIN a ON a.event = i.inbox_event_id AND a.kind = i.kind
+			WHERE i.inbox_event_id = ANY($2::bigint[]) AND i.state = 'open'
+			UNION ALL
+			SELECT i.id, a.note FROM reconciliation_items i JOIN a ON a.message = i.outbox_message_id AND a.kind = i.kind
+			WHERE i.outbox_message_id = ANY($3::bigint[]) AND i.state = 'open'
+			UNION ALL
+			SELECT i.id, a.note FROM reconciliation_items i JOIN a ON a.key = i.dedupe_key AND a.kind = i.kind
+			WHERE i.dedupe_key = ANY($4::text[]) AND i.kind = ANY($1::text[]) AND i.state = 'open'
+		)
 		UPDATE reconciliation_items r SET state = 'resolved', resolution = '`+string(fulfillment.ResolutionRetried)+`',
-			resolved_at = clock_timestamp(), resolved_by = '`+LateMatchActor+`', resolution_note = a.note
-		FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[]) AS a(kind, event, message, key, note)
-		WHERE r.kind = a.kind AND r.state = 'open'
-			AND (r.inbox_event_id = a.event OR r.outbox_message_id = a.message OR r.dedupe_key = a.key)`,
+			resolved_at = clock_timestamp(), resolved_by = '`+LateMatchActor+`', resolution_note = answered.note
+		FROM answered
+		WHERE r.id = answered.id AND r.state = 'open'`,
 		a.kinds, a.events, a.messages, a.keys, a.notes)
 }
