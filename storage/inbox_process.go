@@ -518,10 +518,13 @@ const requestedLine = `kind = 'external' AND destination IS NOT NULL`
 // hold (lines never change). $7 and $8 are the positions of the events
 // that name each key (queueOrderLock; NULL: none), those of the keys
 // ($1-$3, then $4-$6). (Each key set is looked up through its own
-// unique index; an OR of the two would scan the table.)
+// unique index; an OR of the two would scan the table.) The ids are
+// collected first (an init plan), and each order is locked by its primary
+// key alone, so that an order updated while the lock waits for it is
+// rechecked against its id only (batchSettings).
 var lockOrdersSQL = notingLocked(fmt.Sprintf(lockedOrdersSelect,
 	`ARRAY(SELECT provider_order_id FROM payment_starts ps WHERE ps.order_id = o.id)`) + `
-	WHERE o.id IN (
+	WHERE o.id = ANY (ARRAY(
 		SELECT id FROM orders WHERE (org_id, environment, merchant_order_id) IN (
 			SELECT k.o, k.e, k.v FROM unnest($1::text[], $2::text[], $3::text[], $7::int[]) AS k(o, e, v, n)
 			WHERE ` + notStored + `)
@@ -532,7 +535,7 @@ var lockOrdersSQL = notingLocked(fmt.Sprintf(lockedOrdersSelect,
 		UNION
 		SELECT order_id FROM payment_starts WHERE (org_id, environment, provider_order_id) IN (
 			SELECT k.o, k.e, k.v FROM unnest($4::text[], $5::text[], $6::text[], $8::int[]) AS k(o, e, v, n)
-			WHERE ` + notStored + `))
+			WHERE ` + notStored + `)))
 	ORDER BY o.id
 	FOR UPDATE OF o`)
 

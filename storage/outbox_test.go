@@ -19,13 +19,17 @@ import (
 // subscription event, and the plans subPlan and yearPlan.
 func newOutboxStore(t *testing.T) (*storage.Store, *pgx.Conn) {
 	t.Helper()
+	s, conn, _ := openStore(t, outboxStoreOptions())
+	return s, conn
+}
+
+// outboxStoreOptions are newOutboxStore's.
+func outboxStoreOptions() storage.Options {
 	subs := map[fulfillment.Topic][]string{}
 	for _, topic := range fulfillment.EventTopics {
 		subs[topic] = []string{"crm"}
 	}
-	s, conn, _ := openStore(t, storage.Options{MaxConns: 10, Subscriptions: subs,
-		Plans: fulfillment.Plans{subPlan.ID: subPlan, yearPlan.ID: yearPlan}})
-	return s, conn
+	return storage.Options{MaxConns: 10, Subscriptions: subs, Plans: fulfillment.Plans{subPlan.ID: subPlan, yearPlan.ID: yearPlan}}
 }
 
 // externalOrder stores an order with a license line and two external lines,

@@ -24,9 +24,14 @@ type lockedSubscriptions map[fulfillment.SubscriptionKey]*fulfillment.Subscripti
 
 // lockSubscriptions locks the subscriptions where selects, in id order (so
 // that concurrent transactions cannot deadlock on them), and reads their
-// paid periods in the same round trip.
+// paid periods in the same round trip. where selects their ids first (an
+// init plan), and the lock reads each by its primary key alone: a
+// subscription that another transaction updates while this one waits for
+// it is rechecked against its id, which no update changes — never against
+// a join, whose recheck can drop the row (batchSettings).
 func lockSubscriptions(ctx context.Context, tx querier, where string, args ...any) (lockedSubscriptions, error) {
-	rows, _ := tx.Query(ctx, `SELECT `+subscriptionColumns+` FROM subscriptions WHERE `+where+` ORDER BY id FOR UPDATE`, args...)
+	rows, _ := tx.Query(ctx, `SELECT `+subscriptionColumns+` FROM subscriptions
+		WHERE id = ANY (ARRAY(SELECT id FROM subscriptions WHERE `+where+`)) ORDER BY id FOR UPDATE`, args...)
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.SubscriptionRecord, error) {
 		return scanSubscription(r)
 	})
