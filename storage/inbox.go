@@ -61,7 +61,9 @@ const inboxFailedSet = `state = 'failed', decision = 'failed', processed_at = cl
 // transaction put back meanwhile (a person's replay, and a claim of it,
 // committed after this statement began) is found pending once its lock is
 // free, and left alone — its claim's lease is a processing under way,
-// which "requeued" would otherwise clear. "requeued" gives it a fresh work
+// which "requeued" would otherwise clear. (The lock reads the events by
+// their ids alone, an init plan: an event updated while the lock waits is
+// rechecked against its own row, not a join; see batchSettings.) "requeued" gives it a fresh work
 // row (resetting a failed one), and "done" sets it pending and returns its
 // id. The work rows are due at the transaction's start, all of them:
 // claims, which take the oldest due first, take them in id order (what
@@ -71,7 +73,7 @@ func inboxReplay(ids, by, detail string) string {
 			INSERT INTO inbox_replays (inbox_event_id, replayed_by, replayed_by_detail, previous_state,
 				previous_decision, previous_reason, previous_attempts, previous_last_error)
 			SELECT e.id, ` + by + `, ` + detail + `, e.state, e.decision, e.decision_reason, e.attempts, e.last_error
-			FROM inbox_events e WHERE e.id IN (` + ids + `) AND e.state <> 'pending'
+			FROM inbox_events e WHERE e.id = ANY (ARRAY(` + ids + `)) AND e.state <> 'pending'
 			ORDER BY e.id
 			FOR UPDATE OF e
 			RETURNING inbox_event_id AS id

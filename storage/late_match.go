@@ -49,7 +49,10 @@ const awaitingEvent = `e.state = 'processed' AND e.order_id IS NULL`
 // shows that the event came first), a fresh work row, and its unmatched_payment item
 // resolved as matched_later with note, linked to what it names
 // (inboxReplay). At most maxLateMatches of them, the oldest. The events
-// are locked: a concurrent replay of one waits, then finds it pending. It
+// are locked: a concurrent replay of one waits, then finds it pending.
+// The lock reads them by id alone (the ids of late, an init plan), so that
+// an event updated while it waits is rechecked against its own row, not
+// a join (see batchSettings for what a join's recheck can drop). It
 // returns how many it queued, and when it queued any, tells the other
 // replicas' inbox workers, on commit (a NOTIFY in the transaction, unlike
 // the signal sent after it, survives a crash right after the commit).
@@ -57,8 +60,9 @@ func lateMatchStatement(late, wanted, linkColumn, detail, note string) string {
 	return `
 	WITH late AS MATERIALIZED (` + late + `
 	), locked AS MATERIALIZED (
-		SELECT e.id, late.link FROM inbox_events e JOIN late USING (id)
-		WHERE ` + wanted + `
+		SELECT e.id, (SELECT min(late.link::text) FROM late WHERE late.id = e.id)::uuid AS link
+		FROM inbox_events e
+		WHERE e.id = ANY (ARRAY(SELECT id FROM late)) AND (` + wanted + `)
 		ORDER BY e.id
 		LIMIT ` + strconv.Itoa(maxLateMatches) + `
 		FOR UPDATE OF e

@@ -74,7 +74,7 @@ func TestALockWaitedForKeepsItsRowOnceTheHolderUpdatesIt(t *testing.T) {
 	charge := func(n int) fulfillment.ProviderEvent {
 		return notices[n]("CONFIRMED", fulfillment.EventPaymentConfirmed, fmt.Sprintf("81%02d", n), fmt.Sprintf("charge-81%02d", n), feb1)
 	}
-	for _, c := range []struct {
+	for _, c := range []struct { //nolint:paralleltest // the cases share one store, and each claims what the inbox holds
 		name   string
 		events []fulfillment.ProviderEvent
 		update string // the row the holder updates

@@ -63,8 +63,9 @@ const outboxFailedSet = `state = 'failed', processed_at = clock_timestamp()`
 // the query ids returns (one column) and whose state the SQL condition
 // retryable allows, noting why on each with the text expression note (of
 // the message's row before, m): what a retry and a re-drive do. "work"
-// locks the messages' work rows first, so that a retry racing a claim or a
-// record sees its outcome; a message leased at that moment is left alone.
+// locks the messages' work rows first (by their ids alone, an init plan:
+// see batchSettings), so that a retry racing a claim or a record sees its
+// outcome; a message leased at that moment is left alone.
 // "done" ends the chain with the ids put back. attempts start again from
 // 0 and a new round begins (retries counts it: its failure is a
 // situation of its own), except for a message still pending (a retry only
@@ -75,7 +76,7 @@ const outboxFailedSet = `state = 'failed', processed_at = clock_timestamp()`
 func outboxRequeue(ids, retryable, note string) string {
 	return `
 		work AS (
-			SELECT id, lease_owner FROM outbox_work WHERE id IN (` + ids + `) FOR UPDATE
+			SELECT id, lease_owner FROM outbox_work WHERE id = ANY (ARRAY(` + ids + `)) FOR UPDATE
 		), requeued AS (
 			UPDATE outbox_messages m SET
 				attempts = CASE WHEN m.state = 'pending' THEN m.attempts ELSE 0 END,

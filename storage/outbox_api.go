@@ -133,7 +133,7 @@ func (s *Store) DeliveryGet(ctx context.Context, id int64) (fulfillment.Delivery
 // dispatcher's claim, cannot both win: a claimed message has a lease owner.
 func (s *Store) DeliveryRetry(ctx context.Context, id int64, by string, resend bool) (fulfillment.Delivery, error) {
 	var requeued int
-	err := s.pool.QueryRow(ctx, `WITH`+outboxRequeue("$1::bigint",
+	err := s.pool.QueryRow(ctx, `WITH`+outboxRequeue("SELECT $1::bigint",
 		`m.state IN ('failed', 'uncertain', 'pending') OR (m.state = 'delivered' AND $3)`,
 		`CASE m.state WHEN 'delivered' THEN 'sent again by ' || $2 || ' after it was delivered'
 			ELSE 'retried by ' || $2 || ' after: ' || coalesce(m.last_error, 'no error recorded') END`)+`
