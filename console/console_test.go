@@ -497,20 +497,24 @@ func renderPage(t *testing.T, page, target string, data any) string {
 	return w.Body.String()
 }
 
-// The overview's counts by kind are per org and environment: each links
-// to that org's and environment's open items of the kind. They linked to
-// every org's, so an operator clicking org_a's "amount_mismatch: 1" found
-// org_b's items listed too.
-func TestOverviewKindLinksKeepTheirOrg(t *testing.T) {
+// The overview's counts are per org and environment: each links to that
+// org's and environment's open items of the kind, failed events and failed
+// deliveries. They linked to every org's, so an operator clicking org_a's
+// "amount_mismatch: 1" found org_b's items listed too; and the failed
+// events and deliveries of an org's live row listed its test ones too.
+func TestOverviewLinksKeepTheirOrgAndEnvironment(t *testing.T) {
 	t.Parallel()
 	body := renderPage(t, "overview", "/console/?refresh=off", overviewView{Summary: &fulfillmentv1.GetReconciliationSummaryResponse{
 		Summaries: []*fulfillmentv1.ReconciliationSummary{
-			{OrgId: "org_a", Environment: "live", OpenItems: 1, OpenByKind: []*fulfillmentv1.ReconciliationKindCount{{Kind: "amount_mismatch", Open: 1}}},
+			{OrgId: "org_a", Environment: "live", OpenItems: 1, OpenByKind: []*fulfillmentv1.ReconciliationKindCount{{Kind: "amount_mismatch", Open: 1}},
+				EventsFailed: 3, OutboxFailed: 4},
 			{OrgId: "org_b", Environment: "test", OpenItems: 2, OpenByKind: []*fulfillmentv1.ReconciliationKindCount{{Kind: "amount_mismatch", Open: 2}}},
 		}}})
 	for _, want := range []string{
 		`href="/console/reconciliation?environment=live&amp;kind=amount_mismatch&amp;org_id=org_a&amp;state=open"`,
 		`href="/console/reconciliation?environment=test&amp;kind=amount_mismatch&amp;org_id=org_b&amp;state=open"`,
+		`href="/console/events?environment=live&amp;org_id=org_a&amp;state=failed"`,
+		`href="/console/outbox?environment=live&amp;org_id=org_a&amp;state=failed"`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the overview has no link %s", want)

@@ -24,20 +24,20 @@ type eventsView struct {
 }
 
 type eventFilter struct {
-	State, Decision, Type, OrgID, EndpointID, OrderID, Provider string
+	State, Decision, Type, OrgID, Env, EndpointID, OrderID, Provider string
 	// ReceivedAfter and ReceivedBefore are nil when not set.
 	ReceivedAfter, ReceivedBefore *timestamppb.Timestamp
 }
 
 func (f eventFilter) pairs() []string {
-	return []string{"state", f.State, "decision", f.Decision, "type", f.Type, "org_id", f.OrgID, "endpoint_id", f.EndpointID,
+	return []string{"state", f.State, "decision", f.Decision, "type", f.Type, "org_id", f.OrgID, "environment", f.Env, "endpoint_id", f.EndpointID,
 		"order_id", f.OrderID, "provider", f.Provider, "received_after", inputTime(f.ReceivedAfter), "received_before", inputTime(f.ReceivedBefore)}
 }
 
 // readEventFilter reads the events filter of a query string.
 func readEventFilter(q url.Values) (eventFilter, error) {
 	f := eventFilter{State: q.Get("state"), Decision: q.Get("decision"), Type: q.Get("type"),
-		OrgID: q.Get("org_id"), EndpointID: q.Get("endpoint_id"), OrderID: q.Get("order_id"), Provider: q.Get("provider")}
+		OrgID: q.Get("org_id"), Env: q.Get("environment"), EndpointID: q.Get("endpoint_id"), OrderID: q.Get("order_id"), Provider: q.Get("provider")}
 	var err error
 	if f.ReceivedAfter, err = timeParam(q, "received_after"); err != nil {
 		return f, err
@@ -65,7 +65,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	resp, err := c.api.ListInboxEvents(s.call(r.Context()), &fulfillmentv1.ListInboxEventsRequest{
-		State: f.State, Decision: f.Decision, Type: f.Type, OrgId: f.OrgID, EndpointId: f.EndpointID, OrderId: f.OrderID,
+		State: f.State, Decision: f.Decision, Type: f.Type, OrgId: f.OrgID, Environment: f.Env, EndpointId: f.EndpointID, OrderId: f.OrderID,
 		Provider: f.Provider, ReceivedAfter: f.ReceivedAfter, ReceivedBefore: f.ReceivedBefore,
 		PageSize: pageSize, PageToken: q.Get("page_token"),
 	})
@@ -75,7 +75,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	v := eventsView{F: f, Events: resp.GetEvents(), States: eventStates, Providers: providers}
 	if f.OrgID != "" && f.State != "" && f.State != "pending" && f.OrderID == "" {
-		v.Replay = link(Prefix+"redrive", "target", "events", "org_id", f.OrgID, "state", f.State, "type", f.Type,
+		v.Replay = link(Prefix+"redrive", "target", "events", "org_id", f.OrgID, "environment", f.Env, "state", f.State, "type", f.Type,
 			"decision", f.Decision, "endpoint_id", f.EndpointID, "provider", f.Provider,
 			"received_after", inputTime(f.ReceivedAfter), "received_before", inputTime(f.ReceivedBefore))
 	}

@@ -9,10 +9,10 @@ import (
 )
 
 type outboxView struct {
-	State, DestinationID, OrderID, OrgID string
-	Messages                             []*fulfillmentv1.OutboxMessage
-	Next                                 string
-	States                               []string
+	State, DestinationID, OrderID, OrgID, Env string
+	Messages                                  []*fulfillmentv1.OutboxMessage
+	Next                                      string
+	States                                    []string
 }
 
 var messageStates = []string{"pending", "delivered", "failed", "uncertain"}
@@ -20,13 +20,14 @@ var messageStates = []string{"pending", "delivered", "failed", "uncertain"}
 // outbox lists outbox messages, newest first.
 func (c *Console) outbox(w http.ResponseWriter, r *http.Request, s *session) {
 	q := r.URL.Query()
-	v := outboxView{State: q.Get("state"), DestinationID: q.Get("destination_id"), OrderID: q.Get("order_id"), OrgID: q.Get("org_id"), States: messageStates}
+	v := outboxView{State: q.Get("state"), DestinationID: q.Get("destination_id"), OrderID: q.Get("order_id"), OrgID: q.Get("org_id"),
+		Env: q.Get("environment"), States: messageStates}
 	if !s.Can(config.ScopeOutboxRead) {
 		c.fail(w, r, s, http.StatusForbidden, "Your token cannot read the outbox (it needs outbox:read).")
 		return
 	}
 	resp, err := c.api.ListOutboxMessages(s.call(r.Context()), &fulfillmentv1.ListOutboxMessagesRequest{
-		State: v.State, DestinationId: v.DestinationID, OrderId: v.OrderID, OrgId: v.OrgID,
+		State: v.State, DestinationId: v.DestinationID, OrderId: v.OrderID, OrgId: v.OrgID, Environment: v.Env,
 		PageSize: pageSize, PageToken: q.Get("page_token"),
 	})
 	if err != nil {
@@ -35,7 +36,8 @@ func (c *Console) outbox(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	v.Messages = resp.GetMessages()
 	if t := resp.GetNextPageToken(); t != "" {
-		v.Next = link(Prefix+"outbox", "state", v.State, "destination_id", v.DestinationID, "order_id", v.OrderID, "org_id", v.OrgID, "page_token", t)
+		v.Next = link(Prefix+"outbox", "state", v.State, "destination_id", v.DestinationID, "order_id", v.OrderID, "org_id", v.OrgID,
+			"environment", v.Env, "page_token", t)
 	}
 	c.render(w, r, s, http.StatusOK, "outbox", "Outbox", v)
 }

@@ -38,6 +38,15 @@ func TestOutboxAPI(t *testing.T) {
 		t.Fatalf("uncertain messages: %v, %v; want 1", list, err)
 	}
 	m := list.GetMessages()[0]
+	for env, want := range map[string]int{m.GetEnvironment(): 1, map[string]string{"live": "test", "test": "live"}[m.GetEnvironment()]: 0} {
+		if l, err := s.client.ListOutboxMessages(admin, &fulfillmentv1.ListOutboxMessagesRequest{State: "uncertain", Environment: env}); err != nil || len(l.GetMessages()) != want {
+			t.Errorf("uncertain messages of environment %s: %v, %v; want %d", env, l, err, want)
+		}
+	}
+	_, err = s.client.ListOutboxMessages(admin, &fulfillmentv1.ListOutboxMessagesRequest{Environment: "prod"})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "environment: must be") {
+		t.Errorf("messages of environment prod: %v, want InvalidArgument", err)
+	}
 	if m.GetIdempotencyKey() != key || m.GetOrderId() != order.GetId() || m.GetLineNo() != 1 || !m.GetRequired() || m.GetPayload() != "" {
 		t.Errorf("listed message = %v", m)
 	}

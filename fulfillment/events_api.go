@@ -55,6 +55,7 @@ type EventFilter struct {
 	// VisibleOrgs restricts the result to these orgs; nil means every org.
 	VisibleOrgs []string
 	OrgID       string
+	Environment Environment
 	State       InboxState
 	Decision    Decision
 	Type        string
@@ -81,6 +82,7 @@ func (f EventFilter) Validate() error {
 	if f.OrgID != "" {
 		checkOrgID(&vs, "org_id", f.OrgID)
 	}
+	filterEnvironment(&vs, f.Environment)
 	if f.State != "" && !f.State.Valid() {
 		vs.add("state", "must be %q, %q, %q, %q or %q", InboxPending, InboxProcessed, InboxIgnored, InboxUnmatched, InboxFailed)
 	}

@@ -29,9 +29,7 @@ func (f OrderFilter) Validate() error {
 	if f.OrgID != "" {
 		checkOrgID(&vs, "org_id", f.OrgID)
 	}
-	if f.Environment != "" && !f.Environment.Valid() {
-		vs.add("environment", "must be %q or %q", EnvLive, EnvTest)
-	}
+	filterEnvironment(&vs, f.Environment)
 	if f.State != "" && !f.State.Valid() {
 		vs.add("state", "must be a known order state such as %q or %q", StatePendingPayment, StateFulfilled)
 	}

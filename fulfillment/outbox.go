@@ -253,6 +253,7 @@ type DeliveryFilter struct {
 	// VisibleOrgs restricts the result to these orgs; nil means every org.
 	VisibleOrgs   []string
 	OrgID         string
+	Environment   Environment
 	State         DeliveryState
 	DestinationID string
 	OrderID       string
@@ -264,6 +265,7 @@ func (f DeliveryFilter) Validate() error {
 	if f.OrgID != "" {
 		checkOrgID(&vs, "org_id", f.OrgID)
 	}
+	filterEnvironment(&vs, f.Environment)
 	if f.State != "" && !f.State.Valid() {
 		vs.add("state", "must be %q, %q, %q or %q", DeliveryPending, DeliveryDelivered, DeliveryFailed, DeliveryUncertain)
 	}

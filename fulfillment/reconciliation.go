@@ -72,9 +72,7 @@ func (f ReconFilter) Validate() error {
 	if f.Kind != "" && !f.Kind.Valid() {
 		vs.add("kind", "must be a reconciliation kind such as %q or %q", ReconExtraPayment, ReconAmountMismatch)
 	}
-	if f.Environment != "" && !f.Environment.Valid() {
-		vs.add("environment", "must be %q or %q", EnvLive, EnvTest)
-	}
+	filterEnvironment(&vs, f.Environment)
 	if !f.CreatedFrom.IsZero() && !f.CreatedBefore.IsZero() && !f.CreatedFrom.Before(f.CreatedBefore) {
 		vs.add("create_time_before", "must be after create_time_from")
 	}

@@ -202,6 +202,14 @@ func parseDecimal(vs *violations, field, v string, required bool) (decimal.Decim
 	return d, true
 }
 
+// filterEnvironment adds to vs the violation of an environment filter
+// that is set and is neither live nor test.
+func filterEnvironment(vs *violations, env Environment) {
+	if env != "" && !env.Valid() {
+		vs.add("environment", "must be %q or %q", EnvLive, EnvTest)
+	}
+}
+
 func checkOrgID(vs *violations, field, v string) {
 	switch {
 	case v == "":

@@ -29,6 +29,7 @@ func (s *Service) ListInboxEvents(ctx context.Context, req *fulfillmentv1.ListIn
 	filter := fulfillment.EventFilter{
 		VisibleOrgs: p.VisibleOrgs(),
 		OrgID:       req.GetOrgId(),
+		Environment: fulfillment.Environment(req.GetEnvironment()),
 		State:       fulfillment.InboxState(req.GetState()),
 		Decision:    fulfillment.Decision(req.GetDecision()),
 		Type:        req.GetType(),
@@ -41,7 +42,8 @@ func (s *Service) ListInboxEvents(ctx context.Context, req *fulfillmentv1.ListIn
 	filter.ReceivedBefore, beforeErr = filterTime("received_before", req.GetReceivedBefore())
 	pg, err := s.listing(ctx, p, joinViolations(filter.Validate(), afterErr, beforeErr), filter.OrgID, req,
 		filter.OrgID, string(filter.State), string(filter.Decision), filter.Type, filter.EndpointID, filter.OrderID,
-		filter.VisibleOrgs, string(filter.Provider), filter.ReceivedAfter.UnixNano(), filter.ReceivedBefore.UnixNano())
+		filter.VisibleOrgs, string(filter.Provider), filter.ReceivedAfter.UnixNano(), filter.ReceivedBefore.UnixNano(),
+		string(filter.Environment))
 	if err != nil {
 		return nil, err
 	}

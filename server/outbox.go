@@ -19,12 +19,13 @@ func (s *Service) ListOutboxMessages(ctx context.Context, req *fulfillmentv1.Lis
 	filter := fulfillment.DeliveryFilter{
 		VisibleOrgs:   p.VisibleOrgs(),
 		OrgID:         req.GetOrgId(),
+		Environment:   fulfillment.Environment(req.GetEnvironment()),
 		State:         fulfillment.DeliveryState(req.GetState()),
 		DestinationID: req.GetDestinationId(),
 		OrderID:       req.GetOrderId(),
 	}
 	pg, err := s.listing(ctx, p, filter.Validate(), filter.OrgID, req,
-		filter.OrgID, string(filter.State), filter.DestinationID, filter.OrderID, filter.VisibleOrgs)
+		filter.OrgID, string(filter.State), filter.DestinationID, filter.OrderID, filter.VisibleOrgs, string(filter.Environment))
 	if err != nil {
 		return nil, err
 	}

@@ -366,6 +366,24 @@ func TestInboxEventsAPI(t *testing.T) {
 			t.Errorf("ListInboxEvents(%v) = %v, %v; want %v", c.req, got, err, c.want)
 		}
 	}
+	// By environment: evt_stray in test for a moment.
+	ts.exec(t, `UPDATE inbox_events SET environment = 'test' WHERE event_id = 'evt_stray'`)
+	for env, want := range map[string][]string{"test": {"evt_stray"}, "live": {"evt_b", "evt_extra", "evt_paid"}} {
+		resp, err := ts.client.ListInboxEvents(withToken(tokOps), &fulfillmentv1.ListInboxEventsRequest{Environment: env})
+		var got []string
+		for _, e := range resp.GetEvents() {
+			got = append(got, e.GetEventId())
+		}
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("events of environment %s = %v, %v; want %v", env, got, err, want)
+		}
+	}
+	if code, body := ts.do(t, http.MethodGet, "/v1/events?environment=test", tokOps, nil); code != http.StatusOK || len(body["events"].([]any)) != 1 {
+		t.Errorf("REST events of environment test: %d %v, want evt_stray", code, body)
+	}
+	_, err = ts.client.ListInboxEvents(withToken(tokOps), &fulfillmentv1.ListInboxEventsRequest{Environment: "prod"})
+	wantCode(t, "an unknown environment", err, codes.InvalidArgument, `environment: must be "live" or "test"`)
+	ts.exec(t, `UPDATE inbox_events SET environment = 'live' WHERE event_id = 'evt_stray'`)
 	// By provider and by when they were received: evt_stray an hour ago.
 	ts.exec(t, `UPDATE inbox_events SET received_at = now() - interval '1 hour' WHERE event_id = 'evt_stray'`)
 	halfHourAgo := timestamppb.New(time.Now().Add(-30 * time.Minute))

@@ -95,6 +95,7 @@ func (s *Store) EventList(ctx context.Context, p fulfillment.EventListParams) ([
 	f := p.Filter
 	w.among("org_id", f.VisibleOrgs)
 	w.eq("org_id", f.OrgID)
+	w.eq("environment", string(f.Environment))
 	inboxState(&w, string(f.State))
 	w.eq("decision", string(f.Decision))
 	w.eq("event_type", f.Type)

@@ -67,6 +67,7 @@ func (s *Store) DeliveryList(ctx context.Context, p fulfillment.DeliveryListPara
 	f := p.Filter
 	w.among("m.org_id", f.VisibleOrgs)
 	w.eq("m.org_id", f.OrgID)
+	w.eq("m.environment", string(f.Environment))
 	outboxState(&w, "m.", string(f.State))
 	w.eq("m.destination_id", f.DestinationID)
 	w.uuidEq("m.order_id", f.OrderID)

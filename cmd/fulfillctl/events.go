@@ -67,7 +67,7 @@ orgs sees theirs only.`,
 					func(size int32, token string) ([]*fulfillmentv1.InboxEvent, string, error) {
 						page, err := client.ListInboxEvents(ctx, &fulfillmentv1.ListInboxEventsRequest{
 							State: filter.State, Decision: filter.Decision, Type: filter.Type, OrgId: filter.OrgId,
-							EndpointId: filter.EndpointId, OrderId: filter.OrderId, Provider: filter.Provider,
+							Environment: filter.Environment, EndpointId: filter.EndpointId, OrderId: filter.OrderId, Provider: filter.Provider,
 							ReceivedAfter: filter.ReceivedAfter, ReceivedBefore: filter.ReceivedBefore, PageSize: size, PageToken: token,
 						})
 						return page.GetEvents(), page.GetNextPageToken(), err
@@ -94,6 +94,7 @@ orgs sees theirs only.`,
 	f.StringVar(&filter.Decision, "decision", "", "only events with this decision, e.g. duplicate_payment")
 	f.StringVar(&filter.Type, "type", "", "only events of this provider type, e.g. payment.confirmed")
 	f.StringVar(&filter.OrgId, "org", "", "only events of this org")
+	f.StringVar(&filter.Environment, "environment", "", "only live or test")
 	f.StringVar(&filter.EndpointId, "endpoint", "", "only events received at this endpoint")
 	f.StringVar(&filter.OrderId, "order", "", "only events applied to this order id")
 	f.StringVar(&filter.Provider, "provider", "", "only events of this provider: yolfi or tbank")

@@ -58,7 +58,7 @@ to some orgs sees theirs only.`,
 					func(size int32, token string) ([]*fulfillmentv1.OutboxMessage, string, error) {
 						page, err := client.ListOutboxMessages(ctx, &fulfillmentv1.ListOutboxMessagesRequest{
 							State: filter.State, DestinationId: filter.DestinationId, OrderId: filter.OrderId,
-							OrgId: filter.OrgId, PageSize: size, PageToken: token,
+							OrgId: filter.OrgId, Environment: filter.Environment, PageSize: size, PageToken: token,
 						})
 						return page.GetMessages(), page.GetNextPageToken(), err
 					})
@@ -84,6 +84,7 @@ to some orgs sees theirs only.`,
 	f.StringVar(&filter.DestinationId, "destination", "", "only messages to this destination id")
 	f.StringVar(&filter.OrderId, "order", "", "only messages about this order id")
 	f.StringVar(&filter.OrgId, "org", "", "only messages of this org")
+	f.StringVar(&filter.Environment, "environment", "", "only live or test")
 	f.IntVar(&limit, "limit", defaultListLimit, "show at most this many messages (0: all)")
 	f.StringVar(&token, "page-token", "", "continue after a previous list (the token it printed), with the same filters")
 	f.BoolVar(&asJSON, "json", false, "print JSON (a ListOutboxMessagesResponse) instead of a table")

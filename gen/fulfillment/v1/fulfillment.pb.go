@@ -3448,8 +3448,10 @@ type ListInboxEventsRequest struct {
 	// Only events received at or after this time, and before this time.
 	ReceivedAfter  *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=received_after,json=receivedAfter,proto3" json:"received_after,omitempty"`
 	ReceivedBefore *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=received_before,json=receivedBefore,proto3" json:"received_before,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Only events of this environment: "live" or "test".
+	Environment   string `protobuf:"bytes,12,opt,name=environment,proto3" json:"environment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListInboxEventsRequest) Reset() {
@@ -3557,6 +3559,13 @@ func (x *ListInboxEventsRequest) GetReceivedBefore() *timestamppb.Timestamp {
 		return x.ReceivedBefore
 	}
 	return nil
+}
+
+func (x *ListInboxEventsRequest) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
+	}
+	return ""
 }
 
 // ListInboxEventsResponse is one page of events.
@@ -4120,7 +4129,9 @@ type ListOutboxMessagesRequest struct {
 	// Maximum number of messages to return: default 50, at most 500.
 	PageSize int32 `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response's next_page_token, with the same filters.
-	PageToken     string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only messages of this environment: "live" or "test".
+	Environment   string `protobuf:"bytes,7,opt,name=environment,proto3" json:"environment,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4193,6 +4204,13 @@ func (x *ListOutboxMessagesRequest) GetPageSize() int32 {
 func (x *ListOutboxMessagesRequest) GetPageToken() string {
 	if x != nil {
 		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListOutboxMessagesRequest) GetEnvironment() string {
+	if x != nil {
+		return x.Environment
 	}
 	return ""
 }
@@ -7484,7 +7502,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x11previous_decision\x18\x05 \x01(\tR\x10previousDecision\x12'\n" +
 	"\x0fprevious_reason\x18\x06 \x01(\tR\x0epreviousReason\x12+\n" +
 	"\x11previous_attempts\x18\a \x01(\x05R\x10previousAttempts\x12.\n" +
-	"\x13previous_last_error\x18\b \x01(\tR\x11previousLastError\"\x91\x03\n" +
+	"\x13previous_last_error\x18\b \x01(\tR\x11previousLastError\"\xb3\x03\n" +
 	"\x16ListInboxEventsRequest\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1a\n" +
 	"\bdecision\x18\x02 \x01(\tR\bdecision\x12\x12\n" +
@@ -7499,7 +7517,8 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\bprovider\x18\t \x01(\tR\bprovider\x12A\n" +
 	"\x0ereceived_after\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\rreceivedAfter\x12C\n" +
-	"\x0freceived_before\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x0ereceivedBefore\"u\n" +
+	"\x0freceived_before\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x0ereceivedBefore\x12 \n" +
+	"\venvironment\x18\f \x01(\tR\venvironment\"u\n" +
 	"\x17ListInboxEventsResponse\x122\n" +
 	"\x06events\x18\x01 \x03(\v2\x1a.fulfillment.v1.InboxEventR\x06events\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"<\n" +
@@ -7546,7 +7565,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"finishTime\x12\x16\n" +
 	"\x06status\x18\x04 \x01(\x05R\x06status\x12\x18\n" +
 	"\aoutcome\x18\x05 \x01(\tR\aoutcome\x12\x16\n" +
-	"\x06reason\x18\x06 \x01(\tR\x06reason\"\xc6\x01\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"\xe8\x01\n" +
 	"\x19ListOutboxMessagesRequest\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12%\n" +
 	"\x0edestination_id\x18\x02 \x01(\tR\rdestinationId\x12\x19\n" +
@@ -7554,7 +7573,8 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x06org_id\x18\x04 \x01(\tR\x05orgId\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"\x7f\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12 \n" +
+	"\venvironment\x18\a \x01(\tR\venvironment\"\x7f\n" +
 	"\x1aListOutboxMessagesResponse\x129\n" +
 	"\bmessages\x18\x01 \x03(\v2\x1d.fulfillment.v1.OutboxMessageR\bmessages\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"8\n" +
