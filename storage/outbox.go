@@ -302,13 +302,17 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 		}
 		// The work rows first, then (for deliveries) their orders: the
 		// order InboxProcess never takes, as it writes messages of locked
-		// orders only by inserting them.
+		// orders only by inserting them. The lock reads the work rows
+		// alone, by id (see batchSettings for what a join's recheck can
+		// drop); their messages are joined after it. A message whose work
+		// row is leased changes only through its lease holder.
 		rows, _ := tx.Query(ctx, `
+			WITH w AS MATERIALIZED (
+				SELECT id, attempts FROM outbox_work WHERE id = ANY($1) AND lease_owner = $2 ORDER BY id FOR UPDATE
+			)
 			SELECT w.id, w.attempts, m.destination_id, m.topic, m.order_id::text, m.required, m.org_id, m.environment, m.retries
-			FROM outbox_work w JOIN outbox_messages m ON m.id = w.id
-			WHERE w.id = ANY($1) AND w.lease_owner = $2
-			ORDER BY w.id
-			FOR UPDATE OF w`, ids, owner)
+			FROM w JOIN outbox_messages m ON m.id = w.id
+			ORDER BY w.id`, ids, owner)
 		byID := map[int64]held{}
 		err := forEachRow(rows, func(r pgx.Rows) error {
 			var (
