@@ -521,7 +521,7 @@ const requestedLine = `kind = 'external' AND destination IS NOT NULL`
 // unique index; an OR of the two would scan the table.) The ids are
 // collected first (an init plan), and each order is locked by its primary
 // key alone, so that an order updated while the lock waits for it is
-// rechecked against its id only (batchSettings).
+// rechecked against its id only (see lockSubscriptions).
 var lockOrdersSQL = notingLocked(fmt.Sprintf(lockedOrdersSelect,
 	`ARRAY(SELECT provider_order_id FROM payment_starts ps WHERE ps.order_id = o.id)`) + `
 	WHERE o.id = ANY (ARRAY(

@@ -52,20 +52,22 @@ const awaitingEvent = `e.state = 'processed' AND e.order_id IS NULL`
 // are locked: a concurrent replay of one waits, then finds it pending.
 // The lock reads them by id alone (the ids of late, an init plan), so that
 // an event updated while it waits is rechecked against its own row, not
-// a join (see batchSettings for what a join's recheck can drop). It
+// a join (see lockSubscriptions); what each names is joined after the
+// lock. It
 // returns how many it queued, and when it queued any, tells the other
 // replicas' inbox workers, on commit (a NOTIFY in the transaction, unlike
 // the signal sent after it, survives a crash right after the commit).
 func lateMatchStatement(late, wanted, linkColumn, detail, note string) string {
 	return `
 	WITH late AS MATERIALIZED (` + late + `
-	), locked AS MATERIALIZED (
-		SELECT e.id, (SELECT min(late.link::text) FROM late WHERE late.id = e.id)::uuid AS link
-		FROM inbox_events e
+	), held AS MATERIALIZED (
+		SELECT e.id FROM inbox_events e
 		WHERE e.id = ANY (ARRAY(SELECT id FROM late)) AND (` + wanted + `)
 		ORDER BY e.id
 		LIMIT ` + strconv.Itoa(maxLateMatches) + `
-		FOR UPDATE OF e
+		FOR UPDATE
+	), locked AS MATERIALIZED (
+		SELECT DISTINCT ON (h.id) h.id, late.link FROM held h JOIN late USING (id) ORDER BY h.id, late.link
 	), ` + inboxReplay("SELECT id FROM locked", "'"+LateMatchActor+"'", "'"+lateMatchDetail+"' || "+detail) + `, items AS (
 		UPDATE reconciliation_items r SET state = 'resolved', resolution = '` + string(fulfillment.ResolutionMatchedLater) + `',
 			resolved_at = clock_timestamp(), resolved_by = '` + LateMatchActor + `',

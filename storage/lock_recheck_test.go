@@ -17,20 +17,22 @@ import (
 // A batch locks the rows it decides on (orders, subscriptions) and, when
 // another transaction holds one of them, waits for it. Once that holder
 // commits an update of the row, PostgreSQL rechecks the row's new version
-// against the locking statement. In a plan that reaches the locked table
-// through a Memoize node (a nested loop caching what each key found), the
-// recheck is answered from that cache and the row is dropped: the batch
-// decided without it — a subscription's charge "unmatched", an invoice of
-// a renewal taken for its order's (chaos runs found both). Here each row
-// locked is one that another transaction has just updated, in a database
-// whose statistics (thousands of rows, nested loops preferred) make such
-// plans likely; every event must be decided as if no one had held it.
+// against the locking statement (see lockSubscriptions). The subscription
+// lock reached its table through a join with a UNION ALL of ids, and the
+// recheck left the row out: the batch decided a charge naming its card
+// binding "unmatched" (make chaos found it). Here each row locked is one
+// that another transaction has just updated, in a database whose
+// statistics (thousands of rows, nested loops preferred) favour such
+// plans; every event must be decided as if no one had held it. The charge
+// beside a refund naming no binding (the statement that lost its row) is
+// tried eight times, on eight subscriptions: before the fix, about half the
+// tries kept the row.
 func TestALockWaitedForKeepsItsRowOnceTheHolderUpdatesIt(t *testing.T) {
 	t.Parallel()
 	setup, conn, url := openStore(t, outboxStoreOptions())
 	ctx := context.Background()
 	feb1 := subJan1.AddDate(0, 1, 0)
-	notices := make([]func(string, fulfillment.EventKind, string, string, time.Time) fulfillment.ProviderEvent, 5)
+	notices := make([]func(string, fulfillment.EventKind, string, string, time.Time) fulfillment.ProviderEvent, 12)
 	for i := range notices {
 		merchant := fmt.Sprintf("m-r%d", i)
 		notices[i] = tbankSubscriptionOrderOf(t, setup, merchant, fmt.Sprintf("user_r%d", i), fmt.Sprintf("2010%02d", i))
@@ -74,26 +76,34 @@ func TestALockWaitedForKeepsItsRowOnceTheHolderUpdatesIt(t *testing.T) {
 	charge := func(n int) fulfillment.ProviderEvent {
 		return notices[n]("CONFIRMED", fulfillment.EventPaymentConfirmed, fmt.Sprintf("81%02d", n), fmt.Sprintf("charge-81%02d", n), feb1)
 	}
-	for _, c := range []struct { //nolint:paralleltest // the cases share one store, and each claims what the inbox holds
+	// A charge of subscription n beside a refund naming no binding: the
+	// subscriptions are also found by the payments their periods were paid
+	// by (the lock with the UNION ALL).
+	besideARefund := func(n int) []fulfillment.ProviderEvent {
+		refund := notices[0]("PARTIAL_REFUNDED", fulfillment.EventPartiallyRefunded, "8000", "charge-8000", feb1.AddDate(0, 0, 1))
+		refund.EventID += fmt.Sprintf(":%d", n)
+		refund.Payment.SubscriptionID, refund.Payment.Amount = "", fulfillment.MinorAmount(100, "RUB")
+		return []fulfillment.ProviderEvent{refund, charge(n)}
+	}
+	type lockCase struct {
 		name   string
 		events []fulfillment.ProviderEvent
 		update string // the row the holder updates
 		want   string // the last event's decision
-	}{{
+	}
+	var cases []lockCase
+	for _, n := range []int{2, 5, 6, 7, 8, 9, 10, 11} {
+		cases = append(cases, lockCase{
+			name:   fmt.Sprintf("a charge beside a refund naming no binding, subscription %d", n),
+			events: besideARefund(n),
+			update: fmt.Sprintf(`UPDATE subscriptions SET updated_at = clock_timestamp() WHERE provider_subscription_id = '2010%02d'`, n),
+			want:   "renewed",
+		})
+	}
+	for _, c := range append(cases, []lockCase{{ //nolint:paralleltest // the cases share one store, and each claims what the inbox holds
 		name:   "a charge found by its card binding",
 		events: []fulfillment.ProviderEvent{charge(1)},
 		update: `UPDATE subscriptions SET updated_at = clock_timestamp() WHERE provider_subscription_id = '201001'`,
-		want:   "renewed",
-	}, {
-		// A refund naming no binding in the batch: the subscriptions are
-		// also found by the payments their periods were paid by.
-		name: "a charge beside a refund naming no binding",
-		events: func() []fulfillment.ProviderEvent {
-			refund := notices[0]("PARTIAL_REFUNDED", fulfillment.EventPartiallyRefunded, "8000", "charge-8000", feb1.AddDate(0, 0, 1))
-			refund.Payment.SubscriptionID, refund.Payment.Amount = "", fulfillment.MinorAmount(100, "RUB")
-			return []fulfillment.ProviderEvent{refund, charge(2)}
-		}(),
-		update: `UPDATE subscriptions SET updated_at = clock_timestamp() WHERE provider_subscription_id = '201002'`,
 		want:   "renewed",
 	}, {
 		// A T-Bank order, found by its checkout session.
@@ -115,7 +125,7 @@ func TestALockWaitedForKeepsItsRowOnceTheHolderUpdatesIt(t *testing.T) {
 		}(),
 		update: `UPDATE orders SET updated_at = clock_timestamp() WHERE merchant_order_id = 'm-y2'`,
 		want:   "already_applied",
-	}} {
+	}}...) {
 		t.Run(c.name, func(t *testing.T) {
 			items := count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE kind = 'unmatched_payment'`)
 			got := decideWhileUpdated(t, s, conn, c.events, c.update)

@@ -64,7 +64,7 @@ const outboxFailedSet = `state = 'failed', processed_at = clock_timestamp()`
 // retryable allows, noting why on each with the text expression note (of
 // the message's row before, m): what a retry and a re-drive do. "work"
 // locks the messages' work rows first (by their ids alone, an init plan:
-// see batchSettings), so that a retry racing a claim or a record sees its
+// see lockSubscriptions), so that a retry racing a claim or a record sees its
 // outcome; a message leased at that moment is left alone.
 // "done" ends the chain with the ids put back. attempts start again from
 // 0 and a new round begins (retries counts it: its failure is a
@@ -76,7 +76,7 @@ const outboxFailedSet = `state = 'failed', processed_at = clock_timestamp()`
 func outboxRequeue(ids, retryable, note string) string {
 	return `
 		work AS (
-			SELECT id, lease_owner FROM outbox_work WHERE id = ANY (ARRAY(` + ids + `)) FOR UPDATE
+			SELECT id, lease_owner FROM outbox_work WHERE id = ANY (ARRAY(` + ids + `)) ORDER BY id FOR UPDATE
 		), requeued AS (
 			UPDATE outbox_messages m SET
 				attempts = CASE WHEN m.state = 'pending' THEN m.attempts ELSE 0 END,
@@ -303,8 +303,8 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 		// The work rows first, then (for deliveries) their orders: the
 		// order InboxProcess never takes, as it writes messages of locked
 		// orders only by inserting them. The lock reads the work rows
-		// alone, by id (see batchSettings for what a join's recheck can
-		// drop); their messages are joined after it. A message whose work
+		// alone, by id (see lockSubscriptions); their messages are joined
+		// after it. A message whose work
 		// row is leased changes only through its lease holder.
 		rows, _ := tx.Query(ctx, `
 			WITH w AS MATERIALIZED (

@@ -95,17 +95,6 @@ func (s *Store) withPipelinedTx(ctx context.Context, settings string, first func
 //     a whole index instead) until the next ANALYZE, which the queue
 //     vacuum's pass runs on a young table about every doubling
 //     (VacuumQueues).
-//   - no Memoize nodes (enable_memoize). A statement that locks rows (FOR
-//     UPDATE) and waits for a transaction that updates one of them
-//     rechecks the row's new version once that holder commits; where the
-//     plan reached the row through a Memoize node, the recheck was
-//     answered from what the node cached before the wait, and the row was
-//     left out of the lock's result: the batch decided its events as if
-//     the subscription, or the order, did not exist
-//     (TestALockWaitedForKeepsItsRowOnceTheHolderUpdatesIt). The locks of
-//     orders and subscriptions are also written to read the locked table
-//     by primary key alone (lockSubscriptions, lockOrdersSQL); this keeps
-//     any other join of the transaction from the same fate.
 //
 // Under transaction pooling statements are described rather than
 // prepared and planned at each run; both settings end with the
@@ -120,7 +109,7 @@ func (s *Store) withPipelinedTx(ctx context.Context, settings string, first func
 // (decideSettings, workSettings).
 func batchSettings(lockWait string) string {
 	return `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
-		set_config('enable_memoize', 'off', true), set_config('lock_timeout', '` + strings.ReplaceAll(lockWait, "'", "''") + `', true)`
+		set_config('lock_timeout', '` + strings.ReplaceAll(lockWait, "'", "''") + `', true)`
 }
 
 // open says whether the transaction began and has not ended.

@@ -24,11 +24,19 @@ type lockedSubscriptions map[fulfillment.SubscriptionKey]*fulfillment.Subscripti
 
 // lockSubscriptions locks the subscriptions where selects, in id order (so
 // that concurrent transactions cannot deadlock on them), and reads their
-// paid periods in the same round trip. where selects their ids first (an
-// init plan), and the lock reads each by its primary key alone: a
-// subscription that another transaction updates while this one waits for
-// it is rechecked against its id, which no update changes — never against
-// a join, whose recheck can drop the row (batchSettings).
+// paid periods in the same round trip.
+//
+// where selects their ids first (an init plan), and the lock reads each
+// by its primary key alone. This is the rule of every statement here that
+// locks rows another transaction may be updating. When a lock waits for
+// such a transaction, PostgreSQL rechecks the row's new version against
+// the statement once that transaction commits (EvalPlanQual), and a plan
+// that reached the locked table through a join with a subquery of ids (a
+// UNION ALL of them, as this statement had) left the row out of its
+// result: no error, one row fewer. The batch then decided as if the
+// subscription did not exist (TestALockWaitedForKeepsItsRowOnceTheHolderUpdatesIt;
+// make chaos found it). Locked by id alone, a row is rechecked against
+// its id, which no update changes.
 func lockSubscriptions(ctx context.Context, tx querier, where string, args ...any) (lockedSubscriptions, error) {
 	rows, _ := tx.Query(ctx, `SELECT `+subscriptionColumns+` FROM subscriptions
 		WHERE id = ANY (ARRAY(SELECT id FROM subscriptions WHERE `+where+`)) ORDER BY id FOR UPDATE`, args...)
@@ -115,7 +123,13 @@ func createSubscription(ctx context.Context, tx querier, ref fulfillment.Subscri
 		return nil, fmt.Errorf("recording subscription: %w", interpret(err))
 	}
 	late.addSubscription(ref.Key(), tag.RowsAffected() == 1)
-	return lockSubscription(ctx, tx, byProviderKey, ref.OrgID, ref.Environment, ref.Provider, ref.ProviderSubscriptionID)
+	rec, err := lockSubscription(ctx, tx, byProviderKey, ref.OrgID, ref.Environment, ref.Provider, ref.ProviderSubscriptionID)
+	if err == nil && rec.Key() != ref.Key() {
+		// Given the provider's id by another transaction while the lock
+		// waited (the lock finds by id, then locks).
+		return nil, fulfillment.ErrSubscriptionNotFound
+	}
+	return rec, err
 }
 
 // SubscriptionApply implements fulfillment.SubscriptionStore.
