@@ -63,11 +63,11 @@ const inboxFailedSet = `state = 'failed', decision = 'failed', processed_at = cl
 // free, and left alone — its claim's lease is a processing under way,
 // which "requeued" would otherwise clear. (The lock reads the events by
 // their ids alone, an init plan: an event updated while the lock waits is
-// rechecked against its own row, not a join; see lockSubscriptions.) "requeued" gives it a fresh work
-// row (resetting a failed one), and "done" sets it pending and returns its
-// id. The work rows are due at the transaction's start, all of them:
-// claims, which take the oldest due first, take them in id order (what
-// came first is decided first).
+// rechecked against its own row, not a join; see lockSubscriptions.)
+// "requeued" gives it a fresh work row (resetting a failed one), and
+// "done" sets it pending and returns its id. The work rows are due at the
+// transaction's start, all of them: claims, which take the oldest due
+// first, take them in id order (what came first is decided first).
 func inboxReplay(ids, by, detail string) string {
 	return `replays AS (
 			INSERT INTO inbox_replays (inbox_event_id, replayed_by, replayed_by_detail, previous_state,

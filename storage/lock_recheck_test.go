@@ -171,6 +171,7 @@ func decideWhileUpdated(t *testing.T, s *storage.Store, conn *pgx.Conn, events [
 		ids[i] = c.ID
 	}
 	slices.Sort(ids)
+	// A transaction on a connection of its own, holding nothing yet.
 	holder, pid := holdOrderLock(t, conn, "false")
 	if tag, err := holder.Exec(ctx, update); err != nil || tag.RowsAffected() != 1 {
 		t.Fatalf("%s: %v, %v", update, tag, err)

@@ -304,8 +304,8 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 		// order InboxProcess never takes, as it writes messages of locked
 		// orders only by inserting them. The lock reads the work rows
 		// alone, by id (see lockSubscriptions); their messages are joined
-		// after it. A message whose work
-		// row is leased changes only through its lease holder.
+		// after it. A message whose work row is leased changes only
+		// through its lease holder.
 		rows, _ := tx.Query(ctx, `
 			WITH w AS MATERIALIZED (
 				SELECT id, attempts FROM outbox_work WHERE id = ANY($1) AND lease_owner = $2 ORDER BY id FOR UPDATE
