@@ -1143,6 +1143,76 @@ func TestMigration054RetriedBeforeIt(t *testing.T) {
 	}, delivered)
 }
 
+// Migration 056 resolves the delivery items of messages that were retried
+// and delivered before migration 054, whose deliveries left them open: as
+// retried by the service, as a delivery does today. The items of messages
+// that are not delivered stay open, and an item a person resolved stays as
+// the person left it.
+func TestMigration056ResolvesItemsOfMessagesDeliveredBeforeIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, conn := newOutboxStore(t)
+	q := s.OutboxQueue("crm")
+	message := func(key string) int64 {
+		return int64(count(t, conn, `INSERT INTO outbox_messages
+			(destination_id, topic, idempotency_key, org_id, environment, required, payload)
+			VALUES ('crm', 'order.fulfilled', $1, 'org_a', 'live', false, '{}') RETURNING id`, key))
+	}
+	// One message at a time, so that each claim finds only its own.
+	failed := message("k-failed")
+	failItemRound(t, q, failed, 1)
+	uncertain := message("k-uncertain")
+	recordOutcome(t, s, q, uncertain, fulfillment.OutcomeUncertain, 0)
+	byHand := message("k-by-hand")
+	failItemRound(t, q, byHand, 1)
+	stillFailed := message("k-still-failed")
+	failItemRound(t, q, stillFailed, 1)
+
+	m, v := migrator(t, conn, "_delivered_items_answered.sql")
+	if err := m.MigrateTo(ctx, v-1); err != nil {
+		t.Fatal(err)
+	}
+	// Retried and delivered as the service did before migration 054: the
+	// message delivered, its round not counted, its items left open. A
+	// person had resolved byHand's item meanwhile.
+	if _, err := conn.Exec(ctx, `UPDATE outbox_messages SET state = 'delivered', attempts = 1, last_status = 204,
+		last_error = NULL, processed_at = clock_timestamp() WHERE id = ANY ($1::bigint[])`,
+		[]int64{failed, uncertain, byHand}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `UPDATE reconciliation_items SET state = 'resolved', resolution = 'no_action',
+		resolved_at = now(), resolved_by = 'ops', resolution_note = 'checked' WHERE outbox_message_id = $1`, byHand); err != nil {
+		t.Fatal(err)
+	}
+	wantCounts(t, conn, []countCheck{
+		{"open delivery items before the migration", `SELECT count(*) FROM reconciliation_items
+			WHERE state = 'open' AND kind IN ('failed_delivery', 'uncertain_delivery')`, 3},
+	})
+	if err := m.MigrateTo(ctx, int32(len(m.Migrations))); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		id   int64
+		kind string
+	}{{failed, "failed_delivery"}, {uncertain, "uncertain_delivery"}} {
+		wantCounts(t, conn, []countCheck{
+			{"items of the message delivered", `SELECT count(*) FROM reconciliation_items WHERE outbox_message_id = $1 AND kind = $2`, 1},
+			{"its item, resolved by the service as retried", `SELECT count(*) FROM reconciliation_items
+				WHERE outbox_message_id = $1 AND kind = $2 AND state = 'resolved' AND resolution = 'retried'
+				AND resolved_by = 'service' AND resolved_at IS NOT NULL
+				AND starts_with(resolution_note, 'the message was retried and delivered to crm (HTTP 204); ')`, 1},
+		}, c.id, c.kind)
+	}
+	wantCounts(t, conn, []countCheck{
+		{"the item a person resolved, as the person left it", `SELECT count(*) FROM reconciliation_items
+			WHERE outbox_message_id = $1 AND resolution = 'no_action' AND resolved_by = 'ops' AND resolution_note = 'checked'`, 1},
+	}, byHand)
+	wantCounts(t, conn, []countCheck{
+		{"the item of the message still failed, open", `SELECT count(*) FROM reconciliation_items
+			WHERE outbox_message_id = $1 AND state = 'open'`, 1},
+	}, stillFailed)
+}
+
 // Two people retry one uncertain message at the same moment, and a
 // dispatcher claims it between the first retry's commit and the second's
 // write: the second finds it being sent and leaves its lease alone. Wiped,
