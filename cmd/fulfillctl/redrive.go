@@ -46,7 +46,10 @@ func redriveFlags(cmd *cobra.Command, f *fulfillmentv1.RedriveFilter) {
 	fl.StringVar(&f.Target, "target", "", "events (replay stored events) or outbox (retry messages); required")
 	fl.StringVar(&f.OrgId, "org", "", "the org of the items; required")
 	fl.StringVar(&f.State, "state", "", "events: processed, ignored, unmatched or failed; outbox: failed or uncertain; required")
-	fl.StringVar(&f.Environment, "env", "", "only this environment: live or test")
+	fl.StringVar(&f.Environment, "environment", "", "only live or test")
+	// --env was this flag's first name; the other commands say --environment.
+	fl.StringVar(&f.Environment, "env", "", "only live or test")
+	_ = fl.MarkDeprecated("env", "use --environment")
 	fl.StringVar(&f.Type, "type", "", "events only: only this event type")
 	fl.StringVar(&f.Decision, "decision", "", "events only: only events with this decision")
 	fl.StringVar(&f.EndpointId, "endpoint", "", "events only: only events of this endpoint")

@@ -45,6 +45,10 @@ func TestRedriveCommands(t *testing.T) {
 		{[]string{"--provider", "yolfi", "--from", "1h"}, "matching items: 2\n"},
 		{[]string{"--provider", "tbank"}, "matching items: 0\n"},
 		{[]string{"--before", "1h"}, "matching items: 0\n"},
+		{[]string{"--environment", "live"}, "matching items: 2\n"},
+		{[]string{"--environment", "test"}, "matching items: 0\n"},
+		// The flag's first name, still taken.
+		{[]string{"--env", "test"}, "matching items: 0\n"},
 	} {
 		if out := s.ctlOK(t, append(append([]string{"redrive", "plan"}, filter...), c.args...)...); !strings.Contains(out, c.want) {
 			t.Errorf("plan %v:\n%s", c.args, out)
