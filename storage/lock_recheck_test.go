@@ -93,7 +93,20 @@ func TestALockWaitedForKeepsItsRowOnceTheHolderUpdatesIt(t *testing.T) {
 		update string // the row the holder updates
 		want   string // the last event's decision
 	}
-	var cases []lockCase
+	byCheckout := notices[3]("CONFIRMED", fulfillment.EventPaymentConfirmed, "7003", "m-r3-1", subJan1)
+	byCheckout.EventID += ":again"
+	cases := []lockCase{{
+		name:   "a charge found by its card binding",
+		events: []fulfillment.ProviderEvent{charge(1)},
+		update: `UPDATE subscriptions SET updated_at = clock_timestamp() WHERE provider_subscription_id = '201001'`,
+		want:   "renewed",
+	}, {
+		// A T-Bank order, found by its checkout session.
+		name:   "an order's payment announced again, by checkout",
+		events: []fulfillment.ProviderEvent{byCheckout},
+		update: `UPDATE orders SET updated_at = clock_timestamp() WHERE merchant_order_id = 'm-r3'`,
+		want:   "already_applied",
+	}}
 	for _, n := range []int{2, 5, 6, 7, 8, 9, 10, 11} {
 		cases = append(cases, lockCase{
 			name:   fmt.Sprintf("a charge beside a refund naming no binding, subscription %d", n),
@@ -115,22 +128,7 @@ func TestALockWaitedForKeepsItsRowOnceTheHolderUpdatesIt(t *testing.T) {
 			want:   "already_applied",
 		})
 	}
-	for _, c := range append(cases, []lockCase{{ //nolint:paralleltest // the cases share one store, and each claims what the inbox holds
-		name:   "a charge found by its card binding",
-		events: []fulfillment.ProviderEvent{charge(1)},
-		update: `UPDATE subscriptions SET updated_at = clock_timestamp() WHERE provider_subscription_id = '201001'`,
-		want:   "renewed",
-	}, {
-		// A T-Bank order, found by its checkout session.
-		name: "an order's payment announced again, by checkout",
-		events: func() []fulfillment.ProviderEvent {
-			again := notices[3]("CONFIRMED", fulfillment.EventPaymentConfirmed, "7003", "m-r3-1", subJan1)
-			again.EventID += ":again"
-			return []fulfillment.ProviderEvent{again}
-		}(),
-		update: `UPDATE orders SET updated_at = clock_timestamp() WHERE merchant_order_id = 'm-r3'`,
-		want:   "already_applied",
-	}}...) {
+	for _, c := range cases { //nolint:paralleltest // the cases share one store, and each claims what the inbox holds
 		t.Run(c.name, func(t *testing.T) {
 			items := count(t, conn, `SELECT count(*) FROM reconciliation_items WHERE kind = 'unmatched_payment'`)
 			got := decideWhileUpdated(t, s, conn, c.events, c.update)

@@ -106,11 +106,7 @@ var queueCases = []queueCase{
 	{
 		name: "outbox", table: "outbox_work", failedItem: "failed_delivery",
 		queue: func(s *storage.Store) *storage.Queue { return s.OutboxQueue("crm") },
-		seed: func(t *testing.T, _ *storage.Store, conn *pgx.Conn) int64 {
-			return int64(count(t, conn, `INSERT INTO outbox_messages
-				(destination_id, topic, idempotency_key, org_id, environment, required, payload)
-				VALUES ('crm', 'order.fulfilled', 'k1', 'org_a', 'live', false, '{}') RETURNING id`))
-		},
+		seed:  func(t *testing.T, _ *storage.Store, conn *pgx.Conn) int64 { return crmMessage(t, conn, "k1") },
 		complete: func(ctx context.Context, s *storage.Store, id int64, owner string) (bool, error) {
 			lost, err := s.OutboxRecord(ctx, owner, []fulfillment.MessageAttempt{{ID: id,
 				DeliveryAttempt: fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeDelivered, Status: 200, StartedAt: time.Now()}}})
@@ -283,9 +279,7 @@ func TestQueueRetryRecordsABatchInOneTransaction(t *testing.T) {
 	const n = 20
 	ids := make([]int64, n)
 	for i := range ids {
-		ids[i] = int64(count(t, conn, `INSERT INTO outbox_messages
-			(destination_id, topic, idempotency_key, org_id, environment, required, payload)
-			VALUES ('crm', 'order.fulfilled', $1, 'org_a', 'live', false, '{}') RETURNING id`, fmt.Sprintf("k%d", i)))
+		ids[i] = crmMessage(t, conn, fmt.Sprintf("k%d", i))
 	}
 	q := s.OutboxQueue("crm")
 	claims, err := q.Claim(ctx, worker.ClaimParams{Owner: "w", Limit: n, Lease: time.Hour, MaxAttempts: 3})
@@ -663,12 +657,7 @@ func TestQueueClaimLosesNoLeaseWhenFailingAbandonedFails(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
-	message := func(key string) int64 {
-		return int64(count(t, conn, `INSERT INTO outbox_messages
-			(destination_id, topic, idempotency_key, org_id, environment, required, payload)
-			VALUES ('crm', 'order.fulfilled', $1, 'org_a', 'live', false, '{}') RETURNING id`, key))
-	}
-	abandoned, healthy := message("abandoned"), message("healthy")
+	abandoned, healthy := crmMessage(t, conn, "abandoned"), crmMessage(t, conn, "healthy")
 	if _, err := conn.Exec(ctx, `UPDATE outbox_work SET attempts = 3, next_attempt_at = now() - interval '2 minutes' WHERE id = $1`, abandoned); err != nil {
 		t.Fatal(err)
 	}
@@ -1102,9 +1091,7 @@ func TestMigration054RetriedBeforeIt(t *testing.T) {
 	q := s.OutboxQueue("crm")
 	failing := queueCases[1].seed(t, s, conn)
 	failItemRound(t, q, failing, 1)
-	delivered := int64(count(t, conn, `INSERT INTO outbox_messages
-		(destination_id, topic, idempotency_key, org_id, environment, required, payload)
-		VALUES ('crm', 'order.fulfilled', 'k2', 'org_a', 'live', false, '{}') RETURNING id`))
+	delivered := crmMessage(t, conn, "k2")
 	failItemRound(t, q, delivered, 1)
 	m, v := migrator(t, conn, "_outbox_retries.sql")
 	if err := m.MigrateTo(ctx, v-1); err != nil {
@@ -1153,19 +1140,14 @@ func TestMigration056ResolvesItemsOfMessagesDeliveredBeforeIt(t *testing.T) {
 	ctx := context.Background()
 	s, conn := newOutboxStore(t)
 	q := s.OutboxQueue("crm")
-	message := func(key string) int64 {
-		return int64(count(t, conn, `INSERT INTO outbox_messages
-			(destination_id, topic, idempotency_key, org_id, environment, required, payload)
-			VALUES ('crm', 'order.fulfilled', $1, 'org_a', 'live', false, '{}') RETURNING id`, key))
-	}
 	// One message at a time, so that each claim finds only its own.
-	failed := message("k-failed")
+	failed := crmMessage(t, conn, "k-failed")
 	failItemRound(t, q, failed, 1)
-	uncertain := message("k-uncertain")
+	uncertain := crmMessage(t, conn, "k-uncertain")
 	recordOutcome(t, s, q, uncertain, fulfillment.OutcomeUncertain, 0)
-	byHand := message("k-by-hand")
+	byHand := crmMessage(t, conn, "k-by-hand")
 	failItemRound(t, q, byHand, 1)
-	stillFailed := message("k-still-failed")
+	stillFailed := crmMessage(t, conn, "k-still-failed")
 	failItemRound(t, q, stillFailed, 1)
 
 	m, v := migrator(t, conn, "_delivered_items_answered.sql")
@@ -1415,4 +1397,13 @@ func TestAnsweredItemsAreFoundByTheirSubject(t *testing.T) {
 			}
 		}
 	}
+}
+
+// crmMessage stores a pending message to crm under idempotency key key
+// (queued by the table's trigger) and returns its id.
+func crmMessage(t *testing.T, conn *pgx.Conn, key string) int64 {
+	t.Helper()
+	return int64(count(t, conn, `INSERT INTO outbox_messages
+		(destination_id, topic, idempotency_key, org_id, environment, required, payload)
+		VALUES ('crm', 'order.fulfilled', $1, 'org_a', 'live', false, '{}') RETURNING id`, key))
 }
