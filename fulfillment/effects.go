@@ -3,6 +3,7 @@ package fulfillment
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Outcome is everything an event does, decided without I/O: a decision,
@@ -195,7 +196,8 @@ const startKeyPrefix = "start|"
 //     however many housekeeping runs;
 //   - duplicate_order_id, poll_failing: the payment start ("start|<id>")
 //     — one per attempt the service started, however many polls failed;
-//   - refund_after_fulfillment: the refund event — every refund is money
+//   - refund_after_fulfillment: the refund event (or the confirmation
+//     granting after partial refunds) — every refund is money
 //     moving, a partial refund may follow another;
 //   - refund_not_applicable: the refund ("refund|<order>|<RefundRef>") —
 //     one per refund, also when a notification and a status poll both
@@ -208,6 +210,8 @@ const startKeyPrefix = "start|"
 //     payment; the event too when it names no payment, or for a refund;
 //   - anything else about a payment: the payment (provider, tenant, order,
 //     attempt, payment id), or the event when it names no payment.
+//
+// The parts are joined with "|", each escaped when it holds one (keyOf).
 func ItemKey(kind ReconKind, s ItemSubject) string {
 	if kind == ReconSweepFailing {
 		return fmt.Sprintf("sweep|%s|%d", s.SubscriptionID, s.Periods)
@@ -217,9 +221,9 @@ func ItemKey(kind ReconKind, s ItemSubject) string {
 		// announce it; the event, when it names no payment. Every refund
 		// is money moving: one per refund event.
 		if s.PaymentID != "" && kind != ReconRefundAfterFulfill && kind != ReconRefundNotApplicable {
-			return fmt.Sprintf("subscription|%s|%s|%s|", s.SubscriptionID, kind, s.PaymentID)
+			return keyOf("subscription", s.SubscriptionID, string(kind), s.PaymentID, "")
 		}
-		return fmt.Sprintf("subscription|%s|%s|%s|%s", s.SubscriptionID, kind, s.PaymentID, s.EventID)
+		return keyOf("subscription", s.SubscriptionID, string(kind), s.PaymentID, s.EventID)
 	}
 	switch kind {
 	case ReconFailedEvent:
@@ -232,18 +236,33 @@ func ItemKey(kind ReconKind, s ItemSubject) string {
 		return startKeyPrefix + strconv.FormatInt(s.StartID, 10)
 	case ReconRefundNotApplicable:
 		if s.Refund != "" {
-			return fmt.Sprintf("refund|%s|%s|%s|%s", s.OrgID, s.Environment, s.OrderID, s.Refund)
+			return keyOf("refund", s.OrgID, string(s.Environment), s.OrderID, s.Refund)
 		}
-		return fmt.Sprintf("event|%s|%s|%s|%s", s.Provider, s.OrgID, s.Environment, s.EventID)
+		return keyOf("event", string(s.Provider), s.OrgID, string(s.Environment), s.EventID)
 	case ReconRefundAfterFulfill:
-		return fmt.Sprintf("event|%s|%s|%s|%s", s.Provider, s.OrgID, s.Environment, s.EventID)
+		return keyOf("event", string(s.Provider), s.OrgID, string(s.Environment), s.EventID)
 	default:
-		key := fmt.Sprintf("%s|%s|%s|%s|%s|%s", s.Provider, s.OrgID, s.Environment, s.OrderID, s.AttemptRef, s.PaymentID)
 		if s.AttemptRef == "" && s.PaymentID == "" {
-			key += "|" + s.EventID
+			return keyOf(string(s.Provider), s.OrgID, string(s.Environment), s.OrderID, "", "", s.EventID)
 		}
-		return key
+		return keyOf(string(s.Provider), s.OrgID, string(s.Environment), s.OrderID, s.AttemptRef, s.PaymentID)
 	}
+}
+
+// keyEscaper escapes the key separator in a key's parts, and the escape
+// itself, so that no two lists of parts make one key.
+var keyEscaper = strings.NewReplacer(`\`, `\\`, "|", `\|`)
+
+// keyOf joins parts into an item key with "|". A part that holds neither
+// "|" nor a backslash is as it is: the keys of such parts are the ones stored
+// before parts were escaped.
+func keyOf(parts ...string) string {
+	for i, p := range parts {
+		if strings.ContainsAny(p, `|\`) {
+			parts[i] = keyEscaper.Replace(p)
+		}
+	}
+	return strings.Join(parts, "|")
 }
 
 // roundKey is the key of an item about round of attempts at id (prefix

@@ -474,11 +474,20 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 		effects = append(effects, PaySubscriptions{})
 	}
 	// Partial refunds of this payment processed before it (their delivery
-	// came first) take their shares of what it credits now.
+	// came first) take their shares of what it credits now. Their items
+	// asked what to revoke while nothing was granted: this one asks again.
+	var refunded []string
 	for _, r := range order.PartialRefunds {
-		if share, ok := order.refundShare(r.Amount); ok && r.Attempt == (AttemptKey{ev.Provider, p.AttemptRef}) {
+		if r.Attempt != (AttemptKey{ev.Provider, p.AttemptRef}) {
+			continue
+		}
+		refunded = append(refunded, r.Amount.String())
+		if share, ok := order.refundShare(r.Amount); ok {
 			effects = append(effects, ReverseCreditShare{share, r.Ref})
 		}
+	}
+	if len(refunded) > 0 {
+		effects = append(effects, OpenItem{ReconRefundAfterFulfill})
 	}
 	if p.Amount.Value.GreaterThan(expected) {
 		effects = append(effects, OpenItem{ReconOverpayment})
@@ -491,6 +500,10 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 		// the subscription it paid.
 		reason += fmt.Sprintf("; this payment paid period %d of the subscription before the order was created: "+
 			"no period is paid again", r.Period)
+	}
+	if len(refunded) > 0 {
+		reason += fmt.Sprintf("; partial refunds of this payment were recorded before it (%s): balance credits are "+
+			"granted less their shares, licenses and deliveries in full; decide what to revoke", strings.Join(refunded, ", "))
 	}
 	return outcome(DecisionFulfilled, reason, effects...)
 }
@@ -613,9 +626,20 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 	if slices.ContainsFunc(order.PartialRefunds, func(r RecordedRefund) bool { return r.Ref == ref }) {
 		return outcome(DecisionAlreadyApplied, "this refund was already recorded (announced again, or found by a status poll)")
 	}
-	if same, known := order.PaidBy.SamePayment(ev.Payment); order.Paid && known && !same {
+	switch same, known := order.PaidBy.SamePayment(ev.Payment); {
+	case !order.Paid:
+	case known && !same:
 		return outcome(DecisionOtherPaymentRefunded,
 			fmt.Sprintf("part of a payment other than %s, which paid the order, was refunded", order.PaidBy.describe()))
+	case !known:
+		// As a full refund that cannot be told apart: the same invoice may
+		// have been paid twice, so the refunded money may not be the
+		// order's. Nothing is recorded or taken back.
+		return outcome(DecisionUnidentifiedRefund,
+			fmt.Sprintf("the order was paid by %s and this partial refund of %s names %s: nothing is recorded or taken back; "+
+				"check at the provider whether the refunded payment is the one that paid the order, and take back what it "+
+				"covers if it is", order.PaidBy.describe(), ev.Payment.Amount, ev.Payment.PaidRefs().describe()),
+			OpenItem{ReconRefundAfterFulfill})
 	}
 	attempt := AttemptKey{ev.Provider, ev.Payment.AttemptRef}
 	if !ev.Payment.Amount.Known() {

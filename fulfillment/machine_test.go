@@ -354,6 +354,7 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 	pending := &PaidOrder{State: StatePendingPayment, Total: total}
 	tokenOrder := &PaidOrder{State: StatePendingPayment, Total: Money{Currency: "USD", MinorUnits: 2500}, Settlement: settlement}
 	fulfilled := &PaidOrder{State: StateFulfilled, Total: total, Paid: true, PaidBy: byPay1}
+	paidByInvoice := &PaidOrder{State: StateFulfilled, Total: total, Paid: true, PaidBy: PaidRefs{AttemptRef: "inv_1", InvoiceID: "inv_1"}}
 	fulfilling := &PaidOrder{State: StateFulfilling, Total: total, Paid: true, PaidBy: byPay1}
 	delivering := &PaidOrder{State: StateFulfilling, Total: total, Paid: true, PaidBy: byPay1, HasExternalLines: true}
 	heldExternal := &PaidOrder{State: StateOnHold, Total: total, Paid: true, PaidBy: byPay1, HasExternalLines: true}
@@ -447,6 +448,10 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 		{"partial refund in another unit", payment(EventPartiallyRefunded, TokenAmount(decimal.RequireFromString("5"), "USDT", "TRON"), "", "pay_1"), fulfilled,
 			DecisionPartiallyRefunded, []Effect{OpenItem{ReconRefundAfterFulfill}}},
 		{"partial refund of another payment", payment(EventPartiallyRefunded, rub(50000), "", "pay_2"), fulfilled, DecisionOtherPaymentRefunded, nil},
+		{"partial refund that names no payment: nothing taken back", payment(EventPartiallyRefunded, rub(50000), "", ""), fulfilled,
+			DecisionUnidentifiedRefund, []Effect{OpenItem{ReconRefundAfterFulfill}}},
+		{"partial refund of an order paid by a payment that named none: nothing taken back", payment(EventPartiallyRefunded, rub(50000), "inv_1", "pay_9"), paidByInvoice,
+			DecisionUnidentifiedRefund, []Effect{OpenItem{ReconRefundAfterFulfill}}},
 		{"partial refund before any payment", payment(EventPartiallyRefunded, rub(50000), "", "pay_1"), pending,
 			DecisionPartiallyRefunded, []Effect{OpenItem{ReconRefundAfterFulfill}}},
 		{"refund for no order", payment(EventRefunded, Amount{}, "", "pay_1"), nil, DecisionUnmatched, nil},
@@ -541,6 +546,30 @@ func TestItemKey(t *testing.T) {
 		if first, next := ItemKey(kind, message), ItemKey(kind, retried); first != "outbox|7" || next != "outbox|7|1" {
 			t.Errorf("%s keys of the first round and the one after a retry: %q, %q", kind, first, next)
 		}
+	}
+	// A reference holding the separator cannot make two situations one
+	// key; a key of references without it is the one stored before
+	// references were escaped.
+	split, joined := s, s
+	split.AttemptRef, split.PaymentID = "inv|pay", "1"
+	joined.AttemptRef, joined.PaymentID = "inv", "pay|1"
+	if ItemKey(ReconExtraPayment, split) == ItemKey(ReconExtraPayment, joined) {
+		t.Errorf("payments inv|pay/1 and inv/pay|1 share the key %q", ItemKey(ReconExtraPayment, split))
+	}
+	slashed, slashedToo := s, s
+	slashed.AttemptRef, slashed.PaymentID = `a\`, "b|c"
+	slashedToo.AttemptRef, slashedToo.PaymentID = `a|b\`, "c"
+	if ItemKey(ReconExtraPayment, slashed) == ItemKey(ReconExtraPayment, slashedToo) {
+		t.Errorf(`payments a\ / b|c and a|b\ / c share the key %q`, ItemKey(ReconExtraPayment, slashed))
+	}
+	if got := ItemKey(ReconExtraPayment, s); got != "tbank|org_a|live|o1|pay_1|pay_1" {
+		t.Errorf("extra_payment key %q", got)
+	}
+	subSplit := ItemSubject{OrgID: "org_a", Environment: EnvLive, SubscriptionID: "s1", PaymentID: "p|", EventID: "e"}
+	subJoined := subSplit
+	subJoined.PaymentID, subJoined.EventID = "p", "|e"
+	if ItemKey(ReconRefundAfterFulfill, subSplit) == ItemKey(ReconRefundAfterFulfill, subJoined) {
+		t.Errorf("two subscription refunds share the key %q", ItemKey(ReconRefundAfterFulfill, subSplit))
 	}
 	otherRefund := other
 	otherRefund.Refund = "tbank:pay_1:6000 RUB"
@@ -721,6 +750,14 @@ func TestPartialRefundBeforeConfirmation(t *testing.T) {
 	if out.Decision != DecisionFulfilled || !slices.Equal(shares, want) {
 		t.Errorf("confirmation = %v, shares %v; want fulfilled taking back %v", out.Decision, shares, want)
 	}
+	// The refunds' items asked what to revoke when nothing was granted
+	// yet: the confirmation, which grants the licenses in full, asks again.
+	if !slices.Contains(out.Effects, Effect(OpenItem{ReconRefundAfterFulfill})) || !strings.Contains(out.Reason, "5000 RUB minor units, 1000 RUB minor units") {
+		t.Errorf("confirmation after partial refunds: %v (%s); want a refund_after_fulfillment item and the refunds named", out.Effects, out.Reason)
+	}
+	if out := Decide(event("c", EventPaymentConfirmed, 20000, "pay_1"), &PaidOrder{State: StatePendingPayment, Total: order.Total}); slices.Contains(out.Effects, Effect(OpenItem{ReconRefundAfterFulfill})) {
+		t.Errorf("confirmation with no refund recorded opens %v", out.Effects)
+	}
 }
 
 // One partial refund announced twice under different event ids (a
@@ -748,7 +785,7 @@ func TestPartialRefundAnnouncedTwice(t *testing.T) {
 		} else {
 			events = append(events, confirm)
 		}
-		var shares, items int
+		var shares, items, confirmationItems int
 		for _, ev := range events {
 			out := Decide(ev, order)
 			for _, e := range out.Effects {
@@ -756,13 +793,22 @@ func TestPartialRefundAnnouncedTwice(t *testing.T) {
 				case ReverseCreditShare:
 					shares++
 				case OpenItem:
-					items++
+					if ev.Kind == EventPaymentConfirmed {
+						confirmationItems++
+					} else {
+						items++
+					}
 				}
 			}
 			order.Apply(ev, out)
 		}
 		if shares != 1 || items != 1 {
-			t.Errorf("confirmed first %v: %d shares taken, %d items; want 1 and 1", confirmedFirst, shares, items)
+			t.Errorf("confirmed first %v: %d shares taken, %d items of the refund; want 1 and 1", confirmedFirst, shares, items)
+		}
+		// A confirmation after the refund grants the licenses in full, and
+		// asks what to revoke (TestPartialRefundBeforeConfirmation).
+		if want := map[bool]int{true: 0, false: 1}[confirmedFirst]; confirmationItems != want {
+			t.Errorf("confirmed first %v: the confirmation opened %d items, want %d", confirmedFirst, confirmationItems, want)
 		}
 	}
 }

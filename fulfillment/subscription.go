@@ -822,12 +822,15 @@ type SubscriptionReader interface {
 	// ids below beforeID (when set), newest first.
 	SubscriptionList(ctx context.Context, f SubscriptionFilter, beforeID string, limit int) ([]SubscriptionRecord, error)
 	// SubscriptionsOf returns the subscriptions of a customer to a plan
-	// (CheckAccess): one indexed read, newest first, at most
-	// MaxSubscriptionsChecked.
+	// (CheckAccess), newest first, in one indexed read: the newest
+	// MaxSubscriptionsChecked, and of the older ones that may still grant
+	// (a paid period, access not ended) the MaxSubscriptionsChecked whose
+	// period ends last.
 	SubscriptionsOf(ctx context.Context, orgID string, env Environment, customerRef, planID string) ([]SubscriptionRecord, error)
 }
 
-// MaxSubscriptionsChecked bounds the subscriptions CheckAccess reads.
+// MaxSubscriptionsChecked bounds the subscriptions CheckAccess reads: as
+// many newest, and as many that may grant.
 const MaxSubscriptionsChecked = 20
 
 // CheckAccess says what the subscriptions of one customer to plan grant at

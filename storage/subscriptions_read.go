@@ -133,11 +133,20 @@ func (s *Store) SubscriptionList(ctx context.Context, f fulfillment.Subscription
 
 // SubscriptionsOf implements fulfillment.SubscriptionReader: one statement
 // on subscriptions_customer_idx, outside any transaction, without periods.
+// Past the newest, it reads the ones whose paid period ends last among
+// those that may still grant: many newer subscriptions that paid nothing
+// (a checkout tried again and again) do not hide an older one that paid.
 func (s *Store) SubscriptionsOf(ctx context.Context, orgID string, env fulfillment.Environment, customerRef, planID string) ([]fulfillment.SubscriptionRecord, error) {
 	return s.querySubscriptions(ctx, "reading the subscriptions of a customer", `SELECT `+subscriptionColumns+` FROM subscriptions
-		WHERE org_id = $1 AND environment = $2 AND customer_ref = $3 AND plan_id = $4
-		ORDER BY id DESC LIMIT $5`,
-		orgID, env, customerRef, planID, fulfillment.MaxSubscriptionsChecked)
+		WHERE id IN (
+			(SELECT id FROM subscriptions WHERE org_id = $1 AND environment = $2 AND customer_ref = $3 AND plan_id = $4
+			ORDER BY id DESC LIMIT $5)
+			UNION
+			(SELECT id FROM subscriptions WHERE org_id = $1 AND environment = $2 AND customer_ref = $3 AND plan_id = $4
+				AND periods > 0 AND state <> $6 AND access_ended_at IS NULL
+			ORDER BY period_end DESC LIMIT $5))
+		ORDER BY id DESC`,
+		orgID, env, customerRef, planID, fulfillment.MaxSubscriptionsChecked, fulfillment.SubExpired)
 }
 
 // querySubscriptions runs a query of subscriptionColumns; what names it in

@@ -249,7 +249,8 @@ func TestSubscriptionListFilters(t *testing.T) {
 }
 
 // SubscriptionsOf reads one customer's subscriptions to one plan, newest
-// first, at most MaxSubscriptionsChecked, with what AccessAt needs.
+// first: the newest MaxSubscriptionsChecked and the older ones that may
+// still grant access, with what AccessAt needs.
 func TestSubscriptionsOfBound(t *testing.T) {
 	t.Parallel()
 	s, conn := newStore(t)
@@ -274,25 +275,48 @@ func TestSubscriptionsOfBound(t *testing.T) {
 	jan := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)
 	newestID := ids[len(ids)-1]
 	payPeriods(t, conn, newestID, jan, 2)
-
-	subs, err := s.SubscriptionsOf(ctx, "org_a", fulfillment.EnvLive, "user_1", "pro-monthly")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(subs) != fulfillment.MaxSubscriptionsChecked {
-		t.Fatalf("%d subscriptions, want %d", len(subs), fulfillment.MaxSubscriptionsChecked)
-	}
-	for i, sub := range subs {
-		if want := ids[len(ids)-1-i]; sub.ID != want || sub.CustomerRef != "user_1" || sub.PlanID != "pro-monthly" {
-			t.Errorf("subscription %d = %s (%s, %s), want %s", i, sub.ID, sub.CustomerRef, sub.PlanID, want)
+	plan := fulfillment.Plan{ID: "pro-monthly", Period: fulfillment.Period{Months: 1}, Grace: 72 * time.Hour}
+	access := func(want int) []fulfillment.SubscriptionRecord {
+		t.Helper()
+		subs, err := s.SubscriptionsOf(ctx, "org_a", fulfillment.EnvLive, "user_1", "pro-monthly")
+		if err != nil {
+			t.Fatal(err)
 		}
+		if len(subs) != want {
+			t.Fatalf("%d subscriptions, want %d", len(subs), want)
+		}
+		for i, sub := range subs[:fulfillment.MaxSubscriptionsChecked] {
+			if want := ids[len(ids)-1-i]; sub.ID != want || sub.CustomerRef != "user_1" || sub.PlanID != "pro-monthly" {
+				t.Errorf("subscription %d = %s (%s, %s), want %s", i, sub.ID, sub.CustomerRef, sub.PlanID, want)
+			}
+		}
+		return subs
 	}
+
+	subs := access(fulfillment.MaxSubscriptionsChecked)
 	if first := subs[0]; first.Periods != 2 || !first.PeriodEnd.Equal(jan.AddDate(0, 2, 0)) {
 		t.Errorf("newest = %+v, want its 2 paid periods", first)
 	}
-	plan := fulfillment.Plan{ID: "pro-monthly", Period: fulfillment.Period{Months: 1}, Grace: 72 * time.Hour}
 	if a, id := fulfillment.CheckAccess(subs, plan, jan.AddDate(0, 1, 10)); !a.Granted || id != newestID || !a.Until.Equal(jan.AddDate(0, 2, 0)) {
 		t.Errorf("CheckAccess = %+v, %s; want granted until the end of the second period by %s", a, id, newestID)
+	}
+
+	// The oldest subscription, past the newest MaxSubscriptionsChecked,
+	// paid three periods: it is read too, and grants the longest. The
+	// second oldest paid as many and its access ended: it grants nothing,
+	// and is not read.
+	payPeriods(t, conn, ids[0], jan, 3)
+	payPeriods(t, conn, ids[1], jan, 3)
+	if _, err := conn.Exec(ctx, `UPDATE subscriptions SET state = 'expired', access_ended_at = $2 WHERE id = $1::uuid`,
+		ids[1], jan.AddDate(0, 0, 20)); err != nil {
+		t.Fatal(err)
+	}
+	subs = access(fulfillment.MaxSubscriptionsChecked + 1)
+	if last := subs[len(subs)-1]; last.ID != ids[0] || last.Periods != 3 {
+		t.Errorf("the last read is %s with %d periods, want the oldest, %s, with 3", last.ID, last.Periods, ids[0])
+	}
+	if a, id := fulfillment.CheckAccess(subs, plan, jan.AddDate(0, 1, 10)); !a.Granted || id != ids[0] || !a.Until.Equal(jan.AddDate(0, 3, 0)) {
+		t.Errorf("CheckAccess = %+v, %s; want granted until the end of the third period by %s", a, id, ids[0])
 	}
 	if subs, err := s.SubscriptionsOf(ctx, "org_a", fulfillment.EnvTest, "user_1", "pro-monthly"); err != nil || len(subs) != 0 {
 		t.Errorf("test environment: %v, %v; want none", subs, err)
