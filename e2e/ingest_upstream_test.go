@@ -23,6 +23,7 @@ type silentProxy struct {
 	lis    net.Listener
 	target string
 	down   atomic.Bool // new connections are closed at once, as by a host that refuses them
+	hang   atomic.Bool // new connections are silent from the start, as to a host that stopped answering
 	mu     sync.Mutex
 	open   []*atomic.Bool // one per connection: silenced
 	conns  []net.Conn
@@ -63,6 +64,7 @@ func newSilentProxy(t *testing.T, target string) *silentProxy {
 				continue
 			}
 			silent := &atomic.Bool{}
+			silent.Store(p.hang.Load())
 			p.mu.Lock()
 			if p.closed {
 				p.mu.Unlock()
@@ -115,6 +117,17 @@ func (p *silentProxy) cut() {
 		s.Store(true)
 	}
 }
+
+// freeze silences every connection, open now or made later, until thaw:
+// the far host hangs (a stopped process, a full disk) without refusing or
+// resetting anything.
+func (p *silentProxy) freeze() {
+	p.hang.Store(true)
+	p.cut()
+}
+
+// thaw forwards new connections again; the ones frozen stay silent.
+func (p *silentProxy) thaw() { p.hang.Store(false) }
 
 // A gateway process (fulfillmentd ingest) whose connection to the service
 // went silent — no answer, no reset — while the service stays reachable

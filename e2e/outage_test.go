@@ -3,8 +3,10 @@ package e2e_test
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	"github.com/fulfillplatform/fulfillment/rig/pgcluster"
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
@@ -127,4 +136,72 @@ func TestDatabaseOutage(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// A database that hangs — it accepts connections and answers nothing, and
+// nothing is reset — is told to a REST caller as it is to a gRPC one: the
+// database is unavailable (503, Retry-After, DATABASE_UNAVAILABLE), after
+// grpc.max_call_duration, with the WARN line that says so. The REST
+// request's bound used to expire with the call's, and the gateway answered
+// 504 "context deadline exceeded" before the call's own answer came back;
+// the log said only that the call was cancelled.
+func TestHungDatabaseIsUnavailable(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.DB(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newSilentProxy(t, u.Host)
+	u.Host = proxy.addr()
+	cfg := testConfig(u.String())
+	const limit = 2 * time.Second
+	cfg.GRPC.MaxCallDuration = limit
+	sink := &logSink{}
+	a := runApp(t, cfg, slog.New(slog.NewJSONHandler(sink, nil)), true)
+	t.Cleanup(proxy.thaw)
+	proxy.freeze()
+
+	req, err := http.NewRequest("GET", "http://"+a.HTTPAddr()+"/v1/orders", http.NoBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	start := time.Now()
+	resp, err := (&http.Client{Timeout: 4 * limit}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	took := time.Since(start)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
+		!strings.Contains(string(body), "DATABASE_UNAVAILABLE") {
+		t.Errorf("REST with the database hung: %d, Retry-After %q, %s; want 503 with Retry-After and DATABASE_UNAVAILABLE",
+			resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	if took > limit+1500*time.Millisecond {
+		t.Errorf("REST with the database hung answered after %v; grpc.max_call_duration is %v", took, limit)
+	}
+
+	conn, err := grpc.NewClient(a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+adminToken)
+	_, err = fulfillmentv1.NewFulfillmentServiceClient(conn).ListOrders(ctx, &fulfillmentv1.ListOrdersRequest{})
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("gRPC with the database hung: %v; want UNAVAILABLE", err)
+	}
+
+	var warned int
+	for _, l := range sink.lines() {
+		if strings.Contains(l, `"msg":"dependency unavailable"`) && strings.Contains(l, `"level":"WARN"`) {
+			warned++
+		}
+	}
+	if warned < 2 {
+		t.Errorf("%d WARN lines say a call found its database unavailable, want one per call (2)", warned)
+	}
 }

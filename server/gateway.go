@@ -149,15 +149,23 @@ func (s *Server) newHTTPHandler(ctx context.Context) (http.Handler, error) {
 // from its arrival, as a gRPC call is held from its own: the calls they
 // make share the in-process connection's streams
 // (grpc.max_concurrent_streams), and one that waits for a stream waits
-// within that time, not for as long as the calls ahead of it take.
+// within that time, not for as long as the calls ahead of it take. It
+// allows answerMargin more, so that a call that runs out of its time is
+// answered by the service (a database that does not answer is
+// UNAVAILABLE, 503) before the gateway gives up on it (504, with nothing
+// said of why).
 func (s *Server) boundCall(next http.Handler) http.Handler {
-	limit := s.cfg.GRPC.WithDefaults().MaxCallDuration
+	limit := s.cfg.GRPC.WithDefaults().MaxCallDuration + answerMargin
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), limit)
 		defer cancel()
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
+
+// answerMargin is how long past grpc.max_call_duration a REST request or a
+// console page waits for its call's answer (boundCall).
+const answerMargin = time.Second
 
 // nameRESTRoute names the REST route of a request, for its metrics: the
 // gateway's path template, such as /v1/orders/{order_id}.

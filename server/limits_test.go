@@ -9,8 +9,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -341,9 +343,11 @@ func TestRESTCallWaitingForAStreamIsBounded(t *testing.T) {
 }
 
 // The HTTP listener holds at most http.max_connections connections open.
-// With its two taken by clients that send nothing, a third is closed at
-// once, and served once one of them goes. With its two taken by idle
-// keep-alive connections, a third is served: an idle one makes room.
+// With its two taken by clients that send nothing, a third is served: it
+// takes the place of the oldest of them, which is closed. With its two
+// busy with requests (bodies that do not come), a third is closed at once,
+// and served once one of them goes. With its two taken by idle keep-alive
+// connections, a third is served: an idle one makes room.
 func TestHTTPConnectionsCapped(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, func(c *config.Config) { c.HTTP.MaxConnections = 2 })
@@ -364,26 +368,55 @@ func TestHTTPConnectionsCapped(t *testing.T) {
 		return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	}
 	var held []net.Conn
-	t.Cleanup(func() {
+	closeHeld := func() {
 		for _, c := range held {
 			_ = c.Close()
 		}
-	})
-	for range 2 {
+		held = nil
+	}
+	t.Cleanup(closeHeld)
+	hold := func(request string) net.Conn {
+		t.Helper()
 		conn, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		held = append(held, conn)
+		if _, err := io.WriteString(conn, request); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // (accepted, and what was sent read)
+		return conn
 	}
-	time.Sleep(100 * time.Millisecond) // (both accepted)
+	closed := func(conn net.Conn) bool {
+		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, err := conn.Read(make([]byte, 1))
+		return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
+	}
+
+	oldest, newer := hold(""), hold("")
+	if err := healthz(fresh()); err != nil {
+		t.Fatalf("with both connections taken by clients that send nothing: %v; want a third served", err)
+	}
+	if !closed(oldest) {
+		t.Error("the oldest connection that sent nothing is still open, want it closed to make room")
+	}
+	_ = newer.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := newer.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the newer silent connection: %v, want it left open", err)
+	}
+	closeHeld()
+	time.Sleep(100 * time.Millisecond) // (the server sees them go)
+
+	// Two requests whose bodies do not come: both connections are busy.
+	busy := "POST /v1/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + tokOps +
+		"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+	hold(busy)
+	hold(busy)
 	if err := healthz(fresh()); err == nil {
-		t.Fatal("with both connections taken by clients that send nothing, a third was served")
+		t.Fatal("with both connections busy with requests, a third was served")
 	}
-	for _, c := range held {
-		_ = c.Close()
-	}
-	held = nil
+	closeHeld()
 	// The server sees them go as it reads them.
 	for deadline := time.Now().Add(5 * time.Second); healthz(fresh()) != nil; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -285,7 +285,7 @@ func NewHTTPServer(h http.Handler, c config.HTTP, log *slog.Logger, lis net.List
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	return srv, limitConnections(srv, lis, c.MaxConnections)
+	return srv, limitConnections(srv, lis, c.MaxConnections, log)
 }
 
 // Ready is closed once Run serves.

@@ -35,6 +35,7 @@ const Budget = 50
 var causeKeys = map[string]bool{
 	"error": true, "err": true, "cause": true, "panic": true,
 	"code": false, "status": false, "outcome": false, "method": false, "endpoint": false,
+	"queue": false, "destination": false,
 }
 
 // Handler wraps a slog.Handler to keep the log readable when something
@@ -47,7 +48,8 @@ var causeKeys = map[string]bool{
 // One line per cause and interval: a record at WARN or above belongs to a
 // cause made of its level, its message and the values of its cause
 // attributes (error, err, cause, panic, code, status, outcome, method,
-// endpoint; also when added with WithAttrs, at any group depth). In the
+// endpoint, queue, destination; also when added with WithAttrs, at any
+// group depth). In the
 // message and in the texts of error, err, cause and panic, a run of digits
 // counts as one placeholder, so that addresses, ports and ids inside an error
 // text do not make a new cause. A cause writes at most one record per

@@ -118,8 +118,16 @@ func TestHandlerRateLimitsByCause(t *testing.T) {
 			log.Warn("webhook rejected", "endpoint", "e2", "outcome", "bad_signature", "status", 401)
 			log.Warn("webhook rejected", "endpoint", "e1", "outcome", "unavailable", "status", 401)
 			log.Warn("webhook rejected", "endpoint", "e1", "outcome", "bad_signature", "status", 401, "cause", "no")
+			// Each queue that goes down with the database says so.
+			for _, q := range []string{"inbox", "outbox", "status_poll"} {
+				log.Error("queue cannot claim work", "queue", q, "cause", "database unreachable")
+			}
+			log.With("destination", "crm").Warn("processing failed", "error", "HTTP 503")
+			log.With("destination", "erp").Warn("processing failed", "error", "HTTP 503")
 		}, []string{"WARN a", "WARN a", "WARN b", "ERROR a", "WARN rpc", "WARN rpc", "WARN rpc",
-			"WARN webhook rejected", "WARN webhook rejected", "WARN webhook rejected", "WARN webhook rejected", "WARN webhook rejected"}},
+			"WARN webhook rejected", "WARN webhook rejected", "WARN webhook rejected", "WARN webhook rejected", "WARN webhook rejected",
+			"ERROR queue cannot claim work", "ERROR queue cannot claim work", "ERROR queue cannot claim work",
+			"WARN processing failed", "WARN processing failed"}},
 
 		{"per-request values are not causes", func(log *slog.Logger, _ *clock) {
 			for i := range 4 {
