@@ -6,8 +6,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,6 +75,8 @@ const (
 	outcomeUnavailable     = "unavailable"
 	outcomeFailed          = "failed"
 	outcomeMethod          = "method_not_allowed"
+	outcomeEncoding        = "unsupported_encoding"
+	outcomeBodyTimeout     = "body_timeout"
 )
 
 // NewGateway returns the handler for endpoints, storing through rec.
@@ -125,6 +129,14 @@ func (g *Gateway) Handler() http.Handler {
 // REST answers say the same.
 const RetryAfterUnavailable = "5"
 
+// Encoded reports whether a request's body was sent with a
+// Content-Encoding (other than identity), which neither a provider's
+// signature nor the API's reading of a body undoes.
+func Encoded(h http.Header) bool {
+	enc := h.Values("Content-Encoding")
+	return len(enc) > 1 || len(enc) == 1 && !strings.EqualFold(enc[0], "identity")
+}
+
 func (g *Gateway) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	id := r.PathValue("endpoint_id")
@@ -138,6 +150,13 @@ func (g *Gateway) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		g.reject(w, r, ep.Adapter, id, http.StatusMethodNotAllowed, outcomeMethod, "webhooks are POSTed", nil)
 		return
 	}
+	if Encoded(r.Header) {
+		// A provider signs the bytes it sends as they are: a compressed
+		// body is not what any adapter verifies or reads.
+		g.reject(w, r, ep.Adapter, id, http.StatusUnsupportedMediaType, outcomeEncoding,
+			"send the body as it is, without a Content-Encoding", nil)
+		return
+	}
 	if r.ContentLength > g.opts.MaxBodyBytes {
 		// Refused as declared, before any of it is read (and before a
 		// client that asked to continue is told to send it).
@@ -146,12 +165,19 @@ func (g *Gateway) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.opts.MaxBodyBytes))
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		var (
+			mbe *http.MaxBytesError
+			ne  net.Error
+		)
+		switch {
+		case errors.As(err, &mbe):
 			g.rejectTooLarge(w, r, ep.Adapter, id)
-			return
+		case errors.As(err, &ne) && ne.Timeout():
+			g.reject(w, r, ep.Adapter, id, http.StatusRequestTimeout, outcomeBodyTimeout,
+				"the body did not arrive in time", err)
+		default:
+			g.reject(w, r, ep.Adapter, id, http.StatusBadRequest, outcomeInvalid, "could not read the body", err)
 		}
-		g.reject(w, r, ep.Adapter, id, http.StatusBadRequest, outcomeInvalid, "could not read the body", err)
 		return
 	}
 

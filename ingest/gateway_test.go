@@ -2,12 +2,15 @@ package ingest_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -97,6 +100,12 @@ func TestGatewayAcknowledgesOnlyCommittedEvents(t *testing.T) {
 	}
 }
 
+// timeoutReader fails as a connection's body does when the server's read
+// deadline passes (http.read_timeout).
+type timeoutReader struct{}
+
+func (timeoutReader) Read([]byte) (int, error) { return 0, os.ErrDeadlineExceeded }
+
 func TestGatewayRejectsBeforeRecording(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{record: func(fulfillment.ProviderEvent) (fulfillment.InboxReceipt, error) {
@@ -123,6 +132,27 @@ func TestGatewayRejectsBeforeRecording(t *testing.T) {
 			return w
 		}, 413},
 		{"not JSON", func() *httptest.ResponseRecorder { return post(h, []byte("nope"), secret) }, 400},
+		{"gzipped, signed over what was sent", func() *httptest.ResponseRecorder {
+			var gz bytes.Buffer
+			zw := gzip.NewWriter(&gz)
+			_, _ = zw.Write([]byte(body))
+			_ = zw.Close()
+			req := httptest.NewRequest("POST", "/webhooks/ep", bytes.NewReader(gz.Bytes()))
+			req.Header.Set(yolfi.EventIDHeader, "evt_1")
+			req.Header.Set("X-Yolfi-Signature", yolfi.Sign([]byte(secret), gz.Bytes()))
+			req.Header.Set("Content-Encoding", "gzip")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			return w
+		}, 415},
+		{"a body that does not arrive in time", func() *httptest.ResponseRecorder {
+			req := httptest.NewRequest("POST", "/webhooks/ep", io.MultiReader(strings.NewReader(body[:10]), timeoutReader{}))
+			req.Header.Set(yolfi.EventIDHeader, "evt_1")
+			req.Header.Set("X-Yolfi-Signature", yolfi.Sign([]byte(secret), []byte(body)))
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			return w
+		}, 408},
 		{"org mismatch", func() *httptest.ResponseRecorder {
 			return post(h, []byte(strings.Replace(body, `"livemode":true`, `"livemode":true,"orgId":"org_b"`, 1)), secret)
 		}, 400},

@@ -113,13 +113,21 @@ func NewAuthenticator(tokens []config.Token) *Authenticator {
 func (a *Authenticator) authenticate(ctx context.Context) (*Principal, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	values := md.Get("authorization")
-	if len(values) == 0 {
+	switch len(values) {
+	case 0:
 		return nil, errNoToken
+	case 1:
+		return a.principalFor(values[0])
 	}
-	return a.principalFor(values[0])
+	return nil, errTwoTokens
 }
 
-var errNoToken = status.Error(codes.Unauthenticated, "missing bearer token: send the header \"Authorization: Bearer <token>\"")
+var (
+	errNoToken = status.Error(codes.Unauthenticated, "missing bearer token: send the header \"Authorization: Bearer <token>\"")
+	// Which of two tokens a proxy or a library acts on is theirs to choose:
+	// neither is.
+	errTwoTokens = status.Error(codes.Unauthenticated, "more than one authorization header: send one \"Authorization: Bearer <token>\"")
+)
 
 // principalFor returns the principal of an Authorization header value.
 func (a *Authenticator) principalFor(header string) (*Principal, error) {
@@ -148,15 +156,16 @@ func (a *Authenticator) UnaryInterceptor(ctx context.Context, req any, info *grp
 	if err != nil {
 		return nil, err
 	}
+	// The call's log line names its caller, refused or not.
+	if rec, ok := ctx.Value(callKey{}).(*callRecord); ok {
+		rec.principal = p.Name
+	}
 	scope, known := methodScopes[info.FullMethod]
 	if !known {
 		return nil, status.Error(codes.PermissionDenied, "method is not available to tokens")
 	}
 	if !p.HasScope(scope) {
 		return nil, status.Errorf(codes.PermissionDenied, "token %q lacks the %q scope", p.Name, scope)
-	}
-	if rec, ok := ctx.Value(callKey{}).(*callRecord); ok {
-		rec.principal = p.Name
 	}
 	return handler(context.WithValue(ctx, principalKey{}, p), req)
 }

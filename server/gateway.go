@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -190,32 +191,56 @@ func (s *Server) guardREST(next http.Handler) http.Handler {
 	limit := s.cfg.HTTP.WithDefaults().MaxBodyBytes
 	tooLarge := fmt.Sprintf("the request body exceeds %d bytes (http.max_body_bytes)", limit)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		refuse := func(httpStatus int, err error) {
+			if s.refusedLog.Allow() {
+				s.log.InfoContext(r.Context(), "rest request refused", "method", r.Method, "code", status.Code(err).String(),
+					"error", status.Convert(err).Message(), "remote", r.RemoteAddr)
+			}
+			refuseUnread(w, httpStatus, err)
+		}
+		auth := r.Header.Values("Authorization")
+		if len(auth) > 1 {
+			refuse(0, errTwoTokens)
+			return
+		}
 		if _, err := s.auth.principalFor(r.Header.Get("Authorization")); err != nil {
-			refuseUnread(w, 0, err)
+			refuse(0, err)
 			return
 		}
 		if err := addressUTF8(r); err != nil {
-			refuseUnread(w, http.StatusBadRequest, status.Error(codes.InvalidArgument, err.Error()))
+			refuse(http.StatusBadRequest, status.Error(codes.InvalidArgument, err.Error()))
+			return
+		}
+		if ingest.Encoded(r.Header) {
+			refuse(http.StatusUnsupportedMediaType, status.Error(codes.InvalidArgument,
+				"send the request body as it is, without a Content-Encoding"))
 			return
 		}
 		if r.ContentLength > limit {
-			refuseUnread(w, http.StatusRequestEntityTooLarge, status.Error(codes.InvalidArgument, tooLarge))
+			refuse(http.StatusRequestEntityTooLarge, status.Error(codes.InvalidArgument, tooLarge))
 			return
 		}
 		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
 			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-			var mbe *http.MaxBytesError
+			var (
+				mbe *http.MaxBytesError
+				ne  net.Error
+			)
 			switch {
 			case errors.As(err, &mbe):
-				refuseUnread(w, http.StatusRequestEntityTooLarge, status.Error(codes.InvalidArgument, tooLarge))
+				refuse(http.StatusRequestEntityTooLarge, status.Error(codes.InvalidArgument, tooLarge))
+				return
+			case errors.As(err, &ne) && ne.Timeout():
+				refuse(http.StatusRequestTimeout, status.Error(codes.DeadlineExceeded,
+					"the request body did not arrive in time (http.read_timeout)"))
 				return
 			case err != nil:
-				refuseUnread(w, http.StatusBadRequest, status.Error(codes.InvalidArgument, "the request body could not be read in full"))
+				refuse(http.StatusBadRequest, status.Error(codes.InvalidArgument, "the request body could not be read in full"))
 				return
 			}
 			// (A body of white space alone is no body, as the gateway reads it.)
 			if err := oneJSONValue(body); err != nil && len(bytes.TrimSpace(body)) > 0 {
-				refuseUnread(w, http.StatusBadRequest, status.Error(codes.InvalidArgument, err.Error()))
+				refuse(http.StatusBadRequest, status.Error(codes.InvalidArgument, err.Error()))
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))

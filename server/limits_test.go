@@ -126,7 +126,7 @@ func TestRESTChunkedBodyOverLimit(t *testing.T) {
 }
 
 // An authenticated request whose body trickles in is cut off by
-// http.read_timeout.
+// http.read_timeout, and answered 408, saying so.
 func TestRESTSlowBodyTimesOut(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, func(c *config.Config) { c.HTTP.ReadTimeout = 500 * time.Millisecond })
@@ -134,11 +134,27 @@ func TestRESTSlowBodyTimesOut(t *testing.T) {
 		"POST /v1/orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+tokCheckout+"\r\nContent-Length: 1000", []byte(`{"org_id":`))
 	start := time.Now()
 	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
-	_, err := io.Copy(io.Discard, conn) // an error answer, if any, then EOF
+	got, err := io.ReadAll(conn) // the answer, then EOF
 	if err != nil {
 		t.Fatalf("the connection was not closed: %v", err)
 	}
+	if !strings.HasPrefix(string(got), "HTTP/1.1 408 ") || !strings.Contains(string(got), "did not arrive in time") {
+		t.Errorf("answer %q, want 408 saying the body did not arrive in time", got)
+	}
 	t.Logf("closed %v after the request started", time.Since(start).Round(time.Millisecond))
+}
+
+// A compressed body is refused (415), saying what to send instead.
+func TestRESTContentEncoding(t *testing.T) {
+	t.Parallel()
+	ts := startServer(t, nil)
+	code, body := ts.doWith(t, "POST", "/v1/orders", tokCheckout, orderBody("org_a", "gz-1"), map[string]string{"Content-Encoding": "gzip"})
+	if code != http.StatusUnsupportedMediaType || !strings.Contains(fmt.Sprint(body), "without a Content-Encoding") {
+		t.Errorf("gzip: %d %v, want 415", code, body)
+	}
+	if code, body := ts.doWith(t, "POST", "/v1/orders", tokCheckout, orderBody("org_a", "id-1"), map[string]string{"Content-Encoding": "identity"}); code != http.StatusOK {
+		t.Errorf("identity: %d %v, want 200", code, body)
+	}
 }
 
 // The gRPC listener closes connections that never start a call: one that

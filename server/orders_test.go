@@ -1,8 +1,11 @@
 package server_test
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +14,7 @@ import (
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -359,7 +363,41 @@ func TestAuth(t *testing.T) {
 	if n := len(body["orders"].([]any)); n != 2 {
 		t.Errorf("refused requests changed the order count to %d", n)
 	}
-	if logs := ts.logs.String(); strings.Contains(logs, tokCheckout) || strings.Contains(logs, tokOps) {
+	// Two tokens in one request: neither is taken, whichever comes first.
+	pairs := [][]string{{tokOps, "tok-nobody-0123456789"}, {"tok-nobody-0123456789", tokOps}}
+	for _, pair := range pairs { //nolint:paralleltest // two requests, not cases
+		req, err := http.NewRequest("GET", ts.httpURL+"/v1/orders/"+aID, http.NoBody)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tok := range pair {
+			req.Header.Add("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(msg), "more than one authorization header") {
+			t.Errorf("REST with two Authorization headers: %d %s, want 401 saying so", resp.StatusCode, msg)
+		}
+		md := metadata.Pairs("authorization", "Bearer "+pair[0], "authorization", "Bearer "+pair[1])
+		_, err = ts.client.GetOrder(metadata.NewOutgoingContext(context.Background(), md), &fulfillmentv1.GetOrderRequest{OrderId: aID})
+		if status.Code(err) != codes.Unauthenticated {
+			t.Errorf("gRPC with two authorization values: %v, want UNAUTHENTICATED", err)
+		}
+	}
+	// What was refused is in the log: a REST request refused before its
+	// call, and the caller of a call refused for its scope.
+	logs := ts.logs.String()
+	if !strings.Contains(logs, `"msg":"rest request refused"`) || !strings.Contains(logs, "unknown bearer token") {
+		t.Error("no log line for the REST requests refused for their token")
+	}
+	if !regexp.MustCompile(`"code":"PermissionDenied"[^\n]*"caller":"reader"|"caller":"reader"[^\n]*"code":"PermissionDenied"`).MatchString(logs) {
+		t.Errorf("the call refused for its scope does not name its caller:\n%s", logs)
+	}
+	if strings.Contains(logs, tokCheckout) || strings.Contains(logs, tokOps) {
 		t.Error("a token value appears in the logs")
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/netutil"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -55,11 +56,15 @@ type Server struct {
 	grpcLis, httpLis net.Listener
 	ready            chan struct{}
 
-	auth    *Authenticator
-	grpcSrv *grpc.Server
-	svc     *Service
-	inproc  *bufconn.Listener
-	local   *grpc.ClientConn
+	auth *Authenticator
+	// refusedLog lets a few lines a second through of the REST requests
+	// refused before they reach a call (which logs its own): anyone can
+	// send those.
+	refusedLog *rate.Limiter
+	grpcSrv    *grpc.Server
+	svc        *Service
+	inproc     *bufconn.Listener
+	local      *grpc.ClientConn
 }
 
 // Options adds optional parts to the server.
@@ -87,7 +92,7 @@ type Options struct {
 
 // New prepares a server; listeners open in Listen.
 func New(cfg Config, store Store, log *slog.Logger, opts Options) (*Server, error) {
-	s := &Server{cfg: cfg, store: store, log: log, opts: opts, ready: make(chan struct{})}
+	s := &Server{cfg: cfg, store: store, log: log, opts: opts, ready: make(chan struct{}), refusedLog: rate.NewLimiter(5, 10)}
 	s.auth = NewAuthenticator(cfg.Tokens)
 	g := cfg.GRPC.WithDefaults()
 	var srvTrace []grpc.ServerOption

@@ -143,6 +143,12 @@ func (ts *testServer) exec(t *testing.T, query string, args ...any) {
 // do sends a REST request and decodes the JSON answer into a map.
 func (ts *testServer) do(t *testing.T, method, path, token string, body any) (code int, answer map[string]any) {
 	t.Helper()
+	return ts.doWith(t, method, path, token, body, nil)
+}
+
+// doWith is do with more request headers.
+func (ts *testServer) doWith(t *testing.T, method, path, token string, body any, header map[string]string) (code int, answer map[string]any) {
+	t.Helper()
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -157,6 +163,9 @@ func (ts *testServer) do(t *testing.T, method, path, token string, body any) (co
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -109,7 +109,10 @@ func checkOperation(t *testing.T, s *service, method, template string, op map[st
 		probes = append(probes,
 			probe{"an unknown body field", 400, s.rest(t, method, path, adminToken, []byte(`{"no_such_field": 1}`))},
 			probe{"a body over http.max_body_bytes", 413, s.rest(t, method, path, adminToken,
-				[]byte(`{"pad": "`+strings.Repeat("x", maxBody)+`"}`))})
+				[]byte(`{"pad": "`+strings.Repeat("x", maxBody)+`"}`))},
+			probe{"a compressed body", 415, do(t, method, s.restURL+path, http.Header{
+				"Authorization": {"Bearer " + adminToken}, "Content-Type": {"application/json"}, "Content-Encoding": {"gzip"},
+			}, []byte(`{}`))})
 	} else {
 		probes = append(probes, probe{"an unknown query parameter", 400, s.rest(t, method, path+"?no_such_parameter=1", adminToken, nil)})
 	}
@@ -158,7 +161,9 @@ func checkOperation(t *testing.T, s *service, method, template string, op map[st
 		}
 	}
 	for key := range responses {
-		if key[0] == '4' && !seen[key] && !slices.Contains(notProvoked[id], key) {
+		// A body slower than http.read_timeout (30 s here) is not sent.
+		slow := withBody && key == "408"
+		if key[0] == '4' && !seen[key] && !slices.Contains(notProvoked[id], key) && !slow {
 			t.Errorf("%s %s (%s): HTTP %s is documented, and no request here gets it", method, template, id, key)
 		}
 	}
