@@ -165,6 +165,8 @@ func TestOrderEventFeedResumes(t *testing.T) {
 		code  codes.Code
 	}{
 		{orgAToken, &fulfillmentv1.WatchOrderEventsRequest{Cursor: "nonsense"}, codes.InvalidArgument},
+		// Well formed, past every event the database holds.
+		{orgAToken, &fulfillmentv1.WatchOrderEventsRequest{Cursor: "999999999999.1"}, codes.OutOfRange},
 		{orgAToken, &fulfillmentv1.WatchOrderEventsRequest{OrgId: orgB}, codes.PermissionDenied},
 		{orgAToken, &fulfillmentv1.WatchOrderEventsRequest{Environment: "staging"}, codes.InvalidArgument},
 		{ingestToken, &fulfillmentv1.WatchOrderEventsRequest{}, codes.PermissionDenied},

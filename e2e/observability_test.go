@@ -247,6 +247,12 @@ func TestLogLinesPerEvent(t *testing.T) {
 		s.sendOK(t, last)
 	}
 	s.sendOK(t, last) // a redelivery
+	// A test-mode event on the live endpoint is decided by its storing
+	// (test_mode_ignored): it writes its line as the others do.
+	off := false
+	testMode := event(yolfi.TypePaymentConfirmed, "obs-log-0", "inv_obs-log-test")
+	testMode.Livemode = &off
+	s.sendOK(t, testMode)
 	s.settle(t)
 	before := len(sink.lines())
 	reads := 0
@@ -290,6 +296,10 @@ func TestLogLinesPerEvent(t *testing.T) {
 			}
 		}
 	}
+	if rec := processed[testMode.ID]; rec["decision"] != "test_mode_ignored" || rec["endpoint"] != liveEP {
+		t.Errorf("processed line of the test-mode event: %v, want decision test_mode_ignored", rec)
+	}
+	delete(processed, testMode.ID)
 	// A new event's one line at INFO is its outcome; a redelivery, which
 	// has none, writes its own.
 	if len(accepted) != 0 || len(processed) != orders {

@@ -93,6 +93,21 @@ func (s *Service) WatchOrderEvents(req *fulfillmentv1.WatchOrderEventsRequest, s
 			return err
 		}
 	}
+	if after != (fulfillment.FeedCursor{}) {
+		// Every cursor the feed returns is at or before its tail, which
+		// only moves on: one past it names no event this database has
+		// (made up, or from a database restored to an earlier point), and
+		// the stream would wait for it in silence.
+		tail, err := s.feed.FeedTail(ctx)
+		if err != nil {
+			return toStatus(ctx, s.log, err)
+		}
+		if tail.Before(after) {
+			return status.Errorf(codes.OutOfRange, "cursor %s is past the end of the feed: no event this database holds "+
+				"has it (was the database restored to an earlier point?); resume from a cursor the feed returned, or "+
+				"from the start (an empty cursor)", after)
+		}
+	}
 	if err := s.feeds.take(p.Name); err != nil {
 		return err
 	}

@@ -336,6 +336,10 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) (_
 			return nil, after, err
 		}
 	}
+	if ignored := s.ignoredOnReceipt(sorted, rows, found); ignored != nil {
+		decidedAfter := after
+		after = func() { decidedAfter(); ignored() }
+	}
 	if len(found) < uniqueKeys(batch) {
 		// Redeliveries. The insert waited for any conflicting insert to
 		// commit, so this later statement sees every row it skipped.
@@ -366,6 +370,42 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) (_
 		found[k] = rec
 	}
 	return receipts, after, nil
+}
+
+// ignoredOnReceipt returns what tells the observer of decided events
+// (logs, metrics, spans) about the test-mode events of reqs that their
+// rows stored ignored (a decision no processor makes again), as found
+// inserted; nil when there are none.
+func (s *Store) ignoredOnReceipt(reqs []*insertRequest, rows []inboxRow, found map[eventKey]fulfillment.InboxReceipt) func() {
+	var (
+		ids    []int64
+		events []fulfillment.ProcessedEvent
+		ctxs   []context.Context
+	)
+	for i, r := range rows {
+		rec, ok := found[r.key()]
+		if r.State != string(fulfillment.InboxIgnored) || !ok || rec.Duplicate || i > 0 && r.key() == rows[i-1].key() {
+			continue
+		}
+		ev := reqs[i].ev
+		p := fulfillment.ProcessedEvent{EventID: ev.EventID, Provider: ev.Provider, EndpointID: ev.EndpointID,
+			Kind: ev.Kind, TraceParent: str(r.TraceParent),
+			Outcome: fulfillment.Outcome{Decision: fulfillment.Decision(str(r.Decision)), Reason: str(r.DecisionReason)}}
+		if r.ReceivedAt != nil {
+			p.ReceivedAt = *r.ReceivedAt
+		}
+		ids, events, ctxs = append(ids, rec.ID), append(events, p), append(ctxs, reqs[i].ctx)
+	}
+	o := s.decidedObserver.Load()
+	if len(ids) == 0 || o == nil {
+		return nil
+	}
+	start := time.Now()
+	return func() {
+		for i, id := range ids {
+			(*o)(ctxs[i], start, id, events[i])
+		}
+	}
 }
 
 // storeQueued inserts rows pending, queued for the inbox processors, with
