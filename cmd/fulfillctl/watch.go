@@ -18,9 +18,10 @@ import (
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 )
 
-// Reconnection delays of watch: the first wait after a dropped stream, and
-// the longest, reached by doubling. A stream that delivered an event
-// starts over from watchMinBackoff.
+// Reconnection delays of watch: the first delay after a dropped stream, and
+// the longest, reached by doubling. Each wait is drawn between half the
+// delay and all of it (run). A stream that delivered an event starts over
+// from watchMinBackoff.
 const (
 	watchMinBackoff = 250 * time.Millisecond
 	watchMaxBackoff = 30 * time.Second
@@ -39,17 +40,23 @@ func newWatchCmd(c *conn) *cobra.Command {
 	w := &watcher{req: &fulfillmentv1.WatchOrderEventsRequest{}, min: watchMinBackoff, max: watchMaxBackoff}
 	cmd := &cobra.Command{
 		Use:   "watch [--cursor C] [--org O] [--environment E] [--json]",
-		Short: "Follow the order event feed (order.fulfilled, order.refunded, order.on_hold)",
-		Long: `Watch prints the order events the token may see, oldest first, from after
---cursor (the start of the feed when empty), then follows new ones as they
-commit. One line per event: its cursor, time, topic, order, org and
-environment; --json prints each event as one JSON object per line
+		Short: "Follow the order event feed: order and subscription events",
+		Long: `Watch prints the events of the order event feed the token may see, oldest
+first, from after --cursor (the start of the feed when empty), then follows
+new ones as they commit: order events (order.fulfilled, order.refunded,
+order.on_hold) and subscription events (subscription.renewed,
+subscription.past_due, subscription.access_ended). One line per event: its
+cursor, time, topic, order (the subscription, for a subscription event),
+org and environment; --json prints each event as one JSON object per line
 (a WatchOrderEventsResponse, its payload the event's JSON object).
 
 When the stream drops (UNAVAILABLE, a network error, the service stopping),
-watch says so on stderr and reconnects after a growing delay (0.25 s up to
-30 s) from the cursor of the last event it printed: no event is skipped or
-printed twice. Other errors (a bad cursor, a missing scope) end it.
+watch says so on stderr and reconnects from the cursor of the last event it
+printed: no event is skipped or printed twice. The delay before each try
+doubles from 0.25 s up to 30 s, and each wait is a random time between half
+the delay and all of it (the first 125–250 ms, then 250–500 ms, …); a
+stream that delivered an event starts the delays over. Other errors (a bad
+cursor, a missing scope) end it.
 Ctrl-C ends it cleanly. On exit it prints the last cursor on stderr; pass
 it as --cursor to resume. Needs the orders:read scope.`,
 		Example: `  fulfillctl watch --org org_demo --environment test
@@ -151,13 +158,19 @@ func (w *watcher) follow(ctx context.Context, client fulfillmentv1.FulfillmentSe
 
 // print writes one event, e.g.
 //
-//	7412.318  2025-06-01T14:03:07Z  order.fulfilled  ord_2Lx9aQ  org_demo  test
+//	7412.318  2025-06-01T14:03:07Z  order.fulfilled  019a2b3c-…  org_demo  test
+//
+// A subscription event has no order: its subscription takes the column.
 func (w *watcher) print(e *fulfillmentv1.WatchOrderEventsResponse) error {
 	if w.json {
 		return printEventJSON(w.out, e)
 	}
+	subject := e.GetOrderId()
+	if subject == "" {
+		subject = e.GetSubscriptionId()
+	}
 	t := newTable(w.out)
-	t.row(e.GetCursor(), timeText(e.GetCreateTime()), e.GetTopic(), e.GetOrderId(), e.GetOrgId(), e.GetEnvironment())
+	t.row(e.GetCursor(), timeText(e.GetCreateTime()), e.GetTopic(), subject, e.GetOrgId(), e.GetEnvironment())
 	return t.flush()
 }
 

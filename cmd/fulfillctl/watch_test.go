@@ -239,3 +239,23 @@ func TestWatchWithoutEvents(t *testing.T) {
 		t.Errorf("watch --cursor nonsense printed %q, and said %q", out, errOut)
 	}
 }
+
+// A subscription event names no order: its line shows the subscription in
+// the order's column (it showed "-").
+func TestWatchLineOfASubscriptionEvent(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	w := &watcher{out: &out}
+	for _, e := range []*fulfillmentv1.WatchOrderEventsResponse{
+		{Cursor: "7.1", Topic: "order.fulfilled", OrderId: "ord-1", OrgId: "org_a", Environment: "test"},
+		{Cursor: "7.2", Topic: "subscription.renewed", SubscriptionId: "sub-1", OrgId: "org_a", Environment: "test"},
+	} {
+		if err := w.print(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "7.1  -  order.fulfilled  ord-1  org_a  test\n7.2  -  subscription.renewed  sub-1  org_a  test\n"
+	if out.String() != want {
+		t.Errorf("watch printed\n%s\nwant\n%s", out.String(), want)
+	}
+}
