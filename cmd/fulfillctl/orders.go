@@ -17,7 +17,7 @@ import (
 )
 
 func newOrdersCmd(c *conn) *cobra.Command {
-	cmd := &cobra.Command{Use: "orders", Short: "Create, show and list orders"}
+	cmd := &cobra.Command{Use: "orders", Short: "Create, show and list orders, and start their payments"}
 	cmd.AddCommand(newOrdersCreateCmd(c), newOrdersGetCmd(c), newOrdersListCmd(c), newOrdersStartPaymentCmd(c))
 	return cmd
 }

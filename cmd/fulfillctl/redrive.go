@@ -16,7 +16,7 @@ import (
 func newRedriveCmd(c *conn) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "redrive",
-		Short: "Replay events or retry outbox messages in bulk, by filter: plan, start, watch, cancel",
+		Short: "Replay events or retry outbox messages in bulk, by filter: plan, start, get, list, cancel",
 		Long: `A re-drive replays every stored event, or retries every outbox message, that a
 filter matches in one org. Plan it first (plan: how many match, a sample,
 what it does; nothing changes), then start it with the same filter (start
