@@ -49,7 +49,7 @@ func TestEveryCommandHasExamples(t *testing.T) {
 	t.Parallel()
 	var walk func(cmd *cobra.Command)
 	walk = func(cmd *cobra.Command) {
-		if cmd.Runnable() && cmd.Example == "" && cmd.Name() != "help" && cmd.Name() != "completion" {
+		if cmd.Runnable() && !cmd.HasSubCommands() && cmd.Example == "" && cmd.Name() != "help" && cmd.Name() != "completion" {
 			t.Errorf("%s has no examples", cmd.CommandPath())
 		}
 		for _, sub := range cmd.Commands() {
@@ -71,5 +71,64 @@ func TestVersion(t *testing.T) {
 	}
 	if want := "fulfillctl " + buildinfo.Read().String() + "\n"; out.String() != want {
 		t.Errorf("--version printed %q, want %q", out.String(), want)
+	}
+}
+
+// A typo in a subcommand fails, as one in a command does: exit 1 (an
+// error), nothing on stdout, cobra's words and its suggestions. It printed
+// the group's help and succeeded. Every group does so; a group without
+// arguments still prints its help, and its usage names its subcommands
+// only.
+func TestUnknownSubcommand(t *testing.T) {
+	t.Parallel()
+	run := func(args ...string) (string, error) {
+		cmd := newRootCmd()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs(args)
+		err := cmd.Execute()
+		return out.String(), err
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"orders", "gte", "1"}, "unknown command \"gte\" for \"fulfillctl orders\"\n\nDid you mean this?\n\tget\n"},
+		{[]string{"redrive", "watch", "1"}, "unknown command \"watch\" for \"fulfillctl redrive\"\n\nDid you mean this?\n\tget\n"},
+		{[]string{"access", "chek"}, "unknown command \"chek\" for \"fulfillctl access\"\n\nDid you mean this?\n\tcheck\n"},
+		{[]string{"webhook", "--json"}, "unknown flag: --json"},
+		{[]string{"ordres"}, "unknown command \"ordres\" for \"fulfillctl\"\n\nDid you mean this?\n\torders\n"},
+	} {
+		out, err := run(c.args...)
+		if err == nil || err.Error() != c.want || out != "" {
+			t.Errorf("%v: %v, printed %q; want the error %q", c.args, err, out, c.want)
+		}
+	}
+	var groups []*cobra.Command
+	var walk func(cmd *cobra.Command)
+	walk = func(cmd *cobra.Command) {
+		for _, sub := range cmd.Commands() {
+			if sub.HasSubCommands() {
+				groups = append(groups, sub)
+			}
+			walk(sub)
+		}
+	}
+	walk(newRootCmd())
+	if len(groups) < 9 { // orders, subscriptions, access, outbox, destinations, recon, events, redrive, webhook
+		t.Fatalf("%d groups of commands found", len(groups))
+	}
+	for _, g := range groups {
+		path := strings.Fields(g.CommandPath())[1:]
+		if _, err := run(append(path, "nosuch")...); err == nil || !strings.HasPrefix(err.Error(), `unknown command "nosuch" for "`+g.CommandPath()+`"`) {
+			t.Errorf("%s nosuch: %v", g.CommandPath(), err)
+		}
+		for _, args := range [][]string{path, append(path, "help")} {
+			out, err := run(args...)
+			if err != nil || !strings.Contains(out, "Usage:\n  "+g.CommandPath()+" [command]\n") || strings.Contains(out, g.CommandPath()+" [flags]") {
+				t.Errorf("%v: %v, printed\n%s", args, err, out)
+			}
+		}
 	}
 }

@@ -156,9 +156,11 @@ func newRedriveStartCmd(c *conn) *cobra.Command {
 
 func newRedriveGetCmd(c *conn) *cobra.Command {
 	return newIDCmd(c, &cobra.Command{
-		Use:     "get REDRIVE_ID",
-		Short:   "Show a re-drive and its progress",
-		Example: `  fulfillctl redrive get 7`,
+		Use:   "get REDRIVE_ID",
+		Short: "Show a re-drive and its progress",
+		// What a person following a run may type first.
+		SuggestFor: []string{"watch", "status", "show"},
+		Example:    `  fulfillctl redrive get 7`,
 	}, func(ctx context.Context, client fulfillmentv1.FulfillmentServiceClient, id string) (*fulfillmentv1.Redrive, error) {
 		resp, err := client.GetRedrive(ctx, &fulfillmentv1.GetRedriveRequest{RedriveId: id})
 		return resp.GetRedrive(), err

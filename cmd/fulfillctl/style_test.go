@@ -31,12 +31,13 @@ func (s *service) runAs(t *testing.T, bin, tokenFile string, args ...string) (st
 }
 
 // commandPaths lists the paths of every runnable command of fulfillctl but
-// help and completion, e.g. "orders list".
+// help, completion and the groups of commands (orders, redrive, …), e.g.
+// "orders list".
 func commandPaths() []string {
 	var paths []string
 	var walk func(cmd *cobra.Command)
 	walk = func(cmd *cobra.Command) {
-		if cmd.Runnable() && cmd.HasParent() && cmd.Name() != "help" && cmd.Name() != "completion" {
+		if cmd.Runnable() && cmd.HasParent() && !cmd.HasSubCommands() && cmd.Name() != "help" && cmd.Name() != "completion" {
 			paths = append(paths, strings.TrimPrefix(cmd.CommandPath(), "fulfillctl "))
 		}
 		for _, sub := range cmd.Commands() {
