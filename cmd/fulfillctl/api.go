@@ -103,6 +103,27 @@ func newIDCmd[M proto.Message](c *conn, cmd *cobra.Command,
 	return cmd
 }
 
+// deprecatedName keeps old, a former name of cmd's flag name, working: a
+// hidden flag that sets name (marked changed, so that a required name is
+// satisfied by old) and says "Flag --old has been deprecated, use --name"
+// on stderr.
+func deprecatedName(cmd *cobra.Command, old, name string) {
+	f := cmd.Flags()
+	target := f.Lookup(name)
+	f.Var(&aliasValue{cmd: cmd, name: name}, old, target.Usage)
+	_ = f.MarkDeprecated(old, "use --"+name)
+}
+
+// aliasValue is the value of a deprecated flag name: it is its new flag's.
+type aliasValue struct {
+	cmd  *cobra.Command
+	name string
+}
+
+func (a *aliasValue) Set(v string) error { return a.cmd.Flags().Set(a.name, v) }
+func (a *aliasValue) String() string     { return a.cmd.Flags().Lookup(a.name).Value.String() }
+func (a *aliasValue) Type() string       { return a.cmd.Flags().Lookup(a.name).Value.Type() }
+
 // rpcError is a gRPC status shown as one line. It keeps the status, so
 // that status.Code still reads it.
 type rpcError struct {

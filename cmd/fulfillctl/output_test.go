@@ -132,3 +132,39 @@ func TestUnknownSubcommand(t *testing.T) {
 		}
 	}
 }
+
+// The customer's flag is --customer-ref everywhere, as in orders list,
+// webhook send and the API; --customer, its first name in subscriptions,
+// access check and trigger, still works, hidden, and says it is
+// deprecated, as redrive's --env (now --environment) does: it sets the new
+// flag, which counts as given for a required one.
+func TestDeprecatedFlagNames(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ path, old, name string }{
+		{"subscriptions list", "customer", "customer-ref"},
+		{"subscriptions create", "customer", "customer-ref"},
+		{"access check", "customer", "customer-ref"},
+		{"trigger", "customer", "customer-ref"},
+		{"redrive plan", "env", "environment"},
+		{"redrive start", "env", "environment"},
+	} {
+		cmd, _, err := newRootCmd().Find(strings.Fields(c.path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		old, flag := cmd.Flags().Lookup(c.old), cmd.Flags().Lookup(c.name)
+		if old == nil || flag == nil || !old.Hidden || old.Deprecated != "use --"+c.name {
+			t.Errorf("%s: --%s %+v, --%s %+v", c.path, c.old, old, c.name, flag)
+			continue
+		}
+		var warned bytes.Buffer
+		cmd.Flags().SetOutput(&warned)
+		if err := cmd.Flags().Parse([]string{"--" + c.old, "v1"}); err != nil {
+			t.Errorf("%s --%s v1: %v", c.path, c.old, err)
+			continue
+		}
+		if flag.Value.String() != "v1" || !flag.Changed || warned.String() != "Flag --"+c.old+" has been deprecated, use --"+c.name+"\n" {
+			t.Errorf("%s --%s v1: --%s is %q (changed %v); warned %q", c.path, c.old, c.name, flag.Value, flag.Changed, warned.String())
+		}
+	}
+}

@@ -48,8 +48,7 @@ func redriveFlags(cmd *cobra.Command, f *fulfillmentv1.RedriveFilter) {
 	fl.StringVar(&f.State, "state", "", "events: processed, ignored, unmatched or failed; outbox: failed or uncertain; required")
 	fl.StringVar(&f.Environment, "environment", "", "only live or test")
 	// --env was this flag's first name; the other commands say --environment.
-	fl.StringVar(&f.Environment, "env", "", "only live or test")
-	_ = fl.MarkDeprecated("env", "use --environment")
+	deprecatedName(cmd, "env", "environment")
 	fl.StringVar(&f.Type, "type", "", "events only: only this event type")
 	fl.StringVar(&f.Decision, "decision", "", "events only: only events with this decision")
 	fl.StringVar(&f.EndpointId, "endpoint", "", "events only: only events of this endpoint")

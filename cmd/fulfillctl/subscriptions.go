@@ -37,7 +37,7 @@ through the service's pages until --limit subscriptions (0: all); when more
 follow, stderr says how to continue (--page-token). --json prints the
 subscriptions and next_page_token as a ListSubscriptionsResponse. Needs the
 orders:read scope; a token limited to some orgs sees theirs only.`,
-		Example: `  fulfillctl subscriptions list --org org_demo --customer user_42
+		Example: `  fulfillctl subscriptions list --org org_demo --customer-ref user_42
   fulfillctl subscriptions list --state past_due --limit 0 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -75,7 +75,8 @@ orders:read scope; a token limited to some orgs sees theirs only.`,
 	f := cmd.Flags()
 	f.StringVar(&filter.OrgId, "org", "", "only subscriptions of this org")
 	f.StringVar(&filter.Environment, "environment", "", "only live or test")
-	f.StringVar(&filter.CustomerRef, "customer", "", "only subscriptions of this customer reference")
+	f.StringVar(&filter.CustomerRef, "customer-ref", "", "only subscriptions of this customer reference")
+	deprecatedName(cmd, "customer", "customer-ref") // its first name; orders list and the API say customer-ref
 	f.StringVar(&filter.PlanId, "plan", "", "only subscriptions to this plan")
 	f.StringVar(&filter.State, "state", "", "only subscriptions in this state: active, past_due, cancelled or expired")
 	f.IntVar(&limit, "limit", defaultListLimit, "show at most this many subscriptions (0: all)")
@@ -105,7 +106,7 @@ func newSubscriptionsCreateCmd(c *conn) *cobra.Command {
 		asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use:   "create --org ORG --provider PROVIDER --provider-subscription-id ID --customer REF --plan PLAN",
+		Use:   "create --org ORG --provider PROVIDER --provider-subscription-id ID --customer-ref REF --plan PLAN",
 		Short: "Register a subscription a provider knows of, for a customer and a plan",
 		Long: `Create registers a subscription before its first payment arrives: the
 provider's id of it, the customer it belongs to and the configured plan it
@@ -114,7 +115,7 @@ the same subscription (stderr says it existed); the same provider id with
 another customer or plan is ALREADY_EXISTS. --json prints the
 CreateSubscriptionResponse. Needs the orders:write scope.`,
 		Example: `  fulfillctl subscriptions create --org org_demo --provider yolfi --provider-subscription-id sub_123 \
-    --customer user_42 --plan pro-monthly`,
+    --customer-ref user_42 --plan pro-monthly`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var resp *fulfillmentv1.CreateSubscriptionResponse
@@ -142,10 +143,11 @@ CreateSubscriptionResponse. Needs the orders:write scope.`,
 	f.StringVar(&req.Environment, "environment", "live", "live or test")
 	f.StringVar(&req.Provider, "provider", "", "the provider: yolfi or tbank")
 	f.StringVar(&req.ProviderSubscriptionId, "provider-subscription-id", "", "the provider's id of the subscription (Yolfi subscriptionId, T-Bank RebillId)")
-	f.StringVar(&req.CustomerRef, "customer", "", "your reference of the customer")
+	f.StringVar(&req.CustomerRef, "customer-ref", "", "your reference of the customer")
+	deprecatedName(cmd, "customer", "customer-ref")
 	f.StringVar(&req.PlanId, "plan", "", "a configured plan")
 	f.BoolVar(&asJSON, "json", false, "print JSON (a CreateSubscriptionResponse) instead of text")
-	for _, name := range []string{"org", "provider", "provider-subscription-id", "customer", "plan"} {
+	for _, name := range []string{"org", "provider", "provider-subscription-id", "customer-ref", "plan"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
 	return cmd
@@ -158,14 +160,14 @@ func newAccessCmd(c *conn) *cobra.Command {
 		asJSON bool
 	)
 	check := &cobra.Command{
-		Use:   "check --org ORG --customer REF --plan PLAN",
+		Use:   "check --org ORG --customer-ref REF --plan PLAN",
 		Short: "Say whether a customer has access to a plan now, until when and why",
 		Long: `Check asks the service what the services selling the plan ask on every
 request (CheckAccess): whether the customer has access to the plan now,
 until when, why, and which of the customer's subscriptions says so. It
 prints "access yes" or "access no" first; the command succeeds either way.
 --json prints the CheckAccessResponse. Needs the orders:read scope.`,
-		Example: `  fulfillctl access check --org org_demo --customer user_42 --plan pro-monthly`,
+		Example: `  fulfillctl access check --org org_demo --customer-ref user_42 --plan pro-monthly`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var resp *fulfillmentv1.CheckAccessResponse
@@ -192,10 +194,11 @@ prints "access yes" or "access no" first; the command succeeds either way.
 	f := check.Flags()
 	f.StringVar(&req.OrgId, "org", "", "the customer's org")
 	f.StringVar(&req.Environment, "environment", "live", "live or test")
-	f.StringVar(&req.CustomerRef, "customer", "", "your reference of the customer")
+	f.StringVar(&req.CustomerRef, "customer-ref", "", "your reference of the customer")
+	deprecatedName(check, "customer", "customer-ref")
 	f.StringVar(&req.PlanId, "plan", "", "a configured plan")
 	f.BoolVar(&asJSON, "json", false, "print JSON (a CheckAccessResponse) instead of text")
-	for _, name := range []string{"org", "customer", "plan"} {
+	for _, name := range []string{"org", "customer-ref", "plan"} {
 		_ = check.MarkFlagRequired(name)
 	}
 	cmd.AddCommand(check)

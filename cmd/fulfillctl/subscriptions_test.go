@@ -38,14 +38,14 @@ func TestSubscriptionAndAccessCommands(t *testing.T) {
 	t.Parallel()
 	s := startServiceWith(t, func(c *config.Config) { c.Plans = []config.Plan{{ID: "pro-monthly", Months: 1}} })
 
-	out := s.ctlOK(t, "access", "check", "--org", svcOrg, "--customer", "user_42", "--plan", "pro-monthly")
+	out := s.ctlOK(t, "access", "check", "--org", svcOrg, "--customer-ref", "user_42", "--plan", "pro-monthly")
 	wantMatches(t, "access check before paying", out, `(?m)^access +no$`, `(?m)^until +-$`,
 		`(?m)^reason +no subscription of this customer to this plan$`, `(?m)^subscription +-$`, `(?m)^checked at +`+timeRE+`$`)
 
 	s.paySubscriptionOrder(t, "ctl-sub-1", "user_42")
 	var access *fulfillmentv1.CheckAccessResponse
 	waitUntil(t, "access granted by the paid order", func() bool {
-		access = fromJSON(t, s.ctlOK(t, "access", "check", "--org", svcOrg, "--customer", "user_42", "--plan", "pro-monthly", "--json"),
+		access = fromJSON(t, s.ctlOK(t, "access", "check", "--org", svcOrg, "--customer-ref", "user_42", "--plan", "pro-monthly", "--json"),
 			&fulfillmentv1.CheckAccessResponse{})
 		return access.GetHasAccess()
 	})
@@ -53,11 +53,11 @@ func TestSubscriptionAndAccessCommands(t *testing.T) {
 	if access.GetReason() != "paid period" || id == "" || access.GetUntil().AsTime().Before(time.Now().AddDate(0, 0, 27)) {
 		t.Errorf("access check --json: %v, want a month of paid period", access)
 	}
-	wantMatches(t, "access check", s.ctlOK(t, "access", "check", "--org", svcOrg, "--customer", "user_42", "--plan", "pro-monthly"),
+	wantMatches(t, "access check", s.ctlOK(t, "access", "check", "--org", svcOrg, "--customer-ref", "user_42", "--plan", "pro-monthly"),
 		`\Aaccess +yes\n`, `(?m)^until +`+timeRE+`$`, `(?m)^reason +paid period$`, `(?m)^subscription +`+id+`$`)
 
 	// Listed, and shown with its period.
-	lines := strings.Split(strings.TrimSuffix(s.ctlOK(t, "subscriptions", "list", "--customer", "user_42"), "\n"), "\n")
+	lines := strings.Split(strings.TrimSuffix(s.ctlOK(t, "subscriptions", "list", "--customer-ref", "user_42"), "\n"), "\n")
 	if len(lines) != 2 || !regexp.MustCompile(`^ID +STATE +PERIODS +PERIOD END +PLAN +CUSTOMER +PROVIDER +PROVIDER ID +ORG +ENV +CREATED$`).MatchString(lines[0]) ||
 		!regexp.MustCompile(`^`+id+` +active +1 +`+timeRE+` +pro-monthly +user_42 +yolfi +\S+ +org_a +live +`+timeRE+`$`).MatchString(lines[1]) {
 		t.Fatalf("subscriptions list --customer user_42:\n%s", strings.Join(lines, "\n"))
@@ -73,7 +73,7 @@ func TestSubscriptionAndAccessCommands(t *testing.T) {
 
 	// Registered by hand: created once, then found; no period paid.
 	create := []string{"subscriptions", "create", "--org", svcOrg, "--provider", "yolfi", "--provider-subscription-id", "sub_ctl_2",
-		"--customer", "user_43", "--plan", "pro-monthly"}
+		"--customer-ref", "user_43", "--plan", "pro-monthly"}
 	out, errOut, err := s.ctl(t, create...)
 	if err != nil || !regexp.MustCompile(`(?m)^state +active$`).MatchString(out) || !regexp.MustCompile(`(?m)^periods +0$`).MatchString(out) ||
 		!regexp.MustCompile(`\Asubscription \S+ created\n\z`).MatchString(errOut) {
@@ -83,7 +83,7 @@ func TestSubscriptionAndAccessCommands(t *testing.T) {
 	if created.GetCreated() || created.GetSubscription().GetCustomerRef() != "user_43" {
 		t.Errorf("subscriptions create again: %v, want the same, not created", created)
 	}
-	wantMatches(t, "access check of the registered one", s.ctlOK(t, "access", "check", "--org", svcOrg, "--customer", "user_43", "--plan", "pro-monthly"),
+	wantMatches(t, "access check of the registered one", s.ctlOK(t, "access", "check", "--org", svcOrg, "--customer-ref", "user_43", "--plan", "pro-monthly"),
 		`\Aaccess +no\n`, `(?m)^reason +no period was paid$`, `(?m)^subscription +`+created.GetSubscription().GetId()+`$`)
 	if all := fromJSON(t, s.ctlOK(t, "subscriptions", "list", "--org", svcOrg, "--json"), &fulfillmentv1.ListSubscriptionsResponse{}); len(all.GetSubscriptions()) != 2 ||
 		all.GetSubscriptions()[0].GetId() != created.GetSubscription().GetId() {
@@ -92,15 +92,20 @@ func TestSubscriptionAndAccessCommands(t *testing.T) {
 
 	// What the service refuses, on one line.
 	_, _, err = s.ctl(t, "subscriptions", "create", "--org", svcOrg, "--provider", "yolfi", "--provider-subscription-id", "sub_ctl_2",
-		"--customer", "user_44", "--plan", "pro-monthly")
+		"--customer-ref", "user_44", "--plan", "pro-monthly")
 	wantAPIError(t, err, codes.AlreadyExists, "ALREADY_EXISTS: conflict: subscription "+created.GetSubscription().GetId()+" already exists under this provider_subscription_id with another customer")
-	_, _, err = s.ctl(t, "access", "check", "--org", svcOrg, "--customer", "user_42", "--plan", "gold")
+	_, _, err = s.ctl(t, "access", "check", "--org", svcOrg, "--customer-ref", "user_42", "--plan", "gold")
 	wantAPIError(t, err, codes.InvalidArgument, `INVALID_ARGUMENT: plan_id: "gold" is not a configured plan`)
 	_, _, err = s.ctl(t, "subscriptions", "list", "--state", "lapsed")
 	wantAPIError(t, err, codes.InvalidArgument, "INVALID_ARGUMENT: state: ")
 	_, _, err = s.ctl(t, "subscriptions", "get", "019a2b3c-4d5e-7f60-8a9b-0c1d2e3f4a5b")
 	wantAPIError(t, err, codes.NotFound, "NOT_FOUND: subscription not found")
-	if _, _, err := s.ctl(t, "access", "check", "--org", svcOrg, "--plan", "pro-monthly"); err == nil || !strings.Contains(err.Error(), "customer") {
-		t.Errorf("access check without --customer: %v, want it asked for", err)
+	// --customer, the flag's first name, still works and says so.
+	if out, _, err := s.ctl(t, "access", "check", "--org", svcOrg, "--customer", "user_42", "--plan", "pro-monthly"); err != nil ||
+		!strings.HasPrefix(out, "Flag --customer has been deprecated, use --customer-ref\naccess ") || !strings.Contains(out, "paid period") {
+		t.Errorf("access check --customer: %v\n%s", err, out)
+	}
+	if _, _, err := s.ctl(t, "access", "check", "--org", svcOrg, "--plan", "pro-monthly"); err == nil || !strings.Contains(err.Error(), "customer-ref") {
+		t.Errorf("access check without --customer-ref: %v, want it asked for", err)
 	}
 }

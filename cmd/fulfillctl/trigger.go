@@ -89,7 +89,7 @@ Scenarios:
   refund         a new order paid, then its payment refunded: the order
                  refunded, its license revoked. T-Bank only: Yolfi's
                  native webhooks carry no refund.
-  renewal        a subscription of --customer to --plan (registered through
+  renewal        a subscription of --customer-ref to --plan (registered through
                  the API, or the one --subscription-id names), then a
                  payment of its next period: one more paid period.
 
@@ -107,7 +107,7 @@ endpoint's. Needs a token with the orders:read and orders:write scopes.`,
   fulfillctl trigger refund --provider tbank --url http://127.0.0.1:8081/webhooks/tbank-test \
     --secret-env TBANK_TEST_PASSWORD --terminal-key 1321054611234DEMO --org org_demo
   fulfillctl trigger renewal --provider yolfi --url http://127.0.0.1:8081/webhooks/yolfi-test \
-    --secret-file .data/dev/yolfi-test.secret --org org_demo --plan pro-monthly --customer user_42`,
+    --secret-file .data/dev/yolfi-test.secret --org org_demo --plan pro-monthly --customer-ref user_42`,
 		Args: cobra.ExactArgs(1),
 		ValidArgs: func() []string {
 			var names []string
@@ -127,7 +127,8 @@ endpoint's. Needs a token with the orders:read and orders:write scopes.`,
 	f.StringVar(&tr.environment, "environment", "test", "the endpoint's environment: live or test")
 	f.StringVar(&tr.terminalKey, "terminal-key", "", "tbank: the endpoint's terminal_key, named in every notification")
 	f.StringVar(&tr.plan, "plan", "", "renewal: the configured plan of the subscription")
-	f.StringVar(&tr.customer, "customer", "trigger-customer", "renewal: the customer reference of the subscription")
+	f.StringVar(&tr.customer, "customer-ref", "trigger-customer", "renewal: the customer reference of the subscription")
+	deprecatedName(cmd, "customer", "customer-ref")
 	f.StringVar(&tr.subID, "subscription-id", "", "renewal: the provider's id of the subscription to renew (Yolfi subscriptionId, T-Bank RebillId); default: a new one")
 	f.DurationVar(&tr.timeout, "timeout", 30*time.Second, "how long to wait for each step to take effect")
 	cmd.MarkFlagsMutuallyExclusive("secret-env", "secret-file")

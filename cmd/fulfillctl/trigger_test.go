@@ -173,13 +173,13 @@ func TestTriggerScenarios(t *testing.T) {
 		}
 
 		// renewal: each run pays one more period of the subscription.
-		out, _ = s.triggered(t, "renewal", append(args, "--plan", "pro-monthly", "--customer", "user_"+provider))
+		out, _ = s.triggered(t, "renewal", append(args, "--plan", "pro-monthly", "--customer-ref", "user_"+provider))
 		m := regexp.MustCompile(`(?m)^subscription (\S+) registered: provider id (\S+), plan pro-monthly, 0 periods paid$`).FindStringSubmatch(out)
 		if len(m) != 3 || !strings.Contains(out, "subscription "+m[1]+" has 1 period paid\n") {
 			t.Fatalf("%s renewal printed:\n%s", provider, out)
 		}
 		sub, providerID := m[1], m[2]
-		out, _ = s.triggered(t, "renewal", append(args, "--plan", "pro-monthly", "--customer", "user_"+provider, "--subscription-id", providerID))
+		out, _ = s.triggered(t, "renewal", append(args, "--plan", "pro-monthly", "--customer-ref", "user_"+provider, "--subscription-id", providerID))
 		if !strings.Contains(out, "subscription "+sub+" found: provider id "+providerID+", plan pro-monthly, 1 period paid\n") {
 			t.Errorf("%s renewal again printed:\n%s", provider, out)
 		}
