@@ -25,7 +25,7 @@ that reached fulfilled, and the outbox messages delivered. Minutes with
 nothing are shown as 0. --json prints a GetActivityResponse. Needs the
 reconciliation:read scope; a token limited to some orgs counts theirs only.`,
 		Example: `  fulfillctl recon activity
-  fulfillctl recon activity --minutes 10 --org org_demo --environment live`,
+  fulfillctl recon activity --minutes 10 --org org_demo --environment test`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var resp *fulfillmentv1.GetActivityResponse

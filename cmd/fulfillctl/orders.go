@@ -166,7 +166,7 @@ so. --json prints the orders and next_page_token as a ListOrdersResponse.
 Needs the orders:read scope; a token limited to some orgs sees theirs
 only.`,
 		Example: `  fulfillctl orders list --org org_demo
-  fulfillctl orders list --org org_demo --state on_hold --environment live
+  fulfillctl orders list --org org_demo --state on_hold --environment test
   fulfillctl orders list --customer-ref acct_42 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

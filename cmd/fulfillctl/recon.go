@@ -39,7 +39,7 @@ nothing needs a person it says so. --json prints a
 GetReconciliationSummaryResponse. Needs the reconciliation:read scope; a
 token limited to some orgs sees theirs only.`,
 		Example: `  fulfillctl recon summary
-  fulfillctl recon summary --org org_demo --environment live --json`,
+  fulfillctl recon summary --org org_demo --environment test --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var resp *fulfillmentv1.GetReconciliationSummaryResponse

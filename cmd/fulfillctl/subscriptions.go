@@ -112,10 +112,11 @@ func newSubscriptionsCreateCmd(c *conn) *cobra.Command {
 provider's id of it, the customer it belongs to and the configured plan it
 is to. Its first payment pays its first period. Running it again prints
 the same subscription (stderr says it existed); the same provider id with
-another customer or plan is ALREADY_EXISTS. --json prints the
-CreateSubscriptionResponse. Needs the orders:write scope.`,
-		Example: `  fulfillctl subscriptions create --org org_demo --provider yolfi --provider-subscription-id sub_123 \
-    --customer-ref user_42 --plan pro-monthly`,
+another customer or plan is ALREADY_EXISTS. It is created in live unless
+--environment says test (make run's endpoints are test ones). --json
+prints the CreateSubscriptionResponse. Needs the orders:write scope.`,
+		Example: `  fulfillctl subscriptions create --org org_demo --environment test --provider yolfi \
+    --provider-subscription-id sub_123 --customer-ref user_42 --plan pro-monthly`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var resp *fulfillmentv1.CreateSubscriptionResponse
@@ -166,8 +167,10 @@ func newAccessCmd(c *conn) *cobra.Command {
 request (CheckAccess): whether the customer has access to the plan now,
 until when, why, and which of the customer's subscriptions says so. It
 prints "access yes" or "access no" first; the command succeeds either way.
---json prints the CheckAccessResponse. Needs the orders:read scope.`,
-		Example: `  fulfillctl access check --org org_demo --customer-ref user_42 --plan pro-monthly`,
+It asks about live unless --environment says test (a test-mode customer,
+such as make run's, has no live subscription). --json prints the
+CheckAccessResponse. Needs the orders:read scope.`,
+		Example: `  fulfillctl access check --org org_demo --environment test --customer-ref user_42 --plan pro-monthly`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var resp *fulfillmentv1.CheckAccessResponse
