@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -408,11 +410,26 @@ func paymentStartDetail(w io.Writer, p *fulfillmentv1.PaymentStart) error {
 	return f.flush()
 }
 
+// jsonOptions write the API's messages as the REST gateway answers them
+// (restMarshaler in server/gateway.go): proto field names, and every field,
+// a false, zero or empty one included ("has_access": false), where the
+// default leaves them out.
+var jsonOptions = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+
+// printJSON writes m as indented JSON (--json). The indentation is
+// encoding/json's, two spaces, one space after a colon: protojson's own
+// whitespace varies on purpose, from build to build, so that nobody relies
+// on it, and scripts comparing outputs would.
 func printJSON(w io.Writer, m proto.Message) error {
-	b, err := protojson.MarshalOptions{Multiline: true, UseProtoNames: true}.Marshal(m)
+	b, err := jsonOptions.Marshal(m)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintln(w, string(b))
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	_, err = w.Write(out.Bytes())
 	return err
 }

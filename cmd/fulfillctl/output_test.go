@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/internal/buildinfo"
 )
 
@@ -166,5 +167,37 @@ func TestDeprecatedFlagNames(t *testing.T) {
 		if flag.Value.String() != "v1" || !flag.Changed || warned.String() != "Flag --"+c.old+" has been deprecated, use --"+c.name+"\n" {
 			t.Errorf("%s --%s v1: --%s is %q (changed %v); warned %q", c.path, c.old, c.name, flag.Value, flag.Changed, warned.String())
 		}
+	}
+}
+
+// --json writes what the REST gateway answers: every field, a false or
+// empty one too (has_access was left out when false), under its proto name,
+// indented by encoding/json (protojson's spacing varies by build: it put
+// two spaces after some colons).
+func TestJSONOutputHasEveryField(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	if err := printJSON(&out, &fulfillmentv1.CheckAccessResponse{Reason: "no subscription of this customer to this plan"}); err != nil {
+		t.Fatal(err)
+	}
+	want := `{
+  "has_access": false,
+  "until": null,
+  "reason": "no subscription of this customer to this plan",
+  "subscription_id": "",
+  "check_time": null
+}
+`
+	if out.String() != want {
+		t.Errorf("printJSON wrote\n%s\nwant\n%s", out.String(), want)
+	}
+	out.Reset()
+	if err := printEventJSON(&out, &fulfillmentv1.WatchOrderEventsResponse{Cursor: "7.1", Topic: "order.fulfilled", OrderId: "o1",
+		Payload: `{"type": "order.fulfilled"}`}); err != nil {
+		t.Fatal(err)
+	}
+	want = `{"create_time":null,"cursor":"7.1","environment":"","order_id":"o1","org_id":"","payload":{"type":"order.fulfilled"},"subscription_id":"","topic":"order.fulfilled"}` + "\n"
+	if out.String() != want {
+		t.Errorf("printEventJSON wrote\n%s\nwant\n%s", out.String(), want)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 )
@@ -195,12 +194,12 @@ func dropped(err error) bool {
 	}
 }
 
-// printEventJSON writes e as one line of JSON, field names as in the proto,
-// with its payload as the JSON object it is (the API carries it as a
+// printEventJSON writes e as one line of JSON, its fields as printJSON
+// writes them (every one, named as in the proto), with its payload as the JSON object it is (the API carries it as a
 // string): what jq and scripts read without decoding twice. A payload that
 // is not JSON stays a string.
 func printEventJSON(out io.Writer, e *fulfillmentv1.WatchOrderEventsResponse) error {
-	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(e)
+	b, err := jsonOptions.Marshal(e)
 	if err != nil {
 		return err
 	}
