@@ -51,6 +51,9 @@ func (c *conn) hint(st *status.Status) string {
 		if databaseDown(st) {
 			return "fulfillmentd answered, but its database does not: its /readyz and its log ('database unreachable') say more; retry once the database is back"
 		}
+		if httpAnswered(st) {
+			return fmt.Sprintf("%s answers HTTP/1.1, not gRPC: is FULFILLCTL_ADDR (--addr) the gRPC address (not the REST/HTTP one)?", c.addr)
+		}
 		return fmt.Sprintf("check that fulfillmentd is running and reachable at %s (--addr, $FULFILLCTL_ADDR)", c.addr)
 	case codes.DeadlineExceeded:
 		return "the service did not answer in time: try again"
@@ -59,6 +62,16 @@ func (c *conn) hint(st *status.Status) string {
 		// state) or there is nothing to do but report it.
 		return ""
 	}
+}
+
+// httpAnswered says whether st is the UNAVAILABLE of a server that
+// answered gRPC's HTTP/2 preface in HTTP/1.1: the REST or webhook listener
+// (or another HTTP server) at the gRPC address. gRPC reads its answer as an
+// HTTP/2 frame: "http2: frame too large", which Go's HTTP/2 framer says
+// "looked like an HTTP/1.1 header" when it did.
+func httpAnswered(st *status.Status) bool {
+	msg := st.Message()
+	return strings.Contains(msg, "http2: frame too large") || strings.Contains(msg, "HTTP/1.1 header")
 }
 
 // databaseDown says whether st is the service's UNAVAILABLE for want of its

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/resolver"
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 )
@@ -36,6 +38,9 @@ func (c *conn) client(ctx context.Context) (fulfillmentv1.FulfillmentServiceClie
 	if token == "" {
 		return nil, nil, nil, errors.New("no token: pass --token-file FILE, or set $FULFILLCTL_TOKEN_FILE or $FULFILLCTL_TOKEN")
 	}
+	if err := c.checkAddr(); err != nil {
+		return nil, nil, nil, err
+	}
 	creds := insecure.NewCredentials()
 	if c.tls {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
@@ -57,4 +62,23 @@ func (c *conn) client(ctx context.Context) (fulfillmentv1.FulfillmentServiceClie
 	}
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 	return fulfillmentv1.NewFulfillmentServiceClient(cc), ctx, func() { _ = cc.Close() }, nil
+}
+
+// checkAddr refuses an address with a scheme gRPC does not resolve, such
+// as http://127.0.0.1:9090: gRPC would take it for a host name, and fail
+// with "too many colons in address". A resolver's scheme (dns:///,
+// unix://) is gRPC's own and stays.
+func (c *conn) checkAddr() error {
+	scheme, _, ok := strings.Cut(c.addr, "://")
+	if !ok || resolver.Get(scheme) != nil {
+		return nil
+	}
+	fix := ""
+	if u, err := url.Parse(c.addr); err == nil && u.Host != "" {
+		fix = ": use " + u.Host
+		if scheme == "https" && !c.tls {
+			fix += " with --tls"
+		}
+	}
+	return fmt.Errorf("--addr %q: FULFILLCTL_ADDR (--addr) is host:port, without a scheme%s", c.addr, fix)
 }

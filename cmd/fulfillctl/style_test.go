@@ -168,6 +168,23 @@ func TestEveryCommandOneStyle(t *testing.T) {
 		!strings.HasSuffix(stderr, "; check that fulfillmentd is running and reachable at 127.0.0.1:1 (--addr, $FULFILLCTL_ADDR)\n") {
 		t.Errorf("orders list, no service: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
+	// An HTTP listener's address, an address with a scheme: what is wrong,
+	// and what to do. They said "http2: frame too large" and "too many
+	// colons in address".
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--addr", strings.TrimPrefix(s.ingestURL, "http://"), "orders", "list"},
+			`^fulfillctl: UNAVAILABLE: .*http2: frame too large.*; \S+ answers HTTP/1\.1, not gRPC: is FULFILLCTL_ADDR \(--addr\) the gRPC address \(not the REST/HTTP one\)\?\n$`},
+		{[]string{"--addr", "http://" + s.grpcAddr, "orders", "list"},
+			`^fulfillctl: --addr "http://\S+": FULFILLCTL_ADDR \(--addr\) is host:port, without a scheme: use ` + regexp.QuoteMeta(s.grpcAddr) + `\n$`},
+	} {
+		stdout, stderr, code := s.run(t, bin, c.args...)
+		if code != 1 || stdout != "" || !errorLine.MatchString(stderr) || !regexp.MustCompile(c.want).MatchString(stderr) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", c.args, code, stdout, stderr)
+		}
+	}
 
 	// Every listing of an empty service: the one empty line, and exit 0.
 	empty := map[string][]string{

@@ -33,10 +33,15 @@ type watcher struct {
 	json     bool
 	out, log io.Writer
 	min, max time.Duration // reconnection delays
+	// hint says what to do about a dropped stream's status (conn.hint):
+	// said once, with the first drop that has one, as other commands say
+	// it with their error; hinted is whether it was.
+	hint   func(*status.Status) string
+	hinted bool
 }
 
 func newWatchCmd(c *conn) *cobra.Command {
-	w := &watcher{req: &fulfillmentv1.WatchOrderEventsRequest{}, min: watchMinBackoff, max: watchMaxBackoff}
+	w := &watcher{req: &fulfillmentv1.WatchOrderEventsRequest{}, min: watchMinBackoff, max: watchMaxBackoff, hint: c.hint}
 	cmd := &cobra.Command{
 		Use:   "watch [--cursor C] [--org O] [--environment E] [--json]",
 		Short: "Follow the order event feed: order and subscription events",
@@ -121,7 +126,7 @@ func (w *watcher) run(ctx context.Context, client fulfillmentv1.FulfillmentServi
 		// together: from half the delay to all of it.
 		wait := delay/2 + rand.N(delay/2+1)
 		_, _ = fmt.Fprintf(w.log, "stream dropped (%v); reconnecting in %s after %s\n",
-			apiError(err), wait.Round(time.Millisecond), w.position())
+			w.hintOnce(apiError(err)), wait.Round(time.Millisecond), w.position())
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -131,6 +136,20 @@ func (w *watcher) run(ctx context.Context, client fulfillmentv1.FulfillmentServi
 		}
 		delay = min(2*delay, w.max)
 	}
+}
+
+// hintOnce adds to err, when it is the first error of watch that has a
+// hint, the hint (a service that cannot be reached: check --addr); a watch
+// that cannot reach the service retries forever, and says it once.
+func (w *watcher) hintOnce(err error) error {
+	e, ok := errors.AsType[*rpcError](err)
+	if !ok || w.hinted || w.hint == nil || e.hint != "" {
+		return err
+	}
+	if e.hint = w.hint(e.st); e.hint != "" {
+		w.hinted = true
+	}
+	return err
 }
 
 // follow opens one stream after w.req.Cursor and prints its events,

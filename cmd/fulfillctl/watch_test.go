@@ -233,6 +233,17 @@ func TestWatchWithoutEvents(t *testing.T) {
 		t.Errorf("watch on an empty feed printed %q, and said %q", out, log)
 	}
 
+	// No service at the address: watch retries, and says once what to
+	// check, as the other commands say it with their error.
+	w = s.watch(t, "127.0.0.1:1")
+	w.waitUntil(t, "reconnected twice", func() bool { return len(w.log.lines()) >= 3 })
+	_ = w.stop()
+	hint := "; check that fulfillmentd is running and reachable at 127.0.0.1:1 (--addr, $FULFILLCTL_ADDR)); reconnecting in "
+	if log := w.log.lines(); !strings.HasPrefix(log[1], "stream dropped (UNAVAILABLE: ") || !strings.Contains(log[1], hint) ||
+		!strings.HasPrefix(log[2], "stream dropped (UNAVAILABLE: ") || strings.Contains(log[2], "check that") {
+		t.Errorf("watch without a service said:\n%s\nwant the hint with the first drop only", strings.Join(log, "\n"))
+	}
+
 	out, errOut, err := s.ctl(t, "watch", "--cursor", "nonsense")
 	wantAPIError(t, err, codes.InvalidArgument, "INVALID_ARGUMENT: cursor: ")
 	if out != "" || errOut != "watching order events after cursor nonsense; Ctrl-C stops\n" {
