@@ -34,6 +34,9 @@ func (c *conn) client(ctx context.Context) (fulfillmentv1.FulfillmentServiceClie
 			return nil, nil, nil, fmt.Errorf("reading token: %w", err)
 		}
 		token = strings.TrimSpace(string(b))
+		if token == "" {
+			return nil, nil, nil, fmt.Errorf("the token file %s (--token-file, $FULFILLCTL_TOKEN_FILE) is empty: write the bearer token in it", c.tokenFile)
+		}
 	}
 	if token == "" {
 		return nil, nil, nil, errors.New("no token: pass --token-file FILE, or set $FULFILLCTL_TOKEN_FILE or $FULFILLCTL_TOKEN")

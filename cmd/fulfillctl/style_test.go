@@ -168,9 +168,14 @@ func TestEveryCommandOneStyle(t *testing.T) {
 		!strings.HasSuffix(stderr, "; check that fulfillmentd is running and reachable at 127.0.0.1:1 (--addr, $FULFILLCTL_ADDR)\n") {
 		t.Errorf("orders list, no service: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
-	// An HTTP listener's address, an address with a scheme: what is wrong,
-	// and what to do. They said "http2: frame too large" and "too many
-	// colons in address".
+	// An HTTP listener's address, an address with a scheme, an empty token
+	// file: what is wrong, and what to do. They said "http2: frame too
+	// large", "too many colons in address", and "no token: pass
+	// --token-file FILE" with the file passed.
+	emptyToken := filepath.Join(dir, "empty-token")
+	if err := os.WriteFile(emptyToken, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -179,6 +184,8 @@ func TestEveryCommandOneStyle(t *testing.T) {
 			`^fulfillctl: UNAVAILABLE: .*http2: frame too large.*; \S+ answers HTTP/1\.1, not gRPC: is FULFILLCTL_ADDR \(--addr\) the gRPC address \(not the REST/HTTP one\)\?\n$`},
 		{[]string{"--addr", "http://" + s.grpcAddr, "orders", "list"},
 			`^fulfillctl: --addr "http://\S+": FULFILLCTL_ADDR \(--addr\) is host:port, without a scheme: use ` + regexp.QuoteMeta(s.grpcAddr) + `\n$`},
+		{[]string{"--token-file", emptyToken, "orders", "list"},
+			`^fulfillctl: the token file ` + regexp.QuoteMeta(emptyToken) + ` \(--token-file, \$FULFILLCTL_TOKEN_FILE\) is empty: write the bearer token in it\n$`},
 	} {
 		stdout, stderr, code := s.run(t, bin, c.args...)
 		if code != 1 || stdout != "" || !errorLine.MatchString(stderr) || !regexp.MustCompile(c.want).MatchString(stderr) {
