@@ -79,6 +79,8 @@ endpoint's URL, waiting (up to --timeout) for each step to take effect
 before the next. It prints each order or subscription it created, each
 webhook it sent (its ids and the HTTP answer, never its body or the
 secret), what the service should do, and the commands that show it.
+Before it creates anything, it checks that --url is an endpoint (a GET,
+answered 405); a webhook refused later ends it, naming what it created.
 
 Scenarios:
   payment        a new order, paid once: fulfilled, one license.
@@ -183,12 +185,38 @@ func (tr *trigger) run(cmd *cobra.Command, scenario string) error {
 	}
 	tr.secret, tr.out, tr.http = secret, cmd.OutOrStdout(), &http.Client{Timeout: webhookTimeout}
 	_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "scenario %s (%s) at %s\n", scenario, tr.provider, tr.url)
+	if err := tr.probe(cmd.Context()); err != nil {
+		return err
+	}
 	return tr.c.call(cmd.Context(), func(ctx context.Context, client fulfillmentv1.FulfillmentServiceClient) error {
 		if scenario == scenarioRenewal {
 			return tr.renewal(ctx, client)
 		}
 		return tr.orderScenario(ctx, client, scenario)
 	})
+}
+
+// probe checks, before anything is created, that --url is a webhook
+// endpoint: it asks it with a GET, which an endpoint answers 405 (POST
+// only). An address nothing listens on, or a 404 (another listener, such
+// as the REST one, a wrong path, an endpoint id the service does not
+// have), ends the scenario there; so did its first webhook, after the
+// order was created. Other answers (a proxy's) are left to the webhooks.
+func (tr *trigger) probe(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, tr.url, http.NoBody)
+	if err != nil {
+		return fmt.Errorf("--url %s: %w", tr.url, err)
+	}
+	resp, err := tr.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("--url %s does not answer (%w): check it, and that the service's ingest listener is up; nothing was created", tr.url, err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return fmt.Errorf("--url %s: no webhook endpoint there (HTTP 404): use the ingest listener's /webhooks/ENDPOINT_ID, "+
+			"e.g. http://127.0.0.1:8081/webhooks/yolfi-test; nothing was created", tr.url)
+	}
+	return nil
 }
 
 // payment is one payment of an order as the provider announces it: the
@@ -215,7 +243,7 @@ func (tr *trigger) orderScenario(ctx context.Context, client fulfillmentv1.Fulfi
 		return err
 	}
 	if err := tr.sendAll(ctx, first); err != nil {
-		return err
+		return fmt.Errorf("%w; order %s, created for this run, stays pending_payment", err, id)
 	}
 	if err := tr.waitOrder(ctx, client, id, "fulfilled"); err != nil {
 		return err
@@ -359,7 +387,7 @@ func (tr *trigger) renewal(ctx context.Context, client fulfillmentv1.Fulfillment
 		return err
 	}
 	if err := tr.send(ctx, h); err != nil {
-		return err
+		return fmt.Errorf("%w; subscription %s, %s for this run, has no new period", err, sub.GetId(), how)
 	}
 	want := sub.GetPeriods() + 1
 	if err := tr.wait(ctx, fmt.Sprintf("subscription %s has %s paid", sub.GetId(), plural(want, "period")), func() (bool, error) {

@@ -201,8 +201,10 @@ func TestTriggerScenarios(t *testing.T) {
 }
 
 // What cannot work is refused before anything is created or sent: a
-// scenario the provider lacks, a missing flag; a wrong secret stops at the
-// first webhook, which the service refuses.
+// scenario the provider lacks, a missing flag, a URL where no endpoint
+// answers (it created an order, then failed on "HTTP 404 404 page not
+// found"); a wrong secret stops at the first webhook, which the service
+// refuses, and says which order it left pending.
 func TestTriggerRefusals(t *testing.T) {
 	t.Parallel()
 	s, providers := triggerService(t)
@@ -224,6 +226,12 @@ func TestTriggerRefusals(t *testing.T) {
 		{append([]string{"trigger", "renewal"}, providers["yolfi"]...), "--plan is required for renewal"},
 		{append([]string{"trigger", "refunds"}, providers["tbank"]...), `scenario "refunds": use one of payment, duplicate, extra-payment, refund, renewal`},
 		{append([]string{"trigger", "payment"}, with(providers["yolfi"], "--environment", "prod")...), `--environment "prod": use live or test`},
+		{append([]string{"trigger", "payment"}, with(providers["yolfi"], "--url", s.ingestURL+"/webhook/"+svcEndpoint)...),
+			"--url " + s.ingestURL + "/webhook/" + svcEndpoint + ": no webhook endpoint there (HTTP 404): use the ingest listener's /webhooks/ENDPOINT_ID"},
+		{append([]string{"trigger", "renewal", "--plan", "pro-monthly"}, with(providers["tbank"], "--url", s.ingestURL+"/webhooks/nosuch")...),
+			"--url " + s.ingestURL + "/webhooks/nosuch: no webhook endpoint there (HTTP 404)"},
+		{append([]string{"trigger", "payment"}, with(providers["yolfi"], "--url", "http://127.0.0.1:1/webhooks/"+svcEndpoint)...),
+			"--url http://127.0.0.1:1/webhooks/" + svcEndpoint + " does not answer ("},
 	} {
 		out, _, err := s.ctl(t, tc.args...)
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) || out != "" {
@@ -241,6 +249,7 @@ func TestTriggerRefusals(t *testing.T) {
 	args := append([]string{"trigger", "payment"}, with(providers["yolfi"], "--secret-file", wrong)...)
 	out, _, err := s.ctl(t, args...)
 	if err == nil || !strings.HasPrefix(err.Error(), "the endpoint did not store the webhook (HTTP 401") ||
+		!regexp.MustCompile(`; order \S+, created for this run, stays pending_payment$`).MatchString(err.Error()) ||
 		strings.Count(out, "\nsent ") != 1 || strings.Contains(out, "ywhsec_wrong") {
 		t.Errorf("a wrong secret: %v, printed:\n%s", err, out)
 	}
