@@ -68,13 +68,13 @@ chaos: ## Kill fulfillmentd and PostgreSQL at random under provider-like load; c
 BENCHTIME ?= 100x
 
 .PHONY: bench-micro
-bench-micro: ## Go micro-benchmarks (-benchmem) of the gateway, adapters, state machine and inbox writers, on a throwaway PostgreSQL; $(BENCHTIME) each.
+bench-micro: ## Go micro-benchmarks (-benchmem) of the gateway, adapters, state machine and inbox writers, on a throwaway PostgreSQL; each for BENCHTIME (100x unless set, e.g. BENCHTIME=2s).
 	go run ./rig/cmd/pgrun -- go test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./ingest/... ./fulfillment/ ./storage/
 
 FUZZTIME ?= 10s
 
 .PHONY: fuzz
-fuzz: ## Run every fuzz target for $(FUZZTIME) each (Yolfi and T-Bank verify + parse, Standard Webhooks verify, the strict JSON reader).
+fuzz: ## Run every fuzz target (Yolfi and T-Bank verify + parse, Standard Webhooks verify, the strict JSON reader) for FUZZTIME each (10s unless set, e.g. FUZZTIME=1m).
 	go test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./ingest/yolfi/
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./ingest/yolfi/
 	go test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./ingest/tbank/
