@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Writes the development configuration used by `make run` into DIR (again
 # at every run: change it with the FULFILLMENT_* environment overrides of
-# docs/configuration.md, not by editing the file),
+# docs/configuration.md, not by editing the file; FULFILLCTL_LISTEN_ADDR and
+# FAKEBANK_LISTEN_ADDR move the dev listener and the fake bank, as
+# FULFILLMENT_LISTEN_* move the service, e.g. for a second make run:
+# docs/development.md),
 # with freshly generated dev tokens kept in files next to it, and the banner
 # telling how to call the service (banner.txt, printed by make run once the
 # service serves). Never use this configuration in production.
@@ -97,7 +100,8 @@ fi
 cat >"$dir/banner.txt" <<TEXT
 
   Fulfillment service (development setup; config: $dir/config.yaml,
-  written again by every make run: override with FULFILLMENT_* variables)
+  written again by every make run: override with FULFILLMENT_* variables;
+  the dev listener's and the fake bank's addresses with FULFILLCTL_LISTEN_ADDR, FAKEBANK_LISTEN_ADDR)
     gRPC      $grpc   (reflection on: grpcurl -plaintext $grpc list)
     REST      http://$http/v1/orders
     OpenAPI   http://$http/openapi.json

@@ -83,7 +83,9 @@ listened on is printed to stderr.`,
 	f := cmd.Flags()
 	// Shadows the root's --addr (fulfillmentd's gRPC address), which listen
 	// does not use.
-	f.StringVar(&l.addr, "addr", "127.0.0.1:8090", "address to listen on (port 0: any free port)")
+	// $FULFILLCTL_LISTEN_ADDR is also where make run's dev-listener
+	// destination posts (scripts/dev-config.sh).
+	f.StringVar(&l.addr, "addr", envOr("FULFILLCTL_LISTEN_ADDR", "127.0.0.1:8090"), "address to listen on (port 0: any free port; $FULFILLCTL_LISTEN_ADDR)")
 	f.StringArrayVar(&l.secretFiles, "secret-file", nil, "file holding a whsec_ signing secret (repeatable)")
 	f.StringArrayVar(&l.secretEnvs, "secret-env", nil, "environment variable holding a whsec_ signing secret (repeatable)")
 	f.IntVar(&l.status, "status", http.StatusOK, "HTTP status of the answer to verified deliveries (200-599)")
