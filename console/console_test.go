@@ -556,3 +556,31 @@ func TestOrderLinesNumberedAsTheirDeliveries(t *testing.T) {
 		t.Errorf("the first line and its delivery are not both numbered 0:\n%s", body)
 	}
 }
+
+// Counts agree with their nouns: an order of one line said "1 lines", a
+// message with one attempt not shown "1 older attempts".
+func TestPlural(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		n    any
+		noun string
+		want string
+	}{
+		{1, "line", "1 line"}, {2, "line", "2 lines"}, {0, "line", "0 lines"},
+		{int32(1), "older attempt", "1 older attempt"}, {int64(3), "more org", "3 more orgs"},
+		{1, "older delivery", "1 older delivery"}, {2, "older delivery", "2 older deliveries"}, {2, "day", "2 days"},
+	} {
+		if got := plural(c.n, c.noun); got != c.want {
+			t.Errorf("plural(%v, %q) = %q, want %q", c.n, c.noun, got, c.want)
+		}
+	}
+	one := &fulfillmentv1.Order{Id: "o1", MerchantOrderId: "m-1", Lines: []*fulfillmentv1.OrderLine{{Sku: "pro", Kind: "license", Quantity: 1}}}
+	if d := timeline(one, nil, nil, nil)[0].Detail; !strings.HasPrefix(d, "m-1, 1 line, total ") {
+		t.Errorf("an order of one line is created as %q", d)
+	}
+	body := renderPage(t, "message", "/console/outbox/7", messageView{Message: &fulfillmentv1.OutboxMessage{Id: "7", State: "failed",
+		AttemptHistory: []*fulfillmentv1.DeliveryAttempt{{Attempt: 2}}, OmittedAttempts: 1}})
+	if !strings.Contains(body, ">1 older attempt not shown.<") {
+		t.Errorf("a message with one attempt not shown says otherwise:\n%s", body)
+	}
+}

@@ -166,6 +166,20 @@ var funcs = template.FuncMap{
 	"lineNo":     lineNo,
 	"scopeAdmin": func() string { return config.ScopeAdmin },
 	"inputTime":  inputTime,
+	"plural":     plural,
+}
+
+// plural is the count n (any integer) and noun, the noun in the plural
+// unless n is 1: "1 line", "2 lines", "3 older deliveries".
+func plural(n any, noun string) string {
+	count := fmt.Sprint(n)
+	if count == "1" {
+		return count + " " + noun
+	}
+	if stem, ok := strings.CutSuffix(noun, "y"); ok && stem != "" && !strings.ContainsAny(stem[len(stem)-1:], "aeiou") {
+		return count + " " + stem + "ies"
+	}
+	return count + " " + noun + "s"
 }
 
 func tsString(t *timestamppb.Timestamp) string {

@@ -93,7 +93,7 @@ func (c *Console) story(ctx context.Context, s *session, orderID string) (*story
 		})
 		for n, i := range idx {
 			if n == maxStoryDeliveries {
-				v.Hidden = append(v.Hidden, fmt.Sprintf("the attempts of %d older deliveries", len(idx)-n))
+				v.Hidden = append(v.Hidden, "the attempts of "+plural(len(idx)-n, "older delivery"))
 				break
 			}
 			m, err := c.api.GetOutboxMessage(ctx, &fulfillmentv1.GetOutboxMessageRequest{MessageId: v.Deliveries[i].GetId()})
@@ -129,7 +129,7 @@ func timeline(o *fulfillmentv1.Order, inbox map[string]*fulfillmentv1.InboxEvent
 	var t []storyEntry
 	add := func(e storyEntry) { t = append(t, e) }
 	add(storyEntry{At: o.GetCreateTime(), Kind: "order", Title: "Order created",
-		Detail: fmt.Sprintf("%s, %d lines, total %s, expecting %s %s on %s", o.GetMerchantOrderId(), len(o.GetLines()),
+		Detail: fmt.Sprintf("%s, %s, total %s, expecting %s %s on %s", o.GetMerchantOrderId(), plural(len(o.GetLines()), "line"),
 			money(o.GetTotal()), o.GetSettlement().GetAmount(), o.GetSettlement().GetToken(), o.GetSettlement().GetNetwork())})
 	for _, p := range h.GetPaymentStarts() {
 		state := p.GetState()

@@ -258,6 +258,14 @@ func timeText(ts *timestamppb.Timestamp) string {
 	return ts.AsTime().UTC().Format(time.RFC3339)
 }
 
+// plural is n and noun, with an s unless n is 1: "1 item", "2 items".
+func plural[N ~int32 | ~int64 | ~int](n N, noun string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, noun)
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 // yesNo shows a bool as "yes" or "no".
 func yesNo(b bool) string {
 	if b {

@@ -201,3 +201,12 @@ func TestJSONOutputHasEveryField(t *testing.T) {
 		t.Errorf("printEventJSON wrote\n%s\nwant\n%s", out.String(), want)
 	}
 }
+
+// Counts agree with their nouns ("re-drive 7 started with 1 item", not
+// "1 items").
+func TestPlural(t *testing.T) {
+	t.Parallel()
+	if got := plural(int64(1), "item") + ", " + plural(int32(0), "period") + ", " + plural(2, "attempt"); got != "1 item, 0 periods, 2 attempts" {
+		t.Errorf("plural: %q", got)
+	}
+}

@@ -358,8 +358,8 @@ func itemDetail(w io.Writer, r *fulfillmentv1.GetReconciliationItemResponse) err
 		}
 	}
 	if m := ev.GetDelivery(); m != nil {
-		if _, err := fmt.Fprintf(w, "\noutbox message %s: %s to %s, %d attempts, last error %q\n", m.GetId(), m.GetState(),
-			m.GetDestinationId(), m.GetAttempts(), m.GetLastError()); err != nil {
+		if _, err := fmt.Fprintf(w, "\noutbox message %s: %s to %s, %s, last error %q\n", m.GetId(), m.GetState(),
+			m.GetDestinationId(), plural(m.GetAttempts(), "attempt"), m.GetLastError()); err != nil {
 			return err
 		}
 	}
@@ -370,7 +370,7 @@ func itemDetail(w io.Writer, r *fulfillmentv1.GetReconciliationItemResponse) err
 		}
 	}
 	if s := ev.GetSubscription(); s != nil {
-		if _, err := fmt.Fprintf(w, "\nsubscription %s: %s, plan %s, %d periods\n", s.GetId(), s.GetState(), s.GetPlanId(), s.GetPeriods()); err != nil {
+		if _, err := fmt.Fprintf(w, "\nsubscription %s: %s, plan %s, %s\n", s.GetId(), s.GetState(), s.GetPlanId(), plural(s.GetPeriods(), "period")); err != nil {
 			return err
 		}
 	}

@@ -138,8 +138,8 @@ func newRedriveStartCmd(c *conn) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "re-drive %s started with %d items: follow it with fulfillctl redrive get %s\n",
-				resp.GetRedrive().GetId(), resp.GetRedrive().GetTotal(), resp.GetRedrive().GetId())
+			_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "re-drive %s started with %s: follow it with fulfillctl redrive get %s\n",
+				resp.GetRedrive().GetId(), plural(resp.GetRedrive().GetTotal(), "item"), resp.GetRedrive().GetId())
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), resp.GetRedrive())
 			}
@@ -175,7 +175,7 @@ func newRedriveCancelCmd(c *conn) *cobra.Command {
 		resp, err := client.CancelRedrive(ctx, &fulfillmentv1.CancelRedriveRequest{RedriveId: id})
 		return resp.GetRedrive(), err
 	}, redriveDetail, func(d *fulfillmentv1.Redrive) string {
-		return fmt.Sprintf("re-drive %s cancelled after %d of %d items", d.GetId(), d.GetApplied()+d.GetSkipped(), d.GetTotal())
+		return fmt.Sprintf("re-drive %s cancelled after %d of %s", d.GetId(), d.GetApplied()+d.GetSkipped(), plural(d.GetTotal(), "item"))
 	})
 }
 

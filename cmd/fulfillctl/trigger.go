@@ -561,11 +561,3 @@ func allDigits(s string) bool {
 	}
 	return true
 }
-
-// plural is n and noun, with an s unless n is 1.
-func plural[N ~int32 | ~int64 | ~int](n N, noun string) string {
-	if n == 1 {
-		return fmt.Sprintf("%d %s", n, noun)
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
-}

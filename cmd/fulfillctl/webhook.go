@@ -141,7 +141,7 @@ func (s *webhookSend) run(cmd *cobra.Command) error {
 		}
 	}
 	if failed > 0 {
-		return fmt.Errorf("%d of %d deliveries were not answered with 2xx", failed, s.repeat)
+		return fmt.Errorf("deliveries not answered with 2xx: %d of %d", failed, s.repeat)
 	}
 	return nil
 }
