@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -220,6 +221,23 @@ func newRedriveListCmd(c *conn) *cobra.Command {
 	return cmd
 }
 
+// filterText is a re-drive's filter but its target and org, as the flags
+// that set it, the ones set only: "state=failed provider=tbank
+// from=2025-06-01T12:00:00Z".
+func filterText(f *fulfillmentv1.RedriveFilter) string {
+	var set []string
+	for _, kv := range [][2]string{
+		{"state", f.GetState()}, {"environment", f.GetEnvironment()}, {"type", f.GetType()}, {"decision", f.GetDecision()},
+		{"endpoint", f.GetEndpointId()}, {"destination", f.GetDestinationId()}, {"provider", f.GetProvider()},
+		{"from", timeText(f.GetReceivedAfter())}, {"before", timeText(f.GetReceivedBefore())},
+	} {
+		if kv[1] != "" {
+			set = append(set, kv[0]+"="+kv[1])
+		}
+	}
+	return strings.Join(set, " ")
+}
+
 // redriveDetail writes one run, a field a line.
 func redriveDetail(w io.Writer, d *fulfillmentv1.Redrive) error {
 	t := newTable(w)
@@ -228,8 +246,7 @@ func redriveDetail(w io.Writer, d *fulfillmentv1.Redrive) error {
 	t.row("state", d.GetState())
 	t.row("target", f.GetTarget())
 	t.row("org", f.GetOrgId())
-	t.row("filter", fmt.Sprintf("state=%s env=%s type=%s decision=%s endpoint=%s destination=%s",
-		f.GetState(), f.GetEnvironment(), f.GetType(), f.GetDecision(), f.GetEndpointId(), f.GetDestinationId()))
+	t.row("filter", filterText(f))
 	t.row("progress", fmt.Sprintf("%d applied, %d skipped, of %d", d.GetApplied(), d.GetSkipped(), d.GetTotal()))
 	t.row("started by", d.GetCreatedBy()+" "+d.GetCreatedByDetail())
 	t.row("created", timeText(d.GetCreateTime()))

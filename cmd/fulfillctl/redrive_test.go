@@ -1,9 +1,12 @@
 package main
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 )
@@ -81,5 +84,25 @@ func TestRedriveCommands(t *testing.T) {
 	waitProcessed(2)
 	if _, _, err := s.ctl(t, "redrive", "cancel", id); err == nil || !strings.Contains(err.Error(), "FailedPrecondition") && !strings.Contains(err.Error(), "FAILED_PRECONDITION") {
 		t.Errorf("cancelling a done run: %v", err)
+	}
+}
+
+// A run's filter shows the keys that are set, the provider and times
+// included; it showed every key, "env= type= decision=" and so on, and
+// neither provider nor times.
+func TestRedriveFilterText(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	from := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	err := redriveDetail(&out, &fulfillmentv1.Redrive{Id: "7", Filter: &fulfillmentv1.RedriveFilter{Target: "events", OrgId: "org_a",
+		State: "unmatched", Provider: "tbank", ReceivedAfter: timestamppb.New(from)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^filter +state=unmatched provider=tbank from=2025-06-01T12:00:00Z$`).MatchString(out.String()) {
+		t.Errorf("redrive get printed\n%s", out.String())
+	}
+	if got := filterText(&fulfillmentv1.RedriveFilter{Target: "outbox", State: "failed", Environment: "test", DestinationId: "crm"}); got != "state=failed environment=test destination=crm" {
+		t.Errorf("outbox filter: %q", got)
 	}
 }
