@@ -228,10 +228,11 @@ func newOrdersStartPaymentCmd(c *conn) *cobra.Command {
 		Use:     "start-payment ORDER_ID --endpoint ENDPOINT_ID",
 		Short:   "Start paying an order at a provider (T-Bank Init) and print the attempt with its payment page",
 		Example: `  fulfillctl orders start-payment 019a2b3c-4d5e-7f60-8a9b-0c1d2e3f4a5b --endpoint tbank-test`,
-		Long: `start-payment asks the endpoint's provider for a payment of the order's total and prints the
-attempt: its payment_url, or why it failed or waits for review. Running it again returns the same
-attempt; --new-attempt starts the next one. --json prints the PaymentStart. Needs the
-orders:write scope.`,
+		Long: `Start-payment asks the endpoint's provider for a payment of the order's
+total (T-Bank: Init) and prints the attempt: its payment_url, or why it
+failed or waits for review. Running it again returns the same attempt;
+--new-attempt starts the next one. --json prints the PaymentStart. Needs
+the orders:write scope.`,
 	}, func(ctx context.Context, client fulfillmentv1.FulfillmentServiceClient, id string) (*fulfillmentv1.PaymentStart, error) {
 		pay.OrderId = id
 		resp, err := client.StartPayment(ctx, &pay)

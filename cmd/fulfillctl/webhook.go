@@ -51,11 +51,12 @@ func newWebhookSendCmd() *cobra.Command {
 	var s webhookSend
 	cmd := &cobra.Command{
 		Use:   "send --url URL (--secret-env NAME | --secret-file PATH) [flags]",
-		Short: "Send a signed native Yolfi event to a webhook endpoint",
-		Long: `Send builds a native Yolfi (NONE adapter) event, signs it with the endpoint's
-signing secret (X-Yolfi-Signature) and POSTs it, printing one line per send:
-the HTTP status and the start of the response body. It exits non-zero when
-any response is not 2xx.
+		Short: "Send a signed Yolfi webhook event, as Yolfi sends it, to a webhook endpoint",
+		Long: `Send plays Yolfi towards an endpoint of provider yolfi: it builds a webhook
+event as Yolfi sends it (its own JSON format, which such an endpoint reads),
+signs it with the endpoint's signing secret (X-Yolfi-Signature) and POSTs
+it, printing one line per send: the HTTP status and the start of the
+response body. It exits non-zero when any response is not 2xx.
 
 Ids left unset are generated: the event id (evt_…, or evt_test_… with --test),
 the invoice id (inv_…) and, for payment.confirmed, the payment id (pay_…).
