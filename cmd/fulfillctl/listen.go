@@ -312,7 +312,7 @@ func (rc *receiver) print(d *delivery) {
 // text is the human form of d: fields separated by two spaces, "-" for an
 // absent one, e.g.
 //
-//	15:04:05.000  /hooks  msg_2Lx… (repeat 2)  order.created  verified  412 B  -> 500 (--fail-first 2)
+//	15:04:05.000  /hooks  order_019a…_line_0_fulfill (repeat 2)  fulfillment.requested  verified  402 B  -> 500 (--fail-first 2)
 func (d *delivery) text() string {
 	var b strings.Builder
 	field := func(s string) {
