@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -487,8 +488,14 @@ func TestAuditDetailCutKeepsWholeCharacters(t *testing.T) {
 // renderPage renders page with data for an admin of every org.
 func renderPage(t *testing.T, page, target string, data any) string {
 	t.Helper()
+	return renderPageAs(t, config.Token{Name: "ops", Scopes: []string{config.ScopeAdmin}, Orgs: []string{"*"}}, page, target, data)
+}
+
+// renderPageAs renders page with data for a session of token.
+func renderPageAs(t *testing.T, token config.Token, page, target string, data any) string {
+	t.Helper()
 	c, _ := newTestConsole(t)
-	s := &session{ConsoleSession: fulfillment.ConsoleSession{TokenName: "ops", CSRFToken: "csrf"}, token: c.byName["ops"]}
+	s := &session{ConsoleSession: fulfillment.ConsoleSession{TokenName: token.Name, CSRFToken: "csrf"}, token: token}
 	w := httptest.NewRecorder()
 	c.render(w, httptest.NewRequest(http.MethodGet, target, http.NoBody), s, http.StatusOK, page, page, data)
 	if w.Code != http.StatusOK {
@@ -582,5 +589,76 @@ func TestPlural(t *testing.T) {
 		AttemptHistory: []*fulfillmentv1.DeliveryAttempt{{Attempt: 2}}, OmittedAttempts: 1}})
 	if !strings.Contains(body, ">1 older attempt not shown.<") {
 		t.Errorf("a message with one attempt not shown says otherwise:\n%s", body)
+	}
+}
+
+// The menu shows the pages the session's token may open: a token with
+// orders scopes only saw Events, Outbox, Destinations, Reconciliation and
+// Re-drive too, each answering 403. An order's page links to its events,
+// messages and items only where the token may follow; the overview's
+// failed counts are links only to pages the token may open.
+func TestMenuShowsWhatTheTokenMayOpen(t *testing.T) {
+	t.Parallel()
+	menuOf := func(body string) []string {
+		t.Helper()
+		nav := regexp.MustCompile(`(?s)<nav aria-label="Main">(.*?)</nav>`).FindStringSubmatch(body)
+		if nav == nil {
+			t.Fatalf("no menu in\n%s", body)
+		}
+		var labels []string
+		for _, m := range regexp.MustCompile(`<a href="([^"]*)"( aria-current="page")?>([^<]*)</a>`).FindAllStringSubmatch(nav[1], -1) {
+			label := m[3]
+			if m[2] != "" {
+				label += "*" // the current page
+			}
+			labels = append(labels, label)
+		}
+		return labels
+	}
+	tok := func(scopes ...string) config.Token {
+		return config.Token{Name: "t", Scopes: scopes, Orgs: []string{"org_a"}}
+	}
+	order := &storyView{Order: &fulfillmentv1.Order{Id: "o1", MerchantOrderId: "m-1", State: "pending_payment",
+		Total: &fulfillmentv1.Money{Currency: "USD", MinorUnits: 900}, Settlement: &fulfillmentv1.Settlement{Amount: "9.000000", Token: "USDT", Network: "TRON"}}}
+	for _, c := range []struct {
+		token config.Token
+		want  string
+	}{
+		{tok(config.ScopeAdmin), "Overview Orders* Events Outbox Destinations Reconciliation Subscriptions Re-drive Audit"},
+		{tok(config.ScopeOrdersRead, config.ScopeOrdersWrite), "Overview Orders* Subscriptions Audit"},
+		{tok(config.ScopeReconciliationRead, config.ScopeReconciliationWrite), "Overview Reconciliation Audit"},
+		{tok(config.ScopeOrdersRead, config.ScopeOutboxRead), "Overview Orders* Outbox Subscriptions Audit"},
+	} {
+		if got := strings.Join(menuOf(renderPageAs(t, c.token, "order", "/console/orders/o1", order)), " "); got != c.want {
+			t.Errorf("%v: the menu is %q, want %q", c.token.Scopes, got, c.want)
+		}
+	}
+
+	// The order's own links, as the story has them.
+	for _, tc := range []struct {
+		token config.Token
+		want  string
+	}{
+		{tok(config.ScopeAdmin), `This order's <a href="/console/events?order_id=o1">events</a> · <a href="/console/outbox?order_id=o1">outbox messages</a> · <a href="/console/reconciliation?order_id=o1">reconciliation items</a>`},
+		{tok(config.ScopeOrdersRead, config.ScopeOutboxRead), `This order's <a href="/console/outbox?order_id=o1">outbox messages</a></p>`},
+		{tok(config.ScopeOrdersRead), ""},
+	} {
+		v := &storyView{Order: order.Order, Links: orderLinks(&session{token: tc.token}, "o1")}
+		body := renderPageAs(t, tc.token, "order", "/console/orders/o1", v)
+		switch {
+		case tc.want == "" && strings.Contains(body, `data-testid="order-links"`):
+			t.Errorf("%v: the order links to pages the token may not open", tc.token.Scopes)
+		case tc.want != "" && !strings.Contains(body, tc.want):
+			t.Errorf("%v: the order's links are not %s:\n%s", tc.token.Scopes, tc.want, body)
+		}
+	}
+
+	// The overview of a token that reads items but not events: the failed
+	// events are a count, not a link.
+	overview := overviewView{Summary: &fulfillmentv1.GetReconciliationSummaryResponse{Summaries: []*fulfillmentv1.ReconciliationSummary{
+		{OrgId: "org_a", Environment: "live", EventsFailed: 3, OutboxFailed: 4}}}}
+	body := renderPageAs(t, tok(config.ScopeReconciliationRead), "overview", "/console/?refresh=off", overview)
+	if strings.Contains(body, `data-testid="failed-events"`) || strings.Contains(body, `data-testid="failed-deliveries"`) || !strings.Contains(body, "<td>3</td>") {
+		t.Errorf("the overview of a reconciliation:read token links to events or the outbox, or hides their counts:\n%s", body)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -60,6 +61,66 @@ type view struct {
 	HTMX string
 	// Data is the page's own data.
 	Data any
+}
+
+// menuEntry is a page of the main menu.
+type menuEntry struct {
+	// Page names it, as view.Nav does; Label is its link's text.
+	Page, Href, Label string
+	// Scope is what a token needs to open the page: the scope the API asks
+	// for the calls it makes (server/auth.go), or that the page asks itself
+	// (events, destinations, re-drives: admin). "": every session (the
+	// overview shows what the token can read; the audit log, the actions
+	// on its orgs and its own).
+	Scope string
+	// Also are the pages under it (an order under orders), for which it is
+	// the current entry too.
+	Also []string
+}
+
+// menu is the main menu, in its order.
+var menu = []menuEntry{
+	{Page: "overview", Href: Prefix, Label: "Overview"},
+	{Page: "orders", Href: Prefix + "orders", Label: "Orders", Scope: config.ScopeOrdersRead, Also: []string{"order"}},
+	{Page: "events", Href: Prefix + "events", Label: "Events", Scope: config.ScopeAdmin, Also: []string{"event"}},
+	{Page: "outbox", Href: Prefix + "outbox", Label: "Outbox", Scope: config.ScopeOutboxRead, Also: []string{"message"}},
+	{Page: "destinations", Href: Prefix + "destinations", Label: "Destinations", Scope: config.ScopeAdmin},
+	{Page: "recon", Href: Prefix + "reconciliation", Label: "Reconciliation", Scope: config.ScopeReconciliationRead, Also: []string{"item"}},
+	{Page: "subscriptions", Href: Prefix + "subscriptions", Label: "Subscriptions", Scope: config.ScopeOrdersRead, Also: []string{"subscription"}},
+	{Page: "redrive", Href: Prefix + "redrive", Label: "Re-drive", Scope: config.ScopeAdmin, Also: []string{"run"}},
+	{Page: "audit", Href: Prefix + "audit", Label: "Audit"},
+}
+
+// menuHref is the address of page, a page of the menu.
+func menuHref(page string) string {
+	for _, m := range menu {
+		if m.Page == page {
+			return m.Href
+		}
+	}
+	return Prefix
+}
+
+// menuLink is an entry of the menu as a page shows it.
+type menuLink struct {
+	Href, Label string
+	Current     bool
+}
+
+// Menu is the main menu of the signed-in session: the pages its token may
+// open, the one shown (or above the one shown) current. A token without a
+// page's scope does not see its link: the page would answer 403.
+func (v view) Menu() []menuLink {
+	if v.S == nil {
+		return nil
+	}
+	var links []menuLink
+	for _, m := range menu {
+		if v.S.Opens(m.Page) {
+			links = append(links, menuLink{Href: m.Href, Label: m.Label, Current: m.Page == v.Nav || slices.Contains(m.Also, v.Nav)})
+		}
+	}
+	return links
 }
 
 // render writes the page, or an internal error page when the template

@@ -41,6 +41,17 @@ type session struct {
 // Can reports whether the session's token holds scope.
 func (s *session) Can(scope string) bool { return s.token.HasScope(scope) }
 
+// Opens reports whether the session's token may open page, a page of the
+// main menu (menu): whether it holds the scope the page needs.
+func (s *session) Opens(page string) bool {
+	for _, m := range menu {
+		if m.Page == page {
+			return m.Scope == "" || s.Can(m.Scope)
+		}
+	}
+	return false
+}
+
 // Admin reports whether the session's token holds admin.
 func (s *session) Admin() bool { return s.token.HasScope(config.ScopeAdmin) }
 

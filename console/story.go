@@ -31,6 +31,9 @@ type storyView struct {
 	Deliveries []*fulfillmentv1.OutboxMessage
 	// Hidden says what the token could not read, so the story is partial.
 	Hidden []string
+	// Links lead to the lists of the order's events, messages and items,
+	// those the token may open.
+	Links []menuLink
 }
 
 // storyEntry is one line of the timeline.
@@ -42,6 +45,18 @@ type storyEntry struct {
 	Href   string
 }
 
+// orderLinks are the links of an order's page to the lists of its events,
+// outbox messages and reconciliation items: those s may open.
+func orderLinks(s *session, orderID string) []menuLink {
+	var links []menuLink
+	for _, l := range []struct{ page, label string }{{"events", "events"}, {"outbox", "outbox messages"}, {"recon", "reconciliation items"}} {
+		if s.Opens(l.page) {
+			links = append(links, menuLink{Href: link(menuHref(l.page), "order_id", orderID), Label: l.label})
+		}
+	}
+	return links
+}
+
 // story reads an order's story through the API, with the session's token:
 // what it may not read is left out and said so.
 func (c *Console) story(ctx context.Context, s *session, orderID string) (*storyView, error) {
@@ -50,7 +65,7 @@ func (c *Console) story(ctx context.Context, s *session, orderID string) (*story
 		return nil, err
 	}
 	o := resp.GetOrder()
-	v := &storyView{Order: o}
+	v := &storyView{Order: o, Links: orderLinks(s, o.GetId())}
 	if s.Can(config.ScopeReconciliationRead) {
 		items, err := c.api.ListReconciliationItems(ctx, &fulfillmentv1.ListReconciliationItemsRequest{OrderId: o.GetId(), PageSize: storyPage})
 		if err != nil {
