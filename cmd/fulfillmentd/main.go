@@ -144,8 +144,9 @@ func newRootCmd() *cobra.Command {
 			if cfg.Database.URL == "" {
 				db = "not set (" + app.ErrNoDatabase.Error() + ")"
 			}
-			_, _ = fmt.Fprintf(cmd.OutOrStdout(), "configuration valid: %d endpoints, %d tokens, %d destinations, %d plans; database URL %s\n",
-				len(cfg.Endpoints), len(cfg.Auth.Tokens), len(cfg.Destinations), len(cfg.Plans), db)
+			_, _ = fmt.Fprintf(cmd.OutOrStdout(), "configuration valid: %s, %s, %s, %s; database URL %s\n",
+				count(len(cfg.Endpoints), "endpoint"), count(len(cfg.Auth.Tokens), "token"),
+				count(len(cfg.Destinations), "destination"), count(len(cfg.Plans), "plan"), db)
 			return nil
 		},
 	})
@@ -175,4 +176,12 @@ func newLogger(c config.Log) *slog.Logger {
 	_ = l.UnmarshalText([]byte(c.Level)) // validated by config
 	h := logging.NewFormatHandler(os.Stderr, c.Format, l, c.RepeatInterval)
 	return slog.New(server.ContextHandler{Handler: h})
+}
+
+// count is n and noun, with an s unless n is 1: "1 plan", "2 plans".
+func count(n int, noun string) string {
+	if n == 1 {
+		return fmt.Sprintf("1 %s", noun)
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -145,7 +145,8 @@ func notServing(url string) error {
 	}
 	_ = resp.Body.Close()
 	return fmt.Errorf("something already answers at %s (another instance?): stop it, or give this one other ports "+
-		"(make run: FULFILLMENT_LISTEN_GRPC, FULFILLMENT_LISTEN_HTTP, FULFILLMENT_LISTEN_INGEST; docs/configuration.md)", url)
+		"(make run: FULFILLMENT_LISTEN_GRPC, FULFILLMENT_LISTEN_HTTP, FULFILLMENT_LISTEN_INGEST, and for its listener and fake bank "+
+		"FULFILLCTL_LISTEN_ADDR, FAKEBANK_LISTEN_ADDR; docs/development.md)", url)
 }
 
 // announceReady prints the banner file once url answers 200, polling until
