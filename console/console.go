@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -190,6 +191,11 @@ const csp = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 's
 
 func cacheStatic(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "" || strings.HasSuffix(r.URL.Path, "/") {
+			// The files are named by the pages; the folder is not listed.
+			http.NotFound(w, r)
+			return
+		}
 		w.Header().Set("Cache-Control", "public, max-age=86400")
 		h.ServeHTTP(w, r)
 	})

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -144,6 +145,10 @@ func TestSafeNext(t *testing.T) {
 		{"/console/%2E%2e/%2e%2E/v1/orders", "/console/"},
 		{"/console/%2e/login", "/console/"},
 		{"/console/orders?q=%2e%2e", "/console/orders?q=%2e%2e"}, // a query is not a path
+		{"/console/.\t./metrics", "/console/"},                   // browsers drop tabs: /console/../metrics
+		{"/console/.\x0b./metrics", "/console/"},
+		{"/console/orders\x7f", "/console/"},
+		{"/console/.%09./metrics", "/console/"},
 	}
 	for _, c := range cases {
 		if got := safeNext(c.in); got != c.want {
@@ -196,6 +201,14 @@ func TestAssets(t *testing.T) {
 	c.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/console/static/htmx-"+HTMXVersion+".min.js", http.NoBody))
 	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), "htmx") {
 		t.Fatalf("htmx: %d", w.Code)
+	}
+	// The folder is not listed, to anyone.
+	for _, p := range []string{"/console/static/", "/console/static/..%2f", "/console/static"} {
+		w := httptest.NewRecorder()
+		c.ServeHTTP(w, httptest.NewRequest(http.MethodGet, p, http.NoBody))
+		if w.Code == http.StatusOK || strings.Contains(w.Body.String(), "console.css") {
+			t.Errorf("GET %s: %d %.80q; want the folder not listed", p, w.Code, w.Body.String())
+		}
 	}
 	for _, p := range []string{"login", "error", "overview", "order", "orders", "events", "event", "outbox", "message",
 		"destinations", "recon", "item", "subscriptions", "subscription", "access", "audit", "redrive", "run"} {
@@ -394,6 +407,39 @@ func TestClientOfBehindTrustedProxies(t *testing.T) {
 	}
 }
 
+// The session cookie is Secure, with the __Host- prefix, when the browser
+// reached the console over TLS: directly, or through a trusted proxy that
+// says so in X-Forwarded-Proto. Anyone else's header is not believed.
+func TestSessionCookieOverTLS(t *testing.T) {
+	t.Parallel()
+	c := &Console{proxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	for _, tc := range []struct {
+		name, peer string
+		tls        bool
+		proto      []string
+		want       bool
+	}{
+		{"plain HTTP", "192.0.2.1:4000", false, nil, false},
+		{"TLS", "192.0.2.1:4000", true, nil, true},
+		{"a trusted proxy that terminated TLS", "10.0.0.2:4000", false, []string{"https"}, true},
+		{"a trusted proxy, plain HTTP", "10.0.0.2:4000", false, []string{"http"}, false},
+		{"a trusted proxy behind another: its own word", "10.0.0.2:4000", false, []string{"http, https"}, true},
+		{"an untrusted peer's header", "192.0.2.1:4000", false, []string{"https"}, false},
+	} {
+		r := &http.Request{RemoteAddr: tc.peer, Header: http.Header{}}
+		if tc.tls {
+			r.TLS = &tls.ConnectionState{}
+		}
+		for _, v := range tc.proto {
+			r.Header.Add("X-Forwarded-Proto", v)
+		}
+		ck := c.sessionCookie(r, "v", time.Now())
+		if ck.Secure != tc.want || (ck.Name == hostCookie) != tc.want || (ck.Path == "/") != tc.want {
+			t.Errorf("%s: cookie %s (Secure %v, Path %s), want Secure and __Host- %v", tc.name, ck.Name, ck.Secure, ck.Path, tc.want)
+		}
+	}
+}
+
 // What a browser says of where a POST came from decides; a client that
 // says nothing (no browser) is let through to the CSRF token and the
 // session's SameSite=Strict cookie. The console's pages are no-referrer,
@@ -492,6 +538,27 @@ func renderPage(t *testing.T, page, target string, data any) string {
 }
 
 // renderPageAs renders page with data for a session of token.
+// Disabling or enabling a destination affects every org: an admin token
+// limited to some orgs is not offered what the API refuses it.
+func TestDestinationActionsForAdminsOfEveryOrg(t *testing.T) {
+	t.Parallel()
+	v := destinationsView{Destinations: []*fulfillmentv1.Destination{
+		{Id: "crm", Url: "https://crm.example/hooks", Enabled: true},
+		{Id: "erp", Url: "https://erp.example/hooks"},
+	}}
+	for _, tc := range []struct {
+		orgs []string
+		want bool
+	}{{[]string{"*"}, true}, {[]string{"org_a"}, false}} {
+		body := renderPageAs(t, config.Token{Name: "t", Scopes: []string{config.ScopeAdmin}, Orgs: tc.orgs}, "destinations", "/console/destinations", v)
+		for _, action := range []string{"disable", "enable"} {
+			if got := strings.Contains(body, `data-action="`+action+`"`); got != tc.want {
+				t.Errorf("orgs %v: %s offered %v, want %v", tc.orgs, action, got, tc.want)
+			}
+		}
+	}
+}
+
 func renderPageAs(t *testing.T, token config.Token, page, target string, data any) string {
 	t.Helper()
 	c, _ := newTestConsole(t)

@@ -55,6 +55,11 @@ func (s *session) Opens(page string) bool {
 // Admin reports whether the session's token holds admin.
 func (s *session) Admin() bool { return s.token.HasScope(config.ScopeAdmin) }
 
+// AdminOfEveryOrg reports whether the session's token holds admin for
+// every org: what the actions that affect every org (disabling a
+// destination) take.
+func (s *session) AdminOfEveryOrg() bool { return s.Admin() && s.token.AllOrgsAllowed() }
+
 // Name is the token's name: who the session is.
 func (s *session) Name() string { return s.TokenName }
 
@@ -123,7 +128,7 @@ var errNoSession = errors.New("no live session")
 // one, which a sibling subdomain or a plain-HTTP answer can plant (to sign
 // an operator in as someone else).
 func (c *Console) sessionOf(r *http.Request) (*session, error) {
-	ck, err := r.Cookie(sessionCookieName(r))
+	ck, err := r.Cookie(c.sessionCookieName(r))
 	if err != nil {
 		return nil, errNoSession
 	}
@@ -220,7 +225,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.record(r.Context(), tok.Name, "", "session.sign_in", "token", tok.Name, "ok", "")
-	http.SetCookie(w, sessionCookie(r, base64.RawURLEncoding.EncodeToString(id), cs.ExpiresAt))
+	http.SetCookie(w, c.sessionCookie(r, base64.RawURLEncoding.EncodeToString(id), cs.ExpiresAt))
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
@@ -231,7 +236,7 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	c.record(r.Context(), s.Name(), "", "session.sign_out", "token", s.Name(), "ok", "")
-	ck := sessionCookie(r, "", time.Unix(0, 0))
+	ck := c.sessionCookie(r, "", time.Unix(0, 0))
 	ck.MaxAge = -1
 	http.SetCookie(w, ck)
 	http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
@@ -239,8 +244,8 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request, s *session) {
 
 // sessionCookieName is the session cookie's name over r's scheme: under
 // TLS the __Host- one.
-func sessionCookieName(r *http.Request) string {
-	if r.TLS != nil {
+func (c *Console) sessionCookieName(r *http.Request) string {
+	if c.overTLS(r) {
 		return hostCookie
 	}
 	return cookieName
@@ -248,13 +253,33 @@ func sessionCookieName(r *http.Request) string {
 
 // sessionCookie names the session: HttpOnly, SameSite=Strict, and under
 // TLS Secure with the __Host- prefix.
-func sessionCookie(r *http.Request, value string, expires time.Time) *http.Cookie {
-	ck := &http.Cookie{Name: sessionCookieName(r), Value: value, Path: Prefix, Expires: expires,
+func (c *Console) sessionCookie(r *http.Request, value string, expires time.Time) *http.Cookie {
+	ck := &http.Cookie{Name: c.sessionCookieName(r), Value: value, Path: Prefix, Expires: expires,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode}
-	if r.TLS != nil {
+	if c.overTLS(r) {
 		ck.Path, ck.Secure = "/", true
 	}
 	return ck
+}
+
+// overTLS reports whether the browser reached the console over TLS: the
+// request came over TLS, or from a trusted proxy (console.trusted_proxies)
+// whose X-Forwarded-Proto says it did. Anyone else's header is not
+// believed.
+func (c *Console) overTLS(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	proto := r.Header.Values("X-Forwarded-Proto")
+	if len(proto) == 0 || !fromTrusted(r, c.proxies) {
+		return false
+	}
+	// The nearest proxy's word: the last value it added.
+	last := proto[len(proto)-1]
+	if i := strings.LastIndexByte(last, ','); i >= 0 {
+		last = last[i+1:]
+	}
+	return strings.EqualFold(strings.TrimSpace(last), "https")
 }
 
 // canSignIn reports whether the token can read anything the console shows.
@@ -269,7 +294,10 @@ func canSignIn(t config.Token) bool {
 
 // safeNext keeps a post-sign-in target inside the console.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, Prefix) || strings.ContainsAny(next, "\\\r\n") {
+	if !strings.HasPrefix(next, Prefix) || strings.ContainsAny(next, "\\") || strings.ContainsFunc(next, isControl) {
+		// A browser drops tabs and line breaks from a URL before it reads
+		// it ("/console/.\t./metrics" is "/console/../metrics"), and
+		// http.Redirect sends a URL it cannot parse as it is.
 		return Prefix
 	}
 	// As the browser will resolve it: "/console/../metrics" leaves the
@@ -278,7 +306,7 @@ func safeNext(next string) string {
 	// is "/console/../metrics".
 	p, _, _ := strings.Cut(next, "?")
 	p, err := url.PathUnescape(p)
-	if err != nil {
+	if err != nil || strings.ContainsFunc(p, isControl) {
 		return Prefix
 	}
 	if clean := path.Clean(p) + "/"; !strings.HasPrefix(clean, Prefix) || strings.HasPrefix(clean, Prefix+"login") {
@@ -286,6 +314,9 @@ func safeNext(next string) string {
 	}
 	return next
 }
+
+// isControl reports whether r is an ASCII control character.
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 // sameOrigin reports whether a state-changing request came from the
 // console's origin: the browser's Sec-Fetch-Site or Origin, when sent,

@@ -79,6 +79,16 @@ func clientOf(r *http.Request, proxies []netip.Prefix) string {
 	return a.String()
 }
 
+// fromTrusted reports whether r's peer is one of proxies.
+func fromTrusted(r *http.Request, proxies []netip.Prefix) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && trusted(a.WithZone("").Unmap(), proxies)
+}
+
 // trusted reports whether a is in one of proxies.
 func trusted(a netip.Addr, proxies []netip.Prefix) bool {
 	for _, p := range proxies {

@@ -85,7 +85,7 @@ func (c *Console) story(ctx context.Context, s *session, orderID string) (*story
 			inbox[e.GetEventId()] = e
 		}
 	} else {
-		v.Hidden = append(v.Hidden, "the events' reasons and stored copies (admin)")
+		v.Hidden = append(v.Hidden, "links to the stored events, with what was received (admin)")
 	}
 	h := o.GetHistory()
 	v.Deliveries = h.GetDeliveries()
@@ -118,7 +118,7 @@ func (c *Console) story(ctx context.Context, s *session, orderID string) (*story
 			v.Deliveries[i] = m.GetMessage()
 		}
 	} else if len(v.Deliveries) > 0 {
-		v.Hidden = append(v.Hidden, "delivery attempts (outbox:read)")
+		v.Hidden = append(v.Hidden, "each delivery's attempts, beyond its state and last answer (outbox:read)")
 	}
 	v.Timeline = timeline(o, inbox, v.Items, v.Deliveries)
 	v.Why = why(o, v.Items, v.Deliveries, time.Now())

@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -50,6 +51,13 @@ func TestRedriveOutboxEachMessageOnce(t *testing.T) {
 	bad := &fulfillmentv1.RedriveFilter{Target: "outbox", OrgId: orgA, State: "delivered"}
 	if _, err := s.client.PlanRedrive(authed(adminToken), &fulfillmentv1.PlanRedriveRequest{Filter: bad}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("a plan of delivered messages: %v, want INVALID_ARGUMENT", err)
+	}
+	// A destination that is not configured has no dispatcher to retry
+	// for: a typo is said, not planned as "nothing matches".
+	typo := &fulfillmentv1.RedriveFilter{Target: "outbox", OrgId: orgA, State: "failed", DestinationId: "epr"}
+	_, err = s.client.PlanRedrive(authed(adminToken), &fulfillmentv1.PlanRedriveRequest{Filter: typo})
+	if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), `destination "epr" is not configured`) {
+		t.Fatalf("a plan for an unknown destination: %v, want NOT_FOUND naming it", err)
 	}
 
 	erp.SetPlan(nil) // the receiver is back

@@ -31,6 +31,12 @@ func TestRedriveFilterValidate(t *testing.T) {
 		{"a provider for messages", with(outbox, func(f *RedriveFilter) { f.Provider = ProviderYolfi }), "apply to events only"},
 		{"a time for messages", with(outbox, func(f *RedriveFilter) { f.ReceivedBefore = now }), "apply to events only"},
 		{"an unknown target", with(events, func(f *RedriveFilter) { f.Target = "orders" }), "filter.target"},
+		{"events of a type and decision", with(events, func(f *RedriveFilter) { f.Type, f.Decision = "payment.confirmed", "fulfilled" }), ""},
+		{"a type no event has", with(events, func(f *RedriveFilter) { f.Type = strings.Repeat("x", 30000) }), "filter.type"},
+		{"a decision with spaces", with(events, func(f *RedriveFilter) { f.Decision = "not a decision" }), "filter.decision"},
+		{"a malformed endpoint", with(events, func(f *RedriveFilter) { f.EndpointID = "Yolfi Live" }), "filter.endpoint_id"},
+		{"messages of a destination", with(outbox, func(f *RedriveFilter) { f.DestinationID = "crm" }), ""},
+		{"a malformed destination", with(outbox, func(f *RedriveFilter) { f.DestinationID = `"><script>` }), "filter.destination_id"},
 		{"an unknown environment", with(events, func(f *RedriveFilter) { f.Environment = "staging" }), "filter.environment"},
 	} {
 		err := tc.f.Validate()

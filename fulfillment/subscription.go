@@ -38,8 +38,9 @@ const (
 // that a monthly plan renews on the same day of the month.
 type Period struct{ Months, Days int }
 
-// After is the end of a period starting at t.
-func (p Period) After(t time.Time) time.Time { return p.afterOn(t, t.Day()) }
+// After is the end of a period starting at t, counted in UTC (as every
+// period is).
+func (p Period) After(t time.Time) time.Time { return p.afterOn(t, t.UTC().Day()) }
 
 // afterOn is the end of a period starting at t, in a run of periods that
 // began on day of the month: its months later on that day, or on the last
@@ -52,6 +53,9 @@ func (p Period) After(t time.Time) time.Time { return p.afterOn(t, t.Day()) }
 // day is t's own day unless t is that day, or the last day of a month
 // shorter than it; a plan with days as well as months counts from t.
 func (p Period) afterOn(t time.Time, day int) time.Time {
+	// In UTC: pgx reads a timestamptz in the process's zone, and a period
+	// must not end on another day because a replica runs in another one.
+	t = t.UTC()
 	if p.Months == 0 {
 		return t.AddDate(0, 0, p.Days)
 	}
@@ -337,6 +341,11 @@ func decideRenewal(ev SubscriptionEvent, sub Subscription, plan Plan) Outcome {
 			fmt.Sprintf("period %d was already paid by payment %s; this payment needs a refund review", r.Period, r.PaymentID),
 			OpenItem{ReconExtraPayment})
 	}
+	if r, paid := sub.renewalPaidBy(ev.PaymentID); paid {
+		// The same payment, announced under another key (without its
+		// invoice, or with it): one payment pays one period.
+		return outcome(DecisionAlreadyApplied, fmt.Sprintf("this payment already paid period %d", r.Period))
+	}
 	move := []Effect{MoveSubscription{SubActive}}
 	resumed := false
 	// A purchase at or after the cancellation buys the plan again (and
@@ -362,10 +371,17 @@ func decideRenewal(ev SubscriptionEvent, sub Subscription, plan Plan) Outcome {
 		}
 	}
 	// The next period follows the paid one without a gap — a renewal paid
-	// late still pays the period it was due for — unless access had ended:
-	// then it starts with the payment.
+	// late still pays the period it was due for, also when it is announced
+	// after the sweeper ended the access it came in time for — unless
+	// access had ended when it was paid (or a refund ended it): then it
+	// starts with the payment.
 	start := sub.PeriodEnd
-	if sub.Periods == 0 || sub.State == SubExpired && !resumed {
+	accessEnd := sub.PeriodEnd // a cancelled subscription has no grace
+	if sub.CancelledAt.IsZero() {
+		accessEnd = accessEnd.Add(plan.Grace)
+	}
+	ended := sub.LastPeriodRefunded || !ev.OccurredAt.Before(accessEnd)
+	if sub.Periods == 0 || sub.State == SubExpired && !resumed && ended {
 		start = ev.OccurredAt
 	}
 	n := sub.Periods + 1
@@ -488,20 +504,26 @@ func (s Subscription) runDay(start time.Time) int {
 		byNumber[r.Period] = r
 	}
 	r, ok := byNumber[s.Periods]
+	// Past the periods paid ahead and refunded before they began, to the
+	// one start follows.
+	for ok && r.Refunded && !r.End.Equal(start) {
+		r, ok = byNumber[r.Period-1]
+	}
 	if !ok || !r.End.Equal(start) {
-		return start.Day()
+		return start.UTC().Day()
 	}
 	for {
 		prev, ok := byNumber[r.Period-1]
 		if !ok || !prev.End.Equal(r.Start) {
-			return r.Start.Day()
+			return r.Start.UTC().Day()
 		}
 		r = prev
 	}
 }
 
 // decideSubscriptionRefund decides a refund of a payment of sub. A full
-// refund of the payment that paid the latest period cuts that period's
+// refund of the payment that paid the latest period in force (the
+// periods after it, if any, were refunded too) cuts that period's
 // access at the refund (at its start when it had not begun): when it had
 // begun, access ends now, once, announced as subscription.access_ended,
 // and an item says the refunded access was partly used. A refund of an
@@ -544,7 +566,7 @@ func decideSubscriptionRefund(ev SubscriptionEvent, sub Subscription) Outcome {
 	}
 	refund := RefundPeriod{Period: r.Period, Until: until}
 	switch {
-	case r.Period != sub.Periods:
+	case !sub.latestInForce(r.Period):
 		return outcome(DecisionSubscriptionRefunded,
 			fmt.Sprintf("the payment of period %d was refunded at %s; the periods after it were paid on their own, so access "+
 				"is not cut: decide what the customer keeps", r.Period, at),
@@ -563,6 +585,18 @@ func decideSubscriptionRefund(ev SubscriptionEvent, sub Subscription) Outcome {
 		fmt.Sprintf("the payment of period %d was refunded at %s: access ended then; it had been used since %s",
 			r.Period, at, r.Start.UTC().Format(time.RFC3339)),
 		refund, EndAccess{}, MoveSubscription{SubExpired}, Publish{TopicSubscriptionAccessEnded}, OpenItem{ReconRefundAfterFulfill})
+}
+
+// latestInForce says whether paid period of s is the latest one whose
+// payment was not refunded: every period after it (paid ahead, and
+// refunded before it began) was.
+func (s Subscription) latestInForce(period int) bool {
+	for _, r := range s.Renewals {
+		if r.Period > period && !r.Refunded {
+			return false
+		}
+	}
+	return period <= s.Periods
 }
 
 // refundedRenewal is the paid period a refund ev takes back: the one its
@@ -625,6 +659,7 @@ func (s *Subscription) Apply(ev SubscriptionEvent, out Outcome) {
 				PaidAt: ev.OccurredAt, Purchase: ev.Purchase}
 			s.AccessEnded, s.LastPeriodRefunded = false, false
 		case RefundPeriod:
+			latest := s.latestInForce(e.Period)
 			// The period refunded, under its own key: a refund may name
 			// another key of it (refundedRenewal).
 			for k, r := range s.Renewals {
@@ -633,7 +668,7 @@ func (s *Subscription) Apply(ev SubscriptionEvent, out Outcome) {
 					s.Renewals[k] = r
 				}
 			}
-			if e.Period == s.Periods {
+			if latest {
 				s.PeriodEnd, s.LastPeriodRefunded = e.Until, true
 			}
 		case MoveSubscription:

@@ -471,6 +471,12 @@ func TestSubscriptionRefunds(t *testing.T) {
 			[]SubscriptionEvent{renewal(jan1, "inv_1", "pay_1"), renewal(day(20), "inv_2", "pay_2"), refundOf(SubRefunded, day(25), "inv_2", "pay_2")},
 			DecisionSubscriptionRefunded, []Effect{RefundPeriod{2, feb1}},
 			false, feb1.Add(monthly.Grace), "grace while the renewal is awaited ended"},
+		{"the period in use refunded after the one paid ahead of it was: it is the latest in force, access ends at the refund",
+			[]SubscriptionEvent{renewal(jan1, "inv_1", "pay_1"), renewal(day(20), "inv_2", "pay_2"),
+				refundOf(SubRefunded, day(25), "inv_2", "pay_2"), refundOf(SubRefunded, day(26), "inv_1", "pay_1")},
+			DecisionSubscriptionRefunded,
+			[]Effect{RefundPeriod{1, day(26)}, EndAccess{}, MoveSubscription{SubExpired}, Publish{TopicSubscriptionAccessEnded}, OpenItem{ReconRefundAfterFulfill}},
+			false, time.Time{}, "access ended: the payment of period 2 was refunded"},
 		{"an earlier period's payment refunded: access is not cut",
 			events(refundOf(SubRefunded, day(40), "inv_1", "pay_1")), DecisionSubscriptionRefunded,
 			[]Effect{RefundPeriod{1, feb1}, OpenItem{ReconRefundAfterFulfill}}, true, mar1, "paid period"},
@@ -604,5 +610,103 @@ func TestMonthlyRenewalsKeepTheirDay(t *testing.T) {
 	}
 	if g, ok := out.Effects[0].(GrantPeriod); !ok || !g.Start.Equal(jun15) || !g.End.Equal(jun15.AddDate(0, 1, 0)) {
 		t.Errorf("renewal after expiry grants %+v, want June 15th to July 15th", out.Effects[0])
+	}
+}
+
+// A renewal paid before its subscription's access ended, and announced
+// only after the sweeper ended it, pays the period it was due for — as it
+// would have, announced on time — not a period from its payment, which
+// would overlap the one paid.
+func TestSubscriptionRenewalAnnouncedAfterTheSweep(t *testing.T) {
+	t.Parallel()
+	feb1, mar1 := jan1.AddDate(0, 1, 0), jan1.AddDate(0, 2, 0)
+	for _, tc := range []struct {
+		name       string
+		paid       time.Time
+		start, end time.Time
+	}{
+		{"paid within the period", day(30), feb1, mar1},
+		{"paid within the grace", feb1.Add(time.Hour), feb1, mar1},
+		{"paid after access ended: a period from its payment", feb1.Add(monthly.Grace + time.Hour),
+			feb1.Add(monthly.Grace + time.Hour), mar1.Add(monthly.Grace + time.Hour)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, sub := run(renewal(jan1, "inv_1", "pay_1"))
+			out, swept := SweepSubscription(sub, monthly, day(40))
+			if !swept {
+				t.Fatal("not swept")
+			}
+			sub.Apply(SubscriptionEvent{OccurredAt: day(40)}, out)
+			ev := renewal(tc.paid, "inv_2", "pay_2")
+			out = DecideSubscription(ev, sub, monthly)
+			sub.Apply(ev, out)
+			if out.Decision != DecisionRenewed || !sub.PeriodStart.Equal(tc.start) || !sub.PeriodEnd.Equal(tc.end) || sub.State != SubActive {
+				t.Errorf("%s, period 2 %s .. %s (%s); want renewed, %s .. %s", out.Decision, sub.PeriodStart, sub.PeriodEnd,
+					sub.State, tc.start, tc.end)
+			}
+		})
+	}
+}
+
+// A cancelled subscription has no grace: once the sweeper ended its access
+// at the end of its period, buying the plan again a day later starts a
+// period from that purchase.
+func TestSubscriptionBoughtAgainAfterCancelledAccessEnded(t *testing.T) {
+	t.Parallel()
+	feb1 := jan1.AddDate(0, 1, 0)
+	_, sub := run(renewal(jan1, "inv_1", "pay_1"), lifecycle(SubCancelledEvent, day(10)))
+	out, swept := SweepSubscription(sub, monthly, feb1.Add(time.Hour))
+	if !swept {
+		t.Fatal("not swept")
+	}
+	sub.Apply(SubscriptionEvent{OccurredAt: feb1.Add(time.Hour)}, out)
+	bought := renewal(feb1.Add(24*time.Hour), "inv_2", "pay_2")
+	bought.Purchase = true
+	out = DecideSubscription(bought, sub, monthly)
+	sub.Apply(bought, out)
+	if out.Decision != DecisionRenewed || !sub.PeriodStart.Equal(bought.OccurredAt) || sub.State != SubActive {
+		t.Errorf("%s, period 2 from %s (%s); want renewed from the purchase, %s", out.Decision, sub.PeriodStart, sub.State, bought.OccurredAt)
+	}
+}
+
+// A monthly run from the 31st keeps its day past a period paid ahead and
+// refunded before it began: the next period follows the one in force.
+func TestMonthlyRunKeepsItsDayPastARefundedPeriod(t *testing.T) {
+	t.Parallel()
+	jan31 := time.Date(2027, 1, 31, 9, 0, 0, 0, time.UTC)
+	_, sub := run(renewal(jan31, "inv_1", "pay_1"), renewal(jan31.AddDate(0, 0, 20), "inv_2", "pay_2"),
+		refundOf(SubRefunded, jan31.AddDate(0, 0, 25), "inv_2", "pay_2"), renewal(jan31.AddDate(0, 0, 27), "inv_3", "pay_3"))
+	if want := time.Date(2027, 3, 31, 9, 0, 0, 0, time.UTC); sub.Periods != 3 || !sub.PeriodEnd.Equal(want) {
+		t.Errorf("period %d ends %s, want period 3 ending %s", sub.Periods, sub.PeriodEnd, want)
+	}
+}
+
+// Periods are counted in UTC: the same payment gives the same period,
+// whatever the zone its time was read in (pgx reads timestamptz in the
+// process's local zone).
+func TestPeriodsCountedInUTC(t *testing.T) {
+	t.Parallel()
+	msk := time.FixedZone("MSK", 3*3600)
+	paid := time.Date(2027, 1, 30, 22, 0, 0, 0, time.UTC) // January 31st, 01:00 in Moscow
+	want := time.Date(2027, 2, 28, 22, 0, 0, 0, time.UTC)
+	for _, at := range []time.Time{paid, paid.In(msk)} {
+		if got := (Period{Months: 1}).After(at); !got.Equal(want) {
+			t.Errorf("a month from %s ends %s, want %s", at, got, want)
+		}
+		_, sub := run(renewal(at, "inv_1", "pay_1"), renewal(at.AddDate(0, 0, 20), "inv_2", "pay_2"))
+		if end := time.Date(2027, 3, 30, 22, 0, 0, 0, time.UTC); !sub.PeriodEnd.Equal(end) { // the run of the 30th
+			t.Errorf("from %s: period 2 ends %s, want %s", at, sub.PeriodEnd, end)
+		}
+	}
+}
+
+// One payment pays one period, whichever of its keys an announcement
+// names: announced again without its invoice, it is already applied.
+func TestSubscriptionPaymentAnnouncedUnderAnotherKey(t *testing.T) {
+	t.Parallel()
+	ds, sub := run(renewal(jan1, "inv_1", "pay_1"), renewal(day(30), "inv_2", "pay_2"), renewal(day(31), "", "pay_2"))
+	if got := decisions(ds...); got != "renewed,renewed,already_applied" || sub.Periods != 2 {
+		t.Errorf("decisions %s, %d periods; want the second payment applied once", got, sub.Periods)
 	}
 }

@@ -69,7 +69,17 @@ func (s *Service) checkedRedriveFilter(ctx context.Context, pf *fulfillmentv1.Re
 	if err := joinViolations(f.Validate(), terr); err != nil {
 		return f, toStatus(ctx, s.log, err)
 	}
-	return f, requireOrg(principalFrom(ctx), f.OrgID)
+	if err := requireOrg(principalFrom(ctx), f.OrgID); err != nil {
+		return f, err
+	}
+	if f.DestinationID != "" {
+		// A retry is delivered by the destination's dispatcher: one that is
+		// not configured (a typo, or removed) has none.
+		if _, err := s.configuredDestination(ctx, f.DestinationID); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
 }
 
 // PlanRedrive implements fulfillmentv1.FulfillmentServiceServer.

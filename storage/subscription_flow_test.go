@@ -2072,6 +2072,59 @@ func TestSubscriptionFlowRenewalRefunded(t *testing.T) {
 	check("swept")
 }
 
+// A renewal paid ahead is refunded before its period begins; then the
+// payment of the period in use is refunded in full. That period is the
+// latest in force: access ends at its refund, once, announced, and
+// CheckAccess grants none — where the refund was taken for one of an
+// earlier period, and access ran on to the end of the period refunded.
+func TestSubscriptionFlowPeriodInUseRefundedAfterTheOneAheadOfIt(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	subscriptionOrder(t, s, "m-1")
+	if got := deliver(t, s, firstPayment("evt_1", "sub_1", "m-1")); got != "fulfilled" {
+		t.Fatalf("first payment: %s", got)
+	}
+	day := func(n int) time.Time { return subJan1.AddDate(0, 0, n) }
+	if got := deliver(t, s, subEvent("evt_2", "sub_1", fulfillment.EventPaymentConfirmed, day(20), "inv_2")); got != "renewed" {
+		t.Fatalf("the renewal paid ahead: %s", got)
+	}
+	ahead := subEvent("evt_3", "sub_1", fulfillment.EventRefunded, day(25), "inv_2")
+	ahead.Payment.PaymentID = "pay_inv_2"
+	if got := deliver(t, s, ahead); got != "subscription_refunded" {
+		t.Fatalf("its refund before its period: %s", got)
+	}
+	inUse := firstRefund("evt_4", "m-1", day(26))
+	if got := deliver(t, s, inUse); got != "refunded" {
+		t.Fatalf("the first payment's refund: %s", got)
+	}
+	id := subscriptionID(t, conn, "sub_1")
+	check := func(when string) {
+		t.Helper()
+		if got := readSub(t, conn, "sub_1"); got.State != "expired" || !got.End.Equal(day(26)) || got.Ended != 1 {
+			t.Errorf("%s: %+v, want expired at the refund, its access ended once", when, got)
+		}
+		if n := count(t, conn, `SELECT count(*) FROM outbox_messages WHERE subscription_id = $1 AND topic = 'subscription.access_ended'`, id); n != 1 {
+			t.Errorf("%s: %d access_ended messages, want 1", when, n)
+		}
+		if n := count(t, conn, `SELECT count(*) FROM subscription_periods WHERE subscription_id = $1 AND refunded_at IS NOT NULL`, id); n != 2 {
+			t.Errorf("%s: %d refunded periods, want both", when, n)
+		}
+		subs, err := s.SubscriptionsOf(ctx, "org_a", fulfillment.EnvLive, "user_42", subPlan.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, _ := fulfillment.CheckAccess(subs, subPlan, day(28)); a.Granted {
+			t.Errorf("%s: both paid periods refunded, yet CheckAccess grants access until %s (%s)", when, a.Until, a.Why)
+		}
+	}
+	refundAgainAndReplayed(t, s, conn, inUse, check)
+	if swept, err := s.SubscriptionSweep(ctx, id, subPlan, subJan1.AddDate(0, 4, 0)); err != nil || swept {
+		t.Errorf("the sweep after the refund = %v, %v; want nothing to end", swept, err)
+	}
+	check("swept")
+}
+
 // Migration 028 (plan_change items) rolls back only while no such item
 // exists.
 func TestMigration028PlanChange(t *testing.T) {

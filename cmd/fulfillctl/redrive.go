@@ -67,7 +67,7 @@ func newRedrivePlanCmd(c *conn) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plan --target T --org ORG --state S [filters]",
 		Short: "Say what a re-drive with this filter would do; nothing changes",
-		Example: `  fulfillctl redrive plan --target outbox --org org_demo --state failed --destination crm
+		Example: `  fulfillctl redrive plan --target outbox --org org_demo --state failed --destination dev-listener
   fulfillctl redrive plan --target events --org org_demo --state failed
   fulfillctl redrive plan --target events --org org_demo --state failed --provider tbank --from 2h`,
 		Args: cobra.NoArgs,
@@ -123,7 +123,7 @@ func newRedriveStartCmd(c *conn) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "start --target T --org ORG --state S [filters] --yes",
 		Short: "Start a re-drive (plan it first: it changes what the filter matches)",
-		Example: `  fulfillctl redrive start --target outbox --org org_demo --state failed --destination crm --yes
+		Example: `  fulfillctl redrive start --target outbox --org org_demo --state failed --destination dev-listener --yes
   fulfillctl redrive get 7`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

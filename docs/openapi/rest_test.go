@@ -36,6 +36,13 @@ var lookupBodies = map[string]string{
 	"FulfillmentService_ConfirmOutboxDelivery":     `{"note": "the destination has it"}`,
 }
 
+// Bodies naming a destination that is not configured, for the operations
+// whose body may name one.
+var unknownDestinationBodies = map[string]string{
+	"FulfillmentService_PlanRedrive":  `{"filter": {"target": "outbox", "org_id": "org_a", "state": "failed", "destination_id": "no-such-destination"}}`,
+	"FulfillmentService_StartRedrive": `{"filter": {"target": "outbox", "org_id": "org_a", "state": "failed", "destination_id": "no-such-destination"}}`,
+}
+
 // Conflicting second calls: the first creates, the second has the same key
 // and other content.
 var conflicts = map[string][2]string{
@@ -122,6 +129,9 @@ func checkOperation(t *testing.T, s *service, method, template string, op map[st
 			b = `{}`
 		}
 		probes = append(probes, probe{"an id that names nothing", 404, s.rest(t, method, path, adminToken, body(b))})
+	}
+	if b, ok := unknownDestinationBodies[id]; ok {
+		probes = append(probes, probe{"a destination that is not configured", 404, s.rest(t, method, path, adminToken, []byte(b))})
 	}
 	if c, ok := conflicts[id]; ok {
 		if first := s.rest(t, method, path, adminToken, []byte(c[0])); first.status != http.StatusOK {
