@@ -482,7 +482,8 @@ func TestClientRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]any{"TerminalKey": terminal, "Amount": 19200.0, "OrderId": "att_1", "Description": "<gift> & card",
-		"NotificationURL": "https://svc.test/webhooks/tbank-live?a=1&b=2", "DATA": map[string]any{"Phone": "+71234567890"}}
+		"NotificationURL": "https://svc.test/webhooks/tbank-live?a=1&b=2", "DATA": map[string]any{"Phone": "+71234567890"},
+		"PayType": "O"} // one-stage, whatever the terminal's default
 	for k, v := range want {
 		if fmt.Sprint(init[k]) != fmt.Sprint(v) {
 			t.Errorf("Init %s = %v, want %v", k, init[k], v)
