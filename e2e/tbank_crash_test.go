@@ -41,7 +41,7 @@ func TestTBankCrashAfterStatusWrite(t *testing.T) {
 			// Two-stage, so that AUTHORIZED is processed before CONFIRMED
 			// comes: CONFIRMED is the second arrival at the point. The bank
 			// retries for longer than a restart takes.
-			tp := newTBankProcs(t, bin, fakebank.Options{TwoStage: true, Retries: 400})
+			tp := newTBankProcs(t, bin, fakebank.Options{ConfirmLater: true, Retries: 400})
 			p, s := tp.start(t, tc.point+":2")
 			order := s.createRUBOrder(t, "tb-crash")
 			pay := s.payStarted(t, order.GetId())

@@ -97,7 +97,7 @@ func TestTBankAuthorizedAfterConfirmed(t *testing.T) {
 	// ignored.
 	t.Run("after processing", func(t *testing.T) {
 		t.Parallel()
-		s := startTBank(t, fakebank.Options{TwoStage: true, Misbehaviour: fakebank.Misbehaviour{Hold: true}}, nil)
+		s := startTBank(t, fakebank.Options{ConfirmLater: true, Misbehaviour: fakebank.Misbehaviour{Hold: true}}, nil)
 		order := s.createRUBOrder(t, "tb-late-auth")
 		pay := s.payStarted(t, order.GetId())
 		if err := s.bank.Pay(pay); err != nil {

@@ -72,6 +72,10 @@ type Options struct {
 	// TwoStage makes payments two-stage unless Init's PayType says
 	// otherwise (O one-stage, T two-stage).
 	TwoStage bool
+	// ConfirmLater leaves a paid one-stage payment AUTHORIZED until Confirm
+	// is called, as a bank may take its time between the two
+	// notifications; a test orders them so.
+	ConfirmLater bool
 	// DuplicateCode is the ErrorCode of an Init that repeats an OrderId;
 	// "" means CodeDuplicateOrder. The answer names the existing payment
 	// unless OmitDuplicatePaymentID.

@@ -61,7 +61,8 @@ func (p *Payment) clone() Payment {
 }
 
 // Pay pays a NEW payment, as the payer would on its page: it becomes
-// AUTHORIZED, then at once CONFIRMED unless it is two-stage. Each status is
+// AUTHORIZED, then at once CONFIRMED unless it is two-stage (or the bank
+// confirms later: Options.ConfirmLater). Each status is
 // notified.
 func (b *Bank) Pay(paymentID string) error {
 	return b.change(paymentID, func(p *Payment) error {
@@ -69,7 +70,7 @@ func (b *Bank) Pay(paymentID string) error {
 			return transition(p, "pay")
 		}
 		b.moveLocked(p, tbank.StatusAuthorized, p.Remaining, CodeOK)
-		if !p.TwoStage {
+		if !p.TwoStage && !b.opts.ConfirmLater {
 			b.moveLocked(p, tbank.StatusConfirmed, p.Remaining, CodeOK)
 		}
 		return nil
@@ -88,7 +89,8 @@ func (b *Bank) Decline(paymentID string) error {
 	})
 }
 
-// Confirm confirms an AUTHORIZED two-stage payment (CONFIRMED). Confirming
+// Confirm confirms an AUTHORIZED payment (CONFIRMED): a two-stage one, or
+// one the bank confirms later (Options.ConfirmLater). Confirming
 // a CONFIRMED payment again succeeds and changes nothing.
 func (b *Bank) Confirm(paymentID string) error {
 	return b.change(paymentID, func(p *Payment) error {
