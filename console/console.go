@@ -168,7 +168,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cross-Origin-Opener-Policy", "same-origin")
 	h.Set("Permissions-Policy", "camera=(), microphone=(), geolocation=()")
-	if r.TLS != nil {
+	if c.overTLS(r) {
 		h.Set("Strict-Transport-Security", "max-age=31536000")
 	}
 	if r.Body != nil {

@@ -43,6 +43,13 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	order := s.createOrder(t, "live", "obs-metrics")
 	s.pay(t, "obs-metrics")
 	s.sendOK(t, event(yolfi.TypePaymentConfirmed, "obs-metrics", "inv_second")) // an extra payment: an item
+	// A test-mode event: decided by its storing, counted by its decision;
+	// with no time of receipt read back, it adds no latency sample (a zero
+	// time would add one of 292 years).
+	off := false
+	testMode := event(yolfi.TypePaymentConfirmed, "obs-metrics", "inv_test")
+	testMode.Livemode = &off
+	s.sendOK(t, testMode)
 	s.settle(t)
 	waitFor(t, "order.fulfilled delivered", func() bool { return crm.TotalEffects() >= 1 })
 	if _, err := s.client.GetOrder(authed(orgAToken), &fulfillmentv1.GetOrderRequest{OrderId: order.GetId()}); err != nil {
@@ -60,8 +67,10 @@ func TestMetricsAfterTraffic(t *testing.T) {
 	}
 	text := string(body)
 	for _, series := range []string{
-		`fulfillment_webhook_requests_total{endpoint="yolfi-live",outcome="accepted"} 2`,
-		`fulfillment_webhook_ack_duration_seconds_count{endpoint="yolfi-live"} 2`,
+		`fulfillment_webhook_requests_total{endpoint="yolfi-live",outcome="accepted"} 3`,
+		`fulfillment_webhook_ack_duration_seconds_count{endpoint="yolfi-live"} 3`,
+		`fulfillment_inbox_events_processed_total{decision="test_mode_ignored"} 1`,
+		`fulfillment_inbox_processing_latency_seconds_bucket{le="+Inf"} 2`,
 		`fulfillment_webhook_ack_duration_seconds_bucket{endpoint="yolfi-live",le="0.1"}`,
 		`fulfillment_inbox_pending_events 0`,
 		`fulfillment_inbox_oldest_pending_age_seconds 0`,

@@ -2,8 +2,6 @@ package fulfillment
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -205,33 +203,6 @@ type ProviderStart struct {
 	ProviderOrderID string
 	Amount          Money
 	Description     string
-	// Recurrent asks the provider to keep the payer's card for recurrent
-	// charges (the order pays a subscription: its renewals are charged to
-	// that card), under CustomerKey (ProviderCustomerKey).
-	Recurrent   bool
-	CustomerKey string
-}
-
-// ProviderStartOf is what the provider is asked to create for start, an
-// attempt to pay order: a payment of its amount under its id, which keeps
-// the payer's card for the renewals when the order pays a subscription.
-func ProviderStartOf(order Order, start PaymentStart) ProviderStart {
-	p := ProviderStart{ProviderOrderID: start.ProviderOrderID, Amount: start.Amount, Description: start.Description}
-	for _, l := range order.Lines {
-		if l.Kind == KindSubscription {
-			p.Recurrent, p.CustomerKey = true, ProviderCustomerKey(order.OrgID, order.Environment, l.AccountRef)
-			break
-		}
-	}
-	return p
-}
-
-// ProviderCustomerKey is what names customerRef, a customer of org in env,
-// at a provider: stable, at most 32 characters, and not the reference
-// itself (a merchant's customer reference may be an e-mail address).
-func ProviderCustomerKey(org string, env Environment, customerRef string) string {
-	sum := sha256.Sum256([]byte(org + "\x00" + string(env) + "\x00" + customerRef))
-	return hex.EncodeToString(sum[:16])
 }
 
 // PaymentProvider is a provider's API for payments the service starts

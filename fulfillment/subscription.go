@@ -38,9 +38,8 @@ const (
 // that a monthly plan renews on the same day of the month.
 type Period struct{ Months, Days int }
 
-// After is the end of a period starting at t, counted in UTC (as every
-// period is).
-func (p Period) After(t time.Time) time.Time { return p.afterOn(t, t.UTC().Day()) }
+// After is the end of a period starting at t.
+func (p Period) After(t time.Time) time.Time { return p.afterOn(t, t.Day()) }
 
 // afterOn is the end of a period starting at t, in a run of periods that
 // began on day of the month: its months later on that day, or on the last
@@ -53,9 +52,6 @@ func (p Period) After(t time.Time) time.Time { return p.afterOn(t, t.UTC().Day()
 // day is t's own day unless t is that day, or the last day of a month
 // shorter than it; a plan with days as well as months counts from t.
 func (p Period) afterOn(t time.Time, day int) time.Time {
-	// In UTC: pgx reads a timestamptz in the process's zone, and a period
-	// must not end on another day because a replica runs in another one.
-	t = t.UTC()
 	if p.Months == 0 {
 		return t.AddDate(0, 0, p.Days)
 	}
@@ -380,7 +376,7 @@ func decideRenewal(ev SubscriptionEvent, sub Subscription, plan Plan) Outcome {
 	if sub.CancelledAt.IsZero() {
 		accessEnd = accessEnd.Add(plan.Grace)
 	}
-	ended := sub.LastPeriodRefunded || !ev.OccurredAt.Before(accessEnd)
+	ended := sub.refundCutAccess() || !ev.OccurredAt.Before(accessEnd)
 	if sub.Periods == 0 || sub.State == SubExpired && !resumed && ended {
 		start = ev.OccurredAt
 	}
@@ -510,12 +506,12 @@ func (s Subscription) runDay(start time.Time) int {
 		r, ok = byNumber[r.Period-1]
 	}
 	if !ok || !r.End.Equal(start) {
-		return start.UTC().Day()
+		return start.Day()
 	}
 	for {
 		prev, ok := byNumber[r.Period-1]
 		if !ok || !prev.End.Equal(r.Start) {
-			return r.Start.UTC().Day()
+			return r.Start.Day()
 		}
 		r = prev
 	}
@@ -585,6 +581,22 @@ func decideSubscriptionRefund(ev SubscriptionEvent, sub Subscription) Outcome {
 		fmt.Sprintf("the payment of period %d was refunded at %s: access ended then; it had been used since %s",
 			r.Period, at, r.Start.UTC().Format(time.RFC3339)),
 		refund, EndAccess{}, MoveSubscription{SubExpired}, Publish{TopicSubscriptionAccessEnded}, OpenItem{ReconRefundAfterFulfill})
+}
+
+// refundCutAccess says whether a refund ended s's access: its latest
+// period in force was refunded, cut at the refund (PeriodEnd), which no
+// period still paid ends at. A period paid ahead and refunded before it
+// began cut nothing: the one before it ran on to its end and its grace.
+func (s Subscription) refundCutAccess() bool {
+	if !s.LastPeriodRefunded {
+		return false
+	}
+	for _, r := range s.Renewals {
+		if !r.Refunded && r.End.Equal(s.PeriodEnd) {
+			return false
+		}
+	}
+	return true
 }
 
 // latestInForce says whether paid period of s is the latest one whose

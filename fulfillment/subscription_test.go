@@ -649,6 +649,27 @@ func TestSubscriptionRenewalAnnouncedAfterTheSweep(t *testing.T) {
 	}
 }
 
+// A period paid ahead and refunded before it began cut no access: the
+// sweeper ended it at the end of the period before and its grace, and a
+// renewal paid within that grace, announced after the sweep, pays the
+// period it was due for.
+func TestSubscriptionRenewalAfterTheSweepPastARefundedAheadPeriod(t *testing.T) {
+	t.Parallel()
+	feb1 := jan1.AddDate(0, 1, 0)
+	_, sub := run(renewal(jan1, "inv_1", "pay_1"), renewal(day(20), "inv_2", "pay_2"), refundOf(SubRefunded, day(25), "inv_2", "pay_2"))
+	out, swept := SweepSubscription(sub, monthly, feb1.Add(monthly.Grace+time.Hour))
+	if !swept {
+		t.Fatal("not swept")
+	}
+	sub.Apply(SubscriptionEvent{OccurredAt: feb1.Add(monthly.Grace + time.Hour)}, out)
+	ev := renewal(feb1.Add(time.Hour), "inv_3", "pay_3")
+	out = DecideSubscription(ev, sub, monthly)
+	sub.Apply(ev, out)
+	if out.Decision != DecisionRenewed || !sub.PeriodStart.Equal(feb1) {
+		t.Errorf("%s: period 3 starts %s, want %s", out.Decision, sub.PeriodStart, feb1)
+	}
+}
+
 // A cancelled subscription has no grace: once the sweeper ended its access
 // at the end of its period, buying the plan again a day later starts a
 // period from that purchase.
@@ -682,22 +703,22 @@ func TestMonthlyRunKeepsItsDayPastARefundedPeriod(t *testing.T) {
 	}
 }
 
-// Periods are counted in UTC: the same payment gives the same period,
-// whatever the zone its time was read in (pgx reads timestamptz in the
-// process's local zone).
-func TestPeriodsCountedInUTC(t *testing.T) {
+// A period ends on a day of the month in the zone its times were read in
+// (pgx reads timestamptz in the process's): a run counted by a process in
+// Moscow time goes on as it began there — counting it again in another
+// zone would move its day for customers near midnight. Replicas must share
+// their zone (docs/operating.md).
+func TestPeriodsKeepTheZoneTheirRunWasCountedIn(t *testing.T) {
 	t.Parallel()
 	msk := time.FixedZone("MSK", 3*3600)
-	paid := time.Date(2027, 1, 30, 22, 0, 0, 0, time.UTC) // January 31st, 01:00 in Moscow
-	want := time.Date(2027, 2, 28, 22, 0, 0, 0, time.UTC)
-	for _, at := range []time.Time{paid, paid.In(msk)} {
-		if got := (Period{Months: 1}).After(at); !got.Equal(want) {
-			t.Errorf("a month from %s ends %s, want %s", at, got, want)
-		}
-		_, sub := run(renewal(at, "inv_1", "pay_1"), renewal(at.AddDate(0, 0, 20), "inv_2", "pay_2"))
-		if end := time.Date(2027, 3, 30, 22, 0, 0, 0, time.UTC); !sub.PeriodEnd.Equal(end) { // the run of the 30th
-			t.Errorf("from %s: period 2 ends %s, want %s", at, sub.PeriodEnd, end)
-		}
+	start := time.Date(2027, 1, 31, 1, 0, 0, 0, msk)
+	end := time.Date(2027, 2, 28, 1, 0, 0, 0, msk)
+	sub := Subscription{State: SubActive, Periods: 1, PeriodStart: start, PeriodEnd: end,
+		Renewals: map[string]Renewal{"invoice:inv_1": {Period: 1, PaymentID: "pay_1", Start: start, End: end, PaidAt: start}}}
+	ev := renewal(time.Date(2027, 2, 20, 0, 0, 0, 0, time.UTC), "inv_2", "pay_2")
+	sub.Apply(ev, DecideSubscription(ev, sub, monthly))
+	if want := time.Date(2027, 3, 31, 1, 0, 0, 0, msk); !sub.PeriodEnd.Equal(want) {
+		t.Errorf("period 2 ends %s, want %s (the run of the 31st)", sub.PeriodEnd.In(msk), want)
 	}
 }
 

@@ -11,14 +11,15 @@ import (
 
 // connLimit is a listener that holds at most max connections open at once.
 // Past it, a new connection takes the place of an idle keep-alive one, or
-// else of the connection that has waited longest without sending a byte of
-// a request; the one it replaces is closed (a keep-alive client connects
+// else of the oldest connection that has not yet sent a whole request's
+// headers (sent nothing, or is still in its TLS handshake or its headers);
+// the one it replaces is closed (a keep-alive client connects
 // again, as after http.idle_timeout). When every connection is busy with a
 // request, the new one is closed at once, and a WARN line says so. Clients
 // holding connections open then cannot take every file the process may
 // open, and neither idle nor silent ones keep a probe or a new client
-// waiting: a client that connects sends its request at once, before as
-// many newer connections come. Its track is the HTTP server's ConnState:
+// waiting: a client that connects sends its request headers at once,
+// before as many newer connections come. Its track is the HTTP server's ConnState:
 // it tells which connections are idle, and which have sent nothing yet.
 type connLimit struct {
 	net.Listener
@@ -78,7 +79,8 @@ func (l *connLimit) Accept() (net.Conn, error) {
 }
 
 // admit counts c in, making room when the listener holds max already by
-// closing an idle connection, else the oldest that has sent nothing; false
+// closing an idle connection, else the oldest still new (no whole request
+// headers yet); false
 // when every connection is busy with a request.
 func (l *connLimit) admit(c *limitedConn) bool {
 	l.mu.Lock()

@@ -65,7 +65,7 @@ func (s *Service) StartPayment(ctx context.Context, req *fulfillmentv1.StartPaym
 		return nil, toStatus(ctx, s.log, err)
 	}
 	if ask {
-		outcome, err := s.askProvider(ctx, prov, start, fulfillment.ProviderStartOf(order, start))
+		outcome, err := s.askProvider(ctx, prov, start)
 		// What the provider said is recorded even if the caller left.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 		defer cancel()
@@ -86,13 +86,14 @@ func (s *Service) StartPayment(ctx context.Context, req *fulfillmentv1.StartPaym
 	return &fulfillmentv1.StartPaymentResponse{Payment: paymentStartToProto(start)}, nil
 }
 
-// askProvider asks prov to create start's payment, as ask says, and says
-// how the start ends; an error means the provider did not answer (it may
-// have acted).
-func (s *Service) askProvider(ctx context.Context, prov fulfillment.PaymentProvider, start fulfillment.PaymentStart, ask fulfillment.ProviderStart) (fulfillment.StartOutcome, error) {
+// askProvider asks prov to create start's payment and says how the start
+// ends; an error means the provider did not answer (it may have acted).
+func (s *Service) askProvider(ctx context.Context, prov fulfillment.PaymentProvider, start fulfillment.PaymentStart) (fulfillment.StartOutcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, providerTimeout)
 	defer cancel()
-	payment, err := prov.StartPayment(ctx, ask)
+	payment, err := prov.StartPayment(ctx, fulfillment.ProviderStart{
+		ProviderOrderID: start.ProviderOrderID, Amount: start.Amount, Description: start.Description,
+	})
 	var refusal *fulfillment.ProviderRefusal
 	switch {
 	case err == nil:

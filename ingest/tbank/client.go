@@ -141,12 +141,6 @@ type InitRequest struct {
 	NotificationURL string
 	// Data is sent as DATA (optional); it is not signed.
 	Data map[string]string
-	// Recurrent asks the bank to keep the card for recurrent charges
-	// (Recurrent Y): the notifications of the payment then name the
-	// binding (RebillId). CustomerKey, required with it, names the
-	// customer at the bank: 36 characters at most.
-	Recurrent   bool
-	CustomerKey string
 }
 
 // Payment is a payment as the bank describes it in an answer.
@@ -169,18 +163,12 @@ func (c *Client) Init(ctx context.Context, r InitRequest) (Payment, error) {
 	if r.OrderID == "" || r.Amount <= 0 {
 		return Payment{}, fmt.Errorf("tbank %s: %w: OrderID is required and Amount must be positive", op, ErrInvalidRequest)
 	}
-	if r.Recurrent && (r.CustomerKey == "" || len(r.CustomerKey) > maxCustomerKey) {
-		return Payment{}, fmt.Errorf("tbank %s: %w: a recurrent payment needs a CustomerKey of 1 to %d characters", op, ErrInvalidRequest, maxCustomerKey)
-	}
 	req := initRequest{
 		TerminalKey: c.terminalKey, Amount: r.Amount, OrderID: r.OrderID,
 		Description: r.Description, NotificationURL: r.NotificationURL, Data: r.Data,
 		// One-stage whatever the terminal's default: the service fulfils
 		// on CONFIRMED, and confirms no two-stage payment itself.
 		PayType: "O",
-	}
-	if r.Recurrent {
-		req.Recurrent, req.CustomerKey = "Y", r.CustomerKey
 	}
 	a, err := c.call(ctx, op, &req.Token, &req)
 	if err != nil {
@@ -224,9 +212,6 @@ func (c *Client) GetState(ctx context.Context, paymentID string) (Payment, error
 	return p, nil
 }
 
-// maxCustomerKey bounds Init's CustomerKey (the bank takes 36 characters).
-const maxCustomerKey = 36
-
 // initRequest and getStateRequest are the bodies sent; the Token is set
 // once the rest is signed.
 type initRequest struct {
@@ -234,8 +219,6 @@ type initRequest struct {
 	Amount          int64             `json:"Amount"`
 	OrderID         string            `json:"OrderId"`
 	PayType         string            `json:"PayType"`
-	Recurrent       string            `json:"Recurrent,omitempty"`
-	CustomerKey     string            `json:"CustomerKey,omitempty"`
 	Description     string            `json:"Description,omitempty"`
 	NotificationURL string            `json:"NotificationURL,omitempty"`
 	Data            map[string]string `json:"DATA,omitempty"`

@@ -43,7 +43,7 @@ func (p *payments) DuplicatePolicy() fulfillment.DuplicateOrderPolicy {
 func (p *payments) StartPayment(ctx context.Context, s fulfillment.ProviderStart) (fulfillment.ProviderPayment, error) {
 	pay, err := p.client.Init(ctx, InitRequest{
 		OrderID: s.ProviderOrderID, Amount: s.Amount.MinorUnits, Description: s.Description,
-		NotificationURL: p.opts.NotificationURL, Recurrent: s.Recurrent, CustomerKey: s.CustomerKey,
+		NotificationURL: p.opts.NotificationURL,
 	})
 	if err != nil {
 		return fulfillment.ProviderPayment{}, p.refusal(err)
