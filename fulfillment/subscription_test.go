@@ -39,6 +39,17 @@ func run(events ...SubscriptionEvent) ([]Decision, Subscription) {
 	return decisions, sub
 }
 
+// sweptAt is sub once the sweeper ended its access at at.
+func sweptAt(t *testing.T, sub Subscription, at time.Time) Subscription {
+	t.Helper()
+	out, swept := SweepSubscription(sub, monthly, at)
+	if !swept {
+		t.Fatalf("not swept at %s", at)
+	}
+	sub.Apply(SubscriptionEvent{OccurredAt: at}, out)
+	return sub
+}
+
 func decisions(ds ...Decision) string {
 	s := make([]string, len(ds))
 	for i, d := range ds {
@@ -186,13 +197,9 @@ func TestSubscriptionAccessAndSweep(t *testing.T) {
 func TestSubscriptionRenewedAfterExpiry(t *testing.T) {
 	t.Parallel()
 	_, sub := run(renewal(jan1, "inv_1", "pay_1"))
-	out, swept := SweepSubscription(sub, monthly, day(60))
-	if !swept {
-		t.Fatal("not swept")
-	}
-	sub.Apply(SubscriptionEvent{OccurredAt: day(60)}, out)
+	sub = sweptAt(t, sub, day(60))
 	ev := renewal(day(70), "inv_2", "pay_2")
-	out = DecideSubscription(ev, sub, monthly)
+	out := DecideSubscription(ev, sub, monthly)
 	sub.Apply(ev, out)
 	if out.Decision != DecisionRenewed || !sub.PeriodStart.Equal(day(70)) || sub.State != SubActive || !sub.AccessAt(day(71), monthly).Granted {
 		t.Errorf("renewal after expiry: %s, period from %s, %s", out.Decision, sub.PeriodStart, sub.State)
@@ -633,13 +640,9 @@ func TestSubscriptionRenewalAnnouncedAfterTheSweep(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, sub := run(renewal(jan1, "inv_1", "pay_1"))
-			out, swept := SweepSubscription(sub, monthly, day(40))
-			if !swept {
-				t.Fatal("not swept")
-			}
-			sub.Apply(SubscriptionEvent{OccurredAt: day(40)}, out)
+			sub = sweptAt(t, sub, day(40))
 			ev := renewal(tc.paid, "inv_2", "pay_2")
-			out = DecideSubscription(ev, sub, monthly)
+			out := DecideSubscription(ev, sub, monthly)
 			sub.Apply(ev, out)
 			if out.Decision != DecisionRenewed || !sub.PeriodStart.Equal(tc.start) || !sub.PeriodEnd.Equal(tc.end) || sub.State != SubActive {
 				t.Errorf("%s, period 2 %s .. %s (%s); want renewed, %s .. %s", out.Decision, sub.PeriodStart, sub.PeriodEnd,
@@ -657,13 +660,9 @@ func TestSubscriptionRenewalAfterTheSweepPastARefundedAheadPeriod(t *testing.T) 
 	t.Parallel()
 	feb1 := jan1.AddDate(0, 1, 0)
 	_, sub := run(renewal(jan1, "inv_1", "pay_1"), renewal(day(20), "inv_2", "pay_2"), refundOf(SubRefunded, day(25), "inv_2", "pay_2"))
-	out, swept := SweepSubscription(sub, monthly, feb1.Add(monthly.Grace+time.Hour))
-	if !swept {
-		t.Fatal("not swept")
-	}
-	sub.Apply(SubscriptionEvent{OccurredAt: feb1.Add(monthly.Grace + time.Hour)}, out)
+	sub = sweptAt(t, sub, feb1.Add(monthly.Grace+time.Hour))
 	ev := renewal(feb1.Add(time.Hour), "inv_3", "pay_3")
-	out = DecideSubscription(ev, sub, monthly)
+	out := DecideSubscription(ev, sub, monthly)
 	sub.Apply(ev, out)
 	if out.Decision != DecisionRenewed || !sub.PeriodStart.Equal(feb1) {
 		t.Errorf("%s: period 3 starts %s, want %s", out.Decision, sub.PeriodStart, feb1)
@@ -677,14 +676,10 @@ func TestSubscriptionBoughtAgainAfterCancelledAccessEnded(t *testing.T) {
 	t.Parallel()
 	feb1 := jan1.AddDate(0, 1, 0)
 	_, sub := run(renewal(jan1, "inv_1", "pay_1"), lifecycle(SubCancelledEvent, day(10)))
-	out, swept := SweepSubscription(sub, monthly, feb1.Add(time.Hour))
-	if !swept {
-		t.Fatal("not swept")
-	}
-	sub.Apply(SubscriptionEvent{OccurredAt: feb1.Add(time.Hour)}, out)
+	sub = sweptAt(t, sub, feb1.Add(time.Hour))
 	bought := renewal(feb1.Add(24*time.Hour), "inv_2", "pay_2")
 	bought.Purchase = true
-	out = DecideSubscription(bought, sub, monthly)
+	out := DecideSubscription(bought, sub, monthly)
 	sub.Apply(bought, out)
 	if out.Decision != DecisionRenewed || !sub.PeriodStart.Equal(bought.OccurredAt) || sub.State != SubActive {
 		t.Errorf("%s, period 2 from %s (%s); want renewed from the purchase, %s", out.Decision, sub.PeriodStart, sub.State, bought.OccurredAt)
