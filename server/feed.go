@@ -93,11 +93,17 @@ func (s *Service) WatchOrderEvents(req *fulfillmentv1.WatchOrderEventsRequest, s
 			return err
 		}
 	}
+	if err := s.feeds.take(p.Name); err != nil {
+		return err
+	}
+	defer s.feeds.release(p.Name)
 	if after != (fulfillment.FeedCursor{}) {
 		// Every cursor the feed returns is at or before its tail, which
 		// only moves on: one past it names no event this database has
 		// (made up, or from a database restored to an earlier point), and
-		// the stream would wait for it in silence.
+		// the stream would wait for it in silence. Read within the token's
+		// feeds, so that no caller reads it more often than it may open
+		// streams.
 		tail, err := s.feed.FeedTail(ctx)
 		if err != nil {
 			return toStatus(ctx, s.log, err)
@@ -108,10 +114,6 @@ func (s *Service) WatchOrderEvents(req *fulfillmentv1.WatchOrderEventsRequest, s
 				"from the start (an empty cursor)", after)
 		}
 	}
-	if err := s.feeds.take(p.Name); err != nil {
-		return err
-	}
-	defer s.feeds.release(p.Name)
 	// Headers now, not with the first event: the caller knows it is
 	// following the feed even while there is nothing to send.
 	if err := stream.SendHeader(metadata.MD{}); err != nil {

@@ -377,14 +377,22 @@ func (s *Store) inboxInsertBatch(ctx context.Context, batch []*insertRequest) (_
 // rows stored ignored (a decision no processor makes again), as found
 // inserted; nil when there are none.
 func (s *Store) ignoredOnReceipt(reqs []*insertRequest, rows []inboxRow, found map[eventKey]fulfillment.InboxReceipt) func() {
+	o := s.decidedObserver.Load()
+	if o == nil {
+		return nil
+	}
 	var (
 		ids    []int64
 		events []fulfillment.ProcessedEvent
 		ctxs   []context.Context
 	)
 	for i, r := range rows {
-		rec, ok := found[r.key()]
-		if r.State != string(fulfillment.InboxIgnored) || !ok || rec.Duplicate || i > 0 && r.key() == rows[i-1].key() {
+		if r.State != string(fulfillment.InboxIgnored) {
+			continue // every event of a live batch: nothing looked up
+		}
+		k := r.key()
+		rec, ok := found[k]
+		if !ok || rec.Duplicate || i > 0 && k == rows[i-1].key() {
 			continue
 		}
 		ev := reqs[i].ev
@@ -396,8 +404,7 @@ func (s *Store) ignoredOnReceipt(reqs []*insertRequest, rows []inboxRow, found m
 		}
 		ids, events, ctxs = append(ids, rec.ID), append(events, p), append(ctxs, reqs[i].ctx)
 	}
-	o := s.decidedObserver.Load()
-	if len(ids) == 0 || o == nil {
+	if len(ids) == 0 {
 		return nil
 	}
 	start := time.Now()
