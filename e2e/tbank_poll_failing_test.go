@@ -269,6 +269,53 @@ func TestTBankPollFailing(t *testing.T) {
 	}
 }
 
+// A payment the bank leaves authorized — paid by the payer, the money held
+// on the card, never confirmed — is not "never paid": its poll, answered
+// AUTHORIZED to the end, opens one poll_failing item that says the money
+// is held. The order stays unpaid meanwhile; the bank's confirmation,
+// when it comes, fulfils it once, and the item stays open for a person.
+func TestTBankPollLeftHeld(t *testing.T) {
+	t.Parallel()
+	api := newFailingBankAPI(t)
+	s := startTBank(t, fakebank.Options{ConfirmLater: true}, pollFast(t, api))
+	api.forwardTo(t, s.bank)
+	order := s.createRUBOrder(t, "tb-held-1")
+	p, err := s.startPayment(order.GetId(), tbankFail, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.bank.Pay(p.GetPaymentId()); err != nil { // AUTHORIZED, and left so
+		t.Fatal(err)
+	}
+	waitFor(t, "the poll failed", func() bool {
+		return s.count(t, "SELECT count(*) FROM payment_polls WHERE state = 'failed'") == 1
+	})
+	s.waitBank(t)
+	s.settle(t)
+	if e := s.effects(t, order.GetId()); e.State != "pending_payment" || e.Licenses != 0 || e.Items["poll_failing"] != 1 {
+		t.Fatalf("left AUTHORIZED: %v; want unpaid, no license, one poll_failing item", e)
+	}
+	list, err := s.client.ListReconciliationItems(authed(orgAToken), &fulfillmentv1.ListReconciliationItemsRequest{Kind: "poll_failing"})
+	if err != nil || len(list.GetItems()) != 1 {
+		t.Fatalf("ListReconciliationItems(poll_failing) = %d items, %v; want 1", len(list.GetItems()), err)
+	}
+	for _, want := range []string{"payment " + p.GetPaymentId() + " at endpoint " + tbankFail + " stopped after 3 attempts with the payment AUTHORIZED",
+		"the payer's money is held there"} {
+		if d := list.GetItems()[0].GetDetail(); !strings.Contains(d, want) {
+			t.Errorf("item detail %q does not say %q", d, want)
+		}
+	}
+
+	if err := s.bank.Confirm(p.GetPaymentId()); err != nil {
+		t.Fatal(err)
+	}
+	s.waitBank(t)
+	s.settle(t)
+	if e := s.effects(t, order.GetId()); e.State != "fulfilled" || e.Licenses != 1 || e.Items["poll_failing"] != 1 || len(e.Items) != 1 {
+		t.Errorf("confirmed at last: %v; want fulfilled, one license, the poll_failing item kept and no other", e)
+	}
+}
+
 // buildFulfillctl builds cmd/fulfillctl into a temporary folder.
 func buildFulfillctl(t *testing.T) string {
 	t.Helper()

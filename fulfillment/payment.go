@@ -196,6 +196,11 @@ type ProviderPayment struct {
 	// Ended: the payment can no longer be paid (declined, cancelled,
 	// expired, reversed or refunded).
 	Ended bool
+	// Held: the payer's money is authorized and held, waiting to be taken
+	// (a two-stage payment not yet confirmed). A payment the service
+	// started should pass through this on its way to being paid; one the
+	// provider still reports held when polling stops needs a person.
+	Held bool
 }
 
 // ProviderStart is what a provider is asked to create.
@@ -300,12 +305,25 @@ type PollWork interface {
 	// ended, by a notification or an earlier poll); a lease-lost error
 	// (worker.ErrLeaseLost) when owner no longer holds the poll.
 	PollLoad(ctx context.Context, id int64, owner string) (s PaymentStart, known bool, err error)
-	// PollRecord stores ev, what the provider answered, in the inbox —
-	// unless an event with its id is there already — records that the
-	// provider answered this attempt (when ev has an id), and completes
-	// the poll when done, in one transaction; a lease-lost error when
-	// owner no longer holds the poll.
-	PollRecord(ctx context.Context, id int64, owner string, ev ProviderEvent, raw []byte, done bool) error
+	// PollRecord stores a.Event, what the provider answered, in the inbox
+	// — unless an event with its id is there already — records that the
+	// provider answered this attempt and whether the answer said the
+	// money is held (when the event has an id), and completes the poll
+	// when done, in one transaction; a lease-lost error when owner no
+	// longer holds the poll.
+	PollRecord(ctx context.Context, id int64, owner string, a PollAnswer, done bool) error
+}
+
+// PollAnswer is a provider's answer to a status poll, as the poller
+// records it. The zero PollAnswer records no answer.
+type PollAnswer struct {
+	// Event is what the answer stands for (StatePoller.PolledEvent), and
+	// Raw its evidence.
+	Event ProviderEvent
+	Raw   []byte
+	// Held is the provider's status word when the answer says the payer's
+	// money is held (ProviderPayment.Held); empty when it does not.
+	Held string
 }
 
 // StatePoller is a PaymentProvider whose state answers can be told as

@@ -22,15 +22,21 @@ type FailedPoll struct {
 	// Abandoned is set when the last attempt never completed: the worker
 	// stopped during it, and LastError is the error recorded before it.
 	Abandoned bool
+	// Held is the provider's status word when its last answer said the
+	// payer's money was held (authorized, neither taken nor released:
+	// PollAnswer.Held); empty when it did not.
+	Held string
 }
 
 // Failing reports whether p opens a poll_failing item: its last attempt
 // got no answer — the provider was unreachable, answered an error, or the
 // answer could not be read or stored — so the service stopped asking
-// without learning what became of the payment. A poll whose last question
-// was answered ("not paid yet") opens none: a payer who never pays is no
-// anomaly, and the answer is stored as an event like any other.
-func (p FailedPoll) Failing() bool { return p.Answered < p.Attempts }
+// without learning what became of the payment; or the provider's last
+// answer was that the payer's money is held, which nothing in the service
+// will take or release. A poll whose last question was answered "not paid
+// yet" opens none: a payer who never pays is no anomaly, and the answer is
+// stored as an event like any other.
+func (p FailedPoll) Failing() bool { return p.Answered < p.Attempts || p.Held != "" }
 
 // Unanswered is how many attempts in a row, the last included, got no
 // answer.
@@ -57,14 +63,31 @@ func (p FailedPoll) Detail() string {
 	if payment == "" {
 		payment = "unknown"
 	}
+	if p.Held != "" && p.Unanswered() == 0 {
+		return fmt.Sprintf("the status poll of payment %s at endpoint %s stopped after %s with the payment %s at the "+
+			"provider: the payer's money is held there, neither taken nor released. ",
+			payment, p.EndpointID, attemptsText(p.Attempts), clipText(p.Held, maxHeldStatus)) + PollHeldAdvice
+	}
+	held := ""
+	if p.Held != "" {
+		held = fmt.Sprintf(" Its last answer had the payment %s: the payer's money may be held there.", clipText(p.Held, maxHeldStatus))
+	}
 	if p.Abandoned {
 		return fmt.Sprintf("the status poll of payment %s at endpoint %s gave up after %s, %s, the last never completing "+
-			"(the worker stopped during it); last recorded error: %s. ",
-			payment, p.EndpointID, attemptsText(p.Attempts), answers, last) + PollFailingAdvice
+			"(the worker stopped during it); last recorded error: %s.%s ",
+			payment, p.EndpointID, attemptsText(p.Attempts), answers, last, held) + PollFailingAdvice
 	}
-	return fmt.Sprintf("the status poll of payment %s at endpoint %s gave up after %s, %s; last error: %s. ",
-		payment, p.EndpointID, attemptsText(p.Attempts), answers, last) + PollFailingAdvice
+	return fmt.Sprintf("the status poll of payment %s at endpoint %s gave up after %s, %s; last error: %s.%s ",
+		payment, p.EndpointID, attemptsText(p.Attempts), answers, last, held) + PollFailingAdvice
 }
+
+// maxHeldStatus bounds the provider's status word an item's detail quotes.
+const maxHeldStatus = 40
+
+// PollHeldAdvice ends the detail of a poll_failing item whose payment the
+// provider last reported held: what a person does about it.
+const PollHeldAdvice = "Take the payment at the provider (its confirmation then settles the order through the usual " +
+	"rules) or release it to the payer; this item stays open until a person resolves it."
 
 // PollFailingAdvice ends the detail of every poll_failing item: what it
 // asks of a person, and that it stays open whatever comes later.

@@ -26,6 +26,17 @@ func TestFailedPoll(t *testing.T) {
 			[]string{"the last 1 unanswered (the provider last answered attempt 59)"}},
 		{"the last attempt answered: a payer who never paid", FailedPoll{PaymentID: "7", Attempts: 60, Answered: 60,
 			LastError: "not done yet: payment 7 is NEW"}, false, 0, nil},
+		{"the last answer: the money held", FailedPoll{PaymentID: "7", EndpointID: "e", Attempts: 60, Answered: 60,
+			LastError: "not done yet: payment 7 is AUTHORIZED", Held: "AUTHORIZED"}, true, 0,
+			[]string{"payment 7 at endpoint e stopped after 60 attempts with the payment AUTHORIZED at the provider: " +
+				"the payer's money is held there, neither taken nor released. Take the payment at the provider",
+				"stays open until a person resolves it"}},
+		{"held, then unanswered", FailedPoll{PaymentID: "7", EndpointID: "e", Attempts: 60, Answered: 58,
+			LastError: "HTTP 503", Held: "AUTHORIZED"}, true, 2,
+			[]string{"the last 2 unanswered (the provider last answered attempt 58); last error: HTTP 503. " +
+				"Its last answer had the payment AUTHORIZED: the payer's money may be held there. The service does not know"}},
+		{"a held status word is quoted bounded", FailedPoll{PaymentID: "7", Attempts: 1, Answered: 1,
+			Held: "AUTHORIZED\n" + strings.Repeat("x", 100)}, true, 0, []string{"with the payment AUTHORIZED x", "x… at the provider"}},
 		{"no error recorded", FailedPoll{PaymentID: "7", Attempts: 3}, true, 3, []string{"last error: none recorded."}},
 		{"one attempt", FailedPoll{PaymentID: "7", EndpointID: "e", Attempts: 1, LastError: "timed out"}, true, 1,
 			[]string{"at endpoint e gave up after 1 attempt, unanswered; last error: timed out."}},

@@ -39,15 +39,26 @@ func failPoll(t *testing.T, s *storage.Store, owner string, st fulfillment.Payme
 // the payment is still NEW, and records the attempt as not done yet.
 func answerPoll(t *testing.T, s *storage.Store, owner string, st fulfillment.PaymentStart, maxAttempts int) bool {
 	t.Helper()
+	return answerPollWith(t, s, owner, st, maxAttempts, "NEW", false)
+}
+
+// answerPollWith is answerPoll with the bank answering status, which holds
+// the payer's money when held.
+func answerPollWith(t *testing.T, s *storage.Store, owner string, st fulfillment.PaymentStart, maxAttempts int, status string, held bool) bool {
+	t.Helper()
 	ctx := context.Background()
 	claims, err := s.PollQueue().Claim(ctx, worker.ClaimParams{Owner: owner, Limit: 10, Lease: time.Minute, MaxAttempts: maxAttempts})
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim = %v, %v; want the poll of payment %s", claims, err, st.PaymentID)
 	}
-	if err := s.PollRecord(ctx, claims[0].ID, owner, polled(st, "NEW"), []byte(`{"Status":"NEW"}`), false); err != nil {
+	a := fulfillment.PollAnswer{Event: polled(st, status), Raw: []byte(`{"Status":"` + status + `"}`)}
+	if held {
+		a.Held = status
+	}
+	if err := s.PollRecord(ctx, claims[0].ID, owner, a, false); err != nil {
 		t.Fatal(err)
 	}
-	failed, err := retryOne(ctx, s.PollQueue(), owner, worker.Claim{ID: claims[0].ID}, "not done yet: payment "+st.PaymentID+" is NEW", time.Now(), maxAttempts)
+	failed, err := retryOne(ctx, s.PollQueue(), owner, worker.Claim{ID: claims[0].ID}, "not done yet: payment "+st.PaymentID+" is "+status, time.Now(), maxAttempts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +125,7 @@ func TestPollFailingOpensOneItem(t *testing.T) {
 	if claims, err := s.PollQueue().Claim(ctx, worker.ClaimParams{Owner: "w", Limit: 10, Lease: time.Minute, MaxAttempts: 3}); err != nil || len(claims) != 1 {
 		t.Fatalf("claim after failing = %v, %v; want only the other payment's poll", claims, err)
 	} else {
-		if err := s.PollRecord(ctx, claims[0].ID, "w", polled(other, "CONFIRMED"), []byte(`{"Status":"CONFIRMED"}`), true); err != nil {
+		if err := s.PollRecord(ctx, claims[0].ID, "w", fulfillment.PollAnswer{Event: polled(other, "CONFIRMED"), Raw: []byte(`{"Status":"CONFIRMED"}`)}, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -179,6 +190,77 @@ func TestPollFailingOnlyWithoutAnAnswer(t *testing.T) {
 	}
 }
 
+// A poll that used its attempts with the bank answering, the last time,
+// that the payer's money is held (authorized, not taken) opens the item:
+// nothing in the service takes or releases that money. One whose last
+// answer no longer says so opens none; one that stopped getting answers
+// after a held one opens the item of a poll that gets none, which says
+// the money may be held.
+func TestPollLeftHeldOpensAnItem(t *testing.T) {
+	t.Parallel()
+	// Each payment's poll in a store of its own (a claim takes every poll
+	// due), answered on each of its three attempts as answers says: a
+	// status, held or not, or "" for no answer.
+	type answer struct {
+		status string
+		held   bool
+	}
+	authorized, fresh, none := answer{"AUTHORIZED", true}, answer{"NEW", false}, answer{}
+	cases := []struct {
+		name    string
+		answers []answer
+		item    bool
+		says    []string
+	}{
+		{"held to the end", []answer{authorized, authorized, authorized}, true,
+			[]string{"payment 801 at endpoint tbank-live stopped after 3 attempts with the payment AUTHORIZED",
+				"the payer's money is held there", "release it to the payer", "stays open until a person resolves it"}},
+		// Not what a bank does; what matters is that the last answer holds nothing.
+		{"held, then not", []answer{authorized, authorized, fresh}, false, nil},
+		{"held, then unanswered", []answer{authorized, authorized, none}, true,
+			[]string{"gave up after 3 attempts, the last 1 unanswered (the provider last answered attempt 2)",
+				"Its last answer had the payment AUTHORIZED: the payer's money may be held there.", "look it up at the provider"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, conn := newPollStore(t)
+			st := startedPayment(t, s, "m-1", "801")
+			for i, a := range tc.answers {
+				last := i == len(tc.answers)-1
+				var failed bool
+				if a.status == "" {
+					failed = failPoll(t, s, "w", st, len(tc.answers))
+				} else {
+					failed = answerPollWith(t, s, "w", st, len(tc.answers), a.status, a.held)
+				}
+				if failed != last {
+					t.Fatalf("attempt %d: failed %v", i+1, failed)
+				}
+			}
+			items := pollItems(t, s)
+			if n := count(t, conn, "SELECT count(*) FROM reconciliation_items"); len(items) != n || tc.item != (n == 1) || n > 1 {
+				t.Fatalf("%d items, %d of them poll_failing; want an item: %v", n, len(items), tc.item)
+			}
+			if !tc.item {
+				return
+			}
+			it, err := s.ReconGet(context.Background(), items[0].ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if it.PaymentStartID != st.ID || it.PaymentID != "801" {
+				t.Errorf("item about start %d, payment %s; want %d, 801", it.PaymentStartID, it.PaymentID, st.ID)
+			}
+			for _, want := range tc.says {
+				if !strings.Contains(it.Detail, want) {
+					t.Errorf("detail %q does not say %q", it.Detail, want)
+				}
+			}
+		})
+	}
+}
+
 // An attempt handed back on shutdown is not counted, nor is its answer:
 // the next attempt, unanswered, is the poll's last, and opens the item.
 func TestPollFailingAfterARelease(t *testing.T) {
@@ -190,7 +272,7 @@ func TestPollFailingAfterARelease(t *testing.T) {
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim = %v, %v", claims, err)
 	}
-	if err := s.PollRecord(ctx, claims[0].ID, "w", polled(st, "NEW"), []byte(`{"Status":"NEW"}`), false); err != nil {
+	if err := s.PollRecord(ctx, claims[0].ID, "w", fulfillment.PollAnswer{Event: polled(st, "NEW"), Raw: []byte(`{"Status":"NEW"}`)}, false); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := s.PollQueue().Release(ctx, "w"); err != nil || n != 1 {
@@ -223,7 +305,7 @@ func TestPollFailingAbandoned(t *testing.T) {
 	}
 	for _, c := range claims {
 		if c.Attempts == 1 { // the answered payment's first attempt
-			if err := s.PollRecord(ctx, c.ID, "dead", polled(answered, "NEW"), []byte(`{"Status":"NEW"}`), false); err != nil {
+			if err := s.PollRecord(ctx, c.ID, "dead", fulfillment.PollAnswer{Event: polled(answered, "NEW"), Raw: []byte(`{"Status":"NEW"}`)}, false); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := retryOne(ctx, s.PollQueue(), "dead", worker.Claim{ID: c.ID}, "not done yet", time.Now(), 2); err != nil {
@@ -235,7 +317,7 @@ func TestPollFailingAbandoned(t *testing.T) {
 	if err != nil || len(claims) != 1 {
 		t.Fatalf("claim = %v, %v; want the answered payment's second attempt (the other is abandoned)", claims, err)
 	}
-	if err := s.PollRecord(ctx, claims[0].ID, "dead2", polled(answered, "NEW"), []byte(`{"Status":"NEW"}`), false); err != nil {
+	if err := s.PollRecord(ctx, claims[0].ID, "dead2", fulfillment.PollAnswer{Event: polled(answered, "NEW"), Raw: []byte(`{"Status":"NEW"}`)}, false); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Millisecond)

@@ -15,11 +15,12 @@ var _ fulfillment.PollWork = (*Store)(nil)
 
 // pollTable is the status poller's queue (PollQueue): one row per started payment. A
 // poll that used its attempts is failed. When its last attempt got no
-// answer (answered_attempt, set by PollRecord, is behind attempts) it
-// opens a poll_failing item about its payment start, in the transaction
-// that fails it; when the provider answered it — a payer who never paid
-// leaves a payment without an outcome, which is no anomaly — it opens
-// none. The item's key is the start, unique in the database, so a poll
+// answer (answered_attempt, set by PollRecord, is behind attempts), or the
+// provider's last answer was that the payer's money is held
+// (answered_held), it opens a poll_failing item about its payment start,
+// in the transaction that fails it; when the provider answered that the
+// payment is not paid yet — a payer who never paid leaves a payment
+// without an outcome, which is no anomaly — it opens none. The item's key is the start, unique in the database, so a poll
 // opens one whichever path (Retry, or the claim failing it abandoned)
 // and however many replicas race.
 var pollTable = newLeasedTable(leasedTable{
@@ -41,7 +42,7 @@ func openPollsFailing(ctx context.Context, tx pgx.Tx, failed []failedRow, _ int)
 		ids[i], byID[r.id] = r.id, r
 	}
 	rows, _ := tx.Query(ctx, `
-		SELECT p.id, p.attempts, p.answered_attempt, s.endpoint_id, coalesce(s.payment_id, ''),
+		SELECT p.id, p.attempts, p.answered_attempt, coalesce(p.answered_held, ''), s.endpoint_id, coalesce(s.payment_id, ''),
 			s.id, s.org_id, s.environment, s.order_id::text, s.provider, s.minor_units, s.currency
 		FROM payment_polls p JOIN payment_starts s ON s.id = p.start_id WHERE p.id = ANY($1) ORDER BY p.id`, ids)
 	var (
@@ -52,7 +53,7 @@ func openPollsFailing(ctx context.Context, tx pgx.Tx, failed []failedRow, _ int)
 		minor    int64
 		currency string
 	)
-	_, err := pgx.ForEachRow(rows, []any{&id, &p.Attempts, &p.Answered, &p.EndpointID, &p.PaymentID,
+	_, err := pgx.ForEachRow(rows, []any{&id, &p.Attempts, &p.Answered, &p.Held, &p.EndpointID, &p.PaymentID,
 		&s.StartID, &s.OrgID, &s.Environment, &s.OrderID, &s.Provider, &minor, &currency}, func() error {
 		p.LastError, p.Abandoned = byID[id].cause, byID[id].abandoned
 		if p.Failing() {
@@ -103,14 +104,17 @@ func (s *Store) PollLoad(ctx context.Context, id int64, owner string) (fulfillme
 }
 
 // PollRecord implements fulfillment.PollWork.
-func (s *Store) PollRecord(ctx context.Context, id int64, owner string, ev fulfillment.ProviderEvent, raw []byte, done bool) error {
+func (s *Store) PollRecord(ctx context.Context, id int64, owner string, a fulfillment.PollAnswer, done bool) error {
+	ev, raw := a.Event, a.Raw
 	stored := false
 	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		// An event is the provider's answer to this attempt.
-		var held bool
-		err := tx.QueryRow(ctx, `UPDATE payment_polls SET answered_attempt = CASE WHEN $3 THEN attempts ELSE answered_attempt END
+		// An event is the provider's answer to this attempt, and says
+		// whether the money is held now.
+		var leased bool
+		err := tx.QueryRow(ctx, `UPDATE payment_polls SET answered_attempt = CASE WHEN $3 THEN attempts ELSE answered_attempt END,
+				answered_held = CASE WHEN $3 THEN $4 ELSE answered_held END
 			WHERE `+leaseHeld("ARRAY[$1::bigint]", "$2")+` RETURNING true`,
-			id, owner, ev.EventID != "").Scan(&held)
+			id, owner, ev.EventID != "", opt(a.Held)).Scan(&leased)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return pollTable.lost(id)
 		}

@@ -84,7 +84,7 @@ func TestPollFeedsTheInbox(t *testing.T) {
 		t.Errorf("load by another owner = %v, want ErrLeaseLost", err)
 	}
 	// Not settled yet: the answer is stored, the poll stays pending.
-	if err := s.PollRecord(ctx, claims[0].ID, "w", polled(st, "NEW"), []byte(`{"Status":"NEW"}`), false); err != nil {
+	if err := s.PollRecord(ctx, claims[0].ID, "w", fulfillment.PollAnswer{Event: polled(st, "NEW"), Raw: []byte(`{"Status":"NEW"}`)}, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := retryOne(ctx, s.PollQueue(), "w", worker.Claim{ID: claims[0].ID}, "payment 501 is NEW", time.Now(), 5); err != nil {
@@ -99,11 +99,11 @@ func TestPollFeedsTheInbox(t *testing.T) {
 		t.Fatalf("second claim = %v, %v", claims, err)
 	}
 	for range 2 { // a poll answered twice stores one event
-		if err := s.PollRecord(ctx, claims[0].ID, "w", polled(st, "CONFIRMED"), []byte(`{"Status":"CONFIRMED"}`), false); err != nil {
+		if err := s.PollRecord(ctx, claims[0].ID, "w", fulfillment.PollAnswer{Event: polled(st, "CONFIRMED"), Raw: []byte(`{"Status":"CONFIRMED"}`)}, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.PollRecord(ctx, claims[0].ID, "w", fulfillment.ProviderEvent{}, nil, true); err != nil {
+	if err := s.PollRecord(ctx, claims[0].ID, "w", fulfillment.PollAnswer{}, true); err != nil {
 		t.Fatal(err)
 	}
 	if got := processAll(t, s, 3); got != "attempt_recorded,fulfilled,already_applied" {
@@ -171,7 +171,7 @@ func TestStartedPaymentShowsItsOutcome(t *testing.T) {
 			t.Fatal(err)
 		}
 		if st.ID == viaPoll.ID {
-			if err := s.PollRecord(ctx, c.ID, "w", polled(st, "CONFIRMED"), []byte(`{"Status":"CONFIRMED"}`), true); err != nil {
+			if err := s.PollRecord(ctx, c.ID, "w", fulfillment.PollAnswer{Event: polled(st, "CONFIRMED"), Raw: []byte(`{"Status":"CONFIRMED"}`)}, true); err != nil {
 				t.Fatal(err)
 			}
 		}

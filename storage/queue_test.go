@@ -122,7 +122,7 @@ var queueCases = []queueCase{
 				VALUES ($1, now() - interval '1 second') RETURNING id`, st.ID))
 		},
 		complete: func(ctx context.Context, s *storage.Store, id int64, owner string) (bool, error) {
-			return heldUnless(s.PollRecord(ctx, id, owner, fulfillment.ProviderEvent{}, nil, true))
+			return heldUnless(s.PollRecord(ctx, id, owner, fulfillment.PollAnswer{}, true))
 		},
 	},
 	{

@@ -96,7 +96,7 @@ func (t *poller) poll(ctx context.Context, owner string, c Claim) error {
 // worker took the poll over.
 func (t *poller) ask(ctx context.Context, owner string, c Claim, start fulfillment.PaymentStart, known bool) (outcome PollOutcome, err error) {
 	if known { // a notification brought the outcome: nothing to ask
-		return t.record(ctx, owner, c, fulfillment.ProviderEvent{}, nil, true, PollKnown)
+		return t.record(ctx, owner, c, fulfillment.PollAnswer{}, true, PollKnown)
 	}
 	provider := t.providers[start.EndpointID]
 	if provider == nil {
@@ -114,21 +114,25 @@ func (t *poller) ask(ctx context.Context, owner string, c Claim, start fulfillme
 	if err != nil {
 		return PollFailed, fmt.Errorf("payment %s: %w", start.PaymentID, err)
 	}
+	a := fulfillment.PollAnswer{Event: ev, Raw: raw}
+	if answer.Held {
+		a.Held = answer.Status
+	}
 	if !final {
-		outcome, err = t.record(ctx, owner, c, ev, raw, false, PollPending)
+		outcome, err = t.record(ctx, owner, c, a, false, PollPending)
 		if err == nil { // polled again later (as when another worker has it: the queue's retry says so)
 			err = fmt.Errorf("%w: payment %s is %s", ErrLater, start.PaymentID, answer.Status)
 		}
 		return outcome, err
 	}
-	return t.record(ctx, owner, c, ev, raw, true, PollSettled)
+	return t.record(ctx, owner, c, a, true, PollSettled)
 }
 
 // record stores a poll's answer; it returns outcome once it is recorded,
 // PollFailed when it could not be, and no outcome when another worker took
 // the poll over.
-func (t *poller) record(ctx context.Context, owner string, c Claim, ev fulfillment.ProviderEvent, raw []byte, done bool, outcome PollOutcome) (PollOutcome, error) {
-	err := t.work.PollRecord(ctx, c.ID, owner, ev, raw, done)
+func (t *poller) record(ctx context.Context, owner string, c Claim, a fulfillment.PollAnswer, done bool, outcome PollOutcome) (PollOutcome, error) {
+	err := t.work.PollRecord(ctx, c.ID, owner, a, done)
 	switch {
 	case errors.Is(err, ErrLeaseLost):
 		return "", nil

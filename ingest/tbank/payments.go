@@ -82,6 +82,7 @@ func providerPayment(p Payment) fulfillment.ProviderPayment {
 		Amount: fulfillment.Money{Currency: currency, MinorUnits: p.Amount}, URL: p.PaymentURL,
 		Ended: k == fulfillment.EventAttemptCancelled || k == fulfillment.EventAttemptExpired ||
 			k == fulfillment.EventRefunded || k == fulfillment.EventPartiallyRefunded,
+		Held: held[p.Status],
 	}
 }
 

@@ -142,3 +142,40 @@ func TestPaymentsOneStage(t *testing.T) {
 		t.Errorf("paid on a two-stage terminal: %+v, %v; want CONFIRMED", got, err)
 	}
 }
+
+// A payment the bank reports authorized and not yet confirmed is held:
+// the payer's money is reserved, not taken. Neither before the payer pays
+// nor once it is confirmed is it.
+func TestPaymentsHeld(t *testing.T) {
+	t.Parallel()
+	bank, err := fakebank.New(fakebank.Options{TerminalKey: "T1DEMO", Password: []byte("Dfsfh56dgKl"), ConfirmLater: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = bank.Close() }()
+	p := paymentsOf(t, bank, "fail")
+	ctx := context.Background()
+	started, err := p.StartPayment(ctx, fulfillment.ProviderStart{ProviderOrderID: "abc-1", Amount: fulfillment.Money{Currency: "RUB", MinorUnits: 19200}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := func(want string, held bool) fulfillment.ProviderPayment {
+		t.Helper()
+		got, err := p.PaymentState(ctx, started.PaymentID)
+		if err != nil || got.Status != want || got.Held != held {
+			t.Fatalf("state = %+v, %v; want %s, held %v", got, err, want, held)
+		}
+		return got
+	}
+	state(tbank.StatusNew, false)
+	if err := bank.Pay(started.PaymentID); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, final, err := p.PolledEvent(state(tbank.StatusAuthorized, true)); err != nil || final {
+		t.Errorf("polled AUTHORIZED: final %v, %v; want it polled again", final, err)
+	}
+	if err := bank.Confirm(started.PaymentID); err != nil {
+		t.Fatal(err)
+	}
+	state(tbank.StatusConfirmed, false)
+}

@@ -61,6 +61,17 @@ var kinds = map[string]fulfillment.EventKind{
 	StatusAuthFail:        fulfillment.EventAttemptCancelled,
 }
 
+// held are the statuses of a payment whose money the bank holds on the
+// payer's card, neither taken nor released: authorized, being confirmed,
+// or authorized with part of it released. A one-stage payment passes
+// through them; a two-stage one stays until the merchant confirms or
+// cancels it.
+var held = map[string]bool{
+	StatusAuthorized:      true,
+	StatusConfirming:      true,
+	StatusPartialReversed: true,
+}
+
 // kindOf is the kind of a notification of status; failed says the bank
 // marked it as failed (Success false or a non-zero ErrorCode), which takes
 // away any movement of money it would report.
