@@ -119,22 +119,32 @@ func TestPaymentsNoAnswer(t *testing.T) {
 	}
 }
 
+// startOn starts a payment of 192 RUB for order abc-1 at a fake bank of
+// opts (its terminal T1DEMO), through a live endpoint's provider.
+func startOn(t *testing.T, opts fakebank.Options) (*fakebank.Bank, fulfillment.StatePoller, fulfillment.ProviderPayment) {
+	t.Helper()
+	opts.TerminalKey, opts.Password = "T1DEMO", []byte("Dfsfh56dgKl")
+	bank, err := fakebank.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bank.Close() })
+	p := paymentsOf(t, bank, "fail")
+	started, err := p.StartPayment(context.Background(),
+		fulfillment.ProviderStart{ProviderOrderID: "abc-1", Amount: fulfillment.Money{Currency: "RUB", MinorUnits: 19200}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bank, p, started
+}
+
 // The service fulfils on CONFIRMED and confirms nothing itself: it asks
 // for one-stage payments (PayType O) whatever the terminal's default, so a
 // two-stage terminal does not hold a paid payment in AUTHORIZED for good.
 func TestPaymentsOneStage(t *testing.T) {
 	t.Parallel()
-	bank, err := fakebank.New(fakebank.Options{TerminalKey: "T1DEMO", Password: []byte("Dfsfh56dgKl"), TwoStage: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = bank.Close() }()
-	p := paymentsOf(t, bank, "fail")
+	bank, p, started := startOn(t, fakebank.Options{TwoStage: true})
 	ctx := context.Background()
-	started, err := p.StartPayment(ctx, fulfillment.ProviderStart{ProviderOrderID: "abc-1", Amount: fulfillment.Money{Currency: "RUB", MinorUnits: 19200}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := bank.Pay(started.PaymentID); err != nil {
 		t.Fatal(err)
 	}
@@ -148,17 +158,8 @@ func TestPaymentsOneStage(t *testing.T) {
 // nor once it is confirmed is it.
 func TestPaymentsHeld(t *testing.T) {
 	t.Parallel()
-	bank, err := fakebank.New(fakebank.Options{TerminalKey: "T1DEMO", Password: []byte("Dfsfh56dgKl"), ConfirmLater: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = bank.Close() }()
-	p := paymentsOf(t, bank, "fail")
+	bank, p, started := startOn(t, fakebank.Options{ConfirmLater: true})
 	ctx := context.Background()
-	started, err := p.StartPayment(ctx, fulfillment.ProviderStart{ProviderOrderID: "abc-1", Amount: fulfillment.Money{Currency: "RUB", MinorUnits: 19200}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	state := func(want string, held bool) fulfillment.ProviderPayment {
 		t.Helper()
 		got, err := p.PaymentState(ctx, started.PaymentID)
