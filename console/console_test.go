@@ -447,6 +447,7 @@ func TestSessionCookieOverTLS(t *testing.T) {
 // a sandboxed page's.
 func TestSameOrigin(t *testing.T) {
 	t.Parallel()
+	con := &Console{}
 	for _, c := range []struct {
 		name, site, origin string
 		want               bool
@@ -468,8 +469,51 @@ func TestSameOrigin(t *testing.T) {
 		if c.origin != "" {
 			r.Header.Set("Origin", c.origin)
 		}
-		if got := sameOrigin(r); got != c.want {
+		if got := con.sameOrigin(r); got != c.want {
 			t.Errorf("%s: sameOrigin = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// An origin is a scheme, a host and a port: under TLS (directly, or through
+// a trusted proxy saying https) a sign-in posted from the same host over
+// plain HTTP, a page anyone on the path can write, is refused. A console
+// seeing plain HTTP takes https too: it may sit behind a TLS proxy it was
+// not told of.
+func TestSameOriginComparesTheScheme(t *testing.T) {
+	t.Parallel()
+	c, _ := newTestConsole(t)
+	c.proxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	for _, tc := range []struct {
+		name, peer, proto, origin string
+		tls                       bool
+		want                      int
+	}{
+		{"TLS, an https origin", "192.0.2.1:4000", "", "https://console.example", true, http.StatusSeeOther},
+		{"TLS, an http origin", "192.0.2.1:4000", "", "http://console.example", true, http.StatusForbidden},
+		{"TLS, another port", "192.0.2.1:4000", "", "https://console.example:8443", true, http.StatusForbidden},
+		{"a trusted TLS proxy, an https origin", "10.0.0.2:4000", "https", "https://console.example", false, http.StatusSeeOther},
+		{"a trusted TLS proxy, an http origin", "10.0.0.2:4000", "https", "http://console.example", false, http.StatusForbidden},
+		{"plain HTTP, an http origin", "192.0.2.1:4000", "", "http://console.example", false, http.StatusSeeOther},
+		{"plain HTTP, an https origin (a TLS proxy not listed)", "192.0.2.1:4000", "", "https://console.example", false, http.StatusSeeOther},
+		{"an untrusted peer saying https, an http origin", "192.0.2.1:4000", "https", "http://console.example", false, http.StatusSeeOther},
+		{"plain HTTP, another scheme", "192.0.2.1:4000", "", "ftp://console.example", false, http.StatusForbidden},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "http://console.example/console/login",
+			strings.NewReader(url.Values{"token": {testToken}}.Encode()))
+		r.RemoteAddr = tc.peer
+		if tc.tls {
+			r.TLS = &tls.ConnectionState{}
+		}
+		if tc.proto != "" {
+			r.Header.Set("X-Forwarded-Proto", tc.proto)
+		}
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.Header.Set("Origin", tc.origin)
+		w := httptest.NewRecorder()
+		c.ServeHTTP(w, r)
+		if w.Code != tc.want {
+			t.Errorf("%s: sign-in %d, want %d", tc.name, w.Code, tc.want)
 		}
 	}
 }

@@ -101,7 +101,7 @@ func (c *Console) authed(h handlerFunc) http.HandlerFunc {
 			return
 		}
 		if r.Method == http.MethodPost {
-			if !sameOrigin(r) {
+			if !c.sameOrigin(r) {
 				c.fail(w, r, s, http.StatusForbidden, "This request did not come from the console's own pages.")
 				return
 			}
@@ -182,7 +182,7 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 // login exchanges an API token for a session. The token is compared by its
 // hash and never stored, logged or echoed.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
-	if !sameOrigin(r) {
+	if !c.sameOrigin(r) {
 		c.fail(w, r, nil, http.StatusForbidden, "This request did not come from the console's own pages.")
 		return
 	}
@@ -324,17 +324,29 @@ func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 // ("null") says nothing either way: the console's own forms send it, as
 // its pages' Referrer-Policy is no-referrer; Sec-Fetch-Site, which
 // browsers send beside it, tells a sandboxed or foreign page's apart.
-func sameOrigin(r *http.Request) bool {
+func (c *Console) sameOrigin(r *http.Request) bool {
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
 		return false
 	}
 	if o := r.Header.Get("Origin"); o != "" && o != "null" {
 		u, err := url.Parse(o)
-		if err != nil || u.Host != r.Host {
+		if err != nil || u.Host != r.Host || !c.servedAs(r, u.Scheme) {
 			return false
 		}
 	}
 	return true
+}
+
+// servedAs reports whether the console may be served to r's browser over
+// scheme. Under TLS only https: a page of the same host over plain HTTP,
+// which anyone on the path can write, is another origin. A console that
+// sees plain HTTP may still sit behind a TLS proxy it was not told of
+// (console.trusted_proxies), so https is its own too.
+func (c *Console) servedAs(r *http.Request, scheme string) bool {
+	if c.overTLS(r) {
+		return scheme == "https"
+	}
+	return scheme == "http" || scheme == "https"
 }
 
 // call returns a context carrying the session's token as the bearer of
