@@ -4,21 +4,20 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fulfillplatform/fulfillment/internal/buildinfo"
+	"github.com/fulfillplatform/fulfillment/internal/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCmd().ExecuteContext(ctx)
+	err := cli.ExecuteContext(ctx, newRootCmd())
 	stop() // not deferred: os.Exit below would skip it
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fulfillctl:", err)
@@ -46,47 +45,8 @@ func newRootCmd() *cobra.Command {
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return applyOutput(cmd, output) }
 	root.AddCommand(newOrdersCmd(&c), newSubscriptionsCmd(&c), newAccessCmd(&c), newOutboxCmd(&c), newDestinationsCmd(&c),
 		newReconCmd(&c), newEventsCmd(&c), newRedriveCmd(&c), newWatchCmd(&c), newWebhookCmd(), newListenCmd(), newTriggerCmd(&c))
-	requireSubcommands(root)
+	cli.RequireSubcommands(root)
 	return root
-}
-
-// requireSubcommands makes every command under root that only groups
-// others (orders, redrive, …) refuse an unknown subcommand as cobra refuses
-// one of root: `unknown command "gte" for "fulfillctl orders"`, with the
-// names it may have meant, and exit 1. Cobra runs no such command: it
-// printed its help and exited 0, so a typo looked like success. Without
-// arguments, or with "help", it still prints its help, whose usage line
-// names its subcommands only ("fulfillctl orders [command]"), as before.
-func requireSubcommands(root *cobra.Command) {
-	root.SetUsageTemplate(strings.Replace(root.UsageTemplate(), "{{if .Runnable}}",
-		"{{if and .Runnable (not .HasAvailableSubCommands)}}", 1))
-	var walk func(cmd *cobra.Command)
-	walk = func(cmd *cobra.Command) {
-		for _, sub := range cmd.Commands() {
-			if sub.HasSubCommands() && !sub.Runnable() {
-				sub.Args = cobra.ArbitraryArgs
-				sub.RunE = unknownSubcommand
-			}
-			walk(sub)
-		}
-	}
-	walk(root)
-}
-
-// unknownSubcommand is the RunE of a command that groups others, run when
-// no subcommand matched its first argument.
-func unknownSubcommand(cmd *cobra.Command, args []string) error {
-	if len(args) == 0 || args[0] == "help" {
-		return cmd.Help()
-	}
-	if cmd.SuggestionsMinimumDistance <= 0 {
-		cmd.SuggestionsMinimumDistance = 2 // cobra's default, which it sets only for root's own check
-	}
-	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
-	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-		msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t") + "\n"
-	}
-	return errors.New(msg)
 }
 
 // applyOutput turns --output json into the command's own --json flag.

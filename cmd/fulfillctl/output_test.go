@@ -9,6 +9,7 @@ import (
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/internal/buildinfo"
+	"github.com/fulfillplatform/fulfillment/internal/cli"
 )
 
 // -o json is every listing's --json; -o table the default; anything else,
@@ -130,6 +131,25 @@ func TestUnknownSubcommand(t *testing.T) {
 			if err != nil || !strings.Contains(out, "Usage:\n  "+g.CommandPath()+" [command]\n") || strings.Contains(out, g.CommandPath()+" [flags]") {
 				t.Errorf("%v: %v, printed\n%s", args, err, out)
 			}
+		}
+	}
+}
+
+// A typo in completion's shell fails as one in a subcommand does, naming
+// the shells; it printed completion's help and exited 0. main runs the
+// command line as this test does (cli.ExecuteContext).
+func TestUnknownShell(t *testing.T) {
+	t.Parallel()
+	for _, shell := range []string{"bsh", "zsh2"} {
+		cmd := newRootCmd()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs([]string{"completion", shell})
+		err := cli.ExecuteContext(t.Context(), cmd)
+		want := "unknown command \"" + shell + "\" for \"fulfillctl completion\"\n\nShells: bash, fish, powershell, zsh\n"
+		if err == nil || err.Error() != want || out.Len() != 0 {
+			t.Errorf("completion %s: %v, printed %q; want the error %q", shell, err, out.String(), want)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/internal/app"
 	"github.com/fulfillplatform/fulfillment/internal/buildinfo"
+	"github.com/fulfillplatform/fulfillment/internal/cli"
 	"github.com/fulfillplatform/fulfillment/internal/logging"
 	"github.com/fulfillplatform/fulfillment/server"
 	"github.com/fulfillplatform/fulfillment/storage"
@@ -24,7 +25,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	err := newRootCmd().ExecuteContext(ctx)
+	err := cli.ExecuteContext(ctx, newRootCmd())
 	stop() // not deferred: os.Exit below would skip it
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fulfillmentd:", err)
@@ -164,6 +165,7 @@ func newRootCmd() *cobra.Command {
 		},
 	}
 	root.AddCommand(serve, migrateCmd, configCmd, ingestCmd)
+	cli.RequireSubcommands(root)
 	return root
 }
 

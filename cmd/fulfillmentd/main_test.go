@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fulfillplatform/fulfillment/internal/buildinfo"
+	"github.com/fulfillplatform/fulfillment/internal/cli"
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 )
 
@@ -30,6 +31,46 @@ func TestVersion(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// A typo in a subcommand fails, naming what it may have meant, as in
+// fulfillctl: config's, and completion's shell, which names every shell.
+// Both printed their help and exited 0. main runs the command line as
+// this test does (cli.ExecuteContext).
+func TestUnknownSubcommand(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"config", "chek"}, "unknown command \"chek\" for \"fulfillmentd config\"\n\nDid you mean this?\n\tcheck\n"},
+		{[]string{"completion", "zsh2"}, "unknown command \"zsh2\" for \"fulfillmentd completion\"\n\nShells: bash, fish, powershell, zsh\n"},
+		{[]string{"completion", "bsh"}, "unknown command \"bsh\" for \"fulfillmentd completion\"\n\nShells: bash, fish, powershell, zsh\n"},
+	} {
+		cmd := newRootCmd()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs(c.args)
+		err := cli.ExecuteContext(t.Context(), cmd)
+		if err == nil || err.Error() != c.want || out.Len() != 0 {
+			t.Errorf("%v: %v, printed %q; want the error %q", c.args, err, out.String(), c.want)
+		}
+	}
+	// Without a subcommand, config still prints its help, naming its
+	// subcommands only; migrate, which runs itself, keeps its own usage.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"config"}, "Usage:\n  fulfillmentd config [command]\n\n"},
+		{[]string{"migrate", "--help"}, "Usage:\n  fulfillmentd migrate [flags]\n  fulfillmentd migrate [command]\n"},
+	} {
+		out, err := run(t, nil, c.args...)
+		if err != nil || !strings.Contains(out, c.want) {
+			t.Errorf("%v: %v, printed\n%s", c.args, err, out)
+		}
+	}
+}
 
 // run runs fulfillmentd with args and environment env, returning what it
 // printed and its error.
