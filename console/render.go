@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/config"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/internal/english"
 )
 
 // HTMXVersion is the version of the vendored htmx file (static/).
@@ -230,17 +232,12 @@ var funcs = template.FuncMap{
 	"plural":     plural,
 }
 
-// plural is the count n (any integer) and noun, the noun in the plural
-// unless n is 1: "1 line", "2 lines", "3 older deliveries".
+// plural is english.Plural for the templates, which call a function with
+// whatever integer a field holds (the API's are int32). Any signed integer
+// is taken; another value fails the page (the template makes the panic an
+// error).
 func plural(n any, noun string) string {
-	count := fmt.Sprint(n)
-	if count == "1" {
-		return count + " " + noun
-	}
-	if stem, ok := strings.CutSuffix(noun, "y"); ok && stem != "" && !strings.ContainsAny(stem[len(stem)-1:], "aeiou") {
-		return count + " " + stem + "ies"
-	}
-	return count + " " + noun + "s"
+	return english.Plural(reflect.ValueOf(n).Int(), noun)
 }
 
 func tsString(t *timestamppb.Timestamp) string {

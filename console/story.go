@@ -11,6 +11,7 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/config"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/internal/english"
 )
 
 // Bounds of an order's story: besides the order (whose history the API
@@ -108,7 +109,7 @@ func (c *Console) story(ctx context.Context, s *session, orderID string) (*story
 		})
 		for n, i := range idx {
 			if n == maxStoryDeliveries {
-				v.Hidden = append(v.Hidden, "the attempts of "+plural(len(idx)-n, "older delivery"))
+				v.Hidden = append(v.Hidden, "the attempts of "+english.Plural(len(idx)-n, "older delivery"))
 				break
 			}
 			m, err := c.api.GetOutboxMessage(ctx, &fulfillmentv1.GetOutboxMessageRequest{MessageId: v.Deliveries[i].GetId()})
@@ -144,7 +145,7 @@ func timeline(o *fulfillmentv1.Order, inbox map[string]*fulfillmentv1.InboxEvent
 	var t []storyEntry
 	add := func(e storyEntry) { t = append(t, e) }
 	add(storyEntry{At: o.GetCreateTime(), Kind: "order", Title: "Order created",
-		Detail: fmt.Sprintf("%s, %s, total %s, expecting %s %s on %s", o.GetMerchantOrderId(), plural(len(o.GetLines()), "line"),
+		Detail: fmt.Sprintf("%s, %s, total %s, expecting %s %s on %s", o.GetMerchantOrderId(), english.Plural(len(o.GetLines()), "line"),
 			money(o.GetTotal()), o.GetSettlement().GetAmount(), o.GetSettlement().GetToken(), o.GetSettlement().GetNetwork())})
 	for _, p := range h.GetPaymentStarts() {
 		state := p.GetState()
@@ -300,13 +301,10 @@ func why(o *fulfillmentv1.Order, items []*fulfillmentv1.ReconciliationItem, deli
 
 // count says n things: "no entitlement", "1 entitlement", "2 entitlements".
 func count(n int, thing string) string {
-	switch n {
-	case 0:
+	if n == 0 {
 		return "no " + thing
-	case 1:
-		return "1 " + thing
 	}
-	return fmt.Sprintf("%d %ss", n, thing)
+	return english.Plural(n, thing)
 }
 
 // waitingDelivery is the first required delivery not yet delivered.

@@ -18,6 +18,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/internal/app"
 	"github.com/fulfillplatform/fulfillment/internal/buildinfo"
 	"github.com/fulfillplatform/fulfillment/internal/cli"
+	"github.com/fulfillplatform/fulfillment/internal/english"
 	"github.com/fulfillplatform/fulfillment/internal/logging"
 	"github.com/fulfillplatform/fulfillment/server"
 	"github.com/fulfillplatform/fulfillment/storage"
@@ -146,8 +147,8 @@ func newRootCmd() *cobra.Command {
 				db = "not set (" + app.ErrNoDatabase.Error() + ")"
 			}
 			_, _ = fmt.Fprintf(cmd.OutOrStdout(), "configuration valid: %s, %s, %s, %s; database URL %s\n",
-				count(len(cfg.Endpoints), "endpoint"), count(len(cfg.Auth.Tokens), "token"),
-				count(len(cfg.Destinations), "destination"), count(len(cfg.Plans), "plan"), db)
+				english.Plural(len(cfg.Endpoints), "endpoint"), english.Plural(len(cfg.Auth.Tokens), "token"),
+				english.Plural(len(cfg.Destinations), "destination"), english.Plural(len(cfg.Plans), "plan"), db)
 			return nil
 		},
 	})
@@ -178,12 +179,4 @@ func newLogger(c config.Log) *slog.Logger {
 	_ = l.UnmarshalText([]byte(c.Level)) // validated by config
 	h := logging.NewFormatHandler(os.Stderr, c.Format, l, c.RepeatInterval)
 	return slog.New(server.ContextHandler{Handler: h})
-}
-
-// count is n and noun, with an s unless n is 1: "1 plan", "2 plans".
-func count(n int, noun string) string {
-	if n == 1 {
-		return fmt.Sprintf("1 %s", noun)
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
 }
