@@ -267,8 +267,13 @@ func (g *Gateway) reject(w http.ResponseWriter, r *http.Request, a Adapter, endp
 			attrs = append(attrs, "cause", cause.Error())
 		}
 		level := slog.LevelWarn
-		if outcome == outcomeUnavailable || outcome == outcomeFailed {
+		switch outcome {
+		case outcomeUnavailable, outcomeFailed:
 			level = slog.LevelError
+		case outcomeMethod:
+			// A GET is a browser, a health check or fulfillctl trigger's
+			// probe of the URL: nothing a provider sent went wrong.
+			level = slog.LevelInfo
 		}
 		g.log.Log(r.Context(), level, "webhook rejected", attrs...)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -188,5 +189,30 @@ func TestGatewayRateLimitsRejectionLogs(t *testing.T) {
 	}
 	if lines := strings.Count(logs.String(), "\n"); lines > 60 {
 		t.Errorf("500 forged requests wrote %d log lines; the rejection log must be rate-limited", lines)
+	}
+}
+
+// A GET on an endpoint's URL (a browser, a health check, fulfillctl
+// trigger's probe) is refused 405 and counted, and logged at INFO: nothing
+// a provider sent went wrong. A request for an unknown endpoint still warns.
+func TestGatewayLogsAWrongMethodAtInfo(t *testing.T) {
+	t.Parallel()
+	h, logs := newGateway(t, &recorder{})
+	for _, c := range []struct {
+		method, path string
+		code         int
+		level        string
+	}{
+		{"GET", "/webhooks/ep", 405, "INFO"},
+		{"HEAD", "/webhooks/ep", 405, "INFO"},
+		{"GET", "/webhooks/other", 404, "WARN"},
+	} {
+		logs.Reset()
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(c.method, c.path, http.NoBody))
+		var line struct{ Level, Msg string }
+		if err := json.Unmarshal([]byte(strings.TrimSpace(logs.String())), &line); err != nil || w.Code != c.code || line.Level != c.level {
+			t.Errorf("%s %s: %d, logged %q (%v), want %d at %s", c.method, c.path, w.Code, logs, err, c.code, c.level)
+		}
 	}
 }
