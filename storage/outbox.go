@@ -274,6 +274,17 @@ func (s *Store) OutboxSending(ctx context.Context, id int64, owner string) error
 	return nil
 }
 
+// OutboxDisabled implements fulfillment.OutboxWork.
+func (s *Store) OutboxDisabled(ctx context.Context, destination string) (bool, error) {
+	var disabled bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM outbox_destinations WHERE id = $1 AND disabled_at IS NOT NULL)`,
+		destination).Scan(&disabled)
+	if err != nil {
+		return false, fmt.Errorf("reading destination %s: %w", destination, interpret(err))
+	}
+	return disabled, nil
+}
+
 // OutboxRecord implements fulfillment.OutboxWork. Its statements, in one
 // transaction: the messages' work rows locked (in id order), which checks
 // the leases; their attempts inserted, and the delivered ones taken off the
@@ -335,6 +346,7 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 			aOutcome, aReason []string
 			delivered         []int64
 			deliveredStatus   []int
+			notSent           []int64
 			answered          answeredItems
 			orders            []string
 			seenOrder         = map[string]bool{}
@@ -344,6 +356,11 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 			h, ok := byID[a.ID]
 			if !ok {
 				lost = append(lost, a.ID)
+				continue
+			}
+			if a.Outcome == fulfillment.OutcomeNotSent {
+				// No attempt was made: the claim is handed back, uncounted.
+				notSent = append(notSent, a.ID)
 				continue
 			}
 			aID, aAttempt, aStarted = append(aID, a.ID), append(aAttempt, int64(h.attempt)), append(aStarted, a.StartedAt)
@@ -394,7 +411,18 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 				return fmt.Errorf("recording delivery outcome %q: unknown", a.Outcome)
 			}
 		}
+		if len(notSent) > 0 {
+			b.Queue(`
+				UPDATE outbox_work SET lease_owner = NULL, lease_until = NULL, sending_since = NULL,
+					next_attempt_at = clock_timestamp(), attempts = greatest(attempts - 1, 0)
+				WHERE id = ANY($1)`, notSent)
+		}
 		if len(aID) == 0 {
+			if b.Len() > 0 {
+				if err := tx.SendBatch(ctx, b).Close(); err != nil {
+					return fmt.Errorf("handing back outbox messages not sent: %w", interpret(err))
+				}
+			}
 			return nil
 		}
 		b.Queue(`

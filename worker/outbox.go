@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -76,12 +77,14 @@ type sender struct {
 	// slots holds a token per request in flight to the destination, across
 	// its workers: at most its Concurrency.
 	slots chan struct{}
+	// checkEvery is disabledCheck (shorter in tests).
+	checkEvery time.Duration
 }
 
 // newSender returns d's sender, with d.Concurrency request slots (at
 // least one).
 func newSender(work fulfillment.OutboxWork, d Destination, log *slog.Logger) *sender {
-	return &sender{work: work, dest: d, log: log, slots: make(chan struct{}, max(d.Concurrency, 1))}
+	return &sender{work: work, dest: d, log: log, slots: make(chan struct{}, max(d.Concurrency, 1)), checkEvery: disabledCheck}
 }
 
 // Process makes one attempt at each claimed message, as many at a time as
@@ -138,25 +141,62 @@ func (t *sender) Process(ctx context.Context, owner string, claims []Claim) erro
 	return nil
 }
 
+// disabledCheck is how long a batch's requests go on before the sender
+// asks again whether a person disabled the destination meanwhile: a batch
+// that takes longer (a slow destination, a small concurrency) stops
+// starting requests within about this much of a disable. A batch sent in
+// less time never asks.
+const disabledCheck = time.Second
+
 // attemptAll makes one attempt at each of msgs, each in a request slot,
-// and returns those made, in msgs' order. An error is a sending mark that
-// failed to commit: only a claim of one message marks.
+// and returns those made, in msgs' order. It starts no more requests once
+// the worker is stopping (ctx ended), once one of them was answered 410
+// Gone, or once the destination was found disabled: the messages not
+// sent come back OutcomeNotSent, to be handed back uncounted. An error is a
+// sending mark that failed to commit: only a claim of one message marks.
 func (t *sender) attemptAll(ctx context.Context, owner string, msgs []fulfillment.OutboxMessage) ([]fulfillment.MessageAttempt, error) {
 	made := make([]fulfillment.MessageAttempt, len(msgs))
 	errs := make([]error, len(msgs))
-	var wg sync.WaitGroup
+	var (
+		wg      sync.WaitGroup
+		gone    atomic.Bool
+		checked = time.Now()
+		halt    string
+	)
 	for i, m := range msgs {
-		t.slots <- struct{}{}
+		slot := false
+		if halt == "" {
+			select { // a stopping worker waits for no slot
+			case t.slots <- struct{}{}:
+				slot = true
+			case <-ctx.Done():
+			}
+			halt = t.halted(ctx, gone.Load(), &checked)
+		}
+		if halt != "" {
+			if slot {
+				<-t.slots
+			}
+			made[i] = fulfillment.MessageAttempt{ID: m.ID, DeliveryAttempt: fulfillment.DeliveryAttempt{
+				Outcome: fulfillment.OutcomeNotSent, Reason: halt, StartedAt: time.Now()}}
+			continue
+		}
 		wg.Go(func() {
 			defer func() { <-t.slots }()
 			a, ok, err := t.attempt(ctx, owner, m)
 			if ok {
 				made[i] = fulfillment.MessageAttempt{ID: m.ID, DeliveryAttempt: a}
+				if a.Outcome == fulfillment.OutcomeGone {
+					gone.Store(true)
+				}
 			}
 			errs[i] = err
 		})
 	}
 	wg.Wait()
+	if halt != "" {
+		t.log.Info("outbox batch cut short: the rest handed back, not sent", "reason", halt)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -167,6 +207,32 @@ func (t *sender) attemptAll(ctx context.Context, owner string, msgs []fulfillmen
 		}
 	}
 	return attempts, nil
+}
+
+// halted says why the sender starts no more requests of its batch, or
+// "": the worker is stopping, the destination answered 410 (gone), or a
+// person disabled it, which it asks the database once disabledCheck has
+// passed since checked (then moved on). A failed check halts nothing:
+// the requests' own answers tell a destination that is down.
+func (t *sender) halted(ctx context.Context, gone bool, checked *time.Time) string {
+	switch {
+	case ctx.Err() != nil:
+		return "the worker is stopping"
+	case gone:
+		return "the destination answered 410 Gone"
+	case time.Since(*checked) < t.checkEvery:
+		return ""
+	}
+	*checked = time.Now()
+	disabled, err := t.work.OutboxDisabled(ctx, t.dest.ID)
+	if err != nil {
+		t.log.Debug("checking whether the destination was disabled", "error", err)
+		return ""
+	}
+	if disabled {
+		return "the destination was disabled"
+	}
+	return ""
 }
 
 // record records attempts, again while the database is unavailable for a

@@ -24,6 +24,8 @@ type fakeOutbox struct {
 	// recordFails is how many calls recordErr answers (0: every one).
 	recordFails int
 	recorded    [][]fulfillment.MessageAttempt
+	disabled    atomic.Bool
+	checks      atomic.Int32 // calls of OutboxDisabled
 }
 
 func (f *fakeOutbox) OutboxLoad(_ context.Context, ids []int64, _ string) ([]fulfillment.OutboxMessage, error) {
@@ -37,6 +39,11 @@ func (f *fakeOutbox) OutboxLoad(_ context.Context, ids []int64, _ string) ([]ful
 }
 
 func (*fakeOutbox) OutboxSending(context.Context, int64, string) error { return nil }
+
+func (f *fakeOutbox) OutboxDisabled(context.Context, string) (bool, error) {
+	f.checks.Add(1)
+	return f.disabled.Load(), nil
+}
 
 func (f *fakeOutbox) OutboxRecord(_ context.Context, _ string, attempts []fulfillment.MessageAttempt) ([]int64, error) {
 	f.mu.Lock()
@@ -157,6 +164,77 @@ func TestOutboxSenderRecordsBatchAndRetriesPerMessage(t *testing.T) {
 			}
 			if tc.want[0] == 2 && fmt.Sprint(items[2]) != "HTTP 503" {
 				t.Errorf("retry cause %q, want the attempt's reason", items[2])
+			}
+		})
+	}
+}
+
+// A batch stops starting requests when its worker stops, when one of them
+// is answered 410, or once a person disabled the destination: the
+// messages not sent are recorded not_sent (to be handed back uncounted),
+// those whose request started are recorded with their outcome.
+func TestOutboxSenderCutsABatchShort(t *testing.T) {
+	t.Parallel()
+	const n = 6
+	for _, tc := range []struct {
+		name string
+		// act runs while the first request is in flight.
+		act    func(cancel func(), work *fakeOutbox)
+		answer fulfillment.DeliveryOutcome // of the first request
+		reason string
+		sent   int
+	}{
+		{"stopping", func(cancel func(), _ *fakeOutbox) { cancel() }, fulfillment.OutcomeDelivered, "the worker is stopping", 1},
+		{"410 Gone", func(func(), *fakeOutbox) {}, fulfillment.OutcomeGone, "the destination answered 410 Gone", 1},
+		// Asked again after checkEvery: the first two requests take longer.
+		{"disabled by a person", func(_ func(), w *fakeOutbox) { w.disabled.Store(true) }, fulfillment.OutcomeDelivered,
+			"the destination was disabled", 1},
+		{"nothing happens", func(func(), *fakeOutbox) {}, fulfillment.OutcomeDelivered, "", n},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			msgs := map[int64]fulfillment.OutboxMessage{}
+			claims := make([]Claim, n)
+			for i := range claims {
+				msgs[int64(i+1)] = fulfillment.OutboxMessage{ID: int64(i + 1)}
+				claims[i] = Claim{ID: int64(i + 1), Attempts: 1}
+			}
+			work := &fakeOutbox{msgs: msgs}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var sent atomic.Int32
+			s := newSender(work, Destination{ID: "crm", Idempotent: true, Concurrency: 1,
+				Deliver: func(context.Context, fulfillment.OutboxMessage) fulfillment.DeliveryAttempt {
+					if sent.Add(1) == 1 {
+						tc.act(cancel, work)
+						time.Sleep(20 * time.Millisecond)
+						return fulfillment.DeliveryAttempt{Outcome: tc.answer, Status: 200}
+					}
+					return fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeDelivered, Status: 200}
+				}}, slog.New(slog.DiscardHandler))
+			s.checkEvery = 10 * time.Millisecond
+			if err := s.Process(ctx, "w", claims); err != nil {
+				t.Fatalf("Process: %v", err)
+			}
+			if got := int(sent.Load()); got != tc.sent {
+				t.Errorf("%d requests, want %d", got, tc.sent)
+			}
+			work.mu.Lock()
+			defer work.mu.Unlock()
+			if len(work.recorded) != 1 || len(work.recorded[0]) != n {
+				t.Fatalf("records %v; want one of all %d messages", work.recorded, n)
+			}
+			for i, a := range work.recorded[0] {
+				want, reason := fulfillment.OutcomeNotSent, tc.reason
+				if i < tc.sent {
+					want, reason = fulfillment.OutcomeDelivered, ""
+					if i == 0 {
+						want = tc.answer
+					}
+				}
+				if a.ID != int64(i+1) || a.Outcome != want || a.Reason != reason {
+					t.Errorf("message %d recorded %s (%q), want %s (%q)", a.ID, a.Outcome, a.Reason, want, reason)
+				}
 			}
 		})
 	}

@@ -236,6 +236,17 @@ func (r *Receiver) Effects(key string) int {
 	return 0
 }
 
+// TotalRequests returns the number of verified requests, all keys together.
+func (r *Receiver) TotalRequests() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, k := range r.keys {
+		n += k.requests
+	}
+	return n
+}
+
 // TotalEffects returns the number of effects applied, all keys together.
 func (r *Receiver) TotalEffects() int {
 	r.mu.Lock()
