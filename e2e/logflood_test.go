@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -25,6 +26,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/internal/app"
 	"github.com/fulfillplatform/fulfillment/internal/logging"
 	"github.com/fulfillplatform/fulfillment/rig/pgcluster"
+	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 	"github.com/fulfillplatform/fulfillment/server"
 )
 
@@ -252,6 +254,10 @@ func TestLogFloodUnreachableDatabase(t *testing.T) {
 // With database.exit_after_unreachable set, a service whose database does
 // not answer gives up once it has not answered that long: Run returns an
 // error naming the key (fulfillmentd then exits 1, for its supervisor).
+// A server that answers but refuses the connection (here: the database
+// does not exist; a refused login, during a password rotation, alike) is
+// as unavailable as one that does not answer: meanwhile a webhook is
+// answered 503, for its provider to deliver it again, not 500.
 func TestExitAfterUnreachable(t *testing.T) {
 	t.Parallel()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -260,7 +266,25 @@ func TestExitAfterUnreachable(t *testing.T) {
 	}
 	host := lis.Addr().String()
 	_ = lis.Close() // nothing listens there now
-	cfg := testConfig("postgres://fulfillment@" + host + "/fulfillment?sslmode=disable")
+	missing, err := url.Parse(pgtest.DB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing.Path = "/no_such_database"
+	for _, tc := range []struct{ name, url string }{
+		{"nothing listens", "postgres://fulfillment@" + host + "/fulfillment?sslmode=disable"},
+		{"the database does not exist", missing.String()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			exitAfterUnreachable(t, tc.url)
+		})
+	}
+}
+
+func exitAfterUnreachable(t *testing.T, dbURL string) {
+	t.Helper()
+	cfg := testConfig(dbURL)
 	cfg.Database.ConnectTimeout = time.Second
 	cfg.Database.ExitAfterUnreachable = 5 * time.Second
 	sink := &logSink{}
@@ -273,6 +297,11 @@ func TestExitAfterUnreachable(t *testing.T) {
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() { done <- a.Run(ctx) }()
+	<-a.Ready()
+	s := &stack{ingestURL: "http://" + a.IngestAddr()}
+	if code := s.send(t, liveEP, liveSecret, event(yolfi.TypePaymentConfirmed, "gone-db-1", "inv_gone-db-1")); code != http.StatusServiceUnavailable {
+		t.Errorf("a webhook while the database is unavailable answered %d, want 503", code)
+	}
 	select {
 	case err := <-done:
 		took := time.Since(start)

@@ -366,6 +366,14 @@ func interpret(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: %w", fulfillment.ErrNotFound, err)
 	}
+	// A connection that could not be made, whatever the server said (a
+	// refused login during a password rotation, a database not created
+	// yet): the database is unavailable to this service, not the call
+	// wrong.
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return fmt.Errorf("%w: %w", fulfillment.ErrUnavailable, err)
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
@@ -374,6 +382,8 @@ func interpret(err error) error {
 		case pgErr.Code[:2] == "08", // connection exception
 			pgErr.Code[:2] == "57", // operator intervention: shutdown, cancel
 			pgErr.Code[:2] == "53", // insufficient resources
+			pgErr.Code[:2] == "28", // invalid authorization: a login refused
+			pgErr.Code == "3D000",  // the database does not exist
 			pgErr.Code[:2] == "40": // rolled back to break a deadlock or a serialization failure: a retry runs anew
 			return fmt.Errorf("%w: %w", fulfillment.ErrUnavailable, err)
 		}
@@ -381,11 +391,8 @@ func interpret(err error) error {
 	}
 	// The database is unreachable, went away mid-call, or the call ran out
 	// of time: the caller should retry, not see an internal error.
-	var (
-		connectErr *pgconn.ConnectError
-		netErr     net.Error
-	)
-	if errors.As(err, &connectErr) || errors.As(err, &netErr) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
+	var netErr net.Error
+	if errors.As(err, &netErr) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, pgconn.ErrConnClosed) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
 		return fmt.Errorf("%w: %w", fulfillment.ErrUnavailable, err)
