@@ -12,7 +12,7 @@ import (
 
 // One payment pays one period of a subscription, in the database: a
 // period paid by a payment that paid another of the subscription's is
-// refused. Migration 058 finds the periods stored twice under one payment
+// refused (migration 059). Migration 058 finds the periods stored twice under one payment
 // before it (made here by hand, as rules before the constraint could),
 // changes neither, marks the later one and opens one extra_payment item
 // per payment, under the key the service would give it.
@@ -47,7 +47,7 @@ func TestPeriodPaymentOnce(t *testing.T) {
 	if _, err := conn.Exec(ctx, again); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.MigrateTo(ctx, v); err != nil {
+	if err := m.MigrateTo(ctx, int32(len(m.Migrations))); err != nil { // 058, and 059's index
 		t.Fatal(err)
 	}
 	key := fulfillment.ItemKey(fulfillment.ReconExtraPayment, fulfillment.ItemSubject{SubscriptionID: sub, PaymentID: "70|1"})
