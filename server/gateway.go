@@ -61,12 +61,14 @@ func (s *Server) readiness(ctx context.Context) (code int, body map[string]any) 
 		}
 		return http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "reason": "schema version unknown"}
 	}
-	if applied != latest {
+	if applied < latest {
 		return http.StatusServiceUnavailable, map[string]any{
 			"status": "unavailable", "reason": "migrations pending: run fulfillmentd migrate",
 			"schema_version": applied, "latest_version": latest,
 		}
 	}
+	// A schema newer than this binary's (applied > latest) is one it runs
+	// on: an older replica during an upgrade, or a binary rolled back.
 	if s.opts.Queues != nil {
 		if down := s.opts.Queues(); len(down) > 0 {
 			names := make([]string, 0, len(down))
@@ -81,6 +83,10 @@ func (s *Server) readiness(ctx context.Context) (code int, body map[string]any) 
 				"queues_down": names, "schema_version": applied,
 			}
 		}
+	}
+	if applied > latest {
+		return http.StatusOK, map[string]any{"status": "ok", "schema_version": applied, "latest_version": latest,
+			"note": "the schema is newer than this binary's: it runs on it"}
 	}
 	return http.StatusOK, map[string]any{"status": "ok", "schema_version": applied}
 }

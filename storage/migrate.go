@@ -44,7 +44,63 @@ func parseConnConfig(what, url string) (*pgx.ConnConfig, error) {
 // session-pooled URL), else Migrate fails with ErrTransactionPooled — a
 // lock taken under transaction pooling could stay held on a pooled server
 // session for good.
+//
+// A database whose schema is newer than this binary's migrations (an older
+// binary during an upgrade, or after a rollback of the binary) is left as
+// it is: Migrate returns a *SchemaAheadError, which says so.
 func Migrate(ctx context.Context, url string) error {
+	return withMigrator(ctx, url, func(m *migrate.Migrator) error {
+		applied, err := m.GetCurrentVersion(ctx)
+		if err != nil {
+			return fmt.Errorf("reading schema version: %w", interpret(err))
+		}
+		if latest := int32(len(m.Migrations)); applied > latest {
+			return &SchemaAheadError{Applied: applied, Latest: latest}
+		}
+		if err := m.Migrate(ctx); err != nil {
+			return fmt.Errorf("migrating: %w", err)
+		}
+		return nil
+	})
+}
+
+// MigrateTo brings the database at url to version: it applies the
+// migrations up to it, or undoes (their down sections) those after it,
+// newest first. version is one of this binary's: 0 to its latest. As
+// Migrate, it needs a URL that keeps sessions.
+func MigrateTo(ctx context.Context, url string, version int32) error {
+	return withMigrator(ctx, url, func(m *migrate.Migrator) error {
+		latest := int32(len(m.Migrations))
+		if version < 0 || version > latest {
+			return fmt.Errorf("version %d is not one of this binary's: 0 to %d", version, latest)
+		}
+		applied, err := m.GetCurrentVersion(ctx)
+		if err != nil {
+			return fmt.Errorf("reading schema version: %w", interpret(err))
+		}
+		if applied > latest {
+			return &SchemaAheadError{Applied: applied, Latest: latest}
+		}
+		if err := m.MigrateTo(ctx, version); err != nil {
+			return fmt.Errorf("migrating to version %d: %w", version, err)
+		}
+		return nil
+	})
+}
+
+// SchemaAheadError is a database whose schema is at a version newer than
+// the latest this binary has: nothing was changed.
+type SchemaAheadError struct{ Applied, Latest int32 }
+
+func (e *SchemaAheadError) Error() string {
+	return fmt.Sprintf("the database schema is at version %d, newer than this binary's latest (%d): nothing applied. "+
+		"This binary runs on it (each release's migrations keep the release before it working); to take the schema "+
+		"back, run the newer binary's `fulfillmentd migrate --to %d`", e.Applied, e.Latest, e.Latest)
+}
+
+// withMigrator runs fn with a migrator on a connection of its own to the
+// database at url, which must keep sessions.
+func withMigrator(ctx context.Context, url string, fn func(m *migrate.Migrator) error) error {
 	cfg, err := parseConnConfig("database URL", url)
 	if err != nil {
 		return err
@@ -65,10 +121,7 @@ func Migrate(ctx context.Context, url string) error {
 	if err != nil {
 		return err
 	}
-	if err := m.Migrate(ctx); err != nil {
-		return fmt.Errorf("migrating: %w", err)
-	}
-	return nil
+	return fn(m)
 }
 
 // SchemaVersion reports the applied and the embedded (latest) migration

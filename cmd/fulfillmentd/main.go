@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -87,22 +88,41 @@ func newRootCmd() *cobra.Command {
 		}
 		return app.SessionURL(cfg), nil
 	}
+	var migrateTo int32
 	migrateCmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply pending database migrations and exit",
-		Args:  cobra.NoArgs,
+		Long: "Apply pending database migrations and exit.\n\n" +
+			"With --to, bring the schema to that version instead, undoing the migrations after it (newest first) " +
+			"when it is older: before rolling the binary back to a release whose schema that is, once no replica " +
+			"of the newer release runs. A migration that moved data undoes what it can; read its down section first.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sessionURL, err := loadSessionURL()
 			if err != nil {
 				return err
 			}
-			if err := storage.Migrate(cmd.Context(), sessionURL); err != nil {
+			out := cmd.OutOrStdout()
+			if cmd.Flags().Changed("to") {
+				if err := storage.MigrateTo(cmd.Context(), sessionURL, migrateTo); err != nil {
+					return app.PoolerError(err)
+				}
+				_, _ = fmt.Fprintf(out, "schema at version %d\n", migrateTo)
+				return nil
+			}
+			var ahead *storage.SchemaAheadError
+			switch err := storage.Migrate(cmd.Context(), sessionURL); {
+			case errors.As(err, &ahead):
+				_, _ = fmt.Fprintln(out, ahead.Error())
+				return nil
+			case err != nil:
 				return app.PoolerError(err)
 			}
-			_, _ = fmt.Fprintln(cmd.OutOrStdout(), "migrations applied")
+			_, _ = fmt.Fprintln(out, "migrations applied")
 			return nil
 		},
 	}
+	migrateCmd.Flags().Int32Var(&migrateTo, "to", 0, "bring the schema to this version, applying or undoing migrations (see migrate status)")
 	migrateCmd.AddCommand(&cobra.Command{
 		Use:   "status",
 		Short: "Say which migrations the database has applied and which are pending; change nothing",
@@ -117,6 +137,12 @@ func newRootCmd() *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
+			if st.Applied > st.Latest {
+				_, _ = fmt.Fprintf(out, "schema at version %d, newer than this binary's latest (%d): nothing pending; "+
+					"this binary runs on it (to take the schema back, run the newer binary's `fulfillmentd migrate --to %d`)\n",
+					st.Applied, st.Latest, st.Latest)
+				return nil
+			}
 			if len(st.Pending) == 0 {
 				_, _ = fmt.Fprintf(out, "schema at version %d of %d: current\n", st.Applied, st.Latest)
 				return nil

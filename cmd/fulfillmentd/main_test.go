@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -137,6 +139,60 @@ func TestMigrateStatus(t *testing.T) { //nolint:paralleltest // sets the environ
 	out, err = run(t, map[string]string{"DATABASE_URL": url}, "migrate", "status")
 	if err != nil || !strings.Contains(out, ": current") {
 		t.Errorf("status of a migrated database: %q, %v", out, err)
+	}
+}
+
+// migrate --to takes the schema back to a version (undoing the newest
+// migrations), and migrate brings it forward again. A schema newer than the
+// binary's (an older binary during an upgrade, or rolled back) is left as
+// it is: migrate and status say so and succeed, and --to refuses.
+func TestMigrateToAndSchemaAhead(t *testing.T) { //nolint:paralleltest // sets the environment (DATABASE_URL wins over the file)
+	url := pgtest.DB(t)
+	ctx := context.Background()
+	env := map[string]string{"DATABASE_URL": url}
+	out, err := run(t, env, "migrate", "status")
+	var latest int
+	if _, scanErr := fmt.Sscanf(out, "schema at version %d of", &latest); err != nil || scanErr != nil || latest < 3 {
+		t.Fatalf("status: %q, %v, %v", out, err, scanErr)
+	}
+	back := strconv.Itoa(latest - 2)
+	if out, err := run(t, env, "migrate", "--to", back); err != nil || !strings.Contains(out, "schema at version "+back) {
+		t.Fatalf("migrate --to %s: %q, %v", back, out, err)
+	}
+	if out, err := run(t, env, "migrate", "status"); err != nil || !strings.Contains(out, ": 2 pending") {
+		t.Errorf("status after going back two: %q, %v", out, err)
+	}
+	if out, err := run(t, env, "migrate"); err != nil || !strings.Contains(out, "migrations applied") {
+		t.Fatalf("migrate: %q, %v", out, err)
+	}
+	if out, err := run(t, env, "migrate", "status"); err != nil || !strings.Contains(out, ": current") {
+		t.Errorf("status after migrating again: %q, %v", out, err)
+	}
+	for _, bad := range []string{"-1", strconv.Itoa(latest + 1)} {
+		if _, err := run(t, env, "migrate", "--to", bad); err == nil || !strings.Contains(err.Error(), "is not one of this binary's") {
+			t.Errorf("migrate --to %s: %v, want a refusal", bad, err)
+		}
+	}
+
+	// A newer release migrated the database.
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	if _, err := conn.Exec(ctx, "UPDATE schema_version SET version = version + 1"); err != nil {
+		t.Fatal(err)
+	}
+	ahead := fmt.Sprintf("schema at version %d, newer than this binary's latest (%d)", latest+1, latest)
+	if out, err := run(t, env, "migrate", "status"); err != nil || !strings.Contains(out, ahead) {
+		t.Errorf("status of a newer schema: %q, %v; want it to say %q", out, err, ahead)
+	}
+	if out, err := run(t, env, "migrate"); err != nil || !strings.Contains(out, "newer than this binary's latest") ||
+		!strings.Contains(out, fmt.Sprintf("migrate --to %d", latest)) {
+		t.Errorf("migrate on a newer schema: %q, %v; want success saying so", out, err)
+	}
+	if _, err := run(t, env, "migrate", "--to", back); err == nil || !strings.Contains(err.Error(), "newer than this binary's latest") {
+		t.Errorf("migrate --to on a newer schema: %v, want a refusal saying so", err)
 	}
 }
 

@@ -85,10 +85,17 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 		}
 	}
 	if cfg.Database.Migrate {
-		if err := storage.Migrate(ctx, SessionURL(cfg)); err != nil {
+		var ahead *storage.SchemaAheadError
+		switch err := storage.Migrate(ctx, SessionURL(cfg)); {
+		case errors.As(err, &ahead):
+			// An older binary during an upgrade, or rolled back: it runs on
+			// the newer schema.
+			log.Warn("database schema newer than this binary", "schema_version", ahead.Applied, "latest_version", ahead.Latest)
+		case err != nil:
 			return nil, PoolerError(err)
+		default:
+			log.Info("migrations applied")
 		}
-		log.Info("migrations applied")
 	}
 	store, err := storage.Open(ctx, cfg.Database.URL, storage.Options{
 		SessionURL:     cfg.Database.SessionURL,
