@@ -20,6 +20,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
+	"github.com/fulfillplatform/fulfillment/storage"
 )
 
 // A process whose queues cannot claim work says so: when its liveness
@@ -196,5 +197,58 @@ func TestOlderBinaryOnNewerSchema(t *testing.T) {
 	var version int
 	if err := admin.QueryRow(context.Background(), "SELECT version FROM schema_version").Scan(&version); err != nil || version != latest+1 {
 		t.Errorf("schema version %d (%v) after the older binary started with migrate on, want %d untouched", version, err, latest+1)
+	}
+}
+
+// Told to migrate at start (database.migrate) while its database is not
+// there yet, the service starts all the same, as it does without
+// migrating: not ready, its queues waiting. Once the database answers, it
+// applies the migrations, and then its queues start and decide payments.
+// Without migrating at start, its queues wait for someone to migrate.
+func TestMigrationsPendingHoldTheQueues(t *testing.T) {
+	t.Parallel()
+	for _, migrate := range []bool{true, false} {
+		t.Run(fmt.Sprintf("migrate at start %v", migrate), func(t *testing.T) {
+			t.Parallel()
+			base := pgtest.DB(t)
+			admin, err := pgx.Connect(context.Background(), base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = admin.Close(context.Background()) }()
+			name := pgtest.Database(base) + "_later"
+			db := strings.Replace(base, "/"+pgtest.Database(base), "/"+name, 1)
+			t.Cleanup(func() {
+				_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			})
+			sink := &logSink{}
+			cfg := testConfig(db)
+			cfg.Database.Migrate = migrate
+			cfg.Database.ConnectTimeout = time.Second
+			a := runApp(t, cfg, floodLogger(sink), true)
+			s := &stack{ingestURL: "http://" + a.IngestAddr(), restURL: "http://" + a.HTTPAddr()}
+			if code, body := readyz(t, s.restURL); code != http.StatusServiceUnavailable {
+				t.Errorf("/readyz = %d %s before the database exists, want 503", code, body)
+			}
+			if _, err := admin.Exec(context.Background(), "CREATE DATABASE "+name); err != nil {
+				t.Fatal(err)
+			}
+			if !migrate {
+				waitFor(t, "a line saying the queues wait", func() bool {
+					return strings.Contains(strings.Join(sink.lines(), "\n"), "queues wait for the database's migrations")
+				})
+				if err := storage.Migrate(context.Background(), db); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitFor(t, "ready", func() bool { code, _ := readyz(t, s.restURL); return code == http.StatusOK })
+			s = stackOf(t, a, db)
+			order := s.createOrder(t, "live", "later-1")
+			s.sendOK(t, event(yolfi.TypePaymentConfirmed, "later-1", "inv_later-1"))
+			s.settle(t)
+			if e := s.effects(t, order.GetId()); e.State != "fulfilled" {
+				t.Errorf("once migrated: %v, want fulfilled", e)
+			}
+		})
 	}
 }

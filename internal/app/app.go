@@ -56,6 +56,9 @@ type App struct {
 	// tracer is nil when tracing is off; stopTracing flushes it.
 	tracer      trace.TracerProvider
 	stopTracing func(context.Context) error
+	// migrateURL is where Run applies the migrations before its queues
+	// start, when they could not be applied at New ("": none to apply).
+	migrateURL string
 }
 
 // New opens the database (migrating first when configured) and binds every
@@ -84,17 +87,16 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 			return nil, err
 		}
 	}
+	migrateLater := ""
 	if cfg.Database.Migrate {
-		var ahead *storage.SchemaAheadError
-		switch err := storage.Migrate(ctx, SessionURL(cfg)); {
-		case errors.As(err, &ahead):
-			// An older binary during an upgrade, or rolled back: it runs on
-			// the newer schema.
-			log.Warn("database schema newer than this binary", "schema_version", ahead.Applied, "latest_version", ahead.Latest)
+		switch err := migrate(ctx, cfg, log); {
+		case errors.Is(err, fulfillment.ErrUnavailable):
+			// As the service waits for a database that does not answer, it
+			// migrates once it does (Run), its queues waiting until then.
+			log.Warn("database unavailable: migrations are applied once it answers", "error", err)
+			migrateLater = SessionURL(cfg)
 		case err != nil:
-			return nil, PoolerError(err)
-		default:
-			log.Info("migrations applied")
+			return nil, err
 		}
 	}
 	store, err := storage.Open(ctx, cfg.Database.URL, storage.Options{
@@ -122,7 +124,8 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 	for _, d := range cfg.Deprecated() {
 		log.Warn(d)
 	}
-	a := &App{log: log, store: store, http: cfg.HTTP, tracer: tracer, stopTracing: stopTracing, tls: tlsCfg}
+	a := &App{log: log, store: store, http: cfg.HTTP, tracer: tracer, stopTracing: stopTracing, tls: tlsCfg,
+		migrateURL: migrateLater}
 	if err := a.build(cfg, endpoints); err != nil {
 		a.Close()
 		return nil, err
@@ -256,7 +259,14 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	queues = append(queues, a.outbox...)
 	if len(queues) > 0 {
-		g.Go(func() error { return runQueues(ctx, a.liveness, queues...) })
+		g.Go(func() error {
+			// The queues run against the schema they were written for:
+			// while migrations are pending, they wait (and /readyz says so).
+			if !a.awaitSchema(ctx) {
+				return nil
+			}
+			return runQueues(ctx, a.liveness, queues...)
+		})
 		g.Go(func() error { a.health.watch(ctx, queues); return nil })
 	}
 	if a.vacuum != nil {
@@ -281,6 +291,63 @@ func (a *App) Run(ctx context.Context) error {
 		g.Go(func() error { return ServeHTTP(ctx, "pprof", a.debugLis, mux, nil, a.http, a.log) })
 	}
 	return g.Wait()
+}
+
+// migrate applies the pending migrations at the session URL of cfg. A
+// schema newer than this binary's is left alone: an older binary during an
+// upgrade, or one rolled back, runs on it.
+func migrate(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	var ahead *storage.SchemaAheadError
+	switch err := storage.Migrate(ctx, SessionURL(cfg)); {
+	case errors.As(err, &ahead):
+		log.Warn("database schema newer than this binary", "schema_version", ahead.Applied, "latest_version", ahead.Latest)
+	case err != nil:
+		return PoolerError(err)
+	default:
+		log.Info("migrations applied")
+	}
+	return nil
+}
+
+// schemaPoll is how often Run looks at the schema again while migrations
+// are pending.
+const schemaPoll = 2 * time.Second
+
+// awaitSchema returns true once the schema is this binary's or newer,
+// having applied the migrations when New could not (migrateURL); false
+// when ctx ended first. While migrations are pending it says so once.
+func (a *App) awaitSchema(ctx context.Context) bool {
+	said := false
+	for {
+		if a.migrateURL != "" {
+			switch err := storage.Migrate(ctx, a.migrateURL); {
+			case err == nil:
+				a.log.Info("migrations applied")
+				a.migrateURL = ""
+			case !errors.Is(err, fulfillment.ErrUnavailable):
+				var ahead *storage.SchemaAheadError
+				if errors.As(err, &ahead) {
+					a.migrateURL = ""
+				} else if !said {
+					a.log.Warn("applying migrations", "error", err)
+				}
+			}
+		}
+		applied, latest, err := a.store.SchemaVersion(ctx)
+		if err == nil && applied >= latest {
+			return true
+		}
+		if err == nil && !said {
+			said = true
+			a.log.Warn("queues wait for the database's migrations: run fulfillmentd migrate",
+				"schema_version", applied, "latest_version", latest)
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(schemaPoll):
+		}
+	}
 }
 
 // Close releases the database pool (Run does it when it returns) and
