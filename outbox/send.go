@@ -19,6 +19,7 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -299,8 +300,9 @@ func checkKey(key string) error {
 // request provably was not processed (nothing was sent: DNS failure,
 // connection refused, TLS failure, a timeout while connecting; or the
 // destination answered 3xx or a 4xx, 408 and 429 included, which by HTTP's
-// definition did not act on it), and Uncertain otherwise (a timeout or a
-// lost connection after something was sent, a 5xx or non-standard answer).
+// definition did not act on it — except 303, which answers a POST that
+// was acted on), and Uncertain otherwise (a timeout or a lost connection
+// after something was sent, a 303, a 5xx or non-standard answer).
 // Invalid inputs give Invalid without sending anything. Send does not
 // panic, whatever its inputs.
 func (s *Sender) Send(ctx context.Context, d Destination, m Message) Result {
@@ -365,6 +367,10 @@ func answered(status int, idempotent bool) Result {
 		r.Verdict = Gone
 	case idempotent:
 		r.Verdict = Retry
+	case status == http.StatusSeeOther:
+		// The answer to a POST that was acted on, pointing at its result
+		// (RFC 9110, 15.4.4): sent again, it would act twice.
+		r.Verdict = Uncertain
 	case status >= 300 && status <= 499:
 		// The destination answered without acting on the request.
 		r.Verdict = Retry
@@ -461,6 +467,10 @@ func failed(parent, attempt context.Context, d Destination, p *progress, err err
 	return r
 }
 
+// plainAnswerToTLS is the error net/http gives, in place of the TLS
+// record header error, when an https URL's server answered in plain HTTP.
+const plainAnswerToTLS = "server gave HTTP response to HTTPS client"
+
 // cause names a transport error, which happened at stage st, in a fixed
 // phrase: the error's own text may quote the URL or the answer.
 func cause(err error, st stage) string {
@@ -477,7 +487,7 @@ func cause(err error, st stage) string {
 	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
 		return "TLS: certificate not trusted"
 	}
-	if _, ok := errors.AsType[tls.RecordHeaderError](err); ok {
+	if _, ok := errors.AsType[tls.RecordHeaderError](err); ok || strings.Contains(err.Error(), plainAnswerToTLS) {
 		return "TLS: the destination does not speak TLS"
 	}
 	if _, ok := errors.AsType[tls.AlertError](err); ok {

@@ -194,6 +194,7 @@ func TestStatuses(t *testing.T) {
 		{202, outbox.Delivered, outbox.Delivered},
 		{204, outbox.Delivered, outbox.Delivered},
 		{302, outbox.Retry, outbox.Retry},
+		{303, outbox.Retry, outbox.Uncertain},
 		{400, outbox.Retry, outbox.Retry},
 		{404, outbox.Retry, outbox.Retry},
 		{408, outbox.Retry, outbox.Retry},
@@ -217,7 +218,7 @@ func TestStatuses(t *testing.T) {
 				if !idem {
 					v = c.notIdem
 				}
-				if c.status == 302 {
+				if c.status/100 == 3 {
 					reason += " (redirects are not followed)"
 				}
 				check(t, s.Send(t.Context(), d, m), want{v, c.status, true, reason}, d, m)
@@ -507,6 +508,14 @@ func TestTLS(t *testing.T) {
 	}()
 	d = dest(t, "https://"+ln.Addr().String(), false, 300*time.Millisecond)
 	check(t, trusting.Send(t.Context(), d, m), want{outbox.Retry, 0, false, "timed out after 300ms connecting (nothing sent)"}, d, m)
+
+	// An https URL whose server speaks plain HTTP.
+	plain := start(t, false, nil)
+	d = dest(t, strings.Replace(plain.URL(), "http://", "https://", 1), false, 5*time.Second)
+	check(t, trusting.Send(t.Context(), d, m), want{outbox.Retry, 0, false, "TLS: the destination does not speak TLS while connecting (nothing sent)"}, d, m)
+	if n := plain.Requests(m.Key); n != 0 {
+		t.Errorf("the plain server took %d requests", n)
+	}
 }
 
 func TestCanceled(t *testing.T) {
