@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"gopkg.in/yaml.v3"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
@@ -785,6 +786,16 @@ func (c *Config) validate() error {
 			if _, err := os.Stat(f); err != nil {
 				return fmt.Errorf("%s: %w", key, unwrapPathError(err))
 			}
+		}
+	}
+	for _, u := range []struct{ key, url string }{
+		{"database.url (or DATABASE_URL)", c.Database.URL},
+		{"database.session_url (or " + EnvSessionURL + ")", c.Database.SessionURL},
+	} {
+		// Parsed as the service parses it, connecting to nothing; never
+		// quoted: it may hold a password.
+		if _, err := pgconn.ParseConfig(u.url); u.url != "" && err != nil {
+			return fmt.Errorf("%s: not a valid PostgreSQL connection string (a URL postgres://user@host:port/database, or key=value pairs)", u.key)
 		}
 	}
 	if c.Database.MaxConns < 0 {

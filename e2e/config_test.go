@@ -34,6 +34,31 @@ func TestWarnsWhenNobodyCanCall(t *testing.T) {
 	}
 }
 
+// The profiles listener (listen.debug) has no authentication and a heap
+// profile holds what the process holds: one bound beyond loopback is
+// warned about when the service starts, one on loopback is not.
+func TestDebugListenerBeyondLoopbackWarns(t *testing.T) {
+	t.Parallel()
+	for addr, warns := range map[string]bool{"0.0.0.0:0": true, "127.0.0.1:0": false} {
+		cfg := testConfig(pgtest.DB(t))
+		cfg.Listen.Debug = addr
+		var logs bytes.Buffer
+		ctx, cancel := context.WithCancel(context.Background())
+		a, err := app.New(ctx, cfg, slog.New(slog.NewJSONHandler(&logs, nil)))
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		cancel()
+		if err := a.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(logs.String(), "listen.debug serves Go's profiles, unauthenticated, beyond loopback"); got != warns {
+			t.Errorf("listen.debug %s: warned %v, want %v:\n%s", addr, got, warns, logs.String())
+		}
+	}
+}
+
 // A configuration mistake only the providers can see (here a signing
 // secret too short for its provider) stops the service before it touches
 // the database: with migrations on and a database that cannot be reached,

@@ -185,6 +185,12 @@ func (a *App) build(cfg *config.Config, endpoints []ingest.Endpoint) error {
 		if a.debugLis, err = net.Listen("tcp", cfg.Listen.Debug); err != nil {
 			return fmt.Errorf("listening for pprof on %s: %w", cfg.Listen.Debug, err)
 		}
+		if addr, ok := a.debugLis.Addr().(*net.TCPAddr); ok && !addr.IP.IsLoopback() {
+			// Profiles and heap dumps hold what the process holds:
+			// secrets, tokens, payloads. Nothing guards this listener.
+			a.log.Warn("listen.debug serves Go's profiles, unauthenticated, beyond loopback: keep it on 127.0.0.1",
+				"address", addr.String())
+		}
 	}
 
 	a.liveness = a.store.NewLiveness()
