@@ -190,6 +190,10 @@ type DeliveryAttempt struct {
 	// Reason says what happened in a few words (never the payload).
 	Reason    string
 	StartedAt time.Time
+	// RetryAfter is how long the destination asked to be left alone
+	// (Retry-After) before the message is tried again: its next attempt
+	// waits at least that long. Not stored.
+	RetryAfter time.Duration
 	// Attempt (from 1) and FinishedAt are set by storage when it reads
 	// the record back.
 	Attempt    int

@@ -123,7 +123,16 @@ type Result struct {
 	// Sent is false only when the request provably did not reach the
 	// destination: not even its header block was written in full.
 	Sent bool
+	// RetryAfter is how long a destination that answered 429 or 503 asked
+	// to be left alone (its Retry-After: seconds, or a date), at most
+	// MaxRetryAfter; 0 when it asked nothing, or when the verdict is not
+	// Retry.
+	RetryAfter time.Duration
 }
+
+// MaxRetryAfter bounds how long a Retry-After may hold a message back: a
+// date years ahead is a destination's mistake, not a wish to wait.
+const MaxRetryAfter = time.Hour
 
 // Defaults of NewSender.
 const (
@@ -335,7 +344,30 @@ func (s *Sender) Send(ctx context.Context, d Destination, m Message) Result {
 	// Whatever happens while reading the body, the status is the answer.
 	_, _ = io.CopyN(io.Discard, resp.Body, s.maxRead)
 	_ = resp.Body.Close()
-	return answered(resp.StatusCode, d.Idempotent)
+	r := answered(resp.StatusCode, d.Idempotent)
+	if r.Verdict == Retry && (r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable) {
+		if r.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), s.now()); r.RetryAfter > 0 {
+			r.Reason += " (asked to retry after " + r.RetryAfter.String() + ")"
+		}
+	}
+	return r
+}
+
+// retryAfter reads a Retry-After header (delay-seconds or an HTTP date,
+// RFC 9110 10.2.3) at now, bounded by MaxRetryAfter; 0 when absent,
+// malformed or past.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		d = time.Duration(min(max(secs, 0), int64(MaxRetryAfter/time.Second))) * time.Second
+	} else if at, err := http.ParseTime(v); err == nil {
+		d = at.Sub(now).Truncate(time.Second)
+	}
+	return min(max(d, 0), MaxRetryAfter)
 }
 
 // request builds the POST of m to d, under ctx.

@@ -230,6 +230,55 @@ func TestStatuses(t *testing.T) {
 	}
 }
 
+// A destination that answers 429 or 503 with Retry-After says how long
+// to leave it alone: seconds or a date, bounded, read only where the
+// message is retried.
+func TestRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2027, 3, 1, 12, 0, 0, 0, time.UTC)
+	s := newSender(t, outbox.WithClock(func() time.Time { return now }))
+	cases := []struct {
+		status     int
+		header     string
+		idempotent bool
+		verdict    outbox.Verdict
+		after      time.Duration
+	}{
+		{429, "120", true, outbox.Retry, 2 * time.Minute},
+		{429, "120", false, outbox.Retry, 2 * time.Minute}, // a 4xx: not acted on
+		{503, now.Add(90 * time.Second).Format(http.TimeFormat), true, outbox.Retry, 90 * time.Second},
+		{503, "120", false, outbox.Uncertain, 0}, // may have acted: not retried at all
+		{429, "86400", true, outbox.Retry, outbox.MaxRetryAfter},
+		{429, now.AddDate(5, 0, 0).Format(http.TimeFormat), true, outbox.Retry, outbox.MaxRetryAfter},
+		{429, now.Add(-time.Hour).Format(http.TimeFormat), true, outbox.Retry, 0},
+		{429, "-5", true, outbox.Retry, 0},
+		{429, "soon", true, outbox.Retry, 0},
+		{429, "", true, outbox.Retry, 0},
+		{500, "120", true, outbox.Retry, 0}, // only 429 and 503 carry it
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%d %q %s", c.status, c.header, mode(c.idempotent)), func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				if c.header != "" {
+					w.Header().Set("Retry-After", c.header)
+				}
+				w.WriteHeader(c.status)
+			}))
+			t.Cleanup(srv.Close)
+			d, m := dest(t, srv.URL, c.idempotent, 5*time.Second), msg("msg_retry_after")
+			r := s.Send(t.Context(), d, m)
+			if r.Verdict != c.verdict || r.RetryAfter != c.after {
+				t.Errorf("Send = %s, retry after %v (%q); want %s, %v", r.Verdict, r.RetryAfter, r.Reason, c.verdict, c.after)
+			}
+			if wantSaid := c.after > 0; strings.Contains(r.Reason, "asked to retry after "+c.after.String()) != wantSaid {
+				t.Errorf("reason %q; saying the wait: want %v", r.Reason, wantSaid)
+			}
+			checkReason(t, r.Reason, d, m)
+		})
+	}
+}
+
 func TestRedirectNotFollowed(t *testing.T) {
 	t.Parallel()
 	s := newSender(t)

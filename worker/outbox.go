@@ -128,7 +128,7 @@ func (t *sender) Process(ctx context.Context, owner string, claims []Claim) erro
 		case gone[a.ID]:
 			t.log.Info("outbox message taken over by another worker", "message_id", a.ID, "outcome", a.Outcome)
 		case a.Outcome == fulfillment.OutcomeRetry:
-			retry[a.ID] = errors.New(a.Reason)
+			retry[a.ID] = later{reason: a.Reason, after: a.RetryAfter}
 		case a.Outcome == fulfillment.OutcomeGone:
 			t.log.Warn("destination answered 410 Gone: disabled until an admin enables it", "message_id", a.ID)
 		case a.Outcome == fulfillment.OutcomeUncertain || a.Outcome == fulfillment.OutcomeInterrupted:
@@ -147,6 +147,18 @@ func (t *sender) Process(ctx context.Context, owner string, claims []Claim) erro
 // starting requests within about this much of a disable. A batch sent in
 // less time never asks.
 const disabledCheck = time.Second
+
+// later is a failed attempt whose destination asked (Retry-After) to be
+// left alone for after: the queue tries the message again no sooner.
+type later struct {
+	reason string
+	after  time.Duration
+}
+
+func (l later) Error() string { return l.reason }
+
+// RetryAfter implements RetryAfterer.
+func (l later) RetryAfter() time.Duration { return l.after }
 
 // attemptAll makes one attempt at each of msgs, each in a request slot,
 // and returns those made, in msgs' order. It starts no more requests once

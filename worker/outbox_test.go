@@ -239,3 +239,29 @@ func TestOutboxSenderCutsABatchShort(t *testing.T) {
 		})
 	}
 }
+
+// The wait a destination asked for (Retry-After) travels with the failed
+// attempt to the queue, which schedules the message's retry no sooner.
+func TestOutboxSenderPassesRetryAfter(t *testing.T) {
+	t.Parallel()
+	work := &fakeOutbox{msgs: map[int64]fulfillment.OutboxMessage{1: {ID: 1}, 2: {ID: 2}}}
+	s := newSender(work, Destination{ID: "crm", Idempotent: true, Concurrency: 1,
+		Deliver: func(_ context.Context, m fulfillment.OutboxMessage) fulfillment.DeliveryAttempt {
+			if m.ID == 1 {
+				return fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeRetry, Status: 429, Reason: "HTTP 429",
+					RetryAfter: 30 * time.Second}
+			}
+			return fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeRetry, Status: 500, Reason: "HTTP 500"}
+		}}, slog.New(slog.DiscardHandler))
+	err := s.Process(context.Background(), "w", []Claim{{ID: 1, Attempts: 1}, {ID: 2, Attempts: 1}})
+	items, ok := errors.AsType[ItemErrors](err)
+	if !ok || len(items) != 2 {
+		t.Fatalf("Process = %v, want both messages to retry", err)
+	}
+	if ra, ok := errors.AsType[RetryAfterer](items[1]); !ok || ra.RetryAfter() != 30*time.Second || ra.Error() != "HTTP 429" {
+		t.Errorf("message 1's cause %v, want HTTP 429 asking for 30s", items[1])
+	}
+	if ra, ok := errors.AsType[RetryAfterer](items[2]); ok && ra.RetryAfter() != 0 {
+		t.Errorf("message 2's cause asks for %v, want nothing", ra.RetryAfter())
+	}
+}

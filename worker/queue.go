@@ -428,6 +428,15 @@ func (q *Queue) done(claims []Claim) {
 	}
 }
 
+// RetryAfterer is a cause of a failed attempt that says how long the item
+// must wait at least before it is tried again (a destination's
+// Retry-After): its retry waits that long when it is longer than its
+// backoff.
+type RetryAfterer interface {
+	error
+	RetryAfter() time.Duration
+}
+
 // ErrLater says that an item is not done yet, as expected (a payment
 // without an outcome), when an error of a Process wraps it: the item is
 // tried again after its backoff like a failure, and counts as an attempt,
@@ -486,7 +495,11 @@ func (q *Queue) retry(ctx context.Context, owner string, claims []Claim, causes 
 	}
 	rs := make([]Retry, len(claims))
 	for i, c := range claims {
-		rs[i] = Retry{Claim: c, Cause: causes[i].Error(), Next: time.Now().Add(q.backoff(c.Attempts))}
+		wait := q.backoff(c.Attempts)
+		if ra, ok := errors.AsType[RetryAfterer](causes[i]); ok {
+			wait = max(wait, ra.RetryAfter())
+		}
+		rs[i] = Retry{Claim: c, Cause: causes[i].Error(), Next: time.Now().Add(wait)}
 	}
 	outcomes, rerr := q.table.Retry(ctx, owner, rs, q.cfg.MaxAttempts)
 	switch {

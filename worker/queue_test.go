@@ -357,6 +357,39 @@ func TestQueueRetriesItemErrorsAfterBackoff(t *testing.T) {
 	}
 }
 
+// A failed item whose cause asks for a wait (a destination's Retry-After)
+// is due again no sooner than that, or after its backoff when that is
+// longer.
+func TestQueueRetryWaitsAsAsked(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var retried calls[string]
+		ctx, cancel := context.WithCancel(context.Background())
+		ft := &fakeTable{
+			claim: batches(new(calls[time.Time]), []Claim{{1, 1}, {2, 3}, {3, 1}}),
+			process: func(context.Context, string, []Claim) error {
+				return ItemErrors{1: later{reason: "HTTP 429", after: 90 * time.Second},
+					2: later{reason: "HTTP 503", after: time.Second}, 3: errors.New("HTTP 500")}
+			},
+			retry: func(_ string, c Claim, cause string, next time.Time, _ int) (bool, error) {
+				retried.add(fmt.Sprintf("%d: %s, in %v", c.ID, cause, time.Until(next)))
+				return false, nil
+			},
+		}
+		q := NewQueue("test", ft, ft.Process, liveOwner("a"), Config{Workers: 1, Batch: 3, BaseBackoff: time.Second, MaxAttempts: 5}, discard)
+		q.jitter = func() float64 { return 0 }
+		done := make(chan struct{})
+		go func() { defer close(done); _ = q.Run(ctx) }()
+		synctest.Wait()
+		cancel()
+		<-done
+		want := []string{"1: HTTP 429, in 1m30s", "2: HTTP 503, in 4s", "3: HTTP 500, in 1s"}
+		if got := retried.all(); !slices.Equal(got, want) {
+			t.Errorf("retries %q, want %q", got, want)
+		}
+	})
+}
+
 // A batch of failed attempts the table refuses as a whole (one attempt
 // it cannot store) is recorded again one attempt at a time: the others
 // are not kept leased until their lease runs out.

@@ -54,7 +54,8 @@ func newOutbox(cfg *config.Config, store *storage.Store, owners worker.Owners, r
 			Deliver: func(ctx context.Context, m fulfillment.OutboxMessage) fulfillment.DeliveryAttempt {
 				start := time.Now()
 				r := sender.Send(ctx, target, outbox.Message{Key: m.Key, Topic: string(m.Topic), Payload: m.Payload})
-				a := fulfillment.DeliveryAttempt{Outcome: outcomeOf(r.Verdict), Status: r.Status, Reason: r.Reason}
+				a := fulfillment.DeliveryAttempt{Outcome: outcomeOf(r.Verdict), Status: r.Status, Reason: r.Reason,
+					RetryAfter: r.RetryAfter}
 				attempts.WithLabelValues(d.ID, string(a.Outcome)).Inc()
 				took.WithLabelValues(d.ID).Observe(time.Since(start).Seconds())
 				if a.Outcome == fulfillment.OutcomeDelivered && !m.CreatedAt.IsZero() {
