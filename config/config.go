@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	neturl "net/url"
 	"os"
@@ -793,8 +794,11 @@ func (c *Config) validate() error {
 		{"database.session_url (or " + EnvSessionURL + ")", c.Database.SessionURL},
 	} {
 		// Parsed as the service parses it, connecting to nothing; never
-		// quoted: it may hold a password.
-		if _, err := pgconn.ParseConfig(u.url); u.url != "" && err != nil {
+		// quoted: it may hold a password. Parsing reads the files it names
+		// (sslrootcert, sslcert, sslkey): one that is not on this machine
+		// is not the string's fault, and the service reads it where it runs.
+		_, err := pgconn.ParseConfig(u.url)
+		if _, noFile := errors.AsType[*fs.PathError](err); u.url != "" && err != nil && !noFile {
 			return fmt.Errorf("%s: not a valid PostgreSQL connection string (a URL postgres://user@host:port/database, or key=value pairs)", u.key)
 		}
 	}

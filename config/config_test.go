@@ -226,6 +226,21 @@ func TestOTLPEndpointCredentialsRefusedUnquoted(t *testing.T) {
 	}
 }
 
+// A connection string naming a certificate file that is not on this
+// machine (config check runs where the service may not) is not called
+// malformed: the service reads the file where it runs.
+func TestDatabaseURLNamingAMissingFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte("{}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url := "postgres://fulfillment@db.internal:5432/fulfillment?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem"
+	if _, err := Load(path, env(map[string]string{"DATABASE_URL": url})); err != nil {
+		t.Errorf("Load = %v, want the URL accepted", err)
+	}
+}
+
 func TestLoadMissingFile(t *testing.T) {
 	t.Parallel()
 	_, err := Load("/nonexistent/config.yaml", env(nil))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/internal/app"
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 	"github.com/fulfillplatform/fulfillment/storage"
 )
@@ -182,7 +183,12 @@ func TestOlderBinaryOnNewerSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := startReplicaWith(t, db, func(c *config.Config) { c.Database.Migrate = true })
-	code, body := readyz(t, s.restURL)
+	// Ready once its queues have claimed (a moment after start).
+	var (
+		code int
+		body string
+	)
+	waitFor(t, "ready", func() bool { code, body = readyz(t, s.restURL); return code == http.StatusOK })
 	if code != http.StatusOK || !strings.Contains(body, fmt.Sprintf(`"schema_version":%d`, latest+1)) ||
 		!strings.Contains(body, "newer than this binary") {
 		t.Errorf("/readyz = %d %s, want 200 saying the schema is newer", code, body)
@@ -250,5 +256,59 @@ func TestMigrationsPendingHoldTheQueues(t *testing.T) {
 				t.Errorf("once migrated: %v, want fulfilled", e)
 			}
 		})
+	}
+}
+
+// Told to migrate at start while its database is not there yet, the
+// service stops, as it would have at start, when the migrations then fail
+// for good (here a table of the same name is in the way), rather than
+// trying them again every few seconds.
+func TestMigrationsFailingOnceTheDatabaseAnswersStopTheService(t *testing.T) {
+	t.Parallel()
+	base := pgtest.DB(t)
+	admin, err := pgx.Connect(context.Background(), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = admin.Close(context.Background()) }()
+	name := pgtest.Database(base) + "_broken"
+	db := strings.Replace(base, "/"+pgtest.Database(base), "/"+name, 1)
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
+	cfg := testConfig(db)
+	cfg.Database.Migrate = true
+	cfg.Database.ConnectTimeout = time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, err := app.New(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("New with the database missing: %v, want it to start and migrate later", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	// The database appears with the table in it, at once: made from a
+	// template that has it.
+	tpl := name + "_tpl"
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+tpl+" WITH (FORCE)") })
+	if _, err := admin.Exec(context.Background(), "CREATE DATABASE "+tpl); err != nil {
+		t.Fatal(err)
+	}
+	in, err := pgx.Connect(context.Background(), strings.Replace(db, "/"+name, "/"+tpl, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.Exec(context.Background(), "CREATE TABLE orders (nothing int)"); err != nil {
+		t.Fatal(err)
+	}
+	_ = in.Close(context.Background())
+	if _, err := admin.Exec(context.Background(), "CREATE DATABASE "+name+" TEMPLATE "+tpl); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "orders") {
+			t.Errorf("Run = %v, want the failed migration's error", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("still running 30 s after its migrations failed")
 	}
 }

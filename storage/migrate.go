@@ -5,6 +5,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/tern/v2/migrate"
@@ -117,6 +118,23 @@ func withMigrator(ctx context.Context, url string, fn func(m *migrate.Migrator) 
 		return fmt.Errorf("connecting to migrate: %w", interpret(err))
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	// Wait for tern's lock without a statement (and its snapshot) open:
+	// a CREATE INDEX CONCURRENTLY of the holder waits for older snapshots.
+	for {
+		var got bool
+		if err := conn.QueryRow(ctx, "select pg_try_advisory_lock(9628173550095224)").Scan(&got); err != nil {
+			return fmt.Errorf("locking migrations: %w", interpret(err))
+		}
+		if got {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "select pg_advisory_unlock(9628173550095224)") }()
 	m, err := newMigrator(ctx, conn)
 	if err != nil {
 		return err

@@ -413,7 +413,7 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 		}
 		if len(notSent) > 0 {
 			b.Queue(`
-				UPDATE outbox_work SET lease_owner = NULL, lease_until = NULL, sending_since = NULL,
+				UPDATE outbox_work SET lease_owner = NULL, lease_until = NULL,
 					next_attempt_at = clock_timestamp(), attempts = greatest(attempts - 1, 0)
 				WHERE id = ANY($1)`, notSent)
 		}

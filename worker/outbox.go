@@ -112,9 +112,14 @@ func (t *sender) Process(ctx context.Context, owner string, claims []Claim) erro
 	defer cancel()
 	lost, err := t.record(rctx, owner, attempts)
 	if err != nil {
+		// The messages not sent were not attempted: they are left leased,
+		// for the queue to release when it stops or to claim again once
+		// the lease runs out, rather than counted as failed attempts.
 		failed := make(ItemErrors, len(attempts))
 		for _, a := range attempts {
-			failed[a.ID] = fmt.Errorf("recording its attempt (%s): %w", a.Outcome, err)
+			if a.Outcome != fulfillment.OutcomeNotSent {
+				failed[a.ID] = fmt.Errorf("recording its attempt (%s): %w", a.Outcome, err)
+			}
 		}
 		return failed
 	}

@@ -265,3 +265,24 @@ func TestOutboxSenderPassesRetryAfter(t *testing.T) {
 		t.Errorf("message 2's cause asks for %v, want nothing", ra.RetryAfter())
 	}
 }
+
+// When the record of a batch cut short fails, the messages sent come back
+// to be retried (counted), the ones not sent do not: they were never
+// attempted, and stay leased for the queue to hand back.
+func TestOutboxSenderFailedRecordLeavesTheNotSent(t *testing.T) {
+	t.Parallel()
+	work := &fakeOutbox{msgs: map[int64]fulfillment.OutboxMessage{1: {ID: 1}, 2: {ID: 2}, 3: {ID: 3}},
+		recordErr: errors.New("connection reset")}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := newSender(work, Destination{ID: "crm", Idempotent: true, Concurrency: 1,
+		Deliver: func(context.Context, fulfillment.OutboxMessage) fulfillment.DeliveryAttempt {
+			cancel() // the worker stops during the first request
+			return fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeDelivered, Status: 200}
+		}}, slog.New(slog.DiscardHandler))
+	err := s.Process(ctx, "w", []Claim{{ID: 1, Attempts: 1}, {ID: 2, Attempts: 1}, {ID: 3, Attempts: 1}})
+	items, ok := errors.AsType[ItemErrors](err)
+	if !ok || len(items) != 1 || items[1] == nil {
+		t.Errorf("Process = %v, want message 1 alone to retry", err)
+	}
+}

@@ -268,8 +268,8 @@ func (a *App) Run(ctx context.Context) error {
 		g.Go(func() error {
 			// The queues run against the schema they were written for:
 			// while migrations are pending, they wait (and /readyz says so).
-			if !a.awaitSchema(ctx) {
-				return nil
+			if ok, err := a.awaitSchema(ctx); !ok {
+				return err
 			}
 			return runQueues(ctx, a.liveness, queues...)
 		})
@@ -321,27 +321,29 @@ const schemaPoll = 2 * time.Second
 
 // awaitSchema returns true once the schema is this binary's or newer,
 // having applied the migrations when New could not (migrateURL); false
-// when ctx ended first. While migrations are pending it says so once.
-func (a *App) awaitSchema(ctx context.Context) bool {
+// when ctx ended first, or with the error of migrations that failed once
+// the database answered (which stops the service, as it would have at
+// New). While migrations are pending it says so once.
+func (a *App) awaitSchema(ctx context.Context) (bool, error) {
 	said := false
 	for {
 		if a.migrateURL != "" {
+			var ahead *storage.SchemaAheadError
 			switch err := storage.Migrate(ctx, a.migrateURL); {
 			case err == nil:
 				a.log.Info("migrations applied")
 				a.migrateURL = ""
+			case errors.As(err, &ahead):
+				a.migrateURL = ""
+			case ctx.Err() != nil:
+				return false, nil
 			case !errors.Is(err, fulfillment.ErrUnavailable):
-				var ahead *storage.SchemaAheadError
-				if errors.As(err, &ahead) {
-					a.migrateURL = ""
-				} else if !said {
-					a.log.Warn("applying migrations", "error", err)
-				}
+				return false, PoolerError(err)
 			}
 		}
 		applied, latest, err := a.store.SchemaVersion(ctx)
 		if err == nil && applied >= latest {
-			return true
+			return true, nil
 		}
 		if err == nil && !said {
 			said = true
@@ -350,7 +352,7 @@ func (a *App) awaitSchema(ctx context.Context) bool {
 		}
 		select {
 		case <-ctx.Done():
-			return false
+			return false, nil
 		case <-time.After(schemaPoll):
 		}
 	}
