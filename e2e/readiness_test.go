@@ -206,6 +206,24 @@ func TestOlderBinaryOnNewerSchema(t *testing.T) {
 	}
 }
 
+// notYetCreated names a database of the test's cluster that does not exist
+// yet (the test's own with suffix), and its URL; admin, connected to the
+// test's database, may create it, and it is dropped when the test ends.
+func notYetCreated(t *testing.T, suffix string) (admin *pgx.Conn, name, url string) {
+	t.Helper()
+	base := pgtest.DB(t)
+	admin, err := pgx.Connect(context.Background(), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name = pgtest.Database(base) + suffix
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		_ = admin.Close(context.Background())
+	})
+	return admin, name, strings.Replace(base, "/"+pgtest.Database(base), "/"+name, 1)
+}
+
 // Told to migrate at start (database.migrate) while its database is not
 // there yet, the service starts all the same, as it does without
 // migrating: not ready, its queues waiting. Once the database answers, it
@@ -216,17 +234,7 @@ func TestMigrationsPendingHoldTheQueues(t *testing.T) {
 	for _, migrate := range []bool{true, false} {
 		t.Run(fmt.Sprintf("migrate at start %v", migrate), func(t *testing.T) {
 			t.Parallel()
-			base := pgtest.DB(t)
-			admin, err := pgx.Connect(context.Background(), base)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = admin.Close(context.Background()) }()
-			name := pgtest.Database(base) + "_later"
-			db := strings.Replace(base, "/"+pgtest.Database(base), "/"+name, 1)
-			t.Cleanup(func() {
-				_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			})
+			admin, name, db := notYetCreated(t, "_later")
 			sink := &logSink{}
 			cfg := testConfig(db)
 			cfg.Database.Migrate = migrate
@@ -265,15 +273,7 @@ func TestMigrationsPendingHoldTheQueues(t *testing.T) {
 // trying them again every few seconds.
 func TestMigrationsFailingOnceTheDatabaseAnswersStopTheService(t *testing.T) {
 	t.Parallel()
-	base := pgtest.DB(t)
-	admin, err := pgx.Connect(context.Background(), base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = admin.Close(context.Background()) }()
-	name := pgtest.Database(base) + "_broken"
-	db := strings.Replace(base, "/"+pgtest.Database(base), "/"+name, 1)
-	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
+	admin, name, db := notYetCreated(t, "_broken")
 	cfg := testConfig(db)
 	cfg.Database.Migrate = true
 	cfg.Database.ConnectTimeout = time.Second

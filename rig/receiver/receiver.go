@@ -237,23 +237,18 @@ func (r *Receiver) Effects(key string) int {
 }
 
 // TotalRequests returns the number of verified requests, all keys together.
-func (r *Receiver) TotalRequests() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, k := range r.keys {
-		n += k.requests
-	}
-	return n
-}
+func (r *Receiver) TotalRequests() int { return r.total(func(k *keyState) int { return k.requests }) }
 
 // TotalEffects returns the number of effects applied, all keys together.
-func (r *Receiver) TotalEffects() int {
+func (r *Receiver) TotalEffects() int { return r.total(func(k *keyState) int { return k.effects }) }
+
+// total sums count over the keys.
+func (r *Receiver) total(count func(*keyState) int) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
 	for _, k := range r.keys {
-		n += k.effects
+		n += count(k)
 	}
 	return n
 }
