@@ -209,7 +209,7 @@ func TestOlderBinaryOnNewerSchema(t *testing.T) {
 // notYetCreated names a database of the test's cluster that does not exist
 // yet (the test's own with suffix), and its URL; admin, connected to the
 // test's database, may create it, and it is dropped when the test ends.
-func notYetCreated(t *testing.T, suffix string) (admin *pgx.Conn, name, url string) {
+func notYetCreated(t *testing.T, suffix string) (admin *pgx.Conn, name, dbURL string) {
 	t.Helper()
 	base := pgtest.DB(t)
 	admin, err := pgx.Connect(context.Background(), base)
