@@ -175,11 +175,6 @@ const (
 	// OutcomeInterrupted: the message was found Interrupted, so it was not
 	// sent again. The message is uncertain.
 	OutcomeInterrupted DeliveryOutcome = "interrupted"
-	// OutcomeNotSent: its worker claimed the message and did not send it:
-	// the worker was stopping, or the destination answered 410 or was
-	// disabled while the worker's batch was being sent. No attempt was
-	// made: none is recorded, and the message waits, its claim not counted.
-	OutcomeNotSent DeliveryOutcome = "not_sent"
 )
 
 // DeliveryAttempt is the record of one attempt at a message.
@@ -213,8 +208,7 @@ type OutboxWork interface {
 	// outcomes, all in one transaction: a delivered message fulfils its
 	// order when it was the last one the order awaited; an uncertain one
 	// opens an uncertain_delivery item; gone disables the destination and
-	// puts the message back without counting the attempt; not sent puts it
-	// back likewise, and records no attempt; retry changes
+	// puts the message back without counting the attempt; retry changes
 	// nothing else (the caller then has the queue retry the message). The messages owner
 	// no longer holds are left alone, and returned.
 	OutboxRecord(ctx context.Context, owner string, attempts []MessageAttempt) (lost []int64, err error)

@@ -346,7 +346,6 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 			aOutcome, aReason []string
 			delivered         []int64
 			deliveredStatus   []int
-			notSent           []int64
 			answered          answeredItems
 			orders            []string
 			seenOrder         = map[string]bool{}
@@ -356,11 +355,6 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 			h, ok := byID[a.ID]
 			if !ok {
 				lost = append(lost, a.ID)
-				continue
-			}
-			if a.Outcome == fulfillment.OutcomeNotSent {
-				// No attempt was made: the claim is handed back, uncounted.
-				notSent = append(notSent, a.ID)
 				continue
 			}
 			aID, aAttempt, aStarted = append(aID, a.ID), append(aAttempt, int64(h.attempt)), append(aStarted, a.StartedAt)
@@ -411,18 +405,7 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 				return fmt.Errorf("recording delivery outcome %q: unknown", a.Outcome)
 			}
 		}
-		if len(notSent) > 0 {
-			b.Queue(`
-				UPDATE outbox_work SET lease_owner = NULL, lease_until = NULL,
-					next_attempt_at = clock_timestamp(), attempts = greatest(attempts - 1, 0)
-				WHERE id = ANY($1)`, notSent)
-		}
 		if len(aID) == 0 {
-			if b.Len() > 0 {
-				if err := tx.SendBatch(ctx, b).Close(); err != nil {
-					return fmt.Errorf("handing back outbox messages not sent: %w", interpret(err))
-				}
-			}
 			return nil
 		}
 		b.Queue(`

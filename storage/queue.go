@@ -63,7 +63,7 @@ type leasedTable struct {
 	// partition is not disabled).
 	partition, claimGate string
 
-	claimSQL, abandonSQL, retrySQL, releaseSQL, reclaimSQL string
+	claimSQL, abandonSQL, retrySQL, releaseSQL, releaseClaimsSQL, reclaimSQL string
 }
 
 // failedRow is a row failed past its attempts: its id, the cause of its
@@ -226,6 +226,12 @@ func newLeasedTable(t leasedTable) *leasedTable {
 		UPDATE {table} SET {release_set} lease_owner = NULL, lease_until = NULL,
 			next_attempt_at = clock_timestamp(), attempts = greatest(attempts - 1, 0)
 		WHERE lease_owner = $1 AND state = 'pending'{release_partition} AND {async_commit}`)
+	// The same, for the claims $2 only (by primary key: their partition
+	// follows).
+	t.releaseClaimsSQL = r.Replace(`
+		UPDATE {table} SET {release_set} lease_owner = NULL, lease_until = NULL,
+			next_attempt_at = clock_timestamp(), attempts = greatest(attempts - 1, 0)
+		WHERE id = ANY($2) AND lease_owner = $1 AND state = 'pending' AND {async_commit}`)
 
 	// The rows of unexpired leases (next_attempt_at in the future: the
 	// index's far end, with the retries waiting for their backoff), the
@@ -478,6 +484,14 @@ func (q *Queue) Release(ctx context.Context, owner string) (int, error) {
 		return 0, fmt.Errorf("releasing %s leases: %w", q.table.noun, interpret(err))
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// ReleaseClaims implements worker.Table.
+func (q *Queue) ReleaseClaims(ctx context.Context, owner string, ids []int64) error {
+	if _, err := q.store.leasePool.Exec(ctx, q.table.releaseClaimsSQL, owner, ids); err != nil {
+		return fmt.Errorf("handing back %ss: %w", q.table.noun, interpret(err))
+	}
+	return nil
 }
 
 // Reclaim implements worker.Table: the rows leased to owners that are not

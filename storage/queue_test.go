@@ -564,6 +564,32 @@ func TestQueueRelease(t *testing.T) {
 	})
 }
 
+// Claims handed back by id are due again at once, their claim not counted,
+// and leased to nobody; a claim another owner holds is left alone.
+func TestQueueReleaseClaims(t *testing.T) {
+	t.Parallel()
+	eachQueue(t, func(t *testing.T, c queueCase, _ *storage.Store, conn *pgx.Conn, q *storage.Queue, id int64) {
+		if got := claimed(t, q, "leaving", time.Hour, 10); len(got) != 1 {
+			t.Fatalf("claim = %v", got)
+		}
+		if err := q.ReleaseClaims(context.Background(), "someone else", []int64{id}); err != nil {
+			t.Fatal(err)
+		}
+		if got := count(t, conn, "SELECT count(*) FROM "+c.table+" WHERE lease_owner = 'leaving'"); got != 1 {
+			t.Fatalf("%d items leased to their owner after another's hand-back, want 1", got)
+		}
+		if err := q.ReleaseClaims(context.Background(), "leaving", []int64{id}); err != nil {
+			t.Fatal(err)
+		}
+		if got := count(t, conn, "SELECT count(*) FROM "+c.table+" WHERE lease_owner IS NOT NULL"); got != 0 {
+			t.Errorf("%d items still leased after the hand-back", got)
+		}
+		if got := claimed(t, q, "next", time.Hour, 10); len(got) != 1 || got[0].Attempts != 1 {
+			t.Fatalf("claim after the hand-back = %v; want the item at attempt 1", got)
+		}
+	})
+}
+
 // When the liveness connection breaks, the owner is lost for good: its
 // claims are reclaimable, and the liveness takes a new owner.
 func TestLivenessConnectionLost(t *testing.T) {

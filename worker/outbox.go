@@ -92,7 +92,8 @@ func newSender(work fulfillment.OutboxWork, d Destination, log *slog.Logger) *se
 // (one transaction). The messages whose attempt
 // asks to be retried are returned as ItemErrors, for the queue to schedule
 // each after its backoff — as are all of them when the record failed: they
-// were sent, and are sent again after their backoff, not at once. A
+// were sent, and are sent again after their backoff, not at once — and so
+// are those not sent (ErrNotStarted), for the queue to hand back. A
 // destination that does not honour idempotency keys has one message per
 // claim, marked as sending (committed) before its request starts; sent
 // again, it is found interrupted and not sent.
@@ -102,9 +103,17 @@ func (t *sender) Process(ctx context.Context, owner string, claims []Claim) erro
 	if err != nil {
 		return err
 	}
-	attempts, err := t.attemptAll(ctx, owner, msgs)
-	if err != nil || len(attempts) == 0 {
+	attempts, notSent, err := t.attemptAll(ctx, owner, msgs)
+	if err != nil {
 		return err
+	}
+	// The messages not sent were not attempted: handed back, not counted.
+	retry := make(ItemErrors, len(notSent))
+	for _, id := range notSent {
+		retry[id] = ErrNotStarted
+	}
+	if len(attempts) == 0 {
+		return retry.orNil()
 	}
 	// The requests were made: they are recorded even when the dispatcher
 	// is stopping.
@@ -112,22 +121,15 @@ func (t *sender) Process(ctx context.Context, owner string, claims []Claim) erro
 	defer cancel()
 	lost, err := t.record(rctx, owner, attempts)
 	if err != nil {
-		// The messages not sent were not attempted: they are left leased,
-		// for the queue to release when it stops or to claim again once
-		// the lease runs out, rather than counted as failed attempts.
-		failed := make(ItemErrors, len(attempts))
 		for _, a := range attempts {
-			if a.Outcome != fulfillment.OutcomeNotSent {
-				failed[a.ID] = fmt.Errorf("recording its attempt (%s): %w", a.Outcome, err)
-			}
+			retry[a.ID] = fmt.Errorf("recording its attempt (%s): %w", a.Outcome, err)
 		}
-		return failed
+		return retry
 	}
 	gone := make(map[int64]bool, len(lost))
 	for _, id := range lost {
 		gone[id] = true
 	}
-	retry := ItemErrors{}
 	for _, a := range attempts {
 		switch {
 		case gone[a.ID]:
@@ -140,10 +142,7 @@ func (t *sender) Process(ctx context.Context, owner string, claims []Claim) erro
 			t.log.Warn("delivery uncertain: an uncertain_delivery item is open", "message_id", a.ID, "reason", a.Reason)
 		}
 	}
-	if len(retry) > 0 {
-		return retry
-	}
-	return nil
+	return retry.orNil()
 }
 
 // disabledCheck is how long a batch's requests go on before the sender
@@ -169,34 +168,24 @@ func (l later) RetryAfter() time.Duration { return l.after }
 // and returns those made, in msgs' order. It starts no more requests once
 // the worker is stopping (ctx ended), once one of them was answered 410
 // Gone, or once the destination was found disabled: the messages not
-// sent come back OutcomeNotSent, to be handed back uncounted. An error is a
-// sending mark that failed to commit: only a claim of one message marks.
-func (t *sender) attemptAll(ctx context.Context, owner string, msgs []fulfillment.OutboxMessage) ([]fulfillment.MessageAttempt, error) {
+// sent are returned apart (notSent), for the queue to hand back. An error
+// is a sending mark that failed to commit: only a claim of one message
+// marks.
+func (t *sender) attemptAll(ctx context.Context, owner string, msgs []fulfillment.OutboxMessage) (attempts []fulfillment.MessageAttempt, notSent []int64, err error) {
 	made := make([]fulfillment.MessageAttempt, len(msgs))
 	errs := make([]error, len(msgs))
 	var (
 		wg      sync.WaitGroup
 		gone    atomic.Bool
 		checked = time.Now()
-		halt    string
 	)
 	for i, m := range msgs {
-		slot := false
-		if halt == "" {
-			select { // a stopping worker waits for no slot
-			case t.slots <- struct{}{}:
-				slot = true
-			case <-ctx.Done():
+		if halt := t.acquire(ctx, &gone, &checked); halt != "" {
+			for _, rest := range msgs[i:] {
+				notSent = append(notSent, rest.ID)
 			}
-			halt = t.halted(ctx, gone.Load(), &checked)
-		}
-		if halt != "" {
-			if slot {
-				<-t.slots
-			}
-			made[i] = fulfillment.MessageAttempt{ID: m.ID, DeliveryAttempt: fulfillment.DeliveryAttempt{
-				Outcome: fulfillment.OutcomeNotSent, Reason: halt, StartedAt: time.Now()}}
-			continue
+			t.log.Info("outbox batch cut short: the rest handed back, not sent", "reason", halt, "messages", len(notSent))
+			break
 		}
 		wg.Go(func() {
 			defer func() { <-t.slots }()
@@ -211,19 +200,31 @@ func (t *sender) attemptAll(ctx context.Context, owner string, msgs []fulfillmen
 		})
 	}
 	wg.Wait()
-	if halt != "" {
-		t.log.Info("outbox batch cut short: the rest handed back, not sent", "reason", halt)
-	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	attempts := made[:0]
 	for _, a := range made {
 		if a.ID != 0 {
 			attempts = append(attempts, a)
 		}
 	}
-	return attempts, nil
+	return attempts, notSent, nil
+}
+
+// acquire takes a request slot for the next message of a batch, unless
+// the batch is to start no more (halted, asked once the slot is free: the
+// requests before may have been answered 410 meanwhile): then it holds
+// none and says why. A stopping worker waits for no slot.
+func (t *sender) acquire(ctx context.Context, gone *atomic.Bool, checked *time.Time) (halt string) {
+	select {
+	case t.slots <- struct{}{}:
+	case <-ctx.Done():
+		return "the worker is stopping"
+	}
+	if halt = t.halted(ctx, gone.Load(), checked); halt != "" {
+		<-t.slots
+	}
+	return halt
 }
 
 // halted says why the sender starts no more requests of its batch, or

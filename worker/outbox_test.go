@@ -1,12 +1,14 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -171,8 +173,9 @@ func TestOutboxSenderRecordsBatchAndRetriesPerMessage(t *testing.T) {
 
 // A batch stops starting requests when its worker stops, when one of them
 // is answered 410, or once a person disabled the destination: the
-// messages not sent are recorded not_sent (to be handed back uncounted),
-// those whose request started are recorded with their outcome.
+// messages not sent come back ErrNotStarted (for the queue to hand back
+// uncounted), and a line says why; those whose request started are
+// recorded with their outcome.
 func TestOutboxSenderCutsABatchShort(t *testing.T) {
 	t.Parallel()
 	const n = 6
@@ -202,7 +205,10 @@ func TestOutboxSenderCutsABatchShort(t *testing.T) {
 			work := &fakeOutbox{msgs: msgs}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			var sent atomic.Int32
+			var (
+				sent atomic.Int32
+				logs bytes.Buffer
+			)
 			s := newSender(work, Destination{ID: "crm", Idempotent: true, Concurrency: 1,
 				Deliver: func(context.Context, fulfillment.OutboxMessage) fulfillment.DeliveryAttempt {
 					if sent.Add(1) == 1 {
@@ -211,29 +217,37 @@ func TestOutboxSenderCutsABatchShort(t *testing.T) {
 						return fulfillment.DeliveryAttempt{Outcome: tc.answer, Status: 200}
 					}
 					return fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeDelivered, Status: 200}
-				}}, slog.New(slog.DiscardHandler))
+				}}, slog.New(slog.NewTextHandler(&logs, nil)))
 			s.checkEvery = 10 * time.Millisecond
-			if err := s.Process(ctx, "w", claims); err != nil {
-				t.Fatalf("Process: %v", err)
-			}
+			err := s.Process(ctx, "w", claims)
 			if got := int(sent.Load()); got != tc.sent {
 				t.Errorf("%d requests, want %d", got, tc.sent)
 			}
+			items, _ := errors.AsType[ItemErrors](err)
+			if tc.sent == n && err != nil || tc.sent < n && len(items) != n-tc.sent {
+				t.Fatalf("Process = %v, want the %d messages not sent handed back", err, n-tc.sent)
+			}
+			for id := int64(tc.sent + 1); id <= n; id++ {
+				if !errors.Is(items[id], ErrNotStarted) {
+					t.Errorf("message %d: %v, want it not started", id, items[id])
+				}
+			}
+			if said := strings.Contains(logs.String(), "outbox batch cut short"); said != (tc.reason != "") ||
+				!strings.Contains(logs.String(), tc.reason) {
+				t.Errorf("log %q; want it to say the batch was cut short because %q", logs.String(), tc.reason)
+			}
 			work.mu.Lock()
 			defer work.mu.Unlock()
-			if len(work.recorded) != 1 || len(work.recorded[0]) != n {
-				t.Fatalf("records %v; want one of all %d messages", work.recorded, n)
+			if len(work.recorded) != 1 || len(work.recorded[0]) != tc.sent {
+				t.Fatalf("records %v; want one of the %d messages sent", work.recorded, tc.sent)
 			}
 			for i, a := range work.recorded[0] {
-				want, reason := fulfillment.OutcomeNotSent, tc.reason
-				if i < tc.sent {
-					want, reason = fulfillment.OutcomeDelivered, ""
-					if i == 0 {
-						want = tc.answer
-					}
+				want := fulfillment.OutcomeDelivered
+				if i == 0 {
+					want = tc.answer
 				}
-				if a.ID != int64(i+1) || a.Outcome != want || a.Reason != reason {
-					t.Errorf("message %d recorded %s (%q), want %s (%q)", a.ID, a.Outcome, a.Reason, want, reason)
+				if a.ID != int64(i+1) || a.Outcome != want {
+					t.Errorf("message %d recorded %s, want %s", a.ID, a.Outcome, want)
 				}
 			}
 		})
@@ -267,9 +281,9 @@ func TestOutboxSenderPassesRetryAfter(t *testing.T) {
 }
 
 // When the record of a batch cut short fails, the messages sent come back
-// to be retried (counted), the ones not sent do not: they were never
-// attempted, and stay leased for the queue to hand back.
-func TestOutboxSenderFailedRecordLeavesTheNotSent(t *testing.T) {
+// to be retried (counted), the ones not sent to be handed back: they were
+// never attempted.
+func TestOutboxSenderFailedRecordHandsBackTheNotSent(t *testing.T) {
 	t.Parallel()
 	work := &fakeOutbox{msgs: map[int64]fulfillment.OutboxMessage{1: {ID: 1}, 2: {ID: 2}, 3: {ID: 3}},
 		recordErr: errors.New("connection reset")}
@@ -282,7 +296,8 @@ func TestOutboxSenderFailedRecordLeavesTheNotSent(t *testing.T) {
 		}}, slog.New(slog.DiscardHandler))
 	err := s.Process(ctx, "w", []Claim{{ID: 1, Attempts: 1}, {ID: 2, Attempts: 1}, {ID: 3, Attempts: 1}})
 	items, ok := errors.AsType[ItemErrors](err)
-	if !ok || len(items) != 1 || items[1] == nil {
-		t.Errorf("Process = %v, want message 1 alone to retry", err)
+	if !ok || len(items) != 3 || items[1] == nil || errors.Is(items[1], ErrNotStarted) ||
+		!errors.Is(items[2], ErrNotStarted) || !errors.Is(items[3], ErrNotStarted) {
+		t.Errorf("Process = %v, want message 1 to retry and 2 and 3 handed back", err)
 	}
 }

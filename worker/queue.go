@@ -81,6 +81,9 @@ type Table interface {
 	// Release hands back the items leased to owner, not counting their
 	// claim as an attempt.
 	Release(ctx context.Context, owner string) (int, error)
+	// ReleaseClaims hands back the claims ids owner holds, as Release does
+	// (due at once, their claim not counted); the others are left alone.
+	ReleaseClaims(ctx context.Context, owner string, ids []int64) error
 	// Reclaim makes the items leased to owners that are no longer live due
 	// at once, and returns how many.
 	Reclaim(ctx context.Context) (int, error)
@@ -121,6 +124,14 @@ type Process func(ctx context.Context, owner string, claims []Claim) error
 // not complete while the others did: each is retried after its backoff on
 // its own, with its cause, and the batch is not tried again.
 type ItemErrors map[int64]error
+
+// orNil is e, or nil when it names no item.
+func (e ItemErrors) orNil() error {
+	if len(e) == 0 {
+		return nil
+	}
+	return e
+}
 
 func (e ItemErrors) Error() string {
 	if len(e) == 0 {
@@ -437,6 +448,12 @@ type RetryAfterer interface {
 	RetryAfter() time.Duration
 }
 
+// ErrNotStarted is an item's cause in an ItemErrors that says the item's
+// work did not start (its worker was stopping, or its batch was
+// cut short): it is handed back (Table.ReleaseClaims), its claim not
+// counted as an attempt.
+var ErrNotStarted = errors.New("not started")
+
 // ErrLater says that an item is not done yet, as expected (a payment
 // without an outcome), when an error of a Process wraps it: the item is
 // tried again after its backoff like a failure, and counts as an attempt,
@@ -464,11 +481,26 @@ func (q *Queue) process(ctx context.Context, owner string, claims []Claim) {
 		// transaction (a destination that is down fails a whole batch).
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), retryTimeout)
 		defer cancel()
-		var failed []Claim
-		var causes []error
+		var (
+			failed     []Claim
+			causes     []error
+			notStarted []int64
+		)
 		for _, c := range claims {
-			if cause, ok := items[c.ID]; ok {
+			switch cause, ok := items[c.ID]; {
+			case !ok:
+			case errors.Is(cause, ErrNotStarted):
+				notStarted = append(notStarted, c.ID)
+			default:
 				failed, causes = append(failed, c), append(causes, cause)
+			}
+		}
+		if len(notStarted) > 0 {
+			// Nothing was tried: handed back uncounted, for this worker or
+			// another (when this one stops) to take at once. A hand-back
+			// that fails leaves them leased, to be claimed again.
+			if err := q.table.ReleaseClaims(rctx, owner, notStarted); err != nil {
+				q.log.Debug("handing back claims not started", "ids", notStarted, "error", err)
 			}
 		}
 		q.retry(rctx, owner, failed, causes)

@@ -25,8 +25,10 @@ type fakeTable struct {
 	retry   func(owner string, c Claim, cause string, next time.Time, maxAttempts int) (bool, error)
 	retries func(ids []int64) // each call of Retry, before retry sees its attempts
 	release func(owner string) (int, error)
-	reclaim func() (int, error)
-	listen  func(ctx context.Context, wake func()) error
+	// releaseClaims, when set, is told of each ReleaseClaims.
+	releaseClaims func(owner string, ids []int64) error
+	reclaim       func() (int, error)
+	listen        func(ctx context.Context, wake func()) error
 	// inFlight, when set, sees what each claim is told the queue holds.
 	inFlight func([]int64)
 }
@@ -83,6 +85,13 @@ func (f *fakeTable) Release(_ context.Context, owner string) (int, error) {
 		return 0, nil
 	}
 	return f.release(owner)
+}
+
+func (f *fakeTable) ReleaseClaims(_ context.Context, owner string, ids []int64) error {
+	if f.releaseClaims == nil {
+		return nil
+	}
+	return f.releaseClaims(owner, ids)
 }
 
 func (f *fakeTable) Reclaim(context.Context) (int, error) {
@@ -386,6 +395,43 @@ func TestQueueRetryWaitsAsAsked(t *testing.T) {
 		want := []string{"1: HTTP 429, in 1m30s", "2: HTTP 503, in 4s", "3: HTTP 500, in 1s"}
 		if got := retried.all(); !slices.Equal(got, want) {
 			t.Errorf("retries %q, want %q", got, want)
+		}
+	})
+}
+
+// Items of a batch whose work did not start (ErrNotStarted) are handed
+// back in one call, not retried: their claim is not counted; the others'
+// failures are retried as ever.
+func TestQueueHandsBackItemsNotStarted(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var retried, handed calls[string]
+		ctx, cancel := context.WithCancel(context.Background())
+		ft := &fakeTable{
+			claim: batches(new(calls[time.Time]), []Claim{{1, 1}, {2, 1}, {3, 1}}),
+			process: func(context.Context, string, []Claim) error {
+				return ItemErrors{1: errors.New("HTTP 500"), 2: ErrNotStarted, 3: ErrNotStarted}
+			},
+			retry: func(_ string, c Claim, cause string, _ time.Time, _ int) (bool, error) {
+				retried.add(fmt.Sprintf("%d: %s", c.ID, cause))
+				return false, nil
+			},
+			releaseClaims: func(owner string, ids []int64) error {
+				handed.add(fmt.Sprintf("%s %v", owner, ids))
+				return nil
+			},
+		}
+		q := NewQueue("test", ft, ft.Process, liveOwner("a"), Config{Workers: 1, Batch: 3, BaseBackoff: time.Second, MaxAttempts: 5}, discard)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = q.Run(ctx) }()
+		synctest.Wait()
+		cancel()
+		<-done
+		if got, want := retried.all(), []string{"1: HTTP 500"}; !slices.Equal(got, want) {
+			t.Errorf("retries %q, want %q", got, want)
+		}
+		if got, want := handed.all(), []string{"a [2 3]"}; !slices.Equal(got, want) {
+			t.Errorf("hand-backs %q, want %q", got, want)
 		}
 	})
 }
