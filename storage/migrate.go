@@ -51,13 +51,6 @@ func parseConnConfig(what, url string) (*pgx.ConnConfig, error) {
 // it is: Migrate returns a *SchemaAheadError, which says so.
 func Migrate(ctx context.Context, url string) error {
 	return withMigrator(ctx, url, func(m *migrate.Migrator) error {
-		applied, err := m.GetCurrentVersion(ctx)
-		if err != nil {
-			return fmt.Errorf("reading schema version: %w", interpret(err))
-		}
-		if latest := int32(len(m.Migrations)); applied > latest {
-			return &SchemaAheadError{Applied: applied, Latest: latest}
-		}
 		if err := m.Migrate(ctx); err != nil {
 			return fmt.Errorf("migrating: %w", err)
 		}
@@ -71,16 +64,8 @@ func Migrate(ctx context.Context, url string) error {
 // Migrate, it needs a URL that keeps sessions.
 func MigrateTo(ctx context.Context, url string, version int32) error {
 	return withMigrator(ctx, url, func(m *migrate.Migrator) error {
-		latest := int32(len(m.Migrations))
-		if version < 0 || version > latest {
+		if latest := int32(len(m.Migrations)); version < 0 || version > latest {
 			return fmt.Errorf("version %d is not one of this binary's: 0 to %d", version, latest)
-		}
-		applied, err := m.GetCurrentVersion(ctx)
-		if err != nil {
-			return fmt.Errorf("reading schema version: %w", interpret(err))
-		}
-		if applied > latest {
-			return &SchemaAheadError{Applied: applied, Latest: latest}
 		}
 		if err := m.MigrateTo(ctx, version); err != nil {
 			return fmt.Errorf("migrating to version %d: %w", version, err)
@@ -99,8 +84,17 @@ func (e *SchemaAheadError) Error() string {
 		"back, run the newer binary's `fulfillmentd migrate --to %d`", e.Applied, e.Latest, e.Latest)
 }
 
+// migrationLock is tern's advisory lock: the one its migrator takes (and
+// takes again, from the session that holds it, at once).
+const migrationLock = 9628173550095224
+
+// migrationLockPoll is how often a migrator asks for the lock while
+// another holds it.
+const migrationLockPoll = 200 * time.Millisecond
+
 // withMigrator runs fn with a migrator on a connection of its own to the
-// database at url, which must keep sessions.
+// database at url, which must keep sessions, holding the migrations' lock,
+// unless the schema is newer than this binary's (a *SchemaAheadError).
 func withMigrator(ctx context.Context, url string, fn func(m *migrate.Migrator) error) error {
 	cfg, err := parseConnConfig("database URL", url)
 	if err != nil {
@@ -122,7 +116,7 @@ func withMigrator(ctx context.Context, url string, fn func(m *migrate.Migrator) 
 	// a CREATE INDEX CONCURRENTLY of the holder waits for older snapshots.
 	for {
 		var got bool
-		if err := conn.QueryRow(ctx, "select pg_try_advisory_lock(9628173550095224)").Scan(&got); err != nil {
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(migrationLock)).Scan(&got); err != nil {
 			return fmt.Errorf("locking migrations: %w", interpret(err))
 		}
 		if got {
@@ -131,13 +125,22 @@ func withMigrator(ctx context.Context, url string, fn func(m *migrate.Migrator) 
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(migrationLockPoll):
 		}
 	}
-	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "select pg_advisory_unlock(9628173550095224)") }()
+	defer func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(migrationLock))
+	}()
 	m, err := newMigrator(ctx, conn)
 	if err != nil {
 		return err
+	}
+	applied, err := m.GetCurrentVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("reading schema version: %w", interpret(err))
+	}
+	if latest := int32(len(m.Migrations)); applied > latest {
+		return &SchemaAheadError{Applied: applied, Latest: latest}
 	}
 	return fn(m)
 }

@@ -89,7 +89,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 	}
 	migrateLater := ""
 	if cfg.Database.Migrate {
-		switch err := migrate(ctx, cfg, log); {
+		switch err := migrate(ctx, SessionURL(cfg), log); {
 		case errors.Is(err, fulfillment.ErrUnavailable):
 			// As the service waits for a database that does not answer, it
 			// migrates once it does (Run), its queues waiting until then.
@@ -299,12 +299,12 @@ func (a *App) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// migrate applies the pending migrations at the session URL of cfg. A
-// schema newer than this binary's is left alone: an older binary during an
+// migrate applies the pending migrations at url, a session URL. A schema
+// newer than this binary's is left alone: an older binary during an
 // upgrade, or one rolled back, runs on it.
-func migrate(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+func migrate(ctx context.Context, url string, log *slog.Logger) error {
 	var ahead *storage.SchemaAheadError
-	switch err := storage.Migrate(ctx, SessionURL(cfg)); {
+	switch err := storage.Migrate(ctx, url); {
 	case errors.As(err, &ahead):
 		log.Warn("database schema newer than this binary", "schema_version", ahead.Applied, "latest_version", ahead.Latest)
 	case err != nil:
@@ -328,17 +328,13 @@ func (a *App) awaitSchema(ctx context.Context) (bool, error) {
 	said := false
 	for {
 		if a.migrateURL != "" {
-			var ahead *storage.SchemaAheadError
-			switch err := storage.Migrate(ctx, a.migrateURL); {
+			switch err := migrate(ctx, a.migrateURL, a.log); {
 			case err == nil:
-				a.log.Info("migrations applied")
-				a.migrateURL = ""
-			case errors.As(err, &ahead):
 				a.migrateURL = ""
 			case ctx.Err() != nil:
 				return false, nil
 			case !errors.Is(err, fulfillment.ErrUnavailable):
-				return false, PoolerError(err)
+				return false, err
 			}
 		}
 		applied, latest, err := a.store.SchemaVersion(ctx)
