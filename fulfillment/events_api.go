@@ -76,6 +76,39 @@ func (s InboxState) Valid() bool {
 	return false
 }
 
+// eventFields are what a list of stored events and a re-drive of them
+// both filter on.
+type eventFields struct {
+	Type, Decision, EndpointID    string
+	Provider                      Provider
+	ReceivedAfter, ReceivedBefore time.Time
+}
+
+// checkEventFields checks f as the events' list does, each field named
+// with prefix: a filter no event can match is a mistake to say, not
+// "nothing matches".
+func checkEventFields(vs *violations, prefix string, f eventFields) {
+	if f.Decision != "" {
+		if err := RuleEventType.Check(f.Decision); err != nil {
+			vs.add(prefix+"decision", "%v", err)
+		}
+	}
+	if f.Type != "" {
+		if err := RuleEventType.Check(f.Type); err != nil {
+			vs.add(prefix+"type", "%v", err)
+		}
+	}
+	if f.EndpointID != "" && !ConfigIDPattern.MatchString(f.EndpointID) {
+		vs.add(prefix+"endpoint_id", "must be an endpoint id: lowercase letters, digits, _ and -, at most 64 characters")
+	}
+	if f.Provider != "" && !ConfigIDPattern.MatchString(string(f.Provider)) {
+		vs.add(prefix+"provider", "must be a provider name such as %q or %q", ProviderYolfi, ProviderTBank)
+	}
+	if !f.ReceivedAfter.IsZero() && !f.ReceivedBefore.IsZero() && !f.ReceivedAfter.Before(f.ReceivedBefore) {
+		vs.add(prefix+"received_before", "must be later than %sreceived_after", prefix)
+	}
+}
+
 // Validate checks the request-supplied filter values.
 func (f EventFilter) Validate() error {
 	var vs violations
@@ -86,27 +119,8 @@ func (f EventFilter) Validate() error {
 	if f.State != "" && !f.State.Valid() {
 		vs.add("state", "must be %q, %q, %q, %q or %q", InboxPending, InboxProcessed, InboxIgnored, InboxUnmatched, InboxFailed)
 	}
-	if f.Decision != "" {
-		if err := RuleEventType.Check(string(f.Decision)); err != nil {
-			vs.add("decision", "%v", err)
-		}
-	}
-	if f.Type != "" {
-		if err := RuleEventType.Check(f.Type); err != nil {
-			vs.add("type", "%v", err)
-		}
-	}
-	if f.EndpointID != "" {
-		if !ConfigIDPattern.MatchString(f.EndpointID) {
-			vs.add("endpoint_id", "must be an endpoint id: lowercase letters, digits, _ and -, at most 64 characters")
-		}
-	}
-	if f.Provider != "" && !ConfigIDPattern.MatchString(string(f.Provider)) {
-		vs.add("provider", "must be a provider name such as %q or %q", ProviderYolfi, ProviderTBank)
-	}
-	if !f.ReceivedAfter.IsZero() && !f.ReceivedBefore.IsZero() && !f.ReceivedAfter.Before(f.ReceivedBefore) {
-		vs.add("received_before", "must be later than received_after")
-	}
+	checkEventFields(&vs, "", eventFields{Type: f.Type, Decision: string(f.Decision), EndpointID: f.EndpointID,
+		Provider: f.Provider, ReceivedAfter: f.ReceivedAfter, ReceivedBefore: f.ReceivedBefore})
 	if f.OrderID != "" {
 		if err := ValidateOrderID("order_id", f.OrderID); err != nil {
 			return err

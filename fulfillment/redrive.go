@@ -82,27 +82,8 @@ func (f RedriveFilter) Validate() error {
 		if f.DestinationID != "" {
 			vs.add("filter.destination_id", "applies to the outbox only")
 		}
-		if f.Provider != "" && !ConfigIDPattern.MatchString(string(f.Provider)) {
-			vs.add("filter.provider", "must be a provider name such as %q or %q", ProviderYolfi, ProviderTBank)
-		}
-		// As the events' list checks them: a filter no event can match is
-		// a mistake to say, not "nothing matches".
-		if f.Type != "" {
-			if err := RuleEventType.Check(f.Type); err != nil {
-				vs.add("filter.type", "%v", err)
-			}
-		}
-		if f.Decision != "" {
-			if err := RuleEventType.Check(string(f.Decision)); err != nil {
-				vs.add("filter.decision", "%v", err)
-			}
-		}
-		if f.EndpointID != "" && !ConfigIDPattern.MatchString(f.EndpointID) {
-			vs.add("filter.endpoint_id", "must be an endpoint id: lowercase letters, digits, _ and -, at most 64 characters")
-		}
-		if !f.ReceivedAfter.IsZero() && !f.ReceivedBefore.IsZero() && !f.ReceivedAfter.Before(f.ReceivedBefore) {
-			vs.add("filter.received_before", "must be later than filter.received_after")
-		}
+		checkEventFields(&vs, "filter.", eventFields{Type: f.Type, Decision: f.Decision, EndpointID: f.EndpointID,
+			Provider: f.Provider, ReceivedAfter: f.ReceivedAfter, ReceivedBefore: f.ReceivedBefore})
 	case RedriveOutbox:
 		switch f.State {
 		case "failed", "uncertain":
