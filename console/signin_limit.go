@@ -51,15 +51,13 @@ func newSignInLimit() *signInLimit {
 // other peer the header is ignored, as a client could name any address in
 // it.
 func clientOf(r *http.Request, proxies []netip.Prefix) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
+	a, ok := peerAddr(r)
+	if !ok { // not an address and port: as it is, without a port
+		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+			return host
+		}
 		return r.RemoteAddr
 	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
-		return host
-	}
-	a = a.WithZone("").Unmap()
 	if trusted(a, proxies) {
 		hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
 		for i := len(hops) - 1; i >= 0; i-- {
@@ -81,12 +79,18 @@ func clientOf(r *http.Request, proxies []netip.Prefix) string {
 
 // fromTrusted reports whether r's peer is one of proxies.
 func fromTrusted(r *http.Request, proxies []netip.Prefix) bool {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	a, ok := peerAddr(r)
+	return ok && trusted(a, proxies)
+}
+
+// peerAddr is the address r came from (its zone dropped, IPv4 unmapped);
+// false when RemoteAddr holds none.
+func peerAddr(r *http.Request) (netip.Addr, bool) {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
-		return false
+		return netip.Addr{}, false
 	}
-	a, err := netip.ParseAddr(host)
-	return err == nil && trusted(a.WithZone("").Unmap(), proxies)
+	return ap.Addr().WithZone("").Unmap(), true
 }
 
 // trusted reports whether a is in one of proxies.

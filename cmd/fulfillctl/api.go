@@ -19,7 +19,6 @@ import (
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
-	"github.com/fulfillplatform/fulfillment/internal/english"
 )
 
 // call dials fulfillmentd and runs fn with the client and a context
@@ -258,10 +257,6 @@ func timeText(ts *timestamppb.Timestamp) string {
 	}
 	return ts.AsTime().UTC().Format(time.RFC3339)
 }
-
-// plural is n and noun, the noun in the plural unless n is 1: "1 item",
-// "2 items" (english.Plural).
-func plural[N english.Integer](n N, noun string) string { return english.Plural(n, noun) }
 
 // yesNo shows a bool as "yes" or "no".
 func yesNo(b bool) string {

@@ -10,6 +10,7 @@ import (
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/internal/buildinfo"
 	"github.com/fulfillplatform/fulfillment/internal/cli"
+	"github.com/fulfillplatform/fulfillment/internal/english"
 )
 
 // -o json is every listing's --json; -o table the default; anything else,
@@ -226,7 +227,7 @@ func TestJSONOutputHasEveryField(t *testing.T) {
 // "1 items").
 func TestPlural(t *testing.T) {
 	t.Parallel()
-	if got := plural(int64(1), "item") + ", " + plural(int32(0), "period") + ", " + plural(2, "attempt"); got != "1 item, 0 periods, 2 attempts" {
+	if got := english.Plural(int64(1), "item") + ", " + english.Plural(int32(0), "period") + ", " + english.Plural(2, "attempt"); got != "1 item, 0 periods, 2 attempts" {
 		t.Errorf("plural: %q", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/internal/english"
 )
 
 func newReconCmd(c *conn) *cobra.Command {
@@ -359,7 +360,7 @@ func itemDetail(w io.Writer, r *fulfillmentv1.GetReconciliationItemResponse) err
 	}
 	if m := ev.GetDelivery(); m != nil {
 		if _, err := fmt.Fprintf(w, "\noutbox message %s: %s to %s, %s, last error %q\n", m.GetId(), m.GetState(),
-			m.GetDestinationId(), plural(m.GetAttempts(), "attempt"), m.GetLastError()); err != nil {
+			m.GetDestinationId(), english.Plural(m.GetAttempts(), "attempt"), m.GetLastError()); err != nil {
 			return err
 		}
 	}
@@ -370,7 +371,7 @@ func itemDetail(w io.Writer, r *fulfillmentv1.GetReconciliationItemResponse) err
 		}
 	}
 	if s := ev.GetSubscription(); s != nil {
-		if _, err := fmt.Fprintf(w, "\nsubscription %s: %s, plan %s, %s\n", s.GetId(), s.GetState(), s.GetPlanId(), plural(s.GetPeriods(), "period")); err != nil {
+		if _, err := fmt.Fprintf(w, "\nsubscription %s: %s, plan %s, %s\n", s.GetId(), s.GetState(), s.GetPlanId(), english.Plural(s.GetPeriods(), "period")); err != nil {
 			return err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/internal/english"
 )
 
 func newRedriveCmd(c *conn) *cobra.Command {
@@ -140,7 +141,7 @@ func newRedriveStartCmd(c *conn) *cobra.Command {
 				return err
 			}
 			_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "re-drive %s started with %s: follow it with fulfillctl redrive get %s\n",
-				resp.GetRedrive().GetId(), plural(resp.GetRedrive().GetTotal(), "item"), resp.GetRedrive().GetId())
+				resp.GetRedrive().GetId(), english.Plural(resp.GetRedrive().GetTotal(), "item"), resp.GetRedrive().GetId())
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), resp.GetRedrive())
 			}
@@ -176,7 +177,7 @@ func newRedriveCancelCmd(c *conn) *cobra.Command {
 		resp, err := client.CancelRedrive(ctx, &fulfillmentv1.CancelRedriveRequest{RedriveId: id})
 		return resp.GetRedrive(), err
 	}, redriveDetail, func(d *fulfillmentv1.Redrive) string {
-		return fmt.Sprintf("re-drive %s cancelled after %d of %s", d.GetId(), d.GetApplied()+d.GetSkipped(), plural(d.GetTotal(), "item"))
+		return fmt.Sprintf("re-drive %s cancelled after %d of %s", d.GetId(), d.GetApplied()+d.GetSkipped(), english.Plural(d.GetTotal(), "item"))
 	})
 }
 

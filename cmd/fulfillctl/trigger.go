@@ -20,6 +20,7 @@ import (
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/tbank"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/internal/english"
 )
 
 // The scenarios of trigger.
@@ -373,7 +374,7 @@ func (tr *trigger) renewal(ctx context.Context, client fulfillmentv1.Fulfillment
 		how = "found"
 	}
 	_, _ = fmt.Fprintf(tr.out, "subscription %s %s: provider id %s, plan %s, %s paid\n", sub.GetId(), how, subID,
-		sub.GetPlanId(), plural(sub.GetPeriods(), "period"))
+		sub.GetPlanId(), english.Plural(sub.GetPeriods(), "period"))
 	var h hook
 	if tb {
 		h, err = tr.tbankHook(tbankNotice{OrderID: "trg-renewal-" + randomHex(6), PaymentID: json.Number(randomDigits(10)),
@@ -390,7 +391,7 @@ func (tr *trigger) renewal(ctx context.Context, client fulfillmentv1.Fulfillment
 		return fmt.Errorf("%w; subscription %s, %s for this run, has no new period", err, sub.GetId(), how)
 	}
 	want := sub.GetPeriods() + 1
-	if err := tr.wait(ctx, fmt.Sprintf("subscription %s has %s paid", sub.GetId(), plural(want, "period")), func() (bool, error) {
+	if err := tr.wait(ctx, fmt.Sprintf("subscription %s has %s paid", sub.GetId(), english.Plural(want, "period")), func() (bool, error) {
 		got, err := client.GetSubscription(ctx, &fulfillmentv1.GetSubscriptionRequest{SubscriptionId: sub.GetId()})
 		return got.GetSubscription().GetPeriods() >= want, err
 	}); err != nil {
