@@ -373,7 +373,6 @@ func TestQueueRetryWaitsAsAsked(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var retried calls[string]
-		ctx, cancel := context.WithCancel(context.Background())
 		ft := &fakeTable{
 			claim: batches(new(calls[time.Time]), []Claim{{1, 1}, {2, 3}, {3, 1}}),
 			process: func(context.Context, string, []Claim) error {
@@ -387,11 +386,9 @@ func TestQueueRetryWaitsAsAsked(t *testing.T) {
 		}
 		q := NewQueue("test", ft, ft.Process, liveOwner("a"), Config{Workers: 1, Batch: 3, BaseBackoff: time.Second, MaxAttempts: 5}, discard)
 		q.jitter = func() float64 { return 0 }
-		done := make(chan struct{})
-		go func() { defer close(done); _ = q.Run(ctx) }()
+		stop := start(q)
 		synctest.Wait()
-		cancel()
-		<-done
+		stop()
 		want := []string{"1: HTTP 429, in 1m30s", "2: HTTP 503, in 4s", "3: HTTP 500, in 1s"}
 		if got := retried.all(); !slices.Equal(got, want) {
 			t.Errorf("retries %q, want %q", got, want)
@@ -406,7 +403,6 @@ func TestQueueHandsBackItemsNotStarted(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var retried, handed calls[string]
-		ctx, cancel := context.WithCancel(context.Background())
 		ft := &fakeTable{
 			claim: batches(new(calls[time.Time]), []Claim{{1, 1}, {2, 1}, {3, 1}}),
 			process: func(context.Context, string, []Claim) error {
@@ -422,11 +418,9 @@ func TestQueueHandsBackItemsNotStarted(t *testing.T) {
 			},
 		}
 		q := NewQueue("test", ft, ft.Process, liveOwner("a"), Config{Workers: 1, Batch: 3, BaseBackoff: time.Second, MaxAttempts: 5}, discard)
-		done := make(chan struct{})
-		go func() { defer close(done); _ = q.Run(ctx) }()
+		stop := start(q)
 		synctest.Wait()
-		cancel()
-		<-done
+		stop()
 		if got, want := retried.all(), []string{"1: HTTP 500"}; !slices.Equal(got, want) {
 			t.Errorf("retries %q, want %q", got, want)
 		}
