@@ -6,7 +6,10 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -209,6 +212,83 @@ func TestOutboxGoneDisablesDestination(t *testing.T) {
 	if n := s.count(t, "SELECT count(*) FROM outbox_messages WHERE destination_id = 'gone' AND state = 'pending'"); n != 2 {
 		t.Errorf("%d messages wait for the disabled destination, want 2", n)
 	}
+}
+
+// A destination that answers 429 with a Retry-After is sent nothing else
+// until that wait ends — messages that came meanwhile included — and then
+// each message is delivered once; the one refused is attempted twice, the
+// others once.
+func TestOutboxRetryAfterHoldsTheDestination(t *testing.T) {
+	t.Parallel()
+	const wait = 2 * time.Second
+	var (
+		mu      sync.Mutex
+		refused time.Time   // when the 429 was answered
+		after   []time.Time // when each other request came
+	)
+	busy := startReceiver(t, true, func(string, int) receiver.Action {
+		mu.Lock()
+		defer mu.Unlock()
+		if refused.IsZero() {
+			refused = time.Now()
+			return receiver.Action{Status: 429, RetryAfter: strconv.Itoa(int(wait / time.Second))}
+		}
+		after = append(after, time.Now())
+		return receiver.Action{}
+	})
+	d := destination(t, "busy", busy, true, 5*time.Second)
+	d.Concurrency = 1
+	s := startReplicaWith(t, pgtest.DB(t), withDestinations(d))
+	first := s.createExternalOrder(t, "busy-0", "busy")
+	s.pay(t, "busy-0")
+	waitFor(t, "the first request refused", func() bool { mu.Lock(); defer mu.Unlock(); return !refused.IsZero() })
+	keys := []string{fulfillment.LineKey(first.GetId(), 1)}
+	for i := 1; i <= 4; i++ {
+		mid := fmt.Sprintf("busy-%d", i)
+		o := s.createExternalOrder(t, mid, "busy")
+		s.pay(t, mid)
+		keys = append(keys, fulfillment.LineKey(o.GetId(), 1))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !delivered(busy, keys) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !delivered(busy, keys) {
+		for _, k := range keys {
+			t.Logf("%s: %d requests, %d effects, state %s", k, busy.Requests(k), busy.Effects(k), s.message(t, k))
+		}
+		t.Fatal("not every message delivered after 30s")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, at := range after {
+		if at.Before(refused.Add(wait)) {
+			t.Errorf("request %d came %v after the 429, within the %v it asked for", i+2, at.Sub(refused), wait)
+		}
+	}
+	for i, k := range keys {
+		want := 1
+		if i == 0 {
+			want = 2
+		}
+		if n := busy.Requests(k); n != want {
+			t.Errorf("message %s: %d requests, want %d", k, n, want)
+		}
+		if n := s.count(t, `SELECT count(*) FROM outbox_attempts a JOIN outbox_messages m ON m.id = a.message_id
+			WHERE m.idempotency_key = $1`, k); n != want {
+			t.Errorf("message %s: %d attempts recorded, want %d", k, n, want)
+		}
+	}
+}
+
+// delivered says whether r applied each of keys once.
+func delivered(r *receiver.Receiver, keys []string) bool {
+	for _, k := range keys {
+		if r.Effects(k) != 1 {
+			return false
+		}
+	}
+	return true
 }
 
 // A destination that never answers holds its own deliveries only, no more

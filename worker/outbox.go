@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +65,7 @@ func NewOutbox(work fulfillment.OutboxWork, table func(destination string) Table
 			c.Batch = idempotentBatch
 		}
 		s := newSender(work, d, log.With("destination", d.ID))
+		c.Hold = s.heldUntil
 		queues = append(queues, NewQueue("outbox "+d.ID, table(d.ID), s.Process, owners, c, log))
 	}
 	return queues
@@ -79,6 +81,56 @@ type sender struct {
 	slots chan struct{}
 	// checkEvery is disabledCheck (shorter in tests).
 	checkEvery time.Duration
+	// holdEnds is when the wait the destination last asked for ends (Unix
+	// nanoseconds; 0 before any): until then no request is started to it
+	// (see hold).
+	holdEnds atomic.Int64
+}
+
+// busyHold is how long a destination that answered 429 Too Many Requests
+// without a Retry-After is left alone: the rest of its batch would be
+// more requests of the kind it refused.
+const busyHold = time.Second
+
+// hold leaves the destination alone after attempt a, when a asked for it:
+// a 429 or 503 with a Retry-After (its wait), or a 429 without one
+// (busyHold). The batch in flight starts no more requests (halted), the
+// queue claims nothing (heldUntil), in this process, until the wait ends;
+// the requests already started finish. A longer wait asked meanwhile
+// extends it, a shorter one does not shorten it.
+func (t *sender) hold(a fulfillment.DeliveryAttempt) {
+	wait := a.RetryAfter
+	if wait <= 0 && a.Status == http.StatusTooManyRequests {
+		wait = busyHold
+	}
+	if wait <= 0 {
+		return
+	}
+	now := time.Now()
+	ends := now.Add(wait).UnixNano()
+	for {
+		was := t.holdEnds.Load()
+		if was >= ends {
+			return
+		}
+		if t.holdEnds.CompareAndSwap(was, ends) {
+			if was <= now.UnixNano() {
+				t.log.Warn("destination asked to wait: no deliveries to it from this process until then",
+					"status", a.Status, "wait", wait, "until", now.Add(wait).UTC().Format(time.RFC3339))
+			}
+			return
+		}
+	}
+}
+
+// heldUntil is when the wait the destination asked for ends; zero when it
+// asked for none.
+func (t *sender) heldUntil() time.Time {
+	ns := t.holdEnds.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // newSender returns d's sender, with d.Concurrency request slots (at
@@ -167,7 +219,8 @@ func (l later) RetryAfter() time.Duration { return l.after }
 // attemptAll makes one attempt at each of msgs, each in a request slot,
 // and returns those made, in msgs' order. It starts no more requests once
 // the worker is stopping (ctx ended), once one of them was answered 410
-// Gone, or once the destination was found disabled: the messages not
+// Gone, while the destination asked to wait (hold), or once the
+// destination was found disabled: the messages not
 // sent are returned apart (notSent), for the queue to hand back. An error
 // is a sending mark that failed to commit: only a claim of one message
 // marks.
@@ -195,6 +248,7 @@ func (t *sender) attemptAll(ctx context.Context, owner string, msgs []fulfillmen
 				if a.Outcome == fulfillment.OutcomeGone {
 					gone.Store(true)
 				}
+				t.hold(a)
 			}
 			errs[i] = err
 		})
@@ -228,8 +282,8 @@ func (t *sender) acquire(ctx context.Context, gone *atomic.Bool, checked *time.T
 }
 
 // halted says why the sender starts no more requests of its batch, or
-// "": the worker is stopping, the destination answered 410 (gone), or a
-// person disabled it, which it asks the database once disabledCheck has
+// "": the worker is stopping, the destination answered 410 (gone) or
+// asked to wait (hold), or a person disabled it, which it asks the database once disabledCheck has
 // passed since checked (then moved on). A failed check halts nothing:
 // the requests' own answers tell a destination that is down.
 func (t *sender) halted(ctx context.Context, gone bool, checked *time.Time) string {
@@ -238,6 +292,8 @@ func (t *sender) halted(ctx context.Context, gone bool, checked *time.Time) stri
 		return "the worker is stopping"
 	case gone:
 		return "the destination answered 410 Gone"
+	case time.Now().Before(t.heldUntil()):
+		return "the destination asked to wait (429 or 503)"
 	case time.Since(*checked) < t.checkEvery:
 		return ""
 	}

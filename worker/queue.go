@@ -172,6 +172,12 @@ type Config struct {
 	// Reclaim is how often the items of owners that are no longer live are
 	// freed (default 1s).
 	Reclaim time.Duration
+	// Hold, when set, says until when the workers claim nothing: the
+	// outbox's destination asked to be left alone for a while (its
+	// Retry-After). A zero or past time holds nothing. Notifications that
+	// come meanwhile are kept for when it ends; items handed to the queue
+	// are processed all the same.
+	Hold func() time.Time
 }
 
 func (c *Config) defaults() {
@@ -330,25 +336,29 @@ func (q *Queue) wakeOne() {
 
 // loop works until ctx ends: on the items handed to the queue first, and
 // else on a claim — at first, again at once after a full batch, else when
-// notified, when the owner changes, or after Poll.
+// notified, when the owner changes, or after Poll; while a Hold is in
+// force, once it ends.
 func (q *Queue) loop(ctx context.Context) {
 	poll := time.NewTimer(q.cfg.Poll)
 	defer poll.Stop()
 	claim := true
 	for ctx.Err() == nil {
 		owner, changed := q.owners.Owner()
+		wait := q.cfg.Poll
 		if owner != "" {
 			if handed := q.takeHanded(owner); len(handed) > 0 {
 				q.processHeld(ctx, owner, changed, handed)
 				continue
 			}
-			if claim || q.claimDue.Swap(false) {
+			if hold := q.held(); hold > 0 {
+				wait, claim = hold, true // and claims once it ends
+			} else if claim || q.claimDue.Swap(false) {
 				if claim = q.claimAndProcess(ctx, owner, changed) == q.cfg.Batch; claim {
 					continue // more may be waiting
 				}
 			}
 		}
-		poll.Reset(q.cfg.Poll)
+		poll.Reset(wait)
 		select {
 		case <-ctx.Done():
 		case <-q.wake:
@@ -358,6 +368,19 @@ func (q *Queue) loop(ctx context.Context) {
 			claim = true
 		}
 	}
+}
+
+// held is how long the queue's Hold has yet to run; 0 or less when none
+// is in force.
+func (q *Queue) held() time.Duration {
+	if q.cfg.Hold == nil {
+		return 0
+	}
+	until := q.cfg.Hold()
+	if until.IsZero() {
+		return 0
+	}
+	return time.Until(until)
 }
 
 // claimAndProcess claims one batch under owner and processes it, unless

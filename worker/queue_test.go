@@ -396,6 +396,32 @@ func TestQueueRetryWaitsAsAsked(t *testing.T) {
 	})
 }
 
+// While a Hold is in force (a destination asked to wait) the queue claims
+// nothing, notified or not, and claims at once when it ends.
+func TestQueueClaimsNothingWhileHeld(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var claimed calls[time.Time]
+		ft := &fakeTable{claim: batches(&claimed, []Claim{{1, 1}})}
+		t0 := time.Now()
+		ends := t0.Add(90 * time.Second)
+		q := NewQueue("test", ft, ft.Process, liveOwner("a"), Config{Workers: 2, Batch: 1, Poll: time.Second,
+			Hold: func() time.Time { return ends }}, discard)
+		stop := start(q)
+		time.Sleep(30 * time.Second)
+		q.notify() // a new message meanwhile
+		time.Sleep(90 * time.Second)
+		stop()
+		at := claimed.all()
+		if len(at) == 0 {
+			t.Fatal("no claim after the hold ended")
+		}
+		if at[0] != ends {
+			t.Errorf("first claim %v after the start, want when the hold ended (%v)", at[0].Sub(t0), ends.Sub(t0))
+		}
+	})
+}
+
 // Items of a batch whose work did not start (ErrNotStarted) are handed
 // back in one call, not retried: their claim is not counted; the others'
 // failures are retried as ever.

@@ -76,6 +76,8 @@ type Action struct {
 	After time.Duration
 	// Drop resets the connection (TCP RST) instead of answering.
 	Drop bool
+	// RetryAfter, when set, is the answer's Retry-After header.
+	RetryAfter string
 }
 
 // FailFirst returns a Plan answering status, without effect, to the first
@@ -353,6 +355,9 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if a.Drop {
 		reset(w)
 		return
+	}
+	if a.RetryAfter != "" {
+		w.Header().Set("Retry-After", a.RetryAfter)
 	}
 	w.WriteHeader(status)
 }
