@@ -288,7 +288,8 @@ func TestOutboxSenderHoldsTheDestination(t *testing.T) {
 		{Outcome: fulfillment.OutcomeRetry, Status: 503},
 		delivered,
 	} {
-		if s.hold(a); !s.heldUntil().IsZero() {
+		s.hold(a)
+		if !s.heldUntil().IsZero() {
 			t.Fatalf("held after HTTP %d, which asked for no wait", a.Status)
 		}
 	}
