@@ -242,6 +242,15 @@ func TestOutboxRetryAfterHoldsTheDestination(t *testing.T) {
 	first := s.createExternalOrder(t, "busy-0", "busy")
 	s.pay(t, "busy-0")
 	waitFor(t, "the first request refused", func() bool { mu.Lock(); defer mu.Unlock(); return !refused.IsZero() })
+	// The hold is on /metrics once the answer is read.
+	const heldUntil = "fulfillment_outbox_destination_held_until_timestamp_seconds"
+	waitFor(t, "the hold on /metrics", func() bool { return strings.Contains(scrape(t, s.restURL).text, heldUntil) })
+	mu.Lock()
+	ends := time.Unix(0, int64(scrape(t, s.restURL).value(t, heldUntil, "destination", "busy")*1e9))
+	if ends.Before(refused.Add(wait)) || ends.After(refused.Add(wait+5*time.Second)) {
+		t.Errorf("%s = %v, want about %v after the 429 (%v)", heldUntil, ends, wait, ends.Sub(refused))
+	}
+	mu.Unlock()
 	keys := []string{fulfillment.LineKey(first.GetId(), 1)}
 	for i := 1; i <= 4; i++ {
 		mid := fmt.Sprintf("busy-%d", i)

@@ -30,6 +30,9 @@ type Destination struct {
 	// Deliver makes one attempt at m and says what came of it. It returns
 	// within the destination's timeout.
 	Deliver func(ctx context.Context, m fulfillment.OutboxMessage) fulfillment.DeliveryAttempt
+	// Held, when set, is told when the wait the destination asked for ends,
+	// each time one begins or grows longer (see sender.hold).
+	Held func(until time.Time)
 }
 
 // idempotentBatch is how many messages a worker of an idempotent
@@ -117,6 +120,9 @@ func (t *sender) hold(a fulfillment.DeliveryAttempt) {
 			if was <= now.UnixNano() {
 				t.log.Warn("destination asked to wait: no deliveries to it from this process until then",
 					"status", a.Status, "wait", wait, "until", now.Add(wait).UTC().Format(time.RFC3339))
+			}
+			if t.dest.Held != nil {
+				t.dest.Held(t.heldUntil()) // the longest, should another have grown it since
 			}
 			return
 		}

@@ -277,8 +277,11 @@ var delivered = fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeDelivere
 // line says so once per wait, not once per answer.
 func TestOutboxSenderHoldsTheDestination(t *testing.T) {
 	t.Parallel()
-	var logs bytes.Buffer
-	s := newSender(&fakeOutbox{}, Destination{ID: "crm", Idempotent: true, Concurrency: 4},
+	var (
+		logs bytes.Buffer
+		told calls[time.Time]
+	)
+	s := newSender(&fakeOutbox{}, Destination{ID: "crm", Idempotent: true, Concurrency: 4, Held: told.add},
 		slog.New(slog.NewTextHandler(&logs, nil)))
 	if !s.heldUntil().IsZero() {
 		t.Fatalf("held until %v before any answer", s.heldUntil())
@@ -305,6 +308,9 @@ func TestOutboxSenderHoldsTheDestination(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "destination asked to wait"); n != 1 {
 		t.Errorf("%d lines about the wait, want 1 (one wait, extended): %s", n, logs.String())
+	}
+	if got := told.all(); len(got) != 2 || got[1] != s.heldUntil() || !got[0].Before(got[1]) {
+		t.Errorf("told of holds until %v, want the minute's end and then the hour's (%v)", got, s.heldUntil())
 	}
 }
 

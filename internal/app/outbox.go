@@ -43,7 +43,12 @@ func newOutbox(cfg *config.Config, store *storage.Store, owners worker.Owners, r
 		Help:    "Time from an outbox message's creation to its delivery (2xx), by destination.",
 		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600},
 	}, []string{"destination"})
-	reg.MustRegister(attempts, took, latency)
+	held := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fulfillment_outbox_destination_held_until_timestamp_seconds",
+		Help: "When the last wait a destination asked for (429, or 503 with Retry-After) ends, as a Unix time: " +
+			"until then this process sends it nothing. Absent while it has asked for none.",
+	}, []string{"destination"})
+	reg.MustRegister(attempts, took, latency, held)
 	sender := outbox.NewSender()
 	dests := make([]worker.Destination, len(cfg.Destinations))
 	for i, d := range cfg.Destinations {
@@ -63,6 +68,7 @@ func newOutbox(cfg *config.Config, store *storage.Store, owners worker.Owners, r
 				}
 				return a
 			},
+			Held: func(until time.Time) { held.WithLabelValues(d.ID).Set(float64(until.UnixNano()) / 1e9) },
 		}
 	}
 	table := func(destination string) worker.Table { return store.OutboxQueue(destination) }
