@@ -864,6 +864,11 @@ func (c *Config) validate() error {
 	if err := c.validateDestinations(); err != nil {
 		return err
 	}
+	if c.StatusPoll.Batch != 0 {
+		// Every poll is a call to the provider, made alone: a claim takes
+		// one payment (worker.NewPollerWith).
+		return errors.New("status_poll.batch: not a setting: each claim takes one payment; status_poll.workers sets how many are asked about at once")
+	}
 	if err := c.StatusPoll.validate("status_poll"); err != nil {
 		return err
 	}

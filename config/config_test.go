@@ -94,6 +94,13 @@ func TestLoadErrors(t *testing.T) {
 		{"negative receipt linger", "inbox: { receipt_linger: -1ms }\n", vars, "inbox.receipt_linger: from 0s (never) to 20ms"},
 		{"receipt linger too long", "inbox: { receipt_linger: 1s }\n", vars, "inbox.receipt_linger: from 0s (never) to 20ms"},
 		{"receipt linger not a duration", "inbox: { receipt_linger: soon }\n", vars, "receipt_linger"},
+		// Queue keys the outbox and the status poller would read and then
+		// ignore: each destination sets its own workers and retry budget,
+		// and a status poll claims one payment at a time.
+		{"outbox workers", "outbox: { workers: 8 }\n", vars, "outbox.workers: set per destination, as destinations[].concurrency"},
+		{"outbox max attempts", "outbox: { max_attempts: 3 }\n", vars, "outbox.max_attempts: set per destination, as destinations[].max_attempts"},
+		{"outbox batch", "outbox: { batch: 10 }\n", vars, "outbox.batch: not a setting"},
+		{"status poll batch", "status_poll: { batch: 10 }\n", vars, "status_poll.batch: not a setting"},
 		{"bad port", "listen: { http: \"127.0.0.1:99999\" }\n", vars, "listen.http"},
 		{"same address twice", "listen: { grpc: \"127.0.0.1:1\", http: \"127.0.0.1:1\" }\n", vars, "different addresses"},
 		{"missing env secret", token, map[string]string{}, "auth.tokens[0].token_env: environment variable CHECKOUT_TOKEN is not set"},

@@ -138,7 +138,25 @@ func (c *Config) validateDestinations() error {
 			}
 		}
 	}
+	if err := refuseOutboxQueueKeys(c.Outbox); err != nil {
+		return err
+	}
 	return c.Outbox.validate("outbox")
+}
+
+// refuseOutboxQueueKeys refuses the queue keys that the outbox section
+// shares with the other queues but that each destination sets for itself:
+// read there, they would change nothing.
+func refuseOutboxQueueKeys(q Queue) error {
+	switch {
+	case q.Workers != 0:
+		return errors.New("outbox.workers: set per destination, as destinations[].concurrency (deliveries in flight to it, per process)")
+	case q.MaxAttempts != 0:
+		return errors.New("outbox.max_attempts: set per destination, as destinations[].max_attempts")
+	case q.Batch != 0:
+		return errors.New("outbox.batch: not a setting: a destination's workers claim a fixed number of messages at a time (one when it is not idempotent)")
+	}
+	return nil
 }
 
 // checkDestinationURL accepts an absolute http or https URL without
