@@ -350,8 +350,8 @@ const DeprecatedWorker = "config: the worker key is deprecated: rename it to inb
 // configuration uses housekeeping.fulfilment_sla.
 const DeprecatedSpelling = "config: housekeeping.fulfilment_sla is deprecated: rename it to fulfillment_sla (same value)"
 
-// Deprecated returns the warnings serve logs at start about deprecated keys
-// the configuration uses.
+// Deprecated returns the warnings serve logs at start (and config check
+// prints) about deprecated or ignored keys the configuration uses.
 func (c *Config) Deprecated() []string {
 	var out []string
 	if c.Worker != nil {
@@ -360,7 +360,7 @@ func (c *Config) Deprecated() []string {
 	if c.Housekeeping.DeprecatedFulfilmentSLA != nil {
 		out = append(out, DeprecatedSpelling)
 	}
-	return out
+	return append(out, c.ignoredQueueKeys()...)
 }
 
 // renameSpelling moves housekeeping.fulfilment_sla into fulfillment_sla;
@@ -863,11 +863,6 @@ func (c *Config) validate() error {
 	}
 	if err := c.validateDestinations(); err != nil {
 		return err
-	}
-	if c.StatusPoll.Batch != 0 {
-		// Every poll is a call to the provider, made alone: a claim takes
-		// one payment (worker.NewPollerWith).
-		return errors.New("status_poll.batch: not a setting: each claim takes one payment; status_poll.workers sets how many are asked about at once")
 	}
 	if err := c.StatusPoll.validate("status_poll"); err != nil {
 		return err

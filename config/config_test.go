@@ -94,13 +94,6 @@ func TestLoadErrors(t *testing.T) {
 		{"negative receipt linger", "inbox: { receipt_linger: -1ms }\n", vars, "inbox.receipt_linger: from 0s (never) to 20ms"},
 		{"receipt linger too long", "inbox: { receipt_linger: 1s }\n", vars, "inbox.receipt_linger: from 0s (never) to 20ms"},
 		{"receipt linger not a duration", "inbox: { receipt_linger: soon }\n", vars, "receipt_linger"},
-		// Queue keys the outbox and the status poller would read and then
-		// ignore: each destination sets its own workers and retry budget,
-		// and a status poll claims one payment at a time.
-		{"outbox workers", "outbox: { workers: 8 }\n", vars, "outbox.workers: set per destination, as destinations[].concurrency"},
-		{"outbox max attempts", "outbox: { max_attempts: 3 }\n", vars, "outbox.max_attempts: set per destination, as destinations[].max_attempts"},
-		{"outbox batch", "outbox: { batch: 10 }\n", vars, "outbox.batch: not a setting"},
-		{"status poll batch", "status_poll: { batch: 10 }\n", vars, "status_poll.batch: not a setting"},
 		{"bad port", "listen: { http: \"127.0.0.1:99999\" }\n", vars, "listen.http"},
 		{"same address twice", "listen: { grpc: \"127.0.0.1:1\", http: \"127.0.0.1:1\" }\n", vars, "different addresses"},
 		{"missing env secret", token, map[string]string{}, "auth.tokens[0].token_env: environment variable CHECKOUT_TOKEN is not set"},
@@ -369,6 +362,48 @@ func TestInboxQueueKeys(t *testing.T) {
 	cfg, err := Load("", env(nil))
 	if err != nil || cfg.Inbox != (Inbox{}) || cfg.Worker != nil {
 		t.Errorf("without a file: inbox %+v, worker %v, error %v; want the zero queue (worker's defaults)", cfg.Inbox, cfg.Worker, err)
+	}
+}
+
+// The queue keys that the outbox and the status poller read and ignore
+// (each destination sets its own workers and retry budget; a status poll
+// claims one payment at a time) still load, with a warning naming where the
+// setting lives: a file that set them before they were named must not stop
+// an upgraded service. A bad value is refused as before.
+func TestIgnoredQueueKeys(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		yaml, warning, err string
+	}{
+		{"outbox: { workers: 8 }\n", "config: outbox.workers is ignored: set destinations[].concurrency", ""},
+		{"outbox: { max_attempts: 3 }\n", "config: outbox.max_attempts is ignored: set destinations[].max_attempts", ""},
+		{"outbox: { batch: 10 }\n", "config: outbox.batch is ignored", ""},
+		{"status_poll: { batch: 10 }\n", "config: status_poll.batch is ignored", ""},
+		{"outbox: { lease: 10s }\n", "", ""},
+		{"outbox: { workers: -1 }\n", "", "outbox.workers"},
+	} {
+		path := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := Load(path, env(nil))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: error %v, want one naming %s", tc.yaml, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v, want it loaded", tc.yaml, err)
+			continue
+		}
+		got := cfg.Deprecated()
+		switch {
+		case tc.warning == "" && len(got) != 0:
+			t.Errorf("%q: warnings %q, want none", tc.yaml, got)
+		case tc.warning != "" && (len(got) != 1 || !strings.HasPrefix(got[0], tc.warning)):
+			t.Errorf("%q: warnings %q, want one starting %q", tc.yaml, got, tc.warning)
+		}
 	}
 }
 

@@ -138,25 +138,30 @@ func (c *Config) validateDestinations() error {
 			}
 		}
 	}
-	if err := refuseOutboxQueueKeys(c.Outbox); err != nil {
-		return err
-	}
 	return c.Outbox.validate("outbox")
 }
 
-// refuseOutboxQueueKeys refuses the queue keys that the outbox section
-// shares with the other queues but that each destination sets for itself:
-// read there, they would change nothing.
-func refuseOutboxQueueKeys(q Queue) error {
-	switch {
-	case q.Workers != 0:
-		return errors.New("outbox.workers: set per destination, as destinations[].concurrency (deliveries in flight to it, per process)")
-	case q.MaxAttempts != 0:
-		return errors.New("outbox.max_attempts: set per destination, as destinations[].max_attempts")
-	case q.Batch != 0:
-		return errors.New("outbox.batch: not a setting: a destination's workers claim a fixed number of messages at a time (one when it is not idempotent)")
+// ignoredQueueKeys are the warnings about the queue keys that the outbox and
+// status_poll sections share with the other queues but that are set
+// elsewhere: read there, they change nothing. They were accepted before they
+// were named, so a file that sets them still loads (an upgrade must not stop
+// a service for a key that never did anything), and serve and config check
+// say so.
+func (c *Config) ignoredQueueKeys() []string {
+	var out []string
+	if c.Outbox.Workers != 0 {
+		out = append(out, "config: outbox.workers is ignored: set destinations[].concurrency (deliveries in flight to it, per process)")
 	}
-	return nil
+	if c.Outbox.MaxAttempts != 0 {
+		out = append(out, "config: outbox.max_attempts is ignored: set destinations[].max_attempts")
+	}
+	if c.Outbox.Batch != 0 {
+		out = append(out, "config: outbox.batch is ignored: a destination's workers claim a fixed number of messages at a time (one when it is not idempotent)")
+	}
+	if c.StatusPoll.Batch != 0 {
+		out = append(out, "config: status_poll.batch is ignored: each claim takes one payment; status_poll.workers sets how many are asked about at once")
+	}
+	return out
 }
 
 // checkDestinationURL accepts an absolute http or https URL without

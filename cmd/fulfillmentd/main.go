@@ -168,6 +168,9 @@ func newRootCmd() *cobra.Command {
 			if err := app.CheckConfig(cfg); err != nil {
 				return err
 			}
+			for _, w := range cfg.Deprecated() {
+				_, _ = fmt.Fprintln(cmd.ErrOrStderr(), "warning: "+w)
+			}
 			db := "set"
 			if cfg.Database.URL == "" {
 				db = "not set (" + app.ErrNoDatabase.Error() + ")"

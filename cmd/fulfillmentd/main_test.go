@@ -108,6 +108,21 @@ func TestConfigCheck(t *testing.T) { //nolint:paralleltest // sets the environme
 	if _, err := run(t, nil, "config", "check", "--config", bad); err == nil || !strings.Contains(err.Error(), "max_conns") || strings.Contains(err.Error(), "\n") {
 		t.Errorf("config check of a bad file: %v, want one line naming database.max_conns", err)
 	}
+	// A key read and ignored: valid, with a warning on stderr.
+	ignored := filepath.Join(dir, "ignored.yaml")
+	if err := os.WriteFile(ignored, []byte("database:\n  url_env: DATABASE_URL\noutbox:\n  max_attempts: 3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := newRootCmd()
+	var stdout, stderr bytes.Buffer
+	cmd.SetOut(&stdout)
+	cmd.SetErr(&stderr)
+	cmd.SetArgs([]string{"config", "check", "--config", ignored})
+	if err := cmd.Execute(); err != nil || !strings.HasPrefix(stdout.String(), "configuration valid") ||
+		stderr.String() != "warning: config: outbox.max_attempts is ignored: set destinations[].max_attempts\n" {
+		t.Errorf("config check of a file setting outbox.max_attempts: %v, stdout %q, stderr %q; want it valid, with a warning",
+			err, stdout.String(), stderr.String())
+	}
 }
 
 // migrate status says what is pending and changes nothing; after migrate,
