@@ -6,10 +6,13 @@
 //
 //	go build -ldflags "-X github.com/fulfillplatform/fulfillment/internal/buildinfo.version=v1.2.3 \
 //	    -X github.com/fulfillplatform/fulfillment/internal/buildinfo.commit=$(git rev-parse HEAD) \
+//	    -X github.com/fulfillplatform/fulfillment/internal/buildinfo.commitTime=2026-12-01T11:58:00Z \
 //	    -X github.com/fulfillplatform/fulfillment/internal/buildinfo.builtAt=2026-12-01T12:00:00Z"
 //
 // Without them, the commit and its time are what the Go toolchain recorded
 // (debug.ReadBuildInfo: a build inside a git checkout, unless -buildvcs=false).
+// A build that sets the commit sets its time too, or has none: the
+// toolchain's would be of whatever checkout it ran in.
 package buildinfo
 
 import (
@@ -20,9 +23,10 @@ import (
 
 // Set by the linker (-X); see the package comment.
 var (
-	version string
-	commit  string
-	builtAt string
+	version    string
+	commit     string
+	commitTime string
+	builtAt    string
 )
 
 // Info describes one build.
@@ -54,7 +58,7 @@ func Read() Info {
 		i.Version = bi.Main.Version
 	}
 	if commit != "" {
-		i.Commit = commit
+		i.Commit, i.CommitTime = commit, commitTime
 		return i
 	}
 	modified := false
