@@ -418,10 +418,12 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 			}
 		}
 	}
-	if periodOf != nil && ev.Kind == EventRefunded && st.Subscription == nil {
+	if periodOf != nil && ev.Kind == EventRefunded && st.Subscription == nil && (!ev.TestMode || ev.Environment != EnvLive) {
 		// The refund of a payment that stays a subscription's (its
 		// PeriodOfAnother): the subscription rules decide what it does to
-		// the period it paid, as they would had no order matched.
+		// the period it paid, as they would had no order matched — and,
+		// as then, not a provider's test event on a live endpoint
+		// (refundOfAPeriod), which the order rules ignored.
 		if st.Subscription, err = b.decideSubscription(ev, be.Received, periodOf, false); err != nil {
 			return st, nil, err
 		}

@@ -19,6 +19,12 @@ func batchEvent(id string, kind EventKind, merchantOrderID, payment string, mino
 		EventID: id, Kind: kind, Type: string(kind), OccurredAt: jan1, Payment: p}}
 }
 
+// testMode returns be as a provider's test event.
+func testMode(be BatchEvent) BatchEvent {
+	be.Event.TestMode = true
+	return be
+}
+
 // named returns be naming the provider subscription sub.
 func named(be BatchEvent, sub string) BatchEvent {
 	be.Event.Payment.SubscriptionID = sub
@@ -742,6 +748,9 @@ func TestDecideBatchChargeOfThePaidSubscription(t *testing.T) {
 		{"the charge's refund naming the order alone: its period refunded", paid,
 			[]BatchEvent{charge("e2"), at(batchEvent("e3", EventRefunded, "m-1", "pay_2", 1000), feb1.AddDate(0, 0, 3))},
 			[]string{"renewed sub=s1 sub:renewed", "other_payment_refunded order=o1 sub=s1 sub:subscription_refunded"}, 2, nil},
+		{"a provider's test refund of the charge on a live endpoint: ignored, its period kept", paid,
+			[]BatchEvent{charge("e2"), testMode(at(batchEvent("e3", EventRefunded, "m-1", "pay_2", 1000), feb1.AddDate(0, 0, 3)))},
+			[]string{"renewed sub=s1 sub:renewed", "test_mode_ignored order=o1"}, 2, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
