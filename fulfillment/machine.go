@@ -2,6 +2,7 @@ package fulfillment
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -65,10 +66,11 @@ const (
 	DecisionPlanChangeRefused Decision = "plan_change_refused"
 	// DecisionRefundNotApplicable: a partial refund that cannot apply to
 	// the payment it names: that payment was refunded in full already, or
-	// the refund is larger than what is left of the order's total after
-	// the partial refunds recorded before it. Nothing is recorded or taken
-	// back; a refund_not_applicable item asks a person to look at the
-	// money at the provider.
+	// the refund is larger than what is left of the order's total (of what
+	// the payment paid, when more) after the partial refunds recorded
+	// before it. Nothing is recorded or taken back; a
+	// refund_not_applicable item asks a person to look at the money at
+	// the provider.
 	DecisionRefundNotApplicable Decision = "refund_not_applicable"
 	// DecisionOtherPaymentRefunded: a refund of a payment that did not pay
 	// the order (an extra payment, say). The order is untouched.
@@ -158,6 +160,11 @@ type PaidOrder struct {
 	// PaidBy identifies the payment that paid the order: empty while unpaid,
 	// and when that payment did not identify itself.
 	PaidBy PaidRefs
+	// PaidAmount is what the payment that paid the order paid (the zero
+	// Amount while unpaid, or when not known): the partial refunds of a
+	// payment larger than the order's total return that excess first
+	// (excessOf).
+	PaidAmount Amount
 	// PaidByEvent names the event that paid the order (PaidEventRef) when
 	// its payment names no payment id: PaidBy cannot tell that payment
 	// from another of the same invoice, but that same event, processed
@@ -218,7 +225,7 @@ func (o *PaidOrder) Apply(ev ProviderEvent, out Outcome) {
 		case MoveOrder:
 			o.State = e.To
 		case MarkPaid:
-			o.Paid, o.PaidBy, o.PaidByEvent = true, ev.Payment.PaidRefs(), PaidEventRef(ev)
+			o.Paid, o.PaidBy, o.PaidByEvent, o.PaidAmount = true, ev.Payment.PaidRefs(), PaidEventRef(ev), ev.Payment.Amount
 		case RecordAttempt:
 			if o.Attempts == nil {
 				o.Attempts = map[AttemptKey]AttemptState{}
@@ -474,17 +481,21 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 		effects = append(effects, PaySubscriptions{})
 	}
 	// Partial refunds of this payment processed before it (their delivery
-	// came first) take their shares of what it credits now. Their items
-	// asked what to revoke while nothing was granted: this one asks again.
+	// came first) take their shares of what it credits now — of what they
+	// returned of the order's price, when it paid more than that. Their
+	// items asked what to revoke while nothing was granted: this one asks
+	// again.
 	var refunded []string
+	var before int64
 	for _, r := range order.PartialRefunds {
 		if r.Attempt != (AttemptKey{ev.Provider, p.AttemptRef}) {
 			continue
 		}
 		refunded = append(refunded, r.Amount.String())
-		if share, ok := order.refundShare(r.Amount); ok {
+		if share, ok := order.refundShare(r.Amount, before, order.excessOf(p.Amount)); ok {
 			effects = append(effects, ReverseCreditShare{share, r.Ref})
 		}
+		before += order.minorUnits(r.Amount)
 	}
 	if len(refunded) > 0 {
 		effects = append(effects, OpenItem{ReconRefundAfterFulfill})
@@ -661,16 +672,34 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 				"so nothing is recorded or taken back; check at the provider what was returned", ev.Payment.Amount),
 			OpenItem{ReconRefundNotApplicable})
 	}
-	if left, ok := order.refundLeft(attempt, ev.Payment.Amount); ok && ev.Payment.Amount.Value.GreaterThan(decimal.NewFromInt(left)) {
+	// A payment that paid more than the order's total (its own, once it
+	// paid the order) has that much more to refund, the excess first.
+	var excess int64
+	if order.Paid {
+		excess = order.excessOf(order.PaidAmount)
+	}
+	refundedBefore := order.refunded(attempt)
+	if left, ok := order.refundLeft(refundedBefore, excess, ev.Payment.Amount); ok && ev.Payment.Amount.Value.GreaterThan(decimal.NewFromInt(left)) {
+		paid := "the order's total " + MinorAmount(order.Total.MinorUnits, order.Total.Currency).String()
+		if excess > 0 {
+			paid = "the payment's " + order.PaidAmount.String()
+		}
 		return outcome(DecisionRefundNotApplicable,
-			fmt.Sprintf("%s refunded, more than the %s left of the order's total %s after the partial refunds recorded: "+
+			fmt.Sprintf("%s refunded, more than the %s left of %s after the partial refunds recorded: "+
 				"nothing is recorded or taken back; check at the provider what was returned",
-				ev.Payment.Amount, MinorAmount(left, order.Total.Currency), MinorAmount(order.Total.MinorUnits, order.Total.Currency)),
+				ev.Payment.Amount, MinorAmount(left, order.Total.Currency), paid),
 			OpenItem{ReconRefundNotApplicable})
 	}
 	recorded := RecordRefund{RecordedRefund{Attempt: attempt, Ref: ref, Amount: ev.Payment.Amount}}
 	granted := order.State == StateFulfilled || order.State == StateFulfilling
-	if share, ok := order.refundShare(ev.Payment.Amount); ok && granted {
+	if granted && excess > 0 && refundedBefore+order.minorUnits(ev.Payment.Amount) <= excess {
+		return outcome(DecisionPartiallyRefunded,
+			fmt.Sprintf("%s of the payment was refunded: it returns what the payment paid beyond the order's total "+
+				"(%s of %s), so nothing is taken back; check that nothing else is owed",
+				ev.Payment.Amount, MinorAmount(excess, order.Total.Currency), order.PaidAmount),
+			recorded, OpenItem{ReconRefundAfterFulfill})
+	}
+	if share, ok := order.refundShare(ev.Payment.Amount, refundedBefore, excess); ok && granted {
 		effects := []Effect{recorded, ReverseCreditShare{share, ref}}
 		if order.HasSubscriptionLines {
 			effects = append(effects, RefundSubscriptions{})
@@ -685,35 +714,74 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 		recorded, OpenItem{ReconRefundAfterFulfill})
 }
 
+// minorUnits is amount in minor units of the order's currency: 0 when it
+// is in another unit, or not a whole number of them.
+func (o PaidOrder) minorUnits(amount Amount) int64 {
+	if u := amount.Unit; !u.IsCurrency() || u.Currency != o.Total.Currency || !amount.Value.IsInteger() {
+		return 0
+	}
+	return amount.Value.IntPart()
+}
+
+// refunded is what the partial refunds of attempt recorded returned, in
+// minor units of the order's currency.
+func (o PaidOrder) refunded(attempt AttemptKey) int64 {
+	var sum int64
+	for _, r := range o.PartialRefunds {
+		if r.Attempt == attempt {
+			sum += o.minorUnits(r.Amount)
+		}
+	}
+	return sum
+}
+
+// excessOf is what a payment of amount paid beyond the order's total, in
+// minor units of the order's currency: 0 when it paid no more, or in
+// another unit (bounded so that the total and the excess still count in
+// an int64).
+func (o PaidOrder) excessOf(amount Amount) int64 {
+	if u := amount.Unit; !u.IsCurrency() || u.Currency != o.Total.Currency || !amount.Value.IsInteger() {
+		return 0
+	}
+	excess := amount.Value.Sub(decimal.NewFromInt(o.Total.MinorUnits))
+	if !excess.IsPositive() {
+		return 0
+	}
+	return decimal.Min(excess, decimal.NewFromInt(math.MaxInt64-o.Total.MinorUnits)).IntPart()
+}
+
 // refundLeft is what is left to refund, in minor units of the order's
-// currency, of the order's total for a refund of amount of attempt: the
-// total less the partial refunds of that attempt recorded in that
-// currency. ok is false when amount is not a whole number of minor units
-// of the order's currency (it cannot be compared).
-func (o PaidOrder) refundLeft(attempt AttemptKey, amount Amount) (left int64, ok bool) {
+// currency, of a payment that paid the order's total and excess more
+// (0 for a payment that did not pay the order, or is unpaid), for a
+// refund of amount after partial refunds of that payment that returned
+// before: the total and the excess less before. ok is false when amount is
+// not a whole number of minor units of the order's currency (it cannot be
+// compared).
+func (o PaidOrder) refundLeft(before, excess int64, amount Amount) (left int64, ok bool) {
 	u := amount.Unit
 	if !u.IsCurrency() || u.Currency != o.Total.Currency || !amount.Value.IsInteger() {
 		return 0, false
 	}
-	left = o.Total.MinorUnits
-	for _, r := range o.PartialRefunds {
-		if r.Attempt == attempt && r.Amount.Unit == u && r.Amount.Value.IsInteger() {
-			left -= r.Amount.Value.IntPart()
-		}
-	}
-	return max(left, 0), true
+	return max(o.Total.MinorUnits+excess-before, 0), true
 }
 
-// refundShare is a refund of amount as a part of the order's total: known
-// when it is in the order's currency, a whole number of minor units, more
-// than nothing and not more than the total.
-func (o PaidOrder) refundShare(amount Amount) (Money, bool) {
+// refundShare is what a refund of amount returned of the order's price, as
+// a part of the order's total, after partial refunds of the same payment
+// that returned before, of a payment that paid excess more than the total:
+// refunds return the excess first. Known when the refund is in the order's
+// currency, a whole number of minor units, more than nothing and not more
+// than the total and the excess, and returns some of the price.
+func (o PaidOrder) refundShare(amount Amount, before, excess int64) (Money, bool) {
 	u := amount.Unit
 	if !u.IsCurrency() || u.Currency != o.Total.Currency || !amount.Value.IsInteger() ||
-		!amount.Value.IsPositive() || amount.Value.GreaterThan(decimal.NewFromInt(o.Total.MinorUnits)) {
+		!amount.Value.IsPositive() || amount.Value.GreaterThan(decimal.NewFromInt(o.Total.MinorUnits).Add(decimal.NewFromInt(excess))) {
 		return Money{}, false
 	}
-	return Money{Currency: u.Currency, MinorUnits: amount.Value.IntPart()}, true
+	price := max(before+amount.Value.IntPart()-excess, 0) - max(before-excess, 0)
+	if price <= 0 {
+		return Money{}, false
+	}
+	return Money{Currency: u.Currency, MinorUnits: min(price, o.Total.MinorUnits)}, true
 }
 
 // unidentified is the outcome of a payment for a paid order that cannot be

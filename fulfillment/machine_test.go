@@ -1,6 +1,7 @@
 package fulfillment
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -757,6 +758,72 @@ func TestPartialRefundBeforeConfirmation(t *testing.T) {
 	}
 	if out := Decide(event("c", EventPaymentConfirmed, 20000, "pay_1"), &PaidOrder{State: StatePendingPayment, Total: order.Total}); slices.Contains(out.Effects, Effect(OpenItem{ReconRefundAfterFulfill})) {
 		t.Errorf("confirmation with no refund recorded opens %v", out.Effects)
+	}
+}
+
+// A payment larger than the order's total paid the order in full and
+// more: its partial refunds return the excess first (what the overpayment
+// item asks a person to refund), and only what they return of the price
+// takes a share of the credits back; what is left to refund is what the
+// payment paid, not the total. So also when the refunds were processed
+// before the overpaying confirmation.
+func TestPartialRefundsOfAnOverpayment(t *testing.T) {
+	t.Parallel()
+	event := func(kind EventKind, minor int64) ProviderEvent {
+		p := PaymentInfo{PaymentID: "pay_1", CheckoutSessionID: "cs_1", Amount: MinorAmount(minor, "RUB")}
+		p.AttemptRef = p.Attempt()
+		return ProviderEvent{Provider: ProviderTBank, Environment: EnvLive, EventID: fmt.Sprintf("%s:%d", kind, minor),
+			Kind: kind, Type: string(kind), Payment: p}
+	}
+	confirm, refund := EventPaymentConfirmed, EventPartiallyRefunded
+	type step struct {
+		kind  EventKind
+		minor int64
+		want  Decision
+		share int64 // the credits' share taken back, of the order's total
+	}
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"the excess refunded: nothing taken back", []step{
+			{confirm, 1200, DecisionFulfilled, 0}, {refund, 200, DecisionPartiallyRefunded, 0}}},
+		{"more than the excess: the price's part taken back", []step{
+			{confirm, 1200, DecisionFulfilled, 0}, {refund, 300, DecisionPartiallyRefunded, 100},
+			{refund, 500, DecisionPartiallyRefunded, 500}}},
+		{"the whole payment in parts: the whole price taken back, no more", []step{
+			{confirm, 1200, DecisionFulfilled, 0}, {refund, 100, DecisionPartiallyRefunded, 0},
+			{refund, 1100, DecisionPartiallyRefunded, 1000}, {refund, 1, DecisionRefundNotApplicable, 0}}},
+		{"more than the payment: not applicable", []step{
+			{confirm, 1200, DecisionFulfilled, 0}, {refund, 1201, DecisionRefundNotApplicable, 0}}},
+		{"refunded before the confirmation: the excess first", []step{
+			{refund, 150, DecisionPartiallyRefunded, 0}, {refund, 250, DecisionPartiallyRefunded, 0},
+			{confirm, 1200, DecisionFulfilled, 200}}},
+		{"no overpayment: shares of the total, as ever", []step{
+			{confirm, 1000, DecisionFulfilled, 0}, {refund, 200, DecisionPartiallyRefunded, 200},
+			{refund, 801, DecisionRefundNotApplicable, 0}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			order := &PaidOrder{State: StatePendingPayment, Total: Money{Currency: "RUB", MinorUnits: 1000}}
+			for i, s := range tc.steps {
+				ev := event(s.kind, s.minor)
+				out := Decide(ev, order)
+				var share int64
+				for _, e := range out.Effects {
+					if r, ok := e.(ReverseCreditShare); ok {
+						share += r.Refunded.MinorUnits
+					}
+				}
+				if out.Decision != s.want || share != s.share {
+					t.Fatalf("step %d (%s %d): %s taking back %d, want %s taking back %d (%s)",
+						i, s.kind, s.minor, out.Decision, share, s.want, s.share, out.Reason)
+				}
+				checkInvariants(t, ev, order, out)
+				order.Apply(ev, out)
+			}
+		})
 	}
 }
 

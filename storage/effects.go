@@ -110,8 +110,9 @@ type orderRow struct {
 	state        fulfillment.State // "": unchanged
 	paid         bool
 	refs         fulfillment.PaidRefs
-	subscription string // the subscription its payment paid; "": unchanged
-	event        string // with paid: fulfillment.PaidEventRef of the event that paid it
+	subscription string             // the subscription its payment paid; "": unchanged
+	event        string             // with paid: fulfillment.PaidEventRef of the event that paid it
+	amount       fulfillment.Amount // with paid: what the payment that paid it paid
 }
 
 type shareRow struct {
@@ -254,7 +255,7 @@ func (w *effectWriter) orderStep(le leasedEvent, st fulfillment.Step) error {
 			w.order(m.ID).state = e.To
 		case fulfillment.MarkPaid:
 			o := w.order(m.ID)
-			o.paid, o.refs, o.event = true, p.PaidRefs(), fulfillment.PaidEventRef(ev)
+			o.paid, o.refs, o.event, o.amount = true, p.PaidRefs(), fulfillment.PaidEventRef(ev), p.Amount
 		case fulfillment.GrantLicenses:
 			if len(m.LicenseLines) > 0 {
 				*w.grants.at(m.ID) = m.LicenseLines
@@ -509,6 +510,7 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 		var version []pgtype.TID
 		var paid []bool
 		var attemptRef, invoiceID, paymentID, subscription, event nulls[string]
+		var amount, token, network, currency nulls[string]
 		for i, o := range rows {
 			v, ok := w.versions[o.id]
 			if !ok {
@@ -523,6 +525,8 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 			// arrays of NULLs built and encoded element by element.
 			setSparse(&subscription, len(rows), i, o.subscription)
 			setSparse(&event, len(rows), i, o.event)
+			a, t, n, c := amountColumns(o.amount)
+			amount, token, network, currency = append(amount, a), append(token, t), append(network, n), append(currency, c)
 		}
 		// Each order is found at the row version its lock read (a TID
 		// scan: no descent of the primary key), which no one can have
@@ -542,15 +546,21 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 				paid_payment_id  = CASE WHEN u.paid THEN u.payment_id ELSE o.paid_payment_id END,
 				paid_at          = CASE WHEN u.paid THEN now() ELSE o.paid_at END,
 				paid_event       = CASE WHEN u.paid THEN u.event ELSE o.paid_event END,
+				paid_amount      = CASE WHEN u.paid THEN u.amount::numeric ELSE o.paid_amount END,
+				paid_token       = CASE WHEN u.paid THEN u.token ELSE o.paid_token END,
+				paid_network     = CASE WHEN u.paid THEN u.network ELSE o.paid_network END,
+				paid_currency    = CASE WHEN u.paid THEN u.currency ELSE o.paid_currency END,
 				paid_subscription_id = coalesce(u.subscription, o.paid_subscription_id),
 				updated_at = now()
-			FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[], $5::text[], $6::text[], $7::tid[], $9::uuid[], $10::text[])
-				AS u (id, state, paid, attempt_ref, invoice_id, payment_id, version, subscription, event)
+			FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[], $5::text[], $6::text[], $7::tid[], $9::uuid[], $10::text[],
+				$11::text[], $12::text[], $13::text[], $14::text[])
+				AS u (id, state, paid, attempt_ref, invoice_id, payment_id, version, subscription, event, amount, token, network, currency)
 			WHERE o.ctid = u.version AND o.id = u.id::uuid
 			RETURNING 1)
 			SELECT CASE WHEN count(*) = $8 THEN count(*)
 				ELSE ('updating orders: ' || count(*) || ' of ' || $8 || ' found at the version locked')::bigint END
-			FROM updated`, id, state, paid, attemptRef, invoiceID, paymentID, version, want, subscription, event)
+			FROM updated`, id, state, paid, attemptRef, invoiceID, paymentID, version, want, subscription, event,
+			amount, token, network, currency)
 	}
 	if len(w.grants.keys()) > 0 {
 		// One license per unit, of the lines read with the order's lock.

@@ -472,6 +472,10 @@ type lockedOrderRow struct {
 	PaidPaymentID       *string
 	PaidSubscription    *string
 	PaidEvent           *string
+	PaidAmount          *string
+	PaidToken           *string
+	PaidNetwork         *string
+	PaidCurrency        *string
 	StartedSessions     []string
 	// Its lines.
 	HasExternalLines bool
@@ -499,7 +503,8 @@ func (row *lockedOrderRow) scan(r pgx.Rows) error {
 		&row.State, &row.TotalCurrency, &row.TotalMinorUnits,
 		&row.SettlementToken, &row.SettlementNetwork, &row.SettlementAmount, &row.SettlementTolerance,
 		&row.Paid, &row.PaidAttemptRef, &row.PaidInvoiceID, &row.PaidPaymentID,
-		&row.PaidSubscription, &row.PaidEvent, &row.StartedSessions,
+		&row.PaidSubscription, &row.PaidEvent, &row.PaidAmount, &row.PaidToken, &row.PaidNetwork, &row.PaidCurrency,
+		&row.StartedSessions,
 		&row.HasExternalLines, &row.SubscriptionPlan, &row.SubscriptionFor,
 		&row.LineNo, &row.LineSKU, &row.LineQuantity, &row.LineCurrency, &row.LineMinorUnits, &row.LineDestination,
 		&row.LicenseLineNo, &row.LicenseQuantity,
@@ -593,7 +598,8 @@ const lockedOrdersSelect = `
 		o.total_currency, o.total_minor_units,
 		o.settlement_token, o.settlement_network, o.settlement_amount::text, o.settlement_tolerance::text,
 		o.paid_at IS NOT NULL AS paid, o.paid_attempt_ref, o.paid_invoice_id, o.paid_payment_id,
-		o.paid_subscription_id::text, o.paid_event, %s AS started_sessions,
+		o.paid_subscription_id::text, o.paid_event, o.paid_amount::text, o.paid_token, o.paid_network, o.paid_currency,
+		%s AS started_sessions,
 		l.has_external_lines, l.subscription_plan, l.subscription_for,
 		l.line_no, l.line_sku, l.line_quantity, l.line_currency, l.line_minor_units, l.line_destination,
 		l.license_line_no, l.license_quantity,
@@ -813,6 +819,9 @@ func (row *lockedOrderRow) order() (*fulfillment.LockedOrder, error) {
 		}}
 	var err error
 	if o.Settlement, err = settlementFrom(row.SettlementToken, row.SettlementNetwork, row.SettlementAmount, row.SettlementTolerance); err != nil {
+		return nil, err
+	}
+	if o.PaidAmount, err = amountOf(row.PaidAmount, row.PaidToken, row.PaidNetwork, row.PaidCurrency); err != nil {
 		return nil, err
 	}
 	if row.SubscriptionPlan != nil {

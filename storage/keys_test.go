@@ -132,7 +132,7 @@ func TestASecondGrantOrAnnouncementIsRefusedByTheKeys(t *testing.T) {
 			}
 			first := effectRows(t, conn)
 			if _, err := conn.Exec(ctx, `UPDATE orders SET state = 'pending_payment', paid_attempt_ref = NULL,
-				paid_invoice_id = NULL, paid_payment_id = NULL, paid_at = NULL WHERE merchant_order_id = 'm-a'`); err != nil {
+				paid_invoice_id = NULL, paid_payment_id = NULL, paid_amount = NULL, paid_at = NULL WHERE merchant_order_id = 'm-a'`); err != nil {
 				t.Fatal(err)
 			}
 			again := refundEvent("a2", "m-a", fulfillment.EventPaymentConfirmed, tc.kopecks)

@@ -31,6 +31,42 @@ func pollOfNoAmount() fulfillment.ProviderEvent {
 	return ev
 }
 
+// A payment larger than the order's total, confirmed in a batch of its
+// own: the partial refunds decided in later batches return its excess
+// first, taking nothing back for it, then their share of the price; what is
+// left to refund is what the payment paid (orders.paid_amount).
+func TestPartialRefundsOfAnOverpayment(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	order := creditLicenseOrder(t, s, "m-1")
+	steps := []struct {
+		ev       fulfillment.ProviderEvent
+		decision string
+		sum      int
+	}{
+		{tbankEvent("confirmed", fulfillment.EventPaymentConfirmed, 24000), "fulfilled", 10000},
+		// The 4000 paid beyond the total of 20000.
+		{tbankEvent("partial-4000", fulfillment.EventPartiallyRefunded, 4000), "partially_refunded", 10000},
+		// 6000 of the price: 3000 of the 10000 credit.
+		{tbankEvent("partial-6000", fulfillment.EventPartiallyRefunded, 6000), "partially_refunded", 7000},
+		// The rest of the payment, more than is left of the total.
+		{tbankEvent("partial-14000", fulfillment.EventPartiallyRefunded, 14000), "partially_refunded", 0},
+		{tbankEvent("partial-1", fulfillment.EventPartiallyRefunded, 1), "refund_not_applicable", 0},
+	}
+	for _, st := range steps {
+		if _, err := s.InboxInsert(ctx, st.ev, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		if got := processAll(t, s, 1); got != st.decision {
+			t.Fatalf("%s: decision %s, want %s", st.ev.EventID, got, st.decision)
+		}
+		if sum := count(t, conn, "SELECT coalesce(sum(minor_units), 0)::int FROM ledger_entries WHERE order_id = $1", order.ID); sum != st.sum {
+			t.Errorf("after %s: the ledger sums to %d, want %d", st.ev.EventID, sum, st.sum)
+		}
+	}
+}
+
 // Partial refunds take back their share of a balance credit, once each; the
 // full refund what is left, and revokes the licenses (still listed); a
 // refund announced again changes nothing. The ledger of the order ends at
