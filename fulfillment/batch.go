@@ -646,9 +646,11 @@ func (b *batch) periodOf(ev ProviderEvent, received time.Time) (*SubscriptionRec
 	return nil, Renewal{}, false
 }
 
-// planChange is the change of plan a payment ev of order o would make: its
-// subscription line's plan is not the plan of the subscription the
-// payment would pay a period of, which exists already. nil otherwise.
+// planChange is the change a payment ev of order o would make to the
+// subscription it would pay a period of, which exists already: its plan
+// is not the plan of the order's subscription line, or its customer is
+// another than the line's (possible only when the payment names the
+// subscription: otherwise the customer is in its key). nil otherwise.
 func (b *batch) planChange(ev ProviderEvent, o *LockedOrder) *PlanChange {
 	if !o.HasSubscriptionLines || ev.Kind != EventPaymentConfirmed {
 		return nil
@@ -658,10 +660,15 @@ func (b *batch) planChange(ev ProviderEvent, o *LockedOrder) *PlanChange {
 	if !known {
 		rec, known = b.created[key]
 	}
-	if !known || rec.PlanID == o.SubscriptionPlan {
+	switch {
+	case !known:
 		return nil
+	case rec.CustomerRef != "" && o.SubscriptionFor != "" && rec.CustomerRef != o.SubscriptionFor:
+		return &PlanChange{From: rec.PlanID, To: o.SubscriptionPlan, OtherCustomer: true}
+	case rec.PlanID != o.SubscriptionPlan:
+		return &PlanChange{From: rec.PlanID, To: o.SubscriptionPlan}
 	}
-	return &PlanChange{From: rec.PlanID, To: o.SubscriptionPlan}
+	return nil
 }
 
 // decideSubscription decides ev for rec with the subscription rules (a

@@ -199,27 +199,39 @@ func TestDecideBatchRefundOfAChargeNamingNoSubscription(t *testing.T) {
 func TestDecideBatchRefusesPlanChanges(t *testing.T) {
 	t.Parallel()
 	yearly := Plan{ID: "pro-yearly", Period: Period{Months: 12}, Grace: monthly.Grace}
-	planOrder := func(id, plan string) *LockedOrder {
-		o := subscriptionOrder(id, "user_42")
+	planOrder := func(id, plan, customer string) *LockedOrder {
+		o := subscriptionOrder(id, customer)
 		o.SubscriptionPlan = plan
 		return o
 	}
 	cases := []struct {
-		name    string
-		plan    string // of the order's subscription line
-		created bool   // the subscription is one the batch created
-		want    string
+		name     string
+		plan     string // of the order's subscription line
+		customer string // of the order's subscription line; the subscription's is user_42, when it has one
+		created  bool   // the subscription is one the batch created
+		unknown  bool   // the subscription has no customer
+		want     string
 	}{
-		{"the subscription's plan: a period paid", monthly.ID, false, "fulfilled order=o1 sub=s1 sub:renewed"},
-		{"another plan: refused", yearly.ID, false, "plan_change_refused order=o1"},
-		{"another plan, of a subscription the batch created: refused", yearly.ID, true, "plan_change_refused order=o1"},
+		{"the subscription's plan: a period paid", monthly.ID, "user_42", false, false, "fulfilled order=o1 sub=s1 sub:renewed"},
+		{"another plan: refused", yearly.ID, "user_42", false, false, "plan_change_refused order=o1"},
+		{"another plan, of a subscription the batch created: refused", yearly.ID, "user_42", true, false, "plan_change_refused order=o1"},
+		// A payment naming one customer's subscription does not pay a
+		// period of it for another customer's order, whose customer would
+		// get nothing.
+		{"another customer's subscription: refused", monthly.ID, "user_7", false, false, "plan_change_refused order=o1"},
+		{"another customer's, created by the batch: refused", monthly.ID, "user_7", true, false, "plan_change_refused order=o1"},
+		{"a subscription of no known customer: a period paid", monthly.ID, "user_7", false, true, "fulfilled order=o1 sub=s1 sub:renewed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			sub := batchSub("s1", "sub_1")
+			if !tc.unknown {
+				sub.CustomerRef = "user_42"
+			}
 			snap := &Snapshot{
-				Orders:        map[OrderKey]*LockedOrder{orderKey("m-1"): planOrder("o1", tc.plan)},
-				Subscriptions: map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): batchSub("s1", "sub_1")},
+				Orders:        map[OrderKey]*LockedOrder{orderKey("m-1"): planOrder("o1", tc.plan, tc.customer)},
+				Subscriptions: map[SubscriptionKey]*SubscriptionRecord{subKey("sub_1"): sub},
 				Created:       map[SubscriptionKey]*SubscriptionRecord{},
 				Plans:         Plans{monthly.ID: monthly, yearly.ID: yearly},
 			}
@@ -233,9 +245,12 @@ func TestDecideBatchRefusesPlanChanges(t *testing.T) {
 			if got := summary(steps[0]); got != tc.want {
 				t.Errorf("got  %s\nwant %s (reason: %s)", got, tc.want, steps[0].Outcome.Reason)
 			}
-			if tc.plan != monthly.ID {
+			if tc.want != "fulfilled order=o1 sub=s1 sub:renewed" {
 				if item := steps[0].Outcome.Item(); item != ReconPlanChange || steps[0].OrderState != StateOnHold {
 					t.Errorf("item %q, order %s; want a plan_change item and the order on hold", item, steps[0].OrderState)
+				}
+				if strings.Contains(steps[0].Outcome.Reason, tc.customer) {
+					t.Errorf("reason %q names a customer", steps[0].Outcome.Reason)
 				}
 			}
 			// The same payment again: the order is paid, nothing more.

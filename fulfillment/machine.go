@@ -59,8 +59,9 @@ const (
 	// revoke.
 	DecisionPartiallyRefunded Decision = "partially_refunded"
 	// DecisionPlanChangeRefused: a payment of an order whose subscription
-	// line is for another plan than the subscription the payment names:
-	// plan changes are not applied. The order is paid but on hold, nothing
+	// line is for another plan (or another customer) than the subscription
+	// the payment names: plan changes are not applied, and one customer's
+	// payment pays no other's subscription. The order is paid but on hold, nothing
 	// granted, no period paid; a plan_change item hands the change (a
 	// refund, or the switch by hand) to a person.
 	DecisionPlanChangeRefused Decision = "plan_change_refused"
@@ -180,8 +181,22 @@ type PaidOrder struct {
 }
 
 // PlanChange is an order's subscription line for plan To paid for a
-// subscription on plan From.
-type PlanChange struct{ From, To string }
+// subscription on plan From — or, OtherCustomer, for the subscription of
+// another customer than the line's (on the line's plan, or not).
+type PlanChange struct {
+	From, To      string
+	OtherCustomer bool
+}
+
+// String says what the payment is for against what the line is for. It
+// names no customer: a customer's reference may be personal data, and
+// the reason is logged.
+func (c PlanChange) String() string {
+	if c.OtherCustomer {
+		return "the payment is for the subscription of another customer than the order's subscription line is for"
+	}
+	return fmt.Sprintf("the payment is for a subscription on plan %s, and the order's subscription line is for plan %s", c.From, c.To)
+}
 
 // RecordedRefund is a partial refund as recorded: of which attempt, under
 // which RefundRef, for how much.
@@ -460,14 +475,14 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 
 	if c := order.PlanChange; c != nil && order.HasSubscriptionLines {
 		if claimed {
-			return unclaimed(DecisionPlanChangeRefused,
-				fmt.Sprintf("the payment is for a subscription on plan %s, and the order's subscription line is for plan %s",
-					c.From, c.To), confirmed, ReconPlanChange)
+			return unclaimed(DecisionPlanChangeRefused, c.String(), confirmed, ReconPlanChange)
+		}
+		what := "a change of plan is not applied (how the periods paid are credited is the merchant's decision)"
+		if c.OtherCustomer {
+			what = "a customer's payment does not pay another's subscription (check at the provider whose payment it is)"
 		}
 		return outcome(DecisionPlanChangeRefused,
-			fmt.Sprintf("the payment is for a subscription on plan %s, and the order's subscription line is for plan %s: "+
-				"a change of plan is not applied (how the periods paid are credited is the merchant's decision); "+
-				"the order is on hold, nothing granted, no period paid", c.From, c.To),
+			c.String()+": "+what+"; the order is on hold, nothing granted, no period paid",
 			with(with(paid, enter(StateOnHold)...), OpenItem{ReconPlanChange})...)
 	}
 

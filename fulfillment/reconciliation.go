@@ -151,8 +151,9 @@ const (
 	// start; a later notification settles the order as usual and leaves
 	// the item open for a person.
 	ReconPollFailing ReconKind = "poll_failing"
-	// ReconPlanChange: an order's subscription line is for another plan
-	// than the subscription its payment names (DecisionPlanChangeRefused):
+	// ReconPlanChange: an order's subscription line is for another plan,
+	// or another customer, than the subscription its payment names
+	// (DecisionPlanChangeRefused):
 	// the order is on hold, nothing granted. One per payment.
 	ReconPlanChange ReconKind = "plan_change"
 	// ReconSweepFailing: the sweep that ends a subscription's access used
