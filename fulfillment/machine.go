@@ -469,6 +469,10 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 	switch {
 	case why != "":
 		return hold(why)
+	case !p.Amount.Value.IsPositive():
+		// Nothing paid pays nothing, whatever the tolerance (an order
+		// created when it could be the whole amount).
+		return hold(fmt.Sprintf("received %s: nothing was paid", p.Amount))
 	case p.Amount.Value.LessThan(expected.Sub(tolerance)):
 		return hold(fmt.Sprintf("received %s, expected %s (tolerance %s)", p.Amount, Amount{expected, p.Amount.Unit}, tolerance))
 	}

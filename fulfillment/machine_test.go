@@ -14,6 +14,10 @@ func TestDecide(t *testing.T) {
 	t.Parallel()
 	settlement := &Settlement{Token: "USDT", Network: "TRON", Amount: decimal.RequireFromString("25"), Tolerance: decimal.RequireFromString("0.5")}
 	pending := &PaidOrder{State: StatePendingPayment, Settlement: settlement}
+	// An order created before its tolerance had to be less than its
+	// amount: a confirmation of nothing is within it.
+	anyAmount := &PaidOrder{State: StatePendingPayment, Settlement: &Settlement{Token: "USDT", Network: "TRON",
+		Amount: decimal.RequireFromString("25"), Tolerance: decimal.RequireFromString("25")}}
 	// Paid by an identified payment (inv_1, pay_1) …
 	byPay1 := PaidRefs{AttemptRef: "inv_1", InvoiceID: "inv_1", PaymentID: "pay_1"}
 	paid := &PaidOrder{State: StateFulfilled, Settlement: settlement, Paid: true, PaidBy: byPay1}
@@ -83,6 +87,10 @@ func TestDecide(t *testing.T) {
 		{"other token", confirmed("25", "USDC", "TRON"), pending,
 			shape{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true, Attempt: AttemptConfirmed, Item: ReconAmountMismatch}},
 		{"other network", confirmed("25", "USDT", "ETH"), pending,
+			shape{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true, Attempt: AttemptConfirmed, Item: ReconAmountMismatch}},
+		{"confirmed zero, within a tolerance of the whole amount", confirmed("0", "USDT", "TRON"), anyAmount,
+			shape{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true, Attempt: AttemptConfirmed, Item: ReconAmountMismatch}},
+		{"confirmed negative", confirmed("-1", "USDT", "TRON"), anyAmount,
 			shape{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true, Attempt: AttemptConfirmed, Item: ReconAmountMismatch}},
 		{"no amount", noAmount, pending,
 			shape{Decision: DecisionAmountMismatch, NewState: StateOnHold, MarkPaid: true, Attempt: AttemptConfirmed, Item: ReconAmountMismatch}},

@@ -177,8 +177,10 @@ func validateSettlement(vs *violations, d SettlementDraft) *Settlement {
 		s.Amount = amount
 	}
 	if tol, ok := parseDecimal(vs, "settlement.tolerance", d.Tolerance, false); ok {
-		if !s.Amount.IsZero() && tol.GreaterThan(s.Amount) {
-			vs.add("settlement.tolerance", "must not exceed settlement.amount")
+		if !s.Amount.IsZero() && tol.GreaterThanOrEqual(s.Amount) {
+			// A tolerance of the whole amount would take a payment of
+			// nothing for the order's.
+			vs.add("settlement.tolerance", "must be less than settlement.amount")
 		}
 		s.Tolerance = tol
 	}

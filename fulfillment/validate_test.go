@@ -85,6 +85,7 @@ func TestOrderDraftValidate(t *testing.T) {
 		{"too many digits", func(d *OrderDraft) { d.Settlement.Amount = strings.Repeat("9", 21) }, []string{"settlement.amount"}},
 		{"negative tolerance", func(d *OrderDraft) { d.Settlement.Tolerance = "-0.1" }, []string{"settlement.tolerance"}},
 		{"tolerance above amount", func(d *OrderDraft) { d.Settlement.Tolerance = "30" }, []string{"settlement.tolerance"}},
+		{"tolerance of the whole amount", func(d *OrderDraft) { d.Settlement.Tolerance = d.Settlement.Amount }, []string{"settlement.tolerance"}},
 		{"every problem at once", func(d *OrderDraft) {
 			d.OrgID, d.Environment, d.MerchantOrderID = "", "x", ""
 		}, []string{"org_id", "environment", "merchant_order_id"}},

@@ -195,8 +195,8 @@ type Settlement struct {
 	Network string `protobuf:"bytes,2,opt,name=network,proto3" json:"network,omitempty"`
 	// Expected amount as a decimal string in token units, e.g. "25.000000".
 	Amount string `protobuf:"bytes,3,opt,name=amount,proto3" json:"amount,omitempty"`
-	// Largest shortfall still accepted, as a decimal string in token units.
-	// Empty means "0": any shortfall puts the order on hold.
+	// Largest shortfall still accepted, as a decimal string in token units,
+	// less than amount. Empty means "0": any shortfall puts the order on hold.
 	Tolerance     string `protobuf:"bytes,4,opt,name=tolerance,proto3" json:"tolerance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
