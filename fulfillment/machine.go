@@ -470,9 +470,14 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 	case why != "":
 		return hold(why)
 	case !p.Amount.Value.IsPositive():
-		// Nothing paid pays nothing, whatever the tolerance (an order
-		// created when it could be the whole amount).
+		// Nothing paid pays nothing, whatever the tolerance.
 		return hold(fmt.Sprintf("received %s: nothing was paid", p.Amount))
+	case !tolerance.LessThan(expected) && p.Amount.Value.LessThan(expected):
+		// A tolerance of the whole amount (an order created before it had
+		// to be less) would take any speck for the order's price: such an
+		// order accepts no shortfall.
+		return hold(fmt.Sprintf("received %s, expected %s: the order's tolerance (%s) is its whole amount, "+
+			"so no shortfall is accepted", p.Amount, Amount{expected, p.Amount.Unit}, tolerance))
 	case p.Amount.Value.LessThan(expected.Sub(tolerance)):
 		return hold(fmt.Sprintf("received %s, expected %s (tolerance %s)", p.Amount, Amount{expected, p.Amount.Unit}, tolerance))
 	}
@@ -514,7 +519,7 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 		if share, ok := order.refundShare(r.Amount, before, order.excessOf(p.Amount)); ok {
 			effects = append(effects, ReverseCreditShare{share, r.Ref})
 		}
-		before += order.minorUnits(r.Amount)
+		before = addCapped(before, order.minorUnits(r.Amount))
 	}
 	if len(refunded) > 0 {
 		effects = append(effects, OpenItem{ReconRefundAfterFulfill})
@@ -698,7 +703,11 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 		excess = order.excessOf(order.PaidAmount)
 	}
 	refundedBefore := order.refunded(attempt)
-	if left, ok := order.refundLeft(refundedBefore, excess, ev.Payment.Amount); ok && ev.Payment.Amount.Value.GreaterThan(decimal.NewFromInt(left)) {
+	// Before the order is paid, what the payment paid is not known (it may
+	// have paid more than the total): the refund is recorded, and the
+	// confirmation takes the shares back, the excess first.
+	left, comparable := order.refundLeft(refundedBefore, excess, ev.Payment.Amount)
+	if comparable && order.Paid && ev.Payment.Amount.Value.GreaterThan(decimal.NewFromInt(left)) {
 		paid := "the order's total " + MinorAmount(order.Total.MinorUnits, order.Total.Currency).String()
 		if excess > 0 {
 			paid = "the payment's " + order.PaidAmount.String()
@@ -711,7 +720,7 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 	}
 	recorded := RecordRefund{RecordedRefund{Attempt: attempt, Ref: ref, Amount: ev.Payment.Amount}}
 	granted := order.State == StateFulfilled || order.State == StateFulfilling
-	if granted && excess > 0 && refundedBefore+order.minorUnits(ev.Payment.Amount) <= excess {
+	if granted && comparable && excess > 0 && addCapped(refundedBefore, order.minorUnits(ev.Payment.Amount)) <= excess {
 		return outcome(DecisionPartiallyRefunded,
 			fmt.Sprintf("%s of the payment was refunded: it returns what the payment paid beyond the order's total "+
 				"(%s of %s), so nothing is taken back; check that nothing else is owed",
@@ -748,10 +757,18 @@ func (o PaidOrder) refunded(attempt AttemptKey) int64 {
 	var sum int64
 	for _, r := range o.PartialRefunds {
 		if r.Attempt == attempt {
-			sum += o.minorUnits(r.Amount)
+			sum = addCapped(sum, o.minorUnits(r.Amount))
 		}
 	}
 	return sum
+}
+
+// addCapped is a + b for a, b ≥ 0, at most a quarter of the int64 range: sums
+// of refunds recorded before their payment (unbounded by the order's total)
+// stay far from overflowing wherever they are added to.
+func addCapped(a, b int64) int64 {
+	const ceiling = math.MaxInt64 / 4
+	return min(min(a, ceiling)+min(b, ceiling), ceiling)
 }
 
 // excessOf is what a payment of amount paid beyond the order's total, in
@@ -787,20 +804,25 @@ func (o PaidOrder) refundLeft(before, excess int64, amount Amount) (left int64, 
 // refundShare is what a refund of amount returned of the order's price, as
 // a part of the order's total, after partial refunds of the same payment
 // that returned before, of a payment that paid excess more than the total:
-// refunds return the excess first. Known when the refund is in the order's
-// currency, a whole number of minor units, more than nothing and not more
-// than the total and the excess, and returns some of the price.
+// refunds return the excess first, and no more than the total counts.
+// Known when the refund is in the order's currency, a whole number of
+// minor units, more than nothing, and returns some of the price. (A refund
+// larger than what is left is refused before it is recorded, once the
+// order is paid; one recorded before, while what the payment paid was not
+// known, counts for what is left of the price.)
 func (o PaidOrder) refundShare(amount Amount, before, excess int64) (Money, bool) {
 	u := amount.Unit
-	if !u.IsCurrency() || u.Currency != o.Total.Currency || !amount.Value.IsInteger() ||
-		!amount.Value.IsPositive() || amount.Value.GreaterThan(decimal.NewFromInt(o.Total.MinorUnits).Add(decimal.NewFromInt(excess))) {
+	if !u.IsCurrency() || u.Currency != o.Total.Currency || !amount.Value.IsInteger() || !amount.Value.IsPositive() {
 		return Money{}, false
 	}
-	price := max(before+amount.Value.IntPart()-excess, 0) - max(before-excess, 0)
-	if price <= 0 {
+	// In decimals: the sums need not fit an int64; the share does (at
+	// most the total).
+	zero, b, x := decimal.Zero, decimal.NewFromInt(before), decimal.NewFromInt(excess)
+	price := decimal.Max(b.Add(amount.Value).Sub(x), zero).Sub(decimal.Max(b.Sub(x), zero))
+	if !price.IsPositive() {
 		return Money{}, false
 	}
-	return Money{Currency: u.Currency, MinorUnits: min(price, o.Total.MinorUnits)}, true
+	return Money{Currency: u.Currency, MinorUnits: decimal.Min(price, decimal.NewFromInt(o.Total.MinorUnits)).IntPart()}, true
 }
 
 // unidentified is the outcome of a payment for a paid order that cannot be

@@ -452,8 +452,11 @@ func TestDecideMoneyAndRefunds(t *testing.T) {
 			DecisionRefundNotApplicable, []Effect{OpenItem{ReconRefundNotApplicable}}},
 		{"partial refund after a full refund before any payment", payment(EventPartiallyRefunded, rub(50000), "", "pay_1"), refundedFirst,
 			DecisionRefundNotApplicable, []Effect{OpenItem{ReconRefundNotApplicable}}},
+		// Before the payment is confirmed, what it paid is not known (it
+		// may have paid more than the total): the refund is recorded, and
+		// the confirmation takes its share back.
 		{"partial refund of more than the total before any payment", payment(EventPartiallyRefunded, rub(250001), "", "pay_1"), pending,
-			DecisionRefundNotApplicable, []Effect{OpenItem{ReconRefundNotApplicable}}},
+			DecisionPartiallyRefunded, []Effect{OpenItem{ReconRefundAfterFulfill}}},
 		{"partial refund in another unit", payment(EventPartiallyRefunded, TokenAmount(decimal.RequireFromString("5"), "USDT", "TRON"), "", "pay_1"), fulfilled,
 			DecisionPartiallyRefunded, []Effect{OpenItem{ReconRefundAfterFulfill}}},
 		{"partial refund of another payment", payment(EventPartiallyRefunded, rub(50000), "", "pay_2"), fulfilled, DecisionOtherPaymentRefunded, nil},

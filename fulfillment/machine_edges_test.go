@@ -7,11 +7,10 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// REVIEW: an order stored before 9dfc64a with tolerance == amount (the old
-// validation allowed it; no migration or runtime guard changes it) is still
-// paid in full by a confirmation of one smallest unit: the new
-// IsPositive guard only stops exactly zero.
-func TestReviewToleranceOfTheWholeAmountStillPaysForDust(t *testing.T) {
+// An order whose tolerance is its whole amount (validation allowed it
+// before it had to be less, and such orders are stored) is not paid in
+// full by a confirmation of one smallest unit: it accepts no shortfall.
+func TestToleranceOfTheWholeAmountAcceptsNoShortfall(t *testing.T) {
 	t.Parallel()
 	order := &PaidOrder{State: StatePendingPayment, Settlement: &Settlement{Token: "USDT", Network: "TRON",
 		Amount: decimal.RequireFromString("25"), Tolerance: decimal.RequireFromString("25")}}
@@ -23,11 +22,10 @@ func TestReviewToleranceOfTheWholeAmountStillPaysForDust(t *testing.T) {
 	}
 }
 
-// REVIEW: a partial refund that cannot be compared (another currency) of an
-// overpaid, fulfilled order takes the new "returns the excess" branch,
-// because minorUnits() is 0 for it: its reason says it returned the excess
-// and that nothing else is owed, which is not what happened.
-func TestReviewRefundInAnotherCurrencyIsNotTheExcess(t *testing.T) {
+// A partial refund that cannot be compared (in another currency) of an
+// overpaid, fulfilled order is not said to return the excess: nothing says
+// what it returned.
+func TestRefundInAnotherCurrencyIsNotTheExcess(t *testing.T) {
 	t.Parallel()
 	order := &PaidOrder{State: StateFulfilled, Total: Money{Currency: "RUB", MinorUnits: 1000}, Paid: true,
 		PaidBy: PaidRefs{AttemptRef: "pay_1", PaymentID: "pay_1"}, PaidAmount: MinorAmount(1200, "RUB")}
@@ -40,14 +38,13 @@ func TestReviewRefundInAnotherCurrencyIsNotTheExcess(t *testing.T) {
 	}
 }
 
-// REVIEW: the same events decided in another order take back different
-// amounts. An order of 1000 paid 1900 (900 too much), the whole payment
-// refunded in partial refunds of 900 and 1000: after the confirmation, the
-// first returns the excess and the second the price (1000 taken back);
-// before it, the second is refund_not_applicable (left is bounded by the
-// total while the payment is unknown) and is never recorded, so the
-// confirmation takes back nothing although the whole payment went back.
-func TestReviewOverpaymentRefundsDependOnDeliveryOrder(t *testing.T) {
+// The same events decided in another order take back the same. An order
+// of 1000 paid 1900 (900 too much), the whole payment refunded in partial
+// refunds of 900 and 1000: after the confirmation, the first returns the
+// excess and the second the price (1000 taken back); before it, both are
+// recorded (what the payment paid is not known yet), and the confirmation
+// takes back the same 1000.
+func TestOverpaymentRefundsWhateverTheDeliveryOrder(t *testing.T) {
 	t.Parallel()
 	event := func(kind EventKind, id string, minor int64) ProviderEvent {
 		p := PaymentInfo{PaymentID: "pay_1", CheckoutSessionID: "cs_1", Amount: MinorAmount(minor, "RUB")}
@@ -75,7 +72,7 @@ func TestReviewOverpaymentRefundsDependOnDeliveryOrder(t *testing.T) {
 	}
 	after, da := takenBack(confirm, r1, r2)
 	before, db := takenBack(r1, r2, confirm)
-	if after != before {
+	if after != 1000 || before != 1000 {
 		t.Errorf("refunds after the confirmation take back %d of 1000 (%v); the same refunds before it take back %d (%v)",
 			after, da, before, db)
 	}
