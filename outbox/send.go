@@ -125,8 +125,9 @@ type Result struct {
 	Sent bool
 	// RetryAfter is how long a destination that answered 429 or 503 asked
 	// to be left alone (its Retry-After: seconds, or a date), at most
-	// MaxRetryAfter; 0 when it asked nothing, or when the verdict is not
-	// Retry.
+	// MaxRetryAfter; 0 when it asked nothing. It is the message's wait
+	// when the verdict is Retry; whatever the verdict, the destination's
+	// (its other messages are not sent meanwhile).
 	RetryAfter time.Duration
 }
 
@@ -345,8 +346,11 @@ func (s *Sender) Send(ctx context.Context, d Destination, m Message) Result {
 	_, _ = io.CopyN(io.Discard, resp.Body, s.maxRead)
 	_ = resp.Body.Close()
 	r := answered(resp.StatusCode, d.Idempotent)
-	if r.Verdict == Retry && (r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable) {
-		if r.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), s.now()); r.RetryAfter > 0 {
+	if r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable {
+		// Read for an uncertain message too: it is not sent again, but the
+		// destination's other messages wait as asked.
+		r.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), s.now())
+		if r.RetryAfter > 0 {
 			r.Reason += " (asked to retry after " + r.RetryAfter.String() + ")"
 		}
 	}

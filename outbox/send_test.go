@@ -231,8 +231,8 @@ func TestStatuses(t *testing.T) {
 }
 
 // A destination that answers 429 or 503 with Retry-After says how long
-// to leave it alone: seconds or a date, bounded, read only where the
-// message is retried.
+// to leave it alone: seconds or a date, bounded — also with a message that
+// is not sent again (its destination's other messages wait as asked).
 func TestRetryAfter(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2027, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -247,7 +247,7 @@ func TestRetryAfter(t *testing.T) {
 		{429, "120", true, outbox.Retry, 2 * time.Minute},
 		{429, "120", false, outbox.Retry, 2 * time.Minute}, // a 4xx: not acted on
 		{503, now.Add(90 * time.Second).Format(http.TimeFormat), true, outbox.Retry, 90 * time.Second},
-		{503, "120", false, outbox.Uncertain, 0}, // may have acted: not retried at all
+		{503, "120", false, outbox.Uncertain, 2 * time.Minute}, // may have acted: not retried at all, but the others wait
 		{429, "86400", true, outbox.Retry, outbox.MaxRetryAfter},
 		{429, now.AddDate(5, 0, 0).Format(http.TimeFormat), true, outbox.Retry, outbox.MaxRetryAfter},
 		{429, now.Add(-time.Hour).Format(http.TimeFormat), true, outbox.Retry, 0},

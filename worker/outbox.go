@@ -84,10 +84,12 @@ type sender struct {
 	slots chan struct{}
 	// checkEvery is disabledCheck (shorter in tests).
 	checkEvery time.Duration
-	// holdEnds is when the wait the destination last asked for ends (Unix
-	// nanoseconds; 0 before any): until then no request is started to it
-	// (see hold).
-	holdEnds atomic.Int64
+	// mu guards holdEnds, when the wait the destination last asked for
+	// ends (zero before any): until then no request is started to it (see
+	// hold). A time.Now reading, so that it is compared on the monotonic
+	// clock: a step of the wall clock neither ends nor prolongs it.
+	mu       sync.Mutex
+	holdEnds time.Time
 }
 
 // busyHold is how long a destination that answered 429 Too Many Requests
@@ -95,14 +97,22 @@ type sender struct {
 // more requests of the kind it refused.
 const busyHold = time.Second
 
+// maxHold bounds how long one answer holds the whole destination: a longer
+// Retry-After still holds its own message that long (the queue's retry), but
+// the destination's other messages are tried again after maxHold — a
+// request or a few (each answered so holds it again), so that one
+// message's wait (a quota per key, say) cannot stop a destination for an
+// hour, and a person's retry of a message waits a minute at most.
+const maxHold = time.Minute
+
 // hold leaves the destination alone after attempt a, when a asked for it:
-// a 429 or 503 with a Retry-After (its wait), or a 429 without one
-// (busyHold). The batch in flight starts no more requests (halted), the
-// queue claims nothing (heldUntil), in this process, until the wait ends;
-// the requests already started finish. A longer wait asked meanwhile
-// extends it, a shorter one does not shorten it.
+// a 429 or 503 with a Retry-After (its wait, at most maxHold), or a 429
+// without one (busyHold). The batch in flight starts no more requests
+// (halted), the queue claims nothing (heldUntil), in this process, until
+// the wait ends; the requests already started finish. A longer wait asked
+// meanwhile extends it, a shorter one does not shorten it.
 func (t *sender) hold(a fulfillment.DeliveryAttempt) {
-	wait := a.RetryAfter
+	wait := min(a.RetryAfter, maxHold)
 	if wait <= 0 && a.Status == http.StatusTooManyRequests {
 		wait = busyHold
 	}
@@ -110,33 +120,28 @@ func (t *sender) hold(a fulfillment.DeliveryAttempt) {
 		return
 	}
 	now := time.Now()
-	ends := now.Add(wait).UnixNano()
-	for {
-		was := t.holdEnds.Load()
-		if was >= ends {
-			return
-		}
-		if t.holdEnds.CompareAndSwap(was, ends) {
-			if was <= now.UnixNano() {
-				t.log.Warn("destination asked to wait: no deliveries to it from this process until then",
-					"status", a.Status, "wait", wait, "until", now.Add(wait).UTC().Format(time.RFC3339))
-			}
-			if t.dest.Held != nil {
-				t.dest.Held(t.heldUntil()) // the longest, should another have grown it since
-			}
-			return
-		}
+	ends := now.Add(wait)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !ends.After(t.holdEnds) {
+		return
+	}
+	if !t.holdEnds.After(now) {
+		t.log.Warn("destination asked to wait: no deliveries to it from this process until then",
+			"status", a.Status, "wait", wait, "until", ends.UTC().Format(time.RFC3339))
+	}
+	t.holdEnds = ends
+	if t.dest.Held != nil {
+		t.dest.Held(ends) // under mu: the last told is the longest
 	}
 }
 
 // heldUntil is when the wait the destination asked for ends; zero when it
 // asked for none.
 func (t *sender) heldUntil() time.Time {
-	ns := t.holdEnds.Load()
-	if ns == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, ns)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.holdEnds
 }
 
 // newSender returns d's sender, with d.Concurrency request slots (at
