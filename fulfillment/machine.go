@@ -706,8 +706,8 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 	// Before the order is paid, what the payment paid is not known (it may
 	// have paid more than the total): the refund is recorded, and the
 	// confirmation takes the shares back, the excess first.
-	left, comparable := order.refundLeft(refundedBefore, excess, ev.Payment.Amount)
-	if comparable && order.Paid && ev.Payment.Amount.Value.GreaterThan(decimal.NewFromInt(left)) {
+	left, inUnit := order.refundLeft(refundedBefore, excess, ev.Payment.Amount)
+	if inUnit && order.Paid && ev.Payment.Amount.Value.GreaterThan(decimal.NewFromInt(left)) {
 		paid := "the order's total " + MinorAmount(order.Total.MinorUnits, order.Total.Currency).String()
 		if excess > 0 {
 			paid = "the payment's " + order.PaidAmount.String()
@@ -720,7 +720,7 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 	}
 	recorded := RecordRefund{RecordedRefund{Attempt: attempt, Ref: ref, Amount: ev.Payment.Amount}}
 	granted := order.State == StateFulfilled || order.State == StateFulfilling
-	if granted && comparable && excess > 0 && addCapped(refundedBefore, order.minorUnits(ev.Payment.Amount)) <= excess {
+	if granted && inUnit && excess > 0 && addCapped(refundedBefore, order.minorUnits(ev.Payment.Amount)) <= excess {
 		return outcome(DecisionPartiallyRefunded,
 			fmt.Sprintf("%s of the payment was refunded: it returns what the payment paid beyond the order's total "+
 				"(%s of %s), so nothing is taken back; check that nothing else is owed",
