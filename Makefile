@@ -18,7 +18,7 @@ GO_TEST_FLAGS ?= -race -shuffle=on -count=1 -timeout=10m
 # What --version and fulfillment_build_info say of a binary make builds.
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
-COMMIT_TIME ?= $(shell TZ=UTC git show -s --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ HEAD 2>/dev/null)
+COMMIT_TIME ?= $(shell TZ=UTC git show -s --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ $(COMMIT) 2>/dev/null)
 BUILT_AT := $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 BUILDINFO := github.com/fulfillplatform/fulfillment/internal/buildinfo
 LDFLAGS  := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT) -X $(BUILDINFO).commitTime=$(COMMIT_TIME) \

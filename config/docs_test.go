@@ -39,8 +39,8 @@ func TestDocsNameEveryKey(t *testing.T) {
 	}
 	// Keys a shared struct gives a section that ignores them: Load must
 	// say so (a warning naming the key) rather than read them silently.
-	refused := []string{"outbox.workers", "outbox.batch", "outbox.max_attempts", "status_poll.batch"}
-	for _, k := range refused {
+	ignored := []string{"outbox.workers", "outbox.batch", "outbox.max_attempts", "status_poll.batch"}
+	for _, k := range ignored {
 		cfg, err := parse(nestedYAML(t, k), env(nil))
 		if err != nil {
 			t.Errorf("Load of %s: %v, want it loaded with a warning naming the key", k, err)
@@ -55,7 +55,7 @@ func TestDocsNameEveryKey(t *testing.T) {
 	inExample := exampleKeys(t, example)
 	named := func(k string) bool { return inTable[k] || inExample[k] }
 	for _, k := range keys {
-		if deprecated(k) || slices.Contains(refused, k) {
+		if deprecated(k) || slices.Contains(ignored, k) {
 			continue
 		}
 		if !named(k) {

@@ -526,7 +526,10 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 			setSparse(&subscription, len(rows), i, o.subscription)
 			setSparse(&event, len(rows), i, o.event)
 			a, t, n, c := amountColumns(o.amount)
-			amount, token, network, currency = append(amount, a), append(token, t), append(network, n), append(currency, c)
+			setSparse(&amount, len(rows), i, str(a))
+			setSparse(&token, len(rows), i, str(t))
+			setSparse(&network, len(rows), i, str(n))
+			setSparse(&currency, len(rows), i, str(c))
 		}
 		// Each order is found at the row version its lock read (a TID
 		// scan: no descent of the primary key), which no one can have
