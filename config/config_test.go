@@ -382,11 +382,7 @@ func TestIgnoredQueueKeys(t *testing.T) {
 		{"outbox: { lease: 10s }\n", "", ""},
 		{"outbox: { workers: -1 }\n", "", "outbox.workers"},
 	} {
-		path := filepath.Join(t.TempDir(), "config.yaml")
-		if err := os.WriteFile(path, []byte(tc.yaml), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := Load(path, env(nil))
+		cfg, err := parse([]byte(tc.yaml), env(nil))
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%q: error %v, want one naming %s", tc.yaml, err, tc.err)
