@@ -222,16 +222,14 @@ func newLeasedTable(t leasedTable) *leasedTable {
 		WHERE ` + leaseHeld("ARRAY[f.failed_id]", "$2") + `
 		RETURNING id, {retry_failed}`)
 
-	t.releaseSQL = r.Replace(`
-		UPDATE {table} SET {release_set} lease_owner = NULL, lease_until = NULL,
+	// A hand-back: due at once, its claim not counted. Of every row
+	// leased to owner $1 (in the partition), or of the claims $2 only (by
+	// primary key: their partition follows).
+	release := `UPDATE {table} SET {release_set} lease_owner = NULL, lease_until = NULL,
 			next_attempt_at = clock_timestamp(), attempts = greatest(attempts - 1, 0)
-		WHERE lease_owner = $1 AND state = 'pending'{release_partition} AND {async_commit}`)
-	// The same, for the claims $2 only (by primary key: their partition
-	// follows).
-	t.releaseClaimsSQL = r.Replace(`
-		UPDATE {table} SET {release_set} lease_owner = NULL, lease_until = NULL,
-			next_attempt_at = clock_timestamp(), attempts = greatest(attempts - 1, 0)
-		WHERE id = ANY($2) AND lease_owner = $1 AND state = 'pending' AND {async_commit}`)
+		WHERE `
+	t.releaseSQL = r.Replace(release + `lease_owner = $1 AND state = 'pending'{release_partition} AND {async_commit}`)
+	t.releaseClaimsSQL = r.Replace(release + `id = ANY($2) AND lease_owner = $1 AND state = 'pending' AND {async_commit}`)
 
 	// The rows of unexpired leases (next_attempt_at in the future: the
 	// index's far end, with the retries waiting for their backoff), the
