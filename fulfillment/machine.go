@@ -742,10 +742,17 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 		recorded, OpenItem{ReconRefundAfterFulfill})
 }
 
+// inTotalUnit says whether amount counts whole minor units of the order's
+// currency: whether it can be compared with the order's total.
+func (o PaidOrder) inTotalUnit(amount Amount) bool {
+	u := amount.Unit
+	return u.IsCurrency() && u.Currency == o.Total.Currency && amount.Value.IsInteger()
+}
+
 // minorUnits is amount in minor units of the order's currency: 0 when it
 // is in another unit, or not a whole number of them.
 func (o PaidOrder) minorUnits(amount Amount) int64 {
-	if u := amount.Unit; !u.IsCurrency() || u.Currency != o.Total.Currency || !amount.Value.IsInteger() {
+	if !o.inTotalUnit(amount) {
 		return 0
 	}
 	return amount.Value.IntPart()
@@ -776,7 +783,7 @@ func addCapped(a, b int64) int64 {
 // another unit (bounded so that the total and the excess still count in
 // an int64).
 func (o PaidOrder) excessOf(amount Amount) int64 {
-	if u := amount.Unit; !u.IsCurrency() || u.Currency != o.Total.Currency || !amount.Value.IsInteger() {
+	if !o.inTotalUnit(amount) {
 		return 0
 	}
 	excess := amount.Value.Sub(decimal.NewFromInt(o.Total.MinorUnits))
@@ -794,8 +801,7 @@ func (o PaidOrder) excessOf(amount Amount) int64 {
 // not a whole number of minor units of the order's currency (it cannot be
 // compared).
 func (o PaidOrder) refundLeft(before, excess int64, amount Amount) (left int64, ok bool) {
-	u := amount.Unit
-	if !u.IsCurrency() || u.Currency != o.Total.Currency || !amount.Value.IsInteger() {
+	if !o.inTotalUnit(amount) {
 		return 0, false
 	}
 	return max(o.Total.MinorUnits+excess-before, 0), true
@@ -811,8 +817,7 @@ func (o PaidOrder) refundLeft(before, excess int64, amount Amount) (left int64, 
 // order is paid; one recorded before, while what the payment paid was not
 // known, counts for what is left of the price.)
 func (o PaidOrder) refundShare(amount Amount, before, excess int64) (Money, bool) {
-	u := amount.Unit
-	if !u.IsCurrency() || u.Currency != o.Total.Currency || !amount.Value.IsInteger() || !amount.Value.IsPositive() {
+	if !o.inTotalUnit(amount) || !amount.Value.IsPositive() {
 		return Money{}, false
 	}
 	// In decimals: the sums need not fit an int64; the share does (at
@@ -822,7 +827,7 @@ func (o PaidOrder) refundShare(amount Amount, before, excess int64) (Money, bool
 	if !price.IsPositive() {
 		return Money{}, false
 	}
-	return Money{Currency: u.Currency, MinorUnits: decimal.Min(price, decimal.NewFromInt(o.Total.MinorUnits)).IntPart()}, true
+	return Money{Currency: o.Total.Currency, MinorUnits: decimal.Min(price, decimal.NewFromInt(o.Total.MinorUnits)).IntPart()}, true
 }
 
 // unidentified is the outcome of a payment for a paid order that cannot be
