@@ -582,11 +582,7 @@ func TestMigration004PaidRefs(t *testing.T) {
 	t.Parallel()
 	url := pgtest.DB(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
+	conn := pgtest.Conn(t, url)
 	m, err := migrate.NewMigrator(ctx, conn, "schema_version")
 	if err != nil {
 		t.Fatal(err)

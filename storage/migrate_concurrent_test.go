@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 	"github.com/fulfillplatform/fulfillment/storage"
 )
@@ -23,20 +21,12 @@ func TestConcurrentMigrateOverAConcurrentIndex(t *testing.T) {
 	t.Parallel()
 	url := pgtest.DB(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
+	conn := pgtest.Conn(t, url)
 	m, v := migrator(t, conn, "_period_payment_once_index.sql")
 	if err := m.MigrateTo(ctx, v-1); err != nil {
 		t.Fatal(err)
 	}
-	writer, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = writer.Close(ctx) }()
+	writer := pgtest.Conn(t, url)
 	tx, err := writer.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -130,11 +130,7 @@ func TestConfigCheck(t *testing.T) { //nolint:paralleltest // sets the environme
 func TestMigrateStatus(t *testing.T) { //nolint:paralleltest // sets the environment (DATABASE_URL wins over the file)
 	url := pgtest.DB(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
+	conn := pgtest.Conn(t, url)
 	// A database with nothing migrated.
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgtest.Database(url)+"_empty"); err != nil {
 		t.Fatal(err)
@@ -190,11 +186,7 @@ func TestMigrateToAndSchemaAhead(t *testing.T) { //nolint:paralleltest // sets t
 	}
 
 	// A newer release migrated the database.
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
+	conn := pgtest.Conn(t, url)
 	if _, err := conn.Exec(ctx, "UPDATE schema_version SET version = version + 1"); err != nil {
 		t.Fatal(err)
 	}

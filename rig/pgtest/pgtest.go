@@ -63,6 +63,18 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
+// Conn connects to the database at url for one test, and closes the
+// connection when the test ends (before a database of DB is dropped).
+func Conn(t testing.TB, url string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatalf("pgtest: connecting: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.WithoutCancel(context.Background())) })
+	return conn
+}
+
 // DB creates a migrated database for one test, dropped when the test ends,
 // and returns its URL.
 func DB(t testing.TB) string {
