@@ -63,11 +63,11 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// Conn connects to the database at url for one test, and closes the
+// Conn connects to the database at dbURL for one test, and closes the
 // connection when the test ends (before a database of DB is dropped).
-func Conn(t testing.TB, url string) *pgx.Conn {
+func Conn(t testing.TB, dbURL string) *pgx.Conn {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), url)
+	conn, err := pgx.Connect(context.Background(), dbURL)
 	if err != nil {
 		t.Fatalf("pgtest: connecting: %v", err)
 	}
