@@ -451,6 +451,11 @@ type Database struct {
 	MaxConns int32 `yaml:"max_conns"`
 	// Migrate applies pending migrations when serve starts.
 	Migrate bool `yaml:"migrate"`
+	// MigrateLockTimeout bounds how long a migration waits for a lock
+	// (and so holds up the tables it changes) before it gives way and is
+	// tried again, MigrateLockAttempts times in all (defaults 5s and 10).
+	MigrateLockTimeout  time.Duration `yaml:"migrate_lock_timeout"`
+	MigrateLockAttempts int           `yaml:"migrate_lock_attempts"`
 	// ConnectTimeout bounds each new connection (default 2s).
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
 	// ExitAfterUnreachable makes serve exit (status 1) once the database
@@ -472,6 +477,18 @@ type Database struct {
 	// URL and SessionURL are resolved at load time. They are never logged.
 	URL        string `yaml:"-"`
 	SessionURL string `yaml:"-"`
+}
+
+// ValidateMigrateLock checks MigrateLockTimeout and MigrateLockAttempts,
+// which fulfillmentd migrate's flags can set after Load.
+func (d Database) ValidateMigrateLock() error {
+	if t := d.MigrateLockTimeout; t < 100*time.Millisecond {
+		return errors.New("database.migrate_lock_timeout: at least 100ms (a migration that waits less may never take its lock)")
+	}
+	if d.MigrateLockAttempts < 1 {
+		return errors.New("database.migrate_lock_attempts: at least 1")
+	}
+	return nil
 }
 
 // Auth lists the bearer tokens callers authenticate with.
@@ -645,6 +662,12 @@ func (c *Config) applyEnv(getenv func(string) string) error {
 	if c.Database.ConnectTimeout == 0 {
 		c.Database.ConnectTimeout = 2 * time.Second
 	}
+	if c.Database.MigrateLockTimeout == 0 {
+		c.Database.MigrateLockTimeout = 5 * time.Second
+	}
+	if c.Database.MigrateLockAttempts == 0 {
+		c.Database.MigrateLockAttempts = 10
+	}
 	if c.Ingest.MaxBodyBytes == 0 {
 		c.Ingest.MaxBodyBytes = 256 << 10
 	}
@@ -807,6 +830,9 @@ func (c *Config) validate() error {
 	}
 	if c.Database.ConnectTimeout < 0 {
 		return errors.New("database.connect_timeout: must not be negative")
+	}
+	if err := c.Database.ValidateMigrateLock(); err != nil {
+		return err
 	}
 	if e := c.Database.ExitAfterUnreachable; e < 0 || (e > 0 && e < 5*time.Second) {
 		return errors.New("database.exit_after_unreachable: 0 (never exit) or at least 5s")

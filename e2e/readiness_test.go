@@ -251,7 +251,7 @@ func TestMigrationsPendingHoldTheQueues(t *testing.T) {
 				waitFor(t, "a line saying the queues wait", func() bool {
 					return strings.Contains(strings.Join(sink.lines(), "\n"), "queues wait for the database's migrations")
 				})
-				if err := storage.Migrate(context.Background(), db); err != nil {
+				if err := storage.Migrate(context.Background(), db, storage.LockWait{}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -49,9 +49,12 @@ func parseConnConfig(what, url string) (*pgx.ConnConfig, error) {
 // A database whose schema is newer than this binary's migrations (an older
 // binary during an upgrade, or after a rollback of the binary) is left as
 // it is: Migrate returns a *SchemaAheadError, which says so.
-func Migrate(ctx context.Context, url string) error {
-	return withMigrator(ctx, url, func(m *migrate.Migrator) error {
-		if err := m.Migrate(ctx); err != nil {
+//
+// w bounds how long each migration holds up the tables it changes while it
+// waits for their locks (a *LockTimeoutError when it gave way every time).
+func Migrate(ctx context.Context, url string, w LockWait) error {
+	return withMigrator(ctx, url, func(conn *pgx.Conn, m *migrate.Migrator) error {
+		if err := migrateWaiting(ctx, conn, m, w, func() error { return m.Migrate(ctx) }); err != nil {
 			return fmt.Errorf("migrating: %w", err)
 		}
 		return nil
@@ -61,13 +64,13 @@ func Migrate(ctx context.Context, url string) error {
 // MigrateTo brings the database at url to version: it applies the
 // migrations up to it, or undoes (their down sections) those after it,
 // newest first. version is one of this binary's: 0 to its latest. As
-// Migrate, it needs a URL that keeps sessions.
-func MigrateTo(ctx context.Context, url string, version int32) error {
-	return withMigrator(ctx, url, func(m *migrate.Migrator) error {
+// Migrate, it needs a URL that keeps sessions, and w bounds its lock waits.
+func MigrateTo(ctx context.Context, url string, version int32, w LockWait) error {
+	return withMigrator(ctx, url, func(conn *pgx.Conn, m *migrate.Migrator) error {
 		if latest := int32(len(m.Migrations)); version < 0 || version > latest {
 			return fmt.Errorf("version %d is not one of this binary's: 0 to %d", version, latest)
 		}
-		if err := m.MigrateTo(ctx, version); err != nil {
+		if err := migrateWaiting(ctx, conn, m, w, func() error { return m.MigrateTo(ctx, version) }); err != nil {
 			return fmt.Errorf("migrating to version %d: %w", version, err)
 		}
 		return nil
@@ -95,7 +98,7 @@ const migrationLockPoll = 200 * time.Millisecond
 // withMigrator runs fn with a migrator on a connection of its own to the
 // database at url, which must keep sessions, holding the migrations' lock,
 // unless the schema is newer than this binary's (a *SchemaAheadError).
-func withMigrator(ctx context.Context, url string, fn func(m *migrate.Migrator) error) error {
+func withMigrator(ctx context.Context, url string, fn func(conn *pgx.Conn, m *migrate.Migrator) error) error {
 	cfg, err := parseConnConfig("database URL", url)
 	if err != nil {
 		return err
@@ -142,7 +145,7 @@ func withMigrator(ctx context.Context, url string, fn func(m *migrate.Migrator) 
 	if latest := int32(len(m.Migrations)); applied > latest {
 		return &SchemaAheadError{Applied: applied, Latest: latest}
 	}
-	return fn(m)
+	return fn(conn, m)
 }
 
 // SchemaVersion reports the applied and the embedded (latest) migration

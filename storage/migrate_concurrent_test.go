@@ -36,9 +36,9 @@ func TestConcurrentMigrateOverAConcurrentIndex(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
-	wg.Go(func() { errs[0] = storage.Migrate(ctx, url) })
+	wg.Go(func() { errs[0] = storage.Migrate(ctx, url, storage.LockWait{}) })
 	time.Sleep(300 * time.Millisecond)
-	wg.Go(func() { errs[1] = storage.Migrate(ctx, url) })
+	wg.Go(func() { errs[1] = storage.Migrate(ctx, url, storage.LockWait{}) })
 	time.Sleep(2500 * time.Millisecond)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)

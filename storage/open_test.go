@@ -59,7 +59,7 @@ func TestMalformedDatabaseURLIsNotEchoed(t *testing.T) {
 	}
 	ctx := context.Background()
 	for _, u := range urls {
-		errs := map[string]error{"Migrate": storage.Migrate(ctx, u)}
+		errs := map[string]error{"Migrate": storage.Migrate(ctx, u, storage.LockWait{})}
 		_, errs["MigrationStatusOf"] = storage.MigrationStatusOf(ctx, u)
 		s, err := storage.Open(ctx, u, storage.Options{})
 		if err == nil {

@@ -53,7 +53,7 @@ func TestStoreBehindTransactionPooler(t *testing.T) {
 	if _, err := storage.Open(ctx, pooled, storage.Options{}); !errors.Is(err, storage.ErrTransactionPooled) {
 		t.Fatalf("Open through a transaction pooler without a session URL: %v, want ErrTransactionPooled", err)
 	}
-	if err := storage.Migrate(ctx, pooled); !errors.Is(err, storage.ErrTransactionPooled) {
+	if err := storage.Migrate(ctx, pooled, storage.LockWait{}); !errors.Is(err, storage.ErrTransactionPooled) {
 		t.Fatalf("Migrate through a transaction pooler: %v, want ErrTransactionPooled", err)
 	}
 

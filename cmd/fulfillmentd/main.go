@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -77,18 +78,23 @@ func newRootCmd() *cobra.Command {
 	}
 	serve.Flags().BoolVar(&migrate, "migrate", false, "apply pending migrations before serving (default: database.migrate)")
 
-	// loadSessionURL is the URL migrations run on (see app.SessionURL).
-	loadSessionURL := func() (string, error) {
+	// loadMigrations is the configuration migrations run by, and the URL
+	// they run on (see app.SessionURL).
+	loadMigrations := func() (*config.Config, string, error) {
 		cfg, err := load()
 		if err != nil {
-			return "", err
+			return nil, "", err
 		}
 		if cfg.Database.URL == "" {
-			return "", app.ErrNoDatabase
+			return nil, "", app.ErrNoDatabase
 		}
-		return app.SessionURL(cfg), nil
+		return cfg, app.SessionURL(cfg), nil
 	}
-	var migrateTo int32
+	var (
+		migrateTo    int32
+		lockTimeout  time.Duration
+		lockAttempts int
+	)
 	migrateCmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply pending database migrations and exit",
@@ -98,20 +104,32 @@ func newRootCmd() *cobra.Command {
 			"of the newer release runs. A migration that moved data undoes what it can; read its down section first.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sessionURL, err := loadSessionURL()
+			cfg, sessionURL, err := loadMigrations()
 			if err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("lock-timeout") {
+				cfg.Database.MigrateLockTimeout = lockTimeout
+			}
+			if cmd.Flags().Changed("lock-attempts") {
+				cfg.Database.MigrateLockAttempts = lockAttempts
+			}
+			if err := cfg.Database.ValidateMigrateLock(); err != nil {
+				return err
+			}
 			out := cmd.OutOrStdout()
+			wait := app.MigrateLockWait(cfg.Database, func(lt *storage.LockTimeoutError) {
+				_, _ = fmt.Fprintln(cmd.ErrOrStderr(), lt.Error())
+			})
 			if cmd.Flags().Changed("to") {
-				if err := storage.MigrateTo(cmd.Context(), sessionURL, migrateTo); err != nil {
+				if err := storage.MigrateTo(cmd.Context(), sessionURL, migrateTo, wait); err != nil {
 					return app.PoolerError(err)
 				}
 				_, _ = fmt.Fprintf(out, "schema at version %d\n", migrateTo)
 				return nil
 			}
 			var ahead *storage.SchemaAheadError
-			switch err := storage.Migrate(cmd.Context(), sessionURL); {
+			switch err := storage.Migrate(cmd.Context(), sessionURL, wait); {
 			case errors.As(err, &ahead):
 				_, _ = fmt.Fprintln(out, ahead.Error())
 				return nil
@@ -123,12 +141,16 @@ func newRootCmd() *cobra.Command {
 		},
 	}
 	migrateCmd.Flags().Int32Var(&migrateTo, "to", 0, "bring the schema to this version, applying or undoing migrations (see migrate status)")
+	migrateCmd.Flags().DurationVar(&lockTimeout, "lock-timeout", 0,
+		"how long a migration waits for a lock, holding up the tables it changes, before it gives way (default: database.migrate_lock_timeout, 5s)")
+	migrateCmd.Flags().IntVar(&lockAttempts, "lock-attempts", 0,
+		"how many times a migration that gave way is tried (default: database.migrate_lock_attempts, 10)")
 	migrateCmd.AddCommand(&cobra.Command{
 		Use:   "status",
 		Short: "Say which migrations the database has applied and which are pending; change nothing",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sessionURL, err := loadSessionURL()
+			_, sessionURL, err := loadMigrations()
 			if err != nil {
 				return err
 			}

@@ -211,3 +211,46 @@ func pgxConnCount(ctx context.Context, url string, n *int) error {
 	defer func() { _ = c.Close(ctx) }()
 	return c.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").Scan(n)
 }
+
+// migrate gives way to a long transaction as --lock-timeout and
+// --lock-attempts say: each attempt that gave way is told on stderr, and
+// the error names the migration and the session it waited for. A timeout
+// too short to take any lock is refused.
+func TestMigrateLockFlags(t *testing.T) { //nolint:paralleltest // sets the environment (DATABASE_URL wins over the file)
+	url := pgtest.DB(t)
+	ctx := context.Background()
+	t.Setenv("DATABASE_URL", url)
+	if out, err := run(t, nil, "migrate", "--to", "59"); err != nil {
+		t.Fatalf("migrate --to 59: %q, %v", out, err)
+	}
+	report := pgtest.Conn(t, url)
+	if _, err := report.Exec(ctx, "SET application_name = 'report'"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := report.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SELECT count(*) FROM orders"); err != nil {
+		t.Fatal(err)
+	}
+
+	cmd := newRootCmd()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs([]string{"migrate", "--lock-timeout", "200ms", "--lock-attempts", "2"})
+	err = cmd.Execute()
+	if err == nil || !strings.Contains(err.Error(), "migration 060_order_paid_amount.sql waited 200ms for a lock and gave way (attempt 2 of 2") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("pid %d (application report", report.PgConn().PID())) {
+		t.Errorf("migrate behind a long transaction: %v", err)
+	}
+	if n := strings.Count(errOut.String(), "; trying again in 1s\n"); n != 1 || !strings.Contains(errOut.String(), "(attempt 1 of 2") {
+		t.Errorf("stderr told of %d retries: %q", n, errOut.String())
+	}
+	if _, err := run(t, nil, "migrate", "--lock-timeout", "10ms"); err == nil ||
+		!strings.Contains(err.Error(), "database.migrate_lock_timeout: at least 100ms") {
+		t.Errorf("migrate --lock-timeout 10ms: %v, want a refusal", err)
+	}
+}

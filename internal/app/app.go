@@ -58,7 +58,8 @@ type App struct {
 	stopTracing func(context.Context) error
 	// migrateURL is where Run applies the migrations before its queues
 	// start, when they could not be applied at New ("": none to apply).
-	migrateURL string
+	migrateURL  string
+	migrateWait storage.LockWait
 }
 
 // New opens the database (migrating first when configured) and binds every
@@ -87,9 +88,11 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 			return nil, err
 		}
 	}
-	migrateLater := ""
+	migrateLater, migrateWait := "", MigrateLockWait(cfg.Database, func(lt *storage.LockTimeoutError) {
+		log.Warn("migration gave way to a lock it waited for", "error", lt)
+	})
 	if cfg.Database.Migrate {
-		switch err := migrate(ctx, SessionURL(cfg), log); {
+		switch err := migrate(ctx, SessionURL(cfg), migrateWait, log); {
 		case errors.Is(err, fulfillment.ErrUnavailable):
 			// As the service waits for a database that does not answer, it
 			// migrates once it does (Run), its queues waiting until then.
@@ -125,7 +128,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 		log.Warn(d)
 	}
 	a := &App{log: log, store: store, http: cfg.HTTP, tracer: tracer, stopTracing: stopTracing, tls: tlsCfg,
-		migrateURL: migrateLater}
+		migrateURL: migrateLater, migrateWait: migrateWait}
 	if err := a.build(cfg, endpoints); err != nil {
 		a.Close()
 		return nil, err
@@ -299,12 +302,18 @@ func (a *App) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// migrate applies the pending migrations at url, a session URL. A schema
-// newer than this binary's is left alone: an older binary during an
-// upgrade, or one rolled back, runs on it.
-func migrate(ctx context.Context, url string, log *slog.Logger) error {
+// MigrateLockWait is how long a migration waits for its locks, by db's
+// configuration; retrying is told of each lock it gave way to.
+func MigrateLockWait(db config.Database, retrying func(*storage.LockTimeoutError)) storage.LockWait {
+	return storage.LockWait{Timeout: db.MigrateLockTimeout, Attempts: db.MigrateLockAttempts, Retrying: retrying}
+}
+
+// migrate applies the pending migrations at url, a session URL, waiting
+// for locks as w says. A schema newer than this binary's is left alone: an
+// older binary during an upgrade, or one rolled back, runs on it.
+func migrate(ctx context.Context, url string, w storage.LockWait, log *slog.Logger) error {
 	var ahead *storage.SchemaAheadError
-	switch err := storage.Migrate(ctx, url); {
+	switch err := storage.Migrate(ctx, url, w); {
 	case errors.As(err, &ahead):
 		log.Warn("database schema newer than this binary", "schema_version", ahead.Applied, "latest_version", ahead.Latest)
 	case err != nil:
@@ -328,7 +337,7 @@ func (a *App) awaitSchema(ctx context.Context) (bool, error) {
 	said := false
 	for {
 		if a.migrateURL != "" {
-			switch err := migrate(ctx, a.migrateURL, a.log); {
+			switch err := migrate(ctx, a.migrateURL, a.migrateWait, a.log); {
 			case err == nil:
 				a.migrateURL = ""
 			case ctx.Err() != nil:

@@ -147,7 +147,7 @@ func ensureTemplate(ctx context.Context, conn *pgx.Conn, admin string) (string, 
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+building); err != nil {
 		return "", fmt.Errorf("creating template: %w", err)
 	}
-	if err := storage.Migrate(ctx, withDatabase(admin, building)); err != nil {
+	if err := storage.Migrate(ctx, withDatabase(admin, building), storage.LockWait{}); err != nil {
 		return "", fmt.Errorf("migrating template: %w", err)
 	}
 	// Renamed only once complete, so that a crash never leaves a template

@@ -60,10 +60,10 @@ func (b *bench) startCluster(ctx context.Context) error {
 			return fmt.Errorf("creating database %s: %w", db, err)
 		}
 	}
-	if err := storage.Migrate(ctx, c.URL("baseline")); err != nil {
+	if err := storage.Migrate(ctx, c.URL("baseline"), storage.LockWait{}); err != nil {
 		return err
 	}
-	if err := storage.Migrate(ctx, c.URL("baseline_nonotify")); err != nil {
+	if err := storage.Migrate(ctx, c.URL("baseline_nonotify"), storage.LockWait{}); err != nil {
 		return err
 	}
 	nn, err := pgx.Connect(ctx, c.URL("baseline_nonotify"))
