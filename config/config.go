@@ -453,7 +453,8 @@ type Database struct {
 	Migrate bool `yaml:"migrate"`
 	// MigrateLockTimeout bounds how long a migration waits for a lock
 	// (and so holds up the tables it changes) before it gives way and is
-	// tried again, MigrateLockAttempts times in all (defaults 5s and 10).
+	// tried again; a run of the migrations makes MigrateLockAttempts
+	// attempts in all (defaults 5s and 10).
 	MigrateLockTimeout  time.Duration `yaml:"migrate_lock_timeout"`
 	MigrateLockAttempts int           `yaml:"migrate_lock_attempts"`
 	// ConnectTimeout bounds each new connection (default 2s).
