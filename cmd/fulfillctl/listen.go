@@ -71,7 +71,8 @@ verified deliveries of each webhook-id, then --status. --delay holds every
 answer back, to exercise the sender's timeouts. The last 10,000 webhook-ids
 are remembered.
 
-Secrets are "whsec_" followed by base64; give several (repeat the flags) to
+Secrets are "whsec_" followed by base64, or the base64 alone (as the official
+Standard Webhooks libraries take them); give several (repeat the flags) to
 accept deliveries signed with any of them, as during a rotation. The address
 listened on is printed to stderr.`,
 		Example: `  fulfillctl listen --secret-file .data/dev/outbox.secret

@@ -386,7 +386,7 @@ func TestListenFlags(t *testing.T) {
 	good := testSecret(30)
 	goodFile := secretFile(t, good)
 	short := stdwebhooks.SecretPrefix + base64.StdEncoding.EncodeToString([]byte("short"))
-	env := map[string]string{"GOOD": good + "\n", "RAW": strings.TrimPrefix(good, "whsec_"), "EMPTY": ""}
+	env := map[string]string{"GOOD": good + "\n", "RAW": strings.TrimPrefix(good, "whsec_"), "HEX": "whsec_" + strings.Repeat("ab", 24) + "!", "EMPTY": ""}
 	lookup := func(name string) (string, bool) { v, ok := env[name]; return v, ok }
 
 	cases := []struct {
@@ -407,7 +407,8 @@ func TestListenFlags(t *testing.T) {
 		{"short secret in file", listenFlags{secretFiles: []string{secretFile(t, short)}, status: 200}, 0, "at least 24 bytes"},
 		{"unset env", listenFlags{secretEnvs: []string{"UNSET"}, status: 200}, 0, "--secret-env: environment variable UNSET is not set"},
 		{"empty env", listenFlags{secretEnvs: []string{"EMPTY"}, status: 200}, 0, "EMPTY is not set"},
-		{"env without prefix", listenFlags{secretEnvs: []string{"RAW"}, status: 200}, 0, "--secret-env RAW: stdwebhooks: a secret must start with whsec_"},
+		{"env without prefix", listenFlags{secretEnvs: []string{"RAW"}, status: 200}, 1, ""},
+		{"env not base64", listenFlags{secretEnvs: []string{"HEX"}, status: 200}, 0, "--secret-env HEX: stdwebhooks: a secret must be whsec_ followed by standard base64"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -32,8 +32,10 @@ const (
 	HeaderSignature = "webhook-signature"
 )
 
-// SecretPrefix starts the text form of every secret: "whsec_" followed by
-// the standard base64 encoding of the key bytes.
+// SecretPrefix starts the text form of a secret as the specification
+// presents it: "whsec_" followed by the standard base64 encoding of the key
+// bytes. ParseSecret also reads the base64 alone, as the official libraries
+// do, so that a receiver may hold either form.
 const SecretPrefix = "whsec_"
 
 // MinSecretBytes is the shortest key ParseSecret accepts: the lower bound the
@@ -57,19 +59,18 @@ type Secret struct {
 	key []byte
 }
 
-// ParseSecret reads the text form of a secret: "whsec_" followed by the
-// standard (padded) base64 encoding of at least MinSecretBytes key bytes.
-// Any other form is refused; the error never quotes the text.
+// ParseSecret reads the text form of a secret: the standard (padded) base64
+// encoding of at least MinSecretBytes key bytes, after "whsec_" or alone.
+// Both name the same key, as in the official libraries: "_" is not a base64
+// character, so the two forms cannot be confused. Any other form is refused;
+// the error never quotes the text.
 func ParseSecret(s string) (Secret, error) {
-	enc, ok := strings.CutPrefix(s, SecretPrefix)
-	if !ok {
-		return Secret{}, errors.New("stdwebhooks: a secret must start with " + SecretPrefix)
-	}
+	enc := strings.TrimPrefix(s, SecretPrefix)
 	key, err := base64.StdEncoding.Strict().DecodeString(enc)
 	// The decoder skips '\r' and '\n': re-encoding refuses them too, and
 	// anything else that is not the one canonical encoding of the key.
 	if err != nil || base64.StdEncoding.EncodeToString(key) != enc {
-		return Secret{}, errors.New("stdwebhooks: the part of a secret after " + SecretPrefix + " must be standard base64 (A-Z a-z 0-9 + /, padded with =)")
+		return Secret{}, errors.New("stdwebhooks: a secret must be " + SecretPrefix + " followed by standard base64 (A-Z a-z 0-9 + /, padded with =), or that base64 alone")
 	}
 	if len(key) < MinSecretBytes {
 		return Secret{}, fmt.Errorf("stdwebhooks: a secret's key must be at least %d bytes, this one has %d", MinSecretBytes, len(key))
