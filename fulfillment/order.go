@@ -137,6 +137,17 @@ func (s OrderSpec) Total() Money {
 	return t
 }
 
+// SubscriptionCustomer is the customer (AccountRef) of the order's
+// subscription line, "" when it has none (validation allows one at most).
+func (s OrderSpec) SubscriptionCustomer() string {
+	for _, l := range s.Lines {
+		if l.Kind == KindSubscription {
+			return l.AccountRef
+		}
+	}
+	return ""
+}
+
 // Fingerprint identifies the content of the order: two specs with the same
 // fingerprint ask for the same thing. It tells an idempotent repeat of
 // CreateOrder from a conflicting reuse of the merchant order id.

@@ -208,11 +208,22 @@ type ProviderStart struct {
 	ProviderOrderID string
 	Amount          Money
 	Description     string
+	// CustomerRef is the customer of the order's subscription line, ""
+	// for an order without one (OrderSpec.SubscriptionCustomer). A
+	// provider that binds the payer's card for the merchant's recurrent
+	// charges keys the binding by it. It comes from the order, which never
+	// changes, so every ask about one attempt carries the same.
+	CustomerRef string
 }
 
 // PaymentProvider is a provider's API for payments the service starts
 // and for their state.
 type PaymentProvider interface {
+	// CheckStart says why the provider could never take p, as far as it
+	// can tell before anything is registered or sent (a customer
+	// reference its API cannot carry), or returns nil. Its error is for
+	// the caller to act on and quotes none of p's values.
+	CheckStart(p ProviderStart) error
 	// StartPayment asks the provider to create a payment. A refusal is a
 	// *ProviderRefusal; any other error means the request may or may not
 	// have reached the provider.

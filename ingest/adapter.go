@@ -67,20 +67,37 @@ type Provider struct {
 
 // DecodeOptions decodes an endpoint's options block into v (a pointer to a
 // struct with yaml tags), refusing keys v does not have, with the line of
-// the configuration file they are on. An absent block leaves v as it is.
+// the configuration file they are on. A value of the wrong type is named by
+// its key and line. An absent block leaves v as it is.
 func DecodeOptions(options *yaml.Node, v any) error {
 	if options == nil || options.Kind == 0 {
 		return nil
 	}
-	if options.Kind == yaml.MappingNode {
-		known := optionNames(reflect.TypeOf(v).Elem())
-		for i := 0; i+1 < len(options.Content); i += 2 {
-			if k := options.Content[i]; !slices.Contains(known, k.Value) {
-				return fmt.Errorf("line %d: unknown option %q", k.Line, k.Value)
-			}
+	if options.Kind != yaml.MappingNode {
+		return decodeOption(options, v)
+	}
+	known := optionNames(reflect.TypeOf(v).Elem())
+	for i := 0; i+1 < len(options.Content); i += 2 {
+		if k := options.Content[i]; !slices.Contains(known, k.Value) {
+			return fmt.Errorf("line %d: unknown option %q", k.Line, k.Value)
 		}
 	}
-	if err := options.Decode(v); err != nil {
+	// One key at a time, so that an error says which key it is about
+	// (yaml's own names the line and the type only).
+	for i := 0; i+1 < len(options.Content); i += 2 {
+		one := *options
+		one.Content = options.Content[i : i+2]
+		if err := decodeOption(&one, v); err != nil {
+			return fmt.Errorf("%s: %w", options.Content[i].Value, err)
+		}
+	}
+	return nil
+}
+
+// decodeOption decodes node into v, an error of yaml's reduced to its
+// first line.
+func decodeOption(node *yaml.Node, v any) error {
+	if err := node.Decode(v); err != nil {
 		var te *yaml.TypeError
 		if errors.As(err, &te) && len(te.Errors) > 0 {
 			return errors.New(te.Errors[0])

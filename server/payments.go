@@ -58,6 +58,13 @@ func (s *Service) StartPayment(ctx context.Context, req *fulfillmentv1.StartPaym
 	if total := order.Total(); total.Currency != prov.Currency() {
 		return nil, status.Errorf(codes.FailedPrecondition, "endpoint %q takes %s; the order's total is in %s", ep.ID, prov.Currency(), total.Currency)
 	}
+	// The customer comes from the order, which never changes: every ask
+	// about an attempt names the same one.
+	customer := order.SubscriptionCustomer()
+	if err := prov.CheckStart(fulfillment.ProviderStart{Amount: order.Total(), CustomerRef: customer}); err != nil {
+		// Refused before anything is registered: no attempt is used up.
+		return nil, status.Errorf(codes.FailedPrecondition, "endpoint %q cannot start this order's payment: %v", ep.ID, err)
+	}
 	r.Provider = ep.Provider
 
 	start, ask, err := s.payStore.StartBegin(ctx, r)
@@ -65,7 +72,7 @@ func (s *Service) StartPayment(ctx context.Context, req *fulfillmentv1.StartPaym
 		return nil, toStatus(ctx, s.log, err)
 	}
 	if ask {
-		outcome, err := s.askProvider(ctx, prov, start)
+		outcome, err := s.askProvider(ctx, prov, start, customer)
 		// What the provider said is recorded even if the caller left.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 		defer cancel()
@@ -86,13 +93,14 @@ func (s *Service) StartPayment(ctx context.Context, req *fulfillmentv1.StartPaym
 	return &fulfillmentv1.StartPaymentResponse{Payment: paymentStartToProto(start)}, nil
 }
 
-// askProvider asks prov to create start's payment and says how the start
-// ends; an error means the provider did not answer (it may have acted).
-func (s *Service) askProvider(ctx context.Context, prov fulfillment.PaymentProvider, start fulfillment.PaymentStart) (fulfillment.StartOutcome, error) {
+// askProvider asks prov to create start's payment, for the order's
+// customer (ProviderStart.CustomerRef), and says how the start ends; an
+// error means the provider did not answer (it may have acted).
+func (s *Service) askProvider(ctx context.Context, prov fulfillment.PaymentProvider, start fulfillment.PaymentStart, customer string) (fulfillment.StartOutcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, providerTimeout)
 	defer cancel()
 	payment, err := prov.StartPayment(ctx, fulfillment.ProviderStart{
-		ProviderOrderID: start.ProviderOrderID, Amount: start.Amount, Description: start.Description,
+		ProviderOrderID: start.ProviderOrderID, Amount: start.Amount, Description: start.Description, CustomerRef: customer,
 	})
 	var refusal *fulfillment.ProviderRefusal
 	switch {

@@ -13,7 +13,9 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
+	"github.com/fulfillplatform/fulfillment/fulfillment"
 	"github.com/fulfillplatform/fulfillment/ingest/wire"
 )
 
@@ -141,6 +143,33 @@ type InitRequest struct {
 	NotificationURL string
 	// Data is sent as DATA (optional); it is not signed.
 	Data map[string]string
+	// Recurrent asks the bank to bind the payer's card for recurrent
+	// charges (Recurrent Y); the binding is the customer's CustomerKey,
+	// required then.
+	Recurrent bool
+	// CustomerKey is the merchant's id of the payer (optional without
+	// Recurrent; see CheckCustomerKey).
+	CustomerKey string
+}
+
+// MaxCustomerKeyLen is the longest CustomerKey the bank takes, in
+// characters.
+const MaxCustomerKeyLen = 36
+
+// CheckCustomerKey says why key cannot be a CustomerKey, or returns nil:
+// it must be printable text of MaxCustomerKeyLen characters at most, as
+// the bank documents. The error quotes nothing of key.
+func CheckCustomerKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("a CustomerKey is required to bind a card")
+	case fulfillment.RuleRef.Check(key) != nil:
+		return fmt.Errorf("a CustomerKey %w", fulfillment.RuleRef.Check(key))
+	case utf8.RuneCountInString(key) > MaxCustomerKeyLen:
+		return fmt.Errorf("a CustomerKey must be at most %d characters, the bank's limit; this one has %d",
+			MaxCustomerKeyLen, utf8.RuneCountInString(key))
+	}
+	return nil
 }
 
 // Payment is a payment as the bank describes it in an answer.
@@ -163,12 +192,21 @@ func (c *Client) Init(ctx context.Context, r InitRequest) (Payment, error) {
 	if r.OrderID == "" || r.Amount <= 0 {
 		return Payment{}, fmt.Errorf("tbank %s: %w: OrderID is required and Amount must be positive", op, ErrInvalidRequest)
 	}
+	if r.Recurrent || r.CustomerKey != "" {
+		if err := CheckCustomerKey(r.CustomerKey); err != nil {
+			return Payment{}, fmt.Errorf("tbank %s: %w: %w", op, ErrInvalidRequest, err)
+		}
+	}
 	req := initRequest{
 		TerminalKey: c.terminalKey, Amount: r.Amount, OrderID: r.OrderID,
 		Description: r.Description, NotificationURL: r.NotificationURL, Data: r.Data,
 		// One-stage whatever the terminal's default: the service fulfils
 		// on CONFIRMED, and confirms no two-stage payment itself.
-		PayType: "O",
+		PayType:     "O",
+		CustomerKey: r.CustomerKey,
+	}
+	if r.Recurrent {
+		req.Recurrent = "Y"
 	}
 	a, err := c.call(ctx, op, &req.Token, &req)
 	if err != nil {
@@ -213,7 +251,8 @@ func (c *Client) GetState(ctx context.Context, paymentID string) (Payment, error
 }
 
 // initRequest and getStateRequest are the bodies sent; the Token is set
-// once the rest is signed.
+// once the rest is signed (every root string and number, Recurrent and
+// CustomerKey included when sent; DATA is an object, not signed).
 type initRequest struct {
 	TerminalKey     string            `json:"TerminalKey"`
 	Amount          int64             `json:"Amount"`
@@ -221,6 +260,8 @@ type initRequest struct {
 	PayType         string            `json:"PayType"`
 	Description     string            `json:"Description,omitempty"`
 	NotificationURL string            `json:"NotificationURL,omitempty"`
+	CustomerKey     string            `json:"CustomerKey,omitempty"`
+	Recurrent       string            `json:"Recurrent,omitempty"`
 	Data            map[string]string `json:"DATA,omitempty"`
 	Token           string            `json:"Token,omitempty"`
 }

@@ -2,6 +2,8 @@ package tbank_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -509,6 +511,44 @@ func TestClientRequests(t *testing.T) {
 	}
 }
 
+// A recurrent Init carries Recurrent Y and the CustomerKey, both signed:
+// the Token is the bank's, over every root scalar member sorted by name
+// (computed here by hand, not by the package's Token).
+func TestClientInitRecurrent(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var bodies [][]byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, body)
+		mu.Unlock()
+		w.WriteHeader(http.StatusBadGateway)
+	}))
+	t.Cleanup(srv.Close)
+	c := newClient(t, srv.URL, password)
+	_, _ = c.Init(ctx(t), tbank.InitRequest{OrderID: "att_1", Amount: 19200, Description: "Подписка <Pro> & co",
+		Recurrent: true, CustomerKey: "user 42/ж", Data: map[string]string{"Email": "a@test.com"}})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bodies) != 1 {
+		t.Fatalf("%d requests", len(bodies))
+	}
+	var init map[string]any
+	if err := json.Unmarshal(bodies[0], &init); err != nil {
+		t.Fatal(err)
+	}
+	if init["Recurrent"] != "Y" || init["CustomerKey"] != "user 42/ж" {
+		t.Errorf("Init body %s, want Recurrent Y and the CustomerKey", bodies[0])
+	}
+	// Amount, CustomerKey, Description, OrderId, Password, PayType,
+	// Recurrent, TerminalKey: DATA is an object, not signed.
+	sum := sha256.Sum256([]byte("19200" + "user 42/ж" + "Подписка <Pro> & co" + "att_1" + password + "O" + "Y" + terminal))
+	if want := hex.EncodeToString(sum[:]); init["Token"] != want {
+		t.Errorf("Token %v, want %s", init["Token"], want)
+	}
+}
+
 func TestClientTransportErrors(t *testing.T) {
 	t.Parallel()
 	hang := make(chan struct{})
@@ -550,6 +590,18 @@ func TestClientInvalidRequests(t *testing.T) {
 		"negative Amount":  func() error { _, err := c.Init(ctx(t), tbank.InitRequest{OrderID: "a", Amount: -1}); return err },
 		"empty PaymentId":  func() error { _, err := c.GetState(ctx(t), ""); return err },
 		"PaymentId signed": func() error { _, err := c.GetState(ctx(t), "-5"); return err },
+		"Recurrent without CustomerKey": func() error {
+			_, err := c.Init(ctx(t), tbank.InitRequest{OrderID: "a", Amount: 1, Recurrent: true})
+			return err
+		},
+		"CustomerKey too long": func() error {
+			_, err := c.Init(ctx(t), tbank.InitRequest{OrderID: "a", Amount: 1, Recurrent: true, CustomerKey: strings.Repeat("k", 37)})
+			return err
+		},
+		"CustomerKey with a control character": func() error {
+			_, err := c.Init(ctx(t), tbank.InitRequest{OrderID: "a", Amount: 1, Recurrent: true, CustomerKey: "k\n"})
+			return err
+		},
 	} {
 		if err := call(); !errors.Is(err, tbank.ErrInvalidRequest) {
 			t.Errorf("%s: %v, want ErrInvalidRequest", name, err)

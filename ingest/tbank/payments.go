@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -39,12 +40,37 @@ func (p *payments) DuplicatePolicy() fulfillment.DuplicateOrderPolicy {
 	return p.opts.DuplicateOrderPolicy
 }
 
-// StartPayment calls Init.
+// CheckStart refuses, on a terminal that binds cards (Options.Recurrent),
+// a customer the bank cannot take as CustomerKey.
+func (p *payments) CheckStart(s fulfillment.ProviderStart) error {
+	if !p.binds(s) {
+		return nil
+	}
+	if err := CheckCustomerKey(s.CustomerRef); err != nil {
+		return fmt.Errorf("the endpoint asks the bank to bind the payer's card (options.recurrent) under the customer of the order's "+
+			"subscription line (account_ref) as CustomerKey: %w", err)
+	}
+	return nil
+}
+
+// binds says whether s's Init asks for a card binding: on a terminal
+// that binds cards, for an order with a subscription line.
+func (p *payments) binds(s fulfillment.ProviderStart) bool {
+	return p.opts.Recurrent && s.CustomerRef != ""
+}
+
+// StartPayment calls Init. Its request depends only on s and the
+// endpoint's options, so that asking again about an attempt sends the
+// same one.
 func (p *payments) StartPayment(ctx context.Context, s fulfillment.ProviderStart) (fulfillment.ProviderPayment, error) {
-	pay, err := p.client.Init(ctx, InitRequest{
+	r := InitRequest{
 		OrderID: s.ProviderOrderID, Amount: s.Amount.MinorUnits, Description: s.Description,
 		NotificationURL: p.opts.NotificationURL,
-	})
+	}
+	if p.binds(s) {
+		r.Recurrent, r.CustomerKey = true, s.CustomerRef
+	}
+	pay, err := p.client.Init(ctx, r)
 	if err != nil {
 		return fulfillment.ProviderPayment{}, p.refusal(err)
 	}

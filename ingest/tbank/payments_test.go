@@ -3,6 +3,9 @@ package tbank_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"strconv"
+	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
@@ -17,9 +20,16 @@ import (
 // whose terminal is the fake bank's, with the duplicate OrderId policy.
 func paymentsOf(t *testing.T, bank *fakebank.Bank, policy string) fulfillment.StatePoller {
 	t.Helper()
+	return paymentsWith(t, bank, map[string]any{"duplicate_order_policy": policy})
+}
+
+// paymentsWith is paymentsOf with more options.
+func paymentsWith(t *testing.T, bank *fakebank.Bank, more map[string]any) fulfillment.StatePoller {
+	t.Helper()
+	o := map[string]any{"terminal_key": "T1DEMO", "api_url": bank.URL(), "duplicate_order_codes": []string{fakebank.CodeDuplicateOrder}}
+	maps.Copy(o, more)
 	var opts yaml.Node
-	if err := opts.Encode(map[string]any{"terminal_key": "T1DEMO", "api_url": bank.URL(),
-		"duplicate_order_codes": []string{fakebank.CodeDuplicateOrder}, "duplicate_order_policy": policy}); err != nil {
+	if err := opts.Encode(o); err != nil {
 		t.Fatal(err)
 	}
 	ep := fulfillment.Endpoint{ID: "tbank-live", Provider: fulfillment.ProviderTBank, OrgID: "org_a", Environment: fulfillment.EnvLive}
@@ -179,4 +189,69 @@ func TestPaymentsHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	state(tbank.StatusConfirmed, false)
+}
+
+// With recurrent on, the start of an order with a subscription line asks
+// the bank to bind the card under the line's customer; with it off, or for
+// an order without one, the Init is as before. The bank (the fake, over
+// HTTP) checks the Token over the members sent. A customer the bank cannot
+// take is refused before anything is sent.
+func TestPaymentsRecurrent(t *testing.T) {
+	t.Parallel()
+	bank, err := fakebank.New(fakebank.Options{TerminalKey: "T1DEMO", Password: []byte("Dfsfh56dgKl")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bank.Close() })
+	on := paymentsWith(t, bank, map[string]any{"recurrent": true})
+	off := paymentsWith(t, bank, nil)
+	rub := fulfillment.Money{Currency: "RUB", MinorUnits: 19200}
+	cases := []struct {
+		name      string
+		p         fulfillment.PaymentProvider
+		customer  string
+		recurrent bool
+	}{
+		{"on, a subscription line", on, "user_42", true},
+		{"on, no subscription line", on, "", false},
+		{"off, a subscription line", off, "user_42", false},
+		{"on, the longest customer", on, strings.Repeat("ж", tbank.MaxCustomerKeyLen), true},
+	}
+	for i, tc := range cases {
+		s := fulfillment.ProviderStart{ProviderOrderID: "rec-" + strconv.Itoa(i), Amount: rub, CustomerRef: tc.customer}
+		if err := tc.p.CheckStart(s); err != nil {
+			t.Errorf("%s: CheckStart: %v", tc.name, err)
+		}
+		started, err := tc.p.StartPayment(context.Background(), s)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got, _ := bank.Payment(started.PaymentID)
+		wantKey := ""
+		if tc.recurrent {
+			wantKey = tc.customer
+		}
+		if got.Recurrent != tc.recurrent || got.CustomerKey != wantKey {
+			t.Errorf("%s: the bank's payment is recurrent %v with CustomerKey %q; want %v, %q", tc.name, got.Recurrent, got.CustomerKey,
+				tc.recurrent, wantKey)
+		}
+	}
+
+	long := fulfillment.ProviderStart{ProviderOrderID: "rec-long", Amount: rub, CustomerRef: strings.Repeat("u", tbank.MaxCustomerKeyLen+1)}
+	err = on.CheckStart(long)
+	if err == nil || !strings.Contains(err.Error(), "options.recurrent") || !strings.Contains(err.Error(), "account_ref") ||
+		!strings.Contains(err.Error(), "at most 36 characters") || strings.Contains(err.Error(), long.CustomerRef) {
+		t.Errorf("CheckStart of a 37-character customer: %v, want it refused naming the option, the field and the limit, not the value", err)
+	}
+	if err := off.CheckStart(long); err != nil {
+		t.Errorf("CheckStart without recurrent: %v, want nil (no CustomerKey is sent)", err)
+	}
+	before := len(bank.Payments())
+	var refusal *fulfillment.ProviderRefusal
+	if _, err := on.StartPayment(context.Background(), long); !errors.As(err, &refusal) || refusal.Code != "not sent" {
+		t.Errorf("start of a 37-character customer: %v, want a refusal, nothing sent", err)
+	}
+	if n := len(bank.Payments()); n != before {
+		t.Errorf("the bank has %d payments, want %d", n, before)
+	}
 }

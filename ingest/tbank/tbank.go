@@ -53,6 +53,14 @@ type Options struct {
 	// posts that payment's notifications instead of the terminal's
 	// configured address.
 	NotificationURL string `yaml:"notification_url"`
+	// Recurrent makes StartPayment of an order with a subscription line ask
+	// the bank to bind the payer's card for recurrent charges (Init's
+	// Recurrent Y, with the line's customer as CustomerKey): the bank then
+	// names the binding (RebillId), which the merchant charges each
+	// period, and which names the subscription here. Off by default: a
+	// terminal the bank has not enabled for recurrent payments may refuse
+	// such an Init.
+	Recurrent bool `yaml:"recurrent"`
 }
 
 // DefaultAPIURL is T-Bank's production API base.

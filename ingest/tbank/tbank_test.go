@@ -40,6 +40,21 @@ func TestNewOptions(t *testing.T) {
 				t.Errorf("options %+v", o)
 			}
 		}},
+		{name: "recurrent off by default", yaml: "terminal_key: T1", check: func(t *testing.T, o Options) {
+			if o.Recurrent {
+				t.Errorf("options %+v, want recurrent off", o)
+			}
+		}},
+		{name: "recurrent", yaml: "{ terminal_key: T1, recurrent: true }", check: func(t *testing.T, o Options) {
+			if !o.Recurrent {
+				t.Errorf("options %+v, want recurrent on", o)
+			}
+		}},
+		{name: "recurrent false", yaml: "{ terminal_key: T1, recurrent: false }", check: func(t *testing.T, o Options) {
+			if o.Recurrent {
+				t.Errorf("options %+v, want recurrent off", o)
+			}
+		}},
 		{name: "ignore with codes", yaml: "{ terminal_key: T1, duplicate_order_codes: [\"8\"], duplicate_order_policy: ignore }"},
 		{name: "fail stated", yaml: "{ terminal_key: T1, duplicate_order_policy: fail }"},
 
@@ -50,7 +65,9 @@ func TestNewOptions(t *testing.T) {
 		{name: "terminal with a colon", yaml: "terminal_key: \"T:1\"", want: "terminal_key must be printable ASCII without spaces or colons"},
 		{name: "terminal with a space", yaml: "terminal_key: \"T 1\"", want: "terminal_key must be printable ASCII"},
 		{name: "terminal too long", yaml: "terminal_key: " + strings.Repeat("T", 129), want: "terminal_key must be"},
-		{name: "terminal a list", yaml: "terminal_key: [T1]", want: "cannot unmarshal"},
+		{name: "terminal a list", yaml: "terminal_key: [T1]", want: "terminal_key: line 1: cannot unmarshal"},
+		{name: "recurrent not a boolean", yaml: "{ terminal_key: T1, recurrent: sometimes }", want: "recurrent: line 1: cannot unmarshal !!str `sometimes` into bool"},
+		{name: "recurrent a list", yaml: "{ terminal_key: T1, recurrent: [true] }", want: "recurrent: line 1: cannot unmarshal"},
 		{name: "empty code", yaml: "{ terminal_key: T1, duplicate_order_codes: [\"\"] }", want: "duplicate_order_codes[0] must be a bank ErrorCode"},
 		{name: "code with letters", yaml: "{ terminal_key: T1, duplicate_order_codes: [\"8\", E8] }", want: "duplicate_order_codes[1] must be a bank ErrorCode"},
 		{name: "code too long", yaml: "{ terminal_key: T1, duplicate_order_codes: [\"12345678901234567\"] }", want: "duplicate_order_codes[0] must be a bank ErrorCode"},

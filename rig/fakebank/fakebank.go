@@ -28,6 +28,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fulfillplatform/fulfillment/ingest/tbank"
 )
@@ -46,6 +47,10 @@ const (
 
 // MaxBodyBytes bounds the body of every request the fake serves.
 const MaxBodyBytes = 64 << 10
+
+// MaxCustomerKeyLen is the longest CustomerKey Init takes, in characters
+// (the bank's documented limit).
+const MaxCustomerKeyLen = 36
 
 // Defaults of Options.
 const (
@@ -122,6 +127,7 @@ type Bank struct {
 	payments map[string]*Payment
 	ids      []string          // payment ids in creation order
 	byOrder  map[string]string // OrderId → PaymentId
+	bindings map[string]string // RebillId → the PaymentId that bound the card
 	notes    []*Notification
 	queue    []*Notification
 	held     []*Notification
@@ -174,6 +180,7 @@ func New(opts Options) (*Bank, error) {
 		nextID:   opts.FirstPaymentID,
 		payments: map[string]*Payment{},
 		byOrder:  map[string]string{},
+		bindings: map[string]string{},
 		wake:     make(chan struct{}, 1),
 	}
 	if b.url == "" {
@@ -244,6 +251,7 @@ type request struct {
 	NotificationURL string            `json:"NotificationURL"`
 	PayType         string            `json:"PayType"`
 	Recurrent       string            `json:"Recurrent"`
+	CustomerKey     string            `json:"CustomerKey"`
 	Data            map[string]string `json:"DATA"`
 }
 
@@ -309,6 +317,16 @@ func (b *Bank) init(req request) answer {
 	if req.OrderID == "" || req.Amount <= 0 {
 		return refusal(CodeBadRequest, "OrderId is required and Amount must be a positive number of kopecks")
 	}
+	// As the bank documents: Recurrent is Y or absent, and a card is bound
+	// to a customer, so CustomerKey (36 characters at most) comes with it.
+	switch {
+	case req.Recurrent != "" && req.Recurrent != "Y":
+		return refusal(CodeBadRequest, "Recurrent must be Y when sent")
+	case req.Recurrent == "Y" && req.CustomerKey == "":
+		return refusal(CodeBadRequest, "CustomerKey is required with Recurrent")
+	case utf8.RuneCountInString(req.CustomerKey) > MaxCustomerKeyLen:
+		return refusal(CodeBadRequest, "CustomerKey must be at most 36 characters")
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if id, dup := b.byOrder[req.OrderID]; dup {
@@ -323,7 +341,7 @@ func (b *Bank) init(req request) answer {
 	b.nextID++
 	p := &Payment{
 		PaymentID: id, OrderID: req.OrderID, Status: tbank.StatusNew,
-		Amount: req.Amount, Remaining: req.Amount, TwoStage: two, Recurrent: req.Recurrent == "Y",
+		Amount: req.Amount, Remaining: req.Amount, TwoStage: two, Recurrent: req.Recurrent == "Y", CustomerKey: req.CustomerKey,
 		Description: req.Description, NotificationURL: req.NotificationURL, Data: req.Data,
 		PaymentURL: b.url + "/pay/" + id,
 	}

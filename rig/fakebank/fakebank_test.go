@@ -330,7 +330,8 @@ func TestConfirmAndCancel(t *testing.T) {
 }
 
 // Notification bodies: the members the bank sends, PaymentId a number or
-// a string, RebillId for recurrent payments, DATA as given at Init.
+// a string, RebillId and CustomerKey for recurrent payments, DATA as given
+// at Init.
 func TestNotificationBody(t *testing.T) {
 	t.Parallel()
 	for _, asString := range []bool{false, true} {
@@ -338,7 +339,7 @@ func TestNotificationBody(t *testing.T) {
 			t.Parallel()
 			r := newReceiver(t, nil)
 			b := start(t, fakebank.Options{NotificationURL: "http://127.0.0.1:1/unused", PaymentIDAsString: asString})
-			id := initPayment(t, b, "att_1", 9855, map[string]any{"Recurrent": "Y", "NotificationURL": r.url,
+			id := initPayment(t, b, "att_1", 9855, map[string]any{"Recurrent": "Y", "CustomerKey": "cust_1", "NotificationURL": r.url,
 				"DATA": map[string]string{"Email": "a@test.com"}})
 			if err := b.Pay(id); err != nil {
 				t.Fatal(err)
@@ -360,7 +361,7 @@ func TestNotificationBody(t *testing.T) {
 				wantID = id
 			}
 			for k, v := range map[string]any{"TerminalKey": terminal, "OrderId": "att_1", "Success": true, "Status": "CONFIRMED",
-				"PaymentId": wantID, "ErrorCode": "0", "Amount": json.Number("9855"), "Pan": "430000******0777"} {
+				"PaymentId": wantID, "ErrorCode": "0", "Amount": json.Number("9855"), "Pan": "430000******0777", "CustomerKey": "cust_1"} {
 				if n[k] != v {
 					t.Errorf("%s = %#v, want %#v", k, n[k], v)
 				}
@@ -378,6 +379,90 @@ func TestNotificationBody(t *testing.T) {
 				t.Errorf("parsed %+v", ev)
 			}
 		})
+	}
+}
+
+// Init's Recurrent, as the bank documents it: Y or absent, with a
+// CustomerKey of 36 characters at most. A recurrent payment binds the card
+// once paid, and Charge charges that binding again: a payment of its own,
+// notified with the binding's RebillId; a binding never issued is refused.
+func TestRecurrent(t *testing.T) {
+	t.Parallel()
+	r := newReceiver(t, nil)
+	b := start(t, fakebank.Options{NotificationURL: r.url})
+	for name, tc := range map[string]struct {
+		extra map[string]any
+		want  string
+	}{
+		"Recurrent without CustomerKey": {map[string]any{"Recurrent": "Y"}, "CustomerKey is required"},
+		"Recurrent other than Y":        {map[string]any{"Recurrent": "yes", "CustomerKey": "cust_1"}, "Recurrent must be Y"},
+		"CustomerKey too long":          {map[string]any{"Recurrent": "Y", "CustomerKey": strings.Repeat("к", 37)}, "at most 36 characters"},
+	} {
+		req := map[string]any{"OrderId": "refused", "Amount": 100}
+		for k, v := range tc.extra {
+			req[k] = v
+		}
+		if a := call(t, b, password, "Init", req); succeeded(a) || a["ErrorCode"] != fakebank.CodeBadRequest ||
+			!strings.Contains(fmt.Sprint(a["Message"]), tc.want) {
+			t.Errorf("%s: Init answered %v, want refused: %s", name, a, tc.want)
+		}
+	}
+	if n := len(b.Payments()); n != 0 {
+		t.Fatalf("%d payments after refused Inits", n)
+	}
+
+	// 36 characters, though more bytes, is the longest key.
+	key := strings.Repeat("к", 36)
+	first := initPayment(t, b, "att_1", 500, map[string]any{"Recurrent": "Y", "CustomerKey": key})
+	plain := initPayment(t, b, "att_2", 500, nil)
+	if _, err := b.Charge("7"+first, "charge_0", 500); !errors.Is(err, fakebank.ErrNoBinding) {
+		t.Errorf("Charge before the card was bound: %v, want ErrNoBinding", err)
+	}
+	for _, id := range []string{first, plain} {
+		if err := b.Pay(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, _ := b.Payment(first)
+	if !p.Recurrent || p.CustomerKey != key || p.RebillID == "" {
+		t.Fatalf("recurrent payment %+v, want its CustomerKey and a RebillId", p)
+	}
+	if q, _ := b.Payment(plain); q.Recurrent || q.CustomerKey != "" || q.RebillID != "" {
+		t.Errorf("plain payment %+v, want no binding", q)
+	}
+	charge, err := b.Charge(p.RebillID, "charge_1", 700)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Charge(p.RebillID, "charge_1", 700); !errors.Is(err, fakebank.ErrTransition) {
+		t.Errorf("a second charge under the same OrderId: %v, want refused", err)
+	}
+	if _, err := b.Charge("7"+plain, "charge_2", 700); !errors.Is(err, fakebank.ErrNoBinding) {
+		t.Errorf("Charge of a payment that bound no card: %v, want ErrNoBinding", err)
+	}
+	wait(t, b)
+	if c, _ := b.Payment(charge); c.Status != "CONFIRMED" || c.ChargeOf != p.RebillID || c.Amount != 700 {
+		t.Errorf("charge %+v, want CONFIRMED of 700 with binding %s", c, p.RebillID)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// Two notifications of each payment, each verified and parsed.
+	if len(r.events) != 6 || r.forged != 0 {
+		t.Fatalf("%d notifications parsed, %d forged; want 6, none forged", len(r.events), r.forged)
+	}
+	for i, ev := range r.events {
+		wantSub, wantKey := "", false
+		switch ev.Payment.PaymentID {
+		case first:
+			wantSub, wantKey = p.RebillID, true
+		case charge:
+			wantSub = p.RebillID
+		}
+		gotKey := bytes.Contains(r.bodies[i], []byte(`"CustomerKey"`))
+		if ev.Payment.SubscriptionID != wantSub || gotKey != wantKey {
+			t.Errorf("notification %s: RebillId %q, want %q; CustomerKey sent %v, want %v", ev.EventID, ev.Payment.SubscriptionID,
+				wantSub, gotKey, wantKey)
+		}
 	}
 }
 

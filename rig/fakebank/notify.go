@@ -159,7 +159,10 @@ type NoticeFields struct {
 	PaymentIDAsString bool
 	// RebillID, when set, is sent as RebillId (like PaymentId).
 	RebillID string
-	Data     map[string]string
+	// CustomerKey, when set, is sent as CustomerKey (the bank names the
+	// customer an Init named).
+	CustomerKey string
+	Data        map[string]string
 }
 
 // NoticeBody is the body of a notification of f signed with password, as
@@ -178,7 +181,7 @@ func NoticeBody(f NoticeFields, password []byte) []byte {
 	nb := notice{
 		TerminalKey: f.TerminalKey, OrderID: f.OrderID, Success: f.ErrorCode == CodeOK, Status: f.Status,
 		PaymentID: id(f.PaymentID), ErrorCode: f.ErrorCode, Amount: f.Amount,
-		CardID: cardID, Pan: pan, ExpDate: expDate, Data: f.Data,
+		CardID: cardID, Pan: pan, ExpDate: expDate, CustomerKey: f.CustomerKey, Data: f.Data,
 	}
 	if f.RebillID != "" {
 		nb.RebillID = id(f.RebillID)
@@ -202,6 +205,7 @@ type notice struct {
 	Pan         string            `json:"Pan"`
 	ExpDate     string            `json:"ExpDate"`
 	RebillID    any               `json:"RebillId,omitempty"`
+	CustomerKey string            `json:"CustomerKey,omitempty"`
 	Data        map[string]string `json:"DATA,omitempty"`
 	Token       string            `json:"Token,omitempty"`
 }
@@ -212,9 +216,15 @@ func (b *Bank) moveLocked(p *Payment, status string, amount int64, errorCode str
 	f := NoticeFields{
 		TerminalKey: b.opts.TerminalKey, OrderID: p.OrderID, PaymentID: p.PaymentID, Status: status,
 		ErrorCode: errorCode, Amount: amount, PaymentIDAsString: b.opts.PaymentIDAsString, Data: p.Data,
+		CustomerKey: p.CustomerKey,
 	}
-	if p.Recurrent && (status == tbank.StatusAuthorized || status == tbank.StatusConfirmed) {
-		f.RebillID = "7" + p.PaymentID
+	if p.Recurrent && p.RebillID == "" && status == tbank.StatusAuthorized {
+		// The card is bound once the payer authorized the payment.
+		p.RebillID = "7" + p.PaymentID
+		b.bindings[p.RebillID] = p.PaymentID
+	}
+	if p.RebillID != "" && (status == tbank.StatusAuthorized || status == tbank.StatusConfirmed) {
+		f.RebillID = p.RebillID
 	}
 	password := b.opts.Password
 	if b.mis.WrongToken {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strconv"
 
 	"github.com/fulfillplatform/fulfillment/ingest/tbank"
 )
@@ -25,9 +26,17 @@ type Payment struct {
 	Amount, Remaining int64
 	// TwoStage payments wait in AUTHORIZED for Confirm.
 	TwoStage bool
-	// Recurrent payments (Init's Recurrent Y) are notified with a RebillId
-	// once authorized.
-	Recurrent                                bool
+	// Recurrent payments (Init's Recurrent Y) bind the payer's card once
+	// authorized: RebillID names the binding (Charge), and their
+	// notifications carry it from then on.
+	Recurrent bool
+	RebillID  string
+	// CustomerKey is Init's (required with Recurrent); the payment's
+	// notifications carry it, as the bank's do.
+	CustomerKey string
+	// ChargeOf is the binding (RebillId) a recurrent charge was made with
+	// (Charge); "" for a payment made through Init.
+	ChargeOf                                 string
 	Description, NotificationURL, PaymentURL string
 	Data                                     map[string]string
 }
@@ -75,6 +84,35 @@ func (b *Bank) Pay(paymentID string) error {
 		}
 		return nil
 	})
+}
+
+// ErrNoBinding is returned by Charge for a RebillId the bank never issued.
+var ErrNoBinding = errors.New("no such card binding")
+
+// Charge charges the card binding rebillID again, as the merchant's billing
+// does each period (Init under a new orderID, then Charge): a new payment
+// of amount kopecks, AUTHORIZED and then CONFIRMED at once, each notified
+// with the RebillId to the terminal's NotificationURL. It returns the new
+// payment's PaymentId.
+func (b *Bank) Charge(rebillID, orderID string, amount int64) (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.bindings[rebillID]; !ok {
+		return "", fmt.Errorf("%w: %s", ErrNoBinding, rebillID)
+	}
+	if _, dup := b.byOrder[orderID]; dup || orderID == "" || amount <= 0 {
+		return "", fmt.Errorf("%w: a charge needs an OrderId of its own and a positive amount", ErrTransition)
+	}
+	id := strconv.FormatInt(b.nextID, 10)
+	b.nextID++
+	p := &Payment{PaymentID: id, OrderID: orderID, Status: tbank.StatusNew, Amount: amount, Remaining: amount,
+		RebillID: rebillID, ChargeOf: rebillID}
+	b.payments[id] = p
+	b.byOrder[orderID] = id
+	b.ids = append(b.ids, id)
+	b.moveLocked(p, tbank.StatusAuthorized, amount, CodeOK)
+	b.moveLocked(p, tbank.StatusConfirmed, amount, CodeOK)
+	return id, nil
 }
 
 // Decline refuses a NEW payment, as a declined card would: it becomes
