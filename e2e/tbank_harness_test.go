@@ -153,6 +153,12 @@ func tbankEndpoints(t *testing.T, bank *fakebank.Bank, relay *tbankRelay, secret
 // withTBankAPI points the endpoint's bank API (options.api_url) at apiURL.
 func withTBankAPI(t *testing.T, endpoint, apiURL string) func(*config.Config) {
 	t.Helper()
+	return withTBankOption(t, endpoint, "api_url", apiURL)
+}
+
+// withTBankOption sets the endpoint's option key to value.
+func withTBankOption(t *testing.T, endpoint, key string, value any) func(*config.Config) {
+	t.Helper()
 	return func(c *config.Config) {
 		for i := range c.Endpoints {
 			if c.Endpoints[i].ID != endpoint {
@@ -162,7 +168,7 @@ func withTBankAPI(t *testing.T, endpoint, apiURL string) func(*config.Config) {
 			if err := c.Endpoints[i].Options.Decode(&opts); err != nil {
 				t.Fatal(err)
 			}
-			opts["api_url"] = apiURL
+			opts[key] = value
 			if err := c.Endpoints[i].Options.Encode(opts); err != nil {
 				t.Fatal(err)
 			}

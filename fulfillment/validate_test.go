@@ -287,3 +287,25 @@ func TestNotesOfPeople(t *testing.T) {
 		}
 	}
 }
+
+// The customer a payment start names is the subscription line's, never a
+// balance credit's account.
+func TestSubscriptionCustomer(t *testing.T) {
+	t.Parallel()
+	spec, err := validDraft().Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := spec.SubscriptionCustomer(); got != "" {
+		t.Errorf("an order without a subscription line: %q, want none", got)
+	}
+	d := validDraft()
+	d.Lines = append(d.Lines, LineDraft{SKU: "pro-sub", Kind: "subscription", Quantity: 1, Currency: "USD", MinorUnits: 900,
+		AccountRef: "user_42", PlanID: "pro-monthly"})
+	if spec, err = d.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := spec.SubscriptionCustomer(); got != "user_42" {
+		t.Errorf("an order with a subscription line: %q, want user_42", got)
+	}
+}
