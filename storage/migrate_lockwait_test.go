@@ -15,7 +15,7 @@ import (
 // openReport is a session, named report, that has read orders in a
 // transaction it leaves open: the long transaction a migration that alters
 // orders must wait for.
-func openReport(t *testing.T, url string) (pgx.Tx, uint32) {
+func openReport(t *testing.T, url string) (tx pgx.Tx, pid uint32) {
 	t.Helper()
 	ctx := context.Background()
 	conn := pgtest.Conn(t, url)
