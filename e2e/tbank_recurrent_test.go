@@ -52,18 +52,18 @@ func (s *tbankStack) createRUBSubscriptionOrder(t *testing.T, merchantOrderID, c
 }
 
 // initRecorder is a bank API in front of the fake bank that keeps every
-// Init body it forwards, and can lose the next answer.
+// Init body it forwards, and can lose the answer to an order's next Init.
 type initRecorder struct {
 	url  string
-	lose atomic.Bool
+	lose atomic.Pointer[string] // the OrderId prefix whose next answer is lost
 
 	mu    sync.Mutex
 	inits [][]byte
 }
 
-func newInitRecorder(t *testing.T) (*initRecorder, func(bankURL string)) {
+func newInitRecorder(t *testing.T) (r *initRecorder, forward func(bankURL string)) {
 	t.Helper()
-	r := &initRecorder{}
+	r = &initRecorder{}
 	var target atomic.Pointer[url.URL]
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, err := io.ReadAll(req.Body)
@@ -72,13 +72,17 @@ func newInitRecorder(t *testing.T) (*initRecorder, func(bankURL string)) {
 			return
 		}
 		req.Body = io.NopCloser(bytes.NewReader(body))
+		lose := false
 		if req.URL.Path == "/v2/Init" {
 			r.mu.Lock()
 			r.inits = append(r.inits, body)
 			r.mu.Unlock()
+			if p := r.lose.Load(); p != nil && bytes.Contains(body, []byte(*p)) {
+				lose = r.lose.CompareAndSwap(p, nil)
+			}
 		}
 		proxy := httputil.NewSingleHostReverseProxy(target.Load())
-		if r.lose.Swap(false) {
+		if lose {
 			proxy.ServeHTTP(httptest.NewRecorder(), req)
 			http.Error(w, "the answer was lost", http.StatusBadGateway)
 			return
@@ -96,11 +100,22 @@ func newInitRecorder(t *testing.T) (*initRecorder, func(bankURL string)) {
 	}
 }
 
+// attemptsOf is what an Init body of one of order's attempts contains.
+func attemptsOf(orderID string) string {
+	return `"OrderId":"` + strings.ReplaceAll(orderID, "-", "") + "-"
+}
+
+// loseNext loses the answer to the next Init of one of order's attempts.
+func (r *initRecorder) loseNext(orderID string) {
+	p := attemptsOf(orderID)
+	r.lose.Store(&p)
+}
+
 // of returns the Init bodies sent for order's attempts, in the order sent.
 func (r *initRecorder) of(orderID string) [][]byte {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	prefix := `"OrderId":"` + strings.ReplaceAll(orderID, "-", "") + "-"
+	prefix := attemptsOf(orderID)
 	var out [][]byte
 	for _, b := range r.inits {
 		if bytes.Contains(b, []byte(prefix)) {
@@ -161,6 +176,7 @@ func TestTBankRecurrentInit(t *testing.T) {
 	}
 
 	t.Run("recurrent, a subscription line", func(t *testing.T) {
+		t.Parallel()
 		order := s.createRUBSubscriptionOrder(t, "tb-rec-sub", "user_rec_1")
 		p, err := s.startPayment(order.GetId(), tbankFail, false)
 		if err != nil || p.GetState() != "started" {
@@ -176,6 +192,7 @@ func TestTBankRecurrentInit(t *testing.T) {
 		}
 	})
 	t.Run("recurrent, no subscription line", func(t *testing.T) {
+		t.Parallel()
 		order := s.createRUBOrder(t, "tb-rec-license")
 		p, err := s.startPayment(order.GetId(), tbankFail, false)
 		if err != nil || p.GetState() != "started" {
@@ -191,6 +208,7 @@ func TestTBankRecurrentInit(t *testing.T) {
 		}
 	})
 	t.Run("not recurrent, a subscription line", func(t *testing.T) {
+		t.Parallel()
 		order := s.createRUBSubscriptionOrder(t, "tb-rec-off", "user_rec_2")
 		p, err := s.startPayment(order.GetId(), tbankIgnore, false)
 		if err != nil || p.GetState() != "started" {
@@ -201,8 +219,9 @@ func TestTBankRecurrentInit(t *testing.T) {
 		}
 	})
 	t.Run("asked again, then a new attempt", func(t *testing.T) {
+		t.Parallel()
 		order := s.createRUBSubscriptionOrder(t, "tb-rec-retry", "user_rec_3")
-		rec.lose.Store(true)
+		rec.loseNext(order.GetId())
 		if _, err := s.startPayment(order.GetId(), tbankFail, false); status.Code(err) != codes.Unavailable {
 			t.Fatalf("start with the answer lost: %v, want UNAVAILABLE", err)
 		}
@@ -234,6 +253,7 @@ func TestTBankRecurrentInit(t *testing.T) {
 		}
 	})
 	t.Run("a customer too long for the bank", func(t *testing.T) {
+		t.Parallel()
 		long := strings.Repeat("u", tbank.MaxCustomerKeyLen+1)
 		order := s.createRUBSubscriptionOrder(t, "tb-rec-long", long)
 		_, err := s.startPayment(order.GetId(), tbankFail, false)

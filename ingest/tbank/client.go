@@ -163,11 +163,11 @@ func CheckCustomerKey(key string) error {
 	switch {
 	case key == "":
 		return errors.New("a CustomerKey is required to bind a card")
-	case fulfillment.RuleRef.Check(key) != nil:
-		return fmt.Errorf("a CustomerKey %w", fulfillment.RuleRef.Check(key))
 	case utf8.RuneCountInString(key) > MaxCustomerKeyLen:
 		return fmt.Errorf("a CustomerKey must be at most %d characters, the bank's limit; this one has %d",
 			MaxCustomerKeyLen, utf8.RuneCountInString(key))
+	case fulfillment.RuleRef.Check(key) != nil:
+		return fmt.Errorf("a CustomerKey %w", fulfillment.RuleRef.Check(key))
 	}
 	return nil
 }

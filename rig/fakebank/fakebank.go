@@ -5,7 +5,10 @@
 //
 // It serves POST /v2/Init, /v2/GetState, /v2/Confirm and /v2/Cancel, each
 // request signed with the terminal's Token, and /pay/{PaymentId}: a GET
-// shows the payment with Pay and Decline buttons, a POST presses one.
+// shows the payment with Pay and Decline buttons, a POST presses one. A
+// recurrent payment (Init's Recurrent Y, with a CustomerKey) binds the card
+// once paid, and Charge charges the binding again, as the merchant's
+// billing does.
 //
 // Each status change is notified. Notifications go out one at a time, in
 // the order they were made (a notification being retried holds up the
