@@ -102,9 +102,12 @@ $(LINT_TOOLS): tools/go.mod tools/go.sum
 .PHONY: tools
 tools: $(TOOLS) ## Install the pinned buf, protoc plugins and golangci-lint into .cache/bin.
 
+# The OpenAPI document is finished by rig/cmd/apidocs, which marks x-nullable
+# what the REST gateway may answer as null (protoc-gen-openapiv2 cannot say so).
 .PHONY: generate
 generate: $(GEN_TOOLS) ## Regenerate gen/ and the OpenAPI document from proto/.
 	buf generate
+	go run ./rig/cmd/apidocs server/apidocs/fulfillment.swagger.json
 
 .PHONY: check-generate
 check-generate: generate ## Fail when generated code is not what proto/ produces.

@@ -485,7 +485,9 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // restMarshaler reads and writes REST bodies: proto field names, every
 // field present in answers, and a misspelt field in a request is an error,
-// not silently dropped.
+// not silently dropped. An unset message field is written as null, which
+// the OpenAPI document says with x-nullable (rig/cmd/apidocs marks it by
+// the same rule: change both together).
 var restMarshaler = &runtime.JSONPb{
 	MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 	UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: false},
