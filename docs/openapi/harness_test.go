@@ -3,14 +3,17 @@ package openapi_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +41,8 @@ const (
 	yolfiEP      = "yolfi-live"
 	tbankEP      = "tbank-live"
 	destID       = "everything"
+	bankTerminal = "TestTerminal" // tbankEP's terminal and its password
+	bankPassword = "bank-password"
 	outboxSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	maxBody      = 16 << 10 // http.max_body_bytes and ingest.max_body_bytes
 )
@@ -49,15 +54,20 @@ type service struct {
 }
 
 // startService runs the service until the test ends. dest, when not nil,
-// is a destination subscribed to every event.
-func startService(t *testing.T, dest *receiver.Receiver) *service {
+// is a destination subscribed to every event. T-Bank's API is at bankURL,
+// or nowhere when "" (a payment start fails).
+func startService(t *testing.T, dest *receiver.Receiver, bankURL string) *service {
 	t.Helper()
 	key, err := stdwebhooks.ParseSecret(outboxSecret)
 	if err != nil {
 		t.Fatal(err)
 	}
+	apiURL := bankURL
+	if apiURL == "" {
+		apiURL = "http://127.0.0.1:1"
+	}
 	var bank yaml.Node
-	if err := bank.Encode(map[string]any{"terminal_key": "TestTerminal", "api_url": "http://127.0.0.1:1",
+	if err := bank.Encode(map[string]any{"terminal_key": bankTerminal, "api_url": apiURL,
 		"notification_url": "http://127.0.0.1:1/webhooks/" + tbankEP}); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +85,7 @@ func startService(t *testing.T, dest *receiver.Receiver) *service {
 		}},
 		Endpoints: []config.Endpoint{
 			{ID: yolfiEP, Provider: "yolfi", Org: orgA, Environment: "live", Secrets: []config.Secret{{Value: []byte(yolfiSecret)}}},
-			{ID: tbankEP, Provider: "tbank", Org: orgA, Environment: "live", Secrets: []config.Secret{{Value: []byte("bank-password")}}, Options: bank},
+			{ID: tbankEP, Provider: "tbank", Org: orgA, Environment: "live", Secrets: []config.Secret{{Value: []byte(bankPassword)}}, Options: bank},
 		},
 		Ingest: config.Ingest{MaxBodyBytes: maxBody, Timeout: 2 * time.Second},
 		Inbox:  config.Inbox{Queue: fast},
@@ -263,10 +273,19 @@ func dig(v any, keys ...string) any {
 	return v
 }
 
-// schemaChecker validates JSON values against the schemas of an OpenAPI 3.1
-// document. It knows the keywords the document uses and refuses a schema
-// with any other, so that nothing the document says goes unchecked.
-type schemaChecker struct{ doc map[string]any }
+// schemaChecker validates JSON values against the schemas of an OpenAPI
+// document: 3.1 (webhooks.yaml), or Swagger 2.0 with swagger2 (the REST
+// API's, GET /openapi.json). It knows the keywords the document uses and
+// refuses a schema with any other, so that nothing the document says goes
+// unchecked.
+type schemaChecker struct {
+	doc map[string]any
+	// swagger2 reads the document as protoc-gen-openapiv2 writes it, and
+	// holds values to it as strictly as a client generated from it: null
+	// only where x-nullable says so, and an object's members only those
+	// its properties describe unless additionalProperties admits more.
+	swagger2 bool
+}
 
 // annotations are keywords that do not constrain a value.
 var annotations = []string{"description", "title", "example", "examples"}
@@ -274,6 +293,14 @@ var annotations = []string{"description", "title", "example", "examples"}
 // check returns what is wrong with v under schema, one line per violation,
 // each starting with where in v.
 func (c schemaChecker) check(where string, schema map[string]any, v any) []string {
+	if c.swagger2 && v == nil {
+		// Swagger 2.0 has no null type: x-nullable, beside the type or
+		// the $ref, is how a document allows it.
+		if schema["x-nullable"] != true {
+			return []string{where + ": null, and the schema is not x-nullable"}
+		}
+		return nil
+	}
 	var bad []string
 	fail := func(format string, args ...any) { bad = append(bad, where+": "+fmt.Sprintf(format, args...)) }
 	for k, rule := range schema {
@@ -288,15 +315,21 @@ func (c schemaChecker) check(where string, schema map[string]any, v any) []strin
 			bad = append(bad, c.check(where, target, v)...)
 		case "type":
 			types := []any{rule}
-			if list, ok := rule.([]any); ok {
+			if list, ok := rule.([]any); ok && !c.swagger2 {
 				types = list
 			}
 			if !slices.ContainsFunc(types, func(t any) bool { return hasType(v, t) }) {
 				fail("%s is not of type %v", show(v), rule)
 			}
 		case "const":
-			if fmt.Sprint(v) != fmt.Sprint(rule) {
+			if c.swagger2 {
+				fail("keyword %q is not Swagger 2.0", k)
+			} else if fmt.Sprint(v) != fmt.Sprint(rule) {
 				fail("%s is not %v", show(v), rule)
+			}
+		case "x-nullable":
+			if _, ok := rule.(bool); !ok || !c.swagger2 {
+				fail("keyword %q is not checked", k)
 			}
 		case "enum":
 			if !slices.ContainsFunc(rule.([]any), func(e any) bool { return fmt.Sprint(e) == fmt.Sprint(v) && hasType(v, typeOf(e)) }) {
@@ -316,16 +349,31 @@ func (c schemaChecker) check(where string, schema map[string]any, v any) []strin
 					bad = append(bad, c.check(where+"."+name, sub.(map[string]any), field)...)
 				}
 			}
+		case "items":
+			list, _ := v.([]any)
+			for i, item := range list {
+				bad = append(bad, c.check(fmt.Sprintf("%s[%d]", where, i), rule.(map[string]any), item)...)
+			}
 		case "additionalProperties":
-			obj, _ := v.(map[string]any)
-			props, _ := schema["properties"].(map[string]any)
-			if allowed, ok := rule.(bool); !ok || allowed {
+			if !c.swagger2 && rule != false {
 				fail("additionalProperties other than false is not checked")
 				continue
 			}
-			for name := range obj {
-				if _, ok := props[name]; !ok {
-					fail("has %q, which the document does not describe", name)
+			obj, _ := v.(map[string]any)
+			props, _ := schema["properties"].(map[string]any)
+			for name, member := range obj {
+				if _, ok := props[name]; ok {
+					continue
+				}
+				switch rule := rule.(type) {
+				case map[string]any: // a map's values
+					bad = append(bad, c.check(where+"."+name, rule, member)...)
+				case bool: // true: members of any name (a protobuf Any's)
+					if !rule {
+						fail("has %q, which the document does not describe", name)
+					}
+				default:
+					fail("additionalProperties %s is not checked", show(rule))
 				}
 			}
 		case "pattern":
@@ -337,21 +385,11 @@ func (c schemaChecker) check(where string, schema map[string]any, v any) []strin
 				fail("%s is longer than %v", show(v), rule)
 			}
 		case "format":
-			s, ok := v.(string)
-			if !ok {
-				continue
-			}
-			switch rule {
-			case "date-time":
-				if _, err := time.Parse(time.RFC3339Nano, s); err != nil {
-					fail("%s is not an RFC 3339 time", show(v))
-				}
-			case "uuid":
-				if _, err := uuid.Parse(s); err != nil {
-					fail("%s is not a UUID", show(v))
-				}
-			default:
+			switch why, known := notOfFormat(rule, v); {
+			case !known:
 				fail("format %v is not checked", rule)
+			case why != "":
+				fail("%s is not %s", show(v), why)
 			}
 		default:
 			if !slices.Contains(annotations, k) {
@@ -359,8 +397,59 @@ func (c schemaChecker) check(where string, schema map[string]any, v any) []strin
 			}
 		}
 	}
+	// Swagger 2.0 objects are open unless said otherwise; a client
+	// generated from the document has no place for what it does not
+	// describe. (A $ref's target decides for the value it refers to.)
+	_, ref := schema["$ref"]
+	_, more := schema["additionalProperties"]
+	if obj, ok := v.(map[string]any); ok && c.swagger2 && !ref && !more {
+		props, _ := schema["properties"].(map[string]any)
+		for name := range obj {
+			if _, ok := props[name]; !ok {
+				fail("has %q, which the document does not describe", name)
+			}
+		}
+	}
 	slices.Sort(bad)
 	return bad
+}
+
+// notOfFormat says what v is not when it breaks format, and whether the
+// format is known here. A value of another type than the format's keeps it
+// (the type keyword judges that). protojson writes 64-bit integers as
+// strings, and bytes in standard base64.
+func notOfFormat(format, v any) (why string, known bool) {
+	s, isString := v.(string)
+	n, isNumber := v.(float64)
+	switch format {
+	case "date-time":
+		if _, err := time.Parse(time.RFC3339Nano, s); isString && err != nil {
+			return "an RFC 3339 time", true
+		}
+	case "uuid":
+		if _, err := uuid.Parse(s); isString && err != nil {
+			return "a UUID", true
+		}
+	case "int32":
+		if isNumber && (n != math.Trunc(n) || n < math.MinInt32 || n > math.MaxInt32) {
+			return "an int32", true
+		}
+	case "int64":
+		if _, err := strconv.ParseInt(s, 10, 64); isString && err != nil {
+			return "an int64", true
+		}
+	case "uint64":
+		if _, err := strconv.ParseUint(s, 10, 64); isString && err != nil {
+			return "a uint64", true
+		}
+	case "byte":
+		if _, err := base64.StdEncoding.DecodeString(s); isString && err != nil {
+			return "standard base64", true
+		}
+	default:
+		return "", false
+	}
+	return "", true
 }
 
 func hasType(v, t any) bool {

@@ -69,7 +69,7 @@ var gaps = map[string]string{}
 
 func TestRESTDocumentsItsErrorAnswers(t *testing.T) {
 	t.Parallel()
-	s := startService(t, nil)
+	s := startService(t, nil, "")
 	served := do(t, http.MethodGet, s.restURL+"/openapi.json", nil, nil)
 	if served.status != http.StatusOK {
 		t.Fatalf("GET /openapi.json: HTTP %d", served.status)
@@ -80,17 +80,19 @@ func TestRESTDocumentsItsErrorAnswers(t *testing.T) {
 		t.Fatal("the document has no paths")
 	}
 	operations := 0
+	c := schemaChecker{doc: doc, swagger2: true}
 	for _, template := range slices.Sorted(maps.Keys(paths)) {
 		for method, op := range paths[template].(map[string]any) {
 			operations++
-			checkOperation(t, s, strings.ToUpper(method), template, op.(map[string]any))
+			checkOperation(t, s, c, strings.ToUpper(method), template, op.(map[string]any))
 		}
 	}
 	t.Logf("%d operations checked", operations)
 }
 
-// checkOperation provokes each 4xx answer of one operation.
-func checkOperation(t *testing.T, s *service, method, template string, op map[string]any) {
+// checkOperation provokes each 4xx answer of one operation, and checks
+// its body with c.
+func checkOperation(t *testing.T, s *service, c schemaChecker, method, template string, op map[string]any) {
 	t.Helper()
 	id, _ := op["operationId"].(string)
 	responses, _ := op["responses"].(map[string]any)
@@ -168,6 +170,13 @@ func checkOperation(t *testing.T, s *service, method, template string, op map[st
 		}
 		if err := json.Unmarshal(p.got.body, &st); err != nil || st.Code == nil || st.Message == nil {
 			t.Errorf("%s %s (%s), %s: the answer %s is not a google.rpc.Status", method, template, id, p.name, p.got.body)
+			continue
+		}
+		var v any
+		_ = json.Unmarshal(p.got.body, &v)
+		schema, _ := r["schema"].(map[string]any)
+		for _, bad := range c.check(key, schema, v) {
+			t.Errorf("%s %s (%s), %s: the answer is not as documented: %s\n%s", method, template, id, p.name, bad, p.got.body)
 		}
 	}
 	for key := range responses {

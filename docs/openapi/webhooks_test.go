@@ -58,7 +58,7 @@ func TestWebhooksDocumentDescribesEveryTopic(t *testing.T) {
 	if got := slices.Sorted(maps.Keys(hooks)); !slices.Equal(got, topics()) {
 		t.Errorf("webhooks describe %q; the service sends %q", got, topics())
 	}
-	c := schemaChecker{doc}
+	c := schemaChecker{doc: doc}
 	family := map[string][]string{} // the topics of each schema
 	for _, topic := range topics() {
 		schema, example := bodySchema(t, doc, topic)
@@ -130,7 +130,7 @@ func optionalProperties(where string, schema any) []string {
 func TestSchemaCheckerFindsMistakes(t *testing.T) {
 	t.Parallel()
 	doc := webhooksDocument(t)
-	c := schemaChecker{doc}
+	c := schemaChecker{doc: doc}
 	schema, example := bodySchema(t, doc, string(fulfillment.TopicFulfillmentRequested))
 	mutations := map[string]func(data, line map[string]any){
 		"a field not described":   func(data, _ map[string]any) { data["comment"] = "x" },
@@ -167,7 +167,7 @@ func TestWebhooksDocumentMatchesDeliveries(t *testing.T) {
 		t.Fatal(err)
 	}
 	dest := receiver.Start(t, receiver.Options{Secrets: []stdwebhooks.Secret{key}, Idempotent: true})
-	s := startService(t, dest)
+	s := startService(t, dest, "")
 	now := time.Now()
 	price := map[string]any{"currency": "USD", "minor_units": 1250}
 	settlement := map[string]any{"token": "USDT", "network": "TRON", "amount": "25"}
@@ -236,7 +236,7 @@ func TestWebhooksDocumentMatchesDeliveries(t *testing.T) {
 		}
 		return len(missing) == 0
 	})
-	c := schemaChecker{doc}
+	c := schemaChecker{doc: doc}
 	for _, topic := range produced {
 		schema, _ := bodySchema(t, doc, topic)
 		for _, d := range deliveredOf(t, dest, topic) {
@@ -289,7 +289,7 @@ func TestWebhooksDocumentIngestAnswers(t *testing.T) {
 	if responses == nil {
 		t.Fatal("paths./webhooks/{endpoint}.post.responses: missing")
 	}
-	s := startService(t, nil)
+	s := startService(t, nil, "")
 	ev := yolfiEvent(yolfi.TypeInvoiceCreated, "no-such-order", time.Now())
 	body, _ := json.Marshal(ev)
 	sign := func(b []byte) answer { return s.webhookRaw(t, yolfiEP, []byte(yolfiSecret), b, ev.ID) }
@@ -353,7 +353,7 @@ func TestWebhooksDocumentIngestAnswers(t *testing.T) {
 				continue
 			}
 			schema, _ := media["schema"].(map[string]any)
-			for _, bad := range (schemaChecker{doc}).check(p.name, schema, v) {
+			for _, bad := range (schemaChecker{doc: doc}).check(p.name, schema, v) {
 				t.Errorf("HTTP %d: %s", a.status, bad)
 			}
 		}
