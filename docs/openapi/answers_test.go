@@ -69,8 +69,8 @@ func TestRESTAnswersMatchTheDocument(t *testing.T) {
 	// settlement; a subscription's first period.
 	unpaid := order("unpaid", "12.5", license)
 	unpaidID := create(unpaid)
-	if again := c.call(t, http.MethodPost, "/v1/orders", unpaid); again["created"] != false {
-		t.Errorf("CreateOrder repeated: created %v", again["created"])
+	if created, ok := c.call(t, http.MethodPost, "/v1/orders", unpaid)["created"].(bool); !ok || created {
+		t.Errorf("CreateOrder repeated: created %v, want false", created)
 	}
 	paidID := create(order("paid", "25", license, external))
 	s.mustWebhook(t, payment("paid", "inv_paid", "25.000000", now))

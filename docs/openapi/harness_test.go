@@ -296,7 +296,7 @@ func (c schemaChecker) check(where string, schema map[string]any, v any) []strin
 	if c.swagger2 && v == nil {
 		// Swagger 2.0 has no null type: x-nullable, beside the type or
 		// the $ref, is how a document allows it.
-		if schema["x-nullable"] != true {
+		if nullable, _ := schema["x-nullable"].(bool); !nullable {
 			return []string{where + ": null, and the schema is not x-nullable"}
 		}
 		return nil
@@ -355,7 +355,7 @@ func (c schemaChecker) check(where string, schema map[string]any, v any) []strin
 				bad = append(bad, c.check(fmt.Sprintf("%s[%d]", where, i), rule.(map[string]any), item)...)
 			}
 		case "additionalProperties":
-			if !c.swagger2 && rule != false {
+			if allowed, ok := rule.(bool); !c.swagger2 && (!ok || allowed) {
 				fail("additionalProperties other than false is not checked")
 				continue
 			}

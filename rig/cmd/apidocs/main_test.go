@@ -92,7 +92,7 @@ func TestCommittedDocumentIsMarked(t *testing.T) {
 	for _, p := range []string{"v1Order.history", "v1Order.settlement", "v1Access.until", "v1ReconciliationSummary.oldest_open_age",
 		"v1ReconciliationEvidence.payment_start"} {
 		def, prop, _ := strings.Cut(p, ".")
-		if parsed.Definitions[def].Properties[prop]["x-nullable"] != true {
+		if marked, _ := parsed.Definitions[def].Properties[prop]["x-nullable"].(bool); !marked {
 			t.Errorf("%s is not marked x-nullable", p)
 		}
 	}
