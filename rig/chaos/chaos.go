@@ -8,7 +8,8 @@
 // stale events, extra payments and test-mode events on the live endpoint —
 // and, for a quarter of the orders, T-Bank notifications the way the bank
 // does (retried until answered OK; reordered, redelivered, refunds: see
-// tbank.go), and for one Yolfi order in eight a subscription's renewals,
+// tbank.go; a fifth of those orders overpaid, then refunded the excess
+// first: overpaid.go), and for one Yolfi order in eight a subscription's renewals,
 // lifecycle events and lapse (subscriptions.go), and T-Bank subscriptions'
 // recurrent charges and their refunds, some before the charge (charges.go)
 // — some orders created only
@@ -516,7 +517,7 @@ func (r *runner) send(ctx context.Context) {
 	r.rep.TestModeEvents, r.rep.ExtraPayments, r.rep.StaleEvents = st.TestModeEvents, st.ExtraPayments, st.StaleEvents
 	r.rep.Redeliveries, r.rep.Concurrent, r.rep.Deliveries = st.Redeliveries, st.Concurrent, st.Deliveries
 	r.rep.ExternalLines, r.rep.LateOrders, r.rep.RacingOrders = st.ExternalLines, st.LateOrders, st.RacingOrders
-	r.rep.TBank = st.TBank
+	r.rep.TBank, r.rep.Overpaid = st.TBank, st.Overpaid
 	r.rep.Subscriptions = st.Subscriptions
 	r.rep.LateFirst = st.LateFirst
 	r.rep.SendWindow = window

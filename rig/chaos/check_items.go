@@ -10,8 +10,9 @@ import (
 // orders that came first (checked per order), one unmatched_payment per distinct
 // test-endpoint payment and
 // the items of uncertain and failed outbox messages (checked with their
-// message); no failed_event, no amount_mismatch or overpayment; every license key
-// distinct.
+// message), and the overpaid orders' overpayment items (checked per order);
+// no failed_event, no amount_mismatch, no other overpayment; every license
+// key distinct.
 func (r *runner) checkItems(s *dbState) {
 	c := Check{Name: "no reconciliation item but those due"}
 	wantUnmatched := map[string]bool{}
@@ -26,6 +27,7 @@ func (r *runner) checkItems(s *dbState) {
 			late[row.id] = true
 		}
 	}
+	overpaid := r.overpaidOrders(s)
 	unmatched := 0
 	for _, it := range s.items {
 		c.Checked++
@@ -33,6 +35,8 @@ func (r *runner) checkItems(s *dbState) {
 		case (it.kind == itemExtraPayment || it.kind == itemUnidentified || it.kind == itemRefund || it.kind == itemRefundNotApplicable) &&
 			it.env == "live" && it.orderID != "":
 			// checked with its order
+		case it.kind == itemOverpayment && overpaid[it.orderID]:
+			// checked with its overpaid order (checkOverpaid)
 		case r.lateFirstOrders[it.orderID]:
 			// a late order of a subscription paid before it: checkLateFirst
 		case r.subscriptionItem(it):

@@ -47,6 +47,9 @@ type Report struct {
 	LateMatched int
 	// TBank is the T-Bank traffic, and what became of it.
 	TBank TBankReport
+	// Overpaid is the T-Bank orders paid more than their total and their
+	// refunds (part of TBank's), and what became of them.
+	Overpaid OverpaymentReport
 	// Subscriptions is the subscription traffic, and what became of it.
 	Subscriptions SubscriptionReport
 
@@ -220,7 +223,9 @@ func (r *Report) OK() bool { return len(r.Violations) == 0 && r.Incomplete == ""
 // effects; outbox: X delivered once, 0 doubled, U uncertain (all with
 // items)", with ", F failed" before the parenthesis when messages failed,
 // then "; tbank: T acked, 0 lost, 0 duplicated" when the run had T-Bank
-// traffic (its share of the totals before), "; subscriptions: S acked,
+// traffic (its share of the totals before), "; overpaid: O orders, R
+// refunds (C recorded, E of the excess only), 0 lost, 0 duplicated" when
+// some of it was overpaid (part of the totals too), "; subscriptions: S acked,
 // 0 lost, 0 duplicated" likewise (then, in parentheses, what became of the
 // renewals that named their order), and "; charge refunds: A applied, 0
 // lost, 0 duplicated" when charges were refunded — and otherwise that line marked
@@ -239,6 +244,10 @@ func (r *Report) Summary() string {
 		r.Acked, r.Lost, r.DuplicatedEffects, t.Delivered, t.Doubled, t.Uncertain, failed, items)
 	if tb := r.TBank; tb.Notifications > 0 {
 		head += fmt.Sprintf("; tbank: %d acked, %d lost, %d duplicated", tb.Acked, tb.Lost, tb.Duplicated)
+	}
+	if ov := r.Overpaid; ov.Orders > 0 {
+		head += fmt.Sprintf("; overpaid: %d orders, %d refunds (%d recorded, %d of the excess only), %d lost, %d duplicated",
+			ov.Orders, ov.Refunds, ov.Recorded, ov.NothingBack, ov.Lost, ov.Duplicated)
 	}
 	if sb := r.Subscriptions; sb.Events > 0 {
 		head += fmt.Sprintf("; subscriptions: %d acked, %d lost, %d duplicated", sb.Acked, sb.Lost, sb.Duplicated)
@@ -291,6 +300,9 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 	p("tbank:           %d notifications acked of %d, %d orders, %d refunds (%d partial, %d full); %d orders refunded",
 		r.TBank.Acked, r.TBank.Notifications, r.TBank.Orders, r.TBank.PartialRefunds+r.TBank.FullRefunds,
 		r.TBank.PartialRefunds, r.TBank.FullRefunds, r.TBank.Refunded)
+	ov := r.Overpaid
+	p("overpaid:        %d orders paid more than their total, %d refunds (%d partial of the excess, %d of the rest of it and the price, %d of the price, %d full; %d planned before their CONFIRMED); %d recorded (%d before their CONFIRMED), %d of the excess only, %d taking a share back",
+		ov.Orders, ov.Refunds, ov.Excess, ov.Straddling, ov.Price, ov.Full, ov.Early, ov.Recorded, ov.RecordedFirst, ov.NothingBack, ov.TookBack)
 	sb := r.Subscriptions
 	p("subscriptions:   %d events acked of %d, %d orders (%d to lapse); %d renewals (%d out of order, %d announced again, %d extra payments), %d overdue, %d cancelled, %d invoice.overdue; %d stale ignored; %d periods, %d ended",
 		sb.Acked, sb.Events, sb.Orders, sb.Lapsing, sb.Renewals, sb.OutOfOrder, sb.Reannounced, sb.ExtraPayments,

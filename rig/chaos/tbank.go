@@ -68,11 +68,18 @@ func (o *orderPlan) tbankRequest() *fulfillmentv1.CreateOrderRequest {
 // planTBank plans the notifications of T-Bank order i: now and then a
 // payment rejected first; AUTHORIZED and CONFIRMED of the payment, each at
 // its own moment (so AUTHORIZED comes last about half the time); for 40%
-// of the orders refunds after the confirmation, one after the other.
+// of the orders refunds after the confirmation, one after the other. A
+// fifth of the orders are overpaid instead (planOverpaid).
 func (g *generator) planTBank(i int, at func(int) time.Duration, spread, window time.Duration) {
 	o, st := g.w.orders[i], &g.w.stats.TBank
 	total, pay := o.total(), paymentID(i)
 	st.Orders++
+	// A fifth paid more than their total (overpaid.go); every run has one,
+	// however short.
+	if g.w.stats.Overpaid.Orders == 0 || g.rng.IntN(5) == 0 {
+		g.planOverpaid(i, 3+g.rng.Int64N(total/2), at, spread, window)
+		return
+	}
 	if g.rng.Float64() < 0.1 {
 		g.addTBank(i, tbank.StatusRejected, rejectedID(i), total, fakebank.CodeDeclined, roleAbandoned, at(i))
 	}

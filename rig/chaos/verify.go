@@ -108,6 +108,7 @@ type dbState struct {
 	revoked     map[string]int         // revoked licenses by order id
 	ledger      map[string]int         // by order id
 	entries     map[string][]ledgerRow // ledger entries by order id
+	refunds     map[string][]int64     // partial refunds recorded (payment_refunds), by order id, in kopecks
 	items       []itemRow
 	attempts    map[string]map[string]string // order id → attempt ref → state
 	messages    map[string]outboxRow         // by msgKey
@@ -138,7 +139,7 @@ func loadState(ctx context.Context, db *pgxpool.Pool) (*dbState, error) {
 	s := &dbState{
 		inbox: map[string][]inboxRow{}, byOrder: map[string][]inboxRow{}, orders: map[string]orderRow{}, eventIDs: map[int64]string{},
 		licenses: map[string]int{}, distinct: map[string]int{}, revoked: map[string]int{}, ledger: map[string]int{},
-		entries:  map[string][]ledgerRow{},
+		entries: map[string][]ledgerRow{}, refunds: map[string][]int64{},
 		attempts: map[string]map[string]string{}, messages: map[string]outboxRow{}, msgItems: map[int64][]itemRow{},
 		outcomes: map[string]int64{},
 	}
@@ -150,6 +151,7 @@ func loadState(ctx context.Context, db *pgxpool.Pool) (*dbState, error) {
 		mid, orderID    string
 		ref, state      string
 		n, d, nr        int
+		kopecks         int64
 		l               ledgerRow
 		outcome         string
 		outcomeAttempts int64
@@ -198,6 +200,8 @@ func loadState(ctx context.Context, db *pgxpool.Pool) (*dbState, error) {
 				s.ledger[orderID]++
 				s.entries[orderID] = append(s.entries[orderID], l)
 			}},
+		{"payment_refunds", `SELECT order_id::text, coalesce(amount, -1)::bigint FROM payment_refunds ORDER BY id`,
+			[]any{&orderID, &kopecks}, func() { s.refunds[orderID] = append(s.refunds[orderID], kopecks) }},
 		{"reconciliation_items", `
 			SELECT kind, state, environment, coalesce(order_id::text, ''), coalesce(payment_id, ''), coalesce(outbox_message_id, 0),
 				coalesce(inbox_event_id, 0), coalesce(subscription_id::text, '')
@@ -267,6 +271,7 @@ func (r *runner) verify(ctx context.Context, db *pgxpool.Pool) error {
 	r.checkProcessed(s)
 	r.checkOrders(s)
 	r.checkTBank(s)
+	r.checkOverpaid(s)
 	r.checkSubscriptions(s)
 	r.checkLateFirst(s)
 	r.checkTestMode(s)

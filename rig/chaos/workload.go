@@ -58,6 +58,9 @@ type orderPlan struct {
 	// tbank: priced in RUB, with a license line and a balance_credit line
 	// and nothing else, paid through the T-Bank endpoint (tbank.go).
 	tbank bool
+	// excess: a T-Bank order paid this many kopecks more than its total
+	// (overpaid.go); 0 for the others.
+	excess int64
 	// sub: one subscription line, and nothing else, paid in USDT; it starts
 	// a subscription renewed, lapsed and cancelled by events of its own
 	// (subscriptions.go). When sub.tbank, there is no order: the
@@ -157,7 +160,8 @@ type eventPlan struct {
 	// early: a subscription's event delivered, and processed, before the
 	// first payment that creates its subscription is sent
 	// (planSubscription), or a charge's refund before the charge
-	// (planCharges).
+	// (planCharges), or an overpaid order's partial refund before (or
+	// with) its CONFIRMED (planOverpaid).
 	early bool
 	// afterDecided: the events after need only be decided (unmatched
 	// will do), not applied: the first payment of a subscription whose
