@@ -79,6 +79,12 @@ func TestChaosShort(t *testing.T) { //nolint:paralleltest // see above: alone on
 		t.Fatalf("renewals naming their order: %d sent, %d renewed by the subscription rules, %d of their invoices' events naming it; want some of each",
 			sb.NamingOrder, sb.NamingRenewed, sb.NamingInvoices)
 	}
+	// Overpaid T-Bank orders refunded in parts (a dozen or so at 300
+	// orders): refunds of the excess alone, and of the price.
+	if ov := rep.Overpaid; ov.Orders == 0 || ov.NothingBack == 0 || ov.TookBack == 0 {
+		t.Fatalf("overpaid orders: %d, %d refunds of the excess only, %d taking a share back; want some of each",
+			ov.Orders, ov.NothingBack, ov.TookBack)
+	}
 	// A registered subscription's first payment, claimed by its order
 	// created after it: at least one such order per run.
 	if lf := rep.LateFirst; lf.Claimed == 0 {

@@ -1,7 +1,8 @@
 // Command chaos is the fault-injection run of fulfillmentd (make chaos): it
 // drives a real fulfillmentd on a real, durable PostgreSQL with
 // provider-like webhook load (Yolfi events, T-Bank notifications with
-// refunds for a quarter of the orders, subscriptions' renewals,
+// refunds for a quarter of the orders, a fifth of those overpaid and
+// refunded the excess first, subscriptions' renewals,
 // lifecycle events and lapses for one Yolfi order in eight, and T-Bank
 // subscriptions' recurrent charges, half of them refunded, some refunds
 // before their charge) while
