@@ -47,9 +47,10 @@ type OverpaymentReport struct {
 	Refunds int // their refund notifications, partial and full
 	// Of the partial refunds: those planned to return only excess, those
 	// returning the rest of the excess and part of the price at once, and
-	// those of the price only.
+	// those of the price only (the rest of it, for InParts, among them).
 	Excess, Straddling, Price int
 	Full                      int // full refunds, each after partial ones
+	InParts                   int // orders refunded all they paid (more than their total) in partial refunds
 	Early                     int // partial refunds planned before their CONFIRMED (waited for, or racing it)
 	// At the check: the partial refunds recorded, of which those the
 	// orders' CONFIRMED processed after them; those that returned excess
@@ -76,8 +77,10 @@ func (g *generator) planOverpaid(i int, excess int64, at func(int) time.Duration
 	g.addTBank(i, tbank.StatusConfirmed, pay, paid, "", rolePay, confirmAt)
 
 	// The refunds, as amounts: a1 of the excess; the rest of it, a2 (and
-	// some of the price with it, now and then); a3 of the price; the full
-	// refund of what is left.
+	// some of the price with it, now and then); a3 of the price; what is
+	// left, in full or, half the time, as a last partial refund — more
+	// than the total refunded in parts, which only what the payment paid
+	// allows.
 	steps := 0
 	switch x := g.rng.Float64(); {
 	case x < 0.1: // no refund
@@ -107,6 +110,12 @@ func (g *generator) planOverpaid(i int, excess int64, at func(int) time.Duration
 		a3 = 1 + g.rng.Int64N(total/4)
 	}
 	partials := []int64{a1, a2, a3}[:min(steps, 3)]
+	rest := paid - a1 - a2 - a3
+	inParts := steps == 4 && g.rng.IntN(2) == 0 && !slices.Contains(partials, rest)
+	if inParts {
+		partials = append(partials, rest)
+		st.InParts++
+	}
 
 	how := g.rng.IntN(3)
 	t := confirmAt
@@ -144,9 +153,9 @@ func (g *generator) planOverpaid(i int, excess int64, at func(int) time.Duration
 	if how == overFirst {
 		g.w.events[confirm].after = first
 	}
-	if steps == 4 {
+	if steps == 4 && !inParts {
 		j := len(g.w.events)
-		g.addTBank(i, tbank.StatusRefunded, pay, paid-a1-a2-a3, "", roleRefund, later())
+		g.addTBank(i, tbank.StatusRefunded, pay, rest, "", roleRefund, later())
 		g.w.events[j].after = []int{confirm}
 		st.Refunds++
 		st.Full++

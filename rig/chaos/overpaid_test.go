@@ -35,14 +35,14 @@ func TestOverpaidWorkload(t *testing.T) {
 	w := plan(7, 400, 4000, 30*time.Second)
 	st := w.stats.Overpaid
 	if st.Orders < w.stats.TBank.Orders/10 || st.Orders > w.stats.TBank.Orders/3 || st.Excess == 0 || st.Straddling == 0 ||
-		st.Price == 0 || st.Full == 0 || st.Early == 0 {
+		st.Price == 0 || st.Full == 0 || st.Early == 0 || st.InParts == 0 {
 		t.Fatalf("overpaid share %+v of %d T-Bank orders", st, w.stats.TBank.Orders)
 	}
 	deliveries := map[int]int{}
 	for _, d := range w.deliveries {
 		deliveries[d.ev]++
 	}
-	waited, refunds := 0, 0
+	waited, refunds, inParts := 0, 0, 0
 	for i, evs := range overpaidEvents(w) {
 		o := w.orders[i]
 		paid := o.total() + o.excess
@@ -91,6 +91,7 @@ func TestOverpaidWorkload(t *testing.T) {
 		if sum > paid {
 			t.Fatalf("order %s: %d refunded in parts of %d paid", o.mid, sum, paid)
 		}
+		inParts += btoi(sum == paid)
 		for _, j := range w.events[confirm].after {
 			if !w.events[j].early {
 				t.Fatalf("order %s: the CONFIRMED waits for %s, not an early refund", o.mid, w.events[j].id)
@@ -98,8 +99,9 @@ func TestOverpaidWorkload(t *testing.T) {
 			waited++
 		}
 	}
-	if waited == 0 || refunds != st.Refunds {
-		t.Fatalf("%d refunds waited for by their CONFIRMED, %d refunds (stats %d)", waited, refunds, st.Refunds)
+	if waited == 0 || refunds != st.Refunds || inParts != st.InParts {
+		t.Fatalf("%d refunds waited for by their CONFIRMED, %d refunds (stats %d), %d orders refunded in full in parts (stats %d)",
+			waited, refunds, st.Refunds, inParts, st.InParts)
 	}
 }
 
@@ -126,6 +128,10 @@ func TestOverpaidLedger(t *testing.T) {
 		{"then a tenth of the price", []step{{tbank.StatusPartialRefunded, 400}, confirm, {tbank.StatusPartialRefunded, 500},
 			{tbank.StatusPartialRefunded, 6990}},
 			map[string]int64{"credit": 50000, "partial_reversal tbank:42:6990 RUB": -5000}, 2},
+		{"all that was paid in parts: the price in full, less the rounding", []step{confirm, {tbank.StatusPartialRefunded, 400},
+			{tbank.StatusPartialRefunded, 7490}, {tbank.StatusPartialRefunded, 62910}},
+			// 62910 of the price: 45000.
+			map[string]int64{"credit": 50000, "partial_reversal tbank:42:7490 RUB": -5000, "partial_reversal tbank:42:62910 RUB": -45000}, 1},
 		{"the rest of the excess and a tenth of the price at once, then the full refund", []step{{tbank.StatusPartialRefunded, 400},
 			{tbank.StatusPartialRefunded, 7490}, confirm, {tbank.StatusRefunded, 62910}, {tbank.StatusPartialRefunded, 100}},
 			map[string]int64{"credit": 50000, "partial_reversal tbank:42:7490 RUB": -5000, "refund_reversal": -45000}, 1},

@@ -301,8 +301,8 @@ func (r *Report) WriteTo(w io.Writer) (int64, error) {
 		r.TBank.Acked, r.TBank.Notifications, r.TBank.Orders, r.TBank.PartialRefunds+r.TBank.FullRefunds,
 		r.TBank.PartialRefunds, r.TBank.FullRefunds, r.TBank.Refunded)
 	ov := r.Overpaid
-	p("overpaid:        %d orders paid more than their total, %d refunds (%d partial of the excess, %d of the rest of it and the price, %d of the price, %d full; %d planned before their CONFIRMED); %d recorded (%d before their CONFIRMED), %d of the excess only, %d taking a share back",
-		ov.Orders, ov.Refunds, ov.Excess, ov.Straddling, ov.Price, ov.Full, ov.Early, ov.Recorded, ov.RecordedFirst, ov.NothingBack, ov.TookBack)
+	p("overpaid:        %d orders paid more than their total, %d refunds (%d partial of the excess, %d of the rest of it and the price, %d of the price, %d full; %d planned before their CONFIRMED; %d orders refunded all they paid in parts); %d recorded (%d before their CONFIRMED), %d of the excess only, %d taking a share back",
+		ov.Orders, ov.Refunds, ov.Excess, ov.Straddling, ov.Price, ov.Full, ov.Early, ov.InParts, ov.Recorded, ov.RecordedFirst, ov.NothingBack, ov.TookBack)
 	sb := r.Subscriptions
 	p("subscriptions:   %d events acked of %d, %d orders (%d to lapse); %d renewals (%d out of order, %d announced again, %d extra payments), %d overdue, %d cancelled, %d invoice.overdue; %d stale ignored; %d periods, %d ended",
 		sb.Acked, sb.Events, sb.Orders, sb.Lapsing, sb.Renewals, sb.OutOfOrder, sb.Reannounced, sb.ExtraPayments,
