@@ -84,8 +84,7 @@ func newTBankRelay(t *testing.T) *tbankRelay {
 			http.Error(w, "service unreachable: "+err.Error(), http.StatusBadGateway) // a process is down: the bank retries
 		}
 		if r.lose.Load() {
-			proxy.ServeHTTP(httptest.NewRecorder(), req)
-			http.Error(w, "the answer was lost", http.StatusBadGateway)
+			loseAnswer(proxy, w, req)
 			return
 		}
 		proxy.ServeHTTP(w, req)
@@ -93,6 +92,13 @@ func newTBankRelay(t *testing.T) *tbankRelay {
 	t.Cleanup(srv.Close)
 	r.url = srv.URL
 	return r
+}
+
+// loseAnswer forwards req through proxy and answers w 502, as if the
+// answer were lost on the way back.
+func loseAnswer(proxy *httputil.ReverseProxy, w http.ResponseWriter, req *http.Request) {
+	proxy.ServeHTTP(httptest.NewRecorder(), req)
+	http.Error(w, "the answer was lost", http.StatusBadGateway)
 }
 
 // forwardTo sends what the relay receives from now on to ingestURL.

@@ -83,8 +83,7 @@ func newInitRecorder(t *testing.T) (r *initRecorder, forward func(bankURL string
 		}
 		proxy := httputil.NewSingleHostReverseProxy(target.Load())
 		if lose {
-			proxy.ServeHTTP(httptest.NewRecorder(), req)
-			http.Error(w, "the answer was lost", http.StatusBadGateway)
+			loseAnswer(proxy, w, req)
 			return
 		}
 		proxy.ServeHTTP(w, req)
