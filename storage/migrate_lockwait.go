@@ -105,12 +105,16 @@ func migrateWaiting(ctx context.Context, conn *pgx.Conn, m *migrate.Migrator, w 
 	if w.Timeout <= 0 {
 		return step()
 	}
-	var current string
+	var (
+		current string
+		inTx    bool
+	)
 	m.OnStart = func(_ int32, name, _, _ string) {
 		current = name
 		// tern begins a migration's transaction before it calls OnStart, and
 		// resets the session's settings after each migration.
-		if conn.PgConn().TxStatus() == 'T' {
+		inTx = conn.PgConn().TxStatus() == 'T'
+		if inTx {
 			_, _ = conn.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", w.Timeout.Milliseconds()))
 		}
 	}
@@ -121,9 +125,14 @@ func migrateWaiting(ctx context.Context, conn *pgx.Conn, m *migrate.Migrator, w 
 	}
 	for attempt := 1; ; attempt++ {
 		watch := watchBlockers(ctx, conn.Config(), conn.PgConn().PID(), w.Timeout)
+		inTx = false
 		err := step()
 		blockers := watch()
-		if sqlstateOf(err) != sqlstateLockNotAvailable {
+		// Only a migration in a transaction gave way: its rollback undid
+		// it. One outside a transaction (a lock_timeout of the database's
+		// or the role's, a NOWAIT) may have done part of its work, and is
+		// not ours to run again.
+		if !inTx || sqlstateOf(err) != sqlstateLockNotAvailable {
 			return err
 		}
 		lt := &LockTimeoutError{Migration: current, Attempt: attempt, Attempts: attempts, Timeout: w.Timeout, Blockers: blockers}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 	"github.com/fulfillplatform/fulfillment/storage"
@@ -122,4 +123,52 @@ func schemaVersion(t *testing.T, conn *pgx.Conn) int32 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// A migration outside a transaction (059, an index built CONCURRENTLY)
+// that fails on a lock timeout the database sets for every session is not
+// tried again as one that gave way: nothing rolled it back (a build
+// stopped halfway leaves an invalid index), so a second run is not the
+// harmless repeat a rolled back transaction's is, and the error must not
+// say that nothing of it was applied. Its error is the database's.
+func TestMigrationOutsideATransactionIsNotTriedAgain(t *testing.T) {
+	t.Parallel()
+	url := pgtest.DB(t)
+	ctx := context.Background()
+	conn := pgtest.Conn(t, url)
+	m, v := migrator(t, conn, "_period_payment_once_index.sql")
+	if err := m.MigrateTo(ctx, v-1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `DO $$ BEGIN
+		EXECUTE format('ALTER DATABASE %I SET lock_timeout = %L', current_database(), '200ms'); END $$`); err != nil {
+		t.Fatal(err)
+	}
+	writer := pgtest.Conn(t, url)
+	tx, err := writer.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `LOCK TABLE subscription_periods IN ROW EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+
+	var retried []*storage.LockTimeoutError
+	wait := storage.LockWait{Timeout: 5 * time.Second, Attempts: 3, Pause: 10 * time.Millisecond,
+		Retrying: func(lt *storage.LockTimeoutError) { retried = append(retried, lt) }}
+	err = storage.Migrate(ctx, url, wait)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("Migrate: %v, want the database's lock timeout", err)
+	}
+	if lt, ok := errors.AsType[*storage.LockTimeoutError](err); ok {
+		t.Errorf("Migrate: %v, want no *LockTimeoutError (it says nothing was applied)", lt)
+	}
+	if len(retried) != 0 {
+		t.Errorf("a migration outside a transaction was tried again %d times: %+v", len(retried), retried)
+	}
+	if applied := schemaVersion(t, conn); applied != v-1 {
+		t.Errorf("schema at %d, want %d", applied, v-1)
+	}
 }
