@@ -118,13 +118,19 @@ func migrateWaiting(ctx context.Context, conn *pgx.Conn, m *migrate.Migrator, w 
 			_, _ = conn.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", w.Timeout.Milliseconds()))
 		}
 	}
+	// The server's pid, which pg_blocking_pids knows: through a session
+	// pooler, the connection's own (PgConn().PID()) is the pooler's.
+	var pid int32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		return fmt.Errorf("reading the migrations' session: %w", interpret(err))
+	}
 	attempts := max(w.Attempts, 1)
 	pause := w.Pause
 	if pause <= 0 {
 		pause = time.Second
 	}
 	for attempt := 1; ; attempt++ {
-		watch := watchBlockers(ctx, conn.Config(), conn.PgConn().PID(), w.Timeout)
+		watch := watchBlockers(ctx, conn.Config(), pid, w.Timeout)
 		inTx = false
 		err := step()
 		blockers := watch()
@@ -163,7 +169,7 @@ const blockersSQL = `
 // the backend pid waits for, every quarter of timeout, until the returned
 // function is called; that returns the last sessions seen. A watcher that
 // cannot connect sees none.
-func watchBlockers(ctx context.Context, cfg *pgx.ConnConfig, pid uint32, timeout time.Duration) func() []LockBlocker {
+func watchBlockers(ctx context.Context, cfg *pgx.ConnConfig, pid int32, timeout time.Duration) func() []LockBlocker {
 	ctx, cancel := context.WithCancel(ctx)
 	var (
 		mu   sync.Mutex
@@ -213,8 +219,8 @@ func watchBlockers(ctx context.Context, cfg *pgx.ConnConfig, pid uint32, timeout
 	}
 }
 
-func blockersOf(ctx context.Context, conn *pgx.Conn, pid uint32) ([]LockBlocker, error) {
-	rows, err := conn.Query(ctx, blockersSQL, int64(pid))
+func blockersOf(ctx context.Context, conn *pgx.Conn, pid int32) ([]LockBlocker, error) {
+	rows, err := conn.Query(ctx, blockersSQL, pid)
 	if err != nil {
 		return nil, err
 	}

@@ -172,3 +172,27 @@ func TestMigrationOutsideATransactionIsNotTriedAgain(t *testing.T) {
 		t.Errorf("schema at %d, want %d", applied, v-1)
 	}
 }
+
+// Through a session pooler, the sessions a migration waited for are named
+// too: the pid the pooler gives its client is not the server's.
+func TestMigrationNamesBlockersBehindASessionPooler(t *testing.T) {
+	t.Parallel()
+	url := pgtest.DB(t)
+	pooled := pgtest.Bouncer(t, "session").URL(pgtest.Database(url))
+	ctx := context.Background()
+	conn := pgtest.Conn(t, url)
+	m, v := migrator(t, conn, "_order_paid_amount.sql")
+	if err := m.MigrateTo(ctx, v-1); err != nil {
+		t.Fatal(err)
+	}
+	_, reportPID := openReport(t, url)
+
+	err := storage.Migrate(ctx, pooled, storage.LockWait{Timeout: 500 * time.Millisecond, Attempts: 1})
+	lt, ok := errors.AsType[*storage.LockTimeoutError](err)
+	if !ok {
+		t.Fatalf("Migrate: %v, want a *LockTimeoutError", err)
+	}
+	if len(lt.Blockers) != 1 || lt.Blockers[0].PID != int32(reportPID) || lt.Blockers[0].Application != "report" {
+		t.Errorf("the sessions waited for: %+v, want the report (pid %d)", lt.Blockers, reportPID)
+	}
+}
