@@ -75,7 +75,7 @@ func TestLoadDefaultsWithoutFile(t *testing.T) {
 func TestLoadErrors(t *testing.T) {
 	t.Parallel()
 	vars := map[string]string{"CHECKOUT_TOKEN": "checkout-secret-0123456789", "OTHER": "other-secret-0123456789",
-		"WHSEC": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
+		"WHSEC": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "BARE": "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
 	dest := func(fields string) string {
 		return "destinations: [ { id: crm, url: \"https://crm.internal/hooks\", secrets: [ { env: WHSEC } ], idempotent: true" + fields + " } ]\n"
 	}
@@ -136,6 +136,8 @@ func TestLoadErrors(t *testing.T) {
 		{"destination url relative", "destinations: [ { id: a, url: \"/hooks\", secrets: [ { env: WHSEC } ], idempotent: true } ]\n", vars, "destinations[0].url"},
 		{"destination without secrets", "destinations: [ { id: a, url: \"http://x\", idempotent: true } ]\n", vars, "destinations[0].secrets: at least one"},
 		{"destination secret not whsec", "destinations: [ { id: a, url: \"http://x\", secrets: [ { env: OTHER } ], idempotent: true } ]\n", vars, "destinations[0].secrets[0]"},
+		{"destination secret bare base64", "destinations: [ { id: a, url: \"http://x\", secrets: [ { env: BARE } ], idempotent: true } ]\n", vars,
+			"destinations[0].secrets[0]: a signing secret is whsec_ followed by the base64 of its key"},
 		{"destination idempotent unstated", "destinations: [ { id: a, url: \"http://x\", secrets: [ { env: WHSEC } ] } ]\n", vars, "destinations[0].idempotent: required"},
 		{"destination timeout too long", dest(", timeout: 1h"), vars, "destinations[0].timeout"},
 		{"destination negative attempts", dest(", max_attempts: -1"), vars, "destinations[0].max_attempts"},
