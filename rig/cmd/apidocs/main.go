@@ -133,7 +133,11 @@ func markNullable(doc []byte, file protoreflect.FileDescriptor) ([]byte, error) 
 		}
 	}
 	if len(unreached) > 0 {
-		return nil, fmt.Errorf("no operation reaches the definitions %s: their messages are unknown", strings.Join(unreached, ", "))
+		// The API has no enum (its enumerations are strings): a property
+		// naming an enum's definition would land here too, and bind would
+		// then have to follow it.
+		return nil, fmt.Errorf("no operation reaches the definitions %s: their messages are unknown (an enum's definition, "+
+			"which this step does not follow yet, is one)", strings.Join(unreached, ", "))
 	}
 
 	var out bytes.Buffer
