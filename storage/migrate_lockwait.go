@@ -94,7 +94,7 @@ func (e *LockTimeoutError) Error() string {
 	if e.Next > 0 {
 		return s + "; trying again in " + e.Next.String()
 	}
-	return s + ". Nothing of it was applied (the migrations before it were): end or wait out the transaction " +
+	return s + ". It was rolled back whole (what this run did before it stays done): end or wait out the transaction " +
 		"it waited for (pg_stat_activity shows it), then migrate again"
 }
 
@@ -115,7 +115,7 @@ func migrateWaiting(ctx context.Context, conn *pgx.Conn, m *migrate.Migrator, w 
 		// resets the session's settings after each migration.
 		inTx = conn.PgConn().TxStatus() == 'T'
 		if inTx {
-			_, _ = conn.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", w.Timeout.Milliseconds()))
+			_, _ = conn.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", max(w.Timeout.Milliseconds(), 1)))
 		}
 	}
 	// The server's pid, which pg_blocking_pids knows: through a session
