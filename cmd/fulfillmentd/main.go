@@ -144,7 +144,7 @@ func newRootCmd() *cobra.Command {
 	migrateCmd.Flags().DurationVar(&lockTimeout, "lock-timeout", 0,
 		"how long a migration waits for a lock, holding up the tables it changes, before it gives way (default: database.migrate_lock_timeout, 5s)")
 	migrateCmd.Flags().IntVar(&lockAttempts, "lock-attempts", 0,
-		"how many times a migration that gave way is tried (default: database.migrate_lock_attempts, 10)")
+		"how many attempts a run of the migrations makes in all, each starting again from the one that gave way (default: database.migrate_lock_attempts, 10)")
 	migrateCmd.AddCommand(&cobra.Command{
 		Use:   "status",
 		Short: "Say which migrations the database has applied and which are pending; change nothing",
