@@ -76,13 +76,15 @@ bench-micro: ## Go micro-benchmarks (-benchmem) of the gateway, adapters, state 
 FUZZTIME ?= 10s
 
 .PHONY: fuzz
-fuzz: ## Run every fuzz target (Yolfi and T-Bank verify + parse, Standard Webhooks verify, the strict JSON reader) for FUZZTIME each (10s unless set, e.g. FUZZTIME=1m).
+fuzz: ## Run every fuzz target (Yolfi and T-Bank verify + parse, Standard Webhooks verify, the strict JSON reader, the batch step's order and subscription stories) for FUZZTIME each (10s unless set, e.g. FUZZTIME=1m).
 	go test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./ingest/yolfi/
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./ingest/yolfi/
 	go test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./ingest/tbank/
 	go test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./ingest/tbank/
 	go test -run='^$$' -fuzz='^FuzzVerify$$' -fuzztime=$(FUZZTIME) ./outbox/stdwebhooks/
 	go test -run='^$$' -fuzz='^FuzzCheck$$' -fuzztime=$(FUZZTIME) ./ingest/wire/
+	go test -run='^$$' -fuzz='^FuzzOrderStory$$' -fuzztime=$(FUZZTIME) ./fulfillment/
+	go test -run='^$$' -fuzz='^FuzzSubscriptionStory$$' -fuzztime=$(FUZZTIME) ./fulfillment/
 
 .PHONY: build
 build: ## Build fulfillmentd and fulfillctl into .cache/.
