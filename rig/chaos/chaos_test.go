@@ -792,16 +792,7 @@ func TestSubscriptionCheck(t *testing.T) {
 			r, s := subCheckFixture(t)
 			tc.spoil(s)
 			r.checkSubscriptions(s)
-			failed := 0
-			for _, c := range r.rep.Checks {
-				failed += c.Failed
-			}
-			sb := r.rep.Subscriptions
-			if r.rep.Lost != tc.lost || r.rep.DuplicatedEffects != tc.dup || sb.Lost != tc.lost || sb.Duplicated != tc.dup ||
-				(failed == 0) != (tc.lost+tc.dup == 0) || (len(r.viol.list()) == 0) != (tc.lost+tc.dup == 0) {
-				t.Errorf("lost %d (subscriptions %d), duplicated %d (%d), %d checks failed; want %d lost, %d duplicated; violations %v",
-					r.rep.Lost, sb.Lost, r.rep.DuplicatedEffects, sb.Duplicated, failed, tc.lost, tc.dup, r.viol.list())
-			}
+			wantCounted(t, r, "subscriptions", r.rep.Subscriptions.Lost, r.rep.Subscriptions.Duplicated, tc.lost, tc.dup)
 		})
 	}
 }
@@ -1077,5 +1068,23 @@ func TestChargeCheck(t *testing.T) {
 					diffs, tc.lost, tc.dup, tc.share)
 			}
 		})
+	}
+}
+
+// wantCounted fails t unless a check of r counted lost and dup effects, in
+// the run's totals and in its own part of the report (partLost, partDup,
+// named part), and failed checks and reported violations exactly when it
+// counted any.
+func wantCounted(t *testing.T, r *runner, part string, partLost, partDup, lost, dup int) {
+	t.Helper()
+	failed := 0
+	for _, c := range r.rep.Checks {
+		failed += c.Failed
+	}
+	clean := lost+dup == 0
+	if r.rep.Lost != lost || r.rep.DuplicatedEffects != dup || partLost != lost || partDup != dup ||
+		(failed == 0) != clean || (len(r.viol.list()) == 0) != clean {
+		t.Errorf("lost %d (%s %d), duplicated %d (%d), %d checks failed; want %d lost, %d duplicated; violations %v",
+			r.rep.Lost, part, partLost, r.rep.DuplicatedEffects, partDup, failed, lost, dup, r.viol.list())
 	}
 }

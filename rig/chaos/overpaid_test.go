@@ -273,16 +273,7 @@ func TestOverpaidCheck(t *testing.T) {
 			r, s := overpaidCheckFixture()
 			tc.spoil(s)
 			r.checkOverpaid(s)
-			failed := 0
-			for _, c := range r.rep.Checks {
-				failed += c.Failed
-			}
-			ov := r.rep.Overpaid
-			if r.rep.Lost != tc.lost || r.rep.DuplicatedEffects != tc.dup || ov.Lost != tc.lost || ov.Duplicated != tc.dup ||
-				(failed == 0) != (tc.lost+tc.dup == 0) || (len(r.viol.list()) == 0) != (tc.lost+tc.dup == 0) {
-				t.Errorf("lost %d (overpaid %d), duplicated %d (%d), %d checks failed; want %d lost, %d duplicated; violations %v",
-					r.rep.Lost, ov.Lost, r.rep.DuplicatedEffects, ov.Duplicated, failed, tc.lost, tc.dup, r.viol.list())
-			}
+			wantCounted(t, r, "overpaid", r.rep.Overpaid.Lost, r.rep.Overpaid.Duplicated, tc.lost, tc.dup)
 		})
 	}
 }
