@@ -22,10 +22,7 @@ func TestConcurrentMigrateOverAConcurrentIndex(t *testing.T) {
 	url := pgtest.DB(t)
 	ctx := context.Background()
 	conn := pgtest.Conn(t, url)
-	m, v := migrator(t, conn, "_period_payment_once_index.sql")
-	if err := m.MigrateTo(ctx, v-1); err != nil {
-		t.Fatal(err)
-	}
+	migratedBefore(t, conn, "_period_payment_once_index.sql")
 	writer := pgtest.Conn(t, url)
 	tx, err := writer.Begin(ctx)
 	if err != nil {

@@ -45,10 +45,7 @@ func TestMigrationGivesWayToALongTransaction(t *testing.T) {
 	url := pgtest.DB(t)
 	ctx := context.Background()
 	conn := pgtest.Conn(t, url)
-	m, v := migrator(t, conn, "_order_paid_amount.sql")
-	if err := m.MigrateTo(ctx, v-1); err != nil {
-		t.Fatal(err)
-	}
+	m, v := migratedBefore(t, conn, "_order_paid_amount.sql")
 	report, reportPID := openReport(t, url)
 
 	var retried []*storage.LockTimeoutError
@@ -136,10 +133,7 @@ func TestMigrationOutsideATransactionIsNotTriedAgain(t *testing.T) {
 	url := pgtest.DB(t)
 	ctx := context.Background()
 	conn := pgtest.Conn(t, url)
-	m, v := migrator(t, conn, "_period_payment_once_index.sql")
-	if err := m.MigrateTo(ctx, v-1); err != nil {
-		t.Fatal(err)
-	}
+	_, v := migratedBefore(t, conn, "_period_payment_once_index.sql")
 	if _, err := conn.Exec(ctx, `DO $$ BEGIN
 		EXECUTE format('ALTER DATABASE %I SET lock_timeout = %L', current_database(), '200ms'); END $$`); err != nil {
 		t.Fatal(err)
@@ -181,10 +175,7 @@ func TestMigrationNamesBlockersBehindASessionPooler(t *testing.T) {
 	pooled := pgtest.Bouncer(t, "session").URL(pgtest.Database(url))
 	ctx := context.Background()
 	conn := pgtest.Conn(t, url)
-	m, v := migrator(t, conn, "_order_paid_amount.sql")
-	if err := m.MigrateTo(ctx, v-1); err != nil {
-		t.Fatal(err)
-	}
+	migratedBefore(t, conn, "_order_paid_amount.sql")
 	_, reportPID := openReport(t, url)
 
 	err := storage.Migrate(ctx, pooled, storage.LockWait{Timeout: 500 * time.Millisecond, Attempts: 1})

@@ -410,6 +410,18 @@ func migrator(t *testing.T, conn *pgx.Conn, suffix string) (m *migrate.Migrator,
 	return nil, 0
 }
 
+// migratedBefore brings the database conn is on to the version before
+// the migration whose file name ends with suffix, and returns the
+// migrator and that migration's version.
+func migratedBefore(t *testing.T, conn *pgx.Conn, suffix string) (m *migrate.Migrator, version int32) {
+	t.Helper()
+	m, version = migrator(t, conn, suffix)
+	if err := m.MigrateTo(context.Background(), version-1); err != nil {
+		t.Fatal(err)
+	}
+	return m, version
+}
+
 // kindRollback checks that the migration v, which adds the item kind
 // kind, rolls back only while no item of that kind exists (items are
 // evidence, the previous schema has no kind for them), and that the

@@ -369,10 +369,7 @@ func TestMigration048CancelledAt(t *testing.T) {
 	subscriptionOrder(t, s, "m-1")
 	deliver(t, s, firstPayment("evt_1", "sub_1", "m-1"))
 	deliver(t, s, subEvent("evt_cancel", "sub_1", fulfillment.EventSubscriptionCancelled, subJan1.AddDate(0, 0, 10), ""))
-	m, v := migrator(t, conn, "_subscription_cancelled_at.sql")
-	if err := m.MigrateTo(ctx, v-1); err != nil {
-		t.Fatal(err)
-	}
+	m, v := migratedBefore(t, conn, "_subscription_cancelled_at.sql")
 	if err := m.MigrateTo(ctx, v); err != nil {
 		t.Fatal(err)
 	}

@@ -109,10 +109,7 @@ func TestMigration046SweepFailing(t *testing.T) {
 	if _, _, err := s.SubscriptionApply(ctx, subRef, pay, "evt_1", subPlan); err != nil {
 		t.Fatal(err)
 	}
-	m, v := migrator(t, conn, "_sweep_failing.sql")
-	if err := m.MigrateTo(ctx, v-1); err != nil {
-		t.Fatal(err)
-	}
+	m, v := migratedBefore(t, conn, "_sweep_failing.sql")
 	// As the previous schema left a sweep past its attempts.
 	if _, err := conn.Exec(ctx, `UPDATE subscription_sweeps SET state = 'failed', attempts = 200, processed_at = now(),
 		next_attempt_at = now() + interval '1 hour', last_error = 'failing'`); err != nil {

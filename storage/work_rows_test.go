@@ -28,10 +28,7 @@ func TestWorkRowOfADeletedEventIsDroppedByItsClaim(t *testing.T) {
 	if _, err := conn.Exec(ctx, `DELETE FROM inbox_events WHERE event_id = 'gone'`); err != nil {
 		t.Fatal(err)
 	}
-	m, v := migrator(t, conn, "_fewer_row_checks.sql")
-	if err := m.MigrateTo(ctx, v-1); err != nil {
-		t.Fatal(err)
-	}
+	m, v := migratedBefore(t, conn, "_fewer_row_checks.sql")
 	if n := count(t, conn, `SELECT count(*) FROM inbox_work`); n != 1 {
 		t.Errorf("at version %d: %d work rows, want the kept event's", v-1, n)
 	}
