@@ -149,6 +149,38 @@ func binds(t *testing.T, what string, body []byte, customer string) {
 	}
 }
 
+// bankPayment is the fake bank's payment that p started.
+func (s *tbankStack) bankPayment(t *testing.T, p *fulfillmentv1.PaymentStart) fakebank.Payment {
+	t.Helper()
+	bp, ok := s.bank.Payment(p.GetPaymentId())
+	if !ok {
+		t.Fatalf("the bank has no payment %s", p.GetPaymentId())
+	}
+	return bp
+}
+
+// startedOnce starts a payment of order through endpoint, and holds the
+// bank's payment to a binding for customer ("": none); with rec, which
+// records the endpoint's Inits, the one Init it was asked with too.
+func startedOnce(t *testing.T, s *tbankStack, rec *initRecorder, orderID, endpoint, customer string) {
+	t.Helper()
+	p, err := s.startPayment(orderID, endpoint, false)
+	if err != nil || p.GetState() != "started" {
+		t.Fatalf("start = %v, %v", p, err)
+	}
+	if bp := s.bankPayment(t, p); bp.Recurrent != (customer != "") || bp.CustomerKey != customer {
+		t.Errorf("the bank's payment: recurrent %v, CustomerKey %q; want a binding for %q (none when empty)", bp.Recurrent, bp.CustomerKey, customer)
+	}
+	if rec == nil {
+		return
+	}
+	if inits := rec.of(orderID); len(inits) != 1 {
+		t.Errorf("%d Inits, want 1", len(inits))
+	} else {
+		binds(t, "attempt 1", inits[0], customer)
+	}
+}
+
 // The Init asks for a card binding exactly when the endpoint binds cards
 // (options.recurrent) and the order has a subscription line, under the
 // line's customer; an attempt asked about again sends the very same request
@@ -165,57 +197,20 @@ func TestTBankRecurrentInit(t *testing.T) {
 		withTBankAPI(t, tbankFail, rec.url)(c)
 	})
 	forward(s.bank.URL())
-	bankPayment := func(t *testing.T, p *fulfillmentv1.PaymentStart) fakebank.Payment {
-		t.Helper()
-		bp, ok := s.bank.Payment(p.GetPaymentId())
-		if !ok {
-			t.Fatalf("the bank has no payment %s", p.GetPaymentId())
-		}
-		return bp
-	}
-
 	t.Run("recurrent, a subscription line", func(t *testing.T) {
 		t.Parallel()
 		order := s.createRUBSubscriptionOrder(t, "tb-rec-sub", "user_rec_1")
-		p, err := s.startPayment(order.GetId(), tbankFail, false)
-		if err != nil || p.GetState() != "started" {
-			t.Fatalf("start = %v, %v", p, err)
-		}
-		if bp := bankPayment(t, p); !bp.Recurrent || bp.CustomerKey != "user_rec_1" {
-			t.Errorf("the bank's payment: recurrent %v, CustomerKey %q; want a binding for user_rec_1", bp.Recurrent, bp.CustomerKey)
-		}
-		if inits := rec.of(order.GetId()); len(inits) != 1 {
-			t.Errorf("%d Inits, want 1", len(inits))
-		} else {
-			binds(t, "attempt 1", inits[0], "user_rec_1")
-		}
+		startedOnce(t, s, rec, order.GetId(), tbankFail, "user_rec_1")
 	})
 	t.Run("recurrent, no subscription line", func(t *testing.T) {
 		t.Parallel()
 		order := s.createRUBOrder(t, "tb-rec-license")
-		p, err := s.startPayment(order.GetId(), tbankFail, false)
-		if err != nil || p.GetState() != "started" {
-			t.Fatalf("start = %v, %v", p, err)
-		}
-		if bp := bankPayment(t, p); bp.Recurrent || bp.CustomerKey != "" {
-			t.Errorf("the bank's payment: recurrent %v, CustomerKey %q; want no binding", bp.Recurrent, bp.CustomerKey)
-		}
-		if inits := rec.of(order.GetId()); len(inits) != 1 {
-			t.Errorf("%d Inits, want 1", len(inits))
-		} else {
-			binds(t, "attempt 1", inits[0], "")
-		}
+		startedOnce(t, s, rec, order.GetId(), tbankFail, "")
 	})
 	t.Run("not recurrent, a subscription line", func(t *testing.T) {
 		t.Parallel()
 		order := s.createRUBSubscriptionOrder(t, "tb-rec-off", "user_rec_2")
-		p, err := s.startPayment(order.GetId(), tbankIgnore, false)
-		if err != nil || p.GetState() != "started" {
-			t.Fatalf("start = %v, %v", p, err)
-		}
-		if bp := bankPayment(t, p); bp.Recurrent || bp.CustomerKey != "" {
-			t.Errorf("the bank's payment: recurrent %v, CustomerKey %q; want no binding", bp.Recurrent, bp.CustomerKey)
-		}
+		startedOnce(t, s, nil, order.GetId(), tbankIgnore, "")
 	})
 	t.Run("asked again, then a new attempt", func(t *testing.T) {
 		t.Parallel()
@@ -246,7 +241,7 @@ func TestTBankRecurrentInit(t *testing.T) {
 			t.Errorf("the new attempt's OrderId %v", m["OrderId"])
 		}
 		for _, p := range []*fulfillmentv1.PaymentStart{first, second} {
-			if bp := bankPayment(t, p); !bp.Recurrent || bp.CustomerKey != "user_rec_3" {
+			if bp := s.bankPayment(t, p); !bp.Recurrent || bp.CustomerKey != "user_rec_3" {
 				t.Errorf("the bank's payment %s: recurrent %v, CustomerKey %q", bp.PaymentID, bp.Recurrent, bp.CustomerKey)
 			}
 		}
