@@ -137,7 +137,7 @@ func TestLoadErrors(t *testing.T) {
 		{"destination without secrets", "destinations: [ { id: a, url: \"http://x\", idempotent: true } ]\n", vars, "destinations[0].secrets: at least one"},
 		{"destination secret not whsec", "destinations: [ { id: a, url: \"http://x\", secrets: [ { env: OTHER } ], idempotent: true } ]\n", vars, "destinations[0].secrets[0]"},
 		{"destination secret bare base64", "destinations: [ { id: a, url: \"http://x\", secrets: [ { env: BARE } ], idempotent: true } ]\n", vars,
-			"destinations[0].secrets[0]: a signing secret is whsec_ followed by the base64 of its key"},
+			"destinations[0].secrets[0]: stdwebhooks: a signing secret is whsec_ followed by the base64 of its key"},
 		{"destination idempotent unstated", "destinations: [ { id: a, url: \"http://x\", secrets: [ { env: WHSEC } ] } ]\n", vars, "destinations[0].idempotent: required"},
 		{"destination timeout too long", dest(", timeout: 1h"), vars, "destinations[0].timeout"},
 		{"destination negative attempts", dest(", max_attempts: -1"), vars, "destinations[0].max_attempts"},

@@ -92,14 +92,7 @@ func (c *Config) resolveDestinations(getenv func(string) string) error {
 			if err != nil {
 				return err
 			}
-			// A destination's secret is given to its receiver in the form the
-			// specification presents: the prefix is required here, so that a
-			// hex string or a passphrase that happens to be valid base64 is
-			// refused as a mistake rather than taken for another key.
-			if !strings.HasPrefix(v, stdwebhooks.SecretPrefix) {
-				return fmt.Errorf("%s: a signing secret is %s followed by the base64 of its key, as receivers are given it", key, stdwebhooks.SecretPrefix)
-			}
-			k, err := stdwebhooks.ParseSecret(v)
+			k, err := stdwebhooks.ParseSigningSecret(v)
 			if err != nil {
 				return fmt.Errorf("%s: %w", key, err)
 			}

@@ -35,7 +35,7 @@ const (
 // SecretPrefix starts the text form of a secret as the specification
 // presents it: "whsec_" followed by the standard base64 encoding of the key
 // bytes. ParseSecret also reads the base64 alone, as the official libraries
-// do, so that a receiver may hold either form.
+// do, so that a receiver may hold either form; ParseSigningSecret does not.
 const SecretPrefix = "whsec_"
 
 // MinSecretBytes is the shortest key ParseSecret accepts: the lower bound the
@@ -76,6 +76,18 @@ func ParseSecret(s string) (Secret, error) {
 		return Secret{}, fmt.Errorf("stdwebhooks: a secret's key must be at least %d bytes, this one has %d", MinSecretBytes, len(key))
 	}
 	return Secret{key: key}, nil
+}
+
+// ParseSigningSecret reads a secret a sender signs with: only in the form
+// receivers are given it, "whsec_" followed by the base64 (ParseSecret). A
+// bare base64 is refused here: where a secret is configured to sign, a hex
+// string or a passphrase that happens to be valid base64 is a mistake, not
+// another key.
+func ParseSigningSecret(s string) (Secret, error) {
+	if !strings.HasPrefix(s, SecretPrefix) {
+		return Secret{}, errors.New("stdwebhooks: a signing secret is " + SecretPrefix + " followed by the base64 of its key, as receivers are given it")
+	}
+	return ParseSecret(s)
 }
 
 // String returns a placeholder, never the key.

@@ -121,6 +121,23 @@ func TestParseSecret(t *testing.T) {
 	}
 }
 
+// A signing secret is the prefixed form only; what follows the prefix is
+// read as ParseSecret reads it.
+func TestParseSigningSecret(t *testing.T) {
+	t.Parallel()
+	bare := strings.TrimPrefix(vectorSecret, SecretPrefix)
+	if s, err := ParseSigningSecret(vectorSecret); err != nil || len(s.key) == 0 {
+		t.Errorf("ParseSigningSecret of the vector: %v", err)
+	}
+	if _, err := ParseSigningSecret(bare); err == nil || !strings.Contains(err.Error(), "a signing secret is whsec_") ||
+		strings.Contains(err.Error(), bare) {
+		t.Errorf("ParseSigningSecret of the bare base64: %v, want a refusal that does not quote it", err)
+	}
+	if _, err := ParseSigningSecret(SecretPrefix + "not base64"); err == nil || !strings.Contains(err.Error(), "standard base64") {
+		t.Errorf("ParseSigningSecret of a prefixed non-base64: %v", err)
+	}
+}
+
 func TestSecretNeverPrinted(t *testing.T) {
 	t.Parallel()
 	s := mustSecret(t, vectorSecret)
