@@ -240,9 +240,9 @@ func TestMigrateLockFlags(t *testing.T) { //nolint:paralleltest // sets the envi
 	var out, errOut bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&errOut)
-	cmd.SetArgs([]string{"migrate", "--lock-timeout", "200ms", "--lock-attempts", "2"})
+	cmd.SetArgs([]string{"migrate", "--lock-timeout", "1s", "--lock-attempts", "2"})
 	err = cmd.Execute()
-	if err == nil || !strings.Contains(err.Error(), "migration 060_order_paid_amount.sql waited 200ms for a lock and gave way (attempt 2 of 2") ||
+	if err == nil || !strings.Contains(err.Error(), "migration 060_order_paid_amount.sql waited 1s for a lock and gave way (attempt 2 of 2") ||
 		!strings.Contains(err.Error(), fmt.Sprintf("pid %d (application report", report.PgConn().PID())) {
 		t.Errorf("migrate behind a long transaction: %v", err)
 	}
