@@ -224,6 +224,10 @@ type Step struct {
 	// set) that was not recorded before it, in the snapshot or by an
 	// earlier event of the batch: its record is a new row.
 	NewAttempt bool
+	// RefundedPayment is the payment the event records as refunded in
+	// full under its attempt, an invoice (PaidOrder.RefundedPayments),
+	// when it was not known refunded.
+	RefundedPayment string
 	// Subscription is set when the subscription rules decided the event:
 	// an event about a subscription no order matches (or a renewal, or its
 	// invoice's event, that names its paid order: renewsPaidSubscription),
@@ -307,6 +311,7 @@ func newBatch(snap *Snapshot) *batch {
 func (o *LockedOrder) clone() *LockedOrder {
 	c := *o
 	c.Attempts = maps.Clone(o.Attempts)
+	c.RefundedPayments = maps.Clone(o.RefundedPayments)
 	c.PartialRefunds = slices.Clone(o.PartialRefunds)
 	return &c
 }
@@ -437,6 +442,7 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 		if a := recordedAttempt(st.Outcome); a != "" {
 			_, known := order.Attempts[AttemptKey{ev.Provider, ev.Payment.AttemptRef}]
 			st.Attempt, st.NewAttempt = NextAttemptState(order.attempt(ev), a), !known
+			st.RefundedPayment = order.newlyRefunded(ev, a)
 		}
 		order.Apply(ev, st.Outcome)
 		st.Order, st.OrderState = order, order.State

@@ -121,6 +121,12 @@ type AttemptKey struct {
 	Ref      string
 }
 
+// PaymentKey names a payment at its provider, by the payment's own id.
+type PaymentKey struct {
+	Provider Provider
+	ID       string
+}
+
 // PaidOrder is the part of a stored order the state machine reads.
 type PaidOrder struct {
 	State State
@@ -173,6 +179,11 @@ type PaidOrder struct {
 	PaidByEvent string
 	// Attempts holds the recorded state of the order's payment attempts.
 	Attempts map[AttemptKey]AttemptState
+	// RefundedPayments are the payments refunded in full under an attempt
+	// that is not the payment itself (an invoice). A confirmation of one of
+	// them may name it under its own id alone, and is then of another
+	// attempt: refundedInFull finds it here.
+	RefundedPayments map[PaymentKey]bool
 	// PartialRefunds are the partial refunds recorded for the order, in
 	// the order they were decided: a payment confirmed after some of its
 	// partial refunds were processed takes their shares back when it
@@ -233,6 +244,29 @@ func (o PaidOrder) attempt(ev ProviderEvent) AttemptState {
 	return o.Attempts[AttemptKey{ev.Provider, ev.Payment.AttemptRef}]
 }
 
+// refundedInFull reports whether ev's payment, by its id, is known to have
+// been refunded in full: its refund recorded the attempt it named refunded,
+// whether that attempt was the payment itself or an invoice
+// (RefundedPayments). A payment may be announced under its invoice once and
+// under its own id alone another time, so its attempt ref does not tell.
+func (o PaidOrder) refundedInFull(ev ProviderEvent) bool {
+	id := ev.Payment.PaymentID
+	return id != "" && (o.RefundedPayments[PaymentKey{ev.Provider, id}] ||
+		o.Attempts[AttemptKey{ev.Provider, id}] == AttemptRefunded)
+}
+
+// newlyRefunded is the payment ev's RecordAttempt{state} adds to
+// RefundedPayments: the payment ev names, when it records its attempt, an
+// invoice, refunded and that payment was not known refunded.
+func (o PaidOrder) newlyRefunded(ev ProviderEvent, state AttemptState) string {
+	p := ev.Payment
+	if state != AttemptRefunded || p.PaymentID == "" || p.PaymentID == p.AttemptRef ||
+		o.RefundedPayments[PaymentKey{ev.Provider, p.PaymentID}] {
+		return ""
+	}
+	return p.PaymentID
+}
+
 // Apply records what out changed, for the next event of the order.
 func (o *PaidOrder) Apply(ev ProviderEvent, out Outcome) {
 	for _, e := range out.Effects {
@@ -244,6 +278,12 @@ func (o *PaidOrder) Apply(ev ProviderEvent, out Outcome) {
 		case RecordAttempt:
 			if o.Attempts == nil {
 				o.Attempts = map[AttemptKey]AttemptState{}
+			}
+			if id := o.newlyRefunded(ev, e.State); id != "" {
+				if o.RefundedPayments == nil {
+					o.RefundedPayments = map[PaymentKey]bool{}
+				}
+				o.RefundedPayments[PaymentKey{ev.Provider, id}] = true
 			}
 			k := AttemptKey{ev.Provider, ev.Payment.AttemptRef}
 			o.Attempts[k] = NextAttemptState(o.Attempts[k], e.State)
@@ -410,7 +450,7 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 		case same:
 			return outcome(DecisionAlreadyApplied, "this payment already paid the order", confirmed...)
 		}
-		if order.attempt(ev) == AttemptRefunded && p.PaymentID != "" && p.PaymentID == p.AttemptRef {
+		if order.refundedInFull(ev) {
 			// The provider returned this payment in full before its
 			// confirmation came: nothing is owed for it, and an item
 			// asking for its refund would have it refunded twice.
@@ -431,13 +471,15 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 				"nothing is granted", r.Period),
 			recordAttempt(ev, AttemptRefunded)...)
 	}
+	if order.refundedInFull(ev) {
+		// A refund of this payment came first, naming this attempt or
+		// another (its invoice, or the payment alone where this names its
+		// invoice): the money went back.
+		return outcome(DecisionStaleIgnored, "this payment was refunded before its confirmation was applied: nothing is granted")
+	}
 	if order.attempt(ev) == AttemptRefunded {
-		// A refund of this attempt came first. When the attempt is the
-		// payment itself, this confirms the refunded payment; otherwise
-		// another payment of the attempt cannot be told from it.
-		if p.PaymentID != "" && p.PaymentID == p.AttemptRef {
-			return outcome(DecisionStaleIgnored, "this payment was refunded before its confirmation was applied: nothing is granted")
-		}
+		// A refund of another payment of this attempt, or of one that
+		// named none, came first: this payment cannot be told from it.
 		return outcome(DecisionUnidentifiedPayment,
 			fmt.Sprintf("attempt %s was refunded before any confirmation was applied, and this confirmation (%s) cannot be told "+
 				"apart from the refunded payment: nothing is granted; check at the provider whether money was kept",
@@ -607,7 +649,9 @@ func (o PaidOrder) expected(a Amount) (value, tolerance decimal.Decimal, why str
 func decideRefund(ev ProviderEvent, order PaidOrder) Outcome {
 	refunded := recordAttempt(ev, AttemptRefunded)
 	if !order.Paid {
-		if order.attempt(ev) == AttemptRefunded {
+		// A refund of another payment of a refunded invoice is a refund of
+		// its own: its payment is recorded refunded too.
+		if order.attempt(ev) == AttemptRefunded && (ev.Payment.PaymentID == "" || order.refundedInFull(ev)) {
 			return outcome(DecisionAlreadyApplied, "this refund was already recorded")
 		}
 		reason := "refunded before any confirmation was applied: nothing was granted, and a confirmation of this payment will not fulfil the order"

@@ -669,6 +669,49 @@ func TestRefundSequences(t *testing.T) {
 			{EventPaymentConfirmed, "", "pay_1", DecisionStaleIgnored},
 			{EventPaymentConfirmed, "", "pay_3", DecisionDuplicatePayment},
 		}},
+		// One payment announced under its invoice once and under its own
+		// id alone another time: its refund and its confirmation name two
+		// attempts, and the refund still stops the confirmation.
+		{"refunded under its invoice, confirmed under its own id", []step{
+			{EventRefunded, "inv_1", "pay_1", DecisionRefundedBeforePayment},
+			{EventPaymentConfirmed, "", "pay_1", DecisionStaleIgnored},
+			{EventPaymentConfirmed, "", "pay_2", DecisionFulfilled},
+		}},
+		{"refunded under its own id, confirmed under its invoice", []step{
+			{EventRefunded, "", "pay_1", DecisionRefundedBeforePayment},
+			{EventPaymentConfirmed, "inv_1", "pay_1", DecisionStaleIgnored},
+		}},
+		{"refunded and confirmed under its invoice", []step{
+			{EventRefunded, "inv_1", "pay_1", DecisionRefundedBeforePayment},
+			{EventPaymentConfirmed, "inv_1", "pay_1", DecisionStaleIgnored},
+			// Another payment of the refunded invoice: which one went back
+			// is known, but the invoice's attempt is refunded, and a
+			// person decides (as before).
+			{EventPaymentConfirmed, "inv_1", "pay_2", DecisionUnidentifiedPayment},
+		}},
+		{"refunded under its invoice, confirmed under its own id after another paid", []step{
+			{EventRefunded, "inv_1", "pay_1", DecisionRefundedBeforePayment},
+			{EventPaymentConfirmed, "inv_2", "pay_2", DecisionFulfilled},
+			{EventPaymentConfirmed, "", "pay_1", DecisionStaleIgnored},
+		}},
+		// The refund of a payment that did not pay the order, under its
+		// invoice, then its confirmation under its own id: nothing owed.
+		{"another payment refunded under its invoice after the order was paid", []step{
+			{EventPaymentConfirmed, "inv_2", "pay_2", DecisionFulfilled},
+			{EventRefunded, "inv_1", "pay_1", DecisionOtherPaymentRefunded},
+			{EventPaymentConfirmed, "", "pay_1", DecisionStaleIgnored},
+		}},
+		// Two payments of one invoice refunded before either confirmation:
+		// each is known refunded.
+		{"two payments of an invoice refunded", []step{
+			{EventRefunded, "inv_1", "pay_1", DecisionRefundedBeforePayment},
+			{EventRefunded, "inv_1", "pay_2", DecisionRefundedBeforePayment},
+			{EventRefunded, "inv_1", "pay_2", DecisionAlreadyApplied},
+			{EventRefunded, "inv_1", "", DecisionAlreadyApplied},
+			{EventPaymentConfirmed, "", "pay_2", DecisionStaleIgnored},
+			{EventPaymentConfirmed, "", "pay_1", DecisionStaleIgnored},
+			{EventPaymentConfirmed, "", "pay_3", DecisionFulfilled},
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -939,6 +982,9 @@ func TestDecidePeriodPaidBeforeTheOrder(t *testing.T) {
 			Attempts: map[AttemptKey]AttemptState{}}
 		if attempt != "" {
 			o.Attempts[AttemptKey{ProviderYolfi, "inv_1"}] = attempt
+		}
+		if attempt == AttemptRefunded { // by pay_1's refund
+			o.RefundedPayments = map[PaymentKey]bool{{ProviderYolfi, "pay_1"}: true}
 		}
 		return o
 	}

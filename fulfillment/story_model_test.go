@@ -357,6 +357,12 @@ func (s *store) apply(batch []storyEvent, steps []Step) {
 					stored.Attempts = map[AttemptKey]AttemptState{}
 				}
 				stored.Attempts[k] = st.Attempt
+				if st.RefundedPayment != "" { // appended to the attempt's refunded_payment_ids
+					if stored.RefundedPayments == nil {
+						stored.RefundedPayments = map[PaymentKey]bool{}
+					}
+					stored.RefundedPayments[PaymentKey{ev.Provider, st.RefundedPayment}] = true
+				}
 			case MoveOrder:
 				stored.State = e.To
 				s.money.States["order "+m.ID] = string(e.To)

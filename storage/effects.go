@@ -17,7 +17,9 @@ import (
 // this order:
 //
 //  1. payment attempts (one row per attempt: the batch's last state, with
-//     the last amount reported; the new ones inserted, the others updated);
+//     the last amount reported; the new ones inserted, the others updated),
+//     then the payments refunded in full under an invoice's attempt
+//     (appended to its refunded_payment_ids);
 //  2. partial refunds recorded;
 //  3. orders (one row per order: its last state, the refs of the payment
 //     that paid it);
@@ -48,6 +50,7 @@ type effectWriter struct {
 	versions orderVersions
 
 	attempts        orderedRows[attemptID, attemptRow]
+	refundedPays    []refundedPayment
 	refunds         []refundRow
 	orders          orderedRows[string, orderRow]
 	grants          orderedRows[string, []fulfillment.LicenseLine] // order → its license lines
@@ -95,6 +98,13 @@ func (c *attemptColumns) add(a attemptRow) {
 
 func (c *attemptColumns) args() []any {
 	return []any{c.order, c.provider, c.ref, c.state, c.value, c.token, c.network, c.currency}
+}
+
+// refundedPayment is a payment refunded in full under the attempt id, an
+// invoice (fulfillment.Step.RefundedPayment).
+type refundedPayment struct {
+	attemptID
+	payment string
 }
 
 type refundRow struct {
@@ -250,7 +260,11 @@ func (w *effectWriter) orderStep(le leasedEvent, st fulfillment.Step) error {
 		}
 		switch e := effect.(type) {
 		case fulfillment.RecordAttempt:
-			w.attempt(attemptID{m.ID, ev.Provider, p.AttemptRef}, st.Attempt, st.NewAttempt, p.Amount)
+			id := attemptID{m.ID, ev.Provider, p.AttemptRef}
+			w.attempt(id, st.Attempt, st.NewAttempt, p.Amount)
+			if st.RefundedPayment != "" {
+				w.refundedPays = append(w.refundedPays, refundedPayment{id, st.RefundedPayment})
+			}
 		case fulfillment.MoveOrder:
 			w.order(m.ID).state = e.To
 		case fulfillment.MarkPaid:
@@ -486,6 +500,24 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 					AS a (order_id, provider, attempt_ref, state, amount, token, network, currency)
 				WHERE p.order_id = a.order_id::uuid AND p.provider = a.provider AND p.attempt_ref = a.attempt_ref`, upd.args()...)
 		}
+	}
+	if rows := w.refundedPays; len(rows) > 0 {
+		var order, provider, ref, payment []string
+		for _, r := range rows {
+			order, provider, ref = append(order, r.order), append(provider, string(r.provider)), append(ref, r.ref)
+			payment = append(payment, r.payment)
+		}
+		// The rules record each payment once (PaidOrder.RefundedPayments):
+		// nothing here checks for one recorded already.
+		b.Queue(`
+			UPDATE payment_attempts p SET refunded_payment_ids = coalesce(p.refunded_payment_ids, '{}') || r.ids
+			FROM (
+				SELECT order_id, provider, attempt_ref, array_agg(payment_id ORDER BY n) AS ids
+				FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY
+					AS r (order_id, provider, attempt_ref, payment_id, n)
+				GROUP BY order_id, provider, attempt_ref) r
+			WHERE p.order_id = r.order_id::uuid AND p.provider = r.provider AND p.attempt_ref = r.attempt_ref`,
+			order, provider, ref, payment)
 	}
 	if rows := w.refunds; len(rows) > 0 {
 		var order, provider, ref []string

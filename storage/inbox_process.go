@@ -732,17 +732,18 @@ func queueOrderLock(b *pgx.Batch, events []leasedEvent, positions []int) *orderL
 	// the lock notes each order once (its ids come from one UNION or IN),
 	// which the probes rely on not to read an order's rows twice.
 	b.Queue(`
-		SELECT l.id, a.provider, a.attempt_ref, a.state
+		SELECT l.id, a.provider, a.attempt_ref, a.state, a.refunded_payment_ids
 		FROM unnest(` + lockedOrders + `) AS l (id), LATERAL (
-			SELECT a.provider, a.attempt_ref, a.state FROM payment_attempts a WHERE a.order_id = l.id OFFSET 0) a`).
+			SELECT a.provider, a.attempt_ref, a.state, a.refunded_payment_ids FROM payment_attempts a WHERE a.order_id = l.id OFFSET 0) a`).
 		Query(func(rows pgx.Rows) error {
 			err := forEachRow(rows, func(r pgx.Rows) error {
 				var (
-					orderID uuid.UUID
-					k       fulfillment.AttemptKey
-					state   fulfillment.AttemptState
+					orderID  uuid.UUID
+					k        fulfillment.AttemptKey
+					state    fulfillment.AttemptState
+					refunded []string
 				)
-				if err := r.Scan(&orderID, &k.Provider, &k.Ref, &state); err != nil {
+				if err := r.Scan(&orderID, &k.Provider, &k.Ref, &state, &refunded); err != nil {
 					return err
 				}
 				o, err := l.locked(orderID)
@@ -750,6 +751,12 @@ func queueOrderLock(b *pgx.Batch, events []leasedEvent, positions []int) *orderL
 					return err
 				}
 				o.Attempts[k] = state
+				for _, id := range refunded {
+					if o.RefundedPayments == nil {
+						o.RefundedPayments = map[fulfillment.PaymentKey]bool{}
+					}
+					o.RefundedPayments[fulfillment.PaymentKey{Provider: k.Provider, ID: id}] = true
+				}
 				return nil
 			})
 			if err != nil {

@@ -526,3 +526,125 @@ func TestPaymentRefundedBeforeItsConfirmationAfterAnotherPaid(t *testing.T) {
 		t.Errorf("after a third payment: %s; want %s", got, want)
 	}
 }
+
+// A provider names a payment under its invoice in one event and by its own
+// id alone in another. Two payments of invoice inv-1 are refunded in full
+// before any confirmation (in one batch); their confirmations then name
+// the payments alone, another attempt each: nothing is granted, no item
+// opens, and the same when every event is replayed. A third payment pays.
+func TestPaymentRefundedUnderItsInvoiceBeforeItsConfirmation(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	order := creditLicenseOrder(t, s, "m-1")
+	of := func(id string, kind fulfillment.EventKind, invoice, pay string) fulfillment.ProviderEvent {
+		ev := tbankEvent(id, kind, 20000)
+		ev.Payment.InvoiceID, ev.Payment.PaymentID = invoice, pay
+		ev.Payment.AttemptRef = ev.Payment.Attempt()
+		return ev
+	}
+	effects := func() string {
+		t.Helper()
+		return fmt.Sprintf("entitlements %d, ledger %d, items %d",
+			count(t, conn, "SELECT count(*) FROM entitlements WHERE order_id = $1", order.ID),
+			count(t, conn, "SELECT count(*) FROM ledger_entries WHERE order_id = $1", order.ID),
+			count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE order_id = $1", order.ID))
+	}
+	batches := []struct {
+		events    []fulfillment.ProviderEvent
+		decisions string
+	}{
+		{[]fulfillment.ProviderEvent{
+			of("refunded-1", fulfillment.EventRefunded, "inv-1", "pay-1"),
+			of("refunded-2", fulfillment.EventRefunded, "inv-1", "pay-2"),
+		}, "refunded_before_payment,refunded_before_payment"},
+		{[]fulfillment.ProviderEvent{
+			of("confirmed-1", fulfillment.EventPaymentConfirmed, "", "pay-1"),
+			of("confirmed-2", fulfillment.EventPaymentConfirmed, "", "pay-2"),
+		}, "stale_ignored,stale_ignored"},
+	}
+	for _, b := range batches {
+		for _, ev := range b.events {
+			if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := processAll(t, s, len(b.events)); got != b.decisions {
+			t.Fatalf("decisions %s, want %s", got, b.decisions)
+		}
+	}
+	var ids []string
+	if err := conn.QueryRow(ctx, `SELECT refunded_payment_ids FROM payment_attempts WHERE order_id = $1 AND attempt_ref = 'inv-1'`,
+		order.ID).Scan(&ids); err != nil || strings.Join(ids, ",") != "pay-1,pay-2" {
+		t.Errorf("inv-1 records refunded payments %v (%v), want pay-1, pay-2", ids, err)
+	}
+	const want = "entitlements 0, ledger 0, items 0"
+	if got := effects(); got != want {
+		t.Fatalf("after the refunds and the confirmations: %s; want %s", got, want)
+	}
+	for _, b := range batches {
+		for _, ev := range b.events {
+			replayStored(t, s, conn, ev.EventID)
+		}
+	}
+	if got := effects(); got != want {
+		t.Fatalf("after replaying them: %s; want %s", got, want)
+	}
+	if _, err := s.InboxInsert(ctx, of("confirmed-3", fulfillment.EventPaymentConfirmed, "", "pay-3"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if got := processAll(t, s, 1); got != "fulfilled" {
+		t.Fatalf("a third payment: %s, want fulfilled", got)
+	}
+	if got, want := effects(), "entitlements 2, ledger 1, items 0"; got != want {
+		t.Errorf("after a third payment: %s; want %s", got, want)
+	}
+}
+
+// Migration 061 adds the refunded payments of an attempt. An attempt
+// refunded before it records none: the refund announced again records its
+// payment, and the payment's confirmation under its own id then grants
+// nothing. Migrating down drops what was recorded.
+func TestMigration061AttemptRefundedPayments(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	m, v := migratedBefore(t, conn, "_attempt_refunded_payments.sql")
+	order := creditLicenseOrder(t, s, "m-1")
+	if _, err := conn.Exec(ctx, `INSERT INTO payment_attempts (order_id, provider, attempt_ref, state) VALUES ($1, 'tbank', 'inv-1', 'refunded')`,
+		order.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MigrateTo(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	refund := tbankEvent("refunded-1", fulfillment.EventRefunded, 20000)
+	refund.Payment.InvoiceID, refund.Payment.AttemptRef = "inv-1", "inv-1"
+	confirm := tbankEvent("confirmed-1", fulfillment.EventPaymentConfirmed, 20000)
+	for _, st := range []struct {
+		ev   fulfillment.ProviderEvent
+		want string
+	}{{refund, "refunded_before_payment"}, {confirm, "stale_ignored"}} {
+		if _, err := s.InboxInsert(ctx, st.ev, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		if got := processAll(t, s, 1); got != st.want {
+			t.Fatalf("%s: %s, want %s", st.ev.EventID, got, st.want)
+		}
+	}
+	if n := count(t, conn, "SELECT count(*) FROM entitlements WHERE order_id = $1", order.ID); n != 0 {
+		t.Errorf("%d entitlements, want none", n)
+	}
+	if _, err := conn.Exec(ctx, `UPDATE payment_attempts SET state = 'confirmed' WHERE attempt_ref = 'inv-1'`); err == nil {
+		t.Error("an attempt that records refunded payments was moved out of refunded")
+	}
+	if err := m.MigrateTo(ctx, v-1); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM payment_attempts WHERE order_id = $1 AND state = 'refunded'", order.ID); n != 1 {
+		t.Errorf("%d refunded attempts after migrating down, want 1", n)
+	}
+	if err := m.MigrateTo(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+}
