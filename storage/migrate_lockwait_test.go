@@ -96,13 +96,16 @@ func TestMigrationGivesWayToALongTransaction(t *testing.T) {
 	}
 }
 
-// waitForLockWait returns once a session waits for a lock on table.
+// waitForLockWait returns once a session waits for a lock on table, in
+// conn's database (other tests' databases, clones of one template, have
+// tables of the same oids).
 func waitForLockWait(t *testing.T, conn *pgx.Conn, table string) {
 	t.Helper()
 	for range 500 {
 		var waiting bool
 		if err := conn.QueryRow(context.Background(), `SELECT EXISTS (SELECT FROM pg_locks
-			WHERE relation = $1::regclass AND NOT granted)`, table).Scan(&waiting); err != nil {
+			WHERE relation = $1::regclass AND NOT granted
+				AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))`, table).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		if waiting {
