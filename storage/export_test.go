@@ -334,3 +334,7 @@ func (s *Store) InsertQueuedAfterClose(ctx context.Context, ev fulfillment.Provi
 	_, err := req.await()
 	return err
 }
+
+// MigrationLock is the advisory lock a migrator holds while it migrates
+// (for tests that hold migrations back).
+const MigrationLock = migrationLock

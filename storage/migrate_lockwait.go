@@ -45,6 +45,9 @@ type LockTimeoutError struct {
 	Attempt, Attempts int
 	Timeout           time.Duration
 	Blockers          []LockBlocker
+	// WatchErr is why the sessions it waited for could not be watched
+	// (nil when they were): its blockers are then unnamed.
+	WatchErr error
 	// Next is the pause before the next attempt; 0 after the last.
 	Next time.Duration
 }
@@ -82,7 +85,10 @@ func (b LockBlocker) String() string {
 
 func (e *LockTimeoutError) Error() string {
 	who := "the sessions holding the tables it changes were not seen"
-	if len(e.Blockers) > 0 {
+	switch {
+	case len(e.Blockers) == 0 && e.WatchErr != nil:
+		who = "the sessions it waited for could not be named, watching them failed: " + e.WatchErr.Error()
+	case len(e.Blockers) > 0:
 		names := make([]string, len(e.Blockers))
 		for i, b := range e.Blockers {
 			names[i] = b.String()
@@ -129,11 +135,16 @@ func migrateWaiting(ctx context.Context, conn *pgx.Conn, m *migrate.Migrator, w 
 	if pause <= 0 {
 		pause = time.Second
 	}
+	// Connected before the first migration starts (not at its first look):
+	// an attempt shorter than connecting under load would otherwise end
+	// before the watcher saw it wait.
+	watch := watchBlockers(ctx, conn.Config(), pid, w.Timeout)
+	defer watch.close()
 	for attempt := 1; ; attempt++ {
-		watch := watchBlockers(ctx, conn.Config(), pid, w.Timeout)
+		watch.begin()
 		inTx = false
 		err := step()
-		blockers := watch()
+		blockers, watchErr := watch.take()
 		// Only a migration in a transaction gave way: its rollback undid
 		// it. One outside a transaction (a lock_timeout of the database's
 		// or the role's, a NOWAIT) may have done part of its work, and is
@@ -141,7 +152,8 @@ func migrateWaiting(ctx context.Context, conn *pgx.Conn, m *migrate.Migrator, w 
 		if !inTx || sqlstateOf(err) != sqlstateLockNotAvailable {
 			return err
 		}
-		lt := &LockTimeoutError{Migration: current, Attempt: attempt, Attempts: attempts, Timeout: w.Timeout, Blockers: blockers}
+		lt := &LockTimeoutError{Migration: current, Attempt: attempt, Attempts: attempts, Timeout: w.Timeout,
+			Blockers: blockers, WatchErr: watchErr}
 		if attempt == attempts {
 			return lt
 		}
@@ -165,58 +177,134 @@ const blockersSQL = `
 		coalesce(extract(epoch FROM now() - xact_start), 0)
 	FROM pg_stat_activity WHERE pid = ANY(pg_blocking_pids($1)) ORDER BY xact_start LIMIT 5`
 
-// watchBlockers looks, from a connection of its own, at which sessions
-// the backend pid waits for, every quarter of timeout, until the returned
-// function is called; that returns the last sessions seen. A watcher that
-// cannot connect sees none.
-func watchBlockers(ctx context.Context, cfg *pgx.ConnConfig, pid int32, timeout time.Duration) func() []LockBlocker {
+// blockerWatchConnectTimeout bounds how long the watcher may take to
+// connect: the migrations wait for it (it must be connected before their
+// first lock wait, or a short wait ends before it looks), and without it
+// they still run.
+const blockerWatchConnectTimeout = 5 * time.Second
+
+// blockerLookTimeout bounds one look (a query of pg_stat_activity, which
+// takes milliseconds): the end of an attempt waits for a look under way.
+const blockerLookTimeout = 2 * time.Second
+
+// blockerWatch looks, from one connection of its own opened before the
+// migrations start, at which sessions the migrating backend waits for,
+// every quarter of the lock timeout. Each attempt of a migration is told
+// only what was seen while it ran: what a look saw is kept for the attempt
+// during which the look started, and dropped if another attempt began
+// meanwhile (the earlier migration's blocker, not this one's).
+type blockerWatch struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	// looking is held through each look, so that take waits for a look
+	// under way (one the ending attempt's wait may have been seen by).
+	looking sync.Mutex
+
+	mu sync.Mutex
+	// attempt counts the attempts begun; a look keeps what it saw only if
+	// no other began while it ran.
+	attempt uint64
+	seen    []LockBlocker
+	// err is why no look is made (the watcher could not connect, or its
+	// connection broke): blockers are then not named, and the report says
+	// why.
+	err error
+}
+
+// watchBlockers starts watching which sessions the backend pid waits for,
+// connecting with cfg at once. A watcher that cannot connect does not fail
+// the migrations: it names no blocker, and says why. close ends it.
+func watchBlockers(ctx context.Context, cfg *pgx.ConnConfig, pid int32, timeout time.Duration) *blockerWatch {
 	ctx, cancel := context.WithCancel(ctx)
-	var (
-		mu   sync.Mutex
-		seen []LockBlocker
-		wg   sync.WaitGroup
-	)
-	every := min(max(timeout/4, 20*time.Millisecond), time.Second)
-	wg.Go(func() {
-		var conn *pgx.Conn
-		defer func() {
-			if conn != nil {
-				_ = conn.Close(context.WithoutCancel(ctx))
-			}
-		}()
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			if conn == nil {
-				c, err := pgx.ConnectConfig(ctx, cfg.Copy())
-				if err != nil {
-					return
-				}
-				conn = c
-			}
-			bs, err := blockersOf(ctx, conn, pid)
-			if err != nil {
-				return
-			}
-			if len(bs) > 0 {
-				mu.Lock()
-				seen = bs
-				mu.Unlock()
-			}
-		}
-	})
-	return func() []LockBlocker {
-		cancel()
-		wg.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		return seen
+	w := &blockerWatch{cancel: cancel, done: make(chan struct{})}
+	connectCtx, connected := context.WithTimeout(ctx, blockerWatchConnectTimeout)
+	conn, err := pgx.ConnectConfig(connectCtx, cfg.Copy())
+	connected()
+	if err != nil {
+		w.err = fmt.Errorf("connecting: %w", err)
+		close(w.done)
+		return w
 	}
+	every := min(max(timeout/4, 20*time.Millisecond), time.Second)
+	go w.run(ctx, conn, pid, every)
+	return w
+}
+
+func (w *blockerWatch) run(ctx context.Context, conn *pgx.Conn, pid int32, every time.Duration) {
+	defer close(w.done)
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if !w.look(ctx, conn, pid) {
+			return
+		}
+	}
+}
+
+// look asks once which sessions pid waits for, and keeps them for the
+// attempt under way if it is still the one the look started in. It
+// reports whether the watcher may look again.
+func (w *blockerWatch) look(ctx context.Context, conn *pgx.Conn, pid int32) bool {
+	w.looking.Lock()
+	defer w.looking.Unlock()
+	w.mu.Lock()
+	attempt := w.attempt
+	w.mu.Unlock()
+	lookCtx, cancel := context.WithTimeout(ctx, blockerLookTimeout)
+	bs, err := blockersOf(lookCtx, conn, pid)
+	cancel()
+	if ctx.Err() != nil {
+		return false // closed: the run is over
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		w.err = fmt.Errorf("looking: %w", err)
+		return false
+	}
+	if len(bs) > 0 && attempt == w.attempt {
+		w.seen = bs
+	}
+	return true
+}
+
+// begin starts an attempt: what is seen from now on is its. It does not
+// wait for a look under way, whose result is then dropped.
+func (w *blockerWatch) begin() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.attempt++
+	w.seen = nil
+}
+
+// take ends the attempt under way, once a look under way has ended, and
+// returns the last sessions it saw the backend wait for during it, and
+// why it could not look if so.
+func (w *blockerWatch) take() ([]LockBlocker, error) {
+	w.looking.Lock()
+	defer w.looking.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	seen := w.seen
+	w.attempt++
+	w.seen = nil
+	return seen, w.err
+}
+
+// close stops the watcher and closes its connection.
+func (w *blockerWatch) close() {
+	w.cancel()
+	<-w.done
 }
 
 func blockersOf(ctx context.Context, conn *pgx.Conn, pid int32) ([]LockBlocker, error) {

@@ -3,6 +3,9 @@ package storage_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -188,5 +191,122 @@ func TestMigrationNamesBlockersBehindASessionPooler(t *testing.T) {
 	}
 	if len(lt.Blockers) != 1 || lt.Blockers[0].PID != int32(reportPID) || lt.Blockers[0].Application != "report" {
 		t.Errorf("the sessions waited for: %+v, want the report (pid %d)", lt.Blockers, reportPID)
+	}
+}
+
+// refuseConnections makes the database at url refuse new connections
+// (its sessions stay), until the test ends. A database cannot refuse
+// connections from a session of its own: a session of the server's
+// (pgtest's) database does it.
+func refuseConnections(t *testing.T, url string) {
+	t.Helper()
+	admin := pgtest.Conn(t, os.Getenv("DATABASE_URL"))
+	allow := func(allow bool) error {
+		_, err := admin.Exec(context.Background(), fmt.Sprintf("ALTER DATABASE %s ALLOW_CONNECTIONS %t",
+			pgx.Identifier{pgtest.Database(url)}.Sanitize(), allow))
+		return err
+	}
+	if err := allow(false); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = allow(true) })
+}
+
+// The sessions a migration waits for are watched from a connection opened
+// before it starts, not once it waits: on a loaded server an attempt could
+// end before a connection opened then had looked. Here the database takes
+// no new connection once the migration waits (a connection that takes
+// longer than the attempt), and both attempts still name the report.
+func TestMigrationWatchesFromBeforeItWaits(t *testing.T) {
+	t.Parallel()
+	url := pgtest.DB(t)
+	ctx := context.Background()
+	conn := pgtest.Conn(t, url)
+	migratedBefore(t, conn, "_order_paid_amount.sql")
+	_, reportPID := openReport(t, url)
+
+	var retried []*storage.LockTimeoutError
+	wait := storage.LockWait{Timeout: time.Second, Attempts: 2, Pause: 10 * time.Millisecond,
+		Retrying: func(lt *storage.LockTimeoutError) { retried = append(retried, lt) }}
+	done := make(chan error, 1)
+	go func() { done <- storage.Migrate(ctx, url, wait) }()
+	waitForLockWait(t, conn, "orders")
+	refuseConnections(t, url)
+
+	err := <-done
+	lt, ok := errors.AsType[*storage.LockTimeoutError](err)
+	if !ok {
+		t.Fatalf("Migrate: %v, want a *LockTimeoutError", err)
+	}
+	if len(retried) != 1 {
+		t.Fatalf("told of %d retries, want 1: %+v", len(retried), retried)
+	}
+	for _, lt := range []*storage.LockTimeoutError{retried[0], lt} {
+		if len(lt.Blockers) != 1 || lt.Blockers[0].PID != int32(reportPID) || lt.WatchErr != nil {
+			t.Errorf("attempt %d: the sessions waited for: %+v (%v), want the report (pid %d)",
+				lt.Attempt, lt.Blockers, lt.WatchErr, reportPID)
+		}
+	}
+}
+
+// A watcher that cannot connect does not stop the migrations: they wait
+// and give way as they would, and then apply; an attempt that gave way
+// says why it names no session (not that none was seen).
+func TestMigrationSaysWhyItCannotNameBlockers(t *testing.T) {
+	t.Parallel()
+	url := pgtest.DB(t)
+	ctx := context.Background()
+	conn := pgtest.Conn(t, url)
+	m, _ := migratedBefore(t, conn, "_order_paid_amount.sql")
+	report, _ := openReport(t, url)
+	// Migrations held back (their lock taken) until the migrator's own
+	// connection is open: then the database refuses new connections, the
+	// watcher's among them.
+	holder := pgtest.Conn(t, url)
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(storage.MigrationLock)); err != nil {
+		t.Fatal(err)
+	}
+
+	var retried []*storage.LockTimeoutError
+	wait := storage.LockWait{Timeout: 200 * time.Millisecond, Attempts: 2, Pause: 10 * time.Millisecond,
+		Retrying: func(lt *storage.LockTimeoutError) {
+			retried = append(retried, lt)
+			_ = report.Rollback(ctx)
+		}}
+	done := make(chan error, 1)
+	go func() { done <- storage.Migrate(ctx, url, wait) }()
+	for i := 0; ; i++ {
+		var asking bool
+		if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE datname = current_database()
+			AND pid <> pg_backend_pid() AND query LIKE '%pg_try_advisory_lock%')`).Scan(&asking); err != nil {
+			t.Fatal(err)
+		}
+		if asking {
+			break
+		}
+		if i == 1000 {
+			t.Fatal("the migrator never asked for the migrations' lock")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	refuseConnections(t, url)
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", int64(storage.MigrationLock)); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := <-done; err != nil {
+		t.Fatalf("Migrate without a watcher: %v", err)
+	}
+	if applied := schemaVersion(t, conn); applied != int32(len(m.Migrations)) {
+		t.Errorf("schema at %d, want %d", applied, len(m.Migrations))
+	}
+	if len(retried) != 1 {
+		t.Fatalf("told of %d retries, want 1: %+v", len(retried), retried)
+	}
+	lt := retried[0]
+	if len(lt.Blockers) != 0 || lt.WatchErr == nil ||
+		!strings.Contains(lt.Error(), "the sessions it waited for could not be named, watching them failed: ") ||
+		!strings.Contains(lt.Error(), "is not currently accepting connections") {
+		t.Errorf("the attempt that gave way: %v (blockers %+v)", lt, lt.Blockers)
 	}
 }
