@@ -45,8 +45,8 @@ type LockTimeoutError struct {
 	Attempt, Attempts int
 	Timeout           time.Duration
 	Blockers          []LockBlocker
-	// WatchErr is why the sessions it waited for could not be watched
-	// (nil when they were): its blockers are then unnamed.
+	// WatchErr is why the watcher could not connect, or stopped (nil
+	// while it watched): a session it did not see is not named.
 	WatchErr error
 	// Next is the pause before the next attempt; 0 after the last.
 	Next time.Duration
@@ -111,12 +111,26 @@ func migrateWaiting(ctx context.Context, conn *pgx.Conn, m *migrate.Migrator, w 
 	if w.Timeout <= 0 {
 		return step()
 	}
+	// The server's pid, which pg_blocking_pids knows: through a session
+	// pooler, the connection's own (PgConn().PID()) is the pooler's.
+	var pid int32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		return fmt.Errorf("reading the migrations' session: %w", interpret(err))
+	}
+	// Connected before the first migration starts (not at its first look):
+	// an attempt shorter than connecting under load would otherwise end
+	// before the watcher saw it wait.
+	watch := watchBlockers(ctx, conn.Config(), pid, w.Timeout)
+	defer watch.close()
 	var (
 		current string
 		inTx    bool
 	)
 	m.OnStart = func(_ int32, name, _, _ string) {
 		current = name
+		// What was seen before is an earlier migration's (one step runs
+		// several): a migration that gives way names only its own blockers.
+		watch.begin()
 		// tern begins a migration's transaction before it calls OnStart, and
 		// resets the session's settings after each migration.
 		inTx = conn.PgConn().TxStatus() == 'T'
@@ -124,24 +138,12 @@ func migrateWaiting(ctx context.Context, conn *pgx.Conn, m *migrate.Migrator, w 
 			_, _ = conn.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", max(w.Timeout.Milliseconds(), 1)))
 		}
 	}
-	// The server's pid, which pg_blocking_pids knows: through a session
-	// pooler, the connection's own (PgConn().PID()) is the pooler's.
-	var pid int32
-	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		return fmt.Errorf("reading the migrations' session: %w", interpret(err))
-	}
 	attempts := max(w.Attempts, 1)
 	pause := w.Pause
 	if pause <= 0 {
 		pause = time.Second
 	}
-	// Connected before the first migration starts (not at its first look):
-	// an attempt shorter than connecting under load would otherwise end
-	// before the watcher saw it wait.
-	watch := watchBlockers(ctx, conn.Config(), pid, w.Timeout)
-	defer watch.close()
 	for attempt := 1; ; attempt++ {
-		watch.begin()
 		inTx = false
 		err := step()
 		blockers, watchErr := watch.take()
@@ -189,10 +191,10 @@ const blockerLookTimeout = 2 * time.Second
 
 // blockerWatch looks, from one connection of its own opened before the
 // migrations start, at which sessions the migrating backend waits for,
-// every quarter of the lock timeout. Each attempt of a migration is told
-// only what was seen while it ran: what a look saw is kept for the attempt
-// during which the look started, and dropped if another attempt began
-// meanwhile (the earlier migration's blocker, not this one's).
+// every quarter of the lock timeout. A migration's attempt is told only
+// what was seen while it ran (begin to take): what a look saw is kept if
+// no other began while the look ran, and dropped if one did (it may be an
+// earlier migration's blocker, not this one's).
 type blockerWatch struct {
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -201,10 +203,9 @@ type blockerWatch struct {
 	looking sync.Mutex
 
 	mu sync.Mutex
-	// attempt counts the attempts begun; a look keeps what it saw only if
-	// no other began while it ran.
-	attempt uint64
-	seen    []LockBlocker
+	// tries counts the migrations' attempts begun, each one's seen anew.
+	tries uint64
+	seen  []LockBlocker
 	// err is why no look is made (the watcher could not connect, or its
 	// connection broke): blockers are then not named, and the report says
 	// why.
@@ -252,13 +253,13 @@ func (w *blockerWatch) run(ctx context.Context, conn *pgx.Conn, pid int32, every
 }
 
 // look asks once which sessions pid waits for, and keeps them for the
-// attempt under way if it is still the one the look started in. It
-// reports whether the watcher may look again.
+// migration's attempt under way if it is still the one the look started
+// in. It reports whether the watcher may look again.
 func (w *blockerWatch) look(ctx context.Context, conn *pgx.Conn, pid int32) bool {
 	w.looking.Lock()
 	defer w.looking.Unlock()
 	w.mu.Lock()
-	attempt := w.attempt
+	try := w.tries
 	w.mu.Unlock()
 	lookCtx, cancel := context.WithTimeout(ctx, blockerLookTimeout)
 	bs, err := blockersOf(lookCtx, conn, pid)
@@ -272,22 +273,24 @@ func (w *blockerWatch) look(ctx context.Context, conn *pgx.Conn, pid int32) bool
 		w.err = fmt.Errorf("looking: %w", err)
 		return false
 	}
-	if len(bs) > 0 && attempt == w.attempt {
+	if len(bs) > 0 && try == w.tries {
 		w.seen = bs
 	}
 	return true
 }
 
-// begin starts an attempt: what is seen from now on is its. It does not
-// wait for a look under way, whose result is then dropped.
+// begin starts a migration's attempt: what is seen from now on is its. It
+// does not wait for a look under way (the migration's transaction is
+// open), whose result is then dropped.
 func (w *blockerWatch) begin() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.attempt++
+	w.tries++
 	w.seen = nil
 }
 
-// take ends the attempt under way, once a look under way has ended, and
+// take ends the migration's attempt under way, once a look under way has
+// ended (a wait seen just before the attempt gave way counts), and
 // returns the last sessions it saw the backend wait for during it, and
 // why it could not look if so.
 func (w *blockerWatch) take() ([]LockBlocker, error) {
@@ -296,7 +299,7 @@ func (w *blockerWatch) take() ([]LockBlocker, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	seen := w.seen
-	w.attempt++
+	w.tries++
 	w.seen = nil
 	return seen, w.err
 }

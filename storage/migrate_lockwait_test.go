@@ -310,3 +310,66 @@ func TestMigrationSaysWhyItCannotNameBlockers(t *testing.T) {
 		t.Errorf("the attempt that gave way: %v (blockers %+v)", lt, lt.Blockers)
 	}
 }
+
+// An attempt names only the sessions seen while it waited: here migration
+// 058 waits for a session (periods) that ends while it waits, and 060 then
+// waits for the report and gives way, unseen (the watcher's connection is
+// gone, as a wait shorter than a look or a blocker the watcher cannot see
+// would be unseen). 060's error must not name periods, 058's blocker.
+func TestMigrationNamesOnlyItsOwnBlockers(t *testing.T) {
+	t.Parallel()
+	url := pgtest.DB(t)
+	ctx := context.Background()
+	conn := pgtest.Conn(t, url)
+	migratedBefore(t, conn, "_period_payment_once.sql")
+	periods := pgtest.Conn(t, url)
+	if _, err := periods.Exec(ctx, "SET application_name = 'periods'"); err != nil {
+		t.Fatal(err)
+	}
+	periodsTx, err := periods.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = periodsTx.Rollback(ctx) }()
+	if _, err := periodsTx.Exec(ctx, "SELECT count(*) FROM subscription_periods"); err != nil {
+		t.Fatal(err)
+	}
+	openReport(t, url)
+
+	// 058 waits the timeout at most: the test ends periods well before.
+	wait := storage.LockWait{Timeout: 3 * time.Second, Attempts: 1}
+	done := make(chan error, 1)
+	go func() { done <- storage.Migrate(ctx, url, wait) }()
+	waitForLockWait(t, conn, "subscription_periods")
+	// Once the watcher has looked (and seen periods) during 058's wait,
+	// its connection ends, then periods.
+	var watcher int32
+	for i := 0; ; i++ {
+		err := conn.QueryRow(ctx, `SELECT a.pid FROM pg_stat_activity a, pg_locks l
+			WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.query LIKE '%pg_blocking_pids%'
+				AND a.state = 'idle' AND l.database = a.datid AND l.relation = 'subscription_periods'::regclass AND NOT l.granted
+				AND a.query_start > l.waitstart`).Scan(&watcher)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, pgx.ErrNoRows) || i == 1000 {
+			t.Fatalf("the watcher's look during 058's wait: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_terminate_backend($1)", watcher); err != nil {
+		t.Fatal(err)
+	}
+	if err := periodsTx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	err = <-done
+	lt, ok := errors.AsType[*storage.LockTimeoutError](err)
+	if !ok || lt.Migration != "060_order_paid_amount.sql" {
+		t.Fatalf("Migrate: %v, want 060 to give way", err)
+	}
+	if len(lt.Blockers) != 0 || strings.Contains(lt.Error(), "periods") {
+		t.Errorf("060 gave way naming %+v: %v, want none of 058's", lt.Blockers, lt)
+	}
+}
