@@ -68,7 +68,7 @@ func NewOutbox(work fulfillment.OutboxWork, table func(destination string) Table
 			c.Batch = idempotentBatch
 		}
 		s := newSender(work, d, log.With("destination", d.ID))
-		c.Hold = s.heldUntil
+		c.Hold = s.claimsHeldUntil
 		queues = append(queues, NewQueue("outbox "+d.ID, table(d.ID), s.Process, owners, c, log))
 	}
 	return queues
@@ -84,13 +84,34 @@ type sender struct {
 	slots chan struct{}
 	// checkEvery is disabledCheck (shorter in tests).
 	checkEvery time.Duration
-	// mu guards holdEnds, when the wait the destination last asked for
-	// ends (zero before any): until then no request is started to it (see
-	// hold). A time.Now reading, so that it is compared on the monotonic
-	// clock: a step of the wall clock neither ends nor prolongs it.
+	// mu guards holdEnds and the 410 state below. holdEnds is when the
+	// wait the destination last asked for ends (zero before any): until
+	// then no request is started to it (see hold). A time.Now reading, so
+	// that it is compared on the monotonic clock: a step of the wall clock
+	// neither ends nor prolongs it.
 	mu       sync.Mutex
 	holdEnds time.Time
+	// A 410 Gone answer stops every batch of the destination in this
+	// process, not only the one whose request got it: the request slots
+	// are shared, so a slot the 410 freed would otherwise start a request
+	// of another worker's batch, claimed before the disable committed (it
+	// commits with the batch's record, once the batch's other requests
+	// ended). See answeredGone and goneStops.
+	//
+	// gone: a request was answered 410, and no check since found the
+	// destination enabled. goneUnrecorded counts the 410 answers whose
+	// record, which disables the destination, has not ended yet. goneSeq
+	// counts every 410 answer, so that a check that found the destination
+	// enabled does not clear a 410 answered while it asked.
+	gone           bool
+	goneUnrecorded int
+	goneSeq        uint64
 }
+
+// goneRecheck is how often the workers of a destination whose 410 answer
+// is being recorded look again whether they may claim (claimsHeldUntil):
+// a look costs no query.
+const goneRecheck = 50 * time.Millisecond
 
 // busyHold is how long a destination that answered 429 Too Many Requests
 // without a Retry-After is left alone: the rest of its batch would be
@@ -144,6 +165,85 @@ func (t *sender) heldUntil() time.Time {
 	return t.holdEnds
 }
 
+// claimsHeldUntil is until when the destination's workers claim nothing
+// (the queue's Hold): the end of the wait it asked for, or, while a 410
+// answer is not recorded yet, goneRecheck from now. The claim's own check
+// that the destination is enabled cannot stop them meanwhile: it is
+// disabled only once the 410 is recorded, and a batch claimed before is
+// handed back unsent (goneStops) — a full one, claimed again at once, over
+// and over until then.
+func (t *sender) claimsHeldUntil() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.goneUnrecorded > 0 {
+		return latest(t.holdEnds, time.Now().Add(goneRecheck))
+	}
+	return t.holdEnds
+}
+
+// latest is the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// answeredGone notes that a request to the destination was answered 410
+// Gone: from now on no batch of this process starts a request to it
+// (goneStops). It is called before the request's slot is freed, so that
+// whichever batch takes the slot next sees it.
+func (t *sender) answeredGone() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.gone = true
+	t.goneUnrecorded++
+	t.goneSeq++
+}
+
+// goneRecorded notes that the record of n 410 answers ended, committed
+// (the destination is disabled) or not (their messages are retried): from
+// then on the database says whether the destination takes requests.
+func (t *sender) goneRecorded(n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.goneUnrecorded -= n
+}
+
+// goneStops reports whether a batch is to start no more requests because
+// the destination answered 410 Gone to one of this process's requests:
+// while that answer is being recorded, and afterwards as long as the
+// destination is disabled — a batch claimed before the disable committed
+// asks the database once, the first time it would start a request; one
+// that finds the destination enabled again (by a person) clears it. A
+// failed check stops the batch: the destination did answer 410, and its
+// messages are handed back, not lost.
+func (t *sender) goneStops(ctx context.Context) bool {
+	t.mu.Lock()
+	gone, unrecorded, seq := t.gone, t.goneUnrecorded, t.goneSeq
+	t.mu.Unlock()
+	switch {
+	case !gone:
+		return false
+	case unrecorded > 0:
+		return true
+	}
+	disabled, err := t.work.OutboxDisabled(ctx, t.dest.ID)
+	if err != nil {
+		t.log.Debug("checking whether the destination that answered 410 is still disabled", "error", err)
+		return true
+	}
+	if disabled {
+		return true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.goneSeq == seq {
+		t.gone = false
+	}
+	return t.gone
+}
+
 // newSender returns d's sender, with d.Concurrency request slots (at
 // least one).
 func newSender(work fulfillment.OutboxWork, d Destination, log *slog.Logger) *sender {
@@ -166,7 +266,12 @@ func (t *sender) Process(ctx context.Context, owner string, claims []Claim) erro
 	if err != nil {
 		return err
 	}
-	attempts, notSent, err := t.attemptAll(ctx, owner, msgs)
+	attempts, notSent, goneAnswers, err := t.attemptAll(ctx, owner, msgs)
+	if goneAnswers > 0 {
+		// Until their record ended, the destination's other batches stop
+		// on the answers alone; then on the database's word.
+		defer t.goneRecorded(goneAnswers)
+	}
 	if err != nil {
 		return err
 	}
@@ -228,23 +333,26 @@ func (l later) Error() string { return l.reason }
 func (l later) RetryAfter() time.Duration { return l.after }
 
 // attemptAll makes one attempt at each of msgs, each in a request slot,
-// and returns those made, in msgs' order. It starts no more requests once
-// the worker is stopping (ctx ended), once one of them was answered 410
-// Gone, while the destination asked to wait (hold), or once the
-// destination was found disabled: the messages not
-// sent are returned apart (notSent), for the queue to hand back. An error
-// is a sending mark that failed to commit: only a claim of one message
-// marks.
-func (t *sender) attemptAll(ctx context.Context, owner string, msgs []fulfillment.OutboxMessage) (attempts []fulfillment.MessageAttempt, notSent []int64, err error) {
+// and returns those made, in msgs' order, and how many were answered 410
+// Gone (gone, counted even with an error: the caller says when their
+// record ended). It starts no more requests once the worker is stopping
+// (ctx ended), once a request to the destination was answered 410 Gone —
+// one of this batch's or of another batch's, of any of the destination's
+// workers in this process (goneStops) —, while the destination asked to
+// wait (hold), or once the destination was found disabled: the messages
+// not sent are returned apart (notSent), for the queue to hand back. An
+// error is a sending mark that failed to commit: only a claim of one
+// message marks.
+func (t *sender) attemptAll(ctx context.Context, owner string, msgs []fulfillment.OutboxMessage) (attempts []fulfillment.MessageAttempt, notSent []int64, gone int, err error) {
 	made := make([]fulfillment.MessageAttempt, len(msgs))
 	errs := make([]error, len(msgs))
 	var (
-		wg      sync.WaitGroup
-		gone    atomic.Bool
-		checked = time.Now()
+		wg       sync.WaitGroup
+		answered atomic.Int32 // 410 answers
+		checked  = time.Now()
 	)
 	for i, m := range msgs {
-		if halt := t.acquire(ctx, &gone, &checked); halt != "" {
+		if halt := t.acquire(ctx, &checked); halt != "" {
 			for _, rest := range msgs[i:] {
 				notSent = append(notSent, rest.ID)
 			}
@@ -257,7 +365,8 @@ func (t *sender) attemptAll(ctx context.Context, owner string, msgs []fulfillmen
 			if ok {
 				made[i] = fulfillment.MessageAttempt{ID: m.ID, DeliveryAttempt: a}
 				if a.Outcome == fulfillment.OutcomeGone {
-					gone.Store(true)
+					answered.Add(1)
+					t.answeredGone() // before the deferred release of the slot
 				}
 				t.hold(a)
 			}
@@ -265,43 +374,45 @@ func (t *sender) attemptAll(ctx context.Context, owner string, msgs []fulfillmen
 		})
 	}
 	wg.Wait()
+	gone = int(answered.Load())
 	if err := errors.Join(errs...); err != nil {
-		return nil, nil, err
+		return nil, nil, gone, err
 	}
 	for _, a := range made {
 		if a.ID != 0 {
 			attempts = append(attempts, a)
 		}
 	}
-	return attempts, notSent, nil
+	return attempts, notSent, gone, nil
 }
 
 // acquire takes a request slot for the next message of a batch, unless
 // the batch is to start no more (halted, asked once the slot is free: the
-// requests before may have been answered 410 meanwhile): then it holds
-// none and says why. A stopping worker waits for no slot.
-func (t *sender) acquire(ctx context.Context, gone *atomic.Bool, checked *time.Time) (halt string) {
+// request that held it, of this batch or another's, may have been
+// answered 410 meanwhile): then it holds none and says why. A stopping
+// worker waits for no slot.
+func (t *sender) acquire(ctx context.Context, checked *time.Time) (halt string) {
 	select {
 	case t.slots <- struct{}{}:
 	case <-ctx.Done():
 		return "the worker is stopping"
 	}
-	if halt = t.halted(ctx, gone.Load(), checked); halt != "" {
+	if halt = t.halted(ctx, checked); halt != "" {
 		<-t.slots
 	}
 	return halt
 }
 
 // halted says why the sender starts no more requests of its batch, or
-// "": the worker is stopping, the destination answered 410 (gone) or
+// "": the worker is stopping, the destination answered 410 (goneStops) or
 // asked to wait (hold), or a person disabled it, which it asks the database once disabledCheck has
 // passed since checked (then moved on). A failed check halts nothing:
 // the requests' own answers tell a destination that is down.
-func (t *sender) halted(ctx context.Context, gone bool, checked *time.Time) string {
+func (t *sender) halted(ctx context.Context, checked *time.Time) string {
 	switch {
 	case ctx.Err() != nil:
 		return "the worker is stopping"
-	case gone:
+	case t.goneStops(ctx):
 		return "the destination answered 410 Gone"
 	case time.Now().Before(t.heldUntil()):
 		return "the destination asked to wait (429 or 503)"

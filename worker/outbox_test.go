@@ -364,3 +364,81 @@ func TestOutboxSenderFailedRecordHandsBackTheNotSent(t *testing.T) {
 		t.Errorf("Process = %v, want message 1 to retry and 2 and 3 handed back", err)
 	}
 }
+
+// A 410 answer stops the batches of every worker of the destination, not
+// only the one whose request got it: another batch waiting for a request
+// slot starts nothing when the 410 frees one, and the workers claim
+// nothing, while the 410 is being recorded; afterwards a batch asks the
+// database whether the destination is still disabled, and sends once a
+// person enabled it.
+func TestOutboxSenderStopsEveryBatchAfterA410(t *testing.T) {
+	t.Parallel()
+	msgs := map[int64]fulfillment.OutboxMessage{}
+	for id := range int64(8) {
+		msgs[id+1] = fulfillment.OutboxMessage{ID: id + 1}
+	}
+	work := &fakeOutbox{msgs: msgs}
+	var (
+		requests atomic.Int32
+		answers  = make(chan fulfillment.DeliveryAttempt)
+	)
+	gone := fulfillment.DeliveryAttempt{Outcome: fulfillment.OutcomeGone, Status: 410}
+	s := newSender(work, Destination{ID: "crm", Idempotent: true, Concurrency: 2,
+		Deliver: func(context.Context, fulfillment.OutboxMessage) fulfillment.DeliveryAttempt {
+			if requests.Add(1) <= 2 {
+				return <-answers
+			}
+			return delivered
+		}}, slog.New(slog.DiscardHandler))
+	process := func(ids ...int64) <-chan error {
+		claims := make([]Claim, len(ids))
+		for i, id := range ids {
+			claims[i] = Claim{ID: id, Attempts: 1}
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.Process(context.Background(), "w", claims) }()
+		return done
+	}
+	handedBack := func(err error) int {
+		items, _ := errors.AsType[ItemErrors](err)
+		n := 0
+		for _, cause := range items {
+			if errors.Is(cause, ErrNotStarted) {
+				n++
+			}
+		}
+		return n
+	}
+
+	first := process(1, 2)
+	for requests.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	second := process(3, 4) // waits for a slot
+	answers <- gone
+	if err := <-second; requests.Load() != 2 || handedBack(err) != 2 {
+		t.Errorf("another batch: %d requests in all, Process = %v; want none past the 2 in flight, both handed back",
+			requests.Load(), err)
+	}
+	if until := s.claimsHeldUntil(); !time.Now().Before(until) {
+		t.Errorf("claims held until %v while the 410 is not recorded, want a moment ahead", until)
+	}
+	answers <- gone
+	if err := <-first; handedBack(err) != 0 {
+		t.Errorf("the first batch: Process = %v, want both its messages recorded", err)
+	}
+	if until := s.claimsHeldUntil(); !until.IsZero() {
+		t.Errorf("claims held until %v once the 410 is recorded, want not held", until)
+	}
+
+	work.disabled.Store(true) // what the record did
+	checks := work.checks.Load()
+	if err := <-process(5, 6); requests.Load() != 2 || handedBack(err) != 2 || work.checks.Load() != checks+1 {
+		t.Errorf("a batch claimed before the disable committed: %d requests in all, %d checks, Process = %v; "+
+			"want it to ask once and hand both back", requests.Load(), work.checks.Load()-checks, err)
+	}
+	work.disabled.Store(false) // a person enabled it
+	if err := <-process(7, 8); err != nil || requests.Load() != 4 {
+		t.Errorf("once enabled: %d requests in all, Process = %v; want both sent", requests.Load(), err)
+	}
+}
