@@ -209,12 +209,25 @@ func (c PlanChange) String() string {
 	return fmt.Sprintf("the payment is for a subscription on plan %s, and the order's subscription line is for plan %s", c.From, c.To)
 }
 
-// RecordedRefund is a partial refund as recorded: of which attempt, under
-// which RefundRef, for how much.
+// RecordedRefund is a partial refund as recorded: of which attempt and
+// which payment (its id, when the refund named one and the attempt is not
+// that id), under which RefundRef, for how much.
 type RecordedRefund struct {
-	Attempt AttemptKey
-	Ref     string
-	Amount  Amount
+	Attempt   AttemptKey
+	PaymentID string
+	Ref       string
+	Amount    Amount
+}
+
+// refundOf reports whether r is a refund of ev's payment: of its attempt,
+// or, by the payment's id, of the payment however either named it (its
+// invoice, or its id alone: then the attempt is the id).
+func (o PaidOrder) refundOf(r RecordedRefund, ev ProviderEvent) bool {
+	p := ev.Payment
+	if r.Attempt == (AttemptKey{ev.Provider, p.AttemptRef}) {
+		return true
+	}
+	return p.PaymentID != "" && r.Attempt.Provider == ev.Provider && (r.PaymentID == p.PaymentID || r.Attempt.Ref == p.PaymentID)
 }
 
 // RefundRef names the refund ev announces, whatever announced it (a
@@ -554,7 +567,7 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 	var refunded []string
 	var before int64
 	for _, r := range order.PartialRefunds {
-		if r.Attempt != (AttemptKey{ev.Provider, p.AttemptRef}) {
+		if !order.refundOf(r, ev) {
 			continue
 		}
 		refunded = append(refunded, r.Amount.String())
@@ -702,7 +715,11 @@ func decideRefund(ev ProviderEvent, order PaidOrder) Outcome {
 
 func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 	ref := RefundRef(ev)
-	if slices.ContainsFunc(order.PartialRefunds, func(r RecordedRefund) bool { return r.Ref == ref }) {
+	// One refund of a payment per amount (RefundRef), however it named the
+	// payment.
+	if slices.ContainsFunc(order.PartialRefunds, func(r RecordedRefund) bool {
+		return r.Ref == ref || (order.refundOf(r, ev) && r.Amount.Unit == ev.Payment.Amount.Unit && r.Amount.Value.Equal(ev.Payment.Amount.Value))
+	}) {
 		return outcome(DecisionAlreadyApplied, "this refund was already recorded (announced again, or found by a status poll)")
 	}
 	switch same, known := order.PaidBy.SamePayment(ev.Payment); {
@@ -724,7 +741,7 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 	if !ev.Payment.Amount.Known() {
 		// A status poll's answer says the payment is partly refunded, not
 		// by how much: nothing can be recorded or taken back from it.
-		if slices.ContainsFunc(order.PartialRefunds, func(r RecordedRefund) bool { return r.Attempt == attempt }) {
+		if slices.ContainsFunc(order.PartialRefunds, func(r RecordedRefund) bool { return order.refundOf(r, ev) }) {
 			return outcome(DecisionAlreadyApplied,
 				"a partial refund of this payment is recorded already; this announcement gives no amount to tell another one apart")
 		}
@@ -734,7 +751,7 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 				"look the payment's refunds up at the provider", order.State),
 			OpenItem{ReconRefundNotApplicable})
 	}
-	if order.State == StateRefunded || order.attempt(ev) == AttemptRefunded {
+	if order.State == StateRefunded || order.attempt(ev) == AttemptRefunded || order.refundedInFull(ev) {
 		return outcome(DecisionRefundNotApplicable,
 			fmt.Sprintf("%s refunded of a payment that was refunded in full already: nothing more can be refunded of it, "+
 				"so nothing is recorded or taken back; check at the provider what was returned", ev.Payment.Amount),
@@ -746,7 +763,7 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 	if order.Paid {
 		excess = order.excessOf(order.PaidAmount)
 	}
-	refundedBefore := order.refunded(attempt)
+	refundedBefore := order.refunded(ev)
 	// Before the order is paid, what the payment paid is not known (it may
 	// have paid more than the total): the refund is recorded, and the
 	// confirmation takes the shares back, the excess first.
@@ -763,6 +780,9 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 			OpenItem{ReconRefundNotApplicable})
 	}
 	recorded := RecordRefund{RecordedRefund{Attempt: attempt, Ref: ref, Amount: ev.Payment.Amount}}
+	if id := ev.Payment.PaymentID; id != attempt.Ref {
+		recorded.Refund.PaymentID = id // the attempt, an invoice, does not say which payment
+	}
 	granted := order.State == StateFulfilled || order.State == StateFulfilling
 	if granted && inUnit && excess > 0 && addCapped(refundedBefore, order.minorUnits(ev.Payment.Amount)) <= excess {
 		return outcome(DecisionPartiallyRefunded,
@@ -802,12 +822,12 @@ func (o PaidOrder) minorUnits(amount Amount) int64 {
 	return amount.Value.IntPart()
 }
 
-// refunded is what the partial refunds of attempt recorded returned, in
-// minor units of the order's currency.
-func (o PaidOrder) refunded(attempt AttemptKey) int64 {
+// refunded is what the partial refunds of ev's payment recorded returned
+// (refundOf), in minor units of the order's currency.
+func (o PaidOrder) refunded(ev ProviderEvent) int64 {
 	var sum int64
 	for _, r := range o.PartialRefunds {
-		if r.Attempt == attempt {
+		if o.refundOf(r, ev) {
 			sum = addCapped(sum, o.minorUnits(r.Amount))
 		}
 	}

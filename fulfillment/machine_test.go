@@ -739,6 +739,71 @@ func TestRefundSequences(t *testing.T) {
 	}
 }
 
+// A partial refund names its payment under the invoice, and the payment's
+// confirmation and later refunds name it by its id alone (or the other way
+// round): the confirmation takes the refund's share back, the same refund
+// announced under the other name is one, and what is left to refund counts
+// it.
+func TestPartialRefundsOfAPaymentByEitherName(t *testing.T) {
+	t.Parallel()
+	type step struct {
+		kind             EventKind
+		invoice, payment string
+		minor            int64
+		want             Decision
+		shares           int64 // the credit shares its effects take back
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"refunded under its invoice, confirmed and refunded by its id", []step{
+			{EventPartiallyRefunded, "inv_1", "pay_1", 10, DecisionPartiallyRefunded, 0},
+			{EventPaymentConfirmed, "", "pay_1", 100, DecisionFulfilled, 10},
+			{EventPartiallyRefunded, "", "pay_1", 10, DecisionAlreadyApplied, 0},
+			{EventPartiallyRefunded, "", "pay_1", 95, DecisionRefundNotApplicable, 0}, // 90 left
+			{EventPartiallyRefunded, "", "pay_1", 20, DecisionPartiallyRefunded, 20},
+		}},
+		{"refunded by its id, confirmed under its invoice", []step{
+			{EventPartiallyRefunded, "", "pay_1", 10, DecisionPartiallyRefunded, 0},
+			{EventPaymentConfirmed, "inv_1", "pay_1", 100, DecisionFulfilled, 10},
+			{EventPartiallyRefunded, "inv_1", "pay_1", 10, DecisionAlreadyApplied, 0},
+		}},
+		{"a refund of another payment is not this one's", []step{
+			{EventPartiallyRefunded, "", "pay_2", 10, DecisionPartiallyRefunded, 0},
+			{EventPaymentConfirmed, "inv_1", "pay_1", 100, DecisionFulfilled, 0},
+		}},
+		{"refunded in full under its invoice, then in part by its id", []step{
+			{EventPaymentConfirmed, "", "pay_2", 100, DecisionFulfilled, 0},
+			{EventRefunded, "inv_1", "pay_1", 0, DecisionOtherPaymentRefunded, 0},
+			{EventPartiallyRefunded, "", "pay_1", 10, DecisionOtherPaymentRefunded, 0},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			o := &PaidOrder{State: StatePendingPayment, Total: Money{Currency: "RUB", MinorUnits: 100}}
+			for i, s := range tc.steps {
+				p := PaymentInfo{InvoiceID: s.invoice, PaymentID: s.payment, MerchantOrderID: "m", Amount: MinorAmount(s.minor, "RUB")}
+				p.AttemptRef = p.Attempt()
+				ev := ProviderEvent{Provider: ProviderTBank, Environment: EnvLive, Kind: s.kind, Payment: p}
+				out := Decide(ev, o)
+				var shares int64
+				for _, e := range out.Effects {
+					if r, ok := e.(ReverseCreditShare); ok {
+						shares += r.Refunded.MinorUnits
+					}
+				}
+				if out.Decision != s.want || shares != s.shares {
+					t.Fatalf("step %d (%s %s/%s %d): %s, shares %d; want %s, %d (%s)",
+						i, s.kind, s.invoice, s.payment, s.minor, out.Decision, shares, s.want, s.shares, out.Reason)
+				}
+				checkInvariants(t, ev, o, out)
+				o.Apply(ev, out)
+			}
+		})
+	}
+}
+
 // A fulfilling order is fulfilled, and says so, when its last external
 // line is delivered; nothing else moves.
 func TestDecideDelivered(t *testing.T) {

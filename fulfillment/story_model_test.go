@@ -412,7 +412,7 @@ func (s *store) apply(batch []storyEvent, steps []Step) {
 					// what it paid (the total, and any excess).
 					sum := stored.minorUnits(r.Amount)
 					for _, x := range s.refunds[m.ID] {
-						if x.Attempt == r.Attempt {
+						if x.Attempt == r.Attempt || (refundedPayment(x) != "" && refundedPayment(x) == refundedPayment(r)) {
 							sum += stored.minorUnits(x.Amount)
 						}
 					}
@@ -589,4 +589,17 @@ func (s *store) lateMatches(events []storyEvent) []storyEvent {
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].InboxID < out[j].InboxID })
 	return out
+}
+
+// refundedPayment is the payment a recorded refund is of, by its id, as
+// the stories name payments (pay_N, invoices inv_N): "" when it named an
+// invoice alone.
+func refundedPayment(r RecordedRefund) string {
+	if r.PaymentID != "" {
+		return r.PaymentID
+	}
+	if strings.HasPrefix(r.Attempt.Ref, "pay_") {
+		return r.Attempt.Ref
+	}
+	return ""
 }

@@ -110,7 +110,7 @@ type refundedPayment struct {
 type refundRow struct {
 	order                           string
 	provider                        fulfillment.Provider
-	attemptRef                      string
+	attemptRef, paymentID           string
 	value, token, network, currency *string
 	inboxID                         int64
 }
@@ -291,7 +291,7 @@ func (w *effectWriter) orderStep(le leasedEvent, st fulfillment.Step) error {
 			w.shares[round] = append(w.shares[round], shareRow{m.ID, e.Refunded.MinorUnits, e.Refund})
 		case fulfillment.RecordRefund:
 			value, token, network, currency := amountColumns(e.Refund.Amount)
-			w.refunds = append(w.refunds, refundRow{m.ID, e.Refund.Attempt.Provider, e.Refund.Attempt.Ref,
+			w.refunds = append(w.refunds, refundRow{m.ID, e.Refund.Attempt.Provider, e.Refund.Attempt.Ref, e.Refund.PaymentID,
 				value, token, network, currency, le.id})
 		case fulfillment.RevokeLicenses:
 			if !w.revokes.has(m.ID) {
@@ -520,22 +520,23 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 			order, provider, ref, payment)
 	}
 	if rows := w.refunds; len(rows) > 0 {
-		var order, provider, ref []string
+		var order, provider, ref, payment []string
 		var value, token, network, currency nulls[string]
 		var inbox []int64
 		for _, r := range rows {
 			order, provider, ref = append(order, r.order), append(provider, string(r.provider)), append(ref, r.attemptRef)
+			payment = append(payment, r.paymentID)
 			value, token, network, currency = append(value, r.value), append(token, r.token), append(network, r.network), append(currency, r.currency)
 			inbox = append(inbox, r.inboxID)
 		}
 		// In decision order: the snapshot reads an order's refunds by id.
 		b.Queue(`
-			INSERT INTO payment_refunds (order_id, provider, attempt_ref, amount, token, network, currency, inbox_event_id)
-			SELECT order_id::uuid, provider, nullif(attempt_ref, ''), amount::numeric, token, network, currency, inbox_event_id
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[])
-				WITH ORDINALITY AS r (order_id, provider, attempt_ref, amount, token, network, currency, inbox_event_id, n)
+			INSERT INTO payment_refunds (order_id, provider, attempt_ref, payment_id, amount, token, network, currency, inbox_event_id)
+			SELECT order_id::uuid, provider, nullif(attempt_ref, ''), nullif(payment_id, ''), amount::numeric, token, network, currency, inbox_event_id
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::bigint[])
+				WITH ORDINALITY AS r (order_id, provider, attempt_ref, payment_id, amount, token, network, currency, inbox_event_id, n)
 			ORDER BY n
-			ON CONFLICT ON CONSTRAINT payment_refunds_once DO NOTHING`, order, provider, ref, value, token, network, currency, inbox)
+			ON CONFLICT ON CONSTRAINT payment_refunds_once DO NOTHING`, order, provider, ref, payment, value, token, network, currency, inbox)
 	}
 	if rows := w.orders.values(); len(rows) > 0 {
 		var id, state []string

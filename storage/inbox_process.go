@@ -767,9 +767,9 @@ func queueOrderLock(b *pgx.Batch, events []leasedEvent, positions []int) *orderL
 	// The partial refunds recorded for the orders, in the order they were
 	// recorded.
 	b.Queue(`
-		SELECT l.id, r.provider, r.attempt_ref, r.amount::text, r.token, r.network, r.currency
+		SELECT l.id, r.provider, r.attempt_ref, r.payment_id, r.amount::text, r.token, r.network, r.currency
 		FROM unnest(` + lockedOrders + `) AS l (id), LATERAL (
-			SELECT r.id, r.provider, r.attempt_ref, r.amount, r.token, r.network, r.currency
+			SELECT r.id, r.provider, r.attempt_ref, r.payment_id, r.amount, r.token, r.network, r.currency
 			FROM payment_refunds r WHERE r.order_id = l.id OFFSET 0) r
 		ORDER BY r.id`).
 		Query(func(rows pgx.Rows) error {
@@ -777,13 +777,13 @@ func queueOrderLock(b *pgx.Batch, events []leasedEvent, positions []int) *orderL
 				var (
 					orderID                         uuid.UUID
 					rr                              fulfillment.RecordedRefund
-					attemptRef                      *string
+					attemptRef, paymentID           *string
 					value, token, network, currency *string
 				)
-				if err := r.Scan(&orderID, &rr.Attempt.Provider, &attemptRef, &value, &token, &network, &currency); err != nil {
+				if err := r.Scan(&orderID, &rr.Attempt.Provider, &attemptRef, &paymentID, &value, &token, &network, &currency); err != nil {
 					return err
 				}
-				rr.Attempt.Ref = str(attemptRef)
+				rr.Attempt.Ref, rr.PaymentID = str(attemptRef), str(paymentID)
 				var err error
 				if rr.Amount, err = amountOf(value, token, network, currency); err != nil {
 					return err

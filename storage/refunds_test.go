@@ -601,15 +601,15 @@ func TestPaymentRefundedUnderItsInvoiceBeforeItsConfirmation(t *testing.T) {
 	}
 }
 
-// Migration 061 adds the refunded payments of an attempt. An attempt
-// refunded before it records none: the refund announced again records its
+// Migration 061 adds the refunded payments of an attempt (and the payment
+// a partial refund names). An attempt refunded before it records none: the refund announced again records its
 // payment, and the payment's confirmation under its own id then grants
 // nothing. Migrating down drops what was recorded.
 func TestMigration061AttemptRefundedPayments(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
-	m, v := migratedBefore(t, conn, "_attempt_refunded_payments.sql")
+	m, v := migratedBefore(t, conn, "_refunds_by_payment.sql")
 	order := creditLicenseOrder(t, s, "m-1")
 	if _, err := conn.Exec(ctx, `INSERT INTO payment_attempts (order_id, provider, attempt_ref, state) VALUES ($1, 'tbank', 'inv-1', 'refunded')`,
 		order.ID); err != nil {
@@ -644,7 +644,51 @@ func TestMigration061AttemptRefundedPayments(t *testing.T) {
 	if n := count(t, conn, "SELECT count(*) FROM payment_attempts WHERE order_id = $1 AND state = 'refunded'", order.ID); n != 1 {
 		t.Errorf("%d refunded attempts after migrating down, want 1", n)
 	}
+	if n := count(t, conn, `SELECT count(*) FROM information_schema.columns
+		WHERE (table_name, column_name) IN (('payment_attempts', 'refunded_payment_ids'), ('payment_refunds', 'payment_id'))`); n != 0 {
+		t.Errorf("%d of the columns 061 adds are left after migrating down", n)
+	}
 	if err := m.MigrateTo(ctx, v); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A partial refund names the payment under its invoice before the
+// confirmation, which names the payment alone: the confirmation takes the
+// refund's share back, and the refund announced again by the payment's id
+// is the same refund (one row, nothing more taken back).
+func TestPartialRefundUnderItsInvoiceBeforeItsConfirmation(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	order := creditLicenseOrder(t, s, "m-1")
+	refund := tbankEvent("partial-inv", fulfillment.EventPartiallyRefunded, 4000)
+	refund.Payment.InvoiceID, refund.Payment.AttemptRef = "inv-1", "inv-1"
+	for _, st := range []struct {
+		ev       fulfillment.ProviderEvent
+		decision string
+		sum      int
+	}{
+		{refund, "partially_refunded", 0},
+		// 4000 of the total of 20000: 2000 of the 10000 credit.
+		{tbankEvent("confirmed", fulfillment.EventPaymentConfirmed, 20000), "fulfilled", 8000},
+		{tbankEvent("partial-pay", fulfillment.EventPartiallyRefunded, 4000), "already_applied", 8000},
+	} {
+		if _, err := s.InboxInsert(ctx, st.ev, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		if got := processAll(t, s, 1); got != st.decision {
+			t.Fatalf("%s: decision %s, want %s", st.ev.EventID, got, st.decision)
+		}
+		if sum := count(t, conn, "SELECT coalesce(sum(minor_units), 0)::int FROM ledger_entries WHERE order_id = $1", order.ID); sum != st.sum {
+			t.Errorf("after %s: the ledger sums to %d, want %d", st.ev.EventID, sum, st.sum)
+		}
+	}
+	if n := count(t, conn, "SELECT count(*) FROM payment_refunds WHERE order_id = $1 AND attempt_ref = 'inv-1' AND payment_id = 'pay-1'",
+		order.ID); n != 1 {
+		t.Errorf("%d refunds of inv-1 recorded with their payment, want 1", n)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM payment_refunds WHERE order_id = $1", order.ID); n != 1 {
+		t.Errorf("%d refunds recorded, want 1", n)
 	}
 }
