@@ -224,10 +224,6 @@ type Step struct {
 	// set) that was not recorded before it, in the snapshot or by an
 	// earlier event of the batch: its record is a new row.
 	NewAttempt bool
-	// RefundedPayment is the payment the event records as refunded in
-	// full under its attempt, an invoice (PaidOrder.RefundedPayments),
-	// when it was not known refunded.
-	RefundedPayment string
 	// Subscription is set when the subscription rules decided the event:
 	// an event about a subscription no order matches (or a renewal, or its
 	// invoice's event, that names its paid order: renewsPaidSubscription),
@@ -311,7 +307,7 @@ func newBatch(snap *Snapshot) *batch {
 func (o *LockedOrder) clone() *LockedOrder {
 	c := *o
 	c.Attempts = maps.Clone(o.Attempts)
-	c.RefundedPayments = maps.Clone(o.RefundedPayments)
+	c.FullyRefunded = maps.Clone(o.FullyRefunded)
 	c.PartialRefunds = slices.Clone(o.PartialRefunds)
 	return &c
 }
@@ -442,7 +438,6 @@ func (b *batch) decide(be BatchEvent) (st Step, need *SubscriptionRef, err error
 		if a := recordedAttempt(st.Outcome); a != "" {
 			_, known := order.Attempts[AttemptKey{ev.Provider, ev.Payment.AttemptRef}]
 			st.Attempt, st.NewAttempt = NextAttemptState(order.attempt(ev), a), !known
-			st.RefundedPayment = order.newlyRefunded(ev, a)
 		}
 		order.Apply(ev, st.Outcome)
 		st.Order, st.OrderState = order, order.State
@@ -485,6 +480,11 @@ func renewsPaidSubscription(ev ProviderEvent, received time.Time, o *LockedOrder
 		return false
 	}
 	if _, recorded := o.Attempts[AttemptKey{ev.Provider, ev.Payment.AttemptRef}]; recorded {
+		return false
+	}
+	if o.refundedInFull(ev) {
+		// A payment the order's refunds named (under its invoice, or by
+		// its own id) is the order's, refunded: the order rules ignore it.
 		return false
 	}
 	if ev.Kind == EventPaymentConfirmed {

@@ -27,6 +27,11 @@ type Effect interface{ effect() }
 // (merged into what is known with NextAttemptState).
 type RecordAttempt struct{ State AttemptState }
 
+// RecordFullRefund records the event's payment, by its id, as refunded in
+// full (PaidOrder.FullyRefunded): of its attempt, an invoice, whose row
+// exists or is recorded by the same outcome (RecordAttempt before it).
+type RecordFullRefund struct{}
+
 // MoveOrder moves the order to state To.
 type MoveOrder struct{ To State }
 
@@ -112,6 +117,7 @@ func (ReverseCredits) effect()      {}
 func (RevokeLicenses) effect()      {}
 func (ReverseCreditShare) effect()  {}
 func (RecordRefund) effect()        {}
+func (RecordFullRefund) effect()    {}
 func (OpenItem) effect()            {}
 func (RequestDeliveries) effect()   {}
 func (WithdrawDeliveries) effect()  {}

@@ -179,11 +179,11 @@ type PaidOrder struct {
 	PaidByEvent string
 	// Attempts holds the recorded state of the order's payment attempts.
 	Attempts map[AttemptKey]AttemptState
-	// RefundedPayments are the payments refunded in full under an attempt
-	// that is not the payment itself (an invoice). A confirmation of one of
-	// them may name it under its own id alone, and is then of another
-	// attempt: refundedInFull finds it here.
-	RefundedPayments map[PaymentKey]bool
+	// FullyRefunded are the payments refunded in full, by their ids, whose
+	// refund named an attempt that is not the payment itself (an invoice):
+	// a confirmation of one of them may name it by its id alone, another
+	// attempt (RecordFullRefund; refundedInFull reads them).
+	FullyRefunded map[PaymentKey]bool
 	// PartialRefunds are the partial refunds recorded for the order, in
 	// the order they were decided: a payment confirmed after some of its
 	// partial refunds were processed takes their shares back when it
@@ -258,26 +258,27 @@ func (o PaidOrder) attempt(ev ProviderEvent) AttemptState {
 }
 
 // refundedInFull reports whether ev's payment, by its id, is known to have
-// been refunded in full: its refund recorded the attempt it named refunded,
-// whether that attempt was the payment itself or an invoice
-// (RefundedPayments). A payment may be announced under its invoice once and
-// under its own id alone another time, so its attempt ref does not tell.
+// been refunded in full: under the attempt that is the payment itself
+// (refunded), or under an invoice (FullyRefunded). A payment may be
+// announced under its invoice once and by its own id alone another time,
+// so its attempt ref does not tell. A refund that named no payment id
+// cannot be matched so.
 func (o PaidOrder) refundedInFull(ev ProviderEvent) bool {
 	id := ev.Payment.PaymentID
-	return id != "" && (o.RefundedPayments[PaymentKey{ev.Provider, id}] ||
+	return id != "" && (o.FullyRefunded[PaymentKey{ev.Provider, id}] ||
 		o.Attempts[AttemptKey{ev.Provider, id}] == AttemptRefunded)
 }
 
-// newlyRefunded is the payment ev's RecordAttempt{state} adds to
-// RefundedPayments: the payment ev names, when it records its attempt, an
-// invoice, refunded and that payment was not known refunded.
-func (o PaidOrder) newlyRefunded(ev ProviderEvent, state AttemptState) string {
+// fullRefund is the effect that records ev's payment refunded in full by
+// its id (RecordFullRefund), when the attempt ev names is not the payment
+// itself and the payment is not known refunded; none otherwise (the
+// attempt's own state says it then).
+func (o PaidOrder) fullRefund(ev ProviderEvent) []Effect {
 	p := ev.Payment
-	if state != AttemptRefunded || p.PaymentID == "" || p.PaymentID == p.AttemptRef ||
-		o.RefundedPayments[PaymentKey{ev.Provider, p.PaymentID}] {
-		return ""
+	if p.PaymentID == "" || p.PaymentID == p.AttemptRef || o.refundedInFull(ev) {
+		return nil
 	}
-	return p.PaymentID
+	return []Effect{RecordFullRefund{}}
 }
 
 // Apply records what out changed, for the next event of the order.
@@ -292,14 +293,13 @@ func (o *PaidOrder) Apply(ev ProviderEvent, out Outcome) {
 			if o.Attempts == nil {
 				o.Attempts = map[AttemptKey]AttemptState{}
 			}
-			if id := o.newlyRefunded(ev, e.State); id != "" {
-				if o.RefundedPayments == nil {
-					o.RefundedPayments = map[PaymentKey]bool{}
-				}
-				o.RefundedPayments[PaymentKey{ev.Provider, id}] = true
-			}
 			k := AttemptKey{ev.Provider, ev.Payment.AttemptRef}
 			o.Attempts[k] = NextAttemptState(o.Attempts[k], e.State)
+		case RecordFullRefund:
+			if o.FullyRefunded == nil {
+				o.FullyRefunded = map[PaymentKey]bool{}
+			}
+			o.FullyRefunded[PaymentKey{ev.Provider, ev.Payment.PaymentID}] = true
 		case RecordRefund:
 			o.PartialRefunds = append(o.PartialRefunds, e.Refund)
 		}
@@ -482,7 +482,7 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 		return outcome(DecisionStaleIgnored,
 			fmt.Sprintf("this payment paid period %d of the subscription before the order was created, and was refunded: "+
 				"nothing is granted", r.Period),
-			recordAttempt(ev, AttemptRefunded)...)
+			with(recordAttempt(ev, AttemptRefunded), order.fullRefund(ev)...)...)
 	}
 	if order.refundedInFull(ev) {
 		// A refund of this payment came first, naming this attempt or
@@ -660,11 +660,12 @@ func (o PaidOrder) expected(a Amount) (value, tolerance decimal.Decimal, why str
 }
 
 func decideRefund(ev ProviderEvent, order PaidOrder) Outcome {
-	refunded := recordAttempt(ev, AttemptRefunded)
+	refunded := with(recordAttempt(ev, AttemptRefunded), order.fullRefund(ev)...)
 	if !order.Paid {
-		// A refund of another payment of a refunded invoice is a refund of
-		// its own: its payment is recorded refunded too.
-		if order.attempt(ev) == AttemptRefunded && (ev.Payment.PaymentID == "" || order.refundedInFull(ev)) {
+		// The payment is known refunded (under either name), or a refund
+		// naming no payment came for its refunded attempt. A refund of
+		// another payment of a refunded invoice is a refund of its own.
+		if order.refundedInFull(ev) || (order.attempt(ev) == AttemptRefunded && ev.Payment.PaymentID == "") {
 			return outcome(DecisionAlreadyApplied, "this refund was already recorded")
 		}
 		reason := "refunded before any confirmation was applied: nothing was granted, and a confirmation of this payment will not fulfil the order"
@@ -684,8 +685,8 @@ func decideRefund(ev ProviderEvent, order PaidOrder) Outcome {
 			order.periodOfAnotherNote()
 		if ev.Payment.AttemptRef == order.PaidBy.AttemptRef {
 			// Another payment of the paying attempt: the attempt as a whole
-			// is not refunded.
-			return outcome(DecisionOtherPaymentRefunded, reason)
+			// is not refunded, the payment is.
+			return outcome(DecisionOtherPaymentRefunded, reason, order.fullRefund(ev)...)
 		}
 		return outcome(DecisionOtherPaymentRefunded, reason, refunded...)
 	case !known:

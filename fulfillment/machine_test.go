@@ -701,6 +701,33 @@ func TestRefundSequences(t *testing.T) {
 			{EventRefunded, "inv_1", "pay_1", DecisionOtherPaymentRefunded},
 			{EventPaymentConfirmed, "", "pay_1", DecisionStaleIgnored},
 		}},
+		{"refunded under its invoice, then refunded again by its id", []step{
+			{EventRefunded, "inv_1", "pay_1", DecisionRefundedBeforePayment},
+			{EventRefunded, "", "pay_1", DecisionAlreadyApplied},
+			{EventPaymentConfirmed, "inv_1", "pay_1", DecisionStaleIgnored},
+		}},
+		// A partial refund of a payment refunded in full under its
+		// invoice, naming the payment alone: nothing is left to refund.
+		{"partial refund of a payment refunded in full under its invoice", []step{
+			{EventRefunded, "inv_1", "pay_1", DecisionRefundedBeforePayment},
+			{EventPartiallyRefunded, "", "pay_1", DecisionRefundNotApplicable},
+		}},
+		// Another payment of the invoice that paid the order, refunded in
+		// full: the paying attempt stays confirmed, and the refunded
+		// payment's confirmation, under either name, is owed nothing.
+		{"another payment of the paying invoice refunded, then confirmed", []step{
+			{EventPaymentConfirmed, "inv_1", "pay_1", DecisionFulfilled},
+			{EventRefunded, "inv_1", "pay_2", DecisionOtherPaymentRefunded},
+			{EventPaymentConfirmed, "", "pay_2", DecisionStaleIgnored},
+			{EventPaymentConfirmed, "inv_1", "pay_2", DecisionStaleIgnored},
+			{EventPaymentConfirmed, "inv_1", "pay_3", DecisionDuplicatePayment},
+		}},
+		// A refund that names no payment cannot be matched by its id: the
+		// payment's confirmation by its id alone is of another attempt.
+		{"refunded under its invoice naming no payment, confirmed by its id", []step{
+			{EventRefunded, "inv_1", "", DecisionRefundedBeforePayment},
+			{EventPaymentConfirmed, "", "pay_1", DecisionFulfilled},
+		}},
 		// Two payments of one invoice refunded before either confirmation:
 		// each is known refunded.
 		{"two payments of an invoice refunded", []step{
@@ -1049,7 +1076,7 @@ func TestDecidePeriodPaidBeforeTheOrder(t *testing.T) {
 			o.Attempts[AttemptKey{ProviderYolfi, "inv_1"}] = attempt
 		}
 		if attempt == AttemptRefunded { // by pay_1's refund
-			o.RefundedPayments = map[PaymentKey]bool{{ProviderYolfi, "pay_1"}: true}
+			o.FullyRefunded = map[PaymentKey]bool{{ProviderYolfi, "pay_1"}: true}
 		}
 		return o
 	}
@@ -1094,16 +1121,19 @@ func TestDecidePeriodPaidBeforeTheOrder(t *testing.T) {
 		{"the payment, no period paid before: as any payment", event(EventPaymentConfirmed),
 			order(nil, ""), DecisionFulfilled, fulfilled, "confirmed payment"},
 		{"the payment, its period refunded: nothing granted, the attempt refunded", event(EventPaymentConfirmed),
-			order(refunded, ""), DecisionStaleIgnored, []Effect{RecordAttempt{AttemptRefunded}}, "and was refunded"},
+			order(refunded, ""), DecisionStaleIgnored, []Effect{RecordAttempt{AttemptRefunded}, RecordFullRefund{}}, "and was refunded"},
 		{"the payment, its period refunded by the order's refund first: the same", event(EventPaymentConfirmed),
 			order(refunded, AttemptRefunded), DecisionStaleIgnored, []Effect{RecordAttempt{AttemptRefunded}}, "and was refunded"},
 		{"its refund, the order unpaid: the subscription rules take the period back", event(EventRefunded),
-			order(paid, ""), DecisionRefundedBeforePayment, []Effect{RecordAttempt{AttemptRefunded}, RefundSubscriptions{}},
+			order(paid, ""), DecisionRefundedBeforePayment, []Effect{RecordAttempt{AttemptRefunded}, RecordFullRefund{}, RefundSubscriptions{}},
 			"the subscription's rules decide"},
 		{"its refund again: recorded already", event(EventRefunded),
 			order(paid, AttemptRefunded), DecisionAlreadyApplied, nil, "already recorded"},
+		{"its refund again, the attempt refunded before refunds named their payment: the payment recorded now",
+			event(EventRefunded), withAttempt(order(paid, ""), AttemptRefunded), DecisionRefundedBeforePayment,
+			[]Effect{RecordAttempt{AttemptRefunded}, RecordFullRefund{}, RefundSubscriptions{}}, "the subscription's rules decide"},
 		{"a refund, no period paid before: the order's alone", event(EventRefunded),
-			order(nil, ""), DecisionRefundedBeforePayment, []Effect{RecordAttempt{AttemptRefunded}}, "nothing was granted"},
+			order(nil, ""), DecisionRefundedBeforePayment, []Effect{RecordAttempt{AttemptRefunded}, RecordFullRefund{}}, "nothing was granted"},
 		{"the payment, its period paid, short of the order's price: the order unpaid, an item", event(EventPaymentConfirmed),
 			dearer, DecisionAmountMismatch, []Effect{RecordAttempt{AttemptConfirmed}, OpenItem{ReconAmountMismatch}},
 			"the order stays unpaid, the period paid"},
@@ -1112,15 +1142,15 @@ func TestDecidePeriodPaidBeforeTheOrder(t *testing.T) {
 			[]Effect{RecordAttempt{AttemptConfirmed}, OpenItem{ReconPlanChange}}, "the order stays unpaid, the period paid"},
 		{"then its refund: the subscription rules take the period back", event(EventRefunded),
 			withAttempt(dearer, AttemptConfirmed), DecisionRefundedBeforePayment,
-			[]Effect{RecordAttempt{AttemptRefunded}, RefundSubscriptions{}}, "the subscription's rules decide"},
+			[]Effect{RecordAttempt{AttemptRefunded}, RecordFullRefund{}, RefundSubscriptions{}}, "the subscription's rules decide"},
 		{"a payment of another subscription's period: the order takes nothing", event(EventPaymentConfirmed),
 			another(false), DecisionAlreadyApplied, nil, "it stays the subscription's"},
 		{"the same, the order paid by another payment: no extra payment", event(EventPaymentConfirmed),
 			another(true), DecisionAlreadyApplied, nil, "it stays the subscription's"},
 		{"its refund, the order unpaid: the order's attempt refunded, the period the subscription's", event(EventRefunded),
-			another(false), DecisionRefundedBeforePayment, []Effect{RecordAttempt{AttemptRefunded}}, "whose rules decide"},
+			another(false), DecisionRefundedBeforePayment, []Effect{RecordAttempt{AttemptRefunded}, RecordFullRefund{}}, "whose rules decide"},
 		{"its refund, the order paid by another payment: the period the subscription's", event(EventRefunded),
-			another(true), DecisionOtherPaymentRefunded, []Effect{RecordAttempt{AttemptRefunded}}, "whose rules decide"},
+			another(true), DecisionOtherPaymentRefunded, []Effect{RecordAttempt{AttemptRefunded}, RecordFullRefund{}}, "whose rules decide"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -357,12 +357,22 @@ func (s *store) apply(batch []storyEvent, steps []Step) {
 					stored.Attempts = map[AttemptKey]AttemptState{}
 				}
 				stored.Attempts[k] = st.Attempt
-				if st.RefundedPayment != "" { // appended to the attempt's refunded_payment_ids
-					if stored.RefundedPayments == nil {
-						stored.RefundedPayments = map[PaymentKey]bool{}
-					}
-					stored.RefundedPayments[PaymentKey{ev.Provider, st.RefundedPayment}] = true
+			case RecordFullRefund:
+				// Appended to the attempt's refunded_payment_ids, by an
+				// update of its row.
+				k, pay := AttemptKey{ev.Provider, p.AttemptRef}, PaymentKey{ev.Provider, p.PaymentID}
+				switch _, row := stored.Attempts[k]; {
+				case !row:
+					s.problem("event %s: payment %s recorded refunded on attempt %s, which has no row: it is lost", ev.EventID, p.PaymentID, k.Ref)
+				case p.PaymentID == "" || p.PaymentID == p.AttemptRef:
+					s.problem("event %s: a full refund recorded by a payment id the attempt %s does not need", ev.EventID, k.Ref)
+				case stored.FullyRefunded[pay]:
+					s.problem("event %s: payment %s appended to refunded_payment_ids again", ev.EventID, p.PaymentID)
 				}
+				if stored.FullyRefunded == nil {
+					stored.FullyRefunded = map[PaymentKey]bool{}
+				}
+				stored.FullyRefunded[pay] = true
 			case MoveOrder:
 				stored.State = e.To
 				s.money.States["order "+m.ID] = string(e.To)

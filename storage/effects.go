@@ -101,7 +101,7 @@ func (c *attemptColumns) args() []any {
 }
 
 // refundedPayment is a payment refunded in full under the attempt id, an
-// invoice (fulfillment.Step.RefundedPayment).
+// invoice (fulfillment.RecordFullRefund).
 type refundedPayment struct {
 	attemptID
 	payment string
@@ -260,11 +260,9 @@ func (w *effectWriter) orderStep(le leasedEvent, st fulfillment.Step) error {
 		}
 		switch e := effect.(type) {
 		case fulfillment.RecordAttempt:
-			id := attemptID{m.ID, ev.Provider, p.AttemptRef}
-			w.attempt(id, st.Attempt, st.NewAttempt, p.Amount)
-			if st.RefundedPayment != "" {
-				w.refundedPays = append(w.refundedPays, refundedPayment{id, st.RefundedPayment})
-			}
+			w.attempt(attemptID{m.ID, ev.Provider, p.AttemptRef}, st.Attempt, st.NewAttempt, p.Amount)
+		case fulfillment.RecordFullRefund:
+			w.refundedPays = append(w.refundedPays, refundedPayment{attemptID{m.ID, ev.Provider, p.AttemptRef}, p.PaymentID})
 		case fulfillment.MoveOrder:
 			w.order(m.ID).state = e.To
 		case fulfillment.MarkPaid:
@@ -507,7 +505,8 @@ func (w *effectWriter) write(b *pgx.Batch) (queued, error) {
 			order, provider, ref = append(order, r.order), append(provider, string(r.provider)), append(ref, r.ref)
 			payment = append(payment, r.payment)
 		}
-		// The rules record each payment once (PaidOrder.RefundedPayments):
+		// The rules record each payment once (PaidOrder.FullyRefunded),
+		// after its attempt's row (statement 1 above, or before the batch):
 		// nothing here checks for one recorded already.
 		b.Queue(`
 			UPDATE payment_attempts p SET refunded_payment_ids = coalesce(p.refunded_payment_ids, '{}') || r.ids

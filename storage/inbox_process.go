@@ -752,10 +752,10 @@ func queueOrderLock(b *pgx.Batch, events []leasedEvent, positions []int) *orderL
 				}
 				o.Attempts[k] = state
 				for _, id := range refunded {
-					if o.RefundedPayments == nil {
-						o.RefundedPayments = map[fulfillment.PaymentKey]bool{}
+					if o.FullyRefunded == nil {
+						o.FullyRefunded = map[fulfillment.PaymentKey]bool{}
 					}
-					o.RefundedPayments[fulfillment.PaymentKey{Provider: k.Provider, ID: id}] = true
+					o.FullyRefunded[fulfillment.PaymentKey{Provider: k.Provider, ID: id}] = true
 				}
 				return nil
 			})

@@ -590,6 +590,10 @@ func TestPaymentRefundedUnderItsInvoiceBeforeItsConfirmation(t *testing.T) {
 	if got := effects(); got != want {
 		t.Fatalf("after replaying them: %s; want %s", got, want)
 	}
+	if err := conn.QueryRow(ctx, `SELECT refunded_payment_ids FROM payment_attempts WHERE order_id = $1 AND attempt_ref = 'inv-1'`,
+		order.ID).Scan(&ids); err != nil || strings.Join(ids, ",") != "pay-1,pay-2" {
+		t.Errorf("after the replays inv-1 records refunded payments %v (%v), want pay-1, pay-2 once each", ids, err)
+	}
 	if _, err := s.InboxInsert(ctx, of("confirmed-3", fulfillment.EventPaymentConfirmed, "", "pay-3"), []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
@@ -634,9 +638,6 @@ func TestMigration061AttemptRefundedPayments(t *testing.T) {
 	}
 	if n := count(t, conn, "SELECT count(*) FROM entitlements WHERE order_id = $1", order.ID); n != 0 {
 		t.Errorf("%d entitlements, want none", n)
-	}
-	if _, err := conn.Exec(ctx, `UPDATE payment_attempts SET state = 'confirmed' WHERE attempt_ref = 'inv-1'`); err == nil {
-		t.Error("an attempt that records refunded payments was moved out of refunded")
 	}
 	if err := m.MigrateTo(ctx, v-1); err != nil {
 		t.Fatal(err)
@@ -690,5 +691,48 @@ func TestPartialRefundUnderItsInvoiceBeforeItsConfirmation(t *testing.T) {
 	}
 	if n := count(t, conn, "SELECT count(*) FROM payment_refunds WHERE order_id = $1", order.ID); n != 1 {
 		t.Errorf("%d refunds recorded, want 1", n)
+	}
+}
+
+// Another payment of the invoice that paid the order is refunded in full:
+// the invoice's attempt stays confirmed and records the refunded payment,
+// whose confirmation by its id alone is then owed nothing (no extra_payment
+// item asking to refund it again).
+func TestOtherPaymentOfThePayingInvoiceRefunded(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	ctx := context.Background()
+	order := creditLicenseOrder(t, s, "m-1")
+	of := func(id string, kind fulfillment.EventKind, invoice, pay string) fulfillment.ProviderEvent {
+		ev := tbankEvent(id, kind, 20000)
+		ev.Payment.InvoiceID, ev.Payment.PaymentID = invoice, pay
+		ev.Payment.AttemptRef = ev.Payment.Attempt()
+		return ev
+	}
+	for _, st := range []struct {
+		ev       fulfillment.ProviderEvent
+		decision string
+	}{
+		{of("confirmed-1", fulfillment.EventPaymentConfirmed, "inv-1", "pay-1"), "fulfilled"},
+		{of("refunded-2", fulfillment.EventRefunded, "inv-1", "pay-2"), "other_payment_refunded"},
+		{of("confirmed-2", fulfillment.EventPaymentConfirmed, "", "pay-2"), "stale_ignored"},
+	} {
+		if _, err := s.InboxInsert(ctx, st.ev, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		if got := processAll(t, s, 1); got != st.decision {
+			t.Fatalf("%s: decision %s, want %s", st.ev.EventID, got, st.decision)
+		}
+	}
+	var (
+		state string
+		ids   []string
+	)
+	if err := conn.QueryRow(ctx, `SELECT state, refunded_payment_ids FROM payment_attempts WHERE order_id = $1 AND attempt_ref = 'inv-1'`,
+		order.ID).Scan(&state, &ids); err != nil || state != "confirmed" || strings.Join(ids, ",") != "pay-2" {
+		t.Errorf("inv-1 is %s and records refunded payments %v (%v), want confirmed, pay-2", state, ids, err)
+	}
+	if n := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE order_id = $1", order.ID); n != 0 {
+		t.Errorf("%d items, want none", n)
 	}
 }
