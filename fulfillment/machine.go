@@ -219,10 +219,10 @@ type RecordedRefund struct {
 	Amount    Amount
 }
 
-// refundOf reports whether r is a refund of ev's payment: of its attempt,
-// or, by the payment's id, of the payment however either named it (its
-// invoice, or its id alone: then the attempt is the id).
-func (o PaidOrder) refundOf(r RecordedRefund, ev ProviderEvent) bool {
+// of reports whether r is a refund of ev's payment: of its attempt, or, by
+// the payment's id, of the payment however either named it (its invoice,
+// or its id alone: then the attempt is the id).
+func (r RecordedRefund) of(ev ProviderEvent) bool {
 	p := ev.Payment
 	if r.Attempt == (AttemptKey{ev.Provider, p.AttemptRef}) {
 		return true
@@ -567,7 +567,7 @@ func decideConfirmed(ev ProviderEvent, order PaidOrder) Outcome {
 	var refunded []string
 	var before int64
 	for _, r := range order.PartialRefunds {
-		if !order.refundOf(r, ev) {
+		if !r.of(ev) {
 			continue
 		}
 		refunded = append(refunded, r.Amount.String())
@@ -719,7 +719,7 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 	// One refund of a payment per amount (RefundRef), however it named the
 	// payment.
 	if slices.ContainsFunc(order.PartialRefunds, func(r RecordedRefund) bool {
-		return r.Ref == ref || (order.refundOf(r, ev) && r.Amount.Unit == ev.Payment.Amount.Unit && r.Amount.Value.Equal(ev.Payment.Amount.Value))
+		return r.Ref == ref || (r.of(ev) && r.Amount.Unit == ev.Payment.Amount.Unit && r.Amount.Value.Equal(ev.Payment.Amount.Value))
 	}) {
 		return outcome(DecisionAlreadyApplied, "this refund was already recorded (announced again, or found by a status poll)")
 	}
@@ -742,7 +742,7 @@ func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 	if !ev.Payment.Amount.Known() {
 		// A status poll's answer says the payment is partly refunded, not
 		// by how much: nothing can be recorded or taken back from it.
-		if slices.ContainsFunc(order.PartialRefunds, func(r RecordedRefund) bool { return order.refundOf(r, ev) }) {
+		if slices.ContainsFunc(order.PartialRefunds, func(r RecordedRefund) bool { return r.of(ev) }) {
 			return outcome(DecisionAlreadyApplied,
 				"a partial refund of this payment is recorded already; this announcement gives no amount to tell another one apart")
 		}
@@ -824,11 +824,11 @@ func (o PaidOrder) minorUnits(amount Amount) int64 {
 }
 
 // refunded is what the partial refunds of ev's payment recorded returned
-// (refundOf), in minor units of the order's currency.
+// (RecordedRefund.of), in minor units of the order's currency.
 func (o PaidOrder) refunded(ev ProviderEvent) int64 {
 	var sum int64
 	for _, r := range o.PartialRefunds {
-		if o.refundOf(r, ev) {
+		if r.of(ev) {
 			sum = addCapped(sum, o.minorUnits(r.Amount))
 		}
 	}
