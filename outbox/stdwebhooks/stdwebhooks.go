@@ -90,6 +90,20 @@ func ParseSigningSecret(s string) (Secret, error) {
 	return ParseSecret(s)
 }
 
+// IsZero reports whether the secret holds no key (Sign skips it).
+func (s Secret) IsZero() bool { return len(s.key) == 0 }
+
+// AnyKey reports whether some of secrets holds a key: whether Sign under
+// them gives a signature. It computes none.
+func AnyKey(secrets ...Secret) bool {
+	for _, s := range secrets {
+		if !s.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
 // String returns a placeholder, never the key.
 func (s Secret) String() string {
 	if len(s.key) == 0 {

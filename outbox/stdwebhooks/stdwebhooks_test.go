@@ -318,3 +318,27 @@ func TestVerifyTolerance(t *testing.T) {
 	}
 	mustRefuse(t, Verify(h, nil, vectorTime.Add(time.Second+time.Millisecond), time.Second, s), "old")
 }
+
+func TestAnyKey(t *testing.T) {
+	t.Parallel()
+	key, err := ParseSecret(SecretPrefix + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		secrets []Secret
+		want    bool
+	}{
+		{nil, false},
+		{[]Secret{{}}, false},
+		{[]Secret{{}, key}, true},
+		{[]Secret{key}, true},
+	} {
+		if got := AnyKey(c.secrets...); got != c.want {
+			t.Errorf("AnyKey(%v) = %v, want %v", c.secrets, got, c.want)
+		}
+		if got := Sign("id", time.Unix(1, 0), nil, c.secrets...) != ""; got != c.want {
+			t.Errorf("Sign under %v signed: %v, AnyKey says %v", c.secrets, got, c.want)
+		}
+	}
+}
