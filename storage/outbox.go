@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -296,49 +297,61 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 		q    queued
 		lost []int64
 	)
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		lost = lost[:0]
-		ids := make([]int64, len(attempts))
-		for i, a := range attempts {
-			ids[i] = a.ID
-		}
-		type held struct {
-			attempt            int
-			destination, topic string
-			orderID            *string
-			required           bool
-			org                string
-			environment        fulfillment.Environment
-			retries            int
-		}
-		// The work rows first, then (for deliveries) their orders: the
-		// order InboxProcess never takes, as it writes messages of locked
-		// orders only by inserting them. The lock reads the work rows
-		// alone, by id (see lockSubscriptions); their messages are joined
-		// after it. A message whose work row is leased changes only
-		// through its lease holder.
-		rows, _ := tx.Query(ctx, `
+	ids := make([]int64, len(attempts))
+	for i, a := range attempts {
+		ids[i] = a.ID
+	}
+	type held struct {
+		attempt            int
+		destination, topic string
+		orderID            *string
+		required           bool
+		org                string
+		environment        fulfillment.Environment
+		retries            int
+	}
+	var byID map[int64]held
+	// The work rows first, then (for deliveries) their orders: the order
+	// InboxProcess never takes, as it writes messages of locked orders only
+	// by inserting them. The lock reads the work rows alone, by id (see
+	// lockSubscriptions); their messages are joined after it. A message
+	// whose work row is leased changes only through its lease holder. It
+	// goes with the BEGIN (pipelinedTx), and the COMMIT with the last
+	// statements when no order is completed: two round trips fewer. The
+	// transaction's statements run on generic plans (planSettings), made
+	// once per connection: they take arrays, and PostgreSQL planned them
+	// for their parameters at the first five records of each connection,
+	// and at every record where a custom plan looked cheaper. In the
+	// bench's drain of 12,000 messages their planning took 26.6 and 31.9 µs
+	// per delivery, 10.1 and 13.5 µs on generic plans (two runs each).
+	first := func(b *pgx.Batch) {
+		byID = map[int64]held{}
+		b.Queue(`
 			WITH w AS MATERIALIZED (
 				SELECT id, attempts FROM outbox_work WHERE id = ANY($1) AND lease_owner = $2 ORDER BY id FOR UPDATE
 			)
 			SELECT w.id, w.attempts, m.destination_id, m.topic, m.order_id::text, m.required, m.org_id, m.environment, m.retries
 			FROM w JOIN outbox_messages m ON m.id = w.id
-			ORDER BY w.id`, ids, owner)
-		byID := map[int64]held{}
-		err := forEachRow(rows, func(r pgx.Rows) error {
-			var (
-				id int64
-				h  held
-			)
-			if err := r.Scan(&id, &h.attempt, &h.destination, &h.topic, &h.orderID, &h.required, &h.org, &h.environment, &h.retries); err != nil {
-				return err
+			ORDER BY w.id`, ids, owner).Query(func(rows pgx.Rows) error {
+			err := forEachRow(rows, func(r pgx.Rows) error {
+				var (
+					id int64
+					h  held
+				)
+				if err := r.Scan(&id, &h.attempt, &h.destination, &h.topic, &h.orderID, &h.required, &h.org, &h.environment, &h.retries); err != nil {
+					return err
+				}
+				byID[id] = h
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("locking outbox messages: %w", interpret(err))
 			}
-			byID[id] = h
 			return nil
 		})
-		if err != nil {
-			return fmt.Errorf("locking outbox messages: %w", interpret(err))
-		}
+	}
+	err := s.withPipelinedTx(ctx, planSettings, first, func(tx *pipelinedTx) error {
+		lost = lost[:0]
 		var (
 			aID, aAttempt     []int64
 			aStarted          []time.Time
@@ -421,16 +434,27 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 				WHERE m.id = w.id`, delivered, deliveredStatus)
 		}
 		answered.queue(b)
+		if len(orders) == 0 {
+			// The COMMIT goes with them.
+			if err := tx.commitWith(ctx, b); err != nil {
+				return fmt.Errorf("recording delivery attempts: %w", interpret(err))
+			}
+			return nil
+		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("recording delivery attempts: %w", interpret(err))
 		}
-		if len(orders) > 0 {
-			q, err = s.completeOrders(ctx, tx, orders)
-			return err
-		}
-		return nil
+		var err error
+		q, err = s.completeOrders(ctx, tx, orders)
+		return err
 	})
 	if err != nil {
+		if !errors.Is(err, fulfillment.ErrUnavailable) {
+			// BEGIN, the settings and the COMMIT report their own
+			// failures unread: a broken connection is one to record
+			// again (sender.record).
+			err = interpret(err)
+		}
 		return nil, err
 	}
 	s.wake(q)
@@ -440,7 +464,7 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 // completeOrders applies fulfillment.DecideDelivered to each of the orders
 // after some of their required messages were delivered, holding the
 // orders' row locks (taken in id order). It reports what it queued.
-func (s *Store) completeOrders(ctx context.Context, tx pgx.Tx, orderIDs []string) (queued, error) {
+func (s *Store) completeOrders(ctx context.Context, tx querier, orderIDs []string) (queued, error) {
 	type locked struct {
 		ref     fulfillment.OrderRef
 		version pgtype.TID

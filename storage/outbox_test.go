@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -368,5 +369,64 @@ func TestOutboxRecordsAttemptsTogether(t *testing.T) {
 	}
 	if n := count(t, conn, "SELECT count(*) FROM outbox_messages m JOIN outbox_work w USING (id) WHERE m.id = $1 AND m.state = 'pending' AND w.lease_owner = 'w'", retried[0]); n != 1 {
 		t.Error("the message to retry is no longer pending, held by its worker (for its retry to be scheduled)")
+	}
+}
+
+// The record of a batch's attempts runs its statements on generic plans,
+// planned once per connection, not at every record (their arrays would
+// have PostgreSQL plan each anew): the store under test only records, on
+// one connection; another store of the database makes the orders and
+// claims their messages.
+func TestOutboxRecordRunsOnGenericPlans(t *testing.T) {
+	t.Parallel()
+	other, _, url := openStore(t, outboxStoreOptions())
+	opts := outboxStoreOptions()
+	opts.MaxConns, opts.InsertFlushers = 2, 1
+	s, err := storage.Open(context.Background(), url, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	ctx := context.Background()
+	const batches, per = 8, 2
+	for i := range batches * per {
+		m := fmt.Sprintf("g-%d", i)
+		externalOrder(t, other, m)
+		if _, err := other.InboxInsert(ctx, confirmedEvent("e-"+m, m), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	processAll(t, other, batches*per)
+	for range batches {
+		claims, err := other.OutboxQueue("licenses").Claim(ctx, worker.ClaimParams{Owner: "w", Limit: per, Lease: time.Minute, MaxAttempts: 5})
+		if err != nil || len(claims) != per {
+			t.Fatalf("claim = %v, %v; want %d messages", claims, err, per)
+		}
+		var attempts []fulfillment.MessageAttempt
+		for _, c := range claims {
+			attempts = append(attempts, fulfillment.MessageAttempt{ID: c.ID, DeliveryAttempt: fulfillment.DeliveryAttempt{
+				Outcome: fulfillment.OutcomeDelivered, Status: 200, Reason: "test", StartedAt: time.Now()}})
+		}
+		if lost, err := s.OutboxRecord(ctx, "w", attempts); err != nil || len(lost) > 0 {
+			t.Fatalf("record = lost %v, %v", lost, err)
+		}
+	}
+	plans, err := s.PreparedPlans(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := 0
+	for _, p := range plans {
+		if p.Custom > 0 {
+			t.Errorf("planned for its parameters %d times of %d: %s", p.Custom, p.Custom+p.Generic, strings.Join(strings.Fields(p.Statement), " "))
+		}
+		if p.Custom+p.Generic >= batches {
+			recorded++
+		}
+	}
+	// The lock, the attempts, the delivered, the orders' lock, their
+	// count and their update, at least.
+	if recorded < 6 {
+		t.Errorf("%d prepared statements ran in each of the %d records; want 6 or more", recorded, batches)
 	}
 }

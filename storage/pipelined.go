@@ -108,9 +108,15 @@ func (s *Store) withPipelinedTx(ctx context.Context, settings string, first func
 // plans are generic. The Store keeps the statement of each wait
 // (decideSettings, workSettings).
 func batchSettings(lockWait string) string {
-	return `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
-		set_config('lock_timeout', '` + strings.ReplaceAll(lockWait, "'", "''") + `', true)`
+	return planSettings + `, set_config('lock_timeout', '` + strings.ReplaceAll(lockWait, "'", "''") + `', true)`
 }
+
+// planSettings is the planning part of batchSettings alone — generic
+// plans, no sequential scans while an index serves — for a pipelinedTx
+// whose lock waits stay as they are (the outbox's record: its requests
+// were made, and its lock waits for a batch of the same messages'
+// destination or orders, not for a person).
+const planSettings = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)`
 
 // open says whether the transaction began and has not ended.
 func (tx *pipelinedTx) open() bool { return tx.Conn.Conn().PgConn().TxStatus() != 'I' }
