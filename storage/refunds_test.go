@@ -477,11 +477,6 @@ func TestPaymentRefundedBeforeItsConfirmationAfterAnotherPaid(t *testing.T) {
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
 	order := creditLicenseOrder(t, s, "m-1")
-	of := func(id string, kind fulfillment.EventKind, pay string) fulfillment.ProviderEvent {
-		ev := tbankEvent(id, kind, 20000)
-		ev.Payment.AttemptRef, ev.Payment.PaymentID = pay, pay
-		return ev
-	}
 	effects := func() string {
 		t.Helper()
 		return fmt.Sprintf("entitlements %d, ledger %d, extra_payment items %d, items %d",
@@ -494,9 +489,9 @@ func TestPaymentRefundedBeforeItsConfirmationAfterAnotherPaid(t *testing.T) {
 		ev       fulfillment.ProviderEvent
 		decision string
 	}{
-		{of("refunded-2", fulfillment.EventRefunded, "pay-2"), "refunded_before_payment"},
-		{of("confirmed-1", fulfillment.EventPaymentConfirmed, "pay-1"), "fulfilled"},
-		{of("confirmed-2", fulfillment.EventPaymentConfirmed, "pay-2"), "stale_ignored"},
+		{namedEvent("refunded-2", fulfillment.EventRefunded, "", "pay-2"), "refunded_before_payment"},
+		{namedEvent("confirmed-1", fulfillment.EventPaymentConfirmed, "", "pay-1"), "fulfilled"},
+		{namedEvent("confirmed-2", fulfillment.EventPaymentConfirmed, "", "pay-2"), "stale_ignored"},
 	}
 	for _, st := range steps {
 		if _, err := s.InboxInsert(ctx, st.ev, []byte("{}")); err != nil {
@@ -516,7 +511,7 @@ func TestPaymentRefundedBeforeItsConfirmationAfterAnotherPaid(t *testing.T) {
 	if got := effects(); got != want {
 		t.Fatalf("after replaying them: %s; want %s", got, want)
 	}
-	if _, err := s.InboxInsert(ctx, of("confirmed-3", fulfillment.EventPaymentConfirmed, "pay-3"), []byte("{}")); err != nil {
+	if _, err := s.InboxInsert(ctx, namedEvent("confirmed-3", fulfillment.EventPaymentConfirmed, "", "pay-3"), []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
 	if got := processAll(t, s, 1); got != "duplicate_payment" {
@@ -537,12 +532,6 @@ func TestPaymentRefundedUnderItsInvoiceBeforeItsConfirmation(t *testing.T) {
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
 	order := creditLicenseOrder(t, s, "m-1")
-	of := func(id string, kind fulfillment.EventKind, invoice, pay string) fulfillment.ProviderEvent {
-		ev := tbankEvent(id, kind, 20000)
-		ev.Payment.InvoiceID, ev.Payment.PaymentID = invoice, pay
-		ev.Payment.AttemptRef = ev.Payment.Attempt()
-		return ev
-	}
 	effects := func() string {
 		t.Helper()
 		return fmt.Sprintf("entitlements %d, ledger %d, items %d",
@@ -555,12 +544,12 @@ func TestPaymentRefundedUnderItsInvoiceBeforeItsConfirmation(t *testing.T) {
 		decisions string
 	}{
 		{[]fulfillment.ProviderEvent{
-			of("refunded-1", fulfillment.EventRefunded, "inv-1", "pay-1"),
-			of("refunded-2", fulfillment.EventRefunded, "inv-1", "pay-2"),
+			namedEvent("refunded-1", fulfillment.EventRefunded, "inv-1", "pay-1"),
+			namedEvent("refunded-2", fulfillment.EventRefunded, "inv-1", "pay-2"),
 		}, "refunded_before_payment,refunded_before_payment"},
 		{[]fulfillment.ProviderEvent{
-			of("confirmed-1", fulfillment.EventPaymentConfirmed, "", "pay-1"),
-			of("confirmed-2", fulfillment.EventPaymentConfirmed, "", "pay-2"),
+			namedEvent("confirmed-1", fulfillment.EventPaymentConfirmed, "", "pay-1"),
+			namedEvent("confirmed-2", fulfillment.EventPaymentConfirmed, "", "pay-2"),
 		}, "stale_ignored,stale_ignored"},
 	}
 	for _, b := range batches {
@@ -594,7 +583,7 @@ func TestPaymentRefundedUnderItsInvoiceBeforeItsConfirmation(t *testing.T) {
 		order.ID).Scan(&ids); err != nil || strings.Join(ids, ",") != "pay-1,pay-2" {
 		t.Errorf("after the replays inv-1 records refunded payments %v (%v), want pay-1, pay-2 once each", ids, err)
 	}
-	if _, err := s.InboxInsert(ctx, of("confirmed-3", fulfillment.EventPaymentConfirmed, "", "pay-3"), []byte("{}")); err != nil {
+	if _, err := s.InboxInsert(ctx, namedEvent("confirmed-3", fulfillment.EventPaymentConfirmed, "", "pay-3"), []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
 	if got := processAll(t, s, 1); got != "fulfilled" {
@@ -606,9 +595,10 @@ func TestPaymentRefundedUnderItsInvoiceBeforeItsConfirmation(t *testing.T) {
 }
 
 // Migration 061 adds the refunded payments of an attempt (and the payment
-// a partial refund names). An attempt refunded before it records none: the refund announced again records its
-// payment, and the payment's confirmation under its own id then grants
-// nothing. Migrating down drops what was recorded.
+// a partial refund names). An attempt refunded before it records none: its
+// refund decided again records its payment, and the payment's confirmation
+// under its own id then grants nothing. Migrating down drops what was
+// recorded.
 func TestMigration061AttemptRefundedPayments(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
@@ -703,19 +693,13 @@ func TestOtherPaymentOfThePayingInvoiceRefunded(t *testing.T) {
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
 	order := creditLicenseOrder(t, s, "m-1")
-	of := func(id string, kind fulfillment.EventKind, invoice, pay string) fulfillment.ProviderEvent {
-		ev := tbankEvent(id, kind, 20000)
-		ev.Payment.InvoiceID, ev.Payment.PaymentID = invoice, pay
-		ev.Payment.AttemptRef = ev.Payment.Attempt()
-		return ev
-	}
 	for _, st := range []struct {
 		ev       fulfillment.ProviderEvent
 		decision string
 	}{
-		{of("confirmed-1", fulfillment.EventPaymentConfirmed, "inv-1", "pay-1"), "fulfilled"},
-		{of("refunded-2", fulfillment.EventRefunded, "inv-1", "pay-2"), "other_payment_refunded"},
-		{of("confirmed-2", fulfillment.EventPaymentConfirmed, "", "pay-2"), "stale_ignored"},
+		{namedEvent("confirmed-1", fulfillment.EventPaymentConfirmed, "inv-1", "pay-1"), "fulfilled"},
+		{namedEvent("refunded-2", fulfillment.EventRefunded, "inv-1", "pay-2"), "other_payment_refunded"},
+		{namedEvent("confirmed-2", fulfillment.EventPaymentConfirmed, "", "pay-2"), "stale_ignored"},
 	} {
 		if _, err := s.InboxInsert(ctx, st.ev, []byte("{}")); err != nil {
 			t.Fatal(err)
@@ -735,4 +719,13 @@ func TestOtherPaymentOfThePayingInvoiceRefunded(t *testing.T) {
 	if n := count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE order_id = $1", order.ID); n != 0 {
 		t.Errorf("%d items, want none", n)
 	}
+}
+
+// namedEvent is tbankEvent of 20000 kopecks naming invoice and payment pay
+// (either may be ""), its attempt the invoice, else the payment.
+func namedEvent(id string, kind fulfillment.EventKind, invoice, pay string) fulfillment.ProviderEvent {
+	ev := tbankEvent(id, kind, 20000)
+	ev.Payment.InvoiceID, ev.Payment.PaymentID = invoice, pay
+	ev.Payment.AttemptRef = ev.Payment.Attempt()
+	return ev
 }
