@@ -553,12 +553,7 @@ func TestPaymentRefundedUnderItsInvoiceBeforeItsConfirmation(t *testing.T) {
 		}, "stale_ignored,stale_ignored"},
 	}
 	for _, b := range batches {
-		for _, ev := range b.events {
-			if _, err := s.InboxInsert(ctx, ev, []byte("{}")); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if got := processAll(t, s, len(b.events)); got != b.decisions {
+		if got := deliver(t, s, b.events...); got != b.decisions {
 			t.Fatalf("decisions %s, want %s", got, b.decisions)
 		}
 	}
@@ -583,10 +578,7 @@ func TestPaymentRefundedUnderItsInvoiceBeforeItsConfirmation(t *testing.T) {
 		order.ID).Scan(&ids); err != nil || strings.Join(ids, ",") != "pay-1,pay-2" {
 		t.Errorf("after the replays inv-1 records refunded payments %v (%v), want pay-1, pay-2 once each", ids, err)
 	}
-	if _, err := s.InboxInsert(ctx, namedEvent("confirmed-3", fulfillment.EventPaymentConfirmed, "", "pay-3"), []byte("{}")); err != nil {
-		t.Fatal(err)
-	}
-	if got := processAll(t, s, 1); got != "fulfilled" {
+	if got := deliver(t, s, namedEvent("confirmed-3", fulfillment.EventPaymentConfirmed, "", "pay-3")); got != "fulfilled" {
 		t.Fatalf("a third payment: %s, want fulfilled", got)
 	}
 	if got, want := effects(), "entitlements 2, ledger 1, items 0"; got != want {
@@ -619,10 +611,7 @@ func TestMigration061AttemptRefundedPayments(t *testing.T) {
 		ev   fulfillment.ProviderEvent
 		want string
 	}{{refund, "refunded_before_payment"}, {confirm, "stale_ignored"}} {
-		if _, err := s.InboxInsert(ctx, st.ev, []byte("{}")); err != nil {
-			t.Fatal(err)
-		}
-		if got := processAll(t, s, 1); got != st.want {
+		if got := deliver(t, s, st.ev); got != st.want {
 			t.Fatalf("%s: %s, want %s", st.ev.EventID, got, st.want)
 		}
 	}
@@ -651,7 +640,6 @@ func TestMigration061AttemptRefundedPayments(t *testing.T) {
 func TestPartialRefundUnderItsInvoiceBeforeItsConfirmation(t *testing.T) {
 	t.Parallel()
 	s, conn := newOutboxStore(t)
-	ctx := context.Background()
 	order := creditLicenseOrder(t, s, "m-1")
 	refund := tbankEvent("partial-inv", fulfillment.EventPartiallyRefunded, 4000)
 	refund.Payment.InvoiceID, refund.Payment.AttemptRef = "inv-1", "inv-1"
@@ -665,10 +653,7 @@ func TestPartialRefundUnderItsInvoiceBeforeItsConfirmation(t *testing.T) {
 		{tbankEvent("confirmed", fulfillment.EventPaymentConfirmed, 20000), "fulfilled", 8000},
 		{tbankEvent("partial-pay", fulfillment.EventPartiallyRefunded, 4000), "already_applied", 8000},
 	} {
-		if _, err := s.InboxInsert(ctx, st.ev, []byte("{}")); err != nil {
-			t.Fatal(err)
-		}
-		if got := processAll(t, s, 1); got != st.decision {
+		if got := deliver(t, s, st.ev); got != st.decision {
 			t.Fatalf("%s: decision %s, want %s", st.ev.EventID, got, st.decision)
 		}
 		if sum := count(t, conn, "SELECT coalesce(sum(minor_units), 0)::int FROM ledger_entries WHERE order_id = $1", order.ID); sum != st.sum {
@@ -701,10 +686,7 @@ func TestOtherPaymentOfThePayingInvoiceRefunded(t *testing.T) {
 		{namedEvent("refunded-2", fulfillment.EventRefunded, "inv-1", "pay-2"), "other_payment_refunded"},
 		{namedEvent("confirmed-2", fulfillment.EventPaymentConfirmed, "", "pay-2"), "stale_ignored"},
 	} {
-		if _, err := s.InboxInsert(ctx, st.ev, []byte("{}")); err != nil {
-			t.Fatal(err)
-		}
-		if got := processAll(t, s, 1); got != st.decision {
+		if got := deliver(t, s, st.ev); got != st.decision {
 			t.Fatalf("%s: decision %s, want %s", st.ev.EventID, got, st.decision)
 		}
 	}
