@@ -716,11 +716,9 @@ func decideRefund(ev ProviderEvent, order PaidOrder) Outcome {
 
 func decidePartialRefund(ev ProviderEvent, order PaidOrder) Outcome {
 	ref := RefundRef(ev)
-	// One refund of a payment per amount (RefundRef), however it named the
-	// payment.
-	if slices.ContainsFunc(order.PartialRefunds, func(r RecordedRefund) bool {
-		return r.Ref == ref || (r.of(ev) && r.Amount.Unit == ev.Payment.Amount.Unit && r.Amount.Value.Equal(ev.Payment.Amount.Value))
-	}) {
+	// One refund of a payment per amount (as RefundRef keys it), however
+	// it named the payment.
+	if slices.ContainsFunc(order.PartialRefunds, func(r RecordedRefund) bool { return r.of(ev) && r.Amount.Equal(ev.Payment.Amount) }) {
 		return outcome(DecisionAlreadyApplied, "this refund was already recorded (announced again, or found by a status poll)")
 	}
 	switch same, known := order.PaidBy.SamePayment(ev.Payment); {

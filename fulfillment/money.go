@@ -59,6 +59,10 @@ func MinorAmount(minorUnits int64, currency string) Amount {
 // missing is still "known": validation refuses it.
 func (a Amount) Known() bool { return a.Unit != Unit{} || !a.Value.IsZero() }
 
+// Equal reports whether a and b are the same amount of the same unit,
+// however their values are written (10 and 10.0 are equal).
+func (a Amount) Equal(b Amount) bool { return a.Unit == b.Unit && a.Value.Equal(b.Value) }
+
 // String renders the amount, e.g. "25 USDT on TRON" or "250000 RUB minor units".
 func (a Amount) String() string {
 	switch {

@@ -431,7 +431,7 @@ func (s *store) apply(batch []storyEvent, steps []Step) {
 					}
 				}
 				if !slices.ContainsFunc(s.refunds[m.ID], func(x RecordedRefund) bool {
-					return x.Attempt == r.Attempt && x.Amount.Unit == r.Amount.Unit && x.Amount.Value.Equal(r.Amount.Value)
+					return x.Attempt == r.Attempt && x.Amount.Equal(r.Amount)
 				}) {
 					s.refunds[m.ID] = append(s.refunds[m.ID], r)
 					s.money.Refunds[fmt.Sprintf("%s %s %s", m.ID, r.Attempt.Ref, r.Amount)] = true

@@ -106,7 +106,7 @@ func AnyKey(secrets ...Secret) bool {
 
 // String returns a placeholder, never the key.
 func (s Secret) String() string {
-	if len(s.key) == 0 {
+	if s.IsZero() {
 		return "whsec_(none)"
 	}
 	return "whsec_(redacted)"
@@ -140,7 +140,7 @@ func Sign(msgID string, timestamp time.Time, body []byte, secrets ...Secret) str
 	ts := unixSeconds(timestamp)
 	var b strings.Builder
 	for _, s := range secrets {
-		if len(s.key) == 0 {
+		if s.IsZero() {
 			continue
 		}
 		if b.Len() > 0 {
@@ -202,7 +202,7 @@ func Verify(h http.Header, body []byte, now time.Time, tolerance time.Duration, 
 
 	usable, ok := 0, false
 	for _, s := range secrets {
-		if len(s.key) == 0 {
+		if s.IsZero() {
 			continue
 		}
 		usable++
