@@ -711,3 +711,36 @@ func namedEvent(id string, kind fulfillment.EventKind, invoice, pay string) fulf
 	ev.Payment.AttemptRef = ev.Payment.Attempt()
 	return ev
 }
+
+// A payment's full refund naming its invoice and its confirmation naming
+// the payment alone, decided at the same time by two workers (several
+// rounds, each a new order): whichever takes the order's lock first, the
+// order keeps nothing — no license left active, the ledger back at zero —
+// and a payment id is recorded refunded once at most.
+func TestRefundAndConfirmationNamedOtherwiseAtOnce(t *testing.T) {
+	t.Parallel()
+	s, conn := newOutboxStore(t)
+	const rounds = 6
+	for i := range rounds {
+		m := fmt.Sprintf("m-%d", i)
+		order := creditLicenseOrder(t, s, m)
+		refund := namedEvent("refunded-"+m, fulfillment.EventRefunded, "inv-"+m, "pay-"+m)
+		confirm := namedEvent("confirmed-"+m, fulfillment.EventPaymentConfirmed, "", "pay-"+m)
+		refund.Payment.MerchantOrderID, confirm.Payment.MerchantOrderID = m, m
+		if i%2 == 1 {
+			refund, confirm = confirm, refund
+		}
+		decideTogether(t, s, conn, refund, confirm)
+		if n := count(t, conn, "SELECT count(*) FROM entitlements WHERE order_id = $1 AND revoked_at IS NULL", order.ID); n != 0 {
+			t.Errorf("%s: %d licenses left active, want none", m, n)
+		}
+		if sum := count(t, conn, "SELECT coalesce(sum(minor_units), 0)::int FROM ledger_entries WHERE order_id = $1", order.ID); sum != 0 {
+			t.Errorf("%s: the ledger sums to %d, want 0", m, sum)
+		}
+	}
+	if n := count(t, conn, `SELECT count(*) FROM (SELECT 1 FROM payment_attempts a, unnest(a.refunded_payment_ids) AS p (id)
+		GROUP BY a.order_id, p.id HAVING count(*) > 1) twice`); n != 0 {
+		t.Errorf("%d payments recorded refunded twice", n)
+	}
+
+}
