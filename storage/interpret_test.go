@@ -50,6 +50,12 @@ func TestInterpret(t *testing.T) {
 		if !errors.Is(got, tc.want) {
 			t.Errorf("%s: interpret = %v, want it to wrap %v", tc.name, got, tc.want)
 		}
+		// What it classified is kept as it is: a transaction's runner
+		// interprets its callbacks' errors again (withPipelinedTx).
+		wrapped := fmt.Errorf("recording: %w", got)
+		if again := interpret(wrapped); again != wrapped { //nolint:errorlint // the very same error
+			t.Errorf("%s: interpret again = %v, want %v unchanged", tc.name, again, wrapped)
+		}
 	}
 }
 

@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -449,12 +448,6 @@ func (s *Store) OutboxRecord(ctx context.Context, owner string, attempts []fulfi
 		return err
 	})
 	if err != nil {
-		if !errors.Is(err, fulfillment.ErrUnavailable) {
-			// BEGIN, the settings and the COMMIT report their own
-			// failures unread: a broken connection is one to record
-			// again (sender.record).
-			err = interpret(err)
-		}
 		return nil, err
 	}
 	s.wake(q)

@@ -58,8 +58,12 @@ func (s *Store) withPipelinedTx(ctx context.Context, settings string, first func
 	b.Queue("BEGIN")
 	b.Queue(settings)
 	first(b)
+	// BEGIN, the settings and the COMMIT report their own failures, which
+	// no caller's callback reads: interpreted here (a broken connection is
+	// ErrUnavailable, to be tried again), what the callbacks interpreted
+	// kept as it is.
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return err
+		return interpret(err)
 	}
 	if err := fn(tx); err != nil {
 		return err
@@ -67,7 +71,7 @@ func (s *Store) withPipelinedTx(ctx context.Context, settings string, first func
 	if !tx.open() {
 		return nil
 	}
-	return tx.commitWith(ctx, &pgx.Batch{})
+	return interpret(tx.commitWith(ctx, &pgx.Batch{}))
 }
 
 // batchSettings, sent right after a pipelinedTx's BEGIN, sets how PostgreSQL

@@ -359,9 +359,14 @@ func sqlstateOf(err error) string {
 
 // interpret turns driver errors into domain sentinels. It is the only place
 // that knows about pgx error types; everything else wraps what it returns.
+// An error it classified already is returned as it is, so that a mechanism
+// (a transaction's runner) may interpret what its callers' callbacks did.
 func interpret(err error) error {
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, fulfillment.ErrUnavailable) || errors.Is(err, fulfillment.ErrConflict) || errors.Is(err, fulfillment.ErrNotFound) {
+		return err
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: %w", fulfillment.ErrNotFound, err)
