@@ -63,6 +63,12 @@ type Provider struct {
 	// configured with: the provider issues them, so it knows how short
 	// they come.
 	MinSecretLen int
+	// CheckTogether, when set, checks what the provider's endpoints must
+	// agree on between them (an account at the provider that endpoints of
+	// two orgs may not share, say), once New has built each of them. eps
+	// are the provider's endpoints in the configured order; an error names
+	// them by id in one line.
+	CheckTogether func(eps []Endpoint) error
 }
 
 // DecodeOptions decodes an endpoint's options block into v (a pointer to a

@@ -25,7 +25,7 @@ import (
 //
 // Terminal passwords are the bank's to choose, and its published examples
 // are 11 and 14 characters long.
-var Provider = ingest.Provider{Name: fulfillment.ProviderTBank, New: New, MinSecretLen: 8}
+var Provider = ingest.Provider{Name: fulfillment.ProviderTBank, New: New, MinSecretLen: 8, CheckTogether: CheckTogether}
 
 // The duplicate OrderId policies are the domain's: an endpoint names one.
 const (
@@ -150,6 +150,50 @@ func New(ep fulfillment.Endpoint, secrets [][]byte, options *yaml.Node) (ingest.
 		return nil, err
 	}
 	return &Adapter{ep: ep, passwords: secrets, opts: o}, nil
+}
+
+// CheckTogether refuses a terminal that binds cards (Options.Recurrent on
+// any of its endpoints) configured for endpoints of more than one org and
+// environment. The bank keeps a payer's bound cards under the CustomerKey,
+// which is the customer's account_ref, unique only within one org and
+// environment: on a shared terminal one org's customer would be offered,
+// and could be charged through, the cards another's customer of the same
+// account_ref bound. Without card bindings a terminal may be shared (each
+// endpoint then names its own notification_url).
+func CheckTogether(eps []ingest.Endpoint) error {
+	type terminal struct {
+		first, other ingest.Endpoint // other: the first of another org or environment
+		binds        string          // the first endpoint that binds cards on it
+	}
+	terminals := map[string]*terminal{}
+	var keys []string
+	for _, e := range eps {
+		a, ok := e.Adapter.(*Adapter)
+		if !ok {
+			continue
+		}
+		t := terminals[a.opts.TerminalKey]
+		if t == nil {
+			t = &terminal{first: e}
+			terminals[a.opts.TerminalKey] = t
+			keys = append(keys, a.opts.TerminalKey)
+		}
+		if t.other.ID == "" && (e.OrgID != t.first.OrgID || e.Environment != t.first.Environment) {
+			t.other = e
+		}
+		if t.binds == "" && a.opts.Recurrent {
+			t.binds = e.ID
+		}
+	}
+	for _, key := range keys {
+		if t := terminals[key]; t.other.ID != "" && t.binds != "" {
+			return fmt.Errorf("%q (org %s, %s) and %q (org %s, %s) share a terminal_key on which %q binds cards (recurrent): "+
+				"the bank keeps bound cards under the customer's account_ref, unique only within one org and environment; "+
+				"give each org and environment a terminal of its own, or turn recurrent off",
+				t.first.ID, t.first.OrgID, t.first.Environment, t.other.ID, t.other.OrgID, t.other.Environment, t.binds)
+		}
+	}
+	return nil
 }
 
 // Options returns the endpoint's options, with the default policy filled

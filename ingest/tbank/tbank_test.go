@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
+	"github.com/fulfillplatform/fulfillment/ingest"
 )
 
 // options returns the mapping node of an options block written in YAML
@@ -154,5 +157,61 @@ func TestReject(t *testing.T) {
 				t.Errorf("Content-Type %q", w.Header().Get("Content-Type"))
 			}
 		})
+	}
+}
+
+// A terminal that binds cards belongs to one org and environment: the bank
+// keeps bound cards under the customer's account_ref, which two orgs (or
+// one org's live and test customers) may both use. Without card bindings a
+// terminal may be shared.
+func TestCheckTogether(t *testing.T) {
+	t.Parallel()
+	ep := func(id, org, env, opts string) ingest.Endpoint {
+		e := fulfillment.Endpoint{ID: id, Provider: fulfillment.ProviderTBank, OrgID: org, Environment: fulfillment.Environment(env)}
+		a, err := New(e, [][]byte{[]byte("password")}, options(t, opts))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ingest.Endpoint{Endpoint: e, Adapter: a}
+	}
+	for _, tc := range []struct {
+		name string
+		eps  []ingest.Endpoint
+		want string // part of the error; "" = accepted
+	}{
+		{"one endpoint binding cards", []ingest.Endpoint{ep("a", "org_a", "live", "{ terminal_key: T1, recurrent: true }")}, ""},
+		{"two orgs, a terminal each", []ingest.Endpoint{
+			ep("a", "org_a", "live", "{ terminal_key: T1, recurrent: true }"),
+			ep("b", "org_b", "live", "{ terminal_key: T2, recurrent: true }"),
+		}, ""},
+		{"two orgs share a terminal without bindings", []ingest.Endpoint{
+			ep("a", "org_a", "live", "terminal_key: T1"),
+			ep("b", "org_b", "live", "terminal_key: T1"),
+		}, ""},
+		{"one org's two endpoints share a terminal that binds", []ingest.Endpoint{
+			ep("a", "org_a", "live", "{ terminal_key: T1, recurrent: true }"),
+			ep("a2", "org_a", "live", "{ terminal_key: T1, notification_url: \"https://hooks.example/a2\" }"),
+		}, ""},
+		{"two orgs share a terminal that binds", []ingest.Endpoint{
+			ep("a", "org_a", "live", "terminal_key: T1"),
+			ep("b", "org_b", "live", "{ terminal_key: T1, recurrent: true }"),
+		}, `"a" (org org_a, live) and "b" (org org_b, live) share a terminal_key on which "b" binds cards`},
+		{"live and test share a terminal that binds", []ingest.Endpoint{
+			ep("live", "org_a", "live", "{ terminal_key: T1, recurrent: true }"),
+			ep("test", "org_a", "test", "terminal_key: T1"),
+		}, `"live" (org org_a, live) and "test" (org org_a, test) share a terminal_key on which "live" binds cards`},
+		{"the third endpoint binds on a terminal the first two share", []ingest.Endpoint{
+			ep("a", "org_a", "live", "terminal_key: T1"),
+			ep("b", "org_b", "live", "terminal_key: T1"),
+			ep("a2", "org_a", "live", "{ terminal_key: T1, recurrent: true }"),
+		}, `"a" (org org_a, live) and "b" (org org_b, live) share a terminal_key on which "a2" binds cards`},
+	} {
+		err := CheckTogether(tc.eps)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v, want accepted", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want an error containing %q", tc.name, err, tc.want)
+		}
 	}
 }

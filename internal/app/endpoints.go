@@ -37,6 +37,21 @@ func Endpoints(cfg *config.Config) ([]ingest.Endpoint, error) {
 		}
 		eps[i] = ingest.Endpoint{Endpoint: e.Domain(), Adapter: adapter}
 	}
+	for _, name := range providers.Names() {
+		p, _ := providers.Lookup(fulfillment.Provider(name))
+		if p.CheckTogether == nil {
+			continue
+		}
+		var mine []ingest.Endpoint
+		for _, e := range eps {
+			if e.Provider == p.Name {
+				mine = append(mine, e)
+			}
+		}
+		if err := p.CheckTogether(mine); err != nil {
+			return nil, fmt.Errorf("config: endpoints: %w", err)
+		}
+	}
 	return eps, nil
 }
 
