@@ -30,6 +30,7 @@ func TestInterpret(t *testing.T) {
 		{"login refused", &pgconn.PgError{Code: "28P01"}, fulfillment.ErrUnavailable},
 		{"no such role", &pgconn.PgError{Code: "28000"}, fulfillment.ErrUnavailable},
 		{"no such database", &pgconn.PgError{Code: "3D000"}, fulfillment.ErrUnavailable},
+		{"read-only server", &pgconn.PgError{Code: "25006"}, fulfillment.ErrUnavailable},
 		{"conn closed", fmt.Errorf("committing: %w", pgconn.ErrConnClosed), fulfillment.ErrUnavailable},
 		{"unexpected EOF", fmt.Errorf("reading: %w", io.ErrUnexpectedEOF), fulfillment.ErrUnavailable},
 		{"connection reset", fmt.Errorf("writing: %w", syscall.ECONNRESET), fulfillment.ErrUnavailable},

@@ -19,6 +19,7 @@ type reachability struct {
 
 	mu       sync.Mutex
 	down     bool
+	readOnly bool // down because the database takes no writes
 	downAt   time.Time
 	watching bool
 	// gaveUp is closed once the database was unreachable for
@@ -47,8 +48,12 @@ func (s *Store) unreachable(err error) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.down {
-		r.down, r.downAt = true, time.Now()
-		s.log.Error("database unreachable: webhooks are answered 503 (providers retry) and nothing is processed until it answers", "error", err)
+		r.down, r.readOnly, r.downAt = true, readOnly(err), time.Now()
+		if r.readOnly {
+			s.log.Error(readOnlyLine, "error", err)
+		} else {
+			s.log.Error("database unreachable: webhooks are answered 503 (providers retry) and nothing is processed until it answers", "error", err)
+		}
 	}
 	if !r.watching && s.bgCtx != nil {
 		r.watching = true
@@ -62,7 +67,8 @@ func (s *Store) unreachable(err error) bool {
 // failures only when it returns false.
 func (s *Store) Unreachable(err error) bool { return s.unreachable(err) }
 
-// watch pings the database every second until it answers, then says so.
+// watch probes the database every second until it answers and takes
+// writes, then says so.
 func (r *reachability) watch() {
 	ctx := r.s.bgCtx
 	tick := time.NewTicker(time.Second)
@@ -74,12 +80,19 @@ func (r *reachability) watch() {
 		case <-tick.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := r.s.pool.Ping(pctx)
+		err := r.s.probeWritable(pctx)
 		cancel()
 		if err != nil {
 			r.mu.Lock()
 			downFor := time.Since(r.downAt)
+			// Down for want of an answer, it now answers but takes no
+			// writes (a standby came up where the primary was): say so.
+			toldReadOnly := errors.Is(err, errProbeReadOnly) && !r.readOnly
+			r.readOnly = r.readOnly || toldReadOnly
 			r.mu.Unlock()
+			if toldReadOnly {
+				r.s.log.Error(readOnlyLine, "error", err)
+			}
 			if g := r.s.giveUpAfter; g > 0 && downFor >= g {
 				r.gaveUpOnce.Do(func() {
 					r.s.log.Error("database unreachable for too long: giving up", "down_for", downFor.Round(time.Second).String())
@@ -89,10 +102,35 @@ func (r *reachability) watch() {
 			continue
 		}
 		r.mu.Lock()
-		downFor := time.Since(r.downAt)
+		downFor, wasReadOnly := time.Since(r.downAt), r.readOnly
 		r.down, r.watching = false, false
 		r.mu.Unlock()
-		r.s.log.Info("database reachable again", "down_for", downFor.Round(time.Second).String())
+		if wasReadOnly {
+			r.s.log.Info("database takes writes again", "down_for", downFor.Round(time.Second).String())
+		} else {
+			r.s.log.Info("database reachable again", "down_for", downFor.Round(time.Second).String())
+		}
 		return
 	}
+}
+
+// readOnlyLine says the database takes no writes, and what follows.
+const readOnlyLine = "database read-only (a standby, or default_transaction_read_only): webhooks are answered 503 " +
+	"(providers retry) and nothing is processed until it takes writes"
+
+// errProbeReadOnly: the watcher's probe reached a server that takes no
+// writes.
+var errProbeReadOnly = errors.New("the database takes no writes (transaction_read_only is on)")
+
+// probeWritable asks the database whether a transaction of this service
+// could write: it answers, and transaction_read_only is off.
+func (s *Store) probeWritable(ctx context.Context) error {
+	var ro string
+	if err := s.pool.QueryRow(ctx, "SELECT current_setting('transaction_read_only')").Scan(&ro); err != nil {
+		return err
+	}
+	if ro == "on" {
+		return errProbeReadOnly
+	}
+	return nil
 }

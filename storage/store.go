@@ -193,6 +193,7 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	}
 	cfg.BeforeConnect = s.beforeConnect
 	cfg.AfterConnect = encodeUUIDStrings
+	cfg.AfterRelease = keepWritable
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating connection pool: %w", err)
@@ -346,7 +347,28 @@ const (
 	sqlstateUniqueViolation = "23505"
 	sqlstateUndefinedTable  = "42P01"
 	sqlstateQueryCanceled   = "57014"
+	// sqlstateReadOnly: the server refused a write — a standby (during or
+	// after a failover), or one set to default_transaction_read_only.
+	sqlstateReadOnly = "25006"
 )
+
+// readOnly reports whether err is the database refusing writes.
+func readOnly(err error) bool { return sqlstateOf(err) == sqlstateReadOnly }
+
+// serverReadOnly reports whether the server c is connected to said, in its
+// parameter reports, that it takes no writes: a hot standby, or
+// default_transaction_read_only on. PostgreSQL 14 and later report both
+// when they change, also to open sessions (a standby promoted).
+func serverReadOnly(c *pgconn.PgConn) bool {
+	return c.ParameterStatus("in_hot_standby") == "on" || c.ParameterStatus("default_transaction_read_only") == "on"
+}
+
+// keepWritable is the pools' AfterRelease: a connection to a server that
+// takes no writes is closed rather than kept, so that the next one is made
+// anew — through the host list's target_session_attrs, or a name that now
+// points at the new primary — instead of serving a demoted one for the
+// pool's connection lifetime.
+func keepWritable(c *pgx.Conn) bool { return !serverReadOnly(c.PgConn()) }
 
 // sqlstateOf is the SQLSTATE of a database error, "" for other errors.
 func sqlstateOf(err error) string {
@@ -385,11 +407,12 @@ func interpret(err error) error {
 		case pgErr.Code == sqlstateUniqueViolation:
 			return fmt.Errorf("%w: %w", fulfillment.ErrConflict, err)
 		case pgErr.Code[:2] == "08", // connection exception
-			pgErr.Code[:2] == "57", // operator intervention: shutdown, cancel
-			pgErr.Code[:2] == "53", // insufficient resources
-			pgErr.Code[:2] == "28", // invalid authorization: a login refused
-			pgErr.Code == "3D000",  // the database does not exist
-			pgErr.Code[:2] == "40": // rolled back to break a deadlock or a serialization failure: a retry runs anew
+			pgErr.Code[:2] == "57",         // operator intervention: shutdown, cancel
+			pgErr.Code[:2] == "53",         // insufficient resources
+			pgErr.Code[:2] == "28",         // invalid authorization: a login refused
+			pgErr.Code == "3D000",          // the database does not exist
+			pgErr.Code == sqlstateReadOnly, // a standby, or a server set read-only: writes wait for a primary
+			pgErr.Code[:2] == "40":         // rolled back to break a deadlock or a serialization failure: a retry runs anew
 			return fmt.Errorf("%w: %w", fulfillment.ErrUnavailable, err)
 		}
 		return err
