@@ -14,7 +14,7 @@ import (
 	"github.com/fulfillplatform/fulfillment/rig/daemon"
 )
 
-// silentProxy forwards TCP connections to target. cut makes every
+// silentProxy forwards TCP connections to target (retarget moves it). cut makes every
 // connection open at that moment go silent, both ways, without closing
 // it — as when the far host vanishes, or a NAT or load balancer drops the
 // flow, and no reset ever comes back. Connections made afterwards are
@@ -58,7 +58,10 @@ func newSilentProxy(t *testing.T, target string) *silentProxy {
 				_ = in.Close()
 				continue
 			}
-			out, err := net.Dial("tcp", target)
+			p.mu.Lock()
+			to := p.target
+			p.mu.Unlock()
+			out, err := net.Dial("tcp", to)
 			if err != nil {
 				_ = in.Close()
 				continue
@@ -99,6 +102,14 @@ func newSilentProxy(t *testing.T, target string) *silentProxy {
 }
 
 func (p *silentProxy) addr() string { return p.lis.Addr().String() }
+
+// retarget forwards new connections to target, as a name or a virtual
+// address moved to another host does; the open ones stay where they are.
+func (p *silentProxy) retarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+}
 
 // drop closes every connection open now, as a service that stops does.
 func (p *silentProxy) drop() {

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -114,4 +115,123 @@ func TestReadOnlyDatabase(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// The service's address (one host, as a virtual address or a name is)
+// reaches the standby: first by mistake while the primary runs (a name
+// that flapped), then in a failover before the standby's promotion. While
+// the service reaches only a standby, webhooks are answered 503, never 500
+// or 200, and /readyz is 503. When the address is back on the primary, the
+// service writes again by itself and its queues claim work (that its pools
+// keep no connection to a standby is storage's TestReadOnlyDatabase); once
+// the standby is promoted, it writes there by itself. The payments
+// announced meanwhile are applied once.
+func TestAddressReachesTheStandby(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	primary := startFailoverCluster(t, "ro-primary", nil)
+	standby := startFailoverCluster(t, "ro-standby", primary)
+	waitStreaming(t, primary)
+	primaryAddr, standbyAddr := fmt.Sprintf("127.0.0.1:%d", primary.Port()), fmt.Sprintf("127.0.0.1:%d", standby.Port())
+	vip := newSilentProxy(t, primaryAddr)
+	dbURL := fmt.Sprintf("postgres://postgres@%s/fulfillment?sslmode=disable", vip.addr())
+	cfg := testConfig(dbURL)
+	cfg.Database.Migrate = true
+	sink := &logSink{}
+	// The run goes through a database outage on purpose: how it stops is
+	// not what this test checks.
+	a := runApp(t, cfg, slog.New(slog.NewJSONHandler(sink, nil)), true)
+	s := stackOf(t, a, dbURL)
+	orders := []*fulfillmentv1.Order{s.createOrder(t, "live", "ro-vip-1"), s.createOrder(t, "live", "ro-vip-2")}
+	paid := []yolfi.Payload{
+		event(yolfi.TypePaymentConfirmed, "ro-vip-1", "inv_ro_vip_1"),
+		event(yolfi.TypePaymentConfirmed, "ro-vip-2", "inv_ro_vip_2"),
+	}
+	readOnlyTold := func() bool {
+		for _, l := range sink.lines() {
+			if strings.Contains(l, `"msg":"database read-only`) {
+				return true
+			}
+		}
+		return false
+	}
+	onlyTheStandby := func(what string, p yolfi.Payload) {
+		t.Helper()
+		var answers []int
+		for len(answers) < 5 {
+			answers = append(answers, s.send(t, liveEP, liveSecret, p))
+			time.Sleep(100 * time.Millisecond)
+		}
+		for i, code := range answers {
+			if code != http.StatusServiceUnavailable {
+				t.Errorf("%s: webhook %d answered %d, want 503 (answers %v)", what, i, code, answers)
+			}
+		}
+		waitFor(t, "the log saying the database is read-only", readOnlyTold)
+	}
+	writesWithin := func(what string, p yolfi.Payload, within time.Duration) {
+		t.Helper()
+		from := time.Now()
+		for {
+			code := s.send(t, liveEP, liveSecret, p)
+			if code == http.StatusOK {
+				break
+			}
+			if code != http.StatusServiceUnavailable || time.Since(from) > within {
+				t.Fatalf("%s: %v on, the webhook answered %d; want 503 until 200 within %v", what, time.Since(from), code, within)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("%s: written %v on", what, time.Since(from).Round(time.Millisecond))
+	}
+
+	// A flap: the address reaches the standby, the primary runs on.
+	vip.retarget(standbyAddr)
+	vip.drop()
+	onlyTheStandby("the address on the standby, the primary running", paid[0])
+	if code, body := readyz(t, s.restURL); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz with the address on the standby: %d %s, want 503", code, body)
+	}
+	vip.retarget(primaryAddr)
+	writesWithin("the address back on the primary", paid[0], 5*time.Second)
+	// The queues claim work again too.
+	back := time.Now()
+	for code, body := readyz(t, s.restURL); code != http.StatusOK; code, body = readyz(t, s.restURL) {
+		if time.Since(back) > 10*time.Second {
+			t.Fatalf("/readyz ten seconds after the address was back on the primary: %d %s, want 200", code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("the queues claim again %v after the address was back", time.Since(back).Round(time.Millisecond))
+
+	// A failover: the primary dies, the address moves before the standby
+	// is promoted.
+	waitFor(t, "the standby replaying the payment", func() bool {
+		var n int
+		_ = s.db.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE replay_lsn >= pg_current_wal_lsn()").Scan(&n)
+		return n == 1
+	})
+	vip.retarget(standbyAddr)
+	if err := primary.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	vip.drop()
+	onlyTheStandby("the primary dead, the standby not promoted yet", paid[1])
+	promoteCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := standby.Promote(promoteCtx); err != nil {
+		t.Fatal(err)
+	}
+	writesWithin("the standby promoted", paid[1], 10*time.Second)
+
+	for _, p := range paid {
+		s.send(t, liveEP, liveSecret, p) // a redelivery
+	}
+	s.db.Reset() // the test's own connections went with the primary
+	s.settle(t)
+	for _, o := range orders {
+		if e := s.effects(t, o.GetId()); e.State != "fulfilled" || e.Licenses != 2 || e.Credits != 1 || e.Attempts != 1 || len(e.Items) != 0 {
+			t.Errorf("order %s: %v; want fulfilled once (2 licenses, 1 credit, 1 attempt, no items)", o.GetMerchantOrderId(), e)
+		}
+	}
 }
