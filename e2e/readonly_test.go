@@ -192,6 +192,17 @@ func TestAddressReachesTheStandby(t *testing.T) {
 	if code, body := readyz(t, s.restURL); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz with the address on the standby: %d %s, want 503", code, body)
 	}
+	// Long enough for the queue liveness to find its session gone and
+	// connect again, through the address, to the standby.
+	waitFor(t, "the queue liveness lost with its session", func() bool {
+		for _, l := range sink.lines() {
+			if strings.Contains(l, `"msg":"queue liveness lost`) {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(1500 * time.Millisecond)
 	vip.retarget(primaryAddr)
 	writesWithin("the address back on the primary", paid[0], 5*time.Second)
 	// The queues claim work again too.
@@ -203,6 +214,34 @@ func TestAddressReachesTheStandby(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("the queues claim again %v after the address was back", time.Since(back).Round(time.Millisecond))
+	// Nothing of the service stays on the standby: not its pools'
+	// connections (which would answer read-only, or stale reads, for their
+	// lifetime), and not its queue liveness, whose lock there the
+	// primary's claims would not see (they would take its claims for a
+	// dead owner's); the liveness is held on the primary.
+	s.db.Reset() // the test's own connections through the address
+	onStandby := pgtest.Conn(t, standby.URL("fulfillment"))
+	onPrimary := pgtest.Conn(t, primary.URL("fulfillment"))
+	var sessions, standbyLocks, primaryLocks int
+	for settled := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		if err := onStandby.QueryRow(ctx, `SELECT
+				(SELECT count(*) FROM pg_stat_activity WHERE datname = 'fulfillment' AND backend_type = 'client backend' AND pid <> pg_backend_pid()),
+				(SELECT count(*) FROM pg_locks WHERE locktype = 'advisory')`).Scan(&sessions, &standbyLocks); err != nil {
+			t.Fatal(err)
+		}
+		if err := onPrimary.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").Scan(&primaryLocks); err != nil {
+			t.Fatal(err)
+		}
+		if sessions == 0 && standbyLocks == 0 && primaryLocks > 0 {
+			break
+		}
+		if time.Since(settled) > 10*time.Second {
+			t.Fatalf("ten seconds after the address was back on the primary: the standby holds %d sessions and %d advisory locks, "+
+				"the primary %d advisory locks; want none on the standby, the liveness on the primary", sessions, standbyLocks, primaryLocks)
+		}
+	}
+	_ = onStandby.Close(ctx)
+	_ = onPrimary.Close(ctx)
 
 	// A failover: the primary dies, the address moves before the standby
 	// is promoted.

@@ -338,6 +338,3 @@ func (s *Store) InsertQueuedAfterClose(ctx context.Context, ev fulfillment.Provi
 // MigrationLock is the advisory lock a migrator holds while it migrates
 // (for tests that hold migrations back).
 const MigrationLock = migrationLock
-
-// IdleConns is the number of idle connections in the store's main pool.
-func (s *Store) IdleConns() int32 { return s.pool.Stat().IdleConns() }

@@ -73,6 +73,7 @@ func (r *reachability) watch() {
 	ctx := r.s.bgCtx
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	sawStandby := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -80,8 +81,18 @@ func (r *reachability) watch() {
 		case <-tick.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := r.s.probeWritable(pctx)
+		standby, err := r.s.probeWritable(pctx)
 		cancel()
+		if standby {
+			// The pools' connections reached a standby (an address that
+			// points at it during a failover, or by mistake): make them
+			// anew, so that they reach the primary as soon as the address
+			// does, rather than staying for their lifetime. Once a second
+			// at most, and not for a primary set read-only, where new
+			// connections would land again.
+			sawStandby = true
+			r.s.resetPools()
+		}
 		if err != nil {
 			r.mu.Lock()
 			downFor := time.Since(r.downAt)
@@ -100,6 +111,11 @@ func (r *reachability) watch() {
 				})
 			}
 			continue
+		}
+		if sawStandby {
+			// The probe may have been the first connection to reach the
+			// primary: the others made since the last reset go too.
+			r.s.resetPools()
 		}
 		r.mu.Lock()
 		downFor, wasReadOnly := time.Since(r.downAt), r.readOnly
@@ -123,14 +139,27 @@ const readOnlyLine = "database read-only (a standby, or default_transaction_read
 var errProbeReadOnly = errors.New("the database takes no writes (transaction_read_only is on)")
 
 // probeWritable asks the database whether a transaction of this service
-// could write: it answers, and transaction_read_only is off.
-func (s *Store) probeWritable(ctx context.Context) error {
+// could write: it answers, and transaction_read_only is off. standby says
+// whether the connection it asked on is to a hot standby.
+func (s *Store) probeWritable(ctx context.Context) (standby bool, err error) {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer c.Release()
 	var ro string
-	if err := s.pool.QueryRow(ctx, "SELECT current_setting('transaction_read_only')").Scan(&ro); err != nil {
-		return err
+	if err := c.QueryRow(ctx, "SELECT current_setting('transaction_read_only')").Scan(&ro); err != nil {
+		return false, err
 	}
 	if ro == "on" {
-		return errProbeReadOnly
+		return onStandby(c.Conn().PgConn()), errProbeReadOnly
 	}
-	return nil
+	return false, nil
+}
+
+// resetPools closes the pools' connections: the idle ones now, the ones in
+// use when they are handed back.
+func (s *Store) resetPools() {
+	s.pool.Reset()
+	s.leasePool.Reset()
 }

@@ -193,7 +193,6 @@ func Open(ctx context.Context, url string, o Options) (*Store, error) {
 	}
 	cfg.BeforeConnect = s.beforeConnect
 	cfg.AfterConnect = encodeUUIDStrings
-	cfg.AfterRelease = keepWritable
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating connection pool: %w", err)
@@ -352,23 +351,19 @@ const (
 	sqlstateReadOnly = "25006"
 )
 
-// readOnly reports whether err is the database refusing writes.
-func readOnly(err error) bool { return sqlstateOf(err) == sqlstateReadOnly }
+// errStandby: a session of the service reached a hot standby, where it
+// writes nothing and holds no queue liveness.
+var errStandby = fmt.Errorf("%w: the database is a hot standby (in_hot_standby is on)", fulfillment.ErrUnavailable)
 
-// serverReadOnly reports whether the server c is connected to said, in its
-// parameter reports, that it takes no writes: a hot standby, or
-// default_transaction_read_only on. PostgreSQL 14 and later report both
-// when they change, also to open sessions (a standby promoted).
-func serverReadOnly(c *pgconn.PgConn) bool {
-	return c.ParameterStatus("in_hot_standby") == "on" || c.ParameterStatus("default_transaction_read_only") == "on"
+// readOnly reports whether err is the database refusing writes.
+func readOnly(err error) bool {
+	return sqlstateOf(err) == sqlstateReadOnly || errors.Is(err, errStandby)
 }
 
-// keepWritable is the pools' AfterRelease: a connection to a server that
-// takes no writes is closed rather than kept, so that the next one is made
-// anew — through the host list's target_session_attrs, or a name that now
-// points at the new primary — instead of serving a demoted one for the
-// pool's connection lifetime.
-func keepWritable(c *pgx.Conn) bool { return !serverReadOnly(c.PgConn()) }
+// onStandby reports whether the server c is connected to is a hot standby.
+// PostgreSQL 14 and later report in_hot_standby to every session, and
+// again when it changes (a standby promoted).
+func onStandby(c *pgconn.PgConn) bool { return c.ParameterStatus("in_hot_standby") == "on" }
 
 // sqlstateOf is the SQLSTATE of a database error, "" for other errors.
 func sqlstateOf(err error) string {

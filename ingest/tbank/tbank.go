@@ -152,45 +152,30 @@ func New(ep fulfillment.Endpoint, secrets [][]byte, options *yaml.Node) (ingest.
 	return &Adapter{ep: ep, passwords: secrets, opts: o}, nil
 }
 
-// CheckTogether refuses a terminal that binds cards (Options.Recurrent on
-// any of its endpoints) configured for endpoints of more than one org and
-// environment. The bank keeps a payer's bound cards under the CustomerKey,
-// which is the customer's account_ref, unique only within one org and
-// environment: on a shared terminal one org's customer would be offered,
-// and could be charged through, the cards another's customer of the same
-// account_ref bound. Without card bindings a terminal may be shared (each
-// endpoint then names its own notification_url).
+// CheckTogether refuses a terminal on which endpoints of more than one org
+// or environment bind cards (Options.Recurrent). The bank keeps a payer's
+// bound cards under the CustomerKey, which is the customer's account_ref,
+// unique only within one org and environment: on such a terminal one org's
+// customer would be offered, and could be charged through, the cards
+// another's customer of the same account_ref bound. An endpoint that binds
+// no cards sends no CustomerKey, so it may share the terminal (naming its
+// own notification_url).
 func CheckTogether(eps []ingest.Endpoint) error {
-	type terminal struct {
-		first, other ingest.Endpoint // other: the first of another org or environment
-		binds        string          // the first endpoint that binds cards on it
-	}
-	terminals := map[string]*terminal{}
-	var keys []string
+	first := map[string]ingest.Endpoint{} // the first endpoint binding cards on each terminal
 	for _, e := range eps {
 		a, ok := e.Adapter.(*Adapter)
-		if !ok {
+		if !ok || !a.opts.Recurrent {
 			continue
 		}
-		t := terminals[a.opts.TerminalKey]
-		if t == nil {
-			t = &terminal{first: e}
-			terminals[a.opts.TerminalKey] = t
-			keys = append(keys, a.opts.TerminalKey)
-		}
-		if t.other.ID == "" && (e.OrgID != t.first.OrgID || e.Environment != t.first.Environment) {
-			t.other = e
-		}
-		if t.binds == "" && a.opts.Recurrent {
-			t.binds = e.ID
-		}
-	}
-	for _, key := range keys {
-		if t := terminals[key]; t.other.ID != "" && t.binds != "" {
-			return fmt.Errorf("%q (org %s, %s) and %q (org %s, %s) share a terminal_key on which %q binds cards (recurrent): "+
+		f, seen := first[a.opts.TerminalKey]
+		switch {
+		case !seen:
+			first[a.opts.TerminalKey] = e
+		case e.OrgID != f.OrgID || e.Environment != f.Environment:
+			return fmt.Errorf("%q (org %s, %s) and %q (org %s, %s) both bind cards (recurrent) on one terminal_key: "+
 				"the bank keeps bound cards under the customer's account_ref, unique only within one org and environment; "+
-				"give each org and environment a terminal of its own, or turn recurrent off",
-				t.first.ID, t.first.OrgID, t.first.Environment, t.other.ID, t.other.OrgID, t.other.Environment, t.binds)
+				"give each org and environment a terminal of its own for card bindings",
+				f.ID, f.OrgID, f.Environment, e.ID, e.OrgID, e.Environment)
 		}
 	}
 	return nil

@@ -160,10 +160,10 @@ func TestReject(t *testing.T) {
 	}
 }
 
-// A terminal that binds cards belongs to one org and environment: the bank
-// keeps bound cards under the customer's account_ref, which two orgs (or
-// one org's live and test customers) may both use. Without card bindings a
-// terminal may be shared.
+// Cards are bound on a terminal for one org and environment: the bank keeps
+// them under the customer's account_ref, which two orgs (or one org's live
+// and test customers) may both use. An endpoint that binds no cards sends no
+// customer, so it may share the terminal.
 func TestCheckTogether(t *testing.T) {
 	t.Parallel()
 	ep := func(id, org, env, opts string) ingest.Endpoint {
@@ -180,7 +180,7 @@ func TestCheckTogether(t *testing.T) {
 		want string // part of the error; "" = accepted
 	}{
 		{"one endpoint binding cards", []ingest.Endpoint{ep("a", "org_a", "live", "{ terminal_key: T1, recurrent: true }")}, ""},
-		{"two orgs, a terminal each", []ingest.Endpoint{
+		{"two orgs binding, a terminal each", []ingest.Endpoint{
 			ep("a", "org_a", "live", "{ terminal_key: T1, recurrent: true }"),
 			ep("b", "org_b", "live", "{ terminal_key: T2, recurrent: true }"),
 		}, ""},
@@ -188,23 +188,28 @@ func TestCheckTogether(t *testing.T) {
 			ep("a", "org_a", "live", "terminal_key: T1"),
 			ep("b", "org_b", "live", "terminal_key: T1"),
 		}, ""},
-		{"one org's two endpoints share a terminal that binds", []ingest.Endpoint{
+		{"another org shares the terminal without binding", []ingest.Endpoint{
 			ep("a", "org_a", "live", "{ terminal_key: T1, recurrent: true }"),
-			ep("a2", "org_a", "live", "{ terminal_key: T1, notification_url: \"https://hooks.example/a2\" }"),
+			ep("b", "org_b", "live", "{ terminal_key: T1, notification_url: \"https://hooks.example/b\" }"),
 		}, ""},
-		{"two orgs share a terminal that binds", []ingest.Endpoint{
-			ep("a", "org_a", "live", "terminal_key: T1"),
+		{"one org's two endpoints bind on one terminal", []ingest.Endpoint{
+			ep("a", "org_a", "live", "{ terminal_key: T1, recurrent: true }"),
+			ep("a2", "org_a", "live", "{ terminal_key: T1, recurrent: true, notification_url: \"https://hooks.example/a2\" }"),
+		}, ""},
+		{"two orgs bind on one terminal", []ingest.Endpoint{
+			ep("a", "org_a", "live", "{ terminal_key: T1, recurrent: true }"),
 			ep("b", "org_b", "live", "{ terminal_key: T1, recurrent: true }"),
-		}, `"a" (org org_a, live) and "b" (org org_b, live) share a terminal_key on which "b" binds cards`},
-		{"live and test share a terminal that binds", []ingest.Endpoint{
+		}, `"a" (org org_a, live) and "b" (org org_b, live) both bind cards (recurrent) on one terminal_key`},
+		{"live and test bind on one terminal", []ingest.Endpoint{
 			ep("live", "org_a", "live", "{ terminal_key: T1, recurrent: true }"),
-			ep("test", "org_a", "test", "terminal_key: T1"),
-		}, `"live" (org org_a, live) and "test" (org org_a, test) share a terminal_key on which "live" binds cards`},
-		{"the third endpoint binds on a terminal the first two share", []ingest.Endpoint{
-			ep("a", "org_a", "live", "terminal_key: T1"),
+			ep("test", "org_a", "test", "{ terminal_key: T1, recurrent: true }"),
+		}, `"live" (org org_a, live) and "test" (org org_a, test) both bind cards`},
+		{"the third endpoint binds for another org", []ingest.Endpoint{
+			ep("a", "org_a", "live", "{ terminal_key: T1, recurrent: true }"),
 			ep("b", "org_b", "live", "terminal_key: T1"),
-			ep("a2", "org_a", "live", "{ terminal_key: T1, recurrent: true }"),
-		}, `"a" (org org_a, live) and "b" (org org_b, live) share a terminal_key on which "a2" binds cards`},
+			ep("a2", "org_a", "live", "{ terminal_key: T2, recurrent: true }"),
+			ep("b2", "org_b", "live", "{ terminal_key: T1, recurrent: true }"),
+		}, `"a" (org org_a, live) and "b2" (org org_b, live) both bind cards`},
 	} {
 		err := CheckTogether(tc.eps)
 		switch {

@@ -96,7 +96,7 @@ func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opti
 		case errors.Is(err, fulfillment.ErrUnavailable):
 			// As the service waits for a database that does not answer, it
 			// migrates once it does (Run), its queues waiting until then.
-			log.Warn("database unavailable: migrations are applied once it answers", "error", err)
+			log.Warn("database unavailable (unreachable, or taking no writes): migrations are applied once it answers and takes writes", "error", err)
 			migrateLater = SessionURL(cfg)
 		case err != nil:
 			return nil, err
