@@ -53,6 +53,19 @@ func (s *logSink) lines() []string {
 	return strings.Split(text, "\n")
 }
 
+// said returns whether a line with message msg, or one beginning with
+// it, was written: a condition for waitFor.
+func (s *logSink) said(msg string) func() bool {
+	return func() bool {
+		for _, l := range s.lines() {
+			if strings.Contains(l, `"msg":"`+msg) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 // floodLogger is the service's logger as fulfillmentd builds it (newLogger),
 // writing to sink.
 func floodLogger(sink *logSink) *slog.Logger {

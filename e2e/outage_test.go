@@ -128,14 +128,7 @@ func TestDatabaseOutage(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("recovered %v after the database returned", time.Since(back).Round(time.Millisecond))
-	waitFor(t, "the log saying the database answers again", func() bool {
-		for _, l := range sink.lines() {
-			if strings.Contains(l, `"msg":"database reachable again"`) {
-				return true
-			}
-		}
-		return false
-	})
+	waitFor(t, "the log saying the database answers again", sink.said("database reachable again"))
 }
 
 // A database that hangs — it accepts connections and answers nothing, and

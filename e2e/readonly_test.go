@@ -77,6 +77,9 @@ func TestReadOnlyDatabase(t *testing.T) {
 	if _, err := s.client.GetOrder(authed(orgAToken), &fulfillmentv1.GetOrderRequest{OrderId: o.GetId()}); err != nil {
 		t.Errorf("GetOrder with the database read-only: %v, want the order (reads go on)", err)
 	}
+	// Said at the first refused write, or by the watcher's probe when the
+	// sessions the switch ended were told first.
+	waitFor(t, "the log saying the database is read-only", sink.said("database read-only"))
 	time.Sleep(2 * time.Second) // the queues, listeners and liveness retry meanwhile
 	var said []string
 	for _, l := range sink.lines() {
@@ -107,14 +110,7 @@ func TestReadOnlyDatabase(t *testing.T) {
 	if e := s.effects(t, o.GetId()); e.State != "fulfilled" || e.Licenses != 2 || e.Credits != 1 || e.Attempts != 1 || len(e.Items) != 0 {
 		t.Errorf("after the read-only spell: %v; want fulfilled once (2 licenses, 1 credit, 1 attempt, no items)", e)
 	}
-	waitFor(t, "the log saying the database takes writes again", func() bool {
-		for _, l := range sink.lines() {
-			if strings.Contains(l, `"msg":"database takes writes again"`) {
-				return true
-			}
-		}
-		return false
-	})
+	waitFor(t, "the log saying the database takes writes again", sink.said("database takes writes again"))
 }
 
 // The service's address (one host, as a virtual address or a name is)
@@ -147,14 +143,6 @@ func TestAddressReachesTheStandby(t *testing.T) {
 		event(yolfi.TypePaymentConfirmed, "ro-vip-1", "inv_ro_vip_1"),
 		event(yolfi.TypePaymentConfirmed, "ro-vip-2", "inv_ro_vip_2"),
 	}
-	readOnlyTold := func() bool {
-		for _, l := range sink.lines() {
-			if strings.Contains(l, `"msg":"database read-only`) {
-				return true
-			}
-		}
-		return false
-	}
 	onlyTheStandby := func(what string, p yolfi.Payload) {
 		t.Helper()
 		var answers []int
@@ -167,7 +155,7 @@ func TestAddressReachesTheStandby(t *testing.T) {
 				t.Errorf("%s: webhook %d answered %d, want 503 (answers %v)", what, i, code, answers)
 			}
 		}
-		waitFor(t, "the log saying the database is read-only", readOnlyTold)
+		waitFor(t, "the log saying the database is read-only", sink.said("database read-only"))
 	}
 	writesWithin := func(what string, p yolfi.Payload, within time.Duration) {
 		t.Helper()
@@ -185,7 +173,9 @@ func TestAddressReachesTheStandby(t *testing.T) {
 		t.Logf("%s: written %v on", what, time.Since(from).Round(time.Millisecond))
 	}
 
-	// A flap: the address reaches the standby, the primary runs on.
+	// A flap: the address reaches the standby, the primary runs on, with
+	// the queue liveness held there.
+	waitFor(t, "the queue liveness held", sink.said("queue workers live"))
 	vip.retarget(standbyAddr)
 	vip.drop()
 	onlyTheStandby("the address on the standby, the primary running", paid[0])
@@ -194,14 +184,7 @@ func TestAddressReachesTheStandby(t *testing.T) {
 	}
 	// Long enough for the queue liveness to find its session gone and
 	// connect again, through the address, to the standby.
-	waitFor(t, "the queue liveness lost with its session", func() bool {
-		for _, l := range sink.lines() {
-			if strings.Contains(l, `"msg":"queue liveness lost`) {
-				return true
-			}
-		}
-		return false
-	})
+	waitFor(t, "the queue liveness lost with its session", sink.said("queue liveness lost"))
 	time.Sleep(1500 * time.Millisecond)
 	vip.retarget(primaryAddr)
 	writesWithin("the address back on the primary", paid[0], 5*time.Second)
