@@ -94,17 +94,7 @@ func TestReadOnlyDatabase(t *testing.T) {
 	}
 
 	readOnly(false)
-	back := time.Now()
-	for {
-		code := s.send(t, liveEP, liveSecret, paid)
-		if code == http.StatusOK {
-			break
-		}
-		if time.Since(back) > 10*time.Second {
-			t.Fatalf("still %d ten seconds after the database took writes again", code)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	s.sendUntilAcked(t, "the database taking writes again", paid, 10*time.Second)
 	s.send(t, liveEP, liveSecret, paid) // a redelivery
 	s.settle(t)
 	if e := s.effects(t, o.GetId()); e.State != "fulfilled" || e.Licenses != 2 || e.Credits != 1 || e.Attempts != 1 || len(e.Items) != 0 {
@@ -157,21 +147,6 @@ func TestAddressReachesTheStandby(t *testing.T) {
 		}
 		waitFor(t, "the log saying the database is read-only", sink.said("database read-only"))
 	}
-	writesWithin := func(what string, p yolfi.Payload, within time.Duration) {
-		t.Helper()
-		from := time.Now()
-		for {
-			code := s.send(t, liveEP, liveSecret, p)
-			if code == http.StatusOK {
-				break
-			}
-			if code != http.StatusServiceUnavailable || time.Since(from) > within {
-				t.Fatalf("%s: %v on, the webhook answered %d; want 503 until 200 within %v", what, time.Since(from), code, within)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		t.Logf("%s: written %v on", what, time.Since(from).Round(time.Millisecond))
-	}
 
 	// A flap: the address reaches the standby, the primary runs on, with
 	// the queue liveness held there.
@@ -187,7 +162,7 @@ func TestAddressReachesTheStandby(t *testing.T) {
 	waitFor(t, "the queue liveness lost with its session", sink.said("queue liveness lost"))
 	time.Sleep(1500 * time.Millisecond)
 	vip.retarget(primaryAddr)
-	writesWithin("the address back on the primary", paid[0], 5*time.Second)
+	s.sendUntilAcked(t, "the address back on the primary", paid[0], 5*time.Second)
 	// The queues claim work again too.
 	back := time.Now()
 	for code, body := readyz(t, s.restURL); code != http.StatusOK; code, body = readyz(t, s.restURL) {
@@ -244,7 +219,7 @@ func TestAddressReachesTheStandby(t *testing.T) {
 	if err := standby.Promote(promoteCtx); err != nil {
 		t.Fatal(err)
 	}
-	writesWithin("the standby promoted", paid[1], 10*time.Second)
+	s.sendUntilAcked(t, "the standby promoted", paid[1], 10*time.Second)
 
 	for _, p := range paid {
 		s.send(t, liveEP, liveSecret, p) // a redelivery
@@ -256,4 +231,23 @@ func TestAddressReachesTheStandby(t *testing.T) {
 			t.Errorf("order %s: %v; want fulfilled once (2 licenses, 1 credit, 1 attempt, no items)", o.GetMerchantOrderId(), e)
 		}
 	}
+}
+
+// sendUntilAcked sends p to the live endpoint, as a provider retries, until
+// it is answered 200; every answer before must be 503, and the 200 must come
+// within the given time of the first try. what says when, for the log.
+func (s *stack) sendUntilAcked(t *testing.T, what string, p yolfi.Payload, within time.Duration) {
+	t.Helper()
+	from := time.Now()
+	for {
+		code := s.send(t, liveEP, liveSecret, p)
+		if code == http.StatusOK {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Since(from) > within {
+			t.Fatalf("%s: %v on, the webhook answered %d; want 503 until 200 within %v", what, time.Since(from), code, within)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("%s: acknowledged %v on", what, time.Since(from).Round(time.Millisecond))
 }
