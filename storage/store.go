@@ -296,6 +296,15 @@ func (s *Store) Close() {
 	s.pool.Close()
 }
 
+// SynchronousCommit is the synchronous_commit the service's transactions
+// commit with unless they set their own (the queues' lease bookkeeping
+// does): the server's, or a database's or role's setting.
+func (s *Store) SynchronousCommit(ctx context.Context) (string, error) {
+	var v string
+	err := s.pool.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&v)
+	return v, interpret(err)
+}
+
 // Ping checks the database answers.
 func (s *Store) Ping(ctx context.Context) error {
 	err := interpret(s.pool.Ping(ctx))

@@ -282,6 +282,7 @@ func (a *App) Run(ctx context.Context) error {
 		g.Go(func() error { return a.store.VacuumQueues(ctx, *a.vacuum) })
 	}
 	g.Go(func() error { a.warnPlansMissing(ctx); return nil })
+	g.Go(func() error { a.warnUndurable(ctx); return nil })
 	g.Go(func() error {
 		select {
 		case <-ctx.Done():
@@ -458,6 +459,23 @@ func (a *App) warnPlansMissing(ctx context.Context) {
 	case len(missing) > 0:
 		a.log.Warn("live subscriptions are on plans that the configuration does not have: their events fail and their access "+
 			"is not ended until each plan is in plans: again", "subscriptions_by_plan", missing)
+	}
+}
+
+// warnUndurable says once, at start, when the database lets the service's
+// commits be acknowledged before they are durable: a webhook answered 200
+// just before a crash of the database would be lost, and providers do not
+// send it again.
+func (a *App) warnUndurable(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, plansCheckTimeout)
+	defer cancel()
+	switch v, err := a.store.SynchronousCommit(ctx); {
+	case err != nil:
+		a.log.Debug("reading synchronous_commit", "error", err)
+	case v == "off":
+		a.log.Warn("synchronous_commit is off for this service's transactions (a setting of the server, its database or "+
+			"role): a webhook answered 200 just before a crash of the database can be lost, and providers do not send it "+
+			"again; set it back to on, PostgreSQL's default", "synchronous_commit", v)
 	}
 }
 
