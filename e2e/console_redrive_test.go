@@ -109,7 +109,8 @@ func TestConsoleBulkRetryCancel(t *testing.T) {
 	}
 	admin.click("[data-action=confirm]", "[data-action=cancel]")
 	waitFor(t, "the first batch waiting for the held message", func() bool {
-		return s.count(t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%redrive_items%'`) == 1
+		return s.count(t, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND datname = current_database() AND query LIKE '%redrive_items%'`) == 1
 	})
 	if st := admin.text("[data-testid=run-state]"); st != "running" {
 		t.Fatalf("the run page says %q, want running", st)
@@ -119,7 +120,8 @@ func TestConsoleBulkRetryCancel(t *testing.T) {
 	// finds the button of the moment.
 	bounded(admin, "cancelling", chromedp.Evaluate[bool](`(() => { document.querySelector("[data-action=cancel]").click(); return true })()`))
 	waitFor(t, "the cancel waiting behind the batch", func() bool {
-		return s.count(t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%cancelled_by%'`) == 1
+		return s.count(t, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND datname = current_database() AND query LIKE '%cancelled_by%'`) == 1
 	})
 	if err := hold.Commit(ctx); err != nil {
 		t.Fatal(err)

@@ -302,7 +302,8 @@ func TestDecidedBatchMeetsAnEventStoredMeanwhile(t *testing.T) {
 	// before it could not see the uncommitted row).
 	waitFor(t, "the batch's insert to wait for the holder", func() bool {
 		return count(t, conn, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND wait_event = 'transactionid' AND query LIKE '%INSERT INTO inbox_events%'`) == 1
+			WHERE wait_event_type = 'Lock' AND wait_event = 'transactionid' AND datname = current_database()
+				AND query LIKE '%INSERT INTO inbox_events%'`) == 1
 	})
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
