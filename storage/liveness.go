@@ -144,13 +144,6 @@ func (l *Liveness) hold(ctx context.Context) (held bool, err error) {
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()
-	if onStandby(conn.PgConn()) {
-		// Advisory locks are taken on a standby too, where the queues'
-		// claims (on the primary) would not see them: their owner would
-		// look dead, its claims free to others.
-		l.set("", errStandby)
-		return false, errStandby
-	}
 	owner, err := l.lock(ctx, conn)
 	if err != nil {
 		l.set("", err)
@@ -173,9 +166,6 @@ func (l *Liveness) hold(ctx context.Context) (held bool, err error) {
 		cancel()
 		if err != nil {
 			return true, fmt.Errorf("checking the liveness connection: %w", interpret(err))
-		}
-		if onStandby(conn.PgConn()) {
-			return true, errStandby
 		}
 	}
 }

@@ -477,14 +477,7 @@ func TestPaymentRefundedBeforeItsConfirmationAfterAnotherPaid(t *testing.T) {
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
 	order := creditLicenseOrder(t, s, "m-1")
-	effects := func() string {
-		t.Helper()
-		return fmt.Sprintf("entitlements %d, ledger %d, extra_payment items %d, items %d",
-			count(t, conn, "SELECT count(*) FROM entitlements WHERE order_id = $1", order.ID),
-			count(t, conn, "SELECT count(*) FROM ledger_entries WHERE order_id = $1", order.ID),
-			count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE order_id = $1 AND kind = 'extra_payment'", order.ID),
-			count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE order_id = $1", order.ID))
-	}
+	effects := func() string { t.Helper(); return orderEffects(t, conn, order.ID) }
 	steps := []struct {
 		ev       fulfillment.ProviderEvent
 		decision string
@@ -532,13 +525,7 @@ func TestPaymentRefundedUnderItsInvoiceBeforeItsConfirmation(t *testing.T) {
 	s, conn := newOutboxStore(t)
 	ctx := context.Background()
 	order := creditLicenseOrder(t, s, "m-1")
-	effects := func() string {
-		t.Helper()
-		return fmt.Sprintf("entitlements %d, ledger %d, items %d",
-			count(t, conn, "SELECT count(*) FROM entitlements WHERE order_id = $1", order.ID),
-			count(t, conn, "SELECT count(*) FROM ledger_entries WHERE order_id = $1", order.ID),
-			count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE order_id = $1", order.ID))
-	}
+	effects := func() string { t.Helper(); return orderEffects(t, conn, order.ID) }
 	batches := []struct {
 		events    []fulfillment.ProviderEvent
 		decisions string
@@ -557,12 +544,19 @@ func TestPaymentRefundedUnderItsInvoiceBeforeItsConfirmation(t *testing.T) {
 			t.Fatalf("decisions %s, want %s", got, b.decisions)
 		}
 	}
-	var ids []string
-	if err := conn.QueryRow(ctx, `SELECT refunded_payment_ids FROM payment_attempts WHERE order_id = $1 AND attempt_ref = 'inv-1'`,
-		order.ID).Scan(&ids); err != nil || strings.Join(ids, ",") != "pay-1,pay-2" {
-		t.Errorf("inv-1 records refunded payments %v (%v), want pay-1, pay-2", ids, err)
+	refundedIDs := func() string {
+		t.Helper()
+		var ids []string
+		if err := conn.QueryRow(ctx, `SELECT refunded_payment_ids FROM payment_attempts WHERE order_id = $1 AND attempt_ref = 'inv-1'`,
+			order.ID).Scan(&ids); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(ids, ",")
 	}
-	const want = "entitlements 0, ledger 0, items 0"
+	if ids := refundedIDs(); ids != "pay-1,pay-2" {
+		t.Errorf("inv-1 records refunded payments %q, want pay-1,pay-2", ids)
+	}
+	const want = "entitlements 0, ledger 0, extra_payment items 0, items 0"
 	if got := effects(); got != want {
 		t.Fatalf("after the refunds and the confirmations: %s; want %s", got, want)
 	}
@@ -574,14 +568,13 @@ func TestPaymentRefundedUnderItsInvoiceBeforeItsConfirmation(t *testing.T) {
 	if got := effects(); got != want {
 		t.Fatalf("after replaying them: %s; want %s", got, want)
 	}
-	if err := conn.QueryRow(ctx, `SELECT refunded_payment_ids FROM payment_attempts WHERE order_id = $1 AND attempt_ref = 'inv-1'`,
-		order.ID).Scan(&ids); err != nil || strings.Join(ids, ",") != "pay-1,pay-2" {
-		t.Errorf("after the replays inv-1 records refunded payments %v (%v), want pay-1, pay-2 once each", ids, err)
+	if ids := refundedIDs(); ids != "pay-1,pay-2" {
+		t.Errorf("after the replays inv-1 records refunded payments %q, want pay-1,pay-2 once each", ids)
 	}
 	if got := deliver(t, s, namedEvent("confirmed-3", fulfillment.EventPaymentConfirmed, "", "pay-3")); got != "fulfilled" {
 		t.Fatalf("a third payment: %s, want fulfilled", got)
 	}
-	if got, want := effects(), "entitlements 2, ledger 1, items 0"; got != want {
+	if got, want := effects(), "entitlements 2, ledger 1, extra_payment items 0, items 0"; got != want {
 		t.Errorf("after a third payment: %s; want %s", got, want)
 	}
 }
@@ -743,4 +736,15 @@ func TestRefundAndConfirmationNamedOtherwiseAtOnce(t *testing.T) {
 		t.Errorf("%d payments recorded refunded twice", n)
 	}
 
+}
+
+// orderEffects counts what an order was granted and what it opened, from
+// the tables.
+func orderEffects(t *testing.T, conn *pgx.Conn, orderID string) string {
+	t.Helper()
+	return fmt.Sprintf("entitlements %d, ledger %d, extra_payment items %d, items %d",
+		count(t, conn, "SELECT count(*) FROM entitlements WHERE order_id = $1", orderID),
+		count(t, conn, "SELECT count(*) FROM ledger_entries WHERE order_id = $1", orderID),
+		count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE order_id = $1 AND kind = 'extra_payment'", orderID),
+		count(t, conn, "SELECT count(*) FROM reconciliation_items WHERE order_id = $1", orderID))
 }

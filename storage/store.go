@@ -264,7 +264,10 @@ func (s *Store) beforeConnect(ctx context.Context, cc *pgx.ConnConfig) error {
 // sessionConn opens a connection of its own that keeps its server session,
 // for session-bound work: LISTEN, the liveness lock. It fails with
 // ErrTransactionPooled when the session URL turns out to be transaction
-// pooled.
+// pooled, and with errStandby when it reached a hot standby: advisory locks
+// are taken there too, where the primary's claims would not see them (the
+// liveness's owner would look dead, its claims free to others), and a
+// session on a running primary never becomes a standby's.
 func (s *Store) sessionConn(ctx context.Context, params map[string]string) (*pgx.Conn, error) {
 	p, err := s.sessionProbe.pooling(ctx)
 	if err != nil {
@@ -283,6 +286,10 @@ func (s *Store) sessionConn(ctx context.Context, params map[string]string) (*pgx
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, interpret(err)
+	}
+	if onStandby(conn.PgConn()) {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, errStandby
 	}
 	return conn, nil
 }
