@@ -34,6 +34,16 @@ var ErrConflict = errors.New("conflict")
 // now; the caller should retry.
 var ErrUnavailable = errors.New("unavailable")
 
+// ErrDatabaseDown marks an ErrUnavailable (an error wraps both) that says
+// nothing of the call that met it: the database could not be reached,
+// takes no writes (a standby), or lacks what a write needs (a disk full).
+// Queued work that failed for it is tried again after its backoff without
+// using one of its attempts, however long that lasts: an outage delays a
+// payment, it never fails it. A call that ran out of time (a deadline, a
+// statement timeout) or that PostgreSQL rolled back to break a deadlock is
+// not one: the work itself may cause those, and its attempts bound them.
+var ErrDatabaseDown = errors.New("database down")
+
 // ReasonDatabaseUnavailable is the google.rpc.ErrorInfo reason of the
 // UNAVAILABLE the API answers for ErrUnavailable: the service is up, its
 // database does not answer, so a client need not look for the service.

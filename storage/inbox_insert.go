@@ -259,6 +259,9 @@ func (in *inserter) flush(batch []*insertRequest) (observe []func()) {
 		}
 		return observe
 	}
+	if errors.Is(err, fulfillment.ErrDatabaseDown) {
+		in.store.unreachable(err) // tells it, once
+	}
 	if len(live) == 1 || errors.Is(err, fulfillment.ErrUnavailable) {
 		for _, r := range live {
 			r.done <- insertResult{err: err}

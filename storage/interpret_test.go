@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -21,24 +22,30 @@ func TestInterpret(t *testing.T) {
 		name string
 		err  error
 		want error // nil: passed through unchanged
+		// down: an outage of the database (fulfillment.ErrDatabaseDown),
+		// which does not use an attempt of the queued work that met it.
+		down bool
 	}{
-		{"no rows", pgx.ErrNoRows, fulfillment.ErrNotFound},
-		{"unique violation", &pgconn.PgError{Code: "23505"}, fulfillment.ErrConflict},
-		{"admin shutdown", &pgconn.PgError{Code: "57P01"}, fulfillment.ErrUnavailable},
-		{"connection failure", &pgconn.PgError{Code: "08006"}, fulfillment.ErrUnavailable},
-		{"too many connections", &pgconn.PgError{Code: "53300"}, fulfillment.ErrUnavailable},
-		{"login refused", &pgconn.PgError{Code: "28P01"}, fulfillment.ErrUnavailable},
-		{"no such role", &pgconn.PgError{Code: "28000"}, fulfillment.ErrUnavailable},
-		{"no such database", &pgconn.PgError{Code: "3D000"}, fulfillment.ErrUnavailable},
-		{"read-only server", &pgconn.PgError{Code: "25006"}, fulfillment.ErrUnavailable},
-		{"conn closed", fmt.Errorf("committing: %w", pgconn.ErrConnClosed), fulfillment.ErrUnavailable},
-		{"unexpected EOF", fmt.Errorf("reading: %w", io.ErrUnexpectedEOF), fulfillment.ErrUnavailable},
-		{"connection reset", fmt.Errorf("writing: %w", syscall.ECONNRESET), fulfillment.ErrUnavailable},
-		{"deadline", context.DeadlineExceeded, fulfillment.ErrUnavailable},
-		{"deadlock detected", &pgconn.PgError{Code: "40P01"}, fulfillment.ErrUnavailable},
-		{"serialization failure", &pgconn.PgError{Code: "40001"}, fulfillment.ErrUnavailable},
-		{"syntax error", &pgconn.PgError{Code: "42601"}, nil},
-		{"check violation", &pgconn.PgError{Code: "23514"}, nil},
+		{"no rows", pgx.ErrNoRows, fulfillment.ErrNotFound, false},
+		{"unique violation", &pgconn.PgError{Code: "23505"}, fulfillment.ErrConflict, false},
+		{"admin shutdown", &pgconn.PgError{Code: "57P01"}, fulfillment.ErrUnavailable, true},
+		{"connection failure", &pgconn.PgError{Code: "08006"}, fulfillment.ErrUnavailable, true},
+		{"too many connections", &pgconn.PgError{Code: "53300"}, fulfillment.ErrUnavailable, true},
+		{"disk full", &pgconn.PgError{Code: "53100"}, fulfillment.ErrUnavailable, true},
+		{"login refused", &pgconn.PgError{Code: "28P01"}, fulfillment.ErrUnavailable, true},
+		{"no such role", &pgconn.PgError{Code: "28000"}, fulfillment.ErrUnavailable, true},
+		{"no such database", &pgconn.PgError{Code: "3D000"}, fulfillment.ErrUnavailable, true},
+		{"read-only server", &pgconn.PgError{Code: "25006"}, fulfillment.ErrUnavailable, true},
+		{"a standby", errStandby, fulfillment.ErrUnavailable, true},
+		{"conn closed", fmt.Errorf("committing: %w", pgconn.ErrConnClosed), fulfillment.ErrUnavailable, true},
+		{"unexpected EOF", fmt.Errorf("reading: %w", io.ErrUnexpectedEOF), fulfillment.ErrUnavailable, true},
+		{"connection reset", fmt.Errorf("writing: %w", syscall.ECONNRESET), fulfillment.ErrUnavailable, true},
+		{"deadline", context.DeadlineExceeded, fulfillment.ErrUnavailable, false},
+		{"statement timeout", &pgconn.PgError{Code: "57014"}, fulfillment.ErrUnavailable, false},
+		{"deadlock detected", &pgconn.PgError{Code: "40P01"}, fulfillment.ErrUnavailable, false},
+		{"serialization failure", &pgconn.PgError{Code: "40001"}, fulfillment.ErrUnavailable, false},
+		{"syntax error", &pgconn.PgError{Code: "42601"}, nil, false},
+		{"check violation", &pgconn.PgError{Code: "23514"}, nil, false},
 	}
 	for _, tc := range cases {
 		got := interpret(tc.err)
@@ -50,6 +57,12 @@ func TestInterpret(t *testing.T) {
 		}
 		if !errors.Is(got, tc.want) {
 			t.Errorf("%s: interpret = %v, want it to wrap %v", tc.name, got, tc.want)
+		}
+		if down := errors.Is(got, fulfillment.ErrDatabaseDown); down != tc.down {
+			t.Errorf("%s: interpret = %v, an outage of the database: %v, want %v", tc.name, got, down, tc.down)
+		}
+		if tc.err.Error() != "" && !strings.HasSuffix(got.Error(), tc.err.Error()) {
+			t.Errorf("%s: interpret = %q, want it to end with the error's own message %q", tc.name, got, tc.err)
 		}
 		// What it classified is kept as it is: a transaction's runner
 		// interprets its callbacks' errors again (withPipelinedTx).

@@ -115,12 +115,16 @@ func newLeasedTable(t leasedTable) *leasedTable {
 	if t.unfailable != "" {
 		failable = "NOT (" + t.unfailable + ")"
 	}
-	// A row that used its attempts ($4) is failed, unless it may not be.
+	// A row that used its attempts ($4) is failed, unless it may not be;
+	// in a retry, unless its attempt failed for an outage of the database
+	// (f.uncounted), which gives it back instead.
 	exhausted := "(attempts >= $4 AND " + failable + ")"
+	retryExhausted := "(NOT f.uncounted AND " + exhausted + ")"
+	uncount := "greatest(attempts - 1, 0)"
 	var abandonSet, retrySet, releaseSet []string
 	for _, kv := range t.failedSet {
 		abandonSet = append(abandonSet, fmt.Sprintf("%s = %s,", kv[0], kv[1]))
-		retrySet = append(retrySet, fmt.Sprintf("%s = CASE WHEN %s THEN %s END,", kv[0], exhausted, kv[1]))
+		retrySet = append(retrySet, fmt.Sprintf("%s = CASE WHEN %s THEN %s END,", kv[0], retryExhausted, kv[1]))
 	}
 	for _, kv := range t.releaseSet {
 		releaseSet = append(releaseSet, fmt.Sprintf("%s = %s,", kv[0], kv[1]))
@@ -129,14 +133,16 @@ func newLeasedTable(t leasedTable) *leasedTable {
 	// that puts its rows back, pending again with its attempts from 0 (so
 	// that a row returned with none used them: attempts = 0).
 	const abandonedError = "abandoned: no attempt completed"
-	retryState := "state = CASE WHEN " + exhausted + " THEN 'failed' ELSE 'pending' END, " + strings.Join(retrySet, " ") + `
-			processed_at = CASE WHEN ` + exhausted + " THEN clock_timestamp() END,"
+	retryState := "state = CASE WHEN " + retryExhausted + " THEN 'failed' ELSE 'pending' END, " + strings.Join(retrySet, " ") + `
+			attempts = CASE WHEN f.uncounted THEN ` + uncount + ` ELSE attempts END,
+			processed_at = CASE WHEN ` + retryExhausted + " THEN clock_timestamp() END,"
 	retryFailed := "state = 'failed'"
 	abandonState := "state = 'failed', " + strings.Join(abandonSet, " ") + " processed_at = clock_timestamp(),"
 	abandonError := "coalesce(t.last_error || '; ', '') || '" + abandonedError + "'"
 	if t.rearmAfter != "" {
-		retryState = "state = 'pending', attempts = CASE WHEN " + exhausted + " THEN 0 ELSE attempts END, processed_at = NULL,"
-		retryFailed = "attempts = 0"
+		retryState = "state = 'pending', attempts = CASE WHEN f.uncounted THEN " + uncount + " WHEN " + exhausted +
+			" THEN 0 ELSE attempts END, processed_at = NULL,"
+		retryFailed = "(NOT f.uncounted AND attempts = 0)"
 		abandonState = "state = 'pending', attempts = 0, next_attempt_at = clock_timestamp() + interval '" + t.rearmAfter +
 			"', processed_at = NULL,"
 		// Put back round after round, it says so once.
@@ -214,8 +220,8 @@ func newLeasedTable(t leasedTable) *leasedTable {
 		RETURNING t.id, coalesce((SELECT b.last_error FROM {table} b WHERE b.id = t.id), '')`)
 
 	// The failed attempts of a batch, one row of unnest each ($1 ids, $3
-	// causes, $5 due times), owner $2, budget $4; the rows still leased to
-	// the owner are returned, failed or not. Each row is found by its own
+	// causes, $5 due times, $6 whether uncounted), owner $2, budget $4; the
+	// rows still leased to the owner are returned, failed or not. Each row is found by its own
 	// id: with the ids as an array condition too, a generic plan (made for
 	// an array of ten) joined every row leased to the owner with every
 	// attempt, quadratic in the batch.
@@ -223,7 +229,7 @@ func newLeasedTable(t leasedTable) *leasedTable {
 		UPDATE {table} SET
 			{retry_state}
 			last_error = f.cause, next_attempt_at = f.due, lease_owner = NULL, lease_until = NULL
-		FROM unnest($1::bigint[], $3::text[], $5::timestamptz[]) AS f(failed_id, cause, due)
+		FROM unnest($1::bigint[], $3::text[], $5::timestamptz[], $6::boolean[]) AS f(failed_id, cause, due, uncounted)
 		WHERE ` + leaseHeld("ARRAY[f.failed_id]", "$2") + `
 		RETURNING id, {retry_failed}`)
 
@@ -432,9 +438,9 @@ func (q *Queue) Retry(ctx context.Context, owner string, rs []worker.Retry, maxA
 		r.Cause = storableText(r.Cause)
 		clean[i] = r
 	}
-	ids, causes, due := make([]int64, len(rs)), make([]string, len(rs)), make([]time.Time, len(rs))
+	ids, causes, due, uncounted := make([]int64, len(rs)), make([]string, len(rs)), make([]time.Time, len(rs)), make([]bool, len(rs))
 	for i, r := range slices.SortedFunc(slices.Values(clean), func(a, b worker.Retry) int { return cmp.Compare(a.Claim.ID, b.Claim.ID) }) {
-		ids[i], causes[i], due[i] = r.Claim.ID, r.Cause, r.Next
+		ids[i], causes[i], due[i], uncounted[i] = r.Claim.ID, r.Cause, r.Next, r.Uncounted
 	}
 	var outcomes []worker.RetryOutcome
 	err := q.store.withRetriedTx(ctx, func(tx pgx.Tx) error {
@@ -443,7 +449,7 @@ func (q *Queue) Retry(ctx context.Context, owner string, rs []worker.Retry, maxA
 			outcomes[i] = worker.RetryLost // unless the statement returns its row
 		}
 		var failed []failedRow
-		rows, _ := tx.Query(ctx, t.retrySQL, ids, owner, causes, maxAttempts, due)
+		rows, _ := tx.Query(ctx, t.retrySQL, ids, owner, causes, maxAttempts, due, uncounted)
 		var (
 			id       int64
 			isFailed bool

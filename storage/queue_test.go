@@ -513,6 +513,55 @@ func TestQueueRetryBudget(t *testing.T) {
 	})
 }
 
+// An attempt that failed for an outage of the database (Uncounted) does not
+// use the item's budget: however many there are, the item is due again at
+// its time, its claim not counted, never failed and with no item opened;
+// the counted attempts after them fail it as before.
+func TestQueueRetryUncounted(t *testing.T) {
+	t.Parallel()
+	eachQueue(t, func(t *testing.T, c queueCase, _ *storage.Store, conn *pgx.Conn, q *storage.Queue, id int64) {
+		ctx := context.Background()
+		for round := 1; round <= 5; round++ {
+			got := claimed(t, q, "w", time.Minute, 2)
+			if len(got) != 1 || got[0].Attempts != 1 {
+				t.Fatalf("claim %d after uncounted attempts = %v; want the item at its first attempt", round, got)
+			}
+			next := time.Now().Add(-time.Second)
+			if round == 5 {
+				next = time.Now().Add(time.Hour)
+			}
+			outcomes, err := q.Retry(ctx, "w", []worker.Retry{{Claim: got[0], Cause: "database down", Next: next, Uncounted: true}}, 2)
+			if err != nil || len(outcomes) != 1 || outcomes[0] != worker.RetryScheduled {
+				t.Fatalf("uncounted attempt %d: %v, %v; want it scheduled", round, outcomes, err)
+			}
+		}
+		if got := count(t, conn, "SELECT count(*) FROM "+c.table+` WHERE id = $1 AND state = 'pending' AND attempts = 0
+			AND lease_owner IS NULL AND next_attempt_at > now() + interval '59 minutes' AND last_error = 'database down'`, id); got != 1 {
+			t.Errorf("after uncounted attempts, the item is not pending at its due time with no attempt used")
+		}
+		if got := count(t, conn, "SELECT count(*) FROM reconciliation_items"); got != 0 {
+			t.Errorf("%d items opened for uncounted attempts, want 0", got)
+		}
+		if len(claimed(t, q, "w", time.Minute, 2)) != 0 {
+			t.Error("an item not due yet was claimed")
+		}
+		if _, err := conn.Exec(ctx, "UPDATE "+c.table+" SET next_attempt_at = now() WHERE id = $1", id); err != nil {
+			t.Fatal(err)
+		}
+		for attempt := 1; attempt <= 2; attempt++ {
+			got := claimed(t, q, "w", time.Minute, 2)
+			if len(got) != 1 || got[0].Attempts != attempt {
+				t.Fatalf("counted attempt %d: claim = %v", attempt, got)
+			}
+			failed, err := retryOne(ctx, q, "w", got[0], fmt.Sprintf("boom %d", attempt), time.Now(), 2)
+			if err != nil || failed != (attempt == 2 && !c.rearms) {
+				t.Fatalf("counted attempt %d: failed = %v, %v", attempt, failed, err)
+			}
+		}
+		failedOnce(t, c, conn, id, "boom 2")
+	})
+}
+
 // An item whose worker dies during every attempt (Retry never runs) is
 // reclaimed at once each time, and failed by the claim once it has used its
 // attempts, with its table's item.

@@ -3,8 +3,11 @@ package storage
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
@@ -43,6 +46,18 @@ func (s *Store) unreachable(err error) bool {
 		// (A transaction PostgreSQL rolled back, a statement it cancelled
 		// on a timeout, came from a database that answers.)
 		return false
+	}
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && strings.HasPrefix(pgErr.Code, "53") &&
+		!errors.As(err, new(*pgconn.ConnectError)) {
+		// The database answers, and refuses what needs more than it has (a
+		// disk full; memory): every read, and so a probe, succeeds, and
+		// some writes do. Not "unreachable", and no watcher to find it
+		// "reachable again" every second: a line per failure, which the
+		// log's handler lets through once per interval (its PostgreSQL
+		// message, a run of digits one placeholder, and its SQLSTATE are
+		// the line's cause, whichever relation it names).
+		s.log.Error(shortLine, "code", pgErr.Code, "error", pgErr.Message)
+		return true
 	}
 	r := &s.reach
 	r.mu.Lock()
@@ -129,6 +144,11 @@ func (r *reachability) watch() {
 		return
 	}
 }
+
+// shortLine says the database lacks what some writes need, and what
+// follows.
+const shortLine = "database short of resources (a disk full, memory): the writes that need them fail; webhooks are " +
+	"answered 503 (providers retry), and queued work waits without using its attempts"
 
 // readOnlyLine says the database takes no writes, and what follows.
 const readOnlyLine = "database read-only (a standby, or default_transaction_read_only): webhooks are answered 503 " +

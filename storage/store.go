@@ -369,7 +369,26 @@ const (
 
 // errStandby: a session of the service reached a hot standby, where it
 // writes nothing and holds no queue liveness.
-var errStandby = fmt.Errorf("%w: the database is a hot standby (in_hot_standby is on)", fulfillment.ErrUnavailable)
+var errStandby = fmt.Errorf("%w: %w", fulfillment.ErrUnavailable,
+	downError{errors.New("the database is a hot standby (in_hot_standby is on)")})
+
+// downError is a database error that is an outage of the database
+// (fulfillment.ErrDatabaseDown) rather than something the call did; its
+// message is the error's own.
+type downError struct{ error }
+
+func (e downError) Unwrap() error { return e.error }
+
+func (downError) Is(target error) bool { return target == fulfillment.ErrDatabaseDown }
+
+// unavailable is err as fulfillment.ErrUnavailable, and as
+// fulfillment.ErrDatabaseDown too when down.
+func unavailable(err error, down bool) error {
+	if down {
+		err = downError{err}
+	}
+	return fmt.Errorf("%w: %w", fulfillment.ErrUnavailable, err)
+}
 
 // readOnly reports whether err is the database refusing writes.
 func readOnly(err error) bool {
@@ -410,31 +429,36 @@ func interpret(err error) error {
 	// wrong.
 	var connectErr *pgconn.ConnectError
 	if errors.As(err, &connectErr) {
-		return fmt.Errorf("%w: %w", fulfillment.ErrUnavailable, err)
+		return unavailable(err, true)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
 		case pgErr.Code == sqlstateUniqueViolation:
 			return fmt.Errorf("%w: %w", fulfillment.ErrConflict, err)
+		case pgErr.Code == sqlstateQueryCanceled, // a statement timeout, or a cancel: the call took too long
+			pgErr.Code[:2] == "40": // rolled back to break a deadlock or a serialization failure: a retry runs anew
+			return unavailable(err, false)
 		case pgErr.Code[:2] == "08", // connection exception
-			pgErr.Code[:2] == "57",         // operator intervention: shutdown, cancel
-			pgErr.Code[:2] == "53",         // insufficient resources
+			pgErr.Code[:2] == "57",         // operator intervention: shutdown
+			pgErr.Code[:2] == "53",         // insufficient resources: a disk full, memory, connections
 			pgErr.Code[:2] == "28",         // invalid authorization: a login refused
 			pgErr.Code == "3D000",          // the database does not exist
-			pgErr.Code == sqlstateReadOnly, // a standby, or a server set read-only: writes wait for a primary
-			pgErr.Code[:2] == "40":         // rolled back to break a deadlock or a serialization failure: a retry runs anew
-			return fmt.Errorf("%w: %w", fulfillment.ErrUnavailable, err)
+			pgErr.Code == sqlstateReadOnly: // a standby, or a server set read-only: writes wait for a primary
+			return unavailable(err, true)
 		}
 		return err
 	}
-	// The database is unreachable, went away mid-call, or the call ran out
-	// of time: the caller should retry, not see an internal error.
+	// The call ran out of time (the database may be slow for it alone), or
+	// the database is unreachable or went away mid-call: the caller should
+	// retry, not see an internal error.
+	if pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) {
+		return unavailable(err, false)
+	}
 	var netErr net.Error
-	if errors.As(err, &netErr) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, pgconn.ErrConnClosed) ||
+	if errors.As(err, &netErr) || pgconn.SafeToRetry(err) || errors.Is(err, pgconn.ErrConnClosed) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
-		return fmt.Errorf("%w: %w", fulfillment.ErrUnavailable, err)
+		return unavailable(err, true)
 	}
 	return err
 }

@@ -74,7 +74,8 @@ type Table interface {
 	Claim(ctx context.Context, p ClaimParams) ([]Claim, error)
 	// Retry records failed attempts at claims owner holds, all in one
 	// transaction, each claim at most once: each is due again at its
-	// Next, or failed when it has used maxAttempts. It returns what became
+	// Next, or failed when it has used maxAttempts (an Uncounted one is due
+	// again, its claim no longer counted, and never failed). It returns what became
 	// of each, in the order of rs; a claim owner no longer holds is
 	// RetryLost and left alone. An error means none was recorded.
 	Retry(ctx context.Context, owner string, rs []Retry, maxAttempts int) ([]RetryOutcome, error)
@@ -98,6 +99,10 @@ type Retry struct {
 	Cause string
 	// Next is when the item is due again, unless it is failed.
 	Next time.Time
+	// Uncounted says the attempt failed for an outage of the database
+	// (fulfillment.ErrDatabaseDown), not for anything of the item's: its
+	// claim is not counted, and the item is never failed for it.
+	Uncounted bool
 }
 
 // RetryOutcome is what Table.Retry did with a failed attempt.
@@ -224,6 +229,11 @@ type Queue struct {
 	running  bool               // Run's workers take items (see Reserve)
 	reserved int                // items reserved for hand-offs, not delivered yet
 	handed   []handedClaims     // items handed to the queue, not taken yet
+	// outageSince is when the queue's work began to fail for an outage of
+	// the database (fulfillment.ErrDatabaseDown), zero while its work
+	// succeeds: an attempt that failed for it waits about as long as the
+	// outage has lasted (outageWait).
+	outageSince time.Time
 }
 
 // Name is the queue's name, as in logs and metrics.
@@ -495,6 +505,9 @@ const retryTimeout = 10 * time.Second
 func (q *Queue) process(ctx context.Context, owner string, claims []Claim) {
 	err := q.work(ctx, owner, claims)
 	if err == nil {
+		q.mu.Lock()
+		q.outageSince = time.Time{}
+		q.mu.Unlock()
 		return
 	}
 	var items ItemErrors
@@ -550,11 +563,15 @@ func (q *Queue) retry(ctx context.Context, owner string, claims []Claim, causes 
 	}
 	rs := make([]Retry, len(claims))
 	for i, c := range claims {
+		uncounted := errors.Is(causes[i], fulfillment.ErrDatabaseDown)
 		wait := q.backoff(c.Attempts)
+		if uncounted {
+			wait = q.outageWait()
+		}
 		if ra, ok := errors.AsType[RetryAfterer](causes[i]); ok {
 			wait = max(wait, ra.RetryAfter())
 		}
-		rs[i] = Retry{Claim: c, Cause: causes[i].Error(), Next: time.Now().Add(wait)}
+		rs[i] = Retry{Claim: c, Cause: causes[i].Error(), Next: time.Now().Add(wait), Uncounted: uncounted}
 	}
 	outcomes, rerr := q.table.Retry(ctx, owner, rs, q.cfg.MaxAttempts)
 	switch {
@@ -621,6 +638,23 @@ func (q *Queue) reclaim(ctx context.Context) {
 		case <-tick.C:
 		}
 	}
+}
+
+// outageWait is the delay before an attempt that failed for an outage of
+// the database is tried again: about as long as the outage has lasted
+// (from the queue's first such failure since its work last succeeded),
+// between BaseBackoff and MaxBackoff, with jitter. Its claim is not
+// counted, so its own backoff would stay the first one: every item of a
+// backlog tried again every BaseBackoff for as long as the outage lasts.
+func (q *Queue) outageWait() time.Duration {
+	q.mu.Lock()
+	if q.outageSince.IsZero() {
+		q.outageSince = time.Now()
+	}
+	d := time.Since(q.outageSince)
+	q.mu.Unlock()
+	d = min(max(d, q.cfg.BaseBackoff), q.cfg.MaxBackoff)
+	return d + time.Duration(q.jitter()*float64(d)/2)
 }
 
 // backoff is the delay before retry number attempt, with jitter so that

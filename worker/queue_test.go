@@ -11,6 +11,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/fulfillplatform/fulfillment/fulfillment"
 )
 
 // The tests run each queue in a synctest bubble: time is virtual, so that
@@ -31,6 +33,8 @@ type fakeTable struct {
 	listen        func(ctx context.Context, wake func()) error
 	// inFlight, when set, sees what each claim is told the queue holds.
 	inFlight func([]int64)
+	// retried, when set, sees each attempt Retry records, first.
+	retried func(Retry)
 }
 
 func (f *fakeTable) Claim(_ context.Context, p ClaimParams) ([]Claim, error) {
@@ -64,6 +68,9 @@ func (f *fakeTable) Retry(_ context.Context, owner string, rs []Retry, maxAttemp
 	}
 	outcomes := make([]RetryOutcome, len(rs))
 	for i, r := range rs {
+		if f.retried != nil {
+			f.retried(r)
+		}
 		if f.retry == nil {
 			continue
 		}
@@ -390,6 +397,47 @@ func TestQueueRetryWaitsAsAsked(t *testing.T) {
 		synctest.Wait()
 		stop()
 		want := []string{"1: HTTP 429, in 1m30s", "2: HTTP 503, in 4s", "3: HTTP 500, in 1s"}
+		if got := retried.all(); !slices.Equal(got, want) {
+			t.Errorf("retries %q, want %q", got, want)
+		}
+	})
+}
+
+// An attempt that failed for an outage of the database is recorded
+// uncounted, and waits about as long as the outage has lasted (its own
+// backoff would stay the first, its claim not counted): from the queue's
+// first such failure, between BaseBackoff and MaxBackoff. Work that
+// succeeds ends the outage: the next one starts from BaseBackoff again.
+// Other failures keep their backoff, counted.
+func TestQueueOutageAttemptsUncounted(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		down := fmt.Errorf("%w: %w", fulfillment.ErrUnavailable, fulfillment.ErrDatabaseDown)
+		var retried calls[string]
+		results := []error{down, down, down, nil, down, errors.New("boom")}
+		var mu sync.Mutex
+		ft := &fakeTable{
+			claim: batches(new(calls[time.Time]), []Claim{{1, 1}}, []Claim{{1, 1}}, []Claim{{1, 1}}, []Claim{{1, 1}},
+				[]Claim{{2, 1}}, []Claim{{3, 2}}),
+			process: func(context.Context, string, []Claim) error {
+				mu.Lock()
+				defer mu.Unlock()
+				err := results[0]
+				results = results[1:]
+				return err
+			},
+			retried: func(r Retry) {
+				retried.add(fmt.Sprintf("%d uncounted %v in %v", r.Claim.ID, r.Uncounted, time.Until(r.Next)))
+			},
+		}
+		q := NewQueue("test", ft, ft.Process, liveOwner("a"), Config{Workers: 1, Batch: 2, Poll: time.Minute,
+			BaseBackoff: time.Second, MaxBackoff: 90 * time.Second, MaxAttempts: 5}, discard)
+		q.jitter = func() float64 { return 0 }
+		stop := start(q)
+		time.Sleep(10 * time.Minute)
+		stop()
+		want := []string{"1 uncounted true in 1s", "1 uncounted true in 1m0s", "1 uncounted true in 1m30s",
+			"2 uncounted true in 1s", "3 uncounted false in 2s"}
 		if got := retried.all(); !slices.Equal(got, want) {
 			t.Errorf("retries %q, want %q", got, want)
 		}

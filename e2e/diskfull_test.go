@@ -1,0 +1,121 @@
+package e2e_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
+	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
+	"github.com/fulfillplatform/fulfillment/rig/pgtest"
+)
+
+// A database out of disk space answers every read, and refuses the writes
+// that need a new page with SQLSTATE 53100 (disk_full). The test stages that
+// answer with a trigger raising it, as PostgreSQL does when a table cannot
+// grow: first for the inbox's inserts, then for the payment attempts', which
+// the processing of a stored event writes.
+//
+// While the inbox cannot grow, every webhook is answered 503 (the provider
+// retries), never 500. While the attempts cannot, the webhook is stored
+// (200) and its processing fails, again and again, past the queue's retry
+// budget (5 attempts here): it is tried again without using its attempts,
+// so that it is neither failed nor opened as an item for a person, and is
+// applied once the disk has room. Throughout, the log names the database's
+// shortage, at ERROR, and never calls it unreachable (a watcher's probe, a
+// read, would then find it "reachable again" every second); reads go on.
+func TestDiskFull(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.DB(t)
+	sink := &logSink{}
+	s := startService(t, dbURL, nil, floodLogger(sink))
+	ctx := context.Background()
+	o := s.createOrder(t, "live", "full-1")
+	paid := event(yolfi.TypePaymentConfirmed, "full-1", "inv_full1")
+	// full stages the disk full for table's inserts, with msg as
+	// PostgreSQL's message (it has two for this SQLSTATE; msg holds no
+	// quote), or ends it (msg "").
+	full := func(table, msg string) {
+		t.Helper()
+		stmt := "DROP TRIGGER disk_full ON " + table
+		if msg != "" {
+			stmt = "CREATE TRIGGER disk_full BEFORE INSERT ON " + table +
+				" FOR EACH STATEMENT EXECUTE FUNCTION disk_full('" + msg + "')"
+		}
+		if _, err := s.db.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.db.Exec(ctx, `
+		CREATE FUNCTION disk_full() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			RAISE EXCEPTION '%', TG_ARGV[0] USING ERRCODE = 'disk_full', HINT = 'Check free disk space.';
+		END $$`); err != nil {
+		t.Fatal(err)
+	}
+
+	const (
+		noSpace   = `could not extend file "base/16384/16390": No space left on device`
+		wroteOnly = `could not extend file "base/16384/16422": wrote only 4096 of 8192 bytes at block 12`
+	)
+	full("inbox_events", noSpace)
+	var during []int
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		during = append(during, s.send(t, liveEP, liveSecret, paid))
+	}
+	for i, code := range during {
+		if code != http.StatusServiceUnavailable {
+			t.Errorf("webhook %d with the inbox unable to grow answered %d, want 503 (answers %v)", i, code, during)
+		}
+	}
+	if _, err := s.client.GetOrder(authed(orgAToken), &fulfillmentv1.GetOrderRequest{OrderId: o.GetId()}); err != nil {
+		t.Errorf("GetOrder with the disk full: %v, want the order (reads go on)", err)
+	}
+	full("inbox_events", "")
+
+	full("payment_attempts", wroteOnly)
+	s.sendUntilAcked(t, "the inbox able to grow again", paid, 5*time.Second)
+	// Past the budget: 5 attempts of at most 200 ms of backoff each.
+	waitFor(t, "the processing failing past the retry budget", func() bool {
+		return s.count(t, `SELECT count(*) FROM inbox_events e JOIN inbox_work w USING (id)
+			WHERE e.event_id = $1 AND w.last_error LIKE '%53100%' AND e.received_at < clock_timestamp() - interval '3 seconds'`,
+			paid.ID) == 1
+	})
+	if n := s.count(t, "SELECT count(*) FROM inbox_work WHERE state = 'failed'"); n != 0 {
+		t.Errorf("%d events failed while the disk was full, want 0: an outage does not use their attempts", n)
+	}
+	full("payment_attempts", "")
+
+	s.send(t, liveEP, liveSecret, paid) // a redelivery
+	s.settle(t)
+	if e := s.effects(t, o.GetId()); e.State != "fulfilled" || e.Licenses != 2 || e.Credits != 1 || e.Attempts != 1 || len(e.Items) != 0 {
+		t.Errorf("after the disk was full: %v; want fulfilled once (2 licenses, 1 credit, 1 attempt, no items)", e)
+	}
+	said := map[string]int{}
+	for _, l := range sink.lines() {
+		switch {
+		case strings.Contains(l, `"msg":"database short of resources`):
+			for _, msg := range []string{"No space left", "wrote only"} {
+				if strings.Contains(l, msg) {
+					said[msg]++
+				}
+			}
+			if !strings.Contains(l, `"level":"ERROR"`) || !strings.Contains(l, `"code":"53100"`) {
+				t.Errorf("the line saying the database is short of resources: %s; want it at ERROR with the SQLSTATE", l)
+			}
+		case strings.Contains(l, "unreachable") || strings.Contains(l, "reachable again"):
+			t.Errorf("with the disk full, a line calling the database unreachable or back: %s", l)
+		case strings.Contains(l, `"msg":"webhook rejected"`) && strings.Contains(l, "53100"):
+			// The gateway's line of a 503, with its cause.
+		case strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`):
+			t.Errorf("with the disk full, a warning or error besides the lines saying so: %s", l)
+		}
+	}
+	// Once per stage (its message): the log's handler lets a cause through
+	// once per 10 s, and each stage lasts less.
+	if said["No space left"] != 1 || said["wrote only"] != 1 {
+		t.Errorf("lines saying the database is short of resources, by message: %v; want one of each stage's", said)
+	}
+}
