@@ -115,13 +115,18 @@ func (r *reachability) watch() {
 			// writes (a standby came up where the primary was): say so.
 			toldReadOnly := errors.Is(err, errProbeReadOnly) && !r.readOnly
 			r.readOnly = r.readOnly || toldReadOnly
+			readOnly := r.readOnly
 			r.mu.Unlock()
 			if toldReadOnly {
 				r.s.log.Error(readOnlyLine, "error", err)
 			}
 			if g := r.s.giveUpAfter; g > 0 && downFor >= g {
 				r.gaveUpOnce.Do(func() {
-					r.s.log.Error("database unreachable for too long: giving up", "down_for", downFor.Round(time.Second).String())
+					msg := "database unreachable for too long: giving up"
+					if readOnly {
+						msg = "database unreachable or read-only for too long: giving up"
+					}
+					r.s.log.Error(msg, "down_for", downFor.Round(time.Second).String())
 					close(r.gaveUp)
 				})
 			}

@@ -288,7 +288,7 @@ func (a *App) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-a.store.GaveUp():
-			return fmt.Errorf("the database has not answered for %s (database.exit_after_unreachable): exiting", a.store.GiveUpAfter())
+			return fmt.Errorf("the database has not answered, or taken writes, for %s (database.exit_after_unreachable): exiting", a.store.GiveUpAfter())
 		}
 	})
 	if a.debugLis != nil {
