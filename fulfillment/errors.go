@@ -44,6 +44,13 @@ var ErrUnavailable = errors.New("unavailable")
 // not one: the work itself may cause those, and its attempts bound them.
 var ErrDatabaseDown = errors.New("database down")
 
+// ErrConnectionLost marks an ErrDatabaseDown of a call whose connection
+// ended under it (the server shut down, crashed, or ended the session): an
+// outage, or the call's own doing (a query that crashes the server, or that
+// an operator's watchdog ends). Queued work that failed for it is counted
+// when other work of its queue succeeded meanwhile: the database was up.
+var ErrConnectionLost = errors.New("connection lost")
+
 // ReasonDatabaseUnavailable is the google.rpc.ErrorInfo reason of the
 // UNAVAILABLE the API answers for ErrUnavailable: the service is up, its
 // database does not answer, so a client need not look for the service.

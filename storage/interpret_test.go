@@ -32,6 +32,13 @@ func TestInterpret(t *testing.T) {
 		{"connection failure", &pgconn.PgError{Code: "08006"}, fulfillment.ErrUnavailable, true},
 		{"too many connections", &pgconn.PgError{Code: "53300"}, fulfillment.ErrUnavailable, true},
 		{"disk full", &pgconn.PgError{Code: "53100"}, fulfillment.ErrUnavailable, true},
+		// What one call may cause itself, every time it runs: worth a
+		// retry, and counted.
+		{"out of memory", &pgconn.PgError{Code: "53200"}, fulfillment.ErrUnavailable, false},
+		{"temp_file_limit", &pgconn.PgError{Code: "53400"}, fulfillment.ErrUnavailable, false},
+		{"protocol violation", &pgconn.PgError{Code: "08P01"}, fulfillment.ErrUnavailable, false},
+		{"crash shutdown", &pgconn.PgError{Code: "57P02"}, fulfillment.ErrUnavailable, true},
+		{"starting up", &pgconn.PgError{Code: "57P03"}, fulfillment.ErrUnavailable, true},
 		{"login refused", &pgconn.PgError{Code: "28P01"}, fulfillment.ErrUnavailable, true},
 		{"no such role", &pgconn.PgError{Code: "28000"}, fulfillment.ErrUnavailable, true},
 		{"no such database", &pgconn.PgError{Code: "3D000"}, fulfillment.ErrUnavailable, true},
@@ -47,6 +54,10 @@ func TestInterpret(t *testing.T) {
 		{"syntax error", &pgconn.PgError{Code: "42601"}, nil, false},
 		{"check violation", &pgconn.PgError{Code: "23514"}, nil, false},
 	}
+	// The outages in which the call's connection ended under it (the call
+	// may have caused them).
+	connectionLost := map[string]bool{"admin shutdown": true, "crash shutdown": true, "connection failure": true,
+		"conn closed": true, "unexpected EOF": true, "connection reset": true}
 	for _, tc := range cases {
 		got := interpret(tc.err)
 		if tc.want == nil {
@@ -60,6 +71,9 @@ func TestInterpret(t *testing.T) {
 		}
 		if down := errors.Is(got, fulfillment.ErrDatabaseDown); down != tc.down {
 			t.Errorf("%s: interpret = %v, an outage of the database: %v, want %v", tc.name, got, down, tc.down)
+		}
+		if lost := errors.Is(got, fulfillment.ErrConnectionLost); lost != connectionLost[tc.name] {
+			t.Errorf("%s: interpret = %v, its connection lost: %v, want %v", tc.name, got, lost, connectionLost[tc.name])
 		}
 		if tc.err.Error() != "" && !strings.HasSuffix(got.Error(), tc.err.Error()) {
 			t.Errorf("%s: interpret = %q, want it to end with the error's own message %q", tc.name, got, tc.err)

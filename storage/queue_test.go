@@ -548,15 +548,26 @@ func TestQueueRetryUncounted(t *testing.T) {
 		if _, err := conn.Exec(ctx, "UPDATE "+c.table+" SET next_attempt_at = now() WHERE id = $1", id); err != nil {
 			t.Fatal(err)
 		}
-		for attempt := 1; attempt <= 2; attempt++ {
-			got := claimed(t, q, "w", time.Minute, 2)
-			if len(got) != 1 || got[0].Attempts != attempt {
-				t.Fatalf("counted attempt %d: claim = %v", attempt, got)
-			}
-			failed, err := retryOne(ctx, q, "w", got[0], fmt.Sprintf("boom %d", attempt), time.Now(), 2)
-			if err != nil || failed != (attempt == 2 && !c.rearms) {
-				t.Fatalf("counted attempt %d: failed = %v, %v", attempt, failed, err)
-			}
+		// A counted attempt, then at its last attempt an uncounted one,
+		// which leaves it one attempt; then the counted last.
+		got := claimed(t, q, "w", time.Minute, 2)
+		if failed, err := retryOne(ctx, q, "w", got[0], "boom 1", time.Now(), 2); len(got) != 1 || got[0].Attempts != 1 || failed || err != nil {
+			t.Fatalf("counted attempt 1: claim %v, failed %v, %v", got, failed, err)
+		}
+		got = claimed(t, q, "w", time.Minute, 2)
+		if len(got) != 1 || got[0].Attempts != 2 {
+			t.Fatalf("claim at the last attempt = %v", got)
+		}
+		outcomes, err := q.Retry(ctx, "w", []worker.Retry{{Claim: got[0], Cause: "database down", Next: time.Now(), Uncounted: true}}, 2)
+		if err != nil || len(outcomes) != 1 || outcomes[0] != worker.RetryScheduled {
+			t.Fatalf("uncounted attempt at the last attempt: %v, %v; want it scheduled", outcomes, err)
+		}
+		got = claimed(t, q, "w", time.Minute, 2)
+		if len(got) != 1 || got[0].Attempts != 2 {
+			t.Fatalf("claim after an uncounted last attempt = %v; want its last attempt again", got)
+		}
+		if failed, err := retryOne(ctx, q, "w", got[0], "boom 2", time.Now(), 2); err != nil || failed != !c.rearms {
+			t.Fatalf("counted last attempt: failed = %v, %v", failed, err)
 		}
 		failedOnce(t, c, conn, id, "boom 2")
 	})

@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"time"
 
@@ -41,23 +40,27 @@ func (s *Store) GiveUpAfter() time.Duration { return s.giveUpAfter }
 // unreachable reports err when it says the database could not be reached,
 // and returns whether it did: the caller then leaves the telling to it.
 func (s *Store) unreachable(err error) bool {
-	if !errors.Is(err, fulfillment.ErrUnavailable) || errors.Is(err, context.Canceled) ||
-		rolledBack(err) || sqlstateOf(err) == sqlstateQueryCanceled {
-		// (A transaction PostgreSQL rolled back, a statement it cancelled
-		// on a timeout, came from a database that answers.)
+	if !errors.Is(err, fulfillment.ErrUnavailable) || errors.Is(err, context.Canceled) {
 		return false
 	}
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && strings.HasPrefix(pgErr.Code, "53") &&
-		!errors.As(err, new(*pgconn.ConnectError)) {
-		// The database answers, and refuses what needs more than it has (a
-		// disk full; memory): every read, and so a probe, succeeds, and
-		// some writes do. Not "unreachable", and no watcher to find it
-		// "reachable again" every second: a line per failure, which the
-		// log's handler lets through once per interval (its PostgreSQL
-		// message, a run of digits one placeholder, and its SQLSTATE are
-		// the line's cause, whichever relation it names).
-		s.log.Error(shortLine, "code", pgErr.Code, "error", pgErr.Message)
-		return true
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && !errors.As(err, new(*pgconn.ConnectError)) {
+		switch {
+		case pgErr.Code == sqlstateDiskFull:
+			// The database answers, and refuses the writes that need
+			// room: every read, and so a probe, succeeds, and some writes
+			// do. Not "unreachable", and no watcher to find it "reachable
+			// again" every second: a line per failure, which the log's
+			// handler lets through once per interval (its PostgreSQL
+			// message, a run of digits one placeholder, and its SQLSTATE
+			// are the line's cause, whichever relation it names).
+			s.log.Error(diskFullLine, "code", pgErr.Code, "error", pgErr.Message)
+			return true
+		case outageOf(pgErr.Code) == up:
+			// An answer of a database that takes calls (a transaction it
+			// rolled back, a statement it cancelled on a timeout, a
+			// query that needed more memory than it had).
+			return false
+		}
 	}
 	r := &s.reach
 	r.mu.Lock()
@@ -150,10 +153,9 @@ func (r *reachability) watch() {
 	}
 }
 
-// shortLine says the database lacks what some writes need, and what
-// follows.
-const shortLine = "database short of resources (a disk full, memory): the writes that need them fail; webhooks are " +
-	"answered 503 (providers retry), and queued work waits without using its attempts"
+// diskFullLine says the database is out of disk space, and what follows.
+const diskFullLine = "database out of disk space: the writes that need room fail; webhooks are answered 503 " +
+	"(providers retry), and queued work waits without using its attempts"
 
 // readOnlyLine says the database takes no writes, and what follows.
 const readOnlyLine = "database read-only (a standby, or default_transaction_read_only): webhooks are answered 503 " +

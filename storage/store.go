@@ -365,27 +365,45 @@ const (
 	// sqlstateReadOnly: the server refused a write — a standby (during or
 	// after a failover), or one set to default_transaction_read_only.
 	sqlstateReadOnly = "25006"
+	// sqlstateDiskFull: a table or index could not grow.
+	sqlstateDiskFull = "53100"
 )
 
 // errStandby: a session of the service reached a hot standby, where it
 // writes nothing and holds no queue liveness.
-var errStandby = fmt.Errorf("%w: %w", fulfillment.ErrUnavailable,
-	downError{errors.New("the database is a hot standby (in_hot_standby is on)")})
+var errStandby = unavailable(errors.New("the database is a hot standby (in_hot_standby is on)"), down)
 
-// downError is a database error that is an outage of the database
-// (fulfillment.ErrDatabaseDown) rather than something the call did; its
-// message is the error's own.
-type downError struct{ error }
+// outage is what a database error tells of the database.
+type outage uint8
+
+const (
+	// up: nothing; the call failed on its own, or may have.
+	up outage = iota
+	// down: the database is down for every call
+	// (fulfillment.ErrDatabaseDown).
+	down
+	// lost: the call's connection ended under it, as in an outage, or by
+	// the call's own doing (fulfillment.ErrConnectionLost too).
+	lost
+)
+
+// downError is a database error that tells of an outage; its message is
+// the error's own.
+type downError struct {
+	error
+	lost bool
+}
 
 func (e downError) Unwrap() error { return e.error }
 
-func (downError) Is(target error) bool { return target == fulfillment.ErrDatabaseDown }
+func (e downError) Is(target error) bool {
+	return target == fulfillment.ErrDatabaseDown || e.lost && target == fulfillment.ErrConnectionLost
+}
 
-// unavailable is err as fulfillment.ErrUnavailable, and as
-// fulfillment.ErrDatabaseDown too when down.
-func unavailable(err error, down bool) error {
-	if down {
-		err = downError{err}
+// unavailable is err as fulfillment.ErrUnavailable, and as what o tells.
+func unavailable(err error, o outage) error {
+	if o != up {
+		err = downError{err, o == lost}
 	}
 	return fmt.Errorf("%w: %w", fulfillment.ErrUnavailable, err)
 }
@@ -429,38 +447,61 @@ func interpret(err error) error {
 	// wrong.
 	var connectErr *pgconn.ConnectError
 	if errors.As(err, &connectErr) {
-		return unavailable(err, true)
+		return unavailable(err, down)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
 		case pgErr.Code == sqlstateUniqueViolation:
 			return fmt.Errorf("%w: %w", fulfillment.ErrConflict, err)
-		case pgErr.Code == sqlstateQueryCanceled, // a statement timeout, or a cancel: the call took too long
+		case outageOf(pgErr.Code) != up:
+			return unavailable(err, outageOf(pgErr.Code))
+		case pgErr.Code[:2] == "08", // connection exception (a protocol violation among them, which no outage causes)
+			pgErr.Code[:2] == "57", // operator intervention: a statement timeout or cancel, a session ended
+			pgErr.Code[:2] == "53", // insufficient resources: memory, a temporary file past temp_file_limit
 			pgErr.Code[:2] == "40": // rolled back to break a deadlock or a serialization failure: a retry runs anew
-			return unavailable(err, false)
-		case pgErr.Code[:2] == "08", // connection exception
-			pgErr.Code[:2] == "57",         // operator intervention: shutdown
-			pgErr.Code[:2] == "53",         // insufficient resources: a disk full, memory, connections
-			pgErr.Code[:2] == "28",         // invalid authorization: a login refused
-			pgErr.Code == "3D000",          // the database does not exist
-			pgErr.Code == sqlstateReadOnly: // a standby, or a server set read-only: writes wait for a primary
-			return unavailable(err, true)
+			// Worth a retry, and no outage: the call itself may cause
+			// these, over and over.
+			return unavailable(err, up)
 		}
 		return err
 	}
 	// The call ran out of time (the database may be slow for it alone), or
 	// the database is unreachable or went away mid-call: the caller should
-	// retry, not see an internal error.
+	// retry, not see an internal error. A call pgx did not send, as it
+	// says of one made on a busy connection (a bug of the caller's), is
+	// worth a retry but says nothing of the database.
 	if pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) {
-		return unavailable(err, false)
+		return unavailable(err, up)
 	}
 	var netErr net.Error
-	if errors.As(err, &netErr) || pgconn.SafeToRetry(err) || errors.Is(err, pgconn.ErrConnClosed) ||
+	if errors.As(err, &netErr) || errors.Is(err, pgconn.ErrConnClosed) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
-		return unavailable(err, true)
+		return unavailable(err, lost)
+	}
+	if pgconn.SafeToRetry(err) {
+		return unavailable(err, up)
 	}
 	return err
+}
+
+// outageOf is what SQLSTATE code tells of the database.
+func outageOf(code string) outage {
+	switch code {
+	case "08000", "08003", "08006", // the connection failed or is gone
+		"57P01", "57P02": // the server shuts down or crashed, or the session was ended
+		return lost
+	case "57P03", // the server is starting
+		sqlstateDiskFull,
+		"53300",          // too many connections
+		"3D000",          // the database does not exist
+		sqlstateReadOnly: // a standby, or a server set read-only: writes wait for a primary
+		return down
+	}
+	if code[:2] == "28" { // invalid authorization: a login refused
+		return down
+	}
+	return up
 }
 
 // constraintName returns the name of the constraint a database error broke.

@@ -232,8 +232,9 @@ type Queue struct {
 	// outageSince is when the queue's work began to fail for an outage of
 	// the database (fulfillment.ErrDatabaseDown), zero while its work
 	// succeeds: an attempt that failed for it waits about as long as the
-	// outage has lasted (outageWait).
-	outageSince time.Time
+	// outage has lasted (outageWait). outageLast is that outage's latest
+	// such failure; workedAt, when work of the queue last succeeded.
+	outageSince, outageLast, workedAt time.Time
 }
 
 // Name is the queue's name, as in logs and metrics.
@@ -503,11 +504,10 @@ const retryTimeout = 10 * time.Second
 // that did its work failed (ItemErrors), those are retried after their
 // backoff.
 func (q *Queue) process(ctx context.Context, owner string, claims []Claim) {
+	began := time.Now()
 	err := q.work(ctx, owner, claims)
 	if err == nil {
-		q.mu.Lock()
-		q.outageSince = time.Time{}
-		q.mu.Unlock()
+		q.worked()
 		return
 	}
 	var items ItemErrors
@@ -525,6 +525,7 @@ func (q *Queue) process(ctx context.Context, owner string, claims []Claim) {
 		for _, c := range claims {
 			switch cause, ok := items[c.ID]; {
 			case !ok:
+				q.worked()
 			case errors.Is(cause, ErrNotStarted):
 				notStarted = append(notStarted, c.ID)
 			default:
@@ -539,7 +540,7 @@ func (q *Queue) process(ctx context.Context, owner string, claims []Claim) {
 				q.log.Debug("handing back claims not started", "ids", notStarted, "error", err)
 			}
 		}
-		q.retry(rctx, owner, failed, causes)
+		q.retry(rctx, owner, began, failed, causes)
 		return
 	}
 	if ctx.Err() != nil {
@@ -551,19 +552,28 @@ func (q *Queue) process(ctx context.Context, owner string, claims []Claim) {
 		}
 		return
 	}
-	q.retry(ctx, owner, claims, []error{err})
+	q.retry(ctx, owner, began, claims, []error{err})
 }
 
-// retry schedules each of claims, whose attempt failed with the cause of
-// the same index, after its backoff, or fails it past its attempts — in
-// one call of the table — and says so in the log, a line per claim.
-func (q *Queue) retry(ctx context.Context, owner string, claims []Claim, causes []error) {
+// retry schedules each of claims, whose attempt (begun at began) failed
+// with the cause of the same index, after its backoff, or fails it past its
+// attempts — in one call of the table — and says so in the log, a line per
+// claim. An attempt that failed for an outage of the database is not
+// counted, unless it lost its connection while work of the queue
+// succeeded: the database then took other work, and the item itself may
+// be what ends its session (a query that crashes the server, or that a
+// watchdog ends), over and over. (A database out of disk space may take
+// some work and refuse the rest: those refusals stay uncounted.)
+func (q *Queue) retry(ctx context.Context, owner string, began time.Time, claims []Claim, causes []error) {
 	if len(claims) == 0 {
 		return
 	}
 	rs := make([]Retry, len(claims))
 	for i, c := range claims {
-		uncounted := errors.Is(causes[i], fulfillment.ErrDatabaseDown)
+		// (Lost while others worked: the item may be what ends its
+		// session, and its attempts bound it.)
+		lostAlone := errors.Is(causes[i], fulfillment.ErrConnectionLost) && q.workedSince(began)
+		uncounted := errors.Is(causes[i], fulfillment.ErrDatabaseDown) && !lostAlone
 		wait := q.backoff(c.Attempts)
 		if uncounted {
 			wait = q.outageWait()
@@ -582,7 +592,7 @@ func (q *Queue) retry(ctx context.Context, owner string, claims []Claim, causes 
 		// Recorded alone, one attempt that the table refuses cannot keep
 		// the others leased until their lease runs out.
 		for i, c := range claims {
-			q.retry(ctx, owner, []Claim{c}, causes[i:i+1])
+			q.retry(ctx, owner, began, []Claim{c}, causes[i:i+1])
 		}
 		return
 	case rerr != nil:
@@ -640,18 +650,38 @@ func (q *Queue) reclaim(ctx context.Context) {
 	}
 }
 
+// worked notes that work of the queue succeeded: an outage, if any, is
+// over.
+func (q *Queue) worked() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.workedAt, q.outageSince = time.Now(), time.Time{}
+}
+
+// workedSince reports whether work of the queue succeeded after t.
+func (q *Queue) workedSince(t time.Time) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.workedAt.After(t)
+}
+
 // outageWait is the delay before an attempt that failed for an outage of
 // the database is tried again: about as long as the outage has lasted
-// (from the queue's first such failure since its work last succeeded),
-// between BaseBackoff and MaxBackoff, with jitter. Its claim is not
-// counted, so its own backoff would stay the first one: every item of a
-// backlog tried again every BaseBackoff for as long as the outage lasts.
+// (from the queue's first such failure since its work last succeeded, or
+// since a pause of such failures longer than twice MaxBackoff: a queue
+// whose work fails for another reason meanwhile, a destination that is
+// down, is not left in an old outage), between BaseBackoff and
+// MaxBackoff, with jitter. Its claim is not counted, so its own backoff
+// would stay the first one: every item of a backlog tried again every
+// BaseBackoff for as long as the outage lasts.
 func (q *Queue) outageWait() time.Duration {
 	q.mu.Lock()
-	if q.outageSince.IsZero() {
-		q.outageSince = time.Now()
+	now := time.Now()
+	if q.outageSince.IsZero() || now.Sub(q.outageLast) > 2*q.cfg.MaxBackoff {
+		q.outageSince = now
 	}
-	d := time.Since(q.outageSince)
+	q.outageLast = now
+	d := now.Sub(q.outageSince)
 	q.mu.Unlock()
 	d = min(max(d, q.cfg.BaseBackoff), q.cfg.MaxBackoff)
 	return d + time.Duration(q.jitter()*float64(d)/2)

@@ -444,6 +444,69 @@ func TestQueueOutageAttemptsUncounted(t *testing.T) {
 	})
 }
 
+// An outage's waits grow with it; a pause of its failures longer than twice
+// MaxBackoff (the queue's work failing for other reasons meanwhile, never
+// succeeding) starts a new one.
+func TestOutageWait(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		q := NewQueue("test", &fakeTable{}, nil, liveOwner("a"), Config{BaseBackoff: time.Second, MaxBackoff: time.Minute}, discard)
+		q.jitter = func() float64 { return 0 }
+		var got []time.Duration
+		for _, pause := range []time.Duration{0, 30 * time.Second, 50 * time.Second, 110 * time.Second, 2*time.Minute + time.Second} {
+			time.Sleep(pause)
+			got = append(got, q.outageWait())
+		}
+		want := []time.Duration{time.Second, 30 * time.Second, time.Minute, time.Minute, time.Second}
+		if !slices.Equal(got, want) {
+			t.Errorf("waits %v, want %v", got, want)
+		}
+	})
+}
+
+// An attempt that lost its connection while other work of the queue
+// succeeded is counted: the database took that work, and the item itself
+// may be what ends its session (a query that crashes the server), every
+// time. One refused for the database's state (a disk full: some work fits,
+// some does not) is not.
+func TestQueueLostConnectionCountedWhenOtherWorkSucceeded(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		lost := fmt.Errorf("%w: %w", fulfillment.ErrUnavailable, errors.Join(fulfillment.ErrDatabaseDown, fulfillment.ErrConnectionLost))
+		full := fmt.Errorf("%w: %w", fulfillment.ErrUnavailable, fulfillment.ErrDatabaseDown)
+		var retried calls[string]
+		ft := &fakeTable{
+			claim: batches(new(calls[time.Time]), []Claim{{1, 1}}, []Claim{{2, 1}}, []Claim{{3, 1}}),
+			process: func(_ context.Context, _ string, claims []Claim) error {
+				switch claims[0].ID {
+				case 1:
+					time.Sleep(time.Second) // item 2 succeeds meanwhile
+					return lost
+				case 3:
+					time.Sleep(time.Second)
+					return full
+				}
+				time.Sleep(10 * time.Millisecond)
+				return nil
+			},
+			retried: func(r Retry) {
+				retried.add(fmt.Sprintf("%d uncounted %v in %v", r.Claim.ID, r.Uncounted, time.Until(r.Next)))
+			},
+		}
+		q := NewQueue("test", ft, ft.Process, liveOwner("a"), Config{Workers: 3, Batch: 1, Poll: time.Minute,
+			BaseBackoff: 2 * time.Second, MaxBackoff: time.Minute, MaxAttempts: 5}, discard)
+		q.jitter = func() float64 { return 0 }
+		stop := start(q)
+		time.Sleep(10 * time.Second)
+		stop()
+		got := retried.all()
+		slices.Sort(got)
+		if want := []string{"1 uncounted false in 2s", "3 uncounted true in 2s"}; !slices.Equal(got, want) {
+			t.Errorf("retries %q, want %q", got, want)
+		}
+	})
+}
+
 // While a Hold is in force (a destination asked to wait) the queue claims
 // nothing, notified or not, and claims at once when it ends.
 func TestQueueClaimsNothingWhileHeld(t *testing.T) {
@@ -791,6 +854,7 @@ func TestQueueNotifyWakesOneWorkerThenChains(t *testing.T) {
 			claim: batches(&claimed, nil, nil, nil, []Claim{{ID: 9}}, nil, full, full, full),
 			process: func(_ context.Context, _ string, claims []Claim) error {
 				workers.add(claims[0].ID)
+				fmt.Println("process", claims[0].ID, time.Now().Unix())
 				if claims[0].ID == 1 {
 					<-release // the batches stay in flight: a further claim is another worker's
 				}
