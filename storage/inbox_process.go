@@ -66,9 +66,6 @@ func (s *Store) InboxProcessEvents(ctx context.Context, ids []int64, owner strin
 		s.log.Warn("inbox: a processed batch committed, but its results could not be read", "events", len(events), "error", err)
 		err = nil
 	}
-	if errors.Is(err, fulfillment.ErrDatabaseDown) {
-		s.unreachable(err) // tells it, once
-	}
 	if err != nil && len(events) == 1 {
 		// Tried alone (a batch that failed is tried event by event), its
 		// error is this event's: it names the event as its provider does,

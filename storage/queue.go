@@ -297,7 +297,10 @@ type Queue struct {
 	signal *queueSignal
 }
 
-var _ worker.Table = (*Queue)(nil)
+var (
+	_ worker.Table        = (*Queue)(nil)
+	_ worker.OutageTeller = (*Queue)(nil)
+)
 
 // InboxQueue is the inbox: stored provider events, processed by
 // InboxProcess.
@@ -413,6 +416,9 @@ func (q *Queue) failAbandoned(ctx context.Context, owner string, inFlight, ids [
 	})
 	return len(failed), err
 }
+
+// TellOutage implements worker.OutageTeller: the store says it once.
+func (q *Queue) TellOutage(err error) { q.store.unreachable(err) }
 
 // Retry implements worker.Table, in one statement whatever the number of
 // attempts; a row failed is also failed by the table's own rule (an item

@@ -92,6 +92,14 @@ type Table interface {
 	Listen(ctx context.Context, wake func()) error
 }
 
+// OutageTeller is a Table that tells an outage of its database (the
+// service's storage says one once, however many parts of the service meet
+// it): a queue hands it the cause of an attempt that failed for one
+// (fulfillment.ErrDatabaseDown) and logs that attempt at DEBUG only.
+type OutageTeller interface {
+	TellOutage(err error)
+}
+
 // Retry is a failed attempt at a claim, to record (Table.Retry).
 type Retry struct {
 	Claim Claim
@@ -604,6 +612,16 @@ func (q *Queue) retry(ctx context.Context, owner string, began time.Time, claims
 		q.log.Error("recording failed attempts", "ids", claimIDs(claims),
 			"error", fmt.Sprintf("the table answered %d outcomes for %d attempts", len(outcomes), len(rs)))
 		return
+	}
+	if t, ok := q.table.(OutageTeller); ok {
+		// The record was written: the database answers, yet the attempts
+		// met an outage (a disk full, say), which nothing else may tell.
+		for i, r := range rs {
+			if r.Uncounted {
+				t.TellOutage(causes[i])
+				break
+			}
+		}
 	}
 	for i, r := range rs {
 		c, err, next := r.Claim, causes[i], r.Next

@@ -35,6 +35,14 @@ type fakeTable struct {
 	inFlight func([]int64)
 	// retried, when set, sees each attempt Retry records, first.
 	retried func(Retry)
+	// told, when set, sees each outage the queue tells (TellOutage).
+	told func(error)
+}
+
+func (f *fakeTable) TellOutage(err error) {
+	if f.told != nil {
+		f.told(err)
+	}
 }
 
 func (f *fakeTable) Claim(_ context.Context, p ClaimParams) ([]Claim, error) {
@@ -408,12 +416,13 @@ func TestQueueRetryWaitsAsAsked(t *testing.T) {
 // backoff would stay the first, its claim not counted): from the queue's
 // first such failure, between BaseBackoff and MaxBackoff. Work that
 // succeeds ends the outage: the next one starts from BaseBackoff again.
-// Other failures keep their backoff, counted.
+// Other failures keep their backoff, counted. The table is told of each
+// outage, for its store to say once.
 func TestQueueOutageAttemptsUncounted(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		down := fmt.Errorf("%w: %w", fulfillment.ErrUnavailable, fulfillment.ErrDatabaseDown)
-		var retried calls[string]
+		var retried, told calls[string]
 		results := []error{down, down, down, nil, down, errors.New("boom")}
 		var mu sync.Mutex
 		ft := &fakeTable{
@@ -429,6 +438,7 @@ func TestQueueOutageAttemptsUncounted(t *testing.T) {
 			retried: func(r Retry) {
 				retried.add(fmt.Sprintf("%d uncounted %v in %v", r.Claim.ID, r.Uncounted, time.Until(r.Next)))
 			},
+			told: func(err error) { told.add(err.Error()) },
 		}
 		q := NewQueue("test", ft, ft.Process, liveOwner("a"), Config{Workers: 1, Batch: 2, Poll: time.Minute,
 			BaseBackoff: time.Second, MaxBackoff: 90 * time.Second, MaxAttempts: 5}, discard)
@@ -440,6 +450,11 @@ func TestQueueOutageAttemptsUncounted(t *testing.T) {
 			"2 uncounted true in 1s", "3 uncounted false in 2s"}
 		if got := retried.all(); !slices.Equal(got, want) {
 			t.Errorf("retries %q, want %q", got, want)
+		}
+		// Each uncounted attempt's outage is told to the table (whose
+		// store says it once); the other failure is not.
+		if got := told.all(); len(got) != 4 || slices.ContainsFunc(got, func(e string) bool { return e != down.Error() }) {
+			t.Errorf("outages told %q, want the 4 uncounted attempts' causes", got)
 		}
 	})
 }
