@@ -2,10 +2,17 @@ package e2e_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
@@ -124,4 +131,133 @@ func TestDiskFull(t *testing.T) {
 			t.Errorf("%d lines saying the database is out of disk space with %q over %v, want 1 to %d", n, msg, took, most)
 		}
 	}
+}
+
+// The same with a disk that is really full: the payment attempts' table on
+// a tablespace of a 1 MiB tmpfs, filled by another table, so that
+// PostgreSQL itself refuses to extend it (53100, "No space left on
+// device"), while the rest of the database has room. Every webhook is
+// stored (200); the payments whose attempt fits on the table's last page
+// are applied, the others wait, never failed, past their retry budget.
+// Once the other table is dropped, each payment is applied once. Mounting
+// needs privileges this test may not have where it runs (it then says so
+// and skips; TestDiskFull stands for it).
+func TestTablespaceFull(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.DB(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Close(ctx) })
+	ts := smallTablespace(t, admin)
+
+	s := startService(t, dbURL, nil, floodLogger(&logSink{}))
+	const orders = 40
+	var ids []string
+	for i := range orders {
+		ids = append(ids, s.createOrder(t, "live", fmt.Sprintf("ts-%d", i)).GetId())
+	}
+	for _, stmt := range []string{
+		"ALTER TABLE payment_attempts SET TABLESPACE " + ts,
+		"CREATE TABLE filler (pad text) TABLESPACE " + ts,
+	} {
+		if _, err := admin.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Fill it: pages of rows of 1 kB of text that does not compress, until
+	// PostgreSQL refuses.
+	for filled := false; !filled; {
+		_, err := admin.Exec(ctx, "INSERT INTO filler SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 32), generate_series(1, 64) g GROUP BY g")
+		switch code := sqlstate(err); {
+		case code == "53100":
+			filled = true
+		case err != nil:
+			t.Fatalf("filling the tablespace: %v", err)
+		}
+	}
+
+	for i := range orders {
+		p := event(yolfi.TypePaymentConfirmed, fmt.Sprintf("ts-%d", i), fmt.Sprintf("inv_ts%d", i))
+		if code := s.send(t, liveEP, liveSecret, p); code != http.StatusOK {
+			t.Fatalf("payment %d with the attempts' table unable to grow answered %d, want 200 (the inbox has room)", i, code)
+		}
+	}
+	// Past the budget: 5 attempts of at most 200 ms of backoff each.
+	time.Sleep(3 * time.Second)
+	waiting := s.count(t, "SELECT count(*) FROM inbox_work w WHERE w.state = 'pending' AND w.last_error LIKE '%53100%'")
+	if n := s.count(t, "SELECT count(*) FROM inbox_work WHERE state = 'failed'"); n != 0 {
+		t.Errorf("%d events failed while the disk was full, want 0: an outage does not use their attempts", n)
+	}
+	if waiting == 0 {
+		t.Fatal("no payment waits for the disk: the tablespace was not full for the attempts' table")
+	}
+	t.Logf("%d of %d payments waited for room", waiting, orders)
+
+	if _, err := admin.Exec(ctx, "DROP TABLE filler"); err != nil {
+		t.Fatal(err)
+	}
+	s.settle(t)
+	for i, id := range ids {
+		if e := s.effects(t, id); e.State != "fulfilled" || e.Licenses != 2 || e.Credits != 1 || e.Attempts != 1 || len(e.Items) != 0 {
+			t.Errorf("order ts-%d after the disk was full: %v; want fulfilled once (2 licenses, 1 credit, 1 attempt, no items)", i, e)
+		}
+	}
+}
+
+// smallTablespace creates a tablespace on a tmpfs of 1 MiB of its own,
+// owned by the user the server runs as, and returns its name; it skips the
+// test when the tmpfs cannot be mounted. The tablespace stays in the test
+// cluster, emptied; the tmpfs is detached.
+func smallTablespace(t *testing.T, admin *pgx.Conn) string {
+	t.Helper()
+	ctx := context.Background()
+	var dataDir string
+	if err := admin.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&dataDir); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(dataDir)
+	if err != nil {
+		t.Skipf("the server's data directory is not on this machine (%v)", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		t.Skip("no owner of the server's data directory to give the tablespace")
+	}
+	dir, err := os.MkdirTemp("", "fulfill-ts-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := fmt.Sprintf("size=1m,mode=0700,uid=%d,gid=%d", st.Uid, st.Gid)
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, opts); err != nil {
+		_ = os.Remove(dir)
+		t.Skipf("cannot mount a tmpfs here (%v): TestDiskFull stages the disk full instead", err)
+	}
+	name := "full_" + strings.ReplaceAll(strings.TrimPrefix(dir, os.TempDir()+"/fulfill-ts-"), "-", "_")
+	t.Cleanup(func() {
+		// Best effort: the database goes with the test, the tablespace
+		// must be empty to be dropped.
+		_, _ = admin.Exec(ctx, "ALTER TABLE payment_attempts SET TABLESPACE pg_default")
+		_, _ = admin.Exec(ctx, "DROP TABLE IF EXISTS filler")
+		_, _ = admin.Exec(ctx, "DROP TABLESPACE IF EXISTS "+name)
+		_ = syscall.Unmount(dir, syscall.MNT_DETACH)
+		_ = os.Remove(dir)
+	})
+	if _, err := admin.Exec(ctx, "CREATE TABLESPACE "+name+" LOCATION '"+dir+"'"); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// sqlstate is the SQLSTATE of a database error, "" for other errors.
+func sqlstate(err error) string {
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		return pgErr.Code
+	}
+	return ""
 }
