@@ -37,7 +37,8 @@ func (s *Store) GaveUp() <-chan struct{} { return s.reach.gaveUp }
 // GiveUpAfter is Options.GiveUpAfter.
 func (s *Store) GiveUpAfter() time.Duration { return s.giveUpAfter }
 
-// unreachable reports err when it says the database could not be reached,
+// unreachable reports err when it says the database could not be reached
+// (or takes no writes, or has no room for them: each told as what it is),
 // and returns whether it did: the caller then leaves the telling to it.
 func (s *Store) unreachable(err error) bool {
 	if !errors.Is(err, fulfillment.ErrUnavailable) || errors.Is(err, context.Canceled) {
