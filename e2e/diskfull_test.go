@@ -153,7 +153,8 @@ func TestTablespaceFull(t *testing.T) {
 	t.Cleanup(func() { _ = admin.Close(ctx) })
 	ts := smallTablespace(t, admin)
 
-	s := startService(t, dbURL, nil, floodLogger(&logSink{}))
+	sink := &logSink{}
+	s := startService(t, dbURL, nil, floodLogger(sink))
 	const orders = 40
 	var ids []string
 	for i := range orders {
@@ -195,6 +196,19 @@ func TestTablespaceFull(t *testing.T) {
 		t.Fatal("no payment waits for the disk: the tablespace was not full for the attempts' table")
 	}
 	t.Logf("%d of %d payments waited for room", waiting, orders)
+	told := 0
+	for _, l := range sink.lines() {
+		switch {
+		case strings.Contains(l, `"msg":"database out of disk space`) && strings.Contains(l, `"code":"53100"`) &&
+			strings.Contains(l, "No space left on device"):
+			told++
+		case strings.Contains(l, "unreachable") || strings.Contains(l, "reachable again"):
+			t.Errorf("with the disk full, a line calling the database unreachable or back: %s", l)
+		}
+	}
+	if told == 0 {
+		t.Error("no line says the database is out of disk space, with PostgreSQL's own message")
+	}
 
 	if _, err := admin.Exec(ctx, "DROP TABLE filler"); err != nil {
 		t.Fatal(err)

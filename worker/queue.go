@@ -243,6 +243,20 @@ type Queue struct {
 	// outage has lasted (outageWait). outageLast is that outage's latest
 	// such failure; workedAt, when work of the queue last succeeded.
 	outageSince, outageLast, workedAt time.Time
+	// unrecorded are attempts that failed for an outage whose record
+	// failed too (the database went away altogether): recorded again,
+	// uncounted, before the next claim (recordAgain), their items held
+	// meanwhile (holding), so that no claim of this queue takes them back
+	// as claims it lost track of, counted. recording: a worker records
+	// them.
+	unrecorded []unrecordedRetries
+	recording  bool
+}
+
+// unrecordedRetries are attempts at claims of owner whose record failed.
+type unrecordedRetries struct {
+	owner string
+	rs    []Retry
 }
 
 // Name is the queue's name, as in logs and metrics.
@@ -405,6 +419,7 @@ func (q *Queue) held() time.Duration {
 // claimAndProcess claims one batch under owner and processes it, unless
 // owner was lost meanwhile. It returns the number of items claimed.
 func (q *Queue) claimAndProcess(ctx context.Context, owner string, changed <-chan struct{}) int {
+	q.recordAgain(ctx)
 	// An item another worker claims meanwhile is missing from inFlight, but
 	// its lease has just begun: only items whose lease ran out are taken
 	// back.
@@ -459,6 +474,50 @@ func (q *Queue) holding() []int64 {
 	ids := make([]int64, 0, len(q.inFlight))
 	for id := range q.inFlight {
 		ids = append(ids, id)
+	}
+	for _, u := range q.unrecorded {
+		for _, r := range u.rs {
+			ids = append(ids, r.Claim.ID)
+		}
+	}
+	return ids
+}
+
+// recordAgain records the attempts whose record failed for an outage
+// (unrecorded), once the database may take it, one worker at a time:
+// uncounted, their items due at their time. Until then their claims stay
+// leased, and would be counted again when taken back. An owner lost
+// meanwhile no longer holds them: the record leaves them alone (its rows
+// are reclaimed, their attempt counted, as when a worker dies).
+func (q *Queue) recordAgain(ctx context.Context) {
+	q.mu.Lock()
+	if q.recording || len(q.unrecorded) == 0 {
+		q.mu.Unlock()
+		return
+	}
+	q.recording = true
+	todo := q.unrecorded
+	q.mu.Unlock()
+	var kept []unrecordedRetries
+	for _, u := range todo {
+		_, err := q.table.Retry(ctx, u.owner, u.rs, q.cfg.MaxAttempts)
+		switch {
+		case err != nil && errors.Is(err, fulfillment.ErrUnavailable):
+			kept = append(kept, u)
+		case err != nil:
+			q.log.Warn("recording failed attempts", "ids", retryIDs(u.rs), "error", err)
+		}
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.unrecorded = append(kept, q.unrecorded[len(todo):]...) // and those added meanwhile
+	q.recording = false
+}
+
+func retryIDs(rs []Retry) []int64 {
+	ids := make([]int64, len(rs))
+	for i, r := range rs {
+		ids[i] = r.Claim.ID
 	}
 	return ids
 }
@@ -595,6 +654,9 @@ func (q *Queue) retry(ctx context.Context, owner string, began time.Time, claims
 	switch {
 	case rerr != nil && errors.Is(rerr, fulfillment.ErrUnavailable):
 		q.log.Debug("recording failed attempts", "ids", claimIDs(claims), "error", rerr) // the store says the database is unreachable, once
+		if errors.Is(rerr, fulfillment.ErrDatabaseDown) {
+			q.keepUnrecorded(owner, rs)
+		}
 		return
 	case rerr != nil && len(claims) > 1:
 		// Recorded alone, one attempt that the table refuses cannot keep
@@ -666,6 +728,23 @@ func (q *Queue) reclaim(ctx context.Context) {
 		case <-tick.C:
 		}
 	}
+}
+
+// keepUnrecorded keeps the uncounted attempts of rs, whose record failed
+// for an outage, to be recorded again (recordAgain).
+func (q *Queue) keepUnrecorded(owner string, rs []Retry) {
+	var keep []Retry
+	for _, r := range rs {
+		if r.Uncounted {
+			keep = append(keep, r)
+		}
+	}
+	if len(keep) == 0 {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.unrecorded = append(q.unrecorded, unrecordedRetries{owner: owner, rs: keep})
 }
 
 // worked notes that work of the queue succeeded: an outage, if any, is
