@@ -459,6 +459,71 @@ func TestQueueOutageAttemptsUncounted(t *testing.T) {
 	})
 }
 
+// An attempt that failed for an outage whose record failed too (the
+// database went away altogether) is recorded again, uncounted, before the
+// next claim, and its item is held until then: no claim of this queue
+// takes it back as a claim it lost track of, which would count it.
+func TestQueueUnrecordedOutageRecordedAgain(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		down := fmt.Errorf("%w: %w", fulfillment.ErrUnavailable, fulfillment.ErrDatabaseDown)
+		var (
+			mu       sync.Mutex
+			dbDown   = true
+			retried  calls[string]
+			inFlight calls[string]
+		)
+		ft := &fakeTable{
+			claim: func(string, int, time.Duration, int) ([]Claim, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if dbDown {
+					return nil, down
+				}
+				return nil, nil
+			},
+			inFlight: func(ids []int64) { inFlight.add(fmt.Sprint(ids)) },
+			retried: func(r Retry) {
+				retried.add(fmt.Sprintf("%d uncounted %v", r.Claim.ID, r.Uncounted))
+			},
+			retry: func(string, Claim, string, time.Time, int) (bool, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if dbDown {
+					return false, down
+				}
+				return false, nil
+			},
+		}
+		q := NewQueue("test", ft, func(context.Context, string, []Claim) error { return down }, liveOwner("a"),
+			Config{Workers: 1, Batch: 2, Poll: time.Second, BaseBackoff: time.Second, MaxAttempts: 5}, discard)
+		q.jitter = func() float64 { return 0 }
+		// A claim worked before the database went away: its item is
+		// handed to the queue (Deliver) as a claim of the owner.
+		stop := start(q)
+		synctest.Wait()
+		h := q.Reserve(1)
+		if h.N != 1 {
+			t.Fatal("no room to hand an item to the queue")
+		}
+		q.Deliver(h, []Claim{{7, 1}})
+		time.Sleep(3 * time.Second) // the attempt fails, its record too; claims fail
+		mu.Lock()
+		dbDown = false
+		mu.Unlock()
+		time.Sleep(2 * time.Second)
+		stop()
+		got := retried.all()
+		if len(got) < 2 || got[0] != "7 uncounted true" || got[len(got)-1] != "7 uncounted true" {
+			t.Errorf("records of the attempt %q; want it uncounted, and recorded again once the database is back", got)
+		}
+		claims := inFlight.all()
+		if len(claims) == 0 || !slices.Contains(claims, "[7]") || claims[len(claims)-1] != "[]" {
+			t.Errorf("items held at each claim %q; want item 7 until its attempt was recorded again, then none", claims)
+		}
+	})
+}
+
 // An outage's waits grow with it; a pause of its failures longer than twice
 // MaxBackoff (the queue's work failing for other reasons meanwhile, never
 // succeeding) starts a new one.
