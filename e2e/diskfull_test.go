@@ -81,6 +81,9 @@ func TestDiskFull(t *testing.T) {
 	if _, err := s.client.GetOrder(authed(orgAToken), &fulfillmentv1.GetOrderRequest{OrderId: o.GetId()}); err != nil {
 		t.Errorf("GetOrder with the disk full: %v, want the order (reads go on)", err)
 	}
+	if n := scrape(t, s.restURL).value(t, "fulfillment_db_disk_full_refusals_total"); n < float64(len(during)) {
+		t.Errorf("fulfillment_db_disk_full_refusals_total = %v after %d webhooks refused, want at least as many", n, len(during))
+	}
 	full("inbox_events", "")
 	ingestFull := time.Since(from)
 
@@ -208,6 +211,10 @@ func TestTablespaceFull(t *testing.T) {
 	}
 	if told == 0 {
 		t.Error("no line says the database is out of disk space, with PostgreSQL's own message")
+	}
+	// An operator's alert: the refusals counted.
+	if n := scrape(t, s.restURL).value(t, "fulfillment_db_disk_full_refusals_total"); n < float64(waiting) {
+		t.Errorf("fulfillment_db_disk_full_refusals_total = %v with %d payments refused, want at least as many", n, waiting)
 	}
 
 	if _, err := admin.Exec(ctx, "DROP TABLE filler"); err != nil {

@@ -47,6 +47,9 @@ var (
 	descReceiptBatches = prometheus.NewDesc("fulfillment_inbox_receipt_batches_total",
 		"Group commits of received events by how they were stored: decided (in the transaction that stored them), or queued for the inbox processors because an event was stored before (redelivered), what they name stayed locked (locked) or deciding failed (failed).",
 		[]string{"outcome"}, nil)
+	descDiskFull = prometheus.NewDesc("fulfillment_db_disk_full_refusals_total",
+		"Writes of this process the database refused for want of disk space (SQLSTATE 53100): group commits of webhooks (answered 503), queue claims, and attempts of queued work (retried without using their attempts).",
+		nil, nil)
 )
 
 // DefaultMetricsTimeout bounds the database reads of one scrape.
@@ -104,12 +107,13 @@ type dbCollector struct {
 func (*dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descInboxPending, descInboxOldest, descOutbox, descDestinationDisabled, descHousekeepingLast, descRecon, descReconOldest, descScrapeOK,
 		descScrapeDuration, descPoolAcquired, descPoolIdle, descPoolTotal, descPoolMax, descPoolAcquires,
-		descPoolWaits, descPoolWait, descReceiptBatches} {
+		descPoolWaits, descPoolWait, descReceiptBatches, descDiskFull} {
 		ch <- d
 	}
 }
 
 func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(descDiskFull, prometheus.CounterValue, float64(c.s.diskFullRefusals.Load()))
 	poolStats(ch, "main", c.s.pool.Stat())
 	poolStats(ch, "lease", c.s.leasePool.Stat())
 	if c.s.decideOnReceipt {

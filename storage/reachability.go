@@ -54,6 +54,7 @@ func (s *Store) unreachable(err error) bool {
 			// handler lets through once per interval (its PostgreSQL
 			// message, a run of digits one placeholder, and its SQLSTATE
 			// are the line's cause, whichever relation it names).
+			s.diskFullRefusals.Add(1)
 			s.log.Error(diskFullLine, "code", pgErr.Code, "error", pgErr.Message)
 			return true
 		case outageOf(pgErr.Code) == up:

@@ -58,6 +58,9 @@ type Store struct {
 	unreadResults   error
 	decidedObserver atomic.Pointer[DecidedObserver]
 	decidedCount    decidedCounts
+	// diskFullRefusals counts the writes the database refused for want of
+	// disk space (fulfillment_db_disk_full_refusals_total).
+	diskFullRefusals atomic.Int64
 
 	// inboxSignal, outboxSignal and feedSignal wake the processors of the
 	// inbox and the outbox, and the readers of the order event feed.
