@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -237,7 +238,7 @@ func smallTablespace(t *testing.T, admin *pgx.Conn) string {
 	ctx := context.Background()
 	var dataDir string
 	if err := admin.QueryRow(ctx, "SELECT current_setting('data_directory')").Scan(&dataDir); err != nil {
-		t.Fatal(err)
+		t.Skipf("the server's data directory cannot be read with this role (%v)", err)
 	}
 	fi, err := os.Stat(dataDir)
 	if err != nil {
@@ -259,7 +260,7 @@ func smallTablespace(t *testing.T, admin *pgx.Conn) string {
 		_ = os.Remove(dir)
 		t.Skipf("cannot mount a tmpfs here (%v): TestDiskFull stages the disk full instead", err)
 	}
-	name := "full_" + strings.ReplaceAll(strings.TrimPrefix(dir, os.TempDir()+"/fulfill-ts-"), "-", "_")
+	name := "full_" + strings.TrimPrefix(filepath.Base(dir), "fulfill-ts-")
 	t.Cleanup(func() {
 		// Best effort: the database goes with the test, the tablespace
 		// must be empty to be dropped.
@@ -270,7 +271,9 @@ func smallTablespace(t *testing.T, admin *pgx.Conn) string {
 		_ = os.Remove(dir)
 	})
 	if _, err := admin.Exec(ctx, "CREATE TABLESPACE "+name+" LOCATION '"+dir+"'"); err != nil {
-		t.Fatal(err)
+		// A server that does not see the mount (another mount namespace),
+		// or a role that may not create tablespaces.
+		t.Skipf("cannot create a tablespace on the tmpfs (%v): TestDiskFull stages the disk full instead", err)
 	}
 	return name
 }

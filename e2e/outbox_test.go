@@ -283,8 +283,16 @@ func TestOutboxRetryAfterHoldsTheDestination(t *testing.T) {
 		if n := busy.Requests(k); n != want {
 			t.Errorf("message %s: %d requests, want %d", k, n, want)
 		}
-		if n := s.count(t, `SELECT count(*) FROM outbox_attempts a JOIN outbox_messages m ON m.id = a.message_id
-			WHERE m.idempotency_key = $1`, k); n != want {
+		// Its attempts are recorded once its batch's requests ended: a
+		// moment after the receiver applied it.
+		recorded := func() int {
+			return s.count(t, `SELECT count(*) FROM outbox_attempts a JOIN outbox_messages m ON m.id = a.message_id
+				WHERE m.idempotency_key = $1`, k)
+		}
+		for end := time.Now().Add(5 * time.Second); recorded() < want && time.Now().Before(end); {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n := recorded(); n != want {
 			t.Errorf("message %s: %d attempts recorded, want %d", k, n, want)
 		}
 	}

@@ -156,8 +156,8 @@ func (r *reachability) watch() {
 }
 
 // diskFullLine says the database is out of disk space, and what follows.
-const diskFullLine = "database out of disk space: the writes that need room fail; webhooks are answered 503 " +
-	"(providers retry), and queued work waits without using its attempts"
+const diskFullLine = "database out of disk space: the writes that need room fail; webhooks whose group commit " +
+	"meets a full table are answered 503 (providers retry), and queued work waits without using its attempts"
 
 // readOnlyLine says the database takes no writes, and what follows.
 const readOnlyLine = "database read-only (a standby, or default_transaction_read_only): webhooks are answered 503 " +

@@ -120,6 +120,14 @@ type notBefore struct {
 	at time.Time
 }
 
+// TellOutage hands the outage to the table it wraps, when that one tells
+// them (OutageTeller): the embedded Table alone would hide it.
+func (t notBefore) TellOutage(err error) {
+	if o, ok := t.Table.(OutageTeller); ok {
+		o.TellOutage(err)
+	}
+}
+
 func (t notBefore) Claim(ctx context.Context, p ClaimParams) ([]Claim, error) {
 	if time.Now().Before(t.at) {
 		return nil, nil

@@ -243,20 +243,6 @@ type Queue struct {
 	// outage has lasted (outageWait). outageLast is that outage's latest
 	// such failure; workedAt, when work of the queue last succeeded.
 	outageSince, outageLast, workedAt time.Time
-	// unrecorded are attempts that failed for an outage whose record
-	// failed too (the database went away altogether): recorded again,
-	// uncounted, before the next claim (recordAgain), their items held
-	// meanwhile (holding), so that no claim of this queue takes them back
-	// as claims it lost track of, counted. recording: a worker records
-	// them.
-	unrecorded []unrecordedRetries
-	recording  bool
-}
-
-// unrecordedRetries are attempts at claims of owner whose record failed.
-type unrecordedRetries struct {
-	owner string
-	rs    []Retry
 }
 
 // Name is the queue's name, as in logs and metrics.
@@ -419,7 +405,6 @@ func (q *Queue) held() time.Duration {
 // claimAndProcess claims one batch under owner and processes it, unless
 // owner was lost meanwhile. It returns the number of items claimed.
 func (q *Queue) claimAndProcess(ctx context.Context, owner string, changed <-chan struct{}) int {
-	q.recordAgain(ctx)
 	// An item another worker claims meanwhile is missing from inFlight, but
 	// its lease has just begun: only items whose lease ran out are taken
 	// back.
@@ -474,50 +459,6 @@ func (q *Queue) holding() []int64 {
 	ids := make([]int64, 0, len(q.inFlight))
 	for id := range q.inFlight {
 		ids = append(ids, id)
-	}
-	for _, u := range q.unrecorded {
-		for _, r := range u.rs {
-			ids = append(ids, r.Claim.ID)
-		}
-	}
-	return ids
-}
-
-// recordAgain records the attempts whose record failed for an outage
-// (unrecorded), once the database may take it, one worker at a time:
-// uncounted, their items due at their time. Until then their claims stay
-// leased, and would be counted again when taken back. An owner lost
-// meanwhile no longer holds them: the record leaves them alone (its rows
-// are reclaimed, their attempt counted, as when a worker dies).
-func (q *Queue) recordAgain(ctx context.Context) {
-	q.mu.Lock()
-	if q.recording || len(q.unrecorded) == 0 {
-		q.mu.Unlock()
-		return
-	}
-	q.recording = true
-	todo := q.unrecorded
-	q.mu.Unlock()
-	var kept []unrecordedRetries
-	for _, u := range todo {
-		_, err := q.table.Retry(ctx, u.owner, u.rs, q.cfg.MaxAttempts)
-		switch {
-		case err != nil && errors.Is(err, fulfillment.ErrUnavailable):
-			kept = append(kept, u)
-		case err != nil:
-			q.log.Warn("recording failed attempts", "ids", retryIDs(u.rs), "error", err)
-		}
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.unrecorded = append(kept, q.unrecorded[len(todo):]...) // and those added meanwhile
-	q.recording = false
-}
-
-func retryIDs(rs []Retry) []int64 {
-	ids := make([]int64, len(rs))
-	for i, r := range rs {
-		ids[i] = r.Claim.ID
 	}
 	return ids
 }
@@ -588,11 +529,12 @@ func (q *Queue) process(ctx context.Context, owner string, claims []Claim) {
 			failed     []Claim
 			causes     []error
 			notStarted []int64
+			succeeded  bool
 		)
 		for _, c := range claims {
 			switch cause, ok := items[c.ID]; {
 			case !ok:
-				q.worked()
+				succeeded = true
 			case errors.Is(cause, ErrNotStarted):
 				notStarted = append(notStarted, c.ID)
 			default:
@@ -608,6 +550,11 @@ func (q *Queue) process(ctx context.Context, owner string, claims []Claim) {
 			}
 		}
 		q.retry(rctx, owner, began, failed, causes)
+		if succeeded {
+			// (After the retries: the batch's own successes do not make
+			// its lost connections counted.)
+			q.worked()
+		}
 		return
 	}
 	if ctx.Err() != nil {
@@ -654,9 +601,6 @@ func (q *Queue) retry(ctx context.Context, owner string, began time.Time, claims
 	switch {
 	case rerr != nil && errors.Is(rerr, fulfillment.ErrUnavailable):
 		q.log.Debug("recording failed attempts", "ids", claimIDs(claims), "error", rerr) // the store says the database is unreachable, once
-		if errors.Is(rerr, fulfillment.ErrDatabaseDown) {
-			q.keepUnrecorded(owner, rs)
-		}
 		return
 	case rerr != nil && len(claims) > 1:
 		// Recorded alone, one attempt that the table refuses cannot keep
@@ -678,8 +622,11 @@ func (q *Queue) retry(ctx context.Context, owner string, began time.Time, claims
 	if t, ok := q.table.(OutageTeller); ok {
 		// The record was written: the database answers, yet the attempts
 		// met an outage (a disk full, say), which nothing else may tell.
+		// (A lost connection is over once the record is written: the
+		// claims, the listeners and the liveness tell an outage that
+		// lasts.)
 		for i, r := range rs {
-			if r.Uncounted {
+			if r.Uncounted && !errors.Is(causes[i], fulfillment.ErrConnectionLost) {
 				t.TellOutage(causes[i])
 				break
 			}
@@ -698,7 +645,9 @@ func (q *Queue) retry(ctx context.Context, owner string, began time.Time, claims
 			q.log.Debug("to be tried again", "id", c.ID, "attempt", c.Attempts, "retry_at", next, "why", err)
 		case failed:
 			q.log.Error("failed past its retry budget", "id", c.ID, "attempts", c.Attempts, "error", err)
-		case errors.Is(err, fulfillment.ErrUnavailable):
+		case errors.Is(err, fulfillment.ErrUnavailable) && (r.Uncounted || !errors.Is(err, fulfillment.ErrConnectionLost)):
+			// (A lost connection counted, while other work succeeded, is
+			// the item's to tell: it may be what ends its session.)
 			q.log.Debug("processing failed; will retry", "id", c.ID, "attempt", c.Attempts, "retry_at", next, "error", err)
 		default:
 			q.log.Warn("processing failed; will retry", "id", c.ID, "attempt", c.Attempts, "retry_at", next, "error", err)
@@ -730,29 +679,11 @@ func (q *Queue) reclaim(ctx context.Context) {
 	}
 }
 
-// keepUnrecorded keeps the uncounted attempts of rs, whose record failed
-// for an outage, to be recorded again (recordAgain).
-func (q *Queue) keepUnrecorded(owner string, rs []Retry) {
-	var keep []Retry
-	for _, r := range rs {
-		if r.Uncounted {
-			keep = append(keep, r)
-		}
-	}
-	if len(keep) == 0 {
-		return
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.unrecorded = append(q.unrecorded, unrecordedRetries{owner: owner, rs: keep})
-}
-
-// worked notes that work of the queue succeeded: an outage, if any, is
-// over.
+// worked notes that work of the queue succeeded.
 func (q *Queue) worked() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.workedAt, q.outageSince = time.Now(), time.Time{}
+	q.workedAt = time.Now()
 }
 
 // workedSince reports whether work of the queue succeeded after t.
@@ -764,13 +695,12 @@ func (q *Queue) workedSince(t time.Time) bool {
 
 // outageWait is the delay before an attempt that failed for an outage of
 // the database is tried again: about as long as the outage has lasted
-// (from the queue's first such failure since its work last succeeded, or
-// since a pause of such failures longer than twice MaxBackoff: a queue
-// whose work fails for another reason meanwhile, a destination that is
-// down, is not left in an old outage), between BaseBackoff and
-// MaxBackoff, with jitter. Its claim is not counted, so its own backoff
-// would stay the first one: every item of a backlog tried again every
-// BaseBackoff for as long as the outage lasts.
+// (from the queue's first such failure after a pause of them longer than
+// twice MaxBackoff), between BaseBackoff and MaxBackoff, with jitter. Its
+// claim is not counted, so its own backoff would stay the first one: every
+// item of a backlog tried again every BaseBackoff for as long as the
+// outage lasts. Work that succeeds meanwhile does not end it: a disk full
+// takes some writes and refuses others, to the same items.
 func (q *Queue) outageWait() time.Duration {
 	q.mu.Lock()
 	now := time.Now()
