@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	"github.com/fulfillplatform/fulfillment/internal/app"
@@ -284,18 +286,44 @@ func TestExitAfterUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	missing.Path = "/no_such_database"
-	for _, tc := range []struct{ name, url string }{
-		{"nothing listens", "postgres://fulfillment@" + host + "/fulfillment?sslmode=disable"},
-		{"the database does not exist", missing.String()},
+	const unreachable = "database unreachable for too long: giving up"
+	for _, tc := range []struct{ name, url, line string }{
+		{"nothing listens", "postgres://fulfillment@" + host + "/fulfillment?sslmode=disable", unreachable},
+		{"the database does not exist", missing.String(), unreachable},
+		// A database that answers and takes no writes (a primary fenced,
+		// a standby): its spell is named as such.
+		{"the database takes no writes", readOnlyDB(t), "database unreachable or read-only for too long: giving up"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			exitAfterUnreachable(t, tc.url)
+			exitAfterUnreachable(t, tc.url, tc.line)
 		})
 	}
 }
 
-func exitAfterUnreachable(t *testing.T, dbURL string) {
+// readOnlyDB is a database of the test's own whose transactions are
+// read-only by default (default_transaction_read_only), as a fenced primary's.
+func readOnlyDB(t *testing.T) string {
+	t.Helper()
+	dbURL := pgtest.DB(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = admin.Close(ctx) }()
+	name := pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" SET default_transaction_read_only = on"); err != nil {
+		t.Fatal(err)
+	}
+	return dbURL
+}
+
+func exitAfterUnreachable(t *testing.T, dbURL, line string) {
 	t.Helper()
 	cfg := testConfig(dbURL)
 	cfg.Database.ConnectTimeout = time.Second
@@ -330,11 +358,11 @@ func exitAfterUnreachable(t *testing.T, dbURL string) {
 	}
 	gaveUp := 0
 	for _, r := range checkLogLines(t, sink.lines()) {
-		if r["msg"] == "database unreachable for too long: giving up" {
+		if r["msg"] == line {
 			gaveUp++
 		}
 	}
 	if gaveUp != 1 {
-		t.Errorf("%d give-up lines, want 1", gaveUp)
+		t.Errorf("%d give-up lines %q, want 1", gaveUp, line)
 	}
 }
