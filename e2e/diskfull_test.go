@@ -150,11 +150,7 @@ func TestTablespaceFull(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.DB(t)
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Close(ctx) })
+	admin := pgtest.Conn(t, dbURL)
 	ts := smallTablespace(t, admin)
 
 	sink := &logSink{}

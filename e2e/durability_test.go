@@ -1,13 +1,9 @@
 package e2e_test
 
 import (
-	"context"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
@@ -22,11 +18,7 @@ func TestUndurableCommitsAreNamed(t *testing.T) {
 	for _, off := range []bool{false, true} {
 		dbURL := pgtest.DB(t)
 		if off {
-			admin := pgtest.Conn(t, os.Getenv("DATABASE_URL"))
-			name := pgtest.Database(dbURL)
-			if _, err := admin.Exec(context.Background(), "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" SET synchronous_commit = off"); err != nil {
-				t.Fatal(err)
-			}
+			pgtest.SetDatabase(t, dbURL, "synchronous_commit", "off")
 		}
 		sink := &logSink{}
 		s := startService(t, dbURL, nil, slog.New(slog.NewJSONHandler(sink, nil)))

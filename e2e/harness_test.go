@@ -52,6 +52,18 @@ type stack struct {
 	db        *pgxpool.Pool // for counting effects behind the service's back
 }
 
+// setReadOnly fences the database of dbURL as a primary set read-only is
+// (default_transaction_read_only, its sessions ended so that none keeps
+// writing), or lifts the fence.
+func setReadOnly(t *testing.T, dbURL string, on bool) {
+	t.Helper()
+	value := ""
+	if on {
+		value = "on"
+	}
+	pgtest.SetDatabase(t, dbURL, "default_transaction_read_only", value)
+}
+
 func testConfig(dbURL string) *config.Config {
 	return &config.Config{
 		Listen:   config.Listen{GRPC: "127.0.0.1:0", HTTP: "127.0.0.1:0", Ingest: "127.0.0.1:0"},

@@ -21,8 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/fulfillplatform/fulfillment/config"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
 	"github.com/fulfillplatform/fulfillment/internal/app"
@@ -306,20 +304,7 @@ func TestExitAfterUnreachable(t *testing.T) {
 func readOnlyDB(t *testing.T) string {
 	t.Helper()
 	dbURL := pgtest.DB(t)
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = admin.Close(ctx) }()
-	name := pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()
-	if _, err := admin.Exec(ctx, "ALTER DATABASE "+name+" SET default_transaction_read_only = on"); err != nil {
-		t.Fatal(err)
-	}
+	setReadOnly(t, dbURL, true)
 	return dbURL
 }
 

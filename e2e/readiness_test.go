@@ -34,11 +34,7 @@ func TestReadinessFollowsQueues(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.DB(t)
 	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.Close(context.Background()) })
+	admin := pgtest.Conn(t, dbURL)
 	// The sessions log in as a role of their own, which the test can stop
 	// from logging in while the pool (as postgres) goes on.
 	role := "sessions_" + strings.TrimPrefix(pgtest.Database(dbURL), "test_")
@@ -176,11 +172,7 @@ func queueUp(t *testing.T, restURL, queue string) string {
 func TestOlderBinaryOnNewerSchema(t *testing.T) {
 	t.Parallel()
 	db := pgtest.DB(t)
-	admin, err := pgx.Connect(context.Background(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = admin.Close(context.Background()) }()
+	admin := pgtest.Conn(t, db)
 	var latest int
 	if err := admin.QueryRow(context.Background(), "UPDATE schema_version SET version = version + 1 RETURNING version - 1").Scan(&latest); err != nil {
 		t.Fatal(err)

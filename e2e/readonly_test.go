@@ -5,12 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	fulfillmentv1 "github.com/fulfillplatform/fulfillment/gen/fulfillment/v1"
 	"github.com/fulfillplatform/fulfillment/ingest/yolfi"
@@ -29,33 +26,10 @@ func TestReadOnlyDatabase(t *testing.T) {
 	dbURL := pgtest.DB(t)
 	sink := &logSink{}
 	s := startService(t, dbURL, nil, slog.New(slog.NewJSONHandler(sink, nil)))
-	ctx := context.Background()
-	var name string
-	if err := s.db.QueryRow(ctx, "SELECT current_database()").Scan(&name); err != nil {
-		t.Fatal(err)
-	}
-	readOnly := func(on bool) {
-		t.Helper()
-		admin, err := pgx.Connect(ctx, os.Getenv("DATABASE_URL"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = admin.Close(ctx) }()
-		stmt := "ALTER DATABASE " + pgx.Identifier{name}.Sanitize() + " RESET default_transaction_read_only"
-		if on {
-			stmt = "ALTER DATABASE " + pgx.Identifier{name}.Sanitize() + " SET default_transaction_read_only = on"
-		}
-		if _, err := admin.Exec(ctx, stmt); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name); err != nil {
-			t.Fatal(err)
-		}
-	}
 	o := s.createOrder(t, "live", "ro-1")
 	paid := event(yolfi.TypePaymentConfirmed, "ro-1", "inv_ro1")
 
-	readOnly(true)
+	setReadOnly(t, dbURL, true)
 	var during []int
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		code := s.send(t, liveEP, liveSecret, paid)
@@ -93,7 +67,7 @@ func TestReadOnlyDatabase(t *testing.T) {
 		t.Errorf("lines saying the database is read-only: %q; want one, at ERROR", said)
 	}
 
-	readOnly(false)
+	setReadOnly(t, dbURL, false)
 	s.sendUntilAcked(t, "the database taking writes again", paid, 10*time.Second)
 	s.send(t, liveEP, liveSecret, paid) // a redelivery
 	s.settle(t)

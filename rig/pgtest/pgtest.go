@@ -75,6 +75,31 @@ func Conn(t testing.TB, dbURL string) *pgx.Conn {
 	return conn
 }
 
+// SetDatabase sets name to value for the sessions of the database of dbURL
+// (ALTER DATABASE … SET; RESET when value is ""), as an operator would, from
+// a session on the cluster's admin database, and ends the database's
+// sessions, so that none goes on with the value it began with.
+func SetDatabase(t testing.TB, dbURL, name, value string) {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		t.Fatalf("pgtest: connecting: %v", err)
+	}
+	defer func() { _ = admin.Close(ctx) }()
+	db := pgx.Identifier{Database(dbURL)}.Sanitize()
+	stmt := "ALTER DATABASE " + db + " RESET " + pgx.Identifier{name}.Sanitize()
+	if value != "" {
+		stmt = "ALTER DATABASE " + db + " SET " + pgx.Identifier{name}.Sanitize() + " = " + pgx.Identifier{value}.Sanitize()
+	}
+	if _, err := admin.Exec(ctx, stmt); err != nil {
+		t.Fatalf("pgtest: %s: %v", stmt, err)
+	}
+	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", Database(dbURL)); err != nil {
+		t.Fatalf("pgtest: ending the sessions of %s: %v", Database(dbURL), err)
+	}
+}
+
 // DB creates a migrated database for one test, dropped when the test ends,
 // and returns its URL.
 func DB(t testing.TB) string {
