@@ -221,10 +221,10 @@ func newLeasedTable(t leasedTable) *leasedTable {
 
 	// The failed attempts of a batch, one row of unnest each ($1 ids, $3
 	// causes, $5 due times, $6 whether uncounted), owner $2, budget $4; the
-	// rows still leased to the owner are returned, failed or not. Each row is found by its own
-	// id: with the ids as an array condition too, a generic plan (made for
-	// an array of ten) joined every row leased to the owner with every
-	// attempt, quadratic in the batch.
+	// rows still leased to the owner are returned, failed or not. Each row
+	// is found by its own id: with the ids as an array condition too, a
+	// generic plan (made for an array of ten) joined every row leased to
+	// the owner with every attempt, quadratic in the batch.
 	t.retrySQL = r.Replace(`
 		UPDATE {table} SET
 			{retry_state}

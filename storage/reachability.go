@@ -57,10 +57,11 @@ func (s *Store) unreachable(err error) bool {
 			s.diskFullRefusals.Add(1)
 			s.log.Error(diskFullLine, "code", pgErr.Code, "error", pgErr.Message)
 			return true
-		case outageOf(pgErr.Code) == up:
+		case !errors.Is(err, fulfillment.ErrDatabaseDown):
 			// An answer of a database that takes calls (a transaction it
 			// rolled back, a statement it cancelled on a timeout, a
-			// query that needed more memory than it had).
+			// query that needed more memory than it had): interpret
+			// marked none of them an outage.
 			return false
 		}
 	}
@@ -81,11 +82,6 @@ func (s *Store) unreachable(err error) bool {
 	}
 	return true
 }
-
-// Unreachable reports whether err says the database could not be reached,
-// telling so once (see reachability): callers outside storage log their own
-// failures only when it returns false.
-func (s *Store) Unreachable(err error) bool { return s.unreachable(err) }
 
 // watch probes the database every second until it answers and takes
 // writes, then says so.
