@@ -645,14 +645,20 @@ func (q *Queue) retry(ctx context.Context, owner string, began time.Time, claims
 			q.log.Debug("to be tried again", "id", c.ID, "attempt", c.Attempts, "retry_at", next, "why", err)
 		case failed:
 			q.log.Error("failed past its retry budget", "id", c.ID, "attempts", c.Attempts, "error", err)
-		case errors.Is(err, fulfillment.ErrUnavailable) && (r.Uncounted || !errors.Is(err, fulfillment.ErrConnectionLost)):
-			// (A lost connection counted, while other work succeeded, is
-			// the item's to tell: it may be what ends its session.)
+		case errors.Is(err, fulfillment.ErrUnavailable) && !countedLoss(r, err):
 			q.log.Debug("processing failed; will retry", "id", c.ID, "attempt", c.Attempts, "retry_at", next, "error", err)
 		default:
+			// (A lost connection counted, while other work succeeded, is
+			// the item's to tell: it may be what ends its session.)
 			q.log.Warn("processing failed; will retry", "id", c.ID, "attempt", c.Attempts, "retry_at", next, "error", err)
 		}
 	}
+}
+
+// countedLoss reports whether r, failed for err, lost its connection while
+// other work of the queue succeeded: counted, unlike an outage's.
+func countedLoss(r Retry, err error) bool {
+	return !r.Uncounted && errors.Is(err, fulfillment.ErrConnectionLost)
 }
 
 // reclaim frees the items of owners that are no longer live, at once and
