@@ -213,6 +213,9 @@ type Sustained struct {
 	// moves with them from run to run.
 	WALImagesPerEvent float64 `json:"wal_full_page_images_per_event"`
 	Checkpoints       int64   `json:"checkpoints"`
+	// WAL is that WAL by relation and kind of record (pg_waldump), largest
+	// first.
+	WAL []WALShare `json:"wal_per_event_by_record,omitempty"`
 	// Updates are the rows each table had updated over push and drain,
 	// and the HOT ones (pg_stat_user_tables, once the backends reported them).
 	Updates    loadgen.TableUpdates `json:"table_updates,omitempty"`
@@ -625,6 +628,16 @@ func (r *Report) Markdown() string {
 	if s := r.Sustained; s != nil && s.StatementsTotal != nil {
 		b.WriteString("\n## PostgreSQL per event\n\nThe saturating push and its drain, from pg_stat_statements (reset before the push): per event acknowledged and processed, each statement's executions, execution time (lock waits and time off the CPU included, the commit's WAL flush not), planning time (a statement on a custom plan is planned at each run), shared buffers touched (planning's included) — hit + read + dirtied + written, each shown — and WAL written; the costliest statements by execution and planning time, then all of them.\n\n")
 		statementTable(&b, s.Statements, *s.StatementsTotal)
+	}
+	if s := r.Sustained; s != nil && len(s.WAL) > 0 {
+		b.WriteString("\n## WAL per event\n\nThe saturating push and its drain, read back with pg_waldump: each record's bytes (full-page images included, shown apart) under the table or index it changes (its first block) and its kind, per event acknowledged and processed; records of no relation (commits) have none, and the last row is the WAL that no record accounts for (page headers, alignment).\n\n| records | bytes | of which page images | relation | record |\n|---|---|---|---|---|\n")
+		var records, bytes float64
+		for _, w := range s.WAL {
+			fmt.Fprintf(&b, "| %.2f | %.1f | %.1f | %s | %s |\n", w.Records, w.Bytes, w.ImageBytes, w.Relation, w.Record)
+			records += w.Records
+			bytes += w.Bytes
+		}
+		fmt.Fprintf(&b, "| **%.2f** | **%.1f** | | | **total** |\n", records, bytes)
 	}
 	var one []IngestLevel
 	for _, levels := range [][]IngestLevel{r.IngestPaused, r.Ingest, r.IngestTBank} {

@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -41,6 +42,10 @@ func (b *bench) sustained(ctx context.Context) error {
 		}
 	}
 	gc0, gcErr := b.t.svc.receiptBatches(ctx)
+	reserveErr := reserveWAL(ctx, b.t.db)
+	if reserveErr != nil {
+		b.warn("push: the WAL could not be kept for its breakdown: %v", reserveErr)
+	}
 	wal0, err := loadgen.WALBytes(ctx, b.t.db)
 	if err != nil {
 		return err
@@ -141,6 +146,16 @@ func (b *bench) sustained(ctx context.Context) error {
 		s.WALBytesPerEvent = round1(float64(wal1-wal0) / float64(s.Events))
 		s.WALImagesPerEvent = round2(float64(fpi1-fpi0) / float64(s.Events))
 		s.Checkpoints = ckpt1 - ckpt0
+	}
+	if reserveErr == nil {
+		if s.Events > 0 {
+			if s.WAL, err = walBreakdown(ctx, b.t.db, filepath.Join(b.tmp, "pg", "data"), wal0, wal1, s.Events); err != nil {
+				b.warn("push: no WAL breakdown: %v", err)
+			}
+		}
+		if err := releaseWAL(ctx, b.t.db); err != nil {
+			return err
+		}
 	}
 	// Under load: from the end of the ramp-up to the last receipt, the
 	// processor competes with full-speed ingest.
