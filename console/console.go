@@ -38,6 +38,9 @@ const (
 	maxFormBytes = 64 << 10
 	// requestTimeout bounds one page: every API call it makes.
 	requestTimeout = 10 * time.Second
+	// auditWait bounds the write of an audit entry, which outlives its
+	// page's request (it records what the request did).
+	auditWait = 5 * time.Second
 	// pageSize is the rows of one listing page (the API allows up to 500).
 	pageSize = 50
 )

@@ -119,9 +119,15 @@ func (c *Console) revealRaw(w http.ResponseWriter, r *http.Request, s *session) 
 	}
 	id := r.PathValue("id")
 	resp, err := c.api.GetInboxEvent(s.call(r.Context()), &fulfillmentv1.GetInboxEventRequest{InboxEventId: id})
-	c.record(r.Context(), s.Name(), resp.GetEvent().GetOrgId(), "event.reveal_raw", "event", id, outcome(err), "")
+	recorded := c.record(r.Context(), s.Name(), resp.GetEvent().GetOrgId(), "event.reveal_raw", "event", id, outcome(err), "")
 	if err != nil {
 		c.apiFail(w, r, s, err)
+		return
+	}
+	if !recorded {
+		// A body may hold a payer's data: it is shown only with a record
+		// of who saw it.
+		c.fail(w, r, s, http.StatusServiceUnavailable, "The audit log could not record this reveal, so the raw body is not shown: try again shortly.")
 		return
 	}
 	c.showEvent(w, r, s, true)

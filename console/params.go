@@ -21,9 +21,18 @@ func timeParam(v url.Values, key string) (*timestamppb.Timestamp, error) {
 		return nil, nil
 	}
 	for _, layout := range inputTimeLayouts {
-		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
-			return timestamppb.New(t), nil
+		t, err := time.ParseInLocation(layout, s, time.UTC)
+		switch {
+		case err != nil:
+			continue
+		case t.Nanosecond() != 0:
+			// Its pages carry a filter on (the next page's link, a
+			// re-drive's confirmation) to the second: a fraction would be
+			// lost on the way, and the API refuses a page token whose
+			// filter changed.
+			return nil, fmt.Errorf("%s: %q has a fraction of a second: the console's times are to the second", key, s)
 		}
+		return timestamppb.New(t), nil
 	}
 	return nil, fmt.Errorf("%s: %q is not a time: write it as 2026-12-01T12:00 (UTC)", key, s)
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -105,8 +106,8 @@ func (c *Console) authed(h handlerFunc) http.HandlerFunc {
 				c.fail(w, r, s, http.StatusForbidden, "This request did not come from the console's own pages.")
 				return
 			}
-			if err := r.ParseForm(); err != nil {
-				c.fail(w, r, s, http.StatusRequestEntityTooLarge, "The form could not be read (too large or malformed).")
+			if status, msg := readForm(r); status != 0 {
+				c.fail(w, r, s, status, msg)
 				return
 			}
 			got := r.PostForm.Get(csrfFormField)
@@ -118,6 +119,27 @@ func (c *Console) authed(h handlerFunc) http.HandlerFunc {
 		h(w, r, s)
 	}
 }
+
+// readForm parses a POST's form and says, as a status and a message, what
+// is wrong with it, if anything (status 0: nothing): larger than
+// maxFormBytes, not a form, or holding text that is not UTF-8 (which the
+// API's calls could not carry, nor the audit log store).
+func readForm(r *http.Request) (int, string) {
+	if err := r.ParseForm(); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return http.StatusRequestEntityTooLarge, "The form is too large."
+		}
+		return http.StatusBadRequest, "The form could not be read."
+	}
+	for name, values := range r.PostForm {
+		if !utf8.ValidString(name) || slices.ContainsFunc(values, notUTF8) {
+			return http.StatusBadRequest, "The form holds text that is not valid UTF-8."
+		}
+	}
+	return 0, ""
+}
+
+func notUTF8(s string) bool { return !utf8.ValidString(s) }
 
 var errNoSession = errors.New("no live session")
 
@@ -186,8 +208,8 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusForbidden, "This request did not come from the console's own pages.")
 		return
 	}
-	if err := r.ParseForm(); err != nil {
-		c.fail(w, r, nil, http.StatusRequestEntityTooLarge, "The form could not be read (too large or malformed).")
+	if status, msg := readForm(r); status != 0 {
+		c.fail(w, r, nil, status, msg)
 		return
 	}
 	next := safeNext(r.PostForm.Get("next"))
@@ -366,14 +388,22 @@ func requestID(ctx context.Context) string {
 	return v
 }
 
-// record writes one audit entry; a failure to write it is logged, and the
-// action it records has already happened.
-func (c *Console) record(ctx context.Context, actor, org, action, kind, id, outcome, detail string) {
-	e := fulfillment.ConsoleAuditEntry{Actor: actor, Action: action, TargetKind: kind, TargetID: id, OrgID: org,
+// record writes one audit entry, and says whether it did; a failure to
+// write it is logged, and the action it records has already happened. The
+// target's id comes from the page's address: it is cut as the detail is.
+func (c *Console) record(ctx context.Context, actor, org, action, kind, id, outcome, detail string) bool {
+	e := fulfillment.ConsoleAuditEntry{Actor: actor, Action: action, TargetKind: kind, TargetID: truncate(id, 200), OrgID: org,
 		Outcome: outcome, Detail: truncate(detail, 500)}
-	if err := c.store.ConsoleAuditInsert(context.WithoutCancel(ctx), e); err != nil {
+	// The entry is written even when the page's request ended, but not
+	// for longer than a page may take: a stalled database must not hold
+	// the answer for ever.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditWait)
+	defer cancel()
+	if err := c.store.ConsoleAuditInsert(actx, e); err != nil {
 		c.log.WarnContext(ctx, "console: recording an action in the audit log", "action", action, "error", err)
+		return false
 	}
+	return true
 }
 
 // outcome names how an API call ended, for the audit log.
