@@ -22,7 +22,10 @@ const orderColumns = `id, org_id, environment, merchant_order_id, coalesce(check
 // OrderCreate implements fulfillment.OrderStore. The unique key on
 // (org_id, environment, merchant_order_id) decides which of several
 // concurrent identical requests creates the order; the others wait for its
-// commit, insert nothing and return the committed order.
+// commit, insert nothing and return the committed order. The insert skips
+// a conflict on any unique key: an identical request that waited on the
+// winner's checkout session (the other key) must not take it for another
+// order's; what it met is told from the stored order after.
 func (s *Store) OrderCreate(ctx context.Context, spec fulfillment.OrderSpec) (fulfillment.Order, bool, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -47,19 +50,15 @@ func (s *Store) OrderCreate(ctx context.Context, spec fulfillment.OrderSpec) (fu
 				total_currency, total_minor_units,
 				settlement_token, settlement_network, settlement_amount, settlement_tolerance, fingerprint)
 			VALUES ($1, $2, $3, $4, nullif($5, ''), $6, $7, $8, $9, $10, $11::numeric, $12::numeric, $13)
-			ON CONFLICT (org_id, environment, merchant_order_id) DO NOTHING
+			ON CONFLICT DO NOTHING
 			RETURNING created_at`,
 			id, spec.OrgID, spec.Environment, spec.MerchantOrderID, spec.CheckoutSessionID,
 			fulfillment.StatePendingPayment, total.Currency, total.MinorUnits,
 			token, network, amount, tolerance, fingerprint).Scan(&createdAt)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // the key exists: compare content below
+			return nil // a key exists: compare content below
 		}
 		if err != nil {
-			if constraintName(err) == "orders_checkout_session_key" {
-				return fmt.Errorf("%w: checkout session %q already pays another order",
-					fulfillment.ErrConflict, spec.CheckoutSessionID)
-			}
 			return fmt.Errorf("inserting order: %w", interpret(err))
 		}
 		rows := make([][]any, len(spec.Lines))
@@ -94,6 +93,12 @@ func (s *Store) OrderCreate(ctx context.Context, spec fulfillment.OrderSpec) (fu
 	order, storedFingerprint, err := s.orderGetWhere(ctx,
 		"org_id = $1 AND environment = $2 AND merchant_order_id = $3",
 		spec.OrgID, spec.Environment, spec.MerchantOrderID)
+	if errors.Is(err, fulfillment.ErrNotFound) && spec.CheckoutSessionID != "" {
+		// No order of this merchant order id: the key the insert met
+		// was the checkout session's, another order's.
+		return fulfillment.Order{}, false, fmt.Errorf("%w: checkout session %q already pays another order",
+			fulfillment.ErrConflict, spec.CheckoutSessionID)
+	}
 	if err != nil {
 		return fulfillment.Order{}, false, err
 	}
