@@ -325,3 +325,31 @@ func TestTBankStartedPaymentIsOneStage(t *testing.T) {
 		t.Errorf("after payment: %v; want fulfilled", e)
 	}
 }
+
+// A token of another org learns nothing of org A's endpoints from
+// StartPayment: naming one is answered as naming none (it said the
+// endpoint's provider, and that it takes no started payments, or went on to
+// the order).
+func TestStartPaymentKeepsAnotherOrgsEndpointsUnsaid(t *testing.T) {
+	t.Parallel()
+	s := startTBank(t, fakebank.Options{}, func(c *config.Config) {
+		c.Auth.Tokens = append(c.Auth.Tokens, config.Token{Name: "org-b-admin", Secret: orgBAdminToken,
+			Scopes: []string{config.ScopeAdmin}, Orgs: []string{"org_b"}})
+	})
+	order := s.createRUBOrder(t, "tb-unsaid-1")
+	var answers []string
+	for _, endpoint := range []string{tbankFail, "no-such-endpoint"} {
+		_, err := s.client.StartPayment(authed(orgBAdminToken), &fulfillmentv1.StartPaymentRequest{
+			OrderId: order.GetId(), EndpointId: endpoint, Description: "Pro license"})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "is not a configured endpoint") {
+			t.Errorf("org B starting a payment through %q: %v, want INVALID_ARGUMENT, not a configured endpoint", endpoint, err)
+		}
+		answers = append(answers, strings.ReplaceAll(status.Convert(err).Message(), endpoint, "E"))
+	}
+	if answers[0] != answers[1] {
+		t.Errorf("org A's endpoint and none are told apart: %q, %q", answers[0], answers[1])
+	}
+	if n := len(s.bank.Payments()); n != 0 {
+		t.Errorf("the bank has %d payments", n)
+	}
+}

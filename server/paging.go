@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strconv"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -112,9 +111,13 @@ type pageToken struct {
 	Filter string `json:"f"`
 }
 
-// pageDigest identifies a listing's filters and the caller's visible orgs.
+// pageDigest identifies a listing's filters and the caller's visible orgs:
+// strings, lists of strings and integers (times as Unix nanoseconds),
+// written as JSON, which tells every value apart (%q wrote every integer
+// past U+10FFFF as the same replacement character: each time filter alike).
 func pageDigest(parts ...any) string {
-	sum := sha256.Sum256(fmt.Appendf(nil, "%q", parts))
+	b, _ := json.Marshal(parts) // strings, lists and integers always marshal
+	sum := sha256.Sum256(b)
 	return base64.RawURLEncoding.EncodeToString(sum[:12])
 }
 

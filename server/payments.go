@@ -37,7 +37,10 @@ func (s *Service) StartPayment(ctx context.Context, req *fulfillmentv1.StartPaym
 	ep, known := s.endpoints[r.EndpointID]
 	prov := s.payments[r.EndpointID]
 	switch {
-	case !known:
+	case !known || !p.AllowsOrg(ep.OrgID):
+		// An endpoint of an org the caller may not act for is answered
+		// as one that does not exist: which endpoints and providers
+		// other orgs have stays unsaid.
 		return nil, status.Errorf(codes.InvalidArgument, "endpoint_id: %q is not a configured endpoint", r.EndpointID)
 	case prov == nil:
 		return nil, status.Errorf(codes.FailedPrecondition, "endpoint %q (%s) does not take payments started by this service", ep.ID, ep.Provider)
