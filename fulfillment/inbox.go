@@ -137,7 +137,10 @@ type OrderDetail struct {
 	OmittedAttempts     int
 	Entitlements        []Entitlement
 	OmittedEntitlements int
-	Ledger              []LedgerEntry
+	// Ledger are its balance movements, oldest first: the newest
+	// MaxLedgerItems.
+	Ledger        []LedgerEntry
+	OmittedLedger int
 	Events              []TimelineEvent
 	OmittedEvents       int
 	// Deliveries are its outbox messages, oldest first: the newest

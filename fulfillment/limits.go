@@ -42,6 +42,10 @@ const (
 	// MaxHistoryItems bounds the payment attempts and the provider events
 	// an order's history shows: the newest ones.
 	MaxHistoryItems = 100
+	// MaxLedgerItems bounds the ledger entries an order's history shows,
+	// the newest: a line has a credit and a reversal at most, but a
+	// partial reversal for each partial refund of the provider's.
+	MaxLedgerItems = 500
 )
 
 // TextKind says which characters a text field may hold.

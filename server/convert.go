@@ -91,6 +91,7 @@ func orderDetailToProto(d fulfillment.OrderDetail, showSecrets bool) *fulfillmen
 		Entitlements:           make([]*fulfillmentv1.Entitlement, 0, len(d.Entitlements)),
 		OmittedEntitlements:    int32(d.OmittedEntitlements),
 		LedgerEntries:          make([]*fulfillmentv1.LedgerEntry, 0, len(d.Ledger)),
+		OmittedLedgerEntries:   int32(d.OmittedLedger),
 		Events:                 make([]*fulfillmentv1.OrderEvent, 0, len(d.Events)),
 		OmittedEvents:          int32(d.OmittedEvents),
 	}

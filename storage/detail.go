@@ -61,16 +61,20 @@ func (s *Store) OrderDetail(ctx context.Context, id string) (fulfillment.OrderDe
 	d.OmittedEntitlements = omitted(total, len(d.Entitlements))
 
 	rows, _ = s.pool.Query(ctx, `
-		SELECT id, account_ref, movement, currency, minor_units, created_at
-		FROM ledger_entries WHERE order_id = $1 ORDER BY id`, id)
+		SELECT id, account_ref, movement, currency, minor_units, created_at, total FROM (
+			SELECT *, count(*) OVER () AS total
+			FROM ledger_entries WHERE order_id = $1 ORDER BY id DESC LIMIT $2) newest
+		ORDER BY id`, id, fulfillment.MaxLedgerItems)
+	total = 0
 	d.Ledger, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (fulfillment.LedgerEntry, error) {
 		var e fulfillment.LedgerEntry
-		err := r.Scan(&e.ID, &e.AccountRef, &e.Movement, &e.Amount.Currency, &e.Amount.MinorUnits, &e.CreatedAt)
+		err := r.Scan(&e.ID, &e.AccountRef, &e.Movement, &e.Amount.Currency, &e.Amount.MinorUnits, &e.CreatedAt, &total)
 		return e, err
 	})
 	if err != nil {
 		return fulfillment.OrderDetail{}, fmt.Errorf("reading ledger entries: %w", interpret(err))
 	}
+	d.OmittedLedger = omitted(total, len(d.Ledger))
 
 	rows, _ = s.pool.Query(ctx, `
 		SELECT event_id, event_type, received_at, decision, decision_reason,

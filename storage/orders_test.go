@@ -343,3 +343,37 @@ func TestOrderList(t *testing.T) {
 		t.Errorf("paged through %d org_a orders, want 5", len(seen))
 	}
 }
+
+// An order's history shows its newest ledger entries, at most
+// MaxLedgerItems, oldest first, and counts the ones left out: partial
+// refunds add one per credited line, without a bound of their own.
+func TestOrderDetailLedgerBounded(t *testing.T) {
+	t.Parallel()
+	s, conn := newStore(t)
+	ctx := context.Background()
+	o, _, err := s.OrderCreate(ctx, spec(t, "org_a", "many-refunds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const extra = 5
+	if _, err := conn.Exec(ctx, `
+		INSERT INTO ledger_entries (order_id, line_no, account_ref, movement, currency, minor_units, refund_ref)
+		SELECT $1, 1, 'acct_1', 'partial_reversal', 'USD', -1, 'refund-' || g FROM generate_series(1, $2) AS g`,
+		o.ID, fulfillment.MaxLedgerItems+extra); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.OrderDetail(ctx, o.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Ledger) != fulfillment.MaxLedgerItems || d.OmittedLedger != extra {
+		t.Fatalf("ledger: %d shown, %d omitted; want %d and %d", len(d.Ledger), d.OmittedLedger, fulfillment.MaxLedgerItems, extra)
+	}
+	var oldestShown int64
+	if err := conn.QueryRow(ctx, "SELECT id FROM ledger_entries WHERE order_id = $1 ORDER BY id OFFSET $2 LIMIT 1", o.ID, extra).Scan(&oldestShown); err != nil {
+		t.Fatal(err)
+	}
+	if d.Ledger[0].ID != oldestShown || d.Ledger[len(d.Ledger)-1].ID <= d.Ledger[0].ID {
+		t.Errorf("ledger from %d to %d, want the newest, oldest first, from %d", d.Ledger[0].ID, d.Ledger[len(d.Ledger)-1].ID, oldestShown)
+	}
+}

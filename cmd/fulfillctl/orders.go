@@ -365,7 +365,7 @@ func orderDetail(w io.Writer, o *fulfillmentv1.Order) error {
 				}
 				return t.flush()
 			}},
-			part{"ledger entries", len(h.GetLedgerEntries()), 0, func(w io.Writer) error {
+			part{"ledger entries", len(h.GetLedgerEntries()), h.GetOmittedLedgerEntries(), func(w io.Writer) error {
 				t := newTable(w, "ID", "ACCOUNT", "MOVEMENT", "AMOUNT", "CREATED")
 				for _, l := range h.GetLedgerEntries() {
 					t.row(l.GetId(), l.GetAccountRef(), l.GetMovement(), moneyText(l.GetAmount()), timeText(l.GetCreateTime()))

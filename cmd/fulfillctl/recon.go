@@ -346,7 +346,7 @@ func itemDetail(w io.Writer, r *fulfillmentv1.GetReconciliationItemResponse) err
 			return err
 		}
 		if _, err := fmt.Fprintf(w, "\nentitlements %d, ledger entries %d, deliveries %d\n", len(h.GetEntitlements())+int(h.GetOmittedEntitlements()),
-			len(h.GetLedgerEntries()), len(h.GetDeliveries())+int(h.GetOmittedDeliveries())); err != nil {
+			len(h.GetLedgerEntries())+int(h.GetOmittedLedgerEntries()), len(h.GetDeliveries())+int(h.GetOmittedDeliveries())); err != nil {
 			return err
 		}
 	}

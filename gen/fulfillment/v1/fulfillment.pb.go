@@ -821,8 +821,9 @@ type OrderHistory struct {
 	// Entitlements left out (only orders created before the 1,000-unit
 	// bound can have more).
 	OmittedEntitlements int32 `protobuf:"varint,4,opt,name=omitted_entitlements,json=omittedEntitlements,proto3" json:"omitted_entitlements,omitempty"`
-	// Balance movements caused by the order: per line at most one credit,
-	// one refund_reversal, and one partial_reversal per partial refund.
+	// Balance movements caused by the order, oldest first: per line at most
+	// one credit, one refund_reversal, and one partial_reversal per partial
+	// refund; the newest 500.
 	LedgerEntries []*LedgerEntry `protobuf:"bytes,5,rep,name=ledger_entries,json=ledgerEntries,proto3" json:"ledger_entries,omitempty"`
 	// Provider events about the order, oldest first: the newest 100.
 	Events []*OrderEvent `protobuf:"bytes,6,rep,name=events,proto3" json:"events,omitempty"`
@@ -839,9 +840,11 @@ type OrderHistory struct {
 	PaymentStarts []*PaymentStart `protobuf:"bytes,10,rep,name=payment_starts,json=paymentStarts,proto3" json:"payment_starts,omitempty"`
 	// The order's events on the feed (WatchOrderEvents), oldest first: at
 	// most one per topic.
-	FeedEvents    []*OrderFeedEvent `protobuf:"bytes,11,rep,name=feed_events,json=feedEvents,proto3" json:"feed_events,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FeedEvents []*OrderFeedEvent `protobuf:"bytes,11,rep,name=feed_events,json=feedEvents,proto3" json:"feed_events,omitempty"`
+	// Older ledger entries left out.
+	OmittedLedgerEntries int32 `protobuf:"varint,12,opt,name=omitted_ledger_entries,json=omittedLedgerEntries,proto3" json:"omitted_ledger_entries,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *OrderHistory) Reset() {
@@ -949,6 +952,13 @@ func (x *OrderHistory) GetFeedEvents() []*OrderFeedEvent {
 		return x.FeedEvents
 	}
 	return nil
+}
+
+func (x *OrderHistory) GetOmittedLedgerEntries() int32 {
+	if x != nil {
+		return x.OmittedLedgerEntries
+	}
+	return 0
 }
 
 // OrderFeedEvent is an order event as the feed carries it, without its
@@ -7256,7 +7266,7 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vupdate_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"updateTime\x126\n" +
-	"\ahistory\x18\x10 \x01(\v2\x1c.fulfillment.v1.OrderHistoryR\ahistoryJ\x04\b\f\x10\rJ\x04\b\r\x10\x0eJ\x04\b\x0e\x10\x0fJ\x04\b\x0f\x10\x10R\x10payment_attemptsR\fentitlementsR\x0eledger_entriesR\x06events\"\x9a\x05\n" +
+	"\ahistory\x18\x10 \x01(\v2\x1c.fulfillment.v1.OrderHistoryR\ahistoryJ\x04\b\f\x10\rJ\x04\b\r\x10\x0eJ\x04\b\x0e\x10\x0fJ\x04\b\x0f\x10\x10R\x10payment_attemptsR\fentitlementsR\x0eledger_entriesR\x06events\"\xd0\x05\n" +
 	"\fOrderHistory\x12I\n" +
 	"\x10payment_attempts\x18\x01 \x03(\v2\x1e.fulfillment.v1.PaymentAttemptR\x0fpaymentAttempts\x128\n" +
 	"\x18omitted_payment_attempts\x18\x02 \x01(\x05R\x16omittedPaymentAttempts\x12?\n" +
@@ -7272,7 +7282,8 @@ const file_fulfillment_v1_fulfillment_proto_rawDesc = "" +
 	"\x0epayment_starts\x18\n" +
 	" \x03(\v2\x1c.fulfillment.v1.PaymentStartR\rpaymentStarts\x12?\n" +
 	"\vfeed_events\x18\v \x03(\v2\x1e.fulfillment.v1.OrderFeedEventR\n" +
-	"feedEvents\"{\n" +
+	"feedEvents\x124\n" +
+	"\x16omitted_ledger_entries\x18\f \x01(\x05R\x14omittedLedgerEntries\"{\n" +
 	"\x0eOrderFeedEvent\x12\x16\n" +
 	"\x06cursor\x18\x01 \x01(\tR\x06cursor\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12;\n" +
