@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -438,5 +440,60 @@ func TestOrderUpdatedAtTheVersionLocked(t *testing.T) {
 	}
 	if st := state(); st != string(fulfillment.StateCancelled) {
 		t.Errorf("after the move the order is %s, want cancelled", st)
+	}
+}
+
+// A license key is "LIC-", its time of issue in milliseconds (12
+// hexadecimal digits), then 80 random bits (20 digits): keys of later
+// batches sort after earlier ones, so that new keys go to the end of the
+// unique index (random keys went all over it, each insert after a
+// checkpoint writing its page whole to the WAL); no two random parts alike.
+func TestLicenseKeysGoInTimeOrder(t *testing.T) {
+	t.Parallel()
+	s, conn := newStore(t)
+	ctx := context.Background()
+	before := time.Now().Add(-time.Second)
+	const orders = 4
+	for i := range orders {
+		mid := fmt.Sprintf("keys-%d", i)
+		creditLicenseOrder(t, s, mid)
+		if _, err := s.InboxInsert(ctx, refundEvent("pay-ev-"+mid, mid, fulfillment.EventPaymentConfirmed, 20000), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+		processAll(t, s, 1)
+		time.Sleep(2 * time.Millisecond) // the next batch's keys are of a later millisecond
+	}
+	after := time.Now().Add(time.Second)
+	rows, err := conn.Query(ctx, "SELECT value FROM entitlements ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2*orders {
+		t.Fatalf("%d licenses, want %d", len(keys), 2*orders)
+	}
+	shape := regexp.MustCompile(`^LIC-([0-9A-F]{12})([0-9A-F]{20})$`)
+	random := map[string]bool{}
+	for i, k := range keys {
+		m := shape.FindStringSubmatch(k)
+		if m == nil {
+			t.Fatalf("license key %q is not LIC- and 32 hexadecimal digits", k)
+		}
+		ms, err := strconv.ParseInt(m[1], 16, 64)
+		if issued := time.UnixMilli(ms); err != nil || issued.Before(before) || issued.After(after) {
+			t.Errorf("license key %q: issued %v, want between %v and %v", k, issued, before, after)
+		}
+		if random[m[2]] {
+			t.Errorf("license key %q: its random part again", k)
+		}
+		random[m[2]] = true
+		// The two keys of an order are of one batch: each sorts after
+		// every key of the batches before.
+		if earlier := keys[:i-i%2]; len(earlier) > 0 && k <= slices.Max(earlier) {
+			t.Errorf("license key %q of a later batch sorts before %q", k, slices.Max(earlier))
+		}
 	}
 }
