@@ -106,8 +106,8 @@ func (c *Console) authed(h handlerFunc) http.HandlerFunc {
 				c.fail(w, r, s, http.StatusForbidden, "This request did not come from the console's own pages.")
 				return
 			}
-			if status, msg := readForm(r); status != 0 {
-				c.fail(w, r, s, status, msg)
+			if code, msg := readForm(r); code != 0 {
+				c.fail(w, r, s, code, msg)
 				return
 			}
 			got := r.PostForm.Get(csrfFormField)
@@ -124,7 +124,7 @@ func (c *Console) authed(h handlerFunc) http.HandlerFunc {
 // is wrong with it, if anything (status 0: nothing): larger than
 // maxFormBytes, not a form, or holding text that is not UTF-8 (which the
 // API's calls could not carry, nor the audit log store).
-func readForm(r *http.Request) (int, string) {
+func readForm(r *http.Request) (code int, msg string) {
 	if err := r.ParseForm(); err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return http.StatusRequestEntityTooLarge, "The form is too large."
@@ -208,8 +208,8 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, nil, http.StatusForbidden, "This request did not come from the console's own pages.")
 		return
 	}
-	if status, msg := readForm(r); status != 0 {
-		c.fail(w, r, nil, status, msg)
+	if code, msg := readForm(r); code != 0 {
+		c.fail(w, r, nil, code, msg)
 		return
 	}
 	next := safeNext(r.PostForm.Get("next"))

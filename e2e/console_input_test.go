@@ -53,15 +53,15 @@ func signInHTTP(t *testing.T, base, token string) *consoleHTTP {
 }
 
 // post sends form to path and returns the status and the body.
-func (s *consoleHTTP) post(path string, form url.Values) (int, string) {
+func (s *consoleHTTP) post(path string, form url.Values) (code int, body string) {
 	s.t.Helper()
 	resp, err := s.c.PostForm(s.base+path, form)
 	if err != nil {
 		s.t.Fatalf("POST %s: %v", path, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // A form field that is not UTF-8 is the sender's mistake: 400, saying so,

@@ -141,8 +141,8 @@ type OrderDetail struct {
 	// MaxLedgerItems.
 	Ledger        []LedgerEntry
 	OmittedLedger int
-	Events              []TimelineEvent
-	OmittedEvents       int
+	Events        []TimelineEvent
+	OmittedEvents int
 	// Deliveries are its outbox messages, oldest first: the newest
 	// MaxHistoryItems.
 	Deliveries        []Delivery

@@ -115,7 +115,7 @@ func walBreakdown(ctx context.Context, db *pgxpool.Pool, dataDir string, from, t
 	// pg_waldump ends with an error when the last record reaches past the
 	// end position; the records before it were printed.
 	if err := cmd.Wait(); err != nil && w.counted == 0 {
-		return nil, fmt.Errorf("pg_waldump: %v: %s", err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("pg_waldump: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	return w.perEvent(to-from, events), nil
 }
@@ -150,7 +150,7 @@ func (w *walSums) read(r io.Reader) error {
 			d, _ := strconv.ParseUint(r[1], 10, 32)
 			n, _ := strconv.ParseUint(r[2], 10, 32)
 			switch name, ok := w.names[uint32(n)]; {
-			case uint32(d) != w.dbOID && d != 0: // 0: a catalog shared by every database
+			case d != uint64(w.dbOID) && d != 0: // 0: a catalog shared by every database
 				k.rel = "database " + r[1]
 			case ok:
 				k.rel = name
