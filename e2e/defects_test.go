@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/cookiejar"
 	"net/url"
 	"regexp"
 	"strings"
@@ -126,23 +125,7 @@ func TestConsoleRefusedActionStaysOutOfAnotherOrgsAudit(t *testing.T) {
 		c.Auth.Tokens = append(c.Auth.Tokens, config.Token{Name: "org-a-admin", Secret: orgAdminToken,
 			Scopes: []string{config.ScopeAdmin}, Orgs: []string{orgA}})
 	})
-	signIn := func(token string) *http.Client {
-		t.Helper()
-		jar, err := cookiejar.New(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-		resp, err := c.PostForm(s.restURL+"/console/login", url.Values{"token": {token}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusSeeOther {
-			t.Fatalf("signing in: %d", resp.StatusCode)
-		}
-		return c
-	}
+	signIn := func(token string) *http.Client { return signInHTTP(t, s.restURL, token).c }
 	page := func(c *http.Client, path string) string {
 		t.Helper()
 		resp, err := c.Get(s.restURL + path)
