@@ -78,7 +78,8 @@ orgs sees theirs only.`,
 				return err
 			}
 			if resp.NextPageToken != "" {
-				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "more events follow: add --page-token %s to continue, or raise --limit\n", resp.NextPageToken)
+				moreFollow(cmd.ErrOrStderr(), "events", resp.NextPageToken,
+					timeArg{"--from", after, filter.ReceivedAfter}, timeArg{"--before", before, filter.ReceivedBefore})
 			}
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), resp)

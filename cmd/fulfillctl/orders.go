@@ -196,7 +196,7 @@ only.`,
 				return err
 			}
 			if resp.NextPageToken != "" {
-				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "more orders follow: add --page-token %s to continue, or raise --limit\n", resp.NextPageToken)
+				moreFollow(cmd.ErrOrStderr(), "orders", resp.NextPageToken)
 			}
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), resp)

@@ -68,7 +68,7 @@ to some orgs sees theirs only.`,
 				return err
 			}
 			if resp.NextPageToken != "" {
-				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "more messages follow: add --page-token %s to continue, or raise --limit\n", resp.NextPageToken)
+				moreFollow(cmd.ErrOrStderr(), "messages", resp.NextPageToken)
 			}
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), resp)

@@ -284,3 +284,31 @@ func TestMessageDetailOmittedAttempts(t *testing.T) {
 	}
 	wantMatches(t, "messageDetail", b.String(), `(?m)^attempt history \(1, and 99 older not shown\):\nATTEMPT .*\n100 +- +- +503 +retry +-\n`)
 }
+
+// A listing whose time flag is a duration ("--from 1h") means another time
+// at each call, and a page token holds its listing to the filters of the
+// page before: the hint to continue names the time the duration meant, and
+// the command given with it reads on. (With the duration repeated, the
+// next call was refused: another filter.)
+func TestContinueAListingOfARelativeTime(t *testing.T) {
+	t.Parallel()
+	s := startService(t)
+	for _, id := range []string{"rel-1", "rel-2", "rel-3"} {
+		s.payOrder(t, id)
+	}
+	events := func(out string) int { return len(fromJSON(t, out, &fulfillmentv1.ListInboxEventsResponse{}).GetEvents()) }
+	args := []string{"events", "list", "--from", "1h", "--limit", "1", "--json"}
+	out, errOut, err := s.ctl(t, args...)
+	if err != nil || events(out) != 1 {
+		t.Fatalf("%v: %v, %q", args, err, errOut)
+	}
+	m := regexp.MustCompile(`add --page-token (\S+) --from (\S+) \(what --from 1h meant\) to continue`).FindStringSubmatch(errOut)
+	if m == nil {
+		t.Fatalf("the hint %q names no token and time", errOut)
+	}
+	args[slices.Index(args, "1h")] = m[2]
+	args = append(args, "--page-token", m[1])
+	if out, errOut, err := s.ctl(t, args...); err != nil || events(out) != 1 {
+		t.Errorf("%v: %v, %q", args, err, errOut)
+	}
+}

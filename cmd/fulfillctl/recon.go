@@ -122,7 +122,8 @@ token limited to some orgs sees theirs only.`,
 				return err
 			}
 			if resp.NextPageToken != "" {
-				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "more items follow: add --page-token %s to continue, or raise --limit\n", resp.NextPageToken)
+				moreFollow(cmd.ErrOrStderr(), "items", resp.NextPageToken,
+					timeArg{"--from", from, filter.CreateTimeFrom}, timeArg{"--before", before, filter.CreateTimeBefore})
 			}
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), resp)
@@ -211,6 +212,28 @@ func timeFlag(name, v string, now time.Time) (*timestamppb.Timestamp, error) {
 		return nil, fmt.Errorf("%s %q: want an RFC 3339 time (2025-06-01T00:00:00Z) or a duration back from now (24h)", name, v)
 	}
 	return timestamppb.New(now.Add(-d)), nil
+}
+
+// moreFollow says that more of what a listing lists follow, and how to
+// read on: the same command with --page-token token. A time flag given as
+// a duration means another time at each call, and the token holds the
+// listing to its filters: the hint names the time it meant, to give in its
+// place. times are the time flags, as flag name, value given, value read.
+func moreFollow(w io.Writer, what, token string, times ...timeArg) {
+	var flags strings.Builder
+	for _, f := range times {
+		if _, err := time.Parse(time.RFC3339, f.given); f.at == nil || err == nil {
+			continue // unset, or a time: the same when given again
+		}
+		fmt.Fprintf(&flags, " %s %s (what %s %s meant)", f.name, f.at.AsTime().UTC().Format(time.RFC3339Nano), f.name, f.given)
+	}
+	_, _ = fmt.Fprintf(w, "more %s follow: add --page-token %s%s to continue, or raise --limit\n", what, token, flags.String())
+}
+
+// timeArg is a time flag: its name, the value given and the time read.
+type timeArg struct {
+	name, given string
+	at          *timestamppb.Timestamp
 }
 
 // summaryTable writes the summary, one row per org and environment; with

@@ -61,7 +61,7 @@ orders:read scope; a token limited to some orgs sees theirs only.`,
 				return err
 			}
 			if resp.NextPageToken != "" {
-				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "more subscriptions follow: add --page-token %s to continue, or raise --limit\n", resp.NextPageToken)
+				moreFollow(cmd.ErrOrStderr(), "subscriptions", resp.NextPageToken)
 			}
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), resp)
