@@ -181,6 +181,11 @@ func TestWhy(t *testing.T) {
 		{"fulfilled with an open item", &fulfillmentv1.Order{State: "fulfilled", History: paid},
 			[]*fulfillmentv1.ReconciliationItem{{State: "open", Kind: "extra_payment"}, {State: "resolved", Kind: "overpayment"}}, nil,
 			"paid 25.000000 USDT by event evt_1; fulfilled: no entitlement, no ledger movement; 1 open reconciliation item(s): extra_payment"},
+		{"fulfilled, its history cut", &fulfillmentv1.Order{State: "fulfilled", History: &fulfillmentv1.OrderHistory{
+			Events: paid.Events, PaymentAttempts: paid.PaymentAttempts,
+			Entitlements: []*fulfillmentv1.Entitlement{{Id: "1"}}, LedgerEntries: []*fulfillmentv1.LedgerEntry{{Id: "1"}, {Id: "2"}},
+			OmittedLedgerEntries: 3}}, nil, nil,
+			"paid 25.000000 USDT by event evt_1; fulfilled: 1 entitlement, 5 ledger movements"},
 		{"on hold", &fulfillmentv1.Order{State: "on_hold", History: &fulfillmentv1.OrderHistory{}},
 			[]*fulfillmentv1.ReconciliationItem{{State: "open", Kind: "amount_mismatch", Amount: "20", ExpectedAmount: "25", Token: "USDT"}}, nil,
 			"on hold for review: amount_mismatch — received 20, expected 25 USDT; 1 open reconciliation item(s): amount_mismatch"},

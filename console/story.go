@@ -268,7 +268,9 @@ func why(o *fulfillmentv1.Order, items []*fulfillmentv1.ReconciliationItem, deli
 	case "paid", "fulfilling", "fulfilled":
 		parts = append(parts, "paid "+paidBy)
 		if st == "fulfilled" {
-			parts = append(parts, "fulfilled: "+count(len(h.GetEntitlements()), "entitlement")+", "+count(len(h.GetLedgerEntries()), "ledger movement"))
+			// Counted whole: the history shows the newest ones only.
+			parts = append(parts, "fulfilled: "+count(len(h.GetEntitlements())+int(h.GetOmittedEntitlements()), "entitlement")+", "+
+				count(len(h.GetLedgerEntries())+int(h.GetOmittedLedgerEntries()), "ledger movement"))
 		}
 		if d := waitingDelivery(deliveries); d != nil {
 			parts = append(parts, deliveryLine(d, now))

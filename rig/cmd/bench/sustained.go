@@ -45,6 +45,14 @@ func (b *bench) sustained(ctx context.Context) error {
 	reserveErr := reserveWAL(ctx, b.t.db)
 	if reserveErr != nil {
 		b.warn("push: the WAL could not be kept for its breakdown: %v", reserveErr)
+	} else {
+		// Whatever ends the push, the slot goes: kept, it would hold
+		// every later segment of the cluster.
+		defer func() {
+			if err := releaseWAL(context.WithoutCancel(ctx), b.t.db); err != nil {
+				b.warn("push: the WAL kept for its breakdown could not be let go: %v", err)
+			}
+		}()
 	}
 	wal0, err := loadgen.WALBytes(ctx, b.t.db)
 	if err != nil {
@@ -147,14 +155,9 @@ func (b *bench) sustained(ctx context.Context) error {
 		s.WALImagesPerEvent = round2(float64(fpi1-fpi0) / float64(s.Events))
 		s.Checkpoints = ckpt1 - ckpt0
 	}
-	if reserveErr == nil {
-		if s.Events > 0 {
-			if s.WAL, err = walBreakdown(ctx, b.t.db, filepath.Join(b.tmp, "pg", "data"), wal0, wal1, s.Events); err != nil {
-				b.warn("push: no WAL breakdown: %v", err)
-			}
-		}
-		if err := releaseWAL(ctx, b.t.db); err != nil {
-			return err
+	if reserveErr == nil && s.Events > 0 {
+		if s.WAL, err = walBreakdown(ctx, b.t.db, filepath.Join(b.tmp, "pg", "data"), wal0, wal1, s.Events); err != nil {
+			b.warn("push: no WAL breakdown: %v", err)
 		}
 	}
 	// Under load: from the end of the ramp-up to the last receipt, the

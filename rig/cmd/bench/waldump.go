@@ -109,12 +109,11 @@ func walBreakdown(ctx context.Context, db *pgxpool.Pool, dataDir string, from, t
 	}
 	w := newWALSums(dbOID, names)
 	if err := w.read(out); err != nil {
+		_ = cmd.Process.Kill() // it may be blocked writing what is no longer read
 		_ = cmd.Wait()
 		return nil, err
 	}
-	// pg_waldump ends with an error when the last record reaches past the
-	// end position; the records before it were printed.
-	if err := cmd.Wait(); err != nil && w.counted == 0 {
+	if err := cmd.Wait(); err != nil {
 		return nil, fmt.Errorf("pg_waldump: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	return w.perEvent(to-from, events), nil
