@@ -296,7 +296,9 @@ func TestContinueAListingOfARelativeTime(t *testing.T) {
 	for _, id := range []string{"rel-1", "rel-2", "rel-3"} {
 		s.payOrder(t, id)
 	}
-	events := func(out string) int { return len(fromJSON(t, out, &fulfillmentv1.ListInboxEventsResponse{}).GetEvents()) }
+	events := func(out string) int {
+		return len(fromJSON(t, out, &fulfillmentv1.ListInboxEventsResponse{}).GetEvents())
+	}
 	args := []string{"events", "list", "--from", "1h", "--limit", "1", "--json"}
 	out, errOut, err := s.ctl(t, args...)
 	if err != nil || events(out) != 1 {
