@@ -803,3 +803,43 @@ func TestTimeParamToTheSecond(t *testing.T) {
 		}
 	}
 }
+
+// Sign-ins begun and not yet ended each hold one of the client's attempts:
+// sent at once, no more pass than the limit leaves, though none has failed
+// yet (the limit counted failures only once they ended, so that sign-ins
+// sent together all passed). One that succeeds gives its attempt back.
+func TestSignInLimitHoldsAttemptsInFlight(t *testing.T) {
+	t.Parallel()
+	l := newSignInLimit()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	const client = "192.0.2.9"
+	var ends []func(bool, time.Time)
+	for i := range signInBurst {
+		d, done := l.begin(client, now)
+		if d != 0 || done == nil {
+			t.Fatalf("sign-in %d of the burst: wait %v", i+1, d)
+		}
+		ends = append(ends, done)
+	}
+	if d, done := l.begin(client, now); d != signInEvery || done != nil {
+		t.Fatalf("a sign-in past the burst, the others still in flight: wait %v, want %v", d, signInEvery)
+	}
+	if d := l.wait("198.51.100.1", now); d != 0 {
+		t.Errorf("another client waits %v", d)
+	}
+	ends[0](false, now) // succeeded: its attempt is back
+	d, done := l.begin(client, now)
+	if d != 0 {
+		t.Fatalf("after one succeeded: wait %v", d)
+	}
+	ends[0] = done
+	for _, end := range ends {
+		end(true, now)
+	}
+	if d := l.wait(client, now); d != signInEvery {
+		t.Errorf("after %d failures: wait %v, want %v", signInBurst, d, signInEvery)
+	}
+	if len(l.trying) != 0 {
+		t.Errorf("sign-ins still counted in flight: %v", l.trying)
+	}
+}

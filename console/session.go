@@ -214,7 +214,8 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	next := safeNext(r.PostForm.Get("next"))
 	client := clientOf(r, c.proxies)
-	if d := c.signIns.wait(client, c.now()); d > 0 {
+	d, done := c.signIns.begin(client, c.now())
+	if d > 0 {
 		secs := int((d + time.Second - 1) / time.Second)
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 		c.render(w, r, nil, http.StatusTooManyRequests, "login", "Sign in", loginView{Next: next,
@@ -223,8 +224,9 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	secret := strings.TrimSpace(r.PostForm.Get("token"))
 	tok, ok := c.tokens[sha256.Sum256([]byte(secret))]
-	if secret == "" || !ok {
-		c.signIns.failed(client, c.now())
+	failed := secret == "" || !ok
+	done(failed, c.now())
+	if failed {
 		c.render(w, r, nil, http.StatusUnauthorized, "login", "Sign in", loginView{Next: next, Error: "That token is not one of the service's API tokens."})
 		return
 	}

@@ -31,6 +31,10 @@ const (
 type signInLimit struct {
 	mu      sync.Mutex
 	clients map[string]*rate.Limiter
+	// trying counts each client's sign-ins begun and not yet ended: each
+	// may fail, so each holds one of the client's remaining attempts, and
+	// sign-ins sent at once cannot all pass before the first is counted.
+	trying map[string]int
 	// pruned is when the full memory was last searched for refilled
 	// clients: at most once a signInEvery, so that a flood of newcomers
 	// does not scan the whole memory with every failed sign-in.
@@ -38,7 +42,7 @@ type signInLimit struct {
 }
 
 func newSignInLimit() *signInLimit {
-	return &signInLimit{clients: map[string]*rate.Limiter{}}
+	return &signInLimit{clients: map[string]*rate.Limiter{}, trying: map[string]int{}}
 }
 
 // clientOf is the client a request came from: an IPv4 address, or an
@@ -103,25 +107,56 @@ func trusted(a netip.Addr, proxies []netip.Prefix) bool {
 	return false
 }
 
+// begin starts a sign-in of client: how long it must wait first (and nil),
+// or 0 and the function that ends the sign-in, saying whether it failed,
+// which must be called.
+func (l *signInLimit) begin(client string, now time.Time) (time.Duration, func(failed bool, at time.Time)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d := l.waitLocked(client, now); d > 0 {
+		return d, nil
+	}
+	l.trying[client]++
+	return 0, func(failed bool, at time.Time) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.trying[client]--; l.trying[client] <= 0 {
+			delete(l.trying, client)
+		}
+		if failed {
+			l.failedLocked(client, at)
+		}
+	}
+}
+
 // wait says how long client must wait before its next sign-in; 0 when it
 // may sign in now.
 func (l *signInLimit) wait(client string, now time.Time) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	lim, ok := l.limiter(client)
-	if !ok || lim.TokensAt(now) >= 1 {
+	return l.waitLocked(client, now)
+}
+
+func (l *signInLimit) waitLocked(client string, now time.Time) time.Duration {
+	tokens := float64(signInBurst)
+	if lim, ok := l.limiter(client); ok {
+		tokens = lim.TokensAt(now)
+	}
+	short := float64(l.trying[client]) + 1 - tokens // attempts wanted past those left
+	if short <= 0 {
 		return 0
 	}
-	r := lim.ReserveN(now, 1)
-	d := r.DelayFrom(now)
-	r.CancelAt(now)
-	return max(d, time.Second)
+	return max(time.Duration(short*float64(signInEvery)), time.Second)
 }
 
 // failed counts a failed sign-in of client.
 func (l *signInLimit) failed(client string, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.failedLocked(client, now)
+}
+
+func (l *signInLimit) failedLocked(client string, now time.Time) {
 	lim, ok := l.clients[client]
 	if !ok {
 		if len(l.clients) >= signInClients && now.Sub(l.pruned) >= signInEvery {
