@@ -110,7 +110,7 @@ func trusted(a netip.Addr, proxies []netip.Prefix) bool {
 // begin starts a sign-in of client: how long it must wait first (and nil),
 // or 0 and the function that ends the sign-in, saying whether it failed,
 // which must be called.
-func (l *signInLimit) begin(client string, now time.Time) (time.Duration, func(failed bool, at time.Time)) {
+func (l *signInLimit) begin(client string, now time.Time) (wait time.Duration, end func(failed bool, at time.Time)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if d := l.waitLocked(client, now); d > 0 {
@@ -120,7 +120,8 @@ func (l *signInLimit) begin(client string, now time.Time) (time.Duration, func(f
 	return 0, func(failed bool, at time.Time) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if l.trying[client]--; l.trying[client] <= 0 {
+		l.trying[client]--
+		if l.trying[client] <= 0 {
 			delete(l.trying, client)
 		}
 		if failed {
