@@ -69,26 +69,26 @@ func TestChaosShort(t *testing.T) { //nolint:paralleltest // see above: alone on
 	// The refunds of subscription charges, some sent before their charge,
 	// are part of the short run too (a few dozen at 300 orders).
 	if sb := rep.Subscriptions; sb.RefundsFirst == 0 || sb.RefundsApplied == 0 || sb.RefundedPeriods == 0 {
-		t.Fatalf("charge refunds: %d sent before their charge, %d applied, %d periods refunded; want some of each",
-			sb.RefundsFirst, sb.RefundsApplied, sb.RefundedPeriods)
+		t.Fatalf("charge refunds: %d sent before their charge, %d applied, %d periods refunded; want some of each (CHAOS_SEED=%d)",
+			sb.RefundsFirst, sb.RefundsApplied, sb.RefundedPeriods, rep.Seed)
 	}
 	// Renewals that name their subscription's order too, decided by the
 	// subscription rules (renewed, the order untouched): a third of the
 	// Yolfi renewals, a dozen or so at 300 orders.
 	if sb := rep.Subscriptions; sb.NamingOrder == 0 || sb.NamingRenewed == 0 || sb.NamingInvoices == 0 {
-		t.Fatalf("renewals naming their order: %d sent, %d renewed by the subscription rules, %d of their invoices' events naming it; want some of each",
-			sb.NamingOrder, sb.NamingRenewed, sb.NamingInvoices)
+		t.Fatalf("renewals naming their order: %d sent, %d renewed by the subscription rules, %d of their invoices' events naming it; want some of each (CHAOS_SEED=%d)",
+			sb.NamingOrder, sb.NamingRenewed, sb.NamingInvoices, rep.Seed)
 	}
 	// Overpaid T-Bank orders refunded in parts (a dozen or so at 300
 	// orders): refunds of the excess alone, and of the price.
 	if ov := rep.Overpaid; ov.Orders == 0 || ov.NothingBack == 0 || ov.TookBack == 0 {
-		t.Fatalf("overpaid orders: %d, %d refunds of the excess only, %d taking a share back; want some of each",
-			ov.Orders, ov.NothingBack, ov.TookBack)
+		t.Fatalf("overpaid orders: %d, %d refunds of the excess only, %d taking a share back; want some of each (CHAOS_SEED=%d)",
+			ov.Orders, ov.NothingBack, ov.TookBack, rep.Seed)
 	}
 	// A registered subscription's first payment, claimed by its order
 	// created after it: at least one such order per run.
 	if lf := rep.LateFirst; lf.Claimed == 0 {
-		t.Fatalf("late first payments: %d orders fit of %d stories, none claimed its payment", lf.Fit, lf.Stories)
+		t.Fatalf("late first payments: %d orders fit of %d stories, none claimed its payment (CHAOS_SEED=%d)", lf.Fit, lf.Stories, rep.Seed)
 	}
 	t.Logf("%s (seed %d, %d kills, %d PostgreSQL restarts, slowest 503 %v, recovery %v, %v)",
 		rep.Summary(), rep.Seed, rep.Kills, rep.PGRestarts, rep.Max503Latency.Round(time.Millisecond),
