@@ -6,20 +6,34 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"strings"
 	"syscall"
 )
 
 // DescribeFailure says why a call to a provider's API failed, in words safe
 // to show and to store: a transport error names the provider's address (its
-// internal URL, host and port), so it is told by its kind only; anything
-// else is the adapter's account of the answer, which holds no address.
-// Starting a payment (the API's answer) and polling one (the poll's
-// record, its poll_failing item) both say it so.
+// internal URL, host and port), so it is told by its kind only — the whole
+// failure when the request failed, the transport error's part of it when
+// the answer broke off while it was read; anything else is the adapter's
+// account of the answer, which holds no address. Starting a payment (the
+// API's answer) and polling one (the poll's record, its poll_failing item)
+// both say it so.
 func DescribeFailure(err error) string {
-	var urlErr *url.Error
-	if !errors.As(err, &urlErr) {
-		return err.Error()
+	if _, ok := errors.AsType[*url.Error](err); ok {
+		return transportKind(err)
 	}
+	if op, ok := errors.AsType[*net.OpError](err); ok {
+		if s, addr := err.Error(), op.Error(); strings.Contains(s, addr) {
+			return strings.Replace(s, addr, transportKind(err), 1)
+		}
+		return transportKind(err)
+	}
+	return err.Error()
+}
+
+// transportKind is the kind of transport failure err is, without the
+// addresses its text holds.
+func transportKind(err error) string {
 	var (
 		netErr net.Error
 		dnsErr *net.DNSError

@@ -79,6 +79,16 @@ func (s *Service) StartPayment(ctx context.Context, req *fulfillmentv1.StartPaym
 		// What the provider said is recorded even if the caller left.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 		defer cancel()
+		if own, ok := errors.AsType[ownRecordsError](err); ok {
+			// The provider answered; the service's own records failed
+			// while the answer was checked against them. The attempt stays
+			// starting, asked about again by the next call; the database's
+			// error is told as any other, its text neither shown nor kept.
+			if rerr := s.payStore.StartRelease(rctx, start.ID, "the provider's answer could not be checked against the service's records"); rerr != nil {
+				s.log.WarnContext(ctx, "recording an unchecked answer", "start", start.ID, "error", rerr)
+			}
+			return nil, toStatus(ctx, s.log, own.error)
+		}
 		if err != nil {
 			// The provider may have created the payment: the attempt stays
 			// starting, and the next call asks again under the same id.
@@ -131,6 +141,13 @@ func (s *Service) askProvider(ctx context.Context, prov fulfillment.PaymentProvi
 	}
 }
 
+// ownRecordsError is a failure of the service's own store met while the
+// provider's answer was checked, which askProvider's caller must not tell
+// as the provider's.
+type ownRecordsError struct{ error }
+
+func (e ownRecordsError) Unwrap() error { return e.error }
+
 // reuse links the provider's existing payment under start's id when it is
 // provably start's own (fulfillment.SameAttempt), and leaves the start for
 // review otherwise.
@@ -139,7 +156,7 @@ func (s *Service) reuse(ctx context.Context, prov fulfillment.PaymentProvider, s
 	if id == "" {
 		var err error
 		if id, err = s.payStore.StartKnownPaymentID(ctx, start); err != nil {
-			return fulfillment.StartOutcome{}, err
+			return fulfillment.StartOutcome{}, ownRecordsError{err}
 		}
 	}
 	if id == "" {
