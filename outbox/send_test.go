@@ -252,6 +252,8 @@ func TestRetryAfter(t *testing.T) {
 		{429, now.AddDate(5, 0, 0).Format(http.TimeFormat), true, outbox.Retry, outbox.MaxRetryAfter},
 		{429, now.Add(-time.Hour).Format(http.TimeFormat), true, outbox.Retry, 0},
 		{429, "-5", true, outbox.Retry, 0},
+		{429, "99999999999999999999", true, outbox.Retry, outbox.MaxRetryAfter}, // past an int64: it was read as no wait
+		{429, "-99999999999999999999", true, outbox.Retry, 0},
 		{429, "soon", true, outbox.Retry, 0},
 		{429, "", true, outbox.Retry, 0},
 		{500, "120", true, outbox.Retry, 0}, // only 429 and 503 carry it
