@@ -412,9 +412,12 @@ func answered(status int, idempotent bool) Result {
 		r.Verdict = Gone
 	case idempotent:
 		r.Verdict = Retry
-	case status == http.StatusSeeOther:
-		// The answer to a POST that was acted on, pointing at its result
-		// (RFC 9110, 15.4.4): sent again, it would act twice.
+	case status == http.StatusSeeOther, status == http.StatusFound, status == http.StatusMovedPermanently:
+		// 303 is the answer to a POST that was acted on, pointing at its
+		// result (RFC 9110, 15.4.4); 302 and 301 are what many servers
+		// answer a POST they processed (post/redirect/get): sent again, it
+		// could act twice. 307 and 308 ask for the same request at another
+		// address, so the request was not acted on here.
 		r.Verdict = Uncertain
 	case status >= 300 && status <= 499:
 		// The destination answered without acting on the request.
