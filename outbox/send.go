@@ -366,16 +366,9 @@ func retryAfter(v string, now time.Time) time.Duration {
 		return 0
 	}
 	var d time.Duration
-	secs, err := strconv.ParseInt(v, 10, 64)
-	if errors.Is(err, strconv.ErrRange) {
-		// Seconds past what an int64 holds: a very long wait (or, negative,
-		// none), not a word that is not seconds.
-		secs, err = int64(MaxRetryAfter/time.Second), nil
-		if strings.HasPrefix(v, "-") {
-			secs = 0
-		}
-	}
-	if err == nil {
+	// Seconds past what an int64 holds are read as its largest (or, negative,
+	// its smallest): a very long wait, or none.
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
 		d = time.Duration(min(max(secs, 0), int64(MaxRetryAfter/time.Second))) * time.Second
 	} else if at, err := http.ParseTime(v); err == nil {
 		d = at.Sub(now).Truncate(time.Second)
