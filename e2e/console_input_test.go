@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/fulfillplatform/fulfillment/rig/pgtest"
 )
 
@@ -25,16 +23,23 @@ type consoleHTTP struct {
 	csrf string
 }
 
-// signInHTTP signs in with token and reads the session's CSRF token from
-// a page's form.
-func signInHTTP(t *testing.T, base, token string) *consoleHTTP {
+// newConsoleHTTP is a client of the console at base, not signed in: it
+// keeps its cookies, follows no redirect and waits 30 s at most.
+func newConsoleHTTP(t *testing.T, base string) *consoleHTTP {
 	t.Helper()
 	jar, err := cookiejar.New(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &consoleHTTP{t: t, base: base, c: &http.Client{Jar: jar, Timeout: 30 * time.Second,
+	return &consoleHTTP{t: t, base: base, c: &http.Client{Jar: jar, Timeout: 30 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+// signInHTTP signs in with token and reads the session's CSRF token from
+// a page's form.
+func signInHTTP(t *testing.T, base, token string) *consoleHTTP {
+	t.Helper()
+	s := newConsoleHTTP(t, base)
 	if code, _ := s.post("/console/login", url.Values{"token": {token}}); code != http.StatusSeeOther {
 		t.Fatalf("signing in: %d", code)
 	}
@@ -70,7 +75,7 @@ func (s *consoleHTTP) post(path string, form url.Values) (code int, body string)
 func TestConsoleFormNotUTF8(t *testing.T) {
 	t.Parallel()
 	s := startReplicaWith(t, pgtest.DB(t), withConsole())
-	if code, body := (&consoleHTTP{t: t, base: s.restURL, c: http.DefaultClient}).post("/console/login",
+	if code, body := newConsoleHTTP(t, s.restURL).post("/console/login",
 		url.Values{"token": {"tok-\xff"}}); code != http.StatusBadRequest || !strings.Contains(body, "not valid UTF-8") {
 		t.Errorf("sign-in with a token not UTF-8: %d", code)
 	}
@@ -114,12 +119,7 @@ func TestConsoleAuditWriteBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	conn, err := pgx.Connect(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
-	tx, err := conn.Begin(ctx)
+	tx, err := pgtest.Conn(t, db).Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,9 +136,7 @@ func TestConsoleAuditWriteBounded(t *testing.T) {
 	if strings.Contains(page, "paymentId") {
 		t.Error("the raw body was shown without its record")
 	}
-	another := &consoleHTTP{t: t, base: s.restURL, c: &http.Client{Timeout: 30 * time.Second,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
-	if code, _ := another.post("/console/login", url.Values{"token": {adminToken}}); code != http.StatusSeeOther {
+	if code, _ := newConsoleHTTP(t, s.restURL).post("/console/login", url.Values{"token": {adminToken}}); code != http.StatusSeeOther {
 		t.Errorf("sign-in while the audit log cannot be written: %d, want 303 (the sign-in does not depend on its record)", code)
 	}
 	if err := tx.Rollback(ctx); err != nil {
