@@ -207,6 +207,28 @@ func oneLine(s string) string {
 	}, s)
 }
 
+// moreFollow says that more of what a listing lists follow, and how to
+// read on: the same command with --page-token token. A time flag given as
+// a duration means another time at each call, and the token holds the
+// listing to its filters: the hint names the time it meant, to give in its
+// place. times are the time flags, as flag name, value given, value read.
+func moreFollow(w io.Writer, what, token string, times ...timeArg) {
+	var flags strings.Builder
+	for _, f := range times {
+		if _, err := time.Parse(time.RFC3339, f.given); f.at == nil || err == nil {
+			continue // unset, or a time: the same when given again
+		}
+		fmt.Fprintf(&flags, " %s %s (what %s %s meant)", f.name, f.at.AsTime().UTC().Format(time.RFC3339Nano), f.name, f.given)
+	}
+	_, _ = fmt.Fprintf(w, "more %s follow: add --page-token %s%s to continue, or raise --limit\n", what, token, flags.String())
+}
+
+// timeArg is a time flag: its name, the value given and the time read.
+type timeArg struct {
+	name, given string
+	at          *timestamppb.Timestamp
+}
+
 // printNone writes the one line every command prints for an empty result
 // (in text; --json prints the empty answer): "no WHAT match", and the
 // detail in parentheses when there is one.
