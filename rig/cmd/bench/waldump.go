@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fulfillplatform/fulfillment/rig/pgcluster"
@@ -80,15 +81,11 @@ func walBreakdown(ctx context.Context, db *pgxpool.Pool, dataDir string, from, t
 	if err != nil {
 		return nil, err
 	}
-	for rows.Next() {
-		var node uint32
-		var name string
-		if err := rows.Scan(&node, &name); err != nil {
-			return nil, err
-		}
-		names[node] = name
-	}
-	if err := rows.Err(); err != nil {
+	var (
+		node uint32
+		name string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&node, &name}, func() error { names[node] = name; return nil }); err != nil {
 		return nil, err
 	}
 	// The last record's end must be on disk: a switch record is flushed
